@@ -1,0 +1,1 @@
+from timeline.cli import main; import sys; sys.exit(main())
