@@ -1,1 +1,7 @@
-from timeline.cli import main; import sys; sys.exit(main())
+"""``python -m timeline``: the same as the ``timeline`` command."""
+
+import sys
+
+from timeline.cli import main
+
+sys.exit(main())

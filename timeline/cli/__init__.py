@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -69,6 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in exc.lines():
             print(f"error: {line}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `timeline static … --json | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

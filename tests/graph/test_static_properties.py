@@ -1,0 +1,98 @@
+"""Property tests over random valid plans: shards sum back to the whole model."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from timeline.graph.context import BuildCtx
+from timeline.graph.static import is_expert_state, model_total_params, state_bytes, zero_shard
+from timeline.pipeline.devices import device_tensors
+from timeline.spec.presets import PRESETS
+from timeline.spec.run import (
+    AllocatorSpec,
+    HardwareSpec,
+    ParallelSpec,
+    RecomputeSpec,
+    RunSpec,
+    ScheduleSpec,
+    TrainingSpec,
+)
+from timeline.spec.validate import validate_run
+
+# a small DeepSeek-style MoE with MLA and a small dense model keep each example fast
+SMALL_MOE = replace(PRESETS["deepseek-v3"], name="tiny-moe", hidden_size=64, num_hidden_layers=4,
+                    num_attention_heads=8, num_key_value_heads=8, intermediate_size=128, vocab_size=512,
+                    q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8,
+                    n_routed_experts=16, moe_intermediate_size=32, first_k_dense_replace=1, mtp_layers=0)
+SMALL_DENSE = replace(PRESETS["llama3-8b"], name="tiny-llama", hidden_size=64, num_hidden_layers=4,
+                      num_attention_heads=8, num_key_value_heads=4, intermediate_size=128, vocab_size=512)
+
+
+@st.composite
+def plans(draw):
+    model = draw(st.sampled_from([SMALL_MOE, SMALL_DENSE]))
+    profile = draw(st.sampled_from(["paper", "megatron"]))
+    pp = draw(st.sampled_from([1, 2, 4]))
+    tp = draw(st.sampled_from([1, 2, 4]))
+    dp = draw(st.sampled_from([1, 2, 3, 4]))
+    cp = draw(st.sampled_from([1, 2]))
+    ep = draw(st.sampled_from([1, 2, 4, 8])) if model.is_moe else 1
+    etp = draw(st.sampled_from([1, tp]))
+    zero = draw(st.sampled_from([0, 1] if profile == "megatron" else [0, 1, 2, 3]))
+    run = RunSpec(name="p", source="-", model=model, profile=profile, model_source="test",
+                  parallel=ParallelSpec(pp=pp, tp=tp, dp=dp, cp=cp, ep=ep, etp=etp, sp=tp > 1),
+                  training=TrainingSpec(zero=zero, seq_len=64), recompute=RecomputeSpec(),
+                  schedule=ScheduleSpec(), allocator=AllocatorSpec(), hardware=HardwareSpec())
+    return run
+
+
+@settings(max_examples=60, deadline=None)
+@given(plans())
+def test_weight_shards_sum_to_model_times_replication(run):
+    """Rebuild the unique parameters from the per-device shards: TP/ETP shards (``split``) and
+    EP ranks (disjoint expert sets) multiply back; nothing else may be missing or extra."""
+    if validate_run(run):
+        return
+    par = run.parallel
+    ctx = BuildCtx.from_run(run)
+    rebuilt = 0
+    for r in range(par.pp):
+        _, tensors = device_tensors(run, r)
+        rebuilt += sum(t.numel * t.split * (par.ep if t.expert else 1) for t in tensors if t.trainable)
+    h = run.model.hidden_size
+    pad = (ctx.padded_vocab - run.model.vocab_size) * h  # Megatron's vocabulary padding rows
+    tables = 1 if run.model.tie_word_embeddings else 2
+    tied_copy = ctx.padded_vocab * h if (run.model.tie_word_embeddings and par.pp > 1) else 0
+    assert rebuilt == model_total_params(run) + tables * pad + tied_copy
+
+
+@settings(max_examples=60, deadline=None)
+@given(plans())
+def test_zero_shards_sum_back(run):
+    """Over a shard group (dense: dp·cp ranks, expert: EDP ranks) the ZeRO shards of weights,
+    gradients and optimizer states sum back to the unsharded states."""
+    if validate_run(run):
+        return
+    par, tr = run.parallel, run.training
+    rule = BuildCtx.from_run(run).profile.expert_state_group
+    unsharded = replace(run, training=replace(tr, zero=0))
+    _, tensors = device_tensors(run, 0)
+    trainable = [t for t in tensors if t.trainable]
+    for part, group, key in ((
+            [t for t in trainable if not is_expert_state(t, rule)], par.dp * par.cp, "dense_rank"),
+            ([t for t in trainable if is_expert_state(t, rule)], par.edp, "expert_rank")):
+        full = state_bytes(unsharded, part)
+        shards = [state_bytes(run, part, **{key: i}) for i in range(group)]
+        for k, level in enumerate((3, 2, 1)):  # weights shard at ZeRO-3, grads at 2, optimizer at 1
+            total = sum(s[k] for s in shards)
+            assert total == (full[k] if tr.zero >= level else full[k] * group)
+
+
+def test_zero_shard_partition_exact():
+    for n in (0, 1, 7, 429_719_552, 10**9 + 7):
+        for g in (1, 3, 8, 32):
+            assert sum(zero_shard(n, g, i) for i in range(g)) == n
+            assert zero_shard(n, g, 0) - zero_shard(n, g, g - 1) in (0, 1)

@@ -1,0 +1,102 @@
+"""Build the operator graph of each virtual stage (model chunk) with networkx.
+
+Nodes are module instances in dataflow order (``embedding → layers.0.input_layernorm →
+layers.0.self_attn → … → output_layer``), each carrying the parameter TensorDefs one device
+holds. Static memory is read off these nodes; the activation part of the graph hangs its
+ops off the same nodes. The graph does not know which rank holds a chunk — placement is the
+schedule's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from timeline.graph.context import BuildCtx
+from timeline.graph.layers.attention import attention_params
+from timeline.graph.layers.embedding import embedding_params
+from timeline.graph.layers.head import final_norm_params, head_params
+from timeline.graph.layers.mla import mla_params
+from timeline.graph.layers.mlp import mlp_params
+from timeline.graph.layers.moe import moe_params
+from timeline.graph.layers.mtp import mtp_embedding_params, mtp_params
+from timeline.graph.layers.norm import norm_params
+from timeline.graph.tensors import TensorDef
+from timeline.spec.run import RunSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    kind: str  # embedding | norm | mha | mla | mlp | moe | head | mtp_proj
+    layer: int | None
+    params: tuple[TensorDef, ...]
+
+
+def chunk_layers(run: RunSpec) -> list[range]:
+    """Global decoder-layer indices of each virtual stage, from ``layout`` or an even split."""
+    chunks = run.parallel.pp * run.parallel.vpp
+    layers = run.model.num_hidden_layers
+    layout = run.parallel.layout or (layers // chunks,) * chunks
+    out, start = [], 0
+    for n in layout:
+        out.append(range(start, start + n))
+        start += n
+    return out
+
+
+def decoder_layer(ctx: BuildCtx, layer: int, prefix: str, *, moe: bool) -> list[Node]:
+    m = ctx.model
+    attn = mla_params(ctx, f"{prefix}.self_attn") if m.is_mla else attention_params(ctx, f"{prefix}.self_attn")
+    ffn = moe_params(ctx, f"{prefix}.mlp") if moe else \
+        mlp_params(ctx, f"{prefix}.mlp", m.intermediate_size, split=ctx.tp)
+    return [
+        Node(f"{prefix}.input_layernorm", "norm", layer, tuple(norm_params(ctx, f"{prefix}.input_layernorm",
+                                                                            m.hidden_size))),
+        Node(f"{prefix}.self_attn", "mla" if m.is_mla else "mha", layer, tuple(attn)),
+        Node(f"{prefix}.post_attention_layernorm", "norm", layer,
+             tuple(norm_params(ctx, f"{prefix}.post_attention_layernorm", m.hidden_size))),
+        Node(f"{prefix}.mlp", "moe" if moe else "mlp", layer, tuple(ffn)),
+    ]
+
+
+def chunk_nodes(ctx: BuildCtx, ranges: list[range], chunk: int) -> list[Node]:
+    """Module instances of virtual stage ``chunk`` (of ``ranges``) in dataflow order."""
+    last = len(ranges) - 1
+    m = ctx.model
+    nodes: list[Node] = []
+    if chunk == 0:
+        nodes.append(Node("embedding", "embedding", None, tuple(embedding_params(ctx))))
+    for i in ranges[chunk]:
+        nodes += decoder_layer(ctx, i, f"layers.{i}", moe=m.is_moe_layer(i))
+    if chunk == last:
+        fn = final_norm_params(ctx)
+        if fn:
+            nodes.append(Node("final_norm", "norm", None, tuple(fn)))
+        nodes.append(Node("output_layer", "head", None, tuple(head_params(ctx, shares_embedding=last == 0))))
+        if m.mtp_layers and ctx.profile.mtp_embedding and last != 0:
+            nodes.append(Node("mtp.embedding", "embedding", None, tuple(mtp_embedding_params(ctx))))
+        for k in range(m.mtp_layers):
+            layer = m.num_hidden_layers + k
+            inner = decoder_layer(ctx, layer, f"mtp.{k}.layer", moe=m.is_moe_layer(layer))
+            params = mtp_params(ctx, k, [t for n in inner for t in n.params])
+            nodes.append(Node(f"mtp.{k}", "mtp", layer, tuple(params)))
+    return nodes
+
+
+def build_chunk_graph(ctx: BuildCtx, run: RunSpec, chunk: int) -> nx.DiGraph:
+    """The operator graph of one virtual stage: module nodes joined in dataflow order."""
+    g = nx.DiGraph(chunk=chunk)
+    prev = None
+    for node in chunk_nodes(ctx, chunk_layers(run), chunk):
+        g.add_node(node.name, kind=node.kind, layer=node.layer, params=node.params)
+        if prev is not None:
+            g.add_edge(prev, node.name)
+        prev = node.name
+    return g
+
+
+def graph_params(g: nx.DiGraph) -> list[TensorDef]:
+    """Every parameter TensorDef of a chunk graph, in dataflow order."""
+    return [t for name in nx.topological_sort(g) for t in g.nodes[name]["params"]]

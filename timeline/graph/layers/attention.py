@@ -1,0 +1,33 @@
+"""Multi-head and grouped-query attention (GPT, Llama, Mistral, Qwen).
+
+Q/K/V are column-parallel over TP (heads split), the output projection row-parallel (its
+bias, where present, is replicated — Megatron ``RowParallelLinear``). Qwen3's per-head q/k
+norms are tagged ``norm``.
+"""
+
+from __future__ import annotations
+
+from timeline.graph.context import BuildCtx
+from timeline.graph.layers.norm import norm_params
+from timeline.graph.tensors import TensorDef, param
+
+
+def attention_params(ctx: BuildCtx, prefix: str, module: str = "attention") -> list[TensorDef]:
+    m, tp, dt = ctx.model, ctx.tp, ctx.dtype
+    hd = m.attn_head_dim
+    q_out, kv_out = m.num_attention_heads * hd, m.kv_heads * hd
+    out = [
+        param(f"{prefix}.q_proj.weight", (q_out, m.hidden_size), module=module, dtype=dt, split=tp),
+        param(f"{prefix}.k_proj.weight", (kv_out, m.hidden_size), module=module, dtype=dt, split=tp),
+        param(f"{prefix}.v_proj.weight", (kv_out, m.hidden_size), module=module, dtype=dt, split=tp),
+        param(f"{prefix}.o_proj.weight", (m.hidden_size, q_out), module=module, dtype=dt, split=tp, dim=1),
+    ]
+    if m.attention_bias or m.linear_bias:
+        out += [param(f"{prefix}.{n}_proj.bias", (w,), module=module, dtype=dt, split=tp)
+                for n, w in (("q", q_out), ("k", kv_out), ("v", kv_out))]
+    if m.linear_bias:
+        out.append(param(f"{prefix}.o_proj.bias", (m.hidden_size,), module=module, dtype=dt))
+    if m.qk_norm:
+        out += norm_params(ctx, f"{prefix}.q_norm", hd, module="norm", kind="rmsnorm")
+        out += norm_params(ctx, f"{prefix}.k_norm", hd, module="norm", kind="rmsnorm")
+    return out

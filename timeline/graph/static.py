@@ -1,0 +1,58 @@
+"""Static memory per device — weights, gradients, optimizer states — read off the graph.
+
+Given the parameter TensorDefs one device holds (see :mod:`timeline.pipeline.devices` for which
+chunks that is), this applies ZeRO as the profile defines it:
+ZeRO-1 shards master weights and moments, ZeRO-2 also gradients, ZeRO-3 also weights. Dense
+states shard over ``dp·cp`` ranks, expert states over ``EDP = dp·tp·cp/(ep·etp)``; which
+parameters count as expert states is the profile's ``expert_state_group`` rule. A flat buffer
+of ``n`` elements over ``g`` ranks gives rank ``i`` ``n // g`` elements plus one for the
+first ``n % g`` ranks, so shards always sum back to the whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from timeline.graph.build import chunk_nodes
+from timeline.graph.context import BuildCtx
+from timeline.graph.tensors import DTYPE_BYTES, TensorDef
+from timeline.spec.run import RunSpec
+
+
+def zero_shard(n: int, group: int, rank: int = 0) -> int:
+    """Elements of an ``n``-element flat buffer that shard ``rank`` of ``group`` holds."""
+    base, extra = divmod(n, group)
+    return base + (1 if rank < extra else 0)
+
+
+def is_expert_state(t: TensorDef, group_rule: str) -> bool:
+    return t.expert if group_rule == "routed" else t.in_moe
+
+
+def state_bytes(run: RunSpec, tensors: Sequence[TensorDef], *, dense_rank: int = 0,
+                expert_rank: int = 0) -> tuple[int, int, int]:
+    """(weights, grads, optimizer) bytes of one device holding ``tensors``, under the run's ZeRO."""
+    tr, par = run.training, run.parallel
+    rule = BuildCtx.from_run(run).profile.expert_state_group
+    trainable = [t for t in tensors if t.trainable]
+    buffers = sum(t.size_bytes for t in tensors if not t.trainable)
+    expert_n = sum(t.numel for t in trainable if is_expert_state(t, rule))
+    dense_n = sum(t.numel for t in trainable) - expert_n
+    dense_g, expert_g = par.dp * par.cp, par.edp
+
+    def sharded(level: int) -> int:
+        if tr.zero >= level:
+            return zero_shard(dense_n, dense_g, dense_rank) + zero_shard(expert_n, expert_g, expert_rank)
+        return dense_n + expert_n
+
+    w = DTYPE_BYTES[tr.dtype]
+    master = DTYPE_BYTES[tr.master_dtype] if tr.master_dtype != tr.dtype else 0
+    per_opt = master + 2 * DTYPE_BYTES[tr.moment_dtype]
+    return (sharded(3) * w + buffers, sharded(2) * DTYPE_BYTES[tr.grad_dtype], sharded(1) * per_opt)
+
+
+def model_total_params(run: RunSpec) -> int:
+    """Trainable parameters of the unsharded model, counted as the profile counts them."""
+    ctx = BuildCtx.from_run(run).unsharded()
+    nodes = chunk_nodes(ctx, [range(run.model.num_hidden_layers)], 0)
+    return sum(t.numel for n in nodes for t in n.params if t.trainable)

@@ -1,0 +1,188 @@
+"""Load a run file (TOML), apply ``--set`` overrides, resolve defaults and validate.
+
+The file overrides defaults; ``--set section.key=value`` overrides the file. Relative paths
+in the file resolve against its folder. Every problem is collected and raised as one
+:class:`~timeline.errors.SpecError` naming the file and each key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from timeline.errors import SpecError, UserError
+from timeline.io.hf_config import read_hf_config
+from timeline.spec.fields import build_section, check_value
+from timeline.spec.hardware import GPUS
+from timeline.spec.model import ALIASES, ModelSpec
+from timeline.spec.presets import PRESETS
+from timeline.spec.run import (
+    PROFILES,
+    AllocatorSpec,
+    HardwareSpec,
+    ParallelSpec,
+    RecomputeSpec,
+    RunSpec,
+    ScheduleSpec,
+    TrainingSpec,
+)
+from timeline.spec.validate import validate_run
+
+SECTIONS: dict[str, type] = {
+    "parallel": ParallelSpec,
+    "training": TrainingSpec,
+    "recompute": RecomputeSpec,
+    "schedule": ScheduleSpec,
+    "allocator": AllocatorSpec,
+    "hardware": HardwareSpec,
+}
+MODEL_KEYS = ("preset", "hf_config", "trace", "profile")
+TOP_LEVEL = ("name",)
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """``section.key=value`` → (section, key, value); value parsed as a TOML literal."""
+    if "=" not in text or "." not in text.split("=", 1)[0]:
+        raise SpecError([("--set", f"{text!r} is not section.key=value (e.g. parallel.tp=4)")])
+    lhs, raw = text.split("=", 1)
+    section, key = lhs.strip().split(".", 1)
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()  # a bare word is a string: --set schedule.kind=gpipe
+    return section, key, value
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, expected a run file (.toml)") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: invalid TOML: {exc}") from None
+
+
+def _resolve_model(data: dict[str, Any], base: Path, problems: list) -> tuple[ModelSpec | None, str, str]:
+    sources = [k for k in ("preset", "hf_config", "trace") if k in data]
+    profile = data.get("profile", "megatron")
+    if profile not in PROFILES:
+        problems.append(("model.profile", f"{profile!r} is not valid; use one of {', '.join(PROFILES)}"))
+    model: ModelSpec | None = None
+    source = ""
+    if len(sources) != 1:
+        problems.append(("model", "give exactly one of preset, hf_config or trace "
+                         f"(found {', '.join(sources) or 'none'}); presets: {', '.join(PRESETS)}"))
+        return None, profile, source
+    kind = sources[0]
+    value = data[kind]
+    if not isinstance(value, str):
+        problems.append((f"model.{kind}", f"expected a string, got {value!r}"))
+        return None, profile, source
+    if kind == "preset":
+        if value not in PRESETS:
+            problems.append(("model.preset", f"unknown preset {value!r}; use one of {', '.join(PRESETS)}"))
+            return None, profile, source
+        model, source = PRESETS[value], f"preset:{value}"
+    elif kind == "hf_config":
+        path = (base / value).resolve()
+        try:
+            model = read_hf_config(path)
+        except UserError as exc:
+            problems.append(("model.hf_config", str(exc)))
+            return None, profile, source
+        source = f"hf_config:{path}"
+    else:
+        path = (base / value).resolve()
+        if not path.exists():
+            problems.append(("model.trace", f"{path}: no such file"))
+        else:
+            problems.append(("model.trace", "simulating a captured op trace is not available yet; "
+                             "use preset or hf_config"))
+        return None, profile, source
+    # Model fields by their Hugging Face name override the preset/config.
+    fields = {f.name: f for f in dataclasses.fields(ModelSpec)}
+    hints = typing.get_type_hints(ModelSpec)
+    changes: dict[str, Any] = {}
+    for key, raw in data.items():
+        if key in MODEL_KEYS:
+            continue
+        name = ALIASES.get(key, key)
+        if name not in fields or name == "name":
+            problems.append((f"model.{key}", "unknown key; use preset, hf_config, trace, profile or a "
+                             "model field by its Hugging Face name (e.g. num_layers, hidden_size)"))
+            continue
+        v, problem = check_value(fields[name], hints[name], raw)
+        if problem:
+            problems.append((f"model.{key}", problem))
+        else:
+            changes[name] = v
+    return (model.with_(**changes) if changes else model), profile, source
+
+
+def load_run(path: str | Path, overrides: Sequence[str] = ()) -> RunSpec:
+    """Read, override, resolve and validate a run file; raise SpecError listing every problem."""
+    path = Path(path)
+    data = read_toml(path)
+    source = str(path)
+    problems: list[tuple[str, str]] = []
+    try:
+        for text in overrides:
+            section, key, value = parse_override(text)
+            data.setdefault(section, {})
+            if not isinstance(data[section], dict):
+                problems.append((f"--set {section}", "is not a section"))
+                continue
+            data[section][key] = value
+    except SpecError as exc:
+        raise exc.with_source(source) from None
+
+    for key, value in data.items():
+        if key in TOP_LEVEL:
+            continue
+        if key != "model" and key not in SECTIONS:
+            problems.append((key, f"unknown section; valid: model, {', '.join(SECTIONS)}"))
+        elif not isinstance(value, dict):
+            problems.append((key, "must be a [section] table"))
+    base = path.resolve().parent
+    model, profile, model_source = _resolve_model(data.get("model", {}) or {}, base, problems) \
+        if isinstance(data.get("model", {}), dict) else (None, "megatron", "")
+    if "model" not in data:
+        problems.append(("model", f"missing [model] section; e.g. preset = \"deepseek-v3\" "
+                         f"(presets: {', '.join(PRESETS)})"))
+
+    sections: dict[str, Any] = {}
+    for name, cls in SECTIONS.items():
+        values = dict(data.get(name, {}) or {}) if isinstance(data.get(name, {}), dict) else {}
+        if name == "parallel":
+            values.setdefault("sp", values.get("tp", 1) > 1 if isinstance(values.get("tp", 1), int) else False)
+            values.setdefault("etp", values.get("tp", 1))
+        if name == "hardware":
+            gpu = values.get("gpu", "h800")
+            if gpu not in GPUS:
+                problems.append(("hardware.gpu", f"unknown gpu {gpu!r}; use one of {', '.join(GPUS)}"))
+            else:
+                for k, v in GPUS[gpu].items():
+                    values.setdefault(k, v)
+        if name == "schedule" and isinstance(values.get("csv"), str):
+            values["csv"] = str((base / values["csv"]).resolve())
+        sections[name] = build_section(cls, name, values, problems)
+
+    name_value = data.get("name", path.stem)
+    if not isinstance(name_value, str) or not name_value:
+        problems.append(("name", "must be a non-empty string"))
+    if problems:
+        raise SpecError(problems, source)
+    run = RunSpec(name=name_value, source=str(path.resolve()), model=model, profile=profile,
+                  model_source=model_source, **sections)
+    problems = validate_run(run)
+    if problems:
+        raise SpecError(problems, source)
+    return run

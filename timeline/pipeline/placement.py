@@ -1,0 +1,36 @@
+"""Which model chunks (virtual stages) each pipeline rank holds, per schedule kind.
+
+A *virtual stage* (model chunk) is a contiguous run of layers; there are ``pp * vpp`` of them
+and ``[parallel] layout`` gives one layer count per chunk, in model order. Where a chunk lives
+depends on the schedule: 1F1B and GPipe put chunk ``r`` on rank ``r``; interleaved 1F1B loops
+(rank ``r`` holds ``r, r + pp, …``); the V-shaped schedules (ZBV, DualPipeV) fold the model
+back so rank 0 holds the first and the last chunk; DualPipe runs two copies of a ``pp``-chunk
+model in opposite directions, so rank ``r`` holds chunks ``r`` and ``pp − 1 − r``.
+
+This module does not order actions; the schedule generators do.
+"""
+
+from __future__ import annotations
+
+#: chunks per rank (vpp) a schedule requires, where it fixes it
+FIXED_VPP: dict[str, int] = {"gpipe": 1, "1f1b": 1, "zb-h1": 1, "zbv": 2, "dualpipev": 2, "dualpipe": 1}
+
+KINDS = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev", "csv")
+
+
+def num_chunks(kind: str, pp: int, vpp: int) -> int:
+    """Number of distinct model chunks (length of ``layout``)."""
+    return pp * vpp
+
+
+def stage_placement(kind: str, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+    """Per pipeline rank, the model chunks it holds (global chunk indices, ascending order of use)."""
+    if kind in ("gpipe", "1f1b", "zb-h1"):
+        return tuple((r,) for r in range(pp))
+    if kind in ("interleaved", "csv"):
+        return tuple(tuple(r + i * pp for i in range(vpp)) for r in range(pp))
+    if kind in ("zbv", "dualpipev"):
+        return tuple((r, 2 * pp - 1 - r) for r in range(pp))
+    if kind == "dualpipe":
+        return tuple((r, pp - 1 - r) for r in range(pp))
+    raise ValueError(f"unknown schedule kind {kind!r}")

@@ -1,0 +1,109 @@
+"""The model architecture, by Hugging Face field names.
+
+One :class:`ModelSpec` covers the layer families the graph builds: GPT-style (LayerNorm,
+GeLU MLP, learned positions), Llama-style (RMSNorm, SwiGLU, RoPE, MHA/GQA), Mixtral/Qwen MoE,
+and DeepSeek (MLA, shared + routed experts, MTP). Field names follow Hugging Face
+``config.json`` so a user can override any of them in ``[model]`` by the name they know;
+:data:`ALIASES` maps other spellings (GPT-2's ``n_embd``, Mixtral's ``num_local_experts``, …).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from timeline.spec.fields import spec_field
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    name: str = spec_field("custom", doc="label used in outputs")
+    model_type: str = spec_field("llama", doc="architecture family (Hugging Face model_type)")
+    hidden_size: int = spec_field(4096, positive=True)
+    num_hidden_layers: int = spec_field(32, positive=True)
+    num_attention_heads: int = spec_field(32, positive=True)
+    num_key_value_heads: int = spec_field(0, nonneg=True, doc="0 = num_attention_heads")
+    head_dim: int = spec_field(0, nonneg=True, doc="0 = hidden_size / num_attention_heads")
+    intermediate_size: int = spec_field(11008, positive=True, doc="dense FFN width")
+    vocab_size: int = spec_field(32000, positive=True)
+    max_position_embeddings: int = spec_field(4096, positive=True)
+    norm: str = spec_field("rmsnorm", choices=("rmsnorm", "layernorm"))
+    hidden_act: str = spec_field("silu", choices=("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu"))
+    position_embedding: str = spec_field("rope", choices=("rope", "learned"))
+    attention_bias: bool = spec_field(False, doc="biases on Q/K/V projections")
+    linear_bias: bool = spec_field(False, doc="biases on every linear layer (GPT)")
+    qk_norm: bool = spec_field(False, doc="per-head RMSNorm on q and k (Qwen3)")
+    attention_dropout: float = spec_field(0.0, minimum=0.0, maximum=1.0)
+    hidden_dropout: float = spec_field(0.0, minimum=0.0, maximum=1.0)
+    tie_word_embeddings: bool = spec_field(False)
+    # Multi-head latent attention (DeepSeek); kv_lora_rank = 0 means ordinary MHA/GQA.
+    q_lora_rank: int = spec_field(0, nonneg=True, doc="0 = no query compression")
+    kv_lora_rank: int = spec_field(0, nonneg=True, doc="0 = not MLA")
+    qk_nope_head_dim: int = spec_field(0, nonneg=True)
+    qk_rope_head_dim: int = spec_field(0, nonneg=True)
+    v_head_dim: int = spec_field(0, nonneg=True)
+    # Mixture of experts; n_routed_experts = 0 means a dense model.
+    n_routed_experts: int = spec_field(0, nonneg=True)
+    n_shared_experts: int = spec_field(0, nonneg=True)
+    moe_intermediate_size: int = spec_field(0, nonneg=True)
+    shared_expert_intermediate_size: int = spec_field(0, nonneg=True, doc="0 = n_shared_experts × moe_intermediate_size")
+    shared_expert_gate: bool = spec_field(False, doc="sigmoid gate on the shared expert (Qwen-MoE)")
+    num_experts_per_tok: int = spec_field(0, nonneg=True)
+    first_k_dense_replace: int = spec_field(0, nonneg=True)
+    moe_layer_freq: int = spec_field(1, positive=True)
+    router_bias: bool = spec_field(False, doc="per-expert fp32 score-correction bias (DeepSeek-V3 noaux_tc)")
+    mtp_layers: int = spec_field(0, nonneg=True, doc="multi-token-prediction modules (num_nextn_predict_layers)")
+
+    # -- derived -------------------------------------------------------------------
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def attn_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_routed_experts > 0
+
+    @property
+    def gated_mlp(self) -> bool:
+        """SwiGLU-style gate+up projections (silu); GPT's GeLU MLP has one input matrix."""
+        return self.hidden_act == "silu"
+
+    @property
+    def shared_ffn(self) -> int:
+        return self.shared_expert_intermediate_size or self.n_shared_experts * self.moe_intermediate_size
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether decoder layer ``layer`` (0-based) has an MoE block (DeepSeek/Qwen rules)."""
+        if not self.is_moe or layer < self.first_k_dense_replace:
+            return False
+        return (layer - self.first_k_dense_replace) % self.moe_layer_freq == 0 if self.moe_layer_freq > 1 \
+            else True
+
+    def with_(self, **changes) -> ModelSpec:
+        return replace(self, **changes)
+
+
+#: other spellings of ModelSpec fields found in Hugging Face configs and run files
+ALIASES: dict[str, str] = {
+    "num_layers": "num_hidden_layers",
+    "n_layer": "num_hidden_layers",
+    "n_embd": "hidden_size",
+    "n_head": "num_attention_heads",
+    "n_inner": "intermediate_size",
+    "n_positions": "max_position_embeddings",
+    "num_local_experts": "n_routed_experts",
+    "num_experts": "n_routed_experts",
+    "num_nextn_predict_layers": "mtp_layers",
+    "decoder_sparse_step": "moe_layer_freq",
+    "activation_function": "hidden_act",
+    "hidden_activation": "hidden_act",
+    "attn_pdrop": "attention_dropout",
+    "resid_pdrop": "hidden_dropout",
+}

@@ -1,0 +1,120 @@
+"""Run-file sections (DESIGN §3) and the resolved run.
+
+Defaults follow Megatron-LM where a user would expect them: no recompute, 1F1B, the caching
+allocator, bf16 weights with fp32 gradients, master weights and moments, no distributed
+optimizer (``zero = 0``), ``sp`` on when ``tp > 1`` and ``etp = tp`` (resolved by the reader,
+which knows whether the user set them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from timeline.spec.fields import DTYPES, spec_field
+from timeline.spec.model import ModelSpec
+
+PROFILES = ("megatron", "paper", "hf")
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts")
+SCHEDULE_KINDS = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev", "csv")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParallelSpec:
+    pp: int = spec_field(1, positive=True, doc="pipeline-parallel ranks")
+    vpp: int = spec_field(1, positive=True, doc="model chunks per pipeline rank")
+    tp: int = spec_field(1, positive=True, doc="tensor-parallel ranks")
+    sp: bool = spec_field(False, doc="sequence parallelism (default: on when tp > 1)")
+    cp: int = spec_field(1, positive=True, doc="context-parallel ranks")
+    ep: int = spec_field(1, positive=True, doc="expert-parallel ranks")
+    etp: int = spec_field(1, positive=True, doc="expert tensor-parallel ranks (default: tp)")
+    dp: int = spec_field(1, positive=True, doc="data-parallel ranks")
+    layout: tuple[int, ...] | None = spec_field(None, nonneg=True, doc="layers per virtual stage")
+
+    @property
+    def world_size(self) -> int:
+        return self.pp * self.tp * self.cp * self.dp
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel size: the ranks one expert's states are sharded over."""
+        return self.dp * self.tp * self.cp // (self.ep * self.etp)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingSpec:
+    micro_batch_size: int = spec_field(1, positive=True)
+    seq_len: int = spec_field(4096, positive=True)
+    num_microbatches: int = spec_field(8, positive=True)
+    iterations: int = spec_field(2, positive=True)
+    dtype: str = spec_field("bf16", choices=DTYPES, doc="weights and activations")
+    grad_dtype: str = spec_field("fp32", choices=DTYPES)
+    master_dtype: str = spec_field("fp32", choices=DTYPES)
+    moment_dtype: str = spec_field("fp32", choices=DTYPES)
+    zero: int = spec_field(0, choices=(0, 1, 2, 3))
+    routing: str = spec_field("balanced", choices=("balanced", "skew"))
+    routing_skew: float = spec_field(1.0, minimum=1.0, doc="busiest EP rank's tokens / mean")
+    capacity_factor: float = spec_field(0.0, nonneg=True, doc="0 = dropless")
+    pad_to_capacity: bool = spec_field(False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecomputeSpec:
+    policy: str = spec_field("none", choices=("none", "selective", "full"))
+    modules: tuple[str, ...] = spec_field(("core_attn",), choices=RECOMPUTE_MODULES)
+    method: str = spec_field("uniform", choices=("uniform", "block"))
+    num_layers: int | tuple[int, ...] = spec_field(1, nonneg=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleSpec:
+    kind: str = spec_field("1f1b", choices=SCHEDULE_KINDS)
+    csv: str | None = spec_field(None, doc="path of a CSV schedule (kind = csv)")
+    microbatch_group_size: int = spec_field(0, nonneg=True, doc="interleaved: 0 = pp")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllocatorSpec:
+    kind: str = spec_field("caching", choices=("caching", "ideal"))
+    expandable_segments: bool = spec_field(False)
+    max_split_size_mb: int = spec_field(0, nonneg=True, doc="0 = unlimited; else > 20")
+    max_non_split_rounding_mb: int = spec_field(20, nonneg=True)
+    roundup_power2_divisions: int | dict[str, int] = spec_field(0, nonneg=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HardwareSpec:
+    gpu: str = spec_field("h800")
+    capacity_gib: float = spec_field(80.0, positive=True)
+    non_pytorch_gib: float = spec_field(0.0, nonneg=True, doc="CUDA context, NCCL, workspaces")
+    bf16_tflops: float = spec_field(989.0, positive=True, doc="dense BF16 peak")
+    hbm_gbps: float = spec_field(3350.0, positive=True)
+    nvlink_gbps: float = spec_field(200.0, positive=True, doc="per direction")
+    network_gbps: float = spec_field(50.0, positive=True, doc="per GPU")
+    efficiency: float = spec_field(0.6, positive=True, maximum=1.0, doc="achieved / peak compute")
+    comm_efficiency: float = spec_field(0.8, positive=True, maximum=1.0)
+    latency_us: float = spec_field(10.0, nonneg=True, doc="per-collective alpha")
+
+    @property
+    def capacity_bytes(self) -> int:
+        return int((self.capacity_gib - self.non_pytorch_gib) * 2**30)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSpec:
+    """One simulated training job, resolved (defaults filled, paths absolute)."""
+
+    name: str
+    source: str
+    model: ModelSpec
+    profile: str
+    model_source: str  # "preset:NAME", "hf_config:PATH" or "trace:PATH"
+    parallel: ParallelSpec
+    training: TrainingSpec
+    recompute: RecomputeSpec
+    schedule: ScheduleSpec
+    allocator: AllocatorSpec
+    hardware: HardwareSpec
+
+    @property
+    def sp_enabled(self) -> bool:
+        return self.parallel.sp and self.parallel.tp > 1

@@ -1,0 +1,138 @@
+"""Run-level validation: every rule that spans sections, all problems at once.
+
+Returns (key path, message) pairs; the reader adds the file name. A message says what is
+wrong *and* what would be valid, e.g. ``parallel.tp: 3 does not divide num_attention_heads=128;
+use one of 1, 2, 4, 8, 16, 32, 64, 128``.
+"""
+
+from __future__ import annotations
+
+from timeline.spec.run import RunSpec
+
+
+def _divisors(n: int, limit: int = 12) -> str:
+    ds = [d for d in range(1, n + 1) if n % d == 0]
+    return ", ".join(map(str, ds[:limit])) + (", …" if len(ds) > limit else "")
+
+
+def suggest_layout(layers: int, chunks: int) -> list[int]:
+    """An even-as-possible split, larger chunks first (Megatron rejects uneven splits)."""
+    base, extra = divmod(layers, chunks)
+    return [base + (1 if i < extra else 0) for i in range(chunks)]
+
+
+def validate_run(run: RunSpec) -> list[tuple[str, str]]:
+    m, par, tr = run.model, run.parallel, run.training
+    problems: list[tuple[str, str]] = []
+    add = problems.append
+
+    # -- tensor parallelism ------------------------------------------------------------
+    if m.num_attention_heads % par.tp:
+        add(("parallel.tp", f"{par.tp} does not divide num_attention_heads={m.num_attention_heads}; "
+             f"use one of {_divisors(m.num_attention_heads)}"))
+    elif not m.is_mla and m.kv_heads % par.tp:
+        add(("parallel.tp", f"{par.tp} does not divide num_key_value_heads={m.kv_heads}; "
+             f"use one of {_divisors(m.kv_heads)}"))
+    if m.num_attention_heads % m.kv_heads:
+        add(("model.num_key_value_heads", f"{m.kv_heads} does not divide num_attention_heads="
+             f"{m.num_attention_heads}"))
+    if m.intermediate_size % par.tp and not all(m.is_moe_layer(i) for i in range(m.num_hidden_layers)):
+        add(("parallel.tp", f"{par.tp} does not divide intermediate_size={m.intermediate_size}"))
+    if run.sp_enabled and tr.seq_len % par.tp:
+        add(("training.seq_len", f"{tr.seq_len} is not divisible by tp={par.tp}, which sequence "
+             "parallelism needs; use a multiple of tp or set parallel.sp = false"))
+    if par.cp > 1 and tr.seq_len % (2 * par.cp):
+        add(("training.seq_len", f"{tr.seq_len} is not divisible by 2·cp={2 * par.cp} (context "
+             "parallelism cuts the sequence into 2·cp chunks)"))
+
+    # -- experts --------------------------------------------------------------------------
+    if not m.is_moe:
+        if par.ep > 1:
+            add(("parallel.ep", f"ep={par.ep} needs a mixture-of-experts model; {m.name} is dense; set ep = 1"))
+        if tr.capacity_factor > 0:
+            add(("training.capacity_factor", "applies to mixture-of-experts models only; set it to 0"))
+    else:
+        if m.n_routed_experts % par.ep:
+            add(("parallel.ep", f"{par.ep} does not divide n_routed_experts={m.n_routed_experts}; "
+                 f"use one of {_divisors(m.n_routed_experts)}"))
+        stage_world = par.dp * par.tp * par.cp
+        if stage_world % (par.ep * par.etp):
+            add(("parallel.ep", f"ep·etp = {par.ep}·{par.etp} does not divide dp·tp·cp = {stage_world}; "
+                 "expert parallelism folds into the data-, tensor- and context-parallel ranks"))
+        if m.moe_intermediate_size % par.etp:
+            add(("parallel.etp", f"{par.etp} does not divide moe_intermediate_size={m.moe_intermediate_size}"))
+    if tr.routing == "balanced" and tr.routing_skew != 1.0:
+        add(("training.routing_skew", 'applies with routing = "skew"; set routing = "skew" or remove it'))
+
+    # -- pipeline layout ------------------------------------------------------------------
+    kind = run.schedule.kind
+    if kind == "interleaved" and par.vpp < 2:
+        add(("parallel.vpp", 'schedule "interleaved" needs vpp ≥ 2 model chunks per rank; '
+             'set parallel.vpp or use schedule.kind = "1f1b"'))
+    elif kind in ("zbv", "dualpipev") and par.vpp != 2:
+        add(("parallel.vpp", f'schedule "{kind}" places exactly 2 chunks per rank (a V); set parallel.vpp = 2'))
+    elif kind in ("gpipe", "1f1b", "zb-h1", "dualpipe") and par.vpp != 1:
+        add(("parallel.vpp", f'schedule "{kind}" holds one chunk per rank; set vpp = 1 or use "interleaved"'))
+    chunks = par.pp * par.vpp
+    layers = m.num_hidden_layers
+    if par.layout is not None:
+        if len(par.layout) != chunks:
+            add(("parallel.layout", f"has {len(par.layout)} entries; it needs one per virtual stage, "
+                 f"pp·vpp = {chunks}"))
+        elif sum(par.layout) != layers:
+            add(("parallel.layout", f"sums to {sum(par.layout)} layers; the model has {layers}"))
+    elif layers % chunks:
+        add(("parallel.layout", f"{layers} layers do not divide into pp·vpp = {chunks} virtual stages; "
+             f"give a layout, e.g. layout = {suggest_layout(layers, chunks)}"))
+
+    # -- profiles and ZeRO -------------------------------------------------------------------
+    if run.profile == "megatron" and tr.zero > 1:
+        add(("training.zero", f"zero = {tr.zero} is not available with profile = \"megatron\" (its "
+             "distributed optimizer is zero = 1); use zero = 0 or 1, or profile = \"paper\""))
+    if run.profile == "hf":
+        for key in ("pp", "tp", "ep", "cp"):
+            if getattr(par, key) > 1:
+                add((f"parallel.{key}", f'profile = "hf" models one device per model replica; '
+                     f'{key} > 1 needs profile = "megatron"'))
+
+    # -- recompute --------------------------------------------------------------------------
+    rc = run.recompute
+    if isinstance(rc.num_layers, tuple) and len(rc.num_layers) != par.pp:
+        add(("recompute.num_layers", f"has {len(rc.num_layers)} entries; give one per pipeline rank "
+             f"(pp = {par.pp}) or a single integer"))
+    if rc.policy == "selective":
+        if "mla_up_proj" in rc.modules and not m.is_mla:
+            add(("recompute.modules", f'"mla_up_proj" needs an MLA model; {m.name} has none'))
+        for mod in ("moe", "moe_act", "shared_experts"):
+            if mod in rc.modules and not m.is_moe:
+                add(("recompute.modules", f'"{mod}" needs a mixture-of-experts model; {m.name} is dense'))
+
+    # -- schedule ---------------------------------------------------------------------------
+    if kind == "csv" and not run.schedule.csv:
+        add(("schedule.csv", 'kind = "csv" needs csv = "path/to/schedule.csv"'))
+    if kind != "csv" and run.schedule.csv:
+        add(("schedule.csv", f'is only read with kind = "csv" (kind is "{kind}")'))
+
+    # -- allocator --------------------------------------------------------------------------
+    al = run.allocator
+    if al.max_split_size_mb and al.max_split_size_mb <= 20:
+        add(("allocator.max_split_size_mb", f"must be > 20 (PyTorch's rule) or 0 for unlimited, "
+             f"got {al.max_split_size_mb}"))
+    rpd = al.roundup_power2_divisions
+    values = [v for _, v in rpd] if isinstance(rpd, tuple) else [rpd]
+    for v in values:
+        if not isinstance(v, int) or v < 0 or (v > 1 and v & (v - 1)):
+            add(("allocator.roundup_power2_divisions", f"{v!r} must be 0 or a power of two"))
+    if isinstance(rpd, tuple):
+        for k, _ in rpd:
+            key = k.upper().removesuffix("MB")
+            if key != ">" and not (key.isdigit() and int(key) & (int(key) - 1) == 0):
+                add(("allocator.roundup_power2_divisions", f"key {k!r} must be a power of two in MB "
+                     '(e.g. "1MB", "256MB") or ">"'))
+
+    # -- hardware -----------------------------------------------------------------------------
+    hw = run.hardware
+    if hw.non_pytorch_gib >= hw.capacity_gib:
+        add(("hardware.non_pytorch_gib", f"{hw.non_pytorch_gib} leaves nothing of capacity_gib="
+             f"{hw.capacity_gib} for PyTorch"))
+    return problems
