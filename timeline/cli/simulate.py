@@ -1,0 +1,125 @@
+"""``timeline simulate RUN.toml [-o DIR]``: simulate every device over time and write the run
+directory (summary.json, memory.parquet, events.parquet, ops.parquet)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from timeline.cli.common import add_run_args, console, gib, load
+from timeline.errors import UserError
+from timeline.exporters import DEFAULT_FORMATS, EXPORTERS
+from timeline.graph.tensors import CATEGORIES
+from timeline.result.build import build_timeline
+from timeline.result.timeline import Timeline
+
+HELP = "simulate memory over time on every device and write the run directory"
+DESCRIPTION = """\
+Simulate the run's pipeline schedule on every pipeline rank's representative device: static
+state, every micro-batch's saved activations, recomputation, communication buffers, each
+device's allocator. Prints a per-device peak table and writes DIR (default runs/<run name>/):
+
+  summary.json     resolved run; per device: peaks (requested/allocated/reserved), when,
+                   breakdown by category, top tensors at the peak, OOM
+  memory.parquet   per device, one row per distinct time: bytes by category
+  events.parquet   every alloc/free with tensor, op, micro-batch, stage, address
+  ops.parquet      every op span
+
+examples:
+  timeline simulate schedules/deepseek-v3-pp16-tp2-ep8.toml
+  timeline simulate RUN.toml -o out/ --force --set training.num_microbatches=64
+"""
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    add_run_args(parser)
+    parser.add_argument("-o", "--output", metavar="DIR", help="run directory (default: runs/<run name>/)")
+    parser.add_argument("--force", action="store_true", help="replace DIR if it exists")
+    parser.add_argument("--format", default=",".join(DEFAULT_FORMATS),
+                        help=f"comma-separated outputs to write (default: {','.join(DEFAULT_FORMATS)})")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def templates():
+    """The op-template builder of the graph layer (imported lazily: it is the heavy part)."""
+    return importlib.import_module("timeline.graph.template").chunk_template
+
+
+def write_outputs(tl: Timeline, out: Path, formats: list[str], force: bool) -> None:
+    """Write into a sibling temp folder, then rename: an interrupted run leaves no complete-looking DIR."""
+    if out.exists() and not force:
+        raise UserError(f"{out} exists; pass --force to replace it or -o to choose another folder")
+    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        for fmt in formats:
+            module = importlib.import_module(EXPORTERS[fmt])
+            with open(tmp / module.FILENAME, "wb") as handle:
+                module.write(tl, handle, {})
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def print_table(tl: Timeline) -> None:
+    run = tl.sim.run
+    p = run.parallel
+    table = Table(title=f"{run.name}: {run.schedule.kind}, {run.training.num_microbatches} micro-batches, "
+                        f"PP{p.pp} TP{p.tp} EP{p.ep} DP{p.dp}, {run.allocator.kind} allocator (GiB)")
+    for col in ("pp rank", "device", "×", "peak alloc", "peak reserved", "frag.", "at (ms)", "dominant",
+                "act/µbatch", "capacity", "OOM"):
+        table.add_column(col, justify="right")
+    cap = run.hardware.capacity_bytes
+    for d, dev in enumerate(tl.sim.devices):
+        pk = tl.peak(d)
+        dom = max(CATEGORIES, key=lambda c: pk["peak_breakdown_bytes"][c])
+        oom = tl.memory[d].oom
+        table.add_row(str(dev.pp_rank), str(dev.device), str(dev.represents), gib(pk["peak_allocated_bytes"]),
+                      gib(pk["peak_reserved_bytes"]), gib(pk["fragmentation_bytes_at_peak"]),
+                      f"{pk['peak_time_us'] / 1e3:,.1f}", f"{dom} {gib(pk['peak_breakdown_bytes'][dom])}",
+                      gib(tl.sim.activation_bytes_per_microbatch[d]), gib(cap),
+                      f"+{gib(oom[0]['request_bytes'])} at {oom[0]['t_us'] / 1e3:,.1f} ms" if oom else "-")
+    con = console()
+    con.print(table)
+    con.print(f"iteration time {tl.sim.iteration_time_us / 1e3:,.1f} ms; {tl.num_events:,} memory events")
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = load(args)
+    formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in EXPORTERS]
+    if unknown:
+        raise UserError(f"--format: unknown output {unknown[0]!r}; choose from {', '.join(EXPORTERS)}")
+    out = Path(args.output) if args.output else Path("runs") / spec.name
+    if out.exists() and not args.force:
+        raise UserError(f"{out} exists; pass --force to replace it or -o to choose another folder")
+    csv_rows = None
+    if spec.schedule.kind == "csv":
+        from timeline.io.csv_schedule import read_csv
+        csv_rows = read_csv(spec.schedule.csv)
+    show = not args.no_progress and sys.stderr.isatty()
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), disable=not show, transient=True) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=done)
+
+        tl = build_timeline(spec, templates(), csv_rows=csv_rows, progress=progress)
+        progress("writing", 0, len(formats))
+        write_outputs(tl, out, formats, args.force)
+    print_table(tl)
+    console().print(f"wrote {out}/")
+    return 0

@@ -1,0 +1,46 @@
+"""``summary.json``: the resolved run and, per device, its peaks, when, what is live at the
+peak, static bytes, activation bytes per micro-batch and the iteration time."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, BinaryIO
+
+from timeline.result.timeline import Timeline
+
+FILENAME = "summary.json"
+SCHEMA = "timeline.summary/1"
+
+
+def resolved_run(tl: Timeline) -> dict[str, Any]:
+    run = tl.sim.run
+    out = dataclasses.asdict(run)
+    out.pop("source", None)  # an absolute path would make outputs differ between checkouts
+    return out
+
+
+def summary_dict(tl: Timeline) -> dict[str, Any]:
+    devices = []
+    for d, dev in enumerate(tl.sim.devices):
+        peak = tl.peak(d)
+        index = peak.pop("event_index")
+        mem = tl.memory[d]
+        devices.append({
+            "device": dev.device, "pp_rank": dev.pp_rank, "stages": list(dev.stages),
+            "represents": dev.represents, "layers": list(dev.layers),
+            **peak,
+            "static_bytes": {"weights": dev.weights_bytes, "grads": dev.grads_bytes,
+                             "optimizer": dev.optimizer_bytes},
+            "params_by_module": dict(dev.params_by_module),
+            "activation_bytes_per_microbatch": tl.sim.activation_bytes_per_microbatch[d],
+            "iteration_time_us": tl.sim.iteration_time_us,
+            "top_tensors_at_peak": tl.top_tensors(d, index) if index >= 0 else [],
+            "oom": mem.oom[0] if mem.oom else None,
+            "num_ooms": len(mem.oom),
+        })
+    return {"schema": SCHEMA, "run": resolved_run(tl), "devices": devices, "num_events": tl.num_events}
+
+
+def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
+    handle.write(json.dumps(summary_dict(tl), indent=1, default=list).encode() + b"\n")

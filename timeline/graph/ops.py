@@ -1,0 +1,58 @@
+"""Ops and per-chunk templates: what each op allocates, keeps for backward, and frees.
+
+An :class:`Op` is one operator of a (chunk, phase) template. It allocates its output tensors
+when it starts and frees the listed storages when it ends. A *template* is the ordered op
+list of one phase of one virtual stage for one micro-batch: the simulator shifts it in time
+and renames tensors per micro-batch; it never invents tensors of its own.
+
+Categories (DESIGN §4): a forward output kept until the backward is ``activations``; one
+re-created by recomputation is ``recompute``; transient forward intermediates, activation
+gradients and workspaces are ``temporary``; collective buffers are ``comm``.
+
+Phases: ``F`` forward; ``B`` full backward = ``I`` then ``W``; ``I`` input-gradient backward
+(frees most saved tensors); ``W`` weight-gradient (frees what only weight gradients need,
+e.g. GEMM inputs kept for dW). A full-backward template is the I template followed by the W
+template.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from timeline.graph.tensors import TensorDef
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Op:
+    name: str  # e.g. "layers.7.self_attn.core_attn"
+    module: str  # module path, e.g. "layers.7.self_attn"
+    layer: int | None  # global decoder layer (MTP layers continue the numbering); None for embedding/head
+    kind: str = "compute"  # compute | collective | p2p
+    stream: str = "compute"  # compute | tp | ep | dp | pp  (communication streams)
+    flops: float = 0.0
+    bytes_moved: float = 0.0  # HBM traffic (compute) or bytes on the wire (communication)
+    allocs: tuple[TensorDef, ...] = ()  # allocated when the op starts
+    frees: tuple[str, ...] = ()  # storage ids released when the op ends
+    recompute: bool = False  # re-executed forward work inside a backward
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChunkTemplate:
+    """Op templates of one virtual stage for one micro-batch.
+
+    Invariants (tested): every storage allocated in ``forward`` is freed either in ``forward``
+    (transient) or in ``backward_i``/``backward_w`` (saved); every storage allocated in a
+    backward template is freed in that same template or a later one (``backward_w``).
+    """
+
+    chunk: int
+    forward: tuple[Op, ...]
+    backward_i: tuple[Op, ...]
+    backward_w: tuple[Op, ...]
+    #: bytes one micro-batch's forward leaves saved until its backward, per global layer index
+    #: (key -1: embedding, head, loss and anything outside decoder layers)
+    layer_activation_bytes: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def activation_bytes(self) -> int:
+        return sum(self.layer_activation_bytes.values())

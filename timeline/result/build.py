@@ -1,0 +1,28 @@
+"""Build a :class:`Timeline` from a run: simulate, then run every device's allocator."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from timeline.graph.ops import ChunkTemplate
+from timeline.result.timeline import DeviceMemory, Timeline
+from timeline.sim.memory import run_allocator
+from timeline.sim.simulate import simulate
+from timeline.spec.run import RunSpec
+
+Progress = Callable[[str, int, int], None]
+
+
+def build_timeline(run: RunSpec, template_fn: Callable[[RunSpec, int], ChunkTemplate], *,
+                   csv_rows: Sequence[Sequence[str]] | None = None, progress: Progress | None = None) -> Timeline:
+    sim = simulate(run, template_fn, csv_rows=csv_rows, progress=progress)
+    memory = []
+    for d, ev in enumerate(sim.events):
+        if progress:
+            progress("allocator", d, len(sim.events))
+        block, reserved, address, ooms = run_allocator(run, ev, sim.names)
+        memory.append(DeviceMemory(block_bytes=block, reserved=reserved, address=address,
+                                   segment=address * 0 - 1, oom=ooms))
+    if progress:
+        progress("allocator", len(sim.events), len(sim.events))
+    return Timeline(sim, memory)

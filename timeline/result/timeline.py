@@ -1,0 +1,157 @@
+"""The Timeline: a columnar event log per device with pure queries.
+
+Built from the simulator's output (and the allocator pass's columns), it answers: memory at
+every distinct time (requested, allocated, reserved, and per category), the peak of each and
+when, the breakdown by category at the peak, and the largest tensors live at the peak with
+the op and micro-batch that made them. Nothing here writes files or prints; exporters format
+what these queries return.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from timeline.graph.tensors import CATEGORIES
+from timeline.sim.simulate import DeviceEvents, SimOutput
+
+
+@dataclass(slots=True)
+class MemorySeries:
+    """One row per distinct time (the state after the last event at that time)."""
+
+    t_us: np.ndarray
+    requested: np.ndarray
+    allocated: np.ndarray
+    reserved: np.ndarray
+    by_category: dict[str, np.ndarray]
+    event_index: np.ndarray  # index of the last event at each time
+
+
+@dataclass(slots=True)
+class DeviceMemory:
+    """Per-event allocator columns for one device (from the allocator pass)."""
+
+    block_bytes: np.ndarray  # int64 rounded/handed-out block size of each event's tensor (signed like size)
+    reserved: np.ndarray  # int64 reserved bytes after each event
+    address: np.ndarray  # int64 address of the block (−1 under ideal)
+    segment: np.ndarray  # int64 address of the segment (−1 under ideal)
+    oom: list[dict]
+
+
+class Timeline:
+    def __init__(self, sim: SimOutput, memory: list[DeviceMemory]) -> None:
+        self.sim = sim
+        self.memory = memory
+        self._series: dict[int, MemorySeries] = {}
+        self._pairs: dict[int, np.ndarray] = {}
+
+    # -- basic shapes -----------------------------------------------------------------
+    @property
+    def num_devices(self) -> int:
+        return len(self.sim.devices)
+
+    @property
+    def num_events(self) -> int:
+        return int(sum(len(e.t_us) for e in self.sim.events))
+
+    def events(self, d: int) -> DeviceEvents:
+        return self.sim.events[d]
+
+    # -- series --------------------------------------------------------------------------
+    def series(self, d: int) -> MemorySeries:
+        if d not in self._series:
+            self._series[d] = self._build_series(d)
+        return self._series[d]
+
+    def _build_series(self, d: int) -> MemorySeries:
+        ev = self.sim.events[d]
+        delta = ev.sign.astype(np.int64) * ev.size
+        requested = np.cumsum(delta)
+        allocated = np.cumsum(self.memory[d].block_bytes)
+        by_cat = {}
+        for code, name in enumerate(CATEGORIES):
+            by_cat[name] = np.cumsum(np.where(ev.cat == code, delta, 0))
+        # the last event at each distinct time
+        if len(ev.t_us):
+            last = np.flatnonzero(np.append(ev.t_us[1:] != ev.t_us[:-1], True))
+        else:
+            last = np.zeros(0, dtype=np.int64)
+        return MemorySeries(t_us=ev.t_us[last], requested=requested[last], allocated=allocated[last],
+                            reserved=self.memory[d].reserved[last],
+                            by_category={k: v[last] for k, v in by_cat.items()}, event_index=last)
+
+    # -- peaks ---------------------------------------------------------------------------
+    def peak(self, d: int) -> dict:
+        """Peaks of requested, allocated and reserved, when, and the breakdown at the peak."""
+        ev = self.sim.events[d]
+        if not len(ev.t_us):
+            zero = dict.fromkeys(CATEGORIES, 0)
+            return {"peak_requested_bytes": 0, "peak_allocated_bytes": 0, "peak_reserved_bytes": 0,
+                    "peak_time_us": 0.0, "peak_reserved_time_us": 0.0, "peak_breakdown_bytes": zero,
+                    "fragmentation_bytes_at_peak": 0, "event_index": -1}
+        delta = ev.sign.astype(np.int64) * ev.size
+        requested = np.cumsum(delta)
+        allocated = np.cumsum(self.memory[d].block_bytes)
+        reserved = self.memory[d].reserved
+        i_req = int(np.argmax(requested))  # first occurrence: the earliest time the peak is reached
+        i_res = int(np.argmax(reserved))
+        breakdown = {name: int(np.sum(np.where(ev.cat[: i_req + 1] == code, delta[: i_req + 1], 0)))
+                     for code, name in enumerate(CATEGORIES)}
+        return {
+            "peak_requested_bytes": int(requested[i_req]),
+            "peak_allocated_bytes": int(allocated.max()),
+            "peak_reserved_bytes": int(reserved[i_res]),
+            "peak_time_us": float(ev.t_us[i_req]),
+            "peak_reserved_time_us": float(ev.t_us[i_res]),
+            "peak_breakdown_bytes": breakdown,
+            "fragmentation_bytes_at_peak": int(reserved[i_res] - allocated[i_res]),
+            "event_index": i_req,
+        }
+
+    def free_index(self, d: int) -> np.ndarray:
+        """For each event, the index of the free that ends its tensor (allocs only; −1 if never
+        freed or not an alloc)."""
+        if d in self._pairs:
+            return self._pairs[d]
+        ev = self.sim.events[d]
+        out = np.full(len(ev.t_us), -1, dtype=np.int64)
+        open_: dict[tuple[int, int, int], int] = {}
+        for i, (s, tensor, mb, st) in enumerate(zip(ev.sign.tolist(), ev.tensor.tolist(), ev.microbatch.tolist(),
+                                                    ev.stage.tolist(), strict=True)):
+            key = (tensor, mb, st)
+            if s > 0:
+                open_[key] = i
+            else:
+                out[open_.pop(key)] = i
+        self._pairs[d] = out
+        return out
+
+    def live_at(self, d: int, index: int) -> np.ndarray:
+        """Indices of alloc events whose tensors are live just after event ``index``."""
+        ev = self.sim.events[d]
+        fi = self.free_index(d)
+        allocs = np.flatnonzero(ev.sign[: index + 1] > 0)
+        ends = fi[allocs]
+        return allocs[(ends < 0) | (ends > index)]
+
+    def top_tensors(self, d: int, index: int, n: int = 10) -> list[dict]:
+        ev = self.sim.events[d]
+        names = self.sim.names
+        live = self.live_at(d, index)
+        order = live[np.argsort(-ev.size[live], kind="stable")][:n]
+        return [{"tensor": names[ev.tensor[i]], "bytes": int(ev.size[i]), "category": CATEGORIES[ev.cat[i]],
+                 "op": names[ev.op[i]] if ev.op[i] >= 0 else None,
+                 "microbatch": int(ev.microbatch[i]), "stage": int(ev.stage[i]),
+                 "t_alloc_us": float(ev.t_us[i])} for i in order]
+
+    def at(self, d: int, t_us: float) -> dict:
+        """Memory of device ``d`` just after every event at or before ``t_us``."""
+        s = self.series(d)
+        i = int(np.searchsorted(s.t_us, t_us, side="right")) - 1
+        if i < 0:
+            return {"requested_bytes": 0, "allocated_bytes": 0, "reserved_bytes": 0,
+                    **dict.fromkeys(CATEGORIES, 0)}
+        return {"requested_bytes": int(s.requested[i]), "allocated_bytes": int(s.allocated[i]),
+                "reserved_bytes": int(s.reserved[i]), **{k: int(v[i]) for k, v in s.by_category.items()}}

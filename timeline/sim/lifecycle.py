@@ -1,0 +1,32 @@
+"""When static state comes into being, per profile (DESIGN §5 lifecycle rules).
+
+- ``megatron``: weights, the fp32 ``main_grad`` buffer and the fp32 master weights exist from
+  the DDP wrap and the optimizer's construction (``distributed/param_and_grad_buffer.py``,
+  ``optimizer/distrib_optimizer.py``); Adam's moments are created lazily by the first
+  ``step()`` (``torch/optim/adam.py`` ``_init_group``). Gradient reduce-scatter and parameter
+  all-gather work in place in those buffers, so the step allocates nothing else.
+- ``paper``: all states counted from the start (the paper's static accounting).
+- ``hf``: weights from model construction; ``.grad`` tensors at the first backward that
+  reaches them; optimizer states at the first ``step()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Lifecycle:
+    grads_at: str  # "start" | "first_backward"
+    master_at: str  # "start" | "first_step"
+    moments_at: str  # "start" | "first_step"
+    source: str
+
+
+LIFECYCLES: dict[str, Lifecycle] = {
+    "megatron": Lifecycle("start", "start", "first_step",
+                          "Megatron-Core param_and_grad_buffer.py, distrib_optimizer.py; torch Adam lazy state"),
+    "paper": Lifecycle("start", "start", "start", "arXiv 2502.07846 §4 static accounting"),
+    "hf": Lifecycle("first_backward", "first_step", "first_step",
+                    "PyTorch autograd .grad on first backward; torch.optim lazy state"),
+}

@@ -1,0 +1,244 @@
+"""Simulate a run: schedule → timed actions → per-device memory events → allocator.
+
+For each pipeline rank's representative device, the static state (weights, gradients,
+master weights, moments) is allocated when its profile creates it, every action's compiled
+template is shifted to the action's start, P2P boundary tensors connect chunks, and the
+device's events run through its allocator model. The output is :class:`SimOutput`: plain
+numpy columns the ``result`` layer wraps in a :class:`~timeline.result.Timeline`. No file
+I/O, no printing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from timeline.graph.ops import ChunkTemplate
+from timeline.graph.static import state_bytes
+from timeline.graph.tensors import CATEGORIES, DTYPE_BYTES, Category
+from timeline.pipeline import build_schedule
+from timeline.pipeline.actions import Schedule
+from timeline.pipeline.devices import StaticDevice, static_devices
+from timeline.sim.compiled import CAT_CODE, CompiledPhase, compile_phase
+from timeline.sim.cost import CostModel
+from timeline.sim.engine import Span, run_schedule
+from timeline.sim.lifecycle import LIFECYCLES
+from timeline.spec.run import RunSpec
+
+PHASES = ("F", "I", "W", "B")
+
+
+@dataclass(slots=True)
+class DeviceEvents:
+    """One device's memory events in time order (columns of equal length)."""
+
+    t_us: np.ndarray  # float64
+    sign: np.ndarray  # int8 (+1 alloc, −1 free)
+    size: np.ndarray  # int64 requested bytes
+    cat: np.ndarray  # int8 category code
+    tensor: np.ndarray  # int32 index into SimOutput.names
+    op: np.ndarray  # int32 index into SimOutput.names (−1: none)
+    microbatch: np.ndarray  # int32 (−1: none)
+    stage: np.ndarray  # int16 (−1: none)
+    action: np.ndarray  # int32 index into the device's spans (−1: static)
+    stream: np.ndarray  # int8 allocator stream
+
+
+@dataclass(slots=True)
+class DeviceOps:
+    name: np.ndarray  # int32 into names
+    stream: np.ndarray  # int32 into names
+    t_start_us: np.ndarray
+    t_end_us: np.ndarray
+    phase: np.ndarray  # int32 into names ("F", "B", "I", "W", "R" recompute, "step")
+    microbatch: np.ndarray
+    stage: np.ndarray
+    layer: np.ndarray
+    flops: np.ndarray
+
+
+@dataclass(slots=True)
+class SimOutput:
+    run: RunSpec
+    schedule: Schedule
+    devices: list[StaticDevice]
+    spans: list[list[Span]]  # per device
+    events: list[DeviceEvents]
+    ops: list[DeviceOps]
+    names: list[str]
+    iteration_time_us: float
+    activation_bytes_per_microbatch: list[int]
+    templates: dict[int, ChunkTemplate] = field(default_factory=dict)
+
+
+class _Names:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.index: dict[str, int] = {}
+
+    def __call__(self, s: str) -> int:
+        i = self.index.get(s)
+        if i is None:
+            i = self.index[s] = len(self.items)
+            self.items.append(s)
+        return i
+
+
+def compile_templates(templates: dict[int, ChunkTemplate], cost: CostModel) -> dict[tuple[int, str], CompiledPhase]:
+    out = {}
+    for chunk, t in templates.items():
+        sizes: dict[str, tuple[int, int]] = {}
+        out[(chunk, "F")] = compile_phase(t.forward, cost, sizes)
+        out[(chunk, "I")] = compile_phase(t.backward_i, cost, dict(sizes))
+        out[(chunk, "W")] = compile_phase(t.backward_w, cost, dict(sizes))
+        out[(chunk, "B")] = compile_phase(t.backward_i + t.backward_w, cost, dict(sizes))
+    return out
+
+
+def boundary_bytes(run: RunSpec) -> int:
+    """Bytes of the hidden states passed between chunks (SP- and CP-sharded)."""
+    tr, par = run.training, run.parallel
+    tokens = tr.micro_batch_size * tr.seq_len // par.cp // (par.tp if run.sp_enabled else 1)
+    return tokens * run.model.hidden_size * DTYPE_BYTES[tr.dtype]
+
+
+def simulate(run: RunSpec, template_fn: Callable[[RunSpec, int], ChunkTemplate], *,
+             csv_rows: Sequence[Sequence[str]] | None = None,
+             progress: Callable[[str, int, int], None] | None = None) -> SimOutput:
+    """Run the schedule of ``run`` and return every device's events (allocator not yet applied)."""
+    par, tr = run.parallel, run.training
+    schedule = build_schedule(run.schedule.kind, pp=par.pp, vpp=par.vpp, num_microbatches=tr.num_microbatches,
+                              microbatch_group_size=run.schedule.microbatch_group_size, csv_rows=csv_rows)
+    cost = CostModel.from_run(run)
+    templates = {c: template_fn(run, c) for c in range(schedule.num_chunks)}
+    compiled = compile_templates(templates, cost)
+    devices = static_devices(run)
+    p2p_bytes = boundary_bytes(run)
+    p2p_us = cost.comm_us(p2p_bytes, "pp")
+    step_us = [_step_us(run, d, cost) for d in devices]
+    spans_all = run_schedule(schedule, iterations=tr.iterations,
+                             duration_us=lambda s, k: compiled[(s, k)].duration_us, p2p_us=p2p_us,
+                             step_us=lambda r: step_us[r])
+    per_rank: list[list[Span]] = [[] for _ in range(par.pp)]
+    for sp in spans_all:
+        per_rank[sp.rank].append(sp)
+    for row in per_rank:
+        row.sort(key=lambda s: (s.start_us, s.end_us))
+    names = _Names()
+    events, ops = [], []
+    for r, dev in enumerate(devices):
+        if progress:
+            progress("devices", r, par.pp)
+        events.append(_device_events(run, dev, per_rank[r], compiled, names, p2p_bytes))
+        ops.append(_device_ops(per_rank[r], compiled, names))
+    iteration_time = max(s.end_us for s in spans_all) / tr.iterations
+    act = [sum(templates[c].activation_bytes for c in d.stages) for d in devices]
+    return SimOutput(run=run, schedule=schedule, devices=devices, spans=per_rank, events=events, ops=ops,
+                     names=names.items, iteration_time_us=iteration_time,
+                     activation_bytes_per_microbatch=act, templates=templates)
+
+
+def _step_us(run: RunSpec, dev: StaticDevice, cost: CostModel) -> float:
+    """Gradient reduce-scatter + optimizer step + parameter all-gather, bandwidth-bound."""
+    g = run.parallel.dp * run.parallel.cp
+    comm = 0.0
+    if g > 1:
+        comm = cost.comm_us((dev.grads_bytes + dev.weights_bytes) * (g - 1) / g, "dp")
+    return comm + cost.compute_us(0.0, dev.weights_bytes + dev.grads_bytes + 2 * dev.optimizer_bytes)
+
+
+def _static_allocs(run: RunSpec, dev: StaticDevice, first_backward_us: float,
+                   first_step_us: float) -> list[tuple[float, str, int, int]]:
+    """(time, name, bytes, category code) of the static state, as the profile creates it."""
+    life = LIFECYCLES[run.profile]
+    tr = run.training
+    w, g, o = state_bytes(run, dev.tensors)
+    master = DTYPE_BYTES[tr.master_dtype] if tr.master_dtype != tr.dtype else 0
+    per_opt = master + 2 * DTYPE_BYTES[tr.moment_dtype]
+    master_b = o * master // per_opt if per_opt else 0
+    when = {"start": 0.0, "first_backward": first_backward_us, "first_step": first_step_us}
+    out = [(0.0, "static.weights", w, CAT_CODE[Category.WEIGHTS]),
+           (when[life.grads_at], "static.grads", g, CAT_CODE[Category.GRADS]),
+           (when[life.master_at], "static.master", master_b, CAT_CODE[Category.OPTIMIZER]),
+           (when[life.moments_at], "static.moments", o - master_b, CAT_CODE[Category.OPTIMIZER])]
+    return [x for x in out if x[2] > 0]
+
+
+def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
+                   compiled: dict[tuple[int, str], CompiledPhase], names: _Names, p2p_bytes: int) -> DeviceEvents:
+    first_bwd = min((s.start_us for s in spans if s.kind in ("B", "I")), default=0.0)
+    first_step = min((s.start_us for s in spans if s.kind == "step"), default=0.0)
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in DeviceEvents.__slots__}
+
+    def push(t, sign, size, cat, tensor, op, mb, stage, action):
+        n = len(t)
+        cols["t_us"].append(np.asarray(t, dtype=np.float64))
+        cols["sign"].append(np.broadcast_to(np.asarray(sign, dtype=np.int8), (n,)))
+        cols["size"].append(np.broadcast_to(np.asarray(size, dtype=np.int64), (n,)))
+        cols["cat"].append(np.broadcast_to(np.asarray(cat, dtype=np.int8), (n,)))
+        cols["tensor"].append(np.broadcast_to(np.asarray(tensor, dtype=np.int32), (n,)))
+        cols["op"].append(np.broadcast_to(np.asarray(op, dtype=np.int32), (n,)))
+        cols["microbatch"].append(np.full(n, mb, dtype=np.int32))
+        cols["stage"].append(np.full(n, stage, dtype=np.int16))
+        cols["action"].append(np.full(n, action, dtype=np.int32))
+        cols["stream"].append(np.zeros(n, dtype=np.int8))
+
+    for t, name, size, cat in _static_allocs(run, dev, first_bwd, first_step):
+        push([t], 1, size, cat, names(name), -1, -1, -1, -1)
+    last_chunk = run.parallel.pp * run.parallel.vpp - 1
+    act_code, tmp_code = CAT_CODE[Category.ACTIVATIONS], CAT_CODE[Category.TEMPORARY]
+    for i, sp in enumerate(spans):
+        if sp.kind == "step":
+            continue
+        ph = compiled[(sp.stage, sp.kind)]
+        m, s = sp.microbatch + sp.iteration * 10**6, sp.stage
+        # P2P boundary tensors: a chunk's input arrives before its forward and lives until its
+        # input-gradient backward; an output gradient arrives before the backward.
+        if sp.kind == "F" and s > 0:
+            push([sp.start_us], 1, p2p_bytes, act_code, names("p2p.input"), -1, m, s, i)
+        if sp.kind in ("B", "I") and s < last_chunk:
+            push([sp.start_us], 1, p2p_bytes, tmp_code, names("p2p.grad_output"), -1, m, s, i)
+        if len(ph.ev_offset):
+            tensor_ids = np.array([names(n) for n in ph.tensor_names], dtype=np.int32)[ph.ev_tensor]
+            op_ids = np.array([names(n) for n in ph.op_names], dtype=np.int32)[ph.ev_op]
+            push(ph.ev_offset + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids, m, s, i)
+        if sp.kind in ("B", "I") and s < last_chunk:
+            push([sp.end_us], -1, p2p_bytes, tmp_code, names("p2p.grad_output"), -1, m, s, i)
+        if sp.kind in ("B", "I") and s > 0:
+            push([sp.end_us], -1, p2p_bytes, act_code, names("p2p.input"), -1, m, s, i)
+    merged = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
+    order = np.argsort(merged["t_us"], kind="stable")
+    ev = DeviceEvents(**{k: np.ascontiguousarray(v[order]) for k, v in merged.items()})
+    ev.microbatch = np.where(ev.microbatch >= 0, ev.microbatch % 10**6, -1).astype(np.int32)
+    return ev
+
+
+def _device_ops(spans: list[Span], compiled: dict[tuple[int, str], CompiledPhase], names: _Names) -> DeviceOps:
+    cols: dict[str, list] = {k: [] for k in DeviceOps.__slots__}
+    for sp in spans:
+        if sp.kind == "step":
+            for k, v in (("name", names("optimizer.step")), ("stream", names("compute")),
+                         ("t_start_us", sp.start_us), ("t_end_us", sp.end_us), ("phase", names("step")),
+                         ("microbatch", -1), ("stage", -1), ("layer", -1), ("flops", 0.0)):
+                cols[k].append(np.array([v]))
+            continue
+        ph = compiled[(sp.stage, sp.kind)]
+        n = len(ph.op_names)
+        if not n:
+            continue
+        phase = np.array([names("R" if rc else sp.kind) for rc in ph.op_recompute], dtype=np.int32)
+        cols["name"].append(np.array([names(x) for x in ph.op_names], dtype=np.int32))
+        cols["stream"].append(np.array([names(x) for x in ph.op_streams], dtype=np.int32))
+        cols["t_start_us"].append(ph.op_start + sp.start_us)
+        cols["t_end_us"].append(ph.op_end + sp.start_us)
+        cols["phase"].append(phase)
+        cols["microbatch"].append(np.full(n, sp.microbatch, dtype=np.int32))
+        cols["stage"].append(np.full(n, sp.stage, dtype=np.int16))
+        cols["layer"].append(np.array(ph.op_layers, dtype=np.int32))
+        cols["flops"].append(ph.op_flops)
+    return DeviceOps(**{k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()})
+
+
+__all__ = ["PHASES", "CATEGORIES", "SimOutput", "simulate"]
