@@ -1,0 +1,82 @@
+"""Pipeline schedules: per pipeline rank, the ordered actions (F / B / I / W of a chunk and a
+micro-batch) that the simulator executes.
+
+One module per schedule, each a pure function; :data:`GENERATORS` maps a ``[schedule] kind``
+to its function and :func:`build_schedule` picks one, checks the combination and validates the
+result. Placement of chunks on ranks is in ``placement``, the notation in ``actions``, a
+unit-time executor in ``unit_time`` and a text view in ``render``. This package does not
+simulate time or memory and does not read files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from timeline.errors import UserError
+from timeline.pipeline.actions import Action, Schedule, ScheduleError, validate
+from timeline.pipeline.custom import from_rows
+from timeline.pipeline.dualpipe import dualpipe
+from timeline.pipeline.dualpipev import dualpipev
+from timeline.pipeline.gpipe import gpipe
+from timeline.pipeline.interleaved import interleaved
+from timeline.pipeline.one_f_one_b import one_f_one_b
+from timeline.pipeline.placement import FIXED_VPP, KINDS
+from timeline.pipeline.render import render
+from timeline.pipeline.zb_h1 import zb_h1
+from timeline.pipeline.zbv import zbv
+
+__all__ = ["GENERATORS", "Action", "Schedule", "ScheduleError", "build_schedule", "render", "validate"]
+
+#: ``[schedule] kind`` → the function that orders its actions
+GENERATORS: dict[str, Callable[..., Schedule]] = {
+    "gpipe": gpipe,
+    "1f1b": one_f_one_b,
+    "interleaved": interleaved,
+    "zb-h1": zb_h1,
+    "zbv": zbv,
+    "dualpipe": dualpipe,
+    "dualpipev": dualpipev,
+    "csv": from_rows,
+}
+assert set(GENERATORS) == set(KINDS), "placement.KINDS and GENERATORS must list the same kinds"
+
+
+def build_schedule(
+    kind: str,
+    *,
+    pp: int,
+    vpp: int,
+    num_microbatches: int,
+    microbatch_group_size: int = 0,
+    csv_rows: Sequence[Sequence[str]] | None = None,
+) -> Schedule:
+    """The validated schedule of ``kind``; :class:`UserError` says why a combination cannot run.
+
+    ``vpp`` is the number of chunks per rank (``[parallel] vpp``); kinds that fix it (every kind
+    but ``interleaved`` and ``csv``) reject any other value. ``microbatch_group_size`` applies
+    to ``interleaved`` only; ``csv_rows`` (required for ``csv``) holds the cells of each rank.
+    """
+    if kind not in GENERATORS:
+        raise UserError(f"unknown schedule kind {kind!r}; choose one of {', '.join(KINDS)}")
+    fixed = FIXED_VPP.get(kind)
+    if fixed is not None and vpp != fixed:
+        raise UserError(
+            f"schedule kind {kind!r} puts {fixed} chunk(s) on every rank: set parallel.vpp = {fixed}"
+        )
+    if microbatch_group_size and kind != "interleaved":
+        raise UserError(
+            f"schedule.microbatch_group_size applies to interleaved only, not {kind!r}; remove it or set 0"
+        )
+    if (csv_rows is None) == (kind == "csv"):
+        raise ValueError("csv_rows must be given for kind 'csv' and only for it")
+    if kind == "csv":
+        assert csv_rows is not None
+        return from_rows(csv_rows, pp=pp, vpp=vpp, num_microbatches=num_microbatches)
+    if kind == "interleaved":
+        schedule = interleaved(
+            pp=pp, vpp=vpp, num_microbatches=num_microbatches, microbatch_group_size=microbatch_group_size
+        )
+    else:
+        schedule = GENERATORS[kind](pp=pp, num_microbatches=num_microbatches)
+    validate(schedule)
+    return schedule

@@ -5,7 +5,11 @@ and ``[parallel] layout`` gives one layer count per chunk, in model order. Where
 depends on the schedule: 1F1B and GPipe put chunk ``r`` on rank ``r``; interleaved 1F1B loops
 (rank ``r`` holds ``r, r + pp, …``); the V-shaped schedules (ZBV, DualPipeV) fold the model
 back so rank 0 holds the first and the last chunk; DualPipe runs two copies of a ``pp``-chunk
-model in opposite directions, so rank ``r`` holds chunks ``r`` and ``pp − 1 − r``.
+model in opposite directions, so rank ``r`` holds chunks ``r`` and ``pp − 1 − r`` (in that
+order: the chunk it runs for direction 0, then for direction 1; every chunk lives on two ranks).
+For ``csv`` the rows decide: the looped placement below is only the default, and the
+:class:`~timeline.pipeline.actions.Schedule` built from the rows carries the real one in
+``stages_of_rank``.
 
 This module does not order actions; the schedule generators do.
 """

@@ -1,0 +1,86 @@
+"""``timeline replay``: exit codes, the table and the timeline.replay/1 JSON."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+from timeline.cli import main
+
+SNAPSHOTS = Path(__file__).parents[2].parent / "shared" / "snapshots"
+needs_snapshots = pytest.mark.skipif(not SNAPSHOTS.is_dir(), reason=f"{SNAPSHOTS} is absent")
+KEYS = {"device", "allocator_settings", "allocs", "alloc_address_matches", "cache_allocs",
+        "cache_alloc_address_matches", "segment_allocs", "segment_alloc_matches",
+        "peak_reserved_bytes_real", "peak_reserved_bytes_model"}
+
+
+def _tiny(tmp_path: Path) -> Path:
+    base = 1 << 32
+    snap = {
+        "segments": [{"device": 0, "address": base, "total_size": 2 << 20, "stream": 0, "segment_type": "small",
+                      "blocks": [{"address": base, "size": 512, "requested_size": 100, "state": "active_allocated"},
+                                 {"address": base + 512, "size": (2 << 20) - 512, "requested_size": 0,
+                                  "state": "inactive"}]}],
+        "device_traces": [[
+            {"action": "segment_alloc", "addr": base, "size": 2 << 20, "stream": 0},
+            {"action": "alloc", "addr": base, "size": 100, "stream": 0},
+            {"action": "alloc", "addr": base + 512, "size": 700, "stream": 0},
+            {"action": "free_requested", "addr": base + 512, "size": 700, "stream": 0},
+            {"action": "free_completed", "addr": base + 512, "size": 700, "stream": 0},
+        ]],
+    }
+    path = tmp_path / "tiny.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    return path
+
+
+def test_json_schema_on_a_tiny_snapshot(tmp_path, capsys):
+    assert main(["replay", str(_tiny(tmp_path)), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "timeline.replay/1"
+    (dev,) = doc["devices"]
+    assert KEYS <= set(dev)
+    assert (dev["allocs"], dev["alloc_address_matches"], dev["segment_allocs"], dev["segment_alloc_matches"]) == (2, 2, 1, 1)
+    assert dev["peak_reserved_bytes_real"] == dev["peak_reserved_bytes_model"] == 2 << 20
+
+
+def test_table_output(tmp_path, capsys):
+    assert main(["replay", str(_tiny(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert "tiny.pickle" in out and "2/2" in out
+
+
+def test_flags_override_settings(tmp_path, capsys):
+    args = ["replay", str(_tiny(tmp_path)), "--json", "--max-split-size-mb", "64", "--expandable-segments", "false",
+            "--roundup-power2-divisions", "1MB:4,>:8"]
+    assert main(args) == 0
+    settings = json.loads(capsys.readouterr().out)["devices"][0]["allocator_settings"]
+    assert settings["max_split_size"] == 64 << 20 and settings["roundup_power2_divisions"]["1"] == 4
+
+
+@pytest.mark.parametrize("extra", [[], ["--max-split-size-mb", "10"], ["-o", "outdir"], ["--capacity-gib", "-1"]])
+def test_bad_input_exits_2(tmp_path, capsys, extra):
+    target = tmp_path / "missing.pickle" if not extra else _tiny(tmp_path)
+    assert main(["replay", str(target), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_hostile_pickle_exits_2(tmp_path, capsys):
+    path = tmp_path / "evil.pickle"
+    path.write_bytes(b"cos\nsystem\n(S'echo hi'\ntR.")
+    assert main(["replay", str(path)]) == 2
+    assert "refusing" in capsys.readouterr().err
+
+
+@needs_snapshots
+def test_real_expandable_snapshot_json(capsys):
+    assert main(["replay", str(SNAPSHOTS / "Constructor-Sun_memory_snapshot.pickle"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [d["device"] for d in doc["devices"]] == [0, 1, 2]
+    for d in doc["devices"]:
+        assert d["alloc_address_matches"] == d["allocs"] and d["segment_alloc_matches"] == d["segment_allocs"]
+        assert d["allocator_settings"]["expandable_segments"] is True

@@ -1,0 +1,137 @@
+"""``timeline replay``: replay a PyTorch memory snapshot through the caching allocator model.
+
+Reads the pickle with the restricted loader, replays each device's trace
+(:func:`timeline.alloc.replay.replay_report`) and prints how often the model chose the real
+address and the real segment, and the real and modelled peak reserved bytes — as a table, or as
+``timeline.replay/1`` JSON with ``--json``. Only formats; the replay logic lives in ``timeline.alloc``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from timeline.alloc.config import MIB, AllocatorConfig, parse_divisions
+from timeline.alloc.replay import replay_report
+from timeline.errors import UserError
+from timeline.io.snapshot import load_snapshot
+
+HELP = "replay a PyTorch memory snapshot through the caching allocator model"
+DESCRIPTION = """\
+Replay the trace of a torch.cuda.memory._dump_snapshot() pickle through the caching allocator
+model and report how closely it follows the real allocator: addresses of every allocation, the
+segments it creates (the model decides them; only a new segment's address comes from the trace),
+and peak reserved bytes. Settings come from the snapshot's allocator_settings unless overridden.
+
+examples:
+  timeline replay memory_snapshot.pickle
+  timeline replay memory_snapshot.pickle --json
+  timeline replay memory_snapshot.pickle --expandable-segments true --capacity-gib 80
+"""
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("snapshot", type=Path, help="snapshot pickle written by torch.cuda.memory._dump_snapshot")
+    parser.add_argument("--json", action="store_true", help="print timeline.replay/1 JSON instead of a table")
+    parser.add_argument("--expandable-segments", type=_bool, metavar="BOOL", help="override expandable_segments")
+    parser.add_argument("--max-split-size-mb", type=int, metavar="MB", help="override max_split_size_mb (0 = unlimited)")
+    parser.add_argument("--max-non-split-rounding-mb", type=int, metavar="MB", help="override max_non_split_rounding_mb")
+    parser.add_argument("--roundup-power2-divisions", metavar="N|TABLE",
+                        help="override roundup_power2_divisions: an int, or 1MB:4,>:8")
+    parser.add_argument("--capacity-gib", type=float, metavar="GIB",
+                        help="memory PyTorch may reserve per device (default: from the trace's oom entries, else unlimited)")
+    parser.add_argument("-o", "--out", type=Path, metavar="DIR", help="write a run directory (memory.parquet, ...)")
+
+
+def _config(args: argparse.Namespace, settings: dict[str, Any] | None) -> AllocatorConfig:
+    base = AllocatorConfig.from_snapshot_settings(settings)
+    changes: dict[str, Any] = {}
+    if args.expandable_segments is not None:
+        changes["expandable_segments"] = args.expandable_segments
+    if args.max_split_size_mb is not None:
+        changes["max_split_size_bytes"] = args.max_split_size_mb * MIB if args.max_split_size_mb else (1 << 64) - 1
+    if args.max_non_split_rounding_mb is not None:
+        changes["max_non_split_rounding_bytes"] = args.max_non_split_rounding_mb * MIB
+    if args.roundup_power2_divisions is not None:
+        text = args.roundup_power2_divisions.strip().strip("[]")
+        try:
+            value: Any = int(text) if ":" not in text else dict(item.split(":", 1) for item in text.split(","))
+            changes["roundup_power2_divisions"] = parse_divisions(value)
+        except ValueError:
+            raise UserError(f"--roundup-power2-divisions: cannot parse {args.roundup_power2_divisions!r}") from None
+    if not changes:
+        return base
+    fields = {"max_split_size_bytes": base.max_split_size_bytes,
+              "max_non_split_rounding_bytes": base.max_non_split_rounding_bytes,
+              "expandable_segments": base.expandable_segments,
+              "roundup_power2_divisions": base.roundup_power2_divisions}
+    fields.update(changes)
+    return AllocatorConfig(**fields)
+
+
+def _write_outputs(report: dict[str, Any], out_dir: Path) -> None:
+    """Extension point for ``-o DIR`` (run-directory files from a replay)."""
+    raise UserError(f"-o {out_dir}: writing a run directory from a replay is not available in this version")
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{part}/{whole} {100.0 * part / whole:.2f}%" if whole else "-"
+
+
+def _gib(value: int) -> str:
+    return f"{value / 2**30:.2f}"
+
+
+def _print_table(report: dict[str, Any], source: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"replay of {source}")
+    for name in ("device", "allocs at real address", "from cache", "new segments", "empty_cache",
+                 "OOM real/model", "peak reserved GiB real", "model", "reserved err", "end state"):
+        table.add_column(name, justify="left" if name == "end state" else "right")
+    for d in report["devices"]:
+        table.add_row(
+            str(d["device"]), _pct(d["alloc_address_matches"], d["allocs"]),
+            _pct(d["cache_alloc_address_matches"], d["cache_allocs"]),
+            _pct(d["segment_alloc_matches"], d["segment_allocs"]),
+            _pct(d["release_run_matches"], d["release_runs"]),
+            f"{d['ooms_real']}/{d['ooms_model']}",
+            _gib(d["peak_reserved_bytes_real"]), _gib(d["peak_reserved_bytes_model"]),
+            f"{100 * d['max_reserved_rel_error']:.2f}%",
+            "match" if d["end_segments_match"] and d["end_blocks_match"] else "differs",
+        )
+    Console(file=sys.stdout, width=200).print(table)
+
+
+def run(args: argparse.Namespace) -> int:
+    snapshot = load_snapshot(args.snapshot)
+    config = _config(args, snapshot.get("allocator_settings"))
+    capacity = None
+    if args.capacity_gib is not None:
+        if args.capacity_gib <= 0:
+            raise UserError(f"--capacity-gib must be positive, got {args.capacity_gib}")
+        capacity = int(args.capacity_gib * 2**30)
+    try:
+        report = replay_report(snapshot, config=config, capacity_bytes=capacity)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{args.snapshot}: inconsistent snapshot trace ({type(exc).__name__}: {exc})") from None
+    if args.out is not None:
+        _write_outputs(report, args.out)
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=False))
+    else:
+        _print_table(report, args.snapshot.name)
+    return 0

@@ -1,0 +1,131 @@
+"""DualPipe (DeepSeek-V3 report; github.com/deepseek-ai/DualPipe): bidirectional 1F1B.
+
+``pp`` (even) is the number of pipeline ranks and a chunk is ``1/pp`` of the model: chunks
+``0..pp−1`` in model order, as in 1F1B. DualPipe feeds half of the ``m`` micro-batches (``m``
+even) from each end. Direction 0 runs micro-batches ``0..m/2−1`` from rank 0 down to rank
+``pp − 1`` (chunk ``s`` on rank ``s``); direction 1 runs micro-batches ``m/2..m−1`` from rank
+``pp − 1`` up to rank 0 (chunk ``s`` on rank ``pp − 1 − s``). Actions use these model chunk
+indices and these global micro-batch numbers, so every rank holds two chunks, ``r`` and
+``pp − 1 − r`` (twice 1F1B's parameters), the dependencies are 1F1B's, and a micro-batch's
+number says which copy of a chunk runs it.
+
+The order on rank ``r`` is DualPipe's eight steps, with ``h = min(r, pp − 1 − r)`` and
+``P = pp/2``; "phase 0" is direction 0 on the first half of the ranks and direction 1 on the
+second half. Steps: ``2·(P − h − 1)`` forwards of phase 0; ``h + 1`` pairs ``F0 F1``;
+``P − h − 1`` triples ``I1 W F1``; ``m/2 − pp + h + 1`` overlapped pairs ``F0&B1, F1&B0``
+(run here as ``F`` then ``B``); ``P − h − 1`` of ``B1, F1&B0``; ``h + 1`` pairs ``B1 B0`` whose
+second half run as ``I`` (zero bubble); ``P − h − 1`` of ``W I0``; ``h + 1`` owed ``W``. ``W``
+always takes the oldest owed weight gradient. Peak activations: ``pp + 1`` chunk-micro-batches
+on every rank (the README's "PP + 1"). Needs ``m ≥ 2·pp``.
+
+This module only orders actions; it does not time or validate them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from timeline.errors import UserError
+from timeline.pipeline.actions import Action, Schedule, require_positive
+from timeline.pipeline.placement import stage_placement
+
+
+def _check(pp: int, m: int) -> None:
+    if pp % 2:
+        raise UserError(
+            f"dualpipe needs an even pp (its two directions meet in the middle), not {pp}; "
+            f'use pp = {pp + 1}, or [schedule] kind = "dualpipev" which has no such rule'
+        )
+    if m % 2 or m < 2 * pp:
+        raise UserError(
+            f"dualpipe needs an even num_microbatches of at least 2·pp = {2 * pp} "
+            f"(half go each way), not {m}; use {max(2 * pp, m + m % 2)}"
+        )
+
+
+def _row(pp: int, m: int, rank: int) -> tuple[tuple[Action, ...], tuple[int, ...]]:
+    """Rank ``rank``'s actions, DualPipe's steps 1–8, and where its overlapped F&B pairs start."""
+    half_ranks, half_m = pp // 2, m // 2
+    h = min(rank, pp - 1 - rank)
+    second_half = rank >= half_ranks
+    stage_of = (rank, pp - 1 - rank)  # by direction
+    done = {"F": [0, 0], "B": [0, 0]}  # per direction, micro-batches started
+    owed: deque[tuple[int, int]] = deque()
+    row: list[Action] = []
+    pairs: list[int] = []
+
+    def run(kind: str, phase: int, zero_bubble: bool = False) -> None:
+        direction = phase ^ second_half
+        slot = "F" if kind == "F" else "B"
+        mb = direction * half_m + done[slot][direction]
+        done[slot][direction] += 1
+        stage = stage_of[direction]
+        if kind == "B" and zero_bubble:
+            kind = "I"
+            owed.append((stage, mb))
+        row.append(Action(stage=stage, kind=kind, microbatch=mb))
+
+    def overlap(forward_phase: int) -> None:
+        pairs.append(len(row))
+        run("F", forward_phase)
+        run("B", 1 - forward_phase)
+
+    def weight() -> None:
+        stage, mb = owed.popleft()
+        row.append(Action(stage=stage, kind="W", microbatch=mb))
+
+    # warm-up: step 1 (F0), step 2 (F0 F1), step 3 (I1 W F1)
+    for _ in range(2 * (half_ranks - h - 1)):
+        run("F", 0)
+    for _ in range(h + 1):
+        run("F", 0)
+        run("F", 1)
+    for _ in range(half_ranks - h - 1):
+        run("B", 1, zero_bubble=True)
+        weight()
+        run("F", 1)
+    # steady: step 4, overlapped F0&B1 then F1&B0
+    for i in range(half_m - pp + h + 1):
+        if i == 0 and h == half_ranks - 1:  # DualPipe does not overlap the middle rank's first pair
+            run("F", 0)
+            run("B", 1)
+        else:
+            overlap(0)
+        overlap(1)
+    # cool-down: step 5 (B1, F1&B0), step 6 (B1 B0, half zero-bubble), step 7 (W I0), step 8 (W)
+    for _ in range(half_ranks - h - 1):
+        run("B", 1)
+        overlap(1)
+    zero_bubble = False
+    for i in range(h + 1):
+        if i == (h + 1) // 2 and h % 2 == 1:
+            zero_bubble = True
+        run("B", 1, zero_bubble)
+        if i == (h + 1) // 2 and h % 2 == 0:
+            zero_bubble = True
+        run("B", 0, zero_bubble)
+    for _ in range(half_ranks - h - 1):
+        weight()
+        run("B", 0, zero_bubble=True)
+    for _ in range(h + 1):
+        weight()
+    if owed:
+        raise AssertionError(f"dualpipe left weight gradients unscheduled on rank {rank}: {owed}")
+    return tuple(row), tuple(pairs)
+
+
+def dualpipe(*, pp: int, num_microbatches: int) -> Schedule:
+    """DualPipe's order for ``pp`` ranks and ``num_microbatches`` micro-batches (both directions)."""
+    require_positive(pp=pp, num_microbatches=num_microbatches)
+    m = num_microbatches
+    _check(pp, m)
+    rows, pairs = zip(*(_row(pp, m, rank) for rank in range(pp)), strict=True)
+    return Schedule(
+        kind="dualpipe",
+        pp=pp,
+        num_chunks=pp,
+        num_microbatches=m,
+        stages_of_rank=stage_placement("dualpipe", pp, 1),
+        actions=tuple(rows),
+        overlapped=tuple(pairs),
+    )

@@ -1,0 +1,99 @@
+"""Interleaved 1F1B (Narayanan et al. 2021), in Megatron-LM's form with micro-batch groups.
+
+``pp`` is the number of pipeline ranks; the model is cut into ``pp·vpp`` chunks and rank ``r``
+holds chunks ``r, r + pp, …, r + (vpp − 1)·pp`` (a chunk is one virtual stage). Forwards walk
+Megatron's schedule table: micro-batches go in groups of ``microbatch_group_size`` (``N``;
+0 means ``pp``), each group through chunk 0, then chunk 1, … of the rank, and the last group
+takes the remainder. Backwards walk the same table with the chunk order reversed.
+
+Rank ``r`` runs ``min((pp − r − 1)·2 + (vpp − 1)·N, m·vpp)`` warm-up forwards (Megatron's
+``get_pp_rank_microbatches``; when that is all of them, every forward precedes every backward),
+then alternates one forward and one backward, then drains. Megatron's rules apply: ``vpp ≥ 2``,
+``pp ≤ N ≤ m``, and ``m mod N`` is 0 or at least ``pp``. With ``N = pp`` and ``m`` a multiple
+of ``pp`` this is exactly PyTorch's ``ScheduleInterleaved1F1B`` order.
+
+This module only orders actions; it does not time or validate them.
+"""
+
+from __future__ import annotations
+
+from timeline.errors import UserError
+from timeline.pipeline.actions import Action, Schedule, require_positive
+from timeline.pipeline.placement import stage_placement
+
+
+def schedule_table(num_microbatches: int, vpp: int, group: int) -> list[tuple[int, int]]:
+    """Megatron's table: for each virtual micro-batch, its (micro-batch, local chunk)."""
+    table = []
+    for first in range(0, num_microbatches, group):
+        # the last group absorbs the remainder
+        last = num_microbatches if first + group >= num_microbatches else first + group
+        table += [(mb, chunk) for chunk in range(vpp) for mb in range(first, last)]
+    return table
+
+
+def warmup_forwards(*, pp: int, rank: int, vpp: int, num_microbatches: int, group: int) -> int:
+    """Megatron's warm-up count for ``rank``, capped at the rank's ``m·vpp`` forwards."""
+    return min((pp - rank - 1) * 2 + (vpp - 1) * group, num_microbatches * vpp)
+
+
+def _check(pp: int, vpp: int, m: int, group: int) -> None:
+    if vpp < 2:
+        raise UserError(
+            f"interleaved 1F1B needs vpp >= 2 chunks per rank, not {vpp}; "
+            'with one chunk per rank use [schedule] kind = "1f1b"'
+        )
+    if m < pp:
+        raise UserError(
+            f"interleaved 1F1B needs at least pp = {pp} micro-batches, not {m} (Megatron's rule); "
+            f"raise training.num_microbatches to {pp} or more"
+        )
+    if not pp <= group <= m:
+        raise UserError(
+            f"schedule.microbatch_group_size = {group} must lie in [pp, num_microbatches] = [{pp}, {m}]; "
+            "0 means pp"
+        )
+    if 0 < m % group < pp:
+        raise UserError(
+            f"num_microbatches = {m} leaves a last group of {m % group} micro-batches, fewer than "
+            f"pp = {pp} (Megatron rejects the dependency bubbles this causes); use a multiple of "
+            f"{group}, or a group size that divides {m}"
+        )
+
+
+def interleaved(*, pp: int, vpp: int, num_microbatches: int, microbatch_group_size: int = 0) -> Schedule:
+    """Megatron's interleaved 1F1B order; ``microbatch_group_size`` 0 means ``pp``."""
+    require_positive(pp=pp, vpp=vpp, num_microbatches=num_microbatches)
+    m = num_microbatches
+    group = microbatch_group_size or pp
+    _check(pp, vpp, m, group)
+    table = schedule_table(m, vpp, group)
+    total = m * vpp
+    rows = []
+    for rank in range(pp):
+
+        def forward(k: int, rank: int = rank) -> Action:
+            mb, chunk = table[k]
+            return Action(stage=chunk * pp + rank, kind="F", microbatch=mb)
+
+        def backward(k: int, rank: int = rank) -> Action:
+            mb, chunk = table[k]
+            return Action(stage=(vpp - 1 - chunk) * pp + rank, kind="B", microbatch=mb)
+
+        warmup = warmup_forwards(pp=pp, rank=rank, vpp=vpp, num_microbatches=m, group=group)
+        # warm-up
+        row = [forward(k) for k in range(warmup)]
+        # steady: forward k + warmup, then backward k
+        for k in range(total - warmup):
+            row += [forward(k + warmup), backward(k)]
+        # cool-down
+        row += [backward(k) for k in range(total - warmup, total)]
+        rows.append(tuple(row))
+    return Schedule(
+        kind="interleaved",
+        pp=pp,
+        num_chunks=pp * vpp,
+        num_microbatches=m,
+        stages_of_rank=stage_placement("interleaved", pp, vpp),
+        actions=tuple(rows),
+    )
