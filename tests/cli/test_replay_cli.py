@@ -61,7 +61,7 @@ def test_flags_override_settings(tmp_path, capsys):
     assert settings["max_split_size"] == 64 << 20 and settings["roundup_power2_divisions"]["1"] == 4
 
 
-@pytest.mark.parametrize("extra", [[], ["--max-split-size-mb", "10"], ["-o", "outdir"], ["--capacity-gib", "-1"]])
+@pytest.mark.parametrize("extra", [[], ["--max-split-size-mb", "10"], ["--capacity-gib", "-1"]])
 def test_bad_input_exits_2(tmp_path, capsys, extra):
     target = tmp_path / "missing.pickle" if not extra else _tiny(tmp_path)
     assert main(["replay", str(target), *extra]) == 2
@@ -84,3 +84,26 @@ def test_real_expandable_snapshot_json(capsys):
     for d in doc["devices"]:
         assert d["alloc_address_matches"] == d["allocs"] and d["segment_alloc_matches"] == d["segment_allocs"]
         assert d["allocator_settings"]["expandable_segments"] is True
+
+
+@needs_snapshots
+def test_output_dir_writes_the_replayed_run(tmp_path, capsys):
+    """-o DIR: memory.parquet follows the model's reserved and allocated bytes; events.parquet
+    holds every model alloc and free (plus the blocks live at the trace start)."""
+    import pyarrow.parquet as pq
+
+    snap = SNAPSHOTS / "kkaitlyn111_memory_files_memory_ctx128_fullstep_.pickle"
+    out = tmp_path / "run"
+    assert main(["replay", str(snap), "--json", "-o", str(out)]) == 0
+    dev = json.loads(capsys.readouterr().out)["devices"][0]
+    mem = pq.read_table(out / "memory.parquet")
+    assert mem.schema.metadata[b"schema"] == b"timeline.memory/1"
+    assert max(mem.column("reserved_bytes").to_pylist()) == dev["peak_reserved_bytes_model"]
+    assert max(mem.column("allocated_bytes").to_pylist()) == dev["peak_allocated_bytes_model"]
+    ev = pq.read_table(out / "events.parquet")
+    kinds = ev.column("kind").to_pylist()
+    assert kinds.count("alloc") >= dev["allocs"]
+    # again into the same folder needs --force
+    assert main(["replay", str(snap), "-o", str(out)]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert main(["replay", str(snap), "-o", str(out), "--force"]) == 0

@@ -79,15 +79,18 @@ def snapshot_devices(snapshot: Mapping[str, Any]) -> list[int]:
 
 
 def replay_snapshot(snapshot: Mapping[str, Any], *, config: AllocatorConfig | None = None,
-                    capacity_bytes: int | None = None) -> list[DeviceReplay]:
-    """Replay every device of ``snapshot``; ``config`` overrides its ``allocator_settings``."""
+                    capacity_bytes: int | None = None,
+                    records: dict[int, list[tuple]] | None = None) -> list[DeviceReplay]:
+    """Replay every device of ``snapshot``; ``config`` overrides its ``allocator_settings``.
+    With ``records``, each device's model-side event list is stored under its index."""
     cfg = config or AllocatorConfig.from_snapshot_settings(snapshot.get("allocator_settings"))
     traces = snapshot.get("device_traces") or []
     results = []
     for device in snapshot_devices(snapshot):
         segments = [s for s in snapshot.get("segments") or () if int(s.get("device", 0)) == device]
         trace = traces[device] if device < len(traces) else []
-        results.append(replay_device(device, segments, trace, cfg, capacity_bytes))
+        record = records.setdefault(device, []) if records is not None else None
+        results.append(replay_device(device, segments, trace, cfg, capacity_bytes, record))
     return results
 
 
@@ -117,8 +120,13 @@ def _oom_capacity(trace: Sequence[Mapping[str, Any]], start_reserved: int) -> in
 
 
 def replay_device(device: int, segments: Sequence[Mapping[str, Any]], trace: Sequence[Mapping[str, Any]],
-                  config: AllocatorConfig, capacity_bytes: int | None = None) -> DeviceReplay:
-    """Replay one device's trace from the start state its final ``segments`` imply."""
+                  config: AllocatorConfig, capacity_bytes: int | None = None,
+                  record: list[tuple] | None = None) -> DeviceReplay:
+    """Replay one device's trace from the start state its final ``segments`` imply.
+
+    With ``record``, appends one ``(time_us, sign, requested, block_bytes, address, reserved_after,
+    frame)`` tuple per model allocation and free — the blocks live at the start first, at the
+    trace's first time — so the replay can be written out like a simulated run."""
     start = reconstruct(segments, trace, config)
     capacity = capacity_bytes if capacity_bytes is not None else _oom_capacity(trace, start.reserved_bytes)
     result = DeviceReplay(device=device, allocator_settings=config.to_dict(), capacity_bytes=capacity,
@@ -154,6 +162,12 @@ def replay_device(device: int, segments: Sequence[Mapping[str, Any]], trace: Seq
     for base, vsize, stream, is_small, mapped, live in start.expandable:
         restore_expandable(model, base, vsize or model.expandable_reserve_bytes, stream, is_small, mapped, live)
         addr_map.update((b[0], b[0]) for b in live)
+    t_first = float(trace[0].get("time_us", 0)) if trace else 0.0
+    requested: dict[int, int] = {}  # model address -> requested bytes, for recorded frees
+    if record is not None:
+        for addr in sorted(addr_map):
+            bs = requested[addr] = model.block_size(addr)
+            record.append((t_first, 1, bs, bs, addr, model.reserved_bytes, "live at trace start"))
     real_reserved = peak_real = start.reserved_bytes
     grows: list[tuple[str, int, int]] = []  # real segment_alloc/map entries since the last alloc
     expected_release: list[tuple[int, int]] | None = None  # an OOM retry's release, left to the model
@@ -212,10 +226,18 @@ def replay_device(device: int, segments: Sequence[Mapping[str, Any]], trace: Seq
             grows.clear()
             borrowed.clear()
             addr_map[addr] = got_addr
+            if record is not None:
+                requested[got_addr] = size
+                record.append((float(entry.get("time_us", i)), 1, size, model.block_size(got_addr), got_addr,
+                               model.reserved_bytes, _frame(entry)))
         elif action in ("free_requested", "free_completed"):
             got = addr_map.pop(int(entry.get("addr", -1)), None)
             if got is not None:
+                bs = model.block_size(got)
                 model.free(got)
+                if record is not None:
+                    record.append((float(entry.get("time_us", i)), -1, requested.pop(got, bs), bs, got,
+                                   model.reserved_bytes, ""))
         elif action == "oom":
             result.ooms_real += 1
             events.clear()
@@ -238,6 +260,16 @@ def replay_device(device: int, segments: Sequence[Mapping[str, Any]], trace: Seq
     result.peak_reserved_bytes_model = model.peak_reserved_bytes
     result.peak_allocated_bytes_model = model.peak_allocated_bytes
     return result
+
+
+def _frame(entry: Mapping[str, Any]) -> str:
+    """The innermost frame outside PyTorch's own files, as ``name (file:line)``."""
+    frames = entry.get("frames") or ()
+    for f in frames:
+        name = str(f.get("filename", ""))
+        if "/torch/" not in name and not name.startswith("??"):
+            return f"{f.get('name', '?')} ({name.rsplit('/', 1)[-1]}:{f.get('line', 0)})"
+    return str(frames[0].get("name", "alloc")) if frames else "alloc"
 
 
 def _compare_end(result: DeviceReplay, model: CachingAllocator, segments: Sequence[Mapping[str, Any]]) -> None:

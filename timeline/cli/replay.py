@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from timeline.alloc.config import MIB, AllocatorConfig, parse_divisions
-from timeline.alloc.replay import replay_report
+from timeline.alloc.replay import SCHEMA, replay_snapshot
 from timeline.errors import UserError
 from timeline.io.snapshot import load_snapshot
 
@@ -52,7 +52,9 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                         help="override roundup_power2_divisions: an int, or 1MB:4,>:8")
     parser.add_argument("--capacity-gib", type=float, metavar="GIB",
                         help="memory PyTorch may reserve per device (default: from the trace's oom entries, else unlimited)")
-    parser.add_argument("-o", "--out", type=Path, metavar="DIR", help="write a run directory (memory.parquet, ...)")
+    parser.add_argument("-o", "--out", type=Path, metavar="DIR",
+                        help="also write the replayed run like a simulation (memory.parquet, events.parquet, trace)")
+    parser.add_argument("--force", action="store_true", help="replace DIR if it exists")
 
 
 def _config(args: argparse.Namespace, settings: dict[str, Any] | None) -> AllocatorConfig:
@@ -81,9 +83,18 @@ def _config(args: argparse.Namespace, settings: dict[str, Any] | None) -> Alloca
     return AllocatorConfig(**fields)
 
 
-def _write_outputs(report: dict[str, Any], out_dir: Path) -> None:
-    """Extension point for ``-o DIR`` (run-directory files from a replay)."""
-    raise UserError(f"-o {out_dir}: writing a run directory from a replay is not available in this version")
+REPLAY_FORMATS = ("memory", "events")
+
+
+def _write_outputs(records: dict[int, list[tuple]], out_dir: Path, force: bool) -> None:
+    """``-o DIR``: the replayed run as memory.parquet and events.parquet (plus the trace
+    formats registered for replays), written like a simulated run directory."""
+    from timeline.cli.simulate import write_outputs
+    from timeline.exporters import EXPORTERS
+    from timeline.result.replayed import timeline_from_replay
+
+    formats = [f for f in (*REPLAY_FORMATS, "trace") if f in EXPORTERS]
+    write_outputs(timeline_from_replay(records), out_dir, formats, force)
 
 
 def _pct(part: int, whole: int) -> str:
@@ -125,11 +136,13 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--capacity-gib must be positive, got {args.capacity_gib}")
         capacity = int(args.capacity_gib * 2**30)
     try:
-        report = replay_report(snapshot, config=config, capacity_bytes=capacity)
+        records: dict[int, list[tuple]] | None = {} if args.out is not None else None
+        devices = replay_snapshot(snapshot, config=config, capacity_bytes=capacity, records=records)
+        report = {"schema": SCHEMA, "devices": [d.to_dict() for d in devices]}
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{args.snapshot}: inconsistent snapshot trace ({type(exc).__name__}: {exc})") from None
     if args.out is not None:
-        _write_outputs(report, args.out)
+        _write_outputs(records or {}, args.out, args.force)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=False))
     else:
