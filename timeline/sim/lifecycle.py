@@ -8,6 +8,12 @@
 - ``paper``: all states counted from the start (the paper's static accounting).
 - ``hf``: weights from model construction; ``.grad`` tensors at the first backward that
   reaches them; optimizer states at the first ``step()``.
+
+Outside Megatron, ZeRO communication allocates (DeepSpeed ``runtime/zero/config.py``
+defaults): with ZeRO-2/3 a contiguous gradient bucket of ``reduce_bucket_size`` = 5e8 elements
+(capped at the device's parameters) exists from the first backward; with ZeRO-3 each action
+gathers the full parameters of the layer it runs plus a prefetch of up to
+``stage3_prefetch_bucket_size`` = 5e7 elements, released when the action ends.
 """
 
 from __future__ import annotations
@@ -21,12 +27,16 @@ class Lifecycle:
     master_at: str  # "start" | "first_step"
     moments_at: str  # "start" | "first_step"
     source: str
+    reduce_bucket_elems: int = 0  # 0: reduce-scatter works in place (Megatron)
+    prefetch_bucket_elems: int = 0
 
 
 LIFECYCLES: dict[str, Lifecycle] = {
     "megatron": Lifecycle("start", "start", "first_step",
                           "Megatron-Core param_and_grad_buffer.py, distrib_optimizer.py; torch Adam lazy state"),
-    "paper": Lifecycle("start", "start", "start", "arXiv 2502.07846 §4 static accounting"),
+    "paper": Lifecycle("start", "start", "start", "arXiv 2502.07846 §4 static accounting; DeepSpeed ZeRO buckets",
+                       reduce_bucket_elems=500_000_000, prefetch_bucket_elems=50_000_000),
     "hf": Lifecycle("first_backward", "first_step", "first_step",
-                    "PyTorch autograd .grad on first backward; torch.optim lazy state"),
+                    "PyTorch autograd .grad on first backward; torch.optim lazy state; DeepSpeed ZeRO buckets",
+                    reduce_bucket_elems=500_000_000, prefetch_bucket_elems=50_000_000),
 }

@@ -149,11 +149,25 @@ def _step_us(run: RunSpec, dev: StaticDevice, cost: CostModel) -> float:
     return comm + cost.compute_us(0.0, dev.weights_bytes + dev.grads_bytes + 2 * dev.optimizer_bytes)
 
 
+def largest_layer_bytes(dev: StaticDevice, dtype: str) -> int:
+    """Weight bytes of the device's largest decoder layer (or non-layer group), ZeRO-unsharded."""
+    groups: dict[str, int] = {}
+    for t in dev.tensors:
+        parts = t.name.split(".")
+        key = ".".join(parts[:2]) if parts[0] in ("layers", "mtp") else parts[0]
+        groups[key] = groups.get(key, 0) + t.numel
+    return max(groups.values(), default=0) * DTYPE_BYTES[dtype]
+
+
 def _static_allocs(run: RunSpec, dev: StaticDevice, first_backward_us: float,
                    first_step_us: float) -> list[tuple[float, str, int, int]]:
     """(time, name, bytes, category code) of the static state, as the profile creates it."""
     life = LIFECYCLES[run.profile]
     tr = run.training
+    extra = []
+    if tr.zero >= 2 and life.reduce_bucket_elems:
+        n = min(life.reduce_bucket_elems, sum(t.numel for t in dev.tensors if t.trainable))
+        extra.append((first_backward_us, "dp.reduce_bucket", n * DTYPE_BYTES[tr.grad_dtype], CAT_CODE[Category.COMM]))
     w, g, o = state_bytes(run, dev.tensors)
     master = DTYPE_BYTES[tr.master_dtype] if tr.master_dtype != tr.dtype else 0
     per_opt = master + 2 * DTYPE_BYTES[tr.moment_dtype]
@@ -163,7 +177,7 @@ def _static_allocs(run: RunSpec, dev: StaticDevice, first_backward_us: float,
            (when[life.grads_at], "static.grads", g, CAT_CODE[Category.GRADS]),
            (when[life.master_at], "static.master", master_b, CAT_CODE[Category.OPTIMIZER]),
            (when[life.moments_at], "static.moments", o - master_b, CAT_CODE[Category.OPTIMIZER])]
-    return [x for x in out if x[2] > 0]
+    return [x for x in out + extra if x[2] > 0]
 
 
 def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
@@ -189,6 +203,11 @@ def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
         push([t], 1, size, cat, names(name), -1, -1, -1, -1)
     last_chunk = run.parallel.pp * run.parallel.vpp - 1
     act_code, tmp_code = CAT_CODE[Category.ACTIVATIONS], CAT_CODE[Category.TEMPORARY]
+    life = LIFECYCLES[run.profile]
+    gather = 0
+    if run.training.zero == 3 and life.prefetch_bucket_elems:
+        layer = largest_layer_bytes(dev, run.training.dtype)
+        gather = layer + min(life.prefetch_bucket_elems * DTYPE_BYTES[run.training.dtype], layer)
     for i, sp in enumerate(spans):
         if sp.kind == "step":
             continue
@@ -200,10 +219,14 @@ def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
             push([sp.start_us], 1, p2p_bytes, act_code, names("p2p.input"), -1, m, s, i)
         if sp.kind in ("B", "I") and s < last_chunk:
             push([sp.start_us], 1, p2p_bytes, tmp_code, names("p2p.grad_output"), -1, m, s, i)
+        if gather:
+            push([sp.start_us], 1, gather, CAT_CODE[Category.COMM], names("zero3.gathered_params"), -1, m, s, i)
         if len(ph.ev_offset):
             tensor_ids = np.array([names(n) for n in ph.tensor_names], dtype=np.int32)[ph.ev_tensor]
             op_ids = np.array([names(n) for n in ph.op_names], dtype=np.int32)[ph.ev_op]
             push(ph.ev_offset + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids, m, s, i)
+        if gather:
+            push([sp.end_us], -1, gather, CAT_CODE[Category.COMM], names("zero3.gathered_params"), -1, m, s, i)
         if sp.kind in ("B", "I") and s < last_chunk:
             push([sp.end_us], -1, p2p_bytes, tmp_code, names("p2p.grad_output"), -1, m, s, i)
         if sp.kind in ("B", "I") and s > 0:

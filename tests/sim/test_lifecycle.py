@@ -1,0 +1,51 @@
+"""Static state appears when the profile creates it; ZeRO buffers follow DeepSpeed outside
+Megatron (reduce bucket from the first backward, per-action parameter gathers under ZeRO-3)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+from test_engine import small_run, uniform_template
+
+from timeline.graph.static import state_bytes
+from timeline.result.build import build_timeline
+from timeline.sim.simulate import largest_layer_bytes
+
+
+def names_of(tl, d, cat=None):
+    ev = tl.events(d)
+    return {tl.sim.names[i] for i in ev.tensor[ev.sign > 0]}
+
+
+def test_megatron_moments_created_at_first_step():
+    run = small_run()
+    tl = build_timeline(run, uniform_template)
+    ev = tl.events(0)
+    idx = {tl.sim.names[t]: i for i, t in enumerate(ev.tensor) if ev.sign[i] > 0 and
+           tl.sim.names[t].startswith("static.")}
+    assert ev.t_us[idx["static.weights"]] == 0 and ev.t_us[idx["static.master"]] == 0
+    first_step = min(s.start_us for s in tl.sim.spans[0] if s.kind == "step")
+    assert ev.t_us[idx["static.moments"]] == first_step
+    dev = tl.sim.devices[0]
+    w, g, o = state_bytes(run, dev.tensors)
+    assert ev.size[idx["static.weights"]] == w and ev.size[idx["static.grads"]] == g
+    assert ev.size[idx["static.master"]] + ev.size[idx["static.moments"]] == o
+    assert "zero3.gathered_params" not in names_of(tl, 0) and "dp.reduce_bucket" not in names_of(tl, 0)
+
+
+def test_paper_zero3_gathers_per_action_and_keeps_a_reduce_bucket():
+    base = small_run()
+    run = replace(base, profile="paper", training=replace(base.training, zero=3),
+                  parallel=replace(base.parallel, dp=4))
+    tl = build_timeline(run, uniform_template)
+    dev = tl.sim.devices[1]
+    ev = tl.events(1)
+    names = np.array(tl.sim.names)[ev.tensor]
+    gathers = ev.size[(names == "zero3.gathered_params") & (ev.sign > 0)]
+    actions = sum(1 for s in tl.sim.spans[1] if s.kind != "step")
+    assert len(gathers) == actions
+    layer = largest_layer_bytes(dev, "bf16")
+    assert (gathers == layer + min(50_000_000 * 2, layer)).all()
+    bucket = ev.size[(names == "dp.reduce_bucket") & (ev.sign > 0)]
+    assert len(bucket) == 1 and bucket[0] == min(500_000_000, sum(t.numel for t in dev.tensors)) * 4
