@@ -135,3 +135,36 @@ def test_help_teaches(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "--set" in out and "examples:" in out and "--json" in out
+
+
+@pytest.mark.parametrize(("profile", "stage1"), [("paper", 24_671_158_272), ("megatron", None)])
+def test_static_json_activations(profile, stage1, capsys):
+    assert main(["static", str(SHIPPED), "--json", "--set", f'model.profile="{profile}"']) == 0
+    doc = json.loads(capsys.readouterr().out)
+    for d in doc["devices"]:
+        assert d["activation_bytes_per_microbatch"] == sum(x["bytes"] for x in d["layer_activation_bytes"]) > 0
+    d1 = doc["devices"][1]
+    assert [x["layer"] for x in d1["layer_activation_bytes"]] == [4, 5, 6, 7]
+    if stage1 is not None:
+        assert d1["activation_bytes_per_microbatch"] == stage1
+    else:
+        assert d1["activation_bytes_per_microbatch"] < 24_671_158_272 // 4  # flash attention: no s² terms
+
+
+def test_static_recompute_option_and_tensors(capsys):
+    assert main(["static", str(SHIPPED), "--json", "--recompute", "full:uniform:1", "--tensors"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["run"]["recompute"] == "full:uniform:1"
+    d1 = doc["devices"][1]
+    assert d1["activation_bytes_per_microbatch"] == 235_143_168  # arXiv 2502.07846 T9
+    t = d1["saved_tensors"][0]
+    assert set(t) == {"layer", "name", "op", "shape", "dtype", "bytes"}
+    assert main(["static", str(SHIPPED), "--tensors", "--set", 'model.profile="megatron"']) == 0
+    out = capsys.readouterr().out
+    assert "activations" in out and "softmax_lse" in out
+
+
+def test_static_recompute_bad_grammar(capsys):
+    assert main(["static", str(SHIPPED), "--recompute", "selective:attn"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "selective:MOD" in err and "core_attn" in err

@@ -1,29 +1,37 @@
-"""``timeline static RUN.toml``: per-device static memory (weights, gradients, optimizer)."""
+"""``timeline static RUN.toml``: per-device static memory (weights, gradients, optimizer) and the
+activation bytes one micro-batch's forward keeps on each device."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from rich.console import Console
 from rich.table import Table
 
 from timeline.cli.common import add_run_args, console, gib, load
+from timeline.errors import UserError
+from timeline.graph.activations import DeviceActivations, device_activations
+from timeline.graph.recompute import FORMS, parse_recompute
 from timeline.graph.static import model_total_params
 from timeline.graph.tensors import MODULES
 from timeline.pipeline.devices import StaticDevice, static_devices
 from timeline.spec.run import RunSpec
 
-HELP = "per-device static memory: weights, gradients and optimizer states"
+HELP = "per-device static memory (weights, gradients, optimizer states) and activations per micro-batch"
 DESCRIPTION = """\
 Print, for each pipeline rank's representative device, the parameters it holds (by module)
 and the bytes of weights, gradients and optimizer states (master weights + moments) under
-the run's ZeRO level and profile.
+the run's ZeRO level and profile, and the activation bytes one micro-batch's forward of the
+device's chunks keeps until its backward (no pipeline in-flight multiplier).
 
 examples:
   timeline static schedules/deepseek-v3-pp16-tp2-ep8.toml
   timeline static schedules/deepseek-v3-pp16-tp2-ep8.toml --set training.zero=0 --json
+  timeline static schedules/deepseek-v3-pp16-tp2-ep8.toml --recompute full:uniform:1
+  timeline static schedules/deepseek-v3-pp16-tp2-ep8.toml --set model.profile=megatron --tensors
 """
 
 SCHEMA = "timeline.static/1"
@@ -32,6 +40,24 @@ SCHEMA = "timeline.static/1"
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     add_run_args(parser)
     parser.add_argument("--json", action="store_true", help=f"print a {SCHEMA} JSON document")
+    parser.add_argument("--recompute", metavar="POLICY", help=f"override [recompute]: {FORMS}")
+    parser.add_argument("--tensors", action="store_true",
+                        help="list each layer's saved tensors (name, op, shape, dtype, bytes)")
+
+
+def activations(spec: RunSpec, devices: list[StaticDevice]) -> list[DeviceActivations | None]:
+    """Per device, its activations; None for a profile without a saved-tensor table (hf)."""
+    try:
+        return [device_activations(spec, d.stages, d.pp_rank) for d in devices]
+    except UserError as exc:
+        if "not available yet" in str(exc):
+            return [None for _ in devices]
+        raise
+
+
+def tensors_json(a: DeviceActivations) -> list[dict]:
+    return [{"layer": st.layer, "name": st.tensor.name, "op": st.op, "shape": list(st.tensor.shape),
+             "dtype": st.tensor.dtype, "bytes": st.tensor.size_bytes} for st in a.saved]
 
 
 def device_json(d: StaticDevice) -> dict:
@@ -45,43 +71,91 @@ def device_json(d: StaticDevice) -> dict:
     }
 
 
-def static_json(run: RunSpec, devices: list[StaticDevice]) -> dict:
+def static_json(run: RunSpec, devices: list[StaticDevice], acts: list[DeviceActivations | None] | None = None,
+                *, tensors: bool = False) -> dict:
+    out = []
+    for d, a in zip(devices, acts or [None] * len(devices), strict=True):
+        entry = device_json(d)
+        entry["activation_bytes_per_microbatch"] = a.bytes_per_microbatch if a else None
+        entry["layer_activation_bytes"] = [{"layer": k, "bytes": v} for k, v in a.layer_bytes] if a else []
+        if tensors and a:
+            entry["saved_tensors"] = tensors_json(a)
+        out.append(entry)
     return {
         "schema": SCHEMA,
         "run": {"name": run.name, "profile": run.profile, "model": run.model_source,
-                "zero": run.training.zero},
+                "zero": run.training.zero, "recompute": recompute_text(run)},
         "model": {"total_params": model_total_params(run)},
-        "devices": [device_json(d) for d in devices],
+        "devices": out,
     }
 
 
-def print_table(run: RunSpec, devices: list[StaticDevice], console: Console) -> None:
+def recompute_text(run: RunSpec) -> str:
+    rc = run.recompute
+    if rc.policy == "selective":
+        return "selective:" + "+".join(rc.modules)
+    if rc.policy == "full":
+        n = rc.num_layers if isinstance(rc.num_layers, int) else ",".join(map(str, rc.num_layers))
+        return f"full:{rc.method}:{n}"
+    return "none"
+
+
+def print_table(run: RunSpec, devices: list[StaticDevice], console: Console,
+                acts: list[DeviceActivations | None] | None = None) -> None:
     p = run.parallel
     title = (f"{run.name}: {run.model.name}, profile={run.profile}, PP{p.pp}·VPP{p.vpp} TP{p.tp} CP{p.cp} "
-             f"EP{p.ep} ETP{p.etp} DP{p.dp}, ZeRO-{run.training.zero}  (GiB per device)")
+             f"EP{p.ep} ETP{p.etp} DP{p.dp}, ZeRO-{run.training.zero}, recompute {recompute_text(run)}  "
+             "(GiB per device; activations per micro-batch)")
     table = Table(title=title)
     for col in ("pp rank", "device", "×", "stages", "layers", "params"):
         table.add_column(col, justify="right")
-    for col in ("weights", "grads", "optimizer", "total"):
+    for col in ("weights", "grads", "optimizer", "total", "activations"):
         table.add_column(col, justify="right")
-    for d in devices:
+    acts = acts or [None] * len(devices)
+    for d, a in zip(devices, acts, strict=True):
         layers = f"{d.layers[0]}–{d.layers[-1]}" if d.layers else "-"
         table.add_row(str(d.pp_rank), str(d.device), str(d.represents), ",".join(map(str, d.stages)), layers,
                       f"{d.params_total:,}", gib(d.weights_bytes), gib(d.grads_bytes), gib(d.optimizer_bytes),
-                      gib(d.total_bytes))
+                      gib(d.total_bytes), gib(a.bytes_per_microbatch) if a else "n/a")
     console.print(table)
     top = max(devices, key=lambda d: d.total_bytes)
     mods = ", ".join(f"{m} {top.params_by_module[m]:,}" for m in MODULES if top.params_by_module[m])
     console.print(f"largest: pp rank {top.pp_rank} ({gib(top.total_bytes)} GiB): {mods}")
     console.print(f"model: {model_total_params(run):,} parameters")
+    if acts[0] is None:
+        console.print(f"activations: not available for profile {run.profile} yet")
+
+
+def print_tensors(devices: list[StaticDevice], acts: list[DeviceActivations | None], console: Console) -> None:
+    for d, a in zip(devices, acts, strict=True):
+        if a is None:
+            continue
+        table = Table(title=f"pp rank {d.pp_rank}: saved tensors per micro-batch "
+                            f"({a.bytes_per_microbatch:,} bytes)")
+        for col in ("layer", "tensor", "op", "shape", "dtype", "bytes"):
+            table.add_column(col, justify="right" if col in ("layer", "bytes") else "left")
+        for st in a.saved:
+            t = st.tensor
+            table.add_row(str(st.layer), t.name, st.op, "×".join(map(str, t.shape)), t.dtype, f"{t.size_bytes:,}")
+        console.print(table)
 
 
 def run(args: argparse.Namespace) -> int:
     spec = load(args)
+    if args.recompute:
+        try:
+            rc = parse_recompute(args.recompute)
+        except UserError as exc:
+            raise UserError(f"{args.run}: {exc}") from None
+        spec = replace(spec, recompute=rc)
     devices = static_devices(spec)
+    acts = activations(spec, devices)
     if args.json:
-        json.dump(static_json(spec, devices), sys.stdout, indent=1)
+        json.dump(static_json(spec, devices, acts, tensors=args.tensors), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        print_table(spec, devices, console())
+        con = console()
+        print_table(spec, devices, con, acts)
+        if args.tensors:
+            print_tensors(devices, acts, con)
     return 0

@@ -11,8 +11,8 @@ gradients and workspaces are ``temporary``; collective buffers are ``comm``.
 
 Phases: ``F`` forward; ``B`` full backward = ``I`` then ``W``; ``I`` input-gradient backward
 (frees most saved tensors); ``W`` weight-gradient (frees what only weight gradients need,
-e.g. GEMM inputs kept for dW). A full-backward template is the I template followed by the W
-template.
+e.g. GEMM inputs kept for dW). A full backward may run the I template then the W template, or
+``ChunkTemplate.backward``, which interleaves each op's W right after its I.
 """
 
 from __future__ import annotations
@@ -37,6 +37,16 @@ class Op:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SavedTensor:
+    """One tensor a forward keeps for its backward: what ``--tensors`` lists per layer."""
+
+    tensor: TensorDef
+    op: str  # the (first) forward op that saves it; a checkpoint's kept input names the region
+    layer: int  # -1 outside decoder layers
+    source: str  # the saved-tensor rule's citation
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ChunkTemplate:
     """Op templates of one virtual stage for one micro-batch.
 
@@ -52,6 +62,10 @@ class ChunkTemplate:
     #: bytes one micro-batch's forward leaves saved until its backward, per global layer index
     #: (key -1: embedding, head, loss and anything outside decoder layers)
     layer_activation_bytes: dict[int, int] = field(default_factory=dict)
+    #: a plain full backward ``B``: each op's W right after its I (same storages as I + W)
+    backward: tuple[Op, ...] = ()
+    #: every tensor the forward keeps for the backward, in forward order
+    saved: tuple[SavedTensor, ...] = ()
 
     @property
     def activation_bytes(self) -> int:

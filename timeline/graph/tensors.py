@@ -28,7 +28,7 @@ class Category(StrEnum):
 CATEGORIES: tuple[str, ...] = tuple(c.value for c in Category)
 
 #: bytes per element; masks are one byte (Korthikanti et al. 2022 §4)
-DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int64": 8, "int32": 4,
+DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int64": 8, "int32": 4, "int16": 2,
                                "uint8": 1, "bool": 1}
 
 #: module tags static memory is reported by

@@ -13,7 +13,7 @@ from timeline.spec.run import RunSpec
 Progress = Callable[[str, int, int], None]
 
 
-def build_timeline(run: RunSpec, template_fn: Callable[[RunSpec, int], ChunkTemplate], *,
+def build_timeline(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
                    csv_rows: Sequence[Sequence[str]] | None = None, progress: Progress | None = None) -> Timeline:
     sim = simulate(run, template_fn, csv_rows=csv_rows, progress=progress)
     memory = []

@@ -91,9 +91,11 @@ def compile_templates(templates: dict[int, ChunkTemplate], cost: CostModel) -> d
     for chunk, t in templates.items():
         sizes: dict[str, tuple[int, int]] = {}
         out[(chunk, "F")] = compile_phase(t.forward, cost, sizes)
-        out[(chunk, "I")] = compile_phase(t.backward_i, cost, dict(sizes))
-        out[(chunk, "W")] = compile_phase(t.backward_w, cost, dict(sizes))
-        out[(chunk, "B")] = compile_phase(t.backward_i + t.backward_w, cost, dict(sizes))
+        after_i = dict(sizes)
+        out[(chunk, "I")] = compile_phase(t.backward_i, cost, after_i)
+        out[(chunk, "W")] = compile_phase(t.backward_w, cost, after_i)  # W frees what I kept for it
+        # a full backward runs each op's weight gradient right after its input gradient
+        out[(chunk, "B")] = compile_phase(t.backward or t.backward_i + t.backward_w, cost, dict(sizes))
     return out
 
 
@@ -104,7 +106,7 @@ def boundary_bytes(run: RunSpec) -> int:
     return tokens * run.model.hidden_size * DTYPE_BYTES[tr.dtype]
 
 
-def simulate(run: RunSpec, template_fn: Callable[[RunSpec, int], ChunkTemplate], *,
+def simulate(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
              csv_rows: Sequence[Sequence[str]] | None = None,
              progress: Callable[[str, int, int], None] | None = None) -> SimOutput:
     """Run the schedule of ``run`` and return every device's events (allocator not yet applied)."""
@@ -112,7 +114,8 @@ def simulate(run: RunSpec, template_fn: Callable[[RunSpec, int], ChunkTemplate],
     schedule = build_schedule(run.schedule.kind, pp=par.pp, vpp=par.vpp, num_microbatches=tr.num_microbatches,
                               microbatch_group_size=run.schedule.microbatch_group_size, csv_rows=csv_rows)
     cost = CostModel.from_run(run)
-    templates = {c: template_fn(run, c) for c in range(schedule.num_chunks)}
+    holder = {c: r for r in reversed(range(par.pp)) for c in schedule.stages_of_rank[r]}
+    templates = {c: template_fn(run, c, pp_rank=holder[c]) for c in range(schedule.num_chunks)}
     compiled = compile_templates(templates, cost)
     devices = static_devices(run)
     p2p_bytes = boundary_bytes(run)
@@ -131,7 +134,7 @@ def simulate(run: RunSpec, template_fn: Callable[[RunSpec, int], ChunkTemplate],
     for r, dev in enumerate(devices):
         if progress:
             progress("devices", r, par.pp)
-        events.append(_device_events(run, dev, per_rank[r], compiled, names, p2p_bytes))
+        events.append(_device_events(run, dev, per_rank[r], compiled, names))
         ops.append(_device_ops(per_rank[r], compiled, names))
     iteration_time = max(s.end_us for s in spans_all) / tr.iterations
     act = [sum(templates[c].activation_bytes for c in d.stages) for d in devices]
@@ -181,7 +184,9 @@ def _static_allocs(run: RunSpec, dev: StaticDevice, first_backward_us: float,
 
 
 def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
-                   compiled: dict[tuple[int, str], CompiledPhase], names: _Names, p2p_bytes: int) -> DeviceEvents:
+                   compiled: dict[tuple[int, str], CompiledPhase], names: _Names) -> DeviceEvents:
+    """Static state, then every action's template shifted to its start (the templates carry the
+    P2P receive/send buffers that connect chunks)."""
     first_bwd = min((s.start_us for s in spans if s.kind in ("B", "I")), default=0.0)
     first_step = min((s.start_us for s in spans if s.kind == "step"), default=0.0)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in DeviceEvents.__slots__}
@@ -201,8 +206,6 @@ def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
 
     for t, name, size, cat in _static_allocs(run, dev, first_bwd, first_step):
         push([t], 1, size, cat, names(name), -1, -1, -1, -1)
-    last_chunk = run.parallel.pp * run.parallel.vpp - 1
-    act_code, tmp_code = CAT_CODE[Category.ACTIVATIONS], CAT_CODE[Category.TEMPORARY]
     life = LIFECYCLES[run.profile]
     gather = 0
     if run.training.zero == 3 and life.prefetch_bucket_elems:
@@ -213,12 +216,6 @@ def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
             continue
         ph = compiled[(sp.stage, sp.kind)]
         m, s = sp.microbatch + sp.iteration * 10**6, sp.stage
-        # P2P boundary tensors: a chunk's input arrives before its forward and lives until its
-        # input-gradient backward; an output gradient arrives before the backward.
-        if sp.kind == "F" and s > 0:
-            push([sp.start_us], 1, p2p_bytes, act_code, names("p2p.input"), -1, m, s, i)
-        if sp.kind in ("B", "I") and s < last_chunk:
-            push([sp.start_us], 1, p2p_bytes, tmp_code, names("p2p.grad_output"), -1, m, s, i)
         if gather:
             push([sp.start_us], 1, gather, CAT_CODE[Category.COMM], names("zero3.gathered_params"), -1, m, s, i)
         if len(ph.ev_offset):
@@ -227,10 +224,6 @@ def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
             push(ph.ev_offset + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids, m, s, i)
         if gather:
             push([sp.end_us], -1, gather, CAT_CODE[Category.COMM], names("zero3.gathered_params"), -1, m, s, i)
-        if sp.kind in ("B", "I") and s < last_chunk:
-            push([sp.end_us], -1, p2p_bytes, tmp_code, names("p2p.grad_output"), -1, m, s, i)
-        if sp.kind in ("B", "I") and s > 0:
-            push([sp.end_us], -1, p2p_bytes, act_code, names("p2p.input"), -1, m, s, i)
     merged = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
     order = np.argsort(merged["t_us"], kind="stable")
     ev = DeviceEvents(**{k: np.ascontiguousarray(v[order]) for k, v in merged.items()})

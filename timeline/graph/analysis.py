@@ -1,0 +1,124 @@
+"""Which forward tensors are saved, by whom, and which recompute regions drop and re-create.
+
+Reads the forward ops of a chunk, the profile's saved-tensor table and the recompute regions,
+and answers: the storages kept from forward to backward (``activations``) with the op and layer
+they are attributed to, the storages each region drops, the backward needs of every op
+(input-gradient or weight-gradient), and where each region's recompute runs (its *anchor*: the
+last forward op whose backward needs something the region dropped). Builds no ops itself.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from timeline.graph.ir import FOp
+from timeline.graph.recompute import Region
+from timeline.graph.saved import SavedTable
+from timeline.graph.tensors import TensorDef
+
+NON_DIFF = frozenset({"int64", "int32", "int16", "uint8", "bool"})
+
+
+@dataclass(slots=True)
+class Saver:
+    op: int  # forward op index (the region's first op for a checkpoint input)
+    wgrad: bool  # only the weight gradient reads it
+    keep: bool = False  # kept even inside a recomputed region
+    source: str = ""
+    region: int | None = None  # set for a checkpoint's kept input
+
+
+@dataclass(slots=True)
+class Analysis:
+    ops: list[FOp]
+    regions: list[Region]
+    tensors: dict[str, TensorDef] = field(default_factory=dict)  # storage -> tensor
+    producer: dict[str, int] = field(default_factory=dict)
+    consumers: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    savers: dict[str, list[Saver]] = field(default_factory=lambda: defaultdict(list))
+    dropped: dict[str, int] = field(default_factory=dict)  # storage -> region index
+    anchor: dict[int, int] = field(default_factory=dict)  # region index -> forward op index
+    region_of: dict[int, int] = field(default_factory=dict)  # op index -> region index
+
+    @property
+    def kept(self) -> list[str]:
+        """Storages saved from forward to backward, in forward order of their first saver."""
+        keys = [s for s in self.savers if s not in self.dropped]
+        return sorted(keys, key=lambda s: (self.savers[s][0].op, self.producer.get(s, -1), s))
+
+
+def op_graph(ops: list[FOp]) -> nx.DiGraph:
+    """Nodes = forward op indices, edges = tensor dataflow (producer → consumer)."""
+    g = nx.DiGraph()
+    producer: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        g.add_node(i, name=op.name)
+        for t in op.inputs.values():
+            if t.storage in producer:
+                g.add_edge(producer[t.storage], i, tensor=t.name)
+        for t in (*op.outputs.values(), *op.extras.values()):
+            producer[t.storage] = i
+    return g
+
+
+def analyse(ops: list[FOp], table: SavedTable, regions: list[Region]) -> Analysis:
+    a = Analysis(ops=ops, regions=regions)
+    for i, op in enumerate(ops):
+        for t in op.inputs.values():
+            a.consumers[t.storage].append(i)
+            a.tensors.setdefault(t.storage, t)
+        for t in (*op.outputs.values(), *op.extras.values()):
+            a.producer[t.storage] = i
+            a.tensors[t.storage] = t
+        rule = table.rule(op.rule)
+        for slot in rule.saves:
+            where, key = slot.split(":")
+            t = {"in": op.inputs, "out": op.outputs, "extra": op.extras}[where].get(key)
+            if t is None:
+                continue
+            a.savers[t.storage].append(Saver(op=i, wgrad=slot in rule.wgrad and op.wflops > 0,
+                                             keep=slot in rule.keep_under_recompute, source=rule.source))
+    for r, reg in enumerate(regions):
+        members = set(reg.ops)
+        for i in reg.ops:
+            a.region_of[i] = r
+        for s, sv in a.savers.items():
+            p = a.producer.get(s)
+            if p in members and not any(x.keep for x in sv) and \
+                    (reg.discard_output or all(x.op in members for x in sv)):
+                a.dropped[s] = r
+    for r, reg in enumerate(regions):  # a checkpoint keeps its inputs (unless another region re-creates them)
+        members = set(reg.ops)
+        for i in reg.ops:
+            for t in ops[i].inputs.values():
+                p = a.producer.get(t.storage)
+                if p not in members and t.storage not in a.dropped and \
+                        not any(x.region == r for x in a.savers.get(t.storage, ())):
+                    a.savers[t.storage].append(Saver(op=reg.ops[0], wgrad=False, region=r,
+                                                     source="checkpoint input (megatron/core/tensor_parallel/random.py)"))
+    for s in a.savers:
+        a.savers[s].sort(key=lambda x: x.op)
+    _anchors(a)
+    return a
+
+
+def _anchors(a: Analysis) -> None:
+    for r, reg in enumerate(a.regions):
+        needs = [x.op for s, rr in a.dropped.items() if rr == r for x in a.savers[s]]
+        a.anchor[r] = max([*reg.ops, *needs])
+    changed = True
+    while changed:  # a region whose recompute consumes another's dropped tensors needs that one first
+        changed = False
+        for s, r in a.dropped.items():
+            for c in a.consumers.get(s, ()):
+                r2 = a.region_of.get(c)
+                if r2 is not None and r2 != r and a.anchor[r2] > a.anchor[r]:
+                    a.anchor[r] = a.anchor[r2]
+                    changed = True
+
+
+def differentiable(t: TensorDef) -> bool:
+    return t.dtype not in NON_DIFF

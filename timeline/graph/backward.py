@@ -1,0 +1,147 @@
+"""Derive a chunk's backward ops from its forward ops and the saved-tensor analysis.
+
+Walking the forward ops in reverse: each op's input-gradient part (``I``) allocates the
+gradients of its differentiable inputs (once per tensor, at its last forward consumer) and
+reads the tensors its saver rule keeps; its weight-gradient part (``W``, GEMMs only) reads the
+GEMM input kept for it and the output gradient, which therefore lives until ``W``. Each
+region's recompute ops run just before the backward of its anchor op, re-creating the
+dropped tensors (category ``recompute``) and transient intermediates. Every storage is freed
+by the last backward op that reads it. ``mode = "split"`` orders all I ops, then all W ops
+(zero-bubble); ``"fused"`` runs each op's W right after its I (a plain ``B``).
+Weight gradients accumulate into the persistent grads buffer and are not allocated here.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+
+from timeline.graph.analysis import Analysis, differentiable
+from timeline.graph.ir import FOp
+from timeline.graph.ops import Op
+from timeline.graph.tensors import Category, TensorDef
+
+HEAVY = frozenset({"flash_attn", "attn_scores", "attn_v"})
+P2P_NAMES = {"recv_forward": "send_backward", "send_forward": "recv_backward"}
+
+
+@dataclass(slots=True)
+class Unit:
+    phase: str  # I | W | R
+    fop: FOp
+    index: int
+    allocs: list[TensorDef] = field(default_factory=list)
+    needs: list[str] = field(default_factory=list)
+    frees: list[str] = field(default_factory=list)
+
+
+def rc_storage(s: str) -> str:
+    return f"{s}@recompute"
+
+
+def grad_of(t: TensorDef) -> TensorDef:
+    cat = Category.COMM if t.category == Category.COMM else Category.TEMPORARY
+    return TensorDef(name=f"grad:{t.name}", shape=t.shape, dtype=t.dtype, category=cat, module=t.module,
+                     storage=f"grad:{t.storage}")
+
+
+def _recompute_units(a: Analysis, r: int) -> list[Unit]:
+    reg = a.regions[r]
+    members = set(reg.ops)
+    units = []
+    for i in reg.ops:
+        op = a.ops[i]
+        u = Unit("R", op, i)
+        for t in op.inputs.values():
+            p = a.producer.get(t.storage)
+            if p in members or t.storage in a.dropped:
+                if p in members and t.storage not in a.dropped and t.storage in a.savers:
+                    u.needs.append(t.storage)  # kept output of this region (e.g. routing indices)
+                else:
+                    u.needs.append(rc_storage(t.storage))
+            else:
+                u.needs.append(t.storage)
+        for t in (*op.outputs.values(), *op.extras.values()):
+            s = t.storage
+            if a.dropped.get(s) == r:
+                u.allocs.append(replace(t, name=f"{t.name}@recompute", storage=rc_storage(s),
+                                        category=Category.RECOMPUTE))
+            elif s not in a.savers and any(c in members for c in a.consumers.get(s, ())):
+                u.allocs.append(replace(t, name=f"{t.name}@recompute", storage=rc_storage(s),
+                                        category=Category.TEMPORARY))
+        units.append(u)
+    return units
+
+
+def _resolve(a: Analysis, s: str) -> str:
+    return rc_storage(s) if s in a.dropped else s
+
+
+def backward_units(a: Analysis, mode: str) -> tuple[list[Unit], list[Unit]]:
+    """(I-side units, W-side units); in ``fused`` mode all units are on the I side."""
+    by_anchor: dict[int, list[int]] = defaultdict(list)
+    for r in range(len(a.regions)):
+        by_anchor[a.anchor[r]].append(r)
+    need_i: dict[int, list[str]] = defaultdict(list)
+    need_w: dict[int, list[str]] = defaultdict(list)
+    for s, svs in a.savers.items():
+        for sv in svs:
+            if sv.region is not None:
+                continue
+            (need_w if sv.wgrad else need_i)[sv.op].append(_resolve(a, s))
+    seen_grad: set[str] = set()
+    side_i: list[Unit] = []
+    side_w: list[Unit] = []
+    for i in reversed(range(len(a.ops))):
+        op = a.ops[i]
+        for r in sorted(by_anchor.get(i, []), key=lambda r: a.regions[r].ops[0]):
+            side_i += _recompute_units(a, r)
+        u = Unit("I", op, i, needs=list(need_i[i]))
+        for t in op.dataflow_inputs():
+            if differentiable(t) and t.storage not in seen_grad:
+                seen_grad.add(t.storage)
+                u.allocs.append(grad_of(a.tensors[t.storage]))
+        has_w = op.wflops > 0
+        outs = [f"grad:{t.storage}" for t in op.outputs.values()]
+        if not has_w:
+            u.needs += outs
+        side_i.append(u)
+        if has_w:
+            w = Unit("W", op, i, needs=list(need_w[i]) + outs)
+            x, save = op.inputs.get("x"), op.inputs.get("_save")
+            if x is not None and save is not None and x.storage != save.storage:
+                w.allocs.append(replace(x, name=f"{op.name}.wgrad_input", storage=f"{op.name}.wgrad_input",
+                                        category=Category.COMM))
+            (side_i if mode == "fused" else side_w).append(w)
+    _place_frees(side_i + side_w, seen_grad)
+    return side_i, side_w
+
+
+def _place_frees(units: list[Unit], grads: set[str]) -> None:
+    last: dict[str, int] = {}
+    allocated: set[str] = set()
+    for k, u in enumerate(units):
+        for t in u.allocs:
+            allocated.add(t.storage)
+            last.setdefault(t.storage, k)
+        for s in u.needs:
+            last[s] = k
+    for s, k in last.items():
+        if s.startswith("grad:") and s not in allocated:
+            continue  # an output gradient nobody produced (e.g. of an integer tensor)
+        units[k].frees.append(s)
+
+
+def to_op(u: Unit) -> Op:
+    f = u.fop
+    if u.phase == "R":
+        name, flops = f"{f.name}.recompute", f.flops
+    elif u.phase == "W":
+        name, flops = f"{f.name}.wgrad", f.wflops
+    else:
+        name = P2P_NAMES.get(f.name, f.name)
+        flops = f.flops * (2.0 if f.rule in HEAVY else 1.0)
+    moved = sum(t.size_bytes for t in u.allocs) + sum(t.size_bytes for t in f.inputs.values())
+    return Op(name=name, module=f.module, layer=f.layer, kind=f.kind, stream=f.stream, flops=flops,
+              bytes_moved=float(moved), allocs=tuple(u.allocs), frees=tuple(dict.fromkeys(u.frees)),
+              recompute=u.phase == "R")

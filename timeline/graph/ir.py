@@ -1,0 +1,102 @@
+"""The forward IR the op builders write: forward ops over per-device tensors, before profiles.
+
+A :class:`FOp` is one forward operator with named input, output and *extra* slots. Extras are
+side tensors an implementation may keep for its backward (a dropout mask, an fp32 ``rsigma``,
+flash attention's log-sum-exp); they exist only if the profile's saved-tensor table saves them.
+Input slots whose name starts with ``_`` are references, not dataflow (e.g. ``_save``: the
+sequence-parallel shard a column-parallel linear saves instead of its gathered input).
+
+:class:`Builder` collects the ops of one chunk in forward order and knows the per-device sizes
+(:class:`Dims`). This module does not decide what is saved (``timeline.graph.saved``), what is
+recomputed (``timeline.graph.recompute``) or how backward looks (``timeline.graph.backward``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from timeline.graph.context import BuildCtx
+from timeline.graph.saved import SavedTable
+from timeline.graph.tensors import Category, TensorDef
+from timeline.spec.run import RunSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dims:
+    """Per-device token counts: ``t_full`` rows inside TP regions, ``t_sp`` between them."""
+
+    b: int
+    s: int
+    tp: int
+    cp: int
+    sp: bool
+    ep: int
+    etp: int
+    dtype: str
+
+    @property
+    def s_local(self) -> int:
+        return self.s // self.cp
+
+    @property
+    def t_full(self) -> int:
+        return self.b * self.s // self.cp
+
+    @property
+    def t_sp(self) -> int:
+        return self.t_full // self.tp if self.sp else self.t_full
+
+
+@dataclass(slots=True, kw_only=True)
+class FOp:
+    name: str
+    module: str
+    layer: int | None
+    rule: str  # key into the profile's saved-tensor table
+    inputs: dict[str, TensorDef]
+    outputs: dict[str, TensorDef]
+    extras: dict[str, TensorDef] = field(default_factory=dict)
+    kind: str = "compute"
+    stream: str = "compute"
+    flops: float = 0.0
+    wflops: float = 0.0  # weight-gradient FLOPs; > 0 means the op has a W part
+    tags: frozenset[str] = frozenset()  # recompute module names this op belongs to
+
+    def dataflow_inputs(self) -> list[TensorDef]:
+        return [t for k, t in self.inputs.items() if not k.startswith("_")]
+
+
+class Builder:
+    """Collects one chunk's forward ops; layer builders call :meth:`tensor` and :meth:`op`."""
+
+    def __init__(self, run: RunSpec, table: SavedTable) -> None:
+        p, tr = run.parallel, run.training
+        self.run = run
+        self.model = run.model
+        self.table = table
+        self.ctx = BuildCtx.from_run(run)
+        self.dims = Dims(b=tr.micro_batch_size, s=tr.seq_len, tp=p.tp, cp=p.cp, sp=run.sp_enabled, ep=p.ep,
+                         etp=p.etp, dtype=tr.dtype)
+        self.ops: list[FOp] = []
+        self._names: set[str] = set()
+
+    def tensor(self, name: str, shape: tuple[int, ...], dtype: str | None = None, *,
+               comm: bool = False) -> TensorDef:
+        if name in self._names:
+            raise ValueError(f"duplicate tensor name {name}")
+        self._names.add(name)
+        cat = Category.COMM if comm else Category.TEMPORARY
+        module = name.rsplit(".", 1)[0]
+        return TensorDef(name=name, shape=tuple(int(x) for x in shape), dtype=dtype or self.dims.dtype,
+                         category=cat, module=module, storage=name)
+
+    def op(self, name: str, rule: str, layer: int | None, inputs: dict[str, TensorDef],
+           outputs: dict[str, TensorDef], *, extras: dict[str, TensorDef] | None = None, kind: str = "compute",
+           stream: str = "compute", flops: float = 0.0, wflops: float = 0.0,
+           tags: frozenset[str] | set[str] = frozenset()) -> FOp:
+        module = name.rsplit(".", 1)[0] if "." in name else name
+        op = FOp(name=name, module=module, layer=layer, rule=rule, inputs=inputs, outputs=outputs,
+                 extras=extras or {}, kind=kind, stream=stream, flops=flops, wflops=wflops,
+                 tags=frozenset(tags))
+        self.ops.append(op)
+        return op

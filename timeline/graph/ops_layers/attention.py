@@ -1,0 +1,73 @@
+"""Self-attention ops: MHA/GQA (QKV projection, RoPE, core attention, output projection) and the
+core attention shared with MLA — eager (scores, softmax, dropout, attention over V) or flash,
+as the profile's table says. Context parallelism: each rank holds ``s/cp`` queries and receives
+the other ranks' K/V chunks in a ring (a ``comm`` buffer of two chunks in flight).
+"""
+
+from __future__ import annotations
+
+from timeline.graph.ir import Builder
+from timeline.graph.ops_layers.common import NONE, Tags, norm, row_linear, sp_gather
+from timeline.graph.tensors import TensorDef
+
+CORE: Tags = frozenset({"core_attn"})
+
+
+def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: TensorDef, layer: int,
+                   heads: int, qk_dim: int, v_dim: int) -> TensorDef:
+    """Softmax(q·kᵀ)·v for ``heads`` local heads; returns the context ``(rows, heads·v_dim)``."""
+    d = b.dims
+    name = f"{prefix}.core_attn"
+    sq, sk = d.s_local, d.s
+    rows = q.shape[0]
+    kv = {"k": k, "v": v}
+    if d.cp > 1:
+        ring = b.tensor(f"{name}.kv_ring", (2 * k.shape[0], k.shape[1] + v.shape[1]), comm=True)
+        b.op(f"{name}.cp_ring", "comm", layer, {"k": k, "v": v}, {"y": ring}, kind="p2p", stream="cp", tags=CORE)
+        kv["_ring"] = ring
+    ctx = b.tensor(f"{name}.out", (rows, heads * v_dim))
+    if b.table.attention == "flash":
+        lse = b.tensor(f"{name}.softmax_lse", (d.b, heads, sq), "fp32")
+        f = 2.0 * d.b * heads * sq * sk * (qk_dim + v_dim)
+        b.op(name, "flash_attn", layer, {"q": q, **kv}, {"y": ctx}, extras={"lse": lse}, flops=f, tags=CORE)
+        return ctx
+    shape = (d.b, heads, sq, sk)
+    scores = b.tensor(f"{name}.scores", shape)
+    b.op(f"{name}.qk", "attn_scores", layer, {"q": q, "k": k}, {"y": scores},
+         flops=2.0 * d.b * heads * sq * sk * qk_dim, tags=CORE)
+    probs = b.tensor(f"{name}.softmax", shape)
+    b.op(f"{name}.softmax_op", "softmax", layer, {"x": scores}, {"y": probs}, flops=5.0 * d.b * heads * sq * sk,
+         tags=CORE)
+    if b.table.dropout:
+        dropped = b.tensor(f"{name}.dropout.out", shape)
+        mask = b.tensor(f"{name}.dropout.mask", shape, "uint8")
+        b.op(f"{name}.dropout", "attn_dropout", layer, {"x": probs}, {"y": dropped}, extras={"mask": mask},
+             flops=float(d.b * heads * sq * sk), tags=CORE)
+        probs = dropped
+    b.op(f"{name}.pv", "attn_v", layer, {"p": probs, "v": v}, {"y": ctx},
+         flops=2.0 * d.b * heads * sq * sk * v_dim, tags=CORE)
+    return ctx
+
+
+def attention(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
+    """Input norm + MHA/GQA; ``x`` is the layer input (sequence-parallel rows); returns the
+    output projection's result on the same rows (before dropout and the residual)."""
+    m, d = b.model, b.dims
+    hd, nq, nkv = m.attn_head_dim, m.num_attention_heads // d.tp, m.kv_heads // d.tp
+    fused = b.table.fused_norm_linear
+    ln = norm(b, f"{prefix}.input_layernorm", x, layer, tags=NONE if fused else frozenset({"layernorm"}))
+    p = f"{prefix}.self_attn"
+    full = sp_gather(b, f"{p}.linear_qkv", ln, layer)
+    rows = full.shape[0]
+    q = b.tensor(f"{p}.q", (rows, nq * hd))
+    k = b.tensor(f"{p}.k", (rows, nkv * hd))
+    v = b.tensor(f"{p}.v", (rows, nkv * hd))
+    f = 2.0 * rows * m.hidden_size * (nq + 2 * nkv) * hd
+    b.op(f"{p}.linear_qkv", "linear", layer, {"x": full, "_save": ln}, {"q": q, "k": k, "v": v}, flops=f, wflops=f)
+    if m.position_embedding == "rope":
+        qr, kr = b.tensor(f"{p}.q_rope", q.shape), b.tensor(f"{p}.k_rope", k.shape)
+        b.op(f"{p}.rope", "rope", layer, {"q": q, "k": k}, {"q": qr, "k": kr}, flops=3.0 * (q.shape[1] + k.shape[1])
+             * rows)
+        q, k = qr, kr
+    ctx = core_attention(b, p, q, k, v, layer, nq, hd, hd)
+    return row_linear(b, f"{p}.linear_proj", ctx, m.hidden_size, layer)

@@ -1,0 +1,96 @@
+"""Shared op builders: norms, linears, TP/SP collectives, dropout and residual adds.
+
+A column-parallel linear under sequence parallelism all-gathers its input (a ``comm`` buffer)
+and saves the local shard (``_save``); a row-parallel linear's output is reduce-scattered (SP)
+or all-reduced in place (TP only). This module does not know which profile saves what.
+"""
+
+from __future__ import annotations
+
+from timeline.graph.ir import Builder
+from timeline.graph.tensors import TensorDef
+
+Tags = frozenset[str]
+NONE: Tags = frozenset()
+
+
+def rows(t: TensorDef) -> int:
+    return t.shape[0]
+
+
+def norm(b: Builder, name: str, x: TensorDef, layer: int | None, *, kind: str | None = None,
+         rule: str | None = None, tags: Tags = NONE) -> TensorDef:
+    """RMSNorm / LayerNorm over the last dim; extras rsigma (and mu) in fp32, one per row."""
+    kind = kind or b.model.norm
+    y = b.tensor(f"{name}.out", x.shape)
+    extras = {"rsigma": b.tensor(f"{name}.rsigma", (rows(x),), "fp32")}
+    if kind == "layernorm":
+        extras["mu"] = b.tensor(f"{name}.mu", (rows(x),), "fp32")
+    b.op(name, rule or kind, layer, {"x": x}, {"y": y}, extras=extras, flops=5.0 * x.shape[0] * x.shape[1],
+         tags=tags)
+    return y
+
+
+def all_gather(b: Builder, name: str, x: TensorDef, layer: int | None, group: int, *, stream: str = "tp",
+               tags: Tags = NONE) -> TensorDef:
+    """Sequence all-gather over ``group`` ranks (no-op for a group of one)."""
+    if group == 1:
+        return x
+    y = b.tensor(f"{name}.gathered", (rows(x) * group, *x.shape[1:]), x.dtype, comm=True)
+    b.op(f"{name}.all_gather", "comm", layer, {"x": x}, {"y": y}, kind="collective", stream=stream, tags=tags)
+    return y
+
+
+def sp_gather(b: Builder, name: str, x: TensorDef, layer: int | None, tags: Tags = NONE) -> TensorDef:
+    return all_gather(b, name, x, layer, b.dims.tp if b.dims.sp else 1, tags=tags)
+
+
+def linear(b: Builder, name: str, x: TensorDef, out_cols: int, layer: int | None, *, save: TensorDef | None = None,
+           out_name: str = "out", comm_out: bool = False, rule: str = "linear", tags: Tags = NONE) -> TensorDef:
+    """``y = x·Wᵀ``; saves ``save`` (default: ``x``) for the weight gradient."""
+    y = b.tensor(f"{name}.{out_name}", (rows(x), out_cols), comm=comm_out)
+    f = 2.0 * rows(x) * x.shape[1] * out_cols
+    b.op(name, rule, layer, {"x": x, "_save": save or x}, {"y": y}, flops=f, wflops=f, tags=tags)
+    return y
+
+
+def column_linear(b: Builder, name: str, x: TensorDef, out_cols: int, layer: int | None, *,
+                  tags: Tags = NONE) -> TensorDef:
+    """Column-parallel linear: SP all-gather of ``x``, local shard saved."""
+    full = sp_gather(b, name, x, layer, tags)
+    return linear(b, name, full, out_cols, layer, save=x, tags=tags)
+
+
+def row_linear(b: Builder, name: str, x: TensorDef, out_cols: int, layer: int | None, *,
+               tags: Tags = NONE) -> TensorDef:
+    """Row-parallel linear: reduce-scatter (SP) or all-reduce (TP) of the partial sums."""
+    d = b.dims
+    if d.tp > 1 and d.sp:
+        y = linear(b, name, x, out_cols, layer, out_name="partial", comm_out=True, tags=tags)
+        out = b.tensor(f"{name}.out", (rows(y) // d.tp, out_cols))
+        b.op(f"{name}.reduce_scatter", "comm", layer, {"x": y}, {"y": out}, kind="collective", stream="tp",
+             tags=tags)
+        return out
+    y = linear(b, name, x, out_cols, layer, tags=tags)
+    if d.tp > 1:
+        b.op(f"{name}.all_reduce", "comm", layer, {"x": y}, {}, kind="collective", stream="tp", tags=tags)
+    return y
+
+
+def dropout(b: Builder, name: str, x: TensorDef, layer: int | None, *, rule: str = "dropout",
+            tags: Tags = NONE) -> TensorDef:
+    """Dropout with a 1-byte mask, where the profile has dropout; otherwise the identity."""
+    if not b.table.dropout:
+        return x
+    y = b.tensor(f"{name}.out", x.shape)
+    b.op(name, rule, layer, {"x": x}, {"y": y}, extras={"mask": b.tensor(f"{name}.mask", x.shape, "uint8")},
+         flops=float(x.shape[0] * x.shape[1]), tags=tags)
+    return y
+
+
+def add(b: Builder, name: str, x: TensorDef, residual: TensorDef, layer: int | None, *, out: str | None = None,
+        tags: Tags = NONE) -> TensorDef:
+    y = b.tensor(out or f"{name}.out", x.shape)
+    b.op(name, "add", layer, {"x": x, "residual": residual}, {"y": y}, flops=float(x.shape[0] * x.shape[1]),
+         tags=tags)
+    return y

@@ -1,0 +1,24 @@
+"""Embedding ops: vocabulary-parallel lookup whose partial rows are reduce-scattered (SP) or
+all-reduced (TP), then the embedding dropout where the profile has dropout. Token ids are not
+modelled as tensors (int64, ``b·s`` — a few KB)."""
+
+from __future__ import annotations
+
+from timeline.graph.ir import Builder
+from timeline.graph.ops_layers.common import dropout
+from timeline.graph.tensors import TensorDef
+
+
+def embedding(b: Builder, prefix: str, layer: int | None) -> TensorDef:
+    d, h = b.dims, b.model.hidden_size
+    if d.tp > 1 and d.sp:
+        partial = b.tensor(f"{prefix}.partial", (d.t_full, h), comm=True)
+        b.op(prefix, "embedding", layer, {}, {"y": partial}, wflops=2.0 * d.t_full * h)
+        out = b.tensor(f"{prefix}.out", (d.t_sp, h))
+        b.op(f"{prefix}.reduce_scatter", "comm", layer, {"x": partial}, {"y": out}, kind="collective", stream="tp")
+    else:
+        out = b.tensor(f"{prefix}.out", (d.t_full, h))
+        b.op(prefix, "embedding", layer, {}, {"y": out}, wflops=2.0 * d.t_full * h)
+        if d.tp > 1:
+            b.op(f"{prefix}.all_reduce", "comm", layer, {"x": out}, {}, kind="collective", stream="tp")
+    return dropout(b, f"{prefix}.dropout", out, layer)

@@ -1,0 +1,23 @@
+"""Output head and loss: final norm, vocabulary-parallel output linear (SP all-gather, local
+shard saved) and the vocab-parallel cross-entropy, which keeps fp32 softmax numerators
+(``exp_logits``) and, under Megatron, the target mask and masked targets."""
+
+from __future__ import annotations
+
+from timeline.graph.ir import Builder
+from timeline.graph.ops_layers.common import column_linear, norm
+from timeline.graph.tensors import TensorDef
+
+
+def head(b: Builder, prefix: str, norm_name: str, x: TensorDef, layer: int | None) -> TensorDef:
+    """Final norm → logits → loss; returns the scalar loss."""
+    vocab = b.ctx.padded_vocab // b.dims.tp
+    ln = norm(b, norm_name, x, layer)
+    logits = column_linear(b, f"{prefix}.output_layer", ln, vocab, layer)
+    rows = logits.shape[0]
+    loss = b.tensor(f"{prefix}.loss", (1,), "fp32")
+    extras = {"exp_logits": b.tensor(f"{prefix}.loss.exp_logits", (rows, vocab), "fp32"),
+              "target_mask": b.tensor(f"{prefix}.loss.target_mask", (rows,), "bool"),
+              "masked_target": b.tensor(f"{prefix}.loss.masked_target", (rows,), "int64")}
+    b.op(f"{prefix}.loss", "ce_loss", layer, {"x": logits}, {"y": loss}, extras=extras, flops=6.0 * rows * vocab)
+    return loss

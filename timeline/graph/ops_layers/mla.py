@@ -1,0 +1,55 @@
+"""Multi-head latent attention ops (DeepSeek-V2/V3), names as arXiv 2502.07846 Table 2.
+
+Down projections W^DQ and W^DKV (+W^KR, fused) are replicated over TP; the latent norms, the
+up projections W^UQ/W^QR and W^UK/W^UV, RoPE, core attention and W^O follow. Under the
+``paper`` table the input is all-gathered first, so c_Q/c_KV hold the full sequence; Megatron
+keeps them sequence-parallel and all-gathers before the up projections (``mla_latent_sp``).
+The latent norms, up projections and RoPE form the ``mla_up_proj`` recompute module.
+"""
+
+from __future__ import annotations
+
+from timeline.graph.ir import Builder
+from timeline.graph.ops_layers.attention import core_attention
+from timeline.graph.ops_layers.common import all_gather, linear, norm, row_linear, sp_gather
+from timeline.graph.tensors import TensorDef
+
+UP = frozenset({"mla_up_proj"})
+
+
+def mla(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
+    m, d = b.model, b.dims
+    h, nh = m.hidden_size, m.num_attention_heads // d.tp
+    d_h, d_hr, d_v = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
+    ln = norm(b, f"{prefix}.input_layernorm", x, layer, tags=frozenset({"layernorm"}))
+    p = f"{prefix}.self_attn"
+    latent_sp = b.table.mla_latent_sp
+    src = ln if latent_sp else sp_gather(b, f"{p}.linear_q_down_proj", ln, layer)
+    if m.q_lora_rank:
+        cq_raw = linear(b, f"{p}.linear_q_down_proj", src, m.q_lora_rank, layer, save=ln)
+    rows = src.shape[0]
+    kv_raw = b.tensor(f"{p}.linear_kv_down_proj.out", (rows, m.kv_lora_rank))
+    k_pe = b.tensor(f"{p}.linear_kv_down_proj.k_pe", (rows, d_hr))
+    f = 2.0 * rows * h * (m.kv_lora_rank + d_hr)
+    b.op(f"{p}.linear_kv_down_proj", "linear", layer, {"x": src, "_save": ln}, {"y": kv_raw, "k_pe": k_pe},
+         flops=f, wflops=f)
+    group = d.tp if (latent_sp and d.sp) else 1
+    if m.q_lora_rank:
+        cq = norm(b, f"{p}.q_layernorm", cq_raw, layer, kind="rmsnorm", rule="latent_norm", tags=UP)
+        cq_full = all_gather(b, f"{p}.linear_q_up_proj", cq, layer, group, tags=UP)
+        q_raw = linear(b, f"{p}.linear_q_up_proj", cq_full, nh * (d_h + d_hr), layer, save=cq, tags=UP)
+    else:
+        q_raw = linear(b, f"{p}.linear_q_proj", sp_gather(b, f"{p}.linear_q_proj", ln, layer) if latent_sp else src,
+                       nh * (d_h + d_hr), layer, save=ln, tags=UP)
+    ckv = norm(b, f"{p}.kv_layernorm", kv_raw, layer, kind="rmsnorm", rule="latent_norm", tags=UP)
+    ckv_full = all_gather(b, f"{p}.linear_kv_up_proj", ckv, layer, group, tags=UP)
+    kv = linear(b, f"{p}.linear_kv_up_proj", ckv_full, nh * (d_h + d_v), layer, save=ckv, tags=UP)
+    k_pe_full = all_gather(b, f"{p}.k_pe", k_pe, layer, group, tags=UP)
+    full_rows = kv.shape[0]
+    q = b.tensor(f"{p}.q", (full_rows, nh * (d_h + d_hr)))
+    k = b.tensor(f"{p}.k", (full_rows, nh * (d_h + d_hr)))
+    v = b.tensor(f"{p}.v", (full_rows, nh * d_v))
+    b.op(f"{p}.rope", "rope", layer, {"q": q_raw, "kv": kv, "k_pe": k_pe_full}, {"q": q, "k": k, "v": v},
+         flops=3.0 * full_rows * nh * d_hr * 2, tags=UP)
+    ctx = core_attention(b, p, q, k, v, layer, nh, d_h + d_hr, d_v)
+    return row_linear(b, f"{p}.linear_proj", ctx, h, layer)

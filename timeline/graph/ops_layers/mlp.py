@@ -1,0 +1,41 @@
+"""Dense MLP ops: norm, fc1 (GeLU, or SwiGLU's fused gate+up), activation, fc2 — the ``mlp``
+recompute module (with the norm when it is fused into fc1, as in Transformer Engine)."""
+
+from __future__ import annotations
+
+from timeline.graph.ir import Builder
+from timeline.graph.ops_layers.common import Tags, column_linear, norm, row_linear
+from timeline.graph.tensors import TensorDef
+
+MLP: Tags = frozenset({"mlp"})
+
+
+def activation(b: Builder, name: str, x: TensorDef, layer: int, ffn: int, *, rule: str | None = None,
+               probs: TensorDef | None = None, tags: Tags = MLP) -> TensorDef:
+    """GeLU on ``x`` or SwiGLU on the fused gate+up output; ``ffn`` is the local width."""
+    y = b.tensor(f"{name}.out", (x.shape[0], ffn))
+    inputs = {"x": x}
+    extras = {}
+    if b.model.gated_mlp:
+        rule = rule or "swiglu"
+        if probs is not None:
+            inputs["probs"] = probs
+        if b.table.swiglu_extra:
+            extras["silu"] = b.tensor(f"{name}.silu", (x.shape[0], ffn))
+    else:
+        rule = "gelu"
+    b.op(name, rule, layer, inputs, {"y": y}, extras=extras, flops=8.0 * x.shape[0] * ffn, tags=tags)
+    return y
+
+
+def mlp(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
+    """Pre-MLP norm and the dense MLP on the layer's residual stream ``x``."""
+    m, d = b.model, b.dims
+    fused = b.table.fused_norm_linear
+    ln = norm(b, f"{prefix}.post_attention_layernorm", x, layer,
+              tags=MLP if fused else frozenset({"layernorm"}))
+    p = f"{prefix}.mlp"
+    ffn = m.intermediate_size // d.tp
+    fc1 = column_linear(b, f"{p}.linear_fc1", ln, (2 if m.gated_mlp else 1) * ffn, layer, tags=MLP)
+    act = activation(b, f"{p}.act", fc1, layer, ffn)
+    return row_linear(b, f"{p}.linear_fc2", act, m.hidden_size, layer, tags=MLP)

@@ -1,0 +1,119 @@
+"""Mixture-of-experts ops: router, top-k, permute + all-to-all dispatch, grouped expert GEMMs
+and activation, combine + unpermute, shared experts (the ``moe`` recompute module).
+
+Token rows (DESIGN §4): each EP rank dispatches its own ``T = b·s/(tp·cp)`` tokens (``b·s/cp``
+without SP), so under balanced routing its local experts receive ``T·top_k`` rows, × ``etp``
+after the expert-TP all-gather. ``routing = "skew"`` multiplies the rows by ``routing_skew``
+(the busiest EP rank; this template is that rank's). ``capacity_factor > 0`` caps each expert at
+``ceil(capacity_factor·T·top_k/E)`` tokens from each source rank — Megatron's ``get_capacity``
+in megatron/core/transformer/moe/moe_utils.py — so a rank receives at most ``E·cap`` rows, and
+exactly that with ``pad_to_capacity``. The ``paper`` table keeps arXiv 2502.07846's convention:
+router and shared expert on the full ``b·s``, experts fed ``b·s·top_k/ep`` rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+from timeline.graph.ir import Builder
+from timeline.graph.ops_layers.common import add, all_gather, dropout, linear, norm, row_linear, sp_gather
+from timeline.graph.ops_layers.mlp import activation
+from timeline.graph.tensors import TensorDef
+
+MOE = frozenset({"moe"})
+SHARED = frozenset({"moe", "shared_experts"})
+
+
+def expert_rows(b: Builder) -> int:
+    """Token rows one EP rank's experts receive (before the expert-TP all-gather)."""
+    m, d, tr = b.model, b.dims, b.run.training
+    k = m.num_experts_per_tok
+    if b.table.moe_tokens == "paper":
+        return d.t_full * k // d.ep
+    tokens = d.t_sp
+    rows = tokens * k
+    if tr.routing == "skew":
+        rows = math.ceil(rows * tr.routing_skew)
+    if tr.capacity_factor > 0:
+        cap_rows = m.n_routed_experts * math.ceil(tr.capacity_factor * tokens * k / m.n_routed_experts)
+        rows = cap_rows if tr.pad_to_capacity else min(rows, cap_rows)
+    return rows
+
+
+def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
+    """Pre-MLP norm and the MoE block on the residual stream ``x``; returns the block's output."""
+    m, d = b.model, b.dims
+    h, k, n = m.hidden_size, m.num_experts_per_tok, m.n_routed_experts
+    paper = b.table.moe_tokens == "paper"
+    ln = norm(b, f"{prefix}.pre_mlp_layernorm", x, layer, tags=frozenset({"layernorm"}))
+    p = f"{prefix}.mlp"
+    src = sp_gather(b, f"{p}.router", ln, layer, tags=MOE) if paper else ln
+    t = src.shape[0]
+    score_dtype, idx_dtype = ("bf16", "int16") if paper else ("fp32", "int64")
+    logits = linear(b, f"{p}.router", src, n, layer, save=ln, out_name="logits", tags=MOE)
+    scores = b.tensor(f"{p}.router.scores", (t, n), score_dtype)
+    b.op(f"{p}.router.score", "router_score", layer, {"x": logits}, {"y": scores},
+         extras={"scores": b.tensor(f"{p}.router.scores_saved", (t, n), "fp32")}, flops=4.0 * t * n, tags=MOE)
+    probs = b.tensor(f"{p}.router.probs", (t, k), "fp32")
+    idx = b.tensor(f"{p}.router.topk_idx", (t, k), idx_dtype)
+    b.op(f"{p}.router.topk", "topk", layer, {"x": scores}, {"probs": probs, "idx": idx}, flops=float(t * n), tags=MOE)
+    # dispatch: permute, all-to-all over EP, expert-TP all-gather
+    permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
+    pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), "fp32")
+    b.op(f"{p}.dispatch.permute", "permute", layer, {"x": src, "probs": probs, "_idx": idx},
+         {"y": permuted, "probs": pprobs},
+         extras={"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (t * k,), "int64")}, tags=MOE)
+    rows = expert_rows(b)
+    tokens, rprobs = permuted, pprobs
+    if d.ep > 1:
+        tokens = b.tensor(f"{p}.dispatch.received", (rows, h), comm=True)
+        rprobs = b.tensor(f"{p}.dispatch.received_probs", (rows,), "fp32", comm=True)
+        b.op(f"{p}.dispatch.all_to_all", "comm", layer, {"x": permuted, "probs": pprobs},
+             {"y": tokens, "probs": rprobs}, kind="collective", stream="ep", tags=MOE)
+    tokens = all_gather(b, f"{p}.experts", tokens, layer, d.etp, stream="ep", tags=MOE)
+    # grouped experts
+    e_ffn = m.moe_intermediate_size // d.etp
+    fc1 = linear(b, f"{p}.experts.linear_fc1", tokens, (2 if m.gated_mlp else 1) * e_ffn, layer,
+                 rule="grouped_linear", tags=MOE)
+    act = activation(b, f"{p}.experts.act", fc1, layer, e_ffn, rule=None if paper else "weighted_swiglu",
+                     probs=None if paper else rprobs, tags=frozenset({"moe", "moe_act"}))
+    out = linear(b, f"{p}.experts.linear_fc2", act, h, layer, rule="grouped_linear", tags=MOE)
+    out = dropout(b, f"{p}.experts.dropout", out, layer, tags=MOE)
+    if d.etp > 1:
+        rs = b.tensor(f"{p}.experts.reduce_scatter.out", (out.shape[0] // d.etp, h))
+        b.op(f"{p}.experts.reduce_scatter", "comm", layer, {"x": out}, {"y": rs}, kind="collective", stream="ep",
+             tags=MOE)
+        out = rs
+    # combine: all-to-all back, unpermute (weighted sum over the top-k)
+    back = out
+    if d.ep > 1:
+        back = b.tensor(f"{p}.combine.received", (t * k, h), comm=True)
+        b.op(f"{p}.combine.all_to_all", "comm", layer, {"x": out}, {"y": back}, kind="collective", stream="ep",
+             tags=MOE)
+    routed = b.tensor(f"{p}.combine.out", (t, h))
+    b.op(f"{p}.combine.unpermute", "unpermute", layer, {"x": back, "_idx": idx}, {"y": routed},
+         flops=float(t * k * h), tags=MOE)
+    if m.shared_ffn:
+        routed = add(b, f"{p}.shared_add", shared_experts(b, f"{p}.shared_experts", ln, src, layer), routed,
+                     layer, tags=MOE)
+    if paper and routed.shape[0] != x.shape[0]:  # replicated over TP: keep this rank's SP rows (no comm)
+        shard = b.tensor(f"{p}.sp_split.out", x.shape)
+        b.op(f"{p}.sp_split", "comm", layer, {"x": routed}, {"y": shard}, tags=MOE)
+        routed = shard
+    return routed
+
+
+def shared_experts(b: Builder, p: str, ln: TensorDef, gathered: TensorDef, layer: int) -> TensorDef:
+    """Shared experts: TP-split MLP on the SP rows (Megatron SharedExpertMLP), or under the paper's
+    convention one replicated MLP on the full ``b·s`` with an output dropout mask."""
+    m, d = b.model, b.dims
+    if b.table.moe_tokens == "paper":
+        fc1 = linear(b, f"{p}.linear_fc1", gathered, (2 if m.gated_mlp else 1) * m.shared_ffn, layer, tags=SHARED)
+        act = activation(b, f"{p}.act", fc1, layer, m.shared_ffn, tags=SHARED)
+        out = linear(b, f"{p}.linear_fc2", act, m.hidden_size, layer, tags=SHARED)
+        return dropout(b, f"{p}.dropout", out, layer, tags=SHARED)
+    ffn = m.shared_ffn // d.tp
+    full = sp_gather(b, f"{p}.linear_fc1", ln, layer, tags=SHARED)
+    fc1 = linear(b, f"{p}.linear_fc1", full, (2 if m.gated_mlp else 1) * ffn, layer, save=ln, tags=SHARED)
+    act = activation(b, f"{p}.act", fc1, layer, ffn, tags=SHARED)
+    return row_linear(b, f"{p}.linear_fc2", act, m.hidden_size, layer, tags=SHARED)

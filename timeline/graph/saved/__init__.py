@@ -1,0 +1,67 @@
+"""Saved-tensor tables: per profile, what each forward op keeps for its backward (DESIGN §5).
+
+A :class:`SavedTable` maps an op *rule* (``linear``, ``rmsnorm``, ``flash_attn``, …) to a
+:class:`SaveRule`: the slots it saves (``in:x``, ``out:y``, ``extra:mask``), which of them only
+the weight gradient needs (those stay alive until the W pass), and the source it follows. A
+table also carries the few structural choices a framework makes (eager or flash attention,
+dropout, fused norms, the MoE token convention) so layer builders consult a table, never the
+profile's name.
+
+Adding a profile: write ``saved/<name>.py`` defining ``TABLE = SavedTable(...)`` and add it to
+:data:`TABLES`. A profile without a table (``hf`` for now) fails in :func:`saved_table`, the one
+place that says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from timeline.errors import UserError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaveRule:
+    saves: tuple[str, ...] = ()  # "in:SLOT" | "out:SLOT" | "extra:SLOT"
+    wgrad: tuple[str, ...] = ()  # of ``saves``, those only the weight gradient reads
+    keep_under_recompute: tuple[str, ...] = ()  # kept even inside a recomputed region
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SavedTable:
+    name: str
+    rules: dict[str, SaveRule]
+    attention: str  # "eager" (scores, softmax, dropout materialised) | "flash"
+    dropout: bool  # dropout after attention/MLP outputs (and inside eager attention)
+    fused_norm_linear: bool  # norms before a linear fuse into it (TE LayerNormLinear): not "layernorm"-recomputable
+    moe_tokens: str  # "paper": b·s·top_k/ep rows, router on full b·s | "routed": (b·s/(tp·cp))·top_k
+    mla_latent_sp: bool  # MLA's compressed q/kv stay sequence-parallel (Megatron) or are gathered (paper)
+    full_recompute_moe_split: bool  # full recompute checkpoints the MoE sub-block apart (keeps its input)
+    swiglu_extra: bool  # an unfused SwiGLU also keeps silu(gate)
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def rule(self, key: str) -> SaveRule:
+        try:
+            return self.rules[key]
+        except KeyError:
+            raise KeyError(f"profile {self.name!r} has no saved-tensor rule for op kind {key!r}") from None
+
+
+def _tables() -> dict[str, SavedTable]:
+    from timeline.graph.saved import megatron, paper
+
+    return {"paper": paper.TABLE, "megatron": megatron.TABLE}
+
+
+#: profile name -> table; a new profile's rules file registers here
+TABLES: dict[str, SavedTable] = {}
+
+
+def saved_table(profile: str) -> SavedTable:
+    """The saved-tensor table of ``profile``; a UserError for a profile without one."""
+    if not TABLES:
+        TABLES.update(_tables())
+    if profile not in TABLES:
+        raise UserError(f"activations for profile {profile} are not available yet; use profile = \"megatron\" "
+                        f"or \"paper\" for activation memory (static memory works for every profile)")
+    return TABLES[profile]
