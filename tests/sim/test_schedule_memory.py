@@ -1,0 +1,136 @@
+"""Memory over time under each schedule, on a small real DeepSeek-V3-style model (megatron
+profile): in-flight micro-batches per rank, buffer sizes of collectives, accounting."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from timeline.graph.template import chunk_template
+from timeline.graph.tensors import CATEGORIES
+from timeline.io.runfile import load_run
+from timeline.result.build import build_timeline
+
+SHIPPED = Path(__file__).resolve().parents[2] / "schedules" / "deepseek-v3-pp16-tp2-ep8.toml"
+P = 4
+SMALL = ["model.profile=megatron", "model.num_layers=8", f"parallel.pp={P}", "training.seq_len=1024",
+         "model.mtp_layers=0", "model.n_routed_experts=16", "parallel.dp=8"]
+
+
+@cache
+def sim(kind: str = "1f1b", m: int = 8, vpp: int = 1, allocator: str = "ideal"):
+    layout = [8 // (P * vpp)] * (P * vpp)
+    run = load_run(SHIPPED, [*SMALL, f"parallel.layout={layout}", f"parallel.vpp={vpp}",
+                             f"training.num_microbatches={m}", f"schedule.kind={kind}",
+                             f"allocator.kind={allocator}"])
+    return build_timeline(run, chunk_template)
+
+
+def act_max(tl, d: int) -> int:
+    return int(tl.series(d).by_category["activations"].max())
+
+
+def chunk_bytes(tl) -> dict[int, int]:
+    return {c: t.activation_bytes for c, t in tl.sim.templates.items()}
+
+
+def in_flight_peak(tl, d: int) -> int:
+    """Largest sum of saved bytes over (chunk, micro-batch) pairs whose forward has ended and
+    whose backward has not started, taken at the end of every forward (no I/W split)."""
+    a = chunk_bytes(tl)
+    live: set[tuple[int, int]] = set()
+    best = 0
+    for s in tl.sim.spans[d]:
+        if s.iteration or s.kind == "step":
+            continue
+        if s.kind == "F":
+            live.add((s.stage, s.microbatch))
+            best = max(best, sum(a[c] for c, _ in live))
+        else:
+            live.discard((s.stage, s.microbatch))
+    return best
+
+
+@pytest.mark.parametrize("m", [4, 8, 12])
+def test_1f1b_rank_r_holds_p_minus_r_microbatches(m):
+    tl = sim("1f1b", m)
+    for r in range(P):
+        assert act_max(tl, r) == min(P - r, m) * tl.sim.activation_bytes_per_microbatch[r]
+
+
+def test_1f1b_peak_does_not_grow_past_p_microbatches():
+    for r in range(P):
+        assert sim("1f1b", 8).peak(r)["peak_requested_bytes"] == sim("1f1b", 12).peak(r)["peak_requested_bytes"]
+
+
+def test_gpipe_holds_every_microbatch():
+    tl = sim("gpipe", 6)
+    for r in range(P):
+        assert act_max(tl, r) == 6 * tl.sim.activation_bytes_per_microbatch[r]
+
+
+def test_interleaved_follows_megatrons_warmup():
+    tl = sim("interleaved", 8, vpp=2)
+    for r in range(P):
+        warmup = min((P - r - 1) * 2 + (2 - 1) * P, 8 * 2)  # Megatron's rule, group = pp
+        forwards = [s for s in tl.sim.spans[r] if s.iteration == 0 and s.kind != "step"]
+        first_b = next(i for i, s in enumerate(forwards) if s.kind == "B")
+        assert first_b == warmup + 1  # warm-up forwards, then the first steady-state forward
+        assert act_max(tl, r) == in_flight_peak(tl, r)
+
+
+def test_zb_h1_never_holds_more_than_1f1b():
+    """ZB-H1's memory limit is 1F1B's peak, p micro-batches of a stage (Qi et al. 2023, §3): rank 0
+    holds exactly 1F1B's peak; later ranks keep W's GEMM inputs past I, so they hold more than
+    their own 1F1B share but never more than p micro-batches' worth."""
+    zb, ref = sim("zb-h1", 8), sim("1f1b", 8)
+    assert act_max(zb, 0) == act_max(ref, 0)
+    for r in range(P):
+        per_mb = zb.sim.activation_bytes_per_microbatch[r]
+        assert act_max(ref, r) <= act_max(zb, r) <= P * per_mb
+
+
+def test_dualpipe_holds_twice_the_parameters_and_pp_plus_one_chunks():
+    dp, ref = sim("dualpipe", 8), sim("1f1b", 8)
+    a = chunk_bytes(dp)
+    for r in range(P):
+        w = dp.sim.devices[r].weights_bytes
+        assert w == ref.sim.devices[r].weights_bytes + ref.sim.devices[P - 1 - r].weights_bytes
+        # DualPipe README: PP + 1 chunk-micro-batches of activations in flight, at most
+        assert act_max(dp, r) <= (P + 1) * max(a.values())
+
+
+def test_v_schedules_hold_at_most_2pp_plus_one_chunks():
+    for kind, limit in (("zbv", 2 * P), ("dualpipev", 2 * P + 1)):
+        tl = sim(kind, 8, vpp=2)
+        a = chunk_bytes(tl)
+        for r in range(P):
+            assert act_max(tl, r) <= limit * max(a[c] for c in tl.sim.devices[r].stages)
+
+
+def test_collective_buffers_hold_their_exact_bytes():
+    tl = sim("1f1b", 4)
+    ev, names = tl.events(1), np.array(tl.sim.names)
+    h, b, s, tp, top_k = 7168, 1, 1024, 2, 8
+    allocs = ev.sign > 0
+    gathered = ev.size[allocs & (names[ev.tensor] == "layers.2.mlp.linear_fc1.gathered")]
+    assert len(gathered) and (gathered == b * s * h * 2).all()  # SP all-gather: the full sequence
+    received = ev.size[allocs & (names[ev.tensor] == "layers.3.mlp.dispatch.received")]
+    assert len(received) and (received == (b * s // tp) * top_k * h * 2).all()  # EP all-to-all rows
+
+
+@pytest.mark.parametrize("allocator", ["ideal", "caching"])
+def test_every_tensor_freed_once_and_categories_sum(allocator):
+    tl = sim("1f1b", 8, allocator=allocator)
+    for d in range(P):
+        s = tl.series(d)
+        np.testing.assert_array_equal(sum(s.by_category[c] for c in CATEGORIES), s.requested)
+        ev, fi = tl.events(d), tl.free_index(d)
+        allocs = np.flatnonzero(ev.sign > 0)
+        never = {tl.sim.names[ev.tensor[i]] for i in allocs if fi[i] < 0}
+        assert never <= {"static.weights", "static.grads", "static.master", "static.moments"}
+        assert (ev.sign < 0).sum() + sum(1 for i in allocs if fi[i] < 0) == len(allocs)
+        assert (s.allocated >= s.requested).all() and (s.reserved >= s.allocated).all()
