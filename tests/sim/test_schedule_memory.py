@@ -134,3 +134,22 @@ def test_every_tensor_freed_once_and_categories_sum(allocator):
         assert never <= {"static.weights", "static.grads", "static.master", "static.moments"}
         assert (ev.sign < 0).sum() + sum(1 for i in allocs if fi[i] < 0) == len(allocs)
         assert (s.allocated >= s.requested).all() and (s.reserved >= s.allocated).all()
+
+
+def test_skewed_routing_simulates_each_ep_rank():
+    run = load_run(SHIPPED, [*SMALL, "parallel.layout=[2,2,2,2]", "training.num_microbatches=4",
+                             "training.routing=skew", "training.routing_skew=1.5"])
+    tl = build_timeline(run, chunk_template)
+    balanced = sim("1f1b", 4)
+    ep, stride = 8, 2 * 8  # tp·cp·dp = 16 ranks per pipeline rank, 8 EP ranks
+    assert len(tl.sim.devices) == P * ep
+    for r in range(P):
+        devs = [d for d in range(len(tl.sim.devices)) if tl.sim.devices[d].pp_rank == r]
+        assert sum(tl.sim.devices[d].represents for d in devs) == stride
+        assert len({tl.sim.devices[d].device for d in devs}) == ep
+        acts = [tl.sim.activation_bytes_per_microbatch[d] for d in devs]
+        if r == 0:  # layers 0-1 are dense (first_k_dense_replace = 3): routing changes nothing
+            assert len(set(acts)) == 1
+            continue
+        assert acts == sorted(acts, reverse=True) and acts[0] > acts[-1]
+        assert acts[0] > balanced.sim.activation_bytes_per_microbatch[r] > acts[-1]

@@ -11,7 +11,7 @@ I/O, no printing.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -106,6 +106,16 @@ def boundary_bytes(run: RunSpec) -> int:
     return tokens * run.model.hidden_size * DTYPE_BYTES[tr.dtype]
 
 
+def ep_loads(run: RunSpec) -> list[float]:
+    """Token load of each simulated EP rank relative to the mean: ``[1.0]`` under balanced
+    routing (EP ranks are symmetric, one stands for all); under ``routing = "skew"`` a linear
+    ramp from ``routing_skew`` (the busiest rank) down to ``2 − routing_skew``, mean 1."""
+    ep, skew = run.parallel.ep, run.training.routing_skew
+    if run.training.routing != "skew" or not run.model.is_moe or ep == 1:
+        return [1.0]
+    return [skew - (skew - 1) * 2 * e / (ep - 1) for e in range(ep)]
+
+
 def simulate(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
              csv_rows: Sequence[Sequence[str]] | None = None,
              progress: Callable[[str, int, int], None] | None = None) -> SimOutput:
@@ -115,12 +125,24 @@ def simulate(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
                               microbatch_group_size=run.schedule.microbatch_group_size, csv_rows=csv_rows)
     cost = CostModel.from_run(run)
     holder = {c: r for r in reversed(range(par.pp)) for c in schedule.stages_of_rank[r]}
-    templates = {c: template_fn(run, c, pp_rank=holder[c]) for c in range(schedule.num_chunks)}
-    compiled = compile_templates(templates, cost)
-    devices = static_devices(run)
+    loads = ep_loads(run)
+    # one template set per simulated EP load; the busiest (first) one times the pipeline, since
+    # every EP rank waits for the slowest at each all-to-all
+    variants = []
+    for load in loads:
+        run_e = run if len(loads) == 1 else replace(run, training=replace(tr, routing_skew=load))
+        t = {c: template_fn(run_e, c, pp_rank=holder[c]) for c in range(schedule.num_chunks)}
+        variants.append((t, compile_templates(t, cost)))
+    templates, compiled = variants[0]
+    stride = par.tp * par.cp * par.dp
+    devices = []
+    for dev in static_devices(run):
+        for e in range(len(loads)):
+            devices.append(dev if len(loads) == 1 else
+                           replace(dev, device=dev.device + e * (stride // par.ep), represents=stride // par.ep))
     p2p_bytes = boundary_bytes(run)
     p2p_us = cost.comm_us(p2p_bytes, "pp")
-    step_us = [_step_us(run, d, cost) for d in devices]
+    step_us = [_step_us(run, d, cost) for d in devices[::len(loads)]]
     spans_all = run_schedule(schedule, iterations=tr.iterations,
                              duration_us=lambda s, k: compiled[(s, k)].duration_us, p2p_us=p2p_us,
                              step_us=lambda r: step_us[r])
@@ -130,15 +152,17 @@ def simulate(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
     for row in per_rank:
         row.sort(key=lambda s: (s.start_us, s.end_us))
     names = _Names()
-    events, ops = [], []
-    for r, dev in enumerate(devices):
+    events, ops, spans, act = [], [], [], []
+    for i, dev in enumerate(devices):
         if progress:
-            progress("devices", r, par.pp)
-        events.append(_device_events(run, dev, per_rank[r], compiled, names))
-        ops.append(_device_ops(per_rank[r], compiled, names))
+            progress("devices", i, len(devices))
+        r, (t_e, c_e) = dev.pp_rank, variants[i % len(loads)]
+        events.append(_device_events(run, dev, per_rank[r], c_e, names))
+        ops.append(_device_ops(per_rank[r], c_e, names))
+        spans.append(per_rank[r])
+        act.append(sum(t_e[c].activation_bytes for c in dev.stages))
     iteration_time = max(s.end_us for s in spans_all) / tr.iterations
-    act = [sum(templates[c].activation_bytes for c in d.stages) for d in devices]
-    return SimOutput(run=run, schedule=schedule, devices=devices, spans=per_rank, events=events, ops=ops,
+    return SimOutput(run=run, schedule=schedule, devices=devices, spans=spans, events=events, ops=ops,
                      names=names.items, iteration_time_us=iteration_time,
                      activation_bytes_per_microbatch=act, templates=templates)
 

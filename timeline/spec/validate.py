@@ -61,6 +61,9 @@ def validate_run(run: RunSpec) -> list[tuple[str, str]]:
                  "expert parallelism folds into the data-, tensor- and context-parallel ranks"))
         if m.moe_intermediate_size % par.etp:
             add(("parallel.etp", f"{par.etp} does not divide moe_intermediate_size={m.moe_intermediate_size}"))
+    if tr.routing == "skew" and tr.routing_skew > 2.0:
+        add(("training.routing_skew", f"{tr.routing_skew} > 2: the EP loads ramp linearly from the busiest "
+             "rank's routing_skew down to 2 − routing_skew (mean 1), so it must be in [1, 2]"))
     if tr.routing == "balanced" and tr.routing_skew != 1.0:
         add(("training.routing_skew", 'applies with routing = "skew"; set routing = "skew" or remove it'))
 
