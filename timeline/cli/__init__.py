@@ -23,6 +23,9 @@ COMMANDS: dict[str, str] = {
     "schedule": "schedule",
     "simulate": "simulate",
     "replay": "replay",
+    "compare": "compare",
+    "fit": "fit",
+    "plot": "plot",
 }
 
 EPILOG = """\

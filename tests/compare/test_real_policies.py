@@ -1,0 +1,64 @@
+"""The same checks on the real op templates (llama3-8b, 4 layers, pp=2, 4 micro-batches, seq
+16384 so that activations matter): saved activations none ≥ selective ≥ full and recompute time
+the reverse on every device; simulated recompute time equals the templates' static cost (the
+roofline of the recompute ops), at least their FLOPs over the throughput; fit's answer fits."""
+
+from __future__ import annotations
+
+import pytest
+
+from timeline.compare.fit import Statics, fit
+from timeline.compare.metrics import simulate_variants
+from timeline.compare.variants import policy_variants
+from timeline.graph.recompute import parse_recompute
+from timeline.io.runfile import load_run
+from timeline.sim.cost import CostModel
+
+template = pytest.importorskip("timeline.graph.template")
+RUN = """
+name = "llama-small"
+[model]
+preset = "llama3-8b"
+num_hidden_layers = 4
+[parallel]
+pp = 2
+[training]
+seq_len = 16384
+num_microbatches = 4
+iterations = 1
+"""
+POLICIES = ["none", "selective:core_attn", "selective:core_attn+layernorm+mlp", "full:uniform:1", "full:block:2,2"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    path = tmp_path_factory.mktemp("real") / "run.toml"
+    path.write_text(RUN)
+    return load_run(path, [])
+
+
+def test_real_ordering_and_cost(run):
+    results = simulate_variants(policy_variants(run, [",".join(POLICIES)]), template.chunk_template, workers=1)
+    st, per_us = Statics(run, template.chunk_template), CostModel.from_run(run).flops_per_us
+    for chain in (results[:4], results[:3] + results[4:]):
+        for d in range(run.parallel.pp):
+            acts = [r.devices[d].peak_activation_bytes for r in chain]
+            times = [r.devices[d].recompute_time_us for r in chain]
+            assert acts == sorted(acts, reverse=True) and acts[0] > acts[-1]
+            assert times == sorted(times) and times[0] == 0.0 < times[-1]
+    for res in results:
+        static = st.candidate(parse_recompute(res.recompute))
+        for d, dev in enumerate(res.devices):
+            assert dev.recompute_time_us == pytest.approx(static.recompute_time_us[d], rel=1e-9)
+            assert dev.recompute_flops == pytest.approx(static.recompute_flops[d], rel=1e-9)
+            assert dev.recompute_time_us >= dev.recompute_flops / per_us * (1 - 1e-9)
+
+
+def test_real_fit_fits(run):
+    full = simulate_variants(policy_variants(run, ["full:uniform:1"]), template.chunk_template, workers=1)[0]
+    cap = (max(d.peak_reserved_bytes for d in full.devices) + (1 << 20)) / 2**30  # full fits, none does not
+    res = fit(run, template.chunk_template, capacity_gib=cap, alternatives=1)
+    assert res.best is not None and res.best.result.fits and res.best.candidate.name != "none"
+    assert not res.outcomes[0].fits  # none, simulated at this capacity
+    assert res.best.candidate.cost <= Statics(run, template.chunk_template).candidate(
+        parse_recompute("full:uniform:1")).cost

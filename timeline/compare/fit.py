@@ -1,0 +1,235 @@
+"""``fit``: the recompute policy with the least recompute time whose peak reserved memory fits
+every device.
+
+Search space (stated to the user, enumerated exhaustively by the tests):
+
+- ``none``;
+- ``selective:S`` for every non-empty set S of the modules the model has (``mla_up_proj`` needs
+  MLA, ``moe``/``moe_act``/``shared_experts`` a MoE model), less the *dominated* sets — those that
+  on no pipeline rank save more bytes per micro-batch, yet cost at least as much recompute time,
+  as ``none`` or a smaller set — ordered by bytes saved per recomputed FLOP;
+- ``full:uniform:N`` for N = 1 … layers per chunk (the same N on every rank);
+- ``full:block:N_0,…,N_{p−1}``, each N_r = 0 … layers in rank r's chunks.
+
+Cost is (max over ranks, sum over ranks) of recompute time per iteration, known statically from
+the op templates and the schedule's action counts. Candidates are simulated cheapest first
+until one fits, then for the runner-ups. Two rules skip simulations: a static lower bound —
+the baseline's peak minus, for every micro-batch in flight at most, what the candidate saves
+per micro-batch — above capacity on some rank; and, for ``block``, that a rank's memory depends
+only on its own N_r, so the least fitting N_r per rank is found by raising only failing ranks.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from timeline.compare.metrics import TemplateFn, VariantResult, evaluate
+from timeline.compare.variants import Variant, recompute_name, with_recompute
+from timeline.graph.build import chunk_layers
+from timeline.pipeline import build_schedule
+from timeline.sim.cost import CostModel
+from timeline.spec.run import RECOMPUTE_MODULES, RecomputeSpec, RunSpec
+
+Cost = tuple[float, float]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate:
+    """A policy with its static per-rank numbers (from templates, before any simulation)."""
+
+    name: str
+    spec: RecomputeSpec
+    activation_bytes: tuple[int, ...]  # per rank: saved bytes per micro-batch
+    recompute_flops: tuple[float, ...]  # per rank, per iteration
+    recompute_time_us: tuple[float, ...]  # per rank, per iteration
+
+    @property
+    def cost(self) -> Cost:
+        return (max(self.recompute_time_us, default=0.0), sum(self.recompute_time_us))
+
+
+@dataclass(slots=True, kw_only=True)
+class Outcome:
+    candidate: Candidate
+    result: VariantResult | None  # None: pruned without simulating
+    note: str  # "fits", "over by N bytes on device D", or why it was pruned
+
+    @property
+    def fits(self) -> bool:
+        return self.result is not None and self.result.fits
+
+
+@dataclass(slots=True, kw_only=True)
+class FitResult:
+    capacity_bytes: int
+    space: dict[str, int]  # how many candidates of each family
+    best: Outcome | None = None
+    alternatives: list[Outcome] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)  # in the order considered
+    shortfall: tuple[str, int, int] | None = None  # (policy, device, bytes over) when nothing fits
+
+
+class Statics:
+    """Static per-rank numbers of any policy on one run (templates only, cached)."""
+
+    def __init__(self, run: RunSpec, template_fn: TemplateFn, csv_rows=None) -> None:
+        par, tr = run.parallel, run.training
+        self.run, self.template_fn, self.cost = run, template_fn, CostModel.from_run(run)
+        sched = build_schedule(run.schedule.kind, pp=par.pp, vpp=par.vpp, num_microbatches=tr.num_microbatches,
+                               microbatch_group_size=run.schedule.microbatch_group_size, csv_rows=csv_rows)
+        self.counts = [{(a.stage, a.kind): 0 for a in row} for row in sched.actions]
+        for r, row in enumerate(sched.actions):
+            for a in row:
+                self.counts[r][(a.stage, a.kind)] += 1
+        ranges = chunk_layers(run)
+        self.stages = sched.stages_of_rank
+        self.layers = tuple(max(len(ranges[c]) for c in st) for st in self.stages)
+
+    def candidate(self, spec: RecomputeSpec) -> Candidate:
+        run = with_recompute(self.run, spec)
+        act, flops, time = [], [], []
+        holder = {c: r for r in reversed(range(len(self.stages))) for c in self.stages[r]}  # as simulate does
+        for r, stages in enumerate(self.stages):
+            a = f = t = 0.0
+            for c in stages:
+                tpl = self.template_fn(run, c, pp_rank=holder[c])
+                a += tpl.activation_bytes
+                per = {k: [o for o in ops if o.recompute] for k, ops in (
+                    ("I", tpl.backward_i), ("W", tpl.backward_w), ("B", tpl.backward or tpl.backward_i + tpl.backward_w))}
+                for kind, ops in per.items():
+                    n = self.counts[r].get((c, kind), 0)
+                    f += n * sum(o.flops for o in ops)
+                    t += n * sum(self.cost.op_us(o) for o in ops)
+            act.append(int(a))
+            flops.append(f)
+            time.append(t)
+        return Candidate(name=recompute_name(spec), spec=spec, activation_bytes=tuple(act),
+                         recompute_flops=tuple(flops), recompute_time_us=tuple(time))
+
+    def block(self, n: tuple[int, ...]) -> RecomputeSpec:
+        return RecomputeSpec(policy="full", method="block", num_layers=n if len(n) > 1 else n[0])
+
+
+def selective_modules(run: RunSpec) -> tuple[str, ...]:
+    m = run.model
+    skip = ({"mla_up_proj"} if not m.is_mla else set()) | (
+        {"moe", "moe_act", "shared_experts"} if not m.is_moe else set())
+    return tuple(x for x in RECOMPUTE_MODULES if x not in skip)
+
+
+def _dominated(b: Candidate, a: Candidate) -> bool:
+    """``b`` saves nowhere more than ``a`` and costs everywhere at least as much."""
+    return all(x <= y for x, y in zip(a.activation_bytes, b.activation_bytes, strict=True)) and all(
+        x <= y for x, y in zip(a.recompute_time_us, b.recompute_time_us, strict=True))
+
+
+def selective_space(st: Statics, none: Candidate) -> tuple[list[Candidate], int]:
+    """Undominated selective sets by bytes saved per FLOP (best first), and how many were pruned."""
+    mods = selective_modules(st.run)
+    sets = [s for k in range(1, len(mods) + 1) for s in itertools.combinations(mods, k)]
+    cands = [st.candidate(RecomputeSpec(policy="selective", modules=s)) for s in sets]
+    def prunes(a: Candidate, b: Candidate, a_first: bool) -> bool:  # equal numbers: the first wins
+        return _dominated(b, a) and (a_first or not _dominated(a, b))
+
+    kept = [b for i, b in enumerate(cands)
+            if not prunes(none, b, True) and not any(prunes(a, b, j < i) for j, a in enumerate(cands) if j != i)]
+    saved = {c.name: sum(none.activation_bytes) - sum(c.activation_bytes) for c in kept}
+    kept.sort(key=lambda c: -saved[c.name] / max(sum(c.recompute_flops), 1.0))
+    return kept, len(cands) - len(kept)
+
+
+def fit(run: RunSpec, template_fn: TemplateFn, *, capacity_gib: float | None = None, csv_rows=None,
+        alternatives: int = 3, max_simulations: int = 24,
+        evaluate_fn: Callable[[Variant, TemplateFn], VariantResult] = evaluate) -> FitResult:
+    """The cheapest fitting policy, up to ``alternatives`` runner-ups, and every candidate's fate."""
+    if capacity_gib is not None:
+        run = replace(run, hardware=replace(run.hardware, capacity_gib=capacity_gib))
+    st = Statics(run, template_fn, csv_rows)
+    cap = run.hardware.capacity_bytes
+    none = st.candidate(RecomputeSpec(policy="none"))
+    selective, pruned = selective_space(st, none)
+    uniform = [st.candidate(RecomputeSpec(policy="full", method="uniform", num_layers=n))
+               for n in range(1, max(st.layers) + 1)]
+    block_table = [none] + [st.candidate(st.block(tuple(min(n, L) for L in st.layers)))
+                            for n in range(1, max(st.layers) + 1)]
+    out = FitResult(capacity_bytes=cap, space={"selective": len(selective), "selective_dominated": pruned,
+                                               "uniform": len(uniform),
+                                               "block": math.prod(L + 1 for L in st.layers) - 1})
+    sims: dict[str, VariantResult] = {}
+
+    def simulate(c: Candidate) -> Outcome:
+        if c.name not in sims:
+            sims[c.name] = evaluate_fn(Variant(name=c.name, run=with_recompute(run, c.spec), csv_rows=csv_rows),
+                                       template_fn)
+        res = sims[c.name]
+        worst = res.worst_device()
+        note = "fits" if res.fits else f"short of {worst.over_bytes / 2**30:,.2f} GiB on device {worst.device}"
+        return Outcome(candidate=c, result=res, note=note)
+
+    base = simulate(none).result
+    assert base is not None
+    inflight = [math.ceil(d.peak_activation_bytes / a) if a else 0
+                for d, a in zip(base.devices, none.activation_bytes, strict=True)]
+
+    def bound(c: Candidate, r: int) -> int:
+        """A lower bound on rank r's peak requested bytes under ``c``."""
+        saved = max(0, none.activation_bytes[r] - c.activation_bytes[r])
+        return base.devices[r].peak_requested_bytes - inflight[r] * saved
+
+    def compose(n: tuple[int, ...]) -> Candidate:
+        rows = [block_table[min(x, max(st.layers))] for x in n]
+        return replace(block_table[0], name=recompute_name(st.block(n)), spec=st.block(n),
+                       activation_bytes=tuple(c.activation_bytes[r] for r, c in enumerate(rows)),
+                       recompute_flops=tuple(c.recompute_flops[r] for r, c in enumerate(rows)),
+                       recompute_time_us=tuple(c.recompute_time_us[r] for r, c in enumerate(rows)))
+
+    # block: start each rank at the least N_r the base run and the static bound allow
+    fails0 = {r for r, d in enumerate(base.devices) if d.oom or d.headroom_bytes < 0}
+    start = []
+    for r, L in enumerate(st.layers):
+        ok = [n for n in range(1 if r in fails0 else 0, L + 1) if bound(block_table[n], r) <= cap]
+        start.append(ok[0] if ok else L)
+    seq = itertools.count()
+    heap = [(c.cost, next(seq), c, None) for c in [none, *selective, *uniform]]
+    if any(start):  # all zeros is ``none``
+        heap.append((compose(tuple(start)).cost, next(seq), compose(tuple(start)), "block"))
+    heapq.heapify(heap)
+    fitting: list[Outcome] = []
+    while heap and len(fitting) <= alternatives and (not fitting or len(sims) < max_simulations):
+        _, _, cand, tag = heapq.heappop(heap)
+        over = [(bound(cand, r) - cap, r) for r in range(len(st.layers))]
+        worst = max(over)
+        if worst[0] > 0 and cand.name not in sims:
+            dev = base.devices[worst[1]].device
+            out.outcomes.append(Outcome(candidate=cand, result=None,
+                                        note=f"pruned: short of ≥ {worst[0] / 2**30:,.2f} GiB on device {dev} (static bound)"))
+            continue
+        oc = simulate(cand)
+        out.outcomes.append(oc)
+        if tag == "block" and not oc.fits:  # raise N_r only where rank r does not fit
+            n = list(cand.spec.num_layers) if isinstance(cand.spec.num_layers, tuple) else [cand.spec.num_layers]
+            failing = [r for r, d in enumerate(oc.result.devices) if d.oom or d.headroom_bytes < 0]
+            if all(n[r] < st.layers[r] for r in failing):
+                for r in failing:
+                    n[r] += 1
+                nxt = compose(tuple(n))
+                heapq.heappush(heap, (nxt.cost, next(seq), nxt, "block"))
+        if oc.fits:
+            fitting.append(oc)
+            if cand.cost == (0.0, 0.0):
+                break  # nothing recomputes less than nothing: runner-ups would cost more for no gain
+    if fitting:
+        out.best, out.alternatives = fitting[0], fitting[1:]
+        return out
+    # nothing fits: say by how much, at best — simulating the policy that saves the most if need be
+    most = min([*uniform, compose(st.layers), *selective, none], key=lambda c: (sum(c.activation_bytes), c.cost))
+    if most.name not in sims:
+        out.outcomes.append(simulate(most))
+    name, res = min(sims.items(), key=lambda kv: (kv[1].worst_device().over_bytes, kv[0]))
+    w = res.worst_device()
+    out.shortfall = (name, w.device, w.over_bytes)
+    return out

@@ -1,0 +1,36 @@
+"""Read back a run directory written by ``timeline simulate``: ``summary.json`` and the columns
+of ``memory.parquet``. Checks the schema names; does not interpret the numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from timeline.errors import UserError
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "summary.json"
+    if not path.is_file():
+        raise UserError(f"{run_dir}: no summary.json; is this a run directory from `timeline simulate`?")
+    data = json.loads(path.read_text())
+    if not str(data.get("schema", "")).startswith("timeline.summary/"):
+        raise UserError(f"{path}: not a timeline summary (schema {data.get('schema')!r})")
+    return data
+
+
+def read_memory(run_dir: Path) -> dict[str, np.ndarray]:
+    """Every column of ``memory.parquet`` as a numpy array (rows of all devices, in file order)."""
+    import pyarrow.parquet as pq
+
+    path = run_dir / "memory.parquet"
+    if not path.is_file():
+        raise UserError(f"{run_dir}: no memory.parquet; simulate with --format including memory")
+    table = pq.read_table(path)
+    schema = (table.schema.metadata or {}).get(b"schema", b"").decode()
+    if not schema.startswith("timeline.memory/"):
+        raise UserError(f"{path}: not a timeline memory table (schema {schema!r})")
+    return {name: table.column(name).to_numpy() for name in table.column_names}
