@@ -1,5 +1,6 @@
 """``timeline simulate RUN.toml [-o DIR]``: simulate every device over time and write the run
-directory (summary.json, memory.parquet, events.parquet, ops.parquet)."""
+directory (summary.json, memory.parquet, events.parquet, ops.parquet, trace.json,
+snapshot.pickle; trace.perfetto-trace on request)."""
 
 from __future__ import annotations
 
@@ -31,10 +32,16 @@ device's allocator. Prints a per-device peak table and writes DIR (default runs/
   memory.parquet   per device, one row per distinct time: bytes by category
   events.parquet   every alloc/free with tensor, op, micro-batch, stage, address
   ops.parquet      every op span
+  trace.json       Chrome trace: open in ui.perfetto.dev (a process per device, op slices
+                   per stream, memory counters per category, peak and OOM markers)
+  snapshot.pickle  PyTorch memory snapshot: open in pytorch.org/memory_viz
+  trace.perfetto-trace   (--format …,perfetto) the same trace as native Perfetto protobuf,
+                   byte-valued counters; needs pip install 'timeline[perfetto]'
 
 examples:
   timeline simulate schedules/deepseek-v3-pp16-tp2-ep8.toml
   timeline simulate RUN.toml -o out/ --force --set training.num_microbatches=64
+  timeline simulate RUN.toml --format summary,trace,perfetto --gzip --max-samples 20000
 """
 
 
@@ -44,7 +51,28 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="replace DIR if it exists")
     parser.add_argument("--format", default=",".join(DEFAULT_FORMATS),
                         help=f"comma-separated outputs to write (default: {','.join(DEFAULT_FORMATS)})")
+    parser.add_argument("--gzip", action="store_true", help="write trace.json.gz instead of trace.json")
+    parser.add_argument("--max-samples", type=_count, default=0, metavar="N",
+                        help="at most N memory counter samples per device in the traces; peaks are kept "
+                             "(default 0: every distinct time)")
+    parser.add_argument("--snapshot-entries", type=_count, default=DEFAULT_SNAPSHOT_ENTRIES, metavar="N",
+                        help="keep each device's last N snapshot trace entries, like PyTorch's ring buffer "
+                             f"(default {DEFAULT_SNAPSHOT_ENTRIES:,}; 0: all)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+#: memory_viz slows down past a few hundred thousand entries per device
+DEFAULT_SNAPSHOT_ENTRIES = 200_000
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
 
 
 def templates():
@@ -52,8 +80,10 @@ def templates():
     return importlib.import_module("timeline.graph.template").chunk_template
 
 
-def write_outputs(tl: Timeline, out: Path, formats: list[str], force: bool) -> None:
-    """Write into a sibling temp folder, then rename: an interrupted run leaves no complete-looking DIR."""
+def write_outputs(tl: Timeline, out: Path, formats: list[str], force: bool, options: dict | None = None) -> None:
+    """Write into a sibling temp folder, then rename: an interrupted run leaves no complete-looking DIR.
+    ``options`` go to every exporter (``gzip``, ``max_samples``, ``max_entries``)."""
+    options = dict(options or {})
     if out.exists() and not force:
         raise UserError(f"{out} exists; pass --force to replace it or -o to choose another folder")
     tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
@@ -62,8 +92,9 @@ def write_outputs(tl: Timeline, out: Path, formats: list[str], force: bool) -> N
     try:
         for fmt in formats:
             module = importlib.import_module(EXPORTERS[fmt])
-            with open(tmp / module.FILENAME, "wb") as handle:
-                module.write(tl, handle, {})
+            name = module.FILENAME + (".gz" if options.get("gzip") and getattr(module, "GZIP", False) else "")
+            with open(tmp / name, "wb") as handle:
+                module.write(tl, handle, options)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
@@ -119,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
 
         tl = build_timeline(spec, templates(), csv_rows=csv_rows, progress=progress)
         progress("writing", 0, len(formats))
-        write_outputs(tl, out, formats, args.force)
+        write_outputs(tl, out, formats, args.force, {"gzip": args.gzip, "max_samples": args.max_samples,
+                                                      "max_entries": args.snapshot_entries})
     print_table(tl)
     console().print(f"wrote {out}/")
     return 0

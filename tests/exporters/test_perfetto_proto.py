@@ -1,0 +1,68 @@
+"""trace.perfetto-trace: parses as a ``perfetto.protos`` Trace with the tracks and events we
+mean, byte-valued counters, deterministic bytes, the golden file. (Loading it in Perfetto's
+engine: test_perfetto_engine.py.)"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+
+import numpy as np
+import pytest
+from tiny import GOLDEN, golden_bytes
+
+from timeline.exporters import perfetto_proto
+from timeline.exporters.trace_common import COUNTERS, counters
+
+pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
+                         reason="the perfetto package is not installed (pip install -e '.[test]')")
+
+
+def export(tl, **options) -> bytes:
+    buf = io.BytesIO()
+    perfetto_proto.write(tl, buf, options)
+    return buf.getvalue()
+
+
+def test_parses_with_the_tracks_and_events_we_mean(oom_timeline):
+    tl = oom_timeline
+    trace = pb.Trace.FromString(export(tl))
+    packets = list(trace.packet)
+    assert all(p.trusted_packet_sequence_id == perfetto_proto.SEQUENCE_ID for p in packets)
+    assert packets[0].sequence_flags == pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+    tracks = [p.track_descriptor for p in packets if p.HasField("track_descriptor")]
+    assert [t.process.pid for t in tracks if t.HasField("process")] == [1, 2]
+    counter_tracks = [t for t in tracks if t.HasField("counter")]
+    assert len(counter_tracks) == len(COUNTERS) * tl.num_devices
+    assert all(t.counter.unit == pb.CounterDescriptor.UNIT_SIZE_BYTES for t in counter_tracks)
+    kinds = Counter(p.track_event.type for p in packets if p.HasField("track_event"))
+    n_ops = sum(len(o.t_start_us) for o in tl.sim.ops)
+    assert kinds[pb.TrackEvent.TYPE_SLICE_BEGIN] == kinds[pb.TrackEvent.TYPE_SLICE_END] == n_ops
+    assert kinds[pb.TrackEvent.TYPE_INSTANT] == 2 * tl.num_devices + sum(len(m.oom) for m in tl.memory)
+    # each counter track holds a value where it changes (and at the end)
+    changes = 0
+    for d in range(tl.num_devices):
+        c = counters(tl, d)
+        for v in c.values.values():
+            changes += 1 + int(np.count_nonzero(v[1:] != v[:-1])) + int(v[-1] == v[-2])
+    assert kinds[pb.TrackEvent.TYPE_COUNTER] == changes
+    names = {n.iid: n.name for p in packets for n in p.interned_data.event_names}
+    assert "layers.0.all_gather" in names.values() and len(names) == len(set(names.values()))
+
+
+def test_begin_end_balanced_per_track(tiny_timeline):
+    depth: Counter = Counter()
+    for p in pb.Trace.FromString(export(tiny_timeline)).packet:
+        ev = p.track_event
+        if ev.type == pb.TrackEvent.TYPE_SLICE_BEGIN:
+            depth[ev.track_uuid] += 1
+        elif ev.type == pb.TrackEvent.TYPE_SLICE_END:
+            depth[ev.track_uuid] -= 1
+            assert depth[ev.track_uuid] >= 0
+    assert set(depth.values()) == {0}
+
+
+def test_deterministic_and_golden(oom_timeline):
+    assert export(oom_timeline) == export(oom_timeline)
+    assert golden_bytes("trace.perfetto-trace") == (GOLDEN / "trace.perfetto-trace").read_bytes(), \
+        "trace.perfetto-trace changed: review, then tools/regen_goldens.py trace.perfetto-trace"

@@ -1,0 +1,211 @@
+"""``trace.perfetto-trace``: the same picture as ``trace.json`` in Perfetto's native protobuf.
+
+Smaller and faster to load than JSON for long runs, and it carries what JSON cannot: counter
+tracks in bytes (``UNIT_SIZE_BYTES``, shown as MiB/GiB) with the three totals sharing one
+y-axis across devices. Layout (uuids are ``pid << 16 | n``): per device a process track
+(``pid = index + 1``, ``rank R · stages … · represents N``), a thread track per op stream
+carrying the op slices (``SLICE_BEGIN``/``SLICE_END`` with debug annotations phase, layer,
+microbatch, stage, allocated_bytes; op names and annotation keys interned), counter tracks
+``memory requested`` … one per category (the JSON track names) holding a value wherever the
+series changes, and instants for peaks and OOMs on the process track. All packets share one
+trusted sequence; timestamps are run-relative integer ns.
+
+Packets are built with the protobuf classes of the ``perfetto`` package (PyPI
+``perfetto==0.59.1``, extra ``timeline[perfetto]``) and framed as ``Trace.packet`` entries by
+hand — byte-identical to its ``StreamingTraceProtoBuilder``, which wraps every packet in a new
+``Trace`` message first (twice the serialisation work). Option: ``max_samples`` as for JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from timeline.errors import UserError
+from timeline.exporters.trace_common import (
+    COUNTERS,
+    counters,
+    instants,
+    op_allocated_bytes,
+    process_name,
+    threads,
+)
+from timeline.result.timeline import Timeline
+
+FILENAME = "trace.perfetto-trace"
+SEQUENCE_ID = 1
+TOTALS = ("requested", "allocated", "reserved")
+
+
+def _protos() -> Any:
+    try:
+        from perfetto.protos.perfetto.trace import perfetto_trace_pb2
+    except ImportError:
+        raise UserError("--format perfetto needs the perfetto package: pip install 'timeline[perfetto]' "
+                        "(or use the default trace.json)") from None
+    return perfetto_trace_pb2
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
+    pb = _protos()
+    max_samples = int((options or {}).get("max_samples") or 0)
+    flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+    chunk: list[bytes] = []
+    for packet in _packets(tl, pb, max_samples):
+        packet.trusted_packet_sequence_id = SEQUENCE_ID
+        packet.sequence_flags = flags  # the interned names below live in the sequence's state
+        flags = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+        body = packet.SerializeToString(deterministic=True)
+        chunk += (b"\x0a", _varint(len(body)), body)  # Trace.packet (field 1, length-delimited)
+        if len(chunk) >= 30000:
+            handle.write(b"".join(chunk))
+            chunk.clear()
+    handle.write(b"".join(chunk))
+
+
+class _Interned:
+    """Op names and debug-annotation keys sent once per sequence, then referred to by iid."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, int] = {}
+        self.keys: dict[str, int] = {}
+
+    def name(self, packet: Any, text: str) -> int:
+        return self._iid(self.names, packet.interned_data.event_names, text)
+
+    def key(self, packet: Any, text: str) -> int:
+        return self._iid(self.keys, packet.interned_data.debug_annotation_names, text)
+
+    @staticmethod
+    def _iid(table: dict[str, int], field: Any, text: str) -> int:
+        iid = table.get(text)
+        if iid is None:
+            iid = table[text] = len(table) + 1
+            entry = field.add()
+            entry.iid, entry.name = iid, text
+        return iid
+
+
+def _packets(tl: Timeline, pb: Any, max_samples: int) -> Iterator[Any]:
+    TE = pb.TrackEvent
+    interned = _Interned()
+    for d in range(tl.num_devices):
+        dev = tl.sim.devices[d]
+        pid = d + 1
+        proc_uuid = pid << 16
+        p = pb.TracePacket()
+        p.track_descriptor.uuid = proc_uuid
+        p.track_descriptor.process.pid = pid
+        p.track_descriptor.process.process_name = process_name(dev)
+        yield p
+        ths = threads(tl, d)
+        for th in ths:
+            p = pb.TracePacket()
+            p.track_descriptor.uuid = proc_uuid | th.tid
+            p.track_descriptor.parent_uuid = proc_uuid
+            p.track_descriptor.thread.pid = pid
+            p.track_descriptor.thread.tid = th.tid
+            p.track_descriptor.thread.thread_name = th.name
+            yield p
+        for k, name in enumerate(COUNTERS):
+            p = pb.TracePacket()
+            td = p.track_descriptor
+            td.uuid = proc_uuid | (0x100 + k)
+            td.parent_uuid = proc_uuid
+            td.name = f"memory {name}"
+            td.counter.unit = pb.CounterDescriptor.UNIT_SIZE_BYTES
+            if name in TOTALS:
+                td.counter.y_axis_share_key = "memory"
+            yield p
+        yield from _slices(tl, d, pb, proc_uuid, ths, interned)
+        c = counters(tl, d, max_samples)
+        last = len(c.t_ns) - 1
+        for k, name in enumerate(COUNTERS):
+            values = c.values[name]
+            # each track is a step function: a value only where it changes (and the last sample);
+            # v52 ignores extra_counter_values on counter events, so it is one packet per value
+            changed = np.ones(len(values), dtype=bool)
+            changed[1:] = values[1:] != values[:-1]
+            if last >= 0:
+                changed[last] = True
+            for t, v in zip(c.t_ns[changed].tolist(), values[changed].tolist(), strict=True):
+                p = pb.TracePacket()
+                p.timestamp = t
+                p.track_event.type = TE.TYPE_COUNTER
+                p.track_event.track_uuid = proc_uuid | (0x100 + k)
+                p.track_event.counter_value = v
+                yield p
+        for inst in instants(tl, d):
+            p = pb.TracePacket()
+            p.timestamp = inst.t_ns
+            ev = p.track_event
+            ev.type = TE.TYPE_INSTANT
+            ev.track_uuid = proc_uuid
+            ev.name = inst.name
+            for key, value in inst.args.items():
+                _annotate(ev, key, value)
+            yield p
+
+
+def _slices(tl: Timeline, d: int, pb: Any, proc_uuid: int, ths: list, interned: _Interned) -> Iterator[Any]:
+    """Begin/end packets per thread in nesting order (an end before a begin at the same time)."""
+    TE = pb.TrackEvent
+    names = tl.sim.names
+    ops = tl.sim.ops[d]
+    allocated = op_allocated_bytes(tl, d).tolist()
+    op_name, phase = ops.name.tolist(), ops.phase.tolist()
+    mb, stage, layer = ops.microbatch.tolist(), ops.stage.tolist(), ops.layer.tolist()
+    for th in ths:
+        uuid = proc_uuid | th.tid
+        open_ends: list[int] = []
+
+        def end(t: int, uuid: int = uuid) -> Any:
+            p = pb.TracePacket()
+            p.timestamp = t
+            p.track_event.type = TE.TYPE_SLICE_END
+            p.track_event.track_uuid = uuid
+            return p
+
+        for i, t0, dur in zip(th.index.tolist(), th.start_ns.tolist(), th.dur_ns.tolist(), strict=True):
+            while open_ends and open_ends[-1] <= t0:
+                yield end(open_ends.pop())
+            p = pb.TracePacket()
+            p.timestamp = t0
+            ev = p.track_event
+            ev.type = TE.TYPE_SLICE_BEGIN
+            ev.track_uuid = uuid
+            ev.name_iid = interned.name(p, names[op_name[i]])
+            a = ev.debug_annotations.add()
+            a.name_iid, a.string_value = interned.key(p, "phase"), names[phase[i]]
+            for key, value in (("layer", layer[i]), ("microbatch", mb[i]), ("stage", stage[i]),
+                               ("allocated_bytes", allocated[i])):
+                if value >= 0:
+                    a = ev.debug_annotations.add()
+                    a.name_iid, a.int_value = interned.key(p, key), value
+            yield p
+            open_ends.append(t0 + dur)
+        while open_ends:
+            yield end(open_ends.pop())
+
+
+def _annotate(ev: Any, key: str, value: int | str) -> None:
+    a = ev.debug_annotations.add()
+    a.name = key
+    if isinstance(value, str):
+        a.string_value = value
+    else:
+        a.int_value = int(value)

@@ -1,0 +1,195 @@
+"""What both trace formats (Chrome JSON and Perfetto protobuf) show, computed once.
+
+Devices become processes named ``rank R · stages … · represents N`` and sorted by pipeline
+rank; each op stream becomes a thread (compute first, then the communication streams); op
+slices get integer-nanosecond bounds that nest strictly per thread; the memory counters are
+the Timeline's series with unchanged rows dropped and, on request, capped per device by a
+downsampling that keeps every peak; instants mark each device's peaks and OOMs. This module
+formats nothing and writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from timeline.graph.tensors import CATEGORIES
+from timeline.pipeline.devices import StaticDevice
+from timeline.result.timeline import Timeline
+
+#: thread order of the streams a template names; any other stream follows, alphabetically
+STREAM_ORDER = ("compute", "tp", "cp", "ep", "dp", "pp")
+#: counter series per device, in track order: the three totals, then one per category
+COUNTERS: tuple[str, ...] = ("requested", "allocated", "reserved", *CATEGORIES)
+
+
+def process_name(dev: StaticDevice) -> str:
+    """``rank R · stages a,b · represents N`` (a replayed snapshot's devices have no stages)."""
+    stages = f" · stages {','.join(str(s) for s in dev.stages)}" if dev.stages else ""
+    return f"rank {dev.device}{stages} · represents {dev.represents}"
+
+
+def to_ns(t_us: np.ndarray) -> np.ndarray:
+    """Run-relative µs → integer ns (what Perfetto stores; 3 decimals of a µs timestamp)."""
+    return np.rint(np.asarray(t_us, dtype=np.float64) * 1000.0).astype(np.int64)
+
+
+def fmt_us(ns: int) -> str:
+    """An integer ns as a fixed 3-decimal µs literal (exact: no float formatting involved)."""
+    sign = "-" if ns < 0 else ""
+    ns = abs(ns)
+    return f"{sign}{ns // 1000}.{ns % 1000:03d}"
+
+
+def nest(start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(order, duration, clipped) so that the slices of one thread nest strictly.
+
+    ``order`` sorts by (start, longer first) — the parent first, as Perfetto decides equal
+    starts. A slice that starts inside an open one and ends after it (a partial overlap, which
+    Perfetto drops) is clipped to end with it; ``clipped`` counts them (0 for simulator output,
+    whose ops run back to back, unless float rounding made ends cross).
+    """
+    dur = np.maximum(end_ns - start_ns, 0)
+    order = np.lexsort((-dur, start_ns))
+    s, d = start_ns[order], dur[order].copy()
+    clipped = 0
+    stack: list[int] = []  # end times of the open slices
+    ends = (s + d).tolist()
+    starts = s.tolist()
+    for i, (t0, t1) in enumerate(zip(starts, ends, strict=True)):
+        while stack and stack[-1] <= t0:
+            stack.pop()
+        if stack and t1 > stack[-1]:
+            t1 = stack[-1]
+            d[i] = t1 - t0
+            clipped += 1
+        stack.append(t1)
+    out = np.empty_like(d)
+    out[np.argsort(order, kind="stable")] = d
+    return order, out, clipped
+
+
+@dataclass(slots=True)
+class Thread:
+    tid: int
+    name: str
+    index: np.ndarray  # op indices of this stream, in output order (parents first)
+    start_ns: np.ndarray
+    dur_ns: np.ndarray
+    clipped: int
+
+
+def threads(tl: Timeline, d: int) -> list[Thread]:
+    """One thread per op stream of device ``d``, tids from 1 in :data:`STREAM_ORDER`."""
+    ops = tl.sim.ops[d]
+    names = tl.sim.names
+    if not len(ops.t_start_us):
+        return []
+    codes = sorted(set(np.asarray(ops.stream).tolist()), key=lambda c: _stream_key(names[c]))
+    start, end = to_ns(ops.t_start_us), to_ns(ops.t_end_us)
+    out = []
+    for tid, code in enumerate(codes, start=1):
+        idx = np.flatnonzero(ops.stream == code)
+        order, dur, clipped = nest(start[idx], end[idx])
+        out.append(Thread(tid=tid, name=names[code], index=idx[order], start_ns=start[idx][order],
+                          dur_ns=dur[order], clipped=clipped))
+    return out
+
+
+def _stream_key(name: str) -> tuple[int, str]:
+    return (STREAM_ORDER.index(name) if name in STREAM_ORDER else len(STREAM_ORDER), name)
+
+
+def op_allocated_bytes(tl: Timeline, d: int) -> np.ndarray:
+    """Requested bytes each op allocates (an op allocates its outputs at its start, so its
+    allocations are the events with its name at its start time)."""
+    ev, ops = tl.sim.events[d], tl.sim.ops[d]
+    n_names = max(len(tl.sim.names), 1)
+    mask = (ev.sign > 0) & (ev.op >= 0)
+    ev_key = to_ns(ev.t_us[mask]) * n_names + ev.op[mask]
+    op_key = to_ns(ops.t_start_us) * n_names + np.asarray(ops.name, dtype=np.int64)
+    if not len(ev_key):
+        return np.zeros(len(op_key), dtype=np.int64)
+    keys, inverse = np.unique(ev_key, return_inverse=True)
+    sums = np.bincount(inverse, weights=ev.size[mask].astype(np.float64)).astype(np.int64)
+    pos = np.clip(np.searchsorted(keys, op_key), 0, len(keys) - 1)
+    return np.where(keys[pos] == op_key, sums[pos], 0)
+
+
+@dataclass(slots=True)
+class Counters:
+    t_ns: np.ndarray
+    values: dict[str, np.ndarray]  # COUNTERS → int64 bytes, rows aligned with t_ns
+    source_rows: np.ndarray  # indices into Timeline.series(d) rows
+
+
+def counters(tl: Timeline, d: int, max_samples: int = 0) -> Counters:
+    """Device ``d``'s memory series as counter samples: the last row of each nanosecond, rows
+    equal to the previous one dropped (the first and last rows always kept), then, if
+    ``max_samples`` > 0 and more remain, :func:`downsample`. Every kept row is an exact row of
+    ``Timeline.series(d)`` — the last one at its nanosecond."""
+    s = tl.series(d)
+    cols = {"requested": s.requested, "allocated": s.allocated, "reserved": s.reserved,
+            **{c: s.by_category[c] for c in CATEGORIES}}
+    t_ns = to_ns(s.t_us)
+    # distinct µs floats can share a nanosecond: keep the last row of each nanosecond
+    rows = np.flatnonzero(np.append(t_ns[1:] != t_ns[:-1], True)) if len(t_ns) else np.zeros(0, np.int64)
+    keep = np.zeros(len(rows), dtype=bool)
+    if len(rows):
+        keep[0] = keep[-1] = True
+        for v in cols.values():
+            w = v[rows]
+            keep[1:] |= w[1:] != w[:-1]
+    rows = rows[keep]
+    if max_samples and len(rows) > max_samples:
+        rows = rows[downsample(np.stack([cols[k][rows] for k in ("requested", "allocated", "reserved")]),
+                               max_samples)]
+    return Counters(t_ns=t_ns[rows], values={k: np.asarray(cols[k][rows], dtype=np.int64)
+                                                      for k in COUNTERS}, source_rows=rows)
+
+
+def downsample(series: np.ndarray, max_samples: int) -> np.ndarray:
+    """Indices (sorted) of at most ``max_samples`` rows of ``series`` (k × n) that keep the peaks.
+
+    The rows are cut into ``(max_samples − 1) // (k + 1)`` equal buckets; each bucket keeps its
+    row where each series peaks and its last row (the level after the bucket), and the first row
+    is kept. So every series' global maximum survives, each bucket's local maxima survive, and
+    nothing is averaged: a kept sample is a true value at a true time. (With ``max_samples``
+    under ``k + 2`` one bucket is used and up to ``k + 2`` rows come back.)
+    """
+    k, n = series.shape
+    buckets = max(1, min(n, (max_samples - 1) // (k + 1)))
+    edges = np.linspace(0, n, buckets + 1).astype(np.int64)
+    keep = {0, n - 1}
+    for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
+        if b <= a:
+            continue
+        keep.add(b - 1)
+        for row in series[:, a:b]:
+            keep.add(a + int(np.argmax(row)))
+    return np.array(sorted(keep), dtype=np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class Instant:
+    t_ns: int
+    name: str
+    args: dict[str, int | str]
+
+
+def instants(tl: Timeline, d: int) -> list[Instant]:
+    """The device's requested and reserved peaks, then each OOM, in time order."""
+    pk = tl.peak(d)
+    out = [Instant(int(to_ns(np.array([pk["peak_time_us"]]))[0]), "peak requested",
+                   {"requested_bytes": pk["peak_requested_bytes"],
+                    **{f"{c}_bytes": int(v) for c, v in pk["peak_breakdown_bytes"].items()}}),
+           Instant(int(to_ns(np.array([pk["peak_reserved_time_us"]]))[0]), "peak reserved",
+                   {"reserved_bytes": pk["peak_reserved_bytes"],
+                    "fragmentation_bytes": pk["fragmentation_bytes_at_peak"]})]
+    for oom in tl.memory[d].oom:
+        out.append(Instant(int(to_ns(np.array([oom["t_us"]]))[0]), "out of memory",
+                           {"request_bytes": int(oom["request_bytes"]), "tensor": str(oom["tensor"]),
+                            "reserved_bytes": int(oom["reserved_bytes"]),
+                            "capacity_bytes": int(oom["capacity_bytes"])}))
+    return sorted(out, key=lambda i: (i.t_ns, i.name))
