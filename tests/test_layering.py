@@ -10,7 +10,8 @@ PKG = Path(__file__).resolve().parents[1] / "timeline"
 ORDER = ["spec", "graph", "pipeline", "alloc", "sim", "result", "compare", "exporters", "cli"]
 BASE = {"errors", "__init__", "__main__"}  # importable from anywhere
 # libraries allowed only in these layers (pyarrow also only inside functions)
-LIBS = {"networkx": {"graph"}, "simpy": {"sim"}, "pyarrow": {"exporters", "io"}, "matplotlib": {"compare"}}
+LIBS = {"networkx": {"graph"}, "simpy": {"sim"}, "pyarrow": {"exporters", "io"}, "matplotlib": {"compare"},
+        "torch": {"capture"}, "transformers": {"capture"}}
 
 
 def layer_of(path: Path) -> str:
@@ -36,9 +37,9 @@ def allowed(src: str, dst: str) -> bool:
         return True
     if src in BASE:
         return src == "__main__" and dst == "cli"
-    if src == "io":
+    if src in ("io", "capture"):  # the edges: readers/writers and the torch capture front-end
         return dst == "spec"
-    if dst == "io":
+    if dst in ("io", "capture"):
         return src == "cli"
     return ORDER.index(dst) <= ORDER.index(src)
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from timeline.errors import UserError
 from timeline.graph.recompute import parse_recompute
 from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
@@ -91,7 +90,8 @@ def test_flops_gemm():
     assert w.flops == fc2.flops
 
 
-def test_hf_profile_not_available_yet(write_run):
-    run = load_run(write_run('[model]\npreset = "llama3-8b"\nprofile = "hf"\nnum_hidden_layers = 2\n'), [])
-    with pytest.raises(UserError, match="activations for profile hf are not available yet"):
-        chunk_template(run, 0)
+def test_hf_profile_has_activations(write_run):
+    """hf builds templates (its numbers are checked against autograd in test_activations_hf.py)."""
+    run = load_run(write_run('[model]\npreset = "deepseek-v3"\nprofile = "hf"\nnum_hidden_layers = 2\n'), [])
+    t = chunk_template(run, 0)
+    assert t.activation_bytes > 0 and not any(st.tensor.name.startswith("mtp.") for st in t.saved)

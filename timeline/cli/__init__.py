@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "compare": "compare",
     "fit": "fit",
     "plot": "plot",
+    "capture": "capture",
 }
 
 EPILOG = """\

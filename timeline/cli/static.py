@@ -46,7 +46,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def activations(spec: RunSpec, devices: list[StaticDevice]) -> list[DeviceActivations | None]:
-    """Per device, its activations; None for a profile without a saved-tensor table (hf)."""
+    """Per device, its activations; None for a profile without a saved-tensor table."""
     try:
         return [device_activations(spec, d.stages, d.pp_rank) for d in devices]
     except UserError as exc:

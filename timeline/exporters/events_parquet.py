@@ -20,7 +20,7 @@ def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
 
     names = tl.sim.names
     cols: dict[str, list] = {k: [] for k in ("device", "t_us", "seq", "kind", "action", "tensor", "category",
-                                             "requested_bytes", "block_bytes", "address", "op", "microbatch",
+                                             "requested_bytes", "block_bytes", "address", "segment", "op", "microbatch",
                                              "stage")}
     for d, dev in enumerate(tl.sim.devices):
         ev, mem = tl.sim.events[d], tl.memory[d]
@@ -38,6 +38,7 @@ def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
         cols["requested_bytes"].append(ev.size)
         cols["block_bytes"].append(np.abs(mem.block_bytes))
         cols["address"].append(mem.address)
+        cols["segment"].append(mem.segment)
         cols["op"].append(dictionary(ev.op, names))
         cols["microbatch"].append(ev.microbatch)
         cols["stage"].append(ev.stage.astype(np.int32))

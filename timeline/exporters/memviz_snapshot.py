@@ -9,9 +9,8 @@ segments) and ``oom``, and ``allocator_settings``. Each entry's ``frames`` (inne
 name the tensor and its category, the op and its module path, and the phase, micro-batch,
 stage and iteration of the action; ``time_us`` is run-relative µs.
 
-Segment events are not among the Timeline's columns yet, so each device's events are replayed
-through a fresh allocator model with the run's configuration and a listener — the same model,
-config and order as the allocator pass, checked address by address against its columns. Under
+Segment events and the end state come from the allocator pass (``DeviceMemory.segment_events``
+and ``end_segments``), each placed before the alloc (or after the free) that caused it. Under
 the ``ideal`` allocator (no layout) every tensor gets its own exact-size segment at increasing
 addresses, so reserved = allocated = requested as that model says. Option ``max_entries``
 keeps only each device's last N trace entries, as PyTorch's ring buffer does (0 = all); the
@@ -23,7 +22,6 @@ from __future__ import annotations
 import pickle
 from typing import Any, BinaryIO
 
-from timeline.alloc import create_allocator
 from timeline.graph.tensors import CATEGORIES
 from timeline.result.timeline import Timeline
 from timeline.sim.memory import allocator_config
@@ -114,65 +112,56 @@ def device_snapshot(tl: Timeline, d: int) -> tuple[list[dict], list[dict]]:
     ev, mem = tl.sim.events[d], tl.memory[d]
     fr = _Frames(tl, d)
     trace: list[dict] = []
-    now = [0, []]  # time_us and frames of the event being replayed, for listener entries
-
-    def listener(action: str, addr: int, size: int, stream: int) -> None:
-        entry = {"action": action, "addr": addr, "size": size, "stream": stream, "time_us": now[0],
-                 "frames": now[1]}
-        if action == "oom":
-            cap = run.hardware.capacity_bytes
-            entry["device_free"] = max(cap - alloc.reserved_bytes, 0)
-        trace.append(entry)
-
     ideal = run.allocator.kind == "ideal"
-    alloc = create_allocator(run.allocator.kind, allocator_config(run),
-                             capacity_bytes=run.hardware.capacity_bytes, listener=listener)
-    live: dict[tuple[int, int, int], int] = {}
-    placed: dict[int, tuple[int, int, list[dict]]] = {}  # ideal: handle → (address, size, frames)
+    cap = run.hardware.capacity_bytes
+    # segment events the allocator pass recorded, by the event that caused them
+    caused: dict[int, list[tuple[str, int, int, int, int]]] = {}
+    for i, action, addr, size, stream, reserved_then in mem.segment_events:
+        caused.setdefault(i, []).append((action, addr, size, stream, reserved_then))
+    placed: dict[int, tuple[int, int]] = {}  # ideal: handle → (address, size)
     frames_at: dict[int, list[dict]] = {}  # live block address → frames of its alloc
     next_addr = _IDEAL_BASE
     cols = (ev.t_us.tolist(), ev.sign.tolist(), ev.size.tolist(), ev.cat.tolist(), ev.tensor.tolist(),
             ev.op.tolist(), ev.microbatch.tolist(), ev.stage.tolist(), ev.action.tolist(), ev.stream.tolist(),
             mem.address.tolist())
-    for i, (t, sign, size, cat, tensor, op, mb, stage, action, stream, expect) in enumerate(zip(*cols, strict=True)):
-        now[0] = int(round(t))
-        key = (tensor, mb, stage)
+    for i, (t, sign, size, cat, tensor, op, mb, stage, action, stream, handle) in enumerate(zip(*cols, strict=True)):
+        now = int(round(t))
         if sign > 0:
-            now[1] = frames = fr.frames(tensor, cat, op, action, mb, stage)
-            handle = alloc.malloc(size, stream)
-            if handle != expect:
-                raise RuntimeError(f"device {d}: allocator replay diverged at event {i} "
-                                   f"({handle:#x} != {expect:#x})")
-            live[key] = handle
+            frames = fr.frames(tensor, cat, op, action, mb, stage)
+            for name, a, sz, st, reserved_then in caused.get(i, ()):
+                entry = {"action": name, "addr": a, "size": sz, "stream": st, "time_us": now, "frames": frames}
+                if name == "oom":  # cudaMemGetInfo's free bytes after the retry released the cache
+                    entry["device_free"] = max(cap - reserved_then, 0)
+                trace.append(entry)
             addr = handle
             if ideal:
                 addr = next_addr
                 next_addr += max(-(-size // _ALIGN) * _ALIGN, _ALIGN)
-                placed[handle] = (addr, size, frames)
+                placed[handle] = (addr, size)
                 trace.append({"action": "segment_alloc", "addr": addr, "size": size, "stream": stream,
-                              "time_us": now[0], "frames": frames})
+                              "time_us": now, "frames": frames})
             frames_at[addr] = frames
-            trace.append({"action": "alloc", "addr": addr, "size": size, "stream": stream, "time_us": now[0],
+            trace.append({"action": "alloc", "addr": addr, "size": size, "stream": stream, "time_us": now,
                           "frames": frames})
         else:
-            handle = live.pop(key)
             addr = placed[handle][0] if ideal else handle
             frames = frames_at.pop(addr)
             for action_name in ("free_requested", "free_completed"):
                 trace.append({"action": action_name, "addr": addr, "size": size, "stream": stream,
-                              "time_us": now[0], "frames": frames})
-            now[1] = frames
-            alloc.free(handle)
+                              "time_us": now, "frames": frames})
+            for name, a, sz, st, _ in caused.get(i, ()):
+                trace.append({"action": name, "addr": a, "size": sz, "stream": st, "time_us": now,
+                              "frames": frames})
             if ideal:
                 del placed[handle]
                 trace.append({"action": "segment_free", "addr": addr, "size": size, "stream": stream,
-                              "time_us": now[0], "frames": frames})
+                              "time_us": now, "frames": frames})
     if ideal:
         segments = [_segment(d, a, s, 0, False, False, [(a, s, s, "active_allocated")], frames_at)
-                    for a, s, _ in sorted(placed.values())]
+                    for a, s in sorted(placed.values())]
     else:
         segments = [_segment(d, v.address, v.size, v.stream, v.is_small, v.expandable, v.blocks, frames_at)
-                    for v in alloc.segments()]
+                    for v in mem.end_segments]
     return segments, trace
 
 

@@ -97,7 +97,10 @@ def analyse(ops: list[FOp], table: SavedTable, regions: list[Region]) -> Analysi
                 p = a.producer.get(t.storage)
                 if p not in members and t.storage not in a.dropped and \
                         not any(x.region == r for x in a.savers.get(t.storage, ())):
-                    a.savers[t.storage].append(Saver(op=reg.ops[0], wgrad=False, region=r,
+                    # a tensor built once for all layers (op tagged "shared", e.g. RoPE cos/sin) is
+                    # attributed to its producer, not to the first checkpoint that keeps it
+                    at = p if p is not None and "shared" in ops[p].tags else reg.ops[0]
+                    a.savers[t.storage].append(Saver(op=at, wgrad=False, region=r,
                                                      source="checkpoint input (megatron/core/tensor_parallel/random.py)"))
     for s in a.savers:
         a.savers[s].sort(key=lambda x: x.op)

@@ -75,9 +75,9 @@ def chunk_nodes(ctx: BuildCtx, ranges: list[range], chunk: int) -> list[Node]:
         if fn:
             nodes.append(Node("final_norm", "norm", None, tuple(fn)))
         nodes.append(Node("output_layer", "head", None, tuple(head_params(ctx, shares_embedding=last == 0))))
-        if m.mtp_layers and ctx.profile.mtp_embedding and last != 0:
+        if m.mtp_layers and ctx.profile.mtp_modules and ctx.profile.mtp_embedding and last != 0:
             nodes.append(Node("mtp.embedding", "embedding", None, tuple(mtp_embedding_params(ctx))))
-        for k in range(m.mtp_layers):
+        for k in range(m.mtp_layers if ctx.profile.mtp_modules else 0):
             layer = m.num_hidden_layers + k
             inner = decoder_layer(ctx, layer, f"mtp.{k}.layer", moe=m.is_moe_layer(layer))
             params = mtp_params(ctx, k, [t for n in inner for t in n.params])
@@ -89,7 +89,13 @@ def build_chunk_graph(ctx: BuildCtx, run: RunSpec, chunk: int) -> nx.DiGraph:
     """The operator graph of one virtual stage: module nodes joined in dataflow order."""
     g = nx.DiGraph(chunk=chunk)
     prev = None
-    for node in chunk_nodes(ctx, chunk_layers(run), chunk):
+    if run.trace is not None:  # a captured model: its parameters come from the capture
+        from timeline.graph.trace_params import trace_nodes
+
+        nodes = trace_nodes(run, chunk, chunk_layers(run))
+    else:
+        nodes = chunk_nodes(ctx, chunk_layers(run), chunk)
+    for node in nodes:
         g.add_node(node.name, kind=node.kind, layer=node.layer, params=node.params)
         if prev is not None:
             g.add_edge(prev, node.name)

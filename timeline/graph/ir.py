@@ -79,6 +79,8 @@ class Builder:
                          etp=p.etp, dtype=tr.dtype)
         self.ops: list[FOp] = []
         self._names: set[str] = set()
+        #: tensors built once per chunk and read by every layer (HF RoPE ``cos``/``sin``)
+        self.shared: dict[str, TensorDef] = {}
 
     def tensor(self, name: str, shape: tuple[int, ...], dtype: str | None = None, *,
                comm: bool = False) -> TensorDef:

@@ -21,6 +21,7 @@ from timeline.graph.backward import backward_units, to_op
 from timeline.graph.build import chunk_layers
 from timeline.graph.ir import Builder, FOp
 from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
+from timeline.graph.ops_layers.attention import rope_cache
 from timeline.graph.ops_layers.embedding import embedding
 from timeline.graph.ops_layers.head import head
 from timeline.graph.ops_layers.layer import decoder_layer
@@ -41,11 +42,13 @@ def forward_ops(run: RunSpec, chunk: int) -> list[FOp]:
     else:
         x = b.tensor("input", (d.t_sp, m.hidden_size))
         b.op("recv_forward", "comm", None, {}, {"y": x}, kind="p2p", stream="pp")
+    if b.table.rope_cache and m.position_embedding == "rope":
+        rope_cache(b)
     for i in ranges[chunk]:
         x = decoder_layer(b, i, f"layers.{i}", x, moe=m.is_moe_layer(i))
     if chunk == len(ranges) - 1:
         head(b, "output", "final_norm", x, None)
-        for k in range(m.mtp_layers):
+        for k in range(m.mtp_layers if b.table.mtp_modules else 0):
             mtp(b, k, x)
     else:
         b.op("send_forward", "comm", None, {"x": x}, {}, kind="p2p", stream="pp")
@@ -96,7 +99,13 @@ def chunk_template(run: RunSpec, chunk: int, *, pp_rank: int | None = None) -> C
 
     ``pp_rank`` (default ``chunk % pp``) picks the entry of a per-rank ``recompute.num_layers``.
     Raises :class:`~timeline.errors.UserError` for a profile without a saved-tensor table.
+    A captured model (``model_source`` "trace:…") lowers its trace instead; the trace decides
+    what is saved, whatever the profile.
     """
+    if run.model_source.startswith("trace:"):
+        from timeline.graph.trace_lowering import trace_chunk_template
+
+        return trace_chunk_template(run, chunk, chunk_layers(run))
     table = saved_table(run.profile)
     ops = forward_ops(run, chunk)
     rank = chunk % run.parallel.pp if pp_rank is None else pp_rank

@@ -16,6 +16,7 @@ from typing import Any
 
 from timeline.errors import SpecError, UserError
 from timeline.io.hf_config import read_hf_config
+from timeline.io.trace_file import read_trace, trace_model, trace_problems
 from timeline.spec.fields import build_section, check_value
 from timeline.spec.hardware import GPUS
 from timeline.spec.model import ALIASES, ModelSpec
@@ -30,6 +31,7 @@ from timeline.spec.run import (
     ScheduleSpec,
     TrainingSpec,
 )
+from timeline.spec.trace import CapturedTrace
 from timeline.spec.validate import validate_run
 
 SECTIONS: dict[str, type] = {
@@ -70,7 +72,9 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise UserError(f"{path}: invalid TOML: {exc}") from None
 
 
-def _resolve_model(data: dict[str, Any], base: Path, problems: list) -> tuple[ModelSpec | None, str, str]:
+def _resolve_model(data: dict[str, Any], base: Path, problems: list,
+                   traces: list[CapturedTrace] | None = None) -> tuple[ModelSpec | None, str, str]:
+    """(model, profile, source) of a [model] section; a trace it reads is appended to ``traces``."""
     sources = [k for k in ("preset", "hf_config", "trace") if k in data]
     profile = data.get("profile", "megatron")
     if profile not in PROFILES:
@@ -101,12 +105,15 @@ def _resolve_model(data: dict[str, Any], base: Path, problems: list) -> tuple[Mo
         source = f"hf_config:{path}"
     else:
         path = (base / value).resolve()
-        if not path.exists():
-            problems.append(("model.trace", f"{path}: no such file"))
-        else:
-            problems.append(("model.trace", "simulating a captured op trace is not available yet; "
-                             "use preset or hf_config"))
-        return None, profile, source
+        try:
+            trace = read_trace(path)
+            model = trace_model(trace, name=path.stem)
+        except UserError as exc:
+            problems.append(("model.trace", str(exc)))
+            return None, profile, source
+        if traces is not None:
+            traces.append(trace)
+        source = f"trace:{path}"
     # Model fields by their Hugging Face name override the preset/config.
     fields = {f.name: f for f in dataclasses.fields(ModelSpec)}
     hints = typing.get_type_hints(ModelSpec)
@@ -152,7 +159,8 @@ def load_run(path: str | Path, overrides: Sequence[str] = ()) -> RunSpec:
         elif not isinstance(value, dict):
             problems.append((key, "must be a [section] table"))
     base = path.resolve().parent
-    model, profile, model_source = _resolve_model(data.get("model", {}) or {}, base, problems) \
+    traces: list[CapturedTrace] = []
+    model, profile, model_source = _resolve_model(data.get("model", {}) or {}, base, problems, traces) \
         if isinstance(data.get("model", {}), dict) else (None, "megatron", "")
     if "model" not in data:
         problems.append(("model", f"missing [model] section; e.g. preset = \"deepseek-v3\" "
@@ -181,8 +189,8 @@ def load_run(path: str | Path, overrides: Sequence[str] = ()) -> RunSpec:
     if problems:
         raise SpecError(problems, source)
     run = RunSpec(name=name_value, source=str(path.resolve()), model=model, profile=profile,
-                  model_source=model_source, **sections)
-    problems = validate_run(run)
+                  model_source=model_source, trace=traces[0] if traces else None, **sections)
+    problems = validate_run(run) + trace_problems(run, str(data["model"]["trace"]) if traces else "")
     if problems:
         raise SpecError(problems, source)
     return run

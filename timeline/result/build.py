@@ -20,9 +20,10 @@ def build_timeline(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
     for d, ev in enumerate(sim.events):
         if progress:
             progress("allocator", d, len(sim.events))
-        block, reserved, address, ooms = run_allocator(run, ev, sim.names)
-        memory.append(DeviceMemory(block_bytes=block, reserved=reserved, address=address,
-                                   segment=address * 0 - 1, oom=ooms))
+        res = run_allocator(run, ev, sim.names)
+        memory.append(DeviceMemory(block_bytes=res.block, reserved=res.reserved, address=res.address,
+                                   segment=res.segment, oom=res.ooms, segment_events=res.segment_events,
+                                   end_segments=res.end_segments))
     if progress:
         progress("allocator", len(sim.events), len(sim.events))
     return Timeline(sim, memory)

@@ -9,7 +9,7 @@ what these queries return.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -38,6 +38,9 @@ class DeviceMemory:
     address: np.ndarray  # int64 address of the block (−1 under ideal)
     segment: np.ndarray  # int64 address of the segment (−1 under ideal)
     oom: list[dict]
+    #: (event index, action, address, size, stream, reserved then) of segment_alloc/free/map/unmap, oom
+    segment_events: list[tuple[int, str, int, int, int, int]] = field(default_factory=list)
+    end_segments: list = field(default_factory=list)  # allocator SegmentViews after the last event
 
 
 class Timeline:

@@ -10,6 +10,9 @@ device overflows.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right, insort
+from dataclasses import dataclass
+
 import numpy as np
 
 from timeline.alloc import AllocatorConfig, create_allocator
@@ -28,11 +31,32 @@ def allocator_config(run: RunSpec) -> AllocatorConfig:
     )
 
 
-def run_allocator(run: RunSpec, ev: DeviceEvents, names: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                               list[dict]]:
-    """(signed block bytes, reserved after, address) per event, and the OOM records."""
+@dataclass(slots=True)
+class AllocatorPass:
+    """What one device's allocator did: per-event columns, OOMs, segment events, end state."""
+
+    block: np.ndarray  # int64 signed bytes of the block each event hands out or returns
+    reserved: np.ndarray  # int64 reserved bytes after each event
+    address: np.ndarray  # int64 block address
+    segment: np.ndarray  # int64 address of the segment holding the block (−1 under ideal)
+    ooms: list[dict]
+    #: (event index, action, address, size, stream, reserved bytes then): segment_alloc /
+    #: segment_free / segment_map / segment_unmap / oom, in order, each tagged with the malloc or
+    #: free that caused it
+    segment_events: list[tuple[int, str, int, int, int, int]]
+    end_segments: list  # the allocator's SegmentView list after the last event
+
+
+def run_allocator(run: RunSpec, ev: DeviceEvents, names: list[str]) -> AllocatorPass:
+    """Run one device's events through its allocator model."""
+    segment_events: list[tuple[int, str, int, int, int, int]] = []
+    current = [0]
+
+    def listener(action: str, addr: int, size: int, stream: int) -> None:
+        segment_events.append((current[0], action, addr, size, stream, alloc.reserved_bytes))
+
     alloc = create_allocator(run.allocator.kind, allocator_config(run),
-                             capacity_bytes=run.hardware.capacity_bytes)
+                             capacity_bytes=run.hardware.capacity_bytes, listener=listener)
     n = len(ev.t_us)
     block = np.zeros(n, dtype=np.int64)
     reserved = np.zeros(n, dtype=np.int64)
@@ -43,6 +67,7 @@ def run_allocator(run: RunSpec, ev: DeviceEvents, names: list[str]) -> tuple[np.
                                      ev.microbatch.tolist(), ev.stage.tolist())
     malloc, free, block_size = alloc.malloc, alloc.free, alloc.block_size
     for i in range(n):
+        current[0] = i
         key = (tensor[i], mb[i], stage[i])
         if sign[i] > 0:
             addr = malloc(size[i])
@@ -60,4 +85,32 @@ def run_allocator(run: RunSpec, ev: DeviceEvents, names: list[str]) -> tuple[np.
             free(addr)
         address[i] = addr
         reserved[i] = alloc.reserved_bytes
-    return block, reserved, address, ooms
+    plain = run.allocator.kind == "caching" and not run.allocator.expandable_segments
+    segment = _segment_of(address, ev.sign, segment_events) if plain else np.full(n, -1, dtype=np.int64)
+    return AllocatorPass(block, reserved, address, segment, ooms, segment_events,
+                         alloc.segments() if hasattr(alloc, "segments") else [])
+
+
+def _segment_of(address: np.ndarray, sign: np.ndarray,
+                segment_events: list[tuple[int, str, int, int, int, int]]) -> np.ndarray:
+    """Start address of the segment holding each event's block: the live segment (from the
+    segment_alloc / segment_free events up to that event) whose range contains the address."""
+    out = np.full(len(address), -1, dtype=np.int64)
+    starts: list[int] = []
+    size_of: dict[int, int] = {}
+    k, m = 0, len(segment_events)
+    addr = address.tolist()
+    for i in range(len(addr)):
+        while k < m and segment_events[k][0] <= i:
+            _, action, a, size, _, _ = segment_events[k]
+            if action == "segment_alloc":
+                insort(starts, a)
+                size_of[a] = size
+            elif action == "segment_free":
+                starts.pop(bisect_left(starts, a))
+                del size_of[a]
+            k += 1
+        j = bisect_right(starts, addr[i]) - 1
+        if j >= 0 and addr[i] < starts[j] + size_of[starts[j]]:
+            out[i] = starts[j]
+    return out

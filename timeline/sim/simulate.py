@@ -168,7 +168,9 @@ def simulate(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
 
 
 def _step_us(run: RunSpec, dev: StaticDevice, cost: CostModel) -> float:
-    """Gradient reduce-scatter + optimizer step + parameter all-gather, bandwidth-bound."""
+    """Gradient reduce-scatter + optimizer step + parameter all-gather, bandwidth-bound (0 without a step)."""
+    if not run.training.optimizer_step:
+        return 0.0
     g = run.parallel.dp * run.parallel.cp
     comm = 0.0
     if g > 1:
@@ -204,6 +206,9 @@ def _static_allocs(run: RunSpec, dev: StaticDevice, first_backward_us: float,
            (when[life.grads_at], "static.grads", g, CAT_CODE[Category.GRADS]),
            (when[life.master_at], "static.master", master_b, CAT_CODE[Category.OPTIMIZER]),
            (when[life.moments_at], "static.moments", o - master_b, CAT_CODE[Category.OPTIMIZER])]
+    if not tr.optimizer_step:  # no step: the states the first step would create never exist
+        out = [x for x, at in zip(out, ("start", life.grads_at, life.master_at, life.moments_at), strict=True)
+               if at != "first_step"]
     return [x for x in out + extra if x[2] > 0]
 
 

@@ -8,10 +8,11 @@ which knows whether the user set them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from timeline.spec.fields import DTYPES, spec_field
 from timeline.spec.model import ModelSpec
+from timeline.spec.trace import CapturedTrace
 
 PROFILES = ("megatron", "paper", "hf")
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts")
@@ -46,6 +47,8 @@ class TrainingSpec:
     seq_len: int = spec_field(4096, positive=True)
     num_microbatches: int = spec_field(8, positive=True)
     iterations: int = spec_field(2, positive=True)
+    optimizer_step: bool = spec_field(True, doc="false: no optimizer step (nor the states it creates), e.g. to "
+                                      "compare one forward + backward with a measured peak")
     dtype: str = spec_field("bf16", choices=DTYPES, doc="weights and activations")
     grad_dtype: str = spec_field("fp32", choices=DTYPES)
     master_dtype: str = spec_field("fp32", choices=DTYPES)
@@ -114,6 +117,9 @@ class RunSpec:
     schedule: ScheduleSpec
     allocator: AllocatorSpec
     hardware: HardwareSpec
+    #: the captured op trace when ``model_source`` is "trace:PATH" (kept out of equality and hashing:
+    #: the path in ``model_source`` names it)
+    trace: CapturedTrace | None = field(default=None, compare=False, repr=False)
 
     @property
     def sp_enabled(self) -> bool:

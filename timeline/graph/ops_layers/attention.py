@@ -1,7 +1,9 @@
 """Self-attention ops: MHA/GQA (QKV projection, RoPE, core attention, output projection) and the
-core attention shared with MLA — eager (scores, softmax, dropout, attention over V) or flash,
-as the profile's table says. Context parallelism: each rank holds ``s/cp`` queries and receives
-the other ranks' K/V chunks in a ring (a ``comm`` buffer of two chunks in flight).
+core attention shared with MLA — eager (scores, softmax, dropout, attention over V), flash, or
+torch SDPA as CUDA dispatches it (``sdpa``: flash, else memory-efficient), as the profile's table
+says. Context parallelism: each rank holds ``s/cp`` queries and receives the other ranks' K/V
+chunks in a ring (a ``comm`` buffer of two chunks in flight). Under a table with ``rope_cache``
+the RoPE cos/sin are built once per chunk (:func:`rope_cache`) and every RoPE op reads them.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
         b.op(f"{name}.cp_ring", "comm", layer, {"k": k, "v": v}, {"y": ring}, kind="p2p", stream="cp", tags=CORE)
         kv["_ring"] = ring
     ctx = b.tensor(f"{name}.out", (rows, heads * v_dim))
+    if b.table.attention == "sdpa":
+        return _sdpa(b, name, q, k, v, ctx, layer, heads, qk_dim, v_dim)
     if b.table.attention == "flash":
         lse = b.tensor(f"{name}.softmax_lse", (d.b, heads, sq), "fp32")
         f = 2.0 * d.b * heads * sq * sk * (qk_dim + v_dim)
@@ -49,6 +53,49 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
     return ctx
 
 
+def sdpa_flash(b: Builder, qk_dim: int, v_dim: int) -> bool:
+    """Whether CUDA SDPA (no mask) runs the flash kernel: equal head dims ≤ 256, 16-bit inputs."""
+    return qk_dim == v_dim <= 256 and b.dims.dtype in ("bf16", "fp16")
+
+
+def _sdpa(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, ctx: TensorDef, layer: int,
+          heads: int, qk_dim: int, v_dim: int) -> TensorDef:
+    """torch SDPA on CUDA (one device, no mask): the flash kernel for equal head dims ≤ 256 in 16 bits,
+    taking GQA's k/v at kv-head width; else the memory-efficient kernel, whose log-sum-exp is
+    padded to 32 queries, with k/v expanded to every head (HF ``repeat_kv``)."""
+    d = b.dims
+    flash = sdpa_flash(b, qk_dim, v_dim)
+    rows = q.shape[0]
+    if not flash and k.shape[1] < heads * qk_dim:
+        ke, ve = b.tensor(f"{name}.k_expanded", (rows, heads * qk_dim)), b.tensor(f"{name}.v_expanded",
+                                                                                    (rows, heads * v_dim))
+        b.op(f"{name}.repeat_kv", "copy", layer, {"k": k, "v": v}, {"k": ke, "v": ve}, tags=CORE)
+        k, v = ke, ve
+    seq = d.s_local if flash else -(-d.s_local // 32) * 32
+    extras = {"lse": b.tensor(f"{name}.softmax_lse", (d.b, heads, seq), "fp32")}
+    # philox RNG state: flash returns rng_state (2 × uint64) and an unused scalar, efficient seed and offset
+    for slot, n in (("rng_state", 2), ("rng_unused", 1)) if flash else (("philox_seed", 1), ("philox_offset", 1)):
+        extras[slot] = b.tensor(f"{name}.{slot}", (n,), "int64")
+    f = 2.0 * d.b * heads * d.s_local * d.s * (qk_dim + v_dim)
+    b.op(name, "flash_attn", layer, {"q": q, "k": k, "v": v}, {"y": ctx}, extras=extras, flops=f, tags=CORE)
+    return ctx
+
+
+def rope_cache(b: Builder) -> None:
+    """RoPE cos/sin ``(1, s, rope_dim)`` built once per forward by the model (HF ``rotary_emb``); the op
+    is tagged ``shared`` so a checkpoint that keeps them counts them outside the layers."""
+    m, d = b.model, b.dims
+    dim = m.qk_rope_head_dim if m.is_mla else m.attn_head_dim
+    cos, sin = b.tensor("rotary_emb.cos", (1, d.s_local, dim)), b.tensor("rotary_emb.sin", (1, d.s_local, dim))
+    b.op("rotary_emb", "rope_cache", None, {}, {"cos": cos, "sin": sin}, tags=frozenset({"shared"}))
+    b.shared.update(cos=cos, sin=sin)
+
+
+def rope_inputs(b: Builder) -> dict[str, TensorDef]:
+    """The shared cos/sin as reference inputs of a RoPE op (no gradient), if the chunk built them."""
+    return {f"_{k}": b.shared[k] for k in ("cos", "sin") if k in b.shared}
+
+
 def attention(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     """Input norm + MHA/GQA; ``x`` is the layer input (sequence-parallel rows); returns the
     output projection's result on the same rows (before dropout and the residual)."""
@@ -66,8 +113,8 @@ def attention(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     b.op(f"{p}.linear_qkv", "linear", layer, {"x": full, "_save": ln}, {"q": q, "k": k, "v": v}, flops=f, wflops=f)
     if m.position_embedding == "rope":
         qr, kr = b.tensor(f"{p}.q_rope", q.shape), b.tensor(f"{p}.k_rope", k.shape)
-        b.op(f"{p}.rope", "rope", layer, {"q": q, "k": k}, {"q": qr, "k": kr}, flops=3.0 * (q.shape[1] + k.shape[1])
-             * rows)
+        b.op(f"{p}.rope", "rope", layer, {"q": q, "k": k, **rope_inputs(b)}, {"q": qr, "k": kr},
+             flops=3.0 * (q.shape[1] + k.shape[1]) * rows)
         q, k = qr, kr
     ctx = core_attention(b, p, q, k, v, layer, nq, hd, hd)
     return row_linear(b, f"{p}.linear_proj", ctx, m.hidden_size, layer)

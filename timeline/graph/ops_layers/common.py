@@ -20,14 +20,29 @@ def rows(t: TensorDef) -> int:
 
 def norm(b: Builder, name: str, x: TensorDef, layer: int | None, *, kind: str | None = None,
          rule: str | None = None, tags: Tags = NONE) -> TensorDef:
-    """RMSNorm / LayerNorm over the last dim; extras rsigma (and mu) in fp32, one per row."""
+    """RMSNorm / LayerNorm over the last dim; extras rsigma (and mu) in fp32, one per row.
+
+    Under a table with ``upcast_fp32`` (HF's Python RMSNorm) a 16-bit input is first copied to
+    fp32 by its own op, the norm reads the copy, and the 16-bit normalised tensor is an extra."""
     kind = kind or b.model.norm
     y = b.tensor(f"{name}.out", x.shape)
     extras = {"rsigma": b.tensor(f"{name}.rsigma", (rows(x),), "fp32")}
     if kind == "layernorm":
         extras["mu"] = b.tensor(f"{name}.mu", (rows(x),), "fp32")
+    elif b.table.upcast_fp32:
+        extras["normed"] = b.tensor(f"{name}.normed", x.shape)
+        x = upcast(b, f"{name}.upcast", x, layer, tags=tags)
     b.op(name, rule or kind, layer, {"x": x}, {"y": y}, extras=extras, flops=5.0 * x.shape[0] * x.shape[1],
          tags=tags)
+    return y
+
+
+def upcast(b: Builder, name: str, x: TensorDef, layer: int | None, *, tags: Tags = NONE) -> TensorDef:
+    """``x.to(torch.float32)``: a copy op for a 16-bit ``x``, the tensor itself when already fp32."""
+    if x.dtype == "fp32":
+        return x
+    y = b.tensor(f"{name}.out", x.shape, "fp32")
+    b.op(name, "upcast", layer, {"x": x}, {"y": y}, tags=tags)
     return y
 
 

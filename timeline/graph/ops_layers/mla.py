@@ -4,13 +4,15 @@ Down projections W^DQ and W^DKV (+W^KR, fused) are replicated over TP; the laten
 up projections W^UQ/W^QR and W^UK/W^UV, RoPE, core attention and W^O follow. Under the
 ``paper`` table the input is all-gathered first, so c_Q/c_KV hold the full sequence; Megatron
 keeps them sequence-parallel and all-gathers before the up projections (``mla_latent_sp``).
-The latent norms, up projections and RoPE form the ``mla_up_proj`` recompute module.
+The latent norms, up projections and RoPE form the ``mla_up_proj`` recompute module. Under a table
+with ``mla_kv_views`` (HF ``DeepseekV3Attention``) V is a view of the kv up-projection's output
+(RoPE builds only the query and key) and a flash-kernel attention output is copied before W^O.
 """
 
 from __future__ import annotations
 
 from timeline.graph.ir import Builder
-from timeline.graph.ops_layers.attention import core_attention
+from timeline.graph.ops_layers.attention import core_attention, rope_inputs, sdpa_flash
 from timeline.graph.ops_layers.common import all_gather, linear, norm, row_linear, sp_gather
 from timeline.graph.tensors import TensorDef
 
@@ -48,8 +50,15 @@ def mla(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     full_rows = kv.shape[0]
     q = b.tensor(f"{p}.q", (full_rows, nh * (d_h + d_hr)))
     k = b.tensor(f"{p}.k", (full_rows, nh * (d_h + d_hr)))
-    v = b.tensor(f"{p}.v", (full_rows, nh * d_v))
-    b.op(f"{p}.rope", "rope", layer, {"q": q_raw, "kv": kv, "k_pe": k_pe_full}, {"q": q, "k": k, "v": v},
+    views = b.table.mla_kv_views
+    v = kv if views else b.tensor(f"{p}.v", (full_rows, nh * d_v))
+    outs = {"q": q, "k": k} if views else {"q": q, "k": k, "v": v}
+    b.op(f"{p}.rope", "rope", layer, {"q": q_raw, "kv": kv, "k_pe": k_pe_full, **rope_inputs(b)}, outs,
          flops=3.0 * full_rows * nh * d_hr * 2, tags=UP)
     ctx = core_attention(b, p, q, k, v, layer, nh, d_h + d_hr, d_v)
+    if views and sdpa_flash(b, d_h + d_hr, d_v):  # flash output inherits the cat query's layout, so
+        # transpose(1, 2).contiguous() copies it (the efficient kernel's output is already (b, s, a, d))
+        copy = b.tensor(f"{p}.core_attn.out_contiguous", ctx.shape)
+        b.op(f"{p}.core_attn.contiguous", "copy", layer, {"x": ctx}, {"y": copy})
+        ctx = copy
     return row_linear(b, f"{p}.linear_proj", ctx, h, layer)

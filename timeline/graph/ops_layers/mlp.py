@@ -1,5 +1,6 @@
 """Dense MLP ops: norm, fc1 (GeLU, or SwiGLU's fused gate+up), activation, fc2 — the ``mlp``
-recompute module (with the norm when it is fused into fc1, as in Transformer Engine)."""
+recompute module (with the norm when it is fused into fc1, as in Transformer Engine). Under a
+table with ``split_gate_up`` (HF ``LlamaMLP``) SwiGLU's gate and up are two linears, two tensors."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ MLP: Tags = frozenset({"mlp"})
 
 
 def activation(b: Builder, name: str, x: TensorDef, layer: int, ffn: int, *, rule: str | None = None,
-               probs: TensorDef | None = None, tags: Tags = MLP) -> TensorDef:
-    """GeLU on ``x`` or SwiGLU on the fused gate+up output; ``ffn`` is the local width."""
+               probs: TensorDef | None = None, up: TensorDef | None = None, tags: Tags = MLP) -> TensorDef:
+    """GeLU on ``x`` or SwiGLU on the fused gate+up output (or on gate ``x`` and ``up``); ``ffn`` is the
+    local width."""
     y = b.tensor(f"{name}.out", (x.shape[0], ffn))
-    inputs = {"x": x}
+    inputs = {"x": x} if up is None else {"x": x, "up": up}
     extras = {}
     if b.model.gated_mlp:
         rule = rule or "swiglu"
@@ -36,6 +38,16 @@ def mlp(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
               tags=MLP if fused else frozenset({"layernorm"}))
     p = f"{prefix}.mlp"
     ffn = m.intermediate_size // d.tp
-    fc1 = column_linear(b, f"{p}.linear_fc1", ln, (2 if m.gated_mlp else 1) * ffn, layer, tags=MLP)
-    act = activation(b, f"{p}.act", fc1, layer, ffn)
+    if m.gated_mlp and b.table.split_gate_up:
+        gate, up = split_gate_up(b, p, ln, ffn, layer, MLP)
+        act = activation(b, f"{p}.act", gate, layer, ffn, up=up)
+    else:
+        fc1 = column_linear(b, f"{p}.linear_fc1", ln, (2 if m.gated_mlp else 1) * ffn, layer, tags=MLP)
+        act = activation(b, f"{p}.act", fc1, layer, ffn)
     return row_linear(b, f"{p}.linear_fc2", act, m.hidden_size, layer, tags=MLP)
+
+
+def split_gate_up(b: Builder, p: str, x: TensorDef, ffn: int, layer: int, tags: Tags) -> tuple[TensorDef, TensorDef]:
+    """``gate_proj(x)`` and ``up_proj(x)`` as two column-parallel linears (both save ``x``)."""
+    return (column_linear(b, f"{p}.gate_proj", x, ffn, layer, tags=tags),
+            column_linear(b, f"{p}.up_proj", x, ffn, layer, tags=tags))

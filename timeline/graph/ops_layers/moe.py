@@ -8,7 +8,11 @@ after the expert-TP all-gather. ``routing = "skew"`` multiplies the rows by ``ro
 ``ceil(capacity_factor·T·top_k/E)`` tokens from each source rank — Megatron's ``get_capacity``
 in megatron/core/transformer/moe/moe_utils.py — so a rank receives at most ``E·cap`` rows, and
 exactly that with ``pad_to_capacity``. The ``paper`` table keeps arXiv 2502.07846's convention:
-router and shared expert on the full ``b·s``, experts fed ``b·s·top_k/ep`` rows.
+router and shared expert on the full ``b·s``, experts fed ``b·s·top_k/ep`` rows. Under a table
+with ``moe_weight_after_down`` (HF ``grouped_mm`` experts) the routing weights scale the down
+projection's output in the combine, not inside the SwiGLU; with ``upcast_fp32`` the router reads
+an fp32 copy of its input. Side tensors some implementation keeps (index vectors, offsets, the
+top-k normalisation) are extras: a table that does not save them never makes them.
 """
 
 from __future__ import annotations
@@ -16,8 +20,17 @@ from __future__ import annotations
 import math
 
 from timeline.graph.ir import Builder
-from timeline.graph.ops_layers.common import add, all_gather, dropout, linear, norm, row_linear, sp_gather
-from timeline.graph.ops_layers.mlp import activation
+from timeline.graph.ops_layers.common import (
+    add,
+    all_gather,
+    dropout,
+    linear,
+    norm,
+    row_linear,
+    sp_gather,
+    upcast,
+)
+from timeline.graph.ops_layers.mlp import activation, split_gate_up
 from timeline.graph.tensors import TensorDef
 
 MOE = frozenset({"moe"})
@@ -50,19 +63,28 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     src = sp_gather(b, f"{p}.router", ln, layer, tags=MOE) if paper else ln
     t = src.shape[0]
     score_dtype, idx_dtype = ("bf16", "int16") if paper else ("fp32", "int64")
-    logits = linear(b, f"{p}.router", src, n, layer, save=ln, out_name="logits", tags=MOE)
+    if b.table.upcast_fp32:  # F.linear(hidden_states.type(torch.float32), ...)
+        logits = linear(b, f"{p}.router", upcast(b, f"{p}.router.upcast", src, layer, tags=MOE), n, layer,
+                        out_name="logits", tags=MOE)
+    else:
+        logits = linear(b, f"{p}.router", src, n, layer, save=ln, out_name="logits", tags=MOE)
     scores = b.tensor(f"{p}.router.scores", (t, n), score_dtype)
     b.op(f"{p}.router.score", "router_score", layer, {"x": logits}, {"y": scores},
          extras={"scores": b.tensor(f"{p}.router.scores_saved", (t, n), "fp32")}, flops=4.0 * t * n, tags=MOE)
     probs = b.tensor(f"{p}.router.probs", (t, k), "fp32")
     idx = b.tensor(f"{p}.router.topk_idx", (t, k), idx_dtype)
-    b.op(f"{p}.router.topk", "topk", layer, {"x": scores}, {"probs": probs, "idx": idx}, flops=float(t * n), tags=MOE)
+    norm_extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), "fp32"),
+                   "raw_weights": b.tensor(f"{p}.router.topk_raw_weights", (t, k), "fp32")}
+    b.op(f"{p}.router.topk", "topk", layer, {"x": scores}, {"probs": probs, "idx": idx}, extras=norm_extras,
+         flops=float(t * n), tags=MOE)
     # dispatch: permute, all-to-all over EP, expert-TP all-gather
     permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
     pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), "fp32")
     b.op(f"{p}.dispatch.permute", "permute", layer, {"x": src, "probs": probs, "_idx": idx},
          {"y": permuted, "probs": pprobs},
-         extras={"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (t * k,), "int64")}, tags=MOE)
+         extras={"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (t * k,), "int64"),
+                 "src_idx": b.tensor(f"{p}.dispatch.src_idx", (t * k,), "int64"),
+                 "offsets": b.tensor(f"{p}.dispatch.offsets", (n // d.ep,), "int32")}, tags=MOE)
     rows = expert_rows(b)
     tokens, rprobs = permuted, pprobs
     if d.ep > 1:
@@ -75,8 +97,9 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     e_ffn = m.moe_intermediate_size // d.etp
     fc1 = linear(b, f"{p}.experts.linear_fc1", tokens, (2 if m.gated_mlp else 1) * e_ffn, layer,
                  rule="grouped_linear", tags=MOE)
-    act = activation(b, f"{p}.experts.act", fc1, layer, e_ffn, rule=None if paper else "weighted_swiglu",
-                     probs=None if paper else rprobs, tags=frozenset({"moe", "moe_act"}))
+    weighted = not paper and not b.table.moe_weight_after_down  # probs enter the SwiGLU (Megatron)
+    act = activation(b, f"{p}.experts.act", fc1, layer, e_ffn, rule="weighted_swiglu" if weighted else None,
+                     probs=rprobs if weighted else None, tags=frozenset({"moe", "moe_act"}))
     out = linear(b, f"{p}.experts.linear_fc2", act, h, layer, rule="grouped_linear", tags=MOE)
     out = dropout(b, f"{p}.experts.dropout", out, layer, tags=MOE)
     if d.etp > 1:
@@ -91,8 +114,11 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         b.op(f"{p}.combine.all_to_all", "comm", layer, {"x": out}, {"y": back}, kind="collective", stream="ep",
              tags=MOE)
     routed = b.tensor(f"{p}.combine.out", (t, h))
-    b.op(f"{p}.combine.unpermute", "unpermute", layer, {"x": back, "_idx": idx}, {"y": routed},
-         flops=float(t * k * h), tags=MOE)
+    inputs = {"x": back, "_idx": idx}
+    if b.table.moe_weight_after_down:
+        inputs["probs"] = rprobs
+    b.op(f"{p}.combine.unpermute", "unpermute", layer, inputs, {"y": routed}, flops=float(t * k * h), tags=MOE,
+         extras={"inv_idx": b.tensor(f"{p}.combine.inv_idx", (back.shape[0],), "int64")})
     if m.shared_ffn:
         routed = add(b, f"{p}.shared_add", shared_experts(b, f"{p}.shared_experts", ln, src, layer), routed,
                      layer, tags=MOE)
@@ -113,6 +139,10 @@ def shared_experts(b: Builder, p: str, ln: TensorDef, gathered: TensorDef, layer
         out = linear(b, f"{p}.linear_fc2", act, m.hidden_size, layer, tags=SHARED)
         return dropout(b, f"{p}.dropout", out, layer, tags=SHARED)
     ffn = m.shared_ffn // d.tp
+    if m.gated_mlp and b.table.split_gate_up:  # HF DeepseekV3MLP (one device: no TP collectives)
+        gate, up = split_gate_up(b, p, ln, ffn, layer, SHARED)
+        act = activation(b, f"{p}.act", gate, layer, ffn, up=up, tags=SHARED)
+        return row_linear(b, f"{p}.linear_fc2", act, m.hidden_size, layer, tags=SHARED)
     full = sp_gather(b, f"{p}.linear_fc1", ln, layer, tags=SHARED)
     fc1 = linear(b, f"{p}.linear_fc1", full, (2 if m.gated_mlp else 1) * ffn, layer, save=ln, tags=SHARED)
     act = activation(b, f"{p}.act", fc1, layer, ffn, tags=SHARED)

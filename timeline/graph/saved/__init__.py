@@ -8,8 +8,7 @@ dropout, fused norms, the MoE token convention) so layer builders consult a tabl
 profile's name.
 
 Adding a profile: write ``saved/<name>.py`` defining ``TABLE = SavedTable(...)`` and add it to
-:data:`TABLES`. A profile without a table (``hf`` for now) fails in :func:`saved_table`, the one
-place that says so.
+:data:`TABLES`. A profile without a table fails in :func:`saved_table`, the one place that says so.
 """
 
 from __future__ import annotations
@@ -31,13 +30,21 @@ class SaveRule:
 class SavedTable:
     name: str
     rules: dict[str, SaveRule]
-    attention: str  # "eager" (scores, softmax, dropout materialised) | "flash"
+    attention: str  # "eager" (scores, softmax, dropout materialised) | "flash" | "sdpa" (torch SDPA on CUDA:
+    # flash for equal head dims ≤ 256 in 16 bits, GQA at kv-head width; else memory-efficient, k/v expanded)
     dropout: bool  # dropout after attention/MLP outputs (and inside eager attention)
     fused_norm_linear: bool  # norms before a linear fuse into it (TE LayerNormLinear): not "layernorm"-recomputable
     moe_tokens: str  # "paper": b·s·top_k/ep rows, router on full b·s | "routed": (b·s/(tp·cp))·top_k
     mla_latent_sp: bool  # MLA's compressed q/kv stay sequence-parallel (Megatron) or are gathered (paper)
     full_recompute_moe_split: bool  # full recompute checkpoints the MoE sub-block apart (keeps its input)
     swiglu_extra: bool  # an unfused SwiGLU also keeps silu(gate)
+    # -- structure of Python-level modelling code (Hugging Face); False/True keep paper and megatron as they were
+    upcast_fp32: bool = False  # RMSNorm input, router input and logits are copied to fp32 by a separate op
+    rope_cache: bool = False  # RoPE cos/sin built once per model (op tagged "shared") and saved by each layer
+    mla_kv_views: bool = False  # MLA's V is a view of kv_b_proj's output; attention output copied for o_proj
+    moe_weight_after_down: bool = False  # routing weights scale the down-projection output (not inside SwiGLU)
+    split_gate_up: bool = False  # a dense SwiGLU MLP has separate gate and up projections (two outputs)
+    mtp_modules: bool = True  # the framework builds DeepSeek's multi-token-prediction modules
     notes: dict[str, str] = field(default_factory=dict)
 
     def rule(self, key: str) -> SaveRule:
@@ -48,9 +55,9 @@ class SavedTable:
 
 
 def _tables() -> dict[str, SavedTable]:
-    from timeline.graph.saved import megatron, paper
+    from timeline.graph.saved import hf, megatron, paper
 
-    return {"paper": paper.TABLE, "megatron": megatron.TABLE}
+    return {"paper": paper.TABLE, "megatron": megatron.TABLE, "hf": hf.TABLE}
 
 
 #: profile name -> table; a new profile's rules file registers here

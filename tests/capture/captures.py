@@ -1,0 +1,79 @@
+"""Tiny models for the capture tests: configs, a plain-module factory, and a capture-to-run-file helper."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: groundtruth.md §5's small Llama, shrunk (GQA 4/2) so captures stay fast
+LLAMA = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "intermediate_size": 704, "vocab_size": 1000}
+#: groundtruth.md §5's small DeepSeek-V3 (MLA, layer 0 dense, layer 1 MoE with grouped experts)
+DSV3 = {"model_type": "deepseek_v3", "hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
+        "num_key_value_heads": 8, "q_lora_rank": 128, "kv_lora_rank": 64, "qk_nope_head_dim": 64,
+        "qk_rope_head_dim": 32, "v_head_dim": 96, "intermediate_size": 1408, "moe_intermediate_size": 256,
+        "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "first_k_dense_replace": 1,
+        "n_group": 1, "topk_group": 1, "vocab_size": 1000}
+B, S = 2, 64
+
+RUN = """\
+[model]
+trace = "{trace}"
+profile = "hf"
+[training]
+micro_batch_size = {b}
+seq_len = {s}
+num_microbatches = 1
+iterations = 1
+grad_dtype = "bf16"
+master_dtype = "bf16"
+optimizer_step = false
+[allocator]
+kind = "ideal"
+"""
+
+
+def capture_config(config: dict, path: Path, b: int = B, s: int = S) -> Path:
+    from timeline.capture.hf import hf_builder
+    from timeline.capture.run import capture
+    from timeline.io.trace_file import write_trace
+
+    prov = {"config": config, "micro_batch_size": b, "seq_len": s, "dtype": "bf16", "name": path.stem,
+            "capture_args": "--hf-config config.json", "hidden_size": config["hidden_size"]}
+    write_trace(capture(hf_builder(config, micro_batch_size=b, seq_len=s), provenance=prov), path)
+    run = path.with_suffix(".toml")
+    run.write_text(RUN.format(trace=path.name, b=b, s=s))
+    return run
+
+
+
+
+def tiny_factory():
+    """A plain module with two ``layers.N`` blocks, for ``--module captures:tiny_factory``."""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self, h: int) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(h, h)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + torch.relu(self.fc(x))
+
+    class Tiny(torch.nn.Module):
+        def __init__(self, layers: int = 2, h: int = 32) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList(Block(h) for _ in range(layers))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    return Tiny(), (torch.randn(2, 8, 32),)
+
+
+def flat_factory():
+    """A module without decoder layers."""
+    import torch
+
+    return torch.nn.Linear(4, 4), (torch.randn(2, 4),)

@@ -1,0 +1,72 @@
+"""A captured model simulated on one device reproduces PyTorch's own measured peak; repeated layers
+add exactly their captured bytes; under 1F1B a trace shows the analytic path's (p − r) in-flight."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from captures import DSV3, LLAMA, B, S  # noqa: E402
+from torch.distributed._tools.mem_tracker import MemTracker  # noqa: E402
+
+from timeline.capture.gpu import gpu_kernels  # noqa: E402
+from timeline.capture.hf import hf_builder  # noqa: E402
+from timeline.capture.run import fake_cpu, training_step  # noqa: E402
+from timeline.graph.template import chunk_template  # noqa: E402
+from timeline.io.runfile import load_run  # noqa: E402
+from timeline.result.build import build_timeline  # noqa: E402
+
+
+def memtracker_peak(config: dict) -> int:
+    """PyTorch's own peak (MemTracker) of the same fake step the capture records."""
+    with fake_cpu(), gpu_kernels():
+        model, args, kwargs = hf_builder(config, micro_batch_size=B, seq_len=S)()
+        mt = MemTracker()
+        mt.track_external(model)
+        with mt:
+            training_step(model, args, kwargs)
+        return int(mt.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"])
+
+
+def sim_peak(run_file, *overrides: str) -> int:
+    run = load_run(run_file, list(overrides))
+    return build_timeline(run, chunk_template).peak(0)["peak_requested_bytes"]
+
+
+@pytest.mark.parametrize(("config", "fixture"), [(LLAMA, "llama_run"), (DSV3, "dsv3_run")], ids=["llama", "dsv3"])
+def test_peak_matches_memtracker(config, fixture, request):
+    measured = memtracker_peak(config)
+    simulated = sim_peak(request.getfixturevalue(fixture))
+    assert simulated == pytest.approx(measured, rel=0.01)
+
+
+def test_one_more_layer_adds_its_captured_bytes(llama_run):
+    run3 = load_run(llama_run, ["model.num_layers=3"])
+    t = chunk_template(run3, 0)
+    params = sum(p.nbytes for p in run3.trace.params if p.layer == 1)  # bf16 weights, bf16 grads
+    added = sim_peak(llama_run, "model.num_layers=3") - sim_peak(llama_run)
+    assert t.layer_activation_bytes[2] == t.layer_activation_bytes[1]
+    assert added == t.layer_activation_bytes[2] + 2 * params
+
+
+def test_1f1b_pp4_holds_p_minus_r_microbatches(llama_run):
+    run = load_run(llama_run, ["model.num_layers=8", "parallel.pp=4", "model.profile=megatron",
+                               "training.num_microbatches=8", "training.iterations=2",
+                               "training.optimizer_step=true"])
+    tl = build_timeline(run, chunk_template)
+    for r in range(4):
+        per_microbatch = chunk_template(run, r).activation_bytes
+        assert tl.series(r).by_category["activations"].max() == (4 - r) * per_microbatch
+
+
+def test_static_json_reports_trace_layers(llama_run, capsys):
+    from timeline.cli import main
+
+    assert main(["static", str(llama_run), "--set", "model.num_layers=4", "--json"]) == 0
+    dev = json.loads(capsys.readouterr().out)["devices"][0]
+    layers = {e["layer"]: e["bytes"] for e in dev["layer_activation_bytes"]}
+    assert sorted(layers) == [-1, 0, 1, 2, 3] and len({layers[k] for k in range(4)}) == 1

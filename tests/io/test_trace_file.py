@@ -1,0 +1,71 @@
+"""Trace files: round trip, schema/provenance checks, and what a run may ask of a trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from timeline.errors import SpecError, UserError
+from timeline.io.runfile import load_run
+from timeline.io.trace_file import read_trace, read_trace_provenance, write_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+LLAMA = ROOT / "traces" / "llama3-8b-layer.parquet"
+DSV3 = ROOT / "traces" / "deepseek-v3-moe-layer.parquet"
+
+
+def test_round_trip_is_lossless_and_deterministic(tmp_path):
+    trace = read_trace(LLAMA)
+    write_trace(trace, tmp_path / "a.parquet")
+    write_trace(read_trace(tmp_path / "a.parquet"), tmp_path / "b.parquet")
+    again = read_trace(tmp_path / "b.parquet")
+    assert again.ops == trace.ops and again.storages == trace.storages
+    assert again.params == trace.params and again.layers == trace.layers
+    assert again.provenance == trace.provenance
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+
+
+@pytest.mark.parametrize("path", [LLAMA, DSV3], ids=["llama", "dsv3"])
+def test_shipped_traces_carry_provenance(path):
+    prov = read_trace_provenance(path)
+    assert prov["schema"] == "timeline.trace/1" and prov["torch"].startswith("2.13")
+    assert prov["transformers"] == "5.24.0" and prov["micro_batch_size"] == 1 and prov["seq_len"] == 4096
+    assert prov["command"].startswith("timeline capture") and prov["config"]["num_hidden_layers"] == 1
+    assert path.stat().st_size < 200_000
+
+
+def test_not_a_trace(tmp_path):
+    bad = tmp_path / "x.parquet"
+    bad.write_text("nope")
+    with pytest.raises(UserError, match="not a Parquet file"):
+        read_trace(bad)
+    with pytest.raises(UserError, match="no such trace file"):
+        read_trace(tmp_path / "missing.parquet")
+
+
+def run_text(**training) -> str:
+    lines = "\n".join(f"{k} = {v}" for k, v in {"micro_batch_size": 1, "seq_len": 4096, **training}.items())
+    return f'[model]\ntrace = "{LLAMA}"\nnum_layers = 32\n[training]\n{lines}\n'
+
+
+def test_run_loads_the_trace(write_run):
+    run = load_run(write_run(run_text()))
+    assert run.model_source.startswith("trace:") and run.trace is not None
+    assert run.model.num_hidden_layers == 32 and run.model.hidden_size == 4096
+
+
+def test_other_sizes_name_the_capture_command(write_run):
+    with pytest.raises(SpecError) as exc:
+        load_run(write_run(run_text(seq_len=2048)))
+    text = str(exc.value)
+    assert "captured at micro_batch_size = 1, seq_len = 4096" in text
+    assert ("timeline capture --preset llama3-8b --set num_hidden_layers=1 --micro-batch-size 1 --seq-len 2048"
+            in text)
+
+
+def test_sharding_and_recompute_are_refused(write_run):
+    with pytest.raises(SpecError, match="parallel.tp"):
+        load_run(write_run(run_text()), ["parallel.tp=2"])
+    with pytest.raises(SpecError, match="recompute"):
+        load_run(write_run(run_text()), ["recompute.policy=full"])

@@ -1,0 +1,68 @@
+"""Hugging Face causal LMs for capture: a config dict → (model, inputs) on fake CPU tensors.
+
+The model is built from its config (random init, no weights downloaded) in the training dtype,
+with SDPA attention and, for MoE models, the grouped expert implementation unless the config
+says otherwise. Inputs are ``input_ids`` and ``labels`` of shape (micro_batch_size, seq_len), so
+the step includes the head and loss. A preset (a :class:`~timeline.spec.model.ModelSpec`) maps to
+the config dict its family's ``config.json`` would hold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from timeline.capture.run import Built
+from timeline.errors import UserError
+from timeline.spec.model import ModelSpec
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+#: ModelSpec fields that are not Hugging Face config keys (or are renamed per family)
+_NOT_HF = {"name", "norm", "position_embedding", "linear_bias", "qk_norm", "router_bias", "mtp_layers",
+           "shared_expert_intermediate_size", "shared_expert_gate", "hidden_dropout", "moe_layer_freq"}
+
+
+def preset_config(model: ModelSpec) -> dict[str, Any]:
+    """The Hugging Face config dict of a preset's architecture."""
+    cfg = {f.name: getattr(model, f.name) for f in dataclasses.fields(model) if f.name not in _NOT_HF}
+    if model.model_type == "mixtral":
+        cfg["num_local_experts"] = cfg.pop("n_routed_experts")
+    elif model.model_type in ("qwen2_moe", "qwen3_moe"):
+        cfg["num_experts"] = cfg.pop("n_routed_experts")
+    if model.model_type.startswith("deepseek"):
+        cfg["topk_method"] = "noaux_tc" if model.router_bias else "greedy"
+        cfg["num_nextn_predict_layers"] = model.mtp_layers
+    if not model.head_dim:
+        cfg.pop("head_dim")
+    if not model.num_key_value_heads:
+        cfg["num_key_value_heads"] = model.num_attention_heads
+    return cfg
+
+
+def hf_builder(config: dict[str, Any], *, micro_batch_size: int, seq_len: int, dtype: str = "bf16"):
+    """A build function for :func:`timeline.capture.run.capture` (call it inside fake mode)."""
+    try:
+        from transformers import AutoConfig, AutoModelForCausalLM
+    except ImportError:
+        raise UserError("transformers is not installed: pip install -e '.[capture]'") from None
+    cfg = dict(config)
+    model_type = cfg.pop("model_type", "llama")
+    cfg.setdefault("use_cache", False)
+    try:
+        hf_cfg = AutoConfig.for_model(model_type, **cfg)
+    except (ValueError, KeyError) as exc:
+        raise UserError(f"config: {exc}") from None
+    hf_cfg._attn_implementation = cfg.get("attn_implementation", "sdpa")
+    if cfg.get("experts_implementation"):
+        hf_cfg._experts_implementation = cfg["experts_implementation"]
+
+    def build() -> Built:
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(hf_cfg, dtype=DTYPES[dtype])
+        ids = torch.randint(0, hf_cfg.vocab_size, (micro_batch_size, seq_len))
+        return model, (), {"input_ids": ids, "labels": ids, "use_cache": False}
+
+    return build

@@ -1,0 +1,128 @@
+"""``timeline capture``: record a PyTorch model's operator trace on fake CPU tensors into Parquet."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from timeline.errors import UserError
+from timeline.io.runfile import parse_override
+
+HELP = "record one forward + backward of a model's aten ops (fake CPU tensors) into a trace file"
+DESCRIPTION = """\
+Run one training step (forward to the loss, backward) of a model on fake tensors on the CPU — no
+GPU, no weights — and record every aten op in order: op, module path, output tensors (shape,
+dtype, bytes, storage), the storages autograd saved and when each one dies, FLOPs, decoder-layer
+boundaries. GPU kernels that CPU execution would change are recorded as a GPU runs them (SDPA
+flash/memory-efficient kernels, GQA, bool dropout masks). Simulate the trace with
+[model] trace = "traces/NAME.parquet" (num_layers repeats the last captured layer).
+
+Needs the capture extra: pip install -e '.[capture]'
+
+examples:
+  timeline capture --preset llama3-8b --set num_hidden_layers=1 --micro-batch-size 1 --seq-len 4096 \\
+      -o traces/llama3-8b-layer.parquet
+  timeline capture --hf-config config.json --micro-batch-size 2 --seq-len 512 -o traces/mine.parquet
+  timeline capture --module mypkg.models:build -o traces/custom.parquet
+"""
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--hf-config", metavar="CONFIG.json", help="a Hugging Face config.json (random init)")
+    src.add_argument("--preset", metavar="NAME", help="a model preset (see `timeline presets`)")
+    src.add_argument("--module", metavar="MODULE:FACTORY",
+                     help="an importable factory returning (nn.Module, args[, kwargs]); the step sums its output")
+    parser.add_argument("--micro-batch-size", type=int, metavar="B", help="batch size (HF models; default 1)")
+    parser.add_argument("--seq-len", type=int, metavar="S", help="sequence length (HF models; default 4096)")
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"), help="model dtype (HF models)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key, e.g. num_hidden_layers=1 or experts_implementation=grouped_mm")
+    parser.add_argument("--cpu-kernels", action="store_true",
+                        help="keep CPU kernel choices (math SDPA, input-dtype dropout masks) instead of GPU ones")
+    parser.add_argument("-o", "--output", required=True, metavar="TRACE.parquet", help="trace file to write")
+
+
+def _overrides(items: list[str]) -> dict[str, Any]:
+    out = {}
+    for text in items:
+        _, key, value = parse_override(f"config.{text}")
+        out[key] = value
+    return out
+
+
+def _source(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """(capture_args text, HF config dict or None)."""
+    sets = "".join(f" --set {shlex.quote(f'{k}={json.dumps(v)}')}" for k, v in overrides.items())
+    if args.hf_config:
+        try:
+            cfg = json.loads(Path(args.hf_config).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UserError(f"--hf-config {args.hf_config}: {exc}") from None
+        return f"--hf-config {shlex.quote(args.hf_config)}{sets}", {**cfg, **overrides}
+    if args.preset:
+        from timeline.spec.presets import PRESETS
+
+        if args.preset not in PRESETS:
+            raise UserError(f"unknown preset {args.preset!r}; use one of {', '.join(PRESETS)}")
+        from timeline.capture.hf import preset_config
+
+        return f"--preset {args.preset}{sets}", {**preset_config(PRESETS[args.preset]), **overrides}
+    return f"--module {shlex.quote(args.module)}", None
+
+
+def run(args: argparse.Namespace) -> int:
+    if _missing("torch"):
+        raise UserError("timeline capture needs PyTorch: pip install -e '.[capture]' (CPU torch + transformers)")
+    from timeline.capture.hf import hf_builder
+    from timeline.capture.run import capture, load_factory
+    from timeline.io.trace_file import write_trace
+
+    start = time.perf_counter()
+    overrides = _overrides(args.set)
+    capture_args, config = _source(args, overrides)
+    prov: dict[str, Any] = {"capture_args": capture_args, "name": Path(args.output).stem, "dtype": args.dtype,
+                            "gpu_kernels": not args.cpu_kernels}
+    if config is not None:
+        b, s = args.micro_batch_size or 1, args.seq_len or 4096
+        build = hf_builder(config, micro_batch_size=b, seq_len=s, dtype=args.dtype)
+        prov.update(config=config, micro_batch_size=b, seq_len=s, model_type=config.get("model_type", "llama"))
+    else:
+        build = load_factory(args.module)
+    trace = capture(build, gpu=not args.cpu_kernels, provenance=prov)
+    hidden = _hidden_shape(trace)
+    if config is None and hidden:
+        trace.provenance.update(micro_batch_size=args.micro_batch_size or hidden[0],
+                                seq_len=args.seq_len or (hidden[1] if len(hidden) > 2 else 1))
+    trace.provenance["hidden_size"] = hidden[-1] if hidden else 0
+    trace.provenance["command"] = (f"timeline capture {capture_args} --micro-batch-size {trace.micro_batch_size} "
+                                   f"--seq-len {trace.seq_len} --dtype {args.dtype} -o {args.output}")
+    write_trace(trace, args.output)
+    saved = sum(st.nbytes for st in trace.storages.values() if st.saved)
+    print(f"{args.output}: {len(trace.ops)} ops, {len(trace.layers)} decoder layers, "
+          f"{sum(p.nbytes for p in trace.params):,} parameter bytes, {saved:,} saved bytes, "
+          f"b={trace.micro_batch_size} s={trace.seq_len} ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
+    return 0
+
+
+def _missing(name: str) -> bool:
+    """Whether ``name`` cannot be imported (without importing it: torch takes seconds)."""
+    if name in sys.modules:
+        return sys.modules[name] is None
+    return importlib.util.find_spec(name) is None
+
+
+def _hidden_shape(trace) -> tuple[int, ...]:
+    """Shape of the first decoder layer's output hidden state (b, s, h), or ()."""
+    target = trace.layers[0].hidden_out
+    for op in trace.ops:
+        for t in op.outputs:
+            if t.storage == target:
+                return t.shape
+    return ()

@@ -1,0 +1,81 @@
+"""Saved-tensor rules of the ``hf`` profile: Hugging Face transformers 5.x under plain PyTorch autograd.
+
+One device per replica, ``attn_implementation="sdpa"`` as a CUDA GPU runs it (flash kernel for
+equal head dims ≤ 256 in 16 bits, with GQA's k/v at kv-head width; else the memory-efficient
+kernel), ``grouped_mm`` experts, no dropout, no KV cache. What autograd keeps follows from the
+modelling code: RMSNorm in Python saves an fp32 copy of its input, the fp32 rstd and the 16-bit
+normalised tensor; RoPE saves the shared cos/sin; DeepSeek attention saves the ``cat`` query,
+the ``new_empty`` key, kv_b_proj's output (V is a view of it) and a ``.contiguous()`` copy of the
+attention output; the router saves an fp32 copy of its input; experts save the permuted tokens,
+gate/up, silu, product and down outputs, three int64 index vectors and the fp32 weights; the loss
+saves the fp32 log-softmax. Measured facts: ``../shared/reference/groundtruth.md`` §4–5 (GT);
+``tools/groundtruth.py`` measures them again and ``tests/graph/test_activations_hf.py`` compares.
+Paths are in huggingface/transformers ``src/transformers`` and pytorch ``tools/autograd/derivatives.yaml``.
+"""
+
+from __future__ import annotations
+
+from timeline.graph.saved import SavedTable, SaveRule
+
+LLAMA = "models/llama/modeling_llama.py"
+DSV3 = "models/deepseek_v3/modeling_deepseek_v3.py"
+MOE = "integrations/moe.py grouped_mm_experts_forward"
+GT = "groundtruth.md §4"
+
+RULES: dict[str, SaveRule] = {
+    "embedding": SaveRule(source=f"{LLAMA} embed_tokens: EmbeddingBackward0 keeps only the token ids (not modelled)"),
+    "upcast": SaveRule(source=f"{LLAMA} LlamaRMSNorm: hidden_states.to(torch.float32) — the copy is saved by "
+                              "the norm's pow/mul, not by the cast"),
+    "rmsnorm": SaveRule(saves=("in:x", "extra:rsigma", "extra:normed"),
+                        source=f"{LLAMA} LlamaRMSNorm: pow/mul save the fp32 input, rsqrt its fp32 result, "
+                               f"weight * hidden_states.to(input_dtype) the normalised tensor ({GT}: 6sbh + 4sb)"),
+    "latent_norm": SaveRule(saves=("in:x", "extra:rsigma", "extra:normed"),
+                            source=f"{DSV3} q_a_layernorm/kv_a_layernorm are DeepseekV3RMSNorm ({GT}: 6·q_lora, "
+                                   "6·kv_lora)"),
+    "layernorm": SaveRule(saves=("in:x", "extra:mu", "extra:rsigma"),
+                          source="torch.nn.LayerNorm: NativeLayerNormBackward0 saves input, mean, rstd"),
+    "linear": SaveRule(saves=("in:_save",), wgrad=("in:_save",),
+                       source="torch.nn.Linear: MmBackward0 saves self (the input) for the weight gradient"),
+    "grouped_linear": SaveRule(saves=("in:_save",), wgrad=("in:_save",),
+                               source=f"{MOE}: GroupedMmBackward0 saves self (permuted tokens; product for down)"),
+    "rope_cache": SaveRule(source=f"{LLAMA} LlamaRotaryEmbedding.forward: cos/sin once per forward, shared by "
+                                  "all layers"),
+    "rope": SaveRule(saves=("in:_cos", "in:_sin"),
+                     source=f"{LLAMA} apply_rotary_pos_emb: q * cos + rotate_half(q) * sin — MulBackward0 saves "
+                            f"cos and sin only ({GT}: +131,072 B on layer 0 of the small Llama)"),
+    "flash_attn": SaveRule(saves=("in:q", "in:k", "in:v", "out:y", "extra:lse", "extra:rng_state",
+                                  "extra:rng_unused", "extra:philox_seed", "extra:philox_offset"),
+                           source="integrations/sdpa_attention.py (enable_gqa when use_gqa_in_sdpa); "
+                                  "ScaledDotProduct{Flash,Efficient}AttentionBackward0 save q, k, v, output, "
+                                  "logsumexp, philox rng state"),
+    "copy": SaveRule(source=f"{DSV3} DeepseekV3Attention: transpose(1, 2).contiguous() copies the attention "
+                            f"output (o_proj saves the copy; {GT})"),
+    "swiglu": SaveRule(saves=("in:x", "in:up", "extra:silu"),
+                       source=f"{LLAMA} LlamaMLP: act_fn(gate_proj(x)) * up_proj(x) — SiluBackward0 saves gate, "
+                              f"MulBackward0 silu and up; down_proj saves the product ({GT}: 2sbh + 8sbI); "
+                              f"{MOE}: one gate_up output, kept whole through the chunk views"),
+    "gelu": SaveRule(saves=("in:x",), source="torch GeluBackward0 saves its input"),
+    "dropout": SaveRule(saves=("extra:mask",), source="native_dropout keeps a bool mask"),
+    "add": SaveRule(source="a residual add keeps nothing"),
+    "router_score": SaveRule(saves=("out:y",), source=f"{DSV3} DeepseekV3TopkRouter: router_logits.sigmoid() — "
+                                                      "SigmoidBackward0 saves its fp32 result"),
+    "topk": SaveRule(saves=("out:idx", "extra:denominator", "extra:raw_weights"),
+                     source=f"{DSV3} DeepseekV3TopkRouter: scores.gather(1, topk_indices) saves the int64 indices; "
+                            "topk_weights /= denominator saves both (fp32)"),
+    "permute": SaveRule(saves=("extra:src_idx", "extra:sorted_idx", "extra:offsets"),
+                        source=f"{MOE}: hidden_states[perm // num_top_k] and sample_weights[perm] save int64 "
+                               "indices; grouped_mm saves the int32 offsets"),
+    "unpermute": SaveRule(saves=("in:x", "in:probs", "extra:inv_idx"),
+                          source=f"{MOE}: proj_out * sample_weights_g saves the down output and fp32 weights; "
+                                 f"weighted_out[inv_perm] the int64 inverse permutation ({GT})"),
+    "ce_loss": SaveRule(saves=("extra:exp_logits", "extra:masked_target", "extra:total_weight"),
+                        source="loss/loss_utils.py ForCausalLMLoss: logits.float(); LogSoftmaxBackward0 saves the "
+                               "fp32 result, NllLossBackward0 the shifted labels and total_weight"),
+    "concat": SaveRule(source="a concatenation keeps nothing"),
+    "comm": SaveRule(source="no collectives on one device"),
+}
+
+TABLE = SavedTable(name="hf", rules=RULES, attention="sdpa", dropout=False, fused_norm_linear=False,
+                   moe_tokens="routed", mla_latent_sp=False, full_recompute_moe_split=False, swiglu_extra=True,
+                   upcast_fp32=True, rope_cache=True, mla_kv_views=True, moe_weight_after_down=True,
+                   split_gate_up=True, mtp_modules=False)

@@ -1,0 +1,240 @@
+"""Lower a captured op trace (:class:`~timeline.spec.trace.CapturedTrace`) into chunk templates.
+
+The capture holds the ops of a model with L decoder layers: a *pre* region (embedding, rotary
+tables), the layers, and a *post* region (final norm, head, loss), each forward and backward.
+A run with ``num_hidden_layers = N ≥ L`` takes run layer ``k`` from captured layer
+``min(k, L − 1)``: the last captured layer repeats. Storages are renamed per run layer; the ones
+that cross a layer boundary (hidden state in/out and their gradients, recorded at capture) are
+joined to the neighbouring run layer's, and storages of the pre/post regions that layers read
+(the rotary cos/sin) stay shared. A virtual stage (chunk) takes its layers' ops, plus the pre
+region on the first chunk and the post region on the last; P2P ops receive the hidden state
+(forward) or its gradient (backward) that another chunk made, and free what leaves the chunk.
+
+Categories follow lifetimes: a forward allocation that lives into the backward is
+``activations`` (autograd saved it), every other one ``temporary``. Op timing, FLOPs and
+allocation order are the capture's. The backward is not split into input- and weight-gradient
+work: ``backward_i`` is the whole backward and ``backward_w`` is empty. Nothing here imports
+torch or reads files; the trace rides on ``run.trace``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from timeline.errors import UserError
+from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
+from timeline.graph.tensors import DTYPE_BYTES, Category, TensorDef
+from timeline.spec.run import RunSpec
+from timeline.spec.trace import CapturedTrace, TraceOp
+
+#: torch dtype names → TensorDef dtypes
+DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "int64": "int64", "int32": "int32",
+          "int16": "int16", "uint8": "uint8", "bool": "bool"}
+
+
+@dataclass(frozen=True, slots=True)
+class Regions:
+    """The captured ops split by region, and which region created each storage."""
+
+    pre_f: tuple[TraceOp, ...]
+    post_f: tuple[TraceOp, ...]
+    post_b: tuple[TraceOp, ...]
+    pre_b: tuple[TraceOp, ...]
+    layer_f: dict[int, tuple[TraceOp, ...]]
+    layer_b: dict[int, tuple[TraceOp, ...]]
+    owner: dict[int, object]  # storage → "pre" | "post" | captured layer index
+
+
+@lru_cache(maxsize=8)
+def regions(trace: CapturedTrace) -> Regions:
+    parts: dict[object, list[TraceOp]] = {}
+    owner: dict[int, object] = {}
+    for phase in ("F", "B"):
+        ops = [o for o in trace.ops if o.phase == phase]
+        in_layers = [i for i, o in enumerate(ops) if o.layer >= 0]
+        first, last = (in_layers[0], in_layers[-1]) if in_layers else (len(ops), -1)
+        current = -1
+        for i, o in enumerate(ops):
+            if o.layer >= 0:
+                current = o.layer
+            edge = "pre" if (i < first) == (phase == "F") else "post"
+            key: object = o.layer if o.layer >= 0 else (current if first <= i <= last else edge)
+            parts.setdefault((phase, key), []).append(o)
+            for s in o.allocs:
+                owner[s] = key
+    layers = sorted({k for (_, k) in parts if isinstance(k, int)})
+    return Regions(pre_f=tuple(parts.get(("F", "pre"), ())), post_f=tuple(parts.get(("F", "post"), ())),
+                   post_b=tuple(parts.get(("B", "post"), ())), pre_b=tuple(parts.get(("B", "pre"), ())),
+                   layer_f={c: tuple(parts.get(("F", c), ())) for c in layers},
+                   layer_b={c: tuple(parts.get(("B", c), ())) for c in layers}, owner=owner)
+
+
+class Namer:
+    """Names a captured storage as seen from run layer ``k`` (or the "pre"/"post" regions)."""
+
+    def __init__(self, trace: CapturedTrace, num_layers: int) -> None:
+        self.trace, self.n, self.l_cap = trace, num_layers, len(trace.layers)
+        self.owner = regions(trace).owner
+        self.bound = {ly.index: ly for ly in trace.layers}
+
+    def cap(self, k: int) -> int:
+        return min(k, self.l_cap - 1)
+
+    def name(self, s: int, k: int | str) -> str | None:
+        """``k``: a run layer, or "pre"/"post" for the regions before and after the layers."""
+        own = self.owner.get(s)
+        if own is None:
+            return None  # parameters, gradients, inputs: static or outside the device's activations
+        if isinstance(k, str):
+            if own in ("pre", "post"):
+                return f"s{s}"
+            c = int(own)  # pre touches the first layers, post the last ones
+            return self.name(s, c if k == "pre" else self.n - self.l_cap + c)
+        c = self.cap(k)
+        b = self.bound[c]
+        if s == b.grad_out and own != c:
+            return self.name(self.bound[self.cap(k + 1)].grad_in, k + 1) if k + 1 < self.n else self.name(s, "post")
+        if s == b.hidden_in and own != c:
+            return self.name(self.bound[self.cap(k - 1)].hidden_out, k - 1) if k > 0 else self.name(s, "pre")
+        if own == c:
+            return f"L{k}.s{s}"
+        if own in ("pre", "post"):
+            return f"s{s}"
+        for j in (k - 1, k + 1):
+            if 0 <= j < self.n and self.cap(j) == own:
+                return self.name(s, j)
+        raise UserError(f"captured layer {c} reads storage {s} of layer {own}, which is not its hidden-state "
+                        "input; layers that share state cannot be repeated — capture all layers instead")
+
+
+def _tensor(trace: CapturedTrace, op: TraceOp, s: int, name: str, module: str, cat: Category) -> TensorDef:
+    nbytes = trace.storages[s].nbytes
+    out = next((t for t in op.outputs if t.storage == s), None)
+    shape, dtype = (nbytes,), "uint8"
+    if out is not None and out.dtype in DTYPES:
+        n = 1
+        for d in out.shape:
+            n *= d
+        if n * DTYPE_BYTES[DTYPES[out.dtype]] == nbytes:
+            shape, dtype = out.shape, DTYPES[out.dtype]
+    return TensorDef(name=name, shape=tuple(shape), dtype=dtype, category=cat, module=module, storage=name)
+
+
+def _layer_module(module: str, c: int, k: int) -> str:
+    return module.replace(f"layers.{c}.", f"layers.{k}.").replace(f"layers.{c}", f"layers.{k}") if c != k else module
+
+
+Placed = list[tuple[TraceOp, int | str]]
+
+
+def chunk_op_lists(run: RunSpec, layers: range, first: bool, last: bool) -> tuple[Placed, Placed]:
+    """(forward, backward) captured ops of a chunk, each with the run layer it runs as ("pre"/"post")."""
+    trace = _trace(run)
+    r = regions(trace)
+    nm = Namer(trace, run.model.num_hidden_layers)
+    fwd: Placed = [(o, "pre") for o in r.pre_f] if first else []
+    bwd: Placed = [(o, "post") for o in r.post_b] if last else []
+    for k in layers:
+        fwd += [(o, k) for o in r.layer_f[nm.cap(k)]]
+    for k in reversed(layers):
+        bwd += [(o, k) for o in r.layer_b[nm.cap(k)]]
+    if last:
+        fwd += [(o, "post") for o in r.post_f]
+    if first:
+        bwd += [(o, "pre") for o in r.pre_b]
+    return fwd, bwd
+
+
+def _trace(run: RunSpec) -> CapturedTrace:
+    if run.trace is None:
+        raise UserError(f"{run.model_source}: the run carries no captured trace")
+    return run.trace
+
+
+def trace_chunk_template(run: RunSpec, chunk: int, ranges: list[range]) -> ChunkTemplate:
+    """The forward and backward op templates of virtual stage ``chunk`` for one micro-batch."""
+    trace = _trace(run)
+    nm = Namer(trace, run.model.num_hidden_layers)
+    layers = ranges[chunk]
+    first, last = chunk == 0, chunk == len(ranges) - 1
+    fwd, bwd = chunk_op_lists(run, layers, first, last)
+    recv_in = None if first else nm.name(nm.bound[nm.cap(layers.start)].hidden_in, layers.start)
+    recv_grad = None if last else nm.name(nm.bound[nm.cap(layers.stop - 1)].grad_out, layers.stop - 1)
+    rename = {x: y for x, y in ((recv_in, f"c{chunk}.recv_input"), (recv_grad, f"c{chunk}.recv_grad")) if x}
+
+    def names(o: TraceOp, k: int | str, ids: tuple[int, ...]) -> list[tuple[int, str]]:
+        out = []
+        for s in ids:
+            if not trace.storages[s].nbytes:
+                continue  # empty outputs (flash attention's unused cum_seq/debug tensors) hold no memory
+            n = nm.name(s, k)
+            if n is not None:
+                out.append((s, rename.get(n, n)))
+        return out
+
+    rows = []  # (phase, op, k, allocs, frees)
+    if recv_in:
+        hin = nm.bound[nm.cap(layers.start)].hidden_in
+        rows.append(("F", "recv_forward", "pp", [(hin, rename[recv_in])], []))
+    rows += [("F", o, k, names(o, k, o.allocs), names(o, k, o.frees)) for o, k in fwd]
+    rows.append(("F", "send_forward", "pp", [], []))
+    if recv_grad:
+        gout = nm.bound[nm.cap(layers.stop - 1)].grad_out
+        rows.append(("B", "recv_backward", "pp", [(gout, rename[recv_grad])], []))
+    rows += [("B", o, k, names(o, k, o.allocs), names(o, k, o.frees)) for o, k in bwd]
+    rows.append(("B", "send_backward", "pp", [], []))
+
+    alloc_phase: dict[str, str] = {}
+    freed_in: dict[str, str] = {}
+    to_end: set[str] = set()  # alive when the capture ended (held by the autograd graph): to the end of B
+    for ph, o, _, allocs, frees in rows:
+        for s, n in allocs:
+            alloc_phase.setdefault(n, ph)
+            if trace.storages[s].free_op < 0 and not isinstance(o, str):
+                to_end.add(n)
+        for _, n in frees:
+            if n in alloc_phase and n not in freed_in:
+                freed_in[n] = ph
+    # what the chunk makes but another chunk (or nobody) frees leaves with the P2P send
+    end_f = [n for n, ph in alloc_phase.items() if ph == "F" and n not in freed_in and n not in to_end]
+    end_b = [n for n, ph in alloc_phase.items() if n not in freed_in and (ph == "B" or n in to_end)]
+    kept = {n for n, ph in alloc_phase.items() if ph == "F" and (freed_in.get(n) == "B" or n in end_b)}
+
+    out: dict[str, list[Op]] = {"F": [], "B": []}
+    saved: list[SavedTensor] = []
+    per_layer: dict[int, int] = {}
+    seen_free: set[str] = set()
+    for ph, o, k, allocs, frees in rows:
+        p2p = isinstance(o, str)
+        op_frees = [n for _, n in frees if n in alloc_phase and n not in seen_free]
+        if p2p and o == "send_forward":
+            op_frees = end_f
+        elif p2p and o == "send_backward":
+            op_frees = end_b
+        seen_free.update(op_frees)
+        if p2p:
+            module, layer, name, flops = "pp", None, str(o), 0.0
+        else:
+            run_layer = k if isinstance(k, int) else None
+            module = _layer_module(o.module, nm.cap(k), k) if run_layer is not None else o.module
+            layer, name, flops = run_layer, f"{module}:{o.name.removeprefix('aten.')}" if module else o.name, o.flops
+        tensors = []
+        for s, n in allocs:
+            cat = Category.ACTIVATIONS if n in kept else Category.TEMPORARY
+            src = o if not p2p else trace.ops[trace.storages[s].alloc_op]
+            t = _tensor(trace, src, s, n, module or "model", cat)
+            tensors.append(t)
+            if n in kept:
+                key = k if isinstance(k, int) else -1
+                per_layer[key] = per_layer.get(key, 0) + t.size_bytes
+                saved.append(SavedTensor(tensor=t, op=name, layer=key, source=f"captured: {trace.storages[s].saved_by}"))
+        if not tensors and not op_frees and not flops and not p2p:
+            continue  # views, detaches and metadata ops move no memory and take no time
+        out[ph].append(Op(name=name, module=module, layer=layer, kind="p2p" if p2p else "compute",
+                          stream="pp" if p2p else "compute", flops=flops,
+                          bytes_moved=float(sum(t.size_bytes for t in tensors)), allocs=tuple(tensors),
+                          frees=tuple(op_frees)))
+    back = tuple(out["B"])
+    return ChunkTemplate(chunk=chunk, forward=tuple(out["F"]), backward_i=back, backward_w=(),
+                         layer_activation_bytes=per_layer, backward=back, saved=tuple(saved))

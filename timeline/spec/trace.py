@@ -1,0 +1,102 @@
+"""A captured operator trace as plain data: what ``timeline capture`` records and the graph lowers.
+
+One forward and backward of a PyTorch module, run once on fake tensors, as the ordered list of
+aten ops it dispatched. Every storage is named by an integer id; an op lists the storages it
+allocated (its new outputs), read, and those that died right after it. Storages that existed
+before the capture (parameters, buffers, inputs, gradients) belong to no op. Decoder layers are
+recorded with the storages that cross their boundary (hidden state in and out, and their
+gradients), which is what lets the lowering repeat a captured layer.
+
+This module holds data only: no torch, no file I/O (``timeline.io.trace_file`` reads and writes
+it; ``timeline.capture`` records it; ``timeline.graph.trace_lowering`` turns it into templates).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+#: bumped when a column is renamed or removed (added columns keep it)
+TRACE_SCHEMA = "timeline.trace/1"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceTensor:
+    """One output tensor of an op (a view shares its storage with its base)."""
+
+    storage: int
+    shape: tuple[int, ...]
+    dtype: str  # torch name without the prefix: "bfloat16", "float32", "int64", "bool"
+    nbytes: int  # bytes of this tensor's elements (the storage may be larger)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceOp:
+    index: int
+    name: str  # aten overload, e.g. "aten.mm.default"
+    module: str  # deepest module path running it, e.g. "model.layers.0.mlp.up_proj" ("" outside modules)
+    phase: str  # "F" forward (incl. loss) | "B" backward
+    layer: int  # decoder layer index, −1 outside decoder layers
+    flops: float
+    outputs: tuple[TraceTensor, ...]
+    allocs: tuple[int, ...]  # storages this op created
+    inputs: tuple[int, ...]  # storages it read (tensor arguments, in order, deduplicated)
+    frees: tuple[int, ...]  # storages that died right after it
+    saves: tuple[int, ...] = ()  # storages autograd saved for backward while running it
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceStorage:
+    id: int
+    nbytes: int
+    kind: str  # op | param | buffer | grad | input | external
+    alloc_op: int = -1  # op that created it (kind "op")
+    free_op: int = -1  # op after which it died; −1: alive when the capture ended
+    saved: bool = False  # autograd saved it during the forward (saved-tensor hooks)
+    saved_by: str = ""  # module path of its first saver
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceParam:
+    name: str  # e.g. "model.layers.0.self_attn.q_proj.weight"
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    layer: int  # −1 outside decoder layers
+    trainable: bool  # False for buffers
+    storage: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceLayer:
+    """A decoder layer's boundary storages (−1 where none was seen)."""
+
+    index: int
+    module: str
+    hidden_in: int
+    hidden_out: int
+    grad_in: int = -1  # gradient w.r.t. hidden_in, made by this layer's backward
+    grad_out: int = -1  # gradient w.r.t. hidden_out, this layer's backward consumes it
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class CapturedTrace:
+    """One captured forward + backward. ``provenance`` holds versions, config and shapes."""
+
+    ops: tuple[TraceOp, ...]
+    storages: dict[int, TraceStorage]
+    params: tuple[TraceParam, ...]
+    layers: tuple[TraceLayer, ...]
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def micro_batch_size(self) -> int:
+        return int(self.provenance.get("micro_batch_size", 0))
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.provenance.get("seq_len", 0))
+
+    def layer_of_storage(self) -> dict[int, int]:
+        """Storage id → layer of the op that created it (−1 outside layers; absent: pre-existing)."""
+        return {s: op.layer for op in self.ops for s in op.allocs}
