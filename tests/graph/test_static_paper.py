@@ -83,3 +83,12 @@ def test_megatron_mtp_stage_builds_embedding():
     mtp = d.params_by_module["mtp"]
     paper_mtp = devices()[15].params_by_module["mtp"]
     assert mtp > paper_mtp and mtp - vocab_rows * 7168 < paper_mtp  # embedding copy counted, TP splits
+
+
+def test_hf_builds_no_mtp_modules():
+    """transformers' DeepseekV3ForCausalLM builds no MTP layers, so the hf profile holds none."""
+    common = ["parallel.pp=1", "parallel.tp=1", "parallel.ep=1", "parallel.etp=1", "parallel.dp=1",
+              "parallel.layout=[61]", "training.zero=0"]
+    hf = static_devices(load_run(SHIPPED, ["model.profile=hf", *common]))[0]
+    paper = static_devices(load_run(SHIPPED, common))[0]
+    assert hf.params_by_module["mtp"] == 0 and paper.params_by_module["mtp"] == 11_610_067_968
