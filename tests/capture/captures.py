@@ -45,6 +45,57 @@ def capture_config(config: dict, path: Path, b: int = B, s: int = S) -> Path:
     return run
 
 
+def memtracker_peak(config: dict, groups: list[list[int]] = ()) -> int:
+    """PyTorch's own peak (MemTracker) of the fake step the capture records; each group of decoder
+    layers runs as one non-reentrant ``torch.utils.checkpoint`` (the others unchanged)."""
+    import torch
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from timeline.capture.gpu import gpu_kernels
+    from timeline.capture.hf import hf_builder
+    from timeline.capture.run import fake_cpu, training_step
+
+    with fake_cpu(), gpu_kernels():
+        model, args, kwargs = hf_builder(config, micro_batch_size=B, seq_len=S)()
+        for g in groups:
+            _checkpoint_group([model.model.layers[i] for i in g])
+        mt = MemTracker()
+        mt.track_external(model)
+        with mt:
+            training_step(model, args, kwargs)
+        return int(mt.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"])
+
+
+def _checkpoint_group(layers: list) -> None:
+    """The first layer runs the whole group under one checkpoint; the others hand its output on."""
+    from torch.utils.checkpoint import checkpoint
+
+    forwards = [ly.forward for ly in layers]
+    out: dict[str, object] = {}
+
+    def chain(x, *args, **kwargs):
+        for f in forwards:
+            x = f(x, *args, **kwargs)
+        return x
+
+    def first(x, *args, **kwargs):
+        y = checkpoint(chain, x, *args, use_reentrant=False, **kwargs)
+        if len(layers) == 1:
+            return y
+        out["y"] = y  # handed to the group's last layer, which drops this reference
+        return x
+
+    def middle(x, *args, **kwargs):
+        return x
+
+    def last(x, *args, **kwargs):
+        return out.pop("y")
+
+    layers[0].forward = first
+    for ly in layers[1:-1]:
+        ly.forward = middle
+    if len(layers) > 1:
+        layers[-1].forward = last
 
 
 def tiny_factory():

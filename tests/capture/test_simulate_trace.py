@@ -10,26 +10,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from captures import DSV3, LLAMA, B, S  # noqa: E402
-from torch.distributed._tools.mem_tracker import MemTracker  # noqa: E402
+from captures import DSV3, LLAMA, memtracker_peak  # noqa: E402
 
-from timeline.capture.gpu import gpu_kernels  # noqa: E402
-from timeline.capture.hf import hf_builder  # noqa: E402
-from timeline.capture.run import fake_cpu, training_step  # noqa: E402
 from timeline.graph.template import chunk_template  # noqa: E402
 from timeline.io.runfile import load_run  # noqa: E402
 from timeline.result.build import build_timeline  # noqa: E402
-
-
-def memtracker_peak(config: dict) -> int:
-    """PyTorch's own peak (MemTracker) of the same fake step the capture records."""
-    with fake_cpu(), gpu_kernels():
-        model, args, kwargs = hf_builder(config, micro_batch_size=B, seq_len=S)()
-        mt = MemTracker()
-        mt.track_external(model)
-        with mt:
-            training_step(model, args, kwargs)
-        return int(mt.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"])
 
 
 def sim_peak(run_file, *overrides: str) -> int:

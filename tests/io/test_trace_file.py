@@ -64,8 +64,10 @@ def test_other_sizes_name_the_capture_command(write_run):
             in text)
 
 
-def test_sharding_and_recompute_are_refused(write_run):
+def test_sharding_and_selective_recompute_are_refused(write_run):
     with pytest.raises(SpecError, match="parallel.tp"):
         load_run(write_run(run_text()), ["parallel.tp=2"])
-    with pytest.raises(SpecError, match="recompute"):
-        load_run(write_run(run_text()), ["recompute.policy=full"])
+    with pytest.raises(SpecError, match="selective recompute names modules"):
+        load_run(write_run(run_text()), ["recompute.policy=selective"])
+    full = load_run(write_run(run_text()), ["recompute.policy=full", "recompute.method=block"])
+    assert full.recompute.policy == "full"

@@ -105,7 +105,7 @@ def chunk_template(run: RunSpec, chunk: int, *, pp_rank: int | None = None) -> C
     if run.model_source.startswith("trace:"):
         from timeline.graph.trace_lowering import trace_chunk_template
 
-        return trace_chunk_template(run, chunk, chunk_layers(run))
+        return trace_chunk_template(run, chunk, chunk_layers(run), pp_rank=pp_rank)
     table = saved_table(run.profile)
     ops = forward_ops(run, chunk)
     rank = chunk % run.parallel.pp if pp_rank is None else pp_rank

@@ -11,9 +11,10 @@ region on the first chunk and the post region on the last; P2P ops receive the h
 (forward) or its gradient (backward) that another chunk made, and free what leaves the chunk.
 
 Categories follow lifetimes: a forward allocation that lives into the backward is
-``activations`` (autograd saved it), every other one ``temporary``. Op timing, FLOPs and
-allocation order are the capture's. The backward is not split into input- and weight-gradient
-work: ``backward_i`` is the whole backward and ``backward_w`` is empty. Nothing here imports
+``activations`` (autograd saved it), every other one ``temporary``; full recompute (rewritten by
+:mod:`~timeline.graph.trace_recompute`) adds ``recompute``. Op timing, FLOPs and allocation order
+are the capture's. ``backward`` is the captured backward; ``backward_i``/``backward_w`` split it
+into input- and weight-gradient work (:mod:`~timeline.graph.trace_split`). Nothing here imports
 torch or reads files; the trace rides on ``run.trace``.
 """
 
@@ -25,8 +26,10 @@ from functools import lru_cache
 from timeline.errors import UserError
 from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
 from timeline.graph.tensors import DTYPE_BYTES, Category, TensorDef
+from timeline.graph.trace_recompute import Row, apply_full_recompute, recompute_groups
+from timeline.graph.trace_split import split_frees, weight_grad_ops
 from timeline.spec.run import RunSpec
-from timeline.spec.trace import CapturedTrace, TraceOp
+from timeline.spec.trace import NO_SELECTIVE, CapturedTrace, TraceOp
 
 #: torch dtype names → TensorDef dtypes
 DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "int64": "int64", "int32": "int32",
@@ -152,9 +155,15 @@ def _trace(run: RunSpec) -> CapturedTrace:
     return run.trace
 
 
-def trace_chunk_template(run: RunSpec, chunk: int, ranges: list[range]) -> ChunkTemplate:
-    """The forward and backward op templates of virtual stage ``chunk`` for one micro-batch."""
+def trace_chunk_template(run: RunSpec, chunk: int, ranges: list[range], *,
+                         pp_rank: int | None = None) -> ChunkTemplate:
+    """The forward and backward op templates of virtual stage ``chunk`` for one micro-batch.
+
+    ``pp_rank`` (default ``chunk % pp``) picks the entry of a per-rank ``recompute.num_layers``.
+    """
     trace = _trace(run)
+    if run.recompute.policy == "selective":  # the run file refuses it; compare/fit variants reach here
+        raise UserError(f"{run.model_source}: {NO_SELECTIVE}")
     nm = Namer(trace, run.model.num_hidden_layers)
     layers = ranges[chunk]
     first, last = chunk == 0, chunk == len(ranges) - 1
@@ -173,68 +182,118 @@ def trace_chunk_template(run: RunSpec, chunk: int, ranges: list[range]) -> Chunk
                 out.append((s, rename.get(n, n)))
         return out
 
-    rows = []  # (phase, op, k, allocs, frees)
+    def row(ph: str, o: TraceOp, k: int | str) -> Row:
+        return Row(phase=ph, op=o, k=k, allocs=names(o, k, o.allocs), frees=[n for _, n in names(o, k, o.frees)],
+                   reads=[n for _, n in names(o, k, o.inputs)])
+
+    rows: list[Row] = []
     if recv_in:
         hin = nm.bound[nm.cap(layers.start)].hidden_in
-        rows.append(("F", "recv_forward", "pp", [(hin, rename[recv_in])], []))
-    rows += [("F", o, k, names(o, k, o.allocs), names(o, k, o.frees)) for o, k in fwd]
-    rows.append(("F", "send_forward", "pp", [], []))
+        rows.append(Row(phase="F", op="recv_forward", k="pp", allocs=[(hin, rename[recv_in])], frees=[]))
+    rows += [row("F", o, k) for o, k in fwd]
+    rows.append(Row(phase="F", op="send_forward", k="pp", allocs=[], frees=[]))
     if recv_grad:
         gout = nm.bound[nm.cap(layers.stop - 1)].grad_out
-        rows.append(("B", "recv_backward", "pp", [(gout, rename[recv_grad])], []))
-    rows += [("B", o, k, names(o, k, o.allocs), names(o, k, o.frees)) for o, k in bwd]
-    rows.append(("B", "send_backward", "pp", [], []))
+        rows.append(Row(phase="B", op="recv_backward", k="pp", allocs=[(gout, rename[recv_grad])], frees=[]))
+    rows += [row("B", o, k) for o, k in bwd]
+    rows.append(Row(phase="B", op="send_backward", k="pp", allocs=[], frees=[]))
 
+    rank = chunk % run.parallel.pp if pp_rank is None else pp_rank
+    inputs: dict[str, int] = {}
+    recomputed: set[str] = set()
+    groups = recompute_groups(run.recompute, layers, rank)
+    if groups:
+        def hidden(k: int, key: str) -> str | None:  # None: not made on the device (a module input)
+            b = nm.bound[nm.cap(k)]
+            s = b.hidden_in if key == "in" else b.hidden_out
+            n = nm.name(s, k) if s >= 0 else None
+            return rename.get(n, n) if n is not None else None
+
+        rows, inputs, recomputed = apply_full_recompute(
+            rows, groups, lambda k: hidden(k, "in"), lambda k: hidden(k, "out"),
+            lambda s: trace.storages[s].saved, lambda s: trace.storages[s].free_op < 0)
+    return _template(trace, chunk, rows, inputs, recomputed)
+
+
+def _template(trace: CapturedTrace, chunk: int, rows: list[Row], inputs: dict[str, int],
+              recomputed: set[str]) -> ChunkTemplate:
+    """Ops from rows: frees placed, categories from lifetimes, the backward split into I and W."""
     alloc_phase: dict[str, str] = {}
     freed_in: dict[str, str] = {}
     to_end: set[str] = set()  # alive when the capture ended (held by the autograd graph): to the end of B
-    for ph, o, _, allocs, frees in rows:
-        for s, n in allocs:
-            alloc_phase.setdefault(n, ph)
-            if trace.storages[s].free_op < 0 and not isinstance(o, str):
+    for r in rows:
+        for s, n in r.allocs:
+            alloc_phase.setdefault(n, r.phase)
+            if trace.storages[s].free_op < 0 and not isinstance(r.op, str):
                 to_end.add(n)
-        for _, n in frees:
+        for n in r.frees:
             if n in alloc_phase and n not in freed_in:
-                freed_in[n] = ph
+                freed_in[n] = r.phase
     # what the chunk makes but another chunk (or nobody) frees leaves with the P2P send
     end_f = [n for n, ph in alloc_phase.items() if ph == "F" and n not in freed_in and n not in to_end]
     end_b = [n for n, ph in alloc_phase.items() if n not in freed_in and (ph == "B" or n in to_end)]
     kept = {n for n, ph in alloc_phase.items() if ph == "F" and (freed_in.get(n) == "B" or n in end_b)}
 
-    out: dict[str, list[Op]] = {"F": [], "B": []}
+    seen_free: set[str] = set()
+    for r in rows:
+        if r.op == "send_forward":
+            r.frees = end_f
+        elif r.op == "send_backward":
+            r.frees = end_b
+        r.frees = [n for n in dict.fromkeys(r.frees) if n in alloc_phase and n not in seen_free]
+        seen_free.update(r.frees)
+    b_rows = [r for r in rows if r.phase == "B"]
+    wgrad = weight_grad_ops(trace)
+    is_w = [not r.recompute and not isinstance(r.op, str) and r.op.index in wgrad for r in b_rows]
+    split = split_frees(is_w, [[n for _, n in r.allocs] for r in b_rows], [r.reads for r in b_rows],
+                        [r.frees for r in b_rows])
+
     saved: list[SavedTensor] = []
     per_layer: dict[int, int] = {}
-    seen_free: set[str] = set()
-    for ph, o, k, allocs, frees in rows:
-        p2p = isinstance(o, str)
-        op_frees = [n for _, n in frees if n in alloc_phase and n not in seen_free]
-        if p2p and o == "send_forward":
-            op_frees = end_f
-        elif p2p and o == "send_backward":
-            op_frees = end_b
-        seen_free.update(op_frees)
-        if p2p:
-            module, layer, name, flops = "pp", None, str(o), 0.0
+
+    def make(r: Row, frees: list[str]) -> Op | None:
+        if p2p := isinstance(r.op, str):
+            module, layer, name, flops = "pp", None, str(r.op), 0.0
         else:
-            run_layer = k if isinstance(k, int) else None
-            module = _layer_module(o.module, nm.cap(k), k) if run_layer is not None else o.module
-            layer, name, flops = run_layer, f"{module}:{o.name.removeprefix('aten.')}" if module else o.name, o.flops
+            run_layer = r.k if isinstance(r.k, int) else None
+            module = _layer_module(r.op.module, min(run_layer, len(trace.layers) - 1), run_layer) \
+                if run_layer is not None else r.op.module
+            name = f"{module}:{r.op.name.removeprefix('aten.')}" if module else r.op.name
+            layer, flops = run_layer, r.op.flops
+            if r.recompute:
+                name += ".recompute"
         tensors = []
-        for s, n in allocs:
-            cat = Category.ACTIVATIONS if n in kept else Category.TEMPORARY
-            src = o if not p2p else trace.ops[trace.storages[s].alloc_op]
-            t = _tensor(trace, src, s, n, module or "model", cat)
-            tensors.append(t)
-            if n in kept:
-                key = k if isinstance(k, int) else -1
+        for s, n in r.allocs:
+            cat = Category.ACTIVATIONS if n in kept else (
+                Category.RECOMPUTE if n in recomputed else Category.TEMPORARY)
+            src = trace.ops[trace.storages[s].alloc_op] if isinstance(r.op, str) else r.op
+            tensors.append(_tensor(trace, src, s, n, module or "model", cat))
+        if not tensors and not frees and not flops and not p2p:
+            return None  # views, detaches and metadata ops move no memory and take no time
+        return Op(name=name, module=module, layer=layer, kind="p2p" if p2p else "compute",
+                  stream="pp" if p2p else "compute", flops=flops,
+                  bytes_moved=float(sum(t.size_bytes for t in tensors)), allocs=tuple(tensors),
+                  frees=tuple(frees), recompute=r.recompute)
+
+    forward = []
+    for r in rows:
+        if r.phase != "F":
+            continue
+        op = make(r, r.frees)
+        if op is None:
+            continue
+        forward.append(op)
+        for t in op.allocs:
+            if t.storage in kept:
+                key = inputs.get(t.storage, r.k if isinstance(r.k, int) else -1)
+                label = f"checkpoint:full@{key}" if t.storage in inputs else op.name
                 per_layer[key] = per_layer.get(key, 0) + t.size_bytes
-                saved.append(SavedTensor(tensor=t, op=name, layer=key, source=f"captured: {trace.storages[s].saved_by}"))
-        if not tensors and not op_frees and not flops and not p2p:
-            continue  # views, detaches and metadata ops move no memory and take no time
-        out[ph].append(Op(name=name, module=module, layer=layer, kind="p2p" if p2p else "compute",
-                          stream="pp" if p2p else "compute", flops=flops,
-                          bytes_moved=float(sum(t.size_bytes for t in tensors)), allocs=tuple(tensors),
-                          frees=tuple(op_frees)))
-    back = tuple(out["B"])
-    return ChunkTemplate(chunk=chunk, forward=tuple(out["F"]), backward_i=back, backward_w=(),
-                         layer_activation_bytes=per_layer, backward=back, saved=tuple(saved))
+                s = next(s for s, n in r.allocs if n == t.storage)
+                saved.append(SavedTensor(tensor=t, op=label, layer=key,
+                                         source=f"captured: {trace.storages[s].saved_by or 'checkpoint input'}"))
+    fused = [op for r in b_rows if (op := make(r, r.frees)) is not None]
+    side = {w: [op for r, f, rw in zip(b_rows, split, is_w, strict=True) if rw == w and (op := make(r, f))]
+            for w in (False, True)}
+    return ChunkTemplate(chunk=chunk, forward=tuple(forward), backward_i=tuple(side[False]),
+                         backward_w=tuple(side[True]), layer_activation_bytes=per_layer,
+                         backward=tuple(fused), saved=tuple(saved))

@@ -20,6 +20,7 @@ from timeline.io.hf_config import model_from_hf_dict
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import RunSpec
 from timeline.spec.trace import (
+    NO_SELECTIVE,
     TRACE_SCHEMA,
     CapturedTrace,
     TraceLayer,
@@ -156,9 +157,8 @@ def trace_problems(run: RunSpec, path: str) -> list[tuple[str, str]]:
         if getattr(par, key) > 1:
             problems.append((f"parallel.{key}", f"a captured trace runs unsharded; {key} must be 1 "
                              "(pp, vpp and dp/ZeRO work)"))
-    if run.recompute.policy != "none":
-        problems.append(("recompute.policy", "recomputation of a captured trace is not available yet; "
-                         "use policy = \"none\" (capture a checkpointed module to see its memory)"))
+    if run.recompute.policy == "selective":
+        problems.append(("recompute.policy", NO_SELECTIVE))
     if run.model.num_hidden_layers < len(trace.layers):
         problems.append(("model.num_layers", f"{path} captured {len(trace.layers)} decoder layers; "
                          f"num_layers must be at least that (more repeat the last captured layer)"))

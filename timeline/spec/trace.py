@@ -19,6 +19,11 @@ from typing import Any
 #: bumped when a column is renamed or removed (added columns keep it)
 TRACE_SCHEMA = "timeline.trace/1"
 
+#: why a captured trace cannot be recomputed selectively (run-file check and lowering say the same)
+NO_SELECTIVE = ("selective recompute names modules (core_attn, mlp, …) that a captured trace does not delimit; "
+                "use policy = \"full\" (whole decoder layers) or \"none\", or capture a module that "
+                "checkpoints those parts itself")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TraceTensor:
