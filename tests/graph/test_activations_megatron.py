@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from timeline.graph.recompute import parse_recompute
-from timeline.graph.template import chunk_template
+from timeline.graph.template import chunk_template, forward_ops
 from timeline.io.runfile import load_run
 
 # the shipped run (not via conftest: other test folders have a conftest module too)
@@ -28,14 +28,16 @@ def with_rc(run, text):
 
 P = "layers.4"
 EXPECTED = {  # module -> (chunk, layer, removed, added checkpoint inputs)
-    "core_attn": (1, 4, {f"{P}.self_attn.core_attn.softmax_lse"}, set()),
+    "core_attn": (1, 4, {f"{P}.self_attn.core_attn.softmax_lse", f"{P}.self_attn.core_attn.rng_state"}, set()),
     "mla_up_proj": (1, 4, {f"{P}.self_attn.q_layernorm.out", f"{P}.self_attn.q_layernorm.rsigma",
                            f"{P}.self_attn.kv_layernorm.out", f"{P}.self_attn.kv_layernorm.rsigma",
                            f"{P}.self_attn.q", f"{P}.self_attn.k", f"{P}.self_attn.v"},
-                    {f"{P}.self_attn.linear_kv_down_proj.k_pe"}),
+                    {f"{P}.self_attn.k_pe.gathered"}),  # gathered before the CheckpointWithoutOutput
     "layernorm": (1, 4, {f"{P}.input_layernorm.out", f"{P}.input_layernorm.rsigma",
                          f"{P}.pre_mlp_layernorm.out", f"{P}.pre_mlp_layernorm.rsigma"}, set()),
-    "moe": (1, 4, {f"{P}.mlp.router.scores_saved", f"{P}.mlp.router.topk_idx", f"{P}.mlp.dispatch.sorted_idx",
+    "moe": (1, 4, {f"{P}.mlp.router.scores_saved", f"{P}.mlp.router.scores", f"{P}.mlp.router.topk_idx",
+                   f"{P}.mlp.router.topk_raw_weights", f"{P}.mlp.router.topk_denominator",
+                   f"{P}.mlp.dispatch.probs_t", f"{P}.mlp.dispatch.routing_map_t", f"{P}.mlp.dispatch.sorted_idx",
                    f"{P}.mlp.dispatch.received", f"{P}.mlp.dispatch.received_probs",
                    f"{P}.mlp.experts.linear_fc1.out", f"{P}.mlp.experts.act.out",
                    f"{P}.mlp.shared_experts.linear_fc1.out", f"{P}.mlp.shared_experts.act.out"}, set()),
@@ -70,12 +72,11 @@ def test_flash_attention_has_no_s2_tensors():
 
 
 def expert_rows(*overrides) -> tuple[int, int]:
-    """(rows received by this EP rank's experts, rows the expert fc1 sees after the ETP gather)."""
+    """(rows the all-to-all delivers to this EP rank, rows the expert fc1 sees after the ETP gather)."""
     run = load_run(SHIPPED, [*MEGATRON, *overrides])
-    t = chunk_template(run, 1)
-    by = {st.tensor.name: st.tensor for st in t.saved if st.layer == 4}
-    fc1 = by[f"{P}.mlp.experts.linear_fc1.out"]
-    return by[f"{P}.mlp.dispatch.received_probs"].shape[0], fc1.shape[0]
+    ops = {o.name: o for o in forward_ops(run, 1)}
+    a2a = ops[f"{P}.mlp.dispatch.all_to_all"].outputs["probs"]
+    return a2a.shape[0], ops[f"{P}.mlp.experts.linear_fc1"].outputs["y"].shape[0]
 
 
 B, S, K = 1, 4096, 8
@@ -112,3 +113,65 @@ def test_megatron_mla_latents_are_sequence_parallel():
     assert by[f"{P}.self_attn.q_layernorm.out"].shape == (S // 2, 1536)
     paper = {st.tensor.name: st.tensor for st in chunk_template(load_run(SHIPPED, []), 1).saved}
     assert paper[f"{P}.self_attn.q_layernorm.out"].shape == (S, 1536)
+
+
+def saved_by_name(*overrides, chunk: int = 1, layer: int = 4) -> dict[str, tuple[tuple[int, ...], str, int]]:
+    run = load_run(SHIPPED, [*MEGATRON, *overrides])
+    return {st.tensor.name: (st.tensor.shape, st.tensor.dtype, st.tensor.size_bytes)
+            for st in chunk_template(run, chunk).saved if st.layer == layer}
+
+
+T = B * S // 2  # tokens per TP rank (SP)
+# 3,738,566,656 before the source check; + 4 layers × 2,887,696 (router scores cast, top-k normalisation,
+# masked_select's transposed probs and map, kv_combined's rope columns, rng_state; bf16 instead of fp32 probs)
+STAGE1_BYTES = 3_750_117_440
+E = 256
+
+
+def test_router_and_permute_saved_tensors():
+    """topk_routing_with_score_function (sigmoid, expert bias) and permute() in
+    megatron/core/transformer/moe/moe_utils.py at core_v0.14.0: logits in bf16 (moe_router_dtype unset)."""
+    by = saved_by_name()
+    assert by[f"{P}.mlp.router.scores_saved"] == ((T, E), "fp32", T * E * 4)  # SigmoidBackward result
+    assert by[f"{P}.mlp.router.scores"] == ((T, E), "bf16", T * E * 2)  # gather's self (type_as(logits))
+    assert by[f"{P}.mlp.router.topk_idx"] == ((T, K), "int64", T * K * 8)
+    assert by[f"{P}.mlp.router.topk_raw_weights"] == ((T, K), "bf16", T * K * 2)  # DivBackward self
+    assert by[f"{P}.mlp.router.topk_denominator"] == ((T,), "bf16", T * 2)  # DivBackward other
+    assert by[f"{P}.mlp.dispatch.probs_t"] == ((E, T), "bf16", E * T * 2)  # masked_select self
+    assert by[f"{P}.mlp.dispatch.routing_map_t"] == ((E, T), "bool", E * T)  # masked_select mask
+    assert by[f"{P}.mlp.dispatch.sorted_idx"] == ((T * K,), "int64", T * K * 8)  # index_select index
+    # the experts read the copy sort_chunks_by_idxs makes (32 local experts); probs stay bf16
+    assert by[f"{P}.mlp.dispatch.received"] == ((T * K, 7168), "bf16", T * K * 7168 * 2)
+    assert by[f"{P}.mlp.dispatch.received_probs"] == ((T * K,), "bf16", T * K * 2)
+    assert f"{P}.mlp.dispatch.all_to_all.out" not in by
+
+
+def test_router_fp32_logits_share_the_sigmoid_result():
+    """With fp32 logits, type_as is a no-op: the gather keeps the sigmoid's own fp32 result."""
+    by = saved_by_name("training.dtype=\"fp32\"")
+    assert by[f"{P}.mlp.router.scores"] == ((T, E), "fp32", T * E * 4)
+    assert f"{P}.mlp.router.scores_saved" not in by
+
+
+def test_attention_saves_rng_state_and_mla_latents():
+    by = saved_by_name()
+    assert by[f"{P}.self_attn.core_attn.rng_state"] == ((2,), "int64", 16)
+    # kv_compressed is a split view of kv_combined [s/tp, 512 + 64]: the latent norm keeps it whole
+    assert by[f"{P}.self_attn.linear_kv_down_proj.out"] == ((T, 576), "bf16", T * 576 * 2)
+    assert by[f"{P}.self_attn.kv_layernorm.out"] == ((T, 512), "bf16", T * 512 * 2)
+    assert f"{P}.self_attn.k_pe.gathered" not in by  # fused MLA RoPE keeps only cos/sin
+
+
+def test_stage_activation_bytes():
+    """DeepSeek-V3 PP16 TP2 EP8, pipeline stage 1 (layers 4–7), one micro-batch."""
+    run = load_run(SHIPPED, MEGATRON)
+    assert sum(st.tensor.size_bytes for st in chunk_template(run, 1).saved) == STAGE1_BYTES
+
+
+def test_softmax_router_keeps_the_top_k_softmax():
+    """Without the expert bias (softmax scoring): topk on the logits keeps the indices and
+    softmax(dtype=fp32) of the k values its result; no [tokens, E] sigmoid, no normalisation."""
+    by = saved_by_name("model.router_bias=false")
+    assert by[f"{P}.mlp.router.scores_saved"] == ((T, K), "fp32", T * K * 4)
+    assert by[f"{P}.mlp.router.topk_idx"] == ((T, K), "int64", T * K * 8)
+    assert not {f"{P}.mlp.router.scores", f"{P}.mlp.router.topk_raw_weights"} & set(by)

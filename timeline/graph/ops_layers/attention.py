@@ -31,9 +31,11 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
     if b.table.attention == "sdpa":
         return _sdpa(b, name, q, k, v, ctx, layer, heads, qk_dim, v_dim)
     if b.table.attention == "flash":
-        lse = b.tensor(f"{name}.softmax_lse", (d.b, heads, sq), "fp32")
+        # softmax statistics [b, h, s_q, 1] fp32 and the philox rng_state [seed, offset] (uint64)
+        extras = {"lse": b.tensor(f"{name}.softmax_lse", (d.b, heads, sq), "fp32"),
+                  "rng_state": b.tensor(f"{name}.rng_state", (2,), "int64")}
         f = 2.0 * d.b * heads * sq * sk * (qk_dim + v_dim)
-        b.op(name, "flash_attn", layer, {"q": q, **kv}, {"y": ctx}, extras={"lse": lse}, flops=f, tags=CORE)
+        b.op(name, "flash_attn", layer, {"q": q, **kv}, {"y": ctx}, extras=extras, flops=f, tags=CORE)
         return ctx
     shape = (d.b, heads, sq, sk)
     scores = b.tensor(f"{name}.scores", shape)

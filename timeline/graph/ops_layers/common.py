@@ -19,20 +19,22 @@ def rows(t: TensorDef) -> int:
 
 
 def norm(b: Builder, name: str, x: TensorDef, layer: int | None, *, kind: str | None = None,
-         rule: str | None = None, tags: Tags = NONE) -> TensorDef:
+         rule: str | None = None, cols: int | None = None, tags: Tags = NONE) -> TensorDef:
     """RMSNorm / LayerNorm over the last dim; extras rsigma (and mu) in fp32, one per row.
 
-    Under a table with ``upcast_fp32`` (HF's Python RMSNorm) a 16-bit input is first copied to
-    fp32 by its own op, the norm reads the copy, and the 16-bit normalised tensor is an extra."""
+    ``cols`` normalises only the first ``cols`` columns of ``x`` (a split view of a wider tensor,
+    which the norm then keeps alive whole). Under a table with ``upcast_fp32`` (HF's Python
+    RMSNorm) a 16-bit input is first copied to fp32 by its own op, the norm reads the copy, and
+    the 16-bit normalised tensor is an extra."""
     kind = kind or b.model.norm
-    y = b.tensor(f"{name}.out", x.shape)
+    y = b.tensor(f"{name}.out", x.shape if cols is None else (rows(x), cols))
     extras = {"rsigma": b.tensor(f"{name}.rsigma", (rows(x),), "fp32")}
     if kind == "layernorm":
         extras["mu"] = b.tensor(f"{name}.mu", (rows(x),), "fp32")
     elif b.table.upcast_fp32:
         extras["normed"] = b.tensor(f"{name}.normed", x.shape)
         x = upcast(b, f"{name}.upcast", x, layer, tags=tags)
-    b.op(name, rule or kind, layer, {"x": x}, {"y": y}, extras=extras, flops=5.0 * x.shape[0] * x.shape[1],
+    b.op(name, rule or kind, layer, {"x": x}, {"y": y}, extras=extras, flops=5.0 * y.shape[0] * y.shape[1],
          tags=tags)
     return y
 

@@ -7,6 +7,9 @@ keeps them sequence-parallel and all-gathers before the up projections (``mla_la
 The latent norms, up projections and RoPE form the ``mla_up_proj`` recompute module. Under a table
 with ``mla_kv_views`` (HF ``DeepseekV3Attention``) V is a view of the kv up-projection's output
 (RoPE builds only the query and key) and a flash-kernel attention output is copied before W^O.
+Under ``mla_kv_combined`` (Megatron ``MLASelfAttention``) the kv down projection is one tensor
+whose kv part the latent norm keeps (so the whole tensor stays), and k_pe is copied and gathered
+before the ``mla_up_proj`` checkpoint, which keeps the gathered copy as its input.
 """
 
 from __future__ import annotations
@@ -30,12 +33,20 @@ def mla(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     if m.q_lora_rank:
         cq_raw = linear(b, f"{p}.linear_q_down_proj", src, m.q_lora_rank, layer, save=ln)
     rows = src.shape[0]
-    kv_raw = b.tensor(f"{p}.linear_kv_down_proj.out", (rows, m.kv_lora_rank))
-    k_pe = b.tensor(f"{p}.linear_kv_down_proj.k_pe", (rows, d_hr))
     f = 2.0 * rows * h * (m.kv_lora_rank + d_hr)
-    b.op(f"{p}.linear_kv_down_proj", "linear", layer, {"x": src, "_save": ln}, {"y": kv_raw, "k_pe": k_pe},
-         flops=f, wflops=f)
     group = d.tp if (latent_sp and d.sp) else 1
+    combined = b.table.mla_kv_combined
+    if combined:  # kv_combined [rows, kv_lora_rank + d_hr]; kv_compressed and k_pos_emb are split views
+        kv_raw = b.tensor(f"{p}.linear_kv_down_proj.out", (rows, m.kv_lora_rank + d_hr))
+        b.op(f"{p}.linear_kv_down_proj", "linear", layer, {"x": src, "_save": ln}, {"y": kv_raw}, flops=f, wflops=f)
+        k_pe = b.tensor(f"{p}.linear_kv_down_proj.k_pe", (rows, d_hr))
+        b.op(f"{p}.linear_kv_down_proj.k_pe_contiguous", "copy", layer, {"x": kv_raw}, {"y": k_pe})
+        k_pe_full = all_gather(b, f"{p}.k_pe", k_pe, layer, group)  # outside the mla_up_proj checkpoint
+    else:
+        kv_raw = b.tensor(f"{p}.linear_kv_down_proj.out", (rows, m.kv_lora_rank))
+        k_pe = b.tensor(f"{p}.linear_kv_down_proj.k_pe", (rows, d_hr))
+        b.op(f"{p}.linear_kv_down_proj", "linear", layer, {"x": src, "_save": ln}, {"y": kv_raw, "k_pe": k_pe},
+             flops=f, wflops=f)
     if m.q_lora_rank:
         cq = norm(b, f"{p}.q_layernorm", cq_raw, layer, kind="rmsnorm", rule="latent_norm", tags=UP)
         cq_full = all_gather(b, f"{p}.linear_q_up_proj", cq, layer, group, tags=UP)
@@ -43,10 +54,12 @@ def mla(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     else:
         q_raw = linear(b, f"{p}.linear_q_proj", sp_gather(b, f"{p}.linear_q_proj", ln, layer) if latent_sp else src,
                        nh * (d_h + d_hr), layer, save=ln, tags=UP)
-    ckv = norm(b, f"{p}.kv_layernorm", kv_raw, layer, kind="rmsnorm", rule="latent_norm", tags=UP)
+    ckv = norm(b, f"{p}.kv_layernorm", kv_raw, layer, kind="rmsnorm", rule="latent_norm", cols=m.kv_lora_rank,
+               tags=UP)
     ckv_full = all_gather(b, f"{p}.linear_kv_up_proj", ckv, layer, group, tags=UP)
     kv = linear(b, f"{p}.linear_kv_up_proj", ckv_full, nh * (d_h + d_v), layer, save=ckv, tags=UP)
-    k_pe_full = all_gather(b, f"{p}.k_pe", k_pe, layer, group, tags=UP)
+    if not combined:
+        k_pe_full = all_gather(b, f"{p}.k_pe", k_pe, layer, group, tags=UP)
     full_rows = kv.shape[0]
     q = b.tensor(f"{p}.q", (full_rows, nh * (d_h + d_hr)))
     k = b.tensor(f"{p}.k", (full_rows, nh * (d_h + d_hr)))

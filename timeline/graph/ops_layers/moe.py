@@ -68,31 +68,45 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
                         out_name="logits", tags=MOE)
     else:
         logits = linear(b, f"{p}.router", src, n, layer, save=ln, out_name="logits", tags=MOE)
-    scores = b.tensor(f"{p}.router.scores", (t, n), score_dtype)
-    b.op(f"{p}.router.score", "router_score", layer, {"x": logits}, {"y": scores},
-         extras={"scores": b.tensor(f"{p}.router.scores_saved", (t, n), "fp32")}, flops=4.0 * t * n, tags=MOE)
-    probs = b.tensor(f"{p}.router.probs", (t, k), "fp32")
-    idx = b.tensor(f"{p}.router.topk_idx", (t, k), idx_dtype)
-    norm_extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), "fp32"),
-                   "raw_weights": b.tensor(f"{p}.router.topk_raw_weights", (t, k), "fp32")}
-    b.op(f"{p}.router.topk", "topk", layer, {"x": scores}, {"probs": probs, "idx": idx}, extras=norm_extras,
-         flops=float(t * n), tags=MOE)
-    # dispatch: permute, all-to-all over EP, expert-TP all-gather
-    permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
-    pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), "fp32")
-    b.op(f"{p}.dispatch.permute", "permute", layer, {"x": src, "probs": probs, "_idx": idx},
-         {"y": permuted, "probs": pprobs},
-         extras={"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (t * k,), "int64"),
-                 "src_idx": b.tensor(f"{p}.dispatch.src_idx", (t * k,), "int64"),
-                 "offsets": b.tensor(f"{p}.dispatch.offsets", (n // d.ep,), "int32")}, tags=MOE)
+    if b.table.megatron_moe:
+        probs, idx, pprobs, permuted = _megatron_router(b, p, src, logits, layer)
+    else:
+        scores = b.tensor(f"{p}.router.scores", (t, n), score_dtype)
+        b.op(f"{p}.router.score", "router_score", layer, {"x": logits}, {"y": scores},
+             extras={"scores": b.tensor(f"{p}.router.scores_saved", (t, n), "fp32")}, flops=4.0 * t * n, tags=MOE)
+        probs = b.tensor(f"{p}.router.probs", (t, k), "fp32")
+        idx = b.tensor(f"{p}.router.topk_idx", (t, k), idx_dtype)
+        norm_extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), "fp32"),
+                       "raw_weights": b.tensor(f"{p}.router.topk_raw_weights", (t, k), "fp32")}
+        b.op(f"{p}.router.topk", "topk", layer, {"x": scores}, {"probs": probs, "idx": idx}, extras=norm_extras,
+             flops=float(t * n), tags=MOE)
+        # dispatch: permute, all-to-all over EP, expert-TP all-gather
+        permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
+        pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), "fp32")
+        b.op(f"{p}.dispatch.permute", "permute", layer, {"x": src, "probs": probs, "_idx": idx},
+             {"y": permuted, "probs": pprobs},
+             extras={"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (t * k,), "int64"),
+                     "src_idx": b.tensor(f"{p}.dispatch.src_idx", (t * k,), "int64"),
+                     "offsets": b.tensor(f"{p}.dispatch.offsets", (n // d.ep,), "int32")}, tags=MOE)
     rows = expert_rows(b)
     tokens, rprobs = permuted, pprobs
-    if d.ep > 1:
-        tokens = b.tensor(f"{p}.dispatch.received", (rows, h), comm=True)
-        rprobs = b.tensor(f"{p}.dispatch.received_probs", (rows,), "fp32", comm=True)
+    sort = b.table.megatron_moe and n // d.ep > 1
+    if d.ep > 1:  # with a sort after it, "received" names the sorted copy the experts read
+        a2a = f"{p}.dispatch.all_to_all.out" if sort else f"{p}.dispatch.received"
+        tokens = b.tensor(a2a, (rows, h), comm=True)
+        rprobs = b.tensor(f"{a2a}_probs" if sort else f"{p}.dispatch.received_probs", (rows,), pprobs.dtype,
+                          comm=True)
         b.op(f"{p}.dispatch.all_to_all", "comm", layer, {"x": permuted, "probs": pprobs},
              {"y": tokens, "probs": rprobs}, kind="collective", stream="ep", tags=MOE)
     tokens = all_gather(b, f"{p}.experts", tokens, layer, d.etp, stream="ep", tags=MOE)
+    if sort:  # permutation 2: sort_chunks_by_idxs groups the received rows by local expert (split + cat copies)
+        if d.etp > 1:  # the probs are all-gathered over expert-TP like the tokens
+            rprobs = all_gather(b, f"{p}.experts.probs", rprobs, layer, d.etp, stream="ep", tags=MOE)
+        st = b.tensor(f"{p}.dispatch.received", tokens.shape)
+        sp = b.tensor(f"{p}.dispatch.received_probs", rprobs.shape, rprobs.dtype)
+        b.op(f"{p}.dispatch.sort_chunks", "sort_chunks", layer, {"x": tokens, "probs": rprobs},
+             {"y": st, "probs": sp}, tags=MOE)
+        tokens, rprobs = st, sp
     # grouped experts
     e_ffn = m.moe_intermediate_size // d.etp
     fc1 = linear(b, f"{p}.experts.linear_fc1", tokens, (2 if m.gated_mlp else 1) * e_ffn, layer,
@@ -102,6 +116,10 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
                      probs=rprobs if weighted else None, tags=frozenset({"moe", "moe_act"}))
     out = linear(b, f"{p}.experts.linear_fc2", act, h, layer, rule="grouped_linear", tags=MOE)
     out = dropout(b, f"{p}.experts.dropout", out, layer, tags=MOE)
+    if sort:  # unpermutation 2: back to the all-to-all's source-rank order
+        unsorted = b.tensor(f"{p}.combine.unsorted", out.shape)
+        b.op(f"{p}.combine.sort_chunks", "sort_chunks", layer, {"x": out}, {"y": unsorted}, tags=MOE)
+        out = unsorted
     if d.etp > 1:
         rs = b.tensor(f"{p}.experts.reduce_scatter.out", (out.shape[0] // d.etp, h))
         b.op(f"{p}.experts.reduce_scatter", "comm", layer, {"x": out}, {"y": rs}, kind="collective", stream="ep",
@@ -127,6 +145,47 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         b.op(f"{p}.sp_split", "comm", layer, {"x": routed}, {"y": shard}, tags=MOE)
         routed = shard
     return routed
+
+
+def _megatron_router(b: Builder, p: str, src: TensorDef, logits: TensorDef,
+                     layer: int) -> tuple[TensorDef, TensorDef, TensorDef, TensorDef]:
+    """Megatron-Core's TopKRouter and the alltoall dispatcher's first permutation
+    (megatron/core/transformer/moe/moe_utils.py, unfused as the config defaults have it).
+
+    Scores and probabilities are in the logits' dtype (``moe_router_dtype`` unset). Sigmoid scoring
+    (DeepSeek-V3, with its expert bias): ``sigmoid(logits.float())`` keeps its fp32 result,
+    ``gather`` keeps the scores cast back and the int64 indices, the top-k normalisation keeps the
+    gathered scores and their sum. Softmax scoring: ``topk`` on the logits keeps the indices and
+    ``softmax(dtype=fp32)`` of the k values keeps its fp32 result. The probabilities are scattered
+    into a dense ``[tokens, E]`` map; ``permute`` keeps the transposed probs and routing map
+    (``masked_select``) and the int64 ``sorted_indices`` (``index_select``), which ``unpermute``'s
+    ``scatter_add_`` reuses. Returns (probs, indices, permuted probs, permuted tokens)."""
+    m = b.model
+    t, n, k, h = src.shape[0], m.n_routed_experts, m.num_experts_per_tok, m.hidden_size
+    dt = logits.dtype
+    scores = b.tensor(f"{p}.router.scores", (t, n), dt)
+    sigmoid = m.router_bias
+    saved = (t, n) if sigmoid else (t, k)
+    b.op(f"{p}.router.score", "router_score", layer, {"x": logits}, {"y": scores},
+         # sigmoid in fp32 with fp32 logits: its result is ``scores`` itself, which the gather keeps
+         extras={"scores": b.tensor(f"{p}.router.scores_saved", saved, "fp32")} if not sigmoid or dt != "fp32" else {},
+         flops=4.0 * t * n, tags=MOE)
+    probs = b.tensor(f"{p}.router.probs", (t, n), dt)
+    idx = b.tensor(f"{p}.router.topk_idx", (t, k), "int64")
+    extras = {}
+    if sigmoid and k > 1:
+        extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), dt),
+                  "raw_weights": b.tensor(f"{p}.router.topk_raw_weights", (t, k), dt)}
+    b.op(f"{p}.router.topk", "topk" if sigmoid else "topk_softmax", layer, {"x": scores},
+         {"probs": probs, "idx": idx}, extras=extras, flops=float(t * n), tags=MOE)
+    permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
+    pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), dt)
+    b.op(f"{p}.dispatch.permute", "permute", layer, {"x": src, "probs": probs, "_idx": idx},
+         {"y": permuted, "probs": pprobs},
+         extras={"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (t * k,), "int64"),
+                 "probs_t": b.tensor(f"{p}.dispatch.probs_t", (n, t), dt),
+                 "routing_map_t": b.tensor(f"{p}.dispatch.routing_map_t", (n, t), "bool")}, tags=MOE)
+    return probs, idx, pprobs, permuted
 
 
 def shared_experts(b: Builder, p: str, ln: TensorDef, gathered: TensorDef, layer: int) -> TensorDef:

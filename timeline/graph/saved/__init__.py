@@ -45,6 +45,12 @@ class SavedTable:
     moe_weight_after_down: bool = False  # routing weights scale the down-projection output (not inside SwiGLU)
     split_gate_up: bool = False  # a dense SwiGLU MLP has separate gate and up projections (two outputs)
     mtp_modules: bool = True  # the framework builds DeepSeek's multi-token-prediction modules
+    # -- structure of Megatron-Core (megatron table); False keeps paper and hf as they were
+    mla_kv_combined: bool = False  # MLA's kv down projection is one [rows, kv_lora_rank + rope] tensor whose
+    # kv part the latent norm keeps whole; k_pe is gathered (a contiguous copy) before the up-projection checkpoint
+    megatron_moe: bool = False  # router and alltoall dispatcher as Megatron-Core (moe_utils.py): scores and
+    # probs in the logits dtype, a dense [tokens, E] probs map, masked_select keeping the transposed probs and
+    # routing map, tokens re-sorted by local expert (sort_chunks_by_idxs) after the all-to-all
     notes: dict[str, str] = field(default_factory=dict)
 
     def rule(self, key: str) -> SaveRule:

@@ -1,62 +1,92 @@
 """Saved-tensor rules of the ``megatron`` profile: Megatron-Core with Transformer Engine.
 
-Flash/cuDNN fused attention (q, k, v, output and the fp32 softmax statistics, no s² tensors),
-norms fused into the following linear where the layer spec fuses them (TE LayerNormLinear
-keeps the norm input, its output shard and fp32 rsigma), separate TENorm before MLA and MoE,
-fused SwiGLU keeping the fc1 output, grouped-GEMM experts keeping their permuted input, the
-alltoall token dispatcher's permutation indices, no dropout, MLA's compressed q/kv kept
-sequence-parallel. Paths are in NVIDIA/Megatron-LM and NVIDIA/TransformerEngine.
+Each rule cites the file, class or function it was read from, at Megatron-Core 0.14.0 (the
+``megatron-core`` 0.14.0 wheel, tag ``core_v0.14.0`` of NVIDIA/Megatron-LM: ``MC``) and
+Transformer Engine 2.6.0 (the ``transformer-engine-cu12`` 2.6.0 wheel, tag ``v2.6`` of
+NVIDIA/TransformerEngine: ``TE``), with the defaults of ``TransformerConfig`` (unfused router and
+permutation, ``moe_router_dtype`` unset, no auxiliary loss, no dropout) and the TE layer spec
+(``MC models/gpt/gpt_layer_specs.py: get_gpt_layer_with_transformer_engine_spec``): dense
+layers fuse the pre-MLP norm into ``linear_fc1`` (TELayerNormColumnParallelLinear) and, without
+MLA, the input norm into ``linear_qkv``; MLA layers have a separate TENorm before attention, MoE
+layers one before the MoE block; MLA's q/kv norms fuse into the up projections (``qk_layernorm``),
+its down projections are TELinear ``parallel_mode="duplicated"`` on the sequence-parallel rows.
 """
 
 from __future__ import annotations
 
 from timeline.graph.saved import SavedTable, SaveRule
 
-TE_LNL = "transformer_engine/pytorch/module/layernorm_linear.py: _LayerNormLinear saves inputmat, ln_out, mu, rsigma"
-TE_LIN = "transformer_engine/pytorch/module/linear.py: _Linear saves inputmat (the local SP shard; re-gathered for wgrad)"
+MC = "NVIDIA/Megatron-LM@core_v0.14.0:megatron/core"
+TE = "NVIDIA/TransformerEngine@v2.6:transformer_engine/pytorch"
+TE_LNL = (f"{TE}/module/layernorm_linear.py: _LayerNormLinear.forward saves inputmat, ln_out (the local shard "
+          "under SP, re-gathered for wgrad), mu, rsigma (fp32, per row)")
+TE_NORM = f"{TE}/ops/basic/rmsnorm.py: RMSNorm.op_forward saves x and rstdevs (fp32) (module/rmsnorm.py: TENorm)"
+MOE_UTILS = f"{MC}/transformer/moe/moe_utils.py"
 
 RULES: dict[str, SaveRule] = {
-    "embedding": SaveRule(source="megatron/core/tensor_parallel/layers.py: VocabParallelEmbedding saves only the "
-                                 "token ids (not modelled)"),
+    "embedding": SaveRule(source=f"{MC}/tensor_parallel/layers.py: VocabParallelEmbedding.forward — F.embedding "
+                                 "keeps the masked int64 token ids (not modelled: b·s·8 bytes)"),
     "layernorm": SaveRule(saves=("in:x", "extra:mu", "extra:rsigma"),
-                          source=f"{TE_LNL}; transformer_engine/pytorch/module/layernorm.py"),
-    "rmsnorm": SaveRule(saves=("in:x", "extra:rsigma"),
-                        source=f"{TE_LNL}; transformer_engine/pytorch/module/rmsnorm.py: RMSNorm saves inp, rsigma"),
+                          source=f"{TE_LNL}; {TE}/ops/basic/layer_norm.py: LayerNorm.op_forward saves x, means, rstdevs"),
+    "rmsnorm": SaveRule(saves=("in:x", "extra:rsigma"), source=f"{TE_LNL}; {TE_NORM}"),
     "latent_norm": SaveRule(saves=("in:x", "extra:rsigma"),
-                            source="megatron/core/transformer/multi_latent_attention.py: q/kv layernorm fused into "
-                                   f"linear_q_up_proj / linear_kv_up_proj (TELayerNormColumnParallelLinear); {TE_LNL}"),
-    "linear": SaveRule(saves=("in:_save",), wgrad=("in:_save",), source=TE_LIN),
+                            source=f"{MC}/transformer/multi_latent_attention.py: MLASelfAttention — q/kv layernorm "
+                                   "fused into linear_q_up_proj / linear_kv_up_proj (TELayerNormColumnParallelLinear; "
+                                   f"kv_compressed is a split view of kv_combined); {TE_LNL}"),
+    "linear": SaveRule(saves=("in:_save",), wgrad=("in:_save",),
+                       source=f"{TE}/module/linear.py: _Linear.forward saves inputmat (the local SP shard, "
+                              f"re-gathered for wgrad); {MC}/tensor_parallel/layers.py: "
+                              "LinearWithGradAccumulationAndAsyncCommunication saves input (output layer); "
+                              f"{MOE_UTILS}: RouterGatingLinearFunction saves inp"),
     "grouped_linear": SaveRule(saves=("in:_save",), wgrad=("in:_save",),
-                               source="transformer_engine/pytorch/module/grouped_linear.py: _GroupedLinear saves "
-                                      "inputmats; megatron/core/transformer/moe/experts.py: TEGroupedMLP"),
-    "flash_attn": SaveRule(saves=("in:q", "in:k", "in:v", "out:y", "extra:lse"),
-                           source="transformer_engine/pytorch/attention/dot_product_attention/backends.py: FusedAttnFunc "
-                                  "saves q, k, v, out and aux_ctx_tensors (fp32 softmax stats b·h·s, rng state)"),
-    "dropout": SaveRule(source="Megatron-Core bias-dropout-add with hidden_dropout = 0 keeps nothing"),
-    "gelu": SaveRule(saves=("in:x",), source="megatron/core/fusions/fused_bias_gelu.py: saves input (and bias)"),
-    "swiglu": SaveRule(saves=("in:x",), source="megatron/core/fusions/fused_bias_swiglu.py: SwiGLUFunction saves "
-                                               "the fc1 output"),
+                               source=f"{TE}/module/grouped_linear.py: _GroupedLinear.forward saves inputmats "
+                                      "(torch.split views of the input); "
+                                      f"{MC}/transformer/moe/experts.py: TEGroupedMLP.forward"),
+    "flash_attn": SaveRule(saves=("in:q", "in:k", "in:v", "out:y", "extra:lse", "extra:rng_state"),
+                           source=f"{TE}/attention/dot_product_attention/backends.py: FusedAttnFunc.forward saves "
+                                  "q, k, v, out and aux_ctx_tensors = softmaxStats [b, h, s_q, 1] fp32 and "
+                                  f"rng_state [2] ({TE}/cpp_extensions/fused_attn.py: fused_attn_fwd)"),
+    "dropout": SaveRule(source=f"{MC}/fusions/fused_bias_dropout.py: bias-dropout-add with hidden_dropout = 0 "
+                               "keeps nothing"),
+    "gelu": SaveRule(saves=("in:x",), source=f"{MC}/fusions/fused_bias_gelu.py: GeLUFunction saves input (and bias)"),
+    "swiglu": SaveRule(saves=("in:x",), source=f"{MC}/fusions/fused_bias_swiglu.py: SwiGLUFunction.forward saves "
+                                               "the fc1 output (MLP.forward, bias_activation_fusion)"),
     "weighted_swiglu": SaveRule(saves=("in:x", "in:probs"),
-                                source="megatron/core/fusions/fused_bias_swiglu.py: WeightedSwiGLUFunction saves "
-                                       "input and permuted probs (megatron/core/transformer/moe/experts.py)"),
-    "rope": SaveRule(source="megatron/core/models/common/embeddings/rope_utils.py: fused RoPE saves only freqs"),
+                                source=f"{MC}/fusions/fused_bias_swiglu.py: WeightedSwiGLUFunction.forward saves "
+                                       "input and weights (permuted_probs.unsqueeze(-1), the probs' dtype); "
+                                       f"{MC}/transformer/moe/experts.py: TEGroupedMLP.forward"),
+    "rope": SaveRule(source=f"{TE}/attention/rope.py: FusedRoPEFunc saves freqs; {MC}/fusions/"
+                            "fused_mla_yarn_rope_apply.py: ApplyMLARotaryEmbQ/KV save cos, sin"),
     "add": SaveRule(source="residual add keeps nothing"),
+    "copy": SaveRule(source=f"{MC}/tensor_parallel/mappings.py: _gather_along_first_dim copies its input "
+                            "contiguous; a copy keeps nothing"),
     "router_score": SaveRule(saves=("extra:scores",),
-                             source="megatron/core/transformer/moe/moe_utils.py: topk_routing_with_score_function — "
-                                    "autograd keeps the fp32 sigmoid/softmax scores [tokens, E]"),
-    "topk": SaveRule(saves=("out:idx",), source="megatron/core/transformer/moe/moe_utils.py: gather/scatter of the "
-                                                "top-k scores keeps the int64 indices [tokens, k]"),
-    "permute": SaveRule(saves=("extra:sorted_idx",),
-                        source="megatron/core/transformer/moe/moe_utils.py: permute() index_select keeps "
-                               "sorted_indices [tokens·k] (int64); token_dispatcher.py MoEAlltoAllTokenDispatcher"),
-    "unpermute": SaveRule(source="megatron/core/transformer/moe/moe_utils.py: unpermute() scatter_add reuses "
-                                 "sorted_indices (saved by permute)"),
+                             source=f"{MOE_UTILS}: topk_routing_with_score_function — sigmoid: "
+                                    "torch.sigmoid(logits.float()) saves its fp32 result [tokens, E]; softmax: "
+                                    "torch.softmax(top-k logits, dtype=fp32) saves its result [tokens, k]"),
+    "topk": SaveRule(saves=("in:x", "out:idx", "extra:denominator", "extra:raw_weights"),
+                     source=f"{MOE_UTILS}: topk_routing_with_score_function (sigmoid) — torch.gather(scores, 1, "
+                            "top_indices) saves scores (cast to the logits dtype) and the int64 indices; "
+                            "scores / (scores.sum(-1) + 1e-20) saves both; the group-limited top-k keeps nothing"),
+    "topk_softmax": SaveRule(saves=("out:idx",),
+                             source=f"{MOE_UTILS}: topk_routing_with_score_function (softmax) — torch.topk on "
+                                    "the logits saves the int64 indices"),
+    "permute": SaveRule(saves=("extra:sorted_idx", "extra:probs_t", "extra:routing_map_t"),
+                        source=f"{MOE_UTILS}: permute() — tokens.index_select saves sorted_indices [tokens·k] "
+                               "int64; probs.T.contiguous().masked_select(routing_map) saves the transposed probs "
+                               f"and bool map [E, tokens]; {MC}/transformer/moe/token_dispatcher.py: "
+                               "MoEAlltoAllTokenDispatcher.dispatch_preprocess"),
+    "sort_chunks": SaveRule(source=f"{MOE_UTILS}: sort_chunks_by_idxs — torch.split + torch.cat keep nothing "
+                                   "(token_dispatcher.py: dispatch_postprocess / combine_preprocess)"),
+    "unpermute": SaveRule(source=f"{MOE_UTILS}: unpermute() — scatter_add_ saves sorted_indices (kept by permute)"),
     "ce_loss": SaveRule(saves=("extra:exp_logits", "extra:target_mask", "extra:masked_target"),
-                        source="megatron/core/tensor_parallel/cross_entropy.py: _VocabParallelCrossEntropy saves "
-                               "fp32 exp_logits, target_mask, masked_target_1d"),
+                        source=f"{MC}/tensor_parallel/cross_entropy.py: _VocabParallelCrossEntropy.forward saves "
+                               "exp_logits (fp32), target_mask, masked_target_1d (also "
+                               f"{MC}/fusions/fused_cross_entropy.py)"),
     "concat": SaveRule(source="a concatenation keeps nothing"),
     "comm": SaveRule(source="collectives keep nothing (buffers come from the caller's stream)"),
 }
 
 TABLE = SavedTable(name="megatron", rules=RULES, attention="flash", dropout=False, fused_norm_linear=True,
-                   moe_tokens="routed", mla_latent_sp=True, full_recompute_moe_split=False, swiglu_extra=False)
+                   moe_tokens="routed", mla_latent_sp=True, full_recompute_moe_split=False, swiglu_extra=False,
+                   mla_kv_combined=True, megatron_moe=True)
