@@ -153,3 +153,24 @@ def test_skewed_routing_simulates_each_ep_rank():
             continue
         assert acts == sorted(acts, reverse=True) and acts[0] > acts[-1]
         assert acts[0] > balanced.sim.activation_bytes_per_microbatch[r] > acts[-1]
+
+
+def test_dualpipe_overlapped_pairs_hide_communication():
+    """An overlapped F&B pair takes the longer of its computation and its communication, and its
+    two spans share that time; run one after the other it would take F + B."""
+    from timeline.sim.cost import CostModel
+    from timeline.sim.simulate import compile_templates, overlapped_us
+
+    tl = sim("dualpipe", 8)
+    compiled = compile_templates(tl.sim.templates, CostModel.from_run(tl.sim.run))
+    pairs = 0
+    for r in range(P):
+        spans = {(s.iteration, s.position): s for s in tl.sim.spans[r] if s.kind != "step"}
+        for pos in tl.sim.schedule.overlapped[r]:
+            f, b = spans[(0, pos)], spans[(0, pos + 1)]
+            pf, pb = compiled[(f.stage, f.kind)], compiled[(b.stage, b.kind)]
+            assert f.end_us == b.start_us
+            assert b.end_us - f.start_us == pytest.approx(overlapped_us(pf, pb), rel=1e-12)
+            assert b.end_us - f.start_us < pf.duration_us + pb.duration_us
+            pairs += 1
+    assert pairs > 0

@@ -30,11 +30,19 @@ class Span:
     microbatch: int
     start_us: float
     end_us: float
+    #: how the action's template is stretched in time (< 1 when an overlapped F&B pair hides
+    #: communication behind computation); 1 for an action run on its own
+    scale: float = 1.0
 
 
 def run_schedule(schedule: Schedule, *, iterations: int, duration_us: Callable[[int, str], float],
-                 p2p_us: float, step_us: Callable[[int], float]) -> list[Span]:
-    """Time every action of ``iterations`` back-to-back runs of ``schedule``."""
+                 p2p_us: float, step_us: Callable[[int], float],
+                 pair_us: Callable[[int, str, int, str], float] | None = None) -> list[Span]:
+    """Time every action of ``iterations`` back-to-back runs of ``schedule``.
+
+    An overlapped F&B pair (``schedule.overlapped``, DualPipe's) starts when both halves can and
+    takes ``pair_us(stage_f, kind_f, stage_b, kind_b)``; its two spans share that time in
+    proportion to their own durations. Without ``pair_us`` pairs run one after the other."""
     env = simpy.Environment()
     last_stage = schedule.num_chunks - 1
     owner: dict[tuple[int, int], int] = {}
@@ -66,21 +74,48 @@ def run_schedule(schedule: Schedule, *, iterations: int, duration_us: Callable[[
     barriers = [env.event() for _ in range(iterations)]
     n = schedule.pp
 
+    def wait(a, it: int):
+        if a.kind == "F" and a.stage > 0:
+            return event(("act", it, a.stage - 1, a.microbatch))
+        if a.kind in ("B", "I") and a.stage < last_stage:
+            return event(("grad", it, a.stage + 1, a.microbatch))
+        return None
+
+    def finish(a, r: int, it: int) -> None:
+        s, m = a.stage, a.microbatch
+        if a.kind == "F" and s < last_stage:
+            signal(("act", it, s, m), r, owner.get((s + 1, m)))
+        elif a.kind in ("B", "I") and s > 0:
+            signal(("grad", it, s, m), r, owner.get((s - 1, m)))
+
     def rank(r: int):
+        row = schedule.actions[r]
+        pairs = set(schedule.overlapped[r]) if pair_us and r < len(schedule.overlapped) else set()
         for it in range(iterations):
-            for pos, a in enumerate(schedule.actions[r]):
-                s, m = a.stage, a.microbatch
-                if a.kind == "F" and s > 0:
-                    yield event(("act", it, s - 1, m))
-                elif a.kind in ("B", "I") and s < last_stage:
-                    yield event(("grad", it, s + 1, m))
+            pos = 0
+            while pos < len(row):
+                group = row[pos:pos + 2] if pos in pairs else row[pos:pos + 1]
+                for a in group:
+                    ev = wait(a, it)
+                    if ev is not None:
+                        yield ev
                 start = env.now
-                yield env.timeout(duration_us(s, a.kind))
-                spans.append(Span(r, pos, it, s, a.kind, m, start, env.now))
-                if a.kind == "F" and s < last_stage:
-                    signal(("act", it, s, m), r, owner.get((s + 1, m)))
-                elif a.kind in ("B", "I") and s > 0:
-                    signal(("grad", it, s, m), r, owner.get((s - 1, m)))
+                if len(group) == 1:
+                    a = group[0]
+                    yield env.timeout(duration_us(a.stage, a.kind))
+                    spans.append(Span(r, pos, it, a.stage, a.kind, a.microbatch, start, env.now))
+                else:
+                    f, b = group
+                    df, db = duration_us(f.stage, f.kind), duration_us(b.stage, b.kind)
+                    total = pair_us(f.stage, f.kind, b.stage, b.kind)
+                    k = total / (df + db) if df + db > 0 else 1.0
+                    yield env.timeout(total)
+                    mid = start + df * k
+                    spans.append(Span(r, pos, it, f.stage, f.kind, f.microbatch, start, mid, k))
+                    spans.append(Span(r, pos + 1, it, b.stage, b.kind, b.microbatch, mid, env.now, k))
+                for a in group:
+                    finish(a, r, it)
+                pos += len(group)
             barrier_count[it] += 1
             if barrier_count[it] == n:
                 barriers[it].succeed()

@@ -106,6 +106,18 @@ def boundary_bytes(run: RunSpec) -> int:
     return tokens * run.model.hidden_size * DTYPE_BYTES[tr.dtype]
 
 
+def overlapped_us(f: CompiledPhase, b: CompiledPhase) -> float:
+    """An overlapped F&B pair (DualPipe): one chunk's communication hides behind the other's
+    computation, so the pair takes the longer of all computation and all communication."""
+    def split(ph: CompiledPhase) -> tuple[float, float]:
+        compute = float(sum(e - s for e, s, st in zip(ph.op_end, ph.op_start, ph.op_streams, strict=True)
+                            if st == "compute"))
+        return compute, ph.duration_us - compute
+
+    (cf, mf), (cb, mb) = split(f), split(b)
+    return max(cf + cb, mf + mb)
+
+
 def ep_loads(run: RunSpec) -> list[float]:
     """Token load of each simulated EP rank relative to the mean: ``[1.0]`` under balanced
     routing (EP ranks are symmetric, one stands for all); under ``routing = "skew"`` a linear
@@ -145,7 +157,8 @@ def simulate(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
     step_us = [_step_us(run, d, cost) for d in devices[::len(loads)]]
     spans_all = run_schedule(schedule, iterations=tr.iterations,
                              duration_us=lambda s, k: compiled[(s, k)].duration_us, p2p_us=p2p_us,
-                             step_us=lambda r: step_us[r])
+                             step_us=lambda r: step_us[r],
+                             pair_us=lambda fs, fk, bs, bk: overlapped_us(compiled[(fs, fk)], compiled[(bs, bk)]))
     per_rank: list[list[Span]] = [[] for _ in range(par.pp)]
     for sp in spans_all:
         per_rank[sp.rank].append(sp)
@@ -250,7 +263,8 @@ def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
         if len(ph.ev_offset):
             tensor_ids = np.array([names(n) for n in ph.tensor_names], dtype=np.int32)[ph.ev_tensor]
             op_ids = np.array([names(n) for n in ph.op_names], dtype=np.int32)[ph.ev_op]
-            push(ph.ev_offset + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids, m, s, i)
+            offsets = ph.ev_offset if sp.scale == 1.0 else ph.ev_offset * sp.scale
+            push(offsets + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids, m, s, i)
         if gather:
             push([sp.end_us], -1, gather, CAT_CODE[Category.COMM], names("zero3.gathered_params"), -1, m, s, i)
     merged = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
@@ -276,8 +290,9 @@ def _device_ops(spans: list[Span], compiled: dict[tuple[int, str], CompiledPhase
         phase = np.array([names("R" if rc else sp.kind) for rc in ph.op_recompute], dtype=np.int32)
         cols["name"].append(np.array([names(x) for x in ph.op_names], dtype=np.int32))
         cols["stream"].append(np.array([names(x) for x in ph.op_streams], dtype=np.int32))
-        cols["t_start_us"].append(ph.op_start + sp.start_us)
-        cols["t_end_us"].append(ph.op_end + sp.start_us)
+        k = sp.scale
+        cols["t_start_us"].append((ph.op_start if k == 1.0 else ph.op_start * k) + sp.start_us)
+        cols["t_end_us"].append((ph.op_end if k == 1.0 else ph.op_end * k) + sp.start_us)
         cols["phase"].append(phase)
         cols["microbatch"].append(np.full(n, sp.microbatch, dtype=np.int32))
         cols["stage"].append(np.full(n, sp.stage, dtype=np.int16))
