@@ -57,6 +57,8 @@ def gpu_like(fake: bool) -> Iterator[None]:
                                                                        is_causal, scale=scale)[0]
 
     def dropout(x, p=0.5, training=True, inplace=False):
+        # ``inplace`` stays for F.dropout's signature (nn.Dropout passes it positionally); the saved
+        # mask is the same either way
         if training and p > 0:
             return torch.native_dropout(x, p, True)[0]
         return x
@@ -64,7 +66,7 @@ def gpu_like(fake: bool) -> Iterator[None]:
     if fake:
         F.scaled_dot_product_attention = sdpa
     F.dropout = dropout
-    mu.find_packed_sequence_indices = lambda position_ids: None
+    mu.find_packed_sequence_indices = lambda _position_ids: None  # no packed sequences: one mask for all
     try:
         yield
     finally:

@@ -52,10 +52,6 @@ def missing() -> str | None:
     return None
 
 
-def available() -> bool:
-    return missing() is None
-
-
 def query(trace: str | Path, sqls: list[str], timeout_s: float = 600.0) -> list[dict]:
     """Load ``trace`` (Chrome JSON, gzipped JSON or protobuf) and run each SQL statement.
 

@@ -15,21 +15,10 @@ pytest.importorskip("transformers")
 
 from captures import DSV3, LLAMA  # noqa: E402
 
-from timeline.errors import UserError  # noqa: E402
-from timeline.graph.saved import saved_table  # noqa: E402
 from timeline.graph.template import chunk_template  # noqa: E402
 from timeline.io.runfile import load_run  # noqa: E402
 
 
-def hf_table_available() -> bool:
-    try:
-        saved_table("hf")
-    except UserError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not hf_table_available(), reason="the hf profile's saved-tensor table is not written yet")
 @pytest.mark.parametrize(("config", "fixture"), [(LLAMA, "llama_run"), (DSV3, "dsv3_run")], ids=["llama", "dsv3"])
 def test_trace_layer_equals_hf_profile(config, fixture, request):
     trace_run = request.getfixturevalue(fixture)

@@ -19,7 +19,7 @@ from timeline.result.build import build_timeline  # noqa: E402
 
 def sim_peak(run_file, *overrides: str) -> int:
     run = load_run(run_file, list(overrides))
-    return build_timeline(run, chunk_template).peak(0)["peak_requested_bytes"]
+    return build_timeline(run, chunk_template).peak(0).requested_bytes
 
 
 @pytest.mark.parametrize(("config", "fixture"), [(LLAMA, "llama_run"), (DSV3, "dsv3_run")], ids=["llama", "dsv3"])

@@ -51,3 +51,9 @@ def test_parse_capacity(text, gib):
 def test_bad_capacity(tiny, capsys):
     assert main(["fit", str(tiny), "--capacity", "lots"]) == 2
     assert "--capacity 'lots'" in capsys.readouterr().err
+
+
+def test_help_says_a_bare_capacity_is_gib(capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    assert "80 = 80GiB" in " ".join(capsys.readouterr().out.split())

@@ -107,3 +107,12 @@ def test_output_dir_writes_the_replayed_run(tmp_path, capsys):
     assert main(["replay", str(snap), "-o", str(out)]) == 2
     assert "--force" in capsys.readouterr().err
     assert main(["replay", str(snap), "-o", str(out), "--force"]) == 0
+
+
+def test_unlimited_split_and_rounding_override(tmp_path, capsys):
+    args = ["replay", str(_tiny(tmp_path)), "--json", "--max-split-size-mb", "0", "--max-non-split-rounding-mb", "0",
+            "--roundup-power2-divisions", "[1MB:2,>:4]"]
+    assert main(args) == 0
+    settings = json.loads(capsys.readouterr().out)["devices"][0]["allocator_settings"]
+    assert settings["max_split_size"] == -1 and settings["max_non_split_rounding_size"] == 0
+    assert settings["roundup_power2_divisions"]["1"] == 2 and settings["roundup_power2_divisions"]["2"] == 4

@@ -105,3 +105,40 @@ def test_bad_input(tmp_path, capsys, extra, fragment):
     assert main(["simulate", str(SHIPPED), "-o", str(out), "--no-progress", *SMALL, *extra]) == 2
     assert fragment in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_outputs_do_not_depend_on_where_the_run_file_lies(tmp_path, monkeypatch):
+    """Paths in a run file (hf_config, schedule.csv) are kept as written: the same run folder
+    copied elsewhere and simulated from another working directory gives identical bytes."""
+    import shutil
+
+    first = tmp_path / "first"
+    (first / "cfg").mkdir(parents=True)
+    (first / "cfg" / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 1000}))
+    run = first / "run.toml"
+    run.write_text('name = "paths"\n[model]\nhf_config = "cfg/config.json"\n[parallel]\npp = 2\n'
+                   '[training]\nseq_len = 128\nnum_microbatches = 4\n[schedule]\nkind = "csv"\ncsv = "sched.csv"\n')
+    assert main(["schedule", str(run), "--set", "schedule.kind=1f1b", "--set", 'schedule.csv=""',
+                 "--csv", str(first / "sched.csv")]) == 0
+    second = tmp_path / "elsewhere" / "second"
+    shutil.copytree(first, second)
+    monkeypatch.chdir(first)
+    assert main(["simulate", "run.toml", "-o", str(tmp_path / "a"), "--no-progress", "--format", "summary"]) == 0
+    monkeypatch.chdir(tmp_path)
+    assert main(["simulate", str(second / "run.toml"), "-o", str(tmp_path / "b"), "--no-progress",
+                 "--format", "summary"]) == 0
+    a, b = (tmp_path / "a" / "summary.json").read_bytes(), (tmp_path / "b" / "summary.json").read_bytes()
+    assert a == b
+    run_doc = json.loads(a)["run"]
+    assert run_doc["model_source"] == "hf_config:cfg/config.json" and run_doc["schedule"]["csv"] == "sched.csv"
+    assert str(tmp_path).encode() not in a
+
+
+def test_recompute_flag_is_validated_and_applied(tmp_path):
+    out = tmp_path / "run"
+    assert simulate(out, "--recompute", "selective:core_attn") == 0
+    summary = json.loads((out / "summary.json").read_text())
+    rc = summary["run"]["recompute"]
+    assert rc["policy"] == "selective" and rc["modules"] == ["core_attn"]

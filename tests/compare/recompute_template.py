@@ -11,22 +11,13 @@ groups of N layers; ``block``: the first N layers, one by one).
 
 from __future__ import annotations
 
-from dataclasses import replace
+import helpers_run
 
 from timeline.graph.build import chunk_layers
 from timeline.graph.ops import ChunkTemplate, Op
 from timeline.graph.tensors import Category, TensorDef
 from timeline.pipeline.placement import stage_placement
-from timeline.spec.presets import PRESETS
-from timeline.spec.run import (
-    AllocatorSpec,
-    HardwareSpec,
-    ParallelSpec,
-    RecomputeSpec,
-    RunSpec,
-    ScheduleSpec,
-    TrainingSpec,
-)
+from timeline.spec.run import RecomputeSpec, RunSpec
 
 MIB = 1 << 20
 X_BYTES = MIB
@@ -99,9 +90,6 @@ def recompute_template(run: RunSpec, chunk: int, *, pp_rank: int | None = None) 
 
 def tiny_run(pp: int = 2, layers_per_rank: int = 2, m: int = 4, allocator: str = "caching",
              recompute: RecomputeSpec | None = None, capacity_gib: float = 80.0) -> RunSpec:
-    model = replace(PRESETS["llama3-8b"], num_hidden_layers=pp * layers_per_rank, hidden_size=256,
-                    num_attention_heads=8, num_key_value_heads=8, intermediate_size=512, vocab_size=1024)
-    return RunSpec(name="tiny", source="-", model=model, profile="megatron", model_source="test",
-                   parallel=ParallelSpec(pp=pp), training=TrainingSpec(num_microbatches=m, seq_len=128, iterations=1),
-                   recompute=recompute or RecomputeSpec(), schedule=ScheduleSpec(kind="1f1b"),
-                   allocator=AllocatorSpec(kind=allocator), hardware=HardwareSpec(capacity_gib=capacity_gib))
+    """The tests' tiny run (``tests/helpers_run.py``) with several layers per rank and one iteration."""
+    return helpers_run.tiny_run(layers=pp * layers_per_rank, pp=pp, num_microbatches=m, iterations=1,
+                                allocator=allocator, recompute=recompute, capacity_gib=capacity_gib)

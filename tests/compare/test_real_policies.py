@@ -11,10 +11,10 @@ from timeline.compare.fit import Statics, fit
 from timeline.compare.metrics import simulate_variants
 from timeline.compare.variants import policy_variants
 from timeline.graph.recompute import parse_recompute
+from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
 from timeline.sim.cost import CostModel
 
-template = pytest.importorskip("timeline.graph.template")
 RUN = """
 name = "llama-small"
 [model]
@@ -38,8 +38,8 @@ def run(tmp_path_factory):
 
 
 def test_real_ordering_and_cost(run):
-    results = simulate_variants(policy_variants(run, [",".join(POLICIES)]), template.chunk_template, workers=1)
-    st, per_us = Statics(run, template.chunk_template), CostModel.from_run(run).flops_per_us
+    results = simulate_variants(policy_variants(run, [",".join(POLICIES)]), chunk_template, workers=1)
+    st, per_us = Statics(run, chunk_template), CostModel.from_run(run).flops_per_us
     for chain in (results[:4], results[:3] + results[4:]):
         for d in range(run.parallel.pp):
             acts = [r.devices[d].peak_activation_bytes for r in chain]
@@ -55,10 +55,10 @@ def test_real_ordering_and_cost(run):
 
 
 def test_real_fit_fits(run):
-    full = simulate_variants(policy_variants(run, ["full:uniform:1"]), template.chunk_template, workers=1)[0]
+    full = simulate_variants(policy_variants(run, ["full:uniform:1"]), chunk_template, workers=1)[0]
     cap = (max(d.peak_reserved_bytes for d in full.devices) + (1 << 20)) / 2**30  # full fits, none does not
-    res = fit(run, template.chunk_template, capacity_gib=cap, alternatives=1)
+    res = fit(run, chunk_template, capacity_gib=cap, alternatives=1)
     assert res.best is not None and res.best.result.fits and res.best.candidate.name != "none"
     assert not res.outcomes[0].fits  # none, simulated at this capacity
-    assert res.best.candidate.cost <= Statics(run, template.chunk_template).candidate(
+    assert res.best.candidate.cost <= Statics(run, chunk_template).candidate(
         parse_recompute("full:uniform:1")).cost

@@ -155,7 +155,7 @@ def test_instants_mark_peaks_and_ooms(oom_timeline):
         pk = tl.peak(d)
         assert mine["peak requested"]["args"]["requested_bytes"] == pk["peak_requested_bytes"]
         assert mine["peak reserved"]["args"]["reserved_bytes"] == pk["peak_reserved_bytes"]
-        assert mine["peak requested"]["ts"] == pytest.approx(pk["peak_time_us"], abs=1e-3)
+        assert mine["peak requested"]["ts"] == pytest.approx(pk.requested_time_us, abs=1e-3)
     ooms = [e for e in inst if e["name"] == "out of memory"]
     assert len(ooms) == sum(len(m.oom) for m in tl.memory) > 0
     assert ooms[0]["args"]["capacity_bytes"] == 40 << 20

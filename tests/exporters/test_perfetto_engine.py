@@ -25,6 +25,8 @@ from tiny import ROOT, synthetic_template, tiny_run
 
 from timeline.exporters import chrome_trace, memory_parquet, ops_parquet
 from timeline.exporters.trace_common import COUNTERS, op_allocated_bytes, process_name
+from timeline.graph.template import chunk_template
+from timeline.io.runfile import load_run
 from timeline.result.build import build_timeline
 
 if perfetto_engine.missing():
@@ -64,11 +66,6 @@ def _parquet(module, tl) -> dict[str, np.ndarray]:
 
 
 def _reduced_timeline():
-    if importlib.util.find_spec("timeline.graph.template") is None:
-        pytest.skip("timeline.graph.template (the op templates) is not there yet")
-    from timeline.graph.template import chunk_template
-    from timeline.io.runfile import load_run
-
     run = load_run(ROOT / "schedules" / "deepseek-v3-pp16-tp2-ep8.toml", REDUCED)
     return build_timeline(run, chunk_template)
 

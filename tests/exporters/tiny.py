@@ -5,24 +5,19 @@ builds exactly what the golden tests compare against."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import sys
 from pathlib import Path
 
 from timeline.graph.ops import ChunkTemplate, Op
 from timeline.graph.tensors import Category, TensorDef
 from timeline.result.build import build_timeline
-from timeline.spec.presets import PRESETS
-from timeline.spec.run import (
-    AllocatorSpec,
-    HardwareSpec,
-    ParallelSpec,
-    RecomputeSpec,
-    RunSpec,
-    ScheduleSpec,
-    TrainingSpec,
-)
+from timeline.spec.run import RunSpec
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT / "tests") not in sys.path:  # helpers_run, also when tools/regen_goldens.py imports this file
+    sys.path.insert(0, str(ROOT / "tests"))
+import helpers_run  # noqa: E402
+
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
 MIB = 1 << 20
@@ -59,16 +54,9 @@ def synthetic_template(run: RunSpec, chunk: int, pp_rank: int | None = None) -> 
 
 def tiny_run(pp: int = 2, m: int = 4, allocator: str = "caching", capacity_gib: float = 80.0,
              expandable: bool = False) -> RunSpec:
-    model = replace(PRESETS["llama3-8b"], num_hidden_layers=pp, hidden_size=256, num_attention_heads=8,
-                    num_key_value_heads=8, intermediate_size=512, vocab_size=1024)
-    return RunSpec(name="tiny", source="-", model=model, profile="megatron", model_source="test",
-                   parallel=ParallelSpec(pp=pp, tp=2), training=TrainingSpec(num_microbatches=m, seq_len=128,
-                                                                             iterations=2),
-                   recompute=RecomputeSpec(), schedule=ScheduleSpec(kind="1f1b"),
-                   allocator=AllocatorSpec(kind=allocator, expandable_segments=expandable),
-                   hardware=replace(HardwareSpec(), capacity_gib=capacity_gib))
-
-
+    """The tests' tiny run (``tests/helpers_run.py``) with tp = 2, so a TP stream shows."""
+    return helpers_run.tiny_run(pp=pp, tp=2, num_microbatches=m, allocator=allocator, capacity_gib=capacity_gib,
+                                expandable_segments=expandable)
 
 
 #: golden file name → (format, options); the proto golden needs the optional perfetto package
@@ -77,6 +65,10 @@ GOLDENS: dict[str, tuple[str, dict]] = {
     "trace_max_samples_16.json": ("trace", {"max_samples": 16}),
     "trace.perfetto-trace": ("perfetto", {}),
     "snapshot.pickle": ("snapshot", {}),
+    "summary.json": ("summary", {}),
+    "memory.parquet": ("memory", {}),
+    "events.parquet": ("events", {}),
+    "ops.parquet": ("ops", {}),
 }
 
 

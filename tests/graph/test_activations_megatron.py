@@ -122,10 +122,28 @@ def saved_by_name(*overrides, chunk: int = 1, layer: int = 4) -> dict[str, tuple
 
 
 T = B * S // 2  # tokens per TP rank (SP)
-# 3,738,566,656 before the source check; + 4 layers × 2,887,696 (router scores cast, top-k normalisation,
-# masked_select's transposed probs and map, kv_combined's rope columns, rng_state; bf16 instead of fp32 probs)
-STAGE1_BYTES = 3_750_117_440
 E = 256
+# DeepSeek-V3 under TP2 (SP): hidden, MLA ranks, heads per TP rank and their dims, expert FFN width
+H, Q_LORA, KV_LORA, ROPE, NOPE, V_DIM = 7168, 1536, 512, 64, 128, 128
+HEADS = 128 // 2
+FFN = 2048  # moe_intermediate_size: each routed expert and the one shared expert (TP-split)
+R = T * K  # token rows the all-to-all delivers to this EP rank
+BF16, FP32, I64, BOOL = 2, 4, 8, 1
+#: one MoE layer's saved bytes, term by term as the tests above and below assert them
+LAYER_BYTES = (
+    4 * T * H * BF16  # layer input, input_layernorm.out, attention residual, pre_mlp_layernorm.out
+    + 4 * T * FP32  # rsigma of the input, q, kv and pre-MLP norms
+    + 2 * T * Q_LORA * BF16  # q down projection, q_layernorm.out
+    + T * (KV_LORA + ROPE) * BF16 + T * KV_LORA * BF16  # kv_combined (kept whole), kv_layernorm.out
+    + 2 * S * HEADS * (NOPE + ROPE) * BF16  # q, k (gathered sequence)
+    + 2 * S * HEADS * V_DIM * BF16  # v, core_attn.out
+    + 2 * I64 + HEADS * S * FP32  # rng_state, softmax_lse
+    + T * E * (FP32 + BF16) + T * BF16 + T * K * (I64 + BF16)  # router: scores ×2, denominator, top-k
+    + E * T * (BF16 + BOOL) + R * I64 + R * H * BF16 + R * BF16  # dispatch: probs_t, map, idx, rows, probs
+    + R * 2 * FFN * BF16 + R * FFN * BF16  # routed experts: fc1 (gate | up), act
+    + S * 2 * (FFN // 2) * BF16 + S * (FFN // 2) * BF16  # shared expert (TP-split): fc1, act
+)
+STAGE1_BYTES = 4 * LAYER_BYTES  # pipeline stage 1 holds layers 4–7, all MoE
 
 
 def test_router_and_permute_saved_tensors():

@@ -4,22 +4,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import given, settings
+from helpers_run import tiny_run
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from timeline.graph.context import BuildCtx
 from timeline.graph.static import is_expert_state, model_total_params, state_bytes, zero_shard
 from timeline.pipeline.devices import device_tensors
 from timeline.spec.presets import PRESETS
-from timeline.spec.run import (
-    AllocatorSpec,
-    HardwareSpec,
-    ParallelSpec,
-    RecomputeSpec,
-    RunSpec,
-    ScheduleSpec,
-    TrainingSpec,
-)
 from timeline.spec.validate import validate_run
 
 # a small DeepSeek-style MoE with MLA and a small dense model keep each example fast
@@ -42,11 +34,8 @@ def plans(draw):
     ep = draw(st.sampled_from([1, 2, 4, 8])) if model.is_moe else 1
     etp = draw(st.sampled_from([1, tp]))
     zero = draw(st.sampled_from([0, 1] if profile == "megatron" else [0, 1, 2, 3]))
-    run = RunSpec(name="p", source="-", model=model, profile=profile, model_source="test",
-                  parallel=ParallelSpec(pp=pp, tp=tp, dp=dp, cp=cp, ep=ep, etp=etp, sp=tp > 1),
-                  training=TrainingSpec(zero=zero, seq_len=64), recompute=RecomputeSpec(),
-                  schedule=ScheduleSpec(), allocator=AllocatorSpec(), hardware=HardwareSpec())
-    return run
+    return tiny_run(name="p", model=model, profile=profile, pp=pp, tp=tp, dp=dp, cp=cp, ep=ep, etp=etp,
+                    sp=tp > 1, zero=zero, seq_len=64)
 
 
 @settings(max_examples=60, deadline=None)
@@ -54,8 +43,7 @@ def plans(draw):
 def test_weight_shards_sum_to_model_times_replication(run):
     """Rebuild the unique parameters from the per-device shards: TP/ETP shards (``split``) and
     EP ranks (disjoint expert sets) multiply back; nothing else may be missing or extra."""
-    if validate_run(run):
-        return
+    assume(not validate_run(run))
     par = run.parallel
     ctx = BuildCtx.from_run(run)
     rebuilt = 0
@@ -74,8 +62,7 @@ def test_weight_shards_sum_to_model_times_replication(run):
 def test_zero_shards_sum_back(run):
     """Over a shard group (dense: dp·cp ranks, expert: EDP ranks) the ZeRO shards of weights,
     gradients and optimizer states sum back to the unsharded states."""
-    if validate_run(run):
-        return
+    assume(not validate_run(run))
     par, tr = run.parallel, run.training
     rule = BuildCtx.from_run(run).profile.expert_state_group
     unsharded = replace(run, training=replace(tr, zero=0))

@@ -75,7 +75,7 @@ def test_table_lists_every_kind() -> None:
         ("dualpipe", 5, 1, 20, 0, "even pp"),
         ("dualpipe", 4, 1, 9, 0, "even num_microbatches"),
         ("dualpipev", 4, 2, 6, 0, "at least 2·pp"),
-        ("interleaved", 4, 1, 8, 0, "vpp >= 2"),
+        ("interleaved", 4, 1, 8, 0, "vpp ≥ 2"),
         ("1f1b", 0, 1, 8, 0, "pp must be at least 1"),
         ("gpipe", 2, 1, 0, 0, "num_microbatches must be at least 1"),
     ],

@@ -3,24 +3,14 @@ micro-batches per rank, the 1F1B iteration time, accounting identities, determin
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
+from helpers_run import tiny_run
 
 from timeline.graph.ops import ChunkTemplate, Op
 from timeline.graph.tensors import CATEGORIES, Category, TensorDef
 from timeline.result.build import build_timeline
-from timeline.spec.presets import PRESETS
-from timeline.spec.run import (
-    AllocatorSpec,
-    HardwareSpec,
-    ParallelSpec,
-    RecomputeSpec,
-    RunSpec,
-    ScheduleSpec,
-    TrainingSpec,
-)
+from timeline.spec.run import RunSpec
 
 SAVED = 3 << 20  # bytes one micro-batch leaves saved per chunk
 FLOPS = 1e9
@@ -41,14 +31,8 @@ def uniform_template(run: RunSpec, chunk: int, pp_rank: int | None = None) -> Ch
 
 
 def small_run(pp=4, m=8, kind="1f1b", allocator="ideal", **hw) -> RunSpec:
-    model = replace(PRESETS["llama3-8b"], num_hidden_layers=pp, hidden_size=256, num_attention_heads=8,
-                    num_key_value_heads=8, intermediate_size=512, vocab_size=1024)
-    hardware = replace(HardwareSpec(), **hw)
-    return RunSpec(name="t", source="-", model=model, profile="megatron", model_source="test",
-                   parallel=ParallelSpec(pp=pp), training=TrainingSpec(num_microbatches=m, seq_len=128,
-                                                                        iterations=2),
-                   recompute=RecomputeSpec(), schedule=ScheduleSpec(kind=kind),
-                   allocator=AllocatorSpec(kind=allocator), hardware=hardware)
+    """The tiny run with this file's defaults: pp = 4, 8 micro-batches, the ideal allocator."""
+    return tiny_run(pp=pp, num_microbatches=m, schedule=kind, allocator=allocator, **hw)
 
 
 @pytest.mark.parametrize("m", [4, 8, 12])

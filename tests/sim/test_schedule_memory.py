@@ -63,7 +63,7 @@ def test_1f1b_rank_r_holds_p_minus_r_microbatches(m):
 
 def test_1f1b_peak_does_not_grow_past_p_microbatches():
     for r in range(P):
-        assert sim("1f1b", 8).peak(r)["peak_requested_bytes"] == sim("1f1b", 12).peak(r)["peak_requested_bytes"]
+        assert sim("1f1b", 8).peak(r).requested_bytes == sim("1f1b", 12).peak(r).requested_bytes
 
 
 def test_gpipe_holds_every_microbatch():

@@ -99,6 +99,3 @@ class Pool:
         if i == len(lst) or lst[i] != key:
             raise AssertionError(f"block {block!r} is not in its pool")
         del lst[i]
-
-    def free_bytes(self) -> int:
-        return sum(key >> ADDRESS_BITS for lst in self.free.values() for key in lst)

@@ -1,7 +1,7 @@
 """Allocator constants, settings and size rounding of PyTorch's CUDA caching allocator (v2.6).
 
 Holds :class:`AllocatorConfig` (the ``PYTORCH_CUDA_ALLOC_CONF`` knobs the model honours), the
-parsers that build it from a config string, a run-file table or a snapshot's
+parsers that build it from a config string, a run file's ``[allocator]`` section or a snapshot's
 ``allocator_settings``, and the pure size functions ``round_size`` and ``allocation_size``
 (reference: ``../shared/reference/allocator.md`` §1, §2, §6). It holds no allocator state and
 does not model the garbage-collection threshold or memory fractions.
@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from timeline.errors import UserError
+
+if TYPE_CHECKING:
+    from timeline.spec.run import AllocatorSpec
 
 MIB = 1 << 20
 K_MIN_BLOCK_SIZE = 512  # every size rounded up to a multiple of this
@@ -46,6 +49,8 @@ class AllocatorConfig:
     def __post_init__(self) -> None:
         if self.max_split_size_bytes != UNLIMITED and self.max_split_size_bytes <= 20 * MIB:
             raise UserError(f"max_split_size must be > 20 MiB, got {self.max_split_size_bytes} bytes")
+        if self.max_non_split_rounding_bytes < 0:
+            raise UserError(f"max_non_split_rounding must be 0 or more, got {self.max_non_split_rounding_bytes} bytes")
         if len(self.roundup_power2_divisions) != NUM_INTERVALS:
             raise UserError(f"roundup_power2_divisions needs {NUM_INTERVALS} entries")
         for d in self.roundup_power2_divisions:
@@ -87,6 +92,17 @@ class AllocatorConfig:
             max_non_split_rounding_bytes=(20 if max_non_split_rounding_mb is None else max_non_split_rounding_mb) * MIB,
             expandable_segments=bool(expandable_segments),
             roundup_power2_divisions=parse_divisions(roundup_power2_divisions or 0),
+        )
+
+    @classmethod
+    def from_spec(cls, spec: AllocatorSpec) -> AllocatorConfig:
+        """Build from a run file's ``[allocator]`` section."""
+        rpd = spec.roundup_power2_divisions
+        return cls.from_options(
+            max_split_size_mb=spec.max_split_size_mb or None,
+            max_non_split_rounding_mb=spec.max_non_split_rounding_mb,
+            expandable_segments=spec.expandable_segments,
+            roundup_power2_divisions=dict(rpd) if isinstance(rpd, tuple) else rpd,
         )
 
     @classmethod

@@ -27,6 +27,8 @@ _FLASH_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def gpu_dropout(input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
+    # ``inplace`` stays for F.dropout's signature (nn.Dropout passes it positionally); the CUDA kernel
+    # saves the same mask either way, so the in-place form is recorded as the out-of-place one
     if not training or p == 0.0:
         return input
     return torch.native_dropout(input, p, True)[0]

@@ -42,27 +42,76 @@ def preset_config(model: ModelSpec) -> dict[str, Any]:
     return cfg
 
 
-def hf_builder(config: dict[str, Any], *, micro_batch_size: int, seq_len: int, dtype: str = "bf16"):
-    """A build function for :func:`timeline.capture.run.capture` (call it inside fake mode)."""
+#: keys the builder reads itself rather than passing to the config class
+BUILDER_KEYS = frozenset({"attn_implementation", "experts_implementation"})
+
+
+def _transformers():
     try:
-        from transformers import AutoConfig, AutoModelForCausalLM
+        import transformers
     except ImportError:
         raise UserError("transformers is not installed: pip install -e '.[capture]'") from None
+    return transformers
+
+
+def _config_errors() -> tuple[type[BaseException], ...]:
+    """What building a config or a model from bad values raises (huggingface_hub's strict
+    dataclasses raise their own error class)."""
+    errors: tuple[type[BaseException], ...] = (ValueError, KeyError, TypeError, AttributeError, RuntimeError)
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # pragma: no cover - older huggingface_hub
+        return errors
+    return (*errors, StrictDataclassError)
+
+
+def _brief(exc: BaseException) -> str:
+    """One line of an exception's message (transformers lists every model type it knows)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = " ".join(lines)
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def config_keys(model_type: str) -> frozenset[str]:
+    """Every key the Hugging Face config class of ``model_type`` knows (its fields, its
+    ``attribute_map`` aliases, its constructor's arguments), plus the builder's own keys."""
+    import inspect
+
+    auto = _transformers().AutoConfig
+    try:
+        default = auto.for_model(model_type)
+    except _config_errors() as exc:
+        raise UserError(f"config: model_type {model_type!r}: {_brief(exc)}") from None
+    cls = type(default)
+    params = {n for n, p in inspect.signature(cls.__init__).parameters.items()
+              if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and n != "self"}
+    return frozenset(default.to_dict()) | frozenset(getattr(cls, "attribute_map", {})) | params | BUILDER_KEYS
+
+
+def hf_builder(config: dict[str, Any], *, micro_batch_size: int, seq_len: int, dtype: str = "bf16"):
+    """A build function for :func:`timeline.capture.run.capture` (call it inside fake mode).
+    A config the Hugging Face classes reject raises a UserError ``config: …``, here or in the build."""
+    tf = _transformers()
     cfg = dict(config)
-    model_type = cfg.pop("model_type", "llama")
+    model_type = cfg.pop("model_type", None)
+    if not model_type:
+        raise UserError("config: missing model_type (e.g. \"llama\")")
     cfg.setdefault("use_cache", False)
     try:
-        hf_cfg = AutoConfig.for_model(model_type, **cfg)
-    except (ValueError, KeyError) as exc:
-        raise UserError(f"config: {exc}") from None
+        hf_cfg = tf.AutoConfig.for_model(model_type, **cfg)
+    except _config_errors() as exc:
+        raise UserError(f"config: {_brief(exc)}") from None
     hf_cfg._attn_implementation = cfg.get("attn_implementation", "sdpa")
     if cfg.get("experts_implementation"):
         hf_cfg._experts_implementation = cfg["experts_implementation"]
 
     def build() -> Built:
         torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(hf_cfg, dtype=DTYPES[dtype])
-        ids = torch.randint(0, hf_cfg.vocab_size, (micro_batch_size, seq_len))
+        try:
+            model = tf.AutoModelForCausalLM.from_config(hf_cfg, dtype=DTYPES[dtype])
+            ids = torch.randint(0, hf_cfg.vocab_size, (micro_batch_size, seq_len))
+        except _config_errors() as exc:
+            raise UserError(f"config: cannot build the {model_type} model: {_brief(exc)}") from None
         return model, (), {"input_ids": ids, "labels": ids, "use_cache": False}
 
     return build

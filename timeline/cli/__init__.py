@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from timeline import __version__
 from timeline.errors import UserError
@@ -31,10 +32,22 @@ COMMANDS: dict[str, str] = {
 
 EPILOG = """\
 examples:
-  timeline static schedules/deepseek-v3-pp16-tp2-ep8.toml          per-device static memory
-  timeline static RUN.toml --set parallel.tp=4 --json               override a key, print JSON
-  timeline presets                                                   list model presets
+  timeline simulate schedules/deepseek-v3-pp16-tp2-ep8.toml    simulate; writes runs/deepseek-v3-pp16-tp2-ep8/
+  timeline plot runs/deepseek-v3-pp16-tp2-ep8                   PNG of the worst device's memory over time
+  timeline static schedules/deepseek-v3-pp16-tp2-ep8.toml       per-device static memory
+  timeline fit schedules/deepseek-v3-pp16-tp2-ep8.toml --capacity 80GiB
+                                                                cheapest recompute policy that fits
+  timeline presets                                              list model presets
+
+`timeline COMMAND --help` describes each command.
 """
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one ``error:`` line, like every other user error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
 def _load(name: str):
@@ -42,7 +55,7 @@ def _load(name: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="timeline",
         description="Simulate per-device GPU memory over time for large-model training jobs.",
         epilog=EPILOG,
@@ -51,10 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"timeline {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = _load(name)
-        except ModuleNotFoundError:
-            continue  # a subcommand still being built is simply absent
+        module = _load(name)
         p = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.prepare_parser(p)

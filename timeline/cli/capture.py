@@ -8,11 +8,13 @@ import json
 import shlex
 import sys
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
+from timeline.cli.common import check_output_file, positive, write_file_atomically
 from timeline.errors import UserError
-from timeline.io.runfile import parse_override
+from timeline.io.hf_config import check_hf_config
 
 HELP = "record one forward + backward of a model's aten ops (fake CPU tensors) into a trace file"
 DESCRIPTION = """\
@@ -39,22 +41,50 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--preset", metavar="NAME", help="a model preset (see `timeline presets`)")
     src.add_argument("--module", metavar="MODULE:FACTORY",
                      help="an importable factory returning (nn.Module, args[, kwargs]); the step sums its output")
-    parser.add_argument("--micro-batch-size", type=int, metavar="B", help="batch size (HF models; default 1)")
-    parser.add_argument("--seq-len", type=int, metavar="S", help="sequence length (HF models; default 4096)")
+    parser.add_argument("--micro-batch-size", type=positive, metavar="B",
+                        help=f"batch size (default {DEFAULT_MICRO_BATCH_SIZE} for HF models; a --module factory's "
+                             "inputs decide theirs)")
+    parser.add_argument("--seq-len", type=positive, metavar="S",
+                        help=f"sequence length (default {DEFAULT_SEQ_LEN} for HF models)")
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"), help="model dtype (HF models)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key, e.g. num_hidden_layers=1 or experts_implementation=grouped_mm")
+                        help="override a key of the Hugging Face config, e.g. num_hidden_layers=1 or "
+                             "experts_implementation=grouped_mm (repeatable; values are JSON/TOML literals, "
+                             "bare words are strings)")
     parser.add_argument("--cpu-kernels", action="store_true",
                         help="keep CPU kernel choices (math SDPA, input-dtype dropout masks) instead of GPU ones")
     parser.add_argument("-o", "--output", required=True, metavar="TRACE.parquet", help="trace file to write")
 
 
+DEFAULT_MICRO_BATCH_SIZE = 1
+DEFAULT_SEQ_LEN = 4096
+
+
+def parse_set(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` → (key, value); the value is a TOML literal, a bare word a string."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or not key.isidentifier():
+        raise UserError(f"--set {text!r}: expected KEY=VALUE with a config key, e.g. --set num_hidden_layers=1")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key, value
+
+
 def _overrides(items: list[str]) -> dict[str, Any]:
-    out = {}
-    for text in items:
-        _, key, value = parse_override(f"config.{text}")
-        out[key] = value
-    return out
+    return dict(parse_set(text) for text in items)
+
+
+def _check_keys(overrides: dict[str, Any], model_type: str) -> None:
+    """Reject --set keys the model type's Hugging Face config class does not know."""
+    from timeline.capture.hf import config_keys
+
+    unknown = sorted(set(overrides) - config_keys(model_type))
+    if unknown:
+        raise UserError(f"--set {unknown[0]}: not a key of the {model_type} config"
+                        + (f" (nor {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
 
 
 def _source(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
@@ -62,10 +92,16 @@ def _source(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[str, d
     sets = "".join(f" --set {shlex.quote(f'{k}={json.dumps(v)}')}" for k, v in overrides.items())
     if args.hf_config:
         try:
-            cfg = json.loads(Path(args.hf_config).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise UserError(f"--hf-config {args.hf_config}: {exc}") from None
-        return f"--hf-config {shlex.quote(args.hf_config)}{sets}", {**cfg, **overrides}
+            cfg = json.loads(Path(args.hf_config).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise UserError(f"--hf-config {args.hf_config}: cannot read ({exc.strerror or exc})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise UserError(f"--hf-config {args.hf_config}: not a JSON config ({exc})") from None
+        if not isinstance(cfg, dict):
+            raise UserError(f"--hf-config {args.hf_config}: expected a JSON object")
+        cfg = {**cfg, **overrides}
+        check_hf_config(cfg, f"--hf-config {args.hf_config}")
+        return f"--hf-config {shlex.quote(args.hf_config)}{sets}", cfg
     if args.preset:
         from timeline.spec.presets import PRESETS
 
@@ -78,6 +114,8 @@ def _source(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[str, d
 
 
 def run(args: argparse.Namespace) -> int:
+    out = Path(args.output)
+    check_output_file(out)
     if _missing("torch"):
         raise UserError("timeline capture needs PyTorch: pip install -e '.[capture]' (CPU torch + transformers)")
     from timeline.capture.hf import hf_builder
@@ -86,24 +124,29 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     overrides = _overrides(args.set)
+    if overrides and args.module:
+        raise UserError("--set changes a Hugging Face config; a --module factory builds its own model")
     capture_args, config = _source(args, overrides)
-    prov: dict[str, Any] = {"capture_args": capture_args, "name": Path(args.output).stem, "dtype": args.dtype,
+    prov: dict[str, Any] = {"capture_args": capture_args, "name": out.stem, "dtype": args.dtype,
                             "gpu_kernels": not args.cpu_kernels}
     if config is not None:
-        b, s = args.micro_batch_size or 1, args.seq_len or 4096
+        _check_keys(overrides, config["model_type"])
+        b = DEFAULT_MICRO_BATCH_SIZE if args.micro_batch_size is None else args.micro_batch_size
+        s = DEFAULT_SEQ_LEN if args.seq_len is None else args.seq_len
         build = hf_builder(config, micro_batch_size=b, seq_len=s, dtype=args.dtype)
-        prov.update(config=config, micro_batch_size=b, seq_len=s, model_type=config.get("model_type", "llama"))
+        prov.update(config=config, micro_batch_size=b, seq_len=s, model_type=config["model_type"])
     else:
         build = load_factory(args.module)
     trace = capture(build, gpu=not args.cpu_kernels, provenance=prov)
     hidden = _hidden_shape(trace)
     if config is None and hidden:
-        trace.provenance.update(micro_batch_size=args.micro_batch_size or hidden[0],
-                                seq_len=args.seq_len or (hidden[1] if len(hidden) > 2 else 1))
+        trace.provenance.update(
+            micro_batch_size=hidden[0] if args.micro_batch_size is None else args.micro_batch_size,
+            seq_len=(hidden[1] if len(hidden) > 2 else 1) if args.seq_len is None else args.seq_len)
     trace.provenance["hidden_size"] = hidden[-1] if hidden else 0
     trace.provenance["command"] = (f"timeline capture {capture_args} --micro-batch-size {trace.micro_batch_size} "
                                    f"--seq-len {trace.seq_len} --dtype {args.dtype} -o {args.output}")
-    write_trace(trace, args.output)
+    write_file_atomically(out, lambda path: write_trace(trace, path))
     saved = sum(st.nbytes for st in trace.storages.values() if st.saved)
     print(f"{args.output}: {len(trace.ops)} ops, {len(trace.layers)} decoder layers, "
           f"{sum(p.nbytes for p in trace.params):,} parameter bytes, {saved:,} saved bytes, "

@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 from pathlib import Path
 
 from rich.table import Table
 
-from timeline.cli.common import SET_HELP, console, gib
-from timeline.cli.simulate import templates
+from timeline.cli.common import (
+    RECOMPUTE_FORMS,
+    SET_HELP,
+    check_output_dir,
+    console,
+    gib,
+    load_csv_rows,
+    positive,
+    templates,
+    write_dir_atomically,
+)
 from timeline.compare.metrics import MAX_WORKERS, VariantResult, simulate_variants
 from timeline.compare.plots import memory_png, peaks_png
 from timeline.compare.report import SCHEMA, compare_columns, compare_dict
@@ -44,24 +51,22 @@ examples:
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUN.toml", help="run file(s)")
     parser.add_argument("--recompute", action="append", default=[], metavar="POLICY[,POLICY…]",
-                        help="recompute policies to compare on each run file (repeatable)")
+                        help=f"recompute policies to compare on each run file (repeatable): {RECOMPUTE_FORMS}")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help=SET_HELP + "; applies to every run file")
     parser.add_argument("--json", action="store_true", help=f"print the comparison as JSON ({SCHEMA})")
     parser.add_argument("-o", "--output", metavar="DIR", help="also write compare.parquet and the plots here")
     parser.add_argument("--force", action="store_true", help="replace DIR if it exists")
-    parser.add_argument("--workers", type=int, default=MAX_WORKERS,
-                        help=f"simulate in up to this many processes (at most {MAX_WORKERS}; 1: in process)")
+    parser.add_argument("--workers", type=positive, default=MAX_WORKERS, metavar="N",
+                        help=f"simulate in up to N processes (default {MAX_WORKERS}; more than {MAX_WORKERS} "
+                             f"still uses {MAX_WORKERS}: each holds a whole simulation; 1: in process)")
 
 
 def build_variants(args: argparse.Namespace) -> list[Variant]:
     variants: list[Variant] = []
     for path in args.runs:
         run = load_run(path, args.overrides)
-        rows = None
-        if run.schedule.kind == "csv":
-            from timeline.io.csv_schedule import read_csv
-            rows = tuple(tuple(r) for r in read_csv(run.schedule.csv))
+        rows = load_csv_rows(run)
         if args.recompute:
             prefix = f"{run.name}/" if len(args.runs) > 1 else ""
             variants += policy_variants(run, args.recompute, prefix=prefix, csv_rows=rows)
@@ -96,35 +101,24 @@ def print_table(results: list[VariantResult]) -> None:
     console().print(table)
 
 
-def write_dir(results: list[VariantResult], out: Path, force: bool) -> None:
-    """Write into a sibling temp folder, then rename: an interrupted run leaves no complete-looking DIR."""
-    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        with open(tmp / "compare.parquet", "wb") as handle:
-            write_table(compare_columns(results), handle, SCHEMA)
-        with open(tmp / "memory.png", "wb") as handle:
-            memory_png([r.worst for r in results], handle, title="memory over time, worst device per variant")
-        with open(tmp / "peaks.png", "wb") as handle:
-            peaks_png(results, handle)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def write_results(results: list[VariantResult], folder: Path) -> None:
+    """compare.parquet, memory.png and peaks.png into ``folder``."""
+    with open(folder / "compare.parquet", "wb") as handle:
+        write_table(compare_columns(results), handle, SCHEMA)
+    with open(folder / "memory.png", "wb") as handle:
+        memory_png([r.worst for r in results], handle, title="memory over time, worst device per variant")
+    with open(folder / "peaks.png", "wb") as handle:
+        peaks_png(results, handle)
 
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else None
-    if out is not None and out.exists() and not args.force:
-        raise UserError(f"{out} exists; pass --force to replace it or -o to choose another folder")
-    if args.workers < 1:
-        raise UserError(f"--workers {args.workers}: give 1 or more")
+    if out is not None:
+        check_output_dir(out, args.force)
     variants = build_variants(args)
     results = simulate_variants(variants, templates(), workers=args.workers)
     if out is not None:
-        write_dir(results, out, args.force)
+        write_dir_atomically(out, args.force, lambda folder: write_results(results, folder))
     if args.json:
         print(json.dumps(compare_dict(results), indent=1))
         return 0

@@ -7,13 +7,15 @@ import argparse
 import dataclasses
 import json
 import re
+from dataclasses import replace
 
 from rich.table import Table
 
-from timeline.cli.common import add_run_args, console, gib, load
-from timeline.cli.simulate import templates
+from timeline.cli.common import add_run_args, console, count, gib, load, load_csv_rows, templates
 from timeline.compare.fit import FitResult, Outcome, fit
-from timeline.errors import UserError
+from timeline.errors import SpecError, UserError
+from timeline.spec.run import RunSpec
+from timeline.spec.validate import validate_run
 
 HELP = "find the recompute policy with the least recompute time that fits every device"
 DESCRIPTION = """\
@@ -31,6 +33,9 @@ Policies are simulated cheapest first; one that cannot fit by a static bound (th
 peak less what it saves on every micro-batch in flight) is not simulated. Prints every policy
 considered, the best and up to --alternatives runner-ups; if none fits, which device is short
 and by how much under the policy that saves the most.
+
+--capacity takes a size with a unit (80GiB, 80GB, 81920MiB, 0.5TiB) or a bare number of GiB
+(--capacity 80 is 80 GiB).
 
 examples:
   timeline fit schedules/deepseek-v3-pp16-tp2-ep8.toml --capacity 80GiB
@@ -50,9 +55,10 @@ def parse_capacity(text: str) -> float:
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     add_run_args(parser)
-    parser.add_argument("--capacity", metavar="SIZE", help="device memory, e.g. 80GiB (default: the run's "
-                        "hardware.capacity_gib); hardware.non_pytorch_gib is still subtracted")
-    parser.add_argument("--alternatives", type=int, default=3, metavar="N", help="runner-ups to show (default 3)")
+    parser.add_argument("--capacity", metavar="SIZE", help="device memory: 80GiB, 80GB, 81920MiB, or a bare "
+                        "number of GiB (80 = 80GiB); default: the run's hardware.capacity_gib. "
+                        "hardware.non_pytorch_gib is still subtracted")
+    parser.add_argument("--alternatives", type=count, default=3, metavar="N", help="runner-ups to show (default 3)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (timeline.fit/1)")
 
 
@@ -107,14 +113,19 @@ def print_result(res: FitResult) -> None:
         con.print(f"[red]nothing fits[/red]: even under {policy}, device {device} needs {gib(over)} GiB more")
 
 
+def check_capacity(spec: RunSpec, text: str, capacity_gib: float) -> None:
+    """Validate the run under ``--capacity`` before searching, so a problem names the flag."""
+    problems = validate_run(replace(spec, hardware=replace(spec.hardware, capacity_gib=capacity_gib)))
+    if problems:
+        raise SpecError([(k, f"{m} (with --capacity {text})") for k, m in problems], spec.source)
+
+
 def run(args: argparse.Namespace) -> int:
+    cap = parse_capacity(args.capacity) if args.capacity is not None else None
     spec = load(args)
-    cap = parse_capacity(args.capacity) if args.capacity else None
-    rows = None
-    if spec.schedule.kind == "csv":
-        from timeline.io.csv_schedule import read_csv
-        rows = tuple(tuple(r) for r in read_csv(spec.schedule.csv))
-    res = fit(spec, templates(), capacity_gib=cap, csv_rows=rows, alternatives=max(0, args.alternatives))
+    if cap is not None:
+        check_capacity(spec, args.capacity, cap)
+    res = fit(spec, templates(), capacity_gib=cap, csv_rows=load_csv_rows(spec), alternatives=args.alternatives)
     if args.json:
         print(json.dumps(fit_dict(res), indent=1))
     else:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from timeline.cli.common import console
+from timeline.cli.common import check_output_file, console, count, write_file_atomically
 from timeline.compare.metrics import MemoryTrace
 from timeline.compare.plots import memory_png
 from timeline.errors import UserError
@@ -30,11 +30,19 @@ examples:
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory from `timeline simulate`")
     parser.add_argument("-o", "--output", metavar="FILE", help="PNG to write (default: RUN_DIR/memory.png)")
-    parser.add_argument("--device", type=int, metavar="N", help="global rank to plot (default: the worst)")
+    parser.add_argument("--device", type=count, metavar="N", help="global rank to plot (default: the worst)")
 
 
 def load_trace(run_dir: Path, device: int | None) -> MemoryTrace:
     summary, mem = read_summary(run_dir), read_memory(run_dir)
+    try:
+        return _trace(run_dir, summary, mem, device)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserError(f"{run_dir}: summary.json and memory.parquet do not match a simulated run "
+                        f"({type(exc).__name__}: {exc}); simulate the run again") from None
+
+
+def _trace(run_dir: Path, summary: dict, mem: dict[str, np.ndarray], device: int | None) -> MemoryTrace:
     devices = {d["device"]: d for d in summary["devices"]}
     if device is None:
         device = max(devices.values(), key=lambda d: (d["peak_reserved_bytes"], -d["device"]))["device"]
@@ -54,9 +62,14 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: not a directory; give a run directory written by `timeline simulate`")
-    trace = load_trace(run_dir, args.device)
     out = Path(args.output) if args.output else run_dir / "memory.png"
-    with open(out, "wb") as handle:
-        memory_png([trace], handle)
+    check_output_file(out)
+    trace = load_trace(run_dir, args.device)
+
+    def write(path: Path) -> None:
+        with open(path, "wb") as handle:
+            memory_png([trace], handle)
+
+    write_file_atomically(out, write)
     console().print(f"wrote {out}")
     return 0

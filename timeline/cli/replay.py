@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from timeline.alloc.config import MIB, AllocatorConfig, parse_divisions
+from timeline.alloc.config import MIB, UNLIMITED, AllocatorConfig
 from timeline.alloc.replay import SCHEMA, replay_snapshot
+from timeline.cli.common import check_output_dir, console, count, exporter_writer, gib, write_dir_atomically
 from timeline.errors import UserError
+from timeline.exporters import EXPORTERS
 from timeline.io.snapshot import load_snapshot
 
 HELP = "replay a PyTorch memory snapshot through the caching allocator model"
@@ -46,10 +48,12 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("snapshot", type=Path, help="snapshot pickle written by torch.cuda.memory._dump_snapshot")
     parser.add_argument("--json", action="store_true", help="print timeline.replay/1 JSON instead of a table")
     parser.add_argument("--expandable-segments", type=_bool, metavar="BOOL", help="override expandable_segments")
-    parser.add_argument("--max-split-size-mb", type=int, metavar="MB", help="override max_split_size_mb (0 = unlimited)")
-    parser.add_argument("--max-non-split-rounding-mb", type=int, metavar="MB", help="override max_non_split_rounding_mb")
+    parser.add_argument("--max-split-size-mb", type=count, metavar="MB",
+                        help="override max_split_size_mb: 0 = unlimited, else more than 20")
+    parser.add_argument("--max-non-split-rounding-mb", type=count, metavar="MB",
+                        help="override max_non_split_rounding_mb (0 or more)")
     parser.add_argument("--roundup-power2-divisions", metavar="N|TABLE",
-                        help="override roundup_power2_divisions: an int, or 1MB:4,>:8")
+                        help="override roundup_power2_divisions: a power of two, or a table such as 1MB:4,>:8")
     parser.add_argument("--capacity-gib", type=float, metavar="GIB",
                         help="memory PyTorch may reserve per device (default: from the trace's oom entries, else unlimited)")
     parser.add_argument("-o", "--out", type=Path, metavar="DIR",
@@ -57,56 +61,51 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="replace DIR if it exists")
 
 
+def _divisions(text: str) -> tuple[int, ...]:
+    """``--roundup-power2-divisions``: ``8``, ``1MB:4,>:8`` or ``[1MB:4,>:8]``, as PyTorch spells it."""
+    value = text.strip()
+    if ":" in value and not value.startswith("["):
+        value = f"[{value}]"
+    try:
+        return AllocatorConfig.parse(f"roundup_power2_divisions:{value}").roundup_power2_divisions
+    except (UserError, ValueError) as exc:
+        raise UserError(f"--roundup-power2-divisions {text!r}: {exc}") from None
+
+
 def _config(args: argparse.Namespace, settings: dict[str, Any] | None) -> AllocatorConfig:
-    base = AllocatorConfig.from_snapshot_settings(settings)
+    """The snapshot's allocator settings with the flags' overrides."""
     changes: dict[str, Any] = {}
     if args.expandable_segments is not None:
         changes["expandable_segments"] = args.expandable_segments
     if args.max_split_size_mb is not None:
-        changes["max_split_size_bytes"] = args.max_split_size_mb * MIB if args.max_split_size_mb else (1 << 64) - 1
+        mb = args.max_split_size_mb
+        if 0 < mb <= 20:
+            raise UserError(f"--max-split-size-mb {mb}: give 0 (unlimited) or more than 20 MB")
+        changes["max_split_size_bytes"] = mb * MIB if mb else UNLIMITED
     if args.max_non_split_rounding_mb is not None:
         changes["max_non_split_rounding_bytes"] = args.max_non_split_rounding_mb * MIB
     if args.roundup_power2_divisions is not None:
-        text = args.roundup_power2_divisions.strip().strip("[]")
-        try:
-            value: Any = int(text) if ":" not in text else dict(item.split(":", 1) for item in text.split(","))
-            changes["roundup_power2_divisions"] = parse_divisions(value)
-        except ValueError:
-            raise UserError(f"--roundup-power2-divisions: cannot parse {args.roundup_power2_divisions!r}") from None
-    if not changes:
-        return base
-    fields = {"max_split_size_bytes": base.max_split_size_bytes,
-              "max_non_split_rounding_bytes": base.max_non_split_rounding_bytes,
-              "expandable_segments": base.expandable_segments,
-              "roundup_power2_divisions": base.roundup_power2_divisions}
-    fields.update(changes)
-    return AllocatorConfig(**fields)
+        changes["roundup_power2_divisions"] = _divisions(args.roundup_power2_divisions)
+    return replace(AllocatorConfig.from_snapshot_settings(settings), **changes)
 
 
-REPLAY_FORMATS = ("memory", "events")
+REPLAY_FORMATS = ("memory", "events", "trace")
 
 
 def _write_outputs(records: dict[int, list[tuple]], out_dir: Path, force: bool) -> None:
     """``-o DIR``: the replayed run as memory.parquet and events.parquet (plus the trace
     formats registered for replays), written like a simulated run directory."""
-    from timeline.cli.simulate import write_outputs
-    from timeline.exporters import EXPORTERS
     from timeline.result.replayed import timeline_from_replay
 
-    formats = [f for f in (*REPLAY_FORMATS, "trace") if f in EXPORTERS]
-    write_outputs(timeline_from_replay(records), out_dir, formats, force)
+    formats = [f for f in REPLAY_FORMATS if f in EXPORTERS]
+    write_dir_atomically(out_dir, force, exporter_writer(timeline_from_replay(records), formats))
 
 
 def _pct(part: int, whole: int) -> str:
     return f"{part}/{whole} {100.0 * part / whole:.2f}%" if whole else "-"
 
 
-def _gib(value: int) -> str:
-    return f"{value / 2**30:.2f}"
-
-
 def _print_table(report: dict[str, Any], source: str) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"replay of {source}")
@@ -120,21 +119,23 @@ def _print_table(report: dict[str, Any], source: str) -> None:
             _pct(d["segment_alloc_matches"], d["segment_allocs"]),
             _pct(d["release_run_matches"], d["release_runs"]),
             f"{d['ooms_real']}/{d['ooms_model']}",
-            _gib(d["peak_reserved_bytes_real"]), _gib(d["peak_reserved_bytes_model"]),
+            gib(d["peak_reserved_bytes_real"]), gib(d["peak_reserved_bytes_model"]),
             f"{100 * d['max_reserved_rel_error']:.2f}%",
             "match" if d["end_segments_match"] and d["end_blocks_match"] else "differs",
         )
-    Console(file=sys.stdout, width=200).print(table)
+    console().print(table)
 
 
 def run(args: argparse.Namespace) -> int:
-    snapshot = load_snapshot(args.snapshot)
-    config = _config(args, snapshot.get("allocator_settings"))
     capacity = None
     if args.capacity_gib is not None:
-        if args.capacity_gib <= 0:
+        if not args.capacity_gib > 0:
             raise UserError(f"--capacity-gib must be positive, got {args.capacity_gib}")
         capacity = int(args.capacity_gib * 2**30)
+    if args.out is not None:
+        check_output_dir(args.out, args.force)
+    snapshot = load_snapshot(args.snapshot)
+    config = _config(args, snapshot.get("allocator_settings"))
     try:
         records: dict[int, list[tuple]] | None = {} if args.out is not None else None
         devices = replay_snapshot(snapshot, config=config, capacity_bytes=capacity, records=records)

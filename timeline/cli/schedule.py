@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from timeline.cli.common import add_run_args, load
+from timeline.cli.common import add_run_args, load, load_csv_rows
 from timeline.errors import UserError
 from timeline.pipeline import build_schedule, render
 
@@ -31,10 +31,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     spec = load(args)
     par, tr = spec.parallel, spec.training
-    rows = None
-    if spec.schedule.kind == "csv":
-        from timeline.io.csv_schedule import read_csv
-        rows = read_csv(spec.schedule.csv)
+    rows = load_csv_rows(spec)
     schedule = build_schedule(spec.schedule.kind, pp=par.pp, vpp=par.vpp, num_microbatches=tr.num_microbatches,
                               microbatch_group_size=spec.schedule.microbatch_group_size, csv_rows=rows)
     if args.csv:

@@ -5,16 +5,24 @@ snapshot.pickle; trace.perfetto-trace on request)."""
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
-import shutil
 import sys
 from pathlib import Path
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from timeline.cli.common import add_run_args, console, gib, load
+from timeline.cli.common import (
+    add_run_args,
+    check_output_dir,
+    console,
+    count,
+    exporter_writer,
+    gib,
+    load,
+    load_csv_rows,
+    templates,
+    write_dir_atomically,
+)
 from timeline.errors import UserError
 from timeline.exporters import DEFAULT_FORMATS, EXPORTERS
 from timeline.graph.tensors import CATEGORIES
@@ -41,21 +49,22 @@ device's allocator. Prints a per-device peak table and writes DIR (default runs/
 examples:
   timeline simulate schedules/deepseek-v3-pp16-tp2-ep8.toml
   timeline simulate RUN.toml -o out/ --force --set training.num_microbatches=64
+  timeline simulate RUN.toml --recompute selective:core_attn+moe_act
   timeline simulate RUN.toml --format summary,trace,perfetto --gzip --max-samples 20000
 """
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
-    add_run_args(parser)
+    add_run_args(parser, recompute=True)
     parser.add_argument("-o", "--output", metavar="DIR", help="run directory (default: runs/<run name>/)")
     parser.add_argument("--force", action="store_true", help="replace DIR if it exists")
     parser.add_argument("--format", default=",".join(DEFAULT_FORMATS),
                         help=f"comma-separated outputs to write (default: {','.join(DEFAULT_FORMATS)})")
     parser.add_argument("--gzip", action="store_true", help="write trace.json.gz instead of trace.json")
-    parser.add_argument("--max-samples", type=_count, default=0, metavar="N",
+    parser.add_argument("--max-samples", type=count, default=0, metavar="N",
                         help="at most N memory counter samples per device in the traces; peaks are kept "
                              "(default 0: every distinct time)")
-    parser.add_argument("--snapshot-entries", type=_count, default=DEFAULT_SNAPSHOT_ENTRIES, metavar="N",
+    parser.add_argument("--snapshot-entries", type=count, default=DEFAULT_SNAPSHOT_ENTRIES, metavar="N",
                         help="keep each device's last N snapshot trace entries, like PyTorch's ring buffer "
                              f"(default {DEFAULT_SNAPSHOT_ENTRIES:,}; 0: all)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -65,41 +74,20 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 DEFAULT_SNAPSHOT_ENTRIES = 200_000
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
-    return value
-
-
-def templates():
-    """The op-template builder of the graph layer (imported lazily: it is the heavy part)."""
-    return importlib.import_module("timeline.graph.template").chunk_template
+def parse_formats(text: str) -> list[str]:
+    """``--format a,b`` → the exporter names, each known, at least one."""
+    formats = [f.strip() for f in text.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in EXPORTERS]
+    if unknown:
+        raise UserError(f"--format: unknown output {unknown[0]!r}; choose from {', '.join(EXPORTERS)}")
+    if not formats:
+        raise UserError(f"--format: name at least one output; choose from {', '.join(EXPORTERS)}")
+    return formats
 
 
 def write_outputs(tl: Timeline, out: Path, formats: list[str], force: bool, options: dict | None = None) -> None:
-    """Write into a sibling temp folder, then rename: an interrupted run leaves no complete-looking DIR.
-    ``options`` go to every exporter (``gzip``, ``max_samples``, ``max_entries``)."""
-    options = dict(options or {})
-    if out.exists() and not force:
-        raise UserError(f"{out} exists; pass --force to replace it or -o to choose another folder")
-    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        for fmt in formats:
-            module = importlib.import_module(EXPORTERS[fmt])
-            name = module.FILENAME + (".gz" if options.get("gzip") and getattr(module, "GZIP", False) else "")
-            with open(tmp / name, "wb") as handle:
-                module.write(tl, handle, options)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    """Write the run directory ``out`` with the named exporters (see :func:`write_dir_atomically`)."""
+    write_dir_atomically(out, force, exporter_writer(tl, formats, options))
 
 
 def print_table(tl: Timeline) -> None:
@@ -126,18 +114,11 @@ def print_table(tl: Timeline) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    formats = parse_formats(args.format)
     spec = load(args)
-    formats = [f.strip() for f in args.format.split(",") if f.strip()]
-    unknown = [f for f in formats if f not in EXPORTERS]
-    if unknown:
-        raise UserError(f"--format: unknown output {unknown[0]!r}; choose from {', '.join(EXPORTERS)}")
     out = Path(args.output) if args.output else Path("runs") / spec.name
-    if out.exists() and not args.force:
-        raise UserError(f"{out} exists; pass --force to replace it or -o to choose another folder")
-    csv_rows = None
-    if spec.schedule.kind == "csv":
-        from timeline.io.csv_schedule import read_csv
-        csv_rows = read_csv(spec.schedule.csv)
+    check_output_dir(out, args.force)
+    csv_rows = load_csv_rows(spec)
     show = not args.no_progress and sys.stderr.isatty()
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), disable=not show, transient=True) as bar:
@@ -151,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         tl = build_timeline(spec, templates(), csv_rows=csv_rows, progress=progress)
         progress("writing", 0, len(formats))
         write_outputs(tl, out, formats, args.force, {"gzip": args.gzip, "max_samples": args.max_samples,
-                                                      "max_entries": args.snapshot_entries})
+                                                     "max_entries": args.snapshot_entries})
     print_table(tl)
     console().print(f"wrote {out}/")
     return 0

@@ -6,15 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 
 from rich.console import Console
 from rich.table import Table
 
 from timeline.cli.common import add_run_args, console, gib, load
-from timeline.errors import UserError
+from timeline.compare.variants import recompute_name
 from timeline.graph.activations import DeviceActivations, device_activations
-from timeline.graph.recompute import FORMS, parse_recompute
 from timeline.graph.static import model_total_params
 from timeline.graph.tensors import MODULES
 from timeline.pipeline.devices import StaticDevice, static_devices
@@ -38,21 +36,15 @@ SCHEMA = "timeline.static/1"
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
-    add_run_args(parser)
+    add_run_args(parser, recompute=True)
     parser.add_argument("--json", action="store_true", help=f"print a {SCHEMA} JSON document")
-    parser.add_argument("--recompute", metavar="POLICY", help=f"override [recompute]: {FORMS}")
     parser.add_argument("--tensors", action="store_true",
                         help="list each layer's saved tensors (name, op, shape, dtype, bytes)")
 
 
-def activations(spec: RunSpec, devices: list[StaticDevice]) -> list[DeviceActivations | None]:
-    """Per device, its activations; None for a profile without a saved-tensor table."""
-    try:
-        return [device_activations(spec, d.stages, d.pp_rank) for d in devices]
-    except UserError as exc:
-        if "not available yet" in str(exc):
-            return [None for _ in devices]
-        raise
+def activations(spec: RunSpec, devices: list[StaticDevice]) -> list[DeviceActivations]:
+    """Per device, the activations one micro-batch's forward keeps."""
+    return [device_activations(spec, d.stages, d.pp_rank) for d in devices]
 
 
 def tensors_json(a: DeviceActivations) -> list[dict]:
@@ -71,65 +63,50 @@ def device_json(d: StaticDevice) -> dict:
     }
 
 
-def static_json(run: RunSpec, devices: list[StaticDevice], acts: list[DeviceActivations | None] | None = None,
-                *, tensors: bool = False) -> dict:
+def static_json(run: RunSpec, devices: list[StaticDevice], acts: list[DeviceActivations], *,
+                tensors: bool = False) -> dict:
     out = []
-    for d, a in zip(devices, acts or [None] * len(devices), strict=True):
+    for d, a in zip(devices, acts, strict=True):
         entry = device_json(d)
-        entry["activation_bytes_per_microbatch"] = a.bytes_per_microbatch if a else None
-        entry["layer_activation_bytes"] = [{"layer": k, "bytes": v} for k, v in a.layer_bytes] if a else []
-        if tensors and a:
+        entry["activation_bytes_per_microbatch"] = a.bytes_per_microbatch
+        entry["layer_activation_bytes"] = [{"layer": k, "bytes": v} for k, v in a.layer_bytes]
+        if tensors:
             entry["saved_tensors"] = tensors_json(a)
         out.append(entry)
     return {
         "schema": SCHEMA,
         "run": {"name": run.name, "profile": run.profile, "model": run.model_source,
-                "zero": run.training.zero, "recompute": recompute_text(run)},
+                "zero": run.training.zero, "recompute": recompute_name(run.recompute)},
         "model": {"total_params": model_total_params(run)},
         "devices": out,
     }
 
 
-def recompute_text(run: RunSpec) -> str:
-    rc = run.recompute
-    if rc.policy == "selective":
-        return "selective:" + "+".join(rc.modules)
-    if rc.policy == "full":
-        n = rc.num_layers if isinstance(rc.num_layers, int) else ",".join(map(str, rc.num_layers))
-        return f"full:{rc.method}:{n}"
-    return "none"
-
-
 def print_table(run: RunSpec, devices: list[StaticDevice], console: Console,
-                acts: list[DeviceActivations | None] | None = None) -> None:
+                acts: list[DeviceActivations]) -> None:
     p = run.parallel
     title = (f"{run.name}: {run.model.name}, profile={run.profile}, PP{p.pp}·VPP{p.vpp} TP{p.tp} CP{p.cp} "
-             f"EP{p.ep} ETP{p.etp} DP{p.dp}, ZeRO-{run.training.zero}, recompute {recompute_text(run)}  "
+             f"EP{p.ep} ETP{p.etp} DP{p.dp}, ZeRO-{run.training.zero}, recompute {recompute_name(run.recompute)}  "
              "(GiB per device; activations per micro-batch)")
     table = Table(title=title)
     for col in ("pp rank", "device", "×", "stages", "layers", "params"):
         table.add_column(col, justify="right")
     for col in ("weights", "grads", "optimizer", "total", "activations"):
         table.add_column(col, justify="right")
-    acts = acts or [None] * len(devices)
     for d, a in zip(devices, acts, strict=True):
         layers = f"{d.layers[0]}–{d.layers[-1]}" if d.layers else "-"
         table.add_row(str(d.pp_rank), str(d.device), str(d.represents), ",".join(map(str, d.stages)), layers,
                       f"{d.params_total:,}", gib(d.weights_bytes), gib(d.grads_bytes), gib(d.optimizer_bytes),
-                      gib(d.total_bytes), gib(a.bytes_per_microbatch) if a else "n/a")
+                      gib(d.total_bytes), gib(a.bytes_per_microbatch))
     console.print(table)
     top = max(devices, key=lambda d: d.total_bytes)
     mods = ", ".join(f"{m} {top.params_by_module[m]:,}" for m in MODULES if top.params_by_module[m])
     console.print(f"largest: pp rank {top.pp_rank} ({gib(top.total_bytes)} GiB): {mods}")
     console.print(f"model: {model_total_params(run):,} parameters")
-    if acts[0] is None:
-        console.print(f"activations: not available for profile {run.profile} yet")
 
 
-def print_tensors(devices: list[StaticDevice], acts: list[DeviceActivations | None], console: Console) -> None:
+def print_tensors(devices: list[StaticDevice], acts: list[DeviceActivations], console: Console) -> None:
     for d, a in zip(devices, acts, strict=True):
-        if a is None:
-            continue
         table = Table(title=f"pp rank {d.pp_rank}: saved tensors per micro-batch "
                             f"({a.bytes_per_microbatch:,} bytes)")
         for col in ("layer", "tensor", "op", "shape", "dtype", "bytes"):
@@ -142,12 +119,6 @@ def print_tensors(devices: list[StaticDevice], acts: list[DeviceActivations | No
 
 def run(args: argparse.Namespace) -> int:
     spec = load(args)
-    if args.recompute:
-        try:
-            rc = parse_recompute(args.recompute)
-        except UserError as exc:
-            raise UserError(f"{args.run}: {exc}") from None
-        spec = replace(spec, recompute=rc)
     devices = static_devices(spec)
     acts = activations(spec, devices)
     if args.json:

@@ -52,15 +52,33 @@ class Candidate:
         return (max(self.recompute_time_us, default=0.0), sum(self.recompute_time_us))
 
 
+STATUSES = ("fits", "short", "pruned")
+
+
 @dataclass(slots=True, kw_only=True)
 class Outcome:
+    """A candidate's fate: simulated and fits, simulated and short, or pruned by the static bound."""
+
     candidate: Candidate
     result: VariantResult | None  # None: pruned without simulating
-    note: str  # "fits", "over by N bytes on device D", or why it was pruned
+    status: str  # one of STATUSES
+    short_bytes: int = 0  # short: what the worst device lacks; pruned: a lower bound on it
+    device: int | None = None  # the device short of memory (short, pruned)
+    bound_bytes: int | None = None  # pruned: the static lower bound on that device's peak requested bytes
 
     @property
     def fits(self) -> bool:
-        return self.result is not None and self.result.fits
+        return self.status == "fits"
+
+    @property
+    def note(self) -> str:
+        """One line for people: "fits", "short of 1.23 GiB on device 3" or "pruned: short of ≥ … (static bound)"."""
+        gib = f"{self.short_bytes / 2**30:,.2f} GiB on device {self.device}"
+        if self.status == "short":
+            return f"short of {gib}"
+        if self.status == "pruned":
+            return f"pruned: short of ≥ {gib} (static bound)"
+        return "fits"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -166,9 +184,10 @@ def fit(run: RunSpec, template_fn: TemplateFn, *, capacity_gib: float | None = N
             sims[c.name] = evaluate_fn(Variant(name=c.name, run=with_recompute(run, c.spec), csv_rows=csv_rows),
                                        template_fn)
         res = sims[c.name]
+        if res.fits:
+            return Outcome(candidate=c, result=res, status="fits")
         worst = res.worst_device()
-        note = "fits" if res.fits else f"short of {worst.over_bytes / 2**30:,.2f} GiB on device {worst.device}"
-        return Outcome(candidate=c, result=res, note=note)
+        return Outcome(candidate=c, result=res, status="short", short_bytes=worst.over_bytes, device=worst.device)
 
     base = simulate(none).result
     assert base is not None
@@ -188,7 +207,7 @@ def fit(run: RunSpec, template_fn: TemplateFn, *, capacity_gib: float | None = N
                        recompute_time_us=tuple(c.recompute_time_us[r] for r, c in enumerate(rows)))
 
     # block: start each rank at the least N_r the base run and the static bound allow
-    fails0 = {r for r, d in enumerate(base.devices) if d.oom or d.headroom_bytes < 0}
+    fails0 = {r for r, d in enumerate(base.devices) if not d.fits}
     start = []
     for r, L in enumerate(st.layers):
         ok = [n for n in range(1 if r in fails0 else 0, L + 1) if bound(block_table[n], r) <= cap]
@@ -204,15 +223,14 @@ def fit(run: RunSpec, template_fn: TemplateFn, *, capacity_gib: float | None = N
         over = [(bound(cand, r) - cap, r) for r in range(len(st.layers))]
         worst = max(over)
         if worst[0] > 0 and cand.name not in sims:
-            dev = base.devices[worst[1]].device
-            out.outcomes.append(Outcome(candidate=cand, result=None,
-                                        note=f"pruned: short of ≥ {worst[0] / 2**30:,.2f} GiB on device {dev} (static bound)"))
+            out.outcomes.append(Outcome(candidate=cand, result=None, status="pruned", short_bytes=worst[0],
+                                        device=base.devices[worst[1]].device, bound_bytes=worst[0] + cap))
             continue
         oc = simulate(cand)
         out.outcomes.append(oc)
         if tag == "block" and not oc.fits:  # raise N_r only where rank r does not fit
             n = list(cand.spec.num_layers) if isinstance(cand.spec.num_layers, tuple) else [cand.spec.num_layers]
-            failing = [r for r, d in enumerate(oc.result.devices) if d.oom or d.headroom_bytes < 0]
+            failing = [r for r, d in enumerate(oc.result.devices) if not d.fits]
             if all(n[r] < st.layers[r] for r in failing):
                 for r in failing:
                     n[r] += 1

@@ -45,10 +45,15 @@ class DeviceMetrics:
     oom: bool
 
     @property
+    def fits(self) -> bool:
+        """No OOM and the peak reserved within capacity."""
+        return not self.oom and self.headroom_bytes >= 0
+
+    @property
     def over_bytes(self) -> int:
         """0 if the device fits; else how much more it needs: allocated beyond capacity, or — when
         only fragmentation pushes it over — reserved beyond capacity."""
-        if not self.oom and self.headroom_bytes >= 0:
+        if self.fits:
             return 0
         beyond = self.peak_allocated_bytes - self.capacity_bytes
         return beyond if beyond > 0 else max(-self.headroom_bytes, 1)
@@ -77,11 +82,7 @@ class VariantResult:
 
     @property
     def fits(self) -> bool:
-        return not any(d.oom or d.headroom_bytes < 0 for d in self.devices)
-
-    @property
-    def max_recompute_time_us(self) -> float:
-        return max((d.recompute_time_us for d in self.devices), default=0.0)
+        return all(d.fits for d in self.devices)
 
     def worst_device(self) -> DeviceMetrics:
         """The device short of the most memory, else the one with the least headroom (first on ties)."""
@@ -101,15 +102,15 @@ def device_metrics(tl: Timeline) -> list[DeviceMetrics]:
         acts = tl.series(d).by_category["activations"]
         out.append(DeviceMetrics(
             device=dev.device, pp_rank=dev.pp_rank, represents=dev.represents,
-            peak_requested_bytes=pk["peak_requested_bytes"], peak_allocated_bytes=pk["peak_allocated_bytes"],
-            peak_reserved_bytes=pk["peak_reserved_bytes"], fragmentation_bytes=pk["fragmentation_bytes_at_peak"],
-            activations_at_peak_bytes=pk["peak_breakdown_bytes"]["activations"],
+            peak_requested_bytes=pk.requested_bytes, peak_allocated_bytes=pk.allocated_bytes,
+            peak_reserved_bytes=pk.reserved_bytes, fragmentation_bytes=pk.fragmentation_bytes,
+            activations_at_peak_bytes=pk.breakdown_bytes["activations"],
             peak_activation_bytes=int(acts.max()) if len(acts) else 0,
             activation_bytes_per_microbatch=sim.activation_bytes_per_microbatch[d],
             recompute_flops=float(ops.flops[mask].sum()) / iters,
             recompute_time_us=float((ops.t_end_us[mask] - ops.t_start_us[mask]).sum()) / iters,
             iteration_time_us=sim.iteration_time_us, capacity_bytes=cap,
-            headroom_bytes=cap - pk["peak_reserved_bytes"], oom=bool(tl.memory[d].oom)))
+            headroom_bytes=cap - pk.reserved_bytes, oom=bool(tl.memory[d].oom)))
     return out
 
 

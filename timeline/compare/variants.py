@@ -44,13 +44,17 @@ def split_policies(texts: Sequence[str]) -> list[str]:
     return [p.strip() for text in texts for p in _SPLIT.split(text) if p.strip()]
 
 
-def with_recompute(run: RunSpec, spec: RecomputeSpec) -> RunSpec:
-    """``run`` under ``spec``, validated as a whole run (e.g. ``moe_act`` needs a MoE model)."""
+def with_recompute(run: RunSpec, spec: RecomputeSpec, *, context: str | None = None) -> RunSpec:
+    """``run`` under ``spec``, validated as a whole run (e.g. ``moe_act`` needs a MoE model).
+
+    A problem names ``context`` (default ``--recompute POLICY``), where the policy came from;
+    a problem the run has under any policy is reported without it."""
     out = replace(run, recompute=spec)
     problems = validate_run(out)
     if problems:
-        raise SpecError([(k, f"{m} (in --recompute {recompute_name(spec)})") for k, m in problems],
-                        run.source)
+        label = context or f"--recompute {recompute_name(spec)}"
+        base = set(validate_run(replace(run, recompute=RecomputeSpec())))
+        raise SpecError([(k, m if (k, m) in base else f"{m} (in {label})") for k, m in problems], run.source)
     return out
 
 

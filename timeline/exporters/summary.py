@@ -1,5 +1,9 @@
 """``summary.json``: the resolved run and, per device, its peaks, when, what is live at the
-peak, static bytes, activation bytes per micro-batch and the iteration time."""
+peak, static bytes, activation bytes per micro-batch, capacity and the iteration time.
+
+Each peak has its own time: ``peak_time_us`` is the requested peak's (the breakdown and the top
+tensors are at that instant), ``peak_allocated_time_us`` and ``peak_reserved_time_us`` the
+others'; ``fragmentation_bytes_at_peak`` is reserved − allocated at the reserved peak."""
 
 from __future__ import annotations
 
@@ -7,16 +11,23 @@ import dataclasses
 import json
 from typing import Any, BinaryIO
 
-from timeline.result.timeline import Timeline
+from timeline.result.timeline import SUMMARY_KEYS, Timeline
 
 FILENAME = "summary.json"
 SCHEMA = "timeline.summary/1"
+
+
+#: the ``[recompute]`` fields that mean something under each policy
+RECOMPUTE_FIELDS = {"none": ("policy",), "selective": ("policy", "modules"),
+                    "full": ("policy", "method", "num_layers")}
 
 
 def resolved_run(tl: Timeline) -> dict[str, Any]:
     run = tl.sim.run
     out = dataclasses.asdict(run)
     out.pop("source", None)  # an absolute path would make outputs differ between checkouts
+    rc = out["recompute"]
+    out["recompute"] = {k: rc[k] for k in RECOMPUTE_FIELDS[run.recompute.policy]}
     return out
 
 
@@ -24,18 +35,18 @@ def summary_dict(tl: Timeline) -> dict[str, Any]:
     devices = []
     for d, dev in enumerate(tl.sim.devices):
         peak = tl.peak(d)
-        index = peak.pop("event_index")
         mem = tl.memory[d]
         devices.append({
             "device": dev.device, "pp_rank": dev.pp_rank, "stages": list(dev.stages),
             "represents": dev.represents, "layers": list(dev.layers),
-            **peak,
+            **{key: getattr(peak, field) for key, field in SUMMARY_KEYS.items()},
+            "capacity_bytes": tl.sim.run.hardware.capacity_bytes,
             "static_bytes": {"weights": dev.weights_bytes, "grads": dev.grads_bytes,
                              "optimizer": dev.optimizer_bytes},
             "params_by_module": dict(dev.params_by_module),
             "activation_bytes_per_microbatch": tl.sim.activation_bytes_per_microbatch[d],
             "iteration_time_us": tl.sim.iteration_time_us,
-            "top_tensors_at_peak": tl.top_tensors(d, index) if index >= 0 else [],
+            "top_tensors_at_peak": tl.top_tensors(d, peak.event_index) if peak.event_index >= 0 else [],
             "oom": mem.oom[0] if mem.oom else None,
             "num_ooms": len(mem.oom),
         })

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from timeline.graph.profiles import PROFILES, Profile
+from timeline.graph.profiles import PARAMETER_PROFILES, Profile
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import RunSpec
 
@@ -21,7 +21,7 @@ class BuildCtx:
     @classmethod
     def from_run(cls, run: RunSpec) -> BuildCtx:
         p = run.parallel
-        return cls(model=run.model, profile=PROFILES[run.profile], tp=p.tp, ep=p.ep, etp=p.etp,
+        return cls(model=run.model, profile=PARAMETER_PROFILES[run.profile], tp=p.tp, ep=p.ep, etp=p.etp,
                    dtype=run.training.dtype)
 
     def unsharded(self) -> BuildCtx:

@@ -36,18 +36,18 @@ class Profile:
     mtp_eh_proj_tp_split: bool
     #: the model builds its MTP modules (transformers' DeepseekV3ForCausalLM builds none)
     mtp_modules: bool
-    #: highest ZeRO level the framework offers (Megatron's distributed optimizer is ZeRO-1)
-    max_zero: int
 
 
-PROFILES: dict[str, Profile] = {
+#: profile name → its parameter rules; the lifecycle facts validation needs (ZeRO levels, one device
+#: per replica) are in :data:`timeline.spec.profiles.PROFILES`, keyed by the same names
+PARAMETER_PROFILES: dict[str, Profile] = {
     "paper": Profile(name="paper", mla_q_rope_tp_split=False, final_norm=False, router_bias=False,
                      shared_experts_tp_split=False, expert_state_group="moe", vocab_pad=1,
-                     mtp_embedding=False, mtp_eh_proj_tp_split=False, mtp_modules=True, max_zero=3),
+                     mtp_embedding=False, mtp_eh_proj_tp_split=False, mtp_modules=True),
     "megatron": Profile(name="megatron", mla_q_rope_tp_split=True, final_norm=True, router_bias=True,
                         shared_experts_tp_split=True, expert_state_group="routed", vocab_pad=128,
-                        mtp_embedding=True, mtp_eh_proj_tp_split=True, mtp_modules=True, max_zero=1),
+                        mtp_embedding=True, mtp_eh_proj_tp_split=True, mtp_modules=True),
     "hf": Profile(name="hf", mla_q_rope_tp_split=True, final_norm=True, router_bias=True,
                   shared_experts_tp_split=True, expert_state_group="routed", vocab_pad=1,
-                  mtp_embedding=False, mtp_eh_proj_tp_split=False, mtp_modules=False, max_zero=3),
+                  mtp_embedding=False, mtp_eh_proj_tp_split=False, mtp_modules=False),
 }

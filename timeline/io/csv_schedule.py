@@ -73,6 +73,8 @@ def read_csv(path: str | Path) -> list[list[str]]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise UserError(f"{path}: cannot read the schedule: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file, expected a CSV schedule") from None
     return parse_csv(text, source=str(path))
 
 

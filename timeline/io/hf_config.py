@@ -33,6 +33,32 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
 
 FIELDS = {f.name for f in dataclasses.fields(ModelSpec)}
 
+#: keys a config.json must give (by their Hugging Face name or an alias such as GPT-2's n_embd)
+REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size")
+
+
+def missing_keys(cfg: dict[str, Any]) -> list[str]:
+    """The required keys ``cfg`` lacks: ``model_type`` and the core shapes (GPT-2 may leave
+    ``intermediate_size`` out: it is 4 × hidden_size)."""
+    given = {ALIASES.get(k, k) for k, v in cfg.items() if v is not None}
+    missing = [] if cfg.get("model_type") else ["model_type"]
+    for key in REQUIRED:
+        if key not in given and not (key == "intermediate_size" and cfg.get("model_type") == "gpt2"):
+            missing.append(key)
+    return missing
+
+
+def check_hf_config(cfg: dict[str, Any], source: str) -> None:
+    """Raise a UserError naming ``source`` and every required key ``cfg`` lacks, or an
+    unsupported ``model_type``."""
+    missing = missing_keys(cfg)
+    if missing:
+        raise UserError(f"{source}: missing {', '.join(missing)}; a Hugging Face config.json names the "
+                        "model_type and the shapes (hidden_size, num_hidden_layers, …)")
+    if cfg["model_type"] not in SUPPORTED:
+        raise UserError(f"{source}: model_type {cfg['model_type']!r} is not supported; "
+                        f"supported: {', '.join(SUPPORTED)}")
+
 
 def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf") -> ModelSpec:
     """Map a parsed config dict to a ModelSpec (raises UserError for unsupported families)."""
@@ -66,11 +92,16 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf") -> ModelSpec:
 def read_hf_config(path: Path) -> ModelSpec:
     """Read ``path`` (a Hugging Face config.json)."""
     try:
-        cfg = json.loads(Path(path).read_text())
+        cfg = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UserError(f"{path}: no such file (model.hf_config)") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a folder, expected a config.json") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: not a JSON config ({exc})") from None
     if not isinstance(cfg, dict):
         raise UserError(f"{path}: expected a JSON object")
+    check_hf_config(cfg, str(path))
     return model_from_hf_dict(cfg, name=Path(path).parent.name or Path(path).stem)

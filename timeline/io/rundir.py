@@ -16,20 +16,30 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "summary.json"
     if not path.is_file():
         raise UserError(f"{run_dir}: no summary.json; is this a run directory from `timeline simulate`?")
-    data = json.loads(path.read_text())
-    if not str(data.get("schema", "")).startswith("timeline.summary/"):
-        raise UserError(f"{path}: not a timeline summary (schema {data.get('schema')!r})")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: not valid JSON ({exc}); simulate the run again") from None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if not str(schema or "").startswith("timeline.summary/"):
+        raise UserError(f"{path}: not a timeline summary (schema {schema!r})")
     return data
 
 
 def read_memory(run_dir: Path) -> dict[str, np.ndarray]:
     """Every column of ``memory.parquet`` as a numpy array (rows of all devices, in file order)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = run_dir / "memory.parquet"
     if not path.is_file():
         raise UserError(f"{run_dir}: no memory.parquet; simulate with --format including memory")
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise UserError(f"{path}: cannot read as Parquet ({exc}); simulate the run again") from None
     schema = (table.schema.metadata or {}).get(b"schema", b"").decode()
     if not schema.startswith("timeline.memory/"):
         raise UserError(f"{path}: not a timeline memory table (schema {schema!r})")

@@ -1,7 +1,9 @@
 """Load a run file (TOML), apply ``--set`` overrides, resolve defaults and validate.
 
 The file overrides defaults; ``--set section.key=value`` overrides the file. Relative paths
-in the file resolve against its folder. Every problem is collected and raised as one
+in the file resolve against its folder when read; the run keeps them as written
+(``model_source = "trace:traces/x.parquet"``, ``schedule.csv``) so that outputs do not depend on
+where the run file lies. Every problem is collected and raised as one
 :class:`~timeline.errors.SpecError` naming the file and each key.
 """
 
@@ -61,11 +63,15 @@ def parse_override(text: str) -> tuple[str, str, Any]:
 
 def read_toml(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise UserError(f"{path}: is a directory, expected a run file (.toml)") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file, expected a run file (.toml)") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -102,7 +108,7 @@ def _resolve_model(data: dict[str, Any], base: Path, problems: list,
         except UserError as exc:
             problems.append(("model.hf_config", str(exc)))
             return None, profile, source
-        source = f"hf_config:{path}"
+        source = f"hf_config:{value}"
     else:
         path = (base / value).resolve()
         try:
@@ -113,7 +119,7 @@ def _resolve_model(data: dict[str, Any], base: Path, problems: list,
             return None, profile, source
         if traces is not None:
             traces.append(trace)
-        source = f"trace:{path}"
+        source = f"trace:{value}"
     # Model fields by their Hugging Face name override the preset/config.
     fields = {f.name: f for f in dataclasses.fields(ModelSpec)}
     hints = typing.get_type_hints(ModelSpec)
@@ -160,18 +166,21 @@ def load_run(path: str | Path, overrides: Sequence[str] = ()) -> RunSpec:
             problems.append((key, "must be a [section] table"))
     base = path.resolve().parent
     traces: list[CapturedTrace] = []
-    model, profile, model_source = _resolve_model(data.get("model", {}) or {}, base, problems, traces) \
-        if isinstance(data.get("model", {}), dict) else (None, "megatron", "")
+    model, profile, model_source = None, "megatron", ""
     if "model" not in data:
         problems.append(("model", f"missing [model] section; e.g. preset = \"deepseek-v3\" "
                          f"(presets: {', '.join(PRESETS)})"))
+    elif isinstance(data["model"], dict):
+        model, profile, model_source = _resolve_model(data["model"], base, problems, traces)
 
     sections: dict[str, Any] = {}
     for name, cls in SECTIONS.items():
         values = dict(data.get(name, {}) or {}) if isinstance(data.get(name, {}), dict) else {}
         if name == "parallel":
-            values.setdefault("sp", values.get("tp", 1) > 1 if isinstance(values.get("tp", 1), int) else False)
-            values.setdefault("etp", values.get("tp", 1))
+            tp = values.get("tp", 1)
+            if isinstance(tp, int) and not isinstance(tp, bool):  # a bad tp is reported once, as tp
+                values.setdefault("sp", tp > 1)
+                values.setdefault("etp", tp)
         if name == "hardware":
             gpu = values.get("gpu", "h800")
             if gpu not in GPUS:
@@ -179,8 +188,6 @@ def load_run(path: str | Path, overrides: Sequence[str] = ()) -> RunSpec:
             else:
                 for k, v in GPUS[gpu].items():
                     values.setdefault(k, v)
-        if name == "schedule" and isinstance(values.get("csv"), str):
-            values["csv"] = str((base / values["csv"]).resolve())
         sections[name] = build_section(cls, name, values, problems)
 
     name_value = data.get("name", path.stem)

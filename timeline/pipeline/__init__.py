@@ -13,14 +13,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from timeline.errors import UserError
-from timeline.pipeline.actions import Action, Schedule, ScheduleError, validate
+from timeline.pipeline.actions import (
+    Action,
+    Schedule,
+    ScheduleError,
+    require_positive,
+    require_rules,
+    validate,
+)
 from timeline.pipeline.custom import from_rows
 from timeline.pipeline.dualpipe import dualpipe
 from timeline.pipeline.dualpipev import dualpipev
 from timeline.pipeline.gpipe import gpipe
 from timeline.pipeline.interleaved import interleaved
 from timeline.pipeline.one_f_one_b import one_f_one_b
-from timeline.pipeline.placement import FIXED_VPP, KINDS
+from timeline.pipeline.placement import KINDS
 from timeline.pipeline.render import render
 from timeline.pipeline.zb_h1 import zb_h1
 from timeline.pipeline.zbv import zbv
@@ -58,15 +65,9 @@ def build_schedule(
     """
     if kind not in GENERATORS:
         raise UserError(f"unknown schedule kind {kind!r}; choose one of {', '.join(KINDS)}")
-    fixed = FIXED_VPP.get(kind)
-    if fixed is not None and vpp != fixed:
-        raise UserError(
-            f"schedule kind {kind!r} puts {fixed} chunk(s) on every rank: set parallel.vpp = {fixed}"
-        )
-    if microbatch_group_size and kind != "interleaved":
-        raise UserError(
-            f"schedule.microbatch_group_size applies to interleaved only, not {kind!r}; remove it or set 0"
-        )
+    require_positive(pp=pp, vpp=vpp, num_microbatches=num_microbatches)
+    require_rules(kind, pp=pp, vpp=vpp, num_microbatches=num_microbatches,
+                  microbatch_group_size=microbatch_group_size)
     if (csv_rows is None) == (kind == "csv"):
         raise ValueError("csv_rows must be given for kind 'csv' and only for it")
     if kind == "csv":

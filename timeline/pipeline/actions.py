@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from timeline.errors import UserError
 from timeline.pipeline import unit_time
+from timeline.spec.schedule_rules import schedule_problems
 
 #: action types: forward, full backward, input-gradient backward, weight gradient
 ACTION_KINDS = ("F", "B", "I", "W")
@@ -97,6 +98,17 @@ def require_positive(**counts: int) -> None:
             raise ValueError(f"{name} must be an int, not {value!r}")
         if value < 1:
             raise UserError(f"{name} must be at least 1, not {value}")
+
+
+def require_rules(kind: str, *, pp: int, vpp: int, num_microbatches: int, microbatch_group_size: int = 0) -> None:
+    """Raise :class:`UserError` with the first rule of :func:`~timeline.spec.schedule_rules.schedule_problems`
+    that ``kind`` breaks, naming its key. Run validation reports these first (with the file); this
+    guards generators called directly."""
+    problems = schedule_problems(kind, pp=pp, vpp=vpp, num_microbatches=num_microbatches,
+                                 microbatch_group_size=microbatch_group_size)
+    if problems:
+        key, message = problems[0]
+        raise UserError(f"{key}: {message}")
 
 
 def in_flight(row: Sequence[Action], *, held_until: str = "I") -> list[int]:

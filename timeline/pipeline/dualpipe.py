@@ -23,23 +23,9 @@ This module only orders actions; it does not time or validate them.
 
 from __future__ import annotations
 
-from timeline.errors import UserError
-from timeline.pipeline.actions import Action, Schedule, require_positive
+from timeline.pipeline.actions import Action, Schedule, require_positive, require_rules
 from timeline.pipeline.dualpipe_steps import RowBuilder, eight_steps
 from timeline.pipeline.placement import stage_placement
-
-
-def _check(pp: int, m: int) -> None:
-    if pp % 2:
-        raise UserError(
-            f"dualpipe needs an even pp (its two directions meet in the middle), not {pp}; "
-            f'use pp = {pp + 1}, or [schedule] kind = "dualpipev" which has no such rule'
-        )
-    if m % 2 or m < 2 * pp:
-        raise UserError(
-            f"dualpipe needs an even num_microbatches of at least 2·pp = {2 * pp} "
-            f"(half go each way), not {m}; use {max(2 * pp, m + m % 2)}"
-        )
 
 
 def _row(pp: int, m: int, rank: int) -> tuple[tuple[Action, ...], tuple[int, ...]]:
@@ -57,7 +43,7 @@ def dualpipe(*, pp: int, num_microbatches: int) -> Schedule:
     """DualPipe's order for ``pp`` ranks and ``num_microbatches`` micro-batches (both directions)."""
     require_positive(pp=pp, num_microbatches=num_microbatches)
     m = num_microbatches
-    _check(pp, m)
+    require_rules("dualpipe", pp=pp, vpp=1, num_microbatches=m)
     rows, pairs = zip(*(_row(pp, m, rank) for rank in range(pp)), strict=True)
     return Schedule(
         kind="dualpipe",

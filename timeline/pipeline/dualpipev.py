@@ -19,8 +19,7 @@ This module only orders actions; it does not time or validate them.
 
 from __future__ import annotations
 
-from timeline.errors import UserError
-from timeline.pipeline.actions import Action, Schedule, require_positive
+from timeline.pipeline.actions import Action, Schedule, require_positive, require_rules
 from timeline.pipeline.dualpipe_steps import RowBuilder, eight_steps
 from timeline.pipeline.placement import stage_placement
 
@@ -38,11 +37,7 @@ def dualpipev(*, pp: int, num_microbatches: int) -> Schedule:
     """DualPipeV's order for ``pp`` ranks (``2·pp`` chunks) and ``num_microbatches`` micro-batches."""
     require_positive(pp=pp, num_microbatches=num_microbatches)
     m = num_microbatches
-    if m < 2 * pp:
-        raise UserError(
-            f"dualpipev needs at least 2·pp = {2 * pp} micro-batches (one per chunk), not {m}; "
-            f"raise training.num_microbatches to {2 * pp}"
-        )
+    require_rules("dualpipev", pp=pp, vpp=2, num_microbatches=m)
     rows, pairs = zip(*(_row(pp, m, rank) for rank in range(pp)), strict=True)
     return Schedule(
         kind="dualpipev",

@@ -17,8 +17,7 @@ This module only orders actions; it does not time or validate them.
 
 from __future__ import annotations
 
-from timeline.errors import UserError
-from timeline.pipeline.actions import Action, Schedule, require_positive
+from timeline.pipeline.actions import Action, Schedule, require_positive, require_rules
 from timeline.pipeline.placement import stage_placement
 
 
@@ -37,36 +36,12 @@ def warmup_forwards(*, pp: int, rank: int, vpp: int, num_microbatches: int, grou
     return min((pp - rank - 1) * 2 + (vpp - 1) * group, num_microbatches * vpp)
 
 
-def _check(pp: int, vpp: int, m: int, group: int) -> None:
-    if vpp < 2:
-        raise UserError(
-            f"interleaved 1F1B needs vpp >= 2 chunks per rank, not {vpp}; "
-            'with one chunk per rank use [schedule] kind = "1f1b"'
-        )
-    if m < pp:
-        raise UserError(
-            f"interleaved 1F1B needs at least pp = {pp} micro-batches, not {m} (Megatron's rule); "
-            f"raise training.num_microbatches to {pp} or more"
-        )
-    if not pp <= group <= m:
-        raise UserError(
-            f"schedule.microbatch_group_size = {group} must lie in [pp, num_microbatches] = [{pp}, {m}]; "
-            "0 means pp"
-        )
-    if 0 < m % group < pp:
-        raise UserError(
-            f"num_microbatches = {m} leaves a last group of {m % group} micro-batches, fewer than "
-            f"pp = {pp} (Megatron rejects the dependency bubbles this causes); use a multiple of "
-            f"{group}, or a group size that divides {m}"
-        )
-
-
 def interleaved(*, pp: int, vpp: int, num_microbatches: int, microbatch_group_size: int = 0) -> Schedule:
     """Megatron's interleaved 1F1B order; ``microbatch_group_size`` 0 means ``pp``."""
     require_positive(pp=pp, vpp=vpp, num_microbatches=num_microbatches)
     m = num_microbatches
     group = microbatch_group_size or pp
-    _check(pp, vpp, m, group)
+    require_rules("interleaved", pp=pp, vpp=vpp, num_microbatches=m, microbatch_group_size=group)
     table = schedule_table(m, vpp, group)
     total = m * vpp
     rows = []

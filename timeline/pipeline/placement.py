@@ -16,9 +16,6 @@ This module does not order actions; the schedule generators do.
 
 from __future__ import annotations
 
-#: chunks per rank (vpp) a schedule requires, where it fixes it
-FIXED_VPP: dict[str, int] = {"gpipe": 1, "1f1b": 1, "zb-h1": 1, "zbv": 2, "dualpipev": 2, "dualpipe": 1}
-
 KINDS = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev", "csv")
 
 

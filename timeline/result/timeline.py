@@ -29,6 +29,41 @@ class MemorySeries:
     event_index: np.ndarray  # index of the last event at each time
 
 
+#: summary.json's name (schema timeline.summary/1) → :class:`Peak` field, in the file's order
+SUMMARY_KEYS: dict[str, str] = {
+    "peak_requested_bytes": "requested_bytes",
+    "peak_allocated_bytes": "allocated_bytes",
+    "peak_reserved_bytes": "reserved_bytes",
+    "peak_time_us": "requested_time_us",
+    "peak_allocated_time_us": "allocated_time_us",
+    "peak_reserved_time_us": "reserved_time_us",
+    "peak_breakdown_bytes": "breakdown_bytes",
+    "fragmentation_bytes_at_peak": "fragmentation_bytes",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Peak:
+    """One device's peaks. Each quantity peaks at its own instant (the earliest event where it is
+    highest); the breakdown and ``event_index`` are at the requested peak, the fragmentation at
+    the reserved peak."""
+
+    requested_bytes: int
+    requested_time_us: float
+    allocated_bytes: int
+    allocated_time_us: float
+    reserved_bytes: int
+    reserved_time_us: float
+    fragmentation_bytes: int  # reserved − allocated at the reserved peak
+    breakdown_bytes: dict[str, int]  # requested bytes by category at the requested peak
+    event_index: int  # the requested peak's event; −1 without events
+
+    def __getitem__(self, key: str):
+        """``peak["peak_requested_bytes"]``: the summary.json names (:data:`SUMMARY_KEYS`) or a field name.
+        Kept for callers written against the former dict; new code reads the attributes."""
+        return getattr(self, SUMMARY_KEYS.get(key, key))
+
+
 @dataclass(slots=True)
 class DeviceMemory:
     """Per-event allocator columns for one device (from the allocator pass)."""
@@ -48,6 +83,7 @@ class Timeline:
         self.sim = sim
         self.memory = memory
         self._series: dict[int, MemorySeries] = {}
+        self._peaks: dict[int, Peak] = {}
         self._pairs: dict[int, np.ndarray] = {}
 
     # -- basic shapes -----------------------------------------------------------------
@@ -65,53 +101,47 @@ class Timeline:
     # -- series --------------------------------------------------------------------------
     def series(self, d: int) -> MemorySeries:
         if d not in self._series:
-            self._series[d] = self._build_series(d)
+            self._build(d)
         return self._series[d]
 
-    def _build_series(self, d: int) -> MemorySeries:
+    def _build(self, d: int) -> None:
+        """One cumulative pass over device ``d``'s events: its series and its peaks."""
         ev = self.sim.events[d]
         delta = ev.sign.astype(np.int64) * ev.size
         requested = np.cumsum(delta)
         allocated = np.cumsum(self.memory[d].block_bytes)
-        by_cat = {}
-        for code, name in enumerate(CATEGORIES):
-            by_cat[name] = np.cumsum(np.where(ev.cat == code, delta, 0))
+        reserved = self.memory[d].reserved
+        by_cat = {name: np.cumsum(np.where(ev.cat == code, delta, 0)) for code, name in enumerate(CATEGORIES)}
         # the last event at each distinct time
         if len(ev.t_us):
             last = np.flatnonzero(np.append(ev.t_us[1:] != ev.t_us[:-1], True))
         else:
             last = np.zeros(0, dtype=np.int64)
-        return MemorySeries(t_us=ev.t_us[last], requested=requested[last], allocated=allocated[last],
-                            reserved=self.memory[d].reserved[last],
-                            by_category={k: v[last] for k, v in by_cat.items()}, event_index=last)
+        self._series[d] = MemorySeries(t_us=ev.t_us[last], requested=requested[last], allocated=allocated[last],
+                                       reserved=reserved[last], by_category={k: v[last] for k, v in by_cat.items()},
+                                       event_index=last)
+        if not len(ev.t_us):
+            self._peaks[d] = Peak(requested_bytes=0, requested_time_us=0.0, allocated_bytes=0, allocated_time_us=0.0,
+                                  reserved_bytes=0, reserved_time_us=0.0, fragmentation_bytes=0,
+                                  breakdown_bytes=dict.fromkeys(CATEGORIES, 0), event_index=-1)
+            return
+        # peaks over events, not distinct times: an alloc freed at the same microsecond still counts;
+        # argmax takes the first occurrence, the earliest time a peak is reached
+        i_req, i_alloc, i_res = int(np.argmax(requested)), int(np.argmax(allocated)), int(np.argmax(reserved))
+        self._peaks[d] = Peak(
+            requested_bytes=int(requested[i_req]), requested_time_us=float(ev.t_us[i_req]),
+            allocated_bytes=int(allocated[i_alloc]), allocated_time_us=float(ev.t_us[i_alloc]),
+            reserved_bytes=int(reserved[i_res]), reserved_time_us=float(ev.t_us[i_res]),
+            fragmentation_bytes=int(reserved[i_res] - allocated[i_res]),
+            breakdown_bytes={name: int(v[i_req]) for name, v in by_cat.items()}, event_index=i_req)
 
     # -- peaks ---------------------------------------------------------------------------
-    def peak(self, d: int) -> dict:
-        """Peaks of requested, allocated and reserved, when, and the breakdown at the peak."""
-        ev = self.sim.events[d]
-        if not len(ev.t_us):
-            zero = dict.fromkeys(CATEGORIES, 0)
-            return {"peak_requested_bytes": 0, "peak_allocated_bytes": 0, "peak_reserved_bytes": 0,
-                    "peak_time_us": 0.0, "peak_reserved_time_us": 0.0, "peak_breakdown_bytes": zero,
-                    "fragmentation_bytes_at_peak": 0, "event_index": -1}
-        delta = ev.sign.astype(np.int64) * ev.size
-        requested = np.cumsum(delta)
-        allocated = np.cumsum(self.memory[d].block_bytes)
-        reserved = self.memory[d].reserved
-        i_req = int(np.argmax(requested))  # first occurrence: the earliest time the peak is reached
-        i_res = int(np.argmax(reserved))
-        breakdown = {name: int(np.sum(np.where(ev.cat[: i_req + 1] == code, delta[: i_req + 1], 0)))
-                     for code, name in enumerate(CATEGORIES)}
-        return {
-            "peak_requested_bytes": int(requested[i_req]),
-            "peak_allocated_bytes": int(allocated.max()),
-            "peak_reserved_bytes": int(reserved[i_res]),
-            "peak_time_us": float(ev.t_us[i_req]),
-            "peak_reserved_time_us": float(ev.t_us[i_res]),
-            "peak_breakdown_bytes": breakdown,
-            "fragmentation_bytes_at_peak": int(reserved[i_res] - allocated[i_res]),
-            "event_index": i_req,
-        }
+    def peak(self, d: int) -> Peak:
+        """Peaks of requested, allocated and reserved, each with its own time, and the breakdown
+        at the requested peak (computed with the series, once per device)."""
+        if d not in self._peaks:
+            self._build(d)
+        return self._peaks[d]
 
     def free_index(self, d: int) -> np.ndarray:
         """For each event, the index of the free that ends its tensor (allocs only; −1 if never

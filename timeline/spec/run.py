@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 from timeline.spec.fields import DTYPES, spec_field
 from timeline.spec.model import ModelSpec
+from timeline.spec.profiles import PROFILES
 from timeline.spec.trace import CapturedTrace
 
-PROFILES = ("megatron", "paper", "hf")
+__all__ = ["PROFILES"]  # re-exported: the run file reader checks ``model.profile`` against it
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts")
 SCHEDULE_KINDS = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev", "csv")
 
@@ -30,10 +31,6 @@ class ParallelSpec:
     etp: int = spec_field(1, positive=True, doc="expert tensor-parallel ranks (default: tp)")
     dp: int = spec_field(1, positive=True, doc="data-parallel ranks")
     layout: tuple[int, ...] | None = spec_field(None, nonneg=True, doc="layers per virtual stage")
-
-    @property
-    def world_size(self) -> int:
-        return self.pp * self.tp * self.cp * self.dp
 
     @property
     def edp(self) -> int:

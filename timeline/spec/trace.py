@@ -101,7 +101,3 @@ class CapturedTrace:
     @property
     def seq_len(self) -> int:
         return int(self.provenance.get("seq_len", 0))
-
-    def layer_of_storage(self) -> dict[int, int]:
-        """Storage id → layer of the op that created it (−1 outside layers; absent: pre-existing)."""
-        return {s: op.layer for op in self.ops for s in op.allocs}

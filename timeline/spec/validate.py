@@ -7,7 +7,9 @@ use one of 1, 2, 4, 8, 16, 32, 64, 128``.
 
 from __future__ import annotations
 
+from timeline.spec.profiles import MODEL_PARALLEL_KEYS, PROFILES
 from timeline.spec.run import RunSpec
+from timeline.spec.schedule_rules import schedule_problems
 
 
 def _divisors(n: int, limit: int = 12) -> str:
@@ -69,13 +71,8 @@ def validate_run(run: RunSpec) -> list[tuple[str, str]]:
 
     # -- pipeline layout ------------------------------------------------------------------
     kind = run.schedule.kind
-    if kind == "interleaved" and par.vpp < 2:
-        add(("parallel.vpp", 'schedule "interleaved" needs vpp ≥ 2 model chunks per rank; '
-             'set parallel.vpp or use schedule.kind = "1f1b"'))
-    elif kind in ("zbv", "dualpipev") and par.vpp != 2:
-        add(("parallel.vpp", f'schedule "{kind}" places exactly 2 chunks per rank (a V); set parallel.vpp = 2'))
-    elif kind in ("gpipe", "1f1b", "zb-h1", "dualpipe") and par.vpp != 1:
-        add(("parallel.vpp", f'schedule "{kind}" holds one chunk per rank; set vpp = 1 or use "interleaved"'))
+    problems += schedule_problems(kind, pp=par.pp, vpp=par.vpp, num_microbatches=tr.num_microbatches,
+                                  microbatch_group_size=run.schedule.microbatch_group_size)
     chunks = par.pp * par.vpp
     layers = m.num_hidden_layers
     if par.layout is not None:
@@ -89,14 +86,18 @@ def validate_run(run: RunSpec) -> list[tuple[str, str]]:
              f"give a layout, e.g. layout = {suggest_layout(layers, chunks)}"))
 
     # -- profiles and ZeRO -------------------------------------------------------------------
-    if run.profile == "megatron" and tr.zero > 1:
-        add(("training.zero", f"zero = {tr.zero} is not available with profile = \"megatron\" (its "
-             "distributed optimizer is zero = 1); use zero = 0 or 1, or profile = \"paper\""))
-    if run.profile == "hf":
-        for key in ("pp", "tp", "ep", "cp"):
+    life = PROFILES.get(run.profile)
+    if life is None:
+        add(("model.profile", f"{run.profile!r} is not valid; use one of {', '.join(PROFILES)}"))
+    elif tr.zero > life.max_zero:
+        add(("training.zero", f"zero = {tr.zero} is not available with profile = \"{life.name}\" "
+             f"({life.zero_note}); use zero = {' or '.join(map(str, range(life.max_zero + 1)))}, or "
+             f"profile = \"{life.instead}\""))
+    if life is not None and life.single_device:
+        for key in MODEL_PARALLEL_KEYS:
             if getattr(par, key) > 1:
-                add((f"parallel.{key}", f'profile = "hf" models one device per model replica; '
-                     f'{key} > 1 needs profile = "megatron"'))
+                add((f"parallel.{key}", f'profile = "{life.name}" models one device per model replica; '
+                     f'{key} > 1 needs profile = "{life.instead}"'))
 
     # -- recompute --------------------------------------------------------------------------
     rc = run.recompute

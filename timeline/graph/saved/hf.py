@@ -15,7 +15,7 @@ Paths are in huggingface/transformers ``src/transformers`` and pytorch ``tools/a
 
 from __future__ import annotations
 
-from timeline.graph.saved import SavedTable, SaveRule
+from timeline.graph.saved.table import SavedTable, SaveRule
 
 LLAMA = "models/llama/modeling_llama.py"
 DSV3 = "models/deepseek_v3/modeling_deepseek_v3.py"

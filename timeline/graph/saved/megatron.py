@@ -14,7 +14,7 @@ its down projections are TELinear ``parallel_mode="duplicated"`` on the sequence
 
 from __future__ import annotations
 
-from timeline.graph.saved import SavedTable, SaveRule
+from timeline.graph.saved.table import SavedTable, SaveRule
 
 MC = "NVIDIA/Megatron-LM@core_v0.14.0:megatron/core"
 TE = "NVIDIA/TransformerEngine@v2.6:transformer_engine/pytorch"

@@ -11,7 +11,7 @@ and keeps the routing info. Every GEMM keeps its input for the weight gradient.
 
 from __future__ import annotations
 
-from timeline.graph.saved import SavedTable, SaveRule
+from timeline.graph.saved.table import SavedTable, SaveRule
 
 K22 = "Korthikanti et al. 2022 §4.1 (Table 2)"
 DS = "arXiv 2502.07846 §6 (Table 9/10)"

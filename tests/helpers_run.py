@@ -1,0 +1,64 @@
+"""The tests' tiny run: a 256-wide Llama with one layer per pipeline rank (unless ``layers`` says
+otherwise), 128-token sequences, 4 micro-batches, 2 iterations, megatron profile, 1F1B and the
+caching allocator. ``tiny_run(**overrides)`` changes any field by its name:
+
+- a field of exactly one section by its own name: ``pp=4``, ``num_microbatches=8``,
+  ``capacity_gib=0.04``, ``expandable_segments=True``, ``latency_us=0.0``;
+- the two ``kind`` fields by their section: ``schedule="gpipe"``, ``allocator="ideal"``;
+- whole parts: ``model=``, ``profile=``, ``name=``, ``recompute=RecomputeSpec(...)``, ``layers=``.
+
+Importable from every test directory (``tests/`` is on ``sys.path`` through the top conftest)
+and from ``tools/regen_goldens.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import replace
+
+from timeline.spec.model import ModelSpec
+from timeline.spec.presets import PRESETS
+from timeline.spec.run import (
+    AllocatorSpec,
+    HardwareSpec,
+    ParallelSpec,
+    RecomputeSpec,
+    RunSpec,
+    ScheduleSpec,
+    TrainingSpec,
+)
+
+#: a small dense model; ``num_hidden_layers`` is set per run
+TINY_MODEL = replace(PRESETS["llama3-8b"], hidden_size=256, num_attention_heads=8, num_key_value_heads=8,
+                     intermediate_size=512, vocab_size=1024)
+
+_SECTIONS = {"parallel": ParallelSpec, "training": TrainingSpec, "recompute": RecomputeSpec,
+             "schedule": ScheduleSpec, "allocator": AllocatorSpec, "hardware": HardwareSpec}
+_DEFAULTS = {"training": {"seq_len": 128, "num_microbatches": 4, "iterations": 2}}
+
+
+def _section_of(key: str) -> str:
+    owners = [s for s, cls in _SECTIONS.items() if key in {f.name for f in dataclasses.fields(cls)}]
+    if len(owners) != 1:
+        raise TypeError(f"tiny_run: {key!r} names a field of {owners or 'no section'}; "
+                        "use schedule=/allocator= for the kinds")
+    return owners[0]
+
+
+def tiny_run(*, layers: int | None = None, model: ModelSpec | None = None, profile: str = "megatron",
+             name: str = "tiny", schedule: str = "1f1b", allocator: str = "caching",
+             recompute: RecomputeSpec | None = None, **overrides) -> RunSpec:
+    """The tiny run with ``overrides`` applied (see the module docstring)."""
+    fields: dict[str, dict] = {s: dict(_DEFAULTS.get(s, {})) for s in _SECTIONS}
+    fields["schedule"]["kind"] = schedule
+    fields["allocator"]["kind"] = allocator
+    for key, value in overrides.items():
+        fields[_section_of(key)][key] = value
+    sections = {s: cls(**fields[s]) for s, cls in _SECTIONS.items()}
+    if recompute is not None:
+        sections["recompute"] = recompute
+    if model is None:  # one layer per rank unless ``layers`` says otherwise; a given model keeps its own
+        model = replace(TINY_MODEL, num_hidden_layers=layers or sections["parallel"].pp)
+    elif layers is not None:
+        model = replace(model, num_hidden_layers=layers)
+    return RunSpec(name=name, source="-", model=model, profile=profile, model_source="test", **sections)

@@ -1,0 +1,48 @@
+"""The saved-tensor table types: a :class:`SaveRule` per op rule, gathered in a :class:`SavedTable`
+with the few structural choices a framework makes. The tables themselves are in the sibling
+modules, one per profile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaveRule:
+    saves: tuple[str, ...] = ()  # "in:SLOT" | "out:SLOT" | "extra:SLOT"
+    wgrad: tuple[str, ...] = ()  # of ``saves``, those only the weight gradient reads
+    keep_under_recompute: tuple[str, ...] = ()  # kept even inside a recomputed region
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SavedTable:
+    name: str
+    rules: dict[str, SaveRule]
+    attention: str  # "eager" (scores, softmax, dropout materialised) | "flash" | "sdpa" (torch SDPA on CUDA:
+    # flash for equal head dims ≤ 256 in 16 bits, GQA at kv-head width; else memory-efficient, k/v expanded)
+    dropout: bool  # dropout after attention/MLP outputs (and inside eager attention)
+    fused_norm_linear: bool  # norms before a linear fuse into it (TE LayerNormLinear): not "layernorm"-recomputable
+    moe_tokens: str  # "paper": b·s·top_k/ep rows, router on full b·s | "routed": (b·s/(tp·cp))·top_k
+    mla_latent_sp: bool  # MLA's compressed q/kv stay sequence-parallel (Megatron) or are gathered (paper)
+    full_recompute_moe_split: bool  # full recompute checkpoints the MoE sub-block apart (keeps its input)
+    swiglu_extra: bool  # an unfused SwiGLU also keeps silu(gate)
+    # -- structure of Python-level modelling code (Hugging Face); False/True keep paper and megatron as they were
+    upcast_fp32: bool = False  # RMSNorm input, router input and logits are copied to fp32 by a separate op
+    rope_cache: bool = False  # RoPE cos/sin built once per model (op tagged "shared") and saved by each layer
+    mla_kv_views: bool = False  # MLA's V is a view of kv_b_proj's output; attention output copied for o_proj
+    moe_weight_after_down: bool = False  # routing weights scale the down-projection output (not inside SwiGLU)
+    split_gate_up: bool = False  # a dense SwiGLU MLP has separate gate and up projections (two outputs)
+    mtp_modules: bool = True  # the framework builds DeepSeek's multi-token-prediction modules
+    # -- structure of Megatron-Core (megatron table); False keeps paper and hf as they were
+    mla_kv_combined: bool = False  # MLA's kv down projection is one [rows, kv_lora_rank + rope] tensor whose
+    # kv part the latent norm keeps whole; k_pe is gathered (a contiguous copy) before the up-projection checkpoint
+    megatron_moe: bool = False  # router and alltoall dispatcher as Megatron-Core (moe_utils.py): scores and
+    # probs in the logits dtype, a dense [tokens, E] probs map, masked_select keeping the transposed probs and
+    # routing map, tokens re-sorted by local expert (sort_chunks_by_idxs) after the all-to-all
+
+    def rule(self, key: str) -> SaveRule:
+        try:
+            return self.rules[key]
+        except KeyError:
+            raise KeyError(f"profile {self.name!r} has no saved-tensor rule for op kind {key!r}") from None

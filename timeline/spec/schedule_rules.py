@@ -1,0 +1,75 @@
+"""What each pipeline schedule requires of ``pp``, ``vpp``, the micro-batch count and the
+interleaved group size — one pure function, read by run validation (so messages name the key)
+and by the schedule generators (as a guard when they are called directly).
+
+This module does not order actions; :mod:`timeline.pipeline` does.
+"""
+
+from __future__ import annotations
+
+#: chunks per rank (vpp) a schedule requires, where it fixes it
+FIXED_VPP: dict[str, int] = {"gpipe": 1, "1f1b": 1, "zb-h1": 1, "zbv": 2, "dualpipev": 2, "dualpipe": 1}
+
+
+def _vpp(kind: str, vpp: int) -> list[tuple[str, str]]:
+    if kind == "interleaved" and vpp < 2:
+        return [("parallel.vpp", f'schedule "interleaved" needs vpp ≥ 2 model chunks per rank, not {vpp}; '
+                 'set parallel.vpp or use schedule.kind = "1f1b"')]
+    fixed = FIXED_VPP.get(kind)
+    if fixed == 2 and vpp != 2:
+        return [("parallel.vpp", f'schedule "{kind}" places exactly 2 chunks per rank (a V), not {vpp}; '
+                 "set parallel.vpp = 2")]
+    if fixed == 1 and vpp != 1:
+        return [("parallel.vpp", f'schedule "{kind}" holds one chunk per rank, not {vpp}; set parallel.vpp = 1 '
+                 'or use schedule.kind = "interleaved"')]
+    return []
+
+
+def _interleaved(pp: int, m: int, group_size: int) -> list[tuple[str, str]]:
+    if m < pp:
+        return [("training.num_microbatches", f"interleaved 1F1B needs at least pp = {pp} micro-batches, "
+                 f"not {m} (Megatron's rule); raise it to {pp} or more")]
+    group = group_size or pp
+    if not pp <= group <= m:
+        return [("schedule.microbatch_group_size", f"{group} must lie in [pp, num_microbatches] = [{pp}, {m}]; "
+                 "0 means pp")]
+    if 0 < m % group < pp:
+        return [("training.num_microbatches", f"{m} leaves a last group of {m % group} micro-batches, fewer "
+                 f"than pp = {pp} (Megatron rejects the dependency bubbles this causes); use a multiple of "
+                 f"{group}, or a schedule.microbatch_group_size that divides {m}")]
+    return []
+
+
+def _dualpipe(pp: int, m: int) -> list[tuple[str, str]]:
+    out = []
+    if pp % 2:
+        out.append(("parallel.pp", f'schedule "dualpipe" needs an even pp (its two directions meet in the '
+                    f'middle), not {pp}; use pp = {pp + 1}, or schedule.kind = "dualpipev" which has no such rule'))
+    if m % 2 or m < 2 * pp:
+        out.append(("training.num_microbatches", f'schedule "dualpipe" needs an even num_microbatches of at '
+                    f"least 2·pp = {2 * pp} (half go each way), not {m}; use {max(2 * pp, m + m % 2)}"))
+    return out
+
+
+def schedule_problems(kind: str, *, pp: int, vpp: int, num_microbatches: int,
+                      microbatch_group_size: int = 0) -> list[tuple[str, str]]:
+    """Every (key path, message) that makes ``kind`` impossible with these counts; empty if it runs.
+
+    ``microbatch_group_size`` 0 means pp (interleaved only). Counts are assumed ≥ 1 (the
+    sections check that); ``csv`` schedules are checked against their rows when read.
+    """
+    m = num_microbatches
+    out = _vpp(kind, vpp)
+    if microbatch_group_size and kind != "interleaved":
+        out.append(("schedule.microbatch_group_size", f'applies to interleaved only, not "{kind}"; '
+                    "remove it or set 0"))
+    if out:
+        return out
+    if kind == "interleaved":
+        out += _interleaved(pp, m, microbatch_group_size)
+    elif kind == "dualpipe":
+        out += _dualpipe(pp, m)
+    elif kind == "dualpipev" and m < 2 * pp:
+        out.append(("training.num_microbatches", f'schedule "dualpipev" needs at least 2·pp = {2 * pp} '
+                    f"micro-batches (one per chunk), not {m}; raise it to {2 * pp}"))
+    return out
