@@ -153,8 +153,8 @@ def test_instants_mark_peaks_and_ooms(oom_timeline):
     for d in range(tl.num_devices):
         mine = {e["name"]: e for e in inst if e["pid"] == d + 1}
         pk = tl.peak(d)
-        assert mine["peak requested"]["args"]["requested_bytes"] == pk["peak_requested_bytes"]
-        assert mine["peak reserved"]["args"]["reserved_bytes"] == pk["peak_reserved_bytes"]
+        assert mine["peak requested"]["args"]["requested_bytes"] == pk.requested_bytes
+        assert mine["peak reserved"]["args"]["reserved_bytes"] == pk.reserved_bytes
         assert mine["peak requested"]["ts"] == pytest.approx(pk.requested_time_us, abs=1e-3)
     ooms = [e for e in inst if e["name"] == "out of memory"]
     assert len(ooms) == sum(len(m.oom) for m in tl.memory) > 0

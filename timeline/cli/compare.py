@@ -91,12 +91,12 @@ def print_table(results: list[VariantResult]) -> None:
         table.add_column(col, justify="left" if col == "variant" else "right", no_wrap=col == "variant")
     for res in results:
         for i, d in enumerate(res.devices):
-            room = gib(d.headroom_bytes) + (" OOM" if d.oom or d.headroom_bytes < 0 else "")
+            room = gib(d.headroom_bytes) + ("" if d.fits else " OOM")
             table.add_row(res.name if i == 0 else "", str(d.pp_rank), str(d.device), gib(d.peak_allocated_bytes),
                           gib(d.peak_reserved_bytes), gib(d.fragmentation_bytes), gib(d.activations_at_peak_bytes),
                           f"{d.recompute_flops / 1e12:,.2f}", f"{d.recompute_time_us / 1e3:,.2f}",
                           f"{d.iteration_time_us / 1e3:,.1f}", room,
-                          style="red" if d.oom or d.headroom_bytes < 0 else None,
+                          style=None if d.fits else "red",
                           end_section=i == len(res.devices) - 1)
     console().print(table)
 

@@ -55,7 +55,8 @@ def _trace(run_dir: Path, summary: dict, mem: dict[str, np.ndarray], device: int
                        reserved=mem["reserved_bytes"][rows],
                        by_category={c: mem[c][rows] if c in mem else np.zeros(int(rows.sum()), np.int64)
                                     for c in CATEGORIES},
-                       capacity_bytes=int((hw["capacity_gib"] - hw["non_pytorch_gib"]) * 2**30))
+                       capacity_bytes=int(devices[device].get("capacity_bytes") or
+                                          (hw["capacity_gib"] - hw["non_pytorch_gib"]) * 2**30))
 
 
 def run(args: argparse.Namespace) -> int:

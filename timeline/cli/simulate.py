@@ -101,11 +101,11 @@ def print_table(tl: Timeline) -> None:
     cap = run.hardware.capacity_bytes
     for d, dev in enumerate(tl.sim.devices):
         pk = tl.peak(d)
-        dom = max(CATEGORIES, key=lambda c: pk["peak_breakdown_bytes"][c])
+        dom = max(CATEGORIES, key=lambda c: pk.breakdown_bytes[c])
         oom = tl.memory[d].oom
-        table.add_row(str(dev.pp_rank), str(dev.device), str(dev.represents), gib(pk["peak_allocated_bytes"]),
-                      gib(pk["peak_reserved_bytes"]), gib(pk["fragmentation_bytes_at_peak"]),
-                      f"{pk['peak_time_us'] / 1e3:,.1f}", f"{dom} {gib(pk['peak_breakdown_bytes'][dom])}",
+        table.add_row(str(dev.pp_rank), str(dev.device), str(dev.represents), gib(pk.allocated_bytes),
+                      gib(pk.reserved_bytes), gib(pk.fragmentation_bytes),
+                      f"{pk.requested_time_us / 1e3:,.1f}", f"{dom} {gib(pk.breakdown_bytes[dom])}",
                       gib(tl.sim.activation_bytes_per_microbatch[d]), gib(cap),
                       f"+{gib(oom[0]['request_bytes'])} at {oom[0]['t_us'] / 1e3:,.1f} ms" if oom else "-")
     con = console()

@@ -11,7 +11,19 @@ import dataclasses
 import json
 from typing import Any, BinaryIO
 
-from timeline.result.timeline import SUMMARY_KEYS, Timeline
+from timeline.result.timeline import Timeline
+
+#: summary.json key -> Peak attribute
+SUMMARY_KEYS: dict[str, str] = {
+    "peak_requested_bytes": "requested_bytes",
+    "peak_allocated_bytes": "allocated_bytes",
+    "peak_reserved_bytes": "reserved_bytes",
+    "peak_time_us": "requested_time_us",
+    "peak_allocated_time_us": "allocated_time_us",
+    "peak_reserved_time_us": "reserved_time_us",
+    "peak_breakdown_bytes": "breakdown_bytes",
+    "fragmentation_bytes_at_peak": "fragmentation_bytes",
+}
 
 FILENAME = "summary.json"
 SCHEMA = "timeline.summary/1"

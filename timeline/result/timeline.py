@@ -29,18 +29,6 @@ class MemorySeries:
     event_index: np.ndarray  # index of the last event at each time
 
 
-#: summary.json's name (schema timeline.summary/1) → :class:`Peak` field, in the file's order
-SUMMARY_KEYS: dict[str, str] = {
-    "peak_requested_bytes": "requested_bytes",
-    "peak_allocated_bytes": "allocated_bytes",
-    "peak_reserved_bytes": "reserved_bytes",
-    "peak_time_us": "requested_time_us",
-    "peak_allocated_time_us": "allocated_time_us",
-    "peak_reserved_time_us": "reserved_time_us",
-    "peak_breakdown_bytes": "breakdown_bytes",
-    "fragmentation_bytes_at_peak": "fragmentation_bytes",
-}
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Peak:
@@ -58,10 +46,6 @@ class Peak:
     breakdown_bytes: dict[str, int]  # requested bytes by category at the requested peak
     event_index: int  # the requested peak's event; −1 without events
 
-    def __getitem__(self, key: str):
-        """``peak["peak_requested_bytes"]``: the summary.json names (:data:`SUMMARY_KEYS`) or a field name.
-        Kept for callers written against the former dict; new code reads the attributes."""
-        return getattr(self, SUMMARY_KEYS.get(key, key))
 
 
 @dataclass(slots=True)
