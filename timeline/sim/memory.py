@@ -21,14 +21,7 @@ from timeline.spec.run import RunSpec
 
 
 def allocator_config(run: RunSpec) -> AllocatorConfig:
-    al = run.allocator
-    rpd = al.roundup_power2_divisions
-    return AllocatorConfig.from_options(
-        max_split_size_mb=al.max_split_size_mb or None,
-        max_non_split_rounding_mb=al.max_non_split_rounding_mb,
-        expandable_segments=al.expandable_segments,
-        roundup_power2_divisions=dict(rpd) if isinstance(rpd, tuple) else rpd,
-    )
+    return AllocatorConfig.from_spec(run.allocator)
 
 
 @dataclass(slots=True)

@@ -101,13 +101,14 @@ class HardwareSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunSpec:
-    """One simulated training job, resolved (defaults filled, paths absolute)."""
+    """One simulated training job, resolved (defaults filled); paths stay as the run file wrote
+    them, relative to its folder (``source``), so outputs do not depend on the checkout."""
 
     name: str
     source: str
     model: ModelSpec
     profile: str
-    model_source: str  # "preset:NAME", "hf_config:PATH" or "trace:PATH"
+    model_source: str  # "preset:NAME", "hf_config:PATH" or "trace:PATH", PATH as written in the run file
     parallel: ParallelSpec
     training: TrainingSpec
     recompute: RecomputeSpec
