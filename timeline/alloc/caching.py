@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable
 
 from timeline.alloc import expandable as _exp
+from timeline.alloc.base import AllocatorBase
 from timeline.alloc.blocks import ADDRESS_BITS, ADDRESS_MASK, Block, ExpandableSegment, Pool
 from timeline.alloc.config import (
     K_MIN_BLOCK_SIZE,
@@ -42,7 +43,7 @@ _SEGMENT_ALIGN = 2 << 20
 _FIRST_ADDRESS = 1 << 36
 
 
-class CachingAllocator:
+class CachingAllocator(AllocatorBase):
     """PyTorch's caching allocator for one device; addresses are plain ints (0 = null)."""
 
     def __init__(
@@ -80,15 +81,6 @@ class CachingAllocator:
         self.last_oom = False
 
     # -- public API -------------------------------------------------------------------------------
-
-    def malloc(self, size: int, stream: int = 0) -> int:
-        """Allocate ``size`` bytes on ``stream``; on OOM record it and allocate beyond capacity."""
-        return self._malloc(size, stream, True)
-
-    def try_malloc(self, size: int, stream: int = 0) -> int | None:
-        """Like :meth:`malloc`, but an OOM (recorded the same way) returns ``None``."""
-        addr = self._malloc(size, stream, False)
-        return None if addr < 0 else addr
 
     def free(self, addr: int) -> bool:
         """Free the block at ``addr``; False when it awaits stream events (``record_stream``)."""

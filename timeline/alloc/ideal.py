@@ -11,10 +11,11 @@ goes over capacity, ``try_malloc`` returns ``None``.
 
 from __future__ import annotations
 
+from timeline.alloc.base import AllocatorBase
 from timeline.alloc.caching import AllocatorStats, Listener
 
 
-class IdealAllocator:
+class IdealAllocator(AllocatorBase):
     """Perfect packing with the caching allocator's interface (lower bound on reserved bytes)."""
 
     def __init__(self, *, capacity_bytes: int | None = None, listener: Listener | None = None) -> None:
@@ -47,15 +48,6 @@ class IdealAllocator:
         if total > self.peak_allocated_bytes:
             self.peak_allocated_bytes = self.peak_requested_bytes = self.peak_reserved_bytes = total
         return addr
-
-    def malloc(self, size: int, stream: int = 0) -> int:
-        """Allocate exactly ``size`` bytes; on OOM record it and go beyond capacity."""
-        return self._malloc(size, stream, True)
-
-    def try_malloc(self, size: int, stream: int = 0) -> int | None:
-        """Like :meth:`malloc`, but an OOM returns ``None``."""
-        addr = self._malloc(size, stream, False)
-        return None if addr < 0 else addr
 
     def free(self, addr: int) -> bool:
         """Release the handle's bytes at once."""
