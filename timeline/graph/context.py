@@ -1,10 +1,12 @@
-"""The slice of a run a layer builder needs: model, sharding degrees, dtype and profile."""
+"""The slice of a run a layer builder needs: model, sharding degrees, dtype and framework."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from timeline.graph.profiles import PARAMETER_PROFILES, Profile
+from timeline.graph.framework import Framework, framework
+from timeline.graph.profiles import Profile
+from timeline.graph.saved import SavedTable
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import RunSpec
 
@@ -12,7 +14,7 @@ from timeline.spec.run import RunSpec
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BuildCtx:
     model: ModelSpec
-    profile: Profile
+    framework: Framework
     tp: int = 1
     ep: int = 1
     etp: int = 1
@@ -20,13 +22,25 @@ class BuildCtx:
 
     @classmethod
     def from_run(cls, run: RunSpec) -> BuildCtx:
+        """The run's context; the one place a run's profile name is looked up."""
         p = run.parallel
-        return cls(model=run.model, profile=PARAMETER_PROFILES[run.profile], tp=p.tp, ep=p.ep, etp=p.etp,
+        return cls(model=run.model, framework=framework(run.profile), tp=p.tp, ep=p.ep, etp=p.etp,
                    dtype=run.training.dtype)
+
+    @property
+    def profile(self) -> Profile:
+        """The framework's parameter rules."""
+        return self.framework.params
+
+    @property
+    def table(self) -> SavedTable:
+        """The framework's saved-tensor table."""
+        return self.framework.saved
 
     def unsharded(self) -> BuildCtx:
         """The model as its authors count it: no parallelism, no vocabulary padding."""
-        return BuildCtx(model=self.model, profile=replace(self.profile, vocab_pad=1), dtype=self.dtype)
+        fw = replace(self.framework, params=replace(self.profile, vocab_pad=1))
+        return BuildCtx(model=self.model, framework=fw, dtype=self.dtype)
 
     @property
     def padded_vocab(self) -> int:

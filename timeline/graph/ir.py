@@ -6,17 +6,19 @@ flash attention's log-sum-exp); they exist only if the profile's saved-tensor ta
 Input slots whose name starts with ``_`` are references, not dataflow (e.g. ``_save``: the
 sequence-parallel shard a column-parallel linear saves instead of its gathered input).
 
-:class:`Builder` collects the ops of one chunk in forward order and knows the per-device sizes
-(:class:`Dims`). This module does not decide what is saved (``timeline.graph.saved``), what is
-recomputed (``timeline.graph.recompute``) or how backward looks (``timeline.graph.backward``).
+:class:`Builder` collects the ops of one chunk in forward order and knows the per-device token
+counts (:class:`Dims`) and the chunk's parameter TensorDefs (``Builder.params``), off which
+the op builders read every local width (heads, FFN columns, experts, vocabulary). This module
+does not decide what is saved (``timeline.graph.saved``), what is recomputed
+(``timeline.graph.recompute``) or how backward looks (``timeline.graph.backward``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from timeline.graph.context import BuildCtx
-from timeline.graph.saved import SavedTable
 from timeline.graph.tensors import Category, TensorDef
 from timeline.spec.run import RunSpec
 
@@ -67,14 +69,17 @@ class FOp:
 
 
 class Builder:
-    """Collects one chunk's forward ops; layer builders call :meth:`tensor` and :meth:`op`."""
+    """Collects one chunk's forward ops; layer builders call :meth:`tensor` and :meth:`op`, and read
+    the chunk's parameters (``params``: every parameter TensorDef the chunk's graph holds)."""
 
-    def __init__(self, run: RunSpec, table: SavedTable) -> None:
+    def __init__(self, run: RunSpec, ctx: BuildCtx, params: Iterable[TensorDef]) -> None:
         p, tr = run.parallel, run.training
         self.run = run
         self.model = run.model
-        self.table = table
-        self.ctx = BuildCtx.from_run(run)
+        self.ctx = ctx
+        self.table = ctx.table
+        #: the chunk's parameter TensorDefs by name (``layers.3.mlp.down_proj.weight``)
+        self.params: dict[str, TensorDef] = {t.name: t for t in params}
         self.dims = Dims(b=tr.micro_batch_size, s=tr.seq_len, tp=p.tp, cp=p.cp, sp=run.sp_enabled, ep=p.ep,
                          etp=p.etp, dtype=tr.dtype)
         self.ops: list[FOp] = []

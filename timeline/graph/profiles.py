@@ -1,8 +1,11 @@
-"""Profiles: how a framework lays out parameters and manages their state (DESIGN §5).
+"""Parameter rules: how a framework lays out parameters and manages their state (DESIGN §5).
 
-A profile is a table of rules, each naming its source, consulted by the layer builders and
-the static-memory pass — never ``if profile == ...`` scattered through the layers.
-Activation (saved-tensor) rules join these tables in the activation part of the graph.
+A :class:`Profile` is a table of rules, each naming its source, consulted by the parameter
+builders (``timeline.graph.layers``) and the static-memory pass — never ``if profile == ...``
+scattered through the layers. The op builders read the resulting widths off the parameter
+TensorDefs, not off these rules. A framework's saved-tensor rules are in
+:mod:`timeline.graph.saved`; :mod:`timeline.graph.framework` joins the two, and each fact lives
+in exactly one of them.
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Profile:
+    """One framework's parameter-layout rules (which tensors exist, how TP splits them, how their
+    states shard)."""
+
     name: str
     #: MLA's W^QR (RoPE part of the query up-projection) split over TP, as in Megatron-Core's
     #: ``linear_q_up_proj`` (multi_latent_attention.py); the paper replicates it (2502.07846 Table 5)
@@ -38,16 +44,15 @@ class Profile:
     mtp_modules: bool
 
 
-#: profile name → its parameter rules; the lifecycle facts validation needs (ZeRO levels, one device
-#: per replica) are in :data:`timeline.spec.profiles.PROFILES`, keyed by the same names
-PARAMETER_PROFILES: dict[str, Profile] = {
-    "paper": Profile(name="paper", mla_q_rope_tp_split=False, final_norm=False, router_bias=False,
-                     shared_experts_tp_split=False, expert_state_group="moe", vocab_pad=1,
-                     mtp_embedding=False, mtp_eh_proj_tp_split=False, mtp_modules=True),
-    "megatron": Profile(name="megatron", mla_q_rope_tp_split=True, final_norm=True, router_bias=True,
-                        shared_experts_tp_split=True, expert_state_group="routed", vocab_pad=128,
-                        mtp_embedding=True, mtp_eh_proj_tp_split=True, mtp_modules=True),
-    "hf": Profile(name="hf", mla_q_rope_tp_split=True, final_norm=True, router_bias=True,
-                  shared_experts_tp_split=True, expert_state_group="routed", vocab_pad=1,
-                  mtp_embedding=False, mtp_eh_proj_tp_split=False, mtp_modules=False),
-}
+# The lifecycle facts validation needs (ZeRO levels, one device per replica) are in
+# :data:`timeline.spec.profiles.PROFILES`, keyed by the same names.
+
+PAPER = Profile(name="paper", mla_q_rope_tp_split=False, final_norm=False, router_bias=False,
+                shared_experts_tp_split=False, expert_state_group="moe", vocab_pad=1,
+                mtp_embedding=False, mtp_eh_proj_tp_split=False, mtp_modules=True)
+MEGATRON = Profile(name="megatron", mla_q_rope_tp_split=True, final_norm=True, router_bias=True,
+                   shared_experts_tp_split=True, expert_state_group="routed", vocab_pad=128,
+                   mtp_embedding=True, mtp_eh_proj_tp_split=True, mtp_modules=True)
+HF = Profile(name="hf", mla_q_rope_tp_split=True, final_norm=True, router_bias=True,
+             shared_experts_tp_split=True, expert_state_group="routed", vocab_pad=1,
+             mtp_embedding=False, mtp_eh_proj_tp_split=False, mtp_modules=False)

@@ -1,8 +1,9 @@
 """``chunk_template(run, chunk)``: the forward and backward op templates of one virtual stage.
 
 Builds the chunk's forward ops with the layer-family builders (``timeline.graph.ops_layers``),
-orders them topologically on their dataflow graph (networkx), applies the profile's saved-tensor
-table and the recompute policy (``timeline.graph.analysis``), and derives the backward
+which read every local width off the chunk's parameter graph (``timeline.graph.build``), orders
+them topologically on their dataflow graph (networkx), applies the profile's saved-tensor table
+and the recompute policy (``timeline.graph.analysis``), and derives the backward
 (``timeline.graph.backward``). Forward tensors are ``activations`` when kept for backward,
 ``comm`` for collective buffers, else ``temporary`` (freed by their last forward consumer).
 The template covers one micro-batch; the simulator shifts and renames it. It does not know
@@ -18,7 +19,8 @@ import networkx as nx
 
 from timeline.graph.analysis import Analysis, analyse, op_graph
 from timeline.graph.backward import backward_units, to_op
-from timeline.graph.build import chunk_layers
+from timeline.graph.build import chunk_layers, chunk_nodes
+from timeline.graph.context import BuildCtx
 from timeline.graph.ir import Builder, FOp
 from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
 from timeline.graph.ops_layers.attention import rope_cache
@@ -27,15 +29,17 @@ from timeline.graph.ops_layers.head import head
 from timeline.graph.ops_layers.layer import decoder_layer
 from timeline.graph.ops_layers.mtp import mtp
 from timeline.graph.recompute import recompute_regions
-from timeline.graph.saved import saved_table
 from timeline.graph.tensors import Category
 from timeline.spec.run import RunSpec
 
 
-def forward_ops(run: RunSpec, chunk: int) -> list[FOp]:
-    """The forward ops of virtual stage ``chunk`` for one micro-batch, in dataflow order."""
-    b = Builder(run, saved_table(run.profile))
+def forward_ops(run: RunSpec, chunk: int, ctx: BuildCtx | None = None) -> list[FOp]:
+    """The forward ops of virtual stage ``chunk`` for one micro-batch, in dataflow order; ``ctx``
+    defaults to the run's."""
+    ctx = ctx or BuildCtx.from_run(run)
     ranges = chunk_layers(run)
+    nodes = chunk_nodes(ctx, ranges, chunk)
+    b = Builder(run, ctx, (t for n in nodes for t in n.params))
     m, d = run.model, b.dims
     if chunk == 0:
         x = embedding(b, "embedding", None)
@@ -48,8 +52,9 @@ def forward_ops(run: RunSpec, chunk: int) -> list[FOp]:
         x = decoder_layer(b, i, f"layers.{i}", x, moe=m.is_moe_layer(i))
     if chunk == len(ranges) - 1:
         head(b, "output", "final_norm", x, None)
-        for k in range(m.mtp_layers if b.table.mtp_modules else 0):
-            mtp(b, k, x)
+        for node in nodes:  # the MTP modules the parameter graph holds
+            if node.kind == "mtp" and node.layer is not None:
+                mtp(b, node.layer - m.num_hidden_layers, x)
     else:
         b.op("send_forward", "comm", None, {"x": x}, {}, kind="p2p", stream="pp")
     g = op_graph(b.ops)
@@ -98,7 +103,7 @@ def chunk_template(run: RunSpec, chunk: int, *, pp_rank: int | None = None) -> C
     """Op templates of virtual stage ``chunk`` for one micro-batch.
 
     ``pp_rank`` (default ``chunk % pp``) picks the entry of a per-rank ``recompute.num_layers``.
-    Raises :class:`~timeline.errors.UserError` for a profile without a saved-tensor table.
+    The profile's framework (:mod:`timeline.graph.framework`) is looked up once, here.
     A captured model (``model_source`` "trace:…") lowers its trace instead; the trace decides
     what is saved, whatever the profile.
     """
@@ -106,8 +111,9 @@ def chunk_template(run: RunSpec, chunk: int, *, pp_rank: int | None = None) -> C
         from timeline.graph.trace_lowering import trace_chunk_template
 
         return trace_chunk_template(run, chunk, chunk_layers(run), pp_rank=pp_rank)
-    table = saved_table(run.profile)
-    ops = forward_ops(run, chunk)
+    ctx = BuildCtx.from_run(run)
+    table = ctx.table
+    ops = forward_ops(run, chunk, ctx)
     rank = chunk % run.parallel.pp if pp_rank is None else pp_rank
     regions = recompute_regions(run.recompute, ops, list(chunk_layers(run)[chunk]), rank, table)
     a = analyse(ops, table, regions)

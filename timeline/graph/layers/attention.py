@@ -2,10 +2,13 @@
 
 Q/K/V are column-parallel over TP (heads split), the output projection row-parallel (its
 bias, where present, is replicated — Megatron ``RowParallelLinear``). Qwen3's per-head q/k
-norms are tagged ``norm``.
+norms are tagged ``norm``. :func:`attention_heads` reads the local head counts back off the
+built parameters, for the op builders.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from timeline.graph.context import BuildCtx
 from timeline.graph.layers.norm import norm_params
@@ -31,3 +34,9 @@ def attention_params(ctx: BuildCtx, prefix: str, module: str = "attention") -> l
         out += norm_params(ctx, f"{prefix}.q_norm", hd, module="norm", kind="rmsnorm")
         out += norm_params(ctx, f"{prefix}.k_norm", hd, module="norm", kind="rmsnorm")
     return out
+
+
+def attention_heads(params: Mapping[str, TensorDef], prefix: str, head_dim: int) -> tuple[int, int]:
+    """Local (query, key/value) heads of the attention built under ``prefix``, off its q/k projections."""
+    return (params[f"{prefix}.q_proj.weight"].shape[0] // head_dim,
+            params[f"{prefix}.k_proj.weight"].shape[0] // head_dim)

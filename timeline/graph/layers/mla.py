@@ -5,10 +5,13 @@ no-RoPE and RoPE parts), W^DKV and W^KR (kv down, fused in Megatron's
 ``linear_kv_down_proj``), W^UK and W^UV (kv up), W^O. The down projections are replicated
 over TP; the up projections and W^O are split by heads. Whether W^QR is split is the
 profile's ``mla_q_rope_tp_split`` rule. The two latent norms are tagged ``norm`` (the paper
-counts them under LN).
+counts them under LN). :func:`mla_heads` reads the local head count back off the built
+parameters, for the op builders.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from timeline.graph.context import BuildCtx
 from timeline.graph.layers.norm import norm_params
@@ -38,3 +41,8 @@ def mla_params(ctx: BuildCtx, prefix: str, module: str = "attention") -> list[Te
                      split=tp))
     out.append(param(f"{prefix}.o_proj.weight", (h, nh * d_v), module=module, dtype=dt, split=tp, dim=1))
     return out
+
+
+def mla_heads(params: Mapping[str, TensorDef], prefix: str, v_head_dim: int) -> int:
+    """Local heads of the MLA built under ``prefix``, off its (head-split) W^UV."""
+    return params[f"{prefix}.kv_b_proj.v.weight"].shape[0] // v_head_dim

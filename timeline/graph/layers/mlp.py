@@ -1,7 +1,10 @@
 """Dense feed-forward blocks: SwiGLU (gate, up, down) or GPT's GeLU MLP (fc1, fc2 with
-biases). Column-parallel in, row-parallel out over ``split`` ranks (TP, or ETP for experts)."""
+biases). Column-parallel in, row-parallel out over ``split`` ranks (TP, or ETP for experts).
+:func:`mlp_ffn` reads the local FFN width back off the built parameters, for the op builders."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from timeline.graph.context import BuildCtx
 from timeline.graph.tensors import TensorDef, param
@@ -23,3 +26,16 @@ def mlp_params(ctx: BuildCtx, prefix: str, ffn: int, *, split: int, module: str 
         out += [param(f"{prefix}.fc1.bias", (ffn,), split=split, **kw),
                 param(f"{prefix}.fc2.bias", (h,), **kw)]
     return out
+
+
+def mlp_down(params: Mapping[str, TensorDef], prefix: str) -> TensorDef | None:
+    """The down projection (``down_proj`` or ``fc2``) of the MLP built under ``prefix``, if any."""
+    return params.get(f"{prefix}.down_proj.weight") or params.get(f"{prefix}.fc2.weight")
+
+
+def mlp_ffn(params: Mapping[str, TensorDef], prefix: str) -> int:
+    """Local FFN width of the MLP built under ``prefix``: the columns its down projection reads."""
+    down = mlp_down(params, prefix)
+    if down is None:
+        raise KeyError(f"no MLP parameters under {prefix!r}")
+    return down.shape[1]

@@ -4,15 +4,17 @@ Routed experts: ``n_routed_experts / ep`` per rank, each FFN split over ``etp`` 
 grouped GEMM ``experts``). The router weight is replicated; DeepSeek-V3's score-correction
 bias is an fp32 buffer where the profile holds it. Shared experts are one MLP of width
 ``n_shared × moe_intermediate`` (or Qwen's ``shared_expert_intermediate_size``), TP-split
-or replicated per the profile. Everything is tagged ``moe``.
+or replicated per the profile. Everything is tagged ``moe``. :func:`moe_local` reads the local
+expert count and widths back off the built parameters, for the op builders.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from timeline.graph.context import BuildCtx
-from timeline.graph.layers.mlp import mlp_params
+from timeline.graph.layers.mlp import mlp_down, mlp_ffn, mlp_params
 from timeline.graph.tensors import TensorDef, param
 
 
@@ -32,3 +34,22 @@ def moe_params(ctx: BuildCtx, prefix: str, module: str = "moe") -> list[TensorDe
         if m.shared_expert_gate:
             out.append(param(f"{prefix}.shared_expert_gate.weight", (1, h), module=module, dtype=ctx.dtype))
     return [replace(t, in_moe=True) for t in out]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MoELocal:
+    """What one device holds of an MoE block."""
+
+    experts: int  # routed experts on this EP rank
+    expert_ffn: int  # each routed expert's FFN width after expert-TP
+    shared_ffn: int  # the shared experts' FFN width (after TP, where the profile splits them); 0 if none
+
+
+def moe_local(params: Mapping[str, TensorDef], prefix: str) -> MoELocal:
+    """The local expert count and widths of the MoE block built under ``prefix``."""
+    n = 0
+    while mlp_down(params, f"{prefix}.experts.{n}") is not None:
+        n += 1
+    shared = mlp_down(params, f"{prefix}.shared_experts")
+    return MoELocal(experts=n, expert_ffn=mlp_ffn(params, f"{prefix}.experts.0"),
+                    shared_ffn=0 if shared is None else shared.shape[1])

@@ -9,6 +9,7 @@ the RoPE cos/sin are built once per chunk (:func:`rope_cache`) and every RoPE op
 from __future__ import annotations
 
 from timeline.graph.ir import Builder
+from timeline.graph.layers.attention import attention_heads
 from timeline.graph.ops_layers.common import NONE, Tags, norm, row_linear, sp_gather
 from timeline.graph.tensors import TensorDef
 
@@ -101,11 +102,12 @@ def rope_inputs(b: Builder) -> dict[str, TensorDef]:
 def attention(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     """Input norm + MHA/GQA; ``x`` is the layer input (sequence-parallel rows); returns the
     output projection's result on the same rows (before dropout and the residual)."""
-    m, d = b.model, b.dims
-    hd, nq, nkv = m.attn_head_dim, m.num_attention_heads // d.tp, m.kv_heads // d.tp
+    m = b.model
+    p = f"{prefix}.self_attn"
+    hd = m.attn_head_dim
+    nq, nkv = attention_heads(b.params, p, hd)
     fused = b.table.fused_norm_linear
     ln = norm(b, f"{prefix}.input_layernorm", x, layer, tags=NONE if fused else frozenset({"layernorm"}))
-    p = f"{prefix}.self_attn"
     full = sp_gather(b, f"{p}.linear_qkv", ln, layer)
     rows = full.shape[0]
     q = b.tensor(f"{p}.q", (rows, nq * hd))

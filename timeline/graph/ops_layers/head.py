@@ -7,13 +7,14 @@ the logits are copied to fp32 first and the loss keeps the fp32 log-softmax, the
 from __future__ import annotations
 
 from timeline.graph.ir import Builder
+from timeline.graph.layers.head import head_vocab
 from timeline.graph.ops_layers.common import column_linear, norm, upcast
 from timeline.graph.tensors import TensorDef
 
 
 def head(b: Builder, prefix: str, norm_name: str, x: TensorDef, layer: int | None) -> TensorDef:
     """Final norm → logits → loss; returns the scalar loss."""
-    vocab = b.ctx.padded_vocab // b.dims.tp
+    vocab = head_vocab(b.params)
     ln = norm(b, norm_name, x, layer)
     logits = column_linear(b, f"{prefix}.output_layer", ln, vocab, layer)
     if b.table.upcast_fp32:  # ForCausalLMLoss: logits.float()

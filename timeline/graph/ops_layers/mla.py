@@ -15,6 +15,7 @@ before the ``mla_up_proj`` checkpoint, which keeps the gathered copy as its inpu
 from __future__ import annotations
 
 from timeline.graph.ir import Builder
+from timeline.graph.layers.mla import mla_heads
 from timeline.graph.ops_layers.attention import core_attention, rope_inputs, sdpa_flash
 from timeline.graph.ops_layers.common import all_gather, linear, norm, row_linear, sp_gather
 from timeline.graph.tensors import TensorDef
@@ -24,10 +25,10 @@ UP = frozenset({"mla_up_proj"})
 
 def mla(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     m, d = b.model, b.dims
-    h, nh = m.hidden_size, m.num_attention_heads // d.tp
-    d_h, d_hr, d_v = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
-    ln = norm(b, f"{prefix}.input_layernorm", x, layer, tags=frozenset({"layernorm"}))
     p = f"{prefix}.self_attn"
+    h, d_h, d_hr, d_v = m.hidden_size, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
+    nh = mla_heads(b.params, p, d_v)
+    ln = norm(b, f"{prefix}.input_layernorm", x, layer, tags=frozenset({"layernorm"}))
     latent_sp = b.table.mla_latent_sp
     src = ln if latent_sp else sp_gather(b, f"{p}.linear_q_down_proj", ln, layer)
     if m.q_lora_rank:

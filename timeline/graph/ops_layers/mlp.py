@@ -5,6 +5,7 @@ table with ``split_gate_up`` (HF ``LlamaMLP``) SwiGLU's gate and up are two line
 from __future__ import annotations
 
 from timeline.graph.ir import Builder
+from timeline.graph.layers.mlp import mlp_ffn
 from timeline.graph.ops_layers.common import Tags, column_linear, norm, row_linear
 from timeline.graph.tensors import TensorDef
 
@@ -32,12 +33,12 @@ def activation(b: Builder, name: str, x: TensorDef, layer: int, ffn: int, *, rul
 
 def mlp(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     """Pre-MLP norm and the dense MLP on the layer's residual stream ``x``."""
-    m, d = b.model, b.dims
+    m = b.model
     fused = b.table.fused_norm_linear
     ln = norm(b, f"{prefix}.post_attention_layernorm", x, layer,
               tags=MLP if fused else frozenset({"layernorm"}))
     p = f"{prefix}.mlp"
-    ffn = m.intermediate_size // d.tp
+    ffn = mlp_ffn(b.params, p)
     if m.gated_mlp and b.table.split_gate_up:
         gate, up = split_gate_up(b, p, ln, ffn, layer, MLP)
         act = activation(b, f"{p}.act", gate, layer, ffn, up=up)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 from timeline.graph.ir import Builder
+from timeline.graph.layers.moe import moe_local
 from timeline.graph.ops_layers.common import (
     add,
     all_gather,
@@ -60,6 +61,7 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     paper = b.table.moe_tokens == "paper"
     ln = norm(b, f"{prefix}.pre_mlp_layernorm", x, layer, tags=frozenset({"layernorm"}))
     p = f"{prefix}.mlp"
+    local = moe_local(b.params, p)
     src = sp_gather(b, f"{p}.router", ln, layer, tags=MOE) if paper else ln
     t = src.shape[0]
     score_dtype, idx_dtype = ("bf16", "int16") if paper else ("fp32", "int64")
@@ -87,10 +89,10 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
              {"y": permuted, "probs": pprobs},
              extras={"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (t * k,), "int64"),
                      "src_idx": b.tensor(f"{p}.dispatch.src_idx", (t * k,), "int64"),
-                     "offsets": b.tensor(f"{p}.dispatch.offsets", (n // d.ep,), "int32")}, tags=MOE)
+                     "offsets": b.tensor(f"{p}.dispatch.offsets", (local.experts,), "int32")}, tags=MOE)
     rows = expert_rows(b)
     tokens, rprobs = permuted, pprobs
-    sort = b.table.megatron_moe and n // d.ep > 1
+    sort = b.table.megatron_moe and local.experts > 1
     if d.ep > 1:  # with a sort after it, "received" names the sorted copy the experts read
         a2a = f"{p}.dispatch.all_to_all.out" if sort else f"{p}.dispatch.received"
         tokens = b.tensor(a2a, (rows, h), comm=True)
@@ -108,7 +110,7 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
              {"y": st, "probs": sp}, tags=MOE)
         tokens, rprobs = st, sp
     # grouped experts
-    e_ffn = m.moe_intermediate_size // d.etp
+    e_ffn = local.expert_ffn
     fc1 = linear(b, f"{p}.experts.linear_fc1", tokens, (2 if m.gated_mlp else 1) * e_ffn, layer,
                  rule="grouped_linear", tags=MOE)
     weighted = not paper and not b.table.moe_weight_after_down  # probs enter the SwiGLU (Megatron)
@@ -137,9 +139,9 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         inputs["probs"] = rprobs
     b.op(f"{p}.combine.unpermute", "unpermute", layer, inputs, {"y": routed}, flops=float(t * k * h), tags=MOE,
          extras={"inv_idx": b.tensor(f"{p}.combine.inv_idx", (back.shape[0],), "int64")})
-    if m.shared_ffn:
-        routed = add(b, f"{p}.shared_add", shared_experts(b, f"{p}.shared_experts", ln, src, layer), routed,
-                     layer, tags=MOE)
+    if local.shared_ffn:
+        shared = shared_experts(b, f"{p}.shared_experts", ln, src, layer, local.shared_ffn)
+        routed = add(b, f"{p}.shared_add", shared, routed, layer, tags=MOE)
     if paper and routed.shape[0] != x.shape[0]:  # replicated over TP: keep this rank's SP rows (no comm)
         shard = b.tensor(f"{p}.sp_split.out", x.shape)
         b.op(f"{p}.sp_split", "comm", layer, {"x": routed}, {"y": shard}, tags=MOE)
@@ -188,16 +190,17 @@ def _megatron_router(b: Builder, p: str, src: TensorDef, logits: TensorDef,
     return probs, idx, pprobs, permuted
 
 
-def shared_experts(b: Builder, p: str, ln: TensorDef, gathered: TensorDef, layer: int) -> TensorDef:
-    """Shared experts: TP-split MLP on the SP rows (Megatron SharedExpertMLP), or under the paper's
-    convention one replicated MLP on the full ``b·s`` with an output dropout mask."""
-    m, d = b.model, b.dims
-    if b.table.moe_tokens == "paper":
-        fc1 = linear(b, f"{p}.linear_fc1", gathered, (2 if m.gated_mlp else 1) * m.shared_ffn, layer, tags=SHARED)
-        act = activation(b, f"{p}.act", fc1, layer, m.shared_ffn, tags=SHARED)
+def shared_experts(b: Builder, p: str, ln: TensorDef, src: TensorDef, layer: int, ffn: int) -> TensorDef:
+    """Shared experts of local width ``ffn``: a TP-split MLP on the SP rows ``ln`` (Megatron
+    SharedExpertMLP), or, where the profile replicates them (the paper), one MLP with no TP
+    collectives on the router's input rows ``src`` (the full ``b·s`` under the paper's token
+    convention) with an output dropout mask."""
+    m = b.model
+    if not b.ctx.profile.shared_experts_tp_split:
+        fc1 = linear(b, f"{p}.linear_fc1", src, (2 if m.gated_mlp else 1) * ffn, layer, tags=SHARED)
+        act = activation(b, f"{p}.act", fc1, layer, ffn, tags=SHARED)
         out = linear(b, f"{p}.linear_fc2", act, m.hidden_size, layer, tags=SHARED)
         return dropout(b, f"{p}.dropout", out, layer, tags=SHARED)
-    ffn = m.shared_ffn // d.tp
     if m.gated_mlp and b.table.split_gate_up:  # HF DeepseekV3MLP (one device: no TP collectives)
         gate, up = split_gate_up(b, p, ln, ffn, layer, SHARED)
         act = activation(b, f"{p}.act", gate, layer, ffn, up=up, tags=SHARED)

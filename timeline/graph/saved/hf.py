@@ -78,4 +78,4 @@ RULES: dict[str, SaveRule] = {
 TABLE = SavedTable(name="hf", rules=RULES, attention="sdpa", dropout=False, fused_norm_linear=False,
                    moe_tokens="routed", mla_latent_sp=False, full_recompute_moe_split=False, swiglu_extra=True,
                    upcast_fp32=True, rope_cache=True, mla_kv_views=True, moe_weight_after_down=True,
-                   split_gate_up=True, mtp_modules=False)
+                   split_gate_up=True)

@@ -1,6 +1,7 @@
 """The saved-tensor table types: a :class:`SaveRule` per op rule, gathered in a :class:`SavedTable`
 with the few structural choices a framework makes. The tables themselves are in the sibling
-modules, one per profile."""
+modules, one per profile; parameter facts (which modules exist, how TP splits them) are not here
+but in :mod:`timeline.graph.profiles`."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ class SavedTable:
     # flash for equal head dims ≤ 256 in 16 bits, GQA at kv-head width; else memory-efficient, k/v expanded)
     dropout: bool  # dropout after attention/MLP outputs (and inside eager attention)
     fused_norm_linear: bool  # norms before a linear fuse into it (TE LayerNormLinear): not "layernorm"-recomputable
-    moe_tokens: str  # "paper": b·s·top_k/ep rows, router on full b·s | "routed": (b·s/(tp·cp))·top_k
+    moe_tokens: str  # "paper": b·s·top_k/ep rows, router (and shared experts) on full b·s | "routed":
+    # (b·s/(tp·cp))·top_k; whether shared experts are TP-split is the parameter rule ``shared_experts_tp_split``
     mla_latent_sp: bool  # MLA's compressed q/kv stay sequence-parallel (Megatron) or are gathered (paper)
     full_recompute_moe_split: bool  # full recompute checkpoints the MoE sub-block apart (keeps its input)
     swiglu_extra: bool  # an unfused SwiGLU also keeps silu(gate)
@@ -33,7 +35,6 @@ class SavedTable:
     mla_kv_views: bool = False  # MLA's V is a view of kv_b_proj's output; attention output copied for o_proj
     moe_weight_after_down: bool = False  # routing weights scale the down-projection output (not inside SwiGLU)
     split_gate_up: bool = False  # a dense SwiGLU MLP has separate gate and up projections (two outputs)
-    mtp_modules: bool = True  # the framework builds DeepSeek's multi-token-prediction modules
     # -- structure of Megatron-Core (megatron table); False keeps paper and hf as they were
     mla_kv_combined: bool = False  # MLA's kv down projection is one [rows, kv_lora_rank + rope] tensor whose
     # kv part the latent norm keeps whole; k_pe is gathered (a contiguous copy) before the up-projection checkpoint
