@@ -69,3 +69,17 @@ def test_nothing_fits_names_device_and_bytes():
     assert res.best is None
     policy, device, over = res.shortfall
     assert device in (0, 1) and over > 0 and policy.startswith(("full", "selective"))
+
+
+def test_selective_search_in_worker_processes_gives_the_same_answer(monkeypatch):
+    import timeline.compare.fit as fit_module
+
+    run = tiny_run()
+    serial = fit(run, recompute_template, capacity_gib=0.05)
+    monkeypatch.setattr(fit_module, "PARALLEL_TEMPLATES", 0)  # force the process pool
+    parallel = fit(run, recompute_template, capacity_gib=0.05)
+    def summary(res):
+        return [(o.candidate.name, o.status, o.candidate.cost) for o in res.outcomes], res.space
+
+    assert summary(parallel) == summary(serial)
+    assert parallel.best.candidate.name == serial.best.candidate.name

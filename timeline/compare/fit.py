@@ -25,9 +25,10 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from timeline.compare.metrics import TemplateFn, VariantResult, evaluate
+from timeline.compare.metrics import MAX_WORKERS, TemplateFn, VariantResult, evaluate
 from timeline.compare.variants import Variant, recompute_name, with_recompute
 from timeline.graph.build import chunk_layers
 from timeline.pipeline import build_schedule
@@ -35,6 +36,9 @@ from timeline.sim.cost import CostModel
 from timeline.spec.run import RECOMPUTE_MODULES, RecomputeSpec, RunSpec
 
 Cost = tuple[float, float]
+
+#: template builds above which the selective search uses worker processes
+PARALLEL_TEMPLATES = 256
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,7 +153,13 @@ def selective_space(st: Statics, none: Candidate) -> tuple[list[Candidate], int]
     """Undominated selective sets by bytes saved per FLOP (best first), and how many were pruned."""
     mods = selective_modules(st.run)
     sets = [s for k in range(1, len(mods) + 1) for s in itertools.combinations(mods, k)]
-    cands = [st.candidate(RecomputeSpec(policy="selective", modules=s)) for s in sets]
+    specs = [RecomputeSpec(policy="selective", modules=s) for s in sets]
+    work = len(specs) * sum(len(x) for x in st.stages)  # templates to build
+    if work < PARALLEL_TEMPLATES:
+        cands = [st.candidate(spec) for spec in specs]
+    else:  # each set needs its own templates: share them out over the worker processes, in order
+        with ProcessPoolExecutor(max_workers=MAX_WORKERS) as pool:
+            cands = list(pool.map(st.candidate, specs, chunksize=max(1, len(specs) // (4 * MAX_WORKERS))))
     def prunes(a: Candidate, b: Candidate, a_first: bool) -> bool:  # equal numbers: the first wins
         return _dominated(b, a) and (a_first or not _dominated(a, b))
 

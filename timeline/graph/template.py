@@ -30,7 +30,7 @@ from timeline.graph.ops_layers.layer import decoder_layer
 from timeline.graph.ops_layers.mtp import mtp
 from timeline.graph.recompute import recompute_regions
 from timeline.graph.tensors import Category
-from timeline.spec.run import RunSpec
+from timeline.spec.run import RecomputeSpec, RunSpec
 
 
 def forward_ops(run: RunSpec, chunk: int, ctx: BuildCtx | None = None) -> list[FOp]:
@@ -98,6 +98,13 @@ def _saved(a: Analysis) -> tuple[SavedTensor, ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=512)
+def _forward_ops_cached(run: RunSpec, chunk: int) -> tuple[FOp, ...]:
+    """Forward ops do not depend on the recompute policy: ``run`` comes with it reset, so every
+    policy of a search (``timeline fit``, ``compare``) shares one build per chunk."""
+    return tuple(forward_ops(run, chunk))
+
+
 @lru_cache(maxsize=256)
 def chunk_template(run: RunSpec, chunk: int, *, pp_rank: int | None = None) -> ChunkTemplate:
     """Op templates of virtual stage ``chunk`` for one micro-batch.
@@ -113,7 +120,7 @@ def chunk_template(run: RunSpec, chunk: int, *, pp_rank: int | None = None) -> C
         return trace_chunk_template(run, chunk, chunk_layers(run), pp_rank=pp_rank)
     ctx = BuildCtx.from_run(run)
     table = ctx.table
-    ops = forward_ops(run, chunk, ctx)
+    ops = list(_forward_ops_cached(replace(run, recompute=RecomputeSpec()), chunk))
     rank = chunk % run.parallel.pp if pp_rank is None else pp_rank
     regions = recompute_regions(run.recompute, ops, list(chunk_layers(run)[chunk]), rank, table)
     a = analyse(ops, table, regions)
