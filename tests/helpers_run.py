@@ -62,3 +62,22 @@ def tiny_run(*, layers: int | None = None, model: ModelSpec | None = None, profi
     elif layers is not None:
         model = replace(model, num_hidden_layers=layers)
     return RunSpec(name=name, source="-", model=model, profile=profile, model_source="test", **sections)
+
+
+#: the same tiny model as a run file, for CLI tests (two iterations unless a test appends its own)
+TINY_RUN_TOML = """
+name = "tiny"
+[model]
+preset = "llama3-8b"
+num_hidden_layers = 4
+hidden_size = 256
+num_attention_heads = 8
+num_key_value_heads = 8
+intermediate_size = 512
+vocab_size = 1024
+[parallel]
+pp = 2
+[training]
+seq_len = 128
+num_microbatches = 4
+"""

@@ -10,25 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers_run import TINY_RUN_TOML
 
 from timeline.cli import main
 
-TINY = """
-name = "tiny"
-[model]
-preset = "llama3-8b"
-num_hidden_layers = 4
-hidden_size = 256
-num_attention_heads = 8
-num_key_value_heads = 8
-intermediate_size = 512
-vocab_size = 1024
-[parallel]
-pp = 2
-[training]
-seq_len = 128
-num_microbatches = 4
-"""
+TINY = TINY_RUN_TOML
 HF = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
       "intermediate_size": 128, "vocab_size": 1000}
 NO_TYPE = {k: v for k, v in HF.items() if k != "model_type"}

@@ -10,27 +10,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compare"))
+from helpers_run import TINY_RUN_TOML  # noqa: E402
 from recompute_template import recompute_template  # noqa: E402
 
 from timeline.cli import main  # noqa: E402
 
-TINY = """
-name = "tiny"
-[model]
-preset = "llama3-8b"
-num_hidden_layers = 4
-hidden_size = 256
-num_attention_heads = 8
-num_key_value_heads = 8
-intermediate_size = 512
-vocab_size = 1024
-[parallel]
-pp = 2
-[training]
-seq_len = 128
-num_microbatches = 4
-iterations = 1
-"""
+TINY = TINY_RUN_TOML + "iterations = 1\n"
 
 
 @pytest.fixture
