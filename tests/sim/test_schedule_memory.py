@@ -174,3 +174,13 @@ def test_dualpipe_overlapped_pairs_hide_communication():
             assert b.end_us - f.start_us < pf.duration_us + pb.duration_us
             pairs += 1
     assert pairs > 0
+
+
+def test_peak_context_names_the_action_and_the_microbatches_in_flight():
+    tl = sim("1f1b", 8)
+    for r in range(P):
+        ctx = tl.peak_context(r)
+        assert len(ctx["in_flight"]) == P - r  # 1F1B: rank r holds p - r micro-batches at its peak
+        assert {s for s, _ in ctx["in_flight"]} == set(tl.sim.devices[r].stages)
+        stage, kind = int(ctx["action"][0]), ctx["action"][1]
+        assert stage == r and kind in "FB"

@@ -111,6 +111,24 @@ def print_table(tl: Timeline) -> None:
     con = console()
     con.print(table)
     con.print(f"iteration time {tl.sim.iteration_time_us / 1e3:,.1f} ms; {tl.num_events:,} memory events")
+    con.print(explain_worst(tl))
+
+
+def explain_worst(tl: Timeline) -> str:
+    """One paragraph on the device with the highest peak: when, during which action, how many
+    micro-batches' activations it holds, and its largest live tensors."""
+    d = max(range(tl.num_devices), key=lambda i: (tl.peak(i).reserved_bytes, -i))
+    dev, pk, ctx = tl.sim.devices[d], tl.peak(d), tl.peak_context(d)
+    flight = ctx["in_flight"]
+    stages = sorted({s for s, _ in flight})
+    dynamic = [t for t in tl.top_tensors(d, pk.event_index, 64)
+               if t["category"] not in ("weights", "grads", "optimizer")][:3]
+    top = ", ".join(f"{t['tensor']} {gib(t['bytes'])} GiB ({t['category']}"
+                    + (f", µbatch {t['microbatch']}" if t["microbatch"] >= 0 else "") + ")" for t in dynamic)
+    return (f"worst: pp rank {dev.pp_rank} (device {dev.device}) reserves {gib(pk.reserved_bytes)} GiB; its requested "
+            f"peak {gib(pk.requested_bytes)} GiB comes at {pk.requested_time_us / 1e3:,.1f} ms during {ctx['action']}, "
+            f"holding activations of {len(flight)} micro-batch(es) on stage(s) {', '.join(map(str, stages)) or '-'}; "
+            f"largest live non-static tensors: {top or '-'}")
 
 
 def run(args: argparse.Namespace) -> int:

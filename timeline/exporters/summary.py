@@ -43,6 +43,12 @@ def resolved_run(tl: Timeline) -> dict[str, Any]:
     return out
 
 
+def _context(tl: Timeline, d: int) -> dict[str, Any]:
+    ctx = tl.peak_context(d)
+    return {"peak_action": ctx["action"],
+            "microbatches_in_flight_at_peak": [{"stage": s, "microbatch": m} for s, m in ctx["in_flight"]]}
+
+
 def summary_dict(tl: Timeline) -> dict[str, Any]:
     devices = []
     for d, dev in enumerate(tl.sim.devices):
@@ -57,6 +63,7 @@ def summary_dict(tl: Timeline) -> dict[str, Any]:
                              "optimizer": dev.optimizer_bytes},
             "params_by_module": dict(dev.params_by_module),
             "activation_bytes_per_microbatch": tl.sim.activation_bytes_per_microbatch[d],
+            **_context(tl, d),
             "iteration_time_us": tl.sim.iteration_time_us,
             "top_tensors_at_peak": tl.top_tensors(d, peak.event_index) if peak.event_index >= 0 else [],
             "oom": mem.oom[0] if mem.oom else None,

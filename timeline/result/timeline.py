@@ -163,6 +163,25 @@ class Timeline:
                  "microbatch": int(ev.microbatch[i]), "stage": int(ev.stage[i]),
                  "t_alloc_us": float(ev.t_us[i])} for i in order]
 
+    def peak_context(self, d: int) -> dict:
+        """Why device ``d`` peaks: the action running at its requested peak (e.g. ``"1F14"``, or
+        ``"static"`` / ``"step"``) and the (stage, micro-batch) pairs whose saved activations are
+        live then, in order of stage then micro-batch."""
+        pk = self.peak(d)
+        if pk.event_index < 0:
+            return {"action": None, "in_flight": []}
+        ev = self.sim.events[d]
+        a = int(ev.action[pk.event_index])
+        if a < 0:
+            action = "static"
+        else:
+            sp = self.sim.spans[d][a]
+            action = "step" if sp.kind == "step" else f"{sp.stage}{sp.kind}{sp.microbatch}"
+        live = self.live_at(d, pk.event_index)
+        act = CATEGORIES.index("activations")
+        pairs = {(int(ev.stage[i]), int(ev.microbatch[i])) for i in live if ev.cat[i] == act and ev.microbatch[i] >= 0}
+        return {"action": action, "in_flight": sorted(pairs)}
+
     def at(self, d: int, t_us: float) -> dict:
         """Memory of device ``d`` just after every event at or before ``t_us``."""
         s = self.series(d)
