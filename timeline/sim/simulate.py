@@ -77,6 +77,15 @@ class _Names:
     def __init__(self) -> None:
         self.items: list[str] = []
         self.index: dict[str, int] = {}
+        self._arrays: dict[tuple[int, str], np.ndarray] = {}
+
+    def ids(self, ph: CompiledPhase, field: str) -> np.ndarray:
+        """Name ids of one of a compiled phase's name tuples, computed once per phase."""
+        key = (id(ph), field)
+        arr = self._arrays.get(key)
+        if arr is None:
+            arr = self._arrays[key] = np.array([self(n) for n in getattr(ph, field)], dtype=np.int32)
+        return arr
 
     def __call__(self, s: str) -> int:
         i = self.index.get(s)
@@ -261,8 +270,8 @@ def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
         if gather:
             push([sp.start_us], 1, gather, CAT_CODE[Category.COMM], names("zero3.gathered_params"), -1, m, s, i)
         if len(ph.ev_offset):
-            tensor_ids = np.array([names(n) for n in ph.tensor_names], dtype=np.int32)[ph.ev_tensor]
-            op_ids = np.array([names(n) for n in ph.op_names], dtype=np.int32)[ph.ev_op]
+            tensor_ids = names.ids(ph, "tensor_names")[ph.ev_tensor]
+            op_ids = names.ids(ph, "op_names")[ph.ev_op]
             offsets = ph.ev_offset if sp.scale == 1.0 else ph.ev_offset * sp.scale
             push(offsets + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids, m, s, i)
         if gather:
@@ -288,8 +297,8 @@ def _device_ops(spans: list[Span], compiled: dict[tuple[int, str], CompiledPhase
         if not n:
             continue
         phase = np.array([names("R" if rc else sp.kind) for rc in ph.op_recompute], dtype=np.int32)
-        cols["name"].append(np.array([names(x) for x in ph.op_names], dtype=np.int32))
-        cols["stream"].append(np.array([names(x) for x in ph.op_streams], dtype=np.int32))
+        cols["name"].append(names.ids(ph, "op_names"))
+        cols["stream"].append(names.ids(ph, "op_streams"))
         k = sp.scale
         cols["t_start_us"].append((ph.op_start if k == 1.0 else ph.op_start * k) + sp.start_us)
         cols["t_end_us"].append((ph.op_end if k == 1.0 else ph.op_end * k) + sp.start_us)
