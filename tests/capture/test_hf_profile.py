@@ -31,3 +31,28 @@ def test_trace_layer_equals_hf_profile(config, fixture, request):
     analytic = chunk_template(load_run(analytic_run), 0).layer_activation_bytes
     assert traced[1] == pytest.approx(analytic[1], rel=0.01)
     assert sum(traced.values()) == pytest.approx(sum(analytic.values()), rel=0.01)
+
+
+@pytest.mark.parametrize(("config", "fixture"), [(LLAMA, "llama_run"), (DSV3, "dsv3_run")], ids=["llama", "dsv3"])
+def test_every_saved_tensor_of_the_table_is_in_the_capture(config, fixture, request):
+    """Tensor by tensor: the sizes the ``hf`` table saves for a decoder layer are the sizes a fresh
+    capture saves (a multiset); whatever the capture saves beyond them stays under 1 % of the layer."""
+    from collections import Counter
+
+    trace_run = request.getfixturevalue(fixture)
+    cfg = trace_run.with_name("config.json")
+    cfg.write_text(json.dumps(config))
+    analytic_run = trace_run.with_name("analytic.toml")
+    analytic_run.write_text(trace_run.read_text().replace(f'trace = "{trace_run.stem}.parquet"',
+                                                          'hf_config = "config.json"'))
+
+    def sizes(run_path):
+        saved = chunk_template(load_run(run_path), 0).saved
+        return Counter(st.tensor.size_bytes for st in saved if st.layer == 1)
+
+    traced, analytic = sizes(trace_run), sizes(analytic_run)
+    missing = analytic - traced
+    extra = traced - analytic
+    assert not missing, f"the table saves tensors the capture does not: {dict(missing)}"
+    layer = sum(s * n for s, n in traced.items())
+    assert sum(s * n for s, n in extra.items()) <= 0.01 * layer, dict(extra)
