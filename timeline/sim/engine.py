@@ -30,9 +30,11 @@ class Span:
     microbatch: int
     start_us: float
     end_us: float
-    #: how the action's template is stretched in time (< 1 when an overlapped F&B pair hides
-    #: communication behind computation); 1 for an action run on its own
+    #: how the action's template is stretched in time to fill its span (an overlapped F&B pair
+    #: runs both halves across the pair's whole span); 1 for an action run on its own
     scale: float = 1.0
+    #: the backward half of an overlapped F&B pair (it runs beside the forward half)
+    overlapped: bool = False
 
 
 def run_schedule(schedule: Schedule, *, iterations: int, duration_us: Callable[[int, str], float],
@@ -41,8 +43,9 @@ def run_schedule(schedule: Schedule, *, iterations: int, duration_us: Callable[[
     """Time every action of ``iterations`` back-to-back runs of ``schedule``.
 
     An overlapped F&B pair (``schedule.overlapped``, DualPipe's) starts when both halves can and
-    takes ``pair_us(stage_f, kind_f, stage_b, kind_b)``; its two spans share that time in
-    proportion to their own durations. Without ``pair_us`` pairs run one after the other."""
+    takes ``pair_us(stage_f, kind_f, stage_b, kind_b)``; both halves span that whole time, each
+    stretched to fill it, so their ops and memory events interleave. Without ``pair_us`` pairs
+    run one after the other."""
     env = simpy.Environment()
     last_stage = schedule.num_chunks - 1
     owner: dict[tuple[int, int], int] = {}
@@ -108,11 +111,11 @@ def run_schedule(schedule: Schedule, *, iterations: int, duration_us: Callable[[
                     f, b = group
                     df, db = duration_us(f.stage, f.kind), duration_us(b.stage, b.kind)
                     total = pair_us(f.stage, f.kind, b.stage, b.kind)
-                    k = total / (df + db) if df + db > 0 else 1.0
                     yield env.timeout(total)
-                    mid = start + df * k
-                    spans.append(Span(r, pos, it, f.stage, f.kind, f.microbatch, start, mid, k))
-                    spans.append(Span(r, pos + 1, it, b.stage, b.kind, b.microbatch, mid, env.now, k))
+                    spans.append(Span(r, pos, it, f.stage, f.kind, f.microbatch, start, env.now,
+                                      total / df if df > 0 else 1.0))
+                    spans.append(Span(r, pos + 1, it, b.stage, b.kind, b.microbatch, start, env.now,
+                                      total / db if db > 0 else 1.0, overlapped=True))
                 for a in group:
                     finish(a, r, it)
                 pos += len(group)

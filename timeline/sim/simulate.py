@@ -117,7 +117,9 @@ def boundary_bytes(run: RunSpec) -> int:
 
 def overlapped_us(f: CompiledPhase, b: CompiledPhase) -> float:
     """An overlapped F&B pair (DualPipe): one chunk's communication hides behind the other's
-    computation, so the pair takes the longer of all computation and all communication."""
+    computation, so the pair takes the longer of all computation and all communication; both
+    halves are stretched over it, so the forward's allocations and the backward's frees
+    interleave in time."""
     def split(ph: CompiledPhase) -> tuple[float, float]:
         compute = float(sum(e - s for e, s, st in zip(ph.op_end, ph.op_start, ph.op_streams, strict=True)
                             if st == "compute"))
@@ -298,7 +300,10 @@ def _device_ops(spans: list[Span], compiled: dict[tuple[int, str], CompiledPhase
             continue
         phase = np.array([names("R" if rc else sp.kind) for rc in ph.op_recompute], dtype=np.int32)
         cols["name"].append(names.ids(ph, "op_names"))
-        cols["stream"].append(names.ids(ph, "op_streams"))
+        if sp.overlapped:  # beside the forward half: its own threads, so slices stay nested
+            cols["stream"].append(np.array([names(f"{x} (overlapped)") for x in ph.op_streams], dtype=np.int32))
+        else:
+            cols["stream"].append(names.ids(ph, "op_streams"))
         k = sp.scale
         cols["t_start_us"].append((ph.op_start if k == 1.0 else ph.op_start * k) + sp.start_us)
         cols["t_end_us"].append((ph.op_end if k == 1.0 else ph.op_end * k) + sp.start_us)
