@@ -12,7 +12,8 @@ aten op that created it, and the autograd node attributes holding it (``MmBackwa
 
 CPU-vs-GPU fixes applied (groundtruth.md §3): SDPA emulated with the flash kernel (no mask, equal
 head dims ≤ 256, 16-bit; GQA at kv-head width) else the memory-efficient kernel (fake mode only),
-training dropout through ``native_dropout`` (1-byte masks), no packed-sequence mask, ``use_cache=False``.
+training dropout through ``native_dropout`` (1-byte masks), 16-bit LayerNorm keeping fp32 mean/rstd as
+the CUDA kernel does (fake mode only), no packed-sequence mask, ``use_cache=False``.
 Not measured: CUDA allocator rounding, workspaces, RNG state of a checkpoint (see §6).
 
 Usage: ``python tools/groundtruth.py CONFIG.json [--seq-len S] [--micro-batch B] [--recompute full]``
@@ -63,14 +64,41 @@ def gpu_like(fake: bool) -> Iterator[None]:
             return torch.native_dropout(x, p, True)[0]
         return x
 
+    class LayerNorm(torch.autograd.Function):
+        """``native_layer_norm`` keeping fp32 mean/rstd as CUDA does (the CPU kernel casts them to a
+        16-bit input's dtype: torch/_refs ``native_layer_norm``)."""
+
+        @staticmethod
+        def forward(ctx, x, shape, weight, bias, eps):
+            out, mean, rstd = torch.native_layer_norm(x, shape, weight, bias, eps)
+            mean, rstd = mean.float(), rstd.float()
+            ctx.shape = shape
+            ctx.save_for_backward(x, weight, bias, mean, rstd)
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, weight, bias, mean, rstd = ctx.saved_tensors
+            mask = [ctx.needs_input_grad[0], weight is not None, bias is not None]
+            dx, dw, db = torch.ops.aten.native_layer_norm_backward(grad, x, ctx.shape, mean.to(x.dtype),
+                                                                   rstd.to(x.dtype), weight, bias, mask)
+            return dx, None, dw, db, None
+
+    def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+        if x.dtype in (torch.bfloat16, torch.float16):
+            return LayerNorm.apply(x, list(normalized_shape), weight, bias, eps)
+        return orig_ln(x, normalized_shape, weight, bias, eps)
+
+    orig_ln = F.layer_norm
     if fake:
         F.scaled_dot_product_attention = sdpa
+        F.layer_norm = layer_norm
     F.dropout = dropout
     mu.find_packed_sequence_indices = lambda _position_ids: None  # no packed sequences: one mask for all
     try:
         yield
     finally:
-        F.scaled_dot_product_attention, F.dropout = orig_sdpa, orig_drop
+        F.scaled_dot_product_attention, F.dropout, F.layer_norm = orig_sdpa, orig_drop, orig_ln
         mu.find_packed_sequence_indices = orig_packed
 
 
@@ -100,7 +128,7 @@ def _creator_mode(stack: list[str], created: dict[int, dict[str, Any]]):
 def _layer_of(module: str) -> int:
     parts = module.split(".")
     for i, p in enumerate(parts[:-1]):
-        if p == "layers" and parts[i + 1].isdigit():
+        if p in ("layers", "h") and parts[i + 1].isdigit():  # GPT-2: transformer.h.N
             return int(parts[i + 1])
     return -1
 
@@ -145,6 +173,12 @@ def build(config: dict[str, Any], dtype: str) -> Any:
     return model
 
 
+def decoder_layers(model: Any) -> Any:
+    """The decoder layers of a causal LM: ``model.model.layers``, GPT-2's ``transformer.h``."""
+    base = getattr(model, "model", None) or model.transformer
+    return base.layers if hasattr(base, "layers") else base.h
+
+
 def measure(config: dict[str, Any], *, seq_len: int, micro_batch: int, dtype: str = "bf16",
             recompute: str = "none", fake: bool = True, peak: bool = True) -> dict[str, Any]:
     """Saved bytes per decoder layer (and by tensor) for one forward + backward of ``config``.
@@ -182,7 +216,7 @@ def measure(config: dict[str, Any], *, seq_len: int, micro_batch: int, dtype: st
             mod.register_forward_pre_hook(lambda m, a, n=name: enter(n))
             mod.register_forward_hook(lambda m, a, o: leave())
         if recompute == "full":
-            for i, layer in enumerate(model.model.layers):
+            for i, layer in enumerate(decoder_layers(model)):
                 def ckpt(*args, _fwd=layer.forward, _i=i, **kw):
                     # the hidden states (first argument) count to the layer; the shared RoPE cos/sin and
                     # position ids a checkpoint also keeps count outside layers (-1), as groundtruth.md §5

@@ -24,7 +24,8 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt2": {"norm": "layernorm", "position_embedding": "learned", "attention_bias": True,
              "linear_bias": True, "tie_word_embeddings": True, "hidden_act": "gelu_new",
              "num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12,
-             "vocab_size": 50257, "max_position_embeddings": 1024},
+             "vocab_size": 50257, "max_position_embeddings": 1024, "hidden_dropout": 0.1,
+             "attention_dropout": 0.1},  # GPT2Config resid_pdrop / attn_pdrop defaults
     "qwen2": {"attention_bias": True},
     "qwen2_moe": {"attention_bias": True, "shared_expert_gate": True},
     "qwen3": {"qk_norm": True},
@@ -75,7 +76,12 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf") -> ModelSpec:
         values["intermediate_size"] = cfg.get("n_inner") or 4 * values["hidden_size"]
         values["hidden_act"] = "gelu"
     if model_type in ("qwen2_moe", "qwen3_moe"):
-        values["first_k_dense_replace"] = 0
+        # modeling_qwen2_moe.py Qwen2MoeDecoderLayer: MoE where (layer_idx + 1) % decoder_sparse_step == 0,
+        # i.e. layers step-1, 2·step-1, … (mlp_only_layers is not modelled)
+        values["first_k_dense_replace"] = values.get("moe_layer_freq", 1) - 1
+    if model_type == "mixtral" and not values.get("moe_intermediate_size"):
+        # modeling_mixtral.py MixtralExperts: each expert is intermediate_size wide
+        values["moe_intermediate_size"] = values["intermediate_size"]
     if model_type.startswith("deepseek"):
         values["router_bias"] = cfg.get("topk_method") == "noaux_tc"
         values["first_k_dense_replace"] = cfg.get("first_k_dense_replace") or 0

@@ -110,11 +110,19 @@ def attention(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     ln = norm(b, f"{prefix}.input_layernorm", x, layer, tags=NONE if fused else frozenset({"layernorm"}))
     full = sp_gather(b, f"{p}.linear_qkv", ln, layer)
     rows = full.shape[0]
-    q = b.tensor(f"{p}.q", (rows, nq * hd))
-    k = b.tensor(f"{p}.k", (rows, nkv * hd))
-    v = b.tensor(f"{p}.v", (rows, nkv * hd))
     f = 2.0 * rows * m.hidden_size * (nq + 2 * nkv) * hd
-    b.op(f"{p}.linear_qkv", "linear", layer, {"x": full, "_save": ln}, {"q": q, "k": k, "v": v}, flops=f, wflops=f)
+    if m.model_type in b.table.fused_qkv:  # GPT-2 c_attn(x).split(...): q, k and v are views of one output
+        q = k = v = b.tensor(f"{p}.qkv", (rows, (nq + 2 * nkv) * hd))
+        b.op(f"{p}.linear_qkv", "linear", layer, {"x": full, "_save": ln}, {"qkv": q}, flops=f, wflops=f)
+    else:
+        q = b.tensor(f"{p}.q", (rows, nq * hd))
+        k = b.tensor(f"{p}.k", (rows, nkv * hd))
+        v = b.tensor(f"{p}.v", (rows, nkv * hd))
+        b.op(f"{p}.linear_qkv", "linear", layer, {"x": full, "_save": ln}, {"q": q, "k": k, "v": v}, flops=f,
+             wflops=f)
+    if m.qk_norm and b.table.qk_norm:  # Qwen3: q_norm/k_norm over head_dim, per head, before RoPE
+        q = norm(b, f"{p}.q_norm", q, layer, groups=nq)
+        k = norm(b, f"{p}.k_norm", k, layer, groups=nkv)
     if m.position_embedding == "rope":
         qr, kr = b.tensor(f"{p}.q_rope", q.shape), b.tensor(f"{p}.k_rope", k.shape)
         b.op(f"{p}.rope", "rope", layer, {"q": q, "k": k, **rope_inputs(b)}, {"q": qr, "k": kr},

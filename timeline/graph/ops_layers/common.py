@@ -19,16 +19,17 @@ def rows(t: TensorDef) -> int:
 
 
 def norm(b: Builder, name: str, x: TensorDef, layer: int | None, *, kind: str | None = None,
-         rule: str | None = None, cols: int | None = None, tags: Tags = NONE) -> TensorDef:
+         rule: str | None = None, cols: int | None = None, groups: int = 1, tags: Tags = NONE) -> TensorDef:
     """RMSNorm / LayerNorm over the last dim; extras rsigma (and mu) in fp32, one per row.
 
     ``cols`` normalises only the first ``cols`` columns of ``x`` (a split view of a wider tensor,
-    which the norm then keeps alive whole). Under a table with ``upcast_fp32`` (HF's Python
+    which the norm then keeps alive whole); ``groups`` normalises each row in that many equal parts
+    (a per-head norm: one rsigma per row and head). Under a table with ``upcast_fp32`` (HF's Python
     RMSNorm) a 16-bit input is first copied to fp32 by its own op, the norm reads the copy, and
     the 16-bit normalised tensor is an extra."""
     kind = kind or b.model.norm
     y = b.tensor(f"{name}.out", x.shape if cols is None else (rows(x), cols))
-    extras = {"rsigma": b.tensor(f"{name}.rsigma", (rows(x),), "fp32")}
+    extras = {"rsigma": b.tensor(f"{name}.rsigma", (rows(x) * groups,), "fp32")}
     if kind == "layernorm":
         extras["mu"] = b.tensor(f"{name}.mu", (rows(x),), "fp32")
     elif b.table.upcast_fp32:
@@ -96,8 +97,10 @@ def row_linear(b: Builder, name: str, x: TensorDef, out_cols: int, layer: int | 
 
 def dropout(b: Builder, name: str, x: TensorDef, layer: int | None, *, rule: str = "dropout",
             tags: Tags = NONE) -> TensorDef:
-    """Dropout with a 1-byte mask, where the profile has dropout; otherwise the identity."""
-    if not b.table.dropout:
+    """Dropout with a 1-byte mask, where the profile has dropout (or, under a table with
+    ``dropout_from_model`` naming the model type, where its ``hidden_dropout`` > 0); otherwise the identity."""
+    m = b.model
+    if not (b.table.dropout or (m.model_type in b.table.dropout_from_model and m.hidden_dropout > 0)):
         return x
     y = b.tensor(f"{name}.out", x.shape)
     b.op(name, rule, layer, {"x": x}, {"y": y}, extras={"mask": b.tensor(f"{name}.mask", x.shape, "uint8")},

@@ -11,14 +11,17 @@ from timeline.graph.tensors import TensorDef
 
 def embedding(b: Builder, prefix: str, layer: int | None) -> TensorDef:
     d, h = b.dims, b.model.hidden_size
+    extras = {}
+    if b.table.position_ids and b.model.position_embedding == "learned":  # wpe(position_ids): (1, s) int64
+        extras["position_ids"] = b.tensor(f"{prefix}.position_ids", (1, d.s_local), "int64")
     if d.tp > 1 and d.sp:
         partial = b.tensor(f"{prefix}.partial", (d.t_full, h), comm=True)
-        b.op(prefix, "embedding", layer, {}, {"y": partial}, wflops=2.0 * d.t_full * h)
+        b.op(prefix, "embedding", layer, {}, {"y": partial}, extras=extras, wflops=2.0 * d.t_full * h)
         out = b.tensor(f"{prefix}.out", (d.t_sp, h))
         b.op(f"{prefix}.reduce_scatter", "comm", layer, {"x": partial}, {"y": out}, kind="collective", stream="tp")
     else:
         out = b.tensor(f"{prefix}.out", (d.t_full, h))
-        b.op(prefix, "embedding", layer, {}, {"y": out}, wflops=2.0 * d.t_full * h)
+        b.op(prefix, "embedding", layer, {}, {"y": out}, extras=extras, wflops=2.0 * d.t_full * h)
         if d.tp > 1:
             b.op(f"{prefix}.all_reduce", "comm", layer, {"x": out}, {}, kind="collective", stream="tp")
     return dropout(b, f"{prefix}.dropout", out, layer)

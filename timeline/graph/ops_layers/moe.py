@@ -11,8 +11,9 @@ exactly that with ``pad_to_capacity``. The ``paper`` table keeps arXiv 2502.0784
 router and shared expert on the full ``b·s``, experts fed ``b·s·top_k/ep`` rows. Under a table
 with ``moe_weight_after_down`` (HF ``grouped_mm`` experts) the routing weights scale the down
 projection's output in the combine, not inside the SwiGLU; with ``upcast_fp32`` the router reads
-an fp32 copy of its input. Side tensors some implementation keeps (index vectors, offsets, the
-top-k normalisation) are extras: a table that does not save them never makes them.
+an fp32 copy of its input, unless the model type's router is a softmax on the 16-bit logits
+(``softmax_router``: Mixtral, Qwen-MoE). Side tensors some implementation keeps (index vectors,
+offsets, the top-k normalisation) are extras: a table that does not save them never makes them.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     src = sp_gather(b, f"{p}.router", ln, layer, tags=MOE) if paper else ln
     t = src.shape[0]
     score_dtype, idx_dtype = ("bf16", "int16") if paper else ("fp32", "int64")
-    if b.table.upcast_fp32:  # F.linear(hidden_states.type(torch.float32), ...)
+    softmax = m.model_type in b.table.softmax_router  # Mixtral/Qwen-MoE: softmax(F.linear(x, W), fp32)
+    if b.table.upcast_fp32 and not softmax:  # F.linear(hidden_states.type(torch.float32), ...)
         logits = linear(b, f"{p}.router", upcast(b, f"{p}.router.upcast", src, layer, tags=MOE), n, layer,
                         out_name="logits", tags=MOE)
     else:
@@ -74,17 +76,19 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         probs, idx, pprobs, permuted = _megatron_router(b, p, src, logits, layer)
     else:
         scores = b.tensor(f"{p}.router.scores", (t, n), score_dtype)
-        b.op(f"{p}.router.score", "router_score", layer, {"x": logits}, {"y": scores},
-             extras={"scores": b.tensor(f"{p}.router.scores_saved", (t, n), "fp32")}, flops=4.0 * t * n, tags=MOE)
-        probs = b.tensor(f"{p}.router.probs", (t, k), "fp32")
+        b.op(f"{p}.router.score", "router_softmax" if softmax else "router_score", layer, {"x": logits},
+             {"y": scores}, extras={"scores": b.tensor(f"{p}.router.scores_saved", (t, n), "fp32")},
+             flops=4.0 * t * n, tags=MOE)
+        plain = m.model_type in b.table.unnormalised_topk  # weights cast back to the logits dtype
+        probs = b.tensor(f"{p}.router.probs", (t, k), d.dtype if plain else "fp32")
         idx = b.tensor(f"{p}.router.topk_idx", (t, k), idx_dtype)
         norm_extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), "fp32"),
                        "raw_weights": b.tensor(f"{p}.router.topk_raw_weights", (t, k), "fp32")}
-        b.op(f"{p}.router.topk", "topk", layer, {"x": scores}, {"probs": probs, "idx": idx}, extras=norm_extras,
-             flops=float(t * n), tags=MOE)
+        b.op(f"{p}.router.topk", "topk_unnormalised" if plain else "topk", layer, {"x": scores},
+             {"probs": probs, "idx": idx}, extras=norm_extras, flops=float(t * n), tags=MOE)
         # dispatch: permute, all-to-all over EP, expert-TP all-gather
         permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
-        pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), "fp32")
+        pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), probs.dtype)
         b.op(f"{p}.dispatch.permute", "permute", layer, {"x": src, "probs": probs, "_idx": idx},
              {"y": permuted, "probs": pprobs},
              extras={"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (t * k,), "int64"),
@@ -141,6 +145,13 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
          extras={"inv_idx": b.tensor(f"{p}.combine.inv_idx", (back.shape[0],), "int64")})
     if local.shared_ffn:
         shared = shared_experts(b, f"{p}.shared_experts", ln, src, layer, local.shared_ffn)
+        if m.shared_expert_gate and b.table.shared_expert_gate:  # sigmoid(shared_expert_gate(x)) * shared
+            g = linear(b, f"{p}.shared_expert_gate", ln, 1, layer, out_name="logits", tags=SHARED)
+            gated = b.tensor(f"{p}.shared_expert_gate.out", shared.shape)
+            b.op(f"{p}.shared_expert_gate.mul", "shared_gate", layer, {"x": shared, "g": g}, {"y": gated},
+                 extras={"sigmoid": b.tensor(f"{p}.shared_expert_gate.sigmoid", (ln.shape[0], 1))},
+                 flops=float(2 * shared.shape[0] * shared.shape[1]), tags=SHARED)
+            shared = gated
         routed = add(b, f"{p}.shared_add", shared, routed, layer, tags=MOE)
     if paper and routed.shape[0] != x.shape[0]:  # replicated over TP: keep this rank's SP rows (no comm)
         shard = b.tensor(f"{p}.sp_split.out", x.shape)

@@ -2,8 +2,8 @@
 
 One device per replica, ``attn_implementation="sdpa"`` as a CUDA GPU runs it (flash kernel for
 equal head dims ≤ 256 in 16 bits, with GQA's k/v at kv-head width; else the memory-efficient
-kernel), ``grouped_mm`` experts, no dropout, no KV cache. What autograd keeps follows from the
-modelling code: RMSNorm in Python saves an fp32 copy of its input, the fp32 rstd and the 16-bit
+kernel), ``grouped_mm`` experts, dropout only where the model has it (GPT-2), no KV cache. What
+autograd keeps follows from the modelling code: RMSNorm in Python saves an fp32 copy of its input, the fp32 rstd and the 16-bit
 normalised tensor; RoPE saves the shared cos/sin; DeepSeek attention saves the ``cat`` query,
 the ``new_empty`` key, kv_b_proj's output (V is a view of it) and a ``.contiguous()`` copy of the
 attention output; the router saves an fp32 copy of its input; experts save the permuted tokens,
@@ -21,9 +21,15 @@ LLAMA = "models/llama/modeling_llama.py"
 DSV3 = "models/deepseek_v3/modeling_deepseek_v3.py"
 MOE = "integrations/moe.py grouped_mm_experts_forward"
 GT = "groundtruth.md §4"
+MIXTRAL = "models/mixtral/modeling_mixtral.py"
+QWEN2_MOE = "models/qwen2_moe/modeling_qwen2_moe.py"
+QWEN3 = "models/qwen3/modeling_qwen3.py"
+GPT2 = "models/gpt2/modeling_gpt2.py"
 
 RULES: dict[str, SaveRule] = {
-    "embedding": SaveRule(source=f"{LLAMA} embed_tokens: EmbeddingBackward0 keeps only the token ids (not modelled)"),
+    "embedding": SaveRule(saves=("extra:position_ids",),
+                          source=f"{LLAMA} embed_tokens: EmbeddingBackward0 keeps only the token ids (not "
+                                 f"modelled); {GPT2} GPT2Model: wpe(position_ids) keeps the int64 position ids"),
     "upcast": SaveRule(source=f"{LLAMA} LlamaRMSNorm: hidden_states.to(torch.float32) — the copy is saved by "
                               "the norm's pow/mul, not by the cast"),
     "rmsnorm": SaveRule(saves=("in:x", "extra:rsigma", "extra:normed"),
@@ -59,6 +65,18 @@ RULES: dict[str, SaveRule] = {
     "add": SaveRule(source="a residual add keeps nothing"),
     "router_score": SaveRule(saves=("out:y",), source=f"{DSV3} DeepseekV3TopkRouter: router_logits.sigmoid() — "
                                                       "SigmoidBackward0 saves its fp32 result"),
+    "router_softmax": SaveRule(saves=("out:y",),
+                               source=f"{MIXTRAL} MixtralTopKRouter / {QWEN2_MOE} Qwen2MoeTopKRouter: "
+                                      "softmax(router_logits, fp32) of F.linear on the 16-bit input (no fp32 copy) "
+                                      "— SoftmaxBackward0 saves its fp32 result"),
+    "topk_unnormalised": SaveRule(saves=("out:idx",),
+                                  source=f"{QWEN2_MOE} Qwen2MoeTopKRouter: with norm_topk_prob False (the config "
+                                         "default) topk keeps only its int64 indices and the weights are cast to "
+                                         "the logits dtype (16-bit routing weights in the experts)"),
+    "shared_gate": SaveRule(saves=("in:x", "extra:sigmoid"),
+                            source=f"{QWEN2_MOE} Qwen2MoeSparseMoeBlock: F.sigmoid(shared_expert_gate(x)) * "
+                                   "shared_expert_output — MulBackward0 keeps the shared expert's output and the "
+                                   "sigmoid (also SigmoidBackward0's result)"),
     "topk": SaveRule(saves=("out:idx", "extra:denominator", "extra:raw_weights"),
                      source=f"{DSV3} DeepseekV3TopkRouter: scores.gather(1, topk_indices) saves the int64 indices; "
                             "topk_weights /= denominator saves both (fp32)"),
@@ -78,4 +96,23 @@ RULES: dict[str, SaveRule] = {
 TABLE = SavedTable(name="hf", rules=RULES, attention="sdpa", dropout=False, fused_norm_linear=False,
                    moe_tokens="routed", mla_latent_sp=False, full_recompute_moe_split=False, swiglu_extra=True,
                    upcast_fp32=True, rope_cache=True, mla_kv_views=True, moe_weight_after_down=True,
-                   split_gate_up=True)
+                   split_gate_up=True,
+                   # models/qwen3/modeling_qwen3.py Qwen3Attention: q_norm/k_norm (Qwen3RMSNorm over
+                   # head_dim) on q and k before RoPE
+                   qk_norm=True,
+                   # models/gpt2/modeling_gpt2.py GPT2Model/GPT2Block: nn.Dropout on the embeddings, after
+                   # c_proj and after the MLP (resid_pdrop; bool masks on a GPU); attn_pdrop goes into SDPA's
+                   # dropout_p (rng state only). Llama/Mistral/Qwen modelling code has no residual dropout
+                   dropout_from_model=("gpt2",),
+                   # models/gpt2/modeling_gpt2.py GPT2Model.forward: position_embeds = self.wpe(position_ids)
+                   position_ids=True,
+                   # models/gpt2/modeling_gpt2.py GPT2Attention: self.c_attn(hidden_states).split(...)
+                   fused_qkv=("gpt2",),
+                   # models/mixtral/modeling_mixtral.py MixtralTopKRouter, models/qwen2_moe/modeling_qwen2_moe.py
+                   # Qwen2MoeTopKRouter, models/qwen3_moe/modeling_qwen3_moe.py Qwen3MoeTopKRouter
+                   softmax_router=("mixtral", "qwen2_moe", "qwen3_moe"),
+                   # Qwen2Moe/Qwen3MoeTopKRouter: `if self.norm_topk_prob:` (config default False), then
+                   # .to(router_logits.dtype); Mixtral always renormalises and keeps fp32 weights
+                   unnormalised_topk=("qwen2_moe", "qwen3_moe"),
+                   # models/qwen2_moe/modeling_qwen2_moe.py Qwen2MoeSparseMoeBlock.shared_expert_gate
+                   shared_expert_gate=True)

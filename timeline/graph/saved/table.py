@@ -35,6 +35,16 @@ class SavedTable:
     mla_kv_views: bool = False  # MLA's V is a view of kv_b_proj's output; attention output copied for o_proj
     moe_weight_after_down: bool = False  # routing weights scale the down-projection output (not inside SwiGLU)
     split_gate_up: bool = False  # a dense SwiGLU MLP has separate gate and up projections (two outputs)
+    qk_norm: bool = False  # a model with ``qk_norm`` runs a per-head RMSNorm on q and k (Qwen3) as its own ops
+    dropout_from_model: tuple[str, ...] = ()  # model types with dropout ops wherever the model's
+    # ``hidden_dropout`` > 0 (nn.Dropout in training), whatever ``dropout`` says; attention dropout stays in SDPA
+    fused_qkv: tuple[str, ...] = ()  # model types with one QKV projection whose output q, k and v are views of
+    softmax_router: tuple[str, ...] = ()  # model types whose router is softmax(fp32) of 16-bit logits, then top-k
+    # (the router reads the norm output itself, no fp32 copy)
+    unnormalised_topk: tuple[str, ...] = ()  # model types whose top-k weights are not renormalised but cast back
+    # to the logits dtype (Qwen-MoE ``norm_topk_prob`` = False, the config default)
+    position_ids: bool = False  # a learned position embedding's lookup keeps its int64 position ids (1, s)
+    shared_expert_gate: bool = False  # a model's ``shared_expert_gate`` scales the shared expert by a sigmoid
     # -- structure of Megatron-Core (megatron table); False keeps paper and hf as they were
     mla_kv_combined: bool = False  # MLA's kv down projection is one [rows, kv_lora_rank + rope] tensor whose
     # kv part the latent norm keeps whole; k_pe is gathered (a contiguous copy) before the up-projection checkpoint
