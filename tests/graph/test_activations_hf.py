@@ -6,9 +6,8 @@ the run file accepts under ``hf`` (Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qw
 recompute and with full recompute: every decoder layer's saved storages match the model's saved tensors size for size,
 the layer totals agree within 1 % (they agree to the byte), tensors held by the same autograd node
 attribute have the same sizes, and the step's total is within 1 % (outside the layers, full recompute's
-checkpoints also keep the int64 position ids, s·8 B, which the model leaves out). Not covered: Qwen-MoE
-configs with ``norm_topk_prob`` true (the model follows the config default, false: the top-k
-renormalisation's fp32 sum and copy, 4·T·(k + 1) B a layer, are missing). Skipped when torch or
+checkpoints also keep the int64 position ids, s·8 B, which the model leaves out). Qwen3-MoE runs with
+``norm_topk_prob`` both false and true (the renormalisation keeps an fp32 sum and copy). Skipped when torch or
 transformers (the ``capture`` extra) is not installed. ``timeline static --json`` on an hf run
 reports the numbers (no torch needed).
 """
@@ -52,6 +51,7 @@ FAMILIES = {
     "qwen2_moe": {**SMALL, **MOE, "model_type": "qwen2_moe", "shared_expert_intermediate_size": 256,
                   "decoder_sparse_step": 2},
     "qwen3_moe": {**SMALL, **MOE, "model_type": "qwen3_moe", "head_dim": 64},
+    "qwen3_moe-norm": {**SMALL, **MOE, "model_type": "qwen3_moe", "head_dim": 64, "norm_topk_prob": True},
     # LayerNorm, GeLU MLP, learned positions, dropout 0.1 (bool masks; attention dropout inside SDPA)
     "gpt2": {"model_type": "gpt2", "n_embd": 256, "n_head": 4, "n_layer": 2, "vocab_size": 1024,
              "n_positions": 1024, "activation_function": "gelu"},

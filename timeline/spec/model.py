@@ -51,6 +51,7 @@ class ModelSpec:
     first_k_dense_replace: int = spec_field(0, nonneg=True)
     moe_layer_freq: int = spec_field(1, positive=True)
     router_bias: bool = spec_field(False, doc="per-expert fp32 score-correction bias (DeepSeek-V3 noaux_tc)")
+    norm_topk_prob: bool = spec_field(False, doc="renormalise the top-k routing weights (Qwen-MoE, Mixtral always)")
     mtp_layers: int = spec_field(0, nonneg=True, doc="multi-token-prediction modules (num_nextn_predict_layers)")
 
     # -- derived -------------------------------------------------------------------

@@ -79,8 +79,9 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         b.op(f"{p}.router.score", "router_softmax" if softmax else "router_score", layer, {"x": logits},
              {"y": scores}, extras={"scores": b.tensor(f"{p}.router.scores_saved", (t, n), "fp32")},
              flops=4.0 * t * n, tags=MOE)
-        plain = m.model_type in b.table.unnormalised_topk  # weights cast back to the logits dtype
-        probs = b.tensor(f"{p}.router.probs", (t, k), d.dtype if plain else "fp32")
+        cast = m.model_type in b.table.unnormalised_topk  # weights cast back to the logits dtype
+        plain = cast and not m.norm_topk_prob  # renormalised top-k keeps its fp32 sum and raw weights
+        probs = b.tensor(f"{p}.router.probs", (t, k), d.dtype if cast else "fp32")
         idx = b.tensor(f"{p}.router.topk_idx", (t, k), idx_dtype)
         norm_extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), "fp32"),
                        "raw_weights": b.tensor(f"{p}.router.topk_raw_weights", (t, k), "fp32")}
