@@ -19,14 +19,18 @@ from timeline.graph.template import chunk_template  # noqa: E402
 from timeline.io.runfile import load_run  # noqa: E402
 
 
-@pytest.mark.parametrize(("config", "fixture"), [(LLAMA, "llama_run"), (DSV3, "dsv3_run")], ids=["llama", "dsv3"])
-def test_trace_layer_equals_hf_profile(config, fixture, request):
-    trace_run = request.getfixturevalue(fixture)
-    cfg = trace_run.with_name("config.json")
-    cfg.write_text(json.dumps(config))
+def run_pair(config: dict, trace_run):
+    """The captured run file and the same model as an ``hf`` run file (its config beside it)."""
+    trace_run.with_name("config.json").write_text(json.dumps(config))
     analytic_run = trace_run.with_name("analytic.toml")
     analytic_run.write_text(trace_run.read_text().replace(f'trace = "{trace_run.stem}.parquet"',
                                                           'hf_config = "config.json"'))
+    return trace_run, analytic_run
+
+
+@pytest.mark.parametrize(("config", "fixture"), [(LLAMA, "llama_run"), (DSV3, "dsv3_run")], ids=["llama", "dsv3"])
+def test_trace_layer_equals_hf_profile(config, fixture, request):
+    trace_run, analytic_run = run_pair(config, request.getfixturevalue(fixture))
     traced = chunk_template(load_run(trace_run), 0).layer_activation_bytes
     analytic = chunk_template(load_run(analytic_run), 0).layer_activation_bytes
     assert traced[1] == pytest.approx(analytic[1], rel=0.01)
@@ -39,12 +43,7 @@ def test_every_saved_tensor_of_the_table_is_in_the_capture(config, fixture, requ
     capture saves (a multiset); whatever the capture saves beyond them stays under 1 % of the layer."""
     from collections import Counter
 
-    trace_run = request.getfixturevalue(fixture)
-    cfg = trace_run.with_name("config.json")
-    cfg.write_text(json.dumps(config))
-    analytic_run = trace_run.with_name("analytic.toml")
-    analytic_run.write_text(trace_run.read_text().replace(f'trace = "{trace_run.stem}.parquet"',
-                                                          'hf_config = "config.json"'))
+    trace_run, analytic_run = run_pair(config, request.getfixturevalue(fixture))
 
     def sizes(run_path):
         saved = chunk_template(load_run(run_path), 0).saved

@@ -48,8 +48,9 @@ class RowBuilder:
         self.row.append(Action(stage=stage, kind="W", microbatch=mb))
 
 
-def eight_steps(b: RowBuilder, *, half_ranks: int, h: int, steady: int) -> None:
-    """Append DualPipe's steps 1–8 for a rank at distance ``h`` from its end."""
+def eight_steps(b: RowBuilder, *, half_ranks: int, h: int, steady: int) -> tuple[tuple[Action, ...], tuple[int, ...]]:
+    """DualPipe's steps 1–8 for a rank at distance ``h`` from its end: the row and where its
+    overlapped F&B pairs start."""
     # warm-up: step 1 (F0), step 2 (F0 F1), step 3 (I1 W F1)
     for _ in range(2 * (half_ranks - h - 1)):
         b.run("F", 0)
@@ -85,3 +86,6 @@ def eight_steps(b: RowBuilder, *, half_ranks: int, h: int, steady: int) -> None:
         b.run("B", 0, zero_bubble=True)
     for _ in range(h + 1):
         b.weight()
+    if b.owed:
+        raise AssertionError(f"weight gradients left unscheduled: {list(b.owed)}")
+    return tuple(b.row), tuple(b.pairs)
