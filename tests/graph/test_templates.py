@@ -92,6 +92,6 @@ def test_flops_gemm():
 
 def test_hf_profile_has_activations(write_run):
     """hf builds templates (its numbers are checked against autograd in test_activations_hf.py)."""
-    run = load_run(write_run('[model]\npreset = "deepseek-v3"\nprofile = "hf"\nnum_hidden_layers = 2\n'), [])
+    run = load_run(write_run('[model]\npreset = "deepseek-v3"\nprofile = "hf"\nnum_hidden_layers = 2\nfirst_k_dense_replace = 1\n'), [])
     t = chunk_template(run, 0)
     assert t.activation_bytes > 0 and not any(st.tensor.name.startswith("mtp.") for st in t.saved)

@@ -8,6 +8,7 @@ what a valid ``parallel.tp`` is, and the run-file reader reports it with the key
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any
@@ -100,6 +101,8 @@ def check_value(f: dataclasses.Field, tp: Any, value: Any) -> tuple[Any, str | N
             continue
         if meta.get("choices") and item not in meta["choices"]:
             return None, f"{item!r} is not valid; use {_describe_range(meta)}"
+        if isinstance(item, float) and not math.isfinite(item):
+            return None, f"must be a finite number, got {item!r}"
         if isinstance(item, (int, float)):
             if meta.get("positive") and item <= 0:
                 return None, f"must be positive, got {item!r}"

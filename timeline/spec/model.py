@@ -13,19 +13,24 @@ from dataclasses import dataclass, replace
 
 from timeline.spec.fields import spec_field
 
+#: the most decoder layers a model may have: ten times the deepest published LLM (GPT-3-style
+#: 1T: 128), so templates stay buildable in seconds; shapes are capped likewise (hidden_size
+#: 2**20, vocab_size 2**24, …) so that every tensor's byte count fits the allocator model.
+MAX_LAYERS = 1280
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
     name: str = spec_field("custom", doc="label used in outputs")
     model_type: str = spec_field("llama", doc="architecture family (Hugging Face model_type)")
-    hidden_size: int = spec_field(4096, positive=True)
-    num_hidden_layers: int = spec_field(32, positive=True)
-    num_attention_heads: int = spec_field(32, positive=True)
-    num_key_value_heads: int = spec_field(0, nonneg=True, doc="0 = num_attention_heads")
-    head_dim: int = spec_field(0, nonneg=True, doc="0 = hidden_size / num_attention_heads")
-    intermediate_size: int = spec_field(11008, positive=True, doc="dense FFN width")
-    vocab_size: int = spec_field(32000, positive=True)
-    max_position_embeddings: int = spec_field(4096, positive=True)
+    hidden_size: int = spec_field(4096, positive=True, maximum=2**20)
+    num_hidden_layers: int = spec_field(32, positive=True, maximum=MAX_LAYERS)
+    num_attention_heads: int = spec_field(32, positive=True, maximum=2**16)
+    num_key_value_heads: int = spec_field(0, nonneg=True, maximum=2**16, doc="0 = num_attention_heads")
+    head_dim: int = spec_field(0, nonneg=True, maximum=2**16, doc="0 = hidden_size / num_attention_heads")
+    intermediate_size: int = spec_field(11008, positive=True, maximum=2**22, doc="dense FFN width")
+    vocab_size: int = spec_field(32000, positive=True, maximum=2**24)
+    max_position_embeddings: int = spec_field(4096, positive=True, maximum=2**30)
     norm: str = spec_field("rmsnorm", choices=("rmsnorm", "layernorm"))
     hidden_act: str = spec_field("silu", choices=("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu"))
     position_embedding: str = spec_field("rope", choices=("rope", "learned"))
@@ -36,23 +41,23 @@ class ModelSpec:
     hidden_dropout: float = spec_field(0.0, minimum=0.0, maximum=1.0)
     tie_word_embeddings: bool = spec_field(False)
     # Multi-head latent attention (DeepSeek); kv_lora_rank = 0 means ordinary MHA/GQA.
-    q_lora_rank: int = spec_field(0, nonneg=True, doc="0 = no query compression")
-    kv_lora_rank: int = spec_field(0, nonneg=True, doc="0 = not MLA")
-    qk_nope_head_dim: int = spec_field(0, nonneg=True)
-    qk_rope_head_dim: int = spec_field(0, nonneg=True)
-    v_head_dim: int = spec_field(0, nonneg=True)
+    q_lora_rank: int = spec_field(0, nonneg=True, maximum=2**20, doc="0 = no query compression")
+    kv_lora_rank: int = spec_field(0, nonneg=True, maximum=2**20, doc="0 = not MLA")
+    qk_nope_head_dim: int = spec_field(0, nonneg=True, maximum=2**16)
+    qk_rope_head_dim: int = spec_field(0, nonneg=True, maximum=2**16)
+    v_head_dim: int = spec_field(0, nonneg=True, maximum=2**16)
     # Mixture of experts; n_routed_experts = 0 means a dense model.
-    n_routed_experts: int = spec_field(0, nonneg=True)
-    n_shared_experts: int = spec_field(0, nonneg=True)
-    moe_intermediate_size: int = spec_field(0, nonneg=True)
-    shared_expert_intermediate_size: int = spec_field(0, nonneg=True, doc="0 = n_shared_experts × moe_intermediate_size")
+    n_routed_experts: int = spec_field(0, nonneg=True, maximum=2**16)
+    n_shared_experts: int = spec_field(0, nonneg=True, maximum=2**10)
+    moe_intermediate_size: int = spec_field(0, nonneg=True, maximum=2**22)
+    shared_expert_intermediate_size: int = spec_field(0, nonneg=True, maximum=2**22, doc="0 = n_shared_experts × moe_intermediate_size")
     shared_expert_gate: bool = spec_field(False, doc="sigmoid gate on the shared expert (Qwen-MoE)")
-    num_experts_per_tok: int = spec_field(0, nonneg=True)
-    first_k_dense_replace: int = spec_field(0, nonneg=True)
-    moe_layer_freq: int = spec_field(1, positive=True)
+    num_experts_per_tok: int = spec_field(0, nonneg=True, maximum=2**16)
+    first_k_dense_replace: int = spec_field(0, nonneg=True, maximum=MAX_LAYERS)
+    moe_layer_freq: int = spec_field(1, positive=True, maximum=MAX_LAYERS)
     router_bias: bool = spec_field(False, doc="per-expert fp32 score-correction bias (DeepSeek-V3 noaux_tc)")
     norm_topk_prob: bool = spec_field(False, doc="renormalise the top-k routing weights (Qwen-MoE, Mixtral always)")
-    mtp_layers: int = spec_field(0, nonneg=True, doc="multi-token-prediction modules (num_nextn_predict_layers)")
+    mtp_layers: int = spec_field(0, nonneg=True, maximum=64, doc="multi-token-prediction modules (num_nextn_predict_layers)")
 
     # -- derived -------------------------------------------------------------------
     @property

@@ -11,26 +11,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from timeline.spec.fields import DTYPES, spec_field
-from timeline.spec.model import ModelSpec
+from timeline.spec.model import MAX_LAYERS, ModelSpec
 from timeline.spec.profiles import PROFILES
 from timeline.spec.trace import CapturedTrace
 
 __all__ = ["PROFILES"]  # re-exported: the run file reader checks ``model.profile`` against it
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts")
+#: simulated iterations at most: the second already shows the steady state
+MAX_ITERATIONS = 1000
 SCHEDULE_KINDS = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev", "csv")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ParallelSpec:
-    pp: int = spec_field(1, positive=True, doc="pipeline-parallel ranks")
-    vpp: int = spec_field(1, positive=True, doc="model chunks per pipeline rank")
-    tp: int = spec_field(1, positive=True, doc="tensor-parallel ranks")
+    pp: int = spec_field(1, positive=True, maximum=2**20, doc="pipeline-parallel ranks")
+    vpp: int = spec_field(1, positive=True, maximum=2**20, doc="model chunks per pipeline rank")
+    tp: int = spec_field(1, positive=True, maximum=2**20, doc="tensor-parallel ranks")
     sp: bool = spec_field(False, doc="sequence parallelism (default: on when tp > 1)")
-    cp: int = spec_field(1, positive=True, doc="context-parallel ranks")
-    ep: int = spec_field(1, positive=True, doc="expert-parallel ranks")
-    etp: int = spec_field(1, positive=True, doc="expert tensor-parallel ranks (default: tp)")
-    dp: int = spec_field(1, positive=True, doc="data-parallel ranks")
-    layout: tuple[int, ...] | None = spec_field(None, nonneg=True, doc="layers per virtual stage")
+    cp: int = spec_field(1, positive=True, maximum=2**20, doc="context-parallel ranks")
+    ep: int = spec_field(1, positive=True, maximum=2**20, doc="expert-parallel ranks")
+    etp: int = spec_field(1, positive=True, maximum=2**20, doc="expert tensor-parallel ranks (default: tp)")
+    dp: int = spec_field(1, positive=True, maximum=2**20, doc="data-parallel ranks")
+    layout: tuple[int, ...] | None = spec_field(None, nonneg=True, maximum=MAX_LAYERS, doc="layers per virtual stage")
 
     @property
     def edp(self) -> int:
@@ -40,10 +42,11 @@ class ParallelSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainingSpec:
-    micro_batch_size: int = spec_field(1, positive=True)
-    seq_len: int = spec_field(4096, positive=True)
-    num_microbatches: int = spec_field(8, positive=True)
-    iterations: int = spec_field(2, positive=True)
+    micro_batch_size: int = spec_field(1, positive=True, maximum=2**16)
+    seq_len: int = spec_field(4096, positive=True, maximum=2**26)
+    num_microbatches: int = spec_field(8, positive=True, maximum=2**31 - 1)
+    iterations: int = spec_field(2, positive=True, maximum=MAX_ITERATIONS, doc="back-to-back "
+                                    "iterations; the steady state is reached in the second")
     optimizer_step: bool = spec_field(True, doc="false: no optimizer step (nor the states it creates), e.g. to "
                                       "compare one forward + backward with a measured peak")
     dtype: str = spec_field("bf16", choices=DTYPES, doc="weights and activations")
@@ -53,7 +56,7 @@ class TrainingSpec:
     zero: int = spec_field(0, choices=(0, 1, 2, 3))
     routing: str = spec_field("balanced", choices=("balanced", "skew"))
     routing_skew: float = spec_field(1.0, minimum=1.0, doc="busiest EP rank's tokens / mean")
-    capacity_factor: float = spec_field(0.0, nonneg=True, doc="0 = dropless")
+    capacity_factor: float = spec_field(0.0, nonneg=True, maximum=1e3, doc="0 = dropless")
     pad_to_capacity: bool = spec_field(False)
 
 
@@ -62,37 +65,37 @@ class RecomputeSpec:
     policy: str = spec_field("none", choices=("none", "selective", "full"))
     modules: tuple[str, ...] = spec_field(("core_attn",), choices=RECOMPUTE_MODULES)
     method: str = spec_field("uniform", choices=("uniform", "block"))
-    num_layers: int | tuple[int, ...] = spec_field(1, nonneg=True)
+    num_layers: int | tuple[int, ...] = spec_field(1, nonneg=True, maximum=MAX_LAYERS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleSpec:
     kind: str = spec_field("1f1b", choices=SCHEDULE_KINDS)
     csv: str | None = spec_field(None, doc="path of a CSV schedule (kind = csv)")
-    microbatch_group_size: int = spec_field(0, nonneg=True, doc="interleaved: 0 = pp")
+    microbatch_group_size: int = spec_field(0, nonneg=True, maximum=2**31 - 1, doc="interleaved: 0 = pp")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AllocatorSpec:
     kind: str = spec_field("caching", choices=("caching", "ideal"))
     expandable_segments: bool = spec_field(False)
-    max_split_size_mb: int = spec_field(0, nonneg=True, doc="0 = unlimited; else > 20")
-    max_non_split_rounding_mb: int = spec_field(20, nonneg=True)
-    roundup_power2_divisions: int | dict[str, int] = spec_field(0, nonneg=True)
+    max_split_size_mb: int = spec_field(0, nonneg=True, maximum=2**30, doc="0 = unlimited; else > 20")
+    max_non_split_rounding_mb: int = spec_field(20, nonneg=True, maximum=2**30)
+    roundup_power2_divisions: int | dict[str, int] = spec_field(0, nonneg=True, maximum=2**10)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HardwareSpec:
     gpu: str = spec_field("h800")
-    capacity_gib: float = spec_field(80.0, positive=True)
-    non_pytorch_gib: float = spec_field(0.0, nonneg=True, doc="CUDA context, NCCL, workspaces")
-    bf16_tflops: float = spec_field(989.0, positive=True, doc="dense BF16 peak")
-    hbm_gbps: float = spec_field(3350.0, positive=True)
-    nvlink_gbps: float = spec_field(200.0, positive=True, doc="per direction")
-    network_gbps: float = spec_field(50.0, positive=True, doc="per GPU")
-    efficiency: float = spec_field(0.6, positive=True, maximum=1.0, doc="achieved / peak compute")
-    comm_efficiency: float = spec_field(0.8, positive=True, maximum=1.0)
-    latency_us: float = spec_field(10.0, nonneg=True, doc="per-collective alpha")
+    capacity_gib: float = spec_field(80.0, positive=True, maximum=2.0**20)
+    non_pytorch_gib: float = spec_field(0.0, nonneg=True, maximum=2.0**20, doc="CUDA context, NCCL, workspaces")
+    bf16_tflops: float = spec_field(989.0, minimum=0.001, maximum=1e9, doc="dense BF16 peak")
+    hbm_gbps: float = spec_field(3350.0, minimum=0.001, maximum=1e9)
+    nvlink_gbps: float = spec_field(200.0, minimum=0.001, maximum=1e9, doc="per direction")
+    network_gbps: float = spec_field(50.0, minimum=0.001, maximum=1e9, doc="per GPU")
+    efficiency: float = spec_field(0.6, minimum=0.001, maximum=1.0, doc="achieved / peak compute")
+    comm_efficiency: float = spec_field(0.8, minimum=0.001, maximum=1.0)
+    latency_us: float = spec_field(10.0, nonneg=True, maximum=1e6, doc="per-collective alpha")
 
     @property
     def capacity_bytes(self) -> int:

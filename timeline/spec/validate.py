@@ -7,6 +7,7 @@ use one of 1, 2, 4, 8, 16, 32, 64, 128``.
 
 from __future__ import annotations
 
+from timeline.spec.model import ModelSpec
 from timeline.spec.profiles import MODEL_PARALLEL_KEYS, PROFILES
 from timeline.spec.run import RunSpec
 from timeline.spec.schedule_rules import schedule_problems
@@ -23,9 +24,60 @@ def suggest_layout(layers: int, chunks: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(chunks)]
 
 
+def model_problems(m: ModelSpec) -> list[tuple[str, str]]:
+    """Contradictions inside the architecture that the modelling code itself would reject."""
+    problems: list[tuple[str, str]] = []
+    add = problems.append
+    if not m.head_dim and m.hidden_size % m.num_attention_heads:
+        add(("model.num_attention_heads", f"{m.num_attention_heads} does not divide hidden_size={m.hidden_size}; "
+             "give head_dim explicitly or a head count that divides it"))
+    if m.kv_heads > m.num_attention_heads:
+        add(("model.num_key_value_heads", f"{m.kv_heads} exceeds num_attention_heads={m.num_attention_heads}; "
+             "grouped-query attention shares each key/value head among several query heads"))
+    if m.is_mla and not (m.qk_rope_head_dim and m.qk_nope_head_dim and m.v_head_dim):
+        add(("model.kv_lora_rank", "multi-head latent attention (kv_lora_rank > 0) needs qk_rope_head_dim, "
+             "qk_nope_head_dim and v_head_dim, each ≥ 1"))
+    if m.is_moe:
+        if not 1 <= m.num_experts_per_tok <= m.n_routed_experts:
+            add(("model.num_experts_per_tok", f"{m.num_experts_per_tok} is not in 1…n_routed_experts="
+                 f"{m.n_routed_experts}: each token is routed to at least one and at most every expert"))
+        if not m.moe_intermediate_size:
+            add(("model.moe_intermediate_size", "a mixture-of-experts model (n_routed_experts > 0) needs "
+                 "moe_intermediate_size ≥ 1, the width of one expert"))
+    if m.first_k_dense_replace > m.num_hidden_layers:
+        add(("model.first_k_dense_replace", f"{m.first_k_dense_replace} exceeds num_hidden_layers="
+             f"{m.num_hidden_layers}; use at most {m.num_hidden_layers} (all dense)"))
+    return problems
+
+
+def chunk_sizes(run: RunSpec) -> list[int]:
+    """Decoder layers per virtual stage: the layout, or the even split validate_run requires."""
+    chunks = run.parallel.pp * run.parallel.vpp
+    if run.parallel.layout is not None:
+        return list(run.parallel.layout)
+    return suggest_layout(run.model.num_hidden_layers, chunks)
+
+
+def recompute_problems(run: RunSpec) -> list[tuple[str, str]]:
+    """Full recompute's ``num_layers`` against the chunks it applies to."""
+    rc = run.recompute
+    if rc.policy != "full":
+        return []
+    nums = rc.num_layers if isinstance(rc.num_layers, tuple) else (rc.num_layers,)
+    problems: list[tuple[str, str]] = []
+    if rc.method == "uniform" and any(n == 0 for n in nums):
+        problems.append(("recompute.num_layers", 'method = "uniform" checkpoints groups of num_layers layers; '
+                         'give 1 or more (method = "block" takes 0 for a rank that recomputes nothing)'))
+    most = max(chunk_sizes(run), default=0)
+    if any(n > most for n in nums):
+        problems.append(("recompute.num_layers", f"{max(nums)} exceeds the {most} decoder layers of the largest "
+                         f"virtual stage; use 1…{most}"))
+    return problems
+
+
 def validate_run(run: RunSpec) -> list[tuple[str, str]]:
     m, par, tr = run.model, run.parallel, run.training
-    problems: list[tuple[str, str]] = []
+    problems: list[tuple[str, str]] = model_problems(m)
     add = problems.append
 
     # -- tensor parallelism ------------------------------------------------------------
@@ -104,6 +156,8 @@ def validate_run(run: RunSpec) -> list[tuple[str, str]]:
     if isinstance(rc.num_layers, tuple) and len(rc.num_layers) != par.pp:
         add(("recompute.num_layers", f"has {len(rc.num_layers)} entries; give one per pipeline rank "
              f"(pp = {par.pp}) or a single integer"))
+    elif not any(k == "parallel.layout" for k, _ in problems):
+        problems += recompute_problems(run)
     if rc.policy == "selective":
         if "mla_up_proj" in rc.modules and not m.is_mla:
             add(("recompute.modules", f'"mla_up_proj" needs an MLA model; {m.name} has none'))
