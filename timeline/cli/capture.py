@@ -14,7 +14,7 @@ from typing import Any
 
 from timeline.cli.common import check_output_file, positive, write_file_atomically
 from timeline.errors import UserError
-from timeline.io.hf_config import check_hf_config
+from timeline.io.hf_config import check_hf_config, family
 
 HELP = "record one forward + backward of a model's aten ops (fake CPU tensors) into a trace file"
 DESCRIPTION = """\
@@ -101,6 +101,10 @@ def _source(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[str, d
             raise UserError(f"--hf-config {args.hf_config}: expected a JSON object")
         cfg = {**cfg, **overrides}
         check_hf_config(cfg, f"--hf-config {args.hf_config}")
+        known, note = family(cfg)
+        if note:  # e.g. Kimi-K2: transformers builds it by the class its architectures name
+            print(f"note: --hf-config {args.hf_config}: {note}", file=sys.stderr)
+            cfg = {**cfg, "model_type": known}
         return f"--hf-config {shlex.quote(args.hf_config)}{sets}", cfg
     if args.preset:
         from timeline.spec.presets import PRESETS

@@ -12,6 +12,7 @@ import argparse
 import importlib
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,6 +47,8 @@ def load(args: argparse.Namespace) -> RunSpec:
     """The run of ``args.run`` with ``--set`` applied, and ``--recompute`` if the command has it,
     validated as a whole run."""
     spec = load_run(args.run, args.overrides)
+    for note in spec.notes:
+        print(f"note: {args.run}: {note}", file=sys.stderr)
     policy = getattr(args, "recompute", None)
     if policy:
         spec = with_recompute(spec, parse_recompute(policy))

@@ -10,14 +10,30 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from pathlib import Path
 from typing import Any
 
 from timeline.errors import UserError
+from timeline.spec.fields import check_value
 from timeline.spec.model import ALIASES, ModelSpec
 
 SUPPORTED = ("deepseek_v2", "deepseek_v3", "llama", "mistral", "mixtral", "qwen2", "qwen3",
              "qwen2_moe", "qwen3_moe", "gpt2")
+
+#: the modelling class a config's ``architectures`` names → the family it implements, for
+#: configs whose ``model_type`` is a label of their own (Kimi-K2's ``kimi_k2`` runs
+#: ``DeepseekV3ForCausalLM``)
+ARCHITECTURES: dict[str, str] = {
+    "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
+    "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
+    "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen3MoeForCausalLM": "qwen3_moe", "GPT2LMHeadModel": "gpt2",
+}
+
+#: fields where the config's 0 would be read as "not given" by the spec, but Hugging Face has
+#: ``null`` for that: an explicit 0 is a broken config, not a default
+NO_EXPLICIT_ZERO = ("num_key_value_heads", "head_dim")
 
 #: what the modelling code of a family hard-codes
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -49,29 +65,69 @@ def missing_keys(cfg: dict[str, Any]) -> list[str]:
     return missing
 
 
+def family(cfg: dict[str, Any]) -> tuple[str, str | None]:
+    """(the family ``cfg`` is read as, a note or None): its ``model_type`` when supported,
+    else the family of the first class in ``architectures`` this reader knows."""
+    model_type = cfg.get("model_type", "llama")
+    if model_type in SUPPORTED:
+        return model_type, None
+    archs = cfg.get("architectures")
+    for arch in archs if isinstance(archs, list) else []:
+        if isinstance(arch, str) and arch in ARCHITECTURES:
+            known = ARCHITECTURES[arch]
+            return known, f"model_type {model_type!r} is read as {known!r}: its architectures name {arch}"
+    raise UserError(f"model_type {model_type!r} is not supported and no class in architectures "
+                    f"({', '.join(map(str, archs)) if isinstance(archs, list) and archs else 'none given'}) is "
+                    f"known; supported: {', '.join(SUPPORTED)}")
+
+
 def check_hf_config(cfg: dict[str, Any], source: str) -> None:
     """Raise a UserError naming ``source`` and every required key ``cfg`` lacks, or an
-    unsupported ``model_type``."""
+    unsupported family."""
     missing = missing_keys(cfg)
     if missing:
         raise UserError(f"{source}: missing {', '.join(missing)}; a Hugging Face config.json names the "
                         "model_type and the shapes (hidden_size, num_hidden_layers, …)")
-    if cfg["model_type"] not in SUPPORTED:
-        raise UserError(f"{source}: model_type {cfg['model_type']!r} is not supported; "
-                        f"supported: {', '.join(SUPPORTED)}")
+    try:
+        family(cfg)
+    except UserError as exc:
+        raise UserError(f"{source}: {exc}") from None
 
 
-def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf") -> ModelSpec:
-    """Map a parsed config dict to a ModelSpec (raises UserError for unsupported families)."""
-    model_type = cfg.get("model_type", "llama")
-    if model_type not in SUPPORTED:
-        raise UserError(f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED)}")
+_HINTS = typing.get_type_hints(ModelSpec)
+_FIELD = {f.name: f for f in dataclasses.fields(ModelSpec)}
+
+
+def _checked(key: str, field: str, value: Any, problems: list[str]) -> Any:
+    """``value`` of config key ``key`` checked against the spec field's type and range."""
+    if field in NO_EXPLICIT_ZERO and value == 0 and not isinstance(value, bool):
+        problems.append(f"{key}: 0 is not valid; use null (or leave it out) for the default")
+        return None
+    v, problem = check_value(_FIELD[field], _HINTS[field], value)
+    if problem:
+        problems.append(f"{key}: {problem}")
+        return None
+    return v
+
+
+def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] | None = None) -> ModelSpec:
+    """Map a parsed config dict to a ModelSpec; every value is checked against the spec field's
+    type and range (a UserError lists each bad key). A family read by ``architectures`` adds a
+    line to ``notes``."""
+    model_type, note = family(cfg)
+    if note and notes is not None:
+        notes.append(note)
     values: dict[str, Any] = {"name": name, "model_type": model_type}
     values.update(FAMILY_DEFAULTS.get(model_type, {}))
+    problems: list[str] = []
     for key, value in cfg.items():
         field = ALIASES.get(key, key)
         if field in FIELDS and field not in ("name", "model_type") and value is not None:
-            values[field] = value
+            v = _checked(key, field, value, problems)
+            if v is not None:
+                values[field] = v
+    if problems:
+        raise UserError("; ".join(problems))
     if model_type == "gpt2":
         values["intermediate_size"] = cfg.get("n_inner") or 4 * values["hidden_size"]
         values["hidden_act"] = "gelu"
@@ -84,7 +140,7 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf") -> ModelSpec:
         values["moe_intermediate_size"] = values["intermediate_size"]
     if model_type.startswith("deepseek"):
         values["router_bias"] = cfg.get("topk_method") == "noaux_tc"
-        values["first_k_dense_replace"] = cfg.get("first_k_dense_replace") or 0
+        values["first_k_dense_replace"] = values.get("first_k_dense_replace") or 0
     if values.get("hidden_act") in ("gelu_new", "gelu_pytorch_tanh"):
         values["hidden_act"] = "gelu"
     if "q_lora_rank" in values and values["q_lora_rank"] is None:
@@ -95,8 +151,8 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf") -> ModelSpec:
         raise UserError(f"config: {exc}") from None
 
 
-def read_hf_config(path: Path) -> ModelSpec:
-    """Read ``path`` (a Hugging Face config.json)."""
+def read_hf_config(path: Path, notes: list[str] | None = None) -> ModelSpec:
+    """Read ``path`` (a Hugging Face config.json); ``notes`` as in :func:`model_from_hf_dict`."""
     try:
         cfg = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -110,4 +166,7 @@ def read_hf_config(path: Path) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise UserError(f"{path}: expected a JSON object")
     check_hf_config(cfg, str(path))
-    return model_from_hf_dict(cfg, name=Path(path).parent.name or Path(path).stem)
+    try:
+        return model_from_hf_dict(cfg, name=Path(path).parent.name or Path(path).stem, notes=notes)
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}") from None

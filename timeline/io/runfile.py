@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from timeline.errors import SpecError, UserError
-from timeline.io.hf_config import read_hf_config
+from timeline.io.hf_config import NO_EXPLICIT_ZERO, read_hf_config
 from timeline.io.trace_file import read_trace, trace_model, trace_problems
 from timeline.spec.fields import build_section, check_value
 from timeline.spec.hardware import GPUS
@@ -79,7 +79,8 @@ def read_toml(path: Path) -> dict[str, Any]:
 
 
 def _resolve_model(data: dict[str, Any], base: Path, problems: list,
-                   traces: list[CapturedTrace] | None = None) -> tuple[ModelSpec | None, str, str]:
+                   traces: list[CapturedTrace] | None = None,
+                   notes: list[str] | None = None) -> tuple[ModelSpec | None, str, str]:
     """(model, profile, source) of a [model] section; a trace it reads is appended to ``traces``."""
     sources = [k for k in ("preset", "hf_config", "trace") if k in data]
     profile = data.get("profile", "megatron")
@@ -104,7 +105,7 @@ def _resolve_model(data: dict[str, Any], base: Path, problems: list,
     elif kind == "hf_config":
         path = (base / value).resolve()
         try:
-            model = read_hf_config(path)
+            model = read_hf_config(path, notes)
         except UserError as exc:
             problems.append(("model.hf_config", str(exc)))
             return None, profile, source
@@ -128,6 +129,10 @@ def _resolve_model(data: dict[str, Any], base: Path, problems: list,
         if key in MODEL_KEYS:
             continue
         name = ALIASES.get(key, key)
+        if name in NO_EXPLICIT_ZERO and raw == 0 and not isinstance(raw, bool):
+            problems.append((f"model.{key}", "0 is not valid; leave the key out for the default "
+                             f"({fields[name].metadata['doc']})"))
+            continue
         if name not in fields or name == "name":
             problems.append((f"model.{key}", "unknown key; use preset, hf_config, trace, profile or a "
                              "model field by its Hugging Face name (e.g. num_layers, hidden_size)"))
@@ -166,12 +171,13 @@ def load_run(path: str | Path, overrides: Sequence[str] = ()) -> RunSpec:
             problems.append((key, "must be a [section] table"))
     base = path.resolve().parent
     traces: list[CapturedTrace] = []
+    notes: list[str] = []
     model, profile, model_source = None, "megatron", ""
     if "model" not in data:
         problems.append(("model", f"missing [model] section; e.g. preset = \"deepseek-v3\" "
                          f"(presets: {', '.join(PRESETS)})"))
     elif isinstance(data["model"], dict):
-        model, profile, model_source = _resolve_model(data["model"], base, problems, traces)
+        model, profile, model_source = _resolve_model(data["model"], base, problems, traces, notes)
 
     sections: dict[str, Any] = {}
     for name, cls in SECTIONS.items():
@@ -196,7 +202,8 @@ def load_run(path: str | Path, overrides: Sequence[str] = ()) -> RunSpec:
     if problems:
         raise SpecError(problems, source)
     run = RunSpec(name=name_value, source=str(path.resolve()), model=model, profile=profile,
-                  model_source=model_source, trace=traces[0] if traces else None, **sections)
+                  model_source=model_source, trace=traces[0] if traces else None, notes=tuple(notes),
+                  **sections)
     problems = validate_run(run) + trace_problems(run, str(data["model"]["trace"]) if traces else "")
     if problems:
         raise SpecError(problems, source)
