@@ -91,7 +91,7 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], list[str]]] = {
     "A2-compare": (lambda t: ["compare", _run_file(t), *COMPARE, "-o", _file(t), "--force"],
                    ["existing", "not a folder"]),
     "A2-replay": (lambda t: ["replay", _snapshot(t), "-o", _file(t), "--force"], ["existing", "not a folder"]),
-    "D9-replay-exists": (lambda t: ["replay", _snapshot(t), "-o", str(t)], ["exists", "--force"]),
+    "D9-replay-exists": (lambda t: ["replay", _snapshot(t), "-o", str(t)], ["not a timeline output folder", "remove it yourself"]),
     "A3-plot-proc": (lambda t: ["plot", _plot_dir(t), "-o", UNWRITABLE + ".png"], ["-o", UNWRITABLE]),
     "A3-plot-folder": (lambda t: ["plot", _plot_dir(t), "-o", str(t)], ["-o", "folder"]),
     "A4-bad-summary": (lambda t: ["plot", _plot_dir(t, summary="{not json")], ["summary.json", "JSON"]),

@@ -29,7 +29,8 @@ def test_run_directory_and_schemas(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "peak alloc" in table and "wrote" in table
     assert sorted(p.name for p in out.iterdir()) == ["events.parquet", "memory.parquet", "ops.parquet",
-                                                     "summary.json"]
+                                                     "summary.json", "timeline-output.json"]
+    assert json.loads((out / "timeline-output.json").read_text())["command"] == "simulate"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["schema"] == "timeline.summary/1" and summary["run"]["parallel"]["pp"] == 2
     assert len(summary["devices"]) == 2

@@ -19,7 +19,8 @@ def test_write_outputs_gzip_and_options(tiny_timeline, tmp_path):
     out = tmp_path / "run"
     write_outputs(tiny_timeline, out, ["trace", "snapshot", "perfetto"], force=False,
                   options={"gzip": True, "max_samples": 8, "max_entries": 10})
-    assert sorted(p.name for p in out.iterdir()) == ["snapshot.pickle", "trace.json.gz", "trace.perfetto-trace"]
+    assert sorted(p.name for p in out.iterdir()) == ["snapshot.pickle", "timeline-output.json", "trace.json.gz",
+                                                        "trace.perfetto-trace"]
     trace = json.loads(gzip.decompress((out / "trace.json.gz").read_bytes()))
     counters = [e for e in trace["traceEvents"] if e["ph"] == "C" and e["pid"] == 1]
     assert len(counters) <= 8

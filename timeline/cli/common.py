@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import shutil
 import sys
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from timeline import __version__
 from timeline.compare.variants import with_recompute
 from timeline.errors import UserError
 from timeline.exporters import EXPORTERS
@@ -99,6 +101,16 @@ def positive(text: str) -> int:
 
 # -- writing outputs ----------------------------------------------------------------------------
 
+#: the file every output folder holds, naming the command that wrote it; ``--force`` replaces a
+#: folder only when it holds this file, so it never deletes a folder timeline did not write
+MARKER = "timeline-output.json"
+MARKER_SCHEMA = "timeline.output/1"
+#: longest file name most file systems take (ext4, xfs, btrfs, APFS: 255 bytes)
+NAME_MAX = 255
+#: room the temporary sibling needs beside a name: ``.NAME.partial-PID``
+_PARTIAL_EXTRA = len(".") + len(".partial-") + 10
+
+
 def _nearest_existing(path: Path) -> Path:
     path = Path(os.path.abspath(path))
     while not path.exists() and path != path.parent:
@@ -106,8 +118,22 @@ def _nearest_existing(path: Path) -> Path:
     return path
 
 
+def check_path_length(flag: str, out: Path) -> None:
+    """A one-line error, before any work, for a path the file system would refuse."""
+    absolute = Path(os.path.abspath(out))
+    parts = absolute.parts[1:]
+    for i, part in enumerate(parts):
+        room = NAME_MAX - (_PARTIAL_EXTRA if i == len(parts) - 1 else 0)
+        if len(os.fsencode(part)) > room:
+            raise UserError(f"{flag} {out}: the name {part[:40]}… is {len(os.fsencode(part))} bytes; "
+                            f"file systems take names of at most {room} bytes here — choose a shorter one")
+    if len(os.fsencode(str(absolute))) > 4000:
+        raise UserError(f"{flag} {out}: the path is longer than 4,000 bytes; choose a shorter one")
+
+
 def _probe(flag: str, out: Path) -> None:
     """Fail now, not after minutes of work, if nothing can be created next to ``out``."""
+    check_path_length(flag, out)
     folder = _nearest_existing(out.parent)
     if not folder.is_dir():
         raise UserError(f"{flag} {out}: {folder} is not a folder")
@@ -117,38 +143,88 @@ def _probe(flag: str, out: Path) -> None:
         raise UserError(f"{flag} {out}: cannot write in {folder} ({exc.strerror or exc})") from None
 
 
+def is_output_folder(folder: Path) -> bool:
+    """Whether ``folder`` (not a link) holds a regular ``timeline-output.json`` of our schema."""
+    marker = folder / MARKER
+    if folder.is_symlink() or marker.is_symlink() or not marker.is_file():
+        return False
+    try:
+        data = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("schema") == MARKER_SCHEMA
+
+
+def _listing(folder: Path, limit: int = 3) -> str:
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    shown = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+    return shown or "nothing"
+
+
+def _is_empty_dir(folder: Path) -> bool:
+    try:
+        return folder.is_dir() and not folder.is_symlink() and not os.listdir(folder)
+    except OSError:
+        return False
+
+
 def check_output_dir(out: Path, force: bool, flag: str = "-o") -> None:
-    """Raise a UserError unless ``out`` can become an output folder: not an existing file, not
-    an existing folder without ``force``, not the current folder or one above it, writable."""
+    """Raise a UserError unless ``out`` can become an output folder: absent or empty, or — with
+    ``force`` — an earlier timeline output folder (never a link, a file, a foreign folder, the
+    current folder or one above it); a name the file system takes; writable."""
+    check_path_length(flag, out)
+    if out.is_symlink():
+        raise UserError(f"{flag} {out}: is a symbolic link; timeline does not write or replace through "
+                        "links — remove it yourself or choose another folder")
     if out.exists() and not out.is_dir():
         raise UserError(f"{flag} {out}: exists and is not a folder")
-    if out.exists() and not force:
-        raise UserError(f"{out} exists; pass --force to replace it or -o to choose another folder")
-    cwd = Path.cwd().resolve()
-    if out.exists() and (out.resolve() == cwd or out.resolve() in cwd.parents):
-        raise UserError(f"{flag} {out}: refusing to replace the current folder or one above it")
+    if out.exists() and not _is_empty_dir(out):
+        if not is_output_folder(out):
+            raise UserError(f"{out} is not a timeline output folder (found {_listing(out)}); remove it "
+                            "yourself or choose another folder with -o")
+        if not force:
+            raise UserError(f"{out} exists; pass --force to replace it or -o to choose another folder")
+        cwd = Path.cwd().resolve()
+        if out.resolve() == cwd or out.resolve() in cwd.parents:
+            raise UserError(f"{flag} {out}: refusing to replace the current folder or one above it")
     _probe(flag, out)
 
 
-def write_dir_atomically(out: Path, force: bool, write: Callable[[Path], None], flag: str = "-o") -> None:
-    """Call ``write(tmp)`` on a fresh sibling folder of ``out``, then rename it to ``out``
-    (replacing it under ``force``): an interrupted or failed write leaves no complete-looking
-    ``out``. OS errors become a UserError naming the path."""
+def write_dir_atomically(out: Path, force: bool, write: Callable[[Path], None], flag: str = "-o",
+                         command: str = "") -> None:
+    """Call ``write(tmp)`` on a fresh sibling folder of ``out`` (which gets the output marker
+    naming ``command``), then rename it to ``out``, replacing an earlier output folder under
+    ``force``: an interrupted or failed write leaves no complete-looking ``out`` and nothing
+    else. OS errors become a UserError naming the path."""
     check_output_dir(out, force, flag)
     absolute = Path(os.path.abspath(out))
     tmp = absolute.with_name(f".{absolute.name}.partial-{os.getpid()}")
+    old = absolute.with_name(f".{absolute.name}.replaced-{os.getpid()}")
     try:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
+        (tmp / MARKER).write_text(json.dumps({"schema": MARKER_SCHEMA, "command": command,
+                                              "version": __version__}, indent=1) + "\n", encoding="utf-8")
         write(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        if out.exists() and not _is_empty_dir(out):
+            check_output_dir(out, force, flag)  # again: it may have changed while we worked
+            os.rename(absolute, old)
+        elif out.exists():
+            out.rmdir()
+        tmp.rename(absolute)
     except OSError as exc:
         where = exc.filename or out
         raise UserError(f"{flag} {out}: cannot write {where} ({exc.strerror or exc})") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old.exists() and not old.is_symlink():
+            if not os.path.lexists(absolute):  # stopped between the two renames: put it back
+                os.rename(old, absolute)
+            else:
+                shutil.rmtree(old, ignore_errors=True)
 
 
 def exporter_writer(tl: Timeline, formats: Sequence[str], options: dict | None = None) -> Callable[[Path], None]:

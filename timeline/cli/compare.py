@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     variants = build_variants(args)
     results = simulate_variants(variants, templates(), workers=args.workers)
     if out is not None:
-        write_dir_atomically(out, args.force, lambda folder: write_results(results, folder))
+        write_dir_atomically(out, args.force, lambda folder: write_results(results, folder), command="compare")
     if args.json:
         print(json.dumps(compare_dict(results), indent=1))
         return 0

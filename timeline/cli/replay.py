@@ -98,7 +98,8 @@ def _write_outputs(records: dict[int, list[tuple]], out_dir: Path, force: bool) 
     from timeline.result.replayed import timeline_from_replay
 
     formats = [f for f in REPLAY_FORMATS if f in EXPORTERS]
-    write_dir_atomically(out_dir, force, exporter_writer(timeline_from_replay(records), formats))
+    write_dir_atomically(out_dir, force, exporter_writer(timeline_from_replay(records), formats),
+                         command="replay")
 
 
 def _pct(part: int, whole: int) -> str:

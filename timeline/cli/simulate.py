@@ -87,7 +87,16 @@ def parse_formats(text: str) -> list[str]:
 
 def write_outputs(tl: Timeline, out: Path, formats: list[str], force: bool, options: dict | None = None) -> None:
     """Write the run directory ``out`` with the named exporters (see :func:`write_dir_atomically`)."""
-    write_dir_atomically(out, force, exporter_writer(tl, formats, options))
+    write_dir_atomically(out, force, exporter_writer(tl, formats, options), command="simulate")
+
+
+def default_output(name: str) -> Path:
+    """``runs/NAME``; the run-file reader has checked NAME, and the folder must stay inside runs/."""
+    root = Path("runs").resolve()
+    out = (root / name).resolve()
+    if out.parent != root:
+        raise UserError(f"name {name!r}: runs/{name} is not a folder inside runs/; choose another name")
+    return Path("runs") / name
 
 
 def print_table(tl: Timeline) -> None:
@@ -134,7 +143,7 @@ def explain_worst(tl: Timeline) -> str:
 def run(args: argparse.Namespace) -> int:
     formats = parse_formats(args.format)
     spec = load(args)
-    out = Path(args.output) if args.output else Path("runs") / spec.name
+    out = Path(args.output) if args.output else default_output(spec.name)
     check_output_dir(out, args.force)
     csv_rows = load_csv_rows(spec)
     show = not args.no_progress and sys.stderr.isatty()

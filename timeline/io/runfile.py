@@ -10,6 +10,7 @@ where the run file lies. Every problem is collected and raised as one
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 import typing
 from collections.abc import Sequence
@@ -45,6 +46,16 @@ SECTIONS: dict[str, type] = {
     "hardware": HardwareSpec,
 }
 MODEL_KEYS = ("preset", "hf_config", "trace", "profile")
+#: a run's name: it becomes the folder ``runs/NAME``, so it can neither climb out of ``runs/``
+#: (no "/", no leading ".") nor exceed what file systems take
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def default_name(path: Path) -> str:
+    """The run file's stem made a valid run name (other characters become "-")."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", path.stem).lstrip("._-")[:100]
+    return name or "run"
+
 TOP_LEVEL = ("name",)
 
 
@@ -196,9 +207,11 @@ def load_run(path: str | Path, overrides: Sequence[str] = ()) -> RunSpec:
                     values.setdefault(k, v)
         sections[name] = build_section(cls, name, values, problems)
 
-    name_value = data.get("name", path.stem)
-    if not isinstance(name_value, str) or not name_value:
-        problems.append(("name", "must be a non-empty string"))
+    name_value = data.get("name", default_name(path))
+    if not isinstance(name_value, str) or not NAME_RE.fullmatch(name_value):
+        problems.append(("name", f"{name_value!r} is not a run name: use letters, digits, '.', '_' and '-', "
+                         "starting with a letter or digit, at most 100 characters (it names the folder "
+                         "runs/NAME)"))
     if problems:
         raise SpecError(problems, source)
     run = RunSpec(name=name_value, source=str(path.resolve()), model=model, profile=profile,
