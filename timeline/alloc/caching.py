@@ -43,6 +43,11 @@ _SEGMENT_ALIGN = 2 << 20
 _FIRST_ADDRESS = 1 << 36
 
 
+
+class AddressSpaceError(ValueError):
+    """A segment would lie outside the modelled 48-bit device address space: the run holds more
+    than any device could map (simulated past an OOM), not a bug of the model."""
+
 class CachingAllocator(AllocatorBase):
     """PyTorch's caching allocator for one device; addresses are plain ints (0 = null)."""
 
@@ -363,7 +368,7 @@ class CachingAllocator(AllocatorBase):
         else:
             addr = self._next_address
         if addr <= 0 or addr + size > ADDRESS_MASK:
-            raise ValueError(f"segment address {addr:#x} (+{size}) outside the modelled 48-bit space")
+            raise AddressSpaceError(f"segment address {addr:#x} (+{size}) outside the modelled 48-bit space")
         end = -(-(addr + size) // _SEGMENT_ALIGN) * _SEGMENT_ALIGN
         self._next_address = max(self._next_address, end + _SEGMENT_ALIGN)
         return addr

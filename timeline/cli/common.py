@@ -28,6 +28,7 @@ from timeline.exporters import EXPORTERS
 from timeline.graph.recompute import FORMS as RECOMPUTE_FORMS
 from timeline.graph.recompute import parse_recompute
 from timeline.io.runfile import load_run
+from timeline.sim.estimate import DEFAULT_MAX_EVENTS, RSS_BYTES_PER_EVENT, WorkEstimate, check_bound, estimate_work
 from timeline.spec.run import RunSpec
 
 if TYPE_CHECKING:
@@ -55,6 +56,31 @@ def load(args: argparse.Namespace) -> RunSpec:
     if policy:
         spec = with_recompute(spec, parse_recompute(policy))
     return spec
+
+
+def add_max_events(parser: argparse.ArgumentParser, what: str = "memory events") -> None:
+    parser.add_argument("--max-events", type=bounded_events, default=DEFAULT_MAX_EVENTS, metavar="N",
+                        help=f"refuse, before any work, a run estimated to make more than N {what} "
+                             f"(default {DEFAULT_MAX_EVENTS:,}; about {RSS_BYTES_PER_EVENT} bytes of memory each)")
+
+
+def check_work(spec: RunSpec, max_events: int, formats: Sequence[str] = (), out: Path | None = None,
+               label: str = "") -> WorkEstimate:
+    """Estimate the run's work (:mod:`timeline.sim.estimate`) and refuse it, in one line, over
+    ``max_events`` or over the free space where ``out`` would be written."""
+    est = estimate_work(spec, templates())
+    try:
+        check_bound(est, max_events)
+    except UserError as exc:
+        raise UserError(f"{label}{exc}") from None
+    if out is not None and formats:
+        need = est.output_bytes(list(formats))
+        free = shutil.disk_usage(_nearest_existing(out.parent)).free
+        if need > free:
+            raise UserError(f"{label}the outputs would take about {need / 2**30:,.1f} GiB and "
+                            f"{_nearest_existing(out.parent)} has {free / 2**30:,.1f} GiB free; write fewer "
+                            "(--format summary,memory) or elsewhere (-o)")
+    return est
 
 
 def load_csv_rows(spec: RunSpec) -> tuple[tuple[str, ...], ...] | None:
@@ -86,6 +112,14 @@ def _whole(text: str, least: int) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < least:
         raise argparse.ArgumentTypeError(f"expected {least} or more, got {value}")
+    return value
+
+
+def bounded_events(text: str) -> int:
+    """argparse type for --max-events: 1 … 2**31 − 1 (events are indexed by 32-bit integers)."""
+    value = _whole(text, 1)
+    if value > 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"expected at most {2**31 - 1:,}, got {value:,}")
     return value
 
 

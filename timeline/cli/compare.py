@@ -13,7 +13,9 @@ from rich.table import Table
 from timeline.cli.common import (
     RECOMPUTE_FORMS,
     SET_HELP,
+    add_max_events,
     check_output_dir,
+    check_work,
     console,
     gib,
     load_csv_rows,
@@ -57,6 +59,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help=f"print the comparison as JSON ({SCHEMA})")
     parser.add_argument("-o", "--output", metavar="DIR", help="also write compare.parquet and the plots here")
     parser.add_argument("--force", action="store_true", help="replace DIR if it exists")
+    add_max_events(parser, "memory events per variant")
     parser.add_argument("--workers", type=positive, default=MAX_WORKERS, metavar="N",
                         help=f"simulate in up to N processes (default {MAX_WORKERS}; more than {MAX_WORKERS} "
                              f"still uses {MAX_WORKERS}: each holds a whole simulation; 1: in process)")
@@ -116,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
     if out is not None:
         check_output_dir(out, args.force)
     variants = build_variants(args)
+    for v in variants:
+        check_work(v.run, args.max_events, label=f"{v.name}: ")
     results = simulate_variants(variants, templates(), workers=args.workers)
     if out is not None:
         write_dir_atomically(out, args.force, lambda folder: write_results(results, folder), command="compare")

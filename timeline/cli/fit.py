@@ -11,7 +11,17 @@ from dataclasses import replace
 
 from rich.table import Table
 
-from timeline.cli.common import add_run_args, console, count, gib, load, load_csv_rows, templates
+from timeline.cli.common import (
+    add_max_events,
+    add_run_args,
+    check_work,
+    console,
+    count,
+    gib,
+    load,
+    load_csv_rows,
+    templates,
+)
 from timeline.compare.fit import FitResult, Outcome, fit
 from timeline.errors import SpecError, UserError
 from timeline.spec.run import RunSpec
@@ -60,6 +70,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                         "hardware.non_pytorch_gib is still subtracted")
     parser.add_argument("--alternatives", type=count, default=3, metavar="N", help="runner-ups to show (default 3)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (timeline.fit/1)")
+    add_max_events(parser, "memory events per candidate")
 
 
 def outcome_dict(o: Outcome) -> dict:
@@ -125,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
     spec = load(args)
     if cap is not None:
         check_capacity(spec, args.capacity, cap)
+    check_work(spec, args.max_events)
     res = fit(spec, templates(), capacity_gib=cap, csv_rows=load_csv_rows(spec), alternatives=args.alternatives)
     if args.json:
         print(json.dumps(fit_dict(res), indent=1))

@@ -12,7 +12,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from timeline.cli.common import (
+    add_max_events,
     add_run_args,
+    check_work,
     check_output_dir,
     console,
     count,
@@ -68,6 +70,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                         help="keep each device's last N snapshot trace entries, like PyTorch's ring buffer "
                              f"(default {DEFAULT_SNAPSHOT_ENTRIES:,}; 0: all)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_max_events(parser)
 
 
 #: memory_viz slows down past a few hundred thousand entries per device
@@ -145,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
     spec = load(args)
     out = Path(args.output) if args.output else default_output(spec.name)
     check_output_dir(out, args.force)
+    check_work(spec, args.max_events, formats, out)
     csv_rows = load_csv_rows(spec)
     show = not args.no_progress and sys.stderr.isatty()
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

@@ -10,12 +10,14 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from timeline.cli.common import add_run_args, console, gib, load
+from timeline.cli.common import add_max_events, add_run_args, console, gib, load, templates
 from timeline.compare.variants import recompute_name
+from timeline.errors import UserError
 from timeline.graph.activations import DeviceActivations, device_activations
 from timeline.graph.static import model_total_params
 from timeline.graph.tensors import MODULES
 from timeline.pipeline.devices import StaticDevice, static_devices
+from timeline.sim.estimate import estimate_work
 from timeline.spec.run import RunSpec
 
 HELP = "per-device static memory (weights, gradients, optimizer states) and activations per micro-batch"
@@ -38,6 +40,7 @@ SCHEMA = "timeline.static/1"
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     add_run_args(parser, recompute=True)
     parser.add_argument("--json", action="store_true", help=f"print a {SCHEMA} JSON document")
+    add_max_events(parser, "ops per micro-batch")
     parser.add_argument("--tensors", action="store_true",
                         help="list each layer's saved tensors (name, op, shape, dtype, bytes)")
 
@@ -119,6 +122,10 @@ def print_tensors(devices: list[StaticDevice], acts: list[DeviceActivations], co
 
 def run(args: argparse.Namespace) -> int:
     spec = load(args)
+    est = estimate_work(spec, templates())
+    if est.ops_per_microbatch > args.max_events:
+        raise UserError(f"this model has about {est.ops_per_microbatch:,} ops per micro-batch, over --max-events "
+                        f"{args.max_events:,}; lower model.num_hidden_layers or raise --max-events")
     devices = static_devices(spec)
     acts = activations(spec, devices)
     if args.json:

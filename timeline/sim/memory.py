@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from timeline.alloc import AllocatorConfig, create_allocator
+from timeline.alloc.caching import AddressSpaceError
+from timeline.errors import UserError
 from timeline.sim.simulate import DeviceEvents
 from timeline.spec.run import RunSpec
 
@@ -63,7 +65,13 @@ def run_allocator(run: RunSpec, ev: DeviceEvents, names: list[str]) -> Allocator
         current[0] = i
         key = (tensor[i], mb[i], stage[i])
         if sign[i] > 0:
-            addr = malloc(size[i])
+            try:
+                addr = malloc(size[i])
+            except AddressSpaceError:
+                raise UserError(f"{names[tensor[i]]}: this device would reserve more than the 256 TiB a "
+                                f"device can address ({alloc.reserved_bytes / 2**40:,.1f} TiB already); the run "
+                                "is far beyond any device — shard the model (parallel.pp, tp, ep) or shrink it"
+                                ) from None
             if alloc.last_oom:
                 ooms.append({"t_us": float(ev.t_us[i]), "request_bytes": size[i],
                              "tensor": names[tensor[i]], "microbatch": mb[i], "stage": stage[i],

@@ -240,6 +240,7 @@ def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
                    compiled: dict[tuple[int, str], CompiledPhase], names: _Names) -> DeviceEvents:
     """Static state, then every action's template shifted to its start (the templates carry the
     P2P receive/send buffers that connect chunks)."""
+    stride = max(run.training.num_microbatches, 1 + max((s.microbatch for s in spans), default=0))
     first_bwd = min((s.start_us for s in spans if s.kind in ("B", "I")), default=0.0)
     first_step = min((s.start_us for s in spans if s.kind == "step"), default=0.0)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in DeviceEvents.__slots__}
@@ -268,7 +269,8 @@ def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
         if sp.kind == "step":
             continue
         ph = compiled[(sp.stage, sp.kind)]
-        m, s = sp.microbatch + sp.iteration * 10**6, sp.stage
+        # iterations apart, so one tensor's alloc and free pair up in the allocator pass
+        m, s = sp.microbatch + sp.iteration * stride, sp.stage
         if gather:
             push([sp.start_us], 1, gather, CAT_CODE[Category.COMM], names("zero3.gathered_params"), -1, m, s, i)
         if len(ph.ev_offset):
@@ -281,7 +283,7 @@ def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
     merged = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
     order = np.argsort(merged["t_us"], kind="stable")
     ev = DeviceEvents(**{k: np.ascontiguousarray(v[order]) for k, v in merged.items()})
-    ev.microbatch = np.where(ev.microbatch >= 0, ev.microbatch % 10**6, -1).astype(np.int32)
+    ev.microbatch = np.where(ev.microbatch >= 0, ev.microbatch % stride, -1).astype(np.int32)
     return ev
 
 
