@@ -87,8 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `timeline static … --json | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+    except KeyboardInterrupt:  # every output is written to a temporary sibling, removed on the way out
+        print("interrupted", file=sys.stderr)
         return 130
 
 

@@ -9,10 +9,12 @@ flag and the path; this module does not simulate or format results.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -145,6 +147,17 @@ NAME_MAX = 255
 _PARTIAL_EXTRA = len(".") + len(".partial-") + 10
 
 
+@contextlib.contextmanager
+def _no_interrupt():
+    """Hold Ctrl-C back while cleaning up, so a second one cannot leave half a folder behind; it is
+    delivered (as KeyboardInterrupt) when the block ends."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def _nearest_existing(path: Path) -> Path:
     path = Path(os.path.abspath(path))
     while not path.exists() and path != path.parent:
@@ -253,12 +266,13 @@ def write_dir_atomically(out: Path, force: bool, write: Callable[[Path], None], 
         where = exc.filename or out
         raise UserError(f"{flag} {out}: cannot write {where} ({exc.strerror or exc})") from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old.exists() and not old.is_symlink():
-            if not os.path.lexists(absolute):  # stopped between the two renames: put it back
-                os.rename(old, absolute)
-            else:
-                shutil.rmtree(old, ignore_errors=True)
+        with _no_interrupt():
+            shutil.rmtree(tmp, ignore_errors=True)
+            if old.exists() and not old.is_symlink():
+                if not os.path.lexists(absolute):  # stopped between the two renames: put it back
+                    os.rename(old, absolute)
+                else:
+                    shutil.rmtree(old, ignore_errors=True)
 
 
 def exporter_writer(tl: Timeline, formats: Sequence[str], options: dict | None = None) -> Callable[[Path], None]:
@@ -298,7 +312,8 @@ def write_file_atomically(out: Path, write: Callable[[Path], None], flag: str = 
     except OSError as exc:
         raise UserError(f"{flag} {out}: cannot write ({exc.strerror or exc})") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with _no_interrupt():
+            tmp.unlink(missing_ok=True)
 
 
 # -- printing -----------------------------------------------------------------------------------

@@ -25,10 +25,9 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from timeline.compare.metrics import MAX_WORKERS, TemplateFn, VariantResult, evaluate
+from timeline.compare.metrics import MAX_WORKERS, TemplateFn, VariantResult, evaluate, worker_pool
 from timeline.compare.variants import Variant, recompute_name, with_recompute
 from timeline.graph.build import chunk_layers
 from timeline.pipeline import build_schedule
@@ -158,7 +157,7 @@ def selective_space(st: Statics, none: Candidate) -> tuple[list[Candidate], int]
     if work < PARALLEL_TEMPLATES:
         cands = [st.candidate(spec) for spec in specs]
     else:  # each set needs its own templates: share them out over the worker processes, in order
-        with ProcessPoolExecutor(max_workers=MAX_WORKERS) as pool:
+        with worker_pool(MAX_WORKERS) as pool:
             cands = list(pool.map(st.candidate, specs, chunksize=max(1, len(specs) // (4 * MAX_WORKERS))))
     def prunes(a: Candidate, b: Candidate, a_first: bool) -> bool:  # equal numbers: the first wins
         return _dominated(b, a) and (a_first or not _dominated(a, b))

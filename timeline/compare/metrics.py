@@ -9,6 +9,8 @@ worker processes (each simulation is CPU-bound and single-threaded), results in 
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -130,12 +132,22 @@ def evaluate(variant: Variant, template_fn: TemplateFn) -> VariantResult:
                          devices=tuple(devices), worst=memory_trace(tl, worst, variant.name))
 
 
+def quiet_on_interrupt() -> None:
+    """Worker-process initializer: on Ctrl-C (which the whole process group receives) a worker
+    exits at once and silently; the parent reports the interrupt, once."""
+    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+
+
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=workers, initializer=quiet_on_interrupt)
+
+
 def simulate_variants(variants: Sequence[Variant], template_fn: TemplateFn, *,
                       workers: int = MAX_WORKERS) -> list[VariantResult]:
     """Every variant's result, in the order given; in worker processes when there are several."""
     workers = max(1, min(workers, MAX_WORKERS, len(variants)))
     if workers == 1:
         return [evaluate(v, template_fn) for v in variants]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with worker_pool(workers) as pool:
         futures = [pool.submit(evaluate, v, template_fn) for v in variants]
         return [f.result() for f in futures]
