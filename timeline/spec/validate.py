@@ -87,7 +87,7 @@ def validate_run(run: RunSpec) -> list[tuple[str, str]]:
     elif not m.is_mla and m.kv_heads % par.tp:
         add(("parallel.tp", f"{par.tp} does not divide num_key_value_heads={m.kv_heads}; "
              f"use one of {_divisors(m.kv_heads)}"))
-    if m.num_attention_heads % m.kv_heads:
+    if m.kv_heads <= m.num_attention_heads and m.num_attention_heads % m.kv_heads:
         add(("model.num_key_value_heads", f"{m.kv_heads} does not divide num_attention_heads="
              f"{m.num_attention_heads}"))
     if m.intermediate_size % par.tp and not all(m.is_moe_layer(i) for i in range(m.num_hidden_layers)):
