@@ -29,5 +29,6 @@ class SpecError(UserError):
         return SpecError(self.problems, source)
 
     def lines(self) -> list[str]:
+        """One line (one ``error:`` per failure, however many problems it found), the file named once."""
         prefix = f"{self.source}: " if self.source else ""
-        return [f"{prefix}{key}: {message}" if key else f"{prefix}{message}" for key, message in self.problems]
+        return [prefix + "; ".join(f"{key}: {message}" if key else message for key, message in self.problems)]

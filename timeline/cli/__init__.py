@@ -43,11 +43,17 @@ examples:
 """
 
 
+def one_line(text: str) -> str:
+    """``text`` with every unprintable character (newlines, control and separator characters a
+    user's input may hold) written as its escape, so an error stays one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one ``error:`` line, like every other user error."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+        self.exit(2, f"error: {one_line(message)} (see `{self.prog} --help`)\n")
 
 
 def _load(name: str):
@@ -82,11 +88,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except UserError as exc:
         for line in exc.lines():
-            print(f"error: {line}", file=sys.stderr)
+            print(f"error: {one_line(line)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # e.g. `timeline static … --json | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except OSError as exc:  # the file system refused a path the user gave (too long, no access, full disk)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {one_line(f'{where}{exc.strerror or exc}')}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # every output is written to a temporary sibling, removed on the way out
         print("interrupted", file=sys.stderr)
         return 130

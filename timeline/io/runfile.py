@@ -95,7 +95,7 @@ def _resolve_model(data: dict[str, Any], base: Path, problems: list,
     """(model, profile, source) of a [model] section; a trace it reads is appended to ``traces``."""
     sources = [k for k in ("preset", "hf_config", "trace") if k in data]
     profile = data.get("profile", "megatron")
-    if profile not in PROFILES:
+    if not isinstance(profile, str) or profile not in PROFILES:
         problems.append(("model.profile", f"{profile!r} is not valid; use one of {', '.join(PROFILES)}"))
     model: ModelSpec | None = None
     source = ""
@@ -200,7 +200,7 @@ def load_run(path: str | Path, overrides: Sequence[str] = ()) -> RunSpec:
                 values.setdefault("etp", tp)
         if name == "hardware":
             gpu = values.get("gpu", "h800")
-            if gpu not in GPUS:
+            if not isinstance(gpu, str) or gpu not in GPUS:
                 problems.append(("hardware.gpu", f"unknown gpu {gpu!r}; use one of {', '.join(GPUS)}"))
             else:
                 for k, v in GPUS[gpu].items():
