@@ -31,4 +31,4 @@ class SpecError(UserError):
     def lines(self) -> list[str]:
         """One line (one ``error:`` per failure, however many problems it found), the file named once."""
         prefix = f"{self.source}: " if self.source else ""
-        return [prefix + "; ".join(f"{key}: {message}" if key else message for key, message in self.problems)]
+        return [prefix + " | ".join(f"{key}: {message}" if key else message for key, message in self.problems)]

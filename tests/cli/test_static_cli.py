@@ -125,7 +125,7 @@ def test_every_problem_reported_at_once(write_run, capsys):
     assert main(["static", str(path), "--set", "parallel.tp=3", "--set", "parallel.ep=3"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {path}: ")  # one line, the file named once
-    keys = [part.split(": ")[0] for part in err[0].removeprefix(f"error: {path}: ").split("; ")]
+    keys = [part.split(": ")[0] for part in err[0].removeprefix(f"error: {path}: ").split(" | ")]
     assert keys == ["parallel.tp", "training.seq_len", "parallel.ep"]  # seq 4096 % tp 3 with SP
 
 
