@@ -3,6 +3,7 @@ and simulate; a config whose model_type is a label of its own loads by its archi
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -74,3 +75,22 @@ def _run_cfg(tmp_path: Path) -> Path:
     path = tmp_path / "run.toml"
     path.write_text(f'[model]\nhf_config = "{tmp_path / "config.json"}"\n')
     return path
+
+
+SMALL_KIMI = ["num_hidden_layers=2", "hidden_size=256", "n_routed_experts=8", "moe_intermediate_size=64",
+              "intermediate_size=512", "num_attention_heads=4", "q_lora_rank=64", "kv_lora_rank=32",
+              "qk_nope_head_dim=16", "qk_rope_head_dim=16", "v_head_dim=16", "vocab_size=1000"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,
+                    reason="needs the capture extra (torch, transformers)")
+def test_kimi_k2_captures_and_the_trace_simulates(tmp_path, capsys):
+    trace = tmp_path / "kimi.parquet"
+    args = ["capture", "--hf-config", str(DATA / "kimi-k2-instruct" / "config.json"),
+            *[a for s in SMALL_KIMI for a in ("--set", s)], "--micro-batch-size", "1", "--seq-len", "64",
+            "-o", str(trace)]
+    assert main(args) == 0, capsys.readouterr().err
+    assert "read as 'deepseek_v3'" in capsys.readouterr().err
+    run = tmp_path / "run.toml"
+    run.write_text(f'[model]\ntrace = "{trace}"\n[training]\nseq_len = 64\nnum_microbatches = 2\n')
+    assert main(["simulate", str(run), "-o", str(tmp_path / "out"), "--format", "summary"]) == 0

@@ -31,7 +31,7 @@ def model_problems(m: ModelSpec) -> list[tuple[str, str]]:
     if not m.head_dim and m.hidden_size % m.num_attention_heads:
         add(("model.num_attention_heads", f"{m.num_attention_heads} does not divide hidden_size={m.hidden_size}; "
              "give head_dim explicitly or a head count that divides it"))
-    if m.kv_heads > m.num_attention_heads:
+    if not m.is_mla and m.kv_heads > m.num_attention_heads:  # MLA has no key/value heads of its own
         add(("model.num_key_value_heads", f"{m.kv_heads} exceeds num_attention_heads={m.num_attention_heads}; "
              "grouped-query attention shares each key/value head among several query heads"))
     if m.is_mla and not (m.qk_rope_head_dim and m.qk_nope_head_dim and m.v_head_dim):
@@ -87,7 +87,7 @@ def validate_run(run: RunSpec) -> list[tuple[str, str]]:
     elif not m.is_mla and m.kv_heads % par.tp:
         add(("parallel.tp", f"{par.tp} does not divide num_key_value_heads={m.kv_heads}; "
              f"use one of {_divisors(m.kv_heads)}"))
-    if m.kv_heads <= m.num_attention_heads and m.num_attention_heads % m.kv_heads:
+    if not m.is_mla and m.kv_heads <= m.num_attention_heads and m.num_attention_heads % m.kv_heads:
         add(("model.num_key_value_heads", f"{m.kv_heads} does not divide num_attention_heads="
              f"{m.num_attention_heads}"))
     if m.intermediate_size % par.tp and not all(m.is_moe_layer(i) for i in range(m.num_hidden_layers)):
