@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers_run import TINY_RUN_TOML
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "schedules" / "deepseek-v3-pp16-tp2-ep8.toml"
@@ -43,21 +44,6 @@ from timeline.cli import main
 sys.exit(main(sys.argv[3:]))
 """
 
-TINY = """name = "tiny"
-[model]
-preset = "llama3-8b"
-num_hidden_layers = 4
-hidden_size = 256
-num_attention_heads = 8
-num_key_value_heads = 8
-intermediate_size = 512
-vocab_size = 1024
-[parallel]
-pp = 2
-[training]
-seq_len = 128
-num_microbatches = 4
-"""
 
 
 def _leftovers(folder: Path, expected: set[str]) -> set[str]:
@@ -67,7 +53,7 @@ def _leftovers(folder: Path, expected: set[str]) -> set[str]:
 @pytest.mark.parametrize("phase", list(PHASES))
 def test_sigint_in_each_phase(tmp_path, phase):
     run = tmp_path / "run.toml"
-    run.write_text(TINY)
+    run.write_text(TINY_RUN_TOML)
     module, name = PHASES[phase]
     proc = subprocess.run([sys.executable, "-c", WRAPPER, module, name, "simulate", str(run), "-o",
                            str(tmp_path / "out"), "--no-progress"], cwd=tmp_path, capture_output=True,
