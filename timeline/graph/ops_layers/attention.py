@@ -45,7 +45,7 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
     probs = b.tensor(f"{name}.softmax", shape)
     b.op(f"{name}.softmax_op", "softmax", layer, {"x": scores}, {"y": probs}, flops=5.0 * d.b * heads * sq * sk,
          tags=CORE)
-    if b.table.dropout:
+    if b.table.dropout or (b.table.model_dropout and b.model.attention_dropout > 0):
         dropped = b.tensor(f"{name}.dropout.out", shape)
         mask = b.tensor(f"{name}.dropout.mask", shape, "uint8")
         b.op(f"{name}.dropout", "attn_dropout", layer, {"x": probs}, {"y": dropped}, extras={"mask": mask},
