@@ -47,3 +47,5 @@ class FrameworkSpec:
     moe_grouped_gemm: bool = spec_field(True, doc="--moe-grouped-gemm (false: SequentialMLP)")
     cublas_workspace_config: str = spec_field("", doc="CUBLAS_WORKSPACE_CONFIG (':SIZE_KiB:COUNT…'; '' = default)")
     avoid_record_streams: bool = spec_field(False, doc="TORCH_NCCL_AVOID_RECORD_STREAMS=1")
+    workspaces: bool = spec_field(True, doc="TE's and PyTorch's persistent cuBLAS workspaces (false: leave "
+                                  "them out, e.g. to compare saved tensors alone)")
