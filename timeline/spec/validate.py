@@ -140,6 +140,9 @@ def validate_run(run: RunSpec) -> list[tuple[str, str]]:
     if (par.dp * par.cp) % tr.optimizer_instances:
         add(("training.optimizer_instances", f"{tr.optimizer_instances} does not divide dp·cp = {par.dp * par.cp}"))
 
+    if m.hidden_act == "relu2" and run.profile != "megatron":
+        add(("model.hidden_act", '"relu2" (squared ReLU) is modelled by the megatron profile only'))
+
     # -- framework (read by the megatron profile only) ----------------------------------------
     if run.profile != "megatron":
         default = FrameworkSpec()

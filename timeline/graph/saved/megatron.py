@@ -72,6 +72,15 @@ RULES: dict[str, SaveRule] = {
                        source=f"{TE}/attention/dot_product_attention/backends.py: UnfusedDotProductAttention.forward "
                               "— torch.bmm(attention_probs, v) keeps the (dropped) probabilities and v"),
     "gelu": SaveRule(saves=("in:x",), source=f"{MC}/fusions/fused_bias_gelu.py: GeLUFunction saves input (and bias)"),
+    "weighted_act": SaveRule(saves=("in:x", "extra:act", "in:probs"),
+                             source=f"{MC}/transformer/moe/experts.py: TEGroupedMLP.forward bias_act_func (unfused, "
+                                    "non-gated) and SequentialMLP → MLP.forward(per_token_scale) — "
+                                    "activation_func(x) keeps x; `* permuted_probs.unsqueeze(-1)` keeps the "
+                                    "activation's output and the probs"),
+    "squared_relu": SaveRule(saves=("extra:relu",),
+                             source=f"{MC}/transformer/mlp.py: MLP.forward with activation_func = squared_relu "
+                                    f"({MC}/activations.py: torch.pow(F.relu(x), 2)) — relu keeps its result, "
+                                    "which pow keeps as its input; fc1's output is not kept"),
     "swiglu": SaveRule(saves=("in:x",), source=f"{MC}/fusions/fused_bias_swiglu.py: SwiGLUFunction.forward saves "
                                                "the fc1 output (MLP.forward, bias_activation_fusion)"),
     "weighted_swiglu": SaveRule(saves=("in:x", "in:probs"),
