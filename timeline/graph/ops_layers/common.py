@@ -31,7 +31,7 @@ def norm(b: Builder, name: str, x: TensorDef, layer: int | None, *, kind: str | 
     y = b.tensor(f"{name}.out", x.shape if cols is None else (rows(x), cols))
     extras = {"rsigma": b.tensor(f"{name}.rsigma", (rows(x) * groups,), "fp32")}
     if kind == "layernorm":
-        extras["mu"] = b.tensor(f"{name}.mu", (rows(x),), "fp32")
+        extras["mu"] = b.tensor(f"{name}.mu", (rows(x) * groups,), "fp32")
     elif b.table.upcast_fp32:
         extras["normed"] = b.tensor(f"{name}.normed", x.shape)
         x = upcast(b, f"{name}.upcast", x, layer, tags=tags)

@@ -121,7 +121,10 @@ RULES: dict[str, SaveRule] = {
 
 TABLE = SavedTable(name="megatron", rules=RULES, attention="flash", dropout=False, fused_norm_linear=True,
                    moe_tokens="routed", mla_latent_sp=True, full_recompute_moe_split=False, swiglu_extra=False,
-                   mla_kv_combined=True, megatron_moe=True, model_dropout=True)
+                   mla_kv_combined=True, megatron_moe=True, model_dropout=True,
+                   # --qk-layernorm: q_layernorm / k_layernorm (TENorm over head_dim) on q and k per head,
+                   # MC transformer/attention.py: SelfAttention.get_query_key_value_tensors
+                   qk_norm=True)
 
 
 def configure(table: SavedTable, spec: FrameworkSpec) -> SavedTable:

@@ -32,9 +32,22 @@ TORCH = "pytorch/pytorch@v2.13.0:aten/src/ATen/cuda/CublasHandlePool.cpp"
 TE_STREAMS = 4
 
 
-def te_workspace_bytes(sm: int) -> int:
-    """``get_cublas_workspace_size_bytes``: 32 MiB on Hopper and later, 4 MiB before."""
-    return 33_554_432 if sm >= 90 else 4_194_304
+def version_tuple(text: str) -> tuple[int, ...]:
+    """``"2.10.0"`` → ``(2, 10, 0)``; a non-numeric part ends it (``"2.9.0rc1"`` → ``(2, 9)``)."""
+    out = []
+    for part in text.split("."):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
+def te_workspace_bytes(sm: int, te_version: str = "2.6") -> int:
+    """``get_cublas_workspace_size_bytes``: 32 MiB on Hopper and later, 4 MiB before; from TE 2.9 on
+    1,024 bytes more on sm ≥ 90 ("32 MiB for NVFP4 GEMM, plus additional 1024 B for alignment")."""
+    if sm < 90:
+        return 4_194_304
+    return 33_554_432 + (1024 if version_tuple(te_version) >= (2, 9) else 0)
 
 
 def torch_workspace_bytes(config: str, sm: int) -> int:
@@ -52,10 +65,11 @@ def persistent_workspaces(run: RunSpec, *, holds_head: bool, has_moe: bool) -> l
         return out
     te = fw.transformer_impl == "transformer_engine"
     if te:
-        out.append(("workspace.te_cublas", te_workspace_bytes(sm), f"{TE}/pytorch/module/base.py: get_workspace"))
+        out.append(("workspace.te_cublas", te_workspace_bytes(sm, fw.transformer_engine),
+                    f"{TE}/pytorch/module/base.py: get_workspace"))
         if has_moe and fw.moe_grouped_gemm:
             for i in range(TE_STREAMS):
-                out.append((f"workspace.te_cublas_stream{i}", te_workspace_bytes(sm),
+                out.append((f"workspace.te_cublas_stream{i}", te_workspace_bytes(sm, fw.transformer_engine),
                             f"{TE}/pytorch/module/base.py: get_multi_stream_cublas_workspace"))
     if not te or holds_head or has_moe:
         size = torch_workspace_bytes(fw.cublas_workspace_config, sm)
