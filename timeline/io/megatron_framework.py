@@ -91,6 +91,11 @@ def framework(a: _Args, c: Conversion, env: dict[str, str], *, gpu: str, te_vers
     else:
         a.value("--cross-entropy-fusion-impl")
     c.put("framework.cross_entropy_fusion", fusion, "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl")
+    c.put("framework.masked_softmax_fusion", not a.flag("--no-masked-softmax-fusion"), "--no-masked-softmax-fusion")
+    # arguments.py: --apply-query-key-layer-scaling sets attention_softmax_in_fp32
+    c.put("framework.attention_softmax_in_fp32",
+          a.flag("--attention-softmax-in-fp32") or a.flag("--apply-query-key-layer-scaling"),
+          "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling")
     c.put("framework.make_vocab_size_divisible_by", a.int("--make-vocab-size-divisible-by", 128),
           "--make-vocab-size-divisible-by")
     c.put("framework.deterministic", deterministic, "--deterministic-mode")

@@ -267,6 +267,11 @@ def _training(a: _Args, c: Conversion, dp: int) -> None:
     fp16, bf16 = a.flag("--fp16"), a.flag("--bf16")
     dtype = "fp16" if fp16 else "bf16" if bf16 else "fp32"
     c.put("training.dtype", dtype, "--fp16", "--bf16")
+    if fp16 and a.value("--loss-scale") is None:
+        # arguments.py: --initial-loss-scale 2**32 with dynamic scaling (optimizer/grad_scaler.py:
+        # DynamicGradScaler, hysteresis 2): the first iterations' fp16 gradients overflow, and
+        # MixedPrecisionOptimizer.step skips torch's Adam step, so its moments are not created yet
+        c.put("training.optimizer_step", False, "--initial-loss-scale", "--loss-scale")
     # arguments.py: bf16 accumulates and all-reduces grads in fp32 unless --grad-reduce-in-bf16;
     # fp16 only with --accumulate-allreduce-grads-in-fp32 (DDP grad_reduce_in_fp32)
     fp32_grads = a.flag("--accumulate-allreduce-grads-in-fp32") or (bf16 and not a.flag("--grad-reduce-in-bf16"))

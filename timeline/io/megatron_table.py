@@ -54,10 +54,9 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--moe-flex-dispatcher-num-sms", "--te-rng-tracker",
     ),
     "numerics that keep every tensor's shape and dtype": (
-        "--norm-epsilon", "--apply-layernorm-1p", "--no-persist-layer-norm", "--apply-query-key-layer-scaling",
-        "--attention-softmax-in-fp32", "--rotary-base", "--rotary-percent", "--rotary-interleaved",
+        "--norm-epsilon", "--apply-layernorm-1p", "--no-persist-layer-norm", "--rotary-base", "--rotary-percent", "--rotary-interleaved",
         "--rotary-scaling-factor", "--no-rope-fusion", "--mscale", "--mscale-all-dim", "--use-rotary-position-embeddings",
-        "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion", "--no-masked-softmax-fusion",
+        "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion", 
         "--moe-router-topk-scaling-factor", "--moe-router-bias-update-rate", "--moe-aux-loss-coeff",
         "--moe-z-loss-coeff", "--moe-router-num-groups", "--moe-router-group-topk", "--mtp-loss-scaling-factor",
         "--use-flash-attn", "--yarn-beta-fast", "--yarn-beta-slow", "--yarn-original-max-position-embeddings",

@@ -37,6 +37,10 @@ class FrameworkSpec:
     gradient_accumulation_fusion: bool = spec_field(True, doc="weight gradients accumulate into main_grad")
     cross_entropy_fusion: str = spec_field("none", choices=("none", "native", "te"),
                                            doc="--cross-entropy-loss-fusion with --cross-entropy-fusion-impl")
+    masked_softmax_fusion: bool = spec_field(True, doc="false: --no-masked-softmax-fusion (local attention's "
+                                             "torch softmax path)")
+    attention_softmax_in_fp32: bool = spec_field(False, doc="--attention-softmax-in-fp32 (or "
+                                                 "--apply-query-key-layer-scaling)")
     make_vocab_size_divisible_by: int = spec_field(128, positive=True, doc="vocabulary padded to this × tp")
     deterministic: bool = spec_field(False, doc="--deterministic-mode / NVTE_ALLOW_NONDETERMINISTIC_ALGO=0")
     moe_token_dispatcher: str = spec_field("alltoall", choices=DISPATCHERS, doc="--moe-token-dispatcher-type")

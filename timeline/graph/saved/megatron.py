@@ -133,8 +133,13 @@ def configure(table: SavedTable, spec: FrameworkSpec) -> SavedTable:
     implementation (``--transformer-impl local``: ``get_gpt_layer_local_spec``) keeps norms apart
     from the linears after them (``FusedLayerNorm`` then ``ColumnParallelLinear``, which saves the
     norm's output)."""
-    eager = spec.attention_backend in ("unfused", "local") or spec.transformer_impl == "local"
-    fused = table.fused_norm_linear and spec.transformer_impl != "local"
+    local = spec.transformer_impl == "local"
+    eager = spec.attention_backend in ("unfused", "local") or local
+    fused = table.fused_norm_linear and not local
+    # transformer/dot_product_attention.py → fusions/fused_softmax.py: FusedScaleMaskSoftmax.forward_torch_softmax
+    # (masked_softmax_fusion off) upcasts the scores, keeps torch.softmax's fp32 output and casts it back
+    fp32 = (local or spec.attention_backend == "local") and not spec.masked_softmax_fusion \
+        and spec.attention_softmax_in_fp32
     if not eager and fused == table.fused_norm_linear:
         return table
-    return replace(table, attention="eager" if eager else table.attention, fused_norm_linear=fused)
+    return replace(table, attention="eager" if eager else table.attention, fused_norm_linear=fused, softmax_fp32=fp32)

@@ -18,6 +18,14 @@ above its parameters and optimizer states on H100; ~224 MiB with grouped-GEMM ex
   LinearWithGradAccumulationAndAsyncCommunication``) on the stage holding the head, the MoE router
   (``moe/moe_utils.py: RouterGatingLinearFunction``), and every linear of ``--transformer-impl local``.
 
+- Megatron's ``GlobalMemoryBuffer`` (``megatron/core/utils.py: GlobalMemoryBuffer.get_tensor``,
+  one buffer per (name, dtype), grown to the largest request and kept): under ``name="mpu"`` the
+  local ``DotProductAttention`` takes its ``baddbmm`` input of ``[b·a/tp, s_q, s_k]``
+  (``transformer/dot_product_attention.py``), the local linears their sequence-parallel all-gather
+  of ``[s·b/cp, h]`` (``tensor_parallel/layers.py: LinearWithGradAccumulationAndAsyncCommunication``)
+  and the ``allgather`` MoE dispatcher its gathered tokens ``[T·ep·etp, h]``
+  (``moe/token_dispatcher.py: MoEAllGatherTokenDispatcher.token_dispatch``, ``use_global_buffer``).
+
 This module only sizes them; the simulator places them (``timeline.sim.simulate``).
 """
 
@@ -25,11 +33,30 @@ from __future__ import annotations
 
 import re
 
+from timeline.graph.tensors import DTYPE_BYTES
 from timeline.spec.run import RunSpec
 
 TE = "NVIDIA/TransformerEngine@v2.6:transformer_engine"
 TORCH = "pytorch/pytorch@v2.13.0:aten/src/ATen/cuda/CublasHandlePool.cpp"
 TE_STREAMS = 4
+MC = "NVIDIA/Megatron-LM@core_v0.14.0:megatron/core"
+
+
+def global_buffer_bytes(run: RunSpec, *, has_moe: bool) -> int:
+    """Bytes of the ``("mpu", dtype)`` GlobalMemoryBuffer: the largest request made of it."""
+    fw, m, tr, par = run.framework, run.model, run.training, run.parallel
+    dt = DTYPE_BYTES[tr.dtype]
+    local = fw.transformer_impl == "local"
+    sizes = [0]
+    if local or fw.attention_backend == "local":
+        sq = tr.seq_len // par.cp
+        sizes.append(tr.micro_batch_size * (m.num_attention_heads // par.tp) * sq * tr.seq_len * dt)
+    if local and run.sp_enabled:
+        sizes.append(tr.seq_len // par.cp * tr.micro_batch_size * m.hidden_size * dt)
+    if has_moe and fw.moe_token_dispatcher == "allgather" and par.ep * par.etp > 1:
+        tokens = tr.seq_len * tr.micro_batch_size // (par.cp * (par.tp if run.sp_enabled else 1))
+        sizes.append(tokens * par.ep * par.etp * m.hidden_size * dt)
+    return max(sizes)
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -71,6 +98,9 @@ def persistent_workspaces(run: RunSpec, *, holds_head: bool, has_moe: bool) -> l
             for i in range(TE_STREAMS):
                 out.append((f"workspace.te_cublas_stream{i}", te_workspace_bytes(sm, fw.transformer_engine),
                             f"{TE}/pytorch/module/base.py: get_multi_stream_cublas_workspace"))
+    buffer = global_buffer_bytes(run, has_moe=has_moe)
+    if buffer:
+        out.append(("workspace.global_memory_buffer", buffer, f"{MC}/utils.py: GlobalMemoryBuffer.get_tensor"))
     if not te or holds_head or has_moe:
         size = torch_workspace_bytes(fw.cublas_workspace_config, sm)
         for thread in ("forward", "backward"):
