@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import replace
 
+from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
 from timeline.spec.presets import PRESETS
 from timeline.spec.run import (
@@ -33,7 +34,8 @@ TINY_MODEL = replace(PRESETS["llama3-8b"], hidden_size=256, num_attention_heads=
                      intermediate_size=512, vocab_size=1024)
 
 _SECTIONS = {"parallel": ParallelSpec, "training": TrainingSpec, "recompute": RecomputeSpec,
-             "schedule": ScheduleSpec, "allocator": AllocatorSpec, "hardware": HardwareSpec}
+             "schedule": ScheduleSpec, "allocator": AllocatorSpec, "hardware": HardwareSpec,
+             "framework": FrameworkSpec}
 _DEFAULTS = {"training": {"seq_len": 128, "num_microbatches": 4, "iterations": 2}}
 
 

@@ -15,7 +15,8 @@ from recompute_template import recompute_template  # noqa: E402
 
 from timeline.cli import main  # noqa: E402
 
-TINY = TINY_RUN_TOML + "iterations = 1\n"
+# the synthetic template's bytes alone (no Megatron library workspaces), one iteration
+TINY = TINY_RUN_TOML.replace("[training]", "[framework]\nworkspaces = false\n[training]") + "iterations = 1\n"
 
 
 @pytest.fixture

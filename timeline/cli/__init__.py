@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "fit": "fit",
     "plot": "plot",
     "capture": "capture",
+    "from-megatron": "from_megatron",
 }
 
 EPILOG = """\

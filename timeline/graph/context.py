@@ -24,8 +24,10 @@ class BuildCtx:
     def from_run(cls, run: RunSpec) -> BuildCtx:
         """The run's context; the one place a run's profile name is looked up."""
         p = run.parallel
-        return cls(model=run.model, framework=framework(run.profile), tp=p.tp, ep=p.ep, etp=p.etp,
-                   dtype=run.training.dtype)
+        fw = framework(run.profile).configured(run.framework)
+        if fw.params.vocab_pad > 1:  # Megatron: --make-vocab-size-divisible-by ([framework]; 128 by default)
+            fw = replace(fw, params=replace(fw.params, vocab_pad=run.framework.make_vocab_size_divisible_by))
+        return cls(model=run.model, framework=fw, tp=p.tp, ep=p.ep, etp=p.etp, dtype=run.training.dtype)
 
     @property
     def profile(self) -> Profile:

@@ -11,11 +11,13 @@ with its source; :data:`FRAMEWORKS` is the one registry, looked up once per run 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from timeline.graph import profiles
 from timeline.graph.profiles import Profile
 from timeline.graph.saved import SavedTable, hf, megatron, paper
+from timeline.spec.framework import FrameworkSpec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -23,6 +25,14 @@ class Framework:
     name: str
     params: Profile  # parameter layout and state rules
     saved: SavedTable  # saved-tensor rules and op structure
+    #: the saved-tensor table as a run's ``[framework]`` section configures it (None: the table as it is)
+    configure: Callable[[SavedTable, FrameworkSpec], SavedTable] | None = None
+
+    def configured(self, spec: FrameworkSpec) -> Framework:
+        """This framework with its table configured by ``spec``."""
+        if self.configure is None:
+            return self
+        return replace(self, saved=self.configure(self.saved, spec))
 
 
 #: profile name → its framework; a new profile's two tables register here (a test checks every
@@ -30,7 +40,7 @@ class Framework:
 FRAMEWORKS: dict[str, Framework] = {
     f.name: f for f in (
         Framework(name="paper", params=profiles.PAPER, saved=paper.TABLE),
-        Framework(name="megatron", params=profiles.MEGATRON, saved=megatron.TABLE),
+        Framework(name="megatron", params=profiles.MEGATRON, saved=megatron.TABLE, configure=megatron.configure),
         Framework(name="hf", params=profiles.HF, saved=hf.TABLE),
     )
 }

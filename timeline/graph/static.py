@@ -38,7 +38,9 @@ def state_bytes(run: RunSpec, tensors: Sequence[TensorDef], *, dense_rank: int =
     buffers = sum(t.size_bytes for t in tensors if not t.trainable)
     expert_n = sum(t.numel for t in trainable if is_expert_state(t, rule))
     dense_n = sum(t.numel for t in trainable) - expert_n
-    dense_g, expert_g = par.dp * par.cp, par.edp
+    # Megatron --num-distributed-optimizer-instances: each instance shards over its part of the DP group
+    # (megatron/core/parallel_state.py: intra_distributed_optimizer_instance group)
+    dense_g, expert_g = par.dp * par.cp // tr.optimizer_instances, max(1, par.edp // tr.optimizer_instances)
 
     def sharded(level: int) -> int:
         if tr.zero >= level:

@@ -21,6 +21,7 @@ from timeline.errors import SpecError, UserError
 from timeline.io.hf_config import NO_EXPLICIT_ZERO, read_hf_config
 from timeline.io.trace_file import read_trace, trace_model, trace_problems
 from timeline.spec.fields import build_section, check_value
+from timeline.spec.framework import FrameworkSpec
 from timeline.spec.hardware import GPUS
 from timeline.spec.model import ALIASES, ModelSpec
 from timeline.spec.presets import PRESETS
@@ -44,6 +45,7 @@ SECTIONS: dict[str, type] = {
     "schedule": ScheduleSpec,
     "allocator": AllocatorSpec,
     "hardware": HardwareSpec,
+    "framework": FrameworkSpec,
 }
 MODEL_KEYS = ("preset", "hf_config", "trace", "profile")
 #: a run's name: it becomes the folder ``runs/NAME``, so it can neither climb out of ``runs/``
@@ -159,7 +161,11 @@ def _resolve_model(data: dict[str, Any], base: Path, problems: list,
 def load_run(path: str | Path, overrides: Sequence[str] = ()) -> RunSpec:
     """Read, override, resolve and validate a run file; raise SpecError listing every problem."""
     path = Path(path)
-    data = read_toml(path)
+    return run_from_data(read_toml(path), path, overrides)
+
+
+def run_from_data(data: dict[str, Any], path: Path, overrides: Sequence[str] = ()) -> RunSpec:
+    """:func:`load_run` on run-file data already parsed (``path`` names it and anchors relative paths)."""
     source = str(path)
     problems: list[tuple[str, str]] = []
     try:

@@ -18,7 +18,10 @@ gathers the full parameters of the layer it runs plus a prefetch of up to
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from timeline.graph.saved.megatron_workspaces import persistent_workspaces
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,11 +32,14 @@ class Lifecycle:
     source: str
     reduce_bucket_elems: int = 0  # 0: reduce-scatter works in place (Megatron)
     prefetch_bucket_elems: int = 0
+    #: (run, holds_head=, has_moe=) -> [(name, bytes, source)] of persistent library workspaces
+    workspaces: Callable[..., list[tuple[str, int, str]]] | None = None
 
 
 LIFECYCLES: dict[str, Lifecycle] = {
     "megatron": Lifecycle("start", "start", "first_step",
-                          "Megatron-Core param_and_grad_buffer.py, distrib_optimizer.py; torch Adam lazy state"),
+                          "Megatron-Core param_and_grad_buffer.py, distrib_optimizer.py; torch Adam lazy state",
+                          workspaces=persistent_workspaces),
     "paper": Lifecycle("start", "start", "start", "arXiv 2502.07846 §4 static accounting; DeepSpeed ZeRO buckets",
                        reduce_bucket_elems=500_000_000, prefetch_bucket_elems=50_000_000),
     "hf": Lifecycle("first_backward", "first_step", "first_step",

@@ -32,7 +32,8 @@ class ModelSpec:
     vocab_size: int = spec_field(32000, positive=True, maximum=2**24)
     max_position_embeddings: int = spec_field(4096, positive=True, maximum=2**30)
     norm: str = spec_field("rmsnorm", choices=("rmsnorm", "layernorm"))
-    hidden_act: str = spec_field("silu", choices=("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu"))
+    hidden_act: str = spec_field("silu", choices=("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "relu2"),
+                                 doc="relu2 = squared ReLU (Megatron --squared-relu; megatron profile)")
     position_embedding: str = spec_field("rope", choices=("rope", "learned"))
     attention_bias: bool = spec_field(False, doc="biases on Q/K/V projections")
     linear_bias: bool = spec_field(False, doc="biases on every linear layer (GPT)")

@@ -35,6 +35,16 @@ def _mixtral(name: str, h: int, layers: int, heads: int, ffn: int, vocab: int) -
                      num_experts_per_tok=2, moe_intermediate_size=ffn)
 
 
+#: Megatron-LM's GPTModel as its command line builds it when only the sizes are given
+#: (``megatron/training/arguments.py``: ``--normalization LayerNorm``, GeLU, ``--position-embedding-type
+#: learned_absolute``, biases on, embeddings tied, ``--hidden-dropout`` / ``--attention-dropout`` 0.1);
+#: ``timeline from-megatron`` starts from it and states every size
+MEGATRON_GPT = ModelSpec(name="megatron-gpt", model_type="gpt", hidden_size=1024, num_hidden_layers=24,
+                         num_attention_heads=16, intermediate_size=4096, vocab_size=50257,
+                         max_position_embeddings=1024, norm="layernorm", hidden_act="gelu",
+                         position_embedding="learned", attention_bias=True, linear_bias=True,
+                         attention_dropout=0.1, hidden_dropout=0.1, tie_word_embeddings=True)
+
 PRESETS: dict[str, ModelSpec] = {
     "deepseek-v3": ModelSpec(
         name="deepseek-v3", model_type="deepseek_v3", hidden_size=7168, num_hidden_layers=61,
@@ -58,4 +68,5 @@ PRESETS: dict[str, ModelSpec] = {
     "gpt3-175b": _gpt3("gpt3-175b", 12288, 96, 96),
     "gpt3-530b": _gpt3("gpt3-530b", 20480, 128, 105),
     "gpt3-1t": _gpt3("gpt3-1t", 25600, 160, 128),
+    "megatron-gpt": MEGATRON_GPT,
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from timeline.spec.fields import DTYPES, spec_field
+from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import MAX_LAYERS, ModelSpec
 from timeline.spec.profiles import PROFILES
 from timeline.spec.trace import CapturedTrace
@@ -54,6 +55,8 @@ class TrainingSpec:
     master_dtype: str = spec_field("fp32", choices=DTYPES)
     moment_dtype: str = spec_field("fp32", choices=DTYPES)
     zero: int = spec_field(0, choices=(0, 1, 2, 3))
+    optimizer_instances: int = spec_field(1, positive=True, maximum=2**20, doc="Megatron --num-distributed-optimizer-instances: "
+                                          "states shard over dp·cp / this (a partial data-parallel group)")
     routing: str = spec_field("balanced", choices=("balanced", "skew"))
     routing_skew: float = spec_field(1.0, minimum=1.0, doc="busiest EP rank's tokens / mean")
     capacity_factor: float = spec_field(0.0, nonneg=True, maximum=1e3, doc="0 = dropless")
@@ -96,6 +99,7 @@ class HardwareSpec:
     efficiency: float = spec_field(0.6, minimum=0.001, maximum=1.0, doc="achieved / peak compute")
     comm_efficiency: float = spec_field(0.8, minimum=0.001, maximum=1.0)
     latency_us: float = spec_field(10.0, nonneg=True, maximum=1e6, doc="per-collective alpha")
+    sm: int = spec_field(90, positive=True, maximum=1000, doc="compute capability × 10 (80 Ampere, 90 Hopper, 100 Blackwell)")
 
     @property
     def capacity_bytes(self) -> int:
@@ -118,6 +122,8 @@ class RunSpec:
     schedule: ScheduleSpec
     allocator: AllocatorSpec
     hardware: HardwareSpec
+    #: implementation choices and versions the megatron profile assumes (``[framework]``)
+    framework: FrameworkSpec = field(default_factory=FrameworkSpec)
     #: the captured op trace when ``model_source`` is "trace:PATH" (kept out of equality and hashing:
     #: the path in ``model_source`` names it)
     trace: CapturedTrace | None = field(default=None, compare=False, repr=False)

@@ -7,6 +7,9 @@ use one of 1, 2, 4, 8, 16, 32, 64, 128``.
 
 from __future__ import annotations
 
+import dataclasses
+
+from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
 from timeline.spec.profiles import MODEL_PARALLEL_KEYS, PROFILES
 from timeline.spec.run import RunSpec
@@ -187,6 +190,20 @@ def validate_run(run: RunSpec) -> list[tuple[str, str]]:
             if key != ">" and not (key.isdigit() and int(key) & (int(key) - 1) == 0):
                 add(("allocator.roundup_power2_divisions", f"key {k!r} must be a power of two in MB "
                      '(e.g. "1MB", "256MB") or ">"'))
+
+    if (par.dp * par.cp) % tr.optimizer_instances:
+        add(("training.optimizer_instances", f"{tr.optimizer_instances} does not divide dp·cp = {par.dp * par.cp}"))
+
+    if m.hidden_act == "relu2" and run.profile != "megatron":
+        add(("model.hidden_act", '"relu2" (squared ReLU) is modelled by the megatron profile only'))
+
+    # -- framework (read by the megatron profile only) ----------------------------------------
+    if run.profile != "megatron":
+        default = FrameworkSpec()
+        for f in dataclasses.fields(FrameworkSpec):
+            if getattr(run.framework, f.name) != getattr(default, f.name):
+                add((f"framework.{f.name}", f'only the megatron profile reads [framework]; remove it or set '
+                     f'profile = "megatron"'))
 
     # -- hardware -----------------------------------------------------------------------------
     hw = run.hardware

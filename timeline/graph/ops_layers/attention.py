@@ -42,10 +42,15 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
     scores = b.tensor(f"{name}.scores", shape)
     b.op(f"{name}.qk", "attn_scores", layer, {"q": q, "k": k}, {"y": scores},
          flops=2.0 * d.b * heads * sq * sk * qk_dim, tags=CORE)
-    probs = b.tensor(f"{name}.softmax", shape)
+    fp32 = b.table.softmax_fp32 and d.dtype != "fp32"
+    probs = b.tensor(f"{name}.softmax", shape, "fp32" if fp32 else None)
     b.op(f"{name}.softmax_op", "softmax", layer, {"x": scores}, {"y": probs}, flops=5.0 * d.b * heads * sq * sk,
          tags=CORE)
-    if b.table.dropout:
+    if fp32:  # probs.half() / .bfloat16() after the fp32 softmax
+        cast = b.tensor(f"{name}.softmax_cast", shape)
+        b.op(f"{name}.softmax_cast", "copy", layer, {"x": probs}, {"y": cast}, tags=CORE)
+        probs = cast
+    if b.table.dropout or (b.table.model_dropout and b.model.attention_dropout > 0):
         dropped = b.tensor(f"{name}.dropout.out", shape)
         mask = b.tensor(f"{name}.dropout.mask", shape, "uint8")
         b.op(f"{name}.dropout", "attn_dropout", layer, {"x": probs}, {"y": dropped}, extras={"mask": mask},

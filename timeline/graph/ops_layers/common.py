@@ -31,7 +31,7 @@ def norm(b: Builder, name: str, x: TensorDef, layer: int | None, *, kind: str | 
     y = b.tensor(f"{name}.out", x.shape if cols is None else (rows(x), cols))
     extras = {"rsigma": b.tensor(f"{name}.rsigma", (rows(x) * groups,), "fp32")}
     if kind == "layernorm":
-        extras["mu"] = b.tensor(f"{name}.mu", (rows(x),), "fp32")
+        extras["mu"] = b.tensor(f"{name}.mu", (rows(x) * groups,), "fp32")
     elif b.table.upcast_fp32:
         extras["normed"] = b.tensor(f"{name}.normed", x.shape)
         x = upcast(b, f"{name}.upcast", x, layer, tags=tags)
@@ -100,7 +100,8 @@ def dropout(b: Builder, name: str, x: TensorDef, layer: int | None, *, rule: str
     """Dropout with a 1-byte mask, where the profile has dropout (or, under a table with
     ``dropout_from_model`` naming the model type, where its ``hidden_dropout`` > 0); otherwise the identity."""
     m = b.model
-    if not (b.table.dropout or (m.model_type in b.table.dropout_from_model and m.hidden_dropout > 0)):
+    from_model = m.model_type in b.table.dropout_from_model or b.table.model_dropout
+    if not (b.table.dropout or (from_model and m.hidden_dropout > 0)):
         return x
     y = b.tensor(f"{name}.out", x.shape)
     b.op(name, rule, layer, {"x": x}, {"y": y}, extras={"mask": b.tensor(f"{name}.mask", x.shape, "uint8")},

@@ -27,6 +27,8 @@ def decoder_layer(b: Builder, layer: int, prefix: str, x: TensorDef, *, moe: boo
     start = len(b.ops)
     if moe:
         f = moe_block(b, prefix, h, layer)
+        if b.table.model_dropout:  # Megatron: the MoE layer's output goes through bias-dropout-add too
+            f = dropout(b, f"{prefix}.mlp.dropout", f, layer)
     else:
         f = dropout(b, f"{prefix}.mlp.dropout", mlp(b, prefix, h, layer), layer)
     out = add(b, f"{prefix}.mlp_residual", f, h, layer, out=f"{prefix}.output")

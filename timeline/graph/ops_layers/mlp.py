@@ -25,6 +25,13 @@ def activation(b: Builder, name: str, x: TensorDef, layer: int, ffn: int, *, rul
             inputs["probs"] = probs
         if b.table.swiglu_extra:
             extras["silu"] = b.tensor(f"{name}.silu", (x.shape[0], ffn))
+    elif probs is not None:  # Megatron experts, unfused: activation_func(x) * probs (the mul keeps both)
+        rule = "weighted_act"
+        inputs["probs"] = probs
+        extras["act"] = b.tensor(f"{name}.act", (x.shape[0], ffn))
+    elif b.model.hidden_act == "relu2":  # Megatron --squared-relu: torch.pow(F.relu(x), 2)
+        rule = "squared_relu"
+        extras["relu"] = b.tensor(f"{name}.relu", (x.shape[0], ffn))
     else:
         rule = "gelu"
     b.op(name, rule, layer, inputs, {"y": y}, extras=extras, flops=8.0 * x.shape[0] * ffn, tags=tags)

@@ -119,10 +119,12 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     fc1 = linear(b, f"{p}.experts.linear_fc1", tokens, (2 if m.gated_mlp else 1) * e_ffn, layer,
                  rule="grouped_linear", tags=MOE)
     weighted = not paper and not b.table.moe_weight_after_down  # probs enter the SwiGLU (Megatron)
-    act = activation(b, f"{p}.experts.act", fc1, layer, e_ffn, rule="weighted_swiglu" if weighted else None,
+    act = activation(b, f"{p}.experts.act", fc1, layer, e_ffn,
+                     rule="weighted_swiglu" if weighted and m.gated_mlp else None,
                      probs=rprobs if weighted else None, tags=frozenset({"moe", "moe_act"}))
     out = linear(b, f"{p}.experts.linear_fc2", act, h, layer, rule="grouped_linear", tags=MOE)
-    out = dropout(b, f"{p}.experts.dropout", out, layer, tags=MOE)
+    if b.table.dropout:  # the paper's convention: a dropout on the experts' output (Megatron: after the block)
+        out = dropout(b, f"{p}.experts.dropout", out, layer, tags=MOE)
     if sort:  # unpermutation 2: back to the all-to-all's source-rank order
         unsorted = b.tensor(f"{p}.combine.unsorted", out.shape)
         b.op(f"{p}.combine.sort_chunks", "sort_chunks", layer, {"x": out}, {"y": unsorted}, tags=MOE)

@@ -14,7 +14,10 @@ its down projections are TELinear ``parallel_mode="duplicated"`` on the sequence
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from timeline.graph.saved.table import SavedTable, SaveRule
+from timeline.spec.framework import FrameworkSpec
 
 MC = "NVIDIA/Megatron-LM@core_v0.14.0:megatron/core"
 TE = "NVIDIA/TransformerEngine@v2.6:transformer_engine/pytorch"
@@ -46,9 +49,38 @@ RULES: dict[str, SaveRule] = {
                            source=f"{TE}/attention/dot_product_attention/backends.py: FusedAttnFunc.forward saves "
                                   "q, k, v, out and aux_ctx_tensors = softmaxStats [b, h, s_q, 1] fp32 and "
                                   f"rng_state [2] ({TE}/cpp_extensions/fused_attn.py: fused_attn_fwd)"),
-    "dropout": SaveRule(source=f"{MC}/fusions/fused_bias_dropout.py: bias-dropout-add with hidden_dropout = 0 "
-                               "keeps nothing"),
+    "dropout": SaveRule(saves=("extra:mask",),
+                        source=f"{MC}/fusions/fused_bias_dropout.py: _bias_dropout_add_func — F.dropout(x + bias, p) "
+                               "keeps its bool mask (1 B per element; native_dropout); with p = 0 torch's _dropout "
+                               "returns its input and keeps nothing (no op is built); the embedding's dropout "
+                               f"({MC}/models/common/embeddings/language_model_embedding.py) likewise"),
+    # TE UnfusedDotProductAttention (--attention-backend unfused) and Megatron's local DotProductAttention
+    # (--transformer-impl local) materialise the s² scores
+    "attn_scores": SaveRule(saves=("in:q", "in:k"),
+                            source=f"{TE}/attention/dot_product_attention/backends.py: UnfusedDotProductAttention."
+                                   "forward — torch.baddbmm(q, kᵀ) keeps q and k; "
+                                   f"{MC}/transformer/dot_product_attention.py: DotProductAttention.forward"),
+    "softmax": SaveRule(saves=("out:y",),
+                        source=f"{TE}/attention/dot_product_attention/softmax.py: FusedScaleMaskSoftmax "
+                               "(ScaledUpperTriangMaskedSoftmax / ScaledMaskedSoftmax) keeps its bf16 output "
+                               f"[b, a/tp, s_q, s_k]; {MC}/fusions/fused_softmax.py likewise"),
+    "attn_dropout": SaveRule(saves=("extra:mask",),
+                             source=f"{TE}/attention/dot_product_attention/backends.py: UnfusedDotProductAttention."
+                                    "forward — self.attention_dropout(attention_probs) (torch.nn.Dropout) keeps "
+                                    "its 1-byte mask; absent with attention_dropout = 0"),
+    "attn_v": SaveRule(saves=("in:p", "in:v"),
+                       source=f"{TE}/attention/dot_product_attention/backends.py: UnfusedDotProductAttention.forward "
+                              "— torch.bmm(attention_probs, v) keeps the (dropped) probabilities and v"),
     "gelu": SaveRule(saves=("in:x",), source=f"{MC}/fusions/fused_bias_gelu.py: GeLUFunction saves input (and bias)"),
+    "weighted_act": SaveRule(saves=("in:x", "extra:act", "in:probs"),
+                             source=f"{MC}/transformer/moe/experts.py: TEGroupedMLP.forward bias_act_func (unfused, "
+                                    "non-gated) and SequentialMLP → MLP.forward(per_token_scale) — "
+                                    "activation_func(x) keeps x; `* permuted_probs.unsqueeze(-1)` keeps the "
+                                    "activation's output and the probs"),
+    "squared_relu": SaveRule(saves=("extra:relu",),
+                             source=f"{MC}/transformer/mlp.py: MLP.forward with activation_func = squared_relu "
+                                    f"({MC}/activations.py: torch.pow(F.relu(x), 2)) — relu keeps its result, "
+                                    "which pow keeps as its input; fc1's output is not kept"),
     "swiglu": SaveRule(saves=("in:x",), source=f"{MC}/fusions/fused_bias_swiglu.py: SwiGLUFunction.forward saves "
                                                "the fc1 output (MLP.forward, bias_activation_fusion)"),
     "weighted_swiglu": SaveRule(saves=("in:x", "in:probs"),
@@ -89,4 +121,25 @@ RULES: dict[str, SaveRule] = {
 
 TABLE = SavedTable(name="megatron", rules=RULES, attention="flash", dropout=False, fused_norm_linear=True,
                    moe_tokens="routed", mla_latent_sp=True, full_recompute_moe_split=False, swiglu_extra=False,
-                   mla_kv_combined=True, megatron_moe=True)
+                   mla_kv_combined=True, megatron_moe=True, model_dropout=True,
+                   # --qk-layernorm: q_layernorm / k_layernorm (TENorm over head_dim) on q and k per head,
+                   # MC transformer/attention.py: SelfAttention.get_query_key_value_tensors
+                   qk_norm=True)
+
+
+def configure(table: SavedTable, spec: FrameworkSpec) -> SavedTable:
+    """The table as a run's ``[framework]`` configures Megatron-Core: TE's unfused attention and
+    Megatron's local attention materialise the s² tensors (``attention = "eager"``); the local
+    implementation (``--transformer-impl local``: ``get_gpt_layer_local_spec``) keeps norms apart
+    from the linears after them (``FusedLayerNorm`` then ``ColumnParallelLinear``, which saves the
+    norm's output)."""
+    local = spec.transformer_impl == "local"
+    eager = spec.attention_backend in ("unfused", "local") or local
+    fused = table.fused_norm_linear and not local
+    # transformer/dot_product_attention.py → fusions/fused_softmax.py: FusedScaleMaskSoftmax.forward_torch_softmax
+    # (masked_softmax_fusion off) upcasts the scores, keeps torch.softmax's fp32 output and casts it back
+    fp32 = (local or spec.attention_backend == "local") and not spec.masked_softmax_fusion \
+        and spec.attention_softmax_in_fp32
+    if not eager and fused == table.fused_norm_linear:
+        return table
+    return replace(table, attention="eager" if eager else table.attention, fused_norm_linear=fused, softmax_fp32=fp32)

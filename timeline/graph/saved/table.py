@@ -48,6 +48,10 @@ class SavedTable:
     # -- structure of Megatron-Core (megatron table); False keeps paper and hf as they were
     mla_kv_combined: bool = False  # MLA's kv down projection is one [rows, kv_lora_rank + rope] tensor whose
     # kv part the latent norm keeps whole; k_pe is gathered (a contiguous copy) before the up-projection checkpoint
+    model_dropout: bool = False  # dropout ops wherever the model's hidden_dropout / attention_dropout > 0
+    # (Megatron's bias-dropout-add and attention dropout; p = 0 is the identity, torch ``_dropout``)
+    softmax_fp32: bool = False  # eager attention's softmax runs on an fp32 copy and keeps its fp32 output;
+    # a cast back to the 16-bit dtype feeds dropout and attention over V (Megatron's unfused FusedScaleMaskSoftmax)
     megatron_moe: bool = False  # router and alltoall dispatcher as Megatron-Core (moe_utils.py): scores and
     # probs in the logits dtype, a dense [tokens, E] probs map, masked_select keeping the transposed probs and
     # routing map, tokens re-sorted by local expert (sort_chunks_by_idxs) after the all-to-all

@@ -1,0 +1,72 @@
+"""``timeline from-megatron``: stdout or -o, the header block, a file that simulates as it stands,
+and bad input as one ``error:`` line with exit 2 and nothing half-written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from timeline.cli import main
+from timeline.io.runfile import load_run
+
+ARGS = {"num-layers": 2, "hidden-size": 128, "num-attention-heads": 4, "seq-length": 256, "micro-batch-size": 1,
+        "global-batch-size": 4, "bf16": True, "tensor-model-parallel-size": 2, "sequence-parallel": True,
+        "pipeline-model-parallel-size": 2, "save": "${CHECKPOINT_SAVE_PATH}", "log-interval": 1}
+
+
+def _config(tmp: Path, args: dict = ARGS, env: dict | None = None) -> Path:
+    path = tmp / "test_cases" / "gpt" / "tiny_case" / "model_config.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump({"MODEL_ARGS": args, "ENV_VARS": env or {"NCCL_ALGO": "Ring"}}))
+    return path
+
+
+def test_writes_a_run_file_that_loads_and_says_where_each_argument_went(tmp_path, capsys):
+    out = tmp_path / "job.toml"
+    assert main(["from-megatron", str(_config(tmp_path)), "--world-size", "8", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "#   --num-layers -> model.num_layers" in text
+    assert "#   --save (checkpointing)" in text and "$NCCL_ALGO" in text
+    run = load_run(out)
+    assert run.name == "tiny_case" and run.parallel.dp == 2 and run.training.num_microbatches == 2
+    assert run.model.hidden_dropout == 0.1 and run.framework.attention_backend == "fused"
+
+
+def test_stdout_without_output(tmp_path, capsys):
+    assert main(["from-megatron", str(_config(tmp_path)), "--world-size", "4", "--gpu", "gb200",
+                 "--te-version", "2.3"]) == 0
+    text = capsys.readouterr().out
+    assert 'gpu = "gb200"' in text and 'transformer_engine = "2.3"' in text
+
+
+def test_bad_input_is_one_error_line_and_nothing_written(tmp_path, capsys):
+    out = tmp_path / "job.toml"
+    cfg = _config(tmp_path, ARGS | {"fp8-format": "hybrid"})
+    assert main(["from-megatron", str(cfg), "--world-size", "8", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --fp8-format")
+    assert not out.exists() and list(tmp_path.iterdir()) == [tmp_path / "test_cases"]
+
+
+def test_refuses_a_family_named_by_its_folder(tmp_path, capsys):
+    path = tmp_path / "test_cases" / "bert" / "case" / "model_config.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump({"MODEL_ARGS": ARGS}))
+    assert main(["from-megatron", str(path), "--world-size", "8"]) == 2
+    assert "BERT" in capsys.readouterr().err
+
+
+def test_existing_output_needs_force(tmp_path, capsys):
+    out = tmp_path / "job.toml"
+    out.write_text("keep")
+    cfg = _config(tmp_path)
+    assert main(["from-megatron", str(cfg), "--world-size", "8", "-o", str(out)]) == 2
+    assert out.read_text() == "keep"
+    assert main(["from-megatron", str(cfg), "--world-size", "8", "-o", str(out), "--force"]) == 0
+    assert out.read_text().startswith("# written by")
+
+
+def test_world_size_that_does_not_divide(tmp_path, capsys):
+    assert main(["from-megatron", str(_config(tmp_path)), "--world-size", "6"]) == 2
+    assert "tp·pp·cp" in capsys.readouterr().err

@@ -1,0 +1,98 @@
+"""from-megatron's reader and mapping: both input formats, Megatron's defaults, $VAR handling,
+--moe-layer-freq without eval, the layout arguments, environment variables, refusals by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from timeline.errors import UserError
+from timeline.io.megatron_args import from_mapping, parse_arg_list
+from timeline.io.megatron_layout import moe_layer_pattern, parse_layout, split_layers
+from timeline.io.megatron_write import convert
+
+BASE = {"--num-layers": 4, "--hidden-size": 256, "--num-attention-heads": 8, "--seq-length": 512,
+        "--micro-batch-size": 2, "--global-batch-size": 16, "--bf16": True}
+
+
+def sections(args: dict, env: dict | None = None, world_size: int = 2, **kw) -> dict:
+    return convert(from_mapping(args, env), world_size=world_size, **kw).sections
+
+
+def test_defaults_are_megatrons_command_line():
+    s = sections(BASE)
+    m, f = s["model"], s["framework"]
+    assert (m["norm"], m["hidden_act"], m["position_embedding"]) == ("layernorm", "gelu", "learned")
+    assert m["linear_bias"] and m["tie_word_embeddings"] and m["intermediate_size"] == 1024
+    assert m["hidden_dropout"] == m["attention_dropout"] == 0.1 and m["vocab_size"] == 50257
+    assert f["gradient_accumulation_fusion"] and f["transformer_impl"] == "transformer_engine"
+    assert f["attention_backend"] == "fused"  # TE auto on sm90 prefers cuDNN fused attention
+    assert s["parallel"]["dp"] == 2 and s["training"]["num_microbatches"] == 4
+    assert s["parallel"]["sp"] is False and s["training"]["zero"] == 0
+
+
+def test_yaml_keys_without_dashes_and_false_flags():
+    args = {k.removeprefix("--"): v for k, v in BASE.items()} | {"swiglu": True, "untie-embeddings-and-output-weights": False}
+    m = sections(args)["model"]
+    assert m["hidden_act"] == "silu" and m["intermediate_size"] == int((4 * 256 * 2 / 3) / 64) * 64
+    assert m["tie_word_embeddings"]
+
+
+def test_argument_list_with_continuations_and_comments():
+    text = ("# launch\nCUDA_DEVICE_MAX_CONNECTIONS=1 torchrun pretrain_gpt.py \\\n"
+            "  --num-layers 4 --hidden-size 256 \\\n  --num-attention-heads 8  # heads\n"
+            "  --seq-length 512 --micro-batch-size 2 --global-batch-size=16 --bf16 --data-path 0.5 a 0.5 b\n")
+    margs = parse_arg_list(text)
+    assert margs.args["--global-batch-size"] == "16" and margs.args["--bf16"] is True
+    assert margs.args["--data-path"] == ("0.5", "a", "0.5", "b") and margs.family == "gpt"
+    assert convert(margs, world_size=1).sections["training"]["num_microbatches"] == 8
+
+
+def test_unexpanded_variable_in_a_memory_argument_is_an_error_naming_it():
+    with pytest.raises(UserError, match="--hidden-size"):
+        sections(BASE | {"--hidden-size": "${HIDDEN}"})
+    sections(BASE | {"--save": "${CHECKPOINT_SAVE_PATH}", "--data-path": "$DATA_BLEND"})  # neutral: ignored
+
+
+@pytest.mark.parametrize("arg,needle", [("--fp8-format", "--fp8-format"), ("--frobnicate", "--frobnicate"),
+                                        ("--encoder-num-layers", "T5")])
+def test_refused_arguments_name_themselves(arg, needle):
+    with pytest.raises(UserError, match=needle):
+        sections(BASE | {arg: "hybrid"})
+
+
+def test_moe_layer_freq_is_parsed_without_eval():
+    assert moe_layer_pattern("([0]*1+[1]*3)", 4) == [0, 1, 1, 1]
+    assert moe_layer_pattern(2, 4) == [1, 0, 1, 0]
+    with pytest.raises(UserError, match="--moe-layer-freq"):
+        moe_layer_pattern("__import__('os').system('true')", 4)
+    m = sections(BASE | {"--num-experts": 4, "--moe-layer-freq": "([0]*1+[1]*3)"})["model"]
+    assert (m["first_k_dense_replace"], m["moe_layer_freq"]) == (1, 1)
+
+
+def test_layout_arguments():
+    assert parse_layout("Et*3|t*3|t*3|t*2L", 2) == ([3, 3, 3, 2], 2)
+    assert split_layers(14, 4, first=None, last=None, embedding=True, loss=True) == [3, 4, 4, 3]
+    assert split_layers(10, 3, first=2, last=2, embedding=False, loss=False) == [2, 6, 2]
+    p = sections(BASE | {"--num-layers": 8, "--pipeline-model-parallel-size": 2,
+                         "--num-layers-per-virtual-pipeline-stage": 2}, world_size=2)
+    assert p["parallel"]["vpp"] == 2 and p["schedule"]["kind"] == "interleaved"
+
+
+def test_world_size_must_divide():
+    with pytest.raises(UserError, match="tp·pp·cp"):
+        sections(BASE | {"--tensor-model-parallel-size": 4}, world_size=6)
+
+
+def test_environment_is_honoured():
+    s = sections(BASE, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "NVTE_FUSED_ATTN": "0",
+                        "NVTE_FLASH_ATTN": "0", "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "NCCL_BUFFSIZE": "4194304"})
+    assert s["allocator"]["expandable_segments"] is True
+    assert s["framework"]["attention_backend"] == "unfused"
+    assert s["framework"]["cublas_workspace_config"] == ":4096:8"
+    assert sections(BASE, {"NVTE_FUSED_ATTN": "0"}, gpu="a100")["framework"]["attention_backend"] == "flash"
+
+
+def test_fp16_keeps_fp16_grads_unless_accumulated_in_fp32():
+    args = {k: v for k, v in BASE.items() if k != "--bf16"} | {"--fp16": True}
+    assert sections(args)["training"]["grad_dtype"] == "fp16"
+    assert sections(args | {"--accumulate-allreduce-grads-in-fp32": True})["training"]["grad_dtype"] == "fp32"

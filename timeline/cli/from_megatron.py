@@ -1,0 +1,72 @@
+"""``timeline from-megatron CONFIG --world-size N``: write the run file of a Megatron-LM job from
+its own arguments (a functional test's ``model_config.yaml`` or a launch script's argument list)."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from timeline.cli.common import positive, write_file_atomically
+from timeline.errors import UserError
+from timeline.spec.hardware import GPUS
+
+HELP = "write a run file from Megatron-LM arguments (model_config.yaml or a launch script's arguments)"
+DESCRIPTION = """\
+Read Megatron-LM's arguments and write the run file that simulates that job (stdout without -o).
+CONFIG is YAML when it ends in .yaml/.yml — MODEL_ARGS (keys with or without the leading --;
+true = a bare flag, false = absent) and optional ENV_VARS, the format of Megatron-LM's functional
+tests — and otherwise an argument list as a launch script passes it to pretrain_gpt.py (several per
+line, \\ continuations, # comments). Absent arguments take Megatron's command-line defaults; every
+argument is mapped to a run-file key, listed as memory-neutral in the file's header, or refused
+with one line naming it.
+
+examples:
+  timeline from-megatron tests/functional_tests/test_cases/gpt/gpt3_mcore_te_tp2_pp2/model_config.yaml --world-size 8
+  timeline from-megatron train_args.txt --world-size 64 --gpu h100 -o job.toml && timeline simulate job.toml
+"""
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", metavar="CONFIG", help="model_config.yaml, or a file of pretrain_gpt.py arguments")
+    parser.add_argument("--world-size", type=positive, required=True, metavar="N",
+                        help="GPUs of the job (dp = N / (tp·pp·cp))")
+    parser.add_argument("--gpu", default="h100", choices=list(GPUS), help="GPU kind (default h100)")
+    parser.add_argument("--te-version", metavar="X.Y", help="Transformer Engine version the job ran (default 2.6)")
+    parser.add_argument("-o", "--output", metavar="RUN.toml", help="write the run file here (default: stdout)")
+    parser.add_argument("--force", action="store_true", help="replace RUN.toml if it exists")
+    parser.add_argument("--name", help="the run's name (default: the config's folder or file name)")
+
+
+def default_name(path: Path) -> str:
+    """A functional test's case folder (``…/gpt3_mcore_te_tp2_pp2/model_config.yaml``), else the file's stem."""
+    return path.parent.name if path.stem == "model_config" and path.parent.name else path.stem
+
+
+def run(args: argparse.Namespace) -> int:
+    from timeline.io.megatron_args import read_megatron_config
+    from timeline.io.megatron_write import convert, run_file_text
+    from timeline.io.runfile import load_run
+
+    path = Path(args.config)
+    out = Path(args.output) if args.output else None
+    if out is not None and out.exists() and not args.force:
+        raise UserError(f"{out} exists; pass --force to replace it")
+    margs = read_megatron_config(path)
+    conv = convert(margs, world_size=args.world_size, gpu=args.gpu, te_version=args.te_version)
+    text = run_file_text(conv, name=args.name or default_name(path), source=str(path), world_size=args.world_size)
+    if out is None:
+        with tempfile.TemporaryDirectory() as folder:  # what is printed must load as it stands
+            check = Path(folder) / "run.toml"
+            check.write_text(text, encoding="utf-8")
+            load_run(check)
+        print(text, end="")
+        return 0
+
+    def write(tmp: Path) -> None:
+        tmp.write_text(text, encoding="utf-8")
+        load_run(tmp)  # the written file must load as it stands, or nothing is left at RUN.toml
+
+    write_file_atomically(out, write)
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,108 @@
+"""Persistent workspaces of a Megatron-Core + Transformer Engine job: allocations through PyTorch's
+caching allocator that no tensor of the model owns, created by the first GEMM that needs them and
+never freed. Measured Megatron jobs allocate them on every rank (the ~96 MiB a dense TE job holds
+above its parameters and optimizer states on H100; ~224 MiB with grouped-GEMM experts).
+
+- Transformer Engine's cuBLAS workspace (``TE/module/base.py: get_workspace`` at v2.6): one
+  ``torch.empty(get_cublas_workspace_size_bytes())`` per process — 33,554,432 bytes when the
+  device's compute capability major is ≥ 9, else 4,194,304 — used by every TE GEMM.
+- TE's multi-stream workspaces for grouped GEMMs (``get_multi_stream_cublas_workspace``): one such
+  workspace per compute stream, ``nvte_get_num_compute_streams() = 4``
+  (``TE/common/util/multi_stream.cpp``), created by the first ``GroupedLinear``.
+- PyTorch's cuBLAS workspace (``aten/src/ATen/cuda/CublasHandlePool.cpp: getCurrentCUDABlasHandle``
+  keeps one workspace per (handle, stream); handles are per thread, so the forward (main thread)
+  and the autograd engine's backward thread each get one) of the size ``CUBLAS_WORKSPACE_CONFIG``
+  gives (``:SIZE_KiB:COUNT`` pairs, Σ SIZE·COUNT KiB; ``getChosenWorkspaceSize``'s default is
+  ``:4096:8`` = 32 MiB on sm ≥ 90, ``:4096:2:16:8`` below). Torch GEMMs run where Megatron calls
+  ``torch.matmul`` itself: the output layer (``tensor_parallel/layers.py:
+  LinearWithGradAccumulationAndAsyncCommunication``) on the stage holding the head, the MoE router
+  (``moe/moe_utils.py: RouterGatingLinearFunction``), and every linear of ``--transformer-impl local``.
+
+- Megatron's ``GlobalMemoryBuffer`` (``megatron/core/utils.py: GlobalMemoryBuffer.get_tensor``,
+  one buffer per (name, dtype), grown to the largest request and kept): under ``name="mpu"`` the
+  local ``DotProductAttention`` takes its ``baddbmm`` input of ``[b·a/tp, s_q, s_k]``
+  (``transformer/dot_product_attention.py``), the local linears their sequence-parallel all-gather
+  of ``[s·b/cp, h]`` (``tensor_parallel/layers.py: LinearWithGradAccumulationAndAsyncCommunication``)
+  and the ``allgather`` MoE dispatcher its gathered tokens ``[T·ep·etp, h]``
+  (``moe/token_dispatcher.py: MoEAllGatherTokenDispatcher.token_dispatch``, ``use_global_buffer``).
+
+This module only sizes them; the simulator places them (``timeline.sim.simulate``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from timeline.graph.tensors import DTYPE_BYTES
+from timeline.spec.run import RunSpec
+
+TE = "NVIDIA/TransformerEngine@v2.6:transformer_engine"
+TORCH = "pytorch/pytorch@v2.13.0:aten/src/ATen/cuda/CublasHandlePool.cpp"
+TE_STREAMS = 4
+MC = "NVIDIA/Megatron-LM@core_v0.14.0:megatron/core"
+
+
+def global_buffer_bytes(run: RunSpec, *, has_moe: bool) -> int:
+    """Bytes of the ``("mpu", dtype)`` GlobalMemoryBuffer: the largest request made of it."""
+    fw, m, tr, par = run.framework, run.model, run.training, run.parallel
+    dt = DTYPE_BYTES[tr.dtype]
+    local = fw.transformer_impl == "local"
+    sizes = [0]
+    if local or fw.attention_backend == "local":
+        sq = tr.seq_len // par.cp
+        sizes.append(tr.micro_batch_size * (m.num_attention_heads // par.tp) * sq * tr.seq_len * dt)
+    if local and run.sp_enabled:
+        sizes.append(tr.seq_len // par.cp * tr.micro_batch_size * m.hidden_size * dt)
+    if has_moe and fw.moe_token_dispatcher == "allgather" and par.ep * par.etp > 1:
+        tokens = tr.seq_len * tr.micro_batch_size // (par.cp * (par.tp if run.sp_enabled else 1))
+        sizes.append(tokens * par.ep * par.etp * m.hidden_size * dt)
+    return max(sizes)
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """``"2.10.0"`` → ``(2, 10, 0)``; a non-numeric part ends it (``"2.9.0rc1"`` → ``(2, 9)``)."""
+    out = []
+    for part in text.split("."):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
+def te_workspace_bytes(sm: int, te_version: str = "2.6") -> int:
+    """``get_cublas_workspace_size_bytes``: 32 MiB on Hopper and later, 4 MiB before; from TE 2.9 on
+    1,024 bytes more on sm ≥ 90 ("32 MiB for NVFP4 GEMM, plus additional 1024 B for alignment")."""
+    if sm < 90:
+        return 4_194_304
+    return 33_554_432 + (1024 if version_tuple(te_version) >= (2, 9) else 0)
+
+
+def torch_workspace_bytes(config: str, sm: int) -> int:
+    """Bytes of one PyTorch cuBLAS workspace under ``CUBLAS_WORKSPACE_CONFIG`` (``''`` = default)."""
+    text = config or (":4096:8" if sm >= 90 else ":4096:2:16:8")
+    pairs = re.findall(r":(\d+):(\d+)", text)
+    return sum(int(size) * int(count) for size, count in pairs) * 1024
+
+
+def persistent_workspaces(run: RunSpec, *, holds_head: bool, has_moe: bool) -> list[tuple[str, int, str]]:
+    """(name, bytes, source) of the workspaces one device of ``run`` holds from its first GEMM on."""
+    fw, sm = run.framework, run.hardware.sm
+    out: list[tuple[str, int, str]] = []
+    if not fw.workspaces:
+        return out
+    te = fw.transformer_impl == "transformer_engine"
+    if te:
+        out.append(("workspace.te_cublas", te_workspace_bytes(sm, fw.transformer_engine),
+                    f"{TE}/pytorch/module/base.py: get_workspace"))
+        if has_moe and fw.moe_grouped_gemm:
+            for i in range(TE_STREAMS):
+                out.append((f"workspace.te_cublas_stream{i}", te_workspace_bytes(sm, fw.transformer_engine),
+                            f"{TE}/pytorch/module/base.py: get_multi_stream_cublas_workspace"))
+    buffer = global_buffer_bytes(run, has_moe=has_moe)
+    if buffer:
+        out.append(("workspace.global_memory_buffer", buffer, f"{MC}/utils.py: GlobalMemoryBuffer.get_tensor"))
+    if not te or holds_head or has_moe:
+        size = torch_workspace_bytes(fw.cublas_workspace_config, sm)
+        for thread in ("forward", "backward"):
+            out.append((f"workspace.torch_cublas_{thread}", size, f"{TORCH}: getCurrentCUDABlasHandle"))
+    return out

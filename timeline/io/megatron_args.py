@@ -1,0 +1,140 @@
+"""Read Megatron-LM arguments as a user has them: a functional test's ``model_config.yaml`` or a
+launch script's argument list.
+
+A YAML config is the format of Megatron-LM's functional tests
+(``tests/functional_tests/test_cases/<family>/<case>/model_config.yaml``): a ``MODEL_ARGS``
+mapping whose keys may or may not carry the leading ``--`` (``true`` is a bare flag, ``false``
+an absent one) and an optional ``ENV_VARS`` mapping. Anything else is an argument list as a launch
+script passes it to ``pretrain_gpt.py``: several arguments per line, ``\\`` continuations, ``#``
+comments, a flag's values up to the next ``--``. Both become :class:`MegatronArgs`; what the
+arguments *mean* is :mod:`timeline.io.megatron_map`'s job, not this module's.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from timeline.errors import UserError
+
+#: a value given as a ``$VAR`` / ``${VAR}`` reference the launcher would have expanded
+VAR_RE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+
+
+@dataclass(frozen=True, slots=True)
+class MegatronArgs:
+    """Arguments by their ``--dashed-name`` (a bare flag is ``True``; several values a tuple of
+    strings), the environment the job ran with, and the model family the input itself names
+    (a ``pretrain_bert.py`` in the script, a ``test_cases/t5/`` folder), if any."""
+
+    args: dict[str, Any]
+    env: dict[str, str] = field(default_factory=dict)
+    family: str | None = None
+    family_source: str = ""
+
+
+def _key(raw: object) -> str:
+    text = str(raw).strip()
+    return text if text.startswith("--") else f"--{text}"
+
+
+def from_mapping(model_args: dict[str, Any], env: dict[str, Any] | None = None, *,
+                 family: str | None = None, family_source: str = "") -> MegatronArgs:
+    """``MODEL_ARGS`` / ``ENV_VARS`` as the functional-test YAML holds them."""
+    args: dict[str, Any] = {}
+    for raw, value in (model_args or {}).items():
+        if value is False or value is None:
+            continue  # false = the flag is absent
+        args[_key(raw)] = value
+    envs = {str(k): str(v) for k, v in (env or {}).items() if v is not None}
+    return MegatronArgs(args=args, env=envs, family=family, family_source=family_source)
+
+
+def _family_from_path(path: Path) -> tuple[str | None, str]:
+    parts = path.resolve().parts
+    for i, part in enumerate(parts[:-1]):
+        if part == "test_cases" and i + 2 < len(parts):
+            return parts[i + 1], f"the path {'/'.join(parts[i:i + 2])}/"
+    return None, ""
+
+
+def parse_yaml(text: str, path: Path) -> MegatronArgs:
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("MODEL_ARGS"), dict):
+        raise UserError(f"{path}: expected a MODEL_ARGS mapping (Megatron-LM functional-test format)")
+    env = data.get("ENV_VARS") or {}
+    if not isinstance(env, dict):
+        raise UserError(f"{path}: ENV_VARS must be a mapping of variable names to values")
+    family, source = _family_from_path(path)
+    return from_mapping(data["MODEL_ARGS"], env, family=family, family_source=source)
+
+
+#: ``pretrain_<family>.py`` names the model family a launch script trains
+SCRIPT_RE = re.compile(r"pretrain_([a-z0-9_]+)\.py$")
+
+
+def parse_arg_list(text: str, path: Path | str = "<arguments>") -> MegatronArgs:
+    """An argument list as a launch script passes it; ``VAR=value`` words before the script are
+    its environment."""
+    joined = re.sub(r"\\\r?\n", " ", text)
+    words: list[str] = []
+    try:
+        for line in joined.splitlines():
+            words += shlex.split(line, comments=True)
+    except ValueError as exc:
+        raise UserError(f"{path}: cannot split the argument list ({exc})") from None
+    args: dict[str, Any] = {}
+    env: dict[str, str] = {}
+    family, source = None, ""
+    current: str | None = None
+    values: list[str] = []
+
+    def close() -> None:
+        if current is not None:
+            args[current] = True if not values else values[0] if len(values) == 1 else tuple(values)
+
+    for word in words:
+        if word.startswith("--") and len(word) > 2:
+            close()
+            name, eq, value = word.partition("=")
+            current, values = name, ([value] if eq else [])
+        elif current is None:
+            script = SCRIPT_RE.search(word)
+            if script:
+                family, source = script.group(1), f"the script {Path(word).name}"
+            elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", word):
+                k, _, v = word.partition("=")
+                env[k] = v
+        else:
+            values.append(word)
+    close()
+    if not args:
+        raise UserError(f"{path}: no --arguments found (expected a model_config.yaml or a launch "
+                        "script's argument list)")
+    return MegatronArgs(args=args, env=env, family=family, family_source=source)
+
+
+def read_megatron_config(path: str | Path) -> MegatronArgs:
+    """Read CONFIG: YAML when it ends in ``.yaml``/``.yml``, else an argument list."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, expected a model_config.yaml or an argument list") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return parse_yaml(text, path)
+    return parse_arg_list(text, path)

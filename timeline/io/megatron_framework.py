@@ -1,0 +1,135 @@
+"""The ``[framework]``, ``[allocator]`` and ``[hardware]`` sections of a converted Megatron-LM job:
+implementation switches from Megatron's arguments and the environment variables that change
+PyTorch-allocator memory (``PYTORCH_CUDA_ALLOC_CONF``, ``CUBLAS_WORKSPACE_CONFIG``, Transformer
+Engine's ``NVTE_*_ATTN`` backend switches, ``NVTE_ALLOW_NONDETERMINISTIC_ALGO``,
+``TORCH_NCCL_AVOID_RECORD_STREAMS``). NCCL's own variables size buffers outside PyTorch's allocator
+and are memory-neutral here.
+
+Transformer Engine's ``auto`` attention choice (``TE attention/dot_product_attention/utils.py:
+get_attention_backend``, v2.6): FlashAttention and cuDNN FusedAttention both qualify for 16-bit
+inputs with head dims ≤ 256; on sm ≥ 90 TE drops FlashAttention "to give FusedAttention preference
+on Hopper+", and when deterministic backward is required (``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0``)
+FlashAttention 2's non-deterministic backward is dropped too; fp32 inputs fall back to unfused.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from timeline.errors import UserError
+from timeline.spec.hardware import GPUS
+
+if TYPE_CHECKING:
+    from timeline.io.megatron_map import Conversion, _Args
+
+
+def _on(env: dict[str, str], name: str) -> bool | None:
+    v = env.get(name)
+    return None if v is None else v.strip() not in ("0", "", "false", "False")
+
+
+def attention_backend(a: _Args, env: dict[str, str], *, sm: int, dtype: str, deterministic: bool) -> str:
+    """The attention implementation the job runs, after Megatron's argument and TE's switches."""
+    if a.str("--transformer-impl", "transformer_engine") == "local":
+        return "local"
+    choice = a.str("--attention-backend", "auto")
+    if choice not in ("auto", "flash", "fused", "unfused", "local"):
+        raise UserError(f"--attention-backend {choice}: use auto, flash, fused, unfused or local")
+    if choice != "auto":
+        return choice
+    flash = _on(env, "NVTE_FLASH_ATTN") is not False and dtype != "fp32"
+    fused = _on(env, "NVTE_FUSED_ATTN") is not False and dtype != "fp32"
+    if flash and fused and (sm >= 90 or deterministic):
+        flash = False
+    if flash:
+        return "flash"
+    if fused:
+        return "fused"
+    if _on(env, "NVTE_UNFUSED_ATTN") is False:
+        raise UserError("NVTE_FLASH_ATTN, NVTE_FUSED_ATTN and NVTE_UNFUSED_ATTN leave no attention backend")
+    return "unfused"
+
+
+def allocator_conf(text: str, c: Conversion) -> None:
+    """``PYTORCH_CUDA_ALLOC_CONF`` options the allocator model has; others are refused by name."""
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        key, _, value = item.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "expandable_segments":
+            c.put("allocator.expandable_segments", value.lower() == "true")
+        elif key == "max_split_size_mb":
+            c.put("allocator.max_split_size_mb", int(value))
+        elif key == "max_non_split_rounding_mb":
+            c.put("allocator.max_non_split_rounding_mb", int(value))
+        elif key == "roundup_power2_divisions" and value.isdigit():
+            c.put("allocator.roundup_power2_divisions", int(value))
+        elif key == "garbage_collection_threshold":
+            continue  # frees cached blocks when reserved nears capacity: no allocated byte changes
+        else:
+            raise UserError(f"PYTORCH_CUDA_ALLOC_CONF: option {item!r} is not modelled")
+    c.env_mapped["PYTORCH_CUDA_ALLOC_CONF"] = "allocator.*"
+
+
+def framework(a: _Args, c: Conversion, env: dict[str, str], *, gpu: str, te_version: str | None) -> None:
+    sm = int(GPUS[gpu]["sm"])
+    dtype = c.sections["training"]["dtype"]
+    deterministic = a.flag("--deterministic-mode") or env.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "1") == "0"
+    c.put("framework.transformer_engine", te_version or "2.6")
+    impl = a.str("--transformer-impl", "transformer_engine")
+    if impl not in ("transformer_engine", "local"):
+        raise UserError(f"--transformer-impl {impl}: use transformer_engine or local")
+    c.put("framework.transformer_impl", impl, "--transformer-impl")
+    c.put("framework.attention_backend",
+          attention_backend(a, env, sm=sm, dtype=dtype, deterministic=deterministic), "--attention-backend")
+    c.put("framework.gradient_accumulation_fusion", not a.flag("--no-gradient-accumulation-fusion"),
+          "--no-gradient-accumulation-fusion")
+    fusion = "none"
+    if a.flag("--cross-entropy-loss-fusion"):
+        fusion = a.str("--cross-entropy-fusion-impl", "native")
+        if fusion not in ("native", "te"):
+            raise UserError(f"--cross-entropy-fusion-impl {fusion}: use native or te")
+    else:
+        a.value("--cross-entropy-fusion-impl")
+    c.put("framework.cross_entropy_fusion", fusion, "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl")
+    c.put("framework.masked_softmax_fusion", not a.flag("--no-masked-softmax-fusion"), "--no-masked-softmax-fusion")
+    # arguments.py: --apply-query-key-layer-scaling sets attention_softmax_in_fp32
+    c.put("framework.attention_softmax_in_fp32",
+          a.flag("--attention-softmax-in-fp32") or a.flag("--apply-query-key-layer-scaling"),
+          "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling")
+    c.put("framework.make_vocab_size_divisible_by", a.int("--make-vocab-size-divisible-by", 128),
+          "--make-vocab-size-divisible-by")
+    c.put("framework.deterministic", deterministic, "--deterministic-mode")
+    if "n_routed_experts" in c.sections["model"]:
+        disp = a.str("--moe-token-dispatcher-type", "allgather")
+        if disp not in ("allgather", "alltoall", "flex"):
+            raise UserError(f"--moe-token-dispatcher-type {disp}: use allgather, alltoall or flex")
+        c.put("framework.moe_token_dispatcher", disp, "--moe-token-dispatcher-type")
+        lb = a.str("--moe-router-load-balancing-type", "aux_loss")
+        if lb not in ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"):
+            raise UserError(f"--moe-router-load-balancing-type {lb}: not a Megatron router")
+        c.put("framework.moe_router_load_balancing", lb, "--moe-router-load-balancing-type")
+        rd = a.str("--moe-router-dtype", "") or ""
+        if rd not in ("", "fp32", "fp64"):
+            raise UserError(f"--moe-router-dtype {rd}: use fp32 or fp64")
+        c.put("framework.moe_router_dtype", rd, "--moe-router-dtype")
+        c.put("framework.moe_permute_fusion", a.flag("--moe-permute-fusion"), "--moe-permute-fusion")
+        c.put("framework.moe_grouped_gemm", a.flag("--moe-grouped-gemm"), "--moe-grouped-gemm")
+        score = a.str("--moe-router-score-function", "softmax")
+        if score not in ("softmax", "sigmoid"):
+            raise UserError(f"--moe-router-score-function {score}: use softmax or sigmoid")
+        a.flag("--moe-router-pre-softmax")  # softmax before top-k: the same tensors' shapes
+    if "CUBLAS_WORKSPACE_CONFIG" in env:
+        c.put("framework.cublas_workspace_config", env["CUBLAS_WORKSPACE_CONFIG"])
+        c.env_mapped["CUBLAS_WORKSPACE_CONFIG"] = "framework.cublas_workspace_config"
+    if env.get("TORCH_NCCL_AVOID_RECORD_STREAMS") is not None:
+        c.put("framework.avoid_record_streams", env["TORCH_NCCL_AVOID_RECORD_STREAMS"] == "1")
+        c.env_mapped["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "framework.avoid_record_streams"
+    for name in ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN"):
+        if name in env:
+            c.env_mapped[name] = "framework.attention_backend"
+    if "NVTE_ALLOW_NONDETERMINISTIC_ALGO" in env:
+        c.env_mapped["NVTE_ALLOW_NONDETERMINISTIC_ALGO"] = "framework.deterministic"
+    if env.get("PYTORCH_CUDA_ALLOC_CONF"):
+        allocator_conf(env["PYTORCH_CUDA_ALLOC_CONF"], c)
+    c.put("hardware.gpu", gpu)
+

@@ -1,0 +1,302 @@
+"""Map Megatron-LM arguments onto a run file (DESIGN §14): ``timeline from-megatron``'s core.
+
+Absent arguments take Megatron-LM's command-line defaults (``megatron/training/arguments.py``,
+where they disagree with ``TransformerConfig`` the command line wins): LayerNorm, GeLU, learned
+absolute positions, biases, tied embeddings, dropout 0.1, Transformer Engine with
+``--attention-backend auto``, gradient-accumulation fusion on, no sequence parallelism, the
+``allgather`` MoE dispatcher with the ``aux_loss`` router, the vocabulary padded to
+``--make-vocab-size-divisible-by`` (128) × tp. Every argument is mapped here, listed memory-neutral
+or refused in :mod:`timeline.io.megatron_table`; the result is plain run-file data with a record of
+what went where, which :mod:`timeline.io.megatron_write` turns into TOML. Nothing here simulates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from timeline.errors import UserError
+from timeline.io.megatron_args import VAR_RE, MegatronArgs
+from timeline.io.megatron_layout import moe_layer_pattern, parse_layout, pattern_to_model, split_layers
+from timeline.io.megatron_table import (
+    FAMILY_ARGS,
+    FAMILY_NAMES,
+    MODELLED_FAMILIES,
+    NEUTRAL_REASON,
+    PROVIDER_FAMILIES,
+    REFUSED,
+)
+
+#: vocabulary sizes of tokenizers a config names by file (the tokenizer itself is not read):
+#: GPT-2's BPE ``vocab.json`` holds 50,257 tokens (Radford et al. 2019); Nemotron-4's SentencePiece
+#: model 256,000 (Nemotron-4 15B technical report, arXiv 2402.16819 §2)
+GPT2_VOCAB = 50257
+KNOWN_TOKENIZER_FILES = {"nemotron_2_256k.model": 256000}
+
+
+@dataclass
+class Conversion:
+    """Run-file sections, and per argument the key(s) it set or why it was skipped."""
+
+    sections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    mapped: dict[str, str] = field(default_factory=dict)
+    neutral: dict[str, str] = field(default_factory=dict)
+    env_mapped: dict[str, str] = field(default_factory=dict)
+
+    def put(self, key: str, value: Any, *sources: str) -> None:
+        section, name = key.split(".", 1)
+        self.sections.setdefault(section, {})[name] = value
+        for src in sources:
+            self.mapped[src] = f"{self.mapped[src]}, {key}" if src in self.mapped else key
+
+
+class _Args:
+    """Typed access to the raw arguments; each read marks the argument as mapped."""
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self.raw = raw
+        self.read: set[str] = set()
+
+    def has(self, name: str) -> bool:
+        self.read.add(name)
+        return name in self.raw
+
+    def value(self, name: str, default: Any = None) -> Any:
+        self.read.add(name)
+        if name not in self.raw:
+            return default
+        v = self.raw[name]
+        if isinstance(v, str) and VAR_RE.search(v):
+            raise UserError(f"{name}: {v!r} is an unexpanded shell variable and the argument changes memory; "
+                            "give its value")
+        return v
+
+    def flag(self, name: str) -> bool:
+        v = self.value(name, False)
+        if isinstance(v, str):
+            return v.strip().lower() not in ("false", "0", "no")
+        return bool(v)
+
+    def int(self, name: str, default: int | None = None) -> int | None:
+        v = self.value(name, default)
+        if v is None or isinstance(v, int) and not isinstance(v, bool):
+            return v
+        try:
+            return int(str(v))
+        except ValueError:
+            raise UserError(f"{name}: expected an integer, got {v!r}") from None
+
+    def float(self, name: str, default: float) -> float:
+        v = self.value(name, default)
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            raise UserError(f"{name}: expected a number, got {v!r}") from None
+
+    def str(self, name: str, default: str | None = None) -> str | None:
+        v = self.value(name, default)
+        return None if v is None else str(v)
+
+    def need(self, name: str) -> int:
+        v = self.int(name)
+        if v is None:
+            raise UserError(f"{name} is required (Megatron-LM has no default for it)")
+        return v
+
+
+def _refuse_family(m: MegatronArgs, a: _Args) -> None:
+    if m.family and m.family not in MODELLED_FAMILIES:
+        what = FAMILY_NAMES.get(m.family, m.family)
+        raise UserError(f"{what} model (named by {m.family_source}): timeline models GPT-style decoders "
+                        "(dense, MoE, MLA) only")
+    for name, what in FAMILY_ARGS.items():
+        if name in a.raw:
+            raise UserError(f"{name}: a {what} model; timeline models GPT-style decoders (dense, MoE, MLA) only")
+    for name in ("--model-provider", "--spec"):
+        text = str(a.raw.get(name, ""))
+        for key, what in PROVIDER_FAMILIES.items():
+            if key in text:
+                raise UserError(f"{name} {text}: a {what} model; timeline models GPT-style decoders only")
+    for name, why in REFUSED.items():
+        if name in a.raw:
+            raise UserError(f"{name}: {why}")
+    opt = str(a.raw.get("--optimizer", "adam"))
+    if opt != "adam":
+        raise UserError(f"--optimizer {opt}: only Adam's states are modelled")
+
+
+def _vocab(a: _Args) -> int:
+    size = a.int("--vocab-size")
+    if size is not None:
+        return size
+    kind = a.raw.get("--tokenizer-type", "GPT2BPETokenizer")
+    model = str(a.raw.get("--tokenizer-model", ""))
+    if kind == "GPT2BPETokenizer" and ("--vocab-file" in a.raw or "--tokenizer-type" not in a.raw):
+        return GPT2_VOCAB
+    for fname, n in KNOWN_TOKENIZER_FILES.items():
+        if model.endswith(fname):
+            return n
+    raise UserError(f"--tokenizer-type {kind}: its vocabulary size is unknown without reading "
+                    f"{model or 'the tokenizer'}; add --vocab-size N")
+
+
+def _model(a: _Args, c: Conversion) -> None:
+    c.put("model.preset", "megatron-gpt")
+    layers, h, heads = a.need("--num-layers"), a.need("--hidden-size"), a.need("--num-attention-heads")
+    c.put("model.num_layers", layers, "--num-layers")
+    c.put("model.hidden_size", h, "--hidden-size")
+    c.put("model.num_attention_heads", heads, "--num-attention-heads")
+    swiglu, relu2 = a.flag("--swiglu"), a.flag("--squared-relu")
+    ffn = a.int("--ffn-hidden-size")
+    if ffn is None:  # arguments.py: validate_args
+        ffn = int((4 * h * 2 / 3) / 64) * 64 if swiglu else 4 * h
+    c.put("model.intermediate_size", ffn, "--ffn-hidden-size")
+    c.put("model.hidden_act", "silu" if swiglu else "relu2" if relu2 else "gelu", "--swiglu", "--squared-relu")
+    gqa = a.flag("--group-query-attention")
+    groups = a.int("--num-query-groups", 1)
+    c.put("model.num_key_value_heads", groups if gqa else heads, "--group-query-attention", "--num-query-groups")
+    kv = a.int("--kv-channels")
+    if kv is not None:
+        c.put("model.head_dim", kv, "--kv-channels")
+    norm = a.str("--normalization", "LayerNorm")
+    if norm not in ("LayerNorm", "RMSNorm"):
+        raise UserError(f"--normalization {norm}: only LayerNorm and RMSNorm are modelled")
+    c.put("model.norm", norm.lower(), "--normalization")
+    pos = a.str("--position-embedding-type", "learned_absolute")
+    if pos not in ("learned_absolute", "rope", "yarn"):
+        raise UserError(f"--position-embedding-type {pos}: only learned_absolute, rope and yarn are modelled")
+    c.put("model.position_embedding", "learned" if pos == "learned_absolute" else "rope",
+          "--position-embedding-type")
+    bias = not a.flag("--disable-bias-linear")
+    c.put("model.linear_bias", bias, "--disable-bias-linear")
+    c.put("model.attention_bias", bias or a.flag("--add-qkv-bias"), "--add-qkv-bias")
+    c.put("model.tie_word_embeddings", not a.flag("--untie-embeddings-and-output-weights"),
+          "--untie-embeddings-and-output-weights")
+    c.put("model.hidden_dropout", a.float("--hidden-dropout", 0.1), "--hidden-dropout")
+    c.put("model.attention_dropout", a.float("--attention-dropout", 0.1), "--attention-dropout")
+    seq = a.need("--seq-length")
+    c.put("model.max_position_embeddings", a.int("--max-position-embeddings", seq), "--max-position-embeddings")
+    c.put("model.vocab_size", _vocab(a), "--vocab-size", "--tokenizer-type", "--vocab-file")
+    if a.flag("--qk-layernorm") and not a.flag("--multi-latent-attention"):
+        c.put("model.qk_norm", True, "--qk-layernorm")
+    if a.flag("--multi-latent-attention"):
+        c.put("model.kv_lora_rank", a.int("--kv-lora-rank", 32), "--multi-latent-attention", "--kv-lora-rank")
+        c.put("model.q_lora_rank", a.int("--q-lora-rank", 0) or 0, "--q-lora-rank")
+        c.put("model.qk_nope_head_dim", a.int("--qk-head-dim", 128), "--qk-head-dim")
+        c.put("model.qk_rope_head_dim", a.int("--qk-pos-emb-head-dim", 64), "--qk-pos-emb-head-dim")
+        c.put("model.v_head_dim", a.int("--v-head-dim", 128), "--v-head-dim")
+        a.flag("--qk-layernorm")  # MLA's q/kv latent norms: always built by the MLA layers
+    experts = a.int("--num-experts")
+    if experts:
+        c.put("model.n_routed_experts", experts, "--num-experts")
+        c.put("model.moe_intermediate_size", a.int("--moe-ffn-hidden-size", ffn), "--moe-ffn-hidden-size")
+        c.put("model.num_experts_per_tok", a.int("--moe-router-topk", 2), "--moe-router-topk")
+        shared = a.int("--moe-shared-expert-intermediate-size")
+        if shared:
+            c.put("model.n_shared_experts", 1, "--moe-shared-expert-intermediate-size")
+            c.put("model.shared_expert_intermediate_size", shared)
+        first, freq = pattern_to_model(moe_layer_pattern(a.value("--moe-layer-freq", 1), layers))
+        c.put("model.first_k_dense_replace", first, "--moe-layer-freq")
+        c.put("model.moe_layer_freq", freq)
+        c.put("model.router_bias", a.flag("--moe-router-enable-expert-bias"), "--moe-router-enable-expert-bias")
+    mtp = a.int("--mtp-num-layers")
+    c.put("model.mtp_layers", mtp or 0, "--mtp-num-layers")
+
+
+def _parallel(a: _Args, c: Conversion, world_size: int) -> tuple[int, int]:
+    tp = a.int("--tensor-model-parallel-size", 1)
+    pp = a.int("--pipeline-model-parallel-size", 1)
+    cp = a.int("--context-parallel-size", 1)
+    ep = a.int("--expert-model-parallel-size", 1)
+    etp = a.int("--expert-tensor-parallel-size", tp)
+    if world_size % (tp * pp * cp):
+        raise UserError(f"--world-size {world_size} is not divisible by tp·pp·cp = {tp}·{pp}·{cp}")
+    dp = world_size // (tp * pp * cp)
+    c.put("parallel.tp", tp, "--tensor-model-parallel-size")
+    c.put("parallel.pp", pp, "--pipeline-model-parallel-size")
+    c.put("parallel.cp", cp, "--context-parallel-size")
+    c.put("parallel.ep", ep, "--expert-model-parallel-size")
+    c.put("parallel.etp", etp, "--expert-tensor-parallel-size")
+    c.put("parallel.dp", dp)
+    # arguments.py: sequence parallelism is switched off when tp == 1
+    c.put("parallel.sp", a.flag("--sequence-parallel") and tp > 1, "--sequence-parallel")
+    layers = a.need("--num-layers")
+    vpp = 1
+    layout = None
+    if a.has("--pipeline-model-parallel-layout"):
+        layout, vpp = parse_layout(a.str("--pipeline-model-parallel-layout"), pp)
+    elif a.int("--num-layers-per-virtual-pipeline-stage"):
+        per = a.int("--num-layers-per-virtual-pipeline-stage")
+        if layers % (pp * per):
+            raise UserError(f"--num-layers-per-virtual-pipeline-stage {per}: {layers} layers do not divide into "
+                            f"pp·{per}")
+        vpp = layers // (pp * per)
+    elif a.int("--num-virtual-stages-per-pipeline-rank"):
+        vpp = a.int("--num-virtual-stages-per-pipeline-rank")
+    if layout is None:
+        layout = split_layers(layers, pp * vpp, first=a.int("--decoder-first-pipeline-num-layers"),
+                              last=a.int("--decoder-last-pipeline-num-layers"),
+                              embedding=a.flag("--account-for-embedding-in-pipeline-split"),
+                              loss=a.flag("--account-for-loss-in-pipeline-split"))
+    c.put("parallel.vpp", vpp, "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank")
+    if layout is not None:
+        c.put("parallel.layout", layout, *(n for n in (
+            "--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers",
+            "--decoder-last-pipeline-num-layers", "--account-for-embedding-in-pipeline-split",
+            "--account-for-loss-in-pipeline-split") if n in a.raw))
+    c.put("schedule.kind", "interleaved" if vpp > 1 else "1f1b")
+    group = a.int("--microbatch-group-size-per-virtual-pipeline-stage")
+    if group and vpp > 1:
+        c.put("schedule.microbatch_group_size", group, "--microbatch-group-size-per-virtual-pipeline-stage")
+    return dp, pp
+
+
+def _training(a: _Args, c: Conversion, dp: int) -> None:
+    mbs = a.need("--micro-batch-size")
+    gbs = a.int("--global-batch-size", mbs * dp)
+    ramp = a.value("--rampup-batch-size")
+    if ramp is not None:  # the measured first iterations run the ramp's start batch
+        start = str(ramp).strip("[]() ").replace(",", " ").split()
+        gbs = int(start[0])
+    if gbs % (mbs * dp):
+        raise UserError(f"--global-batch-size {gbs} is not divisible by micro-batch-size·dp = {mbs}·{dp}")
+    c.put("training.micro_batch_size", mbs, "--micro-batch-size")
+    c.put("training.seq_len", a.need("--seq-length"), "--seq-length")
+    c.put("training.num_microbatches", gbs // (mbs * dp), "--global-batch-size", "--rampup-batch-size")
+    c.put("training.iterations", 2)
+    fp16, bf16 = a.flag("--fp16"), a.flag("--bf16")
+    dtype = "fp16" if fp16 else "bf16" if bf16 else "fp32"
+    c.put("training.dtype", dtype, "--fp16", "--bf16")
+    if fp16 and a.value("--loss-scale") is None:
+        # arguments.py: --initial-loss-scale 2**32 with dynamic scaling (optimizer/grad_scaler.py:
+        # DynamicGradScaler, hysteresis 2): the first iterations' fp16 gradients overflow, and
+        # MixedPrecisionOptimizer.step skips torch's Adam step, so its moments are not created yet
+        c.put("training.optimizer_step", False, "--initial-loss-scale", "--loss-scale")
+    # arguments.py: bf16 accumulates and all-reduces grads in fp32 unless --grad-reduce-in-bf16;
+    # fp16 only with --accumulate-allreduce-grads-in-fp32 (DDP grad_reduce_in_fp32)
+    fp32_grads = a.flag("--accumulate-allreduce-grads-in-fp32") or (bf16 and not a.flag("--grad-reduce-in-bf16"))
+    c.put("training.grad_dtype", "fp32" if fp32_grads or dtype == "fp32" else dtype,
+          "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32")
+    c.put("training.zero", 1 if a.flag("--use-distributed-optimizer") else 0, "--use-distributed-optimizer")
+    instances = a.int("--num-distributed-optimizer-instances", 1)
+    if instances > 1:
+        c.put("training.optimizer_instances", instances, "--num-distributed-optimizer-instances")
+    cf = a.value("--moe-expert-capacity-factor")
+    if cf is not None:
+        c.put("training.capacity_factor", float(cf), "--moe-expert-capacity-factor")
+        c.put("training.pad_to_capacity", a.flag("--moe-pad-expert-input-to-capacity"),
+              "--moe-pad-expert-input-to-capacity")
+    gran = a.str("--recompute-granularity")
+    if a.flag("--recompute-activations"):
+        gran = "selective"
+    if gran == "full":
+        c.put("recompute.policy", "full", "--recompute-granularity")
+        c.put("recompute.method", a.str("--recompute-method", "uniform"), "--recompute-method")
+        c.put("recompute.num_layers", a.int("--recompute-num-layers", 1), "--recompute-num-layers")
+    elif gran == "selective":
+        mods = a.value("--recompute-modules", ("core_attn",))
+        mods = [mods] if isinstance(mods, str) else list(mods)
+        c.put("recompute.policy", "selective", "--recompute-granularity", "--recompute-activations")
+        c.put("recompute.modules", [str(x) for x in mods], "--recompute-modules")
+    elif gran is not None:
+        raise UserError(f"--recompute-granularity {gran}: use full or selective")

@@ -1,0 +1,94 @@
+"""Turn Megatron-LM arguments into run-file text: :func:`convert` checks that every argument was
+mapped, is memory-neutral or is refused, and :func:`run_file_text` writes the TOML with the
+comment block that maps each argument to its key and lists the memory-neutral ones skipped.
+
+The written file is plain run-file TOML: ``timeline simulate`` runs it as it stands, and
+:func:`timeline.io.runfile.load_run` validates it like any other (so a layout Megatron accepts
+but the simulator cannot express is reported by the same key-path messages).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from timeline.errors import UserError
+from timeline.io.megatron_args import MegatronArgs
+from timeline.io.megatron_framework import framework
+from timeline.io.megatron_map import Conversion, _Args, _model, _parallel, _refuse_family, _training
+from timeline.io.megatron_table import ENV_MAPPED, NEUTRAL_REASON
+from timeline.spec.hardware import GPUS
+
+SECTION_ORDER = ("model", "parallel", "training", "recompute", "schedule", "allocator", "hardware", "framework")
+
+
+def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_version: str | None = None) -> Conversion:
+    """The run-file data of the job ``margs`` describes on ``world_size`` GPUs of kind ``gpu``."""
+    if world_size < 1:
+        raise UserError(f"--world-size must be 1 or more, got {world_size}")
+    if gpu not in GPUS:
+        raise UserError(f"--gpu {gpu}: unknown; use one of {', '.join(GPUS)}")
+    if te_version is not None and not all(p.isdigit() for p in te_version.split(".")[:2]):
+        raise UserError(f"--te-version {te_version!r}: expected X.Y or X.Y.Z")
+    a = _Args(margs.args)
+    _refuse_family(margs, a)
+    c = Conversion()
+    _model(a, c)
+    dp, _ = _parallel(a, c, world_size)
+    _training(a, c, dp)
+    framework(a, c, margs.env, gpu=gpu, te_version=te_version)
+    given = {k: v for k, v in c.mapped.items() if k in margs.args}
+    for name in margs.args:
+        if name in a.read or name in given:
+            given.setdefault(name, "(read; sets no key of its own)")
+            continue
+        if name in NEUTRAL_REASON:
+            c.neutral[name] = NEUTRAL_REASON[name]
+            continue
+        raise UserError(f"{name}: not a Megatron-LM argument timeline knows; it is neither mapped nor "
+                        "known to be memory-neutral")
+    c.mapped = given
+    for name in margs.env:
+        if name not in ENV_MAPPED:
+            c.neutral[f"${name}"] = "environment outside PyTorch's allocator"
+    return c
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {v!r} as TOML")
+
+
+def _comment(text: str) -> str:
+    return "# " + text.replace("\n", " ")
+
+
+def run_file_text(c: Conversion, *, name: str, source: str, world_size: int) -> str:
+    """The run file: the header comment block, then ``name`` and each section."""
+    lines = [_comment(f"written by `timeline from-megatron {source} --world-size {world_size}`"),
+             _comment("Megatron-LM argument -> run-file key:")]
+    for arg in sorted(c.mapped):
+        lines.append(_comment(f"  {arg} -> {c.mapped[arg]}"))
+    for env in sorted(c.env_mapped):
+        lines.append(_comment(f"  ${env} -> {c.env_mapped[env]}"))
+    if c.neutral:
+        lines.append(_comment("memory-neutral, skipped:"))
+        for arg in sorted(c.neutral):
+            lines.append(_comment(f"  {arg} ({c.neutral[arg]})"))
+    lines.append(f"name = {_toml_value(name)}")
+    for section in SECTION_ORDER:
+        values = c.sections.get(section)
+        if not values:
+            continue
+        lines.append("")
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            lines.append(f"{key} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"

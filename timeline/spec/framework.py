@@ -1,0 +1,55 @@
+"""``[framework]``: the implementation choices and versions the ``megatron`` profile's rules assume.
+
+A Megatron-LM job allocates more than its model's saved tensors, and how much depends on settings
+that live in Megatron's arguments and Transformer Engine's environment, not in the model: which
+attention kernel runs, whether cross entropy is fused, whether weight gradients accumulate into
+``main_grad`` in place, which MoE dispatcher moves tokens, which cuBLAS workspaces exist. This
+section names them with Megatron's own argument names (``--attention-backend`` →
+``attention_backend``) and the versions whose source the rules were read from, so a rule that
+changed between versions can say which one it follows.
+
+The defaults keep a hand-written run file as it was before this section existed (flash
+attention, unfused cross entropy, the alltoall dispatcher, no router aux loss); ``timeline
+from-megatron`` writes every key explicitly with Megatron's command-line defaults instead. Only
+the ``megatron`` profile reads this section (validation rejects non-default values elsewhere).
+This module checks its own fields; it decides no bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from timeline.spec.fields import spec_field
+
+ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
+DISPATCHERS = ("allgather", "alltoall", "flex")
+LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FrameworkSpec:
+    megatron_core: str = spec_field("0.14.0", doc="Megatron-Core version (or commit) the rules follow")
+    transformer_engine: str = spec_field("2.6", doc="Transformer Engine version X.Y[.Z]")
+    transformer_impl: str = spec_field("transformer_engine", choices=("transformer_engine", "local"),
+                                       doc="--transformer-impl")
+    attention_backend: str = spec_field("flash", choices=ATTENTION_BACKENDS,
+                                        doc="--attention-backend, after NVTE_*_ATTN switches (auto resolved)")
+    gradient_accumulation_fusion: bool = spec_field(True, doc="weight gradients accumulate into main_grad")
+    cross_entropy_fusion: str = spec_field("none", choices=("none", "native", "te"),
+                                           doc="--cross-entropy-loss-fusion with --cross-entropy-fusion-impl")
+    masked_softmax_fusion: bool = spec_field(True, doc="false: --no-masked-softmax-fusion (local attention's "
+                                             "torch softmax path)")
+    attention_softmax_in_fp32: bool = spec_field(False, doc="--attention-softmax-in-fp32 (or "
+                                                 "--apply-query-key-layer-scaling)")
+    make_vocab_size_divisible_by: int = spec_field(128, positive=True, doc="vocabulary padded to this × tp")
+    deterministic: bool = spec_field(False, doc="--deterministic-mode / NVTE_ALLOW_NONDETERMINISTIC_ALGO=0")
+    moe_token_dispatcher: str = spec_field("alltoall", choices=DISPATCHERS, doc="--moe-token-dispatcher-type")
+    moe_router_load_balancing: str = spec_field("none", choices=LOAD_BALANCING,
+                                                doc="--moe-router-load-balancing-type")
+    moe_router_dtype: str = spec_field("", choices=("", "fp32", "fp64"), doc="--moe-router-dtype ('' = logits')")
+    moe_permute_fusion: bool = spec_field(False, doc="--moe-permute-fusion")
+    moe_grouped_gemm: bool = spec_field(True, doc="--moe-grouped-gemm (false: SequentialMLP)")
+    cublas_workspace_config: str = spec_field("", doc="CUBLAS_WORKSPACE_CONFIG (':SIZE_KiB:COUNT…'; '' = default)")
+    avoid_record_streams: bool = spec_field(False, doc="TORCH_NCCL_AVOID_RECORD_STREAMS=1")
+    workspaces: bool = spec_field(True, doc="TE's and PyTorch's persistent cuBLAS workspaces (false: leave "
+                                  "them out, e.g. to compare saved tensors alone)")

@@ -1,0 +1,124 @@
+"""Hold the simulator against measured Megatron-LM jobs (``../shared/measured/megatron_calibration.json``).
+
+Every expressible case (``expressible_note`` empty, ``model_args`` present) goes through
+``timeline from-megatron`` (in process) and a 2-iteration simulation with summary output only; the
+last pipeline rank's device — global rank ``world_size − 1`` under Megatron's rank order — is
+compared with ``measured.max_allocated_bytes_second_logged``. Prints predicted, measured and error per
+case, then median and worst |error| per family (dense / MoE, published / inferred world size), the
+counts within 1, 2 and 4 %, and the wall time. ``--json FILE`` also writes the rows.
+
+    .venv/bin/python tools/validate_measured.py [--data PATH] [--only SUBSTRING] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DEFAULT_DATA = ROOT.parent / "shared" / "measured" / "megatron_calibration.json"
+
+#: measured.gpu prefix → --gpu
+GPU_KINDS = {"H100": "h100", "GB200": "gb200", "A100": "a100", "B200": "b200", "H200": "h200"}
+
+
+def expressible(records: list[dict]) -> list[dict]:
+    return [r for r in records if r.get("model_args") and not r.get("expressible_note")]
+
+
+def gpu_of(record: dict) -> str:
+    text = str(record["measured"].get("gpu", "H100"))
+    return next((v for k, v in sorted(GPU_KINDS.items(), key=lambda kv: -len(kv[0])) if text.startswith(k)), "h100")
+
+
+def family(record: dict) -> str:
+    moe = bool(record["model_args"].get("--num-experts"))
+    inferred = bool(record["parallel"].get("world_size_inferred"))
+    return f"{'moe' if moe else 'dense'}{' (inferred world size)' if inferred else ''}"
+
+
+def predict(record: dict) -> tuple[int, int]:
+    """(peak allocated, peak reserved) bytes of the last pipeline rank's device."""
+    from timeline.graph.template import chunk_template
+    from timeline.io.megatron_args import from_mapping
+    from timeline.io.megatron_write import convert, run_file_text
+    from timeline.io.runfile import run_from_data
+    from timeline.result.build import build_timeline
+
+    fam = record.get("family_dir", "")
+    margs = from_mapping(record["model_args"], record.get("env"), family=fam,
+                         family_source=f"the path test_cases/{fam}/")
+    world = int(record["parallel"]["world_size"])
+    conv = convert(margs, world_size=world, gpu=gpu_of(record))
+    text = run_file_text(conv, name=record["name"].replace("/", "-"), source=record["config_file"], world_size=world)
+    run = run_from_data(tomllib.loads(text), Path(f"<from-megatron>/{record['name']}.toml"))
+    tl = build_timeline(run, chunk_template)
+    last = max(range(tl.num_devices), key=lambda d: tl.sim.devices[d].pp_rank)
+    pk = tl.peak(last)
+    return pk.allocated_bytes, pk.reserved_bytes
+
+
+def table(rows: list[dict]) -> str:
+    out = [f"{'case':<78} {'family':<28} {'predicted':>14} {'measured':>14} {'error':>8} {'reserved':>14}"]
+    for r in rows:
+        out.append(f"{r['name']:<78} {r['family']:<28} {r['predicted']:>14,} {r['measured']:>14,} "
+                   f"{r['error_pct']:>+7.2f}% {r['reserved']:>14,}")
+    out.append("")
+    for fam in sorted({r["family"] for r in rows}):
+        errs = [abs(r["error_pct"]) for r in rows if r["family"] == fam]
+        out.append(f"{fam:<30} n={len(errs):>3}  median |error| {statistics.median(errs):6.2f}%  "
+                   f"worst {max(errs):6.2f}%")
+    errs = [abs(r["error_pct"]) for r in rows]
+    if errs:
+        out.append(f"{'all':<30} n={len(errs):>3}  median |error| {statistics.median(errs):6.2f}%  "
+                   f"worst {max(errs):6.2f}%  within 1/2/4 %: {sum(e <= 1 for e in errs)}/"
+                   f"{sum(e <= 2 for e in errs)}/{sum(e <= 4 for e in errs)}")
+    return "\n".join(out)
+
+
+def validate(records: list[dict], only: str = "", failed: list | None = None) -> list[dict]:
+    """Rows per simulated case; cases that cannot be simulated go to ``failed`` as (name, message)."""
+    from timeline.errors import UserError
+
+    failed = [] if failed is None else failed
+    rows = []
+    for rec in expressible(records):
+        if only and only not in rec["name"]:
+            continue
+        measured = int(rec["measured"]["max_allocated_bytes_second_logged"]["bytes"])
+        try:
+            alloc, reserved = predict(rec)
+        except UserError as exc:
+            failed.append((rec["name"], str(exc)))
+            continue
+        rows.append({"name": rec["name"], "family": family(rec), "predicted": alloc, "measured": measured,
+                     "error_pct": 100.0 * (alloc - measured) / measured, "reserved": reserved})
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=str(DEFAULT_DATA))
+    parser.add_argument("--only", default="", help="cases whose name contains this")
+    parser.add_argument("--json", help="write the rows as JSON here")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    failed: list[tuple[str, str]] = []
+    rows = validate(json.loads(Path(args.data).read_text()), args.only, failed)
+    print(table(rows))
+    for name, message in failed:
+        print(f"not simulated: {name}: {message}")
+    print(f"wall time {time.perf_counter() - start:.1f} s for {len(rows)} cases")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
