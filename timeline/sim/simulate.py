@@ -71,6 +71,8 @@ class SimOutput:
     iteration_time_us: float
     activation_bytes_per_microbatch: list[int]
     templates: dict[int, ChunkTemplate] = field(default_factory=dict)
+    #: reported peaks start here: the end of ``warmup_iterations`` (0: everything is reported)
+    report_start_us: float = 0.0
 
 
 class _Names:
