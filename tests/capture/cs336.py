@@ -180,3 +180,70 @@ class AdamW(torch.optim.Optimizer):
                 p.data -= alpha_t * m_t / (torch.sqrt(v_t) + group["eps"])
                 state["m"], state["v"], state["t"] = m_t, v_t, t + 1
         return None
+
+
+# -- the scripts behind the snapshots, as --step functions --------------------------------------
+
+def _batch(vocab: int, shape: tuple[int, ...]) -> torch.Tensor:
+    return torch.randint(0, vocab, shape, dtype=torch.long, device="cuda")
+
+
+def wedsonlin(context_length: int, autocast: bool) -> Callable[[], None]:
+    """``cs336_systems/nsys_profile.py`` ``memory_profile(pattern="full-training-step")`` at
+    Wedsonlin/assignment2-systems@8630bcf for the medium model: 5 warm-up steps (forward + loss
+    under ``torch.autocast("cuda", bf16, enabled=autocast)``, backward, the course's AdamW step,
+    ``zero_grad()``; ``output`` and ``loss`` stay bound between iterations), then ``del output,
+    loss``, ``zero_grad(set_to_none=True)`` and the recorded step (no ``zero_grad`` after it).
+    Call 6 is the recorded one."""
+    model = BasicsTransformerLM(10_000, context_length, 1024, 24, 16, 4096)
+    model.to(torch.device("cuda"))
+    optimizer = AdamW(model.parameters())
+    warmup_inputs, warmup_targets = _batch(10_000, (5, 4, context_length)), _batch(10_000, (5, 4, context_length))
+    execution_inputs = _batch(10_000, (1, 4, context_length))
+    execution_targets = _batch(10_000, (1, 4, context_length))
+    held: dict[str, torch.Tensor] = {}
+    calls = [0]
+
+    def step() -> None:
+        i = calls[0]
+        calls[0] += 1
+        if i == 5:
+            held.clear()  # del output, loss
+            optimizer.zero_grad(set_to_none=True)
+        x, y = (warmup_inputs[i], warmup_targets[i]) if i < 5 else (execution_inputs[0], execution_targets[0])
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=autocast):
+            held["output"] = model(x)
+            held["loss"] = cross_entropy(held["output"], y)
+        held["loss"].backward()
+        optimizer.step()
+        if i < 5:
+            optimizer.zero_grad()
+
+    return step
+
+
+def wedsonlin_medium_128() -> Callable[[], None]:
+    return wedsonlin(128, autocast=False)
+
+
+def wedsonlin_medium_512() -> Callable[[], None]:
+    return wedsonlin(512, autocast=True)
+
+
+def magma27() -> Callable[[], None]:
+    """``cs336_systems/benchmarking_script.py`` at MAGMA27/assignment2-systems@15883f2: the small
+    model (d 768, 12 layers, batch 32, ctx 256, fp32), 5 warm-up forward + loss + backward passes
+    with no ``zero_grad`` (gradients accumulate; ``lm_head`` and ``loss`` stay bound between
+    iterations), then the recorded one, the same."""
+    model = BasicsTransformerLM(10_000, 256, 768, 12, 12, 3072, 10_000).to("cuda")
+    data = torch.randint(0, 10_000, (32, 256)).to("cuda")
+    target = torch.randint(0, 10_000, (32, 256)).to("cuda")
+    held: dict[str, torch.Tensor] = {}
+
+    def step() -> None:
+        held["lm_head"] = model(data)
+        held["loss"] = cross_entropy(held["lm_head"], target)
+        held["loss"].backward()
+        torch.cuda.synchronize()
+
+    return step

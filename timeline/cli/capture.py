@@ -41,6 +41,13 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--preset", metavar="NAME", help="a model preset (see `timeline presets`)")
     src.add_argument("--module", metavar="MODULE:FACTORY",
                      help="an importable factory returning (nn.Module, args[, kwargs]); the step sums its output")
+    src.add_argument("--step", metavar="MODULE:FUNC",
+                     help="whole training steps as you wrote them: FUNC() builds model, optimizer and batch "
+                          "(device='cuda' is fine) and returns a callable running one step; MODULE is dotted or "
+                          "a path to a .py file")
+    parser.add_argument("--steps", type=positive, default=2, metavar="K",
+                        help="--step: how many steps to record (default 2: the first creates gradients and "
+                             "optimizer state, the second is the steady state later iterations repeat)")
     parser.add_argument("--micro-batch-size", type=positive, metavar="B",
                         help=f"batch size (default {DEFAULT_MICRO_BATCH_SIZE} for HF models; a --module factory's "
                              "inputs decide theirs)")
@@ -123,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
     from timeline.io.trace_file import write_trace
 
     start = time.perf_counter()
+    if args.step:
+        return _run_step(args, out, start)
     overrides = _overrides(args.set)
     if overrides and args.module:
         raise UserError("--set changes a Hugging Face config; a --module factory builds its own model")
@@ -151,6 +160,26 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.output}: {len(trace.ops)} ops, {len(trace.layers)} decoder layers, "
           f"{sum(p.nbytes for p in trace.params):,} parameter bytes, {saved:,} saved bytes, "
           f"b={trace.micro_batch_size} s={trace.seq_len} ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
+    return 0
+
+
+def _run_step(args: argparse.Namespace, out: Path, start: float) -> int:
+    """``--step MODULE:FUNC``: record construction and K whole steps."""
+    from timeline.capture.step import capture_step, load_step
+    from timeline.io.trace_file import write_trace
+
+    if args.set:
+        raise UserError("--set changes a Hugging Face config; a --step function builds its own model")
+    prov: dict[str, Any] = {"capture_args": f"--step {shlex.quote(args.step)} --steps {args.steps}",
+                            "name": out.stem, "gpu_kernels": not args.cpu_kernels}
+    trace = capture_step(load_step(args.step), steps=args.steps, gpu=not args.cpu_kernels, provenance=prov)
+    dtypes = sorted({p.dtype for p in trace.params if p.trainable})
+    trace.provenance["dtype"] = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(
+        dtypes[0], dtypes[0]) if len(dtypes) == 1 else "mixed"
+    trace.provenance["command"] = f"timeline capture {prov['capture_args']} -o {args.output}"
+    write_file_atomically(out, lambda path: write_trace(trace, path))
+    print(f"{args.output}: {len(trace.ops)} ops over {args.steps} steps, {len(trace.params)} parameters and buffers "
+          f"({sum(p.nbytes for p in trace.params):,} bytes) ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
     return 0
 
 
