@@ -247,3 +247,44 @@ def magma27() -> Callable[[], None]:
         torch.cuda.synchronize()
 
     return step
+
+
+def tiny_torch_adamw() -> Callable[[], None]:
+    """A 2-layer model and ``torch.optim.AdamW`` (defaults: foreach on CUDA), the loop every
+    PyTorch tutorial writes: forward, loss, backward, step, ``zero_grad()`` (set_to_none)."""
+    model = BasicsTransformerLM(100, 16, 32, 2, 4, 64).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randint(0, 100, (2, 16), device="cuda")
+
+    def step() -> None:
+        loss = cross_entropy(model(x), x)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+    return step
+
+
+def cuda_event_step() -> Callable[[], None]:
+    """A step timing itself with CUDA events, which the stand-in cannot serve."""
+    model = Linear(4, 4).to("cuda")
+
+    def step() -> None:
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()
+        model(torch.ones(2, 4, device="cuda")).sum().backward()
+
+    return step
+
+
+def item_in_step() -> Callable[[], None]:
+    model = Linear(4, 4).to("cuda")
+
+    def step() -> None:
+        y = model(torch.ones(2, 4, device="cuda")).sum()
+        if y.item() > 0:
+            y.backward()
+
+    return step

@@ -146,10 +146,15 @@ def _phases(rec: StepRecorder) -> Iterator[None]:
 def _cuda_only(exc: BaseException) -> UserError | None:
     """A CUDA-only call the stand-in cannot serve, as one line naming it (None: another error)."""
     text = str(exc)
-    if "CUDA" not in text and "cuda" not in text:
-        return None
     frames = traceback.extract_tb(exc.__traceback__)
-    torch_cuda = [f for f in frames if f"torch{'/'}cuda" in f.filename.replace("\\", "/")]
+    torch_cuda = [f for f in frames if "torch/cuda/" in f.filename.replace("\\", "/")]
+    dummy = text.startswith("Tried to instantiate dummy base class")  # torch.cuda.Event/Stream on CPU builds
+    if "CUDA" not in text and not torch_cuda and not dummy:
+        return None
+    if dummy:
+        return UserError(f"capture: torch.cuda.{text.rsplit(' ', 1)[-1]} needs a real GPU; the fake stand-in "
+                         "serves torch.cuda memory, statistics, seeding and synchronisation calls only (remove it "
+                         "from the step)")
     user = [f for f in frames if "site-packages" not in f.filename and "/timeline/" not in f.filename]
     where = f"torch.cuda.{torch_cuda[0].name}" if torch_cuda else (user[-1].line if user else "a CUDA call")
     return UserError(f"capture: {where} needs a real GPU; the fake stand-in serves torch.cuda memory, "
