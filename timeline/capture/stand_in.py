@@ -62,6 +62,9 @@ class StandIn(TorchFunctionMode):
         self.device_storages: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.depth = 0  # > 0 while torch code runs (a call, a dispatch): it sees the real cpu device
         self.force: bool | None = None  # True: new storages of this call are device ones; False: host
+        self.on_nodes: Any = None  # called with the autograd nodes each user-level call creates
+        # nodes take no weak references: held (by id) until the backward that runs them ends
+        self._nodes: dict[int, Any] = {}
 
     # -- what lives on the device ------------------------------------------------------
     def is_device(self, t: torch.Tensor) -> bool:
@@ -86,7 +89,29 @@ class StandIn(TorchFunctionMode):
         if dev is not None and not isinstance(dev, torch.Tensor):
             if _is_cuda(dev):
                 kwargs["device"], force = CPU, True
-        return self._call(func, args, kwargs, force)
+        out = self._call(func, args, kwargs, force)
+        if self.depth == 0 and self.on_nodes is not None and torch.is_grad_enabled():
+            self._new_nodes(out)
+        return out
+
+    def _new_nodes(self, out: Any) -> None:
+        """Hand autograd nodes made by a user-level call to ``on_nodes`` (each once)."""
+        from torch.utils._pytree import tree_flatten
+
+        todo = [t.grad_fn for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        fresh = []
+        while todo:
+            node = todo.pop()
+            if node is None or id(node) in self._nodes:
+                continue
+            self._nodes[id(node)] = node
+            fresh.append(node)
+            todo.extend(n for n, _ in node.next_functions)
+        if fresh:
+            self.on_nodes(fresh)
+
+    def forget_nodes(self) -> None:
+        self._nodes.clear()
 
     def _call(self, func, args, kwargs, force: bool | None):
         saved, self.force = self.force, force if force is not None else self.force

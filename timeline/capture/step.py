@@ -90,12 +90,14 @@ def _phases(rec: StepRecorder) -> Iterator[None]:
         def run(*args, **kwargs):
             outer = rec.phase
             rec.note_roles()
-            rec.phase = phase if outer != "init" else outer
+            rec.phase = phase if outer not in ("init", "calibrate") else outer
             try:
                 return fn(*args, **kwargs)
             finally:
                 rec.phase = outer
                 rec.note_roles()
+                if phase == "B":
+                    rec.stand_in.forget_nodes()
         return run
 
     patches: list[tuple[object, str, object]] = [
@@ -169,6 +171,7 @@ def capture_step(func: StepFn, *, steps: int = 2, gpu: bool = True,
         rec = StepRecorder(stand_in)
         try:
             with _phases(rec), rec:
+                rec.calibrate()
                 step = func()
                 if not callable(step):
                     raise UserError("--step: the function must return a zero-argument callable running one "

@@ -25,6 +25,27 @@ from timeline.capture.stand_in import StandIn
 from timeline.spec.trace import TraceOp, TraceParam, TraceStorage, TraceTensor
 
 
+def _select_into(dest, src, dim, index):
+    dest.select(dim, index).copy_(src)
+    return dest
+
+
+def _slice_into(dest, src, dim=0, start=None, end=None, step=1):
+    dest.slice(dim, start, end, step).copy_(src)
+    return dest
+
+
+_aten = torch.ops.aten
+#: out-of-place backward ops → what a GPU formula does instead on the zeros it just made
+_IN_PLACE: dict[Any, Any] = {
+    _aten.scatter_add.default: _aten.scatter_add_.default, _aten.scatter.src: _aten.scatter_.src,
+    _aten.scatter.value: _aten.scatter_.value, _aten.index_put.default: _aten.index_put_.default,
+    _aten.index_add.default: _aten.index_add_.default, _aten.masked_scatter.default: _aten.masked_scatter_.default,
+    _aten.select_scatter.default: _select_into, _aten.slice_scatter.default: _slice_into,
+}
+_ZEROS = {"aten.new_zeros.default", "aten.zeros_like.default", "aten.zeros.default"}
+
+
 def _zero(dtype: torch.dtype) -> Any:
     if dtype.is_floating_point or dtype.is_complex:
         return 0.0
@@ -48,6 +69,73 @@ class StepRecorder(TorchDispatchMode):
         self._closed = False
         self.modules: weakref.WeakSet = weakref.WeakSet()
         self.optimizers: weakref.WeakSet = weakref.WeakSet()
+        self.in_apply = False  # an autograd node's apply is running (else the engine is between nodes)
+        self.last_reference: tuple[int, int] | None = None  # use counts of a buffer's sole reference
+        stand_in.on_nodes = self._hook_nodes
+
+    # -- the engine's gradient accumulation ----------------------------------------------
+    def _hook_nodes(self, nodes: list) -> None:
+        for node in nodes:
+            node.register_prehook(self._pre)
+            node.register_hook(self._post)
+
+    def _pre(self, grad_outputs):
+        self.in_apply = True
+
+    def _post(self, grad_inputs, grad_outputs):
+        self.in_apply = False
+
+    def calibrate(self) -> None:
+        """Measure the use counts an accumulation sees when the engine's buffer holds the last
+        reference to the gradient (two fresh products summed into one input), as seen from here."""
+        w = torch.ones(2, requires_grad=True)
+        y = w * 1.0
+        self.phase = "calibrate"
+        try:
+            torch.autograd.backward((y * 2.0 + y * 3.0).sum())
+        finally:
+            self.phase = "init"
+            self.stand_in.forget_nodes()
+
+    def _in_place_variant(self, func, args):
+        """The in-place op a GPU backward formula runs where the capture sees an out-of-place one.
+
+        ``torch/csrc/autograd/FunctionsManual.cpp`` fills a fresh zero tensor in place
+        (``gather_backward``: ``result.scatter_add_``; ``value_selecting_reduction_backward``:
+        ``scatter_``; ``index_backward``: ``index_put_``; ``select_backward`` / ``slice_backward``:
+        ``copy_`` into a view) unless an argument ``areAnyTensorSubclassLike`` — which fake tensors
+        are, so the capture records a second full-size tensor that a GPU never makes. Applies when
+        the destination is the zeros the previous op just made."""
+        if self.phase != "B" or not args or not isinstance(args[0], torch.Tensor) or not self.ops:
+            return None
+        variant = _IN_PLACE.get(func)
+        if variant is None:
+            return None
+        prev = self.ops[-1]
+        dest = self.sid(args[0])
+        if dest is None or dest not in prev.allocs or prev.name not in _ZEROS:
+            return None
+        return variant
+
+    def _accumulates_in_place(self, func, args) -> bool:
+        """Whether this op is ``InputBuffer::accumulate`` summing two gradients for one input that
+        a GPU run does in place (``torch/csrc/autograd/input_buffer.cpp``: ``old_var.add_(var)``
+        when grad mode is off and ``can_accumulate_inplace(old_var)``: a plain dense tensor whose
+        last reference, and its storage's, the buffer holds). Fake tensors are tensor subclasses,
+        which that rule excludes, so on the capture the engine always adds out of place."""
+        if func is not torch.ops.aten.add.Tensor or self.in_apply or torch.is_grad_enabled() or len(args) != 2:
+            return False
+        a, b = args
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
+            return False
+        counts = (a._use_count(), torch._C._storage_Use_Count(a.untyped_storage()._cdata))
+        if self.phase == "calibrate":
+            self.last_reference = counts
+            return False
+        from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
+
+        return self.phase == "B" and counts == self.last_reference and is_non_overlapping_and_dense(a) \
+            and a.dtype == b.dtype
 
     # -- storages ----------------------------------------------------------------------
     def _register(self, t: torch.Tensor, index: int) -> int:
@@ -76,6 +164,10 @@ class StepRecorder(TorchDispatchMode):
             return func(*args, **kwargs)
         flat = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         inputs = list(dict.fromkeys(i for t in flat if (i := self.sid(t)) is not None))
+        if self._accumulates_in_place(func, args):
+            func = torch.ops.aten.add_.Tensor
+        elif (variant := self._in_place_variant(func, args)) is not None:
+            func = variant
         self.stand_in.depth += 1
         try:
             out = func(*args, **kwargs)
