@@ -13,7 +13,8 @@ forward and loss), B (inside ``torch.autograd.backward``/``grad``), O (``Optimiz
   ``_default_to_fused_or_foreach`` (``torch/optim/optimizer.py``) picks foreach, as it does for
   CUDA tensors (it rejects fake tensors' type); ``step`` counters stay host tensors
   (``capturable=False``: ``torch.tensor(0.0)`` in ``_init_group``), so the device never sees them;
-- GPU kernels (SDPA, dropout) are chosen as on a GPU (:mod:`timeline.capture.gpu`);
+- GPU kernels (SDPA, dropout) are chosen as on a GPU (:mod:`timeline.capture.gpu`), and
+  ``torch.autocast("cuda", …)`` regions apply CUDA's op lists (:mod:`timeline.capture.autocast`);
 - ``.item()`` while building returns 0 (init ops such as ``trunc_normal_`` read scalars; values
   do not matter for memory); in a step it is an error naming the op, as data-dependent shapes are.
 
@@ -38,6 +39,7 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 
+from timeline.capture.autocast import cuda_autocast
 from timeline.capture.gpu import gpu_kernels
 from timeline.capture.run import _user_error, fake_cpu, versions
 from timeline.capture.stand_in import cuda_stand_in
@@ -167,7 +169,7 @@ def capture_step(func: StepFn, *, steps: int = 2, gpu: bool = True,
                  provenance: dict[str, Any] | None = None) -> CapturedTrace:
     """Run ``func()`` (construction) and ``steps`` calls of the step it returns, under the recorder."""
     kernels = gpu_kernels() if gpu else contextlib.nullcontext()
-    with fake_cpu(), kernels, cuda_stand_in() as stand_in:
+    with fake_cpu(), kernels, cuda_stand_in() as stand_in, cuda_autocast(stand_in.is_device):
         rec = StepRecorder(stand_in)
         try:
             with _phases(rec), rec:

@@ -64,6 +64,7 @@ def summary_dict(tl: Timeline) -> dict[str, Any]:
             "params_by_module": dict(dev.params_by_module),
             "activation_bytes_per_microbatch": tl.sim.activation_bytes_per_microbatch[d],
             **_context(tl, d),
+            "peak_iteration": tl.peak_iteration(d),
             "iteration_time_us": tl.sim.iteration_time_us,
             "per_iteration": tl.iteration_peaks(d),
             "top_tensors_at_peak": tl.top_tensors(d, peak.event_index) if peak.event_index >= 0 else [],

@@ -130,6 +130,17 @@ class Timeline:
             self._build(d)
         return self._peaks[d]
 
+    def peak_iteration(self, d: int) -> int:
+        """The iteration the requested peak falls in (−1: before the first, e.g. construction)."""
+        pk = self.peak(d)
+        if pk.event_index < 0:
+            return -1
+        a = int(self.sim.events[d].action[pk.event_index])
+        if a < 0:
+            return -1
+        sp = self.sim.spans[d][a]
+        return -1 if sp.kind == "init" else sp.iteration
+
     def iteration_peaks(self, d: int) -> list[dict]:
         """Per reported iteration: peak requested, allocated and reserved bytes and when the
         requested peak is reached (events belong to the iteration of the action making them;
