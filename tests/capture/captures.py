@@ -128,3 +128,43 @@ def flat_factory():
     import torch
 
     return torch.nn.Linear(4, 4), (torch.randn(2, 4),)
+
+
+def shared_cache_factory():
+    """Two ``layers.N`` blocks sharing one rotary-style module whose cache the first layer builds
+    and every later layer reads (one module registered in each layer), with a ``trunc_normal_``
+    init (it reads a scalar with ``.item()``), in fp32."""
+    import torch
+
+    class Shared(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cache = None
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.cache is None:
+                self.cache = torch.cos(torch.arange(x.shape[-1], dtype=x.dtype))
+            return x * self.cache
+
+    class Block(torch.nn.Module):
+        def __init__(self, h: int, shared: Shared) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(h, h)
+            torch.nn.init.trunc_normal_(self.fc.weight, std=0.02)
+            self.rope = shared
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + torch.relu(self.fc(self.rope(x)))
+
+    class Model(torch.nn.Module):
+        def __init__(self, layers: int = 3, h: int = 32) -> None:
+            super().__init__()
+            shared = Shared()
+            self.layers = torch.nn.ModuleList(Block(h, shared) for _ in range(layers))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    return Model(), (torch.randn(2, 8, 32, requires_grad=False),)

@@ -185,8 +185,19 @@ class Recorder(TorchDispatchMode):
 
     # -- ops --------------------------------------------------------------------------------
     def module(self) -> str:
+        """The deepest module running, as seen from the decoder layer running it: a submodule
+        shared by every layer (one rotary embedding registered in each attention) has a single
+        name in ``ModTracker``, one layer's, so its path is re-rooted under the active layer."""
         paths = [p.removeprefix(self._root) for p in self.tracker.parents if p not in ("Global", self._root[:-1])]
-        return max(paths, key=lambda p: (p.count("."), len(p)), default="")
+        best = max(paths, key=lambda p: (p.count("."), len(p)), default="")
+        layers = [p for p in paths if LAYER_RE.search(p) and not _IN_LAYER_RE.search(p[:LAYER_RE.search(p).start()])]
+        if not layers or layer_of(best) < 0:
+            return best
+        active = max(layers, key=len)
+        if best.startswith(active + ".") or best == active:
+            return best
+        m = _IN_LAYER_RE.search(best)
+        return active + best[m.end() - 1:] if m and best[m.end() - 1:m.end()] == "." else best
 
     def op_module(self) -> str:
         """The forward module, or in backward the forward module of the autograd node running."""

@@ -30,6 +30,7 @@ from torch._subclasses.fake_tensor import (
 )
 from torch.distributed._tools.mod_tracker import ModTracker
 from torch.utils._pytree import tree_flatten
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from timeline.capture.gpu import gpu_kernels
 from timeline.capture.recorder import Recorder
@@ -94,12 +95,27 @@ def _user_error(exc: Exception) -> UserError:
                      "real data; replace it in the module, or capture the part of the model around it")
 
 
+class InitScalars(TorchDispatchMode):
+    """While a model is built, ``.item()`` reads 0: init ops such as ``trunc_normal_`` read
+    scalars that fake tensors do not have, and values do not matter for memory."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            dtype = args[0].dtype
+            return 0.0 if dtype.is_floating_point else (False if dtype == torch.bool else 0)
+        return func(*args, **(kwargs or {}))
+
+
 def capture(build: Callable[[], Built], *, gpu: bool = True, provenance: dict[str, Any] | None = None
             ) -> CapturedTrace:
     """Build (inside fake mode), run one step under the recorder, and return the trace."""
     kernels = gpu_kernels() if gpu else contextlib.nullcontext()
     with fake_cpu(), kernels:
-        model, args, kwargs = build()
+        try:
+            with InitScalars():
+                model, args, kwargs = build()
+        except (DynamicOutputShapeException, DataDependentOutputException, UnsupportedOperatorException) as exc:
+            raise UserError(f"{_user_error(exc)} (while building the model, before the step)") from None
         tracker = ModTracker()
         rec = Recorder(tracker)
         inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]

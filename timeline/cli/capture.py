@@ -41,12 +41,20 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--preset", metavar="NAME", help="a model preset (see `timeline presets`)")
     src.add_argument("--module", metavar="MODULE:FACTORY",
                      help="an importable factory returning (nn.Module, args[, kwargs]); the step sums its output")
+    src.add_argument("--step", metavar="MODULE:FUNC",
+                     help="whole training steps as you wrote them: FUNC() builds model, optimizer and batch "
+                          "(device='cuda' is fine) and returns a callable running one step; MODULE is dotted or "
+                          "a path to a .py file")
+    parser.add_argument("--steps", type=positive, default=2, metavar="K",
+                        help="--step: how many steps to record (default 2: the first creates gradients and "
+                             "optimizer state, the second is the steady state later iterations repeat)")
     parser.add_argument("--micro-batch-size", type=positive, metavar="B",
                         help=f"batch size (default {DEFAULT_MICRO_BATCH_SIZE} for HF models; a --module factory's "
                              "inputs decide theirs)")
     parser.add_argument("--seq-len", type=positive, metavar="S",
                         help=f"sequence length (default {DEFAULT_SEQ_LEN} for HF models)")
-    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"), help="model dtype (HF models)")
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"),
+                        help="model dtype (HF models; --module and --step traces take their parameters' dtype)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a key of the Hugging Face config, e.g. num_hidden_layers=1 or "
                              "experts_implementation=grouped_mm (repeatable; values are JSON/TOML literals, "
@@ -127,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
     from timeline.io.trace_file import write_trace
 
     start = time.perf_counter()
+    if args.step:
+        return _run_step(args, out, start)
     overrides = _overrides(args.set)
     if overrides and args.module:
         raise UserError("--set changes a Hugging Face config; a --module factory builds its own model")
@@ -142,6 +152,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         build = load_factory(args.module)
     trace = capture(build, gpu=not args.cpu_kernels, provenance=prov)
+    if config is None:  # a --module factory chose its dtype: label the trace by its parameters
+        trace.provenance["dtype"] = params_dtype(trace)
     hidden = _hidden_shape(trace)
     if config is None and hidden:
         trace.provenance.update(
@@ -149,13 +161,38 @@ def run(args: argparse.Namespace) -> int:
             seq_len=(hidden[1] if len(hidden) > 2 else 1) if args.seq_len is None else args.seq_len)
     trace.provenance["hidden_size"] = hidden[-1] if hidden else 0
     trace.provenance["command"] = (f"timeline capture {capture_args} --micro-batch-size {trace.micro_batch_size} "
-                                   f"--seq-len {trace.seq_len} --dtype {args.dtype} -o {args.output}")
+                                   f"--seq-len {trace.seq_len} --dtype {trace.provenance['dtype']} -o {args.output}")
     write_file_atomically(out, lambda path: write_trace(trace, path))
     saved = sum(st.nbytes for st in trace.storages.values() if st.saved)
     print(f"{args.output}: {len(trace.ops)} ops, {len(trace.layers)} decoder layers, "
           f"{sum(p.nbytes for p in trace.params):,} parameter bytes, {saved:,} saved bytes, "
           f"b={trace.micro_batch_size} s={trace.seq_len} ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
     return 0
+
+
+def _run_step(args: argparse.Namespace, out: Path, start: float) -> int:
+    """``--step MODULE:FUNC``: record construction and K whole steps."""
+    from timeline.capture.step import capture_step, load_step
+    from timeline.io.trace_file import write_trace
+
+    if args.set:
+        raise UserError("--set changes a Hugging Face config; a --step function builds its own model")
+    prov: dict[str, Any] = {"capture_args": f"--step {shlex.quote(args.step)} --steps {args.steps}",
+                            "name": out.stem, "gpu_kernels": not args.cpu_kernels}
+    trace = capture_step(load_step(args.step), steps=args.steps, gpu=not args.cpu_kernels, provenance=prov)
+    trace.provenance["dtype"] = params_dtype(trace)
+    trace.provenance["command"] = f"timeline capture {prov['capture_args']} -o {args.output}"
+    write_file_atomically(out, lambda path: write_trace(trace, path))
+    print(f"{args.output}: {len(trace.ops)} ops over {args.steps} steps, {len(trace.params)} parameters and buffers "
+          f"({sum(p.nbytes for p in trace.params):,} bytes) ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
+    return 0
+
+
+def params_dtype(trace) -> str:
+    """The run dtype of a trace's trainable parameters (bf16, fp16, fp32), or "mixed"."""
+    names = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+    dtypes = sorted({names.get(p.dtype, p.dtype) for p in trace.params if p.trainable})
+    return dtypes[0] if len(dtypes) == 1 else "mixed"
 
 
 def _missing(name: str) -> bool:

@@ -107,7 +107,7 @@ def print_table(tl: Timeline) -> None:
     p = run.parallel
     table = Table(title=f"{run.name}: {run.schedule.kind}, {run.training.num_microbatches} micro-batches, "
                         f"PP{p.pp} TP{p.tp} EP{p.ep} DP{p.dp}, {run.allocator.kind} allocator (GiB)")
-    for col in ("pp rank", "device", "×", "peak alloc", "peak reserved", "frag.", "at (ms)", "dominant",
+    for col in ("pp rank", "device", "×", "peak alloc", "peak reserved", "frag.", "at (ms)", "iter", "dominant",
                 "act/µbatch", "capacity", "OOM"):
         table.add_column(col, justify="right")
     cap = run.hardware.capacity_bytes
@@ -117,7 +117,8 @@ def print_table(tl: Timeline) -> None:
         oom = tl.memory[d].oom
         table.add_row(str(dev.pp_rank), str(dev.device), str(dev.represents), gib(pk.allocated_bytes),
                       gib(pk.reserved_bytes), gib(pk.fragmentation_bytes),
-                      f"{pk.requested_time_us / 1e3:,.1f}", f"{dom} {gib(pk.breakdown_bytes[dom])}",
+                      f"{pk.requested_time_us / 1e3:,.1f}", str(tl.peak_iteration(d)),
+                      f"{dom} {gib(pk.breakdown_bytes[dom])}",
                       gib(tl.sim.activation_bytes_per_microbatch[d]), gib(cap),
                       f"+{gib(oom[0]['request_bytes'])} at {oom[0]['t_us'] / 1e3:,.1f} ms" if oom else "-")
     con = console()

@@ -107,8 +107,11 @@ class Namer:
         for j in (k - 1, k + 1):
             if 0 <= j < self.n and self.cap(j) == own:
                 return self.name(s, j)
+        if self.n == self.l_cap:  # every layer captured: run layer = captured layer, shared state is fine
+            return f"L{own}.s{s}"
         raise UserError(f"captured layer {c} reads storage {s} of layer {own}, which is not its hidden-state "
-                        "input; layers that share state cannot be repeated — capture all layers instead")
+                        "input; layers that share state cannot be repeated — capture all layers instead "
+                        f"(num_layers = {self.l_cap})")
 
 
 def _tensor(trace: CapturedTrace, op: TraceOp, s: int, name: str, module: str, cat: Category) -> TensorDef:

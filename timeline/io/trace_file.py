@@ -31,7 +31,7 @@ from timeline.spec.trace import (
 )
 
 META_KEY = b"timeline.trace"
-_STORAGE_COLS = ("id", "nbytes", "kind", "alloc_op", "free_op", "saved", "saved_by")
+_STORAGE_COLS = ("id", "nbytes", "kind", "alloc_op", "free_op", "saved", "saved_by", "role")
 
 
 def write_trace(trace: CapturedTrace, path: str | Path) -> None:
@@ -46,6 +46,7 @@ def write_trace(trace: CapturedTrace, path: str | Path) -> None:
         "module": pa.array([o.module for o in ops], pa.string()),
         "phase": pa.array([o.phase for o in ops], pa.string()),
         "layer": pa.array([o.layer for o in ops], pa.int32()),
+        "step": pa.array([o.step for o in ops], pa.int32()),
         "flops": pa.array([o.flops for o in ops], pa.float64()),
     }
     for key in ("allocs", "inputs", "frees", "saves"):
@@ -81,14 +82,16 @@ def read_trace(path: str | Path) -> CapturedTrace:
     meta = _meta(path)
     cols = pq.read_table(str(path)).to_pydict()
     ops = []
+    steps = cols.get("step") or [0] * len(cols["index"])  # files written before whole-step captures
     for i in range(len(cols["index"])):
         outputs = tuple(TraceTensor(storage=s, shape=tuple(sh), dtype=dt, nbytes=nb) for s, sh, dt, nb in zip(
             cols["out_storage"][i], cols["out_shape"][i], cols["out_dtype"][i], cols["out_nbytes"][i], strict=True))
         ops.append(TraceOp(index=cols["index"][i], name=cols["name"][i], module=cols["module"][i],
                            phase=cols["phase"][i], layer=cols["layer"][i], flops=cols["flops"][i], outputs=outputs,
                            allocs=tuple(cols["allocs"][i]), inputs=tuple(cols["inputs"][i]),
-                           frees=tuple(cols["frees"][i]), saves=tuple(cols["saves"][i])))
+                           frees=tuple(cols["frees"][i]), saves=tuple(cols["saves"][i]), step=steps[i]))
     st = meta["storages"]
+    st.setdefault("role", [""] * len(st["id"]))
     storages = {row[0]: TraceStorage(**dict(zip(_STORAGE_COLS, row, strict=True)))
                 for row in zip(*(st[c] for c in _STORAGE_COLS), strict=True)}
     params = tuple(TraceParam(**{**p, "shape": tuple(p["shape"])}) for p in meta["params"])
@@ -122,7 +125,7 @@ def trace_model(trace: CapturedTrace, name: str) -> ModelSpec:
     """The ModelSpec a trace run starts from: the captured config (HF captures) or, for a plain
     module, its hidden size and layer count; ``num_hidden_layers`` defaults to the captured layers."""
     prov = trace.provenance
-    layers = len(trace.layers)
+    layers = len(trace.layers) or 1  # a whole-step trace runs its model as one piece
     config = prov.get("config")
     if isinstance(config, dict):
         model = model_from_hf_dict(config, name=name)
@@ -145,6 +148,8 @@ def trace_problems(run: RunSpec, path: str) -> list[tuple[str, str]]:
     trace = run.trace
     if trace is None:
         return []
+    if trace.is_step:
+        return step_problems(run)
     prov, tr, par = trace.provenance, run.training, run.parallel
     problems: list[tuple[str, str]] = []
     b, s, dt = trace.micro_batch_size, trace.seq_len, str(prov.get("dtype", tr.dtype))
@@ -162,4 +167,23 @@ def trace_problems(run: RunSpec, path: str) -> list[tuple[str, str]]:
     if run.model.num_hidden_layers < len(trace.layers):
         problems.append(("model.num_layers", f"{path} captured {len(trace.layers)} decoder layers; "
                          f"num_layers must be at least that (more repeat the last captured layer)"))
+    return problems
+
+
+def step_problems(run: RunSpec) -> list[tuple[str, str]]:
+    """What a run asks of a whole-step trace that it cannot give, each as (key, message)."""
+    par, tr = run.parallel, run.training
+    problems = []
+    for key in ("pp", "vpp", "tp", "cp", "ep", "dp"):
+        if getattr(par, key) > 1:
+            problems.append((f"parallel.{key}", "a whole-step trace (capture --step) runs the step as captured on "
+                             f"one device; {key} must be 1"))
+    if tr.num_microbatches != 1:
+        problems.append(("training.num_microbatches", "a whole-step trace runs the step function as written "
+                         "(its own micro-batch loop, if any); num_microbatches must be 1"))
+    if run.recompute.policy != "none":
+        problems.append(("recompute.policy", "a whole-step trace keeps the step's own checkpointing; policy must "
+                         "be \"none\""))
+    if tr.zero:
+        problems.append(("training.zero", "a whole-step trace runs unsharded; zero must be 0"))
     return problems

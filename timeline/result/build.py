@@ -15,7 +15,12 @@ Progress = Callable[[str, int, int], None]
 
 def build_timeline(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
                    csv_rows: Sequence[Sequence[str]] | None = None, progress: Progress | None = None) -> Timeline:
-    sim = simulate(run, template_fn, csv_rows=csv_rows, progress=progress)
+    if run.trace is not None and run.trace.is_step:
+        from timeline.sim.step_sim import simulate_steps
+
+        sim = simulate_steps(run)
+    else:
+        sim = simulate(run, template_fn, csv_rows=csv_rows, progress=progress)
     memory = []
     for d, ev in enumerate(sim.events):
         if progress:

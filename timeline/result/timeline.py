@@ -111,7 +111,10 @@ class Timeline:
             return
         # peaks over events, not distinct times: an alloc freed at the same microsecond still counts;
         # argmax takes the first occurrence, the earliest time a peak is reached
-        i_req, i_alloc, i_res = int(np.argmax(requested)), int(np.argmax(allocated)), int(np.argmax(reserved))
+        # warm-up iterations are simulated but left out of every reported peak
+        i0 = int(np.searchsorted(ev.t_us, self.sim.report_start_us, side="left")) if self.sim.report_start_us else 0
+        i_req, i_alloc, i_res = (i0 + int(np.argmax(requested[i0:])), i0 + int(np.argmax(allocated[i0:])),
+                                 i0 + int(np.argmax(reserved[i0:])))
         self._peaks[d] = Peak(
             requested_bytes=int(requested[i_req]), requested_time_us=float(ev.t_us[i_req]),
             allocated_bytes=int(allocated[i_alloc]), allocated_time_us=float(ev.t_us[i_alloc]),
@@ -126,6 +129,43 @@ class Timeline:
         if d not in self._peaks:
             self._build(d)
         return self._peaks[d]
+
+    def peak_iteration(self, d: int) -> int:
+        """The iteration the requested peak falls in (−1: before the first, e.g. construction)."""
+        pk = self.peak(d)
+        if pk.event_index < 0:
+            return -1
+        a = int(self.sim.events[d].action[pk.event_index])
+        if a < 0:
+            return -1
+        sp = self.sim.spans[d][a]
+        return -1 if sp.kind == "init" else sp.iteration
+
+    def iteration_peaks(self, d: int) -> list[dict]:
+        """Per reported iteration: peak requested, allocated and reserved bytes and when the
+        requested peak is reached (events belong to the iteration of the action making them;
+        static state and construction to none)."""
+        ev = self.sim.events[d]
+        if not len(ev.t_us):
+            return []
+        spans = self.sim.spans[d]
+        it_of_span = np.array([sp.iteration if sp.kind != "init" else -1 for sp in spans] or [-1], dtype=np.int64)
+        it = np.where(ev.action >= 0, it_of_span[np.maximum(ev.action, 0)], -1)
+        requested = np.cumsum(ev.sign.astype(np.int64) * ev.size)
+        allocated = np.cumsum(self.memory[d].block_bytes)
+        reserved = self.memory[d].reserved
+        first = self.sim.run.training.warmup_iterations
+        out = []
+        for k in range(first, int(it.max()) + 1 if len(it) else 0):
+            idx = np.flatnonzero(it == k)
+            if not len(idx):
+                continue
+            lo, hi = int(idx[0]), int(idx[-1]) + 1
+            j = lo + int(np.argmax(requested[lo:hi]))
+            out.append({"iteration": k, "peak_requested_bytes": int(requested[j]),
+                        "peak_allocated_bytes": int(allocated[lo:hi].max()),
+                        "peak_reserved_bytes": int(reserved[lo:hi].max()), "peak_time_us": float(ev.t_us[j])})
+        return out
 
     def free_index(self, d: int) -> np.ndarray:
         """For each event, the index of the free that ends its tensor (allocs only; −1 if never
@@ -176,7 +216,7 @@ class Timeline:
             action = "static"
         else:
             sp = self.sim.spans[d][a]
-            action = "step" if sp.kind == "step" else f"{sp.stage}{sp.kind}{sp.microbatch}"
+            action = sp.kind if sp.kind in ("step", "init") else f"{sp.stage}{sp.kind}{sp.microbatch}"
         live = self.live_at(d, pk.event_index)
         act = CATEGORIES.index("activations")
         pairs = {(int(ev.stage[i]), int(ev.microbatch[i])) for i in live if ev.cat[i] == act and ev.microbatch[i] >= 0}

@@ -69,7 +69,7 @@ def _probe(run: RunSpec) -> tuple[RunSpec, dict[int, str]]:
         rc = RecomputeSpec(policy="full", method="block", num_layers=2)
     probe = replace(run, model=model, recompute=rc,
                     parallel=replace(run.parallel, pp=1, vpp=1, layout=None),
-                    training=replace(run.training, num_microbatches=1, iterations=1),
+                    training=replace(run.training, num_microbatches=1, iterations=1, warmup_iterations=0),
                     schedule=ScheduleSpec(kind="1f1b"))
     return probe, kind
 
@@ -134,7 +134,7 @@ def estimate_work(run: RunSpec, template_fn: Callable[..., ChunkTemplate]) -> Wo
     variants = len(ep_loads(run))
     chunks = par.pp * par.vpp * (2 if run.schedule.kind == "dualpipe" else 1)
     phases = 3 if run.schedule.kind in ("zb-h1", "zbv") else 2
-    microbatches = tr.num_microbatches * tr.iterations
+    microbatches = tr.num_microbatches * (tr.iterations + tr.warmup_iterations)
     return WorkEstimate(actions=microbatches * chunks * phases * variants,
                         memory_events=microbatches * per_mb_events * variants,
                         ops=microbatches * per_mb_ops * variants, ops_per_microbatch=per_mb_ops,

@@ -71,6 +71,8 @@ class SimOutput:
     iteration_time_us: float
     activation_bytes_per_microbatch: list[int]
     templates: dict[int, ChunkTemplate] = field(default_factory=dict)
+    #: reported peaks start here: the end of ``warmup_iterations`` (0: everything is reported)
+    report_start_us: float = 0.0
 
 
 class _Names:
@@ -166,7 +168,8 @@ def simulate(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
     p2p_bytes = boundary_bytes(run)
     p2p_us = cost.comm_us(p2p_bytes, "pp")
     step_us = [_step_us(run, d, cost) for d in devices[::len(loads)]]
-    spans_all = run_schedule(schedule, iterations=tr.iterations,
+    total = tr.warmup_iterations + tr.iterations  # warm-up iterations run first, reported ones after
+    spans_all = run_schedule(schedule, iterations=total,
                              duration_us=lambda s, k: compiled[(s, k)].duration_us, p2p_us=p2p_us,
                              step_us=lambda r: step_us[r],
                              pair_us=lambda fs, fk, bs, bk: overlapped_us(compiled[(fs, fk)], compiled[(bs, bk)]))
@@ -185,10 +188,12 @@ def simulate(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
         ops.append(_device_ops(per_rank[r], c_e, names))
         spans.append(per_rank[r])
         act.append(sum(t_e[c].activation_bytes for c in dev.stages))
-    iteration_time = max(s.end_us for s in spans_all) / tr.iterations
+    iteration_time = max(s.end_us for s in spans_all) / total
+    report_start = min((s.start_us for s in spans_all if s.iteration == tr.warmup_iterations), default=0.0) \
+        if tr.warmup_iterations else 0.0
     return SimOutput(run=run, schedule=schedule, devices=devices, spans=spans, events=events, ops=ops,
                      names=names.items, iteration_time_us=iteration_time,
-                     activation_bytes_per_microbatch=act, templates=templates)
+                     activation_bytes_per_microbatch=act, templates=templates, report_start_us=report_start)
 
 
 def _step_us(run: RunSpec, dev: StaticDevice, cost: CostModel) -> float:

@@ -48,6 +48,12 @@ class TrainingSpec:
     num_microbatches: int = spec_field(8, positive=True, maximum=2**31 - 1)
     iterations: int = spec_field(2, positive=True, maximum=MAX_ITERATIONS, doc="back-to-back "
                                     "iterations; the steady state is reached in the second")
+    warmup_iterations: int = spec_field(0, nonneg=True, maximum=MAX_ITERATIONS,
+                                        doc="iterations simulated before the reported ones and left out of "
+                                        "every reported peak (their state and cache history stay)")
+    zero_grad: str = spec_field("set_to_none", choices=("set_to_none", "zeros"),
+                                doc="set_to_none: each .grad appears when backward first produces it (PyTorch's "
+                                "default since 2.0); zeros: gradients stay allocated between steps")
     optimizer_step: bool = spec_field(True, doc="false: no optimizer step (nor the states it creates), e.g. to "
                                       "compare one forward + backward with a measured peak")
     dtype: str = spec_field("bf16", choices=DTYPES, doc="weights and activations")

@@ -40,7 +40,8 @@ class TraceOp:
     index: int
     name: str  # aten overload, e.g. "aten.mm.default"
     module: str  # deepest module path running it, e.g. "model.layers.0.mlp.up_proj" ("" outside modules)
-    phase: str  # "F" forward (incl. loss) | "B" backward
+    phase: str  # "F" forward (incl. loss) | "B" backward; whole steps add "O" (optimizer.step),
+    #           "Z" (zero_grad) and "init" (building the model, optimizer and batch)
     layer: int  # decoder layer index, −1 outside decoder layers
     flops: float
     outputs: tuple[TraceTensor, ...]
@@ -48,6 +49,7 @@ class TraceOp:
     inputs: tuple[int, ...]  # storages it read (tensor arguments, in order, deduplicated)
     frees: tuple[int, ...]  # storages that died right after it
     saves: tuple[int, ...] = ()  # storages autograd saved for backward while running it
+    step: int = 0  # whole-step captures: 0 while the --step function builds, then 1…K per step call
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +61,9 @@ class TraceStorage:
     free_op: int = -1  # op after which it died; −1: alive when the capture ended
     saved: bool = False  # autograd saved it during the forward (saved-tensor hooks)
     saved_by: str = ""  # module path of its first saver
+    #: whole-step captures: what the storage is to the training loop, "param:NAME", "buffer:NAME",
+    #: "grad:NAME" (a parameter's .grad), "state:NAME:KEY" (optimizer state), "" for the rest
+    role: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +98,15 @@ class CapturedTrace:
     params: tuple[TraceParam, ...]
     layers: tuple[TraceLayer, ...]
     provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_step(self) -> bool:
+        """A whole training step (``timeline capture --step``): init, then steps 1…K."""
+        return self.provenance.get("kind") == "step"
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.provenance.get("steps", 0))
 
     @property
     def micro_batch_size(self) -> int:

@@ -1,0 +1,123 @@
+"""``timeline capture --step``: whole training steps on the fake CUDA stand-in, and their simulation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+import cs336  # noqa: E402
+
+from timeline.errors import UserError  # noqa: E402
+
+RUN = """\
+[model]
+trace = "step.parquet"
+profile = "hf"
+[training]
+num_microbatches = 1
+dtype = "fp32"
+warmup_iterations = {warmup}
+iterations = {iterations}
+"""
+
+
+@pytest.fixture(scope="module")
+def trace():
+    from timeline.capture.step import capture_step
+
+    return capture_step(cs336.tiny_torch_adamw, steps=2)
+
+
+def test_gradients_appear_in_backward_and_go_with_zero_grad(trace):
+    grads = [s for s in trace.storages.values() if s.kind == "grad"]
+    params = [p for p in trace.params if p.trainable]
+    assert len(grads) == 2 * len(params)  # one per parameter per step: set_to_none drops them
+    for g in grads:
+        assert trace.ops[g.alloc_op].phase == "B"
+        # zero_grad runs no device op: the death lands after the optimizer's last op, same step
+        freed = trace.ops[g.free_op]
+        assert freed.phase in ("O", "Z") and freed.step == trace.ops[g.alloc_op].step
+    by_name = {p.name: p.nbytes for p in params}
+    assert all(g.nbytes == by_name[g.role.removeprefix("grad:")] for g in grads)
+
+
+def test_torch_optim_runs_foreach_with_host_step_counters(trace):
+    states = [s for s in trace.storages.values() if s.kind == "state"]
+    keys = sorted({s.role.rsplit(":", 1)[1] for s in states})
+    assert keys == ["exp_avg", "exp_avg_sq"]  # `step` stays a host tensor (capturable=False)
+    params = [p for p in trace.params if p.trainable]
+    assert sum(s.nbytes for s in states) == 2 * sum(p.nbytes for p in params)
+    assert all(trace.ops[s.alloc_op].phase == "O" and trace.ops[s.alloc_op].step == 1 for s in states)
+    names = {o.name for o in trace.ops if o.phase == "O"}
+    assert "aten._foreach_sqrt.default" in names
+    # _foreach_sqrt makes one temporary per parameter, a full copy of exp_avg_sq
+    sqrt = next(o for o in trace.ops if o.phase == "O" and o.name == "aten._foreach_sqrt.default" and o.step == 2)
+    assert sum(trace.storages[s].nbytes for s in sqrt.allocs) == sum(p.nbytes for p in params)
+
+
+def test_parameters_are_named_by_module_in_creation_order(trace):
+    names = [p.name for p in trace.params]
+    assert names[0] == "token_embeddings.weight"
+    assert "positional_encoder._freq_cis_cache" in names  # one buffer shared by every attention
+    allocs = [trace.storages[p.storage].alloc_op for p in trace.params if p.trainable]
+    assert allocs == sorted(allocs)
+
+
+def test_cuda_only_calls_fail_in_one_line_naming_the_call():
+    from timeline.capture.step import capture_step
+
+    with pytest.raises(UserError, match="Event"):
+        capture_step(cs336.cuda_event_step, steps=1)
+
+
+def test_item_in_a_step_names_the_op():
+    from timeline.capture.step import capture_step
+
+    with pytest.raises(UserError, match="_local_scalar_dense"):
+        capture_step(cs336.item_in_step, steps=1)
+
+
+def test_warm_up_is_simulated_and_left_out_of_the_peaks(trace, tmp_path: Path):
+    from timeline.io.runfile import load_run
+    from timeline.io.trace_file import write_trace
+    from timeline.result.build import build_timeline
+
+    write_trace(trace, tmp_path / "step.parquet")
+    (tmp_path / "run.toml").write_text(RUN.format(warmup=2, iterations=3))
+    tl = build_timeline(load_run(tmp_path / "run.toml"), None)
+    per = tl.iteration_peaks(0)
+    assert [p["iteration"] for p in per] == [2, 3, 4]
+    # repetitions of the steady step are identical; the first step (with lazy state) is not reported
+    assert len({(p["peak_requested_bytes"], p["peak_allocated_bytes"]) for p in per}) == 1
+    assert tl.peak(0).requested_bytes == per[0]["peak_requested_bytes"]
+    assert tl.peak(0).requested_time_us >= tl.sim.report_start_us > 0
+    (tmp_path / "run.toml").write_text(RUN.format(warmup=0, iterations=1))
+    first = build_timeline(load_run(tmp_path / "run.toml"), None).iteration_peaks(0)
+    assert first[0]["iteration"] == 0
+
+
+def test_step_traces_refuse_sharding(trace, tmp_path: Path):
+    from timeline.io.runfile import load_run
+    from timeline.io.trace_file import write_trace
+    from timeline.errors import SpecError
+
+    write_trace(trace, tmp_path / "step.parquet")
+    (tmp_path / "run.toml").write_text(RUN.format(warmup=0, iterations=1) + "[parallel]\ntp = 2\n")
+    with pytest.raises(SpecError, match="tp must be 1"):
+        load_run(tmp_path / "run.toml")
+
+
+def test_cli_capture_step_writes_a_trace(tmp_path: Path, capsys):
+    from timeline.cli import main
+    from timeline.io.trace_file import read_trace
+
+    spec = f"{Path(cs336.__file__)}:tiny_torch_adamw"
+    assert main(["capture", "--step", spec, "--steps", "2", "-o", str(tmp_path / "t.parquet")]) == 0
+    tr = read_trace(tmp_path / "t.parquet")
+    assert tr.is_step and tr.num_steps == 2 and tr.provenance["dtype"] == "fp32"
+    assert main(["capture", "--step", "nowhere.py:f", "-o", str(tmp_path / "u.parquet")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error:") and "no such file" in err[-1]

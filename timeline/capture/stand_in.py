@@ -1,0 +1,202 @@
+"""The CUDA stand-in: run a user's GPU training script on fake CPU tensors as if it had a GPU.
+
+A user's ``--step`` function builds its model with ``device="cuda"`` / ``.cuda()`` / ``.to(device)``
+and calls ``torch.cuda`` helpers. On the CPU-only capture:
+
+- every tensor is a fake CPU tensor, but the stand-in remembers which storages live on *the
+  device*: those a factory made with a ``cuda`` device, a ``.to("cuda")`` / ``.cuda()`` copy, and
+  every output of an op that reads a device tensor (PyTorch puts an op's result on its
+  inputs' device; CPU scalars mix with CUDA tensors). Everything else is host memory, which a
+  GPU's allocator never sees (the optimizer's ``step`` counters, a CPU-built RoPE cache before
+  ``model.to``);
+- ``tensor.device`` / ``.is_cuda`` read by user code report ``cuda:0`` for device tensors, so
+  ``device=x.device`` in the step stays on the device; torch's own kernels and the fake mode
+  keep seeing ``cpu`` (they run inside a call, where the stand-in steps aside);
+- ``torch.cuda`` memory, statistics, seeding, NVTX and synchronisation calls are no-ops
+  (``is_available()`` is true); any other CUDA-only call fails as it would without a GPU and
+  the capture turns that into one line naming the call.
+
+It records nothing itself (:mod:`timeline.capture.step` asks it which storages are device ones).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils.weak import WeakIdKeyDictionary
+
+CUDA = torch.device("cuda", 0)
+CPU = torch.device("cpu")
+
+#: torch.cuda calls that change nothing a memory trace sees: (name, value returned)
+NO_OPS: tuple[tuple[str, Any], ...] = (
+    ("synchronize", None), ("empty_cache", None), ("reset_peak_memory_stats", None),
+    ("reset_max_memory_allocated", None), ("reset_accumulated_memory_stats", None),
+    ("memory_allocated", 0), ("max_memory_allocated", 0), ("memory_reserved", 0), ("max_memory_reserved", 0),
+    ("memory_stats", {}), ("memory_summary", ""), ("is_available", True), ("device_count", 1),
+    ("current_device", 0), ("set_device", None), ("manual_seed", None), ("manual_seed_all", None),
+    ("seed", None), ("seed_all", None), ("is_bf16_supported", True), ("get_device_name", "fake GPU (timeline)"),
+    ("get_device_capability", (9, 0)), ("init", None), ("is_initialized", True),
+)
+MEMORY_NO_OPS = ("_record_memory_history", "_dump_snapshot")
+NVTX_NO_OPS = ("range_push", "range_pop", "mark")
+
+
+def _is_cuda(device: Any) -> bool:
+    if device is None:
+        return False
+    if isinstance(device, int):
+        return True  # a bare index names a CUDA device in torch's API
+    return torch.device(device).type == "cuda"
+
+
+class StandIn(TorchFunctionMode):
+    """Maps CUDA devices to the fake CPU and tracks which storages are device storages."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.device_storages: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self.depth = 0  # > 0 while torch code runs (a call, a dispatch): it sees the real cpu device
+        self.force: bool | None = None  # True: new storages of this call are device ones; False: host
+        self.on_nodes: Any = None  # called with the autograd nodes each user-level call creates
+        # nodes take no weak references: held (by id) until the backward that runs them ends
+        self._nodes: dict[int, Any] = {}
+
+    # -- what lives on the device ------------------------------------------------------
+    def is_device(self, t: torch.Tensor) -> bool:
+        return t.untyped_storage() in self.device_storages
+
+    def mark(self, t: torch.Tensor) -> None:
+        self.device_storages[t.untyped_storage()] = True
+
+    def user_view(self) -> bool:
+        return self.depth == 0
+
+    # -- calls ---------------------------------------------------------------------------
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if self.depth == 0:
+            if func is torch.Tensor.is_cuda.__get__:
+                return self.is_device(args[0])
+            if func in (torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu):
+                return self._to(func, args, kwargs)
+        force = None
+        dev = kwargs.get("device")
+        if dev is not None and not isinstance(dev, torch.Tensor):
+            if _is_cuda(dev):
+                kwargs["device"], force = CPU, True
+        out = self._call(func, args, kwargs, force)
+        if self.depth == 0 and self.on_nodes is not None and torch.is_grad_enabled():
+            self._new_nodes(out)
+        return out
+
+    def _new_nodes(self, out: Any) -> None:
+        """Hand autograd nodes made by a user-level call to ``on_nodes`` (each once)."""
+        from torch.utils._pytree import tree_flatten
+
+        todo = [t.grad_fn for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        fresh = []
+        while todo:
+            node = todo.pop()
+            if node is None or id(node) in self._nodes:
+                continue
+            self._nodes[id(node)] = node
+            fresh.append(node)
+            todo.extend(n for n, _ in node.next_functions)
+        if fresh:
+            self.on_nodes(fresh)
+
+    def forget_nodes(self) -> None:
+        self._nodes.clear()
+
+    def _call(self, func, args, kwargs, force: bool | None):
+        saved, self.force = self.force, force if force is not None else self.force
+        self.depth += 1
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self.depth -= 1
+            self.force = saved
+
+    def _to(self, func, args, kwargs):
+        t = args[0]
+        if func is torch.Tensor.cuda:
+            target, dtype, copy = CUDA, None, False
+        elif func is torch.Tensor.cpu:
+            target, dtype, copy = CPU, None, False
+        else:
+            copy = bool(kwargs.pop("copy", False))
+            kwargs.pop("non_blocking", None)
+            target, dtype, _, memory_format = torch._C._nn._parse_to(*args[1:], **kwargs)
+            if memory_format is not None:
+                kwargs = {"memory_format": memory_format}
+            else:
+                kwargs = {}
+        here = self.is_device(t)
+        if target is None or _is_cuda(target) == here:  # same place: a dtype change or nothing
+            call = {"dtype": dtype} if dtype is not None else {}
+            return self._call(torch.Tensor.to, (t,), {**call, **kwargs, "copy": copy}, None)
+        call = {"dtype": dtype} if dtype is not None else {}
+        return self._call(torch.Tensor.to, (t, CPU), {**call, **kwargs, "copy": True}, _is_cuda(target))
+
+
+class _NoRange(contextlib.ContextDecorator):
+    """``torch.cuda.nvtx.range(msg)`` as a context manager or decorator that marks nothing."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def cuda_stand_in() -> Iterator[StandIn]:
+    """Activate the stand-in: the function mode, the ``.device`` view and the ``torch.cuda`` no-ops."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    mode = StandIn()
+    real_device = FakeTensor.device
+
+    def device(self: FakeTensor) -> torch.device:
+        d = real_device.fget(self)
+        if mode.user_view() and not self.fake_mode.in_kernel_invocation and mode.is_device(self):
+            return CUDA
+        return d
+
+    real_swap = torch.utils.swap_tensors
+
+    def swap(t1: torch.Tensor, t2: torch.Tensor) -> None:
+        # Module.to / .cuda() swap a fake parameter for its converted copy, which the fake mode's
+        # own weak reference forbids; moving the data in (what `param.data = new` does) is the
+        # same for memory: the parameter object stays, its storage is the copy's
+        if isinstance(t1, FakeTensor) and isinstance(t2, FakeTensor):
+            with torch.no_grad():
+                t1.data = t2
+            return
+        real_swap(t1, t2)
+
+    patches: list[tuple[object, str, object]] = [(FakeTensor, "device", property(device)),
+                                                 (torch.utils, "swap_tensors", swap)]
+    for name, value in NO_OPS:
+        patches.append((torch.cuda, name, (lambda v: lambda *a, **k: v)(value)))
+    patches += [(torch.cuda.memory, name, lambda *a, **k: None) for name in MEMORY_NO_OPS]
+    patches += [(torch.cuda.nvtx, name, lambda *a, **k: None) for name in NVTX_NO_OPS]
+    patches.append((torch.cuda.nvtx, "range", _NoRange))
+    saved = [(obj, name, obj.__dict__[name] if name in getattr(obj, "__dict__", {}) else getattr(obj, name))
+             for obj, name, _ in patches]
+    try:
+        for obj, name, value in patches:
+            setattr(obj, name, value)
+        with mode:
+            yield mode
+    finally:
+        for obj, name, value in saved:
+            setattr(obj, name, value)

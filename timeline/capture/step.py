@@ -1,0 +1,200 @@
+"""Capture whole training steps as the user wrote them (``timeline capture --step MODULE:FUNC``).
+
+``FUNC()`` builds the model, optimizer and batch as the user's script does (``device="cuda"``,
+``.cuda()`` included) and returns a zero-argument callable running one training step: forward
+under whatever autocast the user wrote, loss, backward, ``optimizer.step()``, ``zero_grad``.
+The capture calls it K times and records construction (phase ``init``) and each call (step
+1…K): every aten op that touches device memory, phases F (everything outside the others:
+forward and loss), B (inside ``torch.autograd.backward``/``grad``), O (``Optimizer.step``), Z
+(``zero_grad``). On the CPU-only capture:
+
+- CUDA devices map to fake CPU tensors (:mod:`timeline.capture.stand_in`);
+- ``torch.optim`` runs its CUDA default implementation: where the user left ``foreach`` unset,
+  ``_default_to_fused_or_foreach`` (``torch/optim/optimizer.py``) picks foreach, as it does for
+  CUDA tensors (it rejects fake tensors' type); ``step`` counters stay host tensors
+  (``capturable=False``: ``torch.tensor(0.0)`` in ``_init_group``), so the device never sees them;
+- GPU kernels (SDPA, dropout) are chosen as on a GPU (:mod:`timeline.capture.gpu`), and
+  ``torch.autocast("cuda", …)`` regions apply CUDA's op lists (:mod:`timeline.capture.autocast`);
+- ``.item()`` while building returns 0 (init ops such as ``trunc_normal_`` read scalars; values
+  do not matter for memory); in a step it is an error naming the op, as data-dependent shapes are.
+
+This module writes no files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    UnsupportedOperatorException,
+)
+
+from timeline.capture.autocast import cuda_autocast
+from timeline.capture.gpu import gpu_kernels
+from timeline.capture.run import _user_error, fake_cpu, versions
+from timeline.capture.stand_in import cuda_stand_in
+from timeline.capture.step_recorder import StepRecorder
+from timeline.errors import UserError
+from timeline.spec.trace import TRACE_SCHEMA, CapturedTrace
+
+StepFn = Callable[[], Callable[[], Any]]
+
+
+def load_step(spec: str) -> StepFn:
+    """``MODULE:FUNC`` (a dotted module or a path to a ``.py`` file) → FUNC."""
+    mod_name, sep, attr = spec.rpartition(":")
+    if not sep or not mod_name or not attr:
+        raise UserError(f"--step {spec!r}: expected MODULE:FUNC (e.g. mypkg.train:step or train.py:step)")
+    try:
+        if mod_name.endswith(".py"):
+            path = Path(mod_name)
+            if not path.is_file():
+                raise UserError(f"--step {spec!r}: no such file {mod_name}")
+            loader = importlib.util.spec_from_file_location(path.stem, path)
+            assert loader is not None and loader.loader is not None
+            module = importlib.util.module_from_spec(loader)
+            sys.modules.setdefault(path.stem, module)
+            loader.loader.exec_module(module)
+        else:
+            module = importlib.import_module(mod_name)
+        fn = getattr(module, attr)
+    except (ImportError, AttributeError, SyntaxError) as exc:
+        raise UserError(f"--step {spec!r}: {exc}") from None
+    if not callable(fn):
+        raise UserError(f"--step {spec!r}: {attr} is not callable")
+    return fn
+
+
+def _foreach_default(real):
+    def choose(params, differentiable, use_fused=False):
+        fused, foreach = real(params, differentiable, use_fused)
+        return fused, not fused and not differentiable
+    return choose
+
+
+@contextlib.contextmanager
+def _phases(rec: StepRecorder) -> Iterator[None]:
+    """Label ops by the training-loop phase running them, and note roles at each boundary."""
+    import torch.optim as optim
+    import torch.optim.optimizer as optimizer_mod
+
+    def within(phase: str, fn):
+        def run(*args, **kwargs):
+            outer = rec.phase
+            rec.note_roles()
+            rec.phase = phase if outer not in ("init", "calibrate") else outer
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                rec.phase = outer
+                rec.note_roles()
+                if phase == "B":
+                    rec.stand_in.forget_nodes()
+        return run
+
+    patches: list[tuple[object, str, object]] = [
+        (torch.autograd, "backward", within("B", torch.autograd.backward)),
+        (torch.autograd, "grad", within("B", torch.autograd.grad)),
+        (optim.Optimizer, "zero_grad", within("Z", optim.Optimizer.zero_grad)),
+        (torch.nn.Module, "zero_grad", within("Z", torch.nn.Module.zero_grad))]
+    real = optimizer_mod._default_to_fused_or_foreach
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith("torch.optim") and \
+                getattr(mod, "_default_to_fused_or_foreach", None) is real:
+            patches.append((mod, "_default_to_fused_or_foreach", _foreach_default(real)))
+    real_init = optim.Optimizer.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        rec.optimizers.add(self)
+
+    patches.append((optim.Optimizer, "__init__", init))
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+
+    def pre(opt, args, kwargs):
+        rec.optimizers.add(opt)
+        rec.note_roles()
+        rec.phase = "O"
+
+    def post(opt, args, kwargs):
+        rec.phase = "F"
+        rec.note_roles()
+
+    def seen(module, args):
+        rec.modules.add(module)
+
+    handles = [optimizer_mod.register_optimizer_step_pre_hook(pre),
+               optimizer_mod.register_optimizer_step_post_hook(post),
+               torch.nn.modules.module.register_module_forward_pre_hook(seen)]
+    try:
+        for obj, name, value in patches:
+            setattr(obj, name, value)
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+        for obj, name, value in saved:
+            setattr(obj, name, value)
+
+
+def _cuda_only(exc: BaseException) -> UserError | None:
+    """A CUDA-only call the stand-in cannot serve, as one line naming it (None: another error)."""
+    text = str(exc)
+    frames = traceback.extract_tb(exc.__traceback__)
+    torch_cuda = [f for f in frames if "torch/cuda/" in f.filename.replace("\\", "/")]
+    dummy = text.startswith("Tried to instantiate dummy base class")  # torch.cuda.Event/Stream on CPU builds
+    if "CUDA" not in text and not torch_cuda and not dummy:
+        return None
+    if dummy:
+        return UserError(f"capture: torch.cuda.{text.rsplit(' ', 1)[-1]} needs a real GPU; the fake stand-in "
+                         "serves torch.cuda memory, statistics, seeding and synchronisation calls only (remove it "
+                         "from the step)")
+    user = [f for f in frames if "site-packages" not in f.filename and "/timeline/" not in f.filename]
+    where = f"torch.cuda.{torch_cuda[0].name}" if torch_cuda else (user[-1].line if user else "a CUDA call")
+    return UserError(f"capture: {where} needs a real GPU; the fake stand-in serves torch.cuda memory, "
+                     "statistics, seeding and synchronisation calls only (remove it from the step)")
+
+
+def capture_step(func: StepFn, *, steps: int = 2, gpu: bool = True,
+                 provenance: dict[str, Any] | None = None) -> CapturedTrace:
+    """Run ``func()`` (construction) and ``steps`` calls of the step it returns, under the recorder."""
+    kernels = gpu_kernels() if gpu else contextlib.nullcontext()
+    with fake_cpu(), kernels, cuda_stand_in() as stand_in, cuda_autocast(stand_in.is_device):
+        rec = StepRecorder(stand_in)
+        try:
+            with _phases(rec), rec:
+                rec.calibrate()
+                step = func()
+                if not callable(step):
+                    raise UserError("--step: the function must return a zero-argument callable running one "
+                                    f"training step, not {type(step).__name__}")
+                rec.note_roles()
+                for k in range(1, steps + 1):
+                    rec.phase, rec.step = "F", k
+                    step()
+                    rec.note_roles()
+        except (DynamicOutputShapeException, DataDependentOutputException, UnsupportedOperatorException) as exc:
+            err = _user_error(exc)
+            if rec.phase == "init":
+                err = UserError(f"{err} (while the --step function built the model, optimizer or batch)")
+            raise err from None
+        except (RuntimeError, AssertionError, AttributeError) as exc:
+            cuda = _cuda_only(exc)
+            if cuda is None:
+                raise
+            raise cuda from None
+        rec.close()
+        ops, storages, params = rec.result()
+        del step
+    prov = {"schema": TRACE_SCHEMA, **versions(), **(provenance or {}), "kind": "step", "steps": steps}
+    return CapturedTrace(ops=ops, storages=storages, params=params, layers=(), provenance=prov)

@@ -1,0 +1,268 @@
+"""The whole-step recorder: every aten op that touches device memory, from model construction
+through K training steps, with each device storage's birth, death and role.
+
+Unlike :class:`~timeline.capture.recorder.Recorder` (one forward + backward of a module whose
+parameters exist before it starts), it sees the user's script build everything: parameters are
+born in ``init``, gradients when backward first produces them, optimizer state in the first
+``step()``. Only device storages are recorded (the :class:`~timeline.capture.stand_in.StandIn`
+says which); host-only ops are left out, as a GPU's allocator never sees them. Roles (which
+parameter a ``.grad`` or an optimizer state belongs to) are read at phase boundaries, before
+``zero_grad`` can drop them. It does not drive the steps (:mod:`timeline.capture.step` does).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakIdKeyDictionary
+
+from timeline.capture.recorder import _flops, dtype_name, layer_of
+from timeline.capture.stand_in import StandIn
+from timeline.spec.trace import TraceOp, TraceParam, TraceStorage, TraceTensor
+
+
+def _select_into(dest, src, dim, index):
+    dest.select(dim, index).copy_(src)
+    return dest
+
+
+def _slice_into(dest, src, dim=0, start=None, end=None, step=1):
+    dest.slice(dim, start, end, step).copy_(src)
+    return dest
+
+
+_aten = torch.ops.aten
+#: out-of-place backward ops → what a GPU formula does instead on the zeros it just made
+_IN_PLACE: dict[Any, Any] = {
+    _aten.scatter_add.default: _aten.scatter_add_.default, _aten.scatter.src: _aten.scatter_.src,
+    _aten.scatter.value: _aten.scatter_.value, _aten.index_put.default: _aten.index_put_.default,
+    _aten.index_add.default: _aten.index_add_.default, _aten.masked_scatter.default: _aten.masked_scatter_.default,
+    _aten.select_scatter.default: _select_into, _aten.slice_scatter.default: _slice_into,
+}
+_ZEROS = {"aten.new_zeros.default", "aten.zeros_like.default", "aten.zeros.default"}
+
+
+def _zero(dtype: torch.dtype) -> Any:
+    if dtype.is_floating_point or dtype.is_complex:
+        return 0.0
+    return False if dtype == torch.bool else 0
+
+
+class StepRecorder(TorchDispatchMode):
+    """Records device ops while active; the driver sets ``phase`` and ``step``."""
+
+    def __init__(self, stand_in: StandIn) -> None:
+        super().__init__()
+        self.stand_in = stand_in
+        self.phase, self.step = "init", 0
+        self.ops: list[TraceOp] = []
+        self._ids: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._nbytes: list[int] = []
+        self._alloc: list[int] = []
+        self._free: dict[int, int] = {}
+        self._role: dict[int, str] = {}
+        self._finalizers: list[weakref.finalize] = []
+        self._closed = False
+        self.modules: weakref.WeakSet = weakref.WeakSet()
+        self.optimizers: weakref.WeakSet = weakref.WeakSet()
+        self.in_apply = False  # an autograd node's apply is running (else the engine is between nodes)
+        self.last_reference: tuple[int, int] | None = None  # use counts of a buffer's sole reference
+        stand_in.on_nodes = self._hook_nodes
+
+    # -- the engine's gradient accumulation ----------------------------------------------
+    def _hook_nodes(self, nodes: list) -> None:
+        for node in nodes:
+            node.register_prehook(self._pre)
+            node.register_hook(self._post)
+
+    def _pre(self, grad_outputs):
+        self.in_apply = True
+
+    def _post(self, grad_inputs, grad_outputs):
+        self.in_apply = False
+
+    def calibrate(self) -> None:
+        """Measure the use counts an accumulation sees when the engine's buffer holds the last
+        reference to the gradient (two fresh products summed into one input), as seen from here."""
+        w = torch.ones(2, requires_grad=True)
+        y = w * 1.0
+        self.phase = "calibrate"
+        try:
+            torch.autograd.backward((y * 2.0 + y * 3.0).sum())
+        finally:
+            self.phase = "init"
+            self.stand_in.forget_nodes()
+
+    def _in_place_variant(self, func, args):
+        """The in-place op a GPU backward formula runs where the capture sees an out-of-place one.
+
+        ``torch/csrc/autograd/FunctionsManual.cpp`` fills a fresh zero tensor in place
+        (``gather_backward``: ``result.scatter_add_``; ``value_selecting_reduction_backward``:
+        ``scatter_``; ``index_backward``: ``index_put_``; ``select_backward`` / ``slice_backward``:
+        ``copy_`` into a view) unless an argument ``areAnyTensorSubclassLike`` — which fake tensors
+        are, so the capture records a second full-size tensor that a GPU never makes. Applies when
+        the destination is the zeros the previous op just made."""
+        if self.phase != "B" or not args or not isinstance(args[0], torch.Tensor) or not self.ops:
+            return None
+        variant = _IN_PLACE.get(func)
+        if variant is None:
+            return None
+        prev = self.ops[-1]
+        dest = self.sid(args[0])
+        if dest is None or dest not in prev.allocs or prev.name not in _ZEROS:
+            return None
+        return variant
+
+    def _accumulates_in_place(self, func, args) -> bool:
+        """Whether this op is ``InputBuffer::accumulate`` summing two gradients for one input that
+        a GPU run does in place (``torch/csrc/autograd/input_buffer.cpp``: ``old_var.add_(var)``
+        when grad mode is off and ``can_accumulate_inplace(old_var)``: a plain dense tensor whose
+        last reference, and its storage's, the buffer holds). Fake tensors are tensor subclasses,
+        which that rule excludes, so on the capture the engine always adds out of place."""
+        if func is not torch.ops.aten.add.Tensor or self.in_apply or torch.is_grad_enabled() or len(args) != 2:
+            return False
+        a, b = args
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
+            return False
+        counts = (a._use_count(), torch._C._storage_Use_Count(a.untyped_storage()._cdata))
+        if self.phase == "calibrate":
+            self.last_reference = counts
+            return False
+        from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
+
+        return self.phase == "B" and counts == self.last_reference and is_non_overlapping_and_dense(a) \
+            and a.dtype == b.dtype
+
+    # -- storages ----------------------------------------------------------------------
+    def _register(self, t: torch.Tensor, index: int) -> int:
+        st = t.untyped_storage()
+        i = len(self._nbytes)
+        self._ids[st] = i
+        self._nbytes.append(st.nbytes())
+        self._alloc.append(index)
+        self._finalizers.append(weakref.finalize(st, self._died, i))
+        self.stand_in.mark(t)
+        return i
+
+    def _died(self, i: int) -> None:
+        if not self._closed and i not in self._free:
+            self._free[i] = len(self.ops) - 1
+
+    def sid(self, t: torch.Tensor) -> int | None:
+        return self._ids.get(t.untyped_storage())
+
+    # -- ops ---------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._local_scalar_dense.default and self.phase == "init":
+            return _zero(args[0].dtype)  # `.item()` while building: values do not matter for memory
+        if func.namespace == "prim":
+            return func(*args, **kwargs)
+        flat = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        inputs = list(dict.fromkeys(i for t in flat if (i := self.sid(t)) is not None))
+        if self._accumulates_in_place(func, args):
+            func = torch.ops.aten.add_.Tensor
+        elif (variant := self._in_place_variant(func, args)) is not None:
+            func = variant
+        self.stand_in.depth += 1
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            self.stand_in.depth -= 1
+        force = self.stand_in.force
+        on_device = force if force is not None else bool(inputs)
+        index = len(self.ops)
+        outputs, allocs = [], []
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            i = self.sid(t)
+            if i is None:
+                if not on_device:
+                    continue
+                i = self._register(t, index)
+                allocs.append(i)
+            outputs.append(TraceTensor(storage=i, shape=tuple(int(d) for d in t.shape),
+                                       dtype=dtype_name(t.dtype), nbytes=t.numel() * t.element_size()))
+        if inputs or outputs:
+            self.ops.append(TraceOp(index=index, name=str(func), module="", phase=self.phase, layer=-1,
+                                    flops=_flops(func, args, kwargs, out), outputs=tuple(outputs),
+                                    allocs=tuple(allocs), inputs=tuple(inputs), frees=(), step=self.step))
+        return out
+
+    # -- roles -------------------------------------------------------------------------
+    def named_params(self) -> list[tuple[str, torch.Tensor, bool]]:
+        """(name, tensor, trainable) of every parameter and buffer of the root modules seen in a
+        forward, then optimizer parameters no module named."""
+        seen: set[int] = set()
+        out: list[tuple[str, torch.Tensor, bool]] = []
+        children = {id(c) for m in self.modules for c in m.modules() if c is not m}
+        roots = sorted((m for m in self.modules if id(m) not in children), key=lambda m: type(m).__name__)
+        prefix = len(roots) > 1
+        for r, root in enumerate(roots):
+            head = f"{type(root).__name__}{r}." if prefix else ""
+            for name, p in root.named_parameters():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    out.append((head + name, p, p.requires_grad))
+            for name, b in root.named_buffers():
+                if id(b) not in seen:
+                    seen.add(id(b))
+                    out.append((head + name, b, False))
+        for o, opt in enumerate(self.optimizers):
+            for g, group in enumerate(opt.param_groups):
+                for k, p in enumerate(group["params"]):
+                    if id(p) not in seen:
+                        seen.add(id(p))
+                        out.append((f"optimizer{o}.group{g}.param{k}", p, True))
+        return out
+
+    def note_roles(self) -> None:
+        """Name the storages of parameters, their ``.grad`` and optimizer state (first name wins)."""
+        names: dict[int, str] = {}
+        for name, p, trainable in self.named_params():
+            names[id(p)] = name
+            self._set_role(p, ("param:" if trainable else "buffer:") + name)
+            if p.grad is not None:
+                self._set_role(p.grad, "grad:" + name)
+        for opt in self.optimizers:
+            for p, state in opt.state.items():
+                for key, v in state.items():
+                    if isinstance(v, torch.Tensor):
+                        self._set_role(v, f"state:{names.get(id(p), '?')}:{key}")
+
+    def _set_role(self, t: torch.Tensor, role: str) -> None:
+        i = self.sid(t)
+        # a parameter first met through its optimizer is renamed once a forward shows its module
+        if i is not None and (i not in self._role or ".group" in self._role[i] and ".group" not in role):
+            self._role[i] = role
+
+    # -- result ------------------------------------------------------------------------
+    def close(self) -> None:
+        self.note_roles()
+        self._closed = True
+        for f in self._finalizers:
+            f.detach()
+
+    def result(self) -> tuple[tuple[TraceOp, ...], dict[int, TraceStorage], tuple[TraceParam, ...]]:
+        frees: dict[int, list[int]] = {}
+        for i, k in self._free.items():
+            frees.setdefault(k, []).append(i)
+        # ops are recorded only when they touch the device; a death after an unrecorded op
+        # belongs to the last recorded one before it
+        ops = tuple(TraceOp(index=o.index, name=o.name, module=o.module, phase=o.phase, layer=o.layer,
+                            flops=o.flops, outputs=o.outputs, allocs=o.allocs, inputs=o.inputs,
+                            frees=tuple(sorted(frees.get(o.index, ()))), step=o.step) for o in self.ops)
+        kinds = {"param": "param", "buffer": "buffer", "grad": "grad", "state": "state"}
+        storages = {i: TraceStorage(id=i, nbytes=n, kind=kinds.get(self._role.get(i, "").split(":")[0], "op"),
+                                    alloc_op=self._alloc[i], free_op=self._free.get(i, -1),
+                                    role=self._role.get(i, "")) for i, n in enumerate(self._nbytes)}
+        params = tuple(TraceParam(name=name, shape=tuple(p.shape), dtype=dtype_name(p.dtype),
+                                  nbytes=p.numel() * p.element_size(), layer=layer_of(name), trainable=trainable,
+                                  storage=i) for name, p, trainable in self.named_params()
+                       if (i := self.sid(p)) is not None)
+        return ops, storages, params
