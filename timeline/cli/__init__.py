@@ -54,6 +54,16 @@ def _load(name: str):
     return importlib.import_module(f"timeline.cli.{COMMANDS[name]}")
 
 
+def version_line() -> str:
+    """``timeline 0.1.0 (allocator core: compiled)``: the version and which allocator core runs."""
+    from timeline.alloc.batch import active_core, compiled_available
+
+    core = active_core()
+    why = "" if core == "compiled" else (
+        ", TIMELINE_ALLOC_CORE=python" if compiled_available() else ", the compiled core is not built")
+    return f"timeline {__version__} (allocator core: {core}{why})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="timeline",
@@ -61,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"timeline {__version__}")
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         module = _load(name)
