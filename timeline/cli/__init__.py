@@ -64,7 +64,9 @@ def version_line() -> str:
     return f"timeline {__version__} (allocator core: {core}{why})"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; when ``argv`` starts with a command, only that command's module is imported
+    (the others are listed by name), so a command does not pay for importing all the others."""
     parser = Parser(
         prog="timeline",
         description="Simulate per-device GPU memory over time for large-model training jobs.",
@@ -73,7 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chosen = argv[0] if argv and argv[0] in COMMANDS else None
     for name in COMMANDS:
+        if chosen is not None and name != chosen:
+            sub.add_parser(name)
+            continue
         module = _load(name)
         p = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -83,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()

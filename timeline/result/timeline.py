@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from timeline.graph.tensors import CATEGORIES
+from timeline.sim.memory import pair_index
 from timeline.sim.simulate import DeviceEvents, SimOutput
 
 
@@ -134,6 +135,12 @@ class Timeline:
             return self._pairs[d]
         ev = self.sim.events[d]
         out = np.full(len(ev.t_us), -1, dtype=np.int64)
+        pair = pair_index(ev)
+        if pair is not None:  # the same pairing, found by sorting (allocs and frees alternate per key)
+            frees = np.flatnonzero(pair >= 0)
+            out[pair[frees]] = frees
+            self._pairs[d] = out
+            return out
         open_: dict[tuple[int, int, int], int] = {}
         for i, (s, tensor, mb, st) in enumerate(zip(ev.sign.tolist(), ev.tensor.tolist(), ev.microbatch.tolist(),
                                                     ev.stage.tolist(), strict=True)):

@@ -87,6 +87,14 @@ class _Names:
             arr = self._arrays[key] = np.array([self(n) for n in getattr(ph, field)], dtype=np.int32)
         return arr
 
+    def cached(self, key: tuple, make: Callable[[], np.ndarray]) -> np.ndarray:
+        """An array made once per key (per compiled phase): the names it interns on first use
+        are interned in the same order as without the cache."""
+        arr = self._arrays.get(key)
+        if arr is None:
+            arr = self._arrays[key] = make()
+        return arr
+
     def __call__(self, s: str) -> int:
         i = self.index.get(s)
         if i is None:
@@ -298,10 +306,12 @@ def _device_ops(spans: list[Span], compiled: dict[tuple[int, str], CompiledPhase
         n = len(ph.op_names)
         if not n:
             continue
-        phase = np.array([names("R" if rc else sp.kind) for rc in ph.op_recompute], dtype=np.int32)
+        phase = names.cached((id(ph), "phase", sp.kind), lambda: np.array(
+            [names("R" if rc else sp.kind) for rc in ph.op_recompute], dtype=np.int32))
         cols["name"].append(names.ids(ph, "op_names"))
         if sp.overlapped:  # beside the forward half: its own threads, so slices stay nested
-            cols["stream"].append(np.array([names(f"{x} (overlapped)") for x in ph.op_streams], dtype=np.int32))
+            cols["stream"].append(names.cached((id(ph), "overlapped"), lambda: np.array(
+                [names(f"{x} (overlapped)") for x in ph.op_streams], dtype=np.int32)))
         else:
             cols["stream"].append(names.ids(ph, "op_streams"))
         k = sp.scale
@@ -310,7 +320,7 @@ def _device_ops(spans: list[Span], compiled: dict[tuple[int, str], CompiledPhase
         cols["phase"].append(phase)
         cols["microbatch"].append(np.full(n, sp.microbatch, dtype=np.int32))
         cols["stage"].append(np.full(n, sp.stage, dtype=np.int16))
-        cols["layer"].append(np.array(ph.op_layers, dtype=np.int32))
+        cols["layer"].append(names.cached((id(ph), "layers"), lambda: np.array(ph.op_layers, dtype=np.int32)))
         cols["flops"].append(ph.op_flops)
     return DeviceOps(**{k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()})
 
