@@ -44,6 +44,8 @@ class AllocatorPass:
     #: free that caused it
     segment_events: list[tuple[int, str, int, int, int, int]]
     end_segments: list  # the allocator's SegmentView list after the last event
+    #: for each free, the index of the alloc it frees (−1 for allocs); None if not computed
+    pair: np.ndarray | None = None
 
 
 def run_allocator(run: RunSpec, ev: DeviceEvents, names: list[str], core: str | None = None) -> AllocatorPass:
@@ -58,7 +60,8 @@ def run_allocator(run: RunSpec, ev: DeviceEvents, names: list[str], core: str | 
                                 pair, block, reserved, address, segment, core=core)
             if res is not None:
                 ooms = [_oom(run, ev, names, i, allocated, reserved_then) for i, allocated, reserved_then in res.ooms]
-                return AllocatorPass(block, reserved, address, segment, ooms, res.segment_events, res.end_segments)
+                return AllocatorPass(block, reserved, address, segment, ooms, res.segment_events, res.end_segments,
+                                     pair)
     return run_allocator_events(run, ev, names)
 
 
