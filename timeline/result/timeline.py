@@ -141,6 +141,7 @@ class Timeline:
             frees = np.flatnonzero(pair >= 0)
             out[pair[frees]] = frees
             self._pairs[d] = out
+            self.memory[d].pair = None  # ``out`` says the same; a 128-device run need not hold both
             return out
         open_: dict[tuple[int, int, int], int] = {}
         for i, (s, tensor, mb, st) in enumerate(zip(ev.sign.tolist(), ev.tensor.tolist(), ev.microbatch.tolist(),

@@ -60,8 +60,9 @@ def run_allocator(run: RunSpec, ev: DeviceEvents, names: list[str], core: str | 
                                 pair, block, reserved, address, segment, core=core)
             if res is not None:
                 ooms = [_oom(run, ev, names, i, allocated, reserved_then) for i, allocated, reserved_then in res.ooms]
+                # kept for Timeline.free_index; int32 halves what the 128-device runs hold
                 return AllocatorPass(block, reserved, address, segment, ooms, res.segment_events, res.end_segments,
-                                     pair)
+                                     pair.astype(np.int32) if n < 2**31 else pair)
     return run_allocator_events(run, ev, names)
 
 
