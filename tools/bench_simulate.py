@@ -54,7 +54,13 @@ def _child(argv: list[str], root: Path) -> tuple[float, int, subprocess.Complete
         done = subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read())
     if done.returncode:
         sys.exit(f"{' '.join(argv)} failed:\n{done.stderr}")
+    _cpu[0] = round(usage.ru_utime + usage.ru_stime, 3)
     return wall, round(usage.ru_maxrss / 1024), done
+
+
+#: user + system CPU seconds of the last child (its workers included): steadier than the wall
+#: when other work shares the cores
+_cpu = [0.0]
 
 
 def _cli(root: Path, args: list[str], sets: list[str]) -> list[str]:
@@ -88,7 +94,8 @@ def bench_cli(root: Path, mb: int, sets: list[str], fmt: str | None) -> dict:
         summary = json.loads((out / "summary.json").read_text())
         sizes = {p.name: p.stat().st_size for p in sorted(out.iterdir())}
     n = summary["num_events"]
-    return {"microbatches": mb, "devices": len(summary["devices"]), "wall_s": round(wall, 3), "events": n,
+    return {"microbatches": mb, "devices": len(summary["devices"]), "wall_s": round(wall, 3), "cpu_s": _cpu[0],
+            "events": n,
             "events_per_s": round(n / wall), "peak_rss_mib": rss, "output_bytes": sizes}
 
 
@@ -96,7 +103,7 @@ def bench_phases(root: Path, mb: int, sets: list[str]) -> dict:
     argv = [str(Path(__file__).resolve()), "--child-phases", str(mb), *[a for s in sets for a in ("--set", s)]]
     wall, rss, proc = _child(argv, root)
     row = json.loads(proc.stdout.strip().splitlines()[-1])
-    row.update(microbatches=mb, wall_s=round(wall, 3), peak_rss_mib=rss)
+    row.update(microbatches=mb, wall_s=round(wall, 3), cpu_s=_cpu[0], peak_rss_mib=rss)
     return row
 
 
@@ -148,12 +155,12 @@ def child_phases(mb: int, sets: list[str]) -> None:
 
 def bench_compare(root: Path) -> dict:
     wall, rss, _ = _child(["-m", "timeline", "compare", RUN, "--recompute", POLICIES, "--json"], root)
-    return {"policies": POLICIES, "wall_s": round(wall, 3), "peak_rss_mib": rss}
+    return {"policies": POLICIES, "wall_s": round(wall, 3), "cpu_s": _cpu[0], "peak_rss_mib": rss}
 
 
 def bench_fit(root: Path) -> dict:
     wall, rss, _ = _child(["-m", "timeline", "fit", RUN, "--capacity", "80GiB", "--json"], root)
-    return {"capacity": "80GiB", "wall_s": round(wall, 3), "peak_rss_mib": rss}
+    return {"capacity": "80GiB", "wall_s": round(wall, 3), "cpu_s": _cpu[0], "peak_rss_mib": rss}
 
 
 def main() -> None:
@@ -203,7 +210,8 @@ def _human(row: dict) -> str:
     head = f"{row['case']:8s}"
     if "microbatches" in row:
         head += f" mb={row['microbatches']:<3d}"
-    parts = [f"wall {row['wall_s']:.2f} s (runs {', '.join(f'{w:.2f}' for w in row['wall_s_all'])})",
+    parts = [f"wall {row['wall_s']:.2f} s (runs {', '.join(f'{w:.2f}' for w in row['wall_s_all'])}), "
+             f"CPU {row['cpu_s']:.2f} s",
              f"RSS {row['peak_rss_mib']} MiB"]
     if "events_per_s" in row:
         parts.append(f"{row['events']:,} events, {row['events_per_s'] / 1e6:.2f} M events/s")
