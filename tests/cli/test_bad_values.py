@@ -110,7 +110,7 @@ def test_a_huge_model_fails_in_one_line_not_in_the_allocator(tmp_path, capsys):
     assert main(["simulate", str(run), "-o", str(tmp_path / "o"), "--format", "summary",
                  "--set", "model.hidden_size=1048576", "--set", "model.intermediate_size=4194304",
                  "--set", "model.vocab_size=16777216"]) == 2
-    _one_line(capsys, ["256 TiB"])
+    _one_line(capsys, ["256 TiB", "shard the model"])
     assert main(["simulate", str(run), "-o", str(tmp_path / "o"), "--format", "summary",
                  "--set", "training.seq_len=67108864", "--set", "training.micro_batch_size=65536"]) == 2
     _one_line(capsys, ["alone would take", "TiB", "seq_len"])

@@ -61,16 +61,32 @@ def _load(name: str):
     return importlib.import_module(f"timeline.cli.{COMMANDS[name]}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def version_line() -> str:
+    """``timeline 0.1.0 (allocator core: compiled)``: the version and which allocator core runs."""
+    from timeline.alloc.batch import active_core, compiled_available
+
+    core = active_core()
+    why = "" if core == "compiled" else (
+        ", TIMELINE_ALLOC_CORE=python" if compiled_available() else ", the compiled core is not built")
+    return f"timeline {__version__} (allocator core: {core}{why})"
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; when ``argv`` starts with a command, only that command's module is imported
+    (the others are listed by name), so a command does not pay for importing all the others."""
     parser = Parser(
         prog="timeline",
         description="Simulate per-device GPU memory over time for large-model training jobs.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"timeline {__version__}")
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chosen = argv[0] if argv and argv[0] in COMMANDS else None
     for name in COMMANDS:
+        if chosen is not None and name != chosen:
+            sub.add_parser(name)
+            continue
         module = _load(name)
         p = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -80,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()

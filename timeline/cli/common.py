@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from timeline import __version__
+from timeline.cli.parallel import write_in_two
 from timeline.compare.variants import with_recompute
 from timeline.errors import UserError
 from timeline.exporters import EXPORTERS
@@ -277,15 +278,18 @@ def write_dir_atomically(out: Path, force: bool, write: Callable[[Path], None], 
 
 def exporter_writer(tl: Timeline, formats: Sequence[str], options: dict | None = None) -> Callable[[Path], None]:
     """A ``write(folder)`` for :func:`write_dir_atomically` that runs each named exporter into
-    ``folder``; ``options`` go to every exporter (``gzip``, ``max_samples``, ``max_entries``)."""
+    ``folder`` (in two processes where that helps, :mod:`timeline.cli.parallel`); ``options`` go
+    to every exporter (``gzip``, ``max_samples``, ``max_entries``)."""
     options = dict(options or {})
 
+    def write_one(folder: Path, fmt: str) -> None:
+        module = importlib.import_module(EXPORTERS[fmt])
+        name = module.FILENAME + (".gz" if options.get("gzip") and getattr(module, "GZIP", False) else "")
+        with open(folder / name, "wb") as handle:
+            module.write(tl, handle, options)
+
     def write(folder: Path) -> None:
-        for fmt in formats:
-            module = importlib.import_module(EXPORTERS[fmt])
-            name = module.FILENAME + (".gz" if options.get("gzip") and getattr(module, "GZIP", False) else "")
-            with open(folder / name, "wb") as handle:
-                module.write(tl, handle, options)
+        write_in_two(list(formats), lambda fmt: write_one(folder, fmt))
 
     return write
 

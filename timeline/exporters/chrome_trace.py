@@ -40,7 +40,6 @@ FILENAME = "trace.json"
 #: the CLI appends ``.gz`` to FILENAME when the ``gzip`` option is set
 GZIP = True
 COUNTER_NAME = "memory"
-_FLUSH_LINES = 20000
 
 
 def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
@@ -57,21 +56,11 @@ def _write(tl: Timeline, out: BinaryIO, options: dict) -> None:
     out.write(b'{"traceEvents":[\n')
     first = True
     for d in range(tl.num_devices):
-        buf: list[str] = []
-        for line in device_events(tl, d, max_samples):
-            buf.append(line)
-            if len(buf) >= _FLUSH_LINES:
-                first = _flush(out, buf, first)
-        first = _flush(out, buf, first)
+        lines = device_lines(tl, d, max_samples)
+        if lines:
+            out.write((("" if first else ",\n") + ",\n".join(lines)).encode("utf-8"))
+            first = False
     out.write(b"\n]}\n")
-
-
-def _flush(out: BinaryIO, lines: list[str], first: bool) -> bool:
-    if lines:
-        out.write((("" if first else ",\n") + ",\n".join(lines)).encode("utf-8"))
-        lines.clear()
-        return False
-    return first
 
 
 def _s(text: str) -> str:
@@ -80,46 +69,79 @@ def _s(text: str) -> str:
 
 def device_events(tl: Timeline, d: int, max_samples: int = 0) -> Iterator[str]:
     """The JSON objects (one per line) of device ``d``: metadata, slices, counters, instants."""
+    yield from device_lines(tl, d, max_samples)
+
+
+def _lookup(codes: list[int], make) -> list[str]:
+    """``make(code)`` for every code, each distinct code formatted once."""
+    table = {c: make(c) for c in set(codes)}
+    return list(map(table.__getitem__, codes))
+
+
+def device_lines(tl: Timeline, d: int, max_samples: int = 0) -> list[str]:
+    """:func:`device_events` as a list. Each kind of line is one %-template filled from whole
+    columns (``map`` over ``zip``), every distinct name, phase, layer, micro-batch and stage
+    formatted once: no per-event f-string or join."""
     dev = tl.sim.devices[d]
     pid = d + 1
     names = tl.sim.names
-    yield f'{{"ph":"M","name":"process_name","pid":{pid},"args":{{"name":{_s(process_name(dev))}}}}}'
-    yield f'{{"ph":"M","name":"process_sort_index","pid":{pid},"args":{{"sort_index":{dev.pp_rank}}}}}'
+    lines = [f'{{"ph":"M","name":"process_name","pid":{pid},"args":{{"name":{_s(process_name(dev))}}}}}',
+             f'{{"ph":"M","name":"process_sort_index","pid":{pid},"args":{{"sort_index":{dev.pp_rank}}}}}']
     ths = threads(tl, d)
     for th in ths:
-        yield f'{{"ph":"M","name":"thread_name","pid":{pid},"tid":{th.tid},"args":{{"name":{_s(th.name)}}}}}'
-        yield f'{{"ph":"M","name":"thread_sort_index","pid":{pid},"tid":{th.tid},"args":{{"sort_index":{th.tid}}}}}'
+        lines.append(f'{{"ph":"M","name":"thread_name","pid":{pid},"tid":{th.tid},"args":{{"name":{_s(th.name)}}}}}')
+        lines.append(f'{{"ph":"M","name":"thread_sort_index","pid":{pid},"tid":{th.tid},'
+                     f'"args":{{"sort_index":{th.tid}}}}}')
     ops = tl.sim.ops[d]
-    allocated = op_allocated_bytes(tl, d).tolist()
-    quoted = {}
-    op_name, phase = np.asarray(ops.name).tolist(), np.asarray(ops.phase).tolist()
-    mb, stage, layer = (np.asarray(ops.microbatch).tolist(), np.asarray(ops.stage).tolist(),
-                        np.asarray(ops.layer).tolist())
+    allocated = op_allocated_bytes(tl, d)
+    op_name, phase = np.asarray(ops.name), np.asarray(ops.phase)
+    mb, stage, layer = np.asarray(ops.microbatch), np.asarray(ops.stage), np.asarray(ops.layer)
     for th in ths:
-        head = f'{{"ph":"X","pid":{pid},"tid":{th.tid},"ts":'
-        for i, t0, dur in zip(th.index.tolist(), th.start_ns.tolist(), th.dur_ns.tolist(), strict=True):
-            code = op_name[i]
-            if code not in quoted:
-                quoted[code] = _s(names[code])
-            ph = names[phase[i]]
-            args = [f'"phase":"{ph}"']
-            if layer[i] >= 0:
-                args.append(f'"layer":{layer[i]}')
-            if mb[i] >= 0:
-                args.append(f'"microbatch":{mb[i]}')
-            if stage[i] >= 0:
-                args.append(f'"stage":{stage[i]}')
-            args.append(f'"allocated_bytes":{allocated[i]}')
-            yield (f'{head}{fmt_us(t0)},"dur":{fmt_us(dur)},"name":{quoted[code]},"cat":"{ph}",'
-                   f'"args":{{{",".join(args)}}}}}')
+        idx = th.index
+        if len(idx) and (th.start_ns.min() < 0 or th.dur_ns.min() < 0):  # fmt_us spells negatives
+            lines += _slices_slow(tl, d, pid, th, allocated)
+            continue
+        ph = _lookup(phase[idx].tolist(), names.__getitem__)
+        tmpl = (f'{{"ph":"X","pid":{pid},"tid":{th.tid},"ts":%d.%03d,"dur":%d.%03d,"name":%s,"cat":"%s",'
+                f'"args":{{"phase":"%s"%s%s%s,"allocated_bytes":%d}}}}')
+        t0, dur = th.start_ns, th.dur_ns
+        lines += map(tmpl.__mod__, zip(
+            (t0 // 1000).tolist(), (t0 % 1000).tolist(), (dur // 1000).tolist(), (dur % 1000).tolist(),
+            _lookup(op_name[idx].tolist(), lambda c: _s(names[c])), ph, ph,
+            _lookup(layer[idx].tolist(), lambda v: f',"layer":{v}' if v >= 0 else ""),
+            _lookup(mb[idx].tolist(), lambda v: f',"microbatch":{v}' if v >= 0 else ""),
+            _lookup(stage[idx].tolist(), lambda v: f',"stage":{v}' if v >= 0 else ""),
+            allocated[idx].tolist(), strict=True))
     c = counters(tl, d, max_samples)
     cols = [c.values[k].tolist() for k in COUNTERS]
-    keys = [f'"{k}":' for k in COUNTERS]
-    head = f'{{"ph":"C","pid":{pid},"name":"{COUNTER_NAME}","ts":'
-    for j, t in enumerate(c.t_ns.tolist()):
-        vals = ",".join(f"{k}{col[j]}" for k, col in zip(keys, cols, strict=True))
-        yield f'{head}{fmt_us(t)},"args":{{{vals}}}}}'
+    vals = ",".join(f'"{k}":%d' for k in COUNTERS)
+    if len(c.t_ns) and c.t_ns.min() < 0:
+        times = [fmt_us(t) for t in c.t_ns.tolist()]
+        tmpl = f'{{"ph":"C","pid":{pid},"name":"{COUNTER_NAME}","ts":%s,"args":{{{vals}}}}}'
+        lines += map(tmpl.__mod__, zip(times, *cols, strict=True))
+    else:
+        tmpl = f'{{"ph":"C","pid":{pid},"name":"{COUNTER_NAME}","ts":%d.%03d,"args":{{{vals}}}}}'
+        lines += map(tmpl.__mod__, zip((c.t_ns // 1000).tolist(), (c.t_ns % 1000).tolist(), *cols, strict=True))
     for inst in instants(tl, d):
         args = ",".join(f"{_s(k)}:{_s(v) if isinstance(v, str) else v}" for k, v in inst.args.items())
-        yield (f'{{"ph":"i","s":"p","pid":{pid},"tid":1,"ts":{fmt_us(inst.t_ns)},"name":{_s(inst.name)},'
-               f'"args":{{{args}}}}}')
+        lines.append(f'{{"ph":"i","s":"p","pid":{pid},"tid":1,"ts":{fmt_us(inst.t_ns)},"name":{_s(inst.name)},'
+                     f'"args":{{{args}}}}}')
+    return lines
+
+
+def _slices_slow(tl: Timeline, d: int, pid: int, th, allocated: np.ndarray) -> list[str]:
+    """One thread's slices line by line (only for negative times, which the templates do not spell)."""
+    names, ops = tl.sim.names, tl.sim.ops[d]
+    out = []
+    head = f'{{"ph":"X","pid":{pid},"tid":{th.tid},"ts":'
+    for i, t0, dur in zip(th.index.tolist(), th.start_ns.tolist(), th.dur_ns.tolist(), strict=True):
+        ph = names[int(ops.phase[i])]
+        args = [f'"phase":"{ph}"']
+        for key, v in (("layer", int(ops.layer[i])), ("microbatch", int(ops.microbatch[i])),
+                       ("stage", int(ops.stage[i]))):
+            if v >= 0:
+                args.append(f'"{key}":{v}')
+        args.append(f'"allocated_bytes":{int(allocated[i])}')
+        out.append(f'{head}{fmt_us(t0)},"dur":{fmt_us(dur)},"name":{_s(names[int(ops.name[i])])},"cat":"{ph}",'
+                   f'"args":{{{",".join(args)}}}}}')
+    return out

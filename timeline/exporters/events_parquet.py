@@ -31,8 +31,7 @@ def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
         cols["t_us"].append(ev.t_us)
         cols["seq"].append(np.arange(n, dtype=np.int64))
         cols["kind"].append(np.where(ev.sign > 0, 0, 1).astype(np.int32))
-        cols["action"].append(pa.array([labels[a] if a >= 0 else None for a in ev.action.tolist()],
-                                       type=pa.string()).dictionary_encode())
+        cols["action"].append(_action_column(ev.action, labels))
         cols["tensor"].append(dictionary(ev.tensor, names))
         cols["category"].append(dictionary(ev.cat, list(CATEGORIES)))
         cols["requested_bytes"].append(ev.size)
@@ -53,3 +52,26 @@ def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
             if isinstance(out[k], pa.ChunkedArray):
                 out[k] = out[k].combine_chunks()
     write_table(out, handle, SCHEMA)
+
+
+def _action_column(action: np.ndarray, labels: list[str]) -> object:
+    """``pa.array([labels[a] or None …]).dictionary_encode()`` without a string per event: the
+    dictionary holds each distinct label in order of its first event (an action's label repeats
+    across iterations), the indices point into it, and static events (−1) are null."""
+    import pyarrow as pa
+
+    valid = action >= 0
+    if not valid.any():
+        return pa.array([None] * len(action), type=pa.string()).dictionary_encode()
+    label_id: dict[str, int] = {}
+    of_span = np.array([label_id.setdefault(x, len(label_id)) for x in labels], dtype=np.int64)
+    key = np.where(valid, of_span[np.where(valid, action, 0)], -1)
+    distinct, first = np.unique(key[valid], return_index=True)
+    order = np.argsort(first, kind="stable")  # dictionary order: first appearance
+    rank = np.empty(len(distinct), dtype=np.int32)
+    rank[order] = np.arange(len(distinct), dtype=np.int32)
+    words = list(label_id)
+    index = np.zeros(len(action), dtype=np.int32)
+    index[valid] = rank[np.searchsorted(distinct, key[valid])]
+    return pa.DictionaryArray.from_arrays(pa.array(index, mask=~valid, type=pa.int32()),
+                                          pa.array([words[k] for k in distinct[order].tolist()], type=pa.string()))

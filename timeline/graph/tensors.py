@@ -58,7 +58,7 @@ class TensorDef:
 
 
 def param(name: str, full_shape: tuple[int, ...], *, module: str, dtype: str, split: int = 1,
-          dim: int = 0, expert: bool = False, trainable: bool = True) -> TensorDef:
+          dim: int = 0, expert: bool = False, trainable: bool = True, in_moe: bool = False) -> TensorDef:
     """A parameter TensorDef, cut into ``split`` shards along ``dim`` (exact division required)."""
     shape = list(full_shape)
     if split > 1:
@@ -66,4 +66,4 @@ def param(name: str, full_shape: tuple[int, ...], *, module: str, dtype: str, sp
             raise ValueError(f"{name}: dim {dim} of {full_shape} not divisible by {split}")
         shape[dim] //= split
     return TensorDef(name=name, shape=tuple(shape), dtype=dtype, category=Category.WEIGHTS, module=module,
-                     storage=name, split=split, expert=expert, trainable=trainable)
+                     storage=name, split=split, expert=expert, trainable=trainable, in_moe=in_moe)

@@ -28,7 +28,7 @@ def build_timeline(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
         res = run_allocator(run, ev, sim.names)
         memory.append(DeviceMemory(block_bytes=res.block, reserved=res.reserved, address=res.address,
                                    segment=res.segment, oom=res.ooms, segment_events=res.segment_events,
-                                   end_segments=res.end_segments))
+                                   end_segments=res.end_segments, pair=res.pair))
     if progress:
         progress("allocator", len(sim.events), len(sim.events))
     return Timeline(sim, memory)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from timeline.graph.tensors import CATEGORIES
+from timeline.sim.memory import pair_index
 from timeline.sim.simulate import DeviceEvents, SimOutput
 
 
@@ -60,6 +61,7 @@ class DeviceMemory:
     #: (event index, action, address, size, stream, reserved then) of segment_alloc/free/map/unmap, oom
     segment_events: list[tuple[int, str, int, int, int, int]] = field(default_factory=list)
     end_segments: list = field(default_factory=list)  # allocator SegmentViews after the last event
+    pair: np.ndarray | None = None  # for each free, its alloc's index (−1: allocs), if the pass found it
 
 
 class Timeline:
@@ -174,6 +176,13 @@ class Timeline:
             return self._pairs[d]
         ev = self.sim.events[d]
         out = np.full(len(ev.t_us), -1, dtype=np.int64)
+        pair = self.memory[d].pair if self.memory[d].pair is not None else pair_index(ev)
+        if pair is not None:  # the same pairing, found by sorting (allocs and frees alternate per key)
+            frees = np.flatnonzero(pair >= 0)
+            out[pair[frees]] = frees
+            self._pairs[d] = out
+            self.memory[d].pair = None  # ``out`` says the same; a 128-device run need not hold both
+            return out
         open_: dict[tuple[int, int, int], int] = {}
         for i, (s, tensor, mb, st) in enumerate(zip(ev.sign.tolist(), ev.tensor.tolist(), ev.microbatch.tolist(),
                                                     ev.stage.tolist(), strict=True)):

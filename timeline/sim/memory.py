@@ -6,6 +6,11 @@ DESIGN §7 places them (collective buffers are freed when their communication en
 templates already express). An out-of-memory request is recorded with its time, size and the
 allocator's state, then served beyond capacity so the run continues and shows by how much the
 device overflows.
+
+The plain caching allocator (no expandable segments) replays a device's whole stream in one
+call (:func:`timeline.alloc.batch.replay`, the compiled core when built); every other setting,
+and any stream the batch form cannot express, goes event by event through the model
+(:func:`run_allocator_events`, the reference the tests compare the batch pass against).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from timeline.alloc import AllocatorConfig, create_allocator
+from timeline.alloc import batch as _batch
 from timeline.alloc.caching import AddressSpaceError
 from timeline.errors import UserError
 from timeline.sim.simulate import DeviceEvents
@@ -40,10 +46,65 @@ class AllocatorPass:
     #: free that caused it
     segment_events: list[tuple[int, str, int, int, int, int]]
     end_segments: list  # the allocator's SegmentView list after the last event
+    #: for each free, the index of the alloc it frees (−1 for allocs); None if not computed
+    pair: np.ndarray | None = None
 
 
-def run_allocator(run: RunSpec, ev: DeviceEvents, names: list[str]) -> AllocatorPass:
-    """Run one device's events through its allocator model."""
+def run_allocator(run: RunSpec, ev: DeviceEvents, names: list[str], core: str | None = None) -> AllocatorPass:
+    """Run one device's events through its allocator model (``core``: ``compiled`` | ``python``,
+    default :func:`timeline.alloc.batch.active_core`). A run that would reserve past the modelled
+    48-bit address space is a UserError: no device holds it, whatever the allocator does."""
+    try:
+        return _run_allocator(run, ev, names, core)
+    except AddressSpaceError:
+        raise UserError("this run would reserve more than the 256 TiB a device can address on one device; "
+                        "it is far beyond any GPU — shard the model (parallel.pp, tp, ep) or shrink it") from None
+
+
+def _run_allocator(run: RunSpec, ev: DeviceEvents, names: list[str], core: str | None) -> AllocatorPass:
+    if run.allocator.kind == "caching" and not run.allocator.expandable_segments:
+        pair = pair_index(ev)
+        if pair is not None:
+            n = len(ev.t_us)
+            block, reserved, address, segment = (np.zeros(n, dtype=np.int64) for _ in range(4))
+            res = _batch.replay(allocator_config(run), run.hardware.capacity_bytes, np.ascontiguousarray(ev.size),
+                                pair, block, reserved, address, segment, core=core)
+            if res is not None:
+                ooms = [_oom(run, ev, names, i, allocated, reserved_then) for i, allocated, reserved_then in res.ooms]
+                # kept for Timeline.free_index; int32 halves what the 128-device runs hold
+                return AllocatorPass(block, reserved, address, segment, ooms, res.segment_events, res.end_segments,
+                                     pair.astype(np.int32) if n < 2**31 else pair)
+    return run_allocator_events(run, ev, names)
+
+
+def _oom(run: RunSpec, ev: DeviceEvents, names: list[str], i: int, allocated: int, reserved: int) -> dict:
+    return {"t_us": float(ev.t_us[i]), "request_bytes": int(ev.size[i]), "tensor": names[ev.tensor[i]],
+            "microbatch": int(ev.microbatch[i]), "stage": int(ev.stage[i]), "allocated_bytes": int(allocated),
+            "reserved_bytes": int(reserved), "capacity_bytes": run.hardware.capacity_bytes}
+
+
+def pair_index(ev: DeviceEvents) -> np.ndarray | None:
+    """For each free, the index of the alloc it frees (−1 for allocs): the last earlier event of
+    the same (tensor, micro-batch, stage). ``None`` unless allocs and frees of every key
+    alternate, starting with an alloc (what keying a live dict by it needs)."""
+    n = len(ev.t_us)
+    order = np.lexsort((np.arange(n), ev.stage, ev.microbatch, ev.tensor))
+    sign = ev.sign[order]
+    same = np.zeros(n, dtype=bool)  # same key as the previous event in key order
+    if n > 1:
+        same[1:] = ((ev.tensor[order][1:] == ev.tensor[order][:-1]) & (ev.microbatch[order][1:] == ev.microbatch[order][:-1])
+                    & (ev.stage[order][1:] == ev.stage[order][:-1]))
+    alternate = np.where(same, sign != np.roll(sign, 1), sign > 0)
+    if not alternate.all():
+        return None
+    pair = np.full(n, -1, dtype=np.int64)
+    frees = np.flatnonzero(sign < 0)
+    pair[order[frees]] = order[frees - 1]
+    return pair
+
+
+def run_allocator_events(run: RunSpec, ev: DeviceEvents, names: list[str]) -> AllocatorPass:
+    """Run one device's events through its allocator model one call per event (the reference)."""
     segment_events: list[tuple[int, str, int, int, int, int]] = []
     current = [0]
 
@@ -65,13 +126,7 @@ def run_allocator(run: RunSpec, ev: DeviceEvents, names: list[str]) -> Allocator
         current[0] = i
         key = (tensor[i], mb[i], stage[i])
         if sign[i] > 0:
-            try:
-                addr = malloc(size[i])
-            except AddressSpaceError:
-                raise UserError(f"{names[tensor[i]]}: this device would reserve more than the 256 TiB a "
-                                f"device can address ({alloc.reserved_bytes / 2**40:,.1f} TiB already); the run "
-                                "is far beyond any device — shard the model (parallel.pp, tp, ep) or shrink it"
-                                ) from None
+            addr = malloc(size[i])
             if alloc.last_oom:
                 ooms.append({"t_us": float(ev.t_us[i]), "request_bytes": size[i],
                              "tensor": names[tensor[i]], "microbatch": mb[i], "stage": stage[i],

@@ -89,6 +89,14 @@ class _Names:
             arr = self._arrays[key] = np.array([self(n) for n in getattr(ph, field)], dtype=np.int32)
         return arr
 
+    def cached(self, key: tuple, make: Callable[[], np.ndarray]) -> np.ndarray:
+        """An array made once per key (per compiled phase): the names it interns on first use
+        are interned in the same order as without the cache."""
+        arr = self._arrays.get(key)
+        if arr is None:
+            arr = self._arrays[key] = make()
+        return arr
+
     def __call__(self, s: str) -> int:
         i = self.index.get(s)
         if i is None:
@@ -253,20 +261,20 @@ def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
     stride = max(run.training.num_microbatches, 1 + max((s.microbatch for s in spans), default=0))
     first_bwd = min((s.start_us for s in spans if s.kind in ("B", "I")), default=0.0)
     first_step = min((s.start_us for s in spans if s.kind == "step"), default=0.0)
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in DeviceEvents.__slots__}
+    # one chunk per push: the per-event columns as arrays (a template's own, shared), the
+    # per-action ones as (value, length), expanded once at the end with np.repeat
+    arrays: dict[str, list[np.ndarray]] = {k: [] for k in ("t_us", "sign", "size", "cat", "tensor", "op")}
+    scalars: list[tuple[int, int, int]] = []
+    lengths: list[int] = []
 
     def push(t, sign, size, cat, tensor, op, mb, stage, action):
         n = len(t)
-        cols["t_us"].append(np.asarray(t, dtype=np.float64))
-        cols["sign"].append(np.broadcast_to(np.asarray(sign, dtype=np.int8), (n,)))
-        cols["size"].append(np.broadcast_to(np.asarray(size, dtype=np.int64), (n,)))
-        cols["cat"].append(np.broadcast_to(np.asarray(cat, dtype=np.int8), (n,)))
-        cols["tensor"].append(np.broadcast_to(np.asarray(tensor, dtype=np.int32), (n,)))
-        cols["op"].append(np.broadcast_to(np.asarray(op, dtype=np.int32), (n,)))
-        cols["microbatch"].append(np.full(n, mb, dtype=np.int32))
-        cols["stage"].append(np.full(n, stage, dtype=np.int16))
-        cols["action"].append(np.full(n, action, dtype=np.int32))
-        cols["stream"].append(np.zeros(n, dtype=np.int8))
+        for k, v, dt in (("t_us", t, np.float64), ("sign", sign, np.int8), ("size", size, np.int64),
+                         ("cat", cat, np.int8), ("tensor", tensor, np.int32), ("op", op, np.int32)):
+            v = np.asarray(v, dtype=dt)
+            arrays[k].append(v if v.ndim else np.full(n, v, dtype=dt))
+        scalars.append((mb, stage, action))
+        lengths.append(n)
 
     for t, name, size, cat in _static_allocs(run, dev, first_bwd, first_step):
         push([t], 1, size, cat, names(name), -1, -1, -1, -1)
@@ -284,13 +292,21 @@ def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
         if gather:
             push([sp.start_us], 1, gather, CAT_CODE[Category.COMM], names("zero3.gathered_params"), -1, m, s, i)
         if len(ph.ev_offset):
-            tensor_ids = names.ids(ph, "tensor_names")[ph.ev_tensor]
-            op_ids = names.ids(ph, "op_names")[ph.ev_op]
+            tensor_ids = names.cached((id(ph), "ev_tensor"), lambda: names.ids(ph, "tensor_names")[ph.ev_tensor])
+            op_ids = names.cached((id(ph), "ev_op"), lambda: names.ids(ph, "op_names")[ph.ev_op])
             offsets = ph.ev_offset if sp.scale == 1.0 else ph.ev_offset * sp.scale
             push(offsets + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids, m, s, i)
         if gather:
             push([sp.end_us], -1, gather, CAT_CODE[Category.COMM], names("zero3.gathered_params"), -1, m, s, i)
-    merged = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
+    if lengths:
+        merged = {k: np.concatenate(v) for k, v in arrays.items()}
+        per = np.array(scalars, dtype=np.int64).reshape(-1, 3)
+        counts = np.array(lengths, dtype=np.int64)
+        for j, (k, dt) in enumerate((("microbatch", np.int32), ("stage", np.int16), ("action", np.int32))):
+            merged[k] = np.repeat(per[:, j].astype(dt), counts)
+        merged["stream"] = np.zeros(int(counts.sum()), dtype=np.int8)
+    else:
+        merged = {k: np.zeros(0) for k in DeviceEvents.__slots__}
     order = np.argsort(merged["t_us"], kind="stable")
     ev = DeviceEvents(**{k: np.ascontiguousarray(v[order]) for k, v in merged.items()})
     ev.microbatch = np.where(ev.microbatch >= 0, ev.microbatch % stride, -1).astype(np.int32)
@@ -310,10 +326,12 @@ def _device_ops(spans: list[Span], compiled: dict[tuple[int, str], CompiledPhase
         n = len(ph.op_names)
         if not n:
             continue
-        phase = np.array([names("R" if rc else sp.kind) for rc in ph.op_recompute], dtype=np.int32)
+        phase = names.cached((id(ph), "phase", sp.kind), lambda: np.array(
+            [names("R" if rc else sp.kind) for rc in ph.op_recompute], dtype=np.int32))
         cols["name"].append(names.ids(ph, "op_names"))
         if sp.overlapped:  # beside the forward half: its own threads, so slices stay nested
-            cols["stream"].append(np.array([names(f"{x} (overlapped)") for x in ph.op_streams], dtype=np.int32))
+            cols["stream"].append(names.cached((id(ph), "overlapped"), lambda: np.array(
+                [names(f"{x} (overlapped)") for x in ph.op_streams], dtype=np.int32)))
         else:
             cols["stream"].append(names.ids(ph, "op_streams"))
         k = sp.scale
@@ -322,7 +340,7 @@ def _device_ops(spans: list[Span], compiled: dict[tuple[int, str], CompiledPhase
         cols["phase"].append(phase)
         cols["microbatch"].append(np.full(n, sp.microbatch, dtype=np.int32))
         cols["stage"].append(np.full(n, sp.stage, dtype=np.int16))
-        cols["layer"].append(np.array(ph.op_layers, dtype=np.int32))
+        cols["layer"].append(names.cached((id(ph), "layers"), lambda: np.array(ph.op_layers, dtype=np.int32)))
         cols["flops"].append(ph.op_flops)
     return DeviceOps(**{k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()})
 

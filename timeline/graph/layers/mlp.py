@@ -11,9 +11,9 @@ from timeline.graph.tensors import TensorDef, param
 
 
 def mlp_params(ctx: BuildCtx, prefix: str, ffn: int, *, split: int, module: str = "mlp",
-               expert: bool = False) -> list[TensorDef]:
+               expert: bool = False, in_moe: bool = False) -> list[TensorDef]:
     m, dt, h = ctx.model, ctx.dtype, ctx.model.hidden_size
-    kw = {"module": module, "dtype": dt, "expert": expert}
+    kw = {"module": module, "dtype": dt, "expert": expert, "in_moe": in_moe}
     if m.gated_mlp:
         return [
             param(f"{prefix}.gate_proj.weight", (ffn, h), split=split, **kw),

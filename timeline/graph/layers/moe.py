@@ -11,7 +11,7 @@ expert count and widths back off the built parameters, for the op builders.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from timeline.graph.context import BuildCtx
 from timeline.graph.layers.mlp import mlp_down, mlp_ffn, mlp_params
@@ -20,20 +20,21 @@ from timeline.graph.tensors import TensorDef, param
 
 def moe_params(ctx: BuildCtx, prefix: str, module: str = "moe") -> list[TensorDef]:
     m, h = ctx.model, ctx.model.hidden_size
-    out = [param(f"{prefix}.gate.weight", (m.n_routed_experts, h), module=module, dtype=ctx.dtype)]
+    out = [param(f"{prefix}.gate.weight", (m.n_routed_experts, h), module=module, dtype=ctx.dtype, in_moe=True)]
     if m.router_bias and ctx.profile.router_bias:
         out.append(param(f"{prefix}.gate.e_score_correction_bias", (m.n_routed_experts,), module=module,
-                         dtype="fp32", trainable=False))
+                         dtype="fp32", trainable=False, in_moe=True))
     local = m.n_routed_experts // ctx.ep
     for e in range(local):
         out += mlp_params(ctx, f"{prefix}.experts.{e}", m.moe_intermediate_size, split=ctx.etp,
-                          module=module, expert=True)
+                          module=module, expert=True, in_moe=True)
     if m.shared_ffn:
         split = ctx.tp if ctx.profile.shared_experts_tp_split else 1
-        out += mlp_params(ctx, f"{prefix}.shared_experts", m.shared_ffn, split=split, module=module)
+        out += mlp_params(ctx, f"{prefix}.shared_experts", m.shared_ffn, split=split, module=module, in_moe=True)
         if m.shared_expert_gate:
-            out.append(param(f"{prefix}.shared_expert_gate.weight", (1, h), module=module, dtype=ctx.dtype))
-    return [replace(t, in_moe=True) for t in out]
+            out.append(param(f"{prefix}.shared_expert_gate.weight", (1, h), module=module, dtype=ctx.dtype,
+                             in_moe=True))
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
