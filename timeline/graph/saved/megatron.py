@@ -118,6 +118,12 @@ RULES: dict[str, SaveRule] = {
                         source=f"{MC}/tensor_parallel/cross_entropy.py: _VocabParallelCrossEntropy.forward saves "
                                "exp_logits (fp32), target_mask, masked_target_1d (also "
                                f"{MC}/fusions/fused_cross_entropy.py)"),
+    "ce_loss_inplace": SaveRule(saves=("in:x",),
+                                source=f"{TE}/cross_entropy.py: CrossEntropyFunction.forward — "
+                                       "triton cross_entropy_forward writes the gradient into the bf16 logits in "
+                                       "place and saves them (--cross-entropy-fusion-impl te; "
+                                       f"{MC}/models/common/language_module/language_module.py: "
+                                       "compute_language_model_loss → te_parallel_cross_entropy)"),
     "concat": SaveRule(source="a concatenation keeps nothing"),
     "comm": SaveRule(source="collectives keep nothing (buffers come from the caller's stream)"),
 }
@@ -143,6 +149,8 @@ def configure(table: SavedTable, spec: FrameworkSpec) -> SavedTable:
     # (masked_softmax_fusion off) upcasts the scores, keeps torch.softmax's fp32 output and casts it back
     fp32 = (local or spec.attention_backend == "local") and not spec.masked_softmax_fusion \
         and spec.attention_softmax_in_fp32
-    if not eager and fused == table.fused_norm_linear:
+    ce = spec.cross_entropy_fusion == "te"
+    if not eager and fused == table.fused_norm_linear and not ce:
         return table
-    return replace(table, attention="eager" if eager else table.attention, fused_norm_linear=fused, softmax_fp32=fp32)
+    return replace(table, attention="eager" if eager else table.attention, fused_norm_linear=fused, softmax_fp32=fp32,
+                   ce_inplace=ce)
