@@ -233,8 +233,9 @@ def _static_allocs(run: RunSpec, dev: StaticDevice, first_backward_us: float,
     if life.workspaces is not None:
         holds_head = max(dev.stages) == run.parallel.pp * run.parallel.vpp - 1
         has_moe = any(t.in_moe for t in dev.tensors)
-        extra += [(0.0, name, size, CAT_CODE[Category.TEMPORARY])
-                for name, size, _ in life.workspaces(run, holds_head=holds_head, has_moe=has_moe)]
+        at = {"start": 0.0, "first_backward": first_backward_us}
+        extra += [(at[when], name, size, CAT_CODE[Category.TEMPORARY]) for name, size, _, when
+                  in life.workspaces(run, holds_head=holds_head, has_moe=has_moe, tensors=dev.tensors)]
     if not tr.optimizer_step:  # no step: the states the first step would create never exist
         out = [x for x, at in zip(out, ("start", life.grads_at, life.master_at, life.moments_at), strict=True)
                if at != "first_step"]
