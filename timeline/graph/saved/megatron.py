@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from timeline.graph.saved.megatron_workspaces import version_tuple
 from timeline.graph.saved.table import SavedTable, SaveRule
 from timeline.spec.framework import FrameworkSpec
 
@@ -150,7 +151,27 @@ def configure(table: SavedTable, spec: FrameworkSpec) -> SavedTable:
     fp32 = (local or spec.attention_backend == "local") and not spec.masked_softmax_fusion \
         and spec.attention_softmax_in_fp32
     ce = spec.cross_entropy_fusion == "te"
-    if not eager and fused == table.fused_norm_linear and not ce:
+    wgrad = wgrad_rule(spec)
+    if not eager and fused == table.fused_norm_linear and not ce and wgrad == table.wgrad_transient:
         return table
     return replace(table, attention="eager" if eager else table.attention, fused_norm_linear=fused, softmax_fp32=fp32,
-                   ce_inplace=ce)
+                   ce_inplace=ce, wgrad_transient=wgrad)
+
+
+def wgrad_rule(spec: FrameworkSpec) -> str:
+    """Which weight-gradient GEMMs return a fresh weight-sized tensor ("all" | "head" | "none").
+
+    Without gradient-accumulation fusion every linear's wgrad is a new tensor the DDP hook adds into
+    ``main_grad`` (``MC/tensor_parallel/layers.py: LinearWithGradAccumulationAndAsyncCommunication.
+    backward``; ``TE/module/linear.py: _Linear.backward``). With it, TE before 2.3 and Megatron's own
+    linears before Megatron-LM e7c55de (2025-08, taken as Megatron-Core 0.15) return a fresh
+    ``torch.empty`` placeholder of the weight's shape; TE from 2.3 returns its cached dummy
+    (a persistent workspace, ``megatron_workspaces.dummy_wgrad_shapes``)."""
+    te, mc = version_tuple(spec.transformer_engine), version_tuple(spec.megatron_core)
+    if not spec.gradient_accumulation_fusion:
+        return "all"
+    if spec.transformer_impl == "local":
+        return "all" if mc < (0, 15) else "none"
+    if te < (2, 3):
+        return "all"
+    return "head" if mc < (0, 15) else "none"
