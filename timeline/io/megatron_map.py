@@ -237,7 +237,7 @@ def _parallel(a: _Args, c: Conversion, world_size: int) -> tuple[int, int]:
         layout = split_layers(layers, pp * vpp, first=a.int("--decoder-first-pipeline-num-layers"),
                               last=a.int("--decoder-last-pipeline-num-layers"),
                               embedding=a.flag("--account-for-embedding-in-pipeline-split"),
-                              loss=a.flag("--account-for-loss-in-pipeline-split"))
+                              loss=a.flag("--account-for-loss-in-pipeline-split"), pp=pp)
     c.put("parallel.vpp", vpp, "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank")
     if layout is not None:
         c.put("parallel.layout", layout, *(n for n in (
