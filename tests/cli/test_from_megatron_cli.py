@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from timeline.cli import main
@@ -70,3 +71,20 @@ def test_existing_output_needs_force(tmp_path, capsys):
 def test_world_size_that_does_not_divide(tmp_path, capsys):
     assert main(["from-megatron", str(_config(tmp_path)), "--world-size", "6"]) == 2
     assert "tp·pp·cp" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, text, needle", [
+    ("missing.yaml", None, "no such file"),
+    ("bad.yaml", "MODEL_ARGS: [unclosed", "invalid YAML"),
+    ("nomodel.yaml", "ENV_VARS: {}\n", "MODEL_ARGS"),
+    ("empty.txt", "# nothing here\n", "no --arguments"),
+    ("var.txt", "--num-layers $LAYERS --hidden-size 64 --num-attention-heads 4 --seq-length 64 "
+                "--micro-batch-size 1", "--num-layers"),
+])
+def test_unreadable_configs_are_one_error_line(tmp_path, capsys, name, text, needle):
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    assert main(["from-megatron", str(path), "--world-size", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and needle in err[0]

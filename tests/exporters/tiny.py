@@ -54,9 +54,10 @@ def synthetic_template(run: RunSpec, chunk: int, pp_rank: int | None = None) -> 
 
 def tiny_run(pp: int = 2, m: int = 4, allocator: str = "caching", capacity_gib: float = 80.0,
              expandable: bool = False) -> RunSpec:
-    """The tests' tiny run (``tests/helpers_run.py``) with tp = 2, so a TP stream shows."""
+    """The tests' tiny run (``tests/helpers_run.py``) with tp = 2, so a TP stream shows; the
+    distributed optimizer over dp = 1 (the same bytes as none) keeps its states one block per kind."""
     return helpers_run.tiny_run(pp=pp, tp=2, num_microbatches=m, allocator=allocator, capacity_gib=capacity_gib,
-                                expandable_segments=expandable)
+                                expandable_segments=expandable, zero=1)
 
 
 #: golden file name → (format, options); the proto golden needs the optional perfetto package

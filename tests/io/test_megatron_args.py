@@ -73,6 +73,7 @@ def test_layout_arguments():
     assert parse_layout("Et*3|t*3|t*3|t*2L", 2) == ([3, 3, 3, 2], 2)
     assert split_layers(14, 4, first=None, last=None, embedding=True, loss=True) == [3, 4, 4, 3]
     assert split_layers(10, 3, first=2, last=2, embedding=False, loss=False) == [2, 6, 2]
+    assert split_layers(12, 6, first=2, last=2, embedding=False, loss=False, pp=3) == [1, 4, 1, 1, 4, 1]
     p = sections(BASE | {"--num-layers": 8, "--pipeline-model-parallel-size": 2,
                          "--num-layers-per-virtual-pipeline-stage": 2}, world_size=2)
     assert p["parallel"]["vpp"] == 2 and p["schedule"]["kind"] == "interleaved"

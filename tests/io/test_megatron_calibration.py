@@ -24,9 +24,9 @@ DATA = ROOT.parent / "shared" / "measured" / "megatron_calibration.json"
 pytestmark = pytest.mark.skipif(not DATA.exists(), reason=f"{DATA} is absent (the measured jobs live in ../shared)")
 
 #: |error| bands reached today (percent), per family of cases with a published world size
-MEDIAN_PCT = 6.0
-DENSE_WORST_PCT = 15.0
-MOE_WORST_PCT = 17.0
+MEDIAN_PCT = 1.0  # issue 11's target
+DENSE_WORST_PCT = 4.65  # issue 11 asks 2 %: the GB200 context-parallel nondeterministic cases are +3.5–4.6 %
+MOE_WORST_PCT = 3.5  # issue 11 asks 4 %
 
 
 def _records() -> list[dict]:

@@ -50,10 +50,14 @@ def write_in_two(formats: Sequence[str], write_one: Callable[[str], None]) -> No
         return
     mine, theirs = split(formats)[1], split(formats)[0]
     read_fd, write_fd = os.pipe()
+    # Ctrl-C is held back across fork(): one arriving inside the interpreter's at-fork hooks would
+    # be swallowed there ("Exception ignored …") and the run would go on as if nothing happened
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     pid = os.fork()
     if pid == 0:  # the child: write its group, report an exception through the pipe, never return
         # Ctrl-C reaches the whole process group: the child stops at once, the parent reports it
         signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         os.close(read_fd)
         code = 0
         try:
@@ -71,6 +75,7 @@ def write_in_two(formats: Sequence[str], write_one: Callable[[str], None]) -> No
             os._exit(code)
     os.close(write_fd)
     try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a Ctrl-C held back arrives here
         for fmt in mine:
             write_one(fmt)
     except BaseException:  # interrupted or failed here: the child's files are not wanted either

@@ -8,7 +8,8 @@ region's recompute ops run just before the backward of its anchor op, re-creatin
 dropped tensors (category ``recompute``) and transient intermediates. Every storage is freed
 by the last backward op that reads it. ``mode = "split"`` orders all I ops, then all W ops
 (zero-bubble); ``"fused"`` runs each op's W right after its I (a plain ``B``).
-Weight gradients accumulate into the persistent grads buffer and are not allocated here.
+Weight gradients accumulate into the persistent grads buffer; where the table says a GEMM's W
+returns a fresh weight-sized tensor first (``wgrad_transient``), W allocates it and frees it.
 """
 
 from __future__ import annotations
@@ -77,7 +78,19 @@ def _resolve(a: Analysis, s: str) -> str:
     return rc_storage(s) if s in a.dropped else s
 
 
-def backward_units(a: Analysis, mode: str) -> tuple[list[Unit], list[Unit]]:
+def _wgrad_transient(op: FOp, wgrad: str) -> TensorDef | None:
+    """The fresh weight gradient a "linear" op's W returns under ``wgrad`` ("all" | "head")."""
+    if op.rule != "linear" or wgrad == "none" or (wgrad == "head" and not op.name.endswith("output_layer")):
+        return None
+    x = op.inputs.get("x")
+    if x is None or len(x.shape) != 2:
+        return None
+    out = sum(t.shape[1] for t in op.outputs.values() if len(t.shape) == 2)
+    return TensorDef(name=f"{op.name}.wgrad", shape=(out, x.shape[1]), dtype=x.dtype, category=Category.TEMPORARY,
+                     module=x.module, storage=f"{op.name}.wgrad")
+
+
+def backward_units(a: Analysis, mode: str, wgrad: str = "none") -> tuple[list[Unit], list[Unit]]:
     """(I-side units, W-side units); in ``fused`` mode all units are on the I side."""
     by_anchor: dict[int, list[int]] = defaultdict(list)
     for r in range(len(a.regions)):
@@ -112,6 +125,10 @@ def backward_units(a: Analysis, mode: str) -> tuple[list[Unit], list[Unit]]:
             if x is not None and save is not None and x.storage != save.storage:
                 w.allocs.append(replace(x, name=f"{op.name}.wgrad_input", storage=f"{op.name}.wgrad_input",
                                         category=Category.COMM))
+            fresh = _wgrad_transient(op, wgrad)
+            if fresh is not None:  # freed by this unit once added into the grads buffer
+                w.allocs.append(fresh)
+                w.needs.append(fresh.storage)
             (side_i if mode == "fused" else side_w).append(w)
     _place_frees(side_i + side_w, seen_grad)
     return side_i, side_w

@@ -124,8 +124,8 @@ def chunk_template(run: RunSpec, chunk: int, *, pp_rank: int | None = None) -> C
     rank = chunk % run.parallel.pp if pp_rank is None else pp_rank
     regions = recompute_regions(run.recompute, ops, list(chunk_layers(run)[chunk]), rank, table)
     a = analyse(ops, table, regions)
-    side_i, side_w = backward_units(a, "split")
-    fused, _ = backward_units(a, "fused")
+    side_i, side_w = backward_units(a, "split", table.wgrad_transient)
+    fused, _ = backward_units(a, "fused", table.wgrad_transient)
     saved = _saved(a)
     per_layer: dict[int, int] = {}
     for st in saved:

@@ -20,7 +20,7 @@ from timeline.errors import UserError
 from timeline.spec.hardware import GPUS
 
 if TYPE_CHECKING:
-    from timeline.io.megatron_map import Conversion, _Args
+    from timeline.io.megatron_map import Conversion, ArgReader
 
 
 def _on(env: dict[str, str], name: str) -> bool | None:
@@ -28,7 +28,7 @@ def _on(env: dict[str, str], name: str) -> bool | None:
     return None if v is None else v.strip() not in ("0", "", "false", "False")
 
 
-def attention_backend(a: _Args, env: dict[str, str], *, sm: int, dtype: str, deterministic: bool) -> str:
+def attention_backend(a: ArgReader, env: dict[str, str], *, sm: int, dtype: str, deterministic: bool) -> str:
     """The attention implementation the job runs, after Megatron's argument and TE's switches."""
     if a.str("--transformer-impl", "transformer_engine") == "local":
         return "local"
@@ -70,7 +70,8 @@ def allocator_conf(text: str, c: Conversion) -> None:
     c.env_mapped["PYTORCH_CUDA_ALLOC_CONF"] = "allocator.*"
 
 
-def framework(a: _Args, c: Conversion, env: dict[str, str], *, gpu: str, te_version: str | None) -> None:
+def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_version: str | None) -> None:
+    """``[framework]``, ``[allocator]`` and ``[hardware]`` from the arguments and the environment."""
     sm = int(GPUS[gpu]["sm"])
     dtype = c.sections["training"]["dtype"]
     deterministic = a.flag("--deterministic-mode") or env.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "1") == "0"

@@ -90,10 +90,22 @@ def parse_layout(text: str, pp: int) -> tuple[list[int], int]:
 
 
 def split_layers(num_layers: int, chunks: int, *, first: int | None, last: int | None,
-                 embedding: bool, loss: bool) -> list[int] | None:
-    """Layers per virtual stage under the uneven-split arguments; None for an even split."""
+                 embedding: bool, loss: bool, pp: int | None = None) -> list[int] | None:
+    """Layers per virtual stage under the uneven-split arguments; None for an even split.
+
+    ``--decoder-first/last-pipeline-num-layers`` name a pipeline *rank*'s layers; with virtual
+    stages (``chunks = pp·vpp``, chunk ``c`` on rank ``c % pp``) each rank's layers split evenly over
+    its chunks (``transformer_block.py: get_num_layers_to_build``)."""
     if first is None and last is None and not embedding and not loss:
         return None
+    pp = pp or chunks
+    vpp = chunks // pp
+    if (first is not None or last is not None) and vpp > 1:
+        per_rank = split_layers(num_layers, pp, first=first, last=last, embedding=False, loss=False)
+        if any(n % vpp for n in per_rank):
+            raise UserError(f"--decoder-first/last-pipeline-num-layers: a rank's layers {per_rank} do not divide "
+                            f"over its {vpp} virtual stages")
+        return [per_rank[c % pp] // vpp for c in range(chunks)]
     if first is not None or last is not None:
         middle = chunks - (first is not None) - (last is not None)
         rest = num_layers - (first or 0) - (last or 0)

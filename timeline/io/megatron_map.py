@@ -50,7 +50,7 @@ class Conversion:
             self.mapped[src] = f"{self.mapped[src]}, {key}" if src in self.mapped else key
 
 
-class _Args:
+class ArgReader:
     """Typed access to the raw arguments; each read marks the argument as mapped."""
 
     def __init__(self, raw: dict[str, Any]) -> None:
@@ -104,7 +104,8 @@ class _Args:
         return v
 
 
-def _refuse_family(m: MegatronArgs, a: _Args) -> None:
+def refuse_unmodelled(m: MegatronArgs, a: ArgReader) -> None:
+    """Raise a one-line UserError for a model family, refused argument or optimizer not modelled."""
     if m.family and m.family not in MODELLED_FAMILIES:
         what = FAMILY_NAMES.get(m.family, m.family)
         raise UserError(f"{what} model (named by {m.family_source}): timeline models GPT-style decoders "
@@ -125,7 +126,8 @@ def _refuse_family(m: MegatronArgs, a: _Args) -> None:
         raise UserError(f"--optimizer {opt}: only Adam's states are modelled")
 
 
-def _vocab(a: _Args) -> int:
+def _vocab(a: ArgReader) -> int:
+    """``--vocab-size``, else the size of the tokenizer the arguments name (GPT-2 BPE by default)."""
     size = a.int("--vocab-size")
     if size is not None:
         return size
@@ -140,7 +142,8 @@ def _vocab(a: _Args) -> int:
                     f"{model or 'the tokenizer'}; add --vocab-size N")
 
 
-def _model(a: _Args, c: Conversion) -> None:
+def map_model(a: ArgReader, c: Conversion) -> None:
+    """``[model]``: the ``megatron-gpt`` preset with every size and switch the arguments give."""
     c.put("model.preset", "megatron-gpt")
     layers, h, heads = a.need("--num-layers"), a.need("--hidden-size"), a.need("--num-attention-heads")
     c.put("model.num_layers", layers, "--num-layers")
@@ -203,7 +206,8 @@ def _model(a: _Args, c: Conversion) -> None:
     c.put("model.mtp_layers", mtp or 0, "--mtp-num-layers")
 
 
-def _parallel(a: _Args, c: Conversion, world_size: int) -> tuple[int, int]:
+def map_parallel(a: ArgReader, c: Conversion, world_size: int) -> tuple[int, int]:
+    """``[parallel]`` and ``[schedule]``; returns (dp, pp)."""
     tp = a.int("--tensor-model-parallel-size", 1)
     pp = a.int("--pipeline-model-parallel-size", 1)
     cp = a.int("--context-parallel-size", 1)
@@ -237,7 +241,7 @@ def _parallel(a: _Args, c: Conversion, world_size: int) -> tuple[int, int]:
         layout = split_layers(layers, pp * vpp, first=a.int("--decoder-first-pipeline-num-layers"),
                               last=a.int("--decoder-last-pipeline-num-layers"),
                               embedding=a.flag("--account-for-embedding-in-pipeline-split"),
-                              loss=a.flag("--account-for-loss-in-pipeline-split"))
+                              loss=a.flag("--account-for-loss-in-pipeline-split"), pp=pp)
     c.put("parallel.vpp", vpp, "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank")
     if layout is not None:
         c.put("parallel.layout", layout, *(n for n in (
@@ -251,7 +255,8 @@ def _parallel(a: _Args, c: Conversion, world_size: int) -> tuple[int, int]:
     return dp, pp
 
 
-def _training(a: _Args, c: Conversion, dp: int) -> None:
+def map_training(a: ArgReader, c: Conversion, dp: int) -> None:
+    """``[training]`` (batch, dtypes, optimizer) and ``[recompute]``."""
     mbs = a.need("--micro-batch-size")
     gbs = a.int("--global-batch-size", mbs * dp)
     ramp = a.value("--rampup-batch-size")

@@ -15,7 +15,14 @@ from typing import Any
 from timeline.errors import UserError
 from timeline.io.megatron_args import MegatronArgs
 from timeline.io.megatron_framework import framework
-from timeline.io.megatron_map import Conversion, _Args, _model, _parallel, _refuse_family, _training
+from timeline.io.megatron_map import (
+    ArgReader,
+    Conversion,
+    map_model,
+    map_parallel,
+    map_training,
+    refuse_unmodelled,
+)
 from timeline.io.megatron_table import ENV_MAPPED, NEUTRAL_REASON
 from timeline.spec.hardware import GPUS
 
@@ -30,12 +37,12 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
         raise UserError(f"--gpu {gpu}: unknown; use one of {', '.join(GPUS)}")
     if te_version is not None and not all(p.isdigit() for p in te_version.split(".")[:2]):
         raise UserError(f"--te-version {te_version!r}: expected X.Y or X.Y.Z")
-    a = _Args(margs.args)
-    _refuse_family(margs, a)
+    a = ArgReader(margs.args)
+    refuse_unmodelled(margs, a)
     c = Conversion()
-    _model(a, c)
-    dp, _ = _parallel(a, c, world_size)
-    _training(a, c, dp)
+    map_model(a, c)
+    dp, _ = map_parallel(a, c, world_size)
+    map_training(a, c, dp)
     framework(a, c, margs.env, gpu=gpu, te_version=te_version)
     given = {k: v for k, v in c.mapped.items() if k in margs.args}
     for name in margs.args:

@@ -32,14 +32,17 @@ class Lifecycle:
     source: str
     reduce_bucket_elems: int = 0  # 0: reduce-scatter works in place (Megatron)
     prefetch_bucket_elems: int = 0
-    #: (run, holds_head=, has_moe=) -> [(name, bytes, source)] of persistent library workspaces
+    #: without a distributed optimizer (zero = 0), master weights and Adam's moments are tensors per
+    #: parameter, created in the optimizer's parameter order (else one block per kind)
+    per_param_states: bool = False
+    #: (run, holds_head=, has_moe=, tensors=) -> [(name, bytes, source, when)] of persistent workspaces
     workspaces: Callable[..., list[tuple[str, int, str]]] | None = None
 
 
 LIFECYCLES: dict[str, Lifecycle] = {
     "megatron": Lifecycle("start", "start", "first_step",
                           "Megatron-Core param_and_grad_buffer.py, distrib_optimizer.py; torch Adam lazy state",
-                          workspaces=persistent_workspaces),
+                          workspaces=persistent_workspaces, per_param_states=True),
     "paper": Lifecycle("start", "start", "start", "arXiv 2502.07846 §4 static accounting; DeepSpeed ZeRO buckets",
                        reduce_bucket_elems=500_000_000, prefetch_bucket_elems=50_000_000),
     "hf": Lifecycle("first_backward", "first_step", "first_step",

@@ -239,19 +239,40 @@ def _static_allocs(run: RunSpec, dev: StaticDevice, first_backward_us: float,
     per_opt = master + 2 * DTYPE_BYTES[tr.moment_dtype]
     master_b = o * master // per_opt if per_opt else 0
     when = {"start": 0.0, "first_backward": first_backward_us, "first_step": first_step_us}
-    out = [(0.0, "static.weights", w, CAT_CODE[Category.WEIGHTS]),
-           (when[life.grads_at], "static.grads", g, CAT_CODE[Category.GRADS]),
-           (when[life.master_at], "static.master", master_b, CAT_CODE[Category.OPTIMIZER]),
-           (when[life.moments_at], "static.moments", o - master_b, CAT_CODE[Category.OPTIMIZER])]
+    opt = CAT_CODE[Category.OPTIMIZER]
+    # (created at, name, bytes, category); "first_step" states never exist without an optimizer step
+    out = [("start", "static.weights", w, CAT_CODE[Category.WEIGHTS]),
+           (life.grads_at, "static.grads", g, CAT_CODE[Category.GRADS])]
+    if life.per_param_states and tr.zero == 0 and per_opt and run.trace is None:
+        out += _per_param_states(run, dev, life.master_at, life.moments_at, master)
+    else:
+        out += [(life.master_at, "static.master", master_b, opt), (life.moments_at, "static.moments", o - master_b, opt)]
+    if not tr.optimizer_step:
+        out = [x for x in out if x[0] != "first_step"]
     if life.workspaces is not None:
         holds_head = max(dev.stages) == run.parallel.pp * run.parallel.vpp - 1
         has_moe = any(t.in_moe for t in dev.tensors)
-        extra += [(0.0, name, size, CAT_CODE[Category.TEMPORARY])
-                for name, size, _ in life.workspaces(run, holds_head=holds_head, has_moe=has_moe)]
-    if not tr.optimizer_step:  # no step: the states the first step would create never exist
-        out = [x for x, at in zip(out, ("start", life.grads_at, life.master_at, life.moments_at), strict=True)
-               if at != "first_step"]
-    return [x for x in out + extra if x[2] > 0]
+        at = {"start": 0.0, "first_backward": first_backward_us}
+        extra += [(at[w_at], name, size, CAT_CODE[Category.TEMPORARY]) for name, size, _, w_at
+                  in life.workspaces(run, holds_head=holds_head, has_moe=has_moe, tensors=dev.tensors)]
+    return [x for x in [(when[a], n, b, c) for a, n, b, c in out] + extra if x[2] > 0]
+
+
+def _per_param_states(run: RunSpec, dev: StaticDevice, master_at: str, moments_at: str,
+                      master_bytes: int) -> list[tuple[str, str, int, int]]:
+    """Master weights, then ``exp_avg`` and ``exp_avg_sq``, one tensor per parameter in the
+    optimizer's order: weight-decayed matrices first, then biases and 1-D parameters (Megatron
+    ``_get_param_groups``), each group in model order."""
+    opt = CAT_CODE[Category.OPTIMIZER]
+    moment = DTYPE_BYTES[run.training.moment_dtype]
+    params = [t for t in dev.tensors if t.trainable]
+    decayed = [t for t in params if len(t.shape) > 1 and not t.name.endswith(".bias")]
+    ordered = decayed + [t for t in params if t not in decayed]
+    out = [(master_at, f"static.master.{t.name}", t.numel * master_bytes, opt) for t in ordered] if master_bytes else []
+    for t in ordered:
+        out += [(moments_at, f"static.moments.{t.name}.exp_avg", t.numel * moment, opt),
+                (moments_at, f"static.moments.{t.name}.exp_avg_sq", t.numel * moment, opt)]
+    return out
 
 
 def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],

@@ -35,6 +35,8 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
         # softmax statistics [b, h, s_q, 1] fp32 and the philox rng_state [seed, offset] (uint64)
         extras = {"lse": b.tensor(f"{name}.softmax_lse", (d.b, heads, sq), "fp32"),
                   "rng_state": b.tensor(f"{name}.rng_state", (2,), "int64")}
+        if d.cp > 1:  # the K/V chunk the ring ends on (a k+v concatenation), which a CP backward re-reads
+            extras["kv_p2p"] = b.tensor(f"{name}.kv_p2p", (k.shape[0], k.shape[1] + v.shape[1]))
         f = 2.0 * d.b * heads * sq * sk * (qk_dim + v_dim)
         b.op(name, "flash_attn", layer, {"q": q, **kv}, {"y": ctx}, extras=extras, flops=f, tags=CORE)
         return ctx

@@ -21,6 +21,9 @@ def head(b: Builder, prefix: str, norm_name: str, x: TensorDef, layer: int | Non
         logits = upcast(b, f"{prefix}.output_layer.upcast", logits, layer)
     rows = logits.shape[0]
     loss = b.tensor(f"{prefix}.loss", (1,), "fp32")
+    if b.table.ce_inplace:  # the gradient is written into the logits, which the loss keeps
+        b.op(f"{prefix}.loss", "ce_loss_inplace", layer, {"x": logits}, {"y": loss}, flops=6.0 * rows * vocab)
+        return loss
     extras = {"exp_logits": b.tensor(f"{prefix}.loss.exp_logits", (rows, vocab), "fp32"),
               "target_mask": b.tensor(f"{prefix}.loss.target_mask", (rows,), "bool"),
               "masked_target": b.tensor(f"{prefix}.loss.masked_target", (rows,), "int64"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from timeline.graph.saved.megatron_workspaces import version_tuple
 from timeline.graph.saved.table import SavedTable, SaveRule
 from timeline.spec.framework import FrameworkSpec
 
@@ -45,10 +46,13 @@ RULES: dict[str, SaveRule] = {
                                source=f"{TE}/module/grouped_linear.py: _GroupedLinear.forward saves inputmats "
                                       "(torch.split views of the input); "
                                       f"{MC}/transformer/moe/experts.py: TEGroupedMLP.forward"),
-    "flash_attn": SaveRule(saves=("in:q", "in:k", "in:v", "out:y", "extra:lse", "extra:rng_state"),
+    "flash_attn": SaveRule(saves=("in:q", "in:k", "in:v", "out:y", "extra:lse", "extra:rng_state", "extra:kv_p2p"),
                            source=f"{TE}/attention/dot_product_attention/backends.py: FusedAttnFunc.forward saves "
                                   "q, k, v, out and aux_ctx_tensors = softmaxStats [b, h, s_q, 1] fp32 and "
-                                  f"rng_state [2] ({TE}/cpp_extensions/fused_attn.py: fused_attn_fwd)"),
+                                  f"rng_state [2] ({TE}/cpp_extensions/fused_attn.py: fused_attn_fwd); with cp > 1 "
+                                  f"{TE}/attention/dot_product_attention/context_parallel.py: AttnFuncWithCPAndKVP2P."
+                                  "forward saves q, kv = the last p2p_comm_buffers entry (torch.cat of k and v), out "
+                                  "and softmax_lse (q's storage keeps the QKV projection's output alive)"),
     "dropout": SaveRule(saves=("extra:mask",),
                         source=f"{MC}/fusions/fused_bias_dropout.py: _bias_dropout_add_func — F.dropout(x + bias, p) "
                                "keeps its bool mask (1 B per element; native_dropout); with p = 0 torch's _dropout "
@@ -115,6 +119,12 @@ RULES: dict[str, SaveRule] = {
                         source=f"{MC}/tensor_parallel/cross_entropy.py: _VocabParallelCrossEntropy.forward saves "
                                "exp_logits (fp32), target_mask, masked_target_1d (also "
                                f"{MC}/fusions/fused_cross_entropy.py)"),
+    "ce_loss_inplace": SaveRule(saves=("in:x",),
+                                source=f"{TE}/cross_entropy.py: CrossEntropyFunction.forward — "
+                                       "triton cross_entropy_forward writes the gradient into the bf16 logits in "
+                                       "place and saves them (--cross-entropy-fusion-impl te; "
+                                       f"{MC}/models/common/language_module/language_module.py: "
+                                       "compute_language_model_loss → te_parallel_cross_entropy)"),
     "concat": SaveRule(source="a concatenation keeps nothing"),
     "comm": SaveRule(source="collectives keep nothing (buffers come from the caller's stream)"),
 }
@@ -140,6 +150,28 @@ def configure(table: SavedTable, spec: FrameworkSpec) -> SavedTable:
     # (masked_softmax_fusion off) upcasts the scores, keeps torch.softmax's fp32 output and casts it back
     fp32 = (local or spec.attention_backend == "local") and not spec.masked_softmax_fusion \
         and spec.attention_softmax_in_fp32
-    if not eager and fused == table.fused_norm_linear:
+    ce = spec.cross_entropy_fusion == "te"
+    wgrad = wgrad_rule(spec)
+    if not eager and fused == table.fused_norm_linear and not ce and wgrad == table.wgrad_transient:
         return table
-    return replace(table, attention="eager" if eager else table.attention, fused_norm_linear=fused, softmax_fp32=fp32)
+    return replace(table, attention="eager" if eager else table.attention, fused_norm_linear=fused, softmax_fp32=fp32,
+                   ce_inplace=ce, wgrad_transient=wgrad)
+
+
+def wgrad_rule(spec: FrameworkSpec) -> str:
+    """Which weight-gradient GEMMs return a fresh weight-sized tensor ("all" | "head" | "none").
+
+    Without gradient-accumulation fusion every linear's wgrad is a new tensor the DDP hook adds into
+    ``main_grad`` (``MC/tensor_parallel/layers.py: LinearWithGradAccumulationAndAsyncCommunication.
+    backward``; ``TE/module/linear.py: _Linear.backward``). With it, TE before 2.3 and Megatron's own
+    linears before Megatron-LM e7c55de (2025-08, taken as Megatron-Core 0.15) return a fresh
+    ``torch.empty`` placeholder of the weight's shape; TE from 2.3 returns its cached dummy
+    (a persistent workspace, ``megatron_workspaces.dummy_wgrad_shapes``)."""
+    te, mc = version_tuple(spec.transformer_engine), version_tuple(spec.megatron_core)
+    if not spec.gradient_accumulation_fusion:
+        return "all"
+    if spec.transformer_impl == "local":
+        return "all" if mc < (0, 15) else "none"
+    if te < (2, 3):
+        return "all"
+    return "head" if mc < (0, 15) else "none"

@@ -26,6 +26,14 @@ above its parameters and optimizer states on H100; ~224 MiB with grouped-GEMM ex
   and the ``allgather`` MoE dispatcher its gathered tokens ``[T·ep·etp, h]``
   (``moe/token_dispatcher.py: MoEAllGatherTokenDispatcher.token_dispatch``, ``use_global_buffer``).
 
+- TE's cached "dummy" weight gradients (``TE/module/base.py: get_dummy_wgrad``, from TE 2.3): with
+  gradient-accumulation fusion the wgrad GEMM accumulates into ``main_grad`` and ``Linear`` /
+  ``LayerNormLinear`` return one persistent ``torch.empty`` per (rows, cols, dtype) of
+  ``main_grad``'s shape in the weight's dtype, created by the first backward; ``GroupedLinear`` from
+  TE 2.10; Megatron's own output layer from Megatron-LM e7c55de (2025-08; taken here as Megatron-Core
+  ≥ 0.15). Earlier versions allocate a transient of that shape per weight per backward instead (not
+  modelled yet).
+
 This module only sizes them; the simulator places them (``timeline.sim.simulate``).
 """
 
@@ -33,7 +41,9 @@ from __future__ import annotations
 
 import re
 
-from timeline.graph.tensors import DTYPE_BYTES
+from collections.abc import Sequence
+
+from timeline.graph.tensors import DTYPE_BYTES, TensorDef
 from timeline.spec.run import RunSpec
 
 TE = "NVIDIA/TransformerEngine@v2.6:transformer_engine"
@@ -84,8 +94,38 @@ def torch_workspace_bytes(config: str, sm: int) -> int:
     return sum(int(size) * int(count) for size, count in pairs) * 1024
 
 
-def persistent_workspaces(run: RunSpec, *, holds_head: bool, has_moe: bool) -> list[tuple[str, int, str]]:
-    """(name, bytes, source) of the workspaces one device of ``run`` holds from its first GEMM on."""
+#: parameter names fused into one Megatron weight (linear_qkv, linear_fc1): one main_grad shape
+FUSED_INTO = {"q_proj": "linear_qkv", "k_proj": "linear_qkv", "v_proj": "linear_qkv", "gate_proj": "linear_fc1",
+              "up_proj": "linear_fc1"}
+
+
+def dummy_wgrad_shapes(run: RunSpec, tensors: Sequence[TensorDef]) -> set[tuple[int, int, str]]:
+    """The distinct (rows, cols, dtype) of the TE linears' weights whose wgrad is a cached dummy."""
+    fw = run.framework
+    te, mc = version_tuple(fw.transformer_engine), version_tuple(fw.megatron_core)
+    if fw.transformer_impl != "transformer_engine" or not fw.gradient_accumulation_fusion or te < (2, 3):
+        return set()
+    fused: dict[tuple[str, str], list[int]] = {}
+    for t in tensors:
+        if not t.trainable or len(t.shape) != 2 or t.name.startswith(("embedding.", "mtp.embedding")):
+            continue
+        if ".router" in t.name or ".position_embeddings" in t.name:
+            continue  # Megatron's router and embeddings are not TE linears
+        if t.name.startswith("output_layer") and mc < (0, 15):
+            continue
+        if t.expert and fw.moe_grouped_gemm and te < (2, 10):
+            continue
+        path, leaf = t.name.rsplit(".", 2)[0], t.name.rsplit(".", 2)[1]
+        key = (path, FUSED_INTO.get(leaf, leaf))
+        rows_cols = fused.setdefault(key, [0, t.shape[1]])
+        rows_cols[0] += t.shape[0]
+    return {(r, c, run.training.dtype) for r, c in fused.values()}
+
+
+def persistent_workspaces(run: RunSpec, *, holds_head: bool, has_moe: bool,
+                          tensors: Sequence[TensorDef] = ()) -> list[tuple[str, int, str, str]]:
+    """(name, bytes, source, when) of the workspaces one device of ``run`` holds; ``when`` is
+    ``"start"`` (the first GEMM) or ``"first_backward"``."""
     fw, sm = run.framework, run.hardware.sm
     out: list[tuple[str, int, str]] = []
     if not fw.workspaces:
@@ -93,16 +133,21 @@ def persistent_workspaces(run: RunSpec, *, holds_head: bool, has_moe: bool) -> l
     te = fw.transformer_impl == "transformer_engine"
     if te:
         out.append(("workspace.te_cublas", te_workspace_bytes(sm, fw.transformer_engine),
-                    f"{TE}/pytorch/module/base.py: get_workspace"))
+                    f"{TE}/pytorch/module/base.py: get_workspace", "start"))
         if has_moe and fw.moe_grouped_gemm:
             for i in range(TE_STREAMS):
                 out.append((f"workspace.te_cublas_stream{i}", te_workspace_bytes(sm, fw.transformer_engine),
-                            f"{TE}/pytorch/module/base.py: get_multi_stream_cublas_workspace"))
+                            f"{TE}/pytorch/module/base.py: get_multi_stream_cublas_workspace", "start"))
     buffer = global_buffer_bytes(run, has_moe=has_moe)
     if buffer:
-        out.append(("workspace.global_memory_buffer", buffer, f"{MC}/utils.py: GlobalMemoryBuffer.get_tensor"))
+        out.append(("workspace.global_memory_buffer", buffer, f"{MC}/utils.py: GlobalMemoryBuffer.get_tensor",
+                    "start"))
     if not te or holds_head or has_moe:
         size = torch_workspace_bytes(fw.cublas_workspace_config, sm)
         for thread in ("forward", "backward"):
-            out.append((f"workspace.torch_cublas_{thread}", size, f"{TORCH}: getCurrentCUDABlasHandle"))
+            out.append((f"workspace.torch_cublas_{thread}", size, f"{TORCH}: getCurrentCUDABlasHandle",
+                        "start" if thread == "forward" else "first_backward"))
+    for rows, cols, dt in sorted(dummy_wgrad_shapes(run, tensors)):
+        out.append((f"workspace.te_dummy_wgrad_{rows}x{cols}", rows * cols * DTYPE_BYTES[dt],
+                    f"{TE}/pytorch/module/base.py: get_dummy_wgrad", "first_backward"))
     return out

@@ -50,6 +50,10 @@ class SavedTable:
     # kv part the latent norm keeps whole; k_pe is gathered (a contiguous copy) before the up-projection checkpoint
     model_dropout: bool = False  # dropout ops wherever the model's hidden_dropout / attention_dropout > 0
     # (Megatron's bias-dropout-add and attention dropout; p = 0 is the identity, torch ``_dropout``)
+    wgrad_transient: str = "none"  # weight-gradient GEMMs ("linear" ops) return a fresh [out, in] tensor that
+    # is added into the grads buffer and freed: "all" of them, "head" (the output layer only) or "none"
+    ce_inplace: bool = False  # the loss writes its gradient into the 16-bit logits and keeps only them (TE's
+    # parallel_cross_entropy): no fp32 softmax numerators
     softmax_fp32: bool = False  # eager attention's softmax runs on an fp32 copy and keeps its fp32 output;
     # a cast back to the 16-bit dtype feeds dropout and attention over V (Megatron's unfused FusedScaleMaskSoftmax)
     megatron_moe: bool = False  # router and alltoall dispatcher as Megatron-Core (moe_utils.py): scores and
