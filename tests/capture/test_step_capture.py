@@ -121,3 +121,25 @@ def test_cli_capture_step_writes_a_trace(tmp_path: Path, capsys):
     assert main(["capture", "--step", "nowhere.py:f", "-o", str(tmp_path / "u.parquet")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error:") and "no such file" in err[-1]
+
+
+def test_hf_config_with_optimizer_and_autocast_captures_whole_steps(tmp_path: Path, capsys):
+    import json
+
+    pytest.importorskip("transformers")
+    from timeline.cli import main
+    from timeline.io.trace_file import read_trace
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                               "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100}))
+    out = tmp_path / "t.parquet"
+    assert main(["capture", "--hf-config", str(cfg), "--micro-batch-size", "2", "--seq-len", "16", "--dtype", "fp32",
+                 "--autocast", "bf16", "--optimizer", "adamw", "-o", str(out)]) == 0
+    tr = read_trace(out)
+    assert tr.is_step and tr.provenance["optimizer"] == "adamw"
+    assert any(o.name == "aten._foreach_sqrt.default" for o in tr.ops)
+    assert any(t.dtype == "bfloat16" for o in tr.ops if o.name == "aten.mm.default" for t in o.outputs)
+    assert main(["capture", "--module", "captures:tiny_factory", "--optimizer", "adamw",
+                 "-o", str(tmp_path / "m.parquet")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --optimizer")

@@ -183,14 +183,27 @@ def cuda_stand_in() -> Iterator[StandIn]:
             return
         real_swap(t1, t2)
 
+    base = torch._C.TensorBase
+
+    def plain_device(self: torch.Tensor) -> torch.device:  # real tensors (the ground-truth runs)
+        if mode.user_view() and mode.is_device(self):
+            return CUDA
+        return base.device.__get__(self)
+
+    def is_cuda(self: torch.Tensor) -> bool:
+        return mode.is_device(self) if mode.user_view() else base.is_cuda.__get__(self)
+
     patches: list[tuple[object, str, object]] = [(FakeTensor, "device", property(device)),
+                                                 (torch.Tensor, "device", property(plain_device)),
+                                                 (torch.Tensor, "is_cuda", property(is_cuda)),
                                                  (torch.utils, "swap_tensors", swap)]
     for name, value in NO_OPS:
         patches.append((torch.cuda, name, (lambda v: lambda *a, **k: v)(value)))
     patches += [(torch.cuda.memory, name, lambda *a, **k: None) for name in MEMORY_NO_OPS]
     patches += [(torch.cuda.nvtx, name, lambda *a, **k: None) for name in NVTX_NO_OPS]
     patches.append((torch.cuda.nvtx, "range", _NoRange))
-    saved = [(obj, name, obj.__dict__[name] if name in getattr(obj, "__dict__", {}) else getattr(obj, name))
+    missing = object()
+    saved = [(obj, name, obj.__dict__.get(name, missing) if isinstance(obj, type) else getattr(obj, name))
              for obj, name, _ in patches]
     try:
         for obj, name, value in patches:
@@ -199,4 +212,7 @@ def cuda_stand_in() -> Iterator[StandIn]:
             yield mode
     finally:
         for obj, name, value in saved:
-            setattr(obj, name, value)
+            if value is missing:
+                delattr(obj, name)  # an inherited attribute (torch.Tensor.device is TensorBase's)
+            else:
+                setattr(obj, name, value)

@@ -25,6 +25,12 @@ from timeline.capture.stand_in import StandIn
 from timeline.spec.trace import TraceOp, TraceParam, TraceStorage, TraceTensor
 
 
+def _int_histc(x, *args, **kwargs):
+    """CUDA's histc takes integer input (``aten/src/ATen/native/cuda/SummaryOps.cu``) and returns that
+    dtype; the CPU kernel, and so the fake one, refuses it: count in float, the same bytes come out."""
+    return torch.ops.aten.histc.default(x.float(), *args, **kwargs).to(x.dtype)
+
+
 def _select_into(dest, src, dim, index):
     dest.select(dim, index).copy_(src)
     return dest
@@ -164,13 +170,17 @@ class StepRecorder(TorchDispatchMode):
             return func(*args, **kwargs)
         flat = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         inputs = list(dict.fromkeys(i for t in flat if (i := self.sid(t)) is not None))
-        if self._accumulates_in_place(func, args):
-            func = torch.ops.aten.add_.Tensor
+        call = func
+        if func is torch.ops.aten.histc.default and not args[0].is_floating_point():
+            call = _int_histc
+        elif self._accumulates_in_place(func, args):
+            func = call = torch.ops.aten.add_.Tensor
         elif (variant := self._in_place_variant(func, args)) is not None:
-            func = variant
+            call = variant
+            func = variant if isinstance(variant, torch._ops.OpOverload) else func
         self.stand_in.depth += 1
         try:
-            out = func(*args, **kwargs)
+            out = call(*args, **kwargs)
         finally:
             self.stand_in.depth -= 1
         force = self.stand_in.force

@@ -10,6 +10,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from timeline.errors import UserError
 from timeline.cli.common import add_run_args, console, gib, load
 from timeline.compare.variants import recompute_name
 from timeline.graph.activations import DeviceActivations, device_activations
@@ -119,6 +120,10 @@ def print_tensors(devices: list[StaticDevice], acts: list[DeviceActivations], co
 
 def run(args: argparse.Namespace) -> int:
     spec = load(args)
+    if spec.trace is not None and spec.trace.is_step:
+        raise UserError(f"{spec.model_source}: a whole-step trace (capture --step) holds its weights, gradients and "
+                        "optimizer state as the step made them; `timeline simulate` reports them (summary.json "
+                        "static_bytes, per_iteration)")
     devices = static_devices(spec)
     acts = activations(spec, devices)
     if args.json:
