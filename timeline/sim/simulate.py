@@ -263,7 +263,9 @@ def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
         cols["action"].append(np.full(n, action, dtype=np.int32))
         cols["stream"].append(np.zeros(n, dtype=np.int8))
 
-    if run.profile == "hf" and run.training.zero == 0:  # one tensor per parameter, as torch.optim holds them
+    # hf: one tensor per parameter, as torch.optim holds them; a forward+backward capture recorded
+    # its backward into gradients that already exist (zeros), so its runs keep that lifecycle
+    if run.profile == "hf" and run.training.zero == 0 and run.trace is None:
         for t, sign, name, size, cat, a in hf_state_events(
                 run, dev, spans, lambda sp: compiled.get((sp.stage, sp.kind))):
             push([t], sign, size, cat, names(name), -1, -1, -1, a)
