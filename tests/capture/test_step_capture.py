@@ -97,6 +97,11 @@ def test_warm_up_is_simulated_and_left_out_of_the_peaks(trace, tmp_path: Path):
     (tmp_path / "run.toml").write_text(RUN.format(warmup=0, iterations=1))
     first = build_timeline(load_run(tmp_path / "run.toml"), None).iteration_peaks(0)
     assert first[0]["iteration"] == 0
+    # every tensor is allocated once and freed once, names never shared by two live tensors
+    ev, live = tl.events(0), set()
+    for sign, name in zip(ev.sign.tolist(), ev.tensor.tolist(), strict=True):
+        assert (name not in live) if sign > 0 else (name in live)
+        (live.add if sign > 0 else live.remove)(name)
 
 
 def test_step_traces_refuse_sharding(trace, tmp_path: Path):

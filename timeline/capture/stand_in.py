@@ -132,6 +132,9 @@ class StandIn(TorchFunctionMode):
             copy = bool(kwargs.pop("copy", False))
             kwargs.pop("non_blocking", None)
             target, dtype, _, memory_format = torch._C._nn._parse_to(*args[1:], **kwargs)
+            other = args[1] if len(args) > 1 and isinstance(args[1], torch.Tensor) else kwargs.get("other")
+            if isinstance(other, torch.Tensor):  # x.to(y): y's place, as the stand-in knows it
+                target = CUDA if self.is_device(other) else CPU
             if memory_format is not None:
                 kwargs = {"memory_format": memory_format}
             else:

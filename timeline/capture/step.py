@@ -131,11 +131,15 @@ def _phases(rec: StepRecorder) -> Iterator[None]:
         rec.note_roles()
 
     def seen(module, args):
-        rec.modules.add(module)
+        rec.enter_module(module)
+
+    def done(module, args, out):
+        rec.exit_module()
 
     handles = [optimizer_mod.register_optimizer_step_pre_hook(pre),
                optimizer_mod.register_optimizer_step_post_hook(post),
-               torch.nn.modules.module.register_module_forward_pre_hook(seen)]
+               torch.nn.modules.module.register_module_forward_pre_hook(seen),
+               torch.nn.modules.module.register_module_forward_hook(done)]
     try:
         for obj, name, value in patches:
             setattr(obj, name, value)
