@@ -148,3 +148,15 @@ def test_hf_config_with_optimizer_and_autocast_captures_whole_steps(tmp_path: Pa
     assert main(["capture", "--module", "captures:tiny_factory", "--optimizer", "adamw",
                  "-o", str(tmp_path / "m.parquet")]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --optimizer")
+
+
+@pytest.mark.parametrize("command", [["static"], ["fit", "--capacity", "80GiB"], ["compare", "--recompute", "none,full:uniform:1"]])
+def test_commands_that_vary_the_step_refuse_step_traces(trace, tmp_path: Path, capsys, command):
+    from timeline.cli import main
+    from timeline.io.trace_file import write_trace
+
+    write_trace(trace, tmp_path / "step.parquet")
+    (tmp_path / "run.toml").write_text(RUN.format(warmup=0, iterations=1))
+    assert main([command[0], str(tmp_path / "run.toml"), *command[1:]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "whole-step trace" in err[0]

@@ -18,6 +18,7 @@ from timeline.cli.common import (
     gib,
     load_csv_rows,
     positive,
+    refuse_step_trace,
     templates,
     write_dir_atomically,
 )
@@ -116,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
     if out is not None:
         check_output_dir(out, args.force)
     variants = build_variants(args)
+    for v in variants:
+        refuse_step_trace(v.run, "compare")
     results = simulate_variants(variants, templates(), workers=args.workers)
     if out is not None:
         write_dir_atomically(out, args.force, lambda folder: write_results(results, folder))

@@ -11,7 +11,16 @@ from dataclasses import replace
 
 from rich.table import Table
 
-from timeline.cli.common import add_run_args, console, count, gib, load, load_csv_rows, templates
+from timeline.cli.common import (
+    add_run_args,
+    console,
+    count,
+    gib,
+    load,
+    load_csv_rows,
+    refuse_step_trace,
+    templates,
+)
 from timeline.compare.fit import FitResult, Outcome, fit
 from timeline.errors import SpecError, UserError
 from timeline.spec.run import RunSpec
@@ -123,6 +132,7 @@ def check_capacity(spec: RunSpec, text: str, capacity_gib: float) -> None:
 def run(args: argparse.Namespace) -> int:
     cap = parse_capacity(args.capacity) if args.capacity is not None else None
     spec = load(args)
+    refuse_step_trace(spec, "fit")
     if cap is not None:
         check_capacity(spec, args.capacity, cap)
     res = fit(spec, templates(), capacity_gib=cap, csv_rows=load_csv_rows(spec), alternatives=args.alternatives)
