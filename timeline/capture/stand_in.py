@@ -89,10 +89,19 @@ class StandIn(TorchFunctionMode):
         if dev is not None and not isinstance(dev, torch.Tensor):
             if _is_cuda(dev):
                 kwargs["device"], force = CPU, True
+        elif self.depth == 0 and self._reads_device(args, kwargs):
+            # a call on device tensors makes its tensors there, the ones its C++ body creates from
+            # an input's options too (``where(cond, x, scalar)``'s ``scalar_tensor``)
+            force = True
         out = self._call(func, args, kwargs, force)
         if self.depth == 0 and self.on_nodes is not None and torch.is_grad_enabled():
             self._new_nodes(out)
         return out
+
+    def _reads_device(self, args: Any, kwargs: dict) -> bool:
+        from torch.utils._pytree import tree_flatten
+
+        return any(isinstance(t, torch.Tensor) and self.is_device(t) for t in tree_flatten((args, kwargs))[0])
 
     def _new_nodes(self, out: Any) -> None:
         """Hand autograd nodes made by a user-level call to ``on_nodes`` (each once)."""

@@ -162,7 +162,9 @@ class StepRecorder(TorchDispatchMode):
         finally:
             self.stand_in.depth -= 1
         force = self.stand_in.force
-        on_device = force if force is not None else bool(inputs)
+        # a training step's backward runs on the device (the engine's zeros for missing gradients
+        # take their options from recorded metadata, not from a tensor the stand-in knows)
+        on_device = force if force is not None else bool(inputs) or self.phase == "B"
         index = len(self.ops)
         outputs, allocs = [], []
         for t in tree_flatten(out)[0]:
