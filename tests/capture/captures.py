@@ -168,3 +168,12 @@ def shared_cache_factory():
             return x
 
     return Model(), (torch.randn(2, 8, 32, requires_grad=False),)
+
+
+def data_dependent_init_factory():
+    """A module whose construction runs a data-dependent op (``nonzero``) on a fake tensor."""
+    import torch
+
+    w = torch.ones(4)
+    keep = torch.nonzero(w)  # noqa: F841 — its output shape depends on values
+    return torch.nn.Linear(4, 4), (torch.randn(2, 4),)

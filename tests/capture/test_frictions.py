@@ -62,3 +62,12 @@ def test_repeating_a_layer_that_reads_shared_state_is_refused(shared_trace):
     run_file = shared_trace.with_suffix(".toml")
     run_file.write_text(RUN.format(trace=shared_trace.name).replace('profile = "hf"', 'profile = "hf"\nnum_layers = 5'))
     assert main(["simulate", str(run_file), "-o", str(shared_trace.parent / "out"), "--force"]) == 2
+
+
+def test_construction_failures_blame_construction(tmp_path, capsys):
+    from timeline.cli import main
+
+    assert main(["capture", "--module", "captures:data_dependent_init_factory", "-o", str(tmp_path / "x.parquet")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: capture failed at aten.nonzero")
+    assert "while building the model, before the step" in err[0]

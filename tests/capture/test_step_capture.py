@@ -97,6 +97,11 @@ def test_warm_up_is_simulated_and_left_out_of_the_peaks(trace, tmp_path: Path):
     (tmp_path / "run.toml").write_text(RUN.format(warmup=0, iterations=1))
     first = build_timeline(load_run(tmp_path / "run.toml"), None).iteration_peaks(0)
     assert first[0]["iteration"] == 0
+    # every tensor is allocated once and freed once, names never shared by two live tensors
+    ev, live = tl.events(0), set()
+    for sign, name in zip(ev.sign.tolist(), ev.tensor.tolist(), strict=True):
+        assert (name not in live) if sign > 0 else (name in live)
+        (live.add if sign > 0 else live.remove)(name)
 
 
 def test_step_traces_refuse_sharding(trace, tmp_path: Path):
@@ -121,3 +126,37 @@ def test_cli_capture_step_writes_a_trace(tmp_path: Path, capsys):
     assert main(["capture", "--step", "nowhere.py:f", "-o", str(tmp_path / "u.parquet")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error:") and "no such file" in err[-1]
+
+
+def test_hf_config_with_optimizer_and_autocast_captures_whole_steps(tmp_path: Path, capsys):
+    import json
+
+    pytest.importorskip("transformers")
+    from timeline.cli import main
+    from timeline.io.trace_file import read_trace
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                               "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100}))
+    out = tmp_path / "t.parquet"
+    assert main(["capture", "--hf-config", str(cfg), "--micro-batch-size", "2", "--seq-len", "16", "--dtype", "fp32",
+                 "--autocast", "bf16", "--optimizer", "adamw", "-o", str(out)]) == 0
+    tr = read_trace(out)
+    assert tr.is_step and tr.provenance["optimizer"] == "adamw"
+    assert any(o.name == "aten._foreach_sqrt.default" for o in tr.ops)
+    assert any(t.dtype == "bfloat16" for o in tr.ops if o.name == "aten.mm.default" for t in o.outputs)
+    assert main(["capture", "--module", "captures:tiny_factory", "--optimizer", "adamw",
+                 "-o", str(tmp_path / "m.parquet")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: --optimizer")
+
+
+@pytest.mark.parametrize("command", [["static"], ["fit", "--capacity", "80GiB"], ["compare", "--recompute", "none,full:uniform:1"]])
+def test_commands_that_vary_the_step_refuse_step_traces(trace, tmp_path: Path, capsys, command):
+    from timeline.cli import main
+    from timeline.io.trace_file import write_trace
+
+    write_trace(trace, tmp_path / "step.parquet")
+    (tmp_path / "run.toml").write_text(RUN.format(warmup=0, iterations=1))
+    assert main([command[0], str(tmp_path / "run.toml"), *command[1:]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "whole-step trace" in err[0]

@@ -96,6 +96,7 @@ class Emulation:
         op_name, _, overload = rest.partition(".")
         op = getattr(getattr(torch.ops.aten, op_name), overload or "default")
         keys = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
+        dtype_at = next((i for i, a in enumerate(op._schema.arguments) if a.name == "dtype"), 1 << 30)
 
         def run(*args, **kwargs):
             with torch._C._ExcludeDispatchKeyGuard(keys):
@@ -112,9 +113,13 @@ class Emulation:
                         for t in flat[1:]:
                             wide = torch.promote_types(wide, t.dtype)
                         args, kwargs = tree_map(lambda t: self.cast(t, wide), (args, kwargs))
-                elif policy == "fp32_set_opt_dtype" and args and self.eligible(args[0]) \
-                        and kwargs.get("dtype") is None:
-                    kwargs = {**kwargs, "dtype": torch.float32}
+                elif policy == "fp32_set_opt_dtype" and args and self.eligible(args[0]):
+                    # set_opt_dtype: an unset ``dtype`` becomes fp32 (positional or keyword)
+                    if dtype_at < len(args):
+                        if args[dtype_at] is None:
+                            args = (*args[:dtype_at], torch.float32, *args[dtype_at + 1:])
+                    elif kwargs.get("dtype") is None:
+                        kwargs = {**kwargs, "dtype": torch.float32}
                 return op(*args, **kwargs)
 
         return run

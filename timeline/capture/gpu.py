@@ -56,10 +56,21 @@ def gpu_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_m
 
 
 @contextlib.contextmanager
+def unpacked_batches() -> Iterator[None]:
+    """Only transformers' packed-sequence detection (a fake-tensor artefact, not a kernel choice)."""
+    with _patched([]):
+        yield
+
+
+@contextlib.contextmanager
 def gpu_kernels() -> Iterator[None]:
     """Patch dropout, SDPA and transformers' packed-sequence detection while active."""
-    patches: list[tuple[object, str, object]] = [(F, "dropout", gpu_dropout),
-                                                 (F, "scaled_dot_product_attention", gpu_sdpa)]
+    with _patched([(F, "dropout", gpu_dropout), (F, "scaled_dot_product_attention", gpu_sdpa)]):
+        yield
+
+
+@contextlib.contextmanager
+def _patched(patches: list[tuple[object, str, object]]) -> Iterator[None]:
     try:
         import transformers.masking_utils as mu
     except ImportError:  # plain torch modules need no transformers patch

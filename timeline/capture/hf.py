@@ -115,3 +115,49 @@ def hf_builder(config: dict[str, Any], *, micro_batch_size: int, seq_len: int, d
         return model, (), {"input_ids": ids, "labels": ids, "use_cache": False}
 
     return build
+
+
+#: torch.optim classes ``--optimizer`` names (torch defaults; foreach, CUDA's default, is chosen by the capture)
+OPTIMIZERS = ("adamw", "adam", "sgd", "none")
+AUTOCAST = ("bf16", "fp16", "off")
+
+
+def hf_step_builder(config: dict[str, Any], *, micro_batch_size: int, seq_len: int, dtype: str = "bf16",
+                    optimizer: str = "none", autocast: str = "off"):
+    """A ``--step`` function for :func:`timeline.capture.step.capture_step`: the Hugging Face model on
+    the (stand-in) GPU, its optimizer with torch.optim defaults, and a step running the forward to the
+    loss under ``torch.autocast("cuda", …)`` when asked, ``loss.backward()``, ``opt.step()``,
+    ``opt.zero_grad()`` (set_to_none, PyTorch's default)."""
+    build = hf_builder(config, micro_batch_size=micro_batch_size, seq_len=seq_len, dtype=dtype)
+    make_opt = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam,
+                "sgd": lambda params: torch.optim.SGD(params, lr=1e-3)}.get(optimizer)
+    cast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(autocast)
+
+    def func():
+        model, _, kwargs = build()
+        model.to("cuda")
+        model.train()
+        kwargs = {k: v.to("cuda") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        opt = make_opt(model.parameters()) if make_opt is not None else None
+
+        def step() -> None:
+            with torch.autocast("cuda", dtype=cast) if cast is not None else _nothing():
+                loss = model(**kwargs).loss
+            loss.backward()
+            if opt is not None:
+                opt.step()
+                opt.zero_grad()
+            else:
+                model.zero_grad()
+
+        return step
+
+    return func
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None

@@ -89,10 +89,19 @@ class StandIn(TorchFunctionMode):
         if dev is not None and not isinstance(dev, torch.Tensor):
             if _is_cuda(dev):
                 kwargs["device"], force = CPU, True
+        elif self.depth == 0 and self._reads_device(args, kwargs):
+            # a call on device tensors makes its tensors there, the ones its C++ body creates from
+            # an input's options too (``where(cond, x, scalar)``'s ``scalar_tensor``)
+            force = True
         out = self._call(func, args, kwargs, force)
         if self.depth == 0 and self.on_nodes is not None and torch.is_grad_enabled():
             self._new_nodes(out)
         return out
+
+    def _reads_device(self, args: Any, kwargs: dict) -> bool:
+        from torch.utils._pytree import tree_flatten
+
+        return any(isinstance(t, torch.Tensor) and self.is_device(t) for t in tree_flatten((args, kwargs))[0])
 
     def _new_nodes(self, out: Any) -> None:
         """Hand autograd nodes made by a user-level call to ``on_nodes`` (each once)."""
@@ -132,6 +141,9 @@ class StandIn(TorchFunctionMode):
             copy = bool(kwargs.pop("copy", False))
             kwargs.pop("non_blocking", None)
             target, dtype, _, memory_format = torch._C._nn._parse_to(*args[1:], **kwargs)
+            other = args[1] if len(args) > 1 and isinstance(args[1], torch.Tensor) else kwargs.get("other")
+            if isinstance(other, torch.Tensor):  # x.to(y): y's place, as the stand-in knows it
+                target = CUDA if self.is_device(other) else CPU
             if memory_format is not None:
                 kwargs = {"memory_format": memory_format}
             else:
@@ -183,14 +195,27 @@ def cuda_stand_in() -> Iterator[StandIn]:
             return
         real_swap(t1, t2)
 
+    base = torch._C.TensorBase
+
+    def plain_device(self: torch.Tensor) -> torch.device:  # real tensors (the ground-truth runs)
+        if mode.user_view() and mode.is_device(self):
+            return CUDA
+        return base.device.__get__(self)
+
+    def is_cuda(self: torch.Tensor) -> bool:
+        return mode.is_device(self) if mode.user_view() else base.is_cuda.__get__(self)
+
     patches: list[tuple[object, str, object]] = [(FakeTensor, "device", property(device)),
+                                                 (torch.Tensor, "device", property(plain_device)),
+                                                 (torch.Tensor, "is_cuda", property(is_cuda)),
                                                  (torch.utils, "swap_tensors", swap)]
     for name, value in NO_OPS:
         patches.append((torch.cuda, name, (lambda v: lambda *a, **k: v)(value)))
     patches += [(torch.cuda.memory, name, lambda *a, **k: None) for name in MEMORY_NO_OPS]
     patches += [(torch.cuda.nvtx, name, lambda *a, **k: None) for name in NVTX_NO_OPS]
     patches.append((torch.cuda.nvtx, "range", _NoRange))
-    saved = [(obj, name, obj.__dict__[name] if name in getattr(obj, "__dict__", {}) else getattr(obj, name))
+    missing = object()
+    saved = [(obj, name, obj.__dict__.get(name, missing) if isinstance(obj, type) else getattr(obj, name))
              for obj, name, _ in patches]
     try:
         for obj, name, value in patches:
@@ -199,4 +224,7 @@ def cuda_stand_in() -> Iterator[StandIn]:
             yield mode
     finally:
         for obj, name, value in saved:
-            setattr(obj, name, value)
+            if value is missing:
+                delattr(obj, name)  # an inherited attribute (torch.Tensor.device is TensorBase's)
+            else:
+                setattr(obj, name, value)

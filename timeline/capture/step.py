@@ -40,7 +40,7 @@ from torch._subclasses.fake_tensor import (
 )
 
 from timeline.capture.autocast import cuda_autocast
-from timeline.capture.gpu import gpu_kernels
+from timeline.capture.gpu import gpu_kernels, unpacked_batches
 from timeline.capture.run import _user_error, fake_cpu, versions
 from timeline.capture.stand_in import cuda_stand_in
 from timeline.capture.step_recorder import StepRecorder
@@ -131,11 +131,15 @@ def _phases(rec: StepRecorder) -> Iterator[None]:
         rec.note_roles()
 
     def seen(module, args):
-        rec.modules.add(module)
+        rec.enter_module(module)
+
+    def done(module, args, out):
+        rec.exit_module()
 
     handles = [optimizer_mod.register_optimizer_step_pre_hook(pre),
                optimizer_mod.register_optimizer_step_post_hook(post),
-               torch.nn.modules.module.register_module_forward_pre_hook(seen)]
+               torch.nn.modules.module.register_module_forward_pre_hook(seen),
+               torch.nn.modules.module.register_module_forward_hook(done)]
     try:
         for obj, name, value in patches:
             setattr(obj, name, value)
@@ -165,11 +169,14 @@ def _cuda_only(exc: BaseException) -> UserError | None:
                      "statistics, seeding and synchronisation calls only (remove it from the step)")
 
 
-def capture_step(func: StepFn, *, steps: int = 2, gpu: bool = True,
+def capture_step(func: StepFn, *, steps: int = 2, gpu: bool = True, fake: bool = True,
                  provenance: dict[str, Any] | None = None) -> CapturedTrace:
-    """Run ``func()`` (construction) and ``steps`` calls of the step it returns, under the recorder."""
-    kernels = gpu_kernels() if gpu else contextlib.nullcontext()
-    with fake_cpu(), kernels, cuda_stand_in() as stand_in, cuda_autocast(stand_in.is_device):
+    """Run ``func()`` (construction) and ``steps`` calls of the step it returns, under the recorder.
+    ``fake=False`` runs on real CPU tensors (slow; the ground truth the fake capture is checked
+    against, with ``gpu=False`` since the GPU kernels have no CPU implementation)."""
+    kernels = gpu_kernels() if gpu else unpacked_batches()
+    tensors = fake_cpu() if fake else torch.device("cpu")
+    with tensors, kernels, cuda_stand_in() as stand_in, cuda_autocast(stand_in.is_device):
         rec = StepRecorder(stand_in)
         try:
             with _phases(rec), rec:

@@ -20,30 +20,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
+from timeline.capture.gpu_rules import accumulates_in_place, accumulation_counts, in_place_variant, int_histc
 from timeline.capture.recorder import _flops, dtype_name, layer_of
 from timeline.capture.stand_in import StandIn
 from timeline.spec.trace import TraceOp, TraceParam, TraceStorage, TraceTensor
-
-
-def _select_into(dest, src, dim, index):
-    dest.select(dim, index).copy_(src)
-    return dest
-
-
-def _slice_into(dest, src, dim=0, start=None, end=None, step=1):
-    dest.slice(dim, start, end, step).copy_(src)
-    return dest
-
-
-_aten = torch.ops.aten
-#: out-of-place backward ops → what a GPU formula does instead on the zeros it just made
-_IN_PLACE: dict[Any, Any] = {
-    _aten.scatter_add.default: _aten.scatter_add_.default, _aten.scatter.src: _aten.scatter_.src,
-    _aten.scatter.value: _aten.scatter_.value, _aten.index_put.default: _aten.index_put_.default,
-    _aten.index_add.default: _aten.index_add_.default, _aten.masked_scatter.default: _aten.masked_scatter_.default,
-    _aten.select_scatter.default: _select_into, _aten.slice_scatter.default: _slice_into,
-}
-_ZEROS = {"aten.new_zeros.default", "aten.zeros_like.default", "aten.zeros.default"}
 
 
 def _zero(dtype: torch.dtype) -> Any:
@@ -69,13 +49,42 @@ class StepRecorder(TorchDispatchMode):
         self._closed = False
         self.modules: weakref.WeakSet = weakref.WeakSet()
         self.optimizers: weakref.WeakSet = weakref.WeakSet()
+        self.stack: list[str] = []  # module paths of the forwards running
+        self._paths: dict[int, str] = {}
+        self._node_module: dict[int, str] = {}  # autograd node id → the forward module that made it
         self.in_apply = False  # an autograd node's apply is running (else the engine is between nodes)
         self.last_reference: tuple[int, int] | None = None  # use counts of a buffer's sole reference
         stand_in.on_nodes = self._hook_nodes
 
+    # -- module paths --------------------------------------------------------------------
+    def enter_module(self, module: torch.nn.Module) -> None:
+        self.modules.add(module)
+        if id(module) not in self._paths:
+            children = {id(c) for m in self.modules for c in m.modules() if c is not m}
+            for root in (m for m in self.modules if id(m) not in children):
+                for name, m in root.named_modules():
+                    self._paths.setdefault(id(m), name)
+        self.stack.append(self._paths.get(id(module), type(module).__name__))
+
+    def exit_module(self) -> None:
+        if self.stack:
+            self.stack.pop()
+
+    def op_module(self) -> str:
+        """The module an op runs in: the innermost forward running; in backward, the forward
+        module that made the autograd node running; the optimizer's step."""
+        if self.phase == "B":
+            node = torch._C._current_autograd_node()
+            return self._node_module.get(id(node), "") if node is not None else ""
+        if self.phase == "O":
+            return "optimizer"
+        return self.stack[-1] if self.stack else ""
+
     # -- the engine's gradient accumulation ----------------------------------------------
     def _hook_nodes(self, nodes: list) -> None:
+        here = self.stack[-1] if self.stack else ""
         for node in nodes:
+            self._node_module[id(node)] = here
             node.register_prehook(self._pre)
             node.register_hook(self._post)
 
@@ -98,44 +107,19 @@ class StepRecorder(TorchDispatchMode):
             self.stand_in.forget_nodes()
 
     def _in_place_variant(self, func, args):
-        """The in-place op a GPU backward formula runs where the capture sees an out-of-place one.
-
-        ``torch/csrc/autograd/FunctionsManual.cpp`` fills a fresh zero tensor in place
-        (``gather_backward``: ``result.scatter_add_``; ``value_selecting_reduction_backward``:
-        ``scatter_``; ``index_backward``: ``index_put_``; ``select_backward`` / ``slice_backward``:
-        ``copy_`` into a view) unless an argument ``areAnyTensorSubclassLike`` — which fake tensors
-        are, so the capture records a second full-size tensor that a GPU never makes. Applies when
-        the destination is the zeros the previous op just made."""
-        if self.phase != "B" or not args or not isinstance(args[0], torch.Tensor) or not self.ops:
+        if self.phase != "B" or not self.ops:
             return None
-        variant = _IN_PLACE.get(func)
-        if variant is None:
-            return None
-        prev = self.ops[-1]
-        dest = self.sid(args[0])
-        if dest is None or dest not in prev.allocs or prev.name not in _ZEROS:
-            return None
-        return variant
+        return in_place_variant(func, args, self.ops[-1], self.sid)
 
     def _accumulates_in_place(self, func, args) -> bool:
-        """Whether this op is ``InputBuffer::accumulate`` summing two gradients for one input that
-        a GPU run does in place (``torch/csrc/autograd/input_buffer.cpp``: ``old_var.add_(var)``
-        when grad mode is off and ``can_accumulate_inplace(old_var)``: a plain dense tensor whose
-        last reference, and its storage's, the buffer holds). Fake tensors are tensor subclasses,
-        which that rule excludes, so on the capture the engine always adds out of place."""
-        if func is not torch.ops.aten.add.Tensor or self.in_apply or torch.is_grad_enabled() or len(args) != 2:
+        if func is not torch.ops.aten.add.Tensor or self.in_apply or torch.is_grad_enabled():
             return False
-        a, b = args
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
-            return False
-        counts = (a._use_count(), torch._C._storage_Use_Count(a.untyped_storage()._cdata))
-        if self.phase == "calibrate":
+        counts = accumulation_counts(args)
+        if counts is not None and self.phase == "calibrate":
             self.last_reference = counts
             return False
-        from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
-
-        return self.phase == "B" and counts == self.last_reference and is_non_overlapping_and_dense(a) \
-            and a.dtype == b.dtype
+        return self.phase == "B" and counts is not None and counts == self.last_reference \
+            and accumulates_in_place(args)
 
     # -- storages ----------------------------------------------------------------------
     def _register(self, t: torch.Tensor, index: int) -> int:
@@ -164,17 +148,23 @@ class StepRecorder(TorchDispatchMode):
             return func(*args, **kwargs)
         flat = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         inputs = list(dict.fromkeys(i for t in flat if (i := self.sid(t)) is not None))
-        if self._accumulates_in_place(func, args):
-            func = torch.ops.aten.add_.Tensor
+        call = func
+        if func is torch.ops.aten.histc.default and not args[0].is_floating_point():
+            call = int_histc
+        elif self._accumulates_in_place(func, args):
+            func = call = torch.ops.aten.add_.Tensor
         elif (variant := self._in_place_variant(func, args)) is not None:
-            func = variant
+            call = variant
+            func = variant if isinstance(variant, torch._ops.OpOverload) else func
         self.stand_in.depth += 1
         try:
-            out = func(*args, **kwargs)
+            out = call(*args, **kwargs)
         finally:
             self.stand_in.depth -= 1
         force = self.stand_in.force
-        on_device = force if force is not None else bool(inputs)
+        # a training step's backward runs on the device (the engine's zeros for missing gradients
+        # take their options from recorded metadata, not from a tensor the stand-in knows)
+        on_device = force if force is not None else bool(inputs) or self.phase == "B"
         index = len(self.ops)
         outputs, allocs = [], []
         for t in tree_flatten(out)[0]:
@@ -189,7 +179,9 @@ class StepRecorder(TorchDispatchMode):
             outputs.append(TraceTensor(storage=i, shape=tuple(int(d) for d in t.shape),
                                        dtype=dtype_name(t.dtype), nbytes=t.numel() * t.element_size()))
         if inputs or outputs:
-            self.ops.append(TraceOp(index=index, name=str(func), module="", phase=self.phase, layer=-1,
+            module = self.op_module()
+            self.ops.append(TraceOp(index=index, name=str(func), module=module, phase=self.phase,
+                                    layer=layer_of(module),
                                     flops=_flops(func, args, kwargs, out), outputs=tuple(outputs),
                                     allocs=tuple(allocs), inputs=tuple(inputs), frees=(), step=self.step))
         return out

@@ -45,6 +45,12 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                      help="whole training steps as you wrote them: FUNC() builds model, optimizer and batch "
                           "(device='cuda' is fine) and returns a callable running one step; MODULE is dotted or "
                           "a path to a .py file")
+    parser.add_argument("--optimizer", default="none", choices=("adamw", "adam", "sgd", "none"),
+                        help="--hf-config/--preset: capture whole steps with this torch.optim optimizer (torch "
+                             "defaults, foreach as on CUDA): loss.backward(); opt.step(); opt.zero_grad()")
+    parser.add_argument("--autocast", default="off", choices=("bf16", "fp16", "off"),
+                        help="--hf-config/--preset: capture whole steps with the forward under "
+                             "torch.autocast('cuda', dtype) (CUDA's op lists); use with --dtype fp32")
     parser.add_argument("--steps", type=positive, default=2, metavar="K",
                         help="--step: how many steps to record (default 2: the first creates gradients and "
                              "optimizer state, the second is the steady state later iterations repeat)")
@@ -147,9 +153,14 @@ def run(args: argparse.Namespace) -> int:
         _check_keys(overrides, config["model_type"])
         b = DEFAULT_MICRO_BATCH_SIZE if args.micro_batch_size is None else args.micro_batch_size
         s = DEFAULT_SEQ_LEN if args.seq_len is None else args.seq_len
-        build = hf_builder(config, micro_batch_size=b, seq_len=s, dtype=args.dtype)
         prov.update(config=config, micro_batch_size=b, seq_len=s, model_type=config["model_type"])
+        if args.optimizer != "none" or args.autocast != "off":
+            return _run_hf_step(args, out, start, config, b, s, prov, capture_args)
+        build = hf_builder(config, micro_batch_size=b, seq_len=s, dtype=args.dtype)
     else:
+        if args.optimizer != "none" or args.autocast != "off":
+            raise UserError("--optimizer and --autocast build a training step for --hf-config/--preset; "
+                            "write your own step with --step MODULE:FUNC")
         build = load_factory(args.module)
     trace = capture(build, gpu=not args.cpu_kernels, provenance=prov)
     if config is None:  # a --module factory chose its dtype: label the trace by its parameters
@@ -182,6 +193,26 @@ def _run_step(args: argparse.Namespace, out: Path, start: float) -> int:
     trace = capture_step(load_step(args.step), steps=args.steps, gpu=not args.cpu_kernels, provenance=prov)
     trace.provenance["dtype"] = params_dtype(trace)
     trace.provenance["command"] = f"timeline capture {prov['capture_args']} -o {args.output}"
+    write_file_atomically(out, lambda path: write_trace(trace, path))
+    print(f"{args.output}: {len(trace.ops)} ops over {args.steps} steps, {len(trace.params)} parameters and buffers "
+          f"({sum(p.nbytes for p in trace.params):,} bytes) ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
+    return 0
+
+
+def _run_hf_step(args: argparse.Namespace, out: Path, start: float, config: dict[str, Any], b: int, s: int,
+                 prov: dict[str, Any], capture_args: str) -> int:
+    """``--hf-config``/``--preset`` with ``--optimizer``/``--autocast``: whole steps of the HF model."""
+    from timeline.capture.hf import hf_step_builder
+    from timeline.capture.step import capture_step
+    from timeline.io.trace_file import write_trace
+
+    func = hf_step_builder(config, micro_batch_size=b, seq_len=s, dtype=args.dtype, optimizer=args.optimizer,
+                           autocast=args.autocast)
+    extra = f" --optimizer {args.optimizer} --autocast {args.autocast} --steps {args.steps}"
+    prov = {**prov, "capture_args": capture_args + extra, "optimizer": args.optimizer, "autocast": args.autocast}
+    trace = capture_step(func, steps=args.steps, gpu=not args.cpu_kernels, provenance=prov)
+    trace.provenance["command"] = (f"timeline capture {capture_args}{extra} --micro-batch-size {b} --seq-len {s} "
+                                   f"--dtype {args.dtype} -o {args.output}")
     write_file_atomically(out, lambda path: write_trace(trace, path))
     print(f"{args.output}: {len(trace.ops)} ops over {args.steps} steps, {len(trace.params)} parameters and buffers "
           f"({sum(p.nbytes for p in trace.params):,} bytes) ({time.perf_counter() - start:.1f} s)", file=sys.stderr)

@@ -330,3 +330,10 @@ def console() -> Console:
     """A console that does not squeeze tables when output is piped."""
     width = shutil.get_terminal_size((160, 40)).columns
     return Console(width=max(width, 140))
+
+
+def refuse_step_trace(spec, command: str) -> None:
+    """``compare``/``fit`` vary recompute policies, which a whole-step trace does not take."""
+    if spec.trace is not None and spec.trace.is_step:
+        raise UserError(f"{spec.model_source}: timeline {command} varies recompute policies; a whole-step trace "
+                        "(capture --step) runs the step as captured; use timeline simulate")

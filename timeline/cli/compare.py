@@ -20,6 +20,7 @@ from timeline.cli.common import (
     gib,
     load_csv_rows,
     positive,
+    refuse_step_trace,
     templates,
     write_dir_atomically,
 )
@@ -120,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_dir(out, args.force)
     variants = build_variants(args)
     for v in variants:
+        refuse_step_trace(v.run, "compare")
         check_work(v.run, args.max_events, label=f"{v.name}: ")
     results = simulate_variants(variants, templates(), workers=args.workers)
     if out is not None:

@@ -20,6 +20,7 @@ from timeline.cli.common import (
     gib,
     load,
     load_csv_rows,
+    refuse_step_trace,
     templates,
 )
 from timeline.compare.fit import FitResult, Outcome, fit
@@ -134,6 +135,7 @@ def check_capacity(spec: RunSpec, text: str, capacity_gib: float) -> None:
 def run(args: argparse.Namespace) -> int:
     cap = parse_capacity(args.capacity) if args.capacity is not None else None
     spec = load(args)
+    refuse_step_trace(spec, "fit")
     if cap is not None:
         check_capacity(spec, args.capacity, cap)
     check_work(spec, args.max_events)

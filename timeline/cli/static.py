@@ -122,6 +122,10 @@ def print_tensors(devices: list[StaticDevice], acts: list[DeviceActivations], co
 
 def run(args: argparse.Namespace) -> int:
     spec = load(args)
+    if spec.trace is not None and spec.trace.is_step:
+        raise UserError(f"{spec.model_source}: a whole-step trace (capture --step) holds its weights, gradients and "
+                        "optimizer state as the step made them; `timeline simulate` reports them (summary.json "
+                        "static_bytes, per_iteration)")
     est = estimate_work(spec, templates())
     if est.ops_per_microbatch > args.max_events:
         raise UserError(f"this model has about {est.ops_per_microbatch:,} ops per micro-batch, over --max-events "

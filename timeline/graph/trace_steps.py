@@ -55,6 +55,20 @@ def _module(trace: CapturedTrace, s: int) -> str:
     return role.split(":")[1] if ":" in role else "step"
 
 
+def label(trace: CapturedTrace, s: int) -> str:
+    """A storage's tensor name: its role (``grad:layers.0.attn.q_proj.weight#812``) or the module and
+    op that made it (``layers.0.attn.q_proj:mm#812``); the id keeps names unique (a role has one
+    storage per step, and the old and new optimizer state of a step overlap)."""
+    st = trace.storages[s]
+    if st.role:
+        return f"{st.role}#{s}"
+    if st.alloc_op < 0:
+        return f"s{s}"
+    op = trace.ops[st.alloc_op]
+    short = op.name.removeprefix("aten.").split(".")[0]
+    return f"{op.module or 'step'}:{short}#{s}"
+
+
 def _step_of(trace: CapturedTrace, s: int) -> int:
     a = trace.storages[s].alloc_op
     return trace.ops[a].step if a >= 0 else 0
@@ -107,11 +121,11 @@ def iteration_runs(trace: CapturedTrace, iteration: int, carry: dict[int, int]) 
 
     def name(s: int) -> str:
         if not repeat or _step_of(trace, s) < k:
-            if repeat and s in carry:  # made by the previous iteration, a repetition itself or step K
-                prev = iteration  # iterations are 0-based: step K ran as iteration K − 1
-                return f"s{carry[s]}" if prev == k else f"s{carry[s]}@{prev - 1}"
-            return f"s{s}"
-        return f"s{s}@{iteration}"
+            if repeat and s in carry:  # made by the previous iteration: step K itself or a repetition
+                prev = iteration - 1  # iterations are 0-based: step K ran as iteration K − 1
+                return label(trace, carry[s]) if prev == k - 1 else f"{label(trace, carry[s])}@{prev}"
+            return label(trace, s)
+        return f"{label(trace, s)}@{iteration}"
 
     ops: list[Op] = []
     kinds: list[str] = []

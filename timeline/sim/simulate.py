@@ -24,6 +24,7 @@ from timeline.pipeline.devices import StaticDevice, static_devices
 from timeline.sim.compiled import CAT_CODE, CompiledPhase, compile_phase
 from timeline.sim.cost import CostModel
 from timeline.sim.engine import Span, run_schedule
+from timeline.sim.hf_state import hf_state_events
 from timeline.sim.lifecycle import LIFECYCLES
 from timeline.spec.run import RunSpec
 
@@ -297,8 +298,15 @@ def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
         scalars.append((mb, stage, action))
         lengths.append(n)
 
-    for t, name, size, cat in _static_allocs(run, dev, first_bwd, first_step):
-        push([t], 1, size, cat, names(name), -1, -1, -1, -1)
+    # hf: one tensor per parameter, as torch.optim holds them; a forward+backward capture recorded
+    # its backward into gradients that already exist (zeros), so its runs keep that lifecycle
+    if run.profile == "hf" and run.training.zero == 0 and run.trace is None:
+        for t, sign, name, size, cat, a in hf_state_events(
+                run, dev, spans, lambda sp: compiled.get((sp.stage, sp.kind))):
+            push([t], sign, size, cat, names(name), -1, -1, -1, a)
+    else:
+        for t, name, size, cat in _static_allocs(run, dev, first_bwd, first_step):
+            push([t], 1, size, cat, names(name), -1, -1, -1, -1)
     life = LIFECYCLES[run.profile]
     gather = 0
     if run.training.zero == 3 and life.prefetch_bucket_elems:
