@@ -94,3 +94,47 @@ def test_kimi_k2_captures_and_the_trace_simulates(tmp_path, capsys):
     run = tmp_path / "run.toml"
     run.write_text(f'[model]\ntrace = "{trace}"\n[training]\nseq_len = 64\nnum_microbatches = 2\n')
     assert main(["simulate", str(run), "-o", str(tmp_path / "out"), "--format", "summary"]) == 0
+
+
+# gpt-oss model card (OpenAI, arXiv 2508.10925, Table 1): 116.83B and 20.91B total parameters; hf
+# counts the final norm (2,880) the paper profile leaves out, so both round to the card's figures
+GPT_OSS = [("gpt-oss-20b", 20_914_757_184, 20.91), ("gpt-oss-120b", 116_829_156_672, 116.83)]
+
+
+@pytest.mark.parametrize(("folder", "exact", "card"), GPT_OSS, ids=[g[0] for g in GPT_OSS])
+def test_gpt_oss_counts_the_model_card_total(tmp_path, folder, exact, card):
+    for profile in ("hf", "megatron"):
+        assert model_total_params(load_run(_run(tmp_path, folder, profile=profile))) == exact
+    assert round(exact / 1e9, 2) == card
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs the capture extra (transformers)")
+@pytest.mark.parametrize(("folder", "exact"), [(g[0], g[1]) for g in GPT_OSS], ids=[g[0] for g in GPT_OSS])
+def test_gpt_oss_count_is_transformers_count(folder, exact):
+    """transformers' own GptOssForCausalLM (on the meta device: no memory) has exactly these parameters."""
+    import torch
+    from transformers import AutoModelForCausalLM, GptOssConfig
+
+    cfg = json.loads((DATA / folder / "config.json").read_text())
+    cfg.pop("model_type")
+    cfg.pop("quantization_config")  # the MXFP4 loader needs a GPU; the parameters are the same
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(GptOssConfig(**cfg))
+    assert sum(p.numel() for p in model.parameters()) == exact
+
+
+def test_gpt_oss_reads_its_family_with_a_quantization_note():
+    notes: list[str] = []
+    m = read_hf_config(DATA / "gpt-oss-120b" / "config.json", notes)
+    assert (m.model_type, m.n_routed_experts, m.num_experts_per_tok, m.moe_intermediate_size) == ("gpt_oss", 128, 4, 2880)
+    assert m.attention_sinks and m.attention_out_bias and m.router_logit_bias and m.expert_linear_bias
+    assert (m.swiglu_limit, m.swiglu_alpha, m.glu_linear_offset, m.sliding_window) == (7.0, 1.702, 1.0, 128)
+    assert [m.is_sliding(i) for i in range(4)] == [True, False, True, False] and len(m.layer_types) == 36
+    assert notes == ["quantization_config (mxfp4) is ignored: training memory holds the weights in [training] dtype"]
+
+
+def test_gpt_oss_layer_types_must_cover_the_layers(tmp_path, capsys):
+    run = _run(tmp_path, "gpt-oss-20b", extra="num_hidden_layers = 2\n")
+    assert main(["static", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "layer_types: 24 entries for num_hidden_layers=2" in err
