@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from timeline.graph import profiles
 from timeline.graph.profiles import Profile
-from timeline.graph.saved import SavedTable, hf, megatron, paper
+from timeline.graph.saved import SavedTable, hf, megatron, megatron_gptoss, paper
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,7 +30,8 @@ class Framework:
 FRAMEWORKS: dict[str, Framework] = {
     f.name: f for f in (
         Framework(name="paper", params=profiles.PAPER, saved=paper.TABLE),
-        Framework(name="megatron", params=profiles.MEGATRON, saved=megatron.TABLE),
+        # the GPT-OSS rules (Megatron-Core 0.15, TE 2.8) join the megatron table under names of their own
+        Framework(name="megatron", params=profiles.MEGATRON, saved=megatron_gptoss.extend(megatron.TABLE)),
         Framework(name="hf", params=profiles.HF, saved=hf.TABLE),
     )
 }

@@ -41,8 +41,14 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
         # softmax statistics [b, h, s_q, 1] fp32 and the philox rng_state [seed, offset] (uint64)
         extras = {"lse": b.tensor(f"{name}.softmax_lse", (d.b, heads, sq), "fp32"),
                   "rng_state": b.tensor(f"{name}.rng_state", (2,), "int64")}
+        rule = "flash_attn"
+        if b.model.attention_sinks:  # learned sinks inside the kernel: their fp32 copy [1, h, 1, 1] is kept
+            extras["softmax_offset"] = b.tensor(f"{name}.softmax_offset", (1, heads, 1, 1), "fp32")
+            rule = "flash_attn_sinks"
+        if b.model.is_sliding(layer):  # a sliding window: each query meets at most that many keys
+            sk = min(sk, b.model.sliding_window)
         f = 2.0 * d.b * heads * sq * sk * (qk_dim + v_dim)
-        b.op(name, "flash_attn", layer, {"q": q, **kv}, {"y": ctx}, extras=extras, flops=f, tags=CORE)
+        b.op(name, rule, layer, {"q": q, **kv}, {"y": ctx}, extras=extras, flops=f, tags=CORE)
         return ctx
     shape = (d.b, heads, sq, sk)
     scores = b.tensor(f"{name}.scores", shape)

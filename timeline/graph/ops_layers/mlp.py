@@ -24,8 +24,11 @@ def activation(b: Builder, name: str, x: TensorDef, layer: int, ffn: int, *, rul
         rule = f"clamped_{rule or 'swiglu'}"
         if probs is not None:
             inputs["probs"] = probs
-        for extra in ("gate_clamped", "sigmoid", "glu", "up_offset"):
+        for extra in ("gate_clamped", "sigmoid", "glu", "up_offset"):  # HF's eager intermediates
             extras[extra] = b.tensor(f"{name}.{extra}", (x.shape[0], ffn))
+        # Megatron's fused path: the clamped (gate, up) concatenation and the offset as a 0-d tensor
+        extras["clamped"] = b.tensor(f"{name}.clamped", (x.shape[0], 2 * ffn))
+        extras["linear_offset"] = b.tensor(f"{name}.linear_offset", (1,))
     elif b.model.gated_mlp:
         rule = rule or "swiglu"
         if probs is not None:
