@@ -138,3 +138,29 @@ def test_gpt_oss_layer_types_must_cover_the_layers(tmp_path, capsys):
     assert main(["static", str(run)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "layer_types: 24 entries for num_hidden_layers=2" in err
+
+
+@pytest.mark.parametrize("folder", ["gpt-oss-20b", "gpt-oss-120b"])
+@pytest.mark.parametrize("profile", ["hf", "megatron"])
+def test_gpt_oss_simulates(tmp_path, capsys, folder, profile):
+    parallel = "" if profile == "hf" else "[parallel]\npp = 4\ntp = 2\nep = 8\ndp = 8\n"
+    run = _run(tmp_path, folder, profile, f"{parallel}[training]\nseq_len = 1024\nnum_microbatches = 4\n"
+                                          "iterations = 1\n")
+    code = main(["simulate", str(run), "-o", str(tmp_path / "out"), "--format", "summary"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "quantization_config (mxfp4) is ignored" in captured.err
+    devices = json.loads((tmp_path / "out" / "summary.json").read_text())["devices"]
+    total = dict(GPT_OSS_EXACT)[folder]
+    if profile == "hf":  # one device holding the whole model in bf16
+        assert len(devices) == 1 and devices[0]["static_bytes"]["weights"] == 2 * total
+    else:
+        assert len(devices) == 4 and all(d["peak_reserved_bytes"] > d["static_bytes"]["weights"] for d in devices)
+    if (folder, profile) == ("gpt-oss-20b", "megatron"):
+        # pp rank 1: 6 layers of, per TP 2 / EP 8 device, attention 13,276,512 (q/k/v/o weights and q/k/v
+        # biases halved, o bias 2,880, 32 sinks), norms 5,760, router 92,192, 4 experts × 12,447,360
+        # (gate/up/down weights halved by expert-TP, gate/up biases 1,440 each, down bias 2,880)
+        assert devices[1]["static_bytes"]["weights"] == 2 * 6 * (13_276_512 + 5_760 + 92_192 + 4 * 12_447_360)
+
+
+GPT_OSS_EXACT = [(g[0], g[1]) for g in GPT_OSS]
