@@ -164,3 +164,31 @@ def test_gpt_oss_simulates(tmp_path, capsys, folder, profile):
 
 
 GPT_OSS_EXACT = [(g[0], g[1]) for g in GPT_OSS]
+
+
+SMALL_GPT_OSS = ["num_hidden_layers=2", 'layer_types=["sliding_attention","full_attention"]', "hidden_size=256",
+                 "num_local_experts=4", "intermediate_size=128", "vocab_size=1000", "num_attention_heads=4",
+                 "num_key_value_heads=2", "pad_token_id=0", "eos_token_id=1"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,
+                    reason="needs the capture extra (torch, transformers)")
+def test_gpt_oss_captures_with_eager_attention(tmp_path, capsys):
+    """GPT-OSS has no SDPA path: capture builds it with eager attention (its default), and the trace keeps
+    what the hf profile models, plus 8 B: at b = 1 the loss keeps the padded (1, s + 1) int64 labels whole
+    (their shifted slice is already contiguous), where the model counts b·s of them."""
+    trace = tmp_path / "gpt-oss.parquet"
+    args = ["capture", "--hf-config", str(DATA / "gpt-oss-20b" / "config.json"),
+            *[a for s in SMALL_GPT_OSS for a in ("--set", s)], "--micro-batch-size", "1", "--seq-len", "64",
+            "-o", str(trace)]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "2,882,348 saved bytes" in captured.out + captured.err
+    cfg = json.loads((DATA / "gpt-oss-20b" / "config.json").read_text())
+    cfg.update({k: json.loads(v) for k, v in (s.split("=", 1) for s in SMALL_GPT_OSS)})
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "run.toml").write_text('[model]\nhf_config = "config.json"\nprofile = "hf"\n[training]\n'
+                                       "seq_len = 64\nmicro_batch_size = 1\n")
+    assert main(["static", str(tmp_path / "run.toml"), "--json"]) == 0
+    dev = json.loads(capsys.readouterr().out)["devices"][0]
+    assert dev["activation_bytes_per_microbatch"] == 2_882_348 - 8
