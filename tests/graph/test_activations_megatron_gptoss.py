@@ -100,3 +100,14 @@ def test_attention_parameters_split_over_tp(run):
     assert by["layers.0.mlp.experts.0.down_proj.bias"].numel == 2880
     assert by["layers.0.mlp.experts.0.gate_proj.bias"].numel == 2880 // TP  # fc1 bias split with its columns
     assert sum(1 for n in by if n.endswith(".down_proj.weight") and n.startswith("layers.0.")) == 32 // EP
+
+
+def test_context_parallel_sinks_are_refused(tmp_path, capsys):
+    """TE 2.8 keeps no backend for a learnable softmax under the ring (p2p) context parallelism."""
+    from timeline.cli import main
+
+    path = tmp_path / "run.toml"
+    path.write_text(f'[model]\nhf_config = "{CONFIG}"\nprofile = "megatron"\n[parallel]\ncp = 2\ndp = 2\n')
+    assert main(["static", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "parallel.cp" in err and "cp_comm_type = a2a" in err

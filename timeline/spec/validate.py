@@ -155,6 +155,9 @@ def validate_run(run: RunSpec) -> list[tuple[str, str]]:
             if getattr(par, key) > 1:
                 add((f"parallel.{key}", f'profile = "{life.name}" models one device per model replica; '
                      f'{key} > 1 needs profile = "{life.instead}"'))
+    if life is not None and life.sinks_cp_note and m.attention_sinks and par.cp > 1:
+        add(("parallel.cp", f'attention with learned sinks (GPT-OSS) under profile = "{life.name}": '
+             f"{life.sinks_cp_note}; set cp = 1"))
 
     # -- recompute --------------------------------------------------------------------------
     rc = run.recompute

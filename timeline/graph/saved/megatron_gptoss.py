@@ -14,7 +14,9 @@ Transformer Engine: Megatron-Core 0.15's ``TEDotProductAttention`` asserts TE �
 keeps FusedAttention only where cuDNN's F16 arbitrary-seqlen backend takes sinks (cuDNN ≥ 9.13.1,
 ``common/fused_attn/fused_attn.cpp: nvte_get_fused_attn_backend``), else it falls back to
 UnfusedDotProductAttention, which materialises s² scores (not modelled here: this table assumes
-the fused path). The rules extend :data:`timeline.graph.saved.megatron.RULES` under new names only,
+the fused path). Under context parallelism TE 2.8 keeps FusedAttention for a learnable softmax only
+with ``cp_comm_type = "a2a"``, not the KV ring this profile models, so run validation refuses cp > 1
+(:data:`timeline.spec.profiles.PROFILES`). The rules extend :data:`timeline.graph.saved.megatron.RULES` under new names only,
 so the base table (Megatron-Core 0.14, TE 2.6) stays as it is for every other model.
 """
 
