@@ -60,6 +60,10 @@ FAMILIES = {
     # router (top-k, then softmax) and experts, clamped SwiGLU
     "gpt_oss": {**SMALL, "model_type": "gpt_oss", "head_dim": 64, "num_local_experts": 4, "num_experts_per_tok": 2,
                 "intermediate_size": 128, "sliding_window": 32},
+    # attention dropout on the sliced softmax: a bool mask and the dropout output (b, h, s, s) for the ·V
+    "gpt_oss-dropout": {**SMALL, "model_type": "gpt_oss", "head_dim": 64, "num_local_experts": 4,
+                        "num_experts_per_tok": 2, "intermediate_size": 128, "sliding_window": 32,
+                        "attention_dropout": 0.1},
     "gpt_oss-mha": {**SMALL, "model_type": "gpt_oss", "num_key_value_heads": 4, "head_dim": 64,
                     "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 128},
 }
@@ -99,7 +103,7 @@ NODES = {
     # (GPT-OSS: the experts' sigmoid(alpha·gate), the attention softmax over s + 1 columns)
     ("SigmoidBackward0.result", "SoftmaxBackward0.result"): ("router.scores", "shared_expert_gate.sigmoid",
                                                              ".act.sigmoid", "core_attn.softmax"),
-    ("NativeDropoutBackward0.result1",): (".mask",),
+    ("NativeDropoutBackward0.result1",): (".mask",),  # (GPT-OSS's causal masks are named causal_mask.*)
     ("GroupedMmBackward0.self",): ("dispatch.permuted", "mlp.experts.act.out"),
     ("IndexBackward0.indices",): ("dispatch.sorted_idx", "dispatch.src_idx", "combine.inv_idx",
                                   "dispatch.expert_ids"),  # GPT-OSS: the expert biases' gather
@@ -234,7 +238,10 @@ GPT_OSS_CASES = [n for n in CONFIGS if CONFIGS[n][0]["model_type"] == "gpt_oss"]
 def test_gpt_oss_tensors_by_autograd_node(tmp_path, name):
     real = measured(name, "none")
     t = chunk_template(hf_run(tmp_path, name, "none"), 0)
-    for node, suffixes in NODES_GPT_OSS.items():
+    nodes = dict(NODES_GPT_OSS)
+    if CONFIGS[name][0].get("attention_dropout"):  # the ·V product keeps the dropout output, not the softmax
+        nodes[("BmmBackward0.self",)] = (".q_rope", "core_attn.dropout.out")
+    for node, suffixes in nodes.items():
         for layer in {x["layer"] for x in real["tensors"]}:
             got = sorted(x["bytes"] for x in real["tensors"] if x["layer"] == layer
                          and any(held(n, node) for n in x["nodes"]))
@@ -256,6 +263,8 @@ def gpt_oss_layer_bytes(cfg: dict, s: int, b: int) -> int:
     rows = t * k
     norms = 2 * (10 * t * h + 4 * t)
     attention = 8 * t * nq * d + 8 * b * nq * s + 2 * b * nq * s * (s + 1)
+    if cfg.get("attention_dropout"):  # a bool mask and the 16-bit dropout output, (b, h, s, s) each
+        attention += 3 * b * nq * s * s
     router = 8 * t * k + 2 * t * k
     experts = 32 * rows + 4 * rows * h + 2 * rows + 4 * e + 14 * rows * i
     return norms + attention + router + experts

@@ -9,7 +9,7 @@ only changes the mask: eager attention computes and keeps the whole ``s × s`` b
 Key and value heads are repeated to every query head (``repeat_kv``; for MHA the value is still
 copied, by ``matmul``'s reshape of its transposed view), and the context is transposed back by a
 ``.contiguous()`` copy that ``o_proj`` keeps. What each op keeps is the table's business (rules
-``attn_scores``, ``logits_max``, ``softmax``, ``attn_v``); this module only lays out the ops.
+``attn_scores``, ``logits_max``, ``softmax``, ``attn_dropout``, ``attn_v``); this module only lays out the ops.
 Eager attention needs the masks as tensors: :func:`attention_masks` builds them once per chunk, as
 ``GptOssModel.forward`` builds ``causal_mask_mapping`` (a full and a sliding-window mask, each
 ``(b, 1, s, s)`` in the model's dtype, whatever the layers use); a checkpointed layer keeps its mask.
@@ -69,6 +69,12 @@ def eager_sink_attention(b: Builder, name: str, q: TensorDef, k: TensorDef, v: T
     probs = b.tensor(f"{name}.softmax", cols)
     b.op(f"{name}.softmax_op", "softmax", layer, {"x": shifted}, {"y": probs},
          flops=5.0 * d.b * heads * d.s_local * (d.s + 1), tags=CORE)
+    if b.model.attention_dropout > 0:  # nn.functional.dropout(probs[..., :-1]): a new (b, h, s, s) tensor + mask
+        dropped = b.tensor(f"{name}.dropout.out", s2)
+        b.op(f"{name}.dropout", "attn_dropout", layer, {"x": probs}, {"y": dropped},
+             extras={"mask": b.tensor(f"{name}.dropout.mask", s2, "bool")},
+             flops=float(d.b * heads * d.s_local * d.s), tags=CORE)
+        probs = dropped
     ctx = b.tensor(f"{name}.pv_out", (rows, width))
     b.op(f"{name}.pv", "attn_v", layer, {"p": probs, "v": v}, {"y": ctx}, flops=mm, tags=CORE)
     out = b.tensor(f"{name}.out", (rows, width))

@@ -71,6 +71,10 @@ RULES: dict[str, SaveRule] = {
     "softmax": SaveRule(saves=("out:y",),
                         source=f"{GPT_OSS} eager_attention_forward: F.softmax(combined_logits, dtype=combined_logits"
                                ".dtype) — SoftmaxBackward0 saves its (b, h, s, s + 1) result"),
+    "attn_dropout": SaveRule(saves=("extra:mask",),
+                             source=f"{GPT_OSS} eager_attention_forward: nn.functional.dropout(scores, p="
+                                    "attention_dropout) — NativeDropoutBackward0 keeps a bool mask (CUDA's fused "
+                                    "kernel); the product with V keeps the dropout output"),
     "attn_v": SaveRule(saves=("in:p", "in:v"),
                        source=f"{GPT_OSS} eager_attention_forward: torch.matmul(attn_weights, value_states) — "
                               "BmmBackward0 saves probs[..., :-1] (a view of the softmax result) and the value "
