@@ -192,3 +192,15 @@ def test_gpt_oss_captures_with_eager_attention(tmp_path, capsys):
     assert main(["static", str(tmp_path / "run.toml"), "--json"]) == 0
     dev = json.loads(capsys.readouterr().out)["devices"][0]
     assert dev["activation_bytes_per_microbatch"] == 2_882_348 - 8
+
+
+def test_layer_types_of_other_families_are_not_read(tmp_path):
+    """A Qwen/Mistral config saved by recent transformers lists layer_types and a window: they stay
+    unread (full attention, as before), so shrinking num_hidden_layers in the run file still works."""
+    cfg = json.loads((DATA / "llama-3.1-8b" / "config.json").read_text())
+    cfg.update(layer_types=["full_attention"] * cfg["num_hidden_layers"], sliding_window=4096)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    path = tmp_path / "run.toml"
+    path.write_text(f'[model]\nhf_config = "{tmp_path / "config.json"}"\nnum_hidden_layers = 2\n')
+    run = load_run(path)
+    assert run.model.layer_types == () and run.model.sliding_window == 0

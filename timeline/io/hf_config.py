@@ -58,6 +58,12 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
 
 FIELDS = {f.name for f in dataclasses.fields(ModelSpec)}
 
+#: per-layer attention kinds and the window, read only for the families whose layers the graph builds
+#: by them (GPT-OSS); other configs that name a window (Mistral, Qwen ``use_sliding_window``) keep
+#: full attention as before, so their ``layer_types`` cannot clash with a ``num_hidden_layers`` override
+WINDOW_FIELDS = ("layer_types", "sliding_window")
+WINDOWED = ("gpt_oss",)
+
 #: keys a config.json must give (by their Hugging Face name or an alias such as GPT-2's n_embd)
 REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size")
 
@@ -130,6 +136,8 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
     problems: list[str] = []
     for key, value in cfg.items():
         field = ALIASES.get(key, key)
+        if field in WINDOW_FIELDS and model_type not in WINDOWED:
+            continue  # Mistral/Qwen configs carry a window too; their sliding attention is not modelled
         if field in FIELDS and field not in ("name", "model_type") and value is not None:
             v = _checked(key, field, value, problems)
             if v is not None:
