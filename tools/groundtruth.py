@@ -166,11 +166,9 @@ def build(config: dict[str, Any], dtype: str) -> Any:
     cfg_cls = CONFIG_MAPPING[cfg.pop("model_type", "llama")]
     hf = cfg_cls(**cfg)
     hf.use_cache = False
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING as CLASSES
 
-    # SDPA where the modelling class supports it; GPT-OSS (``_supports_sdpa = False``: its sinks need the
-    # logits) runs eager attention, its default
-    attn = "sdpa" if MODEL_FOR_CAUSAL_LM_MAPPING[type(hf)]._supports_sdpa else "eager"
+    attn = "sdpa" if CLASSES[type(hf)]._supports_sdpa else "eager"  # GPT-OSS: eager (sinks need the logits)
     kw: dict[str, Any] = {"attn_implementation": attn, "dtype": getattr(torch, DTYPES[dtype])}
     if cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts"):
         kw["experts_implementation"] = "grouped_mm"
