@@ -13,7 +13,8 @@ aten op that created it, and the autograd node attributes holding it (``MmBackwa
 CPU-vs-GPU fixes applied (groundtruth.md §3): SDPA emulated with the flash kernel (no mask, equal
 head dims ≤ 256, 16-bit; GQA at kv-head width) else the memory-efficient kernel (fake mode only),
 training dropout through ``native_dropout`` (1-byte masks), 16-bit LayerNorm keeping fp32 mean/rstd as
-the CUDA kernel does (fake mode only), no packed-sequence mask, ``use_cache=False``.
+the CUDA kernel does (fake mode only), no packed-sequence mask, ``use_cache=False``. A model class without SDPA support (GPT-OSS, whose sinks need
+the logits) runs its default, eager attention.
 Not measured: CUDA allocator rounding, workspaces, RNG state of a checkpoint (see §6).
 
 Usage: ``python tools/groundtruth.py CONFIG.json [--seq-len S] [--micro-batch B] [--recompute full]``
@@ -165,7 +166,10 @@ def build(config: dict[str, Any], dtype: str) -> Any:
     cfg_cls = CONFIG_MAPPING[cfg.pop("model_type", "llama")]
     hf = cfg_cls(**cfg)
     hf.use_cache = False
-    kw: dict[str, Any] = {"attn_implementation": "sdpa", "dtype": getattr(torch, DTYPES[dtype])}
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING as CLASSES
+
+    attn = "sdpa" if CLASSES[type(hf)]._supports_sdpa else "eager"  # GPT-OSS: eager (sinks need the logits)
+    kw: dict[str, Any] = {"attn_implementation": attn, "dtype": getattr(torch, DTYPES[dtype])}
     if cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts"):
         kw["experts_implementation"] = "grouped_mm"
     model = AutoModelForCausalLM.from_config(hf, **kw)

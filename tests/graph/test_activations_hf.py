@@ -2,14 +2,15 @@
 
 For Llama-style (MHA, GQA, fp32) and DeepSeek-V3-style configs — small dims and the full DeepSeek-V3
 layer shape (one dense and one MoE layer, b = 1, s = 4096) — and small configs of every other family
-the run file accepts under ``hf`` (Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, GPT-2), with no
-recompute and with full recompute: every decoder layer's saved storages match the model's saved tensors size for size,
+the run file accepts under ``hf`` (Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, GPT-2, GPT-OSS
+with GQA and MHA; and two layers of the published gpt-oss-20b at b = 1, s = 4096), with no recompute and with full recompute: every decoder layer's saved storages match the model's saved tensors size for size,
 the layer totals agree within 1 % (they agree to the byte), tensors held by the same autograd node
 attribute have the same sizes, and the step's total is within 1 % (outside the layers, full recompute's
 checkpoints also keep the int64 position ids, s·8 B, which the model leaves out). Qwen3-MoE runs with
 ``norm_topk_prob`` both false and true (the renormalisation keeps an fp32 sum and copy). Skipped when torch or
 transformers (the ``capture`` extra) is not installed. ``timeline static --json`` on an hf run
-reports the numbers (no torch needed).
+reports the numbers (no torch needed). GPT-OSS's eager attention is checked by its own autograd nodes
+(``BmmBackward0``, ``MaxBackward0``) and by a closed form read off its modelling code.
 """
 
 from __future__ import annotations
@@ -55,7 +56,23 @@ FAMILIES = {
     # LayerNorm, GeLU MLP, learned positions, dropout 0.1 (bool masks; attention dropout inside SDPA)
     "gpt2": {"model_type": "gpt2", "n_embd": 256, "n_head": 4, "n_layer": 2, "vocab_size": 1024,
              "n_positions": 1024, "activation_function": "gelu"},
+    # eager attention with sinks over s + 1 columns, layer 0 sliding (window 32 < s), layer 1 full; biased
+    # router (top-k, then softmax) and experts, clamped SwiGLU
+    "gpt_oss": {**SMALL, "model_type": "gpt_oss", "head_dim": 64, "num_local_experts": 4, "num_experts_per_tok": 2,
+                "intermediate_size": 128, "sliding_window": 32},
+    # attention dropout on the sliced softmax: a bool mask and the dropout output (b, h, s, s) for the ·V
+    "gpt_oss-dropout": {**SMALL, "model_type": "gpt_oss", "head_dim": 64, "num_local_experts": 4,
+                        "num_experts_per_tok": 2, "intermediate_size": 128, "sliding_window": 32,
+                        "attention_dropout": 0.1},
+    "gpt_oss-mha": {**SMALL, "model_type": "gpt_oss", "num_key_value_heads": 4, "head_dim": 64,
+                    "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 128},
 }
+
+#: the published gpt-oss-20b config cut to two layers (one sliding, one full)
+GPT_OSS_20B = {k: v for k, v in json.loads((Path(__file__).resolve().parents[1] / "data" / "hf" / "gpt-oss-20b" /
+                                            "config.json").read_text()).items()
+               if k not in ("quantization_config", "architectures", "transformers_version")}
+GPT_OSS_20B.update(num_hidden_layers=2, layer_types=GPT_OSS_20B["layer_types"][:2])
 
 #: name -> (config, seq_len, micro_batch, dtype); groundtruth.md §5
 CONFIGS = {
@@ -66,6 +83,7 @@ CONFIGS = {
     "dsv3-full-shape": (DSV3_FULL, 4096, 1, "bf16"),  # MLA on the memory-efficient kernel (192 ≠ 128)
     **{name: (cfg, 128, 2, "bf16") for name, cfg in FAMILIES.items()},
     "gpt2-fp32": (FAMILIES["gpt2"], 64, 2, "fp32"),  # memory-efficient kernel on views of one c_attn output
+    "gpt-oss-20b-shape": (GPT_OSS_20B, 4096, 1, "bf16"),  # two layers of the published gpt-oss-20b
 }
 CASES = [(name, rc) for name in CONFIGS for rc in ("none", "full")]
 
@@ -78,14 +96,29 @@ NODES = {
     ("Backward0.query",): (".q", ".q_rope", ".qkv"),  # GPT-2: q, k, v are views of c_attn's output
     ("Backward0.key",): (".k", ".k_rope", ".k_expanded", ".qkv"),
     ("Backward0.value",): (".v", "linear_kv_up_proj.out", ".v_expanded", ".qkv"),
-    ("SiluBackward0.self",): (".gate_proj.out", "mlp.experts.linear_fc1.out"),
+    # GPT-OSS's clamped SwiGLU: ClampBackward1 keeps the gate_up output whole
+    ("SiluBackward0.self", "ClampBackward1.self"): (".gate_proj.out", "mlp.experts.linear_fc1.out"),
     ("GeluBackward0.self",): ("mlp.linear_fc1.out",),
     # DeepSeek's sigmoid router, Mixtral/Qwen-MoE's softmax router, Qwen2-MoE's shared-expert gate
-    ("SigmoidBackward0.result", "SoftmaxBackward0.result"): ("router.scores", "shared_expert_gate.sigmoid"),
-    ("NativeDropoutBackward0.result1",): (".mask",),
+    # (GPT-OSS: the experts' sigmoid(alpha·gate), the attention softmax over s + 1 columns)
+    ("SigmoidBackward0.result", "SoftmaxBackward0.result"): ("router.scores", "shared_expert_gate.sigmoid",
+                                                             ".act.sigmoid", "core_attn.softmax"),
+    ("NativeDropoutBackward0.result1",): (".mask",),  # (GPT-OSS's causal masks are named causal_mask.*)
     ("GroupedMmBackward0.self",): ("dispatch.permuted", "mlp.experts.act.out"),
-    ("IndexBackward0.indices",): ("dispatch.sorted_idx", "dispatch.src_idx", "combine.inv_idx"),
+    ("IndexBackward0.indices",): ("dispatch.sorted_idx", "dispatch.src_idx", "combine.inv_idx",
+                                  "dispatch.expert_ids"),  # GPT-OSS: the expert biases' gather
     ("LogSoftmaxBackward0.result",): ("loss.exp_logits",),
+}
+
+
+#: GPT-OSS's eager attention (BmmBackward0 on views) and router, checked on its configs only
+NODES_GPT_OSS = {
+    ("BmmBackward0.self",): (".q_rope", "core_attn.softmax"),
+    ("BmmBackward0.mat2",): (".k_rope", ".k_expanded", ".v_expanded"),
+    ("MaxBackward0.indices",): (".row_max_idx",),
+    ("TopkBackward0.indices",): ("router.topk_idx",),
+    ("ClampBackward1.self",): ("mlp.experts.linear_fc1.out",),
+    ("MulBackward0.self",): (".act.gate_clamped", ".act.up_offset", "experts.linear_fc2.out", ".upcast.out"),
 }
 
 
@@ -148,6 +181,8 @@ def test_tensors_by_autograd_node(tmp_path, name):
                 continue  # fp32 models: the norm saves the residual stream itself
             if node == ("RsqrtBackward0.result",) and CONFIGS[name][0]["model_type"] == "gpt2":
                 continue  # LayerNorm keeps mean and rstd (".rsigma") without an rsqrt node
+            if node[0].startswith("Backward0.") and CONFIGS[name][0]["model_type"] == "gpt_oss":
+                continue  # eager attention: bmm nodes, in test_gpt_oss_tensors_by_autograd_node
             assert model == got, (node, layer)
 
 
@@ -169,11 +204,12 @@ def test_reference_numbers(tmp_path):
     assert (mha[0], mha[1]) == (48_439_296 + 24, 48_308_224 + 24)
 
 
-def test_sum_equals_memtracker():
+@pytest.mark.parametrize("name", ["dsv3-small", "gpt_oss"])
+def test_sum_equals_memtracker(name):
     """The tool's own cross-check (groundtruth.md §2): saved storages = MemTracker's Activation after
-    forward, less the 4-byte loss the caller holds."""
+    forward, less the 4-byte loss the caller holds (GPT-OSS: its eager masks are freed by then)."""
     groundtruth = tool()
-    cfg, s, b, dtype = CONFIGS["dsv3-small"]
+    cfg, s, b, dtype = CONFIGS[name]
     res = groundtruth.measure(cfg, seq_len=s, micro_batch=b, dtype=dtype)
     assert res["memtracker"]["activation_after_forward"] == res["total"] + 4
 
@@ -194,3 +230,66 @@ def test_static_json_reports_hf_activations(tmp_path, capsys):
     loss = 4 * sb * vocab + 8 * sb + 4
     assert dev["activation_bytes_per_microbatch"] == sum(layers) + final_norm + loss
     assert {e["layer"]: e["bytes"] for e in dev["layer_activation_bytes"]}[1] == layers[1]
+
+
+GPT_OSS_CASES = [n for n in CONFIGS if CONFIGS[n][0]["model_type"] == "gpt_oss"]
+
+
+@pytest.mark.parametrize("name", GPT_OSS_CASES)
+def test_gpt_oss_tensors_by_autograd_node(tmp_path, name):
+    real = measured(name, "none")
+    t = chunk_template(hf_run(tmp_path, name, "none"), 0)
+    nodes = dict(NODES_GPT_OSS)
+    if CONFIGS[name][0].get("attention_dropout"):  # the ·V product keeps the dropout output, not the softmax
+        nodes[("BmmBackward0.self",)] = (".q_rope", "core_attn.dropout.out")
+    for node, suffixes in nodes.items():
+        for layer in {x["layer"] for x in real["tensors"]}:
+            got = sorted(x["bytes"] for x in real["tensors"] if x["layer"] == layer
+                         and any(held(n, node) for n in x["nodes"]))
+            model = sorted(st.tensor.size_bytes for st in t.saved if st.layer == layer
+                           and st.tensor.name.endswith(suffixes))
+            assert model == got, (node, layer)
+
+
+def gpt_oss_layer_bytes(cfg: dict, s: int, b: int) -> int:
+    """One GPT-OSS decoder layer under transformers' eager attention and grouped_mm experts (bf16), read
+    off models/gpt_oss/modeling_gpt_oss.py and integrations/moe.py: two RMSNorms (fp32 input copy and
+    normalised tensor, fp32 rstd, 16-bit output), q/k/v each at every query head's width and o_proj's
+    input copy, the int64 row-max indices and the (b, h, s, s + 1) softmax; the router's int64 top-k
+    indices and 16-bit softmax of the k logits; the experts' four int64 index vectors (sorted, source,
+    expert ids, inverse), permuted tokens and down output (S·h each), 16-bit weights, int32 offsets,
+    gate_up (2S·I) and five more S·I tensors (clamped gate, sigmoid, glu, up + 1, product)."""
+    t, h, nq, d = b * s, cfg["hidden_size"], cfg["num_attention_heads"], cfg["head_dim"]
+    k, e, i = cfg["num_experts_per_tok"], cfg["num_local_experts"], cfg["intermediate_size"]
+    rows = t * k
+    norms = 2 * (10 * t * h + 4 * t)
+    attention = 8 * t * nq * d + 8 * b * nq * s + 2 * b * nq * s * (s + 1)
+    if cfg.get("attention_dropout"):  # a bool mask and the 16-bit dropout output, (b, h, s, s) each
+        attention += 3 * b * nq * s * s
+    router = 8 * t * k + 2 * t * k
+    experts = 32 * rows + 4 * rows * h + 2 * rows + 4 * e + 14 * rows * i
+    return norms + attention + router + experts
+
+
+@pytest.mark.parametrize("name", GPT_OSS_CASES)
+def test_gpt_oss_layer_closed_form(tmp_path, name):
+    """The model's bytes per layer equal the closed form read off the modelling code (layer 0 also holds
+    the shared RoPE cos/sin, each (1, s, head_dim / 2)); the autograd tests above measure the same."""
+    cfg, s, b, _ = CONFIGS[name]
+    layers = chunk_template(hf_run(tmp_path, name, "none"), 0).layer_activation_bytes
+    per_layer = gpt_oss_layer_bytes({"head_dim": 64, **cfg}, s, b)
+    assert layers[1] == per_layer
+    assert layers[0] == per_layer + 2 * 2 * s * cfg["head_dim"] // 2
+
+
+def test_gpt_oss_20b_reference_numbers(tmp_path):
+    """Two layers of gpt-oss-20b (b = 1, s = 4096), measured by tools/groundtruth.py: 3,370,877,056 and
+    3,370,352,768 bytes, of which the sink-concatenated softmax is 64 · 4096 · 4097 · 2 = 2,148,007,936."""
+    t = chunk_template(hf_run(tmp_path, "gpt-oss-20b-shape", "none"), 0)
+    assert (t.layer_activation_bytes[0], t.layer_activation_bytes[1]) == (3_370_877_056, 3_370_352_768)
+    probs = {st.tensor.name: st.tensor.size_bytes for st in t.saved}["layers.1.self_attn.core_attn.softmax"]
+    assert probs == 2_148_007_936
+    full = chunk_template(hf_run(tmp_path, "gpt-oss-20b-shape", "full"), 0)
+    assert full.layer_activation_bytes[0] == full.layer_activation_bytes[1] == 2 * 4096 * 2880
+    names = {st.tensor.name: st.layer for st in full.saved}
+    assert names["causal_mask.full"] == names["causal_mask.sliding"] == -1  # kept by the checkpoints

@@ -22,10 +22,16 @@ SMALL_MOE = replace(PRESETS["deepseek-v3"], name="tiny-moe", hidden_size=64, num
 SMALL_DENSE = replace(PRESETS["llama3-8b"], name="tiny-llama", hidden_size=64, num_hidden_layers=4,
                       num_attention_heads=8, num_key_value_heads=4, intermediate_size=128, vocab_size=512)
 
+# GPT-OSS-style: sinks, o_proj/router/expert biases, alternating sliding and full layers
+SMALL_GPTOSS = replace(SMALL_DENSE, name="tiny-gpt-oss", model_type="gpt_oss", head_dim=16, n_routed_experts=8,
+                       num_experts_per_tok=2, moe_intermediate_size=128, attention_bias=True, attention_sinks=True,
+                       attention_out_bias=True, router_logit_bias=True, expert_linear_bias=True, swiglu_limit=7.0,
+                       sliding_window=16, layer_types=("sliding_attention", "full_attention") * 2)
+
 
 @st.composite
 def plans(draw):
-    model = draw(st.sampled_from([SMALL_MOE, SMALL_DENSE]))
+    model = draw(st.sampled_from([SMALL_MOE, SMALL_DENSE, SMALL_GPTOSS]))
     profile = draw(st.sampled_from(["paper", "megatron"]))
     pp = draw(st.sampled_from([1, 2, 4]))
     tp = draw(st.sampled_from([1, 2, 4]))

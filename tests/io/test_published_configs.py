@@ -94,3 +94,113 @@ def test_kimi_k2_captures_and_the_trace_simulates(tmp_path, capsys):
     run = tmp_path / "run.toml"
     run.write_text(f'[model]\ntrace = "{trace}"\n[training]\nseq_len = 64\nnum_microbatches = 2\n')
     assert main(["simulate", str(run), "-o", str(tmp_path / "out"), "--format", "summary"]) == 0
+
+
+# gpt-oss model card (OpenAI, arXiv 2508.10925, Table 1): 116.83B and 20.91B total parameters; hf
+# counts the final norm (2,880) the paper profile leaves out, so both round to the card's figures
+GPT_OSS = [("gpt-oss-20b", 20_914_757_184, 20.91), ("gpt-oss-120b", 116_829_156_672, 116.83)]
+
+
+@pytest.mark.parametrize(("folder", "exact", "card"), GPT_OSS, ids=[g[0] for g in GPT_OSS])
+def test_gpt_oss_counts_the_model_card_total(tmp_path, folder, exact, card):
+    for profile in ("hf", "megatron"):
+        assert model_total_params(load_run(_run(tmp_path, folder, profile=profile))) == exact
+    assert round(exact / 1e9, 2) == card
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs the capture extra (transformers)")
+@pytest.mark.parametrize(("folder", "exact"), [(g[0], g[1]) for g in GPT_OSS], ids=[g[0] for g in GPT_OSS])
+def test_gpt_oss_count_is_transformers_count(folder, exact):
+    """transformers' own GptOssForCausalLM (on the meta device: no memory) has exactly these parameters."""
+    import torch
+    from transformers import AutoModelForCausalLM, GptOssConfig
+
+    cfg = json.loads((DATA / folder / "config.json").read_text())
+    cfg.pop("model_type")
+    cfg.pop("quantization_config")  # the MXFP4 loader needs a GPU; the parameters are the same
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(GptOssConfig(**cfg))
+    assert sum(p.numel() for p in model.parameters()) == exact
+
+
+def test_gpt_oss_reads_its_family_with_a_quantization_note():
+    notes: list[str] = []
+    m = read_hf_config(DATA / "gpt-oss-120b" / "config.json", notes)
+    assert (m.model_type, m.n_routed_experts, m.num_experts_per_tok, m.moe_intermediate_size) == ("gpt_oss", 128, 4, 2880)
+    assert m.attention_sinks and m.attention_out_bias and m.router_logit_bias and m.expert_linear_bias
+    assert (m.swiglu_limit, m.swiglu_alpha, m.glu_linear_offset, m.sliding_window) == (7.0, 1.702, 1.0, 128)
+    assert [m.is_sliding(i) for i in range(4)] == [True, False, True, False] and len(m.layer_types) == 36
+    assert notes == ["quantization_config (mxfp4) is ignored: training memory holds the weights in [training] dtype"]
+
+
+def test_gpt_oss_layer_types_must_cover_the_layers(tmp_path, capsys):
+    run = _run(tmp_path, "gpt-oss-20b", extra="num_hidden_layers = 2\n")
+    assert main(["static", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "layer_types: 24 entries for num_hidden_layers=2" in err
+
+
+@pytest.mark.parametrize("folder", ["gpt-oss-20b", "gpt-oss-120b"])
+@pytest.mark.parametrize("profile", ["hf", "megatron"])
+def test_gpt_oss_simulates(tmp_path, capsys, folder, profile):
+    parallel = "" if profile == "hf" else "[parallel]\npp = 4\ntp = 2\nep = 8\ndp = 8\n"
+    run = _run(tmp_path, folder, profile, f"{parallel}[training]\nseq_len = 1024\nnum_microbatches = 4\n"
+                                          "iterations = 1\n")
+    code = main(["simulate", str(run), "-o", str(tmp_path / "out"), "--format", "summary"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "quantization_config (mxfp4) is ignored" in captured.err
+    devices = json.loads((tmp_path / "out" / "summary.json").read_text())["devices"]
+    total = dict(GPT_OSS_EXACT)[folder]
+    if profile == "hf":  # one device holding the whole model in bf16
+        assert len(devices) == 1 and devices[0]["static_bytes"]["weights"] == 2 * total
+    else:
+        assert len(devices) == 4 and all(d["peak_reserved_bytes"] > d["static_bytes"]["weights"] for d in devices)
+    if (folder, profile) == ("gpt-oss-20b", "megatron"):
+        # pp rank 1: 6 layers of, per TP 2 / EP 8 device, attention 13,276,512 (q/k/v/o weights and q/k/v
+        # biases halved, o bias 2,880, 32 sinks), norms 5,760, router 92,192, 4 experts × 12,447,360
+        # (gate/up/down weights halved by expert-TP, gate/up biases 1,440 each, down bias 2,880)
+        assert devices[1]["static_bytes"]["weights"] == 2 * 6 * (13_276_512 + 5_760 + 92_192 + 4 * 12_447_360)
+
+
+GPT_OSS_EXACT = [(g[0], g[1]) for g in GPT_OSS]
+
+
+SMALL_GPT_OSS = ["num_hidden_layers=2", 'layer_types=["sliding_attention","full_attention"]', "hidden_size=256",
+                 "num_local_experts=4", "intermediate_size=128", "vocab_size=1000", "num_attention_heads=4",
+                 "num_key_value_heads=2", "pad_token_id=0", "eos_token_id=1"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,
+                    reason="needs the capture extra (torch, transformers)")
+def test_gpt_oss_captures_with_eager_attention(tmp_path, capsys):
+    """GPT-OSS has no SDPA path: capture builds it with eager attention (its default), and the trace keeps
+    what the hf profile models, plus 8 B: at b = 1 the loss keeps the padded (1, s + 1) int64 labels whole
+    (their shifted slice is already contiguous), where the model counts b·s of them."""
+    trace = tmp_path / "gpt-oss.parquet"
+    args = ["capture", "--hf-config", str(DATA / "gpt-oss-20b" / "config.json"),
+            *[a for s in SMALL_GPT_OSS for a in ("--set", s)], "--micro-batch-size", "1", "--seq-len", "64",
+            "-o", str(trace)]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "2,882,348 saved bytes" in captured.out + captured.err
+    cfg = json.loads((DATA / "gpt-oss-20b" / "config.json").read_text())
+    cfg.update({k: json.loads(v) for k, v in (s.split("=", 1) for s in SMALL_GPT_OSS)})
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "run.toml").write_text('[model]\nhf_config = "config.json"\nprofile = "hf"\n[training]\n'
+                                       "seq_len = 64\nmicro_batch_size = 1\n")
+    assert main(["static", str(tmp_path / "run.toml"), "--json"]) == 0
+    dev = json.loads(capsys.readouterr().out)["devices"][0]
+    assert dev["activation_bytes_per_microbatch"] == 2_882_348 - 8
+
+
+def test_layer_types_of_other_families_are_not_read(tmp_path):
+    """A Qwen/Mistral config saved by recent transformers lists layer_types and a window: they stay
+    unread (full attention, as before), so shrinking num_hidden_layers in the run file still works."""
+    cfg = json.loads((DATA / "llama-3.1-8b" / "config.json").read_text())
+    cfg.update(layer_types=["full_attention"] * cfg["num_hidden_layers"], sliding_window=4096)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    path = tmp_path / "run.toml"
+    path.write_text(f'[model]\nhf_config = "{tmp_path / "config.json"}"\nnum_hidden_layers = 2\n')
+    run = load_run(path)
+    assert run.model.layer_types == () and run.model.sliding_window == 0

@@ -56,8 +56,10 @@ def _transformers():
 
 def _config_errors() -> tuple[type[BaseException], ...]:
     """What building a config or a model from bad values raises (huggingface_hub's strict
-    dataclasses raise their own error class)."""
-    errors: tuple[type[BaseException], ...] = (ValueError, KeyError, TypeError, AttributeError, RuntimeError)
+    dataclasses raise their own error class; torch modules assert on their arguments, e.g. nn.Embedding on a
+    ``pad_token_id`` outside a shrunk vocabulary)."""
+    errors: tuple[type[BaseException], ...] = (ValueError, KeyError, TypeError, AttributeError, RuntimeError,
+                                               AssertionError)
     try:
         from huggingface_hub.errors import StrictDataclassError
     except ImportError:  # pragma: no cover - older huggingface_hub
@@ -88,6 +90,13 @@ def config_keys(model_type: str) -> frozenset[str]:
     return frozenset(default.to_dict()) | frozenset(getattr(cls, "attribute_map", {})) | params | BUILDER_KEYS
 
 
+def _default_attention(tf: Any, hf_cfg: Any) -> str:
+    """SDPA where the causal-LM class supports it, else eager (GPT-OSS: ``_supports_sdpa = False``, its
+    sinks need the logits), as ``from_pretrained`` would pick."""
+    cls = tf.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING.get(type(hf_cfg), None)
+    return "sdpa" if cls is None or getattr(cls, "_supports_sdpa", True) else "eager"
+
+
 def hf_builder(config: dict[str, Any], *, micro_batch_size: int, seq_len: int, dtype: str = "bf16"):
     """A build function for :func:`timeline.capture.run.capture` (call it inside fake mode).
     A config the Hugging Face classes reject raises a UserError ``config: …``, here or in the build."""
@@ -101,7 +110,7 @@ def hf_builder(config: dict[str, Any], *, micro_batch_size: int, seq_len: int, d
         hf_cfg = tf.AutoConfig.for_model(model_type, **cfg)
     except _config_errors() as exc:
         raise UserError(f"config: {_brief(exc)}") from None
-    hf_cfg._attn_implementation = cfg.get("attn_implementation", "sdpa")
+    hf_cfg._attn_implementation = cfg.get("attn_implementation") or _default_attention(tf, hf_cfg)
     if cfg.get("experts_implementation"):
         hf_cfg._experts_implementation = cfg["experts_implementation"]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from timeline.graph import profiles
 from timeline.graph.profiles import Profile
-from timeline.graph.saved import SavedTable, hf, megatron, paper
+from timeline.graph.saved import SavedTable, hf, megatron, megatron_gptoss, paper
 from timeline.spec.framework import FrameworkSpec
 
 
@@ -40,7 +40,9 @@ class Framework:
 FRAMEWORKS: dict[str, Framework] = {
     f.name: f for f in (
         Framework(name="paper", params=profiles.PAPER, saved=paper.TABLE),
-        Framework(name="megatron", params=profiles.MEGATRON, saved=megatron.TABLE, configure=megatron.configure),
+        # the GPT-OSS rules (Megatron-Core 0.15, TE 2.8) join the megatron table under names of their own
+        Framework(name="megatron", params=profiles.MEGATRON, saved=megatron_gptoss.extend(megatron.TABLE),
+                  configure=megatron.configure),
         Framework(name="hf", params=profiles.HF, saved=hf.TABLE),
     )
 }

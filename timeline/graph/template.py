@@ -28,6 +28,7 @@ from timeline.graph.ops_layers.embedding import embedding
 from timeline.graph.ops_layers.head import head
 from timeline.graph.ops_layers.layer import decoder_layer
 from timeline.graph.ops_layers.mtp import mtp
+from timeline.graph.ops_layers.sinks import attention_masks
 from timeline.graph.recompute import recompute_regions
 from timeline.graph.tensors import Category
 from timeline.spec.run import RecomputeSpec, RunSpec
@@ -48,6 +49,8 @@ def forward_ops(run: RunSpec, chunk: int, ctx: BuildCtx | None = None) -> list[F
         b.op("recv_forward", "comm", None, {}, {"y": x}, kind="p2p", stream="pp")
     if b.table.rope_cache and m.position_embedding == "rope":
         rope_cache(b)
+    if m.attention_sinks and b.table.sink_attention == "eager":
+        attention_masks(b)
     for i in ranges[chunk]:
         x = decoder_layer(b, i, f"layers.{i}", x, moe=m.is_moe_layer(i))
     if chunk == len(ranges) - 1:

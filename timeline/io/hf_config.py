@@ -1,9 +1,11 @@
 """Read a Hugging Face ``config.json`` into a :class:`~timeline.spec.ModelSpec`.
 
-Understands the key names of DeepSeek-V2/V3, Llama, Mistral/Mixtral, Qwen2/3 and Qwen-MoE, and
-GPT-2. Keys the simulator does not need (rope scaling, token ids, …) are ignored; what the
+Understands the key names of DeepSeek-V2/V3, Llama, Mistral/Mixtral, Qwen2/3 and Qwen-MoE, GPT-2
+and GPT-OSS. Keys the simulator does not need (rope scaling, token ids, …) are ignored; what the
 modelling code implies but the config does not say (Qwen2's Q/K/V biases, GPT-2's biases and
-tied embeddings) is filled in per ``model_type``.
+tied embeddings, GPT-OSS's sinks and biases) is filled in per ``model_type``. A ``quantization_config``
+(GPT-OSS ships MXFP4 experts) is reported in a note and ignored: training holds the weights in
+``[training] dtype``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from timeline.spec.fields import check_value
 from timeline.spec.model import ALIASES, ModelSpec
 
 SUPPORTED = ("deepseek_v2", "deepseek_v3", "llama", "mistral", "mixtral", "qwen2", "qwen3",
-             "qwen2_moe", "qwen3_moe", "gpt2")
+             "qwen2_moe", "qwen3_moe", "gpt2", "gpt_oss")
 
 #: the modelling class a config's ``architectures`` names → the family it implements, for
 #: configs whose ``model_type`` is a label of their own (Kimi-K2's ``kimi_k2`` runs
@@ -28,7 +30,7 @@ ARCHITECTURES: dict[str, str] = {
     "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
     "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen2MoeForCausalLM": "qwen2_moe",
-    "Qwen3MoeForCausalLM": "qwen3_moe", "GPT2LMHeadModel": "gpt2",
+    "Qwen3MoeForCausalLM": "qwen3_moe", "GPT2LMHeadModel": "gpt2", "GptOssForCausalLM": "gpt_oss",
 }
 
 #: fields where the config's 0 would be read as "not given" by the spec, but Hugging Face has
@@ -46,9 +48,21 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen2_moe": {"attention_bias": True, "shared_expert_gate": True},
     "qwen3": {"qk_norm": True},
     "qwen3_moe": {"qk_norm": True},
+    # models/gpt_oss/modeling_gpt_oss.py (transformers 5.24): GptOssAttention.sinks (one per head),
+    # GptOssTopKRouter.bias, GptOssExperts gate_up_proj_bias / down_proj_bias, _apply_gate's
+    # gate * sigmoid(gate * alpha) * (up + 1) with the clamps; GptOssConfig defaults for the rest
+    "gpt_oss": {"attention_sinks": True, "router_logit_bias": True, "expert_linear_bias": True,
+                "attention_bias": True, "swiglu_limit": 7.0, "swiglu_alpha": 1.702, "glu_linear_offset": 1.0,
+                "sliding_window": 128},
 }
 
 FIELDS = {f.name for f in dataclasses.fields(ModelSpec)}
+
+#: per-layer attention kinds and the window, read only for the families whose layers the graph builds
+#: by them (GPT-OSS); other configs that name a window (Mistral, Qwen ``use_sliding_window``) keep
+#: full attention as before, so their ``layer_types`` cannot clash with a ``num_hidden_layers`` override
+WINDOW_FIELDS = ("layer_types", "sliding_window")
+WINDOWED = ("gpt_oss",)
 
 #: keys a config.json must give (by their Hugging Face name or an alias such as GPT-2's n_embd)
 REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size")
@@ -122,6 +136,8 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
     problems: list[str] = []
     for key, value in cfg.items():
         field = ALIASES.get(key, key)
+        if field in WINDOW_FIELDS and model_type not in WINDOWED:
+            continue  # Mistral/Qwen configs carry a window too; their sliding attention is not modelled
         if field in FIELDS and field not in ("name", "model_type") and value is not None:
             v = _checked(key, field, value, problems)
             if v is not None:
@@ -135,6 +151,8 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
         # modeling_qwen2_moe.py Qwen2MoeDecoderLayer: MoE where (layer_idx + 1) % decoder_sparse_step == 0,
         # i.e. layers step-1, 2·step-1, … (mlp_only_layers is not modelled)
         values["first_k_dense_replace"] = values.get("moe_layer_freq", 1) - 1
+    if model_type == "gpt_oss":
+        _gpt_oss(cfg, values, notes)
     if model_type == "mixtral" and not values.get("moe_intermediate_size"):
         # modeling_mixtral.py MixtralExperts: each expert is intermediate_size wide
         values["moe_intermediate_size"] = values["intermediate_size"]
@@ -149,6 +167,23 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
         return ModelSpec(**values)
     except TypeError as exc:  # pragma: no cover - guarded by FIELDS filter
         raise UserError(f"config: {exc}") from None
+
+
+def _gpt_oss(cfg: dict[str, Any], values: dict[str, Any], notes: list[str] | None) -> None:
+    """GPT-OSS facts the config leaves to the modelling code (transformers 5.24 configuration_gpt_oss.py /
+    modeling_gpt_oss.py): experts are ``intermediate_size`` wide, o_proj has a bias exactly when q/k/v do,
+    ``layer_types`` defaults to sliding on even layers and full on odd ones (``GptOssConfig.__post_init__``)."""
+    values["moe_intermediate_size"] = values["intermediate_size"]
+    values["attention_out_bias"] = values.get("attention_bias", True)
+    if not cfg.get("layer_types"):
+        values["layer_types"] = tuple("sliding_attention" if (i + 1) % 2 else "full_attention"
+                                      for i in range(values.get("num_hidden_layers", 36)))
+    if cfg.get("sliding_window", 128) is None:  # null: the sliding layers see every key
+        values["sliding_window"] = 0
+    quant = cfg.get("quantization_config")
+    if isinstance(quant, dict) and notes is not None:
+        notes.append(f"quantization_config ({quant.get('quant_method', 'unnamed')}) is ignored: training "
+                     "memory holds the weights in [training] dtype")
 
 
 def read_hf_config(path: Path, notes: list[str] | None = None) -> ModelSpec:

@@ -2,7 +2,8 @@
 
 One :class:`ModelSpec` covers the layer families the graph builds: GPT-style (LayerNorm,
 GeLU MLP, learned positions), Llama-style (RMSNorm, SwiGLU, RoPE, MHA/GQA), Mixtral/Qwen MoE,
-and DeepSeek (MLA, shared + routed experts, MTP). Field names follow Hugging Face
+DeepSeek (MLA, shared + routed experts, MTP), and GPT-OSS (sliding-window and full attention layers,
+a learned softmax sink per head, biased router and experts, a clamped SwiGLU). Field names follow Hugging Face
 ``config.json`` so a user can override any of them in ``[model]`` by the name they know;
 :data:`ALIASES` maps other spellings (GPT-2's ``n_embd``, Mixtral's ``num_local_experts``, …).
 """
@@ -41,6 +42,18 @@ class ModelSpec:
     attention_dropout: float = spec_field(0.0, minimum=0.0, maximum=1.0)
     hidden_dropout: float = spec_field(0.0, minimum=0.0, maximum=1.0)
     tie_word_embeddings: bool = spec_field(False)
+    # GPT-OSS: per-layer attention kinds, learned sinks, biases on o_proj, router and experts, clamped SwiGLU
+    layer_types: tuple[str, ...] = spec_field((), choices=("full_attention", "sliding_attention"),
+                                              doc="attention kind per decoder layer; empty = all full")
+    sliding_window: int = spec_field(0, nonneg=True, maximum=2**26, doc="keys a sliding_attention layer sees")
+    attention_sinks: bool = spec_field(False, doc="a learned softmax sink logit per attention head (GPT-OSS)")
+    attention_out_bias: bool = spec_field(False, doc="bias on the attention output projection (GPT-OSS)")
+    router_logit_bias: bool = spec_field(False, doc="trainable bias on the router's linear (GPT-OSS)")
+    expert_linear_bias: bool = spec_field(False, doc="biases on the routed experts' linears (GPT-OSS)")
+    swiglu_limit: float = spec_field(0.0, minimum=0.0, maximum=1e6,
+                                     doc="SwiGLU clamp: gate ≤ limit, |up| ≤ limit; 0 = unclamped")
+    swiglu_alpha: float = spec_field(1.0, minimum=0.0, maximum=1e3, doc="gate · sigmoid(alpha · gate)")
+    glu_linear_offset: float = spec_field(0.0, minimum=-1e3, maximum=1e3, doc="(up + offset) · act(gate)")
     # Multi-head latent attention (DeepSeek); kv_lora_rank = 0 means ordinary MHA/GQA.
     q_lora_rank: int = spec_field(0, nonneg=True, maximum=2**20, doc="0 = no query compression")
     kv_lora_rank: int = spec_field(0, nonneg=True, maximum=2**20, doc="0 = not MLA")
@@ -85,6 +98,12 @@ class ModelSpec:
     @property
     def shared_ffn(self) -> int:
         return self.shared_expert_intermediate_size or self.n_shared_experts * self.moe_intermediate_size
+
+    def is_sliding(self, layer: int) -> bool:
+        """Whether decoder layer ``layer`` attends over a sliding window (``layer_types``; MTP layers past
+        the list attend fully)."""
+        return layer < len(self.layer_types) and self.layer_types[layer] == "sliding_attention" \
+            and self.sliding_window > 0
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether decoder layer ``layer`` (0-based) has an MoE block (DeepSeek/Qwen rules)."""

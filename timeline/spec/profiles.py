@@ -23,12 +23,19 @@ class ProfileLifecycle:
     single_device: bool = False
     #: the profile to suggest for what this one cannot do
     instead: str = "megatron"
+    #: why attention with learned sinks cannot run under context parallelism ("": it can)
+    sinks_cp_note: str = ""
 
 
 #: profile name → lifecycle facts, in the order ``model.profile`` lists them (megatron is the default)
 PROFILES: dict[str, ProfileLifecycle] = {
     "megatron": ProfileLifecycle(name="megatron", max_zero=1, instead="paper",
-                                 zero_note="its distributed optimizer is zero = 1"),
+                                 zero_note="its distributed optimizer is zero = 1",
+                                 # NVIDIA/TransformerEngine@v2.8 attention/dot_product_attention/utils.py
+                                 # get_attention_backend: "Filter: Softmax type"
+                                 sinks_cp_note="Transformer Engine 2.8 runs a learnable softmax under context "
+                                               "parallelism only with cp_comm_type = a2a, not the KV ring "
+                                               "this profile models"),
     "paper": ProfileLifecycle(name="paper", max_zero=3, zero_note="ZeRO 0–3 as DeepSpeed defines them"),
     "hf": ProfileLifecycle(name="hf", max_zero=3, single_device=True,
                            zero_note="FSDP or DeepSpeed for ZeRO 2/3"),

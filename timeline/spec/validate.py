@@ -47,6 +47,11 @@ def model_problems(m: ModelSpec) -> list[tuple[str, str]]:
         if not m.moe_intermediate_size:
             add(("model.moe_intermediate_size", "a mixture-of-experts model (n_routed_experts > 0) needs "
                  "moe_intermediate_size ≥ 1, the width of one expert"))
+    if m.layer_types and len(m.layer_types) != m.num_hidden_layers:
+        add(("model.layer_types", f"{len(m.layer_types)} entries for num_hidden_layers={m.num_hidden_layers}; "
+             "give one attention kind per decoder layer (or set both together)"))
+    if "sliding_attention" in m.layer_types and not m.sliding_window:
+        add(("model.sliding_window", "layer_types names sliding_attention layers; give sliding_window ≥ 1"))
     if m.first_k_dense_replace > m.num_hidden_layers:
         add(("model.first_k_dense_replace", f"{m.first_k_dense_replace} exceeds num_hidden_layers="
              f"{m.num_hidden_layers}; use at most {m.num_hidden_layers} (all dense)"))
@@ -153,6 +158,9 @@ def validate_run(run: RunSpec) -> list[tuple[str, str]]:
             if getattr(par, key) > 1:
                 add((f"parallel.{key}", f'profile = "{life.name}" models one device per model replica; '
                      f'{key} > 1 needs profile = "{life.instead}"'))
+    if life is not None and life.sinks_cp_note and m.attention_sinks and par.cp > 1:
+        add(("parallel.cp", f'attention with learned sinks (GPT-OSS) under profile = "{life.name}": '
+             f"{life.sinks_cp_note}; set cp = 1"))
 
     # -- recompute --------------------------------------------------------------------------
     rc = run.recompute

@@ -2,7 +2,8 @@
 
 Q/K/V are column-parallel over TP (heads split), the output projection row-parallel (its
 bias, where present, is replicated — Megatron ``RowParallelLinear``). Qwen3's per-head q/k
-norms are tagged ``norm``. :func:`attention_heads` reads the local head counts back off the
+norms are tagged ``norm``. GPT-OSS's learned sinks are one logit per query head, split with the
+heads (HF ``GptOssAttention.sinks``; Megatron-Core's ``softmax_offset`` per local head). :func:`attention_heads` reads the local head counts back off the
 built parameters, for the op builders.
 """
 
@@ -28,8 +29,10 @@ def attention_params(ctx: BuildCtx, prefix: str, module: str = "attention") -> l
     if m.attention_bias or m.linear_bias:
         out += [param(f"{prefix}.{n}_proj.bias", (w,), module=module, dtype=dt, split=tp)
                 for n, w in (("q", q_out), ("k", kv_out), ("v", kv_out))]
-    if m.linear_bias:
+    if m.linear_bias or m.attention_out_bias:
         out.append(param(f"{prefix}.o_proj.bias", (m.hidden_size,), module=module, dtype=dt))
+    if m.attention_sinks:
+        out.append(param(f"{prefix}.sinks", (m.num_attention_heads,), module=module, dtype=dt, split=tp))
     if m.qk_norm:
         out += norm_params(ctx, f"{prefix}.q_norm", hd, module="norm", kind="rmsnorm")
         out += norm_params(ctx, f"{prefix}.k_norm", hd, module="norm", kind="rmsnorm")

@@ -2,7 +2,8 @@
 
 Routed experts: ``n_routed_experts / ep`` per rank, each FFN split over ``etp`` (Megatron
 grouped GEMM ``experts``). The router weight is replicated; DeepSeek-V3's score-correction
-bias is an fp32 buffer where the profile holds it. Shared experts are one MLP of width
+bias is an fp32 buffer where the profile holds it; GPT-OSS's router linear has a trainable bias
+(``router_logit_bias``) and its experts biases (:func:`~timeline.graph.layers.mlp.mlp_params`). Shared experts are one MLP of width
 ``n_shared × moe_intermediate`` (or Qwen's ``shared_expert_intermediate_size``), TP-split
 or replicated per the profile. Everything is tagged ``moe``. :func:`moe_local` reads the local
 expert count and widths back off the built parameters, for the op builders.
@@ -21,6 +22,9 @@ from timeline.graph.tensors import TensorDef, param
 def moe_params(ctx: BuildCtx, prefix: str, module: str = "moe") -> list[TensorDef]:
     m, h = ctx.model, ctx.model.hidden_size
     out = [param(f"{prefix}.gate.weight", (m.n_routed_experts, h), module=module, dtype=ctx.dtype, in_moe=True)]
+    if m.router_logit_bias:
+        out.append(param(f"{prefix}.gate.bias", (m.n_routed_experts,), module=module, dtype=ctx.dtype,
+                         in_moe=True))
     if m.router_bias and ctx.profile.router_bias:
         out.append(param(f"{prefix}.gate.e_score_correction_bias", (m.n_routed_experts,), module=module,
                          dtype="fp32", trainable=False, in_moe=True))

@@ -4,6 +4,9 @@ torch SDPA as CUDA dispatches it (``sdpa``: flash, else memory-efficient), as th
 says. Context parallelism: each rank holds ``s/cp`` queries and receives the other ranks' K/V
 chunks in a ring (a ``comm`` buffer of two chunks in flight). Under a table with ``rope_cache``
 the RoPE cos/sin are built once per chunk (:func:`rope_cache`) and every RoPE op reads them.
+Learned sinks (GPT-OSS) under a table with ``sink_attention = "eager"`` run
+:func:`~timeline.graph.ops_layers.sinks.eager_sink_attention`; otherwise the sinks live inside the
+table's attention kernel.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 from timeline.graph.ir import Builder
 from timeline.graph.layers.attention import attention_heads
 from timeline.graph.ops_layers.common import NONE, Tags, norm, row_linear, sp_gather
+from timeline.graph.ops_layers.sinks import eager_sink_attention
 from timeline.graph.tensors import TensorDef
 
 CORE: Tags = frozenset({"core_attn"})
@@ -28,6 +32,8 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
         ring = b.tensor(f"{name}.kv_ring", (2 * k.shape[0], k.shape[1] + v.shape[1]), comm=True)
         b.op(f"{name}.cp_ring", "comm", layer, {"k": k, "v": v}, {"y": ring}, kind="p2p", stream="cp", tags=CORE)
         kv["_ring"] = ring
+    if b.model.attention_sinks and b.table.sink_attention == "eager":
+        return eager_sink_attention(b, name, q, k, v, layer, heads, qk_dim)
     ctx = b.tensor(f"{name}.out", (rows, heads * v_dim))
     if b.table.attention == "sdpa":
         return _sdpa(b, name, q, k, v, ctx, layer, heads, qk_dim, v_dim)
@@ -37,8 +43,14 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
                   "rng_state": b.tensor(f"{name}.rng_state", (2,), "int64")}
         if d.cp > 1:  # the K/V chunk the ring ends on (a k+v concatenation), which a CP backward re-reads
             extras["kv_p2p"] = b.tensor(f"{name}.kv_p2p", (k.shape[0], k.shape[1] + v.shape[1]))
+        rule = "flash_attn"
+        if b.model.attention_sinks:  # learned sinks inside the kernel: their fp32 copy [1, h, 1, 1] is kept
+            extras["softmax_offset"] = b.tensor(f"{name}.softmax_offset", (1, heads, 1, 1), "fp32")
+            rule = "flash_attn_sinks"
+        if b.model.is_sliding(layer):  # a sliding window: each query meets at most that many keys
+            sk = min(sk, b.model.sliding_window)
         f = 2.0 * d.b * heads * sq * sk * (qk_dim + v_dim)
-        b.op(name, "flash_attn", layer, {"q": q, **kv}, {"y": ctx}, extras=extras, flops=f, tags=CORE)
+        b.op(name, rule, layer, {"q": q, **kv}, {"y": ctx}, extras=extras, flops=f, tags=CORE)
         return ctx
     shape = (d.b, heads, sq, sk)
     scores = b.tensor(f"{name}.scores", shape)
@@ -96,6 +108,8 @@ def rope_cache(b: Builder) -> None:
     is tagged ``shared`` so a checkpoint that keeps them counts them outside the layers."""
     m, d = b.model, b.dims
     dim = m.qk_rope_head_dim if m.is_mla else m.attn_head_dim
+    if m.model_type in b.table.rope_half:  # GptOssRotaryEmbedding: emb = freqs, not cat((freqs, freqs))
+        dim //= 2
     cos, sin = b.tensor("rotary_emb.cos", (1, d.s_local, dim)), b.tensor("rotary_emb.sin", (1, d.s_local, dim))
     b.op("rotary_emb", "rope_cache", None, {}, {"cos": cos, "sin": sin}, tags=frozenset({"shared"}))
     b.shared.update(cos=cos, sin=sin)

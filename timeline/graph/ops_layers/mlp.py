@@ -15,11 +15,21 @@ MLP: Tags = frozenset({"mlp"})
 def activation(b: Builder, name: str, x: TensorDef, layer: int, ffn: int, *, rule: str | None = None,
                probs: TensorDef | None = None, up: TensorDef | None = None, tags: Tags = MLP) -> TensorDef:
     """GeLU on ``x`` or SwiGLU on the fused gate+up output (or on gate ``x`` and ``up``); ``ffn`` is the
-    local width."""
+    local width. A model with ``swiglu_limit`` > 0 runs the clamped SwiGLU (rule ``clamped_swiglu``, or
+    ``clamped_weighted_swiglu`` with routing probs), whose intermediates are extras the table may keep."""
     y = b.tensor(f"{name}.out", (x.shape[0], ffn))
     inputs = {"x": x} if up is None else {"x": x, "up": up}
     extras = {}
-    if b.model.gated_mlp:
+    if b.model.gated_mlp and b.model.swiglu_limit > 0:  # GPT-OSS: clamp, gate·sigmoid(alpha·gate), (up + 1)
+        rule = f"clamped_{rule or 'swiglu'}"
+        if probs is not None:
+            inputs["probs"] = probs
+        for extra in ("gate_clamped", "sigmoid", "glu", "up_offset"):  # HF's eager intermediates
+            extras[extra] = b.tensor(f"{name}.{extra}", (x.shape[0], ffn))
+        # Megatron's fused path: the clamped (gate, up) concatenation and the offset as a 0-d tensor
+        extras["clamped"] = b.tensor(f"{name}.clamped", (x.shape[0], 2 * ffn))
+        extras["linear_offset"] = b.tensor(f"{name}.linear_offset", (1,))
+    elif b.model.gated_mlp:
         rule = rule or "swiglu"
         if probs is not None:
             inputs["probs"] = probs

@@ -67,6 +67,7 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     t = src.shape[0]
     score_dtype, idx_dtype = ("bf16", "int16") if paper else ("fp32", "int64")
     softmax = m.model_type in b.table.softmax_router  # Mixtral/Qwen-MoE: softmax(F.linear(x, W), fp32)
+    softmax = softmax or m.model_type in b.table.topk_softmax_router  # GPT-OSS: F.linear(x, W, bias)
     if b.table.upcast_fp32 and not softmax:  # F.linear(hidden_states.type(torch.float32), ...)
         logits = linear(b, f"{p}.router", upcast(b, f"{p}.router.upcast", src, layer, tags=MOE), n, layer,
                         out_name="logits", tags=MOE)
@@ -75,18 +76,7 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     if b.table.megatron_moe:
         probs, idx, pprobs, permuted = _megatron_router(b, p, src, logits, layer)
     else:
-        scores = b.tensor(f"{p}.router.scores", (t, n), score_dtype)
-        b.op(f"{p}.router.score", "router_softmax" if softmax else "router_score", layer, {"x": logits},
-             {"y": scores}, extras={"scores": b.tensor(f"{p}.router.scores_saved", (t, n), "fp32")},
-             flops=4.0 * t * n, tags=MOE)
-        cast = m.model_type in b.table.unnormalised_topk  # weights cast back to the logits dtype
-        plain = cast and not m.norm_topk_prob  # renormalised top-k keeps its fp32 sum and raw weights
-        probs = b.tensor(f"{p}.router.probs", (t, k), d.dtype if cast else "fp32")
-        idx = b.tensor(f"{p}.router.topk_idx", (t, k), idx_dtype)
-        norm_extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), "fp32"),
-                       "raw_weights": b.tensor(f"{p}.router.topk_raw_weights", (t, k), "fp32")}
-        b.op(f"{p}.router.topk", "topk_unnormalised" if plain else "topk", layer, {"x": scores},
-             {"probs": probs, "idx": idx}, extras=norm_extras, flops=float(t * n), tags=MOE)
+        probs, idx = _router(b, p, logits, layer, score_dtype, idx_dtype)
         # dispatch: permute, all-to-all over EP, expert-TP all-gather
         permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
         pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), probs.dtype)
@@ -94,6 +84,8 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
              {"y": permuted, "probs": pprobs},
              extras={"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (t * k,), "int64"),
                      "src_idx": b.tensor(f"{p}.dispatch.src_idx", (t * k,), "int64"),
+                     **({"expert_ids": b.tensor(f"{p}.dispatch.expert_ids", (t * k,), "int64")}
+                        if m.expert_linear_bias else {}),
                      "offsets": b.tensor(f"{p}.dispatch.offsets", (local.experts,), "int32")}, tags=MOE)
     rows = expert_rows(b)
     tokens, rprobs = permuted, pprobs
@@ -161,6 +153,38 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         b.op(f"{p}.sp_split", "comm", layer, {"x": routed}, {"y": shard}, tags=MOE)
         routed = shard
     return routed
+
+
+def _router(b: Builder, p: str, logits: TensorDef, layer: int, score_dtype: str,
+            idx_dtype: str) -> tuple[TensorDef, TensorDef]:
+    """Scores and top-k of a router outside Megatron: (routing weights ``(t, k)``, indices ``(t, k)``).
+
+    A model type in ``topk_softmax_router`` (GPT-OSS ``GptOssTopKRouter``) takes ``torch.topk`` of the
+    logits and a softmax over the k values in the logits' dtype; the others score every expert first
+    (sigmoid or fp32 softmax) and take the top-k of the scores."""
+    m, d = b.model, b.dims
+    t, n, k = logits.shape[0], m.n_routed_experts, m.num_experts_per_tok
+    idx = b.tensor(f"{p}.router.topk_idx", (t, k), idx_dtype)
+    if m.model_type in b.table.topk_softmax_router:
+        top = b.tensor(f"{p}.router.topk_logits", (t, k), logits.dtype)
+        b.op(f"{p}.router.topk", "topk_logits", layer, {"x": logits}, {"y": top, "idx": idx}, flops=float(t * n),
+             tags=MOE)
+        probs = b.tensor(f"{p}.router.scores", (t, k), logits.dtype)  # the routing weights themselves
+        b.op(f"{p}.router.score", "router_softmax", layer, {"x": top}, {"y": probs}, flops=4.0 * t * k, tags=MOE)
+        return probs, idx
+    scores = b.tensor(f"{p}.router.scores", (t, n), score_dtype)
+    softmax = m.model_type in b.table.softmax_router
+    b.op(f"{p}.router.score", "router_softmax" if softmax else "router_score", layer, {"x": logits},
+         {"y": scores}, extras={"scores": b.tensor(f"{p}.router.scores_saved", (t, n), "fp32")},
+         flops=4.0 * t * n, tags=MOE)
+    cast = m.model_type in b.table.unnormalised_topk  # weights cast back to the logits dtype
+    plain = cast and not m.norm_topk_prob  # renormalised top-k keeps its fp32 sum and raw weights
+    probs = b.tensor(f"{p}.router.probs", (t, k), d.dtype if cast else "fp32")
+    norm_extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), "fp32"),
+                   "raw_weights": b.tensor(f"{p}.router.topk_raw_weights", (t, k), "fp32")}
+    b.op(f"{p}.router.topk", "topk_unnormalised" if plain else "topk", layer, {"x": scores},
+         {"probs": probs, "idx": idx}, extras=norm_extras, flops=float(t * n), tags=MOE)
+    return probs, idx
 
 
 def _megatron_router(b: Builder, p: str, src: TensorDef, logits: TensorDef,

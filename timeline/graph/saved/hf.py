@@ -8,7 +8,10 @@ normalised tensor; RoPE saves the shared cos/sin; DeepSeek attention saves the `
 the ``new_empty`` key, kv_b_proj's output (V is a view of it) and a ``.contiguous()`` copy of the
 attention output; the router saves an fp32 copy of its input; experts save the permuted tokens,
 gate/up, silu, product and down outputs, three int64 index vectors and the fp32 weights; the loss
-saves the fp32 log-softmax. Measured facts: ``../shared/reference/groundtruth.md`` §4–5 (GT);
+saves the fp32 log-softmax. GPT-OSS (no SDPA: eager attention with learned sinks) saves q, k and v at
+every query head's width, the int64 row-max indices and the (b, h, s, s + 1) softmax, o_proj's input
+copy, an fp32 normalised tensor per norm, its router's top-k indices and 16-bit softmax of the k
+logits, and the clamped SwiGLU's gate_up, clamped gate, sigmoid, glu and (up + 1). Measured facts: ``../shared/reference/groundtruth.md`` §4–5 (GT);
 ``tools/groundtruth.py`` measures them again and ``tests/graph/test_activations_hf.py`` compares.
 Paths are in huggingface/transformers ``src/transformers`` and pytorch ``tools/autograd/derivatives.yaml``.
 """
@@ -25,6 +28,7 @@ MIXTRAL = "models/mixtral/modeling_mixtral.py"
 QWEN2_MOE = "models/qwen2_moe/modeling_qwen2_moe.py"
 QWEN3 = "models/qwen3/modeling_qwen3.py"
 GPT2 = "models/gpt2/modeling_gpt2.py"
+GPT_OSS = "models/gpt_oss/modeling_gpt_oss.py"
 
 RULES: dict[str, SaveRule] = {
     "embedding": SaveRule(saves=("extra:position_ids",),
@@ -54,12 +58,38 @@ RULES: dict[str, SaveRule] = {
                            source="integrations/sdpa_attention.py (enable_gqa when use_gqa_in_sdpa); "
                                   "ScaledDotProduct{Flash,Efficient}AttentionBackward0 save q, k, v, output, "
                                   "logsumexp, philox rng state"),
+    # GPT-OSS eager attention with sinks (ops_layers/sinks.py); torch.matmul on 4-D tensors is bmm on views
+    "attn_scores": SaveRule(saves=("in:q", "in:k"),
+                            source=f"{GPT_OSS} eager_attention_forward: torch.matmul(query, key_states.transpose(2, "
+                                   "3)) — BmmBackward0 saves the RoPE'd query and the repeat_kv'd key"),
+    "mask": SaveRule(source="masking_utils.py create_causal_mask / create_sliding_window_causal_mask (eager): "
+                            "built once per forward, kept by nothing but a checkpoint's inputs"),
+    "scale": SaveRule(source=f"{GPT_OSS} eager_attention_forward: * scaling (a Python scalar) keeps nothing"),
+    "logits_max": SaveRule(saves=("extra:indices",),
+                           source=f"{GPT_OSS} eager_attention_forward: combined_logits.max(dim=-1, keepdim=True) — "
+                                  "MaxBackward0 saves the int64 indices"),
+    "softmax": SaveRule(saves=("out:y",),
+                        source=f"{GPT_OSS} eager_attention_forward: F.softmax(combined_logits, dtype=combined_logits"
+                               ".dtype) — SoftmaxBackward0 saves its (b, h, s, s + 1) result"),
+    "attn_dropout": SaveRule(saves=("extra:mask",),
+                             source=f"{GPT_OSS} eager_attention_forward: nn.functional.dropout(scores, p="
+                                    "attention_dropout) — NativeDropoutBackward0 keeps a bool mask (CUDA's fused "
+                                    "kernel); the product with V keeps the dropout output"),
+    "attn_v": SaveRule(saves=("in:p", "in:v"),
+                       source=f"{GPT_OSS} eager_attention_forward: torch.matmul(attn_weights, value_states) — "
+                              "BmmBackward0 saves probs[..., :-1] (a view of the softmax result) and the value "
+                              "copied to every head"),
     "copy": SaveRule(source=f"{DSV3} DeepseekV3Attention: transpose(1, 2).contiguous() copies the attention "
                             f"output (o_proj saves the copy; {GT})"),
     "swiglu": SaveRule(saves=("in:x", "in:up", "extra:silu"),
                        source=f"{LLAMA} LlamaMLP: act_fn(gate_proj(x)) * up_proj(x) — SiluBackward0 saves gate, "
                               f"MulBackward0 silu and up; down_proj saves the product ({GT}: 2sbh + 8sbI); "
                               f"{MOE}: one gate_up output, kept whole through the chunk views"),
+    "clamped_swiglu": SaveRule(saves=("in:x", "extra:gate_clamped", "extra:sigmoid", "extra:glu", "extra:up_offset"),
+                               source=f"{GPT_OSS} GptOssExperts._apply_gate: gate/up are strided views of the "
+                                      "gate_up output, whose whole storage ClampBackward1 keeps; MulBackward0 keeps "
+                                      "the clamped gate and sigmoid(gate·alpha) (SigmoidBackward0 its result), then "
+                                      "(up + 1) and glu; the product is down_proj's input"),
     "gelu": SaveRule(saves=("in:x",), source="torch GeluBackward0 saves its input"),
     "dropout": SaveRule(saves=("extra:mask",), source="native_dropout keeps a bool mask"),
     "add": SaveRule(source="a residual add keeps nothing"),
@@ -77,12 +107,17 @@ RULES: dict[str, SaveRule] = {
                             source=f"{QWEN2_MOE} Qwen2MoeSparseMoeBlock: F.sigmoid(shared_expert_gate(x)) * "
                                    "shared_expert_output — MulBackward0 keeps the shared expert's output and the "
                                    "sigmoid (also SigmoidBackward0's result)"),
+    "topk_logits": SaveRule(saves=("out:idx",),
+                            source=f"{GPT_OSS} GptOssTopKRouter: torch.topk(router_logits) — TopkBackward0 saves "
+                                   "the int64 indices; softmax(router_top_value, dtype=router_top_value.dtype) "
+                                   "keeps its 16-bit (t, k) result (rule router_softmax)"),
     "topk": SaveRule(saves=("out:idx", "extra:denominator", "extra:raw_weights"),
                      source=f"{DSV3} DeepseekV3TopkRouter: scores.gather(1, topk_indices) saves the int64 indices; "
                             "topk_weights /= denominator saves both (fp32)"),
-    "permute": SaveRule(saves=("extra:src_idx", "extra:sorted_idx", "extra:offsets"),
+    "permute": SaveRule(saves=("extra:src_idx", "extra:sorted_idx", "extra:offsets", "extra:expert_ids"),
                         source=f"{MOE}: hidden_states[perm // num_top_k] and sample_weights[perm] save int64 "
-                               "indices; grouped_mm saves the int32 offsets"),
+                               "indices; grouped_mm saves the int32 offsets; with expert biases "
+                               "(GPT-OSS) gate_up_proj_bias[expert_ids_g] saves the sorted int64 expert ids"),
     "unpermute": SaveRule(saves=("in:x", "in:probs", "extra:inv_idx"),
                           source=f"{MOE}: proj_out * sample_weights_g saves the down output and fp32 weights; "
                                  f"weighted_out[inv_perm] the int64 inverse permutation ({GT})"),
@@ -115,4 +150,10 @@ TABLE = SavedTable(name="hf", rules=RULES, attention="sdpa", dropout=False, fuse
                    # .to(router_logits.dtype); Mixtral always renormalises and keeps fp32 weights
                    unnormalised_topk=("qwen2_moe", "qwen3_moe"),
                    # models/qwen2_moe/modeling_qwen2_moe.py Qwen2MoeSparseMoeBlock.shared_expert_gate
-                   shared_expert_gate=True)
+                   shared_expert_gate=True,
+                   # models/gpt_oss/modeling_gpt_oss.py: GptOssPreTrainedModel._supports_sdpa = False (eager
+                   # attention with sinks), GptOssRotaryEmbedding (emb = freqs: cos/sin head_dim / 2 wide),
+                   # GptOssRMSNorm ((weight * hidden_states).to(input_dtype): fp32 normalised tensor),
+                   # GptOssTopKRouter (topk, then softmax of the k logits)
+                   sink_attention="eager", rope_half=("gpt_oss",), normed_fp32=("gpt_oss",),
+                   topk_softmax_router=("gpt_oss",))

@@ -33,6 +33,9 @@ RULES: dict[str, SaveRule] = {
     "gelu": SaveRule(saves=("in:x",), source=f"{K22}: GeLU input 8sbh"),
     "swiglu": SaveRule(saves=("in:x", "extra:silu"),
                        source=f"{DS}: gate and up outputs and silu(gate) (6 of the 8·E_token·h_E bytes)"),
+    "clamped_swiglu": SaveRule(saves=("in:x", "extra:glu"),
+                               source=f"{DS}: the paper's SwiGLU terms (gate and up outputs, the activated gate); "
+                                      "it has no clamp of its own"),
     "rope": SaveRule(source="RoPE's backward needs only cos/sin"),
     "add": SaveRule(source="a residual add keeps nothing"),
     "router_score": SaveRule(saves=("in:x", "out:y"), source=f"{DS}: router logits and probabilities 4bsN"),

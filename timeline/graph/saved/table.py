@@ -45,6 +45,13 @@ class SavedTable:
     # to the logits dtype (Qwen-MoE ``norm_topk_prob`` = False, the config default)
     position_ids: bool = False  # a learned position embedding's lookup keeps its int64 position ids (1, s)
     shared_expert_gate: bool = False  # a model's ``shared_expert_gate`` scales the shared expert by a sigmoid
+    # -- GPT-OSS (empty/"" keeps every other family and profile as it was)
+    sink_attention: str = ""  # "eager": learned sinks run eager attention op by op (logits, mask, cat with the
+    # sinks, max, softmax over s + 1 columns, ·V); "": the sinks live inside the table's attention kernel
+    rope_half: tuple[str, ...] = ()  # model types whose RoPE cos/sin are head_dim / 2 wide
+    normed_fp32: tuple[str, ...] = ()  # model types whose RMSNorm keeps its normalised tensor in fp32
+    topk_softmax_router: tuple[str, ...] = ()  # model types whose router takes the top-k of the logits, then a
+    # softmax over those k in the logits' dtype (GPT-OSS; Megatron's softmax router does the same)
     # -- structure of Megatron-Core (megatron table); False keeps paper and hf as they were
     mla_kv_combined: bool = False  # MLA's kv down projection is one [rows, kv_lora_rank + rope] tensor whose
     # kv part the latent norm keeps whole; k_pe is gathered (a contiguous copy) before the up-projection checkpoint
