@@ -47,7 +47,7 @@ def write_in_two(formats: Sequence[str], write_one: Callable[[str], None]) -> No
         for fmt in formats:
             write_one(fmt)
         return
-    mine, theirs = split(formats)[1], split(formats)[0]
+    theirs, mine = split(formats)
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: write its group, report an exception through the pipe, never return
