@@ -48,7 +48,7 @@ def write_in_two(formats: Sequence[str], write_one: Callable[[str], None]) -> No
         for fmt in formats:
             write_one(fmt)
         return
-    mine, theirs = split(formats)[1], split(formats)[0]
+    theirs, mine = split(formats)
     read_fd, write_fd = os.pipe()
     # Ctrl-C is held back across fork(): one arriving inside the interpreter's at-fork hooks would
     # be swallowed there ("Exception ignored …") and the run would go on as if nothing happened

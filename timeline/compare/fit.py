@@ -109,6 +109,34 @@ class Statics:
         ranges = chunk_layers(run)
         self.stages = sched.stages_of_rank
         self.layers = tuple(max(len(ranges[c]) for c in st) for st in self.stages)
+        # chunks whose templates match up to layer names under none/selective share one build
+        self.same_as = {c: c for st in self.stages for c in st}
+        from timeline.graph.template import chunk_template
+
+        if template_fn is chunk_template:
+            from timeline.graph.signature import chunk_signature
+
+            first: dict = {}
+            for c in sorted(self.same_as):
+                self.same_as[c] = first.setdefault(chunk_signature(run, c), c)
+        self._per_chunk: dict[tuple[RecomputeSpec, int], tuple[int, list[tuple[str, float, float]]]] = {}
+
+    def _chunk(self, run: RunSpec, spec: RecomputeSpec, c: int, pp_rank: int) -> tuple[int, list]:
+        """(activation bytes, [(kind, recompute FLOPs, recompute µs)]) of chunk ``c`` per action."""
+        from timeline.graph.signature import OPS_ONLY_POLICIES
+
+        shared = spec.policy in OPS_ONLY_POLICIES
+        key = (spec, self.same_as[c] if shared else c)
+        if shared and key in self._per_chunk:
+            return self._per_chunk[key]
+        tpl = self.template_fn(run, key[1], pp_rank=pp_rank)
+        per = {k: [o for o in ops if o.recompute] for k, ops in (
+            ("I", tpl.backward_i), ("W", tpl.backward_w), ("B", tpl.backward or tpl.backward_i + tpl.backward_w))}
+        out = (tpl.activation_bytes, [(kind, sum(o.flops for o in ops), sum(self.cost.op_us(o) for o in ops))
+                                      for kind, ops in per.items()])
+        if shared:
+            self._per_chunk[key] = out
+        return out
 
     def candidate(self, spec: RecomputeSpec) -> Candidate:
         run = with_recompute(self.run, spec)
@@ -117,14 +145,12 @@ class Statics:
         for r, stages in enumerate(self.stages):
             a = f = t = 0.0
             for c in stages:
-                tpl = self.template_fn(run, c, pp_rank=holder[c])
-                a += tpl.activation_bytes
-                per = {k: [o for o in ops if o.recompute] for k, ops in (
-                    ("I", tpl.backward_i), ("W", tpl.backward_w), ("B", tpl.backward or tpl.backward_i + tpl.backward_w))}
-                for kind, ops in per.items():
+                act_bytes, per = self._chunk(run, spec, c, holder[c])
+                a += act_bytes
+                for kind, flops_sum, us_sum in per:
                     n = self.counts[r].get((c, kind), 0)
-                    f += n * sum(o.flops for o in ops)
-                    t += n * sum(self.cost.op_us(o) for o in ops)
+                    f += n * flops_sum
+                    t += n * us_sum
             act.append(int(a))
             flops.append(f)
             time.append(t)
@@ -153,7 +179,7 @@ def selective_space(st: Statics, none: Candidate) -> tuple[list[Candidate], int]
     mods = selective_modules(st.run)
     sets = [s for k in range(1, len(mods) + 1) for s in itertools.combinations(mods, k)]
     specs = [RecomputeSpec(policy="selective", modules=s) for s in sets]
-    work = len(specs) * sum(len(x) for x in st.stages)  # templates to build
+    work = len(specs) * len(set(st.same_as.values()))  # templates to build
     if work < PARALLEL_TEMPLATES:
         cands = [st.candidate(spec) for spec in specs]
     else:  # each set needs its own templates: share them out over the worker processes, in order

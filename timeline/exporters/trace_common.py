@@ -54,6 +54,10 @@ def nest(start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[np.ndarray, np.ndarr
     order = np.lexsort((-dur, start_ns))
     s, d = start_ns[order], dur[order].copy()
     clipped = 0
+    if len(s) and bool(np.all(s[1:] >= (s + d)[:-1])):  # back to back: nothing nests, nothing to clip
+        out = np.empty_like(d)
+        out[np.argsort(order, kind="stable")] = d
+        return order, out, clipped
     stack: list[int] = []  # end times of the open slices
     ends = (s + d).tolist()
     starts = s.tolist()

@@ -321,8 +321,8 @@ def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
         if gather:
             push([sp.start_us], 1, gather, CAT_CODE[Category.COMM], names("zero3.gathered_params"), -1, m, s, i)
         if len(ph.ev_offset):
-            tensor_ids = names.cached((id(ph), "ev_tensor"), lambda: names.ids(ph, "tensor_names")[ph.ev_tensor])
-            op_ids = names.cached((id(ph), "ev_op"), lambda: names.ids(ph, "op_names")[ph.ev_op])
+            tensor_ids = names.cached((id(ph), "ev_tensor"), lambda ph=ph: names.ids(ph, "tensor_names")[ph.ev_tensor])
+            op_ids = names.cached((id(ph), "ev_op"), lambda ph=ph: names.ids(ph, "op_names")[ph.ev_op])
             offsets = ph.ev_offset if sp.scale == 1.0 else ph.ev_offset * sp.scale
             push(offsets + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids, m, s, i)
         if gather:
@@ -355,11 +355,11 @@ def _device_ops(spans: list[Span], compiled: dict[tuple[int, str], CompiledPhase
         n = len(ph.op_names)
         if not n:
             continue
-        phase = names.cached((id(ph), "phase", sp.kind), lambda: np.array(
-            [names("R" if rc else sp.kind) for rc in ph.op_recompute], dtype=np.int32))
+        phase = names.cached((id(ph), "phase", sp.kind), lambda ph=ph, kind=sp.kind: np.array(
+            [names("R" if rc else kind) for rc in ph.op_recompute], dtype=np.int32))
         cols["name"].append(names.ids(ph, "op_names"))
         if sp.overlapped:  # beside the forward half: its own threads, so slices stay nested
-            cols["stream"].append(names.cached((id(ph), "overlapped"), lambda: np.array(
+            cols["stream"].append(names.cached((id(ph), "overlapped"), lambda ph=ph: np.array(
                 [names(f"{x} (overlapped)") for x in ph.op_streams], dtype=np.int32)))
         else:
             cols["stream"].append(names.ids(ph, "op_streams"))
@@ -369,7 +369,7 @@ def _device_ops(spans: list[Span], compiled: dict[tuple[int, str], CompiledPhase
         cols["phase"].append(phase)
         cols["microbatch"].append(np.full(n, sp.microbatch, dtype=np.int32))
         cols["stage"].append(np.full(n, sp.stage, dtype=np.int16))
-        cols["layer"].append(names.cached((id(ph), "layers"), lambda: np.array(ph.op_layers, dtype=np.int32)))
+        cols["layer"].append(names.cached((id(ph), "layers"), lambda ph=ph: np.array(ph.op_layers, dtype=np.int32)))
         cols["flops"].append(ph.op_flops)
     return DeviceOps(**{k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()})
 
