@@ -56,7 +56,7 @@ def nest(start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[np.ndarray, np.ndarr
     clipped = 0
     if len(s) and bool(np.all(s[1:] >= (s + d)[:-1])):  # back to back: nothing nests, nothing to clip
         out = np.empty_like(d)
-        out[np.argsort(order, kind="stable")] = d
+        out[order] = d  # back to the slices' own order
         return order, out, clipped
     stack: list[int] = []  # end times of the open slices
     ends = (s + d).tolist()
@@ -70,7 +70,7 @@ def nest(start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[np.ndarray, np.ndarr
             clipped += 1
         stack.append(t1)
     out = np.empty_like(d)
-    out[np.argsort(order, kind="stable")] = d
+    out[order] = d  # back to the slices' own order
     return order, out, clipped
 
 
