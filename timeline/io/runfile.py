@@ -173,6 +173,9 @@ def load_run(path: str | Path, overrides: Sequence[str] = ()) -> RunSpec:
     except SpecError as exc:
         raise exc.with_source(source) from None
 
+    if "serving" in data:  # an inference deployment, not a training job (DESIGN §12)
+        raise UserError(f"{path}: has a [serving] section, which describes an inference deployment; "
+                        f"use `timeline serve {path}`")
     for key, value in data.items():
         if key in TOP_LEVEL:
             continue

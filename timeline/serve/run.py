@@ -1,0 +1,134 @@
+"""``serve(run)``: the budget, the CUDA-graph pool, then the request timeline with each step's
+memory, as one :class:`ServeResult` (columnar numpy arrays; exporters only format it).
+
+Memory on the device (one representative: every TP/EP rank holds the same): the weights and the
+KV pool are allocated first (vLLM ``initialize_kv_cache``: one tensor per layer of
+``num_blocks × page_size`` bytes); a graph-replayed step allocates nothing (its transients live in
+the graph pool, captured largest size first as vLLM's ``capture_model`` does, one pool shared by
+every size, so the pool is the largest capture's footprint); an eager step's transients go through
+the caching-allocator model. A step is replayed when the engine captures graphs (not
+``enforce_eager``, ``cudagraph_mode`` ≠ none), its token count fits the largest capture size and,
+for ``full_decode_only``, it is decode-only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from timeline.serve.budget import Budget, compute_budget
+from timeline.serve.graph_view import device_params, step_ops
+from timeline.serve.requests import synthetic_requests
+from timeline.serve.scheduler import SchedulerConfig, SchedulerResult, Step, simulate_requests
+from timeline.serve.steptime import step_cost
+from timeline.serve.transients import StepTransients, new_allocator, run_through_allocator, sampler_tensors, \
+    step_transients
+from timeline.spec.serving import ServeRunSpec
+
+
+def capture_sizes(run: ServeRunSpec) -> tuple[int, ...]:
+    """The batch sizes captured: the run's, else vLLM's default (``vllm/config/vllm.py``
+    ``_set_cudagraph_sizes``: 1, 2, 4, then multiples of 8 up to ``min(max_num_seqs · 2, 512)``),
+    never above ``max_num_batched_tokens``; none when eager."""
+    sv = run.serving
+    if sv.enforce_eager or sv.cudagraph_mode == "none":
+        return ()
+    sizes = sv.cuda_graph_sizes or (1, 2, 4, *range(8, min(sv.max_num_seqs * 2, 512) + 1, 8))
+    return tuple(sorted({s for s in sizes if s <= sv.max_num_batched_tokens}, reverse=True))
+
+
+@dataclass(slots=True)
+class ServeResult:
+    run: ServeRunSpec
+    budget: Budget
+    capture_sizes: tuple[int, ...]
+    sched: SchedulerResult
+    #: memory rows: t_us and bytes by part, plus KV blocks and request counts
+    memory: dict[str, np.ndarray] = field(default_factory=dict)
+    peak_allocated_bytes: int = 0
+    peak_reserved_bytes: int = 0
+    peak_time_us: float = 0.0
+    num_eager_steps: int = 0
+
+
+def serve(run: ServeRunSpec) -> ServeResult:
+    budget = compute_budget(run)
+    sv = run.serving
+    sizes = capture_sizes(run)
+    requests = run.requests or synthetic_requests(run.load)
+    params = device_params(run)
+    cost = step_cost(run, params, budget.weights_bytes, budget.kv_bytes_per_token)
+    reqs_cap = min(sv.max_num_seqs, sv.max_num_batched_tokens)
+
+    @lru_cache(maxsize=4096)
+    def plan(tokens: int, reqs: int) -> StepTransients:
+        return step_transients(step_ops(run, tokens), sampler_tensors(run, min(reqs, reqs_cap)))
+
+    graph_pool = 0
+    if sizes:  # one private pool, largest capture first; its footprint is what the largest leaves reserved
+        pool = new_allocator(run, budget.total_bytes)
+        for size in sizes[:1]:
+            run_through_allocator(pool, plan(size, size))
+        graph_pool = pool.reserved_bytes
+    cfg = SchedulerConfig(num_blocks=budget.num_kv_blocks, block_size=budget.block_size,
+                          max_num_seqs=sv.max_num_seqs, max_num_batched_tokens=sv.max_num_batched_tokens,
+                          max_model_len=run.max_model_len, enable_chunked_prefill=sv.enable_chunked_prefill,
+                          enable_prefix_caching=sv.enable_prefix_caching)
+    alloc = new_allocator(run, budget.total_bytes)
+    weights_addr = alloc.malloc(budget.weights_bytes)
+    page = budget.block_size * budget.kv_bytes_per_token_layer
+    kv_addrs = [alloc.malloc(budget.num_kv_blocks * page) for _ in range(budget.kv_layers)] \
+        if budget.num_kv_blocks else []
+    static_alloc = alloc.allocated_bytes
+    rows: dict[str, list] = {k: [] for k in ("t_us", "allocated_bytes", "reserved_bytes", "temporary_bytes",
+                                              "kv_blocks_used", "requests_running", "requests_waiting",
+                                              "requests_preempted")}
+    state = {"peak": (static_alloc, alloc.reserved_bytes, 0.0), "eager": 0}
+    graph_max = sizes[0] if sizes else 0
+
+    def replayed(tokens: int, decode_only: bool) -> bool:
+        if not sizes or tokens > graph_max:
+            return False
+        return decode_only or sv.cudagraph_mode != "full_decode_only"
+
+    def step_us(batch) -> float:
+        tokens = sum(n for _, n in batch)
+        kv = sum(st.computed + n for st, n in batch)
+        pairs = sum(n * (st.computed + (n + 1) / 2) for st, n in batch)
+        return cost.step_us(tokens, kv, pairs)
+
+    def on_step(step: Step) -> None:
+        temp_peak = 0
+        if not replayed(step.num_tokens, step.decode_only):
+            state["eager"] += 1
+            temp_peak = run_through_allocator(alloc, plan(step.num_tokens, step.num_reqs)) - static_alloc
+        allocated = static_alloc + temp_peak + graph_pool
+        reserved = alloc.reserved_bytes + graph_pool
+        for key, value in (("t_us", step.t_start_us), ("allocated_bytes", allocated), ("reserved_bytes", reserved),
+                           ("temporary_bytes", temp_peak), ("kv_blocks_used", step.blocks_used),
+                           ("requests_running", step.running), ("requests_waiting", step.waiting),
+                           ("requests_preempted", step.preempted)):
+            rows[key].append(value)
+        if allocated > state["peak"][0]:
+            state["peak"] = (allocated, reserved, step.t_start_us)
+
+    sched = simulate_requests(cfg, requests, step_us, on_step)
+    for a in kv_addrs + [weights_addr]:
+        alloc.free(a)
+    memory = {k: np.asarray(v, dtype=np.float64 if k == "t_us" else np.int64) for k, v in rows.items()}
+    n = len(memory["t_us"])
+    memory["weights_bytes"] = np.full(n, budget.weights_bytes, dtype=np.int64)
+    memory["kv_cache_bytes"] = np.full(n, budget.num_kv_blocks * page * budget.kv_layers, dtype=np.int64)
+    memory["cuda_graph_bytes"] = np.full(n, graph_pool, dtype=np.int64)
+    memory["kv_blocks_free"] = budget.num_kv_blocks - memory["kv_blocks_used"]
+    budget_out = budget
+    if graph_pool:
+        from dataclasses import replace
+
+        budget_out = replace(budget, cuda_graph_bytes=graph_pool)
+    peak = state["peak"]
+    return ServeResult(run=run, budget=budget_out, capture_sizes=sizes, sched=sched, memory=memory,
+                       peak_allocated_bytes=peak[0], peak_reserved_bytes=max(memory["reserved_bytes"], default=peak[1]),
+                       peak_time_us=peak[2], num_eager_steps=state["eager"])

@@ -1,0 +1,96 @@
+"""One engine step's transient tensors through the caching-allocator model.
+
+Forward only, nothing saved: every output of an op is allocated when the op starts and freed after
+its last consumer (inference mode keeps no autograd graph), in the graph's dataflow order. The
+logits and sampler buffers follow (:func:`sampler_tensors`). This is the *eager* op graph; vLLM's
+``torch.compile`` fuses elementwise ops (residual add into RMSNorm, SiLU·mul), which lowers the
+peak — not modelled, stated in the summary as ``activation_graph = "eager"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from timeline.alloc.caching import CachingAllocator
+from timeline.alloc.config import AllocatorConfig
+from timeline.graph.ir import FOp
+from timeline.graph.tensors import DTYPE_BYTES
+from timeline.spec.serving import ServeRunSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepTransients:
+    """One step's allocations in order: ``plan`` entries are ``(size, -1)`` for a malloc (the
+    i-th malloc is allocation i) and ``(0, i)`` for freeing allocation i."""
+
+    plan: tuple[tuple[int, int], ...]
+    requested_peak_bytes: int
+
+
+def sampler_tensors(run: ServeRunSpec, num_reqs: int) -> list[int]:
+    """Logits and sampler buffers of one step over ``num_reqs`` sequences (vLLM
+    ``gpu_model_runner.py`` ``_dummy_sampler_run``: ``compute_logits`` on one hidden row per
+    request gives ``num_reqs × vocab/tp`` in the model dtype, ``tensor_model_parallel_gather``
+    the full ``num_reqs × vocab``; ``vllm/v1/sample/sampler.py`` ``Sampler.forward`` casts to fp32
+    and ``apply_temperature`` / ``softmax`` make one more fp32 copy each)."""
+    m, tp = run.model, run.parallel.tp
+    from timeline.serve.graph_view import VOCAB_PADDING
+
+    vocab = -(-m.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
+    act = DTYPE_BYTES[run.serving.dtype]
+    local = num_reqs * (vocab // tp) * act
+    full = num_reqs * m.vocab_size * act if tp > 1 else 0
+    fp32 = num_reqs * m.vocab_size * 4
+    return [local, full, fp32, fp32]
+
+
+def step_transients(ops: list[FOp], extra: list[int] = ()) -> StepTransients:
+    """Allocation plan of a forward step: each op allocates its outputs when it starts and frees,
+    when it ends, every tensor whose last consumer it is; the ``extra`` buffers (logits, sampler)
+    follow the last op's outputs and live to the step's end with them."""
+    last: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        for t in op.inputs.values():
+            last[t.storage] = i
+    index: dict[str, int] = {}
+    plan: list[tuple[int, int]] = []
+    sizes: list[int] = []
+    dies: dict[int, list[int]] = {}
+    for i, op in enumerate(ops):
+        for t in op.outputs.values():
+            if t.storage in index:
+                continue
+            index[t.storage] = len(sizes)
+            sizes.append(t.size_bytes)
+            plan.append((t.size_bytes, -1))
+            end = last.get(t.storage, len(ops))  # never consumed: the step's output, kept to the end
+            dies.setdefault(max(end, i), []).append(index[t.storage])
+        plan += [(0, j) for j in dies.pop(i, [])]
+    for size in extra:
+        dies.setdefault(len(ops), []).append(len(sizes))
+        sizes.append(size)
+        plan.append((size, -1))
+    plan += [(0, j) for j in dies.pop(len(ops), [])]
+    live = peak = 0
+    for size, j in plan:
+        live += size if j < 0 else -sizes[j]
+        peak = max(peak, live)
+    return StepTransients(plan=tuple(plan), requested_peak_bytes=peak)
+
+
+def run_through_allocator(alloc: CachingAllocator, st: StepTransients) -> int:
+    """Play one step into ``alloc``; return the peak allocated bytes it reached (PyTorch's
+    ``allocated_bytes.all.peak`` over the step), leaving every block of the step freed."""
+    addrs: list[int] = []
+    peak = alloc.allocated_bytes
+    for size, j in st.plan:
+        if j < 0:
+            addrs.append(alloc.malloc(size))
+            peak = max(peak, alloc.allocated_bytes)
+        else:
+            alloc.free(addrs[j])
+    return peak
+
+
+def new_allocator(run: ServeRunSpec, capacity_bytes: int) -> CachingAllocator:
+    return CachingAllocator(AllocatorConfig.from_spec(run.allocator), capacity_bytes=capacity_bytes)
