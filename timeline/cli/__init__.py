@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "presets": "presets",
     "schedule": "schedule",
     "simulate": "simulate",
+    "serve": "serve",
     "replay": "replay",
     "compare": "compare",
     "fit": "fit",

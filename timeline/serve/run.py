@@ -24,8 +24,22 @@ from timeline.serve.requests import synthetic_requests
 from timeline.serve.scheduler import SchedulerConfig, SchedulerResult, Step, simulate_requests
 from timeline.serve.steptime import step_cost
 from timeline.serve.transients import StepTransients, new_allocator, run_through_allocator, sampler_tensors, \
-    step_transients
+    step_transients, step_transients_scaled
 from timeline.spec.serving import ServeRunSpec
+
+#: buffers :func:`~timeline.serve.transients.sampler_tensors` returns
+SAMPLER_BUFFERS = 4
+
+
+def _per_token_plan(run: ServeRunSpec) -> StepTransients | None:
+    """The one-token plan when the step's tensors grow exactly linearly with its tokens (checked
+    on 1, 2 and 3 tokens: same allocations, sizes in proportion), else None."""
+    one, two, three = (step_transients(step_ops(run, t), [0] * SAMPLER_BUFFERS) for t in (1, 2, 3))
+    if [j for _, j in one.plan] != [j for _, j in two.plan] or [j for _, j in one.plan] != [j for _, j in three.plan]:
+        return None
+    if any(b != 2 * a or c != 3 * a for (a, _), (b, _), (c, _) in zip(one.plan, two.plan, three.plan)):
+        return None
+    return one
 
 
 def capture_sizes(run: ServeRunSpec) -> tuple[int, ...]:
@@ -62,9 +76,14 @@ def serve(run: ServeRunSpec) -> ServeResult:
     cost = step_cost(run, params, budget.weights_bytes, budget.kv_bytes_per_token)
     reqs_cap = min(sv.max_num_seqs, sv.max_num_batched_tokens)
 
+    linear = _per_token_plan(run)
+
     @lru_cache(maxsize=4096)
     def plan(tokens: int, reqs: int) -> StepTransients:
-        return step_transients(step_ops(run, tokens), sampler_tensors(run, min(reqs, reqs_cap)))
+        extra = sampler_tensors(run, min(reqs, reqs_cap))
+        if linear is not None:  # every tensor of the step is (tokens × width): scale the one-token plan
+            return step_transients_scaled(linear, tokens, extra)
+        return step_transients(step_ops(run, tokens), extra)
 
     graph_pool = 0
     if sizes:  # one private pool, largest capture first; its footprint is what the largest leaves reserved

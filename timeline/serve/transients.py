@@ -78,6 +78,27 @@ def step_transients(ops: list[FOp], extra: list[int] = ()) -> StepTransients:
     return StepTransients(plan=tuple(plan), requested_peak_bytes=peak)
 
 
+def step_transients_scaled(one: StepTransients, tokens: int, extra: list[int]) -> StepTransients:
+    """The plan of a ``tokens``-token step from the one-token plan (built with ``len(extra)``
+    zero-byte extra buffers) of a step whose tensors are all linear in its tokens: the same
+    allocations in the same order, op tensors scaled by ``tokens``, the extras set to ``extra``."""
+    n = sum(1 for _, j in one.plan if j < 0)
+    first_extra = n - len(extra)
+    plan: list[tuple[int, int]] = []
+    sizes: list[int] = []
+    for size, j in one.plan:
+        if j < 0:
+            k = len(sizes)
+            size = extra[k - first_extra] if k >= first_extra else size * tokens
+            sizes.append(size)
+        plan.append((size if j < 0 else 0, j))
+    live = peak = 0
+    for size, j in plan:
+        live += size if j < 0 else -sizes[j]
+        peak = max(peak, live)
+    return StepTransients(plan=tuple(plan), requested_peak_bytes=peak)
+
+
 def run_through_allocator(alloc: CachingAllocator, st: StepTransients) -> int:
     """Play one step into ``alloc``; return the peak allocated bytes it reached (PyTorch's
     ``allocated_bytes.all.peak`` over the step), leaving every block of the step freed."""

@@ -1,0 +1,101 @@
+"""``timeline serve RUN.toml [-o DIR]``: an inference engine's memory budget and its memory over
+time under a request load; writes summary.json, memory.parquet and requests.parquet."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from timeline.cli.common import SET_HELP, check_output_dir, console, gib, write_dir_atomically
+from timeline.cli.simulate import default_output
+from timeline.errors import UserError
+from timeline.exporters import serve_summary
+from timeline.exporters.serve_parquet import write_memory, write_requests
+from timeline.io.serve_runfile import load_serve_run
+from timeline.serve.run import ServeResult, serve
+
+HELP = "simulate an inference engine (vLLM, SGLang): its memory budget and memory over time under a load"
+DESCRIPTION = """\
+Compute the engine's startup budget as the engine does (weights with quantization scales,
+non-PyTorch memory, the profile run's activation peak, the KV pool and its blocks), then run a
+continuous-batching scheduler over the run's requests (serving.requests = "trace.csv" or a
+[serving.load]) and write DIR (default runs/<run name>/):
+
+  summary.json      schema timeline.serve/1: budget, KV bytes per token, blocks, max concurrency,
+                    longest context, peaks and when, TTFT / TPOT percentiles
+  memory.parquet    one row per engine step: bytes by part, KV blocks used/free, requests
+                    running/waiting, preemptions
+  requests.parquet  one row per request: arrival, first token, finish, preemptions, rejected
+
+examples:
+  timeline serve schedules/llama3.1-8b-h100-serve.toml
+  timeline serve RUN.toml --set serving.gpu_memory_utilization=0.8 --set serving.load.rate_per_s=40
+"""
+FORMATS = ("summary", "memory", "requests")
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", metavar="RUN.toml", help="serving run file (with a [serving] section)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help=SET_HELP)
+    parser.add_argument("-o", "--output", metavar="DIR", help="run directory (default: runs/<run name>/)")
+    parser.add_argument("--force", action="store_true", help="replace DIR if it exists")
+    parser.add_argument("--format", default=",".join(FORMATS),
+                        help=f"comma-separated outputs to write (default: {','.join(FORMATS)})")
+
+
+def parse_formats(text: str) -> list[str]:
+    formats = [f.strip() for f in text.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise UserError(f"--format: {'unknown output ' + repr(unknown[0]) if unknown else 'name at least one output'}; "
+                        f"choose from {', '.join(FORMATS)}")
+    return formats
+
+
+def writer(res: ServeResult, formats: list[str]):
+    def write(folder: Path) -> None:
+        for fmt in formats:
+            if fmt == "summary":
+                with open(folder / serve_summary.FILENAME, "wb") as h:
+                    serve_summary.write(res, h)
+            elif fmt == "memory":
+                with open(folder / "memory.parquet", "wb") as h:
+                    write_memory(res, h)
+            else:
+                with open(folder / "requests.parquet", "wb") as h:
+                    write_requests(res, h)
+    return write
+
+
+def print_summary(res: ServeResult) -> None:
+    b, con = res.budget, console()
+    s = serve_summary.summary(res)
+    dev, rq = s["devices"][0], s["requests"]
+    con.print(f"{res.run.name}: {b.engine} budget per device (GiB): total {gib(b.total_bytes)}, requested "
+              f"{gib(b.requested_bytes)}, weights {gib(b.weights_bytes)}, non-torch {gib(b.non_torch_bytes)}, "
+              f"activation peak {gib(b.activation_peak_bytes)}, KV pool {gib(b.kv_pool_bytes)} "
+              f"({b.num_kv_blocks:,} blocks of {b.block_size} tokens × {b.kv_bytes_per_token:,} B/token); "
+              f"CUDA-graph pool {gib(b.cuda_graph_bytes)} (not subtracted by the engine)")
+    if b.failure:
+        con.print(f"the engine would refuse to start: {b.failure}")
+    con.print(f"max concurrency at max_model_len={res.run.max_model_len:,}: "
+              f"{dev['max_concurrency_at_max_model_len']:,}; peak allocated {gib(res.peak_allocated_bytes)} GiB at "
+              f"{res.peak_time_us / 1e3:,.1f} ms; {rq['finished']:,}/{rq['total']:,} requests finished, "
+              f"{rq['rejected']:,} rejected, {rq['preemptions']:,} preemptions; TTFT p50 {rq['ttft_ms']['p50']} ms, "
+              f"TPOT p50 {rq['tpot_ms']['p50']} ms")
+
+
+def run(args: argparse.Namespace) -> int:
+    formats = parse_formats(args.format)
+    spec = load_serve_run(args.run, args.overrides)
+    for note in spec.notes:
+        print(f"note: {args.run}: {note}", file=sys.stderr)
+    out = Path(args.output) if args.output else default_output(spec.name)
+    check_output_dir(out, args.force)
+    res = serve(spec)
+    write_dir_atomically(out, args.force, writer(res, formats), command="serve")
+    print_summary(res)
+    console().print(f"wrote {out}/")
+    return 0
