@@ -112,9 +112,14 @@ def compute_budget(run: ServeRunSpec) -> Budget:
         kv_pool = requested - (weights + activation + non_torch)
         blocks = max(0, kv_pool // (sv.block_size * per_layer) // layers)
     failure = ""
+    need = -(-run.max_model_len // (sv.block_size if sv.engine != "sglang" else 1))
     if blocks <= 0:
         failure = ("no memory for cache blocks" if sv.engine != "sglang" else
                    "Not enough memory. Please try to increase --mem-fraction-static.")
+    elif sv.engine == "vllm" and blocks < need:
+        # vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory: one max_model_len request must fit
+        failure = (f"max_model_len={run.max_model_len} needs {need} KV blocks and the pool has {blocks}; "
+                   "vLLM refuses to start (check_enough_kv_cache_memory)")
     return Budget(engine=sv.engine, engine_version=sv.engine_version or "", total_bytes=total,
                   requested_bytes=requested, weights_bytes=weights, rope_cache_bytes=rope_cache_bytes(run),
                   non_torch_bytes=non_torch, activation_peak_bytes=activation, cuda_graph_bytes=cuda_graph,
