@@ -174,7 +174,7 @@ def test_serve_writes_identical_bytes_twice(tmp_path):
         out = tmp_path / f"run{k}"
         assert main(["serve", str(LLAMA_RUN), "--set", "serving.load.num_requests=40", "-o", str(out)]) == 0
         outs.append({p.name: p.read_bytes() for p in out.iterdir() if p.name != "timeline-output.json"})
-    assert outs[0] == outs[1] and set(outs[0]) == {"summary.json", "memory.parquet", "requests.parquet"}
+    assert outs[0] == outs[1] and set(outs[0]) == {"summary.json", "memory.parquet", "requests.parquet", "trace.json"}
 
 
 def test_requests_csv_trace(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 from timeline.cli.common import SET_HELP, check_output_dir, console, gib, write_dir_atomically
 from timeline.cli.simulate import default_output
 from timeline.errors import UserError
-from timeline.exporters import serve_summary
+from timeline.exporters import serve_summary, serve_trace
 from timeline.exporters.serve_parquet import write_memory, write_requests
 from timeline.io.serve_runfile import load_serve_run
 from timeline.serve.run import ServeResult, serve
@@ -27,12 +27,14 @@ continuous-batching scheduler over the run's requests (serving.requests = "trace
   memory.parquet    one row per engine step: bytes by part, KV blocks used/free, requests
                     running/waiting, preemptions
   requests.parquet  one row per request: arrival, first token, finish, preemptions, rejected
+  trace.json        Chrome trace for ui.perfetto.dev: engine steps, one track per request,
+                    memory / KV-block / request counters
 
 examples:
   timeline serve schedules/llama3.1-8b-h100-serve.toml
   timeline serve RUN.toml --set serving.gpu_memory_utilization=0.8 --set serving.load.rate_per_s=40
 """
-FORMATS = ("summary", "memory", "requests")
+FORMATS = ("summary", "memory", "requests", "trace")
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
@@ -60,6 +62,9 @@ def writer(res: ServeResult, formats: list[str]):
             if fmt == "summary":
                 with open(folder / serve_summary.FILENAME, "wb") as h:
                     serve_summary.write(res, h)
+            elif fmt == "trace":
+                with open(folder / serve_trace.FILENAME, "wb") as h:
+                    serve_trace.write(res, h)
             elif fmt == "memory":
                 with open(folder / "memory.parquet", "wb") as h:
                     write_memory(res, h)

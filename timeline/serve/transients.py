@@ -65,6 +65,12 @@ def step_transients(ops: list[FOp], extra: list[int] = ()) -> StepTransients:
             plan.append((t.size_bytes, -1))
             end = last.get(t.storage, len(ops))  # never consumed: the step's output, kept to the end
             dies.setdefault(max(end, i), []).append(index[t.storage])
+        if "workspace" in op.tags:  # a fused kernel's scratch buffers: allocated after its output, freed at its end
+            for t in op.extras.values():
+                index[t.storage] = len(sizes)
+                sizes.append(t.size_bytes)
+                plan.append((t.size_bytes, -1))
+                dies.setdefault(i, []).append(index[t.storage])
         plan += [(0, j) for j in dies.pop(i, [])]
     for size in extra:
         dies.setdefault(len(ops), []).append(len(sizes))
