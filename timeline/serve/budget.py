@@ -113,7 +113,9 @@ def compute_budget(run: ServeRunSpec) -> Budget:
         blocks = max(0, kv_pool // (sv.block_size * per_layer) // layers)
     failure = ""
     need = -(-run.max_model_len // (sv.block_size if sv.engine != "sglang" else 1))
-    if blocks <= 0:
+    if weights > total:
+        failure = f"out of memory while loading the weights ({weights / GIB:,.2f} GiB on a {total / GIB:,.2f} GiB device)"
+    elif blocks <= 0:
         failure = ("no memory for cache blocks" if sv.engine != "sglang" else
                    "Not enough memory. Please try to increase --mem-fraction-static.")
     elif sv.engine == "vllm" and blocks < need:

@@ -9,7 +9,9 @@ Formats (out × in is one device's weight shard, g = ``quant_group_size``):
 
 * ``fp8``: 1 byte per element + fp32 block scales ``ceil(out/g) × ceil(in/g)`` (vLLM
   ``fp8.py`` ``Fp8LinearMethod.create_weights``, ``weight_scale_inv`` with ``weight_block_size``
-  [g, g], DeepSeek-V3's published 128 × 128).
+  [g, g], DeepSeek-V3's published 128 × 128); ``quant_group_size = 0``: one fp32 scale per output
+  channel (``compressed_tensors_w8a8_fp8.py`` ``CompressedTensorsW8A8Fp8.create_weights``,
+  ``ChannelQuantScaleParameter`` of shape (out, 1), as RedHatAI's FP8-dynamic checkpoints).
 * ``int8`` / ``int4``: GPTQ (vLLM ``gptq.py`` ``GPTQLinearMethod.create_weights``): ``qweight``
   bits/8 per element, fp16 ``scales`` and packed ``qzeros`` per (in/g) × out, int32 ``g_idx``
   per input row.
@@ -48,6 +50,8 @@ def quantized_bytes(shape: tuple[int, int], weight_dtype: str, group: int) -> in
     out, inp = shape
     n = out * inp
     if weight_dtype == "fp8":
+        if group == 0:  # per-output-channel fp32 scales (compressed-tensors CHANNEL strategy)
+            return n + out * 4
         return n + _cdiv(out, group) * _cdiv(inp, group) * 4
     if weight_dtype in ("int8", "int4"):
         bits = 8 if weight_dtype == "int8" else 4

@@ -57,6 +57,8 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
              f"{', '.join(allowed)}"))
     elif sv.kv_cache_dtype == "fp8_ds_mla" and not m.is_mla:
         add(("serving.kv_cache_dtype", '"fp8_ds_mla" is vLLM\'s MLA-only cache layout; this model has no MLA'))
+    if sv.quant_group_size == 0 and sv.weight_dtype in ("int8", "int4"):
+        add(("serving.quant_group_size", "GPTQ int8/int4 weights need a group size ≥ 1 (0 means per-channel fp8 only)"))
     if sv.weight_dtype in ("int4", "mxfp4") and sv.quant_group_size % 2:
         add(("serving.quant_group_size", "4-bit weights pack two per byte; use an even group size"))
     if sv.engine == "vllm" and sv.block_size % 16 and sv.block_size not in (1, 8):

@@ -40,7 +40,8 @@ class ServingSpec:
     cudagraph_mode: str = spec_field("full_and_piecewise", choices=CUDAGRAPH_MODES)
     enforce_eager: bool = spec_field(False)
     weight_dtype: str = spec_field("bf16", choices=WEIGHT_DTYPES)
-    quant_group_size: int = spec_field(128, positive=True, maximum=2**16, doc="elements per scale")
+    quant_group_size: int = spec_field(128, nonneg=True, maximum=2**16, doc="elements per scale (fp8: 0 = "
+                                       "one scale per output channel)")
     kv_cache_dtype: str = spec_field("auto", choices=KV_CACHE_DTYPES)
     dtype: str = spec_field("bf16", choices=("bf16", "fp16"), doc="activations and unquantized weights")
     non_torch_gib: float = spec_field(0.0, nonneg=True, maximum=2.0**20,
