@@ -23,8 +23,9 @@ def events(res: ServeResult) -> list[dict]:
     mem = res.memory
     for k, step in enumerate(res.sched.steps):
         kind = "decode" if step.decode_only else "prefill+decode"
+        start, end = round(step.t_start_us, 3), round(step.t_end_us, 3)  # back to back: never overlapping
         out.append({"ph": "X", "pid": PID, "tid": 0, "name": f"{kind} {step.num_tokens} tok",
-                    "ts": round(step.t_start_us, 3), "dur": round(step.t_end_us - step.t_start_us, 3),
+                    "ts": start, "dur": round(end - start, 3),
                     "args": {"tokens": step.num_tokens, "requests": step.num_reqs,
                              "temporary_bytes": int(mem["temporary_bytes"][k]),
                              "preempted": step.preempted}})
