@@ -37,12 +37,18 @@ def test_invariants(rows, num_blocks, bs, max_seqs, budget, chunked, prefix):
     for step in range(20_000):
         if eng.done == len(eng.states):
             break
+        # the blocks the running requests' next tokens need, in scheduling order under the budget
+        need, left = 0, cfg.max_num_batched_tokens
+        for s in eng.running:
+            if left <= 0:
+                break
+            new = min(s.total_tokens - s.computed, left)
+            need += max(0, blocks_for(s.computed + new, bs) - s.own_blocks - s.shared_blocks)
+            left -= new
         free_before = eng.free_blocks
         batch, preempted = eng.schedule()
         assert batch, "a live request must always be schedulable"
-        if preempted:  # only when the running requests' next tokens did not fit the free blocks
-            need = sum(blocks_for(s.total_tokens, bs) for s in eng.running)
-            assert free_before < need
+        assert (preempted > 0) == (need > free_before)  # preemption exactly when a step cannot get a block
         eng.finish_step(batch, float(step))
         assert 0 <= eng.free_blocks <= num_blocks
         held = sum(s.own_blocks for s in eng.states) + sum(b for b, _ in eng.prefix.values())

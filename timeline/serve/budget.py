@@ -85,7 +85,8 @@ def profile_transients(run: ServeRunSpec) -> StepTransients:
 def compute_budget(run: ServeRunSpec) -> Budget:
     sv, hw, m = run.serving, run.hardware, run.model
     total = int(hw.capacity_gib * GIB)
-    weights = weight_bytes(run, device_params(run)).total_bytes + rope_cache_bytes(run)
+    rope = rope_cache_bytes(run) if sv.engine == "vllm" else 0
+    weights = weight_bytes(run, device_params(run)).total_bytes + rope
     alloc = new_allocator(run, total)
     base = alloc.malloc(weights)  # the weights are one block here; only the step's peak increase is read
     st = profile_transients(run)
@@ -97,7 +98,9 @@ def compute_budget(run: ServeRunSpec) -> Budget:
     per_token = kv_bytes_per_token(m, run.parallel.tp, sv.kv_cache_dtype, sv.dtype)
     cuda_graph = 0  # the graph pool's own footprint comes from the timeline's capture (summary)
     req_to_token = 0
-    if sv.engine == "sglang":
+    if sv.engine == "hf":  # no pool: the cache grows with the batch (timeline.serve.hf)
+        requested, kv_pool, blocks = total, 0, 0
+    elif sv.engine == "sglang":
         requested = int(total * sv.mem_fraction_static)
         available = total - int(hw.non_pytorch_gib * GIB) - weights
         rest = available - (total - requested)
@@ -113,7 +116,9 @@ def compute_budget(run: ServeRunSpec) -> Budget:
         blocks = max(0, kv_pool // (sv.block_size * per_layer) // layers)
     failure = ""
     need = -(-run.max_model_len // (sv.block_size if sv.engine != "sglang" else 1))
-    if weights > total:
+    if sv.engine == "hf":
+        failure = "" if weights <= total else f"out of memory while loading the weights ({weights / GIB:,.2f} GiB)"
+    elif weights > total:
         failure = f"out of memory while loading the weights ({weights / GIB:,.2f} GiB on a {total / GIB:,.2f} GiB device)"
     elif blocks <= 0:
         failure = ("no memory for cache blocks" if sv.engine != "sglang" else
@@ -123,7 +128,7 @@ def compute_budget(run: ServeRunSpec) -> Budget:
         failure = (f"max_model_len={run.max_model_len} needs {need} KV blocks and the pool has {blocks}; "
                    "vLLM refuses to start (check_enough_kv_cache_memory)")
     return Budget(engine=sv.engine, engine_version=sv.engine_version or "", total_bytes=total,
-                  requested_bytes=requested, weights_bytes=weights, rope_cache_bytes=rope_cache_bytes(run),
+                  requested_bytes=requested, weights_bytes=weights, rope_cache_bytes=rope,
                   non_torch_bytes=non_torch, activation_peak_bytes=activation, cuda_graph_bytes=cuda_graph,
                   cuda_graph_subtracted=False, kv_pool_bytes=max(0, kv_pool), kv_bytes_per_token=per_token,
                   kv_bytes_per_token_layer=per_layer, kv_layers=layers, block_size=sv.block_size if sv.engine != "sglang" else 1,

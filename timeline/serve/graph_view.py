@@ -37,9 +37,9 @@ def graph_run(run: ServeRunSpec, num_tokens: int) -> RunSpec:
                    hardware=run.hardware)
 
 
-def build_ctx(g: RunSpec) -> BuildCtx:
+def build_ctx(g: RunSpec, vocab_padding: int = VOCAB_PADDING) -> BuildCtx:
     fw = framework("megatron")
-    pad = max(1, VOCAB_PADDING // g.parallel.tp) if VOCAB_PADDING % g.parallel.tp == 0 else 1
+    pad = max(1, vocab_padding // g.parallel.tp) if vocab_padding % g.parallel.tp == 0 else 1
     fw = replace(fw, params=replace(fw.params, vocab_pad=pad, shared_experts_tp_split=True, mtp_modules=False))
     p = g.parallel
     return BuildCtx(model=g.model, framework=fw, tp=p.tp, ep=p.ep, etp=p.etp, dtype=g.training.dtype)
@@ -48,7 +48,8 @@ def build_ctx(g: RunSpec) -> BuildCtx:
 def device_params(run: ServeRunSpec) -> list[TensorDef]:
     """Every parameter TensorDef one device holds (model dtype, before quantization)."""
     g = graph_run(run, 1)
-    nodes = chunk_nodes(build_ctx(g), chunk_layers(g), 0)
+    # Hugging Face keeps the vocabulary as the config gives it
+    nodes = chunk_nodes(build_ctx(g, 1 if run.serving.engine == "hf" else VOCAB_PADDING), chunk_layers(g), 0)
     # vLLM loads no MTP module for plain decoding (it is a separate draft model)
     return [t for n in nodes if not n.name.startswith("mtp") for t in n.params]
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from timeline.serve.budget import Budget, compute_budget
 from timeline.serve.graph_view import device_params, step_ops
+from timeline.serve.hf import hf_timeline
 from timeline.serve.requests import synthetic_requests
 from timeline.serve.scheduler import SchedulerConfig, SchedulerResult, Step, simulate_requests
 from timeline.serve.steptime import step_cost
@@ -67,7 +68,36 @@ class ServeResult:
     num_eager_steps: int = 0
 
 
+def serve_hf(run: ServeRunSpec) -> ServeResult:
+    """``engine = "hf"``: generate batches with a concatenated cache (:mod:`timeline.serve.hf`);
+    memory is the weights plus the cache's peak per step (the step's activations are not modelled)."""
+    budget = compute_budget(run)
+    requests = run.requests or synthetic_requests(run.load)
+    params = device_params(run)
+    cost = step_cost(run, params, budget.weights_bytes, budget.kv_bytes_per_token)
+    sched, rows = hf_timeline(run.model, run.serving.dtype, requests, run.serving.max_num_seqs, cost.step_us)
+    n = len(rows)
+    t = np.array([r[0] for r in rows], dtype=np.float64)
+    cache_peak = np.array([r[2] for r in rows], dtype=np.int64)
+    allocated = budget.weights_bytes + cache_peak
+    zeros = np.zeros(n, dtype=np.int64)
+    memory = {"t_us": t, "allocated_bytes": allocated, "reserved_bytes": allocated.copy(),
+              "temporary_bytes": cache_peak - np.array([r[1] for r in rows], dtype=np.int64),
+              "kv_blocks_used": zeros, "requests_running": np.array([s.running for s in sched.steps], dtype=np.int64),
+              "requests_waiting": np.array([s.waiting for s in sched.steps], dtype=np.int64),
+              "requests_preempted": zeros.copy(), "weights_bytes": np.full(n, budget.weights_bytes, dtype=np.int64),
+              "kv_cache_bytes": np.array([r[1] for r in rows], dtype=np.int64), "cuda_graph_bytes": zeros.copy(),
+              "kv_blocks_free": zeros.copy()}
+    k = int(np.argmax(allocated)) if n else 0
+    return ServeResult(run=run, budget=budget, capture_sizes=(), sched=sched, memory=memory,
+                       peak_allocated_bytes=int(allocated[k]) if n else budget.weights_bytes,
+                       peak_reserved_bytes=int(allocated[k]) if n else budget.weights_bytes,
+                       peak_time_us=float(t[k]) if n else 0.0, num_eager_steps=n)
+
+
 def serve(run: ServeRunSpec) -> ServeResult:
+    if run.serving.engine == "hf":
+        return serve_hf(run)
     budget = compute_budget(run)
     sv = run.serving
     sizes = capture_sizes(run)

@@ -47,6 +47,8 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
         add(("parallel.tp", f"{par.tp} does not divide moe_intermediate_size={m.moe_intermediate_size}"))
     if m.intermediate_size % par.tp and not all(m.is_moe_layer(i) for i in range(m.num_hidden_layers)):
         add(("parallel.tp", f"{par.tp} does not divide intermediate_size={m.intermediate_size}"))
+    if sv.engine == "hf" and (par.tp > 1 or par.ep > 1 or par.dp > 1):
+        add(("parallel.tp", 'engine = "hf" models one device running generate; set tp = ep = dp = 1'))
     versions = ENGINE_VERSIONS[sv.engine]
     if sv.engine_version and sv.engine_version not in versions:
         add(("serving.engine_version", f"{sv.engine_version!r}: the {sv.engine} rules are read at "
