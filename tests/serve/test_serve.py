@@ -174,7 +174,7 @@ def test_serve_writes_identical_bytes_twice(tmp_path):
         out = tmp_path / f"run{k}"
         assert main(["serve", str(LLAMA_RUN), "--set", "serving.load.num_requests=40", "-o", str(out)]) == 0
         outs.append({p.name: p.read_bytes() for p in out.iterdir() if p.name != "timeline-output.json"})
-    assert outs[0] == outs[1] and set(outs[0]) == {"summary.json", "memory.parquet", "requests.parquet", "trace.json"}
+    assert outs[0] == outs[1] and set(outs[0]) == {"summary.json", "memory.parquet", "requests.parquet", "trace.json", "snapshot.pickle"}
 
 
 def test_requests_csv_trace(tmp_path):
@@ -191,3 +191,23 @@ def test_requests_csv_trace(tmp_path):
     run_file.write_text(run_file.read_text().replace('"t.csv"', '"bad.csv"'))
     with pytest.raises(Exception, match=r"bad.csv:2: prompt_tokens must be a whole number"):
         load_serve_run(run_file)
+
+
+def test_snapshot_accounts_weights_kv_and_transients():
+    import pickle
+
+    from timeline.exporters.serve_snapshot import snapshot
+    from timeline.serve.run import serve
+
+    res = serve(load_serve_run(LLAMA_RUN, ["serving.load.num_requests=10"]), record_entries=100_000)
+    snap = pickle.loads(pickle.dumps(snapshot(res)))
+    b = res.budget
+    live = [blk for seg in snap["segments"] for blk in seg["blocks"] if blk["state"] == "active_allocated"]
+    assert sorted(blk["requested_size"] for blk in live) == sorted(
+        [b.weights_bytes] + [b.num_kv_blocks * 16 * 4096] * 32)
+    trace = snap["device_traces"][0]
+    allocs = sum(e["action"] == "alloc" for e in trace)
+    frees = sum(e["action"] == "free_completed" for e in trace)
+    assert allocs - frees == 33 and res.num_eager_steps > 0
+    for seg in snap["segments"]:  # accounting: blocks tile their segment
+        assert sum(blk["size"] for blk in seg["blocks"]) == seg["total_size"]

@@ -35,6 +35,7 @@ def summary(res: ServeResult) -> dict:
                 "parallel": asdict(run.parallel), "hardware": asdict(run.hardware),
                 "serving": asdict(run.serving), "load": asdict(run.load) if run.load else None,
                 "max_model_len": mml},
+        "engine": {"name": b.engine, "version": b.engine_version},
         "activation_graph": "eager",
         "devices": [{
             "device": 0, "represents": run.parallel.tp * run.parallel.dp,

@@ -36,7 +36,7 @@ from timeline.serve.transients import StepTransients, new_allocator, run_through
     step_transients
 from timeline.serve.weights import weight_bytes
 from timeline.graph.tensors import DTYPE_BYTES
-from timeline.spec.serving import ServeRunSpec
+from timeline.spec.serving import ENGINE_VERSIONS, ServeRunSpec
 
 GIB = 1 << 30
 
@@ -127,7 +127,7 @@ def compute_budget(run: ServeRunSpec) -> Budget:
         # vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory: one max_model_len request must fit
         failure = (f"max_model_len={run.max_model_len} needs {need} KV blocks and the pool has {blocks}; "
                    "vLLM refuses to start (check_enough_kv_cache_memory)")
-    return Budget(engine=sv.engine, engine_version=sv.engine_version or "", total_bytes=total,
+    return Budget(engine=sv.engine, engine_version=sv.engine_version or ENGINE_VERSIONS[sv.engine][0], total_bytes=total,
                   requested_bytes=requested, weights_bytes=weights, rope_cache_bytes=rope,
                   non_torch_bytes=non_torch, activation_peak_bytes=activation, cuda_graph_bytes=cuda_graph,
                   cuda_graph_subtracted=False, kv_pool_bytes=max(0, kv_pool), kv_bytes_per_token=per_token,

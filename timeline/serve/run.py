@@ -13,11 +13,14 @@ for ``full_decode_only``, it is decode-only.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
+from timeline.alloc.caching import CachingAllocator
+from timeline.alloc.config import AllocatorConfig
 from timeline.serve.budget import Budget, compute_budget
 from timeline.serve.graph_view import device_params, step_ops
 from timeline.serve.hf import hf_timeline
@@ -66,6 +69,10 @@ class ServeResult:
     peak_reserved_bytes: int = 0
     peak_time_us: float = 0.0
     num_eager_steps: int = 0
+    #: (action, address, size, t_us, tensor) allocator entries, the last N (memory_viz)
+    alloc_trace: list = field(default_factory=list)
+    #: the allocator's segments at the end, weights and KV pool still allocated
+    end_segments: list = field(default_factory=list)
 
 
 def serve_hf(run: ServeRunSpec) -> ServeResult:
@@ -95,7 +102,9 @@ def serve_hf(run: ServeRunSpec) -> ServeResult:
                        peak_time_us=float(t[k]) if n else 0.0, num_eager_steps=n)
 
 
-def serve(run: ServeRunSpec) -> ServeResult:
+def serve(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
+    """Simulate the deployment; ``record_entries`` > 0 keeps the allocator's last N trace entries
+    and its end-state segments for a memory_viz snapshot (like PyTorch's ring buffer)."""
     if run.serving.engine == "hf":
         return serve_hf(run)
     budget = compute_budget(run)
@@ -125,11 +134,25 @@ def serve(run: ServeRunSpec) -> ServeResult:
                           max_num_seqs=sv.max_num_seqs, max_num_batched_tokens=sv.max_num_batched_tokens,
                           max_model_len=run.max_model_len, enable_chunked_prefill=sv.enable_chunked_prefill,
                           enable_prefix_caching=sv.enable_prefix_caching)
-    alloc = new_allocator(run, budget.total_bytes)
+    trace: deque = deque(maxlen=record_entries or 1)
+    clock = {"t": 0.0}
+
+    def record(action: str, addr: int, size: int, name: str) -> None:
+        trace.append((action, addr, size, clock["t"], name))
+
+    alloc = CachingAllocator(AllocatorConfig.from_spec(run.allocator), capacity_bytes=budget.total_bytes,
+                             listener=(lambda a, addr, size, stream: record(a, addr, size, ""))
+                             if record_entries else None)
+    rec = record if record_entries else None
     weights_addr = alloc.malloc(budget.weights_bytes)
+    if rec:
+        rec("alloc", weights_addr, budget.weights_bytes, "weights")
     page = budget.block_size * budget.kv_bytes_per_token_layer
     kv_addrs = [alloc.malloc(budget.num_kv_blocks * page) for _ in range(budget.kv_layers)] \
         if budget.num_kv_blocks else []
+    for layer, a in enumerate(kv_addrs):
+        if rec:
+            rec("alloc", a, budget.num_kv_blocks * page, f"kv_cache.layers.{layer}")
     static_alloc = alloc.allocated_bytes
     rows: dict[str, list] = {k: [] for k in ("t_us", "allocated_bytes", "reserved_bytes", "temporary_bytes",
                                               "kv_blocks_used", "requests_running", "requests_waiting",
@@ -152,7 +175,8 @@ def serve(run: ServeRunSpec) -> ServeResult:
         temp_peak = 0
         if not replayed(step.num_tokens, step.decode_only):
             state["eager"] += 1
-            temp_peak = run_through_allocator(alloc, plan(step.num_tokens, step.num_reqs)) - static_alloc
+            clock["t"] = step.t_start_us
+            temp_peak = run_through_allocator(alloc, plan(step.num_tokens, step.num_reqs), rec) - static_alloc
         allocated = static_alloc + temp_peak + graph_pool
         reserved = alloc.reserved_bytes + graph_pool
         for key, value in (("t_us", step.t_start_us), ("allocated_bytes", allocated), ("reserved_bytes", reserved),
@@ -164,6 +188,7 @@ def serve(run: ServeRunSpec) -> ServeResult:
             state["peak"] = (allocated, reserved, step.t_start_us)
 
     sched = simulate_requests(cfg, requests, step_us, on_step)
+    end_segments = alloc.segments() if record_entries else []
     for a in kv_addrs + [weights_addr]:
         alloc.free(a)
     memory = {k: np.asarray(v, dtype=np.float64 if k == "t_us" else np.int64) for k, v in rows.items()}
@@ -180,4 +205,5 @@ def serve(run: ServeRunSpec) -> ServeResult:
     peak = state["peak"]
     return ServeResult(run=run, budget=budget_out, capture_sizes=sizes, sched=sched, memory=memory,
                        peak_allocated_bytes=peak[0], peak_reserved_bytes=max(memory["reserved_bytes"], default=peak[1]),
-                       peak_time_us=peak[2], num_eager_steps=state["eager"])
+                       peak_time_us=peak[2], num_eager_steps=state["eager"],
+                       alloc_trace=list(trace) if record_entries else [], end_segments=end_segments)

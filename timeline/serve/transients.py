@@ -9,6 +9,7 @@ peak — not modelled, stated in the summary as ``activation_graph = "eager"``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from timeline.alloc.caching import CachingAllocator
@@ -25,6 +26,11 @@ class StepTransients:
 
     plan: tuple[tuple[int, int], ...]
     requested_peak_bytes: int
+    names: tuple[str, ...] = ()  # tensor name of each allocation (memory_viz frames)
+
+
+#: names of :func:`sampler_tensors`' buffers, in order
+SAMPLER_NAMES = ("sampler.logits_local", "sampler.logits_gathered", "sampler.logits_fp32", "sampler.probs_fp32")
 
 
 def sampler_tensors(run: ServeRunSpec, num_reqs: int) -> list[int]:
@@ -55,6 +61,7 @@ def step_transients(ops: list[FOp], extra: list[int] = ()) -> StepTransients:
     index: dict[str, int] = {}
     plan: list[tuple[int, int]] = []
     sizes: list[int] = []
+    names: list[str] = []
     dies: dict[int, list[int]] = {}
     for i, op in enumerate(ops):
         for t in op.outputs.values():
@@ -62,6 +69,7 @@ def step_transients(ops: list[FOp], extra: list[int] = ()) -> StepTransients:
                 continue
             index[t.storage] = len(sizes)
             sizes.append(t.size_bytes)
+            names.append(t.name)
             plan.append((t.size_bytes, -1))
             end = last.get(t.storage, len(ops))  # never consumed: the step's output, kept to the end
             dies.setdefault(max(end, i), []).append(index[t.storage])
@@ -69,11 +77,13 @@ def step_transients(ops: list[FOp], extra: list[int] = ()) -> StepTransients:
             for t in op.extras.values():
                 index[t.storage] = len(sizes)
                 sizes.append(t.size_bytes)
+                names.append(t.name)
                 plan.append((t.size_bytes, -1))
                 dies.setdefault(i, []).append(index[t.storage])
         plan += [(0, j) for j in dies.pop(i, [])]
-    for size in extra:
+    for k, size in enumerate(extra):
         dies.setdefault(len(ops), []).append(len(sizes))
+        names.append(SAMPLER_NAMES[k] if k < len(SAMPLER_NAMES) else f"extra.{k}")
         sizes.append(size)
         plan.append((size, -1))
     plan += [(0, j) for j in dies.pop(len(ops), [])]
@@ -81,7 +91,7 @@ def step_transients(ops: list[FOp], extra: list[int] = ()) -> StepTransients:
     for size, j in plan:
         live += size if j < 0 else -sizes[j]
         peak = max(peak, live)
-    return StepTransients(plan=tuple(plan), requested_peak_bytes=peak)
+    return StepTransients(plan=tuple(plan), requested_peak_bytes=peak, names=tuple(names))
 
 
 def step_transients_scaled(one: StepTransients, tokens: int, extra: list[int]) -> StepTransients:
@@ -102,20 +112,28 @@ def step_transients_scaled(one: StepTransients, tokens: int, extra: list[int]) -
     for size, j in plan:
         live += size if j < 0 else -sizes[j]
         peak = max(peak, live)
-    return StepTransients(plan=tuple(plan), requested_peak_bytes=peak)
+    return StepTransients(plan=tuple(plan), requested_peak_bytes=peak, names=one.names)
 
 
-def run_through_allocator(alloc: CachingAllocator, st: StepTransients) -> int:
+def run_through_allocator(alloc: CachingAllocator, st: StepTransients,
+                          record: Callable[[str, int, int, str], None] | None = None) -> int:
     """Play one step into ``alloc``; return the peak allocated bytes it reached (PyTorch's
-    ``allocated_bytes.all.peak`` over the step), leaving every block of the step freed."""
+    ``allocated_bytes.all.peak`` over the step), leaving every block of the step freed.
+    ``record(action, address, size, tensor)`` hears each alloc and free (memory_viz trace)."""
     addrs: list[int] = []
+    sizes: list[int] = []
     peak = alloc.allocated_bytes
     for size, j in st.plan:
         if j < 0:
             addrs.append(alloc.malloc(size))
+            sizes.append(size)
             peak = max(peak, alloc.allocated_bytes)
+            if record is not None:
+                record("alloc", addrs[-1], size, st.names[len(addrs) - 1] if st.names else "")
         else:
             alloc.free(addrs[j])
+            if record is not None:
+                record("free", addrs[j], sizes[j], st.names[j] if st.names else "")
     return peak
 
 
