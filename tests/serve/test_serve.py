@@ -211,3 +211,24 @@ def test_snapshot_accounts_weights_kv_and_transients():
     assert allocs - frees == 33 and res.num_eager_steps > 0
     for seg in snap["segments"]:  # accounting: blocks tile their segment
         assert sum(blk["size"] for blk in seg["blocks"]) == seg["total_size"]
+
+
+def test_a_finished_prefix_stays_cached_until_its_space_is_needed():
+    eng = Engine(cfg(num_blocks=12), (
+        Request(rid=0, arrival_us=0.0, prompt_tokens=100, output_tokens=1, prefix_id="sys", prefix_tokens=64),
+        Request(rid=1, arrival_us=1.0, prompt_tokens=100, output_tokens=1, prefix_id="sys", prefix_tokens=64),
+        Request(rid=2, arrival_us=2.0, prompt_tokens=150, output_tokens=1)))
+    first, second, third = eng.states
+    eng.arrive(first)
+    b, _ = eng.schedule()
+    eng.finish_step(b, 1.0)  # done: its 4 prefix blocks are free but cached
+    assert eng.used_blocks == 0 and eng.cached == {"sys": 4}
+    eng.arrive(second)
+    b, _ = eng.schedule()
+    assert second.shared_blocks == 4 and second.computed == 64  # a hit: 64 tokens not recomputed
+    assert b[0][1] == 100 - 64
+    eng.finish_step(b, 2.0)
+    assert eng.cached == {"sys": 4}
+    eng.arrive(third)  # 150 + 1 tokens need 10 of the 12 blocks: the cached prefix is evicted
+    b, _ = eng.schedule()
+    assert third.own_blocks == blocks_for(150, 16) and not eng.cached and eng.cached_blocks == 0

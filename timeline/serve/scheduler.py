@@ -9,8 +9,11 @@ computed tokens reset, back to the front of the queue — recompute) until it fi
 preempted. Then, if nothing was preempted this step, *waiting* requests are admitted in order while
 fewer than ``max_num_seqs`` run and the budget lasts, reusing a resident shared prefix's full blocks
 (``find_longest_cache_hit``: whole blocks only, at least the last prompt token recomputed) with a
-reference count. A request is done when it has all its output tokens; its blocks return to the pool
-(a shared prefix's when its last user finishes — no evictable cache of freed blocks is kept).
+reference count. A request is done when it has all its output tokens; its blocks return to the pool.
+A shared prefix whose last user finishes stays cached in free blocks (``block_pool.py``: freed
+blocks keep their hash in the free queue) until a later request of that prefix revives it or an
+allocation needs the space; eviction takes the least recently freed prefix, a whole prefix at a time
+(vLLM evicts block by block).
 
 Rejected on arrival, with a reason: prompt + output beyond ``max_model_len``, or more blocks than the
 whole pool. Step durations come from a callable (the roofline, :mod:`timeline.serve.steptime`);
@@ -19,7 +22,7 @@ what each step allocates is the caller's (:mod:`timeline.serve.run`). Ties are b
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -92,7 +95,10 @@ class Engine:
         self.waiting: deque[ReqState] = deque()
         self.running: list[ReqState] = []
         self.free_blocks = cfg.num_blocks
-        self.prefix: dict[str, list[int]] = {}  # prefix_id -> [blocks, refcount]
+        self.prefix: dict[str, list[int]] = {}  # prefix_id -> [blocks, refcount ≥ 1]
+        #: prefixes no request holds, still in free blocks, least recently freed first
+        self.cached: OrderedDict[str, int] = OrderedDict()
+        self.cached_blocks = 0
         self.done = 0
 
     @property
@@ -116,6 +122,9 @@ class Engine:
         need = blocks_for(tokens, self.cfg.block_size) - st.shared_blocks - st.own_blocks
         if need > self.free_blocks:
             return False
+        while need > self.free_blocks - self.cached_blocks:  # evict cached prefixes, oldest first
+            _, blocks = self.cached.popitem(last=False)
+            self.cached_blocks -= blocks
         if need > 0:
             self.free_blocks -= need
             st.own_blocks += need
@@ -127,9 +136,11 @@ class Engine:
         if st.shared_blocks:
             entry = self.prefix[st.req.prefix_id]
             entry[1] -= 1
-            if entry[1] == 0:
+            if entry[1] == 0:  # free, but cached for the next request of this prefix
                 self.free_blocks += entry[0]
                 del self.prefix[st.req.prefix_id]
+                self.cached[st.req.prefix_id] = entry[0]
+                self.cached_blocks += entry[0]
             st.shared_blocks = 0
 
     def _preempt(self, st: ReqState) -> None:
@@ -144,6 +155,11 @@ class Engine:
         if not (self.cfg.enable_prefix_caching and r.prefix_id and r.prefix_tokens >= bs):
             return
         full = min(r.prefix_tokens, r.prompt_tokens - 1) // bs  # the last prompt token is always computed
+        if r.prefix_id in self.cached and full:  # revive a cached prefix: its blocks leave the free pool
+            blocks = self.cached.pop(r.prefix_id)
+            self.cached_blocks -= blocks
+            self.free_blocks -= blocks
+            self.prefix[r.prefix_id] = [blocks, 0]
         entry = self.prefix.get(r.prefix_id)
         if entry is not None and full:
             entry[1] += 1
@@ -155,6 +171,8 @@ class Engine:
         r, bs = st.req, self.cfg.block_size
         if not (self.cfg.enable_prefix_caching and r.prefix_id) or r.prefix_id in self.prefix or st.shared_blocks:
             return
+        if r.prefix_id in self.cached:  # recomputed meanwhile: the newer copy replaces the cached one
+            self.cached_blocks -= self.cached.pop(r.prefix_id)
         full = min(r.prefix_tokens, r.prompt_tokens - 1) // bs
         if full and st.computed >= full * bs:
             st.own_blocks -= full
