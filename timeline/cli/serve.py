@@ -95,8 +95,12 @@ def print_summary(res: ServeResult) -> None:
     con.print(f"max concurrency at max_model_len={res.run.max_model_len:,}: "
               f"{dev['max_concurrency_at_max_model_len']:,}; peak allocated {gib(res.peak_allocated_bytes)} GiB at "
               f"{res.peak_time_us / 1e3:,.1f} ms; {rq['finished']:,}/{rq['total']:,} requests finished, "
-              f"{rq['rejected']:,} rejected, {rq['preemptions']:,} preemptions; TTFT p50 {rq['ttft_ms']['p50']} ms, "
-              f"TPOT p50 {rq['tpot_ms']['p50']} ms")
+              f"{rq['rejected']:,} rejected, {rq['preemptions']:,} preemptions; TTFT p50 {_ms(rq['ttft_ms']['p50'])}, "
+              f"TPOT p50 {_ms(rq['tpot_ms']['p50'])}")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f} ms"
 
 
 def run(args: argparse.Namespace) -> int:
