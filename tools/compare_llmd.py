@@ -5,7 +5,9 @@ with 79.18 GiB total, gpu_memory_utilization 0.9, max-model-len 16000, prefix ca
 Only the rows whose model the project can read are compared: Llama-3.1-8B (config in
 tests/data/hf), Llama-3.3-70B-FP8-dynamic at TP1 and TP2 (the ``llama3-70b`` preset, per-channel
 FP8) and DeepSeek-R1 at TP1 (DeepSeek-V3's config, FP8 128×128 blocks). The non-torch memory each
-log reports is an *input* here (``serving.non_torch_gib``), not a prediction. Tolerances of issue
+log reports is an *input* here (``serving.non_torch_gib``), not a prediction; ``max_num_seqs = 1024``
+and ``max_num_batched_tokens = 8192`` are vLLM's defaults for the API server on GPUs of ≥ 70 GiB
+(``vllm/engine/arg_utils.py`` ``EngineArgs._set_default_args``), which the logged runs did not override. Tolerances of issue
 15: weights 3 %, activation peak 15 %, KV pool max(5 %, 0.5 GiB). Run on purpose:
 ``python tools/compare_llmd.py``; prints a Markdown table.
 """
@@ -38,6 +40,7 @@ ROWS = [
 def run_row(folder: Path, model: str, tp: int, extra: str, non_torch: float):
     text = (f'[model]\n{model}\n[parallel]\ntp = {tp}\n[hardware]\ngpu = "h100"\ncapacity_gib = 79.18\n'
             f'[serving]\nengine = "vllm"\ngpu_memory_utilization = 0.9\nmax_model_len = 16000\n'
+            f'max_num_seqs = 1024\nmax_num_batched_tokens = 8192\n'
             f'enable_prefix_caching = true\nblock_size = 128\nnon_torch_gib = {non_torch}\n{extra}\n'
             '[serving.load]\nnum_requests = 1\n')
     if "block_size = 64" in extra:

@@ -76,15 +76,20 @@ def test_llama_budget_is_vllms_formula():
     assert b.requested_bytes == int(80 * 2**30 * 0.9)
     assert b.kv_pool_bytes == b.requested_bytes - b.weights_bytes - b.activation_peak_bytes - b.non_torch_bytes
     assert b.num_kv_blocks == b.kv_pool_bytes // (16 * 4096) // 32
-    assert 0 < b.activation_peak_bytes < 2 * 2**30
+    # the profile run's peak is the sampler's sort over 256 × 128,256 fp32 logits (9.5 fp32-sized
+    # buffers: bf16 logits, fp32 logits, sorted values, int64 indices, reverse indices, CUB's
+    # alternate keys and values) with the 8,192-token step's hidden states still alive
+    n = 256 * 128_256
+    sampler = n * 2 + n * 4 + n * 4 + n * 8 + n * 8 + n * 12
+    assert b.activation_peak_bytes >= sampler and b.activation_peak_bytes - sampler < 2 * 8192 * 4096 * 2 + 2**21
 
 
 def test_a_pool_too_small_is_the_engines_failure():
     run = load_serve_run(LLAMA_RUN, ["serving.gpu_memory_utilization=0.19"])
-    b = compute_budget(run)  # 15.2 GiB requested < 14.99 GiB weights + the profile run's peak
+    b = compute_budget(run)  # 15.2 GiB requested < 14.99 GiB weights + the profile run's 1.2 GiB peak
     assert b.num_kv_blocks == 0 and b.failure == "no memory for cache blocks"
-    b = compute_budget(load_serve_run(LLAMA_RUN, ["serving.gpu_memory_utilization=0.2"]))
-    assert b.num_kv_blocks == 149 and "needs 1000 KV blocks and the pool has 149" in b.failure
+    b = compute_budget(load_serve_run(LLAMA_RUN, ["serving.gpu_memory_utilization=0.21"]))
+    assert 0 < b.num_kv_blocks < 1000 and f"needs 1000 KV blocks and the pool has {b.num_kv_blocks}" in b.failure
 
 
 def test_sglang_pool_is_rest_memory_over_cell_size():

@@ -79,7 +79,7 @@ def profile_transients(run: ServeRunSpec) -> StepTransients:
     sv = run.serving
     tokens = sv.max_num_batched_tokens
     reqs = min(sv.max_num_seqs, tokens)
-    return step_transients(step_ops(run, tokens), sampler_tensors(run, reqs))
+    return step_transients(step_ops(run, tokens), sampler_tensors(run, reqs, profile=True))
 
 
 def compute_budget(run: ServeRunSpec) -> Budget:

@@ -27,12 +27,12 @@ from timeline.serve.hf import hf_timeline
 from timeline.serve.requests import synthetic_requests
 from timeline.serve.scheduler import SchedulerConfig, SchedulerResult, Step, simulate_requests
 from timeline.serve.steptime import step_cost
-from timeline.serve.transients import StepTransients, new_allocator, run_through_allocator, sampler_tensors, \
+from timeline.serve.transients import SAMPLER_NAMES, StepTransients, new_allocator, run_through_allocator, sampler_tensors, \
     step_transients, step_transients_scaled
 from timeline.spec.serving import ServeRunSpec
 
 #: buffers :func:`~timeline.serve.transients.sampler_tensors` returns
-SAMPLER_BUFFERS = 4
+SAMPLER_BUFFERS = len(SAMPLER_NAMES)
 
 
 def _per_token_plan(run: ServeRunSpec) -> StepTransients | None:
@@ -119,7 +119,8 @@ def serve(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
 
     @lru_cache(maxsize=4096)
     def plan(tokens: int, reqs: int) -> StepTransients:
-        extra = sampler_tensors(run, min(reqs, reqs_cap))
+        # reqs = 0: a captured graph, which holds the model's forward only (the sampler runs outside it)
+        extra = sampler_tensors(run, min(reqs, reqs_cap)) if reqs else [0] * SAMPLER_BUFFERS
         if linear is not None:  # every tensor of the step is (tokens × width): scale the one-token plan
             return step_transients_scaled(linear, tokens, extra)
         return step_transients(step_ops(run, tokens), extra)
@@ -128,7 +129,7 @@ def serve(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
     if sizes:  # one private pool, largest capture first; its footprint is what the largest leaves reserved
         pool = new_allocator(run, budget.total_bytes)
         for size in sizes[:1]:
-            run_through_allocator(pool, plan(size, size))
+            run_through_allocator(pool, plan(size, 0))
         graph_pool = pool.reserved_bytes
     cfg = SchedulerConfig(num_blocks=budget.num_kv_blocks, block_size=budget.block_size,
                           max_num_seqs=sv.max_num_seqs, max_num_batched_tokens=sv.max_num_batched_tokens,

@@ -30,24 +30,38 @@ class StepTransients:
 
 
 #: names of :func:`sampler_tensors`' buffers, in order
-SAMPLER_NAMES = ("sampler.logits_local", "sampler.logits_gathered", "sampler.logits_fp32", "sampler.probs_fp32")
+SAMPLER_NAMES = ("sampler.logits_local", "sampler.logits_gathered", "sampler.logits_fp32",
+                 "sampler.sort_values", "sampler.sort_indices", "sampler.sort_reverse_indices", "sampler.sort_cub_temp")
 
 
-def sampler_tensors(run: ServeRunSpec, num_reqs: int) -> list[int]:
-    """Logits and sampler buffers of one step over ``num_reqs`` sequences (vLLM
-    ``gpu_model_runner.py`` ``_dummy_sampler_run``: ``compute_logits`` on one hidden row per
-    request gives ``num_reqs × vocab/tp`` in the model dtype, ``tensor_model_parallel_gather``
-    the full ``num_reqs × vocab``; ``vllm/v1/sample/sampler.py`` ``Sampler.forward`` casts to fp32
-    and ``apply_temperature`` / ``softmax`` make one more fp32 copy each)."""
+def sampler_tensors(run: ServeRunSpec, num_reqs: int, *, profile: bool = False) -> list[int]:
+    """The logits and sampler buffers alive together at the sampler's peak over ``num_reqs`` rows
+    (always ``len(SAMPLER_NAMES)`` entries, 0 for a buffer that is not made).
+
+    ``compute_logits`` on one hidden row per request gives ``num_reqs × vocab/tp`` in the model
+    dtype and ``tensor_model_parallel_gather`` the full ``num_reqs × vocab`` (tp > 1); vLLM's V1
+    ``Sampler.forward`` (``vllm/v1/sample/sampler.py``) casts it to fp32 and scales by temperature in
+    place. The profile run (``gpu_model_runner.py`` ``_dummy_sampler_run``) gives every dummy request
+    ``top_p = 0.9`` and ``top_k = vocab − 1``, so the PyTorch-native top-k/top-p path
+    (``topk_topp_sampler.py`` ``TopKTopPSampler.forward_native`` → ``apply_top_k_top_p``, the
+    default on CUDA unless ``VLLM_USE_FLASHINFER_SAMPLER=1``) sorts the fp32 logits: the sort's fp32
+    values and int64 indices, and inside PyTorch's CUDA sort (``aten/src/ATen/native/cuda/
+    SortStable.cu`` ``segmented_sort_pairs``, taken for ≥ 128 rows of > 4,096) an int64
+    ``reverse_indices`` buffer and CUB's ``DeviceSegmentedRadixSort::SortPairs`` temporary storage,
+    which holds the alternate key (fp32) and value (int64) buffers. A serving step's requests
+    sample with the defaults (no top-k/top-p): its peak is the fp32 logits plus the probabilities
+    and the exponential noise of ``random_sample`` (two more fp32 copies)."""
     m, tp = run.model, run.parallel.tp
     from timeline.serve.graph_view import VOCAB_PADDING
 
     vocab = -(-m.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
     act = DTYPE_BYTES[run.serving.dtype]
+    n = num_reqs * m.vocab_size
     local = num_reqs * (vocab // tp) * act
-    full = num_reqs * m.vocab_size * act if tp > 1 else 0
-    fp32 = num_reqs * m.vocab_size * 4
-    return [local, full, fp32, fp32]
+    full = n * act if tp > 1 else 0
+    if profile:
+        return [local, full, n * 4, n * 4, n * 8, n * 8, n * (4 + 8)]
+    return [local, full, n * 4, n * 4, n * 4, 0, 0]
 
 
 def step_transients(ops: list[FOp], extra: list[int] = ()) -> StepTransients:
@@ -125,12 +139,12 @@ def run_through_allocator(alloc: CachingAllocator, st: StepTransients,
     peak = alloc.allocated_bytes
     for size, j in st.plan:
         if j < 0:
-            addrs.append(alloc.malloc(size))
+            addrs.append(alloc.malloc(size) if size else 0)  # a buffer this step does not make
             sizes.append(size)
             peak = max(peak, alloc.allocated_bytes)
-            if record is not None:
+            if record is not None and size:
                 record("alloc", addrs[-1], size, st.names[len(addrs) - 1] if st.names else "")
-        else:
+        elif addrs[j]:
             alloc.free(addrs[j])
             if record is not None:
                 record("free", addrs[j], sizes[j], st.names[j] if st.names else "")
