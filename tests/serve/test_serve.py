@@ -3,7 +3,6 @@ invariants, the command's errors and deterministic outputs."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -179,7 +178,8 @@ def test_serve_writes_identical_bytes_twice(tmp_path):
         out = tmp_path / f"run{k}"
         assert main(["serve", str(LLAMA_RUN), "--set", "serving.load.num_requests=40", "-o", str(out)]) == 0
         outs.append({p.name: p.read_bytes() for p in out.iterdir() if p.name != "timeline-output.json"})
-    assert outs[0] == outs[1] and set(outs[0]) == {"summary.json", "memory.parquet", "requests.parquet", "trace.json", "snapshot.pickle"}
+    assert outs[0] == outs[1] and set(outs[0]) == {"summary.json", "memory.parquet", "requests.parquet", "events.parquet", "trace.json",
+                                                "snapshot.pickle"}
 
 
 def test_requests_csv_trace(tmp_path):
@@ -188,7 +188,7 @@ def test_requests_csv_trace(tmp_path):
     run_file = tmp_path / "r.toml"
     text = LLAMA_RUN.read_text().replace("../tests/data/hf", str(HF))
     text = text.split("[serving.load]")[0] + 'requests = "t.csv"\n'
-    run_file.write_text(text.replace("block_size = 16\n", "block_size = 16\n"))
+    run_file.write_text(text)
     run = load_serve_run(run_file)
     assert [r.prefix_tokens for r in run.requests] == [100, 100, 0]
     bad = tmp_path / "bad.csv"
@@ -237,3 +237,18 @@ def test_a_finished_prefix_stays_cached_until_its_space_is_needed():
     eng.arrive(third)  # 150 + 1 tokens need 10 of the 12 blocks: the cached prefix is evicted
     b, _ = eng.schedule()
     assert third.own_blocks == blocks_for(150, 16) and not eng.cached and eng.cached_blocks == 0
+
+
+def test_events_parquet_pairs_every_alloc_with_a_free_but_the_static_ones(tmp_path):
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "ev"
+    assert main(["serve", str(LLAMA_RUN), "--set", "serving.load.num_requests=10", "-o", str(out),
+                 "--format", "events"]) == 0
+    t = pq.read_table(out / "events.parquet").to_pydict()
+    allocs = [a for a, act in zip(t["address"], t["action"]) if act == "alloc"]
+    frees = [a for a, act in zip(t["address"], t["action"]) if act == "free"]
+    assert len(allocs) - len(frees) == 33  # the weights and one KV tensor per layer stay
+    named = [n for n, act in zip(t["tensor"], t["action"]) if act == "alloc"]
+    assert named[:2] == ["weights", "kv_cache.layers.0"] and t["action"][0] == "segment_alloc"
+    assert t["seq"] == list(range(len(t["seq"])))

@@ -11,7 +11,7 @@ from timeline.cli.common import SET_HELP, check_output_dir, console, gib, write_
 from timeline.cli.simulate import default_output
 from timeline.errors import UserError
 from timeline.exporters import serve_snapshot, serve_summary, serve_trace
-from timeline.exporters.serve_parquet import write_memory, write_requests
+from timeline.exporters.serve_parquet import write_events, write_memory, write_requests
 from timeline.io.serve_runfile import load_serve_run
 from timeline.serve.run import ServeResult, serve
 
@@ -27,6 +27,7 @@ continuous-batching scheduler over the run's requests (serving.requests = "trace
   memory.parquet    one row per engine step: bytes by part, KV blocks used/free, requests
                     running/waiting, preemptions
   requests.parquet  one row per request: arrival, first token, finish, preemptions, rejected
+  events.parquet    every allocator event: weights, KV tensors, eager steps' transients, segments
   trace.json        Chrome trace for ui.perfetto.dev: engine steps, one track per request,
                     memory / KV-block / request counters
   snapshot.pickle   PyTorch memory snapshot for pytorch.org/memory_viz (the last 200,000
@@ -36,7 +37,7 @@ examples:
   timeline serve schedules/llama3.1-8b-h100-serve.toml
   timeline serve RUN.toml --set serving.gpu_memory_utilization=0.8 --set serving.load.rate_per_s=40
 """
-FORMATS = ("summary", "memory", "requests", "trace", "snapshot")
+FORMATS = ("summary", "memory", "requests", "events", "trace", "snapshot")
 #: memory_viz slows down past a few hundred thousand entries (as `timeline simulate`)
 SNAPSHOT_ENTRIES = 200_000
 
@@ -68,10 +69,13 @@ def writer(res: ServeResult, formats: list[str]):
                     serve_summary.write(res, h)
             elif fmt == "snapshot":
                 with open(folder / serve_snapshot.FILENAME, "wb") as h:
-                    serve_snapshot.write(res, h)
+                    serve_snapshot.write(res, h, {"max_entries": SNAPSHOT_ENTRIES})
             elif fmt == "trace":
                 with open(folder / serve_trace.FILENAME, "wb") as h:
                     serve_trace.write(res, h)
+            elif fmt == "events":
+                with open(folder / "events.parquet", "wb") as h:
+                    write_events(res, h)
             elif fmt == "memory":
                 with open(folder / "memory.parquet", "wb") as h:
                     write_memory(res, h)
@@ -110,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {args.run}: {note}", file=sys.stderr)
     out = Path(args.output) if args.output else default_output(spec.name)
     check_output_dir(out, args.force)
-    res = serve(spec, SNAPSHOT_ENTRIES if "snapshot" in formats else 0)
+    res = serve(spec, -1 if "events" in formats else SNAPSHOT_ENTRIES if "snapshot" in formats else 0)
     write_dir_atomically(out, args.force, writer(res, formats), command="serve")
     print_summary(res)
     console().print(f"wrote {out}/")

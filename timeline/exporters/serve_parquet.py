@@ -13,6 +13,8 @@ from timeline.exporters.parquet_util import write_table
 from timeline.serve.run import ServeResult
 
 MEMORY_SCHEMA = "timeline.serve.memory/1"
+EVENTS_SCHEMA = "timeline.serve.events/1"
+ACTIONS = ("alloc", "free", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom")
 REQUESTS_SCHEMA = "timeline.serve.requests/1"
 
 
@@ -38,6 +40,26 @@ def write_requests(res: ServeResult, handle: BinaryIO, options: dict | None = No
         "preemptions": np.array([s.preemptions for s in st], dtype=np.int64),
         "rejected": [s.rejected for s in st],
     }, handle, REQUESTS_SCHEMA)
+
+
+def write_events(res: ServeResult, handle: BinaryIO, options: dict | None = None) -> None:
+    """Every allocator event of the run (weights, KV tensors, eager steps' transients, segment
+    events), in order: ``seq``, ``t_us`` (the step's start), ``action``, ``address``, ``size_bytes``,
+    ``tensor``; graph-replayed steps have none."""
+    from timeline.exporters.parquet_util import dictionary
+
+    tr = res.alloc_trace
+    names = sorted({e[4] for e in tr})
+    code = {n: i for i, n in enumerate(names)}
+    write_table({
+        "device": np.zeros(len(tr), dtype=np.int32),
+        "seq": np.arange(len(tr), dtype=np.int64),
+        "t_us": np.array([e[3] for e in tr], dtype=np.float64),
+        "action": dictionary([ACTIONS.index(e[0]) for e in tr], list(ACTIONS)),
+        "address": np.array([e[1] for e in tr], dtype=np.int64),
+        "size_bytes": np.array([e[2] for e in tr], dtype=np.int64),
+        "tensor": dictionary([code[e[4]] for e in tr], names),
+    }, handle, EVENTS_SCHEMA)
 
 
 #: serve output name → (file name, writer)

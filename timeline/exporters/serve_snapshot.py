@@ -16,10 +16,13 @@ from timeline.serve.run import ServeResult
 FILENAME = "snapshot.pickle"
 
 
-def snapshot(res: ServeResult) -> dict[str, Any]:
+def snapshot(res: ServeResult, max_entries: int = 0) -> dict[str, Any]:
+    """The snapshot dict; ``max_entries`` > 0 keeps the last N recorded entries (PyTorch's ring
+    buffer: blocks allocated before them then carry no frames)."""
     frames_at: dict[int, list[dict]] = {}
     trace: list[dict] = []
-    for action, addr, size, t_us, name in res.alloc_trace:
+    entries = res.alloc_trace[-max_entries:] if max_entries else res.alloc_trace
+    for action, addr, size, t_us, name in entries:
         frames = [{"filename": "timeline/serve", "line": 0, "name": name or action}]
         if action == "alloc":
             frames_at[addr] = frames
@@ -43,4 +46,4 @@ def snapshot(res: ServeResult) -> dict[str, Any]:
 
 
 def write(res: ServeResult, handle: BinaryIO, options: dict | None = None) -> None:
-    pickle.dump(snapshot(res), handle, protocol=4)
+    pickle.dump(snapshot(res, int((options or {}).get("max_entries") or 0)), handle, protocol=4)

@@ -15,12 +15,12 @@ from typing import Any
 
 from timeline.errors import SpecError, UserError
 from timeline.io.requests_csv import read_requests
-from timeline.io.runfile import NAME_RE, default_name, parse_override, read_toml, _resolve_model
+from timeline.io.runfile import NAME_RE, _resolve_model, default_name, parse_override, read_toml
 from timeline.spec.fields import build_section
 from timeline.spec.hardware import GPUS
 from timeline.spec.run import AllocatorSpec, HardwareSpec, ParallelSpec
-from timeline.spec.serving import DistSpec, LoadSpec, ServeRunSpec, ServingSpec
 from timeline.spec.serve_validate import serve_problems
+from timeline.spec.serving import DistSpec, LoadSpec, ServeRunSpec, ServingSpec
 
 SECTIONS = ("model", "parallel", "hardware", "allocator", "serving")
 TRAINING_ONLY = ("training", "recompute", "schedule")

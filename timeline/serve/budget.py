@@ -30,12 +30,17 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from timeline.graph.tensors import DTYPE_BYTES
 from timeline.serve.graph_view import device_params, step_ops
 from timeline.serve.kv import kv_bytes_per_token, kv_bytes_per_token_layer, kv_layers
-from timeline.serve.transients import StepTransients, new_allocator, run_through_allocator, sampler_tensors, \
-    step_transients
+from timeline.serve.transients import (
+    StepTransients,
+    new_allocator,
+    run_through_allocator,
+    sampler_tensors,
+    step_transients,
+)
 from timeline.serve.weights import weight_bytes
-from timeline.graph.tensors import DTYPE_BYTES
 from timeline.spec.serving import ENGINE_VERSIONS, ServeRunSpec
 
 GIB = 1 << 30

@@ -27,8 +27,15 @@ from timeline.serve.hf import hf_timeline
 from timeline.serve.requests import synthetic_requests
 from timeline.serve.scheduler import SchedulerConfig, SchedulerResult, Step, simulate_requests
 from timeline.serve.steptime import step_cost
-from timeline.serve.transients import SAMPLER_NAMES, StepTransients, new_allocator, run_through_allocator, sampler_tensors, \
-    step_transients, step_transients_scaled
+from timeline.serve.transients import (
+    SAMPLER_NAMES,
+    StepTransients,
+    new_allocator,
+    run_through_allocator,
+    sampler_tensors,
+    step_transients,
+    step_transients_scaled,
+)
 from timeline.spec.serving import ServeRunSpec
 
 #: buffers :func:`~timeline.serve.transients.sampler_tensors` returns
@@ -104,7 +111,8 @@ def serve_hf(run: ServeRunSpec) -> ServeResult:
 
 def serve(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
     """Simulate the deployment; ``record_entries`` > 0 keeps the allocator's last N trace entries
-    and its end-state segments for a memory_viz snapshot (like PyTorch's ring buffer)."""
+    and its end-state segments for a memory_viz snapshot (like PyTorch's ring buffer); −1 keeps
+    every entry (events.parquet)."""
     if run.serving.engine == "hf":
         return serve_hf(run)
     budget = compute_budget(run)
@@ -135,7 +143,7 @@ def serve(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
                           max_num_seqs=sv.max_num_seqs, max_num_batched_tokens=sv.max_num_batched_tokens,
                           max_model_len=run.max_model_len, enable_chunked_prefill=sv.enable_chunked_prefill,
                           enable_prefix_caching=sv.enable_prefix_caching)
-    trace: deque = deque(maxlen=record_entries or 1)
+    trace: deque = deque(maxlen=None if record_entries < 0 else record_entries or 1)
     clock = {"t": 0.0}
 
     def record(action: str, addr: int, size: int, name: str) -> None:

@@ -55,8 +55,6 @@ def step_cost(run: ServeRunSpec, params, weights_total: int, kv_bytes_per_token:
     expert_n = sum(t.numel for t in expert)
     dense_n = sum(t.numel for t in params if not t.expert and t.name.startswith("layers."))
     local_experts = m.n_routed_experts // par.ep if m.is_moe else 0
-    # tokens activate top_k of n_routed experts; this device computes its share of them
-    expert_local_share = expert_n
     expert_bytes = int(weights_total * (expert_n / max(1, expert_n + dense_n)))
     heads = m.num_attention_heads // par.tp
     head = (m.qk_nope_head_dim + m.qk_rope_head_dim) if m.is_mla else m.attn_head_dim
@@ -65,7 +63,7 @@ def step_cost(run: ServeRunSpec, params, weights_total: int, kv_bytes_per_token:
                      nvlink_bytes_per_us=run.hardware.nvlink_gbps * 1e3 * run.hardware.comm_efficiency,
                      network_bytes_per_us=run.hardware.network_gbps * 1e3 * run.hardware.comm_efficiency,
                      latency_us=run.hardware.latency_us, ep_on_nvlink=True)
-    return StepCost(cost=cost, dense_params=dense_n, expert_params_local=expert_local_share,
+    return StepCost(cost=cost, dense_params=dense_n, expert_params_local=expert_n,
                     local_experts=local_experts, top_k=m.num_experts_per_tok, n_routed=m.n_routed_experts,
                     dense_weight_bytes=weights_total - expert_bytes, expert_weight_bytes=expert_bytes,
                     attn_flops_per_ctx_token=4.0 * heads * head * m.num_hidden_layers,

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from timeline.spec.fields import spec_field
-from timeline.spec.run import AllocatorSpec, HardwareSpec, ParallelSpec
 from timeline.spec.model import ModelSpec
+from timeline.spec.run import AllocatorSpec, HardwareSpec, ParallelSpec
 
 ENGINES = ("vllm", "sglang", "hf")
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4")
