@@ -10,7 +10,7 @@ PKG = Path(__file__).resolve().parents[1] / "timeline"
 ORDER = ["spec", "graph", "pipeline", "alloc", "sim", "result", "compare", "serve", "exporters", "cli"]
 BASE = {"errors", "__init__", "__main__"}  # importable from anywhere
 # libraries allowed only in these layers (pyarrow also only inside functions)
-LIBS = {"networkx": {"graph"}, "simpy": {"sim", "serve"}, "pyarrow": {"exporters", "io"}, "matplotlib": {"compare"},
+LIBS = {"networkx": {"graph"}, "simpy": {"sim"}, "pyarrow": {"exporters", "io"}, "matplotlib": {"compare"},
         "torch": {"capture"}, "transformers": {"capture"}}
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timeline.serve.scheduler import Engine, SchedulerConfig, blocks_for
+from timeline.sim.batching import Engine, SchedulerConfig, blocks_for
 from timeline.spec.serving import Request
 
 loads = st.lists(st.tuples(st.integers(1, 300), st.integers(1, 40), st.sampled_from(["", "a", "b"])),

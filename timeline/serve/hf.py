@@ -19,7 +19,7 @@ Batches of up to ``max_num_seqs`` requests are formed in arrival order and run b
 from __future__ import annotations
 
 from timeline.graph.tensors import DTYPE_BYTES
-from timeline.serve.scheduler import ReqState, SchedulerResult, Step
+from timeline.sim.batching import ReqState, SchedulerResult, Step
 from timeline.spec.model import ModelSpec
 from timeline.spec.serving import Request
 

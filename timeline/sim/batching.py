@@ -1,4 +1,5 @@
-"""A continuous-batching scheduler in the style of vLLM V1's token-budget scheduler, in simpy.
+"""Serving (DESIGN §12): a continuous-batching scheduler in the style of vLLM V1's token-budget
+scheduler, in simpy.
 
 Per step (``vllm/v1/core/sched/scheduler.py`` ``Scheduler.schedule``): with a budget of
 ``max_num_batched_tokens`` tokens, first every *running* request gets its next tokens (one when
