@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from timeline.alloc.caching import AddressSpaceError
 from timeline.cli.common import SET_HELP, check_output_dir, console, gib, write_dir_atomically
 from timeline.cli.simulate import default_output
 from timeline.errors import UserError
@@ -114,7 +115,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {args.run}: {note}", file=sys.stderr)
     out = Path(args.output) if args.output else default_output(spec.name)
     check_output_dir(out, args.force)
-    res = serve(spec, -1 if "events" in formats else SNAPSHOT_ENTRIES if "snapshot" in formats else 0)
+    try:
+        res = serve(spec, -1 if "events" in formats else SNAPSHOT_ENTRIES if "snapshot" in formats else 0)
+    except AddressSpaceError:
+        raise UserError(f"{args.run}: the device would reserve more than the 256 TiB a device can address; "
+                        "shard the model or shrink the run") from None
     write_dir_atomically(out, args.force, writer(res, formats), command="serve")
     print_summary(res)
     console().print(f"wrote {out}/")

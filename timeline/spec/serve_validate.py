@@ -13,6 +13,8 @@ from timeline.spec.validate import _divisors, model_problems
 #: kv_cache_dtype values each engine accepts: vLLM ``vllm/config/cache.py`` ``CacheDType``
 #: (auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla); SGLang ``server_args.py``
 #: ``--kv-cache-dtype`` choices (auto, fp8_e5m2, fp8_e4m3); hf: the model dtype only
+#: the largest device a serving run models (64× the biggest GPU today; addressable by the allocator model)
+MAX_DEVICE_GIB = 16_384
 KV_DTYPES_BY_ENGINE = {
     "vllm": ("auto", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"),
     "sglang": ("auto", "fp8_e4m3", "fp8_e5m2"),
@@ -77,6 +79,9 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
     if sv.max_num_batched_tokens < sv.max_num_seqs:
         add(("serving.max_num_batched_tokens", f"{sv.max_num_batched_tokens} is below max_num_seqs="
              f"{sv.max_num_seqs} (vLLM requires max_num_batched_tokens ≥ max_num_seqs)"))
+    if run.hardware.capacity_gib > MAX_DEVICE_GIB:  # the allocator model addresses 256 TiB per device
+        add(("hardware.capacity_gib", f"{run.hardware.capacity_gib:g} GiB is beyond any device; serving models "
+             f"one GPU, use at most {MAX_DEVICE_GIB:,} GiB"))
     if sv.non_torch_gib >= run.hardware.capacity_gib:
         add(("serving.non_torch_gib", f"{sv.non_torch_gib} leaves nothing of capacity_gib={run.hardware.capacity_gib}"))
     ld = run.load
