@@ -97,8 +97,9 @@ def print_summary(res: ServeResult) -> None:
               f"CUDA-graph pool {gib(b.cuda_graph_bytes)} (not subtracted by the engine)")
     if b.failure:
         con.print(f"the engine would refuse to start: {b.failure}")
+    conc = dev["max_concurrency_at_max_model_len"]
     con.print(f"max concurrency at max_model_len={res.run.max_model_len:,}: "
-              f"{dev['max_concurrency_at_max_model_len']:,}; peak allocated {gib(res.peak_allocated_bytes)} GiB at "
+              f"{'-' if conc is None else f'{conc:,}'}; peak allocated {gib(res.peak_allocated_bytes)} GiB at "
               f"{res.peak_time_us / 1e3:,.1f} ms; {rq['finished']:,}/{rq['total']:,} requests finished, "
               f"{rq['rejected']:,} rejected, {rq['preemptions']:,} preemptions; TTFT p50 {_ms(rq['ttft_ms']['p50'])}, "
               f"TPOT p50 {_ms(rq['tpot_ms']['p50'])}")

@@ -47,8 +47,10 @@ def summary(res: ServeResult) -> dict:
                        "activation_peak_bytes": b.activation_peak_bytes, "cuda_graph_bytes": b.cuda_graph_bytes,
                        "cuda_graph_subtracted": b.cuda_graph_subtracted, "kv_pool_bytes": b.kv_pool_bytes,
                        "req_to_token_bytes": b.req_to_token_bytes},
-            "max_concurrency_at_max_model_len": b.num_kv_blocks // blocks_per_max if blocks_per_max else 0,
-            "longest_context_tokens": min(pool_tokens, mml),
+            # hf has no pool: its cache grows until the device is full (null here)
+            "max_concurrency_at_max_model_len": (b.num_kv_blocks // blocks_per_max if blocks_per_max else 0)
+            if b.engine != "hf" else None,
+            "longest_context_tokens": min(pool_tokens, mml) if b.engine != "hf" else None,
             "peak_allocated_bytes": res.peak_allocated_bytes, "peak_reserved_bytes": int(res.peak_reserved_bytes),
             "peak_time_us": round(res.peak_time_us, 3), "capacity_bytes": b.total_bytes,
             "max_kv_blocks_used": res.sched.max_blocks_used, "failure": b.failure,

@@ -92,11 +92,12 @@ def compute_budget(run: ServeRunSpec) -> Budget:
     total = int(hw.capacity_gib * GIB)
     rope = rope_cache_bytes(run) if sv.engine == "vllm" else 0
     weights = weight_bytes(run, device_params(run)).total_bytes + rope
-    alloc = new_allocator(run, total)
-    base = alloc.malloc(weights)  # the weights are one block here; only the step's peak increase is read
-    st = profile_transients(run)
-    activation = run_through_allocator(alloc, st) - alloc.allocated_bytes
-    alloc.free(base)
+    activation = 0  # generate has no profile run
+    if sv.engine != "hf":
+        alloc = new_allocator(run, total)
+        base = alloc.malloc(weights)  # the weights are one block here; only the step's peak increase is read
+        activation = run_through_allocator(alloc, profile_transients(run)) - alloc.allocated_bytes
+        alloc.free(base)
     non_torch = int(sv.non_torch_gib * GIB)
     per_layer = kv_bytes_per_token_layer(m, run.parallel.tp, sv.kv_cache_dtype, sv.dtype)
     layers = kv_layers(m)
