@@ -72,7 +72,7 @@ def test_llama_budget_is_vllms_formula():
     # vLLM logs "Model loading took 14.9888 GiB" for Llama-3.1-8B: the BF16 parameters (64-padded
     # vocabulary) and the 131,072 × 128 rotary cos/sin cache
     assert b.weights_bytes == 16_060_522_496 + 131_072 * 128 * 2 == 16_094_076_928
-    assert b.requested_bytes == int(80 * 2**30 * 0.9)
+    assert b.total_bytes == int(79.18 * 2**30) and b.requested_bytes == int(b.total_bytes * 0.9)
     assert b.kv_pool_bytes == b.requested_bytes - b.weights_bytes - b.activation_peak_bytes - b.non_torch_bytes
     assert b.num_kv_blocks == b.kv_pool_bytes // (16 * 4096) // 32
     # the profile run's peak is the sampler's sort over 256 × 128,256 fp32 logits (9.5 fp32-sized
@@ -94,7 +94,7 @@ def test_a_pool_too_small_is_the_engines_failure():
 def test_sglang_pool_is_rest_memory_over_cell_size():
     run = load_serve_run(LLAMA_RUN, ["serving.engine=sglang", "serving.mem_fraction_static=0.8"])
     b = compute_budget(run)
-    total = 80 * 2**30
+    total = int(79.18 * 2**30)
     rest = total - b.weights_bytes - (total - int(total * 0.8))
     assert b.num_kv_blocks == rest // 131_072 and b.block_size == 1
 
