@@ -4,17 +4,18 @@ time under a request load; writes summary.json, memory.parquet and requests.parq
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from timeline.alloc.caching import AddressSpaceError
 from timeline.cli.common import SET_HELP, check_output_dir, console, gib, write_dir_atomically
 from timeline.cli.simulate import default_output
 from timeline.errors import UserError
-from timeline.exporters import serve_snapshot, serve_summary, serve_trace
-from timeline.exporters.serve_parquet import write_events, write_memory, write_requests
 from timeline.io.serve_runfile import load_serve_run
-from timeline.serve.run import ServeResult, serve
+
+if TYPE_CHECKING:  # the serving core (graph, numpy, allocator) is imported when a run starts, not with the CLI
+    from timeline.serve.run import ServeResult
 
 HELP = "simulate an inference engine (vLLM, SGLang): its memory budget and memory over time under a load"
 DESCRIPTION = """\
@@ -63,6 +64,12 @@ def parse_formats(text: str) -> list[str]:
 
 
 def writer(res: ServeResult, formats: list[str]):
+    serve_snapshot = importlib.import_module("timeline.exporters.serve_snapshot")
+    serve_summary = importlib.import_module("timeline.exporters.serve_summary")
+    serve_trace = importlib.import_module("timeline.exporters.serve_trace")
+    parquet = importlib.import_module("timeline.exporters.serve_parquet")
+    write_events, write_memory, write_requests = parquet.write_events, parquet.write_memory, parquet.write_requests
+
     def write(folder: Path) -> None:
         for fmt in formats:
             if fmt == "summary":
@@ -87,8 +94,10 @@ def writer(res: ServeResult, formats: list[str]):
 
 
 def print_summary(res: ServeResult) -> None:
+    from timeline.exporters.serve_summary import summary
+
     b, con = res.budget, console()
-    s = serve_summary.summary(res)
+    s = summary(res)
     dev, rq = s["devices"][0], s["requests"]
     con.print(f"{res.run.name}: {b.engine} budget per device (GiB): total {gib(b.total_bytes)}, requested "
               f"{gib(b.requested_bytes)}, weights {gib(b.weights_bytes)}, non-torch {gib(b.non_torch_bytes)}, "
@@ -116,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {args.run}: {note}", file=sys.stderr)
     out = Path(args.output) if args.output else default_output(spec.name)
     check_output_dir(out, args.force)
+    from timeline.alloc.caching import AddressSpaceError
+    from timeline.serve.run import serve
+
     try:
         res = serve(spec, -1 if "events" in formats else SNAPSHOT_ENTRIES if "snapshot" in formats else 0)
     except AddressSpaceError:
