@@ -252,3 +252,14 @@ def test_events_parquet_pairs_every_alloc_with_a_free_but_the_static_ones(tmp_pa
     named = [n for n, act in zip(t["tensor"], t["action"]) if act == "alloc"]
     assert named[:2] == ["weights", "kv_cache.layers.0"] and t["action"][0] == "segment_alloc"
     assert t["seq"] == list(range(len(t["seq"])))
+
+
+def test_a_load_beyond_max_steps_is_refused_before_any_work(tmp_path, capsys):
+    from timeline.serve.work import min_steps
+
+    run = load_serve_run(LLAMA_RUN)
+    # 200 requests of 1,024 + 128 tokens: 128 output steps at least, 28.1 steps of 8,192 tokens
+    assert min_steps(run) == 128
+    assert main(["serve", str(LLAMA_RUN), "--max-steps", "127", "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "at least 128 engine steps" in err[0] and not (tmp_path / "o").exists()

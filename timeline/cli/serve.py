@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from timeline.cli.common import SET_HELP, check_output_dir, console, gib, write_dir_atomically
+from timeline.cli.common import SET_HELP, check_output_dir, console, gib, positive, write_dir_atomically
 from timeline.cli.simulate import default_output
 from timeline.errors import UserError
 from timeline.io.serve_runfile import load_serve_run
+from timeline.serve.work import DEFAULT_MAX_STEPS
 
 if TYPE_CHECKING:  # the serving core (graph, numpy, allocator) is imported when a run starts, not with the CLI
     from timeline.serve.run import ServeResult
@@ -52,6 +53,9 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="replace DIR if it exists")
     parser.add_argument("--format", default=",".join(FORMATS),
                         help=f"comma-separated outputs to write (default: {','.join(FORMATS)})")
+    parser.add_argument("--max-steps", type=positive, default=DEFAULT_MAX_STEPS, metavar="N",
+                        help="refuse, before any work, a load needing more than N engine steps "
+                             f"(default {DEFAULT_MAX_STEPS:,}, about 7 minutes)")
 
 
 def parse_formats(text: str) -> list[str]:
@@ -125,6 +129,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {args.run}: {note}", file=sys.stderr)
     out = Path(args.output) if args.output else default_output(spec.name)
     check_output_dir(out, args.force)
+    from timeline.serve.work import check_steps
+
+    check_steps(spec, args.max_steps)
     from timeline.alloc.caching import AddressSpaceError
     from timeline.serve.run import serve
 
