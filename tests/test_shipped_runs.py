@@ -13,13 +13,25 @@ from timeline.pipeline.devices import static_devices
 from timeline.result.build import build_timeline
 
 SCHEDULES = Path(__file__).resolve().parents[1] / "schedules"
+SERVING = sorted(p for p in SCHEDULES.glob("*.toml") if "[serving]" in p.read_text())
 
 
-@pytest.mark.parametrize("path", sorted(SCHEDULES.glob("*.toml")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", sorted(set(SCHEDULES.glob("*.toml")) - set(SERVING)), ids=lambda p: p.stem)
 def test_run_file_loads(path):
     run = load_run(path)
     assert run.name == path.stem
     assert all(d.total_bytes > 0 for d in static_devices(run))
+
+
+@pytest.mark.parametrize("path", SERVING, ids=lambda p: p.stem)
+def test_serving_file_starts_its_engine(path):
+    from timeline.io.serve_runfile import load_serve_run
+    from timeline.serve.budget import compute_budget
+
+    run = load_serve_run(path)
+    assert run.name == path.stem
+    b = compute_budget(run)
+    assert not b.failure and b.num_kv_blocks * b.block_size >= run.max_model_len
 
 
 def test_dualpipev_example_fits_every_rank():

@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "presets": "presets",
     "schedule": "schedule",
     "simulate": "simulate",
+    "serve": "serve",
     "replay": "replay",
     "compare": "compare",
     "fit": "fit",
@@ -39,6 +40,7 @@ examples:
   timeline fit schedules/deepseek-v3-pp16-tp2-ep8.toml --capacity 80GiB
                                                                 cheapest recompute policy that fits
   timeline presets                                              list model presets
+  timeline serve schedules/llama3.1-8b-h100-serve.toml          an inference engine's budget and memory over time
 
 `timeline COMMAND --help` describes each command.
 """

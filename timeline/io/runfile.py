@@ -179,6 +179,9 @@ def run_from_data(data: dict[str, Any], path: Path, overrides: Sequence[str] = (
     except SpecError as exc:
         raise exc.with_source(source) from None
 
+    if "serving" in data:  # an inference deployment, not a training job (DESIGN §12)
+        raise UserError(f"{path}: has a [serving] section, which describes an inference deployment; "
+                        f"use `timeline serve {path}`")
     for key, value in data.items():
         if key in TOP_LEVEL:
             continue

@@ -1,0 +1,71 @@
+"""``summary.json`` of a serving run (schema ``timeline.serve/1``): the resolved deployment, the
+engine's budget, the KV pool in blocks and tokens, max concurrency at ``max_model_len``, the
+longest context that fits, request latencies and the memory peak and when. Formats only."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import BinaryIO
+
+import numpy as np
+
+from timeline.serve.run import ServeResult
+
+FILENAME = "summary.json"
+SCHEMA = "timeline.serve/1"
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 3) if values else None
+
+
+def summary(res: ServeResult) -> dict:
+    run, b = res.run, res.budget
+    states = res.sched.states
+    done = [s for s in states if s.finish_us >= 0]
+    ttft = [s.first_token_us - s.req.arrival_us for s in done]
+    tpot = [(s.finish_us - s.first_token_us) / (s.req.output_tokens - 1) for s in done if s.req.output_tokens > 1]
+    pool_tokens = b.num_kv_blocks * b.block_size
+    mml = run.max_model_len
+    blocks_per_max = -(-mml // b.block_size)
+    return {
+        "schema": SCHEMA,
+        "run": {"name": run.name, "model": run.model.name, "model_source": run.model_source,
+                "parallel": asdict(run.parallel), "hardware": asdict(run.hardware),
+                "serving": asdict(run.serving), "load": asdict(run.load) if run.load else None,
+                "max_model_len": mml},
+        "engine": {"name": b.engine, "version": b.engine_version},
+        "activation_graph": "eager",
+        "devices": [{
+            "device": 0, "represents": run.parallel.tp * run.parallel.dp,
+            "kv_bytes_per_token": b.kv_bytes_per_token, "kv_bytes_per_token_layer": b.kv_bytes_per_token_layer,
+            "kv_layers": b.kv_layers, "block_size": b.block_size, "num_kv_blocks": b.num_kv_blocks,
+            "kv_pool_bytes": b.kv_pool_bytes, "kv_pool_tokens": pool_tokens,
+            "budget": {"total_bytes": b.total_bytes, "requested_bytes": b.requested_bytes,
+                       "weights_bytes": b.weights_bytes, "non_torch_bytes": b.non_torch_bytes,
+                       "activation_peak_bytes": b.activation_peak_bytes, "cuda_graph_bytes": b.cuda_graph_bytes,
+                       "cuda_graph_subtracted": b.cuda_graph_subtracted, "kv_pool_bytes": b.kv_pool_bytes,
+                       "req_to_token_bytes": b.req_to_token_bytes},
+            # hf has no pool: its cache grows until the device is full (null here)
+            "max_concurrency_at_max_model_len": (b.num_kv_blocks // blocks_per_max if blocks_per_max else 0)
+            if b.engine != "hf" else None,
+            "longest_context_tokens": min(pool_tokens, mml) if b.engine != "hf" else None,
+            "peak_allocated_bytes": res.peak_allocated_bytes, "peak_reserved_bytes": int(res.peak_reserved_bytes),
+            "peak_time_us": round(res.peak_time_us, 3), "capacity_bytes": b.total_bytes,
+            "max_kv_blocks_used": res.sched.max_blocks_used, "failure": b.failure,
+        }],
+        "cuda_graph_capture_sizes": list(res.capture_sizes),
+        "steps": {"total": len(res.sched.steps), "eager": res.num_eager_steps,
+                  "replayed": len(res.sched.steps) - res.num_eager_steps},
+        "requests": {"total": len(states), "finished": len(done),
+                     "rejected": sum(bool(s.rejected) for s in states),
+                     "preemptions": sum(s.preemptions for s in states),
+                     "ttft_ms": {"p50": _pct([t / 1e3 for t in ttft], 50), "p99": _pct([t / 1e3 for t in ttft], 99)},
+                     "tpot_ms": {"p50": _pct([t / 1e3 for t in tpot], 50), "p99": _pct([t / 1e3 for t in tpot], 99)},
+                     "makespan_us": round(max((s.finish_us for s in done), default=0.0), 3)},
+    }
+
+
+def write(res: ServeResult, handle: BinaryIO, options: dict | None = None) -> None:
+    handle.write((json.dumps(summary(res), indent=1, sort_keys=False) + "\n").encode())

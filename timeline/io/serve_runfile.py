@@ -1,0 +1,150 @@
+"""Load a serving run file (``[serving]``, DESIGN §12): the same TOML format, reader and
+``--set`` overrides as a training run, with ``[serving]`` (and ``[serving.load]`` or
+``serving.requests``) in place of ``[training]`` / ``[recompute]`` / ``[schedule]``.
+
+Every problem is collected and raised as one :class:`~timeline.errors.SpecError` naming the
+file and each key, like :func:`timeline.io.runfile.load_run`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from timeline.errors import SpecError, UserError
+from timeline.io.requests_csv import read_requests
+from timeline.io.runfile import NAME_RE, _resolve_model, default_name, parse_override, read_toml
+from timeline.spec.fields import build_section
+from timeline.spec.hardware import GPUS
+from timeline.spec.run import AllocatorSpec, HardwareSpec, ParallelSpec
+from timeline.spec.serve_validate import serve_problems
+from timeline.spec.serving import DistSpec, LoadSpec, ServeRunSpec, ServingSpec
+
+SECTIONS = ("model", "parallel", "hardware", "allocator", "serving")
+TRAINING_ONLY = ("training", "recompute", "schedule")
+
+
+def is_serving_file(data: dict[str, Any]) -> bool:
+    return "serving" in data
+
+
+def _load(values: dict[str, Any], problems: list[tuple[str, str]]) -> LoadSpec | None:
+    values = dict(values)
+    dists: dict[str, DistSpec] = {}
+    before = len(problems)
+    for key in ("prompt_tokens", "output_tokens"):
+        if key in values:
+            raw = values.pop(key)
+            if not isinstance(raw, dict):
+                problems.append((f"serving.load.{key}", 'expected a table such as {dist = "fixed", value = 512}'))
+                continue
+            d = build_section(DistSpec, f"serving.load.{key}", raw, problems)
+            if d is not None:
+                dists[key] = d
+    spec = build_section(LoadSpec, "serving.load", values, problems)
+    if spec is None or len(problems) > before:
+        return None
+    return replace(spec, **dists)
+
+
+def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
+                   data: dict[str, Any] | None = None) -> ServeRunSpec:
+    """Read, override, resolve and validate a serving run file."""
+    path = Path(path)
+    data = read_toml(path) if data is None else data
+    source = str(path)
+    problems: list[tuple[str, str]] = []
+    try:
+        for text in overrides:
+            section, key, value = parse_override(text)
+            target = data.setdefault(section, {})
+            if not isinstance(target, dict):
+                problems.append((f"--set {section}", "is not a section"))
+                continue
+            if key.startswith("load.") and section == "serving":  # --set serving.load.seed=3
+                target = target.setdefault("load", {})
+                key = key.removeprefix("load.")
+            target[key] = value
+    except SpecError as exc:
+        raise exc.with_source(source) from None
+    for key, value in data.items():
+        if key == "name":
+            continue
+        if key in TRAINING_ONLY:
+            problems.append((key, "a serving run file ([serving]) has no [training], [recompute] or [schedule]; "
+                             "remove it, or remove [serving] and use `timeline simulate`"))
+        elif key not in SECTIONS:
+            problems.append((key, f"unknown section; valid: {', '.join(SECTIONS)}"))
+        elif not isinstance(value, dict):
+            problems.append((key, "must be a [section] table"))
+    base = path.resolve().parent
+    notes: list[str] = []
+    model, model_source = None, ""
+    if not isinstance(data.get("model"), dict):
+        problems.append(("model", 'missing [model] section; e.g. preset = "llama3-8b"'))
+    else:
+        model_data = dict(data["model"])
+        if "profile" in model_data:
+            problems.append(("model.profile", "a serving run has no training profile; remove it"))
+            model_data.pop("profile")
+        if "trace" in model_data:
+            problems.append(("model.trace", "serving reads preset or hf_config models; a captured trace "
+                             "is a training step"))
+        else:
+            model, _, model_source = _resolve_model(model_data, base, problems, None, notes)
+
+    def table(name: str) -> dict[str, Any]:
+        v = data.get(name, {})
+        return dict(v) if isinstance(v, dict) else {}
+
+    par_values = table("parallel")
+    par_values.setdefault("sp", False)  # inference engines do not shard the sequence
+    tp = par_values.get("tp", 1)
+    if isinstance(tp, int) and not isinstance(tp, bool):
+        par_values.setdefault("etp", tp)
+    parallel = build_section(ParallelSpec, "parallel", par_values, problems)
+    hw_values = table("hardware")
+    gpu = hw_values.get("gpu", "h100")
+    hw_values.setdefault("gpu", gpu)
+    if not isinstance(gpu, str) or gpu not in GPUS:
+        problems.append(("hardware.gpu", f"unknown gpu {gpu!r}; use one of {', '.join(GPUS)}"))
+    else:
+        for k, v in GPUS[gpu].items():
+            hw_values.setdefault(k, v)
+    hardware = build_section(HardwareSpec, "hardware", hw_values, problems)
+    allocator = build_section(AllocatorSpec, "allocator", table("allocator"), problems)
+    sv_values = table("serving")
+    load_values = sv_values.pop("load", None)
+    serving = build_section(ServingSpec, "serving", sv_values, problems)
+    load = None
+    if load_values is not None:
+        if not isinstance(load_values, dict):
+            problems.append(("serving.load", "must be a [serving.load] table"))
+        else:
+            load = _load(load_values, problems)
+    requests: tuple = ()
+    if serving is not None:
+        if serving.requests and load_values is not None:
+            problems.append(("serving.requests", "give either requests = \"trace.csv\" or [serving.load], not both"))
+        elif not serving.requests and load_values is None:
+            problems.append(("serving", 'give requests = "trace.csv" or a [serving.load] table'))
+        elif serving.requests:
+            try:
+                requests = read_requests((base / serving.requests).resolve())
+            except UserError as exc:
+                problems.append(("serving.requests", str(exc)))
+    name = data.get("name", default_name(path))
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        problems.append(("name", f"{name!r} is not a run name: use letters, digits, '.', '_' and '-', "
+                         "starting with a letter or digit, at most 100 characters"))
+    if problems:
+        raise SpecError(problems, source)
+    run = ServeRunSpec(name=name, source=str(path.resolve()), model=model, model_source=model_source,
+                       parallel=parallel, hardware=hardware, allocator=allocator, serving=serving, load=load,
+                       requests=requests, notes=tuple(notes))
+    problems = serve_problems(run)
+    if problems:
+        raise SpecError(problems, source)
+    return run

@@ -1,0 +1,141 @@
+"""The engine's startup memory budget, computed as the engine computes it at ``engine_version``.
+
+vLLM (``vllm/v1/worker/gpu_worker.py`` ``Worker.determine_available_memory`` with
+``vllm/utils/mem_utils.py`` ``memory_profiling``, read at 35d5cda)::
+
+    requested = total_memory · gpu_memory_utilization                  # Worker.init_device
+    non_kv    = weights + torch_peak_increase + non_torch_increase     # memory_profiling
+    kv_pool   = requested − non_kv                                     # available_kv_cache_memory_bytes
+
+``torch_peak_increase`` is the profile run's ``allocated_bytes.all.peak`` minus what was allocated
+before it: here the allocator model's peak over one step of ``max_num_batched_tokens`` tokens
+(``gpu_model_runner.py`` ``profile_run`` → ``_dummy_run(max_num_batched_tokens)`` then
+``_dummy_sampler_run`` on ``min(max_num_seqs, max_num_batched_tokens)`` rows). The CUDA-graph
+estimate (``profile_cudagraph_memory``) is subtracted only under the opt-in
+``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, so not by default at this version; it is reported.
+Blocks: ``vllm/v1/core/kv_cache_utils.py`` ``get_num_blocks`` = ``kv_pool // page_size // layers``
+with ``page_size = block_size · kv_bytes_per_token_layer``; the engine takes the minimum over workers
+(``get_kv_cache_configs``) — every worker here is the same.
+
+SGLang (``python/sglang/srt/model_executor/model_runner.py`` ``ModelRunner.profile_max_num_token``,
+0.4)::
+
+    rest_memory    = available_after_weights − total · (1 − mem_fraction_static)
+    max_num_tokens = rest_memory // cell_size                          # cell_size: KV bytes per token
+
+and ``init_memory_pool``'s ``req_to_token_pool``: ``(max_num_reqs + 1) × (context_len + 4)`` int32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from timeline.graph.tensors import DTYPE_BYTES
+from timeline.serve.graph_view import device_params, step_ops
+from timeline.serve.kv import kv_bytes_per_token, kv_bytes_per_token_layer, kv_layers
+from timeline.serve.transients import (
+    StepTransients,
+    new_allocator,
+    run_through_allocator,
+    sampler_tensors,
+    step_transients,
+)
+from timeline.serve.weights import weight_bytes
+from timeline.spec.serving import ENGINE_VERSIONS, ServeRunSpec
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Budget:
+    engine: str
+    engine_version: str
+    total_bytes: int
+    requested_bytes: int  # vLLM total·util; SGLang total·mem_fraction_static
+    weights_bytes: int
+    rope_cache_bytes: int
+    non_torch_bytes: int
+    activation_peak_bytes: int
+    cuda_graph_bytes: int  # reported; subtracted only where the engine's version does
+    cuda_graph_subtracted: bool
+    kv_pool_bytes: int
+    kv_bytes_per_token: int
+    kv_bytes_per_token_layer: int
+    kv_layers: int
+    block_size: int
+    num_kv_blocks: int
+    req_to_token_bytes: int  # SGLang's request → token table
+    failure: str  # "" or the engine's refusal ("no memory for cache blocks")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def rope_cache_bytes(run: ServeRunSpec) -> int:
+    """vLLM ``rotary_embedding`` ``RotaryEmbedding._compute_cos_sin_cache``: one shared
+    ``max_position × rotary_dim`` cos/sin cache in the model dtype (``get_rope`` caches instances);
+    counted in ``model_memory_usage`` because it is a buffer of the loaded model."""
+    m = run.model
+    dim = m.qk_rope_head_dim if m.is_mla else m.attn_head_dim
+    return m.max_position_embeddings * dim * DTYPE_BYTES[run.serving.dtype]
+
+
+def profile_transients(run: ServeRunSpec) -> StepTransients:
+    sv = run.serving
+    tokens = sv.max_num_batched_tokens
+    reqs = min(sv.max_num_seqs, tokens)
+    return step_transients(step_ops(run, tokens), sampler_tensors(run, reqs, profile=True))
+
+
+def compute_budget(run: ServeRunSpec) -> Budget:
+    sv, hw, m = run.serving, run.hardware, run.model
+    total = int(hw.capacity_gib * GIB)
+    rope = rope_cache_bytes(run) if sv.engine == "vllm" else 0
+    weights = weight_bytes(run, device_params(run)).total_bytes + rope
+    activation = 0  # generate has no profile run
+    if sv.engine != "hf":
+        alloc = new_allocator(run, total)
+        base = alloc.malloc(weights)  # the weights are one block here; only the step's peak increase is read
+        activation = run_through_allocator(alloc, profile_transients(run)) - alloc.allocated_bytes
+        alloc.free(base)
+    non_torch = int(sv.non_torch_gib * GIB)
+    per_layer = kv_bytes_per_token_layer(m, run.parallel.tp, sv.kv_cache_dtype, sv.dtype)
+    layers = kv_layers(m)
+    per_token = kv_bytes_per_token(m, run.parallel.tp, sv.kv_cache_dtype, sv.dtype)
+    cuda_graph = 0  # the graph pool's own footprint comes from the timeline's capture (summary)
+    req_to_token = 0
+    if sv.engine == "hf":  # no pool: the cache grows with the batch (timeline.serve.hf)
+        requested, kv_pool, blocks = total, 0, 0
+    elif sv.engine == "sglang":
+        requested = int(total * sv.mem_fraction_static)
+        available = total - int(hw.non_pytorch_gib * GIB) - weights
+        rest = available - (total - requested)
+        tokens = max(0, rest // per_token)
+        kv_pool = tokens * per_token
+        blocks = tokens  # SGLang pages one token at a time at 0.4
+        ctx = run.max_model_len
+        max_reqs = sv.max_num_seqs or min(max(int(tokens / ctx * 512), 2048), 4096)
+        req_to_token = (max_reqs + 1) * (ctx + 4) * 4
+    else:
+        requested = int(total * sv.gpu_memory_utilization)
+        kv_pool = requested - (weights + activation + non_torch)
+        blocks = max(0, kv_pool // (sv.block_size * per_layer) // layers)
+    failure = ""
+    need = -(-run.max_model_len // (sv.block_size if sv.engine != "sglang" else 1))
+    if sv.engine == "hf":
+        failure = "" if weights <= total else f"out of memory while loading the weights ({weights / GIB:,.2f} GiB)"
+    elif weights > total:
+        failure = f"out of memory while loading the weights ({weights / GIB:,.2f} GiB on a {total / GIB:,.2f} GiB device)"
+    elif blocks <= 0:
+        failure = ("no memory for cache blocks" if sv.engine != "sglang" else
+                   "Not enough memory. Please try to increase --mem-fraction-static.")
+    elif sv.engine == "vllm" and blocks < need:
+        # vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory: one max_model_len request must fit
+        failure = (f"max_model_len={run.max_model_len} needs {need} KV blocks and the pool has {blocks}; "
+                   "vLLM refuses to start (check_enough_kv_cache_memory)")
+    return Budget(engine=sv.engine, engine_version=sv.engine_version or ENGINE_VERSIONS[sv.engine][0], total_bytes=total,
+                  requested_bytes=requested, weights_bytes=weights, rope_cache_bytes=rope,
+                  non_torch_bytes=non_torch, activation_peak_bytes=activation, cuda_graph_bytes=cuda_graph,
+                  cuda_graph_subtracted=False, kv_pool_bytes=max(0, kv_pool), kv_bytes_per_token=per_token,
+                  kv_bytes_per_token_layer=per_layer, kv_layers=layers, block_size=sv.block_size if sv.engine != "sglang" else 1,
+                  num_kv_blocks=max(0, blocks), req_to_token_bytes=req_to_token, failure=failure)

@@ -1,0 +1,113 @@
+"""The model graph as an inference engine shards it: one device's parameters and forward ops.
+
+An engine runs the whole model on each tensor-parallel group (``pp = 1``), no sequence
+parallelism, and pads the vocabulary as vLLM's ``VocabParallelEmbedding`` does
+(``vllm/model_executor/layers/vocab_parallel_embedding.py``: ``pad_vocab_size(vocab, 64)``, then
+split by tp). Routed experts split over ``ep`` ranks whole (``etp = 1``) or, without EP, by tp
+(vLLM ``FusedMoE``: ``tp_size`` shards the intermediate dimension). The training graph's
+Megatron-style forward ops give every activation shape; nothing is saved for a backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from timeline.graph.build import chunk_layers, chunk_nodes
+from timeline.graph.context import BuildCtx
+from timeline.graph.framework import framework
+from timeline.graph.ir import FOp
+from timeline.graph.template import forward_ops
+from timeline.graph.tensors import TensorDef
+from timeline.spec.run import RecomputeSpec, RunSpec, ScheduleSpec, TrainingSpec
+from timeline.spec.serving import ServeRunSpec
+
+#: vLLM ``DEFAULT_VOCAB_PADDING_SIZE``
+VOCAB_PADDING = 64
+
+
+def graph_run(run: ServeRunSpec, num_tokens: int) -> RunSpec:
+    """A one-stage run whose forward pass is one engine step of ``num_tokens`` tokens."""
+    par = run.parallel
+    etp = 1 if par.ep > 1 else par.tp
+    parallel = replace(par, pp=1, vpp=1, sp=False, cp=1, etp=etp, layout=None)
+    return RunSpec(name=run.name, source=run.source, model=run.model, profile="megatron",
+                   model_source=run.model_source, parallel=parallel,
+                   training=TrainingSpec(micro_batch_size=1, seq_len=max(1, num_tokens), dtype=run.serving.dtype),
+                   recompute=RecomputeSpec(), schedule=ScheduleSpec(), allocator=run.allocator,
+                   hardware=run.hardware)
+
+
+def build_ctx(g: RunSpec, vocab_padding: int = VOCAB_PADDING) -> BuildCtx:
+    fw = framework("megatron")
+    pad = max(1, vocab_padding // g.parallel.tp) if vocab_padding % g.parallel.tp == 0 else 1
+    fw = replace(fw, params=replace(fw.params, vocab_pad=pad, shared_experts_tp_split=True, mtp_modules=False))
+    p = g.parallel
+    return BuildCtx(model=g.model, framework=fw, tp=p.tp, ep=p.ep, etp=p.etp, dtype=g.training.dtype)
+
+
+def device_params(run: ServeRunSpec) -> list[TensorDef]:
+    """Every parameter TensorDef one device holds (model dtype, before quantization)."""
+    g = graph_run(run, 1)
+    # Hugging Face keeps the vocabulary as the config gives it
+    nodes = chunk_nodes(build_ctx(g, 1 if run.serving.engine == "hf" else VOCAB_PADDING), chunk_layers(g), 0)
+    # vLLM loads no MTP module for plain decoding (it is a separate draft model)
+    return [t for n in nodes if not n.name.startswith("mtp") for t in n.params]
+
+
+def step_ops(run: ServeRunSpec, num_tokens: int) -> list[FOp]:
+    """The forward ops of one step over ``num_tokens`` tokens, up to the final norm (the engine
+    computes logits only for each request's last token: :func:`~timeline.serve.transients.sampler_tensors`),
+    with each MoE block's dispatch / experts / combine replaced by vLLM's fused MoE kernel."""
+    g = graph_run(run, num_tokens)
+    ops = [op for op in forward_ops(g, 0, build_ctx(g)) if not op.name.startswith(("output", "mtp"))]
+    return fuse_moe(run, ops, num_tokens) if run.model.is_moe else ops
+
+
+#: vLLM ``envs.VLLM_FUSED_MOE_CHUNK_SIZE`` default: fused_experts works on at most this many tokens at once
+FUSED_MOE_CHUNK = 32768
+_MOE_PARTS = (".mlp.dispatch.", ".mlp.experts.", ".mlp.combine.")
+
+
+def fuse_moe(run: ServeRunSpec, ops: list[FOp], num_tokens: int) -> list[FOp]:
+    """Replace each MoE block's routed path by one ``fused_moe`` op whose workspaces are vLLM's
+    (``vllm/model_executor/layers/fused_moe/fused_moe.py`` ``fused_experts_impl``): ``cache13`` of
+    ``M · top_k · max(2·I, K)`` and ``cache2`` of ``M · top_k · I`` elements in the activation dtype,
+    M = min(tokens, chunk), I = the expert width one rank holds (split by tp without EP), K = hidden;
+    FP8 weights add the per-token-group FP8 copies of the two GEMM inputs and their fp32 scales
+    (``per_token_group_quant_fp8``, groups of ``quant_group_size``). The op's output is the block's
+    combined output (``torch.empty_like(hidden_states)``)."""
+    m, sv, par = run.model, run.serving, run.parallel
+    inter = m.moe_intermediate_size // (1 if par.ep > 1 else par.tp)
+    k, topk = m.hidden_size, m.num_experts_per_tok
+    rows = min(num_tokens, FUSED_MOE_CHUNK) * topk
+    out: list[FOp] = []
+    i = 0
+    while i < len(ops):
+        op = ops[i]
+        if not any(p in op.name + "." for p in _MOE_PARTS) or op.layer is None:
+            out.append(op)
+            i += 1
+            continue
+        j = i
+        while j < len(ops) and any(p in ops[j].name + "." for p in _MOE_PARTS):
+            j += 1
+        first, last = ops[i], ops[j - 1]
+        prefix = f"layers.{op.layer}.mlp.fused_moe"
+        ws = {"cache13": TensorDef(name=f"{prefix}.cache13", shape=(rows * max(2 * inter, k),), dtype=sv.dtype,
+                                   category=first.inputs["x"].category, module=prefix, storage=f"{prefix}.cache13"),
+              "cache2": TensorDef(name=f"{prefix}.cache2", shape=(rows, inter), dtype=sv.dtype,
+                                  category=first.inputs["x"].category, module=prefix, storage=f"{prefix}.cache2")}
+        if sv.weight_dtype == "fp8":
+            g = sv.quant_group_size
+            tokens = min(num_tokens, FUSED_MOE_CHUNK)
+            for name, shape in (("a1q", (tokens, k)), ("a1_scale", (tokens, -(-k // g))),
+                                ("a2q", (rows, inter)), ("a2_scale", (rows, -(-inter // g)))):
+                dtype = "fp32" if name.endswith("scale") else "fp8"
+                ws[name] = TensorDef(name=f"{prefix}.{name}", shape=shape, dtype=dtype,
+                                     category=first.inputs["x"].category, module=prefix, storage=f"{prefix}.{name}")
+        out.append(FOp(name=prefix, module=prefix, layer=op.layer, rule="fused_moe",
+                       inputs={"x": first.inputs["x"], **{f"_{n}": t for n, t in first.inputs.items() if n != "x"}},
+                       outputs={"y": last.outputs["y"]}, extras=ws, flops=sum(o.flops for o in ops[i:j]),
+                       tags=frozenset({"workspace"})))
+        i = j
+    return out

@@ -1,0 +1,218 @@
+"""``serve(run)``: the budget, the CUDA-graph pool, then the request timeline with each step's
+memory, as one :class:`ServeResult` (columnar numpy arrays; exporters only format it).
+
+Memory on the device (one representative: every TP/EP rank holds the same): the weights and the
+KV pool are allocated first (vLLM ``initialize_kv_cache``: one tensor per layer of
+``num_blocks × page_size`` bytes); a graph-replayed step allocates nothing (its transients live in
+the graph pool, captured largest size first as vLLM's ``capture_model`` does, one pool shared by
+every size, so the pool is the largest capture's footprint); an eager step's transients go through
+the caching-allocator model. A step is replayed when the engine captures graphs (not
+``enforce_eager``, ``cudagraph_mode`` ≠ none), its token count fits the largest capture size and,
+for ``full_decode_only``, it is decode-only.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from timeline.alloc.caching import CachingAllocator
+from timeline.alloc.config import AllocatorConfig
+from timeline.serve.budget import Budget, compute_budget
+from timeline.serve.graph_view import device_params, step_ops
+from timeline.serve.hf import hf_timeline
+from timeline.serve.requests import synthetic_requests
+from timeline.sim.batching import SchedulerConfig, SchedulerResult, Step, simulate_requests
+from timeline.serve.steptime import step_cost
+from timeline.serve.transients import (
+    SAMPLER_NAMES,
+    StepTransients,
+    new_allocator,
+    run_through_allocator,
+    sampler_tensors,
+    step_transients,
+    step_transients_scaled,
+)
+from timeline.spec.serving import ServeRunSpec
+
+#: buffers :func:`~timeline.serve.transients.sampler_tensors` returns
+SAMPLER_BUFFERS = len(SAMPLER_NAMES)
+
+
+def _per_token_plan(run: ServeRunSpec) -> StepTransients | None:
+    """The one-token plan when the step's tensors grow exactly linearly with its tokens (checked
+    on 1, 2 and 3 tokens: same allocations, sizes in proportion), else None."""
+    one, two, three = (step_transients(step_ops(run, t), [0] * SAMPLER_BUFFERS) for t in (1, 2, 3))
+    if [j for _, j in one.plan] != [j for _, j in two.plan] or [j for _, j in one.plan] != [j for _, j in three.plan]:
+        return None
+    if any(b != 2 * a or c != 3 * a for (a, _), (b, _), (c, _) in zip(one.plan, two.plan, three.plan)):
+        return None
+    return one
+
+
+def capture_sizes(run: ServeRunSpec) -> tuple[int, ...]:
+    """The batch sizes captured: the run's, else vLLM's default (``vllm/config/vllm.py``
+    ``_set_cudagraph_sizes``: 1, 2, 4, then multiples of 8 up to ``min(max_num_seqs · 2, 512)``),
+    never above ``max_num_batched_tokens``; none when eager."""
+    sv = run.serving
+    if sv.enforce_eager or sv.cudagraph_mode == "none":
+        return ()
+    sizes = sv.cuda_graph_sizes or (1, 2, 4, *range(8, min(sv.max_num_seqs * 2, 512) + 1, 8))
+    return tuple(sorted({s for s in sizes if s <= sv.max_num_batched_tokens}, reverse=True))
+
+
+@dataclass(slots=True)
+class ServeResult:
+    run: ServeRunSpec
+    budget: Budget
+    capture_sizes: tuple[int, ...]
+    sched: SchedulerResult
+    #: memory rows: t_us and bytes by part, plus KV blocks and request counts
+    memory: dict[str, np.ndarray] = field(default_factory=dict)
+    peak_allocated_bytes: int = 0
+    peak_reserved_bytes: int = 0
+    peak_time_us: float = 0.0
+    num_eager_steps: int = 0
+    #: (action, address, size, t_us, tensor) allocator entries, the last N (memory_viz)
+    alloc_trace: list = field(default_factory=list)
+    #: the allocator's segments at the end, weights and KV pool still allocated
+    end_segments: list = field(default_factory=list)
+
+
+def serve_hf(run: ServeRunSpec) -> ServeResult:
+    """``engine = "hf"``: generate batches with a concatenated cache (:mod:`timeline.serve.hf`);
+    memory is the weights plus the cache's peak per step (the step's activations are not modelled)."""
+    budget = compute_budget(run)
+    requests = run.requests or synthetic_requests(run.load)
+    params = device_params(run)
+    cost = step_cost(run, params, budget.weights_bytes, budget.kv_bytes_per_token)
+    sched, rows = hf_timeline(run.model, run.serving.dtype, requests, run.serving.max_num_seqs, cost.step_us)
+    n = len(rows)
+    t = np.array([r[0] for r in rows], dtype=np.float64)
+    cache_peak = np.array([r[2] for r in rows], dtype=np.int64)
+    allocated = budget.weights_bytes + cache_peak
+    zeros = np.zeros(n, dtype=np.int64)
+    memory = {"t_us": t, "allocated_bytes": allocated, "reserved_bytes": allocated.copy(),
+              "temporary_bytes": cache_peak - np.array([r[1] for r in rows], dtype=np.int64),
+              "kv_blocks_used": zeros, "requests_running": np.array([s.running for s in sched.steps], dtype=np.int64),
+              "requests_waiting": np.array([s.waiting for s in sched.steps], dtype=np.int64),
+              "requests_preempted": zeros.copy(), "weights_bytes": np.full(n, budget.weights_bytes, dtype=np.int64),
+              "kv_cache_bytes": np.array([r[1] for r in rows], dtype=np.int64), "cuda_graph_bytes": zeros.copy(),
+              "kv_blocks_free": zeros.copy()}
+    k = int(np.argmax(allocated)) if n else 0
+    return ServeResult(run=run, budget=budget, capture_sizes=(), sched=sched, memory=memory,
+                       peak_allocated_bytes=int(allocated[k]) if n else budget.weights_bytes,
+                       peak_reserved_bytes=int(allocated[k]) if n else budget.weights_bytes,
+                       peak_time_us=float(t[k]) if n else 0.0, num_eager_steps=n)
+
+
+def serve(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
+    """Simulate the deployment; ``record_entries`` > 0 keeps the allocator's last N trace entries
+    and its end-state segments for a memory_viz snapshot (like PyTorch's ring buffer); −1 keeps
+    every entry (events.parquet)."""
+    if run.serving.engine == "hf":
+        return serve_hf(run)
+    budget = compute_budget(run)
+    sv = run.serving
+    sizes = capture_sizes(run)
+    requests = run.requests or synthetic_requests(run.load)
+    params = device_params(run)
+    cost = step_cost(run, params, budget.weights_bytes, budget.kv_bytes_per_token)
+    reqs_cap = min(sv.max_num_seqs, sv.max_num_batched_tokens)
+
+    linear = _per_token_plan(run)
+
+    @lru_cache(maxsize=4096)
+    def plan(tokens: int, reqs: int) -> StepTransients:
+        # reqs = 0: a captured graph, which holds the model's forward only (the sampler runs outside it)
+        extra = sampler_tensors(run, min(reqs, reqs_cap)) if reqs else [0] * SAMPLER_BUFFERS
+        if linear is not None:  # every tensor of the step is (tokens × width): scale the one-token plan
+            return step_transients_scaled(linear, tokens, extra)
+        return step_transients(step_ops(run, tokens), extra)
+
+    graph_pool = 0
+    if sizes:  # one private pool, largest capture first; its footprint is what the largest leaves reserved
+        pool = new_allocator(run, budget.total_bytes)
+        for size in sizes[:1]:
+            run_through_allocator(pool, plan(size, 0))
+        graph_pool = pool.reserved_bytes
+    cfg = SchedulerConfig(num_blocks=budget.num_kv_blocks, block_size=budget.block_size,
+                          max_num_seqs=sv.max_num_seqs, max_num_batched_tokens=sv.max_num_batched_tokens,
+                          max_model_len=run.max_model_len, enable_chunked_prefill=sv.enable_chunked_prefill,
+                          enable_prefix_caching=sv.enable_prefix_caching)
+    trace: deque = deque(maxlen=None if record_entries < 0 else record_entries or 1)
+    clock = {"t": 0.0}
+
+    def record(action: str, addr: int, size: int, name: str) -> None:
+        trace.append((action, addr, size, clock["t"], name))
+
+    alloc = CachingAllocator(AllocatorConfig.from_spec(run.allocator), capacity_bytes=budget.total_bytes,
+                             listener=(lambda a, addr, size, stream: record(a, addr, size, ""))
+                             if record_entries else None)
+    rec = record if record_entries else None
+    weights_addr = alloc.malloc(budget.weights_bytes)
+    if rec:
+        rec("alloc", weights_addr, budget.weights_bytes, "weights")
+    page = budget.block_size * budget.kv_bytes_per_token_layer
+    kv_addrs = [alloc.malloc(budget.num_kv_blocks * page) for _ in range(budget.kv_layers)] \
+        if budget.num_kv_blocks else []
+    for layer, a in enumerate(kv_addrs):
+        if rec:
+            rec("alloc", a, budget.num_kv_blocks * page, f"kv_cache.layers.{layer}")
+    static_alloc = alloc.allocated_bytes
+    rows: dict[str, list] = {k: [] for k in ("t_us", "allocated_bytes", "reserved_bytes", "temporary_bytes",
+                                              "kv_blocks_used", "requests_running", "requests_waiting",
+                                              "requests_preempted")}
+    state = {"peak": (static_alloc, alloc.reserved_bytes, 0.0), "eager": 0}
+    graph_max = sizes[0] if sizes else 0
+
+    def replayed(tokens: int, decode_only: bool) -> bool:
+        if not sizes or tokens > graph_max:
+            return False
+        return decode_only or sv.cudagraph_mode != "full_decode_only"
+
+    def step_us(batch) -> float:
+        tokens = sum(n for _, n in batch)
+        kv = sum(st.computed + n for st, n in batch)
+        pairs = sum(n * (st.computed + (n + 1) / 2) for st, n in batch)
+        return cost.step_us(tokens, kv, pairs)
+
+    def on_step(step: Step) -> None:
+        temp_peak = 0
+        if not replayed(step.num_tokens, step.decode_only):
+            state["eager"] += 1
+            clock["t"] = step.t_start_us
+            temp_peak = run_through_allocator(alloc, plan(step.num_tokens, step.num_reqs), rec) - static_alloc
+        allocated = static_alloc + temp_peak + graph_pool
+        reserved = alloc.reserved_bytes + graph_pool
+        for key, value in (("t_us", step.t_start_us), ("allocated_bytes", allocated), ("reserved_bytes", reserved),
+                           ("temporary_bytes", temp_peak), ("kv_blocks_used", step.blocks_used),
+                           ("requests_running", step.running), ("requests_waiting", step.waiting),
+                           ("requests_preempted", step.preempted)):
+            rows[key].append(value)
+        if allocated > state["peak"][0]:
+            state["peak"] = (allocated, reserved, step.t_start_us)
+
+    sched = simulate_requests(cfg, requests, step_us, on_step)
+    end_segments = alloc.segments() if record_entries else []
+    for a in kv_addrs + [weights_addr]:
+        alloc.free(a)
+    memory = {k: np.asarray(v, dtype=np.float64 if k == "t_us" else np.int64) for k, v in rows.items()}
+    n = len(memory["t_us"])
+    memory["weights_bytes"] = np.full(n, budget.weights_bytes, dtype=np.int64)
+    memory["kv_cache_bytes"] = np.full(n, budget.num_kv_blocks * page * budget.kv_layers, dtype=np.int64)
+    memory["cuda_graph_bytes"] = np.full(n, graph_pool, dtype=np.int64)
+    memory["kv_blocks_free"] = budget.num_kv_blocks - memory["kv_blocks_used"]
+    budget_out = budget
+    if graph_pool:
+        from dataclasses import replace
+
+        budget_out = replace(budget, cuda_graph_bytes=graph_pool)
+    peak = state["peak"]
+    return ServeResult(run=run, budget=budget_out, capture_sizes=sizes, sched=sched, memory=memory,
+                       peak_allocated_bytes=peak[0], peak_reserved_bytes=max(memory["reserved_bytes"], default=peak[1]),
+                       peak_time_us=peak[2], num_eager_steps=state["eager"],
+                       alloc_trace=list(trace) if record_entries else [], end_segments=end_segments)

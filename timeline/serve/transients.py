@@ -1,0 +1,155 @@
+"""One engine step's transient tensors through the caching-allocator model.
+
+Forward only, nothing saved: every output of an op is allocated when the op starts and freed after
+its last consumer (inference mode keeps no autograd graph), in the graph's dataflow order. The
+logits and sampler buffers follow (:func:`sampler_tensors`). This is the *eager* op graph; vLLM's
+``torch.compile`` fuses elementwise ops (residual add into RMSNorm, SiLU·mul), which lowers the
+peak — not modelled, stated in the summary as ``activation_graph = "eager"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from timeline.alloc.caching import CachingAllocator
+from timeline.alloc.config import AllocatorConfig
+from timeline.graph.ir import FOp
+from timeline.graph.tensors import DTYPE_BYTES
+from timeline.spec.serving import ServeRunSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepTransients:
+    """One step's allocations in order: ``plan`` entries are ``(size, -1)`` for a malloc (the
+    i-th malloc is allocation i) and ``(0, i)`` for freeing allocation i."""
+
+    plan: tuple[tuple[int, int], ...]
+    requested_peak_bytes: int
+    names: tuple[str, ...] = ()  # tensor name of each allocation (memory_viz frames)
+
+
+#: names of :func:`sampler_tensors`' buffers, in order
+SAMPLER_NAMES = ("sampler.logits_local", "sampler.logits_gathered", "sampler.logits_fp32",
+                 "sampler.sort_values", "sampler.sort_indices", "sampler.sort_reverse_indices", "sampler.sort_cub_temp")
+
+
+def sampler_tensors(run: ServeRunSpec, num_reqs: int, *, profile: bool = False) -> list[int]:
+    """The logits and sampler buffers alive together at the sampler's peak over ``num_reqs`` rows
+    (always ``len(SAMPLER_NAMES)`` entries, 0 for a buffer that is not made).
+
+    ``compute_logits`` on one hidden row per request gives ``num_reqs × vocab/tp`` in the model
+    dtype and ``tensor_model_parallel_gather`` the full ``num_reqs × vocab`` (tp > 1); vLLM's V1
+    ``Sampler.forward`` (``vllm/v1/sample/sampler.py``) casts it to fp32 and scales by temperature in
+    place. The profile run (``gpu_model_runner.py`` ``_dummy_sampler_run``) gives every dummy request
+    ``top_p = 0.9`` and ``top_k = vocab − 1``, so the PyTorch-native top-k/top-p path
+    (``topk_topp_sampler.py`` ``TopKTopPSampler.forward_native`` → ``apply_top_k_top_p``, the
+    default on CUDA unless ``VLLM_USE_FLASHINFER_SAMPLER=1``) sorts the fp32 logits: the sort's fp32
+    values and int64 indices, and inside PyTorch's CUDA sort (``aten/src/ATen/native/cuda/
+    SortStable.cu`` ``segmented_sort_pairs``, taken for ≥ 128 rows of > 4,096) an int64
+    ``reverse_indices`` buffer and CUB's ``DeviceSegmentedRadixSort::SortPairs`` temporary storage,
+    which holds the alternate key (fp32) and value (int64) buffers. A serving step's requests
+    sample with the defaults (no top-k/top-p): its peak is the fp32 logits plus the probabilities
+    and the exponential noise of ``random_sample`` (two more fp32 copies)."""
+    m, tp = run.model, run.parallel.tp
+    from timeline.serve.graph_view import VOCAB_PADDING
+
+    vocab = -(-m.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
+    act = DTYPE_BYTES[run.serving.dtype]
+    n = num_reqs * m.vocab_size
+    local = num_reqs * (vocab // tp) * act
+    full = n * act if tp > 1 else 0
+    if profile:
+        return [local, full, n * 4, n * 4, n * 8, n * 8, n * (4 + 8)]
+    return [local, full, n * 4, n * 4, n * 4, 0, 0]
+
+
+def step_transients(ops: list[FOp], extra: list[int] = ()) -> StepTransients:
+    """Allocation plan of a forward step: each op allocates its outputs when it starts and frees,
+    when it ends, every tensor whose last consumer it is; the ``extra`` buffers (logits, sampler)
+    follow the last op's outputs and live to the step's end with them."""
+    last: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        for t in op.inputs.values():
+            last[t.storage] = i
+    index: dict[str, int] = {}
+    plan: list[tuple[int, int]] = []
+    sizes: list[int] = []
+    names: list[str] = []
+    dies: dict[int, list[int]] = {}
+    for i, op in enumerate(ops):
+        for t in op.outputs.values():
+            if t.storage in index:
+                continue
+            index[t.storage] = len(sizes)
+            sizes.append(t.size_bytes)
+            names.append(t.name)
+            plan.append((t.size_bytes, -1))
+            end = last.get(t.storage, len(ops))  # never consumed: the step's output, kept to the end
+            dies.setdefault(max(end, i), []).append(index[t.storage])
+        if "workspace" in op.tags:  # a fused kernel's scratch buffers: allocated after its output, freed at its end
+            for t in op.extras.values():
+                index[t.storage] = len(sizes)
+                sizes.append(t.size_bytes)
+                names.append(t.name)
+                plan.append((t.size_bytes, -1))
+                dies.setdefault(i, []).append(index[t.storage])
+        plan += [(0, j) for j in dies.pop(i, [])]
+    for k, size in enumerate(extra):
+        dies.setdefault(len(ops), []).append(len(sizes))
+        names.append(SAMPLER_NAMES[k] if k < len(SAMPLER_NAMES) else f"extra.{k}")
+        sizes.append(size)
+        plan.append((size, -1))
+    plan += [(0, j) for j in dies.pop(len(ops), [])]
+    live = peak = 0
+    for size, j in plan:
+        live += size if j < 0 else -sizes[j]
+        peak = max(peak, live)
+    return StepTransients(plan=tuple(plan), requested_peak_bytes=peak, names=tuple(names))
+
+
+def step_transients_scaled(one: StepTransients, tokens: int, extra: list[int]) -> StepTransients:
+    """The plan of a ``tokens``-token step from the one-token plan (built with ``len(extra)``
+    zero-byte extra buffers) of a step whose tensors are all linear in its tokens: the same
+    allocations in the same order, op tensors scaled by ``tokens``, the extras set to ``extra``."""
+    n = sum(1 for _, j in one.plan if j < 0)
+    first_extra = n - len(extra)
+    plan: list[tuple[int, int]] = []
+    sizes: list[int] = []
+    for size, j in one.plan:
+        if j < 0:
+            k = len(sizes)
+            size = extra[k - first_extra] if k >= first_extra else size * tokens
+            sizes.append(size)
+        plan.append((size if j < 0 else 0, j))
+    live = peak = 0
+    for size, j in plan:
+        live += size if j < 0 else -sizes[j]
+        peak = max(peak, live)
+    return StepTransients(plan=tuple(plan), requested_peak_bytes=peak, names=one.names)
+
+
+def run_through_allocator(alloc: CachingAllocator, st: StepTransients,
+                          record: Callable[[str, int, int, str], None] | None = None) -> int:
+    """Play one step into ``alloc``; return the peak allocated bytes it reached (PyTorch's
+    ``allocated_bytes.all.peak`` over the step), leaving every block of the step freed.
+    ``record(action, address, size, tensor)`` hears each alloc and free (memory_viz trace)."""
+    addrs: list[int] = []
+    sizes: list[int] = []
+    peak = alloc.allocated_bytes
+    for size, j in st.plan:
+        if j < 0:
+            addrs.append(alloc.malloc(size) if size else 0)  # a buffer this step does not make
+            sizes.append(size)
+            peak = max(peak, alloc.allocated_bytes)
+            if record is not None and size:
+                record("alloc", addrs[-1], size, st.names[len(addrs) - 1] if st.names else "")
+        elif addrs[j]:
+            alloc.free(addrs[j])
+            if record is not None:
+                record("free", addrs[j], sizes[j], st.names[j] if st.names else "")
+    return peak
+
+
+def new_allocator(run: ServeRunSpec, capacity_bytes: int) -> CachingAllocator:
+    return CachingAllocator(AllocatorConfig.from_spec(run.allocator), capacity_bytes=capacity_bytes)

@@ -1,0 +1,98 @@
+"""Run-level validation of a serving run: every rule that spans sections, all problems at once.
+
+Returns (key path, message) pairs like :func:`timeline.spec.validate.validate_run`; the reader
+adds the file name. Engine-specific acceptance (which ``kv_cache_dtype`` an engine takes at a
+version) cites the engine's own argument checks.
+"""
+
+from __future__ import annotations
+
+from timeline.spec.serving import ENGINE_VERSIONS, ServeRunSpec
+from timeline.spec.validate import _divisors, model_problems
+
+#: kv_cache_dtype values each engine accepts: vLLM ``vllm/config/cache.py`` ``CacheDType``
+#: (auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla); SGLang ``server_args.py``
+#: ``--kv-cache-dtype`` choices (auto, fp8_e5m2, fp8_e4m3); hf: the model dtype only
+#: the largest device a serving run models (64× the biggest GPU today; addressable by the allocator model)
+MAX_DEVICE_GIB = 16_384
+KV_DTYPES_BY_ENGINE = {
+    "vllm": ("auto", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"),
+    "sglang": ("auto", "fp8_e4m3", "fp8_e5m2"),
+    "hf": ("auto",),
+}
+
+
+def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
+    m, par, sv = run.model, run.parallel, run.serving
+    problems = model_problems(m)
+    add = problems.append
+    if m.num_attention_heads % par.tp:
+        add(("parallel.tp", f"{par.tp} does not divide num_attention_heads={m.num_attention_heads}; "
+             f"use one of {_divisors(m.num_attention_heads)}"))
+    elif not m.is_mla and par.tp < m.kv_heads and m.kv_heads % par.tp:
+        add(("parallel.tp", f"{par.tp} does not divide num_key_value_heads={m.kv_heads}; use a divisor "
+             f"({_divisors(m.kv_heads)}) or a multiple of it (heads are then replicated)"))
+    elif not m.is_mla and par.tp > m.kv_heads and par.tp % m.kv_heads:
+        add(("parallel.tp", f"{par.tp} is above num_key_value_heads={m.kv_heads} but not a multiple of it "
+             "(vLLM replicates each key/value head over tp / num_key_value_heads ranks)"))
+    for key in ("pp", "cp", "vpp"):
+        if getattr(par, key) > 1:
+            add((f"parallel.{key}", f"{key} > 1 is not modelled by `timeline serve` yet; use tp (and ep for MoE)"))
+    if par.ep > 1 and not m.is_moe:
+        add(("parallel.ep", f"ep={par.ep} needs a mixture-of-experts model; {m.name} is dense"))
+    elif m.is_moe and m.n_routed_experts % par.ep:
+        add(("parallel.ep", f"{par.ep} does not divide n_routed_experts={m.n_routed_experts}"))
+    if m.is_moe and par.ep > 1 and par.ep != par.tp * par.dp:
+        add(("parallel.ep", f"vLLM's expert parallelism spans tp·dp = {par.tp * par.dp} ranks; set ep to that "
+             "or 1 (experts then split by tp)"))
+    if m.is_moe and par.ep == 1 and m.moe_intermediate_size % par.tp:
+        add(("parallel.tp", f"{par.tp} does not divide moe_intermediate_size={m.moe_intermediate_size}"))
+    if m.intermediate_size % par.tp and not all(m.is_moe_layer(i) for i in range(m.num_hidden_layers)):
+        add(("parallel.tp", f"{par.tp} does not divide intermediate_size={m.intermediate_size}"))
+    if sv.engine == "hf" and (par.tp > 1 or par.ep > 1 or par.dp > 1):
+        add(("parallel.tp", 'engine = "hf" models one device running generate; set tp = ep = dp = 1'))
+    versions = ENGINE_VERSIONS[sv.engine]
+    if sv.engine_version and sv.engine_version not in versions:
+        add(("serving.engine_version", f"{sv.engine_version!r}: the {sv.engine} rules are read at "
+             f"{', '.join(versions)}; use one of them"))
+    allowed = KV_DTYPES_BY_ENGINE[sv.engine]
+    if sv.kv_cache_dtype not in allowed:
+        add(("serving.kv_cache_dtype", f"{sv.kv_cache_dtype!r} is not accepted by {sv.engine}; use one of "
+             f"{', '.join(allowed)}"))
+    elif sv.kv_cache_dtype == "fp8_ds_mla" and not m.is_mla:
+        add(("serving.kv_cache_dtype", '"fp8_ds_mla" is vLLM\'s MLA-only cache layout; this model has no MLA'))
+    if sv.quant_group_size == 0 and sv.weight_dtype in ("int8", "int4"):
+        add(("serving.quant_group_size", "GPTQ int8/int4 weights need a group size ≥ 1 (0 means per-channel fp8 only)"))
+    if sv.weight_dtype in ("int4", "mxfp4") and sv.quant_group_size % 2:
+        add(("serving.quant_group_size", "4-bit weights pack two per byte; use an even group size"))
+    if sv.engine == "vllm" and sv.block_size % 16 and sv.block_size not in (1, 8):
+        add(("serving.block_size", f"{sv.block_size}: vLLM takes 1, 8 or a multiple of 16 "
+             "(vllm/config/cache.py BlockSize)"))
+    mml = run.max_model_len
+    if mml > m.max_position_embeddings:
+        add(("serving.max_model_len", f"{mml} exceeds max_position_embeddings={m.max_position_embeddings} "
+             "(vLLM refuses it without VLLM_ALLOW_LONG_MAX_MODEL_LEN)"))
+    if not sv.enable_chunked_prefill and sv.max_num_batched_tokens < mml:
+        add(("serving.max_num_batched_tokens", f"{sv.max_num_batched_tokens} is below max_model_len={mml}; "
+             "without chunked prefill a whole prompt runs in one step (vllm/config/scheduler.py "
+             "verify_max_model_len); raise it or enable chunked prefill"))
+    if sv.max_num_batched_tokens < sv.max_num_seqs:
+        add(("serving.max_num_batched_tokens", f"{sv.max_num_batched_tokens} is below max_num_seqs="
+             f"{sv.max_num_seqs} (vLLM requires max_num_batched_tokens ≥ max_num_seqs)"))
+    if run.hardware.capacity_gib > MAX_DEVICE_GIB:  # the allocator model addresses 256 TiB per device
+        add(("hardware.capacity_gib", f"{run.hardware.capacity_gib:g} GiB is beyond any device; serving models "
+             f"one GPU, use at most {MAX_DEVICE_GIB:,} GiB"))
+    if sv.non_torch_gib >= run.hardware.capacity_gib:
+        add(("serving.non_torch_gib", f"{sv.non_torch_gib} leaves nothing of capacity_gib={run.hardware.capacity_gib}"))
+    ld = run.load
+    if ld is not None:
+        for key in ("prompt_tokens", "output_tokens"):
+            d = getattr(ld, key)
+            where = f"serving.load.{key}"
+            if d.dist == "fixed" and d.value < 1:
+                add((where, 'dist = "fixed" needs value ≥ 1'))
+            elif d.dist == "uniform" and not 1 <= d.min <= d.max:
+                add((where, 'dist = "uniform" needs 1 ≤ min ≤ max'))
+            elif d.dist == "lognormal" and d.mean < 1:
+                add((where, 'dist = "lognormal" needs mean ≥ 1 (and sigma ≥ 0)'))
+    return problems

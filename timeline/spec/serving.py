@@ -1,0 +1,112 @@
+"""The ``[serving]`` and ``[serving.load]`` sections of a serving run file (DESIGN §12).
+
+A serving run keeps ``[model]``, ``[parallel]``, ``[hardware]`` and ``[allocator]`` and replaces
+``[training]`` / ``[recompute]`` / ``[schedule]`` with ``[serving]``. Engine knobs carry the
+engine's own names (vLLM's ``gpu_memory_utilization``, ``max_num_seqs``, ``block_size``; SGLang's
+``mem_fraction_static``); defaults are vLLM's (``vllm/config/scheduler.py``, ``cache.py``) where a
+user would expect them. Cross-field rules live in :mod:`timeline.serve.validate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from timeline.spec.fields import spec_field
+from timeline.spec.model import ModelSpec
+from timeline.spec.run import AllocatorSpec, HardwareSpec, ParallelSpec
+
+ENGINES = ("vllm", "sglang", "hf")
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4")
+KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla")
+CUDAGRAPH_MODES = ("none", "piecewise", "full", "full_decode_only", "full_and_piecewise")
+DISTS = ("fixed", "uniform", "lognormal")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingSpec:
+    engine: str = spec_field("vllm", choices=ENGINES)
+    engine_version: str = spec_field("", doc="the engine version the budget rules are read at (default: the "
+                                     "newest the rule table knows)")
+    gpu_memory_utilization: float = spec_field(0.9, minimum=0.01, maximum=1.0, doc="vLLM")
+    mem_fraction_static: float = spec_field(0.88, minimum=0.01, maximum=1.0, doc="SGLang")
+    max_num_seqs: int = spec_field(256, positive=True, maximum=2**20)
+    max_num_batched_tokens: int = spec_field(8192, positive=True, maximum=2**26)
+    max_model_len: int = spec_field(0, nonneg=True, maximum=2**26, doc="0 = max_position_embeddings")
+    enable_chunked_prefill: bool = spec_field(True)
+    enable_prefix_caching: bool = spec_field(True)
+    block_size: int = spec_field(16, positive=True, maximum=2**16, doc="tokens per KV block")
+    cuda_graph_sizes: tuple[int, ...] = spec_field((), positive=True, maximum=2**20,
+                                                  doc="batch sizes captured (empty: the engine's list)")
+    cudagraph_mode: str = spec_field("full_and_piecewise", choices=CUDAGRAPH_MODES)
+    enforce_eager: bool = spec_field(False)
+    weight_dtype: str = spec_field("bf16", choices=WEIGHT_DTYPES)
+    quant_group_size: int = spec_field(128, nonneg=True, maximum=2**16, doc="elements per scale (fp8: 0 = "
+                                       "one scale per output channel)")
+    kv_cache_dtype: str = spec_field("auto", choices=KV_CACHE_DTYPES)
+    dtype: str = spec_field("bf16", choices=("bf16", "fp16"), doc="activations and unquantized weights")
+    non_torch_gib: float = spec_field(0.0, nonneg=True, maximum=2.0**20,
+                                      doc="CUDA context, NCCL and cuBLAS outside PyTorch's allocator")
+    requests: str | None = spec_field(None, doc="CSV trace arrival_us,prompt_tokens,output_tokens,prefix_id")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DistSpec:
+    """A token-count distribution: ``fixed`` (value), ``uniform`` (min…max) or ``lognormal``."""
+
+    dist: str = spec_field("fixed", choices=DISTS)
+    value: int = spec_field(0, nonneg=True, maximum=2**26)
+    min: int = spec_field(0, nonneg=True, maximum=2**26)
+    max: int = spec_field(0, nonneg=True, maximum=2**26)
+    mean: float = spec_field(0.0, nonneg=True, maximum=2.0**26, doc="lognormal: mean of the token count")
+    sigma: float = spec_field(0.0, nonneg=True, maximum=8.0, doc="lognormal: sigma of log(tokens)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadSpec:
+    num_requests: int = spec_field(100, positive=True, maximum=10**7)
+    rate_per_s: float = spec_field(10.0, minimum=1e-6, maximum=1e9, doc="Poisson arrivals")
+    prompt_tokens: DistSpec = field(default_factory=lambda: DistSpec(value=1024))
+    output_tokens: DistSpec = field(default_factory=lambda: DistSpec(value=128))
+    seed: int = spec_field(0, nonneg=True, maximum=2**63 - 1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Request:
+    """One request of a load: what the scheduler admits."""
+
+    rid: int
+    arrival_us: float
+    prompt_tokens: int
+    output_tokens: int
+    prefix_id: str = ""
+    prefix_tokens: int = 0  # the leading prompt tokens shared with every request of the same prefix_id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServeRunSpec:
+    """One simulated serving deployment, resolved; paths stay as the run file wrote them."""
+
+    name: str
+    source: str
+    model: ModelSpec
+    model_source: str
+    parallel: ParallelSpec
+    hardware: HardwareSpec
+    allocator: AllocatorSpec
+    serving: ServingSpec
+    load: LoadSpec | None
+    requests: tuple[Request, ...] = field(default=(), compare=False, repr=False)
+    notes: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def max_model_len(self) -> int:
+        return self.serving.max_model_len or self.model.max_position_embeddings
+
+
+#: the engine versions whose source the budget rules (``timeline.serve.rules``) are read at; the
+#: first is the default
+ENGINE_VERSIONS: dict[str, tuple[str, ...]] = {
+    "vllm": ("0.11+35d5cda",),
+    "sglang": ("0.4",),
+    "hf": ("transformers",),
+}
