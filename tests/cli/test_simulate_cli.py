@@ -27,7 +27,7 @@ def test_run_directory_and_schemas(tmp_path, capsys):
     out = tmp_path / "run"
     assert simulate(out) == 0
     table = capsys.readouterr().out
-    assert "peak alloc" in table and "wrote" in table
+    assert "alloc" in table and "reserved" in table and "frag." in table and "wrote" in table
     assert sorted(p.name for p in out.iterdir()) == ["events.parquet", "memory.parquet", "ops.parquet",
                                                      "summary.json", "timeline-output.json"]
     assert json.loads((out / "timeline-output.json").read_text())["command"] == "simulate"

@@ -3,7 +3,7 @@ peak, static bytes, activation bytes per micro-batch, capacity and the iteration
 
 Each peak has its own time: ``peak_time_us`` is the requested peak's (the breakdown and the top
 tensors are at that instant), ``peak_allocated_time_us`` and ``peak_reserved_time_us`` the
-others'; ``fragmentation_bytes_at_peak`` is reserved − allocated at the reserved peak."""
+others'; ``fragmentation_bytes_at_peak`` is reserved − allocated at the requested peak."""
 
 from __future__ import annotations
 

@@ -182,10 +182,10 @@ def instants(tl: Timeline, d: int) -> list[Instant]:
     """The device's requested and reserved peaks, then each OOM, in time order."""
     pk = tl.peak(d)
     out = [Instant(int(to_ns(np.array([pk.requested_time_us]))[0]), "peak requested",
-                   {"requested_bytes": pk.requested_bytes,
+                   {"requested_bytes": pk.requested_bytes, "fragmentation_bytes": pk.fragmentation_bytes,
                     **{f"{c}_bytes": int(v) for c, v in pk.breakdown_bytes.items()}}),
            Instant(int(to_ns(np.array([pk.reserved_time_us]))[0]), "peak reserved",
-                   {"reserved_bytes": pk.reserved_bytes, "fragmentation_bytes": pk.fragmentation_bytes})]
+                   {"reserved_bytes": pk.reserved_bytes})]
     for oom in tl.memory[d].oom:
         out.append(Instant(int(to_ns(np.array([oom["t_us"]]))[0]), "out of memory",
                            {"request_bytes": int(oom["request_bytes"]), "tensor": str(oom["tensor"]),

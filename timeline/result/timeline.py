@@ -34,8 +34,8 @@ class MemorySeries:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Peak:
     """One device's peaks. Each quantity peaks at its own instant (the earliest event where it is
-    highest); the breakdown and ``event_index`` are at the requested peak, the fragmentation at
-    the reserved peak."""
+    highest); the breakdown, the fragmentation and ``event_index`` are at the requested peak, so
+    the table's ``frag.`` is the gap an engineer sees at the moment it prints."""
 
     requested_bytes: int
     requested_time_us: float
@@ -43,7 +43,7 @@ class Peak:
     allocated_time_us: float
     reserved_bytes: int
     reserved_time_us: float
-    fragmentation_bytes: int  # reserved − allocated at the reserved peak
+    fragmentation_bytes: int  # reserved − allocated at the requested peak's event
     breakdown_bytes: dict[str, int]  # requested bytes by category at the requested peak
     event_index: int  # the requested peak's event; −1 without events
 
@@ -121,7 +121,7 @@ class Timeline:
             requested_bytes=int(requested[i_req]), requested_time_us=float(ev.t_us[i_req]),
             allocated_bytes=int(allocated[i_alloc]), allocated_time_us=float(ev.t_us[i_alloc]),
             reserved_bytes=int(reserved[i_res]), reserved_time_us=float(ev.t_us[i_res]),
-            fragmentation_bytes=int(reserved[i_res] - allocated[i_res]),
+            fragmentation_bytes=int(reserved[i_req] - allocated[i_req]),
             breakdown_bytes={name: int(v[i_req]) for name, v in by_cat.items()}, event_index=i_req)
 
     # -- peaks ---------------------------------------------------------------------------
