@@ -67,11 +67,12 @@ def test_processes_threads_and_slices(tiny_timeline):
     evs = events(tl)
     meta = {(e["name"], e["pid"], e.get("tid")): e["args"] for e in evs if e["ph"] == "M"}
     for d, dev in enumerate(tl.sim.devices):
-        assert meta[("process_name", d + 1, None)]["name"] == process_name(dev)
-        assert meta[("process_sort_index", d + 1, None)]["sort_index"] == dev.pp_rank
-        assert meta[("thread_name", d + 1, 1)]["name"] == "compute"
-        assert meta[("thread_name", d + 1, 2)]["name"] == "tp"
-    assert process_name(tl.sim.devices[1]) == "rank 2 · stages 1 · represents 2"
+        assert meta[("process_name", tl.sim.devices[d].device + 1, None)]["name"] == process_name(dev)
+        assert meta[("process_sort_index", tl.sim.devices[d].device + 1, None)]["sort_index"] == dev.pp_rank
+        assert meta[("thread_name", tl.sim.devices[d].device + 1, 1)]["name"] == "compute"
+        assert meta[("thread_name", tl.sim.devices[d].device + 1, 2)]["name"] == "tp"
+    assert process_name(tl.sim.devices[1]) == "rank 2 · pp 1 · ×2"
+    assert [e["pid"] for e in evs if e["ph"] == "M" and e["name"] == "process_name"] == [1, 3]  # global rank + 1
     slices = [e for e in evs if e["ph"] == "X"]
     assert len(slices) == sum(len(o.t_start_us) for o in tl.sim.ops)
     assert {e["args"]["phase"] for e in slices} == {"F", "B", "R", "step"}
@@ -91,7 +92,7 @@ def test_counters_equal_series_at_every_sample(tiny_timeline):
     evs = events(tl)
     for d in range(tl.num_devices):
         s = tl.series(d)
-        samples = [e for e in evs if e["ph"] == "C" and e["pid"] == d + 1]
+        samples = [e for e in evs if e["ph"] == "C" and e["pid"] == tl.sim.devices[d].device + 1]
         assert all(list(e["args"]) == list(COUNTERS) for e in samples)
         ts = np.array([round(e["ts"] * 1000) for e in samples])
         assert (np.diff(ts) > 0).all()  # one sample per distinct time
@@ -128,7 +129,7 @@ def test_max_samples_keeps_the_peaks(oom_timeline):
     evs = events(tl, max_samples=12)
     for d in range(tl.num_devices):
         s = tl.series(d)
-        samples = [e["args"] for e in evs if e["ph"] == "C" and e["pid"] == d + 1]
+        samples = [e["args"] for e in evs if e["ph"] == "C" and e["pid"] == tl.sim.devices[d].device + 1]
         assert len(samples) <= 12 < len(s.t_us)
         assert max(a["requested"] for a in samples) == s.requested.max()
         assert max(a["allocated"] for a in samples) == s.allocated.max()
@@ -151,7 +152,7 @@ def test_instants_mark_peaks_and_ooms(oom_timeline):
     inst = [e for e in evs if e["ph"] == "i"]
     assert all(e["s"] == "p" for e in inst)
     for d in range(tl.num_devices):
-        mine = {e["name"]: e for e in inst if e["pid"] == d + 1}
+        mine = {e["name"]: e for e in inst if e["pid"] == tl.sim.devices[d].device + 1}
         pk = tl.peak(d)
         assert mine["peak requested"]["args"]["requested_bytes"] == pk.requested_bytes
         assert mine["peak reserved"]["args"]["reserved_bytes"] == pk.reserved_bytes

@@ -116,17 +116,18 @@ def test_loads_without_errors(loaded):
 
 def test_processes_threads_and_counter_tracks(loaded):
     tl, _, _, r = loaded
-    assert r["processes"] == [[d + 1, process_name(dev)] for d, dev in enumerate(tl.sim.devices)]
+    assert r["processes"] == [[tl.sim.devices[d].device + 1, process_name(dev)] for d, dev in enumerate(tl.sim.devices)]
     names = tl.sim.names
-    threads = {(pid, tid): name for pid, tid, name in r["threads"]}
+    # the trace processor adds a nameless main thread (tid = pid) to a process whose pid no stream uses
+    threads = {(pid, tid): name for pid, tid, name in r["threads"] if name is not None or tid != pid}
     for d in range(tl.num_devices):
         streams = {names[c] for c in set(tl.sim.ops[d].stream.tolist())}
-        mine = [name for (pid, _), name in sorted(threads.items()) if pid == d + 1]
+        mine = [name for (pid, _), name in sorted(threads.items()) if pid == tl.sim.devices[d].device + 1]
         assert sorted(mine) == sorted(streams) and mine[0] == "compute"
     tracks = defaultdict(set)
     for pid, name in r["tracks"]:
         tracks[pid].add(name)
-    assert dict(tracks) == {d + 1: {f"{chrome_trace.COUNTER_NAME} {k}" for k in COUNTERS}
+    assert dict(tracks) == {tl.sim.devices[d].device + 1: {f"{chrome_trace.COUNTER_NAME} {k}" for k in COUNTERS}
                             for d in range(tl.num_devices)}
 
 
@@ -160,7 +161,7 @@ def test_counter_values_equal_memory_parquet(loaded):
         rows = mem["device"] == dev.device
         t_ns = np.rint(mem["t_us"][rows] * 1000).astype(np.int64)
         for key in COUNTERS:
-            samples = by_key[(d + 1, key)]
+            samples = by_key[(tl.sim.devices[d].device + 1, key)]
             ts = np.array([s[0] for s in samples], dtype=np.int64)
             values = np.array([s[1] for s in samples])
             idx = np.searchsorted(t_ns, ts, side="right") - 1  # the last row at that nanosecond

@@ -31,7 +31,7 @@ def test_parses_with_the_tracks_and_events_we_mean(oom_timeline):
     assert all(p.trusted_packet_sequence_id == perfetto_proto.SEQUENCE_ID for p in packets)
     assert packets[0].sequence_flags == pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
     tracks = [p.track_descriptor for p in packets if p.HasField("track_descriptor")]
-    assert [t.process.pid for t in tracks if t.HasField("process")] == [1, 2]
+    assert [t.process.pid for t in tracks if t.HasField("process")] == [dev.device + 1 for dev in tl.sim.devices]
     counter_tracks = [t for t in tracks if t.HasField("counter")]
     assert len(counter_tracks) == len(COUNTERS) * tl.num_devices
     assert all(t.counter.unit == pb.CounterDescriptor.UNIT_SIZE_BYTES for t in counter_tracks)

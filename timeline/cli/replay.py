@@ -101,13 +101,28 @@ def _config(args: argparse.Namespace, settings: dict[str, Any] | None) -> Alloca
 REPLAY_FORMATS = ("memory", "events", "trace")
 
 
-def _write_outputs(records: dict[int, list[tuple]], out_dir: Path, force: bool) -> None:
+def device_labels(snapshot: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Snapshot device index → the device ``timeline`` simulated there (``timeline_devices``, which
+    a timeline snapshot carries: index i is the i-th simulated device, whose global rank memory_viz
+    cannot show); empty for a real PyTorch snapshot, whose indices are its own devices."""
+    labels = snapshot.get("timeline_devices")
+    if not isinstance(labels, list):
+        return {}
+    out = {}
+    for i, entry in enumerate(labels):
+        if isinstance(entry, dict) and isinstance(entry.get("device"), int):
+            out[i] = {k: entry[k] for k in ("device", "pp_rank", "stages", "represents") if k in entry}
+    return out
+
+
+def _write_outputs(records: dict[int, list[tuple]], out_dir: Path, force: bool,
+                   labels: dict[int, dict[str, Any]] | None = None) -> None:
     """``-o DIR``: the replayed run as memory.parquet and events.parquet (plus the trace
     formats registered for replays), written like a simulated run directory."""
     from timeline.result.replayed import timeline_from_replay
 
     formats = [f for f in REPLAY_FORMATS if f in EXPORTERS]
-    write_dir_atomically(out_dir, force, exporter_writer(timeline_from_replay(records), formats),
+    write_dir_atomically(out_dir, force, exporter_writer(timeline_from_replay(records, labels), formats),
                          command="replay")
 
 
@@ -137,13 +152,13 @@ def _print_table(report: dict[str, Any], source: str, wide: bool = False) -> Non
         )
     view.print(table_console(wide))
     for d in report["devices"]:
-        if over_capacity(d):
+        if over_capacity(d) and not d["ooms_model"]:  # over capacity with no OOM to show it
             table_console().print(f"device {d['device']}: reserves {gib(d['peak_reserved_bytes_model'])} GiB, over the "
                             f"capacity of {gib(d['capacity_bytes'])} GiB"
                             + (f" already at the trace's start ({gib(d['start_reserved_bytes'])} GiB)"
                                if d["start_reserved_bytes"] > d["capacity_bytes"] else "")
-                            + f"; the model records an OOM only when a new segment is needed "
-                            f"({d['ooms_model']} here)", markup=False, highlight=False)
+                            + "; the model records an OOM only when it needs a new segment (none here)",
+                            markup=False, highlight=False)
 
 
 def over_capacity(d: dict[str, Any]) -> bool:
@@ -164,12 +179,16 @@ def run(args: argparse.Namespace) -> int:
         records: dict[int, list[tuple]] | None = {} if args.out is not None else None
         devices = replay_snapshot(snapshot, config=config, capacity_bytes=capacity, records=records)
         report = {"schema": SCHEMA, "devices": [d.to_dict() for d in devices]}
+        labels = device_labels(snapshot)
         for d in report["devices"]:
             d["over_capacity"] = over_capacity(d)
+            if d["device"] in labels:  # a timeline snapshot: report the global rank, keep the index
+                d["snapshot_index"] = d["device"]
+                d["device"] = labels[d["snapshot_index"]]["device"]
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{args.snapshot}: inconsistent snapshot trace ({type(exc).__name__}: {exc})") from None
     if args.out is not None:
-        _write_outputs(records or {}, args.out, args.force)
+        _write_outputs(records or {}, args.out, args.force, labels)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=False))
     else:

@@ -3,7 +3,7 @@
 Smaller and faster to load than JSON for long runs, and it carries what JSON cannot: counter
 tracks in bytes (``UNIT_SIZE_BYTES``, shown as MiB/GiB) with the three totals sharing one
 y-axis across devices. Layout (uuids are ``pid << 16 | n``): per device a process track
-(``pid = index + 1``, ``rank R · stages … · represents N``), a thread track per op stream
+(``pid`` = global rank + 1, ``rank R · pp P · ×N``), a thread track per op stream
 carrying the op slices (``SLICE_BEGIN``/``SLICE_END`` with debug annotations phase, layer,
 microbatch, stage, allocated_bytes; op names and annotation keys interned), counter tracks
 ``memory requested`` … one per category (the JSON track names) holding a value wherever the
@@ -29,6 +29,7 @@ from timeline.exporters.trace_common import (
     counters,
     instants,
     op_allocated_bytes,
+    pid_of,
     process_name,
     threads,
 )
@@ -105,7 +106,7 @@ def _packets(tl: Timeline, pb: Any, max_samples: int) -> Iterator[Any]:
     interned = _Interned()
     for d in range(tl.num_devices):
         dev = tl.sim.devices[d]
-        pid = d + 1
+        pid = pid_of(dev)
         proc_uuid = pid << 16
         p = pb.TracePacket()
         p.track_descriptor.uuid = proc_uuid

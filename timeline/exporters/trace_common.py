@@ -1,7 +1,7 @@
 """What both trace formats (Chrome JSON and Perfetto protobuf) show, computed once.
 
-Devices become processes named ``rank R · stages … · represents N`` and sorted by pipeline
-rank; each op stream becomes a thread (compute first, then the communication streams); op
+Devices become processes numbered and named by their global rank (``pid`` = rank + 1, as pid 0
+is reserved by the trace processor; ``rank R · pp P · ×N``) and sorted by pipeline rank; each op stream becomes a thread (compute first, then the communication streams); op
 slices get integer-nanosecond bounds that nest strictly per thread; the memory counters are
 the Timeline's series with unchanged rows dropped and, on request, capped per device by a
 downsampling that keeps every peak; instants mark each device's peaks and OOMs. This module
@@ -25,9 +25,19 @@ COUNTERS: tuple[str, ...] = ("requested", "allocated", "reserved", *CATEGORIES)
 
 
 def process_name(dev: StaticDevice) -> str:
-    """``rank R · stages a,b · represents N`` (a replayed snapshot's devices have no stages)."""
-    stages = f" · stages {','.join(str(s) for s in dev.stages)}" if dev.stages else ""
-    return f"rank {dev.device}{stages} · represents {dev.represents}"
+    """``rank R · pp P · ×N`` — the global rank first, as every other view numbers devices; the
+    stages follow where they are not just the pipeline rank's own (V-shaped and DualPipe
+    schedules): ``rank 0 · pp 0 · stages 0,31 · ×64``. A replayed snapshot's devices have no
+    pipeline: ``rank R``."""
+    if not dev.stages:
+        return f"rank {dev.device}" + (f" · ×{dev.represents}" if dev.represents != 1 else "")
+    stages = "" if tuple(dev.stages) == (dev.pp_rank,) else f" · stages {','.join(str(s) for s in dev.stages)}"
+    return f"rank {dev.device} · pp {dev.pp_rank}{stages} · ×{dev.represents}"
+
+
+def pid_of(dev: StaticDevice) -> int:
+    """The trace process id of a device: its global rank + 1 (pid 0 is the trace processor's)."""
+    return dev.device + 1
 
 
 def to_ns(t_us: np.ndarray) -> np.ndarray:
