@@ -72,6 +72,8 @@ class MemoryTrace:
     reserved: np.ndarray
     by_category: dict[str, np.ndarray]
     capacity_bytes: int
+    iteration_starts_us: tuple[float, ...] = ()  # where each reported iteration begins
+    oom_t_us: tuple[float, ...] = ()  # when each OOM happened
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,7 +121,9 @@ def memory_trace(tl: Timeline, d: int, label: str) -> MemoryTrace:
     s, dev = tl.series(d), tl.sim.devices[d]
     return MemoryTrace(label=label, device=dev.device, pp_rank=dev.pp_rank, t_us=s.t_us, allocated=s.allocated,
                        reserved=s.reserved, by_category=dict(s.by_category),
-                       capacity_bytes=tl.sim.run.hardware.capacity_bytes)
+                       capacity_bytes=tl.sim.run.hardware.capacity_bytes,
+                       iteration_starts_us=tuple(tl.iteration_starts(d)),
+                       oom_t_us=tuple(float(o["t_us"]) for o in tl.memory[d].oom))
 
 
 def evaluate(variant: Variant, template_fn: TemplateFn) -> VariantResult:

@@ -169,6 +169,16 @@ class Timeline:
                         "peak_reserved_bytes": int(reserved[lo:hi].max()), "peak_time_us": float(ev.t_us[j])})
         return out
 
+    def iteration_starts(self, d: int) -> list[float]:
+        """When each reported iteration begins on device ``d`` (µs): its first action's start —
+        the boundaries a plot of memory over time draws."""
+        first = self.sim.run.training.warmup_iterations if self.sim.run is not None else 0
+        starts: dict[int, float] = {}
+        for sp in self.sim.spans[d]:
+            if sp.kind != "init" and sp.iteration >= first:
+                starts[sp.iteration] = min(starts.get(sp.iteration, sp.start_us), sp.start_us)
+        return [starts[k] for k in sorted(starts)]
+
     def free_index(self, d: int) -> np.ndarray:
         """For each event, the index of the free that ends its tensor (allocs only; −1 if never
         freed or not an alloc)."""
