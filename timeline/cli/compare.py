@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from functools import partial
 from pathlib import Path
 
 from timeline.cli.common import (
@@ -30,8 +31,10 @@ from timeline.compare.plots import memory_png, peaks_png
 from timeline.compare.report import SCHEMA, compare_columns, compare_dict
 from timeline.compare.variants import Variant, policy_variants
 from timeline.errors import UserError
+from timeline.exporters import EXPORTERS
 from timeline.exporters.parquet_util import write_table
 from timeline.io.runfile import load_run
+from timeline.result.timeline import Timeline
 
 HELP = "compare recompute policies or run files side by side: peak memory per device vs recompute cost"
 DESCRIPTION = """\
@@ -136,8 +139,42 @@ def print_table(results: list[VariantResult], *, wide: bool = False) -> None:
     view.print(table_console(wide))
 
 
-def write_results(results: list[VariantResult], folder: Path) -> None:
-    """compare.parquet, memory.png and peaks.png into ``folder``."""
+def variant_dirs(variants: list[Variant]) -> dict[str, str]:
+    """A folder name per variant: its name with every character but letters, digits, ``.``, ``_``
+    and ``-`` written as ``_`` (``selective:core_attn`` → ``selective_core_attn``), numbered on
+    a clash."""
+    out: dict[str, str] = {}
+    for v in variants:
+        base = re.sub(r"[^A-Za-z0-9._-]", "_", v.name).strip(".") or "variant"
+        name, k = base[:100], 2
+        while name in out.values():
+            name, k = f"{base[:96]}-{k}", k + 1
+        out[v.name] = name
+    return out
+
+
+def write_variant(folder: Path, dirs: dict[str, str], tl: Timeline, variant: Variant) -> None:
+    """``folder/<variant>/summary.json`` and ``memory.parquet`` (run in the worker that simulated it)."""
+    import importlib
+
+    sub = folder / dirs[variant.name]
+    sub.mkdir()
+    for fmt in VARIANT_FORMATS:
+        module = importlib.import_module(EXPORTERS[fmt])
+        with open(sub / module.FILENAME, "wb") as handle:
+            module.write(tl, handle, {})
+
+
+#: what compare -o writes per variant (what `timeline report` and `timeline plot` read)
+VARIANT_FORMATS = ("summary", "memory")
+
+
+def write_results(results: list[VariantResult], folder: Path, dirs: dict[str, str] | None = None) -> None:
+    """compare.parquet, memory.png, peaks.png (and variants.json naming each variant's folder) into ``folder``."""
+    if dirs is not None:
+        (folder / "variants.json").write_text(json.dumps(
+            {"schema": "timeline.compare-variants/1",
+             "variants": [{"name": r.name, "dir": dirs[r.name]} for r in results]}, indent=1) + "\n", encoding="utf-8")
     with open(folder / "compare.parquet", "wb") as handle:
         write_table(compare_columns(results), handle, SCHEMA)
     with open(folder / "memory.png", "wb") as handle:
@@ -153,14 +190,25 @@ def run(args: argparse.Namespace) -> int:
     variants = build_variants(args)
     for v in variants:
         check_work(v.run, args.max_events, label=f"{v.name}: ")
+    holder: list[list[VariantResult]] = []
     with progress_reporter("compare", not args.no_progress) as progress:
-        results = simulate_variants(variants, templates(), workers=args.workers, progress=progress)
-    if out is not None:
-        write_dir_atomically(out, args.force, lambda folder: write_results(results, folder), command="compare")
+        if out is None:
+            holder.append(simulate_variants(variants, templates(), workers=args.workers, progress=progress))
+        else:  # the variants write their own summary.json and memory.parquet as they finish
+            dirs = variant_dirs(variants)
+
+            def write(folder: Path) -> None:
+                holder.append(simulate_variants(variants, templates(), workers=args.workers, progress=progress,
+                                                on_timeline=partial(write_variant, folder, dirs)))
+                write_results(holder[0], folder, dirs)
+
+            write_dir_atomically(out, args.force, write, command="compare")
+    results = holder[0]
     if args.json:
         print(json.dumps(compare_dict(results), indent=1))
         return 0
     print_table(results, wide=args.wide)
     if out is not None:
-        table_console().print(f"wrote {out}/ (compare.parquet, memory.png, peaks.png)")
+        table_console().print(f"wrote {out}/ (compare.parquet, memory.png, peaks.png, variants.json and "
+                              "<variant>/summary.json + memory.parquet; `timeline report` makes a page of it)")
     return 0

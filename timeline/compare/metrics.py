@@ -126,9 +126,14 @@ def memory_trace(tl: Timeline, d: int, label: str) -> MemoryTrace:
                        oom_t_us=tuple(float(o["t_us"]) for o in tl.memory[d].oom))
 
 
-def evaluate(variant: Variant, template_fn: TemplateFn) -> VariantResult:
-    """Simulate one variant and reduce it to its metrics (picklable, for worker processes)."""
+def evaluate(variant: Variant, template_fn: TemplateFn,
+             on_timeline: Callable[[Timeline, Variant], None] | None = None) -> VariantResult:
+    """Simulate one variant and reduce it to its metrics (picklable, for worker processes);
+    ``on_timeline(tl, variant)`` (picklable too) sees the whole Timeline first, in the worker —
+    e.g. to write the variant's own files without sending the Timeline back."""
     tl = build_timeline(variant.run, template_fn, csv_rows=variant.csv_rows)
+    if on_timeline is not None:
+        on_timeline(tl, variant)
     devices = device_metrics(tl)
     worst = max(range(len(devices)), key=lambda i: (devices[i].peak_reserved_bytes, -i))
     return VariantResult(name=variant.name, recompute=recompute_name(variant.run.recompute),
@@ -146,7 +151,8 @@ def worker_pool(workers: int) -> ProcessPoolExecutor:
 
 
 def simulate_variants(variants: Sequence[Variant], template_fn: TemplateFn, *, workers: int = MAX_WORKERS,
-                      progress: Callable[[str, int, int], None] | None = None) -> list[VariantResult]:
+                      progress: Callable[[str, int, int], None] | None = None,
+                      on_timeline: Callable[[Timeline, Variant], None] | None = None) -> list[VariantResult]:
     """Every variant's result, in the order given; in worker processes when there are several.
     ``progress("variants", done, total)`` is called as results arrive (in order)."""
     workers = max(1, min(workers, MAX_WORKERS, len(variants)))
@@ -155,11 +161,11 @@ def simulate_variants(variants: Sequence[Variant], template_fn: TemplateFn, *, w
     if workers == 1:
         out = []
         for v in variants:
-            out.append(evaluate(v, template_fn))
+            out.append(evaluate(v, template_fn, on_timeline))
             report("variants", len(out), len(variants))
         return out
     with worker_pool(workers) as pool:
-        futures = [pool.submit(evaluate, v, template_fn) for v in variants]
+        futures = [pool.submit(evaluate, v, template_fn, on_timeline) for v in variants]
         out = []
         for f in futures:
             out.append(f.result())
