@@ -25,7 +25,9 @@ const PHASE = {F:'#4c72b0',B:'#dd8452',I:'#e5ae38',W:'#55a868',R:'#c44e52',step:
 const NS = 'http://www.w3.org/2000/svg';
 const $ = (id) => document.getElementById(id);
 const gib = (b) => (b / 2**30).toFixed(2);
-const ms = (us) => (us / 1e3).toLocaleString(undefined, {maximumFractionDigits: 1});
+const ms = (us) => (us / 1e3).toLocaleString(undefined, {minimumFractionDigits: 1, maximumFractionDigits: 1});
+const ORDER = ['weights', 'grads', 'optimizer', 'activations', 'recompute', 'comm', 'temporary'];
+const present = (s) => ORDER.filter(c => c in s.categories);  // stacking order, statics at the bottom
 function el(tag, attrs, parent){ const e = document.createElementNS(NS, tag);
   for (const k in attrs) e.setAttribute(k, attrs[k]); if (parent) parent.appendChild(e); return e; }
 function h(tag, text, cls){ const e = document.createElement(tag); if (text !== undefined) e.textContent = text;
@@ -46,7 +48,7 @@ function chart(box, dev, opts){
   const cp = el('clipPath', {id: clip}, el('defs', {}, svg));
   el('rect', {x: L, y: T, width: W - L - R, height: H - T - B}, cp);
   const g = el('g', {'clip-path': `url(#${clip})`}, svg);
-  const cats = Object.keys(s.categories); const base = new Array(t.length).fill(0);
+  const cats = present(s); const base = new Array(t.length).fill(0);
   for (const c of cats){  // stacked steps: each value holds until the next row
     const v = s.categories[c]; let up = '', down = '';
     for (let i = 0; i < t.length; i++){ const nx = i + 1 < t.length ? t[i + 1] : tmax;
@@ -130,14 +132,14 @@ function runView(root, data, opts){
   function draw(){ const d = data.devices[pick];
     table(tab, DEV_COLS, data.devices, (i) => { pick = i; draw(); }, pick);
     title.textContent = `memory over time: device ${d.device} (pp rank ${d.pp_rank})` + (view ? ' — zoomed; double-click to reset' : '');
-    legend.innerHTML = ''; for (const c of Object.keys(d.series.categories)){ const s = legend.appendChild(h('span'));
+    legend.innerHTML = ''; for (const c of present(d.series)){ const s = legend.appendChild(h('span'));
       const sw = s.appendChild(h('span', '', 'sw')); sw.style.background = COLORS[c]; s.appendChild(document.createTextNode(c)); }
     legend.appendChild(h('span', '— reserved   - - capacity   ┆ iteration start   ▼ peak'));
     chart(box, d, {tmax, redraw: draw}); schedule(sbox, data.devices, tmax);
     bd.innerHTML = ''; bd.appendChild(h('h2', 'at the requested peak (GiB)'));
-    table(bd, [['category', r => r[0], 1], ['GiB', r => gib(r[1])]], Object.entries(d.breakdown_at_peak_bytes || {}).filter(r => r[1]));
+    table(bd.appendChild(h('div')), [['category', r => r[0], 1], ['GiB', r => gib(r[1])]], Object.entries(d.breakdown_at_peak_bytes || {}).filter(r => r[1]));
     top.innerHTML = ''; top.appendChild(h('h2', 'largest tensors live at the peak'));
-    table(top, [['tensor', r => r.tensor, 1], ['GiB', r => gib(r.bytes)], ['category', r => r.category, 1],
+    table(top.appendChild(h('div')), [['tensor', r => r.tensor, 1], ['GiB', r => gib(r.bytes)], ['category', r => r.category, 1],
       ['µbatch', r => r.microbatch]], d.top_tensors || []); }
   draw();
 }
@@ -148,21 +150,22 @@ function settings(root, run){
 }
 
 function compareView(root){
-  root.appendChild(h('h2', 'comparison (GiB; per iteration)'));
-  const cols = [['variant', r => r.variant, 1], ['pp rank', r => r.pp_rank], ['device', r => r.device],
-    ['peak alloc', r => gib(r.peak_allocated_bytes)], ['peak reserved', r => gib(r.peak_reserved_bytes)],
-    ['frag.', r => gib(r.fragmentation_bytes)], ['recompute ms', r => (r.recompute_time_us / 1e3).toFixed(2)],
-    ['iteration ms', r => ms(r.iteration_time_us)], ['headroom', r => gib(r.headroom_bytes) + (r.oom ? ' OOM' : '')]];
-  table(root.appendChild(h('div')), cols, D.rows);
-  root.appendChild(h('h2', 'worst device of each variant, same axes'));
+  root.appendChild(h('h2', 'worst device of each variant, same axes (drag to zoom, double-click to reset)'));
   const side = root.appendChild(h('div', '', 'row'));
   const worst = D.variants.map(v => v.devices.reduce((a, d) => d.peak_reserved_bytes > a.peak_reserved_bytes ? d : a));
   const tmax = Math.max(...worst.map(d => d.series.t_ms[d.series.t_ms.length - 1] || 0), 1);
   const ymax = Math.max(...worst.map(d => Math.max(d.capacity_bytes / 2**30, ...d.series.reserved))) * 1.1;
   function sideBySide(){ side.innerHTML = ''; D.variants.forEach((v, i) => { const b = side.appendChild(h('div'));
-    b.appendChild(h('div', `${v.name}: device ${worst[i].device}`));
+    b.appendChild(h('div', `${v.name}: device ${worst[i].device} (pp rank ${worst[i].pp_rank})`));
     chart(b.appendChild(h('div')), worst[i], {width: 480, height: 220, tmax, ymax, redraw: sideBySide}); }); }
   sideBySide();
+  const det = root.appendChild(h('details')); det.appendChild(h('summary', `comparison table (${D.rows.length} rows; GiB, per iteration)`));
+  const cols = [['variant', r => r.variant, 1], ['pp rank', r => r.pp_rank], ['device', r => r.device],
+    ['peak alloc', r => gib(r.peak_allocated_bytes)], ['peak reserved', r => gib(r.peak_reserved_bytes)],
+    ['frag.', r => gib(r.fragmentation_bytes)], ['recompute ms', r => (r.recompute_time_us / 1e3).toLocaleString(undefined,
+      {minimumFractionDigits: 2, maximumFractionDigits: 2})],
+    ['iteration ms', r => ms(r.iteration_time_us)], ['headroom', r => gib(r.headroom_bytes) + (r.oom ? ' OOM' : '')]];
+  table(det.appendChild(h('div')), cols, D.rows);
   const pickRow = root.appendChild(h('h2', 'one variant: ')); const sel = pickRow.appendChild(h('select'));
   D.variants.forEach((v, i) => { const o = sel.appendChild(h('option', v.name)); o.value = i; });
   const one = root.appendChild(h('div')); let chosen = 0;
