@@ -69,6 +69,7 @@ GOLDENS: dict[str, tuple[str, dict]] = {
     "memory.parquet": ("memory", {}),
     "events.parquet": ("events", {}),
     "ops.parquet": ("ops", {}),
+    "devices.parquet": ("devices", {}),
 }
 
 

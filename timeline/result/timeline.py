@@ -179,6 +179,43 @@ class Timeline:
                 starts[sp.iteration] = min(starts.get(sp.iteration, sp.start_us), sp.start_us)
         return [starts[k] for k in sorted(starts)]
 
+    def iteration_at(self, d: int, t_us: np.ndarray) -> np.ndarray:
+        """The reported iteration each time of device ``d`` falls in: the last iteration start at
+        or before it (−1 before the first, e.g. construction and warm-up)."""
+        starts = np.asarray(self.iteration_starts(d), dtype=np.float64)
+        if not len(starts):
+            return np.full(len(t_us), -1, dtype=np.int32)
+        first = self.sim.run.training.warmup_iterations if self.sim.run is not None else 0
+        k = np.searchsorted(starts, np.asarray(t_us, dtype=np.float64), side="right") - 1
+        return np.where(k >= 0, k + first, -1).astype(np.int32)
+
+    def event_iterations(self, d: int) -> np.ndarray:
+        """The iteration of each event of device ``d``: its action's (−1: static state, construction)."""
+        ev = self.sim.events[d]
+        spans = self.sim.spans[d]
+        of_span = np.array([sp.iteration if sp.kind != "init" else -1 for sp in spans] or [-1], dtype=np.int32)
+        return np.where(ev.action >= 0, of_span[np.maximum(ev.action, 0)], -1).astype(np.int32)
+
+    def alloc_ids(self, d: int) -> np.ndarray:
+        """An id per event, the same on an alloc and the free that ends it and unique per device:
+        the alloc's event index (a free without its alloc keeps its own index). A replayed
+        snapshot has no tensor identities: its frees pair with the live block at their address."""
+        if self.sim.run is None:
+            ev, addr = self.sim.events[d], self.memory[d].address
+            ids = np.arange(len(ev.t_us), dtype=np.int64)
+            live: dict[int, int] = {}
+            for i, (s, a) in enumerate(zip(ev.sign.tolist(), addr.tolist(), strict=True)):
+                if s > 0:
+                    live[a] = i
+                elif a in live:
+                    ids[i] = live.pop(a)
+            return ids
+        fi = self.free_index(d)
+        ids = np.arange(len(fi), dtype=np.int64)
+        has = np.flatnonzero(fi >= 0)
+        ids[fi[has]] = has
+        return ids
+
     def free_index(self, d: int) -> np.ndarray:
         """For each event, the index of the free that ends its tensor (allocs only; −1 if never
         freed or not an alloc)."""
