@@ -13,7 +13,7 @@ from recompute_template import recompute_template  # noqa: E402
 from test_compare_cli import TINY  # noqa: E402
 
 from timeline.cli import main  # noqa: E402
-from timeline.cli.common import parse_size  # noqa: E402
+from timeline.cli.capacity import parse_size  # noqa: E402
 
 
 @pytest.fixture

@@ -10,18 +10,17 @@ import re
 from functools import partial
 from pathlib import Path
 
+from timeline.cli.capacity import add_capacity, with_capacity
 from timeline.cli.common import (
     RECOMPUTE_FORMS,
     SET_HELP,
     add_max_events,
     check_output_dir,
-    add_capacity,
     check_work,
     gib,
     load_csv_rows,
     positive,
     templates,
-    with_capacity,
     write_dir_atomically,
 )
 from timeline.cli.progress import progress_reporter

@@ -7,8 +7,8 @@ import argparse
 import dataclasses
 import json
 
+from timeline.cli.capacity import add_capacity, with_capacity
 from timeline.cli.common import (
-    add_capacity,
     add_max_events,
     add_run_args,
     check_work,
@@ -17,7 +17,6 @@ from timeline.cli.common import (
     load,
     load_csv_rows,
     templates,
-    with_capacity,
 )
 from timeline.cli.progress import progress_reporter
 from timeline.cli.tables import Column, View, table_console

@@ -16,9 +16,8 @@ from typing import Any
 
 from timeline.alloc.config import MIB, UNLIMITED, AllocatorConfig
 from timeline.alloc.replay import SCHEMA, replay_snapshot
+from timeline.cli.capacity import add_capacity, capacity_arg
 from timeline.cli.common import (
-    add_capacity,
-    capacity_arg,
     check_output_dir,
     count,
     exporter_writer,

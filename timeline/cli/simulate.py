@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from timeline.cli.capacity import add_capacity, with_capacity
 from timeline.cli.common import (
-    add_capacity,
     add_max_events,
     add_run_args,
     check_output_dir,
@@ -19,7 +19,6 @@ from timeline.cli.common import (
     load,
     load_csv_rows,
     templates,
-    with_capacity,
     write_dir_atomically,
 )
 from timeline.cli.notes import notes
