@@ -93,7 +93,10 @@ def test_counters_equal_series_at_every_sample(tiny_timeline):
     for d in range(tl.num_devices):
         s = tl.series(d)
         samples = [e for e in evs if e["ph"] == "C" and e["pid"] == tl.sim.devices[d].device + 1]
-        assert all(list(e["args"]) == list(COUNTERS) for e in samples)
+        keys = ["requested", "allocated", "reserved", *(c for c in COUNTERS[3:-1] if s.by_category[c].any()),
+                "capacity"]
+        assert all(list(e["args"]) == keys for e in samples)  # totals, held categories, capacity
+        assert all(e["args"]["capacity"] == tl.sim.run.hardware.capacity_bytes for e in samples)
         ts = np.array([round(e["ts"] * 1000) for e in samples])
         assert (np.diff(ts) > 0).all()  # one sample per distinct time
         rows = np.searchsorted(np.rint(s.t_us * 1000), ts, side="right") - 1
@@ -116,6 +119,8 @@ def test_counters_one_sample_per_nanosecond_and_change():
                           event_index=np.arange(n))
 
     class Stub:
+        sim = type("Sim", (), {"run": None})()  # no run: no capacity series
+
         def series(self, d):
             return series
 

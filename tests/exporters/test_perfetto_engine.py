@@ -24,7 +24,7 @@ import pytest
 from tiny import ROOT, synthetic_template, tiny_run
 
 from timeline.exporters import chrome_trace, memory_parquet, ops_parquet
-from timeline.exporters.trace_common import COUNTERS, op_allocated_bytes, process_name
+from timeline.exporters.trace_common import COUNTERS, counters, op_allocated_bytes, process_name
 from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
 from timeline.result.build import build_timeline
@@ -127,8 +127,11 @@ def test_processes_threads_and_counter_tracks(loaded):
     tracks = defaultdict(set)
     for pid, name in r["tracks"]:
         tracks[pid].add(name)
-    assert dict(tracks) == {tl.sim.devices[d].device + 1: {f"{chrome_trace.COUNTER_NAME} {k}" for k in COUNTERS}
+    assert dict(tracks) == {tl.sim.devices[d].device + 1: {f"{chrome_trace.COUNTER_NAME} {k}" for k in COUNTERS
+                                                           if k in counters(tl, d).keys}
                             for d in range(tl.num_devices)}
+    assert all({"memory requested", "memory allocated", "memory reserved", "memory capacity"} <= names
+               for names in tracks.values())  # empty categories (no recompute here) have no track
 
 
 def test_one_slice_per_op_plus_instants(loaded):
@@ -160,8 +163,11 @@ def test_counter_values_equal_memory_parquet(loaded):
     for d, dev in enumerate(tl.sim.devices):
         rows = mem["device"] == dev.device
         t_ns = np.rint(mem["t_us"][rows] * 1000).astype(np.int64)
-        for key in COUNTERS:
+        for key in counters(tl, d).keys:
             samples = by_key[(tl.sim.devices[d].device + 1, key)]
+            if key == "capacity":
+                assert {s[1] for s in samples} == {tl.sim.run.hardware.capacity_bytes}
+                continue
             ts = np.array([s[0] for s in samples], dtype=np.int64)
             values = np.array([s[1] for s in samples])
             idx = np.searchsorted(t_ns, ts, side="right") - 1  # the last row at that nanosecond

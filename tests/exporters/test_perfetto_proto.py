@@ -33,7 +33,8 @@ def test_parses_with_the_tracks_and_events_we_mean(oom_timeline):
     tracks = [p.track_descriptor for p in packets if p.HasField("track_descriptor")]
     assert [t.process.pid for t in tracks if t.HasField("process")] == [dev.device + 1 for dev in tl.sim.devices]
     counter_tracks = [t for t in tracks if t.HasField("counter")]
-    assert len(counter_tracks) == len(COUNTERS) * tl.num_devices
+    assert len(counter_tracks) == sum(len(counters(tl, d).keys) for d in range(tl.num_devices))
+    assert {t.name for t in counter_tracks} >= {"memory reserved", "memory capacity"}
     assert all(t.counter.unit == pb.CounterDescriptor.UNIT_SIZE_BYTES for t in counter_tracks)
     kinds = Counter(p.track_event.type for p in packets if p.HasField("track_event"))
     n_ops = sum(len(o.t_start_us) for o in tl.sim.ops)

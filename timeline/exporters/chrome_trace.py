@@ -26,7 +26,6 @@ from typing import BinaryIO
 import numpy as np
 
 from timeline.exporters.trace_common import (
-    COUNTERS,
     counters,
     fmt_us,
     instants,
@@ -114,8 +113,8 @@ def device_lines(tl: Timeline, d: int, max_samples: int = 0) -> list[str]:
             _lookup(stage[idx].tolist(), lambda v: f',"stage":{v}' if v >= 0 else ""),
             allocated[idx].tolist(), strict=True))
     c = counters(tl, d, max_samples)
-    cols = [c.values[k].tolist() for k in COUNTERS]
-    vals = ",".join(f'"{k}":%d' for k in COUNTERS)
+    cols = [c.values[k].tolist() for k in c.keys]
+    vals = ",".join(f'"{k}":%d' for k in c.keys)
     if len(c.t_ns) and c.t_ns.min() < 0:
         times = [fmt_us(t) for t in c.t_ns.tolist()]
         tmpl = f'{{"ph":"C","pid":{pid},"tid":1,"name":"{COUNTER_NAME}","ts":%s,"args":{{{vals}}}}}'

@@ -122,20 +122,21 @@ def _packets(tl: Timeline, pb: Any, max_samples: int) -> Iterator[Any]:
             p.track_descriptor.thread.tid = th.tid
             p.track_descriptor.thread.thread_name = th.name
             yield p
-        for k, name in enumerate(COUNTERS):
+        c = counters(tl, d, max_samples)
+        for name in c.keys:  # the device's own series: totals, the categories it holds, capacity
             p = pb.TracePacket()
             td = p.track_descriptor
-            td.uuid = proc_uuid | (0x100 + k)
+            td.uuid = proc_uuid | (0x100 + COUNTERS.index(name))
             td.parent_uuid = proc_uuid
             td.name = f"memory {name}"
             td.counter.unit = pb.CounterDescriptor.UNIT_SIZE_BYTES
-            if name in TOTALS:
+            if name in TOTALS or name == "capacity":
                 td.counter.y_axis_share_key = "memory"
             yield p
         yield from _slices(tl, d, pb, proc_uuid, ths, interned)
-        c = counters(tl, d, max_samples)
         last = len(c.t_ns) - 1
-        for k, name in enumerate(COUNTERS):
+        for name in c.keys:
+            k = COUNTERS.index(name)
             values = c.values[name]
             # each track is a step function: a value only where it changes (and the last sample);
             # v52 ignores extra_counter_values on counter events, so it is one packet per value

@@ -20,8 +20,10 @@ from timeline.result.timeline import Timeline
 
 #: thread order of the streams a template names; any other stream follows, alphabetically
 STREAM_ORDER = ("compute", "tp", "cp", "ep", "dp", "pp")
-#: counter series per device, in track order: the three totals, then one per category
-COUNTERS: tuple[str, ...] = ("requested", "allocated", "reserved", *CATEGORIES)
+#: every counter series a device may have, in track order: the three totals, one per category,
+#: then the capacity (a device shows the categories it ever holds: no always-empty track)
+COUNTERS: tuple[str, ...] = ("requested", "allocated", "reserved", *CATEGORIES, "capacity")
+TOTALS = ("requested", "allocated", "reserved")
 
 
 def process_name(dev: StaticDevice) -> str:
@@ -130,8 +132,9 @@ def op_allocated_bytes(tl: Timeline, d: int) -> np.ndarray:
 @dataclass(slots=True)
 class Counters:
     t_ns: np.ndarray
-    values: dict[str, np.ndarray]  # COUNTERS → int64 bytes, rows aligned with t_ns
+    values: dict[str, np.ndarray]  # keys → int64 bytes, rows aligned with t_ns
     source_rows: np.ndarray  # indices into Timeline.series(d) rows
+    keys: tuple[str, ...] = COUNTERS  # this device's series, in COUNTERS order
 
 
 def counters(tl: Timeline, d: int, max_samples: int = 0) -> Counters:
@@ -141,7 +144,9 @@ def counters(tl: Timeline, d: int, max_samples: int = 0) -> Counters:
     ``Timeline.series(d)`` — the last one at its nanosecond."""
     s = tl.series(d)
     cols = {"requested": s.requested, "allocated": s.allocated, "reserved": s.reserved,
-            **{c: s.by_category[c] for c in CATEGORIES}}
+            **{c: s.by_category[c] for c in CATEGORIES if s.by_category[c].any()}}
+    if tl.sim.run is not None:  # a replayed snapshot has no capacity
+        cols["capacity"] = np.full(len(s.t_us), tl.sim.run.hardware.capacity_bytes, dtype=np.int64)
     t_ns = to_ns(s.t_us)
     # distinct µs floats can share a nanosecond: keep the last row of each nanosecond
     rows = np.flatnonzero(np.append(t_ns[1:] != t_ns[:-1], True)) if len(t_ns) else np.zeros(0, np.int64)
@@ -155,8 +160,9 @@ def counters(tl: Timeline, d: int, max_samples: int = 0) -> Counters:
     if max_samples and len(rows) > max_samples:
         rows = rows[downsample(np.stack([cols[k][rows] for k in ("requested", "allocated", "reserved")]),
                                max_samples)]
-    return Counters(t_ns=t_ns[rows], values={k: np.asarray(cols[k][rows], dtype=np.int64)
-                                                      for k in COUNTERS}, source_rows=rows)
+    keys = tuple(k for k in COUNTERS if k in cols)
+    return Counters(t_ns=t_ns[rows], values={k: np.asarray(cols[k][rows], dtype=np.int64) for k in keys},
+                    source_rows=rows, keys=keys)
 
 
 def downsample(series: np.ndarray, max_samples: int) -> np.ndarray:
