@@ -157,12 +157,15 @@ def test_instants_mark_peaks_and_ooms(oom_timeline):
     inst = [e for e in evs if e["ph"] == "i"]
     assert all(e["s"] == "p" for e in inst)
     for d in range(tl.num_devices):
-        mine = {e["name"]: e for e in inst if e["pid"] == tl.sim.devices[d].device + 1}
         pk = tl.peak(d)
+        mine = {e["name"].rsplit(" ", 2)[0]: e for e in inst if e["pid"] == tl.sim.devices[d].device + 1
+                and e["name"].startswith("peak")}
+        assert {e["name"] for e in mine.values()} == {f"peak requested {pk.requested_bytes / 2**30:,.2f} GiB",
+                                                      f"peak reserved {pk.reserved_bytes / 2**30:,.2f} GiB"}
         assert mine["peak requested"]["args"]["requested_bytes"] == pk.requested_bytes
         assert mine["peak reserved"]["args"]["reserved_bytes"] == pk.reserved_bytes
         assert mine["peak requested"]["ts"] == pytest.approx(pk.requested_time_us, abs=1e-3)
-    ooms = [e for e in inst if e["name"] == "out of memory"]
+    ooms = [e for e in inst if e["name"].startswith("out of memory +")]
     assert len(ooms) == sum(len(m.oom) for m in tl.memory) > 0
     assert ooms[0]["args"]["capacity_bytes"] == 40 << 20
 

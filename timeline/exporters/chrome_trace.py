@@ -6,7 +6,9 @@ ops as complete events (``X``) named by op with args ``layer``, ``microbatch``, 
 ``phase`` (F/B/I/W, R for recompute, step) and ``allocated_bytes`` (requested bytes the op
 allocates); one counter event ``memory`` per sample with keys requested, allocated, reserved
 and one per category, in bytes (Perfetto shows tracks ``memory requested`` …); process-scoped
-instants ``peak requested``, ``peak reserved`` and ``out of memory``.
+instants ``peak requested 92.74 GiB``, ``peak reserved 93.04 GiB`` and ``out of memory +0.22 GiB``
+(their bytes in the label). A device's counter keys are the totals, the categories it ever holds
+and ``capacity``.
 
 Timestamps are run-relative µs written with exactly three decimals from integer nanoseconds,
 so Perfetto stores the same integers this module nested (see :mod:`trace_common`). Options:

@@ -194,16 +194,23 @@ class Instant:
     args: dict[str, int | str]
 
 
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.2f} GiB"
+
+
 def instants(tl: Timeline, d: int) -> list[Instant]:
-    """The device's requested and reserved peaks, then each OOM, in time order."""
+    """The device's requested and reserved peaks, then each OOM, in time order; each named with
+    its bytes (``peak reserved 93.04 GiB``, ``out of memory +0.22 GiB``) so the labels read
+    apart when several pile up at one instant."""
     pk = tl.peak(d)
-    out = [Instant(int(to_ns(np.array([pk.requested_time_us]))[0]), "peak requested",
+    out = [Instant(int(to_ns(np.array([pk.requested_time_us]))[0]), f"peak requested {_gib(pk.requested_bytes)}",
                    {"requested_bytes": pk.requested_bytes, "fragmentation_bytes": pk.fragmentation_bytes,
                     **{f"{c}_bytes": int(v) for c, v in pk.breakdown_bytes.items()}}),
-           Instant(int(to_ns(np.array([pk.reserved_time_us]))[0]), "peak reserved",
+           Instant(int(to_ns(np.array([pk.reserved_time_us]))[0]), f"peak reserved {_gib(pk.reserved_bytes)}",
                    {"reserved_bytes": pk.reserved_bytes})]
     for oom in tl.memory[d].oom:
-        out.append(Instant(int(to_ns(np.array([oom["t_us"]]))[0]), "out of memory",
+        out.append(Instant(int(to_ns(np.array([oom["t_us"]]))[0]),
+                           f"out of memory +{_gib(int(oom['request_bytes']))}",
                            {"request_bytes": int(oom["request_bytes"]), "tensor": str(oom["tensor"]),
                             "reserved_bytes": int(oom["reserved_bytes"]),
                             "capacity_bytes": int(oom["capacity_bytes"])}))
