@@ -82,5 +82,7 @@ def write_in_two(formats: Sequence[str], write_one: Callable[[str], None]) -> No
         _, status = os.waitpid(pid, 0)
     if payload:
         raise pickle.loads(payload)
+    if os.waitstatus_to_exitcode(status) == 130:  # the child's Ctrl-C: the run is interrupted, not broken
+        raise KeyboardInterrupt
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"the process writing {', '.join(theirs)} ended with status {status}")
