@@ -44,8 +44,9 @@ marked). Policies use the grammar none | selective:MOD[+MOD…] | full:uniform|b
 (one N per pipeline rank, or one for all).
 
   -o DIR writes compare.parquet (one row per variant × device), memory.png (memory over time
-  of each variant's worst device, stacked by category, capacity drawn) and peaks.png (peak
-  reserved per pipeline rank, one bar per variant).
+  of each variant's worst device on shared axes, stacked by category, capacity, peak, OOMs and
+  iteration boundaries drawn), peaks.png (peak reserved per pipeline rank, one bar per variant),
+  variants.json and DIR/<variant>/summary.json + memory.parquet (`timeline report DIR` reads them).
 
 examples:
   timeline compare schedules/deepseek-v3-pp16-tp2-ep8.toml \\

@@ -1,6 +1,6 @@
 """``timeline simulate RUN.toml [-o DIR]``: simulate every device over time and write the run
-directory (summary.json, memory.parquet, events.parquet, ops.parquet, trace.json,
-snapshot.pickle; trace.perfetto-trace on request)."""
+directory (summary.json, memory.parquet, events.parquet, ops.parquet, devices.parquet,
+trace.json, snapshot.pickle; trace.perfetto-trace on request)."""
 
 from __future__ import annotations
 
@@ -42,11 +42,16 @@ device's allocator. Prints a per-device peak table and writes DIR (default runs/
   memory.parquet   per device, one row per distinct time: bytes by category
   events.parquet   every alloc/free with tensor, op, micro-batch, stage, address
   ops.parquet      every op span
+  devices.parquet  one row per device: global rank, pp rank, stages, represents, capacity
   trace.json       Chrome trace: open in ui.perfetto.dev (a process per device, op slices
                    per stream, memory counters per category, peak and OOM markers)
-  snapshot.pickle  PyTorch memory snapshot: open in pytorch.org/memory_viz
+  snapshot.pickle  PyTorch memory snapshot: open in pytorch.org/memory_viz (device i there is
+                   the i-th row of the table; timeline_devices in the pickle maps it)
   trace.perfetto-trace   (--format …,perfetto) the same trace as native Perfetto protobuf,
                    byte-valued counters; needs pip install 'timeline[perfetto]'
+
+Every file numbers devices by their global rank. `timeline report DIR` turns DIR into one
+self-contained HTML page.
 
 examples:
   timeline simulate schedules/deepseek-v3-pp16-tp2-ep8.toml
