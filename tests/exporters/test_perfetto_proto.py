@@ -67,3 +67,19 @@ def test_deterministic_and_golden(oom_timeline):
     assert export(oom_timeline) == export(oom_timeline)
     assert golden_bytes("trace.perfetto-trace") == (GOLDEN / "trace.perfetto-trace").read_bytes(), \
         "trace.perfetto-trace changed: review, then tools/regen_goldens.py trace.perfetto-trace"
+
+
+def test_peaks_and_ooms_on_their_own_named_track(oom_timeline):
+    tl = oom_timeline
+    trace = pb.Trace.FromString(export(tl))
+    named = {p.track_descriptor.uuid: p.track_descriptor.name for p in trace.packet
+             if p.HasField("track_descriptor") and p.track_descriptor.name == "peaks & OOMs"}
+    assert len(named) == tl.num_devices
+    marks = [p.track_event for p in trace.packet
+             if p.HasField("track_event") and p.track_event.type == pb.TrackEvent.TYPE_INSTANT]
+    assert {m.track_uuid for m in marks} == set(named)
+    assert len(marks) == 2 * tl.num_devices + sum(len(m.oom) for m in tl.memory)
+    names = [m.name for m in marks]
+    assert sum(n.startswith("out of memory +") and n.endswith(" GiB") for n in names) == sum(len(m.oom) for m in tl.memory)
+    pk = tl.peak(0)
+    assert f"peak reserved {pk.reserved_bytes / 2**30:,.2f} GiB" in names

@@ -7,7 +7,8 @@ y-axis across devices. Layout (uuids are ``pid << 16 | n``): per device a proces
 carrying the op slices (``SLICE_BEGIN``/``SLICE_END`` with debug annotations phase, layer,
 microbatch, stage, allocated_bytes; op names and annotation keys interned), counter tracks
 ``memory requested`` … one per category (the JSON track names) holding a value wherever the
-series changes, and instants for peaks and OOMs on the process track. All packets share one
+series changes, and instants for peaks and OOMs (their bytes in the name) on a track of their own,
+``peaks & OOMs``. All packets share one
 trusted sequence; timestamps are run-relative integer ns.
 
 Packets are built with the protobuf classes of the ``perfetto`` package (PyPI
@@ -38,6 +39,8 @@ from timeline.result.timeline import Timeline
 FILENAME = "trace.perfetto-trace"
 SEQUENCE_ID = 1
 TOTALS = ("requested", "allocated", "reserved")
+#: the low bits of the uuid of each device's "peaks & OOMs" track (counters use 0x100 + k)
+MARKS_TRACK = 0x200
 
 
 def _protos() -> Any:
@@ -151,12 +154,19 @@ def _packets(tl: Timeline, pb: Any, max_samples: int) -> Iterator[Any]:
                 p.track_event.track_uuid = proc_uuid | (0x100 + k)
                 p.track_event.counter_value = v
                 yield p
-        for inst in instants(tl, d):
+        marks = instants(tl, d)
+        if marks:  # peaks and OOMs on their own named track (a descriptor without events shows nothing)
+            p = pb.TracePacket()
+            p.track_descriptor.uuid = proc_uuid | MARKS_TRACK
+            p.track_descriptor.parent_uuid = proc_uuid
+            p.track_descriptor.name = "peaks & OOMs"
+            yield p
+        for inst in marks:
             p = pb.TracePacket()
             p.timestamp = inst.t_ns
             ev = p.track_event
             ev.type = TE.TYPE_INSTANT
-            ev.track_uuid = proc_uuid
+            ev.track_uuid = proc_uuid | MARKS_TRACK
             ev.name = inst.name
             for key, value in inst.args.items():
                 _annotate(ev, key, value)
