@@ -46,7 +46,8 @@ def test_compare_table_and_output_dir(tiny, tmp_path, capsys):
                  "--set", "hardware.capacity_gib=0.06"]) == 0
     text = capsys.readouterr().out
     assert "full:uniform:1" in text and "OOM" in text and "headroom" in text
-    assert {p.name for p in out.iterdir()} == {"compare.parquet", "memory.png", "peaks.png", "timeline-output.json"}
+    assert {p.name for p in out.iterdir()} == {"compare.parquet", "memory.png", "peaks.png", "timeline-output.json",
+                                               "variants.json", "none", "full_uniform_1"}
     import pyarrow.parquet as pq
     table = pq.read_table(out / "compare.parquet")
     assert table.schema.metadata[b"schema"] == b"timeline.compare/1"

@@ -97,7 +97,7 @@ def test_output_dir_writes_the_replayed_run(tmp_path, capsys):
     assert main(["replay", str(snap), "--json", "-o", str(out)]) == 0
     dev = json.loads(capsys.readouterr().out)["devices"][0]
     mem = pq.read_table(out / "memory.parquet")
-    assert mem.schema.metadata[b"schema"] == b"timeline.memory/1"
+    assert mem.schema.metadata[b"schema"] == b"timeline.memory/2"
     assert max(mem.column("reserved_bytes").to_pylist()) == dev["peak_reserved_bytes_model"]
     assert max(mem.column("allocated_bytes").to_pylist()) == dev["peak_allocated_bytes_model"]
     ev = pq.read_table(out / "events.parquet")

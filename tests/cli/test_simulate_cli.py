@@ -27,7 +27,7 @@ def test_run_directory_and_schemas(tmp_path, capsys):
     out = tmp_path / "run"
     assert simulate(out) == 0
     table = capsys.readouterr().out
-    assert "peak alloc" in table and "wrote" in table
+    assert "alloc" in table and "reserved" in table and "frag." in table and "wrote" in table
     assert sorted(p.name for p in out.iterdir()) == ["events.parquet", "memory.parquet", "ops.parquet",
                                                      "summary.json", "timeline-output.json"]
     assert json.loads((out / "timeline-output.json").read_text())["command"] == "simulate"
@@ -42,7 +42,7 @@ def test_run_directory_and_schemas(tmp_path, capsys):
     assert set(d["peak_breakdown_bytes"]) == set(CATEGORIES)
     assert sum(d["peak_breakdown_bytes"].values()) == d["peak_requested_bytes"]
     mem = pq.read_table(out / "memory.parquet")
-    assert mem.schema.metadata[b"schema"] == b"timeline.memory/1"
+    assert mem.schema.metadata[b"schema"] == b"timeline.memory/2"
     cols = mem.to_pydict()
     for i in range(0, mem.num_rows, max(1, mem.num_rows // 50)):
         assert sum(cols[c][i] for c in CATEGORIES) == cols["requested_bytes"][i]
@@ -53,7 +53,7 @@ def test_run_directory_and_schemas(tmp_path, capsys):
     assert {"device", "stream", "name", "t_start_us", "t_end_us", "phase", "microbatch", "stage",
             "layer"} <= set(ops.column_names)
     ev = pq.read_table(out / "events.parquet")
-    assert ev.schema.metadata[b"schema"] == b"timeline.events/1" and summary["num_events"] == ev.num_rows
+    assert ev.schema.metadata[b"schema"] == b"timeline.events/2" and summary["num_events"] == ev.num_rows
 
 
 def test_same_run_twice_gives_identical_bytes(tmp_path):

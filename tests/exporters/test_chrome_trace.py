@@ -67,11 +67,12 @@ def test_processes_threads_and_slices(tiny_timeline):
     evs = events(tl)
     meta = {(e["name"], e["pid"], e.get("tid")): e["args"] for e in evs if e["ph"] == "M"}
     for d, dev in enumerate(tl.sim.devices):
-        assert meta[("process_name", d + 1, None)]["name"] == process_name(dev)
-        assert meta[("process_sort_index", d + 1, None)]["sort_index"] == dev.pp_rank
-        assert meta[("thread_name", d + 1, 1)]["name"] == "compute"
-        assert meta[("thread_name", d + 1, 2)]["name"] == "tp"
-    assert process_name(tl.sim.devices[1]) == "rank 2 · stages 1 · represents 2"
+        assert meta[("process_name", tl.sim.devices[d].device + 1, None)]["name"] == process_name(dev)
+        assert meta[("process_sort_index", tl.sim.devices[d].device + 1, None)]["sort_index"] == dev.pp_rank
+        assert meta[("thread_name", tl.sim.devices[d].device + 1, 1)]["name"] == "compute"
+        assert meta[("thread_name", tl.sim.devices[d].device + 1, 2)]["name"] == "tp"
+    assert process_name(tl.sim.devices[1]) == "rank 2 · pp 1 · ×2"
+    assert [e["pid"] for e in evs if e["ph"] == "M" and e["name"] == "process_name"] == [1, 3]  # global rank + 1
     slices = [e for e in evs if e["ph"] == "X"]
     assert len(slices) == sum(len(o.t_start_us) for o in tl.sim.ops)
     assert {e["args"]["phase"] for e in slices} == {"F", "B", "R", "step"}
@@ -91,8 +92,11 @@ def test_counters_equal_series_at_every_sample(tiny_timeline):
     evs = events(tl)
     for d in range(tl.num_devices):
         s = tl.series(d)
-        samples = [e for e in evs if e["ph"] == "C" and e["pid"] == d + 1]
-        assert all(list(e["args"]) == list(COUNTERS) for e in samples)
+        samples = [e for e in evs if e["ph"] == "C" and e["pid"] == tl.sim.devices[d].device + 1]
+        keys = ["requested", "allocated", "reserved", *(c for c in COUNTERS[3:-1] if s.by_category[c].any()),
+                "capacity"]
+        assert all(list(e["args"]) == keys for e in samples)  # totals, held categories, capacity
+        assert all(e["args"]["capacity"] == tl.sim.run.hardware.capacity_bytes for e in samples)
         ts = np.array([round(e["ts"] * 1000) for e in samples])
         assert (np.diff(ts) > 0).all()  # one sample per distinct time
         rows = np.searchsorted(np.rint(s.t_us * 1000), ts, side="right") - 1
@@ -115,6 +119,8 @@ def test_counters_one_sample_per_nanosecond_and_change():
                           event_index=np.arange(n))
 
     class Stub:
+        sim = type("Sim", (), {"run": None})()  # no run: no capacity series
+
         def series(self, d):
             return series
 
@@ -128,7 +134,7 @@ def test_max_samples_keeps_the_peaks(oom_timeline):
     evs = events(tl, max_samples=12)
     for d in range(tl.num_devices):
         s = tl.series(d)
-        samples = [e["args"] for e in evs if e["ph"] == "C" and e["pid"] == d + 1]
+        samples = [e["args"] for e in evs if e["ph"] == "C" and e["pid"] == tl.sim.devices[d].device + 1]
         assert len(samples) <= 12 < len(s.t_us)
         assert max(a["requested"] for a in samples) == s.requested.max()
         assert max(a["allocated"] for a in samples) == s.allocated.max()
@@ -151,12 +157,15 @@ def test_instants_mark_peaks_and_ooms(oom_timeline):
     inst = [e for e in evs if e["ph"] == "i"]
     assert all(e["s"] == "p" for e in inst)
     for d in range(tl.num_devices):
-        mine = {e["name"]: e for e in inst if e["pid"] == d + 1}
         pk = tl.peak(d)
+        mine = {e["name"].rsplit(" ", 2)[0]: e for e in inst if e["pid"] == tl.sim.devices[d].device + 1
+                and e["name"].startswith("peak")}
+        assert {e["name"] for e in mine.values()} == {f"peak requested {pk.requested_bytes / 2**30:,.2f} GiB",
+                                                      f"peak reserved {pk.reserved_bytes / 2**30:,.2f} GiB"}
         assert mine["peak requested"]["args"]["requested_bytes"] == pk.requested_bytes
         assert mine["peak reserved"]["args"]["reserved_bytes"] == pk.reserved_bytes
         assert mine["peak requested"]["ts"] == pytest.approx(pk.requested_time_us, abs=1e-3)
-    ooms = [e for e in inst if e["name"] == "out of memory"]
+    ooms = [e for e in inst if e["name"].startswith("out of memory +")]
     assert len(ooms) == sum(len(m.oom) for m in tl.memory) > 0
     assert ooms[0]["args"]["capacity_bytes"] == 40 << 20
 

@@ -16,7 +16,8 @@ from timeline.result.build import build_timeline
 from timeline.spec.run import RecomputeSpec
 
 
-@pytest.mark.parametrize("name", ["summary.json", "memory.parquet", "events.parquet", "ops.parquet"])
+@pytest.mark.parametrize("name", ["summary.json", "memory.parquet", "events.parquet", "ops.parquet",
+                                  "devices.parquet"])
 def test_golden(name):
     new, old = golden_bytes(name), (GOLDEN / name).read_bytes()
     hint = f"{name} changed: review, then tools/regen_goldens.py {name}"

@@ -31,9 +31,10 @@ def test_parses_with_the_tracks_and_events_we_mean(oom_timeline):
     assert all(p.trusted_packet_sequence_id == perfetto_proto.SEQUENCE_ID for p in packets)
     assert packets[0].sequence_flags == pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
     tracks = [p.track_descriptor for p in packets if p.HasField("track_descriptor")]
-    assert [t.process.pid for t in tracks if t.HasField("process")] == [1, 2]
+    assert [t.process.pid for t in tracks if t.HasField("process")] == [dev.device + 1 for dev in tl.sim.devices]
     counter_tracks = [t for t in tracks if t.HasField("counter")]
-    assert len(counter_tracks) == len(COUNTERS) * tl.num_devices
+    assert len(counter_tracks) == sum(len(counters(tl, d).keys) for d in range(tl.num_devices))
+    assert {t.name for t in counter_tracks} >= {"memory reserved", "memory capacity"}
     assert all(t.counter.unit == pb.CounterDescriptor.UNIT_SIZE_BYTES for t in counter_tracks)
     kinds = Counter(p.track_event.type for p in packets if p.HasField("track_event"))
     n_ops = sum(len(o.t_start_us) for o in tl.sim.ops)
@@ -66,3 +67,19 @@ def test_deterministic_and_golden(oom_timeline):
     assert export(oom_timeline) == export(oom_timeline)
     assert golden_bytes("trace.perfetto-trace") == (GOLDEN / "trace.perfetto-trace").read_bytes(), \
         "trace.perfetto-trace changed: review, then tools/regen_goldens.py trace.perfetto-trace"
+
+
+def test_peaks_and_ooms_on_their_own_named_track(oom_timeline):
+    tl = oom_timeline
+    trace = pb.Trace.FromString(export(tl))
+    named = {p.track_descriptor.uuid: p.track_descriptor.name for p in trace.packet
+             if p.HasField("track_descriptor") and p.track_descriptor.name == "peaks & OOMs"}
+    assert len(named) == tl.num_devices
+    marks = [p.track_event for p in trace.packet
+             if p.HasField("track_event") and p.track_event.type == pb.TrackEvent.TYPE_INSTANT]
+    assert {m.track_uuid for m in marks} == set(named)
+    assert len(marks) == 2 * tl.num_devices + sum(len(m.oom) for m in tl.memory)
+    names = [m.name for m in marks]
+    assert sum(n.startswith("out of memory +") and n.endswith(" GiB") for n in names) == sum(len(m.oom) for m in tl.memory)
+    pk = tl.peak(0)
+    assert f"peak reserved {pk.reserved_bytes / 2**30:,.2f} GiB" in names

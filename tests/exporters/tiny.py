@@ -70,6 +70,7 @@ GOLDENS: dict[str, tuple[str, dict]] = {
     "memory.parquet": ("memory", {}),
     "events.parquet": ("events", {}),
     "ops.parquet": ("ops", {}),
+    "devices.parquet": ("devices", {}),
 }
 
 

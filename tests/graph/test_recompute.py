@@ -32,12 +32,13 @@ seq_len = 1024
     ("selective:moe+shared_experts", RecomputeSpec(policy="selective", modules=("moe", "shared_experts"))),
     ("full:uniform:2", RecomputeSpec(policy="full", method="uniform", num_layers=2)),
     ("full:block:1,0", RecomputeSpec(policy="full", method="block", num_layers=(1, 0))),
+    ("selective", RecomputeSpec(policy="selective", modules=("core_attn",))),  # Megatron's default modules
 ])
 def test_parse(text, spec):
     assert parse_recompute(text) == spec
 
 
-@pytest.mark.parametrize("text", ["", "some", "selective", "selective:attn", "full:uniform", "full:x:1",
+@pytest.mark.parametrize("text", ["", "some", "selective:", "selective:attn", "full:uniform", "full:x:1",
                                   "full:block:-1", "full:block:a"])
 def test_parse_rejects_with_forms(text):
     with pytest.raises(UserError) as exc:

@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "compare": "compare",
     "fit": "fit",
     "plot": "plot",
+    "report": "report",
     "capture": "capture",
     "from-megatron": "from_megatron",
 }
@@ -36,6 +37,7 @@ EPILOG = """\
 examples:
   timeline simulate schedules/deepseek-v3-pp16-tp2-ep8.toml    simulate; writes runs/deepseek-v3-pp16-tp2-ep8/
   timeline plot runs/deepseek-v3-pp16-tp2-ep8                   PNG of the worst device's memory over time
+  timeline report runs/deepseek-v3-pp16-tp2-ep8                 one offline HTML page to share
   timeline static schedules/deepseek-v3-pp16-tp2-ep8.toml       per-device static memory
   timeline fit schedules/deepseek-v3-pp16-tp2-ep8.toml --capacity 80GiB
                                                                 cheapest recompute policy that fits

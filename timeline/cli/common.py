@@ -88,12 +88,25 @@ def check_work(spec: RunSpec, max_events: int, formats: Sequence[str] = (), out:
 
 def load_csv_rows(spec: RunSpec) -> tuple[tuple[str, ...], ...] | None:
     """The rows of the run's CSV schedule (``[schedule] kind = "csv"``), else None. A relative
-    ``csv`` path is relative to the run file's folder."""
+    ``csv`` path is relative to the run file's folder. The rows are checked as a schedule here, so
+    a logic error (a missing backward, a cycle) names the CSV file, whichever command reads it."""
     if spec.schedule.kind != "csv":
         return None
     from timeline.io.csv_schedule import read_csv
+    from timeline.pipeline import build_schedule
 
-    return tuple(tuple(row) for row in read_csv(resolve_from_run(spec, spec.schedule.csv)))
+    path = resolve_from_run(spec, spec.schedule.csv)
+    rows = tuple(tuple(row) for row in read_csv(path))
+    par = spec.parallel
+    try:
+        build_schedule("csv", pp=par.pp, vpp=par.vpp, num_microbatches=spec.training.num_microbatches,
+                       microbatch_group_size=spec.schedule.microbatch_group_size, csv_rows=rows)
+    except UserError as exc:
+        lines = exc.lines()
+        if lines and not lines[0].startswith(str(path)):
+            raise UserError(f"{path}: " + " ".join(lines)) from None
+        raise
+    return rows
 
 
 def resolve_from_run(spec: RunSpec, path: str) -> Path:

@@ -6,16 +6,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
-from dataclasses import replace
 
-from rich.table import Table
-
+from timeline.cli.capacity import add_capacity, with_capacity
 from timeline.cli.common import (
     add_max_events,
     add_run_args,
     check_work,
-    console,
     count,
     gib,
     load,
@@ -23,10 +19,11 @@ from timeline.cli.common import (
     refuse_step_trace,
     templates,
 )
+from timeline.cli.progress import progress_reporter
+from timeline.cli.tables import Column, View, table_console
 from timeline.compare.fit import FitResult, Outcome, fit
-from timeline.errors import SpecError, UserError
-from timeline.spec.run import RunSpec
-from timeline.spec.validate import validate_run
+from timeline.compare.metrics import TemplateFn, VariantResult, evaluate
+from timeline.compare.variants import Variant
 
 HELP = "find the recompute policy with the least recompute time that fits every device"
 DESCRIPTION = """\
@@ -45,30 +42,18 @@ peak less what it saves on every micro-batch in flight) is not simulated. Prints
 considered, the best and up to --alternatives runner-ups; if none fits, which device is short
 and by how much under the policy that saves the most.
 
---capacity takes a size with a unit (80GiB, 80GB, 81920MiB, 0.5TiB) or a bare number of GiB
-(--capacity 80 is 80 GiB).
+--capacity takes a size with a unit (80GiB, 80GB, 81920MiB, 0.5TiB, 85899345920B) or a bare
+number of GiB (--capacity 80 is 80 GiB); --capacity-gib 80 is the same.
 
 examples:
   timeline fit schedules/deepseek-v3-pp16-tp2-ep8.toml --capacity 80GiB
   timeline fit RUN.toml --capacity 64GiB --json
 """
-_SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*(GiB|GB|MiB|MB|TiB|TB)?\s*", re.IGNORECASE)
-_UNITS = {"gib": 1.0, "gb": 1e9 / 2**30, "mib": 1 / 1024, "mb": 1e6 / 2**30, "tib": 1024.0, "tb": 1e12 / 2**30}
-
-
-def parse_capacity(text: str) -> float:
-    """``80GiB``, ``80GB``, ``81920MiB`` or a bare number of GiB → GiB."""
-    m = _SIZE.fullmatch(text)
-    if not m or float(m.group(1)) <= 0:
-        raise UserError(f"--capacity {text!r}: give a size such as 80GiB, 80GB or 81920MiB")
-    return float(m.group(1)) * _UNITS[(m.group(2) or "gib").lower()]
-
-
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     add_run_args(parser)
-    parser.add_argument("--capacity", metavar="SIZE", help="device memory: 80GiB, 80GB, 81920MiB, or a bare "
-                        "number of GiB (80 = 80GiB); default: the run's hardware.capacity_gib. "
-                        "hardware.non_pytorch_gib is still subtracted")
+    add_capacity(parser, "the run's hardware.capacity_gib (hardware.non_pytorch_gib is still subtracted)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress on stderr (a bar on a terminal, plain lines otherwise)")
     parser.add_argument("--alternatives", type=count, default=3, metavar="N", help="runner-ups to show (default 3)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (timeline.fit/1)")
     add_max_events(parser, "memory events per candidate")
@@ -94,24 +79,27 @@ def fit_dict(res: FitResult) -> dict:
                                                                      strict=True))}
 
 
+#: the table of policies considered
+COLUMNS = (Column("policy", justify="left", no_wrap=False), Column("recompute\nms"), Column("max peak\nreserved"),
+           Column("min\nheadroom"), Column("result", justify="left", no_wrap=False))
+
+
 def print_result(res: FitResult) -> None:
-    con = console()
+    con = table_console()
     sp = res.space
     con.print(f"search space: none, {sp['selective']} selective sets ({sp['selective_dominated']} dominated sets "
               f"pruned), {sp['uniform']} full:uniform, {sp['block']} full:block; capacity {gib(res.capacity_bytes)} GiB")
-    table = Table(title="policies considered, cheapest first (GiB; recompute ms per iteration, slowest rank)")
-    for col in ("policy", "recompute ms", "max peak reserved", "min headroom", "result"):
-        table.add_column(col, justify="left" if col in ("policy", "result") else "right")
+    view = View("policies considered, cheapest first (GiB; recompute ms per iteration, slowest rank;\n"
+                "short of = reserved beyond capacity = −headroom)", COLUMNS)
     pruned = [o for o in res.outcomes if o.result is None]
     for o in res.outcomes:
         if o.result is None and len(pruned) > 8:
             continue  # summarised below the table
         w = o.result.worst_device() if o.result else None
         style = "dim" if w is None else "green" if o is res.best else None if o.fits else "red"
-        table.add_row(o.candidate.name, f"{o.candidate.cost[0] / 1e3:,.2f}",
-                      gib(w.peak_reserved_bytes) if w else "-", gib(w.headroom_bytes) if w else "-", o.note,
-                      style=style)
-    con.print(table)
+        view.row(o.candidate.name, f"{o.candidate.cost[0] / 1e3:,.2f}",
+                 gib(w.peak_reserved_bytes) if w else "-", gib(w.headroom_bytes) if w else "-", o.note, style=style)
+    view.print(con)
     if len(pruned) > 8:
         con.print(f"{len(pruned)} policies not simulated: a static bound shows they cannot fit "
                   f"(e.g. {pruned[-1].candidate.name}: {pruned[-1].note.removeprefix('pruned: ')}); --json lists them")
@@ -125,21 +113,23 @@ def print_result(res: FitResult) -> None:
         con.print(f"[red]nothing fits[/red]: even under {policy}, device {device} needs {gib(over)} GiB more")
 
 
-def check_capacity(spec: RunSpec, text: str, capacity_gib: float) -> None:
-    """Validate the run under ``--capacity`` before searching, so a problem names the flag."""
-    problems = validate_run(replace(spec, hardware=replace(spec.hardware, capacity_gib=capacity_gib)))
-    if problems:
-        raise SpecError([(k, f"{m} (with --capacity {text})") for k, m in problems], spec.source)
-
-
 def run(args: argparse.Namespace) -> int:
-    cap = parse_capacity(args.capacity) if args.capacity is not None else None
-    spec = load(args)
+    spec = with_capacity(load(args), args)
     refuse_step_trace(spec, "fit")
-    if cap is not None:
-        check_capacity(spec, args.capacity, cap)
     check_work(spec, args.max_events)
-    res = fit(spec, templates(), capacity_gib=cap, csv_rows=load_csv_rows(spec), alternatives=args.alternatives)
+    with progress_reporter("fit", not args.no_progress) as progress:
+        simulated = [0]
+
+        def evaluate_reporting(variant: Variant, template_fn: TemplateFn) -> VariantResult:
+            progress(f"simulating {variant.name}; policies simulated", simulated[0], 0)
+            result = evaluate(variant, template_fn)
+            simulated[0] += 1
+            return result
+
+        progress("building the search space", 0, 1)
+        res = fit(spec, templates(),
+                  csv_rows=load_csv_rows(spec), alternatives=args.alternatives, evaluate_fn=evaluate_reporting)
+        progress("policies simulated", simulated[0], simulated[0])
     if args.json:
         print(json.dumps(fit_dict(res), indent=1))
     else:

@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable, Sequence
 
 #: relative cost of each exporter (seconds on the shipped run, all default outputs)
-COST = {"snapshot": 16, "trace": 11, "perfetto": 30, "events": 3, "summary": 1, "memory": 1, "ops": 1}
+COST = {"snapshot": 16, "trace": 11, "perfetto": 30, "events": 3, "summary": 1, "memory": 1, "ops": 1, "devices": 1}
 
 
 def split(formats: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -56,7 +56,9 @@ def _trace(run_dir: Path, summary: dict, mem: dict[str, np.ndarray], device: int
                        by_category={c: mem[c][rows] if c in mem else np.zeros(int(rows.sum()), np.int64)
                                     for c in CATEGORIES},
                        capacity_bytes=int(devices[device].get("capacity_bytes") or
-                                          (hw["capacity_gib"] - hw["non_pytorch_gib"]) * 2**30))
+                                          (hw["capacity_gib"] - hw["non_pytorch_gib"]) * 2**30),
+                       iteration_starts_us=tuple(devices[device].get("iteration_starts_us") or ()),
+                       oom_t_us=(float(devices[device]["oom"]["t_us"]),) if devices[device].get("oom") else ())
 
 
 def run(args: argparse.Namespace) -> int:

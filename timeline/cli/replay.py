@@ -16,7 +16,15 @@ from typing import Any
 
 from timeline.alloc.config import MIB, UNLIMITED, AllocatorConfig
 from timeline.alloc.replay import SCHEMA, replay_snapshot
-from timeline.cli.common import check_output_dir, console, count, exporter_writer, gib, write_dir_atomically
+from timeline.cli.capacity import add_capacity, capacity_arg
+from timeline.cli.common import (
+    check_output_dir,
+    count,
+    exporter_writer,
+    gib,
+    write_dir_atomically,
+)
+from timeline.cli.tables import Column, View, add_wide, table_console
 from timeline.errors import UserError
 from timeline.exporters import EXPORTERS
 from timeline.io.snapshot import load_snapshot
@@ -31,7 +39,7 @@ and peak reserved bytes. Settings come from the snapshot's allocator_settings un
 examples:
   timeline replay memory_snapshot.pickle
   timeline replay memory_snapshot.pickle --json
-  timeline replay memory_snapshot.pickle --expandable-segments true --capacity-gib 80
+  timeline replay memory_snapshot.pickle --expandable-segments true --capacity 80GiB
 """
 
 
@@ -54,11 +62,11 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                         help="override max_non_split_rounding_mb (0 or more)")
     parser.add_argument("--roundup-power2-divisions", metavar="N|TABLE",
                         help="override roundup_power2_divisions: a power of two, or a table such as 1MB:4,>:8")
-    parser.add_argument("--capacity-gib", type=float, metavar="GIB",
-                        help="memory PyTorch may reserve per device (default: from the trace's oom entries, else unlimited)")
+    add_capacity(parser, "from the trace's oom entries, else unlimited (memory PyTorch may reserve per device)")
     parser.add_argument("-o", "--out", type=Path, metavar="DIR",
                         help="also write the replayed run like a simulation (memory.parquet, events.parquet, trace)")
     parser.add_argument("--force", action="store_true", help="replace DIR if it exists")
+    add_wide(parser)
 
 
 def _divisions(text: str) -> tuple[int, ...]:
@@ -92,47 +100,76 @@ def _config(args: argparse.Namespace, settings: dict[str, Any] | None) -> Alloca
 REPLAY_FORMATS = ("memory", "events", "trace")
 
 
-def _write_outputs(records: dict[int, list[tuple]], out_dir: Path, force: bool) -> None:
+def device_labels(snapshot: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Snapshot device index → the device ``timeline`` simulated there (``timeline_devices``, which
+    a timeline snapshot carries: index i is the i-th simulated device, whose global rank memory_viz
+    cannot show); empty for a real PyTorch snapshot, whose indices are its own devices."""
+    labels = snapshot.get("timeline_devices")
+    if not isinstance(labels, list):
+        return {}
+    out = {}
+    for i, entry in enumerate(labels):
+        if isinstance(entry, dict) and isinstance(entry.get("device"), int):
+            out[i] = {k: entry[k] for k in ("device", "pp_rank", "stages", "represents") if k in entry}
+    return out
+
+
+def _write_outputs(records: dict[int, list[tuple]], out_dir: Path, force: bool,
+                   labels: dict[int, dict[str, Any]] | None = None) -> None:
     """``-o DIR``: the replayed run as memory.parquet and events.parquet (plus the trace
     formats registered for replays), written like a simulated run directory."""
     from timeline.result.replayed import timeline_from_replay
 
     formats = [f for f in REPLAY_FORMATS if f in EXPORTERS]
-    write_dir_atomically(out_dir, force, exporter_writer(timeline_from_replay(records), formats),
+    write_dir_atomically(out_dir, force, exporter_writer(timeline_from_replay(records, labels), formats),
                          command="replay")
 
 
 def _pct(part: int, whole: int) -> str:
-    return f"{part}/{whole} {100.0 * part / whole:.2f}%" if whole else "-"
+    return f"{part:,}/{whole:,} {100.0 * part / whole:.2f}%" if whole else "-"
 
 
-def _print_table(report: dict[str, Any], source: str) -> None:
-    from rich.table import Table
+#: the replay table; ``--wide`` adds the columns marked wide
+COLUMNS = (Column("device"), Column("allocs at\nreal address"), Column("from cache", wide=True),
+           Column("new\nsegments"), Column("empty_cache", wide=True), Column("OOM\nreal/model"),
+           Column("peak reserved\nGiB real"), Column("\nmodel"), Column("reserved\nerr", wide=True),
+           Column("end state", justify="left"))
 
-    table = Table(title=f"replay of {source}")
-    for name in ("device", "allocs at real address", "from cache", "new segments", "empty_cache",
-                 "OOM real/model", "peak reserved GiB real", "model", "reserved err", "end state"):
-        table.add_column(name, justify="left" if name == "end state" else "right")
+
+def _print_table(report: dict[str, Any], source: str, wide: bool = False) -> None:
+    view = View(f"replay of {source}", COLUMNS, wide=wide)
     for d in report["devices"]:
-        table.add_row(
+        view.row(
             str(d["device"]), _pct(d["alloc_address_matches"], d["allocs"]),
             _pct(d["cache_alloc_address_matches"], d["cache_allocs"]),
             _pct(d["segment_alloc_matches"], d["segment_allocs"]),
             _pct(d["release_run_matches"], d["release_runs"]),
-            f"{d['ooms_real']}/{d['ooms_model']}",
+            f"{d['ooms_real']:,}/{d['ooms_model']:,}" + (" over" if over_capacity(d) else ""),
             gib(d["peak_reserved_bytes_real"]), gib(d["peak_reserved_bytes_model"]),
             f"{100 * d['max_reserved_rel_error']:.2f}%",
             "match" if d["end_segments_match"] and d["end_blocks_match"] else "differs",
         )
-    console().print(table)
+    view.print(table_console(wide))
+    for d in report["devices"]:
+        if over_capacity(d) and not d["ooms_model"]:  # over capacity with no OOM to show it
+            table_console().print(f"device {d['device']}: reserves {gib(d['peak_reserved_bytes_model'])} GiB, over the "
+                            f"capacity of {gib(d['capacity_bytes'])} GiB"
+                            + (f" already at the trace's start ({gib(d['start_reserved_bytes'])} GiB)"
+                               if d["start_reserved_bytes"] > d["capacity_bytes"] else "")
+                            + "; the model records an OOM only when it needs a new segment (none here)",
+                            markup=False, highlight=False)
+
+
+def over_capacity(d: dict[str, Any]) -> bool:
+    """Whether the replayed device reserves more than the capacity at some point: an OOM the
+    OOM count alone misses when the start state (the snapshot's segments) is already over it."""
+    cap = d.get("capacity_bytes")
+    return cap is not None and max(d["peak_reserved_bytes_model"], d["start_reserved_bytes"]) > cap
 
 
 def run(args: argparse.Namespace) -> int:
-    capacity = None
-    if args.capacity_gib is not None:
-        if not args.capacity_gib > 0:
-            raise UserError(f"--capacity-gib must be positive, got {args.capacity_gib}")
-        capacity = int(args.capacity_gib * 2**30)
+    given = capacity_arg(args)
+    capacity = given[1] if given else None
     if args.out is not None:
         check_output_dir(args.out, args.force)
     snapshot = load_snapshot(args.snapshot)
@@ -141,12 +178,18 @@ def run(args: argparse.Namespace) -> int:
         records: dict[int, list[tuple]] | None = {} if args.out is not None else None
         devices = replay_snapshot(snapshot, config=config, capacity_bytes=capacity, records=records)
         report = {"schema": SCHEMA, "devices": [d.to_dict() for d in devices]}
+        labels = device_labels(snapshot)
+        for d in report["devices"]:
+            d["over_capacity"] = over_capacity(d)
+            if d["device"] in labels:  # a timeline snapshot: report the global rank, keep the index
+                d["snapshot_index"] = d["device"]
+                d["device"] = labels[d["snapshot_index"]]["device"]
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{args.snapshot}: inconsistent snapshot trace ({type(exc).__name__}: {exc})") from None
     if args.out is not None:
-        _write_outputs(records or {}, args.out, args.force)
+        _write_outputs(records or {}, args.out, args.force, labels)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=False))
     else:
-        _print_table(report, args.snapshot.name)
+        _print_table(report, args.snapshot.name, wide=args.wide)
     return 0

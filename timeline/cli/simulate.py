@@ -1,22 +1,18 @@
 """``timeline simulate RUN.toml [-o DIR]``: simulate every device over time and write the run
-directory (summary.json, memory.parquet, events.parquet, ops.parquet, trace.json,
-snapshot.pickle; trace.perfetto-trace on request)."""
+directory (summary.json, memory.parquet, events.parquet, ops.parquet, devices.parquet,
+trace.json, snapshot.pickle; trace.perfetto-trace on request)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
+from timeline.cli.capacity import add_capacity, with_capacity
 from timeline.cli.common import (
     add_max_events,
     add_run_args,
-    check_work,
     check_output_dir,
-    console,
+    check_work,
     count,
     exporter_writer,
     gib,
@@ -25,6 +21,10 @@ from timeline.cli.common import (
     templates,
     write_dir_atomically,
 )
+from timeline.cli.notes import notes
+from timeline.cli.progress import progress_reporter
+from timeline.cli.tables import Column, View, add_wide, table_console
+from timeline.compare.variants import recompute_name
 from timeline.errors import UserError
 from timeline.exporters import DEFAULT_FORMATS, EXPORTERS
 from timeline.graph.tensors import CATEGORIES
@@ -42,11 +42,16 @@ device's allocator. Prints a per-device peak table and writes DIR (default runs/
   memory.parquet   per device, one row per distinct time: bytes by category
   events.parquet   every alloc/free with tensor, op, micro-batch, stage, address
   ops.parquet      every op span
+  devices.parquet  one row per device: global rank, pp rank, stages, represents, capacity
   trace.json       Chrome trace: open in ui.perfetto.dev (a process per device, op slices
                    per stream, memory counters per category, peak and OOM markers)
-  snapshot.pickle  PyTorch memory snapshot: open in pytorch.org/memory_viz
+  snapshot.pickle  PyTorch memory snapshot: open in pytorch.org/memory_viz (device i there is
+                   the i-th row of the table; timeline_devices in the pickle maps it)
   trace.perfetto-trace   (--format …,perfetto) the same trace as native Perfetto protobuf,
                    byte-valued counters; needs pip install 'timeline[perfetto]'
+
+Every file numbers devices by their global rank. `timeline report DIR` turns DIR into one
+self-contained HTML page.
 
 examples:
   timeline simulate schedules/deepseek-v3-pp16-tp2-ep8.toml
@@ -69,7 +74,10 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--snapshot-entries", type=count, default=DEFAULT_SNAPSHOT_ENTRIES, metavar="N",
                         help="keep each device's last N snapshot trace entries, like PyTorch's ring buffer "
                              f"(default {DEFAULT_SNAPSHOT_ENTRIES:,}; 0: all)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress on stderr (a bar on a terminal, plain lines otherwise)")
+    add_capacity(parser, "the run's hardware.capacity_gib")
+    add_wide(parser)
     add_max_events(parser)
 
 
@@ -102,29 +110,41 @@ def default_output(name: str) -> Path:
     return Path("runs") / name
 
 
-def print_table(tl: Timeline) -> None:
+#: the per-device table; ``--wide`` adds the columns marked wide
+COLUMNS = (Column("pp\nrank"), Column("device"), Column("×"), Column("peak\nalloc"), Column("frag."),
+           Column("at (ms)"), Column("iter", wide=True), Column("dominant"), Column("peak\nreserved"),
+           Column("reserved\nat (ms)", wide=True), Column("act/\nµbatch", wide=True), Column("capacity", wide=True),
+           Column("first OOM\n(GiB at ms)"))
+
+
+def table_title(tl: Timeline) -> str:
+    """What was simulated, the resolved recompute policy included (``selective`` alone is
+    ``selective:core_attn``), so a pasted table says what it shows."""
     run = tl.sim.run
     p = run.parallel
-    table = Table(title=f"{run.name}: {run.schedule.kind}, {run.training.num_microbatches} micro-batches, "
-                        f"PP{p.pp} TP{p.tp} EP{p.ep} DP{p.dp}, {run.allocator.kind} allocator (GiB)")
-    for col in ("pp rank", "device", "×", "peak alloc", "peak reserved", "frag.", "at (ms)", "iter", "dominant",
-                "act/µbatch", "capacity", "OOM"):
-        table.add_column(col, justify="right")
-    cap = run.hardware.capacity_bytes
+    return (f"{run.name}: {run.schedule.kind}, {run.training.num_microbatches} micro-batches, PP{p.pp} TP{p.tp} "
+            f"EP{p.ep} DP{p.dp}\nprofile {run.profile}, recompute {recompute_name(run.recompute)}, "
+            f"{run.allocator.kind} allocator (GiB; frag. = reserved − allocated at the peak)")
+
+
+def print_table(tl: Timeline, *, wide: bool = False) -> None:
+    view = View(table_title(tl), COLUMNS, wide=wide)
+    cap = tl.sim.run.hardware.capacity_bytes
     for d, dev in enumerate(tl.sim.devices):
         pk = tl.peak(d)
         dom = max(CATEGORIES, key=lambda c: pk.breakdown_bytes[c])
         oom = tl.memory[d].oom
-        table.add_row(str(dev.pp_rank), str(dev.device), str(dev.represents), gib(pk.allocated_bytes),
-                      gib(pk.reserved_bytes), gib(pk.fragmentation_bytes),
-                      f"{pk.requested_time_us / 1e3:,.1f}", str(tl.peak_iteration(d)),
-                      f"{dom} {gib(pk.breakdown_bytes[dom])}",
-                      gib(tl.sim.activation_bytes_per_microbatch[d]), gib(cap),
-                      f"+{gib(oom[0]['request_bytes'])} at {oom[0]['t_us'] / 1e3:,.1f} ms" if oom else "-")
-    con = console()
-    con.print(table)
+        view.row(str(dev.pp_rank), str(dev.device), str(dev.represents), gib(pk.allocated_bytes),
+                 gib(pk.fragmentation_bytes), f"{pk.requested_time_us / 1e3:,.1f}", str(tl.peak_iteration(d)),
+                 f"{dom} {gib(pk.breakdown_bytes[dom])}", gib(pk.reserved_bytes),
+                 f"{pk.reserved_time_us / 1e3:,.1f}", gib(tl.sim.activation_bytes_per_microbatch[d]), gib(cap),
+                 f"+{gib(oom[0]['request_bytes'])} at {oom[0]['t_us'] / 1e3:,.1f}" if oom else "-")
+    view.print(table_console(wide))
+    con = table_console()
+    for line in notes(tl):
+        con.print(line, markup=False, highlight=False)
     con.print(f"iteration time {tl.sim.iteration_time_us / 1e3:,.1f} ms; {tl.num_events:,} memory events")
-    con.print(explain_worst(tl))
+    con.print(explain_worst(tl), markup=False, highlight=False)
 
 
 def explain_worst(tl: Timeline) -> str:
@@ -138,7 +158,8 @@ def explain_worst(tl: Timeline) -> str:
                if t["category"] not in ("weights", "grads", "optimizer")][:3]
     top = ", ".join(f"{t['tensor']} {gib(t['bytes'])} GiB ({t['category']}"
                     + (f", µbatch {t['microbatch']}" if t["microbatch"] >= 0 else "") + ")" for t in dynamic)
-    return (f"worst: pp rank {dev.pp_rank} (device {dev.device}) reserves {gib(pk.reserved_bytes)} GiB; its requested "
+    return (f"worst: pp rank {dev.pp_rank} (device {dev.device}) reserves {gib(pk.reserved_bytes)} GiB at "
+            f"{pk.reserved_time_us / 1e3:,.1f} ms; its requested "
             f"peak {gib(pk.requested_bytes)} GiB comes at {pk.requested_time_us / 1e3:,.1f} ms during {ctx['action']}, "
             f"holding activations of {len(flight)} micro-batch(es) on stage(s) {', '.join(map(str, stages)) or '-'}; "
             f"largest live non-static tensors: {top or '-'}")
@@ -146,25 +167,17 @@ def explain_worst(tl: Timeline) -> str:
 
 def run(args: argparse.Namespace) -> int:
     formats = parse_formats(args.format)
-    spec = load(args)
+    spec = with_capacity(load(args), args)
     out = Path(args.output) if args.output else default_output(spec.name)
     check_output_dir(out, args.force)
     check_work(spec, args.max_events, formats, out)
     csv_rows = load_csv_rows(spec)
-    show = not args.no_progress and sys.stderr.isatty()
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), disable=not show, transient=True) as bar:
-        tasks: dict[str, int] = {}
-
-        def progress(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = bar.add_task(stage, total=total)
-            bar.update(tasks[stage], completed=done)
-
+    with progress_reporter("simulate", not args.no_progress) as progress:
         tl = build_timeline(spec, templates(), csv_rows=csv_rows, progress=progress)
         progress("writing", 0, len(formats))
         write_outputs(tl, out, formats, args.force, {"gzip": args.gzip, "max_samples": args.max_samples,
                                                      "max_entries": args.snapshot_entries})
-    print_table(tl)
-    console().print(f"wrote {out}/")
+        progress("writing", len(formats), len(formats))
+    print_table(tl, wide=args.wide)
+    table_console().print(f"wrote {out}/")
     return 0

@@ -10,7 +10,8 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from timeline.cli.common import add_max_events, add_run_args, console, gib, load, templates
+from timeline.cli.common import add_max_events, add_run_args, gib, load, templates
+from timeline.cli.tables import Column, View, add_wide, table_console
 from timeline.compare.variants import recompute_name
 from timeline.errors import UserError
 from timeline.graph.activations import DeviceActivations, device_activations
@@ -43,6 +44,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     add_max_events(parser, "ops per micro-batch")
     parser.add_argument("--tensors", action="store_true",
                         help="list each layer's saved tensors (name, op, shape, dtype, bytes)")
+    add_wide(parser)
 
 
 def activations(spec: RunSpec, devices: list[StaticDevice]) -> list[DeviceActivations]:
@@ -85,27 +87,39 @@ def static_json(run: RunSpec, devices: list[StaticDevice], acts: list[DeviceActi
     }
 
 
+#: the static table; ``--wide`` adds the columns marked wide
+COLUMNS = (Column("pp\nrank"), Column("device"), Column("×"), Column("stages", wide=True), Column("layers"),
+           Column("parameters"), Column("weights"), Column("grads"), Column("optimizer"), Column("total"),
+           Column("activations\n/µbatch"))
+
+
+def params(n: int) -> str:
+    """A parameter count with its unit, so it does not read as bytes: ``429.65 M params``."""
+    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:,.2f} {unit} params"
+    return f"{n:,} params"
+
+
 def print_table(run: RunSpec, devices: list[StaticDevice], console: Console,
-                acts: list[DeviceActivations]) -> None:
+                acts: list[DeviceActivations], *, wide: bool = False) -> None:
     p = run.parallel
     title = (f"{run.name}: {run.model.name}, profile={run.profile}, PP{p.pp}·VPP{p.vpp} TP{p.tp} CP{p.cp} "
-             f"EP{p.ep} ETP{p.etp} DP{p.dp}, ZeRO-{run.training.zero}, recompute {recompute_name(run.recompute)}  "
-             "(GiB per device; activations per micro-batch)")
-    table = Table(title=title)
-    for col in ("pp rank", "device", "×", "stages", "layers", "params"):
-        table.add_column(col, justify="right")
-    for col in ("weights", "grads", "optimizer", "total", "activations"):
-        table.add_column(col, justify="right")
+             f"EP{p.ep} ETP{p.etp} DP{p.dp}\nZeRO-{run.training.zero}, recompute {recompute_name(run.recompute)} "
+             "(GiB per device; parameters as a count; activations per micro-batch)")
+    view = View(title, COLUMNS, wide=wide)
     for d, a in zip(devices, acts, strict=True):
         layers = f"{d.layers[0]}–{d.layers[-1]}" if d.layers else "-"
-        table.add_row(str(d.pp_rank), str(d.device), str(d.represents), ",".join(map(str, d.stages)), layers,
-                      f"{d.params_total:,}", gib(d.weights_bytes), gib(d.grads_bytes), gib(d.optimizer_bytes),
-                      gib(d.total_bytes), gib(a.bytes_per_microbatch))
-    console.print(table)
+        view.row(str(d.pp_rank), str(d.device), str(d.represents), ",".join(map(str, d.stages)), layers,
+                 f"{d.params_total:,}", gib(d.weights_bytes), gib(d.grads_bytes), gib(d.optimizer_bytes),
+                 gib(d.total_bytes), gib(a.bytes_per_microbatch))
+    view.print(table_console(wide))
     top = max(devices, key=lambda d: d.total_bytes)
-    mods = ", ".join(f"{m} {top.params_by_module[m]:,}" for m in MODULES if top.params_by_module[m])
-    console.print(f"largest: pp rank {top.pp_rank} ({gib(top.total_bytes)} GiB): {mods}")
-    console.print(f"model: {model_total_params(run):,} parameters")
+    mods = ", ".join(f"{m} {params(top.params_by_module[m])}" for m in MODULES if top.params_by_module[m])
+    console.print(f"largest: pp rank {top.pp_rank} (device {top.device}, {gib(top.total_bytes)} GiB): {mods}",
+                  markup=False, highlight=False)
+    total = model_total_params(run)
+    console.print(f"model: {total:,} parameters ({params(total)})", markup=False, highlight=False)
 
 
 def print_tensors(devices: list[StaticDevice], acts: list[DeviceActivations], console: Console) -> None:
@@ -136,8 +150,8 @@ def run(args: argparse.Namespace) -> int:
         json.dump(static_json(spec, devices, acts, tensors=args.tensors), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        con = console()
-        print_table(spec, devices, con, acts)
-        if args.tensors:
-            print_tensors(devices, acts, con)
+        con = table_console()
+        print_table(spec, devices, con, acts, wide=args.wide)
+        if args.tensors:  # a listing of long names, printed at full width
+            print_tensors(devices, acts, table_console(wide=True))
     return 0

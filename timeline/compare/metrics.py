@@ -1,6 +1,6 @@
 """Per-device metrics of one simulated variant, and simulating several variants side by side.
 
-For every device: peaks (allocated, reserved, fragmentation at the reserved peak), saved
+For every device: peaks (allocated, reserved, fragmentation at the requested peak), saved
 activations (at the peak and their own maximum), recomputation (FLOPs and the summed
 durations of ops whose phase is ``R``, per iteration), iteration time, headroom to capacity
 and OOM. The worst device's memory series is kept for plots. Variants run in at most two
@@ -35,7 +35,7 @@ class DeviceMetrics:
     peak_requested_bytes: int
     peak_allocated_bytes: int
     peak_reserved_bytes: int
-    fragmentation_bytes: int  # reserved − allocated at the reserved peak
+    fragmentation_bytes: int  # reserved − allocated at the requested peak
     activations_at_peak_bytes: int  # the activations category at the (requested) peak
     peak_activation_bytes: int  # the activations category's own maximum
     activation_bytes_per_microbatch: int
@@ -53,12 +53,11 @@ class DeviceMetrics:
 
     @property
     def over_bytes(self) -> int:
-        """0 if the device fits; else how much more it needs: allocated beyond capacity, or — when
-        only fragmentation pushes it over — reserved beyond capacity."""
+        """0 if the device fits; else how much more it needs: peak reserved beyond capacity (the
+        same number as the negative headroom beside it), at least 1 byte when only an OOM shows it."""
         if self.fits:
             return 0
-        beyond = self.peak_allocated_bytes - self.capacity_bytes
-        return beyond if beyond > 0 else max(-self.headroom_bytes, 1)
+        return max(-self.headroom_bytes, 1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +72,8 @@ class MemoryTrace:
     reserved: np.ndarray
     by_category: dict[str, np.ndarray]
     capacity_bytes: int
+    iteration_starts_us: tuple[float, ...] = ()  # where each reported iteration begins
+    oom_t_us: tuple[float, ...] = ()  # when each OOM happened
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,12 +121,19 @@ def memory_trace(tl: Timeline, d: int, label: str) -> MemoryTrace:
     s, dev = tl.series(d), tl.sim.devices[d]
     return MemoryTrace(label=label, device=dev.device, pp_rank=dev.pp_rank, t_us=s.t_us, allocated=s.allocated,
                        reserved=s.reserved, by_category=dict(s.by_category),
-                       capacity_bytes=tl.sim.run.hardware.capacity_bytes)
+                       capacity_bytes=tl.sim.run.hardware.capacity_bytes,
+                       iteration_starts_us=tuple(tl.iteration_starts(d)),
+                       oom_t_us=tuple(float(o["t_us"]) for o in tl.memory[d].oom))
 
 
-def evaluate(variant: Variant, template_fn: TemplateFn) -> VariantResult:
-    """Simulate one variant and reduce it to its metrics (picklable, for worker processes)."""
+def evaluate(variant: Variant, template_fn: TemplateFn,
+             on_timeline: Callable[[Timeline, Variant], None] | None = None) -> VariantResult:
+    """Simulate one variant and reduce it to its metrics (picklable, for worker processes);
+    ``on_timeline(tl, variant)`` (picklable too) sees the whole Timeline first, in the worker —
+    e.g. to write the variant's own files without sending the Timeline back."""
     tl = build_timeline(variant.run, template_fn, csv_rows=variant.csv_rows)
+    if on_timeline is not None:
+        on_timeline(tl, variant)
     devices = device_metrics(tl)
     worst = max(range(len(devices)), key=lambda i: (devices[i].peak_reserved_bytes, -i))
     return VariantResult(name=variant.name, recompute=recompute_name(variant.run.recompute),
@@ -142,12 +150,24 @@ def worker_pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, initializer=quiet_on_interrupt)
 
 
-def simulate_variants(variants: Sequence[Variant], template_fn: TemplateFn, *,
-                      workers: int = MAX_WORKERS) -> list[VariantResult]:
-    """Every variant's result, in the order given; in worker processes when there are several."""
+def simulate_variants(variants: Sequence[Variant], template_fn: TemplateFn, *, workers: int = MAX_WORKERS,
+                      progress: Callable[[str, int, int], None] | None = None,
+                      on_timeline: Callable[[Timeline, Variant], None] | None = None) -> list[VariantResult]:
+    """Every variant's result, in the order given; in worker processes when there are several.
+    ``progress("variants", done, total)`` is called as results arrive (in order)."""
     workers = max(1, min(workers, MAX_WORKERS, len(variants)))
+    report = progress or (lambda stage, done, total: None)
+    report("variants", 0, len(variants))
     if workers == 1:
-        return [evaluate(v, template_fn) for v in variants]
+        out = []
+        for v in variants:
+            out.append(evaluate(v, template_fn, on_timeline))
+            report("variants", len(out), len(variants))
+        return out
     with worker_pool(workers) as pool:
-        futures = [pool.submit(evaluate, v, template_fn) for v in variants]
-        return [f.result() for f in futures]
+        futures = [pool.submit(evaluate, v, template_fn, on_timeline) for v in variants]
+        out = []
+        for f in futures:
+            out.append(f.result())
+            report("variants", len(out), len(variants))
+        return out

@@ -16,7 +16,8 @@ EXPORTERS: dict[str, str] = {
     "trace": "timeline.exporters.chrome_trace",
     "perfetto": "timeline.exporters.perfetto_proto",
     "snapshot": "timeline.exporters.memviz_snapshot",
+    "devices": "timeline.exporters.devices_parquet",
 }
 #: what ``timeline simulate`` writes unless ``--format`` says otherwise (``perfetto`` needs the
 #: optional ``perfetto`` package, so it is asked for by name)
-DEFAULT_FORMATS = ("summary", "memory", "events", "ops", "trace", "snapshot")
+DEFAULT_FORMATS = ("summary", "memory", "events", "ops", "trace", "snapshot", "devices")

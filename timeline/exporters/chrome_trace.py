@@ -1,12 +1,14 @@
 """``trace.json`` (``trace.json.gz`` with ``gzip``): a Chrome trace for Perfetto and chrome://tracing.
 
-Per simulated device one process (``pid = index + 1``), named ``rank R · stages … · represents
-N`` and sorted by pipeline rank; per op stream one thread (compute, then tp/cp/ep/dp/pp);
+Per simulated device one process (``pid`` = global rank + 1), named ``rank R · pp P · ×N``
+and sorted by pipeline rank; per op stream one thread (compute, then tp/cp/ep/dp/pp);
 ops as complete events (``X``) named by op with args ``layer``, ``microbatch``, ``stage``,
 ``phase`` (F/B/I/W, R for recompute, step) and ``allocated_bytes`` (requested bytes the op
 allocates); one counter event ``memory`` per sample with keys requested, allocated, reserved
 and one per category, in bytes (Perfetto shows tracks ``memory requested`` …); process-scoped
-instants ``peak requested``, ``peak reserved`` and ``out of memory``.
+instants ``peak requested 92.74 GiB``, ``peak reserved 93.04 GiB`` and ``out of memory +0.22 GiB``
+(their bytes in the label). A device's counter keys are the totals, the categories it ever holds
+and ``capacity``.
 
 Timestamps are run-relative µs written with exactly three decimals from integer nanoseconds,
 so Perfetto stores the same integers this module nested (see :mod:`trace_common`). Options:
@@ -26,11 +28,11 @@ from typing import BinaryIO
 import numpy as np
 
 from timeline.exporters.trace_common import (
-    COUNTERS,
     counters,
     fmt_us,
     instants,
     op_allocated_bytes,
+    pid_of,
     process_name,
     threads,
 )
@@ -83,7 +85,7 @@ def device_lines(tl: Timeline, d: int, max_samples: int = 0) -> list[str]:
     columns (``map`` over ``zip``), every distinct name, phase, layer, micro-batch and stage
     formatted once: no per-event f-string or join."""
     dev = tl.sim.devices[d]
-    pid = d + 1
+    pid = pid_of(dev)
     names = tl.sim.names
     lines = [f'{{"ph":"M","name":"process_name","pid":{pid},"args":{{"name":{_s(process_name(dev))}}}}}',
              f'{{"ph":"M","name":"process_sort_index","pid":{pid},"args":{{"sort_index":{dev.pp_rank}}}}}']
@@ -113,14 +115,14 @@ def device_lines(tl: Timeline, d: int, max_samples: int = 0) -> list[str]:
             _lookup(stage[idx].tolist(), lambda v: f',"stage":{v}' if v >= 0 else ""),
             allocated[idx].tolist(), strict=True))
     c = counters(tl, d, max_samples)
-    cols = [c.values[k].tolist() for k in COUNTERS]
-    vals = ",".join(f'"{k}":%d' for k in COUNTERS)
+    cols = [c.values[k].tolist() for k in c.keys]
+    vals = ",".join(f'"{k}":%d' for k in c.keys)
     if len(c.t_ns) and c.t_ns.min() < 0:
         times = [fmt_us(t) for t in c.t_ns.tolist()]
-        tmpl = f'{{"ph":"C","pid":{pid},"name":"{COUNTER_NAME}","ts":%s,"args":{{{vals}}}}}'
+        tmpl = f'{{"ph":"C","pid":{pid},"tid":1,"name":"{COUNTER_NAME}","ts":%s,"args":{{{vals}}}}}'
         lines += map(tmpl.__mod__, zip(times, *cols, strict=True))
     else:
-        tmpl = f'{{"ph":"C","pid":{pid},"name":"{COUNTER_NAME}","ts":%d.%03d,"args":{{{vals}}}}}'
+        tmpl = f'{{"ph":"C","pid":{pid},"tid":1,"name":"{COUNTER_NAME}","ts":%d.%03d,"args":{{{vals}}}}}'
         lines += map(tmpl.__mod__, zip((c.t_ns // 1000).tolist(), (c.t_ns % 1000).tolist(), *cols, strict=True))
     for inst in instants(tl, d):
         args = ",".join(f"{_s(k)}:{_s(v) if isinstance(v, str) else v}" for k, v in inst.args.items())

@@ -1,5 +1,7 @@
-"""``events.parquet``: every alloc and free — device, time, sequence, action, tensor, category,
-requested and block bytes, address, op, micro-batch, stage."""
+"""``events.parquet`` (``timeline.events/2``): every alloc and free — device, time, sequence,
+iteration, alloc_id (the same on an alloc and its free), action, tensor, category, requested and
+block bytes, address, op, micro-batch, stage. "None" is null, never −1 (static state has no
+iteration, action, micro-batch or stage; the ideal allocator no address)."""
 
 from __future__ import annotations
 
@@ -7,19 +9,22 @@ from typing import BinaryIO
 
 import numpy as np
 
-from timeline.exporters.parquet_util import dictionary, write_table
+from timeline.exporters.parquet_util import dictionary, nullable, write_table
 from timeline.graph.tensors import CATEGORIES
 from timeline.result.timeline import Timeline
 
 FILENAME = "events.parquet"
-SCHEMA = "timeline.events/1"
+#: integer columns whose negative values are written as null
+NULLABLE = ("iteration", "address", "segment", "microbatch", "stage")
+SCHEMA = "timeline.events/2"
 
 
 def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
     import pyarrow as pa
 
     names = tl.sim.names
-    cols: dict[str, list] = {k: [] for k in ("device", "t_us", "seq", "kind", "action", "tensor", "category",
+    cols: dict[str, list] = {k: [] for k in ("device", "t_us", "seq", "iteration", "alloc_id", "kind", "action",
+                                             "tensor", "category",
                                              "requested_bytes", "block_bytes", "address", "segment", "op", "microbatch",
                                              "stage")}
     for d, dev in enumerate(tl.sim.devices):
@@ -30,6 +35,8 @@ def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
         cols["device"].append(np.full(n, dev.device, dtype=np.int32))
         cols["t_us"].append(ev.t_us)
         cols["seq"].append(np.arange(n, dtype=np.int64))
+        cols["iteration"].append(tl.event_iterations(d))
+        cols["alloc_id"].append(tl.alloc_ids(d))
         cols["kind"].append(np.where(ev.sign > 0, 0, 1).astype(np.int32))
         cols["action"].append(_action_column(ev.action, labels))
         cols["tensor"].append(dictionary(ev.tensor, names))
@@ -43,7 +50,9 @@ def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
         cols["stage"].append(ev.stage.astype(np.int32))
     out = {}
     for k, v in cols.items():
-        if k == "kind":
+        if k in NULLABLE:
+            out[k] = nullable(np.concatenate(v))
+        elif k == "kind":
             out[k] = pa.DictionaryArray.from_arrays(pa.array(np.concatenate(v)), pa.array(["alloc", "free"]))
         elif isinstance(v[0], np.ndarray):
             out[k] = np.concatenate(v)

@@ -14,6 +14,17 @@ def write_table(columns: dict[str, Any], handle: BinaryIO, schema: str) -> None:
     pq.write_table(table, handle, compression="zstd", write_statistics=False)
 
 
+def nullable(values: Any, dtype: Any = None) -> Any:
+    """An integer column with every negative value (the in-memory "none" of micro-batch, stage,
+    layer, address, iteration …) written as null, so a query's ``IS NULL`` finds them."""
+    import numpy as np
+    import pyarrow as pa
+
+    arr = np.asarray(values) if dtype is None else np.asarray(values, dtype=dtype)
+    mask = arr < 0
+    return pa.array(np.where(mask, 0, arr), mask=mask) if mask.any() else pa.array(arr)
+
+
 def dictionary(values: Any, names: list[str]) -> Any:
     """A dictionary-encoded string column from int codes into ``names`` (−1 → null)."""
     import numpy as np

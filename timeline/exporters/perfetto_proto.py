@@ -3,11 +3,12 @@
 Smaller and faster to load than JSON for long runs, and it carries what JSON cannot: counter
 tracks in bytes (``UNIT_SIZE_BYTES``, shown as MiB/GiB) with the three totals sharing one
 y-axis across devices. Layout (uuids are ``pid << 16 | n``): per device a process track
-(``pid = index + 1``, ``rank R · stages … · represents N``), a thread track per op stream
+(``pid`` = global rank + 1, ``rank R · pp P · ×N``), a thread track per op stream
 carrying the op slices (``SLICE_BEGIN``/``SLICE_END`` with debug annotations phase, layer,
 microbatch, stage, allocated_bytes; op names and annotation keys interned), counter tracks
 ``memory requested`` … one per category (the JSON track names) holding a value wherever the
-series changes, and instants for peaks and OOMs on the process track. All packets share one
+series changes, and instants for peaks and OOMs (their bytes in the name) on a track of their own,
+``peaks & OOMs``. All packets share one
 trusted sequence; timestamps are run-relative integer ns.
 
 Packets are built with the protobuf classes of the ``perfetto`` package (PyPI
@@ -29,6 +30,7 @@ from timeline.exporters.trace_common import (
     counters,
     instants,
     op_allocated_bytes,
+    pid_of,
     process_name,
     threads,
 )
@@ -37,6 +39,8 @@ from timeline.result.timeline import Timeline
 FILENAME = "trace.perfetto-trace"
 SEQUENCE_ID = 1
 TOTALS = ("requested", "allocated", "reserved")
+#: the low bits of the uuid of each device's "peaks & OOMs" track (counters use 0x100 + k)
+MARKS_TRACK = 0x200
 
 
 def _protos() -> Any:
@@ -105,7 +109,7 @@ def _packets(tl: Timeline, pb: Any, max_samples: int) -> Iterator[Any]:
     interned = _Interned()
     for d in range(tl.num_devices):
         dev = tl.sim.devices[d]
-        pid = d + 1
+        pid = pid_of(dev)
         proc_uuid = pid << 16
         p = pb.TracePacket()
         p.track_descriptor.uuid = proc_uuid
@@ -121,20 +125,21 @@ def _packets(tl: Timeline, pb: Any, max_samples: int) -> Iterator[Any]:
             p.track_descriptor.thread.tid = th.tid
             p.track_descriptor.thread.thread_name = th.name
             yield p
-        for k, name in enumerate(COUNTERS):
+        c = counters(tl, d, max_samples)
+        for name in c.keys:  # the device's own series: totals, the categories it holds, capacity
             p = pb.TracePacket()
             td = p.track_descriptor
-            td.uuid = proc_uuid | (0x100 + k)
+            td.uuid = proc_uuid | (0x100 + COUNTERS.index(name))
             td.parent_uuid = proc_uuid
             td.name = f"memory {name}"
             td.counter.unit = pb.CounterDescriptor.UNIT_SIZE_BYTES
-            if name in TOTALS:
+            if name in TOTALS or name == "capacity":
                 td.counter.y_axis_share_key = "memory"
             yield p
         yield from _slices(tl, d, pb, proc_uuid, ths, interned)
-        c = counters(tl, d, max_samples)
         last = len(c.t_ns) - 1
-        for k, name in enumerate(COUNTERS):
+        for name in c.keys:
+            k = COUNTERS.index(name)
             values = c.values[name]
             # each track is a step function: a value only where it changes (and the last sample);
             # v52 ignores extra_counter_values on counter events, so it is one packet per value
@@ -149,12 +154,19 @@ def _packets(tl: Timeline, pb: Any, max_samples: int) -> Iterator[Any]:
                 p.track_event.track_uuid = proc_uuid | (0x100 + k)
                 p.track_event.counter_value = v
                 yield p
-        for inst in instants(tl, d):
+        marks = instants(tl, d)
+        if marks:  # peaks and OOMs on their own named track (a descriptor without events shows nothing)
+            p = pb.TracePacket()
+            p.track_descriptor.uuid = proc_uuid | MARKS_TRACK
+            p.track_descriptor.parent_uuid = proc_uuid
+            p.track_descriptor.name = "peaks & OOMs"
+            yield p
+        for inst in marks:
             p = pb.TracePacket()
             p.timestamp = inst.t_ns
             ev = p.track_event
             ev.type = TE.TYPE_INSTANT
-            ev.track_uuid = proc_uuid
+            ev.track_uuid = proc_uuid | MARKS_TRACK
             ev.name = inst.name
             for key, value in inst.args.items():
                 _annotate(ev, key, value)

@@ -3,7 +3,7 @@ peak, static bytes, activation bytes per micro-batch, capacity and the iteration
 
 Each peak has its own time: ``peak_time_us`` is the requested peak's (the breakdown and the top
 tensors are at that instant), ``peak_allocated_time_us`` and ``peak_reserved_time_us`` the
-others'; ``fragmentation_bytes_at_peak`` is reserved − allocated at the reserved peak."""
+others'; ``fragmentation_bytes_at_peak`` is reserved − allocated at the requested peak."""
 
 from __future__ import annotations
 
@@ -68,6 +68,7 @@ def summary_dict(tl: Timeline) -> dict[str, Any]:
             "peak_iteration": tl.peak_iteration(d),
             "iteration_time_us": tl.sim.iteration_time_us,
             "per_iteration": tl.iteration_peaks(d),
+            "iteration_starts_us": tl.iteration_starts(d),
             "top_tensors_at_peak": tl.top_tensors(d, peak.event_index) if peak.event_index >= 0 else [],
             "oom": mem.oom[0] if mem.oom else None,
             "num_ooms": len(mem.oom),

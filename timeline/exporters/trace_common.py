@@ -1,7 +1,7 @@
 """What both trace formats (Chrome JSON and Perfetto protobuf) show, computed once.
 
-Devices become processes named ``rank R · stages … · represents N`` and sorted by pipeline
-rank; each op stream becomes a thread (compute first, then the communication streams); op
+Devices become processes numbered and named by their global rank (``pid`` = rank + 1, as pid 0
+is reserved by the trace processor; ``rank R · pp P · ×N``) and sorted by pipeline rank; each op stream becomes a thread (compute first, then the communication streams); op
 slices get integer-nanosecond bounds that nest strictly per thread; the memory counters are
 the Timeline's series with unchanged rows dropped and, on request, capped per device by a
 downsampling that keeps every peak; instants mark each device's peaks and OOMs. This module
@@ -20,14 +20,26 @@ from timeline.result.timeline import Timeline
 
 #: thread order of the streams a template names; any other stream follows, alphabetically
 STREAM_ORDER = ("compute", "tp", "cp", "ep", "dp", "pp")
-#: counter series per device, in track order: the three totals, then one per category
-COUNTERS: tuple[str, ...] = ("requested", "allocated", "reserved", *CATEGORIES)
+#: every counter series a device may have, in track order: the three totals, one per category,
+#: then the capacity (a device shows the categories it ever holds: no always-empty track)
+COUNTERS: tuple[str, ...] = ("requested", "allocated", "reserved", *CATEGORIES, "capacity")
+TOTALS = ("requested", "allocated", "reserved")
 
 
 def process_name(dev: StaticDevice) -> str:
-    """``rank R · stages a,b · represents N`` (a replayed snapshot's devices have no stages)."""
-    stages = f" · stages {','.join(str(s) for s in dev.stages)}" if dev.stages else ""
-    return f"rank {dev.device}{stages} · represents {dev.represents}"
+    """``rank R · pp P · ×N`` — the global rank first, as every other view numbers devices; the
+    stages follow where they are not just the pipeline rank's own (V-shaped and DualPipe
+    schedules): ``rank 0 · pp 0 · stages 0,31 · ×64``. A replayed snapshot's devices have no
+    pipeline: ``rank R``."""
+    if not dev.stages:
+        return f"rank {dev.device}" + (f" · ×{dev.represents}" if dev.represents != 1 else "")
+    stages = "" if tuple(dev.stages) == (dev.pp_rank,) else f" · stages {','.join(str(s) for s in dev.stages)}"
+    return f"rank {dev.device} · pp {dev.pp_rank}{stages} · ×{dev.represents}"
+
+
+def pid_of(dev: StaticDevice) -> int:
+    """The trace process id of a device: its global rank + 1 (pid 0 is the trace processor's)."""
+    return dev.device + 1
 
 
 def to_ns(t_us: np.ndarray) -> np.ndarray:
@@ -124,8 +136,9 @@ def op_allocated_bytes(tl: Timeline, d: int) -> np.ndarray:
 @dataclass(slots=True)
 class Counters:
     t_ns: np.ndarray
-    values: dict[str, np.ndarray]  # COUNTERS → int64 bytes, rows aligned with t_ns
+    values: dict[str, np.ndarray]  # keys → int64 bytes, rows aligned with t_ns
     source_rows: np.ndarray  # indices into Timeline.series(d) rows
+    keys: tuple[str, ...] = COUNTERS  # this device's series, in COUNTERS order
 
 
 def counters(tl: Timeline, d: int, max_samples: int = 0) -> Counters:
@@ -135,7 +148,9 @@ def counters(tl: Timeline, d: int, max_samples: int = 0) -> Counters:
     ``Timeline.series(d)`` — the last one at its nanosecond."""
     s = tl.series(d)
     cols = {"requested": s.requested, "allocated": s.allocated, "reserved": s.reserved,
-            **{c: s.by_category[c] for c in CATEGORIES}}
+            **{c: s.by_category[c] for c in CATEGORIES if s.by_category[c].any()}}
+    if tl.sim.run is not None:  # a replayed snapshot has no capacity
+        cols["capacity"] = np.full(len(s.t_us), tl.sim.run.hardware.capacity_bytes, dtype=np.int64)
     t_ns = to_ns(s.t_us)
     # distinct µs floats can share a nanosecond: keep the last row of each nanosecond
     rows = np.flatnonzero(np.append(t_ns[1:] != t_ns[:-1], True)) if len(t_ns) else np.zeros(0, np.int64)
@@ -149,8 +164,9 @@ def counters(tl: Timeline, d: int, max_samples: int = 0) -> Counters:
     if max_samples and len(rows) > max_samples:
         rows = rows[downsample(np.stack([cols[k][rows] for k in ("requested", "allocated", "reserved")]),
                                max_samples)]
-    return Counters(t_ns=t_ns[rows], values={k: np.asarray(cols[k][rows], dtype=np.int64)
-                                                      for k in COUNTERS}, source_rows=rows)
+    keys = tuple(k for k in COUNTERS if k in cols)
+    return Counters(t_ns=t_ns[rows], values={k: np.asarray(cols[k][rows], dtype=np.int64) for k in keys},
+                    source_rows=rows, keys=keys)
 
 
 def downsample(series: np.ndarray, max_samples: int) -> np.ndarray:
@@ -182,16 +198,23 @@ class Instant:
     args: dict[str, int | str]
 
 
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.2f} GiB"
+
+
 def instants(tl: Timeline, d: int) -> list[Instant]:
-    """The device's requested and reserved peaks, then each OOM, in time order."""
+    """The device's requested and reserved peaks, then each OOM, in time order; each named with
+    its bytes (``peak reserved 93.04 GiB``, ``out of memory +0.22 GiB``) so the labels read
+    apart when several pile up at one instant."""
     pk = tl.peak(d)
-    out = [Instant(int(to_ns(np.array([pk.requested_time_us]))[0]), "peak requested",
-                   {"requested_bytes": pk.requested_bytes,
+    out = [Instant(int(to_ns(np.array([pk.requested_time_us]))[0]), f"peak requested {_gib(pk.requested_bytes)}",
+                   {"requested_bytes": pk.requested_bytes, "fragmentation_bytes": pk.fragmentation_bytes,
                     **{f"{c}_bytes": int(v) for c, v in pk.breakdown_bytes.items()}}),
-           Instant(int(to_ns(np.array([pk.reserved_time_us]))[0]), "peak reserved",
-                   {"reserved_bytes": pk.reserved_bytes, "fragmentation_bytes": pk.fragmentation_bytes})]
+           Instant(int(to_ns(np.array([pk.reserved_time_us]))[0]), f"peak reserved {_gib(pk.reserved_bytes)}",
+                   {"reserved_bytes": pk.reserved_bytes})]
     for oom in tl.memory[d].oom:
-        out.append(Instant(int(to_ns(np.array([oom["t_us"]]))[0]), "out of memory",
+        out.append(Instant(int(to_ns(np.array([oom["t_us"]]))[0]),
+                           f"out of memory +{_gib(int(oom['request_bytes']))}",
                            {"request_bytes": int(oom["request_bytes"]), "tensor": str(oom["tensor"]),
                             "reserved_bytes": int(oom["reserved_bytes"]),
                             "capacity_bytes": int(oom["capacity_bytes"])}))

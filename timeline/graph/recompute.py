@@ -25,7 +25,9 @@ from timeline.spec.run import RECOMPUTE_MODULES, RecomputeSpec
 #: modules Megatron checkpoints with CheckpointWithoutOutput (outputs discarded, recomputed)
 DISCARD_OUTPUT = frozenset({"layernorm", "moe_act", "mla_up_proj"})
 
-FORMS = "none | selective:MOD[+MOD…] | full:uniform|block:NUM_LAYERS[,NUM…]"
+FORMS = "none | selective (= selective:core_attn) | selective:MOD[+MOD…] | full:uniform|block:NUM_LAYERS[,NUM…]"
+#: ``selective`` alone: Megatron's default ``--recompute-modules`` (as ``[recompute] modules`` defaults)
+DEFAULT_SELECTIVE = ("core_attn",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,11 +38,14 @@ class Region:
 
 
 def parse_recompute(text: str) -> RecomputeSpec:
-    """``none`` | ``selective:MOD[+MOD…]`` | ``full:METHOD:NUM_LAYERS`` → RecomputeSpec."""
+    """``none`` | ``selective[:MOD[+MOD…]]`` | ``full:METHOD:NUM_LAYERS`` → RecomputeSpec; ``selective``
+    alone is ``selective:core_attn``, as ``policy = "selective"`` in a run file is."""
     parts = text.strip().split(":")
     bad = UserError(f"--recompute {text!r} is not valid; use {FORMS} (modules: {', '.join(RECOMPUTE_MODULES)})")
     if parts == ["none"]:
         return RecomputeSpec(policy="none")
+    if parts == ["selective"]:
+        return RecomputeSpec(policy="selective", modules=DEFAULT_SELECTIVE)
     if parts[0] == "selective" and len(parts) == 2 and parts[1]:
         mods = tuple(parts[1].split("+"))
         if any(m not in RECOMPUTE_MODULES for m in mods):

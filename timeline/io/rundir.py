@@ -43,4 +43,31 @@ def read_memory(run_dir: Path) -> dict[str, np.ndarray]:
     schema = (table.schema.metadata or {}).get(b"schema", b"").decode()
     if not schema.startswith("timeline.memory/"):
         raise UserError(f"{path}: not a timeline memory table (schema {schema!r})")
-    return {name: table.column(name).to_numpy() for name in table.column_names}
+    return {name: (table.column(name).fill_null(-1) if table.column(name).null_count else table.column(name)).to_numpy()
+            for name in table.column_names}
+
+
+def read_columns(path: Path, schema_prefix: str) -> dict[str, np.ndarray] | None:
+    """Every column of the Parquet file ``path`` (its ``schema`` metadata starting with
+    ``schema_prefix``) as numpy arrays, strings as object arrays; None if the file is absent."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        return None
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise UserError(f"{path}: cannot read as Parquet ({exc})") from None
+    schema = (table.schema.metadata or {}).get(b"schema", b"").decode()
+    if not schema.startswith(schema_prefix):
+        raise UserError(f"{path}: not a {schema_prefix} table (schema {schema!r})")
+    out = {}
+    for name in table.column_names:
+        col = table.column(name)
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(col.type.value_type)
+        if pa.types.is_integer(col.type) and col.null_count:  # "none" (null in the file) reads as −1
+            col = col.fill_null(-1)
+        out[name] = col.to_numpy(zero_copy_only=False)
+    return out

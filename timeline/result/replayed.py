@@ -3,7 +3,9 @@
 The records come from :func:`timeline.alloc.replay.replay_snapshot` (one tuple per model
 allocation and free). A snapshot carries no tensor categories, so every byte is counted under
 ``temporary``; there are no ops, stages or micro-batches. Times are relative to the first
-recorded event across devices, in µs.
+recorded event across devices, in µs. A snapshot that ``timeline`` wrote names each index's
+global rank in ``timeline_devices``; given as ``devices``, the replayed devices keep those
+numbers (and pipeline ranks), so a replay reads like the run it came from.
 """
 
 from __future__ import annotations
@@ -20,7 +22,11 @@ from timeline.sim.simulate import DeviceEvents, DeviceOps, SimOutput
 TEMPORARY = CATEGORIES.index(Category.TEMPORARY.value)
 
 
-def timeline_from_replay(records: Mapping[int, Sequence[tuple]]) -> Timeline:
+def timeline_from_replay(records: Mapping[int, Sequence[tuple]],
+                         devices: Mapping[int, Mapping] | None = None) -> Timeline:
+    """The replay ``records`` (per snapshot device index) as a Timeline; ``devices`` maps an index
+    to its ``{"device", "pp_rank", "stages", "represents"}`` (a timeline snapshot's own labels)."""
+    devices_info = devices or {}
     names: list[str] = []
     index: dict[str, int] = {}
 
@@ -59,7 +65,10 @@ def timeline_from_replay(records: Mapping[int, Sequence[tuple]]) -> Timeline:
         empty_i, empty_f = np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float64)
         ops.append(DeviceOps(name=empty_i, stream=empty_i, t_start_us=empty_f, t_end_us=empty_f, phase=empty_i,
                              microbatch=empty_i, stage=empty_i, layer=empty_i, flops=empty_f))
-        devices.append(StaticDevice(device=d, pp_rank=0, stages=(), represents=1, layers=(), params_by_module={},
+        info = devices_info.get(d, {})
+        devices.append(StaticDevice(device=int(info.get("device", d)), pp_rank=int(info.get("pp_rank", 0)),
+                                    stages=tuple(int(s) for s in info.get("stages", ())),
+                                    represents=int(info.get("represents", 1)), layers=(), params_by_module={},
                                     weights_bytes=0, grads_bytes=0, optimizer_bytes=0))
         spans.append([])
     sim = SimOutput(run=None, schedule=None, devices=devices, spans=spans, events=events, ops=ops,  # type: ignore[arg-type]

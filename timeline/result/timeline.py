@@ -34,8 +34,8 @@ class MemorySeries:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Peak:
     """One device's peaks. Each quantity peaks at its own instant (the earliest event where it is
-    highest); the breakdown and ``event_index`` are at the requested peak, the fragmentation at
-    the reserved peak."""
+    highest); the breakdown, the fragmentation and ``event_index`` are at the requested peak, so
+    the table's ``frag.`` is the gap an engineer sees at the moment it prints."""
 
     requested_bytes: int
     requested_time_us: float
@@ -43,7 +43,7 @@ class Peak:
     allocated_time_us: float
     reserved_bytes: int
     reserved_time_us: float
-    fragmentation_bytes: int  # reserved − allocated at the reserved peak
+    fragmentation_bytes: int  # reserved − allocated at the requested peak's event
     breakdown_bytes: dict[str, int]  # requested bytes by category at the requested peak
     event_index: int  # the requested peak's event; −1 without events
 
@@ -121,7 +121,7 @@ class Timeline:
             requested_bytes=int(requested[i_req]), requested_time_us=float(ev.t_us[i_req]),
             allocated_bytes=int(allocated[i_alloc]), allocated_time_us=float(ev.t_us[i_alloc]),
             reserved_bytes=int(reserved[i_res]), reserved_time_us=float(ev.t_us[i_res]),
-            fragmentation_bytes=int(reserved[i_res] - allocated[i_res]),
+            fragmentation_bytes=int(reserved[i_req] - allocated[i_req]),
             breakdown_bytes={name: int(v[i_req]) for name, v in by_cat.items()}, event_index=i_req)
 
     # -- peaks ---------------------------------------------------------------------------
@@ -168,6 +168,53 @@ class Timeline:
                         "peak_allocated_bytes": int(allocated[lo:hi].max()),
                         "peak_reserved_bytes": int(reserved[lo:hi].max()), "peak_time_us": float(ev.t_us[j])})
         return out
+
+    def iteration_starts(self, d: int) -> list[float]:
+        """When each reported iteration begins on device ``d`` (µs): its first action's start —
+        the boundaries a plot of memory over time draws."""
+        first = self.sim.run.training.warmup_iterations if self.sim.run is not None else 0
+        starts: dict[int, float] = {}
+        for sp in self.sim.spans[d]:
+            if sp.kind != "init" and sp.iteration >= first:
+                starts[sp.iteration] = min(starts.get(sp.iteration, sp.start_us), sp.start_us)
+        return [starts[k] for k in sorted(starts)]
+
+    def iteration_at(self, d: int, t_us: np.ndarray) -> np.ndarray:
+        """The reported iteration each time of device ``d`` falls in: the last iteration start at
+        or before it (−1 before the first, e.g. construction and warm-up)."""
+        starts = np.asarray(self.iteration_starts(d), dtype=np.float64)
+        if not len(starts):
+            return np.full(len(t_us), -1, dtype=np.int32)
+        first = self.sim.run.training.warmup_iterations if self.sim.run is not None else 0
+        k = np.searchsorted(starts, np.asarray(t_us, dtype=np.float64), side="right") - 1
+        return np.where(k >= 0, k + first, -1).astype(np.int32)
+
+    def event_iterations(self, d: int) -> np.ndarray:
+        """The iteration of each event of device ``d``: its action's (−1: static state, construction)."""
+        ev = self.sim.events[d]
+        spans = self.sim.spans[d]
+        of_span = np.array([sp.iteration if sp.kind != "init" else -1 for sp in spans] or [-1], dtype=np.int32)
+        return np.where(ev.action >= 0, of_span[np.maximum(ev.action, 0)], -1).astype(np.int32)
+
+    def alloc_ids(self, d: int) -> np.ndarray:
+        """An id per event, the same on an alloc and the free that ends it and unique per device:
+        the alloc's event index (a free without its alloc keeps its own index). A replayed
+        snapshot has no tensor identities: its frees pair with the live block at their address."""
+        if self.sim.run is None:
+            ev, addr = self.sim.events[d], self.memory[d].address
+            ids = np.arange(len(ev.t_us), dtype=np.int64)
+            live: dict[int, int] = {}
+            for i, (s, a) in enumerate(zip(ev.sign.tolist(), addr.tolist(), strict=True)):
+                if s > 0:
+                    live[a] = i
+                elif a in live:
+                    ids[i] = live.pop(a)
+            return ids
+        fi = self.free_index(d)
+        ids = np.arange(len(fi), dtype=np.int64)
+        has = np.flatnonzero(fi >= 0)
+        ids[fi[has]] = has
+        return ids
 
     def free_index(self, d: int) -> np.ndarray:
         """For each event, the index of the free that ends its tensor (allocs only; −1 if never
