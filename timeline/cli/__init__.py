@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "replay": "replay",
     "compare": "compare",
     "fit": "fit",
+    "plan": "plan",
     "plot": "plot",
     "capture": "capture",
     "from-megatron": "from_megatron",
