@@ -63,6 +63,7 @@ class Bound:
     memory_bytes: int  # max over pipeline ranks of the lower bound on peak requested bytes
     memory_rank: int  # the pipeline rank it is reached on
     time_us: float  # lower bound on the iteration time
+    per_rank_bytes: tuple[int, ...] = ()  # the memory bound of each pipeline rank
 
 
 def probe_run(run: RunSpec) -> tuple[RunSpec, dict[int, str]]:
@@ -199,6 +200,17 @@ def _alive_state(run: RunSpec, dense_n: int, expert_n: int, buffers: int) -> int
     return total
 
 
+def _workspaces(run: RunSpec, chunks: tuple[int, ...], ranges: list[range]) -> int:
+    """The profile's persistent library workspaces (allocated at the start, never freed); a rank
+    counts as holding MoE layers only for its decoder layers (the MTP block can only add)."""
+    life = LIFECYCLES[run.profile]
+    if life.workspaces is None:
+        return 0
+    last = len(ranges) - 1
+    has_moe = any(run.model.is_moe_layer(i) for c in chunks for i in ranges[c])
+    return sum(size for _, size, _ in life.workspaces(run, holds_head=last in chunks, has_moe=has_moe))
+
+
 def bound(run: RunSpec) -> Bound:
     """The static bound of one valid candidate run (module docstring)."""
     par, tr = run.parallel, run.training
@@ -221,6 +233,7 @@ def bound(run: RunSpec) -> Bound:
             parts += [st.head, st.mtp]
         chunk_parts.append(parts)
     best = (-1, 0)
+    per_rank = []
     time_us = 0.0
     for r, chunks in enumerate(placement):
         dense = sum(p.dense_params for c in chunks for p in chunk_parts[c])
@@ -228,11 +241,12 @@ def bound(run: RunSpec) -> Bound:
         buffers = sum(p.buffer_bytes for c in chunks for p in chunk_parts[c])
         act = [sum(p.act_bytes for p in chunk_parts[c]) for c in chunks]
         held = max((sum(v * a for v, a in zip(vec, act, strict=True)) for vec in vectors[r]), default=0)
-        mem = _alive_state(run, dense, expert, buffers) + held
+        mem = _alive_state(run, dense, expert, buffers) + held + _workspaces(run, chunks, ranges)
         best = max(best, (mem, -r))
+        per_rank.append(mem)
         compute = comm = 0.0
         for (c, k), n in counts[r].items():
             compute += n * sum(p.compute_us[k] for p in chunk_parts[c])
             comm += n * sum(p.comm_us[k] for p in chunk_parts[c])
         time_us = max(time_us, max(compute, comm) if overlapped else compute + comm)
-    return Bound(memory_bytes=best[0], memory_rank=-best[1], time_us=time_us)
+    return Bound(memory_bytes=best[0], memory_rank=-best[1], time_us=time_us, per_rank_bytes=tuple(per_rank))
