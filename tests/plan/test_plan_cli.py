@@ -1,0 +1,122 @@
+"""``timeline plan`` end to end on a reduced space: the ranking and its files, byte-identical
+plan.parquet whatever the workers, best run files that ``simulate`` reproduces, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from timeline.cli import main
+from timeline.io.runfile import load_run
+from timeline.plan.search import simulate_summary
+
+TINY = Path(__file__).with_name("tiny_moe.toml")
+SPACE = """[space]
+"parallel.tp" = [1, 2]
+"parallel.pp" = [1, 2, 4]
+"parallel.cp" = [1]
+"parallel.ep" = [1, 2]
+"parallel.etp" = [1]
+"parallel.vpp" = [1, 2]
+"training.micro_batch_size" = [1]
+"schedule.kind" = ["1f1b", "dualpipev"]
+"recompute" = ["none", "full:uniform:1"]
+"""
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("plan")
+    (tmp / "space.toml").write_text(SPACE)
+    outs = {}
+    for workers in (1, 2):
+        out = tmp / f"out{workers}"
+        code = main(["plan", str(TINY), "--world-size", "8", "--space", str(tmp / "space.toml"), "--top", "3",
+                     "--workers", str(workers), "-o", str(out)])
+        assert code == 0
+        outs[workers] = out
+    return tmp, outs
+
+
+def test_plan_parquet_has_one_row_per_candidate_sorted(planned):
+    _, outs = planned
+    t = pq.read_table(outs[1] / "plan.parquet")
+    rows = t.to_pylist()
+    # 2 tp × 3 pp × 2 ep × 2 vpp × 2 schedules × 2 policies
+    assert len(rows) == 96
+    names = [r["candidate"] for r in rows]
+    assert names == sorted(names) and len(set(names)) == 96
+    assert t.schema.metadata[b"schema"] == b"timeline.plan/1"
+    assert not any("wall" in c or "host" in c for c in t.column_names)
+    pruned = {r["pruned_by"] for r in rows}
+    assert pruned <= {"", "static_bound", "oom", "invalid", "time_bound", "too_large"}
+    # vpp must match the schedule: half the candidates are invalid by the schedule's own rule
+    invalid = [r for r in rows if r["pruned_by"] == "invalid"]
+    assert len(invalid) >= 48 and all(r["invalid"] for r in invalid)
+    ranked = sorted((r for r in rows if r["rank"] is not None), key=lambda r: r["rank"])
+    assert ranked and all(r["fits"] and r["simulated"] for r in ranked)
+    keys = [(r["iteration_time_us"], r["peak_reserved_bytes"], r["candidate"]) for r in ranked]
+    assert keys == sorted(keys)
+    for r in ranked:  # tokens/s per GPU = G·seq / (iteration time · N), G = 4·1·4 from the run file
+        assert r["tokens_per_s_per_gpu"] == pytest.approx(16 * 256 / (r["iteration_time_us"] / 1e6 * 8))
+        assert r["bound_peak_bytes"] <= r["peak_requested_bytes"] <= r["peak_reserved_bytes"]
+        assert r["bound_time_us"] <= r["iteration_time_us"]
+    for r in rows:
+        if r["pruned_by"] == "oom":
+            assert r["simulated"] and not r["fits"] and r["short_bytes"] > 0
+
+
+def test_workers_do_not_change_a_byte(planned):
+    _, outs = planned
+    assert (outs[1] / "plan.parquet").read_bytes() == (outs[2] / "plan.parquet").read_bytes()
+    assert sorted(p.name for p in (outs[1] / "best").iterdir()) == ["01.toml", "02.toml", "03.toml"][
+        :len(list((outs[1] / "best").iterdir()))]
+    assert "wall" in (outs[1] / "plan.log").read_text()
+
+
+def test_best_run_files_reproduce_their_peaks(planned, tmp_path):
+    _, outs = planned
+    rows = {r["candidate"]: r for r in pq.read_table(outs[1] / "plan.parquet").to_pylist()}
+    ranked = sorted((r for r in rows.values() if r["rank"] is not None), key=lambda r: r["rank"])
+    for i, want in enumerate(ranked[:3], 1):
+        path = outs[1] / "best" / f"{i:02d}.toml"
+        assert want["candidate"] in path.read_text()
+        got = simulate_summary(load_run(path))
+        assert (got.peak_requested_bytes, got.peak_reserved_bytes, got.fits) == \
+            (want["peak_requested_bytes"], want["peak_reserved_bytes"], True)
+    out = tmp_path / "sim"
+    assert main(["simulate", str(outs[1] / "best" / "01.toml"), "--format", "summary", "-o", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert max(d["peak_reserved_bytes"] for d in summary["devices"]) == ranked[0]["peak_reserved_bytes"]
+    assert not any(d["oom"] for d in summary["devices"])
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--world-size", "0"], "expected 1 or more"),
+    (["--world-size", "8", "--space", "SPACE"], "not a run-file key"),
+    (["--world-size", "8", "--space", "TWO"], "one table"),
+    (["--world-size", "8", "--address", "auto"], "--engine ray only"),
+    (["--world-size", "8", "--capacity", "lots"], "--capacity"),
+    (["--world-size", "8", "--global-batch-size", "-3"], "expected 1 or more"),
+])
+def test_bad_input_is_one_error_line(tmp_path, capsys, argv, words):
+    (tmp_path / "bad.toml").write_text('[space]\n"parallel.bogus" = [1]\n')
+    (tmp_path / "two.toml").write_text('[space]\n"parallel.tp" = [1]\n[other]\nx = 1\n')
+    argv = [a.replace("SPACE", str(tmp_path / "bad.toml")).replace("TWO", str(tmp_path / "two.toml")) for a in argv]
+    with pytest.raises(SystemExit) if "-3" in argv or "0" in argv else _nothing() as exc:
+        code = main(["plan", str(TINY), *argv, "-o", str(tmp_path / "out")])
+    code = exc.value.code if exc is not None and hasattr(exc, "value") else code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error:") and words in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
