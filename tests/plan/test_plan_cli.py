@@ -52,7 +52,7 @@ def test_plan_parquet_has_one_row_per_candidate_sorted(planned):
     assert t.schema.metadata[b"schema"] == b"timeline.plan/1"
     assert not any("wall" in c or "host" in c for c in t.column_names)
     pruned = {r["pruned_by"] for r in rows}
-    assert pruned <= {"", "static_bound", "oom", "invalid", "time_bound", "too_large"}
+    assert pruned <= {"", "static_bound", "oom", "invalid", "time_bound", "too_large", "budget"}
     # vpp must match the schedule: half the candidates are invalid by the schedule's own rule
     invalid = [r for r in rows if r["pruned_by"] == "invalid"]
     assert len(invalid) >= 48 and all(r["invalid"] for r in invalid)
@@ -120,3 +120,26 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_max_simulations_leaves_the_rest_as_budget(planned, tmp_path):
+    tmp, outs = planned
+    out = tmp_path / "out"
+    assert main(["plan", str(TINY), "--world-size", "8", "--space", str(tmp / "space.toml"), "--top", "3",
+                 "--workers", "1", "--max-simulations", "2", "-o", str(out)]) in (0, 1)
+    rows = pq.read_table(out / "plan.parquet").to_pylist()
+    full = {r["candidate"]: r for r in pq.read_table(outs[1] / "plan.parquet").to_pylist()}
+    simulated = [r for r in rows if r["simulated"]]
+    assert len(simulated) == 2  # one batch of two
+    assert sum(r["pruned_by"] == "budget" for r in rows) == sum(
+        1 for r in full.values() if r["pruned_by"] not in ("invalid", "static_bound")) - 2
+    for r in simulated:  # the same simulation, whatever the budget
+        assert r["peak_reserved_bytes"] == full[r["candidate"]]["peak_reserved_bytes"]
+
+
+def test_layout_is_recorded(planned):
+    _, outs = planned
+    rows = pq.read_table(outs[1] / "plan.parquet").to_pylist()
+    by = {(r["pp"], r["vpp"]): r["layout"] for r in rows if r["layout"]}
+    # 5 layers: 2 stages split 3 + 2; 4 stages give the middle two ⌈5/4⌉ = 2 and the ends the 1 left
+    assert by[(2, 1)] == "3,2" and by[(4, 1)] == "1,2,2,0" and by[(1, 2)] == "3,2" and by[(2, 2)] == "1,2,2,0"

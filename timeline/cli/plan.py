@@ -67,6 +67,8 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", metavar="ADDR", help="--engine ray: a running cluster (auto, ray://HOST:PORT)")
     parser.add_argument("-o", "--output", metavar="DIR", help="output folder (default: runs/<run name>-plan/)")
     parser.add_argument("--force", action="store_true", help="replace DIR if timeline wrote it")
+    parser.add_argument("--max-simulations", type=positive, metavar="N", help="stop after N simulations; the "
+                        "candidates left are marked budget and the ranking is the best of those simulated")
     add_max_events(parser, "memory events per simulated candidate")
 
 
@@ -130,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
     engine = make_engine(args.engine, args.workers, args.address)
     try:
         t1 = time.perf_counter()
-        res = plan(spec, space, engine, keep=args.top, max_events=args.max_events, progress=progress)
+        res = plan(spec, space, engine, keep=args.top, max_events=args.max_events,
+                   max_simulations=args.max_simulations or 0, progress=progress)
         stamps["search"] = time.perf_counter() - t1
     finally:
         engine.close()
@@ -166,7 +169,9 @@ def print_result(res: PlanResult, top: int) -> None:
               f"({c['static_bound']:,} ruled out by the static bound), {c['simulated']:,} simulated "
               f"({c['oom']:,} short of memory), {c['fit']:,} fit; {c['time_bound']:,} not simulated (their time "
               f"bound is slower than the top {top})" + (f", {c['too_large']:,} over --max-events" if c['too_large']
-                                                        else "") + f"; capacity {gib(res.capacity_bytes)} GiB")
+                                                        else "")
+              + (f", {c['budget']:,} left unsimulated by --max-simulations (the ranking is the best of those "
+                 "simulated)" if c['budget'] else "") + f"; capacity {gib(res.capacity_bytes)} GiB")
     table = Table(title=f"fastest candidates that fit (GiB; ms per iteration)")
     for col in ("#", "candidate", "max peak reserved", "min headroom", "iteration ms", "tokens/s/GPU", "note"):
         table.add_column(col, justify="left" if col in ("candidate", "note") else "right")

@@ -5,7 +5,7 @@ plus any other space key by its run-file name), the derived ``dp``, ``num_microb
 ``layout``; ``invalid`` (why it cannot run); the static bound (``bound_peak_bytes`` on
 ``bound_pp_rank``, ``bound_time_us``); the simulated peaks (max over devices), ``worst_device``,
 ``short_bytes``, ``fits``, ``iteration_time_us``, ``tokens_per_s_per_gpu``; ``pruned_by`` (empty,
-``static_bound``, ``oom``, ``invalid``, ``time_bound``, ``too_large``) and ``rank`` among those
+``static_bound``, ``oom``, ``invalid``, ``time_bound``, ``too_large``, ``budget``) and ``rank`` among those
 that fit. Nothing that depends on the machine or the moment (wall times, host names) is in
 it, so the same plan gives the same bytes on every engine. Schema ``timeline.plan/1``.
 """

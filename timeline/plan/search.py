@@ -32,7 +32,7 @@ from timeline.result.build import build_timeline
 from timeline.sim.estimate import estimate_work
 from timeline.spec.run import RunSpec
 
-PRUNED = ("static_bound", "oom", "invalid", "time_bound", "too_large")
+PRUNED = ("static_bound", "oom", "invalid", "time_bound", "too_large", "budget")
 
 
 @dataclass(slots=True)
@@ -136,8 +136,11 @@ def _blocks(base: RunSpec, space: Space, workers: int) -> list[BoundJob]:
 
 
 def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_events: int = 50_000_000,
-         progress: Callable[[str, int, int], None] | None = None) -> PlanResult:
-    """Bound, simulate and rank ``space`` around ``base`` (the run file's fixed settings)."""
+         max_simulations: int = 0, progress: Callable[[str, int, int], None] | None = None) -> PlanResult:
+    """Bound, simulate and rank ``space`` around ``base`` (the run file's fixed settings).
+
+    ``max_simulations`` (0: no limit) stops simulating after that many; the survivors left are
+    ``budget`` — the ranking is then the best among those simulated, not a proof."""
     say = progress or (lambda *_: None)
     cap = base.hardware.capacity_bytes
     rows: list[Row] = []
@@ -157,6 +160,10 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
         if len(fitting) >= keep and nxt.bound_time_us > _kth_time(fitting, keep):
             for r in survivors[start:]:
                 r.pruned_by = "time_bound"
+            break
+        if max_simulations and done >= max_simulations:
+            for r in survivors[start:]:
+                r.pruned_by = "budget"
             break
         todo, runs = [], []
         for r in survivors[start:start + batch]:
@@ -183,7 +190,8 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
               "simulated": sum(r.simulated for r in rows), "fit": len(ranked),
               "oom": sum(r.pruned_by == "oom" for r in rows),
               "time_bound": sum(r.pruned_by == "time_bound" for r in rows),
-              "too_large": sum(r.pruned_by == "too_large" for r in rows)}
+              "too_large": sum(r.pruned_by == "too_large" for r in rows),
+              "budget": sum(r.pruned_by == "budget" for r in rows)}
     return PlanResult(space=space, capacity_bytes=cap, rows=rows, ranked=ranked, counts=counts)
 
 
