@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / "schedules" / "deepseek-v3-2048-plan.toml"
+RUN = ROOT / "schedules" / "deepseek-v3-2048.toml"
 REDUCED = ROOT / "tools" / "plan" / "deepseek-v3-2048-reduced.toml"
 PUBLISHED = "tp=1 pp=16 vpp=1 cp=1 ep=64 etp=1 mbs=1 schedule=dualpipe"
 
