@@ -48,12 +48,15 @@ def main() -> int:
         import pyarrow.parquet as pq
 
         rows = pq.read_table(out / "plan.parquet").to_pylist()
+        def num(v, scale: float, unit: str) -> str:
+            return "-" if v is None else f"{v / scale:,.2f} {unit}"
+
         for r in rows:
             if r["candidate"].startswith(PUBLISHED):
                 print(f"{r['candidate']}: rank {r['rank']}, pruned_by {r['pruned_by'] or '-'}, "
-                      f"bound {r['bound_peak_bytes'] and r['bound_peak_bytes'] / 2**30:.2f} GiB, "
-                      f"peak reserved {r['peak_reserved_bytes'] and r['peak_reserved_bytes'] / 2**30:.2f} GiB, "
-                      f"iteration {r['iteration_time_us'] and r['iteration_time_us'] / 1e3:,.0f} ms")
+                      f"bound {num(r['bound_peak_bytes'], 2**30, 'GiB')} / {num(r['bound_time_us'], 1e3, 'ms')}, "
+                      f"peak reserved {num(r['peak_reserved_bytes'], 2**30, 'GiB')}, "
+                      f"iteration {num(r['iteration_time_us'], 1e3, 'ms')}")
     return 0
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from timeline.compare.metrics import device_metrics
+from timeline.errors import UserError
 from timeline.graph.template import chunk_template
 from timeline.plan.bound import bound
 from timeline.plan.engines import Engine
@@ -114,7 +115,12 @@ def bound_block(job: BoundJob) -> list[Row]:
         else:
             row.dp, row.num_microbatches, row.layout = run.parallel.dp, run.training.num_microbatches, \
                 run.parallel.layout
-            b = bound(run)
+            try:
+                b = bound(run)
+            except UserError as exc:  # e.g. a schedule its generator refuses for these counts
+                row.invalid, row.pruned_by = f"schedule.kind: {exc}", "invalid"
+                out.append(row)
+                continue
             row.bound_bytes, row.bound_rank, row.bound_time_us = b.memory_bytes, b.memory_rank, b.time_us
             if b.memory_bytes > run.hardware.capacity_bytes:
                 row.pruned_by = "static_bound"
