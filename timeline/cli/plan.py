@@ -12,7 +12,17 @@ from pathlib import Path
 
 from rich.table import Table
 
-from timeline.cli.common import add_max_events, add_run_args, check_work, console, gib, load, positive, templates
+from timeline.cli.common import (
+    add_max_events,
+    add_run_args,
+    check_output_dir,
+    check_work,
+    console,
+    gib,
+    load,
+    positive,
+    templates,
+)
 from timeline.cli.fit import check_capacity, parse_capacity
 from timeline.cli.plan_files import default_output, write_outputs
 from timeline.errors import UserError
@@ -111,8 +121,6 @@ def run(args: argparse.Namespace) -> int:
                         selective=default_selective(spec) if needs_default else (),
                         where=args.space or "--space")
     out = Path(args.output) if args.output else default_output(spec.name)
-    from timeline.cli.common import check_output_dir
-
     check_output_dir(out, args.force)
     stamps: dict[str, float] = {"setup": time.perf_counter() - t0}
     last = [0.0]
@@ -172,7 +180,7 @@ def print_result(res: PlanResult, top: int) -> None:
                                                         else "")
               + (f", {c['budget']:,} left unsimulated by --max-simulations (the ranking is the best of those "
                  "simulated)" if c['budget'] else "") + f"; capacity {gib(res.capacity_bytes)} GiB")
-    table = Table(title=f"fastest candidates that fit (GiB; ms per iteration)")
+    table = Table(title="fastest candidates that fit (GiB; ms per iteration)")
     for col in ("#", "candidate", "max peak reserved", "min headroom", "iteration ms", "tokens/s/GPU", "note"):
         table.add_column(col, justify="left" if col in ("candidate", "note") else "right")
     best = res.ranked[:top]

@@ -25,12 +25,11 @@ from timeline.spec.run import (
     AllocatorSpec,
     HardwareSpec,
     ParallelSpec,
-    RecomputeSpec,
     RunSpec,
     ScheduleSpec,
     TrainingSpec,
 )
-from timeline.spec.validate import recompute_problems, validate_run
+from timeline.spec.validate import validate_run
 
 #: the searched dimensions, in the order of the canonical candidate string
 SEARCHED = ("parallel.tp", "parallel.pp", "parallel.vpp", "parallel.cp", "parallel.ep", "parallel.etp",
@@ -214,8 +213,3 @@ def candidate_run(base: RunSpec, cand: Candidate, space: Space) -> tuple[RunSpec
         return None, problems[0][0], problems[0][1]
     return run, "", ""
 
-
-def recompute_ok(run: RunSpec, spec: RecomputeSpec) -> tuple[str, str]:
-    """("", "") when ``spec`` applies to the (valid) run ``run``, else its first (key, problem)."""
-    problems = recompute_problems(replace(run, recompute=spec))
-    return problems[0] if problems else ("", "")
