@@ -53,9 +53,9 @@ DSV3_SPACE = """[space]
 """
 
 
-@pytest.mark.slow
 def test_ray_and_local_agree_on_deepseek_v3_256_gpus(tmp_path, monkeypatch):
-    """Issue 16's CI case at full size: DeepSeek-V3 on 256 GPUs, 96 candidates (minutes)."""
+    """Issue 16's CI case: DeepSeek-V3 on 256 GPUs, 96 candidates (about 40 s for both engines:
+    the time bound stops the search after a few simulations)."""
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     run = Path(__file__).resolve().parents[2] / "schedules" / "deepseek-v3-2048.toml"
     (tmp_path / "space.toml").write_text(DSV3_SPACE)
