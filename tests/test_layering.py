@@ -1,5 +1,5 @@
 """Imports point one way (DESIGN §1): spec → graph → pipeline → alloc → sim → result → compare
-→ serve → exporters → cli, with io at the edge. Heavy libraries stay in their layer."""
+→ plan → serve → exporters → cli, with io at the edge. Heavy libraries stay in their layer."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "timeline"
-ORDER = ["spec", "graph", "pipeline", "alloc", "sim", "result", "compare", "serve", "exporters", "cli"]
+ORDER = ["spec", "graph", "pipeline", "alloc", "sim", "result", "compare", "plan", "serve", "exporters", "cli"]
 BASE = {"errors", "__init__", "__main__"}  # importable from anywhere
 # libraries allowed only in these layers (pyarrow also only inside functions)
 LIBS = {"networkx": {"graph"}, "simpy": {"sim"}, "pyarrow": {"exporters", "io"}, "matplotlib": {"compare"},

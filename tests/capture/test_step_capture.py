@@ -105,9 +105,9 @@ def test_warm_up_is_simulated_and_left_out_of_the_peaks(trace, tmp_path: Path):
 
 
 def test_step_traces_refuse_sharding(trace, tmp_path: Path):
+    from timeline.errors import SpecError
     from timeline.io.runfile import load_run
     from timeline.io.trace_file import write_trace
-    from timeline.errors import SpecError
 
     write_trace(trace, tmp_path / "step.parquet")
     (tmp_path / "run.toml").write_text(RUN.format(warmup=0, iterations=1) + "[parallel]\ntp = 2\n")

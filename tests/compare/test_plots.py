@@ -43,9 +43,9 @@ def test_thin_keeps_the_peak():
 
 
 def test_memory_figure_shares_axes_and_names_everything_drawn():
-    from timeline.compare.plots import memory_figure
-
     from dataclasses import replace
+
+    from timeline.compare.plots import memory_figure
 
     run = tiny_run()
     run = replace(run, training=replace(run.training, iterations=2))

@@ -12,7 +12,7 @@ import pytest
 from tiny import GOLDEN, golden_bytes
 
 from timeline.exporters import perfetto_proto
-from timeline.exporters.trace_common import COUNTERS, counters
+from timeline.exporters.trace_common import counters
 
 pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
                          reason="the perfetto package is not installed (pip install -e '.[test]')")

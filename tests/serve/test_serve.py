@@ -12,8 +12,8 @@ from timeline.io.hf_config import read_hf_config
 from timeline.io.serve_runfile import load_serve_run
 from timeline.serve.budget import compute_budget
 from timeline.serve.kv import kv_bytes_per_token, kv_bytes_per_token_layer
-from timeline.sim.batching import Engine, SchedulerConfig, blocks_for, simulate_requests
 from timeline.serve.weights import quantized_bytes
+from timeline.sim.batching import Engine, SchedulerConfig, blocks_for, simulate_requests
 from timeline.spec.serving import Request
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ import numpy as np
 from helpers_run import tiny_run
 
 from timeline.graph.static import state_bytes
-from timeline.graph.tensors import CATEGORIES
 from timeline.graph.template import chunk_template
+from timeline.graph.tensors import CATEGORIES
 from timeline.sim.simulate import simulate
 
 

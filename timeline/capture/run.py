@@ -29,8 +29,8 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 from torch.distributed._tools.mod_tracker import ModTracker
-from torch.utils._pytree import tree_flatten
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from timeline.capture.gpu import gpu_kernels
 from timeline.capture.recorder import Recorder

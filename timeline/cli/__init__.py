@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "replay": "replay",
     "compare": "compare",
     "fit": "fit",
+    "plan": "plan",
     "plot": "plot",
     "report": "report",
     "capture": "capture",

@@ -31,7 +31,13 @@ from timeline.exporters import EXPORTERS
 from timeline.graph.recompute import FORMS as RECOMPUTE_FORMS
 from timeline.graph.recompute import parse_recompute
 from timeline.io.runfile import load_run
-from timeline.sim.estimate import DEFAULT_MAX_EVENTS, RSS_BYTES_PER_EVENT, WorkEstimate, check_bound, estimate_work
+from timeline.sim.estimate import (
+    DEFAULT_MAX_EVENTS,
+    RSS_BYTES_PER_EVENT,
+    WorkEstimate,
+    check_bound,
+    estimate_work,
+)
 from timeline.spec.run import RunSpec
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from timeline.errors import UserError
 from timeline.spec.hardware import GPUS
 
 if TYPE_CHECKING:
-    from timeline.io.megatron_map import Conversion, ArgReader
+    from timeline.io.megatron_map import ArgReader, Conversion
 
 
 def _on(env: dict[str, str], name: str) -> bool | None:

@@ -22,7 +22,6 @@ from timeline.io.megatron_table import (
     FAMILY_ARGS,
     FAMILY_NAMES,
     MODELLED_FAMILIES,
-    NEUTRAL_REASON,
     PROVIDER_FAMILIES,
     REFUSED,
 )

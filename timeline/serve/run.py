@@ -25,7 +25,6 @@ from timeline.serve.budget import Budget, compute_budget
 from timeline.serve.graph_view import device_params, step_ops
 from timeline.serve.hf import hf_timeline
 from timeline.serve.requests import synthetic_requests
-from timeline.sim.batching import SchedulerConfig, SchedulerResult, Step, simulate_requests
 from timeline.serve.steptime import step_cost
 from timeline.serve.transients import (
     SAMPLER_NAMES,
@@ -36,6 +35,7 @@ from timeline.serve.transients import (
     step_transients,
     step_transients_scaled,
 )
+from timeline.sim.batching import SchedulerConfig, SchedulerResult, Step, simulate_requests
 from timeline.spec.serving import ServeRunSpec
 
 #: buffers :func:`~timeline.serve.transients.sampler_tensors` returns

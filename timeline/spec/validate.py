@@ -210,8 +210,8 @@ def validate_run(run: RunSpec) -> list[tuple[str, str]]:
         default = FrameworkSpec()
         for f in dataclasses.fields(FrameworkSpec):
             if getattr(run.framework, f.name) != getattr(default, f.name):
-                add((f"framework.{f.name}", f'only the megatron profile reads [framework]; remove it or set '
-                     f'profile = "megatron"'))
+                add((f"framework.{f.name}", 'only the megatron profile reads [framework]; remove it or set '
+                     'profile = "megatron"'))
 
     # -- hardware -----------------------------------------------------------------------------
     hw = run.hardware

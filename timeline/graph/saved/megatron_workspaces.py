@@ -40,7 +40,6 @@ This module only sizes them; the simulator places them (``timeline.sim.simulate`
 from __future__ import annotations
 
 import re
-
 from collections.abc import Sequence
 
 from timeline.graph.tensors import DTYPE_BYTES, TensorDef

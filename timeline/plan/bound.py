@@ -1,0 +1,253 @@
+"""The static bound of a plan candidate: lower bounds on its peak memory and its iteration time,
+in milliseconds, from a two-layer probe and the schedule's own action order — never a simulation.
+
+Memory, per pipeline rank: the static state alive in the last iteration (weights; gradients and
+optimizer states when the profile keeps them by then; ZeRO shards rounded down) plus, at the
+worst boundary between two of the rank's actions, every micro-batch whose forward has run and
+whose backward (``B`` or ``I``) has not, times the decoder-layer (and MTP) bytes it saved in each
+of the rank's chunks. Whatever else is alive (embedding and head activations, transients, comm
+buffers, workspaces, fragmentation) only adds, so ``bound ≤ peak requested ≤ peak reserved``: a
+candidate whose bound exceeds capacity cannot fit, and no fitting candidate is ever pruned.
+
+Time, per rank: a rank runs its actions one after another, each for the sum of its ops (an
+overlapped F&B pair for the longer of its computation and its communication), so the sum of its
+decoder-layer ops over one iteration is a lower bound on the iteration time.
+
+Per-layer numbers come from a probe (the run cut to one dense and one MoE decoder layer, one
+pipeline rank, one micro-batch), built once per distinct (tp, sp, cp, ep, etp, micro-batch,
+recompute) and reused by every layout that shares them. This module does not simulate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from timeline.graph.build import chunk_layers, chunk_nodes
+from timeline.graph.context import BuildCtx
+from timeline.graph.static import is_expert_state
+from timeline.graph.template import chunk_template
+from timeline.graph.tensors import DTYPE_BYTES
+from timeline.pipeline import build_schedule
+from timeline.pipeline.placement import stage_placement
+from timeline.sim.cost import CostModel
+from timeline.sim.lifecycle import LIFECYCLES
+from timeline.spec.run import RecomputeSpec, RunSpec, ScheduleSpec
+
+PHASES = ("F", "B", "I", "W")
+
+
+@dataclass(frozen=True, slots=True)
+class LayerStats:
+    """One decoder layer kind's (or the MTP block's) numbers on one device, for one micro-batch."""
+
+    act_bytes: int
+    compute_us: dict[str, float]  # per action kind F / B / I / W
+    comm_us: dict[str, float]
+    dense_params: int = 0  # trainable elements, not expert states
+    expert_params: int = 0
+    buffer_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeStats:
+    dense: LayerStats | None
+    moe: LayerStats | None
+    mtp: LayerStats  # everything of the MTP layers (zero without them)
+    embedding: LayerStats  # parameters of the first virtual stage's embedding
+    head: LayerStats  # parameters of the last virtual stage's final norm, head and MTP embedding
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    memory_bytes: int  # max over pipeline ranks of the lower bound on peak requested bytes
+    memory_rank: int  # the pipeline rank it is reached on
+    time_us: float  # lower bound on the iteration time
+    per_rank_bytes: tuple[int, ...] = ()  # the memory bound of each pipeline rank
+
+
+def probe_run(run: RunSpec) -> tuple[RunSpec, dict[int, str]]:
+    """The run cut to one decoder layer of each kind it has (two layers), pp = vpp = 1, one
+    micro-batch, dp = ep·etp (per-layer numbers do not depend on dp; this keeps it valid)."""
+    m = run.model
+    kinds = {"moe" if m.is_moe_layer(i) else "dense" for i in range(m.num_hidden_layers)}
+    if kinds == {"dense", "moe"}:
+        model, kind = m.with_(num_hidden_layers=2, first_k_dense_replace=1, moe_layer_freq=1), {0: "dense", 1: "moe"}
+    elif kinds == {"moe"}:
+        model, kind = m.with_(num_hidden_layers=2, first_k_dense_replace=0, moe_layer_freq=1), {0: "moe", 1: "moe"}
+    else:
+        model = m.with_(num_hidden_layers=2, first_k_dense_replace=min(m.first_k_dense_replace, 2))
+        kind = {0: "dense", 1: "dense"}
+    rc = run.recompute
+    if rc.policy == "full" and not (rc.method == "uniform" and rc.num_layers == 1):
+        rc = RecomputeSpec()  # per-layer bytes of other groupings are not a layer's own: see act_bytes below
+    par = run.parallel
+    probe = replace(run, model=model, recompute=rc,
+                    parallel=replace(par, pp=1, vpp=1, layout=None, dp=par.ep * par.etp),
+                    training=replace(run.training, num_microbatches=1, iterations=1, warmup_iterations=0,
+                                     optimizer_instances=1),
+                    schedule=ScheduleSpec(kind="1f1b"))
+    return probe, kind
+
+
+@lru_cache(maxsize=4096)
+def probe_stats(probe: RunSpec, kinds: tuple[tuple[int, str], ...], zero_acts: bool) -> ProbeStats:
+    """Per-layer numbers of a probe (:func:`probe_run`); ``zero_acts``: count no saved bytes (a
+    full-recompute grouping the probe cannot stand for)."""
+    kind = dict(kinds)
+    tpl = chunk_template(probe, 0)
+    cost = CostModel.from_run(probe)
+    n_layers = probe.model.num_hidden_layers
+
+    def group(layer: int | None) -> str | None:
+        if layer is None:
+            return None
+        return kind[layer] if layer < n_layers else "mtp"
+
+    acts: dict[str, int] = {}
+    for layer, b in tpl.layer_activation_bytes.items():
+        g = group(layer) if layer >= 0 else None
+        if g is not None and not zero_acts:
+            acts[g] = acts.get(g, 0) + b
+    comp: dict[str, dict[str, float]] = {}
+    comm: dict[str, dict[str, float]] = {}
+    phases = {"F": tpl.forward, "B": tpl.backward or tpl.backward_i + tpl.backward_w,
+              "I": tpl.backward_i, "W": tpl.backward_w}
+    for ph, ops in phases.items():
+        for op in ops:
+            g = group(op.layer)
+            if g is None:
+                continue
+            table = comp if op.kind == "compute" else comm
+            row = table.setdefault(g, dict.fromkeys(PHASES, 0.0))
+            row[ph] += cost.op_us(op)
+    ctx = BuildCtx.from_run(probe)
+    rule = ctx.profile.expert_state_group
+    params: dict[str, list[int]] = {}
+    for node in chunk_nodes(ctx, chunk_layers(probe), 0):
+        g = group(node.layer) if node.layer is not None else ("embedding" if node.name == "embedding" else "head")
+        if g == "mtp":
+            g = "head"  # the MTP block's parameters sit with the head on the last virtual stage
+        row = params.setdefault(g, [0, 0, 0])
+        for t in node.params:
+            if not t.trainable:
+                row[2] += t.size_bytes
+            elif is_expert_state(t, rule):
+                row[1] += t.numel
+            else:
+                row[0] += t.numel
+
+    def stats(g: str) -> LayerStats:
+        p = params.get(g, [0, 0, 0])
+        return LayerStats(act_bytes=acts.get(g, 0), compute_us=comp.get(g, dict.fromkeys(PHASES, 0.0)),
+                          comm_us=comm.get(g, dict.fromkeys(PHASES, 0.0)), dense_params=p[0],
+                          expert_params=p[1], buffer_bytes=p[2])
+
+    have = set(kind.values())
+    return ProbeStats(dense=stats("dense") if "dense" in have else None, moe=stats("moe") if "moe" in have else None,
+                      mtp=stats("mtp"), embedding=stats("embedding"), head=stats("head"))
+
+
+@lru_cache(maxsize=1024)
+def schedule_profile(kind: str, pp: int, vpp: int, m: int, group: int
+                     ) -> tuple[tuple[tuple[tuple[int, ...], ...], tuple[dict, ...]], bool]:
+    """Per rank: the maximal in-flight vectors (micro-batches between F and B/I, per held chunk
+    in placement order) at action boundaries, and the action counts per (chunk, kind); whether
+    the schedule overlaps F&B pairs. Inside an overlapped pair memory is in between, so only
+    the boundary after the pair counts."""
+    sched = build_schedule(kind, pp=pp, vpp=vpp, num_microbatches=m, microbatch_group_size=group)
+    vectors, counts = [], []
+    for r, row in enumerate(sched.actions):
+        chunks = sched.stages_of_rank[r]
+        index = {c: i for i, c in enumerate(chunks)}
+        pairs = set(sched.overlapped[r]) if r < len(sched.overlapped) else set()
+        held = [0] * len(chunks)
+        best: set[tuple[int, ...]] = set()
+        n: dict[tuple[int, str], int] = {}
+        for pos, a in enumerate(row):
+            n[(a.stage, a.kind)] = n.get((a.stage, a.kind), 0) + 1
+            if a.kind == "F":
+                held[index[a.stage]] += 1
+            elif a.kind in ("B", "I"):
+                held[index[a.stage]] -= 1
+            if pos not in pairs:  # the first half of an overlapped pair ends no boundary
+                best.add(tuple(held))
+        maximal = tuple(v for v in best if not any(w != v and all(x >= y for x, y in zip(w, v, strict=True))
+                                                   for w in best))
+        vectors.append(tuple(sorted(maximal)))
+        counts.append(n)
+    return (tuple(vectors), tuple(counts)), bool(any(sched.overlapped))
+
+
+def _alive_state(run: RunSpec, dense_n: int, expert_n: int, buffers: int) -> int:
+    """Static bytes alive in the last iteration, ZeRO shards rounded down (see module docstring)."""
+    tr, par = run.training, run.parallel
+    life = LIFECYCLES[run.profile]
+    dense_g, expert_g = par.dp * par.cp // tr.optimizer_instances, max(1, par.edp // tr.optimizer_instances)
+
+    def sharded(level: int) -> int:
+        return dense_n // dense_g + expert_n // expert_g if tr.zero >= level else dense_n + expert_n
+
+    after_step = tr.optimizer_step and tr.iterations + tr.warmup_iterations >= 2
+    total = sharded(3) * DTYPE_BYTES[tr.dtype] + buffers
+    if life.grads_at == "start":
+        total += sharded(2) * DTYPE_BYTES[tr.grad_dtype]
+    master = DTYPE_BYTES[tr.master_dtype] if tr.master_dtype != tr.dtype else 0
+    if life.master_at == "start" or after_step:
+        total += sharded(1) * master
+    if life.moments_at == "start" or after_step:
+        total += sharded(1) * 2 * DTYPE_BYTES[tr.moment_dtype]
+    return total
+
+
+def _workspaces(run: RunSpec, chunks: tuple[int, ...], ranges: list[range]) -> int:
+    """The profile's persistent library workspaces (allocated at the start, never freed); a rank
+    counts as holding MoE layers only for its decoder layers (the MTP block can only add)."""
+    life = LIFECYCLES[run.profile]
+    if life.workspaces is None:
+        return 0
+    last = len(ranges) - 1
+    has_moe = any(run.model.is_moe_layer(i) for c in chunks for i in ranges[c])
+    # without the rank's tensors the cached dummy wgrads are left out: the bound stays a lower bound
+    return sum(w[1] for w in life.workspaces(run, holds_head=last in chunks, has_moe=has_moe))
+
+
+def bound(run: RunSpec) -> Bound:
+    """The static bound of one valid candidate run (module docstring)."""
+    par, tr = run.parallel, run.training
+    probe, kind = probe_run(run)
+    rc = run.recompute
+    zero_acts = rc.policy == "full" and not (rc.method == "uniform" and rc.num_layers == 1)
+    st = probe_stats(probe, tuple(sorted(kind.items())), zero_acts)
+    ranges = chunk_layers(run)
+    last = len(ranges) - 1
+    (vectors, counts), overlapped = schedule_profile(run.schedule.kind, par.pp, par.vpp, tr.num_microbatches,
+                                                     run.schedule.microbatch_group_size)
+    placement = stage_placement(run.schedule.kind, par.pp, par.vpp)
+    layer_kind = [st.moe if run.model.is_moe_layer(i) else st.dense for i in range(run.model.num_hidden_layers)]
+    chunk_parts: list[list[LayerStats]] = []
+    for c, rg in enumerate(ranges):
+        parts = [layer_kind[i] for i in rg]
+        if c == 0:
+            parts.append(st.embedding)
+        if c == last:
+            parts += [st.head, st.mtp]
+        chunk_parts.append(parts)
+    best = (-1, 0)
+    per_rank = []
+    time_us = 0.0
+    for r, chunks in enumerate(placement):
+        dense = sum(p.dense_params for c in chunks for p in chunk_parts[c])
+        expert = sum(p.expert_params for c in chunks for p in chunk_parts[c])
+        buffers = sum(p.buffer_bytes for c in chunks for p in chunk_parts[c])
+        act = [sum(p.act_bytes for p in chunk_parts[c]) for c in chunks]
+        held = max((sum(v * a for v, a in zip(vec, act, strict=True)) for vec in vectors[r]), default=0)
+        mem = _alive_state(run, dense, expert, buffers) + held + _workspaces(run, chunks, ranges)
+        best = max(best, (mem, -r))
+        per_rank.append(mem)
+        compute = comm = 0.0
+        for (c, k), n in counts[r].items():
+            compute += n * sum(p.compute_us[k] for p in chunk_parts[c])
+            comm += n * sum(p.comm_us[k] for p in chunk_parts[c])
+        time_us = max(time_us, max(compute, comm) if overlapped else compute + comm)
+    return Bound(memory_bytes=best[0], memory_rank=-best[1], time_us=time_us, per_rank_bytes=tuple(per_rank))

@@ -1,0 +1,216 @@
+"""Plan a job: bound every candidate of a space, simulate the ones the bound cannot rule out,
+cheapest first, and rank the ones that fit.
+
+1. **Bound** (in the engine's workers, in blocks of candidates that share probes): each
+   candidate becomes a run and is validated (an invalid one keeps its reason); a valid one gets
+   its static bound (:mod:`timeline.plan.bound`). A memory bound over capacity prunes it
+   (``static_bound``).
+2. **Simulate** the rest in order of their time bound (then name), a batch at a time, at
+   summary level (peaks per device, iteration time). Once ``keep`` candidates fit and the next
+   candidate's time bound exceeds the slowest of the best ``keep``, nothing left can enter
+   them: the rest are ``time_bound`` (not simulated; they cannot rank in the top). A simulated
+   candidate short of memory on some device is ``oom``.
+3. **Rank** the fitting ones by iteration time, then max peak reserved, then name.
+
+Batches and the stopping rule depend only on the candidates' order, never on timing, so every
+engine and worker count gives the same rows. This module prints nothing; ``progress`` hears
+(stage, done, total).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from timeline.compare.metrics import device_metrics
+from timeline.errors import UserError
+from timeline.graph.template import chunk_template
+from timeline.plan.bound import bound
+from timeline.plan.engines import Engine
+from timeline.plan.space import Candidate, Space, candidate_run, candidates
+from timeline.result.build import build_timeline
+from timeline.sim.estimate import estimate_work
+from timeline.spec.run import RunSpec
+
+PRUNED = ("static_bound", "oom", "invalid", "time_bound", "too_large", "budget")
+
+
+@dataclass(slots=True)
+class Row:
+    """One candidate's fate (a row of plan.parquet)."""
+
+    candidate: Candidate
+    dp: int = 0
+    num_microbatches: int = 0
+    layout: tuple[int, ...] | None = None
+    invalid: str = ""  # "key: problem" of an invalid candidate
+    bound_bytes: int | None = None
+    bound_rank: int | None = None
+    bound_time_us: float | None = None
+    simulated: bool = False
+    peak_requested_bytes: int | None = None
+    peak_allocated_bytes: int | None = None
+    peak_reserved_bytes: int | None = None  # max over devices
+    worst_device: int | None = None  # the device with the most peak reserved (or short of the most)
+    short_bytes: int = 0  # oom: what the worst device lacks
+    fits: bool | None = None
+    iteration_time_us: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    pruned_by: str = ""
+    rank: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.candidate.name
+
+
+@dataclass(frozen=True, slots=True)
+class SimSummary:
+    """What a plan keeps of one simulation (small, so it travels back from workers cheaply)."""
+
+    peak_requested_bytes: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    worst_device: int
+    short_bytes: int
+    fits: bool
+    iteration_time_us: float
+    per_device_reserved: tuple[tuple[int, int], ...]  # (device, peak reserved bytes)
+
+
+@dataclass(slots=True)
+class PlanResult:
+    space: Space
+    capacity_bytes: int
+    rows: list[Row]  # sorted by candidate name
+    ranked: list[Row] = field(default_factory=list)  # fitting, best first
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def simulate_summary(run: RunSpec) -> SimSummary:
+    """Simulate ``run`` (allocator included, no exports) and keep its peaks and iteration time."""
+    devs = device_metrics(build_timeline(run, chunk_template))
+    worst = min(devs, key=lambda d: (-d.over_bytes, -d.peak_reserved_bytes, d.device))
+    return SimSummary(peak_requested_bytes=max(d.peak_requested_bytes for d in devs),
+                      peak_allocated_bytes=max(d.peak_allocated_bytes for d in devs),
+                      peak_reserved_bytes=max(d.peak_reserved_bytes for d in devs), worst_device=worst.device,
+                      short_bytes=worst.over_bytes, fits=all(d.fits for d in devs),
+                      iteration_time_us=devs[0].iteration_time_us,
+                      per_device_reserved=tuple((d.device, d.peak_reserved_bytes) for d in devs))
+
+
+BoundJob = tuple[RunSpec, Space, tuple[Candidate, ...]]
+
+
+def bound_block(job: BoundJob) -> list[Row]:
+    """Validate and bound a block of candidates (run in a worker; the probes are cached there)."""
+    base, space, cands = job
+    out = []
+    for cand in cands:
+        run, key, problem = candidate_run(base, cand, space)
+        row = Row(candidate=cand)
+        if run is None:
+            row.invalid, row.pruned_by = f"{key}: {problem}", "invalid"
+        else:
+            row.dp, row.num_microbatches, row.layout = run.parallel.dp, run.training.num_microbatches, \
+                run.parallel.layout
+            try:
+                b = bound(run)
+            except UserError as exc:  # e.g. a schedule its generator refuses for these counts
+                row.invalid, row.pruned_by = f"schedule.kind: {exc}", "invalid"
+                out.append(row)
+                continue
+            row.bound_bytes, row.bound_rank, row.bound_time_us = b.memory_bytes, b.memory_rank, b.time_us
+            if b.memory_bytes > run.hardware.capacity_bytes:
+                row.pruned_by = "static_bound"
+        out.append(row)
+    return out
+
+
+def _blocks(base: RunSpec, space: Space, workers: int) -> list[BoundJob]:
+    """The space in blocks that share probes ((tp, cp, ep, etp, micro-batch) first), about eight
+    per worker, in a fixed order."""
+    def probe_key(c: Candidate) -> tuple:
+        s = dict(c.settings)
+        return tuple(str(s[k]) for k in ("parallel.tp", "parallel.cp", "parallel.ep", "parallel.etp",
+                                         "training.micro_batch_size", "recompute"))
+    cands = sorted(candidates(space), key=lambda c: (probe_key(c), c.name))
+    n = max(1, min(len(cands), 8 * workers))
+    size = math.ceil(len(cands) / n) if cands else 1
+    return [(base, space, tuple(cands[i:i + size])) for i in range(0, len(cands), size)]
+
+
+def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_events: int = 50_000_000,
+         max_simulations: int = 0, progress: Callable[[str, int, int], None] | None = None) -> PlanResult:
+    """Bound, simulate and rank ``space`` around ``base`` (the run file's fixed settings).
+
+    ``max_simulations`` (0: no limit) stops simulating after that many; the survivors left are
+    ``budget`` — the ranking is then the best among those simulated, not a proof."""
+    say = progress or (lambda *_: None)
+    cap = base.hardware.capacity_bytes
+    rows: list[Row] = []
+    blocks = _blocks(base, space, engine.workers)
+    total = sum(len(b[2]) for b in blocks)
+    for i in range(0, len(blocks), engine.workers):
+        for part in engine.map(bound_block, blocks[i:i + engine.workers]):
+            rows += part
+        say("bounded", len(rows), total)
+    rows.sort(key=lambda r: r.name)
+    survivors = sorted((r for r in rows if not r.pruned_by), key=lambda r: (r.bound_time_us, r.name))
+    fitting: list[Row] = []
+    batch = max(2, 2 * engine.workers)
+    done = 0
+    for start in range(0, len(survivors), batch):
+        nxt = survivors[start]
+        if len(fitting) >= keep and nxt.bound_time_us > _kth_time(fitting, keep):
+            for r in survivors[start:]:
+                r.pruned_by = "time_bound"
+            break
+        if max_simulations and done >= max_simulations:
+            for r in survivors[start:]:
+                r.pruned_by = "budget"
+            break
+        todo, runs = [], []
+        for r in survivors[start:start + batch]:
+            run, _, _ = candidate_run(base, r.candidate, space)
+            assert run is not None
+            if estimate_work(run, chunk_template).memory_events > max_events:
+                r.pruned_by = "too_large"
+                continue
+            todo.append(r)
+            runs.append(run)
+        for r, s in zip(todo, engine.map(simulate_summary, runs), strict=True):
+            _record(r, s, space, base)
+            if r.fits:
+                fitting.append(r)
+        done += len(todo)
+        say("simulated", done, len(survivors))
+        say("fitting", len(fitting), len(fitting))
+    ranked = sorted(fitting, key=lambda r: (r.iteration_time_us, r.peak_reserved_bytes, r.name))
+    for i, r in enumerate(ranked, 1):
+        r.rank = i
+    counts = {"candidates": len(rows), "invalid": sum(r.pruned_by == "invalid" for r in rows),
+              "bounded": sum(r.bound_bytes is not None for r in rows),
+              "static_bound": sum(r.pruned_by == "static_bound" for r in rows),
+              "simulated": sum(r.simulated for r in rows), "fit": len(ranked),
+              "oom": sum(r.pruned_by == "oom" for r in rows),
+              "time_bound": sum(r.pruned_by == "time_bound" for r in rows),
+              "too_large": sum(r.pruned_by == "too_large" for r in rows),
+              "budget": sum(r.pruned_by == "budget" for r in rows)}
+    return PlanResult(space=space, capacity_bytes=cap, rows=rows, ranked=ranked, counts=counts)
+
+
+def _kth_time(fitting: Sequence[Row], k: int) -> float:
+    return sorted(r.iteration_time_us for r in fitting)[k - 1]
+
+
+def _record(r: Row, s: SimSummary, space: Space, base: RunSpec) -> None:
+    r.simulated = True
+    r.peak_requested_bytes, r.peak_allocated_bytes = s.peak_requested_bytes, s.peak_allocated_bytes
+    r.peak_reserved_bytes, r.worst_device, r.short_bytes = s.peak_reserved_bytes, s.worst_device, s.short_bytes
+    r.fits, r.iteration_time_us = s.fits, s.iteration_time_us
+    tokens = space.global_batch * base.training.seq_len
+    r.tokens_per_s_per_gpu = tokens / (s.iteration_time_us / 1e6 * space.world_size) if s.iteration_time_us else None
+    if not s.fits:
+        r.pruned_by = "oom"
