@@ -164,3 +164,31 @@ def test_compare_and_replay_refuse_a_foreign_folder_too(tmp_path, capsys):
     assert main(["replay", str(snapshot), "-o", str(tmp_path / "replayed")]) == 0
     marker = json.loads((tmp_path / "replayed" / "timeline-output.json").read_text())
     assert marker["command"] == "replay"
+
+
+def test_files_are_replaced_only_with_force_and_never_through_a_link(tmp_path, capsys):
+    """plot, schedule --csv (and capture, from-megatron, report, which share the writer) refuse to
+    overwrite an existing file without --force, and never write through a link."""
+    run = _run(tmp_path)
+    out = tmp_path / "out"
+    assert main(["simulate", run, "-o", str(out), "--format", "summary,memory"]) == 0
+    capsys.readouterr()
+    mine = tmp_path / "figure.png"
+    mine.write_text("my own figure")
+    assert main(["plot", str(out), "-o", str(mine)]) == 2
+    _one_error(capsys, "exists", "--force")
+    assert mine.read_text() == "my own figure"
+    assert main(["plot", str(out), "-o", str(mine), "--force"]) == 0
+    assert mine.read_bytes().startswith(b"\x89PNG")
+    csv = tmp_path / "schedule.csv"
+    csv.write_text("keep")
+    assert main(["schedule", run, "--csv", str(csv)]) == 2
+    _one_error(capsys, "exists", "--force")
+    assert csv.read_text() == "keep"
+    assert main(["schedule", run, "--csv", str(csv), "--force"]) == 0
+    assert csv.read_text() != "keep"
+    link = tmp_path / "link.csv"
+    link.symlink_to(mine)
+    assert main(["schedule", run, "--csv", str(link), "--force"]) == 2
+    _one_error(capsys, "symbolic link")
+    assert mine.read_bytes().startswith(b"\x89PNG")

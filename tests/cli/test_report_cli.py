@@ -111,6 +111,16 @@ def test_output_safety(tmp_path, capsys):
     assert "timeline-output.json" in capsys.readouterr().err
     assert main(["report", str(out), "-o", str(tmp_path / "page.html")]) == 0
     assert (tmp_path / "page.html").read_bytes() == (out / "report.html").read_bytes()  # deterministic
+    # --force replaces only a page this command wrote: never a file of the user's, never through a link
+    foreign = tmp_path / "thesis.html"
+    foreign.write_text("<!DOCTYPE html><title>my thesis</title>")
+    assert main(["report", str(out), "-o", str(foreign), "--force"]) == 2
+    assert "is not a timeline report" in capsys.readouterr().err
+    assert foreign.read_text() == "<!DOCTYPE html><title>my thesis</title>"
+    link = tmp_path / "link.html"
+    link.symlink_to(tmp_path / "page.html")
+    assert main(["report", str(out), "-o", str(link), "--force"]) == 2
+    assert "symbolic link" in capsys.readouterr().err and link.is_symlink()
 
 
 def test_shipped_run_report_is_small(tmp_path, capsys):

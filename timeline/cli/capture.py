@@ -68,6 +68,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-kernels", action="store_true",
                         help="keep CPU kernel choices (math SDPA, input-dtype dropout masks) instead of GPU ones")
     parser.add_argument("-o", "--output", required=True, metavar="TRACE.parquet", help="trace file to write")
+    parser.add_argument("--force", action="store_true", help="replace TRACE.parquet if it exists")
 
 
 DEFAULT_MICRO_BATCH_SIZE = 1
@@ -133,7 +134,7 @@ def _source(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[str, d
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
-    check_output_file(out)
+    check_output_file(out, force=args.force)
     if _missing("torch"):
         raise UserError("timeline capture needs PyTorch: pip install -e '.[capture]' (CPU torch + transformers)")
     from timeline.capture.hf import hf_builder
@@ -173,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     trace.provenance["hidden_size"] = hidden[-1] if hidden else 0
     trace.provenance["command"] = (f"timeline capture {capture_args} --micro-batch-size {trace.micro_batch_size} "
                                    f"--seq-len {trace.seq_len} --dtype {trace.provenance['dtype']} -o {args.output}")
-    write_file_atomically(out, lambda path: write_trace(trace, path))
+    write_file_atomically(out, lambda path: write_trace(trace, path), force=args.force)
     saved = sum(st.nbytes for st in trace.storages.values() if st.saved)
     print(f"{args.output}: {len(trace.ops)} ops, {len(trace.layers)} decoder layers, "
           f"{sum(p.nbytes for p in trace.params):,} parameter bytes, {saved:,} saved bytes, "
@@ -193,7 +194,7 @@ def _run_step(args: argparse.Namespace, out: Path, start: float) -> int:
     trace = capture_step(load_step(args.step), steps=args.steps, gpu=not args.cpu_kernels, provenance=prov)
     trace.provenance["dtype"] = params_dtype(trace)
     trace.provenance["command"] = f"timeline capture {prov['capture_args']} -o {args.output}"
-    write_file_atomically(out, lambda path: write_trace(trace, path))
+    write_file_atomically(out, lambda path: write_trace(trace, path), force=args.force)
     print(f"{args.output}: {len(trace.ops)} ops over {args.steps} steps, {len(trace.params)} parameters and buffers "
           f"({sum(p.nbytes for p in trace.params):,} bytes) ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
     return 0
@@ -213,7 +214,7 @@ def _run_hf_step(args: argparse.Namespace, out: Path, start: float, config: dict
     trace = capture_step(func, steps=args.steps, gpu=not args.cpu_kernels, provenance=prov)
     trace.provenance["command"] = (f"timeline capture {capture_args}{extra} --micro-batch-size {b} --seq-len {s} "
                                    f"--dtype {args.dtype} -o {args.output}")
-    write_file_atomically(out, lambda path: write_trace(trace, path))
+    write_file_atomically(out, lambda path: write_trace(trace, path), force=args.force)
     print(f"{args.output}: {len(trace.ops)} ops over {args.steps} steps, {len(trace.params)} parameters and buffers "
           f"({sum(p.nbytes for p in trace.params):,} bytes) ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
     return 0

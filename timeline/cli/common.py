@@ -313,19 +313,27 @@ def exporter_writer(tl: Timeline, formats: Sequence[str], options: dict | None =
     return write
 
 
-def check_output_file(out: Path, flag: str = "-o") -> None:
-    """Raise a UserError unless a file can be written at ``out`` (not a folder; writable folder)."""
+def check_output_file(out: Path, flag: str = "-o", force: bool = False) -> None:
+    """Raise a UserError unless a file can be written at ``out``: not a folder, not a link, not an
+    existing file unless ``force`` (the user's own files are never replaced silently), writable."""
+    if out.is_symlink():
+        raise UserError(f"{flag} {out}: is a symbolic link; timeline does not write through links — remove "
+                        "it yourself or choose another file")
     if out.is_dir():
         raise UserError(f"{flag} {out}: is a folder; give a file name")
     if out.exists() and not out.is_file():
         raise UserError(f"{flag} {out}: exists and is not a regular file")
+    if out.exists() and not force:
+        raise UserError(f"{out} exists; pass --force to replace it or {flag} to choose another file")
     _probe(flag, out)
 
 
-def write_file_atomically(out: Path, write: Callable[[Path], None], flag: str = "-o") -> None:
-    """Call ``write(tmp)`` on a sibling temp path, then rename it to ``out``; nothing partial is
-    left at ``out`` on failure. OS errors become a UserError naming the path."""
-    check_output_file(out, flag)
+def write_file_atomically(out: Path, write: Callable[[Path], None], flag: str = "-o",
+                          force: bool = False) -> None:
+    """Call ``write(tmp)`` on a sibling temp path, then rename it to ``out`` (an existing file only
+    under ``force``); nothing partial is left at ``out`` on failure. OS errors become a UserError
+    naming the path."""
+    check_output_file(out, flag, force)
     absolute = Path(os.path.abspath(out))
     tmp = absolute.with_name(f".{absolute.name}.partial-{os.getpid()}")
     try:

@@ -67,6 +67,6 @@ def run(args: argparse.Namespace) -> int:
         tmp.write_text(text, encoding="utf-8")
         load_run(tmp)  # the written file must load as it stands, or nothing is left at RUN.toml
 
-    write_file_atomically(out, write)
+    write_file_atomically(out, write, force=args.force)
     print(f"wrote {out}")
     return 0

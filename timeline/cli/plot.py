@@ -30,6 +30,7 @@ examples:
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory from `timeline simulate`")
     parser.add_argument("-o", "--output", metavar="FILE", help="PNG to write (default: RUN_DIR/memory.png)")
+    parser.add_argument("--force", action="store_true", help="replace FILE if it exists")
     parser.add_argument("--device", type=count, metavar="N", help="global rank to plot (default: the worst)")
 
 
@@ -66,13 +67,13 @@ def run(args: argparse.Namespace) -> int:
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: not a directory; give a run directory written by `timeline simulate`")
     out = Path(args.output) if args.output else run_dir / "memory.png"
-    check_output_file(out)
+    check_output_file(out, force=args.force)
     trace = load_trace(run_dir, args.device)
 
     def write(path: Path) -> None:
         with open(path, "wb") as handle:
             memory_png([trace], handle)
 
-    write_file_atomically(out, write)
+    write_file_atomically(out, write, force=args.force)
     console().print(f"wrote {out}")
     return 0

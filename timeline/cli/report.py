@@ -86,10 +86,26 @@ def compare_folder_data(folder: Path) -> dict[str, Any]:
     return compare_data(rows, [(v["name"], folder_data(folder / v["dir"], "simulate")) for v in variants])
 
 
+def is_report(path: Path) -> bool:
+    """Whether ``path`` is a page this command wrote (its title says so): ``--force`` replaces
+    nothing else."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except OSError:
+        return False
+    return head.startswith(b"<!DOCTYPE html>") and b"<title>timeline report: " in head
+
+
 def run(args: argparse.Namespace) -> int:
     folder = Path(args.folder)
     command = command_of(folder)
     out = Path(args.output) if args.output else folder / FILENAME
+    if out.is_symlink():
+        raise UserError(f"-o {out}: is a symbolic link; timeline does not write through links — remove it "
+                        "yourself or choose another file")
+    if out.exists() and not is_report(out):
+        raise UserError(f"{out} is not a timeline report; remove it yourself or choose another file with -o")
     if out.exists() and not args.force:
         raise UserError(f"{out} exists; pass --force to replace it or -o to choose another file")
     data = compare_folder_data(folder) if command == "compare" else folder_data(folder, command)
@@ -100,6 +116,6 @@ def run(args: argparse.Namespace) -> int:
     def write(path: Path) -> None:
         path.write_bytes(page)
 
-    write_file_atomically(out, write)
+    write_file_atomically(out, write, force=True)  # checked above: only an earlier report
     table_console().print(f"wrote {out} ({len(page) / 2**20:,.1f} MiB)")
     return 0

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from timeline.cli.common import add_run_args, load, load_csv_rows
-from timeline.errors import UserError
+from timeline.cli.common import add_run_args, load, load_csv_rows, write_file_atomically
 from timeline.pipeline import build_schedule, render
 
 HELP = "draw the pipeline schedule in the terminal, or write it as CSV"
@@ -30,6 +30,7 @@ the other, each with its step numbers, so no line is wider than 100 columns.
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     add_run_args(parser)
     parser.add_argument("--csv", metavar="FILE", help="write the schedule as CSV to FILE ('-' for stdout)")
+    parser.add_argument("--force", action="store_true", help="replace the --csv FILE if it exists")
     parser.add_argument("--steps", type=step_window, metavar="A:B",
                         help="draw only unit steps A … B−1 (0-based, half-open; A: or :B leave an end open)")
 
@@ -78,11 +79,10 @@ def run(args: argparse.Namespace) -> int:
         if args.csv == "-":
             sys.stdout.write(text)
         else:
-            try:
-                with open(args.csv, "w", encoding="utf-8") as f:
-                    f.write(text)
-            except OSError as exc:
-                raise UserError(f"--csv {args.csv}: {exc.strerror or exc}") from None
+            def write(path: Path) -> None:
+                path.write_text(text, encoding="utf-8")
+
+            write_file_atomically(Path(args.csv), write, flag="--csv", force=args.force)
         return 0
     if args.steps is not None:
         sys.stdout.write(render(schedule, steps=args.steps))
