@@ -31,6 +31,7 @@ from timeline.graph.tensors import DTYPE_BYTES
 from timeline.pipeline import build_schedule
 from timeline.pipeline.placement import stage_placement
 from timeline.sim.cost import CostModel
+from timeline.sim.estimate import probe_model
 from timeline.sim.lifecycle import LIFECYCLES
 from timeline.spec.run import RecomputeSpec, RunSpec, ScheduleSpec
 
@@ -69,15 +70,7 @@ class Bound:
 def probe_run(run: RunSpec) -> tuple[RunSpec, dict[int, str]]:
     """The run cut to one decoder layer of each kind it has (two layers), pp = vpp = 1, one
     micro-batch, dp = ep·etp (per-layer numbers do not depend on dp; this keeps it valid)."""
-    m = run.model
-    kinds = {"moe" if m.is_moe_layer(i) else "dense" for i in range(m.num_hidden_layers)}
-    if kinds == {"dense", "moe"}:
-        model, kind = m.with_(num_hidden_layers=2, first_k_dense_replace=1, moe_layer_freq=1), {0: "dense", 1: "moe"}
-    elif kinds == {"moe"}:
-        model, kind = m.with_(num_hidden_layers=2, first_k_dense_replace=0, moe_layer_freq=1), {0: "moe", 1: "moe"}
-    else:
-        model = m.with_(num_hidden_layers=2, first_k_dense_replace=min(m.first_k_dense_replace, 2))
-        kind = {0: "dense", 1: "dense"}
+    model, kind = probe_model(run.model)
     rc = run.recompute
     if rc.policy == "full" and not (rc.method == "uniform" and rc.num_layers == 1):
         rc = RecomputeSpec()  # per-layer bytes of other groupings are not a layer's own: see act_bytes below

@@ -20,6 +20,7 @@ from timeline.errors import UserError
 from timeline.graph.ops import ChunkTemplate
 from timeline.sim.cost import CostModel
 from timeline.sim.simulate import compile_templates, ep_loads
+from timeline.spec.model import ModelSpec
 from timeline.spec.run import RecomputeSpec, RunSpec, ScheduleSpec
 
 #: bytes each exporter writes per memory event + op, measured on the shipped DeepSeek-V3 run
@@ -52,18 +53,20 @@ class WorkEstimate:
         return self.memory_events * RSS_BYTES_PER_EVENT
 
 
-def _probe(run: RunSpec) -> tuple[RunSpec, dict[int, str]]:
-    """The run cut to one dense and one MoE layer (as many of each kind the model has), one
-    pipeline rank and one micro-batch; and which kind each probe layer stands for."""
-    m = run.model
+def probe_model(m: ModelSpec) -> tuple[ModelSpec, dict[int, str]]:
+    """``m`` cut to two decoder layers, one of each kind it has (dense, MoE), and which kind each
+    probe layer stands for; per-layer counts of the real model are read off them."""
     kinds = {"moe" if m.is_moe_layer(i) else "dense" for i in range(m.num_hidden_layers)}
     if kinds == {"dense", "moe"}:
-        model, kind = m.with_(num_hidden_layers=2, first_k_dense_replace=1, moe_layer_freq=1), {0: "dense", 1: "moe"}
-    elif kinds == {"moe"}:
-        model, kind = m.with_(num_hidden_layers=2, first_k_dense_replace=0, moe_layer_freq=1), {0: "moe", 1: "moe"}
-    else:
-        model = m.with_(num_hidden_layers=2, first_k_dense_replace=min(m.first_k_dense_replace, 2))
-        kind = {0: "dense", 1: "dense"}
+        return m.with_(num_hidden_layers=2, first_k_dense_replace=1, moe_layer_freq=1), {0: "dense", 1: "moe"}
+    if kinds == {"moe"}:
+        return m.with_(num_hidden_layers=2, first_k_dense_replace=0, moe_layer_freq=1), {0: "moe", 1: "moe"}
+    return m.with_(num_hidden_layers=2, first_k_dense_replace=min(m.first_k_dense_replace, 2)), {0: "dense", 1: "dense"}
+
+
+def _probe(run: RunSpec) -> tuple[RunSpec, dict[int, str]]:
+    """The run cut to :func:`probe_model`, one pipeline rank and one micro-batch."""
+    model, kind = probe_model(run.model)
     rc = run.recompute
     if rc.policy == "full":  # an upper bound: every layer recomputed
         rc = RecomputeSpec(policy="full", method="block", num_layers=2)
