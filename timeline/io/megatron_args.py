@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from timeline.errors import UserError
+from timeline.io.text import read_user_text
 
 #: a value given as a ``$VAR`` / ``${VAR}`` reference the launcher would have expanded
 VAR_RE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
@@ -125,16 +126,7 @@ def parse_arg_list(text: str, path: Path | str = "<arguments>") -> MegatronArgs:
 def read_megatron_config(path: str | Path) -> MegatronArgs:
     """Read CONFIG: YAML when it ends in ``.yaml``/``.yml``, else an argument list."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, expected a model_config.yaml or an argument list") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a text file") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    text = read_user_text(path, "a model_config.yaml or an argument list")
     if path.suffix.lower() in (".yaml", ".yml"):
         return parse_yaml(text, path)
     return parse_arg_list(text, path)

@@ -19,6 +19,7 @@ from typing import Any
 
 from timeline.errors import SpecError, UserError
 from timeline.io.hf_config import NO_EXPLICIT_ZERO, read_hf_config
+from timeline.io.text import read_user_text
 from timeline.io.trace_file import read_trace, trace_model, trace_problems
 from timeline.spec.fields import build_section, check_value
 from timeline.spec.framework import FrameworkSpec
@@ -75,16 +76,7 @@ def parse_override(text: str) -> tuple[str, str, Any]:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, expected a run file (.toml)") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a text file, expected a run file (.toml)") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    text = read_user_text(path, "a run file (.toml)")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
