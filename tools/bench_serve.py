@@ -23,7 +23,7 @@ def write_trace(path: Path, n: int = 1000, seed: int = 0) -> None:
     outputs = rng.integers(16, 513, size=n)
     prefixes = rng.integers(0, 4, size=n)
     lines = ["arrival_us,prompt_tokens,output_tokens,prefix_id"]
-    lines += [f"{a:.1f},{p},{o},{'sys' + str(x) if x else ''}" for a, p, o, x in zip(arrivals, prompts, outputs, prefixes)]
+    lines += [f"{a:.1f},{p},{o},{'sys' + str(x) if x else ''}" for a, p, o, x in zip(arrivals, prompts, outputs, prefixes, strict=True)]
     path.write_text("\n".join(lines) + "\n")
 
 

@@ -246,10 +246,10 @@ def test_events_parquet_pairs_every_alloc_with_a_free_but_the_static_ones(tmp_pa
     assert main(["serve", str(LLAMA_RUN), "--set", "serving.load.num_requests=10", "-o", str(out),
                  "--format", "events"]) == 0
     t = pq.read_table(out / "events.parquet").to_pydict()
-    allocs = [a for a, act in zip(t["address"], t["action"]) if act == "alloc"]
-    frees = [a for a, act in zip(t["address"], t["action"]) if act == "free"]
+    allocs = [a for a, act in zip(t["address"], t["action"], strict=True) if act == "alloc"]
+    frees = [a for a, act in zip(t["address"], t["action"], strict=True) if act == "free"]
     assert len(allocs) - len(frees) == 33  # the weights and one KV tensor per layer stay
-    named = [n for n, act in zip(t["tensor"], t["action"]) if act == "alloc"]
+    named = [n for n, act in zip(t["tensor"], t["action"], strict=True) if act == "alloc"]
     assert named[:2] == ["weights", "kv_cache.layers.0"] and t["action"][0] == "segment_alloc"
     assert t["seq"] == list(range(len(t["seq"])))
 

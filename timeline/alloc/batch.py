@@ -25,7 +25,7 @@ from timeline.alloc.config import AllocatorConfig
 from timeline.alloc.views import SegmentView
 
 try:  # the optional compiled core
-    from timeline.alloc import _ccore
+    from timeline.alloc import _ccore  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - depends on the install
     _ccore = None
 
@@ -99,7 +99,7 @@ def replay_python(config: AllocatorConfig, capacity_bytes: int | None, size: Seq
     malloc, free, blocks = alloc.malloc, alloc.free, alloc._blocks
     addrs = [0] * len(size)
     # plain ints: the model packs keys as size << 48 | address, which numpy ints would overflow
-    sizes, pairs = memoryview(size).tolist(), memoryview(pair).tolist()
+    sizes, pairs = memoryview(size).tolist(), memoryview(pair).tolist()  # type: ignore[arg-type]  # int64 arrays
     for i, (sz, p) in enumerate(zip(sizes, pairs, strict=True)):
         current = i
         if p < 0:

@@ -50,7 +50,7 @@ def _live_at_end(segments: Sequence[Mapping[str, Any]]) -> dict[int, list[Any]]:
 def _undo_blocks(live: dict[int, list[Any]], entry: Mapping[str, Any]) -> None:
     action = entry.get("action")
     if action == "alloc":
-        live.pop(entry.get("addr"), None)
+        live.pop(int(entry.get("addr", -1)), None)
     elif action in ("free_completed", "free_requested"):
         addr = entry.get("addr")
         if addr is not None and addr not in live:

@@ -198,8 +198,8 @@ def replay_device(device: int, segments: Sequence[Mapping[str, Any]], trace: Seq
             else:
                 events.clear()
                 model.empty_cache()
-                got = [(a, s) for act, a, s, _ in events if act in _RELEASES]
-                result.release_run_matches += sorted(got) == sorted(released)
+                model_release = [(a, s) for act, a, s, _ in events if act in _RELEASES]
+                result.release_run_matches += sorted(model_release) == sorted(released)
             i = j
             continue
         if action == "alloc":
@@ -218,8 +218,8 @@ def replay_device(device: int, segments: Sequence[Mapping[str, Any]], trace: Seq
                 result.cache_alloc_address_matches += hit
             result.model_segment_allocs += bool(model_grows)
             if expected_release is not None:
-                got = [(a, s) for act, a, s, _ in events if act in _RELEASES]
-                result.release_run_matches += sorted(got) == sorted(expected_release)
+                model_release = [(a, s) for act, a, s, _ in events if act in _RELEASES]
+                result.release_run_matches += sorted(model_release) == sorted(expected_release)
                 expected_release = None
             if model.last_oom:
                 result.ooms_model += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from types import ModuleType
 import os
 import sys
 from collections.abc import Sequence
@@ -62,7 +63,7 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {one_line(message)} (see `{self.prog} --help`)\n")
 
 
-def _load(name: str):
+def _load(name: str) -> ModuleType:
     return importlib.import_module(f"timeline.cli.{COMMANDS[name]}")
 
 

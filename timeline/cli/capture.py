@@ -15,6 +15,7 @@ from typing import Any
 from timeline.cli.common import check_output_file, positive, write_file_atomically
 from timeline.errors import UserError
 from timeline.io.hf_config import check_hf_config, family
+from timeline.spec.trace import CapturedTrace
 
 HELP = "record one forward + backward of a model's aten ops (fake CPU tensors) into a trace file"
 DESCRIPTION = """\
@@ -220,7 +221,7 @@ def _run_hf_step(args: argparse.Namespace, out: Path, start: float, config: dict
     return 0
 
 
-def params_dtype(trace) -> str:
+def params_dtype(trace: CapturedTrace) -> str:
     """The run dtype of a trace's trainable parameters (bf16, fp16, fp32), or "mixed"."""
     names = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
     dtypes = sorted({names.get(p.dtype, p.dtype) for p in trace.params if p.trainable})
@@ -234,7 +235,7 @@ def _missing(name: str) -> bool:
     return importlib.util.find_spec(name) is None
 
 
-def _hidden_shape(trace) -> tuple[int, ...]:
+def _hidden_shape(trace: CapturedTrace) -> tuple[int, ...]:
     """Shape of the first decoder layer's output hidden state (b, s, h), or ()."""
     target = trace.layers[0].hidden_out
     for op in trace.ops:

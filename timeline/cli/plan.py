@@ -26,8 +26,9 @@ from timeline.cli.common import (
 from timeline.cli.plan_files import default_output, write_outputs
 from timeline.errors import UserError
 from timeline.plan.engines import ENGINES, make_engine
-from timeline.plan.search import PlanResult, Row, plan
+from timeline.plan.search import PlanResult, Row, known, plan
 from timeline.plan.space import build_space
+from timeline.spec.run import RunSpec
 
 HELP = "search layouts, micro-batch sizes, schedules and recompute for the fastest job that fits N GPUs"
 DESCRIPTION = """\
@@ -89,7 +90,7 @@ def read_space(path: str) -> dict:
     return data["space"]
 
 
-def default_selective(spec) -> tuple[str, ...]:
+def default_selective(spec: RunSpec) -> tuple[str, ...]:
     """The selective sets `timeline fit` keeps (undominated), judged on the run's two-layer probe."""
     from timeline.compare.fit import Statics, selective_space
     from timeline.plan.bound import probe_run
@@ -160,8 +161,8 @@ def _why(r: Row, kth: Row | None) -> str:
     if r.pruned_by == "oom":
         return f"short of {gib(r.short_bytes)} GiB on device {r.worst_device}"
     if r.fits and kth is not None:
-        return f"{(r.iteration_time_us - kth.iteration_time_us) / 1e3:,.1f} ms slower than #{kth.rank}"
-    return r.pruned_by
+        return f"{(known(r.iteration_time_us) - known(kth.iteration_time_us)) / 1e3:,.1f} ms slower than #{kth.rank}"
+    return r.pruned_by or ""
 
 
 def print_result(res: PlanResult, top: int) -> None:
@@ -179,15 +180,17 @@ def print_result(res: PlanResult, top: int) -> None:
         table.add_column(col, justify="left" if col in ("candidate", "note") else "right")
     best = res.ranked[:top]
     for r in best:
-        table.add_row(str(r.rank), r.name, gib(r.peak_reserved_bytes), gib(res.capacity_bytes - r.peak_reserved_bytes),
-                      f"{r.iteration_time_us / 1e3:,.1f}", f"{r.tokens_per_s_per_gpu:,.0f}", "", style="green"
+        peak = known(r.peak_reserved_bytes)
+        table.add_row(str(r.rank), r.name, gib(peak), gib(res.capacity_bytes - peak),
+                      f"{known(r.iteration_time_us) / 1e3:,.1f}", f"{r.tokens_per_s_per_gpu:,.0f}", "", style="green"
                       if r.rank == 1 else None)
     kth = best[-1] if best else None
     losers = res.ranked[top:top + 3] + sorted((r for r in res.rows if r.pruned_by == "oom"),
-                                             key=lambda r: (r.iteration_time_us, r.name))[:3]
+                                             key=lambda r: (known(r.iteration_time_us), r.name))[:3]
     for r in losers:
-        table.add_row("-" if r.rank is None else str(r.rank), r.name, gib(r.peak_reserved_bytes),
-                      gib(res.capacity_bytes - r.peak_reserved_bytes), f"{r.iteration_time_us / 1e3:,.1f}",
+        peak = known(r.peak_reserved_bytes)
+        table.add_row("-" if r.rank is None else str(r.rank), r.name, gib(peak),
+                      gib(res.capacity_bytes - peak), f"{known(r.iteration_time_us) / 1e3:,.1f}",
                       f"{r.tokens_per_s_per_gpu:,.0f}", _why(r, kth), style="dim" if r.fits else "red")
     con.print(table)
     if not res.ranked:

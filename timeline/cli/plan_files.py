@@ -18,7 +18,7 @@ from timeline.cli.common import write_dir_atomically
 from timeline.errors import UserError
 from timeline.io.runfile import parse_override, read_toml
 from timeline.io.runfile_write import run_file_text
-from timeline.plan.search import PlanResult, Row
+from timeline.plan.search import PlanResult, Row, known
 from timeline.spec.run import RecomputeSpec, RunSpec
 
 
@@ -57,7 +57,7 @@ def best_file_data(data: dict[str, Any], run: RunSpec, r: Row, run_dir: Path, be
         del p["layout"]
     t = out.setdefault("training", {})
     t.update(micro_batch_size=tr.micro_batch_size, num_microbatches=tr.num_microbatches)
-    for key, value in r.candidate.settings:
+    for key, _value in r.candidate.settings:
         section, _, name = key.partition(".")
         if key != "recompute" and section not in ("parallel",) and name not in ("micro_batch_size",):
             out.setdefault(section, {})[name] = getattr(getattr(run, section), name)
@@ -90,7 +90,7 @@ def write_outputs(out: Path, force: bool, res: PlanResult, base: RunSpec, args: 
             raise UserError(f"{r.name}: no longer valid")
         header = (f"timeline plan: #{i} of {len(res.ranked)} fitting candidates for {args.world_size} GPUs\n"
                   f"{r.name}\nmax peak reserved {r.peak_reserved_bytes:,} bytes; "
-                  f"iteration {r.iteration_time_us / 1e3:,.1f} ms")
+                  f"iteration {known(r.iteration_time_us) / 1e3:,.1f} ms")
         files.append((f"{i:02d}.toml", run_file_text(best_file_data(data, run, r, run_dir, best_dir, i), header)))
 
     def write(folder: Path) -> None:

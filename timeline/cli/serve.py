@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -67,7 +68,7 @@ def parse_formats(text: str) -> list[str]:
     return formats
 
 
-def writer(res: ServeResult, formats: list[str]):
+def writer(res: ServeResult, formats: list[str]) -> Callable[[Path], None]:
     serve_snapshot = importlib.import_module("timeline.exporters.serve_snapshot")
     serve_summary = importlib.import_module("timeline.exporters.serve_summary")
     serve_trace = importlib.import_module("timeline.exporters.serve_trace")

@@ -13,6 +13,7 @@ import argparse
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -47,7 +48,7 @@ class View:
                 self.table.add_column(col.header, justify=col.justify, no_wrap=col.no_wrap,  # type: ignore[arg-type]
                                       overflow="ellipsis" if col.no_wrap else "fold")
 
-    def row(self, *cells: str, **kwargs) -> None:
+    def row(self, *cells: str, **kwargs: Any) -> None:
         if len(cells) != len(self.keep):
             raise ValueError(f"a row needs {len(self.keep)} cells, got {len(cells)}")
         self.table.add_row(*[c for c, k in zip(cells, self.keep, strict=True) if k], **kwargs)

@@ -11,19 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
 from timeline.compare.metrics import MemoryTrace, VariantResult
 from timeline.graph.tensors import CATEGORIES
 
+if TYPE_CHECKING:
+    from matplotlib.artist import Artist
+    from matplotlib.figure import Figure
+
 GIB = 2**30
 COLORS = {"weights": "#4c72b0", "grads": "#55a868", "optimizer": "#8172b2", "activations": "#dd8452",
           "recompute": "#c44e52", "comm": "#937860", "temporary": "#8c8c8c"}
 
 
-def _figure(width: float, height: float):
+def _figure(width: float, height: float) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -47,7 +51,7 @@ def thin(tr: MemoryTrace, max_points: int = PLOT_POINTS) -> MemoryTrace:
     edges = np.linspace(t[0], t[-1], max_points + 1)[1:-1]
     starts = np.unique(np.concatenate([[0], np.searchsorted(t, edges, side="left")]))
     starts = starts[starts < n]
-    total = sum(tr.by_category.values()).astype(np.float64)
+    total = np.asarray(sum(tr.by_category.values()), dtype=np.float64)
     bucket = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, n)))
     idx = np.lexsort((-total, bucket))[starts]  # sorted by slice, then most used first: each slice's first
     res = np.maximum.reduceat(tr.reserved, starts)
@@ -64,7 +68,7 @@ def memory_png(traces: Sequence[MemoryTrace], handle: BinaryIO, *, title: str = 
     memory_figure(traces, title=title).savefig(handle, format="png")
 
 
-def memory_figure(traces: Sequence[MemoryTrace], *, title: str = ""):
+def memory_figure(traces: Sequence[MemoryTrace], *, title: str = "") -> Figure:
     """One panel per trace, all on the same time and memory axes (so variants compare by eye):
     categories stacked (GiB vs ms from 0), the reserved line, capacity dashed, the peak reserved
     value marked, OOMs as red ticks, iteration boundaries dotted; one legend naming every
@@ -109,12 +113,12 @@ def memory_figure(traces: Sequence[MemoryTrace], *, title: str = ""):
     return fig
 
 
-def legend_handles(categories: Sequence[str], iterations: bool, ooms: bool) -> list:
+def legend_handles(categories: Sequence[str], iterations: bool, ooms: bool) -> list[Artist]:
     """Legend entries: every category drawn, then the lines and markers."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    out = [Patch(facecolor=COLORS[c], alpha=0.9, label=c) for c in categories]
+    out: list[Artist] = [Patch(facecolor=COLORS[c], alpha=0.9, label=c) for c in categories]
     out += [Line2D([], [], color="black", lw=1.0, label="reserved"),
             Line2D([], [], color="red", ls="--", lw=1.2, label="capacity"),
             Line2D([], [], color="black", marker="v", ls="", label="peak reserved")]

@@ -29,6 +29,7 @@ def compare_columns(results: Sequence[VariantResult]) -> dict[str, np.ndarray | 
                                                "recompute": [r.recompute for r, _ in rows]}
     for f in FIELDS:
         values = [getattr(d, f) for _, d in rows]
-        kind = type(values[0]) if values else int
-        cols[f] = np.array(values, dtype={bool: np.bool_, float: np.float64}.get(kind, np.int64))
+        kind: type = type(values[0]) if values else int
+        dtypes: dict[type, type] = {bool: np.bool_, float: np.float64}
+        cols[f] = np.array(values, dtype=dtypes.get(kind, np.int64))
     return cols

@@ -102,6 +102,7 @@ def split_layers(num_layers: int, chunks: int, *, first: int | None, last: int |
     vpp = chunks // pp
     if (first is not None or last is not None) and vpp > 1:
         per_rank = split_layers(num_layers, pp, first=first, last=last, embedding=False, loss=False)
+        assert per_rank is not None  # first or last is given, so the split is explicit
         if any(n % vpp for n in per_rank):
             raise UserError(f"--decoder-first/last-pipeline-num-layers: a rank's layers {per_rank} do not divide "
                             f"over its {vpp} virtual stages")

@@ -12,8 +12,9 @@ what went where, which :mod:`timeline.io.megatron_write` turns into TOML. Nothin
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from timeline.errors import UserError
 from timeline.io.megatron_args import VAR_RE, MegatronArgs
@@ -76,7 +77,12 @@ class ArgReader:
             return v.strip().lower() not in ("false", "0", "no")
         return bool(v)
 
-    def int(self, name: str, default: int | None = None) -> int | None:
+    @overload
+    def int(self, name: str) -> builtins.int | None: ...
+    @overload
+    def int(self, name: str, default: builtins.int) -> builtins.int: ...
+
+    def int(self, name: str, default: builtins.int | None = None) -> builtins.int | None:
         v = self.value(name, default)
         if v is None or isinstance(v, int) and not isinstance(v, bool):
             return v
@@ -85,18 +91,23 @@ class ArgReader:
         except ValueError:
             raise UserError(f"{name}: expected an integer, got {v!r}") from None
 
-    def float(self, name: str, default: float) -> float:
+    def float(self, name: str, default: builtins.float) -> builtins.float:
         v = self.value(name, default)
         try:
             return float(v)
         except (TypeError, ValueError):
             raise UserError(f"{name}: expected a number, got {v!r}") from None
 
-    def str(self, name: str, default: str | None = None) -> str | None:
-        v = self.value(name, default)
-        return None if v is None else str(v)
+    @overload
+    def str(self, name: builtins.str) -> builtins.str | None: ...
+    @overload
+    def str(self, name: builtins.str, default: builtins.str) -> builtins.str: ...
 
-    def need(self, name: str) -> int:
+    def str(self, name: builtins.str, default: builtins.str | None = None) -> builtins.str | None:
+        v = self.value(name, default)
+        return None if v is None else builtins.str(v)
+
+    def need(self, name: builtins.str) -> builtins.int:
         v = self.int(name)
         if v is None:
             raise UserError(f"{name} is required (Megatron-LM has no default for it)")
@@ -226,16 +237,17 @@ def map_parallel(a: ArgReader, c: Conversion, world_size: int) -> tuple[int, int
     layers = a.need("--num-layers")
     vpp = 1
     layout = None
+    per = a.int("--num-layers-per-virtual-pipeline-stage")
+    stages = a.int("--num-virtual-stages-per-pipeline-rank")
     if a.has("--pipeline-model-parallel-layout"):
-        layout, vpp = parse_layout(a.str("--pipeline-model-parallel-layout"), pp)
-    elif a.int("--num-layers-per-virtual-pipeline-stage"):
-        per = a.int("--num-layers-per-virtual-pipeline-stage")
+        layout, vpp = parse_layout(a.str("--pipeline-model-parallel-layout") or "", pp)
+    elif per:
         if layers % (pp * per):
             raise UserError(f"--num-layers-per-virtual-pipeline-stage {per}: {layers} layers do not divide into "
                             f"pp·{per}")
         vpp = layers // (pp * per)
-    elif a.int("--num-virtual-stages-per-pipeline-rank"):
-        vpp = a.int("--num-virtual-stages-per-pipeline-rank")
+    elif stages:
+        vpp = stages
     if layout is None:
         layout = split_layers(layers, pp * vpp, first=a.int("--decoder-first-pipeline-num-layers"),
                               last=a.int("--decoder-last-pipeline-num-layers"),

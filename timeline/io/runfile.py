@@ -215,6 +215,7 @@ def run_from_data(data: dict[str, Any], path: Path, overrides: Sequence[str] = (
                          "runs/NAME)"))
     if problems:
         raise SpecError(problems, source)
+    assert model is not None  # a missing model is one of the problems above
     run = RunSpec(name=name_value, source=str(path.resolve()), model=model, profile=profile,
                   model_source=model_source, trace=traces[0] if traces else None, notes=tuple(notes),
                   **sections)

@@ -141,6 +141,7 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
                          "starting with a letter or digit, at most 100 characters"))
     if problems:
         raise SpecError(problems, source)
+    assert model is not None  # a missing model is one of the problems above
     run = ServeRunSpec(name=name, source=str(path.resolve()), model=model, model_source=model_source,
                        parallel=parallel, hardware=hardware, allocator=allocator, serving=serving, load=load,
                        requests=requests, notes=tuple(notes))

@@ -118,17 +118,18 @@ def probe_stats(probe: RunSpec, kinds: tuple[tuple[int, str], ...], zero_acts: b
     rule = ctx.profile.expert_state_group
     params: dict[str, list[int]] = {}
     for node in chunk_nodes(ctx, chunk_layers(probe), 0):
-        g = group(node.layer) if node.layer is not None else ("embedding" if node.name == "embedding" else "head")
-        if g == "mtp":
-            g = "head"  # the MTP block's parameters sit with the head on the last virtual stage
-        row = params.setdefault(g, [0, 0, 0])
+        pg = group(node.layer) if node.layer is not None else None
+        pg = pg or ("embedding" if node.name == "embedding" else "head")
+        if pg == "mtp":
+            pg = "head"  # the MTP block's parameters sit with the head on the last virtual stage
+        counted = params.setdefault(pg, [0, 0, 0])
         for t in node.params:
             if not t.trainable:
-                row[2] += t.size_bytes
+                counted[2] += t.size_bytes
             elif is_expert_state(t, rule):
-                row[1] += t.numel
+                counted[1] += t.numel
             else:
-                row[0] += t.numel
+                counted[0] += t.numel
 
     def stats(g: str) -> LayerStats:
         p = params.get(g, [0, 0, 0])
@@ -143,13 +144,14 @@ def probe_stats(probe: RunSpec, kinds: tuple[tuple[int, str], ...], zero_acts: b
 
 @lru_cache(maxsize=1024)
 def schedule_profile(kind: str, pp: int, vpp: int, m: int, group: int
-                     ) -> tuple[tuple[tuple[tuple[int, ...], ...], tuple[dict, ...]], bool]:
+                     ) -> tuple[tuple[tuple[tuple[tuple[int, ...], ...], ...], tuple[dict, ...]], bool]:
     """Per rank: the maximal in-flight vectors (micro-batches between F and B/I, per held chunk
     in placement order) at action boundaries, and the action counts per (chunk, kind); whether
     the schedule overlaps F&B pairs. Inside an overlapped pair memory is in between, so only
     the boundary after the pair counts."""
     sched = build_schedule(kind, pp=pp, vpp=vpp, num_microbatches=m, microbatch_group_size=group)
-    vectors, counts = [], []
+    vectors: list[tuple[tuple[int, ...], ...]] = []
+    counts: list[dict[tuple[int, str], int]] = []
     for r, row in enumerate(sched.actions):
         chunks = sched.stages_of_rank[r]
         index = {c: i for i, c in enumerate(chunks)}
@@ -205,6 +207,12 @@ def _workspaces(run: RunSpec, chunks: tuple[int, ...], ranges: list[range]) -> i
     return sum(w[1] for w in life.workspaces(run, holds_head=last in chunks, has_moe=has_moe))
 
 
+def _layer_stats(st: ProbeStats, moe: bool) -> LayerStats:
+    stats = st.moe if moe else st.dense
+    assert stats is not None  # the probe holds one layer of each kind the model has
+    return stats
+
+
 def bound(run: RunSpec) -> Bound:
     """The static bound of one valid candidate run (module docstring)."""
     par, tr = run.parallel, run.training
@@ -217,7 +225,7 @@ def bound(run: RunSpec) -> Bound:
     (vectors, counts), overlapped = schedule_profile(run.schedule.kind, par.pp, par.vpp, tr.num_microbatches,
                                                      run.schedule.microbatch_group_size)
     placement = stage_placement(run.schedule.kind, par.pp, par.vpp)
-    layer_kind = [st.moe if run.model.is_moe_layer(i) else st.dense for i in range(run.model.num_hidden_layers)]
+    layer_kind = [_layer_stats(st, run.model.is_moe_layer(i)) for i in range(run.model.num_hidden_layers)]
     chunk_parts: list[list[LayerStats]] = []
     for c, rg in enumerate(ranges):
         parts = [layer_kind[i] for i in rg]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from timeline.compare.metrics import device_metrics
 from timeline.errors import UserError
@@ -32,6 +33,8 @@ from timeline.plan.space import Candidate, Space, candidate_run, candidates
 from timeline.result.build import build_timeline
 from timeline.sim.estimate import estimate_work
 from timeline.spec.run import RunSpec
+
+T = TypeVar("T")
 
 PRUNED = ("static_bound", "oom", "invalid", "time_bound", "too_large", "budget")
 
@@ -157,13 +160,13 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
             rows += part
         say("bounded", len(rows), total)
     rows.sort(key=lambda r: r.name)
-    survivors = sorted((r for r in rows if not r.pruned_by), key=lambda r: (r.bound_time_us, r.name))
+    survivors = sorted((r for r in rows if not r.pruned_by), key=lambda r: (known(r.bound_time_us), r.name))
     fitting: list[Row] = []
     batch = max(2, 2 * engine.workers)
     done = 0
     for start in range(0, len(survivors), batch):
         nxt = survivors[start]
-        if len(fitting) >= keep and nxt.bound_time_us > _kth_time(fitting, keep):
+        if len(fitting) >= keep and known(nxt.bound_time_us) > _kth_time(fitting, keep):
             for r in survivors[start:]:
                 r.pruned_by = "time_bound"
             break
@@ -201,8 +204,15 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
     return PlanResult(space=space, capacity_bytes=cap, rows=rows, ranked=ranked, counts=counts)
 
 
+def known(value: T | None) -> T:
+    """A row's field that its stage has set (the bound's time on survivors, the simulation's peak
+    and time on simulated rows)."""
+    assert value is not None
+    return value
+
+
 def _kth_time(fitting: Sequence[Row], k: int) -> float:
-    return sorted(r.iteration_time_us for r in fitting)[k - 1]
+    return sorted(known(r.iteration_time_us) for r in fitting)[k - 1]
 
 
 def _record(r: Row, s: SimSummary, space: Space, base: RunSpec) -> None:

@@ -18,6 +18,8 @@ Batches of up to ``max_num_seqs`` requests are formed in arrival order and run b
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from timeline.graph.tensors import DTYPE_BYTES
 from timeline.sim.batching import ReqState, SchedulerResult, Step
 from timeline.spec.model import ModelSpec
@@ -48,7 +50,7 @@ def hf_cache_peak_bytes(model: ModelSpec, dtype: str, batch: int, positions: int
 
 
 def hf_timeline(model: ModelSpec, dtype: str, requests: tuple[Request, ...], max_batch: int,
-                step_us) -> tuple[SchedulerResult, list[tuple[float, int, int]]]:
+                step_us: Callable[[int, int, float], float]) -> tuple[SchedulerResult, list[tuple[float, int, int]]]:
     """Run the requests as generate batches; return the per-request result and, per step,
     ``(t_us, cache_bytes_after, cache_peak_bytes)``."""
     states = [ReqState(r) for r in requests]

@@ -14,8 +14,10 @@ for ``full_decode_only``, it is decode-only.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -35,8 +37,8 @@ from timeline.serve.transients import (
     step_transients,
     step_transients_scaled,
 )
-from timeline.sim.batching import SchedulerConfig, SchedulerResult, Step, simulate_requests
-from timeline.spec.serving import ServeRunSpec
+from timeline.sim.batching import ReqState, SchedulerConfig, SchedulerResult, Step, simulate_requests
+from timeline.spec.serving import Request, ServeRunSpec
 
 #: buffers :func:`~timeline.serve.transients.sampler_tensors` returns
 SAMPLER_BUFFERS = len(SAMPLER_NAMES)
@@ -48,7 +50,7 @@ def _per_token_plan(run: ServeRunSpec) -> StepTransients | None:
     one, two, three = (step_transients(step_ops(run, t), [0] * SAMPLER_BUFFERS) for t in (1, 2, 3))
     if [j for _, j in one.plan] != [j for _, j in two.plan] or [j for _, j in one.plan] != [j for _, j in three.plan]:
         return None
-    if any(b != 2 * a or c != 3 * a for (a, _), (b, _), (c, _) in zip(one.plan, two.plan, three.plan)):
+    if any(b != 2 * a or c != 3 * a for (a, _), (b, _), (c, _) in zip(one.plan, two.plan, three.plan, strict=True)):
         return None
     return one
 
@@ -82,11 +84,19 @@ class ServeResult:
     end_segments: list = field(default_factory=list)
 
 
+def run_requests(run: ServeRunSpec) -> tuple[Request, ...]:
+    """The run's request trace, else its synthetic load (validation gives a run one of the two)."""
+    if run.requests:
+        return run.requests
+    assert run.load is not None
+    return synthetic_requests(run.load)
+
+
 def serve_hf(run: ServeRunSpec) -> ServeResult:
     """``engine = "hf"``: generate batches with a concatenated cache (:mod:`timeline.serve.hf`);
     memory is the weights plus the cache's peak per step (the step's activations are not modelled)."""
     budget = compute_budget(run)
-    requests = run.requests or synthetic_requests(run.load)
+    requests = run_requests(run)
     params = device_params(run)
     cost = step_cost(run, params, budget.weights_bytes, budget.kv_bytes_per_token)
     sched, rows = hf_timeline(run.model, run.serving.dtype, requests, run.serving.max_num_seqs, cost.step_us)
@@ -118,7 +128,7 @@ def serve(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
     budget = compute_budget(run)
     sv = run.serving
     sizes = capture_sizes(run)
-    requests = run.requests or synthetic_requests(run.load)
+    requests = run_requests(run)
     params = device_params(run)
     cost = step_cost(run, params, budget.weights_bytes, budget.kv_bytes_per_token)
     reqs_cap = min(sv.max_num_seqs, sv.max_num_batched_tokens)
@@ -166,7 +176,7 @@ def serve(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
     rows: dict[str, list] = {k: [] for k in ("t_us", "allocated_bytes", "reserved_bytes", "temporary_bytes",
                                               "kv_blocks_used", "requests_running", "requests_waiting",
                                               "requests_preempted")}
-    state = {"peak": (static_alloc, alloc.reserved_bytes, 0.0), "eager": 0}
+    state: dict[str, Any] = {"peak": (static_alloc, alloc.reserved_bytes, 0.0), "eager": 0}
     graph_max = sizes[0] if sizes else 0
 
     def replayed(tokens: int, decode_only: bool) -> bool:
@@ -174,7 +184,7 @@ def serve(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
             return False
         return decode_only or sv.cudagraph_mode != "full_decode_only"
 
-    def step_us(batch) -> float:
+    def step_us(batch: Sequence[tuple[ReqState, int]]) -> float:
         tokens = sum(n for _, n in batch)
         kv = sum(st.computed + n for st, n in batch)
         pairs = sum(n * (st.computed + (n + 1) / 2) for st, n in batch)

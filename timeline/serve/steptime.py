@@ -12,9 +12,10 @@ all-reduces are two per layer of ``T · hidden`` activations on NVLink (alpha-be
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from timeline.graph.tensors import DTYPE_BYTES
+from timeline.graph.tensors import DTYPE_BYTES, TensorDef
 from timeline.sim.cost import CostModel
 from timeline.spec.serving import ServeRunSpec
 
@@ -49,7 +50,7 @@ class StepCost:
         return t
 
 
-def step_cost(run: ServeRunSpec, params, weights_total: int, kv_bytes_per_token: int) -> StepCost:
+def step_cost(run: ServeRunSpec, params: Sequence[TensorDef], weights_total: int, kv_bytes_per_token: int) -> StepCost:
     m, par = run.model, run.parallel
     expert = [t for t in params if t.expert]
     expert_n = sum(t.numel for t in expert)

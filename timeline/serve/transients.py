@@ -9,7 +9,7 @@ peak — not modelled, stated in the summary as ``activation_graph = "eager"``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from timeline.alloc.caching import CachingAllocator
@@ -64,7 +64,7 @@ def sampler_tensors(run: ServeRunSpec, num_reqs: int, *, profile: bool = False) 
     return [local, full, n * 4, n * 4, n * 4, 0, 0]
 
 
-def step_transients(ops: list[FOp], extra: list[int] = ()) -> StepTransients:
+def step_transients(ops: list[FOp], extra: Sequence[int] = ()) -> StepTransients:
     """Allocation plan of a forward step: each op allocates its outputs when it starts and frees,
     when it ends, every tensor whose last consumer it is; the ``extra`` buffers (logits, sampler)
     follow the last op's outputs and live to the step's end with them."""

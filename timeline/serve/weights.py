@@ -45,7 +45,7 @@ def is_quantized(t: TensorDef) -> bool:
     return not t.name.endswith((".mlp.gate.weight", ".mlp.router.weight"))
 
 
-def quantized_bytes(shape: tuple[int, int], weight_dtype: str, group: int) -> int:
+def quantized_bytes(shape: tuple[int, ...], weight_dtype: str, group: int) -> int:
     """Bytes of one quantized out × in weight with its scales/zeros/indices."""
     out, inp = shape
     n = out * inp

@@ -18,11 +18,15 @@ def _mean(d: DistSpec) -> float:
 
 def min_steps(run: ServeRunSpec) -> int:
     sv = run.serving
+    tokens: float
+    outputs: float
+    longest: float
     if run.requests:
         tokens = sum(r.prompt_tokens + r.output_tokens for r in run.requests)
         outputs = sum(r.output_tokens for r in run.requests)
         longest = max(r.output_tokens for r in run.requests)
     else:
+        assert run.load is not None  # validation gives a run requests or a load
         n = run.load.num_requests
         outputs = n * _mean(run.load.output_tokens)
         tokens = n * _mean(run.load.prompt_tokens) + outputs
