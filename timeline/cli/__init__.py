@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from types import ModuleType
 import os
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 from typing import NoReturn
 
 from timeline import __version__

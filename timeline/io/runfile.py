@@ -13,7 +13,7 @@ import dataclasses
 import re
 import tomllib
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,13 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     except tomllib.TOMLDecodeError:
         value = raw.strip()  # a bare word is a string: --set schedule.kind=gpipe
     return section, key, value
+
+
+def _split_key(key: str, value: Any) -> tuple[str, str, Any]:
+    if not isinstance(key, str) or "." not in key:
+        raise SpecError([("overrides", f"{key!r} is not section.key (e.g. parallel.tp)")])
+    section, name = key.split(".", 1)
+    return section, name, value
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -150,19 +157,22 @@ def _resolve_model(data: dict[str, Any], base: Path, problems: list,
     return (model.with_(**changes) if changes else model), profile, source
 
 
-def load_run(path: str | Path, overrides: Sequence[str] = ()) -> RunSpec:
-    """Read, override, resolve and validate a run file; raise SpecError listing every problem."""
+def load_run(path: str | Path, overrides: Sequence[str] | Mapping[str, Any] = ()) -> RunSpec:
+    """Read, override, resolve and validate a run file; raise SpecError listing every problem.
+    ``overrides`` are ``--set`` texts (``"parallel.tp=4"``) or a mapping of the same keys to values
+    (``{"parallel.tp": 4}``), validated like the file's own."""
     path = Path(path)
     return run_from_data(read_toml(path), path, overrides)
 
 
-def run_from_data(data: dict[str, Any], path: Path, overrides: Sequence[str] = ()) -> RunSpec:
+def run_from_data(data: dict[str, Any], path: Path, overrides: Sequence[str] | Mapping[str, Any] = ()) -> RunSpec:
     """:func:`load_run` on run-file data already parsed (``path`` names it and anchors relative paths)."""
     source = str(path)
     problems: list[tuple[str, str]] = []
     try:
-        for text in overrides:
-            section, key, value = parse_override(text)
+        pairs = ([_split_key(k, v) for k, v in overrides.items()] if isinstance(overrides, Mapping)
+                 else [parse_override(text) for text in overrides])
+        for section, key, value in pairs:
             data.setdefault(section, {})
             if not isinstance(data[section], dict):
                 problems.append((f"--set {section}", "is not a section"))
