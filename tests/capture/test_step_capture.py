@@ -160,3 +160,14 @@ def test_commands_that_vary_the_step_refuse_step_traces(trace, tmp_path: Path, c
     assert main([command[0], str(tmp_path / "run.toml"), *command[1:]]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "whole-step trace" in err[0]
+
+
+def test_zero_fill_rules_write_what_the_scatter_ops_return():
+    # the in-place stand-ins of select_scatter / slice_scatter fill the zeros as the out-of-place ops would
+    import torch
+
+    from timeline.capture.gpu_rules import _select_into, _slice_into
+
+    zeros, row, cols = torch.zeros(4, 6), torch.ones(6), torch.ones(4, 2)
+    assert torch.equal(_select_into(zeros.clone(), row, 0, 1), torch.select_scatter(zeros, row, 0, 1))
+    assert torch.equal(_slice_into(zeros.clone(), cols, 1, 2, 6, 2), torch.slice_scatter(zeros, cols, 1, 2, 6, 2))

@@ -23,7 +23,7 @@ It does not record (the recorder sees the casts as ordinary ``_to_copy`` ops).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -68,7 +68,7 @@ def policies() -> dict[str, str]:
 class Emulation:
     """The CUDA-autocast kernels, installed at ``AutocastCPU`` for the capture's duration."""
 
-    def __init__(self, is_device) -> None:
+    def __init__(self, is_device: Callable[[torch.Tensor], bool]) -> None:
         self.is_device = is_device  # which tensors live on the (stand-in) GPU
         self.cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.depth = 0
@@ -91,14 +91,14 @@ class Emulation:
             return out
         return t.to(dtype)
 
-    def kernel(self, name: str, policy: str):
+    def kernel(self, name: str, policy: str) -> Callable[..., Any]:
         ns, _, rest = name.partition("::")
         op_name, _, overload = rest.partition(".")
         op = getattr(getattr(torch.ops.aten, op_name), overload or "default")
         keys = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
         dtype_at = next((i for i, a in enumerate(op._schema.arguments) if a.name == "dtype"), 1 << 30)
 
-        def run(*args, **kwargs):
+        def run(*args: Any, **kwargs: Any) -> Any:
             with torch._C._ExcludeDispatchKeyGuard(keys):
                 if policy == "banned":
                     raise RuntimeError(f"torch.nn.functional.{op_name} is unsafe to autocast (CUDA autocast "
@@ -143,7 +143,7 @@ class Emulation:
 
 
 @contextlib.contextmanager
-def cuda_autocast(is_device) -> Iterator[Emulation]:
+def cuda_autocast(is_device: Callable[[torch.Tensor], bool]) -> Iterator[Emulation]:
     """While active, ``torch.autocast("cuda", …)`` regions autocast the fake device as CUDA would."""
     import warnings
 
@@ -152,18 +152,19 @@ def cuda_autocast(is_device) -> Iterator[Emulation]:
     emu = Emulation(is_device)
     real_enter, real_exit = am.autocast.__enter__, am.autocast.__exit__
 
-    def enter(self):
+    def enter(self: am.autocast) -> Any:
         out = real_enter(self)
         if self.device == "cuda":
-            self._timeline_prev = (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
+            # the CPU autocast state this region replaces, kept on the region object itself
+            self.__dict__["_timeline_prev"] = (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
             torch.set_autocast_enabled("cpu", self._enabled)
             torch.set_autocast_dtype("cpu", self.fast_dtype)
             emu.depth += 1
         return out
 
-    def exit(self, *exc):
+    def exit(self: am.autocast, *exc: Any) -> Any:
         if self.device == "cuda":
-            enabled, dtype = self._timeline_prev
+            enabled, dtype = self.__dict__["_timeline_prev"]
             torch.set_autocast_enabled("cpu", enabled)
             torch.set_autocast_dtype("cpu", dtype)
             emu.depth -= 1
@@ -175,9 +176,10 @@ def cuda_autocast(is_device) -> Iterator[Emulation]:
         warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
         warnings.filterwarnings("ignore", message=".*Warning only once for all operators.*")
         emu.install()
-    am.autocast.__enter__, am.autocast.__exit__ = enter, exit
+    # monkey-patching the context manager's methods for the capture's duration
+    am.autocast.__enter__, am.autocast.__exit__ = enter, exit  # type: ignore[method-assign]
     try:
         yield emu
     finally:
-        am.autocast.__enter__, am.autocast.__exit__ = real_enter, real_exit
+        am.autocast.__enter__, am.autocast.__exit__ = real_enter, real_exit  # type: ignore[method-assign]
         emu.uninstall()

@@ -16,7 +16,9 @@ Only for fake tensors: the flash/efficient ops have no CPU kernels. This module 
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import Iterator
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -72,7 +74,7 @@ def gpu_kernels() -> Iterator[None]:
 @contextlib.contextmanager
 def _patched(patches: list[tuple[object, str, object]]) -> Iterator[None]:
     try:
-        import transformers.masking_utils as mu
+        mu: ModuleType | None = importlib.import_module("transformers.masking_utils")
     except ImportError:  # plain torch modules need no transformers patch
         mu = None
     if mu is not None and hasattr(mu, "find_packed_sequence_indices"):

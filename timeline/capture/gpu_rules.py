@@ -35,13 +35,14 @@ def int_histc(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     return torch.ops.aten.histc.default(x.float(), *args, **kwargs).to(x.dtype)
 
 
-def _select_into(dest, src, dim, index):
+def _select_into(dest: torch.Tensor, src: torch.Tensor, dim: int, index: int) -> torch.Tensor:
     dest.select(dim, index).copy_(src)
     return dest
 
 
-def _slice_into(dest, src, dim=0, start=None, end=None, step=1):
-    dest.slice(dim, start, end, step).copy_(src)
+def _slice_into(dest: torch.Tensor, src: torch.Tensor, dim: int = 0, start: int | None = None,
+                end: int | None = None, step: int = 1) -> torch.Tensor:
+    torch.ops.aten.slice.Tensor(dest, dim, start, end, step).copy_(src)  # Tensor has no .slice method
     return dest
 
 

@@ -10,6 +10,8 @@ the config dict its family's ``config.json`` would hold.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -46,7 +48,7 @@ def preset_config(model: ModelSpec) -> dict[str, Any]:
 BUILDER_KEYS = frozenset({"attn_implementation", "experts_implementation"})
 
 
-def _transformers():
+def _transformers() -> ModuleType:
     try:
         import transformers
     except ImportError:
@@ -97,7 +99,8 @@ def _default_attention(tf: Any, hf_cfg: Any) -> str:
     return "sdpa" if cls is None or getattr(cls, "_supports_sdpa", True) else "eager"
 
 
-def hf_builder(config: dict[str, Any], *, micro_batch_size: int, seq_len: int, dtype: str = "bf16"):
+def hf_builder(config: dict[str, Any], *, micro_batch_size: int, seq_len: int,
+               dtype: str = "bf16") -> Callable[[], Built]:
     """A build function for :func:`timeline.capture.run.capture` (call it inside fake mode).
     A config the Hugging Face classes reject raises a UserError ``config: …``, here or in the build."""
     tf = _transformers()
@@ -132,17 +135,19 @@ AUTOCAST = ("bf16", "fp16", "off")
 
 
 def hf_step_builder(config: dict[str, Any], *, micro_batch_size: int, seq_len: int, dtype: str = "bf16",
-                    optimizer: str = "none", autocast: str = "off"):
+                    optimizer: str = "none", autocast: str = "off") -> Callable[[], Callable[[], None]]:
     """A ``--step`` function for :func:`timeline.capture.step.capture_step`: the Hugging Face model on
     the (stand-in) GPU, its optimizer with torch.optim defaults, and a step running the forward to the
     loss under ``torch.autocast("cuda", …)`` when asked, ``loss.backward()``, ``opt.step()``,
     ``opt.zero_grad()`` (set_to_none, PyTorch's default)."""
     build = hf_builder(config, micro_batch_size=micro_batch_size, seq_len=seq_len, dtype=dtype)
-    make_opt = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam,
-                "sgd": lambda params: torch.optim.SGD(params, lr=1e-3)}.get(optimizer)
+    factories: dict[str, Callable[[Iterator[torch.nn.Parameter]], torch.optim.Optimizer]] = {
+        "adamw": torch.optim.AdamW, "adam": torch.optim.Adam,
+        "sgd": lambda params: torch.optim.SGD(params, lr=1e-3)}
+    make_opt = factories.get(optimizer)
     cast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(autocast)
 
-    def func():
+    def func() -> Callable[[], None]:
         model, _, kwargs = build()
         model.to("cuda")
         model.train()

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import re
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.autograd.graph import Node
 from torch.distributed._tools.mod_tracker import ModTracker
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -51,15 +53,16 @@ class NodeLabels(TorchFunctionMode):
     stops at nodes labelled earlier, so each node is visited once.
     """
 
-    def __init__(self, module_fn) -> None:
+    def __init__(self, module_fn: Callable[[], str]) -> None:
         super().__init__()
         self.module_fn = module_fn
         self.labels: dict[Any, str] = {}
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         out = func(*args, **(kwargs or {}))
         if torch.is_grad_enabled():
-            todo = [t.grad_fn for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.grad_fn]
+            todo: list[Node | None] = [t.grad_fn for t in tree_flatten(out)[0]
+                                       if isinstance(t, torch.Tensor) and t.grad_fn]
             if todo:
                 module = self.module_fn()
                 while todo:
@@ -147,20 +150,20 @@ class Recorder(TorchDispatchMode):
         entry = self.layers.setdefault(index, {"module": name, "hidden_in": -1, "hidden_out": -1,
                                                "grad_in": -1, "grad_out": -1})
 
-        def grad_hook(key: str):
+        def grad_hook(key: str) -> Callable[[torch.Tensor], None]:
             def hook(g: torch.Tensor) -> None:
                 if entry[key] < 0:
                     entry[key] = self.sid(g)
             return hook
 
-        def pre(_mod, args, kwargs):
+        def pre(_mod: torch.nn.Module, args: tuple, kwargs: dict) -> None:
             x = args[0] if args else kwargs.get("hidden_states")
             if isinstance(x, torch.Tensor) and entry["hidden_in"] < 0:
                 entry["hidden_in"] = self.sid(x)
                 if x.requires_grad:
                     x.register_hook(grad_hook("grad_in"))
 
-        def post(_mod, _args, _kwargs, out):
+        def post(_mod: torch.nn.Module, _args: tuple, _kwargs: dict, out: Any) -> None:
             y = out if isinstance(out, torch.Tensor) else next(
                 (t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)), None)
             if y is not None and entry["hidden_out"] < 0:
@@ -190,7 +193,7 @@ class Recorder(TorchDispatchMode):
         name in ``ModTracker``, one layer's, so its path is re-rooted under the active layer."""
         paths = [p.removeprefix(self._root) for p in self.tracker.parents if p not in ("Global", self._root[:-1])]
         best = max(paths, key=lambda p: (p.count("."), len(p)), default="")
-        layers = [p for p in paths if LAYER_RE.search(p) and not _IN_LAYER_RE.search(p[:LAYER_RE.search(p).start()])]
+        layers = [p for p in paths if (lm := LAYER_RE.search(p)) and not _IN_LAYER_RE.search(p[:lm.start()])]
         if not layers or layer_of(best) < 0:
             return best
         active = max(layers, key=len)
@@ -208,7 +211,7 @@ class Recorder(TorchDispatchMode):
             self._last_bw_module = m
         return self._last_bw_module
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if not self.recording or func.namespace == "prim":  # prim.device & co: metadata queries
             return func(*args, **kwargs)
@@ -262,7 +265,7 @@ class Recorder(TorchDispatchMode):
         return ops, storages, tuple(self.params), layers
 
 
-def _flops(func, args, kwargs, out) -> float:
+def _flops(func: Any, args: tuple, kwargs: dict, out: Any) -> float:
     fn = flop_registry.get(func._overloadpacket)
     if fn is None:
         return 0.0

@@ -99,7 +99,7 @@ class InitScalars(TorchDispatchMode):
     """While a model is built, ``.item()`` reads 0: init ops such as ``trunc_normal_`` read
     scalars that fake tensors do not have, and values do not matter for memory."""
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if func is torch.ops.aten._local_scalar_dense.default:
             dtype = args[0].dtype
             return 0.0 if dtype.is_floating_point else (False if dtype == torch.bool else 0)

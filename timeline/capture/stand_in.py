@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from torch.autograd.graph import Node
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
@@ -77,10 +78,11 @@ class StandIn(TorchFunctionMode):
         return self.depth == 0
 
     # -- calls ---------------------------------------------------------------------------
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = dict(kwargs or {})
         if self.depth == 0:
-            if func is torch.Tensor.is_cuda.__get__:
+            # the C property's getter: the stubs type ``Tensor.is_cuda`` as a plain bool
+            if func is torch.Tensor.is_cuda.__get__:  # type: ignore[attr-defined]
                 return self.is_device(args[0])
             if func in (torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu):
                 return self._to(func, args, kwargs)
@@ -107,8 +109,8 @@ class StandIn(TorchFunctionMode):
         """Hand autograd nodes made by a user-level call to ``on_nodes`` (each once)."""
         from torch.utils._pytree import tree_flatten
 
-        todo = [t.grad_fn for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-        fresh = []
+        todo: list[Node | None] = [t.grad_fn for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        fresh: list[Node] = []
         while todo:
             node = todo.pop()
             if node is None or id(node) in self._nodes:
@@ -122,7 +124,7 @@ class StandIn(TorchFunctionMode):
     def forget_nodes(self) -> None:
         self._nodes.clear()
 
-    def _call(self, func, args, kwargs, force: bool | None):
+    def _call(self, func: Any, args: tuple, kwargs: dict, force: bool | None) -> Any:
         saved, self.force = self.force, force if force is not None else self.force
         self.depth += 1
         try:
@@ -131,7 +133,7 @@ class StandIn(TorchFunctionMode):
             self.depth -= 1
             self.force = saved
 
-    def _to(self, func, args, kwargs):
+    def _to(self, func: Any, args: tuple, kwargs: dict) -> Any:
         t = args[0]
         if func is torch.Tensor.cuda:
             target, dtype, copy = CUDA, None, False
@@ -178,7 +180,7 @@ def cuda_stand_in() -> Iterator[StandIn]:
     real_device = FakeTensor.device
 
     def device(self: FakeTensor) -> torch.device:
-        d = real_device.fget(self)
+        d = real_device.fget(self)  # type: ignore[attr-defined]  # FakeTensor.device is a property
         if mode.user_view() and not self.fake_mode.in_kernel_invocation and mode.is_device(self):
             return CUDA
         return d
@@ -203,7 +205,8 @@ def cuda_stand_in() -> Iterator[StandIn]:
         return base.device.__get__(self)
 
     def is_cuda(self: torch.Tensor) -> bool:
-        return mode.is_device(self) if mode.user_view() else base.is_cuda.__get__(self)
+        # the C property's getter: the stubs type ``TensorBase.is_cuda`` as a plain bool
+        return mode.is_device(self) if mode.user_view() else base.is_cuda.__get__(self)  # type: ignore[attr-defined]
 
     patches: list[tuple[object, str, object]] = [(FakeTensor, "device", property(device)),
                                                  (torch.Tensor, "device", property(plain_device)),

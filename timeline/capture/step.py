@@ -75,8 +75,8 @@ def load_step(spec: str) -> StepFn:
     return fn
 
 
-def _foreach_default(real):
-    def choose(params, differentiable, use_fused=False):
+def _foreach_default(real: Callable[..., tuple[bool, bool]]) -> Callable[..., tuple[bool, bool]]:
+    def choose(params: Any, differentiable: bool, use_fused: bool = False) -> tuple[bool, bool]:
         fused, foreach = real(params, differentiable, use_fused)
         return fused, not fused and not differentiable
     return choose
@@ -88,8 +88,8 @@ def _phases(rec: StepRecorder) -> Iterator[None]:
     import torch.optim as optim
     import torch.optim.optimizer as optimizer_mod
 
-    def within(phase: str, fn):
-        def run(*args, **kwargs):
+    def within(phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
             outer = rec.phase
             rec.note_roles()
             rec.phase = phase if outer not in ("init", "calibrate") else outer
@@ -114,26 +114,26 @@ def _phases(rec: StepRecorder) -> Iterator[None]:
             patches.append((mod, "_default_to_fused_or_foreach", _foreach_default(real)))
     real_init = optim.Optimizer.__init__
 
-    def init(self, *args, **kwargs):
+    def init(self: optim.Optimizer, *args: Any, **kwargs: Any) -> None:
         real_init(self, *args, **kwargs)
         rec.optimizers.add(self)
 
     patches.append((optim.Optimizer, "__init__", init))
     saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
 
-    def pre(opt, args, kwargs):
+    def pre(opt: optim.Optimizer, args: tuple, kwargs: dict) -> None:
         rec.optimizers.add(opt)
         rec.note_roles()
         rec.phase = "O"
 
-    def post(opt, args, kwargs):
+    def post(opt: optim.Optimizer, args: tuple, kwargs: dict) -> None:
         rec.phase = "F"
         rec.note_roles()
 
-    def seen(module, args):
+    def seen(module: torch.nn.Module, args: tuple) -> None:
         rec.enter_module(module)
 
-    def done(module, args, out):
+    def done(module: torch.nn.Module, args: tuple, out: Any) -> None:
         rec.exit_module()
 
     handles = [optimizer_mod.register_optimizer_step_pre_hook(pre),

@@ -88,10 +88,10 @@ class StepRecorder(TorchDispatchMode):
             node.register_prehook(self._pre)
             node.register_hook(self._post)
 
-    def _pre(self, grad_outputs):
+    def _pre(self, grad_outputs: tuple) -> None:
         self.in_apply = True
 
-    def _post(self, grad_inputs, grad_outputs):
+    def _post(self, grad_inputs: tuple, grad_outputs: tuple) -> None:
         self.in_apply = False
 
     def calibrate(self) -> None:
@@ -106,12 +106,12 @@ class StepRecorder(TorchDispatchMode):
             self.phase = "init"
             self.stand_in.forget_nodes()
 
-    def _in_place_variant(self, func, args):
+    def _in_place_variant(self, func: Any, args: tuple) -> Any:
         if self.phase != "B" or not self.ops:
             return None
         return in_place_variant(func, args, self.ops[-1], self.sid)
 
-    def _accumulates_in_place(self, func, args) -> bool:
+    def _accumulates_in_place(self, func: Any, args: tuple) -> bool:
         if func is not torch.ops.aten.add.Tensor or self.in_apply or torch.is_grad_enabled():
             return False
         counts = accumulation_counts(args)
@@ -140,7 +140,7 @@ class StepRecorder(TorchDispatchMode):
         return self._ids.get(t.untyped_storage())
 
     # -- ops ---------------------------------------------------------------------------
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if func is torch.ops.aten._local_scalar_dense.default and self.phase == "init":
             return _zero(args[0].dtype)  # `.item()` while building: values do not matter for memory
@@ -255,6 +255,6 @@ class StepRecorder(TorchDispatchMode):
                                     role=self._role.get(i, "")) for i, n in enumerate(self._nbytes)}
         params = tuple(TraceParam(name=name, shape=tuple(p.shape), dtype=dtype_name(p.dtype),
                                   nbytes=p.numel() * p.element_size(), layer=layer_of(name), trainable=trainable,
-                                  storage=i) for name, p, trainable in self.named_params()
-                       if (i := self.sid(p)) is not None)
+                                  storage=st) for name, p, trainable in self.named_params()
+                       if (st := self.sid(p)) is not None)
         return ops, storages, params
