@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 import numpy as np
 
 from timeline.exporters.trace_common import (
+    Thread,
     counters,
     fmt_us,
     instants,
@@ -53,7 +54,7 @@ def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
         _write(tl, handle, options)
 
 
-def _write(tl: Timeline, out: BinaryIO, options: dict) -> None:
+def _write(tl: Timeline, out: BinaryIO | gzip.GzipFile, options: dict) -> None:
     max_samples = int(options.get("max_samples") or 0)
     out.write(b'{"traceEvents":[\n')
     first = True
@@ -74,7 +75,7 @@ def device_events(tl: Timeline, d: int, max_samples: int = 0) -> Iterator[str]:
     yield from device_lines(tl, d, max_samples)
 
 
-def _lookup(codes: list[int], make) -> list[str]:
+def _lookup(codes: list[int], make: Callable[[int], str]) -> list[str]:
     """``make(code)`` for every code, each distinct code formatted once."""
     table = {c: make(c) for c in set(codes)}
     return list(map(table.__getitem__, codes))
@@ -131,7 +132,7 @@ def device_lines(tl: Timeline, d: int, max_samples: int = 0) -> list[str]:
     return lines
 
 
-def _slices_slow(tl: Timeline, d: int, pid: int, th, allocated: np.ndarray) -> list[str]:
+def _slices_slow(tl: Timeline, d: int, pid: int, th: Thread, allocated: np.ndarray) -> list[str]:
     """One thread's slices line by line (only for negative times, which the templates do not spell)."""
     names, ops = tl.names, tl.ops[d]
     out = []
