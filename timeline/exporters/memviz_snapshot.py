@@ -71,6 +71,7 @@ def snapshot(tl: Timeline, max_entries: int = 0) -> dict[str, Any]:
 
 
 def _alloc_conf(al: Any) -> str:
+    """``PYTORCH_CUDA_ALLOC_CONF`` as the run's ``[allocator]`` section (``al``) would set it."""
     parts = [f"expandable_segments:{'True' if al.expandable_segments else 'False'}"]
     if al.max_split_size_mb:
         parts.append(f"max_split_size_mb:{al.max_split_size_mb}")
