@@ -73,3 +73,64 @@ def test_heavy_libraries_stay_in_their_layer():
 def test_rule_catches_a_backward_edge():
     assert not allowed("graph", "sim") and not allowed("spec", "graph") and not allowed("sim", "io")
     assert allowed("cli", "io") and allowed("sim", "alloc") and allowed("io", "spec")
+
+
+#: what an exporter may import from ``timeline`` besides ``timeline.result…``, ``timeline.errors``
+#: and other exporters: the result types of the commands that are not ``simulate``, module → reason
+EXPORTER_ALLOWED: dict[str, str] = {
+    "timeline.serve.run": "ServeResult, what `timeline serve` returns (serve_* exporters format it)",
+    "timeline.plan.search": "PlanResult, what `timeline plan` returns (plan_parquet formats it)",
+    "timeline.plan.space": "SHORT, the plan's own column names for its searched settings (plan.parquet's schema)",
+}
+
+
+def exporter_import_ok(module: str) -> bool:
+    """May a module in ``timeline/exporters/`` import ``module``?"""
+    parts = module.split(".")
+    if parts[0] != "timeline" or len(parts) < 2:
+        return True  # not ours (numpy, pyarrow: the library rule above decides)
+    return parts[1] in ("result", "errors", "exporters") or module in EXPORTER_ALLOWED
+
+
+def exporter_bad_imports(path: Path) -> list[str]:
+    return [f"{path.relative_to(PKG.parent)}:{line}: exporter imports {module}"
+            for module, line, _ in imports(path) if not exporter_import_ok(module)]
+
+
+def test_exporters_import_only_the_result():
+    """Exporters format a result: they take the Timeline, the category list and the errors from
+    ``timeline.result`` / ``timeline.errors``, never the simulator, the graph or the pipeline."""
+    bad = [b for path in sorted((PKG / "exporters").rglob("*.py")) for b in exporter_bad_imports(path)]
+    assert not bad, "\n".join(bad)
+
+
+def test_exporter_rule_catches_a_bad_edge(tmp_path):
+    assert not exporter_import_ok("timeline.sim.memory") and not exporter_import_ok("timeline.graph.tensors")
+    assert not exporter_import_ok("timeline.pipeline.devices") and not exporter_import_ok("timeline.plan.bound")
+    assert exporter_import_ok("timeline.result.timeline") and exporter_import_ok("timeline.plan.search")
+    bad = tmp_path / "bad.py"
+    bad.write_text("from timeline.result.timeline import Timeline\n\n\ndef f():\n"
+                   "    from timeline.sim.memory import allocator_config\n")
+    found = [(m, line) for m, line, _ in imports(bad) if not exporter_import_ok(m)]
+    assert found == [("timeline.sim.memory", 5)]
+
+
+def sim_reads(path: Path) -> list[int]:
+    """Lines reading an attribute named ``sim`` (a Timeline's simulator output) in one file."""
+    tree = ast.parse(path.read_text())
+    return sorted({n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "sim"})
+
+
+def test_only_result_and_sim_read_the_simulator_output():
+    """Outside ``result/`` and ``sim/`` a Timeline is read through its own attributes and queries,
+    never through ``tl.sim`` (the raw simulator output it may keep for the simulator's tests)."""
+    bad = [f"{path.relative_to(PKG.parent)}:{line}: reads .sim"
+           for path in sorted(PKG.rglob("*.py")) if layer_of(path) not in ("result", "sim")
+           for line in sim_reads(path)]
+    assert not bad, "\n".join(bad)
+
+
+def test_sim_rule_catches_a_read(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(tl):\n    import timeline.sim\n    return tl.sim.names, tl.names\n")
+    assert sim_reads(bad) == [3]

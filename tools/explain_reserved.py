@@ -23,7 +23,7 @@ def explain(tl, top: int = 3) -> list[str]:
     from timeline.result.reserved_gap import reserved_gap
 
     out = []
-    for d, dev in enumerate(tl.sim.devices):
+    for d, dev in enumerate(tl.devices):
         g = reserved_gap(tl, d, top=top)
         causes = ", ".join(f"{k} {gib(v)}" for k, v in g["by_last_occupant"].items())
         out.append(f"pp rank {dev.pp_rank} (device {dev.device}): reserved {gib(g['reserved_bytes'])}, allocated "

@@ -59,7 +59,7 @@ def predict(record: dict) -> tuple[int, int, dict]:
     text = run_file_text(conv, name=record["name"].replace("/", "-"), source=record["config_file"], world_size=world)
     run = run_from_data(tomllib.loads(text), Path(f"<from-megatron>/{record['name']}.toml"))
     tl = build_timeline(run, chunk_template)
-    last = max(range(tl.num_devices), key=lambda d: tl.sim.devices[d].pp_rank)
+    last = max(range(tl.num_devices), key=lambda d: tl.devices[d].pp_rank)
     pk = tl.peak(last)
     from timeline.result.reserved_gap import reserved_gap
 

@@ -119,7 +119,7 @@ def test_counters_one_sample_per_nanosecond_and_change():
                           event_index=np.arange(n))
 
     class Stub:
-        sim = type("Sim", (), {"run": None})()  # no run: no capacity series
+        meta = type("Meta", (), {"capacity_bytes": None})()  # a replay: no capacity series
 
         def series(self, d):
             return series

@@ -14,6 +14,7 @@ import re
 import numpy as np
 
 from timeline.cli.common import gib
+from timeline.result.queries import worst_device
 from timeline.result.timeline import Timeline
 
 #: the s²-sized tensors eager attention saves (see timeline/graph/ops_layers/attention.py)
@@ -27,26 +28,25 @@ def eager_attention_bytes(tl: Timeline, d: int) -> int:
         return 0
     ev = tl.events(d)
     live = tl.live_at(d, pk.event_index)
-    names = tl.sim.names
+    names = tl.names
     s2 = np.array([bool(S2_TENSOR.search(names[t])) for t in range(len(names))] or [False])
     return int(ev.size[live][s2[ev.tensor[live]]].sum())
 
 
 def notes(tl: Timeline) -> list[str]:
     """Lines to print under the table (empty when nothing needs saying)."""
-    run = tl.sim.run
-    if run is None or run.profile != "paper":
+    cap = tl.meta.capacity_bytes
+    if tl.meta.profile != "paper" or cap is None:
         return []
-    cap = run.hardware.capacity_bytes
     over = [d for d in range(tl.num_devices) if tl.memory[d].oom or tl.peak(d).reserved_bytes > cap]
     if not over:
         return []
-    d = max(over, key=lambda i: (tl.peak(i).reserved_bytes, -i))
+    d = worst_device(tl, over)
     s2 = eager_attention_bytes(tl, d)
     pk = tl.peak(d)
     if s2 * 10 < pk.requested_bytes:  # under a tenth of the peak: not what explains it
         return []
-    dev = tl.sim.devices[d]
+    dev = tl.devices[d]
     return [f"note: profile paper counts eager attention (s² scores, softmax, dropout mask): {gib(s2)} GiB of device "
             f"{dev.device}'s {gib(pk.requested_bytes)} GiB peak; fused attention keeps none of them "
             "(--set model.profile=megatron)"]

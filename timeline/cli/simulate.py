@@ -27,9 +27,11 @@ from timeline.cli.tables import Column, View, add_wide, table_console
 from timeline.compare.variants import recompute_name
 from timeline.errors import UserError
 from timeline.exporters import DEFAULT_FORMATS, EXPORTERS
-from timeline.graph.tensors import CATEGORIES
 from timeline.result.build import build_timeline
+from timeline.result.categories import CATEGORIES
+from timeline.result.queries import explain_peak, worst_device
 from timeline.result.timeline import Timeline
+from timeline.spec.run import RunSpec
 
 HELP = "simulate memory over time on every device and write the run directory"
 DESCRIPTION = """\
@@ -117,10 +119,17 @@ COLUMNS = (Column("pp\nrank"), Column("device"), Column("×"), Column("peak\nall
            Column("first OOM\n(GiB at ms)"))
 
 
+def simulated_run(tl: Timeline) -> RunSpec:
+    """The run a simulated Timeline resolved (a replay has none: it never reaches this table)."""
+    if tl.meta.run is None:
+        raise UserError("a replayed snapshot has no run to tabulate")
+    return tl.meta.run
+
+
 def table_title(tl: Timeline) -> str:
     """What was simulated, the resolved recompute policy included (``selective`` alone is
     ``selective:core_attn``), so a pasted table says what it shows."""
-    run = tl.sim.run
+    run = simulated_run(tl)
     p = run.parallel
     return (f"{run.name}: {run.schedule.kind}, {run.training.num_microbatches} micro-batches, PP{p.pp} TP{p.tp} "
             f"EP{p.ep} DP{p.dp}\nprofile {run.profile}, recompute {recompute_name(run.recompute)}, "
@@ -129,39 +138,35 @@ def table_title(tl: Timeline) -> str:
 
 def print_table(tl: Timeline, *, wide: bool = False) -> None:
     view = View(table_title(tl), COLUMNS, wide=wide)
-    cap = tl.sim.run.hardware.capacity_bytes
-    for d, dev in enumerate(tl.sim.devices):
+    cap = simulated_run(tl).hardware.capacity_bytes
+    for d, dev in enumerate(tl.devices):
         pk = tl.peak(d)
         dom = max(CATEGORIES, key=lambda c: pk.breakdown_bytes[c])
         oom = tl.memory[d].oom
         view.row(str(dev.pp_rank), str(dev.device), str(dev.represents), gib(pk.allocated_bytes),
                  gib(pk.fragmentation_bytes), f"{pk.requested_time_us / 1e3:,.1f}", str(tl.peak_iteration(d)),
                  f"{dom} {gib(pk.breakdown_bytes[dom])}", gib(pk.reserved_bytes),
-                 f"{pk.reserved_time_us / 1e3:,.1f}", gib(tl.sim.activation_bytes_per_microbatch[d]), gib(cap),
+                 f"{pk.reserved_time_us / 1e3:,.1f}", gib(dev.activation_bytes_per_microbatch), gib(cap),
                  f"+{gib(oom[0]['request_bytes'])} at {oom[0]['t_us'] / 1e3:,.1f}" if oom else "-")
     view.print(table_console(wide))
     con = table_console()
     for line in notes(tl):
         con.print(line, markup=False, highlight=False)
-    con.print(f"iteration time {tl.sim.iteration_time_us / 1e3:,.1f} ms; {tl.num_events:,} memory events")
+    con.print(f"iteration time {tl.meta.iteration_time_us / 1e3:,.1f} ms; {tl.num_events:,} memory events")
     con.print(explain_worst(tl), markup=False, highlight=False)
 
 
 def explain_worst(tl: Timeline) -> str:
     """One paragraph on the device with the highest peak: when, during which action, how many
     micro-batches' activations it holds, and its largest live tensors."""
-    d = max(range(tl.num_devices), key=lambda i: (tl.peak(i).reserved_bytes, -i))
-    dev, pk, ctx = tl.sim.devices[d], tl.peak(d), tl.peak_context(d)
-    flight = ctx["in_flight"]
-    stages = sorted({s for s, _ in flight})
-    dynamic = [t for t in tl.top_tensors(d, pk.event_index, 64)
-               if t["category"] not in ("weights", "grads", "optimizer")][:3]
+    why = explain_peak(tl, worst_device(tl))
+    dev, pk, flight = why.device, why.peak, why.in_flight
     top = ", ".join(f"{t['tensor']} {gib(t['bytes'])} GiB ({t['category']}"
-                    + (f", µbatch {t['microbatch']}" if t["microbatch"] >= 0 else "") + ")" for t in dynamic)
+                    + (f", µbatch {t['microbatch']}" if t["microbatch"] >= 0 else "") + ")" for t in why.largest)
     return (f"worst: pp rank {dev.pp_rank} (device {dev.device}) reserves {gib(pk.reserved_bytes)} GiB at "
             f"{pk.reserved_time_us / 1e3:,.1f} ms; its requested "
-            f"peak {gib(pk.requested_bytes)} GiB comes at {pk.requested_time_us / 1e3:,.1f} ms during {ctx['action']}, "
-            f"holding activations of {len(flight)} micro-batch(es) on stage(s) {', '.join(map(str, stages)) or '-'}; "
+            f"peak {gib(pk.requested_bytes)} GiB comes at {pk.requested_time_us / 1e3:,.1f} ms during {why.action}, "
+            f"holding activations of {len(flight)} micro-batch(es) on stage(s) {', '.join(map(str, why.stages)) or '-'}; "
             f"largest live non-static tensors: {top or '-'}")
 
 

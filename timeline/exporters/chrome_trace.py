@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 import numpy as np
 
 from timeline.exporters.trace_common import (
+    Thread,
     counters,
     fmt_us,
     instants,
@@ -53,7 +54,7 @@ def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
         _write(tl, handle, options)
 
 
-def _write(tl: Timeline, out: BinaryIO, options: dict) -> None:
+def _write(tl: Timeline, out: BinaryIO | gzip.GzipFile, options: dict) -> None:
     max_samples = int(options.get("max_samples") or 0)
     out.write(b'{"traceEvents":[\n')
     first = True
@@ -74,7 +75,7 @@ def device_events(tl: Timeline, d: int, max_samples: int = 0) -> Iterator[str]:
     yield from device_lines(tl, d, max_samples)
 
 
-def _lookup(codes: list[int], make) -> list[str]:
+def _lookup(codes: list[int], make: Callable[[int], str]) -> list[str]:
     """``make(code)`` for every code, each distinct code formatted once."""
     table = {c: make(c) for c in set(codes)}
     return list(map(table.__getitem__, codes))
@@ -84,9 +85,9 @@ def device_lines(tl: Timeline, d: int, max_samples: int = 0) -> list[str]:
     """:func:`device_events` as a list. Each kind of line is one %-template filled from whole
     columns (``map`` over ``zip``), every distinct name, phase, layer, micro-batch and stage
     formatted once: no per-event f-string or join."""
-    dev = tl.sim.devices[d]
+    dev = tl.devices[d]
     pid = pid_of(dev)
-    names = tl.sim.names
+    names = tl.names
     lines = [f'{{"ph":"M","name":"process_name","pid":{pid},"args":{{"name":{_s(process_name(dev))}}}}}',
              f'{{"ph":"M","name":"process_sort_index","pid":{pid},"args":{{"sort_index":{dev.pp_rank}}}}}']
     ths = threads(tl, d)
@@ -94,7 +95,7 @@ def device_lines(tl: Timeline, d: int, max_samples: int = 0) -> list[str]:
         lines.append(f'{{"ph":"M","name":"thread_name","pid":{pid},"tid":{th.tid},"args":{{"name":{_s(th.name)}}}}}')
         lines.append(f'{{"ph":"M","name":"thread_sort_index","pid":{pid},"tid":{th.tid},'
                      f'"args":{{"sort_index":{th.tid}}}}}')
-    ops = tl.sim.ops[d]
+    ops = tl.ops[d]
     allocated = op_allocated_bytes(tl, d)
     op_name, phase = np.asarray(ops.name), np.asarray(ops.phase)
     mb, stage, layer = np.asarray(ops.microbatch), np.asarray(ops.stage), np.asarray(ops.layer)
@@ -131,9 +132,9 @@ def device_lines(tl: Timeline, d: int, max_samples: int = 0) -> list[str]:
     return lines
 
 
-def _slices_slow(tl: Timeline, d: int, pid: int, th, allocated: np.ndarray) -> list[str]:
+def _slices_slow(tl: Timeline, d: int, pid: int, th: Thread, allocated: np.ndarray) -> list[str]:
     """One thread's slices line by line (only for negative times, which the templates do not spell)."""
-    names, ops = tl.sim.names, tl.sim.ops[d]
+    names, ops = tl.names, tl.ops[d]
     out = []
     head = f'{{"ph":"X","pid":{pid},"tid":{th.tid},"ts":'
     for i, t0, dur in zip(th.index.tolist(), th.start_ns.tolist(), th.dur_ns.tolist(), strict=True):

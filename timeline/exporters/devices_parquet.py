@@ -18,8 +18,8 @@ SCHEMA = "timeline.devices/1"
 def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
     import pyarrow as pa
 
-    devs = tl.sim.devices
-    cap = tl.sim.run.hardware.capacity_bytes if tl.sim.run is not None else None
+    devs = tl.devices
+    cap = tl.meta.capacity_bytes
     cols = {"device": np.array([d.device for d in devs], dtype=np.int32),
             "pp_rank": np.array([d.pp_rank for d in devs], dtype=np.int32),
             "stages": pa.array([list(d.stages) for d in devs], type=pa.list_(pa.int32())),

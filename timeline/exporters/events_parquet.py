@@ -10,7 +10,7 @@ from typing import BinaryIO
 import numpy as np
 
 from timeline.exporters.parquet_util import dictionary, nullable, write_table
-from timeline.graph.tensors import CATEGORIES
+from timeline.result.categories import CATEGORIES
 from timeline.result.timeline import Timeline
 
 FILENAME = "events.parquet"
@@ -22,15 +22,15 @@ SCHEMA = "timeline.events/2"
 def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
     import pyarrow as pa
 
-    names = tl.sim.names
+    names = tl.names
     cols: dict[str, list] = {k: [] for k in ("device", "t_us", "seq", "iteration", "alloc_id", "kind", "action",
                                              "tensor", "category",
                                              "requested_bytes", "block_bytes", "address", "segment", "op", "microbatch",
                                              "stage")}
-    for d, dev in enumerate(tl.sim.devices):
-        ev, mem = tl.sim.events[d], tl.memory[d]
+    for d, dev in enumerate(tl.devices):
+        ev, mem = tl.events(d), tl.memory[d]
         n = len(ev.t_us)
-        spans = tl.sim.spans[d]
+        spans = tl.spans[d]
         labels = [f"{s.stage}{s.kind}{s.microbatch}" if s.kind != "step" else "step" for s in spans]
         cols["device"].append(np.full(n, dev.device, dtype=np.int32))
         cols["t_us"].append(ev.t_us)

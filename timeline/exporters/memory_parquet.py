@@ -9,7 +9,7 @@ from typing import BinaryIO
 import numpy as np
 
 from timeline.exporters.parquet_util import nullable, write_table
-from timeline.graph.tensors import CATEGORIES
+from timeline.result.categories import CATEGORIES
 from timeline.result.timeline import Timeline
 
 FILENAME = "memory.parquet"
@@ -20,7 +20,7 @@ def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("device", "t_us", "iteration", "requested_bytes",
                                                           "allocated_bytes",
                                                           "reserved_bytes", *CATEGORIES)}
-    for d, dev in enumerate(tl.sim.devices):
+    for d, dev in enumerate(tl.devices):
         s = tl.series(d)
         parts["device"].append(np.full(len(s.t_us), dev.device, dtype=np.int32))
         parts["t_us"].append(s.t_us)

@@ -27,9 +27,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from timeline.graph.tensors import CATEGORIES
+from timeline.result.categories import CATEGORIES
 from timeline.result.timeline import Timeline
-from timeline.sim.memory import allocator_config
 
 FILENAME = "snapshot.pickle"
 _IDEAL_BASE = 1 << 36
@@ -57,24 +56,22 @@ def _gc_paused() -> Iterator[None]:
 
 def snapshot(tl: Timeline, max_entries: int = 0) -> dict[str, Any]:
     """The snapshot dict (what :func:`write` pickles)."""
-    run = tl.sim.run
     segments: list[dict] = []
     traces: list[list[dict]] = []
     for d in range(tl.num_devices):
         segs, trace = device_snapshot(tl, d)
         segments += segs
         traces.append(_last(trace, max_entries))
-    cfg = allocator_config(run)
-    settings = {"PYTORCH_CUDA_ALLOC_CONF": _alloc_conf(run), **cfg.to_dict(),
+    settings = {"PYTORCH_CUDA_ALLOC_CONF": _alloc_conf(tl.meta.allocator), **tl.meta.allocator_settings,
                 "garbage_collection_threshold": 0.0}
     devices = [{"device": dev.device, "pp_rank": dev.pp_rank, "stages": list(dev.stages),
-                "represents": dev.represents} for dev in tl.sim.devices]
+                "represents": dev.represents} for dev in tl.devices]
     return {"segments": segments, "device_traces": traces, "allocator_settings": settings,
             "external_annotations": [], "timeline_devices": devices}
 
 
-def _alloc_conf(run: Any) -> str:
-    al = run.allocator
+def _alloc_conf(al: Any) -> str:
+    """``PYTORCH_CUDA_ALLOC_CONF`` as the run's ``[allocator]`` section (``al``) would set it."""
     parts = [f"expandable_segments:{'True' if al.expandable_segments else 'False'}"]
     if al.max_split_size_mb:
         parts.append(f"max_split_size_mb:{al.max_split_size_mb}")
@@ -113,12 +110,11 @@ class _Frames:
 
     def __init__(self, tl: Timeline, d: int) -> None:
         self.tl, self.d = tl, d
-        self.module = {op.name: op.module for t in tl.sim.templates.values()
-                       for op in (*t.forward, *t.backward_i, *t.backward_w)}
+        self.module = tl.op_modules
 
     def alloc_frames(self, rows: np.ndarray) -> list[list[dict]]:
         """The frames list of each alloc event in ``rows`` (event indices, in order)."""
-        ev, names = self.tl.sim.events[self.d], self.tl.sim.names
+        ev, names = self.tl.events(self.d), self.tl.names
         tensor, cat, op = ev.tensor[rows], ev.cat[rows], ev.op[rows]
         action, mb, stage = ev.action[rows], ev.microbatch[rows], ev.stage[rows]
         # the module each op code stands for, and an id per distinct module string
@@ -147,18 +143,20 @@ class _Frames:
     def _action(self, action: int, mb: int, stage: int) -> str:
         if action < 0:
             return "static state"
-        sp = self.tl.sim.spans[self.d][action]
+        sp = self.tl.spans[self.d][action]
         return f"{sp.kind} microbatch {mb} stage {stage} iteration {sp.iteration}"
 
 
 def device_snapshot(tl: Timeline, d: int) -> tuple[list[dict], list[dict]]:
     """(end-state segments, full trace) of device ``d``."""
-    run = tl.sim.run
-    ev, mem = tl.sim.events[d], tl.memory[d]
+    ev, mem = tl.events(d), tl.memory[d]
     trace: list[dict] = []
     append = trace.append
-    ideal = run.allocator.kind == "ideal"
-    cap = run.hardware.capacity_bytes
+    meta = tl.meta
+    if meta.allocator is None or meta.capacity_bytes is None:
+        raise ValueError("a replayed Timeline has no allocator settings to write a snapshot with")
+    ideal = meta.allocator.kind == "ideal"
+    cap = meta.capacity_bytes
     # segment events the allocator pass recorded, by the event that caused them
     caused: dict[int, list[tuple[str, int, int, int, int]]] = {}
     for i, action, addr, size, stream, reserved_then in mem.segment_events:

@@ -16,11 +16,11 @@ SCHEMA = "timeline.ops/2"
 
 
 def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
-    names = tl.sim.names
+    names = tl.names
     cols: dict[str, list] = {k: [] for k in ("device", "stream", "name", "t_start_us", "t_end_us", "phase",
                                              "microbatch", "stage", "layer", "flops", "iteration")}
-    for d, dev in enumerate(tl.sim.devices):
-        ops = tl.sim.ops[d]
+    for d, dev in enumerate(tl.devices):
+        ops = tl.ops[d]
         n = len(ops.t_start_us)
         cols["device"].append(np.full(n, dev.device, dtype=np.int32))
         for k in ("stream", "name", "phase"):

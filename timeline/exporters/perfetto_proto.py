@@ -108,7 +108,7 @@ def _packets(tl: Timeline, pb: Any, max_samples: int) -> Iterator[Any]:
     TE = pb.TrackEvent
     interned = _Interned()
     for d in range(tl.num_devices):
-        dev = tl.sim.devices[d]
+        dev = tl.devices[d]
         pid = pid_of(dev)
         proc_uuid = pid << 16
         p = pb.TracePacket()
@@ -176,8 +176,8 @@ def _packets(tl: Timeline, pb: Any, max_samples: int) -> Iterator[Any]:
 def _slices(tl: Timeline, d: int, pb: Any, proc_uuid: int, ths: list, interned: _Interned) -> Iterator[Any]:
     """Begin/end packets per thread in nesting order (an end before a begin at the same time)."""
     TE = pb.TrackEvent
-    names = tl.sim.names
-    ops = tl.sim.ops[d]
+    names = tl.names
+    ops = tl.ops[d]
     allocated = op_allocated_bytes(tl, d).tolist()
     op_name, phase = ops.name.tolist(), ops.phase.tolist()
     mb, stage, layer = ops.microbatch.tolist(), ops.stage.tolist(), ops.layer.tolist()

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from timeline.graph.tensors import CATEGORIES
+from timeline.result.categories import CATEGORIES
 
 SCHEMA = "timeline.report/1"
 GIB = 2**30

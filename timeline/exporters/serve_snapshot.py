@@ -39,7 +39,7 @@ def snapshot(res: ServeResult, max_entries: int = 0) -> dict[str, Any]:
     segments = [_segment(0, v.address, v.size, v.stream, v.is_small, v.expandable, v.blocks, frames_at)
                 for v in res.end_segments]
     run = res.run
-    alloc_conf = _alloc_conf(run)  # reads only run.allocator, which a serving run has too
+    alloc_conf = _alloc_conf(run.allocator)  # a serving run has the same [allocator] section
     return {"segments": segments, "device_traces": [trace],
             "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": alloc_conf},
             "external_annotations": [], "timeline_devices": [{"device": 0, "represents": run.parallel.tp}]}

@@ -35,7 +35,9 @@ RECOMPUTE_FIELDS = {"none": ("policy",), "selective": ("policy", "modules"),
 
 
 def resolved_run(tl: Timeline) -> dict[str, Any]:
-    run = tl.sim.run
+    run = tl.meta.run
+    if run is None:
+        raise ValueError("a replayed Timeline has no run to write")
     out = dataclasses.asdict(run)
     out.pop("source", None)  # an absolute path would make outputs differ between checkouts
     out.pop("notes", None)  # how the inputs were read: printed once, not part of the result
@@ -52,21 +54,21 @@ def _context(tl: Timeline, d: int) -> dict[str, Any]:
 
 def summary_dict(tl: Timeline) -> dict[str, Any]:
     devices = []
-    for d, dev in enumerate(tl.sim.devices):
+    for d, dev in enumerate(tl.devices):
         peak = tl.peak(d)
         mem = tl.memory[d]
         devices.append({
             "device": dev.device, "pp_rank": dev.pp_rank, "stages": list(dev.stages),
             "represents": dev.represents, "layers": list(dev.layers),
             **{key: getattr(peak, field) for key, field in SUMMARY_KEYS.items()},
-            "capacity_bytes": tl.sim.run.hardware.capacity_bytes,
+            "capacity_bytes": tl.meta.capacity_bytes,
             "static_bytes": {"weights": dev.weights_bytes, "grads": dev.grads_bytes,
                              "optimizer": dev.optimizer_bytes},
             "params_by_module": dict(dev.params_by_module),
-            "activation_bytes_per_microbatch": tl.sim.activation_bytes_per_microbatch[d],
+            "activation_bytes_per_microbatch": dev.activation_bytes_per_microbatch,
             **_context(tl, d),
             "peak_iteration": tl.peak_iteration(d),
-            "iteration_time_us": tl.sim.iteration_time_us,
+            "iteration_time_us": tl.meta.iteration_time_us,
             "per_iteration": tl.iteration_peaks(d),
             "iteration_starts_us": tl.iteration_starts(d),
             "top_tensors_at_peak": tl.top_tensors(d, peak.event_index) if peak.event_index >= 0 else [],

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from timeline.graph.tensors import CATEGORIES
-from timeline.pipeline.devices import StaticDevice
-from timeline.result.timeline import Timeline
+from timeline.result.categories import CATEGORIES
+from timeline.result.timeline import DeviceInfo, Timeline
 
 #: thread order of the streams a template names; any other stream follows, alphabetically
 STREAM_ORDER = ("compute", "tp", "cp", "ep", "dp", "pp")
@@ -26,7 +25,7 @@ COUNTERS: tuple[str, ...] = ("requested", "allocated", "reserved", *CATEGORIES, 
 TOTALS = ("requested", "allocated", "reserved")
 
 
-def process_name(dev: StaticDevice) -> str:
+def process_name(dev: DeviceInfo) -> str:
     """``rank R · pp P · ×N`` — the global rank first, as every other view numbers devices; the
     stages follow where they are not just the pipeline rank's own (V-shaped and DualPipe
     schedules): ``rank 0 · pp 0 · stages 0,31 · ×64``. A replayed snapshot's devices have no
@@ -37,7 +36,7 @@ def process_name(dev: StaticDevice) -> str:
     return f"rank {dev.device} · pp {dev.pp_rank}{stages} · ×{dev.represents}"
 
 
-def pid_of(dev: StaticDevice) -> int:
+def pid_of(dev: DeviceInfo) -> int:
     """The trace process id of a device: its global rank + 1 (pid 0 is the trace processor's)."""
     return dev.device + 1
 
@@ -98,8 +97,8 @@ class Thread:
 
 def threads(tl: Timeline, d: int) -> list[Thread]:
     """One thread per op stream of device ``d``, tids from 1 in :data:`STREAM_ORDER`."""
-    ops = tl.sim.ops[d]
-    names = tl.sim.names
+    ops = tl.ops[d]
+    names = tl.names
     if not len(ops.t_start_us):
         return []
     codes = sorted(set(np.asarray(ops.stream).tolist()), key=lambda c: _stream_key(names[c]))
@@ -120,8 +119,8 @@ def _stream_key(name: str) -> tuple[int, str]:
 def op_allocated_bytes(tl: Timeline, d: int) -> np.ndarray:
     """Requested bytes each op allocates (an op allocates its outputs at its start, so its
     allocations are the events with its name at its start time)."""
-    ev, ops = tl.sim.events[d], tl.sim.ops[d]
-    n_names = max(len(tl.sim.names), 1)
+    ev, ops = tl.events(d), tl.ops[d]
+    n_names = max(len(tl.names), 1)
     mask = (ev.sign > 0) & (ev.op >= 0)
     ev_key = to_ns(ev.t_us[mask]) * n_names + ev.op[mask]
     op_key = to_ns(ops.t_start_us) * n_names + np.asarray(ops.name, dtype=np.int64)
@@ -149,8 +148,8 @@ def counters(tl: Timeline, d: int, max_samples: int = 0) -> Counters:
     s = tl.series(d)
     cols = {"requested": s.requested, "allocated": s.allocated, "reserved": s.reserved,
             **{c: s.by_category[c] for c in CATEGORIES if s.by_category[c].any()}}
-    if tl.sim.run is not None:  # a replayed snapshot has no capacity
-        cols["capacity"] = np.full(len(s.t_us), tl.sim.run.hardware.capacity_bytes, dtype=np.int64)
+    if tl.meta.capacity_bytes is not None:  # a replayed snapshot has no capacity
+        cols["capacity"] = np.full(len(s.t_us), tl.meta.capacity_bytes, dtype=np.int64)
     t_ns = to_ns(s.t_us)
     # distinct µs floats can share a nanosecond: keep the last row of each nanosecond
     rows = np.flatnonzero(np.append(t_ns[1:] != t_ns[:-1], True)) if len(t_ns) else np.zeros(0, np.int64)

@@ -31,4 +31,4 @@ def build_timeline(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
                                    end_segments=res.end_segments, pair=res.pair))
     if progress:
         progress("allocator", len(sim.events), len(sim.events))
-    return Timeline(sim, memory)
+    return Timeline.from_simulation(sim, memory)

@@ -5,7 +5,8 @@ allocation and free). A snapshot carries no tensor categories, so every byte is 
 ``temporary``; there are no ops, stages or micro-batches. Times are relative to the first
 recorded event across devices, in µs. A snapshot that ``timeline`` wrote names each index's
 global rank in ``timeline_devices``; given as ``devices``, the replayed devices keep those
-numbers (and pipeline ranks), so a replay reads like the run it came from.
+numbers (and pipeline ranks), so a replay reads like the run it came from. The Timeline is built
+directly: there is no run, no schedule and no simulator output behind it.
 """
 
 from __future__ import annotations
@@ -15,9 +16,15 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from timeline.graph.tensors import CATEGORIES, Category
-from timeline.pipeline.devices import StaticDevice
-from timeline.result.timeline import DeviceMemory, Timeline
-from timeline.sim.simulate import DeviceEvents, DeviceOps, SimOutput
+from timeline.result.timeline import (
+    DeviceEvents,
+    DeviceInfo,
+    DeviceMemory,
+    DeviceOps,
+    RunMeta,
+    Span,
+    Timeline,
+)
 
 TEMPORARY = CATEGORIES.index(Category.TEMPORARY.value)
 
@@ -37,7 +44,11 @@ def timeline_from_replay(records: Mapping[int, Sequence[tuple]],
         return index[s]
 
     t0 = min((r[0][0] for r in records.values() if r), default=0.0)
-    devices, events, ops, memory, spans = [], [], [], [], []
+    infos: list[DeviceInfo] = []
+    events: list[DeviceEvents] = []
+    ops: list[DeviceOps] = []
+    memory: list[DeviceMemory] = []
+    spans: list[list[Span]] = []
     for d in sorted(records):
         rec = records[d]
         n = len(rec)
@@ -66,11 +77,11 @@ def timeline_from_replay(records: Mapping[int, Sequence[tuple]],
         ops.append(DeviceOps(name=empty_i, stream=empty_i, t_start_us=empty_f, t_end_us=empty_f, phase=empty_i,
                              microbatch=empty_i, stage=empty_i, layer=empty_i, flops=empty_f))
         info = devices_info.get(d, {})
-        devices.append(StaticDevice(device=int(info.get("device", d)), pp_rank=int(info.get("pp_rank", 0)),
-                                    stages=tuple(int(s) for s in info.get("stages", ())),
-                                    represents=int(info.get("represents", 1)), layers=(), params_by_module={},
-                                    weights_bytes=0, grads_bytes=0, optimizer_bytes=0))
+        infos.append(DeviceInfo(device=int(info.get("device", d)), pp_rank=int(info.get("pp_rank", 0)),
+                                stages=tuple(int(s) for s in info.get("stages", ())),
+                                represents=int(info.get("represents", 1))))
         spans.append([])
-    sim = SimOutput(run=None, schedule=None, devices=devices, spans=spans, events=events, ops=ops,  # type: ignore[arg-type]
-                    names=names, iteration_time_us=0.0, activation_bytes_per_microbatch=[0] * len(devices))
-    return Timeline(sim, memory)
+    meta = RunMeta(run=None, name="replay", profile=None, schedule_kind=None, capacity_bytes=None,
+                   iteration_time_us=0.0, iterations=0, warmup_iterations=0, report_start_us=0.0, allocator=None,
+                   replayed=True)
+    return Timeline(devices=infos, events=events, ops=ops, spans=spans, names=names, memory=memory, meta=meta)

@@ -18,7 +18,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from timeline.graph.tensors import CATEGORIES
+from timeline.result.categories import CATEGORIES
 from timeline.result.timeline import Timeline
 
 
@@ -55,7 +55,7 @@ def _mapped_ranges(tl: Timeline, d: int, index: int) -> list[tuple[int, int]]:
 def reserved_gap(tl: Timeline, d: int, top: int = 5) -> dict:
     """Reserved, allocated and their gap at device ``d``'s reserved peak, the gap by what last
     occupied the free space (category or ``never used``), and the ``top`` largest gaps."""
-    ev, mem = tl.sim.events[d], tl.memory[d]
+    ev, mem = tl.events(d), tl.memory[d]
     if not len(ev.t_us) or (mem.address < 0).all():
         return {"reserved_bytes": 0, "allocated_bytes": 0, "gap_bytes": 0, "by_last_occupant": {}, "gaps": []}
     index = int(np.argmax(mem.reserved))
@@ -84,7 +84,7 @@ def reserved_gap(tl: Timeline, d: int, top: int = 5) -> dict:
                 if len(hit):
                     i = int(hit[-1])
                     cause = CATEGORIES[ev.cat[i]]
-                    gaps.append({"address": cursor, "bytes": addr - cursor, "last_tensor": tl.sim.names[ev.tensor[i]],
+                    gaps.append({"address": cursor, "bytes": addr - cursor, "last_tensor": tl.names[ev.tensor[i]],
                                  "category": cause, "freed_at_us": float(ev.t_us[i])})
                 else:
                     cause = "never used"

@@ -1,21 +1,76 @@
 """The Timeline: a columnar event log per device with pure queries.
 
-Built from the simulator's output (and the allocator pass's columns), it answers: memory at
-every distinct time (requested, allocated, reserved, and per category), the peak of each and
-when, the breakdown by category at the peak, and the largest tensors live at the peak with
-the op and micro-batch that made them. Nothing here writes files or prints; exporters format
-what these queries return.
+A Timeline owns what a run's outputs are made of: its devices (:class:`DeviceInfo`), per device
+the memory events, the op spans, the timed actions and the allocator pass's columns
+(:class:`DeviceMemory`), the interned names, and the run's facts (:class:`RunMeta`). It is built
+from the simulator's output (:meth:`Timeline.from_simulation`) or from a replayed PyTorch
+snapshot (:meth:`Timeline.from_replay`). It answers: memory at every distinct time (requested,
+allocated, reserved, and per category), the peak of each and when, the breakdown by category at
+the peak, and the largest tensors live at the peak with the op and micro-batch that made them.
+Nothing here writes files or prints; exporters format what these queries return.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from timeline.graph.tensors import CATEGORIES
-from timeline.sim.memory import pair_index
-from timeline.sim.simulate import DeviceEvents, SimOutput
+from timeline.sim.engine import Span
+from timeline.sim.memory import allocator_config, pair_index
+from timeline.sim.simulate import DeviceEvents, DeviceOps, SimOutput
+
+if TYPE_CHECKING:
+    from timeline.spec.run import AllocatorSpec, RunSpec
+
+__all__ = ["DeviceEvents", "DeviceInfo", "DeviceMemory", "DeviceOps", "MemorySeries", "Peak",
+           "RunMeta", "Span", "Timeline", "event_iterations"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceInfo:
+    """One simulated device's static facts: where it sits, what it holds, what it stands for."""
+
+    device: int  # global rank
+    pp_rank: int
+    stages: tuple[int, ...]  # () for a replayed snapshot's device: no pipeline
+    represents: int  # how many ranks behave like this one
+    layers: tuple[int, ...] = ()
+    params_by_module: Mapping[str, int] = field(default_factory=dict)
+    weights_bytes: int = 0
+    grads_bytes: int = 0
+    optimizer_bytes: int = 0
+    activation_bytes_per_microbatch: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunMeta:
+    """The run's facts the queries and exporters need. A replayed snapshot has no run: ``run``
+    and ``capacity_bytes`` are None, its times and iterations zero."""
+
+    run: RunSpec | None  # the resolved run (``summary.json`` writes it); None for a replay
+    name: str
+    profile: str | None
+    schedule_kind: str | None
+    capacity_bytes: int | None
+    iteration_time_us: float
+    iterations: int  # reported iterations
+    warmup_iterations: int  # simulated before them, left out of every reported peak
+    report_start_us: float  # reported peaks start here: the end of the warm-up (0: all reported)
+    allocator: AllocatorSpec | None
+    allocator_settings: Mapping[str, Any] = field(default_factory=dict)  # the snapshot's spelling
+    #: a replayed snapshot: no tensor identities (frees pair with the live block at their address)
+    replayed: bool = False
+
+
+def event_iterations(events: DeviceEvents, spans: Sequence[Span]) -> np.ndarray:
+    """The iteration of each event (int32): its action's (−1: static state, construction). The one
+    place that reads an event's iteration."""
+    of_span = np.array([sp.iteration if sp.kind != "init" else -1 for sp in spans] or [-1], dtype=np.int32)
+    return np.where(events.action >= 0, of_span[np.maximum(events.action, 0)], -1).astype(np.int32)
 
 
 @dataclass(slots=True)
@@ -65,24 +120,67 @@ class DeviceMemory:
 
 
 class Timeline:
-    def __init__(self, sim: SimOutput, memory: list[DeviceMemory]) -> None:
-        self.sim = sim
+    """A run's result. ``devices``, ``events``, ``ops``, ``spans`` and ``memory`` are per device
+    (in the same order); ``names`` holds every tensor, op, stream and phase name the columns
+    index; ``op_modules`` maps an op name to its module path. ``sim`` is the simulator output a
+    simulated Timeline was built from (None for a replay): for the simulator's own tests; nothing
+    in the package outside ``result/`` and ``sim/`` reads it (``tests/test_layering.py``)."""
+
+    def __init__(self, *, devices: Sequence[DeviceInfo], events: list[DeviceEvents], ops: list[DeviceOps],
+                 spans: list[list[Span]], names: list[str], memory: list[DeviceMemory], meta: RunMeta,
+                 op_modules: Mapping[str, str] | None = None, sim: SimOutput | None = None) -> None:
+        self.devices = list(devices)
+        self._events = events
+        self.ops = ops
+        self.spans = spans
+        self.names = names
         self.memory = memory
+        self.meta = meta
+        self.op_modules: Mapping[str, str] = op_modules or {}
+        self.sim = sim
         self._series: dict[int, MemorySeries] = {}
         self._peaks: dict[int, Peak] = {}
         self._pairs: dict[int, np.ndarray] = {}
 
+    @classmethod
+    def from_simulation(cls, sim: SimOutput, memory: list[DeviceMemory]) -> Timeline:
+        """The simulator's output and each device's allocator pass as a Timeline."""
+        run = sim.run
+        devices = [DeviceInfo(device=dev.device, pp_rank=dev.pp_rank, stages=tuple(dev.stages),
+                              represents=dev.represents, layers=tuple(dev.layers),
+                              params_by_module=dev.params_by_module, weights_bytes=dev.weights_bytes,
+                              grads_bytes=dev.grads_bytes, optimizer_bytes=dev.optimizer_bytes,
+                              activation_bytes_per_microbatch=act)
+                   for dev, act in zip(sim.devices, sim.activation_bytes_per_microbatch, strict=True)]
+        meta = RunMeta(run=run, name=run.name, profile=run.profile, schedule_kind=run.schedule.kind,
+                       capacity_bytes=run.hardware.capacity_bytes, iteration_time_us=sim.iteration_time_us,
+                       iterations=run.training.iterations, warmup_iterations=run.training.warmup_iterations,
+                       report_start_us=sim.report_start_us, allocator=run.allocator,
+                       allocator_settings=allocator_config(run).to_dict())
+        op_modules = {op.name: op.module for t in sim.templates.values()
+                      for op in (*t.forward, *t.backward_i, *t.backward_w)}
+        return cls(devices=devices, events=sim.events, ops=sim.ops, spans=sim.spans, names=sim.names,
+                   memory=memory, meta=meta, op_modules=op_modules, sim=sim)
+
+    @classmethod
+    def from_replay(cls, records: Mapping[int, Sequence[tuple]],
+                    devices: Mapping[int, Mapping] | None = None) -> Timeline:
+        """A replayed PyTorch snapshot as a Timeline (see :mod:`timeline.result.replayed`)."""
+        from timeline.result.replayed import timeline_from_replay
+
+        return timeline_from_replay(records, devices)
+
     # -- basic shapes -----------------------------------------------------------------
     @property
     def num_devices(self) -> int:
-        return len(self.sim.devices)
+        return len(self.devices)
 
     @property
     def num_events(self) -> int:
-        return int(sum(len(e.t_us) for e in self.sim.events))
+        return int(sum(len(e.t_us) for e in self._events))
 
     def events(self, d: int) -> DeviceEvents:
-        return self.sim.events[d]
+        return self._events[d]
 
     # -- series --------------------------------------------------------------------------
     def series(self, d: int) -> MemorySeries:
@@ -92,7 +190,7 @@ class Timeline:
 
     def _build(self, d: int) -> None:
         """One cumulative pass over device ``d``'s events: its series and its peaks."""
-        ev = self.sim.events[d]
+        ev = self._events[d]
         delta = ev.sign.astype(np.int64) * ev.size
         requested = np.cumsum(delta)
         allocated = np.cumsum(self.memory[d].block_bytes)
@@ -114,7 +212,8 @@ class Timeline:
         # peaks over events, not distinct times: an alloc freed at the same microsecond still counts;
         # argmax takes the first occurrence, the earliest time a peak is reached
         # warm-up iterations are simulated but left out of every reported peak
-        i0 = int(np.searchsorted(ev.t_us, self.sim.report_start_us, side="left")) if self.sim.report_start_us else 0
+        start = self.meta.report_start_us
+        i0 = int(np.searchsorted(ev.t_us, start, side="left")) if start else 0
         i_req, i_alloc, i_res = (i0 + int(np.argmax(requested[i0:])), i0 + int(np.argmax(allocated[i0:])),
                                  i0 + int(np.argmax(reserved[i0:])))
         self._peaks[d] = Peak(
@@ -137,26 +236,20 @@ class Timeline:
         pk = self.peak(d)
         if pk.event_index < 0:
             return -1
-        a = int(self.sim.events[d].action[pk.event_index])
-        if a < 0:
-            return -1
-        sp = self.sim.spans[d][a]
-        return -1 if sp.kind == "init" else sp.iteration
+        return int(self.event_iterations(d)[pk.event_index])
 
     def iteration_peaks(self, d: int) -> list[dict]:
         """Per reported iteration: peak requested, allocated and reserved bytes and when the
         requested peak is reached (events belong to the iteration of the action making them;
         static state and construction to none)."""
-        ev = self.sim.events[d]
+        ev = self._events[d]
         if not len(ev.t_us):
             return []
-        spans = self.sim.spans[d]
-        it_of_span = np.array([sp.iteration if sp.kind != "init" else -1 for sp in spans] or [-1], dtype=np.int64)
-        it = np.where(ev.action >= 0, it_of_span[np.maximum(ev.action, 0)], -1)
+        it = self.event_iterations(d)
         requested = np.cumsum(ev.sign.astype(np.int64) * ev.size)
         allocated = np.cumsum(self.memory[d].block_bytes)
         reserved = self.memory[d].reserved
-        first = self.sim.run.training.warmup_iterations
+        first = self.meta.warmup_iterations
         out = []
         for k in range(first, int(it.max()) + 1 if len(it) else 0):
             idx = np.flatnonzero(it == k)
@@ -172,9 +265,9 @@ class Timeline:
     def iteration_starts(self, d: int) -> list[float]:
         """When each reported iteration begins on device ``d`` (µs): its first action's start —
         the boundaries a plot of memory over time draws."""
-        first = self.sim.run.training.warmup_iterations if self.sim.run is not None else 0
+        first = self.meta.warmup_iterations
         starts: dict[int, float] = {}
-        for sp in self.sim.spans[d]:
+        for sp in self.spans[d]:
             if sp.kind != "init" and sp.iteration >= first:
                 starts[sp.iteration] = min(starts.get(sp.iteration, sp.start_us), sp.start_us)
         return [starts[k] for k in sorted(starts)]
@@ -185,23 +278,20 @@ class Timeline:
         starts = np.asarray(self.iteration_starts(d), dtype=np.float64)
         if not len(starts):
             return np.full(len(t_us), -1, dtype=np.int32)
-        first = self.sim.run.training.warmup_iterations if self.sim.run is not None else 0
+        first = self.meta.warmup_iterations
         k = np.searchsorted(starts, np.asarray(t_us, dtype=np.float64), side="right") - 1
         return np.where(k >= 0, k + first, -1).astype(np.int32)
 
     def event_iterations(self, d: int) -> np.ndarray:
         """The iteration of each event of device ``d``: its action's (−1: static state, construction)."""
-        ev = self.sim.events[d]
-        spans = self.sim.spans[d]
-        of_span = np.array([sp.iteration if sp.kind != "init" else -1 for sp in spans] or [-1], dtype=np.int32)
-        return np.where(ev.action >= 0, of_span[np.maximum(ev.action, 0)], -1).astype(np.int32)
+        return event_iterations(self._events[d], self.spans[d])
 
     def alloc_ids(self, d: int) -> np.ndarray:
         """An id per event, the same on an alloc and the free that ends it and unique per device:
         the alloc's event index (a free without its alloc keeps its own index). A replayed
         snapshot has no tensor identities: its frees pair with the live block at their address."""
-        if self.sim.run is None:
-            ev, addr = self.sim.events[d], self.memory[d].address
+        if self.meta.replayed:
+            ev, addr = self._events[d], self.memory[d].address
             ids = np.arange(len(ev.t_us), dtype=np.int64)
             live: dict[int, int] = {}
             for i, (s, a) in enumerate(zip(ev.sign.tolist(), addr.tolist(), strict=True)):
@@ -221,7 +311,7 @@ class Timeline:
         freed or not an alloc)."""
         if d in self._pairs:
             return self._pairs[d]
-        ev = self.sim.events[d]
+        ev = self._events[d]
         out = np.full(len(ev.t_us), -1, dtype=np.int64)
         pair = self.memory[d].pair if self.memory[d].pair is not None else pair_index(ev)
         if pair is not None:  # the same pairing, found by sorting (allocs and frees alternate per key)
@@ -243,15 +333,15 @@ class Timeline:
 
     def live_at(self, d: int, index: int) -> np.ndarray:
         """Indices of alloc events whose tensors are live just after event ``index``."""
-        ev = self.sim.events[d]
+        ev = self._events[d]
         fi = self.free_index(d)
         allocs = np.flatnonzero(ev.sign[: index + 1] > 0)
         ends = fi[allocs]
         return allocs[(ends < 0) | (ends > index)]
 
     def top_tensors(self, d: int, index: int, n: int = 10) -> list[dict]:
-        ev = self.sim.events[d]
-        names = self.sim.names
+        ev = self._events[d]
+        names = self.names
         live = self.live_at(d, index)
         order = live[np.argsort(-ev.size[live], kind="stable")][:n]
         return [{"tensor": names[ev.tensor[i]], "bytes": int(ev.size[i]), "category": CATEGORIES[ev.cat[i]],
@@ -266,12 +356,12 @@ class Timeline:
         pk = self.peak(d)
         if pk.event_index < 0:
             return {"action": None, "in_flight": []}
-        ev = self.sim.events[d]
+        ev = self._events[d]
         a = int(ev.action[pk.event_index])
         if a < 0:
             action = "static"
         else:
-            sp = self.sim.spans[d][a]
+            sp = self.spans[d][a]
             action = sp.kind if sp.kind in ("step", "init") else f"{sp.stage}{sp.kind}{sp.microbatch}"
         live = self.live_at(d, pk.event_index)
         act = CATEGORIES.index("activations")
