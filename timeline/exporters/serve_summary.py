@@ -20,15 +20,36 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 3) if values else None
 
 
+def kv_groups(res: ServeResult) -> dict:
+    """The hybrid layout (vLLM ``KVCacheConfig``): tensors, page, and per group its layers and the
+    blocks one ``max_model_len`` request holds in it at most."""
+    layout, sv = res.budget.kv_layout, res.run.serving
+    mml, bs = res.run.max_model_len, layout.block_size
+    rows = []
+    for g in layout.groups:
+        most = -(-mml // bs) if not g.sliding_window else \
+            -(-min(g.sliding_window - 1 + sv.max_num_batched_tokens, mml) // bs) + 1
+        rows.append({"kind": g.kind, "sliding_window": g.sliding_window or None, "layers": list(g.layers),
+                     "padding_layers": layout.group_size - len(g.layers),
+                     "max_blocks_per_request": most})
+    return {"num_tensors": layout.group_size, "page_bytes": layout.page_bytes,
+            "tensor_bytes": layout.page_bytes * res.budget.num_kv_blocks,
+            "block_bytes": layout.page_bytes * layout.group_size, "groups": rows}
+
+
 def summary(res: ServeResult) -> dict:
     run, b = res.run, res.budget
     states = res.sched.states
     done = [s for s in states if s.finish_us >= 0]
     ttft = [s.first_token_us - s.req.arrival_us for s in done]
     tpot = [(s.finish_us - s.first_token_us) / (s.req.output_tokens - 1) for s in done if s.req.output_tokens > 1]
-    pool_tokens = b.num_kv_blocks * b.block_size
+    layout = b.kv_layout
+    # vLLM _report_kv_cache_config: num_blocks // groups · block_size tokens
+    pool_tokens = b.num_kv_blocks // len(layout.groups) * b.block_size
     mml = run.max_model_len
-    blocks_per_max = -(-mml // b.block_size)
+    blocks_per_max = layout.max_request_blocks(mml, run.serving.max_num_batched_tokens)
+    longest = min(pool_tokens, mml) if not layout.hybrid else \
+        layout.longest_context(b.num_kv_blocks, mml, run.serving.max_num_batched_tokens)
     return {
         "schema": SCHEMA,
         "run": {"name": run.name, "model": run.model.name, "model_source": run.model_source,
@@ -50,10 +71,11 @@ def summary(res: ServeResult) -> dict:
             # hf has no pool: its cache grows until the device is full (null here)
             "max_concurrency_at_max_model_len": (b.num_kv_blocks // blocks_per_max if blocks_per_max else 0)
             if b.engine != "hf" else None,
-            "longest_context_tokens": min(pool_tokens, mml) if b.engine != "hf" else None,
+            "longest_context_tokens": longest if b.engine != "hf" else None,
             "peak_allocated_bytes": res.peak_allocated_bytes, "peak_reserved_bytes": int(res.peak_reserved_bytes),
             "peak_time_us": round(res.peak_time_us, 3), "capacity_bytes": b.total_bytes,
             "max_kv_blocks_used": res.sched.max_blocks_used, "failure": b.failure,
+            **({"kv_cache_groups": kv_groups(res)} if layout.hybrid else {}),
         }],
         "cuda_graph_capture_sizes": list(res.capture_sizes),
         "steps": {"total": len(res.sched.steps), "eager": res.num_eager_steps,

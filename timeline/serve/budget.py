@@ -13,8 +13,10 @@ before it: here the allocator model's peak over one step of ``max_num_batched_to
 ``_dummy_sampler_run`` on ``min(max_num_seqs, max_num_batched_tokens)`` rows). The CUDA-graph
 estimate (``profile_cudagraph_memory``) is subtracted only under the opt-in
 ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, so not by default at this version; it is reported.
-Blocks: ``vllm/v1/core/kv_cache_utils.py`` ``get_num_blocks`` = ``kv_pool // page_size // layers``
-with ``page_size = block_size · kv_bytes_per_token_layer``; the engine takes the minimum over workers
+Blocks: ``vllm/v1/core/kv_cache_utils.py`` ``get_num_blocks`` = ``kv_pool // page_size // group_size``
+with ``page_size = block_size · kv_bytes_per_token_layer`` and ``group_size`` the layers per KV cache
+group (every layer at one group; GPT-OSS's sliding and full layers make two groups of half the layers,
+:func:`timeline.serve.kv.kv_layout`); the engine takes the minimum over workers
 (``get_kv_cache_configs``) — every worker here is the same.
 
 SGLang (``python/sglang/srt/model_executor/model_runner.py`` ``ModelRunner.profile_max_num_token``,
@@ -32,7 +34,7 @@ from dataclasses import asdict, dataclass
 
 from timeline.graph.tensors import DTYPE_BYTES
 from timeline.serve.graph_view import device_params, step_ops
-from timeline.serve.kv import kv_bytes_per_token, kv_bytes_per_token_layer, kv_layers
+from timeline.serve.kv import KVLayout, kv_bytes_per_token, kv_bytes_per_token_layer, kv_layers, kv_layout
 from timeline.serve.transients import (
     StepTransients,
     new_allocator,
@@ -62,6 +64,7 @@ class Budget:
     kv_bytes_per_token: int
     kv_bytes_per_token_layer: int
     kv_layers: int
+    kv_layout: KVLayout  # the KV cache groups, the tensors and the page (vLLM; one group elsewhere)
     block_size: int
     num_kv_blocks: int
     req_to_token_bytes: int  # SGLang's request → token table
@@ -101,6 +104,8 @@ def compute_budget(run: ServeRunSpec) -> Budget:
     non_torch = int(sv.non_torch_gib * GIB)
     per_layer = kv_bytes_per_token_layer(m, run.parallel.tp, sv.kv_cache_dtype, sv.dtype)
     layers = kv_layers(m)
+    bs = sv.block_size if sv.engine != "sglang" else 1
+    layout = kv_layout(m, range(layers), bs, bs * per_layer, hybrid_manager=sv.engine == "vllm")
     per_token = kv_bytes_per_token(m, run.parallel.tp, sv.kv_cache_dtype, sv.dtype)
     cuda_graph = 0  # the graph pool's own footprint comes from the timeline's capture (summary)
     req_to_token = 0
@@ -119,9 +124,9 @@ def compute_budget(run: ServeRunSpec) -> Budget:
     else:
         requested = int(total * sv.gpu_memory_utilization)
         kv_pool = requested - (weights + activation + non_torch)
-        blocks = max(0, kv_pool // (sv.block_size * per_layer) // layers)
+        blocks = max(0, kv_pool // layout.page_bytes // layout.group_size)
     failure = ""
-    need = -(-run.max_model_len // (sv.block_size if sv.engine != "sglang" else 1))
+    need = layout.max_request_blocks(run.max_model_len, sv.max_num_batched_tokens)
     if sv.engine == "hf":
         failure = "" if weights <= total else f"out of memory while loading the weights ({weights / GIB:,.2f} GiB)"
     elif weights > total:
@@ -137,5 +142,5 @@ def compute_budget(run: ServeRunSpec) -> Budget:
                   requested_bytes=requested, weights_bytes=weights, rope_cache_bytes=rope,
                   non_torch_bytes=non_torch, activation_peak_bytes=activation, cuda_graph_bytes=cuda_graph,
                   cuda_graph_subtracted=False, kv_pool_bytes=max(0, kv_pool), kv_bytes_per_token=per_token,
-                  kv_bytes_per_token_layer=per_layer, kv_layers=layers, block_size=sv.block_size if sv.engine != "sglang" else 1,
+                  kv_bytes_per_token_layer=per_layer, kv_layers=layers, kv_layout=layout, block_size=bs,
                   num_kv_blocks=max(0, blocks), req_to_token_bytes=req_to_token, failure=failure)

@@ -152,7 +152,8 @@ def serve(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
     cfg = SchedulerConfig(num_blocks=budget.num_kv_blocks, block_size=budget.block_size,
                           max_num_seqs=sv.max_num_seqs, max_num_batched_tokens=sv.max_num_batched_tokens,
                           max_model_len=run.max_model_len, enable_chunked_prefill=sv.enable_chunked_prefill,
-                          enable_prefix_caching=sv.enable_prefix_caching)
+                          enable_prefix_caching=sv.enable_prefix_caching,
+                          full_groups=budget.kv_layout.full_groups, sliding_windows=budget.kv_layout.sliding_windows)
     trace: deque = deque(maxlen=None if record_entries < 0 else record_entries or 1)
     clock = {"t": 0.0}
 
@@ -166,12 +167,14 @@ def serve(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
     weights_addr = alloc.malloc(budget.weights_bytes)
     if rec:
         rec("alloc", weights_addr, budget.weights_bytes, "weights")
-    page = budget.block_size * budget.kv_bytes_per_token_layer
-    kv_addrs = [alloc.malloc(budget.num_kv_blocks * page) for _ in range(budget.kv_layers)] \
+    layout = budget.kv_layout
+    page = layout.page_bytes
+    # one tensor per layer, or per layer slot shared by one layer of every group (hybrid)
+    kv_addrs = [alloc.malloc(budget.num_kv_blocks * page) for _ in range(layout.group_size)] \
         if budget.num_kv_blocks else []
-    for layer, a in enumerate(kv_addrs):
+    for name, a in zip(layout.tensor_names(), kv_addrs, strict=False):
         if rec:
-            rec("alloc", a, budget.num_kv_blocks * page, f"kv_cache.layers.{layer}")
+            rec("alloc", a, budget.num_kv_blocks * page, f"kv_cache.layers.{name}")
     static_alloc = alloc.allocated_bytes
     rows: dict[str, list] = {k: [] for k in ("t_us", "allocated_bytes", "reserved_bytes", "temporary_bytes",
                                               "kv_blocks_used", "requests_running", "requests_waiting",
@@ -213,7 +216,7 @@ def serve(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
     memory = {k: np.asarray(v, dtype=np.float64 if k == "t_us" else np.int64) for k, v in rows.items()}
     n = len(memory["t_us"])
     memory["weights_bytes"] = np.full(n, budget.weights_bytes, dtype=np.int64)
-    memory["kv_cache_bytes"] = np.full(n, budget.num_kv_blocks * page * budget.kv_layers, dtype=np.int64)
+    memory["kv_cache_bytes"] = np.full(n, budget.num_kv_blocks * page * layout.group_size, dtype=np.int64)
     memory["cuda_graph_bytes"] = np.full(n, graph_pool, dtype=np.int64)
     memory["kv_blocks_free"] = budget.num_kv_blocks - memory["kv_blocks_used"]
     budget_out = budget

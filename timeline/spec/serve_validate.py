@@ -68,6 +68,13 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
     if sv.engine == "vllm" and sv.block_size % 16 and sv.block_size not in (1, 8):
         add(("serving.block_size", f"{sv.block_size}: vLLM takes 1, 8 or a multiple of 16 "
              "(vllm/config/cache.py BlockSize)"))
+    sliding = any(m.is_sliding(i) for i in range(m.num_hidden_layers))
+    if sliding and sv.engine == "sglang":
+        add(("serving.engine", "sliding-window layers (layer_types) are modelled for vLLM's hybrid KV cache "
+             'manager only; SGLang\'s SWA pool is not modelled yet: use engine = "vllm"'))
+    if sliding and sv.engine == "vllm" and sv.enable_prefix_caching and any(r.prefix_id for r in run.requests):
+        add(("serving.enable_prefix_caching", "prefix sharing across sliding-window KV cache groups is not "
+             "modelled; set enable_prefix_caching = false or leave prefix_id empty in the trace"))
     mml = run.max_model_len
     if mml > m.max_position_embeddings:
         add(("serving.max_model_len", f"{mml} exceeds max_position_embeddings={m.max_position_embeddings} "
