@@ -17,7 +17,10 @@ Blocks: ``vllm/v1/core/kv_cache_utils.py`` ``get_num_blocks`` = ``kv_pool // pag
 with ``page_size = block_size · kv_bytes_per_token_layer`` and ``group_size`` the layers per KV cache
 group (every layer at one group; GPT-OSS's sliding and full layers make two groups of half the layers,
 :func:`timeline.serve.kv.kv_layout`); the engine takes the minimum over workers
-(``get_kv_cache_configs``) — every worker here is the same.
+(``get_kv_cache_configs``: each worker's ``num_blocks`` from its own memory and layers, then every
+worker's set to the smallest, the tensors shrunk to it) — with ``pp`` > 1 the stages differ in weights
+(embedding first, LM head last), layers and profile peak (the sampler runs on the last stage); the TP
+ranks of a stage are the same.
 
 SGLang (``python/sglang/srt/model_executor/model_runner.py`` ``ModelRunner.profile_max_num_token``,
 0.4)::
@@ -30,11 +33,11 @@ and ``init_memory_pool``'s ``req_to_token_pool``: ``(max_num_reqs + 1) × (conte
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from timeline.graph.tensors import DTYPE_BYTES
-from timeline.serve.graph_view import device_params, step_ops
-from timeline.serve.kv import KVLayout, kv_bytes_per_token, kv_bytes_per_token_layer, kv_layers, kv_layout
+from timeline.serve.graph_view import device_params, pp_layers, step_ops
+from timeline.serve.kv import KVLayout, kv_bytes_per_token_layer, kv_layers, kv_layout
 from timeline.serve.transients import (
     StepTransients,
     new_allocator,
@@ -69,6 +72,7 @@ class Budget:
     num_kv_blocks: int
     req_to_token_bytes: int  # SGLang's request → token table
     failure: str  # "" or the engine's refusal ("no memory for cache blocks")
+    worker_kv_blocks: int = 0  # this worker's own block count, before the minimum over workers
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -83,30 +87,47 @@ def rope_cache_bytes(run: ServeRunSpec) -> int:
     return m.max_position_embeddings * dim * DTYPE_BYTES[run.serving.dtype]
 
 
-def profile_transients(run: ServeRunSpec) -> StepTransients:
+def profile_transients(run: ServeRunSpec, stage: int = 0) -> StepTransients:
+    """The profile run's step on pipeline stage ``stage``; the sampler runs on the last stage only."""
     sv = run.serving
     tokens = sv.max_num_batched_tokens
     reqs = min(sv.max_num_seqs, tokens)
-    return step_transients(step_ops(run, tokens), sampler_tensors(run, reqs, profile=True))
+    sampler = sampler_tensors(run, reqs, profile=True)
+    if stage != run.parallel.pp - 1:
+        sampler = [0] * len(sampler)
+    return step_transients(step_ops(run, tokens, stage), sampler)
 
 
-def compute_budget(run: ServeRunSpec) -> Budget:
+def compute_budgets(run: ServeRunSpec) -> list[Budget]:
+    """Every pipeline stage's budget, each with the workers' smallest block count (vLLM
+    ``get_kv_cache_configs``); one entry at ``pp = 1``."""
+    budgets = [compute_budget(run, stage) for stage in range(run.parallel.pp)]
+    fewest = min(b.num_kv_blocks for b in budgets)
+    return [replace(b, num_kv_blocks=fewest) for b in budgets]
+
+
+def compute_budget(run: ServeRunSpec, stage: int = 0) -> Budget:
+    """One worker's budget: a device of pipeline stage ``stage`` (its own block count, before the
+    minimum over workers of :func:`compute_budgets`)."""
     sv, hw, m = run.serving, run.hardware, run.model
     total = int(hw.capacity_gib * GIB)
     rope = rope_cache_bytes(run) if sv.engine == "vllm" else 0
-    weights = weight_bytes(run, device_params(run)).total_bytes + rope
+    weights = weight_bytes(run, device_params(run, stage)).total_bytes + rope
     activation = 0  # generate has no profile run
     if sv.engine != "hf":
         alloc = new_allocator(run, total)
         base = alloc.malloc(weights)  # the weights are one block here; only the step's peak increase is read
-        activation = run_through_allocator(alloc, profile_transients(run)) - alloc.allocated_bytes
+        activation = run_through_allocator(alloc, profile_transients(run, stage)) - alloc.allocated_bytes
         alloc.free(base)
     non_torch = int(sv.non_torch_gib * GIB)
     per_layer = kv_bytes_per_token_layer(m, run.parallel.tp, sv.kv_cache_dtype, sv.dtype)
-    layers = kv_layers(m)
+    held = pp_layers(run)[stage]
+    layers = kv_layers(m) if run.parallel.pp == 1 else len(held)
     bs = sv.block_size if sv.engine != "sglang" else 1
-    layout = kv_layout(m, range(layers), bs, bs * per_layer, hybrid_manager=sv.engine == "vllm")
-    per_token = kv_bytes_per_token(m, run.parallel.tp, sv.kv_cache_dtype, sv.dtype)
+    layout = kv_layout(m, range(kv_layers(m)), bs, bs * per_layer, hybrid_manager=sv.engine == "vllm")
+    if run.parallel.pp > 1:
+        layout = layout.project(set(held))
+    per_token = per_layer * layers  # over the layers this device holds
     cuda_graph = 0  # the graph pool's own footprint comes from the timeline's capture (summary)
     req_to_token = 0
     if sv.engine == "hf":  # no pool: the cache grows with the batch (timeline.serve.hf)
@@ -143,4 +164,4 @@ def compute_budget(run: ServeRunSpec) -> Budget:
                   non_torch_bytes=non_torch, activation_peak_bytes=activation, cuda_graph_bytes=cuda_graph,
                   cuda_graph_subtracted=False, kv_pool_bytes=max(0, kv_pool), kv_bytes_per_token=per_token,
                   kv_bytes_per_token_layer=per_layer, kv_layers=layers, kv_layout=layout, block_size=bs,
-                  num_kv_blocks=max(0, blocks), req_to_token_bytes=req_to_token, failure=failure)
+                  num_kv_blocks=max(0, blocks), worker_kv_blocks=max(0, blocks), req_to_token_bytes=req_to_token, failure=failure)

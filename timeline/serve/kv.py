@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from timeline.spec.model import ModelSpec
@@ -139,6 +139,15 @@ class KVLayout:
             else:
                 hi = mid - 1
         return best
+
+    def project(self, held: Collection[int]) -> KVLayout:
+        """The layout on a worker holding decoder layers ``held`` (pipeline stage): vLLM
+        ``_project_kv_cache_groups_to_worker`` keeps every group, with the worker's layers of it, and
+        the worker's ``group_size`` is its largest projected group (``get_kv_cache_config_from_groups``)."""
+        groups = tuple(KVGroup(g.kind, tuple(x for x in g.layers if x in held), g.sliding_window)
+                       for g in self.groups)
+        return KVLayout(groups=groups, group_size=max(len(g.layers) for g in groups), page_bytes=self.page_bytes,
+                        block_size=self.block_size)
 
     def tensor_names(self) -> list[str]:
         """One name per KV tensor: the layers sharing it (``KVCacheTensor.shared_by``)."""

@@ -35,7 +35,13 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
     elif not m.is_mla and par.tp > m.kv_heads and par.tp % m.kv_heads:
         add(("parallel.tp", f"{par.tp} is above num_key_value_heads={m.kv_heads} but not a multiple of it "
              "(vLLM replicates each key/value head over tp / num_key_value_heads ranks)"))
-    for key in ("pp", "cp", "vpp"):
+    if par.pp > 1 and sv.engine != "vllm":
+        add(("parallel.pp", f'pp > 1 is modelled for engine = "vllm" only (its get_pp_indices and the pool as the '
+             f'minimum over workers); set pp = 1 for {sv.engine}'))
+    elif par.pp > m.num_hidden_layers:
+        add(("parallel.pp", f"{par.pp} stages for num_hidden_layers={m.num_hidden_layers}: every stage needs a "
+             f"layer; use at most {m.num_hidden_layers}"))
+    for key in ("cp", "vpp"):
         if getattr(par, key) > 1:
             add((f"parallel.{key}", f"{key} > 1 is not modelled by `timeline serve` yet; use tp (and ep for MoE)"))
     if par.ep > 1 and not m.is_moe:
