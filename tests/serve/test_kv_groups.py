@@ -140,7 +140,8 @@ def test_a_pool_below_one_max_model_len_request_is_the_engines_refusal():
     assert b.failure.startswith("max_model_len=32768 needs 2569 KV blocks")
 
 
-@pytest.mark.parametrize("override,key", [("serving.engine=sglang", "serving.engine")])
+@pytest.mark.parametrize("override,key", [("serving.engine=sglang", "serving.engine"),
+                                          ("serving.engine=hf", "serving.engine")])
 def test_unmodelled_sliding_combinations_are_one_error_line(tmp_path, capsys, override, key):
     assert main(["serve", str(GPT_OSS_RUN), "--set", override, "-o", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

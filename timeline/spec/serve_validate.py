@@ -75,9 +75,10 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
         add(("serving.block_size", f"{sv.block_size}: vLLM takes 1, 8 or a multiple of 16 "
              "(vllm/config/cache.py BlockSize)"))
     sliding = any(m.is_sliding(i) for i in range(m.num_hidden_layers))
-    if sliding and sv.engine == "sglang":
-        add(("serving.engine", "sliding-window layers (layer_types) are modelled for vLLM's hybrid KV cache "
-             'manager only; SGLang\'s SWA pool is not modelled yet: use engine = "vllm"'))
+    if sliding and sv.engine in ("sglang", "hf"):
+        what = "SGLang's SWA pool" if sv.engine == "sglang" else "Hugging Face's sliding-window cache layers"
+        add(("serving.engine", f"sliding-window layers (layer_types) are modelled for vLLM's hybrid KV cache "
+             f'manager only; {what} is not modelled yet: use engine = "vllm"'))
     if sliding and sv.engine == "vllm" and sv.enable_prefix_caching and any(r.prefix_id for r in run.requests):
         add(("serving.enable_prefix_caching", "prefix sharing across sliding-window KV cache groups is not "
              "modelled; set enable_prefix_caching = false or leave prefix_id empty in the trace"))
