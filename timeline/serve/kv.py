@@ -62,7 +62,9 @@ def kv_bytes_per_token(model: ModelSpec, tp: int, kv_cache_dtype: str, model_dty
 # Read at vllm-project/vllm 001cabc (``vllm/v1/kv_cache_interface.py``, ``vllm/v1/core/kv_cache_utils.py``)
 # and ``vllm/v1/core/single_type_kv_cache_manager.py`` (``SlidingWindowManager``):
 #
-# * a sliding layer's spec is ``SlidingWindowSpec``, a full layer's ``FullAttentionSpec``; both have the
+# * a sliding layer's spec is ``SlidingWindowSpec``, a full layer's ``FullAttentionSpec``
+#   (``vllm/model_executor/layers/attention/attention.py`` ``Attention.get_kv_cache_spec``: a layer built
+#   with ``sliding_window`` reports the sliding spec; GPT-OSS passes it on its sliding layers); both have the
 #   page ``block_size · num_kv_heads · 2 · head_size · dtype_size`` (``AttentionSpec.real_page_size_bytes``).
 # * ``get_kv_cache_groups``: one spec for every layer → one group of all layers
 #   (``_get_kv_cache_groups_uniform_spec``); full and sliding layers with one page size →
