@@ -113,6 +113,7 @@ def test_a_sliding_window_run_keeps_its_invariants():
                                      for i in range(12)), lambda batch: 100.0)
     assert all(0 <= s.blocks_used <= c.num_blocks for s in res.steps)
     assert all(s.finish_us >= 0 and not s.rejected for s in res.states)
+    assert sum(s.preemptions for s in res.states) > 0  # 12 × (44 full + up to 26 window blocks) exceed 120
 
 
 def test_the_admission_bound_counts_the_window_blocks():
