@@ -109,6 +109,22 @@ def print_summary(res: ServeResult) -> None:
               f"activation peak {gib(b.activation_peak_bytes)}, KV pool {gib(b.kv_pool_bytes)} "
               f"({b.num_kv_blocks:,} blocks of {b.block_size} tokens × {b.kv_bytes_per_token:,} B/token); "
               f"CUDA-graph pool {gib(b.cuda_graph_bytes)} (not subtracted by the engine)")
+    for row in s["devices"] if len(s["devices"]) > 1 else []:
+        rb = row["budget"]
+        con.print(f"  pp stage {row['pp_stage']} (layers {row['layers'][0]}–{row['layers'][1] - 1}): weights "
+                  f"{gib(rb['weights_bytes'])}, activation peak {gib(rb['activation_peak_bytes'])}, KV available "
+                  f"{gib(rb['kv_pool_bytes'])} GiB = {row['worker_num_kv_blocks']:,} blocks of its own; peak allocated "
+                  f"{gib(row['peak_allocated_bytes'])} GiB")
+    if len(s["devices"]) > 1:
+        con.print(f"  the pool is the smallest over the stages: {b.num_kv_blocks:,} blocks (vLLM get_kv_cache_configs); "
+                  "the memory timeline is stage 0's")
+    if "kv_cache_groups" in dev:
+        kg = dev["kv_cache_groups"]
+        kinds = ", ".join(f"{g['kind']}" + (f" (window {g['sliding_window']})" if g["sliding_window"] else "")
+                          for g in kg["groups"])
+        con.print(f"KV cache groups: {len(kg['groups'])} of {kg['num_tensors']} layers ({kinds}); a block is one "
+                  f"group's {b.block_size} tokens over its layers, {kg['block_bytes']:,} B; longest context "
+                  f"{dev['longest_context_tokens']:,} tokens")
     if b.failure:
         con.print(f"the engine would refuse to start: {b.failure}")
     conc = dev["max_concurrency_at_max_model_len"]

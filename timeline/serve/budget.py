@@ -13,9 +13,14 @@ before it: here the allocator model's peak over one step of ``max_num_batched_to
 ``_dummy_sampler_run`` on ``min(max_num_seqs, max_num_batched_tokens)`` rows). The CUDA-graph
 estimate (``profile_cudagraph_memory``) is subtracted only under the opt-in
 ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, so not by default at this version; it is reported.
-Blocks: ``vllm/v1/core/kv_cache_utils.py`` ``get_num_blocks`` = ``kv_pool // page_size // layers``
-with ``page_size = block_size · kv_bytes_per_token_layer``; the engine takes the minimum over workers
-(``get_kv_cache_configs``) — every worker here is the same.
+Blocks: ``vllm/v1/core/kv_cache_utils.py`` ``get_num_blocks`` = ``kv_pool // page_size // group_size``
+with ``page_size = block_size · kv_bytes_per_token_layer`` and ``group_size`` the layers per KV cache
+group (every layer at one group; GPT-OSS's sliding and full layers make two groups of half the layers,
+:func:`timeline.serve.kv.kv_layout`); the engine takes the minimum over workers
+(``get_kv_cache_configs``: each worker's ``num_blocks`` from its own memory and layers, then every
+worker's set to the smallest, the tensors shrunk to it) — with ``pp`` > 1 the stages differ in weights
+(embedding first, LM head last), layers and profile peak (the sampler runs on the last stage); the TP
+ranks of a stage are the same.
 
 SGLang (``python/sglang/srt/model_executor/model_runner.py`` ``ModelRunner.profile_max_num_token``,
 0.4)::
@@ -28,11 +33,11 @@ and ``init_memory_pool``'s ``req_to_token_pool``: ``(max_num_reqs + 1) × (conte
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from timeline.graph.tensors import DTYPE_BYTES
-from timeline.serve.graph_view import device_params, step_ops
-from timeline.serve.kv import kv_bytes_per_token, kv_bytes_per_token_layer, kv_layers
+from timeline.serve.graph_view import device_params, pp_layers, step_ops
+from timeline.serve.kv import KVLayout, kv_bytes_per_token_layer, kv_layers, kv_layout
 from timeline.serve.transients import (
     StepTransients,
     new_allocator,
@@ -62,10 +67,12 @@ class Budget:
     kv_bytes_per_token: int
     kv_bytes_per_token_layer: int
     kv_layers: int
+    kv_layout: KVLayout  # the KV cache groups, the tensors and the page (vLLM; one group elsewhere)
     block_size: int
     num_kv_blocks: int
     req_to_token_bytes: int  # SGLang's request → token table
     failure: str  # "" or the engine's refusal ("no memory for cache blocks")
+    worker_kv_blocks: int = 0  # this worker's own block count, before the minimum over workers
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -80,28 +87,47 @@ def rope_cache_bytes(run: ServeRunSpec) -> int:
     return m.max_position_embeddings * dim * DTYPE_BYTES[run.serving.dtype]
 
 
-def profile_transients(run: ServeRunSpec) -> StepTransients:
+def profile_transients(run: ServeRunSpec, stage: int = 0) -> StepTransients:
+    """The profile run's step on pipeline stage ``stage``; the sampler runs on the last stage only."""
     sv = run.serving
     tokens = sv.max_num_batched_tokens
     reqs = min(sv.max_num_seqs, tokens)
-    return step_transients(step_ops(run, tokens), sampler_tensors(run, reqs, profile=True))
+    sampler = sampler_tensors(run, reqs, profile=True)
+    if stage != run.parallel.pp - 1:
+        sampler = [0] * len(sampler)
+    return step_transients(step_ops(run, tokens, stage), sampler)
 
 
-def compute_budget(run: ServeRunSpec) -> Budget:
+def compute_budgets(run: ServeRunSpec) -> list[Budget]:
+    """Every pipeline stage's budget, each with the workers' smallest block count (vLLM
+    ``get_kv_cache_configs``); one entry at ``pp = 1``."""
+    budgets = [compute_budget(run, stage) for stage in range(run.parallel.pp)]
+    fewest = min(b.num_kv_blocks for b in budgets)
+    return [replace(b, num_kv_blocks=fewest) for b in budgets]
+
+
+def compute_budget(run: ServeRunSpec, stage: int = 0) -> Budget:
+    """One worker's budget: a device of pipeline stage ``stage`` (its own block count, before the
+    minimum over workers of :func:`compute_budgets`)."""
     sv, hw, m = run.serving, run.hardware, run.model
     total = int(hw.capacity_gib * GIB)
     rope = rope_cache_bytes(run) if sv.engine == "vllm" else 0
-    weights = weight_bytes(run, device_params(run)).total_bytes + rope
+    weights = weight_bytes(run, device_params(run, stage)).total_bytes + rope
     activation = 0  # generate has no profile run
     if sv.engine != "hf":
         alloc = new_allocator(run, total)
         base = alloc.malloc(weights)  # the weights are one block here; only the step's peak increase is read
-        activation = run_through_allocator(alloc, profile_transients(run)) - alloc.allocated_bytes
+        activation = run_through_allocator(alloc, profile_transients(run, stage)) - alloc.allocated_bytes
         alloc.free(base)
     non_torch = int(sv.non_torch_gib * GIB)
     per_layer = kv_bytes_per_token_layer(m, run.parallel.tp, sv.kv_cache_dtype, sv.dtype)
-    layers = kv_layers(m)
-    per_token = kv_bytes_per_token(m, run.parallel.tp, sv.kv_cache_dtype, sv.dtype)
+    held = pp_layers(run)[stage]
+    layers = kv_layers(m) if run.parallel.pp == 1 else len(held)
+    bs = sv.block_size if sv.engine != "sglang" else 1
+    layout = kv_layout(m, range(kv_layers(m)), bs, bs * per_layer, hybrid_manager=sv.engine == "vllm")
+    if run.parallel.pp > 1:
+        layout = layout.project(set(held))
+    per_token = per_layer * layers  # over the layers this device holds
     cuda_graph = 0  # the graph pool's own footprint comes from the timeline's capture (summary)
     req_to_token = 0
     if sv.engine == "hf":  # no pool: the cache grows with the batch (timeline.serve.hf)
@@ -119,9 +145,9 @@ def compute_budget(run: ServeRunSpec) -> Budget:
     else:
         requested = int(total * sv.gpu_memory_utilization)
         kv_pool = requested - (weights + activation + non_torch)
-        blocks = max(0, kv_pool // (sv.block_size * per_layer) // layers)
+        blocks = max(0, kv_pool // layout.page_bytes // layout.group_size)
     failure = ""
-    need = -(-run.max_model_len // (sv.block_size if sv.engine != "sglang" else 1))
+    need = layout.max_request_blocks(run.max_model_len, sv.max_num_batched_tokens)
     if sv.engine == "hf":
         failure = "" if weights <= total else f"out of memory while loading the weights ({weights / GIB:,.2f} GiB)"
     elif weights > total:
@@ -137,5 +163,5 @@ def compute_budget(run: ServeRunSpec) -> Budget:
                   requested_bytes=requested, weights_bytes=weights, rope_cache_bytes=rope,
                   non_torch_bytes=non_torch, activation_peak_bytes=activation, cuda_graph_bytes=cuda_graph,
                   cuda_graph_subtracted=False, kv_pool_bytes=max(0, kv_pool), kv_bytes_per_token=per_token,
-                  kv_bytes_per_token_layer=per_layer, kv_layers=layers, block_size=sv.block_size if sv.engine != "sglang" else 1,
-                  num_kv_blocks=max(0, blocks), req_to_token_bytes=req_to_token, failure=failure)
+                  kv_bytes_per_token_layer=per_layer, kv_layers=layers, kv_layout=layout, block_size=bs,
+                  num_kv_blocks=max(0, blocks), worker_kv_blocks=max(0, blocks), req_to_token_bytes=req_to_token, failure=failure)

@@ -1,6 +1,10 @@
 """The model graph as an inference engine shards it: one device's parameters and forward ops.
 
-An engine runs the whole model on each tensor-parallel group (``pp = 1``), no sequence
+An engine runs the whole model on each tensor-parallel group (``pp = 1``) or, with pipeline
+parallelism, stage ``s`` holds the decoder layers vLLM's ``vllm/distributed/utils.py``
+``get_pp_indices`` gives it (``num_hidden_layers // pp`` each, the remainder one more each on the
+stages before the last: ``partitions[-i] += 1`` for ``i`` in ``2 … remainder + 1``), the embedding on
+the first and the final norm and LM head on the last (``PPMissingLayer`` elsewhere); no sequence
 parallelism, and pads the vocabulary as vLLM's ``VocabParallelEmbedding`` does
 (``vllm/model_executor/layers/vocab_parallel_embedding.py``: ``pad_vocab_size(vocab, 64)``, then
 split by tp). Routed experts split over ``ep`` ranks whole (``etp = 1``) or, without EP, by tp
@@ -25,11 +29,26 @@ from timeline.spec.serving import ServeRunSpec
 VOCAB_PADDING = 64
 
 
+def pp_layers(run: ServeRunSpec) -> list[range]:
+    """The decoder layers of each pipeline stage (vLLM ``get_pp_indices``, no
+    ``VLLM_PP_LAYER_PARTITION``)."""
+    n, pp = run.model.num_hidden_layers, run.parallel.pp
+    parts = [n // pp] * pp
+    for i in range(2, n % pp + 2):
+        parts[-i] += 1
+    out, start = [], 0
+    for k in parts:
+        out.append(range(start, start + k))
+        start += k
+    return out
+
+
 def graph_run(run: ServeRunSpec, num_tokens: int) -> RunSpec:
-    """A one-stage run whose forward pass is one engine step of ``num_tokens`` tokens."""
+    """A run whose forward pass (per pipeline stage) is one engine step of ``num_tokens`` tokens."""
     par = run.parallel
     etp = 1 if par.ep > 1 else par.tp
-    parallel = replace(par, pp=1, vpp=1, sp=False, cp=1, etp=etp, layout=None)
+    layout = tuple(len(r) for r in pp_layers(run)) if par.pp > 1 else None
+    parallel = replace(par, pp=par.pp, vpp=1, sp=False, cp=1, etp=etp, layout=layout)
     return RunSpec(name=run.name, source=run.source, model=run.model, profile="megatron",
                    model_source=run.model_source, parallel=parallel,
                    training=TrainingSpec(micro_batch_size=1, seq_len=max(1, num_tokens), dtype=run.serving.dtype),
@@ -45,21 +64,23 @@ def build_ctx(g: RunSpec, vocab_padding: int = VOCAB_PADDING) -> BuildCtx:
     return BuildCtx(model=g.model, framework=fw, tp=p.tp, ep=p.ep, etp=p.etp, dtype=g.training.dtype)
 
 
-def device_params(run: ServeRunSpec) -> list[TensorDef]:
-    """Every parameter TensorDef one device holds (model dtype, before quantization)."""
+def device_params(run: ServeRunSpec, stage: int = 0) -> list[TensorDef]:
+    """Every parameter TensorDef one device of pipeline stage ``stage`` holds (model dtype, before
+    quantization)."""
     g = graph_run(run, 1)
     # Hugging Face keeps the vocabulary as the config gives it
-    nodes = chunk_nodes(build_ctx(g, 1 if run.serving.engine == "hf" else VOCAB_PADDING), chunk_layers(g), 0)
+    nodes = chunk_nodes(build_ctx(g, 1 if run.serving.engine == "hf" else VOCAB_PADDING), chunk_layers(g), stage)
     # vLLM loads no MTP module for plain decoding (it is a separate draft model)
     return [t for n in nodes if not n.name.startswith("mtp") for t in n.params]
 
 
-def step_ops(run: ServeRunSpec, num_tokens: int) -> list[FOp]:
-    """The forward ops of one step over ``num_tokens`` tokens, up to the final norm (the engine
+def step_ops(run: ServeRunSpec, num_tokens: int, stage: int = 0) -> list[FOp]:
+    """The forward ops of one step over ``num_tokens`` tokens on pipeline stage ``stage`` (a later
+    stage starts from the received hidden states), up to the final norm (the engine
     computes logits only for each request's last token: :func:`~timeline.serve.transients.sampler_tensors`),
     with each MoE block's dispatch / experts / combine replaced by vLLM's fused MoE kernel."""
     g = graph_run(run, num_tokens)
-    ops = [op for op in forward_ops(g, 0, build_ctx(g)) if not op.name.startswith(("output", "mtp"))]
+    ops = [op for op in forward_ops(g, stage, build_ctx(g)) if not op.name.startswith(("output", "mtp"))]
     return fuse_moe(run, ops, num_tokens) if run.model.is_moe else ops
 
 

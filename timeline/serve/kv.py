@@ -14,6 +14,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
 from timeline.spec.model import ModelSpec
 
 #: vLLM ``MLAAttentionSpec.real_page_size_bytes``: ``block_size * 656`` for ``fp8_ds_mla``
@@ -52,3 +55,126 @@ def kv_layers(model: ModelSpec) -> int:
 def kv_bytes_per_token(model: ModelSpec, tp: int, kv_cache_dtype: str, model_dtype: str) -> int:
     """KV bytes per token over every layer a device holds."""
     return kv_layers(model) * kv_bytes_per_token_layer(model, tp, kv_cache_dtype, model_dtype)
+
+
+# --- KV cache groups: full and sliding-window layers (vLLM's hybrid KV cache manager) -----------------
+#
+# Read at vllm-project/vllm 001cabc (``vllm/v1/kv_cache_interface.py``, ``vllm/v1/core/kv_cache_utils.py``)
+# and ``vllm/v1/core/single_type_kv_cache_manager.py`` (``SlidingWindowManager``):
+#
+# * a sliding layer's spec is ``SlidingWindowSpec``, a full layer's ``FullAttentionSpec``
+#   (``vllm/model_executor/layers/attention/attention.py`` ``Attention.get_kv_cache_spec``: a layer built
+#   with ``sliding_window`` reports the sliding spec; GPT-OSS passes it on its sliding layers); both have the
+#   page ``block_size · num_kv_heads · 2 · head_size · dtype_size`` (``AttentionSpec.real_page_size_bytes``).
+# * ``get_kv_cache_groups``: one spec for every layer → one group of all layers
+#   (``_get_kv_cache_groups_uniform_spec``); full and sliding layers with one page size →
+#   ``_get_kv_cache_groups_uniform_page_size``: layers of a type, in order; ``group_size`` = the fewest
+#   layers of a type, or the most when most < 1.5 × fewest; each type splits into
+#   ``cdiv(len, group_size)`` groups, group i taking ``layers[i::num_groups]`` (the last padded).
+# * ``get_kv_cache_config_from_groups``: ``group_size`` tensors of ``page · num_blocks`` bytes, tensor i
+#   shared by layer i of every group; ``num_blocks = available // page // group_size`` (``get_num_blocks``).
+#   Every group allocates its blocks from that one pool, a block per group per ``block_size`` tokens.
+# * a sliding group frees the blocks that leave the window (``remove_skipped_blocks`` with
+#   ``get_num_skipped_tokens = max(0, num_computed_tokens − sliding_window + 1)``: the first
+#   ``skipped // block_size`` blocks become the null block), so a request holds
+#   ``cdiv(tokens, block_size) − skipped // block_size`` blocks in it.
+# * a request's most blocks (``max_memory_usage_bytes`` / page, summed over the groups as
+#   ``_max_memory_usage_bytes_from_groups`` and ``get_max_concurrency_for_kv_cache_config`` do):
+#   full ``cdiv(max_model_len, block_size)``; sliding
+#   ``cdiv(min(sliding_window − 1 + max_num_batched_tokens, max_model_len), block_size) + 1``.
+
+
+@dataclass(frozen=True, slots=True)
+class KVGroup:
+    """One KV cache group: layers sharing one block table."""
+
+    kind: str  # "full_attention" | "sliding_attention"
+    layers: tuple[int, ...]  # decoder layers (fewer than the group size when padded)
+    sliding_window: int = 0  # tokens a sliding layer attends over; 0 for full attention
+
+
+@dataclass(frozen=True, slots=True)
+class KVLayout:
+    """How one device's cache is laid out: its groups, tensors and page."""
+
+    groups: tuple[KVGroup, ...]
+    group_size: int  # layers per group = KV tensors on the device (each shared by one layer per group)
+    page_bytes: int  # one layer's block: block_size · bytes per token per layer
+    block_size: int
+
+    @property
+    def hybrid(self) -> bool:
+        """More than one group, or sliding layers: the layout the hybrid KV cache manager builds."""
+        return len(self.groups) > 1 or any(g.sliding_window for g in self.groups)
+
+    @property
+    def full_groups(self) -> int:
+        return sum(not g.sliding_window for g in self.groups)
+
+    @property
+    def sliding_windows(self) -> tuple[int, ...]:
+        """The window of every sliding group, one entry per group."""
+        return tuple(g.sliding_window for g in self.groups if g.sliding_window)
+
+    def request_blocks(self, tokens: int, computed: int) -> int:
+        """Blocks one request holds over every group with ``tokens`` slots allocated and ``computed``
+        tokens computed (sliding groups have freed what left the window)."""
+        blocks = -(-tokens // self.block_size)
+        skipped = sum(max(0, computed - w + 1) // self.block_size for w in self.sliding_windows)
+        return len(self.groups) * blocks - skipped
+
+    def max_request_blocks(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        """vLLM's bound on one request's blocks at ``max_model_len`` (summed ``max_memory_usage_bytes``)."""
+        bs = self.block_size
+        full = self.full_groups * -(-max_model_len // bs)
+        return full + sum(-(-min(w - 1 + max_num_batched_tokens, max_model_len) // bs) + 1
+                          for w in self.sliding_windows)
+
+    def longest_context(self, num_blocks: int, max_model_len: int, max_num_batched_tokens: int) -> int:
+        """vLLM ``_estimate_max_model_len_from_groups``: the longest length (≤ ``max_model_len``) whose
+        bound fits the pool, by binary search; 0 if one token does not."""
+        lo, hi, best = 1, max_model_len, 0
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if self.max_request_blocks(mid, max_num_batched_tokens) <= num_blocks:
+                best, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        return best
+
+    def project(self, held: Collection[int]) -> KVLayout:
+        """The layout on a worker holding decoder layers ``held`` (pipeline stage): vLLM
+        ``_project_kv_cache_groups_to_worker`` keeps every group, with the worker's layers of it, and
+        the worker's ``group_size`` is its largest projected group (``get_kv_cache_config_from_groups``)."""
+        groups = tuple(KVGroup(g.kind, tuple(x for x in g.layers if x in held), g.sliding_window)
+                       for g in self.groups)
+        return KVLayout(groups=groups, group_size=max(len(g.layers) for g in groups), page_bytes=self.page_bytes,
+                        block_size=self.block_size)
+
+    def tensor_names(self) -> list[str]:
+        """One name per KV tensor: the layers sharing it (``KVCacheTensor.shared_by``)."""
+        return ["+".join(str(g.layers[i]) for g in self.groups if i < len(g.layers))
+                for i in range(self.group_size)]
+
+
+def kv_layout(model: ModelSpec, layers: Sequence[int], block_size: int, page_bytes: int,
+              hybrid_manager: bool = True) -> KVLayout:
+    """vLLM ``get_kv_cache_groups`` over the decoder ``layers`` a device holds (all of them at pp = 1).
+    Without the hybrid manager (MLA models and non-sliding ones are uniform anyway) every layer is one
+    full-attention group (``unify_hybrid_kv_cache_specs``)."""
+    by_kind: dict[tuple[str, int], list[int]] = {}
+    for layer in layers:
+        sliding = hybrid_manager and model.is_sliding(layer)
+        key = ("sliding_attention", model.sliding_window) if sliding else ("full_attention", 0)
+        by_kind.setdefault(key, []).append(layer)
+    if len(by_kind) <= 1:
+        (kind, window), members = next(iter(by_kind.items())) if by_kind else (("full_attention", 0), [])
+        return KVLayout(groups=(KVGroup(kind, tuple(members), window),), group_size=len(members),
+                        page_bytes=page_bytes, block_size=block_size)
+    counts = [len(v) for v in by_kind.values()]
+    size = max(counts) if max(counts) < min(counts) * 1.5 else min(counts)
+    groups: list[KVGroup] = []
+    for (kind, window), members in by_kind.items():
+        n = -(-len(members) // size)
+        groups.extend(KVGroup(kind, tuple(members[i::n]), window) for i in range(n))
+    return KVLayout(groups=tuple(groups), group_size=size, page_bytes=page_bytes, block_size=block_size)

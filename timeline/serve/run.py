@@ -15,16 +15,15 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 
 from timeline.alloc.caching import CachingAllocator
 from timeline.alloc.config import AllocatorConfig
-from timeline.serve.budget import Budget, compute_budget
-from timeline.serve.graph_view import device_params, step_ops
+from timeline.serve.budget import Budget, compute_budget, compute_budgets
+from timeline.serve.graph_view import device_params, pp_layers, step_ops
 from timeline.serve.hf import hf_timeline
 from timeline.serve.requests import synthetic_requests
 from timeline.serve.steptime import step_cost
@@ -44,10 +43,10 @@ from timeline.spec.serving import Request, ServeRunSpec
 SAMPLER_BUFFERS = len(SAMPLER_NAMES)
 
 
-def _per_token_plan(run: ServeRunSpec) -> StepTransients | None:
+def _per_token_plan(run: ServeRunSpec, stage: int = 0) -> StepTransients | None:
     """The one-token plan when the step's tensors grow exactly linearly with its tokens (checked
     on 1, 2 and 3 tokens: same allocations, sizes in proportion), else None."""
-    one, two, three = (step_transients(step_ops(run, t), [0] * SAMPLER_BUFFERS) for t in (1, 2, 3))
+    one, two, three = (step_transients(step_ops(run, t, stage), [0] * SAMPLER_BUFFERS) for t in (1, 2, 3))
     if [j for _, j in one.plan] != [j for _, j in two.plan] or [j for _, j in one.plan] != [j for _, j in three.plan]:
         return None
     if any(b != 2 * a or c != 3 * a for (a, _), (b, _), (c, _) in zip(one.plan, two.plan, three.plan, strict=True)):
@@ -82,6 +81,21 @@ class ServeResult:
     alloc_trace: list = field(default_factory=list)
     #: the allocator's segments at the end, weights and KV pool still allocated
     end_segments: list = field(default_factory=list)
+    #: every pipeline stage's device (pp > 1; the fields above are stage 0's)
+    stages: list[StageMemory] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class StageMemory:
+    """One pipeline stage's device over the timeline: its budget and peaks."""
+
+    stage: int
+    layers: range
+    budget: Budget
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    peak_time_us: float
+    num_eager_steps: int
 
 
 def run_requests(run: ServeRunSpec) -> tuple[Request, ...]:
@@ -122,67 +136,27 @@ def serve_hf(run: ServeRunSpec) -> ServeResult:
 def serve(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
     """Simulate the deployment; ``record_entries`` > 0 keeps the allocator's last N trace entries
     and its end-state segments for a memory_viz snapshot (like PyTorch's ring buffer); −1 keeps
-    every entry (events.parquet)."""
+    every entry (events.parquet). With ``pp`` > 1 one scheduler drives every stage (vLLM's engine
+    core schedules for all workers, with the workers' smallest pool); each stage's device runs the
+    step's tokens through its own layers; the memory rows, trace and snapshot are stage 0's, every
+    stage's budget and peaks are in ``stages``. A step's duration is the whole model's (the stages in
+    sequence; vLLM's concurrent batches over the pipeline are not modelled)."""
     if run.serving.engine == "hf":
         return serve_hf(run)
-    budget = compute_budget(run)
+    budgets = compute_budgets(run)
+    budget = budgets[0]
     sv = run.serving
     sizes = capture_sizes(run)
     requests = run_requests(run)
-    params = device_params(run)
-    cost = step_cost(run, params, budget.weights_bytes, budget.kv_bytes_per_token)
-    reqs_cap = min(sv.max_num_seqs, sv.max_num_batched_tokens)
-
-    linear = _per_token_plan(run)
-
-    @lru_cache(maxsize=4096)
-    def plan(tokens: int, reqs: int) -> StepTransients:
-        # reqs = 0: a captured graph, which holds the model's forward only (the sampler runs outside it)
-        extra = sampler_tensors(run, min(reqs, reqs_cap)) if reqs else [0] * SAMPLER_BUFFERS
-        if linear is not None:  # every tensor of the step is (tokens × width): scale the one-token plan
-            return step_transients_scaled(linear, tokens, extra)
-        return step_transients(step_ops(run, tokens), extra)
-
-    graph_pool = 0
-    if sizes:  # one private pool, largest capture first; its footprint is what the largest leaves reserved
-        pool = new_allocator(run, budget.total_bytes)
-        for size in sizes[:1]:
-            run_through_allocator(pool, plan(size, 0))
-        graph_pool = pool.reserved_bytes
+    stages = range(run.parallel.pp)
+    params = [t for s in stages for t in device_params(run, s)]
+    weights = sum(b.weights_bytes for b in budgets)
+    cost = step_cost(run, params, weights, sum(b.kv_bytes_per_token for b in budgets))
     cfg = SchedulerConfig(num_blocks=budget.num_kv_blocks, block_size=budget.block_size,
                           max_num_seqs=sv.max_num_seqs, max_num_batched_tokens=sv.max_num_batched_tokens,
                           max_model_len=run.max_model_len, enable_chunked_prefill=sv.enable_chunked_prefill,
-                          enable_prefix_caching=sv.enable_prefix_caching)
-    trace: deque = deque(maxlen=None if record_entries < 0 else record_entries or 1)
-    clock = {"t": 0.0}
-
-    def record(action: str, addr: int, size: int, name: str) -> None:
-        trace.append((action, addr, size, clock["t"], name))
-
-    alloc = CachingAllocator(AllocatorConfig.from_spec(run.allocator), capacity_bytes=budget.total_bytes,
-                             listener=(lambda a, addr, size, stream: record(a, addr, size, ""))
-                             if record_entries else None)
-    rec = record if record_entries else None
-    weights_addr = alloc.malloc(budget.weights_bytes)
-    if rec:
-        rec("alloc", weights_addr, budget.weights_bytes, "weights")
-    page = budget.block_size * budget.kv_bytes_per_token_layer
-    kv_addrs = [alloc.malloc(budget.num_kv_blocks * page) for _ in range(budget.kv_layers)] \
-        if budget.num_kv_blocks else []
-    for layer, a in enumerate(kv_addrs):
-        if rec:
-            rec("alloc", a, budget.num_kv_blocks * page, f"kv_cache.layers.{layer}")
-    static_alloc = alloc.allocated_bytes
-    rows: dict[str, list] = {k: [] for k in ("t_us", "allocated_bytes", "reserved_bytes", "temporary_bytes",
-                                              "kv_blocks_used", "requests_running", "requests_waiting",
-                                              "requests_preempted")}
-    state: dict[str, Any] = {"peak": (static_alloc, alloc.reserved_bytes, 0.0), "eager": 0}
-    graph_max = sizes[0] if sizes else 0
-
-    def replayed(tokens: int, decode_only: bool) -> bool:
-        if not sizes or tokens > graph_max:
-            return False
-        return decode_only or sv.cudagraph_mode != "full_decode_only"
+                          enable_prefix_caching=sv.enable_prefix_caching,
+                          full_groups=budget.kv_layout.full_groups, sliding_windows=budget.kv_layout.sliding_windows)
 
     def step_us(batch: Sequence[tuple[ReqState, int]]) -> float:
         tokens = sum(n for _, n in batch)
@@ -190,39 +164,118 @@ def serve(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
         pairs = sum(n * (st.computed + (n + 1) / 2) for st, n in batch)
         return cost.step_us(tokens, kv, pairs)
 
-    def on_step(step: Step) -> None:
+    first = _Device(run, 0, budget, sizes, record_entries)
+    sched = simulate_requests(cfg, requests, step_us, first.on_step)
+    devices = [first]
+    for s in stages[1:]:  # the later stages see the same steps
+        dev = _Device(run, s, budgets[s], sizes, 0)
+        for step in sched.steps:
+            dev.on_step(step)
+        dev.finish()
+        devices.append(dev)
+    first.finish()
+    stage_rows = [StageMemory(stage=d.stage, layers=pp_layers(run)[d.stage], budget=d.budget_out,
+                              peak_allocated_bytes=d.peak[0], peak_reserved_bytes=d.peak_reserved,
+                              peak_time_us=d.peak[2], num_eager_steps=d.eager) for d in devices] \
+        if run.parallel.pp > 1 else []
+    return ServeResult(run=run, budget=first.budget_out, capture_sizes=sizes, sched=sched, memory=first.memory,
+                       peak_allocated_bytes=first.peak[0], peak_reserved_bytes=first.peak_reserved,
+                       peak_time_us=first.peak[2], num_eager_steps=first.eager,
+                       alloc_trace=list(first.trace) if record_entries else [], end_segments=first.end_segments,
+                       stages=stage_rows)
+
+
+class _Device:
+    """One device's memory over the steps: the weights and the KV tensors first, a captured graph
+    pool, then each eager step's transients through the caching-allocator model."""
+
+    def __init__(self, run: ServeRunSpec, stage: int, budget: Budget, sizes: tuple[int, ...],
+                 record_entries: int) -> None:
+        self.run, self.stage, self.budget, self.sizes = run, stage, budget, sizes
+        sv = run.serving
+        self.reqs_cap = min(sv.max_num_seqs, sv.max_num_batched_tokens)
+        self.sampler = stage == run.parallel.pp - 1  # logits and sampling on the last stage
+        self.linear = _per_token_plan(run, stage)
+        self.plan = lru_cache(maxsize=4096)(self._plan)
+        self.graph_pool = 0
+        if sizes:  # one private pool, largest capture first; its footprint is what the largest leaves reserved
+            pool = new_allocator(run, budget.total_bytes)
+            for size in sizes[:1]:
+                run_through_allocator(pool, self.plan(size, 0))
+            self.graph_pool = pool.reserved_bytes
+        self.trace: deque = deque(maxlen=None if record_entries < 0 else record_entries or 1)
+        self.clock = 0.0
+        self.record_entries = record_entries
+        self.alloc = CachingAllocator(AllocatorConfig.from_spec(run.allocator), capacity_bytes=budget.total_bytes,
+                                      listener=(lambda a, addr, size, stream: self.record(a, addr, size, ""))
+                                      if record_entries else None)
+        self.rec = self.record if record_entries else None
+        self.weights_addr = self.alloc.malloc(budget.weights_bytes)
+        if self.rec:
+            self.rec("alloc", self.weights_addr, budget.weights_bytes, "weights")
+        layout = budget.kv_layout
+        # one tensor per layer, or per layer slot shared by one layer of every group (hybrid)
+        self.kv_addrs = [self.alloc.malloc(budget.num_kv_blocks * layout.page_bytes) for _ in range(layout.group_size)] \
+            if budget.num_kv_blocks else []
+        for name, a in zip(layout.tensor_names(), self.kv_addrs, strict=False):
+            if self.rec:
+                self.rec("alloc", a, budget.num_kv_blocks * layout.page_bytes, f"kv_cache.layers.{name}")
+        self.static_alloc = self.alloc.allocated_bytes
+        self.rows: dict[str, list] = {k: [] for k in ("t_us", "allocated_bytes", "reserved_bytes", "temporary_bytes",
+                                                       "kv_blocks_used", "requests_running", "requests_waiting",
+                                                       "requests_preempted")}
+        self.peak: tuple[int, int, float] = (self.static_alloc, self.alloc.reserved_bytes, 0.0)
+        self.eager = 0
+        self.graph_max = sizes[0] if sizes else 0
+        self.memory: dict[str, np.ndarray] = {}
+        self.end_segments: list = []
+        self.peak_reserved = 0
+        self.budget_out = budget
+
+    def record(self, action: str, addr: int, size: int, name: str) -> None:
+        self.trace.append((action, addr, size, self.clock, name))
+
+    def _plan(self, tokens: int, reqs: int) -> StepTransients:
+        # reqs = 0: a captured graph, which holds the model's forward only (the sampler runs outside it)
+        extra = sampler_tensors(self.run, min(reqs, self.reqs_cap)) if reqs and self.sampler else [0] * SAMPLER_BUFFERS
+        if self.linear is not None:  # every tensor of the step is (tokens × width): scale the one-token plan
+            return step_transients_scaled(self.linear, tokens, extra)
+        return step_transients(step_ops(self.run, tokens, self.stage), extra)
+
+    def replayed(self, tokens: int, decode_only: bool) -> bool:
+        if not self.sizes or tokens > self.graph_max:
+            return False
+        return decode_only or self.run.serving.cudagraph_mode != "full_decode_only"
+
+    def on_step(self, step: Step) -> None:
         temp_peak = 0
-        if not replayed(step.num_tokens, step.decode_only):
-            state["eager"] += 1
-            clock["t"] = step.t_start_us
-            temp_peak = run_through_allocator(alloc, plan(step.num_tokens, step.num_reqs), rec) - static_alloc
-        allocated = static_alloc + temp_peak + graph_pool
-        reserved = alloc.reserved_bytes + graph_pool
+        if not self.replayed(step.num_tokens, step.decode_only):
+            self.eager += 1
+            self.clock = step.t_start_us
+            temp_peak = run_through_allocator(self.alloc, self.plan(step.num_tokens, step.num_reqs), self.rec) \
+                - self.static_alloc
+        allocated = self.static_alloc + temp_peak + self.graph_pool
+        reserved = self.alloc.reserved_bytes + self.graph_pool
         for key, value in (("t_us", step.t_start_us), ("allocated_bytes", allocated), ("reserved_bytes", reserved),
                            ("temporary_bytes", temp_peak), ("kv_blocks_used", step.blocks_used),
                            ("requests_running", step.running), ("requests_waiting", step.waiting),
                            ("requests_preempted", step.preempted)):
-            rows[key].append(value)
-        if allocated > state["peak"][0]:
-            state["peak"] = (allocated, reserved, step.t_start_us)
+            self.rows[key].append(value)
+        if allocated > self.peak[0]:
+            self.peak = (allocated, reserved, step.t_start_us)
 
-    sched = simulate_requests(cfg, requests, step_us, on_step)
-    end_segments = alloc.segments() if record_entries else []
-    for a in kv_addrs + [weights_addr]:
-        alloc.free(a)
-    memory = {k: np.asarray(v, dtype=np.float64 if k == "t_us" else np.int64) for k, v in rows.items()}
-    n = len(memory["t_us"])
-    memory["weights_bytes"] = np.full(n, budget.weights_bytes, dtype=np.int64)
-    memory["kv_cache_bytes"] = np.full(n, budget.num_kv_blocks * page * budget.kv_layers, dtype=np.int64)
-    memory["cuda_graph_bytes"] = np.full(n, graph_pool, dtype=np.int64)
-    memory["kv_blocks_free"] = budget.num_kv_blocks - memory["kv_blocks_used"]
-    budget_out = budget
-    if graph_pool:
-        from dataclasses import replace
-
-        budget_out = replace(budget, cuda_graph_bytes=graph_pool)
-    peak = state["peak"]
-    return ServeResult(run=run, budget=budget_out, capture_sizes=sizes, sched=sched, memory=memory,
-                       peak_allocated_bytes=peak[0], peak_reserved_bytes=max(memory["reserved_bytes"], default=peak[1]),
-                       peak_time_us=peak[2], num_eager_steps=state["eager"],
-                       alloc_trace=list(trace) if record_entries else [], end_segments=end_segments)
+    def finish(self) -> None:
+        b, layout = self.budget, self.budget.kv_layout
+        self.end_segments = self.alloc.segments() if self.record_entries else []
+        for a in self.kv_addrs + [self.weights_addr]:
+            self.alloc.free(a)
+        memory = {k: np.asarray(v, dtype=np.float64 if k == "t_us" else np.int64) for k, v in self.rows.items()}
+        n = len(memory["t_us"])
+        memory["weights_bytes"] = np.full(n, b.weights_bytes, dtype=np.int64)
+        memory["kv_cache_bytes"] = np.full(n, b.num_kv_blocks * layout.page_bytes * layout.group_size, dtype=np.int64)
+        memory["cuda_graph_bytes"] = np.full(n, self.graph_pool, dtype=np.int64)
+        memory["kv_blocks_free"] = b.num_kv_blocks - memory["kv_blocks_used"]
+        self.memory = memory
+        if self.graph_pool:
+            self.budget_out = replace(b, cuda_graph_bytes=self.graph_pool)
+        self.peak_reserved = max(memory["reserved_bytes"], default=self.peak[1])

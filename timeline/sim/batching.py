@@ -17,7 +17,15 @@ allocation needs the space; eviction takes the least recently freed prefix, a wh
 (vLLM evicts block by block).
 
 Rejected on arrival, with a reason: prompt + output beyond ``max_model_len``, or more blocks than the
-whole pool. Step durations come from a callable (the roofline, :mod:`timeline.serve.steptime`);
+whole pool.
+
+KV cache groups (vLLM's hybrid KV cache manager, :func:`timeline.serve.kv.kv_layout`): with
+``full_groups`` full-attention groups and one sliding group per entry of ``sliding_windows``, a request
+takes a block per group per ``block_size`` tokens from the one pool, and before each allocation a
+sliding group frees the blocks that left its window (``single_type_kv_cache_manager.py``
+``remove_skipped_blocks``: the first ``max(0, computed − window + 1) // block_size`` blocks). Prefix
+sharing is not modelled across sliding groups (the run's validation refuses traces that would need it).
+The defaults (one full group) are the plain scheduler. Step durations come from a callable (the roofline, :mod:`timeline.serve.steptime`);
 what each step allocates is the caller's (:mod:`timeline.serve.run`). Ties are broken by request id.
 """
 
@@ -39,6 +47,7 @@ class ReqState:
     generated: int = 0  # output tokens produced
     own_blocks: int = 0
     shared_blocks: int = 0  # blocks of a shared prefix it references
+    skipped_blocks: int = 0  # sliding-group blocks freed as they left the window (null blocks)
     first_token_us: float = -1.0
     finish_us: float = -1.0
     preemptions: int = 0
@@ -81,6 +90,16 @@ class SchedulerConfig:
     max_model_len: int
     enable_chunked_prefill: bool
     enable_prefix_caching: bool
+    full_groups: int = 1  # full-attention KV cache groups
+    sliding_windows: tuple[int, ...] = ()  # one window per sliding-window KV cache group
+
+    def request_peak_blocks(self, tokens: int) -> int:
+        """The most blocks a request of ``tokens`` tokens can hold: ``cdiv(tokens, block_size)`` per
+        full group, ``cdiv(min(window − 1 + max_num_batched_tokens, tokens), block_size) + 1`` per sliding
+        group (vLLM's ``SlidingWindowSpec.max_memory_usage_bytes`` / page, the admission check)."""
+        bs = self.block_size
+        return self.full_groups * blocks_for(tokens, bs) + sum(
+            blocks_for(min(w - 1 + self.max_num_batched_tokens, tokens), bs) + 1 for w in self.sliding_windows)
 
 
 def blocks_for(tokens: int, block_size: int) -> int:
@@ -110,8 +129,8 @@ class Engine:
         r, c = st.req, self.cfg
         if r.prompt_tokens + r.output_tokens > c.max_model_len:
             st.rejected = f"prompt + output = {r.prompt_tokens + r.output_tokens} tokens exceed max_model_len={c.max_model_len}"
-        elif blocks_for(r.prompt_tokens + r.output_tokens, c.block_size) > c.num_blocks:
-            st.rejected = (f"needs {blocks_for(r.prompt_tokens + r.output_tokens, c.block_size)} KV blocks; "
+        elif c.request_peak_blocks(r.prompt_tokens + r.output_tokens) > c.num_blocks:
+            st.rejected = (f"needs {c.request_peak_blocks(r.prompt_tokens + r.output_tokens)} KV blocks; "
                            f"the pool has {c.num_blocks}")
         if st.rejected:
             self.done += 1
@@ -120,7 +139,15 @@ class Engine:
 
     def _grow(self, st: ReqState, tokens: int) -> bool:
         """Give ``st`` blocks for ``tokens`` cached tokens; False (nothing taken) if the pool is short."""
-        need = blocks_for(tokens, self.cfg.block_size) - st.shared_blocks - st.own_blocks
+        c = self.cfg
+        if c.sliding_windows:  # free what left each sliding window (remove_skipped_blocks), then allocate
+            skipped = sum(max(0, st.computed - w + 1) // c.block_size for w in c.sliding_windows)
+            if skipped > st.skipped_blocks:
+                st.own_blocks -= skipped - st.skipped_blocks
+                self.free_blocks += skipped - st.skipped_blocks
+                st.skipped_blocks = skipped
+        groups = c.full_groups + len(c.sliding_windows)
+        need = groups * blocks_for(tokens, c.block_size) - st.skipped_blocks - st.shared_blocks - st.own_blocks
         if need > self.free_blocks:
             return False
         while need > self.free_blocks - self.cached_blocks:  # evict cached prefixes, oldest first
@@ -134,6 +161,7 @@ class Engine:
     def _release(self, st: ReqState) -> None:
         self.free_blocks += st.own_blocks
         st.own_blocks = 0
+        st.skipped_blocks = 0
         if st.shared_blocks:
             entry = self.prefix[st.req.prefix_id]
             entry[1] -= 1
@@ -153,7 +181,7 @@ class Engine:
 
     def _share_prefix(self, st: ReqState) -> None:
         r, bs = st.req, self.cfg.block_size
-        if not (self.cfg.enable_prefix_caching and r.prefix_id and r.prefix_tokens >= bs):
+        if not (self.cfg.enable_prefix_caching and r.prefix_id and r.prefix_tokens >= bs) or self.cfg.sliding_windows:
             return
         full = min(r.prefix_tokens, r.prompt_tokens - 1) // bs  # the last prompt token is always computed
         if r.prefix_id in self.cached and full:  # revive a cached prefix: its blocks leave the free pool
@@ -170,7 +198,8 @@ class Engine:
     def _publish_prefix(self, st: ReqState) -> None:
         """Once a request has computed its prefix's full blocks, they become shareable."""
         r, bs = st.req, self.cfg.block_size
-        if not (self.cfg.enable_prefix_caching and r.prefix_id) or r.prefix_id in self.prefix or st.shared_blocks:
+        if not (self.cfg.enable_prefix_caching and r.prefix_id) or r.prefix_id in self.prefix or st.shared_blocks \
+                or self.cfg.sliding_windows:
             return
         if r.prefix_id in self.cached:  # recomputed meanwhile: the newer copy replaces the cached one
             self.cached_blocks -= self.cached.pop(r.prefix_id)

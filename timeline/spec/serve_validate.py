@@ -35,7 +35,13 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
     elif not m.is_mla and par.tp > m.kv_heads and par.tp % m.kv_heads:
         add(("parallel.tp", f"{par.tp} is above num_key_value_heads={m.kv_heads} but not a multiple of it "
              "(vLLM replicates each key/value head over tp / num_key_value_heads ranks)"))
-    for key in ("pp", "cp", "vpp"):
+    if par.pp > 1 and sv.engine != "vllm":
+        add(("parallel.pp", f'pp > 1 is modelled for engine = "vllm" only (its get_pp_indices and the pool as the '
+             f'minimum over workers); set pp = 1 for {sv.engine}'))
+    elif par.pp > m.num_hidden_layers:
+        add(("parallel.pp", f"{par.pp} stages for num_hidden_layers={m.num_hidden_layers}: every stage needs a "
+             f"layer; use at most {m.num_hidden_layers}"))
+    for key in ("cp", "vpp"):
         if getattr(par, key) > 1:
             add((f"parallel.{key}", f"{key} > 1 is not modelled by `timeline serve` yet; use tp (and ep for MoE)"))
     if par.ep > 1 and not m.is_moe:
@@ -68,6 +74,14 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
     if sv.engine == "vllm" and sv.block_size % 16 and sv.block_size not in (1, 8):
         add(("serving.block_size", f"{sv.block_size}: vLLM takes 1, 8 or a multiple of 16 "
              "(vllm/config/cache.py BlockSize)"))
+    sliding = any(m.is_sliding(i) for i in range(m.num_hidden_layers))
+    if sliding and sv.engine in ("sglang", "hf"):
+        what = "SGLang's SWA pool" if sv.engine == "sglang" else "Hugging Face's sliding-window cache layers"
+        add(("serving.engine", f"sliding-window layers (layer_types) are modelled for vLLM's hybrid KV cache "
+             f'manager only; {what} is not modelled yet: use engine = "vllm"'))
+    if sliding and sv.engine == "vllm" and sv.enable_prefix_caching and any(r.prefix_id for r in run.requests):
+        add(("serving.enable_prefix_caching", "prefix sharing across sliding-window KV cache groups is not "
+             "modelled; set enable_prefix_caching = false or leave prefix_id empty in the trace"))
     mml = run.max_model_len
     if mml > m.max_position_embeddings:
         add(("serving.max_model_len", f"{mml} exceeds max_position_embeddings={m.max_position_embeddings} "
