@@ -1,4 +1,4 @@
-"""Imports point one way (DESIGN §1): spec → graph → pipeline → alloc → sim → result → compare
+"""Imports point one way (DESIGN §1): spec → graph → pipeline → placement → alloc → sim → result → compare
 → plan → serve → exporters → cli, with io at the edge. Heavy libraries stay in their layer."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "timeline"
-ORDER = ["spec", "graph", "pipeline", "alloc", "sim", "result", "compare", "plan", "serve", "exporters", "cli"]
+ORDER = ["spec", "graph", "pipeline", "placement", "alloc", "sim", "result", "compare", "plan", "serve", "exporters", "cli"]
 BASE = {"errors", "__init__", "__main__"}  # importable from anywhere
 # libraries allowed only in these layers (pyarrow also only inside functions)
 LIBS = {"networkx": {"graph"}, "simpy": {"sim"}, "pyarrow": {"exporters", "io"}, "matplotlib": {"compare"},
@@ -73,3 +73,11 @@ def test_heavy_libraries_stay_in_their_layer():
 def test_rule_catches_a_backward_edge():
     assert not allowed("graph", "sim") and not allowed("spec", "graph") and not allowed("sim", "io")
     assert allowed("cli", "io") and allowed("sim", "alloc") and allowed("io", "spec")
+
+
+def test_pipeline_does_not_import_graph():
+    """Schedules are pure functions of counts: the graph reaches the devices through ``placement``."""
+    bad = [f"{path.relative_to(PKG.parent)}:{line}: {module}"
+           for path in sorted((PKG / "pipeline").rglob("*.py"))
+           for module, line, _ in imports(path) if module.split(".")[:2] == ["timeline", "graph"]]
+    assert not bad, "\n".join(bad)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from timeline.cli.common import add_run_args, load, load_csv_rows, write_file_atomically
 from timeline.pipeline import build_schedule, render
+from timeline.spec.schedule_rules import kinds_help
 
 HELP = "draw the pipeline schedule in the terminal, or write it as CSV"
 DESCRIPTION = """\
@@ -24,7 +25,9 @@ examples:
 
 Without --steps a row longer than 100 columns is cut into windows of steps printed one after
 the other, each with its step numbers, so no line is wider than 100 columns.
-"""
+
+schedule kinds ([schedule] kind):
+""" + kinds_help() + "\n"
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:

@@ -17,7 +17,7 @@ from timeline.errors import UserError
 from timeline.graph.activations import DeviceActivations, device_activations
 from timeline.graph.static import model_total_params
 from timeline.graph.tensors import MODULES
-from timeline.pipeline.devices import StaticDevice, static_devices
+from timeline.placement.devices import StaticDevice, static_devices
 from timeline.sim.estimate import estimate_work
 from timeline.spec.run import RunSpec
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from timeline.graph.tensors import CATEGORIES
-from timeline.pipeline.devices import StaticDevice
+from timeline.placement.devices import StaticDevice
 from timeline.result.timeline import Timeline
 
 #: thread order of the streams a template names; any other stream follows, alphabetically

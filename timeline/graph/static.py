@@ -1,6 +1,6 @@
 """Static memory per device — weights, gradients, optimizer states — read off the graph.
 
-Given the parameter TensorDefs one device holds (see :mod:`timeline.pipeline.devices` for which
+Given the parameter TensorDefs one device holds (see :mod:`timeline.placement.devices` for which
 chunks that is), this applies ZeRO as the profile defines it:
 ZeRO-1 shards master weights and moments, ZeRO-2 also gradients, ZeRO-3 also weights. Dense
 states shard over ``dp·cp`` ranks, expert states over ``EDP = dp·tp·cp/(ep·etp)``; which

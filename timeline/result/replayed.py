@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from timeline.graph.tensors import CATEGORIES, Category
-from timeline.pipeline.devices import StaticDevice
+from timeline.placement.devices import StaticDevice
 from timeline.result.timeline import DeviceMemory, Timeline
 from timeline.sim.simulate import DeviceEvents, DeviceOps, SimOutput
 

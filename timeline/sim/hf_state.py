@@ -28,7 +28,7 @@ from collections.abc import Callable
 import numpy as np
 
 from timeline.graph.tensors import DTYPE_BYTES, Category
-from timeline.pipeline.devices import StaticDevice
+from timeline.placement.devices import StaticDevice
 from timeline.sim.compiled import CAT_CODE, CompiledPhase
 from timeline.sim.engine import Span
 from timeline.spec.run import RunSpec

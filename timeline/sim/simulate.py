@@ -20,7 +20,7 @@ from timeline.graph.static import state_bytes
 from timeline.graph.tensors import CATEGORIES, DTYPE_BYTES, Category
 from timeline.pipeline import build_schedule
 from timeline.pipeline.actions import Schedule
-from timeline.pipeline.devices import StaticDevice, static_devices
+from timeline.placement.devices import StaticDevice, static_devices
 from timeline.sim.compiled import CAT_CODE, CompiledPhase, compile_phase
 from timeline.sim.cost import CostModel
 from timeline.sim.engine import Span, run_schedule

@@ -18,7 +18,7 @@ from timeline.graph.tensors import MODULES
 from timeline.graph.trace_params import module_tag
 from timeline.graph.trace_steps import carry_map, iteration_runs
 from timeline.pipeline.actions import Schedule
-from timeline.pipeline.devices import StaticDevice
+from timeline.placement.devices import StaticDevice
 from timeline.sim.compiled import CompiledPhase, compile_phase
 from timeline.sim.cost import CostModel
 from timeline.sim.engine import Span

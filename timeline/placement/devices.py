@@ -3,19 +3,21 @@
 Global ranks are ordered as Megatron orders them (tp fastest, then cp, dp, pp), so pipeline
 rank ``r``'s representative device is global rank ``r·tp·cp·dp``; under balanced routing the
 ``tp·cp·dp`` devices of a pipeline rank are symmetric and the representative stands for all.
-Which chunks a rank holds is the schedule's placement (:mod:`timeline.pipeline.placement`).
+Which chunks a rank holds is the schedule's placement (:mod:`timeline.pipeline.placement`); the
+bytes of the static state come from :func:`timeline.graph.static.state_bytes`, once per device.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 from timeline.graph.build import build_chunk_graph, chunk_layers, graph_params
 from timeline.graph.context import BuildCtx
 from timeline.graph.static import state_bytes
 from timeline.graph.tensors import MODULES, TensorDef
 from timeline.pipeline.placement import stage_placement
-from timeline.spec.run import RunSpec
+from timeline.spec.run import ParallelSpec, RunSpec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,3 +71,20 @@ def static_devices(run: RunSpec) -> list[StaticDevice]:
                                 optimizer_bytes=o, buffers=sum(t.numel for t in tensors if not t.trainable),
                                 tensors=tuple(tensors)))
     return out
+
+
+def chunk_holders(stages_of_rank: Sequence[Sequence[int]]) -> dict[int, int]:
+    """Chunk → the pipeline rank whose templates stand for it: the first rank holding it (under
+    DualPipe every chunk lives on two ranks)."""
+    return {c: r for r in reversed(range(len(stages_of_rank))) for c in stages_of_rank[r]}
+
+
+def ep_devices(devices: Sequence[StaticDevice], par: ParallelSpec, num_loads: int) -> list[StaticDevice]:
+    """The simulated devices: each pipeline rank's representative, or — with ``num_loads`` > 1
+    simulated EP loads (skewed routing) — one device per EP rank, each standing for its
+    ``tp·cp·dp / ep`` devices, the busiest first."""
+    if num_loads == 1:
+        return list(devices)
+    stride = par.tp * par.cp * par.dp
+    return [replace(dev, device=dev.device + e * (stride // par.ep), represents=stride // par.ep)
+            for dev in devices for e in range(num_loads)]
