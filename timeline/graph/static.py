@@ -16,13 +16,22 @@ from collections.abc import Sequence
 from timeline.graph.build import chunk_nodes
 from timeline.graph.context import BuildCtx
 from timeline.graph.tensors import DTYPE_BYTES, TensorDef
-from timeline.spec.run import RunSpec
+from timeline.spec.run import RunSpec, TrainingSpec
 
 
 def zero_shard(n: int, group: int, rank: int = 0) -> int:
     """Elements of an ``n``-element flat buffer that shard ``rank`` of ``group`` holds."""
     base, extra = divmod(n, group)
     return base + (1 if rank < extra else 0)
+
+
+def optimizer_element_bytes(tr: TrainingSpec) -> tuple[int, int]:
+    """(master, moment) bytes per parameter element: an fp32 master copy only where
+    ``master_dtype`` differs from the weights' ``dtype``, and each of Adam's two moments. The
+    one copy of this rule: static bytes, the simulator's state tensors and the planner's bound
+    all read it."""
+    master = DTYPE_BYTES[tr.master_dtype] if tr.master_dtype != tr.dtype else 0
+    return master, DTYPE_BYTES[tr.moment_dtype]
 
 
 def is_expert_state(t: TensorDef, group_rule: str) -> bool:
@@ -48,8 +57,8 @@ def state_bytes(run: RunSpec, tensors: Sequence[TensorDef], *, dense_rank: int =
         return dense_n + expert_n
 
     w = DTYPE_BYTES[tr.dtype]
-    master = DTYPE_BYTES[tr.master_dtype] if tr.master_dtype != tr.dtype else 0
-    per_opt = master + 2 * DTYPE_BYTES[tr.moment_dtype]
+    master, moment = optimizer_element_bytes(tr)
+    per_opt = master + 2 * moment
     return (sharded(3) * w + buffers, sharded(2) * DTYPE_BYTES[tr.grad_dtype], sharded(1) * per_opt)
 
 

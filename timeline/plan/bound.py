@@ -25,7 +25,7 @@ from functools import lru_cache
 
 from timeline.graph.build import chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
-from timeline.graph.static import is_expert_state
+from timeline.graph.static import is_expert_state, optimizer_element_bytes
 from timeline.graph.template import chunk_template
 from timeline.graph.tensors import DTYPE_BYTES
 from timeline.pipeline import build_schedule
@@ -185,11 +185,11 @@ def _alive_state(run: RunSpec, dense_n: int, expert_n: int, buffers: int) -> int
     total = sharded(3) * DTYPE_BYTES[tr.dtype] + buffers
     if life.grads_at == "start":
         total += sharded(2) * DTYPE_BYTES[tr.grad_dtype]
-    master = DTYPE_BYTES[tr.master_dtype] if tr.master_dtype != tr.dtype else 0
+    master, moment = optimizer_element_bytes(tr)
     if life.master_at == "start" or after_step:
         total += sharded(1) * master
     if life.moments_at == "start" or after_step:
-        total += sharded(1) * 2 * DTYPE_BYTES[tr.moment_dtype]
+        total += sharded(1) * 2 * moment
     return total
 
 

@@ -191,10 +191,7 @@ class Timeline:
 
     def event_iterations(self, d: int) -> np.ndarray:
         """The iteration of each event of device ``d``: its action's (−1: static state, construction)."""
-        ev = self.sim.events[d]
-        spans = self.sim.spans[d]
-        of_span = np.array([sp.iteration if sp.kind != "init" else -1 for sp in spans] or [-1], dtype=np.int32)
-        return np.where(ev.action >= 0, of_span[np.maximum(ev.action, 0)], -1).astype(np.int32)
+        return self.sim.events[d].iteration
 
     def alloc_ids(self, d: int) -> np.ndarray:
         """An id per event, the same on an alloc and the free that ends it and unique per device:

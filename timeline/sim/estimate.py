@@ -19,9 +19,10 @@ from dataclasses import dataclass, replace
 from timeline.errors import UserError
 from timeline.graph.ops import ChunkTemplate
 from timeline.sim.cost import CostModel
-from timeline.sim.simulate import compile_templates, ep_loads
+from timeline.sim.plan import compile_templates, ep_loads
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import RecomputeSpec, RunSpec, ScheduleSpec
+from timeline.spec.schedule_rules import SCHEDULE_KINDS
 
 #: bytes each exporter writes per memory event + op, measured on the shipped DeepSeek-V3 run
 #: (735,552 events, 335,000 ops; README "Outputs"): a size estimate, not a simulated quantity
@@ -136,7 +137,7 @@ def estimate_work(run: RunSpec, template_fn: Callable[..., ChunkTemplate]) -> Wo
         per_mb_events, per_mb_ops = total(events), total(ops)
     variants = len(ep_loads(run))
     chunks = par.pp * par.vpp * (2 if run.schedule.kind == "dualpipe" else 1)
-    phases = 3 if run.schedule.kind in ("zb-h1", "zbv") else 2
+    phases = 3 if SCHEDULE_KINDS[run.schedule.kind].split_backward else 2
     microbatches = tr.num_microbatches * (tr.iterations + tr.warmup_iterations)
     return WorkEstimate(actions=microbatches * chunks * phases * variants,
                         memory_events=microbatches * per_mb_events * variants,

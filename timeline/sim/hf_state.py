@@ -16,7 +16,7 @@ Without ZeRO, a Hugging Face model trained with ``torch.optim`` holds, in parame
   updates everything else in place (``_foreach_lerp_``, ``_foreach_addcmul_``, ``_foreach_addcdiv_``).
 
 Events are (time, ±1, name, bytes, category, action); times come from the device's spans. With
-ZeRO the blocks of :func:`timeline.sim.simulate._static_allocs` stay (DeepSpeed's flat buffers).
+ZeRO the blocks of :func:`timeline.sim.static_state.static_allocs` stay (DeepSpeed's flat buffers).
 No file I/O.
 """
 
@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from timeline.graph.static import optimizer_element_bytes
 from timeline.graph.tensors import DTYPE_BYTES, Category
 from timeline.placement.devices import StaticDevice
 from timeline.sim.compiled import CAT_CODE, CompiledPhase
@@ -71,8 +72,7 @@ def hf_state_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
             first_bwd[sp.iteration] = (sp.start_us, a)
         if sp.kind == "step":
             step[sp.iteration] = (sp.start_us, sp.end_us, a)
-    master = DTYPE_BYTES[tr.master_dtype] if tr.master_dtype != tr.dtype else 0
-    moment = DTYPE_BYTES[tr.moment_dtype]
+    master, moment = optimizer_element_bytes(tr)
     for it in range(iterations):
         dropped = tr.zero_grad == "set_to_none" and tr.optimizer_step  # zero_grad follows each step
         if it in first_bwd and (it == 0 or dropped):

@@ -24,7 +24,7 @@ from timeline.alloc import AllocatorConfig, create_allocator
 from timeline.alloc import batch as _batch
 from timeline.alloc.caching import AddressSpaceError
 from timeline.errors import UserError
-from timeline.sim.simulate import DeviceEvents
+from timeline.sim.output import DeviceEvents
 from timeline.spec.run import RunSpec
 
 

@@ -22,7 +22,7 @@ from timeline.placement.devices import StaticDevice
 from timeline.sim.compiled import CompiledPhase, compile_phase
 from timeline.sim.cost import CostModel
 from timeline.sim.engine import Span
-from timeline.sim.simulate import DeviceEvents, DeviceOps, SimOutput, _Names
+from timeline.sim.output import DeviceEvents, DeviceOps, Names, SimOutput
 from timeline.spec.run import RunSpec
 
 
@@ -51,7 +51,7 @@ def simulate_steps(run: RunSpec) -> SimOutput:
     tr = run.training
     cost = CostModel.from_run(run)
     carry = carry_map(trace) if tr.warmup_iterations + tr.iterations > trace.num_steps else {}
-    names = _Names()
+    names = Names()
     spans: list[Span] = []
     compiled: list[CompiledPhase] = []
     cols: dict[str, list[np.ndarray]] = {k: [] for k in DeviceEvents.__slots__}
@@ -79,6 +79,7 @@ def simulate_steps(run: RunSpec) -> SimOutput:
                 cols["stage"].append(np.zeros(n, dtype=np.int16))
                 cols["action"].append(np.full(n, a, dtype=np.int32))
                 cols["stream"].append(np.zeros(n, dtype=np.int8))
+                cols["iteration"].append(np.full(n, -1 if run_.kind == "init" else max(it, 0), dtype=np.int32))
             t += ph.duration_us
     merged = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
     ev = DeviceEvents(**{k: np.ascontiguousarray(v) for k, v in merged.items()})
@@ -95,7 +96,7 @@ def simulate_steps(run: RunSpec) -> SimOutput:
                      report_start_us=report_start)
 
 
-def _ops(spans: list[Span], compiled: list[CompiledPhase], names: _Names) -> DeviceOps:
+def _ops(spans: list[Span], compiled: list[CompiledPhase], names: Names) -> DeviceOps:
     """Every op span, phase named by its run (init, F, B, step)."""
     cols: dict[str, list[np.ndarray]] = {k: [] for k in DeviceOps.__slots__}
     for sp, ph in zip(spans, compiled, strict=True):
