@@ -30,8 +30,7 @@ from dataclasses import dataclass, field, replace
 from timeline.compare.metrics import MAX_WORKERS, TemplateFn, VariantResult, evaluate, worker_pool
 from timeline.compare.variants import Variant, recompute_name, with_recompute
 from timeline.graph.build import chunk_layers
-from timeline.pipeline import build_schedule
-from timeline.sim.cost import CostModel
+from timeline.sim.plan import plan_pipeline
 from timeline.spec.run import RECOMPUTE_MODULES, RecomputeSpec, RunSpec
 
 Cost = tuple[float, float]
@@ -98,10 +97,10 @@ class Statics:
     """Static per-rank numbers of any policy on one run (templates only, cached)."""
 
     def __init__(self, run: RunSpec, template_fn: TemplateFn, csv_rows=None) -> None:
-        par, tr = run.parallel, run.training
-        self.run, self.template_fn, self.cost = run, template_fn, CostModel.from_run(run)
-        sched = build_schedule(run.schedule.kind, pp=par.pp, vpp=par.vpp, num_microbatches=tr.num_microbatches,
-                               microbatch_group_size=run.schedule.microbatch_group_size, csv_rows=csv_rows)
+        pipe = plan_pipeline(run, csv_rows)  # the simulation's own plan stage: schedule, holders, cost
+        self.run, self.template_fn, self.cost = run, template_fn, pipe.cost
+        sched = pipe.schedule
+        self.holders = pipe.holders
         self.counts = [{(a.stage, a.kind): 0 for a in row} for row in sched.actions]
         for r, row in enumerate(sched.actions):
             for a in row:
@@ -141,7 +140,7 @@ class Statics:
     def candidate(self, spec: RecomputeSpec) -> Candidate:
         run = with_recompute(self.run, spec)
         act, flops, time = [], [], []
-        holder = {c: r for r in reversed(range(len(self.stages))) for c in self.stages[r]}  # as simulate does
+        holder = self.holders
         for r, stages in enumerate(self.stages):
             a = f = t = 0.0
             for c in stages:

@@ -60,6 +60,22 @@ def ep_loads(run: RunSpec) -> list[float]:
 
 
 @dataclass(frozen=True, slots=True)
+class PipelinePlan:
+    """The part of a plan that no op template changes: the schedule, which rank's templates
+    stand for each chunk, and the cost model. ``fit`` prices every recompute policy on one."""
+
+    schedule: Schedule
+    holders: dict[int, int]  # chunk → the pipeline rank whose templates stand for it
+    cost: CostModel
+
+
+def plan_pipeline(run: RunSpec, csv_rows: Sequence[Sequence[str]] | None = None) -> PipelinePlan:
+    schedule = run_schedule_of(run.schedule, run.parallel, run.training.num_microbatches, csv_rows)
+    return PipelinePlan(schedule=schedule, holders=chunk_holders(schedule.stages_of_rank),
+                        cost=CostModel.from_run(run))
+
+
+@dataclass(frozen=True, slots=True)
 class SimPlan:
     """What the later stages read. ``templates[e]`` / ``compiled[e]`` are the chunk templates
     and compiled phases under simulated EP load ``loads[e]``; device ``i`` runs load
@@ -85,9 +101,8 @@ def plan(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
          csv_rows: Sequence[Sequence[str]] | None = None) -> SimPlan:
     """The plan of ``run``: schedule, devices, compiled templates per EP load, fixed durations."""
     par, tr = run.parallel, run.training
-    schedule = run_schedule_of(run.schedule, par, tr.num_microbatches, csv_rows)
-    cost = CostModel.from_run(run)
-    holder = chunk_holders(schedule.stages_of_rank)
+    pipe = plan_pipeline(run, csv_rows)
+    schedule, cost, holder = pipe.schedule, pipe.cost, pipe.holders
     loads = ep_loads(run)
     templates, compiled = [], []
     for load in loads:
