@@ -9,7 +9,7 @@ bytes of the static state come from :func:`timeline.graph.static.state_bytes`, o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from timeline.graph.build import build_chunk_graph, chunk_layers, graph_params
@@ -43,30 +43,39 @@ class StaticDevice:
         return self.weights_bytes + self.grads_bytes + self.optimizer_bytes
 
 
+def chunk_params(run: RunSpec, chunks: Iterable[int]) -> dict[int, list[TensorDef]]:
+    """Each chunk's parameter TensorDefs, read off its graph once (a chunk DualPipe places on two
+    ranks is built once)."""
+    ctx = BuildCtx.from_run(run)
+    return {c: graph_params(build_chunk_graph(ctx, run, c)) for c in dict.fromkeys(chunks)}
+
+
 def device_tensors(run: RunSpec, pp_rank: int) -> tuple[tuple[int, ...], list[TensorDef]]:
     """(chunks, parameter TensorDefs) of pipeline rank ``pp_rank``'s representative device."""
-    ctx = BuildCtx.from_run(run)
     stages = stage_placement(run.schedule.kind, run.parallel.pp, run.parallel.vpp)[pp_rank]
-    tensors: list[TensorDef] = []
-    for chunk in stages:
-        tensors += graph_params(build_chunk_graph(ctx, run, chunk))
-    return stages, tensors
+    params = chunk_params(run, stages)
+    return stages, [t for c in stages for t in params[c]]
 
 
-def static_devices(run: RunSpec) -> list[StaticDevice]:
+def static_devices(run: RunSpec, stages_of_rank: Sequence[Sequence[int]] | None = None) -> list[StaticDevice]:
+    """Each pipeline rank's representative device with its static state; ``stages_of_rank`` (a
+    schedule's, e.g. a CSV schedule's own) defaults to the kind's placement."""
     par = run.parallel
     ranges = chunk_layers(run)
     stride = par.tp * par.cp * par.dp
+    placed = stages_of_rank if stages_of_rank is not None else stage_placement(run.schedule.kind, par.pp, par.vpp)
+    params = chunk_params(run, (c for st in placed for c in st))
     out = []
     for r in range(par.pp):
-        stages, tensors = device_tensors(run, r)
+        stages = tuple(placed[r])
+        tensors = [t for c in stages for t in params[c]]
         by_module = dict.fromkeys(MODULES, 0)
         for t in tensors:
             if t.trainable:
                 by_module[t.module] += t.numel
         w, g, o = state_bytes(run, tensors)
         layers = tuple(i for c in sorted(stages) for i in ranges[c])
-        out.append(StaticDevice(device=r * stride, pp_rank=r, stages=tuple(stages), represents=stride,
+        out.append(StaticDevice(device=r * stride, pp_rank=r, stages=stages, represents=stride,
                                 layers=layers, params_by_module=by_module, weights_bytes=w, grads_bytes=g,
                                 optimizer_bytes=o, buffers=sum(t.numel for t in tensors if not t.trainable),
                                 tensors=tuple(tensors)))

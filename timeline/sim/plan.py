@@ -110,7 +110,7 @@ def plan(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
         t = {c: template_fn(run_e, c, pp_rank=holder[c]) for c in range(schedule.num_chunks)}
         templates.append(t)
         compiled.append(compile_templates(t, cost))
-    devices = ep_devices(static_devices(run), par, len(loads))
+    devices = ep_devices(static_devices(run, schedule.stages_of_rank), par, len(loads))
     return SimPlan(run=run, schedule=schedule, cost=cost, loads=tuple(loads), templates=tuple(templates),
                    compiled=tuple(compiled), devices=tuple(devices),
                    p2p_us=cost.comm_us(boundary_bytes(run), "pp"),
