@@ -31,6 +31,7 @@ from timeline.compare.metrics import MAX_WORKERS, TemplateFn, VariantResult, eva
 from timeline.compare.variants import Variant, recompute_name, with_recompute
 from timeline.graph.build import chunk_layers
 from timeline.sim.plan import plan_pipeline
+from timeline.spec.model import ModelSpec
 from timeline.spec.run import RECOMPUTE_MODULES, RecomputeSpec, RunSpec
 
 Cost = tuple[float, float]
@@ -160,8 +161,7 @@ class Statics:
         return RecomputeSpec(policy="full", method="block", num_layers=n if len(n) > 1 else n[0])
 
 
-def selective_modules(run: RunSpec) -> tuple[str, ...]:
-    m = run.model
+def selective_modules(m: ModelSpec) -> tuple[str, ...]:
     skip = ({"mla_up_proj"} if not m.is_mla else set()) | (
         {"moe", "moe_act", "shared_experts"} if not m.is_moe else set())
     return tuple(x for x in RECOMPUTE_MODULES if x not in skip)
@@ -175,7 +175,7 @@ def _dominated(b: Candidate, a: Candidate) -> bool:
 
 def selective_space(st: Statics, none: Candidate) -> tuple[list[Candidate], int]:
     """Undominated selective sets by bytes saved per FLOP (best first), and how many were pruned."""
-    mods = selective_modules(st.run)
+    mods = selective_modules(st.run.model)
     sets = [s for k in range(1, len(mods) + 1) for s in itertools.combinations(mods, k)]
     specs = [RecomputeSpec(policy="selective", modules=s) for s in sets]
     work = len(specs) * len(set(st.same_as.values()))  # templates to build

@@ -135,7 +135,7 @@ def estimate_work(run: RunSpec, template_fn: Callable[..., ChunkTemplate]) -> Wo
             return fixed + sum(per_kind[k] * n[k] for k in n)
 
         per_mb_events, per_mb_ops = total(events), total(ops)
-    variants = len(ep_loads(run))
+    variants = len(ep_loads(par, tr, run.model.is_moe))
     chunks = par.pp * par.vpp * (2 if run.schedule.kind == "dualpipe" else 1)
     phases = 3 if SCHEDULE_KINDS[run.schedule.kind].split_backward else 2
     microbatches = tr.num_microbatches * (tr.iterations + tr.warmup_iterations)

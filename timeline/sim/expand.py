@@ -14,8 +14,8 @@ from timeline.sim.engine import Span
 from timeline.sim.hf_state import hf_state_events
 from timeline.sim.output import DeviceEvents, DeviceOps, Names
 from timeline.sim.plan import Compiled
-from timeline.sim.static_state import gathered_bytes, static_allocs
-from timeline.spec.run import RunSpec
+from timeline.sim.static_state import DeviceState, resolve
+from timeline.spec.run import TrainingSpec
 
 #: per-event columns of the event log, with their dtypes
 _EVENT_COLUMNS = (("t_us", np.float64), ("sign", np.int8), ("size", np.int64), ("cat", np.int8),
@@ -59,22 +59,21 @@ class _Log:
         return DeviceEvents(**{k: np.ascontiguousarray(v[order]) for k, v in merged.items()})
 
 
-def device_events(run: RunSpec, dev: StaticDevice, spans: list[Span], compiled: Compiled,
+def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans: list[Span], compiled: Compiled,
                   names: Names) -> DeviceEvents:
-    """Static state, then every action's template shifted to its start."""
+    """Static state (as the plan's ``state`` says it comes into being), then every action's
+    template shifted to its start."""
     first_bwd = min((s.start_us for s in spans if s.kind in ("B", "I")), default=0.0)
     first_step = min((s.start_us for s in spans if s.kind == "step"), default=0.0)
     log = _Log()
-    # hf: one tensor per parameter, as torch.optim holds them; a forward+backward capture recorded
-    # its backward into gradients that already exist (zeros), so its runs keep that lifecycle
-    if run.profile == "hf" and run.training.zero == 0 and run.trace is None:
+    if state.per_parameter:
         for t, sign, name, size, cat, a in hf_state_events(
-                run, dev, spans, lambda sp: compiled.get((sp.stage, sp.kind))):
+                tr, dev, spans, lambda sp: compiled.get((sp.stage, sp.kind))):
             log.push([t], sign, size, cat, names(name), -1, -1, -1, a, spans[a].iteration if a >= 0 else -1)
     else:
-        for t, name, size, cat in static_allocs(run, dev, first_bwd, first_step):
+        for t, name, size, cat in resolve(state.allocs, first_bwd, first_step):
             log.push([t], 1, size, cat, names(name), -1, -1, -1, -1, -1)
-    gather = gathered_bytes(run.profile, run.training, dev)
+    gather = state.gathered_bytes
     comm = CAT_CODE[Category.COMM]
     for i, sp in enumerate(spans):
         if sp.kind == "step":

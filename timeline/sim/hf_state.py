@@ -32,7 +32,7 @@ from timeline.graph.tensors import DTYPE_BYTES, Category
 from timeline.placement.devices import StaticDevice
 from timeline.sim.compiled import CAT_CODE, CompiledPhase
 from timeline.sim.engine import Span
-from timeline.spec.run import RunSpec
+from timeline.spec.run import TrainingSpec
 
 Event = tuple[float, int, str, int, int, int]
 
@@ -54,11 +54,10 @@ def grad_offset_us(name: str, ph: CompiledPhase | None) -> float:
     return float(ph.op_end[-1]) if "embed" in name or "wte" in name or "wpe" in name else 0.0
 
 
-def hf_state_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
+def hf_state_events(tr: TrainingSpec, dev: StaticDevice, spans: list[Span],
                     backward_of: Callable[[Span], CompiledPhase | None] = lambda sp: None) -> list[Event]:
     """Per-parameter weight, gradient, optimizer-state and step-temporary events of one device;
     ``backward_of`` gives a backward span's compiled ops (for when each layer's gradients arrive)."""
-    tr = run.training
     w_cat, g_cat, o_cat = CAT_CODE[Category.WEIGHTS], CAT_CODE[Category.GRADS], CAT_CODE[Category.OPTIMIZER]
     t_cat = CAT_CODE[Category.TEMPORARY]
     out: list[Event] = [(0.0, 1, f"weights.{t.name}", t.numel * DTYPE_BYTES[tr.dtype] if t.trainable

@@ -16,7 +16,7 @@ from timeline.pipeline.actions import Schedule
 from timeline.placement.devices import StaticDevice, chunk_holders, ep_devices, static_devices
 from timeline.sim.compiled import CompiledPhase, compile_phase
 from timeline.sim.cost import CostModel
-from timeline.sim.static_state import step_us
+from timeline.sim.static_state import DeviceState, device_state, step_us
 from timeline.spec.run import ParallelSpec, RunSpec, ScheduleSpec, TrainingSpec
 
 Compiled = dict[tuple[int, str], CompiledPhase]
@@ -42,19 +42,19 @@ def compile_templates(templates: dict[int, ChunkTemplate], cost: CostModel) -> C
     return out
 
 
-def boundary_bytes(run: RunSpec) -> int:
+def boundary_bytes(tr: TrainingSpec, par: ParallelSpec, hidden_size: int) -> int:
     """Bytes of the hidden states passed between chunks (SP- and CP-sharded)."""
-    tr, par = run.training, run.parallel
-    tokens = tr.micro_batch_size * tr.seq_len // par.cp // (par.tp if run.sp_enabled else 1)
-    return tokens * run.model.hidden_size * DTYPE_BYTES[tr.dtype]
+    sp = par.sp and par.tp > 1  # RunSpec.sp_enabled
+    tokens = tr.micro_batch_size * tr.seq_len // par.cp // (par.tp if sp else 1)
+    return tokens * hidden_size * DTYPE_BYTES[tr.dtype]
 
 
-def ep_loads(run: RunSpec) -> list[float]:
+def ep_loads(par: ParallelSpec, tr: TrainingSpec, is_moe: bool) -> list[float]:
     """Token load of each simulated EP rank relative to the mean: ``[1.0]`` under balanced
     routing (EP ranks are symmetric, one stands for all); under ``routing = "skew"`` a linear
     ramp from ``routing_skew`` (the busiest rank) down to ``2 − routing_skew``, mean 1."""
-    ep, skew = run.parallel.ep, run.training.routing_skew
-    if run.training.routing != "skew" or not run.model.is_moe or ep == 1:
+    ep, skew = par.ep, tr.routing_skew
+    if tr.routing != "skew" or not is_moe or ep == 1:
         return [1.0]
     return [skew - (skew - 1) * 2 * e / (ep - 1) for e in range(ep)]
 
@@ -89,6 +89,7 @@ class SimPlan:
     templates: tuple[dict[int, ChunkTemplate], ...]
     compiled: tuple[Compiled, ...]
     devices: tuple[StaticDevice, ...]
+    states: tuple[DeviceState, ...]  # per device: how its static state comes into being
     p2p_us: float
     step_us: tuple[float, ...]  # per pipeline rank
     iterations: int  # warm-up iterations first, reported ones after
@@ -103,7 +104,7 @@ def plan(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
     par, tr = run.parallel, run.training
     pipe = plan_pipeline(run, csv_rows)
     schedule, cost, holder = pipe.schedule, pipe.cost, pipe.holders
-    loads = ep_loads(run)
+    loads = ep_loads(par, tr, run.model.is_moe)
     templates, compiled = [], []
     for load in loads:
         run_e = run if len(loads) == 1 else replace(run, training=replace(tr, routing_skew=load))
@@ -113,7 +114,8 @@ def plan(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
     devices = ep_devices(static_devices(run, schedule.stages_of_rank), par, len(loads))
     return SimPlan(run=run, schedule=schedule, cost=cost, loads=tuple(loads), templates=tuple(templates),
                    compiled=tuple(compiled), devices=tuple(devices),
-                   p2p_us=cost.comm_us(boundary_bytes(run), "pp"),
+                   states=tuple(device_state(run, d) for d in devices),
+                   p2p_us=cost.comm_us(boundary_bytes(tr, par, run.model.hidden_size), "pp"),
                    step_us=tuple(_step_times(tr, par, devices[::len(loads)], cost)),
                    iterations=tr.warmup_iterations + tr.iterations)
 

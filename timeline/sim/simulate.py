@@ -47,7 +47,7 @@ def expand_plan(p: SimPlan, timing: Timing, *,
             progress("devices", i, len(p.devices))
         e = p.load_of(i)
         rank_spans = timing.per_rank[dev.pp_rank]
-        events.append(device_events(p.run, dev, rank_spans, p.compiled[e], names))
+        events.append(device_events(p.run.training, dev, p.states[i], rank_spans, p.compiled[e], names))
         ops.append(device_ops(rank_spans, p.compiled[e], names))
         spans.append(rank_spans)
         act.append(sum(p.templates[e][c].activation_bytes for c in dev.stages))

@@ -7,6 +7,8 @@ in ``placement``); the per-element rule is :func:`timeline.graph.static.optimize
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from timeline.graph.static import optimizer_element_bytes
 from timeline.graph.tensors import DTYPE_BYTES, Category
 from timeline.placement.devices import StaticDevice
@@ -46,20 +48,50 @@ def gathered_bytes(profile: str, tr: TrainingSpec, dev: StaticDevice) -> int:
     return layer + min(life.prefetch_bucket_elems * DTYPE_BYTES[tr.dtype], layer)
 
 
-def static_allocs(run: RunSpec, dev: StaticDevice, first_backward_us: float,
-                  first_step_us: float) -> list[tuple[float, str, int, int]]:
-    """(time, name, bytes, category code) of the static state, as the profile creates it."""
+#: (created at: "start" | "first_backward" | "first_step", name, bytes, category code)
+StaticAlloc = tuple[str, str, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceState:
+    """How one device's static state comes into being, known before any time passes: the
+    allocations (times as lifecycle points, resolved against the device's spans), or — ``hf``
+    without ZeRO, ``per_parameter`` — one tensor per parameter as torch.optim makes them
+    (:mod:`timeline.sim.hf_state`); and the bytes each action gathers under ZeRO-3."""
+
+    allocs: tuple[StaticAlloc, ...]
+    per_parameter: bool
+    gathered_bytes: int
+
+
+def device_state(run: RunSpec, dev: StaticDevice) -> DeviceState:
+    """The static state plan of one device under the run's profile and ZeRO level."""
+    # hf: one tensor per parameter, as torch.optim holds them; a forward+backward capture recorded
+    # its backward into gradients that already exist (zeros), so its runs keep that lifecycle
+    per_param = run.profile == "hf" and run.training.zero == 0 and run.trace is None
+    return DeviceState(allocs=() if per_param else tuple(static_allocs(run, dev)), per_parameter=per_param,
+                       gathered_bytes=gathered_bytes(run.profile, run.training, dev))
+
+
+def resolve(allocs: tuple[StaticAlloc, ...], first_backward_us: float,
+            first_step_us: float) -> list[tuple[float, str, int, int]]:
+    """(time, name, bytes, category code) of the allocations, at the device's first backward and step."""
+    when = {"start": 0.0, "first_backward": first_backward_us, "first_step": first_step_us}
+    return [(when[a], n, b, c) for a, n, b, c in allocs]
+
+
+def static_allocs(run: RunSpec, dev: StaticDevice) -> list[StaticAlloc]:
+    """The static state as the profile creates it, in creation order (empty ones left out)."""
     life = LIFECYCLES[run.profile]
     tr = run.training
-    extra = []
+    extra: list[StaticAlloc] = []
     if tr.zero >= 2 and life.reduce_bucket_elems:
         n = min(life.reduce_bucket_elems, sum(t.numel for t in dev.tensors if t.trainable))
-        extra.append((first_backward_us, "dp.reduce_bucket", n * DTYPE_BYTES[tr.grad_dtype], CAT_CODE[Category.COMM]))
+        extra.append(("first_backward", "dp.reduce_bucket", n * DTYPE_BYTES[tr.grad_dtype], CAT_CODE[Category.COMM]))
     w, g, o = dev.weights_bytes, dev.grads_bytes, dev.optimizer_bytes
     master, moment = optimizer_element_bytes(tr)
     per_opt = master + 2 * moment
     master_b = o * master // per_opt if per_opt else 0
-    when = {"start": 0.0, "first_backward": first_backward_us, "first_step": first_step_us}
     opt = CAT_CODE[Category.OPTIMIZER]
     # (created at, name, bytes, category); "first_step" states never exist without an optimizer step
     out = [("start", "static.weights", w, CAT_CODE[Category.WEIGHTS]),
@@ -73,10 +105,9 @@ def static_allocs(run: RunSpec, dev: StaticDevice, first_backward_us: float,
     if life.workspaces is not None:
         holds_head = max(dev.stages) == run.parallel.pp * run.parallel.vpp - 1
         has_moe = any(t.in_moe for t in dev.tensors)
-        at = {"start": 0.0, "first_backward": first_backward_us}
-        extra += [(at[w_at], name, size, CAT_CODE[Category.TEMPORARY]) for name, size, _, w_at
+        extra += [(w_at, name, size, CAT_CODE[Category.TEMPORARY]) for name, size, _, w_at
                   in life.workspaces(run, holds_head=holds_head, has_moe=has_moe, tensors=dev.tensors)]
-    return [x for x in [(when[a], n, b, c) for a, n, b, c in out] + extra if x[2] > 0]
+    return [x for x in out + extra if x[2] > 0]
 
 
 def per_param_states(dev: StaticDevice, master_at: str, moments_at: str, master_bytes: int,

@@ -24,13 +24,12 @@ from timeline.sim.cost import CostModel
 from timeline.sim.engine import Span
 from timeline.sim.output import DeviceEvents, DeviceOps, Names, SimOutput
 from timeline.spec.run import RunSpec
+from timeline.spec.trace import CapturedTrace
 
 
-def step_device(run: RunSpec) -> StaticDevice:
+def step_device(trace: CapturedTrace) -> StaticDevice:
     """The one device of a whole-step run; its static bytes are the captured parameters, the
     gradients and the optimizer state each parameter ever had (one tensor per role)."""
-    trace = run.trace
-    assert trace is not None
     by_role: dict[str, int] = {}
     for st in trace.storages.values():
         if st.role:
@@ -91,7 +90,7 @@ def simulate_steps(run: RunSpec) -> SimOutput:
     act = sum(s.nbytes for s in trace.storages.values() if s.alloc_op >= 0 and trace.ops[s.alloc_op].phase == "F"
               and s.free_op >= 0 and trace.ops[s.free_op].phase == "B"
               and trace.ops[s.alloc_op].step == trace.num_steps)
-    return SimOutput(run=run, schedule=schedule, devices=[step_device(run)], spans=[spans], events=[ev], ops=[ops],
+    return SimOutput(run=run, schedule=schedule, devices=[step_device(trace)], spans=[spans], events=[ev], ops=[ops],
                      names=names.items, iteration_time_us=iteration_us, activation_bytes_per_microbatch=[act],
                      report_start_us=report_start)
 
