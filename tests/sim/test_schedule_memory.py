@@ -163,7 +163,7 @@ def test_dualpipe_overlapped_pairs_hide_communication():
     from timeline.sim.timing import overlapped_us
 
     tl = sim("dualpipe", 8)
-    compiled = compile_templates(tl.sim.templates, CostModel.from_run(tl.sim.run))
+    compiled = compile_templates(tl.sim.templates, CostModel.of(tl.sim.run.hardware, tl.sim.run.parallel))
     pairs = 0
     for r in range(P):
         spans = {(s.iteration, s.position): s for s in tl.sim.spans[r] if s.kind != "step"}

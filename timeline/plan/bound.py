@@ -89,7 +89,7 @@ def probe_stats(probe: RunSpec, kinds: tuple[tuple[int, str], ...], zero_acts: b
     full-recompute grouping the probe cannot stand for)."""
     kind = dict(kinds)
     tpl = chunk_template(probe, 0)
-    cost = CostModel.from_run(probe)
+    cost = CostModel.of(probe.hardware, probe.parallel)
     n_layers = probe.model.num_hidden_layers
 
     def group(layer: int | None) -> str | None:

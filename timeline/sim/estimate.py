@@ -90,7 +90,7 @@ def _largest_tensor(template: ChunkTemplate) -> tuple[int, str]:
 
 def _counts(templates: dict[int, ChunkTemplate], run: RunSpec) -> tuple[dict[int, int], dict[int, int]]:
     """(events, ops) of one micro-batch's forward + backward, by decoder layer (−1: the rest)."""
-    compiled = compile_templates(templates, CostModel.from_run(run))
+    compiled = compile_templates(templates, CostModel.of(run.hardware, run.parallel))
     events: dict[int, int] = {}
     ops: dict[int, int] = {}
     for (_, phase), ph in compiled.items():

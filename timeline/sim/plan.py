@@ -72,7 +72,7 @@ class PipelinePlan:
 def plan_pipeline(run: RunSpec, csv_rows: Sequence[Sequence[str]] | None = None) -> PipelinePlan:
     schedule = run_schedule_of(run.schedule, run.parallel, run.training.num_microbatches, csv_rows)
     return PipelinePlan(schedule=schedule, holders=chunk_holders(schedule.stages_of_rank),
-                        cost=CostModel.from_run(run))
+                        cost=CostModel.of(run.hardware, run.parallel))
 
 
 @dataclass(frozen=True, slots=True)

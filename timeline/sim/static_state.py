@@ -69,8 +69,16 @@ def device_state(run: RunSpec, dev: StaticDevice) -> DeviceState:
     # hf: one tensor per parameter, as torch.optim holds them; a forward+backward capture recorded
     # its backward into gradients that already exist (zeros), so its runs keep that lifecycle
     per_param = run.profile == "hf" and run.training.zero == 0 and run.trace is None
-    return DeviceState(allocs=() if per_param else tuple(static_allocs(run, dev)), per_parameter=per_param,
-                       gathered_bytes=gathered_bytes(run.profile, run.training, dev))
+    life = LIFECYCLES[run.profile]
+    workspaces: list[StaticAlloc] = []
+    if life.workspaces is not None and not per_param:
+        holds_head = max(dev.stages) == run.parallel.pp * run.parallel.vpp - 1
+        has_moe = any(t.in_moe for t in dev.tensors)
+        workspaces = [(w_at, name, size, CAT_CODE[Category.TEMPORARY]) for name, size, _, w_at
+                      in life.workspaces(run, holds_head=holds_head, has_moe=has_moe, tensors=dev.tensors)]
+    allocs = () if per_param else tuple(static_allocs(run.profile, run.training, dev, workspaces,
+                                                      traced=run.trace is not None))
+    return DeviceState(allocs=allocs, per_parameter=per_param, gathered_bytes=gathered_bytes(run.profile, run.training, dev))
 
 
 def resolve(allocs: tuple[StaticAlloc, ...], first_backward_us: float,
@@ -80,10 +88,11 @@ def resolve(allocs: tuple[StaticAlloc, ...], first_backward_us: float,
     return [(when[a], n, b, c) for a, n, b, c in allocs]
 
 
-def static_allocs(run: RunSpec, dev: StaticDevice) -> list[StaticAlloc]:
-    """The static state as the profile creates it, in creation order (empty ones left out)."""
-    life = LIFECYCLES[run.profile]
-    tr = run.training
+def static_allocs(profile: str, tr: TrainingSpec, dev: StaticDevice, workspaces: list[StaticAlloc], *,
+                  traced: bool) -> list[StaticAlloc]:
+    """The static state as ``profile`` creates it, in creation order (empty ones left out), with
+    the device's persistent ``workspaces`` last; ``traced``: the model is a captured trace."""
+    life = LIFECYCLES[profile]
     extra: list[StaticAlloc] = []
     if tr.zero >= 2 and life.reduce_bucket_elems:
         n = min(life.reduce_bucket_elems, sum(t.numel for t in dev.tensors if t.trainable))
@@ -96,18 +105,13 @@ def static_allocs(run: RunSpec, dev: StaticDevice) -> list[StaticAlloc]:
     # (created at, name, bytes, category); "first_step" states never exist without an optimizer step
     out = [("start", "static.weights", w, CAT_CODE[Category.WEIGHTS]),
            (life.grads_at, "static.grads", g, CAT_CODE[Category.GRADS])]
-    if life.per_param_states and tr.zero == 0 and per_opt and run.trace is None:
+    if life.per_param_states and tr.zero == 0 and per_opt and not traced:
         out += per_param_states(dev, life.master_at, life.moments_at, master, moment)
     else:
         out += [(life.master_at, "static.master", master_b, opt), (life.moments_at, "static.moments", o - master_b, opt)]
     if not tr.optimizer_step:
         out = [x for x in out if x[0] != "first_step"]
-    if life.workspaces is not None:
-        holds_head = max(dev.stages) == run.parallel.pp * run.parallel.vpp - 1
-        has_moe = any(t.in_moe for t in dev.tensors)
-        extra += [(w_at, name, size, CAT_CODE[Category.TEMPORARY]) for name, size, _, w_at
-                  in life.workspaces(run, holds_head=holds_head, has_moe=has_moe, tensors=dev.tensors)]
-    return [x for x in out + extra if x[2] > 0]
+    return [x for x in out + extra + workspaces if x[2] > 0]
 
 
 def per_param_states(dev: StaticDevice, master_at: str, moments_at: str, master_bytes: int,

@@ -48,7 +48,7 @@ def simulate_steps(run: RunSpec) -> SimOutput:
     trace = run.trace
     assert trace is not None and trace.is_step
     tr = run.training
-    cost = CostModel.from_run(run)
+    cost = CostModel.of(run.hardware, run.parallel)
     carry = carry_map(trace) if tr.warmup_iterations + tr.iterations > trace.num_steps else {}
     names = Names()
     spans: list[Span] = []
