@@ -5,11 +5,13 @@ The allocator pass (:mod:`timeline.sim.memory`) reads the event log next."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from timeline.graph.tensors import Category
 from timeline.placement.devices import StaticDevice
-from timeline.sim.compiled import CAT_CODE
+from timeline.sim.compiled import CAT_CODE, CompiledPhase
 from timeline.sim.engine import Span
 from timeline.sim.hf_state import hf_state_events
 from timeline.sim.output import DeviceEvents, DeviceOps, Names
@@ -59,6 +61,22 @@ class _Log:
         return DeviceEvents(**{k: np.ascontiguousarray(v[order]) for k, v in merged.items()})
 
 
+def _event_ids(names: Names, ph: CompiledPhase, field: str) -> np.ndarray:
+    """Per memory event of ``ph``, the name id of its tensor (``tensor_names``) or op (``op_names``)."""
+    index = ph.ev_tensor if field == "tensor_names" else ph.ev_op
+    return names.ids(ph, field)[index]
+
+
+def _phase_ids(names: Names, ph: CompiledPhase, kind: str) -> np.ndarray:
+    """Per op of ``ph``, the name id of its phase: ``R`` for a recomputed op, else the action's kind."""
+    return np.array([names("R" if rc else kind) for rc in ph.op_recompute], dtype=np.int32)
+
+
+def _overlapped_ids(names: Names, ph: CompiledPhase) -> np.ndarray:
+    """Per op of ``ph``, its stream beside the forward half of an overlapped pair."""
+    return np.array([names(f"{x} (overlapped)") for x in ph.op_streams], dtype=np.int32)
+
+
 def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans: list[Span], compiled: Compiled,
                   names: Names) -> DeviceEvents:
     """Static state (as the plan's ``state`` says it comes into being), then every action's
@@ -83,8 +101,8 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
         if gather:
             log.push([sp.start_us], 1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
         if len(ph.ev_offset):
-            tensor_ids = names.cached((id(ph), "ev_tensor"), lambda ph=ph: names.ids(ph, "tensor_names")[ph.ev_tensor])
-            op_ids = names.cached((id(ph), "ev_op"), lambda ph=ph: names.ids(ph, "op_names")[ph.ev_op])
+            tensor_ids = names.cached((id(ph), "ev_tensor"), partial(_event_ids, names, ph, "tensor_names"))
+            op_ids = names.cached((id(ph), "ev_op"), partial(_event_ids, names, ph, "op_names"))
             offsets = ph.ev_offset if sp.scale == 1.0 else ph.ev_offset * sp.scale
             log.push(offsets + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids, m, s, i, it)
         if gather:
@@ -106,20 +124,18 @@ def device_ops(spans: list[Span], compiled: Compiled, names: Names) -> DeviceOps
         n = len(ph.op_names)
         if not n:
             continue
-        phase = names.cached((id(ph), "phase", sp.kind), lambda ph=ph, kind=sp.kind: np.array(
-            [names("R" if rc else kind) for rc in ph.op_recompute], dtype=np.int32))
+        phase = names.cached((id(ph), "phase", sp.kind), partial(_phase_ids, names, ph, sp.kind))
         cols["name"].append(names.ids(ph, "op_names"))
         if sp.overlapped:  # beside the forward half: its own threads, so slices stay nested
-            cols["stream"].append(names.cached((id(ph), "overlapped"), lambda ph=ph: np.array(
-                [names(f"{x} (overlapped)") for x in ph.op_streams], dtype=np.int32)))
+            cols["stream"].append(names.cached((id(ph), "overlapped"), partial(_overlapped_ids, names, ph)))
         else:
             cols["stream"].append(names.ids(ph, "op_streams"))
-        k = sp.scale
-        cols["t_start_us"].append((ph.op_start if k == 1.0 else ph.op_start * k) + sp.start_us)
-        cols["t_end_us"].append((ph.op_end if k == 1.0 else ph.op_end * k) + sp.start_us)
+        scale = sp.scale
+        cols["t_start_us"].append((ph.op_start if scale == 1.0 else ph.op_start * scale) + sp.start_us)
+        cols["t_end_us"].append((ph.op_end if scale == 1.0 else ph.op_end * scale) + sp.start_us)
         cols["phase"].append(phase)
         cols["microbatch"].append(np.full(n, sp.microbatch, dtype=np.int32))
         cols["stage"].append(np.full(n, sp.stage, dtype=np.int16))
-        cols["layer"].append(names.cached((id(ph), "layers"), lambda ph=ph: np.array(ph.op_layers, dtype=np.int32)))
+        cols["layer"].append(names.cached((id(ph), "layers"), partial(np.array, ph.op_layers, dtype=np.int32)))
         cols["flops"].append(ph.op_flops)
     return DeviceOps(**{k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()})
