@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from timeline.graph.build import chunk_nodes
 from timeline.graph.context import BuildCtx
 from timeline.graph.tensors import DTYPE_BYTES, TensorDef
-from timeline.spec.run import RunSpec, TrainingSpec
+from timeline.spec.run import ParallelSpec, RunSpec, TrainingSpec
 
 
 def zero_shard(n: int, group: int, rank: int = 0) -> int:
@@ -34,6 +34,13 @@ def optimizer_element_bytes(tr: TrainingSpec) -> tuple[int, int]:
     return master, DTYPE_BYTES[tr.moment_dtype]
 
 
+def zero_groups(tr: TrainingSpec, par: ParallelSpec) -> tuple[int, int]:
+    """(dense, expert) ranks that ZeRO shards a state over: ``dp·cp`` and ``EDP``, each split
+    among Megatron's ``--num-distributed-optimizer-instances`` (megatron/core/parallel_state.py:
+    intra_distributed_optimizer_instance group)."""
+    return par.dp * par.cp // tr.optimizer_instances, max(1, par.edp // tr.optimizer_instances)
+
+
 def is_expert_state(t: TensorDef, group_rule: str) -> bool:
     return t.expert if group_rule == "routed" else t.in_moe
 
@@ -47,9 +54,7 @@ def state_bytes(run: RunSpec, tensors: Sequence[TensorDef], *, dense_rank: int =
     buffers = sum(t.size_bytes for t in tensors if not t.trainable)
     expert_n = sum(t.numel for t in trainable if is_expert_state(t, rule))
     dense_n = sum(t.numel for t in trainable) - expert_n
-    # Megatron --num-distributed-optimizer-instances: each instance shards over its part of the DP group
-    # (megatron/core/parallel_state.py: intra_distributed_optimizer_instance group)
-    dense_g, expert_g = par.dp * par.cp // tr.optimizer_instances, max(1, par.edp // tr.optimizer_instances)
+    dense_g, expert_g = zero_groups(tr, par)
 
     def sharded(level: int) -> int:
         if tr.zero >= level:

@@ -25,7 +25,7 @@ from functools import lru_cache
 
 from timeline.graph.build import chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
-from timeline.graph.static import is_expert_state, optimizer_element_bytes
+from timeline.graph.static import is_expert_state, optimizer_element_bytes, zero_groups
 from timeline.graph.template import chunk_template
 from timeline.graph.tensors import DTYPE_BYTES
 from timeline.pipeline import build_schedule
@@ -176,7 +176,7 @@ def _alive_state(run: RunSpec, dense_n: int, expert_n: int, buffers: int) -> int
     """Static bytes alive in the last iteration, ZeRO shards rounded down (see module docstring)."""
     tr, par = run.training, run.parallel
     life = LIFECYCLES[run.profile]
-    dense_g, expert_g = par.dp * par.cp // tr.optimizer_instances, max(1, par.edp // tr.optimizer_instances)
+    dense_g, expert_g = zero_groups(tr, par)
 
     def sharded(level: int) -> int:
         return dense_n // dense_g + expert_n // expert_g if tr.zero >= level else dense_n + expert_n
