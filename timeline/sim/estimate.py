@@ -136,8 +136,9 @@ def estimate_work(run: RunSpec, template_fn: Callable[..., ChunkTemplate]) -> Wo
 
         per_mb_events, per_mb_ops = total(events), total(ops)
     variants = len(ep_loads(par, tr, run.model.is_moe))
-    chunks = par.pp * par.vpp * (2 if run.schedule.kind == "dualpipe" else 1)
-    phases = 3 if SCHEDULE_KINDS[run.schedule.kind].split_backward else 2
+    kind_of = SCHEDULE_KINDS[run.schedule.kind]
+    chunks = par.pp * par.vpp * (2 if kind_of.placement == "dualpipe" else 1)  # DualPipe: two model copies
+    phases = 3 if kind_of.split_backward else 2
     microbatches = tr.num_microbatches * (tr.iterations + tr.warmup_iterations)
     return WorkEstimate(actions=microbatches * chunks * phases * variants,
                         memory_events=microbatches * per_mb_events * variants,
