@@ -121,7 +121,7 @@ class Statics:
                 self.same_as[c] = first.setdefault(chunk_signature(run, c), c)
         self._per_chunk: dict[tuple[RecomputeSpec, int], tuple[int, list[tuple[str, float, float]]]] = {}
 
-    def _chunk(self, run: RunSpec, spec: RecomputeSpec, c: int, pp_rank: int) -> tuple[int, list]:
+    def _chunk(self, spec: RecomputeSpec, c: int, pp_rank: int) -> tuple[int, list]:
         """(activation bytes, [(kind, recompute FLOPs, recompute µs)]) of chunk ``c`` per action."""
         from timeline.graph.signature import OPS_ONLY_POLICIES
 
@@ -129,7 +129,7 @@ class Statics:
         key = (spec, self.same_as[c] if shared else c)
         if shared and key in self._per_chunk:
             return self._per_chunk[key]
-        tpl = self.template_fn(run, key[1], pp_rank=pp_rank)
+        tpl = self.template_fn(with_recompute(self.run, spec), key[1], pp_rank=pp_rank)
         per = {k: [o for o in ops if o.recompute] for k, ops in (
             ("I", tpl.backward_i), ("W", tpl.backward_w), ("B", tpl.backward or tpl.backward_i + tpl.backward_w))}
         out = (tpl.activation_bytes, [(kind, sum(o.flops for o in ops), sum(self.cost.op_us(o) for o in ops))
@@ -139,13 +139,12 @@ class Statics:
         return out
 
     def candidate(self, spec: RecomputeSpec) -> Candidate:
-        run = with_recompute(self.run, spec)
         act, flops, time = [], [], []
         holder = self.holders
         for r, stages in enumerate(self.stages):
             a = f = t = 0.0
             for c in stages:
-                act_bytes, per = self._chunk(run, spec, c, holder[c])
+                act_bytes, per = self._chunk(spec, c, holder[c])
                 a += act_bytes
                 for kind, flops_sum, us_sum in per:
                     n = self.counts[r].get((c, kind), 0)
