@@ -70,6 +70,7 @@ class PipelinePlan:
 
 
 def plan_pipeline(run: RunSpec, csv_rows: Sequence[Sequence[str]] | None = None) -> PipelinePlan:
+    """The schedule of ``run`` (``csv_rows``: a CSV schedule's rows), its chunk holders and cost model."""
     schedule = run_schedule_of(run.schedule, run.parallel, run.training.num_microbatches, csv_rows)
     return PipelinePlan(schedule=schedule, holders=chunk_holders(schedule.stages_of_rank),
                         cost=CostModel.of(run.hardware, run.parallel))
@@ -116,9 +117,5 @@ def plan(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
                    compiled=tuple(compiled), devices=tuple(devices),
                    states=tuple(device_state(run, d) for d in devices),
                    p2p_us=cost.comm_us(boundary_bytes(tr, par, run.model.hidden_size), "pp"),
-                   step_us=tuple(_step_times(tr, par, devices[::len(loads)], cost)),
+                   step_us=tuple(step_us(tr, par, d, cost) for d in devices[::len(loads)]),
                    iterations=tr.warmup_iterations + tr.iterations)
-
-
-def _step_times(tr: TrainingSpec, par: ParallelSpec, devices: Sequence[StaticDevice], cost: CostModel) -> list[float]:
-    return [step_us(tr, par, d, cost) for d in devices]
