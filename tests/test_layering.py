@@ -1,4 +1,4 @@
-"""Imports point one way (DESIGN §1): spec → graph → pipeline → alloc → sim → result → compare
+"""Imports point one way (DESIGN §1): spec → graph → pipeline → placement → alloc → sim → result → compare
 → plan → serve → exporters → cli, with io at the edge. Heavy libraries stay in their layer."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "timeline"
-ORDER = ["spec", "graph", "pipeline", "alloc", "sim", "result", "compare", "plan", "serve", "exporters", "cli", "api"]
+ORDER = ["spec", "graph", "pipeline", "placement", "alloc", "sim", "result", "compare", "plan", "serve", "exporters",
+         "cli", "api"]
 BASE = {"errors", "__init__", "__main__"}  # importable from anywhere
 # libraries allowed only in these layers (pyarrow also only inside functions)
 LIBS = {"networkx": {"graph"}, "simpy": {"sim"}, "pyarrow": {"exporters", "io"}, "matplotlib": {"compare"},
@@ -79,6 +80,7 @@ def test_rule_catches_a_backward_edge():
 #: and other exporters: the result types of the commands that are not ``simulate``, module → reason
 EXPORTER_ALLOWED: dict[str, str] = {
     "timeline.serve.run": "ServeResult, what `timeline serve` returns (serve_* exporters format it)",
+    "timeline.serve.budget": "Budget, the engine's startup budget a ServeResult carries (ServeResult.budget)",
     "timeline.plan.search": "PlanResult, what `timeline plan` returns (plan_parquet formats it)",
     "timeline.plan.space": "SHORT, the plan's own column names for its searched settings (plan.parquet's schema)",
 }
@@ -134,3 +136,11 @@ def test_sim_rule_catches_a_read(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f(tl):\n    import timeline.sim\n    return tl.sim.names, tl.names\n")
     assert sim_reads(bad) == [3]
+
+
+def test_pipeline_does_not_import_graph():
+    """Schedules are pure functions of counts: the graph reaches the devices through ``placement``."""
+    bad = [f"{path.relative_to(PKG.parent)}:{line}: {module}"
+           for path in sorted((PKG / "pipeline").rglob("*.py"))
+           for module, line, _ in imports(path) if module.split(".")[:2] == ["timeline", "graph"]]
+    assert not bad, "\n".join(bad)

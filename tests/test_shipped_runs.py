@@ -9,7 +9,7 @@ import pytest
 
 from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
-from timeline.pipeline.devices import static_devices
+from timeline.placement.devices import static_devices
 from timeline.result.build import build_timeline
 
 SCHEDULES = Path(__file__).resolve().parents[1] / "schedules"

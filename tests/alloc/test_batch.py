@@ -111,7 +111,8 @@ def test_allocator_pass_matches_the_event_by_event_reference(core, overrides):
     run = tiny_run(pp=2, **overrides)
     sim = simulate(run, templates())
     for ev in sim.events:
-        got, ref = run_allocator(run, ev, sim.names, core=core), run_allocator_events(run, ev, sim.names)
+        spec, cap = run.allocator, run.hardware.capacity_bytes
+        got, ref = run_allocator(spec, cap, ev, sim.names, core=core), run_allocator_events(spec, cap, ev, sim.names)
         for col in ("block", "reserved", "address", "segment"):
             assert np.array_equal(getattr(got, col), getattr(ref, col)), col
         assert (got.ooms, got.segment_events, got.end_segments) == (ref.ooms, ref.segment_events, ref.end_segments)

@@ -23,8 +23,8 @@ PHASES = {
     "load": ("timeline.cli.common", "load_run"),
     "estimate": ("timeline.cli.common", "estimate_work"),
     "graph": ("timeline.graph.template", "chunk_template"),
-    "schedule": ("timeline.sim.simulate", "build_schedule"),
-    "simulate": ("timeline.sim.simulate", "run_schedule"),
+    "schedule": ("timeline.sim.plan", "build_schedule"),
+    "simulate": ("timeline.sim.timing", "run_schedule"),
     "allocate": ("timeline.result.build", "run_allocator"),
     **{f"export-{name}": (f"timeline.exporters.{module}", "write") for name, module in (
         ("summary", "summary"), ("memory", "memory_parquet"), ("events", "events_parquet"),

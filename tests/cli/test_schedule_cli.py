@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from timeline.cli import main
 
 SHIPPED = Path(__file__).resolve().parents[2] / "schedules" / "deepseek-v3-pp16-tp2-ep8.toml"
@@ -87,3 +89,13 @@ def test_invalid_csv_names_rank_position_and_reason(tmp_path, capsys):
     assert main(["schedule", str(SHIPPED), *SMALL, "--set", "schedule.kind=csv", "--set",
                  f'schedule.csv="{csv}"']) == 2
     assert "unknown action" in capsys.readouterr().err
+
+
+def test_help_lists_every_schedule_kind(capsys):
+    """``schedule --help`` reads the one table of kinds."""
+    from timeline.spec.schedule_rules import kinds_help
+
+    with pytest.raises(SystemExit):
+        main(["schedule", "--help"])
+    out = capsys.readouterr().out
+    assert all(line in out.splitlines() for line in kinds_help().splitlines())

@@ -168,3 +168,16 @@ def test_static_recompute_bad_grammar(capsys):
     assert main(["static", str(SHIPPED), "--recompute", "selective:attn"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "selective:MOD" in err and "core_attn" in err
+
+
+def test_a_csv_schedule_places_the_devices(tmp_path, write_run, capsys):
+    """``static`` of a V-shaped schedule written as CSV holds on each rank the chunks its rows run."""
+    from helpers_run import TINY_RUN_TOML
+
+    run = write_run(TINY_RUN_TOML + "[schedule]\nkind = \"zbv\"\n", name="v.toml")
+    run.write_text(run.read_text().replace("pp = 2\n", "pp = 2\nvpp = 2\n"))
+    csv = tmp_path / "v.csv"
+    assert main(["schedule", str(run), "--csv", str(csv)]) == 0
+    capsys.readouterr()
+    assert main(["static", str(run), "--set", "schedule.kind=csv", "--set", f'schedule.csv="{csv}"', "--json"]) == 0
+    assert [d["stages"] for d in json.loads(capsys.readouterr().out)["devices"]] == [[0, 3], [1, 2]]

@@ -16,7 +16,7 @@ MIB = 2**20
 
 
 def space(pp: int, layers: int) -> list[str]:
-    mods = selective_modules(tiny_run())
+    mods = selective_modules(tiny_run().model)
     sel = ["selective:" + "+".join(s) for k in range(1, len(mods) + 1) for s in itertools.combinations(mods, k)]
     uni = [f"full:uniform:{n}" for n in range(1, layers + 1)]
     blk = [f"full:block:{','.join(map(str, n))}" for n in itertools.product(range(layers + 1), repeat=pp) if any(n)]

@@ -18,7 +18,7 @@ from timeline.spec.run import RecomputeSpec
 
 
 def _specs(run):
-    mods = selective_modules(run)
+    mods = selective_modules(run.model)
     return [RecomputeSpec(policy="none"), RecomputeSpec(policy="full", method="uniform", num_layers=1),
             *(RecomputeSpec(policy="selective", modules=s) for k in (1, 2) for s in itertools.combinations(mods, k))]
 

@@ -38,7 +38,7 @@ def test_activations_fall_and_recompute_rises_from_none_to_full(results):
 def test_recompute_time_is_flops_over_throughput_for_a_single_layer():
     run = tiny_run(pp=2, layers_per_rank=1)
     (res,) = simulate_variants(policy_variants(run, ["full:uniform:1"]), recompute_template, workers=1)
-    per_us = CostModel.from_run(run).flops_per_us
+    per_us = CostModel.of(run.hardware, run.parallel).flops_per_us
     for d in res.devices:
         assert d.recompute_flops == run.training.num_microbatches * LAYER_FLOPS  # per iteration
         assert d.recompute_time_us == pytest.approx(d.recompute_flops / per_us, rel=1e-12)

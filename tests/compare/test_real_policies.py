@@ -39,7 +39,7 @@ def run(tmp_path_factory):
 
 def test_real_ordering_and_cost(run):
     results = simulate_variants(policy_variants(run, [",".join(POLICIES)]), chunk_template, workers=1)
-    st, per_us = Statics(run, chunk_template), CostModel.from_run(run).flops_per_us
+    st, per_us = Statics(run, chunk_template), CostModel.of(run.hardware, run.parallel).flops_per_us
     for chain in (results[:4], results[:3] + results[4:]):
         for d in range(run.parallel.pp):
             acts = [r.devices[d].peak_activation_bytes for r in chain]

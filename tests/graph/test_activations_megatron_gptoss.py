@@ -90,7 +90,7 @@ def test_gpt_oss_rules_only_add_names():
 
 
 def test_attention_parameters_split_over_tp(run):
-    from timeline.pipeline.devices import device_tensors
+    from timeline.placement.devices import device_tensors
 
     _, tensors = device_tensors(run, 0)
     by = {t.name: t for t in tensors}

@@ -8,7 +8,7 @@ import pytest
 
 from timeline.graph.static import model_total_params
 from timeline.io.runfile import load_run
-from timeline.pipeline.devices import static_devices
+from timeline.placement.devices import static_devices
 
 SHIPPED = Path(__file__).resolve().parents[2] / "schedules" / "deepseek-v3-pp16-tp2-ep8.toml"
 

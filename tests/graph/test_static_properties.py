@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from timeline.graph.context import BuildCtx
 from timeline.graph.static import is_expert_state, model_total_params, state_bytes, zero_shard
-from timeline.pipeline.devices import device_tensors
+from timeline.placement.devices import device_tensors
 from timeline.spec.presets import PRESETS
 from timeline.spec.validate import validate_run
 

@@ -7,6 +7,9 @@ import pytest
 from timeline.errors import UserError
 from timeline.pipeline import GENERATORS, build_schedule, validate
 from timeline.pipeline.placement import KINDS, num_chunks, stage_placement
+from timeline.spec.run import SCHEDULE_KINDS as SPEC_KINDS
+from timeline.spec.run import ScheduleSpec
+from timeline.spec.schedule_rules import SCHEDULE_KINDS, SCHEDULES, kinds_help
 
 # (kind, pp, vpp, num_microbatches, microbatch_group_size)
 CASES = [
@@ -62,7 +65,17 @@ def test_deterministic(kind: str, pp: int, vpp: int, m: int, group: int) -> None
 
 
 def test_table_lists_every_kind() -> None:
-    assert set(GENERATORS) == set(KINDS)
+    """One table of kinds: run validation's choices, the placement, the generators and the help
+    all list the same kinds, and each fixed vpp is the number of chunks its placement gives a rank
+    (DualPipe's two model copies: twice that)."""
+    assert list(GENERATORS) == list(KINDS) == list(SCHEDULE_KINDS) == [k.name for k in SCHEDULES]
+    assert ScheduleSpec.__dataclass_fields__["kind"].metadata["choices"] == SPEC_KINDS == tuple(SCHEDULE_KINDS)
+    help_lines = kinds_help().splitlines()
+    assert [line.split()[0] for line in help_lines] == list(SCHEDULE_KINDS)
+    for k in SCHEDULES:
+        if k.fixed_vpp is not None:
+            copies = 2 if k.placement == "dualpipe" else 1
+            assert {len(st) for st in stage_placement(k.name, 4, k.fixed_vpp)} == {copies * k.fixed_vpp}
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from timeline.result.build import build_timeline
 from timeline.result.metrics import device_metrics, memory_trace
 from timeline.result.queries import explain_peak, worst_device
 from timeline.result.replayed import timeline_from_replay
-from timeline.result.timeline import DeviceInfo, Timeline, event_iterations
+from timeline.result.timeline import DeviceInfo, Timeline
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -107,8 +107,10 @@ def test_from_simulation_carries_the_run_facts(tl):
 
 def test_iteration_is_read_in_one_place(tl):
     for d in range(tl.num_devices):
-        it = event_iterations(tl.events(d), tl.spans[d])
-        assert np.array_equal(it, tl.event_iterations(d))
+        it = tl.event_iterations(d)  # the event log's own column: each event's action's iteration
+        of_span = np.array([sp.iteration if sp.kind != "init" else -1 for sp in tl.spans[d]], dtype=np.int32)
+        ev = tl.events(d)
+        assert np.array_equal(it, np.where(ev.action >= 0, of_span[np.maximum(ev.action, 0)], -1))
         assert set(it.tolist()) == {-1, 0, 1}  # static state, then two iterations
         assert tl.peak_iteration(d) == it[tl.peak(d).event_index]
         assert [p["iteration"] for p in tl.iteration_peaks(d)] == [0, 1]

@@ -10,7 +10,7 @@ from test_engine import small_run, uniform_template
 
 from timeline.graph.static import state_bytes
 from timeline.result.build import build_timeline
-from timeline.sim.simulate import largest_layer_bytes
+from timeline.sim.static_state import largest_layer_bytes
 
 
 def names_of(tl, d, cat=None):

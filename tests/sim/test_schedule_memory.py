@@ -159,10 +159,11 @@ def test_dualpipe_overlapped_pairs_hide_communication():
     """An overlapped F&B pair takes the longer of its computation and its communication; both halves
     span that time (their events interleave); run one after the other it would take F + B."""
     from timeline.sim.cost import CostModel
-    from timeline.sim.simulate import compile_templates, overlapped_us
+    from timeline.sim.plan import compile_templates
+    from timeline.sim.timing import overlapped_us
 
     tl = sim("dualpipe", 8)
-    compiled = compile_templates(tl.sim.templates, CostModel.from_run(tl.sim.run))
+    compiled = compile_templates(tl.sim.templates, CostModel.of(tl.sim.run.hardware, tl.sim.run.parallel))
     pairs = 0
     for r in range(P):
         spans = {(s.iteration, s.position): s for s in tl.sim.spans[r] if s.kind != "step"}

@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 from timeline.cli.common import add_run_args, load, load_csv_rows, write_file_atomically
-from timeline.pipeline import build_schedule, render
+from timeline.pipeline import render
+from timeline.sim.plan import run_schedule_of
+from timeline.spec.schedule_rules import kinds_help
 
 HELP = "draw the pipeline schedule in the terminal, or write it as CSV"
 DESCRIPTION = """\
@@ -24,7 +26,9 @@ examples:
 
 Without --steps a row longer than 100 columns is cut into windows of steps printed one after
 the other, each with its step numbers, so no line is wider than 100 columns.
-"""
+
+schedule kinds ([schedule] kind):
+""" + kinds_help() + "\n"
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
@@ -69,10 +73,7 @@ def windows(schedule, total_steps: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     spec = load(args)
-    par, tr = spec.parallel, spec.training
-    rows = load_csv_rows(spec)
-    schedule = build_schedule(spec.schedule.kind, pp=par.pp, vpp=par.vpp, num_microbatches=tr.num_microbatches,
-                              microbatch_group_size=spec.schedule.microbatch_group_size, csv_rows=rows)
+    schedule = run_schedule_of(spec.schedule, spec.parallel, spec.training.num_microbatches, load_csv_rows(spec))
     if args.csv:
         from timeline.io.csv_schedule import write_csv
         text = write_csv(schedule)

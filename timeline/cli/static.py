@@ -10,15 +10,16 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from timeline.cli.common import add_max_events, add_run_args, gib, load, templates
+from timeline.cli.common import add_max_events, add_run_args, gib, load, load_csv_rows, templates
 from timeline.cli.tables import Column, View, add_wide, table_console
 from timeline.compare.variants import recompute_name
 from timeline.errors import UserError
 from timeline.graph.activations import DeviceActivations, device_activations
 from timeline.graph.static import model_total_params
 from timeline.graph.tensors import MODULES
-from timeline.pipeline.devices import StaticDevice, static_devices
+from timeline.placement.devices import StaticDevice, static_devices
 from timeline.sim.estimate import estimate_work
+from timeline.sim.plan import run_schedule_of
 from timeline.spec.run import RunSpec
 
 HELP = "per-device static memory (weights, gradients, optimizer states) and activations per micro-batch"
@@ -144,7 +145,10 @@ def run(args: argparse.Namespace) -> int:
     if est.ops_per_microbatch > args.max_events:
         raise UserError(f"this model has about {est.ops_per_microbatch:,} ops per micro-batch, over --max-events "
                         f"{args.max_events:,}; lower model.num_hidden_layers or raise --max-events")
-    devices = static_devices(spec)
+    rows = load_csv_rows(spec)  # a CSV schedule's rows decide which chunks each rank holds
+    placed = None if rows is None else run_schedule_of(spec.schedule, spec.parallel, spec.training.num_microbatches,
+                                                       rows).stages_of_rank
+    devices = static_devices(spec, placed)
     acts = activations(spec, devices)
     if args.json:
         json.dump(static_json(spec, devices, acts, tensors=args.tensors), sys.stdout, indent=1)

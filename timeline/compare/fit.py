@@ -30,8 +30,8 @@ from dataclasses import dataclass, field, replace
 from timeline.compare.metrics import MAX_WORKERS, TemplateFn, VariantResult, evaluate, worker_pool
 from timeline.compare.variants import Variant, recompute_name, with_recompute
 from timeline.graph.build import chunk_layers
-from timeline.pipeline import build_schedule
-from timeline.sim.cost import CostModel
+from timeline.sim.plan import plan_pipeline
+from timeline.spec.model import ModelSpec
 from timeline.spec.run import RECOMPUTE_MODULES, RecomputeSpec, RunSpec
 
 Cost = tuple[float, float]
@@ -98,10 +98,10 @@ class Statics:
     """Static per-rank numbers of any policy on one run (templates only, cached)."""
 
     def __init__(self, run: RunSpec, template_fn: TemplateFn, csv_rows=None) -> None:
-        par, tr = run.parallel, run.training
-        self.run, self.template_fn, self.cost = run, template_fn, CostModel.from_run(run)
-        sched = build_schedule(run.schedule.kind, pp=par.pp, vpp=par.vpp, num_microbatches=tr.num_microbatches,
-                               microbatch_group_size=run.schedule.microbatch_group_size, csv_rows=csv_rows)
+        pipe = plan_pipeline(run, csv_rows)  # the simulation's own plan stage: schedule, holders, cost
+        self.run, self.template_fn, self.cost = run, template_fn, pipe.cost
+        sched = pipe.schedule
+        self.holders = pipe.holders
         self.counts = [{(a.stage, a.kind): 0 for a in row} for row in sched.actions]
         for r, row in enumerate(sched.actions):
             for a in row:
@@ -121,7 +121,7 @@ class Statics:
                 self.same_as[c] = first.setdefault(chunk_signature(run, c), c)
         self._per_chunk: dict[tuple[RecomputeSpec, int], tuple[int, list[tuple[str, float, float]]]] = {}
 
-    def _chunk(self, run: RunSpec, spec: RecomputeSpec, c: int, pp_rank: int) -> tuple[int, list]:
+    def _chunk(self, spec: RecomputeSpec, c: int, pp_rank: int) -> tuple[int, list]:
         """(activation bytes, [(kind, recompute FLOPs, recompute µs)]) of chunk ``c`` per action."""
         from timeline.graph.signature import OPS_ONLY_POLICIES
 
@@ -129,7 +129,7 @@ class Statics:
         key = (spec, self.same_as[c] if shared else c)
         if shared and key in self._per_chunk:
             return self._per_chunk[key]
-        tpl = self.template_fn(run, key[1], pp_rank=pp_rank)
+        tpl = self.template_fn(with_recompute(self.run, spec), key[1], pp_rank=pp_rank)
         per = {k: [o for o in ops if o.recompute] for k, ops in (
             ("I", tpl.backward_i), ("W", tpl.backward_w), ("B", tpl.backward or tpl.backward_i + tpl.backward_w))}
         out = (tpl.activation_bytes, [(kind, sum(o.flops for o in ops), sum(self.cost.op_us(o) for o in ops))
@@ -139,13 +139,12 @@ class Statics:
         return out
 
     def candidate(self, spec: RecomputeSpec) -> Candidate:
-        run = with_recompute(self.run, spec)
         act, flops, time = [], [], []
-        holder = {c: r for r in reversed(range(len(self.stages))) for c in self.stages[r]}  # as simulate does
+        holder = self.holders
         for r, stages in enumerate(self.stages):
             a = f = t = 0.0
             for c in stages:
-                act_bytes, per = self._chunk(run, spec, c, holder[c])
+                act_bytes, per = self._chunk(spec, c, holder[c])
                 a += act_bytes
                 for kind, flops_sum, us_sum in per:
                     n = self.counts[r].get((c, kind), 0)
@@ -161,8 +160,7 @@ class Statics:
         return RecomputeSpec(policy="full", method="block", num_layers=n if len(n) > 1 else n[0])
 
 
-def selective_modules(run: RunSpec) -> tuple[str, ...]:
-    m = run.model
+def selective_modules(m: ModelSpec) -> tuple[str, ...]:
     skip = ({"mla_up_proj"} if not m.is_mla else set()) | (
         {"moe", "moe_act", "shared_experts"} if not m.is_moe else set())
     return tuple(x for x in RECOMPUTE_MODULES if x not in skip)
@@ -176,7 +174,7 @@ def _dominated(b: Candidate, a: Candidate) -> bool:
 
 def selective_space(st: Statics, none: Candidate) -> tuple[list[Candidate], int]:
     """Undominated selective sets by bytes saved per FLOP (best first), and how many were pruned."""
-    mods = selective_modules(st.run)
+    mods = selective_modules(st.run.model)
     sets = [s for k in range(1, len(mods) + 1) for s in itertools.combinations(mods, k)]
     specs = [RecomputeSpec(policy="selective", modules=s) for s in sets]
     work = len(specs) * len(set(st.same_as.values()))  # templates to build

@@ -1,6 +1,6 @@
 """Static memory per device — weights, gradients, optimizer states — read off the graph.
 
-Given the parameter TensorDefs one device holds (see :mod:`timeline.pipeline.devices` for which
+Given the parameter TensorDefs one device holds (see :mod:`timeline.placement.devices` for which
 chunks that is), this applies ZeRO as the profile defines it:
 ZeRO-1 shards master weights and moments, ZeRO-2 also gradients, ZeRO-3 also weights. Dense
 states shard over ``dp·cp`` ranks, expert states over ``EDP = dp·tp·cp/(ep·etp)``; which
@@ -16,13 +16,29 @@ from collections.abc import Sequence
 from timeline.graph.build import chunk_nodes
 from timeline.graph.context import BuildCtx
 from timeline.graph.tensors import DTYPE_BYTES, TensorDef
-from timeline.spec.run import RunSpec
+from timeline.spec.run import ParallelSpec, RunSpec, TrainingSpec
 
 
 def zero_shard(n: int, group: int, rank: int = 0) -> int:
     """Elements of an ``n``-element flat buffer that shard ``rank`` of ``group`` holds."""
     base, extra = divmod(n, group)
     return base + (1 if rank < extra else 0)
+
+
+def optimizer_element_bytes(tr: TrainingSpec) -> tuple[int, int]:
+    """(master, moment) bytes per parameter element: an fp32 master copy only where
+    ``master_dtype`` differs from the weights' ``dtype``, and each of Adam's two moments. The
+    one copy of this rule: static bytes, the simulator's state tensors and the planner's bound
+    all read it."""
+    master = DTYPE_BYTES[tr.master_dtype] if tr.master_dtype != tr.dtype else 0
+    return master, DTYPE_BYTES[tr.moment_dtype]
+
+
+def zero_groups(tr: TrainingSpec, par: ParallelSpec) -> tuple[int, int]:
+    """(dense, expert) ranks that ZeRO shards a state over: ``dp·cp`` and ``EDP``, each split
+    among Megatron's ``--num-distributed-optimizer-instances`` (megatron/core/parallel_state.py:
+    intra_distributed_optimizer_instance group)."""
+    return par.dp * par.cp // tr.optimizer_instances, max(1, par.edp // tr.optimizer_instances)
 
 
 def is_expert_state(t: TensorDef, group_rule: str) -> bool:
@@ -38,9 +54,7 @@ def state_bytes(run: RunSpec, tensors: Sequence[TensorDef], *, dense_rank: int =
     buffers = sum(t.size_bytes for t in tensors if not t.trainable)
     expert_n = sum(t.numel for t in trainable if is_expert_state(t, rule))
     dense_n = sum(t.numel for t in trainable) - expert_n
-    # Megatron --num-distributed-optimizer-instances: each instance shards over its part of the DP group
-    # (megatron/core/parallel_state.py: intra_distributed_optimizer_instance group)
-    dense_g, expert_g = par.dp * par.cp // tr.optimizer_instances, max(1, par.edp // tr.optimizer_instances)
+    dense_g, expert_g = zero_groups(tr, par)
 
     def sharded(level: int) -> int:
         if tr.zero >= level:
@@ -48,8 +62,8 @@ def state_bytes(run: RunSpec, tensors: Sequence[TensorDef], *, dense_rank: int =
         return dense_n + expert_n
 
     w = DTYPE_BYTES[tr.dtype]
-    master = DTYPE_BYTES[tr.master_dtype] if tr.master_dtype != tr.dtype else 0
-    per_opt = master + 2 * DTYPE_BYTES[tr.moment_dtype]
+    master, moment = optimizer_element_bytes(tr)
+    per_opt = master + 2 * moment
     return (sharded(3) * w + buffers, sharded(2) * DTYPE_BYTES[tr.grad_dtype], sharded(1) * per_opt)
 
 

@@ -16,7 +16,10 @@ This module does not order actions; the schedule generators do.
 
 from __future__ import annotations
 
-KINDS = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev", "csv")
+from timeline.spec.schedule_rules import SCHEDULE_KINDS
+
+#: the schedule kinds, as the one table (:data:`timeline.spec.schedule_rules.SCHEDULES`) lists them
+KINDS = tuple(SCHEDULE_KINDS)
 
 
 def num_chunks(kind: str, pp: int, vpp: int) -> int:
@@ -26,12 +29,14 @@ def num_chunks(kind: str, pp: int, vpp: int) -> int:
 
 def stage_placement(kind: str, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
     """Per pipeline rank, the model chunks it holds (global chunk indices, ascending order of use)."""
-    if kind in ("gpipe", "1f1b", "zb-h1"):
+    if kind not in SCHEDULE_KINDS:
+        raise ValueError(f"unknown schedule kind {kind!r}")
+    shape = SCHEDULE_KINDS[kind].placement
+    if shape == "one":
         return tuple((r,) for r in range(pp))
-    if kind in ("interleaved", "csv"):
+    if shape == "looped":
         return tuple(tuple(r + i * pp for i in range(vpp)) for r in range(pp))
-    if kind in ("zbv", "dualpipev"):
+    if shape == "v":
         return tuple((r, 2 * pp - 1 - r) for r in range(pp))
-    if kind == "dualpipe":
-        return tuple((r, pp - 1 - r) for r in range(pp))
-    raise ValueError(f"unknown schedule kind {kind!r}")
+    assert shape == "dualpipe", shape
+    return tuple((r, pp - 1 - r) for r in range(pp))

@@ -25,7 +25,7 @@ from functools import lru_cache
 
 from timeline.graph.build import chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
-from timeline.graph.static import is_expert_state
+from timeline.graph.static import is_expert_state, optimizer_element_bytes, zero_groups
 from timeline.graph.template import chunk_template
 from timeline.graph.tensors import DTYPE_BYTES
 from timeline.pipeline import build_schedule
@@ -89,7 +89,7 @@ def probe_stats(probe: RunSpec, kinds: tuple[tuple[int, str], ...], zero_acts: b
     full-recompute grouping the probe cannot stand for)."""
     kind = dict(kinds)
     tpl = chunk_template(probe, 0)
-    cost = CostModel.from_run(probe)
+    cost = CostModel.of(probe.hardware, probe.parallel)
     n_layers = probe.model.num_hidden_layers
 
     def group(layer: int | None) -> str | None:
@@ -178,7 +178,7 @@ def _alive_state(run: RunSpec, dense_n: int, expert_n: int, buffers: int) -> int
     """Static bytes alive in the last iteration, ZeRO shards rounded down (see module docstring)."""
     tr, par = run.training, run.parallel
     life = LIFECYCLES[run.profile]
-    dense_g, expert_g = par.dp * par.cp // tr.optimizer_instances, max(1, par.edp // tr.optimizer_instances)
+    dense_g, expert_g = zero_groups(tr, par)
 
     def sharded(level: int) -> int:
         return dense_n // dense_g + expert_n // expert_g if tr.zero >= level else dense_n + expert_n
@@ -187,11 +187,11 @@ def _alive_state(run: RunSpec, dense_n: int, expert_n: int, buffers: int) -> int
     total = sharded(3) * DTYPE_BYTES[tr.dtype] + buffers
     if life.grads_at == "start":
         total += sharded(2) * DTYPE_BYTES[tr.grad_dtype]
-    master = DTYPE_BYTES[tr.master_dtype] if tr.master_dtype != tr.dtype else 0
+    master, moment = optimizer_element_bytes(tr)
     if life.master_at == "start" or after_step:
         total += sharded(1) * master
     if life.moments_at == "start" or after_step:
-        total += sharded(1) * 2 * DTYPE_BYTES[tr.moment_dtype]
+        total += sharded(1) * 2 * moment
     return total
 
 

@@ -25,7 +25,7 @@ def build_timeline(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
     for d, ev in enumerate(sim.events):
         if progress:
             progress("allocator", d, len(sim.events))
-        res = run_allocator(run, ev, sim.names)
+        res = run_allocator(run.allocator, run.hardware.capacity_bytes, ev, sim.names)
         memory.append(DeviceMemory(block_bytes=res.block, reserved=res.reserved, address=res.address,
                                    segment=res.segment, oom=res.ooms, segment_events=res.segment_events,
                                    end_segments=res.end_segments, pair=res.pair))

@@ -68,7 +68,8 @@ def timeline_from_replay(records: Mapping[int, Sequence[tuple]],
             size=np.array([r[2] for r in rec], dtype=np.int64)[order],
             cat=np.full(n, TEMPORARY, dtype=np.int8), tensor=tensor[order], op=np.full(n, -1, dtype=np.int32),
             microbatch=np.full(n, -1, dtype=np.int32), stage=np.full(n, -1, dtype=np.int16),
-            action=np.full(n, -1, dtype=np.int32), stream=np.zeros(n, dtype=np.int8)))
+            action=np.full(n, -1, dtype=np.int32), stream=np.zeros(n, dtype=np.int8),
+            iteration=np.full(n, -1, dtype=np.int32)))
         block = np.array([r[1] * r[3] for r in rec], dtype=np.int64)[order]
         memory.append(DeviceMemory(block_bytes=block, reserved=np.array([r[5] for r in rec], dtype=np.int64)[order],
                                    address=np.array([r[4] for r in rec], dtype=np.int64)[order],

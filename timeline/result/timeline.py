@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from timeline.spec.run import AllocatorSpec, RunSpec
 
 __all__ = ["DeviceEvents", "DeviceInfo", "DeviceMemory", "DeviceOps", "MemorySeries", "Peak",
-           "RunMeta", "Span", "Timeline", "event_iterations"]
+           "RunMeta", "Span", "Timeline"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,13 +64,6 @@ class RunMeta:
     allocator_settings: Mapping[str, Any] = field(default_factory=dict)  # the snapshot's spelling
     #: a replayed snapshot: no tensor identities (frees pair with the live block at their address)
     replayed: bool = False
-
-
-def event_iterations(events: DeviceEvents, spans: Sequence[Span]) -> np.ndarray:
-    """The iteration of each event (int32): its action's (−1: static state, construction). The one
-    place that reads an event's iteration."""
-    of_span = np.array([sp.iteration if sp.kind != "init" else -1 for sp in spans] or [-1], dtype=np.int32)
-    return np.where(events.action >= 0, of_span[np.maximum(events.action, 0)], -1).astype(np.int32)
 
 
 @dataclass(slots=True)
@@ -284,7 +277,7 @@ class Timeline:
 
     def event_iterations(self, d: int) -> np.ndarray:
         """The iteration of each event of device ``d``: its action's (−1: static state, construction)."""
-        return event_iterations(self._events[d], self.spans[d])
+        return self._events[d].iteration
 
     def alloc_ids(self, d: int) -> np.ndarray:
         """An id per event, the same on an alloc and the free that ends it and unique per device:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from timeline.graph.ops import Op
-from timeline.spec.run import RunSpec
+from timeline.spec.run import HardwareSpec, ParallelSpec
 
 GPUS_PER_NODE = 8
 
@@ -27,8 +27,8 @@ class CostModel:
     ep_on_nvlink: bool
 
     @classmethod
-    def from_run(cls, run: RunSpec) -> CostModel:
-        hw, par = run.hardware, run.parallel
+    def of(cls, hw: HardwareSpec, par: ParallelSpec) -> CostModel:
+        """The cost model of a device ``hw`` in the parallel layout ``par``."""
         return cls(
             flops_per_us=hw.bf16_tflops * 1e6 * hw.efficiency,
             hbm_bytes_per_us=hw.hbm_gbps * 1e3,

@@ -19,9 +19,10 @@ from dataclasses import dataclass, replace
 from timeline.errors import UserError
 from timeline.graph.ops import ChunkTemplate
 from timeline.sim.cost import CostModel
-from timeline.sim.simulate import compile_templates, ep_loads
+from timeline.sim.plan import compile_templates, ep_loads
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import RecomputeSpec, RunSpec, ScheduleSpec
+from timeline.spec.schedule_rules import SCHEDULE_KINDS
 
 #: bytes each exporter writes per memory event + op, measured on the shipped DeepSeek-V3 run
 #: (735,552 events, 335,000 ops; README "Outputs"): a size estimate, not a simulated quantity
@@ -89,7 +90,7 @@ def _largest_tensor(template: ChunkTemplate) -> tuple[int, str]:
 
 def _counts(templates: dict[int, ChunkTemplate], run: RunSpec) -> tuple[dict[int, int], dict[int, int]]:
     """(events, ops) of one micro-batch's forward + backward, by decoder layer (−1: the rest)."""
-    compiled = compile_templates(templates, CostModel.from_run(run))
+    compiled = compile_templates(templates, CostModel.of(run.hardware, run.parallel))
     events: dict[int, int] = {}
     ops: dict[int, int] = {}
     for (_, phase), ph in compiled.items():
@@ -134,9 +135,10 @@ def estimate_work(run: RunSpec, template_fn: Callable[..., ChunkTemplate]) -> Wo
             return fixed + sum(per_kind[k] * n[k] for k in n)
 
         per_mb_events, per_mb_ops = total(events), total(ops)
-    variants = len(ep_loads(run))
-    chunks = par.pp * par.vpp * (2 if run.schedule.kind == "dualpipe" else 1)
-    phases = 3 if run.schedule.kind in ("zb-h1", "zbv") else 2
+    variants = len(ep_loads(par, tr, run.model.is_moe))
+    kind_of = SCHEDULE_KINDS[run.schedule.kind]
+    chunks = par.pp * par.vpp * (2 if kind_of.placement == "dualpipe" else 1)  # DualPipe: two model copies
+    phases = 3 if kind_of.split_backward else 2
     microbatches = tr.num_microbatches * (tr.iterations + tr.warmup_iterations)
     return WorkEstimate(actions=microbatches * chunks * phases * variants,
                         memory_events=microbatches * per_mb_events * variants,

@@ -16,7 +16,7 @@ Without ZeRO, a Hugging Face model trained with ``torch.optim`` holds, in parame
   updates everything else in place (``_foreach_lerp_``, ``_foreach_addcmul_``, ``_foreach_addcdiv_``).
 
 Events are (time, ±1, name, bytes, category, action); times come from the device's spans. With
-ZeRO the blocks of :func:`timeline.sim.simulate._static_allocs` stay (DeepSpeed's flat buffers).
+ZeRO the blocks of :func:`timeline.sim.static_state.static_allocs` stay (DeepSpeed's flat buffers).
 No file I/O.
 """
 
@@ -27,11 +27,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from timeline.graph.static import optimizer_element_bytes
 from timeline.graph.tensors import DTYPE_BYTES, Category
-from timeline.pipeline.devices import StaticDevice
+from timeline.placement.devices import StaticDevice
 from timeline.sim.compiled import CAT_CODE, CompiledPhase
 from timeline.sim.engine import Span
-from timeline.spec.run import RunSpec
+from timeline.spec.run import TrainingSpec
 
 Event = tuple[float, int, str, int, int, int]
 
@@ -53,11 +54,10 @@ def grad_offset_us(name: str, ph: CompiledPhase | None) -> float:
     return float(ph.op_end[-1]) if "embed" in name or "wte" in name or "wpe" in name else 0.0
 
 
-def hf_state_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
+def hf_state_events(tr: TrainingSpec, dev: StaticDevice, spans: list[Span],
                     backward_of: Callable[[Span], CompiledPhase | None] = lambda sp: None) -> list[Event]:
     """Per-parameter weight, gradient, optimizer-state and step-temporary events of one device;
     ``backward_of`` gives a backward span's compiled ops (for when each layer's gradients arrive)."""
-    tr = run.training
     w_cat, g_cat, o_cat = CAT_CODE[Category.WEIGHTS], CAT_CODE[Category.GRADS], CAT_CODE[Category.OPTIMIZER]
     t_cat = CAT_CODE[Category.TEMPORARY]
     out: list[Event] = [(0.0, 1, f"weights.{t.name}", t.numel * DTYPE_BYTES[tr.dtype] if t.trainable
@@ -71,8 +71,7 @@ def hf_state_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
             first_bwd[sp.iteration] = (sp.start_us, a)
         if sp.kind == "step":
             step[sp.iteration] = (sp.start_us, sp.end_us, a)
-    master = DTYPE_BYTES[tr.master_dtype] if tr.master_dtype != tr.dtype else 0
-    moment = DTYPE_BYTES[tr.moment_dtype]
+    master, moment = optimizer_element_bytes(tr)
     for it in range(iterations):
         dropped = tr.zero_grad == "set_to_none" and tr.optimizer_step  # zero_grad follows each step
         if it in first_bwd and (it == 0 or dropped):

@@ -24,8 +24,8 @@ from timeline.alloc import AllocatorConfig, create_allocator
 from timeline.alloc import batch as _batch
 from timeline.alloc.caching import AddressSpaceError
 from timeline.errors import UserError
-from timeline.sim.simulate import DeviceEvents
-from timeline.spec.run import RunSpec
+from timeline.sim.output import DeviceEvents
+from timeline.spec.run import AllocatorSpec, RunSpec
 
 
 def allocator_config(run: RunSpec) -> AllocatorConfig:
@@ -50,37 +50,41 @@ class AllocatorPass:
     pair: np.ndarray | None = None
 
 
-def run_allocator(run: RunSpec, ev: DeviceEvents, names: list[str], core: str | None = None) -> AllocatorPass:
-    """Run one device's events through its allocator model (``core``: ``compiled`` | ``python``,
+def run_allocator(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEvents, names: list[str],
+                  core: str | None = None) -> AllocatorPass:
+    """Run one device's events through its allocator model, ``spec`` (``[allocator]``) on a device
+    of ``capacity_bytes`` (``core``: ``compiled`` | ``python``,
     default :func:`timeline.alloc.batch.active_core`). A run that would reserve past the modelled
     48-bit address space is a UserError: no device holds it, whatever the allocator does."""
     try:
-        return _run_allocator(run, ev, names, core)
+        return _run_allocator(spec, capacity_bytes, ev, names, core)
     except AddressSpaceError:
         raise UserError("this run would reserve more than the 256 TiB a device can address on one device; "
                         "it is far beyond any GPU — shard the model (parallel.pp, tp, ep) or shrink it") from None
 
 
-def _run_allocator(run: RunSpec, ev: DeviceEvents, names: list[str], core: str | None) -> AllocatorPass:
-    if run.allocator.kind == "caching" and not run.allocator.expandable_segments:
+def _run_allocator(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEvents, names: list[str],
+                   core: str | None) -> AllocatorPass:
+    if spec.kind == "caching" and not spec.expandable_segments:
         pair = pair_index(ev)
         if pair is not None:
             n = len(ev.t_us)
             block, reserved, address, segment = (np.zeros(n, dtype=np.int64) for _ in range(4))
-            res = _batch.replay(allocator_config(run), run.hardware.capacity_bytes, np.ascontiguousarray(ev.size),
+            res = _batch.replay(AllocatorConfig.from_spec(spec), capacity_bytes, np.ascontiguousarray(ev.size),
                                 pair, block, reserved, address, segment, core=core)
             if res is not None:
-                ooms = [_oom(run, ev, names, i, allocated, reserved_then) for i, allocated, reserved_then in res.ooms]
+                ooms = [_oom(capacity_bytes, ev, names, i, allocated, reserved_then)
+                        for i, allocated, reserved_then in res.ooms]
                 # kept for Timeline.free_index; int32 halves what the 128-device runs hold
                 return AllocatorPass(block, reserved, address, segment, ooms, res.segment_events, res.end_segments,
                                      pair.astype(np.int32) if n < 2**31 else pair)
-    return run_allocator_events(run, ev, names)
+    return run_allocator_events(spec, capacity_bytes, ev, names)
 
 
-def _oom(run: RunSpec, ev: DeviceEvents, names: list[str], i: int, allocated: int, reserved: int) -> dict:
+def _oom(capacity_bytes: int, ev: DeviceEvents, names: list[str], i: int, allocated: int, reserved: int) -> dict:
     return {"t_us": float(ev.t_us[i]), "request_bytes": int(ev.size[i]), "tensor": names[ev.tensor[i]],
             "microbatch": int(ev.microbatch[i]), "stage": int(ev.stage[i]), "allocated_bytes": int(allocated),
-            "reserved_bytes": int(reserved), "capacity_bytes": run.hardware.capacity_bytes}
+            "reserved_bytes": int(reserved), "capacity_bytes": capacity_bytes}
 
 
 def pair_index(ev: DeviceEvents) -> np.ndarray | None:
@@ -103,7 +107,7 @@ def pair_index(ev: DeviceEvents) -> np.ndarray | None:
     return pair
 
 
-def run_allocator_events(run: RunSpec, ev: DeviceEvents, names: list[str]) -> AllocatorPass:
+def run_allocator_events(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEvents, names: list[str]) -> AllocatorPass:
     """Run one device's events through its allocator model one call per event (the reference)."""
     segment_events: list[tuple[int, str, int, int, int, int]] = []
     current = [0]
@@ -111,8 +115,8 @@ def run_allocator_events(run: RunSpec, ev: DeviceEvents, names: list[str]) -> Al
     def listener(action: str, addr: int, size: int, stream: int) -> None:
         segment_events.append((current[0], action, addr, size, stream, alloc.reserved_bytes))
 
-    alloc = create_allocator(run.allocator.kind, allocator_config(run),
-                             capacity_bytes=run.hardware.capacity_bytes, listener=listener)
+    alloc = create_allocator(spec.kind, AllocatorConfig.from_spec(spec), capacity_bytes=capacity_bytes,
+                             listener=listener)
     n = len(ev.t_us)
     block = np.zeros(n, dtype=np.int64)
     reserved = np.zeros(n, dtype=np.int64)
@@ -132,7 +136,7 @@ def run_allocator_events(run: RunSpec, ev: DeviceEvents, names: list[str]) -> Al
                              "tensor": names[tensor[i]], "microbatch": mb[i], "stage": stage[i],
                              "allocated_bytes": int(alloc.allocated_bytes - block_size(addr)),
                              "reserved_bytes": int(alloc.reserved_bytes),
-                             "capacity_bytes": run.hardware.capacity_bytes})
+                             "capacity_bytes": capacity_bytes})
             live[key] = addr
             block[i] = block_size(addr)
         else:
@@ -141,7 +145,7 @@ def run_allocator_events(run: RunSpec, ev: DeviceEvents, names: list[str]) -> Al
             free(addr)
         address[i] = addr
         reserved[i] = alloc.reserved_bytes
-    plain = run.allocator.kind == "caching" and not run.allocator.expandable_segments
+    plain = spec.kind == "caching" and not spec.expandable_segments
     segment = _segment_of(address, ev.sign, segment_events) if plain else np.full(n, -1, dtype=np.int64)
     return AllocatorPass(block, reserved, address, segment, ooms, segment_events,
                          alloc.segments() if hasattr(alloc, "segments") else [])

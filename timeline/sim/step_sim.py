@@ -18,19 +18,18 @@ from timeline.graph.tensors import MODULES
 from timeline.graph.trace_params import module_tag
 from timeline.graph.trace_steps import carry_map, iteration_runs
 from timeline.pipeline.actions import Schedule
-from timeline.pipeline.devices import StaticDevice
+from timeline.placement.devices import StaticDevice
 from timeline.sim.compiled import CompiledPhase, compile_phase
 from timeline.sim.cost import CostModel
 from timeline.sim.engine import Span
-from timeline.sim.simulate import DeviceEvents, DeviceOps, SimOutput, _Names
+from timeline.sim.output import DeviceEvents, DeviceOps, Names, SimOutput
 from timeline.spec.run import RunSpec
+from timeline.spec.trace import CapturedTrace
 
 
-def step_device(run: RunSpec) -> StaticDevice:
+def step_device(trace: CapturedTrace) -> StaticDevice:
     """The one device of a whole-step run; its static bytes are the captured parameters, the
     gradients and the optimizer state each parameter ever had (one tensor per role)."""
-    trace = run.trace
-    assert trace is not None
     by_role: dict[str, int] = {}
     for st in trace.storages.values():
         if st.role:
@@ -49,9 +48,9 @@ def simulate_steps(run: RunSpec) -> SimOutput:
     trace = run.trace
     assert trace is not None and trace.is_step
     tr = run.training
-    cost = CostModel.from_run(run)
+    cost = CostModel.of(run.hardware, run.parallel)
     carry = carry_map(trace) if tr.warmup_iterations + tr.iterations > trace.num_steps else {}
-    names = _Names()
+    names = Names()
     spans: list[Span] = []
     compiled: list[CompiledPhase] = []
     cols: dict[str, list[np.ndarray]] = {k: [] for k in DeviceEvents.__slots__}
@@ -79,6 +78,7 @@ def simulate_steps(run: RunSpec) -> SimOutput:
                 cols["stage"].append(np.zeros(n, dtype=np.int16))
                 cols["action"].append(np.full(n, a, dtype=np.int32))
                 cols["stream"].append(np.zeros(n, dtype=np.int8))
+                cols["iteration"].append(np.full(n, -1 if run_.kind == "init" else max(it, 0), dtype=np.int32))
             t += ph.duration_us
     merged = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
     ev = DeviceEvents(**{k: np.ascontiguousarray(v) for k, v in merged.items()})
@@ -90,12 +90,12 @@ def simulate_steps(run: RunSpec) -> SimOutput:
     act = sum(s.nbytes for s in trace.storages.values() if s.alloc_op >= 0 and trace.ops[s.alloc_op].phase == "F"
               and s.free_op >= 0 and trace.ops[s.free_op].phase == "B"
               and trace.ops[s.alloc_op].step == trace.num_steps)
-    return SimOutput(run=run, schedule=schedule, devices=[step_device(run)], spans=[spans], events=[ev], ops=[ops],
+    return SimOutput(run=run, schedule=schedule, devices=[step_device(trace)], spans=[spans], events=[ev], ops=[ops],
                      names=names.items, iteration_time_us=iteration_us, activation_bytes_per_microbatch=[act],
                      report_start_us=report_start)
 
 
-def _ops(spans: list[Span], compiled: list[CompiledPhase], names: _Names) -> DeviceOps:
+def _ops(spans: list[Span], compiled: list[CompiledPhase], names: Names) -> DeviceOps:
     """Every op span, phase named by its run (init, F, B, step)."""
     cols: dict[str, list[np.ndarray]] = {k: [] for k in DeviceOps.__slots__}
     for sp, ph in zip(spans, compiled, strict=True):

@@ -7,8 +7,45 @@ This module does not order actions; :mod:`timeline.pipeline` does.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleKind:
+    """One ``[schedule] kind``: what run validation, the placement of chunks, the generator
+    dispatch (:data:`timeline.pipeline.GENERATORS`) and the CLI help know of it."""
+
+    name: str
+    #: where a rank's chunks lie: "one" (chunk r on rank r), "looped" (r, r + pp, …), "v" (r and
+    #: 2·pp − 1 − r), "dualpipe" (r and pp − 1 − r: two model copies in opposite directions)
+    placement: str
+    #: chunks per rank the kind requires (None: any ``vpp``; interleaved needs at least 2)
+    fixed_vpp: int | None
+    #: the backward splits into an input gradient I and a weight gradient W
+    split_backward: bool
+    summary: str
+
+
+#: every schedule kind, in the order the help and error messages list them
+SCHEDULES: tuple[ScheduleKind, ...] = (
+    ScheduleKind("gpipe", "one", 1, False, "all forwards, then all backwards"),
+    ScheduleKind("1f1b", "one", 1, False, "one forward, one backward (Megatron's default)"),
+    ScheduleKind("interleaved", "looped", None, False, "interleaved 1F1B over vpp ≥ 2 chunks per rank"),
+    ScheduleKind("zb-h1", "one", 1, True, "zero-bubble H1: backward split into I and W"),
+    ScheduleKind("zbv", "v", 2, True, "zero-bubble V: two chunks per rank folded into a V"),
+    ScheduleKind("dualpipe", "dualpipe", 1, False, "DualPipe: two directions, overlapped F&B pairs"),
+    ScheduleKind("dualpipev", "v", 2, False, "DualPipeV: DualPipe folded into a V"),
+    ScheduleKind("csv", "looped", None, False, "hand-written rows (PyTorch pipelining CSV, schedule.csv)"),
+)
+SCHEDULE_KINDS: dict[str, ScheduleKind] = {k.name: k for k in SCHEDULES}
 #: chunks per rank (vpp) a schedule requires, where it fixes it
-FIXED_VPP: dict[str, int] = {"gpipe": 1, "1f1b": 1, "zb-h1": 1, "zbv": 2, "dualpipev": 2, "dualpipe": 1}
+FIXED_VPP: dict[str, int] = {k.name: k.fixed_vpp for k in SCHEDULES if k.fixed_vpp is not None}
+
+
+def kinds_help() -> str:
+    """One line per schedule kind, for the CLI's help."""
+    width = max(len(k.name) for k in SCHEDULES)
+    return "\n".join(f"  {k.name:<{width}}  {k.summary}" for k in SCHEDULES)
 
 
 def _vpp(kind: str, vpp: int) -> list[tuple[str, str]]:

@@ -1,0 +1,99 @@
+"""Devices and the chunks they hold: each pipeline rank's representative device.
+
+Global ranks are ordered as Megatron orders them (tp fastest, then cp, dp, pp), so pipeline
+rank ``r``'s representative device is global rank ``r·tp·cp·dp``; under balanced routing the
+``tp·cp·dp`` devices of a pipeline rank are symmetric and the representative stands for all.
+Which chunks a rank holds is the schedule's placement (:mod:`timeline.pipeline.placement`); the
+bytes of the static state come from :func:`timeline.graph.static.state_bytes`, once per device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from timeline.graph.build import build_chunk_graph, chunk_layers, graph_params
+from timeline.graph.context import BuildCtx
+from timeline.graph.static import state_bytes
+from timeline.graph.tensors import MODULES, TensorDef
+from timeline.pipeline.placement import stage_placement
+from timeline.spec.run import ParallelSpec, RunSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StaticDevice:
+    device: int
+    pp_rank: int
+    stages: tuple[int, ...]
+    represents: int
+    layers: tuple[int, ...]
+    params_by_module: dict[str, int]
+    weights_bytes: int
+    grads_bytes: int
+    optimizer_bytes: int
+    buffers: int = 0
+    tensors: tuple[TensorDef, ...] = field(default=(), repr=False)
+
+    @property
+    def params_total(self) -> int:
+        return sum(self.params_by_module.values())
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.grads_bytes + self.optimizer_bytes
+
+
+def chunk_params(run: RunSpec, chunks: Iterable[int]) -> dict[int, list[TensorDef]]:
+    """Each chunk's parameter TensorDefs, read off its graph once (a chunk DualPipe places on two
+    ranks is built once)."""
+    ctx = BuildCtx.from_run(run)
+    return {c: graph_params(build_chunk_graph(ctx, run, c)) for c in dict.fromkeys(chunks)}
+
+
+def device_tensors(run: RunSpec, pp_rank: int) -> tuple[tuple[int, ...], list[TensorDef]]:
+    """(chunks, parameter TensorDefs) of pipeline rank ``pp_rank``'s representative device."""
+    stages = stage_placement(run.schedule.kind, run.parallel.pp, run.parallel.vpp)[pp_rank]
+    params = chunk_params(run, stages)
+    return stages, [t for c in stages for t in params[c]]
+
+
+def static_devices(run: RunSpec, stages_of_rank: Sequence[Sequence[int]] | None = None) -> list[StaticDevice]:
+    """Each pipeline rank's representative device with its static state; ``stages_of_rank`` (a
+    schedule's, e.g. a CSV schedule's own) defaults to the kind's placement."""
+    par = run.parallel
+    ranges = chunk_layers(run)
+    stride = par.tp * par.cp * par.dp
+    placed = stages_of_rank if stages_of_rank is not None else stage_placement(run.schedule.kind, par.pp, par.vpp)
+    params = chunk_params(run, (c for st in placed for c in st))
+    out = []
+    for r in range(par.pp):
+        stages = tuple(placed[r])
+        tensors = [t for c in stages for t in params[c]]
+        by_module = dict.fromkeys(MODULES, 0)
+        for t in tensors:
+            if t.trainable:
+                by_module[t.module] += t.numel
+        w, g, o = state_bytes(run, tensors)
+        layers = tuple(i for c in sorted(stages) for i in ranges[c])
+        out.append(StaticDevice(device=r * stride, pp_rank=r, stages=stages, represents=stride,
+                                layers=layers, params_by_module=by_module, weights_bytes=w, grads_bytes=g,
+                                optimizer_bytes=o, buffers=sum(t.numel for t in tensors if not t.trainable),
+                                tensors=tuple(tensors)))
+    return out
+
+
+def chunk_holders(stages_of_rank: Sequence[Sequence[int]]) -> dict[int, int]:
+    """Chunk → the pipeline rank whose templates stand for it: the first rank holding it (under
+    DualPipe every chunk lives on two ranks)."""
+    return {c: r for r in reversed(range(len(stages_of_rank))) for c in stages_of_rank[r]}
+
+
+def ep_devices(devices: Sequence[StaticDevice], par: ParallelSpec, num_loads: int) -> list[StaticDevice]:
+    """The simulated devices: each pipeline rank's representative, or — with ``num_loads`` > 1
+    simulated EP loads (skewed routing) — one device per EP rank, each standing for its
+    ``tp·cp·dp / ep`` devices, the busiest first."""
+    if num_loads == 1:
+        return list(devices)
+    stride = par.tp * par.cp * par.dp
+    return [replace(dev, device=dev.device + e * (stride // par.ep), represents=stride // par.ep)
+            for dev in devices for e in range(num_loads)]

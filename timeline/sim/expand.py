@@ -1,0 +1,141 @@
+"""Stage 3 of a simulation, expand: each device's static state and every action's compiled
+template shifted to the action's start, into one columnar event log per device (the templates
+carry the P2P receive/send buffers that connect chunks), and each action's ops into an op log.
+The allocator pass (:mod:`timeline.sim.memory`) reads the event log next."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from timeline.graph.tensors import Category
+from timeline.placement.devices import StaticDevice
+from timeline.sim.compiled import CAT_CODE, CompiledPhase
+from timeline.sim.engine import Span
+from timeline.sim.hf_state import hf_state_events
+from timeline.sim.output import DeviceEvents, DeviceOps, Names
+from timeline.sim.plan import Compiled
+from timeline.sim.static_state import DeviceState, resolve
+from timeline.spec.run import TrainingSpec
+
+#: per-event columns of the event log, with their dtypes
+_EVENT_COLUMNS = (("t_us", np.float64), ("sign", np.int8), ("size", np.int64), ("cat", np.int8),
+                  ("tensor", np.int32), ("op", np.int32))
+#: per-action columns (one value per pushed chunk of events), with their dtypes
+_ACTION_COLUMNS = (("microbatch", np.int32), ("stage", np.int16), ("action", np.int32), ("iteration", np.int32))
+
+
+class _Log:
+    """Chunks of events: the per-event columns as arrays (a template's own, shared), the
+    per-action ones as one value per chunk, expanded once at the end with ``np.repeat``."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, list[np.ndarray]] = {k: [] for k, _ in _EVENT_COLUMNS}
+        self.scalars: list[tuple[int, int, int, int]] = []
+        self.lengths: list[int] = []
+
+    def push(self, t: object, sign: object, size: object, cat: object, tensor: object, op: object,
+             mb: int, stage: int, action: int, iteration: int) -> None:
+        n = len(t)  # type: ignore[arg-type]
+        for (k, dt), v in zip(_EVENT_COLUMNS, (t, sign, size, cat, tensor, op), strict=True):
+            a = np.asarray(v, dtype=dt)
+            self.arrays[k].append(a if a.ndim else np.full(n, a, dtype=dt))
+        self.scalars.append((mb, stage, action, iteration))
+        self.lengths.append(n)
+
+    def events(self) -> DeviceEvents:
+        """The events in time order (stable: at equal times, in push order)."""
+        if self.lengths:
+            merged = {k: np.concatenate(v) for k, v in self.arrays.items()}
+            per = np.array(self.scalars, dtype=np.int64).reshape(-1, len(_ACTION_COLUMNS))
+            counts = np.array(self.lengths, dtype=np.int64)
+            for j, (k, dt) in enumerate(_ACTION_COLUMNS):
+                merged[k] = np.repeat(per[:, j].astype(dt), counts)
+            merged["stream"] = np.zeros(int(counts.sum()), dtype=np.int8)
+        else:
+            merged = {k: np.zeros(0) for k in DeviceEvents.__slots__}
+            merged["microbatch"] = np.zeros(0, dtype=np.int32)
+            merged["iteration"] = np.zeros(0, dtype=np.int32)
+        order = np.argsort(merged["t_us"], kind="stable")
+        return DeviceEvents(**{k: np.ascontiguousarray(v[order]) for k, v in merged.items()})
+
+
+def _event_ids(names: Names, ph: CompiledPhase, field: str) -> np.ndarray:
+    """Per memory event of ``ph``, the name id of its tensor (``tensor_names``) or op (``op_names``)."""
+    index = ph.ev_tensor if field == "tensor_names" else ph.ev_op
+    return names.ids(ph, field)[index]
+
+
+def _phase_ids(names: Names, ph: CompiledPhase, kind: str) -> np.ndarray:
+    """Per op of ``ph``, the name id of its phase: ``R`` for a recomputed op, else the action's kind."""
+    return np.array([names("R" if rc else kind) for rc in ph.op_recompute], dtype=np.int32)
+
+
+def _overlapped_ids(names: Names, ph: CompiledPhase) -> np.ndarray:
+    """Per op of ``ph``, its stream beside the forward half of an overlapped pair."""
+    return np.array([names(f"{x} (overlapped)") for x in ph.op_streams], dtype=np.int32)
+
+
+def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans: list[Span], compiled: Compiled,
+                  names: Names) -> DeviceEvents:
+    """Static state (as the plan's ``state`` says it comes into being), then every action's
+    template shifted to its start."""
+    first_bwd = min((s.start_us for s in spans if s.kind in ("B", "I")), default=0.0)
+    first_step = min((s.start_us for s in spans if s.kind == "step"), default=0.0)
+    log = _Log()
+    if state.per_parameter:
+        for t, sign, name, size, cat, a in hf_state_events(
+                tr, dev, spans, lambda sp: compiled.get((sp.stage, sp.kind))):
+            log.push([t], sign, size, cat, names(name), -1, -1, -1, a, spans[a].iteration if a >= 0 else -1)
+    else:
+        for t, name, size, cat in resolve(state.allocs, first_bwd, first_step):
+            log.push([t], 1, size, cat, names(name), -1, -1, -1, -1, -1)
+    gather = state.gathered_bytes
+    comm = CAT_CODE[Category.COMM]
+    for i, sp in enumerate(spans):
+        if sp.kind == "step":
+            continue
+        ph = compiled[(sp.stage, sp.kind)]
+        m, s, it = sp.microbatch, sp.stage, sp.iteration
+        if gather:
+            log.push([sp.start_us], 1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
+        if len(ph.ev_offset):
+            tensor_ids = names.cached((id(ph), "ev_tensor"), partial(_event_ids, names, ph, "tensor_names"))
+            op_ids = names.cached((id(ph), "ev_op"), partial(_event_ids, names, ph, "op_names"))
+            offsets = ph.ev_offset if sp.scale == 1.0 else ph.ev_offset * sp.scale
+            log.push(offsets + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids, m, s, i, it)
+        if gather:
+            log.push([sp.end_us], -1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
+    return log.events()
+
+
+def device_ops(spans: list[Span], compiled: Compiled, names: Names) -> DeviceOps:
+    """Every op of every action, shifted (and stretched, for an overlapped pair) to its span."""
+    cols: dict[str, list] = {k: [] for k in DeviceOps.__slots__}
+    for sp in spans:
+        if sp.kind == "step":
+            for k, v in (("name", names("optimizer.step")), ("stream", names("compute")),
+                         ("t_start_us", sp.start_us), ("t_end_us", sp.end_us), ("phase", names("step")),
+                         ("microbatch", -1), ("stage", -1), ("layer", -1), ("flops", 0.0)):
+                cols[k].append(np.array([v]))
+            continue
+        ph = compiled[(sp.stage, sp.kind)]
+        n = len(ph.op_names)
+        if not n:
+            continue
+        phase = names.cached((id(ph), "phase", sp.kind), partial(_phase_ids, names, ph, sp.kind))
+        cols["name"].append(names.ids(ph, "op_names"))
+        if sp.overlapped:  # beside the forward half: its own threads, so slices stay nested
+            cols["stream"].append(names.cached((id(ph), "overlapped"), partial(_overlapped_ids, names, ph)))
+        else:
+            cols["stream"].append(names.ids(ph, "op_streams"))
+        scale = sp.scale
+        cols["t_start_us"].append((ph.op_start if scale == 1.0 else ph.op_start * scale) + sp.start_us)
+        cols["t_end_us"].append((ph.op_end if scale == 1.0 else ph.op_end * scale) + sp.start_us)
+        cols["phase"].append(phase)
+        cols["microbatch"].append(np.full(n, sp.microbatch, dtype=np.int32))
+        cols["stage"].append(np.full(n, sp.stage, dtype=np.int16))
+        cols["layer"].append(names.cached((id(ph), "layers"), partial(np.array, ph.op_layers, dtype=np.int32)))
+        cols["flops"].append(ph.op_flops)
+    return DeviceOps(**{k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()})

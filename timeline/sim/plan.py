@@ -1,0 +1,121 @@
+"""Stage 1 of a simulation, the plan: everything known before any time passes — the schedule,
+the devices and the chunks they hold, each chunk's op templates compiled per phase, the cost
+model and the fixed durations (P2P transfer, optimizer step). Frozen; ``fit`` and ``schedule``
+reuse its parts instead of rebuilding them. No simpy, no file I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from timeline.graph.ops import ChunkTemplate
+from timeline.graph.tensors import DTYPE_BYTES
+from timeline.pipeline import build_schedule
+from timeline.pipeline.actions import Schedule
+from timeline.placement.devices import StaticDevice, chunk_holders, ep_devices, static_devices
+from timeline.sim.compiled import CompiledPhase, compile_phase
+from timeline.sim.cost import CostModel
+from timeline.sim.static_state import DeviceState, device_state, step_us
+from timeline.spec.run import ParallelSpec, RunSpec, ScheduleSpec, TrainingSpec
+
+Compiled = dict[tuple[int, str], CompiledPhase]
+
+
+def run_schedule_of(sched: ScheduleSpec, par: ParallelSpec, num_microbatches: int,
+                    csv_rows: Sequence[Sequence[str]] | None = None) -> Schedule:
+    """The run's validated pipeline schedule (``csv_rows``: the rows of a ``csv`` kind)."""
+    return build_schedule(sched.kind, pp=par.pp, vpp=par.vpp, num_microbatches=num_microbatches,
+                          microbatch_group_size=sched.microbatch_group_size, csv_rows=csv_rows)
+
+
+def compile_templates(templates: dict[int, ChunkTemplate], cost: CostModel) -> Compiled:
+    out = {}
+    for chunk, t in templates.items():
+        sizes: dict[str, tuple[int, int]] = {}
+        out[(chunk, "F")] = compile_phase(t.forward, cost, sizes)
+        after_i = dict(sizes)
+        out[(chunk, "I")] = compile_phase(t.backward_i, cost, after_i)
+        out[(chunk, "W")] = compile_phase(t.backward_w, cost, after_i)  # W frees what I kept for it
+        # a full backward runs each op's weight gradient right after its input gradient
+        out[(chunk, "B")] = compile_phase(t.backward or t.backward_i + t.backward_w, cost, dict(sizes))
+    return out
+
+
+def boundary_bytes(tr: TrainingSpec, par: ParallelSpec, hidden_size: int) -> int:
+    """Bytes of the hidden states passed between chunks (SP- and CP-sharded)."""
+    sp = par.sp and par.tp > 1  # RunSpec.sp_enabled
+    tokens = tr.micro_batch_size * tr.seq_len // par.cp // (par.tp if sp else 1)
+    return tokens * hidden_size * DTYPE_BYTES[tr.dtype]
+
+
+def ep_loads(par: ParallelSpec, tr: TrainingSpec, is_moe: bool) -> list[float]:
+    """Token load of each simulated EP rank relative to the mean: ``[1.0]`` under balanced
+    routing (EP ranks are symmetric, one stands for all); under ``routing = "skew"`` a linear
+    ramp from ``routing_skew`` (the busiest rank) down to ``2 − routing_skew``, mean 1."""
+    ep, skew = par.ep, tr.routing_skew
+    if tr.routing != "skew" or not is_moe or ep == 1:
+        return [1.0]
+    return [skew - (skew - 1) * 2 * e / (ep - 1) for e in range(ep)]
+
+
+@dataclass(frozen=True, slots=True)
+class PipelinePlan:
+    """The part of a plan that no op template changes: the schedule, which rank's templates
+    stand for each chunk, and the cost model. ``fit`` prices every recompute policy on one."""
+
+    schedule: Schedule
+    holders: dict[int, int]  # chunk → the pipeline rank whose templates stand for it
+    cost: CostModel
+
+
+def plan_pipeline(run: RunSpec, csv_rows: Sequence[Sequence[str]] | None = None) -> PipelinePlan:
+    """The schedule of ``run`` (``csv_rows``: a CSV schedule's rows), its chunk holders and cost model."""
+    schedule = run_schedule_of(run.schedule, run.parallel, run.training.num_microbatches, csv_rows)
+    return PipelinePlan(schedule=schedule, holders=chunk_holders(schedule.stages_of_rank),
+                        cost=CostModel.of(run.hardware, run.parallel))
+
+
+@dataclass(frozen=True, slots=True)
+class SimPlan:
+    """What the later stages read. ``templates[e]`` / ``compiled[e]`` are the chunk templates
+    and compiled phases under simulated EP load ``loads[e]``; device ``i`` runs load
+    ``i % len(loads)``; the busiest (first) load times the pipeline, since every EP rank waits
+    for the slowest at each all-to-all."""
+
+    run: RunSpec
+    schedule: Schedule
+    cost: CostModel
+    loads: tuple[float, ...]
+    templates: tuple[dict[int, ChunkTemplate], ...]
+    compiled: tuple[Compiled, ...]
+    devices: tuple[StaticDevice, ...]
+    states: tuple[DeviceState, ...]  # per device: how its static state comes into being
+    p2p_us: float
+    step_us: tuple[float, ...]  # per pipeline rank
+    iterations: int  # warm-up iterations first, reported ones after
+
+    def load_of(self, device_index: int) -> int:
+        return device_index % len(self.loads)
+
+
+def plan(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
+         csv_rows: Sequence[Sequence[str]] | None = None) -> SimPlan:
+    """The plan of ``run``: schedule, devices, compiled templates per EP load, fixed durations."""
+    par, tr = run.parallel, run.training
+    pipe = plan_pipeline(run, csv_rows)
+    schedule, cost, holder = pipe.schedule, pipe.cost, pipe.holders
+    loads = ep_loads(par, tr, run.model.is_moe)
+    templates, compiled = [], []
+    for load in loads:
+        run_e = run if len(loads) == 1 else replace(run, training=replace(tr, routing_skew=load))
+        t = {c: template_fn(run_e, c, pp_rank=holder[c]) for c in range(schedule.num_chunks)}
+        templates.append(t)
+        compiled.append(compile_templates(t, cost))
+    devices = ep_devices(static_devices(run, schedule.stages_of_rank), par, len(loads))
+    return SimPlan(run=run, schedule=schedule, cost=cost, loads=tuple(loads), templates=tuple(templates),
+                   compiled=tuple(compiled), devices=tuple(devices),
+                   states=tuple(device_state(run, d) for d in devices),
+                   p2p_us=cost.comm_us(boundary_bytes(tr, par, run.model.hidden_size), "pp"),
+                   step_us=tuple(step_us(tr, par, d, cost) for d in devices[::len(loads)]),
+                   iterations=tr.warmup_iterations + tr.iterations)

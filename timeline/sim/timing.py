@@ -1,0 +1,51 @@
+"""Stage 2 of a simulation, time: the plan's schedule run through the discrete-event engine
+(:mod:`timeline.sim.engine`, simpy) for every iteration, with each action's duration read off
+its compiled phase. The result is each pipeline rank's spans in time order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from timeline.sim.compiled import CompiledPhase
+from timeline.sim.engine import Span, run_schedule
+from timeline.sim.plan import SimPlan
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    per_rank: list[list[Span]]  # each pipeline rank's spans, by (start, end)
+    iteration_time_us: float
+    #: reported peaks start here: the first reported iteration's first action (0: all reported)
+    report_start_us: float
+
+
+def overlapped_us(f: CompiledPhase, b: CompiledPhase) -> float:
+    """An overlapped F&B pair (DualPipe): one chunk's communication hides behind the other's
+    computation, so the pair takes the longer of all computation and all communication; both
+    halves are stretched over it, so the forward's allocations and the backward's frees
+    interleave in time."""
+    def split(ph: CompiledPhase) -> tuple[float, float]:
+        compute = float(sum(e - s for e, s, st in zip(ph.op_end, ph.op_start, ph.op_streams, strict=True)
+                            if st == "compute"))
+        return compute, ph.duration_us - compute
+
+    (cf, mf), (cb, mb) = split(f), split(b)
+    return max(cf + cb, mf + mb)
+
+
+def time_plan(p: SimPlan, warmup_iterations: int) -> Timing:
+    """Every action's span over ``p.iterations`` iterations, timed by the busiest EP load."""
+    compiled, step = p.compiled[0], p.step_us
+    spans_all = run_schedule(p.schedule, iterations=p.iterations,
+                             duration_us=lambda s, k: compiled[(s, k)].duration_us, p2p_us=p.p2p_us,
+                             step_us=lambda r: step[r],
+                             pair_us=lambda fs, fk, bs, bk: overlapped_us(compiled[(fs, fk)], compiled[(bs, bk)]))
+    per_rank: list[list[Span]] = [[] for _ in range(p.schedule.pp)]
+    for sp in spans_all:
+        per_rank[sp.rank].append(sp)
+    for row in per_rank:
+        row.sort(key=lambda s: (s.start_us, s.end_us))
+    iteration_time = max(s.end_us for s in spans_all) / p.iterations
+    report_start = min((s.start_us for s in spans_all if s.iteration == warmup_iterations), default=0.0) \
+        if warmup_iterations else 0.0
+    return Timing(per_rank=per_rank, iteration_time_us=iteration_time, report_start_us=report_start)
