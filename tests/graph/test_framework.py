@@ -7,13 +7,13 @@ from dataclasses import fields, replace
 
 from helpers_run import tiny_run
 
+from timeline.graph.analytic import forward_ops
 from timeline.graph.build import chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
 from timeline.graph.framework import FRAMEWORKS, framework
 from timeline.graph.layers.moe import moe_local
 from timeline.graph.profiles import Profile
 from timeline.graph.saved import SavedTable
-from timeline.graph.template import forward_ops
 from timeline.spec.presets import PRESETS
 from timeline.spec.profiles import PROFILES
 

@@ -9,6 +9,7 @@ schedule's business.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -85,16 +86,11 @@ def chunk_nodes(ctx: BuildCtx, ranges: list[range], chunk: int) -> list[Node]:
     return nodes
 
 
-def build_chunk_graph(ctx: BuildCtx, run: RunSpec, chunk: int) -> nx.DiGraph:
-    """The operator graph of one virtual stage: module nodes joined in dataflow order."""
+def build_chunk_graph(nodes: Sequence[Node], chunk: int) -> nx.DiGraph:
+    """The operator graph of virtual stage ``chunk``: its module ``nodes`` (a model source's) joined in
+    dataflow order."""
     g = nx.DiGraph(chunk=chunk)
     prev = None
-    if run.trace is not None:  # a captured model: its parameters come from the capture
-        from timeline.graph.trace_params import trace_nodes
-
-        nodes = trace_nodes(run, chunk, chunk_layers(run))
-    else:
-        nodes = chunk_nodes(ctx, chunk_layers(run), chunk)
     for node in nodes:
         g.add_node(node.name, kind=node.kind, layer=node.layer, params=node.params)
         if prev is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from timeline.graph.build import build_chunk_graph, chunk_layers, graph_params
-from timeline.graph.context import BuildCtx
+from timeline.graph.source import model_source
 from timeline.graph.static import state_bytes
 from timeline.graph.tensors import MODULES, TensorDef
 from timeline.pipeline.placement import stage_placement
@@ -43,11 +43,11 @@ class StaticDevice:
 
 def device_tensors(run: RunSpec, pp_rank: int) -> tuple[tuple[int, ...], list[TensorDef]]:
     """(chunks, parameter TensorDefs) of pipeline rank ``pp_rank``'s representative device."""
-    ctx = BuildCtx.from_run(run)
+    source = model_source(run)
     stages = stage_placement(run.schedule.kind, run.parallel.pp, run.parallel.vpp)[pp_rank]
     tensors: list[TensorDef] = []
     for chunk in stages:
-        tensors += graph_params(build_chunk_graph(ctx, run, chunk))
+        tensors += graph_params(build_chunk_graph(source.nodes(chunk), chunk))
     return stages, tensors
 
 

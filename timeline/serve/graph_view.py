@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from timeline.graph.analytic import forward_ops
 from timeline.graph.build import chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
 from timeline.graph.framework import framework
 from timeline.graph.ir import FOp
-from timeline.graph.template import forward_ops
 from timeline.graph.tensors import TensorDef
 from timeline.spec.run import RecomputeSpec, RunSpec, ScheduleSpec, TrainingSpec
 from timeline.spec.serving import ServeRunSpec

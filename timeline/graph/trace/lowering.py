@@ -12,9 +12,9 @@ region on the first chunk and the post region on the last; P2P ops receive the h
 
 Categories follow lifetimes: a forward allocation that lives into the backward is
 ``activations`` (autograd saved it), every other one ``temporary``; full recompute (rewritten by
-:mod:`~timeline.graph.trace_recompute`) adds ``recompute``. Op timing, FLOPs and allocation order
+:mod:`~timeline.graph.trace.recompute`) adds ``recompute``. Op timing, FLOPs and allocation order
 are the capture's. ``backward`` is the captured backward; ``backward_i``/``backward_w`` split it
-into input- and weight-gradient work (:mod:`~timeline.graph.trace_split`). Nothing here imports
+into input- and weight-gradient work (:mod:`~timeline.graph.trace.split`). Nothing here imports
 torch or reads files; the trace rides on ``run.trace``.
 """
 
@@ -26,8 +26,8 @@ from functools import lru_cache
 from timeline.errors import UserError
 from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
 from timeline.graph.tensors import DTYPE_BYTES, Category, TensorDef
-from timeline.graph.trace_recompute import Row, apply_full_recompute, recompute_groups
-from timeline.graph.trace_split import split_frees, weight_grad_ops
+from timeline.graph.trace.recompute import Row, apply_full_recompute, recompute_groups
+from timeline.graph.trace.split import split_frees, weight_grad_ops
 from timeline.spec.run import RunSpec
 from timeline.spec.trace import NO_SELECTIVE, CapturedTrace, TraceOp
 

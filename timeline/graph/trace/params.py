@@ -14,7 +14,7 @@ import re
 
 from timeline.graph.build import Node
 from timeline.graph.tensors import DTYPE_BYTES, Category, TensorDef
-from timeline.graph.trace_lowering import DTYPES, regions
+from timeline.graph.trace.lowering import DTYPES, regions
 from timeline.spec.run import RunSpec
 from timeline.spec.trace import CapturedTrace, TraceParam
 
