@@ -1,7 +1,7 @@
 """The analytic model source: a chunk's parameters, forward ops and templates from the layer library.
 
 :class:`AnalyticSource` (one of the two :mod:`~timeline.graph.source` implementations) builds the
-chunk's forward ops with the layer-family builders (``timeline.graph.ops_layers``),
+chunk's forward ops with the layer families' ``forward`` (:mod:`timeline.graph.families`),
 which read every local width off the chunk's parameter graph (``timeline.graph.build``), orders
 them topologically on their dataflow graph (networkx), applies the profile's saved-tensor table
 and the recompute policy (``timeline.graph.analysis``), and derives the backward
@@ -24,14 +24,9 @@ from timeline.graph.analysis import Analysis, analyse, op_graph
 from timeline.graph.backward import backward_units, to_op
 from timeline.graph.build import Node, chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
+from timeline.graph.families import attention, decoder, embedding, head, mtp, sinks
 from timeline.graph.ir import Builder, FOp
 from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
-from timeline.graph.ops_layers.attention import rope_cache
-from timeline.graph.ops_layers.embedding import embedding
-from timeline.graph.ops_layers.head import head
-from timeline.graph.ops_layers.layer import decoder_layer
-from timeline.graph.ops_layers.mtp import mtp
-from timeline.graph.ops_layers.sinks import attention_masks
 from timeline.graph.recompute import recompute_regions
 from timeline.graph.tensors import Category, TensorDef
 from timeline.spec.run import RecomputeSpec, RunSpec
@@ -46,21 +41,21 @@ def forward_ops(run: RunSpec, chunk: int, ctx: BuildCtx | None = None) -> list[F
     b = Builder(run, ctx, (t for n in nodes for t in n.params))
     m, d = run.model, b.dims
     if chunk == 0:
-        x = embedding(b, "embedding", None)
+        x = embedding.forward(b, "embedding", None)
     else:
         x = b.tensor("input", (d.t_sp, m.hidden_size))
         b.op("recv_forward", "comm", None, {}, {"y": x}, kind="p2p", stream="pp")
     if b.table.rope_cache and m.position_embedding == "rope":
-        rope_cache(b)
+        attention.rope_cache(b)
     if m.attention_sinks and b.table.sink_attention == "eager":
-        attention_masks(b)
+        sinks.attention_masks(b)
     for i in ranges[chunk]:
-        x = decoder_layer(b, i, f"layers.{i}", x, moe=m.is_moe_layer(i))
+        x = decoder.forward(b, i, f"layers.{i}", x, moe=m.is_moe_layer(i))
     if chunk == len(ranges) - 1:
-        head(b, "output", "final_norm", x, None)
+        head.forward(b, "output", "final_norm", x, None)
         for node in nodes:  # the MTP modules the parameter graph holds
             if node.kind == "mtp" and node.layer is not None:
-                mtp(b, node.layer - m.num_hidden_layers, x)
+                mtp.forward(b, node.layer - m.num_hidden_layers, x)
     else:
         b.op("send_forward", "comm", None, {"x": x}, {}, kind="p2p", stream="pp")
     g = op_graph(b.ops)
