@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from timeline.cli.common import add_run_args, load, load_csv_rows, write_file_atomically
+from timeline.cli.common import add_run_args, check_csv_schedule, load, write_file_atomically
 from timeline.pipeline import build_schedule, render
 
 HELP = "draw the pipeline schedule in the terminal, or write it as CSV"
@@ -70,9 +70,9 @@ def windows(schedule, total_steps: int) -> str:
 def run(args: argparse.Namespace) -> int:
     spec = load(args)
     par, tr = spec.parallel, spec.training
-    rows = load_csv_rows(spec)
+    check_csv_schedule(spec)
     schedule = build_schedule(spec.schedule.kind, pp=par.pp, vpp=par.vpp, num_microbatches=tr.num_microbatches,
-                              microbatch_group_size=spec.schedule.microbatch_group_size, csv_rows=rows)
+                              microbatch_group_size=spec.schedule.microbatch_group_size, csv_rows=spec.csv_rows)
     if args.csv:
         from timeline.io.csv_schedule import write_csv
         text = write_csv(schedule)

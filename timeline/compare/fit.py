@@ -97,11 +97,11 @@ class FitResult:
 class Statics:
     """Static per-rank numbers of any policy on one run (templates only, cached)."""
 
-    def __init__(self, run: RunSpec, template_fn: TemplateFn, csv_rows=None) -> None:
+    def __init__(self, run: RunSpec, template_fn: TemplateFn) -> None:
         par, tr = run.parallel, run.training
         self.run, self.template_fn, self.cost = run, template_fn, CostModel.from_run(run)
         sched = build_schedule(run.schedule.kind, pp=par.pp, vpp=par.vpp, num_microbatches=tr.num_microbatches,
-                               microbatch_group_size=run.schedule.microbatch_group_size, csv_rows=csv_rows)
+                               microbatch_group_size=run.schedule.microbatch_group_size, csv_rows=run.csv_rows)
         self.counts = [{(a.stage, a.kind): 0 for a in row} for row in sched.actions]
         for r, row in enumerate(sched.actions):
             for a in row:
@@ -195,13 +195,13 @@ def selective_space(st: Statics, none: Candidate) -> tuple[list[Candidate], int]
     return kept, len(cands) - len(kept)
 
 
-def fit(run: RunSpec, template_fn: TemplateFn, *, capacity_gib: float | None = None, csv_rows=None,
+def fit(run: RunSpec, template_fn: TemplateFn, *, capacity_gib: float | None = None,
         alternatives: int = 3, max_simulations: int = 24,
         evaluate_fn: Callable[[Variant, TemplateFn], VariantResult] = evaluate) -> FitResult:
     """The cheapest fitting policy, up to ``alternatives`` runner-ups, and every candidate's fate."""
     if capacity_gib is not None:
         run = replace(run, hardware=replace(run.hardware, capacity_gib=capacity_gib))
-    st = Statics(run, template_fn, csv_rows)
+    st = Statics(run, template_fn)
     cap = run.hardware.capacity_bytes
     none = st.candidate(RecomputeSpec(policy="none"))
     selective, pruned = selective_space(st, none)
@@ -216,8 +216,7 @@ def fit(run: RunSpec, template_fn: TemplateFn, *, capacity_gib: float | None = N
 
     def simulate(c: Candidate) -> Outcome:
         if c.name not in sims:
-            sims[c.name] = evaluate_fn(Variant(name=c.name, run=with_recompute(run, c.spec), csv_rows=csv_rows),
-                                       template_fn)
+            sims[c.name] = evaluate_fn(Variant(name=c.name, run=with_recompute(run, c.spec)), template_fn)
         res = sims[c.name]
         if res.fits:
             return Outcome(candidate=c, result=res, status="fits")

@@ -10,7 +10,7 @@ I/O, no printing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -151,12 +151,11 @@ def ep_loads(run: RunSpec) -> list[float]:
 
 
 def simulate(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
-             csv_rows: Sequence[Sequence[str]] | None = None,
              progress: Callable[[str, int, int], None] | None = None) -> SimOutput:
     """Run the schedule of ``run`` and return every device's events (allocator not yet applied)."""
     par, tr = run.parallel, run.training
     schedule = build_schedule(run.schedule.kind, pp=par.pp, vpp=par.vpp, num_microbatches=tr.num_microbatches,
-                              microbatch_group_size=run.schedule.microbatch_group_size, csv_rows=csv_rows)
+                              microbatch_group_size=run.schedule.microbatch_group_size, csv_rows=run.csv_rows)
     cost = CostModel.from_run(run)
     holder = {c: r for r in reversed(range(par.pp)) for c in schedule.stages_of_rank[r]}
     loads = ep_loads(run)
