@@ -49,7 +49,8 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 
 def activations(spec: RunSpec, devices: list[StaticDevice]) -> list[DeviceActivations]:
     """Per device, the activations one micro-batch's forward keeps."""
-    return [device_activations(spec, d.stages, d.pp_rank) for d in devices]
+    template_fn = templates()
+    return [device_activations([template_fn(spec, c, pp_rank=d.pp_rank) for c in d.stages]) for d in devices]
 
 
 def tensors_json(a: DeviceActivations) -> list[dict]:

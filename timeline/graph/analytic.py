@@ -25,7 +25,7 @@ from timeline.graph.backward import backward_units, to_op
 from timeline.graph.build import Node, chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
 from timeline.graph.families import attention, decoder, embedding, head, mtp, sinks
-from timeline.graph.ir import Builder, FOp
+from timeline.graph.ir import Builder, Dims, FOp
 from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
 from timeline.graph.recompute import recompute_regions
 from timeline.graph.tensors import Category, TensorDef
@@ -38,7 +38,7 @@ def forward_ops(run: RunSpec, chunk: int, ctx: BuildCtx | None = None) -> list[F
     ctx = ctx or BuildCtx.from_run(run)
     ranges = chunk_layers(run)
     nodes = chunk_nodes(ctx, ranges, chunk)
-    b = Builder(run, ctx, (t for n in nodes for t in n.params))
+    b = Builder(ctx, Dims.of(run.parallel, run.training), run.training, (t for n in nodes for t in n.params))
     m, d = run.model, b.dims
     if chunk == 0:
         x = embedding.forward(b, "embedding", None)

@@ -87,7 +87,7 @@ SHARED = frozenset({"moe", "shared_experts"})
 
 def expert_rows(b: Builder) -> int:
     """Token rows one EP rank's experts receive (before the expert-TP all-gather)."""
-    m, d, tr = b.model, b.dims, b.run.training
+    m, d, tr = b.model, b.dims, b.training
     k = m.num_experts_per_tok
     if b.table.moe_tokens == "paper":
         return d.t_full * k // d.ep

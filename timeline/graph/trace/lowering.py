@@ -28,8 +28,8 @@ from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
 from timeline.graph.tensors import DTYPE_BYTES, Category, TensorDef
 from timeline.graph.trace.recompute import Row, apply_full_recompute, recompute_groups
 from timeline.graph.trace.split import split_frees, weight_grad_ops
-from timeline.spec.run import RunSpec
-from timeline.spec.trace import NO_SELECTIVE, CapturedTrace, TraceOp
+from timeline.spec.run import RecomputeSpec
+from timeline.spec.trace import CapturedTrace, TraceOp
 
 #: torch dtype names → TensorDef dtypes
 DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "int64": "int64", "int32": "int32",
@@ -134,11 +134,11 @@ def _layer_module(module: str, c: int, k: int) -> str:
 Placed = list[tuple[TraceOp, int | str]]
 
 
-def chunk_op_lists(run: RunSpec, layers: range, first: bool, last: bool) -> tuple[Placed, Placed]:
+def chunk_op_lists(trace: CapturedTrace, num_layers: int, layers: range, first: bool,
+                   last: bool) -> tuple[Placed, Placed]:
     """(forward, backward) captured ops of a chunk, each with the run layer it runs as ("pre"/"post")."""
-    trace = _trace(run)
     r = regions(trace)
-    nm = Namer(trace, run.model.num_hidden_layers)
+    nm = Namer(trace, num_layers)
     fwd: Placed = [(o, "pre") for o in r.pre_f] if first else []
     bwd: Placed = [(o, "post") for o in r.post_b] if last else []
     for k in layers:
@@ -152,25 +152,17 @@ def chunk_op_lists(run: RunSpec, layers: range, first: bool, last: bool) -> tupl
     return fwd, bwd
 
 
-def _trace(run: RunSpec) -> CapturedTrace:
-    if run.trace is None:
-        raise UserError(f"{run.model_source}: the run carries no captured trace")
-    return run.trace
+def trace_chunk_template(trace: CapturedTrace, chunk: int, ranges: list[range], *, num_layers: int,
+                         recompute: RecomputeSpec, pp_rank: int) -> ChunkTemplate:
+    """The forward and backward op templates of virtual stage ``chunk`` (of ``ranges``) for one micro-batch
+    of the traced model with ``num_layers`` decoder layers, under full or no ``recompute``.
 
-
-def trace_chunk_template(run: RunSpec, chunk: int, ranges: list[range], *,
-                         pp_rank: int | None = None) -> ChunkTemplate:
-    """The forward and backward op templates of virtual stage ``chunk`` for one micro-batch.
-
-    ``pp_rank`` (default ``chunk % pp``) picks the entry of a per-rank ``recompute.num_layers``.
+    ``pp_rank`` picks the entry of a per-rank ``recompute.num_layers``.
     """
-    trace = _trace(run)
-    if run.recompute.policy == "selective":  # the run file refuses it; compare/fit variants reach here
-        raise UserError(f"{run.model_source}: {NO_SELECTIVE}")
-    nm = Namer(trace, run.model.num_hidden_layers)
+    nm = Namer(trace, num_layers)
     layers = ranges[chunk]
     first, last = chunk == 0, chunk == len(ranges) - 1
-    fwd, bwd = chunk_op_lists(run, layers, first, last)
+    fwd, bwd = chunk_op_lists(trace, num_layers, layers, first, last)
     recv_in = None if first else nm.name(nm.bound[nm.cap(layers.start)].hidden_in, layers.start)
     recv_grad = None if last else nm.name(nm.bound[nm.cap(layers.stop - 1)].grad_out, layers.stop - 1)
     rename = {x: y for x, y in ((recv_in, f"c{chunk}.recv_input"), (recv_grad, f"c{chunk}.recv_grad")) if x}
@@ -201,10 +193,9 @@ def trace_chunk_template(run: RunSpec, chunk: int, ranges: list[range], *,
     rows += [row("B", o, k) for o, k in bwd]
     rows.append(Row(phase="B", op="send_backward", k="pp", allocs=[], frees=[]))
 
-    rank = chunk % run.parallel.pp if pp_rank is None else pp_rank
     inputs: dict[str, int] = {}
     recomputed: set[str] = set()
-    groups = recompute_groups(run.recompute, layers, rank)
+    groups = recompute_groups(recompute, layers, pp_rank)
     if groups:
         def hidden(k: int, key: str) -> str | None:  # None: not made on the device (a module input)
             b = nm.bound[nm.cap(k)]
