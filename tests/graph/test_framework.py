@@ -47,7 +47,7 @@ def test_moe_widths_come_from_the_parameters():
     """Shared experts: TP-split under megatron, replicated under the paper (one rule, in the profile)."""
     for profile, shared in (("megatron", SMALL_MOE.shared_ffn // 2), ("paper", SMALL_MOE.shared_ffn)):
         run = tiny_run(model=SMALL_MOE, profile=profile, pp=1, tp=2, ep=4, etp=2, sp=True, seq_len=64)
-        nodes = chunk_nodes(BuildCtx.from_run(run), chunk_layers(run), 0)
+        nodes = chunk_nodes(BuildCtx.from_run(run), chunk_layers(run.parallel, run.model.num_hidden_layers), 0)
         params = {t.name: t for n in nodes for t in n.params}
         local = local_widths(params, "layers.1.mlp")
         assert (local.experts, local.expert_ffn, local.shared_ffn) == (4, 16, shared)

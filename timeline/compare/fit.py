@@ -106,7 +106,7 @@ class Statics:
         for r, row in enumerate(sched.actions):
             for a in row:
                 self.counts[r][(a.stage, a.kind)] += 1
-        ranges = chunk_layers(run)
+        ranges = chunk_layers(run.parallel, run.model.num_hidden_layers)
         self.stages = sched.stages_of_rank
         self.layers = tuple(max(len(ranges[c]) for c in st) for st in self.stages)
         # chunks whose templates match up to layer names under none/selective share one build

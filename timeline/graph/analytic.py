@@ -36,7 +36,7 @@ def forward_ops(run: RunSpec, chunk: int, ctx: BuildCtx | None = None) -> list[F
     """The forward ops of virtual stage ``chunk`` for one micro-batch, in dataflow order; ``ctx``
     defaults to the run's."""
     ctx = ctx or BuildCtx.from_run(run)
-    ranges = chunk_layers(run)
+    ranges = chunk_layers(run.parallel, run.model.num_hidden_layers)
     nodes = chunk_nodes(ctx, ranges, chunk)
     b = Builder(ctx, Dims.of(run.parallel, run.training), run.training, (t for n in nodes for t in n.params))
     m, d = run.model, b.dims
@@ -116,7 +116,8 @@ def analytic_template(run: RunSpec, chunk: int, *, pp_rank: int | None = None) -
     table = ctx.table
     ops = list(_forward_ops_cached(replace(run, recompute=RecomputeSpec()), chunk))
     rank = chunk % run.parallel.pp if pp_rank is None else pp_rank
-    regions = recompute_regions(run.recompute, ops, list(chunk_layers(run)[chunk]), rank, table)
+    layers = list(chunk_layers(run.parallel, run.model.num_hidden_layers)[chunk])
+    regions = recompute_regions(run.recompute, ops, layers, rank, table)
     a = analyse(ops, table, regions)
     side_i, side_w = backward_units(a, "split", table.wgrad_transient)
     fused, _ = backward_units(a, "fused", table.wgrad_transient)
@@ -135,7 +136,7 @@ _LAYER = re.compile(r"layers\.(\d+)")
 def ops_signature(run: RunSpec, chunk: int) -> Hashable:
     """Equal for two chunks of ``run`` only if their forward ops are equal up to renumbering
     their decoder layers from 0 (see :mod:`timeline.graph.signature`)."""
-    ranges = chunk_layers(run)
+    ranges = chunk_layers(run.parallel, run.model.num_hidden_layers)
     layers = tuple(ranges[chunk])
     base = layers[0] if layers else 0
 
@@ -161,7 +162,8 @@ class AnalyticSource:
     run: RunSpec
 
     def nodes(self, chunk: int) -> list[Node]:
-        return chunk_nodes(BuildCtx.from_run(self.run), chunk_layers(self.run), chunk)
+        run = self.run
+        return chunk_nodes(BuildCtx.from_run(run), chunk_layers(run.parallel, run.model.num_hidden_layers), chunk)
 
     def total_params(self) -> int:
         """Trainable parameters of the unsharded model, counted as the profile counts them."""

@@ -18,7 +18,7 @@ from timeline.graph.context import BuildCtx
 from timeline.graph.families import attention, embedding, head, mla, mlp, mtp, norm
 from timeline.graph.families import moe as moe_block
 from timeline.graph.tensors import TensorDef
-from timeline.spec.run import RunSpec
+from timeline.spec.run import ParallelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,11 +29,11 @@ class Node:
     params: tuple[TensorDef, ...]
 
 
-def chunk_layers(run: RunSpec) -> list[range]:
-    """Global decoder-layer indices of each virtual stage, from ``layout`` or an even split."""
-    chunks = run.parallel.pp * run.parallel.vpp
-    layers = run.model.num_hidden_layers
-    layout = run.parallel.layout or (layers // chunks,) * chunks
+def chunk_layers(parallel: ParallelSpec, num_layers: int) -> list[range]:
+    """Global decoder-layer indices of each virtual stage (of ``pp·vpp``) of a model with ``num_layers``
+    decoder layers, from ``layout`` or an even split."""
+    chunks = parallel.pp * parallel.vpp
+    layout = parallel.layout or (num_layers // chunks,) * chunks
     out, start = [], 0
     for n in layout:
         out.append(range(start, start + n))

@@ -53,7 +53,7 @@ def device_tensors(run: RunSpec, pp_rank: int) -> tuple[tuple[int, ...], list[Te
 
 def static_devices(run: RunSpec) -> list[StaticDevice]:
     par = run.parallel
-    ranges = chunk_layers(run)
+    ranges = chunk_layers(run.parallel, run.model.num_hidden_layers)
     stride = par.tp * par.cp * par.dp
     out = []
     for r in range(par.pp):

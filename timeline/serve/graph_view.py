@@ -49,7 +49,8 @@ def device_params(run: ServeRunSpec) -> list[TensorDef]:
     """Every parameter TensorDef one device holds (model dtype, before quantization)."""
     g = graph_run(run, 1)
     # Hugging Face keeps the vocabulary as the config gives it
-    nodes = chunk_nodes(build_ctx(g, 1 if run.serving.engine == "hf" else VOCAB_PADDING), chunk_layers(g), 0)
+    nodes = chunk_nodes(build_ctx(g, 1 if run.serving.engine == "hf" else VOCAB_PADDING),
+                        chunk_layers(g.parallel, g.model.num_hidden_layers), 0)
     # vLLM loads no MTP module for plain decoding (it is a separate draft model)
     return [t for n in nodes if not n.name.startswith("mtp") for t in n.params]
 

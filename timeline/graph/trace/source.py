@@ -28,8 +28,12 @@ class TraceSource:
             raise UserError(f"{self.run.model_source}: the run carries no captured trace")
         return self.run.trace
 
+    @property
+    def ranges(self) -> list[range]:
+        return chunk_layers(self.run.parallel, self.run.model.num_hidden_layers)
+
     def nodes(self, chunk: int) -> list[Node]:
-        return trace_nodes(self.trace, chunk, chunk_layers(self.run), self.run.training.dtype)
+        return trace_nodes(self.trace, chunk, self.ranges, self.run.training.dtype)
 
     def total_params(self) -> int:
         return trace_total_params(self.trace, self.run.model.num_hidden_layers)
@@ -40,7 +44,7 @@ class TraceSource:
         trace = self.trace
         if run.recompute.policy == "selective":  # the run file refuses it; compare/fit variants reach here
             raise UserError(f"{run.model_source}: {NO_SELECTIVE}")
-        return trace_chunk_template(trace, chunk, chunk_layers(run), num_layers=run.model.num_hidden_layers,
+        return trace_chunk_template(trace, chunk, self.ranges, num_layers=run.model.num_hidden_layers,
                                     recompute=run.recompute,
                                     pp_rank=chunk % run.parallel.pp if pp_rank is None else pp_rank)
 
