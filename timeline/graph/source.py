@@ -21,8 +21,6 @@ from timeline.spec.run import RunSpec
 
 
 class ModelSource(Protocol):
-    run: RunSpec
-
     def nodes(self, chunk: int) -> list[Node]:
         """Module nodes of virtual stage ``chunk`` in dataflow order, with the parameters one device holds."""
         ...

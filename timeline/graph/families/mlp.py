@@ -12,6 +12,7 @@ table with ``split_gate_up`` (HF ``LlamaMLP``) SwiGLU's gate and up are two line
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from timeline.graph.context import BuildCtx
 from timeline.graph.families import norm
@@ -23,7 +24,7 @@ from timeline.graph.tensors import TensorDef, param
 def params(ctx: BuildCtx, prefix: str, ffn: int, *, split: int, module: str = "mlp",
                expert: bool = False, in_moe: bool = False) -> list[TensorDef]:
     m, dt, h = ctx.model, ctx.dtype, ctx.model.hidden_size
-    kw = {"module": module, "dtype": dt, "expert": expert, "in_moe": in_moe}
+    kw: dict[str, Any] = {"module": module, "dtype": dt, "expert": expert, "in_moe": in_moe}
     if m.gated_mlp:
         out = [
             param(f"{prefix}.gate_proj.weight", (ffn, h), split=split, **kw),

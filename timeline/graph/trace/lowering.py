@@ -46,13 +46,13 @@ class Regions:
     pre_b: tuple[TraceOp, ...]
     layer_f: dict[int, tuple[TraceOp, ...]]
     layer_b: dict[int, tuple[TraceOp, ...]]
-    owner: dict[int, object]  # storage → "pre" | "post" | captured layer index
+    owner: dict[int, int | str]  # storage → "pre" | "post" | captured layer index
 
 
 @lru_cache(maxsize=8)
 def regions(trace: CapturedTrace) -> Regions:
-    parts: dict[object, list[TraceOp]] = {}
-    owner: dict[int, object] = {}
+    parts: dict[tuple[str, int | str], list[TraceOp]] = {}
+    owner: dict[int, int | str] = {}
     for phase in ("F", "B"):
         ops = [o for o in trace.ops if o.phase == phase]
         in_layers = [i for i, o in enumerate(ops) if o.layer >= 0]
@@ -62,7 +62,7 @@ def regions(trace: CapturedTrace) -> Regions:
             if o.layer >= 0:
                 current = o.layer
             edge = "pre" if (i < first) == (phase == "F") else "post"
-            key: object = o.layer if o.layer >= 0 else (current if first <= i <= last else edge)
+            key: int | str = o.layer if o.layer >= 0 else (current if first <= i <= last else edge)
             parts.setdefault((phase, key), []).append(o)
             for s in o.allocs:
                 owner[s] = key
@@ -117,7 +117,8 @@ class Namer:
 def _tensor(trace: CapturedTrace, op: TraceOp, s: int, name: str, module: str, cat: Category) -> TensorDef:
     nbytes = trace.storages[s].nbytes
     out = next((t for t in op.outputs if t.storage == s), None)
-    shape, dtype = (nbytes,), "uint8"
+    shape: tuple[int, ...] = (nbytes,)
+    dtype = "uint8"
     if out is not None and out.dtype in DTYPES:
         n = 1
         for d in out.shape:
