@@ -6,7 +6,7 @@ norms are tagged ``norm``. GPT-OSS's learned sinks are one logit per query head,
 heads (HF ``GptOssAttention.sinks``; Megatron-Core's ``softmax_offset`` per local head). :func:`local_heads` reads the local head counts back off the
 built parameters, for the op builders.
 
-Forward ops — Self-attention ops: MHA/GQA (QKV projection, RoPE, core attention, output projection) and the
+Forward ops (:func:`forward`): MHA/GQA (QKV projection, RoPE, core attention, output projection) and the
 core attention shared with MLA — eager (scores, softmax, dropout, attention over V), flash, or
 torch SDPA as CUDA dispatches it (``sdpa``: flash, else memory-efficient), as the profile's table
 says. Context parallelism: each rank holds ``s/cp`` queries and receives the other ranks' K/V

@@ -1,7 +1,7 @@
 """Token (and learned position) embeddings; vocabulary-parallel over TP (Megatron
 ``VocabParallelEmbedding``); position embeddings are replicated.
 
-Forward ops — Embedding ops: vocabulary-parallel lookup whose partial rows are reduce-scattered (SP) or
+Forward ops (:func:`forward`): a vocabulary-parallel lookup whose partial rows are reduce-scattered (SP) or
 all-reduced (TP), then the embedding dropout where the profile has dropout. Token ids are not
 modelled as tensors (int64, ``b·s`` — a few KB).
 """

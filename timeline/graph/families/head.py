@@ -5,7 +5,7 @@ separate last stage Megatron keeps a synchronised copy (``word_embeddings`` on t
 stage), counted under ``head``. :func:`local_vocab` reads the local vocabulary rows back off the
 built parameters, for the op builders.
 
-Forward ops — Output head and loss: final norm, vocabulary-parallel output linear (SP all-gather, local
+Forward ops (:func:`forward`): final norm, vocabulary-parallel output linear (SP all-gather, local
 shard saved) and the vocab-parallel cross-entropy, which keeps fp32 softmax numerators
 (``exp_logits``) and, under Megatron, the target mask and masked targets; under HF (``upcast_fp32``)
 the logits are copied to fp32 first and the loss keeps the fp32 log-softmax, the shifted labels and

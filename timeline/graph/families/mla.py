@@ -8,7 +8,7 @@ profile's ``mla_q_rope_tp_split`` rule. The two latent norms are tagged ``norm``
 counts them under LN). :func:`local_heads` reads the local head count back off the built
 parameters, for the op builders.
 
-Forward ops — Multi-head latent attention ops (DeepSeek-V2/V3), names as arXiv 2502.07846 Table 2.
+Forward ops (:func:`forward`), names as arXiv 2502.07846 Table 2.
 
 Down projections W^DQ and W^DKV (+W^KR, fused) are replicated over TP; the latent norms, the
 up projections W^UQ/W^QR and W^UK/W^UV, RoPE, core attention and W^O follow. Under the

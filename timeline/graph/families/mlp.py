@@ -4,7 +4,7 @@ experts carry biases (``expert_linear_bias``): gate and up biases split with the
 bias whole on every expert-TP rank (a row-parallel bias is added after the reduction).
 :func:`local_ffn` reads the local FFN width back off the built parameters, for the op builders.
 
-Forward ops — Dense MLP ops: norm, fc1 (GeLU, or SwiGLU's fused gate+up), activation, fc2 — the ``mlp``
+Forward ops (:func:`forward`): norm, fc1 (GeLU, or SwiGLU's fused gate+up), activation, fc2 — the ``mlp``
 recompute module (with the norm when it is fused into fc1, as in Transformer Engine). Under a
 table with ``split_gate_up`` (HF ``LlamaMLP``) SwiGLU's gate and up are two linears, two tensors.
 """

@@ -8,7 +8,7 @@ bias is an fp32 buffer where the profile holds it; GPT-OSS's router linear has a
 or replicated per the profile. Everything is tagged ``moe``. :func:`local_widths` reads the local
 expert count and widths back off the built parameters, for the op builders.
 
-Forward ops — Mixture-of-experts ops: router, top-k, permute + all-to-all dispatch, grouped expert GEMMs
+Forward ops (:func:`forward`): router, top-k, permute + all-to-all dispatch, grouped expert GEMMs
 and activation, combine + unpermute, shared experts (the ``moe`` recompute module).
 
 Token rows (DESIGN §4): each EP rank dispatches its own ``T = b·s/(tp·cp)`` tokens (``b·s/cp``

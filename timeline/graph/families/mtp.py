@@ -3,7 +3,7 @@ hnorm, eh_proj [h, 2h], one full decoder layer and the shared head's norm; the e
 output head are shared with the main model. Megatron builds an embedding on the MTP stage
 when it is not the first (profile rule ``mtp_embedding``). Everything is tagged ``mtp``.
 
-Forward ops — DeepSeek-V3 multi-token prediction module ops (Megatron ``multi_token_prediction.py``):
+Forward ops (:func:`forward`, Megatron ``multi_token_prediction.py``):
 embedding of the shifted tokens, enorm and hnorm, concatenation, eh_proj, one decoder layer,
 the shared head's norm, the (shared) output layer and its loss. eh_proj is modelled on the
 sequence-parallel rows without its TP collectives (a small approximation).

@@ -1,6 +1,6 @@
 """RMSNorm (weight) and LayerNorm (weight and bias); replicated across TP.
 
-Forward ops — the norm over the last dim, keeping its fp32 ``rsigma`` (and ``mu``) as extras.
+Forward ops (:func:`forward`): the norm over the last dim, keeping its fp32 ``rsigma`` (and ``mu``) as extras.
 """
 
 from __future__ import annotations
