@@ -144,3 +144,28 @@ def test_pipeline_does_not_import_graph():
            for path in sorted((PKG / "pipeline").rglob("*.py"))
            for module, line, _ in imports(path) if module.split(".")[:2] == ["timeline", "graph"]]
     assert not bad, "\n".join(bad)
+
+
+def test_graph_imports_its_own_modules_at_top_level():
+    """No import cycle hides inside the graph layer: every graph module (the trace front-end and
+    ``graph/build.py`` included) imports graph modules at top level only."""
+    bad = [f"{path.relative_to(PKG.parent)}:{line}: {module} imported inside a function"
+           for path in sorted((PKG / "graph").rglob("*.py"))
+           for module, line, top in imports(path) if module.startswith("timeline.graph") and not top]
+    assert not bad, "\n".join(bad)
+
+
+def test_each_trace_module_imports_first():
+    """Each module of the trace front-end imports on its own, in a fresh interpreter (a cycle through
+    ``graph/build.py`` would fail whichever side is imported first)."""
+    import subprocess
+    import sys
+
+    trace = sorted(f"timeline.graph.trace.{p.stem}" for p in (PKG / "graph" / "trace").glob("*.py")
+                   if p.stem != "__init__")
+    assert {"timeline.graph.trace.lowering", "timeline.graph.trace.params"} <= set(trace)
+    for module in ["timeline.graph.trace", *trace, "timeline.graph.build", "timeline.graph.source",
+                   "timeline.graph.template"]:
+        done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
+                              cwd=PKG.parent)
+        assert done.returncode == 0, f"import {module}: {done.stderr[-2000:]}"

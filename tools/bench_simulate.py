@@ -112,14 +112,14 @@ def child_phases(mb: int, sets: list[str]) -> None:
     exporter into a scratch folder; print one JSON line."""
     import importlib
 
-    from timeline.cli.common import load_csv_rows, templates
+    from timeline.cli.common import check_csv_schedule, templates
     from timeline.exporters import DEFAULT_FORMATS, EXPORTERS
     from timeline.io.runfile import load_run
     from timeline.result.build import build_timeline
 
     t0 = time.perf_counter()
     run = load_run(RUN, [f"training.num_microbatches={mb}", *sets])
-    rows = load_csv_rows(run)
+    check_csv_schedule(run)
     t_load = time.perf_counter()
     template_fn, spent = templates(), [0.0]
 
@@ -135,7 +135,7 @@ def child_phases(mb: int, sets: list[str]) -> None:
     def progress(stage: str, done: int, total: int) -> None:
         marks.setdefault(stage, time.perf_counter())
 
-    tl = build_timeline(run, timed_templates, csv_rows=rows, progress=progress)
+    tl = build_timeline(run, timed_templates, progress=progress)
     t_built = time.perf_counter()
     t_sim_end = marks.get("allocator", t_built)
     phases = {"load": t_load - t0, "plan": spent[0], "simulate": t_sim_end - t_load - spent[0],

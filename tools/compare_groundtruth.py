@@ -53,10 +53,8 @@ def compare_case(case: dict, results_dir: Path, tmp: Path) -> dict:
     m = sum(1 for a in case["schedule_csv_row"] if a[1] == "F")
     (tmp / f"{name}.toml").write_text(RUN.format(case=name, batch=case["batch"], seq=case["seq"], m=m,
                                                  iterations=case.get("iterations", 2)))
-    run = load_run(tmp / f"{name}.toml")
-    from timeline.io.csv_schedule import read_csv
-
-    tl = build_timeline(run, chunk_template, csv_rows=read_csv(tmp / f"{name}.csv"))
+    run = load_run(tmp / f"{name}.toml")  # reads the CSV schedule beside it
+    tl = build_timeline(run, chunk_template)
     model_layers = tl.sim.templates[0].layer_activation_bytes
     out = {"case": name, "layers": [{"layer": i, "measured": b, "model": model_layers.get(i)}
                                      for i, b in enumerate(case["layer_saved_bytes"])]}

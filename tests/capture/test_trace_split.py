@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from timeline.graph.template import chunk_template  # noqa: E402
-from timeline.graph.trace_split import GEMMS, weight_grad_ops  # noqa: E402
+from timeline.graph.trace.split import GEMMS, weight_grad_ops  # noqa: E402
 from timeline.io.runfile import load_run  # noqa: E402
 from timeline.result.build import build_timeline  # noqa: E402
 

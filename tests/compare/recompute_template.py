@@ -45,7 +45,7 @@ def _groups(run: RunSpec, chunk: int, layers: list[int], rank: int | None) -> li
 
 
 def recompute_template(run: RunSpec, chunk: int, *, pp_rank: int | None = None) -> ChunkTemplate:
-    layers = list(chunk_layers(run)[chunk])
+    layers = list(chunk_layers(run.parallel, run.model.num_hidden_layers)[chunk])
     group = {x: g for g in _groups(run, chunk, layers, pp_rank) for x in g}
     sel = set(run.recompute.modules) if run.recompute.policy == "selective" else set()
     fwd: list[Op] = []

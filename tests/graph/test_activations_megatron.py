@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from timeline.graph.analytic import forward_ops
 from timeline.graph.recompute import parse_recompute
-from timeline.graph.template import chunk_template, forward_ops
+from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
 
 # the shipped run (not via conftest: other test folders have a conftest module too)

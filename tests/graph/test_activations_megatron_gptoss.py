@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from timeline.graph.analytic import forward_ops
 from timeline.graph.recompute import parse_recompute
 from timeline.graph.saved.megatron_gptoss import RULES, extend
-from timeline.graph.template import chunk_template, forward_ops
+from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
 
 CONFIG = Path(__file__).resolve().parents[1] / "data" / "hf" / "gpt-oss-20b" / "config.json"

@@ -7,13 +7,13 @@ from dataclasses import fields, replace
 
 from helpers_run import tiny_run
 
+from timeline.graph.analytic import forward_ops
 from timeline.graph.build import chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
+from timeline.graph.families.moe import local_widths
 from timeline.graph.framework import FRAMEWORKS, framework
-from timeline.graph.layers.moe import moe_local
 from timeline.graph.profiles import Profile
 from timeline.graph.saved import SavedTable
-from timeline.graph.template import forward_ops
 from timeline.spec.presets import PRESETS
 from timeline.spec.profiles import PROFILES
 
@@ -47,9 +47,9 @@ def test_moe_widths_come_from_the_parameters():
     """Shared experts: TP-split under megatron, replicated under the paper (one rule, in the profile)."""
     for profile, shared in (("megatron", SMALL_MOE.shared_ffn // 2), ("paper", SMALL_MOE.shared_ffn)):
         run = tiny_run(model=SMALL_MOE, profile=profile, pp=1, tp=2, ep=4, etp=2, sp=True, seq_len=64)
-        nodes = chunk_nodes(BuildCtx.from_run(run), chunk_layers(run), 0)
+        nodes = chunk_nodes(BuildCtx.from_run(run), chunk_layers(run.parallel, run.model.num_hidden_layers), 0)
         params = {t.name: t for n in nodes for t in n.params}
-        local = moe_local(params, "layers.1.mlp")
+        local = local_widths(params, "layers.1.mlp")
         assert (local.experts, local.expert_ffn, local.shared_ffn) == (4, 16, shared)
         ops = {op.name: op for op in forward_ops(run, 0)}
         fc1 = ops["layers.1.mlp.shared_experts.linear_fc1"].outputs["y"]

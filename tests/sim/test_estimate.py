@@ -10,7 +10,6 @@ import pytest
 
 from timeline.cli import main
 from timeline.graph.template import chunk_template
-from timeline.io.csv_schedule import read_csv
 from timeline.io.runfile import load_run
 from timeline.sim.estimate import estimate_work
 from timeline.sim.simulate import simulate
@@ -24,11 +23,8 @@ CASES = [("deepseek-v3-pp16-tp2-ep8", []), ("deepseek-v3-pp16-tp2-ep8", ["model.
 @pytest.mark.parametrize(("stem", "sets"), CASES, ids=lambda c: c if isinstance(c, str) else "+".join(c) or "as-is")
 def test_estimate_within_2x_of_the_simulated_counts(stem, sets):
     run = load_run(SCHEDULES / f"{stem}.toml", ["training.iterations=1", *sets])
-    rows = None
-    if run.schedule.kind == "csv":
-        rows = tuple(tuple(r) for r in read_csv(SCHEDULES / run.schedule.csv))
     est = estimate_work(run, chunk_template)
-    sim = simulate(run, chunk_template, csv_rows=rows)
+    sim = simulate(run, chunk_template)
     events = sum(len(e.t_us) for e in sim.events)
     ops = sum(len(o.name) for o in sim.ops)
     actions = sum(1 for sp in (s for row in sim.spans for s in row) if sp.kind != "step")

@@ -3,6 +3,8 @@ compose to ``simulate``, and the event log carries each action's iteration."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from helpers_run import tiny_run
 
@@ -20,8 +22,9 @@ def test_a_csv_schedule_places_the_devices_as_its_rows_do():
     looped default (``pipeline.placement``); its devices equal the V schedule's own."""
     zbv = tiny_run(schedule="zbv", pp=2, vpp=2, layers=4, num_microbatches=4)
     rows = parse_csv(write_csv(build_schedule("zbv", pp=2, vpp=2, num_microbatches=4)), source="v.csv")
-    csv = tiny_run(schedule="csv", pp=2, vpp=2, layers=4, num_microbatches=4)
-    ours, theirs = plan(zbv, chunk_template), plan(csv, chunk_template, csv_rows=rows)
+    csv = replace(tiny_run(schedule="csv", pp=2, vpp=2, layers=4, num_microbatches=4),
+                  csv_rows=tuple(tuple(r) for r in rows))
+    ours, theirs = plan(zbv, chunk_template), plan(csv, chunk_template)
     assert [d.stages for d in theirs.devices] == [(0, 3), (1, 2)] == [d.stages for d in ours.devices]
     assert [(d.weights_bytes, d.optimizer_bytes, d.layers) for d in theirs.devices] == [
         (d.weights_bytes, d.optimizer_bytes, d.layers) for d in ours.devices]

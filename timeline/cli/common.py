@@ -92,27 +92,24 @@ def check_work(spec: RunSpec, max_events: int, formats: Sequence[str] = (), out:
     return est
 
 
-def load_csv_rows(spec: RunSpec) -> tuple[tuple[str, ...], ...] | None:
-    """The rows of the run's CSV schedule (``[schedule] kind = "csv"``), else None. A relative
-    ``csv`` path is relative to the run file's folder. The rows are checked as a schedule here, so
-    a logic error (a missing backward, a cycle) names the CSV file, whichever command reads it."""
+def check_csv_schedule(spec: RunSpec) -> None:
+    """Check the rows of the run's CSV schedule (``[schedule] kind = "csv"``; ``io`` read them with the
+    run file into ``spec.csv_rows``) as a schedule, so a logic error (a missing backward, a cycle)
+    names the CSV file, whichever command reads it."""
     if spec.schedule.kind != "csv":
-        return None
-    from timeline.io.csv_schedule import read_csv
+        return
     from timeline.pipeline import build_schedule
 
     path = resolve_from_run(spec, spec.schedule.csv)
-    rows = tuple(tuple(row) for row in read_csv(path))
     par = spec.parallel
     try:
         build_schedule("csv", pp=par.pp, vpp=par.vpp, num_microbatches=spec.training.num_microbatches,
-                       microbatch_group_size=spec.schedule.microbatch_group_size, csv_rows=rows)
+                       microbatch_group_size=spec.schedule.microbatch_group_size, csv_rows=spec.csv_rows)
     except UserError as exc:
         lines = exc.lines()
         if lines and not lines[0].startswith(str(path)):
             raise UserError(f"{path}: " + " ".join(lines)) from None
         raise
-    return rows
 
 
 def resolve_from_run(spec: RunSpec, path: str) -> Path:

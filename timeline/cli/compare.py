@@ -15,10 +15,10 @@ from timeline.cli.common import (
     RECOMPUTE_FORMS,
     SET_HELP,
     add_max_events,
+    check_csv_schedule,
     check_output_dir,
     check_work,
     gib,
-    load_csv_rows,
     positive,
     refuse_step_trace,
     templates,
@@ -79,12 +79,12 @@ def build_variants(args: argparse.Namespace) -> list[Variant]:
     variants: list[Variant] = []
     for path in args.runs:
         run = with_capacity(load_run(path, args.overrides), args)
-        rows = load_csv_rows(run)
+        check_csv_schedule(run)
         if args.recompute:
             prefix = f"{run.name}/" if len(args.runs) > 1 else ""
-            variants += policy_variants(run, args.recompute, prefix=prefix, csv_rows=rows)
+            variants += policy_variants(run, args.recompute, prefix=prefix)
         else:
-            variants.append(Variant(name=run.name, run=run, csv_rows=rows))
+            variants.append(Variant(name=run.name, run=run))
     if len(variants) < 2:
         raise UserError("compare needs two or more variants: several run files, or "
                         "--recompute none,selective:core_attn,full:uniform:1 (any of the policies)")
@@ -92,8 +92,7 @@ def build_variants(args: argparse.Namespace) -> list[Variant]:
     out = []
     for v in variants:  # two run files with the same name stay apart
         seen[v.name] = seen.get(v.name, 0) + 1
-        out.append(v if seen[v.name] == 1 else Variant(name=f"{v.name}#{seen[v.name]}", run=v.run,
-                                                        csv_rows=v.csv_rows))
+        out.append(v if seen[v.name] == 1 else Variant(name=f"{v.name}#{seen[v.name]}", run=v.run))
     return out
 
 

@@ -11,11 +11,11 @@ from timeline.cli.capacity import add_capacity, with_capacity
 from timeline.cli.common import (
     add_max_events,
     add_run_args,
+    check_csv_schedule,
     check_work,
     count,
     gib,
     load,
-    load_csv_rows,
     refuse_step_trace,
     templates,
 )
@@ -127,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
             return result
 
         progress("building the search space", 0, 1)
-        res = fit(spec, templates(),
-                  csv_rows=load_csv_rows(spec), alternatives=args.alternatives, evaluate_fn=evaluate_reporting)
+        check_csv_schedule(spec)
+        res = fit(spec, templates(), alternatives=args.alternatives, evaluate_fn=evaluate_reporting)
         progress("policies simulated", simulated[0], simulated[0])
     if args.json:
         print(json.dumps(fit_dict(res), indent=1))

@@ -17,7 +17,7 @@ from timeline.cli.common import gib
 from timeline.result.queries import worst_device
 from timeline.result.timeline import Timeline
 
-#: the s²-sized tensors eager attention saves (see timeline/graph/ops_layers/attention.py)
+#: the s²-sized tensors eager attention saves (see timeline/graph/families/attention.py)
 S2_TENSOR = re.compile(r"\.core_attn\.(scores|softmax|softmax_cast|dropout\.out|dropout\.mask)$")
 
 

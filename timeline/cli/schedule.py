@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from timeline.cli.common import add_run_args, load, load_csv_rows, write_file_atomically
+from timeline.cli.common import add_run_args, check_csv_schedule, load, write_file_atomically
 from timeline.pipeline import render
 from timeline.sim.plan import run_schedule_of
 from timeline.spec.schedule_rules import kinds_help
@@ -73,7 +73,8 @@ def windows(schedule, total_steps: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     spec = load(args)
-    schedule = run_schedule_of(spec.schedule, spec.parallel, spec.training.num_microbatches, load_csv_rows(spec))
+    check_csv_schedule(spec)
+    schedule = run_schedule_of(spec.schedule, spec.parallel, spec.training.num_microbatches, spec.csv_rows)
     if args.csv:
         from timeline.io.csv_schedule import write_csv
         text = write_csv(schedule)

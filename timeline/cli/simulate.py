@@ -11,13 +11,13 @@ from timeline.cli.capacity import add_capacity, with_capacity
 from timeline.cli.common import (
     add_max_events,
     add_run_args,
+    check_csv_schedule,
     check_output_dir,
     check_work,
     count,
     exporter_writer,
     gib,
     load,
-    load_csv_rows,
     templates,
     write_dir_atomically,
 )
@@ -176,9 +176,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else default_output(spec.name)
     check_output_dir(out, args.force)
     check_work(spec, args.max_events, formats, out)
-    csv_rows = load_csv_rows(spec)
+    check_csv_schedule(spec)
     with progress_reporter("simulate", not args.no_progress) as progress:
-        tl = build_timeline(spec, templates(), csv_rows=csv_rows, progress=progress)
+        tl = build_timeline(spec, templates(), progress=progress)
         progress("writing", 0, len(formats))
         write_outputs(tl, out, formats, args.force, {"gzip": args.gzip, "max_samples": args.max_samples,
                                                      "max_entries": args.snapshot_entries})

@@ -10,7 +10,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from timeline.cli.common import add_max_events, add_run_args, gib, load, load_csv_rows, templates
+from timeline.cli.common import add_max_events, add_run_args, check_csv_schedule, gib, load, templates
 from timeline.cli.tables import Column, View, add_wide, table_console
 from timeline.compare.variants import recompute_name
 from timeline.errors import UserError
@@ -50,7 +50,8 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 
 def activations(spec: RunSpec, devices: list[StaticDevice]) -> list[DeviceActivations]:
     """Per device, the activations one micro-batch's forward keeps."""
-    return [device_activations(spec, d.stages, d.pp_rank) for d in devices]
+    template_fn = templates()
+    return [device_activations([template_fn(spec, c, pp_rank=d.pp_rank) for c in d.stages]) for d in devices]
 
 
 def tensors_json(a: DeviceActivations) -> list[dict]:
@@ -145,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
     if est.ops_per_microbatch > args.max_events:
         raise UserError(f"this model has about {est.ops_per_microbatch:,} ops per micro-batch, over --max-events "
                         f"{args.max_events:,}; lower model.num_hidden_layers or raise --max-events")
-    rows = load_csv_rows(spec)  # a CSV schedule's rows decide which chunks each rank holds
+    check_csv_schedule(spec)
+    rows = spec.csv_rows  # a CSV schedule's rows decide which chunks each rank holds
     placed = None if rows is None else run_schedule_of(spec.schedule, spec.parallel, spec.training.num_microbatches,
                                                        rows).stages_of_rank
     devices = static_devices(spec, placed)

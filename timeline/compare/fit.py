@@ -97,8 +97,8 @@ class FitResult:
 class Statics:
     """Static per-rank numbers of any policy on one run (templates only, cached)."""
 
-    def __init__(self, run: RunSpec, template_fn: TemplateFn, csv_rows=None) -> None:
-        pipe = plan_pipeline(run, csv_rows)  # the simulation's own plan stage: schedule, holders, cost
+    def __init__(self, run: RunSpec, template_fn: TemplateFn) -> None:
+        pipe = plan_pipeline(run)  # the simulation's own plan stage: schedule, holders, cost
         self.run, self.template_fn, self.cost = run, template_fn, pipe.cost
         sched = pipe.schedule
         self.holders = pipe.holders
@@ -106,7 +106,7 @@ class Statics:
         for r, row in enumerate(sched.actions):
             for a in row:
                 self.counts[r][(a.stage, a.kind)] += 1
-        ranges = chunk_layers(run)
+        ranges = chunk_layers(run.parallel, run.model.num_hidden_layers)
         self.stages = sched.stages_of_rank
         self.layers = tuple(max(len(ranges[c]) for c in st) for st in self.stages)
         # chunks whose templates match up to layer names under none/selective share one build
@@ -193,13 +193,13 @@ def selective_space(st: Statics, none: Candidate) -> tuple[list[Candidate], int]
     return kept, len(cands) - len(kept)
 
 
-def fit(run: RunSpec, template_fn: TemplateFn, *, capacity_gib: float | None = None, csv_rows=None,
+def fit(run: RunSpec, template_fn: TemplateFn, *, capacity_gib: float | None = None,
         alternatives: int = 3, max_simulations: int = 24,
         evaluate_fn: Callable[[Variant, TemplateFn], VariantResult] = evaluate) -> FitResult:
     """The cheapest fitting policy, up to ``alternatives`` runner-ups, and every candidate's fate."""
     if capacity_gib is not None:
         run = replace(run, hardware=replace(run.hardware, capacity_gib=capacity_gib))
-    st = Statics(run, template_fn, csv_rows)
+    st = Statics(run, template_fn)
     cap = run.hardware.capacity_bytes
     none = st.candidate(RecomputeSpec(policy="none"))
     selective, pruned = selective_space(st, none)
@@ -214,8 +214,7 @@ def fit(run: RunSpec, template_fn: TemplateFn, *, capacity_gib: float | None = N
 
     def simulate(c: Candidate) -> Outcome:
         if c.name not in sims:
-            sims[c.name] = evaluate_fn(Variant(name=c.name, run=with_recompute(run, c.spec), csv_rows=csv_rows),
-                                       template_fn)
+            sims[c.name] = evaluate_fn(Variant(name=c.name, run=with_recompute(run, c.spec)), template_fn)
         res = sims[c.name]
         if res.fits:
             return Outcome(candidate=c, result=res, status="fits")

@@ -50,7 +50,7 @@ def evaluate(variant: Variant, template_fn: TemplateFn,
     """Simulate one variant and reduce it to its metrics (picklable, for worker processes);
     ``on_timeline(tl, variant)`` (picklable too) sees the whole Timeline first, in the worker —
     e.g. to write the variant's own files without sending the Timeline back."""
-    tl = build_timeline(variant.run, template_fn, csv_rows=variant.csv_rows)
+    tl = build_timeline(variant.run, template_fn)
     if on_timeline is not None:
         on_timeline(tl, variant)
     devices = device_metrics(tl)

@@ -22,11 +22,10 @@ _SPLIT = re.compile(r",(?=\s*[A-Za-z])")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Variant:
-    """One job to simulate: a display name, its run, and its CSV schedule rows if any."""
+    """One job to simulate: a display name and its run (which carries its CSV schedule rows, if any)."""
 
     name: str
     run: RunSpec
-    csv_rows: tuple[tuple[str, ...], ...] | None = None
 
 
 def recompute_name(spec: RecomputeSpec) -> str:
@@ -58,11 +57,10 @@ def with_recompute(run: RunSpec, spec: RecomputeSpec, *, context: str | None = N
     return out
 
 
-def policy_variants(run: RunSpec, texts: Sequence[str], *, prefix: str = "",
-                    csv_rows: tuple[tuple[str, ...], ...] | None = None) -> list[Variant]:
+def policy_variants(run: RunSpec, texts: Sequence[str], *, prefix: str = "") -> list[Variant]:
     """One variant of ``run`` per policy in ``texts`` (grammar), named by its policy."""
     out = []
     for text in split_policies(texts):
         spec = parse_recompute(text)
-        out.append(Variant(name=prefix + recompute_name(spec), run=with_recompute(run, spec), csv_rows=csv_rows))
+        out.append(Variant(name=prefix + recompute_name(spec), run=with_recompute(run, spec)))
     return out

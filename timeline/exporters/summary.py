@@ -41,6 +41,7 @@ def resolved_run(tl: Timeline) -> dict[str, Any]:
     out = dataclasses.asdict(run)
     out.pop("source", None)  # an absolute path would make outputs differ between checkouts
     out.pop("notes", None)  # how the inputs were read: printed once, not part of the result
+    out.pop("csv_rows", None)  # the rows of ``schedule.csv``, which names them
     rc = out["recompute"]
     out["recompute"] = {k: rc[k] for k in RECOMPUTE_FIELDS[run.recompute.policy]}
     return out

@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from timeline.graph.ops import SavedTensor
-from timeline.graph.template import chunk_template
-from timeline.spec.run import RunSpec
+from timeline.graph.ops import ChunkTemplate, SavedTensor
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,11 +20,11 @@ class DeviceActivations:
     saved: tuple[SavedTensor, ...]
 
 
-def device_activations(run: RunSpec, stages: Sequence[int], pp_rank: int) -> DeviceActivations:
+def device_activations(templates: Sequence[ChunkTemplate]) -> DeviceActivations:
+    """The activations of a device running ``templates`` (one per chunk it holds)."""
     per_layer: dict[int, int] = {}
     saved: list[SavedTensor] = []
-    for chunk in stages:
-        t = chunk_template(run, chunk, pp_rank=pp_rank)
+    for t in templates:
         for layer, n in t.layer_activation_bytes.items():
             per_layer[layer] = per_layer.get(layer, 0) + n
         saved += t.saved

@@ -9,21 +9,16 @@ schedule's business.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import networkx as nx
 
 from timeline.graph.context import BuildCtx
-from timeline.graph.layers.attention import attention_params
-from timeline.graph.layers.embedding import embedding_params
-from timeline.graph.layers.head import final_norm_params, head_params
-from timeline.graph.layers.mla import mla_params
-from timeline.graph.layers.mlp import mlp_params
-from timeline.graph.layers.moe import moe_params
-from timeline.graph.layers.mtp import mtp_embedding_params, mtp_params
-from timeline.graph.layers.norm import norm_params
+from timeline.graph.families import attention, embedding, head, mla, mlp, mtp, norm
+from timeline.graph.families import moe as moe_block
 from timeline.graph.tensors import TensorDef
-from timeline.spec.run import RunSpec
+from timeline.spec.run import ParallelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,11 +29,11 @@ class Node:
     params: tuple[TensorDef, ...]
 
 
-def chunk_layers(run: RunSpec) -> list[range]:
-    """Global decoder-layer indices of each virtual stage, from ``layout`` or an even split."""
-    chunks = run.parallel.pp * run.parallel.vpp
-    layers = run.model.num_hidden_layers
-    layout = run.parallel.layout or (layers // chunks,) * chunks
+def chunk_layers(parallel: ParallelSpec, num_layers: int) -> list[range]:
+    """Global decoder-layer indices of each virtual stage (of ``pp·vpp``) of a model with ``num_layers``
+    decoder layers, from ``layout`` or an even split."""
+    chunks = parallel.pp * parallel.vpp
+    layout = parallel.layout or (num_layers // chunks,) * chunks
     out, start = [], 0
     for n in layout:
         out.append(range(start, start + n))
@@ -48,15 +43,15 @@ def chunk_layers(run: RunSpec) -> list[range]:
 
 def decoder_layer(ctx: BuildCtx, layer: int, prefix: str, *, moe: bool) -> list[Node]:
     m = ctx.model
-    attn = mla_params(ctx, f"{prefix}.self_attn") if m.is_mla else attention_params(ctx, f"{prefix}.self_attn")
-    ffn = moe_params(ctx, f"{prefix}.mlp") if moe else \
-        mlp_params(ctx, f"{prefix}.mlp", m.intermediate_size, split=ctx.tp)
+    attn = mla.params(ctx, f"{prefix}.self_attn") if m.is_mla else attention.params(ctx, f"{prefix}.self_attn")
+    ffn = moe_block.params(ctx, f"{prefix}.mlp") if moe else \
+        mlp.params(ctx, f"{prefix}.mlp", m.intermediate_size, split=ctx.tp)
     return [
-        Node(f"{prefix}.input_layernorm", "norm", layer, tuple(norm_params(ctx, f"{prefix}.input_layernorm",
+        Node(f"{prefix}.input_layernorm", "norm", layer, tuple(norm.params(ctx, f"{prefix}.input_layernorm",
                                                                             m.hidden_size))),
         Node(f"{prefix}.self_attn", "mla" if m.is_mla else "mha", layer, tuple(attn)),
         Node(f"{prefix}.post_attention_layernorm", "norm", layer,
-             tuple(norm_params(ctx, f"{prefix}.post_attention_layernorm", m.hidden_size))),
+             tuple(norm.params(ctx, f"{prefix}.post_attention_layernorm", m.hidden_size))),
         Node(f"{prefix}.mlp", "moe" if moe else "mlp", layer, tuple(ffn)),
     ]
 
@@ -67,34 +62,29 @@ def chunk_nodes(ctx: BuildCtx, ranges: list[range], chunk: int) -> list[Node]:
     m = ctx.model
     nodes: list[Node] = []
     if chunk == 0:
-        nodes.append(Node("embedding", "embedding", None, tuple(embedding_params(ctx))))
+        nodes.append(Node("embedding", "embedding", None, tuple(embedding.params(ctx))))
     for i in ranges[chunk]:
         nodes += decoder_layer(ctx, i, f"layers.{i}", moe=m.is_moe_layer(i))
     if chunk == last:
-        fn = final_norm_params(ctx)
+        fn = head.final_norm_params(ctx)
         if fn:
             nodes.append(Node("final_norm", "norm", None, tuple(fn)))
-        nodes.append(Node("output_layer", "head", None, tuple(head_params(ctx, shares_embedding=last == 0))))
+        nodes.append(Node("output_layer", "head", None, tuple(head.params(ctx, shares_embedding=last == 0))))
         if m.mtp_layers and ctx.profile.mtp_modules and ctx.profile.mtp_embedding and last != 0:
-            nodes.append(Node("mtp.embedding", "embedding", None, tuple(mtp_embedding_params(ctx))))
+            nodes.append(Node("mtp.embedding", "embedding", None, tuple(mtp.embedding_params(ctx))))
         for k in range(m.mtp_layers if ctx.profile.mtp_modules else 0):
             layer = m.num_hidden_layers + k
             inner = decoder_layer(ctx, layer, f"mtp.{k}.layer", moe=m.is_moe_layer(layer))
-            params = mtp_params(ctx, k, [t for n in inner for t in n.params])
+            params = mtp.params(ctx, k, [t for n in inner for t in n.params])
             nodes.append(Node(f"mtp.{k}", "mtp", layer, tuple(params)))
     return nodes
 
 
-def build_chunk_graph(ctx: BuildCtx, run: RunSpec, chunk: int) -> nx.DiGraph:
-    """The operator graph of one virtual stage: module nodes joined in dataflow order."""
+def build_chunk_graph(nodes: Sequence[Node], chunk: int) -> nx.DiGraph:
+    """The operator graph of virtual stage ``chunk``: its module ``nodes`` (a model source's) joined in
+    dataflow order."""
     g = nx.DiGraph(chunk=chunk)
     prev = None
-    if run.trace is not None:  # a captured model: its parameters come from the capture
-        from timeline.graph.trace_params import trace_nodes
-
-        nodes = trace_nodes(run, chunk, chunk_layers(run))
-    else:
-        nodes = chunk_nodes(ctx, chunk_layers(run), chunk)
     for node in nodes:
         g.add_node(node.name, kind=node.kind, layer=node.layer, params=node.params)
         if prev is not None:

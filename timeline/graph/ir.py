@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from timeline.graph.context import BuildCtx
 from timeline.graph.tensors import Category, TensorDef
-from timeline.spec.run import RunSpec
+from timeline.spec.run import ParallelSpec, TrainingSpec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +48,12 @@ class Dims:
     def t_sp(self) -> int:
         return self.t_full // self.tp if self.sp else self.t_full
 
+    @classmethod
+    def of(cls, parallel: ParallelSpec, training: TrainingSpec) -> Dims:
+        """The token counts of a run with these parallel and training sections."""
+        return cls(b=training.micro_batch_size, s=training.seq_len, tp=parallel.tp, cp=parallel.cp,
+                   sp=parallel.sp and parallel.tp > 1, ep=parallel.ep, etp=parallel.etp, dtype=training.dtype)
+
 
 @dataclass(slots=True, kw_only=True)
 class FOp:
@@ -72,16 +78,15 @@ class Builder:
     """Collects one chunk's forward ops; layer builders call :meth:`tensor` and :meth:`op`, and read
     the chunk's parameters (``params``: every parameter TensorDef the chunk's graph holds)."""
 
-    def __init__(self, run: RunSpec, ctx: BuildCtx, params: Iterable[TensorDef]) -> None:
-        p, tr = run.parallel, run.training
-        self.run = run
-        self.model = run.model
+    def __init__(self, ctx: BuildCtx, dims: Dims, training: TrainingSpec, params: Iterable[TensorDef]) -> None:
+        #: the run's training section (MoE routing: ``routing``, ``capacity_factor``, …)
+        self.training = training
+        self.model = ctx.model
         self.ctx = ctx
         self.table = ctx.table
         #: the chunk's parameter TensorDefs by name (``layers.3.mlp.down_proj.weight``)
         self.params: dict[str, TensorDef] = {t.name: t for t in params}
-        self.dims = Dims(b=tr.micro_batch_size, s=tr.seq_len, tp=p.tp, cp=p.cp, sp=run.sp_enabled, ep=p.ep,
-                         etp=p.etp, dtype=tr.dtype)
+        self.dims = dims
         self.ops: list[FOp] = []
         self._names: set[str] = set()
         #: tensors built once per chunk and read by every layer (HF RoPE ``cos``/``sin``)

@@ -1,7 +1,7 @@
 """Parameter rules: how a framework lays out parameters and manages their state (DESIGN §5).
 
 A :class:`Profile` is a table of rules, each naming its source, consulted by the parameter
-builders (``timeline.graph.layers``) and the static-memory pass — never ``if profile == ...``
+builders (``timeline.graph.families``) and the static-memory pass — never ``if profile == ...``
 scattered through the layers. The op builders read the resulting widths off the parameter
 TensorDefs, not off these rules. A framework's saved-tensor rules are in
 :mod:`timeline.graph.saved`; :mod:`timeline.graph.framework` joins the two, and each fact lives

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from timeline.graph.build import chunk_nodes
 from timeline.graph.context import BuildCtx
+from timeline.graph.source import model_source
 from timeline.graph.tensors import DTYPE_BYTES, TensorDef
 from timeline.spec.run import ParallelSpec, RunSpec, TrainingSpec
 
@@ -69,10 +69,4 @@ def state_bytes(run: RunSpec, tensors: Sequence[TensorDef], *, dense_rank: int =
 
 def model_total_params(run: RunSpec) -> int:
     """Trainable parameters of the unsharded model, counted as the profile counts them."""
-    if run.trace is not None:
-        from timeline.graph.trace_params import trace_total_params
-
-        return trace_total_params(run)
-    ctx = BuildCtx.from_run(run).unsharded()
-    nodes = chunk_nodes(ctx, [range(run.model.num_hidden_layers)], 0)
-    return sum(t.numel for n in nodes for t in n.params if t.trainable)
+    return model_source(run).total_params()

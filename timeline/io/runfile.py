@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from timeline.errors import SpecError, UserError
+from timeline.io.csv_schedule import read_csv
 from timeline.io.hf_config import NO_EXPLICIT_ZERO, read_hf_config
 from timeline.io.text import read_user_text
 from timeline.io.trace_file import read_trace, trace_model, trace_problems
@@ -232,4 +233,7 @@ def run_from_data(data: dict[str, Any], path: Path, overrides: Sequence[str] | M
     problems = validate_run(run) + trace_problems(run, str(data["model"]["trace"]) if traces else "")
     if problems:
         raise SpecError(problems, source)
+    if run.schedule.kind == "csv" and run.schedule.csv:  # a relative path is relative to the run file's folder
+        rows = read_csv((base / run.schedule.csv).resolve())
+        run = dataclasses.replace(run, csv_rows=tuple(tuple(row) for row in rows))
     return run

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from timeline.graph.build import build_chunk_graph, chunk_layers, graph_params
-from timeline.graph.context import BuildCtx
+from timeline.graph.source import model_source
 from timeline.graph.static import state_bytes
 from timeline.graph.tensors import MODULES, TensorDef
 from timeline.pipeline.placement import stage_placement
@@ -46,8 +46,8 @@ class StaticDevice:
 def chunk_params(run: RunSpec, chunks: Iterable[int]) -> dict[int, list[TensorDef]]:
     """Each chunk's parameter TensorDefs, read off its graph once (a chunk DualPipe places on two
     ranks is built once)."""
-    ctx = BuildCtx.from_run(run)
-    return {c: graph_params(build_chunk_graph(ctx, run, c)) for c in dict.fromkeys(chunks)}
+    source = model_source(run)
+    return {c: graph_params(build_chunk_graph(source.nodes(c), c)) for c in dict.fromkeys(chunks)}
 
 
 def device_tensors(run: RunSpec, pp_rank: int) -> tuple[tuple[int, ...], list[TensorDef]]:
@@ -61,7 +61,7 @@ def static_devices(run: RunSpec, stages_of_rank: Sequence[Sequence[int]] | None 
     """Each pipeline rank's representative device with its static state; ``stages_of_rank`` (a
     schedule's, e.g. a CSV schedule's own) defaults to the kind's placement."""
     par = run.parallel
-    ranges = chunk_layers(run)
+    ranges = chunk_layers(run.parallel, run.model.num_hidden_layers)
     stride = par.tp * par.cp * par.dp
     placed = stages_of_rank if stages_of_rank is not None else stage_placement(run.schedule.kind, par.pp, par.vpp)
     params = chunk_params(run, (c for st in placed for c in st))

@@ -117,7 +117,7 @@ def probe_stats(probe: RunSpec, kinds: tuple[tuple[int, str], ...], zero_acts: b
     ctx = BuildCtx.from_run(probe)
     rule = ctx.profile.expert_state_group
     params: dict[str, list[int]] = {}
-    for node in chunk_nodes(ctx, chunk_layers(probe), 0):
+    for node in chunk_nodes(ctx, chunk_layers(probe.parallel, probe.model.num_hidden_layers), 0):
         pg = group(node.layer) if node.layer is not None else None
         pg = pg or ("embedding" if node.name == "embedding" else "head")
         if pg == "mtp":
@@ -220,7 +220,7 @@ def bound(run: RunSpec) -> Bound:
     rc = run.recompute
     zero_acts = rc.policy == "full" and not (rc.method == "uniform" and rc.num_layers == 1)
     st = probe_stats(probe, tuple(sorted(kind.items())), zero_acts)
-    ranges = chunk_layers(run)
+    ranges = chunk_layers(run.parallel, run.model.num_hidden_layers)
     last = len(ranges) - 1
     (vectors, counts), overlapped = schedule_profile(run.schedule.kind, par.pp, par.vpp, tr.num_microbatches,
                                                      run.schedule.microbatch_group_size)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from timeline.graph.ops import ChunkTemplate
 from timeline.result.timeline import DeviceMemory, Timeline
@@ -14,13 +14,13 @@ Progress = Callable[[str, int, int], None]
 
 
 def build_timeline(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
-                   csv_rows: Sequence[Sequence[str]] | None = None, progress: Progress | None = None) -> Timeline:
+                   progress: Progress | None = None) -> Timeline:
     if run.trace is not None and run.trace.is_step:
         from timeline.sim.step_sim import simulate_steps
 
         sim = simulate_steps(run)
     else:
-        sim = simulate(run, template_fn, csv_rows=csv_rows, progress=progress)
+        sim = simulate(run, template_fn, progress=progress)
     memory = []
     for d, ev in enumerate(sim.events):
         if progress:

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from timeline.graph.analytic import forward_ops
 from timeline.graph.build import chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
 from timeline.graph.framework import framework
 from timeline.graph.ir import FOp
-from timeline.graph.template import forward_ops
 from timeline.graph.tensors import TensorDef
 from timeline.spec.run import RecomputeSpec, RunSpec, ScheduleSpec, TrainingSpec
 from timeline.spec.serving import ServeRunSpec
@@ -69,7 +69,7 @@ def device_params(run: ServeRunSpec, stage: int = 0) -> list[TensorDef]:
     quantization)."""
     g = graph_run(run, 1)
     # Hugging Face keeps the vocabulary as the config gives it
-    nodes = chunk_nodes(build_ctx(g, 1 if run.serving.engine == "hf" else VOCAB_PADDING), chunk_layers(g), stage)
+    nodes = chunk_nodes(build_ctx(g, 1 if run.serving.engine == "hf" else VOCAB_PADDING), chunk_layers(g.parallel, g.model.num_hidden_layers), stage)
     # vLLM loads no MTP module for plain decoding (it is a separate draft model)
     return [t for n in nodes if not n.name.startswith("mtp") for t in n.params]
 

@@ -111,7 +111,8 @@ def estimate_work(run: RunSpec, template_fn: Callable[..., ChunkTemplate]) -> Wo
     if run.trace is not None:
         from timeline.graph.build import chunk_layers
 
-        templates = {c: template_fn(run, c) for c in range(len(chunk_layers(run)))}
+        chunks = len(chunk_layers(run.parallel, run.model.num_hidden_layers))
+        templates = {c: template_fn(run, c) for c in range(chunks)}
         events, ops = _counts(templates, run)
         per_mb_events, per_mb_ops = sum(events.values()), sum(ops.values())
     else:

@@ -69,9 +69,9 @@ class PipelinePlan:
     cost: CostModel
 
 
-def plan_pipeline(run: RunSpec, csv_rows: Sequence[Sequence[str]] | None = None) -> PipelinePlan:
-    """The schedule of ``run`` (``csv_rows``: a CSV schedule's rows), its chunk holders and cost model."""
-    schedule = run_schedule_of(run.schedule, run.parallel, run.training.num_microbatches, csv_rows)
+def plan_pipeline(run: RunSpec) -> PipelinePlan:
+    """The schedule of ``run`` (a CSV schedule's rows ride on the run), its chunk holders and cost model."""
+    schedule = run_schedule_of(run.schedule, run.parallel, run.training.num_microbatches, run.csv_rows)
     return PipelinePlan(schedule=schedule, holders=chunk_holders(schedule.stages_of_rank),
                         cost=CostModel.of(run.hardware, run.parallel))
 
@@ -99,11 +99,10 @@ class SimPlan:
         return device_index % len(self.loads)
 
 
-def plan(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
-         csv_rows: Sequence[Sequence[str]] | None = None) -> SimPlan:
+def plan(run: RunSpec, template_fn: Callable[..., ChunkTemplate]) -> SimPlan:
     """The plan of ``run``: schedule, devices, compiled templates per EP load, fixed durations."""
     par, tr = run.parallel, run.training
-    pipe = plan_pipeline(run, csv_rows)
+    pipe = plan_pipeline(run)
     schedule, cost, holder = pipe.schedule, pipe.cost, pipe.holders
     loads = ep_loads(par, tr, run.model.is_moe)
     templates, compiled = [], []

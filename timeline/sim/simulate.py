@@ -14,7 +14,7 @@ its allocator model; :func:`timeline.result.build.build_timeline` calls it. The 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from timeline.graph.ops import ChunkTemplate
 from timeline.graph.tensors import CATEGORIES
@@ -30,10 +30,9 @@ __all__ = ["CATEGORIES", "PHASES", "DeviceEvents", "DeviceOps", "SimOutput", "ex
 
 
 def simulate(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
-             csv_rows: Sequence[Sequence[str]] | None = None,
              progress: Callable[[str, int, int], None] | None = None) -> SimOutput:
     """Run the schedule of ``run`` and return every device's events (allocator not yet applied)."""
-    p = plan(run, template_fn, csv_rows=csv_rows)
+    p = plan(run, template_fn)
     return expand_plan(p, time_plan(p, run.training.warmup_iterations), progress=progress)
 
 

@@ -3,7 +3,7 @@ device, every captured storage through the allocator in captured order.
 
 Nothing is invented: weights, gradients, moments and every optimizer temporary are the
 captured storages, one tensor each, born and freed where the user's script made and dropped
-them (:mod:`timeline.graph.trace_steps`). Each phase run (init, forward, backward, optimizer
+them (:mod:`timeline.graph.trace.steps`). Each phase run (init, forward, backward, optimizer
 step) is a span; ops take the roofline time of their FLOPs and bytes. Warm-up iterations run
 first, so the state and the allocator's cache they leave behind shape the reported ones; the
 reported peaks start where the first reported iteration starts (``SimOutput.report_start_us``).
@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from timeline.graph.tensors import MODULES
-from timeline.graph.trace_params import module_tag
-from timeline.graph.trace_steps import carry_map, iteration_runs
+from timeline.graph.trace.params import module_tag
+from timeline.graph.trace.steps import carry_map, iteration_runs
 from timeline.pipeline.actions import Schedule
 from timeline.placement.devices import StaticDevice
 from timeline.sim.compiled import CompiledPhase, compile_phase

@@ -135,6 +135,9 @@ class RunSpec:
     #: the captured op trace when ``model_source`` is "trace:PATH" (kept out of equality and hashing:
     #: the path in ``model_source`` names it)
     trace: CapturedTrace | None = field(default=None, compare=False, repr=False)
+    #: the cells of each rank of the CSV schedule when ``schedule.kind`` is "csv", as ``io`` read them
+    #: from ``schedule.csv`` (kept out of equality and hashing, like the trace: the path names them)
+    csv_rows: tuple[tuple[str, ...], ...] | None = field(default=None, compare=False, repr=False)
     #: one-line notes for the user about how the inputs were read (e.g. a config's family read
     #: from its ``architectures``); printed by the CLI, never part of any output
     notes: tuple[str, ...] = field(default=(), compare=False, repr=False)

@@ -8,7 +8,7 @@ recorded with the storages that cross their boundary (hidden state in and out, a
 gradients), which is what lets the lowering repeat a captured layer.
 
 This module holds data only: no torch, no file I/O (``timeline.io.trace_file`` reads and writes
-it; ``timeline.capture`` records it; ``timeline.graph.trace_lowering`` turns it into templates).
+it; ``timeline.capture`` records it; ``timeline.graph.trace.lowering`` turns it into templates).
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ RULES: dict[str, SaveRule] = {
                            source="integrations/sdpa_attention.py (enable_gqa when use_gqa_in_sdpa); "
                                   "ScaledDotProduct{Flash,Efficient}AttentionBackward0 save q, k, v, output, "
                                   "logsumexp, philox rng state"),
-    # GPT-OSS eager attention with sinks (ops_layers/sinks.py); torch.matmul on 4-D tensors is bmm on views
+    # GPT-OSS eager attention with sinks (graph/families/sinks.py); torch.matmul on 4-D tensors is bmm on views
     "attn_scores": SaveRule(saves=("in:q", "in:k"),
                             source=f"{GPT_OSS} eager_attention_forward: torch.matmul(query, key_states.transpose(2, "
                                    "3)) — BmmBackward0 saves the RoPE'd query and the repeat_kv'd key"),

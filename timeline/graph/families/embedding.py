@@ -1,15 +1,30 @@
-"""Embedding ops: vocabulary-parallel lookup whose partial rows are reduce-scattered (SP) or
+"""Token (and learned position) embeddings; vocabulary-parallel over TP (Megatron
+``VocabParallelEmbedding``); position embeddings are replicated.
+
+Forward ops (:func:`forward`): a vocabulary-parallel lookup whose partial rows are reduce-scattered (SP) or
 all-reduced (TP), then the embedding dropout where the profile has dropout. Token ids are not
-modelled as tensors (int64, ``b·s`` — a few KB)."""
+modelled as tensors (int64, ``b·s`` — a few KB).
+"""
 
 from __future__ import annotations
 
+from timeline.graph.context import BuildCtx
+from timeline.graph.families.common import dropout
 from timeline.graph.ir import Builder
-from timeline.graph.ops_layers.common import dropout
-from timeline.graph.tensors import TensorDef
+from timeline.graph.tensors import TensorDef, param
 
 
-def embedding(b: Builder, prefix: str, layer: int | None) -> TensorDef:
+def params(ctx: BuildCtx, prefix: str = "embedding", module: str = "embedding") -> list[TensorDef]:
+    m = ctx.model
+    out = [param(f"{prefix}.word_embeddings.weight", (ctx.padded_vocab, m.hidden_size), module=module,
+                 dtype=ctx.dtype, split=ctx.tp, dim=0)]
+    if m.position_embedding == "learned":
+        out.append(param(f"{prefix}.position_embeddings.weight", (m.max_position_embeddings, m.hidden_size),
+                         module=module, dtype=ctx.dtype))
+    return out
+
+
+def forward(b: Builder, prefix: str, layer: int | None) -> TensorDef:
     d, h = b.dims, b.model.hidden_size
     extras = {}
     if b.table.position_ids and b.model.position_embedding == "learned":  # wpe(position_ids): (1, s) int64
@@ -25,3 +40,4 @@ def embedding(b: Builder, prefix: str, layer: int | None) -> TensorDef:
         if d.tp > 1:
             b.op(f"{prefix}.all_reduce", "comm", layer, {"x": out}, {}, kind="collective", stream="tp")
     return dropout(b, f"{prefix}.dropout", out, layer)
+

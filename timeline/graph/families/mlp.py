@@ -1,13 +1,61 @@
-"""Dense MLP ops: norm, fc1 (GeLU, or SwiGLU's fused gate+up), activation, fc2 — the ``mlp``
+"""Dense feed-forward blocks: SwiGLU (gate, up, down) or GPT's GeLU MLP (fc1, fc2 with
+biases). Column-parallel in, row-parallel out over ``split`` ranks (TP, or ETP for experts). GPT-OSS's
+experts carry biases (``expert_linear_bias``): gate and up biases split with their columns, the down
+bias whole on every expert-TP rank (a row-parallel bias is added after the reduction).
+:func:`local_ffn` reads the local FFN width back off the built parameters, for the op builders.
+
+Forward ops (:func:`forward`): norm, fc1 (GeLU, or SwiGLU's fused gate+up), activation, fc2 — the ``mlp``
 recompute module (with the norm when it is fused into fc1, as in Transformer Engine). Under a
-table with ``split_gate_up`` (HF ``LlamaMLP``) SwiGLU's gate and up are two linears, two tensors."""
+table with ``split_gate_up`` (HF ``LlamaMLP``) SwiGLU's gate and up are two linears, two tensors.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from timeline.graph.context import BuildCtx
+from timeline.graph.families import norm
+from timeline.graph.families.common import Tags, column_linear, row_linear
 from timeline.graph.ir import Builder
-from timeline.graph.layers.mlp import mlp_ffn
-from timeline.graph.ops_layers.common import Tags, column_linear, norm, row_linear
-from timeline.graph.tensors import TensorDef
+from timeline.graph.tensors import TensorDef, param
+
+
+def params(ctx: BuildCtx, prefix: str, ffn: int, *, split: int, module: str = "mlp",
+               expert: bool = False, in_moe: bool = False) -> list[TensorDef]:
+    m, dt, h = ctx.model, ctx.dtype, ctx.model.hidden_size
+    kw: dict[str, Any] = {"module": module, "dtype": dt, "expert": expert, "in_moe": in_moe}
+    if m.gated_mlp:
+        out = [
+            param(f"{prefix}.gate_proj.weight", (ffn, h), split=split, **kw),
+            param(f"{prefix}.up_proj.weight", (ffn, h), split=split, **kw),
+            param(f"{prefix}.down_proj.weight", (h, ffn), split=split, dim=1, **kw),
+        ]
+        if expert and m.expert_linear_bias:
+            out += [param(f"{prefix}.gate_proj.bias", (ffn,), split=split, **kw),
+                    param(f"{prefix}.up_proj.bias", (ffn,), split=split, **kw),
+                    param(f"{prefix}.down_proj.bias", (h,), **kw)]
+        return out
+    out = [param(f"{prefix}.fc1.weight", (ffn, h), split=split, **kw),
+           param(f"{prefix}.fc2.weight", (h, ffn), split=split, dim=1, **kw)]
+    if m.linear_bias:
+        out += [param(f"{prefix}.fc1.bias", (ffn,), split=split, **kw),
+                param(f"{prefix}.fc2.bias", (h,), **kw)]
+    return out
+
+
+def down(params: Mapping[str, TensorDef], prefix: str) -> TensorDef | None:
+    """The down projection (``down_proj`` or ``fc2``) of the MLP built under ``prefix``, if any."""
+    return params.get(f"{prefix}.down_proj.weight") or params.get(f"{prefix}.fc2.weight")
+
+
+def local_ffn(params: Mapping[str, TensorDef], prefix: str) -> int:
+    """Local FFN width of the MLP built under ``prefix``: the columns its down projection reads."""
+    w = down(params, prefix)
+    if w is None:
+        raise KeyError(f"no MLP parameters under {prefix!r}")
+    return w.shape[1]
+
 
 MLP: Tags = frozenset({"mlp"})
 
@@ -48,14 +96,14 @@ def activation(b: Builder, name: str, x: TensorDef, layer: int, ffn: int, *, rul
     return y
 
 
-def mlp(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
+def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     """Pre-MLP norm and the dense MLP on the layer's residual stream ``x``."""
     m = b.model
     fused = b.table.fused_norm_linear
-    ln = norm(b, f"{prefix}.post_attention_layernorm", x, layer,
+    ln = norm.forward(b, f"{prefix}.post_attention_layernorm", x, layer,
               tags=MLP if fused else frozenset({"layernorm"}))
     p = f"{prefix}.mlp"
-    ffn = mlp_ffn(b.params, p)
+    ffn = local_ffn(b.params, p)
     if m.gated_mlp and b.table.split_gate_up:
         gate, up = split_gate_up(b, p, ln, ffn, layer, MLP)
         act = activation(b, f"{p}.act", gate, layer, ffn, up=up)
@@ -69,3 +117,4 @@ def split_gate_up(b: Builder, p: str, x: TensorDef, ffn: int, layer: int, tags: 
     """``gate_proj(x)`` and ``up_proj(x)`` as two column-parallel linears (both save ``x``)."""
     return (column_linear(b, f"{p}.gate_proj", x, ffn, layer, tags=tags),
             column_linear(b, f"{p}.up_proj", x, ffn, layer, tags=tags))
+

@@ -1,21 +1,62 @@
-"""Self-attention ops: MHA/GQA (QKV projection, RoPE, core attention, output projection) and the
+"""Multi-head and grouped-query attention (GPT, Llama, Mistral, Qwen).
+
+Q/K/V are column-parallel over TP (heads split), the output projection row-parallel (its
+bias, where present, is replicated — Megatron ``RowParallelLinear``). Qwen3's per-head q/k
+norms are tagged ``norm``. GPT-OSS's learned sinks are one logit per query head, split with the
+heads (HF ``GptOssAttention.sinks``; Megatron-Core's ``softmax_offset`` per local head). :func:`local_heads` reads the local head counts back off the
+built parameters, for the op builders.
+
+Forward ops (:func:`forward`): MHA/GQA (QKV projection, RoPE, core attention, output projection) and the
 core attention shared with MLA — eager (scores, softmax, dropout, attention over V), flash, or
 torch SDPA as CUDA dispatches it (``sdpa``: flash, else memory-efficient), as the profile's table
 says. Context parallelism: each rank holds ``s/cp`` queries and receives the other ranks' K/V
 chunks in a ring (a ``comm`` buffer of two chunks in flight). Under a table with ``rope_cache``
 the RoPE cos/sin are built once per chunk (:func:`rope_cache`) and every RoPE op reads them.
 Learned sinks (GPT-OSS) under a table with ``sink_attention = "eager"`` run
-:func:`~timeline.graph.ops_layers.sinks.eager_sink_attention`; otherwise the sinks live inside the
+:func:`~timeline.graph.families.sinks.eager_sink_attention`; otherwise the sinks live inside the
 table's attention kernel.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from timeline.graph.context import BuildCtx
+from timeline.graph.families import norm
+from timeline.graph.families.common import NONE, Tags, row_linear, sp_gather
+from timeline.graph.families.sinks import eager_sink_attention
 from timeline.graph.ir import Builder
-from timeline.graph.layers.attention import attention_heads
-from timeline.graph.ops_layers.common import NONE, Tags, norm, row_linear, sp_gather
-from timeline.graph.ops_layers.sinks import eager_sink_attention
-from timeline.graph.tensors import TensorDef
+from timeline.graph.tensors import TensorDef, param
+
+
+def params(ctx: BuildCtx, prefix: str, module: str = "attention") -> list[TensorDef]:
+    m, tp, dt = ctx.model, ctx.tp, ctx.dtype
+    hd = m.attn_head_dim
+    q_out, kv_out = m.num_attention_heads * hd, m.kv_heads * hd
+    out = [
+        param(f"{prefix}.q_proj.weight", (q_out, m.hidden_size), module=module, dtype=dt, split=tp),
+        param(f"{prefix}.k_proj.weight", (kv_out, m.hidden_size), module=module, dtype=dt, split=tp),
+        param(f"{prefix}.v_proj.weight", (kv_out, m.hidden_size), module=module, dtype=dt, split=tp),
+        param(f"{prefix}.o_proj.weight", (m.hidden_size, q_out), module=module, dtype=dt, split=tp, dim=1),
+    ]
+    if m.attention_bias or m.linear_bias:
+        out += [param(f"{prefix}.{n}_proj.bias", (w,), module=module, dtype=dt, split=tp)
+                for n, w in (("q", q_out), ("k", kv_out), ("v", kv_out))]
+    if m.linear_bias or m.attention_out_bias:
+        out.append(param(f"{prefix}.o_proj.bias", (m.hidden_size,), module=module, dtype=dt))
+    if m.attention_sinks:
+        out.append(param(f"{prefix}.sinks", (m.num_attention_heads,), module=module, dtype=dt, split=tp))
+    if m.qk_norm:
+        out += norm.params(ctx, f"{prefix}.q_norm", hd, module="norm", kind="rmsnorm")
+        out += norm.params(ctx, f"{prefix}.k_norm", hd, module="norm", kind="rmsnorm")
+    return out
+
+
+def local_heads(params: Mapping[str, TensorDef], prefix: str, head_dim: int) -> tuple[int, int]:
+    """Local (query, key/value) heads of the attention built under ``prefix``, off its q/k projections."""
+    return (params[f"{prefix}.q_proj.weight"].shape[0] // head_dim,
+            params[f"{prefix}.k_proj.weight"].shape[0] // head_dim)
+
 
 CORE: Tags = frozenset({"core_attn"})
 
@@ -120,15 +161,15 @@ def rope_inputs(b: Builder) -> dict[str, TensorDef]:
     return {f"_{k}": b.shared[k] for k in ("cos", "sin") if k in b.shared}
 
 
-def attention(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
+def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     """Input norm + MHA/GQA; ``x`` is the layer input (sequence-parallel rows); returns the
     output projection's result on the same rows (before dropout and the residual)."""
     m = b.model
     p = f"{prefix}.self_attn"
     hd = m.attn_head_dim
-    nq, nkv = attention_heads(b.params, p, hd)
+    nq, nkv = local_heads(b.params, p, hd)
     fused = b.table.fused_norm_linear
-    ln = norm(b, f"{prefix}.input_layernorm", x, layer, tags=NONE if fused else frozenset({"layernorm"}))
+    ln = norm.forward(b, f"{prefix}.input_layernorm", x, layer, tags=NONE if fused else frozenset({"layernorm"}))
     full = sp_gather(b, f"{p}.linear_qkv", ln, layer)
     rows = full.shape[0]
     f = 2.0 * rows * m.hidden_size * (nq + 2 * nkv) * hd
@@ -142,8 +183,8 @@ def attention(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         b.op(f"{p}.linear_qkv", "linear", layer, {"x": full, "_save": ln}, {"q": q, "k": k, "v": v}, flops=f,
              wflops=f)
     if m.qk_norm and b.table.qk_norm:  # Qwen3: q_norm/k_norm over head_dim, per head, before RoPE
-        q = norm(b, f"{p}.q_norm", q, layer, groups=nq)
-        k = norm(b, f"{p}.k_norm", k, layer, groups=nkv)
+        q = norm.forward(b, f"{p}.q_norm", q, layer, groups=nq)
+        k = norm.forward(b, f"{p}.k_norm", k, layer, groups=nkv)
     if m.position_embedding == "rope":
         qr, kr = b.tensor(f"{p}.q_rope", q.shape), b.tensor(f"{p}.k_rope", k.shape)
         b.op(f"{p}.rope", "rope", layer, {"q": q, "k": k, **rope_inputs(b)}, {"q": qr, "k": kr},
@@ -151,3 +192,4 @@ def attention(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         q, k = qr, kr
     ctx = core_attention(b, p, q, k, v, layer, nq, hd, hd)
     return row_linear(b, f"{p}.linear_proj", ctx, m.hidden_size, layer)
+

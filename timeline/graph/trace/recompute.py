@@ -1,6 +1,6 @@
 """Full recompute of a captured trace: which run layers are checkpointed, and the rewritten rows.
 
-The lowering (:mod:`timeline.graph.trace_lowering`) first turns the captured ops of a chunk into
+The lowering (:mod:`timeline.graph.trace.lowering`) first turns the captured ops of a chunk into
 *rows* — one per op, with the storage names it allocates, reads and frees. Under ``[recompute]
 policy = "full"`` this module rewrites them the way ``torch.utils.checkpoint`` (non-reentrant)
 runs a checkpointed group of layers:

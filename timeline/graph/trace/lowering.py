@@ -12,9 +12,9 @@ region on the first chunk and the post region on the last; P2P ops receive the h
 
 Categories follow lifetimes: a forward allocation that lives into the backward is
 ``activations`` (autograd saved it), every other one ``temporary``; full recompute (rewritten by
-:mod:`~timeline.graph.trace_recompute`) adds ``recompute``. Op timing, FLOPs and allocation order
+:mod:`~timeline.graph.trace.recompute`) adds ``recompute``. Op timing, FLOPs and allocation order
 are the capture's. ``backward`` is the captured backward; ``backward_i``/``backward_w`` split it
-into input- and weight-gradient work (:mod:`~timeline.graph.trace_split`). Nothing here imports
+into input- and weight-gradient work (:mod:`~timeline.graph.trace.split`). Nothing here imports
 torch or reads files; the trace rides on ``run.trace``.
 """
 
@@ -26,10 +26,10 @@ from functools import lru_cache
 from timeline.errors import UserError
 from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
 from timeline.graph.tensors import DTYPE_BYTES, Category, TensorDef
-from timeline.graph.trace_recompute import Row, apply_full_recompute, recompute_groups
-from timeline.graph.trace_split import split_frees, weight_grad_ops
-from timeline.spec.run import RunSpec
-from timeline.spec.trace import NO_SELECTIVE, CapturedTrace, TraceOp
+from timeline.graph.trace.recompute import Row, apply_full_recompute, recompute_groups
+from timeline.graph.trace.split import split_frees, weight_grad_ops
+from timeline.spec.run import RecomputeSpec
+from timeline.spec.trace import CapturedTrace, TraceOp
 
 #: torch dtype names → TensorDef dtypes
 DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "int64": "int64", "int32": "int32",
@@ -46,13 +46,13 @@ class Regions:
     pre_b: tuple[TraceOp, ...]
     layer_f: dict[int, tuple[TraceOp, ...]]
     layer_b: dict[int, tuple[TraceOp, ...]]
-    owner: dict[int, object]  # storage → "pre" | "post" | captured layer index
+    owner: dict[int, int | str]  # storage → "pre" | "post" | captured layer index
 
 
 @lru_cache(maxsize=8)
 def regions(trace: CapturedTrace) -> Regions:
-    parts: dict[object, list[TraceOp]] = {}
-    owner: dict[int, object] = {}
+    parts: dict[tuple[str, int | str], list[TraceOp]] = {}
+    owner: dict[int, int | str] = {}
     for phase in ("F", "B"):
         ops = [o for o in trace.ops if o.phase == phase]
         in_layers = [i for i, o in enumerate(ops) if o.layer >= 0]
@@ -62,7 +62,7 @@ def regions(trace: CapturedTrace) -> Regions:
             if o.layer >= 0:
                 current = o.layer
             edge = "pre" if (i < first) == (phase == "F") else "post"
-            key: object = o.layer if o.layer >= 0 else (current if first <= i <= last else edge)
+            key: int | str = o.layer if o.layer >= 0 else (current if first <= i <= last else edge)
             parts.setdefault((phase, key), []).append(o)
             for s in o.allocs:
                 owner[s] = key
@@ -117,7 +117,8 @@ class Namer:
 def _tensor(trace: CapturedTrace, op: TraceOp, s: int, name: str, module: str, cat: Category) -> TensorDef:
     nbytes = trace.storages[s].nbytes
     out = next((t for t in op.outputs if t.storage == s), None)
-    shape, dtype = (nbytes,), "uint8"
+    shape: tuple[int, ...] = (nbytes,)
+    dtype = "uint8"
     if out is not None and out.dtype in DTYPES:
         n = 1
         for d in out.shape:
@@ -134,11 +135,11 @@ def _layer_module(module: str, c: int, k: int) -> str:
 Placed = list[tuple[TraceOp, int | str]]
 
 
-def chunk_op_lists(run: RunSpec, layers: range, first: bool, last: bool) -> tuple[Placed, Placed]:
+def chunk_op_lists(trace: CapturedTrace, num_layers: int, layers: range, first: bool,
+                   last: bool) -> tuple[Placed, Placed]:
     """(forward, backward) captured ops of a chunk, each with the run layer it runs as ("pre"/"post")."""
-    trace = _trace(run)
     r = regions(trace)
-    nm = Namer(trace, run.model.num_hidden_layers)
+    nm = Namer(trace, num_layers)
     fwd: Placed = [(o, "pre") for o in r.pre_f] if first else []
     bwd: Placed = [(o, "post") for o in r.post_b] if last else []
     for k in layers:
@@ -152,25 +153,17 @@ def chunk_op_lists(run: RunSpec, layers: range, first: bool, last: bool) -> tupl
     return fwd, bwd
 
 
-def _trace(run: RunSpec) -> CapturedTrace:
-    if run.trace is None:
-        raise UserError(f"{run.model_source}: the run carries no captured trace")
-    return run.trace
+def trace_chunk_template(trace: CapturedTrace, chunk: int, ranges: list[range], *, num_layers: int,
+                         recompute: RecomputeSpec, pp_rank: int) -> ChunkTemplate:
+    """The forward and backward op templates of virtual stage ``chunk`` (of ``ranges``) for one micro-batch
+    of the traced model with ``num_layers`` decoder layers, under full or no ``recompute``.
 
-
-def trace_chunk_template(run: RunSpec, chunk: int, ranges: list[range], *,
-                         pp_rank: int | None = None) -> ChunkTemplate:
-    """The forward and backward op templates of virtual stage ``chunk`` for one micro-batch.
-
-    ``pp_rank`` (default ``chunk % pp``) picks the entry of a per-rank ``recompute.num_layers``.
+    ``pp_rank`` picks the entry of a per-rank ``recompute.num_layers``.
     """
-    trace = _trace(run)
-    if run.recompute.policy == "selective":  # the run file refuses it; compare/fit variants reach here
-        raise UserError(f"{run.model_source}: {NO_SELECTIVE}")
-    nm = Namer(trace, run.model.num_hidden_layers)
+    nm = Namer(trace, num_layers)
     layers = ranges[chunk]
     first, last = chunk == 0, chunk == len(ranges) - 1
-    fwd, bwd = chunk_op_lists(run, layers, first, last)
+    fwd, bwd = chunk_op_lists(trace, num_layers, layers, first, last)
     recv_in = None if first else nm.name(nm.bound[nm.cap(layers.start)].hidden_in, layers.start)
     recv_grad = None if last else nm.name(nm.bound[nm.cap(layers.stop - 1)].grad_out, layers.stop - 1)
     rename = {x: y for x, y in ((recv_in, f"c{chunk}.recv_input"), (recv_grad, f"c{chunk}.recv_grad")) if x}
@@ -201,10 +194,9 @@ def trace_chunk_template(run: RunSpec, chunk: int, ranges: list[range], *,
     rows += [row("B", o, k) for o, k in bwd]
     rows.append(Row(phase="B", op="send_backward", k="pp", allocs=[], frees=[]))
 
-    rank = chunk % run.parallel.pp if pp_rank is None else pp_rank
     inputs: dict[str, int] = {}
     recomputed: set[str] = set()
-    groups = recompute_groups(run.recompute, layers, rank)
+    groups = recompute_groups(recompute, layers, pp_rank)
     if groups:
         def hidden(k: int, key: str) -> str | None:  # None: not made on the device (a module input)
             b = nm.bound[nm.cap(k)]

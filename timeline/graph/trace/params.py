@@ -14,8 +14,7 @@ import re
 
 from timeline.graph.build import Node
 from timeline.graph.tensors import DTYPE_BYTES, Category, TensorDef
-from timeline.graph.trace_lowering import DTYPES, regions
-from timeline.spec.run import RunSpec
+from timeline.graph.trace.lowering import DTYPES, regions
 from timeline.spec.trace import CapturedTrace, TraceParam
 
 _TAGS = (("embed", "embedding"), ("wte", "embedding"), ("wpe", "embedding"), ("lm_head", "head"),
@@ -51,14 +50,11 @@ def _edge_params(trace: CapturedTrace) -> tuple[set[int], set[int]]:
     return pre, post
 
 
-def trace_nodes(run: RunSpec, chunk: int, ranges: list[range]) -> list[Node]:
-    """Module nodes (one per parameter) of virtual stage ``chunk``."""
-    trace = run.trace
-    assert trace is not None
+def trace_nodes(trace: CapturedTrace, chunk: int, ranges: list[range], dtype: str) -> list[Node]:
+    """Module nodes (one per parameter) of virtual stage ``chunk``; trainable weights count in ``dtype``."""
     cap = len(trace.layers)
     pre, post = _edge_params(trace)
     first, last = chunk == 0, chunk == len(ranges) - 1
-    dtype = run.training.dtype
     nodes: list[Node] = []
     by_layer: dict[int, list[TraceParam]] = {}
     for p in trace.params:
@@ -80,10 +76,8 @@ def trace_nodes(run: RunSpec, chunk: int, ranges: list[range]) -> list[Node]:
     return nodes
 
 
-def trace_total_params(run: RunSpec) -> int:
-    """Trainable parameters of the traced model with ``num_hidden_layers`` layers."""
-    trace = run.trace
-    assert trace is not None
+def trace_total_params(trace: CapturedTrace, num_layers: int) -> int:
+    """Trainable parameters of the traced model with ``num_layers`` decoder layers."""
     cap = len(trace.layers)
     n = 0
     for p in trace.params:
@@ -95,5 +89,5 @@ def trace_total_params(run: RunSpec) -> int:
         if p.layer < 0:
             n += numel
         else:
-            n += numel * (1 if p.layer < cap - 1 else run.model.num_hidden_layers - cap + 1)
+            n += numel * (1 if p.layer < cap - 1 else num_layers - cap + 1)
     return n

@@ -17,6 +17,7 @@ everything else ``temporary``. Every byte is a captured storage's; nothing here 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from timeline.errors import UserError
@@ -137,7 +138,7 @@ def iteration_runs(trace: CapturedTrace, iteration: int, carry: dict[int, int]) 
     return _runs(ops, kinds)
 
 
-def _op(trace: CapturedTrace, o: TraceOp, name) -> Op | None:
+def _op(trace: CapturedTrace, o: TraceOp, name: Callable[[int], str]) -> Op | None:
     allocs = tuple(TensorDef(name=name(s), shape=(trace.storages[s].nbytes,), dtype="uint8",
                              category=_category(trace, s), module=_module(trace, s), storage=name(s))
                    for s in o.allocs if trace.storages[s].nbytes)

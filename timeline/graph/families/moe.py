@@ -1,4 +1,14 @@
-"""Mixture-of-experts ops: router, top-k, permute + all-to-all dispatch, grouped expert GEMMs
+"""Mixture-of-experts block: router, routed experts, shared experts.
+
+Routed experts: ``n_routed_experts / ep`` per rank, each FFN split over ``etp`` (Megatron
+grouped GEMM ``experts``). The router weight is replicated; DeepSeek-V3's score-correction
+bias is an fp32 buffer where the profile holds it; GPT-OSS's router linear has a trainable bias
+(``router_logit_bias``) and its experts biases (:func:`~timeline.graph.families.mlp.params`). Shared experts are one MLP of width
+``n_shared × moe_intermediate`` (or Qwen's ``shared_expert_intermediate_size``), TP-split
+or replicated per the profile. Everything is tagged ``moe``. :func:`local_widths` reads the local
+expert count and widths back off the built parameters, for the op builders.
+
+Forward ops (:func:`forward`): router, top-k, permute + all-to-all dispatch, grouped expert GEMMs
 and activation, combine + unpermute, shared experts (the ``moe`` recompute module).
 
 Token rows (DESIGN §4): each EP rank dispatches its own ``T = b·s/(tp·cp)`` tokens (``b·s/cp``
@@ -19,29 +29,65 @@ offsets, the top-k normalisation) are extras: a table that does not save them ne
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 
+from timeline.graph.context import BuildCtx
+from timeline.graph.families import mlp, norm
+from timeline.graph.families.common import add, all_gather, dropout, linear, row_linear, sp_gather, upcast
+from timeline.graph.families.mlp import activation, split_gate_up
+from timeline.graph.families.router import MOE, router
 from timeline.graph.ir import Builder
-from timeline.graph.layers.moe import moe_local
-from timeline.graph.ops_layers.common import (
-    add,
-    all_gather,
-    dropout,
-    linear,
-    norm,
-    row_linear,
-    sp_gather,
-    upcast,
-)
-from timeline.graph.ops_layers.mlp import activation, split_gate_up
-from timeline.graph.tensors import TensorDef
+from timeline.graph.tensors import TensorDef, param
 
-MOE = frozenset({"moe"})
+
+def params(ctx: BuildCtx, prefix: str, module: str = "moe") -> list[TensorDef]:
+    m, h = ctx.model, ctx.model.hidden_size
+    out = [param(f"{prefix}.gate.weight", (m.n_routed_experts, h), module=module, dtype=ctx.dtype, in_moe=True)]
+    if m.router_logit_bias:
+        out.append(param(f"{prefix}.gate.bias", (m.n_routed_experts,), module=module, dtype=ctx.dtype,
+                         in_moe=True))
+    if m.router_bias and ctx.profile.router_bias:
+        out.append(param(f"{prefix}.gate.e_score_correction_bias", (m.n_routed_experts,), module=module,
+                         dtype="fp32", trainable=False, in_moe=True))
+    local = m.n_routed_experts // ctx.ep
+    for e in range(local):
+        out += mlp.params(ctx, f"{prefix}.experts.{e}", m.moe_intermediate_size, split=ctx.etp,
+                          module=module, expert=True, in_moe=True)
+    if m.shared_ffn:
+        split = ctx.tp if ctx.profile.shared_experts_tp_split else 1
+        out += mlp.params(ctx, f"{prefix}.shared_experts", m.shared_ffn, split=split, module=module, in_moe=True)
+        if m.shared_expert_gate:
+            out.append(param(f"{prefix}.shared_expert_gate.weight", (1, h), module=module, dtype=ctx.dtype,
+                             in_moe=True))
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MoELocal:
+    """What one device holds of an MoE block."""
+
+    experts: int  # routed experts on this EP rank
+    expert_ffn: int  # each routed expert's FFN width after expert-TP
+    shared_ffn: int  # the shared experts' FFN width (after TP, where the profile splits them); 0 if none
+
+
+def local_widths(params: Mapping[str, TensorDef], prefix: str) -> MoELocal:
+    """The local expert count and widths of the MoE block built under ``prefix``."""
+    n = 0
+    while mlp.down(params, f"{prefix}.experts.{n}") is not None:
+        n += 1
+    shared = mlp.down(params, f"{prefix}.shared_experts")
+    return MoELocal(experts=n, expert_ffn=mlp.local_ffn(params, f"{prefix}.experts.0"),
+                    shared_ffn=0 if shared is None else shared.shape[1])
+
+
 SHARED = frozenset({"moe", "shared_experts"})
 
 
 def expert_rows(b: Builder) -> int:
     """Token rows one EP rank's experts receive (before the expert-TP all-gather)."""
-    m, d, tr = b.model, b.dims, b.run.training
+    m, d, tr = b.model, b.dims, b.training
     k = m.num_experts_per_tok
     if b.table.moe_tokens == "paper":
         return d.t_full * k // d.ep
@@ -55,17 +101,16 @@ def expert_rows(b: Builder) -> int:
     return rows
 
 
-def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
+def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     """Pre-MLP norm and the MoE block on the residual stream ``x``; returns the block's output."""
     m, d = b.model, b.dims
     h, k, n = m.hidden_size, m.num_experts_per_tok, m.n_routed_experts
     paper = b.table.moe_tokens == "paper"
-    ln = norm(b, f"{prefix}.pre_mlp_layernorm", x, layer, tags=frozenset({"layernorm"}))
+    ln = norm.forward(b, f"{prefix}.pre_mlp_layernorm", x, layer, tags=frozenset({"layernorm"}))
     p = f"{prefix}.mlp"
-    local = moe_local(b.params, p)
+    local = local_widths(b.params, p)
     src = sp_gather(b, f"{p}.router", ln, layer, tags=MOE) if paper else ln
     t = src.shape[0]
-    score_dtype, idx_dtype = ("bf16", "int16") if paper else ("fp32", "int64")
     softmax = m.model_type in b.table.softmax_router  # Mixtral/Qwen-MoE: softmax(F.linear(x, W), fp32)
     softmax = softmax or m.model_type in b.table.topk_softmax_router  # GPT-OSS: F.linear(x, W, bias)
     if b.table.upcast_fp32 and not softmax:  # F.linear(hidden_states.type(torch.float32), ...)
@@ -73,20 +118,8 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
                         out_name="logits", tags=MOE)
     else:
         logits = linear(b, f"{p}.router", src, n, layer, save=ln, out_name="logits", tags=MOE)
-    if b.table.megatron_moe:
-        probs, idx, pprobs, permuted = _megatron_router(b, p, src, logits, layer)
-    else:
-        probs, idx = _router(b, p, logits, layer, score_dtype, idx_dtype)
-        # dispatch: permute, all-to-all over EP, expert-TP all-gather
-        permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
-        pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), probs.dtype)
-        b.op(f"{p}.dispatch.permute", "permute", layer, {"x": src, "probs": probs, "_idx": idx},
-             {"y": permuted, "probs": pprobs},
-             extras={"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (t * k,), "int64"),
-                     "src_idx": b.tensor(f"{p}.dispatch.src_idx", (t * k,), "int64"),
-                     **({"expert_ids": b.tensor(f"{p}.dispatch.expert_ids", (t * k,), "int64")}
-                        if m.expert_linear_bias else {}),
-                     "offsets": b.tensor(f"{p}.dispatch.offsets", (local.experts,), "int32")}, tags=MOE)
+    # router scores, top-k and the first permutation, as the profile's framework implements them
+    probs, idx, pprobs, permuted = router(b.table.name)(b, p, src, logits, layer, local.experts)
     rows = expert_rows(b)
     tokens, rprobs = permuted, pprobs
     sort = b.table.megatron_moe and local.experts > 1
@@ -155,79 +188,6 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     return routed
 
 
-def _router(b: Builder, p: str, logits: TensorDef, layer: int, score_dtype: str,
-            idx_dtype: str) -> tuple[TensorDef, TensorDef]:
-    """Scores and top-k of a router outside Megatron: (routing weights ``(t, k)``, indices ``(t, k)``).
-
-    A model type in ``topk_softmax_router`` (GPT-OSS ``GptOssTopKRouter``) takes ``torch.topk`` of the
-    logits and a softmax over the k values in the logits' dtype; the others score every expert first
-    (sigmoid or fp32 softmax) and take the top-k of the scores."""
-    m, d = b.model, b.dims
-    t, n, k = logits.shape[0], m.n_routed_experts, m.num_experts_per_tok
-    idx = b.tensor(f"{p}.router.topk_idx", (t, k), idx_dtype)
-    if m.model_type in b.table.topk_softmax_router:
-        top = b.tensor(f"{p}.router.topk_logits", (t, k), logits.dtype)
-        b.op(f"{p}.router.topk", "topk_logits", layer, {"x": logits}, {"y": top, "idx": idx}, flops=float(t * n),
-             tags=MOE)
-        probs = b.tensor(f"{p}.router.scores", (t, k), logits.dtype)  # the routing weights themselves
-        b.op(f"{p}.router.score", "router_softmax", layer, {"x": top}, {"y": probs}, flops=4.0 * t * k, tags=MOE)
-        return probs, idx
-    scores = b.tensor(f"{p}.router.scores", (t, n), score_dtype)
-    softmax = m.model_type in b.table.softmax_router
-    b.op(f"{p}.router.score", "router_softmax" if softmax else "router_score", layer, {"x": logits},
-         {"y": scores}, extras={"scores": b.tensor(f"{p}.router.scores_saved", (t, n), "fp32")},
-         flops=4.0 * t * n, tags=MOE)
-    cast = m.model_type in b.table.unnormalised_topk  # weights cast back to the logits dtype
-    plain = cast and not m.norm_topk_prob  # renormalised top-k keeps its fp32 sum and raw weights
-    probs = b.tensor(f"{p}.router.probs", (t, k), d.dtype if cast else "fp32")
-    norm_extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), "fp32"),
-                   "raw_weights": b.tensor(f"{p}.router.topk_raw_weights", (t, k), "fp32")}
-    b.op(f"{p}.router.topk", "topk_unnormalised" if plain else "topk", layer, {"x": scores},
-         {"probs": probs, "idx": idx}, extras=norm_extras, flops=float(t * n), tags=MOE)
-    return probs, idx
-
-
-def _megatron_router(b: Builder, p: str, src: TensorDef, logits: TensorDef,
-                     layer: int) -> tuple[TensorDef, TensorDef, TensorDef, TensorDef]:
-    """Megatron-Core's TopKRouter and the alltoall dispatcher's first permutation
-    (megatron/core/transformer/moe/moe_utils.py, unfused as the config defaults have it).
-
-    Scores and probabilities are in the logits' dtype (``moe_router_dtype`` unset). Sigmoid scoring
-    (DeepSeek-V3, with its expert bias): ``sigmoid(logits.float())`` keeps its fp32 result,
-    ``gather`` keeps the scores cast back and the int64 indices, the top-k normalisation keeps the
-    gathered scores and their sum. Softmax scoring: ``topk`` on the logits keeps the indices and
-    ``softmax(dtype=fp32)`` of the k values keeps its fp32 result. The probabilities are scattered
-    into a dense ``[tokens, E]`` map; ``permute`` keeps the transposed probs and routing map
-    (``masked_select``) and the int64 ``sorted_indices`` (``index_select``), which ``unpermute``'s
-    ``scatter_add_`` reuses. Returns (probs, indices, permuted probs, permuted tokens)."""
-    m = b.model
-    t, n, k, h = src.shape[0], m.n_routed_experts, m.num_experts_per_tok, m.hidden_size
-    dt = logits.dtype
-    scores = b.tensor(f"{p}.router.scores", (t, n), dt)
-    sigmoid = m.router_bias
-    saved = (t, n) if sigmoid else (t, k)
-    b.op(f"{p}.router.score", "router_score", layer, {"x": logits}, {"y": scores},
-         # sigmoid in fp32 with fp32 logits: its result is ``scores`` itself, which the gather keeps
-         extras={"scores": b.tensor(f"{p}.router.scores_saved", saved, "fp32")} if not sigmoid or dt != "fp32" else {},
-         flops=4.0 * t * n, tags=MOE)
-    probs = b.tensor(f"{p}.router.probs", (t, n), dt)
-    idx = b.tensor(f"{p}.router.topk_idx", (t, k), "int64")
-    extras = {}
-    if sigmoid and k > 1:
-        extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), dt),
-                  "raw_weights": b.tensor(f"{p}.router.topk_raw_weights", (t, k), dt)}
-    b.op(f"{p}.router.topk", "topk" if sigmoid else "topk_softmax", layer, {"x": scores},
-         {"probs": probs, "idx": idx}, extras=extras, flops=float(t * n), tags=MOE)
-    permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
-    pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), dt)
-    b.op(f"{p}.dispatch.permute", "permute", layer, {"x": src, "probs": probs, "_idx": idx},
-         {"y": permuted, "probs": pprobs},
-         extras={"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (t * k,), "int64"),
-                 "probs_t": b.tensor(f"{p}.dispatch.probs_t", (n, t), dt),
-                 "routing_map_t": b.tensor(f"{p}.dispatch.routing_map_t", (n, t), "bool")}, tags=MOE)
-    return probs, idx, pprobs, permuted
-
-
 def shared_experts(b: Builder, p: str, ln: TensorDef, src: TensorDef, layer: int, ffn: int) -> TensorDef:
     """Shared experts of local width ``ffn``: a TP-split MLP on the SP rows ``ln`` (Megatron
     SharedExpertMLP), or, where the profile replicates them (the paper), one MLP with no TP
@@ -247,3 +207,4 @@ def shared_experts(b: Builder, p: str, ln: TensorDef, src: TensorDef, layer: int
     fc1 = linear(b, f"{p}.linear_fc1", full, (2 if m.gated_mlp else 1) * ffn, layer, save=ln, tags=SHARED)
     act = activation(b, f"{p}.act", fc1, layer, ffn, tags=SHARED)
     return row_linear(b, f"{p}.linear_fc2", act, m.hidden_size, layer, tags=SHARED)
+

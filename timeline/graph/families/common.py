@@ -1,4 +1,4 @@
-"""Shared op builders: norms, linears, TP/SP collectives, dropout and residual adds.
+"""Shared op builders of the layer families: linears, TP/SP collectives, dropout and residual adds.
 
 A column-parallel linear under sequence parallelism all-gathers its input (a ``comm`` buffer)
 and saves the local shard (``_save``); a row-parallel linear's output is reduce-scattered (SP)
@@ -16,29 +16,6 @@ NONE: Tags = frozenset()
 
 def rows(t: TensorDef) -> int:
     return t.shape[0]
-
-
-def norm(b: Builder, name: str, x: TensorDef, layer: int | None, *, kind: str | None = None,
-         rule: str | None = None, cols: int | None = None, groups: int = 1, tags: Tags = NONE) -> TensorDef:
-    """RMSNorm / LayerNorm over the last dim; extras rsigma (and mu) in fp32, one per row.
-
-    ``cols`` normalises only the first ``cols`` columns of ``x`` (a split view of a wider tensor,
-    which the norm then keeps alive whole); ``groups`` normalises each row in that many equal parts
-    (a per-head norm: one rsigma per row and head). Under a table with ``upcast_fp32`` (HF's Python
-    RMSNorm) a 16-bit input is first copied to fp32 by its own op, the norm reads the copy, and
-    the 16-bit normalised tensor is an extra (fp32 for the model types in ``normed_fp32``)."""
-    kind = kind or b.model.norm
-    y = b.tensor(f"{name}.out", x.shape if cols is None else (rows(x), cols))
-    extras = {"rsigma": b.tensor(f"{name}.rsigma", (rows(x) * groups,), "fp32")}
-    if kind == "layernorm":
-        extras["mu"] = b.tensor(f"{name}.mu", (rows(x) * groups,), "fp32")
-    elif b.table.upcast_fp32:  # normed: x·rsqrt, cast back before the weight — or after it (GPT-OSS)
-        extras["normed"] = b.tensor(f"{name}.normed", x.shape,
-                                    "fp32" if b.model.model_type in b.table.normed_fp32 else None)
-        x = upcast(b, f"{name}.upcast", x, layer, tags=tags)
-    b.op(name, rule or kind, layer, {"x": x}, {"y": y}, extras=extras, flops=5.0 * y.shape[0] * y.shape[1],
-         tags=tags)
-    return y
 
 
 def upcast(b: Builder, name: str, x: TensorDef, layer: int | None, *, tags: Tags = NONE) -> TensorDef:

@@ -1,4 +1,14 @@
-"""Multi-head latent attention ops (DeepSeek-V2/V3), names as arXiv 2502.07846 Table 2.
+"""Multi-head latent attention (DeepSeek-V2/V3).
+
+Matrices as arXiv 2502.07846 Table 2 names them: W^DQ (q down), W^UQ and W^QR (q up: the
+no-RoPE and RoPE parts), W^DKV and W^KR (kv down, fused in Megatron's
+``linear_kv_down_proj``), W^UK and W^UV (kv up), W^O. The down projections are replicated
+over TP; the up projections and W^O are split by heads. Whether W^QR is split is the
+profile's ``mla_q_rope_tp_split`` rule. The two latent norms are tagged ``norm`` (the paper
+counts them under LN). :func:`local_heads` reads the local head count back off the built
+parameters, for the op builders.
+
+Forward ops (:func:`forward`), names as arXiv 2502.07846 Table 2.
 
 Down projections W^DQ and W^DKV (+W^KR, fused) are replicated over TP; the latent norms, the
 up projections W^UQ/W^QR and W^UK/W^UV, RoPE, core attention and W^O follow. Under the
@@ -14,21 +24,55 @@ before the ``mla_up_proj`` checkpoint, which keeps the gathered copy as its inpu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from timeline.graph.context import BuildCtx
+from timeline.graph.families import norm
+from timeline.graph.families.attention import core_attention, rope_inputs, sdpa_flash
+from timeline.graph.families.common import all_gather, linear, row_linear, sp_gather
 from timeline.graph.ir import Builder
-from timeline.graph.layers.mla import mla_heads
-from timeline.graph.ops_layers.attention import core_attention, rope_inputs, sdpa_flash
-from timeline.graph.ops_layers.common import all_gather, linear, norm, row_linear, sp_gather
-from timeline.graph.tensors import TensorDef
+from timeline.graph.tensors import TensorDef, param
+
+
+def params(ctx: BuildCtx, prefix: str, module: str = "attention") -> list[TensorDef]:
+    m, tp, dt, h = ctx.model, ctx.tp, ctx.dtype, ctx.model.hidden_size
+    nh, d_h, d_hr, d_v = m.num_attention_heads, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
+    qr_split = tp if ctx.profile.mla_q_rope_tp_split else 1
+    out: list[TensorDef] = []
+    if m.q_lora_rank:
+        out.append(param(f"{prefix}.q_a_proj.weight", (m.q_lora_rank, h), module=module, dtype=dt))
+        out += norm.params(ctx, f"{prefix}.q_a_layernorm", m.q_lora_rank, kind="rmsnorm")
+        q_in = m.q_lora_rank
+    else:
+        q_in = h
+    out.append(param(f"{prefix}.q_b_proj.nope.weight", (nh * d_h, q_in), module=module, dtype=dt, split=tp))
+    out.append(param(f"{prefix}.q_b_proj.rope.weight", (nh * d_hr, q_in), module=module, dtype=dt,
+                     split=qr_split))
+    out.append(param(f"{prefix}.kv_a_proj.weight", (m.kv_lora_rank, h), module=module, dtype=dt))
+    out.append(param(f"{prefix}.kv_a_proj.rope.weight", (d_hr, h), module=module, dtype=dt))
+    out += norm.params(ctx, f"{prefix}.kv_a_layernorm", m.kv_lora_rank, kind="rmsnorm")
+    out.append(param(f"{prefix}.kv_b_proj.k.weight", (nh * d_h, m.kv_lora_rank), module=module, dtype=dt,
+                     split=tp))
+    out.append(param(f"{prefix}.kv_b_proj.v.weight", (nh * d_v, m.kv_lora_rank), module=module, dtype=dt,
+                     split=tp))
+    out.append(param(f"{prefix}.o_proj.weight", (h, nh * d_v), module=module, dtype=dt, split=tp, dim=1))
+    return out
+
+
+def local_heads(params: Mapping[str, TensorDef], prefix: str, v_head_dim: int) -> int:
+    """Local heads of the MLA built under ``prefix``, off its (head-split) W^UV."""
+    return params[f"{prefix}.kv_b_proj.v.weight"].shape[0] // v_head_dim
+
 
 UP = frozenset({"mla_up_proj"})
 
 
-def mla(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
+def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     m, d = b.model, b.dims
     p = f"{prefix}.self_attn"
     h, d_h, d_hr, d_v = m.hidden_size, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
-    nh = mla_heads(b.params, p, d_v)
-    ln = norm(b, f"{prefix}.input_layernorm", x, layer, tags=frozenset({"layernorm"}))
+    nh = local_heads(b.params, p, d_v)
+    ln = norm.forward(b, f"{prefix}.input_layernorm", x, layer, tags=frozenset({"layernorm"}))
     latent_sp = b.table.mla_latent_sp
     src = ln if latent_sp else sp_gather(b, f"{p}.linear_q_down_proj", ln, layer)
     if m.q_lora_rank:
@@ -49,13 +93,13 @@ def mla(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         b.op(f"{p}.linear_kv_down_proj", "linear", layer, {"x": src, "_save": ln}, {"y": kv_raw, "k_pe": k_pe},
              flops=f, wflops=f)
     if m.q_lora_rank:
-        cq = norm(b, f"{p}.q_layernorm", cq_raw, layer, kind="rmsnorm", rule="latent_norm", tags=UP)
+        cq = norm.forward(b, f"{p}.q_layernorm", cq_raw, layer, kind="rmsnorm", rule="latent_norm", tags=UP)
         cq_full = all_gather(b, f"{p}.linear_q_up_proj", cq, layer, group, tags=UP)
         q_raw = linear(b, f"{p}.linear_q_up_proj", cq_full, nh * (d_h + d_hr), layer, save=cq, tags=UP)
     else:
         q_raw = linear(b, f"{p}.linear_q_proj", sp_gather(b, f"{p}.linear_q_proj", ln, layer) if latent_sp else src,
                        nh * (d_h + d_hr), layer, save=ln, tags=UP)
-    ckv = norm(b, f"{p}.kv_layernorm", kv_raw, layer, kind="rmsnorm", rule="latent_norm", cols=m.kv_lora_rank,
+    ckv = norm.forward(b, f"{p}.kv_layernorm", kv_raw, layer, kind="rmsnorm", rule="latent_norm", cols=m.kv_lora_rank,
                tags=UP)
     ckv_full = all_gather(b, f"{p}.linear_kv_up_proj", ckv, layer, group, tags=UP)
     kv = linear(b, f"{p}.linear_kv_up_proj", ckv_full, nh * (d_h + d_v), layer, save=ckv, tags=UP)
@@ -76,3 +120,4 @@ def mla(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         b.op(f"{p}.core_attn.contiguous", "copy", layer, {"x": ctx}, {"y": copy})
         ctx = copy
     return row_linear(b, f"{p}.linear_proj", ctx, h, layer)
+

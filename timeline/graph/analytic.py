@@ -1,0 +1,178 @@
+"""The analytic model source: a chunk's parameters, forward ops and templates from the layer library.
+
+:class:`AnalyticSource` (one of the two :mod:`~timeline.graph.source` implementations) builds the
+chunk's forward ops with the layer families' ``forward`` (:mod:`timeline.graph.families`),
+which read every local width off the chunk's parameter graph (``timeline.graph.build``), orders
+them topologically on their dataflow graph (networkx), applies the profile's saved-tensor table
+and the recompute policy (``timeline.graph.analysis``), and derives the backward
+(``timeline.graph.backward``). Forward tensors are ``activations`` when kept for backward,
+``comm`` for collective buffers, else ``temporary`` (freed by their last forward consumer).
+The template covers one micro-batch; the simulator shifts and renames it. It does not know
+which rank runs the chunk, except for ``pp_rank`` (full recompute's per-rank ``num_layers``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import networkx as nx
+
+from timeline.graph.analysis import Analysis, analyse, op_graph
+from timeline.graph.backward import backward_units, to_op
+from timeline.graph.build import Node, chunk_layers, chunk_nodes
+from timeline.graph.context import BuildCtx
+from timeline.graph.families import attention, decoder, embedding, head, mtp, sinks
+from timeline.graph.ir import Builder, Dims, FOp
+from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
+from timeline.graph.recompute import recompute_regions
+from timeline.graph.tensors import Category, TensorDef
+from timeline.spec.run import RecomputeSpec, RunSpec
+
+
+def forward_ops(run: RunSpec, chunk: int, ctx: BuildCtx | None = None) -> list[FOp]:
+    """The forward ops of virtual stage ``chunk`` for one micro-batch, in dataflow order; ``ctx``
+    defaults to the run's."""
+    ctx = ctx or BuildCtx.from_run(run)
+    ranges = chunk_layers(run.parallel, run.model.num_hidden_layers)
+    nodes = chunk_nodes(ctx, ranges, chunk)
+    b = Builder(ctx, Dims.of(run.parallel, run.training), run.training, (t for n in nodes for t in n.params))
+    m, d = run.model, b.dims
+    if chunk == 0:
+        x = embedding.forward(b, "embedding", None)
+    else:
+        x = b.tensor("input", (d.t_sp, m.hidden_size))
+        b.op("recv_forward", "comm", None, {}, {"y": x}, kind="p2p", stream="pp")
+    if b.table.rope_cache and m.position_embedding == "rope":
+        attention.rope_cache(b)
+    if m.attention_sinks and b.table.sink_attention == "eager":
+        sinks.attention_masks(b)
+    for i in ranges[chunk]:
+        x = decoder.forward(b, i, f"layers.{i}", x, moe=m.is_moe_layer(i))
+    if chunk == len(ranges) - 1:
+        head.forward(b, "output", "final_norm", x, None)
+        for node in nodes:  # the MTP modules the parameter graph holds
+            if node.kind == "mtp" and node.layer is not None:
+                mtp.forward(b, node.layer - m.num_hidden_layers, x)
+    else:
+        b.op("send_forward", "comm", None, {"x": x}, {}, kind="p2p", stream="pp")
+    g = op_graph(b.ops)
+    order = list(nx.lexicographical_topological_sort(g, key=lambda n: n))
+    return [b.ops[i] for i in order]
+
+
+def _forward(a: Analysis) -> list[Op]:
+    kept = set(a.kept)
+    last_use: dict[str, int] = {}
+    for s, cs in a.consumers.items():
+        if cs:
+            last_use[s] = max(cs)
+    frees: dict[int, list[str]] = {}
+    out: list[Op] = []
+    for i, op in enumerate(a.ops):
+        allocs = []
+        for t in (*op.outputs.values(), *op.extras.values()):
+            if t in op.extras.values() and t.storage not in a.savers:
+                continue  # a side tensor this profile does not keep is never made
+            cat = Category.ACTIVATIONS if t.storage in kept else (
+                Category.COMM if t.category == Category.COMM else Category.TEMPORARY)
+            allocs.append(replace(t, category=cat))
+            if t.storage not in kept:
+                frees.setdefault(last_use.get(t.storage, i), []).append(t.storage)
+        moved = sum(t.size_bytes for t in allocs) + sum(t.size_bytes for t in op.dataflow_inputs())
+        out.append(Op(name=op.name, module=op.module, layer=op.layer, kind=op.kind, stream=op.stream,
+                      flops=op.flops, bytes_moved=float(moved), allocs=tuple(allocs)))
+    return [replace(o, frees=tuple(frees.get(i, ()))) for i, o in enumerate(out)]
+
+
+def _saved(a: Analysis) -> tuple[SavedTensor, ...]:
+    out = []
+    for s in a.kept:
+        sv = a.savers[s][0]
+        op = a.ops[sv.op]
+        name = op.name if sv.region is None else f"checkpoint:{a.regions[sv.region].name}"
+        layer = op.layer if op.layer is not None else -1
+        out.append(SavedTensor(tensor=replace(a.tensors[s], category=Category.ACTIVATIONS), op=name,
+                               layer=layer, source=sv.source))
+    return tuple(out)
+
+
+@lru_cache(maxsize=512)
+def _forward_ops_cached(run: RunSpec, chunk: int) -> tuple[FOp, ...]:
+    """Forward ops do not depend on the recompute policy: ``run`` comes with it reset, so every
+    policy of a search (``timeline fit``, ``compare``) shares one build per chunk."""
+    return tuple(forward_ops(run, chunk))
+
+
+def analytic_template(run: RunSpec, chunk: int, *, pp_rank: int | None = None) -> ChunkTemplate:
+    """Op templates of virtual stage ``chunk`` for one micro-batch.
+
+    ``pp_rank`` (default ``chunk % pp``) picks the entry of a per-rank ``recompute.num_layers``.
+    The profile's framework (:mod:`timeline.graph.framework`) is looked up once, here.
+    """
+    ctx = BuildCtx.from_run(run)
+    table = ctx.table
+    ops = list(_forward_ops_cached(replace(run, recompute=RecomputeSpec()), chunk))
+    rank = chunk % run.parallel.pp if pp_rank is None else pp_rank
+    layers = list(chunk_layers(run.parallel, run.model.num_hidden_layers)[chunk])
+    regions = recompute_regions(run.recompute, ops, layers, rank, table)
+    a = analyse(ops, table, regions)
+    side_i, side_w = backward_units(a, "split", table.wgrad_transient)
+    fused, _ = backward_units(a, "fused", table.wgrad_transient)
+    saved = _saved(a)
+    per_layer: dict[int, int] = {}
+    for st in saved:
+        per_layer[st.layer] = per_layer.get(st.layer, 0) + st.tensor.size_bytes
+    return ChunkTemplate(chunk=chunk, forward=tuple(_forward(a)), backward_i=tuple(to_op(u) for u in side_i),
+                         backward_w=tuple(to_op(u) for u in side_w), layer_activation_bytes=per_layer,
+                         backward=tuple(to_op(u) for u in fused), saved=saved)
+
+
+_LAYER = re.compile(r"layers\.(\d+)")
+
+
+def ops_signature(run: RunSpec, chunk: int) -> Hashable:
+    """Equal for two chunks of ``run`` only if their forward ops are equal up to renumbering
+    their decoder layers from 0 (see :mod:`timeline.graph.signature`)."""
+    ranges = chunk_layers(run.parallel, run.model.num_hidden_layers)
+    layers = tuple(ranges[chunk])
+    base = layers[0] if layers else 0
+
+    def s(text: str) -> str:
+        return _LAYER.sub(lambda m: f"layers.{int(m.group(1)) - base}", text)
+
+    def t(td: TensorDef) -> tuple:
+        return (s(td.name), td.shape, td.dtype, td.category, s(td.module), s(td.storage), td.split, td.expert,
+                td.trainable, td.in_moe)
+
+    ops = _forward_ops_cached(replace(run, recompute=RecomputeSpec()), chunk)
+    return (chunk == 0, chunk == len(ranges) - 1, tuple(x - base for x in layers), tuple(
+        (s(o.name), s(o.module), None if o.layer is None else o.layer - base, o.rule,
+         tuple((k, t(v)) for k, v in o.inputs.items()), tuple((k, t(v)) for k, v in o.outputs.items()),
+         tuple((k, t(v)) for k, v in o.extras.items()), o.kind, o.stream, o.flops, o.wflops, o.tags)
+        for o in ops))
+
+
+@dataclass(frozen=True, slots=True)
+class AnalyticSource:
+    """The model as the layer library builds it (a preset or a Hugging Face config)."""
+
+    run: RunSpec
+
+    def nodes(self, chunk: int) -> list[Node]:
+        run = self.run
+        return chunk_nodes(BuildCtx.from_run(run), chunk_layers(run.parallel, run.model.num_hidden_layers), chunk)
+
+    def total_params(self) -> int:
+        """Trainable parameters of the unsharded model, counted as the profile counts them."""
+        ctx = BuildCtx.from_run(self.run).unsharded()
+        nodes = chunk_nodes(ctx, [range(self.run.model.num_hidden_layers)], 0)
+        return sum(t.numel for n in nodes for t in n.params if t.trainable)
+
+    def template(self, chunk: int, *, pp_rank: int | None = None) -> ChunkTemplate:
+        return analytic_template(self.run, chunk, pp_rank=pp_rank)
+
+    def signature(self, chunk: int) -> Hashable:
+        return ops_signature(self.run, chunk)

@@ -1,0 +1,65 @@
+"""Output head (vocabulary-parallel over TP) and the final norm before it.
+
+With tied embeddings the head reuses the embedding when both live on one device; on a
+separate last stage Megatron keeps a synchronised copy (``word_embeddings`` on the last
+stage), counted under ``head``. :func:`local_vocab` reads the local vocabulary rows back off the
+built parameters, for the op builders.
+
+Forward ops (:func:`forward`): final norm, vocabulary-parallel output linear (SP all-gather, local
+shard saved) and the vocab-parallel cross-entropy, which keeps fp32 softmax numerators
+(``exp_logits``) and, under Megatron, the target mask and masked targets; under HF (``upcast_fp32``)
+the logits are copied to fp32 first and the loss keeps the fp32 log-softmax, the shifted labels and
+``total_weight``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from timeline.graph.context import BuildCtx
+from timeline.graph.families import norm
+from timeline.graph.families.common import column_linear, upcast
+from timeline.graph.ir import Builder
+from timeline.graph.tensors import TensorDef, param
+
+
+def final_norm_params(ctx: BuildCtx) -> list[TensorDef]:
+    if not ctx.profile.final_norm:
+        return []
+    return norm.params(ctx, "final_norm", ctx.model.hidden_size)
+
+
+def params(ctx: BuildCtx, *, shares_embedding: bool) -> list[TensorDef]:
+    if ctx.model.tie_word_embeddings and shares_embedding:
+        return []
+    return [param("output_layer.weight", (ctx.padded_vocab, ctx.model.hidden_size), module="head",
+                  dtype=ctx.dtype, split=ctx.tp)]
+
+
+def local_vocab(params: Mapping[str, TensorDef]) -> int:
+    """Vocabulary rows of the output layer one device holds (the embedding's, when the head reuses it)."""
+    w = params.get("output_layer.weight") or params.get("embedding.word_embeddings.weight")
+    if w is None:
+        raise KeyError("no output layer or word embedding in this chunk")
+    return w.shape[0]
+
+
+def forward(b: Builder, prefix: str, norm_name: str, x: TensorDef, layer: int | None) -> TensorDef:
+    """Final norm → logits → loss; returns the scalar loss."""
+    vocab = local_vocab(b.params)
+    ln = norm.forward(b, norm_name, x, layer)
+    logits = column_linear(b, f"{prefix}.output_layer", ln, vocab, layer)
+    if b.table.upcast_fp32:  # ForCausalLMLoss: logits.float()
+        logits = upcast(b, f"{prefix}.output_layer.upcast", logits, layer)
+    rows = logits.shape[0]
+    loss = b.tensor(f"{prefix}.loss", (1,), "fp32")
+    if b.table.ce_inplace:  # the gradient is written into the logits, which the loss keeps
+        b.op(f"{prefix}.loss", "ce_loss_inplace", layer, {"x": logits}, {"y": loss}, flops=6.0 * rows * vocab)
+        return loss
+    extras = {"exp_logits": b.tensor(f"{prefix}.loss.exp_logits", (rows, vocab), "fp32"),
+              "target_mask": b.tensor(f"{prefix}.loss.target_mask", (rows,), "bool"),
+              "masked_target": b.tensor(f"{prefix}.loss.masked_target", (rows,), "int64"),
+              "total_weight": b.tensor(f"{prefix}.loss.total_weight", (1,), "fp32")}
+    b.op(f"{prefix}.loss", "ce_loss", layer, {"x": logits}, {"y": loss}, extras=extras, flops=6.0 * rows * vocab)
+    return loss
+

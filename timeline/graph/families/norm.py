@@ -1,0 +1,43 @@
+"""RMSNorm (weight) and LayerNorm (weight and bias); replicated across TP.
+
+Forward ops (:func:`forward`): the norm over the last dim, keeping its fp32 ``rsigma`` (and ``mu``) as extras.
+"""
+
+from __future__ import annotations
+
+from timeline.graph.context import BuildCtx
+from timeline.graph.families.common import NONE, Tags, rows, upcast
+from timeline.graph.ir import Builder
+from timeline.graph.tensors import TensorDef, param
+
+
+def params(ctx: BuildCtx, prefix: str, width: int, module: str = "norm",
+           kind: str | None = None) -> list[TensorDef]:
+    kind = kind or ctx.model.norm
+    out = [param(f"{prefix}.weight", (width,), module=module, dtype=ctx.dtype)]
+    if kind == "layernorm":
+        out.append(param(f"{prefix}.bias", (width,), module=module, dtype=ctx.dtype))
+    return out
+
+
+def forward(b: Builder, name: str, x: TensorDef, layer: int | None, *, kind: str | None = None,
+            rule: str | None = None, cols: int | None = None, groups: int = 1, tags: Tags = NONE) -> TensorDef:
+    """RMSNorm / LayerNorm over the last dim; extras rsigma (and mu) in fp32, one per row.
+
+    ``cols`` normalises only the first ``cols`` columns of ``x`` (a split view of a wider tensor,
+    which the norm then keeps alive whole); ``groups`` normalises each row in that many equal parts
+    (a per-head norm: one rsigma per row and head). Under a table with ``upcast_fp32`` (HF's Python
+    RMSNorm) a 16-bit input is first copied to fp32 by its own op, the norm reads the copy, and
+    the 16-bit normalised tensor is an extra (fp32 for the model types in ``normed_fp32``)."""
+    kind = kind or b.model.norm
+    y = b.tensor(f"{name}.out", x.shape if cols is None else (rows(x), cols))
+    extras = {"rsigma": b.tensor(f"{name}.rsigma", (rows(x) * groups,), "fp32")}
+    if kind == "layernorm":
+        extras["mu"] = b.tensor(f"{name}.mu", (rows(x) * groups,), "fp32")
+    elif b.table.upcast_fp32:  # normed: x·rsqrt, cast back before the weight — or after it (GPT-OSS)
+        extras["normed"] = b.tensor(f"{name}.normed", x.shape,
+                                    "fp32" if b.model.model_type in b.table.normed_fp32 else None)
+        x = upcast(b, f"{name}.upcast", x, layer, tags=tags)
+    b.op(name, rule or kind, layer, {"x": x}, {"y": y}, extras=extras, flops=5.0 * y.shape[0] * y.shape[1],
+         tags=tags)
+    return y

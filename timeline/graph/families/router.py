@@ -1,0 +1,143 @@
+"""The MoE router of each framework: scores, top-k and the dispatcher's first permutation.
+
+One function per framework, :data:`ROUTERS` keyed by the profile's table name, so the MoE block
+(:func:`timeline.graph.families.moe.forward`) picks one once and never asks which framework runs:
+
+- :func:`megatron_router` — Megatron-Core's ``TopKRouter`` and the alltoall dispatcher's permutation;
+- :func:`paper_router` — arXiv 2502.07846's convention: bf16 scores and int16 indices;
+- :func:`hf_router` — Hugging Face: fp32 scores and int64 indices, or GPT-OSS's top-k of the logits.
+
+Each returns (routing weights, top-k indices, permuted weights, permuted tokens) and builds the same
+ops, in the same order, as it always did; what each op keeps is the table's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from timeline.graph.ir import Builder
+from timeline.graph.tensors import TensorDef
+
+MOE = frozenset({"moe"})
+
+#: (routing weights, top-k indices, permuted weights, permuted tokens)
+Routed = tuple[TensorDef, TensorDef, TensorDef, TensorDef]
+Router = Callable[[Builder, str, TensorDef, TensorDef, int, int], Routed]
+
+
+def paper_router(b: Builder, p: str, src: TensorDef, logits: TensorDef, layer: int, experts: int) -> Routed:
+    """The paper's router: every expert scored (sigmoid or softmax) in bf16, then top-k with int16 indices."""
+    probs, idx = _score_then_topk(b, p, logits, layer, "bf16", "int16")
+    return probs, idx, *_permute(b, p, src, probs, idx, layer, experts)
+
+
+def hf_router(b: Builder, p: str, src: TensorDef, logits: TensorDef, layer: int, experts: int) -> Routed:
+    """A Hugging Face router: the top-k of the logits then a softmax over them for a model type in
+    ``topk_softmax_router`` (GPT-OSS ``GptOssTopKRouter``), else every expert scored in fp32 first."""
+    if b.model.model_type in b.table.topk_softmax_router:
+        probs, idx = _topk_then_softmax(b, p, logits, layer, "int64")
+    else:
+        probs, idx = _score_then_topk(b, p, logits, layer, "fp32", "int64")
+    return probs, idx, *_permute(b, p, src, probs, idx, layer, experts)
+
+
+def _topk_then_softmax(b: Builder, p: str, logits: TensorDef, layer: int,
+                       idx_dtype: str) -> tuple[TensorDef, TensorDef]:
+    """``torch.topk`` of the logits and a softmax over the k values in the logits' dtype."""
+    m = b.model
+    t, n, k = logits.shape[0], m.n_routed_experts, m.num_experts_per_tok
+    idx = b.tensor(f"{p}.router.topk_idx", (t, k), idx_dtype)
+    top = b.tensor(f"{p}.router.topk_logits", (t, k), logits.dtype)
+    b.op(f"{p}.router.topk", "topk_logits", layer, {"x": logits}, {"y": top, "idx": idx}, flops=float(t * n),
+         tags=MOE)
+    probs = b.tensor(f"{p}.router.scores", (t, k), logits.dtype)  # the routing weights themselves
+    b.op(f"{p}.router.score", "router_softmax", layer, {"x": top}, {"y": probs}, flops=4.0 * t * k, tags=MOE)
+    return probs, idx
+
+
+def _score_then_topk(b: Builder, p: str, logits: TensorDef, layer: int, score_dtype: str,
+                     idx_dtype: str) -> tuple[TensorDef, TensorDef]:
+    """Every expert scored first (sigmoid, or fp32 softmax for a model type in ``softmax_router``),
+    then the top-k of the scores: (routing weights ``(t, k)``, indices ``(t, k)``)."""
+    m, d = b.model, b.dims
+    t, n, k = logits.shape[0], m.n_routed_experts, m.num_experts_per_tok
+    idx = b.tensor(f"{p}.router.topk_idx", (t, k), idx_dtype)
+    scores = b.tensor(f"{p}.router.scores", (t, n), score_dtype)
+    softmax = m.model_type in b.table.softmax_router
+    b.op(f"{p}.router.score", "router_softmax" if softmax else "router_score", layer, {"x": logits},
+         {"y": scores}, extras={"scores": b.tensor(f"{p}.router.scores_saved", (t, n), "fp32")},
+         flops=4.0 * t * n, tags=MOE)
+    cast = m.model_type in b.table.unnormalised_topk  # weights cast back to the logits dtype
+    plain = cast and not m.norm_topk_prob  # renormalised top-k keeps its fp32 sum and raw weights
+    probs = b.tensor(f"{p}.router.probs", (t, k), d.dtype if cast else "fp32")
+    norm_extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), "fp32"),
+                   "raw_weights": b.tensor(f"{p}.router.topk_raw_weights", (t, k), "fp32")}
+    b.op(f"{p}.router.topk", "topk_unnormalised" if plain else "topk", layer, {"x": scores},
+         {"probs": probs, "idx": idx}, extras=norm_extras, flops=float(t * n), tags=MOE)
+    return probs, idx
+
+
+def _permute(b: Builder, p: str, src: TensorDef, probs: TensorDef, idx: TensorDef, layer: int,
+             experts: int) -> tuple[TensorDef, TensorDef]:
+    """The dispatch's permutation outside Megatron: (permuted weights, permuted tokens), with the index
+    vectors and the per-expert offsets of a grouped GEMM as extras."""
+    t, k, h = src.shape[0], b.model.num_experts_per_tok, b.model.hidden_size
+    permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
+    pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), probs.dtype)
+    b.op(f"{p}.dispatch.permute", "permute", layer, {"x": src, "probs": probs, "_idx": idx},
+         {"y": permuted, "probs": pprobs},
+         extras={"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (t * k,), "int64"),
+                 "src_idx": b.tensor(f"{p}.dispatch.src_idx", (t * k,), "int64"),
+                 **({"expert_ids": b.tensor(f"{p}.dispatch.expert_ids", (t * k,), "int64")}
+                    if b.model.expert_linear_bias else {}),
+                 "offsets": b.tensor(f"{p}.dispatch.offsets", (experts,), "int32")}, tags=MOE)
+    return pprobs, permuted
+
+
+def megatron_router(b: Builder, p: str, src: TensorDef, logits: TensorDef, layer: int,
+                    experts: int) -> Routed:
+    """Megatron-Core's TopKRouter and the alltoall dispatcher's first permutation
+    (megatron/core/transformer/moe/moe_utils.py, unfused as the config defaults have it).
+
+    Scores and probabilities are in the logits' dtype (``moe_router_dtype`` unset). Sigmoid scoring
+    (DeepSeek-V3, with its expert bias): ``sigmoid(logits.float())`` keeps its fp32 result,
+    ``gather`` keeps the scores cast back and the int64 indices, the top-k normalisation keeps the
+    gathered scores and their sum. Softmax scoring: ``topk`` on the logits keeps the indices and
+    ``softmax(dtype=fp32)`` of the k values keeps its fp32 result. The probabilities are scattered
+    into a dense ``[tokens, E]`` map; ``permute`` keeps the transposed probs and routing map
+    (``masked_select``) and the int64 ``sorted_indices`` (``index_select``), which ``unpermute``'s
+    ``scatter_add_`` reuses. Returns (probs, indices, permuted probs, permuted tokens)."""
+    m = b.model
+    t, n, k, h = src.shape[0], m.n_routed_experts, m.num_experts_per_tok, m.hidden_size
+    dt = logits.dtype
+    scores = b.tensor(f"{p}.router.scores", (t, n), dt)
+    sigmoid = m.router_bias
+    saved = (t, n) if sigmoid else (t, k)
+    b.op(f"{p}.router.score", "router_score", layer, {"x": logits}, {"y": scores},
+         # sigmoid in fp32 with fp32 logits: its result is ``scores`` itself, which the gather keeps
+         extras={"scores": b.tensor(f"{p}.router.scores_saved", saved, "fp32")} if not sigmoid or dt != "fp32" else {},
+         flops=4.0 * t * n, tags=MOE)
+    probs = b.tensor(f"{p}.router.probs", (t, n), dt)
+    idx = b.tensor(f"{p}.router.topk_idx", (t, k), "int64")
+    extras = {}
+    if sigmoid and k > 1:
+        extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), dt),
+                  "raw_weights": b.tensor(f"{p}.router.topk_raw_weights", (t, k), dt)}
+    b.op(f"{p}.router.topk", "topk" if sigmoid else "topk_softmax", layer, {"x": scores},
+         {"probs": probs, "idx": idx}, extras=extras, flops=float(t * n), tags=MOE)
+    permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
+    pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), dt)
+    b.op(f"{p}.dispatch.permute", "permute", layer, {"x": src, "probs": probs, "_idx": idx},
+         {"y": permuted, "probs": pprobs},
+         extras={"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (t * k,), "int64"),
+                 "probs_t": b.tensor(f"{p}.dispatch.probs_t", (n, t), dt),
+                 "routing_map_t": b.tensor(f"{p}.dispatch.routing_map_t", (n, t), "bool")}, tags=MOE)
+    return probs, idx, pprobs, permuted
+
+
+ROUTERS: dict[str, Router] = {"megatron": megatron_router, "paper": paper_router, "hf": hf_router}
+
+
+def router(framework: str) -> Router:
+    """The router of ``framework`` (a profile's table name)."""
+    return ROUTERS[framework]
