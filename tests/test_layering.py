@@ -1,4 +1,4 @@
-"""Imports point one way (DESIGN §1): spec → graph → pipeline → alloc → sim → result → compare
+"""Imports point one way (DESIGN §1): spec → profiles → graph → pipeline → alloc → sim → result → compare
 → plan → serve → exporters → cli, with io at the edge. Heavy libraries stay in their layer."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "timeline"
-ORDER = ["spec", "graph", "pipeline", "alloc", "sim", "result", "compare", "plan", "serve", "exporters", "cli"]
+ORDER = ["spec", "profiles", "graph", "pipeline", "alloc", "sim", "result", "compare", "plan", "serve", "exporters", "cli"]
 BASE = {"errors", "__init__", "__main__"}  # importable from anywhere
 # libraries allowed only in these layers (pyarrow also only inside functions)
 LIBS = {"networkx": {"graph"}, "simpy": {"sim"}, "pyarrow": {"exporters", "io"}, "matplotlib": {"compare"},
@@ -38,7 +38,7 @@ def allowed(src: str, dst: str) -> bool:
     if src in BASE:
         return src == "__main__" and dst == "cli"
     if src in ("io", "capture"):  # the edges: readers/writers and the torch capture front-end
-        return dst == "spec"
+        return dst == "spec" or (src == "io" and dst == "profiles")  # io validates a run by its profile
     if dst in ("io", "capture"):
         return src == "cli"
     return ORDER.index(dst) <= ORDER.index(src)
@@ -70,6 +70,18 @@ def test_heavy_libraries_stay_in_their_layer():
     assert not bad, "\n".join(bad)
 
 
+def test_profiles_sit_on_spec_alone():
+    """A profile's rules are data over the spec: nothing in ``profiles/`` reaches into graph or sim."""
+    bad = []
+    for path in sorted((PKG / "profiles").rglob("*.py")):
+        for module, line, _ in imports(path):
+            parts = module.split(".")
+            if parts[0] == "timeline" and len(parts) > 1 and parts[1] not in ("spec", "errors", "profiles"):
+                bad.append(f"{path.relative_to(PKG.parent)}:{line}: profiles imports {module}")
+    assert not bad, "\n".join(bad)
+
+
 def test_rule_catches_a_backward_edge():
     assert not allowed("graph", "sim") and not allowed("spec", "graph") and not allowed("sim", "io")
     assert allowed("cli", "io") and allowed("sim", "alloc") and allowed("io", "spec")
+    assert allowed("graph", "profiles") and not allowed("profiles", "graph") and not allowed("spec", "profiles")

@@ -21,13 +21,13 @@ from timeline.errors import SpecError, UserError
 from timeline.io.hf_config import NO_EXPLICIT_ZERO, read_hf_config
 from timeline.io.text import read_user_text
 from timeline.io.trace_file import read_trace, trace_model, trace_problems
+from timeline.profiles import PROFILES, run_problems
 from timeline.spec.fields import build_section, check_value
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.hardware import GPUS
 from timeline.spec.model import ALIASES, ModelSpec
 from timeline.spec.presets import PRESETS
 from timeline.spec.run import (
-    PROFILES,
     AllocatorSpec,
     HardwareSpec,
     ParallelSpec,
@@ -37,7 +37,6 @@ from timeline.spec.run import (
     TrainingSpec,
 )
 from timeline.spec.trace import CapturedTrace
-from timeline.spec.validate import validate_run
 
 SECTIONS: dict[str, type] = {
     "parallel": ParallelSpec,
@@ -218,7 +217,7 @@ def run_from_data(data: dict[str, Any], path: Path, overrides: Sequence[str] = (
     run = RunSpec(name=name_value, source=str(path.resolve()), model=model, profile=profile,
                   model_source=model_source, trace=traces[0] if traces else None, notes=tuple(notes),
                   **sections)
-    problems = validate_run(run) + trace_problems(run, str(data["model"]["trace"]) if traces else "")
+    problems = run_problems(run) + trace_problems(run, str(data["model"]["trace"]) if traces else "")
     if problems:
         raise SpecError(problems, source)
     return run

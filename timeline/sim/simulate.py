@@ -21,11 +21,11 @@ from timeline.graph.tensors import CATEGORIES, DTYPE_BYTES, Category
 from timeline.pipeline import build_schedule
 from timeline.pipeline.actions import Schedule
 from timeline.pipeline.devices import StaticDevice, static_devices
+from timeline.profiles import lifecycle
 from timeline.sim.compiled import CAT_CODE, CompiledPhase, compile_phase
 from timeline.sim.cost import CostModel
 from timeline.sim.engine import Span, run_schedule
 from timeline.sim.hf_state import hf_state_events
-from timeline.sim.lifecycle import LIFECYCLES
 from timeline.spec.run import RunSpec
 
 PHASES = ("F", "I", "W", "B")
@@ -229,7 +229,7 @@ def largest_layer_bytes(dev: StaticDevice, dtype: str) -> int:
 def _static_allocs(run: RunSpec, dev: StaticDevice, first_backward_us: float,
                    first_step_us: float) -> list[tuple[float, str, int, int]]:
     """(time, name, bytes, category code) of the static state, as the profile creates it."""
-    life = LIFECYCLES[run.profile]
+    life = lifecycle(run.profile)
     tr = run.training
     extra = []
     if tr.zero >= 2 and life.reduce_bucket_elems:
@@ -307,7 +307,7 @@ def _device_events(run: RunSpec, dev: StaticDevice, spans: list[Span],
     else:
         for t, name, size, cat in _static_allocs(run, dev, first_bwd, first_step):
             push([t], 1, size, cat, names(name), -1, -1, -1, -1)
-    life = LIFECYCLES[run.profile]
+    life = lifecycle(run.profile)
     gather = 0
     if run.training.zero == 3 and life.prefetch_bucket_elems:
         layer = largest_layer_bytes(dev, run.training.dtype)

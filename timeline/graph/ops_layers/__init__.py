@@ -6,6 +6,6 @@ Local widths (heads, FFN columns, experts per rank, vocabulary rows) are never r
 the sharding degrees: they are read off the chunk's parameter TensorDefs (``Builder.params``,
 built by :mod:`timeline.graph.layers`) through that library's readers (``mlp_ffn``,
 ``attention_heads``, ``mla_heads``, ``moe_local``, ``head_vocab``).
-Builders consult the profile's :class:`~timeline.graph.saved.SavedTable` for structure (eager or
+Builders consult the profile's :class:`~timeline.profiles.base.Structure` for structure (eager or
 flash attention, dropout, fused norms); what each op saves is the table's business.
 """

@@ -34,7 +34,7 @@ def norm(b: Builder, name: str, x: TensorDef, layer: int | None, *, kind: str | 
         extras["mu"] = b.tensor(f"{name}.mu", (rows(x) * groups,), "fp32")
     elif b.table.upcast_fp32:  # normed: x·rsqrt, cast back before the weight — or after it (GPT-OSS)
         extras["normed"] = b.tensor(f"{name}.normed", x.shape,
-                                    "fp32" if b.model.model_type in b.table.normed_fp32 else None)
+                                    "fp32" if b.table.model_code and b.model.norm_output_fp32 else None)
         x = upcast(b, f"{name}.upcast", x, layer, tags=tags)
     b.op(name, rule or kind, layer, {"x": x}, {"y": y}, extras=extras, flops=5.0 * y.shape[0] * y.shape[1],
          tags=tags)
@@ -101,7 +101,7 @@ def dropout(b: Builder, name: str, x: TensorDef, layer: int | None, *, rule: str
     """Dropout with a 1-byte mask, where the profile has dropout (or, under a table with
     ``dropout_from_model`` naming the model type, where its ``hidden_dropout`` > 0); otherwise the identity."""
     m = b.model
-    from_model = m.model_type in b.table.dropout_from_model or b.table.model_dropout
+    from_model = (b.table.model_code and m.residual_dropout) or b.table.model_dropout
     if not (b.table.dropout or (from_model and m.hidden_dropout > 0)):
         return x
     y = b.tensor(f"{name}.out", x.shape)

@@ -12,7 +12,7 @@ router and shared expert on the full ``b·s``, experts fed ``b·s·top_k/ep`` ro
 with ``moe_weight_after_down`` (HF ``grouped_mm`` experts) the routing weights scale the down
 projection's output in the combine, not inside the SwiGLU; with ``upcast_fp32`` the router reads
 an fp32 copy of its input, unless the model type's router is a softmax on the 16-bit logits
-(``softmax_router``: Mixtral, Qwen-MoE). Side tensors some implementation keeps (index vectors,
+(``ModelSpec.router_score``: Mixtral, Qwen-MoE). Side tensors some implementation keeps (index vectors,
 offsets, the top-k normalisation) are extras: a table that does not save them never makes them.
 """
 
@@ -66,8 +66,8 @@ def moe(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     src = sp_gather(b, f"{p}.router", ln, layer, tags=MOE) if paper else ln
     t = src.shape[0]
     score_dtype, idx_dtype = ("bf16", "int16") if paper else ("fp32", "int64")
-    softmax = m.model_type in b.table.softmax_router  # Mixtral/Qwen-MoE: softmax(F.linear(x, W), fp32)
-    softmax = softmax or m.model_type in b.table.topk_softmax_router  # GPT-OSS: F.linear(x, W, bias)
+    # Mixtral/Qwen-MoE: softmax(F.linear(x, W), fp32); GPT-OSS: F.linear(x, W, bias)
+    softmax = b.table.model_code and m.router_score != "sigmoid"
     if b.table.upcast_fp32 and not softmax:  # F.linear(hidden_states.type(torch.float32), ...)
         logits = linear(b, f"{p}.router", upcast(b, f"{p}.router.upcast", src, layer, tags=MOE), n, layer,
                         out_name="logits", tags=MOE)
@@ -159,13 +159,13 @@ def _router(b: Builder, p: str, logits: TensorDef, layer: int, score_dtype: str,
             idx_dtype: str) -> tuple[TensorDef, TensorDef]:
     """Scores and top-k of a router outside Megatron: (routing weights ``(t, k)``, indices ``(t, k)``).
 
-    A model type in ``topk_softmax_router`` (GPT-OSS ``GptOssTopKRouter``) takes ``torch.topk`` of the
+    A model whose ``router_score`` is ``topk_softmax`` (GPT-OSS ``GptOssTopKRouter``) takes ``torch.topk`` of the
     logits and a softmax over the k values in the logits' dtype; the others score every expert first
     (sigmoid or fp32 softmax) and take the top-k of the scores."""
     m, d = b.model, b.dims
     t, n, k = logits.shape[0], m.n_routed_experts, m.num_experts_per_tok
     idx = b.tensor(f"{p}.router.topk_idx", (t, k), idx_dtype)
-    if m.model_type in b.table.topk_softmax_router:
+    if b.table.model_code and m.router_score == "topk_softmax":
         top = b.tensor(f"{p}.router.topk_logits", (t, k), logits.dtype)
         b.op(f"{p}.router.topk", "topk_logits", layer, {"x": logits}, {"y": top, "idx": idx}, flops=float(t * n),
              tags=MOE)
@@ -173,11 +173,11 @@ def _router(b: Builder, p: str, logits: TensorDef, layer: int, score_dtype: str,
         b.op(f"{p}.router.score", "router_softmax", layer, {"x": top}, {"y": probs}, flops=4.0 * t * k, tags=MOE)
         return probs, idx
     scores = b.tensor(f"{p}.router.scores", (t, n), score_dtype)
-    softmax = m.model_type in b.table.softmax_router
+    softmax = b.table.model_code and m.router_score == "softmax"
     b.op(f"{p}.router.score", "router_softmax" if softmax else "router_score", layer, {"x": logits},
          {"y": scores}, extras={"scores": b.tensor(f"{p}.router.scores_saved", (t, n), "fp32")},
          flops=4.0 * t * n, tags=MOE)
-    cast = m.model_type in b.table.unnormalised_topk  # weights cast back to the logits dtype
+    cast = b.table.model_code and m.router_weights_cast  # weights cast back to the logits dtype
     plain = cast and not m.norm_topk_prob  # renormalised top-k keeps its fp32 sum and raw weights
     probs = b.tensor(f"{p}.router.probs", (t, k), d.dtype if cast else "fp32")
     norm_extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), "fp32"),

@@ -34,7 +34,8 @@ above its parameters and optimizer states on H100; ~224 MiB with grouped-GEMM ex
   ≥ 0.15). Earlier versions allocate a transient of that shape per weight per backward instead (not
   modelled yet).
 
-This module only sizes them; the simulator places them (``timeline.sim.simulate``).
+This module only sizes them; the simulator places them (``timeline.sim.simulate``) as the
+profile's lifecycle names them.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from timeline.graph.tensors import DTYPE_BYTES, TensorDef
+from timeline.profiles.base import ParamTensor
+from timeline.spec.fields import DTYPE_BYTES
 from timeline.spec.run import RunSpec
 
 TE = "NVIDIA/TransformerEngine@v2.6:transformer_engine"
@@ -98,7 +100,7 @@ FUSED_INTO = {"q_proj": "linear_qkv", "k_proj": "linear_qkv", "v_proj": "linear_
               "up_proj": "linear_fc1"}
 
 
-def dummy_wgrad_shapes(run: RunSpec, tensors: Sequence[TensorDef]) -> set[tuple[int, int, str]]:
+def dummy_wgrad_shapes(run: RunSpec, tensors: Sequence[ParamTensor]) -> set[tuple[int, int, str]]:
     """The distinct (rows, cols, dtype) of the TE linears' weights whose wgrad is a cached dummy."""
     fw = run.framework
     te, mc = version_tuple(fw.transformer_engine), version_tuple(fw.megatron_core)
@@ -122,7 +124,7 @@ def dummy_wgrad_shapes(run: RunSpec, tensors: Sequence[TensorDef]) -> set[tuple[
 
 
 def persistent_workspaces(run: RunSpec, *, holds_head: bool, has_moe: bool,
-                          tensors: Sequence[TensorDef] = ()) -> list[tuple[str, int, str, str]]:
+                          tensors: Sequence[ParamTensor] = ()) -> list[tuple[str, int, str, str]]:
     """(name, bytes, source, when) of the workspaces one device of ``run`` holds; ``when`` is
     ``"start"`` (the first GEMM) or ``"first_backward"``."""
     fw, sm = run.framework, run.hardware.sm
