@@ -179,6 +179,10 @@ class Limits:
     instead: str = "megatron"
     #: why attention with learned sinks cannot run under context parallelism ("": it can)
     sinks_cp_note: str = ""
+    #: models ``hidden_act = "relu2"`` (squared ReLU, Megatron ``--squared-relu``)
+    squared_relu: bool = False
+    #: reads a run's ``[framework]`` section (elsewhere a non-default value is an error)
+    reads_framework: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -198,7 +198,8 @@ LIFECYCLE = Lifecycle("start", "start", "first_step",
                       "Megatron-Core param_and_grad_buffer.py, distrib_optimizer.py; torch Adam lazy state",
                       workspaces=persistent_workspaces, per_param_states=True)
 
-LIMITS = Limits(max_zero=1, instead="paper", zero_note="its distributed optimizer is zero = 1",
+LIMITS = Limits(max_zero=1, instead="paper", zero_note="its distributed optimizer is zero = 1", squared_relu=True,
+                reads_framework=True,
                 # NVIDIA/TransformerEngine@v2.8 attention/dot_product_attention/utils.py
                 # get_attention_backend: "Filter: Softmax type"
                 sinks_cp_note="Transformer Engine 2.8 runs a learnable softmax under context "

@@ -34,6 +34,10 @@ class ProfileLimits(Protocol):
     def instead(self) -> str: ...
     @property
     def sinks_cp_note(self) -> str: ...
+    @property
+    def squared_relu(self) -> bool: ...
+    @property
+    def reads_framework(self) -> bool: ...
 
 
 def _divisors(n: int, limit: int = 12) -> str:
@@ -224,11 +228,11 @@ def validate_run(run: RunSpec, *, limits: ProfileLimits | None, profiles: Sequen
     if (par.dp * par.cp) % tr.optimizer_instances:
         add(("training.optimizer_instances", f"{tr.optimizer_instances} does not divide dp·cp = {par.dp * par.cp}"))
 
-    if m.hidden_act == "relu2" and run.profile != "megatron":
+    if m.hidden_act == "relu2" and not (life is not None and life.squared_relu):
         add(("model.hidden_act", '"relu2" (squared ReLU) is modelled by the megatron profile only'))
 
     # -- framework (read by the megatron profile only) ----------------------------------------
-    if run.profile != "megatron":
+    if not (life is not None and life.reads_framework):
         default = FrameworkSpec()
         for f in dataclasses.fields(FrameworkSpec):
             if getattr(run.framework, f.name) != getattr(default, f.name):
