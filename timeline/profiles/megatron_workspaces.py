@@ -45,6 +45,7 @@ from collections.abc import Sequence
 
 from timeline.profiles.base import ParamTensor
 from timeline.spec.fields import DTYPE_BYTES
+from timeline.spec.framework import FrameworkSpec
 from timeline.spec.run import RunSpec
 
 TE = "NVIDIA/TransformerEngine@v2.6:transformer_engine"
@@ -100,9 +101,9 @@ FUSED_INTO = {"q_proj": "linear_qkv", "k_proj": "linear_qkv", "v_proj": "linear_
               "up_proj": "linear_fc1"}
 
 
-def dummy_wgrad_shapes(run: RunSpec, tensors: Sequence[ParamTensor]) -> set[tuple[int, int, str]]:
-    """The distinct (rows, cols, dtype) of the TE linears' weights whose wgrad is a cached dummy."""
-    fw = run.framework
+def dummy_wgrad_shapes(fw: FrameworkSpec, dtype: str, tensors: Sequence[ParamTensor]) -> set[tuple[int, int, str]]:
+    """The distinct (rows, cols, dtype) of the TE linears' weights whose wgrad is a cached dummy, for
+    weights in ``dtype``."""
     te, mc = version_tuple(fw.transformer_engine), version_tuple(fw.megatron_core)
     if fw.transformer_impl != "transformer_engine" or not fw.gradient_accumulation_fusion or te < (2, 3):
         return set()
@@ -120,7 +121,7 @@ def dummy_wgrad_shapes(run: RunSpec, tensors: Sequence[ParamTensor]) -> set[tupl
         key = (path, FUSED_INTO.get(leaf, leaf))
         rows_cols = fused.setdefault(key, [0, t.shape[1]])
         rows_cols[0] += t.shape[0]
-    return {(r, c, run.training.dtype) for r, c in fused.values()}
+    return {(r, c, dtype) for r, c in fused.values()}
 
 
 def persistent_workspaces(run: RunSpec, *, holds_head: bool, has_moe: bool,
@@ -148,7 +149,7 @@ def persistent_workspaces(run: RunSpec, *, holds_head: bool, has_moe: bool,
         for thread in ("forward", "backward"):
             out.append((f"workspace.torch_cublas_{thread}", size, f"{TORCH}: getCurrentCUDABlasHandle",
                         "start" if thread == "forward" else "first_backward"))
-    for rows, cols, dt in sorted(dummy_wgrad_shapes(run, tensors)):
+    for rows, cols, dt in sorted(dummy_wgrad_shapes(fw, run.training.dtype, tensors)):
         out.append((f"workspace.te_dummy_wgrad_{rows}x{cols}", rows * cols * DTYPE_BYTES[dt],
                     f"{TE}/pytorch/module/base.py: get_dummy_wgrad", "first_backward"))
     return out
