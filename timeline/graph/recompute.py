@@ -16,7 +16,7 @@ MTP layers are never fully recomputed. This module does not build backward ops.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from timeline.graph.ir import FOp
@@ -33,16 +33,17 @@ class Region:
     discard_output: bool
 
 
-def _runs(ops: Sequence[FOp], pred: Callable[[FOp], bool]) -> list[tuple[int, ...]]:
+def _runs(ops: Sequence[FOp], tag: str) -> list[tuple[int, ...]]:
+    """Maximal runs of consecutive ops of one layer tagged ``tag``."""
     out: list[tuple[int, ...]] = []
     cur: list[int] = []
     for i, op in enumerate(ops):
-        if pred(op) and (not cur or ops[cur[-1]].layer == op.layer):
+        if tag in op.tags and (not cur or ops[cur[-1]].layer == op.layer):
             cur.append(i)
         else:
             if cur:
                 out.append(tuple(cur))
-            cur = [i] if pred(op) else []
+            cur = [i] if tag in op.tags else []
     if cur:
         out.append(tuple(cur))
     return out
@@ -56,7 +57,7 @@ def recompute_regions(spec: RecomputeSpec, ops: Sequence[FOp], layers: Sequence[
         return []
     if spec.policy == "selective":
         cands = [Region(f"{mod}@{ops[r[0]].layer}", r, mod in DISCARD_OUTPUT)
-                 for mod in spec.modules for r in _runs(ops, lambda o, m=mod: m in o.tags)]
+                 for mod in spec.modules for r in _runs(ops, mod)]
         cands.sort(key=lambda r: (-len(r.ops), r.ops[0]))
         taken: set[int] = set()
         out = []

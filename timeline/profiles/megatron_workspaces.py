@@ -129,7 +129,7 @@ def persistent_workspaces(run: RunSpec, *, holds_head: bool, has_moe: bool,
     """(name, bytes, source, when) of the workspaces one device of ``run`` holds; ``when`` is
     ``"start"`` (the first GEMM) or ``"first_backward"``."""
     fw, sm = run.framework, run.hardware.sm
-    out: list[tuple[str, int, str]] = []
+    out: list[tuple[str, int, str, str]] = []
     if not fw.workspaces:
         return out
     te = fw.transformer_impl == "transformer_engine"

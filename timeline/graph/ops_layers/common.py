@@ -26,7 +26,7 @@ def norm(b: Builder, name: str, x: TensorDef, layer: int | None, *, kind: str | 
     which the norm then keeps alive whole); ``groups`` normalises each row in that many equal parts
     (a per-head norm: one rsigma per row and head). Under a table with ``upcast_fp32`` (HF's Python
     RMSNorm) a 16-bit input is first copied to fp32 by its own op, the norm reads the copy, and
-    the 16-bit normalised tensor is an extra (fp32 for the model types in ``normed_fp32``)."""
+    the 16-bit normalised tensor is an extra (fp32 where the model has ``norm_output_fp32``)."""
     kind = kind or b.model.norm
     y = b.tensor(f"{name}.out", x.shape if cols is None else (rows(x), cols))
     extras = {"rsigma": b.tensor(f"{name}.rsigma", (rows(x) * groups,), "fp32")}
@@ -98,8 +98,8 @@ def row_linear(b: Builder, name: str, x: TensorDef, out_cols: int, layer: int | 
 
 def dropout(b: Builder, name: str, x: TensorDef, layer: int | None, *, rule: str = "dropout",
             tags: Tags = NONE) -> TensorDef:
-    """Dropout with a 1-byte mask, where the profile has dropout (or, under a table with
-    ``dropout_from_model`` naming the model type, where its ``hidden_dropout`` > 0); otherwise the identity."""
+    """Dropout with a 1-byte mask, where the profile has dropout (or, under ``model_code`` for a
+    model with ``residual_dropout``, where its ``hidden_dropout`` > 0); otherwise the identity."""
     m = b.model
     from_model = (b.table.model_code and m.residual_dropout) or b.table.model_dropout
     if not (b.table.dropout or (from_model and m.hidden_dropout > 0)):
