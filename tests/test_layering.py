@@ -1,5 +1,5 @@
-"""Imports point one way (DESIGN §1): spec → graph → pipeline → placement → alloc → sim → result → compare
-→ plan → serve → exporters → cli, with io at the edge. Heavy libraries stay in their layer."""
+"""Imports point one way (DESIGN §1): spec → profiles → graph → pipeline → placement → alloc → sim → result
+→ compare → plan → serve → exporters → cli, with io at the edge. Heavy libraries stay in their layer."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "timeline"
-ORDER = ["spec", "graph", "pipeline", "placement", "alloc", "sim", "result", "compare", "plan", "serve", "exporters",
-         "cli", "api"]
+ORDER = ["spec", "profiles", "graph", "pipeline", "placement", "alloc", "sim", "result", "compare", "plan", "serve",
+         "exporters", "cli", "api"]
 BASE = {"errors", "__init__", "__main__"}  # importable from anywhere
 # libraries allowed only in these layers (pyarrow also only inside functions)
 LIBS = {"networkx": {"graph"}, "simpy": {"sim"}, "pyarrow": {"exporters", "io"}, "matplotlib": {"compare"},
@@ -39,7 +39,7 @@ def allowed(src: str, dst: str) -> bool:
     if src in BASE:  # the package imports its Python interface lazily, __main__ the command line
         return (src, dst) in (("__main__", "cli"), ("__init__", "api"))
     if src in ("io", "capture"):  # the edges: readers/writers and the torch capture front-end
-        return dst == "spec"
+        return dst == "spec" or (src == "io" and dst == "profiles")  # io validates a run by its profile
     if dst in ("io", "capture"):
         return src in ("cli", "api")
     return ORDER.index(dst) <= ORDER.index(src)
@@ -68,6 +68,17 @@ def test_heavy_libraries_stay_in_their_layer():
                 bad.append(f"{path.relative_to(PKG.parent)}:{line}: {lib} outside {sorted(LIBS[lib])}")
             if lib in ("pyarrow", "matplotlib") and top:
                 bad.append(f"{path.relative_to(PKG.parent)}:{line}: import {lib} inside the function")
+    assert not bad, "\n".join(bad)
+
+
+def test_profiles_sit_on_spec_alone():
+    """A profile's rules are data over the spec: nothing in ``profiles/`` reaches into graph or sim."""
+    bad = []
+    for path in sorted((PKG / "profiles").rglob("*.py")):
+        for module, line, _ in imports(path):
+            parts = module.split(".")
+            if parts[0] == "timeline" and len(parts) > 1 and parts[1] not in ("spec", "errors", "profiles"):
+                bad.append(f"{path.relative_to(PKG.parent)}:{line}: profiles imports {module}")
     assert not bad, "\n".join(bad)
 
 

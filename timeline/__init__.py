@@ -1,7 +1,7 @@
 """timeline: a trace-driven GPU memory timeline simulator for large-model training and serving.
 
-The package is a stack of one-way layers (see README): ``spec → graph → pipeline → alloc →
-sim → result → exporters → cli``, with ``io`` at the edge. Importing the package does no work;
+The package is a stack of one-way layers (see README): ``spec → profiles → graph → pipeline →
+placement → alloc → sim → result → exporters → cli``, with ``io`` at the edge. Importing the package does no work;
 its Python interface (:mod:`timeline.api`) is imported on first use:
 
     import timeline

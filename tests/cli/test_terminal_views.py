@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from timeline.cli import main
-from timeline.graph.recompute import parse_recompute
+from timeline.spec.recompute import parse_recompute
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "schedules" / "deepseek-v3-pp16-tp2-ep8.toml"

@@ -10,10 +10,10 @@ import pytest
 from timeline.compare.fit import Statics, fit
 from timeline.compare.metrics import simulate_variants
 from timeline.compare.variants import policy_variants
-from timeline.graph.recompute import parse_recompute
 from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
 from timeline.sim.cost import CostModel
+from timeline.spec.recompute import parse_recompute
 
 RUN = """
 name = "llama-small"

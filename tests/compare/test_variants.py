@@ -7,7 +7,7 @@ from recompute_template import tiny_run
 
 from timeline.compare.variants import policy_variants, recompute_name, split_policies
 from timeline.errors import UserError
-from timeline.graph.recompute import parse_recompute
+from timeline.spec.recompute import parse_recompute
 
 
 def test_split_keeps_per_rank_layer_lists_together():

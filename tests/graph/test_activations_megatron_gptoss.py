@@ -1,4 +1,4 @@
-"""``megatron`` profile on GPT-OSS (Megatron-Core 0.15, TE 2.8; ``timeline/graph/saved/megatron_gptoss.py``):
+"""``megatron`` profile on GPT-OSS (Megatron-Core 0.15, TE 2.8; ``timeline/profiles/megatron_gptoss.py``):
 the published gpt-oss-20b under TP 2 (sequence parallel), EP 4, expert-TP 2, one micro-batch of 4096
 tokens. Each decoder layer saves exactly what the cited rules say — fused attention with the sinks'
 fp32 ``softmax_offset`` and no s² tensor, the clamped quick-GEGLU's concatenated input and offset
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from timeline.graph.analytic import forward_ops
-from timeline.graph.recompute import parse_recompute
-from timeline.graph.saved.megatron_gptoss import RULES, extend
 from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
+from timeline.profiles.megatron_gptoss import RULES, extend
+from timeline.spec.recompute import parse_recompute
 
 CONFIG = Path(__file__).resolve().parents[1] / "data" / "hf" / "gpt-oss-20b" / "config.json"
 S, TP, EP = 4096, 2, 4
@@ -83,11 +83,11 @@ def test_sliding_layers_cost_window_over_sequence(run):
 
 
 def test_gpt_oss_rules_only_add_names():
-    from timeline.graph.saved import megatron
+    from timeline.profiles import megatron
 
     assert not set(RULES) & set(megatron.RULES)
     with pytest.raises(ValueError, match="replace megatron rules"):
-        extend(extend(megatron.TABLE))
+        extend(extend(megatron.BASE))
 
 
 def test_attention_parameters_split_over_tp(run):

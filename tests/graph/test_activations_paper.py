@@ -34,7 +34,7 @@ def gpt_run(write_run, preset: str, *, tp: int, sp: bool, recompute: str = "none
     if recompute != "none":
         from dataclasses import replace
 
-        from timeline.graph.recompute import parse_recompute
+        from timeline.spec.recompute import parse_recompute
         run = replace(run, recompute=parse_recompute(recompute))
     return run
 

@@ -10,9 +10,9 @@ from helpers_run import tiny_run
 
 from timeline.graph.analytic import AnalyticSource
 from timeline.graph.families import attention, embedding, head, mla, mlp, moe, mtp, norm, router
-from timeline.graph.framework import FRAMEWORKS
 from timeline.graph.source import model_source
 from timeline.graph.trace.source import TraceSource
+from timeline.profiles import PROFILES
 
 FAMILIES = (attention, embedding, head, mla, mlp, moe, mtp, norm)
 
@@ -26,9 +26,9 @@ def test_every_family_exposes_params_and_forward():
 
 
 def test_one_router_per_framework():
-    assert set(router.ROUTERS) == set(FRAMEWORKS)
-    for name, fw in FRAMEWORKS.items():
-        assert router.router(fw.saved.name) is router.ROUTERS[name]
+    assert set(router.ROUTERS) == set(PROFILES)
+    for name, p in PROFILES.items():
+        assert router.router(p.name) is router.ROUTERS[name]
 
 
 def test_the_model_source_is_chosen_once_from_the_run():

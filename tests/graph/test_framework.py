@@ -1,5 +1,6 @@
-"""One framework object per profile (its parameter rules and saved-tensor table, each fact once),
-and the op builders reading their local widths off the parameter TensorDefs."""
+"""One profile object per framework (its parameter rules, saved-tensor rules, op structure,
+lifecycle and limits, each fact once), and the op builders reading their local widths off the
+parameter TensorDefs."""
 
 from __future__ import annotations
 
@@ -11,11 +12,10 @@ from timeline.graph.analytic import forward_ops
 from timeline.graph.build import chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
 from timeline.graph.families.moe import local_widths
-from timeline.graph.framework import FRAMEWORKS, framework
-from timeline.graph.profiles import Profile
-from timeline.graph.saved import SavedTable
+from timeline.profiles import PROFILES, profile
+from timeline.profiles.base import Lifecycle, Limits, ParamRules, SaveRules, Structure
+from timeline.spec.model import ModelSpec
 from timeline.spec.presets import PRESETS
-from timeline.spec.profiles import PROFILES
 
 SMALL_MOE = replace(PRESETS["deepseek-v3"], name="tiny-moe", hidden_size=64, num_hidden_layers=2,
                     num_attention_heads=8, num_key_value_heads=8, intermediate_size=128, vocab_size=500,
@@ -23,30 +23,40 @@ SMALL_MOE = replace(PRESETS["deepseek-v3"], name="tiny-moe", hidden_size=64, num
                     n_routed_experts=16, moe_intermediate_size=32, first_k_dense_replace=1, mtp_layers=1)
 
 
-def test_every_profile_has_one_framework():
-    assert set(FRAMEWORKS) == set(PROFILES)
-    for name, fw in FRAMEWORKS.items():
-        assert fw.name == fw.params.name == fw.saved.name == name
-        assert framework(name) is fw
+def test_every_profile_is_registered_once():
+    assert list(PROFILES) == ["megatron", "paper", "hf"]  # megatron, the default, first
+    for name, p in PROFILES.items():
+        assert p.name == p.saved.name == name
+        assert profile(name) is p
 
 
-def test_no_fact_in_both_tables():
-    params = {f.name for f in fields(Profile)} - {"name"}
-    saved = {f.name for f in fields(SavedTable)} - {"name"}
-    assert not params & saved
+def test_no_fact_in_two_tables():
+    groups = [{f.name for f in fields(t)} - {"name"} for t in (ParamRules, SaveRules, Structure, Lifecycle, Limits)]
+    for i, a in enumerate(groups):
+        for b in groups[i + 1:]:
+            assert not a & b
 
 
-def test_context_reads_the_runs_framework():
+def test_structure_holds_no_model_family():
+    """Architecture facts are the model's (ModelSpec), not lists of model types in a profile."""
+    for p in PROFILES.values():
+        assert not any(isinstance(getattr(p.structure, f.name), tuple) for f in fields(Structure))
+    facts = ("fused_qkv", "residual_dropout", "router_score", "router_weights_cast", "rope_half_width",
+             "norm_output_fp32")
+    assert not {f.name for f in fields(ModelSpec)} & set(facts)  # derived: outputs list every field
+
+
+def test_context_reads_the_runs_profile():
     run = tiny_run(model=SMALL_MOE, profile="paper", pp=1, tp=2, ep=2, sp=True, seq_len=64)
     ctx = BuildCtx.from_run(run)
-    assert ctx.framework is FRAMEWORKS["paper"]
-    assert ctx.profile is ctx.framework.params and ctx.table is ctx.framework.saved
+    assert ctx.rules is PROFILES["paper"]
+    assert ctx.profile is ctx.rules.params and ctx.structure is ctx.rules.structure and ctx.saved is ctx.rules.saved
 
 
 def test_moe_widths_come_from_the_parameters():
     """Shared experts: TP-split under megatron, replicated under the paper (one rule, in the profile)."""
-    for profile, shared in (("megatron", SMALL_MOE.shared_ffn // 2), ("paper", SMALL_MOE.shared_ffn)):
-        run = tiny_run(model=SMALL_MOE, profile=profile, pp=1, tp=2, ep=4, etp=2, sp=True, seq_len=64)
+    for name, shared in (("megatron", SMALL_MOE.shared_ffn // 2), ("paper", SMALL_MOE.shared_ffn)):
+        run = tiny_run(model=SMALL_MOE, profile=name, pp=1, tp=2, ep=4, etp=2, sp=True, seq_len=64)
         nodes = chunk_nodes(BuildCtx.from_run(run), chunk_layers(run.parallel, run.model.num_hidden_layers), 0)
         params = {t.name: t for n in nodes for t in n.params}
         local = local_widths(params, "layers.1.mlp")
@@ -57,7 +67,7 @@ def test_moe_widths_come_from_the_parameters():
 
 
 def test_mtp_modules_follow_the_parameter_graph():
-    for profile, n in (("megatron", 1), ("hf", 0)):
-        run = tiny_run(model=SMALL_MOE, profile=profile, pp=1, seq_len=64)
+    for name, n in (("megatron", 1), ("hf", 0)):
+        run = tiny_run(model=SMALL_MOE, profile=name, pp=1, seq_len=64)
         names = {op.name for op in forward_ops(run, 0)}
         assert any(x.startswith("mtp.0.") for x in names) == bool(n)

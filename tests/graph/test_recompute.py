@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from timeline.errors import UserError
-from timeline.graph.recompute import parse_recompute
 from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
+from timeline.spec.recompute import parse_recompute
 from timeline.spec.run import RecomputeSpec
 
 LLAMA = """

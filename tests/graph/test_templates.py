@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from timeline.graph.recompute import parse_recompute
 from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
+from timeline.spec.recompute import parse_recompute
 
 # the shipped run (not via conftest: other test folders have a conftest module too)
 SHIPPED = Path(__file__).resolve().parents[2] / "schedules" / "deepseek-v3-pp16-tp2-ep8.toml"

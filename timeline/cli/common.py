@@ -28,8 +28,6 @@ from timeline.cli.parallel import write_in_two
 from timeline.compare.variants import with_recompute
 from timeline.errors import UserError
 from timeline.exporters import EXPORTERS
-from timeline.graph.recompute import FORMS as RECOMPUTE_FORMS
-from timeline.graph.recompute import parse_recompute
 from timeline.io.runfile import load_run
 from timeline.sim.estimate import (
     DEFAULT_MAX_EVENTS,
@@ -38,6 +36,8 @@ from timeline.sim.estimate import (
     check_bound,
     estimate_work,
 )
+from timeline.spec.recompute import FORMS as RECOMPUTE_FORMS
+from timeline.spec.recompute import parse_recompute
 from timeline.spec.run import RunSpec
 
 if TYPE_CHECKING:

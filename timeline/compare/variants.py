@@ -1,6 +1,6 @@
 """Variants of a run: the same job under another recompute policy, named in the CLI grammar.
 
-The grammar (DESIGN §3) is parsed by :func:`timeline.graph.recompute.parse_recompute`; this
+The grammar (DESIGN §3) is parsed by :func:`timeline.spec.recompute.parse_recompute`; this
 module adds the inverse (:func:`recompute_name`), the split of a comma-separated variant list
 (``none,full:block:2,1,selective:mlp`` — a comma followed by a digit continues per-rank
 ``NUM_LAYERS``), and the re-validated run of each variant. It does not simulate.
@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from timeline.errors import SpecError
-from timeline.graph.recompute import parse_recompute
+from timeline.profiles import run_problems
+from timeline.spec.recompute import parse_recompute
 from timeline.spec.run import RecomputeSpec, RunSpec
-from timeline.spec.validate import validate_run
 
 _SPLIT = re.compile(r",(?=\s*[A-Za-z])")
 
@@ -49,10 +49,10 @@ def with_recompute(run: RunSpec, spec: RecomputeSpec, *, context: str | None = N
     A problem names ``context`` (default ``--recompute POLICY``), where the policy came from;
     a problem the run has under any policy is reported without it."""
     out = replace(run, recompute=spec)
-    problems = validate_run(out)
+    problems = run_problems(out)
     if problems:
         label = context or f"--recompute {recompute_name(spec)}"
-        base = set(validate_run(replace(run, recompute=RecomputeSpec())))
+        base = set(run_problems(replace(run, recompute=RecomputeSpec())))
         raise SpecError([(k, m if (k, m) in base else f"{m} (in {label})") for k, m in problems], run.source)
     return out
 

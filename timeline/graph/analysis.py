@@ -16,8 +16,8 @@ import networkx as nx
 
 from timeline.graph.ir import FOp
 from timeline.graph.recompute import Region
-from timeline.graph.saved import SavedTable
 from timeline.graph.tensors import TensorDef
+from timeline.profiles.base import SaveRules
 
 NON_DIFF = frozenset({"int64", "int32", "int16", "uint8", "bool"})
 
@@ -64,7 +64,7 @@ def op_graph(ops: list[FOp]) -> nx.DiGraph:
     return g
 
 
-def analyse(ops: list[FOp], table: SavedTable, regions: list[Region]) -> Analysis:
+def analyse(ops: list[FOp], table: SaveRules, regions: list[Region]) -> Analysis:
     a = Analysis(ops=ops, regions=regions)
     for i, op in enumerate(ops):
         for t in op.inputs.values():

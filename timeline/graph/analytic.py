@@ -110,17 +110,17 @@ def analytic_template(run: RunSpec, chunk: int, *, pp_rank: int | None = None) -
     """Op templates of virtual stage ``chunk`` for one micro-batch.
 
     ``pp_rank`` (default ``chunk % pp``) picks the entry of a per-rank ``recompute.num_layers``.
-    The profile's framework (:mod:`timeline.graph.framework`) is looked up once, here.
+    The run's profile (:mod:`timeline.profiles`) is looked up once, here.
     """
     ctx = BuildCtx.from_run(run)
-    table = ctx.table
+    structure = ctx.structure
     ops = list(_forward_ops_cached(replace(run, recompute=RecomputeSpec()), chunk))
     rank = chunk % run.parallel.pp if pp_rank is None else pp_rank
     layers = list(chunk_layers(run.parallel, run.model.num_hidden_layers)[chunk])
-    regions = recompute_regions(run.recompute, ops, layers, rank, table)
-    a = analyse(ops, table, regions)
-    side_i, side_w = backward_units(a, "split", table.wgrad_transient)
-    fused, _ = backward_units(a, "fused", table.wgrad_transient)
+    regions = recompute_regions(run.recompute, ops, layers, rank, moe_split=structure.full_recompute_moe_split)
+    a = analyse(ops, ctx.saved, regions)
+    side_i, side_w = backward_units(a, "split", structure.wgrad_transient)
+    fused, _ = backward_units(a, "fused", structure.wgrad_transient)
     saved = _saved(a)
     per_layer: dict[int, int] = {}
     for st in saved:

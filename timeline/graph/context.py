@@ -1,12 +1,11 @@
-"""The slice of a run a layer builder needs: model, sharding degrees, dtype and framework."""
+"""The slice of a run a layer builder needs: model, sharding degrees, dtype and the profile's rules."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from timeline.graph.framework import Framework, framework
-from timeline.graph.profiles import Profile
-from timeline.graph.saved import SavedTable
+from timeline.profiles import Profile, profile
+from timeline.profiles.base import ParamRules, SaveRules, Structure
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import RunSpec
 
@@ -14,7 +13,7 @@ from timeline.spec.run import RunSpec
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BuildCtx:
     model: ModelSpec
-    framework: Framework
+    rules: Profile  # the run's profile, its structure configured by the run's ``[framework]``
     tp: int = 1
     ep: int = 1
     etp: int = 1
@@ -24,25 +23,30 @@ class BuildCtx:
     def from_run(cls, run: RunSpec) -> BuildCtx:
         """The run's context; the one place a run's profile name is looked up."""
         p = run.parallel
-        fw = framework(run.profile).configured(run.framework)
-        if fw.params.vocab_pad > 1:  # Megatron: --make-vocab-size-divisible-by ([framework]; 128 by default)
-            fw = replace(fw, params=replace(fw.params, vocab_pad=run.framework.make_vocab_size_divisible_by))
-        return cls(model=run.model, framework=fw, tp=p.tp, ep=p.ep, etp=p.etp, dtype=run.training.dtype)
+        rules = profile(run.profile).configured(run.framework)
+        if rules.params.vocab_pad > 1:  # Megatron: --make-vocab-size-divisible-by ([framework]; 128 by default)
+            rules = replace(rules, params=replace(rules.params, vocab_pad=run.framework.make_vocab_size_divisible_by))
+        return cls(model=run.model, rules=rules, tp=p.tp, ep=p.ep, etp=p.etp, dtype=run.training.dtype)
 
     @property
-    def profile(self) -> Profile:
-        """The framework's parameter rules."""
-        return self.framework.params
+    def profile(self) -> ParamRules:
+        """The profile's parameter rules."""
+        return self.rules.params
 
     @property
-    def table(self) -> SavedTable:
-        """The framework's saved-tensor table."""
-        return self.framework.saved
+    def structure(self) -> Structure:
+        """The profile's op-structure switches."""
+        return self.rules.structure
+
+    @property
+    def saved(self) -> SaveRules:
+        """The profile's saved-tensor rules."""
+        return self.rules.saved
 
     def unsharded(self) -> BuildCtx:
         """The model as its authors count it: no parallelism, no vocabulary padding."""
-        fw = replace(self.framework, params=replace(self.profile, vocab_pad=1))
-        return BuildCtx(model=self.model, framework=fw, dtype=self.dtype)
+        rules = replace(self.rules, params=replace(self.profile, vocab_pad=1))
+        return BuildCtx(model=self.model, rules=rules, dtype=self.dtype)
 
     @property
     def padded_vocab(self) -> int:

@@ -9,7 +9,7 @@ sequence-parallel shard a column-parallel linear saves instead of its gathered i
 :class:`Builder` collects the ops of one chunk in forward order and knows the per-device token
 counts (:class:`Dims`) and the chunk's parameter TensorDefs (``Builder.params``), off which
 the op builders read every local width (heads, FFN columns, experts, vocabulary). This module
-does not decide what is saved (``timeline.graph.saved``), what is recomputed
+does not decide what is saved (``timeline.profiles``), what is recomputed
 (``timeline.graph.recompute``) or how backward looks (``timeline.graph.backward``).
 """
 
@@ -83,7 +83,8 @@ class Builder:
         self.training = training
         self.model = ctx.model
         self.ctx = ctx
-        self.table = ctx.table
+        #: the profile's op-structure switches (:class:`timeline.profiles.base.Structure`)
+        self.table = ctx.structure
         #: the chunk's parameter TensorDefs by name (``layers.3.mlp.down_proj.weight``)
         self.params: dict[str, TensorDef] = {t.name: t for t in params}
         self.dims = dims

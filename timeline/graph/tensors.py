@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from timeline.spec.fields import DTYPE_BYTES as DTYPE_BYTES  # bytes per element, defined with the dtypes
+
 
 class Category(StrEnum):
     """What a byte of device memory is for (DESIGN §4). Fragmentation is not a category."""
@@ -27,9 +29,6 @@ class Category(StrEnum):
 
 CATEGORIES: tuple[str, ...] = tuple(c.value for c in Category)
 
-#: bytes per element; masks are one byte (Korthikanti et al. 2022 §4)
-DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int64": 8, "int32": 4, "int16": 2,
-                               "uint8": 1, "bool": 1}
 
 #: module tags static memory is reported by
 MODULES: tuple[str, ...] = ("embedding", "attention", "norm", "mlp", "moe", "head", "mtp")

@@ -30,9 +30,9 @@ from timeline.graph.template import chunk_template
 from timeline.graph.tensors import DTYPE_BYTES
 from timeline.pipeline import build_schedule
 from timeline.pipeline.placement import stage_placement
+from timeline.profiles import lifecycle
 from timeline.sim.cost import CostModel
 from timeline.sim.estimate import probe_model
-from timeline.sim.lifecycle import LIFECYCLES
 from timeline.spec.run import RecomputeSpec, RunSpec, ScheduleSpec
 
 PHASES = ("F", "B", "I", "W")
@@ -177,7 +177,7 @@ def schedule_profile(kind: str, pp: int, vpp: int, m: int, group: int
 def _alive_state(run: RunSpec, dense_n: int, expert_n: int, buffers: int) -> int:
     """Static bytes alive in the last iteration, ZeRO shards rounded down (see module docstring)."""
     tr, par = run.training, run.parallel
-    life = LIFECYCLES[run.profile]
+    life = lifecycle(run.profile)
     dense_g, expert_g = zero_groups(tr, par)
 
     def sharded(level: int) -> int:
@@ -198,7 +198,7 @@ def _alive_state(run: RunSpec, dense_n: int, expert_n: int, buffers: int) -> int
 def _workspaces(run: RunSpec, chunks: tuple[int, ...], ranges: list[range]) -> int:
     """The profile's persistent library workspaces (allocated at the start, never freed); a rank
     counts as holding MoE layers only for its decoder layers (the MTP block can only add)."""
-    life = LIFECYCLES[run.profile]
+    life = lifecycle(run.profile)
     if life.workspaces is None:
         return 0
     last = len(ranges) - 1

@@ -19,8 +19,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from timeline.errors import UserError
-from timeline.graph.recompute import parse_recompute
+from timeline.profiles import run_problems
 from timeline.spec.fields import check_value
+from timeline.spec.recompute import parse_recompute
 from timeline.spec.run import (
     AllocatorSpec,
     HardwareSpec,
@@ -29,7 +30,6 @@ from timeline.spec.run import (
     ScheduleSpec,
     TrainingSpec,
 )
-from timeline.spec.validate import validate_run
 
 #: the searched dimensions, in the order of the canonical candidate string
 SEARCHED = ("parallel.tp", "parallel.pp", "parallel.vpp", "parallel.cp", "parallel.ep", "parallel.etp",
@@ -208,7 +208,7 @@ def candidate_run(base: RunSpec, cand: Candidate, space: Space) -> tuple[RunSpec
     sections["training"]["num_microbatches"] = space.global_batch // (mbs * dp)
     run = replace(base, recompute=parse_recompute(s["recompute"]),
                   **{sec: replace(getattr(base, sec), **vals) for sec, vals in sections.items() if vals})
-    problems = validate_run(run)
+    problems = run_problems(run)
     if problems:
         return None, problems[0][0], problems[0][1]
     return run, "", ""

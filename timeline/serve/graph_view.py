@@ -19,9 +19,9 @@ from dataclasses import replace
 from timeline.graph.analytic import forward_ops
 from timeline.graph.build import chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
-from timeline.graph.framework import framework
 from timeline.graph.ir import FOp
 from timeline.graph.tensors import TensorDef
+from timeline.profiles import profile
 from timeline.spec.run import RecomputeSpec, RunSpec, ScheduleSpec, TrainingSpec
 from timeline.spec.serving import ServeRunSpec
 
@@ -57,11 +57,11 @@ def graph_run(run: ServeRunSpec, num_tokens: int) -> RunSpec:
 
 
 def build_ctx(g: RunSpec, vocab_padding: int = VOCAB_PADDING) -> BuildCtx:
-    fw = framework("megatron")
+    rules = profile("megatron")
     pad = max(1, vocab_padding // g.parallel.tp) if vocab_padding % g.parallel.tp == 0 else 1
-    fw = replace(fw, params=replace(fw.params, vocab_pad=pad, shared_experts_tp_split=True, mtp_modules=False))
+    rules = replace(rules, params=replace(rules.params, vocab_pad=pad, shared_experts_tp_split=True, mtp_modules=False))
     p = g.parallel
-    return BuildCtx(model=g.model, framework=fw, tp=p.tp, ep=p.ep, etp=p.etp, dtype=g.training.dtype)
+    return BuildCtx(model=g.model, rules=rules, tp=p.tp, ep=p.ep, etp=p.etp, dtype=g.training.dtype)
 
 
 def device_params(run: ServeRunSpec, stage: int = 0) -> list[TensorDef]:

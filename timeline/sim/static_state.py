@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from timeline.graph.static import optimizer_element_bytes
 from timeline.graph.tensors import DTYPE_BYTES, Category
 from timeline.placement.devices import StaticDevice
+from timeline.profiles import lifecycle
 from timeline.sim.compiled import CAT_CODE
 from timeline.sim.cost import CostModel
-from timeline.sim.lifecycle import LIFECYCLES
 from timeline.spec.run import ParallelSpec, RunSpec, TrainingSpec
 
 
@@ -41,7 +41,7 @@ def largest_layer_bytes(dev: StaticDevice, dtype: str) -> int:
 
 def gathered_bytes(profile: str, tr: TrainingSpec, dev: StaticDevice) -> int:
     """Bytes each action gathers under ZeRO-3 (its largest layer plus the prefetch), else 0."""
-    life = LIFECYCLES[profile]
+    life = lifecycle(profile)
     if tr.zero != 3 or not life.prefetch_bucket_elems:
         return 0
     layer = largest_layer_bytes(dev, tr.dtype)
@@ -69,7 +69,7 @@ def device_state(run: RunSpec, dev: StaticDevice) -> DeviceState:
     # hf: one tensor per parameter, as torch.optim holds them; a forward+backward capture recorded
     # its backward into gradients that already exist (zeros), so its runs keep that lifecycle
     per_param = run.profile == "hf" and run.training.zero == 0 and run.trace is None
-    life = LIFECYCLES[run.profile]
+    life = lifecycle(run.profile)
     workspaces: list[StaticAlloc] = []
     if life.workspaces is not None and not per_param:
         holds_head = max(dev.stages) == run.parallel.pp * run.parallel.vpp - 1
@@ -92,7 +92,7 @@ def static_allocs(profile: str, tr: TrainingSpec, dev: StaticDevice, workspaces:
                   traced: bool) -> list[StaticAlloc]:
     """The static state as ``profile`` creates it, in creation order (empty ones left out), with
     the device's persistent ``workspaces`` last; ``traced``: the model is a captured trace."""
-    life = LIFECYCLES[profile]
+    life = lifecycle(profile)
     extra: list[StaticAlloc] = []
     if tr.zero >= 2 and life.reduce_bucket_elems:
         n = min(life.reduce_bucket_elems, sum(t.numel for t in dev.tensors if t.trainable))

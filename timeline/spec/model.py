@@ -95,6 +95,46 @@ class ModelSpec:
         """SwiGLU-style gate+up projections (silu); GPT's GeLU MLP has one input matrix."""
         return self.hidden_act == "silu"
 
+    # -- what a family's own modelling code does that its config does not say (read where the profile runs
+    # that code: ``Structure.model_code``); derived from ``model_type`` so that every written output and
+    # every field stays as it was (:data:`CODE_FACTS`)
+    @property
+    def fused_qkv(self) -> bool:
+        """One QKV projection whose output q, k and v are views of (GPT-2 ``c_attn(x).split``)."""
+        return self.model_type in CODE_FACTS["fused_qkv"]
+
+    @property
+    def residual_dropout(self) -> bool:
+        """Dropout modules after the embeddings, attention and MLP wherever ``hidden_dropout`` > 0 (GPT-2's
+        ``resid_pdrop``); Llama/Mistral/Qwen modelling code has none."""
+        return self.model_type in CODE_FACTS["residual_dropout"]
+
+    @property
+    def router_score(self) -> str:
+        """How the router scores experts: ``sigmoid`` then top-k (DeepSeek-V3), ``softmax`` (fp32, of the
+        16-bit logits) then top-k (Mixtral, Qwen-MoE), or ``topk_softmax``: top-k of the logits, then a
+        softmax over those k in the logits' dtype (GPT-OSS)."""
+        for score in ("softmax", "topk_softmax"):
+            if self.model_type in CODE_FACTS[f"router_{score}"]:
+                return score
+        return "sigmoid"
+
+    @property
+    def router_weights_cast(self) -> bool:
+        """The top-k routing weights are cast back to the logits' dtype, renormalised only with
+        ``norm_topk_prob`` (Qwen-MoE); else they stay fp32 and are always renormalised (Mixtral)."""
+        return self.model_type in CODE_FACTS["router_weights_cast"]
+
+    @property
+    def rope_half_width(self) -> bool:
+        """RoPE's cos/sin are head_dim / 2 wide (GPT-OSS ``GptOssRotaryEmbedding``: emb = freqs)."""
+        return self.model_type in CODE_FACTS["rope_half_width"]
+
+    @property
+    def norm_output_fp32(self) -> bool:
+        """RMSNorm keeps its normalised tensor in fp32 (GPT-OSS ``(weight * hidden_states).to(input_dtype)``)."""
+        return self.model_type in CODE_FACTS["norm_output_fp32"]
+
     @property
     def shared_ffn(self) -> int:
         return self.shared_expert_intermediate_size or self.n_shared_experts * self.moe_intermediate_size
@@ -115,6 +155,22 @@ class ModelSpec:
     def with_(self, **changes) -> ModelSpec:
         return replace(self, **changes)
 
+
+#: code fact → the Hugging Face families whose modelling code has it (transformers ``src/transformers``):
+#: models/gpt2/modeling_gpt2.py GPT2Attention (``c_attn``) and GPT2Block (``nn.Dropout``);
+#: models/mixtral/modeling_mixtral.py MixtralTopKRouter, models/qwen2_moe/modeling_qwen2_moe.py
+#: Qwen2MoeTopKRouter, models/qwen3_moe/modeling_qwen3_moe.py Qwen3MoeTopKRouter (``if self.norm_topk_prob:``,
+#: then ``.to(router_logits.dtype)``); models/gpt_oss/modeling_gpt_oss.py GptOssTopKRouter,
+#: GptOssRotaryEmbedding, GptOssRMSNorm
+CODE_FACTS: dict[str, tuple[str, ...]] = {
+    "fused_qkv": ("gpt2",),
+    "residual_dropout": ("gpt2",),
+    "router_softmax": ("mixtral", "qwen2_moe", "qwen3_moe"),
+    "router_topk_softmax": ("gpt_oss",),
+    "router_weights_cast": ("qwen2_moe", "qwen3_moe"),
+    "rope_half_width": ("gpt_oss",),
+    "norm_output_fp32": ("gpt_oss",),
+}
 
 #: other spellings of ModelSpec fields found in Hugging Face configs and run files
 ALIASES: dict[str, str] = {

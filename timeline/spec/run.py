@@ -13,11 +13,9 @@ from dataclasses import dataclass, field
 from timeline.spec.fields import DTYPES, spec_field
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import MAX_LAYERS, ModelSpec
-from timeline.spec.profiles import PROFILES
 from timeline.spec.schedule_rules import SCHEDULE_KINDS as _KINDS
 from timeline.spec.trace import CapturedTrace
 
-__all__ = ["PROFILES"]  # re-exported: the run file reader checks ``model.profile`` against it
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts")
 #: simulated iterations at most: the second already shows the steady state
 MAX_ITERATIONS = 1000

@@ -2,18 +2,42 @@
 
 Returns (key path, message) pairs; the reader adds the file name. A message says what is
 wrong *and* what would be valid, e.g. ``parallel.tp: 3 does not divide num_attention_heads=128;
-use one of 1, 2, 4, 8, 16, 32, 64, 128``.
+use one of 1, 2, 4, 8, 16, 32, 64, 128``. A profile's limits (how far ZeRO goes, one device per
+replica) come from the caller, :func:`timeline.profiles.run_problems`: this layer knows no profile.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import Protocol
 
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
-from timeline.spec.profiles import MODEL_PARALLEL_KEYS, PROFILES
 from timeline.spec.run import RunSpec
 from timeline.spec.schedule_rules import schedule_problems
+
+#: ``[parallel]`` keys a single-device profile requires to be 1
+MODEL_PARALLEL_KEYS = ("pp", "tp", "ep", "cp")
+
+
+class ProfileLimits(Protocol):
+    """What validation reads of a profile's limits (:class:`timeline.profiles.base.Limits`)."""
+
+    @property
+    def max_zero(self) -> int: ...
+    @property
+    def zero_note(self) -> str: ...
+    @property
+    def single_device(self) -> bool: ...
+    @property
+    def instead(self) -> str: ...
+    @property
+    def sinks_cp_note(self) -> str: ...
+    @property
+    def squared_relu(self) -> bool: ...
+    @property
+    def reads_framework(self) -> bool: ...
 
 
 def _divisors(n: int, limit: int = 12) -> str:
@@ -83,7 +107,9 @@ def recompute_problems(run: RunSpec) -> list[tuple[str, str]]:
     return problems
 
 
-def validate_run(run: RunSpec) -> list[tuple[str, str]]:
+def validate_run(run: RunSpec, *, limits: ProfileLimits | None, profiles: Sequence[str]) -> list[tuple[str, str]]:
+    """Every problem of ``run``; ``limits`` are those of its profile (None: ``run.profile`` is not one
+    of ``profiles``)."""
     m, par, tr = run.model, run.parallel, run.training
     problems: list[tuple[str, str]] = model_problems(m)
     add = problems.append
@@ -146,20 +172,20 @@ def validate_run(run: RunSpec) -> list[tuple[str, str]]:
              f"give a layout, e.g. layout = {suggest_layout(layers, chunks)}"))
 
     # -- profiles and ZeRO -------------------------------------------------------------------
-    life = PROFILES.get(run.profile)
+    life = limits
     if life is None:
-        add(("model.profile", f"{run.profile!r} is not valid; use one of {', '.join(PROFILES)}"))
+        add(("model.profile", f"{run.profile!r} is not valid; use one of {', '.join(profiles)}"))
     elif tr.zero > life.max_zero:
-        add(("training.zero", f"zero = {tr.zero} is not available with profile = \"{life.name}\" "
+        add(("training.zero", f"zero = {tr.zero} is not available with profile = \"{run.profile}\" "
              f"({life.zero_note}); use zero = {' or '.join(map(str, range(life.max_zero + 1)))}, or "
              f"profile = \"{life.instead}\""))
     if life is not None and life.single_device:
         for key in MODEL_PARALLEL_KEYS:
             if getattr(par, key) > 1:
-                add((f"parallel.{key}", f'profile = "{life.name}" models one device per model replica; '
+                add((f"parallel.{key}", f'profile = "{run.profile}" models one device per model replica; '
                      f'{key} > 1 needs profile = "{life.instead}"'))
     if life is not None and life.sinks_cp_note and m.attention_sinks and par.cp > 1:
-        add(("parallel.cp", f'attention with learned sinks (GPT-OSS) under profile = "{life.name}": '
+        add(("parallel.cp", f'attention with learned sinks (GPT-OSS) under profile = "{run.profile}": '
              f"{life.sinks_cp_note}; set cp = 1"))
 
     # -- recompute --------------------------------------------------------------------------
@@ -202,11 +228,11 @@ def validate_run(run: RunSpec) -> list[tuple[str, str]]:
     if (par.dp * par.cp) % tr.optimizer_instances:
         add(("training.optimizer_instances", f"{tr.optimizer_instances} does not divide dp·cp = {par.dp * par.cp}"))
 
-    if m.hidden_act == "relu2" and run.profile != "megatron":
+    if m.hidden_act == "relu2" and not (life is not None and life.squared_relu):
         add(("model.hidden_act", '"relu2" (squared ReLU) is modelled by the megatron profile only'))
 
     # -- framework (read by the megatron profile only) ----------------------------------------
-    if run.profile != "megatron":
+    if not (life is not None and life.reads_framework):
         default = FrameworkSpec()
         for f in dataclasses.fields(FrameworkSpec):
             if getattr(run.framework, f.name) != getattr(default, f.name):

@@ -13,6 +13,6 @@ One vocabulary across the families (``attention``, ``mla``, ``mlp``, ``moe``, ``
 
 ``common`` holds the op helpers the families share (linears, TP/SP collectives, dropout, residual
 adds), ``sinks`` GPT-OSS's eager attention with learned sinks, ``router`` the MoE router of each
-framework. ``forward`` consults the profile's :class:`~timeline.graph.saved.SavedTable` for structure
+framework. ``forward`` consults the profile's :class:`~timeline.profiles.base.Structure` for structure
 (eager or flash attention, dropout, fused norms); what each op saves is the table's business.
 """

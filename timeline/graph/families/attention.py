@@ -149,7 +149,7 @@ def rope_cache(b: Builder) -> None:
     is tagged ``shared`` so a checkpoint that keeps them counts them outside the layers."""
     m, d = b.model, b.dims
     dim = m.qk_rope_head_dim if m.is_mla else m.attn_head_dim
-    if m.model_type in b.table.rope_half:  # GptOssRotaryEmbedding: emb = freqs, not cat((freqs, freqs))
+    if b.table.model_code and m.rope_half_width:  # GptOssRotaryEmbedding: emb = freqs, not cat((freqs, freqs))
         dim //= 2
     cos, sin = b.tensor("rotary_emb.cos", (1, d.s_local, dim)), b.tensor("rotary_emb.sin", (1, d.s_local, dim))
     b.op("rotary_emb", "rope_cache", None, {}, {"cos": cos, "sin": sin}, tags=frozenset({"shared"}))
@@ -173,7 +173,7 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     full = sp_gather(b, f"{p}.linear_qkv", ln, layer)
     rows = full.shape[0]
     f = 2.0 * rows * m.hidden_size * (nq + 2 * nkv) * hd
-    if m.model_type in b.table.fused_qkv:  # GPT-2 c_attn(x).split(...): q, k and v are views of one output
+    if b.table.model_code and m.fused_qkv:  # GPT-2 c_attn(x).split(...): q, k and v are views of one output
         q = k = v = b.tensor(f"{p}.qkv", (rows, (nq + 2 * nkv) * hd))
         b.op(f"{p}.linear_qkv", "linear", layer, {"x": full, "_save": ln}, {"qkv": q}, flops=f, wflops=f)
     else:

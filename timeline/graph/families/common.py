@@ -75,10 +75,10 @@ def row_linear(b: Builder, name: str, x: TensorDef, out_cols: int, layer: int | 
 
 def dropout(b: Builder, name: str, x: TensorDef, layer: int | None, *, rule: str = "dropout",
             tags: Tags = NONE) -> TensorDef:
-    """Dropout with a 1-byte mask, where the profile has dropout (or, under a table with
-    ``dropout_from_model`` naming the model type, where its ``hidden_dropout`` > 0); otherwise the identity."""
+    """Dropout with a 1-byte mask, where the profile has dropout (or, under ``model_code`` for a
+    model with ``residual_dropout``, where its ``hidden_dropout`` > 0); otherwise the identity."""
     m = b.model
-    from_model = m.model_type in b.table.dropout_from_model or b.table.model_dropout
+    from_model = (b.table.model_code and m.residual_dropout) or b.table.model_dropout
     if not (b.table.dropout or (from_model and m.hidden_dropout > 0)):
         return x
     y = b.tensor(f"{name}.out", x.shape)

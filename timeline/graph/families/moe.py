@@ -22,7 +22,7 @@ router and shared expert on the full ``b·s``, experts fed ``b·s·top_k/ep`` ro
 with ``moe_weight_after_down`` (HF ``grouped_mm`` experts) the routing weights scale the down
 projection's output in the combine, not inside the SwiGLU; with ``upcast_fp32`` the router reads
 an fp32 copy of its input, unless the model type's router is a softmax on the 16-bit logits
-(``softmax_router``: Mixtral, Qwen-MoE). Side tensors some implementation keeps (index vectors,
+(``ModelSpec.router_score``: Mixtral, Qwen-MoE). Side tensors some implementation keeps (index vectors,
 offsets, the top-k normalisation) are extras: a table that does not save them never makes them.
 """
 
@@ -111,15 +111,15 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     local = local_widths(b.params, p)
     src = sp_gather(b, f"{p}.router", ln, layer, tags=MOE) if paper else ln
     t = src.shape[0]
-    softmax = m.model_type in b.table.softmax_router  # Mixtral/Qwen-MoE: softmax(F.linear(x, W), fp32)
-    softmax = softmax or m.model_type in b.table.topk_softmax_router  # GPT-OSS: F.linear(x, W, bias)
+    # Mixtral/Qwen-MoE: softmax(F.linear(x, W), fp32); GPT-OSS: F.linear(x, W, bias)
+    softmax = b.table.model_code and m.router_score != "sigmoid"
     if b.table.upcast_fp32 and not softmax:  # F.linear(hidden_states.type(torch.float32), ...)
         logits = linear(b, f"{p}.router", upcast(b, f"{p}.router.upcast", src, layer, tags=MOE), n, layer,
                         out_name="logits", tags=MOE)
     else:
         logits = linear(b, f"{p}.router", src, n, layer, save=ln, out_name="logits", tags=MOE)
     # router scores, top-k and the first permutation, as the profile's framework implements them
-    probs, idx, pprobs, permuted = router(b.table.name)(b, p, src, logits, layer, local.experts)
+    probs, idx, pprobs, permuted = router(b.ctx.rules.name)(b, p, src, logits, layer, local.experts)
     rows = expert_rows(b)
     tokens, rprobs = permuted, pprobs
     sort = b.table.megatron_moe and local.experts > 1

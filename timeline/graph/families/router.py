@@ -1,6 +1,6 @@
 """The MoE router of each framework: scores, top-k and the dispatcher's first permutation.
 
-One function per framework, :data:`ROUTERS` keyed by the profile's table name, so the MoE block
+One function per framework, :data:`ROUTERS` keyed by the profile's name, so the MoE block
 (:func:`timeline.graph.families.moe.forward`) picks one once and never asks which framework runs:
 
 - :func:`megatron_router` — Megatron-Core's ``TopKRouter`` and the alltoall dispatcher's permutation;
@@ -32,9 +32,9 @@ def paper_router(b: Builder, p: str, src: TensorDef, logits: TensorDef, layer: i
 
 
 def hf_router(b: Builder, p: str, src: TensorDef, logits: TensorDef, layer: int, experts: int) -> Routed:
-    """A Hugging Face router: the top-k of the logits then a softmax over them for a model type in
-    ``topk_softmax_router`` (GPT-OSS ``GptOssTopKRouter``), else every expert scored in fp32 first."""
-    if b.model.model_type in b.table.topk_softmax_router:
+    """A Hugging Face router: the top-k of the logits then a softmax over them for a model with
+    ``router_score = "topk_softmax"`` (GPT-OSS ``GptOssTopKRouter``), else every expert scored in fp32 first."""
+    if b.table.model_code and b.model.router_score == "topk_softmax":
         probs, idx = _topk_then_softmax(b, p, logits, layer, "int64")
     else:
         probs, idx = _score_then_topk(b, p, logits, layer, "fp32", "int64")
@@ -57,17 +57,17 @@ def _topk_then_softmax(b: Builder, p: str, logits: TensorDef, layer: int,
 
 def _score_then_topk(b: Builder, p: str, logits: TensorDef, layer: int, score_dtype: str,
                      idx_dtype: str) -> tuple[TensorDef, TensorDef]:
-    """Every expert scored first (sigmoid, or fp32 softmax for a model type in ``softmax_router``),
+    """Every expert scored first (sigmoid, or fp32 softmax for a model whose ``router_score`` is ``softmax``),
     then the top-k of the scores: (routing weights ``(t, k)``, indices ``(t, k)``)."""
     m, d = b.model, b.dims
     t, n, k = logits.shape[0], m.n_routed_experts, m.num_experts_per_tok
     idx = b.tensor(f"{p}.router.topk_idx", (t, k), idx_dtype)
     scores = b.tensor(f"{p}.router.scores", (t, n), score_dtype)
-    softmax = m.model_type in b.table.softmax_router
+    softmax = b.table.model_code and m.router_score == "softmax"
     b.op(f"{p}.router.score", "router_softmax" if softmax else "router_score", layer, {"x": logits},
          {"y": scores}, extras={"scores": b.tensor(f"{p}.router.scores_saved", (t, n), "fp32")},
          flops=4.0 * t * n, tags=MOE)
-    cast = m.model_type in b.table.unnormalised_topk  # weights cast back to the logits dtype
+    cast = b.table.model_code and m.router_weights_cast  # weights cast back to the logits dtype
     plain = cast and not m.norm_topk_prob  # renormalised top-k keeps its fp32 sum and raw weights
     probs = b.tensor(f"{p}.router.probs", (t, k), d.dtype if cast else "fp32")
     norm_extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), "fp32"),
@@ -139,5 +139,5 @@ ROUTERS: dict[str, Router] = {"megatron": megatron_router, "paper": paper_router
 
 
 def router(framework: str) -> Router:
-    """The router of ``framework`` (a profile's table name)."""
+    """The router of ``framework`` (a profile's name)."""
     return ROUTERS[framework]

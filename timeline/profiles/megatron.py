@@ -1,4 +1,5 @@
-"""Saved-tensor rules of the ``megatron`` profile: Megatron-Core with Transformer Engine.
+"""The ``megatron`` profile: Megatron-Core with Transformer Engine — parameter rules, saved-tensor
+rules, op structure (as ``[framework]`` configures it), lifecycle and limits.
 
 Each rule cites the file, class or function it was read from, at Megatron-Core 0.14.0 (the
 ``megatron-core`` 0.14.0 wheel, tag ``core_v0.14.0`` of NVIDIA/Megatron-LM: ``MC``) and
@@ -10,14 +11,23 @@ layers fuse the pre-MLP norm into ``linear_fc1`` (TELayerNormColumnParallelLinea
 MLA, the input norm into ``linear_qkv``; MLA layers have a separate TENorm before attention, MoE
 layers one before the MoE block; MLA's q/kv norms fuse into the up projections (``qk_layernorm``),
 its down projections are TELinear ``parallel_mode="duplicated"`` on the sequence-parallel rows.
+
+Lifecycle: weights, the fp32 ``main_grad`` buffer and the fp32 master weights exist from the DDP
+wrap and the optimizer's construction (``distributed/param_and_grad_buffer.py``,
+``optimizer/distrib_optimizer.py``); Adam's moments are created lazily by the first ``step()``
+(``torch/optim/adam.py`` ``_init_group``). Gradient reduce-scatter and parameter all-gather work in
+place in those buffers, so the step allocates nothing else; the persistent library workspaces are
+in :mod:`timeline.profiles.megatron_workspaces`, the GPT-OSS rules in
+:mod:`timeline.profiles.megatron_gptoss`.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from timeline.graph.saved.megatron_workspaces import version_tuple
-from timeline.graph.saved.table import SavedTable, SaveRule
+from timeline.profiles import megatron_gptoss
+from timeline.profiles.base import Lifecycle, Limits, ParamRules, Profile, SaveRule, SaveRules, Structure
+from timeline.profiles.megatron_workspaces import persistent_workspaces, version_tuple
 from timeline.spec.framework import FrameworkSpec
 
 MC = "NVIDIA/Megatron-LM@core_v0.14.0:megatron/core"
@@ -129,16 +139,23 @@ RULES: dict[str, SaveRule] = {
     "comm": SaveRule(source="collectives keep nothing (buffers come from the caller's stream)"),
 }
 
-TABLE = SavedTable(name="megatron", rules=RULES, attention="flash", dropout=False, fused_norm_linear=True,
-                   moe_tokens="routed", mla_latent_sp=True, full_recompute_moe_split=False, swiglu_extra=False,
-                   mla_kv_combined=True, megatron_moe=True, model_dropout=True,
-                   # --qk-layernorm: q_layernorm / k_layernorm (TENorm over head_dim) on q and k per head,
-                   # MC transformer/attention.py: SelfAttention.get_query_key_value_tensors
-                   qk_norm=True)
+#: the base rules (Megatron-Core 0.14, TE 2.6); the profile adds the GPT-OSS rules under names of their own
+BASE = SaveRules(name="megatron", rules=RULES)
+
+PARAMS = ParamRules(mla_q_rope_tp_split=True, final_norm=True, router_bias=True, shared_experts_tp_split=True,
+                    expert_state_group="routed", vocab_pad=128, mtp_embedding=True, mtp_eh_proj_tp_split=True,
+                    mtp_modules=True)
+
+STRUCTURE = Structure(attention="flash", dropout=False, fused_norm_linear=True, moe_tokens="routed",
+                      mla_latent_sp=True, full_recompute_moe_split=False, swiglu_extra=False,
+                      mla_kv_combined=True, megatron_moe=True, model_dropout=True,
+                      # --qk-layernorm: q_layernorm / k_layernorm (TENorm over head_dim) on q and k per head,
+                      # MC transformer/attention.py: SelfAttention.get_query_key_value_tensors
+                      qk_norm=True)
 
 
-def configure(table: SavedTable, spec: FrameworkSpec) -> SavedTable:
-    """The table as a run's ``[framework]`` configures Megatron-Core: TE's unfused attention and
+def configure(table: Structure, spec: FrameworkSpec) -> Structure:
+    """The structure as a run's ``[framework]`` configures Megatron-Core: TE's unfused attention and
     Megatron's local attention materialise the s² tensors (``attention = "eager"``); the local
     implementation (``--transformer-impl local``: ``get_gpt_layer_local_spec``) keeps norms apart
     from the linears after them (``FusedLayerNorm`` then ``ColumnParallelLinear``, which saves the
@@ -175,3 +192,19 @@ def wgrad_rule(spec: FrameworkSpec) -> str:
     if te < (2, 3):
         return "all"
     return "head" if mc < (0, 15) else "none"
+
+
+LIFECYCLE = Lifecycle("start", "start", "first_step",
+                      "Megatron-Core param_and_grad_buffer.py, distrib_optimizer.py; torch Adam lazy state",
+                      workspaces=persistent_workspaces, per_param_states=True)
+
+LIMITS = Limits(max_zero=1, instead="paper", zero_note="its distributed optimizer is zero = 1", squared_relu=True,
+                reads_framework=True,
+                # NVIDIA/TransformerEngine@v2.8 attention/dot_product_attention/utils.py
+                # get_attention_backend: "Filter: Softmax type"
+                sinks_cp_note="Transformer Engine 2.8 runs a learnable softmax under context "
+                              "parallelism only with cp_comm_type = a2a, not the KV ring "
+                              "this profile models")
+
+PROFILE = Profile(name="megatron", params=PARAMS, saved=megatron_gptoss.extend(BASE), structure=STRUCTURE,
+                  lifecycle=LIFECYCLE, limits=LIMITS, configure=configure)

@@ -34,7 +34,8 @@ above its parameters and optimizer states on H100; ~224 MiB with grouped-GEMM ex
   ≥ 0.15). Earlier versions allocate a transient of that shape per weight per backward instead (not
   modelled yet).
 
-This module only sizes them; the simulator places them (``timeline.sim.simulate``).
+This module only sizes them; the simulator places them (``timeline.sim.simulate``) as the
+profile's lifecycle names them.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from timeline.graph.tensors import DTYPE_BYTES, TensorDef
+from timeline.profiles.base import ParamTensor
+from timeline.spec.fields import DTYPE_BYTES
+from timeline.spec.framework import FrameworkSpec
 from timeline.spec.run import RunSpec
 
 TE = "NVIDIA/TransformerEngine@v2.6:transformer_engine"
@@ -98,9 +101,9 @@ FUSED_INTO = {"q_proj": "linear_qkv", "k_proj": "linear_qkv", "v_proj": "linear_
               "up_proj": "linear_fc1"}
 
 
-def dummy_wgrad_shapes(run: RunSpec, tensors: Sequence[TensorDef]) -> set[tuple[int, int, str]]:
-    """The distinct (rows, cols, dtype) of the TE linears' weights whose wgrad is a cached dummy."""
-    fw = run.framework
+def dummy_wgrad_shapes(fw: FrameworkSpec, dtype: str, tensors: Sequence[ParamTensor]) -> set[tuple[int, int, str]]:
+    """The distinct (rows, cols, dtype) of the TE linears' weights whose wgrad is a cached dummy, for
+    weights in ``dtype``."""
     te, mc = version_tuple(fw.transformer_engine), version_tuple(fw.megatron_core)
     if fw.transformer_impl != "transformer_engine" or not fw.gradient_accumulation_fusion or te < (2, 3):
         return set()
@@ -118,15 +121,15 @@ def dummy_wgrad_shapes(run: RunSpec, tensors: Sequence[TensorDef]) -> set[tuple[
         key = (path, FUSED_INTO.get(leaf, leaf))
         rows_cols = fused.setdefault(key, [0, t.shape[1]])
         rows_cols[0] += t.shape[0]
-    return {(r, c, run.training.dtype) for r, c in fused.values()}
+    return {(r, c, dtype) for r, c in fused.values()}
 
 
 def persistent_workspaces(run: RunSpec, *, holds_head: bool, has_moe: bool,
-                          tensors: Sequence[TensorDef] = ()) -> list[tuple[str, int, str, str]]:
+                          tensors: Sequence[ParamTensor] = ()) -> list[tuple[str, int, str, str]]:
     """(name, bytes, source, when) of the workspaces one device of ``run`` holds; ``when`` is
     ``"start"`` (the first GEMM) or ``"first_backward"``."""
     fw, sm = run.framework, run.hardware.sm
-    out: list[tuple[str, int, str]] = []
+    out: list[tuple[str, int, str, str]] = []
     if not fw.workspaces:
         return out
     te = fw.transformer_impl == "transformer_engine"
@@ -146,7 +149,7 @@ def persistent_workspaces(run: RunSpec, *, holds_head: bool, has_moe: bool,
         for thread in ("forward", "backward"):
             out.append((f"workspace.torch_cublas_{thread}", size, f"{TORCH}: getCurrentCUDABlasHandle",
                         "start" if thread == "forward" else "first_backward"))
-    for rows, cols, dt in sorted(dummy_wgrad_shapes(run, tensors)):
+    for rows, cols, dt in sorted(dummy_wgrad_shapes(fw, run.training.dtype, tensors)):
         out.append((f"workspace.te_dummy_wgrad_{rows}x{cols}", rows * cols * DTYPE_BYTES[dt],
                     f"{TE}/pytorch/module/base.py: get_dummy_wgrad", "first_backward"))
     return out

@@ -16,15 +16,13 @@ keeps FusedAttention only where cuDNN's F16 arbitrary-seqlen backend takes sinks
 UnfusedDotProductAttention, which materialises s² scores (not modelled here: this table assumes
 the fused path). Under context parallelism TE 2.8 keeps FusedAttention for a learnable softmax only
 with ``cp_comm_type = "a2a"``, not the KV ring this profile models, so run validation refuses cp > 1
-(:data:`timeline.spec.profiles.PROFILES`). The rules extend :data:`timeline.graph.saved.megatron.RULES` under new names only,
+(``Limits.sinks_cp_note``). The rules extend :data:`timeline.profiles.megatron.RULES` under new names only,
 so the base table (Megatron-Core 0.14, TE 2.6) stays as it is for every other model.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from timeline.graph.saved.table import SavedTable, SaveRule
+from timeline.profiles.base import SaveRule, SaveRules
 
 MC15 = "NVIDIA/Megatron-LM@core_v0.15.0:megatron/core"
 TE28 = "NVIDIA/TransformerEngine@v2.8:transformer_engine"
@@ -56,9 +54,6 @@ RULES: dict[str, SaveRule] = {
 }
 
 
-def extend(table: SavedTable) -> SavedTable:
-    """``table`` (the megatron table) with the GPT-OSS rules added; no rule of it is replaced."""
-    clash = set(RULES) & set(table.rules)
-    if clash:
-        raise ValueError(f"GPT-OSS rules would replace megatron rules: {sorted(clash)}")
-    return replace(table, rules={**table.rules, **RULES})
+def extend(rules: SaveRules) -> SaveRules:
+    """``rules`` (the megatron rules) with the GPT-OSS rules added; no rule of it is replaced."""
+    return rules.extended(RULES)

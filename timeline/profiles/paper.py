@@ -1,4 +1,5 @@
-"""Saved-tensor rules of the ``paper`` profile: Korthikanti et al. 2022 and arXiv 2502.07846.
+"""The ``paper`` profile: Korthikanti et al. 2022 and arXiv 2502.07846 — parameter rules, saved-tensor
+rules, op structure, lifecycle and limits.
 
 Eager attention that materialises the s² softmax output, its 1-byte dropout mask and the
 dropout output; unfused LayerNorm/RMSNorm keeping only their input (no mean/rstd); GeLU input;
@@ -6,12 +7,16 @@ dropout output; unfused LayerNorm/RMSNorm keeping only their input (no mean/rstd
 MLA and MoE follow arXiv 2502.07846 §5–6: compressed q/kv kept at full sequence, router logits
 and probabilities, 2-byte top-k routing info, experts fed ``b·s·top_k/ep`` rows, a replicated
 shared expert on full ``b·s``; full recompute checkpoints the attention and MoE sub-blocks apart
-and keeps the routing info. Every GEMM keeps its input for the weight gradient.
+and keeps the routing info. Every GEMM keeps its input for the weight gradient. Parameters: W^QR
+replicated (Table 5), no final norm (Table 3), one shared expert replicated on every EP rank
+(Table 6), the whole MoE block's states sharded over EDP (Table 8). All static state counts from
+the start (the paper's static accounting); ZeRO 0–3 as DeepSpeed defines them, with its buckets
+(``runtime/zero/config.py`` defaults).
 """
 
 from __future__ import annotations
 
-from timeline.graph.saved.table import SavedTable, SaveRule
+from timeline.profiles.base import Lifecycle, Limits, ParamRules, Profile, SaveRule, SaveRules, Structure
 
 K22 = "Korthikanti et al. 2022 §4.1 (Table 2)"
 DS = "arXiv 2502.07846 §6 (Table 9/10)"
@@ -49,5 +54,15 @@ RULES: dict[str, SaveRule] = {
     "comm": SaveRule(source="collectives keep nothing"),
 }
 
-TABLE = SavedTable(name="paper", rules=RULES, attention="eager", dropout=True, fused_norm_linear=False,
-                   moe_tokens="paper", mla_latent_sp=False, full_recompute_moe_split=True, swiglu_extra=True)
+PARAMS = ParamRules(mla_q_rope_tp_split=False, final_norm=False, router_bias=False, shared_experts_tp_split=False,
+                    expert_state_group="moe", vocab_pad=1, mtp_embedding=False, mtp_eh_proj_tp_split=False,
+                    mtp_modules=True)
+
+STRUCTURE = Structure(attention="eager", dropout=True, fused_norm_linear=False, moe_tokens="paper",
+                      mla_latent_sp=False, full_recompute_moe_split=True, swiglu_extra=True)
+
+LIFECYCLE = Lifecycle("start", "start", "start", "arXiv 2502.07846 §4 static accounting; DeepSpeed ZeRO buckets",
+                      reduce_bucket_elems=500_000_000, prefetch_bucket_elems=50_000_000)
+
+PROFILE = Profile(name="paper", params=PARAMS, saved=SaveRules(name="paper", rules=RULES), structure=STRUCTURE,
+                  lifecycle=LIFECYCLE, limits=Limits(max_zero=3, zero_note="ZeRO 0–3 as DeepSpeed defines them"))

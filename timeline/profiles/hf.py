@@ -1,4 +1,5 @@
-"""Saved-tensor rules of the ``hf`` profile: Hugging Face transformers 5.x under plain PyTorch autograd.
+"""The ``hf`` profile: Hugging Face transformers 5.x under plain PyTorch autograd — parameter rules,
+saved-tensor rules, op structure, lifecycle and limits.
 
 One device per replica, ``attn_implementation="sdpa"`` as a CUDA GPU runs it (flash kernel for
 equal head dims ≤ 256 in 16 bits, with GQA's k/v at kv-head width; else the memory-efficient
@@ -14,11 +15,18 @@ copy, an fp32 normalised tensor per norm, its router's top-k indices and 16-bit 
 logits, and the clamped SwiGLU's gate_up, clamped gate, sigmoid, glu and (up + 1). Measured facts: ``../shared/reference/groundtruth.md`` §4–5 (GT);
 ``tools/groundtruth.py`` measures them again and ``tests/graph/test_activations_hf.py`` compares.
 Paths are in huggingface/transformers ``src/transformers`` and pytorch ``tools/autograd/derivatives.yaml``.
+
+The modelling code runs as written, so the code facts of :class:`~timeline.spec.model.ModelSpec`
+(GPT-2's fused ``c_attn`` and residual dropout, Mixtral/Qwen-MoE's softmax router, Qwen-MoE's top-k
+weights cast to the logits' dtype, GPT-OSS's half-width RoPE and fp32 normalised tensor) shape the ops
+(``Structure.model_code``). Lifecycle: weights from model construction, ``.grad`` tensors at the first
+backward that reaches them, optimizer states at the first ``step()``; ZeRO 2/3 through FSDP or
+DeepSpeed with DeepSpeed's buckets. One device per model replica.
 """
 
 from __future__ import annotations
 
-from timeline.graph.saved.table import SavedTable, SaveRule
+from timeline.profiles.base import Lifecycle, Limits, ParamRules, Profile, SaveRule, SaveRules, Structure
 
 LLAMA = "models/llama/modeling_llama.py"
 DSV3 = "models/deepseek_v3/modeling_deepseek_v3.py"
@@ -128,32 +136,37 @@ RULES: dict[str, SaveRule] = {
     "comm": SaveRule(source="no collectives on one device"),
 }
 
-TABLE = SavedTable(name="hf", rules=RULES, attention="sdpa", dropout=False, fused_norm_linear=False,
-                   moe_tokens="routed", mla_latent_sp=False, full_recompute_moe_split=False, swiglu_extra=True,
-                   upcast_fp32=True, rope_cache=True, mla_kv_views=True, moe_weight_after_down=True,
-                   split_gate_up=True,
-                   # models/qwen3/modeling_qwen3.py Qwen3Attention: q_norm/k_norm (Qwen3RMSNorm over
-                   # head_dim) on q and k before RoPE
-                   qk_norm=True,
-                   # models/gpt2/modeling_gpt2.py GPT2Model/GPT2Block: nn.Dropout on the embeddings, after
-                   # c_proj and after the MLP (resid_pdrop; bool masks on a GPU); attn_pdrop goes into SDPA's
-                   # dropout_p (rng state only). Llama/Mistral/Qwen modelling code has no residual dropout
-                   dropout_from_model=("gpt2",),
-                   # models/gpt2/modeling_gpt2.py GPT2Model.forward: position_embeds = self.wpe(position_ids)
-                   position_ids=True,
-                   # models/gpt2/modeling_gpt2.py GPT2Attention: self.c_attn(hidden_states).split(...)
-                   fused_qkv=("gpt2",),
-                   # models/mixtral/modeling_mixtral.py MixtralTopKRouter, models/qwen2_moe/modeling_qwen2_moe.py
-                   # Qwen2MoeTopKRouter, models/qwen3_moe/modeling_qwen3_moe.py Qwen3MoeTopKRouter
-                   softmax_router=("mixtral", "qwen2_moe", "qwen3_moe"),
-                   # Qwen2Moe/Qwen3MoeTopKRouter: `if self.norm_topk_prob:` (config default False), then
-                   # .to(router_logits.dtype); Mixtral always renormalises and keeps fp32 weights
-                   unnormalised_topk=("qwen2_moe", "qwen3_moe"),
-                   # models/qwen2_moe/modeling_qwen2_moe.py Qwen2MoeSparseMoeBlock.shared_expert_gate
-                   shared_expert_gate=True,
-                   # models/gpt_oss/modeling_gpt_oss.py: GptOssPreTrainedModel._supports_sdpa = False (eager
-                   # attention with sinks), GptOssRotaryEmbedding (emb = freqs: cos/sin head_dim / 2 wide),
-                   # GptOssRMSNorm ((weight * hidden_states).to(input_dtype): fp32 normalised tensor),
-                   # GptOssTopKRouter (topk, then softmax of the k logits)
-                   sink_attention="eager", rope_half=("gpt_oss",), normed_fp32=("gpt_oss",),
-                   topk_softmax_router=("gpt_oss",))
+PARAMS = ParamRules(mla_q_rope_tp_split=True, final_norm=True, router_bias=True, shared_experts_tp_split=True,
+                    expert_state_group="routed", vocab_pad=1, mtp_embedding=False, mtp_eh_proj_tp_split=False,
+                    mtp_modules=False)
+
+STRUCTURE = Structure(attention="sdpa", dropout=False, fused_norm_linear=False, moe_tokens="routed",
+                      mla_latent_sp=False, full_recompute_moe_split=False, swiglu_extra=True,
+                      # the model family's modelling code: models/gpt2/modeling_gpt2.py GPT2Attention
+                      # (c_attn(x).split) and GPT2Block (nn.Dropout after c_proj and the MLP, resid_pdrop;
+                      # attn_pdrop goes into SDPA's dropout_p), models/mixtral, qwen2_moe, qwen3_moe TopKRouter
+                      # (softmax(fp32) of 16-bit logits; Qwen's `if self.norm_topk_prob:` then
+                      # .to(router_logits.dtype)), models/gpt_oss/modeling_gpt_oss.py GptOssTopKRouter (topk, then
+                      # softmax of the k logits), GptOssRotaryEmbedding (cos/sin head_dim / 2 wide), GptOssRMSNorm
+                      # ((weight * hidden_states).to(input_dtype): fp32 normalised tensor)
+                      model_code=True,
+                      upcast_fp32=True, rope_cache=True, mla_kv_views=True, moe_weight_after_down=True,
+                      split_gate_up=True,
+                      # models/qwen3/modeling_qwen3.py Qwen3Attention: q_norm/k_norm (Qwen3RMSNorm over
+                      # head_dim) on q and k before RoPE
+                      qk_norm=True,
+                      # models/gpt2/modeling_gpt2.py GPT2Model.forward: position_embeds = self.wpe(position_ids)
+                      position_ids=True,
+                      # models/qwen2_moe/modeling_qwen2_moe.py Qwen2MoeSparseMoeBlock.shared_expert_gate
+                      shared_expert_gate=True,
+                      # models/gpt_oss/modeling_gpt_oss.py: GptOssPreTrainedModel._supports_sdpa = False (eager
+                      # attention with sinks)
+                      sink_attention="eager")
+
+LIFECYCLE = Lifecycle("first_backward", "first_step", "first_step",
+                      "PyTorch autograd .grad on first backward; torch.optim lazy state; DeepSpeed ZeRO buckets",
+                      reduce_bucket_elems=500_000_000, prefetch_bucket_elems=50_000_000)
+
+PROFILE = Profile(name="hf", params=PARAMS, saved=SaveRules(name="hf", rules=RULES), structure=STRUCTURE,
+                  lifecycle=LIFECYCLE,
+                  limits=Limits(max_zero=3, single_device=True, zero_note="FSDP or DeepSpeed for ZeRO 2/3"))

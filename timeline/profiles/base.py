@@ -1,0 +1,206 @@
+"""The types a profile is made of (DESIGN §5), one per kind of rule.
+
+A profile names how one framework builds and trains a model. Its facts fall in five groups, each a
+frozen table here, and each fact is stated in exactly one of them, with its source:
+
+- :class:`ParamRules` — which parameter tensors exist, how TP splits them, how their states shard;
+- :class:`SaveRules` — per op rule (``linear``, ``rmsnorm``, …), the :class:`SaveRule` saying
+  what that op keeps for its backward;
+- :class:`Structure` — the switches that shape the op graph itself (eager or flash attention,
+  fused norms, the MoE token convention, …);
+- :class:`Lifecycle` — when static state (gradients, master weights, moments, buffers,
+  workspaces) comes into being;
+- :class:`Limits` — what decides whether a run is possible at all (ZeRO levels, one device per
+  replica), read by run validation.
+
+A :class:`Profile` joins them; the registry is :data:`timeline.profiles.PROFILES`. Facts of a
+model's architecture (its router's scoring function, a fused QKV projection, …) are not profile
+choices: they live on :class:`~timeline.spec.model.ModelSpec`. This module decides nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from timeline.spec.framework import FrameworkSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParamRules:
+    """One framework's parameter-layout rules (which tensors exist, how TP splits them, how their
+    states shard), consulted by the parameter builders and the static-memory pass."""
+
+    #: MLA's W^QR (RoPE part of the query up-projection) split over TP, as in Megatron-Core's
+    #: ``linear_q_up_proj`` (multi_latent_attention.py); the paper replicates it (2502.07846 Table 5)
+    mla_q_rope_tp_split: bool
+    #: the final RMSNorm/LayerNorm before the head is a parameter (paper: not counted, Table 3)
+    final_norm: bool
+    #: DeepSeek-V3's per-expert fp32 score-correction bias is held (paper omits it; Megatron keeps
+    #: ``expert_bias`` as an fp32 buffer in ``moe/router.py``)
+    router_bias: bool
+    #: shared experts are TP-split (Megatron ``SharedExpertMLP`` extends ``MLP``); the paper
+    #: replicates one shared expert on every EP rank (Table 6)
+    shared_experts_tp_split: bool
+    #: which MoE parameters shard over EDP: "moe" = the whole MoE block (router, shared and routed
+    #: experts; paper Table 8) or "routed" = routed experts only (Megatron's expert DDP buffers)
+    expert_state_group: str
+    #: vocabulary padded to a multiple of this × tp (Megatron ``--make-vocab-size-divisible-by 128``)
+    vocab_pad: int
+    #: the MTP stage builds its own embedding when it is not the first stage (Megatron GPTModel
+    #: builds ``self.embedding`` for ``pre_process or mtp_process``)
+    mtp_embedding: bool
+    #: the MTP module's eh_proj is column-parallel (Megatron ``multi_token_prediction.py``)
+    mtp_eh_proj_tp_split: bool
+    #: the model builds its MTP modules (transformers' DeepseekV3ForCausalLM builds none)
+    mtp_modules: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaveRule:
+    saves: tuple[str, ...] = ()  # "in:SLOT" | "out:SLOT" | "extra:SLOT"
+    wgrad: tuple[str, ...] = ()  # of ``saves``, those only the weight gradient reads
+    keep_under_recompute: tuple[str, ...] = ()  # kept even inside a recomputed region
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaveRules:
+    """Per op rule, what a forward op keeps for its backward (the saved-tensor table)."""
+
+    name: str
+    rules: dict[str, SaveRule]
+
+    def rule(self, key: str) -> SaveRule:
+        try:
+            return self.rules[key]
+        except KeyError:
+            raise KeyError(f"profile {self.name!r} has no saved-tensor rule for op kind {key!r}") from None
+
+    def extended(self, more: dict[str, SaveRule]) -> SaveRules:
+        """These rules with ``more`` added under new names; a clash is an error (no rule is replaced)."""
+        clash = set(more) & set(self.rules)
+        if clash:
+            raise ValueError(f"rules would replace {self.name} rules: {sorted(clash)}")
+        return replace(self, rules={**self.rules, **more})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Structure:
+    """The choices a framework makes for the structure of its ops, consulted by the op builders
+    (never the profile's name). Defaults keep the paper and megatron profiles as they are."""
+
+    attention: str  # "eager" (scores, softmax, dropout materialised) | "flash" | "sdpa" (torch SDPA on CUDA:
+    # flash for equal head dims ≤ 256 in 16 bits, GQA at kv-head width; else memory-efficient, k/v expanded)
+    dropout: bool  # dropout after attention/MLP outputs (and inside eager attention)
+    fused_norm_linear: bool  # norms before a linear fuse into it (TE LayerNormLinear): not "layernorm"-recomputable
+    moe_tokens: str  # "paper": b·s·top_k/ep rows, router (and shared experts) on full b·s | "routed":
+    # (b·s/(tp·cp))·top_k; whether shared experts are TP-split is the parameter rule ``shared_experts_tp_split``
+    mla_latent_sp: bool  # MLA's compressed q/kv stay sequence-parallel (Megatron) or are gathered (paper)
+    full_recompute_moe_split: bool  # full recompute checkpoints the MoE sub-block apart (keeps its input)
+    swiglu_extra: bool  # an unfused SwiGLU also keeps silu(gate)
+    # -- structure of Python-level modelling code (Hugging Face)
+    #: the model family's own modelling code runs, so what :class:`~timeline.spec.model.ModelSpec` says that
+    #: code does (``fused_qkv``, ``residual_dropout``, ``router_score``, ``router_weights_cast``,
+    #: ``rope_half_width``, ``norm_output_fp32``) shapes the ops
+    model_code: bool = False
+    upcast_fp32: bool = False  # RMSNorm input, router input and logits are copied to fp32 by a separate op
+    rope_cache: bool = False  # RoPE cos/sin built once per model (op tagged "shared") and saved by each layer
+    mla_kv_views: bool = False  # MLA's V is a view of kv_b_proj's output; attention output copied for o_proj
+    moe_weight_after_down: bool = False  # routing weights scale the down-projection output (not inside SwiGLU)
+    split_gate_up: bool = False  # a dense SwiGLU MLP has separate gate and up projections (two outputs)
+    qk_norm: bool = False  # a model with ``qk_norm`` runs a per-head RMSNorm on q and k (Qwen3) as its own ops
+    position_ids: bool = False  # a learned position embedding's lookup keeps its int64 position ids (1, s)
+    shared_expert_gate: bool = False  # a model's ``shared_expert_gate`` scales the shared expert by a sigmoid
+    sink_attention: str = ""  # "eager": learned sinks run eager attention op by op (logits, mask, cat with the
+    # sinks, max, softmax over s + 1 columns, ·V); "": the sinks live inside the attention kernel
+    # -- structure of Megatron-Core
+    mla_kv_combined: bool = False  # MLA's kv down projection is one [rows, kv_lora_rank + rope] tensor whose
+    # kv part the latent norm keeps whole; k_pe is gathered (a contiguous copy) before the up-projection checkpoint
+    model_dropout: bool = False  # dropout ops wherever the model's hidden_dropout / attention_dropout > 0
+    # (Megatron's bias-dropout-add and attention dropout; p = 0 is the identity, torch ``_dropout``)
+    wgrad_transient: str = "none"  # weight-gradient GEMMs ("linear" ops) return a fresh [out, in] tensor that
+    # is added into the grads buffer and freed: "all" of them, "head" (the output layer only) or "none"
+    ce_inplace: bool = False  # the loss writes its gradient into the 16-bit logits and keeps only them (TE's
+    # parallel_cross_entropy): no fp32 softmax numerators
+    softmax_fp32: bool = False  # eager attention's softmax runs on an fp32 copy and keeps its fp32 output;
+    # a cast back to the 16-bit dtype feeds dropout and attention over V (Megatron's unfused FusedScaleMaskSoftmax)
+    megatron_moe: bool = False  # router and alltoall dispatcher as Megatron-Core (moe_utils.py): scores and
+    # probs in the logits dtype, a dense [tokens, E] probs map, masked_select keeping the transposed probs and
+    # routing map, tokens re-sorted by local expert (sort_chunks_by_idxs) after the all-to-all
+
+
+class ParamTensor(Protocol):
+    """What a workspace rule reads of a parameter tensor (``timeline.graph.tensors.TensorDef``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def trainable(self) -> bool: ...
+    @property
+    def expert(self) -> bool: ...
+
+
+#: (run, holds_head=, has_moe=, tensors=) -> [(name, bytes, source, when)] of persistent workspaces
+Workspaces = Callable[..., list[tuple[str, int, str, str]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Lifecycle:
+    """When static state comes into being, per profile (DESIGN §5 lifecycle rules)."""
+
+    grads_at: str  # "start" | "first_backward"
+    master_at: str  # "start" | "first_step"
+    moments_at: str  # "start" | "first_step"
+    source: str
+    reduce_bucket_elems: int = 0  # 0: reduce-scatter works in place (Megatron)
+    prefetch_bucket_elems: int = 0
+    #: without a distributed optimizer (zero = 0), master weights and Adam's moments are tensors per
+    #: parameter, created in the optimizer's parameter order (else one block per kind)
+    per_param_states: bool = False
+    #: the persistent library workspaces a device holds (None: none)
+    workspaces: Workspaces | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """What decides whether a run is possible under the profile (read by run validation)."""
+
+    #: highest ZeRO level the framework offers
+    max_zero: int
+    #: why ZeRO stops at ``max_zero`` (said when a run asks for more)
+    zero_note: str = ""
+    #: one device per model replica: no pipeline, tensor, expert or context parallelism
+    single_device: bool = False
+    #: the profile to suggest for what this one cannot do
+    instead: str = "megatron"
+    #: why attention with learned sinks cannot run under context parallelism ("": it can)
+    sinks_cp_note: str = ""
+    #: models ``hidden_act = "relu2"`` (squared ReLU, Megatron ``--squared-relu``)
+    squared_relu: bool = False
+    #: reads a run's ``[framework]`` section (elsewhere a non-default value is an error)
+    reads_framework: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Profile:
+    """One framework's rules, each group in its own table."""
+
+    name: str
+    params: ParamRules
+    saved: SaveRules
+    structure: Structure
+    lifecycle: Lifecycle
+    limits: Limits
+    #: the structure as a run's ``[framework]`` section configures it (None: the structure as it is)
+    configure: Callable[[Structure, FrameworkSpec], Structure] | None = None
+
+    def configured(self, spec: FrameworkSpec) -> Profile:
+        """This profile with its structure configured by ``spec``."""
+        if self.configure is None:
+            return self
+        return replace(self, structure=self.configure(self.structure, spec))
+
