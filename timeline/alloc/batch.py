@@ -17,12 +17,16 @@ are any int64 buffers (numpy arrays, ``array('q')``).
 from __future__ import annotations
 
 import os
-from collections.abc import MutableSequence, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from timeline.alloc.caching import CachingAllocator
 from timeline.alloc.config import AllocatorConfig
 from timeline.alloc.views import SegmentView
+
+#: a contiguous int64 column (a numpy ``int64`` array from the simulator; this layer imports no numpy,
+#: it reads and writes the columns through ``memoryview`` and item assignment)
+Int64Column = Any
 
 try:  # the optional compiled core
     from timeline.alloc import _ccore  # type: ignore[attr-defined]
@@ -55,9 +59,9 @@ class BatchResult:
     end_segments: list[SegmentView]  # the state after the last event, in address order
 
 
-def replay(config: AllocatorConfig, capacity_bytes: int | None, size: Sequence[int], pair: Sequence[int],
-           block: MutableSequence[int], reserved: MutableSequence[int], address: MutableSequence[int],
-           segment: MutableSequence[int], core: str | None = None) -> BatchResult | None:
+def replay(config: AllocatorConfig, capacity_bytes: int | None, size: Int64Column, pair: Int64Column,
+           block: Int64Column, reserved: Int64Column, address: Int64Column,
+           segment: Int64Column, core: str | None = None) -> BatchResult | None:
     """Fill ``block`` (signed block bytes), ``reserved`` (after each event), ``address`` and
     ``segment`` (start of the segment holding the block). ``None``: the compiled core met a
     state it does not model (the caller then runs the reference model its own way); the
@@ -83,9 +87,9 @@ def replay(config: AllocatorConfig, capacity_bytes: int | None, size: Sequence[i
     return replay_python(config, capacity_bytes, size, pair, block, reserved, address, segment)
 
 
-def replay_python(config: AllocatorConfig, capacity_bytes: int | None, size: Sequence[int], pair: Sequence[int],
-                  block: MutableSequence[int], reserved: MutableSequence[int], address: MutableSequence[int],
-                  segment: MutableSequence[int]) -> BatchResult:
+def replay_python(config: AllocatorConfig, capacity_bytes: int | None, size: Int64Column, pair: Int64Column,
+                  block: Int64Column, reserved: Int64Column, address: Int64Column,
+                  segment: Int64Column) -> BatchResult:
     """:func:`replay` on the reference :class:`CachingAllocator`."""
     events: list[tuple[int, str, int, int, int, int]] = []
     ooms: list[tuple[int, int, int]] = []
@@ -99,7 +103,7 @@ def replay_python(config: AllocatorConfig, capacity_bytes: int | None, size: Seq
     malloc, free, blocks = alloc.malloc, alloc.free, alloc._blocks
     addrs = [0] * len(size)
     # plain ints: the model packs keys as size << 48 | address, which numpy ints would overflow
-    sizes, pairs = memoryview(size).tolist(), memoryview(pair).tolist()  # type: ignore[arg-type]  # int64 arrays
+    sizes, pairs = memoryview(size).tolist(), memoryview(pair).tolist()
     for i, (sz, p) in enumerate(zip(sizes, pairs, strict=True)):
         current = i
         if p < 0:

@@ -17,7 +17,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,6 +41,7 @@ from timeline.spec.recompute import parse_recompute
 from timeline.spec.run import RunSpec
 
 if TYPE_CHECKING:
+    from timeline.graph.ops import ChunkTemplate
     from timeline.result.timeline import Timeline
 
 SET_HELP = ("override a run-file key, e.g. --set parallel.tp=4 --set schedule.kind=gpipe "
@@ -100,6 +101,7 @@ def check_csv_schedule(spec: RunSpec) -> None:
         return
     from timeline.pipeline import build_schedule
 
+    assert spec.schedule.csv is not None  # validation: kind = "csv" names its file
     path = resolve_from_run(spec, spec.schedule.csv)
     par = spec.parallel
     try:
@@ -117,7 +119,7 @@ def resolve_from_run(spec: RunSpec, path: str) -> Path:
     return (Path(spec.source).parent / path).resolve()
 
 
-def templates():
+def templates() -> Callable[..., ChunkTemplate]:
     """The op-template builder of the graph layer (imported lazily: it is the heavy part)."""
     return importlib.import_module("timeline.graph.template").chunk_template
 
@@ -165,7 +167,7 @@ _PARTIAL_EXTRA = len(".") + len(".partial-") + 10
 
 
 @contextlib.contextmanager
-def _no_interrupt():
+def _no_interrupt() -> Iterator[None]:
     """Hold Ctrl-C back while cleaning up, so a second one cannot leave half a folder behind; it is
     delivered (as KeyboardInterrupt) when the block ends."""
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
@@ -356,7 +358,7 @@ def console() -> Console:
     return Console(width=max(width, 140))
 
 
-def refuse_step_trace(spec, command: str) -> None:
+def refuse_step_trace(spec: RunSpec, command: str) -> None:
     """``compare``/``fit`` vary recompute policies, which a whole-step trace does not take."""
     if spec.trace is not None and spec.trace.is_step:
         raise UserError(f"{spec.model_source}: timeline {command} varies recompute policies; a whole-step trace "

@@ -177,9 +177,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         records: dict[int, list[tuple]] | None = {} if args.out is not None else None
         devices = replay_snapshot(snapshot, config=config, capacity_bytes=capacity, records=records)
-        report = {"schema": SCHEMA, "devices": [d.to_dict() for d in devices]}
+        rows: list[dict[str, Any]] = [d.to_dict() for d in devices]
+        report = {"schema": SCHEMA, "devices": rows}
         labels = device_labels(snapshot)
-        for d in report["devices"]:
+        for d in rows:
             d["over_capacity"] = over_capacity(d)
             if d["device"] in labels:  # a timeline snapshot: report the global rank, keep the index
                 d["snapshot_index"] = d["device"]

@@ -6,9 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from timeline.cli.common import add_run_args, check_csv_schedule, load, write_file_atomically
 from timeline.pipeline import render
+
+if TYPE_CHECKING:
+    from timeline.pipeline.actions import Schedule
 from timeline.sim.plan import run_schedule_of
 from timeline.spec.schedule_rules import kinds_help
 
@@ -56,7 +60,7 @@ def step_window(text: str) -> tuple[int, int | None]:
     return lo, hi
 
 
-def windows(schedule, total_steps: int) -> str:
+def windows(schedule: Schedule, total_steps: int) -> str:
     """The whole schedule as consecutive windows of steps, each line at most :data:`LINE_WIDTH`."""
     first = render(schedule, steps=(0, 1)).splitlines()
     cell = len(first[1]) - len(first[1].split("|")[0]) - 2  # the width of one step's cell

@@ -245,7 +245,8 @@ def fit(run: RunSpec, template_fn: TemplateFn, *, capacity_gib: float | None = N
         ok = [n for n in range(1 if r in fails0 else 0, L + 1) if bound(block_table[n], r) <= cap]
         start.append(ok[0] if ok else L)
     seq = itertools.count()
-    heap = [(c.cost, next(seq), c, None) for c in [none, *selective, *uniform]]
+    heap: list[tuple[tuple[float, float], int, Candidate, str | None]] = [
+        (c.cost, next(seq), c, None) for c in [none, *selective, *uniform]]
     if any(start):  # all zeros is ``none``
         heap.append((compose(tuple(start)).cost, next(seq), compose(tuple(start)), "block"))
     heapq.heapify(heap)
@@ -262,6 +263,7 @@ def fit(run: RunSpec, template_fn: TemplateFn, *, capacity_gib: float | None = N
         out.outcomes.append(oc)
         if tag == "block" and not oc.fits:  # raise N_r only where rank r does not fit
             n = list(cand.spec.num_layers) if isinstance(cand.spec.num_layers, tuple) else [cand.spec.num_layers]
+            assert oc.result is not None  # a simulated outcome
             failing = [r for r, d in enumerate(oc.result.devices) if not d.fits]
             if all(n[r] < st.layers[r] for r in failing):
                 for r in failing:

@@ -76,10 +76,10 @@ def analyse(ops: list[FOp], table: SaveRules, regions: list[Region]) -> Analysis
         rule = table.rule(op.rule)
         for slot in rule.saves:
             where, key = slot.split(":")
-            t = {"in": op.inputs, "out": op.outputs, "extra": op.extras}[where].get(key)
-            if t is None:
+            slot_t = {"in": op.inputs, "out": op.outputs, "extra": op.extras}[where].get(key)
+            if slot_t is None:
                 continue
-            a.savers[t.storage].append(Saver(op=i, wgrad=slot in rule.wgrad and op.wflops > 0,
+            a.savers[slot_t.storage].append(Saver(op=i, wgrad=slot in rule.wgrad and op.wflops > 0,
                                              keep=slot in rule.keep_under_recompute, source=rule.source))
     for r, reg in enumerate(regions):
         members = set(reg.ops)

@@ -39,8 +39,10 @@ class CsvScheduleError(UserError):
 
 
 class _HasActions(Protocol):
-    actions: Sequence[Sequence[object]]
-    overlapped: Sequence[Sequence[int]]
+    @property
+    def actions(self) -> Sequence[Sequence[object]]: ...
+    @property
+    def overlapped(self) -> Sequence[Sequence[int]]: ...
 
 
 def _is_header(row: Sequence[str]) -> bool:

@@ -168,10 +168,9 @@ def validate(schedule: Schedule, *, columns: Sequence[Sequence[int]] | None = No
             seen[(action.kind, action.stage, action.microbatch)] = (rank, column(rank, index))
     for stage in range(schedule.num_chunks):
         for mb in range(schedule.num_microbatches):
-            problem = _check_complete(schedule, stage, mb, seen)
-            if problem:
-                rank, index, reason = problem
-                raise fail(rank, index, reason)
+            missing = _check_complete(schedule, stage, mb, seen)
+            if missing:
+                raise fail(*missing)
     try:
         unit_time.execute(schedule.actions, num_chunks=schedule.num_chunks, overlapped=schedule.overlapped)
     except unit_time.Deadlock as stuck:

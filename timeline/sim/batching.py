@@ -32,7 +32,7 @@ what each step allocates is the caller's (:mod:`timeline.serve.run`). Ties are b
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 import simpy
@@ -273,7 +273,7 @@ def simulate_requests(cfg: SchedulerConfig, requests: tuple[Request, ...],
     work = env.event()
     pending = {"wake": work}
 
-    def arrivals():
+    def arrivals() -> Generator[simpy.Event, None, None]:
         for st in eng.states:
             if st.req.arrival_us > env.now:
                 yield env.timeout(st.req.arrival_us - env.now)
@@ -281,7 +281,7 @@ def simulate_requests(cfg: SchedulerConfig, requests: tuple[Request, ...],
             if not pending["wake"].triggered:
                 pending["wake"].succeed()
 
-    def engine():
+    def engine() -> Generator[simpy.Event, None, None]:
         while eng.done < len(eng.states):
             batch, preempted = eng.schedule()
             if not batch:

@@ -11,13 +11,13 @@ event creation order, which simpy keeps deterministic.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import simpy
 
 from timeline.errors import UserError
-from timeline.pipeline.actions import Schedule
+from timeline.pipeline.actions import Action, Schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,7 @@ def run_schedule(schedule: Schedule, *, iterations: int, duration_us: Callable[[
             ev = events[key] = env.event()
         return ev
 
-    def deliver(ev: simpy.Event, delay: float):
+    def deliver(ev: simpy.Event, delay: float) -> Generator[simpy.Event, None, None]:
         yield env.timeout(delay)
         ev.succeed()
 
@@ -77,21 +77,21 @@ def run_schedule(schedule: Schedule, *, iterations: int, duration_us: Callable[[
     barriers = [env.event() for _ in range(iterations)]
     n = schedule.pp
 
-    def wait(a, it: int):
+    def wait(a: Action, it: int) -> simpy.Event | None:
         if a.kind == "F" and a.stage > 0:
             return event(("act", it, a.stage - 1, a.microbatch))
         if a.kind in ("B", "I") and a.stage < last_stage:
             return event(("grad", it, a.stage + 1, a.microbatch))
         return None
 
-    def finish(a, r: int, it: int) -> None:
+    def finish(a: Action, r: int, it: int) -> None:
         s, m = a.stage, a.microbatch
         if a.kind == "F" and s < last_stage:
             signal(("act", it, s, m), r, owner.get((s + 1, m)))
         elif a.kind in ("B", "I") and s > 0:
             signal(("grad", it, s, m), r, owner.get((s - 1, m)))
 
-    def rank(r: int):
+    def rank(r: int) -> Generator[simpy.Event, None, None]:
         row = schedule.actions[r]
         pairs = set(schedule.overlapped[r]) if pair_us and r < len(schedule.overlapped) else set()
         for it in range(iterations):
@@ -110,6 +110,7 @@ def run_schedule(schedule: Schedule, *, iterations: int, duration_us: Callable[[
                 else:
                     f, b = group
                     df, db = duration_us(f.stage, f.kind), duration_us(b.stage, b.kind)
+                    assert pair_us is not None  # pairs are only formed with pair_us
                     total = pair_us(f.stage, f.kind, b.stage, b.kind)
                     yield env.timeout(total)
                     spans.append(Span(r, pos, it, f.stage, f.kind, f.microbatch, start, env.now,

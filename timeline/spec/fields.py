@@ -11,6 +11,7 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any
 
 DTYPES = ("fp32", "bf16", "fp16", "fp8")
@@ -82,7 +83,7 @@ def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
     return False, None
 
 
-def _describe_range(meta: dict) -> str:
+def _describe_range(meta: Mapping[str, Any]) -> str:
     if meta.get("choices"):
         return "one of " + ", ".join(repr(c) for c in meta["choices"])
     if meta.get("positive"):

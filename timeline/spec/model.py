@@ -11,6 +11,7 @@ a learned softmax sink per head, biased router and experts, a clamped SwiGLU). F
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from timeline.spec.fields import spec_field
 
@@ -152,7 +153,7 @@ class ModelSpec:
         return (layer - self.first_k_dense_replace) % self.moe_layer_freq == 0 if self.moe_layer_freq > 1 \
             else True
 
-    def with_(self, **changes) -> ModelSpec:
+    def with_(self, **changes: Any) -> ModelSpec:
         return replace(self, **changes)
 
 
