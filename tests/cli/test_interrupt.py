@@ -83,4 +83,9 @@ def test_sigint_from_outside_stops_a_long_run_within_2_s(tmp_path, delay_s):
     assert proc.returncode == 130, err[-2000:]
     assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err
     assert took < 2.0, took
-    assert _leftovers(tmp_path, set()) == set()
+    left = _leftovers(tmp_path, set())
+    if left == {"out"}:  # on a loaded machine the signal can come after the folder was renamed into place:
+        # then it is the whole output (it only appears complete), never a partial one
+        assert {"summary.json", "timeline-output.json", "trace.json"} <= set(os.listdir(tmp_path / "out"))
+    else:
+        assert left == set()
