@@ -149,10 +149,9 @@ def _normalised(tl, fmt: str, r: dict) -> dict:
         pid = {process_name(dev): dev.device + 1 for dev in tl.devices}
         for key in ("threads", "tracks", "per_thread", "counters"):
             r[key] = [[pid[row[0]], *row[1:]] for row in r[key]]
-    # the file's GiB are exact (test_chrome_trace reads them back to the byte); the engine's JSON
-    # number parser may land one ulp off, hence the rounding
-    unit = 2**30 if fmt == "trace" else 1
-    r["counters"] = [[p, _series(name), ts, round(v * unit)] for p, name, ts, v in r["counters"]]
+    # both formats write GiB, exactly (bytes / 2**30); the engine's JSON number parser may land
+    # one ulp off, hence the rounding
+    r["counters"] = [[p, _series(name), ts, round(v * 2**30)] for p, name, ts, v in r["counters"]]
     r["tracks"] = [[p, _series(name)] for p, name in r["tracks"]]
     return r
 
@@ -187,8 +186,8 @@ def test_processes_threads_and_counter_tracks(loaded):
     assert {pid: set(v) for pid, v in tracks.items()} == {
         dev.device + 1: set(counters(tl, d).keys) for d, dev in enumerate(tl.devices)}
     assert all({"requested", "allocated", "reserved", "capacity"} <= set(names) for names in tracks.values())
-    if fmt == "perfetto":  # counters in bytes, which the UI shows as MiB/GiB
-        assert {unit for _, unit in r["units"]} == {"bytes"}
+    if fmt == "perfetto":  # counters in GiB, the unit named on the track (the UI labels its axis)
+        assert {unit for _, unit in r["units"]} == {"GiB"}
 
 
 def test_device_groups_in_pipeline_order(loaded):

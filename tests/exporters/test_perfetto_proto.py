@@ -1,5 +1,5 @@
 """trace.perfetto-trace: parses as a ``perfetto.protos`` Trace with the tracks and events we
-mean, byte-valued counters, deterministic bytes, the golden file. (Loading it in Perfetto's
+mean, GiB-valued counters, deterministic bytes, the golden file. (Loading it in Perfetto's
 engine: test_perfetto_engine.py.)"""
 
 from __future__ import annotations
@@ -41,7 +41,11 @@ def test_parses_with_the_tracks_and_events_we_mean(oom_timeline):
     counter_tracks = [t for t in tracks if t.HasField("counter")]
     assert len(counter_tracks) == sum(len(counters(tl, d).keys) for d in range(tl.num_devices))
     assert {t.name for t in counter_tracks} >= {"memory reserved", "memory capacity"}
-    assert all(t.counter.unit == pb.CounterDescriptor.UNIT_SIZE_BYTES for t in counter_tracks)
+    assert all(t.counter.unit_name == "GiB" for t in counter_tracks)
+    values = [p.track_event.double_counter_value for p in packets
+              if p.HasField("track_event") and p.track_event.type == pb.TrackEvent.TYPE_COUNTER]
+    assert all(float(v * 2**30).is_integer() for v in values)  # GiB, exactly: bytes / 2**30
+    assert max(values) * 2**30 == max(int(counters(tl, d).values["reserved"].max()) for d in range(tl.num_devices))
     kinds = Counter(p.track_event.type for p in packets if p.HasField("track_event"))
     n_ops = sum(len(o.t_start_us) for o in tl.sim.ops)
     n_actions = sum(len(actions(tl, d).spans) for d in range(tl.num_devices))

@@ -1,14 +1,20 @@
 """``trace.json`` (``trace.json.gz`` with ``gzip``): a Chrome trace for Perfetto and chrome://tracing.
 
 Per simulated device one process (``pid`` = global rank + 1), named ``rank R · pp P · ×N``
-and sorted by pipeline rank; per op stream one thread (compute, then tp/cp/ep/dp/pp);
-ops as complete events (``X``) named by op with args ``layer``, ``microbatch``, ``stage``,
-``phase`` (F/B/I/W, R for recompute, step) and ``allocated_bytes`` (requested bytes the op
-allocates); one counter event ``memory`` per sample with keys requested, allocated, reserved
-and one per category, in bytes (Perfetto shows tracks ``memory requested`` …); process-scoped
-instants ``peak requested 92.74 GiB``, ``peak reserved 93.04 GiB`` and ``out of memory +0.22 GiB``
-(their bytes in the label). A device's counter keys are the totals, the categories it ever holds
-and ``capacity``.
+(``process_sort_index`` = pipeline rank, which the UI does not read: it orders processes by its
+own heuristic — use ``--format perfetto`` for a fixed order); per op stream one thread (compute,
+then tp/cp/ep/dp/pp), then a thread ``peaks & OOMs``. On the compute thread one complete event
+(``X``, cat ``action``) per action — ``0F5`` (stage, kind, micro-batch), ``step``, or an
+overlapped pair ``0F5 & 31B2`` — args kind, microbatch, stage, iteration, the parent of the
+compute ops it runs. Ops are complete events named by op, cat and arg ``phase`` (F/B/I/W, R for
+recompute, step), args ``layer``, ``microbatch``, ``stage``, ``allocated_bytes`` (requested
+bytes the op allocates); a comm-stream op adds ``action`` and ``iteration`` and ends a flow
+(v2: ``bind_id``/``flow_in``) from its action's slice (``flow_out``). One counter event
+``memory`` per sample, keys ``requested (GiB)``, ``allocated (GiB)``, ``reserved (GiB)``, one
+per category the device holds and ``capacity (GiB)``, values GiB (bytes / 2**30, exact, written
+in shortest round-trip form); Perfetto shows tracks ``memory allocated (GiB)`` …. Thread-scoped
+instants on ``peaks & OOMs``: ``peak requested 92.74 GiB``, ``peak reserved 93.04 GiB``,
+``out of memory +0.22 GiB``.
 
 Timestamps are run-relative µs written with exactly three decimals from integer nanoseconds,
 so Perfetto stores the same integers this module nested (see :mod:`trace_common`). Options:

@@ -1,15 +1,21 @@
 """``trace.perfetto-trace``: the same picture as ``trace.json`` in Perfetto's native protobuf.
 
-Smaller and faster to load than JSON for long runs, and it carries what JSON cannot: counter
-tracks in bytes (``UNIT_SIZE_BYTES``, shown as MiB/GiB) with the three totals sharing one
-y-axis across devices. Layout (uuids are ``pid << 16 | n``): per device a process track
-(``pid`` = global rank + 1, ``rank R · pp P · ×N``), a thread track per op stream
-carrying the op slices (``SLICE_BEGIN``/``SLICE_END`` with debug annotations phase, layer,
-microbatch, stage, allocated_bytes; op names and annotation keys interned), counter tracks
-``memory requested`` … one per category (the JSON track names) holding a value wherever the
-series changes, and instants for peaks and OOMs (their bytes in the name) on a track of their own,
-``peaks & OOMs``. All packets share one
-trusted sequence; timestamps are run-relative integer ns.
+Smaller and faster to load than JSON for long runs, and it carries what JSON cannot: an explicit
+device order and counter units. Layout (uuids are ``pid << 16 | n``, ``pid`` = global rank + 1):
+a root track ``devices`` (``child_ordering = EXPLICIT``) whose children are one group track per
+device, named ``rank R · pp P · ×N``, with ``sibling_order_rank`` = its global rank (so the UI
+shows them in pipeline order, 0, 64, 128, …) and ``child_ordering = EXPLICIT``. A group holds,
+in this order: one slice track per op stream (compute first, then tp/cp/ep/dp/pp), the
+``peaks & OOMs`` track (instants with their bytes in the name), then its counter tracks
+``memory requested``, ``memory allocated``, ``memory reserved``, one per category it holds and
+``memory capacity`` — values in GiB (bytes / 2**30, exact), ``unit_name`` GiB, the totals and
+capacity sharing one y-axis across devices. On the compute track each action (F/B/I/W/step;
+an overlapped F&B pair is one slice, ``0F5 & 31B2``) is a slice, debug args kind, microbatch,
+stage, iteration, the parent of its compute ops; op slices (``SLICE_BEGIN``/``SLICE_END``, debug
+annotations phase, layer, microbatch, stage, allocated_bytes; op names and keys interned); a
+comm-stream op also carries action and iteration and ends a flow that its action's slice begins.
+There are no process or thread descriptors (a process track cannot be a child). All packets
+share one trusted sequence; timestamps are run-relative integer ns.
 
 Packets are built with the protobuf classes of the ``perfetto`` package (PyPI
 ``perfetto==0.59.1``, extra ``timeline[perfetto]``) and framed as ``Trace.packet`` entries by
@@ -45,6 +51,9 @@ from timeline.result.timeline import Timeline
 FILENAME = "trace.perfetto-trace"
 SEQUENCE_ID = 1
 TOTALS = ("requested", "allocated", "reserved")
+#: counter values are GiB (bytes / 2**30: exact), the unit named on each counter track
+UNIT = "GiB"
+GIB = 2**30
 #: the root track: its children, one group per device, are shown in their sibling_order_rank order
 ROOT_TRACK = 1
 ROOT_NAME = "devices"
@@ -151,7 +160,7 @@ def _packets(tl: Timeline, pb: Any, max_samples: int) -> Iterator[Any]:
             k = 0x100 + COUNTERS.index(name)
             p = _descriptor(pb, group | k, group, f"memory {name}", k)
             td = p.track_descriptor
-            td.counter.unit = pb.CounterDescriptor.UNIT_SIZE_BYTES
+            td.counter.unit_name = UNIT  # the values are GiB: the UI labels its axis with this name
             if name in TOTALS or name == "capacity":
                 td.counter.y_axis_share_key = "memory"
             yield p
@@ -166,12 +175,13 @@ def _packets(tl: Timeline, pb: Any, max_samples: int) -> Iterator[Any]:
             changed[1:] = values[1:] != values[:-1]
             if last >= 0:
                 changed[last] = True
-            for t, v in zip(c.t_ns[changed].tolist(), values[changed].tolist(), strict=True):
+            gib = (values[changed] / GIB).tolist()  # exact: a power-of-two divisor
+            for t, v in zip(c.t_ns[changed].tolist(), gib, strict=True):
                 p = pb.TracePacket()
                 p.timestamp = t
                 p.track_event.type = TE.TYPE_COUNTER
                 p.track_event.track_uuid = group | (0x100 + k)
-                p.track_event.counter_value = v
+                p.track_event.double_counter_value = v
                 yield p
         for inst in marks:
             p = pb.TracePacket()

@@ -1,8 +1,10 @@
 """What both trace formats (Chrome JSON and Perfetto protobuf) show, computed once.
 
 Devices become processes numbered and named by their global rank (``pid`` = rank + 1, as pid 0
-is reserved by the trace processor; ``rank R · pp P · ×N``) and sorted by pipeline rank; each op stream becomes a thread (compute first, then the communication streams); op
-slices get integer-nanosecond bounds that nest strictly per thread; the memory counters are
+is reserved by the trace processor; ``rank R · pp P · ×N``) in global-rank order; each op stream
+becomes a thread (compute first, then the communication streams); the timed actions become slices
+on the compute thread, parents of the ops they run (:func:`actions`); op slices get
+integer-nanosecond bounds that nest strictly per thread; the memory counters are
 the Timeline's series with unchanged rows dropped and, on request, capped per device by a
 downsampling that keeps every peak; instants mark each device's peaks and OOMs. This module
 formats nothing and writes nothing.
