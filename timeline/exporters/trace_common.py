@@ -114,7 +114,7 @@ def action_label(sp: Span) -> str:
 @dataclass(slots=True)
 class Actions:
     """Device ``d``'s timed actions as slices: one per action, or one per overlapped F&B pair
-    (``0F5 & 31B2``, both halves spanning the same time). Bounds cover the compute ops inside."""
+    (``0F5 & 31B2``, both halves spanning the same time), with the action's own bounds."""
 
     start_ns: np.ndarray
     dur_ns: np.ndarray
@@ -177,17 +177,14 @@ def actions(tl: Timeline, d: int) -> Actions:
     n = len(ops.t_start_us)
     start = to_ns(np.array([g[0].start_us for g in groups], dtype=np.float64))
     end = to_ns(np.array([g[0].end_us for g in groups], dtype=np.float64))
-    op_start, op_end = to_ns(ops.t_start_us), to_ns(ops.t_end_us)
+    op_start = to_ns(ops.t_start_us)
     k = np.searchsorted(start, op_start, side="right") - 1 if len(groups) else np.full(n, -1)
     of_op = np.where((k >= 0) & (op_start <= end[np.maximum(k, 0)] if len(groups) else False), k, -1)
     phase = np.asarray(ops.phase)
     is_f = np.array([names[c] == "F" for c in range(len(names))], dtype=bool)
     half = (~is_f[phase]).astype(np.int64) if n else np.zeros(0, np.int64)
-    compute = [c for c in range(len(names)) if names[c] == "compute"]
-    inside = (of_op >= 0) & (np.asarray(ops.stream) == (compute[0] if compute else -1))
-    if inside.any():  # an action slice covers its compute ops (their ends may round past it)
-        np.minimum.at(start, of_op[inside], op_start[inside])
-        np.maximum.at(end, of_op[inside], op_end[inside])
+    # an op whose end rounds past its action's is clipped to it by nest() (counted in clipped);
+    # widening the action instead would clip the next action to a sliver
     return Actions(start_ns=start, dur_ns=end - start, spans=groups, of_op=of_op.astype(np.int64), half=half)
 
 
