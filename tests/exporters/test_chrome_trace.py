@@ -30,6 +30,15 @@ def events(tl, **options) -> list[dict]:
     return json.loads(export(tl, **options))["traceEvents"]
 
 
+def in_bytes(args: dict) -> dict[str, int]:
+    """A counter event's args (``allocated (GiB)``: GiB) back in bytes — exact, as the writer
+    divides by a power of two."""
+    assert all(k.endswith(" (GiB)") for k in args)
+    out = {k.removesuffix(" (GiB)"): v * 2**30 for k, v in args.items()}
+    assert all(float(v).is_integer() for v in out.values())
+    return {k: int(v) for k, v in out.items()}
+
+
 def check_structure(evs: list[dict]) -> None:
     """Every case the importer drops or flags (§1.7)."""
     named = {e["pid"] for e in evs if e["ph"] == "M" and e["name"] == "process_name"}
@@ -47,7 +56,7 @@ def check_structure(evs: list[dict]) -> None:
             assert e["dur"] >= 0
             per_thread[(e["pid"], e["tid"])].append((round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)))
         if e["ph"] == "C":
-            assert e["args"] and all(isinstance(v, int) and math.isfinite(v) for v in e["args"].values())
+            assert e["args"] and all(isinstance(v, float) and math.isfinite(v) for v in e["args"].values())
     for spans in per_thread.values():
         stack: list[int] = []
         for t0, t1 in sorted(spans, key=lambda s: (s[0], -(s[1] - s[0]))):
@@ -73,13 +82,17 @@ def test_processes_threads_and_slices(tiny_timeline):
         assert meta[("thread_name", tl.sim.devices[d].device + 1, 2)]["name"] == "tp"
     assert process_name(tl.sim.devices[1]) == "rank 2 · pp 1 · ×2"
     assert [e["pid"] for e in evs if e["ph"] == "M" and e["name"] == "process_name"] == [1, 3]  # global rank + 1
-    slices = [e for e in evs if e["ph"] == "X"]
+    assert all(meta[("thread_name", dev.device + 1, 3)]["name"] == "peaks & OOMs" for dev in tl.sim.devices)
+    slices = [e for e in evs if e["ph"] == "X" and e["cat"] != "action"]
     assert len(slices) == sum(len(o.t_start_us) for o in tl.sim.ops)
     assert {e["args"]["phase"] for e in slices} == {"F", "B", "R", "step"}
     tp = [e for e in slices if e["tid"] == 2]
     assert tp and all("all_gather" in e["name"] or "reduce_scatter" in e["name"] for e in tp)
     ag = next(e for e in slices if e["name"] == "layers.0.all_gather")
-    assert ag["args"] == {"phase": "F", "layer": 0, "microbatch": 0, "stage": 0, "allocated_bytes": 2 << 20}
+    assert ag["args"] == {"phase": "F", "layer": 0, "microbatch": 0, "stage": 0, "allocated_bytes": 2 << 20,
+                          "action": "0F0", "iteration": 0}  # a comm op names its action
+    assert ag["flow_in"] is True and ag["bind_id"] == next(
+        e["bind_id"] for e in evs if e["ph"] == "X" and e["name"] == "0F0" and e["pid"] == 1)
     attn = next(e for e in slices if e["name"] == "layers.1.attn")
     assert attn["args"]["allocated_bytes"] == 3 * 2**20 + 2**20 + 100
     # run-relative µs with exactly three decimals
@@ -92,7 +105,8 @@ def test_counters_equal_series_at_every_sample(tiny_timeline):
     evs = events(tl)
     for d in range(tl.num_devices):
         s = tl.series(d)
-        samples = [e for e in evs if e["ph"] == "C" and e["pid"] == tl.sim.devices[d].device + 1]
+        samples = [e | {"args": in_bytes(e["args"])} for e in evs
+                   if e["ph"] == "C" and e["pid"] == tl.sim.devices[d].device + 1]
         keys = ["requested", "allocated", "reserved", *(c for c in COUNTERS[3:-1] if s.by_category[c].any()),
                 "capacity"]
         assert all(list(e["args"]) == keys for e in samples)  # totals, held categories, capacity
@@ -134,7 +148,7 @@ def test_max_samples_keeps_the_peaks(oom_timeline):
     evs = events(tl, max_samples=12)
     for d in range(tl.num_devices):
         s = tl.series(d)
-        samples = [e["args"] for e in evs if e["ph"] == "C" and e["pid"] == tl.sim.devices[d].device + 1]
+        samples = [in_bytes(e["args"]) for e in evs if e["ph"] == "C" and e["pid"] == tl.sim.devices[d].device + 1]
         assert len(samples) <= 12 < len(s.t_us)
         assert max(a["requested"] for a in samples) == s.requested.max()
         assert max(a["allocated"] for a in samples) == s.allocated.max()
@@ -155,7 +169,7 @@ def test_instants_mark_peaks_and_ooms(oom_timeline):
     tl = oom_timeline
     evs = events(tl)
     inst = [e for e in evs if e["ph"] == "i"]
-    assert all(e["s"] == "p" for e in inst)
+    assert all(e["s"] == "t" and e["tid"] == 3 for e in inst)  # on each device's "peaks & OOMs" thread
     for d in range(tl.num_devices):
         pk = tl.peak(d)
         mine = {e["name"].rsplit(" ", 2)[0]: e for e in inst if e["pid"] == tl.sim.devices[d].device + 1
@@ -168,6 +182,23 @@ def test_instants_mark_peaks_and_ooms(oom_timeline):
     ooms = [e for e in inst if e["name"].startswith("out of memory +")]
     assert len(ooms) == sum(len(m.oom) for m in tl.memory) > 0
     assert ooms[0]["args"]["capacity_bytes"] == 40 << 20
+
+
+def test_action_slices_parent_their_compute_ops(tiny_timeline):
+    """Each F/B/step action is a slice on the compute thread around the compute ops it runs."""
+    tl = tiny_timeline
+    evs = events(tl)
+    for dev in tl.sim.devices:
+        acts = [e for e in evs if e["ph"] == "X" and e["pid"] == dev.device + 1 and e["cat"] == "action"]
+        ops = [e for e in evs if e["ph"] == "X" and e["pid"] == dev.device + 1 and e["cat"] != "action"
+               and e["tid"] == 1]
+        assert len(acts) == len(tl.spans[0]) and all(a["tid"] == 1 for a in acts)
+        assert {a["args"]["kind"] for a in acts} == {"F", "B", "step"}
+        for op in ops:  # every compute op lies inside one action of its micro-batch and stage
+            (a,) = [a for a in acts if a["ts"] <= op["ts"] and op["ts"] + op["dur"] <= a["ts"] + a["dur"] + 1e-9
+                    and (op["ts"] < a["ts"] + a["dur"] or op["dur"] == 0 and op["ts"] == a["ts"])]
+            if a["args"]["kind"] != "step":
+                assert (a["args"]["microbatch"], a["args"]["stage"]) == (op["args"]["microbatch"], op["args"]["stage"])
 
 
 def test_nest_clips_partial_overlaps():

@@ -40,5 +40,5 @@ def test_replayed_timeline_has_a_trace(tmp_path):
     write_outputs(tl, tmp_path / "r", ["trace"], force=False)
     evs = json.loads((tmp_path / "r" / "trace.json").read_bytes())["traceEvents"]
     assert evs[0]["args"]["name"] == "rank 0"
-    assert [e["args"]["reserved"] for e in evs if e["ph"] == "C"] == [2 << 20] * 3
+    assert [e["args"]["reserved (GiB)"] * 2**30 for e in evs if e["ph"] == "C"] == [2 << 20] * 3  # GiB, exact
     assert {e["name"] for e in evs if e["ph"] == "i"} == {"peak requested 0.00 GiB", "peak reserved 0.00 GiB"}

@@ -1,5 +1,5 @@
 """trace.perfetto-trace: parses as a ``perfetto.protos`` Trace with the tracks and events we
-mean, byte-valued counters, deterministic bytes, the golden file. (Loading it in Perfetto's
+mean, GiB-valued counters, deterministic bytes, the golden file. (Loading it in Perfetto's
 engine: test_perfetto_engine.py.)"""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from tiny import GOLDEN, golden_bytes
 
 from timeline.exporters import perfetto_proto
-from timeline.exporters.trace_common import counters
+from timeline.exporters.trace_common import actions, counters, process_name
 
 pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
                          reason="the perfetto package is not installed (pip install -e '.[test]')")
@@ -31,14 +31,25 @@ def test_parses_with_the_tracks_and_events_we_mean(oom_timeline):
     assert all(p.trusted_packet_sequence_id == perfetto_proto.SEQUENCE_ID for p in packets)
     assert packets[0].sequence_flags == pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
     tracks = [p.track_descriptor for p in packets if p.HasField("track_descriptor")]
-    assert [t.process.pid for t in tracks if t.HasField("process")] == [dev.device + 1 for dev in tl.sim.devices]
+    # a root group ordering its children explicitly, one child per device in global-rank order
+    root = tracks[0]
+    assert root.uuid == perfetto_proto.ROOT_TRACK and root.child_ordering == pb.TrackDescriptor.EXPLICIT
+    groups = [t for t in tracks if t.parent_uuid == root.uuid]
+    assert [(t.name, t.sibling_order_rank) for t in groups] == [(process_name(dev), dev.device) for dev in tl.devices]
+    assert all(t.child_ordering == pb.TrackDescriptor.EXPLICIT for t in groups)
+    assert not any(t.HasField("process") or t.HasField("thread") for t in tracks)
     counter_tracks = [t for t in tracks if t.HasField("counter")]
     assert len(counter_tracks) == sum(len(counters(tl, d).keys) for d in range(tl.num_devices))
     assert {t.name for t in counter_tracks} >= {"memory reserved", "memory capacity"}
-    assert all(t.counter.unit == pb.CounterDescriptor.UNIT_SIZE_BYTES for t in counter_tracks)
+    assert all(t.counter.unit_name == "GiB" for t in counter_tracks)
+    values = [p.track_event.double_counter_value for p in packets
+              if p.HasField("track_event") and p.track_event.type == pb.TrackEvent.TYPE_COUNTER]
+    assert all(float(v * 2**30).is_integer() for v in values)  # GiB, exactly: bytes / 2**30
+    assert max(values) * 2**30 == max(int(counters(tl, d).values["reserved"].max()) for d in range(tl.num_devices))
     kinds = Counter(p.track_event.type for p in packets if p.HasField("track_event"))
     n_ops = sum(len(o.t_start_us) for o in tl.sim.ops)
-    assert kinds[pb.TrackEvent.TYPE_SLICE_BEGIN] == kinds[pb.TrackEvent.TYPE_SLICE_END] == n_ops
+    n_actions = sum(len(actions(tl, d).spans) for d in range(tl.num_devices))
+    assert kinds[pb.TrackEvent.TYPE_SLICE_BEGIN] == kinds[pb.TrackEvent.TYPE_SLICE_END] == n_ops + n_actions
     assert kinds[pb.TrackEvent.TYPE_INSTANT] == 2 * tl.num_devices + sum(len(m.oom) for m in tl.memory)
     # each counter track holds a value where it changes (and at the end)
     changes = 0

@@ -1,8 +1,10 @@
 """What both trace formats (Chrome JSON and Perfetto protobuf) show, computed once.
 
 Devices become processes numbered and named by their global rank (``pid`` = rank + 1, as pid 0
-is reserved by the trace processor; ``rank R · pp P · ×N``) and sorted by pipeline rank; each op stream becomes a thread (compute first, then the communication streams); op
-slices get integer-nanosecond bounds that nest strictly per thread; the memory counters are
+is reserved by the trace processor; ``rank R · pp P · ×N``) in global-rank order; each op stream
+becomes a thread (compute first, then the communication streams); the timed actions become slices
+on the compute thread, parents of the ops they run (:func:`actions`); op slices get
+integer-nanosecond bounds that nest strictly per thread; the memory counters are
 the Timeline's series with unchanged rows dropped and, on request, capped per device by a
 downsampling that keeps every peak; instants mark each device's peaks and OOMs. This module
 formats nothing and writes nothing.
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from timeline.result.categories import CATEGORIES
-from timeline.result.timeline import DeviceInfo, Timeline
+from timeline.result.timeline import DeviceInfo, Span, Timeline
 
 #: thread order of the streams a template names; any other stream follows, alphabetically
 STREAM_ORDER = ("compute", "tp", "cp", "ep", "dp", "pp")
@@ -23,6 +25,13 @@ STREAM_ORDER = ("compute", "tp", "cp", "ep", "dp", "pp")
 #: then the capacity (a device shows the categories it ever holds: no always-empty track)
 COUNTERS: tuple[str, ...] = ("requested", "allocated", "reserved", *CATEGORIES, "capacity")
 TOTALS = ("requested", "allocated", "reserved")
+#: the track (protobuf) or thread (JSON) of each device's peak and OOM instants
+MARKS_NAME = "peaks & OOMs"
+
+
+def flow_id(pid: int, i: int) -> int:
+    """The id of the flow from op ``i``'s action slice to that (comm-stream) op, unique in a trace."""
+    return pid << 32 | i
 
 
 def process_name(dev: DeviceInfo) -> str:
@@ -89,14 +98,99 @@ def nest(start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[np.ndarray, np.ndarr
 class Thread:
     tid: int
     name: str
-    index: np.ndarray  # op indices of this stream, in output order (parents first)
+    #: op indices of this stream in output order (parents first); on the compute thread an entry
+    #: ``−1 − k`` is action slice ``k`` of :func:`actions`, the parent of the ops it contains
+    index: np.ndarray
     start_ns: np.ndarray
     dur_ns: np.ndarray
     clipped: int
 
 
-def threads(tl: Timeline, d: int) -> list[Thread]:
-    """One thread per op stream of device ``d``, tids from 1 in :data:`STREAM_ORDER`."""
+def action_label(sp: Span) -> str:
+    """``1F14`` (stage, kind, micro-batch), or ``step`` / ``init`` — as ``explain`` names actions."""
+    return sp.kind if sp.kind in ("step", "init") else f"{sp.stage}{sp.kind}{sp.microbatch}"
+
+
+@dataclass(slots=True)
+class Actions:
+    """Device ``d``'s timed actions as slices: one per action, or one per overlapped F&B pair
+    (``0F5 & 31B2``, both halves spanning the same time), with the action's own bounds."""
+
+    start_ns: np.ndarray
+    dur_ns: np.ndarray
+    spans: list[list[Span]]  # the action (or the pair's two halves) of each slice
+    of_op: np.ndarray  # per op of the device: the slice it runs in (−1: none)
+    half: np.ndarray  # per op: 1 where it belongs to a pair's backward half (its phase is not F)
+
+    def name(self, k: int) -> str:
+        return " & ".join(action_label(sp) for sp in self.spans[k])
+
+    def args(self, k: int) -> dict[str, int | str]:
+        group = self.spans[k]
+        out: dict[str, int | str] = {}
+        for sp in group:
+            suffix = "" if len(group) == 1 else f"_{sp.kind}"
+            out["kind" + suffix] = sp.kind
+            if sp.microbatch >= 0:
+                out["microbatch" + suffix] = sp.microbatch
+            if sp.stage >= 0:
+                out["stage" + suffix] = sp.stage
+        out["iteration"] = group[0].iteration
+        return out
+
+    def comm_fields(self, tl: Timeline, d: int, index: np.ndarray) -> tuple[list[str], list[int], list[int], list[int]]:
+        """For the comm-stream ops ``index`` in an action: the action label, its iteration, and
+        the op's micro-batch and stage (the action's where the op has none); ("", −1, …) outside one."""
+        ops = tl.ops[d]
+        labels, its, mbs, sts = [], [], [], []
+        for i, m, st in zip(index.tolist(), ops.microbatch[index].tolist(), ops.stage[index].tolist(), strict=True):
+            if self.of_op[i] < 0:
+                labels.append("")
+                its.append(-1)
+                mbs.append(m)
+                sts.append(st)
+                continue
+            sp = self.of(i)
+            labels.append(action_label(sp))
+            its.append(sp.iteration)
+            mbs.append(m if m >= 0 else sp.microbatch)
+            sts.append(st if st >= 0 else sp.stage)
+        return labels, its, mbs, sts
+
+    def of(self, i: int) -> Span:
+        """The action op ``i`` runs in (the pair's half matching its phase)."""
+        group = self.spans[int(self.of_op[i])]
+        return group[int(self.half[i])] if len(group) > 1 else group[0]
+
+
+def actions(tl: Timeline, d: int) -> Actions:
+    """The action slices of device ``d`` and the slice each op runs in: the last one starting
+    at or before the op's start and ending at or after it (ops of a replayed snapshot: none)."""
+    ops, names = tl.ops[d], tl.names
+    groups: list[list[Span]] = []
+    for sp in sorted(tl.spans[d], key=lambda s: (s.start_us, s.end_us, s.overlapped)):
+        g = groups[-1] if groups else None
+        if g is not None and sp.overlapped and (g[0].start_us, g[0].end_us) == (sp.start_us, sp.end_us):
+            g.append(sp)
+        else:
+            groups.append([sp])
+    n = len(ops.t_start_us)
+    start = to_ns(np.array([g[0].start_us for g in groups], dtype=np.float64))
+    end = to_ns(np.array([g[0].end_us for g in groups], dtype=np.float64))
+    op_start = to_ns(ops.t_start_us)
+    k = np.searchsorted(start, op_start, side="right") - 1 if len(groups) else np.full(n, -1)
+    of_op = np.where((k >= 0) & (op_start <= end[np.maximum(k, 0)] if len(groups) else False), k, -1)
+    phase = np.asarray(ops.phase)
+    is_f = np.array([names[c] == "F" for c in range(len(names))], dtype=bool)
+    half = (~is_f[phase]).astype(np.int64) if n else np.zeros(0, np.int64)
+    # an op whose end rounds past its action's is clipped to it by nest() (counted in clipped);
+    # widening the action instead would clip the next action to a sliver
+    return Actions(start_ns=start, dur_ns=end - start, spans=groups, of_op=of_op.astype(np.int64), half=half)
+
+
+def threads(tl: Timeline, d: int, acts: Actions | None = None) -> list[Thread]:
+    """One thread per op stream of device ``d``, tids from 1 in :data:`STREAM_ORDER`; the compute
+    thread also holds the action slices of ``acts`` (:func:`actions`)."""
     ops = tl.ops[d]
     names = tl.names
     if not len(ops.t_start_us):
@@ -106,8 +200,14 @@ def threads(tl: Timeline, d: int) -> list[Thread]:
     out = []
     for tid, code in enumerate(codes, start=1):
         idx = np.flatnonzero(ops.stream == code)
-        order, dur, clipped = nest(start[idx], end[idx])
-        out.append(Thread(tid=tid, name=names[code], index=idx[order], start_ns=start[idx][order],
+        s, e = start[idx], end[idx]
+        if acts is not None and names[code] == "compute" and len(acts.start_ns):
+            # actions first: an action and an op with the same bounds nest the op inside (stable sort)
+            idx = np.concatenate([-1 - np.arange(len(acts.start_ns)), idx])
+            s = np.concatenate([acts.start_ns, s])
+            e = np.concatenate([acts.start_ns + acts.dur_ns, e])
+        order, dur, clipped = nest(s, e)
+        out.append(Thread(tid=tid, name=names[code], index=idx[order], start_ns=s[order],
                           dur_ns=dur[order], clipped=clipped))
     return out
 
