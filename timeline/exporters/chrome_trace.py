@@ -120,10 +120,11 @@ def device_lines(tl: Timeline, d: int, max_samples: int = 0) -> list[str]:
         for k, t0, dur in zip((-1 - th.index[~is_op]).tolist(), th.start_ns[~is_op].tolist(),
                               th.dur_ns[~is_op].tolist(), strict=True):  # action slices: the parents
             args = ",".join(f"{_s(key)}:{_s(v) if isinstance(v, str) else v}" for key, v in acts.args(k).items())
-            flow = f',"bind_id":{flow_id(pid, k)},"flow_out":true' if k in flows_to else ""
+            out = f',"bind_id":{flow_id(pid, k)},"flow_out":true' if k in flows_to else ""
             lines.append(f'{{"ph":"X","pid":{pid},"tid":{th.tid},"ts":{fmt_us(t0)},"dur":{fmt_us(dur)},'
-                         f'"name":{_s(acts.name(k))},"cat":"action"{flow},"args":{{{args}}}}}')
+                         f'"name":{_s(acts.name(k))},"cat":"action"{out},"args":{{{args}}}}}')
         idx, t0, dur = th.index[is_op], th.start_ns[is_op], th.dur_ns[is_op]
+        flow: list[str]
         if th.name == "compute":
             extra, m, st = [""] * len(idx), mb[idx].tolist(), stage[idx].tolist()
             flow = extra
