@@ -117,7 +117,7 @@ def shipped_case() -> None:
 
     run = load_run(str(Path(__file__).resolve().parents[1] / "schedules" / "deepseek-v3-pp16-tp2-ep8.toml"), [])
     sim = simulate(run, templates())
-    config, cap = allocator_config(run), run.hardware.capacity_bytes
+    config, cap = allocator_config(run.allocator), run.hardware.capacity_bytes
     total = {"python": 0.0, "compiled": 0.0}
     n = 0
     for ev in sim.events:

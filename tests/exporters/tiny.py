@@ -8,6 +8,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from sources import template_source
+
 from timeline.graph.ops import ChunkTemplate, Op
 from timeline.graph.tensors import Category, TensorDef
 from timeline.result.build import build_timeline
@@ -27,7 +29,7 @@ def _t(name: str, size: int, cat: Category, module: str) -> TensorDef:
     return TensorDef(name=name, shape=(size,), dtype="uint8", category=cat, module=module, storage=name)
 
 
-def synthetic_template(run: RunSpec, chunk: int, pp_rank: int | None = None) -> ChunkTemplate:
+def _synthetic_template(run: RunSpec, chunk: int, pp_rank: int | None = None) -> ChunkTemplate:
     """One decoder layer per chunk: attention with a TP all-gather, an MLP, a recomputed norm."""
     m = f"layers.{chunk}"
     fwd = (
@@ -50,6 +52,9 @@ def synthetic_template(run: RunSpec, chunk: int, pp_rank: int | None = None) -> 
     bw = (Op(name=f"{m}.attn.backward_w", module=f"{m}.self_attn", layer=chunk, flops=2e9, frees=("x",)),)
     return ChunkTemplate(chunk=chunk, forward=fwd, backward_i=bi, backward_w=bw,
                          layer_activation_bytes={chunk: 8 * MIB + 3})
+
+
+synthetic_template = template_source(_synthetic_template)
 
 
 def tiny_run(pp: int = 2, m: int = 4, allocator: str = "caching", capacity_gib: float = 80.0,

@@ -12,7 +12,6 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from timeline.compare.metrics import device_metrics
-from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
 from timeline.plan.bound import bound, schedule_profile
 from timeline.plan.space import build_space, candidate_run, candidates
@@ -49,7 +48,7 @@ def test_bound_never_exceeds_the_simulation(tp, pp, ep, sched, mbs, policy, prof
     run = _run(tp, pp, ep, sched, mbs, policy, profile, zero, routing)
     assume(run is not None)
     b = bound(run)
-    devices = device_metrics(build_timeline(run, chunk_template))
+    devices = device_metrics(build_timeline(run))
     for r, want in enumerate(b.per_rank_bytes):  # skewed routing: the busiest EP rank's bound
         assert want <= max(d.peak_requested_bytes for d in devices if d.pp_rank == r), (r, b, devices)
     assert b.time_us <= devices[0].iteration_time_us
@@ -63,7 +62,7 @@ def test_bound_is_tight_on_the_static_part():
     (vectors, _), overlapped = schedule_profile("1f1b", 2, 1, run.training.num_microbatches, 0)
     # 1F1B: rank r of p holds at most p − r micro-batches (DESIGN §6)
     assert vectors == (((2,),), ((1,),)) and not overlapped
-    devices = device_metrics(build_timeline(run, chunk_template))
+    devices = device_metrics(build_timeline(run))
     for d in devices:  # within 10 % of the simulated peak requested on this small run
         assert 0.9 * d.peak_requested_bytes <= b.per_rank_bytes[d.pp_rank] <= d.peak_requested_bytes
 

@@ -41,6 +41,7 @@ from timeline.spec.recompute import parse_recompute
 from timeline.spec.run import RunSpec
 
 if TYPE_CHECKING:
+    from timeline.graph.source import SourceFn
     from timeline.result.timeline import Timeline
 
 SET_HELP = ("override a run-file key, e.g. --set parallel.tp=4 --set schedule.kind=gpipe "
@@ -117,9 +118,9 @@ def resolve_from_run(spec: RunSpec, path: str) -> Path:
     return (Path(spec.source).parent / path).resolve()
 
 
-def templates():
-    """The op-template builder of the graph layer (imported lazily: it is the heavy part)."""
-    return importlib.import_module("timeline.graph.template").chunk_template
+def templates() -> SourceFn:
+    """The graph layer's model source of a run (imported lazily: it is the heavy part)."""
+    return importlib.import_module("timeline.graph.source").model_source
 
 
 # -- argparse types -----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from timeline.cli.common import (
 from timeline.cli.progress import progress_reporter
 from timeline.cli.tables import Column, View, table_console
 from timeline.compare.fit import FitResult, Outcome, fit
-from timeline.compare.metrics import TemplateFn, VariantResult, evaluate
+from timeline.compare.metrics import SourceFn, VariantResult, evaluate
 from timeline.compare.variants import Variant
 
 HELP = "find the recompute policy with the least recompute time that fits every device"
@@ -120,9 +120,9 @@ def run(args: argparse.Namespace) -> int:
     with progress_reporter("fit", not args.no_progress) as progress:
         simulated = [0]
 
-        def evaluate_reporting(variant: Variant, template_fn: TemplateFn) -> VariantResult:
+        def evaluate_reporting(variant: Variant, source_fn: SourceFn) -> VariantResult:
             progress(f"simulating {variant.name}; policies simulated", simulated[0], 0)
-            result = evaluate(variant, template_fn)
+            result = evaluate(variant, source_fn)
             simulated[0] += 1
             return result
 

@@ -93,11 +93,15 @@ def read_space(path: str) -> dict:
 def default_selective(spec: RunSpec) -> tuple[str, ...]:
     """The selective sets `timeline fit` keeps (undominated), judged on the run's two-layer probe."""
     from timeline.compare.fit import Statics, selective_space
+    from timeline.graph.build import chunk_layers
     from timeline.plan.bound import probe_run
+    from timeline.sim.plan import plan_pipeline
     from timeline.spec.run import RecomputeSpec
 
     probe, _ = probe_run(spec)
-    st = Statics(probe, templates())
+    par = probe.parallel
+    pipe = plan_pipeline(probe.schedule, par, probe.training.num_microbatches, probe.hardware, probe.csv_rows)
+    st = Statics(templates()(probe), pipe, probe.model, chunk_layers(par, probe.model.num_hidden_layers))
     kept, _ = selective_space(st, st.candidate(RecomputeSpec()))
     return tuple(sorted(c.name for c in kept))
 

@@ -23,17 +23,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from timeline.graph.build import chunk_layers, chunk_nodes
-from timeline.graph.context import BuildCtx
+from timeline.graph.build import chunk_layers
+from timeline.graph.source import ModelSource, model_source
 from timeline.graph.static import is_expert_state, optimizer_element_bytes, zero_groups
-from timeline.graph.template import chunk_template
 from timeline.graph.tensors import DTYPE_BYTES
 from timeline.pipeline import build_schedule
 from timeline.pipeline.placement import stage_placement
-from timeline.profiles import lifecycle
+from timeline.profiles import lifecycle, profile
 from timeline.sim.cost import CostModel
 from timeline.sim.estimate import probe_model
-from timeline.spec.run import RecomputeSpec, RunSpec, ScheduleSpec
+from timeline.spec.run import HardwareSpec, ParallelSpec, RecomputeSpec, RunSpec, ScheduleSpec
 
 PHASES = ("F", "B", "I", "W")
 
@@ -84,13 +83,15 @@ def probe_run(run: RunSpec) -> tuple[RunSpec, dict[int, str]]:
 
 
 @lru_cache(maxsize=4096)
-def probe_stats(probe: RunSpec, kinds: tuple[tuple[int, str], ...], zero_acts: bool) -> ProbeStats:
-    """Per-layer numbers of a probe (:func:`probe_run`); ``zero_acts``: count no saved bytes (a
-    full-recompute grouping the probe cannot stand for)."""
+def probe_stats(source: ModelSource, hw: HardwareSpec, par: ParallelSpec, rule: str,
+                kinds: tuple[tuple[int, str], ...], zero_acts: bool) -> ProbeStats:
+    """Per-layer numbers of a probe's model source (:func:`probe_run`; ``par``: the probe's
+    parallel slice, ``rule``: the profile's ``expert_state_group``); ``zero_acts``: count no saved
+    bytes (a full-recompute grouping the probe cannot stand for)."""
     kind = dict(kinds)
-    tpl = chunk_template(probe, 0)
-    cost = CostModel.of(probe.hardware, probe.parallel)
-    n_layers = probe.model.num_hidden_layers
+    tpl = source.template(0)
+    cost = CostModel.of(hw, par)
+    n_layers = len(kind)
 
     def group(layer: int | None) -> str | None:
         if layer is None:
@@ -114,10 +115,8 @@ def probe_stats(probe: RunSpec, kinds: tuple[tuple[int, str], ...], zero_acts: b
             table = comp if op.kind == "compute" else comm
             row = table.setdefault(g, dict.fromkeys(PHASES, 0.0))
             row[ph] += cost.op_us(op)
-    ctx = BuildCtx.from_run(probe)
-    rule = ctx.profile.expert_state_group
     params: dict[str, list[int]] = {}
-    for node in chunk_nodes(ctx, chunk_layers(probe.parallel, probe.model.num_hidden_layers), 0):
+    for node in source.nodes(0):
         pg = group(node.layer) if node.layer is not None else None
         pg = pg or ("embedding" if node.name == "embedding" else "head")
         if pg == "mtp":
@@ -204,7 +203,8 @@ def _workspaces(run: RunSpec, chunks: tuple[int, ...], ranges: list[range]) -> i
     last = len(ranges) - 1
     has_moe = any(run.model.is_moe_layer(i) for c in chunks for i in ranges[c])
     # without the rank's tensors the cached dummy wgrads are left out: the bound stays a lower bound
-    return sum(w[1] for w in life.workspaces(run, holds_head=last in chunks, has_moe=has_moe))
+    return sum(w[1] for w in life.workspaces(run.framework, run.model, run.training, run.parallel, run.hardware.sm,
+                                             holds_head=last in chunks, has_moe=has_moe))
 
 
 def _layer_stats(st: ProbeStats, moe: bool) -> LayerStats:
@@ -219,7 +219,8 @@ def bound(run: RunSpec) -> Bound:
     probe, kind = probe_run(run)
     rc = run.recompute
     zero_acts = rc.policy == "full" and not (rc.method == "uniform" and rc.num_layers == 1)
-    st = probe_stats(probe, tuple(sorted(kind.items())), zero_acts)
+    st = probe_stats(model_source(probe), probe.hardware, probe.parallel,
+                     profile(run.profile).params.expert_state_group, tuple(sorted(kind.items())), zero_acts)
     ranges = chunk_layers(run.parallel, run.model.num_hidden_layers)
     last = len(ranges) - 1
     (vectors, counts), overlapped = schedule_profile(run.schedule.kind, par.pp, par.vpp, tr.num_microbatches,

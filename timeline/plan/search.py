@@ -26,7 +26,7 @@ from typing import TypeVar
 
 from timeline.compare.metrics import device_metrics
 from timeline.errors import UserError
-from timeline.graph.template import chunk_template
+from timeline.graph.source import model_source
 from timeline.plan.bound import bound
 from timeline.plan.engines import Engine
 from timeline.plan.space import Candidate, Space, candidate_run, candidates
@@ -93,7 +93,7 @@ class PlanResult:
 
 def simulate_summary(run: RunSpec) -> SimSummary:
     """Simulate ``run`` (allocator included, no exports) and keep its peaks and iteration time."""
-    devs = device_metrics(build_timeline(run, chunk_template))
+    devs = device_metrics(build_timeline(run, model_source))
     worst = min(devs, key=lambda d: (-d.over_bytes, -d.peak_reserved_bytes, d.device))
     return SimSummary(peak_requested_bytes=max(d.peak_requested_bytes for d in devs),
                       peak_allocated_bytes=max(d.peak_allocated_bytes for d in devs),
@@ -178,7 +178,7 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
         for r in survivors[start:start + batch]:
             run, _, _ = candidate_run(base, r.candidate, space)
             assert run is not None
-            if estimate_work(run, chunk_template).memory_events > max_events:
+            if estimate_work(run, model_source).memory_events > max_events:
                 r.pruned_by = "too_large"
                 continue
             todo.append(r)

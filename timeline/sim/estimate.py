@@ -13,11 +13,11 @@ templates (its size is the file's). This module only counts; it simulates nothin
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from timeline.errors import UserError
 from timeline.graph.ops import ChunkTemplate
+from timeline.graph.source import SourceFn
 from timeline.sim.cost import CostModel
 from timeline.sim.plan import compile_templates, ep_loads
 from timeline.spec.model import ModelSpec
@@ -88,9 +88,9 @@ def _largest_tensor(template: ChunkTemplate) -> tuple[int, str]:
     return best
 
 
-def _counts(templates: dict[int, ChunkTemplate], run: RunSpec) -> tuple[dict[int, int], dict[int, int]]:
+def _counts(templates: dict[int, ChunkTemplate], cost: CostModel) -> tuple[dict[int, int], dict[int, int]]:
     """(events, ops) of one micro-batch's forward + backward, by decoder layer (−1: the rest)."""
-    compiled = compile_templates(templates, CostModel.of(run.hardware, run.parallel))
+    compiled = compile_templates(templates, cost)
     events: dict[int, int] = {}
     ops: dict[int, int] = {}
     for (_, phase), ph in compiled.items():
@@ -104,7 +104,7 @@ def _counts(templates: dict[int, ChunkTemplate], run: RunSpec) -> tuple[dict[int
     return events, ops
 
 
-def estimate_work(run: RunSpec, template_fn: Callable[..., ChunkTemplate]) -> WorkEstimate:
+def estimate_work(run: RunSpec, source_fn: SourceFn) -> WorkEstimate:
     """Actions, memory events and ops ``run`` would make (see the module docstring). Raises a
     UserError when one tensor alone would exceed what a device can address."""
     tr, par = run.training, run.parallel
@@ -112,18 +112,19 @@ def estimate_work(run: RunSpec, template_fn: Callable[..., ChunkTemplate]) -> Wo
         from timeline.graph.build import chunk_layers
 
         chunks = len(chunk_layers(run.parallel, run.model.num_hidden_layers))
-        templates = {c: template_fn(run, c) for c in range(chunks)}
-        events, ops = _counts(templates, run)
+        source = source_fn(run)
+        templates = {c: source.template(c) for c in range(chunks)}
+        events, ops = _counts(templates, CostModel.of(run.hardware, run.parallel))
         per_mb_events, per_mb_ops = sum(events.values()), sum(ops.values())
     else:
         probe, kind = _probe(run)
-        template = template_fn(probe, 0)
+        template = source_fn(probe).template(0)
         size, name = _largest_tensor(template)
         if size > MAX_TENSOR_BYTES:
             raise UserError(f"{name} alone would take {size / 2**40:,.0f} TiB on one device, more than any "
                             "device can address; lower training.seq_len or training.micro_batch_size, "
                             "or shard it (parallel.tp, cp)")
-        events, ops = _counts({0: template}, probe)
+        events, ops = _counts({0: template}, CostModel.of(probe.hardware, probe.parallel))
         model = run.model
         n = {"dense": 0, "moe": 0}
         for i in range(model.num_hidden_layers):
