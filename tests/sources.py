@@ -20,6 +20,7 @@ from timeline.graph.static import state_bytes
 from timeline.graph.tensors import TensorDef
 from timeline.pipeline.placement import stage_placement
 from timeline.placement.devices import StaticDevice, chunk_params, static_devices
+from timeline.plan.bound import Bound, Probe, bound, probe_stats, zero_acts
 from timeline.profiles import profile
 from timeline.sim.plan import SimPlan, plan, plan_pipeline
 from timeline.sim.static_state import StateRules
@@ -102,9 +103,7 @@ def plan_of(run: RunSpec, source_fn: SourceFn = model_source) -> SimPlan:
     """The simulation's plan of ``run`` (as :func:`timeline.result.build.build_timeline` makes it)."""
     par, tr = run.parallel, run.training
     pipe = plan_pipeline(run.schedule, par, tr.num_microbatches, run.hardware, run.csv_rows)
-    rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm,
-                       traced=run.trace is not None, expert_state_group=expert_rule(run))
-    return plan(source_fn(run), pipe, model=run.model, training=tr, parallel=par, rules=rules)
+    return plan(source_fn(run), pipe, model=run.model, training=tr, parallel=par, rules=rules_of(run))
 
 
 def forward_ops_of(run: RunSpec, chunk: int) -> list[FOp]:
@@ -115,3 +114,17 @@ def forward_ops_of(run: RunSpec, chunk: int) -> list[FOp]:
 
 def ctx_of(run: RunSpec) -> BuildCtx:
     return BuildCtx.of(run.model, run.profile, run.framework, run.parallel, run.training.dtype)
+
+
+def rules_of(run: RunSpec) -> StateRules:
+    return StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm,
+                      traced=run.trace is not None, expert_state_group=expert_rule(run))
+
+
+def bound_of(run: RunSpec) -> Bound:
+    """The planner's static bound of ``run`` (as ``plan.search.bound_block`` computes it)."""
+    probe = Probe.of(run.model, run.recompute, run.parallel, run.training)
+    p = replace(run, **probe.edits())
+    st = probe_stats(model_source(p), p.hardware, p.parallel, expert_rule(run), probe.kinds, zero_acts(run.recompute))
+    return bound(st, model=run.model, parallel=run.parallel, training=run.training, schedule=run.schedule,
+                 rules=rules_of(run))

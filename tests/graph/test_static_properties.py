@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from sources import ctx_of, source_of, state_bytes_of, tensors_of
 
 from timeline.graph.static import is_expert_state, zero_shard
-from timeline.profiles import run_problems
+from timeline.profiles import LIMITS
 from timeline.spec.presets import PRESETS
+from timeline.spec.validate import validate_run
 
 # a small DeepSeek-style MoE with MLA and a small dense model keep each example fast
 SMALL_MOE = replace(PRESETS["deepseek-v3"], name="tiny-moe", hidden_size=64, num_hidden_layers=4,
@@ -48,7 +49,7 @@ def plans(draw):
 def test_weight_shards_sum_to_model_times_replication(run):
     """Rebuild the unique parameters from the per-device shards: TP/ETP shards (``split``) and
     EP ranks (disjoint expert sets) multiply back; nothing else may be missing or extra."""
-    assume(not run_problems(run))
+    assume(not validate_run(run, LIMITS))
     par = run.parallel
     ctx = ctx_of(run)
     rebuilt = 0
@@ -67,7 +68,7 @@ def test_weight_shards_sum_to_model_times_replication(run):
 def test_zero_shards_sum_back(run):
     """Over a shard group (dense: dp·cp ranks, expert: EDP ranks) the ZeRO shards of weights,
     gradients and optimizer states sum back to the unsharded states."""
-    assume(not run_problems(run))
+    assume(not validate_run(run, LIMITS))
     par, tr = run.parallel, run.training
     rule = ctx_of(run).profile.expert_state_group
     unsharded = replace(run, training=replace(tr, zero=0))

@@ -25,7 +25,7 @@ from rich.console import Console
 
 from timeline import __version__
 from timeline.cli.parallel import write_in_two
-from timeline.compare.variants import with_recompute
+from timeline.cli.variants import with_recompute
 from timeline.errors import UserError
 from timeline.exporters import EXPORTERS
 from timeline.io.runfile import load_run

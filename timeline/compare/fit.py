@@ -28,13 +28,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from timeline.compare.metrics import MAX_WORKERS, VariantResult, evaluate, worker_pool
-from timeline.compare.variants import Variant, recompute_name, with_recompute
+from timeline.compare.variants import Variant, recompute_name
+from timeline.errors import SpecError
 from timeline.graph.build import chunk_layers
 from timeline.graph.signature import OPS_ONLY_POLICIES
 from timeline.graph.source import ModelSource, SourceFn, model_source
+from timeline.profiles import LIMITS
 from timeline.sim.plan import PipelinePlan, plan_pipeline
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import RECOMPUTE_MODULES, RecomputeSpec, RunSpec
+from timeline.spec.validate import validate_run
 
 Cost = tuple[float, float]
 
@@ -195,6 +198,11 @@ def fit(run: RunSpec, source_fn: SourceFn = model_source, *, capacity_gib: float
     A door (``tests/test_layering.py``): the search varies a whole run's recompute policy."""
     if capacity_gib is not None:
         run = replace(run, hardware=replace(run.hardware, capacity_gib=capacity_gib))
+    # every candidate is valid for the model by construction (selective_modules, N ≤ layers per
+    # chunk): what can fail is the run under any policy, as a variant would report it
+    problems = validate_run(replace(run, recompute=RecomputeSpec()), LIMITS)
+    if problems:
+        raise SpecError(problems, run.source)
     par = run.parallel
     pipe = plan_pipeline(run.schedule, par, run.training.num_microbatches, run.hardware, run.csv_rows)
     st = Statics(source_fn(run), pipe, run.model, chunk_layers(par, run.model.num_hidden_layers))
@@ -212,7 +220,7 @@ def fit(run: RunSpec, source_fn: SourceFn = model_source, *, capacity_gib: float
 
     def simulate(c: Candidate) -> Outcome:
         if c.name not in sims:
-            sims[c.name] = evaluate_fn(Variant(name=c.name, run=with_recompute(run, c.spec)), source_fn)
+            sims[c.name] = evaluate_fn(Variant(name=c.name, run=replace(run, recompute=c.spec)), source_fn)
         res = sims[c.name]
         if res.fits:
             return Outcome(candidate=c, result=res, status="fits")

@@ -21,17 +21,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from timeline.compare.metrics import device_metrics
 from timeline.errors import UserError
 from timeline.graph.source import model_source
-from timeline.plan.bound import bound
+from timeline.plan.bound import Probe, bound, probe_stats, zero_acts
 from timeline.plan.engines import Engine
 from timeline.plan.space import Candidate, Space, candidate_run, candidates
+from timeline.profiles import profile
 from timeline.result.build import build_timeline
 from timeline.sim.estimate import estimate_work
+from timeline.sim.static_state import StateRules
 from timeline.spec.run import RunSpec
 
 T = TypeVar("T")
@@ -118,8 +120,16 @@ def bound_block(job: BoundJob) -> list[Row]:
         else:
             row.dp, row.num_microbatches, row.layout = run.parallel.dp, run.training.num_microbatches, \
                 run.parallel.layout
+            probe = Probe.of(run.model, run.recompute, run.parallel, run.training)
+            probe_run = replace(run, **probe.edits())
+            rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm,
+                               traced=run.trace is not None,
+                               expert_state_group=profile(run.profile).params.expert_state_group)
             try:
-                b = bound(run)
+                st = probe_stats(model_source(probe_run), probe_run.hardware, probe_run.parallel,
+                                 rules.expert_state_group, probe.kinds, zero_acts(run.recompute))
+                b = bound(st, model=run.model, parallel=run.parallel, training=run.training, schedule=run.schedule,
+                          rules=rules)
             except UserError as exc:  # e.g. a schedule its generator refuses for these counts
                 row.invalid, row.pruned_by = f"schedule.kind: {exc}", "invalid"
                 out.append(row)
@@ -131,7 +141,7 @@ def bound_block(job: BoundJob) -> list[Row]:
     return out
 
 
-def _blocks(base: RunSpec, space: Space, workers: int) -> list[BoundJob]:
+def _blocks(space: Space, workers: int) -> list[tuple[Candidate, ...]]:
     """The space in blocks that share probes ((tp, cp, ep, etp, micro-batch) first), about eight
     per worker, in a fixed order."""
     def probe_key(c: Candidate) -> tuple:
@@ -141,7 +151,7 @@ def _blocks(base: RunSpec, space: Space, workers: int) -> list[BoundJob]:
     cands = sorted(candidates(space), key=lambda c: (probe_key(c), c.name))
     n = max(1, min(len(cands), 8 * workers))
     size = math.ceil(len(cands) / n) if cands else 1
-    return [(base, space, tuple(cands[i:i + size])) for i in range(0, len(cands), size)]
+    return [tuple(cands[i:i + size]) for i in range(0, len(cands), size)]
 
 
 def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_events: int = 50_000_000,
@@ -153,7 +163,7 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
     say = progress or (lambda *_: None)
     cap = base.hardware.capacity_bytes
     rows: list[Row] = []
-    blocks = _blocks(base, space, engine.workers)
+    blocks: list[BoundJob] = [(base, space, b) for b in _blocks(space, engine.workers)]
     total = sum(len(b[2]) for b in blocks)
     for i in range(0, len(blocks), engine.workers):
         for part in engine.map(bound_block, blocks[i:i + engine.workers]):
@@ -184,7 +194,7 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
             todo.append(r)
             runs.append(run)
         for r, s in zip(todo, engine.map(simulate_summary, runs), strict=True):
-            _record(r, s, space, base)
+            _record(r, s, space, base.training.seq_len)
             if r.fits:
                 fitting.append(r)
         done += len(todo)
@@ -215,12 +225,12 @@ def _kth_time(fitting: Sequence[Row], k: int) -> float:
     return sorted(known(r.iteration_time_us) for r in fitting)[k - 1]
 
 
-def _record(r: Row, s: SimSummary, space: Space, base: RunSpec) -> None:
+def _record(r: Row, s: SimSummary, space: Space, seq_len: int) -> None:
     r.simulated = True
     r.peak_requested_bytes, r.peak_allocated_bytes = s.peak_requested_bytes, s.peak_allocated_bytes
     r.peak_reserved_bytes, r.worst_device, r.short_bytes = s.peak_reserved_bytes, s.worst_device, s.short_bytes
     r.fits, r.iteration_time_us = s.fits, s.iteration_time_us
-    tokens = space.global_batch * base.training.seq_len
+    tokens = space.global_batch * seq_len
     r.tokens_per_s_per_gpu = tokens / (s.iteration_time_us / 1e6 * space.world_size) if s.iteration_time_us else None
     if not s.fits:
         r.pruned_by = "oom"

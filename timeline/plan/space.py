@@ -19,8 +19,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from timeline.errors import UserError
-from timeline.profiles import run_problems
+from timeline.profiles import LIMITS
 from timeline.spec.fields import check_value
+from timeline.spec.model import ModelSpec
 from timeline.spec.recompute import parse_recompute
 from timeline.spec.run import (
     AllocatorSpec,
@@ -30,6 +31,7 @@ from timeline.spec.run import (
     ScheduleSpec,
     TrainingSpec,
 )
+from timeline.spec.validate import validate_run
 
 #: the searched dimensions, in the order of the canonical candidate string
 SEARCHED = ("parallel.tp", "parallel.pp", "parallel.vpp", "parallel.cp", "parallel.ep", "parallel.etp",
@@ -97,12 +99,12 @@ class Space:
         return sum(1 for _ in candidates(self))
 
 
-def default_values(run: RunSpec, key: str, world: int, selective: tuple[str, ...]) -> tuple[Any, ...]:
+def default_values(model: ModelSpec, key: str, world: int, selective: tuple[str, ...]) -> tuple[Any, ...]:
     """The default space's values of ``key`` (see the module docstring of :mod:`timeline.plan`)."""
     if key in ("parallel.tp", "parallel.pp", "parallel.cp", "parallel.ep", "parallel.etp"):
-        if key == "parallel.ep" and not run.model.is_moe:
+        if key == "parallel.ep" and not model.is_moe:
             return (1,)
-        if key == "parallel.etp" and not run.model.is_moe:
+        if key == "parallel.etp" and not model.is_moe:
             return ("tp",)  # dense: expert TP is meaningless; keep Megatron's etp = tp
         return divisors(world)
     if key == "parallel.vpp":
@@ -116,13 +118,13 @@ def default_values(run: RunSpec, key: str, world: int, selective: tuple[str, ...
     raise UserError(f"space key {key!r} has no default; give its values")
 
 
-def build_space(run: RunSpec, table: dict[str, Any], *, world: int, global_batch: int,
+def build_space(model: ModelSpec, table: dict[str, Any], *, world: int, global_batch: int,
                 selective: tuple[str, ...], where: str = "--space") -> Space:
-    """The space of ``table`` (a SPACE.toml's ``[space]``, or {} for the default one)."""
+    """The space of ``table`` (a SPACE.toml's ``[space]``, or {} for the default one) for ``model``."""
     values: dict[str, tuple[Any, ...]] = {}
     for key in SEARCHED:
         raw = table.get(key, "auto")
-        values[key] = default_values(run, key, world, selective) if raw == "auto" else _values(key, raw, where)
+        values[key] = default_values(model, key, world, selective) if raw == "auto" else _values(key, raw, where)
     for key, raw in table.items():
         if key in SEARCHED:
             continue
@@ -208,7 +210,7 @@ def candidate_run(base: RunSpec, cand: Candidate, space: Space) -> tuple[RunSpec
     sections["training"]["num_microbatches"] = space.global_batch // (mbs * dp)
     run = replace(base, recompute=parse_recompute(s["recompute"]),
                   **{sec: replace(getattr(base, sec), **vals) for sec, vals in sections.items() if vals})
-    problems = run_problems(run)
+    problems = validate_run(run, LIMITS)
     if problems:
         return None, problems[0][0], problems[0][1]
     return run, "", ""
