@@ -22,9 +22,11 @@ from timeline.pipeline.placement import stage_placement
 from timeline.placement.devices import StaticDevice, chunk_params, static_devices
 from timeline.plan.bound import Bound, Probe, bound, probe_stats, zero_acts
 from timeline.profiles import profile
+from timeline.sim.estimate import WorkEstimate, estimate_work
 from timeline.sim.plan import SimPlan, plan, plan_pipeline
 from timeline.sim.static_state import StateRules
-from timeline.spec.run import RecomputeSpec, RunSpec
+from timeline.spec.model import ModelSpec
+from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec, TrainingSpec
 
 TemplateFn = Callable[..., ChunkTemplate]
 
@@ -53,6 +55,12 @@ class FnSource:
         if routing_skew is not None:
             run = replace(run, training=replace(run.training, routing_skew=routing_skew))
         return FnSource(run, self.fn)
+
+
+    def cut(self, model: ModelSpec, parallel: ParallelSpec, training: TrainingSpec,
+            recompute: RecomputeSpec) -> FnSource:
+        return FnSource(replace(self.run, model=model, parallel=parallel, training=training, recompute=recompute),
+                        self.fn)
 
 
 def template_source(fn: TemplateFn) -> SourceFn:
@@ -128,3 +136,10 @@ def bound_of(run: RunSpec) -> Bound:
     st = probe_stats(model_source(p), p.hardware, p.parallel, expert_rule(run), probe.kinds, zero_acts(run.recompute))
     return bound(st, model=run.model, parallel=run.parallel, training=run.training, schedule=run.schedule,
                  rules=rules_of(run))
+
+
+def estimate_of(run: RunSpec) -> WorkEstimate:
+    """The run's work estimate, as the command line makes it."""
+    return estimate_work(model_source(run), model=run.model, parallel=run.parallel, training=run.training,
+                         recompute=run.recompute, schedule_kind=run.schedule.kind, hardware=run.hardware,
+                         traced=run.trace is not None)

@@ -7,12 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
-from sources import plan_of
+from sources import estimate_of, plan_of
 
 from timeline.cli import main
 from timeline.graph.source import model_source
 from timeline.io.runfile import load_run
-from timeline.sim.estimate import estimate_work
 from timeline.sim.simulate import simulate
 
 SCHEDULES = Path(__file__).resolve().parents[2] / "schedules"
@@ -24,7 +23,7 @@ CASES = [("deepseek-v3-pp16-tp2-ep8", []), ("deepseek-v3-pp16-tp2-ep8", ["model.
 @pytest.mark.parametrize(("stem", "sets"), CASES, ids=lambda c: c if isinstance(c, str) else "+".join(c) or "as-is")
 def test_estimate_within_2x_of_the_simulated_counts(stem, sets):
     run = load_run(SCHEDULES / f"{stem}.toml", ["training.iterations=1", *sets])
-    est = estimate_work(run, model_source)
+    est = estimate_of(run)
     sim = simulate(plan_of(run, model_source))
     events = sum(len(e.t_us) for e in sim.events)
     ops = sum(len(o.name) for o in sim.ops)

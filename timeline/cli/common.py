@@ -78,7 +78,7 @@ def check_work(spec: RunSpec, max_events: int, formats: Sequence[str] = (), out:
                label: str = "") -> WorkEstimate:
     """Estimate the run's work (:mod:`timeline.sim.estimate`) and refuse it, in one line, over
     ``max_events`` or over the free space where ``out`` would be written."""
-    est = estimate_work(spec, templates())
+    est = estimate(spec)
     try:
         check_bound(est, max_events)
     except UserError as exc:
@@ -91,6 +91,13 @@ def check_work(spec: RunSpec, max_events: int, formats: Sequence[str] = (), out:
                             f"{_nearest_existing(out.parent)} has {free / 2**30:,.1f} GiB free; write fewer "
                             "(--format summary,memory) or elsewhere (-o)")
     return est
+
+
+def estimate(spec: RunSpec) -> WorkEstimate:
+    """The run's work estimate (:func:`timeline.sim.estimate.estimate_work`) over its slices."""
+    return estimate_work(templates()(spec), model=spec.model, parallel=spec.parallel, training=spec.training,
+                         recompute=spec.recompute, schedule_kind=spec.schedule.kind, hardware=spec.hardware,
+                         traced=spec.trace is not None)
 
 
 def check_csv_schedule(spec: RunSpec) -> None:

@@ -10,7 +10,15 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from timeline.cli.common import add_max_events, add_run_args, check_csv_schedule, gib, load, templates
+from timeline.cli.common import (
+    add_max_events,
+    add_run_args,
+    check_csv_schedule,
+    estimate,
+    gib,
+    load,
+    templates,
+)
 from timeline.cli.tables import Column, View, add_wide, table_console
 from timeline.compare.variants import recompute_name
 from timeline.errors import UserError
@@ -19,7 +27,6 @@ from timeline.graph.tensors import MODULES
 from timeline.pipeline.placement import stage_placement
 from timeline.placement.devices import StaticDevice, static_devices
 from timeline.profiles import profile
-from timeline.sim.estimate import estimate_work
 from timeline.sim.plan import run_schedule_of
 from timeline.spec.run import RunSpec
 
@@ -143,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{spec.model_source}: a whole-step trace (capture --step) holds its weights, gradients and "
                         "optimizer state as the step made them; `timeline simulate` reports them (summary.json "
                         "static_bytes, per_iteration)")
-    est = estimate_work(spec, templates())
+    est = estimate(spec)
     if est.ops_per_microbatch > args.max_events:
         raise UserError(f"this model has about {est.ops_per_microbatch:,} ops per micro-batch, over --max-events "
                         f"{args.max_events:,}; lower model.num_hidden_layers or raise --max-events")

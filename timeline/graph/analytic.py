@@ -182,6 +182,10 @@ class AnalyticSource:
             out = replace(out, training=replace(out.training, routing_skew=routing_skew))
         return out
 
+    def cut(self, model: ModelSpec, parallel: ParallelSpec, training: TrainingSpec,
+            recompute: RecomputeSpec) -> AnalyticSource:
+        return replace(self, model=model, parallel=parallel, training=training, recompute=recompute)
+
     def forward_ops(self, chunk: int) -> list[FOp]:
         """The forward ops of virtual stage ``chunk`` (no recompute: regions come with the template)."""
         return list(_forward_ops_cached(self.without_recompute(), chunk))

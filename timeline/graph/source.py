@@ -17,7 +17,8 @@ from timeline.graph.analytic import AnalyticSource
 from timeline.graph.build import Node
 from timeline.graph.ops import ChunkTemplate
 from timeline.graph.trace.source import TraceSource
-from timeline.spec.run import RecomputeSpec, RunSpec
+from timeline.spec.model import ModelSpec
+from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec, TrainingSpec
 
 
 class ModelSource(Protocol):
@@ -39,6 +40,11 @@ class ModelSource(Protocol):
 
     def under(self, *, recompute: RecomputeSpec | None = None, routing_skew: float | None = None) -> ModelSource:
         """The same model under another recompute policy or simulated EP load (``routing_skew``)."""
+        ...
+
+    def cut(self, model: ModelSpec, parallel: ParallelSpec, training: TrainingSpec,
+            recompute: RecomputeSpec) -> ModelSource:
+        """The same source over other slices: a probe's model cut to a few layers, one rank, one micro-batch."""
         ...
 
 

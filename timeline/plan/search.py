@@ -188,7 +188,10 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
         for r in survivors[start:start + batch]:
             run, _, _ = candidate_run(base, r.candidate, space)
             assert run is not None
-            if estimate_work(run, model_source).memory_events > max_events:
+            est = estimate_work(model_source(run), model=run.model, parallel=run.parallel, training=run.training,
+                                recompute=run.recompute, schedule_kind=run.schedule.kind, hardware=run.hardware,
+                                traced=run.trace is not None)
+            if est.memory_events > max_events:
                 r.pruned_by = "too_large"
                 continue
             todo.append(r)

@@ -12,7 +12,8 @@ from timeline.graph.build import Node, chunk_layers
 from timeline.graph.ops import ChunkTemplate
 from timeline.graph.trace.lowering import trace_chunk_template
 from timeline.graph.trace.params import trace_nodes, trace_total_params
-from timeline.spec.run import ParallelSpec, RecomputeSpec
+from timeline.spec.model import ModelSpec
+from timeline.spec.run import ParallelSpec, RecomputeSpec, TrainingSpec
 from timeline.spec.trace import NO_SELECTIVE, CapturedTrace
 
 
@@ -40,6 +41,11 @@ class TraceSource:
     def under(self, *, recompute: RecomputeSpec | None = None, routing_skew: float | None = None) -> TraceSource:
         """The same trace under another recompute policy (a captured trace has no routing to skew)."""
         return self if recompute is None else replace(self, recompute=recompute)
+
+    def cut(self, model: ModelSpec, parallel: ParallelSpec, training: TrainingSpec,
+            recompute: RecomputeSpec) -> TraceSource:
+        return replace(self, num_layers=model.num_hidden_layers, parallel=parallel, dtype=training.dtype,
+                       recompute=recompute)
 
     def nodes(self, chunk: int) -> list[Node]:
         return trace_nodes(self.captured(), chunk, self.ranges, self.dtype)
