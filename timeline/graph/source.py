@@ -22,6 +22,10 @@ from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec, TrainingSpec
 
 
 class ModelSource(Protocol):
+    def __hash__(self) -> int:
+        """Sources are frozen: caches key on them (the planner's probe numbers)."""
+        ...
+
     def nodes(self, chunk: int) -> list[Node]:
         """Module nodes of virtual stage ``chunk`` in dataflow order, with the parameters one device holds."""
         ...

@@ -4,7 +4,7 @@ Each of :mod:`~timeline.profiles.megatron`, :mod:`~timeline.profiles.paper` and
 :mod:`~timeline.profiles.hf` defines ``PROFILE``, a :class:`~timeline.profiles.base.Profile`
 holding that framework's parameter rules, saved-tensor rules, op structure, lifecycle and limits
 (the types are in :mod:`timeline.profiles.base`). :data:`PROFILES` is the one registry: the graph
-looks a run's profile up once (``BuildCtx.from_run``), the simulator reads its lifecycle, run
+looks a run's profile up once (``BuildCtx.of``), the simulator reads its lifecycle, run
 validation its limits. This package sits just above ``spec`` and imports nothing else of timeline.
 
 Adding a profile: write ``profiles/<name>.py`` defining ``PROFILE`` and list it in :data:`PROFILES`.
