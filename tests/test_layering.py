@@ -192,8 +192,6 @@ RUNSPEC_DOORS: dict[str, str] = {
                                    "model source, state rules), the allocator's spec and the Timeline's meta",
     "compare.fit.fit": "the recompute search varies a whole run's policy and simulates each variant",
     "plan.search.plan": "the planner's door: derives, bounds and simulates candidate runs around a base run",
-    "plan.space.candidate_run": "a planner candidate is a new run derived from the base run (plan, its "
-                                "bound workers and the CLI's best-run files share it)",
     "plan.search.simulate_summary": "a planner worker's entry: a candidate run crosses the process boundary "
                                     "whole and is simulated through build_timeline",
 }

@@ -10,12 +10,12 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from sources import bound_of
+from sources import bound_of, candidate_run
 
 from timeline.compare.metrics import device_metrics
 from timeline.io.runfile import load_run
 from timeline.plan.bound import schedule_profile
-from timeline.plan.space import build_space, candidate_run, candidates
+from timeline.plan.space import build_space, candidates
 from timeline.result.build import build_timeline
 
 TINY = Path(__file__).with_name("tiny_moe.toml")

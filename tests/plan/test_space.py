@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sources import candidate_run
 
 from timeline.errors import UserError
 from timeline.io.runfile import load_run
-from timeline.plan.space import Candidate, build_space, candidate_run, candidates, remainder_layout
+from timeline.plan.space import Candidate, build_space, candidates, remainder_layout
 
 TINY = Path(__file__).with_name("tiny_moe.toml")
 
