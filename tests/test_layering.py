@@ -190,7 +190,6 @@ RUNSPEC_DOORS: dict[str, str] = {
                                  "it the slices its layer builders and templates read",
     "result.build.build_timeline": "the simulation's door: one run becomes the plan stage's slices (schedule, "
                                    "model source, state rules), the allocator's spec and the Timeline's meta",
-    "compare.fit.fit": "the recompute search varies a whole run's policy and simulates each variant",
     "plan.search.plan": "the planner's door: derives, bounds and simulates candidate runs around a base run",
     "plan.search.simulate_summary": "a planner worker's entry: a candidate run crosses the process boundary "
                                     "whole and is simulated through build_timeline",

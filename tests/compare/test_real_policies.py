@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from sources import statics_of
 
+from timeline.cli.fit import fit_run as fit
 from timeline.cli.variants import policy_variants
-from timeline.compare.fit import fit
 from timeline.compare.metrics import simulate_variants
 from timeline.graph.source import model_source
 from timeline.io.runfile import load_run

@@ -27,17 +27,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from timeline.compare.metrics import MAX_WORKERS, VariantResult, evaluate, worker_pool
-from timeline.compare.variants import Variant, recompute_name
-from timeline.errors import SpecError
-from timeline.graph.build import chunk_layers
+from timeline.compare.metrics import MAX_WORKERS, VariantResult, worker_pool
+from timeline.compare.variants import recompute_name
 from timeline.graph.signature import OPS_ONLY_POLICIES
-from timeline.graph.source import ModelSource, SourceFn, model_source
-from timeline.profiles import LIMITS
-from timeline.sim.plan import PipelinePlan, plan_pipeline
+from timeline.graph.source import ModelSource
+from timeline.sim.plan import PipelinePlan
 from timeline.spec.model import ModelSpec
-from timeline.spec.run import RECOMPUTE_MODULES, RecomputeSpec, RunSpec
-from timeline.spec.validate import validate_run
+from timeline.spec.run import RECOMPUTE_MODULES, RecomputeSpec
 
 Cost = tuple[float, float]
 
@@ -191,22 +187,12 @@ def selective_space(st: Statics, none: Candidate) -> tuple[list[Candidate], int]
     return kept, len(cands) - len(kept)
 
 
-def fit(run: RunSpec, source_fn: SourceFn = model_source, *, capacity_gib: float | None = None,
-        alternatives: int = 3, max_simulations: int = 24,
-        evaluate_fn: Callable[[Variant, SourceFn], VariantResult] = evaluate) -> FitResult:
-    """The cheapest fitting policy, up to ``alternatives`` runner-ups, and every candidate's fate.
-    A door (``tests/test_layering.py``): the search varies a whole run's recompute policy."""
-    if capacity_gib is not None:
-        run = replace(run, hardware=replace(run.hardware, capacity_gib=capacity_gib))
-    # every candidate is valid for the model by construction (selective_modules, N ≤ layers per
-    # chunk): what can fail is the run under any policy, as a variant would report it
-    problems = validate_run(replace(run, recompute=RecomputeSpec()), LIMITS)
-    if problems:
-        raise SpecError(problems, run.source)
-    par = run.parallel
-    pipe = plan_pipeline(run.schedule, par, run.training.num_microbatches, run.hardware, run.csv_rows)
-    st = Statics(source_fn(run), pipe, run.model, chunk_layers(par, run.model.num_hidden_layers))
-    cap = run.hardware.capacity_bytes
+def fit(st: Statics, capacity_bytes: int, simulate_policy: Callable[[str, RecomputeSpec], VariantResult], *,
+        alternatives: int = 3, max_simulations: int = 24) -> FitResult:
+    """The cheapest fitting policy, up to ``alternatives`` runner-ups, and every candidate's fate:
+    ``st`` gives every policy's static numbers, ``simulate_policy(name, spec)`` simulates the run
+    under one (the command line's :func:`timeline.cli.fit.fit_run` makes both from a run)."""
+    cap = capacity_bytes
     none = st.candidate(RecomputeSpec(policy="none"))
     selective, pruned = selective_space(st, none)
     uniform = [st.candidate(RecomputeSpec(policy="full", method="uniform", num_layers=n))
@@ -220,7 +206,7 @@ def fit(run: RunSpec, source_fn: SourceFn = model_source, *, capacity_gib: float
 
     def simulate(c: Candidate) -> Outcome:
         if c.name not in sims:
-            sims[c.name] = evaluate_fn(Variant(name=c.name, run=replace(run, recompute=c.spec)), source_fn)
+            sims[c.name] = simulate_policy(c.name, c.spec)
         res = sims[c.name]
         if res.fits:
             return Outcome(candidate=c, result=res, status="fits")
