@@ -8,17 +8,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from sources import template_source
-
 from timeline.graph.ops import ChunkTemplate, Op
 from timeline.graph.tensors import Category, TensorDef
 from timeline.result.build import build_timeline
 from timeline.spec.run import RunSpec
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT / "tests") not in sys.path:  # helpers_run, also when tools/regen_goldens.py imports this file
+if str(ROOT / "tests") not in sys.path:  # helpers_run and sources, also when tools/regen_goldens.py imports this file
     sys.path.insert(0, str(ROOT / "tests"))
 import helpers_run  # noqa: E402
+from sources import template_source  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
