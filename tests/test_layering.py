@@ -175,8 +175,74 @@ def test_each_trace_module_imports_first():
     trace = sorted(f"timeline.graph.trace.{p.stem}" for p in (PKG / "graph" / "trace").glob("*.py")
                    if p.stem != "__init__")
     assert {"timeline.graph.trace.lowering", "timeline.graph.trace.params"} <= set(trace)
-    for module in ["timeline.graph.trace", *trace, "timeline.graph.build", "timeline.graph.source",
-                   "timeline.graph.template"]:
+    for module in ["timeline.graph.trace", *trace, "timeline.graph.build", "timeline.graph.source"]:
         done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
                               cwd=PKG.parent)
         assert done.returncode == 0, f"import {module}: {done.stderr[-2000:]}"
+
+
+#: the functions below the CLI and ``io`` that take a whole ``RunSpec`` — each a door where a run
+#: enters a layer, which hands every component below it its slice (``ModelSpec``, ``ParallelSpec``,
+#: ``TrainingSpec``, a ``ModelSource``, a ``StateRules`` …). Qualified name → why it reads a whole run.
+RUNSPEC_DOORS: dict[str, str] = {
+    "spec.validate.validate_run": "validation reads a whole run by nature: its checks cross every section",
+    "graph.source.model_source": "the graph layer's door: picks the analytic or trace source once and hands "
+                                 "it the slices its layer builders and templates read",
+    "result.build.build_timeline": "the simulation's door: one run becomes the plan stage's slices (schedule, "
+                                   "model source, state rules), the allocator's spec and the Timeline's meta",
+    "plan.search.plan": "the planner's door: derives, bounds and simulates candidate runs around a base run",
+    "plan.search.simulate_summary": "a planner worker's entry: a candidate run crosses the process boundary "
+                                    "whole and is simulated through build_timeline",
+}
+
+
+def runspec_functions(root: Path) -> list[str]:
+    """``layer.module.function`` of every function under ``root`` (a ``timeline`` package) below the
+    CLI and ``io`` with a parameter annotated ``RunSpec`` (``ServeRunSpec`` is the serving layer's own);
+    methods are named by their class (``compare.fit.Statics.__init__``)."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0] in ("cli", "io", "api.py"):
+            continue
+        module = ".".join(rel.with_suffix("").parts)
+        tree = ast.parse(path.read_text())
+        owner: dict[int, str] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                for child in node.body:
+                    owner[id(child)] = node.name
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            if any(a.annotation is not None and "RunSpec" in ast.unparse(a.annotation)
+                   and "Serve" not in ast.unparse(a.annotation) for a in args):
+                name = f"{owner[id(node)]}.{node.name}" if id(node) in owner else node.name
+                out.append(f"{module}.{name}")
+    return out
+
+
+def test_few_functions_take_a_whole_run():
+    """Step 6 of issue 17: each component gets its slice of the configuration; a whole run enters
+    only through the doors of :data:`RUNSPEC_DOORS`."""
+    found = runspec_functions(PKG)
+    extra = sorted(set(found) - set(RUNSPEC_DOORS))
+    assert not extra, ("take the slice of the run you read, or make the function a door (RUNSPEC_DOORS, "
+                       "with its reason):\n" + "\n".join(extra))
+    assert sorted(set(RUNSPEC_DOORS) - set(found)) == [], "a door that no longer takes a run: remove it"
+    assert all(reason.strip() for reason in RUNSPEC_DOORS.values())
+
+
+def test_the_run_scan_catches_a_new_function(tmp_path):
+    pkg = tmp_path / "timeline"
+    (pkg / "sim").mkdir(parents=True)
+    (pkg / "cli").mkdir()
+    (pkg / "sim" / "extra.py").write_text(
+        "from timeline.spec.run import RunSpec, ParallelSpec\n"
+        "def reads_everything(run: RunSpec, n: int) -> int:\n    return n\n"
+        "def reads_a_slice(par: ParallelSpec) -> int:\n    return par.tp\n"
+        "class Holder:\n    def __init__(self, run: 'RunSpec | None') -> None:\n        self.run = run\n"
+        "def serves(run: ServeRunSpec) -> None:\n    pass\n")
+    (pkg / "cli" / "main.py").write_text("def run(spec: RunSpec) -> None:\n    pass\n")
+    assert runspec_functions(pkg) == ["sim.extra.reads_everything", "sim.extra.Holder.__init__"]

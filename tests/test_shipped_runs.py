@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sources import devices_of
 
-from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
-from timeline.placement.devices import static_devices
 from timeline.result.build import build_timeline
 
 SCHEDULES = Path(__file__).resolve().parents[1] / "schedules"
@@ -20,7 +19,7 @@ SERVING = sorted(p for p in SCHEDULES.glob("*.toml") if "[serving]" in p.read_te
 def test_run_file_loads(path):
     run = load_run(path)
     assert run.name == path.stem
-    assert all(d.total_bytes > 0 for d in static_devices(run))
+    assert all(d.total_bytes > 0 for d in devices_of(run))
 
 
 @pytest.mark.parametrize("path", SERVING, ids=lambda p: p.stem)
@@ -36,7 +35,7 @@ def test_serving_file_starts_its_engine(path):
 
 def test_dualpipev_example_fits_every_rank():
     run = load_run(SCHEDULES / "deepseek-v3-dualpipev-megatron.toml", ["training.iterations=1"])
-    tl = build_timeline(run, chunk_template)
+    tl = build_timeline(run)
     for d in range(tl.num_devices):
         assert not tl.memory[d].oom
         assert tl.peak(d).reserved_bytes <= run.hardware.capacity_bytes

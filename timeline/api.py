@@ -35,7 +35,6 @@ def simulate(run: RunSpec, *, progress: Callable[[str, int, int], None] | None =
     """Simulate a run and pass every device's allocations through its allocator model: the
     :class:`timeline.result.Timeline` that ``timeline simulate`` writes its outputs from.
     ``progress(stage, done, total)`` is called as the stages advance."""
-    from timeline.graph.template import chunk_template
     from timeline.result.build import build_timeline
 
-    return build_timeline(run, chunk_template, progress=progress)
+    return build_timeline(run, progress=progress)

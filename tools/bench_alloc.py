@@ -110,14 +110,13 @@ def batch_cases(ops: list[tuple[int, int]]) -> None:
 def shipped_case() -> None:
     import numpy as np
 
-    from timeline.cli.common import templates
     from timeline.io.runfile import load_run
+    from timeline.result.build import build_timeline
     from timeline.sim.memory import allocator_config, pair_index
-    from timeline.sim.simulate import simulate
 
     run = load_run(str(Path(__file__).resolve().parents[1] / "schedules" / "deepseek-v3-pp16-tp2-ep8.toml"), [])
-    sim = simulate(run, templates())
-    config, cap = allocator_config(run), run.hardware.capacity_bytes
+    sim = build_timeline(run).sim  # the simulator's events (its allocator pass is timed again below)
+    config, cap = allocator_config(run.allocator), run.hardware.capacity_bytes
     total = {"python": 0.0, "compiled": 0.0}
     n = 0
     for ev in sim.events:

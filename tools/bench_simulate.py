@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = "schedules/deepseek-v3-pp16-tp2-ep8.toml"
@@ -121,14 +122,29 @@ def child_phases(mb: int, sets: list[str]) -> None:
     run = load_run(RUN, [f"training.num_microbatches={mb}", *sets])
     check_csv_schedule(run)
     t_load = time.perf_counter()
-    template_fn, spent = templates(), [0.0]
+    source_fn, spent = templates(), [0.0]
 
-    def timed_templates(*a, **k):
-        s = time.perf_counter()
-        try:
-            return template_fn(*a, **k)
-        finally:
-            spent[0] += time.perf_counter() - s
+    class Timed:
+        """The run's model source, its template builds timed."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def under(self, **k: Any) -> Timed:
+            return Timed(self.inner.under(**k))
+
+        def template(self, *a: Any, **k: Any) -> Any:
+            s = time.perf_counter()
+            try:
+                return self.inner.template(*a, **k)
+            finally:
+                spent[0] += time.perf_counter() - s
+
+    def timed_templates(r: Any) -> Any:
+        return Timed(source_fn(r))
 
     marks: dict[str, float] = {}
 

@@ -20,7 +20,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
 from timeline.result.build import build_timeline
 
@@ -54,7 +53,7 @@ def compare_case(case: dict, results_dir: Path, tmp: Path) -> dict:
     (tmp / f"{name}.toml").write_text(RUN.format(case=name, batch=case["batch"], seq=case["seq"], m=m,
                                                  iterations=case.get("iterations", 2)))
     run = load_run(tmp / f"{name}.toml")  # reads the CSV schedule beside it
-    tl = build_timeline(run, chunk_template)
+    tl = build_timeline(run)
     model_layers = tl.sim.templates[0].layer_activation_bytes
     out = {"case": name, "layers": [{"layer": i, "measured": b, "model": model_layers.get(i)}
                                      for i, b in enumerate(case["layer_saved_bytes"])]}

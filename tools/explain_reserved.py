@@ -40,11 +40,10 @@ def main() -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--top", type=int, default=3)
     args = parser.parse_args()
-    from timeline.graph.template import chunk_template
     from timeline.io.runfile import load_run
     from timeline.result.build import build_timeline
 
-    tl = build_timeline(load_run(args.run, args.overrides), chunk_template)
+    tl = build_timeline(load_run(args.run, args.overrides))
     print("\n".join(explain(tl, args.top)))
     return 0
 

@@ -45,7 +45,6 @@ def family(record: dict) -> str:
 
 def predict(record: dict) -> tuple[int, int, dict]:
     """(peak allocated, peak reserved, the reserved gap explained) of the last pipeline rank's device."""
-    from timeline.graph.template import chunk_template
     from timeline.io.megatron_args import from_mapping
     from timeline.io.megatron_write import convert, run_file_text
     from timeline.io.runfile import run_from_data
@@ -58,7 +57,7 @@ def predict(record: dict) -> tuple[int, int, dict]:
     conv = convert(margs, world_size=world, gpu=gpu_of(record))
     text = run_file_text(conv, name=record["name"].replace("/", "-"), source=record["config_file"], world_size=world)
     run = run_from_data(tomllib.loads(text), Path(f"<from-megatron>/{record['name']}.toml"))
-    tl = build_timeline(run, chunk_template)
+    tl = build_timeline(run)
     last = max(range(tl.num_devices), key=lambda d: tl.devices[d].pp_rank)
     pk = tl.peak(last)
     from timeline.result.reserved_gap import reserved_gap

@@ -18,6 +18,7 @@ import pytest
 from helpers_run import tiny_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sources import plan_of
 
 from timeline.alloc import AllocatorConfig, CachingAllocator
 from timeline.alloc.batch import active_core, compiled_available, replay, replay_python
@@ -109,7 +110,7 @@ def test_allocator_pass_matches_the_event_by_event_reference(core, overrides):
     if core == "compiled" and not compiled_available():
         pytest.skip("the compiled core is not built")
     run = tiny_run(pp=2, **overrides)
-    sim = simulate(run, templates())
+    sim = simulate(plan_of(run, templates()))
     for ev in sim.events:
         spec, cap = run.allocator, run.hardware.capacity_bytes
         got, ref = run_allocator(spec, cap, ev, sim.names, core=core), run_allocator_events(spec, cap, ev, sim.names)
@@ -120,7 +121,7 @@ def test_allocator_pass_matches_the_event_by_event_reference(core, overrides):
 
 def test_pairs_follow_the_live_keys():
     run = tiny_run(pp=2)
-    ev = simulate(run, templates()).events[0]
+    ev = simulate(plan_of(run, templates())).events[0]
     pair = pair_index(ev)
     live: dict[tuple[int, int, int], int] = {}
     for i, (s, t, m, st_) in enumerate(zip(ev.sign.tolist(), ev.tensor.tolist(), ev.microbatch.tolist(),

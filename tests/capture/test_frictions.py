@@ -43,13 +43,12 @@ def test_trunc_normal_init_and_fp32_label(shared_trace):
 
 
 def test_state_shared_by_every_layer_simulates_when_all_layers_are_captured(shared_trace):
-    from timeline.graph.template import chunk_template
     from timeline.io.runfile import load_run
     from timeline.result.build import build_timeline
 
     run_file = shared_trace.with_suffix(".toml")
     run_file.write_text(RUN.format(trace=shared_trace.name))
-    tl = build_timeline(load_run(run_file), chunk_template)
+    tl = build_timeline(load_run(run_file))
     # the cache layer 0 made (32 fp32) stays alive for layers 1 and 2 to read
     assert tl.peak(0).requested_bytes > 0
     names = set(tl.sim.names)

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from sources import template_of
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from captures import DSV3, LLAMA  # noqa: E402
 
-from timeline.graph.template import chunk_template  # noqa: E402
 from timeline.io.runfile import load_run  # noqa: E402
 
 
@@ -31,8 +31,8 @@ def run_pair(config: dict, trace_run):
 @pytest.mark.parametrize(("config", "fixture"), [(LLAMA, "llama_run"), (DSV3, "dsv3_run")], ids=["llama", "dsv3"])
 def test_trace_layer_equals_hf_profile(config, fixture, request):
     trace_run, analytic_run = run_pair(config, request.getfixturevalue(fixture))
-    traced = chunk_template(load_run(trace_run), 0).layer_activation_bytes
-    analytic = chunk_template(load_run(analytic_run), 0).layer_activation_bytes
+    traced = template_of(load_run(trace_run), 0).layer_activation_bytes
+    analytic = template_of(load_run(analytic_run), 0).layer_activation_bytes
     assert traced[1] == pytest.approx(analytic[1], rel=0.01)
     assert sum(traced.values()) == pytest.approx(sum(analytic.values()), rel=0.01)
 
@@ -46,7 +46,7 @@ def test_every_saved_tensor_of_the_table_is_in_the_capture(config, fixture, requ
     trace_run, analytic_run = run_pair(config, request.getfixturevalue(fixture))
 
     def sizes(run_path):
-        saved = chunk_template(load_run(run_path), 0).saved
+        saved = template_of(load_run(run_path), 0).saved
         return Counter(st.tensor.size_bytes for st in saved if st.layer == 1)
 
     traced, analytic = sizes(trace_run), sizes(analytic_run)

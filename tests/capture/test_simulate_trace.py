@@ -6,20 +6,20 @@ from __future__ import annotations
 import json
 
 import pytest
+from sources import template_of
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from captures import DSV3, LLAMA, memtracker_peak  # noqa: E402
 
-from timeline.graph.template import chunk_template  # noqa: E402
 from timeline.io.runfile import load_run  # noqa: E402
 from timeline.result.build import build_timeline  # noqa: E402
 
 
 def sim_peak(run_file, *overrides: str) -> int:
     run = load_run(run_file, list(overrides))
-    return build_timeline(run, chunk_template).peak(0).requested_bytes
+    return build_timeline(run).peak(0).requested_bytes
 
 
 @pytest.mark.parametrize(("config", "fixture"), [(LLAMA, "llama_run"), (DSV3, "dsv3_run")], ids=["llama", "dsv3"])
@@ -31,7 +31,7 @@ def test_peak_matches_memtracker(config, fixture, request):
 
 def test_one_more_layer_adds_its_captured_bytes(llama_run):
     run3 = load_run(llama_run, ["model.num_layers=3"])
-    t = chunk_template(run3, 0)
+    t = template_of(run3, 0)
     params = sum(p.nbytes for p in run3.trace.params if p.layer == 1)  # bf16 weights, bf16 grads
     added = sim_peak(llama_run, "model.num_layers=3") - sim_peak(llama_run)
     assert t.layer_activation_bytes[2] == t.layer_activation_bytes[1]
@@ -42,9 +42,9 @@ def test_1f1b_pp4_holds_p_minus_r_microbatches(llama_run):
     run = load_run(llama_run, ["model.num_layers=8", "parallel.pp=4", "model.profile=megatron",
                                "training.num_microbatches=8", "training.iterations=2",
                                "training.optimizer_step=true"])
-    tl = build_timeline(run, chunk_template)
+    tl = build_timeline(run)
     for r in range(4):
-        per_microbatch = chunk_template(run, r).activation_bytes
+        per_microbatch = template_of(run, r).activation_bytes
         assert tl.series(r).by_category["activations"].max() == (4 - r) * per_microbatch
 
 

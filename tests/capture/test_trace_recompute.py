@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from sources import template_of
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from captures import DSV3, LLAMA, B, S, memtracker_peak  # noqa: E402
 
-from timeline.graph.template import chunk_template  # noqa: E402
 from timeline.graph.tensors import Category  # noqa: E402
 from timeline.io.runfile import load_run  # noqa: E402
 from timeline.result.build import build_timeline  # noqa: E402
@@ -30,7 +30,7 @@ CASES = [  # (config, fixture, run overrides, the layer groups PyTorch checkpoin
 @pytest.mark.parametrize(("config", "fixture"), [(LLAMA, "llama_run"), (DSV3, "dsv3_run")], ids=["llama", "dsv3"])
 def test_a_recomputed_layer_keeps_its_input(config, fixture, request):
     """Per layer 2·s·b·h bytes in bf16 (the hidden state entering it), as tools/groundtruth.py measures."""
-    t = chunk_template(load_run(request.getfixturevalue(fixture), FULL), 0)
+    t = template_of(load_run(request.getfixturevalue(fixture), FULL), 0)
     for k in (0, 1):
         assert t.layer_activation_bytes[k] == 2 * S * B * config["hidden_size"]
         assert [st.op for st in t.saved if st.layer == k] == [f"checkpoint:full@{k}"]
@@ -40,13 +40,13 @@ def test_a_recomputed_layer_keeps_its_input(config, fixture, request):
                          ids=["llama-uniform", "llama-block", "dsv3-uniform", "dsv3-uniform2"])
 def test_peak_matches_checkpointed_pytorch(config, fixture, overrides, groups, request):
     run = load_run(request.getfixturevalue(fixture), overrides)
-    simulated = build_timeline(run, chunk_template).peak(0).requested_bytes
+    simulated = build_timeline(run).peak(0).requested_bytes
     # the issue asks for 1 %; the unmodelled remainder is the position ids a checkpoint keeps (< 0.05 %)
     assert simulated == pytest.approx(memtracker_peak(config, groups), rel=1e-3)
 
 
 def test_recompute_ops_recreate_what_the_backward_frees(llama_run):
-    t = chunk_template(load_run(llama_run, FULL), 0)
+    t = template_of(load_run(llama_run, FULL), 0)
     rc = [op for op in t.backward if op.recompute]
     assert rc and all(op.name.endswith(".recompute") for op in rc)
     remade = {x.storage for op in rc for x in op.allocs if x.category == Category.RECOMPUTE}
@@ -67,6 +67,6 @@ def test_per_rank_num_layers_under_pp(llama_run):
     run = load_run(llama_run, ["model.num_layers=4", "parallel.pp=2", "model.profile=megatron", *FULL,
                                "recompute.method=block", "recompute.num_layers=[1, 0]"])
     plain = load_run(llama_run, ["model.num_layers=4", "parallel.pp=2", "model.profile=megatron"])
-    mine, base = chunk_template(run, 0).layer_activation_bytes, chunk_template(plain, 0).layer_activation_bytes
+    mine, base = template_of(run, 0).layer_activation_bytes, template_of(plain, 0).layer_activation_bytes
     assert mine[0] == 2 * S * B * LLAMA["hidden_size"] and mine[1] == base[1]
-    assert chunk_template(run, 1).layer_activation_bytes == chunk_template(plain, 1).layer_activation_bytes
+    assert template_of(run, 1).layer_activation_bytes == template_of(plain, 1).layer_activation_bytes

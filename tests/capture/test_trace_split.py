@@ -7,11 +7,11 @@ import re
 from collections import Counter
 
 import pytest
+from sources import template_of
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from timeline.graph.template import chunk_template  # noqa: E402
 from timeline.graph.trace.split import GEMMS, weight_grad_ops  # noqa: E402
 from timeline.io.runfile import load_run  # noqa: E402
 from timeline.result.build import build_timeline  # noqa: E402
@@ -43,7 +43,7 @@ def test_zb_h1_w_runs_gemms_and_keeps_only_their_inputs(fixture, recompute, requ
     trace = run.trace
     gemm_inputs = {s for i in weight_grad_ops(trace) if base(trace.ops[i].name) in GEMMS for s in trace.ops[i].inputs}
     for c in (0, 1):
-        t = chunk_template(run, c)
+        t = template_of(run, c)
         assert sum(op.flops for op in t.backward_w) > 0
         for phases in ((t.forward, t.backward_i, t.backward_w), (t.forward, t.backward)):
             allocs = Counter(x.storage for ops in phases for op in ops for x in op.allocs)
@@ -54,5 +54,5 @@ def test_zb_h1_w_runs_gemms_and_keeps_only_their_inputs(fixture, recompute, requ
         assert past_i
         for name in past_i:  # L<k>.s<id>[@recompute], s<id>: the captured storage id
             assert int(re.search(r"s(\d+)(@recompute)?$", name).group(1)) in gemm_inputs, name
-    spans = [s for d in (0, 1) for s in build_timeline(run, chunk_template).sim.spans[d] if s.kind == "W"]
+    spans = [s for d in (0, 1) for s in build_timeline(run).sim.spans[d] if s.kind == "W"]
     assert spans and all(s.end_us > s.start_us for s in spans)

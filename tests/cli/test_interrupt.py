@@ -22,7 +22,7 @@ SHIPPED = ROOT / "schedules" / "deepseek-v3-pp16-tp2-ep8.toml"
 PHASES = {
     "load": ("timeline.cli.common", "load_run"),
     "estimate": ("timeline.cli.common", "estimate_work"),
-    "graph": ("timeline.graph.template", "chunk_template"),
+    "graph": ("timeline.graph.source", "model_source"),
     "schedule": ("timeline.sim.plan", "build_schedule"),
     "simulate": ("timeline.sim.timing", "run_schedule"),
     "allocate": ("timeline.result.build", "run_allocator"),

@@ -48,10 +48,9 @@ def test_shipped_table_fits_100_columns_and_wide_shows_everything(tmp_path, caps
 def test_frag_is_the_gap_at_the_requested_peak(tmp_path, capsys):
     from helpers_run import tiny_run
 
-    from timeline.graph.template import chunk_template
     from timeline.result.build import build_timeline
 
-    tl = build_timeline(tiny_run(pp=2, layers=2), chunk_template)
+    tl = build_timeline(tiny_run(pp=2, layers=2))
     for d in range(tl.num_devices):
         pk = tl.peak(d)
         allocated = np.cumsum(tl.memory[d].block_bytes)

@@ -12,6 +12,7 @@ groups of N layers; ``block``: the first N layers, one by one).
 from __future__ import annotations
 
 import helpers_run
+from sources import template_source
 
 from timeline.graph.build import chunk_layers
 from timeline.graph.ops import ChunkTemplate, Op
@@ -44,7 +45,7 @@ def _groups(run: RunSpec, chunk: int, layers: list[int], rank: int | None) -> li
     return [[x] for x in layers[:n]]
 
 
-def recompute_template(run: RunSpec, chunk: int, *, pp_rank: int | None = None) -> ChunkTemplate:
+def _recompute_template(run: RunSpec, chunk: int, *, pp_rank: int | None = None) -> ChunkTemplate:
     layers = list(chunk_layers(run.parallel, run.model.num_hidden_layers)[chunk])
     group = {x: g for g in _groups(run, chunk, layers, pp_rank) for x in g}
     sel = set(run.recompute.modules) if run.recompute.policy == "selective" else set()
@@ -86,6 +87,9 @@ def recompute_template(run: RunSpec, chunk: int, *, pp_rank: int | None = None) 
     bw = tuple(Op(name=f"w.{x}", module="m", layer=x, flops=LAYER_FLOPS) for x in layers)
     return ChunkTemplate(chunk=chunk, forward=tuple(fwd), backward_i=tuple(bwd), backward_w=bw,
                          layer_activation_bytes=saved)
+
+
+recompute_template = template_source(_recompute_template)
 
 
 def tiny_run(pp: int = 2, layers_per_rank: int = 2, m: int = 4, allocator: str = "caching",

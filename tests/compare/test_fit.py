@@ -8,9 +8,10 @@ import itertools
 import pytest
 from recompute_template import recompute_template, tiny_run
 
-from timeline.compare.fit import fit, selective_modules
+from timeline.cli.fit import fit_run as fit
+from timeline.cli.variants import policy_variants
+from timeline.compare.fit import selective_modules
 from timeline.compare.metrics import simulate_variants
-from timeline.compare.variants import policy_variants
 
 MIB = 2**20
 

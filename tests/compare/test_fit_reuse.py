@@ -1,4 +1,4 @@
-"""``fit``'s static numbers reuse one template per class of identical chunks (chunk_signature):
+"""``fit``'s static numbers reuse one template per class of identical chunks (``ModelSource.signature``):
 the numbers are exactly those of building every chunk's own template, and chunks that differ in
 anything but their layer numbers never share a class."""
 
@@ -9,12 +9,15 @@ from dataclasses import replace
 
 import pytest
 from helpers_run import TINY_MODEL, tiny_run
+from sources import source_of, statics_of, template_of, template_source
 
-from timeline.compare.fit import Statics, selective_modules
-from timeline.graph.signature import chunk_signature
-from timeline.graph.template import chunk_template
+from timeline.compare.fit import selective_modules
 from timeline.spec.presets import PRESETS
 from timeline.spec.run import RecomputeSpec
+
+
+def _template(run, chunk, pp_rank=None):
+    return template_of(run, chunk, pp_rank=pp_rank)
 
 
 def _specs(run):
@@ -34,7 +37,7 @@ def _moe_run():
 @pytest.mark.parametrize("make", [lambda: tiny_run(pp=4, layers=12), _moe_run])
 def test_shared_templates_give_the_numbers_of_per_chunk_templates(make):
     run = make()
-    shared, plain = Statics(run, chunk_template), Statics(run, lambda *a, **k: chunk_template(*a, **k))
+    shared, plain = statics_of(run), statics_of(run, template_source(_template))
     assert len(set(shared.same_as.values())) < len(shared.same_as), "the middle chunks should share a class"
     assert set(plain.same_as.items()) == {(c, c) for c in plain.same_as}
     for spec in _specs(run):
@@ -43,8 +46,8 @@ def test_shared_templates_give_the_numbers_of_per_chunk_templates(make):
 
 def test_chunks_that_differ_do_not_share_a_signature():
     run = _moe_run()  # chunk 0 holds the dense layer and the embedding, the last the head and MTP
-    sigs = [chunk_signature(run, c) for c in range(4)]
+    sigs = [source_of(run).signature(c) for c in range(4)]
     assert sigs[1] == sigs[2]
     assert len({sigs[0], sigs[1], sigs[3]}) == 3
     wider = tiny_run(pp=4, layers=12, model=replace(TINY_MODEL, intermediate_size=1024))
-    assert chunk_signature(wider, 1) != chunk_signature(tiny_run(pp=4, layers=12), 1)
+    assert source_of(wider).signature(1) != source_of(tiny_run(pp=4, layers=12)).signature(1)

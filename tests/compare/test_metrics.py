@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from recompute_template import LAYER_FLOPS, MODULES, recompute_template, tiny_run
 
+from timeline.cli.variants import policy_variants
 from timeline.compare.metrics import simulate_variants
 from timeline.compare.report import SCHEMA, compare_columns, compare_dict
-from timeline.compare.variants import policy_variants
 from timeline.sim.cost import CostModel
 
 POLICIES = "none,selective:core_attn,selective:core_attn+mlp,full:uniform:1,full:block:2,2"

@@ -8,9 +8,9 @@ import matplotlib.image as mpimg
 import numpy as np
 from recompute_template import recompute_template, tiny_run
 
+from timeline.cli.variants import policy_variants
 from timeline.compare.metrics import simulate_variants
 from timeline.compare.plots import memory_png, peaks_png, thin
-from timeline.compare.variants import policy_variants
 from timeline.graph.tensors import CATEGORIES
 
 

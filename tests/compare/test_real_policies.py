@@ -6,11 +6,12 @@ roofline of the recompute ops), at least their FLOPs over the throughput; fit's 
 from __future__ import annotations
 
 import pytest
+from sources import statics_of
 
-from timeline.compare.fit import Statics, fit
+from timeline.cli.fit import fit_run as fit
+from timeline.cli.variants import policy_variants
 from timeline.compare.metrics import simulate_variants
-from timeline.compare.variants import policy_variants
-from timeline.graph.template import chunk_template
+from timeline.graph.source import model_source
 from timeline.io.runfile import load_run
 from timeline.sim.cost import CostModel
 from timeline.spec.recompute import parse_recompute
@@ -38,8 +39,8 @@ def run(tmp_path_factory):
 
 
 def test_real_ordering_and_cost(run):
-    results = simulate_variants(policy_variants(run, [",".join(POLICIES)]), chunk_template, workers=1)
-    st, per_us = Statics(run, chunk_template), CostModel.of(run.hardware, run.parallel).flops_per_us
+    results = simulate_variants(policy_variants(run, [",".join(POLICIES)]), model_source, workers=1)
+    st, per_us = statics_of(run), CostModel.of(run.hardware, run.parallel).flops_per_us
     for chain in (results[:4], results[:3] + results[4:]):
         for d in range(run.parallel.pp):
             acts = [r.devices[d].peak_activation_bytes for r in chain]
@@ -55,10 +56,10 @@ def test_real_ordering_and_cost(run):
 
 
 def test_real_fit_fits(run):
-    full = simulate_variants(policy_variants(run, ["full:uniform:1"]), chunk_template, workers=1)[0]
+    full = simulate_variants(policy_variants(run, ["full:uniform:1"]), model_source, workers=1)[0]
     cap = (max(d.peak_reserved_bytes for d in full.devices) + (1 << 20)) / 2**30  # full fits, none does not
-    res = fit(run, chunk_template, capacity_gib=cap, alternatives=1)
+    res = fit(run, model_source, capacity_gib=cap, alternatives=1)
     assert res.best is not None and res.best.result.fits and res.best.candidate.name != "none"
     assert not res.outcomes[0].fits  # none, simulated at this capacity
-    assert res.best.candidate.cost <= Statics(run, chunk_template).candidate(
+    assert res.best.candidate.cost <= statics_of(run).candidate(
         parse_recompute("full:uniform:1")).cost

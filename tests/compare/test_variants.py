@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from recompute_template import tiny_run
 
-from timeline.compare.variants import policy_variants, recompute_name, split_policies
+from timeline.cli.variants import policy_variants
+from timeline.compare.variants import recompute_name, split_policies
 from timeline.errors import UserError
 from timeline.spec.recompute import parse_recompute
 

@@ -97,7 +97,7 @@ def test_forward_replay_ends_in_segments_and_timeline(fixture, request):
 
 def test_backward_reconstruction(oom_timeline):
     tl = oom_timeline
-    config = allocator_config(tl.sim.run)
+    config = allocator_config(tl.sim.run.allocator)
     full = pickle.loads(export(tl))
     capped = pickle.loads(export(tl, max_entries=40))
     for d in range(tl.num_devices):

@@ -25,7 +25,6 @@ from tiny import ROOT, synthetic_template, tiny_run
 
 from timeline.exporters import chrome_trace, memory_parquet, ops_parquet, trace_common
 from timeline.exporters.trace_common import actions, counters, op_allocated_bytes, process_name
-from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
 from timeline.result.build import build_timeline
 
@@ -99,7 +98,7 @@ def _parquet(module, tl) -> dict[str, np.ndarray]:
 
 def _reduced_timeline():
     run = load_run(ROOT / "schedules" / "deepseek-v3-pp16-tp2-ep8.toml", REDUCED)
-    return build_timeline(run, chunk_template)
+    return build_timeline(run)
 
 
 CASES = {

@@ -14,9 +14,10 @@ from timeline.result.build import build_timeline
 from timeline.spec.run import RunSpec
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT / "tests") not in sys.path:  # helpers_run, also when tools/regen_goldens.py imports this file
+if str(ROOT / "tests") not in sys.path:  # helpers_run and sources, also when tools/regen_goldens.py imports this file
     sys.path.insert(0, str(ROOT / "tests"))
 import helpers_run  # noqa: E402
+from sources import template_source  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -27,7 +28,7 @@ def _t(name: str, size: int, cat: Category, module: str) -> TensorDef:
     return TensorDef(name=name, shape=(size,), dtype="uint8", category=cat, module=module, storage=name)
 
 
-def synthetic_template(run: RunSpec, chunk: int, pp_rank: int | None = None) -> ChunkTemplate:
+def _synthetic_template(run: RunSpec, chunk: int, pp_rank: int | None = None) -> ChunkTemplate:
     """One decoder layer per chunk: attention with a TP all-gather, an MLP, a recomputed norm."""
     m = f"layers.{chunk}"
     fwd = (
@@ -50,6 +51,9 @@ def synthetic_template(run: RunSpec, chunk: int, pp_rank: int | None = None) -> 
     bw = (Op(name=f"{m}.attn.backward_w", module=f"{m}.self_attn", layer=chunk, flops=2e9, frees=("x",)),)
     return ChunkTemplate(chunk=chunk, forward=fwd, backward_i=bi, backward_w=bw,
                          layer_activation_bytes={chunk: 8 * MIB + 3})
+
+
+synthetic_template = template_source(_synthetic_template)
 
 
 def tiny_run(pp: int = 2, m: int = 4, allocator: str = "caching", capacity_gib: float = 80.0,

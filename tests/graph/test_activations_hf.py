@@ -21,8 +21,8 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from sources import template_of
 
-from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
@@ -156,7 +156,7 @@ def hf_run(tmp_path: Path, name: str, recompute: str):
 @pytest.mark.parametrize(("name", "recompute"), CASES)
 def test_layers_match_autograd(tmp_path, name, recompute):
     real = measured(name, recompute)
-    t = chunk_template(hf_run(tmp_path, name, recompute), 0)
+    t = template_of(hf_run(tmp_path, name, recompute), 0)
     for layer, got in real["layers"].items():
         if layer < 0:
             continue
@@ -170,7 +170,7 @@ def test_layers_match_autograd(tmp_path, name, recompute):
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_tensors_by_autograd_node(tmp_path, name):
     real = measured(name, "none")
-    t = chunk_template(hf_run(tmp_path, name, "none"), 0)
+    t = template_of(hf_run(tmp_path, name, "none"), 0)
     for node, suffixes in NODES.items():
         for layer in {x["layer"] for x in real["tensors"]}:
             got = sorted(x["bytes"] for x in real["tensors"] if x["layer"] == layer
@@ -188,7 +188,7 @@ def test_tensors_by_autograd_node(tmp_path, name):
 
 def test_full_recompute_keeps_exactly_the_layer_input(tmp_path):
     """groundtruth.md §5: 2sbh per layer (bf16 input kept by checkpoint); cos/sin count outside layers."""
-    t = chunk_template(hf_run(tmp_path, "dsv3-full-shape", "full"), 0)
+    t = template_of(hf_run(tmp_path, "dsv3-full-shape", "full"), 0)
     assert t.layer_activation_bytes[0] == t.layer_activation_bytes[1] == 2 * 4096 * 7168
     names = {st.tensor.name: st.layer for st in t.saved}
     assert names["rotary_emb.cos"] == -1
@@ -196,11 +196,11 @@ def test_full_recompute_keeps_exactly_the_layer_input(tmp_path):
 
 def test_reference_numbers(tmp_path):
     """The model reproduces groundtruth.md §5's measured per-layer bytes (+24 B emulated flash RNG state)."""
-    small = chunk_template(hf_run(tmp_path, "dsv3-small", "none"), 0).layer_activation_bytes
+    small = template_of(hf_run(tmp_path, "dsv3-small", "none"), 0).layer_activation_bytes
     assert (small[0], small[1]) == (30_523_392 + 24, 31_625_248 + 24)
-    full = chunk_template(hf_run(tmp_path, "dsv3-full-shape", "none"), 0).layer_activation_bytes
+    full = template_of(hf_run(tmp_path, "dsv3-full-shape", "none"), 0).layer_activation_bytes
     assert (full[0], full[1]) == (1_949_368_336, 3_010_806_800)  # efficient kernel: 16 B philox state
-    mha = chunk_template(hf_run(tmp_path, "llama-mha", "none"), 0).layer_activation_bytes
+    mha = template_of(hf_run(tmp_path, "llama-mha", "none"), 0).layer_activation_bytes
     assert (mha[0], mha[1]) == (48_439_296 + 24, 48_308_224 + 24)
 
 
@@ -238,7 +238,7 @@ GPT_OSS_CASES = [n for n in CONFIGS if CONFIGS[n][0]["model_type"] == "gpt_oss"]
 @pytest.mark.parametrize("name", GPT_OSS_CASES)
 def test_gpt_oss_tensors_by_autograd_node(tmp_path, name):
     real = measured(name, "none")
-    t = chunk_template(hf_run(tmp_path, name, "none"), 0)
+    t = template_of(hf_run(tmp_path, name, "none"), 0)
     nodes = dict(NODES_GPT_OSS)
     if CONFIGS[name][0].get("attention_dropout"):  # the ·V product keeps the dropout output, not the softmax
         nodes[("BmmBackward0.self",)] = (".q_rope", "core_attn.dropout.out")
@@ -276,7 +276,7 @@ def test_gpt_oss_layer_closed_form(tmp_path, name):
     """The model's bytes per layer equal the closed form read off the modelling code (layer 0 also holds
     the shared RoPE cos/sin, each (1, s, head_dim / 2)); the autograd tests above measure the same."""
     cfg, s, b, _ = CONFIGS[name]
-    layers = chunk_template(hf_run(tmp_path, name, "none"), 0).layer_activation_bytes
+    layers = template_of(hf_run(tmp_path, name, "none"), 0).layer_activation_bytes
     per_layer = gpt_oss_layer_bytes({"head_dim": 64, **cfg}, s, b)
     assert layers[1] == per_layer
     assert layers[0] == per_layer + 2 * 2 * s * cfg["head_dim"] // 2
@@ -285,11 +285,11 @@ def test_gpt_oss_layer_closed_form(tmp_path, name):
 def test_gpt_oss_20b_reference_numbers(tmp_path):
     """Two layers of gpt-oss-20b (b = 1, s = 4096), measured by tools/groundtruth.py: 3,370,877,056 and
     3,370,352,768 bytes, of which the sink-concatenated softmax is 64 · 4096 · 4097 · 2 = 2,148,007,936."""
-    t = chunk_template(hf_run(tmp_path, "gpt-oss-20b-shape", "none"), 0)
+    t = template_of(hf_run(tmp_path, "gpt-oss-20b-shape", "none"), 0)
     assert (t.layer_activation_bytes[0], t.layer_activation_bytes[1]) == (3_370_877_056, 3_370_352_768)
     probs = {st.tensor.name: st.tensor.size_bytes for st in t.saved}["layers.1.self_attn.core_attn.softmax"]
     assert probs == 2_148_007_936
-    full = chunk_template(hf_run(tmp_path, "gpt-oss-20b-shape", "full"), 0)
+    full = template_of(hf_run(tmp_path, "gpt-oss-20b-shape", "full"), 0)
     assert full.layer_activation_bytes[0] == full.layer_activation_bytes[1] == 2 * 4096 * 2880
     names = {st.tensor.name: st.layer for st in full.saved}
     assert names["causal_mask.full"] == names["causal_mask.sliding"] == -1  # kept by the checkpoints

@@ -7,9 +7,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from sources import forward_ops_of, template_of
 
-from timeline.graph.analytic import forward_ops
-from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
 from timeline.spec.recompute import parse_recompute
 
@@ -20,7 +19,7 @@ MEGATRON = ['model.profile="megatron"']
 
 
 def saved(run, chunk: int, layer: int) -> set[str]:
-    return {st.tensor.name for st in chunk_template(run, chunk).saved if st.layer == layer}
+    return {st.tensor.name for st in template_of(run, chunk).saved if st.layer == layer}
 
 
 def with_rc(run, text):
@@ -58,7 +57,7 @@ def test_selective_module_removes_exactly_its_tensors(module):
     got = saved(with_rc(run, f"selective:{module}"), chunk, layer)
     assert base - got == removed
     assert got - base == added
-    t = chunk_template(with_rc(run, f"selective:{module}"), chunk)
+    t = template_of(with_rc(run, f"selective:{module}"), chunk)
     rc = [o for o in t.backward_i if o.recompute and o.layer == layer]
     assert rc and {a.name.removesuffix("@recompute") for o in rc for a in o.allocs
                    if a.category == "recompute"} == removed
@@ -66,16 +65,16 @@ def test_selective_module_removes_exactly_its_tensors(module):
 
 def test_flash_attention_has_no_s2_tensors():
     run = load_run(SHIPPED, MEGATRON)
-    for st in chunk_template(run, 1).saved:
+    for st in template_of(run, 1).saved:
         assert 4096 * 4096 not in (st.tensor.shape[-1] * st.tensor.shape[-2] if len(st.tensor.shape) > 1 else 0,)
-    lse = [st for st in chunk_template(run, 1).saved if st.tensor.name.endswith("softmax_lse")][0]
+    lse = [st for st in template_of(run, 1).saved if st.tensor.name.endswith("softmax_lse")][0]
     assert lse.tensor.dtype == "fp32" and lse.tensor.size_bytes == 4 * 1 * (128 // 2) * 4096
 
 
 def expert_rows(*overrides) -> tuple[int, int]:
     """(rows the all-to-all delivers to this EP rank, rows the expert fc1 sees after the ETP gather)."""
     run = load_run(SHIPPED, [*MEGATRON, *overrides])
-    ops = {o.name: o for o in forward_ops(run, 1)}
+    ops = {o.name: o for o in forward_ops_of(run, 1)}
     a2a = ops[f"{P}.mlp.dispatch.all_to_all"].outputs["probs"]
     return a2a.shape[0], ops[f"{P}.mlp.experts.linear_fc1"].outputs["y"].shape[0]
 
@@ -110,16 +109,16 @@ def test_routing_skew_and_capacity():
 
 
 def test_megatron_mla_latents_are_sequence_parallel():
-    by = {st.tensor.name: st.tensor for st in chunk_template(load_run(SHIPPED, MEGATRON), 1).saved}
+    by = {st.tensor.name: st.tensor for st in template_of(load_run(SHIPPED, MEGATRON), 1).saved}
     assert by[f"{P}.self_attn.q_layernorm.out"].shape == (S // 2, 1536)
-    paper = {st.tensor.name: st.tensor for st in chunk_template(load_run(SHIPPED, []), 1).saved}
+    paper = {st.tensor.name: st.tensor for st in template_of(load_run(SHIPPED, []), 1).saved}
     assert paper[f"{P}.self_attn.q_layernorm.out"].shape == (S, 1536)
 
 
 def saved_by_name(*overrides, chunk: int = 1, layer: int = 4) -> dict[str, tuple[tuple[int, ...], str, int]]:
     run = load_run(SHIPPED, [*MEGATRON, *overrides])
     return {st.tensor.name: (st.tensor.shape, st.tensor.dtype, st.tensor.size_bytes)
-            for st in chunk_template(run, chunk).saved if st.layer == layer}
+            for st in template_of(run, chunk).saved if st.layer == layer}
 
 
 T = B * S // 2  # tokens per TP rank (SP)
@@ -184,7 +183,7 @@ def test_attention_saves_rng_state_and_mla_latents():
 def test_stage_activation_bytes():
     """DeepSeek-V3 PP16 TP2 EP8, pipeline stage 1 (layers 4–7), one micro-batch."""
     run = load_run(SHIPPED, MEGATRON)
-    assert sum(st.tensor.size_bytes for st in chunk_template(run, 1).saved) == STAGE1_BYTES
+    assert sum(st.tensor.size_bytes for st in template_of(run, 1).saved) == STAGE1_BYTES
 
 
 def test_softmax_router_keeps_the_top_k_softmax():

@@ -10,9 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from sources import forward_ops_of, template_of, tensors_of
 
-from timeline.graph.analytic import forward_ops
-from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
 from timeline.profiles.megatron_gptoss import RULES, extend
 from timeline.spec.recompute import parse_recompute
@@ -47,13 +46,13 @@ def layer_bytes(m, etp: int = TP) -> int:
 
 
 def test_layer_is_the_sum_of_its_rules(run):
-    t = chunk_template(run, 0)
+    t = template_of(run, 0)
     assert t.layer_activation_bytes[1] == layer_bytes(run.model)
     assert t.layer_activation_bytes[0] == t.layer_activation_bytes[1]  # sliding and full layers save alike
 
 
 def test_sinks_keep_an_fp32_offset_and_no_s2_tensor(run):
-    saved = {st.tensor.name: st for st in chunk_template(run, 0).saved if st.layer == 0}
+    saved = {st.tensor.name: st for st in template_of(run, 0).saved if st.layer == 0}
     offset = saved["layers.0.self_attn.core_attn.softmax_offset"]
     assert offset.tensor.shape == (1, 64 // TP, 1, 1) and offset.tensor.size_bytes == 4 * 64 // TP
     assert "cuDNN ≥ 9.13.1" in offset.source and "TE ≥ 2.8.0" in offset.source
@@ -62,22 +61,22 @@ def test_sinks_keep_an_fp32_offset_and_no_s2_tensor(run):
 
 
 def test_clamped_geglu_keeps_its_concatenated_input(run):
-    saved = {st.tensor.name: st.tensor for st in chunk_template(run, 0).saved if st.layer == 1}
+    saved = {st.tensor.name: st.tensor for st in template_of(run, 0).saved if st.layer == 1}
     fc1, clamped = saved["layers.1.mlp.experts.linear_fc1.out"], saved["layers.1.mlp.experts.act.clamped"]
     assert clamped.shape == fc1.shape and saved["layers.1.mlp.experts.act.linear_offset"].size_bytes == 2
     plain = replace(run, model=replace(run.model, swiglu_limit=0.0))  # the weighted SwiGLU it replaces
-    assert chunk_template(run, 0).layer_activation_bytes[1] - chunk_template(plain, 0).layer_activation_bytes[1] \
+    assert template_of(run, 0).layer_activation_bytes[1] - template_of(plain, 0).layer_activation_bytes[1] \
         == clamped.size_bytes + 2
 
 
 def test_selective_moe_act_drops_the_clamp_too(run):
     rc = replace(run, recompute=parse_recompute("selective:moe_act"))
-    names = {st.tensor.name for st in chunk_template(rc, 0).saved if st.layer == 1}
+    names = {st.tensor.name for st in template_of(rc, 0).saved if st.layer == 1}
     assert not {n for n in names if ".experts.act." in n}
 
 
 def test_sliding_layers_cost_window_over_sequence(run):
-    flops = {op.layer: op.flops for op in forward_ops(run, 0) if op.name.endswith("self_attn.core_attn")}
+    flops = {op.layer: op.flops for op in forward_ops_of(run, 0) if op.name.endswith("self_attn.core_attn")}
     assert run.model.is_sliding(0) and not run.model.is_sliding(1)
     assert flops[0] * S == flops[1] * run.model.sliding_window
 
@@ -91,9 +90,8 @@ def test_gpt_oss_rules_only_add_names():
 
 
 def test_attention_parameters_split_over_tp(run):
-    from timeline.placement.devices import device_tensors
 
-    _, tensors = device_tensors(run, 0)
+    _, tensors = tensors_of(run, 0)
     by = {t.name: t for t in tensors}
     assert by["layers.0.self_attn.sinks"].numel == 64 // TP  # softmax_offset per local head
     assert by["layers.0.self_attn.o_proj.bias"].numel == 2880  # row-parallel bias, replicated

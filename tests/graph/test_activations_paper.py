@@ -7,8 +7,8 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from sources import template_of
 
-from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
 
 # the shipped run (not via conftest: other test folders have a conftest module too)
@@ -40,7 +40,7 @@ def gpt_run(write_run, preset: str, *, tp: int, sp: bool, recompute: str = "none
 
 
 def layer_bytes(run) -> int:
-    return chunk_template(run, 0).layer_activation_bytes[1]  # a middle layer (layer 0 follows the embedding)
+    return template_of(run, 0).layer_activation_bytes[1]  # a middle layer (layer 0 follows the embedding)
 
 
 def table2(preset: str, row: str) -> Fraction:
@@ -87,7 +87,7 @@ def test_figure1_first_stage(write_run, preset, tp_only_gib, sel_gib):
 def test_gpt_layer_thirteen_terms(write_run):
     h, a, _, b, _ = MODELS["gpt3-22b"]
     sbh, as2b = S * b * h, a * S * S * b
-    t = chunk_template(gpt_run(write_run, "gpt3-22b", tp=1, sp=False), 0)
+    t = template_of(gpt_run(write_run, "gpt3-22b", tp=1, sp=False), 0)
     got = {st.tensor.name: st.tensor.size_bytes for st in t.saved if st.layer == 1}
     p = "layers.1"
     terms = {
@@ -117,12 +117,12 @@ def test_pipeline_extra_terms(write_run):
     h, _, _, b, _ = MODELS["gpt3-175b"]
     sbh, v = S * b * h, 51200
     run = gpt_run(write_run, "gpt3-175b", tp=T, sp=True, pp=2)
-    assert chunk_template(run, 0).layer_activation_bytes[-1] == sbh // T
-    assert chunk_template(run, 1).layer_activation_bytes[-1] == 4 * sbh // T * (1 + Fraction(v, h))
+    assert template_of(run, 0).layer_activation_bytes[-1] == sbh // T
+    assert template_of(run, 1).layer_activation_bytes[-1] == 4 * sbh // T * (1 + Fraction(v, h))
 
 
 def test_t10_deepseek_v3_no_recompute():
-    t = chunk_template(load_run(SHIPPED, []), 1)
+    t = template_of(load_run(SHIPPED, []), 1)
     assert t.activation_bytes == 24_671_158_272
     assert all(v == 6_167_789_568 for v in t.layer_activation_bytes.values())
     mla = sum(st.tensor.size_bytes for st in t.saved if "self_attn" in st.op or "input_layernorm" in st.op)
@@ -130,7 +130,7 @@ def test_t10_deepseek_v3_no_recompute():
 
 
 def test_t9_deepseek_v3_full_recompute():
-    t = chunk_template(load_run(SHIPPED, ['recompute.policy="full"']), 1)
+    t = template_of(load_run(SHIPPED, ['recompute.policy="full"']), 1)
     assert t.activation_bytes == 235_143_168
     per_layer = {st.tensor.name for st in t.saved if st.layer == 4}
     assert per_layer == {"input", "layers.4.attn_residual.out", "layers.4.mlp.router.topk_idx"}

@@ -7,10 +7,9 @@ from __future__ import annotations
 from dataclasses import fields, replace
 
 from helpers_run import tiny_run
+from sources import ctx_of, forward_ops_of
 
-from timeline.graph.analytic import forward_ops
 from timeline.graph.build import chunk_layers, chunk_nodes
-from timeline.graph.context import BuildCtx
 from timeline.graph.families.moe import local_widths
 from timeline.profiles import PROFILES, profile
 from timeline.profiles.base import Lifecycle, Limits, ParamRules, SaveRules, Structure
@@ -48,7 +47,7 @@ def test_structure_holds_no_model_family():
 
 def test_context_reads_the_runs_profile():
     run = tiny_run(model=SMALL_MOE, profile="paper", pp=1, tp=2, ep=2, sp=True, seq_len=64)
-    ctx = BuildCtx.from_run(run)
+    ctx = ctx_of(run)
     assert ctx.rules is PROFILES["paper"]
     assert ctx.profile is ctx.rules.params and ctx.structure is ctx.rules.structure and ctx.saved is ctx.rules.saved
 
@@ -57,11 +56,11 @@ def test_moe_widths_come_from_the_parameters():
     """Shared experts: TP-split under megatron, replicated under the paper (one rule, in the profile)."""
     for name, shared in (("megatron", SMALL_MOE.shared_ffn // 2), ("paper", SMALL_MOE.shared_ffn)):
         run = tiny_run(model=SMALL_MOE, profile=name, pp=1, tp=2, ep=4, etp=2, sp=True, seq_len=64)
-        nodes = chunk_nodes(BuildCtx.from_run(run), chunk_layers(run.parallel, run.model.num_hidden_layers), 0)
+        nodes = chunk_nodes(ctx_of(run), chunk_layers(run.parallel, run.model.num_hidden_layers), 0)
         params = {t.name: t for n in nodes for t in n.params}
         local = local_widths(params, "layers.1.mlp")
         assert (local.experts, local.expert_ffn, local.shared_ffn) == (4, 16, shared)
-        ops = {op.name: op for op in forward_ops(run, 0)}
+        ops = {op.name: op for op in forward_ops_of(run, 0)}
         fc1 = ops["layers.1.mlp.shared_experts.linear_fc1"].outputs["y"]
         assert fc1.shape[1] == 2 * shared  # SwiGLU's fused gate and up
 
@@ -69,5 +68,5 @@ def test_moe_widths_come_from_the_parameters():
 def test_mtp_modules_follow_the_parameter_graph():
     for name, n in (("megatron", 1), ("hf", 0)):
         run = tiny_run(model=SMALL_MOE, profile=name, pp=1, seq_len=64)
-        names = {op.name for op in forward_ops(run, 0)}
+        names = {op.name for op in forward_ops_of(run, 0)}
         assert any(x.startswith("mtp.0.") for x in names) == bool(n)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from sources import template_of
 
 from timeline.errors import UserError
-from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
 from timeline.spec.recompute import parse_recompute
 from timeline.spec.run import RecomputeSpec
@@ -55,15 +55,15 @@ def kept(t):
 
 
 def test_full_uniform_keeps_group_inputs(write_run):
-    t = chunk_template(run_with(write_run, "full:uniform:2"), 0)
+    t = template_of(run_with(write_run, "full:uniform:2"), 0)
     hidden = 1024 // 2 * 4096 * 2  # b·s/tp rows of h, bf16
     assert t.layer_activation_bytes == {0: hidden, 2: hidden}
     assert [st.tensor.name for st in t.saved if st.layer >= 0] == ["embedding.out", "layers.1.output"]
 
 
 def test_full_block_first_layers_only(write_run):
-    base = chunk_template(run_with(write_run, "none"), 1).layer_activation_bytes
-    t = chunk_template(run_with(write_run, "full:block:1"), 1)
+    base = template_of(run_with(write_run, "none"), 1).layer_activation_bytes
+    t = template_of(run_with(write_run, "full:block:1"), 1)
     assert t.layer_activation_bytes[4] == 1024 // 2 * 4096 * 2  # exactly its input
     for layer in (5, 6, 7):
         assert t.layer_activation_bytes[layer] == base[layer]
@@ -71,14 +71,14 @@ def test_full_block_first_layers_only(write_run):
 
 def test_full_num_layers_per_pipeline_rank(write_run):
     run = run_with(write_run, "full:block:0,2")
-    assert chunk_template(run, 0).layer_activation_bytes == chunk_template(run_with(write_run, "none"),
+    assert template_of(run, 0).layer_activation_bytes == template_of(run_with(write_run, "none"),
                                                                            0).layer_activation_bytes
-    t = chunk_template(run, 1)
+    t = template_of(run, 1)
     assert t.layer_activation_bytes[4] == t.layer_activation_bytes[5] == 1024 // 2 * 4096 * 2
 
 
 def test_recompute_ops_precede_their_backward(write_run):
-    t = chunk_template(run_with(write_run, "full:uniform:1"), 0)
+    t = template_of(run_with(write_run, "full:uniform:1"), 0)
     names = [o.name for o in t.backward_i]
     for layer in range(4):
         first_rc = names.index(f"layers.{layer}.input_layernorm.recompute")

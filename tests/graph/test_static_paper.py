@@ -5,16 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sources import devices_of, source_of
 
-from timeline.graph.static import model_total_params
 from timeline.io.runfile import load_run
-from timeline.placement.devices import static_devices
 
 SHIPPED = Path(__file__).resolve().parents[2] / "schedules" / "deepseek-v3-pp16-tp2-ep8.toml"
 
 
 def devices(*overrides):
-    return static_devices(load_run(SHIPPED, list(overrides)))
+    return devices_of(load_run(SHIPPED, list(overrides)))
 
 
 def test_t1_t2_moe_stage_weights_by_module():
@@ -53,17 +52,17 @@ def test_t7_t8_unsharded_stages():
 
 
 def test_t11_total_params_paper_without_mtp():
-    assert model_total_params(load_run(SHIPPED, ["model.mtp_layers=0"])) == 671_026_397_184
+    assert source_of(load_run(SHIPPED, ["model.mtp_layers=0"])).total_params() == 671_026_397_184
     # MTP adds the module DeepSeek's README_WEIGHTS.md calls "11.5B unique"
-    assert model_total_params(load_run(SHIPPED)) == 671_026_397_184 + 11_610_067_968
+    assert source_of(load_run(SHIPPED)).total_params() == 671_026_397_184 + 11_610_067_968
 
 
 def test_megatron_true_count():
     """Every real parameter: the final norm counts (7,168); the router's fp32 score-correction
     bias is a buffer, not a parameter (Megatron ``expert_bias``)."""
     run = load_run(SHIPPED, ["model.profile=megatron", "model.mtp_layers=0"])
-    assert model_total_params(run) == 671_026_404_352
-    d = static_devices(run)[1]
+    assert source_of(run).total_params() == 671_026_404_352
+    d = devices_of(run)[1]
     assert d.buffers == 4 * 256  # one [256] fp32 bias per MoE layer
 
 
@@ -89,6 +88,6 @@ def test_hf_builds_no_mtp_modules():
     """transformers' DeepseekV3ForCausalLM builds no MTP layers, so the hf profile holds none."""
     common = ["parallel.pp=1", "parallel.tp=1", "parallel.ep=1", "parallel.etp=1", "parallel.dp=1",
               "parallel.layout=[61]", "training.zero=0"]
-    hf = static_devices(load_run(SHIPPED, ["model.profile=hf", *common]))[0]
-    paper = static_devices(load_run(SHIPPED, common))[0]
+    hf = devices_of(load_run(SHIPPED, ["model.profile=hf", *common]))[0]
+    paper = devices_of(load_run(SHIPPED, common))[0]
     assert hf.params_by_module["mtp"] == 0 and paper.params_by_module["mtp"] == 11_610_067_968

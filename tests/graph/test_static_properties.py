@@ -7,12 +7,12 @@ from dataclasses import replace
 from helpers_run import tiny_run
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from sources import ctx_of, source_of, state_bytes_of, tensors_of
 
-from timeline.graph.context import BuildCtx
-from timeline.graph.static import is_expert_state, model_total_params, state_bytes, zero_shard
-from timeline.placement.devices import device_tensors
-from timeline.profiles import run_problems
+from timeline.graph.static import is_expert_state, zero_shard
+from timeline.profiles import LIMITS
 from timeline.spec.presets import PRESETS
+from timeline.spec.validate import validate_run
 
 # a small DeepSeek-style MoE with MLA and a small dense model keep each example fast
 SMALL_MOE = replace(PRESETS["deepseek-v3"], name="tiny-moe", hidden_size=64, num_hidden_layers=4,
@@ -49,18 +49,18 @@ def plans(draw):
 def test_weight_shards_sum_to_model_times_replication(run):
     """Rebuild the unique parameters from the per-device shards: TP/ETP shards (``split``) and
     EP ranks (disjoint expert sets) multiply back; nothing else may be missing or extra."""
-    assume(not run_problems(run))
+    assume(not validate_run(run, LIMITS))
     par = run.parallel
-    ctx = BuildCtx.from_run(run)
+    ctx = ctx_of(run)
     rebuilt = 0
     for r in range(par.pp):
-        _, tensors = device_tensors(run, r)
+        _, tensors = tensors_of(run, r)
         rebuilt += sum(t.numel * t.split * (par.ep if t.expert else 1) for t in tensors if t.trainable)
     h = run.model.hidden_size
     pad = (ctx.padded_vocab - run.model.vocab_size) * h  # Megatron's vocabulary padding rows
     tables = 1 if run.model.tie_word_embeddings else 2
     tied_copy = ctx.padded_vocab * h if (run.model.tie_word_embeddings and par.pp > 1) else 0
-    assert rebuilt == model_total_params(run) + tables * pad + tied_copy
+    assert rebuilt == source_of(run).total_params() + tables * pad + tied_copy
 
 
 @settings(max_examples=60, deadline=None)
@@ -68,17 +68,17 @@ def test_weight_shards_sum_to_model_times_replication(run):
 def test_zero_shards_sum_back(run):
     """Over a shard group (dense: dp·cp ranks, expert: EDP ranks) the ZeRO shards of weights,
     gradients and optimizer states sum back to the unsharded states."""
-    assume(not run_problems(run))
+    assume(not validate_run(run, LIMITS))
     par, tr = run.parallel, run.training
-    rule = BuildCtx.from_run(run).profile.expert_state_group
+    rule = ctx_of(run).profile.expert_state_group
     unsharded = replace(run, training=replace(tr, zero=0))
-    _, tensors = device_tensors(run, 0)
+    _, tensors = tensors_of(run, 0)
     trainable = [t for t in tensors if t.trainable]
     for part, group, key in ((
             [t for t in trainable if not is_expert_state(t, rule)], par.dp * par.cp, "dense_rank"),
             ([t for t in trainable if is_expert_state(t, rule)], par.edp, "expert_rank")):
-        full = state_bytes(unsharded, part)
-        shards = [state_bytes(run, part, **{key: i}) for i in range(group)]
+        full = state_bytes_of(unsharded, part)
+        shards = [state_bytes_of(run, part, **{key: i}) for i in range(group)]
         for k, level in enumerate((3, 2, 1)):  # weights shard at ZeRO-3, grads at 2, optimizer at 1
             total = sum(s[k] for s in shards)
             assert total == (full[k] if tr.zero >= level else full[k] * group)

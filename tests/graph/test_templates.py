@@ -8,8 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from sources import template_of
 
-from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
 from timeline.spec.recompute import parse_recompute
 
@@ -47,7 +47,7 @@ def check_lifetimes(phases):
 @pytest.mark.parametrize(("overrides", "rc", "chunk"), CASES)
 def test_storages_allocated_and_freed_once(overrides, rc, chunk):
     run = replace(load_run(SHIPPED, overrides), recompute=parse_recompute(rc))
-    t = chunk_template(run, chunk)
+    t = template_of(run, chunk)
     a = check_lifetimes([t.forward, t.backward_i, t.backward_w])
     b = check_lifetimes([t.forward, t.backward])
     assert a == b
@@ -75,7 +75,7 @@ def test_storages_allocated_and_freed_once(overrides, rc, chunk):
 
 
 def test_weight_gradient_keeps_gemm_inputs():
-    t = chunk_template(load_run(SHIPPED, ['model.profile="megatron"']), 1)
+    t = template_of(load_run(SHIPPED, ['model.profile="megatron"']), 1)
     freed_by_w = {s for o in t.backward_w for s in o.frees}
     assert "layers.4.mlp.dispatch.received" in freed_by_w  # expert GEMM input, read only by W
     assert "layers.4.self_attn.core_attn.softmax_lse" not in freed_by_w
@@ -83,7 +83,7 @@ def test_weight_gradient_keeps_gemm_inputs():
 
 
 def test_flops_gemm():
-    t = chunk_template(load_run(SHIPPED, ['model.profile="megatron"']), 1)
+    t = template_of(load_run(SHIPPED, ['model.profile="megatron"']), 1)
     fc2 = next(o for o in t.forward if o.name == "layers.4.mlp.experts.linear_fc2")
     assert fc2.flops == 2.0 * 16384 * 2048 * 7168
     w = next(o for o in t.backward_w if o.name == "layers.4.mlp.experts.linear_fc2.wgrad")
@@ -93,5 +93,5 @@ def test_flops_gemm():
 def test_hf_profile_has_activations(write_run):
     """hf builds templates (its numbers are checked against autograd in test_activations_hf.py)."""
     run = load_run(write_run('[model]\npreset = "deepseek-v3"\nprofile = "hf"\nnum_hidden_layers = 2\nfirst_k_dense_replace = 1\n'), [])
-    t = chunk_template(run, 0)
+    t = template_of(run, 0)
     assert t.activation_bytes > 0 and not any(st.tensor.name.startswith("mtp.") for st in t.saved)

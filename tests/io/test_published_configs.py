@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
+from sources import source_of
 
 from timeline.cli import main
-from timeline.graph.static import model_total_params
 from timeline.io.hf_config import read_hf_config
 from timeline.io.runfile import load_run
 from timeline.spec.presets import PRESETS
@@ -32,7 +32,7 @@ PUBLISHED = [("llama-3.1-8b", 8.03e9, 0.005), ("qwen3-30b-a3b", 30.5e9, 0.005),
 @pytest.mark.parametrize(("folder", "total", "tol"), PUBLISHED, ids=[p[0] for p in PUBLISHED])
 def test_parameter_count_is_the_published_total(tmp_path, folder, total, tol):
     run = load_run(_run(tmp_path, folder, profile="paper"))
-    assert model_total_params(run) == pytest.approx(total, rel=tol)
+    assert source_of(run).total_params() == pytest.approx(total, rel=tol)
 
 
 def test_deepseek_v3_config_is_the_preset():
@@ -104,7 +104,7 @@ GPT_OSS = [("gpt-oss-20b", 20_914_757_184, 20.91), ("gpt-oss-120b", 116_829_156_
 @pytest.mark.parametrize(("folder", "exact", "card"), GPT_OSS, ids=[g[0] for g in GPT_OSS])
 def test_gpt_oss_counts_the_model_card_total(tmp_path, folder, exact, card):
     for profile in ("hf", "megatron"):
-        assert model_total_params(load_run(_run(tmp_path, folder, profile=profile))) == exact
+        assert source_of(load_run(_run(tmp_path, folder, profile=profile))).total_params() == exact
     assert round(exact / 1e9, 2) == card
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from sources import bound_of, candidate_run
 
 from timeline.compare.metrics import device_metrics
-from timeline.graph.template import chunk_template
 from timeline.io.runfile import load_run
-from timeline.plan.bound import bound, schedule_profile
-from timeline.plan.space import build_space, candidate_run, candidates
+from timeline.plan.bound import schedule_profile
+from timeline.plan.space import build_space, candidates
 from timeline.result.build import build_timeline
 
 TINY = Path(__file__).with_name("tiny_moe.toml")
@@ -34,7 +34,7 @@ def _run(tp, pp, ep, sched, mbs, policy, profile, zero, routing):
     table = {"parallel.tp": [tp], "parallel.pp": [pp], "parallel.cp": [1], "parallel.ep": [ep],
              "parallel.etp": [1], "parallel.vpp": [vpp], "training.micro_batch_size": [mbs],
              "schedule.kind": [kind], "recompute": [policy]}
-    space = build_space(base, table, world=8, global_batch=8 * 2 * pp // (tp * pp), selective=())
+    space = build_space(base.model, table, world=8, global_batch=8 * 2 * pp // (tp * pp), selective=())
     (cand,) = list(candidates(space))
     run, _, _ = candidate_run(base, cand, space)
     return run
@@ -48,8 +48,8 @@ def _run(tp, pp, ep, sched, mbs, policy, profile, zero, routing):
 def test_bound_never_exceeds_the_simulation(tp, pp, ep, sched, mbs, policy, profile, zero, routing):
     run = _run(tp, pp, ep, sched, mbs, policy, profile, zero, routing)
     assume(run is not None)
-    b = bound(run)
-    devices = device_metrics(build_timeline(run, chunk_template))
+    b = bound_of(run)
+    devices = device_metrics(build_timeline(run))
     for r, want in enumerate(b.per_rank_bytes):  # skewed routing: the busiest EP rank's bound
         assert want <= max(d.peak_requested_bytes for d in devices if d.pp_rank == r), (r, b, devices)
     assert b.time_us <= devices[0].iteration_time_us
@@ -59,11 +59,11 @@ def test_bound_never_exceeds_the_simulation(tp, pp, ep, sched, mbs, policy, prof
 def test_bound_is_tight_on_the_static_part():
     """On a small megatron run the bound comes within 10 % of the simulated peak requested."""
     run = _run(1, 2, 2, ("1f1b", 1), 1, "none", "megatron", 1, False)
-    b = bound(run)
+    b = bound_of(run)
     (vectors, _), overlapped = schedule_profile("1f1b", 2, 1, run.training.num_microbatches, 0)
     # 1F1B: rank r of p holds at most p − r micro-batches (DESIGN §6)
     assert vectors == (((2,),), ((1,),)) and not overlapped
-    devices = device_metrics(build_timeline(run, chunk_template))
+    devices = device_metrics(build_timeline(run))
     for d in devices:  # within 10 % of the simulated peak requested on this small run
         assert 0.9 * d.peak_requested_bytes <= b.per_rank_bytes[d.pp_rank] <= d.peak_requested_bytes
 
@@ -83,6 +83,6 @@ def test_dualpipe_pairs_count_only_after_the_pair():
 
 def test_more_capacity_never_adds_pruning():
     run = _run(1, 2, 2, ("1f1b", 1), 1, "none", "megatron", 1, False)
-    b = bound(run)
+    b = bound_of(run)
     small = replace(run, hardware=replace(run.hardware, capacity_gib=b.memory_bytes / 2**30 * 0.99))
-    assert bound(small).memory_bytes == b.memory_bytes > small.hardware.capacity_bytes
+    assert bound_of(small).memory_bytes == b.memory_bytes > small.hardware.capacity_bytes

@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sources import candidate_run
 
 from timeline.errors import UserError
 from timeline.io.runfile import load_run
-from timeline.plan.space import Candidate, build_space, candidate_run, candidates, remainder_layout
+from timeline.plan.space import Candidate, build_space, candidates, remainder_layout
 
 TINY = Path(__file__).with_name("tiny_moe.toml")
 
@@ -29,7 +30,7 @@ def test_remainder_layout_gives_the_first_and_last_stages_the_rest():
 
 def _space(table: dict, world: int = 8, batch: int = 16):
     run = load_run(TINY)
-    return run, build_space(run, table, world=world, global_batch=batch, selective=("selective:moe_act",))
+    return run, build_space(run.model, table, world=world, global_batch=batch, selective=("selective:moe_act",))
 
 
 def test_default_space_is_every_factorisation():
@@ -67,7 +68,7 @@ def test_invalid_candidates_keep_their_reason(settings, key, words):
     table.update({k: [v] for k, v in settings.items()})
     run, space = _space(table, batch=12 if "training.micro_batch_size" in settings else 16)
     if "training.micro_batch_size" in settings:
-        space = build_space(run, table, world=8, global_batch=12, selective=())
+        space = build_space(run.model, table, world=8, global_batch=12, selective=())
     (cand,) = list(candidates(space))
     r, k, problem = candidate_run(run, cand, space)
     assert r is None and k == key and words in problem

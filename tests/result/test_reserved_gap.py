@@ -6,14 +6,13 @@ from __future__ import annotations
 import pytest
 from helpers_run import tiny_run
 
-from timeline.graph.template import chunk_template
 from timeline.result.build import build_timeline
 from timeline.result.reserved_gap import reserved_gap
 
 
 @pytest.mark.parametrize("expandable", [False, True])
 def test_gap_is_exactly_reserved_minus_allocated(expandable):
-    tl = build_timeline(tiny_run(pp=2, layers=4, expandable_segments=expandable), chunk_template)
+    tl = build_timeline(tiny_run(pp=2, layers=4, expandable_segments=expandable))
     for d in range(tl.num_devices):
         g = reserved_gap(tl, d)
         pk = tl.peak(d)
@@ -25,5 +24,5 @@ def test_gap_is_exactly_reserved_minus_allocated(expandable):
 
 
 def test_ideal_allocator_has_no_gap():
-    tl = build_timeline(tiny_run(allocator="ideal"), chunk_template)
+    tl = build_timeline(tiny_run(allocator="ideal"))
     assert reserved_gap(tl, 0)["gap_bytes"] == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers_run import tiny_run
+from sources import template_source
 
 from timeline.graph.ops import ChunkTemplate, Op
 from timeline.graph.tensors import CATEGORIES, Category, TensorDef
@@ -20,7 +21,7 @@ def tensor(name: str, size: int, cat: Category) -> TensorDef:
     return TensorDef(name=name, shape=(size,), dtype="uint8", category=cat, module="x", storage=name)
 
 
-def uniform_template(run: RunSpec, chunk: int, pp_rank: int | None = None) -> ChunkTemplate:
+def _uniform_template(run: RunSpec, chunk: int, pp_rank: int | None = None) -> ChunkTemplate:
     fwd = (Op(name="f", module="m", layer=chunk, flops=FLOPS,
               allocs=(tensor("x", SAVED, Category.ACTIVATIONS), tensor("t", 1 << 20, Category.TEMPORARY)),
               frees=("t",)),)
@@ -28,6 +29,9 @@ def uniform_template(run: RunSpec, chunk: int, pp_rank: int | None = None) -> Ch
              frees=("g", "x")),)
     bw = (Op(name="bw", module="m", layer=chunk, flops=FLOPS),)
     return ChunkTemplate(chunk=chunk, forward=fwd, backward_i=bi, backward_w=bw, layer_activation_bytes={chunk: SAVED})
+
+
+uniform_template = template_source(_uniform_template)
 
 
 def small_run(pp=4, m=8, kind="1f1b", allocator="ideal", **hw) -> RunSpec:

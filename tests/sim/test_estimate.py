@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
+from sources import estimate_of, plan_of
 
 from timeline.cli import main
-from timeline.graph.template import chunk_template
+from timeline.graph.source import model_source
 from timeline.io.runfile import load_run
-from timeline.sim.estimate import estimate_work
 from timeline.sim.simulate import simulate
 
 SCHEDULES = Path(__file__).resolve().parents[2] / "schedules"
@@ -23,8 +23,8 @@ CASES = [("deepseek-v3-pp16-tp2-ep8", []), ("deepseek-v3-pp16-tp2-ep8", ["model.
 @pytest.mark.parametrize(("stem", "sets"), CASES, ids=lambda c: c if isinstance(c, str) else "+".join(c) or "as-is")
 def test_estimate_within_2x_of_the_simulated_counts(stem, sets):
     run = load_run(SCHEDULES / f"{stem}.toml", ["training.iterations=1", *sets])
-    est = estimate_work(run, chunk_template)
-    sim = simulate(run, chunk_template)
+    est = estimate_of(run)
+    sim = simulate(plan_of(run, model_source))
     events = sum(len(e.t_us) for e in sim.events)
     ops = sum(len(o.name) for o in sim.ops)
     actions = sum(1 for sp in (s for row in sim.spans for s in row) if sp.kind != "step")

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 from helpers_run import tiny_run
+from sources import plan_of, state_bytes_of
 
-from timeline.graph.static import state_bytes
-from timeline.graph.template import chunk_template
+from timeline.graph.source import model_source
 from timeline.graph.tensors import CATEGORIES
 from timeline.sim.simulate import simulate
 
 
 def _events(**kw):
     run = tiny_run(profile="hf", pp=1, layers=3, num_microbatches=2, iterations=3, **kw)
-    sim = simulate(run, chunk_template)
+    sim = simulate(plan_of(run, model_source))
     ev, names = sim.events[0], sim.names
     return run, sim, ev, [names[i] for i in ev.tensor]
 
@@ -23,7 +23,7 @@ def _events(**kw):
 def test_one_tensor_per_parameter_summing_to_the_static_state():
     run, sim, ev, names = _events()
     dev = sim.devices[0]
-    w, g, o = state_bytes(run, dev.tensors)
+    w, g, o = state_bytes_of(run, dev.tensors)
     def total(prefix, sign=1):
         return int(sum(s for s, n, k in zip(ev.size, names, ev.sign, strict=True) if n.startswith(prefix) and k == sign))
     trainable = [t for t in dev.tensors if t.trainable]

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+from sources import state_bytes_of
 from test_engine import small_run, uniform_template
 
-from timeline.graph.static import state_bytes
 from timeline.result.build import build_timeline
 from timeline.sim.static_state import largest_layer_bytes
 
@@ -30,7 +30,7 @@ def test_megatron_moments_created_at_first_step():
     first_step = min(s.start_us for s in tl.sim.spans[0] if s.kind == "step")
     assert moments and all(ev.t_us[i] == first_step for i in moments)
     dev = tl.sim.devices[0]
-    w, g, o = state_bytes(run, dev.tensors)
+    w, g, o = state_bytes_of(run, dev.tensors)
     assert ev.size[idx["static.weights"]] == w and ev.size[idx["static.grads"]] == g
     assert sum(ev.size[i] for i in masters + moments) == o
     # without the distributed optimizer: one master clone and two moments per parameter (Megatron's order)

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from timeline.graph.template import chunk_template
 from timeline.graph.tensors import CATEGORIES
 from timeline.io.runfile import load_run
 from timeline.result.build import build_timeline
@@ -26,7 +25,7 @@ def sim(kind: str = "1f1b", m: int = 8, vpp: int = 1, allocator: str = "ideal"):
     run = load_run(SHIPPED, [*SMALL, f"parallel.layout={layout}", f"parallel.vpp={vpp}",
                              f"training.num_microbatches={m}", f"schedule.kind={kind}",
                              f"allocator.kind={allocator}"])
-    return build_timeline(run, chunk_template)
+    return build_timeline(run)
 
 
 def act_max(tl, d: int) -> int:
@@ -139,7 +138,7 @@ def test_every_tensor_freed_once_and_categories_sum(allocator):
 def test_skewed_routing_simulates_each_ep_rank():
     run = load_run(SHIPPED, [*SMALL, "parallel.layout=[2,2,2,2]", "training.num_microbatches=4",
                              "training.routing=skew", "training.routing_skew=1.5"])
-    tl = build_timeline(run, chunk_template)
+    tl = build_timeline(run)
     balanced = sim("1f1b", 4)
     ep, stride = 8, 2 * 8  # tp·cp·dp = 16 ranks per pipeline rank, 8 EP ranks
     assert len(tl.sim.devices) == P * ep

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from helpers_run import tiny_run
 
-from timeline.graph.template import chunk_template
 from timeline.result.build import build_timeline
 
 
 def test_warmup_iterations_are_simulated_but_not_reported():
-    cold = build_timeline(tiny_run(pp=2, iterations=3, profile="hf"), chunk_template)
-    warm = build_timeline(tiny_run(pp=2, iterations=2, warmup_iterations=1, profile="hf"), chunk_template)
+    cold = build_timeline(tiny_run(pp=2, iterations=3, profile="hf"))
+    warm = build_timeline(tiny_run(pp=2, iterations=2, warmup_iterations=1, profile="hf"))
     for d in range(cold.num_devices):
         per_cold, per_warm = cold.iteration_peaks(d), warm.iteration_peaks(d)
         assert [p["iteration"] for p in per_cold] == [0, 1, 2]

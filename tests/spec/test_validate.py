@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 from helpers_run import TINY_MODEL, tiny_run
 
-from timeline.profiles import run_problems
+from timeline.profiles import LIMITS
 from timeline.spec.presets import PRESETS
 from timeline.spec.run import RecomputeSpec
-from timeline.spec.validate import suggest_layout
+from timeline.spec.validate import suggest_layout, validate_run
 
 #: a small DeepSeek-style MoE (MLA, 16 routed experts, one dense layer first)
 MOE = replace(PRESETS["deepseek-v3"], name="tiny-moe", hidden_size=64, num_hidden_layers=4, num_attention_heads=8,
@@ -89,7 +89,7 @@ RULES = {  # id -> (overrides of ``run``, key path, words of the message)
 @pytest.mark.parametrize("rule", list(RULES))
 def test_rule_names_its_key_and_what_is_valid(rule):
     overrides, key, words = RULES[rule]
-    problems = run_problems(run(**overrides))
+    problems = validate_run(run(**overrides), LIMITS)
     assert any(k == key and words in msg for k, msg in problems), problems
 
 
@@ -99,11 +99,11 @@ def test_rule_names_its_key_and_what_is_valid(rule):
     {"profile": "hf", "pp": 1}, {"profile": "paper", "zero": 3}, {"layers": 3, "layout": (2, 1)},
 ])
 def test_valid_runs_have_no_problems(overrides):
-    assert run_problems(run(**overrides)) == []
+    assert validate_run(run(**overrides), LIMITS) == []
 
 
 def test_every_problem_is_reported_at_once():
-    keys = [k for k, _ in run_problems(run(tp=3, zero=2, max_split_size_mb=10))]
+    keys = [k for k, _ in validate_run(run(tp=3, zero=2, max_split_size_mb=10), LIMITS)]
     assert keys == ["parallel.tp", "parallel.tp", "training.zero", "allocator.max_split_size_mb"]
 
 

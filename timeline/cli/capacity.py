@@ -9,8 +9,9 @@ import re
 from dataclasses import replace
 
 from timeline.errors import SpecError, UserError
-from timeline.profiles import run_problems
+from timeline.profiles import LIMITS
 from timeline.spec.run import RunSpec
+from timeline.spec.validate import validate_run
 
 #: a size: a number and a unit; a bare number is GiB (``--capacity 80`` = 80 GiB)
 _SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KMGT]i?B|B)?\s*", re.IGNORECASE)
@@ -61,7 +62,7 @@ def with_capacity(spec: RunSpec, args: argparse.Namespace) -> RunSpec:
         return spec
     flag, size = given
     out = replace(spec, hardware=replace(spec.hardware, capacity_gib=size / 2**30))
-    problems = run_problems(out)
+    problems = validate_run(out, LIMITS)
     if problems:
         raise SpecError([(k, f"{m} (with {flag})") for k, m in problems], spec.source)
     return out

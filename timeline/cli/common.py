@@ -25,7 +25,7 @@ from rich.console import Console
 
 from timeline import __version__
 from timeline.cli.parallel import write_in_two
-from timeline.compare.variants import with_recompute
+from timeline.cli.variants import with_recompute
 from timeline.errors import UserError
 from timeline.exporters import EXPORTERS
 from timeline.io.runfile import load_run
@@ -41,7 +41,7 @@ from timeline.spec.recompute import parse_recompute
 from timeline.spec.run import RunSpec
 
 if TYPE_CHECKING:
-    from timeline.graph.ops import ChunkTemplate
+    from timeline.graph.source import SourceFn
     from timeline.result.timeline import Timeline
 
 SET_HELP = ("override a run-file key, e.g. --set parallel.tp=4 --set schedule.kind=gpipe "
@@ -78,7 +78,7 @@ def check_work(spec: RunSpec, max_events: int, formats: Sequence[str] = (), out:
                label: str = "") -> WorkEstimate:
     """Estimate the run's work (:mod:`timeline.sim.estimate`) and refuse it, in one line, over
     ``max_events`` or over the free space where ``out`` would be written."""
-    est = estimate_work(spec, templates())
+    est = estimate(spec)
     try:
         check_bound(est, max_events)
     except UserError as exc:
@@ -91,6 +91,13 @@ def check_work(spec: RunSpec, max_events: int, formats: Sequence[str] = (), out:
                             f"{_nearest_existing(out.parent)} has {free / 2**30:,.1f} GiB free; write fewer "
                             "(--format summary,memory) or elsewhere (-o)")
     return est
+
+
+def estimate(spec: RunSpec) -> WorkEstimate:
+    """The run's work estimate (:func:`timeline.sim.estimate.estimate_work`) over its slices."""
+    return estimate_work(templates()(spec), model=spec.model, parallel=spec.parallel, training=spec.training,
+                         recompute=spec.recompute, schedule_kind=spec.schedule.kind, hardware=spec.hardware,
+                         traced=spec.trace is not None)
 
 
 def check_csv_schedule(spec: RunSpec) -> None:
@@ -119,9 +126,9 @@ def resolve_from_run(spec: RunSpec, path: str) -> Path:
     return (Path(spec.source).parent / path).resolve()
 
 
-def templates() -> Callable[..., ChunkTemplate]:
-    """The op-template builder of the graph layer (imported lazily: it is the heavy part)."""
-    return importlib.import_module("timeline.graph.template").chunk_template
+def templates() -> SourceFn:
+    """The graph layer's model source of a run (imported lazily: it is the heavy part)."""
+    return importlib.import_module("timeline.graph.source").model_source
 
 
 # -- argparse types -----------------------------------------------------------------------------

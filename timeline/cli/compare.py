@@ -26,10 +26,11 @@ from timeline.cli.common import (
 )
 from timeline.cli.progress import progress_reporter
 from timeline.cli.tables import Column, View, add_wide, table_console
+from timeline.cli.variants import policy_variants
 from timeline.compare.metrics import MAX_WORKERS, VariantResult, simulate_variants
 from timeline.compare.plots import memory_png, peaks_png
 from timeline.compare.report import SCHEMA, compare_columns, compare_dict
-from timeline.compare.variants import Variant, policy_variants
+from timeline.compare.variants import Variant
 from timeline.errors import UserError
 from timeline.exporters import EXPORTERS
 from timeline.exporters.parquet_util import write_table

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from collections.abc import Callable
 
 from timeline.cli.capacity import add_capacity, with_capacity
 from timeline.cli.common import (
@@ -21,9 +22,15 @@ from timeline.cli.common import (
 )
 from timeline.cli.progress import progress_reporter
 from timeline.cli.tables import Column, View, table_console
-from timeline.compare.fit import FitResult, Outcome, fit
-from timeline.compare.metrics import TemplateFn, VariantResult, evaluate
+from timeline.compare.fit import FitResult, Outcome, Statics, fit
+from timeline.compare.metrics import SourceFn, VariantResult, evaluate
 from timeline.compare.variants import Variant
+from timeline.errors import SpecError
+from timeline.graph.build import chunk_layers
+from timeline.profiles import LIMITS
+from timeline.sim.plan import plan_pipeline
+from timeline.spec.run import RecomputeSpec, RunSpec
+from timeline.spec.validate import validate_run
 
 HELP = "find the recompute policy with the least recompute time that fits every device"
 DESCRIPTION = """\
@@ -113,6 +120,30 @@ def print_result(res: FitResult) -> None:
         con.print(f"[red]nothing fits[/red]: even under {policy}, device {device} needs {gib(over)} GiB more")
 
 
+def fit_run(run: RunSpec, source_fn: SourceFn, *, capacity_gib: float | None = None, alternatives: int = 3,
+            max_simulations: int = 24,
+            evaluate_fn: Callable[[Variant, SourceFn], VariantResult] = evaluate) -> FitResult:
+    """:func:`timeline.compare.fit.fit` over ``run`` (its capacity replaced by ``capacity_gib``):
+    the static numbers of the run's model source ``source_fn(run)``, each policy simulated as
+    ``evaluate_fn`` simulates a variant of the run."""
+    if capacity_gib is not None:
+        run = dataclasses.replace(run, hardware=dataclasses.replace(run.hardware, capacity_gib=capacity_gib))
+    # every candidate is valid for the model by construction (selective_modules, N ≤ layers per
+    # chunk): what can fail is the run under any policy, as a variant would report it
+    problems = validate_run(dataclasses.replace(run, recompute=RecomputeSpec()), LIMITS)
+    if problems:
+        raise SpecError(problems, run.source)
+    par = run.parallel
+    pipe = plan_pipeline(run.schedule, par, run.training.num_microbatches, run.hardware, run.csv_rows)
+    st = Statics(source_fn(run), pipe, run.model, chunk_layers(par, run.model.num_hidden_layers))
+
+    def simulate_policy(name: str, spec: RecomputeSpec) -> VariantResult:
+        return evaluate_fn(Variant(name=name, run=dataclasses.replace(run, recompute=spec)), source_fn)
+
+    return fit(st, run.hardware.capacity_bytes, simulate_policy, alternatives=alternatives,
+               max_simulations=max_simulations)
+
+
 def run(args: argparse.Namespace) -> int:
     spec = with_capacity(load(args), args)
     refuse_step_trace(spec, "fit")
@@ -120,15 +151,15 @@ def run(args: argparse.Namespace) -> int:
     with progress_reporter("fit", not args.no_progress) as progress:
         simulated = [0]
 
-        def evaluate_reporting(variant: Variant, template_fn: TemplateFn) -> VariantResult:
+        def evaluate_reporting(variant: Variant, source_fn: SourceFn) -> VariantResult:
             progress(f"simulating {variant.name}; policies simulated", simulated[0], 0)
-            result = evaluate(variant, template_fn)
+            result = evaluate(variant, source_fn)
             simulated[0] += 1
             return result
 
         progress("building the search space", 0, 1)
         check_csv_schedule(spec)
-        res = fit(spec, templates(), alternatives=args.alternatives, evaluate_fn=evaluate_reporting)
+        res = fit_run(spec, templates(), alternatives=args.alternatives, evaluate_fn=evaluate_reporting)
         progress("policies simulated", simulated[0], simulated[0])
     if args.json:
         print(json.dumps(fit_dict(res), indent=1))

@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from rich.table import Table
@@ -93,11 +94,15 @@ def read_space(path: str) -> dict:
 def default_selective(spec: RunSpec) -> tuple[str, ...]:
     """The selective sets `timeline fit` keeps (undominated), judged on the run's two-layer probe."""
     from timeline.compare.fit import Statics, selective_space
-    from timeline.plan.bound import probe_run
+    from timeline.graph.build import chunk_layers
+    from timeline.plan.bound import Probe
+    from timeline.sim.plan import plan_pipeline
     from timeline.spec.run import RecomputeSpec
 
-    probe, _ = probe_run(spec)
-    st = Statics(probe, templates())
+    probe = replace(spec, **Probe.of(spec.model, spec.recompute, spec.parallel, spec.training).edits())
+    par = probe.parallel
+    pipe = plan_pipeline(probe.schedule, par, probe.training.num_microbatches, probe.hardware, probe.csv_rows)
+    st = Statics(templates()(probe), pipe, probe.model, chunk_layers(par, probe.model.num_hidden_layers))
     kept, _ = selective_space(st, st.candidate(RecomputeSpec()))
     return tuple(sorted(c.name for c in kept))
 
@@ -112,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     par, tr = spec.parallel, spec.training
     global_batch = args.global_batch_size or tr.num_microbatches * tr.micro_batch_size * par.dp
     needs_default = table.get("recompute", "auto") == "auto"
-    space = build_space(spec, table, world=args.world_size, global_batch=global_batch,
+    space = build_space(spec.model, table, world=args.world_size, global_batch=global_batch,
                         selective=default_selective(spec) if needs_default else (),
                         where=args.space or "--space")
     out = Path(args.output) if args.output else default_output(spec.name)

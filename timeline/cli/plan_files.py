@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from timeline.cli.common import write_dir_atomically
-from timeline.errors import UserError
 from timeline.io.runfile import parse_override, read_toml
 from timeline.io.runfile_write import run_file_text
 from timeline.plan.search import PlanResult, Row, known
@@ -78,16 +77,13 @@ def best_file_data(data: dict[str, Any], run: RunSpec, r: Row, run_dir: Path, be
 def write_outputs(out: Path, force: bool, res: PlanResult, base: RunSpec, args: argparse.Namespace,
                   log: str) -> None:
     from timeline.exporters import plan_parquet
-    from timeline.plan.space import candidate_run
 
     data = run_data(args)
     run_dir = Path(args.run).resolve().parent
     best_dir = Path(os.path.abspath(out)) / "best"
     files = []
     for i, r in enumerate(res.ranked[:args.top], 1):
-        run, _, _ = candidate_run(base, r.candidate, res.space)
-        if run is None:  # pragma: no cover — a ranked candidate was valid when it was simulated
-            raise UserError(f"{r.name}: no longer valid")
+        run = res.runs[r.name]
         header = (f"timeline plan: #{i} of {len(res.ranked)} fitting candidates for {args.world_size} GPUs\n"
                   f"{r.name}\nmax peak reserved {r.peak_reserved_bytes:,} bytes; "
                   f"iteration {known(r.iteration_time_us) / 1e3:,.1f} ms")

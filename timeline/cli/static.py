@@ -10,15 +10,23 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from timeline.cli.common import add_max_events, add_run_args, check_csv_schedule, gib, load, templates
+from timeline.cli.common import (
+    add_max_events,
+    add_run_args,
+    check_csv_schedule,
+    estimate,
+    gib,
+    load,
+    templates,
+)
 from timeline.cli.tables import Column, View, add_wide, table_console
 from timeline.compare.variants import recompute_name
 from timeline.errors import UserError
 from timeline.graph.activations import DeviceActivations, device_activations
-from timeline.graph.static import model_total_params
 from timeline.graph.tensors import MODULES
+from timeline.pipeline.placement import stage_placement
 from timeline.placement.devices import StaticDevice, static_devices
-from timeline.sim.estimate import estimate_work
+from timeline.profiles import profile
 from timeline.sim.plan import run_schedule_of
 from timeline.spec.run import RunSpec
 
@@ -50,8 +58,8 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 
 def activations(spec: RunSpec, devices: list[StaticDevice]) -> list[DeviceActivations]:
     """Per device, the activations one micro-batch's forward keeps."""
-    template_fn = templates()
-    return [device_activations([template_fn(spec, c, pp_rank=d.pp_rank) for c in d.stages]) for d in devices]
+    source = templates()(spec)
+    return [device_activations([source.template(c, pp_rank=d.pp_rank) for c in d.stages]) for d in devices]
 
 
 def tensors_json(a: DeviceActivations) -> list[dict]:
@@ -84,7 +92,7 @@ def static_json(run: RunSpec, devices: list[StaticDevice], acts: list[DeviceActi
         "schema": SCHEMA,
         "run": {"name": run.name, "profile": run.profile, "model": run.model_source,
                 "zero": run.training.zero, "recompute": recompute_name(run.recompute)},
-        "model": {"total_params": model_total_params(run)},
+        "model": {"total_params": templates()(run).total_params()},
         "devices": out,
     }
 
@@ -120,7 +128,7 @@ def print_table(run: RunSpec, devices: list[StaticDevice], console: Console,
     mods = ", ".join(f"{m} {params(top.params_by_module[m])}" for m in MODULES if top.params_by_module[m])
     console.print(f"largest: pp rank {top.pp_rank} (device {top.device}, {gib(top.total_bytes)} GiB): {mods}",
                   markup=False, highlight=False)
-    total = model_total_params(run)
+    total = templates()(run).total_params()
     console.print(f"model: {total:,} parameters ({params(total)})", markup=False, highlight=False)
 
 
@@ -142,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{spec.model_source}: a whole-step trace (capture --step) holds its weights, gradients and "
                         "optimizer state as the step made them; `timeline simulate` reports them (summary.json "
                         "static_bytes, per_iteration)")
-    est = estimate_work(spec, templates())
+    est = estimate(spec)
     if est.ops_per_microbatch > args.max_events:
         raise UserError(f"this model has about {est.ops_per_microbatch:,} ops per micro-batch, over --max-events "
                         f"{args.max_events:,}; lower model.num_hidden_layers or raise --max-events")
@@ -150,7 +158,12 @@ def run(args: argparse.Namespace) -> int:
     rows = spec.csv_rows  # a CSV schedule's rows decide which chunks each rank holds
     placed = None if rows is None else run_schedule_of(spec.schedule, spec.parallel, spec.training.num_microbatches,
                                                        rows).stages_of_rank
-    devices = static_devices(spec, placed)
+    par = spec.parallel
+    if placed is None:
+        placed = stage_placement(spec.schedule.kind, par.pp, par.vpp)
+    devices = static_devices(templates()(spec), placed, parallel=par, training=spec.training,
+                             num_layers=spec.model.num_hidden_layers,
+                             expert_state_group=profile(spec.profile).params.expert_state_group)
     acts = activations(spec, devices)
     if args.json:
         json.dump(static_json(spec, devices, acts, tensors=args.tensors), sys.stdout, indent=1)

@@ -27,12 +27,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from timeline.compare.metrics import MAX_WORKERS, TemplateFn, VariantResult, evaluate, worker_pool
-from timeline.compare.variants import Variant, recompute_name, with_recompute
-from timeline.graph.build import chunk_layers
-from timeline.sim.plan import plan_pipeline
+from timeline.compare.metrics import MAX_WORKERS, VariantResult, worker_pool
+from timeline.compare.variants import recompute_name
+from timeline.graph.signature import OPS_ONLY_POLICIES
+from timeline.graph.source import ModelSource
+from timeline.sim.plan import PipelinePlan
 from timeline.spec.model import ModelSpec
-from timeline.spec.run import RECOMPUTE_MODULES, RecomputeSpec, RunSpec
+from timeline.spec.run import RECOMPUTE_MODULES, RecomputeSpec
 
 Cost = tuple[float, float]
 
@@ -95,41 +96,34 @@ class FitResult:
 
 
 class Statics:
-    """Static per-rank numbers of any policy on one run (templates only, cached)."""
+    """Static per-rank numbers of any policy on one model source (templates only, cached):
+    ``pipe`` is the simulation's own plan stage (schedule, holders, cost), ``ranges`` the
+    decoder layers of each chunk."""
 
-    def __init__(self, run: RunSpec, template_fn: TemplateFn) -> None:
-        pipe = plan_pipeline(run)  # the simulation's own plan stage: schedule, holders, cost
-        self.run, self.template_fn, self.cost = run, template_fn, pipe.cost
+    def __init__(self, source: ModelSource, pipe: PipelinePlan, model: ModelSpec, ranges: list[range]) -> None:
+        self.source, self.model, self.cost = source, model, pipe.cost
         sched = pipe.schedule
         self.holders = pipe.holders
         self.counts = [{(a.stage, a.kind): 0 for a in row} for row in sched.actions]
         for r, row in enumerate(sched.actions):
             for a in row:
                 self.counts[r][(a.stage, a.kind)] += 1
-        ranges = chunk_layers(run.parallel, run.model.num_hidden_layers)
         self.stages = sched.stages_of_rank
         self.layers = tuple(max(len(ranges[c]) for c in st) for st in self.stages)
         # chunks whose templates match up to layer names under none/selective share one build
         self.same_as = {c: c for st in self.stages for c in st}
-        from timeline.graph.template import chunk_template
-
-        if template_fn is chunk_template:
-            from timeline.graph.signature import chunk_signature
-
-            first: dict = {}
-            for c in sorted(self.same_as):
-                self.same_as[c] = first.setdefault(chunk_signature(run, c), c)
+        first: dict = {}
+        for c in sorted(self.same_as):
+            self.same_as[c] = first.setdefault(source.signature(c), c)
         self._per_chunk: dict[tuple[RecomputeSpec, int], tuple[int, list[tuple[str, float, float]]]] = {}
 
     def _chunk(self, spec: RecomputeSpec, c: int, pp_rank: int) -> tuple[int, list]:
         """(activation bytes, [(kind, recompute FLOPs, recompute µs)]) of chunk ``c`` per action."""
-        from timeline.graph.signature import OPS_ONLY_POLICIES
-
         shared = spec.policy in OPS_ONLY_POLICIES
         key = (spec, self.same_as[c] if shared else c)
         if shared and key in self._per_chunk:
             return self._per_chunk[key]
-        tpl = self.template_fn(with_recompute(self.run, spec), key[1], pp_rank=pp_rank)
+        tpl = self.source.under(recompute=spec).template(key[1], pp_rank=pp_rank)
         per = {k: [o for o in ops if o.recompute] for k, ops in (
             ("I", tpl.backward_i), ("W", tpl.backward_w), ("B", tpl.backward or tpl.backward_i + tpl.backward_w))}
         out = (tpl.activation_bytes, [(kind, sum(o.flops for o in ops), sum(self.cost.op_us(o) for o in ops))
@@ -174,7 +168,7 @@ def _dominated(b: Candidate, a: Candidate) -> bool:
 
 def selective_space(st: Statics, none: Candidate) -> tuple[list[Candidate], int]:
     """Undominated selective sets by bytes saved per FLOP (best first), and how many were pruned."""
-    mods = selective_modules(st.run.model)
+    mods = selective_modules(st.model)
     sets = [s for k in range(1, len(mods) + 1) for s in itertools.combinations(mods, k)]
     specs = [RecomputeSpec(policy="selective", modules=s) for s in sets]
     work = len(specs) * len(set(st.same_as.values()))  # templates to build
@@ -193,14 +187,12 @@ def selective_space(st: Statics, none: Candidate) -> tuple[list[Candidate], int]
     return kept, len(cands) - len(kept)
 
 
-def fit(run: RunSpec, template_fn: TemplateFn, *, capacity_gib: float | None = None,
-        alternatives: int = 3, max_simulations: int = 24,
-        evaluate_fn: Callable[[Variant, TemplateFn], VariantResult] = evaluate) -> FitResult:
-    """The cheapest fitting policy, up to ``alternatives`` runner-ups, and every candidate's fate."""
-    if capacity_gib is not None:
-        run = replace(run, hardware=replace(run.hardware, capacity_gib=capacity_gib))
-    st = Statics(run, template_fn)
-    cap = run.hardware.capacity_bytes
+def fit(st: Statics, capacity_bytes: int, simulate_policy: Callable[[str, RecomputeSpec], VariantResult], *,
+        alternatives: int = 3, max_simulations: int = 24) -> FitResult:
+    """The cheapest fitting policy, up to ``alternatives`` runner-ups, and every candidate's fate:
+    ``st`` gives every policy's static numbers, ``simulate_policy(name, spec)`` simulates the run
+    under one (the command line's :func:`timeline.cli.fit.fit_run` makes both from a run)."""
+    cap = capacity_bytes
     none = st.candidate(RecomputeSpec(policy="none"))
     selective, pruned = selective_space(st, none)
     uniform = [st.candidate(RecomputeSpec(policy="full", method="uniform", num_layers=n))
@@ -214,7 +206,7 @@ def fit(run: RunSpec, template_fn: TemplateFn, *, capacity_gib: float | None = N
 
     def simulate(c: Candidate) -> Outcome:
         if c.name not in sims:
-            sims[c.name] = evaluate_fn(Variant(name=c.name, run=with_recompute(run, c.spec)), template_fn)
+            sims[c.name] = simulate_policy(c.name, c.spec)
         res = sims[c.name]
         if res.fits:
             return Outcome(candidate=c, result=res, status="fits")

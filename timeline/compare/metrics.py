@@ -15,17 +15,15 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from timeline.compare.variants import Variant, recompute_name
-from timeline.graph.ops import ChunkTemplate
+from timeline.graph.source import SourceFn
 from timeline.result.build import build_timeline
 from timeline.result.metrics import DeviceMetrics, MemoryTrace, device_metrics, memory_trace
 from timeline.result.queries import worst_device
 from timeline.result.timeline import Timeline
 
-__all__ = ["MAX_WORKERS", "DeviceMetrics", "MemoryTrace", "TemplateFn", "VariantResult", "device_metrics",
+__all__ = ["MAX_WORKERS", "DeviceMetrics", "MemoryTrace", "SourceFn", "VariantResult", "device_metrics",
            "evaluate", "memory_trace", "quiet_on_interrupt", "simulate_variants", "worker_pool"]
 
-#: ``template_fn(run, chunk, pp_rank=…)``, as :func:`timeline.sim.simulate.simulate` calls it
-TemplateFn = Callable[..., ChunkTemplate]
 MAX_WORKERS = 2
 
 
@@ -45,12 +43,12 @@ class VariantResult:
         return min(self.devices, key=lambda d: (-d.over_bytes, d.headroom_bytes))
 
 
-def evaluate(variant: Variant, template_fn: TemplateFn,
+def evaluate(variant: Variant, source_fn: SourceFn,
              on_timeline: Callable[[Timeline, Variant], None] | None = None) -> VariantResult:
     """Simulate one variant and reduce it to its metrics (picklable, for worker processes);
     ``on_timeline(tl, variant)`` (picklable too) sees the whole Timeline first, in the worker —
     e.g. to write the variant's own files without sending the Timeline back."""
-    tl = build_timeline(variant.run, template_fn)
+    tl = build_timeline(variant.run, source_fn)
     if on_timeline is not None:
         on_timeline(tl, variant)
     devices = device_metrics(tl)
@@ -68,7 +66,7 @@ def worker_pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, initializer=quiet_on_interrupt)
 
 
-def simulate_variants(variants: Sequence[Variant], template_fn: TemplateFn, *, workers: int = MAX_WORKERS,
+def simulate_variants(variants: Sequence[Variant], source_fn: SourceFn, *, workers: int = MAX_WORKERS,
                       progress: Callable[[str, int, int], None] | None = None,
                       on_timeline: Callable[[Timeline, Variant], None] | None = None) -> list[VariantResult]:
     """Every variant's result, in the order given; in worker processes when there are several.
@@ -79,11 +77,11 @@ def simulate_variants(variants: Sequence[Variant], template_fn: TemplateFn, *, w
     if workers == 1:
         out = []
         for v in variants:
-            out.append(evaluate(v, template_fn, on_timeline))
+            out.append(evaluate(v, source_fn, on_timeline))
             report("variants", len(out), len(variants))
         return out
     with worker_pool(workers) as pool:
-        futures = [pool.submit(evaluate, v, template_fn, on_timeline) for v in variants]
+        futures = [pool.submit(evaluate, v, source_fn, on_timeline) for v in variants]
         out = []
         for f in futures:
             out.append(f.result())

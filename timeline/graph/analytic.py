@@ -29,17 +29,17 @@ from timeline.graph.ir import Builder, Dims, FOp
 from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
 from timeline.graph.recompute import recompute_regions
 from timeline.graph.tensors import Category, TensorDef
-from timeline.spec.run import RecomputeSpec, RunSpec
+from timeline.spec.framework import FrameworkSpec
+from timeline.spec.model import ModelSpec
+from timeline.spec.run import ParallelSpec, RecomputeSpec, TrainingSpec
 
 
-def forward_ops(run: RunSpec, chunk: int, ctx: BuildCtx | None = None) -> list[FOp]:
-    """The forward ops of virtual stage ``chunk`` for one micro-batch, in dataflow order; ``ctx``
-    defaults to the run's."""
-    ctx = ctx or BuildCtx.from_run(run)
-    ranges = chunk_layers(run.parallel, run.model.num_hidden_layers)
+def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int) -> list[FOp]:
+    """The forward ops of virtual stage ``chunk`` for one micro-batch, in dataflow order."""
+    ranges = chunk_layers(par, ctx.model.num_hidden_layers)
     nodes = chunk_nodes(ctx, ranges, chunk)
-    b = Builder(ctx, Dims.of(run.parallel, run.training), run.training, (t for n in nodes for t in n.params))
-    m, d = run.model, b.dims
+    b = Builder(ctx, Dims.of(par, tr), tr, (t for n in nodes for t in n.params))
+    m, d = ctx.model, b.dims
     if chunk == 0:
         x = embedding.forward(b, "embedding", None)
     else:
@@ -100,24 +100,26 @@ def _saved(a: Analysis) -> tuple[SavedTensor, ...]:
 
 
 @lru_cache(maxsize=512)
-def _forward_ops_cached(run: RunSpec, chunk: int) -> tuple[FOp, ...]:
-    """Forward ops do not depend on the recompute policy: ``run`` comes with it reset, so every
+def _forward_ops_cached(source: AnalyticSource, chunk: int) -> tuple[FOp, ...]:
+    """Forward ops do not depend on the recompute policy: ``source`` comes with it reset, so every
     policy of a search (``timeline fit``, ``compare``) shares one build per chunk."""
-    return tuple(forward_ops(run, chunk))
+    return tuple(forward_ops(source.ctx, source.parallel, source.training, chunk))
 
 
-def analytic_template(run: RunSpec, chunk: int, *, pp_rank: int | None = None) -> ChunkTemplate:
+@lru_cache(maxsize=256)
+def analytic_template(source: AnalyticSource, chunk: int, *, pp_rank: int | None = None) -> ChunkTemplate:
     """Op templates of virtual stage ``chunk`` for one micro-batch.
 
     ``pp_rank`` (default ``chunk % pp``) picks the entry of a per-rank ``recompute.num_layers``.
-    The run's profile (:mod:`timeline.profiles`) is looked up once, here.
+    The source's profile (:mod:`timeline.profiles`) is looked up once, here.
     """
-    ctx = BuildCtx.from_run(run)
+    ctx = source.ctx
     structure = ctx.structure
-    ops = list(_forward_ops_cached(replace(run, recompute=RecomputeSpec()), chunk))
-    rank = chunk % run.parallel.pp if pp_rank is None else pp_rank
-    layers = list(chunk_layers(run.parallel, run.model.num_hidden_layers)[chunk])
-    regions = recompute_regions(run.recompute, ops, layers, rank, moe_split=structure.full_recompute_moe_split)
+    ops = list(_forward_ops_cached(source.without_recompute(), chunk))
+    par = source.parallel
+    rank = chunk % par.pp if pp_rank is None else pp_rank
+    layers = list(chunk_layers(par, source.model.num_hidden_layers)[chunk])
+    regions = recompute_regions(source.recompute, ops, layers, rank, moe_split=structure.full_recompute_moe_split)
     a = analyse(ops, ctx.saved, regions)
     side_i, side_w = backward_units(a, "split", structure.wgrad_transient)
     fused, _ = backward_units(a, "fused", structure.wgrad_transient)
@@ -133,10 +135,10 @@ def analytic_template(run: RunSpec, chunk: int, *, pp_rank: int | None = None) -
 _LAYER = re.compile(r"layers\.(\d+)")
 
 
-def ops_signature(run: RunSpec, chunk: int) -> Hashable:
-    """Equal for two chunks of ``run`` only if their forward ops are equal up to renumbering
+def ops_signature(source: AnalyticSource, chunk: int) -> Hashable:
+    """Equal for two chunks of ``source`` only if their forward ops are equal up to renumbering
     their decoder layers from 0 (see :mod:`timeline.graph.signature`)."""
-    ranges = chunk_layers(run.parallel, run.model.num_hidden_layers)
+    ranges = chunk_layers(source.parallel, source.model.num_hidden_layers)
     layers = tuple(ranges[chunk])
     base = layers[0] if layers else 0
 
@@ -147,7 +149,7 @@ def ops_signature(run: RunSpec, chunk: int) -> Hashable:
         return (s(td.name), td.shape, td.dtype, td.category, s(td.module), s(td.storage), td.split, td.expert,
                 td.trainable, td.in_moe)
 
-    ops = _forward_ops_cached(replace(run, recompute=RecomputeSpec()), chunk)
+    ops = _forward_ops_cached(source.without_recompute(), chunk)
     return (chunk == 0, chunk == len(ranges) - 1, tuple(x - base for x in layers), tuple(
         (s(o.name), s(o.module), None if o.layer is None else o.layer - base, o.rule,
          tuple((k, t(v)) for k, v in o.inputs.items()), tuple((k, t(v)) for k, v in o.outputs.items()),
@@ -155,24 +157,50 @@ def ops_signature(run: RunSpec, chunk: int) -> Hashable:
         for o in ops))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AnalyticSource:
-    """The model as the layer library builds it (a preset or a Hugging Face config)."""
+    """The model as the layer library builds it (a preset or a Hugging Face config): the slices
+    of a run its layer builders, templates and recompute regions read."""
 
-    run: RunSpec
+    model: ModelSpec
+    profile: str
+    framework: FrameworkSpec
+    parallel: ParallelSpec
+    training: TrainingSpec
+    recompute: RecomputeSpec = RecomputeSpec()
+
+    @property
+    def ctx(self) -> BuildCtx:
+        return BuildCtx.of(self.model, self.profile, self.framework, self.parallel, self.training.dtype)
+
+    def without_recompute(self) -> AnalyticSource:
+        return replace(self, recompute=RecomputeSpec())
+
+    def under(self, *, recompute: RecomputeSpec | None = None, routing_skew: float | None = None) -> AnalyticSource:
+        out = self if recompute is None else replace(self, recompute=recompute)
+        if routing_skew is not None:
+            out = replace(out, training=replace(out.training, routing_skew=routing_skew))
+        return out
+
+    def cut(self, model: ModelSpec, parallel: ParallelSpec, training: TrainingSpec,
+            recompute: RecomputeSpec) -> AnalyticSource:
+        return replace(self, model=model, parallel=parallel, training=training, recompute=recompute)
+
+    def forward_ops(self, chunk: int) -> list[FOp]:
+        """The forward ops of virtual stage ``chunk`` (no recompute: regions come with the template)."""
+        return list(_forward_ops_cached(self.without_recompute(), chunk))
 
     def nodes(self, chunk: int) -> list[Node]:
-        run = self.run
-        return chunk_nodes(BuildCtx.from_run(run), chunk_layers(run.parallel, run.model.num_hidden_layers), chunk)
+        return chunk_nodes(self.ctx, chunk_layers(self.parallel, self.model.num_hidden_layers), chunk)
 
     def total_params(self) -> int:
         """Trainable parameters of the unsharded model, counted as the profile counts them."""
-        ctx = BuildCtx.from_run(self.run).unsharded()
-        nodes = chunk_nodes(ctx, [range(self.run.model.num_hidden_layers)], 0)
+        ctx = self.ctx.unsharded()
+        nodes = chunk_nodes(ctx, [range(self.model.num_hidden_layers)], 0)
         return sum(t.numel for n in nodes for t in n.params if t.trainable)
 
     def template(self, chunk: int, *, pp_rank: int | None = None) -> ChunkTemplate:
-        return analytic_template(self.run, chunk, pp_rank=pp_rank)
+        return analytic_template(self, chunk, pp_rank=pp_rank)
 
     def signature(self, chunk: int) -> Hashable:
-        return ops_signature(self.run, chunk)
+        return ops_signature(self, chunk)

@@ -6,8 +6,9 @@ from dataclasses import dataclass, replace
 
 from timeline.profiles import Profile, profile
 from timeline.profiles.base import ParamRules, SaveRules, Structure
+from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
-from timeline.spec.run import RunSpec
+from timeline.spec.run import ParallelSpec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -20,13 +21,15 @@ class BuildCtx:
     dtype: str = "bf16"
 
     @classmethod
-    def from_run(cls, run: RunSpec) -> BuildCtx:
-        """The run's context; the one place a run's profile name is looked up."""
-        p = run.parallel
-        rules = profile(run.profile).configured(run.framework)
+    def of(cls, model: ModelSpec, profile_name: str, framework: FrameworkSpec, parallel: ParallelSpec,
+           dtype: str) -> BuildCtx:
+        """A run's context (its model, ``model.profile``, ``[framework]``, ``[parallel]`` and weight
+        dtype); the one place a profile name is looked up for the graph."""
+        p = parallel
+        rules = profile(profile_name).configured(framework)
         if rules.params.vocab_pad > 1:  # Megatron: --make-vocab-size-divisible-by ([framework]; 128 by default)
-            rules = replace(rules, params=replace(rules.params, vocab_pad=run.framework.make_vocab_size_divisible_by))
-        return cls(model=run.model, rules=rules, tp=p.tp, ep=p.ep, etp=p.etp, dtype=run.training.dtype)
+            rules = replace(rules, params=replace(rules.params, vocab_pad=framework.make_vocab_size_divisible_by))
+        return cls(model=model, rules=rules, tp=p.tp, ep=p.ep, etp=p.etp, dtype=dtype)
 
     @property
     def profile(self) -> ParamRules:

@@ -17,10 +17,15 @@ from timeline.graph.analytic import AnalyticSource
 from timeline.graph.build import Node
 from timeline.graph.ops import ChunkTemplate
 from timeline.graph.trace.source import TraceSource
-from timeline.spec.run import RunSpec
+from timeline.spec.model import ModelSpec
+from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec, TrainingSpec
 
 
 class ModelSource(Protocol):
+    def __hash__(self) -> int:
+        """Sources are frozen: caches key on them (the planner's probe numbers)."""
+        ...
+
     def nodes(self, chunk: int) -> list[Node]:
         """Module nodes of virtual stage ``chunk`` in dataflow order, with the parameters one device holds."""
         ...
@@ -37,11 +42,25 @@ class ModelSource(Protocol):
         """Equal for two chunks whose templates are equal up to layer numbers."""
         ...
 
+    def under(self, *, recompute: RecomputeSpec | None = None, routing_skew: float | None = None) -> ModelSource:
+        """The same model under another recompute policy or simulated EP load (``routing_skew``)."""
+        ...
 
-#: ``model_source`` kind ("trace:PATH" → "trace") → its implementation; every other kind is analytic
-SOURCES: dict[str, Callable[[RunSpec], ModelSource]] = {"trace": TraceSource}
+    def cut(self, model: ModelSpec, parallel: ParallelSpec, training: TrainingSpec,
+            recompute: RecomputeSpec) -> ModelSource:
+        """The same source over other slices: a probe's model cut to a few layers, one rank, one micro-batch."""
+        ...
+
+
+#: how a door turns a run into its model source (:func:`model_source`; tests substitute their own)
+SourceFn = Callable[[RunSpec], ModelSource]
 
 
 def model_source(run: RunSpec) -> ModelSource:
-    """The run's model source: a captured trace for ``model_source`` "trace:…", else the layer library."""
-    return SOURCES.get(run.model_source.split(":", 1)[0], AnalyticSource)(run)
+    """The run's model source: a captured trace for ``model_source`` "trace:…", else the layer
+    library. A door (``tests/test_layering.py``): the graph layer's one reader of a whole run."""
+    if run.model_source.split(":", 1)[0] == "trace":
+        return TraceSource(label=run.model_source, trace=run.trace, parallel=run.parallel,
+                           num_layers=run.model.num_hidden_layers, dtype=run.training.dtype, recompute=run.recompute)
+    return AnalyticSource(model=run.model, profile=run.profile, framework=run.framework, parallel=run.parallel,
+                          training=run.training, recompute=run.recompute)

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from timeline.graph.context import BuildCtx
-from timeline.graph.source import model_source
 from timeline.graph.tensors import DTYPE_BYTES, TensorDef
-from timeline.spec.run import ParallelSpec, RunSpec, TrainingSpec
+from timeline.spec.run import ParallelSpec, TrainingSpec
 
 
 def zero_shard(n: int, group: int, rank: int = 0) -> int:
@@ -45,11 +43,10 @@ def is_expert_state(t: TensorDef, group_rule: str) -> bool:
     return t.expert if group_rule == "routed" else t.in_moe
 
 
-def state_bytes(run: RunSpec, tensors: Sequence[TensorDef], *, dense_rank: int = 0,
-                expert_rank: int = 0) -> tuple[int, int, int]:
-    """(weights, grads, optimizer) bytes of one device holding ``tensors``, under the run's ZeRO."""
-    tr, par = run.training, run.parallel
-    rule = BuildCtx.from_run(run).profile.expert_state_group
+def state_bytes(tr: TrainingSpec, par: ParallelSpec, rule: str, tensors: Sequence[TensorDef], *,
+                dense_rank: int = 0, expert_rank: int = 0) -> tuple[int, int, int]:
+    """(weights, grads, optimizer) bytes of one device holding ``tensors``, under ``tr``'s ZeRO;
+    ``rule``: the profile's ``expert_state_group``."""
     trainable = [t for t in tensors if t.trainable]
     buffers = sum(t.size_bytes for t in tensors if not t.trainable)
     expert_n = sum(t.numel for t in trainable if is_expert_state(t, rule))
@@ -66,7 +63,3 @@ def state_bytes(run: RunSpec, tensors: Sequence[TensorDef], *, dense_rank: int =
     per_opt = master + 2 * moment
     return (sharded(3) * w + buffers, sharded(2) * DTYPE_BYTES[tr.grad_dtype], sharded(1) * per_opt)
 
-
-def model_total_params(run: RunSpec) -> int:
-    """Trainable parameters of the unsharded model, counted as the profile counts them."""
-    return model_source(run).total_params()

@@ -22,7 +22,7 @@ from timeline.io.csv_schedule import read_csv
 from timeline.io.hf_config import NO_EXPLICIT_ZERO, read_hf_config
 from timeline.io.text import read_user_text
 from timeline.io.trace_file import read_trace, trace_model, trace_problems
-from timeline.profiles import PROFILES, run_problems
+from timeline.profiles import LIMITS, PROFILES
 from timeline.spec.fields import build_section, check_value
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.hardware import GPUS
@@ -38,6 +38,7 @@ from timeline.spec.run import (
     TrainingSpec,
 )
 from timeline.spec.trace import CapturedTrace
+from timeline.spec.validate import validate_run
 
 SECTIONS: dict[str, type] = {
     "parallel": ParallelSpec,
@@ -229,7 +230,7 @@ def run_from_data(data: dict[str, Any], path: Path, overrides: Sequence[str] | M
     run = RunSpec(name=name_value, source=str(path.resolve()), model=model, profile=profile,
                   model_source=model_source, trace=traces[0] if traces else None, notes=tuple(notes),
                   **sections)
-    problems = run_problems(run) + trace_problems(run, str(data["model"]["trace"]) if traces else "")
+    problems = validate_run(run, LIMITS) + trace_problems(run, str(data["model"]["trace"]) if traces else "")
     if problems:
         raise SpecError(problems, source)
     if run.schedule.kind == "csv" and run.schedule.csv:  # a relative path is relative to the run file's folder

@@ -8,6 +8,6 @@ file I/O.
 
 from __future__ import annotations
 
-from timeline.placement.devices import StaticDevice, chunk_holders, device_tensors, ep_devices, static_devices
+from timeline.placement.devices import StaticDevice, chunk_holders, ep_devices, static_devices
 
-__all__ = ["StaticDevice", "chunk_holders", "device_tensors", "ep_devices", "static_devices"]
+__all__ = ["StaticDevice", "chunk_holders", "ep_devices", "static_devices"]

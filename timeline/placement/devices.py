@@ -13,11 +13,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from timeline.graph.build import build_chunk_graph, chunk_layers, graph_params
-from timeline.graph.source import model_source
+from timeline.graph.source import ModelSource
 from timeline.graph.static import state_bytes
 from timeline.graph.tensors import MODULES, TensorDef
-from timeline.pipeline.placement import stage_placement
-from timeline.spec.run import ParallelSpec, RunSpec
+from timeline.spec.run import ParallelSpec, TrainingSpec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,28 +42,22 @@ class StaticDevice:
         return self.weights_bytes + self.grads_bytes + self.optimizer_bytes
 
 
-def chunk_params(run: RunSpec, chunks: Iterable[int]) -> dict[int, list[TensorDef]]:
+def chunk_params(source: ModelSource, chunks: Iterable[int]) -> dict[int, list[TensorDef]]:
     """Each chunk's parameter TensorDefs, read off its graph once (a chunk DualPipe places on two
     ranks is built once)."""
-    source = model_source(run)
     return {c: graph_params(build_chunk_graph(source.nodes(c), c)) for c in dict.fromkeys(chunks)}
 
 
-def device_tensors(run: RunSpec, pp_rank: int) -> tuple[tuple[int, ...], list[TensorDef]]:
-    """(chunks, parameter TensorDefs) of pipeline rank ``pp_rank``'s representative device."""
-    stages = stage_placement(run.schedule.kind, run.parallel.pp, run.parallel.vpp)[pp_rank]
-    params = chunk_params(run, stages)
-    return stages, [t for c in stages for t in params[c]]
-
-
-def static_devices(run: RunSpec, stages_of_rank: Sequence[Sequence[int]] | None = None) -> list[StaticDevice]:
-    """Each pipeline rank's representative device with its static state; ``stages_of_rank`` (a
-    schedule's, e.g. a CSV schedule's own) defaults to the kind's placement."""
-    par = run.parallel
-    ranges = chunk_layers(run.parallel, run.model.num_hidden_layers)
+def static_devices(source: ModelSource, stages_of_rank: Sequence[Sequence[int]], *, parallel: ParallelSpec,
+                   training: TrainingSpec, num_layers: int, expert_state_group: str) -> list[StaticDevice]:
+    """Each pipeline rank's representative device with its static state; ``stages_of_rank``: the
+    schedule's placement (:func:`timeline.pipeline.placement.stage_placement`, or a CSV schedule's
+    own); ``expert_state_group``: the profile's rule for which states shard over EDP."""
+    par = parallel
+    ranges = chunk_layers(par, num_layers)
     stride = par.tp * par.cp * par.dp
-    placed = stages_of_rank if stages_of_rank is not None else stage_placement(run.schedule.kind, par.pp, par.vpp)
-    params = chunk_params(run, (c for st in placed for c in st))
+    placed = stages_of_rank
+    params = chunk_params(source, (c for st in placed for c in st))
     out = []
     for r in range(par.pp):
         stages = tuple(placed[r])
@@ -73,7 +66,7 @@ def static_devices(run: RunSpec, stages_of_rank: Sequence[Sequence[int]] | None 
         for t in tensors:
             if t.trainable:
                 by_module[t.module] += t.numel
-        w, g, o = state_bytes(run, tensors)
+        w, g, o = state_bytes(training, par, expert_state_group, tensors)
         layers = tuple(i for c in sorted(stages) for i in ranges[c])
         out.append(StaticDevice(device=r * stride, pp_rank=r, stages=stages, represents=stride,
                                 layers=layers, params_by_module=by_module, weights_bytes=w, grads_bytes=g,

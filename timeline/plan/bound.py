@@ -22,18 +22,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Any
 
-from timeline.graph.build import chunk_layers, chunk_nodes
-from timeline.graph.context import BuildCtx
+from timeline.graph.build import chunk_layers
+from timeline.graph.source import ModelSource
 from timeline.graph.static import is_expert_state, optimizer_element_bytes, zero_groups
-from timeline.graph.template import chunk_template
 from timeline.graph.tensors import DTYPE_BYTES
 from timeline.pipeline import build_schedule
 from timeline.pipeline.placement import stage_placement
-from timeline.profiles import lifecycle
+from timeline.profiles import Lifecycle, lifecycle
 from timeline.sim.cost import CostModel
 from timeline.sim.estimate import probe_model
-from timeline.spec.run import RecomputeSpec, RunSpec, ScheduleSpec
+from timeline.sim.static_state import StateRules
+from timeline.spec.model import ModelSpec
+from timeline.spec.run import HardwareSpec, ParallelSpec, RecomputeSpec, ScheduleSpec, TrainingSpec
 
 PHASES = ("F", "B", "I", "W")
 
@@ -67,30 +69,52 @@ class Bound:
     per_rank_bytes: tuple[int, ...] = ()  # the memory bound of each pipeline rank
 
 
-def probe_run(run: RunSpec) -> tuple[RunSpec, dict[int, str]]:
-    """The run cut to one decoder layer of each kind it has (two layers), pp = vpp = 1, one
-    micro-batch, dp = ep·etp (per-layer numbers do not depend on dp; this keeps it valid)."""
-    model, kind = probe_model(run.model)
-    rc = run.recompute
-    if rc.policy == "full" and not (rc.method == "uniform" and rc.num_layers == 1):
-        rc = RecomputeSpec()  # per-layer bytes of other groupings are not a layer's own: see act_bytes below
-    par = run.parallel
-    probe = replace(run, model=model, recompute=rc,
-                    parallel=replace(par, pp=1, vpp=1, layout=None, dp=par.ep * par.etp),
-                    training=replace(run.training, num_microbatches=1, iterations=1, warmup_iterations=0,
-                                     optimizer_instances=1),
-                    schedule=ScheduleSpec(kind="1f1b"))
-    return probe, kind
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """The slices a run's probe edits: its model cut to one decoder layer of each kind it has (two
+    layers), pp = vpp = 1, one micro-batch, dp = ep·etp (per-layer numbers do not depend on dp;
+    this keeps it valid); ``kind``: which kind each probe layer stands for. The probe run is
+    ``replace(run, **probe.edits())``."""
+
+    model: ModelSpec
+    recompute: RecomputeSpec
+    parallel: ParallelSpec
+    training: TrainingSpec
+    kind: dict[int, str]
+
+    @classmethod
+    def of(cls, model: ModelSpec, rc: RecomputeSpec, par: ParallelSpec, tr: TrainingSpec) -> Probe:
+        cut, kind = probe_model(model)
+        if rc.policy == "full" and not (rc.method == "uniform" and rc.num_layers == 1):
+            rc = RecomputeSpec()  # per-layer bytes of other groupings are not a layer's own: see act_bytes below
+        return cls(model=cut, recompute=rc, parallel=replace(par, pp=1, vpp=1, layout=None, dp=par.ep * par.etp),
+                   training=replace(tr, num_microbatches=1, iterations=1, warmup_iterations=0, optimizer_instances=1),
+                   kind=kind)
+
+    def edits(self) -> dict[str, Any]:
+        return {"model": self.model, "recompute": self.recompute, "parallel": self.parallel,
+                "training": self.training, "schedule": ScheduleSpec(kind="1f1b")}
+
+    @property
+    def kinds(self) -> tuple[tuple[int, str], ...]:
+        return tuple(sorted(self.kind.items()))
+
+
+def zero_acts(rc: RecomputeSpec) -> bool:
+    """A full-recompute grouping the probe cannot stand for: its saved bytes count as none."""
+    return rc.policy == "full" and not (rc.method == "uniform" and rc.num_layers == 1)
 
 
 @lru_cache(maxsize=4096)
-def probe_stats(probe: RunSpec, kinds: tuple[tuple[int, str], ...], zero_acts: bool) -> ProbeStats:
-    """Per-layer numbers of a probe (:func:`probe_run`); ``zero_acts``: count no saved bytes (a
-    full-recompute grouping the probe cannot stand for)."""
+def probe_stats(source: ModelSource, hw: HardwareSpec, par: ParallelSpec, rule: str,
+                kinds: tuple[tuple[int, str], ...], zero_acts: bool) -> ProbeStats:
+    """Per-layer numbers of a probe's model source (:class:`Probe`; ``par``: the probe's
+    parallel slice, ``rule``: the profile's ``expert_state_group``); ``zero_acts``: count no saved
+    bytes (a full-recompute grouping the probe cannot stand for)."""
     kind = dict(kinds)
-    tpl = chunk_template(probe, 0)
-    cost = CostModel.of(probe.hardware, probe.parallel)
-    n_layers = probe.model.num_hidden_layers
+    tpl = source.template(0)
+    cost = CostModel.of(hw, par)
+    n_layers = len(kind)
 
     def group(layer: int | None) -> str | None:
         if layer is None:
@@ -114,10 +138,8 @@ def probe_stats(probe: RunSpec, kinds: tuple[tuple[int, str], ...], zero_acts: b
             table = comp if op.kind == "compute" else comm
             row = table.setdefault(g, dict.fromkeys(PHASES, 0.0))
             row[ph] += cost.op_us(op)
-    ctx = BuildCtx.from_run(probe)
-    rule = ctx.profile.expert_state_group
     params: dict[str, list[int]] = {}
-    for node in chunk_nodes(ctx, chunk_layers(probe.parallel, probe.model.num_hidden_layers), 0):
+    for node in source.nodes(0):
         pg = group(node.layer) if node.layer is not None else None
         pg = pg or ("embedding" if node.name == "embedding" else "head")
         if pg == "mtp":
@@ -174,10 +196,9 @@ def schedule_profile(kind: str, pp: int, vpp: int, m: int, group: int
     return (tuple(vectors), tuple(counts)), bool(any(sched.overlapped))
 
 
-def _alive_state(run: RunSpec, dense_n: int, expert_n: int, buffers: int) -> int:
+def _alive_state(tr: TrainingSpec, par: ParallelSpec, life: Lifecycle, dense_n: int, expert_n: int,
+                 buffers: int) -> int:
     """Static bytes alive in the last iteration, ZeRO shards rounded down (see module docstring)."""
-    tr, par = run.training, run.parallel
-    life = lifecycle(run.profile)
     dense_g, expert_g = zero_groups(tr, par)
 
     def sharded(level: int) -> int:
@@ -195,16 +216,17 @@ def _alive_state(run: RunSpec, dense_n: int, expert_n: int, buffers: int) -> int
     return total
 
 
-def _workspaces(run: RunSpec, chunks: tuple[int, ...], ranges: list[range]) -> int:
+def _workspaces(life: Lifecycle, rules: StateRules, model: ModelSpec, tr: TrainingSpec, par: ParallelSpec,
+                chunks: tuple[int, ...], ranges: list[range]) -> int:
     """The profile's persistent library workspaces (allocated at the start, never freed); a rank
     counts as holding MoE layers only for its decoder layers (the MTP block can only add)."""
-    life = lifecycle(run.profile)
     if life.workspaces is None:
         return 0
     last = len(ranges) - 1
-    has_moe = any(run.model.is_moe_layer(i) for c in chunks for i in ranges[c])
+    has_moe = any(model.is_moe_layer(i) for c in chunks for i in ranges[c])
     # without the rank's tensors the cached dummy wgrads are left out: the bound stays a lower bound
-    return sum(w[1] for w in life.workspaces(run, holds_head=last in chunks, has_moe=has_moe))
+    return sum(w[1] for w in life.workspaces(rules.framework, model, tr, par, rules.sm,
+                                             holds_head=last in chunks, has_moe=has_moe))
 
 
 def _layer_stats(st: ProbeStats, moe: bool) -> LayerStats:
@@ -213,19 +235,17 @@ def _layer_stats(st: ProbeStats, moe: bool) -> LayerStats:
     return stats
 
 
-def bound(run: RunSpec) -> Bound:
-    """The static bound of one valid candidate run (module docstring)."""
-    par, tr = run.parallel, run.training
-    probe, kind = probe_run(run)
-    rc = run.recompute
-    zero_acts = rc.policy == "full" and not (rc.method == "uniform" and rc.num_layers == 1)
-    st = probe_stats(probe, tuple(sorted(kind.items())), zero_acts)
-    ranges = chunk_layers(run.parallel, run.model.num_hidden_layers)
+def bound(st: ProbeStats, *, model: ModelSpec, parallel: ParallelSpec, training: TrainingSpec,
+          schedule: ScheduleSpec, rules: StateRules) -> Bound:
+    """The static bound of one valid candidate run (module docstring), from its probe's numbers."""
+    par, tr = parallel, training
+    life = lifecycle(rules.profile)
+    ranges = chunk_layers(par, model.num_hidden_layers)
     last = len(ranges) - 1
-    (vectors, counts), overlapped = schedule_profile(run.schedule.kind, par.pp, par.vpp, tr.num_microbatches,
-                                                     run.schedule.microbatch_group_size)
-    placement = stage_placement(run.schedule.kind, par.pp, par.vpp)
-    layer_kind = [_layer_stats(st, run.model.is_moe_layer(i)) for i in range(run.model.num_hidden_layers)]
+    (vectors, counts), overlapped = schedule_profile(schedule.kind, par.pp, par.vpp, tr.num_microbatches,
+                                                     schedule.microbatch_group_size)
+    placement = stage_placement(schedule.kind, par.pp, par.vpp)
+    layer_kind = [_layer_stats(st, model.is_moe_layer(i)) for i in range(model.num_hidden_layers)]
     chunk_parts: list[list[LayerStats]] = []
     for c, rg in enumerate(ranges):
         parts = [layer_kind[i] for i in rg]
@@ -243,7 +263,8 @@ def bound(run: RunSpec) -> Bound:
         buffers = sum(p.buffer_bytes for c in chunks for p in chunk_parts[c])
         act = [sum(p.act_bytes for p in chunk_parts[c]) for c in chunks]
         held = max((sum(v * a for v, a in zip(vec, act, strict=True)) for vec in vectors[r]), default=0)
-        mem = _alive_state(run, dense, expert, buffers) + held + _workspaces(run, chunks, ranges)
+        mem = (_alive_state(tr, par, life, dense, expert, buffers) + held
+               + _workspaces(life, rules, model, tr, par, chunks, ranges))
         best = max(best, (mem, -r))
         per_rank.append(mem)
         compute = comm = 0.0

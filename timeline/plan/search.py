@@ -1,10 +1,10 @@
 """Plan a job: bound every candidate of a space, simulate the ones the bound cannot rule out,
 cheapest first, and rank the ones that fit.
 
-1. **Bound** (in the engine's workers, in blocks of candidates that share probes): each
-   candidate becomes a run and is validated (an invalid one keeps its reason); a valid one gets
-   its static bound (:mod:`timeline.plan.bound`). A memory bound over capacity prunes it
-   (``static_bound``).
+1. **Bound**: each candidate becomes a run (its :func:`~timeline.plan.space.candidate_edits` of
+   the base run) and is validated, here (an invalid one keeps its reason); in the engine's
+   workers, in blocks of candidates that share probes, a valid one gets its static bound
+   (:mod:`timeline.plan.bound`). A memory bound over capacity prunes it (``static_bound``).
 2. **Simulate** the rest in order of their time bound (then name), a batch at a time, at
    summary level (peaks per device, iteration time). Once ``keep`` candidates fit and the next
    candidate's time bound exceeds the slowest of the best ``keep``, nothing left can enter
@@ -21,18 +21,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from timeline.compare.metrics import device_metrics
 from timeline.errors import UserError
-from timeline.graph.template import chunk_template
-from timeline.plan.bound import bound
+from timeline.graph.source import model_source
+from timeline.plan.bound import Probe, bound, probe_stats, zero_acts
 from timeline.plan.engines import Engine
-from timeline.plan.space import Candidate, Space, candidate_run, candidates
+from timeline.plan.space import Candidate, Space, candidate_edits, candidates
+from timeline.profiles import LIMITS, profile
 from timeline.result.build import build_timeline
 from timeline.sim.estimate import estimate_work
+from timeline.sim.static_state import StateRules
 from timeline.spec.run import RunSpec
+from timeline.spec.validate import validate_run
 
 T = TypeVar("T")
 
@@ -89,11 +92,12 @@ class PlanResult:
     rows: list[Row]  # sorted by candidate name
     ranked: list[Row] = field(default_factory=list)  # fitting, best first
     counts: dict[str, int] = field(default_factory=dict)
+    runs: dict[str, RunSpec] = field(default_factory=dict)  # the ranked candidates' runs, by name
 
 
 def simulate_summary(run: RunSpec) -> SimSummary:
     """Simulate ``run`` (allocator included, no exports) and keep its peaks and iteration time."""
-    devs = device_metrics(build_timeline(run, chunk_template))
+    devs = device_metrics(build_timeline(run, model_source))
     worst = min(devs, key=lambda d: (-d.over_bytes, -d.peak_reserved_bytes, d.device))
     return SimSummary(peak_requested_bytes=max(d.peak_requested_bytes for d in devs),
                       peak_allocated_bytes=max(d.peak_allocated_bytes for d in devs),
@@ -103,23 +107,31 @@ def simulate_summary(run: RunSpec) -> SimSummary:
                       per_device_reserved=tuple((d.device, d.peak_reserved_bytes) for d in devs))
 
 
-BoundJob = tuple[RunSpec, Space, tuple[Candidate, ...]]
+#: a candidate with its run (None: invalid, then the reason "key: problem"), as the door derived it
+Derived = tuple[Candidate, RunSpec | None, str]
+BoundJob = tuple[Derived, ...]
 
 
 def bound_block(job: BoundJob) -> list[Row]:
-    """Validate and bound a block of candidates (run in a worker; the probes are cached there)."""
-    base, space, cands = job
+    """Bound a block of derived candidates (run in a worker; the probes are cached there)."""
     out = []
-    for cand in cands:
-        run, key, problem = candidate_run(base, cand, space)
+    for cand, run, invalid in job:
         row = Row(candidate=cand)
         if run is None:
-            row.invalid, row.pruned_by = f"{key}: {problem}", "invalid"
+            row.invalid, row.pruned_by = invalid, "invalid"
         else:
             row.dp, row.num_microbatches, row.layout = run.parallel.dp, run.training.num_microbatches, \
                 run.parallel.layout
+            probe = Probe.of(run.model, run.recompute, run.parallel, run.training)
+            probe_run = replace(run, **probe.edits())
+            rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm,
+                               traced=run.trace is not None,
+                               expert_state_group=profile(run.profile).params.expert_state_group)
             try:
-                b = bound(run)
+                st = probe_stats(model_source(probe_run), probe_run.hardware, probe_run.parallel,
+                                 rules.expert_state_group, probe.kinds, zero_acts(run.recompute))
+                b = bound(st, model=run.model, parallel=run.parallel, training=run.training, schedule=run.schedule,
+                          rules=rules)
             except UserError as exc:  # e.g. a schedule its generator refuses for these counts
                 row.invalid, row.pruned_by = f"schedule.kind: {exc}", "invalid"
                 out.append(row)
@@ -131,7 +143,7 @@ def bound_block(job: BoundJob) -> list[Row]:
     return out
 
 
-def _blocks(base: RunSpec, space: Space, workers: int) -> list[BoundJob]:
+def _blocks(space: Space, workers: int) -> list[tuple[Candidate, ...]]:
     """The space in blocks that share probes ((tp, cp, ep, etp, micro-batch) first), about eight
     per worker, in a fixed order."""
     def probe_key(c: Candidate) -> tuple:
@@ -141,7 +153,7 @@ def _blocks(base: RunSpec, space: Space, workers: int) -> list[BoundJob]:
     cands = sorted(candidates(space), key=lambda c: (probe_key(c), c.name))
     n = max(1, min(len(cands), 8 * workers))
     size = math.ceil(len(cands) / n) if cands else 1
-    return [(base, space, tuple(cands[i:i + size])) for i in range(0, len(cands), size)]
+    return [tuple(cands[i:i + size]) for i in range(0, len(cands), size)]
 
 
 def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_events: int = 50_000_000,
@@ -152,9 +164,24 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
     ``budget`` — the ranking is then the best among those simulated, not a proof."""
     say = progress or (lambda *_: None)
     cap = base.hardware.capacity_bytes
+    runs_of: dict[str, RunSpec] = {}
+
+    def derive(cand: Candidate) -> Derived:
+        """The candidate's edits applied to ``base``, validated as a whole run."""
+        edits, key, problem = candidate_edits(cand, space, base.model.num_hidden_layers)
+        if edits is None:
+            return cand, None, f"{key}: {problem}"
+        run = replace(base, recompute=edits.recompute,
+                      **{sec: replace(getattr(base, sec), **vals) for sec, vals in edits.sections.items() if vals})
+        problems = validate_run(run, LIMITS)
+        if problems:
+            return cand, None, f"{problems[0][0]}: {problems[0][1]}"
+        runs_of[cand.name] = run
+        return cand, run, ""
+
     rows: list[Row] = []
-    blocks = _blocks(base, space, engine.workers)
-    total = sum(len(b[2]) for b in blocks)
+    blocks: list[BoundJob] = [tuple(derive(c) for c in b) for b in _blocks(space, engine.workers)]
+    total = sum(len(b) for b in blocks)
     for i in range(0, len(blocks), engine.workers):
         for part in engine.map(bound_block, blocks[i:i + engine.workers]):
             rows += part
@@ -176,15 +203,17 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
             break
         todo, runs = [], []
         for r in survivors[start:start + batch]:
-            run, _, _ = candidate_run(base, r.candidate, space)
-            assert run is not None
-            if estimate_work(run, chunk_template).memory_events > max_events:
+            run = runs_of[r.name]
+            est = estimate_work(model_source(run), model=run.model, parallel=run.parallel, training=run.training,
+                                recompute=run.recompute, schedule_kind=run.schedule.kind, hardware=run.hardware,
+                                traced=run.trace is not None)
+            if est.memory_events > max_events:
                 r.pruned_by = "too_large"
                 continue
             todo.append(r)
             runs.append(run)
         for r, s in zip(todo, engine.map(simulate_summary, runs), strict=True):
-            _record(r, s, space, base)
+            _record(r, s, space, base.training.seq_len)
             if r.fits:
                 fitting.append(r)
         done += len(todo)
@@ -201,7 +230,8 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
               "time_bound": sum(r.pruned_by == "time_bound" for r in rows),
               "too_large": sum(r.pruned_by == "too_large" for r in rows),
               "budget": sum(r.pruned_by == "budget" for r in rows)}
-    return PlanResult(space=space, capacity_bytes=cap, rows=rows, ranked=ranked, counts=counts)
+    return PlanResult(space=space, capacity_bytes=cap, rows=rows, ranked=ranked, counts=counts,
+                      runs={r.name: runs_of[r.name] for r in ranked})
 
 
 def known(value: T | None) -> T:
@@ -215,12 +245,12 @@ def _kth_time(fitting: Sequence[Row], k: int) -> float:
     return sorted(known(r.iteration_time_us) for r in fitting)[k - 1]
 
 
-def _record(r: Row, s: SimSummary, space: Space, base: RunSpec) -> None:
+def _record(r: Row, s: SimSummary, space: Space, seq_len: int) -> None:
     r.simulated = True
     r.peak_requested_bytes, r.peak_allocated_bytes = s.peak_requested_bytes, s.peak_allocated_bytes
     r.peak_reserved_bytes, r.worst_device, r.short_bytes = s.peak_reserved_bytes, s.worst_device, s.short_bytes
     r.fits, r.iteration_time_us = s.fits, s.iteration_time_us
-    tokens = space.global_batch * base.training.seq_len
+    tokens = space.global_batch * seq_len
     r.tokens_per_s_per_gpu = tokens / (s.iteration_time_us / 1e6 * space.world_size) if s.iteration_time_us else None
     if not s.fits:
         r.pruned_by = "oom"

@@ -6,7 +6,8 @@ A space is a table of run-file keys with lists of values (``"parallel.tp" = [1, 
 for that key. Derived per candidate, never searched: ``dp = N / (tp·pp·cp)``,
 ``num_microbatches = G / (micro_batch_size · dp)`` (Megatron's rule) and the layer layout
 (:func:`remainder_layout`). A candidate that cannot run is kept, with the first problem
-validation finds as its reason. This module builds runs; it neither bounds nor simulates them.
+validation finds as its reason. This module derives each candidate's edits of the base run (the
+planner's door applies them); it neither bounds nor simulates.
 """
 
 from __future__ import annotations
@@ -15,18 +16,18 @@ import dataclasses
 import itertools
 import typing
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from timeline.errors import UserError
-from timeline.profiles import run_problems
 from timeline.spec.fields import check_value
+from timeline.spec.model import ModelSpec
 from timeline.spec.recompute import parse_recompute
 from timeline.spec.run import (
     AllocatorSpec,
     HardwareSpec,
     ParallelSpec,
-    RunSpec,
+    RecomputeSpec,
     ScheduleSpec,
     TrainingSpec,
 )
@@ -97,12 +98,12 @@ class Space:
         return sum(1 for _ in candidates(self))
 
 
-def default_values(run: RunSpec, key: str, world: int, selective: tuple[str, ...]) -> tuple[Any, ...]:
+def default_values(model: ModelSpec, key: str, world: int, selective: tuple[str, ...]) -> tuple[Any, ...]:
     """The default space's values of ``key`` (see the module docstring of :mod:`timeline.plan`)."""
     if key in ("parallel.tp", "parallel.pp", "parallel.cp", "parallel.ep", "parallel.etp"):
-        if key == "parallel.ep" and not run.model.is_moe:
+        if key == "parallel.ep" and not model.is_moe:
             return (1,)
-        if key == "parallel.etp" and not run.model.is_moe:
+        if key == "parallel.etp" and not model.is_moe:
             return ("tp",)  # dense: expert TP is meaningless; keep Megatron's etp = tp
         return divisors(world)
     if key == "parallel.vpp":
@@ -116,13 +117,13 @@ def default_values(run: RunSpec, key: str, world: int, selective: tuple[str, ...
     raise UserError(f"space key {key!r} has no default; give its values")
 
 
-def build_space(run: RunSpec, table: dict[str, Any], *, world: int, global_batch: int,
+def build_space(model: ModelSpec, table: dict[str, Any], *, world: int, global_batch: int,
                 selective: tuple[str, ...], where: str = "--space") -> Space:
-    """The space of ``table`` (a SPACE.toml's ``[space]``, or {} for the default one)."""
+    """The space of ``table`` (a SPACE.toml's ``[space]``, or {} for the default one) for ``model``."""
     values: dict[str, tuple[Any, ...]] = {}
     for key in SEARCHED:
         raw = table.get(key, "auto")
-        values[key] = default_values(run, key, world, selective) if raw == "auto" else _values(key, raw, where)
+        values[key] = default_values(model, key, world, selective) if raw == "auto" else _values(key, raw, where)
     for key, raw in table.items():
         if key in SEARCHED:
             continue
@@ -179,9 +180,19 @@ def candidates(space: Space) -> Iterator[Candidate]:
         yield Candidate(searched + others)
 
 
-def candidate_run(base: RunSpec, cand: Candidate, space: Space) -> tuple[RunSpec | None, str, str]:
-    """(run, "", "") for a candidate that runs, else (None, key, problem): the derived dp,
-    num_microbatches and layout first, then the run-level validation's first problem."""
+@dataclass(frozen=True, slots=True)
+class Edits:
+    """What a candidate changes in the base run: its recompute policy and, per run-file section,
+    the fields it sets (the derived dp, num_microbatches and layout included). The planner's door
+    (:func:`timeline.plan.search.plan`) applies them to the base run and validates the result."""
+
+    recompute: RecomputeSpec
+    sections: dict[str, dict[str, Any]]
+
+
+def candidate_edits(cand: Candidate, space: Space, num_layers: int) -> tuple[Edits | None, str, str]:
+    """(edits, "", "") for a candidate of a ``num_layers``-layer model whose derived counts work,
+    else (None, key, problem): the derived dp, num_microbatches and layout."""
     s = dict(cand.settings)
     tp, pp, cp, vpp = s["parallel.tp"], s["parallel.pp"], s["parallel.cp"], s["parallel.vpp"]
     etp = tp if s["parallel.etp"] == "tp" else s["parallel.etp"]
@@ -192,10 +203,9 @@ def candidate_run(base: RunSpec, cand: Candidate, space: Space) -> tuple[RunSpec
     if space.global_batch % (mbs * dp):
         return None, "training.num_microbatches", (f"the global batch {space.global_batch} is not a multiple of "
                                                    f"micro_batch_size·dp = {mbs * dp}")
-    layout = remainder_layout(base.model.num_hidden_layers, pp * vpp)
+    layout = remainder_layout(num_layers, pp * vpp)
     if layout is None:
-        return None, "parallel.layout", (f"{base.model.num_hidden_layers} layers cannot fill pp·vpp = {pp * vpp} "
-                                         "virtual stages")
+        return None, "parallel.layout", f"{num_layers} layers cannot fill pp·vpp = {pp * vpp} virtual stages"
     sections: dict[str, dict[str, Any]] = {"parallel": {}, "training": {}, "schedule": {}, "allocator": {},
                                            "hardware": {}}
     for k, v in cand.settings:
@@ -206,10 +216,4 @@ def candidate_run(base: RunSpec, cand: Candidate, space: Space) -> tuple[RunSpec
     sections["parallel"].update(tp=tp, pp=pp, cp=cp, vpp=vpp, etp=etp, dp=dp, layout=layout,
                                 sp=sections["parallel"].get("sp", tp > 1))
     sections["training"]["num_microbatches"] = space.global_batch // (mbs * dp)
-    run = replace(base, recompute=parse_recompute(s["recompute"]),
-                  **{sec: replace(getattr(base, sec), **vals) for sec, vals in sections.items() if vals})
-    problems = run_problems(run)
-    if problems:
-        return None, problems[0][0], problems[0][1]
-    return run, "", ""
-
+    return Edits(recompute=parse_recompute(s["recompute"]), sections=sections), "", ""

@@ -144,7 +144,7 @@ class ParamTensor(Protocol):
     def expert(self) -> bool: ...
 
 
-#: (run, holds_head=, has_moe=, tensors=) -> [(name, bytes, source, when)] of persistent workspaces
+#: (framework, model, training, parallel, sm, holds_head=, has_moe=, tensors=) -> [(name, bytes, source, when)] of persistent workspaces
 Workspaces = Callable[..., list[tuple[str, int, str, str]]]
 
 

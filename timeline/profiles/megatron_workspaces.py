@@ -46,7 +46,8 @@ from collections.abc import Sequence
 from timeline.profiles.base import ParamTensor
 from timeline.spec.fields import DTYPE_BYTES
 from timeline.spec.framework import FrameworkSpec
-from timeline.spec.run import RunSpec
+from timeline.spec.model import ModelSpec
+from timeline.spec.run import ParallelSpec, TrainingSpec
 
 TE = "NVIDIA/TransformerEngine@v2.6:transformer_engine"
 TORCH = "pytorch/pytorch@v2.13.0:aten/src/ATen/cuda/CublasHandlePool.cpp"
@@ -54,19 +55,20 @@ TE_STREAMS = 4
 MC = "NVIDIA/Megatron-LM@core_v0.14.0:megatron/core"
 
 
-def global_buffer_bytes(run: RunSpec, *, has_moe: bool) -> int:
+def global_buffer_bytes(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par: ParallelSpec, *,
+                        has_moe: bool) -> int:
     """Bytes of the ``("mpu", dtype)`` GlobalMemoryBuffer: the largest request made of it."""
-    fw, m, tr, par = run.framework, run.model, run.training, run.parallel
+    sp = par.sp and par.tp > 1  # RunSpec.sp_enabled
     dt = DTYPE_BYTES[tr.dtype]
     local = fw.transformer_impl == "local"
     sizes = [0]
     if local or fw.attention_backend == "local":
         sq = tr.seq_len // par.cp
         sizes.append(tr.micro_batch_size * (m.num_attention_heads // par.tp) * sq * tr.seq_len * dt)
-    if local and run.sp_enabled:
+    if local and sp:
         sizes.append(tr.seq_len // par.cp * tr.micro_batch_size * m.hidden_size * dt)
     if has_moe and fw.moe_token_dispatcher == "allgather" and par.ep * par.etp > 1:
-        tokens = tr.seq_len * tr.micro_batch_size // (par.cp * (par.tp if run.sp_enabled else 1))
+        tokens = tr.seq_len * tr.micro_batch_size // (par.cp * (par.tp if sp else 1))
         sizes.append(tokens * par.ep * par.etp * m.hidden_size * dt)
     return max(sizes)
 
@@ -124,11 +126,12 @@ def dummy_wgrad_shapes(fw: FrameworkSpec, dtype: str, tensors: Sequence[ParamTen
     return {(r, c, dtype) for r, c in fused.values()}
 
 
-def persistent_workspaces(run: RunSpec, *, holds_head: bool, has_moe: bool,
+def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par: ParallelSpec, sm: int, *,
+                          holds_head: bool, has_moe: bool,
                           tensors: Sequence[ParamTensor] = ()) -> list[tuple[str, int, str, str]]:
-    """(name, bytes, source, when) of the workspaces one device of ``run`` holds; ``when`` is
-    ``"start"`` (the first GEMM) or ``"first_backward"``."""
-    fw, sm = run.framework, run.hardware.sm
+    """(name, bytes, source, when) of the workspaces one device holds (the run's ``[framework]``,
+    model, training, parallel and GPU generation ``sm``); ``when`` is ``"start"`` (the first
+    GEMM) or ``"first_backward"``."""
     out: list[tuple[str, int, str, str]] = []
     if not fw.workspaces:
         return out
@@ -140,7 +143,7 @@ def persistent_workspaces(run: RunSpec, *, holds_head: bool, has_moe: bool,
             for i in range(TE_STREAMS):
                 out.append((f"workspace.te_cublas_stream{i}", te_workspace_bytes(sm, fw.transformer_engine),
                             f"{TE}/pytorch/module/base.py: get_multi_stream_cublas_workspace", "start"))
-    buffer = global_buffer_bytes(run, has_moe=has_moe)
+    buffer = global_buffer_bytes(fw, m, tr, par, has_moe=has_moe)
     if buffer:
         out.append(("workspace.global_memory_buffer", buffer, f"{MC}/utils.py: GlobalMemoryBuffer.get_tensor",
                     "start"))
@@ -149,7 +152,7 @@ def persistent_workspaces(run: RunSpec, *, holds_head: bool, has_moe: bool,
         for thread in ("forward", "backward"):
             out.append((f"workspace.torch_cublas_{thread}", size, f"{TORCH}: getCurrentCUDABlasHandle",
                         "start" if thread == "forward" else "first_backward"))
-    for rows, cols, dt in sorted(dummy_wgrad_shapes(fw, run.training.dtype, tensors)):
+    for rows, cols, dt in sorted(dummy_wgrad_shapes(fw, tr.dtype, tensors)):
         out.append((f"workspace.te_dummy_wgrad_{rows}x{cols}", rows * cols * DTYPE_BYTES[dt],
                     f"{TE}/pytorch/module/base.py: get_dummy_wgrad", "first_backward"))
     return out

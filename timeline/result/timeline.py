@@ -139,6 +139,7 @@ class Timeline:
     def from_simulation(cls, sim: SimOutput, memory: list[DeviceMemory]) -> Timeline:
         """The simulator's output and each device's allocator pass as a Timeline."""
         run = sim.run
+        assert run is not None, "the simulation's door sets the run"
         devices = [DeviceInfo(device=dev.device, pp_rank=dev.pp_rank, stages=tuple(dev.stages),
                               represents=dev.represents, layers=tuple(dev.layers),
                               params_by_module=dev.params_by_module, weights_bytes=dev.weights_bytes,
@@ -149,7 +150,7 @@ class Timeline:
                        capacity_bytes=run.hardware.capacity_bytes, iteration_time_us=sim.iteration_time_us,
                        iterations=run.training.iterations, warmup_iterations=run.training.warmup_iterations,
                        report_start_us=sim.report_start_us, allocator=run.allocator,
-                       allocator_settings=allocator_config(run).to_dict())
+                       allocator_settings=allocator_config(run.allocator).to_dict())
         op_modules = {op.name: op.module for t in sim.templates.values()
                       for op in (*t.forward, *t.backward_i, *t.backward_w)}
         return cls(devices=devices, events=sim.events, ops=sim.ops, spans=sim.spans, names=sim.names,

@@ -22,7 +22,8 @@ from timeline.graph.context import BuildCtx
 from timeline.graph.ir import FOp
 from timeline.graph.tensors import TensorDef
 from timeline.profiles import profile
-from timeline.spec.run import RecomputeSpec, RunSpec, ScheduleSpec, TrainingSpec
+from timeline.spec.model import ModelSpec
+from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec, ScheduleSpec, TrainingSpec
 from timeline.spec.serving import ServeRunSpec
 
 #: vLLM ``DEFAULT_VOCAB_PADDING_SIZE``
@@ -56,12 +57,12 @@ def graph_run(run: ServeRunSpec, num_tokens: int) -> RunSpec:
                    hardware=run.hardware)
 
 
-def build_ctx(g: RunSpec, vocab_padding: int = VOCAB_PADDING) -> BuildCtx:
+def build_ctx(model: ModelSpec, p: ParallelSpec, dtype: str, vocab_padding: int = VOCAB_PADDING) -> BuildCtx:
+    """The graph context of an engine's device: the megatron layer builders with vLLM's padding."""
     rules = profile("megatron")
-    pad = max(1, vocab_padding // g.parallel.tp) if vocab_padding % g.parallel.tp == 0 else 1
+    pad = max(1, vocab_padding // p.tp) if vocab_padding % p.tp == 0 else 1
     rules = replace(rules, params=replace(rules.params, vocab_pad=pad, shared_experts_tp_split=True, mtp_modules=False))
-    p = g.parallel
-    return BuildCtx(model=g.model, rules=rules, tp=p.tp, ep=p.ep, etp=p.etp, dtype=g.training.dtype)
+    return BuildCtx(model=model, rules=rules, tp=p.tp, ep=p.ep, etp=p.etp, dtype=dtype)
 
 
 def device_params(run: ServeRunSpec, stage: int = 0) -> list[TensorDef]:
@@ -69,7 +70,8 @@ def device_params(run: ServeRunSpec, stage: int = 0) -> list[TensorDef]:
     quantization)."""
     g = graph_run(run, 1)
     # Hugging Face keeps the vocabulary as the config gives it
-    nodes = chunk_nodes(build_ctx(g, 1 if run.serving.engine == "hf" else VOCAB_PADDING), chunk_layers(g.parallel, g.model.num_hidden_layers), stage)
+    ctx = build_ctx(g.model, g.parallel, g.training.dtype, 1 if run.serving.engine == "hf" else VOCAB_PADDING)
+    nodes = chunk_nodes(ctx, chunk_layers(g.parallel, g.model.num_hidden_layers), stage)
     # vLLM loads no MTP module for plain decoding (it is a separate draft model)
     return [t for n in nodes if not n.name.startswith("mtp") for t in n.params]
 
@@ -80,7 +82,7 @@ def step_ops(run: ServeRunSpec, num_tokens: int, stage: int = 0) -> list[FOp]:
     computes logits only for each request's last token: :func:`~timeline.serve.transients.sampler_tensors`),
     with each MoE block's dispatch / experts / combine replaced by vLLM's fused MoE kernel."""
     g = graph_run(run, num_tokens)
-    ops = [op for op in forward_ops(g, stage, build_ctx(g)) if not op.name.startswith(("output", "mtp"))]
+    ops = [op for op in forward_ops(build_ctx(g.model, g.parallel, g.training.dtype), g.parallel, g.training, stage) if not op.name.startswith(("output", "mtp"))]
     return fuse_moe(run, ops, num_tokens) if run.model.is_moe else ops
 
 

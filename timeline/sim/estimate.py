@@ -13,15 +13,15 @@ templates (its size is the file's). This module only counts; it simulates nothin
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from timeline.errors import UserError
 from timeline.graph.ops import ChunkTemplate
+from timeline.graph.source import ModelSource
 from timeline.sim.cost import CostModel
 from timeline.sim.plan import compile_templates, ep_loads
 from timeline.spec.model import ModelSpec
-from timeline.spec.run import RecomputeSpec, RunSpec, ScheduleSpec
+from timeline.spec.run import HardwareSpec, ParallelSpec, RecomputeSpec, TrainingSpec
 from timeline.spec.schedule_rules import SCHEDULE_KINDS
 
 #: bytes each exporter writes per memory event + op, measured on the shipped DeepSeek-V3 run
@@ -65,17 +65,16 @@ def probe_model(m: ModelSpec) -> tuple[ModelSpec, dict[int, str]]:
     return m.with_(num_hidden_layers=2, first_k_dense_replace=min(m.first_k_dense_replace, 2)), {0: "dense", 1: "dense"}
 
 
-def _probe(run: RunSpec) -> tuple[RunSpec, dict[int, str]]:
-    """The run cut to :func:`probe_model`, one pipeline rank and one micro-batch."""
-    model, kind = probe_model(run.model)
-    rc = run.recompute
+def probe_source(source: ModelSource, model: ModelSpec, rc: RecomputeSpec, par: ParallelSpec,
+                 tr: TrainingSpec) -> tuple[ModelSource, ParallelSpec, dict[int, str]]:
+    """``source`` cut to :func:`probe_model`, one pipeline rank and one micro-batch; its parallel
+    slice and which kind each probe layer stands for."""
+    cut, kind = probe_model(model)
     if rc.policy == "full":  # an upper bound: every layer recomputed
         rc = RecomputeSpec(policy="full", method="block", num_layers=2)
-    probe = replace(run, model=model, recompute=rc,
-                    parallel=replace(run.parallel, pp=1, vpp=1, layout=None),
-                    training=replace(run.training, num_microbatches=1, iterations=1, warmup_iterations=0),
-                    schedule=ScheduleSpec(kind="1f1b"))
-    return probe, kind
+    probe_par = replace(par, pp=1, vpp=1, layout=None)
+    probe_tr = replace(tr, num_microbatches=1, iterations=1, warmup_iterations=0)
+    return source.cut(cut, probe_par, probe_tr, rc), probe_par, kind
 
 
 def _largest_tensor(template: ChunkTemplate) -> tuple[int, str]:
@@ -88,9 +87,9 @@ def _largest_tensor(template: ChunkTemplate) -> tuple[int, str]:
     return best
 
 
-def _counts(templates: dict[int, ChunkTemplate], run: RunSpec) -> tuple[dict[int, int], dict[int, int]]:
+def _counts(templates: dict[int, ChunkTemplate], cost: CostModel) -> tuple[dict[int, int], dict[int, int]]:
     """(events, ops) of one micro-batch's forward + backward, by decoder layer (−1: the rest)."""
-    compiled = compile_templates(templates, CostModel.of(run.hardware, run.parallel))
+    compiled = compile_templates(templates, cost)
     events: dict[int, int] = {}
     ops: dict[int, int] = {}
     for (_, phase), ph in compiled.items():
@@ -104,27 +103,28 @@ def _counts(templates: dict[int, ChunkTemplate], run: RunSpec) -> tuple[dict[int
     return events, ops
 
 
-def estimate_work(run: RunSpec, template_fn: Callable[..., ChunkTemplate]) -> WorkEstimate:
-    """Actions, memory events and ops ``run`` would make (see the module docstring). Raises a
-    UserError when one tensor alone would exceed what a device can address."""
-    tr, par = run.training, run.parallel
-    if run.trace is not None:
+def estimate_work(source: ModelSource, *, model: ModelSpec, parallel: ParallelSpec, training: TrainingSpec,
+                  recompute: RecomputeSpec, schedule_kind: str, hardware: HardwareSpec, traced: bool) -> WorkEstimate:
+    """Actions, memory events and ops a run would make (see the module docstring): ``source`` is
+    its model source, ``traced`` whether that is a captured trace. Raises a UserError when one
+    tensor alone would exceed what a device can address."""
+    tr, par = training, parallel
+    if traced:
         from timeline.graph.build import chunk_layers
 
-        chunks = len(chunk_layers(run.parallel, run.model.num_hidden_layers))
-        templates = {c: template_fn(run, c) for c in range(chunks)}
-        events, ops = _counts(templates, run)
+        chunks = len(chunk_layers(par, model.num_hidden_layers))
+        templates = {c: source.template(c) for c in range(chunks)}
+        events, ops = _counts(templates, CostModel.of(hardware, par))
         per_mb_events, per_mb_ops = sum(events.values()), sum(ops.values())
     else:
-        probe, kind = _probe(run)
-        template = template_fn(probe, 0)
+        probe, probe_par, kind = probe_source(source, model, recompute, par, tr)
+        template = probe.template(0)
         size, name = _largest_tensor(template)
         if size > MAX_TENSOR_BYTES:
             raise UserError(f"{name} alone would take {size / 2**40:,.0f} TiB on one device, more than any "
                             "device can address; lower training.seq_len or training.micro_batch_size, "
                             "or shard it (parallel.tp, cp)")
-        events, ops = _counts({0: template}, probe)
-        model = run.model
+        events, ops = _counts({0: template}, CostModel.of(hardware, probe_par))
         n = {"dense": 0, "moe": 0}
         for i in range(model.num_hidden_layers):
             n["moe" if model.is_moe_layer(i) else "dense"] += 1
@@ -136,8 +136,8 @@ def estimate_work(run: RunSpec, template_fn: Callable[..., ChunkTemplate]) -> Wo
             return fixed + sum(per_kind[k] * n[k] for k in n)
 
         per_mb_events, per_mb_ops = total(events), total(ops)
-    variants = len(ep_loads(par, tr, run.model.is_moe))
-    kind_of = SCHEDULE_KINDS[run.schedule.kind]
+    variants = len(ep_loads(par, tr, model.is_moe))
+    kind_of = SCHEDULE_KINDS[schedule_kind]
     chunks = par.pp * par.vpp * (2 if kind_of.placement == "dualpipe" else 1)  # DualPipe: two model copies
     phases = 3 if kind_of.split_backward else 2
     microbatches = tr.num_microbatches * (tr.iterations + tr.warmup_iterations)

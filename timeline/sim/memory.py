@@ -25,11 +25,11 @@ from timeline.alloc import batch as _batch
 from timeline.alloc.caching import AddressSpaceError
 from timeline.errors import UserError
 from timeline.sim.output import DeviceEvents
-from timeline.spec.run import AllocatorSpec, RunSpec
+from timeline.spec.run import AllocatorSpec
 
 
-def allocator_config(run: RunSpec) -> AllocatorConfig:
-    return AllocatorConfig.from_spec(run.allocator)
+def allocator_config(spec: AllocatorSpec) -> AllocatorConfig:
+    return AllocatorConfig.from_spec(spec)
 
 
 @dataclass(slots=True)

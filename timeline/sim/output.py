@@ -48,7 +48,6 @@ class DeviceOps:
 
 @dataclass(slots=True)
 class SimOutput:
-    run: RunSpec
     schedule: Schedule
     devices: list[StaticDevice]
     spans: list[list[Span]]  # per device
@@ -60,6 +59,8 @@ class SimOutput:
     templates: dict[int, ChunkTemplate] = field(default_factory=dict)
     #: reported peaks start here: the end of ``warmup_iterations`` (0: everything is reported)
     report_start_us: float = 0.0
+    #: the run simulated, set by the simulation's door (:func:`timeline.result.build.build_timeline`)
+    run: RunSpec | None = None
 
 
 class Names:

@@ -6,18 +6,20 @@ reuse its parts instead of rebuilding them. No simpy, no file I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from timeline.graph.ops import ChunkTemplate
+from timeline.graph.source import ModelSource
 from timeline.graph.tensors import DTYPE_BYTES
 from timeline.pipeline import build_schedule
 from timeline.pipeline.actions import Schedule
 from timeline.placement.devices import StaticDevice, chunk_holders, ep_devices, static_devices
 from timeline.sim.compiled import CompiledPhase, compile_phase
 from timeline.sim.cost import CostModel
-from timeline.sim.static_state import DeviceState, device_state, step_us
-from timeline.spec.run import ParallelSpec, RunSpec, ScheduleSpec, TrainingSpec
+from timeline.sim.static_state import DeviceState, StateRules, device_state, step_us
+from timeline.spec.model import ModelSpec
+from timeline.spec.run import HardwareSpec, ParallelSpec, ScheduleSpec, TrainingSpec
 
 Compiled = dict[tuple[int, str], CompiledPhase]
 
@@ -69,11 +71,13 @@ class PipelinePlan:
     cost: CostModel
 
 
-def plan_pipeline(run: RunSpec) -> PipelinePlan:
-    """The schedule of ``run`` (a CSV schedule's rows ride on the run), its chunk holders and cost model."""
-    schedule = run_schedule_of(run.schedule, run.parallel, run.training.num_microbatches, run.csv_rows)
+def plan_pipeline(sched: ScheduleSpec, par: ParallelSpec, num_microbatches: int, hw: HardwareSpec,
+                  csv_rows: Sequence[Sequence[str]] | None = None) -> PipelinePlan:
+    """The run's schedule (``csv_rows``: a CSV schedule's rows, which ride on the run), its chunk
+    holders and cost model."""
+    schedule = run_schedule_of(sched, par, num_microbatches, csv_rows)
     return PipelinePlan(schedule=schedule, holders=chunk_holders(schedule.stages_of_rank),
-                        cost=CostModel.of(run.hardware, run.parallel))
+                        cost=CostModel.of(hw, par))
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +87,7 @@ class SimPlan:
     ``i % len(loads)``; the busiest (first) load times the pipeline, since every EP rank waits
     for the slowest at each all-to-all."""
 
-    run: RunSpec
+    training: TrainingSpec
     schedule: Schedule
     cost: CostModel
     loads: tuple[float, ...]
@@ -99,22 +103,24 @@ class SimPlan:
         return device_index % len(self.loads)
 
 
-def plan(run: RunSpec, template_fn: Callable[..., ChunkTemplate]) -> SimPlan:
-    """The plan of ``run``: schedule, devices, compiled templates per EP load, fixed durations."""
-    par, tr = run.parallel, run.training
-    pipe = plan_pipeline(run)
+def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training: TrainingSpec,
+         parallel: ParallelSpec, rules: StateRules) -> SimPlan:
+    """The plan: ``pipe``'s schedule, the devices, ``source``'s templates compiled per EP load, fixed durations."""
+    par, tr = parallel, training
     schedule, cost, holder = pipe.schedule, pipe.cost, pipe.holders
-    loads = ep_loads(par, tr, run.model.is_moe)
+    loads = ep_loads(par, tr, model.is_moe)
     templates, compiled = [], []
     for load in loads:
-        run_e = run if len(loads) == 1 else replace(run, training=replace(tr, routing_skew=load))
-        t = {c: template_fn(run_e, c, pp_rank=holder[c]) for c in range(schedule.num_chunks)}
+        source_e = source if len(loads) == 1 else source.under(routing_skew=load)
+        t = {c: source_e.template(c, pp_rank=holder[c]) for c in range(schedule.num_chunks)}
         templates.append(t)
         compiled.append(compile_templates(t, cost))
-    devices = ep_devices(static_devices(run, schedule.stages_of_rank), par, len(loads))
-    return SimPlan(run=run, schedule=schedule, cost=cost, loads=tuple(loads), templates=tuple(templates),
+    static = static_devices(source, schedule.stages_of_rank, parallel=par, training=tr,
+                            num_layers=model.num_hidden_layers, expert_state_group=rules.expert_state_group)
+    devices = ep_devices(static, par, len(loads))
+    return SimPlan(training=tr, schedule=schedule, cost=cost, loads=tuple(loads), templates=tuple(templates),
                    compiled=tuple(compiled), devices=tuple(devices),
-                   states=tuple(device_state(run, d) for d in devices),
-                   p2p_us=cost.comm_us(boundary_bytes(tr, par, run.model.hidden_size), "pp"),
+                   states=tuple(device_state(d, model, tr, par, rules) for d in devices),
+                   p2p_us=cost.comm_us(boundary_bytes(tr, par, model.hidden_size), "pp"),
                    step_us=tuple(step_us(tr, par, d, cost) for d in devices[::len(loads)]),
                    iterations=tr.warmup_iterations + tr.iterations)

@@ -16,24 +16,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from timeline.graph.ops import ChunkTemplate
 from timeline.graph.tensors import CATEGORIES
 from timeline.sim.expand import device_events, device_ops
 from timeline.sim.output import DeviceEvents, DeviceOps, Names, SimOutput
-from timeline.sim.plan import SimPlan, plan
+from timeline.sim.plan import SimPlan
 from timeline.sim.timing import Timing, time_plan
-from timeline.spec.run import RunSpec
 
 PHASES = ("F", "I", "W", "B")
 
 __all__ = ["CATEGORIES", "PHASES", "DeviceEvents", "DeviceOps", "SimOutput", "expand_plan", "simulate"]
 
 
-def simulate(run: RunSpec, template_fn: Callable[..., ChunkTemplate], *,
-             progress: Callable[[str, int, int], None] | None = None) -> SimOutput:
-    """Run the schedule of ``run`` and return every device's events (allocator not yet applied)."""
-    p = plan(run, template_fn)
-    return expand_plan(p, time_plan(p, run.training.warmup_iterations), progress=progress)
+def simulate(p: SimPlan, *, progress: Callable[[str, int, int], None] | None = None) -> SimOutput:
+    """Run the schedule of plan ``p`` and return every device's events (allocator not yet applied)."""
+    return expand_plan(p, time_plan(p, p.training.warmup_iterations), progress=progress)
 
 
 def expand_plan(p: SimPlan, timing: Timing, *,
@@ -46,11 +42,11 @@ def expand_plan(p: SimPlan, timing: Timing, *,
             progress("devices", i, len(p.devices))
         e = p.load_of(i)
         rank_spans = timing.per_rank[dev.pp_rank]
-        events.append(device_events(p.run.training, dev, p.states[i], rank_spans, p.compiled[e], names))
+        events.append(device_events(p.training, dev, p.states[i], rank_spans, p.compiled[e], names))
         ops.append(device_ops(rank_spans, p.compiled[e], names))
         spans.append(rank_spans)
         act.append(sum(p.templates[e][c].activation_bytes for c in dev.stages))
-    return SimOutput(run=p.run, schedule=p.schedule, devices=list(p.devices), spans=spans, events=events, ops=ops,
+    return SimOutput(schedule=p.schedule, devices=list(p.devices), spans=spans, events=events, ops=ops,
                      names=names.items, iteration_time_us=timing.iteration_time_us,
                      activation_bytes_per_microbatch=act, templates=p.templates[0],
                      report_start_us=timing.report_start_us)

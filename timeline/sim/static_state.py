@@ -15,7 +15,9 @@ from timeline.placement.devices import StaticDevice
 from timeline.profiles import lifecycle
 from timeline.sim.compiled import CAT_CODE
 from timeline.sim.cost import CostModel
-from timeline.spec.run import ParallelSpec, RunSpec, TrainingSpec
+from timeline.spec.framework import FrameworkSpec
+from timeline.spec.model import ModelSpec
+from timeline.spec.run import ParallelSpec, TrainingSpec
 
 
 def step_us(tr: TrainingSpec, par: ParallelSpec, dev: StaticDevice, cost: CostModel) -> float:
@@ -64,21 +66,36 @@ class DeviceState:
     gathered_bytes: int
 
 
-def device_state(run: RunSpec, dev: StaticDevice) -> DeviceState:
-    """The static state plan of one device under the run's profile and ZeRO level."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateRules:
+    """What, besides the model, training and parallel slices, decides how a device's static state
+    comes into being: the profile, the ``[framework]`` its workspaces read, the GPU generation
+    (``hardware.sm``), whether the model is a captured trace, and the profile's rule for which
+    states shard over EDP. Made once by the simulation's door."""
+
+    profile: str
+    framework: FrameworkSpec
+    sm: int
+    traced: bool
+    expert_state_group: str
+
+
+def device_state(dev: StaticDevice, model: ModelSpec, tr: TrainingSpec, par: ParallelSpec,
+                 rules: StateRules) -> DeviceState:
+    """The static state plan of one device under its profile and ZeRO level."""
     # hf: one tensor per parameter, as torch.optim holds them; a forward+backward capture recorded
     # its backward into gradients that already exist (zeros), so its runs keep that lifecycle
-    per_param = run.profile == "hf" and run.training.zero == 0 and run.trace is None
-    life = lifecycle(run.profile)
+    per_param = rules.profile == "hf" and tr.zero == 0 and not rules.traced
+    life = lifecycle(rules.profile)
     workspaces: list[StaticAlloc] = []
     if life.workspaces is not None and not per_param:
-        holds_head = max(dev.stages) == run.parallel.pp * run.parallel.vpp - 1
+        holds_head = max(dev.stages) == par.pp * par.vpp - 1
         has_moe = any(t.in_moe for t in dev.tensors)
         workspaces = [(w_at, name, size, CAT_CODE[Category.TEMPORARY]) for name, size, _, w_at
-                      in life.workspaces(run, holds_head=holds_head, has_moe=has_moe, tensors=dev.tensors)]
-    allocs = () if per_param else tuple(static_allocs(run.profile, run.training, dev, workspaces,
-                                                      traced=run.trace is not None))
-    return DeviceState(allocs=allocs, per_parameter=per_param, gathered_bytes=gathered_bytes(run.profile, run.training, dev))
+                      in life.workspaces(rules.framework, model, tr, par, rules.sm, holds_head=holds_head,
+                                         has_moe=has_moe, tensors=dev.tensors)]
+    allocs = () if per_param else tuple(static_allocs(rules.profile, tr, dev, workspaces, traced=rules.traced))
+    return DeviceState(allocs=allocs, per_parameter=per_param, gathered_bytes=gathered_bytes(rules.profile, tr, dev))
 
 
 def resolve(allocs: tuple[StaticAlloc, ...], first_backward_us: float,

@@ -23,7 +23,7 @@ from timeline.sim.compiled import CompiledPhase, compile_phase
 from timeline.sim.cost import CostModel
 from timeline.sim.engine import Span
 from timeline.sim.output import DeviceEvents, DeviceOps, Names, SimOutput
-from timeline.spec.run import RunSpec
+from timeline.spec.run import TrainingSpec
 from timeline.spec.trace import CapturedTrace
 
 
@@ -43,12 +43,9 @@ def step_device(trace: CapturedTrace) -> StaticDevice:
                         weights_bytes=kinds["param"], grads_bytes=kinds["grad"], optimizer_bytes=kinds["state"])
 
 
-def simulate_steps(run: RunSpec) -> SimOutput:
+def simulate_steps(trace: CapturedTrace, tr: TrainingSpec, cost: CostModel) -> SimOutput:
     """Events, ops and spans of the whole run (allocator not yet applied)."""
-    trace = run.trace
-    assert trace is not None and trace.is_step
-    tr = run.training
-    cost = CostModel.of(run.hardware, run.parallel)
+    assert trace.is_step
     carry = carry_map(trace) if tr.warmup_iterations + tr.iterations > trace.num_steps else {}
     names = Names()
     spans: list[Span] = []
@@ -90,7 +87,7 @@ def simulate_steps(run: RunSpec) -> SimOutput:
     act = sum(s.nbytes for s in trace.storages.values() if s.alloc_op >= 0 and trace.ops[s.alloc_op].phase == "F"
               and s.free_op >= 0 and trace.ops[s.free_op].phase == "B"
               and trace.ops[s.alloc_op].step == trace.num_steps)
-    return SimOutput(run=run, schedule=schedule, devices=[step_device(trace)], spans=[spans], events=[ev], ops=[ops],
+    return SimOutput(schedule=schedule, devices=[step_device(trace)], spans=[spans], events=[ev], ops=[ops],
                      names=names.items, iteration_time_us=iteration_us, activation_bytes_per_microbatch=[act],
                      report_start_us=report_start)
 

@@ -3,18 +3,18 @@
 Returns (key path, message) pairs; the reader adds the file name. A message says what is
 wrong *and* what would be valid, e.g. ``parallel.tp: 3 does not divide num_attention_heads=128;
 use one of 1, 2, 4, 8, 16, 32, 64, 128``. A profile's limits (how far ZeRO goes, one device per
-replica) come from the caller, :func:`timeline.profiles.run_problems`: this layer knows no profile.
+replica) come from the caller (``timeline.profiles.LIMITS``): this layer knows no profile.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Protocol
 
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
-from timeline.spec.run import RunSpec
+from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec
 from timeline.spec.schedule_rules import schedule_problems
 
 #: ``[parallel]`` keys a single-device profile requires to be 1
@@ -82,17 +82,16 @@ def model_problems(m: ModelSpec) -> list[tuple[str, str]]:
     return problems
 
 
-def chunk_sizes(run: RunSpec) -> list[int]:
+def chunk_sizes(par: ParallelSpec, num_layers: int) -> list[int]:
     """Decoder layers per virtual stage: the layout, or the even split validate_run requires."""
-    chunks = run.parallel.pp * run.parallel.vpp
-    if run.parallel.layout is not None:
-        return list(run.parallel.layout)
-    return suggest_layout(run.model.num_hidden_layers, chunks)
+    chunks = par.pp * par.vpp
+    if par.layout is not None:
+        return list(par.layout)
+    return suggest_layout(num_layers, chunks)
 
 
-def recompute_problems(run: RunSpec) -> list[tuple[str, str]]:
+def recompute_problems(rc: RecomputeSpec, par: ParallelSpec, num_layers: int) -> list[tuple[str, str]]:
     """Full recompute's ``num_layers`` against the chunks it applies to."""
-    rc = run.recompute
     if rc.policy != "full":
         return []
     nums = rc.num_layers if isinstance(rc.num_layers, tuple) else (rc.num_layers,)
@@ -100,16 +99,17 @@ def recompute_problems(run: RunSpec) -> list[tuple[str, str]]:
     if rc.method == "uniform" and any(n == 0 for n in nums):
         problems.append(("recompute.num_layers", 'method = "uniform" checkpoints groups of num_layers layers; '
                          'give 1 or more (method = "block" takes 0 for a rank that recomputes nothing)'))
-    most = max(chunk_sizes(run), default=0)
+    most = max(chunk_sizes(par, num_layers), default=0)
     if any(n > most for n in nums):
         problems.append(("recompute.num_layers", f"{max(nums)} exceeds the {most} decoder layers of the largest "
                          f"virtual stage; use 1…{most}"))
     return problems
 
 
-def validate_run(run: RunSpec, *, limits: ProfileLimits | None, profiles: Sequence[str]) -> list[tuple[str, str]]:
-    """Every problem of ``run``; ``limits`` are those of its profile (None: ``run.profile`` is not one
-    of ``profiles``)."""
+def validate_run(run: RunSpec, limits: Mapping[str, ProfileLimits]) -> list[tuple[str, str]]:
+    """Every problem of ``run``; ``limits``: every profile's limits by name
+    (``timeline.profiles.LIMITS``). A door (``tests/test_layering.py``): validation reads a whole run."""
+    profiles = tuple(limits)
     m, par, tr = run.model, run.parallel, run.training
     problems: list[tuple[str, str]] = model_problems(m)
     add = problems.append
@@ -172,7 +172,7 @@ def validate_run(run: RunSpec, *, limits: ProfileLimits | None, profiles: Sequen
              f"give a layout, e.g. layout = {suggest_layout(layers, chunks)}"))
 
     # -- profiles and ZeRO -------------------------------------------------------------------
-    life = limits
+    life = limits.get(run.profile)
     if life is None:
         add(("model.profile", f"{run.profile!r} is not valid; use one of {', '.join(profiles)}"))
     elif tr.zero > life.max_zero:
@@ -194,7 +194,7 @@ def validate_run(run: RunSpec, *, limits: ProfileLimits | None, profiles: Sequen
         add(("recompute.num_layers", f"has {len(rc.num_layers)} entries; give one per pipeline rank "
              f"(pp = {par.pp}) or a single integer"))
     elif not any(k == "parallel.layout" for k, _ in problems):
-        problems += recompute_problems(run)
+        problems += recompute_problems(rc, par, m.num_hidden_layers)
     if rc.policy == "selective":
         if "mla_up_proj" in rc.modules and not m.is_mla:
             add(("recompute.modules", f'"mla_up_proj" needs an MLA model; {m.name} has none'))

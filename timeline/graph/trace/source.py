@@ -5,48 +5,62 @@ front-end that reads the run; the modules under it take the trace and the slice 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from timeline.errors import UserError
 from timeline.graph.build import Node, chunk_layers
 from timeline.graph.ops import ChunkTemplate
 from timeline.graph.trace.lowering import trace_chunk_template
 from timeline.graph.trace.params import trace_nodes, trace_total_params
-from timeline.spec.run import RunSpec
+from timeline.spec.model import ModelSpec
+from timeline.spec.run import ParallelSpec, RecomputeSpec, TrainingSpec
 from timeline.spec.trace import NO_SELECTIVE, CapturedTrace
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TraceSource:
-    """A model captured as an op trace (``model_source`` "trace:…")."""
+    """A model captured as an op trace (``model_source`` "trace:…"), with the slices of the run
+    its lowering reads."""
 
-    run: RunSpec
+    label: str  # the run's ``model_source``, for messages
+    trace: CapturedTrace | None
+    parallel: ParallelSpec
+    num_layers: int
+    dtype: str
+    recompute: RecomputeSpec = RecomputeSpec()
 
-    @property
-    def trace(self) -> CapturedTrace:
-        if self.run.trace is None:
-            raise UserError(f"{self.run.model_source}: the run carries no captured trace")
-        return self.run.trace
+    def captured(self) -> CapturedTrace:
+        if self.trace is None:
+            raise UserError(f"{self.label}: the run carries no captured trace")
+        return self.trace
 
     @property
     def ranges(self) -> list[range]:
-        return chunk_layers(self.run.parallel, self.run.model.num_hidden_layers)
+        return chunk_layers(self.parallel, self.num_layers)
+
+    def under(self, *, recompute: RecomputeSpec | None = None, routing_skew: float | None = None) -> TraceSource:
+        """The same trace under another recompute policy (a captured trace has no routing to skew)."""
+        return self if recompute is None else replace(self, recompute=recompute)
+
+    def cut(self, model: ModelSpec, parallel: ParallelSpec, training: TrainingSpec,
+            recompute: RecomputeSpec) -> TraceSource:
+        return replace(self, num_layers=model.num_hidden_layers, parallel=parallel, dtype=training.dtype,
+                       recompute=recompute)
 
     def nodes(self, chunk: int) -> list[Node]:
-        return trace_nodes(self.trace, chunk, self.ranges, self.run.training.dtype)
+        return trace_nodes(self.captured(), chunk, self.ranges, self.dtype)
 
     def total_params(self) -> int:
-        return trace_total_params(self.trace, self.run.model.num_hidden_layers)
+        return trace_total_params(self.captured(), self.num_layers)
 
     def template(self, chunk: int, *, pp_rank: int | None = None) -> ChunkTemplate:
         """``pp_rank`` (default ``chunk % pp``) picks the entry of a per-rank ``recompute.num_layers``."""
-        run = self.run
-        trace = self.trace
-        if run.recompute.policy == "selective":  # the run file refuses it; compare/fit variants reach here
-            raise UserError(f"{run.model_source}: {NO_SELECTIVE}")
-        return trace_chunk_template(trace, chunk, self.ranges, num_layers=run.model.num_hidden_layers,
-                                    recompute=run.recompute,
-                                    pp_rank=chunk % run.parallel.pp if pp_rank is None else pp_rank)
+        trace = self.captured()
+        if self.recompute.policy == "selective":  # the run file refuses it; compare/fit variants reach here
+            raise UserError(f"{self.label}: {NO_SELECTIVE}")
+        return trace_chunk_template(trace, chunk, self.ranges, num_layers=self.num_layers,
+                                    recompute=self.recompute,
+                                    pp_rank=chunk % self.parallel.pp if pp_rank is None else pp_rank)
 
     def signature(self, chunk: int) -> Hashable:
         """A captured trace's chunks never share a template."""
