@@ -129,6 +129,11 @@ class Structure:
     megatron_moe: bool = False  # router and alltoall dispatcher as Megatron-Core (moe_utils.py): scores and
     # probs in the logits dtype, a dense [tokens, E] probs map, masked_select keeping the transposed probs and
     # routing map, tokens re-sorted by local expert (sort_chunks_by_idxs) after the all-to-all
+    moe_dispatcher: str = "alltoall"  # "allgather": Megatron's MoEAllGatherTokenDispatcher — tokens and probs
+    # all-gathered over expert-TP × EP, permuted for the local experts, unpermuted to all gathered rows and
+    # reduce-scattered back; "alltoall": the all-to-all permutation above
+    moe_router: str = "topk"  # "sinkhorn": Megatron's TopKRouter.sinkhorn_load_balancing (activation of every
+    # expert's logit, masked by the sinkhorn top-k); "topk": topk_routing_with_score_function
 
 
 class ParamTensor(Protocol):

@@ -122,6 +122,23 @@ RULES: dict[str, SaveRule] = {
                                "int64; probs.T.contiguous().masked_select(routing_map) saves the transposed probs "
                                f"and bool map [E, tokens]; {MC}/transformer/moe/token_dispatcher.py: "
                                "MoEAlltoAllTokenDispatcher.dispatch_preprocess"),
+    "sinkhorn_sigmoid": SaveRule(saves=("out:y",),
+                                 source=f"{MC}/transformer/moe/router.py: TopKRouter.sinkhorn_load_balancing — "
+                                        "_sinkhorn_activation with topk = 1: torch.sigmoid(logits) saves its result "
+                                        "[tokens, E] in the logits' dtype (the fp32 sinkhorn() and its topk run "
+                                        "under no_grad and keep nothing); with topk > 1 torch.softmax(logits, "
+                                        "dtype=fp32) saves its fp32 result (the router_score rule)"),
+    "sinkhorn_mask": SaveRule(saves=("out:idx",),
+                              source=f"{MC}/transformer/moe/router.py: TopKRouter.sinkhorn_load_balancing — "
+                                     "scores = logits * map saves the bool map [tokens, E] (zeros_like(logits)"
+                                     ".int().scatter(1, indices, 1).bool(); the activation is kept already)"),
+    "allgather_permute": SaveRule(saves=("extra:sorted_idx", "extra:probs_t", "extra:routing_map_t"),
+                                  source=f"{MC}/transformer/moe/token_dispatcher.py: MoEAllGatherTokenDispatcher."
+                                         "dispatch_postprocess — permute(hidden_states, local_map): index_select "
+                                         "keeps sorted_indices [rows] int64 (not the gathered tokens, which live in "
+                                         "the GlobalMemoryBuffer: token_dispatch, use_global_buffer=True); "
+                                         "local_probs.T.contiguous().masked_select(local_map.T.contiguous()) keeps "
+                                         "the transposed local probs and bool map [E_local, tokens·etp·ep]"),
     "sort_chunks": SaveRule(source=f"{MOE_UTILS}: sort_chunks_by_idxs — torch.split + torch.cat keep nothing "
                                    "(token_dispatcher.py: dispatch_postprocess / combine_preprocess)"),
     "unpermute": SaveRule(source=f"{MOE_UTILS}: unpermute() — scatter_add_ saves sorted_indices (kept by permute)"),
@@ -169,10 +186,16 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
         and spec.attention_softmax_in_fp32
     ce = spec.cross_entropy_fusion == "te"
     wgrad = wgrad_rule(spec)
-    if not eager and fused == table.fused_norm_linear and not ce and wgrad == table.wgrad_transient:
+    # MC transformer/moe/token_dispatcher.py: MoEAllGatherTokenDispatcher (flex's DeepEP buffers are outside
+    # PyTorch's allocator; its permutation is modelled as alltoall's); MC transformer/moe/router.py:
+    # TopKRouter.routing → sinkhorn_load_balancing for --moe-router-load-balancing-type sinkhorn
+    dispatcher = "allgather" if spec.moe_token_dispatcher == "allgather" else table.moe_dispatcher
+    router = "sinkhorn" if spec.moe_router_load_balancing == "sinkhorn" else table.moe_router
+    if not eager and fused == table.fused_norm_linear and not ce and wgrad == table.wgrad_transient \
+            and dispatcher == table.moe_dispatcher and router == table.moe_router:
         return table
     return replace(table, attention="eager" if eager else table.attention, fused_norm_linear=fused, softmax_fp32=fp32,
-                   ce_inplace=ce, wgrad_transient=wgrad)
+                   ce_inplace=ce, wgrad_transient=wgrad, moe_dispatcher=dispatcher, moe_router=router)
 
 
 def wgrad_rule(spec: FrameworkSpec) -> str:

@@ -28,7 +28,6 @@ offsets, the top-k normalisation) are extras: a table that does not save them ne
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -36,7 +35,7 @@ from timeline.graph.context import BuildCtx
 from timeline.graph.families import mlp, norm
 from timeline.graph.families.common import add, all_gather, dropout, linear, row_linear, sp_gather, upcast
 from timeline.graph.families.mlp import activation, split_gate_up
-from timeline.graph.families.router import MOE, router
+from timeline.graph.families.router import MOE, expert_rows, router
 from timeline.graph.ir import Builder
 from timeline.graph.tensors import TensorDef, param
 
@@ -85,22 +84,6 @@ def local_widths(params: Mapping[str, TensorDef], prefix: str) -> MoELocal:
 SHARED = frozenset({"moe", "shared_experts"})
 
 
-def expert_rows(b: Builder) -> int:
-    """Token rows one EP rank's experts receive (before the expert-TP all-gather)."""
-    m, d, tr = b.model, b.dims, b.training
-    k = m.num_experts_per_tok
-    if b.table.moe_tokens == "paper":
-        return d.t_full * k // d.ep
-    tokens = d.t_sp
-    rows = tokens * k
-    if tr.routing == "skew":
-        rows = math.ceil(rows * tr.routing_skew)
-    if tr.capacity_factor > 0:
-        cap_rows = m.n_routed_experts * math.ceil(tr.capacity_factor * tokens * k / m.n_routed_experts)
-        rows = cap_rows if tr.pad_to_capacity else min(rows, cap_rows)
-    return rows
-
-
 def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     """Pre-MLP norm and the MoE block on the residual stream ``x``; returns the block's output."""
     m, d = b.model, b.dims
@@ -122,15 +105,17 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     probs, idx, pprobs, permuted = router(b.ctx.rules.name)(b, p, src, logits, layer, local.experts)
     rows = expert_rows(b)
     tokens, rprobs = permuted, pprobs
-    sort = b.table.megatron_moe and local.experts > 1
-    if d.ep > 1:  # with a sort after it, "received" names the sorted copy the experts read
+    gather = b.table.megatron_moe and b.table.moe_dispatcher == "allgather"  # tokens already gathered and permuted
+    sort = b.table.megatron_moe and local.experts > 1 and not gather
+    if d.ep > 1 and not gather:  # with a sort after it, "received" names the sorted copy the experts read
         a2a = f"{p}.dispatch.all_to_all.out" if sort else f"{p}.dispatch.received"
         tokens = b.tensor(a2a, (rows, h), comm=True)
         rprobs = b.tensor(f"{a2a}_probs" if sort else f"{p}.dispatch.received_probs", (rows,), pprobs.dtype,
                           comm=True)
         b.op(f"{p}.dispatch.all_to_all", "comm", layer, {"x": permuted, "probs": pprobs},
              {"y": tokens, "probs": rprobs}, kind="collective", stream="ep", tags=MOE)
-    tokens = all_gather(b, f"{p}.experts", tokens, layer, d.etp, stream="ep", tags=MOE)
+    if not gather:
+        tokens = all_gather(b, f"{p}.experts", tokens, layer, d.etp, stream="ep", tags=MOE)
     if sort:  # permutation 2: sort_chunks_by_idxs groups the received rows by local expert (split + cat copies)
         if d.etp > 1:  # the probs are all-gathered over expert-TP like the tokens
             rprobs = all_gather(b, f"{p}.experts.probs", rprobs, layer, d.etp, stream="ep", tags=MOE)
@@ -154,6 +139,8 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         unsorted = b.tensor(f"{p}.combine.unsorted", out.shape)
         b.op(f"{p}.combine.sort_chunks", "sort_chunks", layer, {"x": out}, {"y": unsorted}, tags=MOE)
         out = unsorted
+    if gather:
+        return _allgather_combine(b, p, out, idx, x, ln, src, layer, local.shared_ffn)
     if d.etp > 1:
         rs = b.tensor(f"{p}.experts.reduce_scatter.out", (out.shape[0] // d.etp, h))
         b.op(f"{p}.experts.reduce_scatter", "comm", layer, {"x": out}, {"y": rs}, kind="collective", stream="ep",
@@ -171,8 +158,35 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         inputs["probs"] = rprobs
     b.op(f"{p}.combine.unpermute", "unpermute", layer, inputs, {"y": routed}, flops=float(t * k * h), tags=MOE,
          extras={"inv_idx": b.tensor(f"{p}.combine.inv_idx", (back.shape[0],), "int64")})
-    if local.shared_ffn:
-        shared = shared_experts(b, f"{p}.shared_experts", ln, src, layer, local.shared_ffn)
+    return _with_shared(b, p, routed, x, ln, src, layer, local.shared_ffn)
+
+
+def _allgather_combine(b: Builder, p: str, out: TensorDef, idx: TensorDef, x: TensorDef, ln: TensorDef,
+                       src: TensorDef, layer: int, shared_ffn: int) -> TensorDef:
+    """``MoEAllGatherTokenDispatcher`` (MC transformer/moe/token_dispatcher.py): ``combine_preprocess``
+    unpermutes the experts' partial outputs into all ``t·etp·ep`` gathered rows (``torch.zeros`` +
+    ``scatter_add_``, keeping ``sorted_indices``), ``token_combine`` reduce-scatters them over expert-TP × EP
+    back to this rank's ``t`` rows."""
+    d, h = b.dims, b.model.hidden_size
+    t, g = src.shape[0], d.etp * d.ep
+    full = b.tensor(f"{p}.combine.unpermuted" if g > 1 else f"{p}.combine.out", (t * g, h))
+    b.op(f"{p}.combine.unpermute", "unpermute", layer, {"x": out, "_idx": idx}, {"y": full},
+         flops=float(out.shape[0] * h), tags=MOE)
+    routed = full
+    if g > 1:
+        routed = b.tensor(f"{p}.combine.out", (t, h), comm=True)
+        b.op(f"{p}.combine.reduce_scatter", "comm", layer, {"x": full}, {"y": routed}, kind="collective",
+             stream="ep", tags=MOE)
+    return _with_shared(b, p, routed, x, ln, src, layer, shared_ffn)
+
+
+def _with_shared(b: Builder, p: str, routed: TensorDef, x: TensorDef, ln: TensorDef, src: TensorDef, layer: int,
+                 shared_ffn: int) -> TensorDef:
+    """The routed output plus the shared experts (gated where the model has a gate) on ``ln``."""
+    m = b.model
+    paper = b.table.moe_tokens == "paper"
+    if shared_ffn:
+        shared = shared_experts(b, f"{p}.shared_experts", ln, src, layer, shared_ffn)
         if m.shared_expert_gate and b.table.shared_expert_gate:  # sigmoid(shared_expert_gate(x)) * shared
             g = linear(b, f"{p}.shared_expert_gate", ln, 1, layer, out_name="logits", tags=SHARED)
             gated = b.tensor(f"{p}.shared_expert_gate.out", shared.shape)

@@ -3,7 +3,8 @@
 One function per framework, :data:`ROUTERS` keyed by the profile's name, so the MoE block
 (:func:`timeline.graph.families.moe.forward`) picks one once and never asks which framework runs:
 
-- :func:`megatron_router` — Megatron-Core's ``TopKRouter`` and the alltoall dispatcher's permutation;
+- :func:`megatron_router` — Megatron-Core's ``TopKRouter`` (top-k or sinkhorn) and the alltoall or allgather
+  dispatcher's permutation;
 - :func:`paper_router` — arXiv 2502.07846's convention: bf16 scores and int16 indices;
 - :func:`hf_router` — Hugging Face: fp32 scores and int64 indices, or GPT-OSS's top-k of the logits.
 
@@ -13,6 +14,7 @@ ops, in the same order, as it always did; what each op keeps is the table's busi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from timeline.graph.ir import Builder
@@ -23,6 +25,22 @@ MOE = frozenset({"moe"})
 #: (routing weights, top-k indices, permuted weights, permuted tokens)
 Routed = tuple[TensorDef, TensorDef, TensorDef, TensorDef]
 Router = Callable[[Builder, str, TensorDef, TensorDef, int, int], Routed]
+
+
+def expert_rows(b: Builder) -> int:
+    """Token rows one EP rank's experts receive (before the expert-TP all-gather)."""
+    m, d, tr = b.model, b.dims, b.training
+    k = m.num_experts_per_tok
+    if b.table.moe_tokens == "paper":
+        return d.t_full * k // d.ep
+    tokens = d.t_sp
+    rows = tokens * k
+    if tr.routing == "skew":
+        rows = math.ceil(rows * tr.routing_skew)
+    if tr.capacity_factor > 0:
+        cap_rows = m.n_routed_experts * math.ceil(tr.capacity_factor * tokens * k / m.n_routed_experts)
+        rows = cap_rows if tr.pad_to_capacity else min(rows, cap_rows)
+    return rows
 
 
 def paper_router(b: Builder, p: str, src: TensorDef, logits: TensorDef, layer: int, experts: int) -> Routed:
@@ -106,9 +124,29 @@ def megatron_router(b: Builder, p: str, src: TensorDef, logits: TensorDef, layer
     ``softmax(dtype=fp32)`` of the k values keeps its fp32 result. The probabilities are scattered
     into a dense ``[tokens, E]`` map; ``permute`` keeps the transposed probs and routing map
     (``masked_select``) and the int64 ``sorted_indices`` (``index_select``), which ``unpermute``'s
-    ``scatter_add_`` reuses. Returns (probs, indices, permuted probs, permuted tokens)."""
+    ``scatter_add_`` reuses. The table's ``moe_router = "sinkhorn"`` scores by :func:`_sinkhorn`
+    instead, its ``moe_dispatcher = "allgather"`` permutes by :func:`_allgather_permute`. Returns
+    (probs, indices, permuted probs, permuted tokens)."""
     m = b.model
     t, n, k, h = src.shape[0], m.n_routed_experts, m.num_experts_per_tok, m.hidden_size
+    dt = logits.dtype
+    probs, idx = _sinkhorn(b, p, logits, layer) if b.table.moe_router == "sinkhorn" else _topk(b, p, logits, layer)
+    if b.table.moe_dispatcher == "allgather":
+        return probs, idx, *_allgather_permute(b, p, src, probs, layer, experts)
+    permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
+    pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), dt)
+    b.op(f"{p}.dispatch.permute", "permute", layer, {"x": src, "probs": probs, "_idx": idx},
+         {"y": permuted, "probs": pprobs},
+         extras={"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (t * k,), "int64"),
+                 "probs_t": b.tensor(f"{p}.dispatch.probs_t", (n, t), dt),
+                 "routing_map_t": b.tensor(f"{p}.dispatch.routing_map_t", (n, t), "bool")}, tags=MOE)
+    return probs, idx, pprobs, permuted
+
+
+def _topk(b: Builder, p: str, logits: TensorDef, layer: int) -> tuple[TensorDef, TensorDef]:
+    """Megatron-Core's ``topk_routing_with_score_function`` (unfused): (dense probs ``[t, E]``, indices)."""
+    m = b.model
+    t, n, k = logits.shape[0], m.n_routed_experts, m.num_experts_per_tok
     dt = logits.dtype
     scores = b.tensor(f"{p}.router.scores", (t, n), dt)
     sigmoid = m.router_bias
@@ -125,14 +163,54 @@ def megatron_router(b: Builder, p: str, src: TensorDef, logits: TensorDef, layer
                   "raw_weights": b.tensor(f"{p}.router.topk_raw_weights", (t, k), dt)}
     b.op(f"{p}.router.topk", "topk" if sigmoid else "topk_softmax", layer, {"x": scores},
          {"probs": probs, "idx": idx}, extras=extras, flops=float(t * n), tags=MOE)
-    permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
-    pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), dt)
-    b.op(f"{p}.dispatch.permute", "permute", layer, {"x": src, "probs": probs, "_idx": idx},
+    return probs, idx
+
+
+def _sinkhorn(b: Builder, p: str, logits: TensorDef, layer: int) -> tuple[TensorDef, TensorDef]:
+    """Megatron-Core's ``TopKRouter.sinkhorn_load_balancing`` in training (MC transformer/moe/router.py):
+    the fp32 ``sinkhorn`` and its top-k run under ``no_grad``; the activation of every expert's logit
+    (sigmoid for top-1, else fp32 softmax cast back) times the bool top-k map gives the dense probs.
+    Returns (probs ``[t, E]``, the bool routing map ``[t, E]``)."""
+    m = b.model
+    t, n, k = logits.shape[0], m.n_routed_experts, m.num_experts_per_tok
+    dt = logits.dtype
+    act = b.tensor(f"{p}.router.scores", (t, n), dt)
+    if k == 1:
+        b.op(f"{p}.router.score", "sinkhorn_sigmoid", layer, {"x": logits}, {"y": act}, flops=4.0 * t * n, tags=MOE)
+    else:
+        b.op(f"{p}.router.score", "router_score", layer, {"x": logits}, {"y": act},
+             extras={"scores": b.tensor(f"{p}.router.scores_saved", (t, n), "fp32")}, flops=4.0 * t * n, tags=MOE)
+    probs = b.tensor(f"{p}.router.probs", (t, n), dt)
+    routing_map = b.tensor(f"{p}.router.routing_map", (t, n), "bool")
+    b.op(f"{p}.router.topk", "sinkhorn_mask", layer, {"x": act}, {"probs": probs, "idx": routing_map},
+         flops=float(t * n), tags=MOE)
+    return probs, routing_map
+
+
+def _allgather_permute(b: Builder, p: str, src: TensorDef, probs: TensorDef, layer: int,
+                       experts: int) -> tuple[TensorDef, TensorDef]:
+    """``MoEAllGatherTokenDispatcher`` (MC transformer/moe/token_dispatcher.py): ``token_dispatch``
+    all-gathers the routing map, the probs ``[t·g, E]`` and the tokens over expert-TP × EP (``g``
+    ranks; the tokens into the GlobalMemoryBuffer, a persistent workspace, so no tensor here), and
+    ``dispatch_postprocess`` permutes the rows of the ``experts`` local experts out of them:
+    (permuted probs, permuted tokens ``[expert_rows·etp, h]``)."""
+    d, m = b.dims, b.model
+    t, n, h = src.shape[0], m.n_routed_experts, m.hidden_size
+    g = d.etp * d.ep
+    gathered = probs
+    if g > 1:
+        gathered = b.tensor(f"{p}.dispatch.gathered_probs", (t * g, n), probs.dtype, comm=True)
+        b.op(f"{p}.dispatch.all_gather", "comm", layer, {"x": probs, "tokens": src}, {"y": gathered},
+             kind="collective", stream="ep", tags=MOE)
+    rows = expert_rows(b) * d.etp
+    permuted = b.tensor(f"{p}.dispatch.permuted", (rows, h))
+    pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (rows,), probs.dtype)
+    b.op(f"{p}.dispatch.permute", "allgather_permute", layer, {"x": src, "probs": gathered},
          {"y": permuted, "probs": pprobs},
-         extras={"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (t * k,), "int64"),
-                 "probs_t": b.tensor(f"{p}.dispatch.probs_t", (n, t), dt),
-                 "routing_map_t": b.tensor(f"{p}.dispatch.routing_map_t", (n, t), "bool")}, tags=MOE)
-    return probs, idx, pprobs, permuted
+         extras={"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (rows,), "int64"),
+                 "probs_t": b.tensor(f"{p}.dispatch.probs_t", (experts, t * g), probs.dtype),
+                 "routing_map_t": b.tensor(f"{p}.dispatch.routing_map_t", (experts, t * g), "bool")}, tags=MOE)
+    return pprobs, permuted
 
 
 ROUTERS: dict[str, Router] = {"megatron": megatron_router, "paper": paper_router, "hf": hf_router}
