@@ -1,0 +1,88 @@
+"""``megatron`` profile, MoE as ``[framework]`` configures it: the allgather token dispatcher
+(``moe_token_dispatcher = "allgather"``, MoEAllGatherTokenDispatcher) and the sinkhorn router
+(``moe_router_load_balancing = "sinkhorn"``, TopKRouter.sinkhorn_load_balancing) keep exactly the
+tensors Megatron-Core 0.14's autograd saves, at their exact bytes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sources import forward_ops_of, template_of
+
+from timeline.io.runfile import load_run
+
+# the shipped run (not via conftest: other test folders have a conftest module too)
+SHIPPED = Path(__file__).resolve().parents[2] / "schedules" / "deepseek-v3-pp16-tp2-ep8.toml"
+MEGATRON = ['model.profile="megatron"']
+ALLGATHER = 'framework.moe_token_dispatcher="allgather"'
+SINKHORN = 'framework.moe_router_load_balancing="sinkhorn"'
+P = "layers.4.mlp"
+T, H, E, K, EP, TP = 4096 // 2, 7168, 256, 8, 8, 2  # b = 1, s = 4096, SP over tp = 2; etp = 1
+LOCAL = E // EP
+
+
+def saved_bytes(*overrides: str) -> dict[str, tuple[tuple[int, ...], str, int]]:
+    run = load_run(SHIPPED, [*MEGATRON, *overrides])
+    return {st.tensor.name: (st.tensor.shape, st.tensor.dtype, st.tensor.size_bytes)
+            for st in template_of(run, 1).saved if st.layer == 4 and st.tensor.name.startswith(P)}
+
+
+def ops(*overrides: str) -> dict:
+    return {o.name: o for o in forward_ops_of(load_run(SHIPPED, [*MEGATRON, *overrides]), 1)}
+
+
+def test_allgather_dispatcher_saves_the_local_permutation():
+    got = saved_bytes(ALLGATHER)
+    gathered, rows = T * EP, T * K  # t·etp·ep gathered tokens; balanced: t·k rows for the local experts
+    assert got[f"{P}.dispatch.sorted_idx"] == ((rows,), "int64", 8 * rows)
+    assert got[f"{P}.dispatch.probs_t"] == ((LOCAL, gathered), "bf16", 2 * LOCAL * gathered)
+    assert got[f"{P}.dispatch.routing_map_t"] == ((LOCAL, gathered), "bool", LOCAL * gathered)
+    assert got[f"{P}.experts.linear_fc1.out"][0][0] == rows
+    # no all-to-all, no sort_chunks copy: the experts read the permuted rows themselves
+    assert f"{P}.dispatch.received" not in got and f"{P}.dispatch.permuted" in got
+    assert {n for n in got if ".dispatch." in n} == {f"{P}.dispatch.sorted_idx", f"{P}.dispatch.probs_t",
+                                                      f"{P}.dispatch.routing_map_t", f"{P}.dispatch.permuted",
+                                                      f"{P}.dispatch.permuted_probs"}
+
+
+def test_allgather_dispatcher_ops():
+    o = ops(ALLGATHER)
+    assert f"{P}.dispatch.all_to_all" not in o and f"{P}.combine.all_to_all" not in o
+    assert o[f"{P}.dispatch.all_gather"].outputs["y"].shape == (T * EP, E)  # the probs; tokens: GlobalMemoryBuffer
+    assert o[f"{P}.combine.unpermute"].outputs["y"].shape == (T * EP, H)  # every gathered row, then
+    assert o[f"{P}.combine.reduce_scatter"].outputs["y"].shape == (T, H)  # reduce-scattered over etp·ep
+
+
+def test_sinkhorn_router_saves_activation_and_map():
+    got = saved_bytes(SINKHORN)
+    # top-k > 1: torch.softmax(logits, dtype=fp32) keeps its fp32 result; logits * map keeps the bool map
+    assert got[f"{P}.router.scores_saved"] == ((T, E), "fp32", 4 * T * E)
+    assert got[f"{P}.router.routing_map"] == ((T, E), "bool", T * E)
+    assert not {f"{P}.router.topk_idx", f"{P}.router.topk_raw_weights", f"{P}.router.topk_denominator"} & set(got)
+
+
+def test_sinkhorn_top1_keeps_the_sigmoid_output():
+    got = saved_bytes(SINKHORN, "model.num_experts_per_tok=1")
+    assert got[f"{P}.router.scores"] == ((T, E), "bf16", 2 * T * E)
+    assert got[f"{P}.router.routing_map"] == ((T, E), "bool", T * E)
+    assert f"{P}.router.scores_saved" not in got
+
+
+def test_defaults_keep_the_alltoall_topk_path():
+    got = saved_bytes()
+    assert f"{P}.dispatch.received" in got and f"{P}.router.topk_idx" in got
+    assert got[f"{P}.dispatch.probs_t"][0] == (E, T)
+
+
+def test_selective_moe_recomputes_the_allgather_path():
+    from dataclasses import replace
+
+    from timeline.spec.recompute import parse_recompute
+
+    run = load_run(SHIPPED, [*MEGATRON, ALLGATHER, SINKHORN])
+    base = {st.tensor.name for st in template_of(run, 1).saved if st.layer == 4}
+    rc = replace(run, recompute=parse_recompute("selective:moe"))
+    got = {st.tensor.name for st in template_of(rc, 1).saved if st.layer == 4}
+    assert {f"{P}.dispatch.probs_t", f"{P}.dispatch.routing_map_t", f"{P}.dispatch.sorted_idx",
+            f"{P}.router.routing_map", f"{P}.router.scores_saved", f"{P}.experts.linear_fc1.out"} <= base - got
+    assert got <= base
