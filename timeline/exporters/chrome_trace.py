@@ -147,8 +147,8 @@ def device_lines(tl: Timeline, d: int, max_samples: int = 0) -> list[str]:
             _lookup(st, lambda v: f',"stage":{v}' if v >= 0 else ""),
             allocated[idx].tolist(), extra, strict=True))
     c = counters(tl, d, max_samples)
-    cols = [(c.values[k] / GIB).tolist() for k in c.keys]  # exact: a power-of-two divisor
-    vals = ",".join(f'"{k} ({UNIT})":%r' for k in c.keys)
+    cols = [_gib_texts(c.values[k]) for k in c.keys]
+    vals = ",".join(f'"{k} ({UNIT})":%s' for k in c.keys)
     if len(c.t_ns) and c.t_ns.min() < 0:
         times = [fmt_us(t) for t in c.t_ns.tolist()]
         tmpl = f'{{"ph":"C","pid":{pid},"tid":1,"name":"{COUNTER_NAME}","ts":%s,"args":{{{vals}}}}}'
@@ -161,6 +161,15 @@ def device_lines(tl: Timeline, d: int, max_samples: int = 0) -> list[str]:
         lines.append(f'{{"ph":"i","s":"t","pid":{pid},"tid":{marks_tid},"ts":{fmt_us(inst.t_ns)},'
                      f'"name":{_s(inst.name)},"args":{{{args}}}}}')
     return lines
+
+
+def _gib_texts(values: np.ndarray) -> list[str]:
+    """Each byte count as GiB in shortest round-trip form (exact: a power-of-two divisor), formatted
+    once per distinct value — a column repeats few values (2.9 M samples, 93 k distinct on the
+    shipped run)."""
+    distinct, index = np.unique(values, return_inverse=True)
+    texts = [repr(v) for v in (distinct / GIB).tolist()]
+    return [texts[i] for i in index.tolist()]
 
 
 def _slices_slow(tl: Timeline, d: int, pid: int, th: Thread, idx: np.ndarray, start: np.ndarray,
