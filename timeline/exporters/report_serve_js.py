@@ -54,7 +54,7 @@ function chart(box, t, spec){
         v.toLocaleString(undefined, {maximumFractionDigits: spec.ymax < 10 ? 1 : 0});
       el('text', {x: x(tv), y: H - 8, 'text-anchor': 'middle', 'font-size': 10}, svg).textContent =
         tv.toLocaleString(undefined, {maximumFractionDigits: 0}) + (k === 4 ? ' ms' : ''); }
-    el('text', {x: 4, y: T + 10, 'font-size': 10}, svg).textContent = spec.unit;
+    el('text', {x: L + 4, y: T + 12, 'font-size': 10}, svg).textContent = spec.unit;
     let drag = null; const sel = el('rect', {y: T, height: H - T - B, fill: '#06c', opacity: 0.15, width: 0}, svg);
     const at = (ev) => ev.clientX - svg.getBoundingClientRect().left;
     svg.addEventListener('mousedown', (ev) => { drag = at(ev); sel.setAttribute('x', drag); });
@@ -72,20 +72,19 @@ function legend(box, items){ const lg = box.appendChild(h('div', '', 'legend'));
     s.appendChild(document.createTextNode(name)); } }
 
 function budget(root, devices){
-  root.appendChild(h('h2', 'engine budget per device' + (devices.length > 1 ? ' (one row per pipeline stage)' : '') + ' (GiB)'));
-  const cols = [['device', r => r.device], ['stage', r => r.pp_stage === undefined ? '-' : r.pp_stage],
-    ['layers', r => r.layers ? r.layers.join('–') : '-', 1], ['×', r => r.represents],
-    ['capacity', r => gib(r.capacity_bytes)], ['requested', r => gib(r.budget.requested_bytes)],
-    ['weights', r => gib(r.budget.weights_bytes)], ['non-torch', r => gib(r.budget.non_torch_bytes)],
-    ['activation peak', r => gib(r.budget.activation_peak_bytes)],
-    ['CUDA graphs', r => gib(r.budget.cuda_graph_bytes) + (r.budget.cuda_graph_subtracted ? '' : '*')],
-    ['KV pool', r => gib(r.kv_pool_bytes)], ['blocks', r => num(r.num_kv_blocks)], ['block size', r => r.block_size],
-    ['KV B/token', r => num(r.kv_bytes_per_token)], ['pool tokens', r => num(r.kv_pool_tokens)],
-    ['max concurrency', r => num(r.max_concurrency_at_max_model_len)], ['longest context', r => num(r.longest_context_tokens)],
-    ['max blocks used', r => num(r.max_kv_blocks_used)], ['peak alloc', r => gib(r.peak_allocated_bytes)],
-    ['peak reserved', r => gib(r.peak_reserved_bytes)], ['at (ms)', r => msf(r.peak_time_us / 1e3)],
-    ['failure', r => r.failure || '', 1]];
-  table(root.appendChild(h('div')), cols, devices);
+  root.appendChild(h('h2', 'engine budget' + (devices.length > 1 ? ' per pipeline stage' : '')));
+  const fields = [['stage', r => r.pp_stage === undefined ? '-' : r.pp_stage], ['layers', r => r.layers ? r.layers.join('–') : '-'],
+    ['devices alike (×)', r => r.represents], ['capacity GiB', r => gib(r.capacity_bytes)],
+    ['requested GiB', r => gib(r.budget.requested_bytes)], ['weights GiB', r => gib(r.budget.weights_bytes)],
+    ['non-torch GiB', r => gib(r.budget.non_torch_bytes)], ['activation peak GiB', r => gib(r.budget.activation_peak_bytes)],
+    ['CUDA graphs GiB', r => gib(r.budget.cuda_graph_bytes) + (r.budget.cuda_graph_subtracted ? '' : ' *')],
+    ['KV pool GiB', r => gib(r.kv_pool_bytes)], ['KV blocks', r => num(r.num_kv_blocks)], ['block size (tokens)', r => r.block_size],
+    ['KV bytes / token', r => `${num(r.kv_bytes_per_token)} (${r.kv_layers} layers)`], ['pool tokens', r => num(r.kv_pool_tokens)],
+    ['max concurrency at max_model_len', r => num(r.max_concurrency_at_max_model_len)],
+    ['longest context (tokens)', r => num(r.longest_context_tokens)], ['most blocks used', r => num(r.max_kv_blocks_used)],
+    ['peak allocated GiB', r => gib(r.peak_allocated_bytes)], ['peak reserved GiB', r => gib(r.peak_reserved_bytes)],
+    ['peak at (ms)', r => msf(r.peak_time_us / 1e3)], ['failure', r => r.failure || '-']];
+  table(root.appendChild(h('div')), [['', f => f[0], 1], ...devices.map(d => [`device ${d.device}`, f => String(f[1](d))])], fields);
   root.appendChild(h('div', '* CUDA-graph pool not subtracted by the engine', 'muted'));
   for (const d of devices){ const kg = d.kv_cache_groups; if (!kg) continue;
     root.appendChild(h('h2', `KV cache groups, device ${d.device}: ${kg.num_tensors} tensors of ${gib(kg.tensor_bytes)} GiB, page ${num(kg.page_bytes)} B, block ${num(kg.block_bytes)} B`));
