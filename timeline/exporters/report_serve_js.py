@@ -120,7 +120,8 @@ function requests(root){ const r = D.requests; root.appendChild(h('h2', 'request
   if (why.length) table(root.appendChild(h('div')), [['rejected because', x => x[0], 1], ['requests', x => num(x[1])]], why);
 }
 
-function timelines(root){ const d = D.devices.find(x => x.series); if (!d){ root.appendChild(h('p', 'no memory.parquet in this folder', 'muted')); return; }
+function timelines(root){ const d = D.devices.find(x => x.series); if (!d){
+  root.appendChild(h('p', 'no engine steps to draw (no memory.parquet in this folder, or no step ran)', 'muted')); return; }
   const s = d.series, t = s.t_us.map(v => v / 1e3), G = (a) => a.map(v => v / 2**30);
   root.appendChild(h('h2', `memory over time, device ${d.device} (per engine step; drag to zoom, double-click to reset)`));
   legend(root, [...PARTS.map(p => [p[1], p[2]]), ['allocated', '#000'], ['reserved', '#c44e52'], ['capacity', 'red', 1]]);
