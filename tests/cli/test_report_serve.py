@@ -46,6 +46,12 @@ def files(folder: Path) -> tuple[dict, dict, dict]:
     return summary, mem, req
 
 
+def run_stub(page: Path) -> dict:
+    proc = subprocess.run(["node", str(STUB), str(page)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
 def pct(values: np.ndarray, q: float) -> float:
     return round(float(np.percentile(values / 1e3, q)), 3)
 
@@ -89,10 +95,7 @@ def test_serve_page_embeds_the_folders_numbers(tmp_path, capsys, run):
         assert r["tpot_ms"][f"p{q}"] == summary["requests"]["tpot_ms"][f"p{q}"]
     assert r["makespan_us"] == summary["requests"]["makespan_us"]
     if shutil.which("node"):
-        proc = subprocess.run(["node", str(STUB), str(folder / "report.html")], capture_output=True, text=True,
-                              timeout=60)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        drawn = json.loads(proc.stdout)
+        drawn = run_stub(folder / "report.html")
         assert drawn["svg"] == 3 and drawn["polygon"] >= 3 and drawn["title"] == doc["title"]
     assert "wrote" in capsys.readouterr().out
 
@@ -115,6 +118,18 @@ def test_pipeline_stages_and_rejections(tmp_path, capsys):
             reasons[why] = reasons.get(why, 0) + 1
     assert doc["requests"]["rejections"] == reasons and doc["requests"]["rejected"] == summary["requests"]["rejected"]
     assert 0 < sum(reasons.values()) == summary["requests"]["rejected"] < summary["requests"]["total"]
+    if shutil.which("node"):
+        assert run_stub(folder / "report.html")["svg"] == 3
+
+
+def test_a_run_that_rejects_every_request_still_draws(tmp_path, capsys):
+    folder = serve_folder(tmp_path / "none", LLAMA, "--set", "serving.load.num_requests=3",
+                          "--set", "serving.max_model_len=1100")  # 1,024 + 128 tokens never fit
+    doc = report(folder)
+    assert doc["requests"]["rejected"] == doc["requests"]["total"] == 3 and doc["requests"]["finished"] == 0
+    assert doc["requests"]["ttft_ms"]["p50"] is None and doc["requests"]["makespan_us"] == 0.0
+    if shutil.which("node"):
+        assert run_stub(folder / "report.html")["tr"] > 20  # the tables, no step to chart
 
 
 def test_thinned_steps_keep_the_files_rows_and_the_peak(tmp_path, capsys):

@@ -52,7 +52,7 @@ function chart(box, t, spec){
     for (let k = 0; k <= 4; k++){ const v = spec.ymax * k / 4, tv = v0 + (v1 - v0) * k / 4;
       el('text', {x: L - 4, y: y(v) + 4, 'text-anchor': 'end', 'font-size': 10}, svg).textContent =
         v.toLocaleString(undefined, {maximumFractionDigits: spec.ymax < 10 ? 1 : 0});
-      el('text', {x: x(tv), y: H - 8, 'text-anchor': 'middle', 'font-size': 10}, svg).textContent =
+      el('text', {x: x(tv), y: H - 8, 'text-anchor': k === 4 ? 'end' : 'middle', 'font-size': 10}, svg).textContent =
         tv.toLocaleString(undefined, {maximumFractionDigits: 0}) + (k === 4 ? ' ms' : ''); }
     el('text', {x: L + 4, y: T + 12, 'font-size': 10}, svg).textContent = spec.unit;
     let drag = null; const sel = el('rect', {y: T, height: H - T - B, fill: '#06c', opacity: 0.15, width: 0}, svg);
@@ -73,7 +73,7 @@ function legend(box, items){ const lg = box.appendChild(h('div', '', 'legend'));
 
 function budget(root, devices){
   root.appendChild(h('h2', 'engine budget' + (devices.length > 1 ? ' per pipeline stage' : '')));
-  const fields = [['stage', r => r.pp_stage === undefined ? '-' : r.pp_stage], ['layers', r => r.layers ? r.layers.join('–') : '-'],
+  const fields = [['stage', r => r.pp_stage === undefined ? '-' : r.pp_stage], ['layers', r => r.layers ? `${r.layers[0]}–${r.layers[1] - 1}` : '-'],
     ['devices alike (×)', r => r.represents], ['capacity GiB', r => gib(r.capacity_bytes)],
     ['requested GiB', r => gib(r.budget.requested_bytes)], ['weights GiB', r => gib(r.budget.weights_bytes)],
     ['non-torch GiB', r => gib(r.budget.non_torch_bytes)], ['activation peak GiB', r => gib(r.budget.activation_peak_bytes)],
@@ -116,8 +116,13 @@ function requests(root){ const r = D.requests; root.appendChild(h('h2', 'request
     ['prompt / output tokens', `${num(r.prompt_tokens)} / ${num(r.output_tokens)}`], ['makespan (ms)', msf(r.makespan_us / 1e3)]]);
   table(root.appendChild(h('div')), [['latency (ms)', x => x[0], 1], ['p50', x => msf(x[1].p50)], ['p90', x => msf(x[1].p90)],
     ['p99', x => msf(x[1].p99)], ['mean', x => msf(x[1].mean)], ['max', x => msf(x[1].max)]], [['TTFT', r.ttft_ms], ['TPOT', r.tpot_ms]]);
-  const why = Object.entries(r.rejections || {});
-  if (why.length) table(root.appendChild(h('div')), [['rejected because', x => x[0], 1], ['requests', x => num(x[1])]], why);
+  const why = Object.entries(r.rejections || {}), kinds = {};  // one row per reason, its own number elided
+  for (const [k, n] of why){ const g = k.replace(/\d[\d,]*/, '…'); kinds[g] = (kinds[g] || 0) + n; }
+  if (why.length) table(root.appendChild(h('div')), [['rejected because', x => x[0], 1], ['requests', x => num(x[1])]],
+    Object.entries(kinds));
+  if (why.length > Object.keys(kinds).length){ const det = root.appendChild(h('details'));
+    det.appendChild(h('summary', `every rejection reason (${why.length})`));
+    table(det.appendChild(h('div')), [['reason', x => x[0], 1], ['requests', x => num(x[1])]], why); }
 }
 
 function timelines(root){ const d = D.devices.find(x => x.series); if (!d){
