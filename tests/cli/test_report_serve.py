@@ -183,3 +183,15 @@ def test_serve_report_opens_in_headless_chromium_without_errors(tmp_path, capsys
     result = json.loads(proc.stdout)
     assert result["errors"] == [] and result["load_ms"] < 5000 and result["svgs"] == 3 and result["rows"] >= 20
     assert (tmp_path / "shot.png").stat().st_size > 10_000
+
+
+def test_a_summary_only_folder_has_the_budget_and_no_charts(tmp_path, capsys):
+    folder = tmp_path / "sum"
+    assert main(["serve", str(LLAMA), "-o", str(folder), "--format", "summary",
+                 "--set", "serving.load.num_requests=3"]) == 0
+    doc = report(folder)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert doc["devices"][0]["series"] is None and doc["requests"] is None
+    assert doc["devices"][0]["budget"] == summary["devices"][0]["budget"]
+    if shutil.which("node"):
+        assert run_stub(folder / "report.html")["svg"] == 0

@@ -27,10 +27,10 @@ DESCRIPTION = """\
 Write DIR/report.html (or -o FILE.html): the run's settings, the per-device table, memory over
 time per device (categories stacked, reserved and capacity lines, iteration boundaries, the peak;
 drag to zoom, double-click to reset), the breakdown and largest tensors at each device's peak,
-and the schedule; for a `compare -o` folder, the variants side by side on the same axes; for a `serve` folder, the serving settings and the
-engine's budget, memory over time by part, KV blocks used vs the pool, requests running /
-waiting / preempted, and the request latencies. The page's script and data are inline: it
-needs no network.
+and the schedule; for a `compare -o` folder, the variants side by side on the same axes; for a
+`serve` folder, the serving settings and the engine's budget, memory over time by part, KV
+blocks used vs the pool, requests running / waiting / preempted, and the request latencies.
+The page's script and data are inline: it needs no network.
 
 examples:
   timeline simulate schedules/deepseek-v3-pp16-tp2-ep8.toml && timeline report runs/deepseek-v3-pp16-tp2-ep8
