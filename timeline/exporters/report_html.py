@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from timeline.exporters.report_js import SCRIPT, STYLE
+from timeline.exporters.report_serve_js import SERVE_SCRIPT
 
 FILENAME = "report.html"
 _DATA_OPEN = '<script type="application/json" id="timeline-data">'
@@ -27,9 +28,10 @@ def _json_for_script(doc: Mapping[str, Any]) -> str:
 def render(doc: Mapping[str, Any]) -> str:
     """The page for ``doc``."""
     title = html.escape(str(doc.get("title", "timeline report")))
+    script = SERVE_SCRIPT if doc.get("kind") == "serve" else SCRIPT  # a serving run's page draws its own views
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{title}</title><style>{STYLE}</style></head>\n<body><div id=\"report\"></div>\n"
-            f"{_DATA_OPEN}{_json_for_script(doc)}</script>\n<script>{SCRIPT}</script>\n</body></html>\n")
+            f"{_DATA_OPEN}{_json_for_script(doc)}</script>\n<script>{script}</script>\n</body></html>\n")
 
 
 def embedded_data(page: str) -> dict[str, Any]:
