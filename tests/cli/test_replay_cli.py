@@ -116,3 +116,18 @@ def test_unlimited_split_and_rounding_override(tmp_path, capsys):
     settings = json.loads(capsys.readouterr().out)["devices"][0]["allocator_settings"]
     assert settings["max_split_size"] == -1 and settings["max_non_split_rounding_size"] == 0
     assert settings["roundup_power2_divisions"]["1"] == 2 and settings["roundup_power2_divisions"]["2"] == 4
+
+
+def test_replaying_an_over_capacity_run_counts_each_oom_once(tmp_path, capsys):
+    """A timeline snapshot goes on past capacity: each OOM is an ``oom`` entry followed by the same
+    request's ``alloc``; the replay counts it once, as the simulation did."""
+    run = Path(__file__).parents[2] / "schedules" / "llama3-8b-csv.toml"
+    out = tmp_path / "out"
+    assert main(["simulate", str(run), "-o", str(out), "--capacity", "30GiB", "--format", "summary,snapshot",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    ooms = [d["num_ooms"] for d in json.loads((out / "summary.json").read_text())["devices"]]
+    assert ooms == [95, 0, 0, 0]
+    assert main(["replay", str(out / "snapshot.pickle"), "--json"]) == 0
+    devices = json.loads(capsys.readouterr().out)["devices"]
+    assert [(d["ooms_real"], d["ooms_model"], d["oom_matches"]) for d in devices] == [(n, n, n) for n in ooms]

@@ -171,6 +171,7 @@ def replay_device(device: int, segments: Sequence[Mapping[str, Any]], trace: Seq
     real_reserved = peak_real = start.reserved_bytes
     grows: list[tuple[str, int, int]] = []  # real segment_alloc/map entries since the last alloc
     expected_release: list[tuple[int, int]] | None = None  # an OOM retry's release, left to the model
+    after_oom: tuple[int, int] | None = None  # (size, stream) of the last oom entry, until the next alloc
     n, i = len(trace), 0
     while i < n:
         entry = trace[i]
@@ -221,8 +222,9 @@ def replay_device(device: int, segments: Sequence[Mapping[str, Any]], trace: Seq
                 model_release = [(a, s) for act, a, s, _ in events if act in _RELEASES]
                 result.release_run_matches += sorted(model_release) == sorted(expected_release)
                 expected_release = None
-            if model.last_oom:
-                result.ooms_model += 1
+            if model.last_oom and after_oom != (size, stream):
+                result.ooms_model += 1  # (an alloc right after its own oom entry is that request, counted there)
+            after_oom = None
             grows.clear()
             borrowed.clear()
             addr_map[addr] = got_addr
@@ -240,6 +242,8 @@ def replay_device(device: int, segments: Sequence[Mapping[str, Any]], trace: Seq
                                    model.reserved_bytes, ""))
         elif action == "oom":
             result.ooms_real += 1
+            # a timeline snapshot goes on past capacity: the request's alloc entry follows its oom entry
+            after_oom = (int(entry.get("size", 0)), int(entry.get("stream", 0)))
             events.clear()
             got = model.try_malloc(int(entry.get("size", 0)), int(entry.get("stream", 0)))
             if got is None:
