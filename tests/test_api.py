@@ -53,4 +53,3 @@ def test_simulate_matches_the_command_line(tmp_path):
         pk = tl.peak(d)
         assert (pk.requested_bytes, pk.allocated_bytes, pk.reserved_bytes) == (
             dev["peak_requested_bytes"], dev["peak_allocated_bytes"], dev["peak_reserved_bytes"])
-    assert summary["devices"][0]["peak_reserved_bytes"] == 39550189568

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["load_run", "simulate"]
 
 
-def load_run(path: str | Path, overrides: Mapping[str, Any] | Sequence[str] = {}) -> RunSpec:  # noqa: B006
+def load_run(path: str | Path, overrides: Mapping[str, Any] | Sequence[str] = ()) -> RunSpec:
     """The validated run of a run file (TOML), with ``overrides`` — ``{"parallel.tp": 4}`` or
     ``["parallel.tp=4"]`` as ``--set`` takes them — applied first. Raises
     :class:`timeline.errors.SpecError` naming every bad field."""

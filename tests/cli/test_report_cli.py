@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from browser_check import no_browser, open_page
 
 from timeline.cli import main
 from timeline.exporters.report_html import embedded_data
@@ -144,26 +145,16 @@ def test_page_script_runs_without_errors(tmp_path, capsys):
     assert drawn["svg"] == 2 and drawn["polygon"] >= 3 and drawn["rect"] > 10  # chart + schedule bars
 
 
-BROWSER_SCRIPT = ROOT / "tools" / "browser" / "report_screenshot.js"
 
 
-def _no_browser() -> str | None:
-    if not shutil.which("node") or not shutil.which("chromium"):
-        return "needs node and chromium (apt-get install chromium)"
-    if not (BROWSER_SCRIPT.parent / "node_modules" / "playwright-core").is_dir():
-        return f"needs playwright-core: npm ci in {BROWSER_SCRIPT.parent}"
-    return None
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(_no_browser() is not None, reason=str(_no_browser()))
+@pytest.mark.skipif(no_browser() is not None, reason=str(no_browser()))
 def test_report_opens_in_headless_chromium_without_errors(tmp_path, write_run, capsys, monkeypatch):
     out = tmp_path / "ship"
     assert main(["simulate", str(SHIPPED), "-o", str(out), "--no-progress", "--format", "summary,memory,ops"]) == 0
     report(out)
-    proc = subprocess.run(["node", str(BROWSER_SCRIPT), str(out / "report.html"), str(tmp_path / "shot.png")],
-                          capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(proc.stdout)
+    result = open_page(out / "report.html", tmp_path / "shot.png")
     assert result["errors"] == [] and result["load_ms"] < 5000 and result["svgs"] == 2 and result["rows"] >= 16
     assert (tmp_path / "shot.png").stat().st_size > 10_000

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from browser_check import no_browser, open_page
 
 from timeline.cli import main
 from timeline.exporters.report_html import embedded_data
@@ -21,7 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 LLAMA = ROOT / "schedules" / "llama3.1-8b-h100-serve.toml"
 GPT_OSS = ROOT / "schedules" / "gpt-oss-20b-h100-serve.toml"
 STUB = Path(__file__).with_name("report_dom_stub.js")
-BROWSER_SCRIPT = ROOT / "tools" / "browser" / "report_screenshot.js"
 
 
 def serve_folder(out: Path, run: Path, *extra: str) -> Path:
@@ -164,23 +164,14 @@ def test_folders_report_does_not_read(tmp_path, capsys):
     assert err.startswith("error: ") and "no summary.json" in err and len(err.splitlines()) == 1
 
 
-def _no_browser() -> str | None:
-    if not shutil.which("node") or not shutil.which("chromium"):
-        return "needs node and chromium (apt-get install chromium)"
-    if not (BROWSER_SCRIPT.parent / "node_modules" / "playwright-core").is_dir():
-        return f"needs playwright-core: npm ci in {BROWSER_SCRIPT.parent}"
-    return None
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(_no_browser() is not None, reason=str(_no_browser()))
+@pytest.mark.skipif(no_browser() is not None, reason=str(no_browser()))
 def test_serve_report_opens_in_headless_chromium_without_errors(tmp_path, capsys):
     folder = serve_folder(tmp_path / "srv", GPT_OSS)
     report(folder)
-    proc = subprocess.run(["node", str(BROWSER_SCRIPT), str(folder / "report.html"), str(tmp_path / "shot.png")],
-                          capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(proc.stdout)
+    result = open_page(folder / "report.html", tmp_path / "shot.png")
     assert result["errors"] == [] and result["load_ms"] < 5000 and result["svgs"] == 3 and result["rows"] >= 20
     assert (tmp_path / "shot.png").stat().st_size > 10_000
 

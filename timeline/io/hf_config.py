@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from timeline.errors import UserError
+from timeline.io.text import read_user_text
 from timeline.spec.fields import check_value
 from timeline.spec.model import ALIASES, ModelSpec
 
@@ -188,15 +189,10 @@ def _gpt_oss(cfg: dict[str, Any], values: dict[str, Any], notes: list[str] | Non
 
 def read_hf_config(path: Path, notes: list[str] | None = None) -> ModelSpec:
     """Read ``path`` (a Hugging Face config.json); ``notes`` as in :func:`model_from_hf_dict`."""
+    text = read_user_text(Path(path), "a Hugging Face config.json")
     try:
-        cfg = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file (model.hf_config)") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a folder, expected a config.json") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not a JSON config ({exc})") from None
     if not isinstance(cfg, dict):
         raise UserError(f"{path}: expected a JSON object")
