@@ -15,7 +15,7 @@ def read_user_text(path: Path, expected: str) -> str:
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
     except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, expected {expected}") from None
+        raise UserError(f"{path}: is a folder, expected {expected}") from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a text file, expected {expected}") from None
     except OSError as exc:
