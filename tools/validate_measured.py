@@ -28,6 +28,36 @@ DEFAULT_DATA = ROOT.parent / "shared" / "measured" / "megatron_calibration.json"
 GPU_KINDS = {"H100": "h100", "GB200": "gb200", "A100": "a100", "B200": "b200", "H200": "h200"}
 
 
+#: Megatron-LM's CI "dev" container, as ``docker/.ngc_version.dev`` names it from each commit on
+#: (``git log -- docker/.ngc_version.dev`` in NVIDIA/Megatron-LM), with the PyTorch release line of
+#: the main-branch snapshot that NGC's ``pytorch:YY.MM`` container ships (NGC's release notes:
+#: 25.12 is based on 2.10.0a0+b4e4ee81d3; each container takes main about a month before it ships,
+#: and main is X.Y.0a0 from the X−1 release branch cut on). Only the PyTorch version's effect on the
+#: default cuBLAS workspace of Blackwell GPUs depends on it here (2.12 is the first with 32 MiB there);
+#: the GB200 goldens re-recorded at the 26.04 bump (5fe3f06) show it: the same configurations'
+#: steady-state allocated rose by 47.0 MiB, two workspaces of 32 − 8.125 MiB.
+DEV_CONTAINERS = (  # (from date, commit, container, PyTorch)
+    ("2025-11-05", "eb48e81bd7", "25.09", "2.9"),
+    ("2026-01-14", "82049aa847", "25.11", "2.10"),
+    ("2026-03-05", "f5b2ec0130", "26.02", "2.11"),
+    ("2026-05-07", "5fe3f06658", "26.04", "2.12"),
+    ("2026-07-08", "64bee49c96", "26.06", "2.13"),
+)
+
+
+def pytorch_of(record: dict) -> str | None:
+    """The PyTorch release line of the container the case's memory values were recorded in (None:
+    recorded before ``.ngc_version.dev`` existed, where the run file's default stands; no Blackwell
+    case is that old)."""
+    commit = str(record.get("memory_values_first_commit") or record.get("commit") or "")
+    date = str(record.get("memory_values_first_commit_date") or record.get("commit_date") or "")
+    version = None
+    for since, bump, _container, pytorch in DEV_CONTAINERS:
+        if date > since or commit.startswith(bump):
+            version = pytorch
+    return version
+
+
 def expressible(records: list[dict]) -> list[dict]:
     return [r for r in records if r.get("model_args") and not r.get("expressible_note")]
 
@@ -54,7 +84,7 @@ def predict(record: dict) -> tuple[int, int, dict]:
     margs = from_mapping(record["model_args"], record.get("env"), family=fam,
                          family_source=f"the path test_cases/{fam}/")
     world = int(record["parallel"]["world_size"])
-    conv = convert(margs, world_size=world, gpu=gpu_of(record))
+    conv = convert(margs, world_size=world, gpu=gpu_of(record), pytorch_version=pytorch_of(record))
     text = run_file_text(conv, name=record["name"].replace("/", "-"), source=record["config_file"], world_size=world)
     run = run_from_data(tomllib.loads(text), Path(f"<from-megatron>/{record['name']}.toml"))
     tl = build_timeline(run)

@@ -41,6 +41,16 @@ def test_stdout_without_output(tmp_path, capsys):
     assert 'gpu = "gb200"' in text and 'transformer_engine = "2.3"' in text
 
 
+def test_pytorch_version_is_written_and_checked(tmp_path, capsys):
+    cfg = str(_config(tmp_path))
+    assert main(["from-megatron", cfg, "--world-size", "4", "--gpu", "gb200", "--pytorch-version", "2.11"]) == 0
+    assert 'pytorch = "2.11"' in capsys.readouterr().out
+    assert main(["from-megatron", cfg, "--world-size", "4"]) == 0
+    assert 'pytorch = "2.13"' in capsys.readouterr().out
+    assert main(["from-megatron", cfg, "--world-size", "4", "--pytorch-version", "2"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --pytorch-version '2': expected X.Y or X.Y.Z"
+
+
 def test_bad_input_is_one_error_line_and_nothing_written(tmp_path, capsys):
     out = tmp_path / "job.toml"
     cfg = _config(tmp_path, ARGS | {"fp8-format": "hybrid"})

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(not DATA.exists(), reason=f"{DATA} is absent (th
 
 #: |error| bands reached today (percent), per family of cases with a published world size
 MEDIAN_PCT = 1.0  # issue 11's target
-DENSE_WORST_PCT = 4.65  # issue 11 asks 2 %: the GB200 context-parallel nondeterministic cases are +3.5–4.6 %
+DENSE_WORST_PCT = 2.95  # issue 11 asks 2 %: qk_layernorm test mode on tp4 is −2.9 %
 MOE_WORST_PCT = 3.5  # issue 11 asks 4 %
 
 
@@ -80,3 +80,18 @@ def test_peak_allocated_within_the_bands_reached(rows):
     for r in published:
         band = MOE_WORST_PCT if r["family"].startswith("moe") else DENSE_WORST_PCT
         assert abs(r["error_pct"]) <= band, (r["name"], r["error_pct"])
+
+
+def test_each_case_runs_under_the_pytorch_of_its_container():
+    """The container comes from Megatron-LM's ``docker/.ngc_version.dev`` at the commit whose goldens
+    hold the memory values; the bump to 26.04 (5fe3f06) is where Blackwell's default cuBLAS workspace
+    grew (PyTorch 2.12)."""
+    tool = _tool()
+    by_name = {r["name"]: r for r in _records()}
+    assert tool.pytorch_of(by_name["gpt/gpt3_mcore_te_tp2_pp2_cp2_nondeterministic_1node"]) == "2.11"  # 26.02
+    bumped = by_name["gpt/gpt3_mcore_te_tp2_pp2_cp2_1node"]
+    assert bumped["memory_values_first_commit"].startswith("5fe3f06658") and tool.pytorch_of(bumped) == "2.12"
+    # the same configuration measured in both containers: steady state up by two workspaces' growth,
+    # 2 · (32 − 8.125) MiB = 47.75 MiB, within the 1 MiB other changes of the bump account for
+    grew = bumped["measured"]["allocated_bytes"] - bumped["previous_memory_values"]["alloc_last"][1]
+    assert abs(grew - 2 * (32 * 2**20 - 8_519_680)) < 2**20

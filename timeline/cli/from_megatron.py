@@ -33,6 +33,9 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                         help="GPUs of the job (dp = N / (tp·pp·cp))")
     parser.add_argument("--gpu", default="h100", choices=list(GPUS), help="GPU kind (default h100)")
     parser.add_argument("--te-version", metavar="X.Y", help="Transformer Engine version the job ran (default 2.6)")
+    parser.add_argument("--pytorch-version", metavar="X.Y",
+                        help="PyTorch version the job ran (default 2.13); sizes PyTorch's default cuBLAS "
+                             "workspace, which on Blackwell is 8.125 MiB before 2.12 and 32 MiB from it")
     parser.add_argument("-o", "--output", metavar="RUN.toml", help="write the run file here (default: stdout)")
     parser.add_argument("--force", action="store_true", help="replace RUN.toml if it exists")
     parser.add_argument("--name", help="the run's name (default: the config's folder or file name)")
@@ -53,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     if out is not None and out.exists() and not args.force:
         raise UserError(f"{out} exists; pass --force to replace it")
     margs = read_megatron_config(path)
-    conv = convert(margs, world_size=args.world_size, gpu=args.gpu, te_version=args.te_version)
+    conv = convert(margs, world_size=args.world_size, gpu=args.gpu, te_version=args.te_version,
+                   pytorch_version=args.pytorch_version)
     text = run_file_text(conv, name=args.name or default_name(path), source=str(path), world_size=args.world_size)
     if out is None:
         with tempfile.TemporaryDirectory() as folder:  # what is printed must load as it stands

@@ -10,6 +10,7 @@ but the simulator cannot express is reported by the same key-path messages).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from timeline.errors import UserError
@@ -29,21 +30,23 @@ from timeline.spec.hardware import GPUS
 SECTION_ORDER = ("model", "parallel", "training", "recompute", "schedule", "allocator", "hardware", "framework")
 
 
-def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_version: str | None = None) -> Conversion:
+def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_version: str | None = None,
+            pytorch_version: str | None = None) -> Conversion:
     """The run-file data of the job ``margs`` describes on ``world_size`` GPUs of kind ``gpu``."""
     if world_size < 1:
         raise UserError(f"--world-size must be 1 or more, got {world_size}")
     if gpu not in GPUS:
         raise UserError(f"--gpu {gpu}: unknown; use one of {', '.join(GPUS)}")
-    if te_version is not None and not all(p.isdigit() for p in te_version.split(".")[:2]):
-        raise UserError(f"--te-version {te_version!r}: expected X.Y or X.Y.Z")
+    for flag, version in (("--te-version", te_version), ("--pytorch-version", pytorch_version)):
+        if version is not None and not re.fullmatch(r"\d+\.\d+(\.\d+)?", version):
+            raise UserError(f"{flag} {version!r}: expected X.Y or X.Y.Z")
     a = ArgReader(margs.args)
     refuse_unmodelled(margs, a)
     c = Conversion()
     map_model(a, c)
     dp, _ = map_parallel(a, c, world_size)
     map_training(a, c, dp)
-    framework(a, c, margs.env, gpu=gpu, te_version=te_version)
+    framework(a, c, margs.env, gpu=gpu, te_version=te_version, pytorch_version=pytorch_version)
     given = {k: v for k, v in c.mapped.items() if k in margs.args}
     for name in margs.args:
         if name in a.read or name in given:

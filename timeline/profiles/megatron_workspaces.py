@@ -12,8 +12,13 @@ above its parameters and optimizer states on H100; ~224 MiB with grouped-GEMM ex
 - PyTorch's cuBLAS workspace (``aten/src/ATen/cuda/CublasHandlePool.cpp: getCurrentCUDABlasHandle``
   keeps one workspace per (handle, stream); handles are per thread, so the forward (main thread)
   and the autograd engine's backward thread each get one) of the size ``CUBLAS_WORKSPACE_CONFIG``
-  gives (``:SIZE_KiB:COUNT`` pairs, Σ SIZE·COUNT KiB; ``getChosenWorkspaceSize``'s default is
-  ``:4096:8`` = 32 MiB on sm ≥ 90, ``:4096:2:16:8`` below). Torch GEMMs run where Megatron calls
+  gives (``:SIZE_KiB:COUNT`` pairs, Σ SIZE·COUNT KiB). Without it ``parseChosenWorkspaceSize``
+  defaults to ``:4096:8`` = 32 MiB on some architectures and ``:4096:2:16:8`` = 8.125 MiB on the
+  rest, and which ones changed with the PyTorch version (``[framework] pytorch``): up to 2.11
+  only compute capability 9.0 gets 32 MiB (``major == 9 && minor == 0``); pytorch/pytorch#175344
+  (merged 2026-02-19, after the 2.11 release branch cut of 2026-02-16…19, so from 2.12) adds
+  majors 10 and 12 (Blackwell), and #189312 (merged 2026-07-10, after the 2.13 cut, so from 2.14)
+  major 11. Torch GEMMs run where Megatron calls
   ``torch.matmul`` itself: the output layer (``tensor_parallel/layers.py:
   LinearWithGradAccumulationAndAsyncCommunication``) on the stage holding the head, the MoE router
   (``moe/moe_utils.py: RouterGatingLinearFunction``), and every linear of ``--transformer-impl local``.
@@ -91,9 +96,21 @@ def te_workspace_bytes(sm: int, te_version: str = "2.6") -> int:
     return 33_554_432 + (1024 if version_tuple(te_version) >= (2, 9) else 0)
 
 
-def torch_workspace_bytes(config: str, sm: int) -> int:
-    """Bytes of one PyTorch cuBLAS workspace under ``CUBLAS_WORKSPACE_CONFIG`` (``''`` = default)."""
-    text = config or (":4096:8" if sm >= 90 else ":4096:2:16:8")
+def torch_uses_32mib_default(sm: int, pytorch: str) -> bool:
+    """Whether PyTorch ``pytorch``'s default cuBLAS workspace is 32 MiB on compute capability ``sm``
+    (``parseChosenWorkspaceSize``: 9.0 always; majors 10 and 12 from 2.12; major 11 from 2.14)."""
+    major, version = sm // 10, version_tuple(pytorch)
+    if sm == 90:
+        return True
+    if major in (10, 12):
+        return version >= (2, 12)
+    return major == 11 and version >= (2, 14)
+
+
+def torch_workspace_bytes(config: str, sm: int, pytorch: str = "2.13") -> int:
+    """Bytes of one PyTorch cuBLAS workspace under ``CUBLAS_WORKSPACE_CONFIG`` (``''`` = the default
+    of PyTorch ``pytorch`` on compute capability ``sm``)."""
+    text = config or (":4096:8" if torch_uses_32mib_default(sm, pytorch) else ":4096:2:16:8")
     pairs = re.findall(r":(\d+):(\d+)", text)
     return sum(int(size) * int(count) for size, count in pairs) * 1024
 
@@ -148,7 +165,7 @@ def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par
         out.append(("workspace.global_memory_buffer", buffer, f"{MC}/utils.py: GlobalMemoryBuffer.get_tensor",
                     "start"))
     if not te or holds_head or has_moe:
-        size = torch_workspace_bytes(fw.cublas_workspace_config, sm)
+        size = torch_workspace_bytes(fw.cublas_workspace_config, sm, fw.pytorch)
         for thread in ("forward", "backward"):
             out.append((f"workspace.torch_cublas_{thread}", size, f"{TORCH}: getCurrentCUDABlasHandle",
                         "start" if thread == "forward" else "first_backward"))

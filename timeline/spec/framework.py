@@ -30,6 +30,8 @@ LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "no
 class FrameworkSpec:
     megatron_core: str = spec_field("0.14.0", doc="Megatron-Core version (or commit) the rules follow")
     transformer_engine: str = spec_field("2.6", doc="Transformer Engine version X.Y[.Z]")
+    pytorch: str = spec_field("2.13", doc="PyTorch version X.Y[.Z] (its default cuBLAS workspace size per "
+                              "GPU generation)")
     transformer_impl: str = spec_field("transformer_engine", choices=("transformer_engine", "local"),
                                        doc="--transformer-impl")
     attention_backend: str = spec_field("flash", choices=ATTENTION_BACKENDS,

@@ -9,6 +9,7 @@ replica) come from the caller (``timeline.profiles.LIMITS``): this layer knows n
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -232,6 +233,10 @@ def validate_run(run: RunSpec, limits: Mapping[str, ProfileLimits]) -> list[tupl
         add(("model.hidden_act", '"relu2" (squared ReLU) is modelled by the megatron profile only'))
 
     # -- framework (read by the megatron profile only) ----------------------------------------
+    for key in ("pytorch", "transformer_engine"):
+        text = getattr(run.framework, key)
+        if not re.fullmatch(r"\d+\.\d+(\.\d+)?([a-z+.].*)?", text):
+            add((f"framework.{key}", f"{text!r} is not a version; write X.Y or X.Y.Z (e.g. \"2.13\")"))
     if not (life is not None and life.reads_framework):
         default = FrameworkSpec()
         for f in dataclasses.fields(FrameworkSpec):
