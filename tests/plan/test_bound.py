@@ -14,7 +14,7 @@ from sources import bound_of, candidate_run
 
 from timeline.compare.metrics import device_metrics
 from timeline.io.runfile import load_run
-from timeline.plan.bound import schedule_profile
+from timeline.plan.schedule_profile import schedule_profile
 from timeline.plan.space import build_space, candidates
 from timeline.result.build import build_timeline
 

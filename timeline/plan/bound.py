@@ -28,8 +28,8 @@ from timeline.graph.build import chunk_layers
 from timeline.graph.source import ModelSource
 from timeline.graph.static import is_expert_state, optimizer_element_bytes, zero_groups
 from timeline.graph.tensors import DTYPE_BYTES
-from timeline.pipeline import build_schedule
 from timeline.pipeline.placement import stage_placement
+from timeline.plan.schedule_profile import schedule_profile
 from timeline.profiles import Lifecycle, lifecycle
 from timeline.sim.cost import CostModel
 from timeline.sim.estimate import probe_model
@@ -162,38 +162,6 @@ def probe_stats(source: ModelSource, hw: HardwareSpec, par: ParallelSpec, rule: 
     have = set(kind.values())
     return ProbeStats(dense=stats("dense") if "dense" in have else None, moe=stats("moe") if "moe" in have else None,
                       mtp=stats("mtp"), embedding=stats("embedding"), head=stats("head"))
-
-
-@lru_cache(maxsize=1024)
-def schedule_profile(kind: str, pp: int, vpp: int, m: int, group: int
-                     ) -> tuple[tuple[tuple[tuple[tuple[int, ...], ...], ...], tuple[dict, ...]], bool]:
-    """Per rank: the maximal in-flight vectors (micro-batches between F and B/I, per held chunk
-    in placement order) at action boundaries, and the action counts per (chunk, kind); whether
-    the schedule overlaps F&B pairs. Inside an overlapped pair memory is in between, so only
-    the boundary after the pair counts."""
-    sched = build_schedule(kind, pp=pp, vpp=vpp, num_microbatches=m, microbatch_group_size=group)
-    vectors: list[tuple[tuple[int, ...], ...]] = []
-    counts: list[dict[tuple[int, str], int]] = []
-    for r, row in enumerate(sched.actions):
-        chunks = sched.stages_of_rank[r]
-        index = {c: i for i, c in enumerate(chunks)}
-        pairs = set(sched.overlapped[r]) if r < len(sched.overlapped) else set()
-        held = [0] * len(chunks)
-        best: set[tuple[int, ...]] = set()
-        n: dict[tuple[int, str], int] = {}
-        for pos, a in enumerate(row):
-            n[(a.stage, a.kind)] = n.get((a.stage, a.kind), 0) + 1
-            if a.kind == "F":
-                held[index[a.stage]] += 1
-            elif a.kind in ("B", "I"):
-                held[index[a.stage]] -= 1
-            if pos not in pairs:  # the first half of an overlapped pair ends no boundary
-                best.add(tuple(held))
-        maximal = tuple(v for v in best if not any(w != v and all(x >= y for x, y in zip(w, v, strict=True))
-                                                   for w in best))
-        vectors.append(tuple(sorted(maximal)))
-        counts.append(n)
-    return (tuple(vectors), tuple(counts)), bool(any(sched.overlapped))
 
 
 def _alive_state(tr: TrainingSpec, par: ParallelSpec, life: Lifecycle, dense_n: int, expert_n: int,
