@@ -20,7 +20,7 @@ from timeline.graph.static import state_bytes
 from timeline.graph.tensors import TensorDef
 from timeline.pipeline.placement import stage_placement
 from timeline.placement.devices import StaticDevice, chunk_params, static_devices
-from timeline.plan.bound import Bound, Probe, bound, probe_stats, zero_acts
+from timeline.plan.bound import Bound
 from timeline.plan.space import Candidate, Space, candidate_edits
 from timeline.profiles import LIMITS, profile
 from timeline.sim.estimate import WorkEstimate, estimate_work
@@ -131,13 +131,18 @@ def rules_of(run: RunSpec) -> StateRules:
                       traced=run.trace is not None, expert_state_group=expert_rule(run))
 
 
+def coarse_bound_of(run: RunSpec) -> Bound:
+    """The planner's coarse bound of ``run``'s layout (as ``plan.search.bound_block`` computes it)."""
+    from timeline.plan.search import run_bound
+
+    return run_bound(run, coarse=True)
+
+
 def bound_of(run: RunSpec) -> Bound:
-    """The planner's static bound of ``run`` (as ``plan.search.bound_block`` computes it)."""
-    probe = Probe.of(run.model, run.recompute, run.parallel, run.training)
-    p = replace(run, **probe.edits())
-    st = probe_stats(model_source(p), p.hardware, p.parallel, expert_rule(run), probe.kinds, zero_acts(run.recompute))
-    return bound(st, model=run.model, parallel=run.parallel, training=run.training, schedule=run.schedule,
-                 rules=rules_of(run))
+    """The planner's exact static bound of ``run`` (as ``plan.search.exact_block`` computes it)."""
+    from timeline.plan.search import run_bound
+
+    return run_bound(run, coarse=False)
 
 
 def estimate_of(run: RunSpec) -> WorkEstimate:

@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from sources import bound_of, candidate_run
+from sources import bound_of, candidate_run, coarse_bound_of
 
 from timeline.compare.metrics import device_metrics
 from timeline.io.runfile import load_run
@@ -54,6 +55,25 @@ def test_bound_never_exceeds_the_simulation(tp, pp, ep, sched, mbs, policy, prof
         assert want <= max(d.peak_requested_bytes for d in devices if d.pp_rank == r), (r, b, devices)
     assert b.time_us <= devices[0].iteration_time_us
     assert max(b.per_rank_bytes) == b.memory_bytes > 0
+    coarse = coarse_bound_of(run)  # the layout's coarse bound lies below the policy's own
+    assert all(c <= e for c, e in zip(coarse.per_rank_bytes, b.per_rank_bytes, strict=True)), (coarse, b)
+    assert coarse.time_us <= b.time_us * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("profile", ["megatron", "paper"])
+@pytest.mark.parametrize("sched", [("1f1b", 1), ("dualpipev", 2)])
+def test_coarse_bound_is_below_every_policy(profile, sched):
+    """One coarse bound per layout stands for all its recompute policies (plan.bound.coarse_stats):
+    at most each policy's exact bound, and equal to it for no recompute in time."""
+    runs = {p: _run(2, 2, 2, sched, 1, p, profile, 1, False) for p in POLICIES + ["selective:layernorm"]}
+    coarse = coarse_bound_of(runs["none"])
+    for policy, run in runs.items():
+        assert coarse_bound_of(run).time_us == coarse.time_us
+        exact = bound_of(run)
+        assert coarse_bound_of(run).memory_bytes <= exact.memory_bytes, policy
+        assert coarse.time_us <= exact.time_us * (1 + 1e-9), policy
+    assert coarse.time_us == bound_of(runs["none"]).time_us
+    assert coarse_bound_of(runs["none"]).memory_bytes < bound_of(runs["none"]).memory_bytes  # it does prune less
 
 
 def test_bound_is_tight_on_the_static_part():

@@ -49,7 +49,7 @@ def test_plan_parquet_has_one_row_per_candidate_sorted(planned):
     assert len(rows) == 96
     names = [r["candidate"] for r in rows]
     assert names == sorted(names) and len(set(names)) == 96
-    assert t.schema.metadata[b"schema"] == b"timeline.plan/1"
+    assert t.schema.metadata[b"schema"] == b"timeline.plan/2"
     assert not any("wall" in c or "host" in c for c in t.column_names)
     pruned = {r["pruned_by"] for r in rows}
     assert pruned <= {"", "static_bound", "oom", "invalid", "time_bound", "too_large", "budget"}
@@ -67,6 +67,30 @@ def test_plan_parquet_has_one_row_per_candidate_sorted(planned):
     for r in rows:
         if r["pruned_by"] == "oom":
             assert r["simulated"] and not r["fits"] and r["short_bytes"] > 0
+
+
+def test_lazy_exact_bounds_pick_what_bounding_all_would(planned, tmp_path, monkeypatch):
+    """Exact bounds are computed a chunk at a time, yet the candidates simulated and their ranks are
+    those of bounding every candidate exactly first; each left as time_bound has a bound (exact, or
+    its layout's coarse one) above the best fitting iteration time (--top 1)."""
+    import timeline.plan.search as search
+
+    tmp, _ = planned
+    out = {}
+    for chunk in (2, 10**9):
+        monkeypatch.setattr(search, "EXACT_CHUNK", chunk)
+        assert main(["plan", str(TINY), "--world-size", "8", "--space", str(tmp / "space.toml"), "--top", "1",
+                     "-o", str(tmp_path / str(chunk))]) == 0
+        out[chunk] = pq.read_table(tmp_path / str(chunk) / "plan.parquet").to_pylist()
+    lazy, eager = out[2], out[10**9]
+    assert [(r["candidate"], r["simulated"], r["rank"], r["peak_reserved_bytes"]) for r in lazy] == \
+        [(r["candidate"], r["simulated"], r["rank"], r["peak_reserved_bytes"]) for r in eager]
+    best = min(r["iteration_time_us"] for r in lazy if r["fits"])
+    left = [r for r in lazy if r["pruned_by"] == "time_bound"]
+    assert left and all(r["bound_time_us"] > best for r in left)
+    assert all(r["bound_exact"] for r in lazy if r["simulated"])
+    assert any(not r["bound_exact"] for r in left)
+    assert all(r["bound_exact"] for r in eager if r["pruned_by"] in ("", "oom", "time_bound", "too_large"))
 
 
 def test_workers_do_not_change_a_byte(planned):

@@ -3,11 +3,12 @@
 Columns: ``candidate`` (the canonical string), the searched settings (``tp`` … ``recompute``,
 plus any other space key by its run-file name), the derived ``dp``, ``num_microbatches`` and
 ``layout``; ``invalid`` (why it cannot run); the static bound (``bound_peak_bytes`` on
-``bound_pp_rank``, ``bound_time_us``); the simulated peaks (max over devices), ``worst_device``,
+``bound_pp_rank``, ``bound_time_us``; ``bound_exact``: of the candidate's own recompute policy,
+else its layout's coarse bound, below every policy's); the simulated peaks (max over devices), ``worst_device``,
 ``short_bytes``, ``fits``, ``iteration_time_us``, ``tokens_per_s_per_gpu``; ``pruned_by`` (empty,
 ``static_bound``, ``oom``, ``invalid``, ``time_bound``, ``too_large``, ``budget``) and ``rank`` among those
 that fit. Nothing that depends on the machine or the moment (wall times, host names) is in
-it, so the same plan gives the same bytes on every engine. Schema ``timeline.plan/1``.
+it, so the same plan gives the same bytes on every engine. Schema ``timeline.plan/2``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from timeline.plan.search import PlanResult
 from timeline.plan.space import SHORT
 
 FILENAME = "plan.parquet"
-SCHEMA = "timeline.plan/1"
+SCHEMA = "timeline.plan/2"
 
 
 def write(res: PlanResult, handle: BinaryIO) -> None:
@@ -50,6 +51,7 @@ def write(res: PlanResult, handle: BinaryIO) -> None:
     cols["bound_peak_bytes"] = ints("bound_bytes")
     cols["bound_pp_rank"] = ints("bound_rank")
     cols["bound_time_us"] = floats("bound_time_us")
+    cols["bound_exact"] = pa.array([r.bound_exact for r in rows], pa.bool_())
     cols["simulated"] = pa.array([r.simulated for r in rows], pa.bool_())
     for attr in ("peak_requested_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "worst_device"):
         cols[attr] = ints(attr)

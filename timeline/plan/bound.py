@@ -164,6 +164,30 @@ def probe_stats(source: ModelSource, hw: HardwareSpec, par: ParallelSpec, rule: 
                       mtp=stats("mtp"), embedding=stats("embedding"), head=stats("head"))
 
 
+def coarse_stats(none: ProbeStats, full: ProbeStats, *, zero: bool) -> ProbeStats:
+    """Per-layer numbers below those of every recompute policy of one layout, from its probes with no
+    recompute (``none``) and with every layer fully recomputed (``full``, ``full:uniform:1``):
+
+    - time: recomputation only adds ops to a backward, so ``none``'s per-phase costs are the least;
+    - memory: a fully recomputed decoder layer keeps only its checkpointed input, and every policy
+      keeps at least that (a recomputed region keeps its input; a norm left alone saves its input),
+      so a layer's least saved bytes are ``full``'s (``min`` with ``none``'s, which can only help);
+      the MTP block is not one of the layers ``full:uniform:1`` recomputes, so it counts as none;
+      ``zero``: the candidate's policy is a full-recompute grouping whose bytes count as none.
+
+    ``tests/plan/test_bound.py`` holds the claim on every policy of a small model, and the planner
+    checks it on every candidate whose exact bound it computes."""
+
+    def low(a: LayerStats | None, b: LayerStats | None, keep: bool) -> LayerStats | None:
+        if a is None or b is None:
+            return a
+        return replace(a, act_bytes=min(a.act_bytes, b.act_bytes) if keep and not zero else 0)
+
+    dense, moe, mtp = low(none.dense, full.dense, True), low(none.moe, full.moe, True), low(none.mtp, full.mtp, False)
+    assert mtp is not None
+    return replace(none, dense=dense, moe=moe, mtp=mtp)
+
+
 def _alive_state(tr: TrainingSpec, par: ParallelSpec, life: Lifecycle, dense_n: int, expert_n: int,
                  buffers: int) -> int:
     """Static bytes alive in the last iteration, ZeRO shards rounded down (see module docstring)."""

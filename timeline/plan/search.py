@@ -3,22 +3,29 @@ cheapest first, and rank the ones that fit.
 
 1. **Bound**: each candidate becomes a run (its :func:`~timeline.plan.space.candidate_edits` of
    the base run) and is validated, here (an invalid one keeps its reason); in the engine's
-   workers, in blocks of candidates that share probes, a valid one gets its static bound
-   (:mod:`timeline.plan.bound`). A memory bound over capacity prunes it (``static_bound``).
-2. **Simulate** the rest in order of their time bound (then name), a batch at a time, at
-   summary level (peaks per device, iteration time). Once ``keep`` candidates fit and the next
-   candidate's time bound exceeds the slowest of the best ``keep``, nothing left can enter
-   them: the rest are ``time_bound`` (not simulated; they cannot rank in the top). A simulated
-   candidate short of memory on some device is ``oom``.
+   workers, in blocks of candidates that share probes, a valid one gets its *coarse* static
+   bound (:func:`timeline.plan.bound.coarse_stats`: below the bound of every recompute policy
+   of its layout, from two probes per layout and micro-batch size instead of one per policy). A
+   memory bound over capacity prunes it (``static_bound``).
+2. **Simulate** the rest in order of their exact time bound (then name), a batch at a time, at
+   summary level (peaks per device, iteration time). Exact bounds are computed lazily: the
+   survivors are taken in order of their coarse time bound, a fixed chunk at a time, until every
+   candidate not yet bounded exactly has a coarse time above the best exact one waiting — so the
+   order is exactly that of all exact time bounds. An exact memory bound over capacity prunes
+   (``static_bound``). Once ``keep`` candidates fit and the next candidate's time bound exceeds
+   the slowest of the best ``keep``, nothing left can enter them: the rest are ``time_bound``
+   (not simulated; those never bounded exactly keep their coarse bound, ``bound_exact`` false).
+   A simulated candidate short of memory on some device is ``oom``.
 3. **Rank** the fitting ones by iteration time, then max peak reserved, then name.
 
-Batches and the stopping rule depend only on the candidates' order, never on timing, so every
-engine and worker count gives the same rows. This module prints nothing; ``progress`` hears
-(stage, done, total).
+Chunks, batches and the stopping rule depend only on the candidates' order, never on timing or
+the worker count, so every engine and worker count gives the same rows. This module prints
+nothing; ``progress`` hears (stage, done, total).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,14 +34,15 @@ from typing import TypeVar
 from timeline.compare.metrics import device_metrics
 from timeline.errors import UserError
 from timeline.graph.source import model_source
-from timeline.plan.bound import Probe, bound, probe_stats, zero_acts
+from timeline.plan.bound import Bound, Probe, ProbeStats, bound, coarse_stats, probe_stats, zero_acts
 from timeline.plan.engines import Engine
 from timeline.plan.space import Candidate, Space, candidate_edits, candidates
 from timeline.profiles import LIMITS, profile
 from timeline.result.build import build_timeline
 from timeline.sim.estimate import estimate_work
 from timeline.sim.static_state import StateRules
-from timeline.spec.run import RunSpec
+from timeline.spec.recompute import parse_recompute
+from timeline.spec.run import RecomputeSpec, RunSpec
 from timeline.spec.validate import validate_run
 
 T = TypeVar("T")
@@ -54,6 +62,7 @@ class Row:
     bound_bytes: int | None = None
     bound_rank: int | None = None
     bound_time_us: float | None = None
+    bound_exact: bool = False  # the bound of the candidate's own policy (else its layout's coarse one)
     simulated: bool = False
     peak_requested_bytes: int | None = None
     peak_allocated_bytes: int | None = None
@@ -107,31 +116,59 @@ def simulate_summary(run: RunSpec) -> SimSummary:
                       per_device_reserved=tuple((d.device, d.peak_reserved_bytes) for d in devs))
 
 
-#: a candidate with its run (None: invalid, then the reason "key: problem"), as the door derived it
-Derived = tuple[Candidate, RunSpec | None, str]
-BoundJob = tuple[Derived, ...]
+#: a block of candidates with what derives their runs: the base run and the space
+BoundJob = tuple[RunSpec, Space, tuple[Candidate, ...]]
+#: chunks of survivors bounded exactly at a time (fixed: the rows must not depend on the workers)
+EXACT_CHUNK = 64
+FULL = parse_recompute("full:uniform:1")
+
+
+def run_bound(run: RunSpec, *, coarse: bool) -> Bound:
+    """The static bound of ``run``: of its own recompute policy, or (``coarse``) its layout's coarse
+    bound, below every policy's (:func:`timeline.plan.bound.coarse_stats`). Probes are cached."""
+    rule = profile(run.profile).params.expert_state_group
+
+    def stats(rc: RecomputeSpec) -> ProbeStats:
+        probe = Probe.of(run.model, rc, run.parallel, run.training)
+        probe_run = replace(run, **probe.edits())
+        return probe_stats(model_source(probe_run), probe_run.hardware, probe_run.parallel, rule, probe.kinds,
+                           zero_acts(rc))
+
+    st = coarse_stats(stats(RecomputeSpec()), stats(FULL), zero=zero_acts(run.recompute)) if coarse \
+        else stats(run.recompute)
+    rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm, traced=run.trace is not None,
+                       expert_state_group=rule)
+    return bound(st, model=run.model, parallel=run.parallel, training=run.training, schedule=run.schedule, rules=rules)
+
+
+def derive(base: RunSpec, space: Space, cand: Candidate) -> tuple[RunSpec | None, str]:
+    """The candidate's edits applied to ``base``, validated as a whole run: (run, "") or (None, "key:
+    problem"). The planner's door to whole runs; deterministic, so workers and the parent agree."""
+    edits, key, problem = candidate_edits(cand, space, base.model.num_hidden_layers)
+    if edits is None:
+        return None, f"{key}: {problem}"
+    run = replace(base, recompute=edits.recompute,
+                  **{sec: replace(getattr(base, sec), **vals) for sec, vals in edits.sections.items() if vals})
+    problems = validate_run(run, LIMITS)
+    if problems:
+        return None, f"{problems[0][0]}: {problems[0][1]}"
+    return run, ""
 
 
 def bound_block(job: BoundJob) -> list[Row]:
-    """Bound a block of derived candidates (run in a worker; the probes are cached there)."""
+    """Derive and coarse-bound a block of candidates (run in a worker; the probes are cached there)."""
+    base, space, cands = job
     out = []
-    for cand, run, invalid in job:
+    for cand in cands:
+        run, invalid = derive(base, space, cand)
         row = Row(candidate=cand)
         if run is None:
             row.invalid, row.pruned_by = invalid, "invalid"
         else:
             row.dp, row.num_microbatches, row.layout = run.parallel.dp, run.training.num_microbatches, \
                 run.parallel.layout
-            probe = Probe.of(run.model, run.recompute, run.parallel, run.training)
-            probe_run = replace(run, **probe.edits())
-            rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm,
-                               traced=run.trace is not None,
-                               expert_state_group=profile(run.profile).params.expert_state_group)
             try:
-                st = probe_stats(model_source(probe_run), probe_run.hardware, probe_run.parallel,
-                                 rules.expert_state_group, probe.kinds, zero_acts(run.recompute))
-                b = bound(st, model=run.model, parallel=run.parallel, training=run.training, schedule=run.schedule,
-                          rules=rules)
+                b = run_bound(run, coarse=True)
             except UserError as exc:  # e.g. a schedule its generator refuses for these counts
                 row.invalid, row.pruned_by = f"schedule.kind: {exc}", "invalid"
                 out.append(row)
@@ -141,6 +178,11 @@ def bound_block(job: BoundJob) -> list[Row]:
                 row.pruned_by = "static_bound"
         out.append(row)
     return out
+
+
+def exact_block(job: tuple[RunSpec, ...]) -> list[Bound]:
+    """The bound of each run's own recompute policy (run in a worker)."""
+    return [run_bound(run, coarse=False) for run in job]
 
 
 def _blocks(space: Space, workers: int) -> list[tuple[Candidate, ...]]:
@@ -164,46 +206,74 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
     ``budget`` — the ranking is then the best among those simulated, not a proof."""
     say = progress or (lambda *_: None)
     cap = base.hardware.capacity_bytes
-    runs_of: dict[str, RunSpec] = {}
+    runs_of: dict[str, RunSpec] = {}  # the runs of candidates bounded exactly, derived again here
 
-    def derive(cand: Candidate) -> Derived:
-        """The candidate's edits applied to ``base``, validated as a whole run."""
-        edits, key, problem = candidate_edits(cand, space, base.model.num_hidden_layers)
-        if edits is None:
-            return cand, None, f"{key}: {problem}"
-        run = replace(base, recompute=edits.recompute,
-                      **{sec: replace(getattr(base, sec), **vals) for sec, vals in edits.sections.items() if vals})
-        problems = validate_run(run, LIMITS)
-        if problems:
-            return cand, None, f"{problems[0][0]}: {problems[0][1]}"
-        runs_of[cand.name] = run
-        return cand, run, ""
+    def run_of(r: Row) -> RunSpec:
+        if r.name not in runs_of:
+            run, _ = derive(base, space, r.candidate)
+            assert run is not None  # the worker derived the same run
+            runs_of[r.name] = run
+        return runs_of[r.name]
 
     rows: list[Row] = []
-    blocks: list[BoundJob] = [tuple(derive(c) for c in b) for b in _blocks(space, engine.workers)]
-    total = sum(len(b) for b in blocks)
+    blocks: list[BoundJob] = [(base, space, b) for b in _blocks(space, engine.workers)]
+    total = sum(len(b[2]) for b in blocks)
     for i in range(0, len(blocks), engine.workers):
         for part in engine.map(bound_block, blocks[i:i + engine.workers]):
             rows += part
         say("bounded", len(rows), total)
     rows.sort(key=lambda r: r.name)
     survivors = sorted((r for r in rows if not r.pruned_by), key=lambda r: (known(r.bound_time_us), r.name))
+    waiting: list[tuple[float, str, int]] = []  # (exact time bound, name, index into survivors)
+    taken = 0  # survivors[:taken] are bounded exactly
+
+    def take_chunk() -> None:
+        nonlocal taken
+        part = survivors[taken:taken + EXACT_CHUNK]
+        size = math.ceil(len(part) / engine.workers)
+        jobs = [tuple(run_of(r) for r in part[i:i + size]) for i in range(0, len(part), size)]
+        exact = [b for block in engine.map(exact_block, jobs) for b in block]
+        for i, (r, b) in enumerate(zip(part, exact, strict=True)):
+            # the coarse bound lies below the exact one (bound.coarse_stats): checked on every candidate
+            assert known(r.bound_bytes) <= b.memory_bytes and known(r.bound_time_us) <= b.time_us * (1 + 1e-9), \
+                (r.name, r.bound_bytes, b.memory_bytes, r.bound_time_us, b.time_us)
+            r.bound_bytes, r.bound_rank, r.bound_time_us, r.bound_exact = b.memory_bytes, b.memory_rank, \
+                b.time_us, True
+            if b.memory_bytes > cap:
+                r.pruned_by = "static_bound"
+            else:
+                heapq.heappush(waiting, (b.time_us, r.name, taken + i))
+        taken += len(part)
+
+    def ready() -> bool:
+        """Bound exactly until the best waiting candidate is the best of all; False when none is left."""
+        while taken < len(survivors) and (not waiting or known(survivors[taken].bound_time_us) <= waiting[0][0]):
+            take_chunk()
+        return bool(waiting)
+
+    def leave(reason: str) -> None:
+        for _, _, i in waiting:
+            survivors[i].pruned_by = reason
+        for r in survivors[taken:]:
+            r.pruned_by = reason
+        waiting.clear()
+
     fitting: list[Row] = []
     batch = max(2, 2 * engine.workers)
     done = 0
-    for start in range(0, len(survivors), batch):
-        nxt = survivors[start]
-        if len(fitting) >= keep and known(nxt.bound_time_us) > _kth_time(fitting, keep):
-            for r in survivors[start:]:
-                r.pruned_by = "time_bound"
+    while ready():
+        if len(fitting) >= keep and waiting[0][0] > _kth_time(fitting, keep):
+            leave("time_bound")
             break
         if max_simulations and done >= max_simulations:
-            for r in survivors[start:]:
-                r.pruned_by = "budget"
+            leave("budget")
             break
         todo, runs = [], []
-        for r in survivors[start:start + batch]:
-            run = runs_of[r.name]
+        for _ in range(batch):
+            if not ready():
+                break
+            r = survivors[heapq.heappop(waiting)[2]]
+            run = run_of(r)
             est = estimate_work(model_source(run), model=run.model, parallel=run.parallel, training=run.training,
                                 recompute=run.recompute, schedule_kind=run.schedule.kind, hardware=run.hardware,
                                 traced=run.trace is not None)
@@ -229,7 +299,8 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
               "oom": sum(r.pruned_by == "oom" for r in rows),
               "time_bound": sum(r.pruned_by == "time_bound" for r in rows),
               "too_large": sum(r.pruned_by == "too_large" for r in rows),
-              "budget": sum(r.pruned_by == "budget" for r in rows)}
+              "budget": sum(r.pruned_by == "budget" for r in rows),
+              "bounded_exactly": sum(r.bound_exact for r in rows)}
     return PlanResult(space=space, capacity_bytes=cap, rows=rows, ranked=ranked, counts=counts,
                       runs={r.name: runs_of[r.name] for r in ranked})
 
