@@ -27,9 +27,11 @@ from timeline.errors import UserError
 from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
 from timeline.graph.tensors import DTYPE_BYTES, Category, TensorDef
 from timeline.graph.trace.recompute import Row, apply_full_recompute, recompute_groups
+from timeline.graph.trace.shard import Sizer
 from timeline.graph.trace.split import split_frees, weight_grad_ops
 from timeline.spec.run import RecomputeSpec
 from timeline.spec.trace import CapturedTrace, TraceOp
+from timeline.spec.trace_shard import TraceShard
 
 #: torch dtype names → TensorDef dtypes
 DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "int64": "int64", "int32": "int32",
@@ -114,17 +116,18 @@ class Namer:
                         f"(num_layers = {self.l_cap})")
 
 
-def _tensor(trace: CapturedTrace, op: TraceOp, s: int, name: str, module: str, cat: Category) -> TensorDef:
+def _tensor(trace: CapturedTrace, op: TraceOp, s: int, name: str, module: str, cat: Category,
+            sizer: Sizer | None = None) -> TensorDef:
     nbytes = trace.storages[s].nbytes
     out = next((t for t in op.outputs if t.storage == s), None)
-    shape: tuple[int, ...] = (nbytes,)
+    shape: tuple[int, ...] = (nbytes if sizer is None else sizer.nbytes(s, nbytes),)
     dtype = "uint8"
     if out is not None and out.dtype in DTYPES:
         n = 1
         for d in out.shape:
             n *= d
         if n * DTYPE_BYTES[DTYPES[out.dtype]] == nbytes:
-            shape, dtype = out.shape, DTYPES[out.dtype]
+            shape, dtype = (out.shape if sizer is None else sizer.shape(s, out.shape)), DTYPES[out.dtype]
     return TensorDef(name=name, shape=tuple(shape), dtype=dtype, category=cat, module=module, storage=name)
 
 
@@ -154,11 +157,12 @@ def chunk_op_lists(trace: CapturedTrace, num_layers: int, layers: range, first: 
 
 
 def trace_chunk_template(trace: CapturedTrace, chunk: int, ranges: list[range], *, num_layers: int,
-                         recompute: RecomputeSpec, pp_rank: int) -> ChunkTemplate:
+                         recompute: RecomputeSpec, pp_rank: int, shard: TraceShard | None = None) -> ChunkTemplate:
     """The forward and backward op templates of virtual stage ``chunk`` (of ``ranges``) for one micro-batch
     of the traced model with ``num_layers`` decoder layers, under full or no ``recompute``.
 
-    ``pp_rank`` picks the entry of a per-rank ``recompute.num_layers``.
+    ``pp_rank`` picks the entry of a per-rank ``recompute.num_layers``; ``shard`` (TP/EP > 1) sizes every
+    tensor and op for one rank (:mod:`~timeline.graph.trace.shard`).
     """
     nm = Namer(trace, num_layers)
     layers = ranges[chunk]
@@ -207,11 +211,12 @@ def trace_chunk_template(trace: CapturedTrace, chunk: int, ranges: list[range], 
         rows, inputs, recomputed = apply_full_recompute(
             rows, groups, lambda k: hidden(k, "in"), lambda k: hidden(k, "out"),
             lambda s: trace.storages[s].saved, lambda s: trace.storages[s].free_op < 0)
-    return _template(trace, chunk, rows, inputs, recomputed)
+    sizer = Sizer(trace, shard) if shard is not None and shard.sharded else None
+    return _template(trace, chunk, rows, inputs, recomputed, sizer)
 
 
 def _template(trace: CapturedTrace, chunk: int, rows: list[Row], inputs: dict[str, int],
-              recomputed: set[str]) -> ChunkTemplate:
+              recomputed: set[str], sizer: Sizer | None = None) -> ChunkTemplate:
     """Ops from rows: frees placed, categories from lifetimes, the backward split into I and W."""
     alloc_phase: dict[str, str] = {}
     freed_in: dict[str, str] = {}
@@ -255,6 +260,8 @@ def _template(trace: CapturedTrace, chunk: int, rows: list[Row], inputs: dict[st
                 if run_layer is not None else r.op.module
             name = f"{module}:{r.op.name.removeprefix('aten.')}" if module else r.op.name
             layer, flops = run_layer, r.op.flops
+            if sizer is not None:
+                flops = float(flops * sizer.flops_factor(r.op))
             if r.recompute:
                 name += ".recompute"
         tensors = []
@@ -262,7 +269,7 @@ def _template(trace: CapturedTrace, chunk: int, rows: list[Row], inputs: dict[st
             cat = Category.ACTIVATIONS if n in kept else (
                 Category.RECOMPUTE if n in recomputed else Category.TEMPORARY)
             src = trace.ops[trace.storages[s].alloc_op] if isinstance(r.op, str) else r.op
-            tensors.append(_tensor(trace, src, s, n, module or "model", cat))
+            tensors.append(_tensor(trace, src, s, n, module or "model", cat, sizer))
         if not tensors and not frees and not flops and not p2p:
             return None  # views, detaches and metadata ops move no memory and take no time
         return Op(name=name, module=module, layer=layer, kind="p2p" if p2p else "compute",
