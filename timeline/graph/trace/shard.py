@@ -128,6 +128,7 @@ class Sizer:
         self.kinds = storage_kinds(trace, shard.experts)
         self.params = {p.name: p for p in trace.params}
         self.vocab = shard.vocab
+        self.seq = trace.seq_len
 
     def factor(self, kind: str) -> Fraction:
         """Local / captured bytes of a kind (``V`` and ``W`` are sized by shape)."""
@@ -162,7 +163,9 @@ class Sizer:
                 return local
             if tuple(reversed(dims)) == p.shape:
                 return tuple(reversed(local))
-        order = range(len(dims)) if kind == "R" else reversed(range(len(dims)))
+        # token rows cut the sequence (Megatron's [s, b, h] under SP) where a dim is it; the rest their last dim
+        order = sorted(range(len(dims)), key=lambda i: dims[i] != self.seq) if kind == "R" else \
+            reversed(range(len(dims)))
         for i in order:
             if (dims[i] * f).denominator == 1:
                 dims[i] = int(dims[i] * f)

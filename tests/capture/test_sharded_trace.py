@@ -1,0 +1,203 @@
+"""Captured traces under TP, SP and EP (issue 12 item 4): a Qwen3-MoE trace under tp = 2, ep = 4 holds,
+parameter by parameter, what ``timeline static`` of the same HF config holds; each EP rank receives
+``(b·s/(tp·cp))·top_k`` routed rows; a dense Llama trace under tp = 2 halves its per-head and per-column
+tensors, and its ``[s, b, h]`` ones only under SP."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from sources import template_of
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from captures import LLAMA, QWEN3_MOE, B, S  # noqa: E402
+
+from timeline.errors import SpecError  # noqa: E402
+from timeline.graph.source import model_source  # noqa: E402
+from timeline.io.runfile import load_run  # noqa: E402
+from timeline.placement.devices import chunk_params  # noqa: E402
+from timeline.result.build import build_timeline  # noqa: E402
+
+MEGATRON = ["model.profile=megatron"]
+MOE_PAR = ["parallel.tp=2", "parallel.ep=4", "parallel.etp=1", "parallel.dp=4"]
+LOCAL_EXPERTS = QWEN3_MOE["num_experts"] // 4
+
+ANALYTIC_RUN = """\
+[model]
+hf_config = "{config}"
+profile = "megatron"
+[training]
+micro_batch_size = {b}
+seq_len = {s}
+num_microbatches = 1
+iterations = 1
+grad_dtype = "bf16"
+master_dtype = "bf16"
+optimizer_step = false
+[allocator]
+kind = "ideal"
+"""
+
+
+def analytic_names(trace_name: str, local_experts: int) -> list[str]:
+    """The analytic graph's parameters that a captured Hugging Face parameter stands for (one device)."""
+    fixed = {"model.embed_tokens.weight": "embedding.word_embeddings.weight", "lm_head.weight": "output_layer.weight",
+             "model.norm.weight": "final_norm.weight"}
+    if trace_name in fixed:
+        return [fixed[trace_name]]
+    m = re.fullmatch(r"model\.(layers\.\d+\.mlp\.experts)\.(gate_up_proj|down_proj)", trace_name)
+    if m:  # HF fuses the experts into one [E, …] tensor; the graph holds one MLP per local expert
+        parts = ("gate_proj", "up_proj") if m.group(2) == "gate_up_proj" else ("down_proj",)
+        return [f"{m.group(1)}.{e}.{p}.weight" for e in range(local_experts) for p in parts]
+    return [trace_name.removeprefix("model.")]
+
+
+def analytic_run(tmp_path: Path, config: dict, overrides: list[str]):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    path = tmp_path / "analytic.toml"
+    path.write_text(ANALYTIC_RUN.format(config="config.json", b=B, s=S))
+    return load_run(path, overrides)
+
+
+def param_bytes(run) -> dict[str, int]:
+    """Trainable parameter → bytes on pipeline rank 0's device (one chunk: pp = 1)."""
+    return {t.name: t.size_bytes for t in chunk_params(model_source(run), [0])[0] if t.trainable}
+
+
+def mapped(trace: dict[str, int], local_experts: int) -> dict[str, int]:
+    """The trace's parameter bytes, keyed by the analytic names (a fused tensor spread evenly)."""
+    out: dict[str, int] = {}
+    for name, nbytes in trace.items():
+        names = analytic_names(name, local_experts)
+        assert nbytes % len(names) == 0
+        for n in names:
+            assert n not in out, f"{n} mapped twice"
+            out[n] = nbytes // len(names)
+    return out
+
+
+def static_bytes(run_file: Path, overrides: list[str], capsys) -> dict[str, int]:
+    from timeline.cli import main
+
+    args = [a for o in overrides for a in ("--set", o)]
+    assert main(["static", str(run_file), *args, "--json"]) == 0
+    dev = json.loads(capsys.readouterr().out)["devices"][0]
+    return {**dev["bytes"], "buffers": dev["buffers"]}
+
+
+def test_name_map_covers_every_analytic_parameter_once(qwen3_moe_run, tmp_path):
+    trace = param_bytes(load_run(qwen3_moe_run, MEGATRON + MOE_PAR))
+    analytic = param_bytes(analytic_run(tmp_path, QWEN3_MOE, MOE_PAR))
+    assert sorted(mapped(trace, LOCAL_EXPERTS)) == sorted(analytic)
+    assert analytic_names("model.layers.1.mlp.experts.down_proj", 2) == [
+        "layers.1.mlp.experts.0.down_proj.weight", "layers.1.mlp.experts.1.down_proj.weight"]
+
+
+def test_moe_trace_tp2_ep4_holds_what_static_holds(qwen3_moe_run, tmp_path, capsys):
+    run = load_run(qwen3_moe_run, MEGATRON + MOE_PAR)
+    trace = param_bytes(run)
+    analytic = param_bytes(analytic_run(tmp_path, QWEN3_MOE, MOE_PAR))
+    assert mapped(trace, LOCAL_EXPERTS) == analytic
+    # one device: 16/4 experts of [2·96, 128] + [128, 96] bf16 per layer, q heads 4/2 · 32 columns
+    assert trace["model.layers.0.mlp.experts.gate_up_proj"] == 4 * 192 * 128 * 2
+    assert trace["model.layers.0.self_attn.q_proj.weight"] == 64 * 128 * 2
+    assert trace["model.embed_tokens.weight"] == 512 * 128 * 2  # vocab 1000 padded to 128·tp = 1024, /2
+    t = static_bytes(qwen3_moe_run, MEGATRON + MOE_PAR, capsys)
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_MOE))
+    a = static_bytes(tmp_path / "analytic.toml", MOE_PAR, capsys)
+    assert (t["grads"], t["optimizer"]) == (a["grads"], a["optimizer"])
+    # the capture's rotary inv_freq and original_inv_freq buffers (16 fp32 each), which the graph leaves out
+    assert t["weights"] - a["weights"] == 2 * 16 * 4 and t["buffers"] == 32
+
+
+def _forward_allocs(run, module: str, op: str) -> list:
+    t = template_of(run, 0)
+    return [a for o in t.forward if o.name == f"{module}:{op}" for a in o.allocs]
+
+
+@pytest.mark.parametrize(("tp", "ep"), [(2, 4), (1, 4), (2, 1)])
+def test_routed_rows_per_ep_rank(qwen3_moe_run, tp, ep):
+    run = load_run(qwen3_moe_run, MEGATRON + [f"parallel.tp={tp}", f"parallel.ep={ep}", "parallel.etp=1",
+                                             "parallel.dp=4"])
+    rows = B * S // tp * QWEN3_MOE["num_experts_per_tok"]
+    gathered = [a for a in _forward_allocs(run, "model.layers.0.mlp.experts", "index.Tensor") if a.dtype == "bf16"]
+    assert gathered[0].shape == (rows, 128)  # the tokens the local experts read
+    fc1, fc2 = _forward_allocs(run, "model.layers.0.mlp.experts", "_grouped_mm.default")
+    assert (fc1.shape, fc2.shape) == ((rows, 2 * 96), (rows, 128))
+
+
+def _saved(run) -> dict[tuple[str, str], list[int]]:
+    out: dict[tuple[str, str], list[int]] = {}
+    for s in template_of(run, 0).saved:
+        out.setdefault((s.op, s.tensor.dtype), []).append(s.tensor.size_bytes)
+    return out
+
+
+@pytest.mark.parametrize("sp", [True, False])
+def test_dense_trace_tp2_weights_and_activations(llama_run, tmp_path, sp):
+    par = ["parallel.tp=2", f"parallel.sp={str(sp).lower()}"]
+    run = load_run(llama_run, MEGATRON + par)
+    assert {k.removeprefix("model."): v for k, v in mapped(param_bytes(run), 0).items()} == \
+        param_bytes(analytic_run(tmp_path, LLAMA, par))
+    saved = _saved(run)
+    b, s, h, tokens = B, S, LLAMA["hidden_size"], B * S
+    hd = h // LLAMA["num_attention_heads"]
+    rows = tokens // 2 if sp else tokens
+    # [b, s, h]: the norm's fp32 copy, split by tp only under SP
+    assert saved[("model.layers.0.input_layernorm:_to_copy.default", "fp32")][0] == rows * h * 4
+    # per head: v_proj's output (2 kv heads → 1), flash attention's output and its fp32 logsumexp
+    assert saved[("model.layers.0.self_attn.v_proj:mm.default", "bf16")] == [tokens * hd * 2]
+    attn = saved[("model.layers.0.self_attn:_scaled_dot_product_flash_attention.default", "bf16")]
+    lse = saved[("model.layers.0.self_attn:_scaled_dot_product_flash_attention.default", "fp32")]
+    assert (attn, lse) == ([b * 2 * s * hd * 2], [b * 2 * s * 4])
+    # per column: the SwiGLU's silu (intermediate 704 → 352)
+    assert saved[("model.layers.0.mlp.act_fn:silu.default", "bf16")] == [tokens * 352 * 2]
+    # logits' fp32 log-softmax: 1024 padded rows / 2 per rank, whole sequence (gathered before the head)
+    assert saved[("aten._log_softmax.default", "fp32")] == [tokens * 512 * 4]
+
+
+def test_sp_halves_every_saved_layer_tensor_but_the_rng_state(llama_run):
+    """Under tp = 2 with SP every tensor a layer saves has a token dim and halves, but flash attention's
+    RNG seed and offset (uint64 [2] and []); without SP the [s, b, h] ones stay whole."""
+    whole = template_of(load_run(llama_run, MEGATRON), 0).layer_activation_bytes[0]
+    with_sp = template_of(load_run(llama_run, MEGATRON + ["parallel.tp=2"]), 0).layer_activation_bytes[0]
+    without = template_of(load_run(llama_run, MEGATRON + ["parallel.tp=2", "parallel.sp=false"]), 0)
+    rng = 16 + 8
+    assert 2 * with_sp - whole == rng
+    # [s, b, h] saved by the two norms (fp32 copy, bf16 cast, weighted output) and their [s, b, 1] rsqrt
+    h = LLAMA["hidden_size"]
+    norms = 2 * B * S * (h * (4 + 2 + 2) + 4)
+    assert without.layer_activation_bytes[0] - with_sp == norms // 2
+
+
+def test_simulated_moe_trace_runs_sharded(qwen3_moe_run):
+    tl = build_timeline(load_run(qwen3_moe_run, MEGATRON + MOE_PAR))
+    whole = build_timeline(load_run(qwen3_moe_run, MEGATRON))
+    assert 0 < tl.peak(0).allocated_bytes < whole.peak(0).allocated_bytes
+
+
+@pytest.mark.parametrize(("overrides", "key"), [
+    (["parallel.cp=2"], "parallel.cp"),
+    (["parallel.tp=2", "parallel.ep=4", "parallel.dp=4"], "parallel.etp"),
+])
+def test_refusals_name_the_key(qwen3_moe_run, overrides, key):
+    with pytest.raises(SpecError, match=re.escape(key)):
+        load_run(qwen3_moe_run, MEGATRON + overrides)
+
+
+def test_module_trace_without_hf_projections_is_refused(tmp_path):
+    from timeline.capture.run import capture, load_factory
+    from timeline.io.trace_file import write_trace
+
+    path = tmp_path / "tiny.parquet"
+    write_trace(capture(load_factory("captures:tiny_factory")), path)
+    run = tmp_path / "tiny.toml"
+    run.write_text(f'[model]\ntrace = "{path.name}"\nprofile = "megatron"\n[parallel]\ntp = 2\n'
+                   "[training]\nnum_microbatches = 1\n")
+    with pytest.raises(SpecError, match=r"parallel\.tp.*layers\.0\.fc\.weight.*matches no sharding rule"):
+        load_run(run)
