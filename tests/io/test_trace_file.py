@@ -64,9 +64,10 @@ def test_other_sizes_name_the_capture_command(write_run):
             in text)
 
 
-def test_sharding_and_selective_recompute_are_refused(write_run):
-    with pytest.raises(SpecError, match="parallel.tp"):
-        load_run(write_run(run_text()), ["parallel.tp=2"])
+def test_context_parallelism_and_selective_recompute_are_refused(write_run):
+    assert load_run(write_run(run_text()), ["parallel.tp=2"]).parallel.tp == 2  # TP/SP/EP shard a trace
+    with pytest.raises(SpecError, match="parallel.cp: a captured trace shards over tp, sp and ep only"):
+        load_run(write_run(run_text()), ["parallel.cp=2"])
     with pytest.raises(SpecError, match="selective recompute names modules"):
         load_run(write_run(run_text()), ["recompute.policy=selective"])
     full = load_run(write_run(run_text()), ["recompute.policy=full", "recompute.method=block"])

@@ -19,7 +19,6 @@ from timeline.errors import UserError
 from timeline.io.hf_config import model_from_hf_dict
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import RunSpec
-from timeline.spec.trace_shard import shard_problems
 from timeline.spec.trace import (
     NO_SELECTIVE,
     TRACE_SCHEMA,
@@ -30,6 +29,7 @@ from timeline.spec.trace import (
     TraceStorage,
     TraceTensor,
 )
+from timeline.spec.trace_shard import shard_problems
 
 META_KEY = b"timeline.trace"
 _STORAGE_COLS = ("id", "nbytes", "kind", "alloc_op", "free_op", "saved", "saved_by", "role")
