@@ -72,3 +72,23 @@ def test_context_parallelism_and_selective_recompute_are_refused(write_run):
         load_run(write_run(run_text()), ["recompute.policy=selective"])
     full = load_run(write_run(run_text()), ["recompute.policy=full", "recompute.method=block"])
     assert full.recompute.policy == "full"
+
+
+def test_shipped_llama_trace_under_tp8_holds_the_presets_parameters(write_run, capsys):
+    """The 1-layer Llama-3-8B trace repeated to 32 layers under tp = 8: per device, the parameters and
+    static bytes of the analytic ``llama3-8b`` preset (weights + the trace's fp32 rotary buffers,
+    ``inv_freq`` and ``original_inv_freq`` of head_dim/2 = 64 each)."""
+    import json
+
+    from timeline.cli import main
+
+    def device(text: str) -> dict:
+        assert main(["static", str(write_run(text)), "--set", "parallel.tp=8", "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["devices"][0]
+
+    trace = device(run_text())
+    preset = device('[model]\npreset = "llama3-8b"\n[training]\nmicro_batch_size = 1\nseq_len = 4096\n')
+    assert trace["params"] == preset["params"] and trace["params"]["total"] == 1_004_802_048
+    assert trace["bytes"]["grads"] == preset["bytes"]["grads"]
+    assert trace["bytes"]["optimizer"] == preset["bytes"]["optimizer"]
+    assert trace["bytes"]["weights"] - preset["bytes"]["weights"] == trace["buffers"] * 4 == 2 * 64 * 4
