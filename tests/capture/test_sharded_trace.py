@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from sources import template_of
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from captures import LLAMA, QWEN3_MOE, B, S  # noqa: E402
+from captures import LLAMA, QWEN3_MOE, B, S, capture_config  # noqa: E402
 
 from timeline.errors import SpecError  # noqa: E402
 from timeline.graph.source import model_source  # noqa: E402
@@ -173,6 +174,40 @@ def test_sp_halves_every_saved_layer_tensor_but_the_rng_state(llama_run):
     h = LLAMA["hidden_size"]
     norms = 2 * B * S * (h * (4 + 2 + 2) + 4)
     assert without.layer_activation_bytes[0] - with_sp == norms // 2
+
+
+def _layer_allocs(template, phase: str, module: str = "") -> Counter:
+    ops = template.forward if phase == "F" else template.backward
+    return Counter((o.name.split(":")[0], a.shape, a.dtype, a.size_bytes) for o in ops
+                   if o.layer == 0 and module in o.name for a in o.allocs)
+
+
+def test_tp2_layer_equals_the_capture_of_one_tp_rank(tmp_path):
+    """Without SP one Megatron TP rank computes the layer with half the heads and FFN columns and whole
+    ``[s, b, h]`` tensors: the same model captured that way allocates, op by op, what the sharded trace does."""
+    gqa = {**LLAMA, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 32}
+    rank = {**gqa, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 352}
+    sharded = template_of(load_run(capture_config(gqa, tmp_path / "gqa.parquet"),
+                                   MEGATRON + ["parallel.tp=2", "parallel.sp=false"]), 0)
+    one_rank = template_of(load_run(capture_config(rank, tmp_path / "rank.parquet"), MEGATRON), 0)
+    for phase in "FB":
+        assert _layer_allocs(sharded, phase) == _layer_allocs(one_rank, phase)
+    assert sharded.layer_activation_bytes[0] == one_rank.layer_activation_bytes[0]
+
+
+def test_ep4_experts_equal_the_capture_of_four_experts(qwen3_moe_run, tmp_path):
+    """Under ep = 4 an EP rank's experts (4 of 16, the same b·s·top_k rows) allocate what a 4-expert model
+    captured does, but the per-expert token counts (``histc``, offsets): the trace keeps all 16, as the source
+    rank counts them; the router stays replicated over all 16 experts."""
+    four = template_of(load_run(capture_config({**QWEN3_MOE, "num_experts": 4}, tmp_path / "four.parquet"),
+                                MEGATRON), 0)
+    sharded = template_of(load_run(qwen3_moe_run, MEGATRON + ["parallel.ep=4", "parallel.dp=4"]), 0)
+    for phase in "FB":
+        a, b = _layer_allocs(sharded, phase, "mlp.experts"), _layer_allocs(four, phase, "mlp.experts")
+        counts = {k for k in a if k[1] == (16,)}
+        assert {k for k in b if k not in a} == {(m, (4,), dt, n // 4) for m, _, dt, n in counts}
+        assert Counter({k: v for k, v in a.items() if k not in counts}) == \
+            Counter({k: v for k, v in b.items() if k[1] != (4,)})
 
 
 def test_simulated_moe_trace_runs_sharded(qwen3_moe_run):

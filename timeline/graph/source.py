@@ -64,6 +64,14 @@ def model_source(run: RunSpec) -> ModelSource:
         ctx = BuildCtx.of(run.model, run.profile, run.framework, run.parallel, run.training.dtype)
         return TraceSource(label=run.model_source, trace=run.trace, parallel=run.parallel,
                            num_layers=run.model.num_hidden_layers, dtype=run.training.dtype, recompute=run.recompute,
-                           vocab_pad=ctx.profile.vocab_pad, experts=run.model.n_routed_experts)
+                           vocab_pad=ctx.profile.vocab_pad, experts=run.model.n_routed_experts,
+                           split_dims=_split_dims(run.model))
     return AnalyticSource(model=run.model, profile=run.profile, framework=run.framework, parallel=run.parallel,
                           training=run.training, recompute=run.recompute)
+
+
+def _split_dims(m: ModelSpec) -> tuple[int, ...]:
+    """The sizes of a model that tensor parallelism splits: head counts and widths of the projections and FFN."""
+    hd = m.attn_head_dim
+    return tuple(dict.fromkeys((m.num_attention_heads, m.kv_heads, m.num_attention_heads * hd, m.kv_heads * hd,
+                                m.intermediate_size, 2 * m.intermediate_size)))

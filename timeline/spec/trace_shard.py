@@ -46,6 +46,8 @@ class TraceShard:
     vocab: int = 0  # captured vocabulary rows
     vocab_local: int = 0  # rows one TP rank holds: the profile's padded vocabulary / tp
     experts: int = 0  # routed experts of the captured model
+    #: the captured sizes TP splits (head counts, projection and FFN widths): the dim a local shape cuts
+    split_dims: tuple[int, ...] = ()
 
     @property
     def sharded(self) -> bool:

@@ -163,9 +163,11 @@ class Sizer:
                 return local
             if tuple(reversed(dims)) == p.shape:
                 return tuple(reversed(local))
-        # token rows cut the sequence (Megatron's [s, b, h] under SP) where a dim is it; the rest their last dim
+        # token rows cut the sequence (Megatron's [s, b, h] under SP) where a dim is it; per-head/per-column
+        # tensors the last dim that is a head count or a projection/FFN width; the rest their last dim
+        last = list(reversed(range(len(dims))))
         order = sorted(range(len(dims)), key=lambda i: dims[i] != self.seq) if kind == "R" else \
-            reversed(range(len(dims)))
+            sorted(last, key=lambda i: dims[i] not in self.shard.split_dims)
         for i in order:
             if (dims[i] * f).denominator == 1:
                 dims[i] = int(dims[i] * f)
