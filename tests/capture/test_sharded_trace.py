@@ -236,3 +236,15 @@ def test_module_trace_without_hf_projections_is_refused(tmp_path):
                    "[training]\nnum_microbatches = 1\n")
     with pytest.raises(SpecError, match=r"parallel\.tp.*layers\.0\.fc\.weight.*matches no sharding rule"):
         load_run(run)
+
+
+def test_tensor_names_read_as_module_paths(llama_run):
+    """A trace's tensors are named by the module and op that made them, the layer index the run layer's
+    (layer 2 repeats captured layer 1), and the storage id; saved ones name the op that saved them."""
+    saved = template_of(load_run(llama_run, ["model.num_layers=3"]), 0).saved
+    by_layer = {s.layer: [x.tensor.name for x in saved if x.layer == s.layer] for s in saved}
+    assert "model.layers.2.input_layernorm:_to_copy#" in by_layer[2][0]
+    assert all(n.startswith("model.layers.2.") for n in by_layer[2])
+    for s in (x for x in saved if x.layer >= 0):
+        assert re.fullmatch(rf"{re.escape(s.op.split(':')[0])}:{re.escape(s.op.split(':')[1].split('.')[0])}#\d+",
+                            s.tensor.name), (s.op, s.tensor.name)

@@ -93,7 +93,7 @@ class Namer:
             return None  # parameters, gradients, inputs: static or outside the device's activations
         if isinstance(k, str):
             if own in ("pre", "post"):
-                return f"s{s}"
+                return self.label(s)
             c = int(own)  # pre touches the first layers, post the last ones
             return self.name(s, c if k == "pre" else self.n - self.l_cap + c)
         c = self.cap(k)
@@ -103,17 +103,29 @@ class Namer:
         if s == b.hidden_in and own != c:
             return self.name(self.bound[self.cap(k - 1)].hidden_out, k - 1) if k > 0 else self.name(s, "pre")
         if own == c:
-            return f"L{k}.s{s}"
+            return self.label(s, k)
         if own in ("pre", "post"):
-            return f"s{s}"
+            return self.label(s)
         for j in (k - 1, k + 1):
             if 0 <= j < self.n and self.cap(j) == own:
                 return self.name(s, j)
         if self.n == self.l_cap:  # every layer captured: run layer = captured layer, shared state is fine
-            return f"L{own}.s{s}"
+            return self.label(s, int(own))
         raise UserError(f"captured layer {c} reads storage {s} of layer {own}, which is not its hidden-state "
                         "input; layers that share state cannot be repeated — capture all layers instead "
                         f"(num_layers = {self.l_cap})")
+
+    def label(self, s: int, k: int | None = None) -> str:
+        """A storage's tensor name: the module path and op that made it, as run layer ``k`` (the captured
+        layer's index renamed), and the storage id, which keeps names unique (``model.layers.3.mlp:mul#75``)."""
+        a = self.trace.storages[s].alloc_op
+        op = self.trace.ops[a] if a >= 0 else None
+        module = (op.module if op is not None else "") or "model"
+        short = op.name.removeprefix("aten.").split(".")[0] if op is not None else "tensor"
+        if k is not None and (c := self.cap(k)) != k:
+            renamed = _layer_module(module, c, k)
+            module = renamed if renamed != module else f"{module}@{k}"  # a path without the layer index
+        return f"{module}:{short}#{s}"
 
 
 def _tensor(trace: CapturedTrace, op: TraceOp, s: int, name: str, module: str, cat: Category,
