@@ -92,3 +92,26 @@ def test_shipped_llama_trace_under_tp8_holds_the_presets_parameters(write_run, c
     assert trace["bytes"]["grads"] == preset["bytes"]["grads"]
     assert trace["bytes"]["optimizer"] == preset["bytes"]["optimizer"]
     assert trace["bytes"]["weights"] - preset["bytes"]["weights"] == trace["buffers"] * 4 == 2 * 64 * 4
+
+
+def test_shipped_deepseek_trace_places_experts_under_ep_and_refuses_mla_under_tp(write_run, capsys):
+    """DeepSeek-V3's MoE layer under ep = 8: 256/8 routed experts of 3 · 7168 · 2048 per layer, the shared
+    expert and router whole, activations unchanged (each EP rank receives b·s·top_k rows without tp);
+    under tp its MLA projections (q_a_proj, …) match no rule and the run is refused naming the key."""
+    import json
+
+    from timeline.cli import main
+
+    text = f'[model]\ntrace = "{DSV3}"\nnum_layers = 2\n[training]\nmicro_batch_size = 1\nseq_len = 4096\n'
+
+    def device(*sets: str) -> dict:
+        assert main(["static", str(write_run(text)), *(a for s in sets for a in ("--set", s)), "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["devices"][0]
+
+    whole, ep8 = device(), device("parallel.ep=8", "parallel.dp=8")
+    routed = 256 * 3 * 7168 * 2048
+    assert whole["params"]["by_module"]["moe"] - ep8["params"]["by_module"]["moe"] == 2 * routed * 7 // 8
+    assert ep8["layer_activation_bytes"] == whole["layer_activation_bytes"]
+    with pytest.raises(SpecError, match=r"parallel\.tp: the trace's layer parameter 'model\.layers\.0\.self_attn\."
+                       r"q_a_proj\.weight' matches no sharding rule"):
+        load_run(write_run(text), ["parallel.tp=2"])

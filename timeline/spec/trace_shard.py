@@ -15,8 +15,8 @@ parameter names of Hugging Face decoder models (Llama, Mistral, Qwen2/3, Qwen-Mo
 - replicated: norms, biases of row-parallel layers, the router (``mlp.gate``, replicated in
   Megatron's ``TopKRouter``), Qwen's ``shared_expert_gate``, buffers.
 
-A layer parameter of two or more dimensions that no rule names cannot be split safely: the run is
-refused (:func:`shard_problems`). Expert tensor parallelism (``etp > 1``) and context parallelism are
+A layer parameter of two or more dimensions that no rule names cannot be split safely: under tp the
+run is refused (:func:`shard_problems`); under ep alone only unnamed expert tensors are. Expert tensor parallelism (``etp > 1``) and context parallelism are
 refused too. Nothing here imports torch or reads files.
 """
 
@@ -109,7 +109,8 @@ def shard_problems(trace: CapturedTrace, par: ParallelSpec, experts: int) -> lis
     if par.tp == 1 and par.ep == 1:
         return problems
     roles = {p.name: param_role(p, experts) for p in trace.params}
-    unknown = [n for n, r in roles.items() if r == "unknown"]
+    # under ep alone only the experts move: other layer matrices stay whole on every rank
+    unknown = [n for n, r in roles.items() if r == "unknown" and (par.tp > 1 or ".experts." in f".{n}")]
     if unknown:
         problems.append((f"parallel.{'tp' if par.tp > 1 else 'ep'}",
                          f"the trace's layer parameter {unknown[0]!r} matches no sharding rule (Hugging Face "
