@@ -248,3 +248,29 @@ def test_tensor_names_read_as_module_paths(llama_run):
     for s in (x for x in saved if x.layer >= 0):
         assert re.fullmatch(rf"{re.escape(s.op.split(':')[0])}:{re.escape(s.op.split(':')[1].split('.')[0])}#\d+",
                             s.tensor.name), (s.op, s.tensor.name)
+
+
+def test_sp_gathers_before_column_gemms_and_reduce_scatters_after_row_gemms(llama_run):
+    """Under SP the column-parallel GEMMs read the whole sequence all-gathered (a comm buffer their GEMM
+    frees) and the row-parallel ones make whole partial sums that a reduce-scatter cuts to the local rows;
+    without SP nothing is added (the all-reduces work in place)."""
+    from timeline.graph.tensors import Category
+
+    whole = B * S * LLAMA["hidden_size"] * 2
+    t = template_of(load_run(llama_run, MEGATRON + ["parallel.tp=2"]), 0)
+    layer = [o for o in t.forward if o.layer == 0]
+    gathers = [o for o in layer if o.name.endswith(":tp.all_gather")]
+    assert [o.module.rsplit(".", 1)[-1] for o in gathers] == ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"]
+    for g in gathers:
+        (buf,) = g.allocs
+        assert (buf.size_bytes, buf.category, g.stream) == (whole, Category.COMM, "tp")
+        gemm = layer[layer.index(g) + 1]
+        assert gemm.name.endswith(":mm.default") and buf.name in gemm.frees
+    for mod in ("self_attn.o_proj", "mlp.down_proj"):
+        gemm = next(o for o in layer if o.name == f"model.layers.0.{mod}:mm.default")
+        rs = layer[layer.index(gemm) + 1]
+        assert rs.name == f"model.layers.0.{mod}:tp.reduce_scatter"
+        assert [a.size_bytes for a in gemm.allocs] == [whole] and [a.size_bytes for a in rs.allocs] == [whole // 2]
+        assert rs.frees == (gemm.allocs[0].name,)
+    plain = template_of(load_run(llama_run, MEGATRON + ["parallel.tp=2", "parallel.sp=false"]), 0)
+    assert not [o for o in (*plain.forward, *plain.backward) if o.kind == "collective"]

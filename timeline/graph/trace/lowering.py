@@ -26,8 +26,9 @@ from functools import lru_cache
 from timeline.errors import UserError
 from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
 from timeline.graph.tensors import DTYPE_BYTES, Category, TensorDef
+from timeline.graph.trace.collectives import is_comm, with_collectives
 from timeline.graph.trace.recompute import Row, apply_full_recompute, recompute_groups
-from timeline.graph.trace.shard import Sizer
+from timeline.graph.trace.shard import Sizer, tp_collectives
 from timeline.graph.trace.split import split_frees, weight_grad_ops
 from timeline.spec.run import RecomputeSpec
 from timeline.spec.trace import CapturedTrace, TraceOp
@@ -143,6 +144,11 @@ def _tensor(trace: CapturedTrace, op: TraceOp, s: int, name: str, module: str, c
     return TensorDef(name=name, shape=tuple(shape), dtype=dtype, category=cat, module=module, storage=name)
 
 
+def _p2p(r: Row) -> bool:
+    """A pipeline send/receive row (TP collectives are named "tp.…")."""
+    return isinstance(r.op, str) and not r.op.startswith("tp.")
+
+
 def _layer_module(module: str, c: int, k: int) -> str:
     return module.replace(f"layers.{c}.", f"layers.{k}.").replace(f"layers.{c}", f"layers.{k}") if c != k else module
 
@@ -209,6 +215,13 @@ def trace_chunk_template(trace: CapturedTrace, chunk: int, ranges: list[range], 
         rows.append(Row(phase="B", op="recv_backward", k="pp", allocs=[(gout, rename[recv_grad])], frees=[]))
     rows += [row("B", o, k) for o, k in bwd]
     rows.append(Row(phase="B", op="send_backward", k="pp", allocs=[], frees=[]))
+    sizer = Sizer(trace, shard) if shard is not None and shard.sharded else None
+    if sizer is not None and sizer.shard.sp:
+        def name_of(s: int, k: int | str) -> str | None:
+            n = nm.name(s, k)
+            return rename.get(n, n) if n is not None else None
+
+        rows = with_collectives(rows, tp_collectives(trace, sizer.shard.experts), name_of, weight_grad_ops(trace))
 
     inputs: dict[str, int] = {}
     recomputed: set[str] = set()
@@ -223,7 +236,6 @@ def trace_chunk_template(trace: CapturedTrace, chunk: int, ranges: list[range], 
         rows, inputs, recomputed = apply_full_recompute(
             rows, groups, lambda k: hidden(k, "in"), lambda k: hidden(k, "out"),
             lambda s: trace.storages[s].saved, lambda s: trace.storages[s].free_op < 0)
-    sizer = Sizer(trace, shard) if shard is not None and shard.sharded else None
     return _template(trace, chunk, rows, inputs, recomputed, sizer)
 
 
@@ -236,7 +248,7 @@ def _template(trace: CapturedTrace, chunk: int, rows: list[Row], inputs: dict[st
     for r in rows:
         for s, n in r.allocs:
             alloc_phase.setdefault(n, r.phase)
-            if trace.storages[s].free_op < 0 and not isinstance(r.op, str):
+            if trace.storages[s].free_op < 0 and not _p2p(r):
                 to_end.add(n)
         for n in r.frees:
             if n in alloc_phase and n not in freed_in:
@@ -256,7 +268,7 @@ def _template(trace: CapturedTrace, chunk: int, rows: list[Row], inputs: dict[st
         seen_free.update(r.frees)
     b_rows = [r for r in rows if r.phase == "B"]
     wgrad = weight_grad_ops(trace)
-    is_w = [not r.recompute and not isinstance(r.op, str) and r.op.index in wgrad for r in b_rows]
+    is_w = [r.w or (not r.recompute and not isinstance(r.op, str) and r.op.index in wgrad) for r in b_rows]
     split = split_frees(is_w, [[n for _, n in r.allocs] for r in b_rows], [r.reads for r in b_rows],
                         [r.frees for r in b_rows])
 
@@ -264,8 +276,14 @@ def _template(trace: CapturedTrace, chunk: int, rows: list[Row], inputs: dict[st
     per_layer: dict[int, int] = {}
 
     def make(r: Row, frees: list[str]) -> Op | None:
-        if p2p := isinstance(r.op, str):
+        p2p = _p2p(r)
+        if p2p:
             module, layer, name, flops = "pp", None, str(r.op), 0.0
+        elif isinstance(r.op, str):  # a TP collective around a GEMM of module r.module
+            layer = r.k if isinstance(r.k, int) else None
+            module = _layer_module(r.module, min(layer, len(trace.layers) - 1), layer) if layer is not None \
+                else r.module
+            name, flops = f"{module}:{r.op}", 0.0
         else:
             run_layer = r.k if isinstance(r.k, int) else None
             module = _layer_module(r.op.module, min(run_layer, len(trace.layers) - 1), run_layer) \
@@ -278,14 +296,15 @@ def _template(trace: CapturedTrace, chunk: int, rows: list[Row], inputs: dict[st
                 name += ".recompute"
         tensors = []
         for s, n in r.allocs:
-            cat = Category.ACTIVATIONS if n in kept else (
+            cat = Category.ACTIVATIONS if n in kept else Category.COMM if is_comm(n) else (
                 Category.RECOMPUTE if n in recomputed else Category.TEMPORARY)
             src = trace.ops[trace.storages[s].alloc_op] if isinstance(r.op, str) else r.op
-            tensors.append(_tensor(trace, src, s, n, module or "model", cat, sizer))
+            tensors.append(_tensor(trace, src, s, n, module or "model", cat, None if is_comm(n) else sizer))
         if not tensors and not frees and not flops and not p2p:
             return None  # views, detaches and metadata ops move no memory and take no time
-        return Op(name=name, module=module, layer=layer, kind="p2p" if p2p else "compute",
-                  stream="pp" if p2p else "compute", flops=flops,
+        coll = isinstance(r.op, str) and not p2p
+        return Op(name=name, module=module, layer=layer, kind="p2p" if p2p else "collective" if coll else "compute",
+                  stream="pp" if p2p else "tp" if coll else "compute", flops=flops,
                   bytes_moved=float(sum(t.size_bytes for t in tensors)), allocs=tuple(tensors),
                   frees=tuple(frees), recompute=r.recompute)
 

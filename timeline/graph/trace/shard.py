@@ -120,6 +120,39 @@ def _gemm_kind(o: TraceOp, role: dict[int, tuple[str, str]]) -> str:
     return _GEMM_KIND[r][0 if o.phase == "F" else 1]
 
 
+#: ops whose TP-split operand makes them tensor-parallel GEMMs (with the embedding's weight gradient)
+TP_OPS = GEMMS | {"embedding_dense_backward"}
+_TP_ROLES = ("column", "row", "vocab")
+
+
+@lru_cache(maxsize=8)
+def tp_collectives(trace: CapturedTrace, experts: int) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Under SP, each tensor-parallel GEMM's collectives: op index → (``R`` inputs it all-gathers to the
+    whole sequence first, ``R`` outputs it makes as whole partial sums that a reduce-scatter cuts).
+
+    Megatron's ``ColumnParallelLinear`` under SP all-gathers its input (and again in the backward, for the
+    weight gradient: it saved the shard) and reduce-scatters its input gradient; ``RowParallelLinear``
+    reduce-scatters its output and all-gathers the output gradient; ``VocabParallelEmbedding``
+    reduce-scatters its output (megatron/core/tensor_parallel/layers.py, mappings.py). An op is
+    tensor-parallel when it reads a column-, row- or vocabulary-parallel parameter or makes its gradient."""
+    role = {p.storage: param_role(p, experts) for p in trace.params}
+    by_name = {p.name: param_role(p, experts) for p in trace.params}
+    kinds = storage_kinds(trace, experts)
+    out: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    for o in trace.ops:
+        if _base(o.name) not in TP_OPS:
+            continue
+        makes = [kinds.get(s, "") for s in o.allocs]
+        if not (any(role.get(s) in _TP_ROLES for s in o.inputs)
+                or any(k.startswith("W:") and by_name[k[2:]] in _TP_ROLES for k in makes)):
+            continue
+        gathers = tuple(s for s in dict.fromkeys(o.inputs) if kinds.get(s) == "R")
+        partials = tuple(s for s in o.allocs if kinds.get(s) == "R")
+        if gathers or partials:
+            out[o.index] = (gathers, partials)
+    return out
+
+
 class Sizer:
     """Local shapes and bytes of a trace's storages and parameters under ``shard``."""
 
