@@ -205,7 +205,8 @@ class Sizer:
             if (dims[i] * f).denominator == 1:
                 dims[i] = int(dims[i] * f)
                 return tuple(dims)
-        raise ValueError(f"storage {s}: no dim of {shape} takes a factor {f}")
+        n = _numel(shape) * f  # no single dim takes the factor: the local elements as one flat dim
+        return (-(-n.numerator // n.denominator),)
 
     def nbytes(self, s: int, nbytes: int) -> int:
         """Local bytes of a storage of ``nbytes`` captured bytes (rounded up where a share is uneven)."""
