@@ -88,7 +88,7 @@ def static_bytes(run_file: Path, overrides: list[str], capsys) -> dict[str, int]
     args = [a for o in overrides for a in ("--set", o)]
     assert main(["static", str(run_file), *args, "--json"]) == 0
     dev = json.loads(capsys.readouterr().out)["devices"][0]
-    return {**dev["bytes"], "buffers": dev["buffers"]}
+    return {**dev["bytes"], "buffers": dev["buffers"], **{f"params.{k}": v for k, v in dev["params"]["by_module"].items()}}
 
 
 def test_name_map_covers_every_analytic_parameter_once(qwen3_moe_run, tmp_path):
@@ -119,6 +119,26 @@ def test_moe_trace_tp2_ep4_holds_what_static_holds(qwen3_moe_run, tmp_path, caps
 def _forward_allocs(run, module: str, op: str) -> list:
     t = template_of(run, 0)
     return [a for o in t.forward if o.name == f"{module}:{op}" for a in o.allocs]
+
+
+#: a small GPT-OSS (learned sinks, router bias, expert biases; a sliding and a full attention layer)
+GPT_OSS = {"model_type": "gpt_oss", "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 96, "num_local_experts": 4,
+           "num_experts_per_tok": 2, "vocab_size": 1000, "sliding_window": 32,
+           "layer_types": ["sliding_attention", "full_attention"]}
+
+
+def test_gpt_oss_trace_tp2_ep2_holds_what_static_holds(tmp_path, capsys):
+    """Sinks split with the heads, router and its bias replicated, expert biases with their experts."""
+    par = ["parallel.tp=2", "parallel.ep=2", "parallel.etp=1"]
+    run_file = capture_config(GPT_OSS, tmp_path / "gptoss.parquet")
+    trace = param_bytes(load_run(run_file, MEGATRON + par))
+    assert trace["model.layers.0.self_attn.sinks"] == 2 * 2
+    assert trace["model.layers.0.mlp.experts.gate_up_proj_bias"] == 2 * 2 * 96 * 2
+    t = static_bytes(run_file, MEGATRON + par, capsys)
+    analytic_run(tmp_path, GPT_OSS, par)
+    a = static_bytes(tmp_path / "analytic.toml", par, capsys)
+    assert (t["grads"], t["optimizer"]) == (a["grads"], a["optimizer"])
 
 
 @pytest.mark.parametrize(("tp", "ep"), [(2, 4), (1, 4), (2, 1)])

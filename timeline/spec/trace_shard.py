@@ -12,8 +12,9 @@ parameter names of Hugging Face decoder models (Llama, Mistral, Qwen2/3, Qwen-Mo
 - routed experts (:mod:`timeline.graph.families.moe`): a fused ``experts.*`` tensor whose first dim
   is the expert count keeps ``E / ep`` experts; a per-expert ``experts.N.*`` module is held by the
   EP rank whose ``E / ep`` experts include ``N`` (rank 0 is simulated);
-- replicated: norms, biases of row-parallel layers, the router (``mlp.gate``, replicated in
-  Megatron's ``TopKRouter``), Qwen's ``shared_expert_gate``, buffers.
+- split with the heads: GPT-OSS's learned ``self_attn.sinks`` (one logit per query head);
+- replicated: norms, biases of row-parallel layers, the router (``mlp.gate``/``mlp.router``, replicated
+  in Megatron's ``TopKRouter``), Qwen's ``shared_expert_gate``, buffers.
 
 A layer parameter of two or more dimensions that no rule names cannot be split safely: under tp the
 run is refused (:func:`shard_problems`); under ep alone only unnamed expert tensors are. Expert tensor parallelism (``etp > 1``) and context parallelism are
@@ -31,8 +32,10 @@ from timeline.spec.trace import CapturedTrace, TraceParam
 COLUMN = ("q_proj", "k_proj", "v_proj", "qkv_proj", "gate_proj", "up_proj", "gate_up_proj")
 ROW = ("o_proj", "down_proj")
 VOCAB = ("embed_tokens", "lm_head")
-#: replicated matrices: the MoE router and Qwen's shared-expert gate
-REPLICATED = ("mlp.gate", "shared_expert_gate")
+#: replicated matrices: the MoE router (``mlp.gate``; GPT-OSS ``mlp.router``) and Qwen's shared-expert gate
+REPLICATED = ("mlp.gate", "mlp.router", "shared_expert_gate")
+#: one value per attention head, split with the heads (GPT-OSS's learned sinks)
+HEADS = ("self_attn.sinks",)
 _EXPERT = re.compile(r"(^|\.)experts\.(\d+)\.")
 
 
@@ -71,7 +74,7 @@ def param_role(p: TraceParam, experts: int) -> str:
             return "expert"
         return "unknown"
     mod, leaf = _module(name), name.rsplit(".", 1)[-1]
-    if mod in COLUMN:
+    if mod in COLUMN or name.endswith(HEADS):
         return "column"
     if mod in ROW:
         return "row" if leaf != "bias" else "row_bias"
