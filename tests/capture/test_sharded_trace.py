@@ -139,6 +139,9 @@ def test_gpt_oss_trace_tp2_ep2_holds_what_static_holds(tmp_path, capsys):
     analytic_run(tmp_path, GPT_OSS, par)
     a = static_bytes(tmp_path / "analytic.toml", par, capsys)
     assert (t["grads"], t["optimizer"]) == (a["grads"], a["optimizer"])
+    assert {k: v for k, v in t.items() if k.startswith("params.")} == {k: v for k, v in a.items()
+                                                                        if k.startswith("params.")}
+    assert t["weights"] - a["weights"] == t["buffers"] * 4 == 2 * 16 * 4  # HF's rotary inv_freq buffers
 
 
 @pytest.mark.parametrize(("tp", "ep"), [(2, 4), (1, 4), (2, 1)])
