@@ -1,7 +1,8 @@
 """How a captured trace's parameters shard under TP and EP: a rule per Hugging Face parameter name.
 
 A trace runs sharded by the graph's own rules (the analytic families), applied to the captured
-parameter names of Hugging Face decoder models (Llama, Mistral, Qwen2/3, Qwen-MoE, Mixtral):
+parameter names of Hugging Face decoder models (Llama, Mistral, Qwen2/3, Qwen-MoE,
+Mixtral, GPT-OSS):
 
 - column-parallel (Megatron ``ColumnParallelLinear``; :mod:`timeline.graph.families.attention`,
   ``mlp``): ``q_proj``, ``k_proj``, ``v_proj``, ``qkv_proj``, ``gate_proj``, ``up_proj``,
