@@ -99,21 +99,39 @@ def test_name_map_covers_every_analytic_parameter_once(qwen3_moe_run, tmp_path):
         "layers.1.mlp.experts.0.down_proj.weight", "layers.1.mlp.experts.1.down_proj.weight"]
 
 
-def test_moe_trace_tp2_ep4_holds_what_static_holds(qwen3_moe_run, tmp_path, capsys):
-    run = load_run(qwen3_moe_run, MEGATRON + MOE_PAR)
+@pytest.mark.parametrize("etp", [1, 2], ids=["etp1", "etp-default"])
+def test_moe_trace_tp2_ep4_holds_what_static_holds(qwen3_moe_run, tmp_path, capsys, etp):
+    par = [p for p in MOE_PAR if etp == 1 or p != "parallel.etp=1"]  # etp defaults to tp = 2
+    run = load_run(qwen3_moe_run, MEGATRON + par)
+    assert run.parallel.etp == etp
     trace = param_bytes(run)
-    analytic = param_bytes(analytic_run(tmp_path, QWEN3_MOE, MOE_PAR))
+    analytic = param_bytes(analytic_run(tmp_path, QWEN3_MOE, par))
     assert mapped(trace, LOCAL_EXPERTS) == analytic
-    # one device: 16/4 experts of [2·96, 128] + [128, 96] bf16 per layer, q heads 4/2 · 32 columns
-    assert trace["model.layers.0.mlp.experts.gate_up_proj"] == 4 * 192 * 128 * 2
+    # one device: 16/4 experts of [2·96/etp, 128] + [128, 96/etp] bf16 per layer, q heads 4/2 · 32 columns
+    assert trace["model.layers.0.mlp.experts.gate_up_proj"] == 4 * 192 // etp * 128 * 2
     assert trace["model.layers.0.self_attn.q_proj.weight"] == 64 * 128 * 2
     assert trace["model.embed_tokens.weight"] == 512 * 128 * 2  # vocab 1000 padded to 128·tp = 1024, /2
-    t = static_bytes(qwen3_moe_run, MEGATRON + MOE_PAR, capsys)
+    t = static_bytes(qwen3_moe_run, MEGATRON + par, capsys)
     (tmp_path / "config.json").write_text(json.dumps(QWEN3_MOE))
-    a = static_bytes(tmp_path / "analytic.toml", MOE_PAR, capsys)
+    a = static_bytes(tmp_path / "analytic.toml", par, capsys)
     assert (t["grads"], t["optimizer"]) == (a["grads"], a["optimizer"])
     # the capture's rotary inv_freq and original_inv_freq buffers (16 fp32 each), which the graph leaves out
     assert t["weights"] - a["weights"] == 2 * 16 * 4 and t["buffers"] == 32
+
+
+def test_etp2_experts_equal_the_capture_of_their_share(qwen3_moe_run, tmp_path):
+    """Under tp = etp = 2, ep = 4 (SP) an EP rank's experts read (b·s/2)·top_k·2 = b·s·top_k all-gathered
+    rows with half their FFN columns: what a model of 4 experts of width 96/2 captured at the same b·s
+    allocates between and in its expert GEMMs (the tensors with an FFN-width dim)."""
+    share = template_of(load_run(capture_config({**QWEN3_MOE, "num_experts": 4, "moe_intermediate_size": 48},
+                                                tmp_path / "share.parquet"), MEGATRON), 0)
+    sharded = template_of(load_run(qwen3_moe_run, MEGATRON + ["parallel.tp=2", "parallel.ep=4", "parallel.dp=4"]), 0)
+
+    def ffn(t, phase: str) -> Counter:
+        return Counter({k: v for k, v in _layer_allocs(t, phase, "mlp.experts").items() if {48, 96} & set(k[1])})
+
+    for phase in "FB":
+        assert ffn(sharded, phase) == ffn(share, phase) and ffn(share, phase)
 
 
 def _forward_allocs(run, module: str, op: str) -> list:
@@ -144,15 +162,21 @@ def test_gpt_oss_trace_tp2_ep2_holds_what_static_holds(tmp_path, capsys):
     assert t["weights"] - a["weights"] == t["buffers"] * 4 == 2 * 16 * 4  # HF's rotary inv_freq buffers
 
 
-@pytest.mark.parametrize(("tp", "ep"), [(2, 4), (1, 4), (2, 1)])
-def test_routed_rows_per_ep_rank(qwen3_moe_run, tp, ep):
-    run = load_run(qwen3_moe_run, MEGATRON + [f"parallel.tp={tp}", f"parallel.ep={ep}", "parallel.etp=1",
+@pytest.mark.parametrize(("tp", "ep", "etp"), [(2, 4, 1), (1, 4, 1), (2, 1, 1), (2, 4, 2), (2, 2, 2)])
+def test_routed_rows_per_ep_rank(qwen3_moe_run, tp, ep, etp):
+    """Each EP rank receives (b·s/tp)·top_k rows (SP, balanced routing); under expert-TP its experts read them
+    all-gathered over etp, each with 1/etp of its FFN columns, and cut their fc2 output back by a
+    reduce-scatter."""
+    run = load_run(qwen3_moe_run, MEGATRON + [f"parallel.tp={tp}", f"parallel.ep={ep}", f"parallel.etp={etp}",
                                              "parallel.dp=4"])
     rows = B * S // tp * QWEN3_MOE["num_experts_per_tok"]
     gathered = [a for a in _forward_allocs(run, "model.layers.0.mlp.experts", "index.Tensor") if a.dtype == "bf16"]
-    assert gathered[0].shape == (rows, 128)  # the tokens the local experts read
+    assert gathered[0].shape == (rows * etp, 128)  # the tokens the local experts read
     fc1, fc2 = _forward_allocs(run, "model.layers.0.mlp.experts", "_grouped_mm.default")
-    assert (fc1.shape, fc2.shape) == ((rows, 2 * 96), (rows, 128))
+    assert (fc1.shape, fc2.shape) == ((rows * etp, 2 * 96 // etp), (rows * etp, 128))
+    if etp > 1:
+        (received,) = _forward_allocs(run, "model.layers.0.mlp.experts", "etp.reduce_scatter")
+        assert received.shape == (rows, 128)
 
 
 def _saved(run) -> dict[tuple[str, str], list[int]]:
@@ -241,7 +265,6 @@ def test_simulated_moe_trace_runs_sharded(qwen3_moe_run):
 
 @pytest.mark.parametrize(("overrides", "key"), [
     (["parallel.cp=2"], "parallel.cp"),
-    (["parallel.tp=2", "parallel.ep=4", "parallel.dp=4"], "parallel.etp"),
 ])
 def test_refusals_name_the_key(qwen3_moe_run, overrides, key):
     with pytest.raises(SpecError, match=re.escape(key)):

@@ -65,6 +65,7 @@ def model_source(run: RunSpec) -> ModelSource:
         return TraceSource(label=run.model_source, trace=run.trace, parallel=run.parallel,
                            num_layers=run.model.num_hidden_layers, dtype=run.training.dtype, recompute=run.recompute,
                            vocab_pad=ctx.profile.vocab_pad, experts=run.model.n_routed_experts,
+                           expert_ffn=run.model.moe_intermediate_size,
                            split_dims=_split_dims(run.model))
     return AnalyticSource(model=run.model, profile=run.profile, framework=run.framework, parallel=run.parallel,
                           training=run.training, recompute=run.recompute)

@@ -12,14 +12,15 @@ Mixtral, GPT-OSS):
   rows padded to the profile's ``vocab_pad · tp`` (``BuildCtx.padded_vocab``) and split over ``tp``;
 - routed experts (:mod:`timeline.graph.families.moe`): a fused ``experts.*`` tensor whose first dim
   is the expert count keeps ``E / ep`` experts; a per-expert ``experts.N.*`` module is held by the
-  EP rank whose ``E / ep`` experts include ``N`` (rank 0 is simulated);
+  EP rank whose ``E / ep`` experts include ``N`` (rank 0 is simulated); each expert's FFN width
+  (``moe_intermediate_size``, ``2×`` fused gate/up) splits over ``etp``, its down bias stays whole;
 - split with the heads: GPT-OSS's learned ``self_attn.sinks`` (one logit per query head);
 - replicated: norms, biases of row-parallel layers, the router (``mlp.gate``/``mlp.router``, replicated
   in Megatron's ``TopKRouter``), Qwen's ``shared_expert_gate``, buffers.
 
 A layer parameter of two or more dimensions that no rule names cannot be split safely: under tp the
-run is refused (:func:`shard_problems`); under ep alone only unnamed expert tensors are. Expert tensor parallelism (``etp > 1``) and context parallelism are
-refused too. Nothing here imports torch or reads files.
+run is refused (:func:`shard_problems`); under ep alone only unnamed expert tensors are. Context parallelism
+is refused too. Nothing here imports torch or reads files.
 """
 
 from __future__ import annotations
@@ -50,12 +51,14 @@ class TraceShard:
     vocab: int = 0  # captured vocabulary rows
     vocab_local: int = 0  # rows one TP rank holds: the profile's padded vocabulary / tp
     experts: int = 0  # routed experts of the captured model
+    etp: int = 1  # expert tensor-parallel ranks: each expert's FFN width split over them
+    ffn: int = 0  # each routed expert's captured FFN width (``moe_intermediate_size``)
     #: the captured sizes TP splits (head counts, projection and FFN widths): the dim a local shape cuts
     split_dims: tuple[int, ...] = ()
 
     @property
     def sharded(self) -> bool:
-        return self.tp > 1 or self.ep > 1
+        return self.tp > 1 or self.ep > 1 or self.etp > 1
 
 
 def _module(name: str) -> str:
@@ -98,11 +101,29 @@ def local_shape(p: TraceParam, shard: TraceShard) -> tuple[int, ...] | None:
         shape[0] = shard.vocab_local
     elif role == "expert":
         shape[0] //= shard.ep
+        _cut_ffn(shape, shard, 1)
     elif role == "expert_module":
         m = _EXPERT.search(p.name)
         if m and int(m.group(2)) >= shard.experts // shard.ep:
             return None
+        _cut_ffn(shape, shard, 0)
     return tuple(shape)
+
+
+def expert_part(name: str) -> str:
+    """``row`` for an expert's down projection (Megatron ``linear_fc2``, split by its input columns over
+    etp), ``column`` for the gate/up projection (``linear_fc1``)."""
+    return "row" if "down_proj" in name else "column"
+
+
+def _cut_ffn(shape: list[int], shard: TraceShard, start: int) -> None:
+    """Split an expert tensor's FFN-width dim (``ffn``, or ``2·ffn`` for a fused gate/up) over ``etp``; the
+    last such dim from ``start`` (a width equal to the hidden size cuts the same bytes either way)."""
+    if shard.etp == 1:
+        return
+    dims = [i for i in range(start, len(shape)) if shape[i] in (shard.ffn, 2 * shard.ffn)]
+    if dims:
+        shape[dims[-1]] //= shard.etp
 
 
 def shard_problems(trace: CapturedTrace, par: ParallelSpec, experts: int) -> list[tuple[str, str]]:
@@ -125,7 +146,4 @@ def shard_problems(trace: CapturedTrace, par: ParallelSpec, experts: int) -> lis
     has_experts = any(r in ("expert", "expert_module") for r in roles.values())
     if par.ep > 1 and not has_experts:
         problems.append(("parallel.ep", "the trace has no routed experts to place; ep must be 1"))
-    if has_experts and par.etp > 1:
-        problems.append(("parallel.etp", "a captured trace places whole experts per EP rank (no expert tensor "
-                         "parallelism); set etp = 1"))
     return problems

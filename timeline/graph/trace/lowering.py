@@ -26,7 +26,7 @@ from functools import lru_cache
 from timeline.errors import UserError
 from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
 from timeline.graph.tensors import DTYPE_BYTES, Category, TensorDef
-from timeline.graph.trace.collectives import is_comm, with_collectives
+from timeline.graph.trace.collectives import comm_group, with_collectives
 from timeline.graph.trace.recompute import Row, apply_full_recompute, recompute_groups
 from timeline.graph.trace.shard import Sizer, tp_collectives
 from timeline.graph.trace.split import split_frees, weight_grad_ops
@@ -130,7 +130,8 @@ class Namer:
 
 
 def _tensor(trace: CapturedTrace, op: TraceOp, s: int, name: str, module: str, cat: Category,
-            sizer: Sizer | None = None) -> TensorDef:
+            sizer: Sizer | None = None, scale: int = 1) -> TensorDef:
+    """``scale``: a collective's buffer holds ``scale`` ranks' shares (its cut dim × ``scale``)."""
     nbytes = trace.storages[s].nbytes
     out = next((t for t in op.outputs if t.storage == s), None)
     shape: tuple[int, ...] = (nbytes if sizer is None else sizer.nbytes(s, nbytes),)
@@ -141,12 +142,18 @@ def _tensor(trace: CapturedTrace, op: TraceOp, s: int, name: str, module: str, c
             n *= d
         if n * DTYPE_BYTES[DTYPES[out.dtype]] == nbytes:
             shape, dtype = (out.shape if sizer is None else sizer.shape(s, out.shape)), DTYPES[out.dtype]
+    if scale > 1:
+        dims = list(shape)
+        ref = out.shape if out is not None and len(out.shape) == len(dims) else tuple(dims)
+        cut = next((i for i, (a, b) in enumerate(zip(dims, ref, strict=True)) if a != b), 0)
+        dims[cut] *= scale
+        shape = tuple(dims)
     return TensorDef(name=name, shape=tuple(shape), dtype=dtype, category=cat, module=module, storage=name)
 
 
 def _p2p(r: Row) -> bool:
-    """A pipeline send/receive row (TP collectives are named "tp.…")."""
-    return isinstance(r.op, str) and not r.op.startswith("tp.")
+    """A pipeline send/receive row (TP and expert-TP collectives are named "tp.…" / "etp.…")."""
+    return isinstance(r.op, str) and not r.op.startswith(("tp.", "etp."))
 
 
 def _layer_module(module: str, c: int, k: int) -> str:
@@ -216,12 +223,15 @@ def trace_chunk_template(trace: CapturedTrace, chunk: int, ranges: list[range], 
     rows += [row("B", o, k) for o, k in bwd]
     rows.append(Row(phase="B", op="send_backward", k="pp", allocs=[], frees=[]))
     sizer = Sizer(trace, shard) if shard is not None and shard.sharded else None
-    if sizer is not None and sizer.shard.sp:
+    comm = [g for g, on in (("tp", sizer.shard.sp), ("etp", sizer.shard.etp > 1))
+            if on] if sizer is not None else []
+    if sizer is not None and comm:
         def name_of(s: int, k: int | str) -> str | None:
             n = nm.name(s, k)
             return rename.get(n, n) if n is not None else None
 
-        rows = with_collectives(rows, tp_collectives(trace, sizer.shard.experts), name_of, weight_grad_ops(trace))
+        rows = with_collectives(rows, tp_collectives(trace, sizer.shard.experts), comm, name_of,
+                                weight_grad_ops(trace))
 
     inputs: dict[str, int] = {}
     recomputed: set[str] = set()
@@ -296,15 +306,18 @@ def _template(trace: CapturedTrace, chunk: int, rows: list[Row], inputs: dict[st
                 name += ".recompute"
         tensors = []
         for s, n in r.allocs:
-            cat = Category.ACTIVATIONS if n in kept else Category.COMM if is_comm(n) else (
+            group = comm_group(n)
+            cat = Category.ACTIVATIONS if n in kept else Category.COMM if group else (
                 Category.RECOMPUTE if n in recomputed else Category.TEMPORARY)
             src = trace.ops[trace.storages[s].alloc_op] if isinstance(r.op, str) else r.op
-            tensors.append(_tensor(trace, src, s, n, module or "model", cat, None if is_comm(n) else sizer))
+            scale = 1 if sizer is None or not group else sizer.shard.tp if group == "tp" else sizer.shard.etp
+            tensors.append(_tensor(trace, src, s, n, module or "model", cat, sizer, scale))
         if not tensors and not frees and not flops and not p2p:
             return None  # views, detaches and metadata ops move no memory and take no time
         coll = isinstance(r.op, str) and not p2p
+        stream = "pp" if p2p else ("ep" if str(r.op).startswith("etp.") else "tp") if coll else "compute"
         return Op(name=name, module=module, layer=layer, kind="p2p" if p2p else "collective" if coll else "compute",
-                  stream="pp" if p2p else "tp" if coll else "compute", flops=flops,
+                  stream=stream, flops=flops,
                   bytes_moved=float(sum(t.size_bytes for t in tensors)), allocs=tuple(tensors),
                   frees=tuple(frees), recompute=r.recompute)
 

@@ -32,13 +32,14 @@ from functools import lru_cache
 
 from timeline.graph.trace.split import MOVES
 from timeline.spec.trace import CapturedTrace, TraceOp
-from timeline.spec.trace_shard import TraceShard, local_shape, param_role
+from timeline.spec.trace_shard import TraceShard, expert_part, local_shape, param_role
 
 #: ops whose output is a matrix product of a parameter (or a lookup in one)
 GEMMS = frozenset({"mm", "addmm", "bmm", "matmul", "linear", "_grouped_mm", "baddbmm", "embedding"})
-_ORDER = {"V": 4, "C": 3, "R": 2, "T": 1, "N": 0}
-#: parameter role → kind of a GEMM's output: (forward, backward)
-_GEMM_KIND = {"column": ("C", "R"), "row": ("R", "C"), "vocab": ("R", "R"), "expert": ("R", "R")}
+_ORDER = {"V": 5, "C": 4, "X": 3, "R": 2, "T": 1, "N": 0}
+#: parameter role → kind of a GEMM's output: (forward, backward); experts by their part (fc1 / fc2)
+_GEMM_KIND = {"column": ("C", "R"), "row": ("R", "C"), "vocab": ("R", "R"), "expert_column": ("X", "R"),
+              "expert_row": ("R", "X")}
 
 
 def _base(name: str) -> str:
@@ -99,11 +100,16 @@ def storage_kinds(trace: CapturedTrace, experts: int) -> dict[int, str]:
             n = _numel(t.shape)
             if k == "V" and (not t.shape or t.shape[-1] != vocab):
                 k = "T"
-            elif k in ("C", "R") and (n < tokens or n % tokens):
+            elif k in ("C", "X", "R") and (n < tokens or n % tokens):
                 k = "N"
             elif not k:
                 k = "R" if o.layer >= 0 and n >= tokens and not n % tokens else "N"
             kinds[s] = k
+    for o in trace.ops:  # the rows the experts' fc1 reads: received and all-gathered over etp
+        if o.phase == "F" and _gemm_kind(o, role) == "X":
+            for s in o.inputs:
+                if kinds.get(s) == "R":
+                    kinds[s] = "E"
     return kinds
 
 
@@ -111,12 +117,14 @@ def _gemm_kind(o: TraceOp, role: dict[int, tuple[str, str]]) -> str:
     """The kind of a parameter GEMM's output ("" for other ops or a replicated parameter)."""
     if _base(o.name) not in GEMMS:
         return ""
-    roles = [role[s][1] for s in o.inputs if s in role]
-    r = next((x for x in roles if x in ("column", "row", "vocab", "expert")), "")
+    params = [role[s] for s in o.inputs if s in role]
+    name, r = next(((n, x) for n, x in params if x in ("column", "row", "vocab", "expert")), ("", ""))
     if not r:
         return ""
     if r == "vocab" and _base(o.name) != "embedding":
         return "V" if o.phase == "F" else "R"  # the output layer: logits, then the gradient of its input
+    if r == "expert":
+        r = f"expert_{expert_part(name)}"
     return _GEMM_KIND[r][0 if o.phase == "F" else 1]
 
 
@@ -125,31 +133,40 @@ TP_OPS = GEMMS | {"embedding_dense_backward"}
 _TP_ROLES = ("column", "row", "vocab")
 
 
+#: a GEMM's collectives: (``R`` inputs it all-gathers first, ``R`` outputs it makes as partial sums that a
+#: reduce-scatter cuts, the group: "tp" or "etp")
+Collectives = tuple[tuple[int, ...], tuple[int, ...], str]
+
+
 @lru_cache(maxsize=8)
-def tp_collectives(trace: CapturedTrace, experts: int) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
-    """Under SP, each tensor-parallel GEMM's collectives: op index → (``R`` inputs it all-gathers to the
-    whole sequence first, ``R`` outputs it makes as whole partial sums that a reduce-scatter cuts).
+def tp_collectives(trace: CapturedTrace, experts: int) -> dict[int, Collectives]:
+    """Each tensor-parallel GEMM's collectives, by op index: "tp" ones happen under SP, "etp" ones under
+    expert tensor parallelism.
 
     Megatron's ``ColumnParallelLinear`` under SP all-gathers its input (and again in the backward, for the
     weight gradient: it saved the shard) and reduce-scatters its input gradient; ``RowParallelLinear``
     reduce-scatters its output and all-gathers the output gradient; ``VocabParallelEmbedding``
     reduce-scatters its output (megatron/core/tensor_parallel/layers.py, mappings.py). An op is
-    tensor-parallel when it reads a column-, row- or vocabulary-parallel parameter or makes its gradient."""
+    tensor-parallel when it reads a column-, row- or vocabulary-parallel parameter or makes its gradient.
+    The experts' fc2 (down) reduce-scatters its output over etp and all-gathers its output gradient, fc1's
+    input gradient is reduce-scattered (:mod:`timeline.graph.families.moe`: the expert-TP all-gather of the
+    received rows, which fc1 keeps, and the reduce-scatter after fc2)."""
     role = {p.storage: param_role(p, experts) for p in trace.params}
     by_name = {p.name: param_role(p, experts) for p in trace.params}
     kinds = storage_kinds(trace, experts)
-    out: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    out: dict[int, Collectives] = {}
     for o in trace.ops:
         if _base(o.name) not in TP_OPS:
             continue
-        makes = [kinds.get(s, "") for s in o.allocs]
-        if not (any(role.get(s) in _TP_ROLES for s in o.inputs)
-                or any(k.startswith("W:") and by_name[k[2:]] in _TP_ROLES for k in makes)):
+        makes = [k[2:] for s in o.allocs if (k := kinds.get(s, "")).startswith("W:")]
+        roles = {role[s] for s in o.inputs if s in role} | {by_name[n] for n in makes}
+        group = "tp" if roles & set(_TP_ROLES) else "etp" if "expert" in roles else ""
+        if not group:
             continue
         gathers = tuple(s for s in dict.fromkeys(o.inputs) if kinds.get(s) == "R")
         partials = tuple(s for s in o.allocs if kinds.get(s) == "R")
         if gathers or partials:
-            out[o.index] = (gathers, partials)
+            out[o.index] = (gathers, partials, group)
     return out
 
 
@@ -166,7 +183,9 @@ class Sizer:
     def factor(self, kind: str) -> Fraction:
         """Local / captured bytes of a kind (``V`` and ``W`` are sized by shape)."""
         sh = self.shard
-        if kind == "C" or (kind == "R" and sh.sp):
+        if kind == "E":  # the tokens' rows over etp (Megatron's expert-TP all-gather of the received rows)
+            return self.factor("R") * sh.etp
+        if kind == "C" or (kind in ("R", "X") and sh.sp):
             return Fraction(1, sh.tp)
         if kind.startswith("W:"):
             p = self.params[kind[2:]]
@@ -196,10 +215,18 @@ class Sizer:
                 return local
             if tuple(reversed(dims)) == p.shape:
                 return tuple(reversed(local))
+        if kind == "X":  # the experts' rows (× etp over the expert-TP group), their FFN columns / etp
+            etp, rows = self.shard.etp, dims[0] * self.factor("R") * self.shard.etp
+            ffn = [i for i in range(1, len(dims)) if dims[i] in (self.shard.ffn, 2 * self.shard.ffn)]
+            if rows.denominator == 1 and (etp == 1 or (ffn and dims[ffn[-1]] % etp == 0)):
+                dims[0] = int(rows)
+                if etp > 1:
+                    dims[ffn[-1]] //= etp
+                return tuple(dims)
         # token rows cut the sequence (Megatron's [s, b, h] under SP) where a dim is it; per-head/per-column
         # tensors the last dim that is a head count or a projection/FFN width; the rest their last dim
         last = list(reversed(range(len(dims))))
-        order = sorted(range(len(dims)), key=lambda i: dims[i] != self.seq) if kind == "R" else \
+        order = sorted(range(len(dims)), key=lambda i: dims[i] != self.seq) if kind in ("R", "E") else \
             sorted(last, key=lambda i: dims[i] not in self.shard.split_dims)
         for i in order:
             if (dims[i] * f).denominator == 1:

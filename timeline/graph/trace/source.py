@@ -31,6 +31,7 @@ class TraceSource:
     recompute: RecomputeSpec = RecomputeSpec()
     vocab_pad: int = 1  # the profile's vocabulary padding multiple (Megatron: × tp), used when tp > 1
     experts: int = 0  # routed experts of the captured model (``n_routed_experts``)
+    expert_ffn: int = 0  # each routed expert's FFN width (``moe_intermediate_size``)
     split_dims: tuple[int, ...] = ()  # sizes TP splits (heads, projection and FFN widths), see TraceShard
 
     @property
@@ -42,7 +43,8 @@ class TraceSource:
         multiple = self.vocab_pad * par.tp if par.tp > 1 else 1
         padded = -(-vocab // multiple) * multiple
         return TraceShard(tp=par.tp, sp=par.sp and par.tp > 1, ep=par.ep, vocab=vocab,
-                          vocab_local=padded // par.tp, experts=self.experts, split_dims=self.split_dims)
+                          vocab_local=padded // par.tp, experts=self.experts, split_dims=self.split_dims,
+                          etp=par.etp if self.experts else 1, ffn=self.expert_ffn)
 
     def captured(self) -> CapturedTrace:
         if self.trace is None:
