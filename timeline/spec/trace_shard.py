@@ -131,7 +131,7 @@ def shard_problems(trace: CapturedTrace, par: ParallelSpec, experts: int) -> lis
     problems: list[tuple[str, str]] = []
     if par.cp > 1:
         problems.append(("parallel.cp", "a captured trace shards over tp, sp and ep only; cp must be 1"))
-    if par.tp == 1 and par.ep == 1:
+    if par.tp == 1 and par.ep == 1 and par.etp == 1:
         return problems
     roles = {p.name: param_role(p, experts) for p in trace.params}
     # under ep alone only the experts move: other layer matrices stay whole on every rank
