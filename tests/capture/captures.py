@@ -13,6 +13,11 @@ DSV3 = {"model_type": "deepseek_v3", "hidden_size": 512, "num_hidden_layers": 2,
         "qk_rope_head_dim": 32, "v_head_dim": 96, "intermediate_size": 1408, "moe_intermediate_size": 256,
         "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "first_k_dense_replace": 1,
         "n_group": 1, "topk_group": 1, "vocab_size": 1000}
+#: issue 12's small Qwen3-MoE (2 layers, 16 experts, top-4; GQA 4/2, head_dim 32; every layer MoE)
+QWEN3_MOE = {"model_type": "qwen3_moe", "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 384, "moe_intermediate_size": 96,
+             "num_experts": 16, "num_experts_per_tok": 4, "decoder_sparse_step": 1, "norm_topk_prob": True,
+             "vocab_size": 1000}
 B, S = 2, 64
 
 RUN = """\

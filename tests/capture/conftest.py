@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from captures import DSV3, LLAMA, capture_config  # noqa: E402
+from captures import DSV3, LLAMA, QWEN3_MOE, capture_config  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -20,3 +20,8 @@ def llama_run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def dsv3_run(tmp_path_factory) -> Path:
     return capture_config(DSV3, tmp_path_factory.mktemp("dsv3") / "dsv3.parquet")
+
+
+@pytest.fixture(scope="session")
+def qwen3_moe_run(tmp_path_factory) -> Path:
+    return capture_config(QWEN3_MOE, tmp_path_factory.mktemp("qwen3moe") / "qwen3moe.parquet")

@@ -52,7 +52,7 @@ def test_state_shared_by_every_layer_simulates_when_all_layers_are_captured(shar
     # the cache layer 0 made (32 fp32) stays alive for layers 1 and 2 to read
     assert tl.peak(0).requested_bytes > 0
     names = set(tl.sim.names)
-    assert any(n.startswith("L0.") for n in names)
+    assert any(n.startswith("layers.0.rope:") for n in names)  # the cache, named by the module that made it
 
 
 def test_repeating_a_layer_that_reads_shared_state_is_refused(shared_trace):

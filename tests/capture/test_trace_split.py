@@ -52,7 +52,7 @@ def test_zb_h1_w_runs_gemms_and_keeps_only_their_inputs(fixture, recompute, requ
         activations = {x.storage for op in (*t.forward, *(o for o in t.backward_i if o.recompute)) for x in op.allocs}
         past_i = [s for op in t.backward_w for s in op.frees if s in activations]
         assert past_i
-        for name in past_i:  # L<k>.s<id>[@recompute], s<id>: the captured storage id
-            assert int(re.search(r"s(\d+)(@recompute)?$", name).group(1)) in gemm_inputs, name
+        for name in past_i:  # <module>:<op>#<id>[@recompute]: the captured storage id
+            assert int(re.search(r"#(\d+)(@recompute)?$", name).group(1)) in gemm_inputs, name
     spans = [s for d in (0, 1) for s in build_timeline(run).sim.spans[d] if s.kind == "W"]
     assert spans and all(s.end_us > s.start_us for s in spans)

@@ -64,10 +64,54 @@ def test_other_sizes_name_the_capture_command(write_run):
             in text)
 
 
-def test_sharding_and_selective_recompute_are_refused(write_run):
-    with pytest.raises(SpecError, match="parallel.tp"):
-        load_run(write_run(run_text()), ["parallel.tp=2"])
+def test_context_parallelism_and_selective_recompute_are_refused(write_run):
+    assert load_run(write_run(run_text()), ["parallel.tp=2"]).parallel.tp == 2  # TP/SP/EP shard a trace
+    with pytest.raises(SpecError, match="parallel.cp: a captured trace shards over tp, sp and ep only"):
+        load_run(write_run(run_text()), ["parallel.cp=2"])
     with pytest.raises(SpecError, match="selective recompute names modules"):
         load_run(write_run(run_text()), ["recompute.policy=selective"])
     full = load_run(write_run(run_text()), ["recompute.policy=full", "recompute.method=block"])
     assert full.recompute.policy == "full"
+
+
+def test_shipped_llama_trace_under_tp8_holds_the_presets_parameters(write_run, capsys):
+    """The 1-layer Llama-3-8B trace repeated to 32 layers under tp = 8: per device, the parameters and
+    static bytes of the analytic ``llama3-8b`` preset (weights + the trace's fp32 rotary buffers,
+    ``inv_freq`` and ``original_inv_freq`` of head_dim/2 = 64 each)."""
+    import json
+
+    from timeline.cli import main
+
+    def device(text: str) -> dict:
+        assert main(["static", str(write_run(text)), "--set", "parallel.tp=8", "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["devices"][0]
+
+    trace = device(run_text())
+    preset = device('[model]\npreset = "llama3-8b"\n[training]\nmicro_batch_size = 1\nseq_len = 4096\n')
+    assert trace["params"] == preset["params"] and trace["params"]["total"] == 1_004_802_048
+    assert trace["bytes"]["grads"] == preset["bytes"]["grads"]
+    assert trace["bytes"]["optimizer"] == preset["bytes"]["optimizer"]
+    assert trace["bytes"]["weights"] - preset["bytes"]["weights"] == trace["buffers"] * 4 == 2 * 64 * 4
+
+
+def test_shipped_deepseek_trace_places_experts_under_ep_and_refuses_mla_under_tp(write_run, capsys):
+    """DeepSeek-V3's MoE layer under ep = 8: 256/8 routed experts of 3 · 7168 · 2048 per layer, the shared
+    expert and router whole, activations unchanged (each EP rank receives b·s·top_k rows without tp);
+    under tp its MLA projections (q_a_proj, …) match no rule and the run is refused naming the key."""
+    import json
+
+    from timeline.cli import main
+
+    text = f'[model]\ntrace = "{DSV3}"\nnum_layers = 2\n[training]\nmicro_batch_size = 1\nseq_len = 4096\n'
+
+    def device(*sets: str) -> dict:
+        assert main(["static", str(write_run(text)), *(a for s in sets for a in ("--set", s)), "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["devices"][0]
+
+    whole, ep8 = device(), device("parallel.ep=8", "parallel.dp=8")
+    routed = 256 * 3 * 7168 * 2048
+    assert whole["params"]["by_module"]["moe"] - ep8["params"]["by_module"]["moe"] == 2 * routed * 7 // 8
+    assert ep8["layer_activation_bytes"] == whole["layer_activation_bytes"]
+    with pytest.raises(SpecError, match=r"parallel\.tp: the trace's layer parameter 'model\.layers\.0\.self_attn\."
+                       r"q_a_proj\.weight' matches no sharding rule"):
+        load_run(write_run(text), ["parallel.tp=2"])

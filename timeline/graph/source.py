@@ -15,6 +15,7 @@ from typing import Protocol
 
 from timeline.graph.analytic import AnalyticSource
 from timeline.graph.build import Node
+from timeline.graph.context import BuildCtx
 from timeline.graph.ops import ChunkTemplate
 from timeline.graph.trace.source import TraceSource
 from timeline.spec.model import ModelSpec
@@ -60,7 +61,18 @@ def model_source(run: RunSpec) -> ModelSource:
     """The run's model source: a captured trace for ``model_source`` "trace:…", else the layer
     library. A door (``tests/test_layering.py``): the graph layer's one reader of a whole run."""
     if run.model_source.split(":", 1)[0] == "trace":
+        ctx = BuildCtx.of(run.model, run.profile, run.framework, run.parallel, run.training.dtype)
         return TraceSource(label=run.model_source, trace=run.trace, parallel=run.parallel,
-                           num_layers=run.model.num_hidden_layers, dtype=run.training.dtype, recompute=run.recompute)
+                           num_layers=run.model.num_hidden_layers, dtype=run.training.dtype, recompute=run.recompute,
+                           vocab_pad=ctx.profile.vocab_pad, experts=run.model.n_routed_experts,
+                           expert_ffn=run.model.moe_intermediate_size,
+                           split_dims=_split_dims(run.model))
     return AnalyticSource(model=run.model, profile=run.profile, framework=run.framework, parallel=run.parallel,
                           training=run.training, recompute=run.recompute)
+
+
+def _split_dims(m: ModelSpec) -> tuple[int, ...]:
+    """The sizes of a model that tensor parallelism splits: head counts and widths of the projections and FFN."""
+    hd = m.attn_head_dim
+    return tuple(dict.fromkeys((m.num_attention_heads, m.kv_heads, m.num_attention_heads * hd, m.kv_heads * hd,
+                                m.intermediate_size, 2 * m.intermediate_size)))

@@ -29,6 +29,7 @@ from timeline.spec.trace import (
     TraceStorage,
     TraceTensor,
 )
+from timeline.spec.trace_shard import shard_problems
 
 META_KEY = b"timeline.trace"
 _STORAGE_COLS = ("id", "nbytes", "kind", "alloc_op", "free_op", "saved", "saved_by", "role")
@@ -158,10 +159,7 @@ def trace_problems(run: RunSpec, path: str) -> list[tuple[str, str]]:
                          f"{dt!r}; the run asks for {tr.micro_batch_size}, {tr.seq_len}, {tr.dtype!r}. Capture "
                          "it at those sizes: "
                          f"{capture_command(prov, tr.micro_batch_size, tr.seq_len, tr.dtype)}"))
-    for key in ("tp", "cp", "ep"):
-        if getattr(par, key) > 1:
-            problems.append((f"parallel.{key}", f"a captured trace runs unsharded; {key} must be 1 "
-                             "(pp, vpp and dp/ZeRO work)"))
+    problems += shard_problems(trace, par, run.model.n_routed_experts)
     if run.recompute.policy == "selective":
         problems.append(("recompute.policy", NO_SELECTIVE))
     if run.model.num_hidden_layers < len(trace.layers):

@@ -26,10 +26,13 @@ from functools import lru_cache
 from timeline.errors import UserError
 from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
 from timeline.graph.tensors import DTYPE_BYTES, Category, TensorDef
+from timeline.graph.trace.collectives import comm_group, with_collectives
 from timeline.graph.trace.recompute import Row, apply_full_recompute, recompute_groups
+from timeline.graph.trace.shard import Sizer, tp_collectives
 from timeline.graph.trace.split import split_frees, weight_grad_ops
 from timeline.spec.run import RecomputeSpec
 from timeline.spec.trace import CapturedTrace, TraceOp
+from timeline.spec.trace_shard import TraceShard
 
 #: torch dtype names → TensorDef dtypes
 DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "int64": "int64", "int32": "int32",
@@ -91,7 +94,7 @@ class Namer:
             return None  # parameters, gradients, inputs: static or outside the device's activations
         if isinstance(k, str):
             if own in ("pre", "post"):
-                return f"s{s}"
+                return self.label(s)
             c = int(own)  # pre touches the first layers, post the last ones
             return self.name(s, c if k == "pre" else self.n - self.l_cap + c)
         c = self.cap(k)
@@ -101,31 +104,56 @@ class Namer:
         if s == b.hidden_in and own != c:
             return self.name(self.bound[self.cap(k - 1)].hidden_out, k - 1) if k > 0 else self.name(s, "pre")
         if own == c:
-            return f"L{k}.s{s}"
+            return self.label(s, k)
         if own in ("pre", "post"):
-            return f"s{s}"
+            return self.label(s)
         for j in (k - 1, k + 1):
             if 0 <= j < self.n and self.cap(j) == own:
                 return self.name(s, j)
         if self.n == self.l_cap:  # every layer captured: run layer = captured layer, shared state is fine
-            return f"L{own}.s{s}"
+            return self.label(s, int(own))
         raise UserError(f"captured layer {c} reads storage {s} of layer {own}, which is not its hidden-state "
                         "input; layers that share state cannot be repeated — capture all layers instead "
                         f"(num_layers = {self.l_cap})")
 
+    def label(self, s: int, k: int | None = None) -> str:
+        """A storage's tensor name: the module path and op that made it, as run layer ``k`` (the captured
+        layer's index renamed), and the storage id, which keeps names unique (``model.layers.3.mlp:mul#75``)."""
+        a = self.trace.storages[s].alloc_op
+        op = self.trace.ops[a] if a >= 0 else None
+        module = (op.module if op is not None else "") or "model"
+        short = op.name.removeprefix("aten.").split(".")[0] if op is not None else "tensor"
+        if k is not None and (c := self.cap(k)) != k:
+            renamed = _layer_module(module, c, k)
+            module = renamed if renamed != module else f"{module}@{k}"  # a path without the layer index
+        return f"{module}:{short}#{s}"
 
-def _tensor(trace: CapturedTrace, op: TraceOp, s: int, name: str, module: str, cat: Category) -> TensorDef:
+
+def _tensor(trace: CapturedTrace, op: TraceOp, s: int, name: str, module: str, cat: Category,
+            sizer: Sizer | None = None, scale: int = 1) -> TensorDef:
+    """``scale``: a collective's buffer holds ``scale`` ranks' shares (its cut dim × ``scale``)."""
     nbytes = trace.storages[s].nbytes
     out = next((t for t in op.outputs if t.storage == s), None)
-    shape: tuple[int, ...] = (nbytes,)
+    shape: tuple[int, ...] = (nbytes if sizer is None else sizer.nbytes(s, nbytes),)
     dtype = "uint8"
     if out is not None and out.dtype in DTYPES:
         n = 1
         for d in out.shape:
             n *= d
         if n * DTYPE_BYTES[DTYPES[out.dtype]] == nbytes:
-            shape, dtype = out.shape, DTYPES[out.dtype]
+            shape, dtype = (out.shape if sizer is None else sizer.shape(s, out.shape)), DTYPES[out.dtype]
+    if scale > 1:
+        dims = list(shape)
+        ref = out.shape if out is not None and len(out.shape) == len(dims) else tuple(dims)
+        cut = next((i for i, (a, b) in enumerate(zip(dims, ref, strict=True)) if a != b), 0)
+        dims[cut] *= scale
+        shape = tuple(dims)
     return TensorDef(name=name, shape=tuple(shape), dtype=dtype, category=cat, module=module, storage=name)
+
+
+def _p2p(r: Row) -> bool:
+    """A pipeline send/receive row (TP and expert-TP collectives are named "tp.…" / "etp.…")."""
+    return isinstance(r.op, str) and not r.op.startswith(("tp.", "etp."))
 
 
 def _layer_module(module: str, c: int, k: int) -> str:
@@ -154,11 +182,12 @@ def chunk_op_lists(trace: CapturedTrace, num_layers: int, layers: range, first: 
 
 
 def trace_chunk_template(trace: CapturedTrace, chunk: int, ranges: list[range], *, num_layers: int,
-                         recompute: RecomputeSpec, pp_rank: int) -> ChunkTemplate:
+                         recompute: RecomputeSpec, pp_rank: int, shard: TraceShard | None = None) -> ChunkTemplate:
     """The forward and backward op templates of virtual stage ``chunk`` (of ``ranges``) for one micro-batch
     of the traced model with ``num_layers`` decoder layers, under full or no ``recompute``.
 
-    ``pp_rank`` picks the entry of a per-rank ``recompute.num_layers``.
+    ``pp_rank`` picks the entry of a per-rank ``recompute.num_layers``; ``shard`` (TP/EP > 1) sizes every
+    tensor and op for one rank (:mod:`~timeline.graph.trace.shard`).
     """
     nm = Namer(trace, num_layers)
     layers = ranges[chunk]
@@ -193,6 +222,16 @@ def trace_chunk_template(trace: CapturedTrace, chunk: int, ranges: list[range], 
         rows.append(Row(phase="B", op="recv_backward", k="pp", allocs=[(gout, rename[recv_grad])], frees=[]))
     rows += [row("B", o, k) for o, k in bwd]
     rows.append(Row(phase="B", op="send_backward", k="pp", allocs=[], frees=[]))
+    sizer = Sizer(trace, shard) if shard is not None and shard.sharded else None
+    comm = [g for g, on in (("tp", sizer.shard.sp), ("etp", sizer.shard.etp > 1))
+            if on] if sizer is not None else []
+    if sizer is not None and comm:
+        def name_of(s: int, k: int | str) -> str | None:
+            n = nm.name(s, k)
+            return rename.get(n, n) if n is not None else None
+
+        rows = with_collectives(rows, tp_collectives(trace, sizer.shard.experts), comm, name_of,
+                                weight_grad_ops(trace))
 
     inputs: dict[str, int] = {}
     recomputed: set[str] = set()
@@ -207,11 +246,11 @@ def trace_chunk_template(trace: CapturedTrace, chunk: int, ranges: list[range], 
         rows, inputs, recomputed = apply_full_recompute(
             rows, groups, lambda k: hidden(k, "in"), lambda k: hidden(k, "out"),
             lambda s: trace.storages[s].saved, lambda s: trace.storages[s].free_op < 0)
-    return _template(trace, chunk, rows, inputs, recomputed)
+    return _template(trace, chunk, rows, inputs, recomputed, sizer)
 
 
 def _template(trace: CapturedTrace, chunk: int, rows: list[Row], inputs: dict[str, int],
-              recomputed: set[str]) -> ChunkTemplate:
+              recomputed: set[str], sizer: Sizer | None = None) -> ChunkTemplate:
     """Ops from rows: frees placed, categories from lifetimes, the backward split into I and W."""
     alloc_phase: dict[str, str] = {}
     freed_in: dict[str, str] = {}
@@ -219,7 +258,7 @@ def _template(trace: CapturedTrace, chunk: int, rows: list[Row], inputs: dict[st
     for r in rows:
         for s, n in r.allocs:
             alloc_phase.setdefault(n, r.phase)
-            if trace.storages[s].free_op < 0 and not isinstance(r.op, str):
+            if trace.storages[s].free_op < 0 and not _p2p(r):
                 to_end.add(n)
         for n in r.frees:
             if n in alloc_phase and n not in freed_in:
@@ -239,7 +278,7 @@ def _template(trace: CapturedTrace, chunk: int, rows: list[Row], inputs: dict[st
         seen_free.update(r.frees)
     b_rows = [r for r in rows if r.phase == "B"]
     wgrad = weight_grad_ops(trace)
-    is_w = [not r.recompute and not isinstance(r.op, str) and r.op.index in wgrad for r in b_rows]
+    is_w = [r.w or (not r.recompute and not isinstance(r.op, str) and r.op.index in wgrad) for r in b_rows]
     split = split_frees(is_w, [[n for _, n in r.allocs] for r in b_rows], [r.reads for r in b_rows],
                         [r.frees for r in b_rows])
 
@@ -247,26 +286,38 @@ def _template(trace: CapturedTrace, chunk: int, rows: list[Row], inputs: dict[st
     per_layer: dict[int, int] = {}
 
     def make(r: Row, frees: list[str]) -> Op | None:
-        if p2p := isinstance(r.op, str):
+        p2p = _p2p(r)
+        if p2p:
             module, layer, name, flops = "pp", None, str(r.op), 0.0
+        elif isinstance(r.op, str):  # a TP collective around a GEMM of module r.module
+            layer = r.k if isinstance(r.k, int) else None
+            module = _layer_module(r.module, min(layer, len(trace.layers) - 1), layer) if layer is not None \
+                else r.module
+            name, flops = f"{module}:{r.op}", 0.0
         else:
             run_layer = r.k if isinstance(r.k, int) else None
             module = _layer_module(r.op.module, min(run_layer, len(trace.layers) - 1), run_layer) \
                 if run_layer is not None else r.op.module
             name = f"{module}:{r.op.name.removeprefix('aten.')}" if module else r.op.name
             layer, flops = run_layer, r.op.flops
+            if sizer is not None:
+                flops = float(flops * sizer.flops_factor(r.op))
             if r.recompute:
                 name += ".recompute"
         tensors = []
         for s, n in r.allocs:
-            cat = Category.ACTIVATIONS if n in kept else (
+            group = comm_group(n)
+            cat = Category.ACTIVATIONS if n in kept else Category.COMM if group else (
                 Category.RECOMPUTE if n in recomputed else Category.TEMPORARY)
             src = trace.ops[trace.storages[s].alloc_op] if isinstance(r.op, str) else r.op
-            tensors.append(_tensor(trace, src, s, n, module or "model", cat))
+            scale = 1 if sizer is None or not group else sizer.shard.tp if group == "tp" else sizer.shard.etp
+            tensors.append(_tensor(trace, src, s, n, module or "model", cat, sizer, scale))
         if not tensors and not frees and not flops and not p2p:
             return None  # views, detaches and metadata ops move no memory and take no time
-        return Op(name=name, module=module, layer=layer, kind="p2p" if p2p else "compute",
-                  stream="pp" if p2p else "compute", flops=flops,
+        coll = isinstance(r.op, str) and not p2p
+        stream = "pp" if p2p else ("ep" if str(r.op).startswith("etp.") else "tp") if coll else "compute"
+        return Op(name=name, module=module, layer=layer, kind="p2p" if p2p else "collective" if coll else "compute",
+                  stream=stream, flops=flops,
                   bytes_moved=float(sum(t.size_bytes for t in tensors)), allocs=tuple(tensors),
                   frees=tuple(frees), recompute=r.recompute)
 

@@ -42,6 +42,8 @@ class Row:
     frees: list[str]
     reads: list[str] = field(default_factory=list)
     recompute: bool = False
+    module: str = ""  # a TP collective's (``op`` "tp.…"): the module whose GEMM it serves
+    w: bool = False  # a TP collective serving weight-gradient (W) work
 
 
 def recompute_groups(spec: RecomputeSpec, layers: range, pp_rank: int) -> list[list[int]]:
@@ -134,7 +136,8 @@ def _insert_recompute(rows: list[Row], f_rows: list[int], members: set[int], dro
         r = rows[i]
         frees = [n + RC for n in made if n not in dropped and free_row.get(n, len(replay) - 1) == j]
         rc_rows.append(Row(phase="B", op=r.op, k=r.k, allocs=[(s, n + RC) for s, n in r.allocs],
-                           frees=frees, reads=[n + RC if n in made_set else n for n in r.reads], recompute=True))
+                           frees=frees, reads=[n + RC if n in made_set else n for n in r.reads], recompute=True,
+                           module=r.module))
     at = next((i for i, r in enumerate(rows) if r.phase == "B" and not isinstance(r.op, str) and r.k in members
                and any(n in dropped for n in (*r.reads, *r.frees))), None)
     if at is None:

@@ -15,6 +15,7 @@ from timeline.graph.trace.params import trace_nodes, trace_total_params
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import ParallelSpec, RecomputeSpec, TrainingSpec
 from timeline.spec.trace import NO_SELECTIVE, CapturedTrace
+from timeline.spec.trace_shard import TraceShard
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,6 +29,22 @@ class TraceSource:
     num_layers: int
     dtype: str
     recompute: RecomputeSpec = RecomputeSpec()
+    vocab_pad: int = 1  # the profile's vocabulary padding multiple (Megatron: × tp), used when tp > 1
+    experts: int = 0  # routed experts of the captured model (``n_routed_experts``)
+    expert_ffn: int = 0  # each routed expert's FFN width (``moe_intermediate_size``)
+    split_dims: tuple[int, ...] = ()  # sizes TP splits (heads, projection and FFN widths), see TraceShard
+
+    @property
+    def shard(self) -> TraceShard:
+        """What ``parallel`` asks of the trace: the ranks and one TP rank's vocabulary rows."""
+        par, trace = self.parallel, self.captured()
+        vocab = next((p.shape[0] for p in trace.params if p.name.endswith(("embed_tokens.weight", "lm_head.weight"))
+                      and p.shape), 0)
+        multiple = self.vocab_pad * par.tp if par.tp > 1 else 1
+        padded = -(-vocab // multiple) * multiple
+        return TraceShard(tp=par.tp, sp=par.sp and par.tp > 1, ep=par.ep, vocab=vocab,
+                          vocab_local=padded // par.tp, experts=self.experts, split_dims=self.split_dims,
+                          etp=par.etp if self.experts else 1, ffn=self.expert_ffn)
 
     def captured(self) -> CapturedTrace:
         if self.trace is None:
@@ -48,7 +65,7 @@ class TraceSource:
                        recompute=recompute)
 
     def nodes(self, chunk: int) -> list[Node]:
-        return trace_nodes(self.captured(), chunk, self.ranges, self.dtype)
+        return trace_nodes(self.captured(), chunk, self.ranges, self.dtype, self.shard)
 
     def total_params(self) -> int:
         return trace_total_params(self.captured(), self.num_layers)
@@ -60,7 +77,8 @@ class TraceSource:
             raise UserError(f"{self.label}: {NO_SELECTIVE}")
         return trace_chunk_template(trace, chunk, self.ranges, num_layers=self.num_layers,
                                     recompute=self.recompute,
-                                    pp_rank=chunk % self.parallel.pp if pp_rank is None else pp_rank)
+                                    pp_rank=chunk % self.parallel.pp if pp_rank is None else pp_rank,
+                                    shard=self.shard)
 
     def signature(self, chunk: int) -> Hashable:
         """A captured trace's chunks never share a template."""
