@@ -5,12 +5,13 @@ longest context that fits, request latencies and the memory peak and when. Forma
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import BinaryIO
 
 import numpy as np
 
 from timeline.serve.budget import Budget
+from timeline.serve.dp import attention_tp, dp_attention, lockstep, moe_tp, routing
 from timeline.serve.run import ServeResult
 
 FILENAME = "summary.json"
@@ -80,21 +81,35 @@ def summary(res: ServeResult) -> dict:
                               {"device": st.stage, "pp_stage": st.stage, "layers": [st.layers.start, st.layers.stop],
                                "worker_num_kv_blocks": st.budget.worker_kv_blocks})
                    for st in res.stages]
+    elif res.ranks:  # dp > 1: one row per DP rank (its GPUs alike), each with its own requests and timeline
+        devices = [device_row(replace(res, sched=rk.sched), rk.budget,
+                              (rk.peak_allocated_bytes, rk.peak_reserved_bytes, rk.peak_time_us),
+                              {"device": rk.rank, "dp_rank": rk.rank, "requests": rk.requests,
+                               "steps": len(rk.sched.steps), "eager_steps": rk.num_eager_steps})
+                   for rk in res.ranks]
+        for row in devices:  # a DP rank's GPUs: its attention group
+            row["represents"] = attention_tp(run)
     else:
         devices = [device_row(res, b, (res.peak_allocated_bytes, res.peak_reserved_bytes, res.peak_time_us),
                               {"device": 0})]
+    steps = [(len(rk.sched.steps), rk.num_eager_steps) for rk in res.ranks] or \
+        [(len(res.sched.steps), res.num_eager_steps)]
+    total, eager = sum(n for n, _ in steps), sum(e for _, e in steps)
+    serving = asdict(run.serving)
+    if not serving["enable_dp_attention"]:  # SGLang's flag, shown where it is set
+        del serving["enable_dp_attention"]
     return {
         "schema": SCHEMA,
         "run": {"name": run.name, "model": run.model.name, "model_source": run.model_source,
                 "parallel": asdict(run.parallel), "hardware": asdict(run.hardware),
-                "serving": asdict(run.serving), "load": asdict(run.load) if run.load else None,
+                "serving": serving, "load": asdict(run.load) if run.load else None,
                 "max_model_len": mml},
         "engine": {"name": b.engine, "version": b.engine_version},
         "activation_graph": "eager",
         "devices": devices,
         "cuda_graph_capture_sizes": list(res.capture_sizes),
-        "steps": {"total": len(res.sched.steps), "eager": res.num_eager_steps,
-                  "replayed": len(res.sched.steps) - res.num_eager_steps},
+        "steps": {"total": total, "eager": eager, "replayed": total - eager},  # over every DP rank
+        **({"data_parallel": data_parallel(res)} if res.ranks else {}),
         "requests": {"total": len(states), "finished": len(done),
                      "rejected": sum(bool(s.rejected) for s in states),
                      "preemptions": sum(s.preemptions for s in states),
@@ -102,6 +117,15 @@ def summary(res: ServeResult) -> dict:
                      "tpot_ms": {"p50": _pct([t / 1e3 for t in tpot], 50), "p99": _pct([t / 1e3 for t in tpot], 99)},
                      "makespan_us": round(max((s.finish_us for s in done), default=0.0), 3)},
     }
+
+
+def data_parallel(res: ServeResult) -> dict:
+    """How the engine splits the run into DP ranks (:mod:`timeline.serve.dp`)."""
+    run = res.run
+    return {"ranks": len(res.ranks), "dp_attention": dp_attention(run) or (run.serving.engine == "vllm" and run.model.is_moe),
+            "attention_tp": attention_tp(run), "moe_tp": moe_tp(run) if run.model.is_moe else None,
+            "routing": routing(run), "lockstep": lockstep(run),
+            "requests_per_rank": [rk.requests for rk in res.ranks]}
 
 
 def write(res: ServeResult, handle: BinaryIO, options: dict | None = None) -> None:

@@ -22,6 +22,7 @@ from timeline.graph.context import BuildCtx
 from timeline.graph.ir import FOp
 from timeline.graph.tensors import TensorDef
 from timeline.profiles import profile
+from timeline.serve.dp import attention_tp, dp_attention, moe_tp
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec, ScheduleSpec, TrainingSpec
 from timeline.spec.serving import ServeRunSpec
@@ -44,12 +45,15 @@ def pp_layers(run: ServeRunSpec) -> list[range]:
     return out
 
 
-def graph_run(run: ServeRunSpec, num_tokens: int) -> RunSpec:
-    """A run whose forward pass (per pipeline stage) is one engine step of ``num_tokens`` tokens."""
+def graph_run(run: ServeRunSpec, num_tokens: int, tp: int = 0) -> RunSpec:
+    """A run whose forward pass (per pipeline stage) is one engine step of ``num_tokens`` tokens on
+    one device of a DP rank: attention split by :func:`~timeline.serve.dp.attention_tp` (or ``tp``),
+    routed experts over the MoE layer's GPUs (:func:`~timeline.serve.dp.moe_tp`: whole experts over
+    ``ep`` ranks, or each expert split over them without EP)."""
     par = run.parallel
-    etp = 1 if par.ep > 1 else par.tp
+    etp = 1 if par.ep > 1 else moe_tp(run)
     layout = tuple(len(r) for r in pp_layers(run)) if par.pp > 1 else None
-    parallel = replace(par, pp=par.pp, vpp=1, sp=False, cp=1, etp=etp, layout=layout)
+    parallel = replace(par, pp=par.pp, vpp=1, sp=False, cp=1, tp=tp or attention_tp(run), etp=etp, layout=layout)
     return RunSpec(name=run.name, source=run.source, model=run.model, profile="megatron",
                    model_source=run.model_source, parallel=parallel,
                    training=TrainingSpec(micro_batch_size=1, seq_len=max(1, num_tokens), dtype=run.serving.dtype),
@@ -65,15 +69,25 @@ def build_ctx(model: ModelSpec, p: ParallelSpec, dtype: str, vocab_padding: int 
     return BuildCtx(model=model, rules=rules, tp=p.tp, ep=p.ep, etp=p.etp, dtype=dtype)
 
 
-def device_params(run: ServeRunSpec, stage: int = 0) -> list[TensorDef]:
-    """Every parameter TensorDef one device of pipeline stage ``stage`` holds (model dtype, before
-    quantization)."""
-    g = graph_run(run, 1)
+def _params(run: ServeRunSpec, stage: int, tp: int = 0) -> list[TensorDef]:
+    g = graph_run(run, 1, tp)
     # Hugging Face keeps the vocabulary as the config gives it
     ctx = build_ctx(g.model, g.parallel, g.training.dtype, 1 if run.serving.engine == "hf" else VOCAB_PADDING)
     nodes = chunk_nodes(ctx, chunk_layers(g.parallel, g.model.num_hidden_layers), stage)
     # vLLM loads no MTP module for plain decoding (it is a separate draft model)
     return [t for n in nodes if not n.name.startswith("mtp") for t in n.params]
+
+
+def device_params(run: ServeRunSpec, stage: int = 0) -> list[TensorDef]:
+    """Every parameter TensorDef one device of pipeline stage ``stage`` holds (model dtype, before
+    quantization). Under SGLang's DP attention only the attention is split by ``tp / dp``: the
+    dense MLPs, shared experts and LM head keep the whole tp group's split, the embedding is whole
+    (:mod:`timeline.serve.dp`)."""
+    if not dp_attention(run):
+        return _params(run, stage)
+    group = {t.name: t for t in _params(run, stage, run.parallel.tp)}
+    whole = {t.name: t for t in _params(run, stage, 1) if t.name.startswith("embedding.")}
+    return [t if ".self_attn." in t.name else whole.get(t.name, group.get(t.name, t)) for t in _params(run, stage)]
 
 
 def step_ops(run: ServeRunSpec, num_tokens: int, stage: int = 0) -> list[FOp]:
@@ -100,7 +114,7 @@ def fuse_moe(run: ServeRunSpec, ops: list[FOp], num_tokens: int) -> list[FOp]:
     (``per_token_group_quant_fp8``, groups of ``quant_group_size``). The op's output is the block's
     combined output (``torch.empty_like(hidden_states)``)."""
     m, sv, par = run.model, run.serving, run.parallel
-    inter = m.moe_intermediate_size // (1 if par.ep > 1 else par.tp)
+    inter = m.moe_intermediate_size // (1 if par.ep > 1 else moe_tp(run))
     k, topk = m.hidden_size, m.num_experts_per_tok
     rows = min(num_tokens, FUSED_MOE_CHUNK) * topk
     out: list[FOp] = []

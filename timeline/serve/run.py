@@ -23,6 +23,7 @@ import numpy as np
 from timeline.alloc.caching import CachingAllocator
 from timeline.alloc.config import AllocatorConfig
 from timeline.serve.budget import Budget, compute_budget, compute_budgets
+from timeline.serve.dp import dp_ranks
 from timeline.serve.graph_view import device_params, pp_layers, step_ops
 from timeline.serve.hf import hf_timeline
 from timeline.serve.requests import synthetic_requests
@@ -83,6 +84,25 @@ class ServeResult:
     end_segments: list = field(default_factory=list)
     #: every pipeline stage's device (pp > 1; the fields above are stage 0's)
     stages: list[StageMemory] = field(default_factory=list)
+    #: every DP rank's device (dp > 1; the fields above are rank 0's, ``sched.states`` every request)
+    ranks: list[RankMemory] = field(default_factory=list)
+    #: each request's DP rank, in request order (dp > 1)
+    rank_of: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class RankMemory:
+    """One DP rank's device over its own timeline: its steps, memory rows, budget and peaks."""
+
+    rank: int
+    sched: SchedulerResult
+    memory: dict[str, np.ndarray]
+    budget: Budget
+    requests: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    peak_time_us: float
+    num_eager_steps: int
 
 
 @dataclass(slots=True, kw_only=True)
@@ -143,6 +163,10 @@ def serve(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
     sequence; vLLM's concurrent batches over the pipeline are not modelled)."""
     if run.serving.engine == "hf":
         return serve_hf(run)
+    if dp_ranks(run) > 1:
+        from timeline.serve.dp_run import serve_dp
+
+        return serve_dp(run, record_entries)
     budgets = compute_budgets(run)
     budget = budgets[0]
     sv = run.serving
@@ -190,15 +214,16 @@ class _Device:
     pool, then each eager step's transients through the caching-allocator model."""
 
     def __init__(self, run: ServeRunSpec, stage: int, budget: Budget, sizes: tuple[int, ...],
-                 record_entries: int) -> None:
+                 record_entries: int, like: _Device | None = None) -> None:
         self.run, self.stage, self.budget, self.sizes = run, stage, budget, sizes
         sv = run.serving
         self.reqs_cap = min(sv.max_num_seqs, sv.max_num_batched_tokens)
         self.sampler = stage == run.parallel.pp - 1  # logits and sampling on the last stage
-        self.linear = _per_token_plan(run, stage)
-        self.plan = lru_cache(maxsize=4096)(self._plan)
-        self.graph_pool = 0
-        if sizes:  # one private pool, largest capture first; its footprint is what the largest leaves reserved
+        # a device alike (another DP rank's) shares its step plans and graph pool
+        self.linear = like.linear if like is not None else _per_token_plan(run, stage)
+        self.plan = like.plan if like is not None else lru_cache(maxsize=4096)(self._plan)
+        self.graph_pool = like.graph_pool if like is not None else 0
+        if sizes and like is None:  # one private pool, largest capture first; its footprint is what the largest leaves reserved
             pool = new_allocator(run, budget.total_bytes)
             for size in sizes[:1]:
                 run_through_allocator(pool, self.plan(size, 0))

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from timeline.graph.tensors import DTYPE_BYTES, TensorDef
+from timeline.serve.dp import attention_tp
 from timeline.sim.cost import CostModel
 from timeline.spec.serving import ServeRunSpec
 
@@ -57,7 +58,7 @@ def step_cost(run: ServeRunSpec, params: Sequence[TensorDef], weights_total: int
     dense_n = sum(t.numel for t in params if not t.expert and t.name.startswith("layers."))
     local_experts = m.n_routed_experts // par.ep if m.is_moe else 0
     expert_bytes = int(weights_total * (expert_n / max(1, expert_n + dense_n)))
-    heads = m.num_attention_heads // par.tp
+    heads = m.num_attention_heads // attention_tp(run)  # one DP rank's attention heads per device
     head = (m.qk_nope_head_dim + m.qk_rope_head_dim) if m.is_mla else m.attn_head_dim
     cost = CostModel(flops_per_us=run.hardware.bf16_tflops * 1e6 * run.hardware.efficiency,
                      hbm_bytes_per_us=run.hardware.hbm_gbps * 1e3,
