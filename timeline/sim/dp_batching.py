@@ -4,7 +4,8 @@ rank, each with its own pool and queue, fed by a router, in one simpy clock.
 Routing (the engine's rule, :mod:`timeline.serve.dp`): ``round_robin`` gives the i-th arriving
 request to rank ``i mod dp``; ``least_loaded`` gives it to the rank of least
 ``waiting_weight · waiting + running`` as the router last saw them (a snapshot of every rank's
-counts taken every ``refresh_us``, the chosen rank's waiting count raised by one at once), ranks
+counts taken every ``refresh_us`` — one due at a request's arrival instant is taken first — the
+chosen rank's waiting count raised by one at once), ranks
 scanned from 0, the first minimum winning. A request is rejected by the rank it lands on.
 
 ``lockstep``: every rank's step starts together and lasts as long as the slowest rank's (a MoE
@@ -82,6 +83,8 @@ def simulate_dp(cfg: SchedulerConfig, requests: tuple[Request, ...], dp: int, ro
         for i, req in enumerate(requests):
             if req.arrival_us > env.now:
                 yield env.timeout(req.arrival_us - env.now)
+                if routing.rule == "least_loaded":  # a refresh due at this instant comes first
+                    yield env.timeout(0)
             r = rank_of[i] = choose(i)
             st = ReqState(req)
             engines[r].states.append(st)
