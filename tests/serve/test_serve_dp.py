@@ -29,13 +29,13 @@ DP8_RUN = ROOT / "schedules" / "deepseek-v3-dp8-attn-h200-serve.toml"
 LLAMA_RUN = ROOT / "schedules" / "llama3.1-8b-h100-serve.toml"
 
 # a small DeepSeek-V3-style MLA model: 3 layers (1 dense, 2 MoE), 8 heads, 8 routed experts + 1 shared
-H, I, MI, HEADS, QL, KVL, ROPE, NOPE, V, E, VOCAB, POS = 256, 512, 128, 8, 96, 64, 16, 32, 32, 8, 1000, 4096
+H, FFN, MI, HEADS, QL, KVL, ROPE, NOPE, V, E, VOCAB, POS = 256, 512, 128, 8, 96, 64, 16, 32, 32, 8, 1000, 4096
 
 
 def small_run(tmp_path: Path, overrides: list[str]):
     cfg = json.loads((ROOT / "tests/data/hf/deepseek-v3/config.json").read_text())
     cfg.pop("quantization_config", None)
-    cfg.update(hidden_size=H, intermediate_size=I, moe_intermediate_size=MI, num_hidden_layers=3,
+    cfg.update(hidden_size=H, intermediate_size=FFN, moe_intermediate_size=MI, num_hidden_layers=3,
                first_k_dense_replace=1, num_attention_heads=HEADS, num_key_value_heads=HEADS, q_lora_rank=QL,
                kv_lora_rank=KVL, qk_rope_head_dim=ROPE, qk_nope_head_dim=NOPE, v_head_dim=V, n_routed_experts=E,
                num_experts_per_tok=2, n_shared_experts=1, n_group=1, topk_group=1, vocab_size=VOCAB,
@@ -62,7 +62,7 @@ def test_vllm_dp_rank_holds_whole_attention_and_its_experts(tmp_path):
     b = compute_budget(run)
     bf16 = 2
     moe_layer = E * H * bf16 + E * 4 + (E // 4) * 3 * MI * H * bf16 + 3 * MI * H * bf16  # router, bias, 2 experts, shared
-    expected = (3 * attention_elements(HEADS) * bf16 + 3 * I * H * bf16 + 2 * moe_layer
+    expected = (3 * attention_elements(HEADS) * bf16 + 3 * FFN * H * bf16 + 2 * moe_layer
                 + 2 * 1024 * H * bf16 + H * bf16  # embedding and LM head (1,000 rows padded to 64), final norm
                 + 3 * HEADS * (NOPE + V) * KVL * bf16  # W_UK_T / W_UV of every layer's heads
                 + POS * ROPE * bf16)  # the rope cos/sin cache
@@ -80,12 +80,12 @@ def test_sglang_dp_attention_splits_attention_by_tp_over_dp(tmp_path):
                                "parallel.dp=2"])
     params = {t.name: t.shape for t in device_params(run)}
     assert params["layers.0.self_attn.q_b_proj.nope.weight"] == (HEADS // 2 * NOPE, QL)  # attn_tp = 2
-    assert params["layers.0.mlp.gate_proj.weight"] == (I // 4, H)  # the dense MLP over the tp group
+    assert params["layers.0.mlp.gate_proj.weight"] == (FFN // 4, H)  # the dense MLP over the tp group
     assert params["embedding.word_embeddings.weight"] == (1024, H) and params["output_layer.weight"] == (256, H)
     b = compute_budget(run)
     bf16 = 2
     moe_layer = E * H * bf16 + E * 4 + E * 3 * (MI // 4) * H * bf16 + 3 * (MI // 4) * H * bf16
-    expected = (3 * attention_elements(HEADS // 2) * bf16 + 3 * (I // 4) * H * bf16 + 2 * moe_layer
+    expected = (3 * attention_elements(HEADS // 2) * bf16 + 3 * (FFN // 4) * H * bf16 + 2 * moe_layer
                 + 1024 * H * bf16 + 256 * H * bf16 + H * bf16)
     assert b.weights_bytes == expected == 2_425_344
     total, hw = b.total_bytes, run.hardware

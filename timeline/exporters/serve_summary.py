@@ -11,7 +11,6 @@ from typing import BinaryIO
 import numpy as np
 
 from timeline.serve.budget import Budget
-from timeline.serve.dp import attention_tp, dp_attention, lockstep, moe_tp, routing
 from timeline.serve.run import ServeResult
 
 FILENAME = "summary.json"
@@ -88,7 +87,7 @@ def summary(res: ServeResult) -> dict:
                                "steps": len(rk.sched.steps), "eager_steps": rk.num_eager_steps})
                    for rk in res.ranks]
         for row in devices:  # a DP rank's GPUs: its attention group
-            row["represents"] = attention_tp(run)
+            row["represents"] = res.data_parallel["attention_tp"]
     else:
         devices = [device_row(res, b, (res.peak_allocated_bytes, res.peak_reserved_bytes, res.peak_time_us),
                               {"device": 0})]
@@ -109,7 +108,8 @@ def summary(res: ServeResult) -> dict:
         "devices": devices,
         "cuda_graph_capture_sizes": list(res.capture_sizes),
         "steps": {"total": total, "eager": eager, "replayed": total - eager},  # over every DP rank
-        **({"data_parallel": data_parallel(res)} if res.ranks else {}),
+        **({"data_parallel": {**res.data_parallel, "requests_per_rank": [rk.requests for rk in res.ranks]}}
+           if res.ranks else {}),
         "requests": {"total": len(states), "finished": len(done),
                      "rejected": sum(bool(s.rejected) for s in states),
                      "preemptions": sum(s.preemptions for s in states),
@@ -117,15 +117,6 @@ def summary(res: ServeResult) -> dict:
                      "tpot_ms": {"p50": _pct([t / 1e3 for t in tpot], 50), "p99": _pct([t / 1e3 for t in tpot], 99)},
                      "makespan_us": round(max((s.finish_us for s in done), default=0.0), 3)},
     }
-
-
-def data_parallel(res: ServeResult) -> dict:
-    """How the engine splits the run into DP ranks (:mod:`timeline.serve.dp`)."""
-    run = res.run
-    return {"ranks": len(res.ranks), "dp_attention": dp_attention(run) or (run.serving.engine == "vllm" and run.model.is_moe),
-            "attention_tp": attention_tp(run), "moe_tp": moe_tp(run) if run.model.is_moe else None,
-            "routing": routing(run), "lockstep": lockstep(run),
-            "requests_per_rank": [rk.requests for rk in res.ranks]}
 
 
 def write(res: ServeResult, handle: BinaryIO, options: dict | None = None) -> None:

@@ -9,7 +9,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from timeline.serve.budget import compute_budget
-from timeline.serve.dp import LB_REFRESH_US, LB_WAITING_WEIGHT, dp_ranks, lockstep, rank_run, routing
+from timeline.serve.dp import (
+    LB_REFRESH_US,
+    LB_WAITING_WEIGHT,
+    attention_tp,
+    dp_attention,
+    dp_ranks,
+    lockstep,
+    moe_tp,
+    rank_run,
+    routing,
+)
 from timeline.serve.graph_view import device_params
 from timeline.serve.run import RankMemory, ServeResult, _Device, capture_sizes, run_requests
 from timeline.serve.steptime import step_cost
@@ -61,4 +71,11 @@ def serve_dp(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
                        peak_allocated_bytes=first.peak[0], peak_reserved_bytes=first.peak_reserved,
                        peak_time_us=first.peak[2], num_eager_steps=first.eager,
                        alloc_trace=list(first.trace) if record_entries else [], end_segments=first.end_segments,
-                       ranks=ranks, rank_of=out.rank_of)
+                       ranks=ranks, rank_of=out.rank_of, data_parallel=dp_info(run))
+
+
+def dp_info(run: ServeRunSpec) -> dict:
+    """How the engine splits the run into DP ranks (summary.json ``data_parallel``)."""
+    return {"ranks": dp_ranks(run), "dp_attention": dp_attention(run) or (run.serving.engine == "vllm" and run.model.is_moe),
+            "attention_tp": attention_tp(run), "moe_tp": moe_tp(run) if run.model.is_moe else None,
+            "routing": routing(run), "lockstep": lockstep(run)}

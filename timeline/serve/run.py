@@ -14,7 +14,7 @@ for ``full_decode_only``, it is decode-only.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -88,6 +88,8 @@ class ServeResult:
     ranks: list[RankMemory] = field(default_factory=list)
     #: each request's DP rank, in request order (dp > 1)
     rank_of: list[int] = field(default_factory=list)
+    #: how the engine splits the run into DP ranks (dp > 1: :func:`timeline.serve.dp_run.serve_dp`)
+    data_parallel: dict = field(default_factory=dict)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -220,9 +222,10 @@ class _Device:
         self.reqs_cap = min(sv.max_num_seqs, sv.max_num_batched_tokens)
         self.sampler = stage == run.parallel.pp - 1  # logits and sampling on the last stage
         # a device alike (another DP rank's) shares its step plans and graph pool
-        self.linear = like.linear if like is not None else _per_token_plan(run, stage)
-        self.plan = like.plan if like is not None else lru_cache(maxsize=4096)(self._plan)
-        self.graph_pool = like.graph_pool if like is not None else 0
+        self.linear: StepTransients | None = like.linear if like is not None else _per_token_plan(run, stage)
+        self.plan: Callable[[int, int], StepTransients] = like.plan if like is not None \
+            else lru_cache(maxsize=4096)(self._plan)
+        self.graph_pool: int = like.graph_pool if like is not None else 0
         if sizes and like is None:  # one private pool, largest capture first; its footprint is what the largest leaves reserved
             pool = new_allocator(run, budget.total_bytes)
             for size in sizes[:1]:
