@@ -16,9 +16,11 @@ import pytest
 from timeline.cli import main
 from timeline.exporters.serve_summary import summary
 from timeline.io.serve_runfile import load_serve_run
-from timeline.serve.budget import GIB, compute_budget
-from timeline.serve.graph_view import device_params
+from timeline.serve.budget import GIB, compute_budget, profile_transients
+from timeline.serve.dp import profile_moe_tokens
+from timeline.serve.graph_view import device_params, step_ops
 from timeline.serve.run import serve
+from timeline.serve.transients import new_allocator, run_through_allocator, sampler_tensors, step_transients
 from timeline.sim.batching import SchedulerConfig
 from timeline.sim.dp_batching import Routing, simulate_dp
 from timeline.spec.serving import Request
@@ -110,6 +112,44 @@ def test_shipped_dp8_totals_follow_the_formula():
     assert b.num_kv_blocks == b.kv_pool_bytes // (64 * 1152) // 61
 
 
+def test_vllm_moe_layer_runs_on_every_ranks_tokens():
+    dp8 = load_serve_run(DP8_RUN)
+    assert profile_moe_tokens(dp8) == 8 * 8192  # every rank's profile run of max_num_batched_tokens at once
+    moe = next(op for op in step_ops(dp8, 8192, 0, profile_moe_tokens(dp8)) if op.rule == "fused_moe")
+    shapes = {k: t.shape for k, t in moe.extras.items()}
+    assert shapes["dispatch.hidden_states"] == (65_536, 7168) == shapes["experts_output"]
+    assert shapes["dispatch.router_logits"] == (65_536, 256)
+    # fused_experts works on at most VLLM_FUSED_MOE_CHUNK_SIZE = 32,768 of them at once, top-8 rows each
+    assert shapes["cache13"] == (32_768 * 8 * 7168,) and shapes["cache2"] == (32_768 * 8, 2048)
+    assert moe.outputs["y"].shape == (8192, 7168)  # combined back to the rank's own tokens
+    one = load_serve_run(DP8_RUN, ["parallel.dp=1", "parallel.ep=1"])
+    assert profile_moe_tokens(one) == 0 and "dispatch.hidden_states" not in next(
+        op for op in step_ops(one, 8192) if op.rule == "fused_moe").extras
+    # the gathered buffers (hidden, logits, output: 65,536 rows, live together in the op) raise the profile peak
+    gathered = 65_536 * (7168 + 256 + 7168) * 2
+    b = compute_budget(dp8)
+
+    def peak(plan) -> int:
+        return run_through_allocator(new_allocator(dp8, b.total_bytes), plan)
+
+    alone = peak(step_transients(step_ops(dp8, 8192), sampler_tensors(dp8, 256, profile=True)))
+    assert b.activation_peak_bytes == peak(profile_transients(dp8)) >= alone + gathered
+
+
+def test_vllm_ranks_pad_to_the_busiest_and_idle_ranks_run_dummy_batches(tmp_path):
+    res = serve(small_run(tmp_path, ["parallel.tp=1", "parallel.dp=4", "parallel.ep=4"]))
+    by_start: dict[float, list] = {}
+    for rk in res.ranks:
+        for s in rk.sched.steps:
+            by_start.setdefault(s.t_start_us, []).append(s)
+    assert all(len(steps) == 4 for steps in by_start.values())  # every rank runs every step
+    for steps in by_start.values():
+        most = max(s.num_tokens for s in steps)
+        assert all(s.padded_tokens == most and s.moe_tokens == 4 * most for s in steps)
+        assert all(s.dummy == (s.num_tokens == 0) for s in steps)
+    assert any(s.dummy for steps in by_start.values() for s in steps)
+
+
 def test_round_robin_and_least_loaded_routing():
     cfg = SchedulerConfig(num_blocks=1000, block_size=16, max_num_seqs=8, max_num_batched_tokens=256,
                           max_model_len=4096, enable_chunked_prefill=True, enable_prefix_caching=False)
@@ -130,7 +170,8 @@ def test_round_robin_and_least_loaded_routing():
 
 
 def test_moe_ranks_step_together_and_dense_ranks_do_not(tmp_path):
-    res = serve(small_run(tmp_path, ["parallel.tp=1", "parallel.dp=4", "parallel.ep=4"]))
+    res = serve(small_run(tmp_path, ["serving.engine=sglang", "serving.enable_dp_attention=true", "parallel.tp=4",
+                                     "parallel.dp=4"]))
     starts = [{(s.t_start_us, s.t_end_us) for s in rk.sched.steps} for rk in res.ranks]
     everyone = set().union(*starts)
     # a step's start and end are the same on every rank that ran it: the ranks share one clock of steps

@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from timeline.graph.tensors import DTYPE_BYTES
-from timeline.serve.dp import rank_run
+from timeline.serve.dp import profile_moe_tokens, rank_run
 from timeline.serve.graph_view import device_params, pp_layers, step_ops
 from timeline.serve.kv import KVLayout, kv_bytes_per_token_layer, kv_layers, kv_layout
 from timeline.serve.transients import (
@@ -96,7 +96,7 @@ def profile_transients(run: ServeRunSpec, stage: int = 0) -> StepTransients:
     sampler = sampler_tensors(run, reqs, profile=True)
     if stage != run.parallel.pp - 1:
         sampler = [0] * len(sampler)
-    return step_transients(step_ops(run, tokens, stage), sampler)
+    return step_transients(step_ops(run, tokens, stage, profile_moe_tokens(run)), sampler)
 
 
 def compute_budgets(run: ServeRunSpec) -> list[Budget]:

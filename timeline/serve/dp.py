@@ -35,10 +35,18 @@ so a step runs on all ranks together (an idle rank runs a dummy batch: vLLM
 ``DPEngineCoreProc.execute_dummy_batch``, SGLang's idle batch of ``prepare_dp_attn_batch``) and
 lasts as long as the slowest rank's; a dense model's ranks run independently. The KV pool is each
 rank's own (its requests only; MLA's latent cache is not split by tp), from the same budget rule.
+
+vLLM pads every rank's step to the most tokens over the ranks (``gpu_model_runner.py``
+``GPUModelRunner.get_dp_padding``: ``max_tokens_across_dp − num_tokens``, no padding under
+``enforce_eager``; an idle rank's dummy batch is one token, padded alike), and a MoE layer runs on
+the tokens of every rank (``FusedMoE.forward_impl`` dispatch, :func:`timeline.serve.graph_view.fuse_moe`):
+``dp × the padded count`` — ``dp × max_num_batched_tokens`` in the profile run, which every rank runs
+at once. SGLang's gathered MoE input is not modelled (its pool rule does not use the profile peak).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from timeline.spec.serving import ServeRunSpec
@@ -89,3 +97,25 @@ def rank_run(run: ServeRunSpec) -> ServeRunSpec:
     sv, dp = run.serving, run.parallel.dp
     return replace(run, serving=replace(sv, max_num_seqs=sv.max_num_seqs // dp,
                                         max_num_batched_tokens=sv.max_num_batched_tokens // dp))
+
+
+def moe_per_token(run: ServeRunSpec) -> int:
+    """Gathered MoE tokens per padded token of a step: vLLM's ``dp`` for a MoE model, else 0 (no gather)."""
+    return run.parallel.dp if lockstep(run) and run.serving.engine == "vllm" else 0
+
+
+def profile_moe_tokens(run: ServeRunSpec) -> int:
+    """The profile run's gathered MoE tokens (every rank's dummy run of ``max_num_batched_tokens``)."""
+    return moe_per_token(run) * run.serving.max_num_batched_tokens
+
+
+def dp_step_tokens(run: ServeRunSpec, tokens: Sequence[int]) -> tuple[list[int], int]:
+    """One lockstep step: each rank's forward tokens (0 = a rank that runs nothing) and the MoE
+    layer's gathered tokens, from every rank's scheduled tokens (0 for an idle rank)."""
+    if not moe_per_token(run):
+        return list(tokens), 0
+    if run.serving.enforce_eager:  # no padding; an idle rank's dummy batch is one token
+        own = [max(1, t) for t in tokens]
+        return own, sum(own)
+    most = max(tokens)
+    return [most] * len(tokens), len(tokens) * most

@@ -15,6 +15,7 @@ from timeline.serve.dp import (
     attention_tp,
     dp_attention,
     dp_ranks,
+    dp_step_tokens,
     lockstep,
     moe_tp,
     rank_run,
@@ -54,7 +55,8 @@ def serve_dp(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
     rule = routing(run)
     route = Routing(rule=rule, refresh_us=LB_REFRESH_US if rule == "least_loaded" else 0.0,
                     waiting_weight=LB_WAITING_WEIGHT if rule == "least_loaded" else 1)
-    out = simulate_dp(cfg, requests, dp, route, lockstep(run), step_us, lambda r, step: devices[r].on_step(step))
+    out = simulate_dp(cfg, requests, dp, route, lockstep(run), step_us, lambda r, step: devices[r].on_step(step),
+                      lambda tokens: dp_step_tokens(run, tokens))
     for d in devices:
         d.finish()
     taken = [0] * dp

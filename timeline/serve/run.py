@@ -23,8 +23,8 @@ import numpy as np
 from timeline.alloc.caching import CachingAllocator
 from timeline.alloc.config import AllocatorConfig
 from timeline.serve.budget import Budget, compute_budget, compute_budgets
-from timeline.serve.dp import dp_ranks
-from timeline.serve.graph_view import device_params, pp_layers, step_ops
+from timeline.serve.dp import dp_ranks, moe_per_token
+from timeline.serve.graph_view import FUSED_MOE_CHUNK, device_params, pp_layers, step_ops
 from timeline.serve.hf import hf_timeline
 from timeline.serve.requests import synthetic_requests
 from timeline.serve.steptime import step_cost
@@ -44,10 +44,11 @@ from timeline.spec.serving import Request, ServeRunSpec
 SAMPLER_BUFFERS = len(SAMPLER_NAMES)
 
 
-def _per_token_plan(run: ServeRunSpec, stage: int = 0) -> StepTransients | None:
+def _per_token_plan(run: ServeRunSpec, stage: int = 0, moe: int = 0) -> StepTransients | None:
     """The one-token plan when the step's tensors grow exactly linearly with its tokens (checked
-    on 1, 2 and 3 tokens: same allocations, sizes in proportion), else None."""
-    one, two, three = (step_transients(step_ops(run, t, stage), [0] * SAMPLER_BUFFERS) for t in (1, 2, 3))
+    on 1, 2 and 3 tokens, with ``moe`` gathered MoE tokens per token: same allocations, sizes in
+    proportion), else None."""
+    one, two, three = (step_transients(step_ops(run, t, stage, moe * t), [0] * SAMPLER_BUFFERS) for t in (1, 2, 3))
     if [j for _, j in one.plan] != [j for _, j in two.plan] or [j for _, j in one.plan] != [j for _, j in three.plan]:
         return None
     if any(b != 2 * a or c != 3 * a for (a, _), (b, _), (c, _) in zip(one.plan, two.plan, three.plan, strict=True)):
@@ -222,14 +223,16 @@ class _Device:
         self.reqs_cap = min(sv.max_num_seqs, sv.max_num_batched_tokens)
         self.sampler = stage == run.parallel.pp - 1  # logits and sampling on the last stage
         # a device alike (another DP rank's) shares its step plans and graph pool
-        self.linear: StepTransients | None = like.linear if like is not None else _per_token_plan(run, stage)
-        self.plan: Callable[[int, int], StepTransients] = like.plan if like is not None \
+        self.moe_per_token = moe_per_token(run)  # MoE tokens gathered per padded token (vLLM DP ranks)
+        self.linear: StepTransients | None = like.linear if like is not None \
+            else _per_token_plan(run, stage, self.moe_per_token)
+        self.plan: Callable[[int, int, int], StepTransients] = like.plan if like is not None \
             else lru_cache(maxsize=4096)(self._plan)
         self.graph_pool: int = like.graph_pool if like is not None else 0
         if sizes and like is None:  # one private pool, largest capture first; its footprint is what the largest leaves reserved
             pool = new_allocator(run, budget.total_bytes)
             for size in sizes[:1]:
-                run_through_allocator(pool, self.plan(size, 0))
+                run_through_allocator(pool, self.plan(size, 0, self.moe_per_token * size))
             self.graph_pool = pool.reserved_bytes
         self.trace: deque = deque(maxlen=None if record_entries < 0 else record_entries or 1)
         self.clock = 0.0
@@ -263,12 +266,14 @@ class _Device:
     def record(self, action: str, addr: int, size: int, name: str) -> None:
         self.trace.append((action, addr, size, self.clock, name))
 
-    def _plan(self, tokens: int, reqs: int) -> StepTransients:
+    def _plan(self, tokens: int, reqs: int, moe: int) -> StepTransients:
         # reqs = 0: a captured graph, which holds the model's forward only (the sampler runs outside it)
         extra = sampler_tensors(self.run, min(reqs, self.reqs_cap)) if reqs and self.sampler else [0] * SAMPLER_BUFFERS
-        if self.linear is not None:  # every tensor of the step is (tokens × width): scale the one-token plan
+        # every tensor of the step is (tokens × width): scale the one-token plan (gathered MoE tokens in
+        # proportion and within one fused-MoE chunk)
+        if self.linear is not None and moe == self.moe_per_token * tokens and moe <= FUSED_MOE_CHUNK:
             return step_transients_scaled(self.linear, tokens, extra)
-        return step_transients(step_ops(self.run, tokens, self.stage), extra)
+        return step_transients(step_ops(self.run, tokens, self.stage, moe), extra)
 
     def replayed(self, tokens: int, decode_only: bool) -> bool:
         if not self.sizes or tokens > self.graph_max:
@@ -277,11 +282,12 @@ class _Device:
 
     def on_step(self, step: Step) -> None:
         temp_peak = 0
-        if not self.replayed(step.num_tokens, step.decode_only):
+        tokens = step.padded_tokens or step.num_tokens  # DP ranks: the forward runs the padded count
+        if not self.replayed(tokens, step.decode_only):
             self.eager += 1
             self.clock = step.t_start_us
-            temp_peak = run_through_allocator(self.alloc, self.plan(step.num_tokens, step.num_reqs), self.rec) \
-                - self.static_alloc
+            temp_peak = run_through_allocator(self.alloc, self.plan(tokens, step.num_reqs, step.moe_tokens),
+                                              self.rec) - self.static_alloc
         allocated = self.static_alloc + temp_peak + self.graph_pool
         reserved = self.alloc.reserved_bytes + self.graph_pool
         for key, value in (("t_us", step.t_start_us), ("allocated_bytes", allocated), ("reserved_bytes", reserved),

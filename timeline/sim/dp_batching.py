@@ -9,8 +9,10 @@ chosen rank's waiting count raised by one at once), ranks
 scanned from 0, the first minimum winning. A request is rejected by the rank it lands on.
 
 ``lockstep``: every rank's step starts together and lasts as long as the slowest rank's (a MoE
-layer's collectives span the ranks; an idle rank runs a dummy batch, which records no step); the
-ranks step while any of them has work. Otherwise each rank steps on its own clock.
+layer's collectives span the ranks); the ranks step while any of them has work. ``gather(tokens)``
+gives each rank's forward tokens (padded) and the MoE layer's gathered tokens from every rank's
+scheduled tokens; a rank with nothing scheduled records a dummy step when its forward runs tokens.
+Otherwise each rank steps on its own clock.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def _step(t0: float, now: float, batch: Batch, preempted: int, eng: Engine) -> S
 
 def simulate_dp(cfg: SchedulerConfig, requests: tuple[Request, ...], dp: int, routing: Routing, lockstep: bool,
                 step_us: Callable[[int, Batch], float],
-                on_step: Callable[[int, Step], None] | None = None) -> DPResult:
+                on_step: Callable[[int, Step], None] | None = None,
+                gather: Callable[[list[int]], tuple[list[int], int]] | None = None) -> DPResult:
     """Run the load to completion over ``dp`` ranks; ``step_us(rank, batch)`` is a rank's step time."""
     env = simpy.Environment()
     engines = [Engine(cfg, ()) for _ in range(dp)]
@@ -94,9 +97,10 @@ def simulate_dp(cfg: SchedulerConfig, requests: tuple[Request, ...], dp: int, ro
         for r in range(dp):  # the ranks waiting for work see that no more comes
             ring(r)
 
-    def record(r: int, t0: float, batch: Batch, preempted: int) -> None:
+    def record(r: int, t0: float, batch: Batch, preempted: int, padded: int = 0, moe: int = 0) -> None:
         eng, res = engines[r], results[r]
         step = _step(t0, env.now, batch, preempted, eng)
+        step.padded_tokens, step.moe_tokens, step.dummy = padded, moe, not batch
         assert 0 <= eng.free_blocks <= cfg.num_blocks, "blocks in use exceed the pool"
         res.max_blocks_used = max(res.max_blocks_used, eng.used_blocks)
         res.steps.append(step)
@@ -128,11 +132,14 @@ def simulate_dp(cfg: SchedulerConfig, requests: tuple[Request, ...], dp: int, ro
                 yield wake[0]
                 continue
             t0 = env.now
+            own = [sum(n for _, n in b) for b, _ in scheduled]
+            padded, moe = gather(own) if gather is not None else (own, 0)
             yield env.timeout(max(step_us(r, b) for r, (b, _) in enumerate(scheduled) if b))
             for r, (batch, preempted) in enumerate(scheduled):
                 if batch:
                     engines[r].finish_step(batch, env.now)
-                    record(r, t0, batch, preempted)
+                if batch or padded[r]:
+                    record(r, t0, batch, preempted, padded[r] if gather is not None else 0, moe)
 
     if routing.rule == "least_loaded":
         env.process(refresh())
