@@ -146,7 +146,8 @@ def _print_ranks(s: dict) -> None:
               + f"; requests routed {dp['routing'].replace('_', '-')}"
               + ("; the ranks step together (MoE collectives)" if dp["lockstep"] else ""))
     for row in s["devices"]:
-        con.print(f"  DP rank {row['dp_rank']}: {row['requests']:,} requests, {row['steps']:,} steps, at most "
+        dummy = f" ({row['dummy_steps']:,} dummy batches)" if row["dummy_steps"] else ""
+        con.print(f"  DP rank {row['dp_rank']}: {row['requests']:,} requests, {row['steps']:,} steps{dummy}, at most "
                   f"{row['max_kv_blocks_used']:,}/{row['num_kv_blocks']:,} KV blocks used; peak allocated "
                   f"{gib(row['peak_allocated_bytes'])} GiB at {row['peak_time_us'] / 1e3:,.1f} ms")
 

@@ -84,7 +84,8 @@ def summary(res: ServeResult) -> dict:
         devices = [device_row(replace(res, sched=rk.sched), rk.budget,
                               (rk.peak_allocated_bytes, rk.peak_reserved_bytes, rk.peak_time_us),
                               {"device": rk.rank, "dp_rank": rk.rank, "requests": rk.requests,
-                               "steps": len(rk.sched.steps), "eager_steps": rk.num_eager_steps})
+                               "steps": len(rk.sched.steps), "eager_steps": rk.num_eager_steps,
+                               "dummy_steps": sum(st.dummy for st in rk.sched.steps)})
                    for rk in res.ranks]
         for row in devices:  # a DP rank's GPUs: its attention group
             row["represents"] = res.data_parallel["attention_tp"]
