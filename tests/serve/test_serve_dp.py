@@ -177,6 +177,7 @@ def test_moe_ranks_step_together_and_dense_ranks_do_not(tmp_path):
     # a step's start and end are the same on every rank that ran it: the ranks share one clock of steps
     assert len({t0 for t0, _ in everyone}) == len(everyone)
     assert sum(rk.requests for rk in res.ranks) == 24 == len(res.sched.states)
+    assert res.rank_of == [i % 4 for i in range(24)]  # SGLang's round robin, in arrival order
     dense = serve(load_serve_run(LLAMA_RUN, ["parallel.dp=2", "serving.load.num_requests=40"]))
     a, b = ({s.t_start_us for s in rk.sched.steps} for rk in dense.ranks)
     assert a != b  # each rank on its own clock
