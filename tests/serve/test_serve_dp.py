@@ -20,6 +20,7 @@ from timeline.serve.budget import GIB, compute_budget, profile_transients
 from timeline.serve.dp import profile_moe_tokens
 from timeline.serve.graph_view import device_params, step_ops
 from timeline.serve.run import serve
+from timeline.serve.steptime import step_cost
 from timeline.serve.transients import new_allocator, run_through_allocator, sampler_tensors, step_transients
 from timeline.sim.batching import SchedulerConfig
 from timeline.sim.dp_batching import Routing, simulate_dp
@@ -150,6 +151,19 @@ def test_vllm_ranks_pad_to_the_busiest_and_idle_ranks_run_dummy_batches(tmp_path
     assert any(s.dummy for steps in by_start.values() for s in steps)
 
 
+def test_dp_step_time_counts_the_gathered_tokens():
+    run = load_serve_run(DP8_RUN)
+    b = compute_budget(run)
+    cost = step_cost(run, device_params(run), b.weights_bytes, b.kv_bytes_per_token)
+    assert cost.moe_layers == 58 and cost.tp == 1
+    alone, gathered = cost.step_us(1, 2000, 2000.0), cost.step_us(1, 2000, 2000.0, 8)
+    # decode is bandwidth-bound: 8 gathered tokens reach 8·8/256 = 1/4 of the rank's experts (one token: 1/32),
+    # and each MoE layer all-gathers and reduce-scatters the 8 rows
+    extra_read = cost.expert_weight_bytes * (8 * 8 / 256 - 8 / 256) / cost.cost.hbm_bytes_per_us
+    comm = 2 * 58 * cost.cost.comm_us(8 * 7168 * 2, "ep")
+    assert gathered == pytest.approx(alone + extra_read + comm, rel=1e-12)
+
+
 def test_round_robin_and_least_loaded_routing():
     cfg = SchedulerConfig(num_blocks=1000, block_size=16, max_num_seqs=8, max_num_batched_tokens=256,
                           max_model_len=4096, enable_chunked_prefill=True, enable_prefix_caching=False)
@@ -158,10 +172,10 @@ def test_round_robin_and_least_loaded_routing():
             Request(rid=2, arrival_us=200_000.0, prompt_tokens=10, output_tokens=2),
             Request(rid=3, arrival_us=200_000.0, prompt_tokens=10, output_tokens=2),
             Request(rid=4, arrival_us=200_000.0, prompt_tokens=10, output_tokens=2))
-    rr = simulate_dp(cfg, reqs, 2, Routing(rule="round_robin"), False, lambda r, b: 1000.0)
+    rr = simulate_dp(cfg, reqs, 2, Routing(rule="round_robin"), False, lambda r, b, p, m: 1000.0)
     assert rr.rank_of == [0, 1, 0, 1, 0]
     ll = simulate_dp(cfg, reqs, 2, Routing(rule="least_loaded", refresh_us=100_000.0, waiting_weight=4), False,
-                     lambda r, b: 1000.0)
+                     lambda r, b, p, m: 1000.0)
     # t = 0: both idle → 0, then rank 0 counts one waiting (score 4) → 1; t = 200 ms (the counts refreshed then):
     # rank 0 runs request 0 (score 1), rank 1 is idle (0) → 1, whose waiting then scores 4 → 0 (now 1 + 4 = 5) → 1
     assert ll.rank_of == [0, 1, 1, 0, 1]

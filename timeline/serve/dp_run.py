@@ -44,11 +44,11 @@ def serve_dp(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
                           enable_prefix_caching=sv.enable_prefix_caching,
                           full_groups=budget.kv_layout.full_groups, sliding_windows=budget.kv_layout.sliding_windows)
 
-    def step_us(rank: int, batch: Sequence[tuple[ReqState, int]]) -> float:
-        tokens = sum(n for _, n in batch)
+    def step_us(rank: int, batch: Sequence[tuple[ReqState, int]], padded: int, moe: int) -> float:
+        tokens = padded or sum(n for _, n in batch)  # vLLM: the forward runs the padded count
         kv = sum(st.computed + n for st, n in batch)
         pairs = sum(n * (st.computed + (n + 1) / 2) for st, n in batch)
-        return cost.step_us(tokens, kv, pairs)
+        return cost.step_us(tokens, kv, pairs, moe)
 
     first = _Device(rrun, 0, budget, sizes, record_entries)
     devices = [first] + [_Device(rrun, 0, budget, sizes, 0, like=first) for _ in range(1, dp)]

@@ -49,10 +49,11 @@ def _step(t0: float, now: float, batch: Batch, preempted: int, eng: Engine) -> S
 
 
 def simulate_dp(cfg: SchedulerConfig, requests: tuple[Request, ...], dp: int, routing: Routing, lockstep: bool,
-                step_us: Callable[[int, Batch], float],
+                step_us: Callable[[int, Batch, int, int], float],
                 on_step: Callable[[int, Step], None] | None = None,
                 gather: Callable[[list[int]], tuple[list[int], int]] | None = None) -> DPResult:
-    """Run the load to completion over ``dp`` ranks; ``step_us(rank, batch)`` is a rank's step time."""
+    """Run the load to completion over ``dp`` ranks; ``step_us(rank, batch, padded, moe)`` is a rank's
+    step time (``padded`` and ``moe`` from ``gather`` in lockstep, else 0)."""
     env = simpy.Environment()
     engines = [Engine(cfg, ()) for _ in range(dp)]
     results = [SchedulerResult(states=e.states) for e in engines]
@@ -118,7 +119,7 @@ def simulate_dp(cfg: SchedulerConfig, requests: tuple[Request, ...], dp: int, ro
                 yield wake[r]
                 continue
             t0 = env.now
-            yield env.timeout(step_us(r, batch))
+            yield env.timeout(step_us(r, batch, 0, 0))
             eng.finish_step(batch, env.now)
             record(r, t0, batch, preempted)
 
@@ -134,7 +135,8 @@ def simulate_dp(cfg: SchedulerConfig, requests: tuple[Request, ...], dp: int, ro
             t0 = env.now
             own = [sum(n for _, n in b) for b, _ in scheduled]
             padded, moe = gather(own) if gather is not None else (own, 0)
-            yield env.timeout(max(step_us(r, b) for r, (b, _) in enumerate(scheduled) if b))
+            yield env.timeout(max(step_us(r, b, padded[r] if gather is not None else 0, moe)
+                                  for r, (b, _) in enumerate(scheduled) if b))
             for r, (batch, preempted) in enumerate(scheduled):
                 if batch:
                     engines[r].finish_step(batch, env.now)
