@@ -41,7 +41,9 @@ vLLM pads every rank's step to the most tokens over the ranks (``gpu_model_runne
 ``enforce_eager``; an idle rank's dummy batch is one token, padded alike), and a MoE layer runs on
 the tokens of every rank (``FusedMoE.forward_impl`` dispatch, :func:`timeline.serve.graph_view.fuse_moe`):
 ``dp × the padded count`` — ``dp × max_num_batched_tokens`` in the profile run, which every rank runs
-at once. SGLang's gathered MoE input is not modelled (its pool rule does not use the profile peak).
+at once. SGLang's MoE also runs on every rank's tokens (``dp_gather`` over the tp group, no padding):
+the step time counts them; its gathered buffers are not in the memory model (its pool rule does not
+use the profile peak).
 """
 
 from __future__ import annotations
@@ -109,13 +111,15 @@ def profile_moe_tokens(run: ServeRunSpec) -> int:
     return moe_per_token(run) * run.serving.max_num_batched_tokens
 
 
-def dp_step_tokens(run: ServeRunSpec, tokens: Sequence[int]) -> tuple[list[int], int]:
-    """One lockstep step: each rank's forward tokens (0 = a rank that runs nothing) and the MoE
-    layer's gathered tokens, from every rank's scheduled tokens (0 for an idle rank)."""
+def dp_step_tokens(run: ServeRunSpec, tokens: Sequence[int]) -> tuple[list[int], int, int]:
+    """One lockstep step, from every rank's scheduled tokens (0 for an idle rank): each rank's
+    forward tokens (0 = a rank that runs nothing), the MoE layer's gathered tokens as the memory
+    model holds them (vLLM's), and as the step time counts them (vLLM's, or SGLang's sum of every
+    rank's tokens, which its MoE runs on over the tp group: ``dp_gather``)."""
     if not moe_per_token(run):
-        return list(tokens), 0
+        return list(tokens), 0, sum(tokens) if lockstep(run) else 0
     if run.serving.enforce_eager:  # no padding; an idle rank's dummy batch is one token
         own = [max(1, t) for t in tokens]
-        return own, sum(own)
+        return own, sum(own), sum(own)
     most = max(tokens)
-    return [most] * len(tokens), len(tokens) * most
+    return [most] * len(tokens), len(tokens) * most, len(tokens) * most

@@ -10,8 +10,9 @@ scanned from 0, the first minimum winning. A request is rejected by the rank it 
 
 ``lockstep``: every rank's step starts together and lasts as long as the slowest rank's (a MoE
 layer's collectives span the ranks); the ranks step while any of them has work. ``gather(tokens)``
-gives each rank's forward tokens (padded) and the MoE layer's gathered tokens from every rank's
-scheduled tokens; a rank with nothing scheduled records a dummy step when its forward runs tokens.
+gives, from every rank's scheduled tokens, each rank's forward tokens (padded) and the MoE layer's
+gathered tokens for the memory model and for the step time; a rank with nothing scheduled records a
+dummy step when its forward runs tokens.
 Otherwise each rank steps on its own clock.
 """
 
@@ -51,7 +52,7 @@ def _step(t0: float, now: float, batch: Batch, preempted: int, eng: Engine) -> S
 def simulate_dp(cfg: SchedulerConfig, requests: tuple[Request, ...], dp: int, routing: Routing, lockstep: bool,
                 step_us: Callable[[int, Batch, int, int], float],
                 on_step: Callable[[int, Step], None] | None = None,
-                gather: Callable[[list[int]], tuple[list[int], int]] | None = None) -> DPResult:
+                gather: Callable[[list[int]], tuple[list[int], int, int]] | None = None) -> DPResult:
     """Run the load to completion over ``dp`` ranks; ``step_us(rank, batch, padded, moe)`` is a rank's
     step time (``padded`` and ``moe`` from ``gather`` in lockstep, else 0)."""
     env = simpy.Environment()
@@ -134,8 +135,8 @@ def simulate_dp(cfg: SchedulerConfig, requests: tuple[Request, ...], dp: int, ro
                 continue
             t0 = env.now
             own = [sum(n for _, n in b) for b, _ in scheduled]
-            padded, moe = gather(own) if gather is not None else (own, 0)
-            yield env.timeout(max(step_us(r, b, padded[r] if gather is not None else 0, moe)
+            padded, moe, moe_cost = gather(own) if gather is not None else (own, 0, 0)
+            yield env.timeout(max(step_us(r, b, padded[r] if gather is not None else 0, moe_cost)
                                   for r, (b, _) in enumerate(scheduled) if b))
             for r, (batch, preempted) in enumerate(scheduled):
                 if batch:
