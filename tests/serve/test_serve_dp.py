@@ -195,6 +195,9 @@ def test_moe_ranks_step_together_and_dense_ranks_do_not(tmp_path):
     dense = serve(load_serve_run(LLAMA_RUN, ["parallel.dp=2", "serving.load.num_requests=40"]))
     a, b = ({s.t_start_us for s in rk.sched.steps} for rk in dense.ranks)
     assert a != b  # each rank on its own clock
+    replicas = serve(small_run(tmp_path, ["serving.engine=sglang", "parallel.tp=2", "parallel.dp=2"]))
+    assert replicas.data_parallel["lockstep"] is False and not replicas.data_parallel["dp_attention"]
+    assert replicas.rank_of == [i % 2 for i in range(24)]
 
 
 def test_outputs_have_a_row_per_rank(tmp_path):

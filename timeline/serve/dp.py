@@ -11,7 +11,7 @@ the rank of least ``waiting · 4 + running`` (``vllm/v1/engine/core_client.py``
 ``DPLBAsyncMPClient.get_core_engine_for_request``, scanning from rank 0 — ``eng_start_index`` is 0
 for one API server — the first minimum wins, the chosen rank's waiting count raised at once),
 counts refreshed from the engines every 100 ms (``vllm/v1/engine/coordinator.py``
-``DPCoordinatorProc``, ``stats_update_interval_ms = 100``). Each rank's scheduler has the run's
+``DPCoordinatorProc``, ``min_stats_update_interval_ms = 100``). Each rank's scheduler has the run's
 ``max_num_seqs`` and ``max_num_batched_tokens``.
 
 SGLang (``--enable-dp-attention`` with ``--dp-size`` = ``serving.enable_dp_attention`` with
@@ -30,7 +30,8 @@ scheduler gets ``max_num_batched_tokens // dp`` and ``max_num_seqs // dp``. Requ
 (``DataParallelController.round_robin_scheduler``, the default ``load_balance_method``).
 Without ``enable_dp_attention`` SGLang's ``dp`` makes whole replicas of ``tp`` GPUs, round-robin too.
 
-Both engines run a MoE model's DP ranks in lockstep: the MoE layer's collectives need every rank,
+Both engines run a MoE model's DP ranks in lockstep (SGLang under DP attention; its plain replicas
+are independent): the MoE layer's collectives need every rank,
 so a step runs on all ranks together (an idle rank runs a dummy batch: vLLM
 ``DPEngineCoreProc.execute_dummy_batch``, SGLang's idle batch of ``prepare_dp_attn_batch``) and
 lasts as long as the slowest rank's; a dense model's ranks run independently. The KV pool is each
@@ -82,8 +83,11 @@ def moe_tp(run: ServeRunSpec) -> int:
 
 
 def lockstep(run: ServeRunSpec) -> bool:
-    """The DP ranks step together (a MoE model's collectives span them)."""
-    return dp_ranks(run) > 1 and run.model.is_moe
+    """The DP ranks step together: a MoE model's collectives span them (vLLM's experts over
+    ``tp·dp``, SGLang's DP attention inside one tp group); SGLang's plain ``dp`` replicas do not."""
+    if dp_ranks(run) <= 1 or not run.model.is_moe:
+        return False
+    return run.serving.engine == "vllm" or dp_attention(run)
 
 
 def routing(run: ServeRunSpec) -> str:
