@@ -19,9 +19,15 @@ from timeline.io.serve_runfile import load_serve_run
 from timeline.serve.budget import GIB, compute_budget, profile_transients
 from timeline.serve.dp import profile_moe_tokens
 from timeline.serve.graph_view import device_params, step_ops
-from timeline.serve.run import serve
+from timeline.serve.run import _gather_plan, serve
 from timeline.serve.steptime import step_cost
-from timeline.serve.transients import new_allocator, run_through_allocator, sampler_tensors, step_transients
+from timeline.serve.transients import (
+    new_allocator,
+    run_through_allocator,
+    sampler_tensors,
+    step_transients,
+    step_transients_affine,
+)
 from timeline.sim.batching import SchedulerConfig
 from timeline.sim.dp_batching import Routing, simulate_dp
 from timeline.spec.serving import Request
@@ -149,6 +155,23 @@ def test_vllm_ranks_pad_to_the_busiest_and_idle_ranks_run_dummy_batches(tmp_path
         assert all(s.padded_tokens == most and s.moe_tokens == 4 * most for s in steps)
         assert all(s.dummy == (s.num_tokens == 0) for s in steps)
     assert any(s.dummy for steps in by_start.values() for s in steps)
+
+
+@pytest.mark.parametrize("overrides", [["parallel.tp=1", "parallel.dp=4", "parallel.ep=4"],
+                                       ["serving.engine=sglang", "serving.enable_dp_attention=true", "parallel.tp=4",
+                                        "parallel.dp=4"]], ids=["vllm", "sglang"])
+def test_a_ranks_step_plan_is_its_tokens_and_the_gathered_ones(tmp_path, overrides):
+    run = small_run(tmp_path, overrides)
+    template, per_token, per_moe = _gather_plan(run)
+    extra = sampler_tensors(run, 3)
+    for tokens, moe in ((37, 200), (5, 41), (300, 1200)):
+        exact = step_transients(step_ops(run, tokens, 0, moe), extra)
+        assert step_transients_affine(template, per_token, per_moe, tokens, moe, extra) == exact
+    # an idle rank (no tokens of its own) allocates only the MoE layers' gathered buffers and workspaces
+    idle = step_transients_affine(template, per_token, per_moe, 0, 12, [0] * len(extra))
+    sizes = [size for size, j in idle.plan if j < 0]
+    assert sizes == [b * 12 for b in per_moe] and sum(sizes) > 0
+    assert all(b == 0 or a == 0 for a, b in zip(per_token, per_moe, strict=True))  # each tensor: one or the other
 
 
 def test_dp_step_time_counts_the_gathered_tokens():

@@ -42,9 +42,10 @@ vLLM pads every rank's step to the most tokens over the ranks (``gpu_model_runne
 ``enforce_eager``; an idle rank's dummy batch is one token, padded alike), and a MoE layer runs on
 the tokens of every rank (``FusedMoE.forward_impl`` dispatch, :func:`timeline.serve.graph_view.fuse_moe`):
 ``dp × the padded count`` — ``dp × max_num_batched_tokens`` in the profile run, which every rank runs
-at once. SGLang's MoE also runs on every rank's tokens (``dp_gather`` over the tp group, no padding):
-the step time counts them; its gathered buffers are not in the memory model (its pool rule does not
-use the profile peak).
+at once. SGLang's MoE also runs on every rank's tokens, gathered over the tp group without padding
+(``dp_attention.py`` ``dp_gather`` into the forward's ``gathered_buffer`` of ``sum(global_num_tokens)``
+rows), modelled by the same fused-MoE op on the gathered rows; its dense MLP layers and shared experts
+on the gathered rows are not (they keep the rank's own tokens, split by ``tp / dp``).
 """
 
 from __future__ import annotations
@@ -106,8 +107,9 @@ def rank_run(run: ServeRunSpec) -> ServeRunSpec:
 
 
 def moe_per_token(run: ServeRunSpec) -> int:
-    """Gathered MoE tokens per padded token of a step: vLLM's ``dp`` for a MoE model, else 0 (no gather)."""
-    return run.parallel.dp if lockstep(run) and run.serving.engine == "vllm" else 0
+    """MoE tokens gathered per token of a step that every rank runs alike (the profile run, a
+    captured graph): ``dp`` when the ranks step together, else 0 (no gather)."""
+    return run.parallel.dp if lockstep(run) else 0
 
 
 def profile_moe_tokens(run: ServeRunSpec) -> int:
@@ -117,11 +119,14 @@ def profile_moe_tokens(run: ServeRunSpec) -> int:
 
 def dp_step_tokens(run: ServeRunSpec, tokens: Sequence[int]) -> tuple[list[int], int, int]:
     """One lockstep step, from every rank's scheduled tokens (0 for an idle rank): each rank's
-    forward tokens (0 = a rank that runs nothing), the MoE layer's gathered tokens as the memory
-    model holds them (vLLM's), and as the step time counts them (vLLM's, or SGLang's sum of every
-    rank's tokens, which its MoE runs on over the tp group: ``dp_gather``)."""
-    if not moe_per_token(run):
-        return list(tokens), 0, sum(tokens) if lockstep(run) else 0
+    forward tokens and the MoE layer's gathered tokens (for the memory model and the step time).
+    vLLM pads every rank to the most tokens (an idle rank's dummy batch too) and gathers ``dp ×``
+    that, or without padding (``enforce_eager``) the sum with one token per idle rank; SGLang
+    gathers every rank's own tokens (``dp_gather``), an idle rank running none of its own."""
+    if not lockstep(run):
+        return list(tokens), 0, 0
+    if run.serving.engine == "sglang":
+        return list(tokens), sum(tokens), sum(tokens)
     if run.serving.enforce_eager:  # no padding; an idle rank's dummy batch is one token
         own = [max(1, t) for t in tokens]
         return own, sum(own), sum(own)

@@ -35,6 +35,7 @@ from timeline.serve.transients import (
     run_through_allocator,
     sampler_tensors,
     step_transients,
+    step_transients_affine,
     step_transients_scaled,
 )
 from timeline.sim.batching import ReqState, SchedulerConfig, SchedulerResult, Step, simulate_requests
@@ -44,16 +45,35 @@ from timeline.spec.serving import Request, ServeRunSpec
 SAMPLER_BUFFERS = len(SAMPLER_NAMES)
 
 
-def _per_token_plan(run: ServeRunSpec, stage: int = 0, moe: int = 0) -> StepTransients | None:
+def _per_token_plan(run: ServeRunSpec, stage: int = 0) -> StepTransients | None:
     """The one-token plan when the step's tensors grow exactly linearly with its tokens (checked
-    on 1, 2 and 3 tokens, with ``moe`` gathered MoE tokens per token: same allocations, sizes in
-    proportion), else None."""
-    one, two, three = (step_transients(step_ops(run, t, stage, moe * t), [0] * SAMPLER_BUFFERS) for t in (1, 2, 3))
+    on 1, 2 and 3 tokens: same allocations, sizes in proportion), else None."""
+    one, two, three = (step_transients(step_ops(run, t, stage), [0] * SAMPLER_BUFFERS) for t in (1, 2, 3))
     if [j for _, j in one.plan] != [j for _, j in two.plan] or [j for _, j in one.plan] != [j for _, j in three.plan]:
         return None
     if any(b != 2 * a or c != 3 * a for (a, _), (b, _), (c, _) in zip(one.plan, two.plan, three.plan, strict=True)):
         return None
     return one
+
+
+#: a template plan and, per allocation, its bytes per token and per gathered MoE token
+GatherPlan = tuple[StepTransients, list[int], list[int]]
+
+
+def _gather_plan(run: ServeRunSpec, stage: int = 0) -> GatherPlan | None:
+    """A DP rank's step plan as ``a·tokens + b·moe_tokens`` per allocation (its own tokens through
+    attention, the gathered ones through the MoE layers), when exactly so: checked on (1, 1), (2, 1),
+    (1, 2) and (2, 3) tokens; else None."""
+    p11, p21, p12, p23 = (step_transients(step_ops(run, t, stage, m), [0] * SAMPLER_BUFFERS)
+                          for t, m in ((1, 1), (2, 1), (1, 2), (2, 3)))
+    if any([j for _, j in p.plan] != [j for _, j in p11.plan] for p in (p21, p12, p23)):
+        return None
+    s11, s21, s12, s23 = ([size for size, j in p.plan if j < 0] for p in (p11, p21, p12, p23))
+    a = [y - x for x, y in zip(s11, s21, strict=True)]
+    b = [y - x for x, y in zip(s11, s12, strict=True)]
+    if any(x != i + j or z != 2 * i + 3 * j or i < 0 or j < 0 for x, z, i, j in zip(s11, s23, a, b, strict=True)):
+        return None
+    return p11, a, b
 
 
 def capture_sizes(run: ServeRunSpec) -> tuple[int, ...]:
@@ -223,9 +243,10 @@ class _Device:
         self.reqs_cap = min(sv.max_num_seqs, sv.max_num_batched_tokens)
         self.sampler = stage == run.parallel.pp - 1  # logits and sampling on the last stage
         # a device alike (another DP rank's) shares its step plans and graph pool
-        self.moe_per_token = moe_per_token(run)  # MoE tokens gathered per padded token (vLLM DP ranks)
-        self.linear: StepTransients | None = like.linear if like is not None \
-            else _per_token_plan(run, stage, self.moe_per_token)
+        self.moe_per_token = moe_per_token(run)  # MoE tokens gathered per token of a captured graph (DP ranks)
+        self.linear: StepTransients | None = like.linear if like is not None else _per_token_plan(run, stage)
+        self.gather: GatherPlan | None = like.gather if like is not None \
+            else _gather_plan(run, stage) if self.moe_per_token else None
         self.plan: Callable[[int, int, int], StepTransients] = like.plan if like is not None \
             else lru_cache(maxsize=4096)(self._plan)
         self.graph_pool: int = like.graph_pool if like is not None else 0
@@ -269,10 +290,10 @@ class _Device:
     def _plan(self, tokens: int, reqs: int, moe: int) -> StepTransients:
         # reqs = 0: a captured graph, which holds the model's forward only (the sampler runs outside it)
         extra = sampler_tensors(self.run, min(reqs, self.reqs_cap)) if reqs and self.sampler else [0] * SAMPLER_BUFFERS
-        # every tensor of the step is (tokens × width): scale the one-token plan (gathered MoE tokens in
-        # proportion and within one fused-MoE chunk)
-        if self.linear is not None and moe == self.moe_per_token * tokens and moe <= FUSED_MOE_CHUNK:
+        if not moe and self.linear is not None:  # every tensor of the step is (tokens × width): scale the one-token plan
             return step_transients_scaled(self.linear, tokens, extra)
+        if moe and self.gather is not None and moe <= FUSED_MOE_CHUNK:  # within one fused-MoE chunk
+            return step_transients_affine(*self.gather, tokens, moe, extra)
         return step_transients(step_ops(self.run, tokens, self.stage, moe), extra)
 
     def replayed(self, tokens: int, decode_only: bool) -> bool:

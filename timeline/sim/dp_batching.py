@@ -12,7 +12,7 @@ scanned from 0, the first minimum winning. A request is rejected by the rank it 
 layer's collectives span the ranks); the ranks step while any of them has work. ``gather(tokens)``
 gives, from every rank's scheduled tokens, each rank's forward tokens (padded) and the MoE layer's
 gathered tokens for the memory model and for the step time; a rank with nothing scheduled records a
-dummy step when its forward runs tokens.
+dummy step when its forward runs tokens or the MoE layers gather some.
 Otherwise each rank steps on its own clock.
 """
 
@@ -141,7 +141,7 @@ def simulate_dp(cfg: SchedulerConfig, requests: tuple[Request, ...], dp: int, ro
             for r, (batch, preempted) in enumerate(scheduled):
                 if batch:
                     engines[r].finish_step(batch, env.now)
-                if batch or padded[r]:
+                if batch or padded[r] or moe:  # an idle rank's forward: padded tokens, or the gathered MoE
                     record(r, t0, batch, preempted, padded[r] if gather is not None else 0, moe)
 
     if routing.rule == "least_loaded":
