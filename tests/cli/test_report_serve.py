@@ -186,3 +186,19 @@ def test_a_summary_only_folder_has_the_budget_and_no_charts(tmp_path, capsys):
     assert doc["devices"][0]["budget"] == summary["devices"][0]["budget"]
     if shutil.which("node"):
         assert run_stub(folder / "report.html")["svg"] == 0
+
+
+def test_dp_ranks_each_get_a_column_and_their_own_rows(tmp_path, capsys):
+    folder = serve_folder(tmp_path / "dp", LLAMA, "--set", "parallel.dp=2", "--set", "serving.load.num_requests=30")
+    doc = report(folder)
+    summary, mem, req = files(folder)
+    assert [d["dp_rank"] for d in doc["devices"]] == [0, 1] and [d["device"] for d in doc["devices"]] == [0, 1]
+    assert sum(d["requests"] for d in doc["devices"]) == 30 == len(req["request"])
+    for rank, page_dev in enumerate(doc["devices"]):  # each rank's series: its own rows of memory.parquet
+        rows = np.flatnonzero(mem["device"] == rank)
+        assert page_dev["series"]["row"] == rows.tolist()
+        assert page_dev["series"]["t_us"] == mem["t_us"][rows].tolist()
+        assert [req["dp_rank"].tolist().count(rank)] == [page_dev["requests"]]
+    if shutil.which("node"):
+        drawn = run_stub(folder / "report.html")
+        assert drawn["svg"] == 3 and drawn["title"] == doc["title"]

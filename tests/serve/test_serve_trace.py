@@ -41,3 +41,19 @@ def test_serve_trace_loads_in_perfetto(tmp_path):
     assert out[2]["rows"] == [[30]]
     assert [int(r[0]) for r in out[3]["rows"]] == [int(v) for v in res.memory["allocated_bytes"]]
     assert json.loads(buf.getvalue())["metadata"]["schema"] == "timeline.serve.trace/1"
+
+
+def test_dp_trace_has_a_process_per_rank(tmp_path):
+    res = serve(load_serve_run(RUN, ["parallel.dp=2", "serving.load.num_requests=30"]))
+    buf = io.BytesIO()
+    serve_trace.write(res, buf)
+    path = tmp_path / "trace.json"
+    path.write_bytes(buf.getvalue())
+    sqls = ["select count(*) from stats where value > 0 and severity in ('error', 'data_loss')",
+            "select p.pid, count(*) from slice s join thread_track tt on s.track_id = tt.id "
+            "join thread t using (utid) join process p using (upid) group by p.pid order by p.pid",
+            "select count(*) from slice where name like 'request %'"]
+    out = perfetto_engine.query(path, sqls)
+    assert out[0]["rows"] == [[0]]
+    assert out[1]["rows"] == [[rk.rank, len(rk.sched.steps)] for rk in res.ranks]
+    assert out[2]["rows"] == [[30]]

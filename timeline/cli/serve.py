@@ -109,13 +109,15 @@ def print_summary(res: ServeResult) -> None:
               f"activation peak {gib(b.activation_peak_bytes)}, KV pool {gib(b.kv_pool_bytes)} "
               f"({b.num_kv_blocks:,} blocks of {b.block_size} tokens × {b.kv_bytes_per_token:,} B/token); "
               f"CUDA-graph pool {gib(b.cuda_graph_bytes)} (not subtracted by the engine)")
-    for row in s["devices"] if len(s["devices"]) > 1 else []:
+    if "data_parallel" in s:
+        _print_ranks(s)
+    for row in s["devices"] if len(s["devices"]) > 1 and "data_parallel" not in s else []:
         rb = row["budget"]
         con.print(f"  pp stage {row['pp_stage']} (layers {row['layers'][0]}–{row['layers'][1] - 1}): weights "
                   f"{gib(rb['weights_bytes'])}, activation peak {gib(rb['activation_peak_bytes'])}, KV available "
                   f"{gib(rb['kv_pool_bytes'])} GiB = {row['worker_num_kv_blocks']:,} blocks of its own; peak allocated "
                   f"{gib(row['peak_allocated_bytes'])} GiB")
-    if len(s["devices"]) > 1:
+    if len(s["devices"]) > 1 and "data_parallel" not in s:
         con.print(f"  the pool is the smallest over the stages: {b.num_kv_blocks:,} blocks (vLLM get_kv_cache_configs); "
                   "the memory timeline is stage 0's")
     if "kv_cache_groups" in dev:
@@ -133,6 +135,21 @@ def print_summary(res: ServeResult) -> None:
               f"{res.peak_time_us / 1e3:,.1f} ms; {rq['finished']:,}/{rq['total']:,} requests finished, "
               f"{rq['rejected']:,} rejected, {rq['preemptions']:,} preemptions; TTFT p50 {_ms(rq['ttft_ms']['p50'])}, "
               f"TPOT p50 {_ms(rq['tpot_ms']['p50'])}")
+
+
+def _print_ranks(s: dict) -> None:
+    """One line per DP rank: its requests, steps, blocks used and peak."""
+    con, dp = console(), s["data_parallel"]
+    what = "DP attention" if dp["dp_attention"] else "data-parallel replicas"
+    con.print(f"  {what}: {dp['ranks']} ranks of {dp['attention_tp']} GPU(s) each"
+              + (f", MoE over {dp['moe_tp']} GPUs" if dp["moe_tp"] else "")
+              + f"; requests routed {dp['routing'].replace('_', '-')}"
+              + ("; the ranks step together (MoE collectives)" if dp["lockstep"] else ""))
+    for row in s["devices"]:
+        dummy = f" ({row['dummy_steps']:,} dummy batches)" if row["dummy_steps"] else ""
+        con.print(f"  DP rank {row['dp_rank']}: {row['requests']:,} requests, {row['steps']:,} steps{dummy}, at most "
+                  f"{row['max_kv_blocks_used']:,}/{row['num_kv_blocks']:,} KV blocks used; peak allocated "
+                  f"{gib(row['peak_allocated_bytes'])} GiB at {row['peak_time_us'] / 1e3:,.1f} ms")
 
 
 def _ms(value: float | None) -> str:

@@ -28,7 +28,7 @@ MAX_STEPS = 20_000
 #: latency percentiles of the request table
 PERCENTILES = (50, 90, 99)
 #: a device row's fields (summary.json keys) the page shows
-DEVICE_FIELDS = ("device", "pp_stage", "layers", "represents", "kv_bytes_per_token", "kv_bytes_per_token_layer",
+DEVICE_FIELDS = ("device", "dp_rank", "requests", "pp_stage", "layers", "represents", "kv_bytes_per_token", "kv_bytes_per_token_layer",
                  "kv_layers", "block_size", "num_kv_blocks", "worker_num_kv_blocks", "kv_pool_bytes",
                  "kv_pool_tokens", "budget", "max_concurrency_at_max_model_len", "longest_context_tokens",
                  "peak_allocated_bytes", "peak_reserved_bytes", "peak_time_us", "capacity_bytes",

@@ -72,8 +72,10 @@ function legend(box, items){ const lg = box.appendChild(h('div', '', 'legend'));
     s.appendChild(document.createTextNode(name)); } }
 
 function budget(root, devices){
-  root.appendChild(h('h2', 'engine budget' + (devices.length > 1 ? ' per pipeline stage' : '')));
-  const fields = [['stage', r => r.pp_stage === undefined ? '-' : r.pp_stage], ['layers', r => r.layers ? `${r.layers[0]}–${r.layers[1] - 1}` : '-'],
+  const dp = devices.some(d => d.dp_rank !== undefined);
+  root.appendChild(h('h2', 'engine budget' + (devices.length > 1 ? (dp ? ' per DP rank' : ' per pipeline stage') : '')));
+  const fields = [...(dp ? [['DP rank', r => r.dp_rank], ['requests routed', r => num(r.requests)]] : []),
+    ['stage', r => r.pp_stage === undefined ? '-' : r.pp_stage], ['layers', r => r.layers ? `${r.layers[0]}–${r.layers[1] - 1}` : '-'],
     ['devices alike (×)', r => r.represents], ['capacity GiB', r => gib(r.capacity_bytes)],
     ['requested GiB', r => gib(r.budget.requested_bytes)], ['weights GiB', r => gib(r.budget.weights_bytes)],
     ['non-torch GiB', r => gib(r.budget.non_torch_bytes)], ['activation peak GiB', r => gib(r.budget.activation_peak_bytes)],

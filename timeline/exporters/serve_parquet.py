@@ -19,8 +19,11 @@ REQUESTS_SCHEMA = "timeline.serve.requests/1"
 
 
 def write_memory(res: ServeResult, handle: BinaryIO, options: dict | None = None) -> None:
-    cols = dict(res.memory)
-    cols["device"] = np.zeros(len(cols["t_us"]), dtype=np.int32)
+    """One row per engine step of the representative device, or of every DP rank's (``device`` =
+    the DP rank) in rank order."""
+    parts = [rk.memory for rk in res.ranks] or [res.memory]
+    cols = {k: np.concatenate([m[k] for m in parts]) for k in res.memory}
+    cols["device"] = np.concatenate([np.full(len(m["t_us"]), d, dtype=np.int32) for d, m in enumerate(parts)])
     order = ["device", "t_us", "allocated_bytes", "reserved_bytes", "weights_bytes", "kv_cache_bytes",
              "cuda_graph_bytes", "temporary_bytes", "kv_blocks_used", "kv_blocks_free", "requests_running",
              "requests_waiting", "requests_preempted"]
@@ -39,6 +42,7 @@ def write_requests(res: ServeResult, handle: BinaryIO, options: dict | None = No
         "finish_us": np.array([s.finish_us for s in st], dtype=np.float64),
         "preemptions": np.array([s.preemptions for s in st], dtype=np.int64),
         "rejected": [s.rejected for s in st],
+        **({"dp_rank": np.array(res.rank_of, dtype=np.int32)} if res.ranks else {}),  # the rank it was routed to
     }, handle, REQUESTS_SCHEMA)
 
 

@@ -5,7 +5,7 @@ longest context that fits, request latencies and the memory peak and when. Forma
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import BinaryIO
 
 import numpy as np
@@ -80,21 +80,37 @@ def summary(res: ServeResult) -> dict:
                               {"device": st.stage, "pp_stage": st.stage, "layers": [st.layers.start, st.layers.stop],
                                "worker_num_kv_blocks": st.budget.worker_kv_blocks})
                    for st in res.stages]
+    elif res.ranks:  # dp > 1: one row per DP rank (its GPUs alike), each with its own requests and timeline
+        devices = [device_row(replace(res, sched=rk.sched), rk.budget,
+                              (rk.peak_allocated_bytes, rk.peak_reserved_bytes, rk.peak_time_us),
+                              {"device": rk.rank, "dp_rank": rk.rank, "requests": rk.requests,
+                               "steps": len(rk.sched.steps), "eager_steps": rk.num_eager_steps,
+                               "dummy_steps": sum(st.dummy for st in rk.sched.steps)})
+                   for rk in res.ranks]
+        for row in devices:  # a DP rank's GPUs: its attention group
+            row["represents"] = res.data_parallel["attention_tp"]
     else:
         devices = [device_row(res, b, (res.peak_allocated_bytes, res.peak_reserved_bytes, res.peak_time_us),
                               {"device": 0})]
+    steps = [(len(rk.sched.steps), rk.num_eager_steps) for rk in res.ranks] or \
+        [(len(res.sched.steps), res.num_eager_steps)]
+    total, eager = sum(n for n, _ in steps), sum(e for _, e in steps)
+    serving = asdict(run.serving)
+    if not serving["enable_dp_attention"]:  # SGLang's flag, shown where it is set
+        del serving["enable_dp_attention"]
     return {
         "schema": SCHEMA,
         "run": {"name": run.name, "model": run.model.name, "model_source": run.model_source,
                 "parallel": asdict(run.parallel), "hardware": asdict(run.hardware),
-                "serving": asdict(run.serving), "load": asdict(run.load) if run.load else None,
+                "serving": serving, "load": asdict(run.load) if run.load else None,
                 "max_model_len": mml},
         "engine": {"name": b.engine, "version": b.engine_version},
         "activation_graph": "eager",
         "devices": devices,
         "cuda_graph_capture_sizes": list(res.capture_sizes),
-        "steps": {"total": len(res.sched.steps), "eager": res.num_eager_steps,
-                  "replayed": len(res.sched.steps) - res.num_eager_steps},
+        "steps": {"total": total, "eager": eager, "replayed": total - eager},  # over every DP rank
+        **({"data_parallel": {**res.data_parallel, "requests_per_rank": [rk.requests for rk in res.ranks]}}
+           if res.ranks else {}),
         "requests": {"total": len(states), "finished": len(done),
                      "rejected": sum(bool(s.rejected) for s in states),
                      "preemptions": sum(s.preemptions for s in states),

@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from timeline.graph.tensors import DTYPE_BYTES
+from timeline.serve.dp import profile_moe_tokens, rank_run
 from timeline.serve.graph_view import device_params, pp_layers, step_ops
 from timeline.serve.kv import KVLayout, kv_bytes_per_token_layer, kv_layers, kv_layout
 from timeline.serve.transients import (
@@ -95,7 +96,7 @@ def profile_transients(run: ServeRunSpec, stage: int = 0) -> StepTransients:
     sampler = sampler_tensors(run, reqs, profile=True)
     if stage != run.parallel.pp - 1:
         sampler = [0] * len(sampler)
-    return step_transients(step_ops(run, tokens, stage), sampler)
+    return step_transients(step_ops(run, tokens, stage, profile_moe_tokens(run)), sampler)
 
 
 def compute_budgets(run: ServeRunSpec) -> list[Budget]:
@@ -108,7 +109,9 @@ def compute_budgets(run: ServeRunSpec) -> list[Budget]:
 
 def compute_budget(run: ServeRunSpec, stage: int = 0) -> Budget:
     """One worker's budget: a device of pipeline stage ``stage`` (its own block count, before the
-    minimum over workers of :func:`compute_budgets`)."""
+    minimum over workers of :func:`compute_budgets`); under SGLang's DP attention with one DP
+    rank's ``max_running_requests`` and ``chunked_prefill_size`` (:func:`~timeline.serve.dp.rank_run`)."""
+    run = rank_run(run)
     sv, hw, m = run.serving, run.hardware, run.model
     total = int(hw.capacity_gib * GIB)
     rope = rope_cache_bytes(run) if sv.engine == "vllm" else 0

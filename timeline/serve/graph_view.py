@@ -22,6 +22,7 @@ from timeline.graph.context import BuildCtx
 from timeline.graph.ir import FOp
 from timeline.graph.tensors import TensorDef
 from timeline.profiles import profile
+from timeline.serve.dp import attention_tp, dp_attention, moe_tp
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec, ScheduleSpec, TrainingSpec
 from timeline.spec.serving import ServeRunSpec
@@ -44,12 +45,15 @@ def pp_layers(run: ServeRunSpec) -> list[range]:
     return out
 
 
-def graph_run(run: ServeRunSpec, num_tokens: int) -> RunSpec:
-    """A run whose forward pass (per pipeline stage) is one engine step of ``num_tokens`` tokens."""
+def graph_run(run: ServeRunSpec, num_tokens: int, tp: int = 0) -> RunSpec:
+    """A run whose forward pass (per pipeline stage) is one engine step of ``num_tokens`` tokens on
+    one device of a DP rank: attention split by :func:`~timeline.serve.dp.attention_tp` (or ``tp``),
+    routed experts over the MoE layer's GPUs (:func:`~timeline.serve.dp.moe_tp`: whole experts over
+    ``ep`` ranks, or each expert split over them without EP)."""
     par = run.parallel
-    etp = 1 if par.ep > 1 else par.tp
+    etp = 1 if par.ep > 1 else moe_tp(run)
     layout = tuple(len(r) for r in pp_layers(run)) if par.pp > 1 else None
-    parallel = replace(par, pp=par.pp, vpp=1, sp=False, cp=1, etp=etp, layout=layout)
+    parallel = replace(par, pp=par.pp, vpp=1, sp=False, cp=1, tp=tp or attention_tp(run), etp=etp, layout=layout)
     return RunSpec(name=run.name, source=run.source, model=run.model, profile="megatron",
                    model_source=run.model_source, parallel=parallel,
                    training=TrainingSpec(micro_batch_size=1, seq_len=max(1, num_tokens), dtype=run.serving.dtype),
@@ -65,10 +69,8 @@ def build_ctx(model: ModelSpec, p: ParallelSpec, dtype: str, vocab_padding: int 
     return BuildCtx(model=model, rules=rules, tp=p.tp, ep=p.ep, etp=p.etp, dtype=dtype)
 
 
-def device_params(run: ServeRunSpec, stage: int = 0) -> list[TensorDef]:
-    """Every parameter TensorDef one device of pipeline stage ``stage`` holds (model dtype, before
-    quantization)."""
-    g = graph_run(run, 1)
+def _params(run: ServeRunSpec, stage: int, tp: int = 0) -> list[TensorDef]:
+    g = graph_run(run, 1, tp)
     # Hugging Face keeps the vocabulary as the config gives it
     ctx = build_ctx(g.model, g.parallel, g.training.dtype, 1 if run.serving.engine == "hf" else VOCAB_PADDING)
     nodes = chunk_nodes(ctx, chunk_layers(g.parallel, g.model.num_hidden_layers), stage)
@@ -76,14 +78,27 @@ def device_params(run: ServeRunSpec, stage: int = 0) -> list[TensorDef]:
     return [t for n in nodes if not n.name.startswith("mtp") for t in n.params]
 
 
-def step_ops(run: ServeRunSpec, num_tokens: int, stage: int = 0) -> list[FOp]:
+def device_params(run: ServeRunSpec, stage: int = 0) -> list[TensorDef]:
+    """Every parameter TensorDef one device of pipeline stage ``stage`` holds (model dtype, before
+    quantization). Under SGLang's DP attention only the attention is split by ``tp / dp``: the
+    dense MLPs, shared experts and LM head keep the whole tp group's split, the embedding is whole
+    (:mod:`timeline.serve.dp`)."""
+    if not dp_attention(run):
+        return _params(run, stage)
+    group = {t.name: t for t in _params(run, stage, run.parallel.tp)}
+    whole = {t.name: t for t in _params(run, stage, 1) if t.name.startswith("embedding.")}
+    return [t if ".self_attn." in t.name else whole.get(t.name, group.get(t.name, t)) for t in _params(run, stage)]
+
+
+def step_ops(run: ServeRunSpec, num_tokens: int, stage: int = 0, moe_tokens: int = 0) -> list[FOp]:
     """The forward ops of one step over ``num_tokens`` tokens on pipeline stage ``stage`` (a later
     stage starts from the received hidden states), up to the final norm (the engine
     computes logits only for each request's last token: :func:`~timeline.serve.transients.sampler_tensors`),
-    with each MoE block's dispatch / experts / combine replaced by vLLM's fused MoE kernel."""
+    with each MoE block's dispatch / experts / combine replaced by vLLM's fused MoE kernel
+    (``moe_tokens`` > 0: on the tokens gathered from every DP rank, :func:`fuse_moe`)."""
     g = graph_run(run, num_tokens)
     ops = [op for op in forward_ops(build_ctx(g.model, g.parallel, g.training.dtype), g.parallel, g.training, stage) if not op.name.startswith(("output", "mtp"))]
-    return fuse_moe(run, ops, num_tokens) if run.model.is_moe else ops
+    return fuse_moe(run, ops, num_tokens, moe_tokens) if run.model.is_moe else ops
 
 
 #: vLLM ``envs.VLLM_FUSED_MOE_CHUNK_SIZE`` default: fused_experts works on at most this many tokens at once
@@ -91,18 +106,26 @@ FUSED_MOE_CHUNK = 32768
 _MOE_PARTS = (".mlp.dispatch.", ".mlp.experts.", ".mlp.combine.")
 
 
-def fuse_moe(run: ServeRunSpec, ops: list[FOp], num_tokens: int) -> list[FOp]:
+def fuse_moe(run: ServeRunSpec, ops: list[FOp], num_tokens: int, moe_tokens: int = 0) -> list[FOp]:
     """Replace each MoE block's routed path by one ``fused_moe`` op whose workspaces are vLLM's
     (``vllm/model_executor/layers/fused_moe/fused_moe.py`` ``fused_experts_impl``): ``cache13`` of
     ``M · top_k · max(2·I, K)`` and ``cache2`` of ``M · top_k · I`` elements in the activation dtype,
     M = min(tokens, chunk), I = the expert width one rank holds (split by tp without EP), K = hidden;
     FP8 weights add the per-token-group FP8 copies of the two GEMM inputs and their fp32 scales
     (``per_token_group_quant_fp8``, groups of ``quant_group_size``). The op's output is the block's
-    combined output (``torch.empty_like(hidden_states)``)."""
+    combined output (``torch.empty_like(hidden_states)``).
+
+    With DP ranks (``moe_tokens`` > 0, :func:`timeline.serve.dp.moe_gather`) the layer first gathers
+    every rank's tokens (vLLM ``FusedMoE.forward_impl`` → ``get_ep_group().dispatch``: the hidden
+    states ``[moe_tokens, hidden]`` and router logits ``[moe_tokens, n_routed]`` all-gathered over the
+    DP group, ``naive_multicast`` / ``all_gatherv``), runs the kernel on them (its workspaces and its
+    ``empty_like`` output over ``moe_tokens`` rows) and ``combine`` reduce-scatters back to the rank's
+    own rows, the op's output."""
     m, sv, par = run.model, run.serving, run.parallel
-    inter = m.moe_intermediate_size // (1 if par.ep > 1 else par.tp)
+    inter = m.moe_intermediate_size // (1 if par.ep > 1 else moe_tp(run))
     k, topk = m.hidden_size, m.num_experts_per_tok
-    rows = min(num_tokens, FUSED_MOE_CHUNK) * topk
+    gathered = moe_tokens or num_tokens
+    rows = min(gathered, FUSED_MOE_CHUNK) * topk
     out: list[FOp] = []
     i = 0
     while i < len(ops):
@@ -116,18 +139,22 @@ def fuse_moe(run: ServeRunSpec, ops: list[FOp], num_tokens: int) -> list[FOp]:
             j += 1
         first, last = ops[i], ops[j - 1]
         prefix = f"layers.{op.layer}.mlp.fused_moe"
-        ws = {"cache13": TensorDef(name=f"{prefix}.cache13", shape=(rows * max(2 * inter, k),), dtype=sv.dtype,
-                                   category=first.inputs["x"].category, module=prefix, storage=f"{prefix}.cache13"),
-              "cache2": TensorDef(name=f"{prefix}.cache2", shape=(rows, inter), dtype=sv.dtype,
-                                  category=first.inputs["x"].category, module=prefix, storage=f"{prefix}.cache2")}
+        specs: list[tuple[str, tuple[int, ...], str]] = []
+        if moe_tokens:  # the gathered inputs first (dispatch), the kernel's output on them last (before combine)
+            specs += [("dispatch.hidden_states", (moe_tokens, k), sv.dtype),
+                      ("dispatch.router_logits", (moe_tokens, m.n_routed_experts), sv.dtype)]
+        specs += [("cache13", (rows * max(2 * inter, k),), sv.dtype), ("cache2", (rows, inter), sv.dtype)]
+        if moe_tokens:
+            specs.append(("experts_output", (moe_tokens, k), sv.dtype))
         if sv.weight_dtype == "fp8":
             g = sv.quant_group_size
-            tokens = min(num_tokens, FUSED_MOE_CHUNK)
-            for name, shape in (("a1q", (tokens, k)), ("a1_scale", (tokens, -(-k // g))),
-                                ("a2q", (rows, inter)), ("a2_scale", (rows, -(-inter // g)))):
-                dtype = "fp32" if name.endswith("scale") else "fp8"
-                ws[name] = TensorDef(name=f"{prefix}.{name}", shape=shape, dtype=dtype,
-                                     category=first.inputs["x"].category, module=prefix, storage=f"{prefix}.{name}")
+            tokens = min(gathered, FUSED_MOE_CHUNK)
+            specs += [(name, shape, "fp32" if name.endswith("scale") else "fp8")
+                      for name, shape in (("a1q", (tokens, k)), ("a1_scale", (tokens, -(-k // g))),
+                                          ("a2q", (rows, inter)), ("a2_scale", (rows, -(-inter // g))))]
+        cat = first.inputs["x"].category
+        ws = {name: TensorDef(name=f"{prefix}.{name}", shape=shape, dtype=dtype, category=cat, module=prefix,
+                              storage=f"{prefix}.{name}") for name, shape, dtype in specs}
         out.append(FOp(name=prefix, module=prefix, layer=op.layer, rule="fused_moe",
                        inputs={"x": first.inputs["x"], **{f"_{n}": t for n, t in first.inputs.items() if n != "x"}},
                        outputs={"y": last.outputs["y"]}, extras=ws, flops=sum(o.flops for o in ops[i:j]),

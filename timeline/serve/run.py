@@ -14,7 +14,7 @@ for ``full_decode_only``, it is decode-only.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -23,7 +23,8 @@ import numpy as np
 from timeline.alloc.caching import CachingAllocator
 from timeline.alloc.config import AllocatorConfig
 from timeline.serve.budget import Budget, compute_budget, compute_budgets
-from timeline.serve.graph_view import device_params, pp_layers, step_ops
+from timeline.serve.dp import dp_ranks, moe_per_token
+from timeline.serve.graph_view import FUSED_MOE_CHUNK, device_params, pp_layers, step_ops
 from timeline.serve.hf import hf_timeline
 from timeline.serve.requests import synthetic_requests
 from timeline.serve.steptime import step_cost
@@ -34,6 +35,7 @@ from timeline.serve.transients import (
     run_through_allocator,
     sampler_tensors,
     step_transients,
+    step_transients_affine,
     step_transients_scaled,
 )
 from timeline.sim.batching import ReqState, SchedulerConfig, SchedulerResult, Step, simulate_requests
@@ -52,6 +54,26 @@ def _per_token_plan(run: ServeRunSpec, stage: int = 0) -> StepTransients | None:
     if any(b != 2 * a or c != 3 * a for (a, _), (b, _), (c, _) in zip(one.plan, two.plan, three.plan, strict=True)):
         return None
     return one
+
+
+#: a template plan and, per allocation, its bytes per token and per gathered MoE token
+GatherPlan = tuple[StepTransients, list[int], list[int]]
+
+
+def _gather_plan(run: ServeRunSpec, stage: int = 0) -> GatherPlan | None:
+    """A DP rank's step plan as ``a·tokens + b·moe_tokens`` per allocation (its own tokens through
+    attention, the gathered ones through the MoE layers), when exactly so: checked on (1, 1), (2, 1),
+    (1, 2) and (2, 3) tokens; else None."""
+    p11, p21, p12, p23 = (step_transients(step_ops(run, t, stage, m), [0] * SAMPLER_BUFFERS)
+                          for t, m in ((1, 1), (2, 1), (1, 2), (2, 3)))
+    if any([j for _, j in p.plan] != [j for _, j in p11.plan] for p in (p21, p12, p23)):
+        return None
+    s11, s21, s12, s23 = ([size for size, j in p.plan if j < 0] for p in (p11, p21, p12, p23))
+    a = [y - x for x, y in zip(s11, s21, strict=True)]
+    b = [y - x for x, y in zip(s11, s12, strict=True)]
+    if any(x != i + j or z != 2 * i + 3 * j or i < 0 or j < 0 for x, z, i, j in zip(s11, s23, a, b, strict=True)):
+        return None
+    return p11, a, b
 
 
 def capture_sizes(run: ServeRunSpec) -> tuple[int, ...]:
@@ -83,6 +105,27 @@ class ServeResult:
     end_segments: list = field(default_factory=list)
     #: every pipeline stage's device (pp > 1; the fields above are stage 0's)
     stages: list[StageMemory] = field(default_factory=list)
+    #: every DP rank's device (dp > 1; the fields above are rank 0's, ``sched.states`` every request)
+    ranks: list[RankMemory] = field(default_factory=list)
+    #: each request's DP rank, in request order (dp > 1)
+    rank_of: list[int] = field(default_factory=list)
+    #: how the engine splits the run into DP ranks (dp > 1: :func:`timeline.serve.dp_run.serve_dp`)
+    data_parallel: dict = field(default_factory=dict)
+
+
+@dataclass(slots=True, kw_only=True)
+class RankMemory:
+    """One DP rank's device over its own timeline: its steps, memory rows, budget and peaks."""
+
+    rank: int
+    sched: SchedulerResult
+    memory: dict[str, np.ndarray]
+    budget: Budget
+    requests: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    peak_time_us: float
+    num_eager_steps: int
 
 
 @dataclass(slots=True, kw_only=True)
@@ -143,6 +186,10 @@ def serve(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
     sequence; vLLM's concurrent batches over the pipeline are not modelled)."""
     if run.serving.engine == "hf":
         return serve_hf(run)
+    if dp_ranks(run) > 1:
+        from timeline.serve.dp_run import serve_dp
+
+        return serve_dp(run, record_entries)
     budgets = compute_budgets(run)
     budget = budgets[0]
     sv = run.serving
@@ -190,18 +237,23 @@ class _Device:
     pool, then each eager step's transients through the caching-allocator model."""
 
     def __init__(self, run: ServeRunSpec, stage: int, budget: Budget, sizes: tuple[int, ...],
-                 record_entries: int) -> None:
+                 record_entries: int, like: _Device | None = None) -> None:
         self.run, self.stage, self.budget, self.sizes = run, stage, budget, sizes
         sv = run.serving
         self.reqs_cap = min(sv.max_num_seqs, sv.max_num_batched_tokens)
         self.sampler = stage == run.parallel.pp - 1  # logits and sampling on the last stage
-        self.linear = _per_token_plan(run, stage)
-        self.plan = lru_cache(maxsize=4096)(self._plan)
-        self.graph_pool = 0
-        if sizes:  # one private pool, largest capture first; its footprint is what the largest leaves reserved
+        # a device alike (another DP rank's) shares its step plans and graph pool
+        self.moe_per_token = moe_per_token(run)  # MoE tokens gathered per token of a captured graph (DP ranks)
+        self.linear: StepTransients | None = like.linear if like is not None else _per_token_plan(run, stage)
+        self.gather: GatherPlan | None = like.gather if like is not None \
+            else _gather_plan(run, stage) if self.moe_per_token else None
+        self.plan: Callable[[int, int, int], StepTransients] = like.plan if like is not None \
+            else lru_cache(maxsize=4096)(self._plan)
+        self.graph_pool: int = like.graph_pool if like is not None else 0
+        if sizes and like is None:  # one private pool, largest capture first; its footprint is what the largest leaves reserved
             pool = new_allocator(run, budget.total_bytes)
             for size in sizes[:1]:
-                run_through_allocator(pool, self.plan(size, 0))
+                run_through_allocator(pool, self.plan(size, 0, self.moe_per_token * size))
             self.graph_pool = pool.reserved_bytes
         self.trace: deque = deque(maxlen=None if record_entries < 0 else record_entries or 1)
         self.clock = 0.0
@@ -235,12 +287,14 @@ class _Device:
     def record(self, action: str, addr: int, size: int, name: str) -> None:
         self.trace.append((action, addr, size, self.clock, name))
 
-    def _plan(self, tokens: int, reqs: int) -> StepTransients:
+    def _plan(self, tokens: int, reqs: int, moe: int) -> StepTransients:
         # reqs = 0: a captured graph, which holds the model's forward only (the sampler runs outside it)
         extra = sampler_tensors(self.run, min(reqs, self.reqs_cap)) if reqs and self.sampler else [0] * SAMPLER_BUFFERS
-        if self.linear is not None:  # every tensor of the step is (tokens × width): scale the one-token plan
+        if not moe and self.linear is not None:  # every tensor of the step is (tokens × width): scale the one-token plan
             return step_transients_scaled(self.linear, tokens, extra)
-        return step_transients(step_ops(self.run, tokens, self.stage), extra)
+        if moe and self.gather is not None and moe <= FUSED_MOE_CHUNK:  # within one fused-MoE chunk
+            return step_transients_affine(*self.gather, tokens, moe, extra)
+        return step_transients(step_ops(self.run, tokens, self.stage, moe), extra)
 
     def replayed(self, tokens: int, decode_only: bool) -> bool:
         if not self.sizes or tokens > self.graph_max:
@@ -249,11 +303,12 @@ class _Device:
 
     def on_step(self, step: Step) -> None:
         temp_peak = 0
-        if not self.replayed(step.num_tokens, step.decode_only):
+        tokens = step.padded_tokens or step.num_tokens  # DP ranks: the forward runs the padded count
+        if not self.replayed(tokens, step.decode_only):
             self.eager += 1
             self.clock = step.t_start_us
-            temp_peak = run_through_allocator(self.alloc, self.plan(step.num_tokens, step.num_reqs), self.rec) \
-                - self.static_alloc
+            temp_peak = run_through_allocator(self.alloc, self.plan(tokens, step.num_reqs, step.moe_tokens),
+                                              self.rec) - self.static_alloc
         allocated = self.static_alloc + temp_peak + self.graph_pool
         reserved = self.alloc.reserved_bytes + self.graph_pool
         for key, value in (("t_us", step.t_start_us), ("allocated_bytes", allocated), ("reserved_bytes", reserved),

@@ -129,6 +129,30 @@ def step_transients_scaled(one: StepTransients, tokens: int, extra: list[int]) -
     return StepTransients(plan=tuple(plan), requested_peak_bytes=peak, names=one.names)
 
 
+def step_transients_affine(one: StepTransients, per_token: Sequence[int], per_moe: Sequence[int], tokens: int,
+                           moe_tokens: int, extra: list[int]) -> StepTransients:
+    """The plan of a step whose op tensors are each ``a·tokens + b·moe_tokens`` bytes (``per_token``
+    and ``per_moe`` give a and b for every allocation before the extras of the template ``one``,
+    built with ``len(extra)`` zero-byte extra buffers): the same allocations in the same order."""
+    n = sum(1 for _, j in one.plan if j < 0)
+    first_extra = n - len(extra)
+    plan: list[tuple[int, int]] = []
+    sizes: list[int] = []
+    for _, j in one.plan:
+        if j < 0:
+            k = len(sizes)
+            size = extra[k - first_extra] if k >= first_extra else per_token[k] * tokens + per_moe[k] * moe_tokens
+            sizes.append(size)
+            plan.append((size, -1))
+        else:
+            plan.append((0, j))
+    live = peak = 0
+    for size, j in plan:
+        live += size if j < 0 else -sizes[j]
+        peak = max(peak, live)
+    return StepTransients(plan=tuple(plan), requested_peak_bytes=peak, names=one.names)
+
+
 def run_through_allocator(alloc: CachingAllocator, st: StepTransients,
                           record: Callable[[str, int, int, str], None] | None = None) -> int:
     """Play one step into ``alloc``; return the peak allocated bytes it reached (PyTorch's

@@ -72,6 +72,12 @@ class Step:
     running: int
     waiting: int
     preempted: int  # requests preempted in this step
+    # with DP ranks stepping together (timeline.sim.dp_batching): the tokens this rank's forward runs
+    # (padded to the other ranks'), the MoE layer's tokens gathered from every rank, and whether the
+    # rank had nothing of its own (a dummy batch); 0 / 0 / False otherwise
+    padded_tokens: int = 0
+    moe_tokens: int = 0
+    dummy: bool = False
 
 
 @dataclass(slots=True)

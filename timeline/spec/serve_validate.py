@@ -48,15 +48,20 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
         add(("parallel.ep", f"ep={par.ep} needs a mixture-of-experts model; {m.name} is dense"))
     elif m.is_moe and m.n_routed_experts % par.ep:
         add(("parallel.ep", f"{par.ep} does not divide n_routed_experts={m.n_routed_experts}"))
-    if m.is_moe and par.ep > 1 and par.ep != par.tp * par.dp:
+    dp_attention = sv.engine == "sglang" and sv.enable_dp_attention
+    if m.is_moe and par.ep > 1 and dp_attention and par.ep != par.tp:
+        add(("parallel.ep", f"SGLang's expert parallelism under DP attention spans the tp group ({par.tp} ranks, "
+             "--enable-ep-moe sets ep_size = tp_size); set ep to that or 1"))
+    elif m.is_moe and par.ep > 1 and not dp_attention and par.ep != par.tp * par.dp:
         add(("parallel.ep", f"vLLM's expert parallelism spans tp·dp = {par.tp * par.dp} ranks; set ep to that "
-             "or 1 (experts then split by tp)"))
+             "or 1 (experts then split by tp·dp)"))
     if m.is_moe and par.ep == 1 and m.moe_intermediate_size % par.tp:
         add(("parallel.tp", f"{par.tp} does not divide moe_intermediate_size={m.moe_intermediate_size}"))
     if m.intermediate_size % par.tp and not all(m.is_moe_layer(i) for i in range(m.num_hidden_layers)):
         add(("parallel.tp", f"{par.tp} does not divide intermediate_size={m.intermediate_size}"))
     if sv.engine == "hf" and (par.tp > 1 or par.ep > 1 or par.dp > 1):
         add(("parallel.tp", 'engine = "hf" models one device running generate; set tp = ep = dp = 1'))
+    problems += dp_problems(run)
     versions = ENGINE_VERSIONS[sv.engine]
     if sv.engine_version and sv.engine_version not in versions:
         add(("serving.engine_version", f"{sv.engine_version!r}: the {sv.engine} rules are read at "
@@ -110,3 +115,32 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
             elif d.dist == "lognormal" and d.mean < 1:
                 add((where, 'dist = "lognormal" needs mean ≥ 1 (and sigma ≥ 0)'))
     return problems
+
+
+def dp_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
+    """Data parallelism and DP attention (:mod:`timeline.serve.dp`): SGLang's ``server_args.py``
+    ``ServerArgs.__post_init__`` asserts ``dp_size > 1`` and ``tp_size % dp_size == 0`` under
+    ``--enable-dp-attention``; vLLM has no such flag (its ``data_parallel_size`` is DP attention)."""
+    m, par, sv = run.model, run.parallel, run.serving
+    out: list[tuple[str, str]] = []
+    if sv.enable_dp_attention and sv.engine == "vllm":
+        out.append(("serving.enable_dp_attention", "vLLM has no DP-attention flag: its data parallelism (parallel.dp, "
+                    "each rank an engine core of tp GPUs) is DP attention; remove the key and set parallel.dp"))
+    elif sv.enable_dp_attention and sv.engine == "hf":
+        out.append(("serving.enable_dp_attention", 'engine = "hf" runs generate on one device; DP attention is '
+                    'SGLang\'s (engine = "sglang"): remove the key'))
+    elif sv.enable_dp_attention and sv.engine == "sglang":
+        if par.dp < 2:
+            out.append(("parallel.dp", "SGLang's --enable-dp-attention needs dp-size > 1 (1 < dp ≤ tp); set parallel.dp"))
+        elif par.tp % par.dp:
+            out.append(("parallel.dp", f"{par.dp} does not divide tp={par.tp}: SGLang's DP attention splits the tp "
+                        f"group into dp attention groups of tp/dp GPUs; use one of {_divisors(par.tp)}"))
+        if not m.is_mla:
+            out.append(("serving.enable_dp_attention", "DP attention is modelled for MLA models (DeepSeek-V2/V3); "
+                        f"{m.name} has no MLA: remove the key (parallel.dp alone gives SGLang's data-parallel replicas)"))
+        elif par.dp > 1 and not par.tp % par.dp and (sv.max_num_seqs < par.dp or sv.max_num_batched_tokens < par.dp):
+            out.append(("serving.max_num_seqs", f"SGLang divides max_running_requests and chunked_prefill_size by "
+                        f"dp_size={par.dp} under DP attention; both must be at least {par.dp}"))
+    if par.dp > 1 and par.pp > 1:
+        out.append(("parallel.pp", "pp > 1 with dp > 1 is not modelled by `timeline serve` yet; use one of them"))
+    return out

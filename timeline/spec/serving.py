@@ -47,6 +47,9 @@ class ServingSpec:
     non_torch_gib: float = spec_field(0.0, nonneg=True, maximum=2.0**20,
                                       doc="CUDA context, NCCL and cuBLAS outside PyTorch's allocator")
     requests: str | None = spec_field(None, doc="CSV trace arrival_us,prompt_tokens,output_tokens,prefix_id")
+    enable_dp_attention: bool = spec_field(False, doc="SGLang --enable-dp-attention: attention data-parallel over "
+                                           "parallel.dp ranks inside the tp group (MLA models); vLLM's data "
+                                           "parallelism is parallel.dp alone")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
