@@ -80,6 +80,9 @@ def test_sigint_from_outside_stops_a_long_run_within_2_s(tmp_path, delay_s):
         proc.kill()
         raise
     took = time.perf_counter() - sent
+    if proc.returncode == 0:  # a loaded machine: the run ended between poll() and the signal's delivery
+        assert {"summary.json", "timeline-output.json", "trace.json"} <= set(os.listdir(tmp_path / "out"))
+        return
     assert proc.returncode == 130, err[-2000:]
     assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err
     assert took < 2.0, took
