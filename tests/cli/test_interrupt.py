@@ -80,7 +80,10 @@ def test_sigint_from_outside_stops_a_long_run_within_2_s(tmp_path, delay_s):
         proc.kill()
         raise
     took = time.perf_counter() - sent
-    if proc.returncode == 0:  # a loaded machine: the run ended between poll() and the signal's delivery
+    if proc.returncode == 0 or (proc.returncode == -signal.SIGINT and not err.strip()):
+        # a loaded machine: the run ended between poll() and the signal's delivery (exit 0), or the
+        # signal landed in the interpreter's finalisation, after main() returned, where Python has
+        # put SIGINT's default action back: either way the run had finished and its output is whole
         assert {"summary.json", "timeline-output.json", "trace.json"} <= set(os.listdir(tmp_path / "out"))
         return
     assert proc.returncode == 130, err[-2000:]
