@@ -29,8 +29,13 @@ def write(res: PlanResult, handle: BinaryIO) -> None:
     rows = res.rows
     keys = [k for k, _ in res.space.values]
     cols: dict[str, object] = {"candidate": pa.array([r.name for r in rows], pa.string())}
+    # every candidate lists the same keys in the same order (plan.space.candidates): read by position
+    position = {k: i for i, (k, _) in enumerate(rows[0].candidate.settings)} if rows else {}
     for key in keys:
-        values = [dict(r.candidate.settings)[key] for r in rows]
+        i = position[key] if rows else 0
+        pairs = [r.candidate.settings[i] for r in rows]
+        assert all(k == key for k, _ in pairs)
+        values = [v for _, v in pairs]
         name = SHORT.get(key, key)
         if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
             cols[name] = pa.array(values, pa.int64())
