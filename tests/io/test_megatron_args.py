@@ -93,6 +93,16 @@ def test_environment_is_honoured():
     assert sections(BASE, {"NVTE_FUSED_ATTN": "0"}, gpu="a100")["framework"]["attention_backend"] == "flash"
 
 
+def test_auto_attention_follows_te_s_backend_choice():
+    """TE 2.6 get_attention_backend: cuDNN fused attention is preferred on sm ≥ 90; in deterministic
+    training its F16 sub-backend needs sm ≥ 90, so Ampere runs flash attention there too."""
+    det = {"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"}
+    assert sections(BASE, det, gpu="a100")["framework"]["attention_backend"] == "flash"
+    assert sections(BASE, det, gpu="h100")["framework"]["attention_backend"] == "fused"
+    assert sections(BASE, {}, gpu="a100")["framework"]["attention_backend"] == "flash"  # flash first below sm90
+    assert sections(BASE, det | {"NVTE_FLASH_ATTN": "0"}, gpu="a100")["framework"]["attention_backend"] == "unfused"
+
+
 def test_fp16_keeps_fp16_grads_unless_accumulated_in_fp32():
     args = {k: v for k, v in BASE.items() if k != "--bf16"} | {"--fp16": True}
     assert sections(args)["training"]["grad_dtype"] == "fp16"

@@ -37,9 +37,12 @@ def attention_backend(a: ArgReader, env: dict[str, str], *, sm: int, dtype: str,
         raise UserError(f"--attention-backend {choice}: use auto, flash, fused, unfused or local")
     if choice != "auto":
         return choice
+    # TE 2.6 attention/dot_product_attention/utils.py: get_attention_backend — in deterministic training
+    # the F16 fused sub-backend runs only on sm ≥ 90 ("Disabling FusedAttention for determinism
+    # reasons"); where flash and fused both remain, fused is preferred on Hopper and later
     flash = _on(env, "NVTE_FLASH_ATTN") is not False and dtype != "fp32"
-    fused = _on(env, "NVTE_FUSED_ATTN") is not False and dtype != "fp32"
-    if flash and fused and (sm >= 90 or deterministic):
+    fused = _on(env, "NVTE_FUSED_ATTN") is not False and dtype != "fp32" and not (deterministic and sm < 90)
+    if flash and fused and sm >= 90:
         flash = False
     if flash:
         return "flash"
