@@ -21,14 +21,13 @@ from timeline.graph.tensors import TensorDef
 from timeline.pipeline.placement import stage_placement
 from timeline.placement.devices import StaticDevice, chunk_params, static_devices
 from timeline.plan.bound import Bound
-from timeline.plan.space import Candidate, Space, candidate_edits
-from timeline.profiles import LIMITS, profile
+from timeline.plan.space import Candidate, Space
+from timeline.profiles import profile
 from timeline.sim.estimate import WorkEstimate, estimate_work
 from timeline.sim.plan import SimPlan, plan, plan_pipeline
 from timeline.sim.static_state import StateRules
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec, TrainingSpec
-from timeline.spec.validate import validate_run
 
 TemplateFn = Callable[..., ChunkTemplate]
 
@@ -154,10 +153,9 @@ def estimate_of(run: RunSpec) -> WorkEstimate:
 
 def candidate_run(base: RunSpec, cand: Candidate, space: Space) -> tuple[RunSpec | None, str, str]:
     """(run, "", "") for a candidate that runs, else (None, key, problem), as the planner derives it."""
-    edits, key, problem = candidate_edits(cand, space, base.model.num_hidden_layers)
-    if edits is None:
-        return None, key, problem
-    run = replace(base, recompute=edits.recompute,
-                  **{sec: replace(getattr(base, sec), **vals) for sec, vals in edits.sections.items() if vals})
-    problems = validate_run(run, LIMITS)
-    return (None, *problems[0]) if problems else (run, "", "")
+    from timeline.plan.search import derive
+
+    run, reason = derive(base, space, cand)
+    key, _, problem = reason.partition(": ")
+    return run, key, problem
+

@@ -96,24 +96,27 @@ def _points(kind: str, pp: int, vpp: int, small: int, group: int) -> tuple[Profi
     return tuple(full_profile(kind, pp, vpp, small + i * p, group) for i in range(3))
 
 
-def reduced_count(kind: str, pp: int, vpp: int, m: int, group: int) -> int | None:
-    """The micro-batch count ``m'`` the profile of ``m`` is read from, or None when the whole
-    schedule is built (GPipe, too few micro-batches to gain, or a schedule that does not prove
-    periodic)."""
+def _reduction(kind: str, pp: int, vpp: int, m: int, group: int) -> tuple[int, Profile] | None:
+    """(``m'``, the profile of ``m`` extrapolated from it) when the schedule proves periodic past its
+    warm-up, else None (GPipe, too few micro-batches to gain, or no steady step)."""
     p, t = period(kind, pp, vpp, group), warmup(pp, vpp, group)
     if kind == "gpipe" or m < t + 3 * p:
         return None
     small = t + (m - t) % p
-    return small if _extrapolated(_points(kind, pp, vpp, small, group), 0) is not None else None
+    out = _extrapolated(_points(kind, pp, vpp, small, group), (m - small) // p)
+    return None if out is None else (small, out)
+
+
+def reduced_count(kind: str, pp: int, vpp: int, m: int, group: int) -> int | None:
+    """The micro-batch count ``m'`` the profile of ``m`` is read from, or None when the whole
+    schedule is built."""
+    r = _reduction(kind, pp, vpp, m, group)
+    return None if r is None else r[0]
 
 
 @lru_cache(maxsize=4096)
 def schedule_profile(kind: str, pp: int, vpp: int, m: int, group: int) -> Profile:
     """The profile of ``kind`` with ``m`` micro-batches: read from a reduced count when the schedule
     proves periodic there (module docstring), else from the whole schedule."""
-    small = reduced_count(kind, pp, vpp, m, group)
-    if small is None:
-        return full_profile(kind, pp, vpp, m, group)
-    out = _extrapolated(_points(kind, pp, vpp, small, group), (m - small) // period(kind, pp, vpp, group))
-    assert out is not None
-    return out
+    r = _reduction(kind, pp, vpp, m, group)
+    return full_profile(kind, pp, vpp, m, group) if r is None else r[1]
