@@ -45,17 +45,57 @@ DEV_CONTAINERS = (  # (from date, commit, container, PyTorch)
 )
 
 
+#: The Transformer Engine Megatron-LM's CI image builds (``docker/Dockerfile.ci.dev``: ``uv sync --extra te
+#: --locked``) from each commit on: ``pyproject.toml``'s ``[tool.uv.sources] transformer-engine`` git rev
+#: (``git log --first-parent -- pyproject.toml`` in NVIDIA/Megatron-LM), its version read from that rev's
+#: ``build_tools/VERSION.txt`` in NVIDIA/TransformerEngine (a ``release_vX.Y`` branch is X.Y). Where the
+#: source line was commented out (2025-11-25 to 2026-01-13) the PyPI range ``>=2.9.0a0,<2.10.0`` stood.
+TE_PINS = (  # (from date, commit, TE)
+    ("2025-08-06", "cc227f797c", "2.6"),    # rev c90a720 (release_v2.6)
+    ("2025-09-23", "f32b2731ac", "2.7"),    # rev 0289e76 (release_v2.7)
+    ("2025-10-21", "adc69dba2d", "2.8"),    # release_v2.8
+    ("2025-10-22", "754dfa2de4", "2.9"),    # release_v2.9 (committed 2025-10-21, after adc69db)
+    ("2026-01-14", "2490e0c08a", "2.10"),   # release_v2.10
+    ("2026-01-17", "20d66d5c7b", "2.11"),   # release_v2.11
+    ("2026-02-09", "30695913bd", "2.12"),   # rev d9b7fc5
+    ("2026-03-11", "da469460be", "2.13"),   # rev 2877704
+    ("2026-04-09", "b5354a82fc", "2.14"),   # rev 71bbefb
+    ("2026-05-28", "4f2e7ce74a", "2.15"),   # rev 42b8400
+    ("2026-06-02", "b0eb9143c3", "2.16"),   # rev f8a01cd
+    ("2026-07-14", "834abc1950", "2.17"),   # rev 2e559f0
+    ("2026-08-11", "0c1fc4c5c9", "2.18"),   # rev e7c550c
+    ("2026-08-22", "2c8ac9b753", "2.17"),   # rev 4329ff8 (2.17.1)
+)
+
+
+def _recorded(record: dict) -> tuple[str, str]:
+    """(commit, date) the case's memory values were recorded at."""
+    commit = str(record.get("memory_values_first_commit") or record.get("commit") or "")
+    date = str(record.get("memory_values_first_commit_date") or record.get("commit_date") or "")
+    return commit, date
+
+
+def _pinned(record: dict, history: tuple[tuple[str, str, str], ...]) -> str | None:
+    """The value of ``history`` (date, commit, value) in force when the case was recorded."""
+    commit, date = _recorded(record)
+    version = None
+    for since, bump, value in history:
+        if date > since or commit.startswith(bump):
+            version = value
+    return version
+
+
 def pytorch_of(record: dict) -> str | None:
     """The PyTorch release line of the container the case's memory values were recorded in (None:
     recorded before ``.ngc_version.dev`` existed, where the run file's default stands; no Blackwell
     case is that old)."""
-    commit = str(record.get("memory_values_first_commit") or record.get("commit") or "")
-    date = str(record.get("memory_values_first_commit_date") or record.get("commit_date") or "")
-    version = None
-    for since, bump, _container, pytorch in DEV_CONTAINERS:
-        if date > since or commit.startswith(bump):
-            version = pytorch
-    return version
+    return _pinned(record, tuple((since, bump, pytorch) for since, bump, _c, pytorch in DEV_CONTAINERS))
+
+
+def te_of(record: dict) -> str | None:
+    """The Transformer Engine version the case ran (None: recorded before the first pin listed, where
+    the run file's default stands)."""
+    return _pinned(record, TE_PINS)
 
 
 def expressible(records: list[dict]) -> list[dict]:
@@ -84,7 +124,8 @@ def predict(record: dict) -> tuple[int, int, dict]:
     margs = from_mapping(record["model_args"], record.get("env"), family=fam,
                          family_source=f"the path test_cases/{fam}/")
     world = int(record["parallel"]["world_size"])
-    conv = convert(margs, world_size=world, gpu=gpu_of(record), pytorch_version=pytorch_of(record))
+    conv = convert(margs, world_size=world, gpu=gpu_of(record), pytorch_version=pytorch_of(record),
+                   te_version=te_of(record))
     text = run_file_text(conv, name=record["name"].replace("/", "-"), source=record["config_file"], world_size=world)
     run = run_from_data(tomllib.loads(text), Path(f"<from-megatron>/{record['name']}.toml"))
     tl = build_timeline(run)

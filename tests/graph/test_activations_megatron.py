@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from helpers_run import TINY_MODEL, tiny_run
 from sources import forward_ops_of, template_of
 
 from timeline.io.runfile import load_run
@@ -69,6 +70,24 @@ def test_flash_attention_has_no_s2_tensors():
         assert 4096 * 4096 not in (st.tensor.shape[-1] * st.tensor.shape[-2] if len(st.tensor.shape) > 1 else 0,)
     lse = [st for st in template_of(run, 1).saved if st.tensor.name.endswith("softmax_lse")][0]
     assert lse.tensor.dtype == "fp32" and lse.tensor.size_bytes == 4 * 1 * (128 // 2) * 4096
+
+
+@pytest.mark.parametrize("cp", [1, 2])
+def test_te_flash_attention_keeps_its_bshd_output_apart(cp):
+    """TE FlashAttention (flash-attn) on Megatron's sbhd tensors: q, k and v become bshd copies and its
+    bshd output is kept beside the sbhd copy the output projection keeps — one [s/cp, b, h/tp] bf16 per
+    layer more than cuDNN fused attention; under cp the ring keeps q, its last K/V buffer and out, so the
+    bshd k/v copies are not kept (cuDNN's k and v are views kept with q)."""
+    tp, b, s = 2, 2, 128
+    runs = {be: tiny_run(pp=1, layers=2, tp=tp, cp=cp, micro_batch_size=b, seq_len=s, attention_backend=be)
+            for be in ("fused", "flash")}
+    held = {be: sum(st.tensor.size_bytes for st in template_of(r, 0).saved if st.layer == 1)
+            for be, r in runs.items()}
+    h, kv = TINY_MODEL.hidden_size // tp, TINY_MODEL.num_key_value_heads * TINY_MODEL.attn_head_dim // tp
+    rows = s // cp * b
+    assert held["flash"] - held["fused"] == rows * h * 2 - (0 if cp == 1 else 2 * rows * kv * 2)
+    names = {st.tensor.name for st in template_of(runs["flash"], 0).saved if st.layer == 1}
+    assert {"layers.1.self_attn.core_attn.out_bshd", "layers.1.self_attn.core_attn.out"} <= names
 
 
 def expert_rows(*overrides) -> tuple[int, int]:

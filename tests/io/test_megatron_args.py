@@ -103,6 +103,22 @@ def test_auto_attention_follows_te_s_backend_choice():
     assert sections(BASE, det | {"NVTE_FLASH_ATTN": "0"}, gpu="a100")["framework"]["attention_backend"] == "unfused"
 
 
+def test_auto_attention_on_blackwell_in_deterministic_training_follows_the_te_version():
+    """TE's "Disabling FusedAttention for determinism reasons on Blackwell": none before 2.7, always in
+    2.9–2.11, and from 2.12 (fused_attn.cpp) only with dropout; flash attention is what remains."""
+    det = {"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"}
+
+    def backend(te: str, args: dict = BASE, env: dict = det) -> str:
+        return sections(args, env, gpu="gb200", te_version=te)["framework"]["attention_backend"]
+
+    assert backend("2.6") == "fused"
+    assert backend("2.10") == "flash" and backend("2.14") == "flash"  # attention dropout 0.1 by default
+    assert backend("2.14", BASE | {"--attention-dropout": 0.0}) == "fused"
+    assert backend("2.11", BASE | {"--attention-dropout": 0.0}) == "flash"
+    assert backend("2.14", env={}) == "fused"  # non-deterministic training keeps the fused backend
+    assert sections(BASE, det, gpu="h100", te_version="2.14")["framework"]["attention_backend"] == "fused"
+
+
 def test_fp16_keeps_fp16_grads_unless_accumulated_in_fp32():
     args = {k: v for k, v in BASE.items() if k != "--bf16"} | {"--fp16": True}
     assert sections(args)["training"]["grad_dtype"] == "fp16"

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(not DATA.exists(), reason=f"{DATA} is absent (th
 
 #: |error| bands reached today (percent), per family of cases with a published world size
 MEDIAN_PCT = 1.0  # issue 11's target
-DENSE_WORST_PCT = 2.95  # issue 11 asks 2 %: qk_layernorm test mode on tp4 is −2.9 %
+DENSE_WORST_PCT = 2.3  # issue 11 asks 2 %: qk_layernorm test mode on tp4 (H100) is −2.25 %
 MOE_WORST_PCT = 3.5  # issue 11 asks 4 %
 
 
@@ -95,3 +95,16 @@ def test_each_case_runs_under_the_pytorch_of_its_container():
     # 2 · (32 − 8.125) MiB = 47.75 MiB, within the 1 MiB other changes of the bump account for
     grew = bumped["measured"]["allocated_bytes"] - bumped["previous_memory_values"]["alloc_last"][1]
     assert abs(grew - 2 * (32 * 2**20 - 8_519_680)) < 2**20
+
+
+def test_each_case_runs_under_the_transformer_engine_megatron_pinned():
+    """Megatron-LM's pyproject pins the TE its CI image builds; Blackwell's deterministic attention
+    backend follows it (a GB200 case recorded on TE 2.14 with attention dropout runs flash attention)."""
+    tool = _tool()
+    by_name = {r["name"]: r for r in _records()}
+    gb200 = by_name["gpt/gpt3_mcore_te_tp1_pp1_resume_torch_dist_dist_optimizer_1node"]
+    assert gb200["memory_values_first_commit_date"] == "2026-04-17" and tool.te_of(gb200) == "2.14"
+    assert tool.te_of(by_name["gpt/gpt3_mcore_te_tp2_pp2_cp2_1node"]) == "2.14"  # 2026-05-07, before 2.15
+    assert tool.te_of({"memory_values_first_commit": "f32b2731ac00", "memory_values_first_commit_date": "2025-09-23"}) \
+        == "2.7"
+    assert tool.te_of({"memory_values_first_commit_date": "2025-07-01"}) is None

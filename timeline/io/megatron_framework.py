@@ -9,7 +9,9 @@ Transformer Engine's ``auto`` attention choice (``TE attention/dot_product_atten
 get_attention_backend``, v2.6): FlashAttention and cuDNN FusedAttention both qualify for 16-bit
 inputs with head dims ≤ 256; on sm ≥ 90 TE drops FlashAttention "to give FusedAttention preference
 on Hopper+", and when deterministic backward is required (``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0``)
-FlashAttention 2's non-deterministic backward is dropped too; fp32 inputs fall back to unfused.
+FlashAttention 2's non-deterministic backward is dropped too; fp32 inputs fall back to unfused. In
+deterministic training on Blackwell the fused backend depends on the TE version
+(:func:`blackwell_deterministic_fused`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from timeline.errors import UserError
+from timeline.profiles.megatron_workspaces import version_tuple
 from timeline.spec.hardware import GPUS
 
 if TYPE_CHECKING:
@@ -28,7 +31,25 @@ def _on(env: dict[str, str], name: str) -> bool | None:
     return None if v is None else v.strip() not in ("0", "", "false", "False")
 
 
-def attention_backend(a: ArgReader, env: dict[str, str], *, sm: int, dtype: str, deterministic: bool) -> str:
+def blackwell_deterministic_fused(te_version: str, attention_dropout: float) -> bool:
+    """Whether TE runs its F16 FusedAttention in deterministic training on sm ≥ 100.
+
+    TE ``attention/dot_product_attention/utils.py: get_attention_backend`` ("Disabling FusedAttention
+    for determinism reasons on Blackwell", from a5c79876a, 2025-08): in v2.7–v2.8 when cuDNN ≤ 9.14.0
+    (taken as the cuDNN of those releases' containers), in v2.9–v2.11 always; from v2.12
+    (27fc168e2) the filter lives in ``common/fused_attn/fused_attn.cpp: nvte_get_fused_attn_backend``,
+    which allows deterministic training backward on Blackwell with cuDNN ≥ 9.18.1 (taken as present)
+    only without dropout and bias (Megatron's GPT attention has no core-attention bias)."""
+    te = version_tuple(te_version)
+    if te < (2, 7):
+        return True
+    if te < (2, 12):
+        return False
+    return attention_dropout == 0.0
+
+
+def attention_backend(a: ArgReader, env: dict[str, str], *, sm: int, dtype: str, deterministic: bool,
+                      te_version: str = "2.6") -> str:
     """The attention implementation the job runs, after Megatron's argument and TE's switches."""
     if a.str("--transformer-impl", "transformer_engine") == "local":
         return "local"
@@ -42,6 +63,8 @@ def attention_backend(a: ArgReader, env: dict[str, str], *, sm: int, dtype: str,
     # reasons"); where flash and fused both remain, fused is preferred on Hopper and later
     flash = _on(env, "NVTE_FLASH_ATTN") is not False and dtype != "fp32"
     fused = _on(env, "NVTE_FUSED_ATTN") is not False and dtype != "fp32" and not (deterministic and sm < 90)
+    if fused and deterministic and sm >= 100:
+        fused = blackwell_deterministic_fused(te_version, a.float("--attention-dropout", 0.1))
     if flash and fused and sm >= 90:
         flash = False
     if flash:
@@ -86,7 +109,8 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
         raise UserError(f"--transformer-impl {impl}: use transformer_engine or local")
     c.put("framework.transformer_impl", impl, "--transformer-impl")
     c.put("framework.attention_backend",
-          attention_backend(a, env, sm=sm, dtype=dtype, deterministic=deterministic), "--attention-backend")
+          attention_backend(a, env, sm=sm, dtype=dtype, deterministic=deterministic, te_version=te_version or "2.6"),
+          "--attention-backend")
     c.put("framework.gradient_accumulation_fusion", not a.flag("--no-gradient-accumulation-fusion"),
           "--no-gradient-accumulation-fusion")
     fusion = "none"

@@ -132,6 +132,9 @@ class Structure:
     moe_dispatcher: str = "alltoall"  # "allgather": Megatron's MoEAllGatherTokenDispatcher — tokens and probs
     # all-gathered over expert-TP × EP, permuted for the local experts, unpermuted to all gathered rows and
     # reduce-scattered back; "alltoall": the all-to-all permutation above
+    te_flash_copies: bool = False  # TE's FlashAttention backend (flash-attn) on Megatron's sbhd tensors: q, k
+    # and v become contiguous bshd copies the kernel keeps, and its bshd output is kept while a contiguous sbhd
+    # copy is returned to the output projection (TE's FusedAttention reads and writes sbhd in place)
     moe_router: str = "topk"  # "sinkhorn": Megatron's TopKRouter.sinkhorn_load_balancing (activation of every
     # expert's logit, masked by the sinkhorn top-k); "topk": topk_routing_with_score_function
 

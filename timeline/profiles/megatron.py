@@ -105,7 +105,8 @@ RULES: dict[str, SaveRule] = {
                             "fused_mla_yarn_rope_apply.py: ApplyMLARotaryEmbQ/KV save cos, sin"),
     "add": SaveRule(source="residual add keeps nothing"),
     "copy": SaveRule(source=f"{MC}/tensor_parallel/mappings.py: _gather_along_first_dim copies its input "
-                            "contiguous; a copy keeps nothing"),
+                            f"contiguous; {TE}/attention/dot_product_attention/backends.py: FlashAttention.forward's "
+                            "sbhd ↔ bshd transposes (.contiguous()); a copy keeps nothing"),
     "router_score": SaveRule(saves=("extra:scores",),
                              source=f"{MOE_UTILS}: topk_routing_with_score_function — sigmoid: "
                                     "torch.sigmoid(logits.float()) saves its fp32 result [tokens, E]; softmax: "
@@ -179,6 +180,12 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
     norm's output)."""
     local = spec.transformer_impl == "local"
     eager = spec.attention_backend in ("unfused", "local") or local
+    # TE attention/dot_product_attention/backends.py (v2.6, unchanged to v2.17): FlashAttention.forward
+    # turns sbhd q, k, v into ``x.transpose(0, 1).contiguous()`` copies for flash-attn (which keeps them, its
+    # bshd output, softmax_lse and rng_state: flash_attn_interface.py FlashAttnFunc.forward) and returns
+    # ``output.view(b, s, -1).transpose(0, 1)...contiguous()``, a new sbhd tensor the output projection
+    # keeps; FusedAttnFunc keeps Megatron's sbhd views and returns the output the projection keeps
+    flash_copies = spec.attention_backend == "flash" and not eager
     fused = table.fused_norm_linear and not local
     # transformer/dot_product_attention.py → fusions/fused_softmax.py: FusedScaleMaskSoftmax.forward_torch_softmax
     # (masked_softmax_fusion off) upcasts the scores, keeps torch.softmax's fp32 output and casts it back
@@ -192,10 +199,11 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
     dispatcher = "allgather" if spec.moe_token_dispatcher == "allgather" else table.moe_dispatcher
     router = "sinkhorn" if spec.moe_router_load_balancing == "sinkhorn" else table.moe_router
     if not eager and fused == table.fused_norm_linear and not ce and wgrad == table.wgrad_transient \
-            and dispatcher == table.moe_dispatcher and router == table.moe_router:
+            and dispatcher == table.moe_dispatcher and router == table.moe_router and not flash_copies:
         return table
     return replace(table, attention="eager" if eager else table.attention, fused_norm_linear=fused, softmax_fp32=fp32,
-                   ce_inplace=ce, wgrad_transient=wgrad, moe_dispatcher=dispatcher, moe_router=router)
+                   ce_inplace=ce, wgrad_transient=wgrad, moe_dispatcher=dispatcher, moe_router=router,
+                   te_flash_copies=flash_copies)
 
 
 def wgrad_rule(spec: FrameworkSpec) -> str:

@@ -8,8 +8,8 @@ section names them with Megatron's own argument names (``--attention-backend`` â
 ``attention_backend``) and the versions whose source the rules were read from, so a rule that
 changed between versions can say which one it follows.
 
-The defaults keep a hand-written run file as it was before this section existed (flash
-attention, unfused cross entropy, the alltoall dispatcher, no router aux loss); ``timeline
+The defaults keep a hand-written run file as it was before this section existed (TE's cuDNN
+fused attention, unfused cross entropy, the alltoall dispatcher, no router aux loss); ``timeline
 from-megatron`` writes every key explicitly with Megatron's command-line defaults instead. Only
 the ``megatron`` profile reads this section (validation rejects non-default values elsewhere).
 This module checks its own fields; it decides no bytes.
@@ -34,8 +34,8 @@ class FrameworkSpec:
                               "GPU generation)")
     transformer_impl: str = spec_field("transformer_engine", choices=("transformer_engine", "local"),
                                        doc="--transformer-impl")
-    attention_backend: str = spec_field("flash", choices=ATTENTION_BACKENDS,
-                                        doc="--attention-backend, after NVTE_*_ATTN switches (auto resolved)")
+    attention_backend: str = spec_field("fused", choices=ATTENTION_BACKENDS,
+                                        doc="--attention-backend, after NVTE_*_ATTN switches (auto: fused)")
     gradient_accumulation_fusion: bool = spec_field(True, doc="weight gradients accumulate into main_grad")
     cross_entropy_fusion: str = spec_field("none", choices=("none", "native", "te"),
                                            doc="--cross-entropy-loss-fusion with --cross-entropy-fusion-impl")

@@ -68,6 +68,8 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
     name = f"{prefix}.core_attn"
     sq, sk = d.s_local, d.s
     rows = q.shape[0]
+    if b.table.attention == "flash" and b.table.te_flash_copies:  # TE FlashAttention: bshd copies
+        q, k, v = _contiguous(b, f"{name}.to_bshd", layer, {"q": q, "k": k, "v": v})
     kv = {"k": k, "v": v}
     if d.cp > 1:
         ring = b.tensor(f"{name}.kv_ring", (2 * k.shape[0], k.shape[1] + v.shape[1]), comm=True)
@@ -91,7 +93,13 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
         if b.model.is_sliding(layer):  # a sliding window: each query meets at most that many keys
             sk = min(sk, b.model.sliding_window)
         f = 2.0 * d.b * heads * sq * sk * (qk_dim + v_dim)
-        b.op(name, rule, layer, {"q": q, **kv}, {"y": ctx}, extras=extras, flops=f, tags=CORE)
+        out = b.tensor(f"{name}.out_bshd", ctx.shape) if b.table.te_flash_copies else ctx
+        inputs = {"q": q, **kv}
+        if d.cp > 1 and b.table.te_flash_copies:  # the ring keeps q, its last K/V buffer and out, not the
+            inputs = {"q": q, "_k": k, "_v": v, "_ring": kv["_ring"]}  # bshd k/v copies
+        b.op(name, rule, layer, inputs, {"y": out}, extras=extras, flops=f, tags=CORE)
+        if out is not ctx:  # the returned sbhd copy the output projection keeps
+            b.op(f"{name}.to_sbhd", "copy", layer, {"x": out}, {"y": ctx}, tags=CORE)
         return ctx
     shape = (d.b, heads, sq, sk)
     scores = b.tensor(f"{name}.scores", shape)
@@ -114,6 +122,13 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
     b.op(f"{name}.pv", "attn_v", layer, {"p": probs, "v": v}, {"y": ctx},
          flops=2.0 * d.b * heads * sq * sk * v_dim, tags=CORE)
     return ctx
+
+
+def _contiguous(b: Builder, name: str, layer: int, xs: dict[str, TensorDef]) -> tuple[TensorDef, ...]:
+    """One op copying each of ``xs`` to a new contiguous tensor of its shape (a layout change)."""
+    outs = {k: b.tensor(f"{name}.{k}", x.shape, x.dtype) for k, x in xs.items()}
+    b.op(name, "copy", layer, xs, outs, tags=CORE)
+    return tuple(outs.values())
 
 
 def sdpa_flash(b: Builder, qk_dim: int, v_dim: int) -> bool:
