@@ -90,6 +90,28 @@ def test_te_flash_attention_keeps_its_bshd_output_apart(cp):
     assert {"layers.1.self_attn.core_attn.out_bshd", "layers.1.self_attn.core_attn.out"} <= names
 
 
+@pytest.mark.parametrize("cp", [1, 2])
+def test_the_batch_lives_through_the_first_and_last_stages_forward(cp):
+    """get_batch_on_this_tp_rank: tokens, labels, position ids (int64), loss mask (fp32) and the bool
+    [b, 1, s, s] attention mask on the first and last stages, none in between; under cp each is the
+    rank's index_select (the mask on its query dimension); the forward step's last op frees them."""
+    b, s = 2, 128
+    run = tiny_run(pp=3, layers=3, cp=cp, micro_batch_size=b, seq_len=s, dataloader_batch="mask")
+    local = s // cp
+    for chunk in range(3):
+        ops = template_of(run, chunk).forward
+        held = [a for o in ops if o.name.startswith("batch.") for a in o.allocs]
+        if chunk == 1:
+            assert not held
+            continue
+        kept = [a for a in held if a.name.endswith(".cp_local")] if cp > 1 else held
+        assert sum(a.size_bytes for a in kept) == b * local * (8 + 8 + 4 + 8) + b * local * s
+        assert ops[-1].name == "batch.release" and set(ops[-1].frees) == {a.storage for a in kept}
+    no_mask = tiny_run(pp=3, layers=3, micro_batch_size=b, seq_len=s, dataloader_batch="tokens")
+    assert sum(a.size_bytes for o in template_of(no_mask, 0).forward if o.name.startswith("batch.")
+               for a in o.allocs) == b * s * 28
+
+
 def expert_rows(*overrides) -> tuple[int, int]:
     """(rows the all-to-all delivers to this EP rank, rows the expert fc1 sees after the ETP gather)."""
     run = load_run(SHIPPED, [*MEGATRON, *overrides])

@@ -119,6 +119,12 @@ def test_auto_attention_on_blackwell_in_deterministic_training_follows_the_te_ve
     assert sections(BASE, det, gpu="h100", te_version="2.14")["framework"]["attention_backend"] == "fused"
 
 
+def test_the_dataloader_batch_follows_create_attention_mask():
+    assert sections(BASE)["framework"]["dataloader_batch"] == "mask"  # Megatron's default creates it
+    no_mask = BASE | {"--no-create-attention-mask-in-dataloader": True}
+    assert sections(no_mask)["framework"]["dataloader_batch"] == "tokens"
+
+
 def test_fp16_keeps_fp16_grads_unless_accumulated_in_fp32():
     args = {k: v for k, v in BASE.items() if k != "--bf16"} | {"--fp16": True}
     assert sections(args)["training"]["grad_dtype"] == "fp16"

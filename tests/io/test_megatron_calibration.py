@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(not DATA.exists(), reason=f"{DATA} is absent (th
 
 #: |error| bands reached today (percent), per family of cases with a published world size
 MEDIAN_PCT = 1.0  # issue 11's target
-DENSE_WORST_PCT = 2.3  # issue 11 asks 2 %: qk_layernorm test mode on tp4 (H100) is −2.25 %
+DENSE_WORST_PCT = 2.0  # issue 11's target (worst today: −1.89 %, tp4 qk_layernorm test mode on H100)
 MOE_WORST_PCT = 3.5  # issue 11 asks 4 %
 
 

@@ -24,7 +24,7 @@ from timeline.graph.analysis import Analysis, analyse, op_graph
 from timeline.graph.backward import backward_units, to_op
 from timeline.graph.build import Node, chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import attention, decoder, embedding, head, mtp, sinks
+from timeline.graph.families import attention, batch, decoder, embedding, head, mtp, sinks
 from timeline.graph.ir import Builder, Dims, FOp
 from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
 from timeline.graph.recompute import recompute_regions
@@ -40,24 +40,29 @@ def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int) 
     nodes = chunk_nodes(ctx, ranges, chunk)
     b = Builder(ctx, Dims.of(par, tr), tr, (t for n in nodes for t in n.params))
     m, d = ctx.model, b.dims
-    if chunk == 0:
-        x = embedding.forward(b, "embedding", None)
-    else:
+    last = len(ranges) - 1
+    if chunk != 0:
         x = b.tensor("input", (d.t_sp, m.hidden_size))
         b.op("recv_forward", "comm", None, {}, {"y": x}, kind="p2p", stream="pp")
+    loaded = batch.load(b, b.table.dataloader_batch == "mask") \
+        if b.table.dataloader_batch != "none" and chunk in (0, last) else {}
+    if chunk == 0:
+        x = embedding.forward(b, "embedding", None)
     if b.table.rope_cache and m.position_embedding == "rope":
         attention.rope_cache(b)
     if m.attention_sinks and b.table.sink_attention == "eager":
         sinks.attention_masks(b)
     for i in ranges[chunk]:
         x = decoder.forward(b, i, f"layers.{i}", x, moe=m.is_moe_layer(i))
-    if chunk == len(ranges) - 1:
+    if chunk == last:
         head.forward(b, "output", "final_norm", x, None)
         for node in nodes:  # the MTP modules the parameter graph holds
             if node.kind == "mtp" and node.layer is not None:
                 mtp.forward(b, node.layer - m.num_hidden_layers, x)
     else:
         b.op("send_forward", "comm", None, {"x": x}, {}, kind="p2p", stream="pp")
+    if loaded:
+        batch.release(b, loaded)
     g = op_graph(b.ops)
     order = list(nx.lexicographical_topological_sort(g, key=lambda n: n))
     return [b.ops[i] for i in order]

@@ -122,6 +122,9 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
         a.value("--cross-entropy-fusion-impl")
     c.put("framework.cross_entropy_fusion", fusion, "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl")
     c.put("framework.masked_softmax_fusion", not a.flag("--no-masked-softmax-fusion"), "--no-masked-softmax-fusion")
+    # arguments.py: --no-create-attention-mask-in-dataloader (store_false create_attention_mask_in_dataloader)
+    c.put("framework.dataloader_batch", "tokens" if a.flag("--no-create-attention-mask-in-dataloader") else "mask",
+          "--no-create-attention-mask-in-dataloader")
     # arguments.py: --apply-query-key-layer-scaling sets attention_softmax_in_fp32
     c.put("framework.attention_softmax_in_fp32",
           a.flag("--attention-softmax-in-fp32") or a.flag("--apply-query-key-layer-scaling"),

@@ -22,7 +22,7 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
     "data": (
         "--data-path", "--data-cache-path", "--split", "--vocab-file", "--merge-file", "--tokenizer-type",
         "--tokenizer-model", "--tiktoken-pattern", "--num-workers", "--mock-data", "--dataloader-type",
-        "--no-mmap-bin-files", "--no-create-attention-mask-in-dataloader", "--fim-data", "--fim-rate",
+        "--no-mmap-bin-files", "--fim-data", "--fim-rate",
         "--fim-spm-rate", "--no-use-tokenizer-model-from-checkpoint-args", "--dataset-provider",
         "--vocab-extra-ids", "--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss",
     ),

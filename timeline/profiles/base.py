@@ -135,6 +135,9 @@ class Structure:
     te_flash_copies: bool = False  # TE's FlashAttention backend (flash-attn) on Megatron's sbhd tensors: q, k
     # and v become contiguous bshd copies the kernel keeps, and its bshd output is kept while a contiguous sbhd
     # copy is returned to the output projection (TE's FusedAttention reads and writes sbhd in place)
+    dataloader_batch: str = "none"  # the micro-batch get_batch keeps on the device through the first and last
+    # stages' forward (graph/families/batch.py): "tokens" (tokens, labels, loss mask, position ids), "mask"
+    # (and the [b, 1, s, s] bool attention mask), "none" (not modelled)
     moe_router: str = "topk"  # "sinkhorn": Megatron's TopKRouter.sinkhorn_load_balancing (activation of every
     # expert's logit, masked by the sinkhorn top-k); "topk": topk_routing_with_score_function
 

@@ -104,6 +104,9 @@ RULES: dict[str, SaveRule] = {
     "rope": SaveRule(source=f"{TE}/attention/rope.py: FusedRoPEFunc saves freqs; {MC}/fusions/"
                             "fused_mla_yarn_rope_apply.py: ApplyMLARotaryEmbQ/KV save cos, sin"),
     "add": SaveRule(source="residual add keeps nothing"),
+    "batch": SaveRule(source="NVIDIA/Megatron-LM pretrain_gpt.py: get_batch → megatron/training/utils.py: "
+                             "get_batch_on_this_tp_rank (the batch on the device for the forward step), "
+                             f"{MC}/utils.py: get_batch_on_this_cp_rank; autograd keeps none of it"),
     "copy": SaveRule(source=f"{MC}/tensor_parallel/mappings.py: _gather_along_first_dim copies its input "
                             f"contiguous; {TE}/attention/dot_product_attention/backends.py: FlashAttention.forward's "
                             "sbhd ↔ bshd transposes (.contiguous()); a copy keeps nothing"),
@@ -199,11 +202,12 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
     dispatcher = "allgather" if spec.moe_token_dispatcher == "allgather" else table.moe_dispatcher
     router = "sinkhorn" if spec.moe_router_load_balancing == "sinkhorn" else table.moe_router
     if not eager and fused == table.fused_norm_linear and not ce and wgrad == table.wgrad_transient \
-            and dispatcher == table.moe_dispatcher and router == table.moe_router and not flash_copies:
+            and dispatcher == table.moe_dispatcher and router == table.moe_router and not flash_copies \
+            and spec.dataloader_batch == table.dataloader_batch:
         return table
     return replace(table, attention="eager" if eager else table.attention, fused_norm_linear=fused, softmax_fp32=fp32,
                    ce_inplace=ce, wgrad_transient=wgrad, moe_dispatcher=dispatcher, moe_router=router,
-                   te_flash_copies=flash_copies)
+                   te_flash_copies=flash_copies, dataloader_batch=spec.dataloader_batch)
 
 
 def wgrad_rule(spec: FrameworkSpec) -> str:

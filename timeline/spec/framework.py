@@ -36,6 +36,10 @@ class FrameworkSpec:
                                        doc="--transformer-impl")
     attention_backend: str = spec_field("fused", choices=ATTENTION_BACKENDS,
                                         doc="--attention-backend, after NVTE_*_ATTN switches (auto: fused)")
+    dataloader_batch: str = spec_field("none", choices=("none", "tokens", "mask"),
+                                       doc="the micro-batch on the device through its forward: tokens, labels, "
+                                           "loss mask, position ids; mask: and the [b, 1, s, s] bool attention "
+                                           "mask (Megatron-LM unless --no-create-attention-mask-in-dataloader)")
     gradient_accumulation_fusion: bool = spec_field(True, doc="weight gradients accumulate into main_grad")
     cross_entropy_fusion: str = spec_field("none", choices=("none", "native", "te"),
                                            doc="--cross-entropy-loss-fusion with --cross-entropy-fusion-impl")
