@@ -112,6 +112,23 @@ def test_the_batch_lives_through_the_first_and_last_stages_forward(cp):
                for a in o.allocs) == b * s * 28
 
 
+def test_the_embedding_backward_returns_dense_weight_gradients():
+    """VocabParallelEmbedding's backward makes a dense [V/tp, h] gradient (and the learned position
+    embedding a [max_pos, h] one) in the weights' dtype; the weight-gradient step frees it once added
+    into the grads buffer."""
+    tp = 2
+    run = tiny_run(pp=2, layers=2, tp=tp, model=replace(TINY_MODEL, position_embedding="learned",
+                                                         max_position_embeddings=256))
+    t = template_of(run, 0)
+    (w,) = [o for o in (*t.backward_i, *t.backward_w) if o.name == "embedding.wgrad"]
+    vocab = -(-TINY_MODEL.vocab_size // (128 * tp)) * 128  # padded to 128·tp, split over tp
+    assert {(a.name, a.shape, a.size_bytes) for a in w.allocs} == {
+        ("embedding.word_embeddings.wgrad", (vocab, 256), vocab * 256 * 2),
+        ("embedding.position_embeddings.wgrad", (256, 256), 256 * 256 * 2)}
+    assert set(w.frees) >= {a.storage for a in w.allocs}
+    assert not [a for o in t.forward for a in o.allocs if a.name.endswith(".wgrad")]
+
+
 def expert_rows(*overrides) -> tuple[int, int]:
     """(rows the all-to-all delivers to this EP rank, rows the expert fc1 sees after the ETP gather)."""
     run = load_run(SHIPPED, [*MEGATRON, *overrides])

@@ -78,7 +78,17 @@ def _resolve(a: Analysis, s: str) -> str:
     return rc_storage(s) if s in a.dropped else s
 
 
-def _wgrad_transient(op: FOp, wgrad: str) -> TensorDef | None:
+def _wgrad_transients(op: FOp, wgrad: str) -> list[TensorDef]:
+    """The fresh weight gradients an op's W returns: a "linear" op's under ``wgrad`` ("all" | "head"),
+    an embedding lookup's dense ones (its ``wgrad`` / ``pos_wgrad`` extras, where the table has them)."""
+    emb = [op.extras[k] for k in ("wgrad", "pos_wgrad") if k in op.extras]
+    if emb:
+        return [replace(t, category=Category.TEMPORARY) for t in emb]
+    one = _linear_wgrad(op, wgrad)
+    return [] if one is None else [one]
+
+
+def _linear_wgrad(op: FOp, wgrad: str) -> TensorDef | None:
     """The fresh weight gradient a "linear" op's W returns under ``wgrad`` ("all" | "head")."""
     if op.rule != "linear" or wgrad == "none" or (wgrad == "head" and not op.name.endswith("output_layer")):
         return None
@@ -125,8 +135,7 @@ def backward_units(a: Analysis, mode: str, wgrad: str = "none") -> tuple[list[Un
             if x is not None and save is not None and x.storage != save.storage:
                 w.allocs.append(replace(x, name=f"{op.name}.wgrad_input", storage=f"{op.name}.wgrad_input",
                                         category=Category.COMM))
-            fresh = _wgrad_transient(op, wgrad)
-            if fresh is not None:  # freed by this unit once added into the grads buffer
+            for fresh in _wgrad_transients(op, wgrad):  # freed by this unit once added into the grads buffer
                 w.allocs.append(fresh)
                 w.needs.append(fresh.storage)
             (side_i if mode == "fused" else side_w).append(w)

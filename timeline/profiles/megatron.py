@@ -172,7 +172,12 @@ STRUCTURE = Structure(attention="flash", dropout=False, fused_norm_linear=True, 
                       mla_kv_combined=True, megatron_moe=True, model_dropout=True,
                       # --qk-layernorm: q_layernorm / k_layernorm (TENorm over head_dim) on q and k per head,
                       # MC transformer/attention.py: SelfAttention.get_query_key_value_tensors
-                      qk_norm=True)
+                      qk_norm=True,
+                      # MC tensor_parallel/layers.py: VocabParallelEmbedding.forward — F.embedding (or
+                      # weight[masked_input] in deterministic mode) returns a dense weight gradient that
+                      # MC distributed/distributed_data_parallel.py's grad hook adds into main_grad and drops
+                      # (gradient-accumulation fusion covers linears only)
+                      embedding_wgrad=True)
 
 
 def configure(table: Structure, spec: FrameworkSpec) -> Structure:

@@ -3,7 +3,10 @@
 
 Forward ops (:func:`forward`): a vocabulary-parallel lookup whose partial rows are reduce-scattered (SP) or
 all-reduced (TP), then the embedding dropout where the profile has dropout. Token ids are not
-modelled as tensors (int64, ``b·s`` — a few KB).
+modelled as tensors here (int64, ``b·s`` — a few KB; Megatron's batch is :mod:`batch`'s). Under a table
+with ``embedding_wgrad`` the lookup's backward returns dense weight gradients of the weights' shapes
+(extras ``wgrad`` / ``pos_wgrad``, never made in forward), which the weight-gradient step adds into the
+grads buffer and frees.
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ def forward(b: Builder, prefix: str, layer: int | None) -> TensorDef:
     extras = {}
     if b.table.position_ids and b.model.position_embedding == "learned":  # wpe(position_ids): (1, s) int64
         extras["position_ids"] = b.tensor(f"{prefix}.position_ids", (1, d.s_local), "int64")
+    if b.table.embedding_wgrad:  # the dense weight gradients its backward returns (made in backward only)
+        for key, name in (("wgrad", "word_embeddings"), ("pos_wgrad", "position_embeddings")):
+            w = b.params.get(f"{prefix}.{name}.weight")
+            if w is not None:
+                extras[key] = b.tensor(f"{prefix}.{name}.wgrad", w.shape, w.dtype)
     if d.tp > 1 and d.sp:
         partial = b.tensor(f"{prefix}.partial", (d.t_full, h), comm=True)
         b.op(prefix, "embedding", layer, {}, {"y": partial}, extras=extras, wflops=2.0 * d.t_full * h)
