@@ -9,18 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-import numpy as np
-
 from timeline.graph.source import SourceFn, model_source
 from timeline.profiles import profile
 from timeline.result.timeline import DeviceMemory, Timeline
 from timeline.sim.cost import CostModel
 from timeline.sim.memory import run_allocator
 from timeline.sim.expand import device_events
-from timeline.sim.fast_device import FastDevice, fast_device
-from timeline.sim.output import Names, SimOutput
-from timeline.sim.periodic import span_runs
-from timeline.sim.plan import Compiled, SimPlan, plan, plan_pipeline
+from timeline.sim.memory import AllocatorPass
+from timeline.sim.output import DeviceEvents, Names, SimOutput
+from timeline.sim.plan import SimPlan, plan, plan_pipeline
 from timeline.sim.simulate import simulate
 from timeline.sim.static_state import StateRules
 from timeline.sim.timing import time_plan
@@ -36,9 +33,9 @@ SUMMARY_LEVEL = frozenset({"summary", "devices"})
 def build_timeline(run: RunSpec, source_fn: SourceFn = model_source, *,
                    progress: Progress | None = None, summary_only: bool = False) -> Timeline:
     """Simulate ``run`` with the model source ``source_fn(run)`` and run every device's allocator.
-    ``summary_only``: a :class:`~timeline.result.summary_level.SummaryTimeline` (the outputs of
-    :data:`SUMMARY_LEVEL`), each device's periodic stretches fast-forwarded
-    (:mod:`timeline.sim.fast_device`)."""
+    ``summary_only``: a :class:`~timeline.result.summary_level.SummaryTimeline` (enough for the
+    outputs of :data:`SUMMARY_LEVEL`), made one device at a time, each reduced to its summaries
+    before the next is simulated, so memory holds one device's events, not the run's."""
     par, tr = run.parallel, run.training
     if run.trace is not None and run.trace.is_step:
         from timeline.sim.step_sim import simulate_steps
@@ -49,7 +46,8 @@ def build_timeline(run: RunSpec, source_fn: SourceFn = model_source, *,
         rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm,
                            traced=run.trace is not None,
                            expert_state_group=profile(run.profile).params.expert_state_group)
-        p = plan(source_fn(run), pipe, model=run.model, training=tr, parallel=par, rules=rules)
+        p = plan(source_fn(run), pipe, model=run.model, training=tr, parallel=par, rules=rules,
+                 recompute=run.recompute)
         if summary_only:
             return _summary(run, p, progress)
         sim = simulate(p, progress=progress)
@@ -75,28 +73,19 @@ def _summary(run: RunSpec, p: SimPlan, progress: Progress | None) -> Timeline:
     timing = time_plan(p, tr.warmup_iterations)
     names = Names()
     spans = [timing.per_rank[dev.pp_rank] for dev in p.devices]
-    act = [sum(p.templates[p.load_of(i)][c].activation_bytes for c in dev.stages) for i, dev in enumerate(p.devices)]
+    act = [sum(p.activation_bytes[p.load_of(i)][c] for c in dev.stages) for i, dev in enumerate(p.devices)]
     base = Timeline.from_simulation(SimOutput(schedule=p.schedule, devices=list(p.devices), spans=spans, events=[],
                                               ops=[], names=names.items, iteration_time_us=timing.iteration_time_us,
                                               activation_bytes_per_microbatch=act, templates=p.templates[0],
                                               report_start_us=timing.report_start_us, run=run), [])
-    runs = {r: span_runs(rank_spans) for r, rank_spans in enumerate(timing.per_rank)}
-    cap = run.hardware.capacity_bytes
 
-    def run_device(i: int) -> tuple[FastDevice, Compiled]:
+    def run_device(i: int) -> tuple[DeviceEvents, AllocatorPass]:
         if progress:
             progress("devices", i, len(p.devices))
-        dev, compiled = p.devices[i], p.compiled[p.load_of(i)]
-        fd = fast_device(tr, dev, p.states[i], spans[i], compiled, names, runs[dev.pp_rank], run.allocator, cap)
-        if fd is None:  # this path does not apply: the whole stream, the full replay's way
-            ev = device_events(tr, dev, p.states[i], spans[i], compiled, names)
-            res = run_allocator(run.allocator, cap, ev, names.items)
-            n = len(ev.t_us)
-            fd = FastDevice(events=ev, positions=np.zeros(n, dtype=np.int64), alloc=res,
-                            shift=np.zeros(n, dtype=np.int64), skipped_events=0, skipped_spans=frozenset())
-        return fd, compiled
+        ev = device_events(tr, p.devices[i], p.states[i], spans[i], p.compiled[p.load_of(i)], names)
+        return ev, run_allocator(run.allocator, run.hardware.capacity_bytes, ev, names.items)
 
-    tl = summary_timeline(base, base.devices, spans, names.items, run_device)
+    tl = summary_timeline(base, spans, names.items, run_device)
     if progress:
         progress("devices", len(p.devices), len(p.devices))
     return tl

@@ -34,31 +34,15 @@ class _Log:
         self.arrays: dict[str, list[np.ndarray]] = {k: [] for k, _ in _EVENT_COLUMNS}
         self.scalars: list[tuple[int, int, int, int]] = []
         self.lengths: list[int] = []
-        self.firsts: list[int] = []  # each chunk's first event's position in its action's pushes
 
     def push(self, t: object, sign: object, size: object, cat: object, tensor: object, op: object,
-             mb: int, stage: int, action: int, iteration: int, first: int = 0) -> None:
+             mb: int, stage: int, action: int, iteration: int) -> None:
         n = len(t)  # type: ignore[arg-type]
         for (k, dt), v in zip(_EVENT_COLUMNS, (t, sign, size, cat, tensor, op), strict=True):
             a = np.asarray(v, dtype=dt)
             self.arrays[k].append(a if a.ndim else np.full(n, a, dtype=dt))
         self.scalars.append((mb, stage, action, iteration))
         self.lengths.append(n)
-        self.firsts.append(first)
-
-    def positions(self) -> np.ndarray:
-        """Per event in time order (as :meth:`events` sorts them), its position among its action's
-        events in push order: −1 for a ZeRO-3 gather at the action's start, the template's own
-        event index, the template's length for the gather's release; 0 for static state."""
-        if not self.lengths:
-            return np.zeros(0, dtype=np.int64)
-        counts = np.array(self.lengths, dtype=np.int64)
-        starts = np.repeat(np.cumsum(counts) - counts, counts)
-        pos = np.arange(int(counts.sum()), dtype=np.int64) - starts + np.repeat(np.array(self.firsts), counts)
-        return pos[self._order()]
-
-    def _order(self) -> np.ndarray:
-        return np.argsort(np.concatenate(self.arrays["t_us"]), kind="stable")
 
     def events(self) -> DeviceEvents:
         """The events in time order (stable: at equal times, in push order)."""
@@ -97,23 +81,6 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
                   names: Names) -> DeviceEvents:
     """Static state (as the plan's ``state`` says it comes into being), then every action's
     template shifted to its start."""
-    return _device_log(tr, dev, state, spans, compiled, names, frozenset()).events()
-
-
-def kept_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans: list[Span], compiled: Compiled,
-                names: Names, skipped: frozenset[int]) -> tuple[DeviceEvents, np.ndarray]:
-    """:func:`device_events` without the events of the spans ``skipped`` (indices into ``spans``;
-    the ``action`` column still indexes ``spans``), and each event's position among its
-    action's events (:meth:`_Log.positions`). Static state is never skipped: it needs no
-    per-parameter state (``state.per_parameter``)."""
-    if state.per_parameter:
-        raise ValueError("kept_events: per-parameter static state is not skipped")
-    log = _device_log(tr, dev, state, spans, compiled, names, skipped)
-    return log.events(), log.positions()
-
-
-def _device_log(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans: list[Span], compiled: Compiled,
-                names: Names, skipped: frozenset[int]) -> _Log:
     first_bwd = min((s.start_us for s in spans if s.kind in ("B", "I")), default=0.0)
     first_step = min((s.start_us for s in spans if s.kind == "step"), default=0.0)
     log = _Log()
@@ -127,26 +94,20 @@ def _device_log(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans: 
     gather = state.gathered_bytes
     comm = CAT_CODE[Category.COMM]
     for i, sp in enumerate(spans):
-        if sp.kind == "step" or i in skipped:
+        if sp.kind == "step":
             continue
         ph = compiled[(sp.stage, sp.kind)]
         m, s, it = sp.microbatch, sp.stage, sp.iteration
         if gather:
-            log.push([sp.start_us], 1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it, -1)
+            log.push([sp.start_us], 1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
         if len(ph.ev_offset):
             tensor_ids = names.cached((id(ph), "ev_tensor"), partial(_event_ids, names, ph, "tensor_names"))
             op_ids = names.cached((id(ph), "ev_op"), partial(_event_ids, names, ph, "op_names"))
-            log.push(span_times(ph, sp), ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids, m, s, i, it)
+            offsets = ph.ev_offset if sp.scale == 1.0 else ph.ev_offset * sp.scale
+            log.push(offsets + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids, m, s, i, it)
         if gather:
-            log.push([sp.end_us], -1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it,
-                     len(ph.ev_offset))
-    return log
-
-
-def span_times(ph: CompiledPhase, sp: Span) -> np.ndarray:
-    """The times of ``ph``'s memory events run as span ``sp`` (stretched by its scale)."""
-    offsets = ph.ev_offset if sp.scale == 1.0 else ph.ev_offset * sp.scale
-    return offsets + sp.start_us
+            log.push([sp.end_us], -1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
+    return log.events()
 
 
 def device_ops(spans: list[Span], compiled: Compiled, names: Names) -> DeviceOps:

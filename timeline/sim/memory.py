@@ -59,48 +59,26 @@ def run_allocator(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEvents, na
     try:
         return _run_allocator(spec, capacity_bytes, ev, names, core)
     except AddressSpaceError:
-        raise UserError(ADDRESS_SPACE) from None
-
-
-ADDRESS_SPACE = ("this run would reserve more than the 256 TiB a device can address on one device; "
-                 "it is far beyond any GPU — shard the model (parallel.pp, tp, ep) or shrink it")
+        raise UserError("this run would reserve more than the 256 TiB a device can address on one device; "
+                        "it is far beyond any GPU — shard the model (parallel.pp, tp, ep) or shrink it") from None
 
 
 def _run_allocator(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEvents, names: list[str],
                    core: str | None) -> AllocatorPass:
-    if batch_replayable(spec):
+    if spec.kind == "caching" and not spec.expandable_segments:
         pair = pair_index(ev)
         if pair is not None:
-            res = run_allocator_paired(spec, capacity_bytes, ev, pair, names, core)
+            n = len(ev.t_us)
+            block, reserved, address, segment = (np.zeros(n, dtype=np.int64) for _ in range(4))
+            res = _batch.replay(AllocatorConfig.from_spec(spec), capacity_bytes, np.ascontiguousarray(ev.size),
+                                pair, block, reserved, address, segment, core=core)
             if res is not None:
-                return res
+                ooms = [_oom(capacity_bytes, ev, names, i, allocated, reserved_then)
+                        for i, allocated, reserved_then in res.ooms]
+                # kept for Timeline.free_index; int32 halves what the 128-device runs hold
+                return AllocatorPass(block, reserved, address, segment, ooms, res.segment_events, res.end_segments,
+                                     pair.astype(np.int32) if n < 2**31 else pair)
     return run_allocator_events(spec, capacity_bytes, ev, names)
-
-
-def batch_replayable(spec: AllocatorSpec) -> bool:
-    """Whether ``spec``'s allocator replays a whole stream in one call (:mod:`timeline.alloc.batch`):
-    the plain caching allocator, no expandable segments."""
-    return spec.kind == "caching" and not spec.expandable_segments
-
-
-def run_allocator_paired(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEvents, pair: np.ndarray,
-                         names: list[str], core: str | None = None) -> AllocatorPass | None:
-    """The batch replay (:func:`batch_replayable` allocators) of ``ev`` with each free's alloc
-    given (``pair``, as :func:`pair_index` finds it); ``None`` where the compiled core meets a
-    state it does not model (the caller then runs :func:`run_allocator_events`)."""
-    n = len(ev.t_us)
-    block, reserved, address, segment = (np.zeros(n, dtype=np.int64) for _ in range(4))
-    try:
-        res = _batch.replay(AllocatorConfig.from_spec(spec), capacity_bytes, np.ascontiguousarray(ev.size),
-                            pair, block, reserved, address, segment, core=core)
-    except AddressSpaceError:
-        raise UserError(ADDRESS_SPACE) from None
-    if res is None:
-        return None
-    ooms = [_oom(capacity_bytes, ev, names, i, allocated, reserved_then) for i, allocated, reserved_then in res.ooms]
-    # kept for Timeline.free_index; int32 halves what the 128-device runs hold
-    return AllocatorPass(block, reserved, address, segment, ooms, res.segment_events, res.end_segments,
-                         pair.astype(np.int32) if n < 2**31 else pair)
 
 
 def _oom(capacity_bytes: int, ev: DeviceEvents, names: list[str], i: int, allocated: int, reserved: int) -> dict:
@@ -113,13 +91,6 @@ def pair_index(ev: DeviceEvents) -> np.ndarray | None:
     """For each free, the index of the alloc it frees (−1 for allocs): the last earlier event of
     the same (tensor, micro-batch, stage). ``None`` unless allocs and frees of every key
     alternate, starting with an alloc (what keying a live dict by it needs)."""
-    pair = pairing(ev)
-    return pair if isinstance(pair, np.ndarray) else None
-
-
-def pairing(ev: DeviceEvents) -> np.ndarray | int:
-    """:func:`pair_index`, or where it is None the first event (index) at which allocs and
-    frees of its key do not alternate."""
     n = len(ev.t_us)
     order = np.lexsort((np.arange(n), ev.stage, ev.microbatch, ev.tensor))
     sign = ev.sign[order]
@@ -129,7 +100,7 @@ def pairing(ev: DeviceEvents) -> np.ndarray | int:
                     & (ev.stage[order][1:] == ev.stage[order][:-1]))
     alternate = np.where(same, sign != np.roll(sign, 1), sign > 0)
     if not alternate.all():
-        return int(order[~alternate].min())
+        return None
     pair = np.full(n, -1, dtype=np.int64)
     frees = np.flatnonzero(sign < 0)
     pair[order[frees]] = order[frees - 1]
