@@ -17,12 +17,17 @@ from dataclasses import replace
 
 import numpy as np
 
-from timeline.result.timeline import DeviceInfo, DeviceMemory, Peak, RunMeta, Timeline
+from timeline.graph.tensors import CATEGORIES
+from timeline.result.timeline import DeviceInfo, DeviceMemory, Peak, RunMeta, Timeline, iteration_peaks_of, peak_of
 from timeline.sim.engine import Span
 from timeline.sim.memory import AllocatorPass
 from timeline.sim.output import DeviceEvents, DeviceOps
 
 EMPTY_OPS = DeviceOps(**{k: np.zeros(0) for k in DeviceOps.__slots__})
+#: the peak of a device without events (as :meth:`Timeline.peak` gives it)
+EMPTY_PEAK = Peak(requested_bytes=0, requested_time_us=0.0, allocated_bytes=0, allocated_time_us=0.0, reserved_bytes=0,
+                  reserved_time_us=0.0, fragmentation_bytes=0, breakdown_bytes=dict.fromkeys(CATEGORIES, 0),
+                  event_index=-1)
 
 
 class SummaryTimeline(Timeline):
@@ -50,16 +55,22 @@ def reduce_device(meta: RunMeta, info: DeviceInfo, spans: list[Span], names: lis
     (``event_index`` into them) and its per-iteration peaks."""
     mem = DeviceMemory(block_bytes=res.block, reserved=res.reserved, address=res.address, segment=res.segment,
                        oom=res.ooms, pair=res.pair)
+    if not len(ev.t_us):
+        return ev, mem, EMPTY_PEAK, []
     one = Timeline(devices=[info], events=[ev], ops=[EMPTY_OPS], spans=[spans], names=names, memory=[mem], meta=meta)
-    pk, per_iteration = one.peak(0), one.iteration_peaks(0)
+    requested = np.cumsum(ev.sign.astype(np.int64) * ev.size)
+    allocated = np.cumsum(res.block)
+    pk = peak_of(ev, requested, allocated, res.reserved, meta.report_start_us)
+    per_iteration = iteration_peaks_of(ev, requested, allocated, res.reserved, meta.warmup_iterations)
+    del requested, allocated
     q = pk.event_index
-    idx = np.zeros(0, dtype=np.int64) if q < 0 else one.live_at(0, q)
-    if q >= 0 and ev.sign[q] < 0:  # a free peaks just after its own event: it goes last
+    idx = one.live_at(0, q)
+    if ev.sign[q] < 0:  # a free peaks just after its own event: it goes last
         idx = np.append(idx, q)
     n = len(idx)
     reduced = DeviceMemory(block_bytes=res.block[idx], reserved=res.reserved[idx], address=res.address[idx],
                            segment=res.segment[idx], oom=res.ooms, pair=np.full(n, -1, dtype=np.int64))
-    return _take(ev, idx), reduced, replace(pk, event_index=n - 1 if n else -1), per_iteration
+    return _take(ev, idx), reduced, replace(pk, event_index=n - 1), per_iteration
 
 
 def _take(ev: DeviceEvents, idx: np.ndarray) -> DeviceEvents:

@@ -92,7 +92,7 @@ def pair_index(ev: DeviceEvents) -> np.ndarray | None:
     the same (tensor, micro-batch, stage). ``None`` unless allocs and frees of every key
     alternate, starting with an alloc (what keying a live dict by it needs)."""
     n = len(ev.t_us)
-    order = np.lexsort((np.arange(n), ev.stage, ev.microbatch, ev.tensor))
+    order = _key_order(ev)
     sign = ev.sign[order]
     same = np.zeros(n, dtype=bool)  # same key as the previous event in key order
     if n > 1:
@@ -105,6 +105,21 @@ def pair_index(ev: DeviceEvents) -> np.ndarray | None:
     frees = np.flatnonzero(sign < 0)
     pair[order[frees]] = order[frees - 1]
     return pair
+
+
+def _key_order(ev: DeviceEvents) -> np.ndarray:
+    """Event indices sorted by (tensor, micro-batch, stage), stable (index order within a key):
+    one int64 key sorted once where the three fit in it, else a lexicographic sort."""
+    n = len(ev.t_us)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    mb, st, tensor = ev.microbatch.astype(np.int64), ev.stage.astype(np.int64), ev.tensor.astype(np.int64)
+    mb_lo, st_lo, t_lo = int(mb.min()), int(st.min()), int(tensor.min())
+    n_mb, n_st = int(mb.max()) - mb_lo + 1, int(st.max()) - st_lo + 1
+    if (int(tensor.max()) - t_lo + 1) * n_mb * n_st >= 2**62:
+        return np.lexsort((np.arange(n), ev.stage, ev.microbatch, ev.tensor))
+    key = ((tensor - t_lo) * n_mb + (mb - mb_lo)) * n_st + (st - st_lo)
+    return np.argsort(key, kind="stable")
 
 
 def run_allocator_events(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEvents, names: list[str]) -> AllocatorPass:

@@ -168,10 +168,10 @@ def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training:
     for e, load in enumerate(loads):
         source_e = source if len(loads) == 1 else source.under(routing_skew=load)
         t, c = load_templates(source_e, holder, schedule.num_chunks, cost,
-                              (templates[0], compiled[0], classes) if e else None)
+                              (templates[0], compiled[0], classes) if e and shared else None)
         templates.append(t)
         compiled.append(c)
-        act.append({ch: t[classes.get(ch, ch) if e else ch].activation_bytes for ch in range(schedule.num_chunks)})
+        act.append({ch: t[ch if ch in t else classes[ch]].activation_bytes for ch in range(schedule.num_chunks)})
     static = static_devices(source, schedule.stages_of_rank, parallel=par, training=tr,
                             num_layers=model.num_hidden_layers, expert_state_group=rules.expert_state_group)
     devices = ep_devices(static, par, len(loads))
