@@ -2,12 +2,12 @@
 
 ``timeline simulate --format summary`` needs, per device, its peaks and when, the per-iteration
 peaks, the OOMs, the event count and the tensors live at the requested peak — not every
-event. :func:`summary_timeline` runs each device (its periodic stretches fast-forwarded,
-:mod:`timeline.sim.fast_device`), takes those from a one-device Timeline over what was kept,
-and keeps of the events only the tensors live at the requested peak, as the full stream has
-them (micro-batch and allocation time of the tensor a skipped period made, in the full stream's
-order), with the peak's own event last. Queries over every event (``series``, ``at``) are not
-kept: the exporters that list events take the full replay.
+event. :func:`summary_timeline` simulates one device at a time (its events and allocator pass,
+exactly as the full build makes them), takes those from it and keeps of its events only the
+tensors live at the requested peak, with the peak's own event last, before the next device:
+memory holds one device's events, not the run's (2,048-GPU DeepSeek-V3 under skewed routing:
+1,024 devices, 156 M events). Queries over every event (``series``, ``at``) are not kept: the
+outputs that list events take the full build.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import replace
 import numpy as np
 
 from timeline.graph.tensors import CATEGORIES
-from timeline.result.timeline import DeviceInfo, DeviceMemory, Peak, RunMeta, Timeline, iteration_peaks_of, peak_of
+from timeline.result.timeline import DeviceInfo, DeviceMemory, MemorySeries, Peak, RunMeta, Timeline, iteration_peaks_of, peak_of
 from timeline.sim.engine import Span
 from timeline.sim.memory import AllocatorPass
 from timeline.sim.output import DeviceEvents, DeviceOps
@@ -44,8 +44,8 @@ class SummaryTimeline(Timeline):
     def iteration_peaks(self, d: int) -> list[dict]:
         return self.per_iteration[d]
 
-    def series(self, d: int) -> None:  # type: ignore[override]
-        raise ValueError("a summary-level Timeline keeps no memory series; simulate with every output")
+    def series(self, d: int) -> MemorySeries:
+        raise ValueError("a summary-level Timeline keeps no memory series; build it without summary_only")
 
 
 def reduce_device(meta: RunMeta, info: DeviceInfo, spans: list[Span], names: list[str], ev: DeviceEvents,
