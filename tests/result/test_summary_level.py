@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers_run import TINY_RUN_TOML, tiny_run
+
 from timeline.cli import main
 from timeline.exporters.summary import summary_dict
 from timeline.graph.source import model_source

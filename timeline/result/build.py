@@ -13,15 +13,14 @@ from timeline.graph.source import SourceFn, model_source
 from timeline.profiles import profile
 from timeline.result.timeline import DeviceMemory, Timeline
 from timeline.sim.cost import CostModel
-from timeline.sim.memory import run_allocator
 from timeline.sim.expand import device_events
-from timeline.sim.memory import AllocatorPass
+from timeline.sim.memory import AllocatorPass, run_allocator
 from timeline.sim.output import DeviceEvents, Names, SimOutput
 from timeline.sim.plan import SimPlan, plan, plan_pipeline
 from timeline.sim.simulate import simulate
 from timeline.sim.static_state import StateRules
 from timeline.sim.timing import time_plan
-from timeline.spec.run import RunSpec
+from timeline.spec.run import AllocatorSpec, RunSpec
 
 Progress = Callable[[str, int, int], None]
 
@@ -49,7 +48,14 @@ def build_timeline(run: RunSpec, source_fn: SourceFn = model_source, *,
         p = plan(source_fn(run), pipe, model=run.model, training=tr, parallel=par, rules=rules,
                  recompute=run.recompute)
         if summary_only:
-            return _summary(run, p, progress)
+            timing = time_plan(p, tr.warmup_iterations)
+            act = [sum(p.activation_bytes[p.load_of(i)][c] for c in dev.stages) for i, dev in enumerate(p.devices)]
+            base = Timeline.from_simulation(SimOutput(  # the run's facts and devices, no events yet
+                schedule=p.schedule, devices=list(p.devices), spans=[timing.per_rank[d.pp_rank] for d in p.devices],
+                events=[], ops=[], names=[], iteration_time_us=timing.iteration_time_us,
+                activation_bytes_per_microbatch=act, templates=p.templates[0],
+                report_start_us=timing.report_start_us, run=run), [])
+            return _summary(p, base, run.allocator, run.hardware.capacity_bytes, progress)
         sim = simulate(p, progress=progress)
     sim = replace(sim, run=run)
     memory = []
@@ -65,25 +71,20 @@ def build_timeline(run: RunSpec, source_fn: SourceFn = model_source, *,
     return Timeline.from_simulation(sim, memory)
 
 
-def _summary(run: RunSpec, p: SimPlan, progress: Progress | None) -> Timeline:
-    """The summary-level Timeline of plan ``p`` (see :func:`build_timeline`)."""
+def _summary(p: SimPlan, base: Timeline, allocator: AllocatorSpec, capacity_bytes: int,
+             progress: Progress | None) -> Timeline:
+    """The summary-level Timeline of plan ``p`` (``base``: its facts, devices and spans; see
+    :func:`build_timeline`)."""
     from timeline.result.summary_level import summary_timeline
 
-    tr = run.training
-    timing = time_plan(p, tr.warmup_iterations)
     names = Names()
-    spans = [timing.per_rank[dev.pp_rank] for dev in p.devices]
-    act = [sum(p.activation_bytes[p.load_of(i)][c] for c in dev.stages) for i, dev in enumerate(p.devices)]
-    base = Timeline.from_simulation(SimOutput(schedule=p.schedule, devices=list(p.devices), spans=spans, events=[],
-                                              ops=[], names=names.items, iteration_time_us=timing.iteration_time_us,
-                                              activation_bytes_per_microbatch=act, templates=p.templates[0],
-                                              report_start_us=timing.report_start_us, run=run), [])
+    spans = base.spans
 
     def run_device(i: int) -> tuple[DeviceEvents, AllocatorPass]:
         if progress:
             progress("devices", i, len(p.devices))
-        ev = device_events(tr, p.devices[i], p.states[i], spans[i], p.compiled[p.load_of(i)], names)
-        return ev, run_allocator(run.allocator, run.hardware.capacity_bytes, ev, names.items)
+        ev = device_events(p.training, p.devices[i], p.states[i], spans[i], p.compiled[p.load_of(i)], names)
+        return ev, run_allocator(allocator, capacity_bytes, ev, names.items)
 
     tl = summary_timeline(base, spans, names.items, run_device)
     if progress:

@@ -18,7 +18,16 @@ from dataclasses import replace
 import numpy as np
 
 from timeline.graph.tensors import CATEGORIES
-from timeline.result.timeline import DeviceInfo, DeviceMemory, MemorySeries, Peak, RunMeta, Timeline, iteration_peaks_of, peak_of
+from timeline.result.timeline import (
+    DeviceInfo,
+    DeviceMemory,
+    MemorySeries,
+    Peak,
+    RunMeta,
+    Timeline,
+    iteration_peaks_of,
+    peak_of,
+)
 from timeline.sim.engine import Span
 from timeline.sim.memory import AllocatorPass
 from timeline.sim.output import DeviceEvents, DeviceOps

@@ -163,8 +163,10 @@ def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training:
     par, tr = parallel, training
     schedule, cost, holder = pipe.schedule, pipe.cost, pipe.holders
     loads = ep_loads(par, tr, model.is_moe)
-    templates, compiled, act = [], [], []
-    classes = chunk_classes(source, schedule.num_chunks) if shared else {}
+    templates: list[dict[int, ChunkTemplate]] = []
+    compiled: list[Compiled] = []
+    act: list[dict[int, int]] = []
+    classes = chunk_classes(source, schedule.num_chunks) if shared and len(loads) > 1 else {}
     for e, load in enumerate(loads):
         source_e = source if len(loads) == 1 else source.under(routing_skew=load)
         t, c = load_templates(source_e, holder, schedule.num_chunks, cost,
