@@ -138,3 +138,26 @@ def test_summary_only_simulate_is_bounded_per_device(tmp_path, capsys):
     assert main(["simulate", str(tiny), "--format", "summary", "-o", str(tmp_path / "t"), "--max-events", "100",
                  "--no-progress"]) == 2
     assert "one device of this run would make about" in capsys.readouterr().err
+
+
+def test_an_ep_rank_routed_no_tokens(core):
+    """``routing_skew = 2`` routes the lightest EP rank no tokens: its expert tensors are 0-byte
+    requests, which reach no allocator (PyTorch hands out a null pointer); every pass agrees."""
+    from timeline.sim.memory import run_allocator, run_allocator_events
+
+    run = load_run(SHIPPED, [*SKEWED, "training.routing_skew=2.0", "training.iterations=1"])
+    out = same_summaries(run)
+    lightest = [d for d in out["devices"] if d["pp_rank"] == 1][-1]
+    assert lightest["peak_requested_bytes"] > 0
+    tl = build_timeline(run)
+    d = next(i for i, dev in enumerate(tl.devices) if dev.device == lightest["device"])
+    ev = tl.events(d)
+    zero = ev.size == 0
+    assert zero.sum() > 0
+    cap = run.hardware.capacity_bytes
+    batch, events = run_allocator(run.allocator, cap, ev, tl.names), run_allocator_events(run.allocator, cap, ev,
+                                                                                          tl.names)
+    for col in ("block", "reserved", "address", "segment"):
+        assert np.array_equal(getattr(batch, col), getattr(events, col)), col
+    assert (batch.block[zero] == 0).all() and (batch.address[zero] == 0).all() and (batch.segment[zero] == -1).all()
+    assert batch.segment_events == events.segment_events and batch.ooms == events.ooms

@@ -76,29 +76,33 @@ def load_templates(source: ModelSource, holder: dict[int, int], num_chunks: int,
 
     ``first`` — the first load's templates and compiled phases with the chunk classes
     (:func:`chunk_classes`), under an ops-only policy — lets a load build one template per
-    class: a chunk's phases are its class's first chunk's (bytes, times, order: the load changes
-    the tokens of every expert alike, not which ops a chunk has) under the chunk's own names (op,
-    stream and tensor names, decoder layers: the first load's phases of that chunk; names do not
-    depend on the load, checked per class). Without ``first``, every chunk is built."""
+    class: a chunk's phases are its class's first chunk's (bytes, times, order) under the chunk's
+    own names (op, stream and tensor names, decoder layers: the first load's phases of that
+    chunk). Sound because a load scales the routed rows of every MoE layer of a device alike
+    (``ceil(rows · routing_skew)``, :func:`timeline.graph.families.router.expert_rows`), so
+    chunks equal up to layer numbers under one load are under every load; names do not depend on
+    the load (checked per class; a class whose names moved is built chunk by chunk). Without
+    ``first``, every chunk is built."""
     if first is None:
         t = {c: source.template(c, pp_rank=holder[c]) for c in range(num_chunks)}
         return t, compile_templates(t, cost)
-    templates0, compiled0, classes = first
+    _, compiled0, classes = first
     reps = sorted(set(classes.values()))
     t = {c: source.template(c, pp_rank=holder[c]) for c in reps}
-    own = compile_templates(t, cost)
-    out: Compiled = {}
-    for (c, phase), ph0 in compiled0.items():
+    out = compile_templates(t, cost)
+    phases = sorted({k for _, k in compiled0})
+    for c in range(num_chunks):
         rep = classes[c]
-        ph = own[(rep, phase)]
         if c == rep:
-            out[(c, phase)] = ph
-        elif _same_names(ph, compiled0[(rep, phase)]):
-            out[(c, phase)] = replace(ph, op_names=ph0.op_names, op_streams=ph0.op_streams,
+            continue
+        if all(_same_names(out[(rep, k)], compiled0[(rep, k)]) for k in phases):
+            for k in phases:
+                ph0 = compiled0[(c, k)]
+                out[(c, k)] = replace(out[(rep, k)], op_names=ph0.op_names, op_streams=ph0.op_streams,
                                       op_layers=ph0.op_layers, tensor_names=ph0.tensor_names)
         else:  # the names moved with the load: build this chunk itself
             t[c] = source.template(c, pp_rank=holder[c])
-            out.update({k: v for k, v in compile_templates({c: t[c]}, cost).items() if k[0] == c})
+            out.update(compile_templates({c: t[c]}, cost))
     return t, {k: out[k] for k in compiled0}
 
 
