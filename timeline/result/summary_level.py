@@ -45,6 +45,7 @@ class SummaryTimeline(Timeline):
 
     per_iteration: list[list[dict]]
     event_counts: list[int]
+    starts_of_spans: dict[int, list[float]]
 
     @property
     def num_events(self) -> int:
@@ -52,6 +53,13 @@ class SummaryTimeline(Timeline):
 
     def iteration_peaks(self, d: int) -> list[dict]:
         return self.per_iteration[d]
+
+    def iteration_starts(self, d: int) -> list[float]:
+        """As :meth:`Timeline.iteration_starts`, found once per pipeline rank (its EP ranks share spans)."""
+        key = id(self.spans[d])
+        if key not in self.starts_of_spans:
+            self.starts_of_spans[key] = super().iteration_starts(d)
+        return list(self.starts_of_spans[key])
 
     def series(self, d: int) -> MemorySeries:
         raise ValueError("a summary-level Timeline keeps no memory series; build it without summary_only")
@@ -103,6 +111,6 @@ def summary_timeline(base: Timeline, spans: list[list[Span]], names: list[str],
         per_iteration.append(it)
     tl = SummaryTimeline(devices=base.devices, events=events, ops=[EMPTY_OPS] * len(events), spans=spans, names=names,
                          memory=memory, meta=base.meta, op_modules=base.op_modules)
-    tl.per_iteration, tl.event_counts = per_iteration, counts
+    tl.per_iteration, tl.event_counts, tl.starts_of_spans = per_iteration, counts, {}
     tl._peaks.update(enumerate(peaks))
     return tl

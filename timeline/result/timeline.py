@@ -373,7 +373,8 @@ class Timeline:
             action = sp.kind if sp.kind in ("step", "init") else f"{sp.stage}{sp.kind}{sp.microbatch}"
         live = self.live_at(d, pk.event_index)
         act = CATEGORIES.index("activations")
-        pairs = {(int(ev.stage[i]), int(ev.microbatch[i])) for i in live if ev.cat[i] == act and ev.microbatch[i] >= 0}
+        held = live[(ev.cat[live] == act) & (ev.microbatch[live] >= 0)]
+        pairs = set(zip(ev.stage[held].tolist(), ev.microbatch[held].tolist(), strict=True))
         return {"action": action, "in_flight": sorted(pairs)}
 
     def at(self, d: int, t_us: float) -> dict:

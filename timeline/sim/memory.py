@@ -74,17 +74,20 @@ def _run_allocator(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEvents, n
         pair = pair_index(ev)
         if pair is not None:
             n = len(ev.t_us)
-            kept = np.flatnonzero(ev.size > 0)  # a 0-byte request reaches no allocator (see module docstring)
+            zero = not ev.size.all()
+            kept = np.flatnonzero(ev.size > 0) if zero else np.arange(n)  # 0 bytes: no allocator (module docstring)
             m = len(kept)
             block, reserved, address, segment = (np.zeros(m, dtype=np.int64) for _ in range(4))
-            at = np.full(n, -1, dtype=np.int64)
-            at[kept] = np.arange(m)
-            sub = pair[kept]
-            res = _batch.replay(AllocatorConfig.from_spec(spec), capacity_bytes, np.ascontiguousarray(ev.size[kept]),
-                                np.where(sub >= 0, at[np.maximum(sub, 0)], -1), block, reserved, address, segment,
-                                core=core)
+            sizes, pairs = np.ascontiguousarray(ev.size), pair
+            if zero:
+                at = np.full(n, -1, dtype=np.int64)
+                at[kept] = np.arange(m)
+                sub = pair[kept]
+                sizes, pairs = np.ascontiguousarray(ev.size[kept]), np.where(sub >= 0, at[np.maximum(sub, 0)], -1)
+            res = _batch.replay(AllocatorConfig.from_spec(spec), capacity_bytes, sizes, pairs, block, reserved,
+                                address, segment, core=core)
             if res is not None:
-                if m < n:  # back to every event: 0-byte ones hold no block and change nothing
+                if zero:  # back to every event: 0-byte ones hold no block and change nothing
                     before = np.searchsorted(kept, np.arange(n), side="right") - 1
                     reserved = np.where(before >= 0, reserved[np.maximum(before, 0)], 0)
                     block, address, segment = (_scatter(kept, n, col, fill) for col, fill in

@@ -36,10 +36,17 @@ def overlapped_us(f: CompiledPhase, b: CompiledPhase) -> float:
 def time_plan(p: SimPlan, warmup_iterations: int) -> Timing:
     """Every action's span over ``p.iterations`` iterations, timed by the busiest EP load."""
     compiled, step = p.compiled[0], p.step_us
+    pairs: dict[tuple[int, str, int, str], float] = {}
+
+    def pair_us(fs: int, fk: str, bs: int, bk: str) -> float:  # each distinct pair summed once
+        key = (fs, fk, bs, bk)
+        if key not in pairs:
+            pairs[key] = overlapped_us(compiled[(fs, fk)], compiled[(bs, bk)])
+        return pairs[key]
+
     spans_all = run_schedule(p.schedule, iterations=p.iterations,
                              duration_us=lambda s, k: compiled[(s, k)].duration_us, p2p_us=p.p2p_us,
-                             step_us=lambda r: step[r],
-                             pair_us=lambda fs, fk, bs, bk: overlapped_us(compiled[(fs, fk)], compiled[(bs, bk)]))
+                             step_us=lambda r: step[r], pair_us=pair_us)
     per_rank: list[list[Span]] = [[] for _ in range(p.schedule.pp)]
     for sp in spans_all:
         per_rank[sp.rank].append(sp)
