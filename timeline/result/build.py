@@ -82,11 +82,11 @@ def _summary(p: SimPlan, base: Timeline, allocator: AllocatorSpec, capacity_byte
 
     def run_device(i: int) -> tuple[DeviceEvents, AllocatorPass]:
         if progress:
-            progress("devices", i, len(p.devices))
+            progress("allocator", i, len(p.devices))
         ev = device_events(p.training, p.devices[i], p.states[i], spans[i], p.compiled[p.load_of(i)], names)
         return ev, run_allocator(allocator, capacity_bytes, ev, names.items)
 
     tl = summary_timeline(base, spans, names.items, run_device)
     if progress:
-        progress("devices", len(p.devices), len(p.devices))
+        progress("allocator", len(p.devices), len(p.devices))
     return tl

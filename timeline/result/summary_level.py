@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -43,9 +44,13 @@ class SummaryTimeline(Timeline):
     """A Timeline whose devices keep their peaks, per-iteration peaks, OOMs, event counts and
     the tensors live at their requested peak; ``series`` (memory at every time) is not kept."""
 
-    per_iteration: list[list[dict]]
-    event_counts: list[int]
-    starts_of_spans: dict[int, list[float]]
+    def __init__(self, *, per_iteration: list[list[dict]], event_counts: list[int], peaks: list[Peak],
+                 **timeline: Any) -> None:
+        super().__init__(**timeline)
+        self.per_iteration = per_iteration  # per device: Timeline.iteration_peaks
+        self.event_counts = event_counts  # per device: memory events simulated
+        self._peaks.update(enumerate(peaks))
+        self._starts: dict[int, list[float]] = {}  # iteration starts by the spans' identity
 
     @property
     def num_events(self) -> int:
@@ -57,9 +62,9 @@ class SummaryTimeline(Timeline):
     def iteration_starts(self, d: int) -> list[float]:
         """As :meth:`Timeline.iteration_starts`, found once per pipeline rank (its EP ranks share spans)."""
         key = id(self.spans[d])
-        if key not in self.starts_of_spans:
-            self.starts_of_spans[key] = super().iteration_starts(d)
-        return list(self.starts_of_spans[key])
+        if key not in self._starts:
+            self._starts[key] = super().iteration_starts(d)
+        return list(self._starts[key])
 
     def series(self, d: int) -> MemorySeries:
         raise ValueError("a summary-level Timeline keeps no memory series; build it without summary_only")
@@ -109,8 +114,6 @@ def summary_timeline(base: Timeline, spans: list[list[Span]], names: list[str],
         memory.append(mem)
         peaks.append(pk)
         per_iteration.append(it)
-    tl = SummaryTimeline(devices=base.devices, events=events, ops=[EMPTY_OPS] * len(events), spans=spans, names=names,
-                         memory=memory, meta=base.meta, op_modules=base.op_modules)
-    tl.per_iteration, tl.event_counts, tl.starts_of_spans = per_iteration, counts, {}
-    tl._peaks.update(enumerate(peaks))
-    return tl
+    return SummaryTimeline(per_iteration=per_iteration, event_counts=counts, peaks=peaks, devices=base.devices,
+                           events=events, ops=[EMPTY_OPS] * len(events), spans=spans, names=names, memory=memory,
+                           meta=base.meta, op_modules=base.op_modules)
