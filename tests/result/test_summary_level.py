@@ -1,7 +1,8 @@
 """The summary-level build (``build_timeline(summary_only=True)``, what ``simulate --format
 summary`` runs): one device at a time, reduced to its summaries — ``summary.json`` byte for byte
 the full build's, under both allocator cores, skewed or balanced, with OOMs, warm-up iterations
-and allocators the batch replay does not take; and the per-load template classes of the plan."""
+and allocators the batch replay does not take, DualPipe's mirrored ranks taken from each other; and
+the per-load template classes of the plan."""
 
 from __future__ import annotations
 
@@ -72,6 +73,12 @@ def test_balanced_and_warmup_summaries_are_the_full_builds(core):
 def test_oom_summary_is_the_full_builds(core):
     out = same_summaries(tiny_run(pp=2, num_microbatches=8, capacity_gib=0.05))
     assert all(d["num_ooms"] > 0 and d["oom"]["request_bytes"] > 0 for d in out["devices"])
+    # DualPipe's mirrored ranks share a stream up to micro-batch numbers: their OOMs are renamed
+    skewed = same_summaries(load_run(SHIPPED, [*SKEWED, "hardware.capacity_gib=15"]))
+    mirrored = [d for d in skewed["devices"] if d["pp_rank"] in (0, 3)]
+    assert all(d["num_ooms"] > 0 for d in mirrored)
+    first, last = mirrored[0], mirrored[len(mirrored) // 2]
+    assert first["oom"]["t_us"] == last["oom"]["t_us"] and first["oom"]["microbatch"] != last["oom"]["microbatch"]
 
 
 @pytest.mark.parametrize("allocator", [{"allocator": "ideal"}, {"expandable_segments": True}])

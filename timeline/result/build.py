@@ -19,7 +19,7 @@ from timeline.sim.output import DeviceEvents, Names, SimOutput
 from timeline.sim.plan import SimPlan, plan, plan_pipeline
 from timeline.sim.simulate import simulate
 from timeline.sim.static_state import StateRules
-from timeline.sim.timing import time_plan
+from timeline.sim.timing import microbatch_map, time_plan
 from timeline.spec.run import AllocatorSpec, RunSpec
 
 Progress = Callable[[str, int, int], None]
@@ -86,7 +86,25 @@ def _summary(p: SimPlan, base: Timeline, allocator: AllocatorSpec, capacity_byte
         ev = device_events(p.training, p.devices[i], p.states[i], spans[i], p.compiled[p.load_of(i)], names)
         return ev, run_allocator(allocator, capacity_bytes, ev, names.items)
 
-    tl = summary_timeline(base, spans, names.items, run_device)
+    first: dict[tuple, int] = {}
+    maps: dict[tuple[int, int], dict[int, int] | None] = {}
+
+    def same_as(i: int) -> tuple[int, dict[int, int]] | None:
+        """An earlier device with the same chunks, EP load and static state whose rank's spans are
+        this one's under a micro-batch renaming (DualPipe's mirrored ranks), and the renaming."""
+        dev = p.devices[i]
+        if p.states[i].per_parameter:
+            return None
+        j = first.setdefault((tuple(sorted(dev.stages)), p.load_of(i), p.states[i]), i)
+        if j == i:
+            return None
+        pair = (p.devices[j].pp_rank, dev.pp_rank)
+        if pair not in maps:
+            maps[pair] = microbatch_map(spans[j], spans[i])
+        rename = maps[pair]
+        return None if rename is None else (j, rename)
+
+    tl = summary_timeline(base, spans, names.items, run_device, same_as)
     if progress:
         progress("allocator", len(p.devices), len(p.devices))
     return tl

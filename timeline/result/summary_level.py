@@ -100,20 +100,48 @@ def _take(ev: DeviceEvents, idx: np.ndarray) -> DeviceEvents:
 
 
 def summary_timeline(base: Timeline, spans: list[list[Span]], names: list[str],
-                     run_device: Callable[[int], tuple[DeviceEvents, AllocatorPass]]) -> SummaryTimeline:
+                     run_device: Callable[[int], tuple[DeviceEvents, AllocatorPass]],
+                     same_as: Callable[[int], tuple[int, dict[int, int]] | None]) -> SummaryTimeline:
     """The summary-level Timeline of ``base``'s devices (``base``: the run's facts and devices,
     no events), ``run_device(d)`` device ``d``'s events and allocator pass, made one device at a
-    time and reduced before the next (:func:`reduce_device`)."""
-    events, memory, peaks, per_iteration, counts = [], [], [], [], []
-    for d, info in enumerate(base.devices):
-        ev, res = run_device(d)
-        counts.append(len(ev.t_us))
-        small, mem, pk, it = reduce_device(base.meta, info, spans[d], names, ev, res)
-        del ev, res
+    time and reduced before the next (:func:`reduce_device`). ``same_as(d)``: an earlier device
+    whose event stream is ``d``'s but for micro-batch numbers, with the renaming (its stream
+    renamed is ``d``'s, so is its allocator pass), or None: ``d`` then takes the earlier one's
+    summaries renamed instead of being simulated."""
+    events: list[DeviceEvents] = []
+    memory: list[DeviceMemory] = []
+    peaks: list[Peak] = []
+    per_iteration: list[list[dict]] = []
+    counts: list[int] = []
+    for d in range(len(base.devices)):
+        twin = same_as(d)
+        if twin is not None:
+            j, rename = twin
+            small, mem = _renamed(events[j], memory[j], rename)
+            pk, it, n = peaks[j], per_iteration[j], counts[j]
+        else:
+            ev, res = run_device(d)
+            n = len(ev.t_us)
+            small, mem, pk, it = reduce_device(base.meta, base.devices[d], spans[d], names, ev, res)
+            del ev, res
         events.append(small)
         memory.append(mem)
         peaks.append(pk)
         per_iteration.append(it)
+        counts.append(n)
     return SummaryTimeline(per_iteration=per_iteration, event_counts=counts, peaks=peaks, devices=base.devices,
                            events=events, ops=[EMPTY_OPS] * len(events), spans=spans, names=names, memory=memory,
                            meta=base.meta, op_modules=base.op_modules)
+
+
+def _renamed(ev: DeviceEvents, mem: DeviceMemory, rename: dict[int, int]) -> tuple[DeviceEvents, DeviceMemory]:
+    """A device's reduced events and memory with every micro-batch renamed (−1 stays)."""
+    keys = np.array(sorted(rename), dtype=np.int64)
+    values = np.array([rename[k] for k in keys.tolist()], dtype=np.int64)
+    mb = ev.microbatch.astype(np.int64)
+    at = np.searchsorted(keys, mb)
+    if len(mb) and not (keys[np.minimum(at, len(keys) - 1)] == mb).all():
+        raise ValueError("a micro-batch the renaming does not cover")
+    renamed = replace(ev, microbatch=values[at].astype(ev.microbatch.dtype) if len(mb) else ev.microbatch)
+    oom = [dict(o, microbatch=rename[o["microbatch"]]) for o in mem.oom]
+    return renamed, replace(mem, oom=oom)

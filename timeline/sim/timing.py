@@ -4,6 +4,7 @@ its compiled phase. The result is each pipeline rank's spans in time order."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from timeline.sim.compiled import CompiledPhase
@@ -56,3 +57,21 @@ def time_plan(p: SimPlan, warmup_iterations: int) -> Timing:
     report_start = min((s.start_us for s in spans_all if s.iteration == warmup_iterations), default=0.0) \
         if warmup_iterations else 0.0
     return Timing(per_rank=per_rank, iteration_time_us=iteration_time, report_start_us=report_start)
+
+
+def microbatch_map(a: Sequence[Span], b: Sequence[Span]) -> dict[int, int] | None:
+    """The micro-batch renaming under which spans ``a`` are spans ``b`` — the same actions (stage,
+    kind, iteration, position), at the same times and stretch, each on its own micro-batch — or
+    None. DualPipe's ranks ``r`` and ``pp − 1 − r`` hold the same two chunks and run them as mirror
+    images, on the micro-batches of the other direction: their event streams are then one stream
+    under that renaming."""
+    if len(a) != len(b):
+        return None
+    out: dict[int, int] = {}
+    for x, y in zip(a, b, strict=True):
+        if (x.stage, x.kind, x.iteration, x.position, x.start_us, x.end_us, x.scale, x.overlapped) != (
+                y.stage, y.kind, y.iteration, y.position, y.start_us, y.end_us, y.scale, y.overlapped):
+            return None
+        if out.setdefault(x.microbatch, y.microbatch) != y.microbatch:
+            return None
+    return out if len(set(out.values())) == len(out) and out.get(-1, -1) == -1 else None
