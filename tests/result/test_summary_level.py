@@ -168,3 +168,16 @@ def test_an_ep_rank_routed_no_tokens(core):
         assert np.array_equal(getattr(batch, col), getattr(events, col)), col
     assert (batch.block[zero] == 0).all() and (batch.address[zero] == 0).all() and (batch.segment[zero] == -1).all()
     assert batch.segment_events == events.segment_events and batch.ooms == events.ooms
+
+
+def test_dualpipe_mirrored_ranks_are_one_stream_renamed():
+    """DualPipe's ranks r and pp − 1 − r run the same two chunks at the same times on the other
+    direction's micro-batches (8 micro-batches: 0–3 one way, 4–7 the other); other ranks differ."""
+    from timeline.sim.timing import microbatch_map
+
+    tl = build_timeline(load_run(SHIPPED, SKEWED))
+    rank = [next(d for d, dev in enumerate(tl.devices) if dev.pp_rank == r) for r in range(4)]
+    assert microbatch_map(tl.spans[rank[0]], tl.spans[rank[3]]) == {-1: -1, **{m: (m + 4) % 8 for m in range(8)}}
+    assert microbatch_map(tl.spans[rank[1]], tl.spans[rank[2]]) == {-1: -1, **{m: (m + 4) % 8 for m in range(8)}}
+    assert microbatch_map(tl.spans[rank[0]], tl.spans[rank[1]]) is None
+    assert microbatch_map(tl.spans[rank[0]], tl.spans[rank[0]][:-1]) is None

@@ -67,11 +67,11 @@ def microbatch_map(a: Sequence[Span], b: Sequence[Span]) -> dict[int, int] | Non
     under that renaming."""
     if len(a) != len(b):
         return None
-    out: dict[int, int] = {}
+    out: dict[int, int] = {-1: -1}  # no micro-batch (static state, the step) stays none
     for x, y in zip(a, b, strict=True):
         if (x.stage, x.kind, x.iteration, x.position, x.start_us, x.end_us, x.scale, x.overlapped) != (
                 y.stage, y.kind, y.iteration, y.position, y.start_us, y.end_us, y.scale, y.overlapped):
             return None
         if out.setdefault(x.microbatch, y.microbatch) != y.microbatch:
             return None
-    return out if len(set(out.values())) == len(out) and out.get(-1, -1) == -1 else None
+    return out if len(set(out.values())) == len(out) and out[-1] == -1 else None
