@@ -10,6 +10,9 @@ median of ``--repeat`` runs (spread in ``*_all``). Cases (``--cases``, default a
   summary  the CLI with ``--format summary`` at 32 micro-batches
   skew     the 128-device skewed run (``training.routing=skew``, ``routing_skew=1.3``),
            summary output, 32 micro-batches
+  skew2048 the 2,048-GPU DeepSeek-V3 layout (schedules/deepseek-v3-2048.toml: PP16 EP64, DualPipe,
+           120 micro-batches) skewed at each ``routing_skew`` of ``--skews``, summary output:
+           1,024 simulated devices, one in memory at a time
   compare  ``timeline compare`` of the README's 4 recompute policies
   fit      ``timeline fit --capacity 80GiB``
 
@@ -34,7 +37,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = "schedules/deepseek-v3-pp16-tp2-ep8.toml"
-CASES = ("full", "phases", "summary", "skew", "compare", "fit")
+CASES = ("full", "phases", "summary", "skew", "skew2048", "compare", "fit")
+RUN_2048 = "schedules/deepseek-v3-2048.toml"
 SKEW = ["training.routing=skew", "training.routing_skew=1.3"]
 POLICIES = "none,selective:core_attn,selective:core_attn+moe_act,full:uniform:1"
 
@@ -85,17 +89,20 @@ def _median(rows: list[dict]) -> dict:
     return out
 
 
-def bench_cli(root: Path, mb: int, sets: list[str], fmt: str | None) -> dict:
+def bench_cli(root: Path, mb: int | None, sets: list[str], fmt: str | None, run: str = RUN) -> dict:
+    """``simulate`` of ``run`` at ``mb`` micro-batches (None: the file's own)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
-        args = ["simulate", RUN, "-o", str(out), "--no-progress", "--set", f"training.num_microbatches={mb}"]
+        args = ["simulate", run, "-o", str(out), "--no-progress"]
+        if mb is not None:
+            args += ["--set", f"training.num_microbatches={mb}"]
         if fmt:
             args += ["--format", fmt]
         wall, rss, _ = _child(_cli(root, args, sets), root)
         summary = json.loads((out / "summary.json").read_text())
         sizes = {p.name: p.stat().st_size for p in sorted(out.iterdir())}
     n = summary["num_events"]
-    return {"microbatches": mb, "devices": len(summary["devices"]), "wall_s": round(wall, 3), "cpu_s": _cpu[0],
+    return {"microbatches": summary["run"]["training"]["num_microbatches"], "devices": len(summary["devices"]), "wall_s": round(wall, 3), "cpu_s": _cpu[0],
             "events": n,
             "events_per_s": round(n / wall), "peak_rss_mib": rss, "output_bytes": sizes}
 
@@ -185,6 +192,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the median is reported")
     ap.add_argument("--json", action="store_true", help="one JSON object per line, nothing else")
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated of {', '.join(CASES)}")
+    ap.add_argument("--skews", default="1.2,1.5,2.0", help="comma-separated routing_skew values (case skew2048)")
     ap.add_argument("--set", dest="extra", action="append", default=[], help="extra run-file override")
     ap.add_argument("--root", type=Path, default=ROOT, help="checkout whose timeline package to benchmark")
     ap.add_argument("--child-phases", type=int, help=argparse.SUPPRESS)
@@ -216,6 +224,11 @@ def main() -> None:
             emit("summary", bench_cli, root, 32, args.extra, "summary")
         elif case == "skew":
             emit("skew", bench_cli, root, 32, args.extra + SKEW, "summary")
+        elif case == "skew2048":
+            for skew in args.skews.split(","):
+                emit(f"skew{skew.strip()}", bench_cli, root, None,
+                     [*args.extra, "training.routing=skew", f"training.routing_skew={skew.strip()}"], "summary",
+                     RUN_2048)
         elif case == "compare":
             emit("compare", bench_compare, root)
         elif case == "fit":

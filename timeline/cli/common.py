@@ -75,12 +75,13 @@ def add_max_events(parser: argparse.ArgumentParser, what: str = "memory events")
 
 
 def check_work(spec: RunSpec, max_events: int, formats: Sequence[str] = (), out: Path | None = None,
-               label: str = "") -> WorkEstimate:
+               label: str = "", per_device: bool = False) -> WorkEstimate:
     """Estimate the run's work (:mod:`timeline.sim.estimate`) and refuse it, in one line, over
-    ``max_events`` or over the free space where ``out`` would be written."""
+    ``max_events`` (``per_device``: one device's, for a summary-level build) or over the free
+    space where ``out`` would be written."""
     est = estimate(spec)
     try:
-        check_bound(est, max_events)
+        check_bound(est, max_events, per_device=per_device)
     except UserError as exc:
         raise UserError(f"{label}{exc}") from None
     if out is not None and formats:

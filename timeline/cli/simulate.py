@@ -27,7 +27,7 @@ from timeline.cli.tables import Column, View, add_wide, table_console
 from timeline.compare.variants import recompute_name
 from timeline.errors import UserError
 from timeline.exporters import DEFAULT_FORMATS, EXPORTERS
-from timeline.result.build import build_timeline
+from timeline.result.build import SUMMARY_LEVEL, build_timeline
 from timeline.result.categories import CATEGORIES
 from timeline.result.queries import explain_peak, worst_device
 from timeline.result.timeline import Timeline
@@ -175,10 +175,11 @@ def run(args: argparse.Namespace) -> int:
     spec = with_capacity(load(args), args)
     out = Path(args.output) if args.output else default_output(spec.name)
     check_output_dir(out, args.force)
-    check_work(spec, args.max_events, formats, out)
+    summary_only = set(formats) <= SUMMARY_LEVEL  # one device in memory at a time
+    check_work(spec, args.max_events, formats, out, per_device=summary_only)
     check_csv_schedule(spec)
     with progress_reporter("simulate", not args.no_progress) as progress:
-        tl = build_timeline(spec, templates(), progress=progress)
+        tl = build_timeline(spec, templates(), progress=progress, summary_only=summary_only)
         progress("writing", 0, len(formats))
         write_outputs(tl, out, formats, args.force, {"gzip": args.gzip, "max_samples": args.max_samples,
                                                      "max_entries": args.snapshot_entries})

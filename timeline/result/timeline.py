@@ -112,6 +112,45 @@ class DeviceMemory:
     pair: np.ndarray | None = None  # for each free, its alloc's index (−1: allocs), if the pass found it
 
 
+def peak_of(ev: DeviceEvents, requested: np.ndarray, allocated: np.ndarray, reserved: np.ndarray,
+            report_start_us: float) -> Peak:
+    """A device's :class:`Peak` from its events (at least one) and the requested, allocated and
+    reserved bytes after each, counting from the first event at or after ``report_start_us``."""
+    # peaks over events, not distinct times: an alloc freed at the same microsecond still counts;
+    # argmax takes the first occurrence, the earliest time a peak is reached
+    # warm-up iterations are simulated but left out of every reported peak
+    i0 = int(np.searchsorted(ev.t_us, report_start_us, side="left")) if report_start_us else 0
+    i_req, i_alloc, i_res = (i0 + int(np.argmax(requested[i0:])), i0 + int(np.argmax(allocated[i0:])),
+                             i0 + int(np.argmax(reserved[i0:])))
+    # bytes by category up to the requested peak; every partial sum is a category's live bytes
+    # (under 2**48, the modelled address space), so the float64 sums are exact integers
+    by_cat = np.bincount(ev.cat[: i_req + 1], weights=(ev.sign[: i_req + 1].astype(np.int64) * ev.size[: i_req + 1]),
+                         minlength=len(CATEGORIES))
+    return Peak(requested_bytes=int(requested[i_req]), requested_time_us=float(ev.t_us[i_req]),
+                allocated_bytes=int(allocated[i_alloc]), allocated_time_us=float(ev.t_us[i_alloc]),
+                reserved_bytes=int(reserved[i_res]), reserved_time_us=float(ev.t_us[i_res]),
+                fragmentation_bytes=int(reserved[i_req] - allocated[i_req]),
+                breakdown_bytes={name: int(by_cat[code]) for code, name in enumerate(CATEGORIES)}, event_index=i_req)
+
+
+def iteration_peaks_of(ev: DeviceEvents, requested: np.ndarray, allocated: np.ndarray, reserved: np.ndarray,
+                       first: int) -> list[dict]:
+    """:meth:`Timeline.iteration_peaks` from a device's events and byte columns (``first``: the
+    first reported iteration)."""
+    it = ev.iteration
+    out = []
+    for k in range(first, int(it.max()) + 1 if len(it) else 0):
+        idx = np.flatnonzero(it == k)
+        if not len(idx):
+            continue
+        lo, hi = int(idx[0]), int(idx[-1]) + 1
+        j = lo + int(np.argmax(requested[lo:hi]))
+        out.append({"iteration": k, "peak_requested_bytes": int(requested[j]),
+                    "peak_allocated_bytes": int(allocated[lo:hi].max()),
+                    "peak_reserved_bytes": int(reserved[lo:hi].max()), "peak_time_us": float(ev.t_us[j])})
+    return out
+
+
 class Timeline:
     """A run's result. ``devices``, ``events``, ``ops``, ``spans`` and ``memory`` are per device
     (in the same order); ``names`` holds every tensor, op, stream and phase name the columns
@@ -203,19 +242,7 @@ class Timeline:
                                   reserved_bytes=0, reserved_time_us=0.0, fragmentation_bytes=0,
                                   breakdown_bytes=dict.fromkeys(CATEGORIES, 0), event_index=-1)
             return
-        # peaks over events, not distinct times: an alloc freed at the same microsecond still counts;
-        # argmax takes the first occurrence, the earliest time a peak is reached
-        # warm-up iterations are simulated but left out of every reported peak
-        start = self.meta.report_start_us
-        i0 = int(np.searchsorted(ev.t_us, start, side="left")) if start else 0
-        i_req, i_alloc, i_res = (i0 + int(np.argmax(requested[i0:])), i0 + int(np.argmax(allocated[i0:])),
-                                 i0 + int(np.argmax(reserved[i0:])))
-        self._peaks[d] = Peak(
-            requested_bytes=int(requested[i_req]), requested_time_us=float(ev.t_us[i_req]),
-            allocated_bytes=int(allocated[i_alloc]), allocated_time_us=float(ev.t_us[i_alloc]),
-            reserved_bytes=int(reserved[i_res]), reserved_time_us=float(ev.t_us[i_res]),
-            fragmentation_bytes=int(reserved[i_req] - allocated[i_req]),
-            breakdown_bytes={name: int(v[i_req]) for name, v in by_cat.items()}, event_index=i_req)
+        self._peaks[d] = peak_of(ev, requested, allocated, reserved, self.meta.report_start_us)
 
     # -- peaks ---------------------------------------------------------------------------
     def peak(self, d: int) -> Peak:
@@ -239,22 +266,9 @@ class Timeline:
         ev = self._events[d]
         if not len(ev.t_us):
             return []
-        it = self.event_iterations(d)
         requested = np.cumsum(ev.sign.astype(np.int64) * ev.size)
         allocated = np.cumsum(self.memory[d].block_bytes)
-        reserved = self.memory[d].reserved
-        first = self.meta.warmup_iterations
-        out = []
-        for k in range(first, int(it.max()) + 1 if len(it) else 0):
-            idx = np.flatnonzero(it == k)
-            if not len(idx):
-                continue
-            lo, hi = int(idx[0]), int(idx[-1]) + 1
-            j = lo + int(np.argmax(requested[lo:hi]))
-            out.append({"iteration": k, "peak_requested_bytes": int(requested[j]),
-                        "peak_allocated_bytes": int(allocated[lo:hi].max()),
-                        "peak_reserved_bytes": int(reserved[lo:hi].max()), "peak_time_us": float(ev.t_us[j])})
-        return out
+        return iteration_peaks_of(ev, requested, allocated, self.memory[d].reserved, self.meta.warmup_iterations)
 
     def iteration_starts(self, d: int) -> list[float]:
         """When each reported iteration begins on device ``d`` (µs): its first action's start —
@@ -359,7 +373,8 @@ class Timeline:
             action = sp.kind if sp.kind in ("step", "init") else f"{sp.stage}{sp.kind}{sp.microbatch}"
         live = self.live_at(d, pk.event_index)
         act = CATEGORIES.index("activations")
-        pairs = {(int(ev.stage[i]), int(ev.microbatch[i])) for i in live if ev.cat[i] == act and ev.microbatch[i] >= 0}
+        held = live[(ev.cat[live] == act) & (ev.microbatch[live] >= 0)]
+        pairs = set(zip(ev.stage[held].tolist(), ev.microbatch[held].tolist(), strict=True))
         return {"action": action, "in_flight": sorted(pairs)}
 
     def at(self, d: int, t_us: float) -> dict:

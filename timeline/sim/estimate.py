@@ -53,6 +53,12 @@ class WorkEstimate:
     def rss_bytes(self) -> int:
         return self.memory_events * RSS_BYTES_PER_EVENT
 
+    @property
+    def device_events(self) -> int:
+        """Memory events of one simulated device (the run's, shared evenly): what a summary-level
+        build (:func:`timeline.result.build.build_timeline` ``summary_only``) holds at once."""
+        return -(-self.memory_events // max(self.devices, 1))
+
 
 def probe_model(m: ModelSpec) -> tuple[ModelSpec, dict[int, str]]:
     """``m`` cut to two decoder layers, one of each kind it has (dense, MoE), and which kind each
@@ -147,11 +153,20 @@ def estimate_work(source: ModelSource, *, model: ModelSpec, parallel: ParallelSp
                         devices=par.pp * variants)
 
 
-def check_bound(est: WorkEstimate, max_events: int, *, flag: str = "--max-events") -> None:
-    """A one-line UserError when ``est`` exceeds ``max_events`` memory events."""
+def check_bound(est: WorkEstimate, max_events: int, *, flag: str = "--max-events", per_device: bool = False) -> None:
+    """A one-line UserError when ``est`` exceeds ``max_events`` memory events; ``per_device``:
+    those of one device, all a summary-level build holds at once."""
+    if per_device:
+        if est.device_events <= max_events:
+            return
+        raise UserError(f"one device of this run would make about {est.device_events:,} memory events "
+                        f"(≈ {est.device_events * RSS_BYTES_PER_EVENT / 2**30:,.0f} GiB of memory to simulate it), "
+                        f"over {flag} {max_events:,}; lower training.num_microbatches or training.iterations, "
+                        f"or raise {flag} if this machine has the memory")
     if est.memory_events <= max_events:
         return
     raise UserError(f"this run would make about {est.memory_events:,} memory events ({est.actions:,} actions on "
                     f"{est.devices} devices, ≈ {est.rss_bytes / 2**30:,.0f} GiB of memory to simulate), over "
-                    f"{flag} {max_events:,}; lower training.num_microbatches or training.iterations, or raise "
-                    f"{flag} if this machine has the memory")
+                    f"{flag} {max_events:,}; lower training.num_microbatches or training.iterations, write "
+                    "summary-level outputs only (--format summary,devices: one device in memory at a time), "
+                    f"or raise {flag} if this machine has the memory")

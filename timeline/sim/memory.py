@@ -11,6 +11,11 @@ The plain caching allocator (no expandable segments) replays a device's whole st
 call (:func:`timeline.alloc.batch.replay`, the compiled core when built); every other setting,
 and any stream the batch form cannot express, goes event by event through the model
 (:func:`run_allocator_events`, the reference the tests compare the batch pass against).
+
+A 0-byte request (an EP rank routed no tokens: ``routing_skew = 2`` leaves the lightest rank
+none) reaches no allocator: PyTorch's ``NativeCachingAllocator::allocate`` calls ``malloc``
+only when ``size != 0`` and hands out a null pointer otherwise, whose free does nothing
+(c10/cuda/CUDACachingAllocator.cpp); its event holds no block (address 0, no segment).
 """
 
 from __future__ import annotations
@@ -69,16 +74,38 @@ def _run_allocator(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEvents, n
         pair = pair_index(ev)
         if pair is not None:
             n = len(ev.t_us)
-            block, reserved, address, segment = (np.zeros(n, dtype=np.int64) for _ in range(4))
-            res = _batch.replay(AllocatorConfig.from_spec(spec), capacity_bytes, np.ascontiguousarray(ev.size),
-                                pair, block, reserved, address, segment, core=core)
+            zero = not ev.size.all()
+            kept = np.flatnonzero(ev.size > 0) if zero else np.arange(n)  # 0 bytes: no allocator (module docstring)
+            m = len(kept)
+            block, reserved, address, segment = (np.zeros(m, dtype=np.int64) for _ in range(4))
+            sizes, pairs = np.ascontiguousarray(ev.size), pair
+            if zero:
+                at = np.full(n, -1, dtype=np.int64)
+                at[kept] = np.arange(m)
+                sub = pair[kept]
+                sizes, pairs = np.ascontiguousarray(ev.size[kept]), np.where(sub >= 0, at[np.maximum(sub, 0)], -1)
+            res = _batch.replay(AllocatorConfig.from_spec(spec), capacity_bytes, sizes, pairs, block, reserved,
+                                address, segment, core=core)
             if res is not None:
+                if zero:  # back to every event: 0-byte ones hold no block and change nothing
+                    before = np.searchsorted(kept, np.arange(n), side="right") - 1
+                    reserved = np.where(before >= 0, reserved[np.maximum(before, 0)], 0)
+                    block, address, segment = (_scatter(kept, n, col, fill) for col, fill in
+                                               ((block, 0), (address, 0), (segment, -1)))
+                    res.ooms = [(int(kept[i]), a, r) for i, a, r in res.ooms]
+                    res.segment_events = [(int(kept[i]), act, a, sz, st, r) for i, act, a, sz, st, r in res.segment_events]
                 ooms = [_oom(capacity_bytes, ev, names, i, allocated, reserved_then)
                         for i, allocated, reserved_then in res.ooms]
                 # kept for Timeline.free_index; int32 halves what the 128-device runs hold
                 return AllocatorPass(block, reserved, address, segment, ooms, res.segment_events, res.end_segments,
                                      pair.astype(np.int32) if n < 2**31 else pair)
     return run_allocator_events(spec, capacity_bytes, ev, names)
+
+
+def _scatter(kept: np.ndarray, n: int, col: np.ndarray, fill: int) -> np.ndarray:
+    out = np.full(n, fill, dtype=np.int64)
+    out[kept] = col
+    return out
 
 
 def _oom(capacity_bytes: int, ev: DeviceEvents, names: list[str], i: int, allocated: int, reserved: int) -> dict:
@@ -92,7 +119,7 @@ def pair_index(ev: DeviceEvents) -> np.ndarray | None:
     the same (tensor, micro-batch, stage). ``None`` unless allocs and frees of every key
     alternate, starting with an alloc (what keying a live dict by it needs)."""
     n = len(ev.t_us)
-    order = np.lexsort((np.arange(n), ev.stage, ev.microbatch, ev.tensor))
+    order = _key_order(ev)
     sign = ev.sign[order]
     same = np.zeros(n, dtype=bool)  # same key as the previous event in key order
     if n > 1:
@@ -105,6 +132,21 @@ def pair_index(ev: DeviceEvents) -> np.ndarray | None:
     frees = np.flatnonzero(sign < 0)
     pair[order[frees]] = order[frees - 1]
     return pair
+
+
+def _key_order(ev: DeviceEvents) -> np.ndarray:
+    """Event indices sorted by (tensor, micro-batch, stage), stable (index order within a key):
+    one int64 key sorted once where the three fit in it, else a lexicographic sort."""
+    n = len(ev.t_us)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    mb, st, tensor = ev.microbatch.astype(np.int64), ev.stage.astype(np.int64), ev.tensor.astype(np.int64)
+    mb_lo, st_lo, t_lo = int(mb.min()), int(st.min()), int(tensor.min())
+    n_mb, n_st = int(mb.max()) - mb_lo + 1, int(st.max()) - st_lo + 1
+    if (int(tensor.max()) - t_lo + 1) * n_mb * n_st >= 2**62:
+        return np.lexsort((np.arange(n), ev.stage, ev.microbatch, ev.tensor))
+    key = ((tensor - t_lo) * n_mb + (mb - mb_lo)) * n_st + (st - st_lo)
+    return np.argsort(key, kind="stable")
 
 
 def run_allocator_events(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEvents, names: list[str]) -> AllocatorPass:
@@ -128,6 +170,9 @@ def run_allocator_events(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEve
     malloc, free, block_size = alloc.malloc, alloc.free, alloc.block_size
     for i in range(n):
         current[0] = i
+        if not size[i]:  # no block, nothing freed
+            reserved[i] = alloc.reserved_bytes
+            continue
         key = (tensor[i], mb[i], stage[i])
         if sign[i] > 0:
             addr = malloc(size[i])

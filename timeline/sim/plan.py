@@ -6,10 +6,11 @@ reuse its parts instead of rebuilding them. No simpy, no file I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, replace
 
 from timeline.graph.ops import ChunkTemplate
+from timeline.graph.signature import OPS_ONLY_POLICIES
 from timeline.graph.source import ModelSource
 from timeline.graph.tensors import DTYPE_BYTES
 from timeline.pipeline import build_schedule
@@ -19,7 +20,7 @@ from timeline.sim.compiled import CompiledPhase, compile_phase
 from timeline.sim.cost import CostModel
 from timeline.sim.static_state import DeviceState, StateRules, device_state, step_us
 from timeline.spec.model import ModelSpec
-from timeline.spec.run import HardwareSpec, ParallelSpec, ScheduleSpec, TrainingSpec
+from timeline.spec.run import HardwareSpec, ParallelSpec, RecomputeSpec, ScheduleSpec, TrainingSpec
 
 Compiled = dict[tuple[int, str], CompiledPhase]
 
@@ -61,6 +62,55 @@ def ep_loads(par: ParallelSpec, tr: TrainingSpec, is_moe: bool) -> list[float]:
     return [skew - (skew - 1) * 2 * e / (ep - 1) for e in range(ep)]
 
 
+def chunk_classes(source: ModelSource, num_chunks: int) -> dict[int, int]:
+    """Chunk → the first chunk with its signature (``ModelSource.signature``: forward ops equal
+    up to decoder-layer numbers; under an ops-only recompute policy so are their templates)."""
+    first: dict[Hashable, int] = {}
+    return {c: first.setdefault(source.signature(c), c) for c in range(num_chunks)}
+
+
+def load_templates(source: ModelSource, holder: dict[int, int], num_chunks: int, cost: CostModel,
+                   first: tuple[dict[int, ChunkTemplate], Compiled, dict[int, int]] | None
+                   ) -> tuple[dict[int, ChunkTemplate], Compiled]:
+    """The templates built and every chunk's compiled phases under one EP load (``source``).
+
+    ``first`` — the first load's templates and compiled phases with the chunk classes
+    (:func:`chunk_classes`), under an ops-only policy — lets a load build one template per
+    class: a chunk's phases are its class's first chunk's (bytes, times, order) under the chunk's
+    own names (op, stream and tensor names, decoder layers: the first load's phases of that
+    chunk). Sound because a load scales the routed rows of every MoE layer of a device alike
+    (``ceil(rows · routing_skew)``, :func:`timeline.graph.families.router.expert_rows`), so
+    chunks equal up to layer numbers under one load are under every load; names do not depend on
+    the load (checked per class; a class whose names moved is built chunk by chunk). Without
+    ``first``, every chunk is built."""
+    if first is None:
+        t = {c: source.template(c, pp_rank=holder[c]) for c in range(num_chunks)}
+        return t, compile_templates(t, cost)
+    _, compiled0, classes = first
+    reps = sorted(set(classes.values()))
+    t = {c: source.template(c, pp_rank=holder[c]) for c in reps}
+    out = compile_templates(t, cost)
+    phases = sorted({k for _, k in compiled0})
+    for c in range(num_chunks):
+        rep = classes[c]
+        if c == rep:
+            continue
+        if all(_same_names(out[(rep, k)], compiled0[(rep, k)]) for k in phases):
+            for k in phases:
+                ph0 = compiled0[(c, k)]
+                out[(c, k)] = replace(out[(rep, k)], op_names=ph0.op_names, op_streams=ph0.op_streams,
+                                      op_layers=ph0.op_layers, tensor_names=ph0.tensor_names)
+        else:  # the names moved with the load: build this chunk itself
+            t[c] = source.template(c, pp_rank=holder[c])
+            out.update(compile_templates({c: t[c]}, cost))
+    return t, {k: out[k] for k in compiled0}
+
+
+def _same_names(a: CompiledPhase, b: CompiledPhase) -> bool:
+    return (a.op_names == b.op_names and a.op_streams == b.op_streams and a.op_layers == b.op_layers
+            and a.tensor_names == b.tensor_names)
+
+
 @dataclass(frozen=True, slots=True)
 class PipelinePlan:
     """The part of a plan that no op template changes: the schedule, which rank's templates
@@ -91,8 +141,12 @@ class SimPlan:
     schedule: Schedule
     cost: CostModel
     loads: tuple[float, ...]
+    #: per load, the chunk templates built (every chunk under the first load; under the others,
+    #: one chunk per class of chunks that share a template up to layer names, :func:`load_templates`)
     templates: tuple[dict[int, ChunkTemplate], ...]
     compiled: tuple[Compiled, ...]
+    #: per load, each chunk's activation bytes per micro-batch
+    activation_bytes: tuple[dict[int, int], ...]
     devices: tuple[StaticDevice, ...]
     states: tuple[DeviceState, ...]  # per device: how its static state comes into being
     p2p_us: float
@@ -104,22 +158,31 @@ class SimPlan:
 
 
 def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training: TrainingSpec,
-         parallel: ParallelSpec, rules: StateRules) -> SimPlan:
-    """The plan: ``pipe``'s schedule, the devices, ``source``'s templates compiled per EP load, fixed durations."""
+         parallel: ParallelSpec, rules: StateRules, recompute: RecomputeSpec | None = None) -> SimPlan:
+    """The plan: ``pipe``'s schedule, the devices, ``source``'s templates compiled per EP load, fixed
+    durations. ``recompute``: the source's policy; under one that reads only the ops
+    (:data:`~timeline.graph.signature.OPS_ONLY_POLICIES`) the loads after the first build one
+    template per class of chunks (:func:`load_templates`)."""
+    shared = recompute is not None and recompute.policy in OPS_ONLY_POLICIES
     par, tr = parallel, training
     schedule, cost, holder = pipe.schedule, pipe.cost, pipe.holders
     loads = ep_loads(par, tr, model.is_moe)
-    templates, compiled = [], []
-    for load in loads:
+    templates: list[dict[int, ChunkTemplate]] = []
+    compiled: list[Compiled] = []
+    act: list[dict[int, int]] = []
+    classes = chunk_classes(source, schedule.num_chunks) if shared and len(loads) > 1 else {}
+    for e, load in enumerate(loads):
         source_e = source if len(loads) == 1 else source.under(routing_skew=load)
-        t = {c: source_e.template(c, pp_rank=holder[c]) for c in range(schedule.num_chunks)}
+        t, c = load_templates(source_e, holder, schedule.num_chunks, cost,
+                              (templates[0], compiled[0], classes) if e and shared else None)
         templates.append(t)
-        compiled.append(compile_templates(t, cost))
+        compiled.append(c)
+        act.append({ch: t[ch if ch in t else classes[ch]].activation_bytes for ch in range(schedule.num_chunks)})
     static = static_devices(source, schedule.stages_of_rank, parallel=par, training=tr,
                             num_layers=model.num_hidden_layers, expert_state_group=rules.expert_state_group)
     devices = ep_devices(static, par, len(loads))
     return SimPlan(training=tr, schedule=schedule, cost=cost, loads=tuple(loads), templates=tuple(templates),
-                   compiled=tuple(compiled), devices=tuple(devices),
+                   compiled=tuple(compiled), activation_bytes=tuple(act), devices=tuple(devices),
                    states=tuple(device_state(d, model, tr, par, rules) for d in devices),
                    p2p_us=cost.comm_us(boundary_bytes(tr, par, model.hidden_size), "pp"),
                    step_us=tuple(step_us(tr, par, d, cost) for d in devices[::len(loads)]),

@@ -45,7 +45,7 @@ def expand_plan(p: SimPlan, timing: Timing, *,
         events.append(device_events(p.training, dev, p.states[i], rank_spans, p.compiled[e], names))
         ops.append(device_ops(rank_spans, p.compiled[e], names))
         spans.append(rank_spans)
-        act.append(sum(p.templates[e][c].activation_bytes for c in dev.stages))
+        act.append(sum(p.activation_bytes[e][c] for c in dev.stages))
     return SimOutput(schedule=p.schedule, devices=list(p.devices), spans=spans, events=events, ops=ops,
                      names=names.items, iteration_time_us=timing.iteration_time_us,
                      activation_bytes_per_microbatch=act, templates=p.templates[0],

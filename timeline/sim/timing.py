@@ -4,6 +4,7 @@ its compiled phase. The result is each pipeline rank's spans in time order."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from timeline.sim.compiled import CompiledPhase
@@ -36,10 +37,17 @@ def overlapped_us(f: CompiledPhase, b: CompiledPhase) -> float:
 def time_plan(p: SimPlan, warmup_iterations: int) -> Timing:
     """Every action's span over ``p.iterations`` iterations, timed by the busiest EP load."""
     compiled, step = p.compiled[0], p.step_us
+    pairs: dict[tuple[int, str, int, str], float] = {}
+
+    def pair_us(fs: int, fk: str, bs: int, bk: str) -> float:  # each distinct pair summed once
+        key = (fs, fk, bs, bk)
+        if key not in pairs:
+            pairs[key] = overlapped_us(compiled[(fs, fk)], compiled[(bs, bk)])
+        return pairs[key]
+
     spans_all = run_schedule(p.schedule, iterations=p.iterations,
                              duration_us=lambda s, k: compiled[(s, k)].duration_us, p2p_us=p.p2p_us,
-                             step_us=lambda r: step[r],
-                             pair_us=lambda fs, fk, bs, bk: overlapped_us(compiled[(fs, fk)], compiled[(bs, bk)]))
+                             step_us=lambda r: step[r], pair_us=pair_us)
     per_rank: list[list[Span]] = [[] for _ in range(p.schedule.pp)]
     for sp in spans_all:
         per_rank[sp.rank].append(sp)
@@ -49,3 +57,21 @@ def time_plan(p: SimPlan, warmup_iterations: int) -> Timing:
     report_start = min((s.start_us for s in spans_all if s.iteration == warmup_iterations), default=0.0) \
         if warmup_iterations else 0.0
     return Timing(per_rank=per_rank, iteration_time_us=iteration_time, report_start_us=report_start)
+
+
+def microbatch_map(a: Sequence[Span], b: Sequence[Span]) -> dict[int, int] | None:
+    """The micro-batch renaming under which spans ``a`` are spans ``b`` — the same actions (stage,
+    kind, iteration, position), at the same times and stretch, each on its own micro-batch — or
+    None. DualPipe's ranks ``r`` and ``pp − 1 − r`` hold the same two chunks and run them as mirror
+    images, on the micro-batches of the other direction: their event streams are then one stream
+    under that renaming."""
+    if len(a) != len(b):
+        return None
+    out: dict[int, int] = {-1: -1}  # no micro-batch (static state, the step) stays none
+    for x, y in zip(a, b, strict=True):
+        if (x.stage, x.kind, x.iteration, x.position, x.start_us, x.end_us, x.scale, x.overlapped) != (
+                y.stage, y.kind, y.iteration, y.position, y.start_us, y.end_us, y.scale, y.overlapped):
+            return None
+        if out.setdefault(x.microbatch, y.microbatch) != y.microbatch:
+            return None
+    return out if len(set(out.values())) == len(out) and out[-1] == -1 else None
