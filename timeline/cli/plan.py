@@ -190,7 +190,7 @@ def print_result(res: PlanResult, top: int) -> None:
                       f"{known(r.iteration_time_us) / 1e3:,.1f}", f"{r.tokens_per_s_per_gpu:,.0f}", "", style="green"
                       if r.rank == 1 else None)
     kth = best[-1] if best else None
-    losers = res.ranked[top:top + 3] + sorted((r for r in res.rows if r.pruned_by == "oom"),
+    losers = res.ranked[top:top + 3] + sorted((r for r in res.rows.values() if r.pruned_by == "oom"),
                                              key=lambda r: (known(r.iteration_time_us), r.name))[:3]
     for r in losers:
         peak = known(r.peak_reserved_bytes)
