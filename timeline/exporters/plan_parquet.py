@@ -16,8 +16,7 @@ from __future__ import annotations
 from typing import BinaryIO
 
 from timeline.exporters.parquet_util import write_table
-from timeline.plan.columns import PRUNED_NAMES
-from timeline.plan.search import PlanResult, known
+from timeline.plan.search import PRUNED_NAMES, PlanResult, known
 from timeline.plan.space import SHORT, value_text
 
 FILENAME = "plan.parquet"
@@ -27,10 +26,13 @@ SCHEMA = "timeline.plan/2"
 def write(res: PlanResult, handle: BinaryIO) -> None:
     import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     cols, table = res.columns, res.columns.table
     n = table.size
-    out: dict[str, object] = {"candidate": table.names}
+    fields = [pa.array(texts, pa.string()).take(pa.array(table.codes[:, j])) for j, texts in table.field_texts()]
+    names = pc.binary_join_element_wise(*fields, " ") if len(fields) > 1 else fields[0]
+    out: dict[str, object] = {"candidate": names}
     for j, (key, vals) in enumerate(res.space.values):
         codes = table.codes[:, j]
         present = [vals[c] for c in np.unique(codes)]

@@ -37,7 +37,7 @@ from timeline.compare.metrics import device_metrics
 from timeline.errors import UserError
 from timeline.graph.source import model_source
 from timeline.plan.bound import Bound, Probe, ProbeStats, bound, coarse_stats, probe_stats, zero_acts
-from timeline.plan.columns import Columns, GroupResult, Row
+from timeline.plan.columns import PRUNED_NAMES, Columns, GroupResult, Row
 from timeline.plan.engines import Engine
 from timeline.plan.space import Candidate, Space, candidate_edits
 from timeline.plan.table import Table, build_table
@@ -50,6 +50,7 @@ from timeline.spec.run import RecomputeSpec, RunSpec
 from timeline.spec.validate import run_recompute_problems, validate_all_but_recompute, validate_run
 
 T = TypeVar("T")
+__all__ = ["PRUNED_NAMES", "PlanResult", "Row", "derive", "known", "plan", "run_bound", "simulate_summary"]
 
 @dataclass(frozen=True, slots=True)
 class SimSummary:

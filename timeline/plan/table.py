@@ -1,6 +1,6 @@
 """A plan's candidates as columns: every point of a space as value codes, in the order of the
-canonical candidate string, with the candidates' names as one Arrow string array — no Python
-object per candidate (a 2,048-GPU default space holds 5.3 M of them).
+canonical candidate string — no Python object per candidate (a 2,048-GPU default space holds
+5.3 M of them; the names are joined only where plan.parquet is written).
 
 Candidates that differ only in their recompute policy share a *layout group*: their derived
 counts, their validation outside the recompute section and their coarse bound are the same
@@ -8,14 +8,12 @@ counts, their validation outside the recompute section and their coarse bound ar
 so the planner works per group and spreads the results over the group's policies.
 
 The rows are exactly those of :func:`timeline.plan.space.candidates` (the factorisation filter
-is the same arithmetic, on whole columns), sorted as Python sorts the names: Arrow's stable sort
-of UTF-8 strings orders them by code point, as ``str`` comparison does.
+is the same arithmetic, on whole columns), sorted as Python sorts their names (:func:`_name_sort`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -33,14 +31,18 @@ class Table:
     group: np.ndarray  # (rows,) int64
     policy: np.ndarray  # (rows,) int64
     groups: np.ndarray  # (groups, keys) int32; the recompute column holds 0
-    names: Any  # pyarrow StringArray, one name per row
 
     @property
     def size(self) -> int:
         return int(self.codes.shape[0])
 
     def name(self, i: int) -> str:
-        return str(self.names[i].as_py())
+        return self.candidate(i).name
+
+    def field_texts(self) -> list[tuple[int, list[str]]]:
+        """Per key in name order: its column and the ``key=text`` field of each of its values."""
+        return [(j, [f"{SHORT.get(k, k)}={value_text(v)}" for v in vs])
+                for j in name_order(self.space) for k, vs in [self.space.values[j]]]
 
     def candidate(self, i: int) -> Candidate:
         return _candidate(self.space, self.codes[i])
@@ -64,9 +66,6 @@ def _candidate(space: Space, codes: np.ndarray) -> Candidate:
 
 def build_table(space: Space) -> Table:
     """Every candidate of ``space`` as columns, sorted by name."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     keys = [k for k, _ in space.values]
     sizes = [len(vs) for _, vs in space.values]
     rc = keys.index("recompute")
@@ -88,17 +87,26 @@ def build_table(space: Space) -> Table:
     codes = np.repeat(groups, policies, axis=0)
     codes[:, rc] = np.tile(np.arange(policies, dtype=np.int32), len(groups))
     group = np.repeat(np.arange(len(groups), dtype=np.int64), policies)
-    order = name_order(space)
-    pieces = []
-    for j in order:
-        key, vals = space.values[j]
-        texts = pa.array([f"{SHORT.get(key, key)}={value_text(v)}" for v in vals], pa.string())
-        pieces.append(texts.take(pa.array(codes[:, j])))
-    names = pc.binary_join_element_wise(*pieces, " ") if len(pieces) > 1 else pieces[0]
-    if isinstance(names, pa.ChunkedArray):
-        names = names.combine_chunks()
-    perm = pc.sort_indices(names).to_numpy()  # stable, by code point: Python's order of str
-    names = names.take(pa.array(perm))
+    perm = _name_sort(space, codes)
     codes, group = codes[perm], group[perm]
-    return Table(space=space, codes=codes, group=group, policy=codes[:, rc].astype(np.int64), groups=groups,
-                 names=names)
+    return Table(space=space, codes=codes, group=group, policy=codes[:, rc].astype(np.int64), groups=groups)
+
+
+def _name_sort(space: Space, codes: np.ndarray) -> np.ndarray:
+    """The permutation that sorts the rows by name, as Python sorts the strings (stably). A name is
+    ``key=text`` fields joined by spaces, the keys the same on every row; where no text holds a
+    character at or below the space, comparing two names is comparing their first differing texts
+    (a text that is a prefix of the other ends at a space or the end, below any character of the
+    other), so a lexicographic sort on each field's text rank is the string sort. Otherwise the
+    names are sorted themselves."""
+    order = name_order(space)
+    texts = [[value_text(v) for v in space.values[j][1]] for j in order]
+    if any(ord(c) <= 32 for field in texts for t in field for c in t):
+        names = [" ".join(f"{SHORT.get(space.values[j][0], space.values[j][0])}={texts[f][c]}"
+                          for f, (j, c) in enumerate(zip(order, row, strict=True))) for row in codes[:, order].tolist()]
+        return np.array(sorted(range(len(names)), key=names.__getitem__), dtype=np.int64)
+    keys = []
+    for f, j in enumerate(order):
+        ranks = {t: r for r, t in enumerate(sorted(set(texts[f])))}
+        keys.append(np.array([ranks[t] for t in texts[f]], dtype=np.int64)[codes[:, j]])
+    return np.lexsort(tuple(reversed(keys))) if keys else np.arange(len(codes))
