@@ -36,7 +36,16 @@ import numpy as np
 from timeline.compare.metrics import device_metrics
 from timeline.errors import UserError
 from timeline.graph.source import model_source
-from timeline.plan.bound import Bound, Probe, ProbeStats, bound, coarse_stats, probe_stats, zero_acts
+from timeline.plan.bound import (
+    Bound,
+    Probe,
+    ProbeStats,
+    bound,
+    coarse_stats,
+    probe_act_bytes,
+    probe_stats,
+    zero_acts,
+)
 from timeline.plan.columns import PRUNED_NAMES, Columns, GroupResult, Row
 from timeline.plan.engines import Engine
 from timeline.plan.space import Candidate, Space, candidate_edits
@@ -109,7 +118,11 @@ def run_bound(run: RunSpec, *, coarse: bool) -> Bound:
         return probe_stats(model_source(probe_run), probe_run.hardware, probe_run.parallel, rule, probe.kinds,
                            zero_acts(rc))
 
-    st = coarse_stats(stats(RecomputeSpec()), stats(FULL), zero=zero_acts(run.recompute)) if coarse \
+    def full_acts() -> dict[str, int]:
+        probe = Probe.of(run.model, FULL, run.parallel, run.training)
+        return probe_act_bytes(model_source(replace(run, **probe.edits())), probe.kinds, zero_acts(FULL))
+
+    st = coarse_stats(stats(RecomputeSpec()), full_acts(), zero=zero_acts(run.recompute)) if coarse \
         else stats(run.recompute)
     rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm, traced=run.trace is not None,
                        expert_state_group=rule)
