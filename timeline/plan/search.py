@@ -101,6 +101,9 @@ def simulate_summary(run: RunSpec) -> SimSummary:
 #: a block of layout groups (each as its candidate with the space's first recompute value) with
 #: what derives their runs: the base run and the space
 BoundJob = tuple[RunSpec, Space, tuple[Candidate, ...]]
+#: blocks of layout groups per worker, handed out ROUND_BLOCKS per worker between progress reports
+#: (several per round, so that a slow block does not hold its round's other worker idle)
+BLOCKS_PER_WORKER, ROUND_BLOCKS = 32, 4
 #: chunks of survivors bounded exactly at a time (fixed: the rows must not depend on the workers)
 EXACT_CHUNK = 64
 FULL = parse_recompute("full:uniform:1")
@@ -192,9 +195,9 @@ def exact_block(job: tuple[RunSpec, ...]) -> list[Bound]:
 
 def _blocks(table: Table, order: np.ndarray, workers: int) -> list[tuple[Candidate, ...]]:
     """The space's layout groups in blocks that share probes (``order``: by (tp, cp, ep, etp,
-    micro-batch), :func:`_group_order`), about eight per worker, in a fixed order."""
+    micro-batch), :func:`_group_order`), :data:`BLOCKS_PER_WORKER` per worker, in a fixed order."""
     cands = [table.group_candidate(int(g)) for g in order]
-    n = max(1, min(len(cands), 8 * workers))
+    n = max(1, min(len(cands), BLOCKS_PER_WORKER * workers))
     size = math.ceil(len(cands) / n) if cands else 1
     return [tuple(cands[i:i + size]) for i in range(0, len(cands), size)]
 
@@ -221,8 +224,9 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
     results: list[GroupResult | None] = [None] * len(table.groups)
     policies = len(dict(space.values)["recompute"])
     done_groups = 0
-    for i in range(0, len(jobs), engine.workers):
-        for part in engine.map(bound_block, jobs[i:i + engine.workers]):
+    per_round = ROUND_BLOCKS * engine.workers
+    for i in range(0, len(jobs), per_round):
+        for part in engine.map(bound_block, jobs[i:i + per_round]):
             for res in part:
                 results[int(order[done_groups])] = res
                 done_groups += 1
