@@ -1,12 +1,16 @@
 """Plan a job: bound every candidate of a space, simulate the ones the bound cannot rule out,
 cheapest first, and rank the ones that fit.
 
-1. **Bound**: each candidate becomes a run (its :func:`~timeline.plan.space.candidate_edits` of
-   the base run) and is validated, here (an invalid one keeps its reason); in the engine's
-   workers, in blocks of candidates that share probes, a valid one gets its *coarse* static
-   bound (:func:`timeline.plan.bound.coarse_stats`: below the bound of every recompute policy
-   of its layout, from two probes per layout and micro-batch size instead of one per policy). A
-   memory bound over capacity prunes it (``static_bound``).
+1. **Bound**: the space becomes columns (:mod:`timeline.plan.table`, rows in name order). In the
+   engine's workers, in blocks of *layout groups* (the candidates that differ only in their
+   recompute policy) that share probes, each group becomes one run (its
+   :func:`~timeline.plan.space.candidate_edits` of the base run), validated once outside the
+   recompute section and once per policy inside it (an invalid candidate keeps its first
+   problem, as :func:`derive` gives it), and a valid candidate gets its layout's *coarse*
+   static bound (:func:`timeline.plan.bound.coarse_stats`: below the bound of every recompute
+   policy, from two probes per layout and micro-batch size instead of one per policy). A memory
+   bound over capacity prunes it (``static_bound``). The parent spreads the answers over the rows
+   (:class:`~timeline.plan.columns.Columns`).
 2. **Simulate** the rest in order of their exact time bound (then name), a batch at a time, at
    summary level (peaks per device, iteration time). Exact bounds are computed lazily: the
    survivors are taken in order of their coarse time bound, a fixed chunk at a time, until every
@@ -59,7 +63,9 @@ from timeline.spec.run import RecomputeSpec, RunSpec
 from timeline.spec.validate import run_recompute_problems, validate_all_but_recompute, validate_run
 
 T = TypeVar("T")
+#: what other modules take from here (the exporter reads the fates' names through this module)
 __all__ = ["PRUNED_NAMES", "PlanResult", "Row", "derive", "known", "plan", "run_bound", "simulate_summary"]
+
 
 @dataclass(frozen=True, slots=True)
 class SimSummary:
