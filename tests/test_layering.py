@@ -186,6 +186,8 @@ def test_each_trace_module_imports_first():
 #: ``TrainingSpec``, a ``ModelSource``, a ``StateRules`` …). Qualified name → why it reads a whole run.
 RUNSPEC_DOORS: dict[str, str] = {
     "spec.validate.validate_run": "validation reads a whole run by nature: its checks cross every section",
+    "spec.validate.validate_all_but_recompute": "validate_run without its recompute section, so that the "
+                                                "planner checks a layout once for all its recompute policies",
     "graph.source.model_source": "the graph layer's door: picks the analytic or trace source once and hands "
                                  "it the slices its layer builders and templates read",
     "result.build.build_timeline": "the simulation's door: one run becomes the plan stage's slices (schedule, "

@@ -6,9 +6,11 @@ ZeRO-1, MLA up-projection + RMSNorm recomputed) ranks.
     python tools/bench_plan.py [--space default|reduced|FILE] [--workers 2] [--engine local|ray]
 
 ``reduced`` (the default here) is ``tools/plan/deepseek-v3-2048-reduced.toml``; ``default`` is the
-plan's own default space (5,294,016 candidates; see CHANGELOG for what that costs today). Runs
-the CLI in a child process and reports its wall time and the counts of ``plan.log``, then reads
-``plan.parquet`` for the published layout's row. Run on purpose, never as a timed test.
+plan's own default space (5,294,016 candidates, about 6–11 minutes on 2 cores: CHANGELOG,
+"timeline plan on DeepSeek-V3"). Runs the CLI in a child process and reports its wall time and
+``plan.log`` — the counts, the wall time of each phase (bounding every candidate, simulating
+with the exact bounds, writing) and the parent's peak RSS — then reads ``plan.parquet`` for the
+published layout's row. Run on purpose, never as a timed test.
 """
 
 from __future__ import annotations

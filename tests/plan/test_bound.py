@@ -16,6 +16,7 @@ from sources import bound_of, candidate_run, coarse_bound_of
 from timeline.compare.metrics import device_metrics
 from timeline.io.runfile import load_run
 from timeline.plan.schedule_profile import schedule_profile
+from timeline.plan.search import bound_block
 from timeline.plan.space import build_space, candidates
 from timeline.result.build import build_timeline
 
@@ -27,6 +28,12 @@ POLICIES = ["none", "selective:moe_act", "selective:core_attn+layernorm", "selec
 
 
 def _run(tp, pp, ep, sched, mbs, policy, profile, zero, routing):
+    case = _case(tp, pp, ep, sched, mbs, policy, profile, zero, routing)
+    return None if case is None else case[3]
+
+
+def _case(tp, pp, ep, sched, mbs, policy, profile, zero, routing):
+    """(base run, space, its one candidate, the candidate's run), or None where it cannot run."""
     if profile == "megatron" and zero > 1:
         return None
     base = load_run(TINY, [f"model.profile={profile}", f"training.zero={zero}"] +
@@ -38,7 +45,7 @@ def _run(tp, pp, ep, sched, mbs, policy, profile, zero, routing):
     space = build_space(base.model, table, world=8, global_batch=8 * 2 * pp // (tp * pp), selective=())
     (cand,) = list(candidates(space))
     run, _, _ = candidate_run(base, cand, space)
-    return run
+    return None if run is None else (base, space, cand, run)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -47,8 +54,9 @@ def _run(tp, pp, ep, sched, mbs, policy, profile, zero, routing):
        profile=st.sampled_from(["megatron", "paper"]), zero=st.sampled_from([0, 1, 2]),
        routing=st.booleans())
 def test_bound_never_exceeds_the_simulation(tp, pp, ep, sched, mbs, policy, profile, zero, routing):
-    run = _run(tp, pp, ep, sched, mbs, policy, profile, zero, routing)
-    assume(run is not None)
+    case = _case(tp, pp, ep, sched, mbs, policy, profile, zero, routing)
+    assume(case is not None)
+    base, space, cand, run = case
     b = bound_of(run)
     devices = device_metrics(build_timeline(run))
     for r, want in enumerate(b.per_rank_bytes):  # skewed routing: the busiest EP rank's bound
@@ -58,6 +66,10 @@ def test_bound_never_exceeds_the_simulation(tp, pp, ep, sched, mbs, policy, prof
     coarse = coarse_bound_of(run)  # the layout's coarse bound lies below the policy's own
     assert all(c <= e for c, e in zip(coarse.per_rank_bytes, b.per_rank_bytes, strict=True)), (coarse, b)
     assert coarse.time_us <= b.time_us * (1 + 1e-9)
+    # the planner's path: a worker bounds the candidate's layout group once for its policies
+    (group,) = bound_block((base, space, (cand,)))
+    assert group.invalid == ("",) and group.bounds[0] == (coarse.memory_bytes, coarse.memory_rank, coarse.time_us,
+                                                         coarse.memory_bytes > run.hardware.capacity_bytes)
 
 
 @pytest.mark.parametrize("profile", ["megatron", "paper"])

@@ -131,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
         """One stderr line at most every 2 s (and at the end of each stage)."""
         seen[stage] = (done, total)
         now = time.perf_counter()
+        if stage == "bounded":
+            stamps["bounding"] = now - t1
         if stage == "fitting" or (done < total and now - last[0] < 2.0):
             return
         last[0] = now
@@ -143,22 +145,33 @@ def run(args: argparse.Namespace) -> int:
         res = plan(spec, space, engine, keep=args.top, max_events=args.max_events,
                    max_simulations=args.max_simulations or 0, progress=progress)
         stamps["search"] = time.perf_counter() - t1
+        stamps["simulating"] = stamps["search"] - stamps.get("bounding", 0.0)
     finally:
         engine.close()
     print_result(res, args.top)
-    stamps["total"] = time.perf_counter() - t0
-    log = plan_log(res, args, stamps)
-    write_outputs(out, args.force, res, spec, args, log)
+    t2 = time.perf_counter()
+    stamps["writing"] = 0.0  # set as plan.log is written, last (plan_log)
+    stamps["total"] = t2 - t0
+    write_outputs(out, args.force, res, spec, args, lambda: plan_log(res, args, stamps, t2))
     print(f"wrote {out}{os.sep}", file=sys.stderr)
     return 0 if res.ranked else 1
 
 
-def plan_log(res: PlanResult, args: argparse.Namespace, stamps: dict[str, float]) -> str:
+def plan_log(res: PlanResult, args: argparse.Namespace, stamps: dict[str, float], writing_since: float) -> str:
+    """plan.log: the command, the counts, wall times per phase (``bounding``: every candidate's
+    coarse bound; ``simulating``: the rest of the search, exact bounds included; ``writing``:
+    plan.parquet and the best run files, up to this log) and the parent's peak RSS."""
+    import resource
+
+    now = time.perf_counter()
+    stamps = {**stamps, "writing": now - writing_since, "total": stamps["total"] + now - writing_since}
     lines = [f"timeline plan {args.run} --world-size {args.world_size} (engine {args.engine}, "
              f"{args.workers} workers{f', address {args.address}' if args.address else ''})",
              f"global batch {res.space.global_batch}; capacity {gib(res.capacity_bytes)} GiB",
              "counts: " + ", ".join(f"{k} {v:,}" for k, v in res.counts.items())]
     lines += [f"wall {k}: {v:,.1f} s" for k, v in stamps.items()]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    lines.append(f"peak RSS of this process: {peak / 2**20:,.2f} GiB")
     return "\n".join(lines) + "\n"
 
 
@@ -190,7 +203,7 @@ def print_result(res: PlanResult, top: int) -> None:
                       f"{known(r.iteration_time_us) / 1e3:,.1f}", f"{r.tokens_per_s_per_gpu:,.0f}", "", style="green"
                       if r.rank == 1 else None)
     kth = best[-1] if best else None
-    losers = res.ranked[top:top + 3] + sorted((r for r in res.rows if r.pruned_by == "oom"),
+    losers = res.ranked[top:top + 3] + sorted((r for r in res.rows.values() if r.pruned_by == "oom"),
                                              key=lambda r: (known(r.iteration_time_us), r.name))[:3]
     for r in losers:
         peak = known(r.peak_reserved_bytes)

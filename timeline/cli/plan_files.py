@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,8 @@ def best_file_data(data: dict[str, Any], run: RunSpec, r: Row, run_dir: Path, be
 
 
 def write_outputs(out: Path, force: bool, res: PlanResult, base: RunSpec, args: argparse.Namespace,
-                  log: str) -> None:
+                  log: Callable[[], str]) -> None:
+    """Write DIR; ``log`` gives plan.log's text once everything else is written."""
     from timeline.exporters import plan_parquet
 
     data = run_data(args)
@@ -92,9 +94,9 @@ def write_outputs(out: Path, force: bool, res: PlanResult, base: RunSpec, args: 
     def write(folder: Path) -> None:
         with open(folder / plan_parquet.FILENAME, "wb") as handle:
             plan_parquet.write(res, handle)
-        (folder / "plan.log").write_text(log, encoding="utf-8")
         (folder / "best").mkdir()
         for name, text in files:
             (folder / "best" / name).write_text(text, encoding="utf-8")
+        (folder / "plan.log").write_text(log(), encoding="utf-8")
 
     write_dir_atomically(out, force, write, command="plan")

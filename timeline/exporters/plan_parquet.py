@@ -16,54 +16,72 @@ from __future__ import annotations
 from typing import BinaryIO
 
 from timeline.exporters.parquet_util import write_table
-from timeline.plan.search import PlanResult
-from timeline.plan.space import SHORT
+from timeline.plan.search import PRUNED_NAMES, PlanResult, known
+from timeline.plan.space import SHORT, value_text
 
 FILENAME = "plan.parquet"
 SCHEMA = "timeline.plan/2"
 
 
 def write(res: PlanResult, handle: BinaryIO) -> None:
+    import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    rows = res.rows
-    keys = [k for k, _ in res.space.values]
-    cols: dict[str, object] = {"candidate": pa.array([r.name for r in rows], pa.string())}
-    # every candidate lists the same keys in the same order (plan.space.candidates): read by position
-    position = {k: i for i, (k, _) in enumerate(rows[0].candidate.settings)} if rows else {}
-    for key in keys:
-        i = position[key] if rows else 0
-        pairs = [r.candidate.settings[i] for r in rows]
-        assert all(k == key for k, _ in pairs)
-        values = [v for _, v in pairs]
+    cols, table = res.columns, res.columns.table
+    n = table.size
+    fields = [pa.array(texts, pa.string()).take(pa.array(table.codes[:, j])) for j, texts in table.field_texts()]
+    names = pc.binary_join_element_wise(*fields, " ") if len(fields) > 1 else fields[0]
+    out: dict[str, object] = {"candidate": names}
+    for j, (key, vals) in enumerate(res.space.values):
+        codes = table.codes[:, j]
+        present = [vals[c] for c in np.unique(codes)]
         name = SHORT.get(key, key)
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            cols[name] = pa.array(values, pa.int64())
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+            out[name] = pa.array(np.array([v if isinstance(v, int) else 0 for v in vals], dtype=np.int64)[codes],
+                                 pa.int64())
         else:
-            cols[name] = pa.array([str(v).lower() if isinstance(v, bool) else str(v) for v in values], pa.string())
+            out[name] = pa.array([value_text(v) for v in vals], pa.string()).take(pa.array(codes))
 
-    def ints(attr: str) -> object:
-        return pa.array([getattr(r, attr) for r in rows], pa.int64())
+    def nulls(values: np.ndarray, mask: np.ndarray, dtype: object) -> object:
+        return pa.array(values, mask=mask, type=dtype)
 
-    def floats(attr: str) -> object:
-        return pa.array([getattr(r, attr) for r in rows], pa.float64())
+    simulated = [r for r in res.rows.values() if r.simulated]
 
-    cols["dp"] = pa.array([r.dp or None for r in rows], pa.int64())
-    cols["num_microbatches"] = pa.array([r.num_microbatches or None for r in rows], pa.int64())
-    cols["layout"] = pa.array([None if r.layout is None else ",".join(map(str, r.layout)) for r in rows],
-                              pa.string())
-    cols["invalid"] = pa.array([r.invalid for r in rows], pa.string())
-    cols["bound_peak_bytes"] = ints("bound_bytes")
-    cols["bound_pp_rank"] = ints("bound_rank")
-    cols["bound_time_us"] = floats("bound_time_us")
-    cols["bound_exact"] = pa.array([r.bound_exact for r in rows], pa.bool_())
-    cols["simulated"] = pa.array([r.simulated for r in rows], pa.bool_())
+    def sim(attr: str, dtype: type, arrow: object) -> object:
+        values: np.ndarray = np.zeros(n, dtype=dtype)
+        mask = np.ones(n, dtype=bool)
+        for r in simulated:
+            v = getattr(r, attr)
+            if v is not None:
+                values[r.index], mask[r.index] = v, False
+        return nulls(values, mask, arrow)
+
+    out["dp"] = nulls(cols.dp, cols.dp == 0, pa.int64())
+    out["num_microbatches"] = nulls(cols.nmb, cols.nmb == 0, pa.int64())
+    layouts = pa.array([None if x is None else ",".join(map(str, x)) for x in cols.layouts], pa.string())
+    out["layout"] = layouts.take(pa.array(cols.layout))
+    out["invalid"] = pa.array(cols.reasons, pa.string()).take(pa.array(cols.invalid))
+    out["bound_peak_bytes"] = nulls(cols.bound_bytes, ~cols.bounded, pa.int64())
+    out["bound_pp_rank"] = nulls(cols.bound_rank, ~cols.bounded, pa.int64())
+    out["bound_time_us"] = nulls(cols.bound_time, ~cols.bounded, pa.float64())
+    out["bound_exact"] = pa.array(cols.bound_exact, pa.bool_())
+    flags = np.zeros(n, dtype=bool)
+    flags[[r.index for r in simulated]] = True
+    out["simulated"] = pa.array(flags, pa.bool_())
     for attr in ("peak_requested_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "worst_device"):
-        cols[attr] = ints(attr)
-    cols["short_bytes"] = ints("short_bytes")
-    cols["fits"] = pa.array([r.fits for r in rows], pa.bool_())
-    cols["iteration_time_us"] = floats("iteration_time_us")
-    cols["tokens_per_s_per_gpu"] = floats("tokens_per_s_per_gpu")
-    cols["pruned_by"] = pa.array([r.pruned_by for r in rows], pa.string()).dictionary_encode()
-    cols["rank"] = ints("rank")
-    write_table(cols, handle, SCHEMA)
+        out[attr] = sim(attr, np.int64, pa.int64())
+    short = np.zeros(n, dtype=np.int64)
+    for r in simulated:
+        short[r.index] = r.short_bytes
+    out["short_bytes"] = pa.array(short, pa.int64())
+    out["fits"] = sim("fits", np.bool_, pa.bool_())
+    out["iteration_time_us"] = sim("iteration_time_us", np.float64, pa.float64())
+    out["tokens_per_s_per_gpu"] = sim("tokens_per_s_per_gpu", np.float64, pa.float64())
+    out["pruned_by"] = pa.array(PRUNED_NAMES, pa.string()).take(pa.array(cols.pruned)).dictionary_encode()
+    rank = [r for r in res.rows.values() if r.rank is not None]
+    ranks, mask = np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)
+    for r in rank:
+        ranks[r.index], mask[r.index] = known(r.rank), False
+    out["rank"] = nulls(ranks, mask, pa.int64())
+    write_table(out, handle, SCHEMA)

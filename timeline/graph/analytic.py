@@ -118,23 +118,39 @@ def analytic_template(source: AnalyticSource, chunk: int, *, pp_rank: int | None
     ``pp_rank`` (default ``chunk % pp``) picks the entry of a per-rank ``recompute.num_layers``.
     The source's profile (:mod:`timeline.profiles`) is looked up once, here.
     """
+    structure = source.ctx.structure
+    a = _analysis(source, chunk, pp_rank)
+    side_i, side_w = backward_units(a, "split", structure.wgrad_transient)
+    fused, _ = backward_units(a, "fused", structure.wgrad_transient)
+    saved = _saved(a)
+    per_layer = _per_layer(saved)
+    return ChunkTemplate(chunk=chunk, forward=tuple(_forward(a)), backward_i=tuple(to_op(u) for u in side_i),
+                         backward_w=tuple(to_op(u) for u in side_w), layer_activation_bytes=per_layer,
+                         backward=tuple(to_op(u) for u in fused), saved=saved)
+
+
+def analytic_layer_bytes(source: AnalyticSource, chunk: int, *, pp_rank: int | None = None) -> dict[int, int]:
+    """``analytic_template(source, chunk).layer_activation_bytes`` without building the backward
+    (the same analysis, the same saved tensors)."""
+    return _per_layer(_saved(_analysis(source, chunk, pp_rank)))
+
+
+def _analysis(source: AnalyticSource, chunk: int, pp_rank: int | None) -> Analysis:
+    """The chunk's forward ops analysed under the source's recompute regions."""
     ctx = source.ctx
-    structure = ctx.structure
     ops = list(_forward_ops_cached(source.without_recompute(), chunk))
     par = source.parallel
     rank = chunk % par.pp if pp_rank is None else pp_rank
     layers = list(chunk_layers(par, source.model.num_hidden_layers)[chunk])
-    regions = recompute_regions(source.recompute, ops, layers, rank, moe_split=structure.full_recompute_moe_split)
-    a = analyse(ops, ctx.saved, regions)
-    side_i, side_w = backward_units(a, "split", structure.wgrad_transient)
-    fused, _ = backward_units(a, "fused", structure.wgrad_transient)
-    saved = _saved(a)
+    regions = recompute_regions(source.recompute, ops, layers, rank, moe_split=ctx.structure.full_recompute_moe_split)
+    return analyse(ops, ctx.saved, regions)
+
+
+def _per_layer(saved: tuple[SavedTensor, ...]) -> dict[int, int]:
     per_layer: dict[int, int] = {}
     for st in saved:
         per_layer[st.layer] = per_layer.get(st.layer, 0) + st.tensor.size_bytes
-    return ChunkTemplate(chunk=chunk, forward=tuple(_forward(a)), backward_i=tuple(to_op(u) for u in side_i),
-                         backward_w=tuple(to_op(u) for u in side_w), layer_activation_bytes=per_layer,
-                         backward=tuple(to_op(u) for u in fused), saved=saved)
+    return per_layer
 
 
 _LAYER = re.compile(r"layers\.(\d+)")

@@ -24,7 +24,9 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from timeline.graph.build import chunk_layers
+from timeline.graph.analytic import AnalyticSource, analytic_layer_bytes
+from timeline.graph.build import Node, chunk_layers, chunk_nodes
+from timeline.graph.context import BuildCtx
 from timeline.graph.source import ModelSource
 from timeline.graph.static import is_expert_state, optimizer_element_bytes, zero_groups
 from timeline.graph.tensors import DTYPE_BYTES
@@ -34,6 +36,7 @@ from timeline.profiles import Lifecycle, lifecycle
 from timeline.sim.cost import CostModel
 from timeline.sim.estimate import probe_model
 from timeline.sim.static_state import StateRules
+from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import HardwareSpec, ParallelSpec, RecomputeSpec, ScheduleSpec, TrainingSpec
 
@@ -121,11 +124,7 @@ def probe_stats(source: ModelSource, hw: HardwareSpec, par: ParallelSpec, rule: 
             return None
         return kind[layer] if layer < n_layers else "mtp"
 
-    acts: dict[str, int] = {}
-    for layer, b in tpl.layer_activation_bytes.items():
-        g = group(layer) if layer >= 0 else None
-        if g is not None and not zero_acts:
-            acts[g] = acts.get(g, 0) + b
+    acts = _acts(tpl.layer_activation_bytes, kinds, zero_acts)
     comp: dict[str, dict[str, float]] = {}
     comm: dict[str, dict[str, float]] = {}
     phases = {"F": tpl.forward, "B": tpl.backward or tpl.backward_i + tpl.backward_w,
@@ -138,20 +137,11 @@ def probe_stats(source: ModelSource, hw: HardwareSpec, par: ParallelSpec, rule: 
             table = comp if op.kind == "compute" else comm
             row = table.setdefault(g, dict.fromkeys(PHASES, 0.0))
             row[ph] += cost.op_us(op)
-    params: dict[str, list[int]] = {}
-    for node in source.nodes(0):
-        pg = group(node.layer) if node.layer is not None else None
-        pg = pg or ("embedding" if node.name == "embedding" else "head")
-        if pg == "mtp":
-            pg = "head"  # the MTP block's parameters sit with the head on the last virtual stage
-        counted = params.setdefault(pg, [0, 0, 0])
-        for t in node.params:
-            if not t.trainable:
-                counted[2] += t.size_bytes
-            elif is_expert_state(t, rule):
-                counted[1] += t.numel
-            else:
-                counted[0] += t.numel
+    if isinstance(source, AnalyticSource):  # its parameters read neither the micro-batch nor recompute
+        params = _analytic_params(source.model, source.profile, source.framework, source.parallel,
+                                  source.training.dtype, rule, kinds)
+    else:
+        params = _params(source.nodes(0), rule, kinds)
 
     def stats(g: str) -> LayerStats:
         p = params.get(g, [0, 0, 0])
@@ -164,9 +154,62 @@ def probe_stats(source: ModelSource, hw: HardwareSpec, par: ParallelSpec, rule: 
                       mtp=stats("mtp"), embedding=stats("embedding"), head=stats("head"))
 
 
-def coarse_stats(none: ProbeStats, full: ProbeStats, *, zero: bool) -> ProbeStats:
+def _acts(per_layer: dict[int, int], kinds: tuple[tuple[int, str], ...], zero_acts: bool) -> dict[str, int]:
+    """Saved bytes per probe group (dense, moe, mtp) from a probe template's per-layer bytes."""
+    kind = dict(kinds)
+    acts: dict[str, int] = {}
+    for layer, b in per_layer.items():
+        g = (kind[layer] if layer < len(kind) else "mtp") if layer >= 0 else None
+        if g is not None and not zero_acts:
+            acts[g] = acts.get(g, 0) + b
+    return acts
+
+
+@lru_cache(maxsize=4096)
+def probe_act_bytes(source: ModelSource, kinds: tuple[tuple[int, str], ...], zero_acts: bool) -> dict[str, int]:
+    """The saved bytes per probe group that :func:`probe_stats` of the same probe gives
+    (``LayerStats.act_bytes``, 0 where a group saves none), without its backward, costs or
+    parameters: all a coarse bound reads of its full-recompute probe (:func:`coarse_stats`)."""
+    per_layer = analytic_layer_bytes(source, 0) if isinstance(source, AnalyticSource) \
+        else source.template(0).layer_activation_bytes
+    return _acts(per_layer, kinds, zero_acts)
+
+
+@lru_cache(maxsize=4096)
+def _analytic_params(model: ModelSpec, profile: str, framework: FrameworkSpec, par: ParallelSpec, dtype: str, rule: str,
+                     kinds: tuple[tuple[int, str], ...]) -> dict[str, list[int]]:
+    """:func:`_params` of an analytic probe's nodes (``AnalyticSource.nodes(0)``: built from these
+    slices alone), shared by its micro-batch sizes and recompute policies."""
+    ctx = BuildCtx.of(model, profile, framework, par, dtype)
+    return _params(chunk_nodes(ctx, chunk_layers(par, model.num_hidden_layers), 0), rule, kinds)
+
+
+def _params(nodes: list[Node], rule: str, kinds: tuple[tuple[int, str], ...]) -> dict[str, list[int]]:
+    """Per probe group (dense, moe, embedding, head): trainable dense and expert elements and
+    non-trainable bytes of a probe's nodes."""
+    kind = dict(kinds)
+    params: dict[str, list[int]] = {}
+    for node in nodes:
+        layer = node.layer
+        pg = (kind[layer] if layer < len(kind) else "mtp") if layer is not None else None
+        pg = pg or ("embedding" if node.name == "embedding" else "head")
+        if pg == "mtp":
+            pg = "head"  # the MTP block's parameters sit with the head on the last virtual stage
+        counted = params.setdefault(pg, [0, 0, 0])
+        for t in node.params:
+            if not t.trainable:
+                counted[2] += t.size_bytes
+            elif is_expert_state(t, rule):
+                counted[1] += t.numel
+            else:
+                counted[0] += t.numel
+    return params
+
+
+def coarse_stats(none: ProbeStats, full: dict[str, int], *, zero: bool) -> ProbeStats:
     """Per-layer numbers below those of every recompute policy of one layout, from its probes with no
-    recompute (``none``) and with every layer fully recomputed (``full``, ``full:uniform:1``):
+    recompute (``none``) and with every layer fully recomputed (``full``, ``full:uniform:1``: its
+    saved bytes per probe group, :func:`probe_act_bytes`):
 
     - time: recomputation only adds ops to a backward, so ``none``'s per-phase costs are the least;
     - memory: a fully recomputed decoder layer keeps only its checkpointed input, and every policy
@@ -178,12 +221,12 @@ def coarse_stats(none: ProbeStats, full: ProbeStats, *, zero: bool) -> ProbeStat
     ``tests/plan/test_bound.py`` holds the claim on every policy of a small model, and the planner
     checks it on every candidate whose exact bound it computes."""
 
-    def low(a: LayerStats | None, b: LayerStats | None, keep: bool) -> LayerStats | None:
-        if a is None or b is None:
+    def low(a: LayerStats | None, group: str, keep: bool) -> LayerStats | None:
+        if a is None:  # the model has no layer of this kind
             return a
-        return replace(a, act_bytes=min(a.act_bytes, b.act_bytes) if keep and not zero else 0)
+        return replace(a, act_bytes=min(a.act_bytes, full.get(group, 0)) if keep and not zero else 0)
 
-    dense, moe, mtp = low(none.dense, full.dense, True), low(none.moe, full.moe, True), low(none.mtp, full.mtp, False)
+    dense, moe, mtp = low(none.dense, "dense", True), low(none.moe, "moe", True), low(none.mtp, "mtp", False)
     assert mtp is not None
     return replace(none, dense=dense, moe=moe, mtp=mtp)
 
@@ -246,22 +289,30 @@ def bound(st: ProbeStats, *, model: ModelSpec, parallel: ParallelSpec, training:
         if c == last:
             parts += [st.head, st.mtp]
         chunk_parts.append(parts)
+    # per chunk: its parts' sums, each in the parts' order (every chunk sits on one rank)
+    ints = [(sum(p.dense_params for p in parts), sum(p.expert_params for p in parts),
+             sum(p.buffer_bytes for p in parts), sum(p.act_bytes for p in parts)) for parts in chunk_parts]
+    comp_us = [{k: sum(p.compute_us[k] for p in parts) for k in PHASES} for parts in chunk_parts]
+    comm_us = [{k: sum(p.comm_us[k] for p in parts) for k in PHASES} for parts in chunk_parts]
+    spaces: dict[tuple[bool, bool], int] = {}  # a rank's workspaces depend on (holds the head, has MoE layers)
     best = (-1, 0)
     per_rank = []
     time_us = 0.0
     for r, chunks in enumerate(placement):
-        dense = sum(p.dense_params for c in chunks for p in chunk_parts[c])
-        expert = sum(p.expert_params for c in chunks for p in chunk_parts[c])
-        buffers = sum(p.buffer_bytes for c in chunks for p in chunk_parts[c])
-        act = [sum(p.act_bytes for p in chunk_parts[c]) for c in chunks]
+        dense = sum(ints[c][0] for c in chunks)
+        expert = sum(ints[c][1] for c in chunks)
+        buffers = sum(ints[c][2] for c in chunks)
+        act = [ints[c][3] for c in chunks]
         held = max((sum(v * a for v, a in zip(vec, act, strict=True)) for vec in vectors[r]), default=0)
-        mem = (_alive_state(tr, par, life, dense, expert, buffers) + held
-               + _workspaces(life, rules, model, tr, par, chunks, ranges))
+        key = (last in chunks, any(model.is_moe_layer(i) for c in chunks for i in ranges[c]))
+        if key not in spaces:
+            spaces[key] = _workspaces(life, rules, model, tr, par, chunks, ranges)
+        mem = _alive_state(tr, par, life, dense, expert, buffers) + held + spaces[key]
         best = max(best, (mem, -r))
         per_rank.append(mem)
         compute = comm = 0.0
         for (c, k), n in counts[r].items():
-            compute += n * sum(p.compute_us[k] for p in chunk_parts[c])
-            comm += n * sum(p.comm_us[k] for p in chunk_parts[c])
+            compute += n * comp_us[c][k]
+            comm += n * comm_us[c][k]
         time_us = max(time_us, max(compute, comm) if overlapped else compute + comm)
     return Bound(memory_bytes=best[0], memory_rank=-best[1], time_us=time_us, per_rank_bytes=tuple(per_rank))

@@ -1,12 +1,16 @@
 """Plan a job: bound every candidate of a space, simulate the ones the bound cannot rule out,
 cheapest first, and rank the ones that fit.
 
-1. **Bound**: each candidate becomes a run (its :func:`~timeline.plan.space.candidate_edits` of
-   the base run) and is validated, here (an invalid one keeps its reason); in the engine's
-   workers, in blocks of candidates that share probes, a valid one gets its *coarse* static
-   bound (:func:`timeline.plan.bound.coarse_stats`: below the bound of every recompute policy
-   of its layout, from two probes per layout and micro-batch size instead of one per policy). A
-   memory bound over capacity prunes it (``static_bound``).
+1. **Bound**: the space becomes columns (:mod:`timeline.plan.table`, rows in name order). In the
+   engine's workers, in blocks of *layout groups* (the candidates that differ only in their
+   recompute policy) that share probes, each group becomes one run (its
+   :func:`~timeline.plan.space.candidate_edits` of the base run), validated once outside the
+   recompute section and once per policy inside it (an invalid candidate keeps its first
+   problem, as :func:`derive` gives it), and a valid candidate gets its layout's *coarse*
+   static bound (:func:`timeline.plan.bound.coarse_stats`: below the bound of every recompute
+   policy, from two probes per layout and micro-batch size instead of one per policy). A memory
+   bound over capacity prunes it (``static_bound``). The parent spreads the answers over the rows
+   (:class:`~timeline.plan.columns.Columns`).
 2. **Simulate** the rest in order of their exact time bound (then name), a batch at a time, at
    summary level (peaks per device, iteration time). Exact bounds are computed lazily: the
    survivors are taken in order of their coarse time bound, a fixed chunk at a time, until every
@@ -31,53 +35,36 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+import numpy as np
+
 from timeline.compare.metrics import device_metrics
 from timeline.errors import UserError
 from timeline.graph.source import model_source
-from timeline.plan.bound import Bound, Probe, ProbeStats, bound, coarse_stats, probe_stats, zero_acts
+from timeline.plan.bound import (
+    Bound,
+    Probe,
+    ProbeStats,
+    bound,
+    coarse_stats,
+    probe_act_bytes,
+    probe_stats,
+    zero_acts,
+)
+from timeline.plan.columns import PRUNED_NAMES, Columns, GroupResult, Row
 from timeline.plan.engines import Engine
-from timeline.plan.space import Candidate, Space, candidate_edits, candidates
+from timeline.plan.space import Candidate, Space, candidate_edits
+from timeline.plan.table import Table, build_table
 from timeline.profiles import LIMITS, profile
 from timeline.result.build import build_timeline
 from timeline.sim.estimate import estimate_work
 from timeline.sim.static_state import StateRules
 from timeline.spec.recompute import parse_recompute
 from timeline.spec.run import RecomputeSpec, RunSpec
-from timeline.spec.validate import validate_run
+from timeline.spec.validate import run_recompute_problems, validate_all_but_recompute, validate_run
 
 T = TypeVar("T")
-
-PRUNED = ("static_bound", "oom", "invalid", "time_bound", "too_large", "budget")
-
-
-@dataclass(slots=True)
-class Row:
-    """One candidate's fate (a row of plan.parquet)."""
-
-    candidate: Candidate
-    dp: int = 0
-    num_microbatches: int = 0
-    layout: tuple[int, ...] | None = None
-    invalid: str = ""  # "key: problem" of an invalid candidate
-    bound_bytes: int | None = None
-    bound_rank: int | None = None
-    bound_time_us: float | None = None
-    bound_exact: bool = False  # the bound of the candidate's own policy (else its layout's coarse one)
-    simulated: bool = False
-    peak_requested_bytes: int | None = None
-    peak_allocated_bytes: int | None = None
-    peak_reserved_bytes: int | None = None  # max over devices
-    worst_device: int | None = None  # the device with the most peak reserved (or short of the most)
-    short_bytes: int = 0  # oom: what the worst device lacks
-    fits: bool | None = None
-    iteration_time_us: float | None = None
-    tokens_per_s_per_gpu: float | None = None
-    pruned_by: str = ""
-    rank: int | None = None
-
-    @property
-    def name(self) -> str:
-        return self.candidate.name
+#: what other modules take from here (the exporter reads the fates' names through this module)
+__all__ = ["PRUNED_NAMES", "PlanResult", "Row", "derive", "known", "plan", "run_bound", "simulate_summary"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +85,8 @@ class SimSummary:
 class PlanResult:
     space: Space
     capacity_bytes: int
-    rows: list[Row]  # sorted by candidate name
+    columns: Columns  # every candidate, in name order
+    rows: dict[int, Row] = field(default_factory=dict)  # those bounded exactly (and simulated), by table index
     ranked: list[Row] = field(default_factory=list)  # fitting, best first
     counts: dict[str, int] = field(default_factory=dict)
     runs: dict[str, RunSpec] = field(default_factory=dict)  # the ranked candidates' runs, by name
@@ -116,8 +104,12 @@ def simulate_summary(run: RunSpec) -> SimSummary:
                       per_device_reserved=tuple((d.device, d.peak_reserved_bytes) for d in devs))
 
 
-#: a block of candidates with what derives their runs: the base run and the space
+#: a block of layout groups (each as its candidate with the space's first recompute value) with
+#: what derives their runs: the base run and the space
 BoundJob = tuple[RunSpec, Space, tuple[Candidate, ...]]
+#: blocks of layout groups per worker, handed out ROUND_BLOCKS per worker between progress reports
+#: (several per round, so that a slow block does not hold its round's other worker idle)
+BLOCKS_PER_WORKER, ROUND_BLOCKS = 32, 4
 #: chunks of survivors bounded exactly at a time (fixed: the rows must not depend on the workers)
 EXACT_CHUNK = 64
 FULL = parse_recompute("full:uniform:1")
@@ -125,7 +117,8 @@ FULL = parse_recompute("full:uniform:1")
 
 def run_bound(run: RunSpec, *, coarse: bool) -> Bound:
     """The static bound of ``run``: of its own recompute policy, or (``coarse``) its layout's coarse
-    bound, below every policy's (:func:`timeline.plan.bound.coarse_stats`). Probes are cached."""
+    bound, below every policy's (:func:`timeline.plan.bound.coarse_stats`). Probes are cached. The
+    coarse bound reads ``run.recompute`` only through :func:`timeline.plan.bound.zero_acts`."""
     rule = profile(run.profile).params.expert_state_group
 
     def stats(rc: RecomputeSpec) -> ProbeStats:
@@ -134,7 +127,11 @@ def run_bound(run: RunSpec, *, coarse: bool) -> Bound:
         return probe_stats(model_source(probe_run), probe_run.hardware, probe_run.parallel, rule, probe.kinds,
                            zero_acts(rc))
 
-    st = coarse_stats(stats(RecomputeSpec()), stats(FULL), zero=zero_acts(run.recompute)) if coarse \
+    def full_acts() -> dict[str, int]:
+        probe = Probe.of(run.model, FULL, run.parallel, run.training)
+        return probe_act_bytes(model_source(replace(run, **probe.edits())), probe.kinds, zero_acts(FULL))
+
+    st = coarse_stats(stats(RecomputeSpec()), full_acts(), zero=zero_acts(run.recompute)) if coarse \
         else stats(run.recompute)
     rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm, traced=run.trace is not None,
                        expert_state_group=rule)
@@ -155,28 +152,45 @@ def derive(base: RunSpec, space: Space, cand: Candidate) -> tuple[RunSpec | None
     return run, ""
 
 
-def bound_block(job: BoundJob) -> list[Row]:
-    """Derive and coarse-bound a block of candidates (run in a worker; the probes are cached there)."""
-    base, space, cands = job
+def bound_block(job: BoundJob) -> list[GroupResult]:
+    """Derive, validate and coarse-bound a block of layout groups (run in a worker; the probes are
+    cached there). Per group one run is built and validated outside its recompute section; each
+    recompute value adds only that section (:func:`timeline.spec.validate.validate_run` is the
+    concatenation), and the coarse bound is computed once per :func:`zero_acts` class of the
+    group's valid policies — the same values :func:`derive` and :func:`run_bound` give each
+    candidate (``tests/plan/test_table.py`` compares them on whole spaces)."""
+    base, space, groups = job
+    policies = [parse_recompute(text) for text in dict(space.values)["recompute"]]
     out = []
-    for cand in cands:
-        run, invalid = derive(base, space, cand)
-        row = Row(candidate=cand)
-        if run is None:
-            row.invalid, row.pruned_by = invalid, "invalid"
-        else:
-            row.dp, row.num_microbatches, row.layout = run.parallel.dp, run.training.num_microbatches, \
-                run.parallel.layout
-            try:
-                b = run_bound(run, coarse=True)
-            except UserError as exc:  # e.g. a schedule its generator refuses for these counts
-                row.invalid, row.pruned_by = f"schedule.kind: {exc}", "invalid"
-                out.append(row)
+    for cand in groups:
+        edits, key, problem = candidate_edits(cand, space, base.model.num_hidden_layers)
+        if edits is None:
+            out.append(GroupResult(0, 0, None, (f"{key}: {problem}",) * len(policies), (None,) * len(policies)))
+            continue
+        run = replace(base, recompute=RecomputeSpec(),
+                      **{sec: replace(getattr(base, sec), **vals) for sec, vals in edits.sections.items() if vals})
+        before, after = validate_all_but_recompute(run, LIMITS)
+        invalid: list[str] = []
+        bounds: list[tuple[int, int, float, bool] | str | None] = []
+        by_zero: dict[bool, tuple[int, int, float, bool] | str] = {}
+        for rc in policies:
+            problems = before + run_recompute_problems(rc, run.parallel, run.model, before) + after
+            if problems:
+                invalid.append(f"{problems[0][0]}: {problems[0][1]}")
+                bounds.append(None)
                 continue
-            row.bound_bytes, row.bound_rank, row.bound_time_us = b.memory_bytes, b.memory_rank, b.time_us
-            if b.memory_bytes > run.hardware.capacity_bytes:
-                row.pruned_by = "static_bound"
-        out.append(row)
+            zero = zero_acts(rc)
+            if zero not in by_zero:
+                try:
+                    b = run_bound(replace(run, recompute=rc), coarse=True)
+                    by_zero[zero] = (b.memory_bytes, b.memory_rank, b.time_us,
+                                     b.memory_bytes > run.hardware.capacity_bytes)
+                except UserError as exc:  # e.g. a schedule its generator refuses for these counts
+                    by_zero[zero] = f"schedule.kind: {exc}"
+            invalid.append("")
+            bounds.append(by_zero[zero])
+        out.append(GroupResult(run.parallel.dp, run.training.num_microbatches, run.parallel.layout, tuple(invalid),
+                               tuple(bounds)))
     return out
 
 
@@ -185,17 +199,21 @@ def exact_block(job: tuple[RunSpec, ...]) -> list[Bound]:
     return [run_bound(run, coarse=False) for run in job]
 
 
-def _blocks(space: Space, workers: int) -> list[tuple[Candidate, ...]]:
-    """The space in blocks that share probes ((tp, cp, ep, etp, micro-batch) first), about eight
-    per worker, in a fixed order."""
-    def probe_key(c: Candidate) -> tuple:
-        s = dict(c.settings)
-        return tuple(str(s[k]) for k in ("parallel.tp", "parallel.cp", "parallel.ep", "parallel.etp",
-                                         "training.micro_batch_size", "recompute"))
-    cands = sorted(candidates(space), key=lambda c: (probe_key(c), c.name))
-    n = max(1, min(len(cands), 8 * workers))
+def _blocks(table: Table, order: np.ndarray, workers: int) -> list[tuple[Candidate, ...]]:
+    """The space's layout groups in blocks that share probes (``order``: by (tp, cp, ep, etp,
+    micro-batch), :func:`_group_order`), :data:`BLOCKS_PER_WORKER` per worker, in a fixed order."""
+    cands = [table.group_candidate(int(g)) for g in order]
+    n = max(1, min(len(cands), BLOCKS_PER_WORKER * workers))
     size = math.ceil(len(cands) / n) if cands else 1
     return [tuple(cands[i:i + size]) for i in range(0, len(cands), size)]
+
+
+def _group_order(table: Table) -> np.ndarray:
+    """The layout groups in the order :func:`_blocks` hands them out."""
+    keys = [k for k, _ in table.space.values]
+    probe_cols = [keys.index(k) for k in ("parallel.tp", "parallel.cp", "parallel.ep", "parallel.etp",
+                                          "training.micro_batch_size")]
+    return np.lexsort(tuple(table.groups[:, j] for j in reversed(probe_cols)))
 
 
 def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_events: int = 50_000_000,
@@ -206,30 +224,37 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
     ``budget`` — the ranking is then the best among those simulated, not a proof."""
     say = progress or (lambda *_: None)
     cap = base.hardware.capacity_bytes
-    runs_of: dict[str, RunSpec] = {}  # the runs of candidates bounded exactly, derived again here
+    table = build_table(space)
+    order = _group_order(table)
+    jobs: list[BoundJob] = [(base, space, b) for b in _blocks(table, order, engine.workers)]
+    results: list[GroupResult | None] = [None] * len(table.groups)
+    policies = len(dict(space.values)["recompute"])
+    done_groups = 0
+    per_round = ROUND_BLOCKS * engine.workers
+    for i in range(0, len(jobs), per_round):
+        for part in engine.map(bound_block, jobs[i:i + per_round]):
+            for res in part:
+                results[int(order[done_groups])] = res
+                done_groups += 1
+        say("bounded", done_groups * policies, table.size)
+    cols = Columns.of(table, results)
+    rows: dict[int, Row] = {}  # the candidates bounded exactly (and simulated), by table index
+    runs_of: dict[int, RunSpec] = {}  # their runs, derived again here
 
     def run_of(r: Row) -> RunSpec:
-        if r.name not in runs_of:
+        if r.index not in runs_of:
             run, _ = derive(base, space, r.candidate)
             assert run is not None  # the worker derived the same run
-            runs_of[r.name] = run
-        return runs_of[r.name]
+            runs_of[r.index] = run
+        return runs_of[r.index]
 
-    rows: list[Row] = []
-    blocks: list[BoundJob] = [(base, space, b) for b in _blocks(space, engine.workers)]
-    total = sum(len(b[2]) for b in blocks)
-    for i in range(0, len(blocks), engine.workers):
-        for part in engine.map(bound_block, blocks[i:i + engine.workers]):
-            rows += part
-        say("bounded", len(rows), total)
-    rows.sort(key=lambda r: r.name)
-    survivors = sorted((r for r in rows if not r.pruned_by), key=lambda r: (known(r.bound_time_us), r.name))
-    waiting: list[tuple[float, str, int]] = []  # (exact time bound, name, index into survivors)
+    survivors = cols.survivors()  # table indices, by (coarse time bound, name)
+    waiting: list[tuple[float, int, int]] = []  # (exact time bound, table index: name order, survivor position)
     taken = 0  # survivors[:taken] are bounded exactly
 
     def take_chunk() -> None:
         nonlocal taken
-        part = survivors[taken:taken + EXACT_CHUNK]
+        part = [cols.row(int(i)) for i in survivors[taken:taken + EXACT_CHUNK]]
         size = math.ceil(len(part) / engine.workers)
         jobs = [tuple(run_of(r) for r in part[i:i + size]) for i in range(0, len(part), size)]
         exact = [b for block in engine.map(exact_block, jobs) for b in block]
@@ -239,23 +264,23 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
                 (r.name, r.bound_bytes, b.memory_bytes, r.bound_time_us, b.time_us)
             r.bound_bytes, r.bound_rank, r.bound_time_us, r.bound_exact = b.memory_bytes, b.memory_rank, \
                 b.time_us, True
+            rows[r.index] = r
             if b.memory_bytes > cap:
                 r.pruned_by = "static_bound"
             else:
-                heapq.heappush(waiting, (b.time_us, r.name, taken + i))
+                heapq.heappush(waiting, (b.time_us, r.index, taken + i))
         taken += len(part)
 
     def ready() -> bool:
         """Bound exactly until the best waiting candidate is the best of all; False when none is left."""
-        while taken < len(survivors) and (not waiting or known(survivors[taken].bound_time_us) <= waiting[0][0]):
+        while taken < len(survivors) and (not waiting or cols.bound_time[survivors[taken]] <= waiting[0][0]):
             take_chunk()
         return bool(waiting)
 
     def leave(reason: str) -> None:
-        for _, _, i in waiting:
-            survivors[i].pruned_by = reason
-        for r in survivors[taken:]:
-            r.pruned_by = reason
+        for _, i, _ in waiting:
+            rows[i].pruned_by = reason
+        cols.prune(survivors[taken:], reason)
         waiting.clear()
 
     fitting: list[Row] = []
@@ -272,7 +297,7 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
         for _ in range(batch):
             if not ready():
                 break
-            r = survivors[heapq.heappop(waiting)[2]]
+            r = rows[heapq.heappop(waiting)[1]]
             run = run_of(r)
             est = estimate_work(model_source(run), model=run.model, parallel=run.parallel, training=run.training,
                                 recompute=run.recompute, schedule_kind=run.schedule.kind, hardware=run.hardware,
@@ -289,20 +314,14 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
         done += len(todo)
         say("simulated", done, len(survivors))
         say("fitting", len(fitting), len(fitting))
-    ranked = sorted(fitting, key=lambda r: (r.iteration_time_us, r.peak_reserved_bytes, r.name))
+    ranked = sorted(fitting, key=lambda r: (r.iteration_time_us, r.peak_reserved_bytes, r.index))
     for i, r in enumerate(ranked, 1):
         r.rank = i
-    counts = {"candidates": len(rows), "invalid": sum(r.pruned_by == "invalid" for r in rows),
-              "bounded": sum(r.bound_bytes is not None for r in rows),
-              "static_bound": sum(r.pruned_by == "static_bound" for r in rows),
-              "simulated": sum(r.simulated for r in rows), "fit": len(ranked),
-              "oom": sum(r.pruned_by == "oom" for r in rows),
-              "time_bound": sum(r.pruned_by == "time_bound" for r in rows),
-              "too_large": sum(r.pruned_by == "too_large" for r in rows),
-              "budget": sum(r.pruned_by == "budget" for r in rows),
-              "bounded_exactly": sum(r.bound_exact for r in rows)}
-    return PlanResult(space=space, capacity_bytes=cap, rows=rows, ranked=ranked, counts=counts,
-                      runs={r.name: runs_of[r.name] for r in ranked})
+    for r in rows.values():
+        cols.absorb(r)
+    counts = cols.counts(simulated=sum(r.simulated for r in rows.values()), fit=len(ranked))
+    return PlanResult(space=space, capacity_bytes=cap, columns=cols, rows=rows, ranked=ranked, counts=counts,
+                      runs={r.name: runs_of[r.index] for r in ranked})
 
 
 def known(value: T | None) -> T:

@@ -78,10 +78,10 @@ class Candidate:
 
     @property
     def name(self) -> str:
-        return " ".join(f"{SHORT.get(k, k)}={_text(v)}" for k, v in self.settings)
+        return " ".join(f"{SHORT.get(k, k)}={value_text(v)}" for k, v in self.settings)
 
 
-def _text(v: Any) -> str:
+def value_text(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 

@@ -110,6 +110,15 @@ def recompute_problems(rc: RecomputeSpec, par: ParallelSpec, num_layers: int) ->
 def validate_run(run: RunSpec, limits: Mapping[str, ProfileLimits]) -> list[tuple[str, str]]:
     """Every problem of ``run``; ``limits``: every profile's limits by name
     (``timeline.profiles.LIMITS``). A door (``tests/test_layering.py``): validation reads a whole run."""
+    before, after = validate_all_but_recompute(run, limits)
+    return before + run_recompute_problems(run.recompute, run.parallel, run.model, before) + after
+
+
+def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]) -> tuple[
+        list[tuple[str, str]], list[tuple[str, str]]]:
+    """:func:`validate_run`'s problems before and after its recompute section
+    (:func:`run_recompute_problems`), the only one that reads ``run.recompute``: a planner checks
+    one layout once for all its recompute policies."""
     profiles = tuple(limits)
     m, par, tr = run.model, run.parallel, run.training
     problems: list[tuple[str, str]] = model_problems(m)
@@ -189,19 +198,9 @@ def validate_run(run: RunSpec, limits: Mapping[str, ProfileLimits]) -> list[tupl
         add(("parallel.cp", f'attention with learned sinks (GPT-OSS) under profile = "{run.profile}": '
              f"{life.sinks_cp_note}; set cp = 1"))
 
-    # -- recompute --------------------------------------------------------------------------
-    rc = run.recompute
-    if isinstance(rc.num_layers, tuple) and len(rc.num_layers) != par.pp:
-        add(("recompute.num_layers", f"has {len(rc.num_layers)} entries; give one per pipeline rank "
-             f"(pp = {par.pp}) or a single integer"))
-    elif not any(k == "parallel.layout" for k, _ in problems):
-        problems += recompute_problems(rc, par, m.num_hidden_layers)
-    if rc.policy == "selective":
-        if "mla_up_proj" in rc.modules and not m.is_mla:
-            add(("recompute.modules", f'"mla_up_proj" needs an MLA model; {m.name} has none'))
-        for mod in ("moe", "moe_act", "shared_experts"):
-            if mod in rc.modules and not m.is_moe:
-                add(("recompute.modules", f'"{mod}" needs a mixture-of-experts model; {m.name} is dense'))
+    before = problems
+    problems = []
+    add = problems.append
 
     # -- schedule ---------------------------------------------------------------------------
     if kind == "csv" and not run.schedule.csv:
@@ -249,4 +248,24 @@ def validate_run(run: RunSpec, limits: Mapping[str, ProfileLimits]) -> list[tupl
     if hw.non_pytorch_gib >= hw.capacity_gib:
         add(("hardware.non_pytorch_gib", f"{hw.non_pytorch_gib} leaves nothing of capacity_gib="
              f"{hw.capacity_gib} for PyTorch"))
+    return before, problems
+
+
+def run_recompute_problems(rc: RecomputeSpec, par: ParallelSpec, m: ModelSpec,
+                           before: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """:func:`validate_run`'s recompute section: ``rc`` against the layout and the model; ``before``:
+    the problems found before it (a layout problem leaves full recompute's layer count unchecked)."""
+    problems: list[tuple[str, str]] = []
+    add = problems.append
+    if isinstance(rc.num_layers, tuple) and len(rc.num_layers) != par.pp:
+        add(("recompute.num_layers", f"has {len(rc.num_layers)} entries; give one per pipeline rank "
+             f"(pp = {par.pp}) or a single integer"))
+    elif not any(k == "parallel.layout" for k, _ in before):
+        problems += recompute_problems(rc, par, m.num_hidden_layers)
+    if rc.policy == "selective":
+        if "mla_up_proj" in rc.modules and not m.is_mla:
+            add(("recompute.modules", f'"mla_up_proj" needs an MLA model; {m.name} has none'))
+        for mod in ("moe", "moe_act", "shared_experts"):
+            if mod in rc.modules and not m.is_moe:
+                add(("recompute.modules", f'"{mod}" needs a mixture-of-experts model; {m.name} is dense'))
     return problems
