@@ -37,7 +37,6 @@ from typing import TypeVar
 
 import numpy as np
 
-from timeline.compare.metrics import device_metrics
 from timeline.errors import UserError
 from timeline.graph.source import model_source
 from timeline.plan.bound import (
@@ -56,6 +55,7 @@ from timeline.plan.space import Candidate, Space, candidate_edits
 from timeline.plan.table import Table, build_table
 from timeline.profiles import LIMITS, profile
 from timeline.result.build import build_timeline
+from timeline.result.metrics import device_fits
 from timeline.sim.estimate import estimate_work
 from timeline.sim.static_state import StateRules
 from timeline.spec.recompute import parse_recompute
@@ -93,14 +93,16 @@ class PlanResult:
 
 
 def simulate_summary(run: RunSpec) -> SimSummary:
-    """Simulate ``run`` (allocator included, no exports) and keep its peaks and iteration time."""
-    devs = device_metrics(build_timeline(run, model_source))
+    """Simulate ``run`` (allocator included, no exports; the summary-level build, one device at a
+    time) and keep its peaks and iteration time."""
+    tl = build_timeline(run, model_source, summary_only=True)
+    devs = device_fits(tl)
     worst = min(devs, key=lambda d: (-d.over_bytes, -d.peak_reserved_bytes, d.device))
     return SimSummary(peak_requested_bytes=max(d.peak_requested_bytes for d in devs),
                       peak_allocated_bytes=max(d.peak_allocated_bytes for d in devs),
                       peak_reserved_bytes=max(d.peak_reserved_bytes for d in devs), worst_device=worst.device,
                       short_bytes=worst.over_bytes, fits=all(d.fits for d in devs),
-                      iteration_time_us=devs[0].iteration_time_us,
+                      iteration_time_us=tl.meta.iteration_time_us,
                       per_device_reserved=tuple((d.device, d.peak_reserved_bytes) for d in devs))
 
 

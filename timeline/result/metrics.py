@@ -72,6 +72,32 @@ def _capacity(tl: Timeline) -> int:
     return cap
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceFit:
+    """What a plan reads of one device: its peaks and whether it fits (as :class:`DeviceMetrics`
+    says it), from peaks and OOMs alone — a summary-level Timeline has them."""
+
+    device: int
+    peak_requested_bytes: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    over_bytes: int
+    fits: bool
+
+
+def device_fits(tl: Timeline) -> list[DeviceFit]:
+    """Every device's :class:`DeviceFit`, in device order (fits and over_bytes as DeviceMetrics')."""
+    cap = _capacity(tl)
+    out = []
+    for d, dev in enumerate(tl.devices):
+        pk = tl.peak(d)
+        fits = not tl.memory[d].oom and cap - pk.reserved_bytes >= 0
+        out.append(DeviceFit(device=dev.device, peak_requested_bytes=pk.requested_bytes,
+                             peak_allocated_bytes=pk.allocated_bytes, peak_reserved_bytes=pk.reserved_bytes,
+                             over_bytes=0 if fits else max(pk.reserved_bytes - cap, 1), fits=fits))
+    return out
+
+
 def device_metrics(tl: Timeline) -> list[DeviceMetrics]:
     """Every device's :class:`DeviceMetrics`, in device order."""
     iters = tl.meta.iterations
