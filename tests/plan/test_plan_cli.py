@@ -103,8 +103,8 @@ def test_workers_do_not_change_a_byte(planned):
 
 
 def test_best_run_files_reproduce_their_peaks(planned, tmp_path):
-    """With room for 20 fitting candidates, all ten written run files simulate to the peaks
-    plan.parquet holds, to the byte, and fit."""
+    """With room for 20 fitting candidates, all ten written run files simulate (``timeline
+    simulate``, as a user runs them) to the peaks plan.parquet holds, to the byte, and fit."""
     tmp, _ = planned
     plan_dir = tmp_path / "plan"
     assert main(["plan", str(TINY), "--world-size", "8", "--space", str(tmp / "space.toml"), "--top", "10",
@@ -118,11 +118,13 @@ def test_best_run_files_reproduce_their_peaks(planned, tmp_path):
         got = simulate_summary(load_run(path))
         assert (got.peak_requested_bytes, got.peak_reserved_bytes, got.fits) == \
             (want["peak_requested_bytes"], want["peak_reserved_bytes"], True)
-    out = tmp_path / "sim"
-    assert main(["simulate", str(plan_dir / "best" / "01.toml"), "--format", "summary", "-o", str(out)]) == 0
-    summary = json.loads((out / "summary.json").read_text())
-    assert max(d["peak_reserved_bytes"] for d in summary["devices"]) == ranked[0]["peak_reserved_bytes"]
-    assert not any(d["oom"] for d in summary["devices"])
+        out = tmp_path / f"sim{i:02d}"
+        assert main(["simulate", str(path), "--format", "summary", "--no-progress", "-o", str(out)]) == 0
+        devices = json.loads((out / "summary.json").read_text())["devices"]
+        assert max(d["peak_requested_bytes"] for d in devices) == want["peak_requested_bytes"]
+        assert max(d["peak_allocated_bytes"] for d in devices) == want["peak_allocated_bytes"]
+        assert max(d["peak_reserved_bytes"] for d in devices) == want["peak_reserved_bytes"]
+        assert not any(d["oom"] for d in devices)
 
 
 @pytest.mark.parametrize(("argv", "words"), [
