@@ -119,6 +119,18 @@ def test_auto_attention_on_blackwell_in_deterministic_training_follows_the_te_ve
     assert sections(BASE, det, gpu="h100", te_version="2.14")["framework"]["attention_backend"] == "fused"
 
 
+def test_auto_attention_keeps_flash_attention_to_its_head_dims():
+    """TE's "Filter: Head dimension": FlashAttention 2 runs neither MLA nor head dims over 256, so
+    deterministic Ampere falls back to unfused attention there."""
+    det = {"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"}
+    mla = BASE | {"--multi-latent-attention": True}
+    assert sections(mla, det, gpu="a100")["framework"]["attention_backend"] == "unfused"
+    assert sections(mla, det, gpu="h100")["framework"]["attention_backend"] == "fused"
+    wide = BASE | {"--kv-channels": 320}
+    assert sections(wide, det, gpu="a100")["framework"]["attention_backend"] == "unfused"
+    assert sections(BASE | {"--kv-channels": 128}, det, gpu="a100")["framework"]["attention_backend"] == "flash"
+
+
 def test_the_dataloader_batch_follows_create_attention_mask():
     assert sections(BASE)["framework"]["dataloader_batch"] == "mask"  # Megatron's default creates it
     no_mask = BASE | {"--no-create-attention-mask-in-dataloader": True}

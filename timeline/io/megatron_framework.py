@@ -48,6 +48,20 @@ def blackwell_deterministic_fused(te_version: str, attention_dropout: float) -> 
     return attention_dropout == 0.0
 
 
+def _flash2_head_dims(a: ArgReader, sm: int) -> bool:
+    """TE ``get_attention_backend``'s "Filter: Head dimension" for FlashAttention 2 (v2.14): not for MLA
+    (q/k and v head dims differ), and only for head dims ≤ 256 divisible by 8 (> 192 only on sm 80, 90,
+    100 and 120)."""
+    if a.flag("--multi-latent-attention"):
+        return False
+    heads = a.int("--num-attention-heads")
+    hidden = a.int("--hidden-size")
+    head_dim = a.int("--kv-channels") or (hidden // heads if hidden and heads else 0)
+    if not head_dim:
+        return True
+    return head_dim <= 256 and head_dim % 8 == 0 and (head_dim <= 192 or sm in (80, 90, 100, 120))
+
+
 def attention_backend(a: ArgReader, env: dict[str, str], *, sm: int, dtype: str, deterministic: bool,
                       te_version: str = "2.6") -> str:
     """The attention implementation the job runs, after Megatron's argument and TE's switches."""
@@ -61,7 +75,7 @@ def attention_backend(a: ArgReader, env: dict[str, str], *, sm: int, dtype: str,
     # TE 2.6 attention/dot_product_attention/utils.py: get_attention_backend — in deterministic training
     # the F16 fused sub-backend runs only on sm ≥ 90 ("Disabling FusedAttention for determinism
     # reasons"); where flash and fused both remain, fused is preferred on Hopper and later
-    flash = _on(env, "NVTE_FLASH_ATTN") is not False and dtype != "fp32"
+    flash = _on(env, "NVTE_FLASH_ATTN") is not False and dtype != "fp32" and _flash2_head_dims(a, sm)
     fused = _on(env, "NVTE_FUSED_ATTN") is not False and dtype != "fp32" and not (deterministic and sm < 90)
     if fused and deterministic and sm >= 100:
         fused = blackwell_deterministic_fused(te_version, a.float("--attention-dropout", 0.1))
