@@ -20,10 +20,8 @@ QWEN3_MOE = {"model_type": "qwen3_moe", "hidden_size": 128, "num_hidden_layers":
              "vocab_size": 1000}
 B, S = 2, 64
 
-RUN = """\
-[model]
-trace = "{trace}"
-profile = "hf"
+#: the run's sections after [model]: one micro-batch, one iteration, no optimizer step, ideal allocator
+RUN_TAIL = """\
 [training]
 micro_batch_size = {b}
 seq_len = {s}
@@ -35,6 +33,11 @@ optimizer_step = false
 [allocator]
 kind = "ideal"
 """
+RUN = """\
+[model]
+trace = "{trace}"
+profile = "hf"
+""" + RUN_TAIL
 
 
 def capture_config(config: dict, path: Path, b: int = B, s: int = S) -> Path:

@@ -16,7 +16,7 @@ from sources import template_of
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from captures import LLAMA, QWEN3_MOE, B, S, capture_config  # noqa: E402
+from captures import LLAMA, QWEN3_MOE, RUN_TAIL, B, S, capture_config  # noqa: E402
 
 from timeline.errors import SpecError  # noqa: E402
 from timeline.graph.source import model_source  # noqa: E402
@@ -32,17 +32,7 @@ ANALYTIC_RUN = """\
 [model]
 hf_config = "{config}"
 profile = "megatron"
-[training]
-micro_batch_size = {b}
-seq_len = {s}
-num_microbatches = 1
-iterations = 1
-grad_dtype = "bf16"
-master_dtype = "bf16"
-optimizer_step = false
-[allocator]
-kind = "ideal"
-"""
+""" + RUN_TAIL
 
 
 def analytic_names(trace_name: str, local_experts: int) -> list[str]:

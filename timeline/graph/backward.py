@@ -81,9 +81,9 @@ def _resolve(a: Analysis, s: str) -> str:
 def _wgrad_transients(op: FOp, wgrad: str) -> list[TensorDef]:
     """The fresh weight gradients an op's W returns: a "linear" op's under ``wgrad`` ("all" | "head"),
     an embedding lookup's dense ones (its ``wgrad`` / ``pos_wgrad`` extras, where the table has them)."""
-    emb = [op.extras[k] for k in ("wgrad", "pos_wgrad") if k in op.extras]
+    emb = [op.extras[k] for k in ("wgrad", "pos_wgrad") if k in op.extras]  # temporaries, as built
     if emb:
-        return [replace(t, category=Category.TEMPORARY) for t in emb]
+        return emb
     one = _linear_wgrad(op, wgrad)
     return [] if one is None else [one]
 

@@ -38,15 +38,20 @@ class DeviceMetrics:
     @property
     def fits(self) -> bool:
         """No OOM and the peak reserved within capacity."""
-        return not self.oom and self.headroom_bytes >= 0
+        return fit_of(self.headroom_bytes, self.oom)[0]
 
     @property
     def over_bytes(self) -> int:
-        """0 if the device fits; else how much more it needs: peak reserved beyond capacity (the
-        same number as the negative headroom beside it), at least 1 byte when only an OOM shows it."""
-        if self.fits:
-            return 0
-        return max(-self.headroom_bytes, 1)
+        """0 if the device fits; else how much more it needs (:func:`fit_of`)."""
+        return fit_of(self.headroom_bytes, self.oom)[1]
+
+
+def fit_of(headroom_bytes: int, oom: bool) -> tuple[bool, int]:
+    """(fits, over bytes) of a device: it fits without an OOM and with the peak reserved within
+    capacity; otherwise it needs the peak reserved beyond capacity (the negative headroom), at
+    least 1 byte when only an OOM shows it."""
+    fits = not oom and headroom_bytes >= 0
+    return fits, 0 if fits else max(-headroom_bytes, 1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,10 +96,10 @@ def device_fits(tl: Timeline) -> list[DeviceFit]:
     out = []
     for d, dev in enumerate(tl.devices):
         pk = tl.peak(d)
-        fits = not tl.memory[d].oom and cap - pk.reserved_bytes >= 0
+        fits, over = fit_of(cap - pk.reserved_bytes, bool(tl.memory[d].oom))
         out.append(DeviceFit(device=dev.device, peak_requested_bytes=pk.requested_bytes,
                              peak_allocated_bytes=pk.allocated_bytes, peak_reserved_bytes=pk.reserved_bytes,
-                             over_bytes=0 if fits else max(pk.reserved_bytes - cap, 1), fits=fits))
+                             over_bytes=over, fits=fits))
     return out
 
 

@@ -101,32 +101,15 @@ def step_transients(ops: list[FOp], extra: Sequence[int] = ()) -> StepTransients
         sizes.append(size)
         plan.append((size, -1))
     plan += [(0, j) for j in dies.pop(len(ops), [])]
-    live = peak = 0
-    for size, j in plan:
-        live += size if j < 0 else -sizes[j]
-        peak = max(peak, live)
-    return StepTransients(plan=tuple(plan), requested_peak_bytes=peak, names=tuple(names))
+    return StepTransients(plan=tuple(plan), requested_peak_bytes=_requested_peak(plan, sizes), names=tuple(names))
 
 
 def step_transients_scaled(one: StepTransients, tokens: int, extra: list[int]) -> StepTransients:
     """The plan of a ``tokens``-token step from the one-token plan (built with ``len(extra)``
     zero-byte extra buffers) of a step whose tensors are all linear in its tokens: the same
     allocations in the same order, op tensors scaled by ``tokens``, the extras set to ``extra``."""
-    n = sum(1 for _, j in one.plan if j < 0)
-    first_extra = n - len(extra)
-    plan: list[tuple[int, int]] = []
-    sizes: list[int] = []
-    for size, j in one.plan:
-        if j < 0:
-            k = len(sizes)
-            size = extra[k - first_extra] if k >= first_extra else size * tokens
-            sizes.append(size)
-        plan.append((size if j < 0 else 0, j))
-    live = peak = 0
-    for size, j in plan:
-        live += size if j < 0 else -sizes[j]
-        peak = max(peak, live)
-    return StepTransients(plan=tuple(plan), requested_peak_bytes=peak, names=one.names)
+    per_token = [size for size, j in one.plan if j < 0]
+    return step_transients_affine(one, per_token, [0] * len(per_token), tokens, 0, extra)
 
 
 def step_transients_affine(one: StepTransients, per_token: Sequence[int], per_moe: Sequence[int], tokens: int,
@@ -146,11 +129,16 @@ def step_transients_affine(one: StepTransients, per_token: Sequence[int], per_mo
             plan.append((size, -1))
         else:
             plan.append((0, j))
+    return StepTransients(plan=tuple(plan), requested_peak_bytes=_requested_peak(plan, sizes), names=one.names)
+
+
+def _requested_peak(plan: Sequence[tuple[int, int]], sizes: Sequence[int]) -> int:
+    """The most bytes live at once when ``plan`` (size, −1 = alloc | 0, j = free of alloc j) plays out."""
     live = peak = 0
     for size, j in plan:
         live += size if j < 0 else -sizes[j]
         peak = max(peak, live)
-    return StepTransients(plan=tuple(plan), requested_peak_bytes=peak, names=one.names)
+    return peak
 
 
 def run_through_allocator(alloc: CachingAllocator, st: StepTransients,
