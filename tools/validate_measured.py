@@ -7,6 +7,12 @@ compared with ``measured.max_allocated_bytes_second_logged``. Prints predicted, 
 case, then median and worst |error| per family (dense / MoE, published / inferred world size), the
 counts within 1, 2 and 4 %, and the wall time. ``--json FILE`` also writes the rows.
 
+The steady state is compared too: what the device holds after iteration 1's optimizer step (the
+last event before iteration 2 begins) against ``measured.allocated_bytes_first_iter``, which
+``training_log()`` logged then — weights, gradients, optimizer state and persistent workspaces, no
+activations. Cases whose first logged iteration is not 1 (a resumed run's goldens) have no steady
+column.
+
     .venv/bin/python tools/validate_measured.py [--data PATH] [--only SUBSTRING] [--json FILE]
 """
 
@@ -113,8 +119,20 @@ def family(record: dict) -> str:
     return f"{'moe' if moe else 'dense'}{' (inferred world size)' if inferred else ''}"
 
 
-def predict(record: dict) -> tuple[int, int, dict]:
-    """(peak allocated, peak reserved, the reserved gap explained) of the last pipeline rank's device."""
+def steady_after_first(tl: object, d: int) -> int:
+    """Allocated bytes of device ``d`` after iteration 1: just before iteration 2's first event."""
+    import numpy as np
+
+    starts = tl.iteration_starts(d)  # type: ignore[attr-defined]
+    s = tl.series(d)  # type: ignore[attr-defined]
+    end = starts[1] if len(starts) > 1 else float("inf")
+    i = int(np.searchsorted(s.t_us, end, side="left")) - 1
+    return int(s.allocated[i]) if i >= 0 else 0
+
+
+def predict(record: dict) -> tuple[int, int, dict, int]:
+    """(peak allocated, peak reserved, the reserved gap explained, allocated after iteration 1) of the
+    last pipeline rank's device."""
     from timeline.io.megatron_args import from_mapping
     from timeline.io.megatron_write import convert, run_file_text
     from timeline.io.runfile import run_from_data
@@ -133,7 +151,7 @@ def predict(record: dict) -> tuple[int, int, dict]:
     pk = tl.peak(last)
     from timeline.result.reserved_gap import reserved_gap
 
-    return pk.allocated_bytes, pk.reserved_bytes, reserved_gap(tl, last, top=1)
+    return pk.allocated_bytes, pk.reserved_bytes, reserved_gap(tl, last, top=1), steady_after_first(tl, last)
 
 
 def gap_lines(rows: list[dict]) -> list[str]:
@@ -145,11 +163,18 @@ def gap_lines(rows: list[dict]) -> list[str]:
     return out
 
 
+def _steady_cell(r: dict) -> str:
+    if r["steady_measured"] is None:
+        return f"{'-':>10} {'-':>10}"
+    return f"{r['steady_predicted'] / 2**20:>10,.1f} {(r['steady_predicted'] - r['steady_measured']) / 2**20:>+10.1f}"
+
+
 def table(rows: list[dict]) -> str:
-    out = [f"{'case':<78} {'family':<28} {'predicted':>14} {'measured':>14} {'error':>8} {'reserved':>14}"]
+    out = [f"{'case':<78} {'family':<28} {'predicted':>14} {'measured':>14} {'error':>8} {'reserved':>14} "
+           f"{'steady MiB':>10} {'vs meas.':>10}"]
     for r in rows:
         out.append(f"{r['name']:<78} {r['family']:<28} {r['predicted']:>14,} {r['measured']:>14,} "
-                   f"{r['error_pct']:>+7.2f}% {r['reserved']:>14,}")
+                   f"{r['error_pct']:>+7.2f}% {r['reserved']:>14,} {_steady_cell(r)}")
     out.append("")
     for fam in sorted({r["family"] for r in rows}):
         errs = [abs(r["error_pct"]) for r in rows if r["family"] == fam]
@@ -162,6 +187,16 @@ def table(rows: list[dict]) -> str:
             out.append(f"{label:<30} n={len(errs):>3}  median |error| {statistics.median(errs):6.2f}%  "
                        f"worst {max(errs):6.2f}%  within 1/2/4 %: {sum(e <= 1 for e in errs)}/"
                        f"{sum(e <= 2 for e in errs)}/{sum(e <= 4 for e in errs)}")
+    out.append("")
+    out.append("steady state after iteration 1 (predicted − measured allocated_bytes_first_iter):")
+    for label, keep in (("pp = 1", lambda r: r["pp"] == 1), ("pp > 1", lambda r: r["pp"] > 1), ("all", lambda r: True)):
+        ds = [(r["steady_predicted"] - r["steady_measured"]) / 2**20 for r in rows
+              if keep(r) and r["steady_measured"] is not None]
+        pct = [100.0 * abs(r["steady_predicted"] - r["steady_measured"]) / r["steady_measured"] for r in rows
+               if keep(r) and r["steady_measured"] is not None]
+        if ds:
+            out.append(f"  {label:<28} n={len(ds):>3}  median |error| {statistics.median(map(abs, ds)):8.1f} MiB "
+                       f"({statistics.median(pct):.2f}%)  worst {max(ds, key=abs):+9.1f} MiB ({max(pct):.2f}%)")
     return "\n".join(out)
 
 
@@ -176,13 +211,16 @@ def validate(records: list[dict], only: str = "", failed: list | None = None) ->
             continue
         measured = int(rec["measured"]["max_allocated_bytes_second_logged"]["bytes"])
         try:
-            alloc, reserved, gap = predict(rec)
+            alloc, reserved, gap, steady = predict(rec)
         except UserError as exc:
             failed.append((rec["name"], str(exc)))
             continue
+        m = rec["measured"]
+        steady_measured = int(m["allocated_bytes_first_iter"]) if m.get("first_iter") == 1 else None
         rows.append({"name": rec["name"], "family": family(rec), "predicted": alloc, "measured": measured,
                      "error_pct": 100.0 * (alloc - measured) / measured, "reserved": reserved,
-                     "reserved_gap": gap["by_last_occupant"]})
+                     "reserved_gap": gap["by_last_occupant"], "pp": int(rec["parallel"].get("pp") or 1),
+                     "steady_predicted": steady, "steady_measured": steady_measured})
     return rows
 
 
