@@ -74,6 +74,28 @@ TE_PINS = (  # (from date, commit, TE)
 )
 
 
+#: Megatron-Core's version on Megatron-LM's main branch from each commit on
+#: (``git log --first-parent -- megatron/core/package_info.py``: MAJOR.MINOR.PATCH + PRE_RELEASE); the
+#: calibration cases were recorded from 2025-09 on.
+MC_VERSIONS = (  # (from date, commit, Megatron-Core)
+    ("2025-08-18", "8e11c520e4", "0.15.0rc0"),
+    ("2025-08-25", "48406695c4", "0.15.0rc1"),
+    ("2025-09-01", "3271c42838", "0.15.0rc2"),
+    ("2025-09-02", "402549482f", "0.15.0rc3"),
+    ("2025-09-08", "ba97a7e282", "0.15.0rc4"),
+    ("2025-09-15", "2fbece51ec", "0.15.0rc5"),
+    ("2025-09-22", "c78fb08765", "0.15.0rc6"),
+    ("2025-09-29", "e65669313a", "0.15.0rc7"),
+    ("2025-10-06", "f3452948bb", "0.15.0rc8"),
+    ("2025-10-21", "4666de7a28", "0.16.0rc0"),
+    ("2026-03-31", "e1db3211a0", "0.17.0rc0"),
+    ("2026-03-31", "f09f5c98e6", "0.18.0rc0"),
+    ("2026-04-09", "2f5c62c312", "0.18.0"),
+    ("2026-06-03", "7a7f7b4130", "0.19.0"),
+    ("2026-07-29", "efb3963f3c", "0.20.0"),
+)
+
+
 def _recorded(record: dict) -> tuple[str, str]:
     """(commit, date) the case's memory values were recorded at."""
     commit = str(record.get("memory_values_first_commit") or record.get("commit") or "")
@@ -96,6 +118,11 @@ def pytorch_of(record: dict) -> str | None:
     recorded before ``.ngc_version.dev`` existed, where the run file's default stands; no Blackwell
     case is that old)."""
     return _pinned(record, tuple((since, bump, pytorch) for since, bump, _c, pytorch in DEV_CONTAINERS))
+
+
+def megatron_of(record: dict) -> str | None:
+    """The Megatron-Core version of the commit the case's memory values were recorded at."""
+    return _pinned(record, MC_VERSIONS)
 
 
 def te_of(record: dict) -> str | None:
@@ -143,7 +170,7 @@ def predict(record: dict) -> tuple[int, int, dict, int]:
                          family_source=f"the path test_cases/{fam}/")
     world = int(record["parallel"]["world_size"])
     conv = convert(margs, world_size=world, gpu=gpu_of(record), pytorch_version=pytorch_of(record),
-                   te_version=te_of(record))
+                   te_version=te_of(record), megatron_core=megatron_of(record))
     text = run_file_text(conv, name=record["name"].replace("/", "-"), source=record["config_file"], world_size=world)
     run = run_from_data(tomllib.loads(text), Path(f"<from-megatron>/{record['name']}.toml"))
     tl = build_timeline(run)

@@ -51,6 +51,16 @@ def test_pytorch_version_is_written_and_checked(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == "error: --pytorch-version '2': expected X.Y or X.Y.Z"
 
 
+def test_megatron_core_version_is_written_and_checked(tmp_path, capsys):
+    cfg = str(_config(tmp_path))
+    assert main(["from-megatron", cfg, "--world-size", "4", "--megatron-core", "0.15.0rc3"]) == 0
+    assert 'megatron_core = "0.15.0rc3"' in capsys.readouterr().out
+    assert main(["from-megatron", cfg, "--world-size", "4"]) == 0
+    assert 'megatron_core = "0.14.0"' in capsys.readouterr().out
+    assert main(["from-megatron", cfg, "--world-size", "4", "--megatron-core", "core_r0.15"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --megatron-core 'core_r0.15': expected X.Y, X.Y.Z or X.Y.ZrcN"
+
+
 def test_bad_input_is_one_error_line_and_nothing_written(tmp_path, capsys):
     out = tmp_path / "job.toml"
     cfg = _config(tmp_path, ARGS | {"fp8-format": "hybrid"})

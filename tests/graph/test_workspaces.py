@@ -61,3 +61,40 @@ def test_a_version_that_is_not_one_names_the_key():
             "framework": {"pytorch": "latest"}}
     with pytest.raises(UserError, match=r"framework\.pytorch.*'latest' is not a version"):
         run_from_data(data, Path("x.toml"))
+
+
+def _dummy_wgrads(megatron_core: str, te: str = "2.6", fusion: bool = True) -> dict[str, int]:
+    """The cached dummy weight gradients of a 2-layer untied TE GPT (tp 2, pp 1) as ``from-megatron``
+    writes it (name → bytes)."""
+    import tomllib
+
+    from timeline.io.megatron_args import from_mapping
+    from timeline.io.megatron_write import convert, run_file_text
+
+    args = {"--num-layers": 2, "--hidden-size": 256, "--num-attention-heads": 4, "--seq-length": 128,
+            "--max-position-embeddings": 128, "--micro-batch-size": 1, "--global-batch-size": 2, "--bf16": True,
+            "--tensor-model-parallel-size": 2, "--untie-embeddings-and-output-weights": True,
+            "--vocab-size": 2000, "--make-vocab-size-divisible-by": 128}
+    if not fusion:
+        args["--no-gradient-accumulation-fusion"] = True
+    conv = convert(from_mapping(args, {}, family="gpt", family_source="x"), world_size=2, te_version=te,
+                   megatron_core=megatron_core)
+    run = run_from_data(tomllib.loads(run_file_text(conv, name="x", source="x", world_size=2)), Path("x.toml"))
+    tl = build_timeline(run)
+    ev = tl.events(0)
+    return {tl.names[t]: int(s) for t, s, sign in zip(ev.tensor, ev.size, ev.sign, strict=True)
+            if sign > 0 and tl.names[t].startswith("workspace.te_dummy_wgrad")}
+
+
+def test_te_dummy_wgrads_per_main_grad_shape_and_the_output_layer_from_megatron_core_0_15():
+    """TE's ``get_dummy_wgrad`` (module/base.py, from 2.3): one bf16 ``torch.empty`` per distinct
+    main_grad shape of the TE linears (h = 256, tp 2: qkv [384, 256], proj [256, 128], fc1 [512, 256],
+    fc2 [256, 512]); Megatron's own output layer ([V_pad/tp, h] = [1024, 256], vocabulary 2,000 padded to
+    a multiple of 128·2) calls it from e7c55de (layers.py:
+    LinearWithGradAccumulationAndAsyncCommunication.backward), Megatron-Core 0.15 on main."""
+    te_linears = {"workspace.te_dummy_wgrad_384x256": 384 * 256 * 2, "workspace.te_dummy_wgrad_256x128": 256 * 128 * 2,
+                  "workspace.te_dummy_wgrad_512x256": 512 * 256 * 2, "workspace.te_dummy_wgrad_256x512": 256 * 512 * 2}
+    assert _dummy_wgrads("0.14.0") == te_linears
+    assert _dummy_wgrads("0.15.0rc3") == te_linears | {"workspace.te_dummy_wgrad_1024x256": 1024 * 256 * 2}
+    assert _dummy_wgrads("0.15.0rc3", fusion=False) == {}
+    assert _dummy_wgrads("0.16.0", te="2.2") == {}

@@ -32,6 +32,9 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world-size", type=positive, required=True, metavar="N",
                         help="GPUs of the job (dp = N / (tp·pp·cp))")
     parser.add_argument("--gpu", default="h100", choices=list(GPUS), help="GPU kind (default h100)")
+    parser.add_argument("--megatron-core", metavar="X.Y.Z",
+                        help="Megatron-Core version the job ran (megatron/core/package_info.py; default 0.14.0); "
+                             "from 0.15 Megatron's own output layer reuses TE's cached dummy weight gradient")
     parser.add_argument("--te-version", metavar="X.Y", help="Transformer Engine version the job ran (default 2.6)")
     parser.add_argument("--pytorch-version", metavar="X.Y",
                         help="PyTorch version the job ran (default 2.13); sizes PyTorch's default cuBLAS "
@@ -57,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{out} exists; pass --force to replace it")
     margs = read_megatron_config(path)
     conv = convert(margs, world_size=args.world_size, gpu=args.gpu, te_version=args.te_version,
-                   pytorch_version=args.pytorch_version)
+                   pytorch_version=args.pytorch_version, megatron_core=args.megatron_core)
     text = run_file_text(conv, name=args.name or default_name(path), source=str(path), world_size=args.world_size)
     if out is None:
         with tempfile.TemporaryDirectory() as folder:  # what is printed must load as it stands

@@ -111,11 +111,12 @@ def allocator_conf(text: str, c: Conversion) -> None:
 
 
 def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_version: str | None,
-              pytorch_version: str | None = None) -> None:
+              pytorch_version: str | None = None, megatron_core: str | None = None) -> None:
     """``[framework]``, ``[allocator]`` and ``[hardware]`` from the arguments and the environment."""
     sm = int(GPUS[gpu]["sm"])
     dtype = c.sections["training"]["dtype"]
     deterministic = a.flag("--deterministic-mode") or env.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "1") == "0"
+    c.put("framework.megatron_core", megatron_core or "0.14.0")
     c.put("framework.transformer_engine", te_version or "2.6")
     c.put("framework.pytorch", pytorch_version or "2.13")
     impl = a.str("--transformer-impl", "transformer_engine")

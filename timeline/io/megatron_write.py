@@ -31,7 +31,7 @@ SECTION_ORDER = ("model", "parallel", "training", "recompute", "schedule", "allo
 
 
 def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_version: str | None = None,
-            pytorch_version: str | None = None) -> Conversion:
+            pytorch_version: str | None = None, megatron_core: str | None = None) -> Conversion:
     """The run-file data of the job ``margs`` describes on ``world_size`` GPUs of kind ``gpu``."""
     if world_size < 1:
         raise UserError(f"--world-size must be 1 or more, got {world_size}")
@@ -40,13 +40,16 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     for flag, version in (("--te-version", te_version), ("--pytorch-version", pytorch_version)):
         if version is not None and not re.fullmatch(r"\d+\.\d+(\.\d+)?", version):
             raise UserError(f"{flag} {version!r}: expected X.Y or X.Y.Z")
+    if megatron_core is not None and not re.fullmatch(r"\d+\.\d+(\.\d+)?(rc\d+)?", megatron_core):
+        raise UserError(f"--megatron-core {megatron_core!r}: expected X.Y, X.Y.Z or X.Y.ZrcN")
     a = ArgReader(margs.args)
     refuse_unmodelled(margs, a)
     c = Conversion()
     map_model(a, c)
     dp, _ = map_parallel(a, c, world_size)
     map_training(a, c, dp)
-    framework(a, c, margs.env, gpu=gpu, te_version=te_version, pytorch_version=pytorch_version)
+    framework(a, c, margs.env, gpu=gpu, te_version=te_version, pytorch_version=pytorch_version,
+              megatron_core=megatron_core)
     given = {k: v for k, v in c.mapped.items() if k in margs.args}
     for name in margs.args:
         if name in a.read or name in given:
