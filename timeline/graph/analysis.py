@@ -10,13 +10,13 @@ last forward op whose backward needs something the region dropped). Builds no op
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
 from timeline.graph.ir import FOp
 from timeline.graph.recompute import Region
-from timeline.graph.tensors import TensorDef
+from timeline.graph.tensors import Category, TensorDef
 from timeline.profiles.base import SaveRules
 
 NON_DIFF = frozenset({"int64", "int32", "int16", "uint8", "bool"})
@@ -42,6 +42,7 @@ class Analysis:
     dropped: dict[str, int] = field(default_factory=dict)  # storage -> region index
     anchor: dict[int, int] = field(default_factory=dict)  # region index -> forward op index
     region_of: dict[int, int] = field(default_factory=dict)  # op index -> region index
+    scratch: dict[int, list[TensorDef]] = field(default_factory=dict)  # op index -> its backward's scratch
 
     @property
     def kept(self) -> list[str]:
@@ -81,6 +82,12 @@ def analyse(ops: list[FOp], table: SaveRules, regions: list[Region]) -> Analysis
                 continue
             a.savers[slot_t.storage].append(Saver(op=i, wgrad=slot in rule.wgrad and op.wflops > 0,
                                              keep=slot in rule.keep_under_recompute, source=rule.source))
+        for slot in rule.backward_scratch:
+            where, key = slot.split(":")
+            like = {"in": op.inputs, "out": op.outputs, "extra": op.extras}[where].get(key)
+            if like is not None:
+                name = f"{op.name}.backward_scratch.{key}"
+                a.scratch.setdefault(i, []).append(replace(like, name=name, storage=name, category=Category.TEMPORARY))
     for r, reg in enumerate(regions):
         members = set(reg.ops)
         for i in reg.ops:

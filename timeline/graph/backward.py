@@ -124,6 +124,9 @@ def backward_units(a: Analysis, mode: str, wgrad: str = "none") -> tuple[list[Un
             if differentiable(t) and t.storage not in seen_grad:
                 seen_grad.add(t.storage)
                 u.allocs.append(grad_of(a.tensors[t.storage]))
+        for scratch in a.scratch.get(i, ()):  # freed by this unit, when its backward returns
+            u.allocs.append(scratch)
+            u.needs.append(scratch.storage)
         has_w = op.wflops > 0
         outs = [f"grad:{t.storage}" for t in op.outputs.values()]
         if not has_w:

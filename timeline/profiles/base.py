@@ -62,6 +62,8 @@ class SaveRule:
     saves: tuple[str, ...] = ()  # "in:SLOT" | "out:SLOT" | "extra:SLOT"
     wgrad: tuple[str, ...] = ()  # of ``saves``, those only the weight gradient reads
     keep_under_recompute: tuple[str, ...] = ()  # kept even inside a recomputed region
+    backward_scratch: tuple[str, ...] = ()  # slots whose shape and dtype the op's input-gradient backward
+    # allocates once more as scratch, freed when that backward returns
     source: str = ""
 
 
@@ -124,6 +126,8 @@ class Structure:
     # is added into the grads buffer and freed: "all" of them, "head" (the output layer only) or "none"
     ce_inplace: bool = False  # the loss writes its gradient into the 16-bit logits and keeps only them (TE's
     # parallel_cross_entropy): no fp32 softmax numerators
+    ce_compiled: bool = False  # the vocab-parallel loss's steps run under torch.compile (Megatron's native fused
+    # cross entropy): its backward copies the fp32 softmax numerators once more
     softmax_fp32: bool = False  # eager attention's softmax runs on an fp32 copy and keeps its fp32 output;
     # a cast back to the 16-bit dtype feeds dropout and attention over V (Megatron's unfused FusedScaleMaskSoftmax)
     megatron_moe: bool = False  # router and alltoall dispatcher as Megatron-Core (moe_utils.py): scores and

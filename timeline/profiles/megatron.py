@@ -150,6 +150,17 @@ RULES: dict[str, SaveRule] = {
                         source=f"{MC}/tensor_parallel/cross_entropy.py: _VocabParallelCrossEntropy.forward saves "
                                "exp_logits (fp32), target_mask, masked_target_1d (also "
                                f"{MC}/fusions/fused_cross_entropy.py)"),
+    "ce_loss_compiled": SaveRule(saves=("extra:exp_logits", "extra:target_mask", "extra:masked_target"),
+                                 backward_scratch=("extra:exp_logits",),
+                                 source=f"{MC}/fusions/fused_cross_entropy.py: _VocabParallelCrossEntropy (the "
+                                        "--cross-entropy-fusion-impl native path of language_module.py: "
+                                        "compute_language_model_loss) saves exp_logits, target_mask, masked_target_1d "
+                                        "as the unfused loss; its steps are jit_fuser = torch.compile (core/jit.py, "
+                                        "torch >= 2.2). calculate_gradients mutates the saved softmax through a view "
+                                        "(grad_2d[arange_1d, masked_target_1d] -= softmax_update): Inductor's "
+                                        "functionalised kernel scatters into a fresh fp32 [N, V] copy, writes the "
+                                        "result back into the softmax and returns a fresh bf16 gradient (read off "
+                                        "torch 2.13's generated code: buf0 fp32 [N, V], buf2 bf16 [s, b, V])"),
     "ce_loss_inplace": SaveRule(saves=("in:x",),
                                 source=f"{TE}/cross_entropy.py: CrossEntropyFunction.forward — "
                                        "triton cross_entropy_forward writes the gradient into the bf16 logits in "
@@ -200,6 +211,7 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
     fp32 = (local or spec.attention_backend == "local") and not spec.masked_softmax_fusion \
         and spec.attention_softmax_in_fp32
     ce = spec.cross_entropy_fusion == "te"
+    compiled = spec.cross_entropy_fusion == "native"
     wgrad = wgrad_rule(spec)
     # MC transformer/moe/token_dispatcher.py: MoEAllGatherTokenDispatcher (flex's DeepEP buffers are outside
     # PyTorch's allocator; its permutation is modelled as alltoall's); MC transformer/moe/router.py:
@@ -208,10 +220,10 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
     router = "sinkhorn" if spec.moe_router_load_balancing == "sinkhorn" else table.moe_router
     if not eager and fused == table.fused_norm_linear and not ce and wgrad == table.wgrad_transient \
             and dispatcher == table.moe_dispatcher and router == table.moe_router and not flash_copies \
-            and spec.dataloader_batch == table.dataloader_batch:
+            and spec.dataloader_batch == table.dataloader_batch and not compiled:
         return table
     return replace(table, attention="eager" if eager else table.attention, fused_norm_linear=fused, softmax_fp32=fp32,
-                   ce_inplace=ce, wgrad_transient=wgrad, moe_dispatcher=dispatcher, moe_router=router,
+                   ce_inplace=ce, ce_compiled=compiled, wgrad_transient=wgrad, moe_dispatcher=dispatcher, moe_router=router,
                    te_flash_copies=flash_copies, dataloader_batch=spec.dataloader_batch)
 
 

@@ -60,6 +60,7 @@ def forward(b: Builder, prefix: str, norm_name: str, x: TensorDef, layer: int | 
               "target_mask": b.tensor(f"{prefix}.loss.target_mask", (rows,), "bool"),
               "masked_target": b.tensor(f"{prefix}.loss.masked_target", (rows,), "int64"),
               "total_weight": b.tensor(f"{prefix}.loss.total_weight", (1,), "fp32")}
-    b.op(f"{prefix}.loss", "ce_loss", layer, {"x": logits}, {"y": loss}, extras=extras, flops=6.0 * rows * vocab)
+    rule = "ce_loss_compiled" if b.table.ce_compiled else "ce_loss"
+    b.op(f"{prefix}.loss", rule, layer, {"x": logits}, {"y": loss}, extras=extras, flops=6.0 * rows * vocab)
     return loss
 
