@@ -62,6 +62,19 @@ def _flash2_head_dims(a: ArgReader, sm: int) -> bool:
     return head_dim <= 256 and head_dim % 8 == 0 and (head_dim <= 192 or sm in (80, 90, 100, 120))
 
 
+def aux_loss_coeff(value: object) -> float:
+    """``--moe-aux-loss-coeff`` as one number: the largest of its values (one per aux-loss type; the loss
+    is computed when its coefficient is > 0)."""
+    items = value if isinstance(value, list | tuple) else str(value).split()
+    try:
+        coeffs = [float(v) for v in items]
+    except ValueError:
+        raise UserError(f"--moe-aux-loss-coeff: expected numbers, got {value!r}") from None
+    if not coeffs or min(coeffs) < 0:
+        raise UserError(f"--moe-aux-loss-coeff: expected numbers >= 0, got {value!r}")
+    return max(coeffs)
+
+
 def attention_backend(a: ArgReader, env: dict[str, str], *, sm: int, dtype: str, deterministic: bool,
                       te_version: str = "2.6") -> str:
     """The attention implementation the job runs, after Megatron's argument and TE's switches."""
@@ -159,12 +172,19 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
         if rd not in ("", "fp32", "fp64"):
             raise UserError(f"--moe-router-dtype {rd}: use fp32 or fp64")
         c.put("framework.moe_router_dtype", rd, "--moe-router-dtype")
+        # arguments.py: --moe-aux-loss-coeff (nargs='+', default 0.0), --moe-z-loss-coeff (default None)
+        c.put("framework.moe_aux_loss_coeff", aux_loss_coeff(a.value("--moe-aux-loss-coeff", 0.0)),
+              "--moe-aux-loss-coeff")
+        c.put("framework.moe_z_loss", a.value("--moe-z-loss-coeff") is not None, "--moe-z-loss-coeff")
         c.put("framework.moe_permute_fusion", a.flag("--moe-permute-fusion"), "--moe-permute-fusion")
         c.put("framework.moe_grouped_gemm", a.flag("--moe-grouped-gemm"), "--moe-grouped-gemm")
         score = a.str("--moe-router-score-function", "softmax")
         if score not in ("softmax", "sigmoid"):
             raise UserError(f"--moe-router-score-function {score}: use softmax or sigmoid")
         a.flag("--moe-router-pre-softmax")  # softmax before top-k: the same tensors' shapes
+    else:  # a dense model runs no router: its loss coefficients move nothing
+        a.value("--moe-aux-loss-coeff")
+        a.value("--moe-z-loss-coeff")
     if "CUBLAS_WORKSPACE_CONFIG" in env:
         c.put("framework.cublas_workspace_config", env["CUBLAS_WORKSPACE_CONFIG"])
         c.env_mapped["CUBLAS_WORKSPACE_CONFIG"] = "framework.cublas_workspace_config"
