@@ -24,6 +24,7 @@ in :mod:`timeline.profiles.megatron_workspaces`, the GPT-OSS rules in
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from timeline.profiles import megatron_gptoss
 from timeline.profiles.base import Lifecycle, Limits, ParamRules, Profile, SaveRule, SaveRules, Structure
@@ -255,7 +256,7 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
 INDEX_ADD_KEEPS_SOURCE = (2, 12)
 
 
-def moe_switches(spec: FrameworkSpec) -> dict[str, object]:
+def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
     """The MoE ``Structure`` switches ``[framework]`` sets (router dtype, aux and z losses, permute fusion,
     the deterministic unpermute).
 
