@@ -167,24 +167,28 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
         lb = a.str("--moe-router-load-balancing-type", "aux_loss")
         if lb not in ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"):
             raise UserError(f"--moe-router-load-balancing-type {lb}: not a Megatron router")
-        c.put("framework.moe_router_load_balancing", lb, "--moe-router-load-balancing-type")
+        # MC transformer/moe/router.py: TopKRouter.is_aux_loss_enabled — an aux-loss type with coefficient 0
+        # (arguments.py: --moe-aux-loss-coeff, nargs='+', default 0.0) computes no loss: the top-k router as "none"
+        if lb.endswith("aux_loss") and aux_loss_coeff(a.value("--moe-aux-loss-coeff", 0.0)) == 0:
+            lb = "none"
+        c.put("framework.moe_router_load_balancing", lb, "--moe-router-load-balancing-type", "--moe-aux-loss-coeff")
         rd = a.str("--moe-router-dtype", "") or ""
         if rd not in ("", "fp32", "fp64"):
             raise UserError(f"--moe-router-dtype {rd}: use fp32 or fp64")
         c.put("framework.moe_router_dtype", rd, "--moe-router-dtype")
-        # arguments.py: --moe-aux-loss-coeff (nargs='+', default 0.0), --moe-z-loss-coeff (default None)
-        c.put("framework.moe_aux_loss_coeff", aux_loss_coeff(a.value("--moe-aux-loss-coeff", 0.0)),
-              "--moe-aux-loss-coeff")
-        c.put("framework.moe_z_loss", a.value("--moe-z-loss-coeff") is not None, "--moe-z-loss-coeff")
         c.put("framework.moe_permute_fusion", a.flag("--moe-permute-fusion"), "--moe-permute-fusion")
         c.put("framework.moe_grouped_gemm", a.flag("--moe-grouped-gemm"), "--moe-grouped-gemm")
         score = a.str("--moe-router-score-function", "softmax")
         if score not in ("softmax", "sigmoid"):
             raise UserError(f"--moe-router-score-function {score}: use softmax or sigmoid")
         a.flag("--moe-router-pre-softmax")  # softmax before top-k: the same tensors' shapes
+        if a.has("--moe-z-loss-coeff"):  # router.py: TopKRouter.apply_z_loss runs whenever it is given
+            raise UserError("--moe-z-loss-coeff: the router's z-loss (computed for any given coefficient, 0 "
+                            "included) keeps the logits and their logsumexp per MoE layer, which the run file "
+                            "cannot say yet; drop the argument to simulate without it")
     else:  # a dense model runs no router: its loss coefficients move nothing
         a.value("--moe-aux-loss-coeff")
-        a.value("--moe-z-loss-coeff")
+        a.has("--moe-z-loss-coeff")
     if "CUBLAS_WORKSPACE_CONFIG" in env:
         c.put("framework.cublas_workspace_config", env["CUBLAS_WORKSPACE_CONFIG"])
         c.env_mapped["CUBLAS_WORKSPACE_CONFIG"] = "framework.cublas_workspace_config"

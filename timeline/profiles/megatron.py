@@ -257,23 +257,23 @@ INDEX_ADD_KEEPS_SOURCE = (2, 12)
 
 
 def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
-    """The MoE ``Structure`` switches ``[framework]`` sets (router dtype, aux and z losses, permute fusion,
-    the deterministic unpermute).
+    """The MoE ``Structure`` switches ``[framework]`` sets (router dtype, aux loss, permute fusion, the
+    deterministic unpermute).
 
     MC transformer/moe/router.py: ``TopKRouter.gating`` → moe_utils.py ``router_gating_linear`` returns the
     logits in ``--moe-router-dtype``; ``TopKRouter.routing`` computes the aux-loss scores only when
-    ``is_aux_loss_enabled()`` (the routing type is an aux-loss type whose coefficient is > 0), ``apply_z_loss``
-    whenever ``moe_z_loss_coeff is not None``. moe_utils.py ``permute`` / ``unpermute`` / ``sort_chunks_by_idxs``
+    ``is_aux_loss_enabled()`` (an aux-loss type whose coefficient is > 0: the run file's aux-loss types say
+    so, from-megatron writes ``"none"`` for a coefficient of 0). ``apply_z_loss`` (whenever
+    ``moe_z_loss_coeff is not None``) has no run-file key yet, so ``moe_z_loss`` stays off. moe_utils.py ``permute`` / ``unpermute`` / ``sort_chunks_by_idxs``
     call TE's fused kernels under ``--moe-permute-fusion``; the unfused ``unpermute`` uses ``index_add_`` when
     ``torch.are_deterministic_algorithms_enabled()`` (megatron/training/arguments.py: ``--deterministic-mode``
     calls ``torch.use_deterministic_algorithms(True)``), whose autograd node keeps ``source`` (PyTorch
     tools/autograd/derivatives.yaml ``index_add``: ``grad.index_select(dim, index).expand_as(source)``;
     ``IndexAddBackward0._saved_source`` on 2.13) from :data:`INDEX_ADD_KEEPS_SOURCE` on."""
-    aux = spec.moe_router_load_balancing in ("aux_loss", "seq_aux_loss", "global_aux_loss") \
-        and spec.moe_aux_loss_coeff > 0
+    aux = spec.moe_router_load_balancing in ("aux_loss", "seq_aux_loss", "global_aux_loss")
     index_add = spec.deterministic and not spec.moe_permute_fusion \
         and version_tuple(spec.pytorch) >= INDEX_ADD_KEEPS_SOURCE
-    return {"moe_router_dtype": spec.moe_router_dtype, "moe_aux_loss": aux, "moe_z_loss": spec.moe_z_loss,
+    return {"moe_router_dtype": spec.moe_router_dtype, "moe_aux_loss": aux,
             "moe_permute_fusion": spec.moe_permute_fusion, "moe_unpermute": "index_add" if index_add else "scatter_add"}
 
 
