@@ -104,3 +104,16 @@ def test_z_loss_keeps_logits_and_logsumexp(monkeypatch: pytest.MonkeyPatch) -> N
     assert got[f"{P}.router.logits"] == ((T, E), "fp32", 4 * T * E)
     assert got[f"{P}.router.z_loss.logsum"] == ((T,), "fp32", 4 * T)
     assert got[f"{P}.router.z_loss.loss"] == ((1,), "fp32", 4)
+
+
+def test_sigmoid_top_k_stays_fp32_from_megatron_core_0_18() -> None:
+    old, new = saved_bytes(), saved_bytes('framework.megatron_core="0.18.0"')
+    # core_v0.14.0: sigmoid(logits.float()) kept in fp32, then cast; the gather keeps the bf16 copy
+    assert old[f"{P}.router.scores"] == ((T, E), "bf16", 2 * T * E)
+    assert old[f"{P}.router.scores_saved"] == ((T, E), "fp32", 4 * T * E)
+    assert old[f"{P}.router.topk_raw_weights"] == ((T, K), "bf16", 2 * T * K)
+    # eb80b74 (core_v0.18.0): one fp32 [t, E] (the sigmoid's result the gather reads), fp32 top-k and sum
+    assert new[f"{P}.router.scores"] == ((T, E), "fp32", 4 * T * E) and f"{P}.router.scores_saved" not in new
+    assert new[f"{P}.router.topk_raw_weights"] == ((T, K), "fp32", 4 * T * K)
+    assert new[f"{P}.router.topk_denominator"] == ((T,), "fp32", 4 * T)
+    assert saved_bytes('framework.megatron_core="0.17.0"')[f"{P}.router.scores"][1] == "bf16"

@@ -149,6 +149,8 @@ class Structure:
     moe_z_loss: bool = False  # the router's z-loss is computed (--moe-z-loss-coeff given): logsumexp keeps the logits
     moe_permute_fusion: bool = False  # TE's fused permute/unpermute/chunk sort keep int32 row-id maps
     # instead of the unfused int64 sorted indices and the transposed probs and routing map
+    moe_router_fp32_topk: bool = False  # a sigmoid router's top-k and normalisation stay in fp32 and only the
+    # final probs are cast to the logits dtype (Megatron-Core from 0.18; before, the scores are cast first)
     moe_unpermute: str = "scatter_add"  # "index_add": the unfused unpermute under deterministic algorithms
     # (torch.Tensor.index_add_, whose autograd node keeps its source, the experts' output rows)
 

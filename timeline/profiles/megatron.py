@@ -118,7 +118,8 @@ RULES: dict[str, SaveRule] = {
                                     "torch.softmax(top-k logits, dtype=fp32) saves its result [tokens, k]"),
     "topk": SaveRule(saves=("in:x", "out:idx", "extra:denominator", "extra:raw_weights"),
                      source=f"{MOE_UTILS}: topk_routing_with_score_function (sigmoid) — torch.gather(scores, 1, "
-                            "top_indices) saves scores (cast to the logits dtype) and the int64 indices; "
+                            "top_indices) saves scores (cast to the logits dtype; fp32 from Megatron-LM eb80b74, "
+                            "core_v0.18.0, which casts only the final probs) and the int64 indices; "
                             "scores / (scores.sum(-1) + 1e-20) saves both; the group-limited top-k keeps nothing"),
     "topk_softmax": SaveRule(saves=("out:idx",),
                              source=f"{MOE_UTILS}: topk_routing_with_score_function (softmax) — torch.topk on "
@@ -256,6 +257,13 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
 INDEX_ADD_KEEPS_SOURCE = (2, 12)
 
 
+#: Megatron-LM eb80b74 (2026-04-14, "[MoE] Add a new score function to the router", first in core_v0.18.0):
+#: moe_utils.py topk_routing_with_score_function keeps the sigmoid scores in fp32 through the gather and the
+#: normalisation and casts only the probs (``probs.type_as(logits)``); core_v0.14.0 cast the sigmoid and the
+#: gathered scores to the logits dtype first
+ROUTER_FP32_TOPK = (0, 18)
+
+
 def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
     """The MoE ``Structure`` switches ``[framework]`` sets (router dtype, aux loss, permute fusion, the
     deterministic unpermute).
@@ -274,6 +282,7 @@ def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
     index_add = spec.deterministic and not spec.moe_permute_fusion \
         and version_tuple(spec.pytorch) >= INDEX_ADD_KEEPS_SOURCE
     return {"moe_router_dtype": spec.moe_router_dtype, "moe_aux_loss": aux,
+            "moe_router_fp32_topk": version_tuple(spec.megatron_core) >= ROUTER_FP32_TOPK,
             "moe_permute_fusion": spec.moe_permute_fusion, "moe_unpermute": "index_add" if index_add else "scatter_add"}
 
 

@@ -157,19 +157,21 @@ def _topk(b: Builder, p: str, logits: TensorDef, layer: int) -> tuple[TensorDef,
     m = b.model
     t, n, k = logits.shape[0], m.n_routed_experts, m.num_experts_per_tok
     dt = logits.dtype
-    scores = b.tensor(f"{p}.router.scores", (t, n), dt)
     sigmoid = m.router_bias
+    # Megatron-Core >= 0.18: the sigmoid path stays in fp32 until probs.type_as(logits)
+    sdt = "fp32" if sigmoid and b.table.moe_router_fp32_topk else dt
+    scores = b.tensor(f"{p}.router.scores", (t, n), sdt)
     saved = (t, n) if sigmoid else (t, k)
     b.op(f"{p}.router.score", "router_score", layer, {"x": logits}, {"y": scores},
-         # sigmoid in fp32 with fp32 logits: its result is ``scores`` itself, which the gather keeps
-         extras={"scores": b.tensor(f"{p}.router.scores_saved", saved, "fp32")} if not sigmoid or dt != "fp32" else {},
+         # sigmoid in fp32 with fp32 scores: its result is ``scores`` itself, which the gather keeps
+         extras={"scores": b.tensor(f"{p}.router.scores_saved", saved, "fp32")} if not sigmoid or sdt != "fp32" else {},
          flops=4.0 * t * n, tags=MOE)
     probs = b.tensor(f"{p}.router.probs", (t, n), dt)
     idx = b.tensor(f"{p}.router.topk_idx", (t, k), "int64")
     extras = {}
     if sigmoid and k > 1:
-        extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), dt),
-                  "raw_weights": b.tensor(f"{p}.router.topk_raw_weights", (t, k), dt)}
+        extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), sdt),
+                  "raw_weights": b.tensor(f"{p}.router.topk_raw_weights", (t, k), sdt)}
     b.op(f"{p}.router.topk", "topk" if sigmoid else "topk_softmax", layer, {"x": scores},
          {"probs": probs, "idx": idx}, extras=extras, flops=float(t * n), tags=MOE)
     return probs, idx
