@@ -141,3 +141,27 @@ def test_fp16_keeps_fp16_grads_unless_accumulated_in_fp32():
     args = {k: v for k, v in BASE.items() if k != "--bf16"} | {"--fp16": True}
     assert sections(args)["training"]["grad_dtype"] == "fp16"
     assert sections(args | {"--accumulate-allreduce-grads-in-fp32": True})["training"]["grad_dtype"] == "fp32"
+
+
+MOE = BASE | {"--num-experts": 8, "--moe-router-topk": 2, "--expert-model-parallel-size": 2}
+
+
+@pytest.mark.parametrize(("extra", "want"), [
+    ({}, "none"),  # Megatron's default: aux_loss with --moe-aux-loss-coeff 0.0 computes no loss
+    ({"--moe-aux-loss-coeff": 1e-2}, "aux_loss"),
+    ({"--moe-aux-loss-coeff": "1e-4", "--moe-router-load-balancing-type": "seq_aux_loss"}, "seq_aux_loss"),
+    ({"--moe-aux-loss-coeff": [0.0, 1e-3], "--moe-router-load-balancing-type": "global_aux_loss"},
+     "global_aux_loss"),
+    ({"--moe-aux-loss-coeff": 1e-2, "--moe-router-load-balancing-type": "sinkhorn"}, "sinkhorn"),
+])
+def test_the_aux_loss_type_is_written_only_where_its_loss_is_computed(extra: dict, want: str) -> None:
+    assert sections(MOE | extra)["framework"]["moe_router_load_balancing"] == want
+
+
+def test_router_loss_arguments_name_themselves() -> None:
+    with pytest.raises(UserError, match="--moe-z-loss-coeff"):
+        sections(MOE | {"--moe-z-loss-coeff": 0})
+    with pytest.raises(UserError, match="--moe-aux-loss-coeff: expected numbers >= 0"):
+        sections(MOE | {"--moe-aux-loss-coeff": -1})
+    dense = sections(BASE | {"--moe-z-loss-coeff": 1e-3, "--moe-aux-loss-coeff": 1e-2})  # no router: neutral
+    assert "moe_router_load_balancing" not in dense["framework"]

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(not DATA.exists(), reason=f"{DATA} is absent (th
 #: |error| bands reached today (percent), per family of cases with a published world size
 MEDIAN_PCT = 1.0  # issue 11's target
 DENSE_WORST_PCT = 2.0  # issue 11's target (worst today: −1.89 %, tp4 qk_layernorm test mode on H100)
-MOE_WORST_PCT = 3.5  # issue 11 asks 4 %
+MOE_WORST_PCT = 2.5  # issue 11 asks 4 % (worst today: −2.05 %, tp2 pp2 ep2 4 experts on H100)
 
 
 def _records() -> list[dict]:
@@ -108,3 +108,12 @@ def test_each_case_runs_under_the_transformer_engine_megatron_pinned():
     assert tool.te_of({"memory_values_first_commit": "f32b2731ac00", "memory_values_first_commit_date": "2025-09-23"}) \
         == "2.7"
     assert tool.te_of({"memory_values_first_commit_date": "2025-07-01"}) is None
+
+
+def test_the_2026_deterministic_moe_twin_matches(rows):
+    """The twin of a 2025-10 case recorded in the 26.04 container (PyTorch 2.12) peaks 48.7 MiB higher with
+    the same steady state: one [rows, h] bf16 expert output per MoE layer that the deterministic unpermute's
+    index_add_ keeps (12 layers × 4096 rows × 512 × 2 B = 48 MiB); with it the case is within 0.1 %."""
+    by_name = {r["name"]: r for r in rows[0]}
+    case = by_name["moe/gpt3_mcore_te_tp2_pp1_resume_torch_dist_te_8experts2parallel_dist_optimizer"]
+    assert abs(case["error_pct"]) < 0.1, case["error_pct"]

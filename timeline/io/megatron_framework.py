@@ -62,6 +62,19 @@ def _flash2_head_dims(a: ArgReader, sm: int) -> bool:
     return head_dim <= 256 and head_dim % 8 == 0 and (head_dim <= 192 or sm in (80, 90, 100, 120))
 
 
+def aux_loss_coeff(value: object) -> float:
+    """``--moe-aux-loss-coeff`` as one number: the largest of its values (one per aux-loss type; the loss
+    is computed when its coefficient is > 0)."""
+    items = value if isinstance(value, list | tuple) else str(value).split()
+    try:
+        coeffs = [float(v) for v in items]
+    except ValueError:
+        raise UserError(f"--moe-aux-loss-coeff: expected numbers, got {value!r}") from None
+    if not coeffs or min(coeffs) < 0:
+        raise UserError(f"--moe-aux-loss-coeff: expected numbers >= 0, got {value!r}")
+    return max(coeffs)
+
+
 def attention_backend(a: ArgReader, env: dict[str, str], *, sm: int, dtype: str, deterministic: bool,
                       te_version: str = "2.6") -> str:
     """The attention implementation the job runs, after Megatron's argument and TE's switches."""
@@ -155,7 +168,11 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
         lb = a.str("--moe-router-load-balancing-type", "aux_loss")
         if lb not in ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"):
             raise UserError(f"--moe-router-load-balancing-type {lb}: not a Megatron router")
-        c.put("framework.moe_router_load_balancing", lb, "--moe-router-load-balancing-type")
+        # MC transformer/moe/router.py: TopKRouter.is_aux_loss_enabled — an aux-loss type with coefficient 0
+        # (arguments.py: --moe-aux-loss-coeff, nargs='+', default 0.0) computes no loss: the top-k router as "none"
+        if lb.endswith("aux_loss") and aux_loss_coeff(a.value("--moe-aux-loss-coeff", 0.0)) == 0:
+            lb = "none"
+        c.put("framework.moe_router_load_balancing", lb, "--moe-router-load-balancing-type", "--moe-aux-loss-coeff")
         rd = a.str("--moe-router-dtype", "") or ""
         if rd not in ("", "fp32", "fp64"):
             raise UserError(f"--moe-router-dtype {rd}: use fp32 or fp64")
@@ -166,6 +183,13 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
         if score not in ("softmax", "sigmoid"):
             raise UserError(f"--moe-router-score-function {score}: use softmax or sigmoid")
         a.flag("--moe-router-pre-softmax")  # softmax before top-k: the same tensors' shapes
+        if a.has("--moe-z-loss-coeff"):  # router.py: TopKRouter.apply_z_loss runs whenever it is given
+            raise UserError("--moe-z-loss-coeff: the router's z-loss (computed for any given coefficient, 0 "
+                            "included) keeps the logits and their logsumexp per MoE layer, which the run file "
+                            "cannot say yet; drop the argument to simulate without it")
+    else:  # a dense model runs no router: its loss coefficients move nothing
+        a.value("--moe-aux-loss-coeff")
+        a.has("--moe-z-loss-coeff")
     if "CUBLAS_WORKSPACE_CONFIG" in env:
         c.put("framework.cublas_workspace_config", env["CUBLAS_WORKSPACE_CONFIG"])
         c.env_mapped["CUBLAS_WORKSPACE_CONFIG"] = "framework.cublas_workspace_config"

@@ -146,6 +146,17 @@ class Structure:
     # per embedding weight, added into the grads buffer and freed (Megatron's DDP grad hook)
     moe_router: str = "topk"  # "sinkhorn": Megatron's TopKRouter.sinkhorn_load_balancing (activation of every
     # expert's logit, masked by the sinkhorn top-k); "topk": topk_routing_with_score_function
+    moe_router_dtype: str = ""  # "fp32" | "fp64": Megatron's router GEMM returns logits in that dtype and every
+    # router tensor after it (scores, probs, the dispatcher's probs) follows; "": the activations' dtype
+    moe_aux_loss: bool = False  # the router's load-balancing loss is computed (an aux-loss type with a
+    # coefficient > 0): its scores over every expert are kept
+    moe_z_loss: bool = False  # the router's z-loss is computed (--moe-z-loss-coeff given): logsumexp keeps the logits
+    moe_permute_fusion: bool = False  # TE's fused permute/unpermute/chunk sort keep int32 row-id maps
+    # instead of the unfused int64 sorted indices and the transposed probs and routing map
+    moe_router_fp32_topk: bool = False  # a sigmoid router's top-k and normalisation stay in fp32 and only the
+    # final probs are cast to the logits dtype (Megatron-Core from 0.18; before, the scores are cast first)
+    moe_unpermute: str = "scatter_add"  # "index_add": the unfused unpermute under deterministic algorithms
+    # (torch.Tensor.index_add_, whose autograd node keeps its source, the experts' output rows)
 
 
 class ParamTensor(Protocol):

@@ -24,6 +24,7 @@ in :mod:`timeline.profiles.megatron_workspaces`, the GPT-OSS rules in
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from timeline.profiles import megatron_gptoss
 from timeline.profiles.base import Lifecycle, Limits, ParamRules, Profile, SaveRule, SaveRules, Structure
@@ -36,6 +37,7 @@ TE_LNL = (f"{TE}/module/layernorm_linear.py: _LayerNormLinear.forward saves inpu
           "under SP, re-gathered for wgrad), mu, rsigma (fp32, per row)")
 TE_NORM = f"{TE}/ops/basic/rmsnorm.py: RMSNorm.op_forward saves x and rstdevs (fp32) (module/rmsnorm.py: TENorm)"
 MOE_UTILS = f"{MC}/transformer/moe/moe_utils.py"
+TE_PERM = "NVIDIA/TransformerEngine@v2.6..v2.14:transformer_engine/pytorch/permutation.py"
 
 RULES: dict[str, SaveRule] = {
     "embedding": SaveRule(source=f"{MC}/tensor_parallel/layers.py: VocabParallelEmbedding.forward — F.embedding "
@@ -116,7 +118,8 @@ RULES: dict[str, SaveRule] = {
                                     "torch.softmax(top-k logits, dtype=fp32) saves its result [tokens, k]"),
     "topk": SaveRule(saves=("in:x", "out:idx", "extra:denominator", "extra:raw_weights"),
                      source=f"{MOE_UTILS}: topk_routing_with_score_function (sigmoid) — torch.gather(scores, 1, "
-                            "top_indices) saves scores (cast to the logits dtype) and the int64 indices; "
+                            "top_indices) saves scores (cast to the logits dtype; fp32 from Megatron-LM eb80b74, "
+                            "core_v0.18.0, which casts only the final probs) and the int64 indices; "
                             "scores / (scores.sum(-1) + 1e-20) saves both; the group-limited top-k keeps nothing"),
     "topk_softmax": SaveRule(saves=("out:idx",),
                              source=f"{MOE_UTILS}: topk_routing_with_score_function (softmax) — torch.topk on "
@@ -136,16 +139,49 @@ RULES: dict[str, SaveRule] = {
                               source=f"{MC}/transformer/moe/router.py: TopKRouter.sinkhorn_load_balancing — "
                                      "scores = logits * map saves the bool map [tokens, E] (zeros_like(logits)"
                                      ".int().scatter(1, indices, 1).bool(); the activation is kept already)"),
-    "allgather_permute": SaveRule(saves=("extra:sorted_idx", "extra:probs_t", "extra:routing_map_t"),
+    "allgather_permute": SaveRule(saves=("extra:sorted_idx", "extra:row_id_map", "extra:probs_t",
+                                         "extra:routing_map_t"),
                                   source=f"{MC}/transformer/moe/token_dispatcher.py: MoEAllGatherTokenDispatcher."
                                          "dispatch_postprocess — permute(hidden_states, local_map): index_select "
                                          "keeps sorted_indices [rows] int64 (not the gathered tokens, which live in "
                                          "the GlobalMemoryBuffer: token_dispatch, use_global_buffer=True); "
                                          "local_probs.T.contiguous().masked_select(local_map.T.contiguous()) keeps "
-                                         "the transposed local probs and bool map [E_local, tokens·etp·ep]"),
-    "sort_chunks": SaveRule(source=f"{MOE_UTILS}: sort_chunks_by_idxs — torch.split + torch.cat keep nothing "
-                                   "(token_dispatcher.py: dispatch_postprocess / combine_preprocess)"),
+                                         "the transposed local probs and bool map [E_local, tokens·etp·ep]; with "
+                                         f"--moe-permute-fusion {TE_PERM}: moe_permute (no probs) keeps the int32 "
+                                         "row_id_map [tokens·etp·ep, 2·E_local + 1] instead of sorted_indices"),
+    "sort_chunks": SaveRule(saves=("extra:row_id_map",),
+                            source=f"{MOE_UTILS}: sort_chunks_by_idxs — torch.split + torch.cat keep nothing "
+                                   "(token_dispatcher.py: dispatch_postprocess / combine_preprocess); with "
+                                   f"--moe-permute-fusion {TE_PERM}: _moe_chunk_sort saves the int32 [rows] map "
+                                   "of triton/permutation.py make_chunk_sort_map"),
     "unpermute": SaveRule(source=f"{MOE_UTILS}: unpermute() — scatter_add_ saves sorted_indices (kept by permute)"),
+    "unpermute_index_add": SaveRule(
+        saves=("in:x",),
+        source=f"{MOE_UTILS}: unpermute() — under torch.are_deterministic_algorithms_enabled() "
+               "output_tokens.index_add_(0, sorted_indices, permuted_tokens), whose IndexAddBackward0 keeps "
+               "source (pytorch tools/autograd/derivatives.yaml index_add: grad.index_select(dim, index)"
+               ".expand_as(source)) — the experts' output rows"),
+    "fused_permute": SaveRule(saves=("extra:row_id_map",),
+                              source=f"{MOE_UTILS}: permute(fused=True) → {TE_PERM}: moe_permute_with_probs → "
+                                     "_moe_permute_mask_map.forward saves row_id_map (triton/permutation.py "
+                                     "make_row_id_map: int32 [tokens, 2·E + 1]); the permuted probs come out of "
+                                     "the kernel (no transposed copies kept)"),
+    "fused_unpermute": SaveRule(source=f"{MOE_UTILS}: unpermute(fused=True) → {TE_PERM}: moe_unpermute → "
+                                       "_moe_unpermute_mask_map.forward without merging probs saves row_id_map "
+                                       "(kept by the permute) and pad_offsets (None)"),
+    "z_loss": SaveRule(saves=("in:x", "extra:logsum", "extra:loss"),
+                       source=f"{MC}/transformer/moe/router.py: TopKRouter.apply_z_loss (moe_z_loss_coeff is not "
+                              f"None) → {MOE_UTILS}: z_loss_func — torch.logsumexp(logits) keeps logits and its "
+                              "[tokens] result, torch.square keeps the same result; MoEAuxLossAutoScaler keeps "
+                              "the 0-d loss"),
+    "aux_loss": SaveRule(saves=("extra:scores", "extra:denominator", "extra:tokens_per_expert", "extra:loss"),
+                         source=f"{MC}/transformer/moe/router.py: TopKRouter.routing (is_aux_loss_enabled) → "
+                                f"{MOE_UTILS}: compute_routing_scores_for_aux_loss — softmax(logits, "
+                                "dtype=fp32) keeps its [tokens, E] result (sigmoid: sigmoid(logits.float()) and "
+                                "the division by its [tokens, 1] sum keep both); switch_load_balancing_loss_func "
+                                "— the product with the int64 [E] tokens_per_expert keeps them; "
+                                "MoEAuxLossAutoScaler keeps the 0-d loss (aux_loss, seq_aux_loss and "
+                                "global_aux_loss alike)"),
     "ce_loss": SaveRule(saves=("extra:exp_logits", "extra:target_mask", "extra:masked_target"),
                         source=f"{MC}/tensor_parallel/cross_entropy.py: _VocabParallelCrossEntropy.forward saves "
                                "exp_logits (fp32), target_mask, masked_target_1d (also "
@@ -218,13 +254,43 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
     # TopKRouter.routing → sinkhorn_load_balancing for --moe-router-load-balancing-type sinkhorn
     dispatcher = "allgather" if spec.moe_token_dispatcher == "allgather" else table.moe_dispatcher
     router = "sinkhorn" if spec.moe_router_load_balancing == "sinkhorn" else table.moe_router
+    moe = moe_switches(spec)
     if not eager and fused == table.fused_norm_linear and not ce and wgrad == table.wgrad_transient \
             and dispatcher == table.moe_dispatcher and router == table.moe_router and not flash_copies \
-            and spec.dataloader_batch == table.dataloader_batch and not compiled:
+            and spec.dataloader_batch == table.dataloader_batch and not compiled \
+            and moe == moe_switches(FrameworkSpec()):
         return table
     return replace(table, attention="eager" if eager else table.attention, fused_norm_linear=fused, softmax_fp32=fp32,
                    ce_inplace=ce, ce_compiled=compiled, wgrad_transient=wgrad, moe_dispatcher=dispatcher, moe_router=router,
-                   te_flash_copies=flash_copies, dataloader_batch=spec.dataloader_batch)
+                   te_flash_copies=flash_copies, dataloader_batch=spec.dataloader_batch, **moe)
+
+
+#: Megatron-LM eb80b74 (2026-04-14, "[MoE] Add a new score function to the router", first in core_v0.18.0):
+#: moe_utils.py topk_routing_with_score_function keeps the sigmoid scores in fp32 through the gather and the
+#: normalisation and casts only the probs (``probs.type_as(logits)``); core_v0.14.0 cast the sigmoid and the
+#: gathered scores to the logits dtype first
+ROUTER_FP32_TOPK = (0, 18)
+
+
+def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
+    """The MoE ``Structure`` switches ``[framework]`` sets (router dtype, aux loss, permute fusion, the
+    deterministic unpermute).
+
+    MC transformer/moe/router.py: ``TopKRouter.gating`` → moe_utils.py ``router_gating_linear`` returns the
+    logits in ``--moe-router-dtype``; ``TopKRouter.routing`` computes the aux-loss scores only when
+    ``is_aux_loss_enabled()`` (an aux-loss type whose coefficient is > 0: the run file's aux-loss types say
+    so, from-megatron writes ``"none"`` for a coefficient of 0). ``apply_z_loss`` (whenever
+    ``moe_z_loss_coeff is not None``) has no run-file key yet, so ``moe_z_loss`` stays off. moe_utils.py ``permute`` / ``unpermute`` / ``sort_chunks_by_idxs``
+    call TE's fused kernels under ``--moe-permute-fusion``; the unfused ``unpermute`` uses ``index_add_`` when
+    ``torch.are_deterministic_algorithms_enabled()`` (megatron/training/arguments.py: ``--deterministic-mode``
+    calls ``torch.use_deterministic_algorithms(True)``), whose autograd node keeps ``source`` (PyTorch
+    tools/autograd/derivatives.yaml ``index_add``: ``grad.index_select(dim, index).expand_as(source)``;
+    ``IndexAddBackward0._saved_source`` on 2.13; the formula dates from pytorch#72777, 2022)."""
+    aux = spec.moe_router_load_balancing in ("aux_loss", "seq_aux_loss", "global_aux_loss")
+    index_add = spec.deterministic and not spec.moe_permute_fusion
+    return {"moe_router_dtype": spec.moe_router_dtype, "moe_aux_loss": aux,
+            "moe_router_fp32_topk": version_tuple(spec.megatron_core) >= ROUTER_FP32_TOPK,
+            "moe_permute_fusion": spec.moe_permute_fusion, "moe_unpermute": "index_add" if index_add else "scatter_add"}
 
 
 def wgrad_rule(spec: FrameworkSpec) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 DTYPES = ("fp32", "bf16", "fp16", "fp8")
 #: bytes per element; masks are one byte (Korthikanti et al. 2022 §4)
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int64": 8, "int32": 4, "int16": 2,
-                               "uint8": 1, "bool": 1}
+                               "uint8": 1, "bool": 1, "fp64": 8}
 
 
 def spec_field(default: Any = dataclasses.MISSING, *, doc: str = "", positive: bool = False,

@@ -51,7 +51,8 @@ class FrameworkSpec:
     deterministic: bool = spec_field(False, doc="--deterministic-mode / NVTE_ALLOW_NONDETERMINISTIC_ALGO=0")
     moe_token_dispatcher: str = spec_field("alltoall", choices=DISPATCHERS, doc="--moe-token-dispatcher-type")
     moe_router_load_balancing: str = spec_field("none", choices=LOAD_BALANCING,
-                                                doc="--moe-router-load-balancing-type")
+                                                doc="--moe-router-load-balancing-type; an aux-loss type means "
+                                                    "its loss is computed (--moe-aux-loss-coeff > 0)")
     moe_router_dtype: str = spec_field("", choices=("", "fp32", "fp64"), doc="--moe-router-dtype ('' = logits')")
     moe_permute_fusion: bool = spec_field(False, doc="--moe-permute-fusion")
     moe_grouped_gemm: bool = spec_field(True, doc="--moe-grouped-gemm (false: SequentialMLP)")

@@ -42,9 +42,11 @@ def sp_gather(b: Builder, name: str, x: TensorDef, layer: int | None, tags: Tags
 
 
 def linear(b: Builder, name: str, x: TensorDef, out_cols: int, layer: int | None, *, save: TensorDef | None = None,
-           out_name: str = "out", comm_out: bool = False, rule: str = "linear", tags: Tags = NONE) -> TensorDef:
-    """``y = x·Wᵀ``; saves ``save`` (default: ``x``) for the weight gradient."""
-    y = b.tensor(f"{name}.{out_name}", (rows(x), out_cols), comm=comm_out)
+           out_name: str = "out", comm_out: bool = False, rule: str = "linear", out_dtype: str | None = None,
+           tags: Tags = NONE) -> TensorDef:
+    """``y = x·Wᵀ`` (in ``out_dtype``, default the activations'); saves ``save`` (default: ``x``) for the
+    weight gradient."""
+    y = b.tensor(f"{name}.{out_name}", (rows(x), out_cols), out_dtype, comm=comm_out)
     f = 2.0 * rows(x) * x.shape[1] * out_cols
     b.op(name, rule, layer, {"x": x, "_save": save or x}, {"y": y}, flops=f, wflops=f, tags=tags)
     return y

@@ -99,8 +99,9 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     if b.table.upcast_fp32 and not softmax:  # F.linear(hidden_states.type(torch.float32), ...)
         logits = linear(b, f"{p}.router", upcast(b, f"{p}.router.upcast", src, layer, tags=MOE), n, layer,
                         out_name="logits", tags=MOE)
-    else:
-        logits = linear(b, f"{p}.router", src, n, layer, save=ln, out_name="logits", tags=MOE)
+    else:  # Megatron: router_gating_linear returns the logits in --moe-router-dtype, keeping its 16-bit input
+        logits = linear(b, f"{p}.router", src, n, layer, save=ln, out_name="logits",
+                        out_dtype=b.table.moe_router_dtype or None, tags=MOE)
     # router scores, top-k and the first permutation, as the profile's framework implements them
     probs, idx, pprobs, permuted = router(b.ctx.rules.name)(b, p, src, logits, layer, local.experts)
     rows = expert_rows(b)
@@ -122,7 +123,7 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         st = b.tensor(f"{p}.dispatch.received", tokens.shape)
         sp = b.tensor(f"{p}.dispatch.received_probs", rprobs.shape, rprobs.dtype)
         b.op(f"{p}.dispatch.sort_chunks", "sort_chunks", layer, {"x": tokens, "probs": rprobs},
-             {"y": st, "probs": sp}, tags=MOE)
+             {"y": st, "probs": sp}, extras=_chunk_map(b, f"{p}.dispatch.sort_chunks", tokens.shape[0]), tags=MOE)
         tokens, rprobs = st, sp
     # grouped experts
     e_ffn = local.expert_ffn
@@ -137,10 +138,11 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         out = dropout(b, f"{p}.experts.dropout", out, layer, tags=MOE)
     if sort:  # unpermutation 2: back to the all-to-all's source-rank order
         unsorted = b.tensor(f"{p}.combine.unsorted", out.shape)
-        b.op(f"{p}.combine.sort_chunks", "sort_chunks", layer, {"x": out}, {"y": unsorted}, tags=MOE)
+        b.op(f"{p}.combine.sort_chunks", "sort_chunks", layer, {"x": out}, {"y": unsorted},
+             extras=_chunk_map(b, f"{p}.combine.sort_chunks", out.shape[0]), tags=MOE)
         out = unsorted
     if gather:
-        return _allgather_combine(b, p, out, idx, x, ln, src, layer, local.shared_ffn)
+        return _allgather_combine(b, p, out, idx, x, ln, src, layer, local.shared_ffn, rprobs.dtype)
     if d.etp > 1:
         rs = b.tensor(f"{p}.experts.reduce_scatter.out", (out.shape[0] // d.etp, h))
         b.op(f"{p}.experts.reduce_scatter", "comm", layer, {"x": out}, {"y": rs}, kind="collective", stream="ep",
@@ -156,27 +158,51 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     inputs = {"x": back, "_idx": idx}
     if b.table.moe_weight_after_down:
         inputs["probs"] = rprobs
-    b.op(f"{p}.combine.unpermute", "unpermute", layer, inputs, {"y": routed}, flops=float(t * k * h), tags=MOE,
+    b.op(f"{p}.combine.unpermute", unpermute_rule(b), layer, inputs, {"y": routed}, flops=float(t * k * h), tags=MOE,
          extras={"inv_idx": b.tensor(f"{p}.combine.inv_idx", (back.shape[0],), "int64")})
     return _with_shared(b, p, routed, x, ln, src, layer, local.shared_ffn)
 
 
+def unpermute_rule(b: Builder) -> str:
+    """The combine's unpermute as the table runs it: TE's fused kernel, the deterministic ``index_add_``
+    (keeping its source) or ``scatter_add_``."""
+    if b.table.moe_permute_fusion:
+        return "fused_unpermute"
+    return "unpermute_index_add" if b.table.moe_unpermute == "index_add" else "unpermute"
+
+
+def _chunk_map(b: Builder, name: str, rows: int) -> dict[str, TensorDef]:
+    """TE ``moe_sort_chunks_by_index`` (fused ``sort_chunks_by_idxs``): the int32 ``[rows]`` map from
+    ``make_chunk_sort_map`` it saves; the unfused split + cat keeps nothing."""
+    return {"row_id_map": b.tensor(f"{name}.row_id_map", (rows,), "int32")} if b.table.moe_permute_fusion else {}
+
+
 def _allgather_combine(b: Builder, p: str, out: TensorDef, idx: TensorDef, x: TensorDef, ln: TensorDef,
-                       src: TensorDef, layer: int, shared_ffn: int) -> TensorDef:
+                       src: TensorDef, layer: int, shared_ffn: int, probs_dtype: str) -> TensorDef:
     """``MoEAllGatherTokenDispatcher`` (MC transformer/moe/token_dispatcher.py): ``combine_preprocess``
     unpermutes the experts' partial outputs into all ``t·etp·ep`` gathered rows (``torch.zeros`` +
     ``scatter_add_``, keeping ``sorted_indices``), ``token_combine`` reduce-scatters them over expert-TP × EP
-    back to this rank's ``t`` rows."""
+    back to this rank's ``t`` rows — in the probs' dtype (``hidden_states.to(self.local_probs.dtype)``, then
+    back): with ``--moe-router-dtype`` an fp32/fp64 copy of the gathered rows and of the reduced rows."""
     d, h = b.dims, b.model.hidden_size
     t, g = src.shape[0], d.etp * d.ep
     full = b.tensor(f"{p}.combine.unpermuted" if g > 1 else f"{p}.combine.out", (t * g, h))
-    b.op(f"{p}.combine.unpermute", "unpermute", layer, {"x": out, "_idx": idx}, {"y": full},
+    b.op(f"{p}.combine.unpermute", unpermute_rule(b), layer, {"x": out, "_idx": idx}, {"y": full},
          flops=float(out.shape[0] * h), tags=MOE)
     routed = full
     if g > 1:
-        routed = b.tensor(f"{p}.combine.out", (t, h), comm=True)
+        wide = probs_dtype != full.dtype
+        if wide:
+            cast = b.tensor(f"{p}.combine.unpermuted_{probs_dtype}", full.shape, probs_dtype)
+            b.op(f"{p}.combine.cast", "copy", layer, {"x": full}, {"y": cast}, tags=MOE)
+            full = cast
+        routed = b.tensor(f"{p}.combine.out" + (f"_{probs_dtype}" if wide else ""), (t, h), full.dtype, comm=True)
         b.op(f"{p}.combine.reduce_scatter", "comm", layer, {"x": full}, {"y": routed}, kind="collective",
              stream="ep", tags=MOE)
+        if wide:
+            back = b.tensor(f"{p}.combine.out", (t, h))
+            b.op(f"{p}.combine.cast_back", "copy", layer, {"x": routed}, {"y": back}, tags=MOE)
+            routed = back
     return _with_shared(b, p, routed, x, ln, src, layer, shared_ffn)
 
 

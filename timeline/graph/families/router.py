@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from timeline.graph.families import router_losses
 from timeline.graph.ir import Builder
 from timeline.graph.tensors import TensorDef
 
@@ -130,16 +131,24 @@ def megatron_router(b: Builder, p: str, src: TensorDef, logits: TensorDef, layer
     m = b.model
     t, n, k, h = src.shape[0], m.n_routed_experts, m.num_experts_per_tok, m.hidden_size
     dt = logits.dtype
-    probs, idx = _sinkhorn(b, p, logits, layer) if b.table.moe_router == "sinkhorn" else _topk(b, p, logits, layer)
+    if b.table.moe_z_loss:
+        router_losses.z_loss(b, p, logits, layer)
+    sinkhorn = b.table.moe_router == "sinkhorn"
+    probs, idx = _sinkhorn(b, p, logits, layer) if sinkhorn else _topk(b, p, logits, layer)
+    if b.table.moe_aux_loss and not sinkhorn:
+        router_losses.aux_loss(b, p, logits, layer)
     if b.table.moe_dispatcher == "allgather":
         return probs, idx, *_allgather_permute(b, p, src, probs, layer, experts)
     permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
     pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), dt)
-    b.op(f"{p}.dispatch.permute", "permute", layer, {"x": src, "probs": probs, "_idx": idx},
-         {"y": permuted, "probs": pprobs},
-         extras={"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (t * k,), "int64"),
-                 "probs_t": b.tensor(f"{p}.dispatch.probs_t", (n, t), dt),
-                 "routing_map_t": b.tensor(f"{p}.dispatch.routing_map_t", (n, t), "bool")}, tags=MOE)
+    if b.table.moe_permute_fusion:  # TE moe_permute_with_probs keeps only its int32 row-id map
+        extras = {"row_id_map": router_losses.row_id_map(b, f"{p}.dispatch", t, n)}
+    else:
+        extras = {"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (t * k,), "int64"),
+                  "probs_t": b.tensor(f"{p}.dispatch.probs_t", (n, t), dt),
+                  "routing_map_t": b.tensor(f"{p}.dispatch.routing_map_t", (n, t), "bool")}
+    b.op(f"{p}.dispatch.permute", "fused_permute" if b.table.moe_permute_fusion else "permute", layer,
+         {"x": src, "probs": probs, "_idx": idx}, {"y": permuted, "probs": pprobs}, extras=extras, tags=MOE)
     return probs, idx, pprobs, permuted
 
 
@@ -148,19 +157,21 @@ def _topk(b: Builder, p: str, logits: TensorDef, layer: int) -> tuple[TensorDef,
     m = b.model
     t, n, k = logits.shape[0], m.n_routed_experts, m.num_experts_per_tok
     dt = logits.dtype
-    scores = b.tensor(f"{p}.router.scores", (t, n), dt)
     sigmoid = m.router_bias
+    # Megatron-Core >= 0.18: the sigmoid path stays in fp32 until probs.type_as(logits)
+    sdt = "fp32" if sigmoid and b.table.moe_router_fp32_topk else dt
+    scores = b.tensor(f"{p}.router.scores", (t, n), sdt)
     saved = (t, n) if sigmoid else (t, k)
     b.op(f"{p}.router.score", "router_score", layer, {"x": logits}, {"y": scores},
-         # sigmoid in fp32 with fp32 logits: its result is ``scores`` itself, which the gather keeps
-         extras={"scores": b.tensor(f"{p}.router.scores_saved", saved, "fp32")} if not sigmoid or dt != "fp32" else {},
+         # sigmoid in fp32 with fp32 scores: its result is ``scores`` itself, which the gather keeps
+         extras={"scores": b.tensor(f"{p}.router.scores_saved", saved, "fp32")} if not sigmoid or sdt != "fp32" else {},
          flops=4.0 * t * n, tags=MOE)
     probs = b.tensor(f"{p}.router.probs", (t, n), dt)
     idx = b.tensor(f"{p}.router.topk_idx", (t, k), "int64")
     extras = {}
     if sigmoid and k > 1:
-        extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), dt),
-                  "raw_weights": b.tensor(f"{p}.router.topk_raw_weights", (t, k), dt)}
+        extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), sdt),
+                  "raw_weights": b.tensor(f"{p}.router.topk_raw_weights", (t, k), sdt)}
     b.op(f"{p}.router.topk", "topk" if sigmoid else "topk_softmax", layer, {"x": scores},
          {"probs": probs, "idx": idx}, extras=extras, flops=float(t * n), tags=MOE)
     return probs, idx
@@ -205,11 +216,14 @@ def _allgather_permute(b: Builder, p: str, src: TensorDef, probs: TensorDef, lay
     rows = expert_rows(b) * d.etp
     permuted = b.tensor(f"{p}.dispatch.permuted", (rows, h))
     pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (rows,), probs.dtype)
+    extras = {"probs_t": b.tensor(f"{p}.dispatch.probs_t", (experts, t * g), probs.dtype),
+              "routing_map_t": b.tensor(f"{p}.dispatch.routing_map_t", (experts, t * g), "bool")}
+    if b.table.moe_permute_fusion:  # TE moe_permute (no probs): the int32 row-id map of all gathered rows
+        extras["row_id_map"] = router_losses.row_id_map(b, f"{p}.dispatch", t * g, experts)
+    else:
+        extras["sorted_idx"] = b.tensor(f"{p}.dispatch.sorted_idx", (rows,), "int64")
     b.op(f"{p}.dispatch.permute", "allgather_permute", layer, {"x": src, "probs": gathered},
-         {"y": permuted, "probs": pprobs},
-         extras={"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (rows,), "int64"),
-                 "probs_t": b.tensor(f"{p}.dispatch.probs_t", (experts, t * g), probs.dtype),
-                 "routing_map_t": b.tensor(f"{p}.dispatch.routing_map_t", (experts, t * g), "bool")}, tags=MOE)
+         {"y": permuted, "probs": pprobs}, extras=extras, tags=MOE)
     return pprobs, permuted
 
 
