@@ -9,8 +9,6 @@ from __future__ import annotations
 import pytest
 from test_activations_megatron_moe import ALLGATHER, EP, LOCAL, E, H, K, P, T, ops, saved_bytes
 
-from timeline.profiles import megatron
-
 AUX = 'framework.moe_router_load_balancing="aux_loss"'
 FP32, FP64 = 'framework.moe_router_dtype="fp32"', 'framework.moe_router_dtype="fp64"'
 FUSED = "framework.moe_permute_fusion=true"
@@ -93,12 +91,8 @@ def test_no_index_add_source_fused_or_nondeterministic(overrides: tuple[str, ...
     assert f"{P}.combine.received" not in got and f"{P}.experts.linear_fc2.out" not in got
 
 
-def test_z_loss_keeps_logits_and_logsumexp(monkeypatch: pytest.MonkeyPatch) -> None:
-    switches = megatron.moe_switches
-    monkeypatch.setattr(megatron, "moe_switches", lambda spec: {**switches(spec), "moe_z_loss": True})
-    # a non-default [framework] so that configure applies the switches, in a combination no other test builds
-    # (built sources are cached by run)
-    got = saved_bytes(FP32, "model.router_bias=false")
+def test_z_loss_keeps_logits_and_logsumexp() -> None:
+    got = saved_bytes(FP32, "model.router_bias=false", "framework.moe_z_loss=true")
     # z_loss_func: logsumexp keeps the (fp32) logits and its [t] result; the 0-d loss in the logits dtype
     assert got[f"{P}.router.logits"] == ((T, E), "fp32", 4 * T * E)
     assert got[f"{P}.router.z_loss.logsum"] == ((T,), "fp32", 4 * T)

@@ -159,8 +159,10 @@ def test_the_aux_loss_type_is_written_only_where_its_loss_is_computed(extra: dic
 
 
 def test_router_loss_arguments_name_themselves() -> None:
-    with pytest.raises(UserError, match="--moe-z-loss-coeff"):
-        sections(MOE | {"--moe-z-loss-coeff": 0})
+    # TopKRouter.apply_z_loss runs whenever the coefficient is given, 0 included
+    assert sections(MOE | {"--moe-z-loss-coeff": 0})["framework"]["moe_z_loss"] is True
+    assert sections(MOE | {"--moe-z-loss-coeff": 1e-3})["framework"]["moe_z_loss"] is True
+    assert sections(MOE)["framework"]["moe_z_loss"] is False
     with pytest.raises(UserError, match="--moe-aux-loss-coeff: expected numbers >= 0"):
         sections(MOE | {"--moe-aux-loss-coeff": -1})
     dense = sections(BASE | {"--moe-z-loss-coeff": 1e-3, "--moe-aux-loss-coeff": 1e-2})  # no router: neutral

@@ -183,10 +183,8 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
         if score not in ("softmax", "sigmoid"):
             raise UserError(f"--moe-router-score-function {score}: use softmax or sigmoid")
         a.flag("--moe-router-pre-softmax")  # softmax before top-k: the same tensors' shapes
-        if a.has("--moe-z-loss-coeff"):  # router.py: TopKRouter.apply_z_loss runs whenever it is given
-            raise UserError("--moe-z-loss-coeff: the router's z-loss (computed for any given coefficient, 0 "
-                            "included) keeps the logits and their logsumexp per MoE layer, which the run file "
-                            "cannot say yet; drop the argument to simulate without it")
+        # router.py: TopKRouter.apply_z_loss runs whenever the coefficient is given (0 included)
+        c.put("framework.moe_z_loss", a.value("--moe-z-loss-coeff") is not None, "--moe-z-loss-coeff")
     else:  # a dense model runs no router: its loss coefficients move nothing
         a.value("--moe-aux-loss-coeff")
         a.has("--moe-z-loss-coeff")

@@ -280,7 +280,7 @@ def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
     logits in ``--moe-router-dtype``; ``TopKRouter.routing`` computes the aux-loss scores only when
     ``is_aux_loss_enabled()`` (an aux-loss type whose coefficient is > 0: the run file's aux-loss types say
     so, from-megatron writes ``"none"`` for a coefficient of 0). ``apply_z_loss`` (whenever
-    ``moe_z_loss_coeff is not None``) has no run-file key yet, so ``moe_z_loss`` stays off. moe_utils.py ``permute`` / ``unpermute`` / ``sort_chunks_by_idxs``
+    ``moe_z_loss_coeff is not None``: ``[framework] moe_z_loss``). moe_utils.py ``permute`` / ``unpermute`` / ``sort_chunks_by_idxs``
     call TE's fused kernels under ``--moe-permute-fusion``; the unfused ``unpermute`` uses ``index_add_`` when
     ``torch.are_deterministic_algorithms_enabled()`` (megatron/training/arguments.py: ``--deterministic-mode``
     calls ``torch.use_deterministic_algorithms(True)``), whose autograd node keeps ``source`` (PyTorch
@@ -288,7 +288,7 @@ def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
     ``IndexAddBackward0._saved_source`` on 2.13; the formula dates from pytorch#72777, 2022)."""
     aux = spec.moe_router_load_balancing in ("aux_loss", "seq_aux_loss", "global_aux_loss")
     index_add = spec.deterministic and not spec.moe_permute_fusion
-    return {"moe_router_dtype": spec.moe_router_dtype, "moe_aux_loss": aux,
+    return {"moe_router_dtype": spec.moe_router_dtype, "moe_aux_loss": aux, "moe_z_loss": spec.moe_z_loss,
             "moe_router_fp32_topk": version_tuple(spec.megatron_core) >= ROUTER_FP32_TOPK,
             "moe_permute_fusion": spec.moe_permute_fusion, "moe_unpermute": "index_add" if index_add else "scatter_add"}
 

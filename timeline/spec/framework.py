@@ -55,6 +55,7 @@ class FrameworkSpec:
                                                     "its loss is computed (--moe-aux-loss-coeff > 0)")
     moe_router_dtype: str = spec_field("", choices=("", "fp32", "fp64"), doc="--moe-router-dtype ('' = logits')")
     moe_permute_fusion: bool = spec_field(False, doc="--moe-permute-fusion")
+    moe_z_loss: bool = spec_field(False, doc="--moe-z-loss-coeff given: the router's z-loss is computed")
     moe_grouped_gemm: bool = spec_field(True, doc="--moe-grouped-gemm (false: SequentialMLP)")
     cublas_workspace_config: str = spec_field("", doc="CUBLAS_WORKSPACE_CONFIG (':SIZE_KiB:COUNT…'; '' = default)")
     avoid_record_streams: bool = spec_field(False, doc="TORCH_NCCL_AVOID_RECORD_STREAMS=1")
