@@ -141,3 +141,13 @@ def test_fp16_keeps_fp16_grads_unless_accumulated_in_fp32():
     args = {k: v for k, v in BASE.items() if k != "--bf16"} | {"--fp16": True}
     assert sections(args)["training"]["grad_dtype"] == "fp16"
     assert sections(args | {"--accumulate-allreduce-grads-in-fp32": True})["training"]["grad_dtype"] == "fp32"
+
+
+def test_the_grad_buffer_s_bucketing_arguments():
+    f = sections(BASE)["framework"]
+    assert (f["overlap_grad_reduce"], f["ddp_bucket_size"], f["ddp_pad_for_busbw"]) == (False, 0, False)
+    f = sections(BASE | {"--overlap-grad-reduce": True, "--ddp-bucket-size": 1_000_000,
+                         "--ddp-pad-buckets-for-high-nccl-busbw": True})["framework"]
+    assert (f["overlap_grad_reduce"], f["ddp_bucket_size"], f["ddp_pad_for_busbw"]) == (True, 1_000_000, True)
+    with pytest.raises(UserError, match="--ddp-bucket-size"):
+        sections(BASE | {"--ddp-bucket-size": -5})
