@@ -22,18 +22,23 @@ def _events(tl, d=0):
     return ev, names
 
 
-def _padded(tensors, dp: int) -> int:
+def _layout(tensors, dp: int) -> tuple[int, dict[str, int]]:
     """Megatron's buffer of these parameters under the distributed optimizer, from their shapes:
     reverse named_parameters() order (output layer last), 64-element starts, one bucket ending at a
-    multiple of lcm(dp, 128)."""
+    multiple of lcm(dp, 128); and the elements of each parameter the last DP rank's shard holds."""
     params = [t for t in tensors if t.trainable]
     params = [t for t in params if not t.name.startswith("output_layer")] + \
         [t for t in params if t.name.startswith("output_layer")]
-    end = 0
+    end, spans = 0, {}
     for t in reversed(params):
-        end = -(-end // 64) * 64 + math.prod(t.shape)
+        start = -(-end // 64) * 64
+        end = start + math.prod(t.shape)
+        spans[t.name] = (start, end)
     div = math.lcm(dp, 128)
-    return -(-end // div) * div
+    padded = -(-end // div) * div
+    lo = padded - padded // dp
+    owned = {n: min(e, padded) - max(s, lo) for n, (s, e) in spans.items() if e > lo}
+    return padded, owned
 
 
 def test_distributed_optimizer_buffers_shards_and_the_construction_sequence():
@@ -41,7 +46,7 @@ def test_distributed_optimizer_buffers_shards_and_the_construction_sequence():
     tl = build_timeline(run, uniform_template)
     dev = tl.sim.devices[0]
     ev, names = _events(tl)
-    padded = _padded(dev.tensors, 5)
+    padded, owned = _layout(dev.tensors, 5)
     assert padded % math.lcm(5, 128) == 0 and padded > sum(t.numel for t in dev.tensors)
     assert (dev.weights_bytes, dev.grads_bytes) == (padded * 2, padded * 4)
     start = ev.t_us == 0
@@ -55,10 +60,10 @@ def test_distributed_optimizer_buffers_shards_and_the_construction_sequence():
     freed = names[start & (ev.sign < 0)]
     assert sorted(n for n in freed if n.startswith("static.weights.")) == sorted(f"static.weights.{t.name}"
                                                                                  for t in params)
-    # one fp32 main parameter per owned shard: rank 0 owns the first fifth of the (single) bucket
-    slots = dev.dp_buffers[0].slots
-    owned = {s.name: s.shard_numel for s in slots if s.shard_numel}
-    assert sum(owned.values()) == padded // 5
+    # one fp32 main parameter per owned shard: the last DP rank owns the last fifth of the (single)
+    # bucket, its end padding included
+    assert {s.name: s.shard_numel for s in dev.dp_buffers[0].slots if s.shard_numel} == owned
+    assert 0 < padded // 5 - sum(owned.values()) < math.lcm(5, 128)
     masters = {n[len("static.master."):]: int(s) for n, s in zip(names, ev.size, strict=True)
                if n.startswith("static.master.")}
     assert masters == {n: k * 4 for n, k in owned.items()}
@@ -68,8 +73,8 @@ def test_distributed_optimizer_buffers_shards_and_the_construction_sequence():
     # Adam's two moments per owned shard, in the first step
     first_step = min(s.start_us for s in tl.sim.spans[0] if s.kind == "step")
     moments = np.char.startswith(names.astype(str), "static.moments.")
-    assert set(ev.t_us[moments]) == {first_step} and int(ev.size[moments].sum()) == padded // 5 * 8
-    assert dev.optimizer_bytes == padded // 5 * 12
+    assert set(ev.t_us[moments]) == {first_step} and int(ev.size[moments].sum()) == sum(owned.values()) * 8
+    assert dev.optimizer_bytes == sum(owned.values()) * 12
     # with fp32 grads the main grads are aliases: nothing per step
     assert not any(n.startswith("step.main_grad.") for n in names)
 

@@ -29,7 +29,8 @@ unchanged in bytes through main of 2026-08 (d98e8a6, where the layout moved to
 - ``MC/optimizer/distrib_optimizer.py: DistributedOptimizer._build_model_gbuf_range`` splits each
   bucket into ``dp`` equal contiguous ranges; ``_build_model_gbuf_param_range_map`` gives each
   parameter overlapping this rank's range a shard (the overlap), which
-  ``_build_model_and_main_param_groups`` turns into one fp32 ``clone().float()``.
+  ``_build_model_and_main_param_groups`` turns into one fp32 ``clone().float()``. A device is
+  modelled as the last DP rank of its groups (:func:`ddp_buffers`).
 """
 
 from __future__ import annotations
@@ -178,19 +179,22 @@ def megatron_order(tensors: Sequence[TensorDef]) -> list[TensorDef]:
 
 
 def ddp_buffers(chunks: Sequence[tuple[int, Sequence[TensorDef]]], *, rules: DdpRules, tr: TrainingSpec,
-                par: ParallelSpec, expert_rule: str, pp_rank: int, num_chunks: int, dense_rank: int = 0, expert_rank: int = 0) -> tuple[DdpBuffer, ...]:
+                par: ParallelSpec, expert_rule: str, pp_rank: int, num_chunks: int) -> tuple[DdpBuffer, ...]:
     """Every buffer of one device, in creation order: per model chunk (``chunks``: (chunk, its
-    tensors), in the device's chunk order), its dense buffer then its expert buffer."""
+    tensors), in the device's chunk order), its dense buffer then its expert buffer. The shards are
+    the last DP rank's (of the dense and of the expert group): the one whose shards hold each bucket's
+    end padding, and the rank Megatron-LM logs memory on (global rank ``world_size − 1``, the last
+    TP, CP and DP rank of the last stage); the other ranks' differ only by that padding."""
     dense_g, expert_g = zero_groups(tr, par)
     shared = shared_embeddings(chunks, num_chunks, rules.tied_embeddings)
     out = []
     for i, (c, ts) in enumerate(chunks):
         bucket = rules.bucket_size if i == 0 and pp_rank == 0 else None
         params = megatron_order(ts)
-        for expert, group, rank in ((False, dense_g, dense_rank), (True, expert_g, expert_rank)):
+        for expert, group in ((False, dense_g), (True, expert_g)):
             mine = [t for t in params if is_expert_state(t, expert_rule) == expert]
             if not mine:
                 continue
-            numel, slots = layout(mine, rules=rules, group=group, bucket_size=bucket, shared=shared, rank=rank)
+            numel, slots = layout(mine, rules=rules, group=group, bucket_size=bucket, shared=shared, rank=group - 1)
             out.append(DdpBuffer(chunk=c, expert=expert, numel=numel, group=group, slots=slots))
     return tuple(out)
