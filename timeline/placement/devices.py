@@ -84,7 +84,9 @@ def static_devices(source: ModelSource, stages_of_rank: Sequence[Sequence[int]],
     out = []
     for r in range(par.pp):
         stages = tuple(placed[r])
-        tensors = [t for c in stages for t in params[c]]
+        # Megatron builds a rank's model chunks in virtual-stage order (``get_model``), whatever order the
+        # schedule uses them in
+        tensors = [t for c in (sorted(stages) if ddp is not None else stages) for t in params[c]]
         by_module = dict.fromkeys(MODULES, 0)
         for t in tensors:
             if t.trainable:

@@ -85,12 +85,12 @@ def _push_step_copies(log: _Log, state: DeviceState, spans: list[Span], names: N
     grads = CAT_CODE[Category.GRADS]
     steps = [(i, sp) for i, sp in enumerate(spans) if sp.kind == "step"]
     last = max(sp.iteration for _, sp in steps) if steps else -1
+    ids = [names(name) for name, _ in state.step_copies]
+    sizes = [size for _, size in state.step_copies]
     for i, sp in steps:
-        for name, size in state.step_copies:
-            log.push([sp.start_us], 1, size, grads, names(name), -1, -1, -1, i, sp.iteration)
+        log.push(np.full(len(ids), sp.start_us), 1, sizes, grads, ids, -1, -1, -1, i, sp.iteration)
         if sp.iteration < last:
-            for name, size in state.step_copies:
-                log.push([sp.end_us], -1, size, grads, names(name), -1, -1, -1, i, sp.iteration)
+            log.push(np.full(len(ids), sp.end_us), -1, sizes, grads, ids, -1, -1, -1, i, sp.iteration)
 
 
 def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans: list[Span], compiled: Compiled,
@@ -107,8 +107,10 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
     else:
         # each step's main-grad copies come before the first step's moments (prepare_grads, then step)
         _push_step_copies(log, state, spans, names)
-        for t, name, size, cat, sign in resolve(state.allocs, first_bwd, first_step):
-            log.push([t], sign, size, cat, names(name), -1, -1, -1, -1, -1)
+        static = resolve(state.allocs, first_bwd, first_step)
+        if static:  # one chunk: a device's static state is thousands of events under Megatron's layout
+            cols = list(zip(*static, strict=True))
+            log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
     gather = state.gathered_bytes
     comm = CAT_CODE[Category.COMM]
     for i, sp in enumerate(spans):
