@@ -129,3 +129,18 @@ def test_other_profiles_keep_their_flat_blocks():
     _, names = _events(tl)
     assert {"static.weights", "static.grads", "static.master", "static.moments"} <= set(names)
     assert tl.sim.devices[0].dp_buffers == ()
+
+
+def test_a_rank_builds_its_chunks_in_virtual_stage_order():
+    # DualPipe's mirrored ranks hold chunks (0, 1) and (1, 0): Megatron builds both in chunk order, so
+    # their static state is the same, event for event
+    run = tiny_run(pp=2, layers=4, dp=2, zero=1, iterations=1, schedule="dualpipe", num_microbatches=4)
+    tl = build_timeline(run, uniform_template)
+    a, b = tl.sim.devices
+    assert a.stages == (0, 1) and b.stages == (1, 0)
+    assert [t.name for t in a.tensors] == [t.name for t in b.tensors] and a.dp_buffers == b.dp_buffers
+    first = [(str(n), int(s)) for n, s, t in zip(_events(tl, 0)[1], tl.events(0).size, tl.events(0).t_us,
+                                                   strict=True) if t == 0 and str(n).startswith("static.")]
+    second = [(str(n), int(s)) for n, s, t in zip(_events(tl, 1)[1], tl.events(1).size, tl.events(1).t_us,
+                                                    strict=True) if t == 0 and str(n).startswith("static.")]
+    assert first == second and first[0][0] == "static.weights.embedding.word_embeddings.weight"
