@@ -16,7 +16,7 @@ from recompute_template import recompute_template  # noqa: E402
 from timeline.cli import main  # noqa: E402
 
 # the synthetic template's bytes alone (no Megatron library workspaces; the distributed optimizer over
-# dp = 1 keeps the states one block per kind), one iteration
+# dp = 1: the same bytes as none), one iteration
 TINY = TINY_RUN_TOML.replace("[training]", "[framework]\nworkspaces = false\n[training]") + "iterations = 1\nzero = 1\n"
 
 

@@ -25,7 +25,8 @@ def tiny(write_run, monkeypatch):
 def test_fit_prints_best_and_runner_ups(tiny, capsys):
     assert main(["fit", str(tiny), "--capacity", "60MiB"]) == 0
     out = capsys.readouterr().out
-    assert "best: selective:core_attn+mlp" in out and "runner-up" in out and "search space" in out
+    # Megatron's per-parameter state leaves room at 60 MiB for recomputing one block on the first rank
+    assert "best: full:block:1,0" in out and "runner-up: selective:core_attn+mlp" in out and "search space" in out
 
 
 def test_fit_json(tiny, capsys):

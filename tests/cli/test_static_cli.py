@@ -64,7 +64,13 @@ def test_set_overrides_and_relative_paths(write_run, tmp_path, capsys):
     # Megatron pads the vocabulary to a multiple of 128·tp: 1,024 rows in embedding and head
     total = 2 * 1024 * 64 + 2 * per_layer + 64
     assert d["params"]["total"] == total
-    assert d["bytes"]["optimizer"] == total * 12 // 2  # fp32 master + 2 fp32 moments over dp=2
+    # the distributed optimizer's buffer (one bucket; every parameter starts on a 64-element boundary)
+    # ends padded to lcm(dp, 128) = 128 elements; each of the dp = 2 ranks owns half of it, the last
+    # rank (the one modelled) the second half less the 64 padding elements
+    padded = -(-total // 128) * 128
+    assert padded == total + 64
+    assert d["bytes"]["grads"] == padded * 4 and d["bytes"]["weights"] == padded * 2
+    assert d["bytes"]["optimizer"] == (padded // 2 - 64) * 12  # fp32 master + 2 fp32 moments of the shard
 
 
 BAD = [

@@ -96,7 +96,7 @@ def tiny_run(pp: int = 2, layers_per_rank: int = 2, m: int = 4, allocator: str =
              recompute: RecomputeSpec | None = None, capacity_gib: float = 80.0) -> RunSpec:
     """The tests' tiny run (``tests/helpers_run.py``) with several layers per rank and one iteration;
     without Megatron's library workspaces, so that the synthetic template's bytes are all there is, and
-    with the distributed optimizer over dp = 1 (the same bytes as none: its states one block per kind)."""
+    with the distributed optimizer over dp = 1 (the same bytes as none: each parameter's whole is its shard)."""
     return helpers_run.tiny_run(layers=pp * layers_per_rank, pp=pp, num_microbatches=m, iterations=1,
                                 allocator=allocator, recompute=recompute, capacity_gib=capacity_gib,
                                 workspaces=False, zero=1)

@@ -59,7 +59,7 @@ synthetic_template = template_source(_synthetic_template)
 def tiny_run(pp: int = 2, m: int = 4, allocator: str = "caching", capacity_gib: float = 80.0,
              expandable: bool = False) -> RunSpec:
     """The tests' tiny run (``tests/helpers_run.py``) with tp = 2, so a TP stream shows; the
-    distributed optimizer over dp = 1 (the same bytes as none) keeps its states one block per kind."""
+    distributed optimizer over dp = 1 (the same bytes as none: each parameter's whole is its shard)."""
     return helpers_run.tiny_run(pp=pp, tp=2, num_microbatches=m, allocator=allocator, capacity_gib=capacity_gib,
                                 expandable_segments=expandable, zero=1)
 

@@ -167,3 +167,13 @@ def test_router_loss_arguments_name_themselves() -> None:
         sections(MOE | {"--moe-aux-loss-coeff": -1})
     dense = sections(BASE | {"--moe-z-loss-coeff": 1e-3, "--moe-aux-loss-coeff": 1e-2})  # no router: neutral
     assert "moe_router_load_balancing" not in dense["framework"]
+
+
+def test_the_grad_buffer_s_bucketing_arguments():
+    f = sections(BASE)["framework"]
+    assert (f["overlap_grad_reduce"], f["ddp_bucket_size"], f["ddp_pad_for_busbw"]) == (False, 0, False)
+    f = sections(BASE | {"--overlap-grad-reduce": True, "--ddp-bucket-size": 1_000_000,
+                         "--ddp-pad-buckets-for-high-nccl-busbw": True})["framework"]
+    assert (f["overlap_grad_reduce"], f["ddp_bucket_size"], f["ddp_pad_for_busbw"]) == (True, 1_000_000, True)
+    with pytest.raises(UserError, match="--ddp-bucket-size"):
+        sections(BASE | {"--ddp-bucket-size": -5})

@@ -24,17 +24,21 @@ def test_megatron_moments_created_at_first_step():
     ev = tl.events(0)
     idx = {tl.sim.names[t]: i for i, t in enumerate(ev.tensor) if ev.sign[i] > 0 and
            tl.sim.names[t].startswith("static.")}
-    masters = [i for n, i in idx.items() if n.startswith("static.master")]
+    weights = [i for n, i in idx.items() if n.startswith("static.weights.")]
+    masters = [i for n, i in idx.items() if n.startswith("static.master.")]
     moments = [i for n, i in idx.items() if n.startswith("static.moments")]
-    assert ev.t_us[idx["static.weights"]] == 0 and all(ev.t_us[i] == 0 for i in masters)
+    assert all(ev.t_us[i] == 0 for i in weights + masters)
     first_step = min(s.start_us for s in tl.sim.spans[0] if s.kind == "step")
     assert moments and all(ev.t_us[i] == first_step for i in moments)
     dev = tl.sim.devices[0]
     w, g, o = state_bytes_of(run, dev.tensors)
-    assert ev.size[idx["static.weights"]] == w and ev.size[idx["static.grads"]] == g
+    # without the distributed optimizer the buffer has no padding: the flat rule's bytes, each weight on
+    # its own (never freed) and one grad buffer for the chunk
+    assert sum(ev.size[i] for i in weights) == w and ev.size[idx["static.grad_buffer.chunk0"]] == g
+    assert not any(tl.sim.names[t].startswith("static.weights.") for t in ev.tensor[ev.sign < 0])
     assert sum(ev.size[i] for i in masters + moments) == o
-    # without the distributed optimizer: one master clone and two moments per parameter (Megatron's order)
-    assert len(moments) == 2 * len(masters) == 2 * sum(t.trainable for t in dev.tensors)
+    # one master clone and two moments per parameter (Megatron's order)
+    assert len(weights) == len(masters) == len(moments) // 2 == sum(t.trainable for t in dev.tensors)
     assert "zero3.gathered_params" not in names_of(tl, 0) and "dp.reduce_bucket" not in names_of(tl, 0)
 
 

@@ -28,6 +28,7 @@ from timeline.pipeline.placement import stage_placement
 from timeline.placement.devices import StaticDevice, static_devices
 from timeline.profiles import profile
 from timeline.sim.plan import run_schedule_of
+from timeline.sim.static_state import ddp_of
 from timeline.spec.run import RunSpec
 
 HELP = "per-device static memory (weights, gradients, optimizer states) and activations per micro-batch"
@@ -163,7 +164,9 @@ def run(args: argparse.Namespace) -> int:
         placed = stage_placement(spec.schedule.kind, par.pp, par.vpp)
     devices = static_devices(templates()(spec), placed, parallel=par, training=spec.training,
                              num_layers=spec.model.num_hidden_layers,
-                             expert_state_group=profile(spec.profile).params.expert_state_group)
+                             expert_state_group=profile(spec.profile).params.expert_state_group,
+                             ddp=ddp_of(spec.profile, spec.framework, spec.model, spec.training, par,
+                                        traced=spec.trace is not None))
     acts = activations(spec, devices)
     if args.json:
         json.dump(static_json(spec, devices, acts, tensors=args.tensors), sys.stdout, indent=1)

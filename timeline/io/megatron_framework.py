@@ -160,6 +160,14 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
     c.put("framework.make_vocab_size_divisible_by", a.int("--make-vocab-size-divisible-by", 128),
           "--make-vocab-size-divisible-by")
     c.put("framework.deterministic", deterministic, "--deterministic-mode")
+    # training.py: get_model builds DistributedDataParallelConfig from these (the grad buffer's buckets)
+    c.put("framework.overlap_grad_reduce", a.flag("--overlap-grad-reduce"), "--overlap-grad-reduce")
+    bucket = a.int("--ddp-bucket-size", 0)
+    if bucket < 0:
+        raise UserError(f"--ddp-bucket-size {bucket}: give a positive number of elements")
+    c.put("framework.ddp_bucket_size", bucket, "--ddp-bucket-size")
+    c.put("framework.ddp_pad_for_busbw", a.flag("--ddp-pad-buckets-for-high-nccl-busbw"),
+          "--ddp-pad-buckets-for-high-nccl-busbw")
     if "n_routed_experts" in c.sections["model"]:
         disp = a.str("--moe-token-dispatcher-type", "allgather")
         if disp not in ("allgather", "alltoall", "flex"):

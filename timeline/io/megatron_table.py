@@ -47,7 +47,7 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
     ),
     "process groups, NCCL and launch": (
         "--distributed-backend", "--distributed-timeout-minutes", "--use-mcore-models", "--use-tp-pp-dp-mapping",
-        "--enable-experimental", "--overlap-p2p-communication-warmup-flush", "--overlap-grad-reduce",
+        "--enable-experimental", "--overlap-p2p-communication-warmup-flush",
         "--overlap-param-gather", "--manual-gc", "--manual-gc-interval", "--rerun-mode",
         "--check-weight-hash-across-dp-replicas-interval", "--no-check-for-nan-in-loss-and-grad",
         "--check-for-large-grads", "--calculate-per-token-loss", "--moe-flex-dispatcher-backend",

@@ -13,9 +13,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from timeline.graph.build import build_chunk_graph, chunk_layers, graph_params
+from timeline.graph.dp_buffers import DdpBuffer, DdpRules, ddp_buffers
 from timeline.graph.source import ModelSource
-from timeline.graph.static import state_bytes
-from timeline.graph.tensors import MODULES, TensorDef
+from timeline.graph.static import optimizer_element_bytes, state_bytes
+from timeline.graph.tensors import DTYPE_BYTES, MODULES, TensorDef
 from timeline.spec.run import ParallelSpec, TrainingSpec
 
 
@@ -32,6 +33,8 @@ class StaticDevice:
     optimizer_bytes: int
     buffers: int = 0
     tensors: tuple[TensorDef, ...] = field(default=(), repr=False)
+    #: Megatron's param/grad buffers (:mod:`timeline.graph.dp_buffers`; empty outside the profiles that lay them out)
+    dp_buffers: tuple[DdpBuffer, ...] = field(default=(), repr=False)
 
     @property
     def params_total(self) -> int:
@@ -48,11 +51,31 @@ def chunk_params(source: ModelSource, chunks: Iterable[int]) -> dict[int, list[T
     return {c: graph_params(build_chunk_graph(source.nodes(c), c)) for c in dict.fromkeys(chunks)}
 
 
+def buffer_bytes(tr: TrainingSpec, tensors: Sequence[TensorDef], buffers: Sequence[DdpBuffer],
+                 distributed_optimizer: bool) -> tuple[int, int, int]:
+    """(weights, grads, optimizer) bytes of a device whose parameters live in Megatron's ``buffers``:
+    the padded grad buffers; the padded param buffers under the distributed optimizer (else each
+    parameter on its own); master weights and moments per parameter, or per owned shard."""
+    w = DTYPE_BYTES[tr.dtype]
+    master, moment = optimizer_element_bytes(tr)
+    nbuf = sum(t.size_bytes for t in tensors if not t.trainable)
+    grads = sum(b.numel for b in buffers) * DTYPE_BYTES[tr.grad_dtype]
+    if distributed_optimizer:
+        weights = sum(b.numel for b in buffers) * w
+        opt = sum(s.shard_numel for b in buffers for s in b.slots)
+    else:
+        weights = sum(s.end - s.start for b in buffers for s in b.slots) * w
+        opt = sum(s.end - s.start for b in buffers for s in b.slots)
+    return weights + nbuf, grads, opt * (master + 2 * moment)
+
+
 def static_devices(source: ModelSource, stages_of_rank: Sequence[Sequence[int]], *, parallel: ParallelSpec,
-                   training: TrainingSpec, num_layers: int, expert_state_group: str) -> list[StaticDevice]:
+                   training: TrainingSpec, num_layers: int, expert_state_group: str,
+                   ddp: DdpRules | None = None) -> list[StaticDevice]:
     """Each pipeline rank's representative device with its static state; ``stages_of_rank``: the
     schedule's placement (:func:`timeline.pipeline.placement.stage_placement`, or a CSV schedule's
-    own); ``expert_state_group``: the profile's rule for which states shard over EDP."""
+    own); ``expert_state_group``: the profile's rule for which states shard over EDP; ``ddp``:
+    Megatron's buffer layout rules, where the profile lays its state out so (else flat ZeRO shards)."""
     par = parallel
     ranges = chunk_layers(par, num_layers)
     stride = par.tp * par.cp * par.dp
@@ -61,17 +84,26 @@ def static_devices(source: ModelSource, stages_of_rank: Sequence[Sequence[int]],
     out = []
     for r in range(par.pp):
         stages = tuple(placed[r])
-        tensors = [t for c in stages for t in params[c]]
+        # Megatron builds a rank's model chunks in virtual-stage order (``get_model``), whatever order the
+        # schedule uses them in
+        tensors = [t for c in (sorted(stages) if ddp is not None else stages) for t in params[c]]
         by_module = dict.fromkeys(MODULES, 0)
         for t in tensors:
             if t.trainable:
                 by_module[t.module] += t.numel
-        w, g, o = state_bytes(training, par, expert_state_group, tensors)
+        bufs: tuple[DdpBuffer, ...] = ()
+        if ddp is None:
+            w, g, o = state_bytes(training, par, expert_state_group, tensors)
+        else:
+            bufs = ddp_buffers([(c, params[c]) for c in sorted(stages)], rules=ddp, tr=training, par=par,
+                               expert_rule=expert_state_group, pp_rank=r,
+                               num_chunks=1 + max(c for st in placed for c in st))
+            w, g, o = buffer_bytes(training, tensors, bufs, ddp.distributed_optimizer)
         layers = tuple(i for c in sorted(stages) for i in ranges[c])
         out.append(StaticDevice(device=r * stride, pp_rank=r, stages=stages, represents=stride,
                                 layers=layers, params_by_module=by_module, weights_bytes=w, grads_bytes=g,
                                 optimizer_bytes=o, buffers=sum(t.numel for t in tensors if not t.trainable),
-                                tensors=tuple(tensors)))
+                                tensors=tuple(tensors), dp_buffers=bufs))
     return out
 
 

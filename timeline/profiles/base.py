@@ -186,11 +186,12 @@ class Lifecycle:
     source: str
     reduce_bucket_elems: int = 0  # 0: reduce-scatter works in place (Megatron)
     prefetch_bucket_elems: int = 0
-    #: without a distributed optimizer (zero = 0), master weights and Adam's moments are tensors per
-    #: parameter, created in the optimizer's parameter order (else one block per kind)
-    per_param_states: bool = False
     #: the persistent library workspaces a device holds (None: none)
     workspaces: Workspaces | None = None
+    #: weights and gradients live in Megatron's contiguous param/grad buffers, the distributed
+    #: optimizer's states per owned shard, each parameter made on its own first
+    #: (:mod:`timeline.graph.dp_buffers`); else flat ZeRO blocks
+    dp_buffers: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -314,7 +314,7 @@ def wgrad_rule(spec: FrameworkSpec) -> str:
 
 LIFECYCLE = Lifecycle("start", "start", "first_step",
                       "Megatron-Core param_and_grad_buffer.py, distrib_optimizer.py; torch Adam lazy state",
-                      workspaces=persistent_workspaces, per_param_states=True)
+                      workspaces=persistent_workspaces, dp_buffers=True)
 
 LIMITS = Limits(max_zero=1, instead="paper", zero_note="its distributed optimizer is zero = 1", squared_relu=True,
                 reads_framework=True,

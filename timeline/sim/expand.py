@@ -77,6 +77,22 @@ def _overlapped_ids(names: Names, ph: CompiledPhase) -> np.ndarray:
     return np.array([names(f"{x} (overlapped)") for x in ph.op_streams], dtype=np.int32)
 
 
+def _push_step_copies(log: _Log, state: DeviceState, spans: list[Span], names: Names) -> None:
+    """The state's per-step allocations: made when each optimizer step starts, dropped when it ends
+    if another iteration follows (its ``train_step`` starts with ``optimizer.zero_grad()``)."""
+    if not state.step_copies:
+        return
+    grads = CAT_CODE[Category.GRADS]
+    steps = [(i, sp) for i, sp in enumerate(spans) if sp.kind == "step"]
+    last = max(sp.iteration for _, sp in steps) if steps else -1
+    ids = [names(name) for name, _ in state.step_copies]
+    sizes = [size for _, size in state.step_copies]
+    for i, sp in steps:
+        log.push(np.full(len(ids), sp.start_us), 1, sizes, grads, ids, -1, -1, -1, i, sp.iteration)
+        if sp.iteration < last:
+            log.push(np.full(len(ids), sp.end_us), -1, sizes, grads, ids, -1, -1, -1, i, sp.iteration)
+
+
 def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans: list[Span], compiled: Compiled,
                   names: Names) -> DeviceEvents:
     """Static state (as the plan's ``state`` says it comes into being), then every action's
@@ -89,8 +105,12 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
                 tr, dev, spans, lambda sp: compiled.get((sp.stage, sp.kind))):
             log.push([t], sign, size, cat, names(name), -1, -1, -1, a, spans[a].iteration if a >= 0 else -1)
     else:
-        for t, name, size, cat in resolve(state.allocs, first_bwd, first_step):
-            log.push([t], 1, size, cat, names(name), -1, -1, -1, -1, -1)
+        # each step's main-grad copies come before the first step's moments (prepare_grads, then step)
+        _push_step_copies(log, state, spans, names)
+        static = resolve(state.allocs, first_bwd, first_step)
+        if static:  # one chunk: a device's static state is thousands of events under Megatron's layout
+            cols = list(zip(*static, strict=True))
+            log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
     gather = state.gathered_bytes
     comm = CAT_CODE[Category.COMM]
     for i, sp in enumerate(spans):

@@ -18,7 +18,7 @@ from timeline.pipeline.actions import Schedule
 from timeline.placement.devices import StaticDevice, chunk_holders, ep_devices, static_devices
 from timeline.sim.compiled import CompiledPhase, compile_phase
 from timeline.sim.cost import CostModel
-from timeline.sim.static_state import DeviceState, StateRules, device_state, step_us
+from timeline.sim.static_state import DeviceState, StateRules, ddp_of, device_state, step_us
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import HardwareSpec, ParallelSpec, RecomputeSpec, ScheduleSpec, TrainingSpec
 
@@ -179,7 +179,8 @@ def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training:
         compiled.append(c)
         act.append({ch: t[ch if ch in t else classes[ch]].activation_bytes for ch in range(schedule.num_chunks)})
     static = static_devices(source, schedule.stages_of_rank, parallel=par, training=tr,
-                            num_layers=model.num_hidden_layers, expert_state_group=rules.expert_state_group)
+                            num_layers=model.num_hidden_layers, expert_state_group=rules.expert_state_group,
+                            ddp=ddp_of(rules.profile, rules.framework, model, tr, par, traced=rules.traced))
     devices = ep_devices(static, par, len(loads))
     return SimPlan(training=tr, schedule=schedule, cost=cost, loads=tuple(loads), templates=tuple(templates),
                    compiled=tuple(compiled), activation_bytes=tuple(act), devices=tuple(devices),

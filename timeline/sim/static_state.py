@@ -1,7 +1,7 @@
 """The static state of one simulated device as its profile creates it: weights, gradients,
-master weights and moments (as flat buffers, or one tensor per parameter where the profile's
-optimizer holds them so), ZeRO buckets and gathered layers, persistent library workspaces, and
-the optimizer step's duration. The bytes are the device's (:class:`StaticDevice`, computed once
+master weights and moments (as flat buffers, or — ``megatron`` — in Megatron's param/grad buffers
+and per parameter or shard, :mod:`timeline.sim.megatron_state`), ZeRO buckets and gathered
+layers, persistent library workspaces, and the optimizer step's duration. The bytes are the device's (:class:`StaticDevice`, computed once
 in ``placement``); the per-element rule is :func:`timeline.graph.static.optimizer_element_bytes`.
 """
 
@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from timeline.graph.dp_buffers import DdpRules, ddp_rules
 from timeline.graph.static import optimizer_element_bytes
 from timeline.graph.tensors import DTYPE_BYTES, Category
 from timeline.placement.devices import StaticDevice
 from timeline.profiles import lifecycle
 from timeline.sim.compiled import CAT_CODE
 from timeline.sim.cost import CostModel
+from timeline.sim.megatron_state import main_grad_copies, megatron_events
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import ParallelSpec, TrainingSpec
@@ -50,8 +52,8 @@ def gathered_bytes(profile: str, tr: TrainingSpec, dev: StaticDevice) -> int:
     return layer + min(life.prefetch_bucket_elems * DTYPE_BYTES[tr.dtype], layer)
 
 
-#: (created at: "start" | "first_backward" | "first_step", name, bytes, category code)
-StaticAlloc = tuple[str, str, int, int]
+#: (created at: "start" | "first_backward" | "first_step", name, bytes, category code, +1 alloc / −1 free)
+StaticAlloc = tuple[str, str, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +61,14 @@ class DeviceState:
     """How one device's static state comes into being, known before any time passes: the
     allocations (times as lifecycle points, resolved against the device's spans), or — ``hf``
     without ZeRO, ``per_parameter`` — one tensor per parameter as torch.optim makes them
-    (:mod:`timeline.sim.hf_state`); and the bytes each action gathers under ZeRO-3."""
+    (:mod:`timeline.sim.hf_state`); the bytes each action gathers under ZeRO-3; and the (name,
+    bytes) every optimizer step allocates until the next iteration starts (Megatron's fp32 copies
+    of the main grads, :func:`timeline.sim.megatron_state.main_grad_copies`)."""
 
     allocs: tuple[StaticAlloc, ...]
     per_parameter: bool
     gathered_bytes: int
+    step_copies: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,57 +96,55 @@ def device_state(dev: StaticDevice, model: ModelSpec, tr: TrainingSpec, par: Par
     if life.workspaces is not None and not per_param:
         holds_head = max(dev.stages) == par.pp * par.vpp - 1
         has_moe = any(t.in_moe for t in dev.tensors)
-        workspaces = [(w_at, name, size, CAT_CODE[Category.TEMPORARY]) for name, size, _, w_at
+        workspaces = [(w_at, name, size, CAT_CODE[Category.TEMPORARY], 1) for name, size, _, w_at
                       in life.workspaces(rules.framework, model, tr, par, rules.sm, holds_head=holds_head,
                                          has_moe=has_moe, tensors=dev.tensors)]
-    allocs = () if per_param else tuple(static_allocs(rules.profile, tr, dev, workspaces, traced=rules.traced))
-    return DeviceState(allocs=allocs, per_parameter=per_param, gathered_bytes=gathered_bytes(rules.profile, tr, dev))
+    copies: tuple[tuple[str, int], ...] = ()
+    if life.dp_buffers and dev.dp_buffers and not rules.traced:
+        allocs = tuple(a for a in megatron_events(tr, dev, rules.expert_state_group) + workspaces if a[2] > 0)
+        copies = main_grad_copies(tr, dev, rules.expert_state_group)
+    else:
+        allocs = () if per_param else tuple(static_allocs(rules.profile, tr, dev, workspaces))
+    return DeviceState(allocs=allocs, per_parameter=per_param, gathered_bytes=gathered_bytes(rules.profile, tr, dev),
+                       step_copies=copies)
+
+
+def ddp_of(profile: str, framework: FrameworkSpec, model: ModelSpec, tr: TrainingSpec, par: ParallelSpec, *,
+           traced: bool) -> DdpRules | None:
+    """Megatron's buffer layout rules where ``profile`` lays its state out in them (not for a
+    captured trace), else None (flat ZeRO blocks)."""
+    if not lifecycle(profile).dp_buffers or traced:
+        return None
+    return ddp_rules(framework, tr, par, tied=model.tie_word_embeddings)
 
 
 def resolve(allocs: tuple[StaticAlloc, ...], first_backward_us: float,
-            first_step_us: float) -> list[tuple[float, str, int, int]]:
-    """(time, name, bytes, category code) of the allocations, at the device's first backward and step."""
+            first_step_us: float) -> list[tuple[float, str, int, int, int]]:
+    """(time, name, bytes, category code, sign) of the allocations and frees, at the device's first
+    backward and step."""
     when = {"start": 0.0, "first_backward": first_backward_us, "first_step": first_step_us}
-    return [(when[a], n, b, c) for a, n, b, c in allocs]
+    return [(when[a], n, b, c, sign) for a, n, b, c, sign in allocs]
 
 
-def static_allocs(profile: str, tr: TrainingSpec, dev: StaticDevice, workspaces: list[StaticAlloc], *,
-                  traced: bool) -> list[StaticAlloc]:
-    """The static state as ``profile`` creates it, in creation order (empty ones left out), with
-    the device's persistent ``workspaces`` last; ``traced``: the model is a captured trace."""
+def static_allocs(profile: str, tr: TrainingSpec, dev: StaticDevice, workspaces: list[StaticAlloc]) -> list[StaticAlloc]:
+    """The static state as flat blocks, one per kind, in creation order (empty ones left out), with
+    the device's persistent ``workspaces`` last (Megatron's own layout is
+    :mod:`timeline.sim.megatron_state`)."""
     life = lifecycle(profile)
     extra: list[StaticAlloc] = []
     if tr.zero >= 2 and life.reduce_bucket_elems:
         n = min(life.reduce_bucket_elems, sum(t.numel for t in dev.tensors if t.trainable))
-        extra.append(("first_backward", "dp.reduce_bucket", n * DTYPE_BYTES[tr.grad_dtype], CAT_CODE[Category.COMM]))
+        extra.append(("first_backward", "dp.reduce_bucket", n * DTYPE_BYTES[tr.grad_dtype], CAT_CODE[Category.COMM], 1))
     w, g, o = dev.weights_bytes, dev.grads_bytes, dev.optimizer_bytes
     master, moment = optimizer_element_bytes(tr)
     per_opt = master + 2 * moment
     master_b = o * master // per_opt if per_opt else 0
     opt = CAT_CODE[Category.OPTIMIZER]
-    # (created at, name, bytes, category); "first_step" states never exist without an optimizer step
-    out = [("start", "static.weights", w, CAT_CODE[Category.WEIGHTS]),
-           (life.grads_at, "static.grads", g, CAT_CODE[Category.GRADS])]
-    if life.per_param_states and tr.zero == 0 and per_opt and not traced:
-        out += per_param_states(dev, life.master_at, life.moments_at, master, moment)
-    else:
-        out += [(life.master_at, "static.master", master_b, opt), (life.moments_at, "static.moments", o - master_b, opt)]
+    # (created at, name, bytes, category, sign); "first_step" states never exist without an optimizer step
+    out: list[StaticAlloc] = [("start", "static.weights", w, CAT_CODE[Category.WEIGHTS], 1),
+                              (life.grads_at, "static.grads", g, CAT_CODE[Category.GRADS], 1)]
+    out += [(life.master_at, "static.master", master_b, opt, 1), (life.moments_at, "static.moments", o - master_b, opt, 1)]
     if not tr.optimizer_step:
         out = [x for x in out if x[0] != "first_step"]
     return [x for x in out + extra + workspaces if x[2] > 0]
 
-
-def per_param_states(dev: StaticDevice, master_at: str, moments_at: str, master_bytes: int,
-                     moment_bytes: int) -> list[tuple[str, str, int, int]]:
-    """Master weights, then ``exp_avg`` and ``exp_avg_sq``, one tensor per parameter in the
-    optimizer's order: weight-decayed matrices first, then biases and 1-D parameters (Megatron
-    ``_get_param_groups``), each group in model order."""
-    opt = CAT_CODE[Category.OPTIMIZER]
-    params = [t for t in dev.tensors if t.trainable]
-    decayed = [t for t in params if len(t.shape) > 1 and not t.name.endswith(".bias")]
-    ordered = decayed + [t for t in params if t not in decayed]
-    out = [(master_at, f"static.master.{t.name}", t.numel * master_bytes, opt) for t in ordered] if master_bytes else []
-    for t in ordered:
-        out += [(moments_at, f"static.moments.{t.name}.exp_avg", t.numel * moment_bytes, opt),
-                (moments_at, f"static.moments.{t.name}.exp_avg_sq", t.numel * moment_bytes, opt)]
-    return out

@@ -59,5 +59,10 @@ class FrameworkSpec:
     moe_grouped_gemm: bool = spec_field(True, doc="--moe-grouped-gemm (false: SequentialMLP)")
     cublas_workspace_config: str = spec_field("", doc="CUBLAS_WORKSPACE_CONFIG (':SIZE_KiB:COUNT…'; '' = default)")
     avoid_record_streams: bool = spec_field(False, doc="TORCH_NCCL_AVOID_RECORD_STREAMS=1")
+    overlap_grad_reduce: bool = spec_field(False, doc="--overlap-grad-reduce (the grad buffer splits into buckets)")
+    ddp_bucket_size: int = spec_field(0, nonneg=True, doc="--ddp-bucket-size in elements (0: Megatron's default, "
+                                      "max(40M, 1M·dp·cp), with overlap_grad_reduce)")
+    ddp_pad_for_busbw: bool = spec_field(False, doc="--ddp-pad-buckets-for-high-nccl-busbw (buckets end at a "
+                                         "multiple of lcm(dp, 128, 65536) elements)")
     workspaces: bool = spec_field(True, doc="TE's and PyTorch's persistent cuBLAS workspaces (false: leave "
                                   "them out, e.g. to compare saved tensors alone)")

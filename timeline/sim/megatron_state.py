@@ -1,0 +1,102 @@
+"""The ``megatron`` profile's static state in the order Megatron-Core creates it, over the buffers of
+:mod:`timeline.graph.dp_buffers` (rules read at Megatron-Core 0.14.0, ``MC``, and Transformer
+Engine 2.6, ``TE``):
+
+1. model construction makes each parameter on its own (``MC/training/training.py: get_model``);
+2. per model chunk, ``DistributedDataParallel`` makes its dense then expert buffers: under the
+   distributed optimizer the param buffer, then the grad buffer (``torch.zeros``), then copies each
+   parameter into its view of the param buffer and frees its own storage, in layout order
+   (``MC/distributed/param_and_grad_buffer.py: _ParamAndGradBuffer.__init__``);
+3. the optimizer's fp32 main parameters: one ``detach().clone().float()`` per parameter
+   (``MC/optimizer/optimizer.py: Float16OptimizerWithFloat16Params.__init__``), or one
+   ``clone().float()`` per owned shard (``MC/optimizer/distrib_optimizer.py:
+   DistributedOptimizer._build_model_and_main_param_groups``), in parameter-group order — each a
+   clone in the model's dtype, its fp32 copy, then the clone dropped;
+4. Adam's ``exp_avg`` and ``exp_avg_sq`` per main parameter inside the first ``step()``
+   (``TE/optimizers/fused_adam.py: FusedAdam.step`` → ``initialize_state``: ``torch.empty_like``
+   per state, the optimizer Megatron imports first, ``MC/optimizer/__init__.py``); the dense
+   optimizer steps before the expert one (``ChainedOptimizer``);
+5. every step, ``_copy_model_grads_to_main_grads`` sets ``main_param.grad =
+   model_param.main_grad[shard].float()``: a new fp32 tensor per parameter (shard) when the grad
+   buffer is not fp32 (an alias when it is), dropped by ``optimizer.zero_grad()`` at the start of
+   the next ``train_step`` (``MC/training/training.py: train_step``). It runs in ``prepare_grads``,
+   before the loss scaler's overflow check, so a skipped step copies too.
+
+Parameter groups (``MC/optimizer/__init__.py: _get_param_groups``) are keyed by weight decay
+(none for biases and 1-D parameters) and expert parallelism, in order of first appearance over
+the model chunks; each group's parameters in ``named_parameters()`` order, or under the
+distributed optimizer in buffer order (``_build_optimizer_group_ranges``: chunk, buffer, bucket,
+layout).
+"""
+
+from __future__ import annotations
+
+from timeline.graph.dp_buffers import megatron_order
+from timeline.graph.static import is_expert_state, optimizer_element_bytes
+from timeline.graph.tensors import DTYPE_BYTES, Category
+from timeline.placement.devices import StaticDevice
+from timeline.sim.compiled import CAT_CODE
+from timeline.spec.run import TrainingSpec
+
+#: (created at: "start" | "first_backward" | "first_step", name, bytes, category code, +1 alloc / −1 free)
+StaticEvent = tuple[str, str, int, int, int]
+
+
+def _group_key(name: str, shape: tuple[int, ...], expert: bool) -> tuple[bool, bool]:
+    """(expert, no weight decay) of one parameter (``_get_param_groups``' default condition)."""
+    return expert, name.endswith(".bias") or len(shape) == 1
+
+
+def main_param_order(dev: StaticDevice, tr: TrainingSpec, expert_rule: str) -> list[tuple[str, int]]:
+    """(name, elements) of each main parameter (shard) in the order the optimizer creates and steps
+    them; under ``zero = 1`` only the shards this rank owns."""
+    shapes = {t.name: t for t in dev.tensors}
+    groups: dict[tuple[bool, bool], list[tuple[str, int]]] = {}
+    if tr.zero >= 1:
+        for b in dev.dp_buffers:
+            for s in b.slots:
+                groups.setdefault(_group_key(s.name, shapes[s.name].shape, b.expert), [])
+        for b in dev.dp_buffers:
+            for s in b.slots:
+                if s.shard_numel:
+                    groups[_group_key(s.name, shapes[s.name].shape, b.expert)].append((s.name, s.shard_numel))
+    else:
+        for t in megatron_order(dev.tensors):
+            key = _group_key(t.name, t.shape, is_expert_state(t, expert_rule))
+            groups.setdefault(key, []).append((t.name, t.numel))
+    # the dense optimizer first, then the expert one (ChainedOptimizer), each in first-seen group order
+    return [p for k in sorted(groups, key=lambda k: k[0]) for p in groups[k]]
+
+
+def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str) -> list[StaticEvent]:
+    """Weights, buffers, main parameters and moments of one device, in creation order."""
+    w_cat, g_cat, o_cat = CAT_CODE[Category.WEIGHTS], CAT_CODE[Category.GRADS], CAT_CODE[Category.OPTIMIZER]
+    w, g = DTYPE_BYTES[tr.dtype], DTYPE_BYTES[tr.grad_dtype]
+    dist = tr.zero >= 1
+    out: list[StaticEvent] = [("start", f"static.weights.{t.name}", t.numel * w if t.trainable else t.size_bytes,
+                               w_cat, 1) for t in dev.tensors]
+    for b in dev.dp_buffers:
+        if dist:
+            out.append(("start", f"static.param_buffer.{b.label}", b.numel * w, w_cat, 1))
+        out.append(("start", f"static.grad_buffer.{b.label}", b.numel * g, g_cat, 1))
+        if dist:
+            out += [("start", f"static.weights.{s.name}", (s.end - s.start) * w, w_cat, -1) for s in b.slots]
+    master, moment = optimizer_element_bytes(tr)
+    order = main_param_order(dev, tr, expert_rule)
+    for n, k in order:  # clone() in the model dtype, then .float(); the clone is dropped
+        out += [("start", f"static.master_clone.{n}", k * w, o_cat, 1), ("start", f"static.master.{n}", k * master, o_cat, 1),
+                ("start", f"static.master_clone.{n}", k * w, o_cat, -1)] if master else []
+    if tr.optimizer_step:
+        for n, k in order:
+            out += [("first_step", f"static.moments.{n}.exp_avg", k * moment, o_cat, 1),
+                    ("first_step", f"static.moments.{n}.exp_avg_sq", k * moment, o_cat, 1)]
+    return [e for e in out if e[2] > 0]
+
+
+def main_grad_copies(tr: TrainingSpec, dev: StaticDevice, expert_rule: str) -> tuple[tuple[str, int], ...]:
+    """(name, bytes) of the fp32 copies of the main grads each step makes (none when the grad
+    buffer is fp32, or without fp32 main parameters: ``FP32Optimizer`` aliases ``main_grad``)."""
+    master, _ = optimizer_element_bytes(tr)
+    if tr.grad_dtype == "fp32" or not master:
+        return ()
+    return tuple((f"step.main_grad.{n}", k * master) for n, k in main_param_order(dev, tr, expert_rule))
