@@ -8,7 +8,7 @@ case, then median and worst |error| per family (dense / MoE, published / inferre
 counts within 1, 2 and 4 %, and the wall time. ``--json FILE`` also writes the rows.
 
 The steady state is compared too: what the device holds after iteration 1's optimizer step (the
-last event before iteration 2 begins) against ``measured.allocated_bytes_first_iter``, which
+blocks of the static state's and iteration 1's events) against ``measured.allocated_bytes_first_iter``, which
 ``training_log()`` logged then — weights, gradients, optimizer state and persistent workspaces, no
 activations. Cases whose first logged iteration is not 1 (a resumed run's goldens) have no steady
 column.
@@ -147,14 +147,14 @@ def family(record: dict) -> str:
 
 
 def steady_after_first(tl: object, d: int) -> int:
-    """Allocated bytes of device ``d`` after iteration 1: just before iteration 2's first event."""
+    """Allocated bytes of device ``d`` after iteration 1 (index 0) and its optimizer step: the blocks of
+    the static state's and that iteration's events (each event belongs to the iteration of the action
+    making it, so a step of no duration at the next iteration's first instant still counts)."""
     import numpy as np
 
-    starts = tl.iteration_starts(d)  # type: ignore[attr-defined]
-    s = tl.series(d)  # type: ignore[attr-defined]
-    end = starts[1] if len(starts) > 1 else float("inf")
-    i = int(np.searchsorted(s.t_us, end, side="left")) - 1
-    return int(s.allocated[i]) if i >= 0 else 0
+    its = tl.event_iterations(d)  # type: ignore[attr-defined]
+    blocks = tl.memory[d].block_bytes  # type: ignore[attr-defined]
+    return int(np.sum(blocks[its <= 0], dtype=np.int64))
 
 
 def predict(record: dict) -> tuple[int, int, dict, int]:

@@ -78,19 +78,26 @@ def _overlapped_ids(names: Names, ph: CompiledPhase) -> np.ndarray:
 
 
 def _push_step_copies(log: _Log, state: DeviceState, spans: list[Span], names: Names) -> None:
-    """The state's per-step allocations: made when each optimizer step starts, dropped when it ends
-    if another iteration follows (its ``train_step`` starts with ``optimizer.zero_grad()``)."""
+    """The state's per-step allocations: made when each optimizer step starts, dropped when the next
+    iteration's first action starts (its ``train_step`` begins with ``optimizer.zero_grad()``; the
+    memory Megatron logs between the two, after ``train_step`` returns, still holds them). The last
+    step's stay."""
     if not state.step_copies:
         return
     grads = CAT_CODE[Category.GRADS]
     steps = [(i, sp) for i, sp in enumerate(spans) if sp.kind == "step"]
-    last = max(sp.iteration for _, sp in steps) if steps else -1
+    first: dict[int, tuple[float, int]] = {}  # iteration -> (start, span index) of its first action
+    for i, sp in enumerate(spans):
+        if sp.kind not in ("init", "step") and (sp.iteration not in first or sp.start_us < first[sp.iteration][0]):
+            first[sp.iteration] = (sp.start_us, i)
     ids = [names(name) for name, _ in state.step_copies]
     sizes = [size for _, size in state.step_copies]
     for i, sp in steps:
         log.push(np.full(len(ids), sp.start_us), 1, sizes, grads, ids, -1, -1, -1, i, sp.iteration)
-        if sp.iteration < last:
-            log.push(np.full(len(ids), sp.end_us), -1, sizes, grads, ids, -1, -1, -1, i, sp.iteration)
+        nxt = first.get(sp.iteration + 1)
+        if nxt is not None:
+            start, a = max(nxt[0], sp.end_us), nxt[1]
+            log.push(np.full(len(ids), start), -1, sizes, grads, ids, -1, -1, -1, a, sp.iteration + 1)
 
 
 def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans: list[Span], compiled: Compiled,
