@@ -102,6 +102,21 @@ def test_workers_do_not_change_a_byte(planned):
     assert "wall" in (outs[1] / "plan.log").read_text()
 
 
+def test_workers_do_not_change_which_candidates_are_simulated(planned, tmp_path):
+    """At 0.27 GiB a batch sized by the worker count simulated two candidates more with 2 workers than
+    with 1 (pruned by the time bound there): the batch between two checks of the stopping rule is a
+    constant (``search.SIM_BATCH``)."""
+    tmp, _ = planned
+    out = {}
+    for workers in (1, 2):
+        out[workers] = tmp_path / f"w{workers}"
+        assert main(["plan", str(TINY), "--world-size", "8", "--space", str(tmp / "space.toml"), "--top", "3",
+                     "--capacity", "0.27GiB", "--workers", str(workers), "-o", str(out[workers])]) == 0
+    assert (out[1] / "plan.parquet").read_bytes() == (out[2] / "plan.parquet").read_bytes()
+    simulated = [r for r in pq.read_table(out[1] / "plan.parquet").to_pylist() if r["simulated"]]
+    assert len(simulated) > 3
+
+
 def test_best_run_files_reproduce_their_peaks(planned, tmp_path):
     """With room for 20 fitting candidates, all ten written run files simulate (``timeline
     simulate``, as a user runs them) to the peaks plan.parquet holds, to the byte, and fit."""
@@ -163,7 +178,7 @@ def test_max_simulations_leaves_the_rest_as_budget(planned, tmp_path):
     rows = pq.read_table(out / "plan.parquet").to_pylist()
     full = {r["candidate"]: r for r in pq.read_table(outs[1] / "plan.parquet").to_pylist()}
     simulated = [r for r in rows if r["simulated"]]
-    assert len(simulated) == 2  # one batch of two
+    assert len(simulated) == 2  # the budget, not a whole batch
     assert sum(r["pruned_by"] == "budget" for r in rows) == sum(
         1 for r in full.values() if r["pruned_by"] not in ("invalid", "static_bound")) - 2
     for r in simulated:  # the same simulation, whatever the budget

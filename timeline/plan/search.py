@@ -114,6 +114,9 @@ BoundJob = tuple[RunSpec, Space, tuple[Candidate, ...]]
 BLOCKS_PER_WORKER, ROUND_BLOCKS = 32, 4
 #: chunks of survivors bounded exactly at a time (fixed: the rows must not depend on the workers)
 EXACT_CHUNK = 64
+#: candidates simulated between two checks of the stopping rule; a constant, so that the worker count
+#: (which only spreads a batch over processes) never changes which candidates are simulated
+SIM_BATCH = 4
 FULL = parse_recompute("full:uniform:1")
 
 
@@ -286,7 +289,7 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
         waiting.clear()
 
     fitting: list[Row] = []
-    batch = max(2, 2 * engine.workers)
+    batch = SIM_BATCH  # never the worker count: which candidates are simulated must not depend on it
     done = 0
     while ready():
         if len(fitting) >= keep and waiting[0][0] > _kth_time(fitting, keep):
@@ -296,7 +299,7 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
             leave("budget")
             break
         todo, runs = [], []
-        for _ in range(batch):
+        for _ in range(min(batch, max_simulations - done) if max_simulations else batch):
             if not ready():
                 break
             r = rows[heapq.heappop(waiting)[1]]
