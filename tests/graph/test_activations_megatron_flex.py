@@ -152,3 +152,17 @@ def test_hybridep_across_nvlink_domains_gathers_the_routing_map():
 def test_flex_keys_leave_the_other_dispatchers_alone(dispatcher: str):
     base = [f'framework.moe_token_dispatcher="{dispatcher}"']
     assert saved(*base) == saved(*base, HYBRID, "framework.nvlink_domain=72")
+
+
+def test_hybridep_pads_to_its_own_capacity():
+    # _HybridEPManager.setup_metadata: capacity = ⌈cf·t·k / (etp·E)⌉ per (virtual) expert, × W × E_local rows
+    pad = ["training.capacity_factor=1.1", "training.pad_to_capacity=true"]
+    o = ops(FLEX, HYBRID, *pad)
+    assert o[f"{P}.dispatch.hybridep"].outputs["y"].shape == (math.ceil(1.1 * T * K / E) * W * LOCAL, H)
+    assert o[f"{P}.dispatch.preprocess"].outputs["padded_tokens_per_expert"].dtype == "int64"
+    assert "num_dispatched_tokens" in o[f"{P}.dispatch.preprocess"].outputs  # on the device (non_blocking)
+    o2 = ops(FLEX, HYBRID, *pad, "parallel.etp=2")
+    assert o2[f"{P}.dispatch.hybridep"].outputs["y"].shape == (math.ceil(1.1 * T * K / (2 * E)) * 16 * LOCAL, H)
+    # the alltoall layout pads each of the E experts per source rank, then gathers over expert-TP
+    assert ops(*pad, "parallel.etp=2")[f"{P}.experts.linear_fc1"].inputs["x"].shape[0] == \
+        2 * E * math.ceil(1.1 * T * K / E)

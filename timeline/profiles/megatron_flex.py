@@ -70,7 +70,9 @@ RULES: dict[str, SaveRule] = {
                "host unless non_blocking), local_expert_routing_map [tokens·ranks, E_local] bool, overflow_flag "
                "[1] int32; extension/permute.cu: permute_preprocessing — row_id_map [tokens·ranks + pad, E_local] "
                "int32, tokens_per_expert [E_local] int32, a new overflow_flag, workspaces [ceil(tokens·ranks/256), "
-               "E_local] and [ceil(that/256), E_local] int32 freed on return; the op keeps nothing"),
+               "E_local] and [ceil(that/256), E_local] int32 freed on return; padded_tokens_per_expert [E_local] "
+               "int64 (on the device only when non_blocking: Megatron's drop-and-pad mode, which ignores it); "
+               "the op keeps nothing"),
     "hybridep_dispatch": SaveRule(
         saves=("in:probs", *(f"in:{k}" for k in HYBRIDEP_HANDLE)),
         source=f"{MCF}/fused_a2a.py: HybridEPDispatch.forward keeps the handle (ctx.handle) until its backward; "

@@ -179,8 +179,11 @@ def hybridep_nodes(b: Builder) -> tuple[int, int]:
 
 
 def _hybridep_dispatch(b: Builder, p: str, src: TensorDef, dense: TensorDef, layer: int, experts: int) -> Dispatched:
-    h = b.model.hidden_size
+    h, tr = b.model.hidden_size, b.training
     w, t, rows, _ = _shape(b, experts)
+    if tr.pad_to_capacity:  # _HybridEPManager.setup_metadata: get_capacity(t·k, etp·E) · W · E_local rows
+        ee = b.dims.etp * b.model.n_routed_experts
+        rows = math.ceil(tr.capacity_factor * t * b.model.num_experts_per_tok / ee) * w * experts
     per, nodes = hybridep_nodes(b)
     q = f"{p}.dispatch"
     probs = _fp32(b, p, dense, layer)
@@ -199,13 +202,15 @@ def _hybridep_dispatch(b: Builder, p: str, src: TensorDef, dense: TensorDef, lay
         "row_id_map": ((t * w + pad, experts), "int32"),
         "tokens_per_expert": ((experts,), "int32"),
         "overflow_flag": ((1,), "int32")}
-    if b.training.pad_to_capacity:  # non_blocking (num_permuted_tokens known): the count stays on the device
+    if tr.pad_to_capacity:  # non_blocking (num_permuted_tokens known): the count stays on the device
         shapes["num_dispatched_tokens"] = ((1,), "int32")
     handle = {k: b.tensor(f"{q}.{k}", s, dt) for k, (s, dt) in shapes.items() if math.prod(s) > 0}
     ws1 = math.ceil(t * w / HYBRIDEP_BLOCK)
     scratch = {"first_overflow_flag": b.tensor(f"{q}.first_overflow_flag", (1,), "int32"),
                "workspace1": b.tensor(f"{q}.permute_workspace1", (ws1, experts), "int32"),
                "workspace2": b.tensor(f"{q}.permute_workspace2", (math.ceil(ws1 / HYBRIDEP_BLOCK), experts), "int32")}
+    if tr.pad_to_capacity:  # non_blocking: padded_tokens_per_expert on the device (Megatron keeps its own)
+        scratch["padded_tokens_per_expert"] = b.tensor(f"{q}.padded_tokens_per_expert", (experts,), "int64")
     b.op(f"{q}.preprocess", "hybridep_preprocess", layer, {"_map": inputs.get("map", dense)}, {**handle, **scratch},
          tags=MOE)
     tokens = b.tensor(f"{q}.received", (rows, h), comm=True)
