@@ -173,6 +173,7 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
         if disp not in ("allgather", "alltoall", "flex"):
             raise UserError(f"--moe-token-dispatcher-type {disp}: use allgather, alltoall or flex")
         c.put("framework.moe_token_dispatcher", disp, "--moe-token-dispatcher-type")
+        _flex_backend(c, a, disp, env, gpu)
         lb = a.str("--moe-router-load-balancing-type", "aux_loss")
         if lb not in ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"):
             raise UserError(f"--moe-router-load-balancing-type {lb}: not a Megatron router")
@@ -211,3 +212,35 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
         allocator_conf(env["PYTORCH_CUDA_ALLOC_CONF"], c)
     c.put("hardware.gpu", gpu)
 
+
+
+#: GPUs one NVLink domain joins per --gpu (HGX boards 8; a GB200 NVL72 rack 72)
+NVLINK_DOMAIN = {"gb200": 72}
+
+
+def _flex_backend(c: Conversion, a: ArgReader, disp: str, env: dict[str, str], gpu: str) -> None:
+    """``--moe-flex-dispatcher-backend`` (and the deprecated ``--moe-enable-deepep``) → ``[framework]
+    moe_flex_backend``, and the NVLink domain HybridEP partitions its group by → ``nvlink_domain``.
+
+    MC transformer/transformer_config.py (Megatron-LM f098fe84): ``moe_flex_dispatcher_backend`` defaults
+    to ``"deepep"``; ``moe_enable_deepep`` requires the flex dispatcher, refuses ``hybridep`` and sets
+    ``deepep``. DeepEP@1b8f467 (hybrid-ep) deep_ep/hybrid_ep_buffer.py: HybridEPBuffer.__init__ takes
+    ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` when set, else the ranks it detects over NVLink. Written
+    for the flex dispatcher only."""
+    backend = a.str("--moe-flex-dispatcher-backend", "deepep")
+    if backend not in ("deepep", "hybridep"):
+        raise UserError(f"--moe-flex-dispatcher-backend {backend}: use deepep or hybridep")
+    if a.flag("--moe-enable-deepep"):
+        if disp != "flex":
+            raise UserError("--moe-enable-deepep: DeepEP runs only with --moe-token-dispatcher-type flex")
+        if backend == "hybridep":
+            raise UserError("--moe-enable-deepep with --moe-flex-dispatcher-backend hybridep: give one backend")
+    if disp != "flex":
+        return
+    c.put("framework.moe_flex_backend", backend, "--moe-flex-dispatcher-backend", "--moe-enable-deepep")
+    domain = env.get("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "")
+    if domain:
+        if not domain.isdigit() or int(domain) < 1:
+            raise UserError(f"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={domain}: give a positive integer")
+        c.env_mapped["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = "framework.nvlink_domain"
+    c.put("framework.nvlink_domain", int(domain) if domain else NVLINK_DOMAIN.get(gpu, 8))

@@ -50,7 +50,7 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--enable-experimental", "--overlap-p2p-communication-warmup-flush",
         "--overlap-param-gather", "--manual-gc", "--manual-gc-interval", "--rerun-mode",
         "--check-weight-hash-across-dp-replicas-interval", "--no-check-for-nan-in-loss-and-grad",
-        "--check-for-large-grads", "--calculate-per-token-loss", "--moe-flex-dispatcher-backend",
+        "--check-for-large-grads", "--calculate-per-token-loss",
         "--moe-flex-dispatcher-num-sms", "--te-rng-tracker",
     ),
     "numerics that keep every tensor's shape and dtype": (

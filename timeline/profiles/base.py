@@ -135,7 +135,10 @@ class Structure:
     # routing map, tokens re-sorted by local expert (sort_chunks_by_idxs) after the all-to-all
     moe_dispatcher: str = "alltoall"  # "allgather": Megatron's MoEAllGatherTokenDispatcher — tokens and probs
     # all-gathered over expert-TP × EP, permuted for the local experts, unpermuted to all gathered rows and
-    # reduce-scattered back; "alltoall": the all-to-all permutation above
+    # reduce-scattered back; "alltoall": the all-to-all permutation above; "flex": MoEFlexTokenDispatcher
+    # (graph/families/moe_flex.py) with the backend below
+    moe_flex_backend: str = "deepep"  # the flex dispatcher's fused all-to-all: "deepep" | "hybridep"
+    moe_nvlink_domain: int = 8  # GPUs one NVLink domain joins (HybridEP's ranks per node)
     te_flash_copies: bool = False  # TE's FlashAttention backend (flash-attn) on Megatron's sbhd tensors: q, k
     # and v become contiguous bshd copies the kernel keeps, and its bshd output is kept while a contiguous sbhd
     # copy is returned to the output projection (TE's FusedAttention reads and writes sbhd in place)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from timeline.profiles import megatron_gptoss
+from timeline.profiles import megatron_flex, megatron_gptoss
 from timeline.profiles.base import Lifecycle, Limits, ParamRules, Profile, SaveRule, SaveRules, Structure
 from timeline.profiles.megatron_workspaces import persistent_workspaces, version_tuple
 from timeline.spec.framework import FrameworkSpec
@@ -249,10 +249,11 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
     ce = spec.cross_entropy_fusion == "te"
     compiled = spec.cross_entropy_fusion == "native"
     wgrad = wgrad_rule(spec)
-    # MC transformer/moe/token_dispatcher.py: MoEAllGatherTokenDispatcher (flex's DeepEP buffers are outside
-    # PyTorch's allocator; its permutation is modelled as alltoall's); MC transformer/moe/router.py:
+    # MC transformer/moe/token_dispatcher.py: MoEAllGatherTokenDispatcher, MoEFlexTokenDispatcher (its DeepEP /
+    # HybridEP buffers are outside PyTorch's allocator: profiles/megatron_flex.py); MC transformer/moe/router.py:
     # TopKRouter.routing → sinkhorn_load_balancing for --moe-router-load-balancing-type sinkhorn
-    dispatcher = "allgather" if spec.moe_token_dispatcher == "allgather" else table.moe_dispatcher
+    dispatcher = spec.moe_token_dispatcher if spec.moe_token_dispatcher in ("allgather", "flex") \
+        else table.moe_dispatcher
     router = "sinkhorn" if spec.moe_router_load_balancing == "sinkhorn" else table.moe_router
     moe = moe_switches(spec)
     if not eager and fused == table.fused_norm_linear and not ce and wgrad == table.wgrad_transient \
@@ -290,7 +291,8 @@ def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
     index_add = spec.deterministic and not spec.moe_permute_fusion
     return {"moe_router_dtype": spec.moe_router_dtype, "moe_aux_loss": aux, "moe_z_loss": spec.moe_z_loss,
             "moe_router_fp32_topk": version_tuple(spec.megatron_core) >= ROUTER_FP32_TOPK,
-            "moe_permute_fusion": spec.moe_permute_fusion, "moe_unpermute": "index_add" if index_add else "scatter_add"}
+            "moe_permute_fusion": spec.moe_permute_fusion, "moe_unpermute": "index_add" if index_add else "scatter_add",
+            "moe_flex_backend": spec.moe_flex_backend, "moe_nvlink_domain": spec.nvlink_domain}
 
 
 def wgrad_rule(spec: FrameworkSpec) -> str:
@@ -324,5 +326,6 @@ LIMITS = Limits(max_zero=1, instead="paper", zero_note="its distributed optimize
                               "parallelism only with cp_comm_type = a2a, not the KV ring "
                               "this profile models")
 
-PROFILE = Profile(name="megatron", params=PARAMS, saved=megatron_gptoss.extend(BASE), structure=STRUCTURE,
+PROFILE = Profile(name="megatron", params=PARAMS, saved=megatron_flex.extend(megatron_gptoss.extend(BASE)),
+                  structure=STRUCTURE,
                   lifecycle=LIFECYCLE, limits=LIMITS, configure=configure)

@@ -50,6 +50,11 @@ class FrameworkSpec:
     make_vocab_size_divisible_by: int = spec_field(128, positive=True, doc="vocabulary padded to this × tp")
     deterministic: bool = spec_field(False, doc="--deterministic-mode / NVTE_ALLOW_NONDETERMINISTIC_ALGO=0")
     moe_token_dispatcher: str = spec_field("alltoall", choices=DISPATCHERS, doc="--moe-token-dispatcher-type")
+    moe_flex_backend: str = spec_field("deepep", choices=("deepep", "hybridep"),
+                                       doc="--moe-flex-dispatcher-backend (--moe-enable-deepep: deepep)")
+    nvlink_domain: int = spec_field(8, positive=True, maximum=100000,
+                                    doc="GPUs one NVLink domain joins (HGX boards 8, GB200 NVL72 72; HybridEP's "
+                                        "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN)")
     moe_router_load_balancing: str = spec_field("none", choices=LOAD_BALANCING,
                                                 doc="--moe-router-load-balancing-type; an aux-loss type means "
                                                     "its loss is computed (--moe-aux-loss-coeff > 0)")

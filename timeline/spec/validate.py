@@ -236,6 +236,16 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
         text = getattr(run.framework, key)
         if not re.fullmatch(r"\d+\.\d+(\.\d+)?([a-z+.].*)?", text):
             add((f"framework.{key}", f"{text!r} is not a version; write X.Y or X.Y.Z (e.g. \"2.13\")"))
+    fw = run.framework
+    if m.is_moe and fw.moe_token_dispatcher == "flex" and life is not None and life.reads_framework:
+        # MC transformer/moe/token_dispatcher.py: MoEFlexTokenDispatcher asserts tp_size·ep_size > 1;
+        # transformer_config.py refuses moe_pad_expert_input_to_capacity with the deepep backend
+        if par.ep * par.etp < 2:
+            add(("framework.moe_token_dispatcher", '"flex" needs ep·etp > 1 (MoEFlexTokenDispatcher); use '
+                 '"alltoall" or raise parallel.ep'))
+        if fw.moe_flex_backend == "deepep" and tr.pad_to_capacity:
+            add(("training.pad_to_capacity", 'the flex dispatcher\'s deepep backend does not pad to capacity; '
+                 'set moe_flex_backend = "hybridep" or pad_to_capacity = false'))
     if not (life is not None and life.reads_framework):
         default = FrameworkSpec()
         for f in dataclasses.fields(FrameworkSpec):

@@ -8,8 +8,9 @@ bias is an fp32 buffer where the profile holds it; GPT-OSS's router linear has a
 or replicated per the profile. Everything is tagged ``moe``. :func:`local_widths` reads the local
 expert count and widths back off the built parameters, for the op builders.
 
-Forward ops (:func:`forward`): router, top-k, permute + all-to-all dispatch, grouped expert GEMMs
-and activation, combine + unpermute, shared experts (the ``moe`` recompute module).
+Forward ops (:func:`forward`): router, top-k, permute + all-to-all dispatch (Megatron's allgather
+dispatcher, or the flex dispatcher's DeepEP / HybridEP ops of :mod:`~timeline.graph.families.moe_flex`),
+grouped expert GEMMs and activation, combine + unpermute, shared experts (the ``moe`` recompute module).
 
 Token rows (DESIGN §4): each EP rank dispatches its own ``T = b·s/(tp·cp)`` tokens (``b·s/cp``
 without SP), so under balanced routing its local experts receive ``T·top_k`` rows, × ``etp``
@@ -32,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import mlp, norm
+from timeline.graph.families import mlp, moe_flex, norm
 from timeline.graph.families.common import add, all_gather, dropout, linear, row_linear, sp_gather, upcast
 from timeline.graph.families.mlp import activation, split_gate_up
 from timeline.graph.families.router import MOE, expert_rows, router
@@ -107,15 +108,19 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     rows = expert_rows(b)
     tokens, rprobs = permuted, pprobs
     gather = b.table.megatron_moe and b.table.moe_dispatcher == "allgather"  # tokens already gathered and permuted
-    sort = b.table.megatron_moe and local.experts > 1 and not gather
-    if d.ep > 1 and not gather:  # with a sort after it, "received" names the sorted copy the experts read
+    flex = b.table.megatron_moe and b.table.moe_dispatcher == "flex"  # DeepEP / HybridEP: moe_flex
+    held: dict[str, TensorDef] = {}
+    if flex:
+        rprobs, tokens, held = moe_flex.dispatch(b, p, src, probs, layer, local.experts)
+    sort = b.table.megatron_moe and local.experts > 1 and not gather and not flex
+    if d.ep > 1 and not gather and not flex:  # with a sort after it, "received" names the sorted copy the experts read
         a2a = f"{p}.dispatch.all_to_all.out" if sort else f"{p}.dispatch.received"
         tokens = b.tensor(a2a, (rows, h), comm=True)
         rprobs = b.tensor(f"{a2a}_probs" if sort else f"{p}.dispatch.received_probs", (rows,), pprobs.dtype,
                           comm=True)
         b.op(f"{p}.dispatch.all_to_all", "comm", layer, {"x": permuted, "probs": pprobs},
              {"y": tokens, "probs": rprobs}, kind="collective", stream="ep", tags=MOE)
-    if not gather:
+    if not gather and not flex:
         tokens = all_gather(b, f"{p}.experts", tokens, layer, d.etp, stream="ep", tags=MOE)
     if sort:  # permutation 2: sort_chunks_by_idxs groups the received rows by local expert (split + cat copies)
         if d.etp > 1:  # the probs are all-gathered over expert-TP like the tokens
@@ -141,6 +146,9 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         b.op(f"{p}.combine.sort_chunks", "sort_chunks", layer, {"x": out}, {"y": unsorted},
              extras=_chunk_map(b, f"{p}.combine.sort_chunks", out.shape[0]), tags=MOE)
         out = unsorted
+    if flex:
+        routed = moe_flex.combine(b, p, out, held, layer, local.experts, unpermute_rule(b))
+        return _with_shared(b, p, routed, x, ln, src, layer, local.shared_ffn)
     if gather:
         return _allgather_combine(b, p, out, idx, x, ln, src, layer, local.shared_ffn, rprobs.dtype)
     if d.etp > 1:

@@ -139,6 +139,8 @@ def megatron_router(b: Builder, p: str, src: TensorDef, logits: TensorDef, layer
         router_losses.aux_loss(b, p, logits, layer)
     if b.table.moe_dispatcher == "allgather":
         return probs, idx, *_allgather_permute(b, p, src, probs, layer, experts)
+    if b.table.moe_dispatcher == "flex":  # the flex dispatcher permutes after its dispatch (moe_flex)
+        return probs, idx, probs, src
     permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
     pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), dt)
     if b.table.moe_permute_fusion:  # TE moe_permute_with_probs keeps only its int32 row-id map
