@@ -144,3 +144,28 @@ def test_a_rank_builds_its_chunks_in_virtual_stage_order():
     second = [(str(n), int(s)) for n, s, t in zip(_events(tl, 1)[1], tl.events(1).size, tl.events(1).t_us,
                                                     strict=True) if t == 0 and str(n).startswith("static.")]
     assert first == second and first[0][0] == "static.weights.embedding.word_embeddings.weight"
+
+
+def _moment_times(run) -> tuple[int, set[float]]:
+    """(bytes, creation times) of the optimizer moments' allocations on device 0."""
+    tl = build_timeline(run, uniform_template)
+    ev, names = _events(tl)
+    keep = np.array([("moments" in str(x) or str(x).endswith(("exp_avg", "exp_avg_sq"))) for x in names]) & (ev.sign > 0)
+    return int(ev.size[keep].sum()), set(ev.t_us[keep].tolist())
+
+
+def test_a_resumed_run_holds_the_moments_from_the_start():
+    """Loading a checkpoint makes the optimizer's states before any step: Megatron's
+    sharded_state_dict(is_loading=True) → load_state_dict(state_dict()), torch.optim's load_state_dict."""
+    for profile in ("megatron", "paper", "hf"):
+        fresh = replace(tiny_run(pp=1, dp=2, zero=1 if profile != "hf" else 0, iterations=1), profile=profile)
+        resumed = replace(fresh, training=replace(fresh.training, resumed=True))
+        (b_fresh, t_fresh), (b_resumed, t_resumed) = _moment_times(fresh), _moment_times(resumed)
+        assert b_fresh == b_resumed > 0, profile
+        assert t_resumed == {0.0}, profile
+        # Megatron and torch.optim make them inside the first step; the paper counts them from the start
+        assert (min(t_fresh) > 0.0) == (profile != "paper"), profile
+    # a resumed fp16 run that skips its first steps still holds the loaded moments
+    run = tiny_run(pp=1, dp=1, iterations=1, dtype="fp16", grad_dtype="fp16", optimizer_step=False, resumed=True)
+    assert _moment_times(run)[0] == 2 * 4 * sum(t.numel for t in build_timeline(run, uniform_template).sim.devices[0].tensors
+                                                if t.trainable)

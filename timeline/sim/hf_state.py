@@ -72,6 +72,12 @@ def hf_state_events(tr: TrainingSpec, dev: StaticDevice, spans: list[Span],
         if sp.kind == "step":
             step[sp.iteration] = (sp.start_us, sp.end_us, a)
     master, moment = optimizer_element_bytes(tr)
+    if tr.resumed:  # torch.optim.Optimizer.load_state_dict makes every state from the checkpoint's, before any step
+        for t in trainable:
+            if master:
+                out.append((0.0, 1, f"master.{t.name}", t.numel * master, o_cat, -1))
+            out += [(0.0, 1, f"{t.name}.exp_avg", t.numel * moment, o_cat, -1),
+                    (0.0, 1, f"{t.name}.exp_avg_sq", t.numel * moment, o_cat, -1)]
     for it in range(iterations):
         dropped = tr.zero_grad == "set_to_none" and tr.optimizer_step  # zero_grad follows each step
         if it in first_bwd and (it == 0 or dropped):
@@ -83,7 +89,7 @@ def hf_state_events(tr: TrainingSpec, dev: StaticDevice, spans: list[Span],
         if not tr.optimizer_step or it not in step:
             continue
         s0, s1, a = step[it]
-        if it == 0:
+        if it == 0 and not tr.resumed:
             for t in trainable:
                 if master:
                     out.append((s0, 1, f"master.{t.name}", t.numel * master, o_cat, a))

@@ -86,10 +86,14 @@ def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str) -> li
     for n, k in order:  # clone() in the model dtype, then .float(); the clone is dropped
         out += [("start", f"static.master_clone.{n}", k * w, o_cat, 1), ("start", f"static.master.{n}", k * master, o_cat, 1),
                 ("start", f"static.master_clone.{n}", k * w, o_cat, -1)] if master else []
-    if tr.optimizer_step:
+    if tr.optimizer_step or tr.resumed:
+        # a resumed run makes them when it loads the checkpoint, before any step (MC
+        # optimizer/distrib_optimizer.py: DistributedOptimizer.sharded_state_dict(is_loading=True) →
+        # load_state_dict(self.state_dict()), which allocates each state, then the load copies into it)
+        at = "start" if tr.resumed else "first_step"
         for n, k in order:
-            out += [("first_step", f"static.moments.{n}.exp_avg", k * moment, o_cat, 1),
-                    ("first_step", f"static.moments.{n}.exp_avg_sq", k * moment, o_cat, 1)]
+            out += [(at, f"static.moments.{n}.exp_avg", k * moment, o_cat, 1),
+                    (at, f"static.moments.{n}.exp_avg_sq", k * moment, o_cat, 1)]
     return [e for e in out if e[2] > 0]
 
 

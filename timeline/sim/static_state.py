@@ -143,7 +143,9 @@ def static_allocs(profile: str, tr: TrainingSpec, dev: StaticDevice, workspaces:
     # (created at, name, bytes, category, sign); "first_step" states never exist without an optimizer step
     out: list[StaticAlloc] = [("start", "static.weights", w, CAT_CODE[Category.WEIGHTS], 1),
                               (life.grads_at, "static.grads", g, CAT_CODE[Category.GRADS], 1)]
-    out += [(life.master_at, "static.master", master_b, opt, 1), (life.moments_at, "static.moments", o - master_b, opt, 1)]
+    moments_at = "start" if tr.resumed else life.moments_at  # a resumed run loads them with the checkpoint
+    master_at = "start" if tr.resumed else life.master_at
+    out += [(master_at, "static.master", master_b, opt, 1), (moments_at, "static.moments", o - master_b, opt, 1)]
     if not tr.optimizer_step:
         out = [x for x in out if x[0] != "first_step"]
     return [x for x in out + extra + workspaces if x[2] > 0]

@@ -56,6 +56,8 @@ class TrainingSpec:
                                 "default since 2.0); zeros: gradients stay allocated between steps")
     optimizer_step: bool = spec_field(True, doc="false: no optimizer step (nor the states it creates), e.g. to "
                                       "compare one forward + backward with a measured peak")
+    resumed: bool = spec_field(False, doc="the run resumes from a checkpoint: the optimizer's moments are "
+                               "loaded with it, so they exist from the start instead of from the first step")
     dtype: str = spec_field("bf16", choices=DTYPES, doc="weights and activations")
     grad_dtype: str = spec_field("fp32", choices=DTYPES)
     master_dtype: str = spec_field("fp32", choices=DTYPES)
