@@ -69,7 +69,7 @@ def scratch(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, hea
         out["dkv_step"] = b.tensor(f"{name}.bwd.dkv_step", kv, k.dtype)
     sq_r = _round(sq, 128)
     out["softmax_d"] = b.tensor(f"{name}.bwd.softmax_d", (d.b, heads, sq_r), "fp32")
-    acc = (d.b, sq_r, heads, head_dim_rounded(head_dim))
+    acc: tuple[int, ...] = (d.b, sq_r, heads, head_dim_rounded(head_dim))
     if b.table.flash_bwd == "fa2_deterministic":
         acc = (nsplits(b.ctx.sms, d.b, heads), *acc)
     out["dq_accum"] = b.tensor(f"{name}.bwd.dq_accum", acc, "fp32")
