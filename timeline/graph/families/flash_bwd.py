@@ -71,6 +71,8 @@ def scratch(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, hea
     out["softmax_d"] = b.tensor(f"{name}.bwd.softmax_d", (d.b, heads, sq_r), "fp32")
     acc: tuple[int, ...] = (d.b, sq_r, heads, head_dim_rounded(head_dim))
     if b.table.flash_bwd == "fa2_deterministic":
+        if b.ctx.sms <= 0:
+            raise ValueError("flash-attn's deterministic backward needs the device's SM count (BuildCtx.sms)")
         acc = (nsplits(b.ctx.sms, d.b, heads), *acc)
     out["dq_accum"] = b.tensor(f"{name}.bwd.dq_accum", acc, "fp32")
     if k.shape[1] < heads * head_dim:  # GQA: gradients at full head count, summed per group
