@@ -7,6 +7,7 @@ backends.py: FlashAttention.forward``) calls flash-attn 2's ``flash_attn_func`` 
 DotProductAttention.__init__`` sets it from ``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0`` or
 ``torch.are_deterministic_algorithms_enabled()``); flash-attn 3 runs only on sm90 with the separate
 ``flash_attn_3`` package installed (``utils.py: get_attention_backend``), which is not modelled here.
+TE 2.6 takes flash-attn 2.1.1 … 2.8.1, from 2.7.3 on Blackwell (``utils.py: FlashAttentionUtils``).
 ``flash_attn/flash_attn_interface.py: FlashAttnFunc.backward`` (Dao-AILab/flash-attention@v2.7.4.post1)
 allocates ``dq, dk, dv = torch.empty_like(q/k/v)`` and calls ``csrc/flash_attn/flash_api.cpp: mha_bwd``,
 which allocates, all freed when it returns:
@@ -19,7 +20,8 @@ which allocates, all freed when it returns:
   ``[b, s_k, h, d]`` in q's dtype, summed into dk and dv over each group (``at::sum_out``).
 
 ``s_q_rounded`` is ``s_q`` rounded up to 128; ``d_rounded`` is ``d`` rounded up to 32 for ``d ≤ 192``,
-else 256 (v2.6.0 … v2.7.4; the same for ``d ≤ 128`` in every 2.4 … 2.8 release). Head dims that are not
+else 256 (v2.6.0 … v2.7.4; v2.8 rounds ``d > 128`` to 64, before v2.6 every ``d`` to 32: the same for
+``d ≤ 128`` in every 2.4 … 2.8 release). Head dims that are not
 a multiple of 8 (padded by the Python wrapper) are not modelled.
 
 Under context parallelism (``context_parallel.py: AttnFuncWithCPAndKVP2P.backward``, release_v2.6)
