@@ -30,8 +30,9 @@ the ring backward allocates ``dq = torch.empty_like(q)`` and two ``p2p_comm_buff
 ``dq_ = torch.empty_like(q_)``, ``dkv_ = torch.empty_like(kv_)`` and one ``_flash_attn_backward``
 (its ``mha_bwd`` workspaces above). Causal steps see half the queries or half the keys except the
 last one (``i == cp_size - 1``, the rank's own chunk: all local queries against all local keys), which
-is therefore the largest; each step's tensors are dropped before the next allocates, so that step's
-tensors stand for the ring's peak.
+is therefore the largest, and its tensors with its ``mha_bwd`` workspaces stand for the ring's peak
+(``dq_`` is dropped at the start of each step; the previous step's ``dkv_`` only when the new one is
+assigned, an overlap of one ``dkv_`` before ``mha_bwd`` runs that is not modelled).
 """
 
 from __future__ import annotations
