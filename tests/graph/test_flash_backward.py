@@ -95,3 +95,22 @@ def test_fused_attention_allocates_no_flash_workspaces():
     """cuDNN FusedAttention's backward workspaces are not readable from open source: none is modelled."""
     assert _scratch(_unit(backend="fused")) == {}
     assert _scratch(_unit(backend="fused", cp=2, seq_len=256)) == {}
+
+
+def test_the_simulated_backward_allocates_and_frees_them_within_the_attention_backward():
+    """In the simulated timeline each workspace is allocated and freed by the attention's backward op of
+    every micro-batch: requested bytes rise by exactly the workspaces there and fall back."""
+    import numpy as np
+
+    from timeline.result.build import build_timeline
+
+    run = tiny_run(pp=1, layers=2, tp=TP, micro_batch_size=B, seq_len=128, attention_backend="flash",
+                   deterministic=True, gpu="a100", iterations=1)
+    tl = build_timeline(run)
+    ev, names = tl.events(0), np.array(tl.names)
+    acc = np.nonzero(names == f"{CORE}.backward_scratch.dq_accum")[0][0]
+    rows = np.nonzero(ev.tensor == acc)[0]
+    sizes = 14 * 4 * B * 128 * HEADS * 32  # nsplits = ceil(108 / (2·4)) = 14 on an A100
+    assert [int(ev.sign[i]) for i in rows] == [1, -1] * run.training.num_microbatches
+    assert {int(ev.size[i]) for i in rows} == {sizes}
+    assert {str(names[ev.op[i]]) for i in rows} == {CORE}
