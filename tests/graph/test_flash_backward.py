@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from helpers_run import TINY_MODEL, tiny_run
 from sources import template_of
 
 from timeline.graph.families.flash_bwd import head_dim_rounded, nsplits
 from timeline.graph.ops import Op
+from timeline.result.build import build_timeline
 from timeline.spec.hardware import SM_COUNTS
 
 TP, B = 2, 2
@@ -100,10 +102,6 @@ def test_fused_attention_allocates_no_flash_workspaces():
 def test_the_simulated_backward_allocates_and_frees_them_within_the_attention_backward():
     """In the simulated timeline each workspace is allocated and freed by the attention's backward op of
     every micro-batch: requested bytes rise by exactly the workspaces there and fall back."""
-    import numpy as np
-
-    from timeline.result.build import build_timeline
-
     run = tiny_run(pp=1, layers=2, tp=TP, micro_batch_size=B, seq_len=128, attention_backend="flash",
                    deterministic=True, gpu="a100", iterations=1)
     tl = build_timeline(run)
