@@ -84,7 +84,7 @@ def analyse(ops: list[FOp], table: SaveRules, regions: list[Region]) -> Analysis
                                              keep=slot in rule.keep_under_recompute, source=rule.source))
         for slot in rule.backward_scratch:
             where, key = slot.split(":")
-            like = {"in": op.inputs, "out": op.outputs, "extra": op.extras}[where].get(key)
+            like = {"in": op.inputs, "out": op.outputs, "extra": op.extras, "scratch": op.scratch}[where].get(key)
             if like is not None:
                 name = f"{op.name}.backward_scratch.{key}"
                 a.scratch.setdefault(i, []).append(replace(like, name=name, storage=name, category=Category.TEMPORARY))

@@ -174,7 +174,8 @@ def ops_signature(source: AnalyticSource, chunk: int) -> Hashable:
     return (chunk == 0, chunk == len(ranges) - 1, tuple(x - base for x in layers), tuple(
         (s(o.name), s(o.module), None if o.layer is None else o.layer - base, o.rule,
          tuple((k, t(v)) for k, v in o.inputs.items()), tuple((k, t(v)) for k, v in o.outputs.items()),
-         tuple((k, t(v)) for k, v in o.extras.items()), o.kind, o.stream, o.flops, o.wflops, o.tags)
+         tuple((k, t(v)) for k, v in o.extras.items()), o.kind, o.stream, o.flops, o.wflops, o.tags,
+         tuple((k, t(v)) for k, v in o.scratch.items()))
         for o in ops))
 
 
@@ -189,10 +190,11 @@ class AnalyticSource:
     parallel: ParallelSpec
     training: TrainingSpec
     recompute: RecomputeSpec = RecomputeSpec()
+    sms: int = 0  # the device's streaming multiprocessors (spec/hardware.py SM_COUNTS)
 
     @property
     def ctx(self) -> BuildCtx:
-        return BuildCtx.of(self.model, self.profile, self.framework, self.parallel, self.training.dtype)
+        return BuildCtx.of(self.model, self.profile, self.framework, self.parallel, self.training.dtype, self.sms)
 
     def without_recompute(self) -> AnalyticSource:
         return replace(self, recompute=RecomputeSpec())

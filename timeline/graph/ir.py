@@ -3,6 +3,8 @@
 A :class:`FOp` is one forward operator with named input, output and *extra* slots. Extras are
 side tensors an implementation may keep for its backward (a dropout mask, an fp32 ``rsigma``,
 flash attention's log-sum-exp); they exist only if the profile's saved-tensor table saves them.
+*Scratch* slots are tensors only the op's backward allocates (a kernel's fp32 accumulators), freed
+when that backward returns, if the table's rule names them.
 Input slots whose name starts with ``_`` are references, not dataflow (e.g. ``_save``: the
 sequence-parallel shard a column-parallel linear saves instead of its gathered input).
 
@@ -69,6 +71,9 @@ class FOp:
     flops: float = 0.0
     wflops: float = 0.0  # weight-gradient FLOPs; > 0 means the op has a W part
     tags: frozenset[str] = frozenset()  # recompute module names this op belongs to
+    #: backward-only tensors with shapes of their own (a kernel's workspaces), which exist only if the
+    #: profile's rule names them as ``backward_scratch`` (``"scratch:SLOT"``)
+    scratch: dict[str, TensorDef] = field(default_factory=dict)
 
     def dataflow_inputs(self) -> list[TensorDef]:
         return [t for k, t in self.inputs.items() if not k.startswith("_")]
@@ -106,10 +111,10 @@ class Builder:
     def op(self, name: str, rule: str, layer: int | None, inputs: dict[str, TensorDef],
            outputs: dict[str, TensorDef], *, extras: dict[str, TensorDef] | None = None, kind: str = "compute",
            stream: str = "compute", flops: float = 0.0, wflops: float = 0.0,
-           tags: frozenset[str] | set[str] = frozenset()) -> FOp:
+           tags: frozenset[str] | set[str] = frozenset(), scratch: dict[str, TensorDef] | None = None) -> FOp:
         module = name.rsplit(".", 1)[0] if "." in name else name
         op = FOp(name=name, module=module, layer=layer, rule=rule, inputs=inputs, outputs=outputs,
                  extras=extras or {}, kind=kind, stream=stream, flops=flops, wflops=wflops,
-                 tags=frozenset(tags))
+                 tags=frozenset(tags), scratch=scratch or {})
         self.ops.append(op)
         return op

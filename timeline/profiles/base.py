@@ -63,7 +63,8 @@ class SaveRule:
     wgrad: tuple[str, ...] = ()  # of ``saves``, those only the weight gradient reads
     keep_under_recompute: tuple[str, ...] = ()  # kept even inside a recomputed region
     backward_scratch: tuple[str, ...] = ()  # slots whose shape and dtype the op's input-gradient backward
-    # allocates once more as scratch, freed when that backward returns
+    # allocates once more as scratch, freed when that backward returns; "scratch:SLOT" names a backward-only
+    # tensor the op builder shaped itself (FOp.scratch); a slot the op lacks is skipped
     source: str = ""
 
 
@@ -139,6 +140,8 @@ class Structure:
     # (graph/families/moe_flex.py) with the backend below
     moe_flex_backend: str = "deepep"  # the flex dispatcher's fused all-to-all: "deepep" | "hybridep"
     moe_nvlink_domain: int = 8  # GPUs one NVLink domain joins (HybridEP's ranks per node)
+    flash_bwd: str = ""  # the flash-attn backward the TE FlashAttention backend calls: "fa2" (flash-attn 2's
+    # mha_bwd workspaces: graph/families/flash_bwd.py), "fa2_deterministic" (its split dq accumulator), "": none
     te_flash_copies: bool = False  # TE's FlashAttention backend (flash-attn) on Megatron's sbhd tensors: q, k
     # and v become contiguous bshd copies the kernel keeps, and its bshd output is kept while a contiguous sbhd
     # copy is returned to the output projection (TE's FusedAttention reads and writes sbhd in place)

@@ -39,6 +39,13 @@ TE_NORM = f"{TE}/ops/basic/rmsnorm.py: RMSNorm.op_forward saves x and rstdevs (f
 MOE_UTILS = f"{MC}/transformer/moe/moe_utils.py"
 TE_PERM = "NVIDIA/TransformerEngine@v2.6..v2.14:transformer_engine/pytorch/permutation.py"
 
+#: the flash-attn 2 backward's allocations beside dq, dk, dv (graph/families/flash_bwd.py, which cites
+#: Dao-AILab/flash-attention@v2.7.4.post1 csrc/flash_attn/flash_api.cpp: mha_bwd and TE
+#: context_parallel.py: AttnFuncWithCPAndKVP2P.backward): the CP ring's buffers and last step's dq_/dkv_,
+#: softmax_d, the fp32 dq accumulator, GQA's expanded dk/dv — the slots an op lacks are skipped
+FLASH_BWD_SCRATCH = ("scratch:dkv_p2p0", "scratch:dkv_p2p1", "scratch:dq_step", "scratch:dkv_step",
+                     "scratch:softmax_d", "scratch:dq_accum", "scratch:dk_expanded", "scratch:dv_expanded")
+
 RULES: dict[str, SaveRule] = {
     "embedding": SaveRule(source=f"{MC}/tensor_parallel/layers.py: VocabParallelEmbedding.forward — F.embedding "
                                  "keeps the masked int64 token ids (not modelled: b·s·8 bytes)"),
@@ -59,6 +66,9 @@ RULES: dict[str, SaveRule] = {
                                       "(torch.split views of the input); "
                                       f"{MC}/transformer/moe/experts.py: TEGroupedMLP.forward"),
     "flash_attn": SaveRule(saves=("in:q", "in:k", "in:v", "out:y", "extra:lse", "extra:rng_state", "extra:kv_p2p"),
+                           # TE's FlashAttention backend only (the op builder gives no scratch to FusedAttention,
+                           # whose cuDNN workspace sizes are not readable from open source)
+                           backward_scratch=FLASH_BWD_SCRATCH,
                            source=f"{TE}/attention/dot_product_attention/backends.py: FusedAttnFunc.forward saves "
                                   "q, k, v, out and aux_ctx_tensors = softmaxStats [b, h, s_q, 1] fp32 and "
                                   f"rng_state [2] ({TE}/cpp_extensions/fused_attn.py: fused_attn_fwd); with cp > 1 "
@@ -261,7 +271,10 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
             and spec.dataloader_batch == table.dataloader_batch and not compiled \
             and moe == moe_switches(FrameworkSpec()):
         return table
-    return replace(table, attention="eager" if eager else table.attention, fused_norm_linear=fused, softmax_fp32=fp32,
+    # TE FlashAttention passes deterministic (NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 or torch's deterministic
+    # algorithms, dot_product_attention.py: DotProductAttention.__init__) to flash-attn 2's backward
+    flash_bwd = ("fa2_deterministic" if spec.deterministic else "fa2") if flash_copies else ""
+    return replace(table, attention="eager" if eager else table.attention, flash_bwd=flash_bwd, fused_norm_linear=fused, softmax_fp32=fp32,
                    ce_inplace=ce, ce_compiled=compiled, wgrad_transient=wgrad, moe_dispatcher=dispatcher, moe_router=router,
                    te_flash_copies=flash_copies, dataloader_batch=spec.dataloader_batch, **moe)
 

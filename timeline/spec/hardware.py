@@ -7,6 +7,13 @@ HBM bandwidth, NVLink bandwidth per direction, and one 400 Gb/s (50 GB/s) NIC pe
 (H800's NVLink is cut to 400 GB/s bidirectional), and the compute capability (``sm``: 80 Ampere,
 90 Hopper, 100 Blackwell) that architecture-dependent rules read (Transformer Engine's cuBLAS
 workspace, its ``auto`` attention choice). Every field is overridable in the run file.
+
+:data:`SM_COUNTS` gives each kind's number of streaming multiprocessors (``cudaDeviceProp.
+multiProcessorCount``), which flash-attn's deterministic backward reads (``nsplits``): NVIDIA H100
+Tensor Core GPU Architecture whitepaper (H100 SXM5: 132 SMs; H800 SXM5 and H200 SXM are the same
+GH100 configuration), NVIDIA A100 Tensor Core GPU Architecture whitepaper (A100: 108 SMs), NVIDIA
+Blackwell architecture technical brief (B200 and each GB200 GPU: 148 SMs). It is keyed by the kind,
+not a run-file field.
 """
 
 from __future__ import annotations
@@ -21,3 +28,6 @@ GPUS: dict[str, dict[str, float]] = {
               "sm": 100},
     "b200": {"capacity_gib": 180, "bf16_tflops": 2250, "hbm_gbps": 8000, "nvlink_gbps": 900, "network_gbps": 50, "sm": 100},
 }
+
+#: streaming multiprocessors per GPU kind (the data sheets above)
+SM_COUNTS: dict[str, int] = {"h100": 132, "h800": 132, "h200": 132, "a100": 108, "gb200": 148, "b200": 148}

@@ -12,7 +12,8 @@ torch SDPA as CUDA dispatches it (``sdpa``: flash, else memory-efficient), as th
 says. Context parallelism: each rank holds ``s/cp`` queries and receives the other ranks' K/V
 chunks in a ring (a ``comm`` buffer of two chunks in flight). Under a table with ``rope_cache``
 the RoPE cos/sin are built once per chunk (:func:`rope_cache`) and every RoPE op reads them.
-Learned sinks (GPT-OSS) under a table with ``sink_attention = "eager"`` run
+TE's FlashAttention backend (``flash_bwd`` in the table) gives the op the flash-attn 2 backward's
+workspaces as scratch (:mod:`timeline.graph.families.flash_bwd`). Learned sinks (GPT-OSS) under a table with ``sink_attention = "eager"`` run
 :func:`~timeline.graph.families.sinks.eager_sink_attention`; otherwise the sinks live inside the
 table's attention kernel.
 """
@@ -22,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import norm
+from timeline.graph.families import flash_bwd, norm
 from timeline.graph.families.common import NONE, Tags, row_linear, sp_gather
 from timeline.graph.families.sinks import eager_sink_attention
 from timeline.graph.ir import Builder
@@ -97,7 +98,9 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
         inputs = {"q": q, **kv}
         if d.cp > 1 and b.table.te_flash_copies:  # the ring keeps q, its last K/V buffer and out, not the
             inputs = {"q": q, "_k": k, "_v": v, "_ring": kv["_ring"]}  # bshd k/v copies
-        b.op(name, rule, layer, inputs, {"y": out}, extras=extras, flops=f, tags=CORE)
+        scratch = flash_bwd.scratch(b, name, q, k, v, heads, qk_dim) \
+            if b.table.flash_bwd and qk_dim == v_dim and rule == "flash_attn" else {}
+        b.op(name, rule, layer, inputs, {"y": out}, extras=extras, flops=f, tags=CORE, scratch=scratch)
         if out is not ctx:  # the returned sbhd copy the output projection keeps
             b.op(f"{name}.to_sbhd", "copy", layer, {"x": out}, {"y": ctx}, tags=CORE)
         return ctx
