@@ -25,6 +25,10 @@ import sys
 import time
 import tomllib
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from timeline.result.timeline import Timeline
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -146,14 +150,14 @@ def family(record: dict) -> str:
     return f"{'moe' if moe else 'dense'}{' (inferred world size)' if inferred else ''}"
 
 
-def steady_after_first(tl: object, d: int) -> int:
+def steady_after_first(tl: Timeline, d: int) -> int:
     """Allocated bytes of device ``d`` after iteration 1 (index 0) and its optimizer step: the blocks of
     the static state's and that iteration's events (each event belongs to the iteration of the action
     making it, so a step of no duration at the next iteration's first instant still counts)."""
     import numpy as np
 
-    its = tl.event_iterations(d)  # type: ignore[attr-defined]
-    blocks = tl.memory[d].block_bytes  # type: ignore[attr-defined]
+    its = tl.event_iterations(d)
+    blocks = tl.memory[d].block_bytes
     return int(np.sum(blocks[its <= 0], dtype=np.int64))
 
 

@@ -54,6 +54,20 @@ def test_native_backward_holds_one_fp32_softmax_more_than_the_unfused_one():
     assert _requested_in_loss_backward("native") - _requested_in_loss_backward("none") == ROWS * VOCAB * 4
 
 
+def _logits_live_in_loss_backward(fusion: str) -> bool:
+    """Whether the bf16 logits ([rows, V] of the only micro-batch) are still allocated when the loss
+    backward makes its first tensor."""
+    tl = build_timeline(tiny_run(cross_entropy_fusion=fusion, iterations=1, num_microbatches=1))
+    ev = tl.events(0)
+    names = [tl.names[t] for t in ev.tensor]
+    logits = "output.output_layer.out"
+    freed = max(k for k, n in enumerate(names) if n == logits and ev.sign[k] < 0)
+    grad = min(k for k, n in enumerate(names) if n == f"grad:{logits}" and ev.sign[k] > 0)
+    return freed > grad
+
+
 def test_te_keeps_only_the_bf16_logits():
     te = _loss_tensors("te")
     assert not any(name.startswith("output.loss.") for name in te)
+    # TE writes the gradient into the logits and keeps them; the unfused loss lets them go after its forward
+    assert _logits_live_in_loss_backward("te") and not _logits_live_in_loss_backward("none")

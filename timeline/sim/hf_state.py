@@ -72,12 +72,19 @@ def hf_state_events(tr: TrainingSpec, dev: StaticDevice, spans: list[Span],
         if sp.kind == "step":
             step[sp.iteration] = (sp.start_us, sp.end_us, a)
     master, moment = optimizer_element_bytes(tr)
-    if tr.resumed:  # torch.optim.Optimizer.load_state_dict makes every state from the checkpoint's, before any step
+
+    def states(t0: float, a: int) -> list[Event]:
+        """Each parameter's master copy (where the step keeps one) and two moments, made at ``t0``."""
+        made: list[Event] = []
         for t in trainable:
             if master:
-                out.append((0.0, 1, f"master.{t.name}", t.numel * master, o_cat, -1))
-            out += [(0.0, 1, f"{t.name}.exp_avg", t.numel * moment, o_cat, -1),
-                    (0.0, 1, f"{t.name}.exp_avg_sq", t.numel * moment, o_cat, -1)]
+                made.append((t0, 1, f"master.{t.name}", t.numel * master, o_cat, a))
+            made += [(t0, 1, f"{t.name}.exp_avg", t.numel * moment, o_cat, a),
+                     (t0, 1, f"{t.name}.exp_avg_sq", t.numel * moment, o_cat, a)]
+        return made
+
+    if tr.resumed:  # torch.optim.Optimizer.load_state_dict makes every state from the checkpoint's, before any step
+        out += states(0.0, -1)
     for it in range(iterations):
         dropped = tr.zero_grad == "set_to_none" and tr.optimizer_step  # zero_grad follows each step
         if it in first_bwd and (it == 0 or dropped):
@@ -90,11 +97,7 @@ def hf_state_events(tr: TrainingSpec, dev: StaticDevice, spans: list[Span],
             continue
         s0, s1, a = step[it]
         if it == 0 and not tr.resumed:
-            for t in trainable:
-                if master:
-                    out.append((s0, 1, f"master.{t.name}", t.numel * master, o_cat, a))
-                out += [(s0, 1, f"{t.name}.exp_avg", t.numel * moment, o_cat, a),
-                        (s0, 1, f"{t.name}.exp_avg_sq", t.numel * moment, o_cat, a)]
+            out += states(s0, a)
         out += [(s0, 1, f"{t.name}.exp_avg_sq_sqrt", t.numel * moment, t_cat, a) for t in trainable]
         out += [(s1, -1, f"{t.name}.exp_avg_sq_sqrt", t.numel * moment, t_cat, a) for t in trainable]
         if tr.zero_grad == "set_to_none" and it in first_bwd:
