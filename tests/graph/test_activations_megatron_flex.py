@@ -7,34 +7,22 @@ from __future__ import annotations
 import itertools
 import math
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
-from sources import forward_ops_of, template_of
+from sources import template_of
+from test_activations_megatron_moe import MEGATRON, SHIPPED, P, ops
+from test_activations_megatron_moe import saved_bytes as saved
 
 from timeline.graph.families.moe_flex import received_tokens
 from timeline.io.runfile import load_run
 
-SHIPPED = Path(__file__).resolve().parents[2] / "schedules" / "deepseek-v3-pp16-tp2-ep8.toml"
-MEGATRON = ['model.profile="megatron"']
 FLEX = 'framework.moe_token_dispatcher="flex"'
 HYBRID = 'framework.moe_flex_backend="hybridep"'
-P = "layers.4.mlp"
 T, H, E, K, W = 2048, 7168, 256, 8, 8
 LOCAL = E // W
 ROWS = T * K  # balanced: every rank's local experts receive t·k (token, expert) pairs
 #: distinct tokens a rank receives: ⌈W·t·(1 − C(224, 8)/C(256, 8))⌉ (hypergeometric miss of all 32 experts)
 RECV = 10844
-
-
-def saved(*overrides: str) -> dict[str, tuple[tuple[int, ...], str, int]]:
-    run = load_run(SHIPPED, [*MEGATRON, *overrides])
-    return {st.tensor.name: (st.tensor.shape, st.tensor.dtype, st.tensor.size_bytes)
-            for st in template_of(run, 1).saved if st.layer == 4 and st.tensor.name.startswith(P)}
-
-
-def ops(*overrides: str) -> dict:
-    return {o.name: o for o in forward_ops_of(load_run(SHIPPED, [*MEGATRON, *overrides]), 1)}
 
 
 def test_received_tokens_is_the_expected_distinct_count():

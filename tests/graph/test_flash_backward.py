@@ -13,7 +13,7 @@ from sources import template_of
 from timeline.graph.families.flash_bwd import head_dim_rounded, nsplits
 from timeline.graph.ops import Op
 from timeline.result.build import build_timeline
-from timeline.spec.hardware import SM_COUNTS
+from timeline.spec.hardware import GPUS, SM_COUNTS
 
 TP, B = 2, 2
 HEADS = TINY_MODEL.num_attention_heads // TP  # 4 local query heads
@@ -39,6 +39,7 @@ def test_the_rounding_rules():
     assert [head_dim_rounded(d) for d in (32, 64, 80, 128, 160, 192, 256)] == [32, 64, 96, 128, 160, 192, 256]
     assert nsplits(132, 2, 4) == 17 and nsplits(108, 2, 4) == 14 and nsplits(132, 4, 64) == 1
     assert SM_COUNTS == {"h100": 132, "h800": 132, "h200": 132, "a100": 108, "gb200": 148, "b200": 148}
+    assert set(SM_COUNTS) == set(GPUS)  # every GPU kind has its count
 
 
 def test_non_deterministic_backward_allocates_softmax_d_and_the_fp32_dq_accumulator():

@@ -51,10 +51,9 @@ def test_refusals_name_the_argument(args: dict, env: dict | None, needle: str):
 
 
 def test_validation_refuses_what_megatron_refuses():
-    from timeline.errors import UserError as Err
-    with pytest.raises(Err, match='"flex" needs ep·etp > 1'):
+    with pytest.raises(UserError, match='"flex" needs ep·etp > 1'):
         load_run(SHIPPED, ['model.profile="megatron"', 'framework.moe_token_dispatcher="flex"', "parallel.ep=1"])
-    with pytest.raises(Err, match="deepep backend does not pad to capacity"):
+    with pytest.raises(UserError, match="deepep backend does not pad to capacity"):
         load_run(SHIPPED, ['model.profile="megatron"', 'framework.moe_token_dispatcher="flex"',
                            "training.capacity_factor=1.0", "training.pad_to_capacity=true"])
     load_run(SHIPPED, ['model.profile="megatron"', 'framework.moe_token_dispatcher="flex"',

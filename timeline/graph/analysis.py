@@ -65,6 +65,12 @@ def op_graph(ops: list[FOp]) -> nx.DiGraph:
     return g
 
 
+def _slot(op: FOp, slot: str) -> TensorDef | None:
+    """The tensor a rule's ``"in:KEY"`` / ``"out:KEY"`` / ``"extra:KEY"`` / ``"scratch:KEY"`` names on ``op``."""
+    where, key = slot.split(":")
+    return {"in": op.inputs, "out": op.outputs, "extra": op.extras, "scratch": op.scratch}[where].get(key)
+
+
 def analyse(ops: list[FOp], table: SaveRules, regions: list[Region]) -> Analysis:
     a = Analysis(ops=ops, regions=regions)
     for i, op in enumerate(ops):
@@ -76,17 +82,15 @@ def analyse(ops: list[FOp], table: SaveRules, regions: list[Region]) -> Analysis
             a.tensors[t.storage] = t
         rule = table.rule(op.rule)
         for slot in rule.saves:
-            where, key = slot.split(":")
-            slot_t = {"in": op.inputs, "out": op.outputs, "extra": op.extras}[where].get(key)
+            slot_t = _slot(op, slot)
             if slot_t is None:
                 continue
             a.savers[slot_t.storage].append(Saver(op=i, wgrad=slot in rule.wgrad and op.wflops > 0,
                                              keep=slot in rule.keep_under_recompute, source=rule.source))
         for slot in rule.backward_scratch:
-            where, key = slot.split(":")
-            like = {"in": op.inputs, "out": op.outputs, "extra": op.extras, "scratch": op.scratch}[where].get(key)
+            like = _slot(op, slot)
             if like is not None:
-                name = f"{op.name}.backward_scratch.{key}"
+                name = f"{op.name}.backward_scratch.{slot.split(':')[1]}"
                 a.scratch.setdefault(i, []).append(replace(like, name=name, storage=name, category=Category.TEMPORARY))
     for r, reg in enumerate(regions):
         members = set(reg.ops)

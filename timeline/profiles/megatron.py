@@ -266,11 +266,6 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
         else table.moe_dispatcher
     router = "sinkhorn" if spec.moe_router_load_balancing == "sinkhorn" else table.moe_router
     moe = moe_switches(spec)
-    if not eager and fused == table.fused_norm_linear and not ce and wgrad == table.wgrad_transient \
-            and dispatcher == table.moe_dispatcher and router == table.moe_router and not flash_copies \
-            and spec.dataloader_batch == table.dataloader_batch and not compiled \
-            and moe == moe_switches(FrameworkSpec()):
-        return table
     # TE FlashAttention passes deterministic (NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 or torch's deterministic
     # algorithms, dot_product_attention.py: DotProductAttention.__init__) to flash-attn 2's backward
     flash_bwd = ("fa2_deterministic" if spec.deterministic else "fa2") if flash_copies else ""

@@ -40,8 +40,6 @@ from __future__ import annotations
 from timeline.graph.ir import Builder
 from timeline.graph.tensors import TensorDef
 
-FA = "Dao-AILab/flash-attention@v2.7.4.post1:csrc/flash_attn/flash_api.cpp: mha_bwd"
-
 
 def _round(x: int, m: int) -> int:
     return -(-x // m) * m

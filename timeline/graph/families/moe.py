@@ -112,15 +112,16 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     held: dict[str, TensorDef] = {}
     if flex:
         rprobs, tokens, held = moe_flex.dispatch(b, p, src, probs, layer, local.experts)
-    sort = b.table.megatron_moe and local.experts > 1 and not gather and not flex
-    if d.ep > 1 and not gather and not flex:  # with a sort after it, "received" names the sorted copy the experts read
+    alltoall = not (gather or flex)
+    sort = b.table.megatron_moe and local.experts > 1 and alltoall
+    if d.ep > 1 and alltoall:  # with a sort after it, "received" names the sorted copy the experts read
         a2a = f"{p}.dispatch.all_to_all.out" if sort else f"{p}.dispatch.received"
         tokens = b.tensor(a2a, (rows, h), comm=True)
         rprobs = b.tensor(f"{a2a}_probs" if sort else f"{p}.dispatch.received_probs", (rows,), pprobs.dtype,
                           comm=True)
         b.op(f"{p}.dispatch.all_to_all", "comm", layer, {"x": permuted, "probs": pprobs},
              {"y": tokens, "probs": rprobs}, kind="collective", stream="ep", tags=MOE)
-    if not gather and not flex:
+    if alltoall:
         tokens = all_gather(b, f"{p}.experts", tokens, layer, d.etp, stream="ep", tags=MOE)
     if sort:  # permutation 2: sort_chunks_by_idxs groups the received rows by local expert (split + cat copies)
         if d.etp > 1:  # the probs are all-gathered over expert-TP like the tokens
