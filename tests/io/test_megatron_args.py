@@ -8,7 +8,7 @@ import pytest
 from timeline.errors import UserError
 from timeline.io.megatron_args import from_mapping, parse_arg_list
 from timeline.io.megatron_layout import moe_layer_pattern, parse_layout, split_layers
-from timeline.io.megatron_write import convert
+from timeline.io.megatron_write import UnschedulableJob, convert
 
 BASE = {"--num-layers": 4, "--hidden-size": 256, "--num-attention-heads": 8, "--seq-length": 512,
         "--micro-batch-size": 2, "--global-batch-size": 16, "--bf16": True}
@@ -82,6 +82,20 @@ def test_layout_arguments():
 def test_world_size_must_divide():
     with pytest.raises(UserError, match="tp·pp·cp"):
         sections(BASE | {"--tensor-model-parallel-size": 4}, world_size=6)
+
+
+def test_a_world_size_megatron_s_schedule_refuses_is_refused_naming_the_arguments():
+    """8 layers on pp 2 × 2 chunks: 16 samples at micro-batch 2 on 4 GPUs (dp 2) is 4 micro-batches, two
+    full groups of pp; on 2 GPUs (dp 1) 8, also whole; 12 samples on 2 GPUs is 6 (3 groups); but on 4 GPUs
+    12 samples are 3 micro-batches, a last group of 1 < pp, which Megatron's interleaved schedule refuses."""
+    args = BASE | {"--num-layers": 8, "--pipeline-model-parallel-size": 2,
+                   "--num-layers-per-virtual-pipeline-stage": 2}
+    assert sections(args, world_size=4)["training"]["num_microbatches"] == 4
+    assert sections(args | {"--global-batch-size": 12}, world_size=2)["training"]["num_microbatches"] == 6
+    with pytest.raises(UnschedulableJob, match=r"--world-size 4: data-parallel size 2 gives 3 micro-batches "
+                       r"\(global batch 12 / \(micro-batch 2 · dp 2\)\)") as exc:
+        sections(args | {"--global-batch-size": 12}, world_size=4)
+    assert "\n" not in str(exc.value) and isinstance(exc.value, UserError)
 
 
 def test_environment_is_honoured():

@@ -26,6 +26,7 @@ from timeline.io.megatron_map import (
 )
 from timeline.io.megatron_table import ENV_MAPPED, NEUTRAL_REASON
 from timeline.spec.hardware import GPUS
+from timeline.spec.schedule_rules import schedule_problems
 
 SECTION_ORDER = ("model", "parallel", "training", "recompute", "schedule", "allocator", "hardware", "framework")
 
@@ -48,6 +49,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     map_model(a, c)
     dp, _ = map_parallel(a, c, world_size)
     map_training(a, c, dp)
+    refuse_unschedulable(c, dp, world_size)
     framework(a, c, margs.env, gpu=gpu, te_version=te_version, pytorch_version=pytorch_version,
               megatron_core=megatron_core)
     given = {k: v for k, v in c.mapped.items() if k in margs.args}
@@ -65,6 +67,27 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
         if name not in ENV_MAPPED:
             c.neutral[f"${name}"] = "environment outside PyTorch's allocator"
     return c
+
+
+class UnschedulableJob(UserError):
+    """The job Megatron's own pipeline schedule refuses at this world size."""
+
+
+def refuse_unschedulable(c: Conversion, dp: int, world_size: int) -> None:
+    """Refuse a job whose micro-batch count Megatron's pipeline schedule itself rejects at this world
+    size (``megatron/core/pipeline_parallel/schedules.py``: ``forward_backward_pipelining_with_interleaving``
+    raises when the last group of ``microbatch_group_size_per_vp_stage`` micro-batches is shorter
+    than pp), naming the arguments that set the count rather than the run-file key."""
+    sched, par, tr = c.sections.get("schedule", {}), c.sections["parallel"], c.sections["training"]
+    problems = schedule_problems(sched.get("kind", "1f1b"), pp=par["pp"], vpp=par.get("vpp", 1),
+                                 num_microbatches=tr["num_microbatches"],
+                                 microbatch_group_size=sched.get("microbatch_group_size", 0))
+    if problems:
+        m, mbs = tr["num_microbatches"], tr["micro_batch_size"]
+        raise UnschedulableJob(f"--world-size {world_size}: data-parallel size {dp} gives {m} micro-batches "
+                        f"(global batch {m * mbs * dp} / (micro-batch {mbs} · dp {dp})), and Megatron's "
+                        f"schedule refuses that: {problems[0][1]}; choose a world size Megatron runs "
+                        "this job on")
 
 
 def _toml_value(v: Any) -> str:
