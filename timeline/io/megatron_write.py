@@ -84,10 +84,11 @@ def refuse_unschedulable(c: Conversion, dp: int, world_size: int) -> None:
                                  microbatch_group_size=sched.get("microbatch_group_size", 0))
     if problems:
         m, mbs = tr["num_microbatches"], tr["micro_batch_size"]
+        why = problems[0][1].replace("schedule.microbatch_group_size", "--microbatch-group-size-per-virtual-pipeline-stage")
         raise UnschedulableJob(f"--world-size {world_size}: data-parallel size {dp} gives {m} micro-batches "
-                        f"(global batch {m * mbs * dp} / (micro-batch {mbs} · dp {dp})), and Megatron's "
-                        f"schedule refuses that: {problems[0][1]}; choose a world size Megatron runs "
-                        "this job on")
+                               f"(global batch {m * mbs * dp} / (micro-batch {mbs} · dp {dp})), and Megatron's "
+                               f"schedule refuses that: {why}; or choose a world size (or --global-batch-size) "
+                               "Megatron runs this job at")
 
 
 def _toml_value(v: Any) -> str:
