@@ -3,7 +3,8 @@
 Every argument ``timeline from-megatron`` meets is in exactly one of three places: mapped to a
 run-file key (:mod:`timeline.io.megatron_map`), listed here as memory-neutral (logging, data,
 checkpointing, the learning-rate schedule, NCCL and process-group tuning, numerics that keep every
-tensor's shape and dtype), or refused here with the reason. An argument in none of them is refused
+tensor's shape and dtype; and, named as such, two compute-communication overlaps simulated as the
+schedule without them), or refused here with the reason. An argument in none of them is refused
 as unknown, so a new Megatron flag is never silently taken for harmless. Names are Megatron-LM's
 ``megatron/training/arguments.py`` (2025–2026 main).
 """
@@ -61,9 +62,15 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--moe-router-num-groups", "--moe-router-group-topk", "--mtp-loss-scaling-factor",
         "--use-flash-attn", "--yarn-beta-fast", "--yarn-beta-slow", "--yarn-original-max-position-embeddings",
         "--no-yarn-correction-range-round-to-int", "--max-tokens-to-oom", "--moe-shared-expert-overlap",
-        "--overlap-moe-expert-parallel-comm", "--tp-comm-overlap", "--use-transformer-engine-op-fuser",
+        "--use-transformer-engine-op-fuser",
         "--use-fused-weighted-squared-relu", "--moe-router-fusion",
         "--glu-linear-offset", "--activation-func-clamp-value", "--mtp-use-repeated-layer",
+    ),
+    # not neutral in truth: simulated as the job without the overlap, which the run file's comment says
+    "compute-communication overlap, simulated as the schedule without it (not modelled yet: combined 1F1B's "
+    "layer-interleaved forward and backward on a second stream, pipeline_parallel/combined_1f1b.py; TE's "
+    "userbuffers, allocated outside PyTorch's allocator, which hold the gathered GEMM inputs)": (
+        "--overlap-moe-expert-parallel-comm", "--tp-comm-overlap",
     ),
 }
 
