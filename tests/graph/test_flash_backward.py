@@ -113,3 +113,19 @@ def test_the_simulated_backward_allocates_and_frees_them_within_the_attention_ba
     assert [int(ev.sign[i]) for i in rows] == [1, -1] * run.training.num_microbatches
     assert {int(ev.size[i]) for i in rows} == {sizes}
     assert {str(names[ev.op[i]]) for i in rows} == {CORE}
+
+
+@pytest.mark.parametrize("cp", [1, 2, 4])
+def test_a_cp_ring_forward_keeps_one_rng_state_per_step(cp):
+    """AttnFuncWithCPAndKVP2P.forward saves ``*rng_states`` (TE 2.6 … 2.14 context_parallel.py): each ring
+    step's flash-attn forward returns its own [2] int64 philox state, one 512-byte block each."""
+    run = tiny_run(pp=1, layers=2, tp=TP, cp=cp, micro_batch_size=B, seq_len=256, attention_backend="flash")
+    saved = {st.tensor.name: st.tensor for st in template_of(run, 0).saved if st.layer == 1}
+    states = sorted(n for n in saved if n.startswith(f"{CORE}.rng_state"))
+    assert states == [f"{CORE}.rng_state"] + [f"{CORE}.rng_state_step{i}" for i in range(1, cp)]
+    assert {(saved[n].shape, saved[n].dtype, saved[n].size_bytes) for n in states} == {((2,), "int64", 16)}
+    tl = build_timeline(run)
+    ev, names = tl.events(0), tl.names
+    blocks = {names[t]: int(b) for t, b, s in zip(ev.tensor, tl.memory[0].block_bytes, ev.sign, strict=True)
+              if s > 0 and names[t].startswith(f"{CORE}.rng_state_step")}
+    assert blocks == {f"{CORE}.rng_state_step{i}": 512 for i in range(1, cp)}

@@ -71,6 +71,17 @@ def _slot(op: FOp, slot: str) -> TensorDef | None:
     return {"in": op.inputs, "out": op.outputs, "extra": op.extras, "scratch": op.scratch}[where].get(key)
 
 
+def _slots(op: FOp, slot: str) -> list[TensorDef]:
+    """The tensors ``slot`` names on ``op``: one (or none) for ``"extra:KEY"``; for ``"extra:KEY*"`` every
+    one whose key starts with ``KEY``, in the op's order (a per-step list whose length the op builder set)."""
+    if not slot.endswith("*"):
+        t = _slot(op, slot)
+        return [] if t is None else [t]
+    where, prefix = slot[:-1].split(":")
+    table = {"in": op.inputs, "out": op.outputs, "extra": op.extras, "scratch": op.scratch}[where]
+    return [t for k, t in table.items() if k.startswith(prefix)]
+
+
 def analyse(ops: list[FOp], table: SaveRules, regions: list[Region]) -> Analysis:
     a = Analysis(ops=ops, regions=regions)
     for i, op in enumerate(ops):
@@ -82,11 +93,9 @@ def analyse(ops: list[FOp], table: SaveRules, regions: list[Region]) -> Analysis
             a.tensors[t.storage] = t
         rule = table.rule(op.rule)
         for slot in rule.saves:
-            slot_t = _slot(op, slot)
-            if slot_t is None:
-                continue
-            a.savers[slot_t.storage].append(Saver(op=i, wgrad=slot in rule.wgrad and op.wflops > 0,
-                                             keep=slot in rule.keep_under_recompute, source=rule.source))
+            for slot_t in _slots(op, slot):
+                a.savers[slot_t.storage].append(Saver(op=i, wgrad=slot in rule.wgrad and op.wflops > 0,
+                                                 keep=slot in rule.keep_under_recompute, source=rule.source))
         for slot in rule.backward_scratch:
             like = _slot(op, slot)
             if like is not None:

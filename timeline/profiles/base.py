@@ -59,7 +59,7 @@ class ParamRules:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SaveRule:
-    saves: tuple[str, ...] = ()  # "in:SLOT" | "out:SLOT" | "extra:SLOT"
+    saves: tuple[str, ...] = ()  # "in:SLOT" | "out:SLOT" | "extra:SLOT"; "extra:PREFIX*": every extra so named
     wgrad: tuple[str, ...] = ()  # of ``saves``, those only the weight gradient reads
     keep_under_recompute: tuple[str, ...] = ()  # kept even inside a recomputed region
     backward_scratch: tuple[str, ...] = ()  # slots whose shape and dtype the op's input-gradient backward

@@ -65,7 +65,8 @@ RULES: dict[str, SaveRule] = {
                                source=f"{TE}/module/grouped_linear.py: _GroupedLinear.forward saves inputmats "
                                       "(torch.split views of the input); "
                                       f"{MC}/transformer/moe/experts.py: TEGroupedMLP.forward"),
-    "flash_attn": SaveRule(saves=("in:q", "in:k", "in:v", "out:y", "extra:lse", "extra:rng_state", "extra:kv_p2p"),
+    "flash_attn": SaveRule(saves=("in:q", "in:k", "in:v", "out:y", "extra:lse", "extra:rng_state", "extra:kv_p2p",
+                                  "extra:rng_state_step*"),
                            # TE's FlashAttention backend only (the op builder gives no scratch to FusedAttention,
                            # whose cuDNN workspace sizes are not readable from open source)
                            backward_scratch=FLASH_BWD_SCRATCH,
@@ -73,8 +74,11 @@ RULES: dict[str, SaveRule] = {
                                   "q, k, v, out and aux_ctx_tensors = softmaxStats [b, h, s_q, 1] fp32 and "
                                   f"rng_state [2] ({TE}/cpp_extensions/fused_attn.py: fused_attn_fwd); with cp > 1 "
                                   f"{TE}/attention/dot_product_attention/context_parallel.py: AttnFuncWithCPAndKVP2P."
-                                  "forward saves q, kv = the last p2p_comm_buffers entry (torch.cat of k and v), out "
-                                  "and softmax_lse (q's storage keeps the QKV projection's output alive)"),
+                                  "forward saves q, kv = the last p2p_comm_buffers entry (torch.cat of k and v), out, "
+                                  "softmax_lse (q's storage keeps the QKV projection's output alive) and *rng_states, "
+                                  "one [2] int64 per ring step (cp_p2p_fwd_flash_attn: flash-attn 2.7's "
+                                  "_flash_attn_forward returns rng_state at [3]; cp_p2p_fwd_fused_attn: "
+                                  "aux_ctx_tensors), at TE 2.6 … 2.14 (rev 71bbefb)"),
     "dropout": SaveRule(saves=("extra:mask",),
                         source=f"{MC}/fusions/fused_bias_dropout.py: _bias_dropout_add_func — F.dropout(x + bias, p) "
                                "keeps its bool mask (1 B per element; native_dropout); with p = 0 torch's _dropout "

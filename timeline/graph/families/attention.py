@@ -87,6 +87,9 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
                   "rng_state": b.tensor(f"{name}.rng_state", (2,), "int64")}
         if d.cp > 1:  # the K/V chunk the ring ends on (a k+v concatenation), which a CP backward re-reads
             extras["kv_p2p"] = b.tensor(f"{name}.kv_p2p", (k.shape[0], k.shape[1] + v.shape[1]))
+            # and one rng_state per ring step: step 0's is rng_state, steps 1 … cp − 1 add theirs
+            for i in range(1, d.cp):
+                extras[f"rng_state_step{i}"] = b.tensor(f"{name}.rng_state_step{i}", (2,), "int64")
         rule = "flash_attn"
         if b.model.attention_sinks:  # learned sinks inside the kernel: their fp32 copy [1, h, 1, 1] is kept
             extras["softmax_offset"] = b.tensor(f"{name}.softmax_offset", (1, heads, 1, 1), "fp32")
