@@ -40,15 +40,25 @@ DEFAULT_DATA = ROOT.parent / "shared" / "measured" / "megatron_calibration.json"
 GPU_KINDS = {"H100": "h100", "GB200": "gb200", "A100": "a100", "B200": "b200", "H200": "h200"}
 
 
-#: Megatron-LM's CI "dev" container, as ``docker/.ngc_version.dev`` names it from each commit on
-#: (``git log -- docker/.ngc_version.dev`` in NVIDIA/Megatron-LM), with the PyTorch release line of
-#: the main-branch snapshot that NGC's ``pytorch:YY.MM`` container ships (NGC's release notes:
-#: 25.12 is based on 2.10.0a0+b4e4ee81d3; each container takes main about a month before it ships,
-#: and main is X.Y.0a0 from the X−1 release branch cut on). Only the PyTorch version's effect on the
+#: Megatron-LM's CI "dev" container from each commit on: before ``docker/.ngc_version.dev`` existed (2025-11),
+#: the ``BASE_IMAGE`` of the ``CI_MCORE_DEV_IMAGE`` build in ``.gitlab/stages/01.build.yml``
+#: (``git log --first-parent -G 'BASE_IMAGE: nvcr.io/nvidia/pytorch' -- .gitlab/stages/01.build.yml``; a
+#: bump's own branch commit is listed where goldens were re-recorded in it: cb12e3dea4 "Bump PyT to 25.03",
+#: merged by f0f6231455; 2795ebde97 "Upgrade to 25.05-py3-devel image", merged by cc0bdfbdde), then the
+#: container ``docker/.ngc_version.dev`` names (``git log -- docker/.ngc_version.dev`` in NVIDIA/Megatron-LM),
+#: with the PyTorch release line of the main-branch snapshot that NGC's ``pytorch:YY.MM`` container ships (NGC's
+#: release notes: 25.12 is based on 2.10.0a0+b4e4ee81d3; each container takes main about a month before it
+#: ships, and main is X.Y.0a0 from the X−1 release branch cut on). Only the PyTorch version's effect on the
 #: default cuBLAS workspace of Blackwell GPUs depends on it here (2.12 is the first with 32 MiB there);
 #: the GB200 goldens re-recorded at the 26.04 bump (5fe3f06) show it: the same configurations'
-#: steady-state allocated rose by 47.0 MiB, two workspaces of 32 − 8.125 MiB.
+#: steady-state allocated rose by 47.0 MiB, two workspaces of 32 − 8.125 MiB. Before 037c198b97
+#: (2025-03-19) no entry: no measured case was recorded earlier.
 DEV_CONTAINERS = (  # (from date, commit, container, PyTorch)
+    ("2025-03-19", "037c198b97", "24.10", "2.5"),
+    ("2025-04-04", "cb12e3dea4", "25.03", "2.7"),
+    ("2025-07-05", "2795ebde97", "25.05", "2.8"),
+    ("2025-08-05", "71328b89b6", "25.06", "2.8"),
+    ("2025-10-14", "44ab057fef", "25.09", "2.9"),
     ("2025-11-05", "eb48e81bd7", "25.09", "2.9"),
     ("2026-01-14", "82049aa847", "25.11", "2.10"),
     ("2026-03-05", "f5b2ec0130", "26.02", "2.11"),
@@ -57,12 +67,21 @@ DEV_CONTAINERS = (  # (from date, commit, container, PyTorch)
 )
 
 
-#: The Transformer Engine Megatron-LM's CI image builds (``docker/Dockerfile.ci.dev``: ``uv sync --extra te
-#: --locked``) from each commit on: ``pyproject.toml``'s ``[tool.uv.sources] transformer-engine`` git rev
+#: The Transformer Engine Megatron-LM's CI image builds from each commit on. Until 2025-08-05,
+#: ``Dockerfile.ci.dev``'s ``ARG TE_COMMIT`` (``git log --first-parent -G TE_COMMIT= -- Dockerfile.ci.dev``), its
+#: version read from that commit's ``build_tools/VERSION.txt`` in NVIDIA/TransformerEngine; before cb12e3dea4
+#: the Dockerfile built none and the NGC 24.10 container's own TE ran: TE's ``release_v1.11`` branch left main
+#: on 2024-09-17 and ``release_v1.12`` on 2024-10-16, after 24.10's snapshot, so 1.11 (no rule here
+#: distinguishes 1.x releases: the earliest TE gate is 2.3). From 2025-08-06 ``docker/Dockerfile.ci.dev``
+#: runs ``uv sync --extra te --locked``: ``pyproject.toml``'s ``[tool.uv.sources] transformer-engine`` git rev
 #: (``git log --first-parent -- pyproject.toml`` in NVIDIA/Megatron-LM), its version read from that rev's
 #: ``build_tools/VERSION.txt`` in NVIDIA/TransformerEngine (a ``release_vX.Y`` branch is X.Y). Where the
 #: source line was commented out (2025-11-25 to 2026-01-13) the PyPI range ``>=2.9.0a0,<2.10.0`` stood.
 TE_PINS = (  # (from date, commit, TE)
+    ("2025-03-19", "037c198b97", "1.11"),   # NGC 24.10's own TE (Dockerfile.ci.dev builds none)
+    ("2025-04-04", "cb12e3dea4", "2.2"),    # TE_COMMIT bee4649 (main, 2.2.0.dev0); merged by f0f6231455
+    ("2025-07-05", "2795ebde97", "2.5"),    # TE_COMMIT 8382eed (release_v2.5, 2.5.0); merged by cc0bdfbdde
+    ("2025-08-05", "71328b89b6", "2.6"),    # TE_COMMIT b97c2bf (release_v2.6, 2.6.0)
     ("2025-08-06", "cc227f797c", "2.6"),    # rev c90a720 (release_v2.6)
     ("2025-09-23", "f32b2731ac", "2.7"),    # rev 0289e76 (release_v2.7)
     ("2025-10-21", "adc69dba2d", "2.8"),    # release_v2.8
@@ -82,8 +101,19 @@ TE_PINS = (  # (from date, commit, TE)
 
 #: Megatron-Core's version on Megatron-LM's main branch from each commit on
 #: (``git log --first-parent -- megatron/core/package_info.py``: MAJOR.MINOR.PATCH + PRE_RELEASE); the
-#: calibration cases were recorded from 2025-09 on.
+#: calibration cases were recorded from 2025-03 on (``golden_provenance.json`` holds each recording
+#: commit's own ``package_info.py`` version, and the tests hold this table to it).
 MC_VERSIONS = (  # (from date, commit, Megatron-Core)
+    ("2025-02-13", "5575cfc1e9", "0.12.0rc0"),
+    ("2025-04-10", "795f135561", "0.13.0rc0"),
+    ("2025-06-17", "27c9b6c2c0", "0.14.0rc0"),
+    ("2025-07-07", "3450806c96", "0.14.0rc1"),
+    ("2025-07-14", "5e798111e6", "0.14.0rc2"),
+    ("2025-07-21", "41cd4e9fed", "0.14.0rc3"),
+    ("2025-07-28", "6e49f19b9a", "0.14.0rc4"),
+    ("2025-08-04", "bbb4c5fbf7", "0.14.0rc5"),
+    ("2025-08-11", "3da9032a4d", "0.14.0rc6"),
+    ("2025-08-18", "79d04bed3d", "0.14.0rc7"),
     ("2025-08-18", "8e11c520e4", "0.15.0rc0"),
     ("2025-08-25", "48406695c4", "0.15.0rc1"),
     ("2025-09-01", "3271c42838", "0.15.0rc2"),
@@ -103,7 +133,8 @@ MC_VERSIONS = (  # (from date, commit, Megatron-Core)
 
 
 def _recorded(record: dict) -> tuple[str, str]:
-    """(commit, date) the case's memory values were recorded at."""
+    """(commit, date) the case's memory values were recorded at (the dataset's; :func:`as_recorded`
+    replaces them where the golden's bytes are older than its path)."""
     commit = str(record.get("memory_values_first_commit") or record.get("commit") or "")
     date = str(record.get("memory_values_first_commit_date") or record.get("commit_date") or "")
     return commit, date
@@ -121,20 +152,54 @@ def _pinned(record: dict, history: tuple[tuple[str, str, str], ...]) -> str | No
 
 def pytorch_of(record: dict) -> str | None:
     """The PyTorch release line of the container the case's memory values were recorded in (None:
-    recorded before ``.ngc_version.dev`` existed, where the run file's default stands; no Blackwell
-    case is that old)."""
+    recorded before the first container listed, 2025-03-19, where the run file's default stands; no
+    measured case is that old)."""
     return _pinned(record, tuple((since, bump, pytorch) for since, bump, _c, pytorch in DEV_CONTAINERS))
 
 
 def megatron_of(record: dict) -> str | None:
-    """The Megatron-Core version of the commit the case's memory values were recorded at."""
+    """The Megatron-Core version of the commit the case's memory values were recorded at (None: before
+    2025-02-13, where the run file's default stands; no measured case is that old)."""
     return _pinned(record, MC_VERSIONS)
 
 
 def te_of(record: dict) -> str | None:
-    """The Transformer Engine version the case ran (None: recorded before the first pin listed, where
-    the run file's default stands)."""
+    """The Transformer Engine version the case ran (None: recorded before the first pin listed,
+    2025-03-19, where the run file's default stands; no measured case is that old)."""
     return _pinned(record, TE_PINS)
+
+
+PROVENANCE = ROOT / "tools" / "golden_provenance.json"
+
+
+def load_provenance(path: Path = PROVENANCE) -> dict[str, dict]:
+    """Case name → where its golden's bytes were first written (``tools/golden_provenance.py``)."""
+    return json.loads(path.read_text())["cases"] if path.exists() else {}
+
+
+def as_recorded(record: dict, provenance: dict[str, dict]) -> dict:
+    """The record as its golden was recorded: where the golden's bytes are older than the dataset's
+    ``memory_values_first_commit`` (a golden renamed with its test directory, not re-measured), the
+    recording commit and date, and ``model_args`` / ``env`` with the recording directory's
+    ``model_config.yaml`` differences applied (a value of None: the argument was absent then). A golden
+    copied from another, still existing test (``kind`` "copied") is not this configuration's measurement
+    at all (:func:`measurement_copies` leaves such cases out): the record stays as it is."""
+    entry = provenance.get(record["name"])
+    if not entry or not entry.get("recorded_earlier") or entry.get("kind") == "copied":
+        return record
+    out = dict(record)
+    out["memory_values_first_commit"] = entry["recorded_commit"]
+    out["memory_values_first_commit_date"] = entry["recorded_date"]
+    for key in ("model_args", "env"):
+        values = dict(record.get(key) or {})
+        for name, (then, _now) in (entry.get(key) or {}).items():
+            if then is None:
+                values.pop(name, None)
+            else:
+                values[name] = then
+        out[key] = values
+    out["recorded_as"] = entry
+    return out
 
 
 def expressible(records: list[dict]) -> list[dict]:
@@ -293,16 +358,21 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def validate(records: list[dict], only: str = "", failed: list | None = None) -> list[dict]:
-    """Rows per simulated case; cases that cannot be simulated go to ``failed`` as (name, message)."""
+def validate(records: list[dict], only: str = "", failed: list | None = None,
+             provenance: dict[str, dict] | None = None) -> list[dict]:
+    """Rows per simulated case; cases that cannot be simulated go to ``failed`` as (name, message). Each
+    case is simulated as recorded (:func:`as_recorded`, ``provenance`` defaulting to
+    ``tools/golden_provenance.json``)."""
     from timeline.errors import UserError
 
     failed = [] if failed is None else failed
     copies = measurement_copies(records)
+    provenance = load_provenance() if provenance is None else provenance
     rows = []
     for rec in expressible(records):
         if only and only not in rec["name"]:
             continue
+        rec = as_recorded(rec, provenance)
         measured = int(rec["measured"]["max_allocated_bytes_second_logged"]["bytes"])
         try:
             alloc, reserved, gap, steady, world = predict(rec)
@@ -316,8 +386,32 @@ def validate(records: list[dict], only: str = "", failed: list | None = None) ->
                      "reserved_gap": gap["by_last_occupant"], "pp": int(rec["parallel"].get("pp") or 1),
                      "steady_predicted": steady, "steady_measured": steady_measured, "world_size": world,
                      "dataset_world_size": int(rec["parallel"]["world_size"]),
-                     "copy_of": copies.get(rec["name"])})
+                     "copy_of": copies.get(rec["name"]),
+                     "recorded_at": rec["memory_values_first_commit"][:10] if rec.get("recorded_as") else None})
     return rows
+
+
+#: arguments whose recording-time differences the "recorded earlier" lines leave out: paths, logging and
+#: checkpoint-format switches that allocate no device memory
+MEMORY_NEUTRAL = frozenset({"--data-path", "--vocab-file", "--merge-file", "--timing-log-level",
+                            "--dist-ckpt-save-pre-mcore-014", "--dist-ckpt-optim-fully-reshardable",
+                            "--dist-ckpt-strictness", "NCCL_ALGO", "SKIP_PYTEST", "NON_DETERMINSTIC_RESULTS",
+                            "N_REPEATS"})
+
+
+def recorded_earlier_lines(rows: list[dict], provenance: dict[str, dict]) -> list[str]:
+    """The cases simulated at their golden's recording commit rather than the dataset's."""
+    out = []
+    for r in rows:
+        entry = provenance.get(r["name"])
+        if not r.get("recorded_at") or not entry:
+            continue
+        moved = ", ".join(f"{k} {v[0]!r}→{v[1]!r}" for k, v in {**entry["model_args"], **entry["env"]}.items()
+                          if k not in MEMORY_NEUTRAL)
+        out.append(f"  {r['name']}: {entry['recorded_commit'][:10]} {entry['recorded_date']} "
+                   f"({entry['kind']}: {entry['recorded_path'].rsplit('/', 2)[-2]}){'; then vs now: ' + moved if moved else ''}")
+    return ["recorded earlier (golden bytes older than the dataset's commit; simulated at the recording commit "
+            "with its model_config.yaml):"] + out if out else []
 
 
 def main() -> int:
@@ -338,6 +432,8 @@ def main() -> int:
         if r["world_size"] != r["dataset_world_size"]:
             print(f"world size: {r['name']}: the dataset's inferred {r['dataset_world_size']} gives a micro-batch "
                   f"count Megatron's schedule refuses; its next candidate, {r['world_size']}, is simulated")
+    for line in recorded_earlier_lines(rows, load_provenance()):
+        print(line)
     for name, message in failed:
         print(f"not simulated: {name}: {message}")
     print(f"wall time {time.perf_counter() - start:.1f} s for {len(rows)} cases")

@@ -12,7 +12,7 @@ from test_activations_megatron_moe import ALLGATHER, EP, LOCAL, E, H, K, P, T, o
 AUX = 'framework.moe_router_load_balancing="aux_loss"'
 FP32, FP64 = 'framework.moe_router_dtype="fp32"', 'framework.moe_router_dtype="fp64"'
 FUSED = "framework.moe_permute_fusion=true"
-DETERMINISTIC = ("framework.deterministic=true",)
+DETERMINISTIC = ("framework.deterministic=true", 'framework.megatron_core="0.15.0"')
 ROWS = T * K  # balanced routing: t·k rows reach the local experts
 
 
@@ -85,8 +85,12 @@ def test_deterministic_unpermute_keeps_index_add_source() -> None:
     assert ag[f"{P}.experts.linear_fc2.out"] == ((ROWS, H), "bf16", 2 * ROWS * H)  # the experts' output itself
 
 
-@pytest.mark.parametrize("overrides", [(*DETERMINISTIC, FUSED), ()], ids=["fused", "nondeterministic"])
+@pytest.mark.parametrize("overrides", [(*DETERMINISTIC, FUSED), (), ("framework.deterministic=true",),
+                                       ("framework.deterministic=true", 'framework.megatron_core="0.15.0rc8"')],
+                         ids=["fused", "nondeterministic", "core_0.14", "main_0.15.0rc8"])
 def test_no_index_add_source_fused_or_nondeterministic(overrides: tuple[str, ...]) -> None:
+    """Nor before Megatron-LM 56818f9e50 (2025-10-16, first in core_r0.15.0): its unpermute always ran
+    scatter_add_ (core_r0.12.0 … core_r0.14.0 moe_utils.py)."""
     got = saved_bytes(*overrides)
     assert f"{P}.combine.received" not in got and f"{P}.experts.linear_fc2.out" not in got
 

@@ -128,7 +128,9 @@ def test_each_case_runs_under_the_transformer_engine_megatron_pinned():
     assert tool.te_of(by_name["gpt/gpt3_mcore_te_tp2_pp2_cp2_1node"]) == "2.14"  # 2026-05-07, before 2.15
     assert tool.te_of({"memory_values_first_commit": "f32b2731ac00", "memory_values_first_commit_date": "2025-09-23"}) \
         == "2.7"
-    assert tool.te_of({"memory_values_first_commit_date": "2025-07-01"}) is None
+    # before the pyproject pin, Dockerfile.ci.dev's TE_COMMIT: bee4649 (2.2.0.dev0) from the 25.03 bump
+    assert tool.te_of({"memory_values_first_commit_date": "2025-07-01"}) == "2.2"
+    assert tool.te_of({"memory_values_first_commit_date": "2025-03-01"}) is None  # no case is that old
 
 
 def test_the_2026_deterministic_moe_twin_matches(rows):
@@ -151,3 +153,83 @@ def test_steady_state_within_the_bands_reached(rows):
     for r in published:
         pct = 100.0 * abs(r["steady_predicted"] - r["steady_measured"]) / r["steady_measured"]
         assert pct <= STEADY_WORST_PCT, (r["name"], pct)
+
+
+def test_a_renamed_golden_is_simulated_as_recorded():
+    """Megatron-LM's adc69dba2d (2025-10-21) renamed the ``gpt3_mr_*_dgx_a100_1N8G`` test directories and
+    their goldens without re-measuring: the top2router golden's bytes were written by cb12e3dea4 (2025-04-04,
+    "Bump PyT to 25.03") under ``gpt3_mr_..._top2router_dgx_a100_1N8G/``, whose model_config.yaml then had no
+    ``--no-bias-gelu-fusion``. It runs in that commit's software: Megatron-Core 0.12.0rc0 (package_info.py),
+    TE_COMMIT bee4649 (2.2.0.dev0), NGC PyTorch 25.03 (2.7)."""
+    tool = _tool()
+    prov = tool.load_provenance()
+    rec = next(r for r in _records() if r["name"] == "moe/gpt3_mcore_te_tp2_pp1_resume_torch_dist_te_8experts2parallel_top2router")
+    assert rec["memory_values_first_commit"].startswith("adc69dba2d") and rec["model_args"]["--no-bias-gelu-fusion"]
+    entry = prov[rec["name"]]
+    assert entry["kind"] == "renamed" and entry["recorded_path"].endswith(
+        "moe/gpt3_mr_mcore_te_tp2_pp1_resume_torch_dist_te_8experts2parallel_top2router_dgx_a100_1N8G/golden_values_dev.json")
+    as_rec = tool.as_recorded(rec, prov)
+    assert as_rec["memory_values_first_commit"].startswith("cb12e3dea4")
+    assert as_rec["memory_values_first_commit_date"] == "2025-04-04"
+    assert "--no-bias-gelu-fusion" not in as_rec["model_args"]
+    assert as_rec["model_args"]["--timing-log-level"] == 2  # memory-neutral, applied all the same
+    assert (tool.megatron_of(as_rec), tool.te_of(as_rec), tool.pytorch_of(as_rec)) == ("0.12.0rc0", "2.2", "2.7")
+    assert rec["model_args"]["--no-bias-gelu-fusion"]  # the dataset's record is not modified
+
+
+def test_a_golden_recorded_at_its_own_commit_is_unchanged():
+    tool = _tool()
+    prov = tool.load_provenance()
+    rec = next(r for r in _records() if r["name"] == "moe/gpt3_mcore_te_tp2_pp1_resume_torch_dist_te_8experts2parallel_dist_optimizer")
+    assert not prov[rec["name"]]["recorded_earlier"]
+    assert prov[rec["name"]]["recorded_commit"] == rec["memory_values_first_commit"]
+    assert tool.as_recorded(rec, prov) is rec
+
+
+def test_a_golden_copied_from_another_test_keeps_its_record():
+    """gpt3_15b_8t_release_sm_gb200's golden is gpt3_15b_8t_release_sm's (still a test): not its own
+    configuration's measurement, so it is not re-configured (and not compared)."""
+    tool = _tool()
+    prov = tool.load_provenance()
+    rec = next(r for r in _records() if r["name"] == "gpt/gpt3_15b_8t_release_sm_gb200")
+    assert prov[rec["name"]]["kind"] == "copied"
+    assert tool.as_recorded(rec, prov) is rec
+
+
+def test_the_provenance_covers_every_expressible_case_and_the_tables_match_its_commits():
+    """Every expressible case has an entry; where a golden is older than its path, the Megatron-Core
+    table gives the version that commit's package_info.py names."""
+    tool = _tool()
+    prov = tool.load_provenance()
+    records = _records()
+    assert set(prov) == {r["name"] for r in tool.expressible(records)}
+    earlier = {n: e for n, e in prov.items() if e["recorded_earlier"]}
+    assert len(earlier) == 38
+    for name, e in earlier.items():
+        at = {"memory_values_first_commit": e["recorded_commit"], "memory_values_first_commit_date": e["recorded_date"]}
+        assert tool.megatron_of(at) == e["megatron_core"], name
+        assert tool.te_of(at) is not None and tool.pytorch_of(at) is not None, name
+
+
+MEGATRON_GIT = ROOT.parent / ".mirror" / "NVIDIA+Megatron-LM" / "repo"
+
+
+@pytest.mark.skipif(not MEGATRON_GIT.exists(), reason="no Megatron-LM clone here (CI has none)")
+def test_the_committed_provenance_is_what_the_history_gives():
+    spec = importlib.util.spec_from_file_location("golden_provenance", ROOT / "tools" / "golden_provenance.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    made = module.provenance(str(MEGATRON_GIT), json.loads(DATA.read_text()))
+    assert made == json.loads((ROOT / "tools" / "golden_provenance.json").read_text())
+
+
+def test_the_2025_moe_cases_unpermute_by_scatter_add(rows):
+    """Before Megatron-LM 56818f9e50 (2025-10-16, core_r0.15.0) the deterministic unpermute ran scatter_add_,
+    keeping no [rows, h] source: the two top-1 MoE goldens recorded in 2025-05 (Megatron-Core 0.13.0rc0) are
+    within 0.25 % without the 12 × 4096 × 512 × 2 B = 48 MiB an index_add_ would keep (+2.19 %, +1.66 %
+    with it)."""
+    by_name = {r["name"]: r for r in rows[0]}
+    for name in ("moe/gpt3_mcore_te_tp2_pp1_frozen_resume_torch_dist_te_8experts2parallel_dist_optimizer",
+                 "moe/gpt3_mcore_te_tp2_pp1_frozen_resume_torch_dist_te_8experts2parallel_groupedGEMM"):
+        assert by_name[name]["recorded_at"] in ("194b2be238", "c6b08c2e5a")
+        assert abs(by_name[name]["error_pct"]) < 0.25, (name, by_name[name]["error_pct"])

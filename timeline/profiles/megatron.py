@@ -284,6 +284,13 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
 #: gathered scores to the logits dtype first
 ROUTER_FP32_TOPK = (0, 18)
 
+#: Megatron-LM 56818f9e50 (2025-10-16, "Moe padding inference", on main during 0.15.0rc8, in core_r0.15.0):
+#: moe_utils.py ``unpermute`` runs ``output_tokens.index_add_`` under
+#: ``torch.are_deterministic_algorithms_enabled()``; before it (core_r0.12.0 … core_r0.14.0, and main's
+#: cb12e3dea4 / 194b2be238 of 2025-04/05) the unfused unpermute always ran ``scatter_add_``, which keeps only
+#: the index. A version string of main's 0.15.0rcN (2025-08-18 to 10-21) reads as before it
+UNPERMUTE_INDEX_ADD = (0, 15, 0)
+
 
 def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
     """The MoE ``Structure`` switches ``[framework]`` sets (router dtype, aux loss, permute fusion, the
@@ -298,9 +305,11 @@ def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
     ``torch.are_deterministic_algorithms_enabled()`` (megatron/training/arguments.py: ``--deterministic-mode``
     calls ``torch.use_deterministic_algorithms(True)``), whose autograd node keeps ``source`` (PyTorch
     tools/autograd/derivatives.yaml ``index_add``: ``grad.index_select(dim, index).expand_as(source)``;
-    ``IndexAddBackward0._saved_source`` on 2.13; the formula dates from pytorch#72777, 2022)."""
+    ``IndexAddBackward0._saved_source`` on 2.13; the formula dates from pytorch#72777, 2022) — from
+    Megatron-Core 0.15.0 on (:data:`UNPERMUTE_INDEX_ADD`; ``scatter_add_`` before)."""
     aux = spec.moe_router_load_balancing in ("aux_loss", "seq_aux_loss", "global_aux_loss")
-    index_add = spec.deterministic and not spec.moe_permute_fusion
+    index_add = (spec.deterministic and not spec.moe_permute_fusion
+                 and version_tuple(spec.megatron_core) >= UNPERMUTE_INDEX_ADD)
     return {"moe_router_dtype": spec.moe_router_dtype, "moe_aux_loss": aux, "moe_z_loss": spec.moe_z_loss,
             "moe_router_fp32_topk": version_tuple(spec.megatron_core) >= ROUTER_FP32_TOPK,
             "moe_permute_fusion": spec.moe_permute_fusion, "moe_unpermute": "index_add" if index_add else "scatter_add",
