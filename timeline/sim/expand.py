@@ -5,6 +5,7 @@ The allocator pass (:mod:`timeline.sim.memory`) reads the event log next."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -100,6 +101,58 @@ def _push_step_copies(log: _Log, state: DeviceState, spans: list[Span], names: N
             log.push(np.full(len(ids), start), -1, sizes, grads, ids, -1, -1, -1, a, sp.iteration + 1)
 
 
+@dataclass(frozen=True, slots=True)
+class KeptFrees:
+    """The frees of one backward action that a chunk's kept input moves: ``mask`` over its phase's
+    events, and the action (index into the spans; −1: none, they never happen) whose start they
+    move to."""
+
+    mask: np.ndarray
+    to_action: int
+
+
+def kept_inputs(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
+    """Per backward action, the frees a chunk's kept input defers (``DeviceState.keeps_input``).
+
+    Megatron's model chunk holds the tensor its last forward received (``recv_forward``'s buffer)
+    and, once that micro-batch's backward ran, the gradient it sent back (``send_backward``'s),
+    until its next forward hands it a new one. So a backward's frees of both move to the start of
+    the chunk's next forward after that micro-batch's own (there, after the new buffer is made), if
+    that comes later; the last forward's stay through the optimizer step into the next iteration,
+    and after the last iteration for good. Keyed by span index."""
+    forwards: dict[int, list[int]] = {}
+    for i, sp in enumerate(spans):
+        if sp.kind == "F":
+            forwards.setdefault(sp.stage, []).append(i)
+    out: dict[int, KeptFrees] = {}
+    for stage, fs in forwards.items():
+        f_ph = compiled[(stage, "F")]
+        recv = {f_ph.tensor_names[t] for t, sign, op in zip(f_ph.ev_tensor.tolist(), f_ph.ev_sign.tolist(),
+                                                            f_ph.ev_op.tolist(), strict=True)
+                if sign > 0 and f_ph.op_names[op] == "recv_forward"}
+        if not recv:
+            continue  # the chunk receives nothing: the first virtual stage
+        fs = sorted(fs, key=lambda i: spans[i].start_us)
+        nxt = {(spans[a].iteration, spans[a].microbatch): b for a, b in zip(fs, [*fs[1:], -1], strict=True)}
+        for i, sp in enumerate(spans):
+            if sp.stage != stage or sp.kind in ("F", "step"):
+                continue
+            ph = compiled[(stage, sp.kind)]
+            held = np.array([sign < 0 and (ph.tensor_names[t] in recv or ph.op_names[op] == "send_backward")
+                             for t, sign, op in zip(ph.ev_tensor.tolist(), ph.ev_sign.tolist(), ph.ev_op.tolist(),
+                                                    strict=True)], dtype=bool)
+            if not held.any():
+                continue
+            to = nxt.get((sp.iteration, sp.microbatch), -1)
+            if to >= 0:
+                freed_at = sp.start_us + ph.ev_offset * sp.scale
+                held &= freed_at <= spans[to].start_us
+                if not held.any():
+                    continue
+            out[i] = KeptFrees(mask=held, to_action=to)
+    return out
+
+
 def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans: list[Span], compiled: Compiled,
                   names: Names) -> DeviceEvents:
     """Static state (as the plan's ``state`` says it comes into being), then every action's
@@ -120,6 +173,8 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
     gather = state.gathered_bytes
     comm = CAT_CODE[Category.COMM]
+    kept = kept_inputs(spans, compiled) if state.keeps_input else {}
+    deferred: list[tuple[tuple[np.ndarray, ...], int, int, int, int]] = []  # (columns, mb, stage, action, iteration)
     for i, sp in enumerate(spans):
         if sp.kind == "step":
             continue
@@ -131,9 +186,20 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             tensor_ids = names.cached((id(ph), "ev_tensor"), partial(_event_ids, names, ph, "tensor_names"))
             op_ids = names.cached((id(ph), "ev_op"), partial(_event_ids, names, ph, "op_names"))
             offsets = ph.ev_offset if sp.scale == 1.0 else ph.ev_offset * sp.scale
-            log.push(offsets + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids, m, s, i, it)
+            ev = (offsets + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids)
+            k = kept.get(i)
+            if k is not None:
+                if k.to_action >= 0:
+                    to = spans[k.to_action]
+                    n = int(k.mask.sum())
+                    deferred.append(((np.full(n, to.start_us), *(c[k.mask] for c in ev[1:])), m, s, k.to_action,
+                                     to.iteration))
+                ev = tuple(c[~k.mask] for c in ev)
+            log.push(ev[0], ev[1], ev[2], ev[3], ev[4], ev[5], m, s, i, it)
         if gather:
             log.push([sp.end_us], -1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
+    for c, d_mb, d_stage, d_action, d_it in deferred:  # after that forward's new buffer, same instant
+        log.push(c[0], c[1], c[2], c[3], c[4], c[5], d_mb, d_stage, d_action, d_it)
     return log.events()
 
 
