@@ -1,7 +1,8 @@
 """A Megatron model chunk keeps the hidden state its last forward received, and the gradient its
 backward gave it, until its next forward (``TransformerBlock.set_input_tensor``): the last
 micro-batch's pair stays through the optimizer step, so a receiving chunk's steady state holds two
-boundary tensors; other profiles free both with their last backward use."""
+boundary tensors; the schedule's ``input_tensor_grad`` holds each sent gradient until the rank's
+next backward returns. Other profiles free both with their last backward use."""
 
 from __future__ import annotations
 
@@ -64,3 +65,19 @@ def test_steady_state_grows_by_the_kept_pairs_only_under_megatron():
     paper = build_timeline(tiny_run(pp=2, profile="paper"))
     assert _kept(paper, 1) == 0 and _kept(paper, 1, None) == 0
     assert _kept(megatron, 1) == 2 * _boundary(tiny_run(pp=2))
+
+
+def test_1f1b_sent_gradient_lives_until_the_next_backward_returns():
+    run = tiny_run(pp=2)
+    tl = build_timeline(run)
+    ev = tl.events(1)
+    names = np.array(tl.sim.names)[ev.tensor]
+    spans = tl.sim.spans[1]
+    backward = {(s.iteration, s.microbatch): i for i, s in enumerate(spans) if s.kind == "B"}
+    for it in range(run.training.iterations):
+        for mb in range(run.training.num_microbatches - 1):
+            free = np.flatnonzero((ev.sign < 0) & (names == "grad:input") & (ev.microbatch == mb)
+                                  & (ev.iteration == it))
+            nxt = backward[(it, mb + 1)]
+            assert free.size == 1 and ev.action[free[0]] == nxt and ev.t_us[free[0]] == spans[nxt].end_us
+            assert ev.size[free[0]] == _boundary(run)

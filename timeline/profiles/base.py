@@ -200,8 +200,9 @@ class Lifecycle:
     dp_buffers: bool = False
     #: a model chunk keeps the hidden state it received from the previous pipeline stage (the
     #: ``recv_forward`` buffer, with the ``.grad`` its backward gave it) from that forward until the
-    #: chunk's next forward replaces it — across the optimizer step for the last micro-batch; the
-    #: source it was read from ("": the buffer dies with its last backward use)
+    #: chunk's next forward replaces it — across the optimizer step for the last micro-batch — and the
+    #: schedule holds that gradient until the rank's next backward returns; the source it was read
+    #: from ("": both die with their last backward use)
     chunk_keeps_input: str = ""
 
 

@@ -328,9 +328,13 @@ def wgrad_rule(spec: FrameworkSpec) -> str:
 #: clears it, so the chunk's module holds the last tensor it was given until its next forward_step. That
 #: tensor is the leaf ``torch.empty(..., requires_grad=True)`` of p2p_communication.py: _communicate's
 #: create_tensor_recv_prev, and backward_step collects ``x.grad`` from it, so its gradient lives as long.
+#: The schedules' loop variable ``input_tensor_grad`` (forward_backward_pipelining_without_interleaving's
+#: 1F1B and cooldown loops, _with_interleaving's forward_backward_helper_wrapper results) also holds the
+#: sent gradient until the next backward_step returns, or the schedule function does.
 CHUNK_KEEPS_INPUT = ("Megatron-LM adc69dba megatron/core/transformer/transformer_block.py: "
                      "TransformerBlock.set_input_tensor (self.input_tensor, set per micro-batch by "
-                     "pipeline_parallel/schedules.py: forward_step, never cleared); its .grad from backward_step")
+                     "pipeline_parallel/schedules.py: forward_step, never cleared); its .grad from backward_step, "
+                     "also held by the schedules' input_tensor_grad until the next backward_step returns")
 
 LIFECYCLE = Lifecycle("start", "start", "first_step",
                       "Megatron-Core param_and_grad_buffer.py, distrib_optimizer.py; torch Adam lazy state",

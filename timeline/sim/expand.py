@@ -103,27 +103,41 @@ def _push_step_copies(log: _Log, state: DeviceState, spans: list[Span], names: N
 
 @dataclass(frozen=True, slots=True)
 class KeptFrees:
-    """The frees of one backward action that a chunk's kept input moves: ``mask`` over its phase's
-    events, and the action (index into the spans; −1: none, they never happen) whose start they
-    move to."""
+    """The frees of one backward action that Megatron's references move: ``mask`` over its phase's
+    events and, per masked event, the time it moves to and the action (index into the spans) it
+    then belongs to (NaN and −1: it never happens)."""
 
     mask: np.ndarray
-    to_action: int
+    times: np.ndarray
+    actions: np.ndarray
 
 
 def kept_inputs(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
-    """Per backward action, the frees a chunk's kept input defers (``DeviceState.keeps_input``).
+    """Per backward action, the frees that Megatron's references to a chunk's received input and
+    to the gradient it sends back defer (``DeviceState.keeps_input``). Keyed by span index.
 
-    Megatron's model chunk holds the tensor its last forward received (``recv_forward``'s buffer)
-    and, once that micro-batch's backward ran, the gradient it sent back (``send_backward``'s),
-    until its next forward hands it a new one. So a backward's frees of both move to the start of
-    the chunk's next forward after that micro-batch's own (there, after the new buffer is made), if
-    that comes later; the last forward's stay through the optimizer step into the next iteration,
-    and after the last iteration for good. Keyed by span index."""
+    - The model chunk holds the tensor its last forward received (``recv_forward``'s buffer) and,
+      once that micro-batch's backward ran, its ``.grad`` (the tensor ``send_backward`` sends) until
+      the chunk's next forward hands it a new one: the frees of both move to the start of the
+      chunk's next forward after that micro-batch's own, if that comes later (there, after the new
+      buffer is made); the last forward's stay through the optimizer step, after the last
+      iteration for good.
+    - The schedule's loop variable ``input_tensor_grad`` holds the sent gradient until the rank's
+      next backward returns, or the schedule function returns (the rank's last action of the
+      iteration ends): the gradient's free moves there if that is later still.
+    """
     forwards: dict[int, list[int]] = {}
     for i, sp in enumerate(spans):
         if sp.kind == "F":
             forwards.setdefault(sp.stage, []).append(i)
+    order = sorted((i for i, sp in enumerate(spans) if sp.kind != "step"), key=lambda i: spans[i].start_us)
+    backwards = [i for i in order if spans[i].kind in ("B", "I")]
+    next_backward = dict(zip(backwards, [*backwards[1:], -1], strict=True))
+    last_of_iteration: dict[int, int] = {}
+    for i in order:
+        it = spans[i].iteration
+        if it not in last_of_iteration or spans[i].end_us >= spans[last_of_iteration[it]].end_us:
+            last_of_iteration[it] = i
     out: dict[int, KeptFrees] = {}
     for stage, fs in forwards.items():
         f_ph = compiled[(stage, "F")]
@@ -138,18 +152,29 @@ def kept_inputs(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
             if sp.stage != stage or sp.kind in ("F", "step"):
                 continue
             ph = compiled[(stage, sp.kind)]
-            held = np.array([sign < 0 and (ph.tensor_names[t] in recv or ph.op_names[op] == "send_backward")
-                             for t, sign, op in zip(ph.ev_tensor.tolist(), ph.ev_sign.tolist(), ph.ev_op.tolist(),
-                                                    strict=True)], dtype=bool)
+            ops = [ph.op_names[op] for op in ph.ev_op.tolist()]
+            frees = ph.ev_sign < 0
+            sent = frees & np.array([op == "send_backward" for op in ops], dtype=bool)
+            held = frees & (sent | np.array([ph.tensor_names[t] in recv for t in ph.ev_tensor.tolist()], dtype=bool))
             if not held.any():
                 continue
+            freed_at = sp.start_us + ph.ev_offset * sp.scale
+            times, actions = freed_at.copy(), np.full(len(freed_at), i, dtype=np.int64)
             to = nxt.get((sp.iteration, sp.microbatch), -1)
-            if to >= 0:
-                freed_at = sp.start_us + ph.ev_offset * sp.scale
-                held &= freed_at <= spans[to].start_us
-                if not held.any():
-                    continue
-            out[i] = KeptFrees(mask=held, to_action=to)
+            if to < 0:
+                times[held], actions[held] = np.nan, -1
+            else:
+                later = held & (freed_at <= spans[to].start_us)
+                times[later], actions[later] = spans[to].start_us, to
+            if sp.kind in ("B", "I") and to >= 0:
+                nb = next_backward.get(i, -1)
+                if nb < 0 or spans[nb].iteration != sp.iteration:
+                    nb = last_of_iteration[sp.iteration]
+                later = sent & (times < spans[nb].end_us)
+                times[later], actions[later] = spans[nb].end_us, nb
+            moved = held & ((actions != i) | (times != freed_at))
+            if moved.any():
+                out[i] = KeptFrees(mask=moved, times=times[moved], actions=actions[moved])
     return out
 
 
@@ -189,11 +214,10 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             ev = (offsets + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids)
             k = kept.get(i)
             if k is not None:
-                if k.to_action >= 0:
-                    to = spans[k.to_action]
-                    n = int(k.mask.sum())
-                    deferred.append(((np.full(n, to.start_us), *(c[k.mask] for c in ev[1:])), m, s, k.to_action,
-                                     to.iteration))
+                for a in np.unique(k.actions[k.actions >= 0]).tolist():
+                    sel = k.actions == a
+                    moved = tuple(c[k.mask][sel] for c in ev[1:])
+                    deferred.append(((k.times[sel], *moved), m, s, a, spans[a].iteration))
                 ev = tuple(c[~k.mask] for c in ev)
             log.push(ev[0], ev[1], ev[2], ev[3], ev[4], ev[5], m, s, i, it)
         if gather:
