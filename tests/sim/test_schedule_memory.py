@@ -129,8 +129,12 @@ def test_every_tensor_freed_once_and_categories_sum(allocator):
         np.testing.assert_array_equal(sum(s.by_category[c] for c in CATEGORIES), s.requested)
         ev, fi = tl.events(d), tl.free_index(d)
         allocs = np.flatnonzero(ev.sign > 0)
-        never = {tl.sim.names[ev.tensor[i]] for i in allocs if fi[i] < 0}
-        assert all(n.startswith(("static.", "workspace.")) for n in never)  # static state, workspaces persist
+        never = [tl.sim.names[ev.tensor[i]] for i in allocs if fi[i] < 0]
+        # static state and workspaces persist, and so does the last received input of a receiving chunk
+        # with its gradient (Megatron's TransformerBlock keeps it, tests/sim/test_kept_input.py)
+        assert all(n.startswith(("static.", "workspace.")) or n in ("input", "grad:input") for n in never)
+        receiving = sum(1 for c in tl.sim.devices[d].stages if c > 0)
+        assert never.count("input") == never.count("grad:input") == receiving
         assert (ev.sign < 0).sum() + sum(1 for i in allocs if fi[i] < 0) == len(allocs)
         assert (s.allocated >= s.requested).all() and (s.reserved >= s.allocated).all()
 

@@ -198,6 +198,12 @@ class Lifecycle:
     #: optimizer's states per owned shard, each parameter made on its own first
     #: (:mod:`timeline.graph.dp_buffers`); else flat ZeRO blocks
     dp_buffers: bool = False
+    #: a model chunk keeps the hidden state it received from the previous pipeline stage (the
+    #: ``recv_forward`` buffer, with the ``.grad`` its backward gave it) from that forward until the
+    #: chunk's next forward replaces it — across the optimizer step for the last micro-batch — and the
+    #: schedule holds that gradient until the rank's next backward returns; the source it was read
+    #: from ("": both die with their last backward use)
+    chunk_keeps_input: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

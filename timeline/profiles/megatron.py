@@ -335,9 +335,23 @@ def wgrad_rule(spec: FrameworkSpec) -> str:
     return "head" if mc < (0, 15) else "none"
 
 
+#: Megatron-LM adc69dba (to 6e091e1b, unchanged) megatron/core/pipeline_parallel/schedules.py: forward_step
+#: hands each micro-batch's received tensor to ``set_input_tensor``, which GPTModel.set_input_tensor passes to
+#: transformer_block.py: TransformerBlock.set_input_tensor as ``self.input_tensor = input_tensor``; nothing
+#: clears it, so the chunk's module holds the last tensor it was given until its next forward_step. That
+#: tensor is the leaf ``torch.empty(..., requires_grad=True)`` of p2p_communication.py: _communicate's
+#: create_tensor_recv_prev, and backward_step collects ``x.grad`` from it, so its gradient lives as long.
+#: The schedules' loop variable ``input_tensor_grad`` (forward_backward_pipelining_without_interleaving's
+#: 1F1B and cooldown loops, _with_interleaving's forward_backward_helper_wrapper results) also holds the
+#: sent gradient until the next backward_step returns, or the schedule function does.
+CHUNK_KEEPS_INPUT = ("Megatron-LM adc69dba megatron/core/transformer/transformer_block.py: "
+                     "TransformerBlock.set_input_tensor (self.input_tensor, set per micro-batch by "
+                     "pipeline_parallel/schedules.py: forward_step, never cleared); its .grad from backward_step, "
+                     "also held by the schedules' input_tensor_grad until the next backward_step returns")
+
 LIFECYCLE = Lifecycle("start", "start", "first_step",
                       "Megatron-Core param_and_grad_buffer.py, distrib_optimizer.py; torch Adam lazy state",
-                      workspaces=persistent_workspaces, dp_buffers=True)
+                      workspaces=persistent_workspaces, dp_buffers=True, chunk_keeps_input=CHUNK_KEEPS_INPUT)
 
 LIMITS = Limits(max_zero=1, instead="paper", zero_note="its distributed optimizer is zero = 1", squared_relu=True,
                 reads_framework=True,

@@ -5,6 +5,7 @@ The allocator pass (:mod:`timeline.sim.memory`) reads the event log next."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -100,6 +101,83 @@ def _push_step_copies(log: _Log, state: DeviceState, spans: list[Span], names: N
             log.push(np.full(len(ids), start), -1, sizes, grads, ids, -1, -1, -1, a, sp.iteration + 1)
 
 
+@dataclass(frozen=True, slots=True)
+class KeptFrees:
+    """The frees of one backward action that Megatron's references move: ``mask`` over its phase's
+    events and, per masked event, the time it moves to and the action (index into the spans) it
+    then belongs to (NaN and −1: it never happens)."""
+
+    mask: np.ndarray
+    times: np.ndarray
+    actions: np.ndarray
+
+
+def kept_inputs(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
+    """Per backward action, the frees that Megatron's references to a chunk's received input and
+    to the gradient it sends back defer (``DeviceState.keeps_input``). Keyed by span index.
+
+    - The model chunk holds the tensor its last forward received (``recv_forward``'s buffer) and,
+      once that micro-batch's backward ran, its ``.grad`` (the tensor ``send_backward`` sends) until
+      the chunk's next forward hands it a new one: the frees of both move to the start of the
+      chunk's next forward after that micro-batch's own, if that comes later (there, after the new
+      buffer is made); the last forward's stay through the optimizer step, after the last
+      iteration for good.
+    - The schedule's loop variable ``input_tensor_grad`` holds the sent gradient until the rank's
+      next backward returns, or the schedule function returns (the rank's last action of the
+      iteration ends): the gradient's free moves there if that is later still.
+    """
+    forwards: dict[int, list[int]] = {}
+    for i, sp in enumerate(spans):
+        if sp.kind == "F":
+            forwards.setdefault(sp.stage, []).append(i)
+    order = sorted((i for i, sp in enumerate(spans) if sp.kind != "step"), key=lambda i: spans[i].start_us)
+    backwards = [i for i in order if spans[i].kind in ("B", "I")]
+    next_backward = dict(zip(backwards, [*backwards[1:], -1], strict=True))
+    last_of_iteration: dict[int, int] = {}
+    for i in order:
+        it = spans[i].iteration
+        if it not in last_of_iteration or spans[i].end_us >= spans[last_of_iteration[it]].end_us:
+            last_of_iteration[it] = i
+    out: dict[int, KeptFrees] = {}
+    for stage, fs in forwards.items():
+        f_ph = compiled[(stage, "F")]
+        recv = {f_ph.tensor_names[t] for t, sign, op in zip(f_ph.ev_tensor.tolist(), f_ph.ev_sign.tolist(),
+                                                            f_ph.ev_op.tolist(), strict=True)
+                if sign > 0 and f_ph.op_names[op] == "recv_forward"}
+        if not recv:
+            continue  # the chunk receives nothing: the first virtual stage
+        fs = sorted(fs, key=lambda i: spans[i].start_us)
+        nxt = {(spans[a].iteration, spans[a].microbatch): b for a, b in zip(fs, [*fs[1:], -1], strict=True)}
+        for i, sp in enumerate(spans):
+            if sp.stage != stage or sp.kind in ("F", "step"):
+                continue
+            ph = compiled[(stage, sp.kind)]
+            ops = [ph.op_names[op] for op in ph.ev_op.tolist()]
+            frees = ph.ev_sign < 0
+            sent = frees & np.array([op == "send_backward" for op in ops], dtype=bool)
+            held = frees & (sent | np.array([ph.tensor_names[t] in recv for t in ph.ev_tensor.tolist()], dtype=bool))
+            if not held.any():
+                continue
+            freed_at = sp.start_us + ph.ev_offset * sp.scale
+            times, actions = freed_at.copy(), np.full(len(freed_at), i, dtype=np.int64)
+            to = nxt.get((sp.iteration, sp.microbatch), -1)
+            if to < 0:
+                times[held], actions[held] = np.nan, -1
+            else:
+                later = held & (freed_at <= spans[to].start_us)
+                times[later], actions[later] = spans[to].start_us, to
+            if sp.kind in ("B", "I") and to >= 0:
+                nb = next_backward.get(i, -1)
+                if nb < 0 or spans[nb].iteration != sp.iteration:
+                    nb = last_of_iteration[sp.iteration]
+                later = sent & (times < spans[nb].end_us)
+                times[later], actions[later] = spans[nb].end_us, nb
+            moved = held & ((actions != i) | (times != freed_at))
+            if moved.any():
+                out[i] = KeptFrees(mask=moved, times=times[moved], actions=actions[moved])
+    return out
+
+
 def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans: list[Span], compiled: Compiled,
                   names: Names) -> DeviceEvents:
     """Static state (as the plan's ``state`` says it comes into being), then every action's
@@ -120,6 +198,8 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
     gather = state.gathered_bytes
     comm = CAT_CODE[Category.COMM]
+    kept = kept_inputs(spans, compiled) if state.keeps_input else {}
+    deferred: list[tuple[tuple[np.ndarray, ...], int, int, int, int]] = []  # (columns, mb, stage, action, iteration)
     for i, sp in enumerate(spans):
         if sp.kind == "step":
             continue
@@ -131,9 +211,19 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             tensor_ids = names.cached((id(ph), "ev_tensor"), partial(_event_ids, names, ph, "tensor_names"))
             op_ids = names.cached((id(ph), "ev_op"), partial(_event_ids, names, ph, "op_names"))
             offsets = ph.ev_offset if sp.scale == 1.0 else ph.ev_offset * sp.scale
-            log.push(offsets + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids, m, s, i, it)
+            ev = (offsets + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids)
+            k = kept.get(i)
+            if k is not None:
+                for a in np.unique(k.actions[k.actions >= 0]).tolist():
+                    sel = k.actions == a
+                    moved = tuple(c[k.mask][sel] for c in ev[1:])
+                    deferred.append(((k.times[sel], *moved), m, s, a, spans[a].iteration))
+                ev = tuple(c[~k.mask] for c in ev)
+            log.push(ev[0], ev[1], ev[2], ev[3], ev[4], ev[5], m, s, i, it)
         if gather:
             log.push([sp.end_us], -1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
+    for c, d_mb, d_stage, d_action, d_it in deferred:  # after that forward's new buffer, same instant
+        log.push(c[0], c[1], c[2], c[3], c[4], c[5], d_mb, d_stage, d_action, d_it)
     return log.events()
 
 

@@ -69,6 +69,9 @@ class DeviceState:
     per_parameter: bool
     gathered_bytes: int
     step_copies: tuple[tuple[str, int], ...] = ()
+    #: each chunk keeps its last received input and that input's gradient until its next forward
+    #: (the profile's ``Lifecycle.chunk_keeps_input``; :func:`timeline.sim.expand.kept_inputs`)
+    keeps_input: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,7 +109,7 @@ def device_state(dev: StaticDevice, model: ModelSpec, tr: TrainingSpec, par: Par
     else:
         allocs = () if per_param else tuple(static_allocs(rules.profile, tr, dev, workspaces))
     return DeviceState(allocs=allocs, per_parameter=per_param, gathered_bytes=gathered_bytes(rules.profile, tr, dev),
-                       step_copies=copies)
+                       step_copies=copies, keeps_input=bool(life.chunk_keeps_input))
 
 
 def ddp_of(profile: str, framework: FrameworkSpec, model: ModelSpec, tr: TrainingSpec, par: ParallelSpec, *,
