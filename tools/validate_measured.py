@@ -169,6 +169,17 @@ def te_of(record: dict) -> str | None:
     return _pinned(record, TE_PINS)
 
 
+#: Megatron-LM 5e4fc931ba "refactor(data): consolidate get_batch and enable PP for SFT THD" (2026-05-21, on
+#: main at package_info 0.18.0, so no version gate separates it): ``pretrain_gpt.py: get_batch`` writes the
+#: batch's ``.cuda()`` copies into the dict the rerun data iterator saved (``[framework] rerun_keeps_batch``)
+KEEPS_BATCH = (("2026-05-21", "5e4fc931ba", "yes"),)
+
+
+def keeps_batch_of(record: dict) -> bool:
+    """Whether the case's recording commit has 5e4fc931ba's ``get_batch`` (:data:`KEEPS_BATCH`)."""
+    return _pinned(record, KEEPS_BATCH) == "yes"
+
+
 PROVENANCE = ROOT / "tools" / "golden_provenance.json"
 
 
@@ -278,7 +289,8 @@ def convert_at_world_size(record: dict, margs: MegatronArgs) -> tuple[int, Conve
     for i, world in enumerate(candidates):
         try:
             return world, convert(margs, world_size=world, gpu=gpu_of(record), pytorch_version=pytorch_of(record),
-                                  te_version=te_of(record), megatron_core=megatron_of(record))
+                                  te_version=te_of(record), megatron_core=megatron_of(record),
+                                  keeps_batch=keeps_batch_of(record))
         except UnschedulableJob:
             if i == len(candidates) - 1:
                 raise

@@ -44,7 +44,10 @@ def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int) 
     if chunk != 0:
         x = b.tensor("input", (d.t_sp, m.hidden_size))
         b.op("recv_forward", "comm", None, {}, {"y": x}, kind="p2p", stream="pp")
-    loaded = batch.load(b, b.table.dataloader_batch == "mask") \
+    saved = ""
+    if b.table.rerun_keeps_batch and d.tp == 1 and d.cp == 1:
+        saved = "both" if last == 0 else "first" if chunk == 0 else "last"
+    loaded = batch.load(b, b.table.dataloader_batch == "mask", saved) \
         if b.table.dataloader_batch != "none" and chunk in (0, last) else {}
     if chunk == 0:
         x = embedding.forward(b, "embedding", None)

@@ -124,8 +124,12 @@ def allocator_conf(text: str, c: Conversion) -> None:
 
 
 def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_version: str | None,
-              pytorch_version: str | None = None, megatron_core: str | None = None) -> None:
-    """``[framework]``, ``[allocator]`` and ``[hardware]`` from the arguments and the environment."""
+              pytorch_version: str | None = None, megatron_core: str | None = None,
+              keeps_batch: bool | None = None) -> None:
+    """``[framework]``, ``[allocator]`` and ``[hardware]`` from the arguments and the environment.
+
+    ``keeps_batch``: whether the Megatron-LM commit has 5e4fc931ba's ``get_batch`` (None: read from
+    ``megatron_core``, from 0.19.0 on; main's 0.18.0 spans both sides of it)."""
     sm = int(GPUS[gpu]["sm"])
     dtype = c.sections["training"]["dtype"]
     deterministic = a.flag("--deterministic-mode") or env.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "1") == "0"
@@ -153,6 +157,13 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
     # arguments.py: --no-create-attention-mask-in-dataloader (store_false create_attention_mask_in_dataloader)
     c.put("framework.dataloader_batch", "tokens" if a.flag("--no-create-attention-mask-in-dataloader") else "mask",
           "--no-create-attention-mask-in-dataloader")
+    # Megatron-LM 5e4fc931ba (2026-05-21, main at 0.18.0; first release 0.19.0): pretrain_gpt.py get_batch writes
+    # the .cuda() copies into the dict RerunDataIterator saved (core/rerun_state_machine.py), kept until the next
+    # train_step unless --rerun-mode disabled (training/config/resilience_config.py default validate_results)
+    if keeps_batch is None:
+        keeps_batch = version_tuple(megatron_core or "0.14.0") >= (0, 19)
+    c.put("framework.rerun_keeps_batch",
+          keeps_batch and a.str("--rerun-mode", "validate_results") != "disabled", "--rerun-mode")
     # arguments.py: --apply-query-key-layer-scaling sets attention_softmax_in_fp32
     c.put("framework.attention_softmax_in_fp32",
           a.flag("--attention-softmax-in-fp32") or a.flag("--apply-query-key-layer-scaling"),

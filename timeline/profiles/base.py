@@ -148,6 +148,8 @@ class Structure:
     dataloader_batch: str = "none"  # the micro-batch get_batch keeps on the device through the first and last
     # stages' forward (graph/families/batch.py): "tokens" (tokens, labels, loss mask, position ids), "mask"
     # (and the [b, 1, s, s] bool attention mask), "none" (not modelled)
+    rerun_keeps_batch: bool = False  # the data iterator's saved micro-batch dicts hold the device copies
+    # get_batch wrote into them until the next train_step (graph/families/batch.py; ``[framework]``)
     embedding_wgrad: bool = False  # the embedding lookup's backward returns a dense [rows, h] weight gradient
     # per embedding weight, added into the grads buffer and freed (Megatron's DDP grad hook)
     moe_router: str = "topk"  # "sinkhorn": Megatron's TopKRouter.sinkhorn_load_balancing (activation of every

@@ -275,7 +275,8 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
     flash_bwd = ("fa2_deterministic" if spec.deterministic else "fa2") if flash_copies else ""
     return replace(table, attention="eager" if eager else table.attention, flash_bwd=flash_bwd, fused_norm_linear=fused, softmax_fp32=fp32,
                    ce_inplace=ce, ce_compiled=compiled, wgrad_transient=wgrad, moe_dispatcher=dispatcher, moe_router=router,
-                   te_flash_copies=flash_copies, dataloader_batch=spec.dataloader_batch, **moe)
+                   te_flash_copies=flash_copies, dataloader_batch=spec.dataloader_batch,
+                   rerun_keeps_batch=spec.rerun_keeps_batch, **moe)
 
 
 #: Megatron-LM eb80b74 (2026-04-14, "[MoE] Add a new score function to the router", first in core_v0.18.0):

@@ -178,6 +178,54 @@ def kept_inputs(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
     return out
 
 
+def iterator_kept(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
+    """Per action, the frees of the micro-batch tensors Megatron-LM's rerun data iterator keeps
+    (``batch.saved.*``: :mod:`timeline.graph.families.batch`): ``RerunDataIterator.advance`` drops
+    the saved micro-batches when the next ``train_step`` begins (its
+    ``should_run_forward_backward``), so each moves to the start of the next iteration's first
+    action, after that iteration's optimizer step; after the last iteration it never happens.
+    Keyed by span index."""
+    first: dict[int, tuple[float, int]] = {}  # iteration -> (start, span index) of its first action
+    step_end: dict[int, float] = {}
+    for i, sp in enumerate(spans):
+        if sp.kind == "step":
+            step_end[sp.iteration] = max(step_end.get(sp.iteration, sp.end_us), sp.end_us)
+        elif sp.kind != "init" and (sp.iteration not in first or sp.start_us < first[sp.iteration][0]):
+            first[sp.iteration] = (sp.start_us, i)
+    masks: dict[tuple[int, str], np.ndarray | None] = {}
+    out: dict[int, KeptFrees] = {}
+    for i, sp in enumerate(spans):
+        if sp.kind in ("init", "step"):
+            continue
+        key = (sp.stage, sp.kind)
+        if key not in masks:
+            ph = compiled[key]
+            saved = np.array([n.startswith("batch.saved.") for n in ph.tensor_names], dtype=bool)
+            held = (ph.ev_sign < 0) & saved[ph.ev_tensor] if saved.any() else None
+            masks[key] = held if held is not None and held.any() else None
+        held = masks[key]
+        if held is None:
+            continue
+        nxt = first.get(sp.iteration + 1)
+        n = int(held.sum())
+        if nxt is None:
+            out[i] = KeptFrees(mask=held, times=np.full(n, np.nan), actions=np.full(n, -1, dtype=np.int64))
+        else:
+            start = max(nxt[0], step_end.get(sp.iteration, nxt[0]))
+            out[i] = KeptFrees(mask=held, times=np.full(n, start), actions=np.full(n, nxt[1], dtype=np.int64))
+    return out
+
+
+def _merge(a: KeptFrees, b: KeptFrees) -> KeptFrees:
+    """Two actions' moved frees over the same phase's events, as one (``b`` wins where both move one)."""
+    mask = a.mask | b.mask
+    times = np.full(len(mask), np.nan)
+    actions = np.full(len(mask), -1, dtype=np.int64)
+    for k in (a, b):
+        times[k.mask], actions[k.mask] = k.times, k.actions
+    return KeptFrees(mask=mask, times=times[mask], actions=actions[mask])
+
+
 def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans: list[Span], compiled: Compiled,
                   names: Names) -> DeviceEvents:
     """Static state (as the plan's ``state`` says it comes into being), then every action's
@@ -199,6 +247,8 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
     gather = state.gathered_bytes
     comm = CAT_CODE[Category.COMM]
     kept = kept_inputs(spans, compiled) if state.keeps_input else {}
+    for i, k in iterator_kept(spans, compiled).items():
+        kept[i] = _merge(kept[i], k) if i in kept else k
     deferred: list[tuple[tuple[np.ndarray, ...], int, int, int, int]] = []  # (columns, mb, stage, action, iteration)
     for i, sp in enumerate(spans):
         if sp.kind == "step":

@@ -40,6 +40,9 @@ class FrameworkSpec:
                                        doc="the micro-batch on the device through its forward: tokens, labels, "
                                            "loss mask, position ids; mask: and the [b, 1, s, s] bool attention "
                                            "mask (Megatron-LM unless --no-create-attention-mask-in-dataloader)")
+    rerun_keeps_batch: bool = spec_field(False, doc="the rerun state machine's data iterator holds each "
+                                         "micro-batch's device tensors until the next train_step (Megatron-LM "
+                                         "from 5e4fc931ba, 2026-05-21, under --rerun-mode other than disabled)")
     gradient_accumulation_fusion: bool = spec_field(True, doc="weight gradients accumulate into main_grad")
     cross_entropy_fusion: str = spec_field("none", choices=("none", "native", "te"),
                                            doc="--cross-entropy-loss-fusion with --cross-entropy-fusion-impl")
