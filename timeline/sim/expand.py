@@ -247,8 +247,8 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
     gather = state.gathered_bytes
     comm = CAT_CODE[Category.COMM]
     kept = kept_inputs(spans, compiled) if state.keeps_input else {}
-    for i, k in iterator_kept(spans, compiled).items():
-        kept[i] = _merge(kept[i], k) if i in kept else k
+    for i, saved in iterator_kept(spans, compiled).items():
+        kept[i] = _merge(kept[i], saved) if i in kept else saved
     deferred: list[tuple[tuple[np.ndarray, ...], int, int, int, int]] = []  # (columns, mb, stage, action, iteration)
     for i, sp in enumerate(spans):
         if sp.kind == "step":
