@@ -285,16 +285,17 @@ def convert_at_world_size(record: dict, margs: MegatronArgs) -> tuple[int, Conve
     schedule accepts — an inferred world size it would refuse cannot be the one the job ran on."""
     from timeline.io.megatron_write import UnschedulableJob, convert
 
-    candidates = world_size_candidates(record)
-    for i, world in enumerate(candidates):
+    def at(world: int) -> Conversion:
+        return convert(margs, world_size=world, gpu=gpu_of(record), pytorch_version=pytorch_of(record),
+                       te_version=te_of(record), megatron_core=megatron_of(record), keeps_batch=keeps_batch_of(record))
+
+    *earlier, last = world_size_candidates(record)
+    for world in earlier:
         try:
-            return world, convert(margs, world_size=world, gpu=gpu_of(record), pytorch_version=pytorch_of(record),
-                                  te_version=te_of(record), megatron_core=megatron_of(record),
-                                  keeps_batch=keeps_batch_of(record))
+            return world, at(world)
         except UnschedulableJob:
-            if i == len(candidates) - 1:
-                raise
-    raise AssertionError("unreachable")
+            continue
+    return last, at(last)
 
 
 def predict(record: dict) -> tuple[int, int, dict, int, int]:
@@ -403,12 +404,12 @@ def validate(records: list[dict], only: str = "", failed: list | None = None,
     return rows
 
 
-#: arguments whose recording-time differences the "recorded earlier" lines leave out: paths, logging and
-#: checkpoint-format switches that allocate no device memory
-MEMORY_NEUTRAL = frozenset({"--data-path", "--vocab-file", "--merge-file", "--timing-log-level",
-                            "--dist-ckpt-save-pre-mcore-014", "--dist-ckpt-optim-fully-reshardable",
-                            "--dist-ckpt-strictness", "NCCL_ALGO", "SKIP_PYTEST", "NON_DETERMINSTIC_RESULTS",
-                            "N_REPEATS"})
+def _memory_relevant(name: str) -> bool:
+    """Whether ``from-megatron`` reads an argument or environment variable as moving memory: neither
+    listed memory-neutral (``NEUTRAL_REASON``) nor an environment variable it leaves unmapped."""
+    from timeline.io.megatron_table import ENV_MAPPED, NEUTRAL_REASON
+
+    return name not in NEUTRAL_REASON if name.startswith("--") else name in ENV_MAPPED
 
 
 def recorded_earlier_lines(rows: list[dict], provenance: dict[str, dict]) -> list[str]:
@@ -419,7 +420,7 @@ def recorded_earlier_lines(rows: list[dict], provenance: dict[str, dict]) -> lis
         if not r.get("recorded_at") or not entry:
             continue
         moved = ", ".join(f"{k} {v[0]!r}→{v[1]!r}" for k, v in {**entry["model_args"], **entry["env"]}.items()
-                          if k not in MEMORY_NEUTRAL)
+                          if _memory_relevant(k))
         out.append(f"  {r['name']}: {entry['recorded_commit'][:10]} {entry['recorded_date']} "
                    f"({entry['kind']}: {entry['recorded_path'].rsplit('/', 2)[-2]}){'; then vs now: ' + moved if moved else ''}")
     return ["recorded earlier (golden bytes older than the dataset's commit; simulated at the recording commit "
@@ -436,7 +437,8 @@ def main() -> int:
     args = parser.parse_args()
     start = time.perf_counter()
     failed: list[tuple[str, str]] = []
-    rows = validate(json.loads(Path(args.data).read_text()), args.only, failed)
+    provenance = load_provenance()
+    rows = validate(json.loads(Path(args.data).read_text()), args.only, failed, provenance)
     print(table(rows))
     if args.reserved:
         print("\n".join(gap_lines(rows)))
@@ -444,7 +446,7 @@ def main() -> int:
         if r["world_size"] != r["dataset_world_size"]:
             print(f"world size: {r['name']}: the dataset's inferred {r['dataset_world_size']} gives a micro-batch "
                   f"count Megatron's schedule refuses; its next candidate, {r['world_size']}, is simulated")
-    for line in recorded_earlier_lines(rows, load_provenance()):
+    for line in recorded_earlier_lines(rows, provenance):
         print(line)
     for name, message in failed:
         print(f"not simulated: {name}: {message}")

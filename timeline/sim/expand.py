@@ -5,6 +5,7 @@ The allocator pass (:mod:`timeline.sim.memory`) reads the event log next."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -112,6 +113,16 @@ class KeptFrees:
     actions: np.ndarray
 
 
+def _frees(ph: CompiledPhase, *, tensor: Callable[[str], bool] | None = None, op: str = "") -> np.ndarray:
+    """Mask over ``ph``'s events: the frees made by op ``op``, or else of the tensors ``tensor`` accepts."""
+    if op:
+        hit = [ph.op_names[o] == op for o in ph.ev_op.tolist()]
+    else:
+        assert tensor is not None
+        hit = [tensor(ph.tensor_names[t]) for t in ph.ev_tensor.tolist()]
+    return (ph.ev_sign < 0) & np.array(hit, dtype=bool)
+
+
 def kept_inputs(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
     """Per backward action, the frees that Megatron's references to a chunk's received input and
     to the gradient it sends back defer (``DeviceState.keeps_input``). Keyed by span index.
@@ -148,16 +159,18 @@ def kept_inputs(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
             continue  # the chunk receives nothing: the first virtual stage
         fs = sorted(fs, key=lambda i: spans[i].start_us)
         nxt = {(spans[a].iteration, spans[a].microbatch): b for a, b in zip(fs, [*fs[1:], -1], strict=True)}
+        masks: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # phase kind -> (sent, held) over its events
         for i, sp in enumerate(spans):
             if sp.stage != stage or sp.kind in ("F", "step"):
                 continue
-            ph = compiled[(stage, sp.kind)]
-            ops = [ph.op_names[op] for op in ph.ev_op.tolist()]
-            frees = ph.ev_sign < 0
-            sent = frees & np.array([op == "send_backward" for op in ops], dtype=bool)
-            held = frees & (sent | np.array([ph.tensor_names[t] in recv for t in ph.ev_tensor.tolist()], dtype=bool))
+            if sp.kind not in masks:
+                ph = compiled[(stage, sp.kind)]
+                sent = _frees(ph, op="send_backward")
+                masks[sp.kind] = sent, sent | _frees(ph, tensor=recv.__contains__)
+            sent, held = masks[sp.kind]
             if not held.any():
                 continue
+            ph = compiled[(stage, sp.kind)]
             freed_at = sp.start_us + ph.ev_offset * sp.scale
             times, actions = freed_at.copy(), np.full(len(freed_at), i, dtype=np.int64)
             to = nxt.get((sp.iteration, sp.microbatch), -1)
@@ -199,10 +212,8 @@ def iterator_kept(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]
             continue
         key = (sp.stage, sp.kind)
         if key not in masks:
-            ph = compiled[key]
-            saved = np.array([n.startswith("batch.saved.") for n in ph.tensor_names], dtype=bool)
-            held = (ph.ev_sign < 0) & saved[ph.ev_tensor] if saved.any() else None
-            masks[key] = held if held is not None and held.any() else None
+            saved = _frees(compiled[key], tensor=lambda name: name.startswith("batch.saved."))
+            masks[key] = saved if saved.any() else None
         held = masks[key]
         if held is None:
             continue
