@@ -98,3 +98,52 @@ def test_te_dummy_wgrads_per_main_grad_shape_and_the_output_layer_from_megatron_
     assert _dummy_wgrads("0.15.0rc3") == te_linears | {"workspace.te_dummy_wgrad_1024x256": 1024 * 256 * 2}
     assert _dummy_wgrads("0.15.0rc3", fusion=False) == {}
     assert _dummy_wgrads("0.16.0", te="2.2") == {}
+
+
+def _te_cublas(megatron_core: str, te: str, *, gpu: str = "h100", impl: str = "local", experts: int = 2,
+               router_dtype: str = "") -> dict[str, int]:
+    """The TE cuBLAS workspace a 2-layer GPT on one GPU holds (name → bytes), as ``from-megatron``
+    writes it: ``impl`` layers, ``experts`` experts (0: dense)."""
+    import tomllib
+
+    from timeline.io.megatron_args import from_mapping
+    from timeline.io.megatron_write import convert, run_file_text
+
+    args: dict[str, object] = {
+        "--num-layers": 2, "--hidden-size": 256, "--num-attention-heads": 4, "--seq-length": 128,
+        "--max-position-embeddings": 128, "--micro-batch-size": 1, "--global-batch-size": 1, "--bf16": True,
+        "--vocab-size": 2000, "--make-vocab-size-divisible-by": 128, "--transformer-impl": impl}
+    if experts:
+        args |= {"--num-experts": experts, "--moe-router-topk": 1}
+    if router_dtype:
+        args["--moe-router-dtype"] = router_dtype
+    conv = convert(from_mapping(args, {}, family="moe" if experts else "gpt", family_source="x"), world_size=1,
+                   gpu=gpu, te_version=te, megatron_core=megatron_core)
+    run = run_from_data(tomllib.loads(run_file_text(conv, name="x", source="x", world_size=1)), Path("x.toml"))
+    tl = build_timeline(run)
+    ev = tl.events(0)
+    return {tl.names[t]: int(s) for t, s, sign in zip(ev.tensor, ev.size, ev.sign, strict=True)
+            if sign > 0 and tl.names[t] == "workspace.te_cublas"}
+
+
+def test_a_local_moe_job_holds_te_s_workspace_through_the_router_gemm():
+    """Megatron's router GEMM (moe_utils.py: RouterGatingLinearFunction, from 0f058666a8) runs TE's
+    ``general_gemm`` whenever TE ≥ 2.0 is importable, so a ``--transformer-impl local`` MoE job holds
+    TE's one cuBLAS workspace (``get_cublas_workspace_size_bytes``: 32 MiB + 1,024 bytes on Hopper from
+    TE 2.9, 4 MiB on Ampere): from Megatron-Core 0.13.0; with TE ≥ 2.10 (no ``module/base.py:
+    get_workspace``) only from 0.17 (d3528a2130's import fallback); never under ``--moe-router-dtype
+    fp64``, nor in a dense local job."""
+    hopper = {"workspace.te_cublas": 32 * MIB + 1024}
+    assert _te_cublas("0.18.0", "2.14") == hopper
+    assert _te_cublas("0.18.0", "2.14", gpu="a100") == {"workspace.te_cublas": 4 * MIB}
+    assert _te_cublas("0.14.0", "2.6") == {"workspace.te_cublas": 32 * MIB}
+    assert _te_cublas("0.13.0", "2.6") == {"workspace.te_cublas": 32 * MIB}
+    assert _te_cublas("0.13.0rc0", "2.2") == {}  # main before 0f058666a8
+    assert _te_cublas("0.16.0", "2.11") == {}  # te_general_gemm is None: torch.mm
+    assert _te_cublas("0.17.0", "2.11") == hopper
+    assert _te_cublas("0.18.0", "1.11") == {}  # no cpp_extensions.general_gemm before TE 2.0
+    assert _te_cublas("0.18.0", "2.14", router_dtype="fp64") == {}
+    assert _te_cublas("0.18.0", "2.14", experts=0) == {}
+    # a TE-layer job holds the same single workspace, MoE or not
+    assert _te_cublas("0.18.0", "2.14", impl="transformer_engine") == hopper
+    assert _te_cublas("0.18.0", "2.14", impl="transformer_engine", experts=0) == hopper

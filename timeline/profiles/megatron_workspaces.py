@@ -6,6 +6,16 @@ above its parameters and optimizer states on H100; ~224 MiB with grouped-GEMM ex
 - Transformer Engine's cuBLAS workspace (``TE/module/base.py: get_workspace`` at v2.6): one
   ``torch.empty(get_cublas_workspace_size_bytes())`` per process — 33,554,432 bytes when the
   device's compute capability major is ≥ 9, else 4,194,304 — used by every TE GEMM.
+- The same TE workspace in a ``--transformer-impl local`` MoE job: Megatron's router GEMM
+  (``moe/moe_utils.py: RouterGatingLinearFunction``, from Megatron-LM 0f058666a8, 2025-06-14) calls
+  ``extensions/transformer_engine.py: te_general_gemm`` whenever TE ≥ 2.0 is importable (its
+  ``cpp_extensions.general_gemm``) and ``--moe-router-dtype`` is not fp64, whatever the layer spec;
+  that passes ``get_workspace()`` (TE < 2.10) or lets ``general_gemm`` take its cached
+  ``get_cublas_workspace`` (TE ≥ 2.10, which dropped ``module/base.py: get_workspace``: Megatron
+  before d3528a2130, 2026-03-06, imported both in one ``try``, so with TE ≥ 2.10 its
+  ``te_general_gemm`` is None and the router falls back to ``torch.mm``). Taken as Megatron-Core
+  ≥ 0.13.0 (the release; main's ``0.13.0rc0`` runs 2025-04-10 to 06-17 and its recordings precede
+  the change) and, with TE ≥ 2.10, ≥ 0.17 (the first release holding d3528a2130; 0.16.x lacks it).
 - TE's multi-stream workspaces for grouped GEMMs (``get_multi_stream_cublas_workspace``): one such
   workspace per compute stream, ``nvte_get_num_compute_streams() = 4``
   (``TE/common/util/multi_stream.cpp``), created by the first ``GroupedLinear``.
@@ -58,6 +68,8 @@ TE = "NVIDIA/TransformerEngine@v2.6:transformer_engine"
 TORCH = "pytorch/pytorch@v2.13.0:aten/src/ATen/cuda/CublasHandlePool.cpp"
 TE_STREAMS = 4
 MC = "NVIDIA/Megatron-LM@core_v0.14.0:megatron/core"
+ROUTER_GEMM = ("NVIDIA/Megatron-LM@a53107c006:megatron/core/transformer/moe/moe_utils.py: "
+               "RouterGatingLinearFunction (te_general_gemm; from 0f058666a8)")
 
 
 def global_buffer_bytes(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par: ParallelSpec, *,
@@ -115,6 +127,17 @@ def torch_workspace_bytes(config: str, sm: int, pytorch: str = "2.13") -> int:
     return sum(int(size) * int(count) for size, count in pairs) * 1024
 
 
+def router_uses_te_gemm(fw: FrameworkSpec, *, has_moe: bool) -> bool:
+    """Whether Megatron's MoE router GEMM runs through TE's ``general_gemm`` (and so holds TE's cuBLAS
+    workspace) under ``fw``: Megatron-Core ≥ 0.13.0 (``version_tuple("0.13.0rc0")`` is ``(0, 13)``,
+    below ``(0, 13, 0)``), TE ≥ 2.0, and with TE ≥ 2.10 Megatron-Core ≥ 0.17; not under
+    ``--moe-router-dtype fp64`` (``RouterGatingLinearFunction`` keeps ``torch.mm`` there)."""
+    mc, te = version_tuple(fw.megatron_core), version_tuple(fw.transformer_engine)
+    if not has_moe or fw.moe_router_dtype == "fp64" or mc < (0, 13, 0) or te < (2,):
+        return False
+    return te < (2, 10) or mc >= (0, 17)
+
+
 #: parameter names fused into one Megatron weight (linear_qkv, linear_fc1): one main_grad shape
 FUSED_INTO = {"q_proj": "linear_qkv", "k_proj": "linear_qkv", "v_proj": "linear_qkv", "gate_proj": "linear_fc1",
               "up_proj": "linear_fc1"}
@@ -153,9 +176,10 @@ def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par
     if not fw.workspaces:
         return out
     te = fw.transformer_impl == "transformer_engine"
-    if te:
+    if te or router_uses_te_gemm(fw, has_moe=has_moe):  # one per process, whichever TE GEMM comes first
         out.append(("workspace.te_cublas", te_workspace_bytes(sm, fw.transformer_engine),
-                    f"{TE}/pytorch/module/base.py: get_workspace", "start"))
+                    f"{TE}/pytorch/module/base.py: get_workspace" + ("" if te else f" via {ROUTER_GEMM}"),
+                    "start"))
         if has_moe and fw.moe_grouped_gemm:
             for i in range(TE_STREAMS):
                 out.append((f"workspace.te_cublas_stream{i}", te_workspace_bytes(sm, fw.transformer_engine),
