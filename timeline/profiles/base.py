@@ -26,6 +26,11 @@ from typing import Protocol
 
 from timeline.spec.framework import FrameworkSpec
 
+#: a workspace's ``created at`` of the form ``first_backward_op:REGEX``: at the start of the first op of
+#: the device's first backward whose name matches REGEX (``re.search``), after that op's own
+#: allocations (a workspace the op's first GEMM creates); at the first backward's start where none does
+AT_OP = "first_backward_op:"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ParamRules:

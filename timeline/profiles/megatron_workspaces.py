@@ -58,7 +58,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from timeline.profiles.base import ParamTensor
+from timeline.profiles.base import AT_OP, ParamTensor
 from timeline.spec.fields import DTYPE_BYTES
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
@@ -166,12 +166,27 @@ def dummy_wgrad_shapes(fw: FrameworkSpec, dtype: str, tensors: Sequence[ParamTen
     return {(r, c, dtype) for r, c in fused.values()}
 
 
+def torch_gemm_ops(*, local: bool, has_moe: bool) -> str:
+    """A pattern of the op names whose backward runs a PyTorch GEMM (``torch.matmul`` on the autograd
+    thread, whose first call creates that thread's cuBLAS workspace): the output layer
+    (``tensor_parallel/layers.py: LinearWithGradAccumulationAndAsyncCommunication.backward``'s
+    ``grad_output.matmul(weight)``), the MoE router's weight gradient (``moe/moe_utils.py:
+    RouterGatingLinearFunction.backward``) and, under ``--transformer-impl local``, every linear."""
+    parts = [r"(^|\.)output_layer$"]
+    if has_moe:
+        parts.append(r"\.router\.wgrad$")
+    if local:
+        parts.append(r"\.linear_\w+$")
+    return "|".join(parts)
+
+
 def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par: ParallelSpec, sm: int, *,
                           holds_head: bool, has_moe: bool,
                           tensors: Sequence[ParamTensor] = ()) -> list[tuple[str, int, str, str]]:
     """(name, bytes, source, when) of the workspaces one device holds (the run's ``[framework]``,
     model, training, parallel and GPU generation ``sm``); ``when`` is ``"start"`` (the first
-    GEMM) or ``"first_backward"``."""
+    GEMM), ``"first_backward"``, or ``first_backward_op:PATTERN`` (the start of the first op of the
+    first backward that runs a GEMM of that kind: the backward thread's cuBLAS workspace)."""
     out: list[tuple[str, int, str, str]] = []
     if not fw.workspaces:
         return out
@@ -190,9 +205,9 @@ def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par
                     "start"))
     if not te or holds_head or has_moe:
         size = torch_workspace_bytes(fw.cublas_workspace_config, sm, fw.pytorch)
-        for thread in ("forward", "backward"):
-            out.append((f"workspace.torch_cublas_{thread}", size, f"{TORCH}: getCurrentCUDABlasHandle",
-                        "start" if thread == "forward" else "first_backward"))
+        out.append(("workspace.torch_cublas_forward", size, f"{TORCH}: getCurrentCUDABlasHandle", "start"))
+        out.append(("workspace.torch_cublas_backward", size, f"{TORCH}: getCurrentCUDABlasHandle",
+                    AT_OP + torch_gemm_ops(local=not te, has_moe=has_moe)))
     for rows, cols, dt in sorted(dummy_wgrad_shapes(fw, tr.dtype, tensors)):
         out.append((f"workspace.te_dummy_wgrad_{rows}x{cols}", rows * cols * DTYPE_BYTES[dt],
                     f"{TE}/pytorch/module/base.py: get_dummy_wgrad", "first_backward"))

@@ -5,6 +5,7 @@ The allocator pass (:mod:`timeline.sim.memory`) reads the event log next."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -13,6 +14,7 @@ import numpy as np
 
 from timeline.graph.tensors import Category
 from timeline.placement.devices import StaticDevice
+from timeline.profiles.base import AT_OP
 from timeline.sim.compiled import CAT_CODE, CompiledPhase
 from timeline.sim.engine import Span
 from timeline.sim.hf_state import hf_state_events
@@ -244,6 +246,7 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
     first_bwd = min((s.start_us for s in spans if s.kind in ("B", "I")), default=0.0)
     first_step = min((s.start_us for s in spans if s.kind == "step"), default=0.0)
     log = _Log()
+    late: list[tuple[float, str, int, int, int]] = []
     if state.per_parameter:
         for t, sign, name, size, cat, a in hf_state_events(
                 tr, dev, spans, lambda sp: compiled.get((sp.stage, sp.kind))):
@@ -251,10 +254,13 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
     else:
         # each step's main-grad copies come before the first step's moments (prepare_grads, then step)
         _push_step_copies(log, state, spans, names)
-        static = resolve(state.allocs, first_bwd, first_step)
+        at_op = {a[0]: first_backward_op(a[0][len(AT_OP):], spans, compiled, first_bwd)
+                 for a in state.allocs if a[0].startswith(AT_OP)}
+        static = resolve(tuple(a for a in state.allocs if a[0] not in at_op), first_bwd, first_step)
         if static:  # one chunk: a device's static state is thousands of events under Megatron's layout
             cols = list(zip(*static, strict=True))
             log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
+        late = resolve(tuple(a for a in state.allocs if a[0] in at_op), first_bwd, first_step, at_op)
     gather = state.gathered_bytes
     comm = CAT_CODE[Category.COMM]
     kept = kept_inputs(spans, compiled) if state.keeps_input else {}
@@ -285,7 +291,24 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             log.push([sp.end_us], -1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
     for c, d_mb, d_stage, d_action, d_it in deferred:  # after that forward's new buffer, same instant
         log.push(c[0], c[1], c[2], c[3], c[4], c[5], d_mb, d_stage, d_action, d_it)
+    if not state.per_parameter and late:  # pushed last: after the matching op's own allocations
+        cols = list(zip(*late, strict=True))
+        log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
     return log.events()
+
+
+def first_backward_op(pattern: str, spans: list[Span], compiled: Compiled, default: float) -> float:
+    """When the first op matching ``pattern`` starts in the device's first backward action (its
+    earliest ``B``/``I`` span), or ``default`` where none matches."""
+    first = min((s for s in spans if s.kind in ("B", "I")), key=lambda s: s.start_us, default=None)
+    if first is None:
+        return default
+    ph = compiled[(first.stage, first.kind)]
+    rx = re.compile(pattern)
+    for name, start in zip(ph.op_names, ph.op_start.tolist(), strict=True):
+        if rx.search(name):
+            return first.start_us + start * first.scale
+    return default
 
 
 def device_ops(spans: list[Span], compiled: Compiled, names: Names) -> DeviceOps:

@@ -121,11 +121,11 @@ def ddp_of(profile: str, framework: FrameworkSpec, model: ModelSpec, tr: Trainin
     return ddp_rules(framework, tr, par, tied=model.tie_word_embeddings)
 
 
-def resolve(allocs: tuple[StaticAlloc, ...], first_backward_us: float,
-            first_step_us: float) -> list[tuple[float, str, int, int, int]]:
+def resolve(allocs: tuple[StaticAlloc, ...], first_backward_us: float, first_step_us: float,
+            at_op: dict[str, float] | None = None) -> list[tuple[float, str, int, int, int]]:
     """(time, name, bytes, category code, sign) of the allocations and frees, at the device's first
-    backward and step."""
-    when = {"start": 0.0, "first_backward": first_backward_us, "first_step": first_step_us}
+    backward and step (``at_op``: the time of each ``first_backward_op:`` pattern)."""
+    when = {"start": 0.0, "first_backward": first_backward_us, "first_step": first_step_us, **(at_op or {})}
     return [(when[a], n, b, c, sign) for a, n, b, c, sign in allocs]
 
 
