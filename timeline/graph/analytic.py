@@ -84,6 +84,8 @@ def _forward(a: Analysis) -> list[Op]:
         for t in (*op.outputs.values(), *op.extras.values()):
             if t in op.extras.values() and t.storage not in a.savers:
                 continue  # a side tensor this profile does not keep is never made
+            if t.storage in op.buffered:
+                continue  # written into a persistent workspace the profile places
             cat = Category.ACTIVATIONS if t.storage in kept else (
                 Category.COMM if t.category == Category.COMM else Category.TEMPORARY)
             allocs.append(replace(t, category=cat))
