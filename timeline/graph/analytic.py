@@ -180,7 +180,7 @@ def ops_signature(source: AnalyticSource, chunk: int) -> Hashable:
         (s(o.name), s(o.module), None if o.layer is None else o.layer - base, o.rule,
          tuple((k, t(v)) for k, v in o.inputs.items()), tuple((k, t(v)) for k, v in o.outputs.items()),
          tuple((k, t(v)) for k, v in o.extras.items()), o.kind, o.stream, o.flops, o.wflops, o.tags,
-         tuple((k, t(v)) for k, v in o.scratch.items()))
+         tuple((k, t(v)) for k, v in o.scratch.items()), tuple(sorted(s(x) for x in o.buffered)))
         for o in ops))
 
 
