@@ -168,3 +168,46 @@ def test_the_backward_thread_s_workspace_comes_with_its_first_gemm_not_before_th
     assert ev.t_us[ws] == ev.t_us[head] > first_b  # at the output layer's backward, not the backward's start
     assert ws > loss_frees.max() and ws > head  # after the loss's frees and the dgrad output it writes
     assert int(ev.size[ws]) == 32 * MIB
+
+
+def _head_gather(args: dict, world_size: int) -> tuple[dict[str, int], set[str]]:
+    """(the global-buffer workspace bytes, the names of the output layer's gather tensors) on the last
+    pipeline rank of a small TE GPT as ``from-megatron`` writes it."""
+    import tomllib
+
+    from timeline.io.megatron_args import from_mapping
+    from timeline.io.megatron_write import convert, run_file_text
+
+    base = {"--num-layers": 2, "--hidden-size": 256, "--num-attention-heads": 4, "--seq-length": 128,
+            "--max-position-embeddings": 128, "--micro-batch-size": 2, "--global-batch-size": 4, "--bf16": True,
+            "--vocab-size": 2000, "--make-vocab-size-divisible-by": 128, "--transformer-impl": "transformer_engine"}
+    conv = convert(from_mapping(base | args, {}, family="gpt", family_source="x"), world_size=world_size)
+    run = run_from_data(tomllib.loads(run_file_text(conv, name="x", source="x", world_size=world_size)),
+                        Path("x.toml"))
+    tl = build_timeline(run)
+    d = max(range(tl.num_devices), key=lambda i: tl.devices[i].pp_rank)
+    ev = tl.events(d)
+    names = [tl.names[t] for t, sign in zip(ev.tensor, ev.sign, strict=True) if sign > 0]
+    buf = {n: int(s) for n, s, sign in zip((tl.names[t] for t in ev.tensor), ev.size, ev.sign, strict=True)
+           if sign > 0 and n == "workspace.global_memory_buffer"}
+    # (grad:…gathered, the input gradient grad_output·W, is a fresh tensor in Megatron too)
+    return buf, {n for n in names if n.endswith(("output_layer.gathered", "output_layer.wgrad_input"))
+                 and not n.startswith("grad:")}
+
+
+def test_the_output_layer_gathers_its_sequence_parallel_input_into_the_global_memory_buffer():
+    """GPTModel's output layer is Megatron's ColumnParallelLinear under TE too; with sequence parallelism
+    LinearWithGradAccumulationAndAsyncCommunication all-gathers its [s/(cp·tp), b, h] input into
+    GlobalMemoryBuffer("mpu"), forward and again for the wgrad: one persistent [s/cp · b, h] bf16 buffer
+    (s 128, b 2, h 256: 128·2·256·2 bytes; cp 2 halves it) and no gather tensor of its own
+    (Megatron-LM 5fe3f06658 tensor_parallel/layers.py; models/gpt/gpt_model.py: GPTModel.__init__)."""
+    tp_sp = {"--tensor-model-parallel-size": 2, "--sequence-parallel": True}
+    buf, gathers = _head_gather(tp_sp, 2)
+    assert buf == {"workspace.global_memory_buffer": 128 * 2 * 256 * 2}
+    assert gathers == set()
+    buf, _ = _head_gather(tp_sp | {"--context-parallel-size": 2}, 4)
+    assert buf == {"workspace.global_memory_buffer": 128 // 2 * 2 * 256 * 2}
+    assert _head_gather({"--tensor-model-parallel-size": 2}, 2) == ({}, set())  # no SP: no gather at all
+    # with two pipeline stages the last one holds the output layer and the buffer
+    assert _head_gather(tp_sp | {"--pipeline-model-parallel-size": 2}, 4)[0] == {
+        "workspace.global_memory_buffer": 128 * 2 * 256 * 2}

@@ -10,6 +10,7 @@ from sources import state_bytes_of
 from test_engine import small_run, uniform_template
 
 from timeline.result.build import build_timeline
+from timeline.sim.megatron_state import megatron_params
 from timeline.sim.static_state import largest_layer_bytes
 
 
@@ -37,8 +38,10 @@ def test_megatron_moments_created_at_first_step():
     assert sum(ev.size[i] for i in weights) == w and ev.size[idx["static.grad_buffer.chunk0"]] == g
     assert not any(tl.sim.names[t].startswith("static.weights.") for t in ev.tensor[ev.sign < 0])
     assert sum(ev.size[i] for i in masters + moments) == o
-    # one master clone and two moments per parameter (Megatron's order)
-    assert len(weights) == len(masters) == len(moments) // 2 == sum(t.trainable for t in dev.tensors)
+    # one master clone and two moments per Megatron parameter (Megatron's order; q/k/v one linear_qkv)
+    params = megatron_params([t for t in dev.tensors if t.trainable])
+    assert len(params) < sum(t.trainable for t in dev.tensors)
+    assert len(weights) == len(masters) == len(moments) // 2 == len(params)
     assert "zero3.gathered_params" not in names_of(tl, 0) and "dp.reduce_bucket" not in names_of(tl, 0)
 
 

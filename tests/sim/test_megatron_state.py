@@ -169,3 +169,26 @@ def test_a_resumed_run_holds_the_moments_from_the_start():
     run = tiny_run(pp=1, dp=1, iterations=1, dtype="fp16", grad_dtype="fp16", optimizer_step=False, resumed=True)
     assert _moment_times(run)[0] == 2 * 4 * sum(t.numel for t in build_timeline(run, uniform_template).sim.devices[0].tensors
                                                 if t.trainable)
+
+
+def test_fused_qkv_and_gated_fc1_are_one_parameter_each():
+    """TE's linear_qkv and a SwiGLU's linear_fc1 are one Megatron ``Parameter`` each (MC
+    transformer/attention.py: SelfAttention, transformer/mlp.py: MLP), so one weight, one fp32 main
+    parameter and two moments each: h 256, 8 query heads of 32 and 2 kv heads give linear_qkv
+    (256 + 2·2·32) × 256; intermediate 512 gives linear_fc1 2·512 × 256."""
+    from helpers_run import TINY_MODEL
+
+    run = tiny_run(pp=1, dp=1, iterations=1, model=replace(TINY_MODEL, num_key_value_heads=2, num_hidden_layers=1))
+    tl = build_timeline(run, uniform_template)
+    ev, names = _events(tl)
+    made = {str(n): int(s) for n, s in zip(names[ev.sign > 0], ev.size[ev.sign > 0], strict=True)}
+    qkv, fc1 = (256 + 2 * 2 * 32) * 256, 2 * 512 * 256
+    p = "layers.0.self_attn.linear_qkv.weight"
+    assert (made[f"static.weights.{p}"], made[f"static.master.{p}"]) == (qkv * 2, qkv * 4)
+    assert made[f"static.moments.{p}.exp_avg"] == made[f"static.moments.{p}.exp_avg_sq"] == qkv * 4
+    assert made["static.master.layers.0.mlp.linear_fc1.weight"] == fc1 * 4
+    assert not any(("q_proj" in n or "gate_proj" in n) and n.startswith("static.") for n in made)
+    # the flat total is unchanged: the pieces' bytes, merged
+    dev = tl.sim.devices[0]
+    n = sum(t.numel for t in dev.tensors if t.trainable)
+    assert sum(s for k, s in made.items() if k.startswith(("static.master.", "static.moments."))) == n * 12

@@ -84,6 +84,8 @@ def _forward(a: Analysis) -> list[Op]:
         for t in (*op.outputs.values(), *op.extras.values()):
             if t in op.extras.values() and t.storage not in a.savers:
                 continue  # a side tensor this profile does not keep is never made
+            if t.storage in op.buffered:
+                continue  # written into a persistent workspace the profile places
             cat = Category.ACTIVATIONS if t.storage in kept else (
                 Category.COMM if t.category == Category.COMM else Category.TEMPORARY)
             allocs.append(replace(t, category=cat))
@@ -178,7 +180,7 @@ def ops_signature(source: AnalyticSource, chunk: int) -> Hashable:
         (s(o.name), s(o.module), None if o.layer is None else o.layer - base, o.rule,
          tuple((k, t(v)) for k, v in o.inputs.items()), tuple((k, t(v)) for k, v in o.outputs.items()),
          tuple((k, t(v)) for k, v in o.extras.items()), o.kind, o.stream, o.flops, o.wflops, o.tags,
-         tuple((k, t(v)) for k, v in o.scratch.items()))
+         tuple((k, t(v)) for k, v in o.scratch.items()), tuple(sorted(s(x) for x in o.buffered)))
         for o in ops))
 
 

@@ -74,6 +74,13 @@ def _recompute_units(a: Analysis, r: int) -> list[Unit]:
     return units
 
 
+def _buffered(a: Analysis, t: TensorDef) -> bool:
+    """Whether ``t`` lives in a persistent buffer (its producer's :attr:`FOp.buffered`), so the weight
+    gradient's re-gather of it reuses that buffer instead of allocating."""
+    p = a.producer.get(t.storage)
+    return p is not None and t.storage in a.ops[p].buffered
+
+
 def _resolve(a: Analysis, s: str) -> str:
     return rc_storage(s) if s in a.dropped else s
 
@@ -135,7 +142,7 @@ def backward_units(a: Analysis, mode: str, wgrad: str = "none") -> tuple[list[Un
         if has_w:
             w = Unit("W", op, i, needs=list(need_w[i]) + outs)
             x, save = op.inputs.get("x"), op.inputs.get("_save")
-            if x is not None and save is not None and x.storage != save.storage:
+            if x is not None and save is not None and x.storage != save.storage and not _buffered(a, x):
                 w.allocs.append(replace(x, name=f"{op.name}.wgrad_input", storage=f"{op.name}.wgrad_input",
                                         category=Category.COMM))
             for fresh in _wgrad_transients(op, wgrad):  # freed by this unit once added into the grads buffer

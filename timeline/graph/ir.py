@@ -74,6 +74,9 @@ class FOp:
     #: backward-only tensors with shapes of their own (a kernel's workspaces), which exist only if the
     #: profile's rule names them as ``backward_scratch`` (``"scratch:SLOT"``)
     scratch: dict[str, TensorDef] = field(default_factory=dict)
+    #: storages of outputs the op writes into a persistent buffer the profile's workspaces hold (Megatron's
+    #: GlobalMemoryBuffer): no allocation of their own, forward or in the weight gradient's re-gather
+    buffered: frozenset[str] = frozenset()
 
     def dataflow_inputs(self) -> list[TensorDef]:
         return [t for k, t in self.inputs.items() if not k.startswith("_")]
@@ -111,10 +114,11 @@ class Builder:
     def op(self, name: str, rule: str, layer: int | None, inputs: dict[str, TensorDef],
            outputs: dict[str, TensorDef], *, extras: dict[str, TensorDef] | None = None, kind: str = "compute",
            stream: str = "compute", flops: float = 0.0, wflops: float = 0.0,
-           tags: frozenset[str] | set[str] = frozenset(), scratch: dict[str, TensorDef] | None = None) -> FOp:
+           tags: frozenset[str] | set[str] = frozenset(), scratch: dict[str, TensorDef] | None = None,
+           buffered: frozenset[str] = frozenset()) -> FOp:
         module = name.rsplit(".", 1)[0] if "." in name else name
         op = FOp(name=name, module=module, layer=layer, rule=rule, inputs=inputs, outputs=outputs,
                  extras=extras or {}, kind=kind, stream=stream, flops=flops, wflops=wflops,
-                 tags=frozenset(tags), scratch=scratch or {})
+                 tags=frozenset(tags), scratch=scratch or {}, buffered=buffered)
         self.ops.append(op)
         return op

@@ -121,6 +121,8 @@ class Structure:
     qk_norm: bool = False  # a model with ``qk_norm`` runs a per-head RMSNorm on q and k (Qwen3) as its own ops
     position_ids: bool = False  # a learned position embedding's lookup keeps its int64 position ids (1, s)
     shared_expert_gate: bool = False  # a model's ``shared_expert_gate`` scales the shared expert by a sigmoid
+    head_gather_buffer: bool = False  # the output layer's sequence-parallel all-gather (and its re-gather for the
+    # weight gradient) writes into a persistent buffer the profile's workspaces hold (Megatron's GlobalMemoryBuffer)
     sink_attention: str = ""  # "eager": learned sinks run eager attention op by op (logits, mask, cat with the
     # sinks, max, softmax over s + 1 columns, ·V); "": the sinks live inside the attention kernel
     # -- structure of Megatron-Core

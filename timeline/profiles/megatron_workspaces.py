@@ -36,9 +36,13 @@ above its parameters and optimizer states on H100; ~224 MiB with grouped-GEMM ex
 - Megatron's ``GlobalMemoryBuffer`` (``megatron/core/utils.py: GlobalMemoryBuffer.get_tensor``,
   one buffer per (name, dtype), grown to the largest request and kept): under ``name="mpu"`` the
   local ``DotProductAttention`` takes its ``baddbmm`` input of ``[b·a/tp, s_q, s_k]``
-  (``transformer/dot_product_attention.py``), the local linears their sequence-parallel all-gather
-  of ``[s·b/cp, h]`` (``tensor_parallel/layers.py: LinearWithGradAccumulationAndAsyncCommunication``)
-  and the ``allgather`` MoE dispatcher its gathered tokens ``[T·ep·etp, h]``
+  (``transformer/dot_product_attention.py``), the local linears — and, under every
+  ``--transformer-impl``, GPTModel's output layer, a ``tensor_parallel.ColumnParallelLinear``
+  (``models/gpt/gpt_model.py``) on the stage holding the head — their sequence-parallel all-gather of
+  ``[s·b/cp, h]``, forward and again for the weight gradient (``tensor_parallel/layers.py:
+  LinearWithGradAccumulationAndAsyncCommunication.forward`` / ``.backward``, unchanged from Megatron-LM
+  c2ea914f7d (2022-09) to d98e8a64dd (2026-08); the frozen-weight path gathers without it) and the
+  ``allgather`` MoE dispatcher its gathered tokens ``[T·ep·etp, h]``
   (``moe/token_dispatcher.py: MoEAllGatherTokenDispatcher.token_dispatch``, ``use_global_buffer``).
 
 - TE's cached "dummy" weight gradients (``TE/module/base.py: get_dummy_wgrad``, from TE 2.3): with
@@ -73,8 +77,9 @@ ROUTER_GEMM = ("NVIDIA/Megatron-LM@a53107c006:megatron/core/transformer/moe/moe_
 
 
 def global_buffer_bytes(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par: ParallelSpec, *,
-                        has_moe: bool) -> int:
-    """Bytes of the ``("mpu", dtype)`` GlobalMemoryBuffer: the largest request made of it."""
+                        has_moe: bool, holds_head: bool = False) -> int:
+    """Bytes of the ``("mpu", dtype)`` GlobalMemoryBuffer: the largest request made of it (``holds_head``:
+    the device runs the output layer)."""
     sp = par.sp and par.tp > 1  # RunSpec.sp_enabled
     dt = DTYPE_BYTES[tr.dtype]
     local = fw.transformer_impl == "local"
@@ -82,7 +87,7 @@ def global_buffer_bytes(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par: 
     if local or fw.attention_backend == "local":
         sq = tr.seq_len // par.cp
         sizes.append(tr.micro_batch_size * (m.num_attention_heads // par.tp) * sq * tr.seq_len * dt)
-    if local and sp:
+    if (local or holds_head) and sp:
         sizes.append(tr.seq_len // par.cp * tr.micro_batch_size * m.hidden_size * dt)
     if has_moe and fw.moe_token_dispatcher == "allgather" and par.ep * par.etp > 1:
         tokens = tr.seq_len * tr.micro_batch_size // (par.cp * (par.tp if sp else 1))
@@ -199,7 +204,7 @@ def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par
             for i in range(TE_STREAMS):
                 out.append((f"workspace.te_cublas_stream{i}", te_workspace_bytes(sm, fw.transformer_engine),
                             f"{TE}/pytorch/module/base.py: get_multi_stream_cublas_workspace", "start"))
-    buffer = global_buffer_bytes(fw, m, tr, par, has_moe=has_moe)
+    buffer = global_buffer_bytes(fw, m, tr, par, has_moe=has_moe, holds_head=holds_head)
     if buffer:
         out.append(("workspace.global_memory_buffer", buffer, f"{MC}/utils.py: GlobalMemoryBuffer.get_tensor",
                     "start"))

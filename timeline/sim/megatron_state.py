@@ -22,6 +22,13 @@ Engine 2.6, ``TE``):
    the next ``train_step`` (``MC/training/training.py: train_step``). It runs in ``prepare_grads``,
    before the loss scaler's overflow check, so a skipped step copies too.
 
+One Megatron parameter can hold several of the layer library's: TE's fused ``linear_qkv`` (q, k and
+v projections, weight and bias) and ``linear_fc1`` (a SwiGLU's gate and up projections) are one
+``Parameter`` each (``MC/transformer/attention.py: SelfAttention.__init__``, ``MC/transformer/mlp.py:
+MLP.__init__``: ``ffn_hidden_size * 2`` rows when gated), so each is one allocation of the weight,
+the main parameter and each moment — one large-pool block where the pieces would each be small-pool
+ones (:func:`megatron_params`).
+
 Parameter groups (``MC/optimizer/__init__.py: _get_param_groups``) are keyed by weight decay
 (none for biases and 1-D parameters) and expert parallelism, in order of first appearance over
 the model chunks; each group's parameters in ``named_parameters()`` order, or under the
@@ -33,8 +40,9 @@ from __future__ import annotations
 
 from timeline.graph.dp_buffers import megatron_order
 from timeline.graph.static import is_expert_state, optimizer_element_bytes
-from timeline.graph.tensors import DTYPE_BYTES, Category
+from timeline.graph.tensors import DTYPE_BYTES, Category, TensorDef
 from timeline.placement.devices import StaticDevice
+from timeline.profiles.megatron_workspaces import FUSED_INTO
 from timeline.sim.compiled import CAT_CODE
 from timeline.spec.run import TrainingSpec
 
@@ -45,6 +53,19 @@ StaticEvent = tuple[str, str, int, int, int]
 def _group_key(name: str, shape: tuple[int, ...], expert: bool) -> tuple[bool, bool]:
     """(expert, no weight decay) of one parameter (``_get_param_groups``' default condition)."""
     return expert, name.endswith(".bias") or len(shape) == 1
+
+
+def megatron_params(tensors: list[TensorDef]) -> list[tuple[str, list[TensorDef]]]:
+    """``tensors`` (in order) as Megatron's parameters: (name, the layer library's tensors it holds),
+    q/k/v and gate/up of one module merged at the first one's place (``FUSED_INTO``)."""
+    groups: dict[str, list[TensorDef]] = {}
+    for t in tensors:
+        parts = t.name.rsplit(".", 2)
+        name = t.name
+        if len(parts) == 3 and parts[1] in FUSED_INTO:
+            name = f"{parts[0]}.{FUSED_INTO[parts[1]]}.{parts[2]}"
+        groups.setdefault(name, []).append(t)
+    return [(n, ts) if len(ts) > 1 else (ts[0].name, ts) for n, ts in groups.items()]
 
 
 def main_param_order(dev: StaticDevice, tr: TrainingSpec, expert_rule: str) -> list[tuple[str, int]]:
@@ -61,9 +82,9 @@ def main_param_order(dev: StaticDevice, tr: TrainingSpec, expert_rule: str) -> l
                 if s.shard_numel:
                     groups[_group_key(s.name, shapes[s.name].shape, b.expert)].append((s.name, s.shard_numel))
     else:
-        for t in megatron_order(dev.tensors):
-            key = _group_key(t.name, t.shape, is_expert_state(t, expert_rule))
-            groups.setdefault(key, []).append((t.name, t.numel))
+        for name, ts in megatron_params(megatron_order(dev.tensors)):
+            key = _group_key(name, ts[0].shape, is_expert_state(ts[0], expert_rule))
+            groups.setdefault(key, []).append((name, sum(t.numel for t in ts)))
     # the dense optimizer first, then the expert one (ChainedOptimizer), each in first-seen group order
     return [p for k in sorted(groups, key=lambda k: k[0]) for p in groups[k]]
 
@@ -73,8 +94,11 @@ def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str) -> li
     w_cat, g_cat, o_cat = CAT_CODE[Category.WEIGHTS], CAT_CODE[Category.GRADS], CAT_CODE[Category.OPTIMIZER]
     w, g = DTYPE_BYTES[tr.dtype], DTYPE_BYTES[tr.grad_dtype]
     dist = tr.zero >= 1
-    out: list[StaticEvent] = [("start", f"static.weights.{t.name}", t.numel * w if t.trainable else t.size_bytes,
-                               w_cat, 1) for t in dev.tensors]
+    # under the distributed optimizer each piece's own storage is freed into the param buffer by its slot
+    params = [(t.name, [t]) for t in dev.tensors] if dist else megatron_params(list(dev.tensors))
+    out: list[StaticEvent] = [("start", f"static.weights.{n}",
+                               sum(t.numel * w if t.trainable else t.size_bytes for t in ts), w_cat, 1)
+                              for n, ts in params]
     for b in dev.dp_buffers:
         if dist:
             out.append(("start", f"static.param_buffer.{b.label}", b.numel * w, w_cat, 1))

@@ -28,17 +28,20 @@ def upcast(b: Builder, name: str, x: TensorDef, layer: int | None, *, tags: Tags
 
 
 def all_gather(b: Builder, name: str, x: TensorDef, layer: int | None, group: int, *, stream: str = "tp",
-               tags: Tags = NONE) -> TensorDef:
-    """Sequence all-gather over ``group`` ranks (no-op for a group of one)."""
+               tags: Tags = NONE, buffered: bool = False) -> TensorDef:
+    """Sequence all-gather over ``group`` ranks (no-op for a group of one); ``buffered``: into a
+    persistent buffer (no allocation: :attr:`~timeline.graph.ir.FOp.buffered`)."""
     if group == 1:
         return x
     y = b.tensor(f"{name}.gathered", (rows(x) * group, *x.shape[1:]), x.dtype, comm=True)
-    b.op(f"{name}.all_gather", "comm", layer, {"x": x}, {"y": y}, kind="collective", stream=stream, tags=tags)
+    b.op(f"{name}.all_gather", "comm", layer, {"x": x}, {"y": y}, kind="collective", stream=stream, tags=tags,
+         buffered=frozenset({y.storage}) if buffered else frozenset())
     return y
 
 
-def sp_gather(b: Builder, name: str, x: TensorDef, layer: int | None, tags: Tags = NONE) -> TensorDef:
-    return all_gather(b, name, x, layer, b.dims.tp if b.dims.sp else 1, tags=tags)
+def sp_gather(b: Builder, name: str, x: TensorDef, layer: int | None, tags: Tags = NONE, *,
+              buffered: bool = False) -> TensorDef:
+    return all_gather(b, name, x, layer, b.dims.tp if b.dims.sp else 1, tags=tags, buffered=buffered)
 
 
 def linear(b: Builder, name: str, x: TensorDef, out_cols: int, layer: int | None, *, save: TensorDef | None = None,
@@ -53,9 +56,10 @@ def linear(b: Builder, name: str, x: TensorDef, out_cols: int, layer: int | None
 
 
 def column_linear(b: Builder, name: str, x: TensorDef, out_cols: int, layer: int | None, *,
-                  tags: Tags = NONE) -> TensorDef:
-    """Column-parallel linear: SP all-gather of ``x``, local shard saved."""
-    full = sp_gather(b, name, x, layer, tags)
+                  tags: Tags = NONE, buffered: bool = False) -> TensorDef:
+    """Column-parallel linear: SP all-gather of ``x`` (into a persistent buffer when ``buffered``),
+    local shard saved."""
+    full = sp_gather(b, name, x, layer, tags, buffered=buffered)
     return linear(b, name, full, out_cols, layer, save=x, tags=tags)
 
 

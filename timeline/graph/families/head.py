@@ -48,7 +48,7 @@ def forward(b: Builder, prefix: str, norm_name: str, x: TensorDef, layer: int | 
     """Final norm → logits → loss; returns the scalar loss."""
     vocab = local_vocab(b.params)
     ln = norm.forward(b, norm_name, x, layer)
-    logits = column_linear(b, f"{prefix}.output_layer", ln, vocab, layer)
+    logits = column_linear(b, f"{prefix}.output_layer", ln, vocab, layer, buffered=b.table.head_gather_buffer)
     if b.table.upcast_fp32:  # ForCausalLMLoss: logits.float()
         logits = upcast(b, f"{prefix}.output_layer.upcast", logits, layer)
     rows = logits.shape[0]
