@@ -211,3 +211,48 @@ def test_the_output_layer_gathers_its_sequence_parallel_input_into_the_global_me
     # with two pipeline stages the last one holds the output layer and the buffer
     assert _head_gather(tp_sp | {"--pipeline-model-parallel-size": 2}, 4)[0] == {
         "workspace.global_memory_buffer": 128 * 2 * 256 * 2}
+
+
+def _torch_workspaces_per_stage(megatron_core: str, te: str) -> list[set[str]]:
+    """Per pipeline rank of a 2-stage TE-layer MoE GPT as ``from-megatron`` writes it, the PyTorch
+    cuBLAS workspaces its device allocates."""
+    import tomllib
+
+    from timeline.io.megatron_args import from_mapping
+    from timeline.io.megatron_write import convert, run_file_text
+
+    args = {"--num-layers": 2, "--hidden-size": 256, "--num-attention-heads": 4, "--seq-length": 128,
+            "--max-position-embeddings": 128, "--micro-batch-size": 1, "--global-batch-size": 2, "--bf16": True,
+            "--vocab-size": 2000, "--make-vocab-size-divisible-by": 128, "--pipeline-model-parallel-size": 2,
+            "--num-experts": 2, "--moe-router-topk": 1}
+    conv = convert(from_mapping(args, {}, family="moe", family_source="x"), world_size=2, gpu="h100",
+                   te_version=te, megatron_core=megatron_core)
+    tl = build_timeline(run_from_data(tomllib.loads(run_file_text(conv, name="x", source="x", world_size=2)),
+                                      Path("x.toml")))
+    out: list[set[str]] = [set(), set()]
+    for d in range(tl.num_devices):
+        ev = tl.events(d)
+        out[tl.devices[d].pp_rank] |= {tl.names[t] for t, sign in zip(ev.tensor, ev.sign, strict=True)
+                                       if sign > 0 and tl.names[t].startswith("workspace.torch_cublas")}
+    return out
+
+
+def test_a_te_moe_stage_without_the_head_runs_no_torch_gemm_once_the_router_uses_te_s():
+    """Where the router's GEMM is ``torch.mm`` (Megatron-Core before 0.13.0) every MoE stage holds both
+    PyTorch workspaces; once it is TE's ``general_gemm``, a TE-layer stage without the output layer runs
+    no PyTorch GEMM and holds none, while the head's stage keeps both (its output layer is torch's)."""
+    both = {"workspace.torch_cublas_forward", "workspace.torch_cublas_backward"}
+    assert _torch_workspaces_per_stage("0.12.0", "2.2") == [both, both]
+    assert _torch_workspaces_per_stage("0.14.0", "2.6") == [set(), both]
+    # the shared experts' gate is a torch.nn.functional.linear (moe/shared_experts.py: SharedExpertMLP)
+    from dataclasses import replace
+
+    from helpers_run import TINY_MODEL
+
+    from timeline.profiles.megatron_workspaces import torch_gemm_ops
+    from timeline.spec.framework import FrameworkSpec
+
+    fw = FrameworkSpec(megatron_core="0.14.0", transformer_engine="2.6")
+    assert torch_gemm_ops(fw, TINY_MODEL, holds_head=False, has_moe=True) == ""
+    gated = torch_gemm_ops(fw, replace(TINY_MODEL, shared_expert_gate=True), holds_head=False, has_moe=True)
+    assert gated == r"\.shared_expert_gate$"

@@ -31,7 +31,10 @@ above its parameters and optimizer states on H100; ~224 MiB with grouped-GEMM ex
   major 11. Torch GEMMs run where Megatron calls
   ``torch.matmul`` itself: the output layer (``tensor_parallel/layers.py:
   LinearWithGradAccumulationAndAsyncCommunication``) on the stage holding the head, the MoE router
-  (``moe/moe_utils.py: RouterGatingLinearFunction``), and every linear of ``--transformer-impl local``.
+  (``moe/moe_utils.py: RouterGatingLinearFunction``) where it does not go through TE's GEMM (below),
+  the shared experts' gate, and every linear of ``--transformer-impl local`` (:func:`torch_gemm_ops`);
+  a stage that runs none of them (a TE stage without the head whose router uses TE's GEMM) holds no
+  PyTorch workspace, and the backward thread's is created by its first such op.
 
 - Megatron's ``GlobalMemoryBuffer`` (``megatron/core/utils.py: GlobalMemoryBuffer.get_tensor``,
   one buffer per (name, dtype), grown to the largest request and kept): under ``name="mpu"`` the
@@ -171,16 +174,20 @@ def dummy_wgrad_shapes(fw: FrameworkSpec, dtype: str, tensors: Sequence[ParamTen
     return {(r, c, dtype) for r, c in fused.values()}
 
 
-def torch_gemm_ops(*, local: bool, has_moe: bool) -> str:
+def torch_gemm_ops(fw: FrameworkSpec, m: ModelSpec, *, holds_head: bool, has_moe: bool) -> str:
     """A pattern of the op names whose backward runs a PyTorch GEMM (``torch.matmul`` on the autograd
-    thread, whose first call creates that thread's cuBLAS workspace): the output layer
-    (``tensor_parallel/layers.py: LinearWithGradAccumulationAndAsyncCommunication.backward``'s
-    ``grad_output.matmul(weight)``), the MoE router's weight gradient (``moe/moe_utils.py:
-    RouterGatingLinearFunction.backward``) and, under ``--transformer-impl local``, every linear."""
-    parts = [r"(^|\.)output_layer$"]
-    if has_moe:
+    thread, whose first call creates that thread's cuBLAS workspace), ``""`` where none does: the output
+    layer (``tensor_parallel/layers.py: LinearWithGradAccumulationAndAsyncCommunication.backward``'s
+    ``grad_output.matmul(weight)``), the MoE router's weight gradient where it is not TE's GEMM
+    (``moe/moe_utils.py: RouterGatingLinearFunction.backward``: ``torch.mm`` unless
+    :func:`router_uses_te_gemm`), the shared experts' gate (``moe/shared_experts.py: SharedExpertMLP``:
+    ``torch.nn.functional.linear``) and, under ``--transformer-impl local``, every linear."""
+    parts = [r"(^|\.)output_layer$"] if holds_head else []
+    if has_moe and not router_uses_te_gemm(fw, has_moe=has_moe):
         parts.append(r"\.router\.wgrad$")
-    if local:
+    if has_moe and m.shared_expert_gate:
+        parts.append(r"\.shared_expert_gate$")
+    if fw.transformer_impl != "transformer_engine":
         parts.append(r"\.linear_\w+$")
     return "|".join(parts)
 
@@ -208,11 +215,11 @@ def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par
     if buffer:
         out.append(("workspace.global_memory_buffer", buffer, f"{MC}/utils.py: GlobalMemoryBuffer.get_tensor",
                     "start"))
-    if not te or holds_head or has_moe:
+    gemms = torch_gemm_ops(fw, m, holds_head=holds_head, has_moe=has_moe)
+    if gemms:
         size = torch_workspace_bytes(fw.cublas_workspace_config, sm, fw.pytorch)
         out.append(("workspace.torch_cublas_forward", size, f"{TORCH}: getCurrentCUDABlasHandle", "start"))
-        out.append(("workspace.torch_cublas_backward", size, f"{TORCH}: getCurrentCUDABlasHandle",
-                    AT_OP + torch_gemm_ops(local=not te, has_moe=has_moe)))
+        out.append(("workspace.torch_cublas_backward", size, f"{TORCH}: getCurrentCUDABlasHandle", AT_OP + gemms))
     for rows, cols, dt in sorted(dummy_wgrad_shapes(fw, tr.dtype, tensors)):
         out.append((f"workspace.te_dummy_wgrad_{rows}x{cols}", rows * cols * DTYPE_BYTES[dt],
                     f"{TE}/pytorch/module/base.py: get_dummy_wgrad", "first_backward"))
