@@ -40,7 +40,7 @@ import math
 from fractions import Fraction
 
 from timeline.graph.families.router import MOE, expert_rows
-from timeline.graph.families.router_losses import row_id_map
+from timeline.graph.families.router_losses import permute_extras
 from timeline.graph.ir import Builder
 from timeline.graph.tensors import TensorDef
 
@@ -150,12 +150,7 @@ def _deepep_dispatch(b: Builder, p: str, src: TensorDef, dense: TensorDef, layer
     b.op(f"{q}.multihot_bool", "copy", layer, {"x": wide}, {"y": rmap}, tags=MOE)
     permuted = b.tensor(f"{q}.received", (rows, h))
     pprobs = b.tensor(f"{q}.received_probs", (rows,), "fp32")
-    if b.table.moe_permute_fusion:  # TE moe_permute_with_probs: only its int32 row-id map
-        pext = {"row_id_map": row_id_map(b, q, n, experts)}
-    else:
-        pext = {"sorted_idx": b.tensor(f"{q}.sorted_idx", (rows,), "int64"),
-                "probs_t": b.tensor(f"{q}.probs_t", (experts, n), "fp32"),
-                "routing_map_t": b.tensor(f"{q}.routing_map_t", (experts, n), "bool")}
+    pext = permute_extras(b, q, rows, n, experts, "fp32")
     b.op(f"{q}.permute", "fused_permute" if b.table.moe_permute_fusion else "permute", layer,
          {"x": recv, "probs": mprobs, "_idx": rmap}, {"y": permuted, "probs": pprobs}, extras=pext, tags=MOE)
     # _DeepepManager keeps dispatched_indices and the multihot probs until combine() drops them

@@ -143,12 +143,7 @@ def megatron_router(b: Builder, p: str, src: TensorDef, logits: TensorDef, layer
         return probs, idx, probs, src
     permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
     pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), dt)
-    if b.table.moe_permute_fusion:  # TE moe_permute_with_probs keeps only its int32 row-id map
-        extras = {"row_id_map": router_losses.row_id_map(b, f"{p}.dispatch", t, n)}
-    else:
-        extras = {"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (t * k,), "int64"),
-                  "probs_t": b.tensor(f"{p}.dispatch.probs_t", (n, t), dt),
-                  "routing_map_t": b.tensor(f"{p}.dispatch.routing_map_t", (n, t), "bool")}
+    extras = router_losses.permute_extras(b, f"{p}.dispatch", t * k, t, n, dt)
     b.op(f"{p}.dispatch.permute", "fused_permute" if b.table.moe_permute_fusion else "permute", layer,
          {"x": src, "probs": probs, "_idx": idx}, {"y": permuted, "probs": pprobs}, extras=extras, tags=MOE)
     return probs, idx, pprobs, permuted

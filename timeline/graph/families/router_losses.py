@@ -52,3 +52,15 @@ def aux_loss(b: Builder, p: str, logits: TensorDef, layer: int) -> None:
 def row_id_map(b: Builder, prefix: str, tokens: int, experts: int) -> TensorDef:
     """TE's ``[tokens, 2·experts + 1]`` int32 row-id map of a fused permutation."""
     return b.tensor(f"{prefix}.row_id_map", (tokens, 2 * experts + 1), "int32")
+
+
+def permute_extras(b: Builder, prefix: str, rows: int, tokens: int, experts: int, probs_dtype: str) -> dict[str, TensorDef]:
+    """What a permutation of ``tokens`` tokens into ``rows`` (token, expert) rows keeps for its
+    backward: TE's ``moe_permute_with_probs`` only its row-id map; Megatron's unfused ``permute`` the
+    int64 ``sorted_indices`` (``index_select``) and the transposed probs and routing map
+    (``masked_select``)."""
+    if b.table.moe_permute_fusion:
+        return {"row_id_map": row_id_map(b, prefix, tokens, experts)}
+    return {"sorted_idx": b.tensor(f"{prefix}.sorted_idx", (rows,), "int64"),
+            "probs_t": b.tensor(f"{prefix}.probs_t", (experts, tokens), probs_dtype),
+            "routing_map_t": b.tensor(f"{prefix}.routing_map_t", (experts, tokens), "bool")}
