@@ -1,7 +1,12 @@
 """The same checks on the real op templates (llama3-8b, 4 layers, pp=2, 4 micro-batches, seq
 16384 so that activations matter): saved activations none ≥ selective ≥ full and recompute time
 the reverse on every device; simulated recompute time equals the templates' static cost (the
-roofline of the recompute ops), at least their FLOPs over the throughput; fit's answer fits."""
+roofline of the recompute ops), at least their FLOPs over the throughput; fit's answer fits.
+
+``selective:core_attn`` alone stands outside the ordering under the ``megatron`` profile: with fused
+attention (no s² tensors to drop) Megatron's checkpoint (MC transformer/attention.py
+``_checkpointed_attention_forward``) keeps query, key and the value *view*, hence the whole fused QKV
+output, in place of the value copy and the output it would otherwise keep, and can hold more."""
 
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ seq_len = 16384
 num_microbatches = 4
 iterations = 1
 """
-POLICIES = ["none", "selective:core_attn", "selective:core_attn+layernorm+mlp", "full:uniform:1", "full:block:2,2"]
+POLICIES = ["none", "selective:core_attn+layernorm+mlp", "full:uniform:1", "full:block:2,2", "selective:core_attn"]
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +46,13 @@ def run(tmp_path_factory):
 def test_real_ordering_and_cost(run):
     results = simulate_variants(policy_variants(run, [",".join(POLICIES)]), model_source, workers=1)
     st, per_us = statics_of(run), CostModel.of(run.hardware, run.parallel).flops_per_us
-    for chain in (results[:4], results[:3] + results[4:]):
+    for chain in (results[:3], results[:2] + results[3:4]):
         for d in range(run.parallel.pp):
             acts = [r.devices[d].peak_activation_bytes for r in chain]
             times = [r.devices[d].recompute_time_us for r in chain]
             assert acts == sorted(acts, reverse=True) and acts[0] > acts[-1]
             assert times == sorted(times) and times[0] == 0.0 < times[-1]
+    assert all(dev.recompute_time_us > 0.0 for dev in results[4].devices)
     for res in results:
         static = st.candidate(parse_recompute(res.recompute))
         for d, dev in enumerate(res.devices):

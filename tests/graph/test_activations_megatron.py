@@ -251,3 +251,49 @@ def test_softmax_router_keeps_the_top_k_softmax():
     assert by[f"{P}.mlp.router.scores_saved"] == ((T, K), "fp32", T * K * 4)
     assert by[f"{P}.mlp.router.topk_idx"] == ((T, K), "int64", T * K * 8)
     assert not {f"{P}.mlp.router.scores", f"{P}.mlp.router.topk_raw_weights"} & set(by)
+
+
+def _layer0(run):
+    t = template_of(run, 0)
+    return {st.tensor.name: st.tensor.size_bytes for st in t.saved if st.layer == 0}, t.forward
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_megatron_qkv_is_one_output_whose_views_keep_it_whole(tp):
+    """MC SelfAttention.get_query_key_value_tensors: linear_qkv writes one mixed_qkv [s·b, (np + 2·ng)·hn]
+    and q, k, v are its split views. Megatron's local DotProductAttention (baddbmm, bmm) keeps the views,
+    hence the whole output, as one allocation; under TE, get_qkv_layout copies the view v contiguous
+    once RoPE has made q and k new tensors (the copy is kept), and the output itself is freed when
+    SelfAttention.forward returns, after linear_proj."""
+    b, s = 2, 128
+    hd = TINY_MODEL.attn_head_dim
+    nq, nkv = TINY_MODEL.num_attention_heads // tp, TINY_MODEL.num_key_value_heads // tp
+    rows = b * s
+    qkv_bytes = rows * (nq + 2 * nkv) * hd * 2
+    p = "layers.0.self_attn"
+    local, _ = _layer0(tiny_run(pp=1, layers=1, tp=tp, micro_batch_size=b, seq_len=s, transformer_impl="local"))
+    assert local[f"{p}.qkv"] == qkv_bytes
+    assert not {f"{p}.q", f"{p}.k", f"{p}.v", f"{p}.core_attn.qkv_layout.v"} & set(local)
+    te, fwd = _layer0(tiny_run(pp=1, layers=1, tp=tp, micro_batch_size=b, seq_len=s, attention_backend="fused"))
+    assert f"{p}.qkv" not in te and te[f"{p}.core_attn.qkv_layout.v"] == rows * nkv * hd * 2
+    made = next(o for o in fwd if o.name == f"{p}.linear_qkv")
+    assert [(a.name, a.size_bytes) for a in made.allocs] == [(f"{p}.qkv", qkv_bytes)]
+    freed = next(o for o in fwd if f"{p}.qkv" in o.frees)
+    assert freed.name == f"{p}.linear_proj"
+
+
+def test_megatron_qk_layernorm_keeps_contiguous_copies_of_the_views():
+    """--qk-layernorm: TE LayerNorm.op_forward normalises `input_.contiguous()` and keeps that copy — one
+    [s·b, np·hn] for q and one [s·b, ng·hn] for k beside the norms' outputs; v is then copied by
+    get_qkv_layout; without RoPE nothing else is made of q and k."""
+    tp, b, s = 4, 2, 128
+    model = replace(TINY_MODEL, qk_norm=True, position_embedding="learned", norm="layernorm")
+    saved_, _ = _layer0(tiny_run(pp=1, model=model, layers=1, tp=tp, micro_batch_size=b, seq_len=s,
+                                 attention_backend="fused"))
+    hd, rows = model.attn_head_dim, b * s
+    nq, nkv = model.num_attention_heads // tp, model.num_key_value_heads // tp
+    p = "layers.0.self_attn"
+    assert saved_[f"{p}.q_norm.input.q"] == saved_[f"{p}.q_norm.out"] == rows * nq * hd * 2
+    assert saved_[f"{p}.k_norm.input.k"] == saved_[f"{p}.k_norm.out"] == rows * nkv * hd * 2
+    assert saved_[f"{p}.core_attn.qkv_layout.v"] == rows * nkv * hd * 2
+    assert f"{p}.qkv" not in saved_

@@ -152,6 +152,11 @@ class Structure:
     te_flash_copies: bool = False  # TE's FlashAttention backend (flash-attn) on Megatron's sbhd tensors: q, k
     # and v become contiguous bshd copies the kernel keeps, and its bshd output is kept while a contiguous sbhd
     # copy is returned to the output projection (TE's FusedAttention reads and writes sbhd in place)
+    qkv_views: bool = False  # one fused QKV projection output whose q, k and v are views (Megatron-Core's
+    # linear_qkv): a consumer keeping a view keeps the whole output; norms and attention kernels that need
+    # contiguous inputs copy the view (graph/families/attention.py)
+    te_qkv_layout: bool = False  # TE's DotProductAttention (any backend) runs get_qkv_layout, which copies
+    # views of the fused QKV output contiguous when q, k and v fit no packed layout
     dataloader_batch: str = "none"  # the micro-batch get_batch keeps on the device through the first and last
     # stages' forward (graph/families/batch.py): "tokens" (tokens, labels, loss mask, position ids), "mask"
     # (and the [b, 1, s, s] bool attention mask), "none" (not modelled)

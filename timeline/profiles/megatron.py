@@ -234,6 +234,11 @@ STRUCTURE = Structure(attention="flash", dropout=False, fused_norm_linear=True, 
                       # --qk-layernorm: q_layernorm / k_layernorm (TENorm over head_dim) on q and k per head,
                       # MC transformer/attention.py: SelfAttention.get_query_key_value_tensors
                       qk_norm=True,
+                      # MC transformer/attention.py: SelfAttention.get_query_key_value_tensors — mixed_qkv is
+                      # one linear_qkv output [s, b, ng·(np/ng + 2)·hn]; query, key and value are its
+                      # torch.split / TE SplitAlongDim views, and SelfAttention.forward holds `value` until
+                      # it returns (after linear_proj)
+                      qkv_views=True,
                       # MC tensor_parallel/layers.py: VocabParallelEmbedding.forward — F.embedding (or
                       # weight[masked_input] in deterministic mode) returns a dense weight gradient that
                       # MC distributed/distributed_data_parallel.py's grad hook adds into main_grad and drops
@@ -279,7 +284,7 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
     head_buffer = spec.workspaces
     return replace(table, attention="eager" if eager else table.attention, flash_bwd=flash_bwd, fused_norm_linear=fused, softmax_fp32=fp32,
                    ce_inplace=ce, ce_compiled=compiled, wgrad_transient=wgrad, moe_dispatcher=dispatcher, moe_router=router,
-                   te_flash_copies=flash_copies, dataloader_batch=spec.dataloader_batch,
+                   te_flash_copies=flash_copies, te_qkv_layout=not local, dataloader_batch=spec.dataloader_batch,
                    rerun_keeps_batch=spec.rerun_keeps_batch, head_gather_buffer=head_buffer, **moe)
 
 

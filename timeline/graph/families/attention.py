@@ -63,17 +63,36 @@ CORE: Tags = frozenset({"core_attn"})
 
 
 def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: TensorDef, layer: int,
-                   heads: int, qk_dim: int, v_dim: int) -> TensorDef:
-    """Softmax(q·kᵀ)·v for ``heads`` local heads; returns the context ``(rows, heads·v_dim)``."""
+                   heads: int, qk_dim: int, v_dim: int, *, views: TensorDef | None = None,
+                   kv_cols: int = 0) -> TensorDef:
+    """Softmax(q·kᵀ)·v for ``heads`` local heads; returns the context ``(rows, heads·v_dim)``.
+
+    ``views``: the fused QKV output (``Structure.qkv_views``) that any of ``q``, ``k``, ``v`` may still
+    be a view of — ``heads·qk_dim`` columns for q, ``kv_cols`` for k and for v; an op keeping a view
+    keeps it whole, a contiguous copy has the view's shape."""
     d = b.dims
     name = f"{prefix}.core_attn"
     sq, sk = d.s_local, d.s
     rows = q.shape[0]
+    shapes = {"q": (rows, heads * qk_dim if q is views else q.shape[1]),
+              "k": (rows, kv_cols if k is views else k.shape[1]),
+              "v": (rows, kv_cols if v is views else v.shape[1])}
+    if b.table.te_qkv_layout and views is not None and any(t is views for t in (q, k, v)) \
+            and not (q is k is v):
+        # TE attention/dot_product_attention/utils.py: get_qkv_layout (DotProductAttention.forward calls it
+        # before choosing a backend) — q/k made new tensors (a norm, RoPE) next to a view v of the fused
+        # output match no layout ("not_supported"), so `q, k, v = [x.contiguous() for x in [q, k, v]]`
+        # copies each remaining view, and the backend keeps the copies (with q, k and v all views of it, a
+        # packed layout such as sbh3d runs on the views, which then keep it whole)
+        keep = {n: t for n, t in (("q", q), ("k", k), ("v", v)) if t is views}
+        copies = dict(zip(keep, _contiguous(b, f"{name}.qkv_layout", layer, keep, shapes), strict=True))
+        q, k, v = copies.get("q", q), copies.get("k", k), copies.get("v", v)
     if b.table.attention == "flash" and b.table.te_flash_copies:  # TE FlashAttention: bshd copies
-        q, k, v = _contiguous(b, f"{name}.to_bshd", layer, {"q": q, "k": k, "v": v})
+        q, k, v = _contiguous(b, f"{name}.to_bshd", layer, {"q": q, "k": k, "v": v}, shapes)
     kv = {"k": k, "v": v}
+    kc, vc = shapes["k"][1], shapes["v"][1]
     if d.cp > 1:
-        ring = b.tensor(f"{name}.kv_ring", (2 * k.shape[0], k.shape[1] + v.shape[1]), comm=True)
+        ring = b.tensor(f"{name}.kv_ring", (2 * k.shape[0], kc + vc), comm=True)
         b.op(f"{name}.cp_ring", "comm", layer, {"k": k, "v": v}, {"y": ring}, kind="p2p", stream="cp", tags=CORE)
         kv["_ring"] = ring
     if b.model.attention_sinks and b.table.sink_attention == "eager":
@@ -86,7 +105,7 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
         extras = {"lse": b.tensor(f"{name}.softmax_lse", (d.b, heads, sq), "fp32"),
                   "rng_state": b.tensor(f"{name}.rng_state", (2,), "int64")}
         if d.cp > 1:  # the K/V chunk the ring ends on (a k+v concatenation), which a CP backward re-reads
-            extras["kv_p2p"] = b.tensor(f"{name}.kv_p2p", (k.shape[0], k.shape[1] + v.shape[1]))
+            extras["kv_p2p"] = b.tensor(f"{name}.kv_p2p", (k.shape[0], kc + vc))
             # and one rng_state per ring step: step 0's is rng_state, steps 1 … cp − 1 add theirs
             for i in range(1, d.cp):
                 extras[f"rng_state_step{i}"] = b.tensor(f"{name}.rng_state_step{i}", (2,), "int64")
@@ -130,10 +149,12 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
     return ctx
 
 
-def _contiguous(b: Builder, name: str, layer: int, xs: dict[str, TensorDef]) -> tuple[TensorDef, ...]:
-    """One op copying each of ``xs`` to a new contiguous tensor of its shape (a layout change)."""
-    outs = {k: b.tensor(f"{name}.{k}", x.shape, x.dtype) for k, x in xs.items()}
-    b.op(name, "copy", layer, xs, outs, tags=CORE)
+def _contiguous(b: Builder, name: str, layer: int, xs: dict[str, TensorDef],
+                shapes: dict[str, tuple[int, int]] | None = None, tags: Tags = CORE) -> tuple[TensorDef, ...]:
+    """One op copying each of ``xs`` to a new contiguous tensor of its shape (a layout change), or of
+    ``shapes[key]`` where ``xs[key]`` is a view of a wider tensor."""
+    outs = {k: b.tensor(f"{name}.{k}", (shapes or {}).get(k, x.shape), x.dtype) for k, x in xs.items()}
+    b.op(name, "copy", layer, xs, outs, tags=tags)
     return tuple(outs.values())
 
 
@@ -197,20 +218,32 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     if b.table.model_code and m.fused_qkv:  # GPT-2 c_attn(x).split(...): q, k and v are views of one output
         q = k = v = b.tensor(f"{p}.qkv", (rows, (nq + 2 * nkv) * hd))
         b.op(f"{p}.linear_qkv", "linear", layer, {"x": full, "_save": ln}, {"qkv": q}, flops=f, wflops=f)
+    elif b.table.qkv_views:  # one mixed_qkv output; q, k and v are its views
+        q = k = v = b.tensor(f"{p}.qkv", (rows, (nq + 2 * nkv) * hd))
+        b.op(f"{p}.linear_qkv", "linear", layer, {"x": full, "_save": ln}, {"qkv": q}, flops=f, wflops=f)
     else:
         q = b.tensor(f"{p}.q", (rows, nq * hd))
         k = b.tensor(f"{p}.k", (rows, nkv * hd))
         v = b.tensor(f"{p}.v", (rows, nkv * hd))
         b.op(f"{p}.linear_qkv", "linear", layer, {"x": full, "_save": ln}, {"q": q, "k": k, "v": v}, flops=f,
              wflops=f)
+    views = q if b.table.qkv_views and q is v else None
     if m.qk_norm and b.table.qk_norm:  # Qwen3: q_norm/k_norm over head_dim, per head, before RoPE
+        # TE ops/basic/layer_norm.py LayerNorm.op_forward (rmsnorm.py RMSNorm.op_forward alike):
+        # `input_.contiguous()` — each norm reads, and keeps for its backward, a copy of its view
+        if views is not None:
+            (q,) = _contiguous(b, f"{p}.q_norm.input", layer, {"q": q}, {"q": (rows, nq * hd)}, NONE)
         q = norm.forward(b, f"{p}.q_norm", q, layer, groups=nq)
+        if views is not None:
+            (k,) = _contiguous(b, f"{p}.k_norm.input", layer, {"k": k}, {"k": (rows, nkv * hd)}, NONE)
         k = norm.forward(b, f"{p}.k_norm", k, layer, groups=nkv)
     if m.position_embedding == "rope":
-        qr, kr = b.tensor(f"{p}.q_rope", q.shape), b.tensor(f"{p}.k_rope", k.shape)
+        qr, kr = b.tensor(f"{p}.q_rope", (rows, nq * hd)), b.tensor(f"{p}.k_rope", (rows, nkv * hd))
         b.op(f"{p}.rope", "rope", layer, {"q": q, "k": k, **rope_inputs(b)}, {"q": qr, "k": kr},
-             flops=3.0 * (q.shape[1] + k.shape[1]) * rows)
+             flops=3.0 * (nq + nkv) * hd * rows)
         q, k = qr, kr
-    ctx = core_attention(b, p, q, k, v, layer, nq, hd, hd)
-    return row_linear(b, f"{p}.linear_proj", ctx, m.hidden_size, layer)
+    ctx = core_attention(b, p, q, k, v, layer, nq, hd, hd, views=views, kv_cols=nkv * hd)
+    # SelfAttention.forward holds `value` (a view of mixed_qkv) until it returns, after linear_proj
+    return row_linear(b, f"{p}.linear_proj", ctx, m.hidden_size, layer,
+                      refs={"_qkv": views} if views is not None else None)
 

@@ -46,12 +46,13 @@ def sp_gather(b: Builder, name: str, x: TensorDef, layer: int | None, tags: Tags
 
 def linear(b: Builder, name: str, x: TensorDef, out_cols: int, layer: int | None, *, save: TensorDef | None = None,
            out_name: str = "out", comm_out: bool = False, rule: str = "linear", out_dtype: str | None = None,
-           tags: Tags = NONE) -> TensorDef:
+           tags: Tags = NONE, refs: dict[str, TensorDef] | None = None) -> TensorDef:
     """``y = x·Wᵀ`` (in ``out_dtype``, default the activations'); saves ``save`` (default: ``x``) for the
-    weight gradient."""
+    weight gradient. ``refs`` (keys starting with ``_``) are tensors the caller still holds while the
+    linear runs: references, not dataflow, that end no earlier than this op."""
     y = b.tensor(f"{name}.{out_name}", (rows(x), out_cols), out_dtype, comm=comm_out)
     f = 2.0 * rows(x) * x.shape[1] * out_cols
-    b.op(name, rule, layer, {"x": x, "_save": save or x}, {"y": y}, flops=f, wflops=f, tags=tags)
+    b.op(name, rule, layer, {"x": x, "_save": save or x, **(refs or {})}, {"y": y}, flops=f, wflops=f, tags=tags)
     return y
 
 
@@ -64,16 +65,17 @@ def column_linear(b: Builder, name: str, x: TensorDef, out_cols: int, layer: int
 
 
 def row_linear(b: Builder, name: str, x: TensorDef, out_cols: int, layer: int | None, *,
-               tags: Tags = NONE) -> TensorDef:
-    """Row-parallel linear: reduce-scatter (SP) or all-reduce (TP) of the partial sums."""
+               tags: Tags = NONE, refs: dict[str, TensorDef] | None = None) -> TensorDef:
+    """Row-parallel linear: reduce-scatter (SP) or all-reduce (TP) of the partial sums; ``refs`` as
+    :func:`linear`'s."""
     d = b.dims
     if d.tp > 1 and d.sp:
-        y = linear(b, name, x, out_cols, layer, out_name="partial", comm_out=True, tags=tags)
+        y = linear(b, name, x, out_cols, layer, out_name="partial", comm_out=True, tags=tags, refs=refs)
         out = b.tensor(f"{name}.out", (rows(y) // d.tp, out_cols))
         b.op(f"{name}.reduce_scatter", "comm", layer, {"x": y}, {"y": out}, kind="collective", stream="tp",
              tags=tags)
         return out
-    y = linear(b, name, x, out_cols, layer, tags=tags)
+    y = linear(b, name, x, out_cols, layer, tags=tags, refs=refs)
     if d.tp > 1:
         b.op(f"{name}.all_reduce", "comm", layer, {"x": y}, {}, kind="collective", stream="tp", tags=tags)
     return y
