@@ -66,7 +66,9 @@ class FrameworkSpec:
     moe_z_loss: bool = spec_field(False, doc="--moe-z-loss-coeff given: the router's z-loss is computed")
     moe_grouped_gemm: bool = spec_field(True, doc="--moe-grouped-gemm (false: SequentialMLP)")
     cublas_workspace_config: str = spec_field("", doc="CUBLAS_WORKSPACE_CONFIG (':SIZE_KiB:COUNT…'; '' = default)")
-    avoid_record_streams: bool = spec_field(False, doc="TORCH_NCCL_AVOID_RECORD_STREAMS=1")
+    avoid_record_streams: bool = spec_field(False, doc=(
+        "TORCH_NCCL_AVOID_RECORD_STREAMS=1 (recorded only: no rule reads it yet; record streams delay when a "
+        "collective's freed blocks can be reused, which moves reserved, not allocated, memory)"))
     overlap_grad_reduce: bool = spec_field(False, doc="--overlap-grad-reduce (the grad buffer splits into buckets)")
     ddp_bucket_size: int = spec_field(0, nonneg=True, doc="--ddp-bucket-size in elements (0: Megatron's default, "
                                       "max(40M, 1M·dp·cp), with overlap_grad_reduce)")
