@@ -256,11 +256,12 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
         _push_step_copies(log, state, spans, names)
         at_op = {a[0]: first_backward_op(a[0][len(AT_OP):], spans, compiled, first_bwd)
                  for a in state.allocs if a[0].startswith(AT_OP)}
-        static = resolve(tuple(a for a in state.allocs if a[0] not in at_op), first_bwd, first_step)
+        timed = resolve(state.allocs, first_bwd, first_step, at_op)
+        static = [e for a, e in zip(state.allocs, timed, strict=True) if a[0] not in at_op]
+        late = [e for a, e in zip(state.allocs, timed, strict=True) if a[0] in at_op]
         if static:  # one chunk: a device's static state is thousands of events under Megatron's layout
             cols = list(zip(*static, strict=True))
             log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
-        late = resolve(tuple(a for a in state.allocs if a[0] in at_op), first_bwd, first_step, at_op)
     gather = state.gathered_bytes
     comm = CAT_CODE[Category.COMM]
     kept = kept_inputs(spans, compiled) if state.keeps_input else {}
@@ -291,7 +292,7 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             log.push([sp.end_us], -1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
     for c, d_mb, d_stage, d_action, d_it in deferred:  # after that forward's new buffer, same instant
         log.push(c[0], c[1], c[2], c[3], c[4], c[5], d_mb, d_stage, d_action, d_it)
-    if not state.per_parameter and late:  # pushed last: after the matching op's own allocations
+    if late:  # pushed last: after the matching op's own allocations
         cols = list(zip(*late, strict=True))
         log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
     return log.events()

@@ -215,10 +215,8 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     full = sp_gather(b, f"{p}.linear_qkv", ln, layer)
     rows = full.shape[0]
     f = 2.0 * rows * m.hidden_size * (nq + 2 * nkv) * hd
-    if b.table.model_code and m.fused_qkv:  # GPT-2 c_attn(x).split(...): q, k and v are views of one output
-        q = k = v = b.tensor(f"{p}.qkv", (rows, (nq + 2 * nkv) * hd))
-        b.op(f"{p}.linear_qkv", "linear", layer, {"x": full, "_save": ln}, {"qkv": q}, flops=f, wflops=f)
-    elif b.table.qkv_views:  # one mixed_qkv output; q, k and v are its views
+    # one output whose views q, k and v are: GPT-2's c_attn(x).split(...), Megatron's mixed_qkv
+    if (b.table.model_code and m.fused_qkv) or b.table.qkv_views:
         q = k = v = b.tensor(f"{p}.qkv", (rows, (nq + 2 * nkv) * hd))
         b.op(f"{p}.linear_qkv", "linear", layer, {"x": full, "_save": ln}, {"qkv": q}, flops=f, wflops=f)
     else:
