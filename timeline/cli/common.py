@@ -34,6 +34,7 @@ from timeline.sim.estimate import (
     RSS_BYTES_PER_EVENT,
     WorkEstimate,
     check_bound,
+    estimate_steps,
     estimate_work,
 )
 from timeline.spec.recompute import FORMS as RECOMPUTE_FORMS
@@ -95,7 +96,10 @@ def check_work(spec: RunSpec, max_events: int, formats: Sequence[str] = (), out:
 
 
 def estimate(spec: RunSpec) -> WorkEstimate:
-    """The run's work estimate (:func:`timeline.sim.estimate.estimate_work`) over its slices."""
+    """The run's work estimate (:func:`timeline.sim.estimate.estimate_work`) over its slices; a
+    whole-step trace's from the trace itself (:func:`timeline.sim.estimate.estimate_steps`)."""
+    if spec.trace is not None and spec.trace.is_step:
+        return estimate_steps(spec.trace, spec.training)
     return estimate_work(templates()(spec), model=spec.model, parallel=spec.parallel, training=spec.training,
                          recompute=spec.recompute, schedule_kind=spec.schedule.kind, hardware=spec.hardware,
                          traced=spec.trace is not None)

@@ -63,7 +63,11 @@ def _family_from_path(path: Path) -> tuple[str | None, str]:
 
 
 def parse_yaml(text: str, path: Path) -> MegatronArgs:
-    import yaml
+    try:
+        import yaml
+    except ImportError:  # a dependency of the package; only a broken install lacks it
+        raise UserError(f"{path}: reading a YAML config needs PyYAML, which this install lacks: "
+                        "pip install pyyaml (or reinstall timeline)") from None
 
     try:
         data = yaml.safe_load(text)

@@ -23,6 +23,7 @@ from timeline.sim.plan import compile_templates, ep_loads
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import HardwareSpec, ParallelSpec, RecomputeSpec, TrainingSpec
 from timeline.spec.schedule_rules import SCHEDULE_KINDS
+from timeline.spec.trace import CapturedTrace
 
 #: bytes each exporter writes per memory event + op, measured on the shipped DeepSeek-V3 run
 #: (735,552 events, 335,000 ops; README "Outputs"): a size estimate, not a simulated quantity
@@ -151,6 +152,24 @@ def estimate_work(source: ModelSource, *, model: ModelSpec, parallel: ParallelSp
                         memory_events=microbatches * per_mb_events * variants,
                         ops=microbatches * per_mb_ops * variants, ops_per_microbatch=per_mb_ops,
                         devices=par.pp * variants)
+
+
+def estimate_steps(trace: CapturedTrace, training: TrainingSpec) -> WorkEstimate:
+    """A whole-step trace's work, read off the trace (no templates: it runs as captured, one device).
+    The construction runs once and iteration ``i`` runs captured step ``min(i + 1, K)``, as
+    :func:`timeline.graph.trace.steps.iteration_runs` plays them; each captured storage is one alloc
+    and one free event, each recorded op one op span."""
+    events: dict[int, int] = {}
+    ops: dict[int, int] = {}
+    phases: dict[int, set[str]] = {}
+    for o in trace.ops:
+        ops[o.step] = ops.get(o.step, 0) + 1
+        events[o.step] = events.get(o.step, 0) + 2 * sum(1 for s in o.allocs if trace.storages[s].nbytes)
+        phases.setdefault(o.step, set()).add(o.phase)
+    steps = [0] + [min(i + 1, max(trace.num_steps, 1)) for i in range(training.warmup_iterations + training.iterations)]
+    return WorkEstimate(actions=sum(len(phases.get(k, ())) for k in steps),
+                        memory_events=sum(events.get(k, 0) for k in steps), ops=sum(ops.get(k, 0) for k in steps),
+                        ops_per_microbatch=ops.get(steps[-1], 0), devices=1)
 
 
 def check_bound(est: WorkEstimate, max_events: int, *, flag: str = "--max-events", per_device: bool = False) -> None:
