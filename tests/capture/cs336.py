@@ -267,14 +267,14 @@ def tiny_torch_adamw() -> Callable[[], None]:
     return step
 
 
-def cuda_event_step() -> Callable[[], None]:
-    """A step timing itself with CUDA events, which the stand-in cannot serve."""
+def cuda_graph_step() -> Callable[[], None]:
+    """A step capturing a CUDA graph, whose private memory pool the stand-in does not model."""
     model = Linear(4, 4).to("cuda")
 
     def step() -> None:
-        start = torch.cuda.Event(enable_timing=True)
-        start.record()
-        model(torch.ones(2, 4, device="cuda")).sum().backward()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            model(torch.ones(2, 4, device="cuda")).sum().backward()
 
     return step
 

@@ -13,8 +13,9 @@ and calls ``torch.cuda`` helpers. On the CPU-only capture:
   ``device=x.device`` in the step stays on the device; torch's own kernels and the fake mode
   keep seeing ``cpu`` (they run inside a call, where the stand-in steps aside);
 - ``torch.cuda`` memory, statistics, seeding, NVTX and synchronisation calls are no-ops
-  (``is_available()`` is true); any other CUDA-only call fails as it would without a GPU and
-  the capture turns that into one line naming the call.
+  (``is_available()`` is true); events, streams, device properties, RNG state, pinned memory and
+  ``torch.compile`` are served by :mod:`timeline.capture.cuda_api`; any other CUDA-only call fails
+  as it would without a GPU and the capture turns that into one line naming the call.
 
 It records nothing itself (:mod:`timeline.capture.step` asks it which storages are device ones).
 """
@@ -29,6 +30,8 @@ import torch
 from torch.autograd.graph import Node
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
+
+from timeline.capture import cuda_api
 
 CUDA = torch.device("cuda", 0)
 CPU = torch.device("cpu")
@@ -66,6 +69,7 @@ class StandIn(TorchFunctionMode):
         self.on_nodes: Any = None  # called with the autograd nodes each user-level call creates
         # nodes take no weak references: held (by id) until the backward that runs them ends
         self._nodes: dict[int, Any] = {}
+        self.notes = cuda_api.Notes()  # what the capture served differently from a GPU, a line each
 
     # -- what lives on the device ------------------------------------------------------
     def is_device(self, t: torch.Tensor) -> bool:
@@ -217,6 +221,7 @@ def cuda_stand_in() -> Iterator[StandIn]:
     patches += [(torch.cuda.memory, name, lambda *a, **k: None) for name in MEMORY_NO_OPS]
     patches += [(torch.cuda.nvtx, name, lambda *a, **k: None) for name in NVTX_NO_OPS]
     patches.append((torch.cuda.nvtx, "range", _NoRange))
+    patches += cuda_api.patches(mode.notes)
     missing = object()
     saved = [(obj, name, obj.__dict__.get(name, missing) if isinstance(obj, type) else getattr(obj, name))
              for obj, name, _ in patches]

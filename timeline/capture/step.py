@@ -15,8 +15,11 @@ forward and loss), B (inside ``torch.autograd.backward``/``grad``), O (``Optimiz
   (``capturable=False``: ``torch.tensor(0.0)`` in ``_init_group``), so the device never sees them;
 - GPU kernels (SDPA, dropout) are chosen as on a GPU (:mod:`timeline.capture.gpu`), and
   ``torch.autocast("cuda", …)`` regions apply CUDA's op lists (:mod:`timeline.capture.autocast`);
-- ``.item()`` while building returns 0 (init ops such as ``trunc_normal_`` read scalars; values
-  do not matter for memory); in a step it is an error naming the op, as data-dependent shapes are.
+- ``.item()`` reads 0 (fake tensors hold no values): while building (``trunc_normal_`` reads
+  scalars) and in a step (``loss.item()`` for logging, ``GradScaler``'s ``found_inf``), the
+  trace's provenance ``notes`` naming where; events, streams, ``torch.compile`` and the rest of
+  the CUDA surface are served by :mod:`timeline.capture.cuda_api`, each difference a note;
+- an exception out of the user's code is one line naming it and the user's line.
 
 This module writes no files.
 """
@@ -169,6 +172,21 @@ def _cuda_only(exc: BaseException) -> UserError | None:
                      "statistics, seeding and synchronisation calls only (remove it from the step)")
 
 
+def _step_error(exc: BaseException, rec: StepRecorder) -> UserError:
+    """An exception out of the user's step (or torch under it) as one line: what, and where in their code."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if "/torch/" not in f.filename.replace("\\", "/") and "/timeline/" not in f.filename.replace("\\", "/")]
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    when = "while the --step function built the model, optimizer or batch" if rec.phase == "init" else \
+        f"in step {rec.step}"
+    hint = ""
+    if rec.scalar_reads.get(False):
+        hint = (f" (integer tensor values read earlier in the step read 0 on fake tensors, at "
+                f"{rec.scalar_reads[False][0]}: a size built from one is unknown here)")
+    return UserError(f"capture: {type(exc).__name__}{where} {when}: {text}{hint}")
+
+
 def capture_step(func: StepFn, *, steps: int = 2, gpu: bool = True, fake: bool = True,
                  provenance: dict[str, Any] | None = None) -> CapturedTrace:
     """Run ``func()`` (construction) and ``steps`` calls of the step it returns, under the recorder.
@@ -195,13 +213,15 @@ def capture_step(func: StepFn, *, steps: int = 2, gpu: bool = True, fake: bool =
             if rec.phase == "init":
                 err = UserError(f"{err} (while the --step function built the model, optimizer or batch)")
             raise err from None
-        except (RuntimeError, AssertionError, AttributeError) as exc:
-            cuda = _cuda_only(exc)
-            if cuda is None:
-                raise
-            raise cuda from None
+        except UserError:
+            raise
+        except Exception as exc:  # the user's code raised: one line naming it and where, never a traceback
+            raise (_cuda_only(exc) or _step_error(exc, rec)) from None
         rec.close()
         ops, storages, params = rec.result()
+        notes = [*stand_in.notes.lines, *rec.scalar_notes()]
         del step
     prov = {"schema": TRACE_SCHEMA, **versions(), **(provenance or {}), "kind": "step", "steps": steps}
+    if notes:
+        prov["notes"] = notes
     return CapturedTrace(ops=ops, storages=storages, params=params, layers=(), provenance=prov)

@@ -16,10 +16,12 @@ import weakref
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import DataDependentOutputException
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
+from timeline.capture.cuda_api import user_frame
 from timeline.capture.gpu_rules import accumulates_in_place, accumulation_counts, in_place_variant, int_histc
 from timeline.capture.recorder import _flops, dtype_name, layer_of
 from timeline.capture.stand_in import StandIn
@@ -54,6 +56,7 @@ class StepRecorder(TorchDispatchMode):
         self._node_module: dict[int, str] = {}  # autograd node id → the forward module that made it
         self.in_apply = False  # an autograd node's apply is running (else the engine is between nodes)
         self.last_reference: tuple[int, int] | None = None  # use counts of a buffer's sole reference
+        self.scalar_reads: dict[bool, list[str]] = {}  # value reads in the steps: floating/bool? → sites
         stand_in.on_nodes = self._hook_nodes
 
     # -- module paths --------------------------------------------------------------------
@@ -136,14 +139,41 @@ class StepRecorder(TorchDispatchMode):
         if not self._closed and i not in self._free:
             self._free[i] = len(self.ops) - 1
 
+    def _scalar_read(self, dtype: torch.dtype) -> None:
+        """A step reads a tensor's value (``loss.item()``, ``if found_inf``, ``.tolist()``): fake tensors
+        hold none, so it reads 0 — the branch a healthy step takes (no inf, no NaN, nothing to skip) and
+        harmless for logging. An integer read may size a tensor, which 0 would then get wrong: said."""
+        where = user_frame() or "the step"
+        self.scalar_reads.setdefault(dtype.is_floating_point or dtype == torch.bool, []).append(where)
+
+    def scalar_notes(self) -> list[str]:
+        """One line per kind of value read in the steps (floating/bool, integer), naming where."""
+        out = []
+        for exact, label in ((True, "floating-point or bool"), (False, "integer")):
+            sites = list(dict.fromkeys(self.scalar_reads.get(exact, [])))
+            if not sites:
+                continue
+            shown = ", ".join(sites[:3]) + (f" and {len(sites) - 3} more" if len(sites) > 3 else "")
+            tail = ("logging, loss-scaler and NaN checks take a healthy step's branch" if exact else
+                    "if one of them sizes a tensor, that tensor's bytes are wrong in the trace")
+            out.append(f"{label} tensor values read in the step (.item(), bool(), .tolist()) read 0 on fake "
+                       f"tensors at {shown}: {tail}")
+        return out
+
     def sid(self, t: torch.Tensor) -> int | None:
         return self._ids.get(t.untyped_storage())
 
     # -- ops ---------------------------------------------------------------------------
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if func is torch.ops.aten._local_scalar_dense.default and self.phase == "init":
-            return _zero(args[0].dtype)  # `.item()` while building: values do not matter for memory
+        if func is torch.ops.aten._local_scalar_dense.default:
+            if self.phase in ("init", "calibrate"):
+                return _zero(args[0].dtype)  # `.item()` while building: values do not matter for memory
+            try:  # a constant the fake mode tracks (an optimizer's host step counter) has its value
+                return func(*args, **kwargs)
+            except DataDependentOutputException:
+                self._scalar_read(args[0].dtype)
+                return _zero(args[0].dtype)
         if func.namespace == "prim":
             return func(*args, **kwargs)
         flat = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]

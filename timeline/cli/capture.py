@@ -196,6 +196,7 @@ def _run_step(args: argparse.Namespace, out: Path, start: float) -> int:
     trace.provenance["dtype"] = params_dtype(trace)
     trace.provenance["command"] = f"timeline capture {prov['capture_args']} -o {args.output}"
     write_file_atomically(out, lambda path: write_trace(trace, path), force=args.force)
+    _print_notes(trace)
     print(f"{args.output}: {len(trace.ops)} ops over {args.steps} steps, {len(trace.params)} parameters and buffers "
           f"({sum(p.nbytes for p in trace.params):,} bytes) ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
     return 0
@@ -216,9 +217,16 @@ def _run_hf_step(args: argparse.Namespace, out: Path, start: float, config: dict
     trace.provenance["command"] = (f"timeline capture {capture_args}{extra} --micro-batch-size {b} --seq-len {s} "
                                    f"--dtype {args.dtype} -o {args.output}")
     write_file_atomically(out, lambda path: write_trace(trace, path), force=args.force)
+    _print_notes(trace)
     print(f"{args.output}: {len(trace.ops)} ops over {args.steps} steps, {len(trace.params)} parameters and buffers "
           f"({sum(p.nbytes for p in trace.params):,} bytes) ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
     return 0
+
+
+def _print_notes(trace: CapturedTrace) -> None:
+    """What the capture served differently from a GPU (the trace keeps them in its provenance)."""
+    for line in trace.provenance.get("notes", []):
+        print(f"note: {line}", file=sys.stderr)
 
 
 def params_dtype(trace: CapturedTrace) -> str:

@@ -210,6 +210,8 @@ def run_from_data(data: dict[str, Any], path: Path, overrides: Sequence[str] | M
             if isinstance(tp, int) and not isinstance(tp, bool):  # a bad tp is reported once, as tp
                 values.setdefault("sp", tp > 1)
                 values.setdefault("etp", tp)
+        if name == "training" and traces and traces[0].is_step:
+            values.setdefault("num_microbatches", 1)  # the step function runs its own loop, if any
         if name == "hardware":
             gpu = values.get("gpu", "h800")
             if not isinstance(gpu, str) or gpu not in GPUS:
