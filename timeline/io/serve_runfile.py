@@ -16,6 +16,7 @@ from typing import Any
 from timeline.errors import SpecError, UserError
 from timeline.io.requests_csv import read_requests
 from timeline.io.runfile import NAME_RE, _resolve_model, default_name, parse_override, read_toml
+from timeline.spec.engine_versions import version_problem, vllm_scheduler_defaults
 from timeline.spec.fields import build_section
 from timeline.spec.hardware import GPUS
 from timeline.spec.run import AllocatorSpec, HardwareSpec, ParallelSpec
@@ -47,6 +48,23 @@ def _load(values: dict[str, Any], problems: list[tuple[str, str]]) -> LoadSpec |
     if spec is None or len(problems) > before:
         return None
     return replace(spec, **dists)
+
+
+def _version_defaults(sv: dict[str, Any], max_position: int, device_gib: float, gpu: str) -> None:
+    """Fill the scheduler knobs a vLLM run file leaves out with the OpenAI server's defaults at the named
+    ``serving.engine_version`` (:func:`timeline.spec.engine_versions.vllm_scheduler_defaults`); a run
+    without a version keeps the spec's defaults."""
+    version = sv.get("engine_version")
+    if sv.get("engine", "vllm") != "vllm" or not isinstance(version, str) or version_problem("vllm", version):
+        return
+    mml = sv.get("max_model_len") or max_position
+    if not isinstance(mml, int):
+        return
+    chunked = sv.get("enable_chunked_prefill")
+    d = vllm_scheduler_defaults(version, mml, device_gib, gpu, chunked if isinstance(chunked, bool) else None)
+    sv.setdefault("enable_chunked_prefill", d.enable_chunked_prefill)
+    sv.setdefault("max_num_seqs", d.max_num_seqs)
+    sv.setdefault("max_num_batched_tokens", d.max_num_batched_tokens)
 
 
 def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
@@ -117,6 +135,8 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     allocator = build_section(AllocatorSpec, "allocator", table("allocator"), problems)
     sv_values = table("serving")
     load_values = sv_values.pop("load", None)
+    if model is not None and hardware is not None:
+        _version_defaults(sv_values, model.max_position_embeddings, hardware.capacity_gib, str(gpu))
     serving = build_section(ServingSpec, "serving", sv_values, problems)
     load = None
     if load_values is not None:
