@@ -25,7 +25,8 @@ def _patterns(raw: Any) -> tuple[str, ...]:
 
 def _compressed_tensors(q: dict[str, Any], ignore: tuple[str, ...]) -> CheckpointQuant:
     groups = q.get("config_groups") or {}
-    weights = [g.get("weights") for g in groups.values() if isinstance(g, dict) and isinstance(g.get("weights"), dict)]
+    weights: list[dict[str, Any]] = [g["weights"] for g in groups.values()
+                                     if isinstance(g, dict) and isinstance(g.get("weights"), dict)]
     if len(weights) != 1:
         raise UserError("quantization_config: compressed-tensors with other than one weight scheme in config_groups "
                         "is not modelled")
@@ -52,7 +53,7 @@ def read_quantization(cfg: dict[str, Any]) -> CheckpointQuant | None:
     method = str(q.get("quant_method", "")).lower()
     ignore = _patterns(q.get("modules_to_not_convert")) + _patterns(q.get("ignore"))
     if method == "fp8":
-        block = q.get("weight_block_size")
+        block: Any = q.get("weight_block_size")
         if isinstance(block, list) and len(block) == 2:
             return CheckpointQuant(method="fp8", weight_dtype="fp8", bits=8, group_size=int(block[1]),
                                    block_rows=int(block[0]), not_converted=ignore,
@@ -60,10 +61,10 @@ def read_quantization(cfg: dict[str, Any]) -> CheckpointQuant | None:
         return CheckpointQuant(method="fp8", weight_dtype="fp8", bits=8, group_size=-1, not_converted=ignore,
                                source="fp8 per tensor")
     if method in ("awq", "gptq"):
-        bits = int(q.get("bits", q.get("w_bit", 4)))
+        bits = int(q.get("bits") or q.get("w_bit") or 4)
         if bits not in (4, 8):
             raise UserError(f"quantization_config: {method} with {bits}-bit weights is not modelled; 4 or 8")
-        group = int(q.get("group_size", q.get("q_group_size", 128)))
+        group = int(q.get("group_size") or q.get("q_group_size") or 128)
         zero = bool(q.get("zero_point", True)) if method == "awq" else True
         return CheckpointQuant(method=method, weight_dtype=f"int{bits}", bits=bits, group_size=group,
                                zero_point=zero, desc_act=bool(q.get("desc_act", False)), not_converted=ignore,
