@@ -1,7 +1,7 @@
 """The serving budget against public startup logs of vLLM and SGLang (issue 27).
 
 Reads the fact table ``tests/data/serving_logs.json`` (inputs as each log or its thread states them,
-the engine's printed numbers, quotes) and the split ``tools/serving_logs_split.json`` (every log
+the engine's printed numbers) and the split ``tools/serving_logs_split.json`` (every log
 identity, its side fixed by a hash before its numbers were read). Each record becomes a serve run
 file in memory — the engine, ``engine_version``, GPU memory and every setting from the record, the
 published ``config.json`` from ``tests/data/hf`` — and the budget comes from
