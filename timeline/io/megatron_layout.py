@@ -161,7 +161,8 @@ def check_layout(text: str, stages: list[list[Sym]], pp: int, *, num_layers: int
     run file's order of ``parallel.layout``. ``arguments.py: validate_args`` needs a multiple of pp
     stages; ``validate_layer_layout`` needs, in that order, ``E`` first and ``L`` last, each exactly
     once, ``--num-layers`` ``t`` and ``--mtp-num-layers`` ``m``, no ``t`` after an ``m``, the ``m`` all
-    in the last virtual stage of one rank. core_v0.13.0 refuses any ``m``; core_v0.15.x also wants
+    in the last virtual stage of one rank. core_v0.13.0 refuses any ``m`` (and counts none: it builds
+    the MTP layers on the last stage); core_v0.15.x also wants
     them with the loss; from core_v0.16.0 (5247a1f460) they may stand on an earlier rank. ``E`` and
     ``L`` only count: the embedding is built on the first virtual stage and the head and loss on the
     last whatever the layout says (``pretrain_gpt.py``: ``pre_process`` / ``post_process`` from
@@ -185,9 +186,11 @@ def check_layout(text: str, stages: list[list[Sym]], pp: int, *, num_layers: int
     if num_layers is not None and decoders != num_layers:
         raise UserError(f"{head}: lists {decoders} decoder layers (t); --num-layers is {num_layers}")
     mtp = [(n, k) for n, (s, _, k) in enumerate(flat) if s == "m"]
-    if mtp and megatron_core is not None and megatron_core < (0, 14):
-        raise UserError(f"{head}: MTP layers (m) in a layout need Megatron-Core 0.14 or later "
-                        "(core_v0.13.0 raises NotImplementedError)")
+    if megatron_core is not None and megatron_core < (0, 14):
+        if mtp:  # core_v0.13.0 builds --mtp-num-layers on the last stage whatever the layout says
+            raise UserError(f"{head}: MTP layers (m) in a layout need Megatron-Core 0.14 or later "
+                            "(core_v0.13.0 raises NotImplementedError)")
+        return
     if len(mtp) != (mtp_layers or 0):
         raise UserError(f"{head}: lists {len(mtp)} MTP layers (m); --mtp-num-layers is {mtp_layers or 0}")
     if not mtp:
