@@ -142,9 +142,10 @@ def layout_stages(text: str) -> list[list[Sym]]:
         elif c in SYMBOLS:
             stages[-1].append((c, i))
         else:
+            why = ("a group is (…) followed by *n, and groups do not nest" if c in "()" else
+                   "Megatron allows no spaces" if c.isspace() else "use E, t, m, L, | and *n")
             raise UserError(f"{LAYOUT_ARG} {text!r}: character {i + 1} {c!r} is not a layer symbol "
-                            "(E embedding, t decoder layer, m MTP, L loss; | between stages; x*n and (..)*n "
-                            "repeat; commas are ignored; no spaces or nested groups)")
+                            f"(E embedding, t decoder layer, m MTP, L loss); {why}")
     return stages
 
 
