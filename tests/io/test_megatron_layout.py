@@ -175,6 +175,12 @@ def test_megatrons_refusals_name_the_place(text, pp, layers, mtp, needle):
     assert "\n" not in str(exc.value)
 
 
+def test_a_repetition_past_any_job_is_refused_not_expanded():
+    with pytest.raises(UserError, match=r"repetition \*99999999999 at character 2 expands the layout past 1,048,576"):
+        symbols("Et*99999999999|L")
+    assert symbols("E(t|)*1000L") == ["Et"] + ["t"] * 999 + ["L"]
+
+
 def test_versions():
     """core_v0.13.0 refuses m in a layout and builds --mtp-num-layers on the last stage without counting."""
     assert parse_layout("Et|tL", 2, num_layers=2, mtp_layers=1, megatron_core=(0, 13, 0)) == ([1, 1], 1)

@@ -90,6 +90,18 @@ def _count_at(text: list[Sym], i: int) -> tuple[int, int] | None:
     return int("".join(c for c, _ in text[i + 1:j])), j
 
 
+#: the most characters a layout may expand to: one symbol or ``|`` per layer and per virtual stage, and
+#: no run file holds a million of those; a guard so that ``t*99999999999`` is refused, not expanded
+MAX_EXPANDED = 2**20
+
+
+def _repeat(out: list[Sym], piece: list[Sym], n: int) -> None:
+    if len(out) + len(piece) * n > MAX_EXPANDED:
+        raise UserError(f"{LAYOUT_ARG}: the repetition *{n} at character {piece[0][1] + 1} expands the layout past "
+                        f"{MAX_EXPANDED:,} symbols, more layers and stages than any job has")
+    out += piece * n
+
+
 def _unroll_groups(text: list[Sym]) -> list[Sym]:
     """One left-to-right pass over ``(body)*n``: the body runs to the first ``)`` and is not empty;
     a ``(`` that does not open such a group stays (and later fails as a symbol), so groups do not
@@ -101,7 +113,7 @@ def _unroll_groups(text: list[Sym]) -> list[Sym]:
             close = next((j for j in range(i + 1, len(text)) if text[j][0] == ")"), None)
             rep = _count_at(text, close + 1) if close is not None and close > i + 1 else None
             if close is not None and rep is not None:
-                out += text[i + 1:close] * rep[0]
+                _repeat(out, text[i + 1:close], rep[0])
                 i = rep[1]
                 continue
         out.append(text[i])
@@ -116,7 +128,7 @@ def _unroll_symbols(text: list[Sym]) -> list[Sym]:
     while i < len(text):
         rep = _count_at(text, i + 1) if text[i][0] != "\n" else None
         if rep is not None:
-            out += [text[i]] * rep[0]
+            _repeat(out, [text[i]], rep[0])
             i = rep[1]
             continue
         out.append(text[i])
@@ -163,8 +175,8 @@ def check_layout(text: str, stages: list[list[Sym]], pp: int, *, num_layers: int
     stages; ``validate_layer_layout`` needs, in that order, ``E`` first and ``L`` last, each exactly
     once, ``--num-layers`` ``t`` and ``--mtp-num-layers`` ``m``, no ``t`` after an ``m``, the ``m`` all
     in the last virtual stage of one rank. core_v0.13.0 refuses any ``m`` (and counts none: it builds
-    the MTP layers on the last stage); core_v0.15.x also wants
-    them with the loss; from core_v0.16.0 (5247a1f460) they may stand on an earlier rank. ``E`` and
+    the MTP layers on the last stage); core_v0.15.x also wants them with the loss (core_v0.14.0 meant
+    to, but its assert tests a tuple); from core_v0.16.0 (5247a1f460) they may stand on an earlier rank. ``E`` and
     ``L`` only count: the embedding is built on the first virtual stage and the head and loss on the
     last whatever the layout says (``pretrain_gpt.py``: ``pre_process`` / ``post_process`` from
     ``is_pipeline_first_stage`` / ``is_pipeline_last_stage``), as the run file has them; the MTP
