@@ -6,8 +6,10 @@ A YAML config is the format of Megatron-LM's functional tests
 mapping whose keys may or may not carry the leading ``--`` (``true`` is a bare flag, ``false``
 an absent one) and an optional ``ENV_VARS`` mapping. Anything else is an argument list as a launch
 script passes it to ``pretrain_gpt.py``: several arguments per line, ``\\`` continuations, ``#``
-comments, a flag's values up to the next ``--``. Both become :class:`MegatronArgs`; what the
-arguments *mean* is :mod:`timeline.io.megatron_map`'s job, not this module's.
+comments, a flag's values up to the next ``--``, ``$'...'`` words as bash reads them. Both become
+:class:`MegatronArgs`, with the quoting a launcher removes taken off values whose grammar has none
+(:data:`UNQUOTED_ARGS`); what the arguments *mean* is :mod:`timeline.io.megatron_map`'s job, not this
+module's.
 """
 
 from __future__ import annotations
