@@ -332,7 +332,9 @@ def map_training(a: ArgReader, c: Conversion, dp: int) -> None:
         c.put("recompute.num_layers", a.int("--recompute-num-layers", 1), "--recompute-num-layers")
     elif gran == "selective":
         mods = a.value("--recompute-modules", ("core_attn",))
-        mods = [mods] if isinstance(mods, str) else list(mods)
+        # a YAML string "[layernorm mlp]": the functional tests' launcher word-splits it and strips the
+        # brackets, so argparse's nargs="*" receives the names (arguments.py: --recompute-modules)
+        mods = str(mods).strip().strip("[]").replace(",", " ").split() if isinstance(mods, str) else list(mods)
         c.put("recompute.policy", "selective", "--recompute-granularity", "--recompute-activations")
         c.put("recompute.modules", [str(x) for x in mods], "--recompute-modules")
     elif gran is not None:
