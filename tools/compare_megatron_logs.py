@@ -204,6 +204,17 @@ def summary_lines(rows: list[dict], refused: list[tuple]) -> list[str]:
     return out
 
 
+def report_lines(rows: list[dict], refused: list[tuple], *, reserved: bool) -> list[str]:
+    """The rows, the summary per side, each refusal with its reason and, with ``reserved``, each row's
+    reserved − allocated at the reserved peak by what last occupied the free space."""
+    out = row_lines(rows) + [""] + summary_lines(rows, refused)
+    out += [f"refused: {rid} ({side}, {gpu or '?'}): {why}" for rid, side, gpu, why in refused]
+    for r in rows if reserved else ():
+        parts = ", ".join(f"{k} {v / MIB:,.0f} MiB" for k, v in r["reserved_gap"].items())
+        out.append(f"reserved gap: {r['id']} rank {r['rank']}: {parts or '-'}")
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=str(DATA))
@@ -224,18 +235,10 @@ def main() -> int:
     assume = tuple(a.strip() for a in args.assume_neutral.split(",") if a.strip())
     rows = compare(records, as_run=args.as_run, assume_neutral=assume, only=args.only, refused=refused,
                    reserved_gap=args.reserved)
-    print("\n".join(row_lines(rows)))
-    print()
-    print("\n".join(summary_lines(rows, refused)))
-    for rid, side, gpu, why in refused:
-        print(f"refused: {rid} ({side}, {gpu or '?'}): {why}")
-    if args.reserved:
-        for r in rows:
-            parts = ", ".join(f"{k} {v / MIB:,.0f} MiB" for k, v in r["reserved_gap"].items())
-            print(f"reserved gap: {r['id']} rank {r['rank']}: {parts or '-'}")
-    print(f"wall time {time.perf_counter() - start:.1f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
+    print("\n".join(report_lines(rows, refused, reserved=args.reserved)
+                    + [f"wall time {time.perf_counter() - start:.1f} s"]))
     return 0
 
 
