@@ -36,6 +36,9 @@ BOUNDS_PCT = {
 }
 
 
+QUANTITIES = ("allocated", "max_allocated", "reserved", "max_reserved")
+
+
 def _tool():
     spec = importlib.util.spec_from_file_location("compare_megatron_logs", ROOT / "tools" / "compare_megatron_logs.py")
     module = importlib.util.module_from_spec(spec)
@@ -94,7 +97,7 @@ def test_calibration_records_within_the_errors_reached(compared):
     for rid, bounds in BOUNDS_PCT.items():
         r = rows[rid]
         assert r["side"] == "calibration" and r["rank"] == 0 and r["iteration"] == 20
-        for q, bound in zip(("allocated", "max_allocated", "reserved", "max_reserved"), bounds, strict=True):
+        for q, bound in zip(QUANTITIES, bounds, strict=True):
             assert abs(r[q]["error_pct"]) <= bound, (rid, q, r[q])
     # the measured bytes are the printed MiB: the dense job's reserved is 28,404 MiB exactly
     assert rows["seo-dense-baseline"]["reserved"]["measured"] == 28404 * 2**20
@@ -111,9 +114,15 @@ def test_refused_records_name_why(compared):
 
 def test_as_a_user_runs_them_the_simulable_records_are_refused():
     """Without the record's facts ``from-megatron`` refuses ``--no-load-optim`` (it assumes a checkpoint is
-    loaded); with them, the first unclassified argument."""
+    loaded); with them and no assumption, each record is refused for an argument of :data:`ASSUMED_NEUTRAL`
+    (today: ``--train-data-path``) or, once ``from-megatron`` classifies them, lands within its bounds."""
     tool = _tool()
-    for as_run, first in ((False, "--no-load-optim"), (True, "--train-data-path")):
-        refused: list = []
-        assert tool.compare(_records(), as_run=as_run, only="seo-", refused=refused) == []
-        assert [reason.split(":")[0] for *_, reason in refused] == [first] * 4
+    refused: list = []
+    assert tool.compare(_records(), only="seo-", refused=refused) == []
+    assert [reason.split(":")[0] for *_, reason in refused] == ["--no-load-optim"] * 4
+    refused = []
+    rows = tool.compare(_records(), as_run=True, only="seo-", refused=refused)
+    assert len(rows) + len(refused) == 4
+    assert all(reason.split(":")[0] in ASSUMED_NEUTRAL for *_, reason in refused)
+    for r in rows:
+        assert all(abs(r[q]["error_pct"]) <= b for q, b in zip(QUANTITIES, BOUNDS_PCT[r["id"]], strict=True))
