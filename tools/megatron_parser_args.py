@@ -39,6 +39,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_GIT = "/work/.mirror/NVIDIA+Megatron-LM/repo"
 OUT = ROOT / "tests/data/megatron/parser_args.json"
+#: the compact index from-megatron reads at run time: per option string, the versions having it
+INDEX = ROOT / "timeline/io/megatron_parser_versions.json"
 RELEASE_RE = re.compile(r"core_v0\.(\d+)\.(\d+)$")
 #: the parser's own file; the static pass also reads the modules of pretrain_gpt.py's extra_args_provider
 PARSER_FILE = "megatron/training/arguments.py"
@@ -47,6 +49,13 @@ INNER = Path(__file__).resolve().parent / "megatron_parser_build.py"
 
 def git(git_dir: str, *args: str) -> str:
     return subprocess.run(["git", "-C", git_dir, *args], check=True, capture_output=True, text=True).stdout
+
+
+def package_version(git_dir: str, commit: str) -> str:
+    """Megatron-Core's version at ``commit`` (megatron/core/package_info.py: MAJOR.MINOR.PATCH)."""
+    text = git(git_dir, "show", f"{commit}:megatron/core/package_info.py")
+    parts = [re.search(rf"^{k} = (\d+)", text, re.M) for k in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(m.group(1) if m else "0" for m in parts)
 
 
 def releases(git_dir: str, main: str) -> list[tuple[str, str]]:
@@ -161,11 +170,34 @@ def merge(per_version: list[tuple[str, list[dict[str, Any]]]]) -> dict[str, dict
     return dict(sorted(rows.items()))
 
 
+def write_index(table: dict[str, Any], path: Path) -> None:
+    """The run-time index: versions (label, Megatron-Core version: the tag's, main's package_info, and
+    commit) and, per option string, one character per version ("1": the parser has it)."""
+    versions = table["provenance"]["versions"]
+    labels = [v["label"] for v in versions]
+    rows = {}
+    for name, row in table["arguments"].items():
+        present = ["0"] * len(labels)
+        for first, last in row["versions"]:
+            for i in range(labels.index(first), labels.index(last) + 1):
+                present[i] = "1"
+        rows[name] = "".join(present)
+    index = {"source": "NVIDIA/Megatron-LM pretrain_gpt.py's parser; derived by tools/megatron_parser_args.py "
+                       "from tests/data/megatron/parser_args.json",
+             "versions": [[v["label"], v["label"].removeprefix("core_v") if v["label"] != "main" else v["megatron_core"],
+                           v["commit"][:10]] for v in versions],
+             "arguments": rows}
+    body = ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in rows.items())
+    head = json.dumps({k: index[k] for k in ("source", "versions")})[:-1]
+    path.write_text(f'{head},\n"arguments": {{\n{body}\n}}}}\n')
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--git-dir", default=DEFAULT_GIT, help="a Megatron-LM git dir (bare is fine)")
     ap.add_argument("--main", default="HEAD", help="the revision recorded as main (default HEAD)")
     ap.add_argument("-o", "--output", default=str(OUT))
+    ap.add_argument("--index", default=str(INDEX), help="where to write the run-time index (presence only)")
     ap.add_argument("--cache", help="a folder to keep each commit's built parser in (rebuilt when absent)")
     opts = ap.parse_args(argv)
     versions = releases(opts.git_dir, opts.main)
@@ -176,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
             data = build(opts.git_dir, label, commit, Path(tmp), Path(opts.cache) if opts.cache else None)
             actions = data["actions"]
             per_version.append((label, actions))
-            provenance.append({"label": label, "commit": commit, "paths": [PARSER_FILE, "pretrain_gpt.py"],
+            provenance.append({"label": label, "commit": commit,
+                               "megatron_core": package_version(opts.git_dir, commit), "paths": [PARSER_FILE, "pretrain_gpt.py"],
                                "extra_args_providers": data["providers"], "stubbed_packages": data["stubbed"],
                                "options": sum(len(a["option_strings"]) for a in actions)})
             print(f"{label} {commit[:10]}: {len(actions)} arguments", file=sys.stderr)
@@ -191,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in table["arguments"].items())
     out.write_text(f'{{"provenance": {json.dumps(table["provenance"], indent=1)},\n"arguments": {{\n{rows}\n}}}}\n')
     print(f"wrote {out}: {len(table['arguments'])} option strings over {len(versions)} versions", file=sys.stderr)
+    write_index(table, Path(opts.index))
     return 0
 
 

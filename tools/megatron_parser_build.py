@@ -139,6 +139,9 @@ def _recording_add(self: Any, *args: Any, **kwargs: Any) -> Any:
 
 def literal(value: Any) -> str | None:
     """``repr`` of a default that is a literal (enums by name); None for anything else."""
+    import enum
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
     if value is None or isinstance(value, bool | int | float | str):
         return repr(value)
     if isinstance(value, list | tuple):
@@ -146,9 +149,6 @@ def literal(value: Any) -> str | None:
         if all(i is not None for i in items):
             body = ", ".join(typing.cast(list[str], items))
             return f"[{body}]" if isinstance(value, list) else f"({body}{',' if len(items) == 1 else ''})"
-    import enum
-    if isinstance(value, enum.Enum):
-        return f"{type(value).__name__}.{value.name}"
     return None
 
 
