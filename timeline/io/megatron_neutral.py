@@ -116,7 +116,7 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--disable-flight-recorder-include-only-active", "--no-flight-recorder-include-only-active",
         "--high-priority-stream-groups", "--lazy-mpu-init", "--local-rank", "--nccl-communicator-config-path",
         "--sharp-enabled-group", "--use-sharp", "--create-all-gather-group", "--pipeline-model-parallel-comm-backend",
-        "--use-ring-exchange-p2p", "--tp-comm-overlap-cfg", "--no-align-param-gather", "--no-align-grad-reduce",
+        "--use-ring-exchange-p2p", "--no-align-param-gather", "--no-align-grad-reduce",
         "--disable-align-grad-reduce", "--ddp-average-in-collective", "--no-gradient-reduce-div-fusion",
         "--enable-ft-package", "--calc-ft-timeouts", "--ft-num-warmup-iters", "--moe-deepep-num-sms",
         "--moe-hybridep-num-sms", "--moe-hybridep-num-sms-preprocessing", "--moe-hybridep-num-blocks-permute",
@@ -312,7 +312,8 @@ WITHOUT_OVERLAP = (
     "compute-communication overlap, simulated as the schedule without it: not modelled yet (combined 1F1B's "
     "layer-interleaved forward and backward on a second stream, pipeline_parallel/combined_1f1b.py; TE's "
     "userbuffers, allocated outside PyTorch's allocator, which hold the gathered GEMM inputs)",
-    ("--overlap-moe-expert-parallel-comm", "--tp-comm-overlap", "--ep-overlap-early-attn-memory-release",
+    ("--overlap-moe-expert-parallel-comm", "--tp-comm-overlap", "--tp-comm-overlap-cfg",
+     "--ep-overlap-early-attn-memory-release",
      "--high-priority-a2a-comm-stream", "--tp-comm-bootstrap-backend", "--tp-comm-overlap-rs-dgrad",
      "--disable-tp-comm-bulk-dgrad", "--no-tp-comm-bulk-dgrad", "--disable-tp-comm-bulk-wgrad",
      "--no-tp-comm-bulk-wgrad", "--disable-tp-comm-overlap-ag", "--no-tp-comm-overlap-ag",

@@ -66,7 +66,8 @@ def check_argument(name: str, megatron_core: str | None) -> None:
     present = rows.get(name)
     if present is None:
         close = difflib.get_close_matches(name, rows, n=3, cutoff=0.75)
-        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        hint = f"; did you mean {close[0]}?" if close else ""
+        hint += f" (or {', '.join(close[1:])})" if len(close) > 1 else ""
         raise UserError(f"{name}: not an argument of Megatron-LM's training parser ({versions[0][0]} … "
                         f"{versions[-1][0]}){hint}")
     if megatron_core is None:
