@@ -184,7 +184,8 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
                         "parameters ÷ N) is not modelled; give the equivalent --ddp-bucket-size")
     # embeddings/language_model_embedding.py: LanguageModelEmbedding.forward clones the sequence-parallel
     # scatter's output unless this flag; without SP it changes nothing
-    no_clone = a.flag("--no-clone-scatter-output-in-embedding") or a.flag("--disable-clone-scatter-output-in-embedding")
+    no_clone = (a.flag("--no-clone-scatter-output-in-embedding")
+                or a.flag("--disable-clone-scatter-output-in-embedding"))
     if no_clone and c.sections["parallel"]["sp"]:
         raise UserError("--no-clone-scatter-output-in-embedding with sequence parallelism: the embedding's full "
                         "output kept alive by the scattered view is not modelled")
