@@ -191,3 +191,10 @@ def test_the_grad_buffer_s_bucketing_arguments():
     assert (f["overlap_grad_reduce"], f["ddp_bucket_size"], f["ddp_pad_for_busbw"]) == (True, 1_000_000, True)
     with pytest.raises(UserError, match="--ddp-bucket-size"):
         sections(BASE | {"--ddp-bucket-size": -5})
+
+
+@pytest.mark.parametrize("value", ["[layernorm mlp moe_act]", "layernorm mlp moe_act", ["layernorm", "mlp", "moe_act"]])
+def test_recompute_modules_as_yaml_strings_or_lists(value):
+    # functional-test YAMLs write "[a b c]"; the launcher word-splits it and argparse (nargs="*") gets the names
+    s = sections(BASE | {"--recompute-granularity": "selective", "--recompute-modules": value})
+    assert s["recompute"]["modules"] == ["layernorm", "mlp", "moe_act"]

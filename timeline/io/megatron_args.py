@@ -6,8 +6,10 @@ A YAML config is the format of Megatron-LM's functional tests
 mapping whose keys may or may not carry the leading ``--`` (``true`` is a bare flag, ``false``
 an absent one) and an optional ``ENV_VARS`` mapping. Anything else is an argument list as a launch
 script passes it to ``pretrain_gpt.py``: several arguments per line, ``\\`` continuations, ``#``
-comments, a flag's values up to the next ``--``. Both become :class:`MegatronArgs`; what the
-arguments *mean* is :mod:`timeline.io.megatron_map`'s job, not this module's.
+comments, a flag's values up to the next ``--``, ``$'...'`` words as bash reads them. Both become
+:class:`MegatronArgs`, with the quoting a launcher removes taken off values whose grammar has none
+(:data:`UNQUOTED_ARGS`); what the arguments *mean* is :mod:`timeline.io.megatron_map`'s job, not this
+module's.
 """
 
 from __future__ import annotations
@@ -39,6 +41,90 @@ class MegatronArgs:
     mode: str | None = None
 
 
+#: arguments written in a grammar that has no quote, backslash or ``$`` of its own, so any left in
+#: the value are quoting that the launcher would have removed (:func:`unquote`)
+UNQUOTED_ARGS = ("--pipeline-model-parallel-layout",)
+
+#: bash's ``$'...'`` escapes (bash(1), QUOTING) that are one character
+ANSI_C = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t",
+          "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+ANSI_C_NUMERIC = re.compile(r"([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|u([0-9A-Fa-f]{1,4})|U([0-9A-Fa-f]{1,8})")
+
+
+def _ansi_c_body(line: str, i: int) -> tuple[str, int]:
+    """The text of a ``$'...'`` whose body starts at ``line[i]``, and the index after its closing quote."""
+    out = []
+    while i < len(line) and line[i] != "'":
+        if line[i] == "\\" and i + 1 < len(line):
+            num = ANSI_C_NUMERIC.match(line, i + 1)
+            if line[i + 1] in ANSI_C:
+                out.append(ANSI_C[line[i + 1]])
+                i += 2
+                continue
+            if num:
+                digits = next(g for g in num.groups() if g is not None)
+                out.append(chr(int(digits, 8 if num.group(1) else 16)))
+                i = num.end()
+                continue
+        out.append(line[i])
+        i += 1
+    return "".join(out), i + 1
+
+
+def ansi_c_quotes(line: str) -> str:
+    """``line`` with each ``$'...'`` (outside other quotes and comments) rewritten as the single-quoted
+    word bash reads it as, so :func:`shlex.split`, which knows no ``$'...'``, splits it as bash does."""
+    out, i, quote = [], 0, ""
+    while i < len(line):
+        ch = line[i]
+        if quote:
+            if ch == "\\" and quote == '"':
+                out.append(line[i:i + 2])
+                i += 2
+                continue
+            quote = "" if ch == quote else quote
+        elif ch == "$" and line.startswith("$'", i):
+            body, i = _ansi_c_body(line, i + 2)
+            out.append("'" + body.replace("'", "'\\''") + "'")
+            continue
+        elif ch == "\\":
+            out.append(line[i:i + 2])
+            i += 2
+            continue
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return "".join(out) + line[i:]
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def unquote(value: str) -> str:
+    """A value of :data:`UNQUOTED_ARGS` as Megatron's argparse receives it: one layer of shell quoting
+    (``"..."``, ``'...'``, ``$'...'``, ``\\|``) removed at a time while any is left.
+
+    A launch script's words have been through bash once (:func:`parse_arg_list`); a
+    ``model_config.yaml`` value goes through Megatron's functional-test harness
+    (``tests/functional_tests/shell_test_utils/_run_training.sh``: ``echo "$value" | xargs``, then an
+    ``eval`` of the argument list), which is why its YAMLs wrote ``Et*3\\\\|\\\\(tt\\\\|\\\\)*6tmL`` for
+    ``Et*3|(tt|)*6tmL`` from core_v0.14.0 to core_v0.16.1 — until 7418b1b8fb (2026-02-26) double-quoted
+    values holding ``|``, ``(`` or ``)`` and the YAMLs dropped the backslashes. The layout grammar has
+    none of these characters, so removing them until none is left recovers the string at any of those
+    versions; a value quoted more times than its launcher unquotes is accepted here where Megatron
+    would refuse it."""
+    text = str(value)
+    while any(c in text for c in "\\'\"$"):
+        try:
+            words = shlex.split(ansi_c_quotes(text))
+        except ValueError:
+            break  # unbalanced quotes: the layout parser names the stray character
+        if len(words) != 1 or words[0] == text:
+            break
+        text = words[0]
+    return text
+
+
 def _key(raw: object) -> str:
     text = str(raw).strip()
     return text if text.startswith("--") else f"--{text}"
@@ -51,7 +137,8 @@ def from_mapping(model_args: dict[str, Any], env: dict[str, Any] | None = None, 
     for raw, value in (model_args or {}).items():
         if value is False or value is None:
             continue  # false = the flag is absent
-        args[_key(raw)] = value
+        key = _key(raw)
+        args[key] = unquote(value) if key in UNQUOTED_ARGS and isinstance(value, str) else value
     envs = {str(k): str(v) for k, v in (env or {}).items() if v is not None}
     return MegatronArgs(args=args, env=envs, family=family, family_source=family_source, mode=mode)
 
@@ -97,7 +184,7 @@ def parse_arg_list(text: str, path: Path | str = "<arguments>") -> MegatronArgs:
     words: list[str] = []
     try:
         for line in joined.splitlines():
-            words += shlex.split(line, comments=True)
+            words += shlex.split(ansi_c_quotes(line), comments=True)
     except ValueError as exc:
         raise UserError(f"{path}: cannot split the argument list ({exc})") from None
     args: dict[str, Any] = {}
@@ -109,6 +196,8 @@ def parse_arg_list(text: str, path: Path | str = "<arguments>") -> MegatronArgs:
     def close() -> None:
         if current is not None:
             args[current] = True if not values else values[0] if len(values) == 1 else tuple(values)
+            if current in UNQUOTED_ARGS and len(values) == 1:
+                args[current] = unquote(values[0])
 
     for word in words:
         if word.startswith("--") and len(word) > 2:

@@ -70,23 +70,170 @@ def pattern_to_model(pattern: list[int]) -> tuple[int, int]:
                     "n-th layer MoE, which is what the model can express")
 
 
-def parse_layout(text: str, pp: int) -> tuple[list[int], int]:
-    """(layers per virtual stage, vpp) from ``--pipeline-model-parallel-layout``."""
-    arg = "--pipeline-model-parallel-layout"
-    stages = [s.strip() for s in str(text).split("|")]
-    counts: list[int] = []
-    for i, stage in enumerate(stages):
-        expanded = re.sub(r"([EtmL])\*(\d+)", lambda mt: mt.group(1) * int(mt.group(2)), stage)
-        if set(expanded) - set("EtmL"):
-            raise UserError(f"{arg}: stage {i} {stage!r} has symbols other than E, t, m, L, *n")
-        if "E" in expanded and i != 0:
-            raise UserError(f"{arg}: the embedding (E) must be on the first stage")
-        if ("L" in expanded or "m" in expanded) and i != len(stages) - 1:
-            raise UserError(f"{arg}: MTP (m) and the loss (L) must be on the last stage")
-        counts.append(expanded.count("t"))
-    if len(counts) % pp:
-        raise UserError(f"{arg}: {len(counts)} stages do not divide over pipeline-model-parallel-size {pp}")
-    return counts, len(counts) // pp
+LAYOUT_ARG = "--pipeline-model-parallel-layout"
+
+#: the layout string's layer symbols (``parse_str_to_list``'s table, the same at every version)
+SYMBOLS = {"E": "embedding", "t": "decoder layer", "m": "MTP layer", "L": "loss"}
+
+#: a symbol of the expanded layout and the 0-based index of the character of the text it came from
+Sym = tuple[str, int]
+
+
+def _count_at(text: list[Sym], i: int) -> tuple[int, int] | None:
+    """``*n`` at ``text[i]``: (n, index after the digits), or None. Digits are Python's ``\\d``
+    (any Unicode decimal digit, which ``int`` reads)."""
+    if i + 1 >= len(text) or text[i][0] != "*" or not text[i + 1][0].isdecimal():
+        return None
+    j = i + 1
+    while j < len(text) and text[j][0].isdecimal():
+        j += 1
+    return int("".join(c for c, _ in text[i + 1:j])), j
+
+
+#: the most characters a layout may expand to: one symbol or ``|`` per layer and per virtual stage, and
+#: no run file holds a million of those; a guard so that ``t*99999999999`` is refused, not expanded
+MAX_EXPANDED = 2**20
+
+
+def _repeat(out: list[Sym], piece: list[Sym], n: int) -> None:
+    if len(out) + len(piece) * n > MAX_EXPANDED:
+        raise UserError(f"{LAYOUT_ARG}: the repetition *{n} at character {piece[0][1] + 1} expands the layout past "
+                        f"{MAX_EXPANDED:,} symbols, more layers and stages than any job has")
+    out += piece * n
+
+
+def _unroll_groups(text: list[Sym]) -> list[Sym]:
+    """One left-to-right pass over ``(body)*n``: the body runs to the first ``)`` and is not empty;
+    a ``(`` that does not open such a group stays (and later fails as a symbol), so groups do not
+    nest and an unrolled body is not scanned again."""
+    out: list[Sym] = []
+    i = 0
+    while i < len(text):
+        if text[i][0] == "(":
+            close = next((j for j in range(i + 1, len(text)) if text[j][0] == ")"), None)
+            rep = _count_at(text, close + 1) if close is not None and close > i + 1 else None
+            if close is not None and rep is not None:
+                _repeat(out, text[i + 1:close], rep[0])
+                i = rep[1]
+                continue
+        out.append(text[i])
+        i += 1
+    return out
+
+
+def _unroll_symbols(text: list[Sym]) -> list[Sym]:
+    """One left-to-right pass over ``x*n``: any one character but a newline, ``|`` included."""
+    out: list[Sym] = []
+    i = 0
+    while i < len(text):
+        rep = _count_at(text, i + 1) if text[i][0] != "\n" else None
+        if rep is not None:
+            _repeat(out, [text[i]], rep[0])
+            i = rep[1]
+            continue
+        out.append(text[i])
+        i += 1
+    return out
+
+
+def layout_stages(text: str) -> list[list[Sym]]:
+    """The virtual stages a layout string lists, each as its symbols in order.
+
+    Megatron's grammar (``megatron/core/transformer/pipeline_parallel_layer_layout.py:
+    PipelineParallelLayerLayout.parse_str_to_list``, unchanged from core_v0.13.0 (c550cf6c41), where the
+    file first appears, through core_v0.19.0 (5be9626709) and main d98e8a64dd): commas are dropped;
+    then one pass unrolls ``(body)*n`` and a second ``x*n``; the result splits at ``|`` into stages
+    and every remaining character must be ``E``, ``t``, ``m`` or ``L``. Nothing else is accepted:
+    not whitespace, not nested groups (the body stops at the first ``)``), not a group without ``*n``;
+    an empty stage (``||``) is a stage with no layers."""
+    chars = [(c, i) for i, c in enumerate(text) if c != ","]
+    stages: list[list[Sym]] = [[]]
+    for c, i in _unroll_symbols(_unroll_groups(chars)):
+        if c == "|":
+            stages.append([])
+        elif c in SYMBOLS:
+            stages[-1].append((c, i))
+        else:
+            why = ("a group is (…) followed by *n, and groups do not nest" if c in "()" else
+                   "Megatron allows no spaces" if c.isspace() else "use E, t, m, L, | and *n")
+            raise UserError(f"{LAYOUT_ARG} {text!r}: character {i + 1} {c!r} is not a layer symbol "
+                            f"(E embedding, t decoder layer, m MTP, L loss); {why}")
+    return stages
+
+
+def _where(stage: int, pp: int) -> str:
+    return f"virtual stage {stage} (pp rank {stage % pp}, vp stage {stage // pp})"
+
+
+def check_layout(text: str, stages: list[list[Sym]], pp: int, *, num_layers: int | None,
+                 mtp_layers: int | None, megatron_core: tuple[int, ...] | None = None) -> None:
+    """Megatron's checks of a parsed layout, then the one placement the run file cannot express.
+
+    Stage ``i`` of the list is virtual stage ``i // pp`` of pipeline rank ``i % pp``
+    (``PipelineParallelLayerLayout.__init__``: ``layout[vpp_rank * pp + pp_rank]``), which is the
+    run file's order of ``parallel.layout``. ``arguments.py: validate_args`` needs a multiple of pp
+    stages; ``validate_layer_layout`` needs, in that order, ``E`` first and ``L`` last, each exactly
+    once, ``--num-layers`` ``t`` and ``--mtp-num-layers`` ``m``, no ``t`` after an ``m``, the ``m`` all
+    in the last virtual stage of one rank. core_v0.13.0 refuses any ``m`` (and counts none: it builds
+    the MTP layers on the last stage); core_v0.15.x also wants them with the loss (core_v0.14.0 meant
+    to, but its assert tests a tuple); from core_v0.16.0 (5247a1f460) they may stand on an earlier rank. ``E`` and
+    ``L`` only count: the embedding is built on the first virtual stage and the head and loss on the
+    last whatever the layout says (``pretrain_gpt.py``: ``pre_process`` / ``post_process`` from
+    ``is_pipeline_first_stage`` / ``is_pipeline_last_stage``), as the run file has them; the MTP
+    layers are placed by the layout, and the run file holds them on the last virtual stage only."""
+    head = f"{LAYOUT_ARG} {text!r}"
+    if len(stages) % pp:
+        raise UserError(f"{head}: {len(stages)} stages do not divide over --pipeline-model-parallel-size "
+                        f"{pp}; Megatron needs pp·vpp stages, one per virtual stage")
+    flat = [(sym, pos, k) for k, stage in enumerate(stages) for sym, pos in stage]
+    if not flat or flat[0][0] != "E":
+        got = f"{flat[0][0]!r} (character {flat[0][1] + 1})" if flat else "nothing"
+        raise UserError(f"{head}: the first layer must be the embedding E, got {got}")
+    if flat[-1][0] != "L":
+        raise UserError(f"{head}: the last layer must be the loss L, got {flat[-1][0]!r} (character {flat[-1][1] + 1})")
+    for sym, name in (("E", "embedding E"), ("L", "loss L")):
+        extra = [pos for s, pos, _ in flat if s == sym][1:]
+        if extra:
+            raise UserError(f"{head}: the {name} must appear exactly once; again at character {extra[0] + 1}")
+    decoders = sum(s == "t" for s, _, _ in flat)
+    if num_layers is not None and decoders != num_layers:
+        raise UserError(f"{head}: lists {decoders} decoder layers (t); --num-layers is {num_layers}")
+    mtp = [(n, k) for n, (s, _, k) in enumerate(flat) if s == "m"]
+    if megatron_core is not None and megatron_core < (0, 14):
+        if mtp:  # core_v0.13.0 builds --mtp-num-layers on the last stage whatever the layout says
+            raise UserError(f"{head}: MTP layers (m) in a layout need Megatron-Core 0.14 or later "
+                            "(core_v0.13.0 raises NotImplementedError)")
+        return
+    if len(mtp) != (mtp_layers or 0):
+        raise UserError(f"{head}: lists {len(mtp)} MTP layers (m); --mtp-num-layers is {mtp_layers or 0}")
+    if not mtp:
+        return
+    late = next((pos for s, pos, _ in flat[mtp[0][0]:] if s == "t"), None)
+    if late is not None:
+        raise UserError(f"{head}: decoder layers must come before the MTP layers; the t at character "
+                        f"{late + 1} follows an m")
+    vpp = len(stages) // pp
+    early = next((k for _, k in mtp if k // pp != vpp - 1), None)
+    if early is not None:
+        raise UserError(f"{head}: MTP layers must be in the last virtual stage of their rank; "
+                        f"{_where(early, pp)} is not")
+    first = mtp[0][1]
+    other = next((k for _, k in mtp if k != first), None)
+    if other is not None:
+        raise UserError(f"{head}: all MTP layers must be in one virtual stage; they are in "
+                        f"{_where(first, pp)} and {_where(other, pp)}")
+    if first != len(stages) - 1:
+        raise UserError(f"{head}: the MTP layers are on {_where(first, pp)}, apart from the loss; "
+                        "timeline builds MTP with the head and loss on the last virtual stage only")
+
+
+def parse_layout(text: str, pp: int, *, num_layers: int | None = None, mtp_layers: int | None = None,
+                 megatron_core: tuple[int, ...] | None = None) -> tuple[list[int], int]:
+    """(decoder layers per virtual stage, vpp) from ``--pipeline-model-parallel-layout``, after
+    :func:`check_layout`; the counts are ``parallel.layout`` in the run file's order."""
+    stages = layout_stages(str(text))
+    check_layout(str(text), stages, pp, num_layers=num_layers, mtp_layers=mtp_layers, megatron_core=megatron_core)
+    return [sum(s == "t" for s, _ in stage) for stage in stages], len(stages) // pp
 
 
 def split_layers(num_layers: int, chunks: int, *, first: int | None, last: int | None,

@@ -28,6 +28,7 @@ from timeline.io.megatron_table import (
     REFUSED,
     REFUSED_UNLESS,
 )
+from timeline.profiles.megatron_workspaces import version_tuple
 
 #: vocabulary sizes of tokenizers a config names by file (the tokenizer itself is not read):
 #: GPT-2's BPE ``vocab.json`` holds 50,257 tokens (Radford et al. 2019); Nemotron-4's SentencePiece
@@ -236,8 +237,25 @@ def map_model(a: ArgReader, c: Conversion) -> None:
     c.put("model.mtp_layers", mtp or 0, "--mtp-num-layers")
 
 
-def map_parallel(a: ArgReader, c: Conversion, world_size: int) -> tuple[int, int]:
-    """``[parallel]`` and ``[schedule]``; returns (dp, pp)."""
+#: the pipeline-split arguments a layout excludes: ``arguments.py: validate_args`` asserts that at most
+#: one of the first two groups' arguments is given; ``TransformerConfig.__post_init__`` raises
+#: ValueError for a layout beside the others (core_v0.13.0 … d98e8a64dd)
+LAYOUT_EXCLUDES = (("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank"),
+                   ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                    "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"))
+
+
+def layout_conflicts(a: ArgReader) -> None:
+    """Refuse ``--pipeline-model-parallel-layout`` beside another way of splitting the layers, as Megatron does."""
+    for name in (n for group in LAYOUT_EXCLUDES for n in group):
+        if a.value(name) not in (None, False):
+            raise UserError(f"--pipeline-model-parallel-layout cannot be given with {name}: the layout already says "
+                            "which layers each virtual stage holds; drop one of them")
+
+
+def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core: str | None = None) -> tuple[int, int]:
+    """``[parallel]`` and ``[schedule]``; returns (dp, pp). ``megatron_core``: the version whose
+    layout rules apply (:func:`timeline.io.megatron_layout.check_layout`)."""
     tp = a.int("--tensor-model-parallel-size", 1)
     pp = a.int("--pipeline-model-parallel-size", 1)
     cp = a.int("--context-parallel-size", 1)
@@ -261,7 +279,10 @@ def map_parallel(a: ArgReader, c: Conversion, world_size: int) -> tuple[int, int
     per = a.int("--num-layers-per-virtual-pipeline-stage")
     stages = a.int("--num-virtual-stages-per-pipeline-rank")
     if a.has("--pipeline-model-parallel-layout"):
-        layout, vpp = parse_layout(a.str("--pipeline-model-parallel-layout") or "", pp)
+        layout_conflicts(a)
+        layout, vpp = parse_layout(a.str("--pipeline-model-parallel-layout") or "", pp, num_layers=layers,
+                                   mtp_layers=a.int("--mtp-num-layers"),
+                                   megatron_core=version_tuple(megatron_core) if megatron_core else None)
     elif per:
         if layers % (pp * per):
             raise UserError(f"--num-layers-per-virtual-pipeline-stage {per}: {layers} layers do not divide into "
@@ -377,7 +398,9 @@ def map_training(a: ArgReader, c: Conversion, dp: int) -> None:
         c.put("recompute.num_layers", a.int("--recompute-num-layers", 1), "--recompute-num-layers")
     elif gran == "selective":
         mods = a.value("--recompute-modules", ("core_attn",))
-        mods = [mods] if isinstance(mods, str) else list(mods)
+        # a YAML string "[layernorm mlp]": the functional tests' launcher word-splits it and strips the
+        # brackets, so argparse's nargs="*" receives the names (arguments.py: --recompute-modules)
+        mods = str(mods).strip().strip("[]").replace(",", " ").split() if isinstance(mods, str) else list(mods)
         if moe_layer and "moe" not in mods:
             mods.append("moe")
         c.put("recompute.policy", "selective", "--recompute-granularity", "--recompute-activations",

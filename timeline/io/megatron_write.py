@@ -53,7 +53,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     refuse_unmodelled(margs, a)
     c = Conversion()
     map_model(a, c)
-    dp, _ = map_parallel(a, c, world_size)
+    dp, _ = map_parallel(a, c, world_size, megatron_core=megatron_core)
     map_training(a, c, dp)
     refuse_unschedulable(c, dp, world_size)
     framework(a, c, margs.env, gpu=gpu, te_version=te_version, pytorch_version=pytorch_version,

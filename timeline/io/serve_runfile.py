@@ -8,16 +8,20 @@ file and each key, like :func:`timeline.io.runfile.load_run`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from timeline.errors import SpecError, UserError
+from timeline.io.hf_quant import read_quantization
 from timeline.io.requests_csv import read_requests
 from timeline.io.runfile import NAME_RE, _resolve_model, default_name, parse_override, read_toml
+from timeline.spec.engine_versions import version_problem, vllm_scheduler_defaults
 from timeline.spec.fields import build_section
 from timeline.spec.hardware import GPUS
+from timeline.spec.quant import CheckpointQuant
 from timeline.spec.run import AllocatorSpec, HardwareSpec, ParallelSpec
 from timeline.spec.serve_validate import serve_problems
 from timeline.spec.serving import DistSpec, LoadSpec, ServeRunSpec, ServingSpec
@@ -47,6 +51,47 @@ def _load(values: dict[str, Any], problems: list[tuple[str, str]]) -> LoadSpec |
     if spec is None or len(problems) > before:
         return None
     return replace(spec, **dists)
+
+
+def _checkpoint_quant(model_data: Any, base: Path, sv: dict[str, Any],
+                      problems: list[tuple[str, str]]) -> CheckpointQuant | None:
+    """The hf_config's ``quantization_config`` (:func:`timeline.io.hf_quant.read_quantization`); it sets
+    ``serving.weight_dtype`` / ``quant_group_size``, and a run-file value that contradicts it is a problem."""
+    if not isinstance(model_data, dict) or not isinstance(model_data.get("hf_config"), str):
+        return None
+    try:
+        cfg = json.loads((base / model_data["hf_config"]).read_text())
+        quant = read_quantization(cfg) if isinstance(cfg, dict) else None
+    except (OSError, ValueError):
+        return None  # the model reader reports an unreadable config
+    except UserError as exc:
+        problems.append(("model.hf_config", str(exc)))
+        return None
+    if quant is None:
+        return None
+    for key, value in (("weight_dtype", quant.weight_dtype), ("quant_group_size", quant.run_group_size)):
+        if key in sv and sv[key] != value:
+            problems.append((f"serving.{key}", f"{sv[key]!r} contradicts the checkpoint's quantization_config "
+                             f"({quant.source}: {value!r}); remove it"))
+        sv[key] = value
+    return quant
+
+
+def _version_defaults(sv: dict[str, Any], max_position: int, device_gib: float, gpu: str) -> None:
+    """Fill the scheduler knobs a vLLM run file leaves out with the OpenAI server's defaults at the named
+    ``serving.engine_version`` (:func:`timeline.spec.engine_versions.vllm_scheduler_defaults`); a run
+    without a version keeps the spec's defaults."""
+    version = sv.get("engine_version")
+    if sv.get("engine", "vllm") != "vllm" or not isinstance(version, str) or version_problem("vllm", version):
+        return
+    mml = sv.get("max_model_len") or max_position
+    if not isinstance(mml, int):
+        return
+    chunked = sv.get("enable_chunked_prefill")
+    d = vllm_scheduler_defaults(version, mml, device_gib, gpu, chunked if isinstance(chunked, bool) else None)
+    sv.setdefault("enable_chunked_prefill", d.enable_chunked_prefill)
+    sv.setdefault("max_num_seqs", d.max_num_seqs)
+    sv.setdefault("max_num_batched_tokens", d.max_num_batched_tokens)
 
 
 def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
@@ -117,6 +162,9 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     allocator = build_section(AllocatorSpec, "allocator", table("allocator"), problems)
     sv_values = table("serving")
     load_values = sv_values.pop("load", None)
+    quant = _checkpoint_quant(data.get("model"), base, sv_values, problems)
+    if model is not None and hardware is not None:
+        _version_defaults(sv_values, model.max_position_embeddings, hardware.capacity_gib, str(gpu))
     serving = build_section(ServingSpec, "serving", sv_values, problems)
     load = None
     if load_values is not None:
@@ -144,7 +192,7 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     assert model is not None  # a missing model is one of the problems above
     run = ServeRunSpec(name=name, source=str(path.resolve()), model=model, model_source=model_source,
                        parallel=parallel, hardware=hardware, allocator=allocator, serving=serving, load=load,
-                       requests=requests, notes=tuple(notes))
+                       requests=requests, notes=tuple(notes), quant=quant)
     problems = serve_problems(run)
     if problems:
         raise SpecError(problems, source)

@@ -20,6 +20,10 @@ Formats (out × in is one device's weight shard, g = ``quant_group_size``):
   the group is fixed at 32 by the format.
 * ``bf16`` / ``fp16``: 2 bytes per element, nothing else.
 
+A run whose ``hf_config`` carries a ``quantization_config`` lays each weight out as the checkpoint
+stores it (:func:`checkpoint_bytes`, ``run.quant``): which modules are quantized, the scale layout,
+zeros, act-order indices and MXFP4's padding.
+
 MLA with vLLM also keeps ``W_UK_T`` and ``W_UV``, dequantized copies of ``kv_b_proj`` in the model
 dtype (``vllm/v1/attention/backends/mla/common.py`` ``MLACommonImpl.process_weights_after_loading``).
 """
@@ -29,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from timeline.graph.tensors import DTYPE_BYTES, TensorDef
+from timeline.serve.quant_layout import checkpoint_bytes
 from timeline.spec.serving import ServeRunSpec
 
 MX_GROUP = 32
@@ -73,6 +78,9 @@ class WeightBytes:
 def weight_bytes(run: ServeRunSpec, params: list[TensorDef]) -> WeightBytes:
     sv = run.serving
     q = d = 0
+    if run.quant is not None:
+        q, d = checkpoint_bytes(run, params)
+        params = []
     for t in params:
         if sv.weight_dtype not in ("bf16", "fp16") and is_quantized(t):
             q += quantized_bytes(t.shape, sv.weight_dtype, sv.quant_group_size)

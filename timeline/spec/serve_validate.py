@@ -7,6 +7,7 @@ version) cites the engine's own argument checks.
 
 from __future__ import annotations
 
+from timeline.spec.engine_versions import version_problem
 from timeline.spec.serving import ENGINE_VERSIONS, ServeRunSpec
 from timeline.spec.validate import _divisors, model_problems
 
@@ -63,9 +64,9 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
         add(("parallel.tp", 'engine = "hf" models one device running generate; set tp = ep = dp = 1'))
     problems += dp_problems(run)
     versions = ENGINE_VERSIONS[sv.engine]
-    if sv.engine_version and sv.engine_version not in versions:
-        add(("serving.engine_version", f"{sv.engine_version!r}: the {sv.engine} rules are read at "
-             f"{', '.join(versions)}; use one of them"))
+    why = version_problem(sv.engine, sv.engine_version) if sv.engine_version not in versions else ""
+    if why:
+        add(("serving.engine_version", why))
     allowed = KV_DTYPES_BY_ENGINE[sv.engine]
     if sv.kv_cache_dtype not in allowed:
         add(("serving.kv_cache_dtype", f"{sv.kv_cache_dtype!r} is not accepted by {sv.engine}; use one of "

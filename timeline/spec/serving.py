@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from timeline.spec.fields import spec_field
 from timeline.spec.model import ModelSpec
+from timeline.spec.quant import CheckpointQuant
 from timeline.spec.run import AllocatorSpec, HardwareSpec, ParallelSpec
 
 ENGINES = ("vllm", "sglang", "hf")
@@ -100,6 +101,7 @@ class ServeRunSpec:
     load: LoadSpec | None
     requests: tuple[Request, ...] = field(default=(), compare=False, repr=False)
     notes: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    quant: CheckpointQuant | None = None  # the checkpoint's quantization_config (hf_config models)
 
     @property
     def max_model_len(self) -> int:

@@ -1,0 +1,120 @@
+"""The bytes a device loads for a checkpoint as published (``run.quant``, its ``quantization_config``).
+
+Every layout is vLLM's ``create_weights`` of the method at the 0.11.0 PyPI wheel
+(``vllm/model_executor/layers/quantization/``), per device shard (out × in of one tensor-parallel rank):
+
+* ``fp8`` (``fp8.py`` ``Fp8LinearMethod.create_weights`` / ``Fp8MoEMethod.create_weights``): one byte per
+  element; with ``weight_block_size`` [bn, bk] an fp32 ``weight_scale_inv`` of ``ceil(out/bn) × ceil(in/bk)``,
+  else one fp32 ``weight_scale`` per weight. Embeddings, the LM head and a ``quant_config=None`` router stay
+  in the model dtype (:func:`timeline.serve.weights.is_quantized`).
+* ``awq`` (``awq.py`` ``AWQLinearMethod.create_weights``): int32 ``qweight`` (in, out/pack), ``qzeros``
+  (in/g, out/pack), model-dtype ``scales`` (in/g, out); pack = 32/bits.
+* ``gptq`` (``gptq.py`` ``GPTQLinearMethod.create_weights``): ``qweight`` (in/pack, out), int32 ``g_idx`` (in),
+  ``qzeros`` (in/g, out/pack), ``scales`` (in/g, out); ``group_size = -1`` is one group of ``in``.
+* ``compressed-tensors``: fp8 (``CompressedTensorsW8A8Fp8.create_weights``: one byte per element and an fp32
+  scale per output channel, or per tensor); int4/int8 (``CompressedTensorsWNA16.create_weights``:
+  ``weight_packed`` (out, in/pack) int32, ``weight_scale`` (out, in/g) in the model dtype, ``weight_zero_point``
+  (out/pack, in/g) int32 when asymmetric, an int64 ``weight_shape`` of 2).
+* ``mxfp4`` (``mxfp4.py`` ``Mxfp4MoEMethod.create_weights``): experts only (``Mxfp4Config.get_quant_method``:
+  a linear layer must be in ``modules_to_not_convert``); uint8 weights of two values a byte, a uint8 scale per
+  32 values and model-dtype biases, the intermediate and hidden sizes padded for the backend
+  ``get_mxfp4_backend`` picks by compute capability: Marlin below sm 90 (intermediate to 128, hidden to 256),
+  Triton on sm 90 (intermediate to 64), FlashInfer on sm 100 (both to 256).
+
+Modules named in ``modules_to_not_convert`` / ``ignore`` (Hugging Face names, ``model.`` dropped, ``*`` a
+wildcard, ``re:`` a regular expression) stay in the model dtype (``utils/quant_utils.py``
+``is_layer_skipped``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+
+from timeline.graph.tensors import DTYPE_BYTES, TensorDef
+from timeline.spec.quant import CheckpointQuant
+from timeline.spec.serving import ServeRunSpec
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _round_up(a: int, b: int) -> int:
+    return _cdiv(a, b) * b
+
+
+def skipped(name: str, patterns: tuple[str, ...]) -> bool:
+    """A parameter of a module the checkpoint keeps unquantized."""
+    module = name.rsplit(".", 1)[0]
+    for raw in patterns:
+        p = raw.removeprefix("model.")
+        if p.startswith("re:"):
+            if re.fullmatch(p[3:].removeprefix(".*").removeprefix("model."), module) or re.search(p[3:], module):
+                return True
+        elif fnmatch.fnmatch(module, p) or fnmatch.fnmatch(module, p + ".*") or module.endswith("." + p):
+            return True
+    return False
+
+
+def mxfp4_padding(sm: int) -> tuple[int, int]:
+    """(intermediate, hidden) multiples the MXFP4 MoE backend pads to (module docstring)."""
+    if sm < 90:
+        return 128, 256
+    if sm < 100:
+        return 64, 1
+    return 256, 256
+
+
+def linear_bytes(q: CheckpointQuant, out: int, inp: int, act_bytes: int) -> int:
+    """One quantized out × in weight with its scales, zeros and indices."""
+    n = out * inp
+    if q.weight_dtype == "fp8":
+        if q.block_rows:
+            return n + _cdiv(out, q.block_rows) * _cdiv(inp, q.group_size) * 4
+        return n + (out * 4 if q.group_size == 0 else 4)
+    bits = q.bits
+    groups = 1 if q.group_size <= 0 else _cdiv(inp, q.group_size)
+    packed = n * bits // 8
+    if q.method == "compressed-tensors":
+        return packed + out * groups * act_bytes + (out * bits // 8 * groups if q.zero_point else 0) + 16
+    zeros = groups * out * bits // 8 if q.zero_point else 0
+    g_idx = inp * 4 if q.method == "gptq" else 0
+    return packed + groups * out * act_bytes + zeros + g_idx
+
+
+def _expert_dims(run: ServeRunSpec, t: TensorDef) -> tuple[int, ...]:
+    """MXFP4's padded shape of an expert weight or bias (gate/up: intermediate × hidden, down: the reverse)."""
+    pad_i, pad_h = mxfp4_padding(int(run.hardware.sm))
+    inter = run.model.moe_intermediate_size // run.parallel.etp
+    i_p, h_p = _round_up(inter, pad_i), _round_up(run.model.hidden_size, pad_h)
+    down = ".down_proj." in t.name
+    if len(t.shape) == 1:
+        return (h_p,) if down else (i_p,)
+    return (h_p, i_p) if down else (i_p, h_p)
+
+
+def checkpoint_bytes(run: ServeRunSpec, params: list[TensorDef]) -> tuple[int, int]:
+    """(quantized bytes, model-dtype bytes) of one device's parameters under ``run.quant``."""
+    from timeline.serve.weights import is_quantized
+
+    q = run.quant
+    assert q is not None
+    act = DTYPE_BYTES[run.serving.dtype]
+    quant = dense = 0
+    for t in params:
+        expert = ".experts." in t.name
+        if q.experts_only:
+            if expert and len(t.shape) == 2:
+                out, inp = _expert_dims(run, t)
+                quant += out * inp // 2 + out * _cdiv(inp, 32)
+            elif expert:
+                dense += _expert_dims(run, t)[0] * act
+            else:
+                dense += t.numel * (act if t.dtype in ("bf16", "fp16") else DTYPE_BYTES[t.dtype])
+            continue
+        if is_quantized(t) and not skipped(t.name, q.not_converted):
+            quant += linear_bytes(q, t.shape[0], t.shape[1], act)
+        else:
+            dense += t.numel * (act if t.dtype in ("bf16", "fp16") else DTYPE_BYTES[t.dtype])
+    return quant, dense

@@ -1,0 +1,99 @@
+"""Which engine versions ``serving.engine_version`` names, and the version-dependent defaults.
+
+vLLM's memory budget changed shape across releases; every rule here was read in the engine's own
+source at the release named (the PyPI wheel of that version, file and function cited), and only
+the rules that move the KV pool of a calibration log (``tests/data/serving_logs.json``, side
+``calibration``) are written:
+
+* **engine** — vLLM's V1 engine is the default from 0.8.0 (``vllm/envs.py`` ``VLLM_USE_V1``
+  defaults to 1 at 0.8.0; at 0.7.x it is 0). Before, the V0 ``LLMEngine`` profiles with
+  ``vllm/worker/worker.py`` ``Worker.determine_num_available_blocks``.
+* **scheduler defaults, V0** — ``vllm/config.py`` ``SchedulerConfig.__post_init__`` @0.6.4.post1
+  (unchanged to 0.7.3): without chunked prefill, ``max_num_batched_tokens = max(max_model_len,
+  2048)``, so the profile run is one ``max_model_len``-token step; the OpenAI server turns chunked
+  prefill on for ``max_model_len > 32768`` (``vllm/engine/arg_utils.py``
+  ``EngineArgs.create_engine_config``: ``use_long_context``) and the chunked budget is then 512
+  (``SchedulerConfig.__post_init__`` @0.6.4.post1), 2048 from 0.6.6 (@0.6.6.post1, @0.7.3).
+  ``max_num_seqs`` defaults to 256.
+* **scheduler defaults, V1** — ``vllm/engine/arg_utils.py`` ``EngineArgs._set_default_args_v1``
+  @0.9.2 and @0.11.0: the OpenAI server takes ``max_num_batched_tokens`` 8192 and
+  ``max_num_seqs`` 1024 on a device of ≥ 70 GiB whose name has no "a100", else 2048 and 256
+  (@0.8.5: the same token budgets, ``max_num_seqs`` 256 everywhere).
+
+The KV pool itself is ``total · gpu_memory_utilization − (weights + torch peak increase +
+non-torch increase)`` at every version read here from 0.6.4 on (V0 ``determine_num_available_blocks``
+@0.6.4.post1 counts the torch peak of the profile run including the weights and the non-torch
+bytes in use after it; V1 ``gpu_worker.py`` ``Worker.determine_available_memory`` @0.9.2 with
+``memory_profiling``), so :mod:`timeline.serve.budget` needs no other branch for them. Versions
+before 0.6.4 (``peak = init_free − free`` after the profile run, the caching allocator's reserved
+bytes) are not modelled: such a version is refused by name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: the default rule set (the newest source the budget was read at)
+VLLM_DEFAULT = "0.11+35d5cda"
+#: the oldest and newest vLLM releases whose budget rules are modelled
+VLLM_OLDEST = (0, 6, 4)
+VLLM_V1_DEFAULT = (0, 8, 0)
+SGLANG_VERSIONS = ("0.4",)
+_VERSION_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    """``"0.6.4.post1"`` → (0, 6, 4); ``"0.11+35d5cda"`` → (0, 11, 0); None if not a version."""
+    m = _VERSION_RE.match(text)
+    if m is None:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def version_problem(engine: str, version: str) -> str:
+    """One line saying why ``version`` is not modelled for ``engine``; "" when it is."""
+    if not version or engine == "hf":
+        return ""
+    if engine == "sglang":
+        return "" if version in SGLANG_VERSIONS else f"the SGLang rules are read at {', '.join(SGLANG_VERSIONS)}; use it"
+    v = parse_version(version)
+    if v is None:
+        return f"{version!r} is not a version such as 0.6.4 or 0.11.0"
+    if v < VLLM_OLDEST:
+        return (f"vLLM {version}: versions before 0.6.4 size the cache from the caching allocator's reserved bytes "
+                "after the profile run (not modelled); use 0.6.4 or later")
+    return ""
+
+
+def is_v1(version: str) -> bool:
+    """vLLM's V1 engine (the default from 0.8.0; the default rule set is V1)."""
+    v = parse_version(version or VLLM_DEFAULT)
+    return v is None or v >= VLLM_V1_DEFAULT
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerDefaults:
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    enable_chunked_prefill: bool
+
+
+def vllm_scheduler_defaults(version: str, max_model_len: int, device_gib: float, device_name: str,
+                            chunked: bool | None = None) -> SchedulerDefaults:
+    """The OpenAI server's ``max_num_batched_tokens`` / ``max_num_seqs`` when the user gives neither
+    (module docstring: V0 ``SchedulerConfig.__post_init__``, V1 ``_set_default_args_v1``);
+    ``chunked`` is the user's ``enable_chunked_prefill`` (None: the engine's default)."""
+    if not is_v1(version):
+        if chunked is None:
+            chunked = max_model_len > 32768
+        if chunked:
+            chunk = 2048 if (parse_version(version) or (0, 7, 0)) >= (0, 6, 6) else 512
+            return SchedulerDefaults(max_num_batched_tokens=chunk, max_num_seqs=256, enable_chunked_prefill=True)
+        return SchedulerDefaults(max_num_batched_tokens=max(max_model_len, 2048), max_num_seqs=256,
+                                 enable_chunked_prefill=False)
+    v = parse_version(version or VLLM_DEFAULT) or (0, 11, 0)
+    large = device_gib >= 70 and (v < (0, 9, 0) or "a100" not in device_name.lower())
+    seqs = 1024 if large and v >= (0, 9, 0) else 256
+    return SchedulerDefaults(max_num_batched_tokens=8192 if large else 2048, max_num_seqs=seqs,
+                             enable_chunked_prefill=True)

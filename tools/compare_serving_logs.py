@@ -1,0 +1,189 @@
+"""The serving budget against public startup logs of vLLM and SGLang (issue 27).
+
+Reads the fact table ``tests/data/serving_logs.json`` (inputs as each log or its thread states them,
+the engine's printed numbers) and the split ``tools/serving_logs_split.json`` (every log
+identity, its side fixed by a hash before its numbers were read). Each record becomes a serve run
+file in memory — the engine, ``engine_version``, GPU memory and every setting from the record, the
+published ``config.json`` from ``tests/data/hf`` — and the budget comes from
+:func:`timeline.serve.budget.compute_budgets`, the tool's own code: no per-record constant.
+
+Inputs that are *measured*, not predicted: the device's total memory (what the engine printed, or the
+same GPU class's printed total in another log, named in the record) and the non-PyTorch memory where
+the log prints it (``non_torch_gib``; elsewhere 0, marked ``nt?``). Compared per record: weights, the
+profile run's activation peak (vLLM 0.6.4's ``peak_torch_memory`` minus the weights where that is what
+the log gives), the KV pool (GiB, blocks or tokens, as the engine printed it) and whether the engine
+started. The calibration and unseen sides are summarised separately; a record the tool cannot build
+(family not modelled, config or inputs missing, version not modelled) is counted with its reason.
+
+``python tools/compare_serving_logs.py`` prints the Markdown tables; ``--before`` runs every record
+without its ``engine_version`` and with the weight format given by hand (the tool before issue 27's
+rules: the V1 rules at 35d5cda and the spec's scheduler defaults).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from timeline.errors import UserError
+from timeline.io.serve_runfile import load_serve_run
+from timeline.serve.budget import Budget, compute_budgets
+
+ROOT = Path(__file__).resolve().parents[1]
+LOGS = ROOT / "tests" / "data" / "serving_logs.json"
+SPLIT = ROOT / "tools" / "serving_logs_split.json"
+HF = ROOT / "tests" / "data" / "hf"
+GIB = 2**30
+#: the weight format a run file stated by hand before checkpoints were read (``--before`` only)
+HAND_FORMAT = {"fp8 (from config)": 'weight_dtype = "fp8"\nquant_group_size = 128\n',
+               "mxfp4 (from config)": 'weight_dtype = "mxfp4"\nquant_group_size = 32\n'}
+
+
+@dataclass
+class Row:
+    rec: dict
+    budget: Budget | None = None
+    refused: str = ""
+    errors: dict[str, float] = field(default_factory=dict)  # metric → relative error
+    cells: dict[str, str] = field(default_factory=dict)
+
+
+def gpu_key(name: str | None) -> str:
+    """The hardware table entry a record runs as; only its capacity (overridden) and name enter the budget."""
+    name = (name or "").lower()
+    return "a100" if ("a100" in name or "a800" in name) else "h200" if "h200" in name else "h100"
+
+
+def run_text(rec: dict, before: bool) -> str:
+    sv = [f'engine = "{rec["engine"]}"']
+    if not before and rec.get("engine_version"):
+        sv.append(f'engine_version = "{rec["engine_version"]}"')
+    for key in ("gpu_memory_utilization", "mem_fraction_static", "max_model_len", "max_num_seqs",
+                "max_num_batched_tokens", "block_size", "kv_cache_dtype"):
+        if rec.get(key) is not None:
+            value = rec[key]
+            sv.append(f"{key} = {json.dumps(value)}")
+    if rec.get("enforce_eager"):
+        sv.append("enforce_eager = true")
+    nt = rec["measured"].get("non_torch_gib")
+    if nt is not None:
+        sv.append(f"non_torch_gib = {nt}")
+    if rec.get("dtype") in ("bf16", "fp16"):
+        sv.append(f'dtype = "{rec["dtype"]}"')
+    if before and rec.get("quantization") in HAND_FORMAT:
+        sv.append(HAND_FORMAT[rec["quantization"]].strip())
+    return (f'[model]\nhf_config = "{HF / rec["hf_config"] / "config.json"}"\n'
+            f'[parallel]\ntp = {rec.get("tp", 1)}\npp = {rec.get("pp", 1)}\n'
+            f'[hardware]\ngpu = "{gpu_key(rec.get("gpu"))}"\ncapacity_gib = {rec["capacity_gib"]}\n'
+            "[serving]\n" + "\n".join(sv) + "\n[serving.load]\nnum_requests = 1\n")
+
+
+def refusal(rec: dict) -> str:
+    if rec.get("refused_family"):
+        return f"family not modelled: {rec['refused_family']}"
+    if rec.get("missing"):
+        return f"inputs missing: {rec['missing']}"
+    if not rec.get("hf_config"):
+        return "no published config.json in tests/data/hf"
+    if rec.get("capacity_gib") is None:
+        return "GPU memory not known"
+    return ""
+
+
+def rel(pred: float, meas: float) -> float:
+    return (pred - meas) / abs(meas) if meas else float("inf")
+
+
+def compare(rec: dict, folder: Path, before: bool) -> Row:
+    row = Row(rec=rec, refused=refusal(rec))
+    if row.refused:
+        return row
+    path = folder / f"{rec['id']}.toml"
+    path.write_text(run_text(rec, before))
+    try:
+        budgets = compute_budgets(load_serve_run(path))
+    except UserError as exc:
+        row.refused = f"tool error: {str(exc).splitlines()[0][:160]}"
+        return row
+    b = row.budget = budgets[0]
+    m = rec["measured"]
+    if "weights_gib" in m:
+        row.errors["weights"] = rel(b.weights_bytes / GIB, m["weights_gib"])
+        row.cells["weights"] = f"{b.weights_bytes / GIB:.2f} / {m['weights_gib']:.2f}"
+    act = m.get("activation_gib")
+    if act is None and "torch_peak_gib" in m and "weights_gib" in m:
+        act = m["torch_peak_gib"] - m["weights_gib"]  # vLLM 0.6.4 prints the torch peak with the weights in it
+    if act is not None:
+        row.errors["activation"] = rel(b.activation_peak_bytes / GIB, act)
+        row.cells["activation"] = f"{b.activation_peak_bytes / GIB:.2f} / {act:.2f}"
+    if "kv_pool_gib" in m:
+        pred = (b.requested_bytes - b.weights_bytes - b.activation_peak_bytes - b.non_torch_bytes) / GIB
+        row.errors["kv"] = rel(pred, m["kv_pool_gib"])
+        row.cells["kv"] = f"{pred:.2f} / {m['kv_pool_gib']:.2f} GiB"
+    elif "kv_tokens" in m:
+        tokens = b.num_kv_blocks * b.block_size
+        row.errors["kv"] = rel(tokens, m["kv_tokens"])
+        row.cells["kv"] = f"{tokens:,} / {m['kv_tokens']:,} tok"
+    elif "gpu_blocks" in m:
+        row.errors["kv"] = rel(b.num_kv_blocks, m["gpu_blocks"])
+        row.cells["kv"] = f"{b.num_kv_blocks:,} / {m['gpu_blocks']:,} blk"
+    if "starts" in m:
+        ours = not b.failure
+        row.cells["start"] = ("ok" if ours == m["starts"] else "DIFFERS") + f" ({'starts' if ours else 'refuses'})"
+    if m.get("non_torch_gib") is None and rec["engine"] == "vllm":
+        row.cells["note"] = "nt?"
+    return row
+
+
+def pct(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:+.1f} %"
+
+
+def summary(rows: list[Row], side: str, listed: int) -> list[str]:
+    mine = [r for r in rows if r.rec["side"] == side]
+    built = [r for r in mine if not r.refused]
+    out = [f"**{side}**: {listed} logs listed, {len(mine)} transcribed, {len(built)} compared, "
+           f"{len(mine) - len(built)} refused by the tool"]
+    for metric in ("weights", "activation", "kv"):
+        errs = [abs(r.errors[metric]) for r in built if metric in r.errors]
+        if errs:
+            out.append(f"- {metric}: {len(errs)} records, median |error| {100 * statistics.median(errs):.2f} %, "
+                       f"worst {100 * max(errs):.2f} %")
+    starts = [r for r in built if "start" in r.cells]
+    agree = sum(r.cells["start"].startswith("ok") for r in starts)
+    out.append(f"- start/refusal agrees: {agree} of {len(starts)}")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    before = "--before" in argv
+    records = json.loads(LOGS.read_text())["records"]
+    split = json.loads(SPLIT.read_text())["logs"]
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = [compare(rec, Path(tmp), before) for rec in records]
+    print("| side | record | engine | weights GiB (ours / log) | activation GiB | KV pool | start | |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        rec = r.rec
+        eng = f"{rec['engine']} {rec.get('engine_version') or '?'}"
+        if r.refused:
+            print(f"| {rec['side'][:3]} | {rec['id']} | {eng} | refused: {r.refused} | | | | |")
+            continue
+        c, e = r.cells, r.errors
+        print(f"| {rec['side'][:3]} | {rec['id']} | {eng} | {c.get('weights', '')} {pct(e.get('weights'))} | "
+              f"{c.get('activation', '')} {pct(e.get('activation'))} | {c.get('kv', '')} {pct(e.get('kv'))} | "
+              f"{c.get('start', '')} | {c.get('note', '')} |")
+    print()
+    for side in ("calibration", "unseen"):
+        listed = sum(e["side"] == side for e in split)
+        print("\n".join(summary(rows, side, listed)))
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
