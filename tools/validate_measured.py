@@ -412,6 +412,14 @@ def _memory_relevant(name: str) -> bool:
     return name not in NEUTRAL_REASON if name.startswith("--") else name in ENV_MAPPED
 
 
+def _same_tokenizer_file(name: str, values: list) -> bool:
+    """A tokenizer file moved to another folder: from-megatron reads only its presence and file name
+    (megatron_map.py: _vocab)."""
+    if name not in ("--vocab-file", "--merge-file", "--tokenizer-model") or None in values:
+        return False
+    return len({str(v).rsplit("/", 1)[-1] for v in values}) == 1
+
+
 def recorded_earlier_lines(rows: list[dict], provenance: dict[str, dict]) -> list[str]:
     """The cases simulated at their golden's recording commit rather than the dataset's."""
     out = []
@@ -420,7 +428,7 @@ def recorded_earlier_lines(rows: list[dict], provenance: dict[str, dict]) -> lis
         if not r.get("recorded_at") or not entry:
             continue
         moved = ", ".join(f"{k} {v[0]!r}→{v[1]!r}" for k, v in {**entry["model_args"], **entry["env"]}.items()
-                          if _memory_relevant(k))
+                          if _memory_relevant(k) and not _same_tokenizer_file(k, v))
         out.append(f"  {r['name']}: {entry['recorded_commit'][:10]} {entry['recorded_date']} "
                    f"({entry['kind']}: {entry['recorded_path'].rsplit('/', 2)[-2]}){'; then vs now: ' + moved if moved else ''}")
     return ["recorded earlier (golden bytes older than the dataset's commit; simulated at the recording commit "

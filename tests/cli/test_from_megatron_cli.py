@@ -108,3 +108,25 @@ def test_unreadable_configs_are_one_error_line(tmp_path, capsys, name, text, nee
     assert main(["from-megatron", str(path), "--world-size", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and needle in err[0]
+
+
+@pytest.mark.parametrize(("args", "megatron_core", "needle"), [
+    ({"num-layer": 2}, None, "--num-layer: not an argument of Megatron-LM's training parser (core_v0.12.0 … main); "
+                             "did you mean --num-layers"),
+    ({"step-batch-size-schedule": "0:4 1M:8"}, "0.14.0",
+     "--step-batch-size-schedule: introduced in Megatron-Core 0.18.0 (core_v0.18.0); --megatron-core 0.14.0"),
+    ({"use-legacy-models": True}, "0.19.0", "--use-legacy-models: removed after Megatron-Core 0.17.1 (core_v0.17.1)"),
+])
+def test_an_argument_no_version_or_not_this_version_has_is_one_line(tmp_path, capsys, args, megatron_core, needle):
+    extra = ["--megatron-core", megatron_core] if megatron_core else []
+    assert main(["from-megatron", str(_config(tmp_path, ARGS | args)), "--world-size", "8", *extra]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_functional_tests_inference_mode_is_refused_as_a_job(tmp_path, capsys):
+    path = _config(tmp_path)
+    path.write_text(yaml.safe_dump({"MODE": "inference", "MODEL_ARGS": ARGS | {"num-tokens-to-generate": 8}}))
+    assert main(["from-megatron", str(path), "--world-size", "8"]) == 2
+    assert capsys.readouterr().err.strip().endswith("MODE: inference: an inference job (MODE: inference); "
+                                                    "timeline simulates training")

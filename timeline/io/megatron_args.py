@@ -31,12 +31,14 @@ VAR_RE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 class MegatronArgs:
     """Arguments by their ``--dashed-name`` (a bare flag is ``True``; several values a tuple of
     strings), the environment the job ran with, and the model family the input itself names
-    (a ``pretrain_bert.py`` in the script, a ``test_cases/t5/`` folder), if any."""
+    (a ``pretrain_bert.py`` in the script, a ``test_cases/t5/`` folder), if any, and a functional
+    test's ``MODE`` (``pretraining``, ``inference``, ``rl``; None when the input has none)."""
 
     args: dict[str, Any]
     env: dict[str, str] = field(default_factory=dict)
     family: str | None = None
     family_source: str = ""
+    mode: str | None = None
 
 
 #: arguments written in a grammar that has no quote, backslash or ``$`` of its own, so any left in
@@ -129,7 +131,7 @@ def _key(raw: object) -> str:
 
 
 def from_mapping(model_args: dict[str, Any], env: dict[str, Any] | None = None, *,
-                 family: str | None = None, family_source: str = "") -> MegatronArgs:
+                 family: str | None = None, family_source: str = "", mode: str | None = None) -> MegatronArgs:
     """``MODEL_ARGS`` / ``ENV_VARS`` as the functional-test YAML holds them."""
     args: dict[str, Any] = {}
     for raw, value in (model_args or {}).items():
@@ -138,7 +140,7 @@ def from_mapping(model_args: dict[str, Any], env: dict[str, Any] | None = None, 
         key = _key(raw)
         args[key] = unquote(value) if key in UNQUOTED_ARGS and isinstance(value, str) else value
     envs = {str(k): str(v) for k, v in (env or {}).items() if v is not None}
-    return MegatronArgs(args=args, env=envs, family=family, family_source=family_source)
+    return MegatronArgs(args=args, env=envs, family=family, family_source=family_source, mode=mode)
 
 
 def _family_from_path(path: Path) -> tuple[str | None, str]:
@@ -166,7 +168,9 @@ def parse_yaml(text: str, path: Path) -> MegatronArgs:
     if not isinstance(env, dict):
         raise UserError(f"{path}: ENV_VARS must be a mapping of variable names to values")
     family, source = _family_from_path(path)
-    return from_mapping(data["MODEL_ARGS"], env, family=family, family_source=source)
+    mode = data.get("MODE")
+    return from_mapping(data["MODEL_ARGS"], env, family=family, family_source=source,
+                        mode=None if mode is None else str(mode))
 
 
 #: ``pretrain_<family>.py`` names the model family a launch script trains

@@ -168,11 +168,27 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
     c.put("framework.attention_softmax_in_fp32",
           a.flag("--attention-softmax-in-fp32") or a.flag("--apply-query-key-layer-scaling"),
           "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling")
-    c.put("framework.make_vocab_size_divisible_by", a.int("--make-vocab-size-divisible-by", 128),
+    # --padded-vocab-size is the model's vocabulary as it stands (training/argument_utils.py: should_pad_vocab
+    # False; before 0.17 core/tokenizers/utils/build_tokenizer.py: _set_padded_vocab_size keeps a given one)
+    c.put("framework.make_vocab_size_divisible_by",
+          1 if a.has("--padded-vocab-size") else a.int("--make-vocab-size-divisible-by", 128),
           "--make-vocab-size-divisible-by")
     c.put("framework.deterministic", deterministic, "--deterministic-mode")
     # training.py: get_model builds DistributedDataParallelConfig from these (the grad buffer's buckets)
-    c.put("framework.overlap_grad_reduce", a.flag("--overlap-grad-reduce"), "--overlap-grad-reduce")
+    overlap = a.flag("--overlap-grad-reduce")
+    c.put("framework.overlap_grad_reduce", overlap, "--overlap-grad-reduce")
+    # training.py: get_model (≤ 0.17: bucket_size = parameters // --ddp-num-buckets; later the DDP config's
+    # num_buckets), None without --overlap-grad-reduce (distributed_data_parallel.py: one bucket)
+    if a.value("--ddp-num-buckets") is not None and overlap:
+        raise UserError("--ddp-num-buckets with --overlap-grad-reduce: the bucket size it gives (the rank's "
+                        "parameters ÷ N) is not modelled; give the equivalent --ddp-bucket-size")
+    # embeddings/language_model_embedding.py: LanguageModelEmbedding.forward clones the sequence-parallel
+    # scatter's output unless this flag; without SP it changes nothing
+    no_clone = (a.flag("--no-clone-scatter-output-in-embedding")
+                or a.flag("--disable-clone-scatter-output-in-embedding"))
+    if no_clone and c.sections["parallel"]["sp"]:
+        raise UserError("--no-clone-scatter-output-in-embedding with sequence parallelism: the embedding's full "
+                        "output kept alive by the scattered view is not modelled")
     bucket = a.int("--ddp-bucket-size", 0)
     if bucket < 0:
         raise UserError(f"--ddp-bucket-size {bucket}: give a positive number of elements")

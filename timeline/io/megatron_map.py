@@ -22,9 +22,11 @@ from timeline.io.megatron_layout import moe_layer_pattern, parse_layout, pattern
 from timeline.io.megatron_table import (
     FAMILY_ARGS,
     FAMILY_NAMES,
+    MODE_JOBS,
     MODELLED_FAMILIES,
     PROVIDER_FAMILIES,
     REFUSED,
+    REFUSED_UNLESS,
 )
 from timeline.profiles.megatron_workspaces import version_tuple
 
@@ -115,12 +117,20 @@ class ArgReader:
         return v
 
 
-def refuse_unmodelled(m: MegatronArgs, a: ArgReader) -> None:
-    """Raise a one-line UserError for a model family, refused argument or optimizer not modelled."""
+def refuse_job(m: MegatronArgs) -> None:
+    """Raise a one-line UserError when the input itself names a job timeline does not simulate: a model
+    family it lacks (by folder or script) or a functional test's non-training ``MODE``."""
     if m.family and m.family not in MODELLED_FAMILIES:
         what = FAMILY_NAMES.get(m.family, m.family)
         raise UserError(f"{what} model (named by {m.family_source}): timeline models GPT-style decoders "
                         "(dense, MoE, MLA) only")
+    if m.mode in MODE_JOBS:
+        raise UserError(f"MODE: {m.mode}: {MODE_JOBS[m.mode]}")
+
+
+def refuse_unmodelled(m: MegatronArgs, a: ArgReader) -> None:
+    """Raise a one-line UserError for a model family, refused argument or optimizer not modelled."""
+    refuse_job(m)
     for name, what in FAMILY_ARGS.items():
         if name in a.raw:
             raise UserError(f"{name}: a {what} model; timeline models GPT-style decoders (dense, MoE, MLA) only")
@@ -132,13 +142,20 @@ def refuse_unmodelled(m: MegatronArgs, a: ArgReader) -> None:
     for name, why in REFUSED.items():
         if name in a.raw:
             raise UserError(f"{name}: {why}")
+    for name, (allowed, why) in REFUSED_UNLESS.items():
+        if name in a.raw and str(a.raw[name]) not in allowed:
+            raise UserError(f"{name} {a.raw[name]}: {why}")
     opt = str(a.raw.get("--optimizer", "adam"))
     if opt != "adam":
         raise UserError(f"--optimizer {opt}: only Adam's states are modelled")
 
 
 def _vocab(a: ArgReader) -> int:
-    """``--vocab-size``, else the size of the tokenizer the arguments name (GPT-2 BPE by default)."""
+    """``--padded-vocab-size``, else ``--vocab-size``, else the size of the tokenizer the arguments name
+    (GPT-2 BPE by default)."""
+    size = a.int("--padded-vocab-size")
+    if size is not None:
+        return size
     size = a.int("--vocab-size")
     if size is not None:
         return size
@@ -181,6 +198,9 @@ def map_model(a: ArgReader, c: Conversion) -> None:
         raise UserError(f"--position-embedding-type {pos}: only learned_absolute, rope and yarn are modelled")
     c.put("model.position_embedding", "learned" if pos == "learned_absolute" else "rope",
           "--position-embedding-type")
+    if a.flag("--no-position-embedding") and pos != "rope":  # arguments.py: validate_args raises
+        raise UserError(f"--no-position-embedding with --position-embedding-type {pos}: Megatron-LM rejects it "
+                        "(use --position-embedding-type rope)")
     bias = not a.flag("--disable-bias-linear")
     c.put("model.linear_bias", bias, "--disable-bias-linear")
     c.put("model.attention_bias", bias or a.flag("--add-qkv-bias"), "--add-qkv-bias")
@@ -190,7 +210,7 @@ def map_model(a: ArgReader, c: Conversion) -> None:
     c.put("model.attention_dropout", a.float("--attention-dropout", 0.1), "--attention-dropout")
     seq = a.need("--seq-length")
     c.put("model.max_position_embeddings", a.int("--max-position-embeddings", seq), "--max-position-embeddings")
-    c.put("model.vocab_size", _vocab(a), "--vocab-size", "--tokenizer-type", "--vocab-file")
+    c.put("model.vocab_size", _vocab(a), "--vocab-size", "--tokenizer-type", "--vocab-file", "--padded-vocab-size")
     if a.flag("--qk-layernorm") and not a.flag("--multi-latent-attention"):
         c.put("model.qk_norm", True, "--qk-layernorm")
     if a.flag("--multi-latent-attention"):
@@ -247,6 +267,7 @@ def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core:
     c.put("parallel.tp", tp, "--tensor-model-parallel-size")
     c.put("parallel.pp", pp, "--pipeline-model-parallel-size")
     c.put("parallel.cp", cp, "--context-parallel-size")
+    _cp_comm(a, cp)
     c.put("parallel.ep", ep, "--expert-model-parallel-size")
     c.put("parallel.etp", etp, "--expert-tensor-parallel-size")
     c.put("parallel.dp", dp)
@@ -281,10 +302,40 @@ def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core:
             "--decoder-last-pipeline-num-layers", "--account-for-embedding-in-pipeline-split",
             "--account-for-loss-in-pipeline-split") if n in a.raw))
     c.put("schedule.kind", "interleaved" if vpp > 1 else "1f1b")
+    if a.flag("--no-overlap-p2p-communication") and vpp > 1:
+        # schedules.py: forward_backward_pipelining_with_interleaving posts the next receive ahead only with
+        # config.overlap_p2p_comm; 1F1B's p2p_communication.py sends the same buffers batched or not
+        raise UserError("--no-overlap-p2p-communication with an interleaved schedule: the receive buffers' order "
+                        "without p2p overlap is not modelled")
     group = a.int("--microbatch-group-size-per-virtual-pipeline-stage")
     if group and vpp > 1:
         c.put("schedule.microbatch_group_size", group, "--microbatch-group-size-per-virtual-pipeline-stage")
     return dp, pp
+
+
+def _cp_comm(a: ArgReader, cp: int) -> None:
+    """``--cp-comm-type`` (arguments.py: nargs '+', default ['p2p'], one per layer or one for all): the
+    modelled CP exchange is TE's p2p ring (attention holds the K/V chunks it receives); with cp = 1 no
+    type communicates anything."""
+    value = a.value("--cp-comm-type")
+    if value is None or cp == 1:
+        return
+    kinds = value if isinstance(value, list | tuple) else str(value).split()
+    other = sorted({str(k) for k in kinds} - {"p2p"})
+    if other:
+        raise UserError(f"--cp-comm-type {' '.join(other)}: only the p2p context-parallel exchange is modelled "
+                        "(a2a, allgather and a2a+p2p keep other K/V buffers)")
+
+
+def _step_schedule_start(text: str) -> int:
+    """The global batch ``--step-batch-size-schedule`` starts with: its entry at threshold 0
+    (core/num_microbatches_calculator.py: StepBatchsizeNumMicroBatchesCalculator, "THRESHOLD:BS …",
+    updated at sample 0)."""
+    sizes = dict(item.partition(":")[::2] for item in text.split())
+    start = sizes.get("0", "")
+    if not start.strip().isdigit():
+        raise UserError(f"--step-batch-size-schedule {text!r}: expected 'THRESHOLD:BATCH …' starting at 0:BATCH")
+    return int(start)
 
 
 def map_training(a: ArgReader, c: Conversion, dp: int) -> None:
@@ -295,11 +346,19 @@ def map_training(a: ArgReader, c: Conversion, dp: int) -> None:
     if ramp is not None:  # the measured first iterations run the ramp's start batch
         start = str(ramp).strip("[]() ").replace(",", " ").split()
         gbs = int(start[0])
+    schedule = a.value("--step-batch-size-schedule")
+    if schedule is not None:
+        gbs = _step_schedule_start(str(schedule))
+    if a.flag("--decrease-batch-size-if-needed"):
+        # core/num_microbatches_calculator.py: ConstantNumMicroBatchesCalculator (and the ramp-up one) round the
+        # running global batch down to a multiple of micro-batch·dp
+        gbs = max(gbs // (mbs * dp), 1) * mbs * dp
     if gbs % (mbs * dp):
         raise UserError(f"--global-batch-size {gbs} is not divisible by micro-batch-size·dp = {mbs}·{dp}")
     c.put("training.micro_batch_size", mbs, "--micro-batch-size")
     c.put("training.seq_len", a.need("--seq-length"), "--seq-length")
-    c.put("training.num_microbatches", gbs // (mbs * dp), "--global-batch-size", "--rampup-batch-size")
+    c.put("training.num_microbatches", gbs // (mbs * dp), "--global-batch-size", "--rampup-batch-size",
+          "--step-batch-size-schedule", "--decrease-batch-size-if-needed")
     c.put("training.iterations", 2)
     fp16, bf16 = a.flag("--fp16"), a.flag("--bf16")
     dtype = "fp16" if fp16 else "bf16" if bf16 else "fp32"
@@ -324,7 +383,14 @@ def map_training(a: ArgReader, c: Conversion, dp: int) -> None:
         c.put("training.pad_to_capacity", a.flag("--moe-pad-expert-input-to-capacity"),
               "--moe-pad-expert-input-to-capacity")
     gran = a.str("--recompute-granularity")
-    if a.flag("--recompute-activations"):
+    if a.flag("--recompute-activations"):  # arguments.py: validate_args
+        gran = "selective"
+    moe_layer = a.flag("--moe-layer-recompute")
+    if moe_layer:
+        # transformer_config.py: TransformerConfig.__post_init__ (deprecated flag): selective, "moe" appended
+        # to the modules (default ["core_attn"]); Megatron raises with full granularity
+        if gran == "full":
+            raise UserError("--moe-layer-recompute with --recompute-granularity full: Megatron-LM rejects it")
         gran = "selective"
     if gran == "full":
         c.put("recompute.policy", "full", "--recompute-granularity")
@@ -335,7 +401,10 @@ def map_training(a: ArgReader, c: Conversion, dp: int) -> None:
         # a YAML string "[layernorm mlp]": the functional tests' launcher word-splits it and strips the
         # brackets, so argparse's nargs="*" receives the names (arguments.py: --recompute-modules)
         mods = str(mods).strip().strip("[]").replace(",", " ").split() if isinstance(mods, str) else list(mods)
-        c.put("recompute.policy", "selective", "--recompute-granularity", "--recompute-activations")
+        if moe_layer and "moe" not in mods:
+            mods.append("moe")
+        c.put("recompute.policy", "selective", "--recompute-granularity", "--recompute-activations",
+              "--moe-layer-recompute")
         c.put("recompute.modules", [str(x) for x in mods], "--recompute-modules")
     elif gran is not None:
         raise UserError(f"--recompute-granularity {gran}: use full or selective")

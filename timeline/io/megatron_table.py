@@ -1,131 +1,259 @@
-"""Which Megatron-LM arguments move no memory, and which the simulator refuses and why.
+"""Every argument of Megatron-LM's training parser, classified: mapped, memory-neutral or refused.
 
-Every argument ``timeline from-megatron`` meets is in exactly one of three places: mapped to a
-run-file key (:mod:`timeline.io.megatron_map`), listed here as memory-neutral (logging, data,
-checkpointing, the learning-rate schedule, NCCL and process-group tuning, numerics that keep every
-tensor's shape and dtype; and, named as such, two compute-communication overlaps simulated as the
-schedule without them), or refused here with the reason. An argument in none of them is refused
-as unknown, so a new Megatron flag is never silently taken for harmless. Names are Megatron-LM's
-``megatron/training/arguments.py`` (2025–2026 main).
+Each option string of ``pretrain_gpt.py``'s parser at every release from core_v0.12.0 to main
+(``tests/data/megatron/parser_args.json``, built by ``tools/megatron_parser_args.py``) is in exactly
+one place: :data:`MAPPED` (read by :mod:`timeline.io.megatron_map` / :mod:`timeline.io.megatron_framework`,
+with the rule it drives; a few refuse only some values), :data:`NEUTRAL` / :data:`UNDER`
+(:mod:`timeline.io.megatron_neutral`: why no allocation moves), or refused with what modelling it
+would need (:data:`REFUSED`, :data:`FAMILY_ARGS` for arguments that name a model family the
+simulator lacks). ``tests/io/test_megatron_parser_table.py`` fails on an argument of any version in
+none of them and on an entry that is an argument of no version. Arguments of Megatron's other scripts
+(inference, MIMO, elastic training) are :data:`OTHER_SCRIPTS`.
 """
 
 from __future__ import annotations
 
-#: memory-neutral arguments, by exact name, grouped by why they move no allocation
-NEUTRAL: dict[str, tuple[str, ...]] = {
-    "logging": (
-        "--log-interval", "--log-params-norm", "--log-num-zeros-in-grad", "--log-throughput", "--log-progress",
-        "--log-timers-to-tensorboard", "--log-memory-to-tensorboard", "--log-validation-ppl-to-tensorboard",
-        "--tensorboard-dir", "--tensorboard-log-interval", "--timing-log-level", "--timing-log-option",
-        "--wandb-project", "--wandb-entity", "--wandb-exp-name", "--wandb-save-dir", "--logging-level",
-        "--no-record-throughput", "--straggler-minmax-count", "--log-energy", "--log-world-size-to-tensorboard",
-    ),
-    "data": (
-        "--data-path", "--data-cache-path", "--split", "--vocab-file", "--merge-file", "--tokenizer-type",
-        "--tokenizer-model", "--tiktoken-pattern", "--num-workers", "--mock-data", "--dataloader-type",
-        "--no-mmap-bin-files", "--fim-data", "--fim-rate",
-        "--fim-spm-rate", "--no-use-tokenizer-model-from-checkpoint-args", "--dataset-provider",
-        "--vocab-extra-ids", "--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss",
-    ),
-    "checkpointing": (
-        "--save", "--load", "--save-interval", "--save-retain-interval", "--ckpt-format", "--async-save",
-        "--async-strategy", "--use-persistent-ckpt-worker", "--ckpt-assume-constant-structure",
-        "--ckpt-fully-parallel-load", "--ckpt-fully-parallel-save", "--no-ckpt-fully-parallel-save",
-        "--dist-ckpt-strictness", "--dist-ckpt-optim-fully-reshardable", "--dist-ckpt-save-pre-mcore-014",
-        "--auto-detect-ckpt-format", "--use-checkpoint-args", "--use-checkpoint-opt_param-scheduler",
-        "--no-load-rng", "--verify-integrity", "--exit-on-missing-checkpoint",
-    ),
-    "learning-rate schedule and optimizer hyper-parameters": (
-        "--lr", "--min-lr", "--lr-decay-style", "--lr-decay-iters", "--lr-decay-samples", "--lr-warmup-fraction",
-        "--lr-warmup-iters", "--lr-warmup-samples", "--lr-warmup-init", "--lr-wsd-decay-style", "--decoupled-lr",
-        "--decoupled-min-lr", "--override-opt-param-scheduler", "--override-opt_param-scheduler",
-        "--weight-decay", "--clip-grad", "--adam-beta1", "--adam-beta2", "--adam-eps", "--init-method-std",
-        "--seed", "--lr-mult-router",
-    ),
-    "run length and evaluation (the measured training iterations are unchanged)": (
-        "--train-iters", "--train-samples", "--exit-interval", "--exit-duration-in-mins", "--eval-interval",
-        "--eval-iters", "--test-mode",
-    ),
-    "process groups, NCCL and launch": (
-        "--distributed-backend", "--distributed-timeout-minutes", "--use-mcore-models", "--use-tp-pp-dp-mapping",
-        "--enable-experimental", "--overlap-p2p-communication-warmup-flush",
-        "--overlap-param-gather", "--manual-gc", "--manual-gc-interval", "--rerun-mode",
-        "--check-weight-hash-across-dp-replicas-interval", "--no-check-for-nan-in-loss-and-grad",
-        "--check-for-large-grads", "--calculate-per-token-loss",
-        "--moe-flex-dispatcher-num-sms", "--te-rng-tracker",
-    ),
-    "numerics that keep every tensor's shape and dtype": (
-        "--norm-epsilon", "--apply-layernorm-1p", "--no-persist-layer-norm", "--rotary-base", "--rotary-percent", "--rotary-interleaved",
-        "--rotary-scaling-factor", "--no-rope-fusion", "--mscale", "--mscale-all-dim", "--use-rotary-position-embeddings",
-        "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion", 
-        "--moe-router-topk-scaling-factor", "--moe-router-bias-update-rate",
-        "--moe-router-num-groups", "--moe-router-group-topk", "--mtp-loss-scaling-factor",
-        "--use-flash-attn", "--yarn-beta-fast", "--yarn-beta-slow", "--yarn-original-max-position-embeddings",
-        "--no-yarn-correction-range-round-to-int", "--max-tokens-to-oom", "--moe-shared-expert-overlap",
-        "--use-transformer-engine-op-fuser",
-        "--use-fused-weighted-squared-relu", "--moe-router-fusion",
-        "--glu-linear-offset", "--activation-func-clamp-value", "--mtp-use-repeated-layer",
-    ),
-    # not neutral in truth: simulated as the job without the overlap, which the run file's comment says
-    "compute-communication overlap, simulated as the schedule without it (not modelled yet: combined 1F1B's "
-    "layer-interleaved forward and backward on a second stream, pipeline_parallel/combined_1f1b.py; TE's "
-    "userbuffers, allocated outside PyTorch's allocator, which hold the gathered GEMM inputs)": (
-        "--overlap-moe-expert-parallel-comm", "--tp-comm-overlap",
-    ),
+from timeline.io.megatron_neutral import NEUTRAL, UNDER
+
+#: arguments from-megatron reads, with the run-file key or rule each drives
+MAPPED: dict[str, str] = {
+    **dict.fromkeys(("--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size", "--kv-channels",
+                     "--max-position-embeddings", "--seq-length"), "model sizes ([model], [training] seq_len)"),
+    **dict.fromkeys(("--group-query-attention", "--num-query-groups"), "model.num_key_value_heads"),
+    **dict.fromkeys(("--swiglu", "--squared-relu"), "model.hidden_act"),
+    "--normalization": "model.norm (LayerNorm or RMSNorm; others refused)",
+    "--position-embedding-type": "model.position_embedding (learned_absolute, rope, yarn; others refused)",
+    "--no-position-embedding": "Megatron rejects it unless --position-embedding-type rope, where it changes nothing",
+    **dict.fromkeys(("--disable-bias-linear", "--add-qkv-bias"), "model.linear_bias / attention_bias"),
+    "--untie-embeddings-and-output-weights": "model.tie_word_embeddings",
+    **dict.fromkeys(("--hidden-dropout", "--attention-dropout"), "model.*_dropout"),
+    **dict.fromkeys(("--vocab-size", "--tokenizer-type", "--vocab-file", "--tokenizer-model"), "model.vocab_size"),
+    "--padded-vocab-size": "model.vocab_size as given, unpadded (framework.make_vocab_size_divisible_by = 1)",
+    "--make-vocab-size-divisible-by": "framework.make_vocab_size_divisible_by",
+    "--qk-layernorm": "model.qk_norm",
+    **dict.fromkeys(("--multi-latent-attention", "--kv-lora-rank", "--q-lora-rank", "--qk-head-dim",
+                     "--qk-pos-emb-head-dim", "--v-head-dim"), "model MLA sizes"),
+    **dict.fromkeys(("--num-experts", "--moe-ffn-hidden-size", "--moe-router-topk",
+                     "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-router-enable-expert-bias"),
+                    "model MoE sizes"),
+    "--mtp-num-layers": "model.mtp_layers",
+    **dict.fromkeys(("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+                     "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--sequence-parallel"),
+                    "[parallel]"),
+    "--cp-comm-type": "refused unless p2p when cp > 1 (the CP exchange modelled)",
+    **dict.fromkeys(("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+                     "--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers",
+                     "--decoder-last-pipeline-num-layers", "--account-for-embedding-in-pipeline-split",
+                     "--account-for-loss-in-pipeline-split", "--microbatch-group-size-per-virtual-pipeline-stage"),
+                    "parallel.vpp / layout, schedule"),
+    "--no-overlap-p2p-communication": "refused with vpp > 1 (the interleaved schedule's receive order); "
+                                      "1F1B posts the same buffers batched or not",
+    **dict.fromkeys(("--micro-batch-size", "--global-batch-size", "--rampup-batch-size", "--step-batch-size-schedule",
+                     "--decrease-batch-size-if-needed"), "training.micro_batch_size / num_microbatches"),
+    **dict.fromkeys(("--fp16", "--bf16"), "training.dtype"),
+    **dict.fromkeys(("--initial-loss-scale", "--loss-scale"), "training.optimizer_step (fp16 overflow skips)"),
+    **dict.fromkeys(("--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"), "training.grad_dtype"),
+    "--use-distributed-optimizer": "training.zero",
+    "--num-distributed-optimizer-instances": "training.optimizer_instances",
+    "--optimizer": "Adam only; others refused",
+    **dict.fromkeys(("--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity"),
+                    "training.capacity_factor / pad_to_capacity"),
+    **dict.fromkeys(("--recompute-granularity", "--recompute-activations", "--recompute-method",
+                     "--recompute-num-layers", "--recompute-modules", "--moe-layer-recompute"), "[recompute]"),
+    "--transformer-impl": "framework.transformer_impl",
+    "--attention-backend": "framework.attention_backend",
+    "--deterministic-mode": "framework.deterministic",
+    "--no-gradient-accumulation-fusion": "framework.gradient_accumulation_fusion",
+    **dict.fromkeys(("--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl"), "framework.cross_entropy_fusion"),
+    "--no-masked-softmax-fusion": "framework.masked_softmax_fusion",
+    "--no-create-attention-mask-in-dataloader": "framework.dataloader_batch",
+    "--rerun-mode": "framework.rerun_keeps_batch",
+    **dict.fromkeys(("--attention-softmax-in-fp32", "--apply-query-key-layer-scaling"),
+                    "framework.attention_softmax_in_fp32"),
+    **dict.fromkeys(("--overlap-grad-reduce", "--ddp-bucket-size", "--ddp-pad-buckets-for-high-nccl-busbw"),
+                    "framework DDP buckets"),
+    "--ddp-num-buckets": "refused with --overlap-grad-reduce (bucket size = parameters ÷ N); no effect without",
+    **dict.fromkeys(("--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--moe-enable-deepep"),
+                    "framework.moe_token_dispatcher / moe_flex_backend"),
+    **dict.fromkeys(("--moe-router-load-balancing-type", "--moe-aux-loss-coeff"), "framework.moe_router_load_balancing"),
+    "--moe-router-dtype": "framework.moe_router_dtype",
+    "--moe-permute-fusion": "framework.moe_permute_fusion",
+    "--moe-grouped-gemm": "framework.moe_grouped_gemm",
+    **dict.fromkeys(("--moe-router-score-function", "--moe-router-pre-softmax"), "router score (same shapes)"),
+    "--moe-z-loss-coeff": "framework.moe_z_loss",
+    **dict.fromkeys(("--no-clone-scatter-output-in-embedding", "--disable-clone-scatter-output-in-embedding"),
+                    "refused with sequence parallelism (the embedding's scatter keeps its full output); no effect "
+                    "without"),
+    **dict.fromkeys(("--cpu-offloading-num-layers", "--mlp-chunks-for-training", "--cuda-graph-impl",
+                     "--encoder-tensor-model-parallel-size", "--encoder-pipeline-model-parallel-size",
+                     "--moe-dispatch-fwd-dtype", "--moe-combine-bwd-dtype", "--tensor-parallel-num-weight-shards",
+                     "--expert-tensor-parallel-num-weight-shards", "--output-logit-dtype"),
+                    "refused unless its default (no effect) value: REFUSED_UNLESS"),
 }
 
-NEUTRAL_REASON: dict[str, str] = {name: why for why, names in NEUTRAL.items() for name in names}
+#: arguments refused at any value other than these (their defaults, which change nothing), and why
+REFUSED_UNLESS: dict[str, tuple[tuple[str, ...], str]] = {
+    "--cpu-offloading-num-layers": (("0",), "activation offloading to CPU (transformer_block.py: "
+                                           "cpu_offloading_num_layers) is not modelled"),
+    "--mlp-chunks-for-training": (("1",), "an MLP run in sequence chunks (transformer_layer.py: "
+                                         "mlp_chunks_for_training) is not modelled"),
+    "--cuda-graph-impl": (("none",), "CUDA graphs keep their own memory pools (not modelled yet)"),
+    "--encoder-tensor-model-parallel-size": (("0",), "a separately parallelised encoder (multimodal / T5) is not "
+                                                    "modelled"),
+    "--encoder-pipeline-model-parallel-size": (("0",), "a separately parallelised encoder (multimodal / T5) is not "
+                                                      "modelled"),
+    "--moe-dispatch-fwd-dtype": (("bf16",), "an FP8 token dispatch (token_dispatcher.py) is not modelled"),
+    "--moe-combine-bwd-dtype": (("bf16",), "an FP8 token combine (token_dispatcher.py) is not modelled"),
+    "--tensor-parallel-num-weight-shards": ((), "weights sharded beyond tp and re-materialised per layer "
+                                               "(model_parallel_config.py: gtp_weight_remat_size) are not modelled"),
+    "--expert-tensor-parallel-num-weight-shards": ((), "expert weights sharded beyond etp and re-materialised "
+                                                      "(model_parallel_config.py) are not modelled"),
+    "--output-logit-dtype": ((), "logits in another dtype (gpt_model.py: logit_dtype) are not modelled"),
+}
 
-#: arguments whose memory the simulator does not model yet: refused with the reason
+_FP8 = "FP8 training (an FP8 recipe's casts, scales and transpose caches are not modelled yet)"
+_CKPT = "the job loads a checkpoint before the measured iterations (not modelled)"
+_FSDP = "FSDP-style sharding of parameters, gradients and optimizer states is not modelled"
+_PRECISION_OPT = "the precision-aware optimizer's state dtypes are not modelled yet"
+_REJECTED = "Megatron-LM itself rejects it (arguments.py: validate_args); use "
+_PACKED = "packed variable-length batches (THD format, per-document masks) are not modelled"
+
+#: arguments whose memory the simulator does not model: refused with the reason
 REFUSED: dict[str, str] = {
     "--perform-rl-step": "an RL loop (inference engine and training in one process) is not modelled",
     "--inference-max-seq-length": "an inference job (no training step); timeline simulates training",
-    "--num-tokens-to-generate": "an inference job (no training step); timeline simulates training",
-    "--prompts": "an inference job (no training step); timeline simulates training",
-    "--fp8-format": "FP8 training (an FP8 recipe's casts, scales and transpose caches are not modelled yet)",
-    "--fp8-recipe": "FP8 training (an FP8 recipe's casts, scales and transpose caches are not modelled yet)",
-    "--fp8-param-gather": "FP8 parameters are not modelled yet",
-    "--fp4-format": "FP4 training is not modelled yet",
-    "--enable-cuda-graph": "CUDA graphs keep their own memory pools (not modelled yet)",
-    "--cuda-graph-impl": "CUDA graphs keep their own memory pools (not modelled yet)",
-    "--cuda-graph-scope": "CUDA graphs keep their own memory pools (not modelled yet)",
-    "--use-megatron-fsdp": "Megatron-FSDP (ZeRO-3 style sharding) is not modelled",
-    "--data-parallel-sharding-strategy": "FSDP-style sharding of optimizer states, gradients and parameters "
-                                         "is not modelled",
-    "--fine-grained-activation-offloading": "activation offloading to CPU is not modelled",
-    "--cpu-offloading": "activation offloading to CPU is not modelled",
-    "--offload-modules": "activation offloading to CPU is not modelled",
-    "--export-kd-teacher-load": "distillation keeps a teacher model in memory (not modelled)",
-    "--finetune": "the job loads a checkpoint's weights before the measured iterations (not modelled)",
-    "--no-load-optim": "the job loads a checkpoint before the measured iterations (not modelled)",
-    "--delay-wgrad-compute": "delayed weight-gradient computation is not modelled yet",
-    "--precision-aware-optimizer": "the precision-aware optimizer's state dtypes are not modelled yet",
-    "--use-precision-aware-optimizer": "the precision-aware optimizer's state dtypes are not modelled yet",
-    "--main-grads-dtype": "the precision-aware optimizer's state dtypes are not modelled yet",
-    "--main-params-dtype": "the precision-aware optimizer's state dtypes are not modelled yet",
-    "--exp-avg-dtype": "the precision-aware optimizer's state dtypes are not modelled yet",
-    "--exp-avg-sq-dtype": "the precision-aware optimizer's state dtypes are not modelled yet",
+    "--fp8-format": _FP8, "--fp8-recipe": _FP8, "--fp8-param-gather": "FP8 parameters are not modelled yet",
+    "--fp4-format": "FP4 training is not modelled yet", "--fp4-param-gather": "FP4 parameters are not modelled yet",
+    "--te-precision-config-file": "a Transformer Engine per-layer precision recipe is not modelled yet",
+    "--kitchen-config-file": "NVIDIA Kitchen quantized layers (core/extensions/kitchen.py) are not modelled",
+    "--kitchen-recipe-number": "NVIDIA Kitchen quantized layers (core/extensions/kitchen.py) are not modelled",
+    "--use-kitchen-attention": "NVIDIA Kitchen attention (core/extensions/kitchen.py) is not modelled",
     "--first-last-layers-bf16": "FP8 training with bf16 first/last layers is not modelled yet",
+    "--moe-router-padding-for-quantization": "token counts padded per expert for quantized GEMMs "
+                                             "(moe_utils.py: pad_routing_map) are not modelled",
+    "--enable-cuda-graph": "CUDA graphs keep their own memory pools (not modelled yet)",
+    "--cuda-graph-scope": "CUDA graphs keep their own memory pools (not modelled yet)",
+    "--external-cuda-graph": "CUDA graphs keep their own memory pools (not modelled yet)",
+    "--optimizer-cuda-graph": "a CUDA-graphed optimizer step keeps its own memory pool (not modelled yet)",
+    "--moe-pad-experts-for-cuda-graph-inference": "CUDA-graph inference padding is not modelled",
+    "--use-megatron-fsdp": _FSDP, "--use-custom-fsdp": _FSDP, "--use-torch-fsdp2": _FSDP,
+    "--fine-grained-activation-offloading": "activation offloading to CPU is not modelled",
+    "--offload-modules": "activation offloading to CPU is not modelled",
+    "--optimizer-cpu-offload": "optimizer states offloaded to CPU (optimizer/cpu_offloading) are not modelled",
+    "--export-kd-teacher-load": "distillation keeps a teacher model in memory (not modelled)",
+    "--logits-load-dir": "distillation from stored teacher logits (training/training.py) is not modelled",
+    "--logits-save-dir": "saving each step's top-k logits (training/training.py) is not modelled",
+    "--export-quant-cfg": "ModelOpt quantization (post_training/model_builder.py) is not modelled",
+    "--qad-train-target": "ModelOpt quantization-aware distillation is not modelled",
+    "--modelopt-enabled": "a ModelOpt-built model (post_training/model_builder.py) is not modelled",
+    "--freeze-base-for-mtp": "a frozen base model (no gradients for most parameters) is not modelled",
+    "--freeze-all-layers": "frozen layers (no gradients or optimizer states for them) are not modelled",
+    "--finetune": _CKPT, "--no-load-optim": _CKPT, "--load-main-params-from-ckpt": _CKPT,
+    "--pretrained-checkpoint": _CKPT, "--moe-use-upcycling": _CKPT,
+    "--delay-wgrad-compute": "delayed weight-gradient computation is not modelled yet",
+    "--overlap-dispatch-backward-with-experts-wgrad": "experts' weight gradients delayed to a second stream "
+                                                      "(moe_layer.py) are not modelled yet",
+    "--defer-embedding-wgrad-compute": "deferred embedding weight gradients are not modelled yet",
+    "--overlap-param-gather-with-optimizer-step": "the first chunk's parameter all-gather launched inside the "
+                                                  "optimizer step (optimizer.py) is not modelled yet",
+    "--use-precision-aware-optimizer": _PRECISION_OPT, "--main-grads-dtype": _PRECISION_OPT,
+    "--main-params-dtype": _PRECISION_OPT, "--exp-avg-dtype": _PRECISION_OPT, "--exp-avg-sq-dtype": _PRECISION_OPT,
+    "--ddp-reduce-scatter-with-fp32-accumulation": "fp32 reduce-scatter accumulation buffers are not modelled",
+    "--ddp-param-name-patterns-for-fp32-local-accumulation": "fp32 local gradient accumulation for chosen "
+                                                             "parameters is not modelled",
+    "--use-nccl-ub": "buffers in NCCL's registered memory pool (param_and_grad_buffer.py) are not modelled",
     "--window-size": "sliding-window attention is not modelled yet",
     "--softmax-type": "attention softmax variants (learnable sinks) are not modelled yet",
     "--quick-geglu": "the GeGLU activation is not modelled yet",
-    "--moe-pad-experts-for-cuda-graph-inference": "CUDA-graph inference padding is not modelled",
-    "--defer-embedding-wgrad-compute": "deferred embedding weight gradients are not modelled yet",
+    "--use-te-activation-func": "Transformer Engine's activation modules (their saved tensors) are not modelled",
+    "--fused-residual-rmsnorm": "TE's fused residual-add + RMSNorm (its saved tensors) is not modelled",
+    "--fp32-residual-connection": "an fp32 residual stream (transformer_layer.py) is not modelled",
+    "--fp16-lm-cross-entropy": "cross entropy on 16-bit logits (no fp32 logits copy) is not modelled",
+    "--attention-output-gate": "a gated attention output (attention.py) adds a projection and activations "
+                               "not modelled",
+    "--qk-l2-norm": "L2-normalised queries and keys (attention.py) are not modelled",
+    "--qk-clip": "QK-clip returns each head's max logit (attention.py) and rescales weights; not modelled",
+    "--log-max-attention-logit": "the attention kernels' max-logit output per head (attention.py) is not modelled",
+    "--experimental-attention-variant": "experimental attention variants (DSA, gated delta net) are not modelled",
+    "--linear-attention-freq": "linear-attention layers (ssm/gated_delta_net) are not modelled",
+    "--enable-mhc-connections": "hyper-connections' several residual streams (hyper_connection.py) are not modelled",
+    "--use-mup": "μP's output and embedding multipliers (extra scaled copies) are not modelled",
+    "--batch-invariant-mode": "batch-invariant kernels (their own workspaces) are not modelled",
+    "--flash-attention-version": "which FlashAttention generation TE runs (NVTE_FLASH_ATTN_V*) is not modelled",
+    "--symmetric-ar-type": "all-reduces through symmetric-memory buffers are not modelled",
+    "--disable-jit-fuser": "the un-fused (eager) forms of Megatron's fused kernels and their intermediates are "
+                           "not modelled",
+    "--hybrid-context-parallel": "hybrid (per-batch) context parallelism is not modelled",
+    "--heterogeneous-layers-config-path": "heterogeneous per-layer configurations are not modelled",
+    "--heterogeneous-layers-config-encoded-json": "heterogeneous per-layer configurations are not modelled",
+    "--sft": "SFT's " + _PACKED, "--dataloader-inter-document-masking": _PACKED,
+    "--moe-apply-probs-on-input": "router probabilities applied to the experts' input (experts.py) are not modelled",
+    "--moe-input-jitter-eps": "the router's jittered input copy (router.py: apply_input_jitter) is not modelled",
+    "--moe-router-force-load-balancing": "random router logits (moe_utils.py: apply_random_logits) are not modelled",
+    "--moe-router-force-biased": "biased random router logits (moe_utils.py: apply_biased_logits) are not modelled",
+    "--moe-expert-rank-capacity-factor": "a per-rank token capacity (token_dispatcher.py) is not modelled",
+    "--moe-extended-tp": "extended expert tensor parallelism is not modelled",
+    "--moe-latent-size": "a latent projection around the experts (moe_layer.py) is not modelled",
+    "--moe-shared-expert-gate": "the shared expert's gate (moe_layer.py) is not modelled",
+    "--moe-mlp-glu-interleave-size": "interleaved GLU weights and their reordering copies are not modelled",
+    "--moe-shared-expert-glu-interleave-size": "interleaved GLU weights and their reordering copies are not modelled",
+    "--moe-use-grouped-tensor": "TE grouped tensors (per-expert token padding, experts.py) are not modelled",
+    "--moe-use-legacy-grouped-gemm": "the legacy grouped_gemm expert path is not modelled",
+    "--moe-paged-stash": "MoE activations stashed in paged buffers (moe/paged_stash.py) are not modelled",
+    "--moe-permute-fusion-into-hybridep": "the permute fused into HybridEP's dispatch is not modelled",
+    "--moe-hybridep-pad-uneven-dispatch-inputs": "HybridEP's padded uneven dispatch inputs are not modelled",
+    **dict.fromkeys(("--save-activations-interval", "--save-dgrads-interval", "--save-wgrads-interval"),
+                    "debug dumps of activations or gradients (training/training.py: train_step captures them, "
+                    "weight gradients all-reduced whole) are not modelled"),
+    "--moe-routing-trace-path": "capturing routing traces (hidden states, logits) during training is not modelled",
+    "--use-grouped-gemm-for-dense-mlp": "a grouped GEMM for dense MLPs is not modelled",
+    "--use-grouped-gemm-for-shared-expert": "a grouped GEMM for shared experts is not modelled",
+    "--mla-down-proj-fusion": "MLA's q and kv down-projections fused into one GEMM output is not modelled",
+    "--mtp-detach-heads": "MTP with detached heads (its own gradient flow) is not modelled",
+    "--mtp-hsm": "MTP's hidden-state mixing variant is not modelled",
+    "--mtp-standalone": "MTP on a pipeline stage of its own is not modelled",
+    "--no-pad-vocab-size": "an unpadded tokenizer vocabulary is not modelled; give --padded-vocab-size",
+    "--disable-pad-vocab-size": "an unpadded tokenizer vocabulary is not modelled; give --padded-vocab-size",
     "--empty-unused-memory-level": "emptying the allocator cache between steps is not modelled yet",
-    "--recompute-activations": "use --recompute-granularity selective (the same policy) instead",
     "--distribute-saved-activations": "saved activations distributed over TP ranks are not modelled yet",
-    "--num-experts-per-tok": "not a Megatron-LM argument; use --moe-router-topk",
+    "--spec": "a custom layer spec (--spec MODULE FUNCTION) builds layers timeline does not know",
+    "--use-legacy-models": "the legacy (pre-Megatron-Core) GPT model (megatron/legacy) is not modelled",
+    "--checkpoint-activations": _REJECTED + "--recompute-granularity",
+    "--batch-size": _REJECTED + "--micro-batch-size", "--warmup": _REJECTED + "--lr-warmup-iters",
+    "--model-parallel-size": _REJECTED + "--tensor-model-parallel-size",
 }
 
 #: arguments that name a model family the simulator lacks (refused as that family)
 FAMILY_ARGS: dict[str, str] = {
-    "--encoder-num-layers": "T5 encoder-decoder", "--encoder-seq-length": "T5 encoder-decoder",
-    "--decoder-seq-length": "T5 encoder-decoder", "--bert-no-binary-head": "BERT encoder",
-    "--hybrid-layer-pattern": "Mamba/hybrid", "--hybrid-override-pattern": "Mamba/hybrid",
-    "--is-hybrid-model": "Mamba/hybrid", "--mamba-num-heads": "Mamba/hybrid", "--mamba-state-dim": "Mamba/hybrid",
-    "--flextron": "Flextron elastic", "--img-h": "multimodal (vision)", "--img-w": "multimodal (vision)",
-    "--patch-dim": "multimodal (vision)",
+    **dict.fromkeys(("--encoder-num-layers", "--encoder-seq-length", "--decoder-seq-length", "--decoder-num-layers",
+                     "--relative-attention-num-buckets", "--relative-attention-max-distance",
+                     "--pipeline-model-parallel-split-rank"), "T5 encoder-decoder"),
+    "--bert-no-binary-head": "BERT encoder",
+    **dict.fromkeys(("--retro-add-retriever", "--retro-attention-gate", "--retro-cyclic-train-iters",
+                     "--retro-encoder-attention-dropout", "--retro-encoder-hidden-dropout",
+                     "--retro-encoder-layers",
+                     "--retro-no-verify-neighbor-count", "--retro-num-neighbors", "--retro-num-retrieved-chunks",
+                     "--retro-project-dir"), "RETRO"),
+    **dict.fromkeys(("--hybrid-layer-pattern", "--hybrid-override-pattern", "--is-hybrid-model", "--mamba-num-heads",
+                     "--mamba-state-dim", "--mamba-head-dim", "--mamba-num-groups", "--disable-mamba-mem-eff-path",
+                     "--mamba-training-ssm-states-dtype", "--hybrid-attention-ratio", "--hybrid-mlp-ratio",
+                     "--mtp-hybrid-override-pattern"), "Mamba/hybrid"),
+    **dict.fromkeys(("--img-h", "--img-w", "--patch-dim", "--vision-pretraining", "--vision-pretraining-type"),
+                    "multimodal (vision)"),
 }
+
+#: arguments of Megatron-LM's other entry points (not pretrain_gpt.py's parser); refused as that job
+OTHER_SCRIPTS: dict[str, str] = {
+    **dict.fromkeys(("--num-tokens-to-generate", "--prompts", "--no-record-throughput"),
+                    "an inference script's argument (megatron/inference/utils.py); timeline simulates training"),
+    **dict.fromkeys(("--model-provider", "--dataset-provider"),
+                    "examples/mimo/train.py's argument: a multimodal (MIMO) model; timeline models GPT-style decoders"),
+    **dict.fromkeys(("--flextron", "--lr-mult-router"),
+                    "megatron/elastification's argument: an elastic (Flextron) model is not modelled"),
+}
+
+#: names users bring from other frameworks, with the Megatron-LM argument they mean
+NOT_MEGATRON: dict[str, str] = {"--num-experts-per-tok": "--moe-router-topk"}
 
 #: model families a functional test's folder or a ``pretrain_<family>.py`` names; gpt and the MoE
 #: folders are modelled, the rest are not
@@ -133,7 +261,11 @@ MODELLED_FAMILIES = ("gpt", "moe", "mixtral", "deepseek", "llama", "qwen")
 FAMILY_NAMES = {"bert": "BERT encoder", "t5": "T5 encoder-decoder", "hybrid": "Mamba/hybrid",
                 "mamba": "Mamba/hybrid", "nemotron": "Mamba/hybrid (Nemotron-H)", "mimo": "multimodal (MIMO)",
                 "multimodal-llava": "multimodal (LLaVA)", "vlm": "multimodal (VLM)", "retro": "RETRO",
-                "ict": "ICT retriever"}
+                "ict": "ICT retriever", "gpt-nemo": "NeMo-launched GPT (gpt-nemo)"}
+
+#: a functional test's ``MODE`` other than pretraining: the job it describes
+MODE_JOBS = {"inference": "an inference job (MODE: inference); timeline simulates training",
+             "rl": "an RL job (MODE: rl: inference engine and training in one process) is not modelled"}
 
 #: ``--model-provider`` / ``--spec`` values outside GPTModel
 PROVIDER_FAMILIES = {"hybrid": "Mamba/hybrid", "mamba": "Mamba/hybrid", "llava_vlm": "multimodal (LLaVA)",
@@ -143,3 +275,26 @@ PROVIDER_FAMILIES = {"hybrid": "Mamba/hybrid", "mamba": "Mamba/hybrid", "llava_v
 #: buffers are outside PyTorch's allocator, CUDA_DEVICE_MAX_CONNECTIONS, paths) is memory-neutral
 ENV_MAPPED = ("PYTORCH_CUDA_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG", "NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN",
               "NVTE_UNFUSED_ATTN", "NVTE_ALLOW_NONDETERMINISTIC_ALGO", "TORCH_NCCL_AVOID_RECORD_STREAMS")
+
+
+def label(reason: str) -> str:
+    """A neutral reason's short form, as the run file's header lists it: the part before its colon."""
+    return reason.split(": ", 1)[0]
+
+
+#: every memory-neutral argument → why
+NEUTRAL_REASON: dict[str, str] = {
+    **{name: why for why, names in NEUTRAL.items() for name in names},
+    **{name: f"acts only with {parent} (refused)" for parent, names in UNDER.items() for name in names},
+}
+
+
+def classification(name: str) -> str | None:
+    """Where ``name`` is classified ("mapped", "neutral", "refused"), or None when nowhere."""
+    if name in MAPPED:
+        return "mapped"
+    if name in NEUTRAL_REASON:
+        return "neutral"
+    if name in REFUSED or name in FAMILY_ARGS or name in OTHER_SCRIPTS:
+        return "refused"
+    return None

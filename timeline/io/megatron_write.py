@@ -22,9 +22,11 @@ from timeline.io.megatron_map import (
     map_model,
     map_parallel,
     map_training,
+    refuse_job,
     refuse_unmodelled,
 )
-from timeline.io.megatron_table import ENV_MAPPED, NEUTRAL_REASON
+from timeline.io.megatron_table import ENV_MAPPED, MAPPED, NEUTRAL_REASON, NOT_MEGATRON, OTHER_SCRIPTS, label
+from timeline.io.megatron_versions import check_argument
 from timeline.spec.hardware import GPUS
 from timeline.spec.schedule_rules import schedule_problems
 
@@ -45,6 +47,8 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
             raise UserError(f"{flag} {version!r}: expected X.Y or X.Y.Z")
     if megatron_core is not None and not re.fullmatch(r"\d+\.\d+(\.\d+)?(rc\d+)?", megatron_core):
         raise UserError(f"--megatron-core {megatron_core!r}: expected X.Y, X.Y.Z or X.Y.ZrcN")
+    refuse_job(margs)
+    check_names(margs, megatron_core)
     a = ArgReader(margs.args)
     refuse_unmodelled(margs, a)
     c = Conversion()
@@ -62,13 +66,28 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
         if name in NEUTRAL_REASON:
             c.neutral[name] = NEUTRAL_REASON[name]
             continue
-        raise UserError(f"{name}: not a Megatron-LM argument timeline knows; it is neither mapped nor "
-                        "known to be memory-neutral")
+        if name in MAPPED:  # read only in other configurations (an MLA size without MLA)
+            given[name] = "(not used by this configuration)"
+            continue
+        raise UserError(f"{name}: a Megatron-LM argument timeline has not classified (mapped, memory-neutral or "
+                        "refused); please report it")
     c.mapped = given
     for name in margs.env:
         if name not in ENV_MAPPED:
             c.neutral[f"${name}"] = "environment outside PyTorch's allocator"
     return c
+
+
+def check_names(margs: MegatronArgs, megatron_core: str | None) -> None:
+    """Every argument is one of some version of Megatron-LM's training parser (and of ``megatron_core``'s
+    when given), else a one-line error: another script's argument, a name from another framework, a
+    typo (with the closest real arguments), or an argument of another version."""
+    for name in margs.args:
+        if name in OTHER_SCRIPTS:
+            raise UserError(f"{name}: {OTHER_SCRIPTS[name]}")
+        if name in NOT_MEGATRON:
+            raise UserError(f"{name}: not a Megatron-LM argument; use {NOT_MEGATRON[name]}")
+        check_argument(name, megatron_core)
 
 
 class UnschedulableJob(UserError):
@@ -120,7 +139,7 @@ def run_file_text(c: Conversion, *, name: str, source: str, world_size: int) -> 
     if c.neutral:
         lines.append(_comment("memory-neutral, skipped:"))
         for arg in sorted(c.neutral):
-            lines.append(_comment(f"  {arg} ({c.neutral[arg]})"))
+            lines.append(_comment(f"  {arg} ({label(c.neutral[arg])})"))
     lines.append(f"name = {_toml_value(name)}")
     for section in SECTION_ORDER:
         values = c.sections.get(section)

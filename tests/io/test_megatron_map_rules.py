@@ -1,0 +1,110 @@
+"""The arguments from-megatron maps since every parser argument was classified: deprecated spellings
+of mapped switches, batch schedules, the unpadded vocabulary, and the arguments refused only at some
+values (a CP exchange other than p2p, a non-default value, a view that needs SP to matter)."""
+
+from __future__ import annotations
+
+import pytest
+
+from timeline.errors import UserError
+from timeline.io.megatron_args import from_mapping
+from timeline.io.megatron_write import convert
+
+BASE = {"--num-layers": 4, "--hidden-size": 256, "--num-attention-heads": 8, "--seq-length": 512,
+        "--micro-batch-size": 2, "--global-batch-size": 16, "--bf16": True}
+
+
+def convert_args(args: dict, world_size: int = 2, **kw):
+    return convert(from_mapping(args), world_size=world_size, **kw)
+
+
+def test_recompute_activations_is_selective_core_attn():
+    s = convert_args(BASE | {"--recompute-activations": True}).sections
+    assert s["recompute"] == {"policy": "selective", "modules": ["core_attn"]}
+
+
+def test_moe_layer_recompute_appends_moe_to_the_selective_modules():
+    moe = {"--num-experts": 4, "--moe-router-topk": 2}
+    assert convert_args(BASE | moe | {"--moe-layer-recompute": True}).sections["recompute"]["modules"] == [
+        "core_attn", "moe"]
+    s = convert_args(BASE | moe | {"--moe-layer-recompute": True, "--recompute-granularity": "selective",
+                                   "--recompute-modules": ["mlp", "moe"]}).sections
+    assert s["recompute"]["modules"] == ["mlp", "moe"]
+    with pytest.raises(UserError, match="--moe-layer-recompute with --recompute-granularity full"):
+        convert_args(BASE | moe | {"--moe-layer-recompute": True, "--recompute-granularity": "full"})
+
+
+def test_batch_schedules_start_where_megatron_starts():
+    # dp 2, micro-batch 2: the schedule's first entry (threshold 0) is the measured global batch
+    s = convert_args(BASE | {"--step-batch-size-schedule": "0:8 200B:32 400B:64"}).sections
+    assert s["training"]["num_microbatches"] == 2
+    with pytest.raises(UserError, match="starting at 0:BATCH"):
+        convert_args(BASE | {"--step-batch-size-schedule": "100:8"})
+    # 18 is not a multiple of micro-batch·dp = 4: rounded down to 16 (4 micro-batches)
+    s = convert_args(BASE | {"--global-batch-size": 18, "--decrease-batch-size-if-needed": True}).sections
+    assert s["training"]["num_microbatches"] == 4
+    with pytest.raises(UserError, match="not divisible"):
+        convert_args(BASE | {"--global-batch-size": 18})
+
+
+def test_padded_vocab_size_is_the_vocabulary_unpadded():
+    c = convert_args(BASE | {"--padded-vocab-size": 50304, "--tensor-model-parallel-size": 2})
+    assert c.sections["model"]["vocab_size"] == 50304
+    assert c.sections["framework"]["make_vocab_size_divisible_by"] == 1
+
+
+def test_cp_comm_type_other_than_p2p_is_refused_only_with_context_parallelism():
+    convert_args(BASE | {"--cp-comm-type": "a2a"})  # cp 1: no exchange at all
+    convert_args(BASE | {"--context-parallel-size": 2, "--cp-comm-type": ["p2p"]})
+    with pytest.raises(UserError, match=r"^--cp-comm-type a2a\+p2p: only the p2p context-parallel exchange"):
+        convert_args(BASE | {"--context-parallel-size": 2, "--cp-comm-type": "a2a+p2p"})
+
+
+def test_p2p_overlap_matters_only_to_the_interleaved_schedule():
+    pp = {"--pipeline-model-parallel-size": 2, "--no-overlap-p2p-communication": True}
+    convert_args(BASE | pp, world_size=4)
+    with pytest.raises(UserError, match="--no-overlap-p2p-communication with an interleaved schedule"):
+        convert_args(BASE | pp | {"--num-layers-per-virtual-pipeline-stage": 1}, world_size=4)
+
+
+def test_arguments_refused_only_away_from_their_default():
+    convert_args(BASE | {"--cuda-graph-impl": "none", "--mlp-chunks-for-training": 1, "--cpu-offloading-num-layers": 0})
+    with pytest.raises(UserError, match=r"^--cuda-graph-impl local: CUDA graphs"):
+        convert_args(BASE | {"--cuda-graph-impl": "local"})
+    with pytest.raises(UserError, match=r"^--mlp-chunks-for-training 2: "):
+        convert_args(BASE | {"--mlp-chunks-for-training": 2})
+
+
+def test_views_and_buckets_that_need_another_switch_to_matter():
+    convert_args(BASE | {"--no-clone-scatter-output-in-embedding": True})  # no SP
+    with pytest.raises(UserError, match="with sequence parallelism"):
+        convert_args(BASE | {"--no-clone-scatter-output-in-embedding": True, "--tensor-model-parallel-size": 2,
+                             "--sequence-parallel": True})
+    convert_args(BASE | {"--ddp-num-buckets": 4})  # without --overlap-grad-reduce: one bucket anyway
+    with pytest.raises(UserError, match="give the equivalent --ddp-bucket-size"):
+        convert_args(BASE | {"--ddp-num-buckets": 4, "--overlap-grad-reduce": True})
+
+
+def test_no_position_embedding_only_with_rope():
+    convert_args(BASE | {"--no-position-embedding": True, "--position-embedding-type": "rope"})
+    with pytest.raises(UserError, match="Megatron-LM rejects it"):
+        convert_args(BASE | {"--no-position-embedding": True})
+
+
+def test_neutral_and_under_a_refused_feature_pass_and_say_why():
+    c = convert_args(BASE | {"--fp8-margin": 0, "--log-straggler": True, "--kv-lora-rank": 512,
+                             "--disable-gloo-process-groups": True})
+    assert c.neutral["--fp8-margin"] == "acts only with --fp8-format (refused)"
+    assert c.neutral["--log-straggler"].startswith("logging, timers and reporting: ")
+    assert c.neutral["--disable-gloo-process-groups"].startswith("process groups, NCCL and launch: ")
+    assert c.mapped["--kv-lora-rank"] == "(not used by this configuration)"  # an MLA size, no MLA
+
+
+def test_jobs_the_config_names_by_mode_or_script():
+    with pytest.raises(UserError, match=r"^MODE: inference: an inference job"):
+        convert(from_mapping(BASE, mode="inference"), world_size=2)
+    convert(from_mapping(BASE, mode="pretraining"), world_size=2)
+    with pytest.raises(UserError, match=r"^--num-tokens-to-generate: an inference script's argument"):
+        convert_args(BASE | {"--num-tokens-to-generate": 16})
+    with pytest.raises(UserError, match=r"^--num-experts-per-tok: not a Megatron-LM argument; use --moe-router-topk"):
+        convert_args(BASE | {"--num-experts-per-tok": 2})

@@ -1,0 +1,47 @@
+"""Which Megatron-Core version an argument belongs to: the release a version string is read as, and
+the one-line errors for a typo or an argument of another version."""
+
+from __future__ import annotations
+
+import pytest
+
+from timeline.errors import UserError
+from timeline.io.megatron_versions import check_argument, known, version_index
+
+
+@pytest.mark.parametrize(("version", "label"), [
+    ("0.12.0", "core_v0.12.0"), ("0.12", "core_v0.12.0"), ("0.13.0rc2", "core_v0.13.0"), ("0.14.0", "core_v0.14.0"),
+    ("0.15.2", "core_v0.15.2"), ("0.17.5", "core_v0.17.1"), ("0.18.1", "core_v0.18.0"), ("0.19.0", "core_v0.19.0"),
+    ("0.19.1", "core_v0.19.0"), ("0.20.0", "main"), ("0.21.0", "main"), ("0.11.0", "core_v0.12.0"),
+])
+def test_a_version_is_read_as_its_release_or_the_newest_before_it(version, label):
+    from timeline.io.megatron_versions import _index
+
+    assert _index()[0][version_index(version)][0] == label
+
+
+def test_typos_name_the_closest_real_arguments():
+    with pytest.raises(UserError, match=r"did you mean --recompute-granularity\? \(or --recompute-num-layers"):
+        check_argument("--recompute-granularty", None)
+    with pytest.raises(UserError, match=r"^--zzz-qqq: not an argument of Megatron-LM's training parser "
+                                        r"\(core_v0\.12\.0 … main\)$"):
+        check_argument("--zzz-qqq", None)
+
+
+def test_deprecated_aliases_and_negations_are_arguments():
+    assert known("--override-opt_param-scheduler") and known("--no-tp-comm-bulk-dgrad")
+    assert known("--disable-tp-comm-bulk-dgrad") and not known("--num-experts-per-tok")
+
+
+def test_version_of_an_argument():
+    check_argument("--step-batch-size-schedule", "0.18.0")  # there: no error
+    check_argument("--use-legacy-models", "0.17.1")
+    with pytest.raises(UserError, match=r"introduced in Megatron-Core 0\.18\.0 \(core_v0\.18\.0\); "
+                                        r"--megatron-core 0\.17\.1 does not have it"):
+        check_argument("--step-batch-size-schedule", "0.17.1")
+    with pytest.raises(UserError, match=r"removed after Megatron-Core 0\.17\.1 \(core_v0\.17\.1\)"):
+        check_argument("--use-legacy-models", "0.18.0")
+    # --no-tp-comm-bulk-dgrad: 0.12–0.15 as the only negation, and from 0.16 the dataclass alias too
+    check_argument("--disable-tp-comm-bulk-dgrad", "0.12.0")
+    with pytest.raises(UserError, match=r"introduced in Megatron-Core 0\.16\.0"):
+        check_argument("--no-tp-comm-bulk-dgrad", "0.15.3")

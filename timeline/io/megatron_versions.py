@@ -1,0 +1,87 @@
+"""Which Megatron-LM versions have an argument, and the one-line errors for one that no version has.
+
+Reads ``megatron_parser_versions.json`` beside this module: per option string of ``pretrain_gpt.py``'s
+parser, which of the releases core_v0.12.0 … core_v0.19.0 and main (d98e8a64dd) have it (derived
+by ``tools/megatron_parser_args.py``; the full fact table is ``tests/data/megatron/parser_args.json``).
+A Megatron-Core version is matched to the release of the same X.Y.Z, else the newest release before
+it (a release candidate to its release); one newer than every release is main. Nothing here knows
+what an argument does: that is :mod:`timeline.io.megatron_table`'s.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from functools import cache
+from pathlib import Path
+
+from timeline.errors import UserError
+
+INDEX = Path(__file__).with_name("megatron_parser_versions.json")
+
+
+@cache
+def _index() -> tuple[list[tuple[str, tuple[int, int, int]]], dict[str, str]]:
+    data = json.loads(INDEX.read_text(encoding="utf-8"))
+    versions = [(label, _version(core)) for label, core, _ in data["versions"]]
+    return versions, data["arguments"]
+
+
+def _version(text: str) -> tuple[int, int, int]:
+    """X.Y[.Z][rcN] → (X, Y, Z): a release candidate is read as its release."""
+    major, minor, patch = ([int(p) for p in re.findall(r"\d+", text.split("rc")[0])[:3]] + [0, 0, 0])[:3]
+    return major, minor, patch
+
+
+def known(name: str) -> bool:
+    """Whether any version's parser has the option string ``name``."""
+    return name in _index()[1]
+
+
+def names() -> list[str]:
+    return list(_index()[1])
+
+
+def version_index(megatron_core: str) -> int:
+    """The position of the release ``megatron_core`` (X.Y, X.Y.Z or X.Y.ZrcN) is read as."""
+    versions, _ = _index()
+    want = _version(megatron_core)
+    best = 0
+    for i, (_, core) in enumerate(versions):
+        if core <= want:
+            best = i
+    return best
+
+
+def _describe(i: int) -> str:
+    label, core = _index()[0][i]
+    return f"Megatron-Core {'.'.join(map(str, core))} ({label})"
+
+
+def check_argument(name: str, megatron_core: str | None) -> None:
+    """Raise a one-line UserError when no version's parser has ``name`` (naming the closest ones), or
+    when ``megatron_core`` is given and its version lacks it (naming when it came or went)."""
+    versions, rows = _index()
+    present = rows.get(name)
+    if present is None:
+        close = difflib.get_close_matches(name, rows, n=3, cutoff=0.75)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        hint += f" (or {', '.join(close[1:])})" if len(close) > 1 else ""
+        raise UserError(f"{name}: not an argument of Megatron-LM's training parser ({versions[0][0]} … "
+                        f"{versions[-1][0]}){hint}")
+    if megatron_core is None:
+        return
+    i = version_index(megatron_core)
+    if present[i] == "1":
+        return
+    later = [j for j in range(i + 1, len(present)) if present[j] == "1"]
+    earlier = [j for j in range(i) if present[j] == "1"]
+    if later and not earlier:
+        raise UserError(f"{name}: introduced in {_describe(later[0])}; --megatron-core {megatron_core} does not "
+                        "have it (give the version the job ran, or drop the argument)")
+    if earlier and not later:
+        raise UserError(f"{name}: removed after {_describe(earlier[-1])}; --megatron-core {megatron_core} does not "
+                        "have it (give the version the job ran, or drop the argument)")
+    raise UserError(f"{name}: {_describe(i)} does not have it (present in {_describe(earlier[-1])} and "
+                    f"{_describe(later[0])}); give the version the job ran")
