@@ -73,17 +73,20 @@ def history(git_dir: str | Path) -> str:
                *PATHSPECS)
 
 
-def raw_changes(log: str) -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
-    """Per commit of :func:`history`: (sha, date, [(old blob, new blob, status, path)])."""
-    out: list[tuple[str, str, list[tuple[str, str, str, str]]]] = []
+Change = tuple[str, str, str, str]  # (old blob, new blob, status, path)
+
+
+def raw_changes(log: str) -> list[tuple[str, int, str, list[Change]]]:
+    """Per commit of :func:`history`, newest first: (sha, committer time, date, changes)."""
+    out: list[tuple[str, int, str, list[Change]]] = []
     for line in log.splitlines():
         if line.startswith("C "):
-            _, sha, _ct, date = line.split()
-            out.append((sha, date, []))
+            _, sha, ct, date = line.split()
+            out.append((sha, int(ct), date, []))
         elif line.startswith(":") and out:
             meta, path = line.split("\t", 1)
             fields = meta.split()
-            out[-1][2].append((fields[2], fields[3], fields[4], path))
+            out[-1][3].append((fields[2], fields[3], fields[4], path))
     return out
 
 
@@ -91,7 +94,7 @@ def names_and_links(log: str) -> tuple[set[str], set[tuple[str, str]]]:
     """Case names that ever held a golden, and the rename links between case directories."""
     names: set[str] = set()
     links: set[tuple[str, str]] = set()
-    for _sha, _date, changes in raw_changes(log):
+    for _sha, _ct, _date, changes in raw_changes(log):
         deleted: dict[str, set[str]] = defaultdict(set)
         added: dict[str, set[str]] = defaultdict(set)
         for old, new, status, path in changes:
