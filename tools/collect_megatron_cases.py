@@ -76,29 +76,47 @@ class Repo:
         return ms.git(self.git_dir, *args)
 
 
-def first_writes(log: str) -> dict[str, tuple[str, str, str]]:
-    """Golden blob → (commit, date, path) of the earliest commit (committer time, then ``git log``
-    order) that wrote it under any golden path."""
-    first: dict[str, tuple[tuple[int, int], str, str, str]] = {}
+Write = tuple[int, int, str, str, str]  # (committer time, -log position, commit, date, path): sorts oldest first
+
+#: the lines Megatron-LM releases from: main, its dev integration branch, the release branches and tags;
+#: any other ref (refs/pull/*, refs/heads/pull-request/*, feature and cherry-pick branches) carries code
+#: that no release line may have
+RELEASE_REFS = ("refs/heads/main", "refs/heads/dev", "refs/heads/core_r*", "refs/heads/core_dev_r*", "refs/tags")
+
+
+def golden_writes(log: str) -> dict[str, list[Write]]:
+    """Golden blob → every commit that wrote it (added or modified) under a golden path."""
+    out: dict[str, list[Write]] = collections.defaultdict(list)
     for pos, (sha, ct, date, changes) in enumerate(ms.raw_changes(log)):
         for _old, new, status, path in changes:
             found = ms.case_of(path)
-            if status == "D" or found is None or found[1] != "golden":
-                continue
-            key = (ct, -pos)
-            if new not in first or key < first[new][0]:
-                first[new] = (key, sha, date, path)
-    return {blob: (sha, date, path) for blob, (_k, sha, date, path) in first.items()}
+            if status != "D" and found is not None and found[1] == "golden":
+                out[new].append((ct, -pos, sha, date, path))
+    return out
 
 
-def shared_blobs(repo: Repo, shared: list[dict]) -> set[str]:
-    """The golden blobs the calibration dataset's records measured."""
+def memory_key(golden: dict) -> str:
+    """What identifies one measurement: the golden's memory series as numbers. A golden rewritten for
+    another metric (Megatron-LM 824f3392c0 dropped leading NaN iteration times from 272 goldens) or
+    copied to another path is a new blob but the same measurement."""
+    return json.dumps([rec.series(golden, k) for k in MEMORY_KEYS])
+
+
+def on_release_lines(repo: Repo) -> set[str]:
+    """Commits reachable from :data:`RELEASE_REFS`."""
+    refs = repo.git("for-each-ref", "--format=%(refname)", *RELEASE_REFS).split()
+    return set(repo.git("rev-list", *refs).split()) if refs else set()
+
+
+def shared_keys(repo: Repo, shared: list[dict]) -> set[str]:
+    """The memory measurements the calibration dataset's records hold (their golden at
+    ``memory_values_first_commit``)."""
     out = set()
     for r in shared:
         commit, golden = r.get("memory_values_first_commit"), (r.get("measured") or {}).get("golden_file")
-        if commit and golden:
-            blob = repo.git("rev-parse", f"{commit}:{golden}").strip()
-            out.add(blob)
+        data = json.loads(repo.read(f"{commit}:{golden}") or "{}") if commit and golden else {}
+        if isinstance(data, dict) and data:
+            out.add(memory_key(data))
     return out
 
 
@@ -192,37 +210,47 @@ def record(repo: Repo, at: AtCommit, blob: str, commit: str, date: str, path: st
 
 
 def collect(git_dir: str | Path, manifest: dict, shared: list[dict]) -> tuple[list[dict], dict[str, int]]:
-    """(records, counts of goldens left out by reason)."""
+    """(records, counts of goldens left out by reason): one record per distinct memory measurement, at the
+    earliest commit on a release line that wrote it (else the earliest anywhere, with a note)."""
     repo = Repo(git_dir)
     log = ms.history(git_dir)
     names, links = ms.names_and_links(log)
-    fresh = ms.sides(ms.groups(names, links), {r["name"] for r in shared})
     group_of = ms.groups(names, links)
+    fresh = ms.sides(group_of, {r["name"] for r in shared})
     head = repo.git("rev-parse", "HEAD").strip()
-    skip = shared_blobs(repo, shared)
+    released = on_release_lines(repo)
+    skip = shared_keys(repo, shared)
+    left_out: collections.Counter[str] = collections.Counter()
+    by_key: dict[str, list[tuple[Write, str]]] = collections.defaultdict(list)
+    for blob, writes in golden_writes(log).items():
+        golden = json.loads(repo.read(blob) or "{}")
+        golden = golden if isinstance(golden, dict) else {}
+        if any("reserved" in k for k in golden):
+            left_out["golden blobs logging reserved bytes (kept)"] += 1
+        if not set(golden) & set(MEMORY_KEYS):
+            left_out["golden blobs without a memory metric"] += 1
+        elif "mem-max-allocated-bytes" not in golden:
+            left_out["golden blobs with mem-allocated-bytes only (no peak)"] += 1
+        elif rec.measured(golden) is None:
+            left_out["golden blobs without a peak series of two logged iterations (inference: one number)"] += 1
+        else:
+            by_key[memory_key(golden)] += [(w, blob) for w in writes]
     at = AtCommit(repo)
     records: list[dict] = []
-    left_out: collections.Counter[str] = collections.Counter()
-    for blob, (commit, date, path) in sorted(first_writes(log).items(), key=lambda kv: (kv[1][1], kv[1][2])):
-        keys = json.loads(repo.read(blob) or "{}")
-        keys = set(keys) if isinstance(keys, dict) else set()
-        if any("reserved" in k for k in keys):
-            left_out["golden logs reserved bytes (kept)"] += 1
-        if not keys & set(MEMORY_KEYS):
-            left_out["no memory metric"] += 1
+    for key, found in sorted(by_key.items(), key=lambda kv: min(kv[1])[0]):
+        if key in skip:
+            left_out["measurements the calibration dataset holds"] += 1
             continue
-        if "mem-max-allocated-bytes" not in keys:
-            left_out["mem-allocated-bytes only (no peak)"] += 1
-            continue
-        if blob in skip:
-            left_out["the calibration dataset's own golden"] += 1
-            continue
+        (_ct, _pos, commit, date, path), blob = min(found, key=lambda w: (w[0][2] not in released, w[0]))
         name = ms.case_of(path)[0]  # type: ignore[index]
         side = manifest["cases"].get(name) or {"side": fresh[name], "group": group_of[name], "in_manifest": False}
         made = record(repo, at, blob, commit, date, path, side, head)
-        if made is None:
-            left_out["no peak series of two logged iterations (inference goldens log one number)"] += 1
-            continue
+        assert made is not None  # the golden's peak series was checked above
+        if commit not in released:
+            made["expressible_note"] = "; ".join(filter(None, [made["expressible_note"], (
+                "recorded only off Megatron-LM's release lines (a pull-request head or side branch: code no "
+                "release carries)")]))
+        made["other_writes"] = len({w[0][2] for w in found}) - 1
         records.append(made)
     return records, dict(left_out)
 
