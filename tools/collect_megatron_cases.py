@@ -283,6 +283,13 @@ def main() -> int:
     parser.add_argument("--manifest", default=str(ms.DEFAULT_OUT))
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="where the records go (not the repository)")
     args = parser.parse_args()
+    for flag, path, what in (("--git", Path(args.git) / "HEAD", "a Megatron-LM git directory (full history)"),
+                             ("--manifest", Path(args.manifest), "the split (tools/megatron_split.py writes it)"),
+                             ("--data", Path(args.data), "the calibration dataset")):
+        if not path.exists():
+            print(f"collect_megatron_cases: {flag} {path.parent if flag == '--git' else path}: not found; "
+                  f"give {what}", file=sys.stderr)
+            return 2
     records, left_out = collect(args.git, json.loads(Path(args.manifest).read_text()),
                                 json.loads(Path(args.data).read_text()))
     out = Path(args.out).expanduser()

@@ -24,11 +24,11 @@ DEFAULT_CASES = Path.home() / ".cache" / "timeline" / "megatron-cases.json"
 SETS = ("shared", "calibration", "unseen", "all")
 
 
-def load_cases(path: Path) -> list[dict]:
-    """The collected records, or a one-line SystemExit naming the tool that writes them."""
+def load_cases(path: Path) -> list[dict] | str:
+    """The collected records, or the one line saying where they come from when ``path`` holds none."""
     if not path.exists():
-        raise SystemExit(f"--cases {path}: no collected records there; run tools/collect_megatron_cases.py first "
-                         f"(it writes {DEFAULT_CASES} by default)")
+        return (f"--cases {path}: no collected records there; run tools/collect_megatron_cases.py first "
+                f"(it writes {DEFAULT_CASES} by default)")
     return json.loads(path.read_text())
 
 

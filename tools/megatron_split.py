@@ -191,6 +191,10 @@ def main() -> int:
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="the calibration dataset (for its case names)")
     parser.add_argument("-o", "--output", default=str(DEFAULT_OUT))
     args = parser.parse_args()
+    for flag, path in (("GIT_DIR", Path(args.git_dir) / "HEAD"), ("--data", Path(args.data))):
+        if not path.exists():
+            print(f"megatron_split: {flag} {path.parent if flag == 'GIT_DIR' else path}: not found", file=sys.stderr)
+            return 2
     out = split(args.git_dir, shared_names(Path(args.data)))
     Path(args.output).write_text(dumps(out))
     print(f"{len(out['cases'])} case names ({out['counts']['calibration']} calibration, "

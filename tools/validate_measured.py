@@ -432,8 +432,15 @@ def main() -> int:
     args = parser.parse_args()
     start = time.perf_counter()
     provenance = load_provenance()
+    if not Path(args.data).exists():
+        print(f"validate_measured: --data {args.data}: not found; give the calibration dataset "
+              "(../shared/measured/megatron_calibration.json)", file=sys.stderr)
+        return 2
     shared = json.loads(Path(args.data).read_text())
     cases = load_cases(Path(args.cases).expanduser()) if args.set != "shared" else []
+    if isinstance(cases, str):
+        print(f"validate_measured: {cases}", file=sys.stderr)
+        return 2
     written: list[dict] = []
     summaries: list[str] = []
     count = 0

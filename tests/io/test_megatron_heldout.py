@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -184,3 +185,14 @@ def test_the_report_keeps_unseen_to_aggregates():
     assert "n=   1  median  0.50%  p90  0.50%  worst   0.50%  within 1/2/4 %: 1/1/1" in text
     assert "refused by from-megatron: 1 records (1 cases)" in text and "'…' is …" in text
     assert "1  fp8/fp4 training" in text and "1  CUDA graphs (graph memory pools)" in text
+
+
+@needs_data
+def test_a_missing_cases_file_is_one_line_and_exit_2(tmp_path):
+    done = subprocess.run([sys.executable, str(TOOLS / "validate_measured.py"), "--set", "unseen", "--cases",
+                           str(tmp_path / "none.json")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        f"validate_measured: --cases {tmp_path / 'none.json'}: no collected records there; run "
+        f"tools/collect_megatron_cases.py first (it writes {Path.home() / '.cache/timeline/megatron-cases.json'} "
+        "by default)"]
