@@ -13,14 +13,20 @@ blocks of the static state's and iteration 1's events) against ``measured.alloca
 activations. Cases whose first logged iteration is not 1 (a resumed run's goldens) have no steady
 column.
 
-    .venv/bin/python tools/validate_measured.py [--data PATH] [--only SUBSTRING] [--json FILE]
+Beyond the calibration dataset, ``--set`` takes the cases ``tools/collect_megatron_cases.py`` collected
+(``--cases``, default ``~/.cache/timeline/megatron-cases.json``) on either side of the held-out split
+(``tools/megatron_split.json``): the report prints each part apart — calibration with its per-case rows,
+unseen as aggregates only (``tools/measured_report.py``) — and counts every record not compared by its
+reason (``expressible_note`` kinds, ``from-megatron``'s one-line refusals).
+
+    .venv/bin/python tools/validate_measured.py [--set shared|calibration|unseen|all] [--cases PATH]
+                                                [--data PATH] [--only SUBSTRING] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 import tomllib
@@ -34,7 +40,10 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
 DEFAULT_DATA = ROOT.parent / "shared" / "measured" / "megatron_calibration.json"
+
+from measured_report import gap_lines, table  # noqa: E402  (the per-case table lives beside the part summaries)
 
 #: measured.gpu prefix → --gpu
 GPU_KINDS = {"H100": "h100", "GB200": "gb200", "A100": "a100", "B200": "b200", "H200": "h200"}
@@ -153,19 +162,28 @@ def _pinned(record: dict, history: tuple[tuple[str, str, str], ...]) -> str | No
 def pytorch_of(record: dict) -> str | None:
     """The PyTorch release line of the container the case's memory values were recorded in (None:
     recorded before the first container listed, 2025-03-19, where the run file's default stands; no
-    measured case is that old)."""
+    measured case is that old). A collected record names the container its commit's CI built on
+    (``software.container``, read at that commit: a release branch's may differ from main's on the same
+    date); a container :data:`DEV_CONTAINERS` lists gives its PyTorch, any other falls back to the date."""
+    container = (record.get("software") or {}).get("container")
+    known = {c: pytorch for _since, _bump, c, pytorch in DEV_CONTAINERS}
+    if container in known:
+        return known[container]
     return _pinned(record, tuple((since, bump, pytorch) for since, bump, _c, pytorch in DEV_CONTAINERS))
 
 
 def megatron_of(record: dict) -> str | None:
     """The Megatron-Core version of the commit the case's memory values were recorded at (None: before
-    2025-02-13, where the run file's default stands; no measured case is that old)."""
-    return _pinned(record, MC_VERSIONS)
+    2025-02-13, where the run file's default stands; no measured case is that old). A collected record
+    carries its commit's own ``package_info.py`` version (``software.megatron_core``: exact on release
+    branches too); :data:`MC_VERSIONS` is main's history of that file."""
+    return (record.get("software") or {}).get("megatron_core") or _pinned(record, MC_VERSIONS)
 
 
 def te_of(record: dict) -> str | None:
     """The Transformer Engine version the case ran (None: recorded before the first pin listed,
-    2025-03-19, where the run file's default stands; no measured case is that old)."""
+    2025-03-19, where the run file's default stands; no measured case is that old). By date on main's
+    pins for collected records too (a release branch's own pin is not read)."""
     return _pinned(record, TE_PINS)
 
 
@@ -307,10 +325,13 @@ def predict(record: dict) -> tuple[int, int, dict, int, int]:
     from timeline.result.build import build_timeline
 
     fam = record.get("family_dir", "")
-    margs = from_mapping(record["model_args"], record.get("env"), family=fam,
-                         family_source=f"the path test_cases/{fam}/")
+    source = f"the path test_cases/{fam}/"
+    if record.get("model_family"):  # a collected record: the training script its CI recipe ran
+        fam, source = record["model_family"], f"the script {record.get('model_family_source')}"
+    margs = from_mapping(record["model_args"], record.get("env"), family=fam, family_source=source)
     world, conv = convert_at_world_size(record, margs)
-    text = run_file_text(conv, name=record["name"].replace("/", "-"), source=record["config_file"], world_size=world)
+    name = record["name"].replace("/", "-")[-100:].lstrip("-_.")  # a run name holds at most 100 characters
+    text = run_file_text(conv, name=name, source=record["config_file"], world_size=world)
     run = run_from_data(tomllib.loads(text), Path(f"<from-megatron>/{record['name']}.toml"))
     tl = build_timeline(run)
     last = max(range(tl.num_devices), key=lambda d: tl.devices[d].pp_rank)
@@ -318,57 +339,6 @@ def predict(record: dict) -> tuple[int, int, dict, int, int]:
     from timeline.result.reserved_gap import reserved_gap
 
     return pk.allocated_bytes, pk.reserved_bytes, reserved_gap(tl, last, top=1), steady_after_first(tl, last), world
-
-
-def gap_lines(rows: list[dict]) -> list[str]:
-    """Per case, reserved − allocated at the reserved peak by what last occupied the free space."""
-    out = []
-    for r in rows:
-        parts = ", ".join(f"{k} {v / 2**20:,.0f} MiB" for k, v in r["reserved_gap"].items())
-        out.append(f"{r['name']:<78} reserved gap: {parts or '-'}")
-    return out
-
-
-def _steady_cell(r: dict) -> str:
-    if r["steady_measured"] is None:
-        return f"{'-':>10} {'-':>10}"
-    return f"{r['steady_predicted'] / 2**20:>10,.1f} {(r['steady_predicted'] - r['steady_measured']) / 2**20:>+10.1f}"
-
-
-def table(rows: list[dict]) -> str:
-    out = [f"{'case':<78} {'family':<28} {'predicted':>14} {'measured':>14} {'error':>8} {'reserved':>14} "
-           f"{'steady MiB':>10} {'vs meas.':>10}"]
-    for r in rows:
-        out.append(f"{r['name']:<78} {r['family']:<28} {r['predicted']:>14,} {r['measured']:>14,} "
-                   f"{r['error_pct']:>+7.2f}% {r['reserved']:>14,} {_steady_cell(r)}")
-    out.append("")
-    copied = [r for r in rows if r.get("copy_of")]
-    rows = [r for r in rows if not r.get("copy_of")]
-    for fam in sorted({r["family"] for r in rows}):
-        errs = [abs(r["error_pct"]) for r in rows if r["family"] == fam]
-        out.append(f"{fam:<30} n={len(errs):>3}  median |error| {statistics.median(errs):6.2f}%  "
-                   f"worst {max(errs):6.2f}%")
-    for label, keep in (("published world size (gated)", lambda r: "inferred" not in r["family"]),
-                        ("all", lambda r: True)):
-        errs = [abs(r["error_pct"]) for r in rows if keep(r)]
-        if errs:
-            out.append(f"{label:<30} n={len(errs):>3}  median |error| {statistics.median(errs):6.2f}%  "
-                       f"worst {max(errs):6.2f}%  within 1/2/4 %: {sum(e <= 1 for e in errs)}/"
-                       f"{sum(e <= 2 for e in errs)}/{sum(e <= 4 for e in errs)}")
-    out.append("")
-    out.append("steady state after iteration 1 (predicted − measured allocated_bytes_first_iter):")
-    for label, keep in (("pp = 1", lambda r: r["pp"] == 1), ("pp > 1", lambda r: r["pp"] > 1), ("all", lambda r: True)):
-        ds = [(r["steady_predicted"] - r["steady_measured"]) / 2**20 for r in rows
-              if keep(r) and r["steady_measured"] is not None]
-        pct = [100.0 * abs(r["steady_predicted"] - r["steady_measured"]) / r["steady_measured"] for r in rows
-               if keep(r) and r["steady_measured"] is not None]
-        if ds:
-            out.append(f"  {label:<28} n={len(ds):>3}  median |error| {statistics.median(map(abs, ds)):8.1f} MiB "
-                       f"({statistics.median(pct):.2f}%)  worst {max(ds, key=abs):+9.1f} MiB ({max(pct):.2f}%)")
-    for r in copied:
-        out.append(f"not compared: {r['name']}: its measured memory is byte for byte a golden of "
-                   f"{r['copy_of']}, a different parallel layout (a golden file copied between test directories)")
-    return "\n".join(out)
 
 
 def validate(records: list[dict], only: str = "", failed: list | None = None,
@@ -385,7 +355,8 @@ def validate(records: list[dict], only: str = "", failed: list | None = None,
     for rec in expressible(records):
         if only and only not in rec["name"]:
             continue
-        rec = as_recorded(rec, provenance)
+        if not rec.get("source"):  # a collected record is its golden's recording already
+            rec = as_recorded(rec, provenance)
         measured = int(rec["measured"]["max_allocated_bytes_second_logged"]["bytes"])
         try:
             alloc, reserved, gap, steady, world = predict(rec)
@@ -393,14 +364,17 @@ def validate(records: list[dict], only: str = "", failed: list | None = None,
             failed.append((rec["name"], str(exc)))
             continue
         m = rec["measured"]
-        steady_measured = int(m["allocated_bytes_first_iter"]) if m.get("first_iter") == 1 else None
+        steady_measured = (int(m["allocated_bytes_first_iter"])
+                           if m.get("first_iter") == 1 and m.get("allocated_bytes_first_iter") is not None else None)
         rows.append({"name": rec["name"], "family": family(rec), "predicted": alloc, "measured": measured,
                      "error_pct": 100.0 * (alloc - measured) / measured, "reserved": reserved,
                      "reserved_gap": gap["by_last_occupant"], "pp": int(rec["parallel"].get("pp") or 1),
                      "steady_predicted": steady, "steady_measured": steady_measured, "world_size": world,
                      "dataset_world_size": int(rec["parallel"]["world_size"]),
                      "copy_of": copies.get(rec["name"]),
-                     "recorded_at": rec["memory_values_first_commit"][:10] if rec.get("recorded_as") else None})
+                     "recorded_at": rec["memory_values_first_commit"][:10] if rec.get("recorded_as") else None,
+                     "record_id": rec.get("record_id", rec["name"]), "golden_tag": m.get("golden_tag"),
+                     "date": rec.get("memory_values_first_commit_date")})
     return rows
 
 
@@ -435,32 +409,64 @@ def recorded_earlier_lines(rows: list[dict], provenance: dict[str, dict]) -> lis
             "with its model_config.yaml):"] + out if out else []
 
 
+def case_lines(rows: list[dict], failed: list[tuple[str, str]], provenance: dict[str, dict], reserved: bool) -> list[str]:
+    """A calibration part's per-case report: the table, world-size fallbacks, recordings, refusals."""
+    out = [table(rows)]
+    if reserved:
+        out += gap_lines(rows)
+    for r in rows:
+        if r["world_size"] != r["dataset_world_size"]:
+            out.append(f"world size: {r['name']}: the dataset's inferred {r['dataset_world_size']} gives a micro-batch "
+                       f"count Megatron's schedule refuses; its next candidate, {r['world_size']}, is simulated")
+    out += recorded_earlier_lines(rows, provenance)
+    out += [f"not simulated: {name}: {message}" for name, message in failed]
+    return out
+
+
 def main() -> int:
+    from measured_report import DEFAULT_CASES, SETS, load_cases, parts, summary
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=str(DEFAULT_DATA))
+    parser.add_argument("--set", default="shared", choices=SETS,
+                        help="shared: the calibration dataset (default); calibration: it and the collected "
+                             "calibration-side records; unseen: the collected unseen records (summary only); all")
+    parser.add_argument("--cases", default=str(DEFAULT_CASES),
+                        help="the collected records (tools/collect_megatron_cases.py --out)")
     parser.add_argument("--only", default="", help="cases whose name contains this")
-    parser.add_argument("--json", help="write the rows as JSON here")
+    parser.add_argument("--json", help="write the calibration parts' rows as JSON here (never unseen rows)")
     parser.add_argument("--reserved", action="store_true",
                         help="also explain each case's reserved − allocated from the event stream")
     args = parser.parse_args()
     start = time.perf_counter()
-    failed: list[tuple[str, str]] = []
     provenance = load_provenance()
-    rows = validate(json.loads(Path(args.data).read_text()), args.only, failed, provenance)
-    print(table(rows))
-    if args.reserved:
-        print("\n".join(gap_lines(rows)))
-    for r in rows:
-        if r["world_size"] != r["dataset_world_size"]:
-            print(f"world size: {r['name']}: the dataset's inferred {r['dataset_world_size']} gives a micro-batch "
-                  f"count Megatron's schedule refuses; its next candidate, {r['world_size']}, is simulated")
-    for line in recorded_earlier_lines(rows, provenance):
-        print(line)
-    for name, message in failed:
-        print(f"not simulated: {name}: {message}")
-    print(f"wall time {time.perf_counter() - start:.1f} s for {len(rows)} cases")
+    if not Path(args.data).exists():
+        print(f"validate_measured: --data {args.data}: not found; give the calibration dataset "
+              "(../shared/measured/megatron_calibration.json)", file=sys.stderr)
+        return 2
+    shared = json.loads(Path(args.data).read_text())
+    cases = load_cases(Path(args.cases).expanduser()) if args.set != "shared" else []
+    if isinstance(cases, str):
+        print(f"validate_measured: {cases}", file=sys.stderr)
+        return 2
+    written: list[dict] = []
+    summaries: list[str] = []
+    count = 0
+    for label, records, per_case in parts(args.set, shared, cases):
+        failed: list[tuple[str, str]] = []
+        rows = validate(records, args.only, failed, provenance)
+        count += len(rows)
+        if per_case:
+            print(f"== {label} ==")
+            print("\n".join(case_lines(rows, failed, provenance, args.reserved)))
+            written += rows
+        summaries += summary(label, [r for r in records if not args.only or args.only in r["name"]], rows, failed)
+    if args.set in ("shared", "calibration"):
+        summaries.append("== unseen: not run (--set unseen or all) ==")
+    print("\n".join(summaries))
+    print(f"wall time {time.perf_counter() - start:.1f} s for {count} cases")
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+        Path(args.json).write_text(json.dumps(written, indent=1))
     return 0
 
 

@@ -1,0 +1,251 @@
+"""One measured Megatron-LM functional-test case as a record of ``megatron_calibration.json``'s schema.
+
+The pieces ``tools/collect_megatron_cases.py`` puts together for each golden file at its recording
+commit, each read from NVIDIA/Megatron-LM at that commit:
+
+- ``measured``: the golden's ``mem-allocated-bytes`` / ``mem-max-allocated-bytes`` series, with the
+  meanings of ``../shared/measured/README.md`` (``training_log()`` logs ``torch.cuda.memory_stats()``'s
+  ``allocated_bytes.all.current`` / ``.peak`` on global rank ``world_size − 1`` after each logged
+  iteration; the peak is never reset);
+- the platform (GPU and container) from the golden file's name (``golden_values_{environment}_{platform}.json``);
+- ``env``: the runner's defaults (``tests/functional_tests/shell_test_utils/_run_training.sh``:
+  ``export NAME="${NAME:-value}"``) under the config's ``ENV_VARS``;
+- the world size: ``nodes × gpus`` of the CI recipe (``tests/test_utils/recipes/**.yaml``) whose
+  ``spec.model`` is the family and whose products list the case on the golden's platform;
+- ``expressible_note``: what the simulator cannot express today, by the configuration's own arguments.
+
+It does not decide which side of the split a case is on (``tools/megatron_split.py``) and writes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+#: golden file platform token → (measured.gpu prefix, GPU kind) — Megatron-LM's CI platform names
+PLATFORMS = (("gb200", "GB200"), ("b200", "B200"), ("h100", "H100"), ("a100", "A100"))
+RUNNER = "tests/functional_tests/shell_test_utils/_run_training.sh"
+RECIPES = "tests/test_utils/recipes"
+METRIC_SOURCE = ("torch.cuda.memory_stats(): allocated_bytes.all.current / allocated_bytes.all.peak, logged by "
+                 "training_log() after optimizer step on rank world_size-1")
+
+
+def golden_tag(path: str) -> dict[str, Any]:
+    """What a golden file's name says: ``tag`` (after ``golden_values_``), ``environment`` (dev | lts),
+    ``gpu`` (H100 | GB200 | A100 | B200 | None: the name has no platform), ``second`` (the ``_2nd`` golden
+    of a resumed run), ``release`` (a Megatron-Core version in the name: a release-validation golden)."""
+    leaf = path.rsplit("/", 1)[-1]
+    tag = leaf[len("golden_values"):-len(".json")].lstrip("_")
+    tokens = re.split(r"[_\-]", tag.lower())
+    gpu = next((g for key, g in PLATFORMS if any(key in t for t in tokens)), None)
+    return {"tag": tag, "environment": "lts" if "lts" in tokens else "dev", "gpu": gpu,
+            "second": "2nd" in tokens, "release": bool(re.match(r"\d+\.\d+", tag))}
+
+
+def series(golden: dict, key: str) -> list[tuple[int, float]]:
+    """(iteration, value) of one metric of a golden, in order; values that are not numbers left out.
+    Two layouts exist: ``values`` a mapping iteration → value, or a list from ``start_step`` every
+    ``step_interval``."""
+    entry = golden.get(key)
+    if not isinstance(entry, dict):
+        return []
+    values = entry.get("values")
+    if isinstance(values, dict):
+        items = [(int(k), v) for k, v in values.items()]
+    elif isinstance(values, list):
+        start, step = int(entry.get("start_step", 1)), int(entry.get("step_interval", 1))
+        items = [(start + i * step, v) for i, v in enumerate(values)]
+    else:
+        return []
+    return sorted((i, float(v)) for i, v in items if isinstance(v, (int, float)) and v == v)
+
+
+def measured(golden: dict) -> dict[str, Any] | None:
+    """``measured`` as the calibration dataset defines it, or None when the golden logs no peak at two
+    iterations or more (the comparison is with the high-water mark after the second logged one)."""
+    peak = series(golden, "mem-max-allocated-bytes")
+    if len(peak) < 2:
+        return None
+    alloc = series(golden, "mem-allocated-bytes")
+    top = max(peak, key=lambda p: (p[1], -p[0]))  # the first iteration reaching the highest peak
+    out: dict[str, Any] = {
+        "first_iter": peak[0][0], "last_iter": peak[-1][0], "log_interval": peak[1][0] - peak[0][0],
+        "n_logged": len(peak),
+        "max_allocated_bytes_first_iter": int(peak[0][1]),
+        "max_allocated_bytes_second_logged": {"iter": peak[1][0], "bytes": int(peak[1][1])},
+        "max_allocated_bytes_last_iter": int(peak[-1][1]),
+        "max_allocated_bytes_overall": {"iter": top[0], "bytes": int(top[1])},
+        "rank": "last pp rank (global rank world_size-1)", "metric_source": METRIC_SOURCE}
+    if alloc:
+        out.update({"allocated_bytes": int(alloc[-1][1]), "allocated_bytes_first_iter": int(alloc[0][1]),
+                    "allocated_bytes_range": [int(min(v for _, v in alloc)), int(max(v for _, v in alloc))]})
+    return out
+
+
+def runner_env(script: str | None) -> dict[str, str]:
+    """The defaults ``_run_training.sh`` exports (``export NAME="${NAME:-value}"``)."""
+    found = re.findall(r'^\s*export\s+([A-Z0-9_]+)="\$\{\1:-([^}]*)\}"', script or "", re.M)
+    return {name: value for name, value in found if value}
+
+
+def env_text(value: object) -> str:
+    """An ``ENV_VARS`` value as the shell exports it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def merged_config(base: dict, model: dict, runtime: dict) -> dict:
+    """Megatron-LM's ``tests/test_utils/python_scripts/merge_config.py`` (moe2.0, 2025-12): per top-level
+    key, mappings updated base → model → runtime, lists concatenated without repeats, scalars the last set."""
+    out: dict = {}
+    for key in set(base) | set(model) | set(runtime):
+        vals = [base.get(key), model.get(key), runtime.get(key)]
+        first = next((v for v in vals if v), None)
+        if isinstance(first, dict):
+            out[key] = {}
+            for v in vals:
+                out[key].update(v or {})
+        elif isinstance(first, list):
+            out[key] = list(dict.fromkeys(item for v in vals for item in (v or [])))
+        else:
+            out[key] = next((v for v in reversed(vals) if v is not None), None)
+    return out
+
+
+def _listed(value: Any) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def recipe_worlds(recipe_texts: dict[str, str]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """(family, test case) → every recipe product listing it: ``gpu`` (kind, or None), ``nodes``, ``gpus``
+    (per node; a product's values override the spec's), ``path``, the moe2.0 ``model_config`` /
+    ``runtime_config`` it merges, and the training ``script`` (``TRAINING_SCRIPT_PATH``) with the model
+    family its name gives (``pretrain_gpt.py`` → gpt)."""
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for path, text in sorted(recipe_texts.items()):
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            continue
+        spec = data.get("spec") if isinstance(data, dict) else None
+        if not isinstance(spec, dict) or not spec.get("model"):
+            continue
+        script = re.search(r"TRAINING_SCRIPT_PATH=(\S*?pretrain_(\w+)\.py)", str(spec.get("script", "")))
+        for group in data.get("products") or []:
+            if not isinstance(group, dict):
+                continue
+            for product in group.get("products") or [{}]:
+                product = product if isinstance(product, dict) else {}
+                entry = {"nodes": int(_listed(product.get("nodes", spec.get("nodes", 1)))[0]),
+                         "gpus": int(_listed(product.get("gpus", spec.get("gpus", 8)))[0]), "path": path,
+                         "model_config": _listed(product.get("model_config"))[0],
+                         "runtime_config": _listed(product.get("runtime_config"))[0],
+                         "script": script.group(1) if script else None,
+                         "script_family": script.group(2) if script else None}
+                for platform in _listed(product.get("platforms", spec.get("platforms"))):
+                    gpu = golden_tag(f"golden_values_{platform}.json")["gpu"] if platform else None
+                    for case in _listed(group.get("test_case")):
+                        out.setdefault((str(spec["model"]), str(case)), []).append({**entry, "gpu": gpu})
+    return out
+
+
+def _on(args: dict, name: str) -> bool:
+    value = args.get(name)
+    return value not in (None, False, "false", "False", "none", "None", 0)
+
+
+def expressible_note(family: str, config: dict | None, tag: dict[str, Any]) -> str | None:
+    """What the simulator cannot express in this configuration (None: nothing known), one reason per
+    kind, joined by "; " — the calibration dataset's categories."""
+    if config is None:
+        return "no model_config.yaml at the recording commit"
+    args = config.get("MODEL_ARGS") or {}
+    test_type, mode = config.get("TEST_TYPE"), config.get("MODE")
+    notes = []
+    if any(k.startswith("MODEL_ARGS_") or k == "BASE_MODEL_ARGS" for k in config):
+        notes.append("multiple runs in one test (MODEL_ARGS_N)")
+    family_notes = {"bert": "BERT encoder model", "t5": "T5 encoder-decoder model",
+                    "multimodal-llava": "multimodal model", "mimo": "multimodal model"}
+    if family in family_notes:
+        notes.append(family_notes[family])
+    if family == "hybrid" or any(_on(args, k) for k in ("--hybrid-layer-pattern", "--hybrid-override-pattern",
+                                                         "--is-hybrid-model", "--mamba-num-heads")):
+        notes.append("Mamba/hybrid model")
+    if _on(args, "--flextron"):
+        notes.append("Flextron elastic model")
+    if mode == "inference" or (mode is None and any(k.startswith("--inference-") for k in args)
+                               and test_type == "frozen-start"):
+        notes.append("inference test (no training step)")
+    if mode == "rl" or any(k.startswith(("--langrl-", "--rl-", "--grpo-")) for k in args):
+        notes.append("RL/GRPO loop (inference engine + training in one process)")
+    if any(_on(args, k) for k in ("--fp8-format", "--fp8", "--fp4-format", "--fp4")):
+        notes.append("fp8/fp4 training")
+    if _on(args, "--enable-cuda-graph") or _on(args, "--external-cuda-graph") or (
+            str(args.get("--cuda-graph-impl", "none")) not in ("none", "None")):
+        notes.append("CUDA graphs (graph memory pools)")
+    if any(_on(args, k) for k in ("--cpu-offloading", "--fine-grained-activation-offloading",
+                                  "--optimizer-cpu-offload", "--offload-optimizer-states")):
+        notes.append("offloading to CPU")
+    if _on(args, "--use-megatron-fsdp") or _on(args, "--use-torch-fsdp2") or (
+            args.get("--data-parallel-sharding-strategy") in ("optim_grads", "optim_grads_params")):
+        notes.append("FSDP / ZeRO-3 style sharding")
+    optimizer = args.get("--optimizer")
+    if optimizer not in (None, "adam"):
+        notes.append(f"optimizer {optimizer} (not Adam)")
+    if _on(args, "--export-kd-teacher-load"):
+        notes.append("ModelOpt distillation (teacher model in memory)")
+    if test_type in ("frozen-start", "checkpoint-consistency") and "inference test (no training step)" not in notes:
+        notes.append(f"TEST_TYPE {test_type}: loads a checkpoint before the measured iterations")
+    if tag["second"]:
+        notes.append("the _2nd golden of a resumed run: loads a checkpoint before the measured iterations")
+    if tag["release"]:
+        notes.append("release-validation golden (a Megatron-Core version in its name, not recorded at this commit)")
+    if tag["environment"] == "lts":
+        notes.append("LTS container (validate_measured tables the dev image's PyTorch and Transformer Engine only)")
+    return "; ".join(dict.fromkeys(notes)) or None
+
+
+def package_version(text: str | None) -> str | None:
+    """Megatron-Core's version from ``megatron/core/package_info.py``."""
+    if not text:
+        return None
+    parts = dict(re.findall(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*['\"]?([\w.]*)['\"]?", text, re.M))
+    if not {"MAJOR", "MINOR", "PATCH"} <= set(parts):
+        return None
+    return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts.get('PRE_RELEASE', '')}"
+
+
+def container(environment: str, ngc_version: str | None, build_yml: str | None) -> str | None:
+    """The NGC PyTorch container (``YY.MM``) the CI image of ``environment`` builds on: ``docker/.ngc_version.<env>``
+    (from 2025-11), else the ``BASE_IMAGE`` of ``CI_MCORE_<ENV>_IMAGE`` in ``.gitlab/stages/01.build.yml``."""
+    for text in (ngc_version, build_yml):
+        if not text:
+            continue
+        if text is build_yml:
+            block = re.search(rf"IMAGE:\s*CI_MCORE_{environment.upper()}_IMAGE(?:(?!IMAGE:\s*CI_).)*", text, re.S)
+            text = block.group(0) if block else ""
+        found = re.search(r"nvcr\.io/nvidia/pytorch:(\d+\.\d+)", text)
+        if found:
+            return found.group(1)
+    return None
+
+
+def layout(args: dict) -> dict[str, Any]:
+    """The parallel sizes ``validate_measured`` reads off a record (Megatron's defaults where absent)."""
+    def size(*names: str, default: int | None = 1) -> int | None:
+        for n in names:
+            if args.get(n) not in (None, False):
+                try:
+                    return int(args[n])
+                except (TypeError, ValueError):
+                    return default
+        return default
+
+    tp = size("--tensor-model-parallel-size")
+    return {"tp": tp, "pp": size("--pipeline-model-parallel-size"), "cp": size("--context-parallel-size"),
+            "ep": size("--expert-model-parallel-size"),
+            "etp": size("--expert-tensor-parallel-size", default=tp),
+            "vpp": size("--num-virtual-stages-per-pipeline-rank", default=None)}
