@@ -28,19 +28,21 @@ from timeline.spec.trace import CapturedTrace
 
 
 def step_device(trace: CapturedTrace) -> StaticDevice:
-    """The one device of a whole-step run; its static bytes are the captured parameters, the
-    gradients and the optimizer state each parameter ever had (one tensor per role)."""
+    """The one device of a whole-step run; its static bytes are the captured parameters and buffers
+    (frozen parameters are recorded as buffers: the ``weights`` category either way), the gradients and
+    the optimizer state each parameter ever had (one tensor per role)."""
     by_role: dict[str, int] = {}
     for st in trace.storages.values():
         if st.role:
             by_role[st.role] = st.nbytes
-    kinds = {k: sum(n for r, n in by_role.items() if r.startswith(k + ":")) for k in ("param", "grad", "state")}
+    kinds = {k: sum(n for r, n in by_role.items() if r.startswith(k + ":"))
+             for k in ("param", "buffer", "grad", "state")}
     by_module = dict.fromkeys(MODULES, 0)
     for p in trace.params:
         if p.trainable:
             by_module[module_tag(p.name, p.layer, "head" in p.name)] += int(np.prod(p.shape)) if p.shape else 1
     return StaticDevice(device=0, pp_rank=0, stages=(0,), represents=1, layers=(), params_by_module=by_module,
-                        weights_bytes=kinds["param"], grads_bytes=kinds["grad"], optimizer_bytes=kinds["state"])
+                        weights_bytes=kinds["param"] + kinds["buffer"], grads_bytes=kinds["grad"], optimizer_bytes=kinds["state"])
 
 
 def simulate_steps(trace: CapturedTrace, tr: TrainingSpec, cost: CostModel) -> SimOutput:
