@@ -14,6 +14,21 @@ Shrunk for CI: n_layer 2, n_head 2, n_embd 64, block_size 64, vocab 512, batch 4
 steps (the script: 12 / 12 / 768 / 1024 / 50304 / 12 / 40). ``nanogpt_fp16`` is the script run with
 ``--dtype=float16``, where the GradScaler is enabled; ``nanogpt`` keeps its bfloat16 default (the
 scaler is a no-op).
+
+A public measurement: karpathy/nanoGPT issue #88 (comment by aartivnkt, 2023-03-08) runs
+``python train.py --batch_size=32 --compile=False`` on one 16 GB GPU ("15.78 GiB total capacity", a V100,
+which has no bf16, so the script picks float16 and the GradScaler) and reports ``CUDA out of memory.
+Tried to allocate 6.14 GiB (GPU 0; 15.78 GiB total capacity; 10.16 GiB already allocated``. 6.14 GiB is
+32 x 1024 x 50304 fp32 logits, the loss's upcast. ``nanogpt_issue88`` is that configuration at full size
+(GPT-2 124M, block 1024, vocab 50304, batch 32, the default 40 accumulation steps, float16, no compile);
+``tools/step_corpus_compare.py`` simulates it on a 15.78 GiB device and compares its first OOM with the
+report. The first iteration's ``estimate_loss`` runs before any training (``iter_num % eval_interval == 0``):
+its ``logits, loss`` stay bound from one evaluation batch to the next, so the second batch's forward runs
+beside the first batch's fp16 logits (3.07 GiB), and ``F.cross_entropy`` under autocast makes fp16
+log-probabilities (``cross_entropy_loss`` passes the input's dtype to ``log_softmax``, which
+``fp32_set_opt_dtype`` then leaves alone) that ``nll_loss``'s fp32 policy copies to fp32: the 6.14 GiB
+request. A V100 runs SDPA's memory-efficient kernel where the capture records flash (same saved shapes
+but the logsumexp padding).
 """
 import math
 
@@ -100,11 +115,11 @@ def optimizer_of(net, device_type="cuda"):
     return torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95), fused=device_type == "cuda")
 
 
-def _make(dtype, compile=True):
+def _make(dtype, compile=True, config=CONFIG, batch_size=BATCH, accum=ACCUM, eval_iters=0):
     device = "cuda"
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    net = GPT(CONFIG)
+    net = GPT(config)
     net.to(device)
     scaler = torch.cuda.amp.GradScaler(enabled=dtype == torch.float16)
     optimizer = optimizer_of(net)
@@ -113,17 +128,32 @@ def _make(dtype, compile=True):
     ctx = torch.amp.autocast(device_type="cuda", dtype=dtype)
 
     def batch():
-        x = torch.randint(CONFIG["vocab_size"], (BATCH, CONFIG["block_size"]))
-        y = torch.randint(CONFIG["vocab_size"], (BATCH, CONFIG["block_size"]))
+        x = torch.randint(config["vocab_size"], (batch_size, config["block_size"]))
+        y = torch.randint(config["vocab_size"], (batch_size, config["block_size"]))
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
 
-    data = {"xy": batch()}
+    data = {"xy": batch(), "iter_num": 0}
+
+    @torch.no_grad()
+    def estimate_loss():  # the script's evaluation: `logits, loss` stay bound until the next forward returns
+        net.eval()
+        for _split in ("train", "val"):
+            losses = torch.zeros(eval_iters)
+            for k in range(eval_iters):
+                X, Y = batch()
+                with ctx:
+                    logits, loss = net(X, Y)
+                losses[k] = loss.item()
+        net.train()
 
     def step():
-        for _ in range(ACCUM):
+        if eval_iters and data["iter_num"] == 0:  # iter_num % eval_interval == 0: evaluate first
+            estimate_loss()
+        data["iter_num"] += 1
+        for _ in range(accum):
             with ctx:
                 _, loss = net(*data["xy"])
-                loss = loss / ACCUM
+                loss = loss / accum
             data["xy"] = batch()  # the next batch arrives while the GPU runs this one
             scaler.scale(loss).backward()
         scaler.unscale_(optimizer)
@@ -140,3 +170,11 @@ def nanogpt():
 
 def nanogpt_fp16():
     return _make(torch.float16)
+
+
+def nanogpt_issue88():
+    """nanoGPT issue #88's run: ``train.py --batch_size=32 --compile=False`` on a V100 (float16); its first
+    iteration evaluates first (2 of the script's 200 ``eval_iters`` per split: the memory pattern repeats
+    from the second)."""
+    gpt2 = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304)
+    return _make(torch.float16, compile=False, config=gpt2, batch_size=32, accum=40, eval_iters=2)
