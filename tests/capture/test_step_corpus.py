@@ -256,3 +256,18 @@ def test_resnet_keeps_batchnorm_statistics_on_the_device():
 def test_lightning_closure_forward_is_a_forward():
     trace, _ = captured("lightning_transformer.py:lightning_transformer")
     assert any(o.phase == "F" and "transformer" in o.module for o in step_ops(trace, 2))
+
+
+def test_the_users_command_line_path_prints_no_traceback(tmp_path, capsys):
+    """``timeline capture --step`` then ``timeline simulate`` as a user runs them; ``plan`` (which lays a
+    model's layers out over devices) refuses a whole-step trace in one line instead of a ``KeyError``."""
+    from timeline.cli import main
+
+    trace = tmp_path / "step.parquet"
+    assert main(["capture", "--step", f"{STEPS / 'mingpt.py'}:mingpt", "-o", str(trace)]) == 0
+    (tmp_path / "run.toml").write_text(RUN)
+    assert main(["simulate", str(tmp_path / "run.toml"), "-o", str(tmp_path / "out"), "--no-progress"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    assert main(["plan", str(tmp_path / "run.toml"), "--world-size", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "timeline plan varies parallel layouts" in err and err.count("\n") == 1
