@@ -271,3 +271,17 @@ def test_the_users_command_line_path_prints_no_traceback(tmp_path, capsys):
     assert main(["plan", str(tmp_path / "run.toml"), "--world-size", "8"]) == 2
     err = capsys.readouterr().err
     assert "timeline plan varies parallel layouts" in err and err.count("\n") == 1
+
+
+def test_a_second_stack_of_blocks_is_refused_in_one_line_at_capture():
+    """T5's ``decoder.block.N`` beside ``encoder.block.N``: a layer trace (``--module``) lays out one stack of
+    decoder layers, so the capture names the first op it cannot place (the whole step captures it above)."""
+    from timeline.capture.run import capture
+    from timeline.errors import UserError
+
+    def build():
+        ids = torch.randint(1, 256, (2, 16))
+        return module("t5_adafactor.py").model(), (), {"input_ids": ids, "labels": ids}
+
+    with pytest.raises(UserError, match=r"module 'decoder\.block\.0\..*second stack of repeated blocks"):
+        capture(build)
