@@ -67,7 +67,7 @@ CASES: dict[str, tuple[str, str | None]] = {
     "t5_adafactor.py:t5_adafactor": ("adafactor", None),
     "peft_adalora_bart.py:peft_adalora_bart": ("adam", None),
     "lightning_transformer.py:lightning_transformer": ("none", None),
-    "hf_trainer_gpt2.py:hf_trainer_gpt2": ("adam", ACCELERATE),
+    "hf_trainer_gpt2.py:hf_trainer_gpt2": ("adamw-fused", ACCELERATE),  # TrainingArguments.optim: adamw_torch_fused
     "bert_mlm.py:bert_mlm": ("adam", ACCELERATE),
 }
 

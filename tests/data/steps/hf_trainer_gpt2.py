@@ -6,7 +6,7 @@ the step is the installed transformers 5.24.0's own ``Trainer.training_step``).
 Reproduced: ``run_clm.py`` builds ``AutoModelForCausalLM.from_config`` (here ``GPT2LMHeadModel``: tied
 ``wte``/``lm_head``, Conv1D projections, eager attention as configured below) and hands it to ``Trainer``
 with ``TrainingArguments``; the Trainer moves the model to ``args.device``, builds AdamW over its two
-decay groups (``create_optimizer_and_scheduler``) and lets Accelerate wrap model and optimizer. One step of
+decay groups (``create_optimizer_and_scheduler``; the default ``optim`` is ``adamw_torch_fused``) and lets Accelerate wrap model and optimizer. One step of
 ``Trainer._inner_training_loop``: ``training_step`` (the Trainer's own: ``_prepare_inputs`` moves the batch
 to the device, ``compute_loss``, ``accelerator.backward``), the gradient clipping at ``max_grad_norm=1.0``,
 ``optimizer.step()``, ``lr_scheduler.step()``, ``model.zero_grad()``; the batch's label count
