@@ -8,7 +8,8 @@ Reproduced in this file's own words: the debug model's module tree (``tok_embedd
 ModuleDict "0".."5" of blocks with RMSNorm ``attention_norm`` / ``ffn_norm``, attention with one fused
 ``wqkv`` Linear and ``wo``, each attention owning a RoPE module whose non-persistent complex64 ``cache``
 buffer holds ``(max_context_length, head_dim / 2)`` rotations, ``max_context_length`` set to the training
-sequence length by ``Decoder.Config.update_from_config``; SwiGLU ``feed_forward`` w1/w2/w3 with hidden 768 =
+sequence length by ``Decoder.Config.update_from_config`` (its "llama" frequency scaling changes values, not
+sizes, and is left out); SwiGLU ``feed_forward`` w1/w2/w3 with hidden 768 =
 ``compute_ffn_hidden_dim(256, multiple_of=256)``; final ``norm``; untied ``lm_head``), bias-free, dim 256,
 16 heads, 6 layers, vocab 2048 — the debug model's real sizes. The step: ``optimizers.zero_grad(set_to_none=
 False)`` first (``set_to_none=training.disable_cuda_graphs``, False by default: gradients are zeroed in place

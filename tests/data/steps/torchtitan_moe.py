@@ -4,7 +4,7 @@ b5bcd76c66d0, BSD-3-Clause licence; ``torchtitan/models/common/moe.py: MoE`` / `
 ``trainer.py: Trainer.train_step``).
 
 Reproduced in this file's own words: each block's feed-forward is an ``MoE``: a bias-free ``gate`` Linear
-router (sigmoid scores in fp32, top-k picked on scores plus the ``expert_bias_E`` buffer of auxiliary-loss-
+router run under a nested fp32 autocast (sigmoid scores in fp32, top-k picked on scores plus the ``expert_bias_E`` buffer of auxiliary-loss-
 free load balancing, the picked scores normalised), a bool routing map whose column sums count tokens per
 expert (accumulated into the ``tokens_per_expert_E`` buffer without grad), a local token dispatcher that
 sorts the ``T·K`` (token, expert) rows by expert and gathers them, ``GroupedExperts`` holding three 3-D
@@ -74,7 +74,8 @@ class MoE(nn.Module):
     def forward(self, x):
         shape = x.shape
         x = x.reshape(-1, DIM)
-        scores = torch.sigmoid(self.gate(x).float())
+        with torch.autocast(device_type=x.device.type, dtype=torch.float32):  # the gate GEMM in fp32
+            scores = torch.sigmoid(self.gate(x))
         _, ids = torch.topk(scores + self.expert_bias_E, TOP_K, dim=-1)
         picked = scores.gather(-1, ids)
         picked = picked / (picked.sum(-1, keepdim=True) + 1e-20)
