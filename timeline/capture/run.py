@@ -35,8 +35,7 @@ from torch.utils._pytree import tree_flatten
 from timeline.capture.gpu import gpu_kernels
 from timeline.capture.recorder import Recorder
 from timeline.errors import UserError
-from timeline.graph.trace.lowering import check_one_stack
-from timeline.spec.trace import TRACE_SCHEMA, CapturedTrace
+from timeline.spec.trace import TRACE_SCHEMA, CapturedTrace, check_one_stack
 
 #: (model, positional args, keyword args) of one step
 Built = tuple[torch.nn.Module, tuple, dict]

@@ -31,7 +31,7 @@ from timeline.graph.trace.recompute import Row, apply_full_recompute, recompute_
 from timeline.graph.trace.shard import Sizer, tp_collectives
 from timeline.graph.trace.split import split_frees, weight_grad_ops
 from timeline.spec.run import RecomputeSpec
-from timeline.spec.trace import CapturedTrace, TraceOp
+from timeline.spec.trace import CapturedTrace, TraceOp, check_one_stack
 from timeline.spec.trace_shard import TraceShard
 
 #: torch dtype names → TensorDef dtypes
@@ -50,23 +50,6 @@ class Regions:
     layer_f: dict[int, tuple[TraceOp, ...]]
     layer_b: dict[int, tuple[TraceOp, ...]]
     owner: dict[int, int | str]  # storage → "pre" | "post" | captured layer index
-
-
-def check_one_stack(trace: CapturedTrace) -> None:
-    """The lowering repeats one stack of decoder layers: every op tagged layer ``k`` must run in the captured
-    layer ``k``'s module. A second stack of repeated blocks (T5's ``decoder.block.N`` beside
-    ``encoder.block.N``, a vision tower's ``blocks.N`` beside ``model.layers.N``) tags its ops with the
-    same indices; it cannot be placed, so it is refused in one line naming the module and op."""
-    stack = {ly.index: ly.module for ly in trace.layers}
-    for o in trace.ops:
-        if o.layer < 0:
-            continue
-        home = stack.get(o.layer)
-        if home is None or not (o.module == home or o.module.startswith(home + ".")):
-            raise UserError(f"captured op {o.name} (#{o.index}) of module {o.module!r} belongs to a second stack of "
-                            f"repeated blocks beside the decoder layers ({stack.get(0, '?')} …): the trace "
-                            "lowering lays out one stack of layers; capture the whole training step instead "
-                            "(timeline capture --step), which runs any module tree on one device")
 
 
 @lru_cache(maxsize=8)
