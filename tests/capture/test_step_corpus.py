@@ -147,6 +147,7 @@ def test_corpus_step_captures_simulates_and_holds_its_state(case, tmp_path):
     dev = step_device(trace)
     assert sum(roles(trace, "param").values()) == want["param_bytes"]
     assert sum(roles(trace, "buffer").values()) == want["frozen_bytes"] + want["buffer_bytes"]
+    assert dev.weights_bytes == want["param_bytes"] + want["frozen_bytes"] + want["buffer_bytes"]  # summary.json
     assert dev.grads_bytes == want["param_bytes"]
     assert dev.optimizer_bytes == state_bytes(CASES[case][0], want["trainable"])
     assert peak["allocated"] >= dev.weights_bytes + dev.grads_bytes + dev.optimizer_bytes
