@@ -35,7 +35,7 @@ from torch.utils._pytree import tree_flatten
 from timeline.capture.gpu import gpu_kernels
 from timeline.capture.recorder import Recorder
 from timeline.errors import UserError
-from timeline.spec.trace import TRACE_SCHEMA, CapturedTrace
+from timeline.spec.trace import TRACE_SCHEMA, CapturedTrace, check_one_stack
 
 #: (model, positional args, keyword args) of one step
 Built = tuple[torch.nn.Module, tuple, dict]
@@ -132,7 +132,9 @@ def capture(build: Callable[[], Built], *, gpu: bool = True, provenance: dict[st
                         "blocks.N); name the repeated blocks of your module that way (an nn.ModuleList "
                         "attribute called 'layers')")
     prov = {"schema": TRACE_SCHEMA, **versions(), **(provenance or {})}
-    return CapturedTrace(ops=ops, storages=storages, params=params, layers=layers, provenance=prov)
+    trace = CapturedTrace(ops=ops, storages=storages, params=params, layers=layers, provenance=prov)
+    check_one_stack(trace)  # refused at capture, not later in the simulation
+    return trace
 
 
 def versions() -> dict[str, str]:

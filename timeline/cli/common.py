@@ -370,8 +370,9 @@ def console() -> Console:
     return Console(width=max(width, 140))
 
 
-def refuse_step_trace(spec: RunSpec, command: str) -> None:
-    """``compare``/``fit`` vary recompute policies, which a whole-step trace does not take."""
+def refuse_step_trace(spec: RunSpec, command: str, varies: str = "recompute policies") -> None:
+    """``compare``/``fit`` vary recompute policies and ``plan`` layouts too, which a whole-step trace (one
+    device, the step as captured) does not take."""
     if spec.trace is not None and spec.trace.is_step:
-        raise UserError(f"{spec.model_source}: timeline {command} varies recompute policies; a whole-step trace "
+        raise UserError(f"{spec.model_source}: timeline {command} varies {varies}; a whole-step trace "
                         "(capture --step) runs the step as captured; use timeline simulate")

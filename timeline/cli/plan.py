@@ -22,6 +22,7 @@ from timeline.cli.common import (
     gib,
     load,
     positive,
+    refuse_step_trace,
     templates,
 )
 from timeline.cli.plan_files import default_output, write_outputs
@@ -110,6 +111,7 @@ def default_selective(spec: RunSpec) -> tuple[str, ...]:
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     spec = with_capacity(load(args), args)
+    refuse_step_trace(spec, "plan", "parallel layouts, micro-batch sizes, schedules and recompute policies")
     if args.address and args.engine != "ray":
         raise UserError("--address applies to --engine ray only")
     check_work(spec, args.max_events)

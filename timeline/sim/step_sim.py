@@ -28,19 +28,21 @@ from timeline.spec.trace import CapturedTrace
 
 
 def step_device(trace: CapturedTrace) -> StaticDevice:
-    """The one device of a whole-step run; its static bytes are the captured parameters, the
-    gradients and the optimizer state each parameter ever had (one tensor per role)."""
+    """The one device of a whole-step run; its static bytes are the captured parameters and buffers
+    (frozen parameters are recorded as buffers: the ``weights`` category either way), the gradients and
+    the optimizer state each parameter ever had (one tensor per role)."""
     by_role: dict[str, int] = {}
     for st in trace.storages.values():
         if st.role:
             by_role[st.role] = st.nbytes
-    kinds = {k: sum(n for r, n in by_role.items() if r.startswith(k + ":")) for k in ("param", "grad", "state")}
+    kinds = {k: sum(n for r, n in by_role.items() if r.startswith(k + ":"))
+             for k in ("param", "buffer", "grad", "state")}
     by_module = dict.fromkeys(MODULES, 0)
     for p in trace.params:
         if p.trainable:
             by_module[module_tag(p.name, p.layer, "head" in p.name)] += int(np.prod(p.shape)) if p.shape else 1
     return StaticDevice(device=0, pp_rank=0, stages=(0,), represents=1, layers=(), params_by_module=by_module,
-                        weights_bytes=kinds["param"], grads_bytes=kinds["grad"], optimizer_bytes=kinds["state"])
+                        weights_bytes=kinds["param"] + kinds["buffer"], grads_bytes=kinds["grad"], optimizer_bytes=kinds["state"])
 
 
 def simulate_steps(trace: CapturedTrace, tr: TrainingSpec, cost: CostModel) -> SimOutput:
@@ -54,6 +56,7 @@ def simulate_steps(trace: CapturedTrace, tr: TrainingSpec, cost: CostModel) -> S
     t = 0.0
     report_start = 0.0
     sizes: dict[str, tuple[int, int]] = {}
+    born: dict[int, int] = {}  # tensor id → the micro-batch tag of its allocation
     for it in range(-1, tr.warmup_iterations + tr.iterations):
         if it == tr.warmup_iterations and tr.warmup_iterations:
             report_start = t
@@ -65,13 +68,14 @@ def simulate_steps(trace: CapturedTrace, tr: TrainingSpec, cost: CostModel) -> S
             compiled.append(ph)
             n = len(ph.ev_offset)
             if n:
+                tensors = names.ids(ph, "tensor_names")[ph.ev_tensor]
                 cols["t_us"].append(ph.ev_offset + t)
                 cols["sign"].append(ph.ev_sign)
                 cols["size"].append(ph.ev_size)
                 cols["cat"].append(ph.ev_cat)
-                cols["tensor"].append(names.ids(ph, "tensor_names")[ph.ev_tensor])
+                cols["tensor"].append(tensors)
                 cols["op"].append(names.ids(ph, "op_names")[ph.ev_op])
-                cols["microbatch"].append(np.full(n, -1 if it < 0 else 0, dtype=np.int32))
+                cols["microbatch"].append(_microbatches(tensors, ph.ev_sign, -1 if it < 0 else 0, born))
                 cols["stage"].append(np.zeros(n, dtype=np.int16))
                 cols["action"].append(np.full(n, a, dtype=np.int32))
                 cols["stream"].append(np.zeros(n, dtype=np.int8))
@@ -90,6 +94,19 @@ def simulate_steps(trace: CapturedTrace, tr: TrainingSpec, cost: CostModel) -> S
     return SimOutput(schedule=schedule, devices=[step_device(trace)], spans=[spans], events=[ev], ops=[ops],
                      names=names.items, iteration_time_us=iteration_us, activation_bytes_per_microbatch=[act],
                      report_start_us=report_start)
+
+
+def _microbatches(tensors: np.ndarray, signs: np.ndarray, tag: int, born: dict[int, int]) -> np.ndarray:
+    """Each event's micro-batch tag: construction's events −1, a step's 0, and a free the tag of its
+    allocation (the allocator pairs a free with its allocation by tensor, micro-batch and stage; a batch
+    or scaler state built with the model and dropped by a step is freed under construction's tag)."""
+    out = np.full(len(tensors), tag, dtype=np.int32)
+    for i, (tensor, sign) in enumerate(zip(tensors.tolist(), signs.tolist(), strict=True)):
+        if sign > 0:
+            born[tensor] = tag
+        else:
+            out[i] = born.pop(tensor, tag)
+    return out
 
 
 def _ops(spans: list[Span], compiled: list[CompiledPhase], names: Names) -> DeviceOps:

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from timeline.errors import UserError
+
 #: bumped when a column is renamed or removed (added columns keep it)
 TRACE_SCHEMA = "timeline.trace/1"
 
@@ -115,3 +117,20 @@ class CapturedTrace:
     @property
     def seq_len(self) -> int:
         return int(self.provenance.get("seq_len", 0))
+
+
+def check_one_stack(trace: CapturedTrace) -> None:
+    """The lowering repeats one stack of decoder layers: every op tagged layer ``k`` must run in the captured
+    layer ``k``'s module. A second stack of repeated blocks (T5's ``decoder.block.N`` beside
+    ``encoder.block.N``, a vision tower's ``blocks.N`` beside ``model.layers.N``) tags its ops with the
+    same indices; it cannot be placed, so it is refused in one line naming the module and op."""
+    stack = {ly.index: ly.module for ly in trace.layers}
+    for o in trace.ops:
+        if o.layer < 0:
+            continue
+        home = stack.get(o.layer)
+        if home is None or not (o.module == home or o.module.startswith(home + ".")):
+            raise UserError(f"captured op {o.name} (#{o.index}) of module {o.module!r} belongs to a second stack of "
+                            f"repeated blocks beside the decoder layers ({stack.get(0, '?')} …): the trace "
+                            "lowering lays out one stack of layers; capture the whole training step instead "
+                            "(timeline capture --step), which runs any module tree on one device")

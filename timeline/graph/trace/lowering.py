@@ -31,7 +31,7 @@ from timeline.graph.trace.recompute import Row, apply_full_recompute, recompute_
 from timeline.graph.trace.shard import Sizer, tp_collectives
 from timeline.graph.trace.split import split_frees, weight_grad_ops
 from timeline.spec.run import RecomputeSpec
-from timeline.spec.trace import CapturedTrace, TraceOp
+from timeline.spec.trace import CapturedTrace, TraceOp, check_one_stack
 from timeline.spec.trace_shard import TraceShard
 
 #: torch dtype names → TensorDef dtypes
@@ -54,6 +54,7 @@ class Regions:
 
 @lru_cache(maxsize=8)
 def regions(trace: CapturedTrace) -> Regions:
+    check_one_stack(trace)
     parts: dict[tuple[str, int | str], list[TraceOp]] = {}
     owner: dict[int, int | str] = {}
     for phase in ("F", "B"):

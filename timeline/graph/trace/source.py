@@ -73,6 +73,9 @@ class TraceSource:
     def template(self, chunk: int, *, pp_rank: int | None = None) -> ChunkTemplate:
         """``pp_rank`` (default ``chunk % pp``) picks the entry of a per-rank ``recompute.num_layers``."""
         trace = self.captured()
+        if trace.is_step:  # its ops run per iteration (graph/trace/steps.py), not per layer and chunk
+            raise UserError(f"{self.label}: a whole-step trace (capture --step) has no decoder layers to lay out "
+                            "in pipeline chunks; only timeline simulate runs it")
         if self.recompute.policy == "selective":  # the run file refuses it; compare/fit variants reach here
             raise UserError(f"{self.label}: {NO_SELECTIVE}")
         return trace_chunk_template(trace, chunk, self.ranges, num_layers=self.num_layers,
