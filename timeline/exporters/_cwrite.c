@@ -1,0 +1,738 @@
+/* Optional compiled writers of the two largest outputs: bytes straight from columns.
+ *
+ * pickle_graph() writes a pickle (protocol 4) of an object graph given as arrays -- the snapshot
+ * of timeline/exporters/memviz_snapshot.py without a Python dict per trace entry -- with the
+ * bytes CPython's C pickler writes for the same objects (Modules/_pickle.c at v3.11.7, the same
+ * rules in v3.12.1 and v3.13.0: save, save_long, save_unicode via write_unicode_binary,
+ * save_tuple, save_list with batch_list_exact, save_dict with batch_dict_exact, memo_put,
+ * memo_get, _Pickler_Write, _Pickler_OpcodeBoundary, _Pickler_CommitFrame, dump). Where each
+ * rule lives is said beside it. Object identity is the caller's: a node pickled twice is a memo
+ * reference, two equal strings are two nodes.
+ *
+ * format_rows() fills one text template per row from int, ns, table and float columns (the
+ * Chrome trace's op slices and counter samples, timeline/exporters/chrome_trace.py).
+ *
+ * Built by setuptools as an optional extension: without a compiler the package writes these
+ * files with the Python code (timeline/exporters/compiled.py says which is active).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- output buffer */
+
+typedef struct {
+    char *buf;
+    Py_ssize_t len, cap;
+} Out;
+
+static int out_reserve(Out *o, Py_ssize_t extra) {
+    if (o->len + extra <= o->cap) return 0;
+    Py_ssize_t c = o->cap ? o->cap : 1 << 16;
+    while (c < o->len + extra) c *= 2;
+    char *p = PyMem_Realloc(o->buf, (size_t)c);
+    if (!p) { PyErr_NoMemory(); return -1; }
+    o->buf = p;
+    o->cap = c;
+    return 0;
+}
+
+static int out_put(Out *o, const char *s, Py_ssize_t n) {
+    if (out_reserve(o, n)) return -1;
+    memcpy(o->buf + o->len, s, (size_t)n);
+    o->len += n;
+    return 0;
+}
+
+/* the caller's write(bytes), then the buffer is reused */
+static int out_flush(Out *o, PyObject *write) {
+    if (!o->len) return 0;
+    PyObject *chunk = PyBytes_FromStringAndSize(o->buf, o->len);
+    if (!chunk) return -1;
+    PyObject *r = PyObject_CallOneArg(write, chunk);
+    Py_DECREF(chunk);
+    if (!r) return -1;
+    Py_DECREF(r);
+    o->len = 0;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- pickle */
+
+enum { K_INT = 0, K_STR = 1, K_LIST = 2, K_DICT = 3, K_TUPLE = 4, K_FLOAT = 5, K_TRUE = 6, K_FALSE = 7,
+       K_NONE = 8, K_RECORDS = 9 };
+
+#define FRAME_HEADER 9            /* FRAME opcode + 8-byte length (_pickle.c: FRAME_HEADER_SIZE) */
+#define FRAME_TARGET (64 * 1024)  /* _pickle.c: FRAME_SIZE_TARGET */
+#define FRAME_MIN 4               /* _pickle.c: FRAME_SIZE_MIN: a shorter frame loses its header */
+#define BATCH 1000                /* _pickle.c: BATCHSIZE */
+#define FLUSH_BYTES (1 << 20)
+#define ABSENT INT64_MIN           /* a record column value that leaves the key out of that record */
+
+typedef struct {
+    Py_ssize_t nrows;
+    int ncols;
+    const int64_t *keys;          /* node of each column's key */
+    const char *colkind;          /* 'i': the values are ints, 'n': nodes */
+    const int64_t **cols;
+    Py_buffer *views;             /* 1 + ncols buffers to release */
+} Table;
+
+typedef struct {
+    Out o;
+    PyObject *write;
+    Py_ssize_t frame_start;       /* -1: no open frame */
+    int framing;
+    int64_t memo_len;
+    int64_t *memo;                /* memo index of each node, -1 before its first save */
+    Py_ssize_t nnodes, nchildren, bloblen;
+    const uint8_t *kind;
+    const int64_t *a, *b, *children;
+    const char *blob;
+    Table *tables;
+    Py_ssize_t ntables;
+} P;
+
+/* _Pickler_Write: a write with framing on and no open frame opens one (its header filled in later) */
+static int pw(P *p, const char *s, Py_ssize_t n) {
+    if (p->framing && p->frame_start == -1) {
+        if (out_reserve(&p->o, FRAME_HEADER + n)) return -1;
+        p->frame_start = p->o.len;
+        memset(p->o.buf + p->o.len, 0xFE, FRAME_HEADER);
+        p->o.len += FRAME_HEADER;
+    }
+    return out_put(&p->o, s, n);
+}
+
+static int pw1(P *p, char c) { return pw(p, &c, 1); }
+
+/* _Pickler_CommitFrame */
+static void commit_frame(P *p) {
+    if (!p->framing || p->frame_start == -1) return;
+    Py_ssize_t frame_len = p->o.len - p->frame_start - FRAME_HEADER;
+    char *q = p->o.buf + p->frame_start;
+    if (frame_len >= FRAME_MIN) {
+        q[0] = '\x95';
+        for (int i = 0; i < 8; i++) q[1 + i] = (char)(((uint64_t)frame_len >> (8 * i)) & 0xff);
+    } else {
+        memmove(q, q + FRAME_HEADER, (size_t)frame_len);
+        p->o.len -= FRAME_HEADER;
+    }
+    p->frame_start = -1;
+}
+
+/* _Pickler_OpcodeBoundary, called at the start of every save(): a frame of at least 64 KiB is
+ * committed (and, as dump() to a file does, handed to the file) */
+static int boundary(P *p) {
+    if (!p->framing || p->frame_start == -1) return 0;
+    if (p->o.len - p->frame_start - FRAME_HEADER >= FRAME_TARGET) {
+        commit_frame(p);
+        if (p->write && p->o.len >= FLUSH_BYTES) return out_flush(&p->o, p->write);
+    }
+    return 0;
+}
+
+/* save_long */
+static int save_int(P *p, int64_t v) {
+    char d[12];
+    if (v >= -0x80000000LL && v <= 0x7fffffffLL) {
+        uint32_t u = (uint32_t)v;
+        d[1] = (char)(u & 0xff); d[2] = (char)((u >> 8) & 0xff);
+        d[3] = (char)((u >> 16) & 0xff); d[4] = (char)((u >> 24) & 0xff);
+        if (d[4] != 0 || d[3] != 0) { d[0] = 'J'; return pw(p, d, 5); }  /* BININT */
+        if (d[2] != 0) { d[0] = 'M'; return pw(p, d, 3); }               /* BININT2 */
+        d[0] = 'K';                                                      /* BININT1 */
+        return pw(p, d, 2);
+    }
+    /* LONG1: little-endian two's complement in (bit length of |v|) / 8 + 1 bytes, one fewer for
+     * a negative value whose top byte would only repeat the sign */
+    uint64_t mag = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    int nbits = 0;
+    while (nbits < 64 && (mag >> nbits)) nbits++;
+    int nbytes = (nbits >> 3) + 1;
+    uint64_t u = (uint64_t)v;
+    for (int i = 0; i < nbytes; i++) d[2 + i] = (char)(i < 8 ? (u >> (8 * i)) & 0xff : (v < 0 ? 0xff : 0));
+    if (v < 0 && nbytes > 1 && (uint8_t)d[2 + nbytes - 1] == 0xff && ((uint8_t)d[2 + nbytes - 2] & 0x80))
+        nbytes--;
+    d[0] = '\x8a';
+    d[1] = (char)nbytes;
+    return pw(p, d, 2 + nbytes);
+}
+
+/* memo_put: MEMOIZE (protocol 4) and the next index */
+static int memo_put(P *p, int64_t node) {
+    if (node >= 0) p->memo[node] = p->memo_len;
+    p->memo_len++;
+    return pw1(p, '\x94');
+}
+
+/* memo_get: BINGET below 256, else LONG_BINGET */
+static int memo_get(P *p, int64_t idx) {
+    char d[5];
+    if (idx < 256) { d[0] = 'h'; d[1] = (char)idx; return pw(p, d, 2); }
+    if (idx > 0xffffffffLL) { PyErr_SetString(PyExc_ValueError, "memo index beyond LONG_BINGET"); return -1; }
+    d[0] = 'j';
+    for (int i = 0; i < 4; i++) d[1 + i] = (char)((idx >> (8 * i)) & 0xff);
+    return pw(p, d, 5);
+}
+
+/* save_unicode -> write_unicode_binary -> _Pickler_write_bytes: SHORT_BINUNICODE up to 255 bytes,
+ * else BINUNICODE; a payload of 64 KiB or more is written outside any frame */
+static int save_str(P *p, int64_t node) {
+    int64_t off = p->a[node], n = p->b[node];
+    char h[5];
+    Py_ssize_t hn;
+    if (n <= 0xff) { h[0] = '\x8c'; h[1] = (char)n; hn = 2; }
+    else {
+        if (n > 0xffffffffLL) { PyErr_SetString(PyExc_ValueError, "string too long"); return -1; }
+        h[0] = 'X';
+        for (int i = 0; i < 4; i++) h[1 + i] = (char)((n >> (8 * i)) & 0xff);
+        hn = 5;
+    }
+    if (n >= FRAME_TARGET) {
+        commit_frame(p);
+        p->framing = 0;
+        int err = pw(p, h, hn) || pw(p, p->blob + off, (Py_ssize_t)n);
+        p->framing = 1;
+        if (err) return -1;
+    } else if (pw(p, h, hn) || pw(p, p->blob + off, (Py_ssize_t)n)) {
+        return -1;
+    }
+    return memo_put(p, node);
+}
+
+static int save(P *p, int64_t node);
+
+/* batch_list_exact: one item with APPEND, else MARK ... APPENDS per 1000 items */
+static int save_items(P *p, const int64_t *items, Py_ssize_t n) {
+    if (n == 1) return save(p, items[0]) || pw1(p, 'a');
+    Py_ssize_t total = 0;
+    do {
+        if (pw1(p, '(')) return -1;
+        for (Py_ssize_t k = 0; total < n && k < BATCH; k++, total++)
+            if (save(p, items[total])) return -1;
+        if (pw1(p, 'e')) return -1;
+    } while (total < n);
+    return 0;
+}
+
+/* batch_dict_exact: one pair with SETITEM, else MARK ... SETITEMS per 1000 pairs (a dict of
+ * exactly 1000·k pairs ends with an empty MARK SETITEMS, as CPython writes it) */
+static int save_pairs(P *p, const int64_t *kv, Py_ssize_t n) {
+    if (n == 1) return save(p, kv[0]) || save(p, kv[1]) || pw1(p, 's');
+    Py_ssize_t at = 0, i;
+    do {
+        if (pw1(p, '(')) return -1;
+        for (i = 0; at < n && i < BATCH; at++, i++)
+            if (save(p, kv[2 * at]) || save(p, kv[2 * at + 1])) return -1;
+        if (pw1(p, 'u')) return -1;
+    } while (i == BATCH);
+    return 0;
+}
+
+/* one record of a table: a new dict (save_dict), its present columns in order */
+static int save_record(P *p, const Table *t, Py_ssize_t r) {
+    if (boundary(p) || pw1(p, '}') || memo_put(p, -1)) return -1;
+    int present = 0, last = -1;
+    for (int c = 0; c < t->ncols; c++)
+        if (t->cols[c][r] != ABSENT) { present++; last = c; }
+    if (!present) return 0;
+    if (present == 1) {
+        int64_t v = t->cols[last][r];
+        return save(p, t->keys[last]) || (t->colkind[last] == 'n' ? save(p, v) : (boundary(p) || save_int(p, v)))
+               || pw1(p, 's');
+    }
+    int c = 0;
+    int i;
+    do {
+        if (pw1(p, '(')) return -1;
+        for (i = 0; c < t->ncols && i < BATCH; c++) {
+            int64_t v = t->cols[c][r];
+            if (v == ABSENT) continue;
+            if (save(p, t->keys[c])) return -1;
+            if (t->colkind[c] == 'n' ? save(p, v) : (boundary(p) || save_int(p, v))) return -1;
+            i++;
+        }
+        if (pw1(p, 'u')) return -1;
+    } while (i == BATCH);
+    return 0;
+}
+
+/* a list of records (save_list with the records as its items) */
+static int save_records(P *p, int64_t node) {
+    if (pw1(p, ']') || memo_put(p, node)) return -1;
+    const Table *t = &p->tables[p->a[node]];
+    Py_ssize_t n = t->nrows;
+    if (n == 0) return 0;
+    if (n == 1) return save_record(p, t, 0) || pw1(p, 'a');
+    Py_ssize_t total = 0;
+    do {
+        if (pw1(p, '(')) return -1;
+        for (Py_ssize_t k = 0; total < n && k < BATCH; k++, total++)
+            if (save_record(p, t, total)) return -1;
+        if (pw1(p, 'e')) return -1;
+    } while (total < n);
+    return 0;
+}
+
+/* save(): the frame boundary, then atoms (never memoized), then a memo reference if the object
+ * was saved before, else the object */
+static int save(P *p, int64_t node) {
+    if (node < 0 || node >= p->nnodes) { PyErr_SetString(PyExc_IndexError, "node out of range"); return -1; }
+    if (boundary(p)) return -1;
+    uint8_t k = p->kind[node];
+    switch (k) {
+    case K_INT: return save_int(p, p->a[node]);
+    case K_TRUE: return pw1(p, '\x88');
+    case K_FALSE: return pw1(p, '\x89');
+    case K_NONE: return pw1(p, 'N');
+    case K_FLOAT: {  /* save_float: BINFLOAT, big-endian IEEE 754 */
+        char d[9];
+        uint64_t u = (uint64_t)p->a[node];
+        d[0] = 'G';
+        for (int i = 0; i < 8; i++) d[1 + i] = (char)((u >> (8 * (7 - i))) & 0xff);
+        return pw(p, d, 9);
+    }
+    default: break;
+    }
+    if (p->memo[node] >= 0) return memo_get(p, p->memo[node]);
+    int64_t start = p->a[node], n = p->b[node];
+    if ((k == K_LIST || k == K_TUPLE) && (start < 0 || n < 0 || start + n > p->nchildren)) goto bad;
+    if (k == K_DICT && (start < 0 || n < 0 || start + 2 * n > p->nchildren)) goto bad;
+    switch (k) {
+    case K_STR:
+        if (start < 0 || n < 0 || start + n > p->bloblen) goto bad;
+        return save_str(p, node);
+    case K_LIST:  /* save_list: EMPTY_LIST, memo, items */
+        if (pw1(p, ']') || memo_put(p, node)) return -1;
+        return n ? save_items(p, p->children + start, (Py_ssize_t)n) : 0;
+    case K_DICT:  /* save_dict: EMPTY_DICT, memo, pairs */
+        if (pw1(p, '}') || memo_put(p, node)) return -1;
+        return n ? save_pairs(p, p->children + start, (Py_ssize_t)n) : 0;
+    case K_TUPLE:  /* save_tuple: EMPTY_TUPLE (not memoized), TUPLE1-3 after the items, else MARK ... TUPLE */
+        if (n == 0) return pw1(p, ')');
+        if (n <= 3) {
+            for (int64_t i = 0; i < n; i++)
+                if (save(p, p->children[start + i])) return -1;
+            if (pw1(p, (char)('\x85' + (n - 1)))) return -1;
+        } else {
+            if (pw1(p, '(')) return -1;
+            for (int64_t i = 0; i < n; i++)
+                if (save(p, p->children[start + i])) return -1;
+            if (pw1(p, 't')) return -1;
+        }
+        return memo_put(p, node);
+    case K_RECORDS:
+        if (start < 0 || start >= p->ntables) goto bad;
+        return save_records(p, node);
+    default:
+        goto bad;
+    }
+bad:
+    PyErr_Format(PyExc_ValueError, "malformed node %lld", (long long)node);
+    return -1;
+}
+
+static int int64_view(PyObject *obj, Py_buffer *v, const char *what) {
+    if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)) return -1;
+    if (v->itemsize != 8 || (v->format && strchr("qlLQ", v->format[0]) == NULL)) {
+        PyErr_Format(PyExc_ValueError, "%s must be an int64 array", what);
+        PyBuffer_Release(v);
+        return -1;
+    }
+    return 0;
+}
+
+static void free_tables(Table *t, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (t[i].views)
+            for (int c = 0; c <= t[i].ncols; c++)
+                if (t[i].views[c].obj) PyBuffer_Release(&t[i].views[c]);
+        PyMem_Free(t[i].views);
+        PyMem_Free((void *)t[i].cols);
+    }
+    PyMem_Free(t);
+}
+
+/* (keys, colkind, columns) per table */
+static int parse_table(PyObject *spec, Table *t) {
+    PyObject *o_keys, *o_cols;
+    const char *kinds;
+    Py_ssize_t nk;
+    if (!PyArg_ParseTuple(spec, "Oy#O", &o_keys, &kinds, &nk, &o_cols)) return -1;
+    PyObject *cols = PySequence_Fast(o_cols, "columns must be a sequence");
+    if (!cols) return -1;
+    Py_ssize_t nc = PySequence_Fast_GET_SIZE(cols);
+    int ok = nc == nk && nc < 1000;
+    if (!ok) PyErr_SetString(PyExc_ValueError, "a table needs one kind and one column per key");
+    t->ncols = (int)nc;
+    t->colkind = kinds;
+    t->views = ok ? PyMem_Calloc((size_t)nc + 1, sizeof(Py_buffer)) : NULL;
+    t->cols = ok ? PyMem_Calloc((size_t)nc + 1, sizeof(int64_t *)) : NULL;
+    if (ok && (!t->views || !t->cols)) { PyErr_NoMemory(); ok = 0; }
+    if (ok && int64_view(o_keys, &t->views[0], "keys")) ok = 0;
+    if (ok && t->views[0].len != nc * 8) { PyErr_SetString(PyExc_ValueError, "one key per column"); ok = 0; }
+    if (ok) t->keys = t->views[0].buf;
+    t->nrows = -1;
+    for (Py_ssize_t c = 0; ok && c < nc; c++) {
+        if (kinds[c] != 'i' && kinds[c] != 'n') { PyErr_SetString(PyExc_ValueError, "kind is 'i' or 'n'"); ok = 0; break; }
+        if (int64_view(PySequence_Fast_GET_ITEM(cols, c), &t->views[c + 1], "a column")) { ok = 0; break; }
+        Py_ssize_t rows = t->views[c + 1].len / 8;
+        if (t->nrows >= 0 && rows != t->nrows) { PyErr_SetString(PyExc_ValueError, "columns differ in length"); ok = 0; break; }
+        t->nrows = rows;
+        t->cols[c] = t->views[c + 1].buf;
+    }
+    if (t->nrows < 0) t->nrows = 0;
+    Py_DECREF(cols);
+    return ok ? 0 : -1;
+}
+
+PyDoc_STRVAR(pickle_graph_doc,
+"pickle_graph(kind, a, b, children, blob, tables, root, write) -> None\n\n"
+"Write pickle.dump(obj, protocol=4)'s bytes for the object graph rooted at node root, calling\n"
+"write(bytes) per committed frame group. Node i: kind[i] (uint8: 0 int a=value, 1 str a=offset\n"
+"b=length of UTF-8 bytes in blob, 2 list / 4 tuple children[a:a+b], 3 dict key/value pairs\n"
+"children[a:a+2b], 5 float a=IEEE bits, 6 True, 7 False, 8 None, 9 list of records of\n"
+"tables[a]). A table is (keys, colkind, columns): keys int64 nodes, colkind bytes 'i' (int\n"
+"values) or 'n' (node values) per column, columns int64 of equal length; a value of -2**63\n"
+"leaves that key out of that record. Each node is one object: saved twice, a memo reference.");
+
+static PyObject *pickle_graph(PyObject *self, PyObject *args) {
+    PyObject *o_kind, *o_a, *o_b, *o_children, *o_blob, *o_tables, *write;
+    long long root;
+    if (!PyArg_ParseTuple(args, "OOOOOOLO", &o_kind, &o_a, &o_b, &o_children, &o_blob, &o_tables, &root, &write))
+        return NULL;
+    Py_buffer vk = {0}, va = {0}, vb = {0}, vc = {0}, vs = {0};
+    P p;
+    memset(&p, 0, sizeof p);
+    p.frame_start = -1;
+    PyObject *result = NULL, *tables = NULL;
+    if (PyObject_GetBuffer(o_kind, &vk, PyBUF_C_CONTIGUOUS) || vk.itemsize != 1) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "kind must be uint8");
+        goto done;
+    }
+    if (int64_view(o_a, &va, "a") || int64_view(o_b, &vb, "b") || int64_view(o_children, &vc, "children")
+        || PyObject_GetBuffer(o_blob, &vs, PyBUF_C_CONTIGUOUS))
+        goto done;
+    p.nnodes = vk.len;
+    if (va.len != p.nnodes * 8 || vb.len != p.nnodes * 8) {
+        PyErr_SetString(PyExc_ValueError, "kind, a and b must have one entry per node");
+        goto done;
+    }
+    p.kind = vk.buf; p.a = va.buf; p.b = vb.buf; p.children = vc.buf; p.nchildren = vc.len / 8;
+    p.blob = vs.buf; p.bloblen = vs.len;
+    p.write = write;
+    tables = PySequence_Fast(o_tables, "tables must be a sequence");
+    if (!tables) goto done;
+    p.ntables = PySequence_Fast_GET_SIZE(tables);
+    p.tables = PyMem_Calloc((size_t)p.ntables + 1, sizeof(Table));
+    p.memo = PyMem_Malloc((size_t)(p.nnodes ? p.nnodes : 1) * sizeof(int64_t));
+    if (!p.tables || !p.memo) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t i = 0; i < p.nnodes; i++) p.memo[i] = -1;
+    for (Py_ssize_t i = 0; i < p.ntables; i++)
+        if (parse_table(PySequence_Fast_GET_ITEM(tables, i), &p.tables[i])) goto done;
+    /* dump(): PROTO 4 before framing starts, the object, STOP, the last frame */
+    if (out_put(&p.o, "\x80\x04", 2)) goto done;
+    p.framing = 1;
+    if (save(&p, root) || pw1(&p, '.')) goto done;
+    commit_frame(&p);
+    if (out_flush(&p.o, write)) goto done;
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    if (p.tables) free_tables(p.tables, p.ntables);
+    Py_XDECREF(tables);
+    PyMem_Free(p.memo);
+    PyMem_Free(p.o.buf);
+    if (vk.obj) PyBuffer_Release(&vk);
+    if (va.obj) PyBuffer_Release(&va);
+    if (vb.obj) PyBuffer_Release(&vb);
+    if (vc.obj) PyBuffer_Release(&vc);
+    if (vs.obj) PyBuffer_Release(&vs);
+    return result;
+}
+
+/* ---------------------------------------------------------------- text rows */
+
+/* a float's repr(), as float_repr in Objects/floatobject.c spells it, remembered per bit
+ * pattern in a small open-addressing table (counter columns repeat few values) */
+typedef struct {
+    uint64_t *key;
+    int64_t *off;                 /* into text; -1: empty slot */
+    int32_t *len;
+    Py_ssize_t mask, used;
+    Out text;
+} ReprCache;
+
+/* splitmix64's finalizer: a float's bits end in runs of zeros, the slot must depend on every bit */
+static Py_ssize_t slot_of(uint64_t x, Py_ssize_t mask) {
+    x ^= x >> 30; x *= 0xBF58476D1CE4E5B9ULL;
+    x ^= x >> 27; x *= 0x94D049BB133111EBULL;
+    x ^= x >> 31;
+    return (Py_ssize_t)(x & (uint64_t)mask);
+}
+
+static int cache_init(ReprCache *c, Py_ssize_t want) {
+    Py_ssize_t n = 1024;
+    while (n < 2 * want && n < (1 << 22)) n *= 2;
+    c->key = PyMem_Malloc((size_t)n * sizeof(uint64_t));
+    c->off = PyMem_Malloc((size_t)n * sizeof(int64_t));
+    c->len = PyMem_Malloc((size_t)n * sizeof(int32_t));
+    if (!c->key || !c->off || !c->len) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < n; i++) c->off[i] = -1;
+    c->mask = n - 1;
+    return 0;
+}
+
+static void cache_free(ReprCache *c) {
+    PyMem_Free(c->key); PyMem_Free(c->off); PyMem_Free(c->len); PyMem_Free(c->text.buf);
+}
+
+static int cache_grow(ReprCache *c) {
+    ReprCache bigger;
+    memset(&bigger, 0, sizeof bigger);
+    Py_ssize_t n = (c->mask + 1) * 2;
+    bigger.key = PyMem_Malloc((size_t)n * sizeof(uint64_t));
+    bigger.off = PyMem_Malloc((size_t)n * sizeof(int64_t));
+    bigger.len = PyMem_Malloc((size_t)n * sizeof(int32_t));
+    if (!bigger.key || !bigger.off || !bigger.len) {
+        PyMem_Free(bigger.key); PyMem_Free(bigger.off); PyMem_Free(bigger.len);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) bigger.off[i] = -1;
+    bigger.mask = n - 1;
+    for (Py_ssize_t i = 0; i <= c->mask; i++) {
+        if (c->off[i] < 0) continue;
+        Py_ssize_t h = slot_of(c->key[i], bigger.mask);
+        while (bigger.off[h] >= 0) h = (h + 1) & bigger.mask;
+        bigger.key[h] = c->key[i]; bigger.off[h] = c->off[i]; bigger.len[h] = c->len[i];
+    }
+    PyMem_Free(c->key); PyMem_Free(c->off); PyMem_Free(c->len);
+    c->key = bigger.key; c->off = bigger.off; c->len = bigger.len; c->mask = bigger.mask;
+    return 0;
+}
+
+/* The writers below append to o->buf without checks: format_rows reserves each row's bound first. */
+#define REPR_MAX 32  /* repr() of a double is at most 24 characters ("-2.2250738585072014e-308") */
+
+static int put_repr(Out *o, ReprCache *c, double x) {
+    uint64_t bits;
+    memcpy(&bits, &x, 8);
+    Py_ssize_t h = slot_of(bits, c->mask);
+    while (c->off[h] >= 0) {
+        if (c->key[h] == bits) {
+            memcpy(o->buf + o->len, c->text.buf + c->off[h], (size_t)c->len[h]);
+            o->len += c->len[h];
+            return 0;
+        }
+        h = (h + 1) & c->mask;
+    }
+    char *s = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (!s) return -1;
+    Py_ssize_t n = (Py_ssize_t)strlen(s);
+    if (n > REPR_MAX) { PyMem_Free(s); PyErr_SetString(PyExc_ValueError, "float repr too long"); return -1; }
+    c->key[h] = bits; c->off[h] = c->text.len; c->len[h] = (int32_t)n;
+    memcpy(o->buf + o->len, s, (size_t)n);
+    o->len += n;
+    int err = out_put(&c->text, s, n);
+    PyMem_Free(s);
+    if (err) return -1;
+    if (++c->used * 2 > c->mask) return cache_grow(c);
+    return 0;
+}
+
+static void put_int(Out *o, int64_t v) {
+    char d[24];
+    int n = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do { d[23 - n++] = (char)('0' + u % 10); u /= 10; } while (u);
+    if (v < 0) d[23 - n++] = '-';
+    memcpy(o->buf + o->len, d + 24 - n, (size_t)n);
+    o->len += n;
+}
+
+/* trace_common.fmt_us: integer ns as µs with exactly three decimals, "-" before a negative */
+static void put_us(Out *o, int64_t ns) {
+    uint64_t u = ns < 0 ? (uint64_t)0 - (uint64_t)ns : (uint64_t)ns;
+    char d[32];
+    int n = 0;
+    uint64_t frac = u % 1000, whole = u / 1000;
+    d[31 - n++] = (char)('0' + frac % 10);
+    d[31 - n++] = (char)('0' + frac / 10 % 10);
+    d[31 - n++] = (char)('0' + frac / 100);
+    d[31 - n++] = '.';
+    do { d[31 - n++] = (char)('0' + whole % 10); whole /= 10; } while (whole);
+    if (ns < 0) d[31 - n++] = '-';
+    memcpy(o->buf + o->len, d + 32 - n, (size_t)n);
+    o->len += n;
+}
+
+static void put_raw(Out *o, const char *s, Py_ssize_t n) {
+    memcpy(o->buf + o->len, s, (size_t)n);
+    o->len += n;
+}
+
+typedef struct {
+    char kind;                    /* 'd' int, 'u' ns as µs, 's' table index, 'r' float repr */
+    Py_buffer view;
+    PyObject *fast;               /* 's': the table, a sequence of bytes */
+    Py_ssize_t widest;            /* the most bytes one value takes */
+} Slot;
+
+PyDoc_STRVAR(format_rows_doc,
+"format_rows(pieces, slots, sep, write) -> None\n\n"
+"For each row: sep, pieces[0], slot 0's text, pieces[1], ..., pieces[-1], handed to write(bytes)\n"
+"in chunks of about 1 MiB. pieces: n+1 bytes; slots: n (kind, column, table) with kind b'd'\n"
+"(int64: decimal), b'u' (int64 ns: µs with three decimals, as trace_common.fmt_us), b's' (int64\n"
+"index into table, a sequence of bytes) or b'r' (float64: repr()); every column has the same length.");
+
+static PyObject *format_rows(PyObject *self, PyObject *args) {
+    PyObject *o_pieces, *o_slots, *write;
+    const char *sep;
+    Py_ssize_t nsep;
+    if (!PyArg_ParseTuple(args, "OOy#O", &o_pieces, &o_slots, &sep, &nsep, &write)) return NULL;
+    PyObject *pieces = PySequence_Fast(o_pieces, "pieces must be a sequence");
+    if (!pieces) return NULL;
+    PyObject *slots = PySequence_Fast(o_slots, "slots must be a sequence");
+    if (!slots) { Py_DECREF(pieces); return NULL; }
+    Py_ssize_t ns = PySequence_Fast_GET_SIZE(slots), rows = -1, bound = nsep;
+    PyObject *result = NULL;
+    Slot *sl = PyMem_Calloc((size_t)ns + 1, sizeof(Slot));
+    ReprCache cache;
+    memset(&cache, 0, sizeof cache);
+    Out o = {0};
+    int ok = sl != NULL;
+    if (!ok) PyErr_NoMemory();
+    if (ok && PySequence_Fast_GET_SIZE(pieces) != ns + 1) {
+        PyErr_SetString(PyExc_ValueError, "one more piece than slots");
+        ok = 0;
+    }
+    for (Py_ssize_t i = 0; ok && i <= ns; i++) {
+        PyObject *piece = PySequence_Fast_GET_ITEM(pieces, i);
+        if (!PyBytes_Check(piece)) { PyErr_SetString(PyExc_TypeError, "pieces are bytes"); ok = 0; }
+        else bound += PyBytes_GET_SIZE(piece);
+    }
+    for (Py_ssize_t i = 0; ok && i < ns; i++) {
+        const char *k;
+        Py_ssize_t nk;
+        PyObject *col, *table;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(slots, i), "y#OO", &k, &nk, &col, &table) || nk != 1) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a slot's kind is one letter");
+            ok = 0;
+            break;
+        }
+        sl[i].kind = k[0];
+        sl[i].widest = k[0] == 'r' ? REPR_MAX : 24;
+        if (PyObject_GetBuffer(col, &sl[i].view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)) { ok = 0; break; }
+        if (sl[i].view.itemsize != 8 || !strchr("dusr", k[0])) {
+            PyErr_SetString(PyExc_ValueError, "columns are 8-byte (int64, or float64 for 'r')");
+            ok = 0;
+            break;
+        }
+        Py_ssize_t n = sl[i].view.len / 8;
+        if (rows >= 0 && n != rows) { PyErr_SetString(PyExc_ValueError, "columns differ in length"); ok = 0; break; }
+        rows = n;
+        if (k[0] == 's') {
+            sl[i].fast = PySequence_Fast(table, "a table is a sequence of bytes");
+            if (!sl[i].fast) { ok = 0; break; }
+            Py_ssize_t nt = PySequence_Fast_GET_SIZE(sl[i].fast);
+            sl[i].widest = 0;
+            for (Py_ssize_t j = 0; j < nt; j++) {
+                PyObject *t = PySequence_Fast_GET_ITEM(sl[i].fast, j);
+                if (!PyBytes_Check(t)) { PyErr_SetString(PyExc_TypeError, "a table holds bytes"); ok = 0; break; }
+                if (PyBytes_GET_SIZE(t) > sl[i].widest) sl[i].widest = PyBytes_GET_SIZE(t);
+            }
+            const int64_t *idx = sl[i].view.buf;
+            for (Py_ssize_t r = 0; ok && r < n; r++)
+                if (idx[r] < 0 || idx[r] >= nt) { PyErr_SetString(PyExc_IndexError, "table index out of range"); ok = 0; }
+        }
+        if (k[0] == 'r' && !cache.key && cache_init(&cache, 4096)) ok = 0;
+        bound += sl[i].widest;
+    }
+    if (rows < 0) rows = 0;
+    for (Py_ssize_t r = 0; ok && r < rows; r++) {
+        if (out_reserve(&o, bound)) { ok = 0; break; }
+        put_raw(&o, sep, nsep);
+        for (Py_ssize_t i = 0; ok && i <= ns; i++) {
+            PyObject *piece = PySequence_Fast_GET_ITEM(pieces, i);
+            put_raw(&o, PyBytes_AS_STRING(piece), PyBytes_GET_SIZE(piece));
+            if (i == ns) break;
+            const int64_t v = ((const int64_t *)sl[i].view.buf)[r];
+            switch (sl[i].kind) {
+            case 'd': put_int(&o, v); break;
+            case 'u': put_us(&o, v); break;
+            case 'r': ok = !put_repr(&o, &cache, ((const double *)sl[i].view.buf)[r]); break;
+            default: {
+                PyObject *t = PySequence_Fast_GET_ITEM(sl[i].fast, v);
+                put_raw(&o, PyBytes_AS_STRING(t), PyBytes_GET_SIZE(t));
+            }
+            }
+        }
+        if (ok && o.len >= FLUSH_BYTES && out_flush(&o, write)) ok = 0;
+    }
+    if (ok && !out_flush(&o, write)) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+    for (Py_ssize_t i = 0; sl && i < ns; i++) {
+        if (sl[i].view.obj) PyBuffer_Release(&sl[i].view);
+        Py_XDECREF(sl[i].fast);
+    }
+    PyMem_Free(sl);
+    cache_free(&cache);
+    PyMem_Free(o.buf);
+    Py_DECREF(pieces);
+    Py_DECREF(slots);
+    return result;
+}
+
+/* ---------------------------------------------------------------- nesting */
+
+PyDoc_STRVAR(clip_nested_doc,
+"clip_nested(start, end) -> int\n\n"
+"trace_common.nest's loop: over slices sorted by (start, longer first), clip each end (int64,\n"
+"in place) to the end of the innermost slice still open at its start; returns how many were clipped.");
+
+static PyObject *clip_nested(PyObject *self, PyObject *args) {
+    PyObject *o_s, *o_e;
+    if (!PyArg_ParseTuple(args, "OO", &o_s, &o_e)) return NULL;
+    Py_buffer vs, ve;
+    if (int64_view(o_s, &vs, "start")) return NULL;
+    if (PyObject_GetBuffer(o_e, &ve, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE)) { PyBuffer_Release(&vs); return NULL; }
+    if (ve.itemsize != 8 || ve.len != vs.len) {
+        PyErr_SetString(PyExc_ValueError, "start and end: int64 of one length");
+        PyBuffer_Release(&vs); PyBuffer_Release(&ve);
+        return NULL;
+    }
+    Py_ssize_t n = vs.len / 8, top = 0, clipped = 0;
+    const int64_t *s = vs.buf;
+    int64_t *e = ve.buf;
+    int64_t *stack = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    if (!stack) { PyBuffer_Release(&vs); PyBuffer_Release(&ve); return PyErr_NoMemory(); }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        while (top && stack[top - 1] <= s[i]) top--;
+        if (top && e[i] > stack[top - 1]) { e[i] = stack[top - 1]; clipped++; }
+        stack[top++] = e[i];
+    }
+    PyMem_Free(stack);
+    PyBuffer_Release(&vs);
+    PyBuffer_Release(&ve);
+    return PyLong_FromSsize_t(clipped);
+}
+
+static PyMethodDef methods[] = {
+    {"pickle_graph", pickle_graph, METH_VARARGS, pickle_graph_doc},
+    {"format_rows", format_rows, METH_VARARGS, format_rows_doc},
+    {"clip_nested", clip_nested, METH_VARARGS, clip_nested_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_cwrite",
+    "Compiled writers of snapshot.pickle and trace.json (see timeline.exporters.compiled).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__cwrite(void) { return PyModule_Create(&module); }
