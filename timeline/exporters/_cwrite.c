@@ -94,18 +94,36 @@ typedef struct {
     Py_ssize_t ntables;
 } P;
 
-/* _Pickler_Write: a write with framing on and no open frame opens one (its header filled in later) */
-static int pw(P *p, const char *s, Py_ssize_t n) {
+/* _Pickler_Write: a write with framing on and no open frame opens one (its header filled in
+ * later). room() does the opening and makes space for n more bytes; put*() then store unchecked. */
+static int room(P *p, Py_ssize_t n) {
+    if (out_reserve(&p->o, n + FRAME_HEADER)) return -1;
     if (p->framing && p->frame_start == -1) {
-        if (out_reserve(&p->o, FRAME_HEADER + n)) return -1;
         p->frame_start = p->o.len;
         memset(p->o.buf + p->o.len, 0xFE, FRAME_HEADER);
         p->o.len += FRAME_HEADER;
     }
-    return out_put(&p->o, s, n);
+    return 0;
 }
 
-static int pw1(P *p, char c) { return pw(p, &c, 1); }
+static inline void put1(P *p, char c) { p->o.buf[p->o.len++] = c; }
+
+static inline void put(P *p, const char *s, Py_ssize_t n) {
+    memcpy(p->o.buf + p->o.len, s, (size_t)n);
+    p->o.len += n;
+}
+
+static int pw(P *p, const char *s, Py_ssize_t n) {
+    if (room(p, n)) return -1;
+    put(p, s, n);
+    return 0;
+}
+
+static int pw1(P *p, char c) {
+    if (room(p, 1)) return -1;
+    put1(p, c);
+    return 0;
+}
 
 /* _Pickler_CommitFrame */
 static void commit_frame(P *p) {
@@ -124,40 +142,44 @@ static void commit_frame(P *p) {
 
 /* _Pickler_OpcodeBoundary, called at the start of every save(): a frame of at least 64 KiB is
  * committed (and, as dump() to a file does, handed to the file) */
-static int boundary(P *p) {
-    if (!p->framing || p->frame_start == -1) return 0;
-    if (p->o.len - p->frame_start - FRAME_HEADER >= FRAME_TARGET) {
-        commit_frame(p);
-        if (p->write && p->o.len >= FLUSH_BYTES) return out_flush(&p->o, p->write);
-    }
-    return 0;
+static inline int boundary(P *p) {
+    if (p->frame_start == -1 || p->o.len - p->frame_start - FRAME_HEADER < FRAME_TARGET) return 0;
+    commit_frame(p);
+    return p->write && p->o.len >= FLUSH_BYTES ? out_flush(&p->o, p->write) : 0;
 }
 
-/* save_long */
-static int save_int(P *p, int64_t v) {
-    char d[12];
-    if (v >= -0x80000000LL && v <= 0x7fffffffLL) {
+/* save_long (after room for 11 bytes) */
+static void put_long(P *p, int64_t v) {
+    if (v >= 0 && v <= 0xff) { put1(p, 'K'); put1(p, (char)v); return; }          /* BININT1 */
+    if (v >= 0 && v <= 0xffff) {                                                  /* BININT2 */
+        put1(p, 'M'); put1(p, (char)(v & 0xff)); put1(p, (char)(v >> 8));
+        return;
+    }
+    if (v >= -0x80000000LL && v <= 0x7fffffffLL) {                                /* BININT */
         uint32_t u = (uint32_t)v;
-        d[1] = (char)(u & 0xff); d[2] = (char)((u >> 8) & 0xff);
-        d[3] = (char)((u >> 16) & 0xff); d[4] = (char)((u >> 24) & 0xff);
-        if (d[4] != 0 || d[3] != 0) { d[0] = 'J'; return pw(p, d, 5); }  /* BININT */
-        if (d[2] != 0) { d[0] = 'M'; return pw(p, d, 3); }               /* BININT2 */
-        d[0] = 'K';                                                      /* BININT1 */
-        return pw(p, d, 2);
+        put1(p, 'J');
+        for (int i = 0; i < 4; i++) put1(p, (char)((u >> (8 * i)) & 0xff));
+        return;
     }
     /* LONG1: little-endian two's complement in (bit length of |v|) / 8 + 1 bytes, one fewer for
      * a negative value whose top byte would only repeat the sign */
+    char d[9];
     uint64_t mag = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
     int nbits = 0;
     while (nbits < 64 && (mag >> nbits)) nbits++;
     int nbytes = (nbits >> 3) + 1;
     uint64_t u = (uint64_t)v;
-    for (int i = 0; i < nbytes; i++) d[2 + i] = (char)(i < 8 ? (u >> (8 * i)) & 0xff : (v < 0 ? 0xff : 0));
-    if (v < 0 && nbytes > 1 && (uint8_t)d[2 + nbytes - 1] == 0xff && ((uint8_t)d[2 + nbytes - 2] & 0x80))
-        nbytes--;
-    d[0] = '\x8a';
-    d[1] = (char)nbytes;
-    return pw(p, d, 2 + nbytes);
+    for (int i = 0; i < nbytes; i++) d[i] = (char)(i < 8 ? (u >> (8 * i)) & 0xff : (v < 0 ? 0xff : 0));
+    if (v < 0 && nbytes > 1 && (uint8_t)d[nbytes - 1] == 0xff && ((uint8_t)d[nbytes - 2] & 0x80)) nbytes--;
+    put1(p, '\x8a');
+    put1(p, (char)nbytes);
+    put(p, d, nbytes);
+}
+
+static int save_int(P *p, int64_t v) {
+    if (room(p, 11)) return -1;
+    put_long(p, v);
+    return 0;
 }
 
 /* memo_put: MEMOIZE (protocol 4) and the next index */
@@ -167,14 +189,13 @@ static int memo_put(P *p, int64_t node) {
     return pw1(p, '\x94');
 }
 
-/* memo_get: BINGET below 256, else LONG_BINGET */
-static int memo_get(P *p, int64_t idx) {
-    char d[5];
-    if (idx < 256) { d[0] = 'h'; d[1] = (char)idx; return pw(p, d, 2); }
+/* memo_get (after room for 5 bytes): BINGET below 256, else LONG_BINGET */
+static int put_get(P *p, int64_t idx) {
+    if (idx < 256) { put1(p, 'h'); put1(p, (char)idx); return 0; }
     if (idx > 0xffffffffLL) { PyErr_SetString(PyExc_ValueError, "memo index beyond LONG_BINGET"); return -1; }
-    d[0] = 'j';
-    for (int i = 0; i < 4; i++) d[1 + i] = (char)((idx >> (8 * i)) & 0xff);
-    return pw(p, d, 5);
+    put1(p, 'j');
+    for (int i = 0; i < 4; i++) put1(p, (char)((idx >> (8 * i)) & 0xff));
+    return 0;
 }
 
 /* save_unicode -> write_unicode_binary -> _Pickler_write_bytes: SHORT_BINUNICODE up to 255 bytes,
@@ -231,32 +252,37 @@ static int save_pairs(P *p, const int64_t *kv, Py_ssize_t n) {
     return 0;
 }
 
-/* one record of a table: a new dict (save_dict), its present columns in order */
-static int save_record(P *p, const Table *t, Py_ssize_t r) {
-    if (boundary(p) || pw1(p, '}') || memo_put(p, -1)) return -1;
-    int present = 0, last = -1;
-    for (int c = 0; c < t->ncols; c++)
-        if (t->cols[c][r] != ABSENT) { present++; last = c; }
-    if (!present) return 0;
-    if (present == 1) {
-        int64_t v = t->cols[last][r];
-        return save(p, t->keys[last]) || (t->colkind[last] == 'n' ? save(p, v) : (boundary(p) || save_int(p, v)))
-               || pw1(p, 's');
+/* save() of a key or node value already pickled: the boundary, then its memo reference */
+static inline int save_node(P *p, int64_t node) {
+    if (node >= 0 && node < p->nnodes && p->memo[node] >= 0) {
+        if (boundary(p) || room(p, 5)) return -1;
+        return put_get(p, p->memo[node]);
     }
-    int c = 0;
-    int i;
-    do {
-        if (pw1(p, '(')) return -1;
-        for (i = 0; c < t->ncols && i < BATCH; c++) {
-            int64_t v = t->cols[c][r];
-            if (v == ABSENT) continue;
-            if (save(p, t->keys[c])) return -1;
-            if (t->colkind[c] == 'n' ? save(p, v) : (boundary(p) || save_int(p, v))) return -1;
-            i++;
+    return save(p, node);
+}
+
+/* one record of a table: a new dict (save_dict), its present columns in order (fewer than
+ * 1000: one MARK ... SETITEMS batch, or SETITEM for a single pair) */
+static int save_record(P *p, const Table *t, Py_ssize_t r) {
+    int present = 0;
+    for (int c = 0; c < t->ncols; c++) present += t->cols[c][r] != ABSENT;
+    if (boundary(p) || room(p, 3)) return -1;
+    put1(p, '}');
+    put1(p, '\x94');  /* memo_put of a dict nothing refers to again */
+    p->memo_len++;
+    if (!present) return 0;
+    if (present > 1) put1(p, '(');
+    for (int c = 0; c < t->ncols; c++) {
+        int64_t v = t->cols[c][r];
+        if (v == ABSENT) continue;
+        if (save_node(p, t->keys[c])) return -1;
+        if (t->colkind[c] == 'n') {
+            if (save_node(p, v)) return -1;
+        } else if (boundary(p) || save_int(p, v)) {
+            return -1;
         }
-        if (pw1(p, 'u')) return -1;
-    } while (i == BATCH);
-    return 0;
+    }
+    return pw1(p, present > 1 ? 'u' : 's');
 }
 
 /* a list of records (save_list with the records as its items) */
@@ -296,7 +322,7 @@ static int save(P *p, int64_t node) {
     }
     default: break;
     }
-    if (p->memo[node] >= 0) return memo_get(p, p->memo[node]);
+    if (p->memo[node] >= 0) return room(p, 5) || put_get(p, p->memo[node]);
     int64_t start = p->a[node], n = p->b[node];
     if ((k == K_LIST || k == K_TUPLE) && (start < 0 || n < 0 || start + n > p->nchildren)) goto bad;
     if (k == K_DICT && (start < 0 || n < 0 || start + 2 * n > p->nchildren)) goto bad;
