@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import NoReturn
 
 from timeline import __version__
+from timeline.cli.malloc import keep_freed_memory
 from timeline.errors import UserError
 
 # name -> module (relative to timeline.cli); a new subcommand is one file and one entry here.
@@ -103,6 +104,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    keep_freed_memory()
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):

@@ -77,6 +77,7 @@ typedef struct {
     const char *colkind;          /* 'i': the values are ints, 'n': nodes */
     const int64_t **cols;
     Py_buffer *views;             /* 1 + ncols buffers to release */
+    PyObject *make;               /* a table given as a callable: made when it is pickled, freed after */
 } Table;
 
 typedef struct {
@@ -285,21 +286,34 @@ static int save_record(P *p, const Table *t, Py_ssize_t r) {
     return pw1(p, present > 1 ? 'u' : 's');
 }
 
-/* a list of records (save_list with the records as its items) */
+static int parse_table(PyObject *spec, Table *t);
+static void release_table(Table *t);
+
+/* a list of records (save_list with the records as its items); a table given as a callable is
+ * made now and its columns released as soon as it is written */
 static int save_records(P *p, int64_t node) {
     if (pw1(p, ']') || memo_put(p, node)) return -1;
-    const Table *t = &p->tables[p->a[node]];
-    Py_ssize_t n = t->nrows;
-    if (n == 0) return 0;
-    if (n == 1) return save_record(p, t, 0) || pw1(p, 'a');
-    Py_ssize_t total = 0;
-    do {
-        if (pw1(p, '(')) return -1;
-        for (Py_ssize_t k = 0; total < n && k < BATCH; k++, total++)
-            if (save_record(p, t, total)) return -1;
-        if (pw1(p, 'e')) return -1;
-    } while (total < n);
-    return 0;
+    Table *t = &p->tables[p->a[node]], made;
+    PyObject *spec = NULL;
+    if (t->make) {
+        memset(&made, 0, sizeof made);
+        spec = PyObject_CallNoArgs(t->make);
+        if (!spec) return -1;
+        if (parse_table(spec, &made)) { release_table(&made); Py_DECREF(spec); return -1; }
+        t = &made;
+    }
+    int err = 0;
+    Py_ssize_t n = t->nrows, total = 0;
+    if (n == 1) err = save_record(p, t, 0) || pw1(p, 'a');
+    else if (n > 1) {
+        do {
+            if ((err = pw1(p, '('))) break;
+            for (Py_ssize_t k = 0; !err && total < n && k < BATCH; k++, total++) err = save_record(p, t, total);
+            if (err || (err = pw1(p, 'e'))) break;
+        } while (total < n);
+    }
+    if (spec) { release_table(&made); Py_DECREF(spec); }
+    return err ? -1 : 0;
 }
 
 /* save(): the frame boundary, then atoms (never memoized), then a memo reference if the object
@@ -370,19 +384,27 @@ static int int64_view(PyObject *obj, Py_buffer *v, const char *what) {
     return 0;
 }
 
+static void release_table(Table *t) {
+    if (t->views)
+        for (int c = 0; c <= t->ncols; c++)
+            if (t->views[c].obj) PyBuffer_Release(&t->views[c]);
+    PyMem_Free(t->views);
+    PyMem_Free((void *)t->cols);
+    t->views = NULL;
+    t->cols = NULL;
+}
+
 static void free_tables(Table *t, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (t[i].views)
-            for (int c = 0; c <= t[i].ncols; c++)
-                if (t[i].views[c].obj) PyBuffer_Release(&t[i].views[c]);
-        PyMem_Free(t[i].views);
-        PyMem_Free((void *)t[i].cols);
-    }
+    for (Py_ssize_t i = 0; i < n; i++) release_table(&t[i]);
     PyMem_Free(t);
 }
 
-/* (keys, colkind, columns) per table */
+/* (keys, colkind, columns) per table, or a callable that returns them */
 static int parse_table(PyObject *spec, Table *t) {
+    if (PyCallable_Check(spec)) {
+        t->make = spec;  /* borrowed: the tables sequence holds it */
+        return 0;
+    }
     PyObject *o_keys, *o_cols;
     const char *kinds;
     Py_ssize_t nk;
@@ -422,7 +444,9 @@ PyDoc_STRVAR(pickle_graph_doc,
 "children[a:a+2b], 5 float a=IEEE bits, 6 True, 7 False, 8 None, 9 list of records of\n"
 "tables[a]). A table is (keys, colkind, columns): keys int64 nodes, colkind bytes 'i' (int\n"
 "values) or 'n' (node values) per column, columns int64 of equal length; a value of -2**63\n"
-"leaves that key out of that record. Each node is one object: saved twice, a memo reference.");
+"leaves that key out of that record. A table may be a callable that returns one: it is called\n"
+"when the table is written and its columns released after. Each node is one object: saved twice,\n"
+"a memo reference.");
 
 static PyObject *pickle_graph(PyObject *self, PyObject *args) {
     PyObject *o_kind, *o_a, *o_b, *o_children, *o_blob, *o_tables, *write;

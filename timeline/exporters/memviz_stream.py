@@ -111,14 +111,20 @@ def _device(g: Graph, tl: Timeline, d: int, max_entries: int, keys: list[int]) -
         address[frees] = address[partner[frees]]
     else:
         address = mem.address.astype(np.int64)
-    cols, fc = _entries(g, ev, mem, cap, ideal, is_alloc, address, frames)
-    total = len(cols[0])
-    if max_entries and total > max_entries:  # ref._last
-        start = total - max_entries
-        while start < total and fc[start]:
-            start += 1
-        cols = [c[start:] for c in cols]
-    trace = g.records(keys, "niiiini", cols)
+    caused = _caused(g, mem.segment_events, is_alloc, cap)
+    literal = {name: g.node(name) for name in ENTRY_ACTIONS}
+
+    def columns() -> list[np.ndarray]:  # made when the pickler reaches this device's trace
+        cols, fc = _entries(ev, ideal, is_alloc, address, frames, caused, literal)
+        total = len(cols[0])
+        if max_entries and total > max_entries:  # ref._last
+            start = total - max_entries
+            while start < total and fc[start]:
+                start += 1
+            cols = [c[start:] for c in cols]
+        return cols
+
+    trace = g.records(keys, "niiiini", columns)
     frames_at: dict[int, Any] = {a: Ref(f) for a, f in zip(address[live].tolist(), frames[live].tolist(), strict=True)}
     if ideal:
         return ref.ideal_segments(d, list(zip(address[live].tolist(), size[live].tolist(), strict=True)),
@@ -126,19 +132,35 @@ def _device(g: Graph, tl: Timeline, d: int, max_entries: int, keys: list[int]) -
     return ref.end_segments(d, mem.end_segments, frames_at), trace
 
 
-def _entries(g: Graph, ev: Any, mem: Any, cap: int, ideal: bool, is_alloc: np.ndarray, address: np.ndarray,
-             frames: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+def _caused(g: Graph, segment_events: list, is_alloc: np.ndarray,
+            cap: int) -> list[tuple[int, int, int, int, int, int, bool]]:
+    """The segment events as (event, action node, address, size, stream, free device bytes or
+    ABSENT, is a free_completed), each event's in their order; the free bytes only on an alloc's
+    OOM, as the reference writes them."""
+    n = len(is_alloc)
+    rows = []
+    for i, name, a, sz, st, r in segment_events:
+        if not 0 <= i < n:
+            continue
+        free = max(cap - r, 0) if name == "oom" and is_alloc[i] else None
+        if not (type(a) is int and type(sz) is int and type(st) is int and (free is None or type(free) is int)):
+            raise Unsupported("a segment event holds a non-int")
+        rows.append((i, g.node(name), a, sz, st, ABSENT if free is None else free, name == "free_completed"))
+    rows.sort(key=lambda row: row[0])  # stable: each event's own in their order
+    return rows
+
+
+#: the actions of the entries the events themselves make
+ENTRY_ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free")
+
+
+def _entries(ev: Any, ideal: bool, is_alloc: np.ndarray, address: np.ndarray, frames: np.ndarray,
+             caused: list, literal: dict[str, int]) -> tuple[list[np.ndarray], np.ndarray]:
     """The entry columns (:data:`KEYS`) in the reference's order, and where an entry is a
     ``free_completed`` (a capped trace does not start on one). Per alloc: the segment events it
     caused, (ideal) its segment_alloc, the alloc; per free: free_requested, free_completed, the
     segment events it caused, (ideal) its segment_free."""
     n = len(is_alloc)
-    caused = [(i, name, a, sz, st, max(cap - r, 0) if name == "oom" and is_alloc[i] else None)
-              for i, name, a, sz, st, r in mem.segment_events if 0 <= i < n]
-    for row in caused:
-        if not all(type(x) is int for x in row[2:5]) or not (row[5] is None or type(row[5]) is int):
-            raise Unsupported("a segment event holds a non-int")
-    caused.sort(key=lambda row: row[0])  # stable: each event's own in their order
     c_event = np.array([row[0] for row in caused], dtype=np.int64)
     n_caused = np.bincount(c_event, minlength=n) if len(caused) else np.zeros(n, dtype=np.int64)
     count = np.where(is_alloc, 1, 2) + int(ideal) + n_caused
@@ -152,7 +174,7 @@ def _entries(g: Graph, ev: Any, mem: Any, cap: int, ideal: bool, is_alloc: np.nd
     allocs, frees = np.flatnonzero(is_alloc), np.flatnonzero(~is_alloc)
 
     def put(pos: np.ndarray, rows: np.ndarray, name: str) -> None:
-        action[pos] = g.node(name)
+        action[pos] = literal[name]
         addr[pos], size[pos], stream[pos] = address[rows], ev_size[rows], ev_stream[rows]
         time[pos], frame[pos] = now[rows], frames[rows]
 
@@ -166,9 +188,8 @@ def _entries(g: Graph, ev: Any, mem: Any, cap: int, ideal: bool, is_alloc: np.nd
     if caused:
         rank = np.arange(len(caused)) - (np.cumsum(n_caused) - n_caused)[c_event]
         pos = offset[c_event] + np.where(is_alloc[c_event], 0, 2) + rank
-        action[pos] = [g.node(row[1]) for row in caused]
-        addr[pos], size[pos], stream[pos] = np.array([row[2:5] for row in caused], dtype=np.int64).T
+        values = np.array([row[1:6] for row in caused], dtype=np.int64)
+        action[pos], addr[pos], size[pos], stream[pos], device_free[pos] = values.T
         time[pos], frame[pos] = now[c_event], frames[c_event]
-        device_free[pos] = [ABSENT if row[5] is None else row[5] for row in caused]
-        fc[pos] = [row[1] == "free_completed" for row in caused]
+        fc[pos] = [row[6] for row in caused]
     return cols, fc

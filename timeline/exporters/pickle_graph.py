@@ -53,7 +53,7 @@ class Graph:
         self._n = self._nchildren = self._nblob = 0
         self._ids: dict[int, int] = {}  # id(obj) → node
         self._alive: list[Any] = []  # the objects behind _ids: an id is unique only while its object lives
-        self._tables: list[tuple[np.ndarray, bytes, tuple[np.ndarray, ...]]] = []
+        self._tables: list[Any] = []  # (keys, kinds, columns), or a function that returns them
         self._atoms: dict[Any, int] = {}
 
     # -- adding nodes -----------------------------------------------------------------------
@@ -112,11 +112,18 @@ class Graph:
         width = 2 if kind == DICT else 1
         return self._add(kind, start + width * (np.cumsum(counts) - counts), counts)
 
-    def records(self, keys: Sequence[int], kinds: str, columns: Sequence[np.ndarray]) -> int:
+    def records(self, keys: Sequence[int], kinds: str,
+                columns: Sequence[np.ndarray] | Callable[[], Sequence[np.ndarray]]) -> int:
         """A new list whose items are new dicts, one per row: key ``keys[c]`` (a node) maps to
-        ``columns[c][row]`` — an int (kind ``i``) or a node (kind ``n``) — unless that is ABSENT."""
-        cols = tuple(np.ascontiguousarray(c, dtype=np.int64) for c in columns)
-        self._tables.append((np.asarray(keys, dtype=np.int64), kinds.encode(), cols))
+        ``columns[c][row]`` — an int (kind ``i``) or a node (kind ``n``) — unless that is ABSENT.
+        ``columns`` may be a function that makes them: called when the list is written, its
+        columns freed after (one device's entries in memory at a time)."""
+        key_nodes, kind_bytes = np.asarray(keys, dtype=np.int64), kinds.encode()
+
+        def table(cols: Sequence[np.ndarray]) -> tuple[np.ndarray, bytes, tuple[np.ndarray, ...]]:
+            return key_nodes, kind_bytes, tuple(np.ascontiguousarray(c, dtype=np.int64) for c in cols)
+
+        self._tables.append((lambda: table(columns())) if callable(columns) else table(columns))
         return self._add_one(RECORDS, len(self._tables) - 1, 0)
 
     def node(self, obj: Any) -> int:
