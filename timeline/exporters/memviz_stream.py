@@ -54,19 +54,19 @@ def _frame_lists(g: Graph, frames: ref.Frames) -> np.ndarray:
     def dicts(specs: list[tuple[str, str]]) -> np.ndarray:
         if not specs:
             return np.zeros(0, dtype=np.int64)
-        vals = np.array([(g.node(f), g.node(n)) for f, n in specs], dtype=np.int64)
         k = len(specs)
+        vals = g.nodes([x for spec in specs for x in spec]).reshape(k, 2)
         kids = np.stack([np.full(k, key_f), vals[:, 0], np.full(k, key_l), np.full(k, zero), np.full(k, key_n),
                          vals[:, 1]], axis=1)
         return g.containers(DICT, kids.ravel(), np.full(k, 3))
 
     t_nodes = dicts(frames.tensor_frames)
     a_nodes = dicts([(ref.SCHEDULE, n) for n in frames.action_frames])
-    codes = sorted(frames.op_frames)
-    o_by_code = dict(zip(codes, dicts([frames.op_frames[c] for c in codes]).tolist(), strict=True))
+    codes = np.array(sorted(frames.op_frames), dtype=np.int64)
+    o_of_code = dicts([frames.op_frames[c] for c in codes.tolist()])
     op = frames.list_op
     has_op = op >= 0
-    o_nodes = np.array([o_by_code[c] if c >= 0 else -1 for c in op.tolist()], dtype=np.int64)
+    o_nodes = o_of_code[np.searchsorted(codes, op)] if len(codes) else np.full(len(op), -1)
     counts = 2 + has_op.astype(np.int64)
     start = np.cumsum(counts) - counts
     kids = np.empty(int(counts.sum()), dtype=np.int64)
@@ -138,16 +138,19 @@ def _caused(g: Graph, segment_events: list, is_alloc: np.ndarray,
     ABSENT, is a free_completed), each event's in their order; the free bytes only on an alloc's
     OOM, as the reference writes them."""
     n = len(is_alloc)
-    rows = []
-    for i, name, a, sz, st, r in segment_events:
-        if not 0 <= i < n:
-            continue
-        free = max(cap - r, 0) if name == "oom" and is_alloc[i] else None
-        if not (type(a) is int and type(sz) is int and type(st) is int and (free is None or type(free) is int)):
-            raise Unsupported("a segment event holds a non-int")
-        rows.append((i, g.node(name), a, sz, st, ABSENT if free is None else free, name == "free_completed"))
-    rows.sort(key=lambda row: row[0])  # stable: each event's own in their order
-    return rows
+    rows = [row for row in segment_events if 0 <= row[0] < n]
+    if not rows:
+        return []
+    event, names, a, sz, st, reserved = zip(*rows, strict=True)
+    free = [max(cap - r, 0) if name == "oom" and is_alloc[i] else None
+            for i, name, r in zip(event, names, reserved, strict=True)]
+    if {type(x) for col in (a, sz, st) for x in col} != {int} or any(
+            f is not None and type(f) is not int for f in free):
+        raise Unsupported("a segment event holds a non-int")
+    out = list(zip(event, g.nodes(names).tolist(), a, sz, st, [ABSENT if f is None else f for f in free],
+                   [name == "free_completed" for name in names], strict=True))
+    out.sort(key=lambda row: row[0])  # stable: each event's own in their order
+    return out
 
 
 #: the actions of the entries the events themselves make

@@ -152,6 +152,12 @@ class Graph:
         self._alive.append(obj)
         return out
 
+    def nodes(self, objs: Sequence[Any]) -> np.ndarray:
+        """:meth:`node` of each object (a dict lookup for objects already in the graph)."""
+        ids, node = self._ids, self.node
+        out = [ids.get(id(o)) for o in objs]
+        return np.array([node(o) if n is None else n for n, o in zip(out, objs, strict=True)], dtype=np.int64)
+
     def _atom(self, obj: Any) -> int:
         t = type(obj)
         key = (t, struct.pack("<d", obj) if t is float else obj)
