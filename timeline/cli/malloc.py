@@ -5,9 +5,10 @@ heap's top), so the next array of that size is fresh memory whose every page fau
 touch; a run allocates and frees column-sized arrays per device, per phase and per exporter. On a
 virtual machine a page fault costs several µs: on the shipped DeepSeek-V3 run (all outputs) about
 40 % of the faults, and a quarter of the CPU time, went to memory the process had just given back.
-Raising the mmap threshold to glibc's maximum (32 MiB on 64-bit, ``DEFAULT_MMAP_THRESHOLD_MAX``
-in glibc's malloc/malloc.c) and the trim threshold to 1 GiB keeps freed blocks in the heap for
-reuse; the peak resident memory does not change (a freed block is reused, not added). What a
+Fixing the mmap threshold at 32 MiB (``DEFAULT_MMAP_THRESHOLD_MAX`` on 64-bit in glibc's
+malloc/malloc.c, where its own dynamic threshold stops rising) and the trim threshold at 1 GiB
+keeps freed blocks in the heap for reuse; the peak resident memory does not change (a freed block
+is reused, not added to). What a
 library user's process does with its memory is not ours to change: only the CLI calls this.
 Elsewhere than glibc (musl, macOS, Windows) it does nothing.
 """

@@ -32,3 +32,8 @@ def active_core() -> str:
 def writers() -> ModuleType | None:
     """The compiled writers when they are the active core, else None."""
     return _module if active_core() == "compiled" else None
+
+
+def extension() -> ModuleType | None:
+    """The compiled writers whenever they are built (the tests compare them with the Python ones)."""
+    return _module
