@@ -119,3 +119,13 @@ def test_one_key_records_and_unsupported_objects():
     for bad in (np.int64(3), 2**64, b"bytes", {1, 2}, type("D", (dict,), {})()):
         with pytest.raises(Unsupported):
             Graph().node([bad])
+
+
+def test_version_names_the_writers(monkeypatch):
+    from timeline.cli import version_line
+
+    monkeypatch.setenv("TIMELINE_EXPORT_CORE", "python")
+    assert version_line().endswith("; writers: python, TIMELINE_EXPORT_CORE=python)")
+    assert compiled.writers() is None
+    monkeypatch.delenv("TIMELINE_EXPORT_CORE")
+    assert version_line().endswith("; writers: compiled)") and compiled.writers() is compiled.extension()

@@ -69,13 +69,18 @@ def _load(name: str) -> ModuleType:
 
 
 def version_line() -> str:
-    """``timeline 0.1.0 (allocator core: compiled)``: the version and which allocator core runs."""
-    from timeline.alloc.batch import active_core, compiled_available
+    """``timeline 0.1.0 (allocator core: compiled; writers: compiled)``: the version, which
+    allocator core runs and which writers format snapshot.pickle and trace.json."""
+    from timeline.alloc import batch
+    from timeline.exporters import compiled
 
-    core = active_core()
-    why = "" if core == "compiled" else (
-        ", TIMELINE_ALLOC_CORE=python" if compiled_available() else ", the compiled core is not built")
-    return f"timeline {__version__} (allocator core: {core}{why})"
+    def which(module: ModuleType, variable: str) -> str:
+        core = module.active_core()
+        return core + ("" if core == "compiled" else
+                       f", {variable}=python" if module.compiled_available() else ", the compiled core is not built")
+
+    return (f"timeline {__version__} (allocator core: {which(batch, 'TIMELINE_ALLOC_CORE')}; "
+            f"writers: {which(compiled, 'TIMELINE_EXPORT_CORE')})")
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
