@@ -7,7 +7,7 @@ int64 fields, children, UTF-8 string bytes — and keeps identity: :meth:`Graph.
 Python object once per ``id()`` (so shared objects stay shared), the vectorised adders make many
 fresh objects at once, and :meth:`Graph.records` is a list of dicts with the same keys whose
 values come from columns (never made as dicts). :meth:`Graph.dump` hands the arrays to
-``_cwrite.pickle_graph``, which walks them as CPython's C pickler walks the objects.
+``_cpickle.pickle_graph``, which walks them as CPython's C pickler walks the objects.
 
 Only the types a snapshot holds are taken: ``int`` (within int64), ``float``, ``bool``,
 ``None``, ``str``, and exact ``list``, ``tuple`` and ``dict``; anything else raises
@@ -179,7 +179,7 @@ class Graph:
     # -- writing --------------------------------------------------------------------------
     def dump(self, root: int, write: Callable[[bytes], Any], writer: Any) -> None:
         """``pickle.dump(<root's object>, file, protocol=4)``'s bytes, through ``write`` (the
-        compiled ``_cwrite`` module is ``writer``)."""
+        compiled writers are ``writer``, :func:`compiled.writers`)."""
 
         self._flush()
 

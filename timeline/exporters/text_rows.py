@@ -33,7 +33,7 @@ class Slot:
 def render(write: Callable[[bytes], Any], template: str, slots: Sequence[Slot], sep: str = ",\n",
            writer: Any = None) -> None:
     """Every row of ``slots`` through ``template``, each row preceded by ``sep``, to ``write``
-    in chunks (``writer``: the compiled module, default the active one; False: the Python path)."""
+    in chunks (``writer``: the compiled writers, default the active ones; False: the Python path)."""
     pieces = template.split(SLOT)
     if len(pieces) != len(slots) + 1:
         raise ValueError(f"the template has {len(pieces) - 1} slots for {len(slots)} columns")
