@@ -11,4 +11,5 @@ from setuptools import Extension, setup
 setup(ext_modules=[Extension("timeline.alloc._ccore", ["timeline/alloc/_ccore.c"], optional=True,
                              extra_compile_args=["-O2"]),
                    *(Extension(f"timeline.exporters._{name}", [f"timeline/exporters/_{name}.c"], optional=True,
-                               extra_compile_args=["-O2"]) for name in ("cpickle", "ctext"))])
+                               depends=["timeline/exporters/_cbuffer.h"], extra_compile_args=["-O2"])
+                     for name in ("cpickle", "ctext"))])

@@ -12,48 +12,8 @@
  * Built by setuptools as an optional extension: without a compiler the package pickles the
  * snapshot dict with pickle.dump (timeline/exporters/compiled.py says which is active).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
-#include <string.h>
+#include "_cbuffer.h"
 
-/* ---------------------------------------------------------------- output buffer */
-
-typedef struct {
-    char *buf;
-    Py_ssize_t len, cap;
-} Out;
-
-static int out_reserve(Out *o, Py_ssize_t extra) {
-    if (o->len + extra <= o->cap) return 0;
-    Py_ssize_t c = o->cap ? o->cap : 1 << 16;
-    while (c < o->len + extra) c *= 2;
-    char *p = PyMem_Realloc(o->buf, (size_t)c);
-    if (!p) { PyErr_NoMemory(); return -1; }
-    o->buf = p;
-    o->cap = c;
-    return 0;
-}
-
-static int out_put(Out *o, const char *s, Py_ssize_t n) {
-    if (out_reserve(o, n)) return -1;
-    memcpy(o->buf + o->len, s, (size_t)n);
-    o->len += n;
-    return 0;
-}
-
-/* the caller's write(bytes), then the buffer is reused */
-static int out_flush(Out *o, PyObject *write) {
-    if (!o->len) return 0;
-    PyObject *chunk = PyBytes_FromStringAndSize(o->buf, o->len);
-    if (!chunk) return -1;
-    PyObject *r = PyObject_CallOneArg(write, chunk);
-    Py_DECREF(chunk);
-    if (!r) return -1;
-    Py_DECREF(r);
-    o->len = 0;
-    return 0;
-}
 /* ---------------------------------------------------------------- pickle */
 
 enum { K_INT = 0, K_STR = 1, K_LIST = 2, K_DICT = 3, K_TUPLE = 4, K_FLOAT = 5, K_TRUE = 6, K_FALSE = 7,
@@ -63,7 +23,6 @@ enum { K_INT = 0, K_STR = 1, K_LIST = 2, K_DICT = 3, K_TUPLE = 4, K_FLOAT = 5, K
 #define FRAME_TARGET (64 * 1024)  /* _pickle.c: FRAME_SIZE_TARGET */
 #define FRAME_MIN 4               /* _pickle.c: FRAME_SIZE_MIN: a shorter frame loses its header */
 #define BATCH 1000                /* _pickle.c: BATCHSIZE */
-#define FLUSH_BYTES (1 << 20)
 #define ABSENT INT64_MIN           /* a record column value that leaves the key out of that record */
 
 typedef struct {
@@ -370,15 +329,6 @@ bad:
     return -1;
 }
 
-static int int64_view(PyObject *obj, Py_buffer *v, const char *what) {
-    if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)) return -1;
-    if (v->itemsize != 8 || (v->format && strchr("qlLQ", v->format[0]) == NULL)) {
-        PyErr_Format(PyExc_ValueError, "%s must be an int64 array", what);
-        PyBuffer_Release(v);
-        return -1;
-    }
-    return 0;
-}
 
 static void release_table(Table *t) {
     if (t->views)
