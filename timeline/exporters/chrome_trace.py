@@ -20,8 +20,10 @@ Timestamps are run-relative µs written with exactly three decimals from integer
 so Perfetto stores the same integers this module nested (see :mod:`trace_common`). Options:
 ``max_samples`` (counter samples per device, 0 = all; see :func:`trace_common.downsample`),
 ``gzip`` (deterministic: no name, mtime 0). The JSON is formatted by hand, a device at a time,
-and streamed to the handle: no giant ``json.dumps``. Only the subset of the format that every
-Perfetto version imports the same way is emitted (../shared/reference/perfetto.md §1.6).
+and streamed to the handle: no giant ``json.dumps``; the op slices and counter samples go through
+one template each, filled from columns (:mod:`text_rows`, compiled where built), so no Python
+string is made per op or sample. Only the subset of the format that every Perfetto version
+imports the same way is emitted (../shared/reference/perfetto.md §1.6).
 """
 
 from __future__ import annotations
