@@ -6,7 +6,8 @@ median of ``--repeat`` runs (spread in ``*_all``). Cases (``--cases``, default a
 
   full     the CLI with its default outputs, at each of ``--microbatches``: wall, events/s, RSS
   phases   the same run in process, timed per phase: load, plan (op templates), simulate
-           (compile, simpy timing, expansion into events), allocate, then each exporter
+           (compile, simpy timing, expansion into events), allocate, then each exporter (wall
+           and CPU)
   summary  the CLI with ``--format summary`` at 32 micro-batches
   skew     the 128-device skewed run (``training.routing=skew``, ``routing_skew=1.3``),
            summary output, 32 micro-batches
@@ -163,15 +164,18 @@ def child_phases(mb: int, sets: list[str]) -> None:
     t_sim_end = marks.get("allocator", t_built)
     phases = {"load": t_load - t0, "plan": spent[0], "simulate": t_sim_end - t_load - spent[0],
               "allocate": t_built - t_sim_end}
+    cpu: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for fmt in DEFAULT_FORMATS:
             module = importlib.import_module(EXPORTERS[fmt])
-            s = time.perf_counter()
+            s, c = time.perf_counter(), time.process_time()
             with open(Path(tmp) / module.FILENAME, "wb") as handle:
                 module.write(tl, handle, {"max_entries": 200_000})
             phases[f"export.{fmt}"] = time.perf_counter() - s
+            cpu[f"export.{fmt}"] = time.process_time() - c
     n = tl.num_events
     print(json.dumps({"events": n, "phases_s": {k: round(v, 3) for k, v in phases.items()},
+                      "exports_cpu_s": {k: round(v, 3) for k, v in cpu.items()},
                       "allocate_events_per_s": round(n / max(phases["allocate"], 1e-9)),
                       "total_s": round(time.perf_counter() - t0, 3)}))
 
@@ -246,6 +250,8 @@ def _human(row: dict) -> str:
         parts.append(f"{row['events']:,} events, {row['events_per_s'] / 1e6:.2f} M events/s")
     if "phases_s" in row:
         parts.append(" ".join(f"{k}={v:.2f}" for k, v in row["phases_s"].items()))
+        if "exports_cpu_s" in row:  # CPU, steadier than the wall when other work shares the cores
+            parts.append("CPU " + " ".join(f"{k}={v:.2f}" for k, v in row["exports_cpu_s"].items()))
         parts.append(f"allocator {row['allocate_events_per_s'] / 1e6:.2f} M events/s")
     return head + " " + "; ".join(parts)
 

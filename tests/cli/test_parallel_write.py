@@ -1,45 +1,63 @@
-"""Writing outputs in two processes: the split, the same bytes as one process, errors from the
-child raised in the parent."""
+"""Writing outputs in two processes: the queue's order, both processes writing, the same bytes
+as one process, errors from the child raised in the parent."""
 
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 
 import pytest
 
 from timeline.cli import parallel
-from timeline.cli.parallel import split, write_in_two
+from timeline.cli.parallel import queue_order, write_in_two
 from timeline.exporters import DEFAULT_FORMATS
 
 
-def test_split_puts_the_snapshot_beside_everything_else():
-    child, parent = split(list(DEFAULT_FORMATS))
-    assert "snapshot" in child and "trace" in parent
-    assert sorted(child + parent) == sorted(DEFAULT_FORMATS)
-    assert child == [f for f in DEFAULT_FORMATS if f in child]  # the order given
-    cost = [sum(parallel.COST[f] for f in group) for group in (child, parent)]
-    assert abs(cost[0] - cost[1]) <= 1
-    assert split(["summary"]) == (["summary"], [])
+def test_the_queue_hands_out_the_costliest_first():
+    assert queue_order(list(DEFAULT_FORMATS)) == ["trace", "snapshot", "events", "memory", "ops", "summary",
+                                                  "devices"]
+    assert queue_order(["summary", "perfetto", "unknown", "trace"]) == ["perfetto", "trace", "summary", "unknown"]
+
+
+def _wait_for_the_other(folder: Path) -> None:
+    """Hold the first format out of the queue until the other process has taken one (both then
+    write, whichever of them took the first)."""
+    deadline = time.monotonic() + 30
+    while not any(p.name.startswith("took-") and p.name != f"took-{os.getpid()}" for p in folder.iterdir()):
+        assert time.monotonic() < deadline, "the other process took nothing"
+        time.sleep(0.01)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
-def test_both_groups_are_written_and_a_child_error_comes_back(tmp_path, monkeypatch):
+def test_both_processes_write_and_a_child_error_comes_back(tmp_path, monkeypatch):
     monkeypatch.setattr(parallel, "parallel_enabled", lambda formats: True)
+    parent = os.getpid()
 
     def write_one(fmt: str) -> None:
+        (tmp_path / f"took-{os.getpid()}").touch()
+        if fmt == "trace":  # the first format out of the queue
+            _wait_for_the_other(tmp_path)
         (tmp_path / fmt).write_text(f"{fmt} by {os.getpid()}")
 
     write_in_two(list(DEFAULT_FORMATS), write_one)
     writers = {(tmp_path / f).read_text().split(" by ")[1] for f in DEFAULT_FORMATS}
-    assert len(writers) == 2 and str(os.getpid()) in writers
+    assert len(writers) == 2 and str(parent) in writers
+
+    for p in tmp_path.iterdir():
+        p.unlink()
 
     def failing(fmt: str) -> None:
-        if fmt == "snapshot":  # the child's format
-            raise OSError(28, "No space left on device", str(tmp_path / "snapshot.pickle"))
+        (tmp_path / f"took-{os.getpid()}").touch()
+        if fmt == "trace":
+            _wait_for_the_other(tmp_path)
+        if os.getpid() != parent:  # the child fails on the first format it takes
+            raise OSError(28, "No space left on device", str(tmp_path / f"{fmt}.out"))
+        time.sleep(0.05)  # the parent writes on: the child's error comes back at the end
 
     with pytest.raises(OSError, match="No space left") as info:
         write_in_two(list(DEFAULT_FORMATS), failing)
-    assert info.value.filename == str(tmp_path / "snapshot.pickle")
+    assert info.value.filename in {str(tmp_path / f"{f}.out") for f in ("trace", "snapshot")}
 
 
 def test_one_process_when_asked(monkeypatch):

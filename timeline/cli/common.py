@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from timeline import __version__
-from timeline.cli.parallel import write_in_two
+from timeline.cli.parallel import parallel_enabled, write_in_two
 from timeline.cli.variants import with_recompute
 from timeline.errors import UserError
 from timeline.exporters import EXPORTERS
@@ -306,6 +306,10 @@ def write_dir_atomically(out: Path, force: bool, write: Callable[[Path], None], 
                     shutil.rmtree(old, ignore_errors=True)
 
 
+#: the exporters that read ``Timeline.series`` (summary and the traces through the peaks and counters)
+SERIES_READERS = {"summary", "memory", "trace", "perfetto"}
+
+
 def exporter_writer(tl: Timeline, formats: Sequence[str], options: dict | None = None) -> Callable[[Path], None]:
     """A ``write(folder)`` for :func:`write_dir_atomically` that runs each named exporter into
     ``folder`` (in two processes where that helps, :mod:`timeline.cli.parallel`); ``options`` go
@@ -319,6 +323,11 @@ def exporter_writer(tl: Timeline, formats: Sequence[str], options: dict | None =
             module.write(tl, handle, options)
 
     def write(folder: Path) -> None:
+        if parallel_enabled(formats) and set(formats) & SERIES_READERS:
+            # the memory series every one of these reads, made once before the fork so both
+            # writing processes share them instead of each making its own
+            for d in range(tl.num_devices):
+                tl.series(d)
         write_in_two(list(formats), lambda fmt: write_one(folder, fmt))
 
     return write

@@ -1,13 +1,14 @@
-"""Writing independent outputs in two processes: the one expensive exporter beside the rest.
+"""Writing independent outputs in two processes: each takes the next output from a shared queue.
 
 A run directory's files do not depend on each other, and the exporters are single-threaded
-Python; on a machine with two or more cores, the formats are split into two groups of about
-equal cost (:data:`COST`, measured on the shipped DeepSeek-V3 run) and one group is written by a
-forked child while this process writes the other. The child shares the finished Timeline
-copy-on-write, so nothing is pickled and the peak memory of either process stays that of one
-exporter at a time. Each file is written by one process, start to end, so the bytes are those of
-the sequential writer. ``TIMELINE_WRITE_PROCESSES=1``, one format, one core or no ``fork``
-(Windows) write sequentially. An exception in the child is re-raised here.
+Python; on a machine with two or more cores a forked child and this process both write. The
+formats go into a pipe, costliest first (:data:`COST`, measured on the shipped DeepSeek-V3 run);
+each process reads one, writes it, reads the next, so the two finish together whatever the run
+makes expensive (a gzipped trace, a run without OOMs, the protobuf trace). The child shares the
+finished Timeline copy-on-write, so nothing is pickled and the peak memory of either process stays
+that of one exporter at a time. Each file is written by one process, start to end, so the bytes
+are those of the sequential writer. ``TIMELINE_WRITE_PROCESSES=1``, one format, one core or no
+``fork`` (Windows) write sequentially. An exception in the child is re-raised here.
 """
 
 from __future__ import annotations
@@ -18,20 +19,15 @@ import signal
 import traceback
 from collections.abc import Callable, Sequence
 
-#: relative cost of each exporter (seconds on the shipped run, all default outputs)
-COST = {"snapshot": 16, "trace": 11, "perfetto": 30, "events": 3, "summary": 1, "memory": 1, "ops": 1, "devices": 1}
+#: relative cost of each exporter (CPU ms on the shipped run, all default outputs, compiled writers;
+#: perfetto measured before them): the order the queue hands them out
+COST = {"perfetto": 3000, "trace": 600, "snapshot": 500, "events": 200, "memory": 130, "ops": 60, "summary": 40,
+        "devices": 1}
 
 
-def split(formats: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(child's, parent's) formats: the costliest first, each to the lighter group; each group
-    keeps the order the formats were given in."""
-    groups: tuple[list[str], list[str]] = ([], [])
-    load = [0, 0]
-    for fmt in sorted(formats, key=lambda f: -COST.get(f, 1)):
-        g = 0 if load[0] <= load[1] else 1
-        groups[g].append(fmt)
-        load[g] += COST.get(fmt, 1)
-    return [f for f in formats if f in groups[0]], [f for f in formats if f in groups[1]]
+def queue_order(formats: Sequence[str]) -> list[str]:
+    """The formats costliest first (the given order among equal costs)."""
+    return sorted(formats, key=lambda f: -COST.get(f, 1))
 
 
 def parallel_enabled(formats: Sequence[str]) -> bool:
@@ -43,26 +39,37 @@ def parallel_enabled(formats: Sequence[str]) -> bool:
 
 
 def write_in_two(formats: Sequence[str], write_one: Callable[[str], None]) -> None:
-    """``write_one(fmt)`` for every format, the child's group in a forked process."""
+    """``write_one(fmt)`` for every format, in this process and a forked one, each taking the
+    next format from the queue."""
     if not parallel_enabled(formats):
         for fmt in formats:
             write_one(fmt)
         return
-    theirs, mine = split(formats)
+    order = queue_order(formats)
+    # the queue: one byte per format, read one at a time by whichever process is free (a read of
+    # one byte from a pipe is atomic: each format is taken once)
+    queue_read, queue_write = os.pipe()
+    os.write(queue_write, bytes(range(len(order))))
+    os.close(queue_write)
+
+    def take() -> str | None:
+        got = os.read(queue_read, 1)
+        return order[got[0]] if got else None
+
     read_fd, write_fd = os.pipe()
     # Ctrl-C is held back across fork(): one arriving inside the interpreter's at-fork hooks would
     # be swallowed there ("Exception ignored …") and the run would go on as if nothing happened
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     pid = os.fork()
-    if pid == 0:  # the child: write its group, report an exception through the pipe, never return
+    if pid == 0:  # the child: write what it takes, report an exception through the pipe, never return
         # Ctrl-C reaches the whole process group: the child stops at once, the parent reports it
         signal.signal(signal.SIGINT, lambda *_: os._exit(130))
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
         os.close(read_fd)
         code = 0
         try:
-            for fmt in theirs:
-                write_one(fmt)
+            while (taken := take()) is not None:
+                write_one(taken)
         except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
             code = 1
             try:
@@ -76,12 +83,13 @@ def write_in_two(formats: Sequence[str], write_one: Callable[[str], None]) -> No
     os.close(write_fd)
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a Ctrl-C held back arrives here
-        for fmt in mine:
-            write_one(fmt)
+        while (taken := take()) is not None:
+            write_one(taken)
     except BaseException:  # interrupted or failed here: the child's files are not wanted either
         os.kill(pid, signal.SIGKILL)
         raise
     finally:
+        os.close(queue_read)
         with os.fdopen(read_fd, "rb") as pipe:
             payload = pipe.read()
         _, status = os.waitpid(pid, 0)
@@ -90,4 +98,4 @@ def write_in_two(formats: Sequence[str], write_one: Callable[[str], None]) -> No
     if os.waitstatus_to_exitcode(status) == 130:  # the child was interrupted (its Ctrl-C handler)
         raise KeyboardInterrupt
     if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"the process writing {', '.join(theirs)} ended with status {status}")
+        raise RuntimeError(f"the second process writing {', '.join(formats)} ended with status {status}")

@@ -20,22 +20,27 @@ Timestamps are run-relative µs written with exactly three decimals from integer
 so Perfetto stores the same integers this module nested (see :mod:`trace_common`). Options:
 ``max_samples`` (counter samples per device, 0 = all; see :func:`trace_common.downsample`),
 ``gzip`` (deterministic: no name, mtime 0). The JSON is formatted by hand, a device at a time,
-and streamed to the handle: no giant ``json.dumps``. Only the subset of the format that every
-Perfetto version imports the same way is emitted (../shared/reference/perfetto.md §1.6).
+and streamed to the handle: no giant ``json.dumps``; the op slices and counter samples go through
+one template each, filled from columns (:mod:`text_rows`, compiled where built), so no Python
+string is made per op or sample. Only the subset of the format that every Perfetto version
+imports the same way is emitted (../shared/reference/perfetto.md §1.6).
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
-from collections.abc import Callable, Iterator
-from typing import BinaryIO
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 import numpy as np
 
+from timeline.exporters.text_rows import SLOT, Slot, render
 from timeline.exporters.trace_common import (
     MARKS_NAME,
-    Thread,
+    Actions,
+    action_label,
     actions,
     counters,
     flow_id,
@@ -69,34 +74,49 @@ def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
 def _write(tl: Timeline, out: BinaryIO | gzip.GzipFile, options: dict) -> None:
     max_samples = int(options.get("max_samples") or 0)
     out.write(b'{"traceEvents":[\n')
-    first = True
+    body = _Body(out)
     for d in range(tl.num_devices):
-        lines = device_lines(tl, d, max_samples)
-        if lines:
-            out.write((("" if first else ",\n") + ",\n".join(lines)).encode("utf-8"))
-            first = False
+        device_lines(body.write, tl, d, max_samples)
     out.write(b"\n]}\n")
 
 
+#: what precedes every line but the first
+SEP = ",\n"
+
+
+class _Body:
+    """The trace's lines, each after :data:`SEP` but the first."""
+
+    def __init__(self, out: BinaryIO | gzip.GzipFile) -> None:
+        self.out, self.first = out, True
+
+    def write(self, chunk: bytes) -> None:
+        if chunk:
+            self.out.write(memoryview(chunk)[len(SEP):] if self.first else chunk)
+            self.first = False
+
+
+@functools.lru_cache(maxsize=1 << 14)
 def _s(text: str) -> str:
+    """``text`` as a JSON string (remembered: keys, labels and tensor names repeat line after line)."""
     return json.dumps(text, ensure_ascii=False)
 
 
-def device_events(tl: Timeline, d: int, max_samples: int = 0) -> Iterator[str]:
-    """The JSON objects (one per line) of device ``d``: metadata, slices, counters, instants."""
-    yield from device_lines(tl, d, max_samples)
+def _lines(lines: list[str]) -> bytes:
+    return "".join(SEP + line for line in lines).encode()
 
 
-def _lookup(codes: list[int], make: Callable[[int], str]) -> list[str]:
-    """``make(code)`` for every code, each distinct code formatted once."""
-    table = {c: make(c) for c in set(codes)}
-    return list(map(table.__getitem__, codes))
+def _table(values: np.ndarray, make: Callable[[int], str]) -> Slot:
+    """An ``s`` slot: ``make(v)`` of each value, each distinct value formatted once."""
+    distinct, index = np.unique(np.asarray(values, dtype=np.int64), return_inverse=True)
+    return Slot("s", index.reshape(-1), [make(v) for v in distinct.tolist()])
 
 
-def device_lines(tl: Timeline, d: int, max_samples: int = 0) -> list[str]:
-    """:func:`device_events` as a list. Each kind of line is one %-template filled from whole
-    columns (``map`` over ``zip``), every distinct name, phase, layer, micro-batch and stage
-    formatted once: no per-event f-string or join."""
+def device_lines(write: Callable[[bytes], Any], tl: Timeline, d: int, max_samples: int = 0) -> None:
+    """The JSON objects of device ``d`` — metadata, slices, counters, instants — one per line,
+    each line after :data:`SEP`, to ``write``. Each kind of line is one template filled from whole columns
+    (:func:`text_rows.render`), every distinct name, phase, layer, micro-batch and stage
+    formatted once; only the few metadata lines, action slices and instants are made one by one."""
     dev = tl.devices[d]
     pid = pid_of(dev)
     names = tl.names
@@ -109,83 +129,79 @@ def device_lines(tl: Timeline, d: int, max_samples: int = 0) -> list[str]:
         lines.append(f'{{"ph":"M","name":"thread_name","pid":{pid},"tid":{tid},"args":{{"name":{_s(name)}}}}}')
         lines.append(f'{{"ph":"M","name":"thread_sort_index","pid":{pid},"tid":{tid},'
                      f'"args":{{"sort_index":{tid}}}}}')
+    write(_lines(lines))
     ops = tl.ops[d]
     allocated = op_allocated_bytes(tl, d)
     op_name, phase = np.asarray(ops.name), np.asarray(ops.phase)
     mb, stage, layer = np.asarray(ops.microbatch), np.asarray(ops.stage), np.asarray(ops.layer)
     # an action slice leads a flow (id: its own) to every comm-stream op in it (flow v2 binding)
     flows_to = {int(k) for th in ths if th.name != "compute" for k in acts.of_op[th.index].tolist() if k >= 0}
+    comm = _Comm(acts, pid)
     for th in ths:
         is_op = th.index >= 0
+        lines = []
         for k, t0, dur in zip((-1 - th.index[~is_op]).tolist(), th.start_ns[~is_op].tolist(),
                               th.dur_ns[~is_op].tolist(), strict=True):  # action slices: the parents
             args = ",".join(f"{_s(key)}:{_s(v) if isinstance(v, str) else v}" for key, v in acts.args(k).items())
             out = f',"bind_id":{flow_id(pid, k)},"flow_out":true' if k in flows_to else ""
             lines.append(f'{{"ph":"X","pid":{pid},"tid":{th.tid},"ts":{fmt_us(t0)},"dur":{fmt_us(dur)},'
                          f'"name":{_s(acts.name(k))},"cat":"action"{out},"args":{{{args}}}}}')
-        idx, t0, dur = th.index[is_op], th.start_ns[is_op], th.dur_ns[is_op]
-        flow: list[str]
+        write(_lines(lines))
+        idx = th.index[is_op]
         if th.name == "compute":
-            extra, m, st = [""] * len(idx), mb[idx].tolist(), stage[idx].tolist()
-            flow = extra
+            m, st = mb[idx], stage[idx]
+            extra = flow = Slot("s", np.zeros(len(idx), dtype=np.int64), [""])
         else:  # a comm op names the action it serves, and a flow leads to it from that action
-            labels, its, m, st = acts.comm_fields(tl, d, idx)
-            extra = [f',"action":{_s(a)},"iteration":{it}' if a else "" for a, it in zip(labels, its, strict=True)]
-            flow = [f',"bind_id":{flow_id(pid, int(k))},"flow_in":true' if k >= 0 else ""
-                    for k in acts.of_op[idx].tolist()]
-        if len(idx) and (t0.min() < 0 or dur.min() < 0):  # fmt_us spells negatives
-            lines += _slices_slow(tl, d, pid, th, idx, t0, dur, allocated, m, st, extra, flow)
-            continue
-        ph = _lookup(phase[idx].tolist(), names.__getitem__)
-        tmpl = (f'{{"ph":"X","pid":{pid},"tid":{th.tid},"ts":%d.%03d,"dur":%d.%03d,"name":%s,"cat":"%s"%s,'
-                f'"args":{{"phase":"%s"%s%s%s,"allocated_bytes":%d%s}}}}')
-        lines += map(tmpl.__mod__, zip(
-            (t0 // 1000).tolist(), (t0 % 1000).tolist(), (dur // 1000).tolist(), (dur % 1000).tolist(),
-            _lookup(op_name[idx].tolist(), lambda c: _s(names[c])), ph, flow, ph,
-            _lookup(layer[idx].tolist(), lambda v: f',"layer":{v}' if v >= 0 else ""),
-            _lookup(m, lambda v: f',"microbatch":{v}' if v >= 0 else ""),
-            _lookup(st, lambda v: f',"stage":{v}' if v >= 0 else ""),
-            allocated[idx].tolist(), extra, strict=True))
+            m, st, extra, flow = comm.fields(idx, mb[idx], stage[idx])
+        ph = _table(phase[idx], names.__getitem__)
+        template = (f'{{"ph":"X","pid":{pid},"tid":{th.tid},"ts":{SLOT},"dur":{SLOT},"name":{SLOT},"cat":"{SLOT}"'
+                    f'{SLOT},"args":{{"phase":"{SLOT}"{SLOT}{SLOT}{SLOT},"allocated_bytes":{SLOT}{SLOT}}}}}')
+        render(write, template, [
+            Slot("u", th.start_ns[is_op]), Slot("u", th.dur_ns[is_op]),
+            _table(op_name[idx], lambda c: _s(names[c])), ph, flow, ph,
+            _table(layer[idx], lambda v: f',"layer":{v}' if v >= 0 else ""),
+            _table(m, lambda v: f',"microbatch":{v}' if v >= 0 else ""),
+            _table(st, lambda v: f',"stage":{v}' if v >= 0 else ""),
+            Slot("d", allocated[idx]), extra])
     c = counters(tl, d, max_samples)
-    cols = [_gib_texts(c.values[k]) for k in c.keys]
-    vals = ",".join(f'"{k} ({UNIT})":%s' for k in c.keys)
-    if len(c.t_ns) and c.t_ns.min() < 0:
-        times = [fmt_us(t) for t in c.t_ns.tolist()]
-        tmpl = f'{{"ph":"C","pid":{pid},"tid":1,"name":"{COUNTER_NAME}","ts":%s,"args":{{{vals}}}}}'
-        lines += map(tmpl.__mod__, zip(times, *cols, strict=True))
-    else:
-        tmpl = f'{{"ph":"C","pid":{pid},"tid":1,"name":"{COUNTER_NAME}","ts":%d.%03d,"args":{{{vals}}}}}'
-        lines += map(tmpl.__mod__, zip((c.t_ns // 1000).tolist(), (c.t_ns % 1000).tolist(), *cols, strict=True))
+    vals = ",".join(f'"{k} ({UNIT})":{SLOT}' for k in c.keys)
+    # values in GiB: bytes / 2**30 is exact, and repr() spells it in shortest round-trip form
+    render(write, f'{{"ph":"C","pid":{pid},"tid":1,"name":"{COUNTER_NAME}","ts":{SLOT},"args":{{{vals}}}}}',
+                 [Slot("u", c.t_ns), *(Slot("r", c.values[k] / GIB) for k in c.keys)])
+    lines = []
     for inst in instants(tl, d):
         args = ",".join(f"{_s(k)}:{_s(v) if isinstance(v, str) else v}" for k, v in inst.args.items())
         lines.append(f'{{"ph":"i","s":"t","pid":{pid},"tid":{marks_tid},"ts":{fmt_us(inst.t_ns)},'
                      f'"name":{_s(inst.name)},"args":{{{args}}}}}')
-    return lines
+    write(_lines(lines))
 
 
-def _gib_texts(values: np.ndarray) -> list[str]:
-    """Each byte count as GiB in shortest round-trip form (exact: a power-of-two divisor), formatted
-    once per distinct value — a column repeats few values (2.9 M samples, 93 k distinct on the
-    shipped run)."""
-    distinct, index = np.unique(values, return_inverse=True)
-    texts = [repr(v) for v in (distinct / GIB).tolist()]
-    return [texts[i] for i in index.tolist()]
+class _Comm:
+    """What a comm-stream op's line adds for the action it runs in (``Actions.comm_fields``
+    from tables): one row per action slice and half of a pair — label, iteration, micro-batch,
+    stage — and per slice the flow it ends."""
 
+    def __init__(self, acts: Actions, pid: int) -> None:
+        self.acts = acts
+        rows = [sp for group in acts.spans for sp in group]
+        sizes = np.array([len(group) for group in acts.spans], dtype=np.int64)
+        self.base, self.paired = np.cumsum(sizes) - sizes, sizes > 1
+        self.mb = np.array([sp.microbatch for sp in rows], dtype=np.int64)
+        self.stage = np.array([sp.stage for sp in rows], dtype=np.int64)
+        labels = [action_label(sp) for sp in rows]
+        # an op outside every action (index len(rows)) adds nothing
+        self.extra = [f',"action":{_s(a)},"iteration":{sp.iteration}' if a else ""
+                      for a, sp in zip(labels, rows, strict=True)] + [""]
+        self.flow = [f',"bind_id":{flow_id(pid, k)},"flow_in":true' for k in range(len(acts.spans))] + [""]
 
-def _slices_slow(tl: Timeline, d: int, pid: int, th: Thread, idx: np.ndarray, start: np.ndarray,
-                 dur_ns: np.ndarray, allocated: np.ndarray, mb: list[int], stage: list[int],
-                 extra: list[str], flow: list[str]) -> list[str]:
-    """One thread's op slices line by line (only for negative times, which the templates do not spell)."""
-    names, ops = tl.names, tl.ops[d]
-    out = []
-    head = f'{{"ph":"X","pid":{pid},"tid":{th.tid},"ts":'
-    for j, (i, t0, dur) in enumerate(zip(idx.tolist(), start.tolist(), dur_ns.tolist(), strict=True)):
-        ph = names[int(ops.phase[i])]
-        args = [f'"phase":"{ph}"']
-        for key, v in (("layer", int(ops.layer[i])), ("microbatch", mb[j]), ("stage", stage[j])):
-            if v >= 0:
-                args.append(f'"{key}":{v}')
-        args.append(f'"allocated_bytes":{int(allocated[i])}{extra[j]}')
-        out.append(f'{head}{fmt_us(t0)},"dur":{fmt_us(dur)},"name":{_s(names[int(ops.name[i])])},"cat":"{ph}"'
-                   f'{flow[j]},"args":{{{",".join(args)}}}}}')
-    return out
+    def fields(self, idx: np.ndarray, mb: np.ndarray, stage: np.ndarray) -> tuple[np.ndarray, np.ndarray, Slot, Slot]:
+        """(micro-batch, stage, extra, flow) of the comm-stream ops ``idx``: the op's own micro-batch
+        and stage, else its action's."""
+        k = self.acts.of_op[idx]
+        inside = k >= 0
+        kk = np.where(inside, k, 0)
+        row = self.base[kk] + np.where(self.paired[kk], self.acts.half[idx], 0) if len(self.base) else kk
+        m = np.where(inside & (mb < 0), self.mb[row] if len(self.mb) else mb, mb)
+        st = np.where(inside & (stage < 0), self.stage[row] if len(self.stage) else stage, stage)
+        return (m, st, Slot("s", np.where(inside, row, len(self.extra) - 1), self.extra),
+                Slot("s", np.where(inside, k, len(self.flow) - 1), self.flow))

@@ -17,6 +17,8 @@ FILENAME = "events.parquet"
 #: integer columns whose negative values are written as null
 NULLABLE = ("iteration", "address", "segment", "microbatch", "stage")
 SCHEMA = "timeline.events/2"
+#: string columns written as dictionaries of codes
+DICTIONARY = ("tensor", "category", "op")
 
 
 def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
@@ -39,18 +41,20 @@ def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
         cols["alloc_id"].append(tl.alloc_ids(d))
         cols["kind"].append(np.where(ev.sign > 0, 0, 1).astype(np.int32))
         cols["action"].append(_action_column(ev.action, labels))
-        cols["tensor"].append(dictionary(ev.tensor, names))
-        cols["category"].append(dictionary(ev.cat, list(CATEGORIES)))
+        cols["tensor"].append(ev.tensor)
+        cols["category"].append(ev.cat)
         cols["requested_bytes"].append(ev.size)
         cols["block_bytes"].append(np.abs(mem.block_bytes))
         cols["address"].append(mem.address)
         cols["segment"].append(mem.segment)
-        cols["op"].append(dictionary(ev.op, names))
+        cols["op"].append(ev.op)
         cols["microbatch"].append(ev.microbatch)
         cols["stage"].append(ev.stage.astype(np.int32))
     out = {}
     for k, v in cols.items():
-        if k in NULLABLE:
+        if k in DICTIONARY:  # every device's codes index the same names: one array over all of them
+            out[k] = dictionary(np.concatenate(v), list(CATEGORIES) if k == "category" else names)
+        elif k in NULLABLE:
             out[k] = nullable(np.concatenate(v))
         elif k == "kind":
             out[k] = pa.DictionaryArray.from_arrays(pa.array(np.concatenate(v)), pa.array(["alloc", "free"]))

@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from timeline.exporters import compiled
 from timeline.result.categories import CATEGORIES
 from timeline.result.timeline import Timeline
 
@@ -35,16 +36,31 @@ _IDEAL_BASE = 1 << 36
 _ALIGN = 512
 
 
+#: the strings every frame and entry shares (one object each: pickle writes a shared object once)
+STATIC_TENSOR = "static"  # a tensor frame's filename when no op module holds it
+NO_MODULE = "-"  # an op frame's filename when the op has no module
+SCHEDULE = "schedule"  # an action frame's filename
+STATIC_STATE = "static state"  # the action frame of events outside every action
+
+
 def write(tl: Timeline, handle: BinaryIO, options: dict | None = None) -> None:
+    max_entries = int((options or {}).get("max_entries") or 0)
+    writers = compiled.writers()
     with _gc_paused():
-        pickle.dump(snapshot(tl, int((options or {}).get("max_entries") or 0)), handle, protocol=4)
+        if writers is not None:
+            from timeline.exporters import memviz_stream  # it builds on this module
+
+            if memviz_stream.write(tl, handle, max_entries, writers):
+                return
+        pickle.dump(snapshot(tl, max_entries), handle, protocol=4)
 
 
 @contextmanager
 def _gc_paused() -> Iterator[None]:
     """The snapshot is about a million small dicts and lists that refer to no cycle: while they
     are made, the cyclic collector would walk the growing heap again and again for nothing
-    (reference counting frees them all), which took 40 % of this exporter's time."""
+    (reference counting frees them all), which took 40 % of this exporter's time (the stream
+    writer's few thousand objects still set it off over the Timeline's heap)."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -62,6 +78,11 @@ def snapshot(tl: Timeline, max_entries: int = 0) -> dict[str, Any]:
         segs, trace = device_snapshot(tl, d)
         segments += segs
         traces.append(_last(trace, max_entries))
+    return whole(tl, segments, traces)
+
+
+def whole(tl: Timeline, segments: list[dict], traces: list) -> dict[str, Any]:
+    """The snapshot dict around the devices' ``segments`` and ``traces``."""
     settings = {"PYTORCH_CUDA_ALLOC_CONF": _alloc_conf(tl.meta.allocator), **tl.meta.allocator_settings,
                 "garbage_collection_threshold": 0.0}
     devices = [{"device": dev.device, "pp_rank": dev.pp_rank, "stages": list(dev.stages),
@@ -93,58 +114,83 @@ def _first_ids(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     of first occurrence, and the first row of each id."""
     if not len(cols[0]):
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    keys = np.stack([np.asarray(c, dtype=np.int64) for c in cols], axis=1)
-    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    key, span = np.zeros(len(cols[0]), dtype=np.int64), 1
+    for c in cols:  # one int64 key (mixed radix) where the columns' ranges fit in it: a 1-d unique
+        c = np.asarray(c, dtype=np.int64)
+        lo, width = int(c.min()), int(c.max()) - int(c.min()) + 1
+        span *= width
+        if span >= 2**62:
+            break
+        key = key * width + (c - lo)
+    if span < 2**62:
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    else:
+        keys = np.stack([np.asarray(c, dtype=np.int64) for c in cols], axis=1)
+        _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     rank = np.empty(len(first), dtype=np.int64)
     order = np.argsort(first, kind="stable")
     rank[order] = np.arange(len(first))
     return rank[inverse.reshape(-1)], first[order]
 
 
-class _Frames:
+class Frames:
     """Shared frame dicts and lists (pickle stores each shared object once): one ``tensor
     [category]`` dict per (tensor, category, module), one op dict per op, one schedule dict per
     (action, micro-batch, stage), one list per distinct combination — each object made at the
     first alloc that needs it, with that alloc's values, so the pickled bytes do not depend on
-    how the sharing is found (here: distinct rows of the alloc columns, numbered by first use)."""
+    how the sharing is found (here: distinct rows of the alloc columns, numbered by first use).
 
-    def __init__(self, tl: Timeline, d: int) -> None:
+    The contents are kept as specs — (filename, name) of each tensor frame, the name of each
+    action frame, (filename, name) of each op frame by op code, and per distinct list its tensor
+    frame, op code (−1: none) and action frame — so the dict builder (:meth:`alloc_frames`) and
+    the stream writer (:mod:`memviz_stream`) make the same objects from the same strings."""
+
+    def __init__(self, tl: Timeline, d: int, rows: np.ndarray) -> None:
+        """The frames of the alloc events ``rows`` (event indices, in order) of device ``d``."""
         self.tl, self.d = tl, d
-        self.module = tl.op_modules
-
-    def alloc_frames(self, rows: np.ndarray) -> list[list[dict]]:
-        """The frames list of each alloc event in ``rows`` (event indices, in order)."""
-        ev, names = self.tl.events(self.d), self.tl.names
+        ev, names, module = tl.events(d), tl.names, tl.op_modules
         tensor, cat, op = ev.tensor[rows], ev.cat[rows], ev.op[rows]
         action, mb, stage = ev.action[rows], ev.microbatch[rows], ev.stage[rows]
         # the module each op code stands for, and an id per distinct module string
         op_codes = sorted(set(op.tolist()))
-        module_of = {c: (self.module.get(names[c], "") if names[c] else "") if c >= 0 else "" for c in op_codes}
+        module_of = {c: (module.get(names[c], "") if names[c] else "") if c >= 0 else "" for c in op_codes}
         module_id: dict[str, int] = {}
         mod_col = np.array([module_id.setdefault(module_of[c], len(module_id)) for c in op_codes], dtype=np.int64)
         mod = mod_col[np.searchsorted(np.array(op_codes, dtype=np.int64), op)] if len(op) else op
         t_inv, t_first = _first_ids(tensor, cat, mod)
         a_inv, a_first = _first_ids(action, mb, stage)
         f_inv, f_first = _first_ids(tensor, cat, op, action, mb, stage)
-        t_objs = [{"filename": module_of[o] or "static", "line": 0, "name": f"{names[t]} [{CATEGORIES[c]}]"}
-                  for t, c, o in zip(tensor[t_first].tolist(), cat[t_first].tolist(), op[t_first].tolist(),
-                                     strict=True)]
-        a_objs = [{"filename": "schedule", "line": 0, "name": self._action(a, m, s)}
-                  for a, m, s in zip(action[a_first].tolist(), mb[a_first].tolist(), stage[a_first].tolist(),
-                                     strict=True)]
-        o_objs = {c: {"filename": module_of[c] or "-", "line": 0, "name": names[c]} for c in op_codes if c >= 0}
+        self.tensor_frames = [(module_of[o] or STATIC_TENSOR, f"{names[t]} [{CATEGORIES[c]}]")
+                              for t, c, o in zip(tensor[t_first].tolist(), cat[t_first].tolist(),
+                                                 op[t_first].tolist(), strict=True)]
+        self.action_frames = [self._action(a, m, s) for a, m, s in zip(
+            action[a_first].tolist(), mb[a_first].tolist(), stage[a_first].tolist(), strict=True)]
+        self.op_frames = {c: (module_of[c] or NO_MODULE, names[c]) for c in op_codes if c >= 0}
+        self.list_tensor, self.list_op, self.list_action = t_inv[f_first], op[f_first], a_inv[f_first]
+        self.of_alloc = f_inv  # each alloc's list
+
+    def alloc_frames(self) -> list[list[dict]]:
+        """The frames list of each alloc event, as dicts."""
+        t_objs = [{"filename": f, "line": 0, "name": n} for f, n in self.tensor_frames]
+        a_objs = [{"filename": SCHEDULE, "line": 0, "name": n} for n in self.action_frames]
+        o_objs = {c: {"filename": f, "line": 0, "name": n} for c, (f, n) in self.op_frames.items()}
         lists = [[t_objs[t], a_objs[a]] if o < 0 else [t_objs[t], o_objs[o], a_objs[a]]
-                 for t, o, a in zip(t_inv[f_first].tolist(), op[f_first].tolist(), a_inv[f_first].tolist(),
+                 for t, o, a in zip(self.list_tensor.tolist(), self.list_op.tolist(), self.list_action.tolist(),
                                     strict=True)]
-        if len(lists) == len(rows):  # every alloc has its own combination (the usual case)
-            return [lists[i] for i in f_inv.tolist()]
-        return list(map(lists.__getitem__, f_inv.tolist()))
+        if len(lists) == len(self.of_alloc):  # every alloc has its own combination (the usual case)
+            return [lists[i] for i in self.of_alloc.tolist()]
+        return list(map(lists.__getitem__, self.of_alloc.tolist()))
 
     def _action(self, action: int, mb: int, stage: int) -> str:
         if action < 0:
-            return "static state"
+            return STATIC_STATE
         sp = self.tl.spans[self.d][action]
         return f"{sp.kind} microbatch {mb} stage {stage} iteration {sp.iteration}"
+
+
+def check_replay(tl: Timeline) -> None:
+    if tl.meta.allocator is None or tl.meta.capacity_bytes is None:
+        raise ValueError("a replayed Timeline has no allocator settings to write a snapshot with")
 
 
 def device_snapshot(tl: Timeline, d: int) -> tuple[list[dict], list[dict]]:
@@ -153,8 +199,8 @@ def device_snapshot(tl: Timeline, d: int) -> tuple[list[dict], list[dict]]:
     trace: list[dict] = []
     append = trace.append
     meta = tl.meta
-    if meta.allocator is None or meta.capacity_bytes is None:
-        raise ValueError("a replayed Timeline has no allocator settings to write a snapshot with")
+    check_replay(tl)
+    assert meta.allocator is not None and meta.capacity_bytes is not None
     ideal = meta.allocator.kind == "ideal"
     cap = meta.capacity_bytes
     # segment events the allocator pass recorded, by the event that caused them
@@ -164,7 +210,7 @@ def device_snapshot(tl: Timeline, d: int) -> tuple[list[dict], list[dict]]:
     placed: dict[int, tuple[int, int]] = {}  # ideal: handle → (address, size)
     frames_at: dict[int, list[dict]] = {}  # live block address → frames of its alloc
     next_addr = _IDEAL_BASE
-    alloc_frames = iter(_Frames(tl, d).alloc_frames(np.flatnonzero(ev.sign > 0)))
+    alloc_frames = iter(Frames(tl, d, np.flatnonzero(ev.sign > 0)).alloc_frames())
     # int(round(t)): both round half to even
     cols = (ev.sign.tolist(), ev.size.tolist(), ev.stream.tolist(), mem.address.tolist(),
             np.rint(ev.t_us).astype(np.int64).tolist())
@@ -202,16 +248,22 @@ def device_snapshot(tl: Timeline, d: int) -> tuple[list[dict], list[dict]]:
                 append({"action": "segment_free", "addr": addr, "size": size, "stream": stream,
                         "time_us": now, "frames": frames})
     if ideal:
-        segments = [_segment(d, a, s, 0, False, False, [(a, s, s, "active_allocated")], frames_at)
-                    for a, s in sorted(placed.values())]
-    else:
-        segments = [_segment(d, v.address, v.size, v.stream, v.is_small, v.expandable, v.blocks, frames_at)
-                    for v in mem.end_segments]
-    return segments, trace
+        return ideal_segments(d, list(placed.values()), frames_at), trace
+    return end_segments(d, mem.end_segments, frames_at), trace
+
+
+def ideal_segments(d: int, live: list[tuple[int, int]], frames_at: dict[int, Any]) -> list[dict[str, Any]]:
+    """Under the ideal allocator, one exact segment per (address, size) still ``live`` at the end."""
+    return [_segment(d, a, s, 0, False, False, [(a, s, s, "active_allocated")], frames_at) for a, s in sorted(live)]
+
+
+def end_segments(d: int, views: list, frames_at: dict[int, Any]) -> list[dict[str, Any]]:
+    """The allocator's segments after the last event (``frames_at``: live block address → frames)."""
+    return [_segment(d, v.address, v.size, v.stream, v.is_small, v.expandable, v.blocks, frames_at) for v in views]
 
 
 def _segment(d: int, address: int, size: int, stream: int, small: bool, expandable: bool,
-             blocks: Any, frames_at: dict[int, list[dict]]) -> dict[str, Any]:
+             blocks: Any, frames_at: dict[int, Any]) -> dict[str, Any]:
     out_blocks = [{"address": a, "size": s, "requested_size": r, "state": state,
                    "frames": frames_at.get(a, []) if state != "inactive" else []} for a, s, r, state in blocks]
     allocated = sum(b["size"] for b in out_blocks if b["state"] == "active_allocated")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from timeline.exporters import compiled
 from timeline.result.categories import CATEGORIES
 from timeline.result.timeline import DeviceInfo, Span, Timeline
 
@@ -78,17 +79,21 @@ def nest(start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[np.ndarray, np.ndarr
         out = np.empty_like(d)
         out[order] = d  # back to the slices' own order
         return order, out, clipped
-    stack: list[int] = []  # end times of the open slices
-    ends = (s + d).tolist()
-    starts = s.tolist()
-    for i, (t0, t1) in enumerate(zip(starts, ends, strict=True)):
-        while stack and stack[-1] <= t0:
-            stack.pop()
-        if stack and t1 > stack[-1]:
-            t1 = stack[-1]
-            d[i] = t1 - t0
-            clipped += 1
-        stack.append(t1)
+    writer = compiled.writers()
+    if writer is not None:  # the same loop, compiled
+        ends = np.ascontiguousarray(s + d, dtype=np.int64)
+        clipped = writer.clip_nested(np.ascontiguousarray(s, dtype=np.int64), ends)
+        d = ends - s
+    else:
+        stack: list[int] = []  # end times of the open slices
+        for i, (t0, t1) in enumerate(zip(s.tolist(), (s + d).tolist(), strict=True)):
+            while stack and stack[-1] <= t0:
+                stack.pop()
+            if stack and t1 > stack[-1]:
+                t1 = stack[-1]
+                d[i] = t1 - t0
+                clipped += 1
+            stack.append(t1)
     out = np.empty_like(d)
     out[order] = d  # back to the slices' own order
     return order, out, clipped
@@ -181,8 +186,8 @@ def actions(tl: Timeline, d: int) -> Actions:
     k = np.searchsorted(start, op_start, side="right") - 1 if len(groups) else np.full(n, -1)
     of_op = np.where((k >= 0) & (op_start <= end[np.maximum(k, 0)] if len(groups) else False), k, -1)
     phase = np.asarray(ops.phase)
-    is_f = np.array([names[c] == "F" for c in range(len(names))], dtype=bool)
-    half = (~is_f[phase]).astype(np.int64) if n else np.zeros(0, np.int64)
+    forward = [c for c in np.unique(phase).tolist() if names[c] == "F"]
+    half = (~np.isin(phase, forward)).astype(np.int64) if n else np.zeros(0, np.int64)
     # an op whose end rounds past its action's is clipped to it by nest() (counted in clipped);
     # widening the action instead would clip the next action to a sliver
     return Actions(start_ns=start, dur_ns=end - start, spans=groups, of_op=of_op.astype(np.int64), half=half)
@@ -195,7 +200,7 @@ def threads(tl: Timeline, d: int, acts: Actions | None = None) -> list[Thread]:
     names = tl.names
     if not len(ops.t_start_us):
         return []
-    codes = sorted(set(np.asarray(ops.stream).tolist()), key=lambda c: _stream_key(names[c]))
+    codes = sorted(np.unique(np.asarray(ops.stream)).tolist(), key=lambda c: _stream_key(names[c]))
     start, end = to_ns(ops.t_start_us), to_ns(ops.t_end_us)
     out = []
     for tid, code in enumerate(codes, start=1):
@@ -311,8 +316,10 @@ def instants(tl: Timeline, d: int) -> list[Instant]:
                     **{f"{c}_bytes": int(v) for c, v in pk.breakdown_bytes.items()}}),
            Instant(int(to_ns(np.array([pk.reserved_time_us]))[0]), f"peak reserved {_gib(pk.reserved_bytes)}",
                    {"reserved_bytes": pk.reserved_bytes})]
-    for oom in tl.memory[d].oom:
-        out.append(Instant(int(to_ns(np.array([oom["t_us"]]))[0]),
+    ooms = tl.memory[d].oom
+    oom_ns = to_ns(np.array([oom["t_us"] for oom in ooms], dtype=np.float64)).tolist()
+    for oom, t_ns in zip(ooms, oom_ns, strict=True):
+        out.append(Instant(t_ns,
                            f"out of memory +{_gib(int(oom['request_bytes']))}",
                            {"request_bytes": int(oom["request_bytes"]), "tensor": str(oom["tensor"]),
                             "reserved_bytes": int(oom["reserved_bytes"]),
