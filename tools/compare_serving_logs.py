@@ -7,15 +7,17 @@ file in memory — the engine, ``engine_version``, GPU memory and every setting 
 published ``config.json`` from ``tests/data/hf`` — and the budget comes from
 :func:`timeline.serve.budget.compute_budgets`, the tool's own code: no per-record constant.
 
-Inputs that are *measured*, not predicted: the device's total memory (what the engine printed, or the
-same GPU class's printed total in another log, named in the record) and the non-PyTorch memory where
-the log prints it (``non_torch_gib``; elsewhere 0, marked ``nt?``). Compared per record: weights, the
+Inputs that are *measured*, not predicted: the device's total memory (what the engine printed; else the
+hardware table's total PyTorch reports for that GPU, :data:`timeline.spec.hardware.TORCH_TOTAL_GIB`) and
+the non-PyTorch memory where the log prints it (``non_torch_gib``; elsewhere 0, marked ``nt?``). Compared per record: weights, the
 profile run's activation peak (vLLM 0.6.4's ``peak_torch_memory`` minus the weights where that is what
 the log gives), the KV pool (GiB, blocks or tokens, as the engine printed it) and whether the engine
 started. The calibration and unseen sides are summarised separately; a record the tool cannot build
 (family not modelled, config or inputs missing, version not modelled) is counted with its reason.
 
-``python tools/compare_serving_logs.py`` prints the Markdown tables; ``--before`` runs every record
+``python tools/compare_serving_logs.py`` prints the Markdown tables of the calibration side and, of the
+unseen side, only which records build; ``--unseen`` prints the unseen errors too (run it once, at the end
+of a round: the unseen side is never looked at while a rule is written). ``--before`` runs every record
 without its ``engine_version`` and with the weight format given by hand (the tool before issue 27's
 rules: the V1 rules at 35d5cda and the spec's scheduler defaults).
 """
@@ -32,6 +34,7 @@ from pathlib import Path
 from timeline.errors import UserError
 from timeline.io.serve_runfile import load_serve_run
 from timeline.serve.budget import Budget, compute_budgets
+from timeline.spec.hardware import TORCH_TOTAL_GIB
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "tests" / "data" / "serving_logs.json"
@@ -52,10 +55,15 @@ class Row:
     cells: dict[str, str] = field(default_factory=dict)
 
 
-def gpu_key(name: str | None) -> str:
-    """The hardware table entry a record runs as; only its capacity (overridden) and name enter the budget."""
-    name = (name or "").lower()
-    return "a100" if ("a100" in name or "a800" in name) else "h200" if "h200" in name else "h100"
+#: a log's GPU name (lower case, a part of it) → the hardware preset it runs as; first match wins
+GPU_KEYS = (("a100 40gb", "a100-40gb"), ("a100", "a100"), ("a800", "a100"), ("h200", "h200"), ("h100", "h100"),
+            ("80 gb class", "h100"), ("l40s", "l40s"), ("a6000", "a6000"), ("3090", "rtx3090"), ("4090", "rtx4090"))
+
+
+def gpu_key(name: str | None) -> str | None:
+    """The hardware preset a record runs as (:data:`timeline.spec.hardware.GPUS`); None if none fits."""
+    low = (name or "").lower()
+    return next((key for part, key in GPU_KEYS if part in low), None)
 
 
 def run_text(rec: dict, before: bool) -> str:
@@ -76,10 +84,12 @@ def run_text(rec: dict, before: bool) -> str:
         sv.append(f'dtype = "{rec["dtype"]}"')
     if before and rec.get("quantization") in HAND_FORMAT:
         sv.append(HAND_FORMAT[rec["quantization"]].strip())
+    hw = f'gpu = "{gpu_key(rec.get("gpu"))}"\n'
+    if rec.get("capacity_gib") is not None:  # the log's own total; else the preset's (TORCH_TOTAL_GIB)
+        hw += f'capacity_gib = {rec["capacity_gib"]}\n'
     return (f'[model]\nhf_config = "{HF / rec["hf_config"] / "config.json"}"\n'
             f'[parallel]\ntp = {rec.get("tp", 1)}\npp = {rec.get("pp", 1)}\n'
-            f'[hardware]\ngpu = "{gpu_key(rec.get("gpu"))}"\ncapacity_gib = {rec["capacity_gib"]}\n'
-            "[serving]\n" + "\n".join(sv) + "\n[serving.load]\nnum_requests = 1\n")
+            f"[hardware]\n{hw}[serving]\n" + "\n".join(sv) + "\n[serving.load]\nnum_requests = 1\n")
 
 
 def refusal(rec: dict) -> str:
@@ -89,8 +99,11 @@ def refusal(rec: dict) -> str:
         return f"inputs missing: {rec['missing']}"
     if not rec.get("hf_config"):
         return "no published config.json in tests/data/hf"
-    if rec.get("capacity_gib") is None:
-        return "GPU memory not known"
+    key = gpu_key(rec.get("gpu"))
+    if key is None:
+        return f"GPU {rec.get('gpu')!r} not in the hardware table"
+    if rec.get("capacity_gib") is None and key not in TORCH_TOTAL_GIB:
+        return f"GPU total memory not printed, and {key!r} has none in TORCH_TOTAL_GIB"
     return ""
 
 
@@ -161,6 +174,7 @@ def summary(rows: list[Row], side: str, listed: int) -> list[str]:
 
 def main(argv: list[str]) -> int:
     before = "--before" in argv
+    show_unseen = "--unseen" in argv
     records = json.loads(LOGS.read_text())["records"]
     split = json.loads(SPLIT.read_text())["logs"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -173,6 +187,9 @@ def main(argv: list[str]) -> int:
         if r.refused:
             print(f"| {rec['side'][:3]} | {rec['id']} | {eng} | refused: {r.refused} | | | | |")
             continue
+        if rec["side"] == "unseen" and not show_unseen:
+            print(f"| uns | {rec['id']} | {eng} | built (errors shown with --unseen) | | | | |")
+            continue
         c, e = r.cells, r.errors
         print(f"| {rec['side'][:3]} | {rec['id']} | {eng} | {c.get('weights', '')} {pct(e.get('weights'))} | "
               f"{c.get('activation', '')} {pct(e.get('activation'))} | {c.get('kv', '')} {pct(e.get('kv'))} | "
@@ -180,7 +197,8 @@ def main(argv: list[str]) -> int:
     print()
     for side in ("calibration", "unseen"):
         listed = sum(e["side"] == side for e in split)
-        print("\n".join(summary(rows, side, listed)))
+        lines = summary(rows, side, listed)
+        print("\n".join(lines if side == "calibration" or show_unseen else lines[:1]))
         print()
     return 0
 

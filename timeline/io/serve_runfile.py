@@ -20,7 +20,7 @@ from timeline.io.requests_csv import read_requests
 from timeline.io.runfile import NAME_RE, _resolve_model, default_name, parse_override, read_toml
 from timeline.spec.engine_versions import version_problem, vllm_scheduler_defaults
 from timeline.spec.fields import build_section
-from timeline.spec.hardware import GPUS
+from timeline.spec.hardware import GPUS, TORCH_TOTAL_GIB
 from timeline.spec.quant import CheckpointQuant
 from timeline.spec.run import AllocatorSpec, HardwareSpec, ParallelSpec
 from timeline.spec.serve_validate import serve_problems
@@ -156,6 +156,9 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     if not isinstance(gpu, str) or gpu not in GPUS:
         problems.append(("hardware.gpu", f"unknown gpu {gpu!r}; use one of {', '.join(GPUS)}"))
     else:
+        # an engine budgets from the total PyTorch reports, not the data sheet's (timeline.spec.hardware)
+        if gpu in TORCH_TOTAL_GIB:
+            hw_values.setdefault("capacity_gib", TORCH_TOTAL_GIB[gpu])
         for k, v in GPUS[gpu].items():
             hw_values.setdefault(k, v)
     hardware = build_section(HardwareSpec, "hardware", hw_values, problems)
