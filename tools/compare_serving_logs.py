@@ -71,7 +71,7 @@ def run_text(rec: dict, before: bool) -> str:
     if not before and rec.get("engine_version"):
         sv.append(f'engine_version = "{rec["engine_version"]}"')
     for key in ("gpu_memory_utilization", "mem_fraction_static", "max_model_len", "max_num_seqs",
-                "max_num_batched_tokens", "block_size", "kv_cache_dtype"):
+                "max_num_batched_tokens", "block_size", "kv_cache_dtype", "weight_dtype", "quant_group_size"):
         if rec.get(key) is not None:
             value = rec[key]
             sv.append(f"{key} = {json.dumps(value)}")
@@ -133,7 +133,10 @@ def compare(rec: dict, folder: Path, before: bool) -> Row:
     if act is not None:
         row.errors["activation"] = rel(b.activation_peak_bytes / GIB, act)
         row.cells["activation"] = f"{b.activation_peak_bytes / GIB:.2f} / {act:.2f}"
-    if "kv_pool_gib" in m:
+    if "gpu_blocks" in m and rec["engine"] == "vllm" and m["gpu_blocks"] > 0:  # exact where printed
+        row.errors["kv"] = rel(b.num_kv_blocks, m["gpu_blocks"])
+        row.cells["kv"] = f"{b.num_kv_blocks:,} / {m['gpu_blocks']:,} blk"
+    elif "kv_pool_gib" in m:
         pred = (b.requested_bytes - b.weights_bytes - b.activation_peak_bytes - b.non_torch_bytes) / GIB
         row.errors["kv"] = rel(pred, m["kv_pool_gib"])
         row.cells["kv"] = f"{pred:.2f} / {m['kv_pool_gib']:.2f} GiB"
@@ -141,9 +144,6 @@ def compare(rec: dict, folder: Path, before: bool) -> Row:
         tokens = b.num_kv_blocks * b.block_size
         row.errors["kv"] = rel(tokens, m["kv_tokens"])
         row.cells["kv"] = f"{tokens:,} / {m['kv_tokens']:,} tok"
-    elif "gpu_blocks" in m:
-        row.errors["kv"] = rel(b.num_kv_blocks, m["gpu_blocks"])
-        row.cells["kv"] = f"{b.num_kv_blocks:,} / {m['gpu_blocks']:,} blk"
     if "starts" in m:
         ours = not b.failure
         row.cells["start"] = ("ok" if ours == m["starts"] else "DIFFERS") + f" ({'starts' if ours else 'refuses'})"

@@ -12,7 +12,8 @@ Every layout is vLLM's ``create_weights`` of the method at the 0.11.0 PyPI wheel
 * ``gptq`` (``gptq.py`` ``GPTQLinearMethod.create_weights``): ``qweight`` (in/pack, out), int32 ``g_idx`` (in),
   ``qzeros`` (in/g, out/pack), ``scales`` (in/g, out); ``group_size = -1`` is one group of ``in``.
 * ``compressed-tensors``: fp8 (``CompressedTensorsW8A8Fp8.create_weights``: one byte per element and an fp32
-  scale per output channel, or per tensor); int4/int8 (``CompressedTensorsWNA16.create_weights``:
+  scale per output channel, or per tensor) and W8A8 int8 (``CompressedTensorsW8A8Int8.create_weights``: the
+  same with int8 elements); weight-only int4/int8 (``CompressedTensorsWNA16.create_weights``:
   ``weight_packed`` (out, in/pack) int32, ``weight_scale`` (out, in/g) in the model dtype, ``weight_zero_point``
   (out/pack, in/g) int32 when asymmetric, an int64 ``weight_shape`` of 2).
 * ``mxfp4`` (``mxfp4.py`` ``Mxfp4MoEMethod.create_weights``): experts only (``Mxfp4Config.get_quant_method``:
@@ -69,7 +70,7 @@ def mxfp4_padding(sm: int) -> tuple[int, int]:
 def linear_bytes(q: CheckpointQuant, out: int, inp: int, act_bytes: int) -> int:
     """One quantized out × in weight with its scales, zeros and indices."""
     n = out * inp
-    if q.weight_dtype == "fp8":
+    if q.weight_dtype == "fp8" or q.int8_activations:
         if q.block_rows:
             return n + _cdiv(out, q.block_rows) * _cdiv(inp, q.group_size) * 4
         return n + (out * 4 if q.group_size == 0 else 4)
