@@ -37,9 +37,18 @@ from dataclasses import asdict, dataclass, replace
 
 from timeline.graph.tensors import DTYPE_BYTES
 from timeline.serve.dp import profile_moe_tokens, rank_run
-from timeline.serve.graph_view import device_params, pp_layers, step_ops
+from timeline.serve.graph_view import (
+    device_params,
+    moe_rank_width,
+    padded_vocab,
+    pp_layers,
+    stage_has_moe,
+    step_ops,
+)
 from timeline.serve.kv import KVLayout, kv_bytes_per_token_layer, kv_layers, kv_layout
+from timeline.serve.profile_run import cublas_workspace_bytes, moe_workspace_bytes, triton_sampler
 from timeline.serve.transients import (
+    SAMPLER_NAMES,
     StepTransients,
     new_allocator,
     run_through_allocator,
@@ -47,6 +56,7 @@ from timeline.serve.transients import (
     step_transients,
 )
 from timeline.serve.weights import weight_bytes
+from timeline.spec.engine_versions import vllm_triton_profile
 from timeline.spec.serving import ENGINE_VERSIONS, ServeRunSpec
 
 GIB = 1 << 30
@@ -89,14 +99,29 @@ def rope_cache_bytes(run: ServeRunSpec) -> int:
 
 
 def profile_transients(run: ServeRunSpec, stage: int = 0) -> StepTransients:
-    """The profile run's step on pipeline stage ``stage``; the sampler runs on the last stage only."""
+    """The profile run's step on pipeline stage ``stage``; the sampler runs on the last stage only.
+    vLLM's first GEMM creates PyTorch's cuBLAS workspace here; from 0.19 the sampler is the Triton
+    path and the MoE caches a kept workspace (:mod:`timeline.serve.profile_run`)."""
     sv = run.serving
     tokens = sv.max_num_batched_tokens
     reqs = min(sv.max_num_seqs, tokens)
-    sampler = sampler_tensors(run, reqs, profile=True)
-    if stage != run.parallel.pp - 1:
-        sampler = [0] * len(sampler)
-    return step_transients(step_ops(run, tokens, stage, profile_moe_tokens(run)), sampler)
+    last = stage == run.parallel.pp - 1
+    moe_tokens = profile_moe_tokens(run)
+    if sv.engine != "vllm":
+        sampler = sampler_tensors(run, reqs, profile=True) if last else [0] * len(SAMPLER_NAMES)
+        return step_transients(step_ops(run, tokens, stage, moe_tokens), sampler)
+    first = [("cublas_workspace", cublas_workspace_bytes(run))]
+    if not vllm_triton_profile(sv.engine_version):
+        sampler = sampler_tensors(run, reqs, profile=True) if last else [0] * len(SAMPLER_NAMES)
+        return step_transients(step_ops(run, tokens, stage, moe_tokens), sampler, first=first)
+    if run.model.is_moe and any(stage_has_moe(run, stage)):
+        first.append(("fused_moe.workspace", moe_workspace_bytes(run, moe_tokens or tokens, moe_rank_width(run))))
+    bufs: list[tuple[str, int]] = []
+    if last:
+        bufs, kept = triton_sampler(run, reqs, padded_vocab(run.model.vocab_size))
+        first.append(("sampler.triton_buffer", kept))
+    return step_transients(step_ops(run, tokens, stage, moe_tokens, kept_moe_workspace=True),
+                           [b for _, b in bufs], extra_names=[n for n, _ in bufs], first=first)
 
 
 def compute_budgets(run: ServeRunSpec) -> list[Budget]:

@@ -64,10 +64,13 @@ def sampler_tensors(run: ServeRunSpec, num_reqs: int, *, profile: bool = False) 
     return [local, full, n * 4, n * 4, n * 4, 0, 0]
 
 
-def step_transients(ops: list[FOp], extra: Sequence[int] = ()) -> StepTransients:
+def step_transients(ops: list[FOp], extra: Sequence[int] = (), *, extra_names: Sequence[str] = (),
+                    first: Sequence[tuple[str, int]] = ()) -> StepTransients:
     """Allocation plan of a forward step: each op allocates its outputs when it starts and frees,
-    when it ends, every tensor whose last consumer it is; the ``extra`` buffers (logits, sampler)
-    follow the last op's outputs and live to the step's end with them."""
+    when it ends, every tensor whose last consumer it is; the ``extra`` buffers (logits, sampler;
+    named ``extra_names``, else :data:`SAMPLER_NAMES`) follow the last op's outputs and live to the
+    step's end with them. ``first`` (name, bytes) are allocated before the first op and kept to the
+    end: buffers the step creates once and keeps (a workspace made by its first use)."""
     last: dict[str, int] = {}
     for i, op in enumerate(ops):
         for t in op.inputs.values():
@@ -77,6 +80,11 @@ def step_transients(ops: list[FOp], extra: Sequence[int] = ()) -> StepTransients
     sizes: list[int] = []
     names: list[str] = []
     dies: dict[int, list[int]] = {}
+    for name, size in first:
+        dies.setdefault(len(ops), []).append(len(sizes))
+        names.append(name)
+        sizes.append(size)
+        plan.append((size, -1))
     for i, op in enumerate(ops):
         for t in op.outputs.values():
             if t.storage in index:
@@ -95,9 +103,10 @@ def step_transients(ops: list[FOp], extra: Sequence[int] = ()) -> StepTransients
                 plan.append((t.size_bytes, -1))
                 dies.setdefault(i, []).append(index[t.storage])
         plan += [(0, j) for j in dies.pop(i, [])]
+    labels = tuple(extra_names) or SAMPLER_NAMES
     for k, size in enumerate(extra):
         dies.setdefault(len(ops), []).append(len(sizes))
-        names.append(SAMPLER_NAMES[k] if k < len(SAMPLER_NAMES) else f"extra.{k}")
+        names.append(labels[k] if k < len(labels) else f"extra.{k}")
         sizes.append(size)
         plan.append((size, -1))
     plan += [(0, j) for j in dies.pop(len(ops), [])]

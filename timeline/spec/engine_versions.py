@@ -20,6 +20,16 @@ the rules that move the KV pool of a calibration log (``tests/data/serving_logs.
   ``max_num_seqs`` 1024 on a device of ≥ 70 GiB whose name has no "a100", else 2048 and 256
   (@0.8.5: the same token budgets, ``max_num_seqs`` 256 everywhere).
 
+* **profile run, V1 from 0.19** — read in the 0.22.0 wheel (the nearest here: no 0.12 … 0.21 wheel is in
+  this index), observed at 0.19.0 (the llm-d-planner calibration logs: a sort of 1,024 × 128,256 fp32
+  logits would add 2.6 GiB to Llama-3.1-8B's 1.89 GiB peak): ``vllm/v1/sample/ops/topk_topp_sampler.py``
+  ``apply_top_k_top_p`` takes the Triton kernel for ≥ 8 rows (``apply_top_k_top_p_triton``, PR #33538,
+  opened 2026-02-02), no sort; and the fused MoE runs as a modular kernel whose workspaces come from
+  the worker's ``WorkspaceManager`` (``vllm/v1/worker/workspace.py``), kept after the first layer
+  (:mod:`timeline.serve.profile_run`). Versions up to 0.11.2 sort (``apply_top_k_top_p_pytorch``) and
+  allocate the MoE caches per call (``fused_moe.py`` ``fused_experts_impl``); 0.12 … 0.18 were not
+  read and take the 0.11 rules.
+
 The KV pool itself is ``total · gpu_memory_utilization − (weights + torch peak increase +
 non-torch increase)`` at every version read here from 0.6.4 on (V0 ``determine_num_available_blocks``
 @0.6.4.post1 counts the torch peak of the profile run including the weights and the non-torch
@@ -64,6 +74,18 @@ def version_problem(engine: str, version: str) -> str:
         return (f"vLLM {version}: versions before 0.6.4 size the cache from the caching allocator's reserved bytes "
                 "after the profile run (not modelled); use 0.6.4 or later")
     return ""
+
+
+#: the first vLLM release whose profile run is modelled with the Triton sampler and the persistent MoE
+#: workspace (module docstring)
+VLLM_TRITON_SAMPLER = (0, 19, 0)
+
+
+def vllm_triton_profile(version: str) -> bool:
+    """vLLM ``version`` (default: the newest rule set, 0.11) samples with the Triton top-k/top-p kernel
+    and keeps the MoE workspace (module docstring)."""
+    v = parse_version(version or VLLM_DEFAULT)
+    return v is not None and v >= VLLM_TRITON_SAMPLER
 
 
 def is_v1(version: str) -> bool:
