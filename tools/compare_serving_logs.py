@@ -8,8 +8,10 @@ published ``config.json`` from ``tests/data/hf`` — and the budget comes from
 :func:`timeline.serve.budget.compute_budgets`, the tool's own code: no per-record constant.
 
 Inputs that are *measured*, not predicted: the device's total memory (what the engine printed; else the
-hardware table's total PyTorch reports for that GPU, :data:`timeline.spec.hardware.TORCH_TOTAL_GIB`) and
-the non-PyTorch memory where the log prints it (``non_torch_gib``; elsewhere 0, marked ``nt?``). Compared per record: weights, the
+hardware table's total PyTorch reports for that GPU, :data:`timeline.spec.hardware.TORCH_TOTAL_GIB`). The
+non-PyTorch memory is the tool's own (:mod:`timeline.serve.non_torch`, published measurements of the
+calibration side; ``nt?`` where it has none and counts 0) and is compared where the log prints it.
+Compared per record: weights, the
 profile run's activation peak (vLLM 0.6.4's ``peak_torch_memory`` minus the weights where that is what
 the log gives), the KV pool (GiB, blocks or tokens, as the engine printed it) and whether the engine
 started. The calibration and unseen sides are summarised separately; a record the tool cannot build
@@ -34,6 +36,7 @@ from pathlib import Path
 from timeline.errors import UserError
 from timeline.io.serve_runfile import load_serve_run
 from timeline.serve.budget import Budget, compute_budgets
+from timeline.serve.non_torch import measured_non_torch
 from timeline.spec.hardware import TORCH_TOTAL_GIB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +81,7 @@ def run_text(rec: dict, before: bool) -> str:
     if rec.get("enforce_eager"):
         sv.append("enforce_eager = true")
     nt = rec["measured"].get("non_torch_gib")
-    if nt is not None:
+    if nt is not None and before:  # round 1 took the printed non-torch memory as an input
         sv.append(f"non_torch_gib = {nt}")
     if rec.get("dtype") in ("bf16", "fp16"):
         sv.append(f'dtype = "{rec["dtype"]}"')
@@ -118,7 +121,8 @@ def compare(rec: dict, folder: Path, before: bool) -> Row:
     path = folder / f"{rec['id']}.toml"
     path.write_text(run_text(rec, before))
     try:
-        budgets = compute_budgets(load_serve_run(path))
+        row_run = load_serve_run(path)
+        budgets = compute_budgets(row_run)
     except UserError as exc:
         row.refused = f"tool error: {str(exc).splitlines()[0][:160]}"
         return row
@@ -144,10 +148,14 @@ def compare(rec: dict, folder: Path, before: bool) -> Row:
         tokens = b.num_kv_blocks * b.block_size
         row.errors["kv"] = rel(tokens, m["kv_tokens"])
         row.cells["kv"] = f"{tokens:,} / {m['kv_tokens']:,} tok"
+    if m.get("non_torch_gib") is not None and rec["engine"] == "vllm":
+        nt = b.non_torch_bytes / GIB
+        row.errors["non_torch"] = rel(nt, m["non_torch_gib"]) if m["non_torch_gib"] else nt
+        row.cells["non_torch"] = f"{nt:.2f} / {m['non_torch_gib']:.2f}"
     if "starts" in m:
         ours = not b.failure
         row.cells["start"] = ("ok" if ours == m["starts"] else "DIFFERS") + f" ({'starts' if ours else 'refuses'})"
-    if m.get("non_torch_gib") is None and rec["engine"] == "vllm":
+    if rec["engine"] == "vllm" and measured_non_torch(row_run)[1].startswith("no published"):
         row.cells["note"] = "nt?"
     return row
 
@@ -161,7 +169,7 @@ def summary(rows: list[Row], side: str, listed: int) -> list[str]:
     built = [r for r in mine if not r.refused]
     out = [f"**{side}**: {listed} logs listed, {len(mine)} transcribed, {len(built)} compared, "
            f"{len(mine) - len(built)} refused by the tool"]
-    for metric in ("weights", "activation", "kv"):
+    for metric in ("weights", "activation", "non_torch", "kv"):
         errs = [abs(r.errors[metric]) for r in built if metric in r.errors]
         if errs:
             out.append(f"- {metric}: {len(errs)} records, median |error| {100 * statistics.median(errs):.2f} %, "
@@ -179,20 +187,21 @@ def main(argv: list[str]) -> int:
     split = json.loads(SPLIT.read_text())["logs"]
     with tempfile.TemporaryDirectory() as tmp:
         rows = [compare(rec, Path(tmp), before) for rec in records]
-    print("| side | record | engine | weights GiB (ours / log) | activation GiB | KV pool | start | |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| side | record | engine | weights GiB (ours / log) | activation GiB | non-torch GiB | KV pool | start | |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         rec = r.rec
         eng = f"{rec['engine']} {rec.get('engine_version') or '?'}"
         if r.refused:
-            print(f"| {rec['side'][:3]} | {rec['id']} | {eng} | refused: {r.refused} | | | | |")
+            print(f"| {rec['side'][:3]} | {rec['id']} | {eng} | refused: {r.refused} | | | | | |")
             continue
         if rec["side"] == "unseen" and not show_unseen:
-            print(f"| uns | {rec['id']} | {eng} | built (errors shown with --unseen) | | | | |")
+            print(f"| uns | {rec['id']} | {eng} | built (errors shown with --unseen) | | | | | |")
             continue
         c, e = r.cells, r.errors
         print(f"| {rec['side'][:3]} | {rec['id']} | {eng} | {c.get('weights', '')} {pct(e.get('weights'))} | "
-              f"{c.get('activation', '')} {pct(e.get('activation'))} | {c.get('kv', '')} {pct(e.get('kv'))} | "
+              f"{c.get('activation', '')} {pct(e.get('activation'))} | {c.get('non_torch', '')} | "
+              f"{c.get('kv', '')} {pct(e.get('kv'))} | "
               f"{c.get('start', '')} | {c.get('note', '')} |")
     print()
     for side in ("calibration", "unseen"):

@@ -46,6 +46,7 @@ from timeline.serve.graph_view import (
     step_ops,
 )
 from timeline.serve.kv import KVLayout, kv_bytes_per_token_layer, kv_layers, kv_layout
+from timeline.serve.non_torch import measured_non_torch
 from timeline.serve.profile_run import cublas_workspace_bytes, moe_workspace_bytes, triton_sampler
 from timeline.serve.transients import (
     SAMPLER_NAMES,
@@ -147,7 +148,7 @@ def compute_budget(run: ServeRunSpec, stage: int = 0) -> Budget:
         base = alloc.malloc(weights)  # the weights are one block here; only the step's peak increase is read
         activation = run_through_allocator(alloc, profile_transients(run, stage)) - alloc.allocated_bytes
         alloc.free(base)
-    non_torch = int(sv.non_torch_gib * GIB)
+    non_torch = measured_non_torch(run)[0] if sv.engine == "vllm" else int((sv.non_torch_gib or 0) * GIB)
     per_layer = kv_bytes_per_token_layer(m, run.parallel.tp, sv.kv_cache_dtype, sv.dtype)
     held = pp_layers(run)[stage]
     layers = kv_layers(m) if run.parallel.pp == 1 else len(held)
