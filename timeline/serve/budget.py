@@ -51,13 +51,14 @@ from timeline.serve.profile_run import cublas_workspace_bytes, moe_workspace_byt
 from timeline.serve.transients import (
     SAMPLER_NAMES,
     StepTransients,
+    eager_holds,
     new_allocator,
     run_through_allocator,
     sampler_tensors,
     step_transients,
 )
 from timeline.serve.weights import weight_bytes
-from timeline.spec.engine_versions import vllm_triton_profile
+from timeline.spec.engine_versions import is_v1, vllm_triton_profile
 from timeline.spec.serving import ENGINE_VERSIONS, ServeRunSpec
 
 GIB = 1 << 30
@@ -114,7 +115,10 @@ def profile_transients(run: ServeRunSpec, stage: int = 0) -> StepTransients:
     first = [("cublas_workspace", cublas_workspace_bytes(run))]
     if not vllm_triton_profile(sv.engine_version):
         sampler = sampler_tensors(run, reqs, profile=True) if last else [0] * len(SAMPLER_NAMES)
-        return step_transients(step_ops(run, tokens, stage, moe_tokens), sampler, first=first)
+        ops = step_ops(run, tokens, stage, moe_tokens)
+        # V0 profiles eagerly (its CUDA graphs come after); V1 eagerly only under enforce_eager
+        eager = sv.enforce_eager or not is_v1(sv.engine_version)
+        return step_transients(ops, sampler, first=first, holds=eager_holds(ops) if eager else None)
     if run.model.is_moe and any(stage_has_moe(run, stage)):
         first.append(("fused_moe.workspace", moe_workspace_bytes(run, moe_tokens or tokens, moe_rank_width(run))))
     bufs: list[tuple[str, int]] = []
