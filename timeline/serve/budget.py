@@ -46,7 +46,7 @@ from timeline.serve.graph_view import (
     step_ops,
 )
 from timeline.serve.kv import KVLayout, kv_bytes_per_token_layer, kv_layers, kv_layout
-from timeline.serve.non_torch import measured_non_torch
+from timeline.serve.non_torch import measured_init, measured_non_torch
 from timeline.serve.profile_run import cublas_workspace_bytes, moe_workspace_bytes, triton_sampler
 from timeline.serve.transients import (
     SAMPLER_NAMES,
@@ -166,9 +166,11 @@ def compute_budget(run: ServeRunSpec, stage: int = 0) -> Budget:
     if sv.engine == "hf":  # no pool: the cache grows with the batch (timeline.serve.hf)
         requested, kv_pool, blocks = total, 0, 0
     elif sv.engine == "sglang":
-        requested = int(total * sv.mem_fraction_static)
-        available = total - int(hw.non_pytorch_gib * GIB) - weights
-        rest = available - (total - requested)
+        # model_runner.py ModelRunner.profile_max_num_token (0.4.9.post2, 0.5.5): its ``total_gpu_memory``
+        # is init_torch_distributed's min_per_gpu_memory, the free memory before the weights load
+        free0 = total - measured_init(run)[0]
+        requested = int(free0 * sv.mem_fraction_static)
+        rest = (free0 - weights) - (free0 - requested)
         tokens = max(0, rest // per_token)
         kv_pool = tokens * per_token
         blocks = tokens  # SGLang pages one token at a time at 0.4

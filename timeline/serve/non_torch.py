@@ -17,6 +17,12 @@ that changed with the version:
 (era, hardware preset, tensor-parallel size, pipeline size > 1), each with the logs it comes from. A
 run whose key is not in it gets the entry of the largest measured ``tp`` not above its own (same era,
 GPU and pipeline kind), else 0 with a note; ``serving.non_torch_gib`` overrides it.
+
+:data:`MEASURED_INIT` is the device memory in use once the worker's CUDA context and distributed groups
+exist, before the weights load (vLLM 0.19's ``worker init memory snapshot``, ``cuda_memory``): SGLang
+sizes its pool from the free memory at that moment (:mod:`timeline.serve.budget`), so it subtracts it.
+Only vLLM prints it; its NCCL groups are the ones SGLang creates too (the custom all-reduce buffers
+differ by engine and are not in it). ``hardware.non_pytorch_gib`` overrides it.
 """
 
 from __future__ import annotations
@@ -37,6 +43,28 @@ MEASURED: dict[tuple[str, str, int, bool], tuple[float, str]] = {
     ("v1", "h100", 4, False): (2.17, "llm-d-planner 0.19.0 TP4 logs: Llama-3.1-8B 2.13, Llama-3.3-70B FP8 2.21"),
     ("v1", "h100", 1, True): (0.07, "llm-d-planner 0.19.0 Llama-3.1-8B PP4 log"),
 }
+
+
+#: (gpu preset, tp, pp > 1) → (GiB in use before the weights load, the calibration logs that print it)
+MEASURED_INIT: dict[tuple[str, int, bool], tuple[float, str]] = {
+    ("h100", 1, False): (0.51, "llm-d-planner 0.19.0 TP1 logs (cuda_memory=0.51GiB)"),
+    ("h100", 2, False): (1.53, "llm-d-planner 0.19.0 TP2 logs: Llama-3.1-8B, Llama-3.3-70B FP8"),
+    ("h100", 4, False): (1.55, "llm-d-planner 0.19.0 TP4 logs: Llama-3.1-8B, Llama-3.3-70B FP8"),
+    ("h100", 1, True): (1.48, "llm-d-planner 0.19.0 Llama-3.1-8B PP4 log"),
+}
+
+
+def measured_init(run: ServeRunSpec) -> tuple[int, str]:
+    """(bytes, source) in use on a device before the weights load (:data:`MEASURED_INIT`; the largest
+    measured tp not above the run's, else 0)."""
+    if run.hardware.non_pytorch_gib:
+        return int(run.hardware.non_pytorch_gib * GIB), "hardware.non_pytorch_gib"
+    par = run.parallel
+    near = [k for k in MEASURED_INIT if k[0] == run.hardware.gpu and k[2] == (par.pp > 1) and k[1] <= par.tp]
+    if not near:
+        return 0, "no published measurement for this GPU and layout: 0"
+    best = max(near, key=lambda k: k[1])
+    return int(MEASURED_INIT[best][0] * GIB), MEASURED_INIT[best][1]
 
 
 def era(engine: str, version: str) -> str:

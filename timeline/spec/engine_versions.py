@@ -50,6 +50,9 @@ VLLM_DEFAULT = "0.11+35d5cda"
 VLLM_OLDEST = (0, 6, 4)
 VLLM_V1_DEFAULT = (0, 8, 0)
 SGLANG_VERSIONS = ("0.4",)
+#: SGLang releases whose pool rule (``ModelRunner.profile_max_num_token``) was read: 0.4.9.post2 and
+#: 0.5.5 (the same formula); ``"0.4"`` is the round-1 name of the same rule
+SGLANG_READ = ((0, 4, 0), (0, 5, 5))
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -66,7 +69,10 @@ def version_problem(engine: str, version: str) -> str:
     if not version or engine == "hf":
         return ""
     if engine == "sglang":
-        return "" if version in SGLANG_VERSIONS else f"the SGLang rules are read at {', '.join(SGLANG_VERSIONS)}; use it"
+        v = parse_version(version)
+        if version in SGLANG_VERSIONS or (v is not None and SGLANG_READ[0] <= v <= SGLANG_READ[1]):
+            return ""
+        return f"SGLang {version}: the pool rules are read at 0.4.9 and 0.5.5; use a version from 0.4 to 0.5.5"
     v = parse_version(version)
     if v is None:
         return f"{version!r} is not a version such as 0.6.4 or 0.11.0"
@@ -86,6 +92,45 @@ def vllm_triton_profile(version: str) -> bool:
     and keeps the MoE workspace (module docstring)."""
     v = parse_version(version or VLLM_DEFAULT)
     return v is not None and v >= VLLM_TRITON_SAMPLER
+
+
+def sglang_mem_fraction_static(version: str, gpu_mem_mib: int, tp: int, pp: int = 1,
+                               chunked_prefill_size: int = 0) -> float:
+    """SGLang's default ``mem_fraction_static`` for a device of ``gpu_mem_mib`` (``nvidia-smi``'s
+    ``memory.total``, :data:`timeline.spec.hardware.NVIDIA_SMI_TOTAL_MIB`), without speculative
+    decoding, DP attention or a multimodal model:
+
+    * 0.4.9.post2 ``server_args.py`` ``ServerArgs.__post_init__``: ``reserved`` = (2.8 + tp·pp/10) GiB
+      below 35 GiB, (9.5 + tp·pp/2) GiB below 90 GiB, (12 + tp·pp/2) GiB below 160 GiB, else 32 GiB;
+    * 0.5.5 ``ServerArgs._handle_gpu_memory_settings``: ``reserved`` = 512 MiB + 1.5 MiB per token of
+      ``chunked_prefill_size`` (at least 2,048; by default 2,048 below 35 GiB, 4,096 below 60, 8,192 below
+      160, else 16,384) + 2 MiB per ``cuda_graph_max_bs`` (8 below 20 GiB; 24 / 32 / 256 below 35 / 60 /
+      160 GiB at tp < 4, 80 / 160 / 512 at tp ≥ 4; else 512) + tp·pp/8 GiB, at least 10 GiB above 60 GiB;
+
+    then ``round((gpu_mem − reserved) / gpu_mem, 3)``."""
+    gib = 1024
+    v = parse_version(version) or (0, 4, 0)
+    if v < (0, 5, 0):
+        par = tp * pp
+        if gpu_mem_mib < 35 * gib:
+            reserved = (2.8 + par / 10) * gib
+        elif gpu_mem_mib < 90 * gib:
+            reserved = (9.5 + par / 2) * gib
+        elif gpu_mem_mib < 160 * gib:
+            reserved = (12 + par / 2) * gib
+        else:
+            reserved = 32 * gib
+        return round((gpu_mem_mib - reserved) / gpu_mem_mib, 3)
+    bands = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (160, 8192, 256, 512))
+    chunk, graph_bs = 16384, 512
+    for limit, c, small, large in bands:
+        if gpu_mem_mib < limit * gib:
+            chunk, graph_bs = c, (small if tp < 4 else large)
+            break
+    reserved = 512 + max(chunked_prefill_size or chunk, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * gib
+    if gpu_mem_mib > 60 * gib:
+        reserved = max(reserved, 10 * gib)
+    return round((gpu_mem_mib - reserved) / gpu_mem_mib, 3)
 
 
 def is_v1(version: str) -> bool:

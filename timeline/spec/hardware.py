@@ -57,6 +57,13 @@ GPUS: dict[str, dict[str, float]] = {
 SM_COUNTS: dict[str, int] = {"h100": 132, "h800": 132, "h200": 132, "a100": 108, "gb200": 148, "b200": 148,
                              "a100-40gb": 108, "l40s": 142, "a6000": 84, "rtx3090": 82, "rtx4090": 128}
 
+#: MiB ``nvidia-smi --query-gpu=memory.total`` prints (SGLang sizes its defaults from it), each in the public
+#: log named
+NVIDIA_SMI_TOTAL_MIB: dict[str, int] = {
+    "h100": 81559,  # H100 80GB HBM3: vllm-project/vllm#55169 (nvidia-smi table)
+    "rtx4090": 24564,  # vllm-project/vllm#7553 and #7768 (nvidia-smi table)
+}
+
 #: GiB PyTorch reports as the device's total memory, each printed in the public log named
 TORCH_TOTAL_GIB: dict[str, float] = {
     "h100": 79.19,  # H100 80GB HBM3: llm-d-incubation/llm-d-planner accuracy logs (vLLM 0.19.0, total_memory=79.19GiB)
