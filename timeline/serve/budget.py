@@ -58,7 +58,12 @@ from timeline.serve.transients import (
     step_transients,
 )
 from timeline.serve.weights import weight_bytes
-from timeline.spec.engine_versions import is_v1, vllm_triton_profile
+from timeline.spec.engine_versions import (
+    is_v1,
+    vllm_reserved_profile,
+    vllm_sorts_in_model_dtype,
+    vllm_triton_profile,
+)
 from timeline.spec.serving import ENGINE_VERSIONS, ServeRunSpec
 
 GIB = 1 << 30
@@ -114,7 +119,9 @@ def profile_transients(run: ServeRunSpec, stage: int = 0) -> StepTransients:
         return step_transients(step_ops(run, tokens, stage, moe_tokens), sampler)
     first = [("cublas_workspace", cublas_workspace_bytes(run))]
     if not vllm_triton_profile(sv.engine_version):
-        sampler = sampler_tensors(run, reqs, profile=True) if last else [0] * len(SAMPLER_NAMES)
+        old_sort = vllm_sorts_in_model_dtype(sv.engine_version)
+        sampler = (sampler_tensors(run, reqs, profile=True, model_dtype_sort=old_sort) if last
+                   else [0] * len(SAMPLER_NAMES))
         ops = step_ops(run, tokens, stage, moe_tokens)
         # V0 profiles eagerly (its CUDA graphs come after); V1 eagerly only under enforce_eager
         eager = sv.enforce_eager or not is_v1(sv.engine_version)
@@ -127,6 +134,16 @@ def profile_transients(run: ServeRunSpec, stage: int = 0) -> StepTransients:
         first.append(("sampler.triton_buffer", kept))
     return step_transients(step_ops(run, tokens, stage, moe_tokens, kept_moe_workspace=True),
                            [b for _, b in bufs], extra_names=[n for n, _ in bufs], first=first)
+
+
+def weight_blocks(run: ServeRunSpec, stage: int, weights: int) -> list[int]:
+    """The weights as the loader allocates them: one tensor each (model-dtype checkpoints), else one
+    block of ``weights`` bytes (a quantized layout's tensors are not listed one by one)."""
+    params = device_params(run, stage)
+    sizes = [t.size_bytes for t in params]
+    if run.quant is not None or run.serving.weight_dtype not in ("bf16", "fp16") or sum(sizes) > weights:
+        return [weights]
+    return sizes + ([weights - sum(sizes)] if weights > sum(sizes) else [])
 
 
 def compute_budgets(run: ServeRunSpec) -> list[Budget]:
@@ -147,12 +164,23 @@ def compute_budget(run: ServeRunSpec, stage: int = 0) -> Budget:
     rope = rope_cache_bytes(run) if sv.engine == "vllm" else 0
     weights = weight_bytes(run, device_params(run, stage)).total_bytes + rope
     activation = 0  # generate has no profile run
-    if sv.engine != "hf":
+    reserved = vllm_reserved_profile(sv.engine_version) if sv.engine == "vllm" else ""
+    if reserved:
+        # before 0.6.4 the profiler reads free device memory: the allocator's cached segments count, so the
+        # weights as loaded tensor by tensor and the profile step's reserved peak (engine_versions)
+        alloc = new_allocator(run, total)
+        for size in weight_blocks(run, stage, weights):
+            alloc.malloc(size)
+        run_through_allocator(alloc, profile_transients(run, stage))
+        activation = alloc.reserved_bytes - weights  # the reserved bytes above the weights after the run
+    elif sv.engine != "hf":
         alloc = new_allocator(run, total)
         base = alloc.malloc(weights)  # the weights are one block here; only the step's peak increase is read
         activation = run_through_allocator(alloc, profile_transients(run, stage)) - alloc.allocated_bytes
         alloc.free(base)
     non_torch = measured_non_torch(run)[0] if sv.engine == "vllm" else int((sv.non_torch_gib or 0) * GIB)
+    if reserved == "total":  # 0.2.x: total − free also holds the CUDA context and the distributed groups
+        non_torch += measured_init(run)[0]
     per_layer = kv_bytes_per_token_layer(m, run.parallel.tp, sv.kv_cache_dtype, sv.dtype)
     held = pp_layers(run)[stage]
     layers = kv_layers(m) if run.parallel.pp == 1 else len(held)

@@ -34,7 +34,8 @@ SAMPLER_NAMES = ("sampler.logits_local", "sampler.logits_gathered", "sampler.log
                  "sampler.sort_values", "sampler.sort_indices", "sampler.sort_reverse_indices", "sampler.sort_cub_temp")
 
 
-def sampler_tensors(run: ServeRunSpec, num_reqs: int, *, profile: bool = False) -> list[int]:
+def sampler_tensors(run: ServeRunSpec, num_reqs: int, *, profile: bool = False,
+                    model_dtype_sort: bool = False) -> list[int]:
     """The logits and sampler buffers alive together at the sampler's peak over ``num_reqs`` rows
     (always ``len(SAMPLER_NAMES)`` entries, 0 for a buffer that is not made).
 
@@ -59,6 +60,8 @@ def sampler_tensors(run: ServeRunSpec, num_reqs: int, *, profile: bool = False) 
     n = num_reqs * m.vocab_size
     local = num_reqs * (vocab // tp) * act
     full = n * act if tp > 1 else 0
+    if profile and model_dtype_sort:  # vLLM ≤ 0.5: no fp32 copy, the sort's keys in the model dtype
+        return [local, full, 0, n * act, n * 8, n * 8, n * (act + 8)]
     if profile:
         return [local, full, n * 4, n * 4, n * 8, n * 8, n * (4 + 8)]
     return [local, full, n * 4, n * 4, n * 4, 0, 0]

@@ -36,7 +36,18 @@ non-torch increase)`` at every version read here from 0.6.4 on (V0 ``determine_n
 bytes in use after it; V1 ``gpu_worker.py`` ``Worker.determine_available_memory`` @0.9.2 with
 ``memory_profiling``), so :mod:`timeline.serve.budget` needs no other branch for them. Versions
 before 0.6.4 (``peak = init_free − free`` after the profile run, the caching allocator's reserved
-bytes) are not modelled: such a version is refused by name.
+bytes) are read too (below).
+
+* **profiler before 0.6.4** — ``vllm/worker/worker.py``: at 0.2.5 and 0.2.7
+  ``Worker.profile_num_available_blocks`` takes ``peak = total − free`` after the profile run (no
+  ``empty_cache`` in between); from 0.3.3 to 0.6.3.post1 ``Worker.determine_num_available_blocks`` takes
+  ``peak = init_free − free``, ``init_free`` read in ``init_device`` before the distributed groups are
+  made. Either way the caching allocator's cached segments are in it: the reserved peak, not the
+  allocated one (:mod:`timeline.serve.budget`). ``blocks = (total · util − peak) // block_bytes``.
+  0.3.0 … 0.3.2 were not read and are refused by name; so is anything before 0.2.5.
+* **sampler before 0.6** — ``vllm/model_executor/layers/sampler.py`` up to 0.5.4 sorts the logits in
+  the model dtype (``logits.to(torch.float)`` arrives by 0.6.3); the scheduler's long-context chunked
+  prefill (``use_long_context``) is read at 0.5.4, not at 0.4.1.
 """
 
 from __future__ import annotations
@@ -46,8 +57,10 @@ from dataclasses import dataclass
 
 #: the default rule set (the newest source the budget was read at)
 VLLM_DEFAULT = "0.11+35d5cda"
-#: the oldest and newest vLLM releases whose budget rules are modelled
+#: the first vLLM release whose budget subtracts allocated (not reserved) bytes
 VLLM_OLDEST = (0, 6, 4)
+#: releases of the reserved-peak profilers read (module docstring): [first, last] of each
+VLLM_RESERVED_READ = (((0, 2, 5), (0, 2, 7)), ((0, 3, 3), (0, 6, 3)))
 VLLM_V1_DEFAULT = (0, 8, 0)
 SGLANG_VERSIONS = ("0.4",)
 #: SGLang releases whose pool rule (``ModelRunner.profile_max_num_token``) was read: 0.4.9.post2 and
@@ -76,10 +89,25 @@ def version_problem(engine: str, version: str) -> str:
     v = parse_version(version)
     if v is None:
         return f"{version!r} is not a version such as 0.6.4 or 0.11.0"
-    if v < VLLM_OLDEST:
-        return (f"vLLM {version}: versions before 0.6.4 size the cache from the caching allocator's reserved bytes "
-                "after the profile run (not modelled); use 0.6.4 or later")
+    if v < VLLM_OLDEST and not any(lo <= v <= hi for lo, hi in VLLM_RESERVED_READ):
+        return (f"vLLM {version}: the profiler of 0.2.5-0.2.7 and 0.3.3 onwards is read; this version's is not "
+                "(use a version from those ranges)")
     return ""
+
+
+def vllm_reserved_profile(version: str) -> str:
+    """Which reserved-peak profiler vLLM ``version`` uses: ``"total"`` (0.2.5 … 0.2.7: total − free),
+    ``"init"`` (0.3.3 … 0.6.3: init_free − free) or ``""`` (0.6.4 on: allocated bytes)."""
+    v = parse_version(version or VLLM_DEFAULT)
+    if v is None or v >= VLLM_OLDEST:
+        return ""
+    return "total" if v < (0, 3, 0) else "init"
+
+
+def vllm_sorts_in_model_dtype(version: str) -> bool:
+    """vLLM ``version``'s V0 sampler sorts the logits without an fp32 copy (up to 0.5.x)."""
+    v = parse_version(version or VLLM_DEFAULT)
+    return v is not None and v < (0, 6, 0)
 
 
 #: the first vLLM release whose profile run is modelled with the Triton sampler and the persistent MoE
@@ -152,8 +180,8 @@ def vllm_scheduler_defaults(version: str, max_model_len: int, device_gib: float,
     (module docstring: V0 ``SchedulerConfig.__post_init__``, V1 ``_set_default_args_v1``);
     ``chunked`` is the user's ``enable_chunked_prefill`` (None: the engine's default)."""
     if not is_v1(version):
-        if chunked is None:
-            chunked = max_model_len > 32768
+        if chunked is None:  # the OpenAI server's use_long_context (read at 0.5.4; absent at 0.4.1)
+            chunked = max_model_len > 32768 and (parse_version(version) or (0, 7, 0)) >= (0, 5, 4)
         if chunked:
             chunk = 2048 if (parse_version(version) or (0, 7, 0)) >= (0, 6, 6) else 512
             return SchedulerDefaults(max_num_batched_tokens=chunk, max_num_seqs=256, enable_chunked_prefill=True)
