@@ -115,6 +115,16 @@ def vllm_sorts_in_model_dtype(version: str) -> bool:
 VLLM_TRITON_SAMPLER = (0, 19, 0)
 
 
+#: the first vLLM release read that ships ``vllm/third_party/triton_kernels`` (0.19.0 loads it; 0.11.x lacks it)
+VLLM_TRITON_KERNELS_VENDORED = (0, 19, 0)
+
+
+def triton_kernels_vendored(version: str) -> bool:
+    """vLLM ``version`` (default: the 0.11 rule set) can import ``triton_kernels`` without an extra package."""
+    v = parse_version(version or VLLM_DEFAULT)
+    return v is not None and v >= VLLM_TRITON_KERNELS_VENDORED
+
+
 def vllm_triton_profile(version: str) -> bool:
     """vLLM ``version`` (default: the newest rule set, 0.11) samples with the Triton top-k/top-p kernel
     and keeps the MoE workspace (module docstring)."""
