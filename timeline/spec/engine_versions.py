@@ -22,7 +22,7 @@ the rules that move the KV pool of a calibration log (``tests/data/serving_logs.
 
 * **profile run, V1 from 0.19** — read in the 0.22.0 wheel (the nearest here: no 0.12 … 0.21 wheel is in
   this index), observed at 0.19.0 (the llm-d-planner calibration logs: a sort of 1,024 × 128,256 fp32
-  logits would add 2.6 GiB to Llama-3.1-8B's 1.89 GiB peak): ``vllm/v1/sample/ops/topk_topp_sampler.py``
+  logits would add 2.9 GiB to Llama-3.1-8B's 1.89 GiB peak): ``vllm/v1/sample/ops/topk_topp_sampler.py``
   ``apply_top_k_top_p`` takes the Triton kernel for ≥ 8 rows (``apply_top_k_top_p_triton``, PR #33538,
   opened 2026-02-02), no sort; and the fused MoE runs as a modular kernel whose workspaces come from
   the worker's ``WorkspaceManager`` (``vllm/v1/worker/workspace.py``), kept after the first layer
