@@ -7,15 +7,19 @@ file in memory — the engine, ``engine_version``, GPU memory and every setting 
 published ``config.json`` from ``tests/data/hf`` — and the budget comes from
 :func:`timeline.serve.budget.compute_budgets`, the tool's own code: no per-record constant.
 
-Inputs that are *measured*, not predicted: the device's total memory (what the engine printed, or the
-same GPU class's printed total in another log, named in the record) and the non-PyTorch memory where
-the log prints it (``non_torch_gib``; elsewhere 0, marked ``nt?``). Compared per record: weights, the
+Inputs that are *measured*, not predicted: the device's total memory (what the engine printed; else the
+hardware table's total PyTorch reports for that GPU, :data:`timeline.spec.hardware.TORCH_TOTAL_GIB`). The
+non-PyTorch memory is the tool's own (:mod:`timeline.serve.non_torch`, published measurements of the
+calibration side; ``nt?`` where it has none and counts 0) and is compared where the log prints it.
+Compared per record: weights, the
 profile run's activation peak (vLLM 0.6.4's ``peak_torch_memory`` minus the weights where that is what
 the log gives), the KV pool (GiB, blocks or tokens, as the engine printed it) and whether the engine
 started. The calibration and unseen sides are summarised separately; a record the tool cannot build
 (family not modelled, config or inputs missing, version not modelled) is counted with its reason.
 
-``python tools/compare_serving_logs.py`` prints the Markdown tables; ``--before`` runs every record
+``python tools/compare_serving_logs.py`` prints the Markdown tables of the calibration side and, of the
+unseen side, only which records build; ``--unseen`` prints the unseen errors too (run it once, at the end
+of a round: the unseen side is never looked at while a rule is written). ``--before`` runs every record
 without its ``engine_version`` and with the weight format given by hand (the tool before issue 27's
 rules: the V1 rules at 35d5cda and the spec's scheduler defaults).
 """
@@ -32,6 +36,8 @@ from pathlib import Path
 from timeline.errors import UserError
 from timeline.io.serve_runfile import load_serve_run
 from timeline.serve.budget import Budget, compute_budgets
+from timeline.serve.non_torch import measured_non_torch
+from timeline.spec.hardware import TORCH_TOTAL_GIB
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "tests" / "data" / "serving_logs.json"
@@ -52,10 +58,15 @@ class Row:
     cells: dict[str, str] = field(default_factory=dict)
 
 
-def gpu_key(name: str | None) -> str:
-    """The hardware table entry a record runs as; only its capacity (overridden) and name enter the budget."""
-    name = (name or "").lower()
-    return "a100" if ("a100" in name or "a800" in name) else "h200" if "h200" in name else "h100"
+#: a log's GPU name (lower case, a part of it) → the hardware preset it runs as; first match wins
+GPU_KEYS = (("a100 40gb", "a100-40gb"), ("a100", "a100"), ("a800", "a100"), ("h200", "h200"), ("h100", "h100"),
+            ("80 gb class", "h100"), ("l40s", "l40s"), ("a6000", "a6000"), ("3090", "rtx3090"), ("4090", "rtx4090"))
+
+
+def gpu_key(name: str | None) -> str | None:
+    """The hardware preset a record runs as (:data:`timeline.spec.hardware.GPUS`); None if none fits."""
+    low = (name or "").lower()
+    return next((key for part, key in GPU_KEYS if part in low), None)
 
 
 def run_text(rec: dict, before: bool) -> str:
@@ -63,23 +74,25 @@ def run_text(rec: dict, before: bool) -> str:
     if not before and rec.get("engine_version"):
         sv.append(f'engine_version = "{rec["engine_version"]}"')
     for key in ("gpu_memory_utilization", "mem_fraction_static", "max_model_len", "max_num_seqs",
-                "max_num_batched_tokens", "block_size", "kv_cache_dtype"):
+                "max_num_batched_tokens", "block_size", "kv_cache_dtype", "weight_dtype", "quant_group_size"):
         if rec.get(key) is not None:
             value = rec[key]
             sv.append(f"{key} = {json.dumps(value)}")
     if rec.get("enforce_eager"):
         sv.append("enforce_eager = true")
     nt = rec["measured"].get("non_torch_gib")
-    if nt is not None:
+    if nt is not None and before:  # round 1 took the printed non-torch memory as an input
         sv.append(f"non_torch_gib = {nt}")
     if rec.get("dtype") in ("bf16", "fp16"):
         sv.append(f'dtype = "{rec["dtype"]}"')
     if before and rec.get("quantization") in HAND_FORMAT:
         sv.append(HAND_FORMAT[rec["quantization"]].strip())
+    hw = f'gpu = "{gpu_key(rec.get("gpu"))}"\n'
+    if rec.get("capacity_gib") is not None:  # the log's own total; else the preset's (TORCH_TOTAL_GIB)
+        hw += f'capacity_gib = {rec["capacity_gib"]}\n'
     return (f'[model]\nhf_config = "{HF / rec["hf_config"] / "config.json"}"\n'
             f'[parallel]\ntp = {rec.get("tp", 1)}\npp = {rec.get("pp", 1)}\n'
-            f'[hardware]\ngpu = "{gpu_key(rec.get("gpu"))}"\ncapacity_gib = {rec["capacity_gib"]}\n'
-            "[serving]\n" + "\n".join(sv) + "\n[serving.load]\nnum_requests = 1\n")
+            f"[hardware]\n{hw}[serving]\n" + "\n".join(sv) + "\n[serving.load]\nnum_requests = 1\n")
 
 
 def refusal(rec: dict) -> str:
@@ -89,8 +102,11 @@ def refusal(rec: dict) -> str:
         return f"inputs missing: {rec['missing']}"
     if not rec.get("hf_config"):
         return "no published config.json in tests/data/hf"
-    if rec.get("capacity_gib") is None:
-        return "GPU memory not known"
+    key = gpu_key(rec.get("gpu"))
+    if key is None:
+        return f"GPU {rec.get('gpu')!r} not in the hardware table"
+    if rec.get("capacity_gib") is None and key not in TORCH_TOTAL_GIB:
+        return f"GPU total memory not printed, and {key!r} has none in TORCH_TOTAL_GIB"
     return ""
 
 
@@ -105,7 +121,8 @@ def compare(rec: dict, folder: Path, before: bool) -> Row:
     path = folder / f"{rec['id']}.toml"
     path.write_text(run_text(rec, before))
     try:
-        budgets = compute_budgets(load_serve_run(path))
+        row_run = load_serve_run(path)
+        budgets = compute_budgets(row_run)
     except UserError as exc:
         row.refused = f"tool error: {str(exc).splitlines()[0][:160]}"
         return row
@@ -120,7 +137,10 @@ def compare(rec: dict, folder: Path, before: bool) -> Row:
     if act is not None:
         row.errors["activation"] = rel(b.activation_peak_bytes / GIB, act)
         row.cells["activation"] = f"{b.activation_peak_bytes / GIB:.2f} / {act:.2f}"
-    if "kv_pool_gib" in m:
+    if "gpu_blocks" in m and rec["engine"] == "vllm" and m["gpu_blocks"] > 0:  # exact where printed
+        row.errors["kv"] = rel(b.num_kv_blocks, m["gpu_blocks"])
+        row.cells["kv"] = f"{b.num_kv_blocks:,} / {m['gpu_blocks']:,} blk"
+    elif "kv_pool_gib" in m:
         pred = (b.requested_bytes - b.weights_bytes - b.activation_peak_bytes - b.non_torch_bytes) / GIB
         row.errors["kv"] = rel(pred, m["kv_pool_gib"])
         row.cells["kv"] = f"{pred:.2f} / {m['kv_pool_gib']:.2f} GiB"
@@ -128,13 +148,14 @@ def compare(rec: dict, folder: Path, before: bool) -> Row:
         tokens = b.num_kv_blocks * b.block_size
         row.errors["kv"] = rel(tokens, m["kv_tokens"])
         row.cells["kv"] = f"{tokens:,} / {m['kv_tokens']:,} tok"
-    elif "gpu_blocks" in m:
-        row.errors["kv"] = rel(b.num_kv_blocks, m["gpu_blocks"])
-        row.cells["kv"] = f"{b.num_kv_blocks:,} / {m['gpu_blocks']:,} blk"
+    if m.get("non_torch_gib") is not None and rec["engine"] == "vllm":
+        nt = b.non_torch_bytes / GIB
+        row.errors["non_torch"] = rel(nt, m["non_torch_gib"]) if m["non_torch_gib"] else nt
+        row.cells["non_torch"] = f"{nt:.2f} / {m['non_torch_gib']:.2f}"
     if "starts" in m:
         ours = not b.failure
         row.cells["start"] = ("ok" if ours == m["starts"] else "DIFFERS") + f" ({'starts' if ours else 'refuses'})"
-    if m.get("non_torch_gib") is None and rec["engine"] == "vllm":
+    if rec["engine"] == "vllm" and measured_non_torch(row_run)[1].startswith("no published"):
         row.cells["note"] = "nt?"
     return row
 
@@ -148,7 +169,7 @@ def summary(rows: list[Row], side: str, listed: int) -> list[str]:
     built = [r for r in mine if not r.refused]
     out = [f"**{side}**: {listed} logs listed, {len(mine)} transcribed, {len(built)} compared, "
            f"{len(mine) - len(built)} refused by the tool"]
-    for metric in ("weights", "activation", "kv"):
+    for metric in ("weights", "activation", "non_torch", "kv"):
         errs = [abs(r.errors[metric]) for r in built if metric in r.errors]
         if errs:
             out.append(f"- {metric}: {len(errs)} records, median |error| {100 * statistics.median(errs):.2f} %, "
@@ -161,26 +182,32 @@ def summary(rows: list[Row], side: str, listed: int) -> list[str]:
 
 def main(argv: list[str]) -> int:
     before = "--before" in argv
+    show_unseen = "--unseen" in argv
     records = json.loads(LOGS.read_text())["records"]
     split = json.loads(SPLIT.read_text())["logs"]
     with tempfile.TemporaryDirectory() as tmp:
         rows = [compare(rec, Path(tmp), before) for rec in records]
-    print("| side | record | engine | weights GiB (ours / log) | activation GiB | KV pool | start | |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| side | record | engine | weights GiB (ours / log) | activation GiB | non-torch GiB | KV pool | start | |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         rec = r.rec
         eng = f"{rec['engine']} {rec.get('engine_version') or '?'}"
         if r.refused:
-            print(f"| {rec['side'][:3]} | {rec['id']} | {eng} | refused: {r.refused} | | | | |")
+            print(f"| {rec['side'][:3]} | {rec['id']} | {eng} | refused: {r.refused} | | | | | |")
+            continue
+        if rec["side"] == "unseen" and not show_unseen:
+            print(f"| uns | {rec['id']} | {eng} | built (errors shown with --unseen) | | | | | |")
             continue
         c, e = r.cells, r.errors
         print(f"| {rec['side'][:3]} | {rec['id']} | {eng} | {c.get('weights', '')} {pct(e.get('weights'))} | "
-              f"{c.get('activation', '')} {pct(e.get('activation'))} | {c.get('kv', '')} {pct(e.get('kv'))} | "
+              f"{c.get('activation', '')} {pct(e.get('activation'))} | {c.get('non_torch', '')} | "
+              f"{c.get('kv', '')} {pct(e.get('kv'))} | "
               f"{c.get('start', '')} | {c.get('note', '')} |")
     print()
     for side in ("calibration", "unseen"):
         listed = sum(e["side"] == side for e in split)
-        print("\n".join(summary(rows, side, listed)))
+        lines = summary(rows, side, listed)
+        print("\n".join(lines if side == "calibration" or show_unseen else lines[:1]))
         print()
     return 0
 

@@ -36,18 +36,50 @@ def _tool():
 TOOL = _tool()
 RECORDS = {r["id"]: r for r in json.loads(TOOL.LOGS.read_text())["records"]}
 
-#: calibration record → (metric, relative error reached, tolerance) and whether start/refusal agrees
+#: calibration record → (metric, relative error reached, tolerance); every start and refusal agrees
 REACHED = {
-    "vllm-10517-3090-llama31-8b-20k": [("weights", 0.0, 0.001), ("activation", -0.153, 0.02), ("kv", 0.084, 0.02)],
-    "vllm-10517-3090-llama31-8b-29k": [("weights", 0.0, 0.001), ("activation", -0.149, 0.02), ("kv", 0.155, 0.02)],
-    "vllm-15815-l40sx2-qwen25-32b": [("weights", -0.006, 0.002), ("activation", 0.199, 0.02), ("kv", -0.008, 0.005)],
-    "vllm-myoceane-a100-gpt-oss-20b": [("weights", -0.002, 0.002), ("kv", -0.017, 0.005)],
-    "vllm-21348-h100x4-qwen3-235b-fp8": [("kv", 0.294, 0.02)],  # non-torch memory not printed: counted as 0
-    "sglang-21348-h100x4-qwen3-235b-fp8": [("kv", 0.125, 0.01)],
+    # vLLM 0.6.4 V0 on an RTX 3090: the eager profile run keeps each sub-block's input and gate_up alive
+    "vllm-10517-3090-llama31-8b-20k": [("weights", 0.0, 0.001), ("activation", -0.0015, 0.005), ("kv", 0.0005, 0.002)],
+    "vllm-10517-3090-llama31-8b-29k": [("weights", 0.0, 0.001), ("activation", 0.0012, 0.005), ("kv", 0.0, 0.002)],
+    # non-torch from the H100 tp 4 measurement (NCCL at tp > 1), SGLang's pool from the free memory after init
+    "vllm-21348-h100x4-qwen3-235b-fp8": [("kv", 0.0227, 0.005)],
+    "sglang-21348-h100x4-qwen3-235b-fp8": [("kv", 0.0374, 0.005)],
+    # MXFP4 experts Marlin-padded on Hopper at 0.11.0 (no triton_kernels): the refusal is reproduced
+    "vllm-27508-h100-gpt-oss-120b": [("kv", 0.0179, 0.01)],
+    "vllm-15815-l40sx2-qwen25-32b": [("weights", -0.0061, 0.001), ("activation", 0.2056, 0.01), ("kv", -0.0094, 0.002)],
+    "vllm-myoceane-a100-gpt-oss-20b": [("weights", -0.0024, 0.001), ("kv", 0.0087, 0.003)],  # no A100 non-torch: 0
+    # vLLM 0.19.0 on H100 (llm-d-planner): Triton sampler, kept MoE workspace, cuBLAS workspace, measured non-torch
+    "vllm-llmd-deepseek-ai-deepseek-v2-tp1-8192": [("weights", -0.0017, 0.001), ("activation", 0.0019, 0.005),
+                                                   ("kv", 0.0012, 0.002)],
+    "vllm-llmd-meta-llama-llama-3-1-8b-tp1-8192": [("weights", 0.0, 0.001), ("activation", -0.0012, 0.005),
+                                                   ("kv", 0.0, 0.002)],
+    # a stage without the sampler: the compiled forward's peak is 0.3 GiB above the eager graph's (open)
+    "vllm-llmd-meta-llama-llama-3-1-8b-tp1pp4dp1-8192": [("weights", 0.0, 0.001), ("activation", -0.2857, 0.01),
+                                                         ("kv", 0.0018, 0.002)],
+    "vllm-llmd-meta-llama-llama-3-1-8b-tp2-8192": [("weights", 0.0, 0.001), ("activation", -0.0012, 0.005),
+                                                   ("kv", 0.0, 0.002)],
+    "vllm-llmd-meta-llama-llama-3-1-8b-tp4-8192": [("weights", 0.0003, 0.001), ("activation", -0.0012, 0.005),
+                                                   ("kv", -0.0005, 0.002)],
+    "vllm-llmd-mistralai-mixtral-8x7b-i-tp2-8192": [("weights", 0.0, 0.001), ("activation", 0.0013, 0.005),
+                                                    ("kv", 0.0002, 0.002)],
+    "vllm-llmd-qwen-qwen2-5-7b-instruct-tp1-8192": [("weights", -0.004, 0.001), ("activation", -0.0024, 0.005),
+                                                    ("kv", 0.0008, 0.002)],
+    "vllm-llmd-qwen-qwen2-5-7b-instruc-tp1-32768": [("kv", 0.0008, 0.002)],
+    "vllm-llmd-qwen-qwen3-30b-a3b-tp1-8192": [("weights", 0.0, 0.001), ("activation", -0.0018, 0.005),
+                                              ("kv", 0.0011, 0.002)],
+    "vllm-llmd-w8a8-redhatai-llam-tp1-8192-dtf16": [("weights", 0.0005, 0.001), ("kv", 0.0, 0.002)],
+    "vllm-llmd-codellama-codellama-7b-h-tp1-8192": [("weights", 0.0, 0.001), ("activation", -0.2034, 0.01),
+                                                    ("kv", 0.0025, 0.002)],
+    "vllm-llmd-fp8dyn-llama-3-3-70b-tp2-8192": [("weights", 0.0, 0.001), ("activation", 0.003, 0.005),
+                                                ("kv", 0.0009, 0.002)],
+    "vllm-llmd-fp8dyn-llama-3-3-70b-tp4-8192": [("weights", 0.0, 0.001), ("kv", 0.0008, 0.002)],
+    "vllm-llmd-fp8dyn-redhatai-qwen2-5-tp1-8192": [("weights", -0.0023, 0.001), ("kv", 0.0003, 0.002)],
+    "vllm-llmd-meta-llama-llama-3-tp1-8192-qfp8": [("weights", 0.0005, 0.001), ("kv", -0.0001, 0.002)],
+    # MXFP4 on Hopper at 0.19 (vendored triton_kernels): the weights 0.48 GiB short per rank (open)
+    "vllm-llmd-openai-gpt-oss-20b-tp2-8192": [("weights", -0.068, 0.005), ("activation", 0.1236, 0.01),
+                                              ("kv", 0.0021, 0.002)],
+    "vllm-llmd-w8a8-redhatai-qwen2-5-7b-tp1-8192": [("weights", -0.0023, 0.001), ("kv", 0.0003, 0.002)],
 }
-#: the one calibration start the tool gets wrong today: GPT-OSS-120B's weights on an H100 (64–66 GiB in other
-#: public logs against 60.8 predicted) leave it a pool where vLLM 0.11.0 had 1.71 GiB
-STARTS_DIFFER = {"vllm-27508-h100-gpt-oss-120b"}
 
 
 def test_split_follows_its_rule():
@@ -76,9 +108,17 @@ def test_calibration_record_errors(rid, tmp_path):
 def test_calibration_starts_and_refusals(tmp_path):
     built = [TOOL.compare(r, tmp_path, False) for r in RECORDS.values() if r["side"] == "calibration"]
     compared = [r for r in built if not r.refused]
-    assert len(compared) == 7 and len(built) == 14
-    differ = {r.rec["id"] for r in compared if not r.cells["start"].startswith("ok")}
-    assert differ == STARTS_DIFFER
+    assert len(compared) == 24 and len(built) == 33
+    assert set(REACHED) <= {r.rec["id"] for r in compared}
+    assert all(r.cells["start"].startswith("ok") for r in compared)
+
+
+def test_enough_logs_on_both_sides(tmp_path):
+    """At least 40 logs build, a real share of them on the unseen side (only counted here, never scored)."""
+    rows = [TOOL.compare(r, tmp_path, False) for r in RECORDS.values()]
+    built = [r for r in rows if not r.refused]
+    unseen = [r for r in built if r.rec["side"] == "unseen"]
+    assert len(built) >= 40 and len(unseen) >= len(built) // 3
 
 
 def _run(tmp_path: Path, config: str, serving: str, tp: int = 1, gpu: str = "h100"):
@@ -122,6 +162,7 @@ def test_scheduler_defaults_by_version():
     assert (a100.max_num_batched_tokens, a100.max_num_seqs) == (2048, 256)
 
 
-def test_old_versions_refused_by_name(tmp_path):
-    with pytest.raises(SpecError, match="before 0.6.4"):
-        _run(tmp_path, "llama-3.1-8b", 'engine_version = "0.4.1"')
+def test_unread_old_versions_refused_by_name(tmp_path):
+    for version in ("0.3.1", "0.2.0"):
+        with pytest.raises(SpecError, match=f"vLLM {version}: the profiler of 0.2.5-0.2.7 and 0.3.3 onwards"):
+            _run(tmp_path, "llama-3.1-8b", f'engine_version = "{version}"')

@@ -8,7 +8,9 @@ wheel): ``fp8.py`` ``Fp8Config.from_config`` (``weight_block_size``, ``ignored_l
 (only ``FusedMoE`` layers; every linear layer must be in ``modules_to_not_convert``), and
 ``compressed_tensors/compressed_tensors.py`` ``CompressedTensorsConfig.from_config``
 (``config_groups[*].weights``: ``num_bits``, ``type``, ``strategy``, ``group_size``,
-``symmetric``; ``ignore``). Anything else is refused in one line naming the method.
+``symmetric``; ``ignore``; int8 weights with int8 ``input_activations`` are ``CompressedTensorsW8A8Int8``,
+``_get_scheme_from_parts``: ``_is_dynamic_token_w8a8`` / ``_is_static_tensor_w8a8``). Anything else is
+refused in one line naming the method.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ def _compressed_tensors(q: dict[str, Any], ignore: tuple[str, ...]) -> Checkpoin
         # CompressedTensorsW8A8Fp8.create_weights: fp8 weight and one fp32 scale per channel (or per tensor)
         return CheckpointQuant(method="compressed-tensors", weight_dtype="fp8", bits=8, group_size=group,
                                not_converted=ignore, source=f"compressed-tensors fp8 {strategy}")
+    acts = next((g.get("input_activations") for g in groups.values() if isinstance(g, dict)), None)
+    if kind == "int" and bits == 8 and isinstance(acts, dict) and int(acts.get("num_bits") or 0) == 8:
+        # CompressedTensorsW8A8Int8.create_weights: int8 weight and an fp32 scale per channel (or per tensor)
+        return CheckpointQuant(method="compressed-tensors", weight_dtype="int8", bits=8, group_size=group,
+                               int8_activations=True, not_converted=ignore, source=f"compressed-tensors w8a8 {strategy}")
     if kind == "int" and bits in (4, 8):
         # CompressedTensorsWNA16.create_weights: packed int32 weights, model-dtype scales, zeros when asymmetric
         return CheckpointQuant(method="compressed-tensors", weight_dtype=f"int{bits}", bits=bits,

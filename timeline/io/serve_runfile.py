@@ -18,9 +18,9 @@ from timeline.errors import SpecError, UserError
 from timeline.io.hf_quant import read_quantization
 from timeline.io.requests_csv import read_requests
 from timeline.io.runfile import NAME_RE, _resolve_model, default_name, parse_override, read_toml
-from timeline.spec.engine_versions import version_problem, vllm_scheduler_defaults
+from timeline.spec.engine_versions import sglang_mem_fraction_static, version_problem, vllm_scheduler_defaults
 from timeline.spec.fields import build_section
-from timeline.spec.hardware import GPUS
+from timeline.spec.hardware import GPUS, NVIDIA_SMI_TOTAL_MIB, TORCH_TOTAL_GIB
 from timeline.spec.quant import CheckpointQuant
 from timeline.spec.run import AllocatorSpec, HardwareSpec, ParallelSpec
 from timeline.spec.serve_validate import serve_problems
@@ -94,6 +94,16 @@ def _version_defaults(sv: dict[str, Any], max_position: int, device_gib: float, 
     sv.setdefault("max_num_batched_tokens", d.max_num_batched_tokens)
 
 
+def _sglang_defaults(sv: dict[str, Any], gpu: str, tp: Any, pp: Any) -> None:
+    """SGLang's ``mem_fraction_static`` at the named ``serving.engine_version`` when the run file leaves it
+    out (:func:`timeline.spec.engine_versions.sglang_mem_fraction_static`); needs the GPU's nvidia-smi total."""
+    version = sv.get("engine_version")
+    if sv.get("engine") != "sglang" or not isinstance(version, str) or version_problem("sglang", version):
+        return
+    if gpu in NVIDIA_SMI_TOTAL_MIB and isinstance(tp, int) and isinstance(pp, int):
+        sv.setdefault("mem_fraction_static", sglang_mem_fraction_static(version, NVIDIA_SMI_TOTAL_MIB[gpu], tp, pp))
+
+
 def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
                    data: dict[str, Any] | None = None) -> ServeRunSpec:
     """Read, override, resolve and validate a serving run file."""
@@ -156,6 +166,9 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     if not isinstance(gpu, str) or gpu not in GPUS:
         problems.append(("hardware.gpu", f"unknown gpu {gpu!r}; use one of {', '.join(GPUS)}"))
     else:
+        # an engine budgets from the total PyTorch reports, not the data sheet's (timeline.spec.hardware)
+        if gpu in TORCH_TOTAL_GIB:
+            hw_values.setdefault("capacity_gib", TORCH_TOTAL_GIB[gpu])
         for k, v in GPUS[gpu].items():
             hw_values.setdefault(k, v)
     hardware = build_section(HardwareSpec, "hardware", hw_values, problems)
@@ -165,6 +178,7 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     quant = _checkpoint_quant(data.get("model"), base, sv_values, problems)
     if model is not None and hardware is not None:
         _version_defaults(sv_values, model.max_position_embeddings, hardware.capacity_gib, str(gpu))
+        _sglang_defaults(sv_values, str(gpu), par_values.get("tp", 1), par_values.get("pp", 1))
     serving = build_section(ServingSpec, "serving", sv_values, problems)
     load = None
     if load_values is not None:

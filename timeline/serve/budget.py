@@ -37,16 +37,33 @@ from dataclasses import asdict, dataclass, replace
 
 from timeline.graph.tensors import DTYPE_BYTES
 from timeline.serve.dp import profile_moe_tokens, rank_run
-from timeline.serve.graph_view import device_params, pp_layers, step_ops
+from timeline.serve.graph_view import (
+    device_params,
+    moe_rank_width,
+    padded_vocab,
+    pp_layers,
+    stage_has_moe,
+    step_ops,
+)
 from timeline.serve.kv import KVLayout, kv_bytes_per_token_layer, kv_layers, kv_layout
+from timeline.serve.non_torch import measured_init, measured_non_torch
+from timeline.serve.profile_run import cublas_workspace_bytes, moe_workspace_bytes, triton_sampler
 from timeline.serve.transients import (
+    SAMPLER_NAMES,
     StepTransients,
+    eager_holds,
     new_allocator,
     run_through_allocator,
     sampler_tensors,
     step_transients,
 )
 from timeline.serve.weights import weight_bytes
+from timeline.spec.engine_versions import (
+    is_v1,
+    vllm_reserved_profile,
+    vllm_sorts_in_model_dtype,
+    vllm_triton_profile,
+)
 from timeline.spec.serving import ENGINE_VERSIONS, ServeRunSpec
 
 GIB = 1 << 30
@@ -89,14 +106,44 @@ def rope_cache_bytes(run: ServeRunSpec) -> int:
 
 
 def profile_transients(run: ServeRunSpec, stage: int = 0) -> StepTransients:
-    """The profile run's step on pipeline stage ``stage``; the sampler runs on the last stage only."""
+    """The profile run's step on pipeline stage ``stage``; the sampler runs on the last stage only.
+    vLLM's first GEMM creates PyTorch's cuBLAS workspace here; from 0.19 the sampler is the Triton
+    path and the MoE caches a kept workspace (:mod:`timeline.serve.profile_run`)."""
     sv = run.serving
     tokens = sv.max_num_batched_tokens
     reqs = min(sv.max_num_seqs, tokens)
-    sampler = sampler_tensors(run, reqs, profile=True)
-    if stage != run.parallel.pp - 1:
-        sampler = [0] * len(sampler)
-    return step_transients(step_ops(run, tokens, stage, profile_moe_tokens(run)), sampler)
+    last = stage == run.parallel.pp - 1
+    moe_tokens = profile_moe_tokens(run)
+    if sv.engine != "vllm":
+        sampler = sampler_tensors(run, reqs, profile=True) if last else [0] * len(SAMPLER_NAMES)
+        return step_transients(step_ops(run, tokens, stage, moe_tokens), sampler)
+    first = [("cublas_workspace", cublas_workspace_bytes(run))]
+    if not vllm_triton_profile(sv.engine_version):
+        old_sort = vllm_sorts_in_model_dtype(sv.engine_version)
+        sampler = (sampler_tensors(run, reqs, profile=True, model_dtype_sort=old_sort) if last
+                   else [0] * len(SAMPLER_NAMES))
+        ops = step_ops(run, tokens, stage, moe_tokens)
+        # V0 profiles eagerly (its CUDA graphs come after); V1 eagerly only under enforce_eager
+        eager = sv.enforce_eager or not is_v1(sv.engine_version)
+        return step_transients(ops, sampler, first=first, holds=eager_holds(ops) if eager else None)
+    if run.model.is_moe and any(stage_has_moe(run, stage)):
+        first.append(("fused_moe.workspace", moe_workspace_bytes(run, moe_tokens or tokens, moe_rank_width(run))))
+    bufs: list[tuple[str, int]] = []
+    if last:
+        bufs, kept = triton_sampler(run, reqs, padded_vocab(run.model.vocab_size))
+        first.append(("sampler.triton_buffer", kept))
+    return step_transients(step_ops(run, tokens, stage, moe_tokens, kept_moe_workspace=True),
+                           [b for _, b in bufs], extra_names=[n for n, _ in bufs], first=first)
+
+
+def weight_blocks(run: ServeRunSpec, stage: int, weights: int) -> list[int]:
+    """The weights as the loader allocates them: one tensor each (model-dtype checkpoints), else one
+    block of ``weights`` bytes (a quantized layout's tensors are not listed one by one)."""
+    params = device_params(run, stage)
+    sizes = [t.size_bytes for t in params]
+    if run.quant is not None or run.serving.weight_dtype not in ("bf16", "fp16") or sum(sizes) > weights:
+        return [weights]
+    return sizes + ([weights - sum(sizes)] if weights > sum(sizes) else [])
 
 
 def compute_budgets(run: ServeRunSpec) -> list[Budget]:
@@ -117,12 +164,23 @@ def compute_budget(run: ServeRunSpec, stage: int = 0) -> Budget:
     rope = rope_cache_bytes(run) if sv.engine == "vllm" else 0
     weights = weight_bytes(run, device_params(run, stage)).total_bytes + rope
     activation = 0  # generate has no profile run
-    if sv.engine != "hf":
+    reserved = vllm_reserved_profile(sv.engine_version) if sv.engine == "vllm" else ""
+    if reserved:
+        # before 0.6.4 the profiler reads free device memory: the allocator's cached segments count, so the
+        # weights as loaded tensor by tensor and the profile step's reserved peak (engine_versions)
+        alloc = new_allocator(run, total)
+        for size in weight_blocks(run, stage, weights):
+            alloc.malloc(size)
+        run_through_allocator(alloc, profile_transients(run, stage))
+        activation = alloc.reserved_bytes - weights  # the reserved bytes above the weights after the run
+    elif sv.engine != "hf":
         alloc = new_allocator(run, total)
         base = alloc.malloc(weights)  # the weights are one block here; only the step's peak increase is read
         activation = run_through_allocator(alloc, profile_transients(run, stage)) - alloc.allocated_bytes
         alloc.free(base)
-    non_torch = int(sv.non_torch_gib * GIB)
+    non_torch = measured_non_torch(run)[0] if sv.engine == "vllm" else int((sv.non_torch_gib or 0) * GIB)
+    if reserved == "total":  # 0.2.x: total − free also holds the CUDA context and the distributed groups
+        non_torch += measured_init(run)[0]
     per_layer = kv_bytes_per_token_layer(m, run.parallel.tp, sv.kv_cache_dtype, sv.dtype)
     held = pp_layers(run)[stage]
     layers = kv_layers(m) if run.parallel.pp == 1 else len(held)
@@ -136,9 +194,11 @@ def compute_budget(run: ServeRunSpec, stage: int = 0) -> Budget:
     if sv.engine == "hf":  # no pool: the cache grows with the batch (timeline.serve.hf)
         requested, kv_pool, blocks = total, 0, 0
     elif sv.engine == "sglang":
-        requested = int(total * sv.mem_fraction_static)
-        available = total - int(hw.non_pytorch_gib * GIB) - weights
-        rest = available - (total - requested)
+        # model_runner.py ModelRunner.profile_max_num_token (0.4.9.post2, 0.5.5): its ``total_gpu_memory``
+        # is init_torch_distributed's min_per_gpu_memory, the free memory before the weights load
+        free0 = total - measured_init(run)[0]
+        requested = int(free0 * sv.mem_fraction_static)
+        rest = (free0 - weights) - (free0 - requested)
         tokens = max(0, rest // per_token)
         kv_pool = tokens * per_token
         blocks = tokens  # SGLang pages one token at a time at 0.4

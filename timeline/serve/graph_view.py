@@ -45,6 +45,16 @@ def pp_layers(run: ServeRunSpec) -> list[range]:
     return out
 
 
+def padded_vocab(vocab: int) -> int:
+    """vLLM ``pad_vocab_size(vocab, DEFAULT_VOCAB_PADDING_SIZE)``: the LM head's rows over all ranks."""
+    return -(-vocab // VOCAB_PADDING) * VOCAB_PADDING
+
+
+def stage_has_moe(run: ServeRunSpec, stage: int) -> list[bool]:
+    """Which decoder layers of pipeline stage ``stage`` are MoE layers."""
+    return [run.model.is_moe_layer(i) for i in pp_layers(run)[stage]]
+
+
 def graph_run(run: ServeRunSpec, num_tokens: int, tp: int = 0) -> RunSpec:
     """A run whose forward pass (per pipeline stage) is one engine step of ``num_tokens`` tokens on
     one device of a DP rank: attention split by :func:`~timeline.serve.dp.attention_tp` (or ``tp``),
@@ -90,15 +100,17 @@ def device_params(run: ServeRunSpec, stage: int = 0) -> list[TensorDef]:
     return [t if ".self_attn." in t.name else whole.get(t.name, group.get(t.name, t)) for t in _params(run, stage)]
 
 
-def step_ops(run: ServeRunSpec, num_tokens: int, stage: int = 0, moe_tokens: int = 0) -> list[FOp]:
+def step_ops(run: ServeRunSpec, num_tokens: int, stage: int = 0, moe_tokens: int = 0,
+             kept_moe_workspace: bool = False) -> list[FOp]:
     """The forward ops of one step over ``num_tokens`` tokens on pipeline stage ``stage`` (a later
     stage starts from the received hidden states), up to the final norm (the engine
     computes logits only for each request's last token: :func:`~timeline.serve.transients.sampler_tensors`),
     with each MoE block's dispatch / experts / combine replaced by vLLM's fused MoE kernel
-    (``moe_tokens`` > 0: on the tokens gathered from every DP rank, :func:`fuse_moe`)."""
+    (``moe_tokens`` > 0: on the tokens gathered from every DP rank, :func:`fuse_moe`; its caches in a
+    workspace kept outside the step when ``kept_moe_workspace``)."""
     g = graph_run(run, num_tokens)
     ops = [op for op in forward_ops(build_ctx(g.model, g.parallel, g.training.dtype), g.parallel, g.training, stage) if not op.name.startswith(("output", "mtp"))]
-    return fuse_moe(run, ops, num_tokens, moe_tokens) if run.model.is_moe else ops
+    return fuse_moe(run, ops, num_tokens, moe_tokens, kept_moe_workspace) if run.model.is_moe else ops
 
 
 #: vLLM ``envs.VLLM_FUSED_MOE_CHUNK_SIZE`` default: fused_experts works on at most this many tokens at once
@@ -106,7 +118,13 @@ FUSED_MOE_CHUNK = 32768
 _MOE_PARTS = (".mlp.dispatch.", ".mlp.experts.", ".mlp.combine.")
 
 
-def fuse_moe(run: ServeRunSpec, ops: list[FOp], num_tokens: int, moe_tokens: int = 0) -> list[FOp]:
+def moe_rank_width(run: ServeRunSpec) -> int:
+    """One rank's routed-expert width: whole experts under EP, else split over the MoE layer's GPUs."""
+    return run.model.moe_intermediate_size // (1 if run.parallel.ep > 1 else moe_tp(run))
+
+
+def fuse_moe(run: ServeRunSpec, ops: list[FOp], num_tokens: int, moe_tokens: int = 0,
+             kept_workspace: bool = False) -> list[FOp]:
     """Replace each MoE block's routed path by one ``fused_moe`` op whose workspaces are vLLM's
     (``vllm/model_executor/layers/fused_moe/fused_moe.py`` ``fused_experts_impl``): ``cache13`` of
     ``M · top_k · max(2·I, K)`` and ``cache2`` of ``M · top_k · I`` elements in the activation dtype,
@@ -120,9 +138,12 @@ def fuse_moe(run: ServeRunSpec, ops: list[FOp], num_tokens: int, moe_tokens: int
     states ``[moe_tokens, hidden]`` and router logits ``[moe_tokens, n_routed]`` all-gathered over the
     DP group, ``naive_multicast`` / ``all_gatherv``), runs the kernel on them (its workspaces and its
     ``empty_like`` output over ``moe_tokens`` rows) and ``combine`` reduce-scatters back to the rank's
-    own rows, the op's output."""
-    m, sv, par = run.model, run.serving, run.parallel
-    inter = m.moe_intermediate_size // (1 if par.ep > 1 else moe_tp(run))
+    own rows, the op's output.
+
+    ``kept_workspace``: the caches live in the worker's kept workspace (vLLM ≥ 0.19's modular kernel,
+    :func:`timeline.serve.profile_run.moe_workspace_bytes`), so the op allocates neither."""
+    m, sv = run.model, run.serving
+    inter = moe_rank_width(run)
     k, topk = m.hidden_size, m.num_experts_per_tok
     gathered = moe_tokens or num_tokens
     rows = min(gathered, FUSED_MOE_CHUNK) * topk
@@ -143,7 +164,8 @@ def fuse_moe(run: ServeRunSpec, ops: list[FOp], num_tokens: int, moe_tokens: int
         if moe_tokens:  # the gathered inputs first (dispatch), the kernel's output on them last (before combine)
             specs += [("dispatch.hidden_states", (moe_tokens, k), sv.dtype),
                       ("dispatch.router_logits", (moe_tokens, m.n_routed_experts), sv.dtype)]
-        specs += [("cache13", (rows * max(2 * inter, k),), sv.dtype), ("cache2", (rows, inter), sv.dtype)]
+        if not kept_workspace:
+            specs += [("cache13", (rows * max(2 * inter, k),), sv.dtype), ("cache2", (rows, inter), sv.dtype)]
         if moe_tokens:
             specs.append(("experts_output", (moe_tokens, k), sv.dtype))
         if sv.weight_dtype == "fp8":

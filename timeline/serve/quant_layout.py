@@ -12,14 +12,16 @@ Every layout is vLLM's ``create_weights`` of the method at the 0.11.0 PyPI wheel
 * ``gptq`` (``gptq.py`` ``GPTQLinearMethod.create_weights``): ``qweight`` (in/pack, out), int32 ``g_idx`` (in),
   ``qzeros`` (in/g, out/pack), ``scales`` (in/g, out); ``group_size = -1`` is one group of ``in``.
 * ``compressed-tensors``: fp8 (``CompressedTensorsW8A8Fp8.create_weights``: one byte per element and an fp32
-  scale per output channel, or per tensor); int4/int8 (``CompressedTensorsWNA16.create_weights``:
+  scale per output channel, or per tensor) and W8A8 int8 (``CompressedTensorsW8A8Int8.create_weights``: the
+  same with int8 elements); weight-only int4/int8 (``CompressedTensorsWNA16.create_weights``:
   ``weight_packed`` (out, in/pack) int32, ``weight_scale`` (out, in/g) in the model dtype, ``weight_zero_point``
   (out/pack, in/g) int32 when asymmetric, an int64 ``weight_shape`` of 2).
 * ``mxfp4`` (``mxfp4.py`` ``Mxfp4MoEMethod.create_weights``): experts only (``Mxfp4Config.get_quant_method``:
   a linear layer must be in ``modules_to_not_convert``); uint8 weights of two values a byte, a uint8 scale per
   32 values and model-dtype biases, the intermediate and hidden sizes padded for the backend
   ``get_mxfp4_backend`` picks by compute capability: Marlin below sm 90 (intermediate to 128, hidden to 256),
-  Triton on sm 90 (intermediate to 64), FlashInfer on sm 100 (both to 256).
+  Triton on sm 90 where ``triton_kernels`` is importable (intermediate to 64; else Marlin,
+  :func:`mxfp4_padding`), FlashInfer on sm 100 (both to 256).
 
 Modules named in ``modules_to_not_convert`` / ``ignore`` (Hugging Face names, ``model.`` dropped, ``*`` a
 wildcard, ``re:`` a regular expression) stay in the model dtype (``utils/quant_utils.py``
@@ -32,6 +34,7 @@ import fnmatch
 import re
 
 from timeline.graph.tensors import DTYPE_BYTES, TensorDef
+from timeline.spec.engine_versions import triton_kernels_vendored
 from timeline.spec.quant import CheckpointQuant
 from timeline.spec.serving import ServeRunSpec
 
@@ -57,9 +60,15 @@ def skipped(name: str, patterns: tuple[str, ...]) -> bool:
     return False
 
 
-def mxfp4_padding(sm: int) -> tuple[int, int]:
-    """(intermediate, hidden) multiples the MXFP4 MoE backend pads to (module docstring)."""
-    if sm < 90:
+def mxfp4_padding(sm: int, version: str = "") -> tuple[int, int]:
+    """(intermediate, hidden) multiples the MXFP4 MoE backend pads to (module docstring). The Triton
+    backend needs the ``triton_kernels`` package (``get_mxfp4_backend``: ``has_triton_kernels()``, else
+    Marlin): the vLLM wheel neither requires it up to 0.11 (0.11.0's ``Requires-Dist`` has no
+    triton_kernels, flashinfer only as an extra) nor vendors it (``vllm/third_party`` holds pynvml
+    alone), so below :data:`~timeline.spec.engine_versions.VLLM_TRITON_KERNELS_VENDORED` sm 90 is Marlin
+    too; from it ``vllm/third_party/triton_kernels`` ships with the wheel (the 0.19.0 calibration logs load
+    it; read in the 0.22.0 wheel)."""
+    if sm < 90 or (sm < 100 and not triton_kernels_vendored(version)):
         return 128, 256
     if sm < 100:
         return 64, 1
@@ -69,7 +78,7 @@ def mxfp4_padding(sm: int) -> tuple[int, int]:
 def linear_bytes(q: CheckpointQuant, out: int, inp: int, act_bytes: int) -> int:
     """One quantized out × in weight with its scales, zeros and indices."""
     n = out * inp
-    if q.weight_dtype == "fp8":
+    if q.weight_dtype == "fp8" or q.int8_activations:
         if q.block_rows:
             return n + _cdiv(out, q.block_rows) * _cdiv(inp, q.group_size) * 4
         return n + (out * 4 if q.group_size == 0 else 4)
@@ -85,7 +94,7 @@ def linear_bytes(q: CheckpointQuant, out: int, inp: int, act_bytes: int) -> int:
 
 def _expert_dims(run: ServeRunSpec, t: TensorDef) -> tuple[int, ...]:
     """MXFP4's padded shape of an expert weight or bias (gate/up: intermediate × hidden, down: the reverse)."""
-    pad_i, pad_h = mxfp4_padding(int(run.hardware.sm))
+    pad_i, pad_h = mxfp4_padding(int(run.hardware.sm), run.serving.engine_version)
     inter = run.model.moe_intermediate_size // run.parallel.etp
     i_p, h_p = _round_up(inter, pad_i), _round_up(run.model.hidden_size, pad_h)
     down = ".down_proj." in t.name

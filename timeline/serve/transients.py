@@ -34,7 +34,8 @@ SAMPLER_NAMES = ("sampler.logits_local", "sampler.logits_gathered", "sampler.log
                  "sampler.sort_values", "sampler.sort_indices", "sampler.sort_reverse_indices", "sampler.sort_cub_temp")
 
 
-def sampler_tensors(run: ServeRunSpec, num_reqs: int, *, profile: bool = False) -> list[int]:
+def sampler_tensors(run: ServeRunSpec, num_reqs: int, *, profile: bool = False,
+                    model_dtype_sort: bool = False) -> list[int]:
     """The logits and sampler buffers alive together at the sampler's peak over ``num_reqs`` rows
     (always ``len(SAMPLER_NAMES)`` entries, 0 for a buffer that is not made).
 
@@ -59,24 +60,38 @@ def sampler_tensors(run: ServeRunSpec, num_reqs: int, *, profile: bool = False) 
     n = num_reqs * m.vocab_size
     local = num_reqs * (vocab // tp) * act
     full = n * act if tp > 1 else 0
+    if profile and model_dtype_sort:  # vLLM ≤ 0.5: no fp32 copy, the sort's keys in the model dtype
+        return [local, full, 0, n * act, n * 8, n * 8, n * (act + 8)]
     if profile:
         return [local, full, n * 4, n * 4, n * 8, n * 8, n * (4 + 8)]
     return [local, full, n * 4, n * 4, n * 4, 0, 0]
 
 
-def step_transients(ops: list[FOp], extra: Sequence[int] = ()) -> StepTransients:
+def step_transients(ops: list[FOp], extra: Sequence[int] = (), *, extra_names: Sequence[str] = (),
+                    first: Sequence[tuple[str, int]] = (), holds: dict[str, int] | None = None) -> StepTransients:
     """Allocation plan of a forward step: each op allocates its outputs when it starts and frees,
-    when it ends, every tensor whose last consumer it is; the ``extra`` buffers (logits, sampler)
-    follow the last op's outputs and live to the step's end with them."""
+    when it ends, every tensor whose last consumer it is; the ``extra`` buffers (logits, sampler;
+    named ``extra_names``, else :data:`SAMPLER_NAMES`) follow the last op's outputs and live to the
+    step's end with them. ``first`` (name, bytes) are allocated before the first op and kept to the
+    end: buffers the step creates once and keeps (a workspace made by its first use). ``holds`` keeps
+    a storage until the op of that index at least (a Python reference outliving its last use:
+    :func:`eager_holds`)."""
     last: dict[str, int] = {}
     for i, op in enumerate(ops):
         for t in op.inputs.values():
             last[t.storage] = i
+    for storage, until in (holds or {}).items():
+        last[storage] = max(last.get(storage, until), until)
     index: dict[str, int] = {}
     plan: list[tuple[int, int]] = []
     sizes: list[int] = []
     names: list[str] = []
     dies: dict[int, list[int]] = {}
+    for name, size in first:
+        dies.setdefault(len(ops), []).append(len(sizes))
+        names.append(name)
+        sizes.append(size)
+        plan.append((size, -1))
     for i, op in enumerate(ops):
         for t in op.outputs.values():
             if t.storage in index:
@@ -95,13 +110,41 @@ def step_transients(ops: list[FOp], extra: Sequence[int] = ()) -> StepTransients
                 plan.append((t.size_bytes, -1))
                 dies.setdefault(i, []).append(index[t.storage])
         plan += [(0, j) for j in dies.pop(i, [])]
+    labels = tuple(extra_names) or SAMPLER_NAMES
     for k, size in enumerate(extra):
         dies.setdefault(len(ops), []).append(len(sizes))
-        names.append(SAMPLER_NAMES[k] if k < len(SAMPLER_NAMES) else f"extra.{k}")
+        names.append(labels[k] if k < len(labels) else f"extra.{k}")
         sizes.append(size)
         plan.append((size, -1))
     plan += [(0, j) for j in dies.pop(len(ops), [])]
     return StepTransients(plan=tuple(plan), requested_peak_bytes=_requested_peak(plan, sizes), names=tuple(names))
+
+
+def eager_holds(ops: Sequence[FOp]) -> dict[str, int]:
+    """What eager PyTorch keeps past a tensor's last use in vLLM's decoder layers
+    (``vllm/model_executor/models/llama.py`` ``LlamaDecoderLayer.forward`` / ``LlamaMLP.forward``, the
+    same in every family's module): the caller's ``hidden_states`` argument stays referenced while
+    ``self.self_attn(...)`` and ``self.mlp(...)`` run, so each sub-block's input lives to its last op,
+    and ``LlamaMLP.forward``'s local ``gate_up`` lives until ``down_proj`` has run (``x`` is rebound,
+    ``gate_up`` is not). Compiled graphs free at last use instead."""
+    holds: dict[str, int] = {}
+    blocks: dict[str, list[int]] = {}
+    for i, op in enumerate(ops):
+        if op.layer is None:
+            continue
+        for part in ("self_attn", "mlp"):
+            if op.name.startswith(f"layers.{op.layer}.{part}."):
+                blocks.setdefault(f"layers.{op.layer}.{part}", []).append(i)
+    for name, idx in blocks.items():
+        first, end = ops[idx[0]], idx[-1]
+        if "x" in first.inputs:
+            holds[first.inputs["x"].storage] = end
+        if name.endswith(".mlp"):
+            for i in idx:
+                if ops[i].name.endswith(".linear_fc1"):
+                    for t in ops[i].outputs.values():
+                        holds[t.storage] = end
+    return holds
 
 
 def step_transients_scaled(one: StepTransients, tokens: int, extra: list[int]) -> StepTransients:

@@ -20,13 +20,34 @@ the rules that move the KV pool of a calibration log (``tests/data/serving_logs.
   ``max_num_seqs`` 1024 on a device of ≥ 70 GiB whose name has no "a100", else 2048 and 256
   (@0.8.5: the same token budgets, ``max_num_seqs`` 256 everywhere).
 
+* **profile run, V1 from 0.19** — read in the 0.22.0 wheel (the nearest here: no 0.12 … 0.21 wheel is in
+  this index), observed at 0.19.0 (the llm-d-planner calibration logs: a sort of 1,024 × 128,256 fp32
+  logits would add 2.9 GiB to Llama-3.1-8B's 1.89 GiB peak): ``vllm/v1/sample/ops/topk_topp_sampler.py``
+  ``apply_top_k_top_p`` takes the Triton kernel for ≥ 8 rows (``apply_top_k_top_p_triton``, PR #33538,
+  opened 2026-02-02), no sort; and the fused MoE runs as a modular kernel whose workspaces come from
+  the worker's ``WorkspaceManager`` (``vllm/v1/worker/workspace.py``), kept after the first layer
+  (:mod:`timeline.serve.profile_run`). Versions up to 0.11.2 sort (``apply_top_k_top_p_pytorch``) and
+  allocate the MoE caches per call (``fused_moe.py`` ``fused_experts_impl``); 0.12 … 0.18 were not
+  read and take the 0.11 rules.
+
 The KV pool itself is ``total · gpu_memory_utilization − (weights + torch peak increase +
 non-torch increase)`` at every version read here from 0.6.4 on (V0 ``determine_num_available_blocks``
 @0.6.4.post1 counts the torch peak of the profile run including the weights and the non-torch
 bytes in use after it; V1 ``gpu_worker.py`` ``Worker.determine_available_memory`` @0.9.2 with
 ``memory_profiling``), so :mod:`timeline.serve.budget` needs no other branch for them. Versions
 before 0.6.4 (``peak = init_free − free`` after the profile run, the caching allocator's reserved
-bytes) are not modelled: such a version is refused by name.
+bytes) are read too (below).
+
+* **profiler before 0.6.4** — ``vllm/worker/worker.py``: at 0.2.5 and 0.2.7
+  ``Worker.profile_num_available_blocks`` takes ``peak = total − free`` after the profile run (no
+  ``empty_cache`` in between); from 0.3.3 to 0.6.3.post1 ``Worker.determine_num_available_blocks`` takes
+  ``peak = init_free − free``, ``init_free`` read in ``init_device`` before the distributed groups are
+  made. Either way the caching allocator's cached segments are in it: the reserved peak, not the
+  allocated one (:mod:`timeline.serve.budget`). ``blocks = (total · util − peak) // block_bytes``.
+  0.3.0 … 0.3.2 were not read and are refused by name; so is anything before 0.2.5.
+* **sampler before 0.6** — ``vllm/model_executor/layers/sampler.py`` up to 0.5.4 sorts the logits in
+  the model dtype (``logits.to(torch.float)`` arrives by 0.6.3); the scheduler's long-context chunked
+  prefill (``use_long_context``) is read at 0.5.4, not at 0.4.1.
 """
 
 from __future__ import annotations
@@ -36,10 +57,15 @@ from dataclasses import dataclass
 
 #: the default rule set (the newest source the budget was read at)
 VLLM_DEFAULT = "0.11+35d5cda"
-#: the oldest and newest vLLM releases whose budget rules are modelled
+#: the first vLLM release whose budget subtracts allocated (not reserved) bytes
 VLLM_OLDEST = (0, 6, 4)
+#: releases of the reserved-peak profilers read (module docstring): [first, last] of each
+VLLM_RESERVED_READ = (((0, 2, 5), (0, 2, 7)), ((0, 3, 3), (0, 6, 3)))
 VLLM_V1_DEFAULT = (0, 8, 0)
 SGLANG_VERSIONS = ("0.4",)
+#: SGLang releases whose pool rule (``ModelRunner.profile_max_num_token``) was read: 0.4.9.post2 and
+#: 0.5.5 (the same formula); ``"0.4"`` is the round-1 name of the same rule
+SGLANG_READ = ((0, 4, 0), (0, 5, 5))
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -56,14 +82,93 @@ def version_problem(engine: str, version: str) -> str:
     if not version or engine == "hf":
         return ""
     if engine == "sglang":
-        return "" if version in SGLANG_VERSIONS else f"the SGLang rules are read at {', '.join(SGLANG_VERSIONS)}; use it"
+        v = parse_version(version)
+        if version in SGLANG_VERSIONS or (v is not None and SGLANG_READ[0] <= v <= SGLANG_READ[1]):
+            return ""
+        return f"SGLang {version}: the pool rules are read at 0.4.9 and 0.5.5; use a version from 0.4 to 0.5.5"
     v = parse_version(version)
     if v is None:
         return f"{version!r} is not a version such as 0.6.4 or 0.11.0"
-    if v < VLLM_OLDEST:
-        return (f"vLLM {version}: versions before 0.6.4 size the cache from the caching allocator's reserved bytes "
-                "after the profile run (not modelled); use 0.6.4 or later")
+    if v < VLLM_OLDEST and not any(lo <= v <= hi for lo, hi in VLLM_RESERVED_READ):
+        return (f"vLLM {version}: the profiler of 0.2.5-0.2.7 and 0.3.3 onwards is read; this version's is not "
+                "(use a version from those ranges)")
     return ""
+
+
+def vllm_reserved_profile(version: str) -> str:
+    """Which reserved-peak profiler vLLM ``version`` uses: ``"total"`` (0.2.5 … 0.2.7: total − free),
+    ``"init"`` (0.3.3 … 0.6.3: init_free − free) or ``""`` (0.6.4 on: allocated bytes)."""
+    v = parse_version(version or VLLM_DEFAULT)
+    if v is None or v >= VLLM_OLDEST:
+        return ""
+    return "total" if v < (0, 3, 0) else "init"
+
+
+def vllm_sorts_in_model_dtype(version: str) -> bool:
+    """vLLM ``version``'s V0 sampler sorts the logits without an fp32 copy (up to 0.5.x)."""
+    v = parse_version(version or VLLM_DEFAULT)
+    return v is not None and v < (0, 6, 0)
+
+
+#: the first vLLM release whose profile run is modelled with the Triton sampler and the persistent MoE
+#: workspace (module docstring)
+VLLM_TRITON_SAMPLER = (0, 19, 0)
+
+
+#: the first vLLM release read that ships ``vllm/third_party/triton_kernels`` (0.19.0 loads it; 0.11.x lacks it)
+VLLM_TRITON_KERNELS_VENDORED = (0, 19, 0)
+
+
+def triton_kernels_vendored(version: str) -> bool:
+    """vLLM ``version`` (default: the 0.11 rule set) can import ``triton_kernels`` without an extra package."""
+    v = parse_version(version or VLLM_DEFAULT)
+    return v is not None and v >= VLLM_TRITON_KERNELS_VENDORED
+
+
+def vllm_triton_profile(version: str) -> bool:
+    """vLLM ``version`` (default: the newest rule set, 0.11) samples with the Triton top-k/top-p kernel
+    and keeps the MoE workspace (module docstring)."""
+    v = parse_version(version or VLLM_DEFAULT)
+    return v is not None and v >= VLLM_TRITON_SAMPLER
+
+
+def sglang_mem_fraction_static(version: str, gpu_mem_mib: int, tp: int, pp: int = 1,
+                               chunked_prefill_size: int = 0) -> float:
+    """SGLang's default ``mem_fraction_static`` for a device of ``gpu_mem_mib`` (``nvidia-smi``'s
+    ``memory.total``, :data:`timeline.spec.hardware.NVIDIA_SMI_TOTAL_MIB`), without speculative
+    decoding, DP attention or a multimodal model:
+
+    * 0.4.9.post2 ``server_args.py`` ``ServerArgs.__post_init__``: ``reserved`` = (2.8 + tp·pp/10) GiB
+      below 35 GiB, (9.5 + tp·pp/2) GiB below 90 GiB, (12 + tp·pp/2) GiB below 160 GiB, else 32 GiB;
+    * 0.5.5 ``ServerArgs._handle_gpu_memory_settings``: ``reserved`` = 512 MiB + 1.5 MiB per token of
+      ``chunked_prefill_size`` (at least 2,048; by default 2,048 below 35 GiB, 4,096 below 60, 8,192 below
+      160, else 16,384) + 2 MiB per ``cuda_graph_max_bs`` (8 below 20 GiB; 24 / 32 / 256 below 35 / 60 /
+      160 GiB at tp < 4, 80 / 160 / 512 at tp ≥ 4; else 512) + tp·pp/8 GiB, at least 10 GiB above 60 GiB;
+
+    then ``round((gpu_mem − reserved) / gpu_mem, 3)``."""
+    gib = 1024
+    v = parse_version(version) or (0, 4, 0)
+    if v < (0, 5, 0):
+        par = tp * pp
+        if gpu_mem_mib < 35 * gib:
+            reserved = (2.8 + par / 10) * gib
+        elif gpu_mem_mib < 90 * gib:
+            reserved = (9.5 + par / 2) * gib
+        elif gpu_mem_mib < 160 * gib:
+            reserved = (12 + par / 2) * gib
+        else:
+            reserved = 32 * gib
+        return round((gpu_mem_mib - reserved) / gpu_mem_mib, 3)
+    bands = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (160, 8192, 256, 512))
+    chunk, graph_bs = 16384, 512
+    for limit, c, small, large in bands:
+        if gpu_mem_mib < limit * gib:
+            chunk, graph_bs = c, (small if tp < 4 else large)
+            break
+    reserved = 512 + max(chunked_prefill_size or chunk, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * gib
+    if gpu_mem_mib > 60 * gib:
+        reserved = max(reserved, 10 * gib)
+    return round((gpu_mem_mib - reserved) / gpu_mem_mib, 3)
 
 
 def is_v1(version: str) -> bool:
@@ -85,8 +190,8 @@ def vllm_scheduler_defaults(version: str, max_model_len: int, device_gib: float,
     (module docstring: V0 ``SchedulerConfig.__post_init__``, V1 ``_set_default_args_v1``);
     ``chunked`` is the user's ``enable_chunked_prefill`` (None: the engine's default)."""
     if not is_v1(version):
-        if chunked is None:
-            chunked = max_model_len > 32768
+        if chunked is None:  # the OpenAI server's use_long_context (read at 0.5.4; absent at 0.4.1)
+            chunked = max_model_len > 32768 and (parse_version(version) or (0, 7, 0)) >= (0, 5, 4)
         if chunked:
             chunk = 2048 if (parse_version(version) or (0, 7, 0)) >= (0, 6, 6) else 512
             return SchedulerDefaults(max_num_batched_tokens=chunk, max_num_seqs=256, enable_chunked_prefill=True)

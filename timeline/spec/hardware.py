@@ -14,6 +14,21 @@ Tensor Core GPU Architecture whitepaper (H100 SXM5: 132 SMs; H800 SXM5 and H200 
 GH100 configuration), NVIDIA A100 Tensor Core GPU Architecture whitepaper (A100: 108 SMs), NVIDIA
 Blackwell architecture technical brief (B200 and each GB200 GPU: 148 SMs). It is keyed by the kind,
 not a run-file field.
+
+Workstation and consumer kinds (a serving engine's usual hosts), from their data sheets: NVIDIA L40S
+(48 GB GDDR6 at 864 GB/s, 362 TFLOP/s dense BF16, PCIe Gen4 x16, 142 SMs, sm 89), GeForce RTX 3090
+(24 GB GDDR6X at 936 GB/s, 71 TFLOP/s BF16 with FP32 accumulate, NVLink bridge 112.5 GB/s both ways,
+82 SMs, sm 86; NVIDIA Ampere GA102 whitepaper), GeForce RTX 4090 (24 GB at 1,008 GB/s, 165.2 TFLOP/s
+BF16, PCIe Gen4, 128 SMs, sm 89; NVIDIA Ada Lovelace whitepaper), RTX A6000 (48 GB at 768 GB/s, 154.8
+TFLOP/s dense BF16, NVLink bridge 112.5 GB/s, 84 SMs, sm 86) and A100 40GB (1,555 GB/s, otherwise the
+A100 80GB). PCIe Gen4 x16 is 32 GB/s per direction.
+
+:data:`TORCH_TOTAL_GIB` is what PyTorch reports as a device's memory (``torch.cuda.mem_get_info()[1]``,
+``get_device_properties().total_memory``): less than the data sheet's, by what the driver keeps. An
+engine sizes its budget from it (vLLM ``requested_memory = total · gpu_memory_utilization``), so a
+serving run without ``capacity_gib`` takes it. Each value is printed in a public log, named beside it;
+the same GPU prints a few hundredths of a GiB apart under other drivers (H100 80GB: 79.22 GiB in
+vllm-project/vllm#10511, December 2024), so a log's own figure wins where it prints one.
 """
 
 from __future__ import annotations
@@ -27,7 +42,34 @@ GPUS: dict[str, dict[str, float]] = {
     "gb200": {"capacity_gib": 186, "bf16_tflops": 2500, "hbm_gbps": 8000, "nvlink_gbps": 900, "network_gbps": 50,
               "sm": 100},
     "b200": {"capacity_gib": 180, "bf16_tflops": 2250, "hbm_gbps": 8000, "nvlink_gbps": 900, "network_gbps": 50, "sm": 100},
+    "a100-40gb": {"capacity_gib": 40, "bf16_tflops": 312, "hbm_gbps": 1555, "nvlink_gbps": 300, "network_gbps": 25,
+                  "sm": 80},
+    "l40s": {"capacity_gib": 48, "bf16_tflops": 362, "hbm_gbps": 864, "nvlink_gbps": 32, "network_gbps": 25, "sm": 89},
+    "a6000": {"capacity_gib": 48, "bf16_tflops": 154.8, "hbm_gbps": 768, "nvlink_gbps": 56.25, "network_gbps": 25,
+              "sm": 86},
+    "rtx3090": {"capacity_gib": 24, "bf16_tflops": 71, "hbm_gbps": 936, "nvlink_gbps": 56.25, "network_gbps": 25,
+                "sm": 86},
+    "rtx4090": {"capacity_gib": 24, "bf16_tflops": 165.2, "hbm_gbps": 1008, "nvlink_gbps": 32, "network_gbps": 25,
+                "sm": 89},
 }
 
 #: streaming multiprocessors per GPU kind (the data sheets above)
-SM_COUNTS: dict[str, int] = {"h100": 132, "h800": 132, "h200": 132, "a100": 108, "gb200": 148, "b200": 148}
+SM_COUNTS: dict[str, int] = {"h100": 132, "h800": 132, "h200": 132, "a100": 108, "gb200": 148, "b200": 148,
+                             "a100-40gb": 108, "l40s": 142, "a6000": 84, "rtx3090": 82, "rtx4090": 128}
+
+#: MiB ``nvidia-smi --query-gpu=memory.total`` prints (SGLang sizes its defaults from it), each in the public
+#: log named
+NVIDIA_SMI_TOTAL_MIB: dict[str, int] = {
+    "h100": 81559,  # H100 80GB HBM3: vllm-project/vllm#55169 (nvidia-smi table)
+    "rtx4090": 24564,  # vllm-project/vllm#7553 and #7768 (nvidia-smi table)
+}
+
+#: GiB PyTorch reports as the device's total memory, each printed in the public log named
+TORCH_TOTAL_GIB: dict[str, float] = {
+    "h100": 79.19,  # H100 80GB HBM3: llm-d-incubation/llm-d-planner accuracy logs (vLLM 0.19.0, total_memory=79.19GiB)
+    "a100-40gb": 39.38,  # A100 40GB PCIe: vllm-project/vllm#16570 (total_gpu_memory)
+    "l40s": 44.42,  # vllm-project/vllm#15815 (total_gpu_memory)
+    "a6000": 47.54,  # RTX A6000: vllm-project/vllm#10360 (total_gpu_memory=47.54GiB)
+    "rtx3090": 23.58,  # vllm-project/vllm#10517 and #14447 (total_gpu_memory)
+    "rtx4090": 23.64,  # 3DTopia/Phidias-Diffusion#8 (PyTorch's OOM message: "a total capacity of 23.64 GiB")
+}

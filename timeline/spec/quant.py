@@ -23,6 +23,7 @@ class CheckpointQuant:
     zero_point: bool = False  # zeros stored beside the scales (AWQ zero_point, GPTQ always, compressed-tensors asym)
     desc_act: bool = False  # GPTQ act-order (g_idx is stored either way)
     experts_only: bool = False  # only the MoE experts are quantized (MXFP4)
+    int8_activations: bool = False  # compressed-tensors W8A8 int8: int8 weights with fp32 scales, not packed
     not_converted: tuple[str, ...] = ()  # module patterns kept in the model dtype (modules_to_not_convert / ignore)
     source: str = ""  # the config's quant_method and format, for notes
 

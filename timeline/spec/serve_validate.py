@@ -73,7 +73,8 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
              f"{', '.join(allowed)}"))
     elif sv.kv_cache_dtype == "fp8_ds_mla" and not m.is_mla:
         add(("serving.kv_cache_dtype", '"fp8_ds_mla" is vLLM\'s MLA-only cache layout; this model has no MLA'))
-    if sv.quant_group_size == 0 and sv.weight_dtype in ("int8", "int4"):
+    channel_ok = run.quant is not None and run.quant.method == "compressed-tensors"  # per-channel int checkpoints
+    if sv.quant_group_size == 0 and sv.weight_dtype in ("int8", "int4") and not channel_ok:
         add(("serving.quant_group_size", "GPTQ int8/int4 weights need a group size ≥ 1 (0 means per-channel fp8 only)"))
     if sv.weight_dtype in ("int4", "mxfp4") and sv.quant_group_size % 2:
         add(("serving.quant_group_size", "4-bit weights pack two per byte; use an even group size"))
@@ -102,7 +103,7 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
     if run.hardware.capacity_gib > MAX_DEVICE_GIB:  # the allocator model addresses 256 TiB per device
         add(("hardware.capacity_gib", f"{run.hardware.capacity_gib:g} GiB is beyond any device; serving models "
              f"one GPU, use at most {MAX_DEVICE_GIB:,} GiB"))
-    if sv.non_torch_gib >= run.hardware.capacity_gib:
+    if sv.non_torch_gib is not None and sv.non_torch_gib >= run.hardware.capacity_gib:
         add(("serving.non_torch_gib", f"{sv.non_torch_gib} leaves nothing of capacity_gib={run.hardware.capacity_gib}"))
     ld = run.load
     if ld is not None:

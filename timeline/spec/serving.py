@@ -45,8 +45,9 @@ class ServingSpec:
                                        "one scale per output channel)")
     kv_cache_dtype: str = spec_field("auto", choices=KV_CACHE_DTYPES)
     dtype: str = spec_field("bf16", choices=("bf16", "fp16"), doc="activations and unquantized weights")
-    non_torch_gib: float = spec_field(0.0, nonneg=True, maximum=2.0**20,
-                                      doc="CUDA context, NCCL and cuBLAS outside PyTorch's allocator")
+    non_torch_gib: float | None = spec_field(None, nonneg=True, maximum=2.0**20,
+                                             doc="CUDA context, NCCL and cuBLAS outside PyTorch's allocator "
+                                             "(default: the published measurement, timeline.serve.non_torch)")
     requests: str | None = spec_field(None, doc="CSV trace arrival_us,prompt_tokens,output_tokens,prefix_id")
     enable_dp_attention: bool = spec_field(False, doc="SGLang --enable-dp-attention: attention data-parallel over "
                                            "parallel.dp ranks inside the tp group (MLA models); vLLM's data "

@@ -1,0 +1,120 @@
+"""The version-dependent engine rules of issue 27 round 2, each on a real published config: vLLM 0.19's
+profile run (Triton sampler, kept MoE workspace, cuBLAS workspace), the reserved-peak profilers before
+0.6.4, the eager profile's held tensors, MXFP4 on Hopper by version, the measured non-torch memory,
+SGLang's pool and its default ``mem_fraction_static``, and the GPU totals PyTorch reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from timeline.io.serve_runfile import load_serve_run
+from timeline.serve.budget import compute_budget
+from timeline.serve.non_torch import measured_init, measured_non_torch
+from timeline.spec.engine_versions import sglang_mem_fraction_static
+
+ROOT = Path(__file__).resolve().parents[2]
+HF = ROOT / "tests" / "data" / "hf"
+MIB, GIB = 1 << 20, 1 << 30
+
+
+def _run(tmp_path: Path, config: str, serving: str, tp: int = 1, gpu: str = "h100", hw: str = ""):
+    path = tmp_path / "r.toml"
+    path.write_text(f'[model]\nhf_config = "{HF / config / "config.json"}"\n[parallel]\ntp = {tp}\n'
+                    f'[hardware]\ngpu = "{gpu}"\n{hw}[serving]\n{serving}\n[serving.load]\nnum_requests = 1\n')
+    return load_serve_run(path)
+
+
+def test_vllm_019_profile_peak_is_the_triton_sampler(tmp_path):
+    """Llama-3.1-8B, vLLM 0.19 on an H100 (8,192 tokens, 1,024 dummy rows): the cuBLAS workspace, the kept
+    [132, vocab] fp32 Triton buffer, the model's last hidden states, the rows' hidden states and their random
+    copy, the bf16 logits and three fp32 copies of them (cast, probabilities, noise); no sort."""
+    b = compute_budget(_run(tmp_path, "llama-3.1-8b", 'engine_version = "0.19.0"\nmax_model_len = 8192'))
+    n, vocab, hidden = 1024, 128_256, 4096
+    expected = 32 * MIB + 132 * vocab * 4 + 8192 * hidden * 2 + 2 * n * hidden * 2 + n * vocab * (2 + 3 * 4)
+    assert b.activation_peak_bytes == pytest.approx(expected, abs=4 * MIB)  # small tensors and 512-B rounding
+    # the same model under the 0.11 rules sorts: 24 more bytes per logit (sort values, indices, reverse indices,
+    # CUB's alternate buffers) less the Triton buffer and the rows' hidden states
+    old = compute_budget(_run(tmp_path, "llama-3.1-8b", 'engine_version = "0.11.0"\nmax_model_len = 8192'))
+    diff = 24 * n * vocab - 132 * vocab * 4 - 2 * n * hidden * 2
+    assert old.activation_peak_bytes - b.activation_peak_bytes == pytest.approx(diff, abs=4 * MIB)
+
+
+def test_vllm_019_moe_workspace_is_kept(tmp_path):
+    """Qwen3-30B-A3B at 0.19: the modular kernel's workspace13 (M·top_k·max(I, K)) and workspace2
+    (M·top_k·max(2I, K)) stay allocated under the sampler's peak."""
+    b = compute_budget(_run(tmp_path, "qwen3-30b-a3b", 'engine_version = "0.19.0"\nmax_model_len = 8192'))
+    m, topk, inter, k = 8192, 8, 768, 2048
+    workspace = m * topk * max(inter, k) * 2 + m * topk * max(2 * inter, k) * 2
+    n, vocab = 1024, 151_936
+    sampler = 132 * vocab * 4 + 8192 * k * 2 + 2 * n * k * 2 + n * vocab * (2 + 3 * 4)
+    assert b.activation_peak_bytes == pytest.approx(32 * MIB + workspace + sampler, abs=4 * MIB)
+
+
+def test_before_064_the_budget_takes_the_reserved_peak(tmp_path):
+    """0.4.1 (init_free − free) keeps the profile step's cached segments; 0.2.5 (total − free) also the
+    memory in use before the weights (the H100 tp-1 measurement, 0.51 GiB); 0.6.4 reads allocated bytes."""
+    serving = 'max_model_len = 4096\ngpu_memory_utilization = 0.9\nengine_version = "{}"'
+    b041, b025, b064 = (compute_budget(_run(tmp_path, "llama-2-7b", serving.format(v), hw="capacity_gib = 79.19\n"))
+                        for v in ("0.4.1", "0.2.5", "0.6.4"))
+    assert b041.kv_pool_bytes < b064.kv_pool_bytes  # cached segments count as used
+    assert b041.kv_pool_bytes - b025.kv_pool_bytes == int(0.51 * GIB)
+    assert b041.weights_bytes == b064.weights_bytes
+
+
+def test_eager_profile_holds_the_mlp_input_and_gate_up(tmp_path):
+    """V0 (0.6.4) profiles eagerly: at the MLP the layer's input (1 unit of tokens × hidden × 2 B), the
+    residual (1), gate_up (7), the SiLU product (3.5) and the down projection (1) are alive: 13.5 units for
+    Llama-3.1-8B, 2 more than a graph that frees at last use (V1 under torch.compile)."""
+    tokens = 20_000
+    serving = f'max_model_len = {tokens}\nengine_version = "{{}}"\nenforce_eager = {{}}'
+    eager = compute_budget(_run(tmp_path, "llama-3.1-8b", serving.format("0.6.4", "false"), gpu="rtx3090"))
+    unit = tokens * 4096 * 2
+    assert eager.activation_peak_bytes == pytest.approx(13.5 * unit + 8.125 * MIB, abs=2 * MIB)
+
+
+def test_mxfp4_on_hopper_is_marlin_until_triton_kernels_ships(tmp_path):
+    """GPT-OSS-20B on an H100: at 0.11.0 Marlin pads the experts (intermediate 2880 → 2944, hidden → 3072);
+    at 0.19 Triton pads the intermediate to 64 only (2880 stays)."""
+    b11 = compute_budget(_run(tmp_path, "gpt-oss-20b", 'engine_version = "0.11.0"'))
+    b19 = compute_budget(_run(tmp_path, "gpt-oss-20b", 'engine_version = "0.19.0"'))
+
+    def experts(inter: int, hidden: int) -> int:  # one layer's 32 experts: w13, w2 (half a byte, a scale per 32), biases
+        w13 = 2 * inter * hidden // 2 + 2 * inter * (hidden // 32)
+        w2 = hidden * inter // 2 + hidden * -(-inter // 32)
+        return 32 * (w13 + w2 + (2 * inter + hidden) * 2)
+
+    assert b11.weights_bytes - b19.weights_bytes == 24 * (experts(2944, 3072) - experts(2880, 2880))
+
+
+def test_non_torch_from_published_measurements(tmp_path):
+    llama = "llama-3.1-8b"
+    tp2 = _run(tmp_path, llama, 'engine_version = "0.19.0"', tp=2)
+    assert measured_non_torch(tp2) == (int(2.07 * GIB), measured_non_torch(tp2)[1])
+    tp8 = _run(tmp_path, llama, 'engine_version = "0.19.0"', tp=8)
+    assert measured_non_torch(tp8)[0] == int(2.17 * GIB) and "(measured at tp=4)" in measured_non_torch(tp8)[1]
+    a6000 = _run(tmp_path, llama, 'engine_version = "0.19.0"', gpu="a6000")
+    assert measured_non_torch(a6000) == (0, "no published measurement for this engine version, GPU and layout: 0")
+    given = _run(tmp_path, llama, 'engine_version = "0.19.0"\nnon_torch_gib = 1.5', tp=2)
+    assert measured_non_torch(given) == (int(1.5 * GIB), "serving.non_torch_gib")
+    assert measured_init(tp2)[0] == int(1.53 * GIB)
+
+
+def test_sglang_pool_and_default_fraction(tmp_path):
+    """profile_max_num_token's total is the free memory after init; mem_fraction_static's default by version
+    (H100: nvidia-smi 81,559 MiB)."""
+    assert sglang_mem_fraction_static("0.4.9", 81_559, 1) == 0.874  # (81,559 − 10 GiB) / 81,559
+    assert sglang_mem_fraction_static("0.5.5", 81_559, 1) == 0.835  # 512 + 8,192·1.5 + 256·2 + 128 MiB reserved
+    assert sglang_mem_fraction_static("0.5.5", 24_564, 1) == 0.847  # RTX 4090: 512 + 2,048·1.5 + 24·2 + 128 MiB
+    run = _run(tmp_path, "llama-3.1-8b", 'engine = "sglang"\nengine_version = "0.5.5"')
+    assert run.serving.mem_fraction_static == 0.835
+    b = compute_budget(run)
+    free0 = int(79.19 * GIB) - int(0.51 * GIB)
+    rest = free0 - b.weights_bytes - (free0 - int(free0 * 0.835))
+    assert b.num_kv_blocks == rest // (32 * 8 * 2 * 128 * 2)
+
+
+def test_a_gpu_without_capacity_takes_what_pytorch_reports(tmp_path):
+    for gpu, gib in (("h100", 79.19), ("l40s", 44.42), ("a6000", 47.54), ("rtx3090", 23.58), ("rtx4090", 23.64)):
+        assert _run(tmp_path, "llama-3.1-8b", "", gpu=gpu).hardware.capacity_gib == gib
