@@ -85,9 +85,9 @@ def simulated(tmp_path: Path, func, steps: int, warmup: int) -> dict:
 
 
 CASES = {
-    "Wedsonlin_medium_128_training_memory_snapshot.pickle": (cs336.wedsonlin_medium_128, 6, 5),
+    "Wedsonlin_medium_128_training_memory_snapshot.pickle": (cs336.wedsonlin_medium_128, 2, 5),
     "MAGMA27_memory_snapshot.pickle": (cs336.magma27, 2, 5),
-    "Wedsonlin_medium_512_training_memory_snapshot.pickle": (cs336.wedsonlin_medium_512, 6, 5),
+    "Wedsonlin_medium_512_training_memory_snapshot.pickle": (cs336.wedsonlin_medium_512, 2, 5),
 }
 
 

@@ -106,10 +106,9 @@ def test_calibration_records_within_the_errors_reached(compared):
 def test_refused_records_name_why(compared):
     _, refused = compared
     why = {rid: reason for rid, _side, _gpu, reason in refused}
-    assert why == {
-        "ling-mini-v2-pretrain-8k": "not rebuildable: the page names neither the world size nor the GPU model",
-        "gnosia-gpt-70b-tp4-pp4": "--gpu rtx-pro-6000: unknown; use one of h100, h800, h200, a100, gb200, b200",
-    }
+    assert set(why) == {"ling-mini-v2-pretrain-8k", "gnosia-gpt-70b-tp4-pp4"}
+    assert why["ling-mini-v2-pretrain-8k"] == "not rebuildable: the page names neither the world size nor the GPU model"
+    assert why["gnosia-gpt-70b-tp4-pp4"].startswith("--gpu rtx-pro-6000: unknown; use one of h100, ")
 
 
 def test_as_a_user_runs_them_the_simulable_records_are_refused():
