@@ -17,6 +17,8 @@ each of these fails; here each gets the stand-in's answer:
   nothing a memory trace sees.
 - ``Tensor.pin_memory`` returns the tensor (pinned memory is host memory, which a GPU's allocator
   never sees); ``Tensor.record_stream`` does nothing (one stream).
+- ``torch.accelerator`` (what Accelerate and the optimizers' graph-capture check ask) names the fake
+  CUDA device and answers as ``torch.cuda`` does here.
 - ``torch.compile`` / ``Module.compile`` return what they were given: the step is captured eager,
   which holds at least what Inductor's fused kernels hold (a note says so once).
 - ``torch.cuda.graph`` / ``CUDAGraph`` / ``make_graphed_callables`` stay refused: a captured graph's
@@ -137,6 +139,9 @@ class Stream:
     def query(self) -> bool:
         return True
 
+    def is_capturing(self) -> bool:  # torch.accelerator's stream API (no CUDA graph is ever being captured)
+        return False
+
     def __enter__(self) -> Stream:
         return self
 
@@ -218,5 +223,21 @@ def patches(notes: Notes) -> list[tuple[object, str, object]]:
         (cuda, "get_sync_debug_mode", constant(0)), (cuda, "set_sync_debug_mode", nothing),
         (torch.Tensor, "pin_memory", keep), (torch.Tensor, "record_stream", nothing),
         (torch, "compile", compile_), (torch.nn.Module, "compile", module_compile),
+        (cuda, "is_current_stream_capturing", constant(False)),
     ]
+    # torch.accelerator, the device-generic API Accelerate and the optimizers' capture health check use:
+    # the accelerator is the fake CUDA device, answering as torch.cuda does above
+    acc = torch.accelerator
+    memory_reads = ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved")
+    out += [(acc, "current_accelerator", lambda check_available=False: torch.device("cuda")),
+            (acc, "is_available", constant(True)), (acc, "device_count", constant(1)),
+            (acc, "current_device_index", constant(0)), (acc, "current_device_idx", constant(0)),
+            (acc, "set_device_index", nothing), (acc, "set_device_idx", nothing),
+            (acc, "current_stream", lambda device=None: current[0]), (acc, "set_stream", set_stream),
+            (acc, "synchronize", nothing), (acc, "device_index", _Device),
+            (acc, "get_device_capability", constant({"major": PROPERTIES.major, "minor": PROPERTIES.minor})),
+            (acc, "get_memory_info", constant((FAKE_TOTAL_BYTES, FAKE_TOTAL_BYTES))),
+            (acc, "empty_cache", nothing), (acc, "reset_peak_memory_stats", nothing),
+            (acc, "reset_accumulated_memory_stats", nothing), (acc, "memory_stats", constant({}))]
+    out += [(acc, name, constant(0)) for name in memory_reads]
     return out

@@ -124,10 +124,28 @@ def _phases(rec: StepRecorder) -> Iterator[None]:
     patches.append((optim.Optimizer, "__init__", init))
     saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
 
-    def pre(opt: optim.Optimizer, args: tuple, kwargs: dict) -> None:
+    def pre(opt: optim.Optimizer, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         rec.optimizers.add(opt)
         rec.note_roles()
         rec.phase = "O"
+        # ``step(closure)`` (Lightning's automatic optimization, LBFGS) runs the forward, zero_grad and
+        # backward inside the step: the closure's work keeps its own phases (F, Z, B), not the step's O
+        closure = kwargs.get("closure", args[0] if args else None)
+        if not callable(closure):
+            return None
+
+        def phased(*a: Any, **k: Any) -> Any:
+            outer = rec.phase
+            rec.note_roles()
+            rec.phase = "F"
+            try:
+                return closure(*a, **k)
+            finally:
+                rec.note_roles()
+                rec.phase = outer
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": phased}
+        return (phased, *args[1:]), kwargs
 
     def post(opt: optim.Optimizer, args: tuple, kwargs: dict) -> None:
         rec.phase = "F"
