@@ -69,6 +69,13 @@ def test_module_without_layers_is_a_clear_error():
         capture(load_factory("captures:flat_factory"))
 
 
-def test_bad_factory_spec():
-    with pytest.raises(UserError, match="module:factory"):
+def test_bad_factory_spec(tmp_path):
+    with pytest.raises(UserError, match="expected MODULE:NAME"):
         load_factory("nocolon")
+    with pytest.raises(UserError, match="no such file"):
+        load_factory(f"{tmp_path}/missing.py:build")
+    # a path to a .py file works as --step's does
+    (tmp_path / "fac.py").write_text("import torch\n"
+                                     "def build():\n    return torch.nn.Linear(2, 2), (torch.ones(1, 2),)\n")
+    model, args, kwargs = load_factory(f"{tmp_path}/fac.py:build")()
+    assert isinstance(model, torch.nn.Linear) and args[0].shape == (1, 2) and kwargs == {}

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import platform
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -148,15 +151,35 @@ def versions() -> dict[str, str]:
     return out
 
 
-def load_factory(spec: str) -> Callable[[], Built]:
-    """``module:factory`` → a callable returning (nn.Module, example args[, kwargs])."""
-    if ":" not in spec:
-        raise UserError(f"--module {spec!r}: expected module:factory (e.g. mypkg.models:build)")
-    mod_name, attr = spec.split(":", 1)
+def load_callable(spec: str, flag: str, example: str) -> Callable[..., Any]:
+    """``MODULE:NAME`` (a dotted module or a path to a ``.py`` file) → that attribute, callable."""
+    mod_name, sep, attr = spec.rpartition(":")
+    if not sep or not mod_name or not attr:
+        raise UserError(f"{flag} {spec!r}: expected MODULE:NAME (e.g. {example})")
     try:
-        fn = getattr(importlib.import_module(mod_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise UserError(f"--module {spec!r}: {exc}") from None
+        if mod_name.endswith(".py"):
+            path = Path(mod_name)
+            if not path.is_file():
+                raise UserError(f"{flag} {spec!r}: no such file {mod_name}")
+            loader = importlib.util.spec_from_file_location(path.stem, path)
+            assert loader is not None and loader.loader is not None
+            module = importlib.util.module_from_spec(loader)
+            sys.modules.setdefault(path.stem, module)
+            loader.loader.exec_module(module)
+        else:
+            module = importlib.import_module(mod_name)
+        fn = getattr(module, attr)
+    except (ImportError, AttributeError, SyntaxError) as exc:
+        raise UserError(f"{flag} {spec!r}: {exc}") from None
+    if not callable(fn):
+        raise UserError(f"{flag} {spec!r}: {attr} is not callable")
+    return fn
+
+
+def load_factory(spec: str) -> Callable[[], Built]:
+    """``module:factory`` (dotted, or a path to a ``.py`` file) → a callable returning (nn.Module, example
+    args[, kwargs])."""
+    fn = load_callable(spec, "--module", "mypkg.models:build or models.py:build")
 
     def build() -> Built:
         result = fn()

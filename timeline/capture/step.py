@@ -27,8 +27,6 @@ This module writes no files.
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -44,7 +42,7 @@ from torch._subclasses.fake_tensor import (
 
 from timeline.capture.autocast import cuda_autocast
 from timeline.capture.gpu import gpu_kernels, unpacked_batches
-from timeline.capture.run import _user_error, fake_cpu, versions
+from timeline.capture.run import _user_error, fake_cpu, load_callable, versions
 from timeline.capture.stand_in import cuda_stand_in
 from timeline.capture.step_recorder import StepRecorder
 from timeline.errors import UserError
@@ -55,27 +53,7 @@ StepFn = Callable[[], Callable[[], Any]]
 
 def load_step(spec: str) -> StepFn:
     """``MODULE:FUNC`` (a dotted module or a path to a ``.py`` file) → FUNC."""
-    mod_name, sep, attr = spec.rpartition(":")
-    if not sep or not mod_name or not attr:
-        raise UserError(f"--step {spec!r}: expected MODULE:FUNC (e.g. mypkg.train:step or train.py:step)")
-    try:
-        if mod_name.endswith(".py"):
-            path = Path(mod_name)
-            if not path.is_file():
-                raise UserError(f"--step {spec!r}: no such file {mod_name}")
-            loader = importlib.util.spec_from_file_location(path.stem, path)
-            assert loader is not None and loader.loader is not None
-            module = importlib.util.module_from_spec(loader)
-            sys.modules.setdefault(path.stem, module)
-            loader.loader.exec_module(module)
-        else:
-            module = importlib.import_module(mod_name)
-        fn = getattr(module, attr)
-    except (ImportError, AttributeError, SyntaxError) as exc:
-        raise UserError(f"--step {spec!r}: {exc}") from None
-    if not callable(fn):
-        raise UserError(f"--step {spec!r}: {attr} is not callable")
-    return fn
+    return load_callable(spec, "--step", "mypkg.train:step or train.py:step")
 
 
 def _foreach_default(real: Callable[..., tuple[bool, bool]]) -> Callable[..., tuple[bool, bool]]:
