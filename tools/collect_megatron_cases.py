@@ -7,7 +7,9 @@ writes one record per distinct golden blob, at the commit that first wrote it (a
 copied unchanged is one measurement, kept under the path it was first written to), in the schema of
 ``../shared/measured/megatron_calibration.json`` wherever ``tools/validate_measured.py`` reads a field
 (``tools/megatron_case_record.py`` builds each). The calibration dataset's own goldens (the blob at
-each record's ``memory_values_first_commit``) are left out: they are the dataset.
+each record's ``memory_values_first_commit``) are left out: they are the dataset. The world size is the
+CI recipe product's that ran the golden (``tools/megatron_recipes.py``: at the recording commit, else the
+nearest listing in the release lines' recipe history, ``parallel.recipe_commit`` naming the commit read).
 
 Each record carries its side of the held-out split, read from the committed manifest
 ``tools/megatron_split.json`` (the rule is in ``tools/megatron_split.py``: renamed directories are

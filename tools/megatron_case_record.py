@@ -12,7 +12,7 @@ commit, each read from NVIDIA/Megatron-LM at that commit:
   ``export NAME="${NAME:-value}"``) under the config's ``ENV_VARS``;
 - the world size: ``nodes × gpus`` of the CI recipe (``tests/test_utils/recipes/**.yaml``; before 2024-12-03
   ``tests/functional_tests/jet_recipes/*.yaml``) whose ``spec.model`` is the family and whose products list the
-  case in the golden's environment (dev | lts) on its platform;
+  case in the golden's environment (dev | lts) on its platform (``tools/megatron_recipes.py`` picks it);
 - ``expressible_note``: what the simulator cannot express today, by the configuration's own arguments.
 
 It does not decide which side of the split a case is on (``tools/megatron_split.py``) and writes nothing.

@@ -4,8 +4,10 @@ Every expressible case (``expressible_note`` empty, ``model_args`` present) goes
 ``timeline from-megatron`` (in process) and a 2-iteration simulation with summary output only; the
 last pipeline rank's device — global rank ``world_size − 1`` under Megatron's rank order — is
 compared with ``measured.max_allocated_bytes_second_logged``. Prints predicted, measured and error per
-case, then median and worst |error| per family (dense / MoE, published / inferred world size), the
-counts within 1, 2 and 4 %, and the wall time. ``--json FILE`` also writes the rows.
+case, then median and worst |error| per family (dense / MoE, published / inferred world size, the CI's
+dev / lts image), the counts within 1, 2 and 4 %, and the wall time. ``--json FILE`` also writes the rows.
+Each case runs under the Megatron-Core, PyTorch and Transformer Engine of the CI image it was recorded in
+(the tables below: the dev image's and the lts image's, from each commit on).
 
 The steady state is compared too: what the device holds after iteration 1's optimizer step (the
 blocks of the static state's and iteration 1's events) against ``measured.allocated_bytes_first_iter``, which
