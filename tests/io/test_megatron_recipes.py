@@ -4,26 +4,19 @@ of recipes where the recording commit's own list no product (issue 31 item 5).""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ROOT / "tools"
 MEGATRON_GIT = ROOT.parent / ".mirror" / "NVIDIA+Megatron-LM" / "repo"
 needs_git = pytest.mark.skipif(not MEGATRON_GIT.exists(), reason="no Megatron-LM mirror here (CI has none)")
+sys.path.insert(0, str(ROOT / "tools"))  # the tools import their siblings by name
 
-
-def _tool(name: str):
-    if str(TOOLS) not in sys.path:
-        sys.path.insert(0, str(TOOLS))  # the tools import their siblings by name
-    spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+import collect_megatron_cases as collect  # noqa: E402
+import megatron_case_record as rec  # noqa: E402
+import megatron_recipes as recipes  # noqa: E402
 
 #: 2024's jet_recipes layout (tests/functional_tests/jet_recipes/gpt.yaml before 522e567ea3): a product names its cases
 JET_2024 = """
@@ -50,7 +43,6 @@ products:
 
 
 def test_both_recipe_layouts_list_products_with_their_environments():
-    rec = _tool("megatron_case_record")
     old = rec.recipe_worlds({"jet_recipes/gpt.yaml": JET_2024})
     assert [(p["gpu"], p["environments"], p["nodes"] * p["gpus"], p["script_family"]) for p in old[("gpt", "gpt3_b")]] \
         == [("A100", ["lts", "dev"], 8, "gpt")]
@@ -62,7 +54,6 @@ def test_both_recipe_layouts_list_products_with_their_environments():
 def test_the_golden_s_environment_picks_the_product():
     """An lts golden naming no platform ran on the lts product's A100, not the dev product's H100 (fifteen
     goldens_values_lts.json of eb48e81bd7 were once read as H100)."""
-    rec, recipes = _tool("megatron_case_record"), _tool("megatron_recipes")
     products = rec.recipe_worlds({"recipes/gpt.yaml": RECIPE_2025})[("gpt", "gpt3_c")]
     assert recipes.chosen(products, rec.golden_tag("x/golden_values_lts.json"))["gpu"] == "A100"
     assert recipes.chosen(products, rec.golden_tag("x/golden_values_dev.json"))["gpu"] == "H100"
@@ -94,7 +85,6 @@ def _listing(nodes: int) -> str:
 
 
 def test_a_case_unlisted_at_its_commit_takes_the_nearest_listing_of_the_release_lines():
-    recipes, rec = _tool("megatron_recipes"), _tool("megatron_case_record")
     unlisted = "spec: {model: gpt}\nproducts: []\n"
     repo = FakeRepo([("a", 100, _listing(1)), ("b", 200, unlisted), ("c", 250, _listing(1)), ("d", 900, _listing(1))])
     tag = rec.golden_tag("x/golden_values_dev_dgx_a100.json")
@@ -107,7 +97,6 @@ def test_a_case_unlisted_at_its_commit_takes_the_nearest_listing_of_the_release_
 
 
 def test_recipes_that_disagree_on_the_world_size_leave_it_unknown():
-    recipes, rec = _tool("megatron_recipes"), _tool("megatron_case_record")
     repo = FakeRepo([("a", 100, _listing(1)), ("b", 200, "spec: {model: gpt}\n"), ("c", 300, _listing(2))])
     product, commit, why = recipes.Recipes(repo, ["refs/heads/main"]).product(
         "gpt/gpt3_x", rec.golden_tag("x/golden_values_dev_dgx_a100.json"), "b")
@@ -118,10 +107,9 @@ def test_recipes_that_disagree_on_the_world_size_leave_it_unknown():
 def test_a_golden_written_where_its_recipe_had_moved_platform_takes_the_release_lines_recipe():
     """gpt3_7b_mr_dgx_a100_1N8G_tp1_pp4_memory_speed's A100 golden was rewritten by 2795ebde97 (2025-07-05), whose
     gpt.yaml runs the case on dgx_h100 only; 629b6150f8 (26 days earlier, on main) lists it on dgx_a100, 1 node × 8."""
-    collect, recipes = _tool("collect_megatron_cases"), _tool("megatron_recipes")
     repo = collect.Repo(MEGATRON_GIT)
     book = recipes.Recipes(repo, ["629b6150f8^!"])  # one commit of the release lines' history
-    tag = _tool("megatron_case_record").golden_tag("x/golden_values_dev_dgx_a100.json")
+    tag = rec.golden_tag("x/golden_values_dev_dgx_a100.json")
     name = "gpt/gpt3_7b_mr_dgx_a100_1N8G_tp1_pp4_memory_speed"
     assert recipes.chosen(book.at("2795ebde97").get(tuple(name.split("/", 1)), []), tag) is None
     product, commit, why = book.product(name, tag, "2795ebde97")
