@@ -52,8 +52,8 @@ def test_both_recipe_layouts_list_products_with_their_environments():
 
 
 def test_the_golden_s_environment_picks_the_product():
-    """An lts golden naming no platform ran on the lts product's A100, not the dev product's H100 (fifteen
-    goldens_values_lts.json of eb48e81bd7 were once read as H100)."""
+    """An lts golden naming no platform ran on the lts product's A100, not the dev product's H100 (the
+    golden_values_lts.json files of eb48e81bd7 and 23a1dcaf74 were read as H100 before)."""
     products = rec.recipe_worlds({"recipes/gpt.yaml": RECIPE_2025})[("gpt", "gpt3_c")]
     assert recipes.chosen(products, rec.golden_tag("x/golden_values_lts.json"))["gpu"] == "A100"
     assert recipes.chosen(products, rec.golden_tag("x/golden_values_dev.json"))["gpu"] == "H100"
