@@ -10,8 +10,9 @@ commit, each read from NVIDIA/Megatron-LM at that commit:
 - the platform (GPU and container) from the golden file's name (``golden_values_{environment}_{platform}.json``);
 - ``env``: the runner's defaults (``tests/functional_tests/shell_test_utils/_run_training.sh``:
   ``export NAME="${NAME:-value}"``) under the config's ``ENV_VARS``;
-- the world size: ``nodes × gpus`` of the CI recipe (``tests/test_utils/recipes/**.yaml``) whose
-  ``spec.model`` is the family and whose products list the case on the golden's platform;
+- the world size: ``nodes × gpus`` of the CI recipe (``tests/test_utils/recipes/**.yaml``; before 2024-12-03
+  ``tests/functional_tests/jet_recipes/*.yaml``) whose ``spec.model`` is the family and whose products list the
+  case in the golden's environment (dev | lts) on its platform (``tools/megatron_recipes.py`` picks it);
 - ``expressible_note``: what the simulator cannot express today, by the configuration's own arguments.
 
 It does not decide which side of the split a case is on (``tools/megatron_split.py``) and writes nothing.
@@ -27,7 +28,9 @@ import yaml
 #: golden file platform token → (measured.gpu prefix, GPU kind) — Megatron-LM's CI platform names
 PLATFORMS = (("gb200", "GB200"), ("b200", "B200"), ("h100", "H100"), ("a100", "A100"))
 RUNNER = "tests/functional_tests/shell_test_utils/_run_training.sh"
-RECIPES = "tests/test_utils/recipes"
+#: where Megatron-LM's CI recipes live: tests/test_utils/recipes from 522e567ea3 (2024-12-03), which moved them
+#: out of tests/functional_tests/jet_recipes
+RECIPES = ("tests/test_utils/recipes", "tests/functional_tests/jet_recipes")
 METRIC_SOURCE = ("torch.cuda.memory_stats(): allocated_bytes.all.current / allocated_bytes.all.peak, logged by "
                  "training_log() after optimizer step on rank world_size-1")
 
@@ -120,10 +123,12 @@ def _listed(value: Any) -> list:
 
 
 def recipe_worlds(recipe_texts: dict[str, str]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """(family, test case) → every recipe product listing it: ``gpu`` (kind, or None), ``nodes``, ``gpus``
-    (per node; a product's values override the spec's), ``path``, the moe2.0 ``model_config`` /
-    ``runtime_config`` it merges, and the training ``script`` (``TRAINING_SCRIPT_PATH``) with the model
-    family its name gives (``pretrain_gpt.py`` → gpt)."""
+    """(family, test case) → every recipe product listing it: ``gpu`` (kind, or None), ``environments`` (the
+    CI images it runs in, dev | lts; None: any), ``nodes``, ``gpus`` (per node; a product's values override
+    the spec's), ``path``, the moe2.0 ``model_config`` / ``runtime_config`` it merges, and the training
+    ``script`` (``TRAINING_SCRIPT_PATH``) with the model family its name gives (``pretrain_gpt.py`` → gpt).
+    Two layouts: each ``products`` entry a test-case group with its own ``products`` list (from 2024-12), or
+    (the jet_recipes of 2024) a product whose ``test_case`` list names the cases it runs."""
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for path, text in sorted(recipe_texts.items()):
         try:
@@ -137,14 +142,16 @@ def recipe_worlds(recipe_texts: dict[str, str]) -> dict[tuple[str, str], list[di
         for group in data.get("products") or []:
             if not isinstance(group, dict):
                 continue
-            for product in group.get("products") or [{}]:
+            for product in group.get("products") or [group]:
                 product = product if isinstance(product, dict) else {}
+                environments = _listed(product.get("environment", spec.get("environment")))
                 entry = {"nodes": int(_listed(product.get("nodes", spec.get("nodes", 1)))[0]),
                          "gpus": int(_listed(product.get("gpus", spec.get("gpus", 8)))[0]), "path": path,
                          "model_config": _listed(product.get("model_config"))[0],
                          "runtime_config": _listed(product.get("runtime_config"))[0],
                          "script": script.group(1) if script else None,
-                         "script_family": script.group(2) if script else None}
+                         "script_family": script.group(2) if script else None,
+                         "environments": None if environments == [None] else [str(e) for e in environments]}
                 for platform in _listed(product.get("platforms", spec.get("platforms"))):
                     gpu = golden_tag(f"golden_values_{platform}.json")["gpu"] if platform else None
                     for case in _listed(group.get("test_case")):
@@ -203,8 +210,6 @@ def expressible_note(family: str, config: dict | None, tag: dict[str, Any]) -> s
         notes.append("the _2nd golden of a resumed run: loads a checkpoint before the measured iterations")
     if tag["release"]:
         notes.append("release-validation golden (a Megatron-Core version in its name, not recorded at this commit)")
-    if tag["environment"] == "lts":
-        notes.append("LTS container (validate_measured tables the dev image's PyTorch and Transformer Engine only)")
     return "; ".join(dict.fromkeys(notes)) or None
 
 
@@ -218,13 +223,14 @@ def package_version(text: str | None) -> str | None:
     return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts.get('PRE_RELEASE', '')}"
 
 
-def container(environment: str, ngc_version: str | None, build_yml: str | None) -> str | None:
+def container(environment: str, ngc_version: str | None, *build_ymls: str | None) -> str | None:
     """The NGC PyTorch container (``YY.MM``) the CI image of ``environment`` builds on: ``docker/.ngc_version.<env>``
-    (from 2025-11), else the ``BASE_IMAGE`` of ``CI_MCORE_<ENV>_IMAGE`` in ``.gitlab/stages/01.build.yml``."""
-    for text in (ngc_version, build_yml):
+    (from 2025-11), else the ``BASE_IMAGE`` of ``CI_MCORE_<ENV>_IMAGE`` in the build stage's image matrix
+    (``build_ymls``: ``.gitlab/stages/01.build.yml`` from 2025-03-19, ``.gitlab/stages/01.test.yml`` before)."""
+    for text in (ngc_version, *build_ymls):
         if not text:
             continue
-        if text is build_yml:
+        if text is not ngc_version:
             block = re.search(rf"IMAGE:\s*CI_MCORE_{environment.upper()}_IMAGE(?:(?!IMAGE:\s*CI_).)*", text, re.S)
             text = block.group(0) if block else ""
         found = re.search(r"nvcr\.io/nvidia/pytorch:(\d+\.\d+)", text)
