@@ -151,7 +151,8 @@ class Structure:
     # mha_bwd workspaces: graph/families/flash_bwd.py), "fa2_deterministic" (its split dq accumulator), "": none
     te_flash_copies: bool = False  # TE's FlashAttention backend (flash-attn) on Megatron's sbhd tensors: q, k
     # and v become contiguous bshd copies the kernel keeps, and its bshd output is kept while a contiguous sbhd
-    # copy is returned to the output projection (TE's FusedAttention reads and writes sbhd in place)
+    # copy is returned to the output projection (TE's FusedAttention reads and writes sbhd in place); at micro-batch
+    # size 1 the transposes of contiguous tensors are no copies (graph/families/attention.py: flash_copies)
     qkv_views: bool = False  # one fused QKV projection output whose q, k and v are views (Megatron-Core's
     # linear_qkv): a consumer keeping a view keeps the whole output; norms and attention kernels that need
     # contiguous inputs copy the view (graph/families/attention.py)
