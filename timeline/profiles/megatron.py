@@ -37,6 +37,7 @@ TE_LNL = (f"{TE}/module/layernorm_linear.py: _LayerNormLinear.forward saves inpu
           "under SP, re-gathered for wgrad), mu, rsigma (fp32, per row)")
 TE_NORM = f"{TE}/ops/basic/rmsnorm.py: RMSNorm.op_forward saves x and rstdevs (fp32) (module/rmsnorm.py: TENorm)"
 MOE_UTILS = f"{MC}/transformer/moe/moe_utils.py"
+MC_PRE_2659630721 = "NVIDIA/Megatron-LM@2659630721^:megatron/core"
 TE_PERM = "NVIDIA/TransformerEngine@v2.6..v2.14:transformer_engine/pytorch/permutation.py"
 
 #: the flash-attn 2 backward's allocations beside dq, dk, dv (graph/families/flash_bwd.py, which cites
@@ -175,6 +176,23 @@ RULES: dict[str, SaveRule] = {
                "output_tokens.index_add_(0, sorted_indices, permuted_tokens), whose IndexAddBackward0 keeps "
                "source (pytorch tools/autograd/derivatives.yaml index_add: grad.index_select(dim, index)"
                ".expand_as(source)) — the experts' output rows"),
+    # Megatron-LM before 2659630721 (graph/families/moe_combine.py): the combine multiplies the routing probs
+    "combine_probs_select": SaveRule(saves=("extra:probs_t", "extra:routing_map_t"),
+                                     source=f"{MC_PRE_2659630721}/transformer/moe/moe_utils.py: unpermute (probs "
+                                            "given) and token_dispatcher.py: MoEAllGatherTokenDispatcher."
+                                            "token_unpermutation — probs.T.contiguous().masked_select(routing_map.T"
+                                            ".contiguous()) keeps the transposed probs and bool map"),
+    "combine_probs_mul": SaveRule(saves=("in:x", "in:probs"),
+                                  source=f"{MC_PRE_2659630721}/transformer/moe/moe_utils.py: unpermute — "
+                                         "permuted_tokens * permuted_probs.unsqueeze(-1) keeps both (the product in "
+                                         "the promoted dtype); token_dispatcher.py: MoEAllGatherTokenDispatcher."
+                                         "token_unpermutation — hidden_states * permuted_probs.unsqueeze(-1) alike"),
+    "fused_unpermute_probs": SaveRule(saves=("in:x", "in:probs"),
+                                      source=f"{MC_PRE_2659630721}/transformer/moe/moe_utils.py: unpermute(fused="
+                                             "True, probs) → NVIDIA/TransformerEngine@release_v2.2:transformer_engine/"
+                                             "pytorch/permutation.py: _moe_unpermute_mask_map.forward with "
+                                             "merging_probs saves inp, row_id_map (kept by the permute) and "
+                                             "merging_probs"),
     "fused_permute": SaveRule(saves=("extra:row_id_map",),
                               source=f"{MOE_UTILS}: permute(fused=True) → {TE_PERM}: moe_permute_with_probs → "
                                      "_moe_permute_mask_map.forward saves row_id_map (triton/permutation.py "
@@ -315,14 +333,17 @@ def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
     calls ``torch.use_deterministic_algorithms(True)``), whose autograd node keeps ``source`` (PyTorch
     tools/autograd/derivatives.yaml ``index_add``: ``grad.index_select(dim, index).expand_as(source)``;
     ``IndexAddBackward0._saved_source`` on 2.13; the formula dates from pytorch#72777, 2022) — from
-    Megatron-Core 0.15.0 on (:data:`UNPERMUTE_INDEX_ADD`; ``scatter_add_`` before)."""
+    Megatron-Core 0.15.0 on (:data:`UNPERMUTE_INDEX_ADD`; ``scatter_add_`` before). Before Megatron-LM
+    2659630721 (``[framework] moe_probs_in_experts = false``) the combine multiplies the routing probs into the
+    experts' output (graph/families/moe_combine.py)."""
     aux = spec.moe_router_load_balancing in ("aux_loss", "seq_aux_loss", "global_aux_loss")
     index_add = (spec.deterministic and not spec.moe_permute_fusion
                  and version_tuple(spec.megatron_core) >= UNPERMUTE_INDEX_ADD)
     return {"moe_router_dtype": spec.moe_router_dtype, "moe_aux_loss": aux, "moe_z_loss": spec.moe_z_loss,
             "moe_router_fp32_topk": version_tuple(spec.megatron_core) >= ROUTER_FP32_TOPK,
             "moe_permute_fusion": spec.moe_permute_fusion, "moe_unpermute": "index_add" if index_add else "scatter_add",
-            "moe_flex_backend": spec.moe_flex_backend, "moe_nvlink_domain": spec.nvlink_domain}
+            "moe_flex_backend": spec.moe_flex_backend, "moe_nvlink_domain": spec.nvlink_domain,
+            "moe_probs_at_combine": not spec.moe_probs_in_experts}
 
 
 def wgrad_rule(spec: FrameworkSpec) -> str:
