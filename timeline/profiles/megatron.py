@@ -18,7 +18,8 @@ wrap and the optimizer's construction (``distributed/param_and_grad_buffer.py``,
 (``torch/optim/adam.py`` ``_init_group``). Gradient reduce-scatter and parameter all-gather work in
 place in those buffers, so the step allocates nothing else; the persistent library workspaces are
 in :mod:`timeline.profiles.megatron_workspaces`, the GPT-OSS rules in
-:mod:`timeline.profiles.megatron_gptoss`.
+:mod:`timeline.profiles.megatron_gptoss`, the MoE combine's rules before Megatron-LM 2659630721 in
+:mod:`timeline.profiles.megatron_combine`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from timeline.profiles import megatron_flex, megatron_gptoss
+from timeline.profiles import megatron_combine, megatron_flex, megatron_gptoss
 from timeline.profiles.base import Lifecycle, Limits, ParamRules, Profile, SaveRule, SaveRules, Structure
 from timeline.profiles.megatron_workspaces import persistent_workspaces, version_tuple
 from timeline.spec.framework import FrameworkSpec
@@ -37,7 +38,6 @@ TE_LNL = (f"{TE}/module/layernorm_linear.py: _LayerNormLinear.forward saves inpu
           "under SP, re-gathered for wgrad), mu, rsigma (fp32, per row)")
 TE_NORM = f"{TE}/ops/basic/rmsnorm.py: RMSNorm.op_forward saves x and rstdevs (fp32) (module/rmsnorm.py: TENorm)"
 MOE_UTILS = f"{MC}/transformer/moe/moe_utils.py"
-MC_PRE_2659630721 = "NVIDIA/Megatron-LM@2659630721^:megatron/core"
 TE_PERM = "NVIDIA/TransformerEngine@v2.6..v2.14:transformer_engine/pytorch/permutation.py"
 
 #: the flash-attn 2 backward's allocations beside dq, dk, dv (graph/families/flash_bwd.py, which cites
@@ -176,23 +176,6 @@ RULES: dict[str, SaveRule] = {
                "output_tokens.index_add_(0, sorted_indices, permuted_tokens), whose IndexAddBackward0 keeps "
                "source (pytorch tools/autograd/derivatives.yaml index_add: grad.index_select(dim, index)"
                ".expand_as(source)) — the experts' output rows"),
-    # Megatron-LM before 2659630721 (graph/families/moe_combine.py): the combine multiplies the routing probs
-    "combine_probs_select": SaveRule(saves=("extra:probs_t", "extra:routing_map_t"),
-                                     source=f"{MC_PRE_2659630721}/transformer/moe/moe_utils.py: unpermute (probs "
-                                            "given) and token_dispatcher.py: MoEAllGatherTokenDispatcher."
-                                            "token_unpermutation — probs.T.contiguous().masked_select(routing_map.T"
-                                            ".contiguous()) keeps the transposed probs and bool map"),
-    "combine_probs_mul": SaveRule(saves=("in:x", "in:probs"),
-                                  source=f"{MC_PRE_2659630721}/transformer/moe/moe_utils.py: unpermute — "
-                                         "permuted_tokens * permuted_probs.unsqueeze(-1) keeps both (the product in "
-                                         "the promoted dtype); token_dispatcher.py: MoEAllGatherTokenDispatcher."
-                                         "token_unpermutation — hidden_states * permuted_probs.unsqueeze(-1) alike"),
-    "fused_unpermute_probs": SaveRule(saves=("in:x", "in:probs"),
-                                      source=f"{MC_PRE_2659630721}/transformer/moe/moe_utils.py: unpermute(fused="
-                                             "True, probs) → NVIDIA/TransformerEngine@release_v2.2:transformer_engine/"
-                                             "pytorch/permutation.py: _moe_unpermute_mask_map.forward with "
-                                             "merging_probs saves inp, row_id_map (kept by the permute) and "
-                                             "merging_probs"),
     "fused_permute": SaveRule(saves=("extra:row_id_map",),
                               source=f"{MOE_UTILS}: permute(fused=True) → {TE_PERM}: moe_permute_with_probs → "
                                      "_moe_permute_mask_map.forward saves row_id_map (triton/permutation.py "
@@ -391,6 +374,6 @@ LIMITS = Limits(max_zero=1, instead="paper", zero_note="its distributed optimize
                               "parallelism only with cp_comm_type = a2a, not the KV ring "
                               "this profile models")
 
-PROFILE = Profile(name="megatron", params=PARAMS, saved=megatron_flex.extend(megatron_gptoss.extend(BASE)),
+PROFILE = Profile(name="megatron", params=PARAMS, saved=megatron_combine.extend(megatron_flex.extend(megatron_gptoss.extend(BASE))),
                   structure=STRUCTURE,
                   lifecycle=LIFECYCLE, limits=LIMITS, configure=configure)
