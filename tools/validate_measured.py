@@ -259,6 +259,23 @@ def keeps_batch_of(record: dict) -> bool:
     return _pinned(record, KEEPS_BATCH) == "yes"
 
 
+#: Megatron-LM 2659630721 "perf(MoE): Memory efficient token permutation" (2025-04-09, on main at package_info
+#: 0.12.0rc0, first released in core_v0.13.0rc0; no core_r0.12.x release has it): the routing probs scale the
+#: experts' activation instead of the combine's experts' output (``[framework] moe_probs_in_experts``)
+PROBS_IN_EXPERTS = (("2025-04-09", "2659630721", "yes"),)
+
+
+def probs_in_experts_of(record: dict) -> bool:
+    """Whether the case's recording commit has 2659630721 (:data:`PROBS_IN_EXPERTS`): Megatron-Core 0.13 and
+    later, or main's 0.12.0rc0 from that commit on (a 0.12 release never)."""
+    from timeline.profiles.megatron_workspaces import version_tuple
+
+    mc = megatron_of(record) or "0.14.0"
+    if version_tuple(mc) >= (0, 13):
+        return True
+    return mc == "0.12.0rc0" and _pinned(record, PROBS_IN_EXPERTS) == "yes"
+
+
 PROVENANCE = ROOT / "tools" / "golden_provenance.json"
 
 
@@ -368,7 +385,8 @@ def convert_at_world_size(record: dict, margs: MegatronArgs) -> tuple[int, Conve
 
     def at(world: int) -> Conversion:
         return convert(margs, world_size=world, gpu=gpu_of(record), pytorch_version=pytorch_of(record),
-                       te_version=te_of(record), megatron_core=megatron_of(record), keeps_batch=keeps_batch_of(record))
+                       te_version=te_of(record), megatron_core=megatron_of(record), keeps_batch=keeps_batch_of(record),
+                       probs_in_experts=probs_in_experts_of(record))
 
     *earlier, last = world_size_candidates(record)
     for world in earlier:

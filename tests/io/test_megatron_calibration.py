@@ -264,3 +264,30 @@ def test_the_2025_moe_cases_unpermute_by_scatter_add(rows):
                  "moe/gpt3_mcore_te_tp2_pp1_frozen_resume_torch_dist_te_8experts2parallel_groupedGEMM"):
         assert by_name[name]["recorded_at"] in ("194b2be238", "c6b08c2e5a")
         assert abs(by_name[name]["error_pct"]) < 0.25, (name, by_name[name]["error_pct"])
+
+
+def test_each_moe_case_multiplies_the_probs_where_its_commit_did():
+    """Megatron-LM 2659630721 (2025-04-09, main at 0.12.0rc0, first released in 0.13.0rc0; never on core_r0.12)
+    moved the routing-probability multiply from the combine into the experts."""
+    tool = _tool()
+
+    def rec(core: str, commit: str, date: str) -> dict:
+        return {"software": {"megatron_core": core}, "memory_values_first_commit": commit,
+                "memory_values_first_commit_date": date}
+
+    assert not tool.probs_in_experts_of(rec("0.12.0rc0", "cb12e3dea4", "2025-04-04"))
+    assert tool.probs_in_experts_of(rec("0.12.0rc0", "2659630721ac", "2025-04-09"))
+    assert not tool.probs_in_experts_of(rec("0.12.1", "0123456789", "2025-05-01"))  # the 0.12 release line
+    assert tool.probs_in_experts_of(rec("0.13.0rc0", "795f135561", "2025-04-10"))
+
+
+def test_the_moe_goldens_recorded_before_2659630721_keep_the_combine_s_product(rows):
+    """Two GeLU top-k MoE goldens recorded at cb12e3dea4 (2025-04-04), before the probs moved into the experts:
+    the combine keeps the experts' [rows, h] output, not the [rows, ffn] activation the later multiply keeps
+    (12 layers × 4096 rows × (1024 − 512) × 2 B = 48 MiB a routed row per top-k); +2.71 % and +2.90 % with the
+    later rule."""
+    by_name = {r["name"]: r for r in rows[0]}
+    for name in ("moe/gpt3_mcore_te_tp2_pp1_resume_torch_dist_te_8experts2parallel_groupedGEMM",
+                 "moe/gpt3_mcore_te_tp2_pp1_resume_torch_dist_te_8experts2parallel_top2router"):
+        assert by_name[name]["recorded_at"] == "cb12e3dea4"
+        assert abs(by_name[name]["error_pct"]) < 1.0, (name, by_name[name]["error_pct"])

@@ -125,11 +125,13 @@ def allocator_conf(text: str, c: Conversion) -> None:
 
 def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_version: str | None,
               pytorch_version: str | None = None, megatron_core: str | None = None,
-              keeps_batch: bool | None = None) -> None:
+              keeps_batch: bool | None = None, probs_in_experts: bool | None = None) -> None:
     """``[framework]``, ``[allocator]`` and ``[hardware]`` from the arguments and the environment.
 
     ``keeps_batch``: whether the Megatron-LM commit has 5e4fc931ba's ``get_batch`` (None: read from
-    ``megatron_core``, from 0.19.0 on; main's 0.18.0 spans both sides of it)."""
+    ``megatron_core``, from 0.19.0 on; main's 0.18.0 spans both sides of it). ``probs_in_experts``: whether it
+    has 2659630721's routing-probability multiply inside the experts (None: from ``megatron_core``, from
+    0.13 on; main's 0.12.0rc0 spans both sides of it)."""
     sm = int(GPUS[gpu]["sm"])
     dtype = c.sections["training"]["dtype"]
     deterministic = a.flag("--deterministic-mode") or env.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "1") == "0"
@@ -215,6 +217,17 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
         c.put("framework.moe_router_dtype", rd, "--moe-router-dtype")
         c.put("framework.moe_permute_fusion", a.flag("--moe-permute-fusion"), "--moe-permute-fusion")
         c.put("framework.moe_grouped_gemm", a.flag("--moe-grouped-gemm"), "--moe-grouped-gemm")
+        # Megatron-LM 2659630721 (2025-04-09, "Memory efficient token permutation"; not in core_r0.12.x, first in
+        # core_v0.13.0rc0): experts.py multiplies the routing probs into the activation; before it the
+        # dispatchers' combine multiplied the experts' output (moe_utils.py: unpermute, token_dispatcher.py:
+        # MoEAllGatherTokenDispatcher.token_unpermutation at 2659630721^)
+        if probs_in_experts is None:
+            probs_in_experts = version_tuple(megatron_core or "0.14.0") >= (0, 13)
+        if not probs_in_experts and disp == "flex":
+            raise UserError("--moe-token-dispatcher-type flex before Megatron-Core 0.13: the DeepEP combine that "
+                            "multiplied the routing probs then (before Megatron-LM 2659630721) is not modelled; "
+                            "give --megatron-core 0.13 or later")
+        c.put("framework.moe_probs_in_experts", probs_in_experts)
         score = a.str("--moe-router-score-function", "softmax")
         if score not in ("softmax", "sigmoid"):
             raise UserError(f"--moe-router-score-function {score}: use softmax or sigmoid")

@@ -65,6 +65,10 @@ class FrameworkSpec:
     moe_permute_fusion: bool = spec_field(False, doc="--moe-permute-fusion")
     moe_z_loss: bool = spec_field(False, doc="--moe-z-loss-coeff given: the router's z-loss is computed")
     moe_grouped_gemm: bool = spec_field(True, doc="--moe-grouped-gemm (false: SequentialMLP)")
+    moe_probs_in_experts: bool = spec_field(True, doc="the routing probabilities scale the experts' activation "
+                                            "(Megatron-LM from 2659630721, 2025-04-09, first released in "
+                                            "Megatron-Core 0.13); false: the token dispatcher's combine scales "
+                                            "the experts' output")
     cublas_workspace_config: str = spec_field("", doc="CUBLAS_WORKSPACE_CONFIG (':SIZE_KiB:COUNT…'; '' = default)")
     avoid_record_streams: bool = spec_field(False, doc=(
         "TORCH_NCCL_AVOID_RECORD_STREAMS=1 (recorded only: no rule reads it yet; record streams delay when a "

@@ -87,8 +87,14 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
         keep = {n: t for n, t in (("q", q), ("k", k), ("v", v)) if t is views}
         copies = dict(zip(keep, _contiguous(b, f"{name}.qkv_layout", layer, keep, shapes), strict=True))
         q, k, v = copies.get("q", q), copies.get("k", k), copies.get("v", v)
-    if b.table.attention == "flash" and b.table.te_flash_copies:  # TE FlashAttention: bshd copies
-        q, k, v = _contiguous(b, f"{name}.to_bshd", layer, {"q": q, "k": k, "v": v}, shapes)
+    # TE FlashAttention: bshd copies, `x.transpose(0, 1).contiguous()`; at one sequence per micro-batch
+    # the transpose of a contiguous [s, 1, …] tensor is contiguous (PyTorch's is_contiguous skips the
+    # strides of size-1 dims) and .contiguous() returns it: only a view of the fused QKV output is copied
+    copied = flash_copies(b)
+    if copied:
+        xs = {n: t for n, t in (("q", q), ("k", k), ("v", v)) if d.b > 1 or t is views}
+        made = dict(zip(xs, _contiguous(b, f"{name}.to_bshd", layer, xs, shapes), strict=True)) if xs else {}
+        q, k, v = made.get("q", q), made.get("k", k), made.get("v", v)
     kv = {"k": k, "v": v}
     kc, vc = shapes["k"][1], shapes["v"][1]
     if d.cp > 1:
@@ -116,9 +122,10 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
         if b.model.is_sliding(layer):  # a sliding window: each query meets at most that many keys
             sk = min(sk, b.model.sliding_window)
         f = 2.0 * d.b * heads * sq * sk * (qk_dim + v_dim)
-        out = b.tensor(f"{name}.out_bshd", ctx.shape) if b.table.te_flash_copies else ctx
+        # the bshd output's `.view(b, s, -1).transpose(0, 1).contiguous()`: a copy only for b > 1, as above
+        out = b.tensor(f"{name}.out_bshd", ctx.shape) if copied and d.b > 1 else ctx
         inputs = {"q": q, **kv}
-        if d.cp > 1 and b.table.te_flash_copies:  # the ring keeps q, its last K/V buffer and out, not the
+        if d.cp > 1 and copied:  # the ring keeps q, its last K/V buffer and out, not the
             inputs = {"q": q, "_k": k, "_v": v, "_ring": kv["_ring"]}  # bshd k/v copies
         scratch = flash_bwd.scratch(b, name, q, k, v, heads, qk_dim) \
             if b.table.flash_bwd and qk_dim == v_dim and rule == "flash_attn" else {}
@@ -147,6 +154,14 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
     b.op(f"{name}.pv", "attn_v", layer, {"p": probs, "v": v}, {"y": ctx},
          flops=2.0 * d.b * heads * sq * sk * v_dim, tags=CORE)
     return ctx
+
+
+def flash_copies(b: Builder) -> bool:
+    """Whether TE's FlashAttention backend runs on Megatron's sbhd tensors and converts them to and from
+    bshd (``NVIDIA/TransformerEngine@release_v2.14:transformer_engine/pytorch/attention/dot_product_attention/
+    backends.py: FlashAttention.forward``: ``x.transpose(0, 1).contiguous()`` for q, k and v; the output's
+    ``.view(batch_size, max_seqlen_q, -1).transpose(0, 1)`` then ``.contiguous()``), unchanged v2.6 … v2.17."""
+    return b.table.attention == "flash" and b.table.te_flash_copies
 
 
 def _contiguous(b: Builder, name: str, layer: int, xs: dict[str, TensorDef],
