@@ -276,6 +276,24 @@ def probs_in_experts_of(record: dict) -> bool:
     return mc == "0.12.0rc0" and _pinned(record, PROBS_IN_EXPERTS) == "yes"
 
 
+#: Megatron-LM a56a0b001d "fix(moe): ... reduce memory overhead for 1F1B A2A overlap" (2026-01-06, on main at
+#: package_info 0.16.0rc0, so no version gate on main separates it; first release core_v0.16.0): combined 1F1B
+#: releases each backward layer's schedule-plan nodes after the layer (``[framework]
+#: combined_1f1b_keeps_node_io`` false from it on)
+RELEASES_NODES = (("2026-01-06", "a56a0b001d", "yes"),)
+
+
+def releases_nodes_of(record: dict) -> bool:
+    """Whether the case's recording commit has a56a0b001d's node release (:data:`RELEASES_NODES`); a record
+    of a release branch (its ``package_info`` a final release) by its version, 0.16.0 on."""
+    from timeline.profiles.megatron_workspaces import version_tuple
+
+    version = megatron_of(record) or ""
+    if "rc" not in version and version_tuple(version) >= (0, 16, 0):
+        return True
+    return _pinned(record, RELEASES_NODES) == "yes"
+
+
 PROVENANCE = ROOT / "tools" / "golden_provenance.json"
 
 
@@ -386,7 +404,8 @@ def convert_at_world_size(record: dict, margs: MegatronArgs) -> tuple[int, Conve
     def at(world: int) -> Conversion:
         return convert(margs, world_size=world, gpu=gpu_of(record), pytorch_version=pytorch_of(record),
                        te_version=te_of(record), megatron_core=megatron_of(record), keeps_batch=keeps_batch_of(record),
-                       probs_in_experts=probs_in_experts_of(record))
+                       probs_in_experts=probs_in_experts_of(record),
+                       releases_nodes=releases_nodes_of(record))
 
     *earlier, last = world_size_candidates(record)
     for world in earlier:

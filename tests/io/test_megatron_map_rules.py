@@ -108,3 +108,35 @@ def test_jobs_the_config_names_by_mode_or_script():
         convert_args(BASE | {"--num-tokens-to-generate": 16})
     with pytest.raises(UserError, match=r"^--num-experts-per-tok: not a Megatron-LM argument; use --moe-router-topk"):
         convert_args(BASE | {"--num-experts-per-tok": 2})
+
+
+EP = {"--num-experts": 4, "--moe-router-topk": 2, "--expert-model-parallel-size": 2,
+      "--moe-token-dispatcher-type": "alltoall", "--overlap-moe-expert-parallel-comm": True}
+
+
+@pytest.mark.parametrize(("version", "releases", "keeps"), [
+    ("0.15.0rc8", None, True), ("0.16.0rc0", None, True), ("0.16.0", None, False), ("0.18.0", None, False),
+    ("0.16.0rc0", True, False),  # main after a56a0b001d (2026-01-06) still says 0.16.0rc0
+])
+def test_overlap_moe_expert_parallel_comm_is_combined_1f1b_and_keeps_node_io_before_a56a0b001d(
+        version, releases, keeps):
+    s = convert_args(BASE | EP, megatron_core=version, releases_nodes=releases).sections
+    assert s["schedule"] == {"kind": "1f1b", "combined_1f1b": True}
+    assert s["framework"]["combined_1f1b_keeps_node_io"] is keeps
+    assert s["framework"]["ep_overlap_early_attn_memory_release"] is False
+
+
+def test_combined_1f1b_is_refused_where_megatron_refuses_it():
+    with pytest.raises(UserError, match="--overlap-moe-expert-parallel-comm: .*virtual pipeline"):
+        convert_args(BASE | EP | {"--pipeline-model-parallel-size": 2}, world_size=4)
+    with pytest.raises(UserError, match="alltoall or flex"):
+        convert_args(BASE | EP | {"--moe-token-dispatcher-type": "allgather"})
+    with pytest.raises(UserError, match="--ep-overlap-early-attn-memory-release: .*0.16.0"):
+        convert_args(BASE | EP | {"--ep-overlap-early-attn-memory-release": True}, megatron_core="0.15.0")
+    with pytest.raises(UserError, match="from a56a0b001d"):  # main's 0.16.0rc0 before the commit
+        convert_args(BASE | EP | {"--ep-overlap-early-attn-memory-release": True}, releases_nodes=False)
+    s = convert_args(BASE | EP | {"--ep-overlap-early-attn-memory-release": True}, megatron_core="0.17.0").sections
+    assert s["framework"]["ep_overlap_early_attn_memory_release"] is True
+    s = convert_args(BASE | EP | {"--pipeline-model-parallel-size": 2, "--num-layers-per-virtual-pipeline-stage": 1},
+                     world_size=4).sections
+    assert s["schedule"]["kind"] == "interleaved" and s["schedule"]["combined_1f1b"] is True

@@ -336,11 +336,12 @@ UNDER: dict[str, tuple[str, ...]] = {
 #: every compute-communication overlap timeline simulates as the schedule without it, with its
 #: sub-options; not neutral in truth, and the run file's header says so
 WITHOUT_OVERLAP = (
-    "compute-communication overlap, simulated as the schedule without it: not modelled yet (combined 1F1B's "
-    "layer-interleaved forward and backward on a second stream, pipeline_parallel/combined_1f1b.py; TE's "
-    "userbuffers, allocated outside PyTorch's allocator, which hold the gathered GEMM inputs)",
-    ("--overlap-moe-expert-parallel-comm", "--tp-comm-overlap", "--tp-comm-overlap-cfg",
-     "--ep-overlap-early-attn-memory-release",
+    "compute-communication overlap, simulated as the schedule without it: not modelled yet (TE's userbuffers, "
+    "cudaMalloc'd or cuMemCreate'd outside PyTorch's allocator by register_user_buffer_collective, hold the "
+    "gathered GEMM inputs and partial outputs that PyTorch allocates without the overlap; initialize_ub "
+    "replaces TE's cuBLAS workspace by 3 of them, get_workspace().repeat(_NUM_MAX_UB_STREAMS), TE v2.5 … v2.18); "
+    "a higher-priority stream for combined 1F1B's all-to-alls",
+    ("--tp-comm-overlap", "--tp-comm-overlap-cfg",
      "--high-priority-a2a-comm-stream", "--tp-comm-bootstrap-backend", "--tp-comm-overlap-rs-dgrad",
      "--disable-tp-comm-bulk-dgrad", "--no-tp-comm-bulk-dgrad", "--disable-tp-comm-bulk-wgrad",
      "--no-tp-comm-bulk-wgrad", "--disable-tp-comm-overlap-ag", "--no-tp-comm-overlap-ag",

@@ -78,6 +78,9 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--moe-router-load-balancing-type", "--moe-aux-loss-coeff"), "framework.moe_router_load_balancing"),
     "--moe-router-dtype": "framework.moe_router_dtype",
     "--moe-permute-fusion": "framework.moe_permute_fusion",
+    "--overlap-moe-expert-parallel-comm": "schedule.combined_1f1b (refused where Megatron refuses it) and "
+                                          "framework.combined_1f1b_keeps_node_io by version",
+    "--ep-overlap-early-attn-memory-release": "framework.ep_overlap_early_attn_memory_release",
     "--moe-grouped-gemm": "framework.moe_grouped_gemm",
     **dict.fromkeys(("--moe-router-score-function", "--moe-router-pre-softmax"), "router score (same shapes)"),
     "--moe-z-loss-coeff": "framework.moe_z_loss",

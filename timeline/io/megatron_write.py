@@ -35,9 +35,10 @@ SECTION_ORDER = ("model", "parallel", "training", "recompute", "schedule", "allo
 
 def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_version: str | None = None,
             pytorch_version: str | None = None, megatron_core: str | None = None,
-            keeps_batch: bool | None = None, probs_in_experts: bool | None = None) -> Conversion:
+            keeps_batch: bool | None = None, probs_in_experts: bool | None = None,
+            releases_nodes: bool | None = None) -> Conversion:
     """The run-file data of the job ``margs`` describes on ``world_size`` GPUs of kind ``gpu``
-    (``keeps_batch``, ``probs_in_experts``: :func:`timeline.io.megatron_framework.framework`)."""
+    (``keeps_batch``, ``probs_in_experts``, ``releases_nodes``: :func:`timeline.io.megatron_framework.framework`)."""
     if world_size < 1:
         raise UserError(f"--world-size must be 1 or more, got {world_size}")
     if gpu not in GPUS:
@@ -57,7 +58,8 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     map_training(a, c, dp)
     refuse_unschedulable(c, dp, world_size)
     framework(a, c, margs.env, gpu=gpu, te_version=te_version, pytorch_version=pytorch_version,
-              megatron_core=megatron_core, keeps_batch=keeps_batch, probs_in_experts=probs_in_experts)
+              megatron_core=megatron_core, keeps_batch=keeps_batch, probs_in_experts=probs_in_experts,
+              releases_nodes=releases_nodes)
     given = {k: v for k, v in c.mapped.items() if k in margs.args}
     for name in margs.args:
         if name in a.read or name in given:

@@ -72,6 +72,9 @@ class DeviceState:
     #: each chunk keeps its last received input and that input's gradient until its next forward
     #: (the profile's ``Lifecycle.chunk_keeps_input``; :func:`timeline.sim.expand.kept_inputs`)
     keeps_input: bool = False
+    #: combined 1F1B's backward layer nodes keep their I/O until the pair ends
+    #: (``[framework] combined_1f1b_keeps_node_io``; :func:`timeline.sim.expand.combined_kept`)
+    combined_keeps_node_io: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,7 +112,8 @@ def device_state(dev: StaticDevice, model: ModelSpec, tr: TrainingSpec, par: Par
     else:
         allocs = () if per_param else tuple(static_allocs(rules.profile, tr, dev, workspaces))
     return DeviceState(allocs=allocs, per_parameter=per_param, gathered_bytes=gathered_bytes(rules.profile, tr, dev),
-                       step_copies=copies, keeps_input=bool(life.chunk_keeps_input))
+                       step_copies=copies, keeps_input=bool(life.chunk_keeps_input),
+                       combined_keeps_node_io=rules.framework.combined_1f1b_keeps_node_io)
 
 
 def ddp_of(profile: str, framework: FrameworkSpec, model: ModelSpec, tr: TrainingSpec, par: ParallelSpec, *,

@@ -78,5 +78,11 @@ class FrameworkSpec:
                                       "max(40M, 1M·dp·cp), with overlap_grad_reduce)")
     ddp_pad_for_busbw: bool = spec_field(False, doc="--ddp-pad-buckets-for-high-nccl-busbw (buckets end at a "
                                          "multiple of lcm(dp, 128, 65536) elements)")
+    combined_1f1b_keeps_node_io: bool = spec_field(False, doc=(
+        "combined 1F1B (schedule.combined_1f1b): each backward layer node keeps its inputs' gradients and its "
+        "outputs until the pair ends (Megatron-Core before a56a0b001d, 2026-01-06; released in 0.16.0)"))
+    ep_overlap_early_attn_memory_release: bool = spec_field(False, doc=(
+        "--ep-overlap-early-attn-memory-release: in a combined-1F1B pair the backward's attention runs before "
+        "the forward's experts (Megatron-LM from a56a0b001d)"))
     workspaces: bool = spec_field(True, doc="TE's and PyTorch's persistent cuBLAS workspaces (false: leave "
                                   "them out, e.g. to compare saved tensors alone)")
