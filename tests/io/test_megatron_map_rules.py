@@ -108,3 +108,24 @@ def test_jobs_the_config_names_by_mode_or_script():
         convert_args(BASE | {"--num-tokens-to-generate": 16})
     with pytest.raises(UserError, match=r"^--num-experts-per-tok: not a Megatron-LM argument; use --moe-router-topk"):
         convert_args(BASE | {"--num-experts-per-tok": 2})
+
+
+def test_overlap_param_gather_with_optimizer_step_maps_where_megatron_accepts_it():
+    ok = BASE | {"--pipeline-model-parallel-size": 2, "--num-layers-per-virtual-pipeline-stage": 1,
+                 "--use-distributed-optimizer": True, "--overlap-param-gather": True, "--ckpt-format": "torch",
+                 "--overlap-param-gather-with-optimizer-step": True}
+    c = convert_args(ok, world_size=4)
+    assert c.sections["framework"]["overlap_param_gather_with_optimizer_step"] is True
+    assert c.mapped["--overlap-param-gather-with-optimizer-step"] == "framework.overlap_param_gather_with_optimizer_step"
+    # the arguments read only to check the combination stay listed memory-neutral
+    assert "--overlap-param-gather" in c.neutral and "--ckpt-format" in c.neutral
+    assert convert_args(BASE).sections["framework"]["overlap_param_gather_with_optimizer_step"] is False
+    # arguments.py: validate_args asserts each of these; the first missing one is named
+    for drop, named in (("--use-distributed-optimizer", "--use-distributed-optimizer"),
+                        ("--overlap-param-gather", "--overlap-param-gather"),
+                        ("--num-layers-per-virtual-pipeline-stage", "an interleaved schedule"),
+                        ("--ckpt-format", "--ckpt-format torch")):
+        args = {k: v for k, v in ok.items() if k != drop}
+        with pytest.raises(UserError, match=rf"^--overlap-param-gather-with-optimizer-step: Megatron-LM rejects it "
+                                            rf"without {named}"):
+            convert_args(args, world_size=4)

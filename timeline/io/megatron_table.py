@@ -72,6 +72,8 @@ MAPPED: dict[str, str] = {
                     "framework.attention_softmax_in_fp32"),
     **dict.fromkeys(("--overlap-grad-reduce", "--ddp-bucket-size", "--ddp-pad-buckets-for-high-nccl-busbw"),
                     "framework DDP buckets"),
+    "--overlap-param-gather-with-optimizer-step": "framework.overlap_param_gather_with_optimizer_step (one bucket "
+                                                  "per chunk; the first chunk's own optimizer)",
     "--ddp-num-buckets": "refused with --overlap-grad-reduce (bucket size = parameters ÷ N); no effect without",
     **dict.fromkeys(("--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--moe-enable-deepep"),
                     "framework.moe_token_dispatcher / moe_flex_backend"),
@@ -154,8 +156,6 @@ REFUSED: dict[str, str] = {
     "--overlap-dispatch-backward-with-experts-wgrad": "experts' weight gradients delayed to a second stream "
                                                       "(moe_layer.py) are not modelled yet",
     "--defer-embedding-wgrad-compute": "deferred embedding weight gradients are not modelled yet",
-    "--overlap-param-gather-with-optimizer-step": "the first chunk's parameter all-gather launched inside the "
-                                                  "optimizer step (optimizer.py) is not modelled yet",
     "--use-precision-aware-optimizer": _PRECISION_OPT, "--main-grads-dtype": _PRECISION_OPT,
     "--main-params-dtype": _PRECISION_OPT, "--exp-avg-dtype": _PRECISION_OPT, "--exp-avg-sq-dtype": _PRECISION_OPT,
     "--ddp-reduce-scatter-with-fp32-accumulation": "fp32 reduce-scatter accumulation buffers are not modelled",

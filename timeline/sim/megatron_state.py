@@ -15,7 +15,8 @@ Engine 2.6, ``TE``):
 4. Adam's ``exp_avg`` and ``exp_avg_sq`` per main parameter inside the first ``step()``
    (``TE/optimizers/fused_adam.py: FusedAdam.step`` → ``initialize_state``: ``torch.empty_like``
    per state, the optimizer Megatron imports first, ``MC/optimizer/__init__.py``); the dense
-   optimizer steps before the expert one (``ChainedOptimizer``);
+   optimizer steps before the expert one (``ChainedOptimizer``), and under
+   ``--overlap-param-gather-with-optimizer-step`` the first chunk's dense optimizer before both;
 5. every step, ``_copy_model_grads_to_main_grads`` sets ``main_param.grad =
    model_param.main_grad[shard].float()``: a new fp32 tensor per parameter (shard) when the grad
    buffer is not fp32 (an alias when it is), dropped by ``optimizer.zero_grad()`` at the start of
@@ -50,9 +51,10 @@ from timeline.spec.run import TrainingSpec
 StaticEvent = tuple[str, str, int, int, int]
 
 
-def _group_key(name: str, shape: tuple[int, ...], expert: bool) -> tuple[bool, bool]:
-    """(expert, no weight decay) of one parameter (``_get_param_groups``' default condition)."""
-    return expert, name.endswith(".bias") or len(shape) == 1
+def _group_key(name: str, shape: tuple[int, ...], optimizer: int) -> tuple[int, bool]:
+    """(the optimizer's place in the chain, no weight decay) of one parameter (``_get_param_groups``'
+    default condition; the chain: :attr:`timeline.graph.dp_buffers.DdpBuffer.optimizer`)."""
+    return optimizer, name.endswith(".bias") or len(shape) == 1
 
 
 def megatron_params(tensors: list[TensorDef]) -> list[tuple[str, list[TensorDef]]]:
@@ -72,20 +74,20 @@ def main_param_order(dev: StaticDevice, tr: TrainingSpec, expert_rule: str) -> l
     """(name, elements) of each main parameter (shard) in the order the optimizer creates and steps
     them; under ``zero = 1`` only the shards this rank owns."""
     shapes = {t.name: t for t in dev.tensors}
-    groups: dict[tuple[bool, bool], list[tuple[str, int]]] = {}
+    groups: dict[tuple[int, bool], list[tuple[str, int]]] = {}
     if tr.zero >= 1:
         for b in dev.dp_buffers:
             for s in b.slots:
-                groups.setdefault(_group_key(s.name, shapes[s.name].shape, b.expert), [])
+                groups.setdefault(_group_key(s.name, shapes[s.name].shape, b.optimizer), [])
         for b in dev.dp_buffers:
             for s in b.slots:
                 if s.shard_numel:
-                    groups[_group_key(s.name, shapes[s.name].shape, b.expert)].append((s.name, s.shard_numel))
+                    groups[_group_key(s.name, shapes[s.name].shape, b.optimizer)].append((s.name, s.shard_numel))
     else:
         for name, ts in megatron_params(megatron_order(dev.tensors)):
-            key = _group_key(name, ts[0].shape, is_expert_state(ts[0], expert_rule))
+            key = _group_key(name, ts[0].shape, int(is_expert_state(ts[0], expert_rule)))
             groups.setdefault(key, []).append((name, sum(t.numel for t in ts)))
-    # the dense optimizer first, then the expert one (ChainedOptimizer), each in first-seen group order
+    # the optimizers in their ChainedOptimizer order (dense, then expert), each in first-seen group order
     return [p for k in sorted(groups, key=lambda k: k[0]) for p in groups[k]]
 
 

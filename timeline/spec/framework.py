@@ -74,5 +74,8 @@ class FrameworkSpec:
                                       "max(40M, 1M·dp·cp), with overlap_grad_reduce)")
     ddp_pad_for_busbw: bool = spec_field(False, doc="--ddp-pad-buckets-for-high-nccl-busbw (buckets end at a "
                                          "multiple of lcm(dp, 128, 65536) elements)")
+    overlap_param_gather_with_optimizer_step: bool = spec_field(False, doc=(
+        "--overlap-param-gather-with-optimizer-step (every chunk's buffer one bucket; the first model chunk's dense "
+        "parameters in an optimizer of their own, stepped first)"))
     workspaces: bool = spec_field(True, doc="TE's and PyTorch's persistent cuBLAS workspaces (false: leave "
                                   "them out, e.g. to compare saved tensors alone)")
