@@ -12,7 +12,8 @@ commit, each read from NVIDIA/Megatron-LM at that commit:
   ``export NAME="${NAME:-value}"``) under the config's ``ENV_VARS``;
 - the world size: ``nodes × gpus`` of the CI recipe (``tests/test_utils/recipes/**.yaml``) whose
   ``spec.model`` is the family and whose products list the case on the golden's platform;
-- ``expressible_note``: what the simulator cannot express today, by the configuration's own arguments.
+- ``expressible_note``: what the simulator cannot express today, by the configuration's own arguments
+  (a ``_2nd`` golden is a resumed run's, which ``validate_measured`` simulates resumed: no note).
 
 It does not decide which side of the split a case is on (``tools/megatron_split.py``) and writes nothing.
 """
@@ -199,8 +200,6 @@ def expressible_note(family: str, config: dict | None, tag: dict[str, Any]) -> s
         notes.append("ModelOpt distillation (teacher model in memory)")
     if test_type in ("frozen-start", "checkpoint-consistency") and "inference test (no training step)" not in notes:
         notes.append(f"TEST_TYPE {test_type}: loads a checkpoint before the measured iterations")
-    if tag["second"]:
-        notes.append("the _2nd golden of a resumed run: loads a checkpoint before the measured iterations")
     if tag["release"]:
         notes.append("release-validation golden (a Megatron-Core version in its name, not recorded at this commit)")
     if tag["environment"] == "lts":

@@ -123,6 +123,14 @@ def test_the_expressible_note_names_each_kind():
     assert rec.expressible_note("t5", config, rec.golden_tag("x/golden_values_lts_dgx_a100.json")).startswith(
         "T5 encoder-decoder model; LTS container")
     assert rec.expressible_note("gpt", None, dev) == "no model_config.yaml at the recording commit"
+    # a resumed run's _2nd golden is expressible: validate_measured simulates it resumed
+    second = rec.golden_tag("x/golden_values_dev_dgx_h100_2nd.json")
+    assert rec.expressible_note("gpt", config, second) is None
+    tool = _tool("validate_measured")
+    old = {"expressible_note": "the _2nd golden of a resumed run: loads a checkpoint before the measured iterations; "
+                               "fp8/fp4 training", "measured": {"golden_tag": "dev_dgx_h100_2nd"}}
+    assert tool.note_now(old) == "fp8/fp4 training" and tool.resumed_run(old)
+    assert tool.note_now({"expressible_note": tool.MODELLED_NOTES[0]}) is None
 
 
 def test_moe2_configs_merge_as_megatron_s_merge_config():

@@ -117,8 +117,8 @@ def test_overlap_param_gather_with_optimizer_step_maps_where_megatron_accepts_it
     c = convert_args(ok, world_size=4)
     assert c.sections["framework"]["overlap_param_gather_with_optimizer_step"] is True
     assert c.mapped["--overlap-param-gather-with-optimizer-step"] == "framework.overlap_param_gather_with_optimizer_step"
-    # the arguments read only to check the combination stay listed memory-neutral
-    assert "--overlap-param-gather" in c.neutral and "--ckpt-format" in c.neutral
+    # --overlap-param-gather, read only to check the combination, stays listed memory-neutral
+    assert "--overlap-param-gather" in c.neutral
     assert convert_args(BASE).sections["framework"]["overlap_param_gather_with_optimizer_step"] is False
     # arguments.py: validate_args asserts each of these; the first missing one is named
     for drop, named in (("--use-distributed-optimizer", "--use-distributed-optimizer"),
@@ -129,3 +129,31 @@ def test_overlap_param_gather_with_optimizer_step_maps_where_megatron_accepts_it
         with pytest.raises(UserError, match=rf"^--overlap-param-gather-with-optimizer-step: Megatron-LM rejects it "
                                             rf"without {named}"):
             convert_args(args, world_size=4)
+
+
+def test_a_resumed_run_loads_the_optimizer_state_unless_finetune_or_no_load_optim():
+    fp16 = BASE | {"--fp16": True, "--bf16": False}
+    fresh = convert_args(fp16).sections
+    # fresh fp16: the initial loss scale overflows the first steps (no moments yet); nothing loaded
+    assert (fresh["training"]["resumed"], fresh["training"]["optimizer_step"]) == (False, False)
+    assert fresh["framework"]["checkpoint_format"] == "torch_dist"
+    s = convert_args(fp16, resumed=True).sections
+    # checkpointing.py: load_checkpoint loads the optimizer and its grad scaler: the loaded scale steps
+    assert (s["training"]["resumed"], s["training"]["optimizer_step"]) == (True, True)
+    for flag in ("--finetune", "--no-load-optim"):
+        c = convert_args(fp16 | {flag: True}, resumed=True)
+        assert (c.sections["training"]["resumed"], c.sections["training"]["optimizer_step"]) == (False, False)
+        assert c.mapped[flag] == "training.resumed"
+    torch = convert_args(BASE | {"--ckpt-format": "torch"}, resumed=True)
+    assert torch.sections["framework"]["checkpoint_format"] == "torch"
+
+
+def test_a_load_megatron_reads_otherwise_is_refused_only_when_a_checkpoint_is_loaded():
+    for extra in ({"--ckpt-format": "fsdp_dtensor"}, {"--ckpt-fully-parallel-load": True}):
+        convert_args(BASE | extra)  # nothing loaded: neither moves a byte
+        with pytest.raises(UserError, match=r"^--ckpt-f"):
+            convert_args(BASE | extra, resumed=True)
+        with pytest.raises(UserError, match=r"^--ckpt-f"):
+            convert_args(BASE | extra | {"--finetune": True})
+    # a DP·CP group of one loads plainly (fully_parallel.py: FullyParallelLoadStrategyWrapper.load)
+    convert_args(BASE | {"--ckpt-fully-parallel-load": True}, world_size=1, resumed=True)

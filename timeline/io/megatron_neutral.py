@@ -63,12 +63,12 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--disable-tokenizer-sentencepiece-ignore-extra-whitespaces", "--trust-remote-code", "--use-gigatoken",
         "--legacy-tokenizer", "--sft-tokenizer-prompt-format",
     ),
-    "checkpointing: save/load paths, formats and workers (training/checkpointing.py, core/dist_checkpointing) "
-    "run between iterations, not in the step simulated": (
+    "checkpointing: save/load paths, formats and workers (training/checkpointing.py, core/dist_checkpointing): "
+    "saving runs between iterations, not in the step simulated, and none of these moves a device byte of a "
+    "resumed run's load (timeline/sim/megatron_load.py; --dist-ckpt-optim-fully-reshardable reads to the host)": (
         "--save", "--load", "--save-interval", "--persistent-save-interval", "--save-retain-interval",
-        "--ckpt-format",
         "--async-save", "--async-strategy", "--use-persistent-ckpt-worker", "--ckpt-assume-constant-structure",
-        "--ckpt-fully-parallel-load", "--ckpt-fully-parallel-save", "--no-ckpt-fully-parallel-save",
+        "--ckpt-fully-parallel-save", "--no-ckpt-fully-parallel-save",
         "--disable-ckpt-fully-parallel-save", "--dist-ckpt-strictness", "--dist-ckpt-optim-fully-reshardable",
         "--dist-ckpt-save-pre-mcore-014", "--auto-detect-ckpt-format", "--use-checkpoint-args",
         "--use-checkpoint-opt_param-scheduler", "--use-checkpoint-opt-param-scheduler", "--no-load-rng",

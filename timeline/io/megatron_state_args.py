@@ -1,5 +1,6 @@
 """Megatron-LM arguments that change how a job's static state comes into being rather than its model:
-the first chunk's parameter all-gather launched inside the optimizer step.
+the first chunk's parameter all-gather launched inside the optimizer step, and what a checkpoint the
+job resumes from loads (:mod:`timeline.sim.megatron_load` models the load itself).
 
 Each function reads its arguments off an :class:`~timeline.io.megatron_map.ArgReader`, refuses what
 Megatron-LM itself rejects (``megatron/training/arguments.py: validate_args``) in one line, and puts the
@@ -21,7 +22,9 @@ INTERLEAVING = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages
 
 
 #: memory-neutral arguments read only to refuse a combination Megatron-LM rejects (they stay listed neutral)
-CHECKED_ONLY = ("--overlap-param-gather", "--ckpt-format")
+CHECKED_ONLY = ("--overlap-param-gather",)
+#: checkpoint formats whose load is modelled (timeline.sim.megatron_load)
+LOAD_FORMATS = ("torch_dist", "torch")
 
 
 def _given(a: ArgReader, name: str) -> object:
@@ -47,8 +50,36 @@ def param_gather_with_step(a: ArgReader, c: Conversion) -> None:
         ("--overlap-param-gather", bool(_given(a, "--overlap-param-gather"))),
         ("an interleaved schedule (" + " / ".join(INTERLEAVING) + ")",
          any(a.value(n) not in (None, False) for n in INTERLEAVING)),
-        ("--ckpt-format torch", str(_given(a, "--ckpt-format") or "torch_dist") == "torch")) if not ok]
+        ("--ckpt-format torch", a.str("--ckpt-format", "torch_dist") == "torch")) if not ok]
     if needs:
         raise UserError(f"--overlap-param-gather-with-optimizer-step: Megatron-LM rejects it without {needs[0]} "
                         "(arguments.py: validate_args)")
     c.put("framework.overlap_param_gather_with_optimizer_step", True, "--overlap-param-gather-with-optimizer-step")
+
+
+def checkpoint_load(a: ArgReader, c: Conversion, *, resumed: bool, dp_cp: int) -> None:
+    """What the checkpoint a job loads puts on the device: ``training.resumed`` (its optimizer state is
+    loaded) and ``framework.checkpoint_format``. ``resumed``: the job's ``--load`` holds a checkpoint of
+    this training (``from-megatron --resumed``; a functional test's ``_2nd`` run).
+
+    ``checkpointing.py: load_checkpoint`` (core_v0.12.0 … d98e8a64dd) loads the optimizer state (and
+    with it the fp16 loss scaler's scale, ``MixedPrecisionOptimizer.load_state_dict``) unless
+    ``--finetune`` or ``--no-load-optim``; without it the weights are read in place
+    (``optimizer.reload_model_params`` copies them into the main parameters) and the moments are made
+    in the first step, as in a fresh run. ``--ckpt-fully-parallel-load`` wraps the load in
+    ``FullyParallelLoadStrategyWrapper`` over the DP·CP group (a group of one loads plainly,
+    ``fully_parallel.py: load``), whose exchanged shard copies are not modelled."""
+    fmt = a.str("--ckpt-format", "torch_dist")
+    finetune, no_optim = a.flag("--finetune"), a.flag("--no-load-optim")
+    loads = resumed or finetune
+    if loads and fmt not in LOAD_FORMATS:
+        raise UserError(f"--ckpt-format {fmt}: loading a {fmt} checkpoint is not modelled (use torch_dist or torch)")
+    if loads and a.flag("--ckpt-fully-parallel-load") and dp_cp > 1:
+        raise UserError("--ckpt-fully-parallel-load: the shards a fully parallel load exchanges between the DP·CP "
+                        "ranks (dist_checkpointing/strategies/fully_parallel.py) are not modelled; drop it to model "
+                        "the plain load")
+    optim = resumed and not (finetune or no_optim)
+    c.put("training.resumed", optim, "--finetune", "--no-load-optim")
+    if optim:
+        c.put("training.optimizer_step", True)  # the loaded loss scale has settled: no first-step overflows
+    c.put("framework.checkpoint_format", fmt if fmt in LOAD_FORMATS else "torch_dist", "--ckpt-format")

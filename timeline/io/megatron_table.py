@@ -72,6 +72,11 @@ MAPPED: dict[str, str] = {
                     "framework.attention_softmax_in_fp32"),
     **dict.fromkeys(("--overlap-grad-reduce", "--ddp-bucket-size", "--ddp-pad-buckets-for-high-nccl-busbw"),
                     "framework DDP buckets"),
+    **dict.fromkeys(("--finetune", "--no-load-optim"), "training.resumed false: the checkpoint's weights only, the "
+                    "moments made in the first step"),
+    "--ckpt-format": "framework.checkpoint_format (a resumed run's load; formats other than torch_dist and torch "
+                     "refused when a checkpoint is loaded)",
+    "--ckpt-fully-parallel-load": "refused when a checkpoint is loaded at dp·cp > 1 (the exchanged shards)",
     "--overlap-param-gather-with-optimizer-step": "framework.overlap_param_gather_with_optimizer_step (one bucket "
                                                   "per chunk; the first chunk's own optimizer)",
     "--ddp-num-buckets": "refused with --overlap-grad-reduce (bucket size = parameters ÷ N); no effect without",
@@ -150,7 +155,7 @@ REFUSED: dict[str, str] = {
     "--modelopt-enabled": "a ModelOpt-built model (post_training/model_builder.py) is not modelled",
     "--freeze-base-for-mtp": "a frozen base model (no gradients for most parameters) is not modelled",
     "--freeze-all-layers": "frozen layers (no gradients or optimizer states for them) are not modelled",
-    "--finetune": _CKPT, "--no-load-optim": _CKPT, "--load-main-params-from-ckpt": _CKPT,
+    "--load-main-params-from-ckpt": _CKPT,
     "--pretrained-checkpoint": _CKPT, "--moe-use-upcycling": _CKPT,
     "--delay-wgrad-compute": "delayed weight-gradient computation is not modelled yet",
     "--overlap-dispatch-backward-with-experts-wgrad": "experts' weight gradients delayed to a second stream "

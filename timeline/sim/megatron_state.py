@@ -45,6 +45,8 @@ from timeline.graph.tensors import DTYPE_BYTES, Category, TensorDef
 from timeline.placement.devices import StaticDevice
 from timeline.profiles.megatron_workspaces import FUSED_INTO
 from timeline.sim.compiled import CAT_CODE
+from timeline.sim.megatron_load import resumed_moments
+from timeline.spec.framework import FrameworkSpec
 from timeline.spec.run import TrainingSpec
 
 #: (created at: "start" | "first_backward" | "first_step", name, bytes, category code, +1 alloc / −1 free)
@@ -91,8 +93,10 @@ def main_param_order(dev: StaticDevice, tr: TrainingSpec, expert_rule: str) -> l
     return [p for k in sorted(groups, key=lambda k: k[0]) for p in groups[k]]
 
 
-def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str) -> list[StaticEvent]:
-    """Weights, buffers, main parameters and moments of one device, in creation order."""
+def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str,
+                    fw: FrameworkSpec | None = None) -> list[StaticEvent]:
+    """Weights, buffers, main parameters and moments of one device, in creation order (``fw``: the
+    versions and checkpoint format a resumed run's load follows; default ``[framework]``'s)."""
     w_cat, g_cat, o_cat = CAT_CODE[Category.WEIGHTS], CAT_CODE[Category.GRADS], CAT_CODE[Category.OPTIMIZER]
     w, g = DTYPE_BYTES[tr.dtype], DTYPE_BYTES[tr.grad_dtype]
     dist = tr.zero >= 1
@@ -112,14 +116,12 @@ def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str) -> li
     for n, k in order:  # clone() in the model dtype, then .float(); the clone is dropped
         out += [("start", f"static.master_clone.{n}", k * w, o_cat, 1), ("start", f"static.master.{n}", k * master, o_cat, 1),
                 ("start", f"static.master_clone.{n}", k * w, o_cat, -1)] if master else []
-    if tr.optimizer_step or tr.resumed:
-        # a resumed run makes them when it loads the checkpoint, before any step (MC
-        # optimizer/distrib_optimizer.py: DistributedOptimizer.sharded_state_dict(is_loading=True) →
-        # load_state_dict(self.state_dict()), which allocates each state, then the load copies into it)
-        at = "start" if tr.resumed else "first_step"
+    if tr.resumed:  # the checkpoint load makes them, before any step (timeline.sim.megatron_load)
+        out += resumed_moments(order, moment, o_cat, distributed=dist, fw=fw or FrameworkSpec())
+    elif tr.optimizer_step:
         for n, k in order:
-            out += [(at, f"static.moments.{n}.exp_avg", k * moment, o_cat, 1),
-                    (at, f"static.moments.{n}.exp_avg_sq", k * moment, o_cat, 1)]
+            out += [("first_step", f"static.moments.{n}.exp_avg", k * moment, o_cat, 1),
+                    ("first_step", f"static.moments.{n}.exp_avg_sq", k * moment, o_cat, 1)]
     return [e for e in out if e[2] > 0]
 
 

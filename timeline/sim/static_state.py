@@ -104,7 +104,8 @@ def device_state(dev: StaticDevice, model: ModelSpec, tr: TrainingSpec, par: Par
                                          has_moe=has_moe, tensors=dev.tensors)]
     copies: tuple[tuple[str, int], ...] = ()
     if life.dp_buffers and dev.dp_buffers and not rules.traced:
-        allocs = tuple(a for a in megatron_events(tr, dev, rules.expert_state_group) + workspaces if a[2] > 0)
+        allocs = tuple(a for a in megatron_events(tr, dev, rules.expert_state_group, rules.framework) + workspaces
+                       if a[2] > 0)
         copies = main_grad_copies(tr, dev, rules.expert_state_group)
     else:
         allocs = () if per_param else tuple(static_allocs(rules.profile, tr, dev, workspaces))

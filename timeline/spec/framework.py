@@ -74,6 +74,9 @@ class FrameworkSpec:
                                       "max(40M, 1M·dp·cp), with overlap_grad_reduce)")
     ddp_pad_for_busbw: bool = spec_field(False, doc="--ddp-pad-buckets-for-high-nccl-busbw (buckets end at a "
                                          "multiple of lcm(dp, 128, 65536) elements)")
+    checkpoint_format: str = spec_field("torch_dist", choices=("torch_dist", "torch"), doc=(
+        "--ckpt-format of the checkpoint a resumed run (training.resumed) loads: torch_dist loads in place into "
+        "states made first, torch reads it to the host"))
     overlap_param_gather_with_optimizer_step: bool = spec_field(False, doc=(
         "--overlap-param-gather-with-optimizer-step (every chunk's buffer one bucket; the first model chunk's dense "
         "parameters in an optimizer of their own, stepped first)"))
