@@ -13,7 +13,8 @@ commit, each read from NVIDIA/Megatron-LM at that commit:
 - the world size: ``nodes × gpus`` of the CI recipe (``tests/test_utils/recipes/**.yaml``) whose
   ``spec.model`` is the family and whose products list the case on the golden's platform;
 - ``expressible_note``: what the simulator cannot express today, by the configuration's own arguments
-  (a ``_2nd`` golden is a resumed run's, which ``validate_measured`` simulates resumed: no note).
+  (a ``_2nd`` golden is a resumed run's and a ``frozen-start`` test loads a checkpoint too, which
+  ``validate_measured`` simulates: no note).
 
 It does not decide which side of the split a case is on (``tools/megatron_split.py``) and writes nothing.
 """
@@ -198,7 +199,7 @@ def expressible_note(family: str, config: dict | None, tag: dict[str, Any]) -> s
         notes.append(f"optimizer {optimizer} (not Adam)")
     if _on(args, "--export-kd-teacher-load"):
         notes.append("ModelOpt distillation (teacher model in memory)")
-    if test_type in ("frozen-start", "checkpoint-consistency") and "inference test (no training step)" not in notes:
+    if test_type == "checkpoint-consistency" and "inference test (no training step)" not in notes:
         notes.append(f"TEST_TYPE {test_type}: loads a checkpoint before the measured iterations")
     if tag["release"]:
         notes.append("release-validation golden (a Megatron-Core version in its name, not recorded at this commit)")

@@ -131,6 +131,9 @@ def test_the_expressible_note_names_each_kind():
                                "fp8/fp4 training", "measured": {"golden_tag": "dev_dgx_h100_2nd"}}
     assert tool.note_now(old) == "fp8/fp4 training" and tool.resumed_run(old)
     assert tool.note_now({"expressible_note": tool.MODELLED_NOTES[0]}) is None
+    frozen = {"TEST_TYPE": "frozen-start", "MODEL_ARGS": {"--num-layers": 2, "--finetune": True}}
+    assert rec.expressible_note("gpt", frozen, dev) is None
+    assert tool.resumed_run({"test_type": "frozen-start", "measured": {"golden_tag": "dev_dgx_h100"}})
 
 
 def test_moe2_configs_merge_as_megatron_s_merge_config():
