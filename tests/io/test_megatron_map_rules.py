@@ -4,6 +4,8 @@ values (a CP exchange other than p2p, a non-default value, a view that needs SP 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from timeline.errors import UserError
@@ -157,3 +159,20 @@ def test_a_load_megatron_reads_otherwise_is_refused_only_when_a_checkpoint_is_lo
             convert_args(BASE | extra | {"--finetune": True})
     # a DP·CP group of one loads plainly (fully_parallel.py: FullyParallelLoadStrategyWrapper.load)
     convert_args(BASE | {"--ckpt-fully-parallel-load": True}, world_size=1, resumed=True)
+
+
+def test_deferred_embedding_wgrad_maps_where_megatron_accepts_it():
+    pp2 = BASE | {"--pipeline-model-parallel-size": 2}
+    c = convert_args(pp2 | {"--defer-embedding-wgrad-compute": True, "--wgrad-deferral-limit": 2})
+    assert (c.sections["framework"]["defer_embedding_wgrad"], c.sections["framework"]["wgrad_deferral_limit"]) == (
+        True, 2)
+    assert convert_args(pp2 | {"--wgrad-deferral-limit": 2}).sections["framework"]["defer_embedding_wgrad"] is False
+    # model_parallel_config.py: ModelParallelConfig.__post_init__ raises for each of these
+    for args, start in ((BASE, "--defer-embedding-wgrad-compute: Megatron-LM rejects it without pipeline"),
+                        (pp2 | {"--no-gradient-accumulation-fusion": True}, "--defer-embedding-wgrad-compute with "
+                                                                             "--no-gradient-accumulation-fusion"),
+                        (pp2 | {"--wgrad-deferral-limit": -1}, "--wgrad-deferral-limit -1"),
+                        (pp2 | {"--wgrad-deferral-limit": 1, "--mtp-num-layers": 1}, "--wgrad-deferral-limit with "
+                                                                                     "--mtp-num-layers")):
+        with pytest.raises(UserError, match="^" + re.escape(start)):
+            convert_args(args | {"--defer-embedding-wgrad-compute": True}, world_size=4)

@@ -83,6 +83,10 @@ RULES = {  # id -> (overrides of ``run``, key path, words of the message)
     "roundup-key": ({"roundup_power2_divisions": (("3MB", 4),)}, "allocator.roundup_power2_divisions",
                     'must be a power of two in MB (e.g. "1MB", "256MB") or ">"'),
     "non-pytorch": ({"non_pytorch_gib": 80.0}, "hardware.non_pytorch_gib", "leaves nothing of capacity_gib=80"),
+    "defer-wgrad-pp": ({"pp": 1, "defer_embedding_wgrad": True}, "framework.defer_embedding_wgrad",
+                       "only with pp > 1 and gradient_accumulation_fusion"),
+    "defer-wgrad-fusion": ({"defer_embedding_wgrad": True, "gradient_accumulation_fusion": False},
+                           "framework.defer_embedding_wgrad", "only with pp > 1"),
 }
 
 

@@ -258,7 +258,6 @@ UNDER: dict[str, tuple[str, ...]] = {
                             "--init-model-with-meta-device"),
     "--use-torch-fsdp2": ("--torch-fsdp2-no-reshard-after-forward",),
     "--use-nccl-ub": ("--disable-symmetric-registration",),
-    "--defer-embedding-wgrad-compute": ("--wgrad-deferral-limit",),
     "--experimental-attention-variant": ("--dsa-indexer-head-dim", "--dsa-indexer-k-norm-epsilon",
                                          "--dsa-indexer-k-norm-fp32", "--dsa-indexer-loss-coeff",
                                          "--dsa-indexer-n-heads", "--dsa-indexer-rope-interleaved",

@@ -83,3 +83,31 @@ def checkpoint_load(a: ArgReader, c: Conversion, *, resumed: bool, dp_cp: int) -
     if optim:
         c.put("training.optimizer_step", True)  # the loaded loss scale has settled: no first-step overflows
     c.put("framework.checkpoint_format", fmt if fmt in LOAD_FORMATS else "torch_dist", "--ckpt-format")
+
+
+def embedding_wgrad(a: ArgReader, c: Conversion) -> None:
+    """``--defer-embedding-wgrad-compute`` / ``--wgrad-deferral-limit`` → ``framework.defer_embedding_wgrad`` /
+    ``wgrad_deferral_limit`` (the held tensors: :func:`timeline.sim.expand.head_wgrad_kept`).
+
+    ``megatron/core/model_parallel_config.py: ModelParallelConfig.__post_init__`` (core_v0.12.0 … d98e8a64dd)
+    raises without pipeline parallelism, without gradient-accumulation fusion and for a negative limit.
+    With MTP each micro-batch calls the output layer once per head, so a limit counts calls, not
+    micro-batches: that split is not modelled."""
+    if not a.flag("--defer-embedding-wgrad-compute"):
+        a.value("--wgrad-deferral-limit")
+        c.put("framework.defer_embedding_wgrad", False)
+        return
+    limit = a.int("--wgrad-deferral-limit", 0)
+    if c.sections["parallel"]["pp"] == 1:
+        raise UserError("--defer-embedding-wgrad-compute: Megatron-LM rejects it without pipeline parallelism "
+                        "(model_parallel_config.py)")
+    if not c.sections["framework"]["gradient_accumulation_fusion"]:
+        raise UserError("--defer-embedding-wgrad-compute with --no-gradient-accumulation-fusion: Megatron-LM rejects "
+                        "it (model_parallel_config.py)")
+    if limit < 0:
+        raise UserError(f"--wgrad-deferral-limit {limit}: Megatron-LM rejects a negative limit; give 0 (all) or more")
+    if limit and c.sections["model"].get("mtp_layers"):
+        raise UserError("--wgrad-deferral-limit with --mtp-num-layers: which of a micro-batch's output-layer calls "
+                        "defer is not modelled; give 0 (all)")
+    c.put("framework.defer_embedding_wgrad", True, "--defer-embedding-wgrad-compute")
+    c.put("framework.wgrad_deferral_limit", limit, "--wgrad-deferral-limit")

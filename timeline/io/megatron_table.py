@@ -72,6 +72,9 @@ MAPPED: dict[str, str] = {
                     "framework.attention_softmax_in_fp32"),
     **dict.fromkeys(("--overlap-grad-reduce", "--ddp-bucket-size", "--ddp-pad-buckets-for-high-nccl-busbw"),
                     "framework DDP buckets"),
+    **dict.fromkeys(("--defer-embedding-wgrad-compute", "--wgrad-deferral-limit"),
+                    "framework.defer_embedding_wgrad / wgrad_deferral_limit (the output layer's held input and "
+                    "logits gradient)"),
     **dict.fromkeys(("--finetune", "--no-load-optim"), "training.resumed false: the checkpoint's weights only, the "
                     "moments made in the first step"),
     "--ckpt-format": "framework.checkpoint_format (a resumed run's load; formats other than torch_dist and torch "
@@ -160,7 +163,6 @@ REFUSED: dict[str, str] = {
     "--delay-wgrad-compute": "delayed weight-gradient computation is not modelled yet",
     "--overlap-dispatch-backward-with-experts-wgrad": "experts' weight gradients delayed to a second stream "
                                                       "(moe_layer.py) are not modelled yet",
-    "--defer-embedding-wgrad-compute": "deferred embedding weight gradients are not modelled yet",
     "--use-precision-aware-optimizer": _PRECISION_OPT, "--main-grads-dtype": _PRECISION_OPT,
     "--main-params-dtype": _PRECISION_OPT, "--exp-avg-dtype": _PRECISION_OPT, "--exp-avg-sq-dtype": _PRECISION_OPT,
     "--ddp-reduce-scatter-with-fp32-accumulation": "fp32 reduce-scatter accumulation buffers are not modelled",

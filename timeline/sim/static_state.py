@@ -72,6 +72,9 @@ class DeviceState:
     #: each chunk keeps its last received input and that input's gradient until its next forward
     #: (the profile's ``Lifecycle.chunk_keeps_input``; :func:`timeline.sim.expand.kept_inputs`)
     keeps_input: bool = False
+    #: the output layer's weight gradients wait for the pipeline flush (``[framework] defer_embedding_wgrad``):
+    #: how many of an iteration's micro-batches defer (0: all; −1: none; :func:`timeline.sim.expand.head_wgrad_kept`)
+    deferred_head_wgrad: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,7 +113,9 @@ def device_state(dev: StaticDevice, model: ModelSpec, tr: TrainingSpec, par: Par
     else:
         allocs = () if per_param else tuple(static_allocs(rules.profile, tr, dev, workspaces))
     return DeviceState(allocs=allocs, per_parameter=per_param, gathered_bytes=gathered_bytes(rules.profile, tr, dev),
-                       step_copies=copies, keeps_input=bool(life.chunk_keeps_input))
+                       step_copies=copies, keeps_input=bool(life.chunk_keeps_input),
+                       deferred_head_wgrad=(rules.framework.wgrad_deferral_limit if rules.framework.defer_embedding_wgrad
+                                            and not rules.traced else -1))
 
 
 def ddp_of(profile: str, framework: FrameworkSpec, model: ModelSpec, tr: TrainingSpec, par: ParallelSpec, *,

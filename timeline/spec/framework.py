@@ -77,6 +77,11 @@ class FrameworkSpec:
     checkpoint_format: str = spec_field("torch_dist", choices=("torch_dist", "torch"), doc=(
         "--ckpt-format of the checkpoint a resumed run (training.resumed) loads: torch_dist loads in place into "
         "states made first, torch reads it to the host"))
+    defer_embedding_wgrad: bool = spec_field(False, doc=(
+        "--defer-embedding-wgrad-compute: the output layer's weight-gradient GEMMs wait for the pipeline flush, "
+        "each deferred micro-batch's input and logits gradient kept until then"))
+    wgrad_deferral_limit: int = spec_field(0, nonneg=True, maximum=2**31 - 1, doc=(
+        "--wgrad-deferral-limit: how many of an iteration's output-layer calls defer (0: all)"))
     overlap_param_gather_with_optimizer_step: bool = spec_field(False, doc=(
         "--overlap-param-gather-with-optimizer-step (every chunk's buffer one bucket; the first model chunk's dense "
         "parameters in an optimizer of their own, stepped first)"))

@@ -246,6 +246,10 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
         if fw.moe_flex_backend == "deepep" and tr.pad_to_capacity:
             add(("training.pad_to_capacity", 'the flex dispatcher\'s deepep backend does not pad to capacity; '
                  'set moe_flex_backend = "hybridep" or pad_to_capacity = false'))
+    if fw.defer_embedding_wgrad and (par.pp == 1 or not fw.gradient_accumulation_fusion):
+        # MC model_parallel_config.py: ModelParallelConfig.__post_init__ raises for either
+        add(("framework.defer_embedding_wgrad", "Megatron-LM defers the output layer's weight gradient to the "
+             "pipeline flush only with pp > 1 and gradient_accumulation_fusion"))
     if not (life is not None and life.reads_framework):
         default = FrameworkSpec()
         for f in dataclasses.fields(FrameworkSpec):
