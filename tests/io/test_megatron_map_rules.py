@@ -55,11 +55,24 @@ def test_padded_vocab_size_is_the_vocabulary_unpadded():
     assert c.sections["framework"]["make_vocab_size_divisible_by"] == 1
 
 
-def test_cp_comm_type_other_than_p2p_is_refused_only_with_context_parallelism():
-    convert_args(BASE | {"--cp-comm-type": "a2a"})  # cp 1: no exchange at all
-    convert_args(BASE | {"--context-parallel-size": 2, "--cp-comm-type": ["p2p"]})
-    with pytest.raises(UserError, match=r"^--cp-comm-type a2a\+p2p: only the p2p context-parallel exchange"):
-        convert_args(BASE | {"--context-parallel-size": 2, "--cp-comm-type": "a2a+p2p"})
+def test_cp_comm_types_map_and_allgather_is_refused_only_with_context_parallelism():
+    convert_args(BASE | {"--cp-comm-type": "allgather"})  # cp 1: no exchange at all
+    cp2 = BASE | {"--context-parallel-size": 2}
+    assert convert_args(cp2 | {"--cp-comm-type": ["p2p"]}).sections["framework"]["cp_comm_type"] == ["p2p"]
+    assert convert_args(cp2 | {"--cp-comm-type": "a2a"}).sections["framework"]["cp_comm_type"] == ["a2a"]
+    per_layer = convert_args(cp2 | {"--cp-comm-type": "p2p a2a p2p a2a"}).sections["framework"]
+    assert per_layer["cp_comm_type"] == ["p2p", "a2a", "p2p", "a2a"]
+    with pytest.raises(UserError, match=r"^--cp-comm-type allgather: the whole K and V"):
+        convert_args(cp2 | {"--cp-comm-type": "allgather"})
+    with pytest.raises(UserError, match=r"^--cp-comm-type: 2 values; give one, or one per layer \(4\)"):
+        convert_args(cp2 | {"--cp-comm-type": "p2p a2a"})
+    # a2a+p2p: arguments.py wants the hierarchical sizes, multiplying to cp; the first is the a2a group
+    cp4 = BASE | {"--context-parallel-size": 4, "--cp-comm-type": "a2a+p2p"}
+    c = convert_args(cp4 | {"--hierarchical-context-parallel-sizes": "2 2"}, world_size=4)
+    assert (c.sections["framework"]["cp_comm_type"], c.sections["framework"]["cp_a2a_size"]) == (["a2a+p2p"], 2)
+    for sizes in (None, "2 4"):
+        with pytest.raises(UserError, match=r"^--hierarchical-context-parallel-sizes"):
+            convert_args(cp4 | ({"--hierarchical-context-parallel-sizes": sizes} if sizes else {}), world_size=4)
 
 
 def test_p2p_overlap_matters_only_to_the_interleaved_schedule():

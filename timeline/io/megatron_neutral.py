@@ -323,7 +323,6 @@ UNDER: dict[str, tuple[str, ...]] = {
     "--tensor-parallel-num-weight-shards": ("--gtp-remat-opt-in-modules", "--gtp-remat-nccl-ub",
                                             "--gtp-expert-remat-nccl-ub",
                                             "--gtp-remat-reduce-scatter-with-fp32-accumulation"),
-    "--cp-comm-type a2a+p2p": ("--hierarchical-context-parallel-sizes",),
     "--optimizer other than adam": ("--no-use-layer-wise-param-layout", "--lion-beta1", "--lion-beta2",
                                     "--muon-coefficient-type", "--muon-extra-scale-factor",
                                     "--muon-fp32-matmul-prec", "--muon-momentum", "--muon-nesterov",

@@ -23,6 +23,7 @@ from timeline.spec.fields import spec_field
 
 ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
 DISPATCHERS = ("allgather", "alltoall", "flex")
+CP_COMM_TYPES = ("p2p", "a2a", "a2a+p2p")
 LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 
 
@@ -74,6 +75,12 @@ class FrameworkSpec:
                                       "max(40M, 1M·dp·cp), with overlap_grad_reduce)")
     ddp_pad_for_busbw: bool = spec_field(False, doc="--ddp-pad-buckets-for-high-nccl-busbw (buckets end at a "
                                          "multiple of lcm(dp, 128, 65536) elements)")
+    cp_comm_type: tuple[str, ...] = spec_field(("p2p",), choices=CP_COMM_TYPES, doc=(
+        "--cp-comm-type: how attention exchanges context-parallel chunks, one for all layers or one per layer: "
+        "p2p (a K/V ring), a2a (heads scattered, sequence gathered), a2a+p2p (a2a over cp_a2a_size ranks, then the "
+        "ring over the rest)"))
+    cp_a2a_size: int = spec_field(1, positive=True, maximum=2**20, doc=(
+        "--hierarchical-context-parallel-sizes' first entry: the a2a group of an a2a+p2p layer"))
     checkpoint_format: str = spec_field("torch_dist", choices=("torch_dist", "torch"), doc=(
         "--ckpt-format of the checkpoint a resumed run (training.resumed) loads: torch_dist loads in place into "
         "states made first, torch reads it to the host"))

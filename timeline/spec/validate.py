@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Protocol
 
+from timeline.spec.cp_rules import cp_comm_problems
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec
@@ -246,6 +247,7 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
         if fw.moe_flex_backend == "deepep" and tr.pad_to_capacity:
             add(("training.pad_to_capacity", 'the flex dispatcher\'s deepep backend does not pad to capacity; '
                  'set moe_flex_backend = "hybridep" or pad_to_capacity = false'))
+    problems += cp_comm_problems(fw, m, par)
     if fw.defer_embedding_wgrad and (par.pp == 1 or not fw.gradient_accumulation_fusion):
         # MC model_parallel_config.py: ModelParallelConfig.__post_init__ raises for either
         add(("framework.defer_embedding_wgrad", "Megatron-LM defers the output layer's weight gradient to the "
