@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 DEFAULT_DATA = ROOT.parent / "shared" / "measured" / "megatron_calibration.json"
 
 from measured_report import gap_lines, table  # noqa: E402  (the per-case table lives beside the part summaries)
+from megatron_case_record import note_now, resumed_run  # noqa: E402  (the notes' kinds live with the collection)
 
 #: measured.gpu prefix → --gpu
 GPU_KINDS = {"H100": "h100", "GB200": "gb200", "A100": "a100", "B200": "b200", "H200": "h200"}
@@ -229,34 +230,6 @@ def as_recorded(record: dict, provenance: dict[str, dict]) -> dict:
         out[key] = values
     out["recorded_as"] = entry
     return out
-
-
-#: expressible-note kinds the data wrote that the simulator models now, and how: the ``_2nd`` golden of a
-#: ``ckpt-resume`` test is its second run, which loads the first run's checkpoint (the optimizer's state with
-#: it) before its first logged iteration, and a ``frozen-start`` test loads the frozen checkpoint of the data
-#: folder before its first (``tests/functional_tests/shell_test_utils/run_ci_test.sh``: RUN_NUMBER=2 with
-#: CHECKPOINT_LOAD_PATH the first run's save; frozen-start's CHECKPOINT_LOAD_PATH); both are simulated as
-#: loading it (``from-megatron --resumed``: the optimizer's state unless --finetune / --no-load-optim,
-#: ``timeline/sim/megatron_load.py``)
-MODELLED_NOTES = ("the _2nd golden of a resumed run: loads a checkpoint before the measured iterations",
-                  "TEST_TYPE frozen-start: loads a checkpoint before the measured iterations",
-                  "TEST_TYPE frozen-start: loads a checkpoint before the measured iterations (peak may reflect "
-                  "loading)")
-
-
-def note_now(record: dict) -> str | None:
-    """The record's expressible note without the kinds :data:`MODELLED_NOTES` lists (None: nothing left)."""
-    kinds = [k for k in str(record.get("expressible_note") or "").split("; ") if k and k not in MODELLED_NOTES]
-    return "; ".join(kinds) or None
-
-
-def resumed_run(record: dict) -> bool:
-    """Whether the job loads a checkpoint before its measured iterations: a resumed run's golden
-    (``golden_values_…_2nd.json``) or a ``frozen-start`` test's (by ``test_type``, or the data's note)."""
-    if "resumed" in record:  # decided before the note was rewritten (main)
-        return bool(record["resumed"])
-    return (str(record["measured"].get("golden_tag") or "").endswith("_2nd") or record.get("test_type") == "frozen-start"
-            or "TEST_TYPE frozen-start" in str(record.get("expressible_note") or ""))
 
 
 def expressible(records: list[dict]) -> list[dict]:

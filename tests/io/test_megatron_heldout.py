@@ -126,14 +126,13 @@ def test_the_expressible_note_names_each_kind():
     # a resumed run's _2nd golden is expressible: validate_measured simulates it resumed
     second = rec.golden_tag("x/golden_values_dev_dgx_h100_2nd.json")
     assert rec.expressible_note("gpt", config, second) is None
-    tool = _tool("validate_measured")
     old = {"expressible_note": "the _2nd golden of a resumed run: loads a checkpoint before the measured iterations; "
                                "fp8/fp4 training", "measured": {"golden_tag": "dev_dgx_h100_2nd"}}
-    assert tool.note_now(old) == "fp8/fp4 training" and tool.resumed_run(old)
-    assert tool.note_now({"expressible_note": tool.MODELLED_NOTES[0]}) is None
+    assert rec.note_now(old) == "fp8/fp4 training" and rec.resumed_run(old)
+    assert rec.note_now({"expressible_note": rec.MODELLED_NOTES[0]}) is None
     frozen = {"TEST_TYPE": "frozen-start", "MODEL_ARGS": {"--num-layers": 2, "--finetune": True}}
     assert rec.expressible_note("gpt", frozen, dev) is None
-    assert tool.resumed_run({"test_type": "frozen-start", "measured": {"golden_tag": "dev_dgx_h100"}})
+    assert rec.resumed_run({"test_type": "frozen-start", "measured": {"golden_tag": "dev_dgx_h100"}})
 
 
 def test_moe2_configs_merge_as_megatron_s_merge_config():

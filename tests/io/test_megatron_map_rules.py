@@ -189,3 +189,9 @@ def test_deferred_embedding_wgrad_maps_where_megatron_accepts_it():
                                                                                      "--mtp-num-layers")):
         with pytest.raises(UserError, match="^" + re.escape(start)):
             convert_args(args | {"--defer-embedding-wgrad-compute": True}, world_size=4)
+
+
+def test_legacy_models_are_refused_by_name_with_the_reason():
+    with pytest.raises(UserError, match=r"^--use-legacy-models: the legacy \(pre-Megatron-Core\) GPT model "
+                                        r"\(megatron/legacy\) is not modelled$"):
+        convert_args(BASE | {"--use-legacy-models": True})

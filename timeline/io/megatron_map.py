@@ -13,12 +13,12 @@ what went where, which :mod:`timeline.io.megatron_write` turns into TOML. Nothin
 from __future__ import annotations
 
 import builtins
-import math
 from dataclasses import dataclass, field
 from typing import Any, overload
 
 from timeline.errors import UserError
 from timeline.io.megatron_args import VAR_RE, MegatronArgs
+from timeline.io.megatron_cp import cp_comm
 from timeline.io.megatron_layout import moe_layer_pattern, parse_layout, pattern_to_model, split_layers
 from timeline.io.megatron_table import (
     FAMILY_ARGS,
@@ -268,7 +268,7 @@ def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core:
     c.put("parallel.tp", tp, "--tensor-model-parallel-size")
     c.put("parallel.pp", pp, "--pipeline-model-parallel-size")
     c.put("parallel.cp", cp, "--context-parallel-size")
-    _cp_comm(a, c, cp)
+    cp_comm(a, c, cp)
     c.put("parallel.ep", ep, "--expert-model-parallel-size")
     c.put("parallel.etp", etp, "--expert-tensor-parallel-size")
     c.put("parallel.dp", dp)
@@ -313,44 +313,6 @@ def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core:
         c.put("schedule.microbatch_group_size", group, "--microbatch-group-size-per-virtual-pipeline-stage")
     return dp, pp
 
-
-def _cp_comm(a: ArgReader, c: Conversion, cp: int) -> None:
-    """``--cp-comm-type`` (arguments.py: nargs '+', default ['p2p']; one for all layers or, per
-    ``TransformerConfig.__post_init__``, one per layer) → ``framework.cp_comm_type``, and for a2a+p2p
-    ``--hierarchical-context-parallel-sizes`` (its first group is TE's all-to-all group,
-    ``extensions/transformer_engine.py: TEDotProductAttention``) → ``framework.cp_a2a_size``; arguments.py
-    asserts that the sizes multiply to cp and are given with a2a+p2p. TE's all-gather exchange
-    (``AttnFuncWithCPAndKVAllGather``: each rank gathers the whole K and V) is refused. With cp = 1 no type
-    communicates anything."""
-    value = a.value("--cp-comm-type")
-    sizes = a.value("--hierarchical-context-parallel-sizes")
-    if value is None or cp == 1:
-        return
-    kinds = [str(k) for k in (value if isinstance(value, list | tuple) else str(value).split())]
-    unknown = sorted(set(kinds) - {"p2p", "a2a", "a2a+p2p", "allgather", "all_gather"})
-    if unknown:
-        raise UserError(f"--cp-comm-type {' '.join(unknown)}: use p2p, a2a, allgather or a2a+p2p")
-    if {"allgather", "all_gather"} & set(kinds):
-        raise UserError("--cp-comm-type allgather: the whole K and V each rank gathers (context_parallel.py: "
-                        "AttnFuncWithCPAndKVAllGather) are not modelled; use p2p, a2a or a2a+p2p")
-    layers = a.need("--num-layers")
-    if len(kinds) not in (1, layers):
-        raise UserError(f"--cp-comm-type: {len(kinds)} values; give one, or one per layer ({layers}) as Megatron-LM "
-                        "requires (transformer_config.py)")
-    if len(kinds) > 1 and a.int("--mtp-num-layers"):
-        raise UserError("--cp-comm-type with one value per layer and --mtp-num-layers: the MTP layers' exchange is "
-                        "not modelled; give one value")
-    c.put("framework.cp_comm_type", kinds, "--cp-comm-type")
-    if "a2a+p2p" in kinds:
-        parts = sizes if isinstance(sizes, list | tuple) else str(sizes or "").replace(",", " ").strip("[]").split()
-        try:
-            groups = [int(x) for x in parts]
-        except ValueError:
-            raise UserError(f"--hierarchical-context-parallel-sizes {sizes!r}: expected integers") from None
-        if not groups or math.prod(groups) != cp:
-            raise UserError(f"--hierarchical-context-parallel-sizes {sizes!r}: Megatron-LM needs sizes that multiply "
-                            f"to --context-parallel-size {cp} with a2a+p2p (arguments.py)")
-        c.put("framework.cp_a2a_size", groups[0], "--hierarchical-context-parallel-sizes")
 
 
 def _step_schedule_start(text: str) -> int:
