@@ -13,7 +13,9 @@ commit, each read from NVIDIA/Megatron-LM at that commit:
 - the world size: ``nodes × gpus`` of the CI recipe (``tests/test_utils/recipes/**.yaml``; before 2024-12-03
   ``tests/functional_tests/jet_recipes/*.yaml``) whose ``spec.model`` is the family and whose products list the
   case in the golden's environment (dev | lts) on its platform (``tools/megatron_recipes.py`` picks it);
-- ``expressible_note``: what the simulator cannot express today, by the configuration's own arguments.
+- ``expressible_note``: what the simulator cannot express today, by the configuration's own arguments
+  (a ``_2nd`` golden is a resumed run's and a ``frozen-start`` test loads a checkpoint too, which
+  ``validate_measured`` simulates: no note).
 
 It does not decide which side of the split a case is on (``tools/megatron_split.py``) and writes nothing.
 """
@@ -204,13 +206,39 @@ def expressible_note(family: str, config: dict | None, tag: dict[str, Any]) -> s
         notes.append(f"optimizer {optimizer} (not Adam)")
     if _on(args, "--export-kd-teacher-load"):
         notes.append("ModelOpt distillation (teacher model in memory)")
-    if test_type in ("frozen-start", "checkpoint-consistency") and "inference test (no training step)" not in notes:
+    if test_type == "checkpoint-consistency" and "inference test (no training step)" not in notes:
         notes.append(f"TEST_TYPE {test_type}: loads a checkpoint before the measured iterations")
-    if tag["second"]:
-        notes.append("the _2nd golden of a resumed run: loads a checkpoint before the measured iterations")
     if tag["release"]:
         notes.append("release-validation golden (a Megatron-Core version in its name, not recorded at this commit)")
     return "; ".join(dict.fromkeys(notes)) or None
+
+
+#: expressible-note kinds the data wrote that the simulator models now, and how: the ``_2nd`` golden of a
+#: ``ckpt-resume`` test is its second run, which loads the first run's checkpoint (the optimizer's state with
+#: it) before its first logged iteration, and a ``frozen-start`` test loads the frozen checkpoint of the data
+#: folder before its first (``tests/functional_tests/shell_test_utils/run_ci_test.sh``: RUN_NUMBER=2 with
+#: CHECKPOINT_LOAD_PATH the first run's save; frozen-start's CHECKPOINT_LOAD_PATH); both are simulated as
+#: loading it (``from-megatron --resumed``: the optimizer's state unless --finetune / --no-load-optim,
+#: ``timeline/sim/megatron_load.py``)
+MODELLED_NOTES = ("the _2nd golden of a resumed run: loads a checkpoint before the measured iterations",
+                  "TEST_TYPE frozen-start: loads a checkpoint before the measured iterations",
+                  "TEST_TYPE frozen-start: loads a checkpoint before the measured iterations (peak may reflect "
+                  "loading)")
+
+
+def note_now(record: dict) -> str | None:
+    """The record's expressible note without the kinds :data:`MODELLED_NOTES` lists (None: nothing left)."""
+    kinds = [k for k in str(record.get("expressible_note") or "").split("; ") if k and k not in MODELLED_NOTES]
+    return "; ".join(kinds) or None
+
+
+def resumed_run(record: dict) -> bool:
+    """Whether the job loads a checkpoint before its measured iterations: a resumed run's golden
+    (``golden_values_…_2nd.json``) or a ``frozen-start`` test's (by ``test_type``, or the data's note)."""
+    if "resumed" in record:  # decided before the note was rewritten (main)
+        return bool(record["resumed"])
+    return (str(record["measured"].get("golden_tag") or "").endswith("_2nd") or record.get("test_type") == "frozen-start"
+            or "TEST_TYPE frozen-start" in str(record.get("expressible_note") or ""))
 
 
 def package_version(text: str | None) -> str | None:

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 DEFAULT_DATA = ROOT.parent / "shared" / "measured" / "megatron_calibration.json"
 
 from measured_report import gap_lines, table  # noqa: E402  (the per-case table lives beside the part summaries)
-from megatron_case_record import golden_tag  # noqa: E402
+from megatron_case_record import golden_tag, note_now, resumed_run  # noqa: E402  (the notes' kinds live with the collection)
 
 #: measured.gpu prefix → --gpu
 GPU_KINDS = {"H100": "h100", "GB200": "gb200", "A100": "a100", "B200": "b200", "H200": "h200"}
@@ -328,7 +328,7 @@ def as_recorded(record: dict, provenance: dict[str, dict]) -> dict:
 
 
 def expressible(records: list[dict]) -> list[dict]:
-    return [r for r in records if r.get("model_args") and not r.get("expressible_note")]
+    return [r for r in records if r.get("model_args") and not note_now(r)]
 
 
 def _layout(record: dict) -> tuple:
@@ -405,7 +405,8 @@ def convert_at_world_size(record: dict, margs: MegatronArgs) -> tuple[int, Conve
         return convert(margs, world_size=world, gpu=gpu_of(record), pytorch_version=pytorch_of(record),
                        te_version=te_of(record), megatron_core=megatron_of(record), keeps_batch=keeps_batch_of(record),
                        probs_in_experts=probs_in_experts_of(record),
-                       releases_nodes=releases_nodes_of(record))
+                       releases_nodes=releases_nodes_of(record),
+                       resumed=resumed_run(record))
 
     *earlier, last = world_size_candidates(record)
     for world in earlier:
@@ -464,8 +465,10 @@ def validate(records: list[dict], only: str = "", failed: list | None = None,
             failed.append((rec["name"], str(exc)))
             continue
         m = rec["measured"]
+        # after the first iteration the job runs: iteration 1, or a resumed run's first after its checkpoint
+        first = m.get("first_iter") == 1 or resumed_run(rec)
         steady_measured = (int(m["allocated_bytes_first_iter"])
-                           if m.get("first_iter") == 1 and m.get("allocated_bytes_first_iter") is not None else None)
+                           if first and m.get("allocated_bytes_first_iter") is not None else None)
         rows.append({"name": rec["name"], "family": family(rec), "predicted": alloc, "measured": measured,
                      "error_pct": 100.0 * (alloc - measured) / measured, "reserved": reserved,
                      "reserved_gap": gap["by_last_occupant"], "pp": int(rec["parallel"].get("pp") or 1),
@@ -556,6 +559,8 @@ def main() -> int:
     summaries: list[str] = []
     count = 0
     for label, records, per_case in parts(args.set, shared, cases):
+        # the kinds modelled now dropped from the notes (the data stays as collected)
+        records = [{**r, "expressible_note": note_now(r), "resumed": resumed_run(r)} for r in records]
         failed: list[tuple[str, str]] = []
         rows = validate(records, args.only, failed, provenance)
         count += len(rows)

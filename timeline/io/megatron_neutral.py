@@ -63,12 +63,12 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--disable-tokenizer-sentencepiece-ignore-extra-whitespaces", "--trust-remote-code", "--use-gigatoken",
         "--legacy-tokenizer", "--sft-tokenizer-prompt-format",
     ),
-    "checkpointing: save/load paths, formats and workers (training/checkpointing.py, core/dist_checkpointing) "
-    "run between iterations, not in the step simulated": (
+    "checkpointing: save/load paths, formats and workers (training/checkpointing.py, core/dist_checkpointing): "
+    "saving runs between iterations, not in the step simulated, and none of these moves a device byte of a "
+    "resumed run's load (timeline/sim/megatron_load.py; --dist-ckpt-optim-fully-reshardable reads to the host)": (
         "--save", "--load", "--save-interval", "--persistent-save-interval", "--save-retain-interval",
-        "--ckpt-format",
         "--async-save", "--async-strategy", "--use-persistent-ckpt-worker", "--ckpt-assume-constant-structure",
-        "--ckpt-fully-parallel-load", "--ckpt-fully-parallel-save", "--no-ckpt-fully-parallel-save",
+        "--ckpt-fully-parallel-save", "--no-ckpt-fully-parallel-save",
         "--disable-ckpt-fully-parallel-save", "--dist-ckpt-strictness", "--dist-ckpt-optim-fully-reshardable",
         "--dist-ckpt-save-pre-mcore-014", "--auto-detect-ckpt-format", "--use-checkpoint-args",
         "--use-checkpoint-opt_param-scheduler", "--use-checkpoint-opt-param-scheduler", "--no-load-rng",
@@ -258,7 +258,6 @@ UNDER: dict[str, tuple[str, ...]] = {
                             "--init-model-with-meta-device"),
     "--use-torch-fsdp2": ("--torch-fsdp2-no-reshard-after-forward",),
     "--use-nccl-ub": ("--disable-symmetric-registration",),
-    "--defer-embedding-wgrad-compute": ("--wgrad-deferral-limit",),
     "--experimental-attention-variant": ("--dsa-indexer-head-dim", "--dsa-indexer-k-norm-epsilon",
                                          "--dsa-indexer-k-norm-fp32", "--dsa-indexer-loss-coeff",
                                          "--dsa-indexer-n-heads", "--dsa-indexer-rope-interleaved",
@@ -324,7 +323,6 @@ UNDER: dict[str, tuple[str, ...]] = {
     "--tensor-parallel-num-weight-shards": ("--gtp-remat-opt-in-modules", "--gtp-remat-nccl-ub",
                                             "--gtp-expert-remat-nccl-ub",
                                             "--gtp-remat-reduce-scatter-with-fp32-accumulation"),
-    "--cp-comm-type a2a+p2p": ("--hierarchical-context-parallel-sizes",),
     "--optimizer other than adam": ("--no-use-layer-wise-param-layout", "--lion-beta1", "--lion-beta2",
                                     "--muon-coefficient-type", "--muon-extra-scale-factor",
                                     "--muon-fp32-matmul-prec", "--muon-momentum", "--muon-nesterov",

@@ -149,6 +149,10 @@ class Structure:
     moe_nvlink_domain: int = 8  # GPUs one NVLink domain joins (HybridEP's ranks per node)
     flash_bwd: str = ""  # the flash-attn backward the TE FlashAttention backend calls: "fa2" (flash-attn 2's
     # mha_bwd workspaces: graph/families/flash_bwd.py), "fa2_deterministic" (its split dq accumulator), "": none
+    #: TE's context-parallel exchange per decoder layer (one entry: every layer): "p2p" (AttnFuncWithCPAndKVP2P's
+    #: K/V ring), "a2a" (AttnFuncWithCPAndQKVOA2A), "a2a+p2p" (an a2a over ``cp_a2a`` ranks, then the ring)
+    cp_comm: tuple[str, ...] = ("p2p",)
+    cp_a2a: int = 1
     te_flash_copies: bool = False  # TE's FlashAttention backend (flash-attn) on Megatron's sbhd tensors: q, k
     # and v become contiguous bshd copies the kernel keeps, and its bshd output is kept while a contiguous sbhd
     # copy is returned to the output projection (TE's FusedAttention reads and writes sbhd in place); at micro-batch

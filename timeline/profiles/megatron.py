@@ -285,7 +285,8 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
     return replace(table, attention="eager" if eager else table.attention, flash_bwd=flash_bwd, fused_norm_linear=fused, softmax_fp32=fp32,
                    ce_inplace=ce, ce_compiled=compiled, wgrad_transient=wgrad, moe_dispatcher=dispatcher, moe_router=router,
                    te_flash_copies=flash_copies, te_qkv_layout=not local, dataloader_batch=spec.dataloader_batch,
-                   rerun_keeps_batch=spec.rerun_keeps_batch, head_gather_buffer=spec.workspaces, **moe)
+                   rerun_keeps_batch=spec.rerun_keeps_batch, head_gather_buffer=spec.workspaces,
+                   cp_comm=spec.cp_comm_type, cp_a2a=spec.cp_a2a_size, **moe)
 
 
 #: Megatron-LM eb80b74 (2026-04-14, "[MoE] Add a new score function to the router", first in core_v0.18.0):

@@ -251,6 +251,49 @@ def combined_kept(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]
     return out
 
 
+def head_wgrad_kept(spans: list[Span], compiled: Compiled, limit: int) -> dict[int, KeptFrees]:
+    """Per backward action of the stage holding the output layer, the frees Megatron-LM's deferred
+    embedding weight gradient (``--defer-embedding-wgrad-compute``) moves to the pipeline flush. Keyed
+    by span index.
+
+    ``megatron/core/tensor_parallel/layers.py`` (core_v0.12.0 … d98e8a64dd): ``ColumnParallelLinear.forward``
+    appends its input to ``embedding_activation_buffer`` and
+    ``LinearWithGradAccumulationAndAsyncCommunication.backward`` appends ``grad_output`` (the logits'
+    gradient) to ``grad_output_buffer`` and skips the weight-gradient GEMM, while fewer than
+    ``wgrad_deferral_limit`` entries are held (0: always); ``pipeline_parallel/schedules.py:
+    finish_embedding_wgrad_compute`` runs them after the schedule's last backward
+    (``core/utils.py: drain_embedding_wgrad_compute``, which pops each pair). So the frees the output
+    layer's weight-gradient op (``*.output_layer.wgrad``) makes of its input and incoming gradient move,
+    for an iteration's first ``limit`` micro-batches (every one at 0; each micro-batch calls it once, as
+    ``from-megatron`` requires without MTP), to the end of the rank's last action of the iteration."""
+    last_of_iteration: dict[int, int] = {}
+    for i, sp in enumerate(spans):
+        if sp.kind in ("init", "step"):
+            continue
+        j = last_of_iteration.get(sp.iteration)
+        if j is None or sp.end_us >= spans[j].end_us:
+            last_of_iteration[sp.iteration] = i
+    masks: dict[tuple[int, str], np.ndarray | None] = {}
+    out: dict[int, KeptFrees] = {}
+    for i, sp in enumerate(spans):
+        if sp.kind not in ("B", "I", "W") or (limit and sp.microbatch >= limit):
+            continue
+        key = (sp.stage, sp.kind)
+        if key not in masks:
+            ph = compiled[key]
+            hit = [ph.op_names[o].endswith(".output_layer.wgrad") and not ph.tensor_names[t].endswith(
+                ".output_layer.wgrad") for o, t in zip(ph.ev_op.tolist(), ph.ev_tensor.tolist(), strict=True)]
+            held = (ph.ev_sign < 0) & np.array(hit, dtype=bool)
+            masks[key] = held if held.any() else None
+        held = masks[key]
+        if held is None:
+            continue
+        to = last_of_iteration[sp.iteration]
+        n = int(held.sum())
+        out[i] = KeptFrees(mask=held, times=np.full(n, spans[to].end_us), actions=np.full(n, to, dtype=np.int64))
+    return out
+
+
 def _merge(a: KeptFrees, b: KeptFrees) -> KeptFrees:
     """Two actions' moved frees over the same phase's events, as one (``b`` wins where both move one)."""
     mask = a.mask | b.mask
@@ -292,6 +335,9 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             kept[i] = _merge(kept[i], node_io) if i in kept else node_io
     for i, saved in iterator_kept(spans, compiled).items():
         kept[i] = _merge(kept[i], saved) if i in kept else saved
+    if state.deferred_head_wgrad >= 0:
+        for i, saved in head_wgrad_kept(spans, compiled, state.deferred_head_wgrad).items():
+            kept[i] = _merge(kept[i], saved) if i in kept else saved
     deferred: list[tuple[tuple[np.ndarray, ...], int, int, int, int]] = []  # (columns, mb, stage, action, iteration)
     for i, sp in enumerate(spans):
         if sp.kind == "step":

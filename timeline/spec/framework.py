@@ -23,6 +23,7 @@ from timeline.spec.fields import spec_field
 
 ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
 DISPATCHERS = ("allgather", "alltoall", "flex")
+CP_COMM_TYPES = ("p2p", "a2a", "a2a+p2p")
 LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 
 
@@ -84,5 +85,22 @@ class FrameworkSpec:
     ep_overlap_early_attn_memory_release: bool = spec_field(False, doc=(
         "--ep-overlap-early-attn-memory-release: in a combined-1F1B pair the backward's attention runs before "
         "the forward's experts (Megatron-LM from a56a0b001d)"))
+    cp_comm_type: tuple[str, ...] = spec_field(("p2p",), choices=CP_COMM_TYPES, doc=(
+        "--cp-comm-type: how attention exchanges context-parallel chunks, one for all layers or one per layer: "
+        "p2p (a K/V ring), a2a (heads scattered, sequence gathered), a2a+p2p (a2a over cp_a2a_size ranks, then the "
+        "ring over the rest)"))
+    cp_a2a_size: int = spec_field(1, positive=True, maximum=2**20, doc=(
+        "--hierarchical-context-parallel-sizes' first entry: the a2a group of an a2a+p2p layer"))
+    checkpoint_format: str = spec_field("torch_dist", choices=("torch_dist", "torch"), doc=(
+        "--ckpt-format of the checkpoint a resumed run (training.resumed) loads: torch_dist loads in place into "
+        "states made first, torch reads it to the host"))
+    defer_embedding_wgrad: bool = spec_field(False, doc=(
+        "--defer-embedding-wgrad-compute: the output layer's weight-gradient GEMMs wait for the pipeline flush, "
+        "each deferred micro-batch's input and logits gradient kept until then"))
+    wgrad_deferral_limit: int = spec_field(0, nonneg=True, maximum=2**31 - 1, doc=(
+        "--wgrad-deferral-limit: how many of an iteration's output-layer calls defer (0: all)"))
+    overlap_param_gather_with_optimizer_step: bool = spec_field(False, doc=(
+        "--overlap-param-gather-with-optimizer-step (every chunk's buffer one bucket; the first model chunk's dense "
+        "parameters in an optimizer of their own, stepped first)"))
     workspaces: bool = spec_field(True, doc="TE's and PyTorch's persistent cuBLAS workspaces (false: leave "
                                   "them out, e.g. to compare saved tensors alone)")

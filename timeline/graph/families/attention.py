@@ -21,9 +21,10 @@ table's attention kernel.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import flash_bwd, norm
+from timeline.graph.families import cp_a2a, flash_bwd, norm
 from timeline.graph.families.common import NONE, Tags, row_linear, sp_gather
 from timeline.graph.families.sinks import eager_sink_attention
 from timeline.graph.ir import Builder
@@ -69,14 +70,13 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
 
     ``views``: the fused QKV output (``Structure.qkv_views``) that any of ``q``, ``k``, ``v`` may still
     be a view of — ``heads·qk_dim`` columns for q, ``kv_cols`` for k and for v; an op keeping a view
-    keeps it whole, a contiguous copy has the view's shape."""
-    d = b.dims
+    keeps it whole, a contiguous copy has the view's shape. Under an all-to-all context-parallel exchange
+    the kernel runs on whole sequences of fewer heads (:mod:`timeline.graph.families.cp_a2a`)."""
     name = f"{prefix}.core_attn"
-    sq, sk = d.s_local, d.s
     rows = q.shape[0]
-    shapes = {"q": (rows, heads * qk_dim if q is views else q.shape[1]),
-              "k": (rows, kv_cols if k is views else k.shape[1]),
-              "v": (rows, kv_cols if v is views else v.shape[1])}
+    shapes: dict[str, tuple[int, ...]] = {"q": (rows, heads * qk_dim if q is views else q.shape[1]),
+                                          "k": (rows, kv_cols if k is views else k.shape[1]),
+                                          "v": (rows, kv_cols if v is views else v.shape[1])}
     if b.table.te_qkv_layout and views is not None and any(t is views for t in (q, k, v)) \
             and not (q is k is v):
         # TE attention/dot_product_attention/utils.py: get_qkv_layout (DotProductAttention.forward calls it
@@ -90,11 +90,31 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
     # TE FlashAttention: bshd copies, `x.transpose(0, 1).contiguous()`; at one sequence per micro-batch
     # the transpose of a contiguous [s, 1, …] tensor is contiguous (PyTorch's is_contiguous skips the
     # strides of size-1 dims) and .contiguous() returns it: only a view of the fused QKV output is copied
-    copied = flash_copies(b)
-    if copied:
-        xs = {n: t for n, t in (("q", q), ("k", k), ("v", v)) if d.b > 1 or t is views}
+    if flash_copies(b):
+        xs = {n: t for n, t in (("q", q), ("k", k), ("v", v)) if b.dims.b > 1 or t is views}
         made = dict(zip(xs, _contiguous(b, f"{name}.to_bshd", layer, xs, shapes), strict=True)) if xs else {}
         q, k, v = made.get("q", q), made.get("k", k), made.get("v", v)
+        shapes = {"q": q.shape, "k": k.shape, "v": v.shape}
+    a2a = cp_a2a.group(b, layer) if b.table.attention == "flash" else 1
+    if a2a > 1:  # heads scattered, the sequence gathered; the rest of the CP group (a2a+p2p) rings
+        qkv = cp_a2a.scatter_heads(b, name, layer, {"q": q, "k": k, "v": v}, shapes, a2a)
+        dims = b.dims
+        b.dims = replace(dims, cp=dims.cp // a2a)  # s/cp·a2a queries per rank, a ring over what is left of cp
+        try:
+            out = _attend(b, name, qkv["q"], qkv["k"], qkv["v"], layer, heads // a2a, qk_dim, v_dim,
+                          {k: t.shape for k, t in qkv.items()})
+        finally:
+            b.dims = dims
+        return cp_a2a.gather_heads(b, name, layer, out, a2a)
+    return _attend(b, name, q, k, v, layer, heads, qk_dim, v_dim, shapes)
+
+
+def _attend(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, layer: int, heads: int, qk_dim: int,
+            v_dim: int, shapes: Mapping[str, tuple[int, ...]]) -> TensorDef:
+    """The attention kernel (or eager ops) on prepared q, k, v; under ``b.dims.cp > 1`` the K/V ring."""
+    d = b.dims
+    sq, sk = d.s_local, d.s
+    rows = q.shape[0]
     kv = {"k": k, "v": v}
     kc, vc = shapes["k"][1], shapes["v"][1]
     if d.cp > 1:
@@ -122,6 +142,7 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
         if b.model.is_sliding(layer):  # a sliding window: each query meets at most that many keys
             sk = min(sk, b.model.sliding_window)
         f = 2.0 * d.b * heads * sq * sk * (qk_dim + v_dim)
+        copied = flash_copies(b)
         # the bshd output's `.view(b, s, -1).transpose(0, 1).contiguous()`: a copy only for b > 1, as above
         out = b.tensor(f"{name}.out_bshd", ctx.shape) if copied and d.b > 1 else ctx
         inputs = {"q": q, **kv}
@@ -165,7 +186,7 @@ def flash_copies(b: Builder) -> bool:
 
 
 def _contiguous(b: Builder, name: str, layer: int, xs: dict[str, TensorDef],
-                shapes: dict[str, tuple[int, int]] | None = None, tags: Tags = CORE) -> tuple[TensorDef, ...]:
+                shapes: Mapping[str, tuple[int, ...]] | None = None, tags: Tags = CORE) -> tuple[TensorDef, ...]:
     """One op copying each of ``xs`` to a new contiguous tensor of its shape (a layout change), or of
     ``shapes[key]`` where ``xs[key]`` is a view of a wider tensor."""
     outs = {k: b.tensor(f"{name}.{k}", (shapes or {}).get(k, x.shape), x.dtype) for k, x in xs.items()}
