@@ -176,3 +176,11 @@ def test_sglang_pool_and_default_fraction(tmp_path):
 def test_a_gpu_without_capacity_takes_what_pytorch_reports(tmp_path):
     for gpu, gib in (("h100", 79.19), ("l40s", 44.42), ("a6000", 47.54), ("rtx3090", 23.58), ("rtx4090", 23.64)):
         assert _run(tmp_path, "llama-3.1-8b", "", gpu=gpu).hardware.capacity_gib == gib
+
+
+def test_opt_serves_with_learned_positions(tmp_path):
+    """OPT-125m under vLLM: no rotary cache (its positions are a learned weight); the weights are the
+    parameters with the vocabulary padded to 64 (50,272 → 50,304 rows, the head tied), in fp16."""
+    b = compute_budget(_run(tmp_path, "opt-125m", 'engine_version = "0.4.1"\ndtype = "fp16"', gpu="a6000"))
+    assert b.rope_cache_bytes == 0
+    assert b.weights_bytes == (125_239_296 - 2 * 768 + 32 * 768) * 2

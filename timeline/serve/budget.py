@@ -101,6 +101,8 @@ def rope_cache_bytes(run: ServeRunSpec) -> int:
     ``max_position × rotary_dim`` cos/sin cache in the model dtype (``get_rope`` caches instances);
     counted in ``model_memory_usage`` because it is a buffer of the loaded model."""
     m = run.model
+    if m.position_embedding != "rope":  # GPT-2 / OPT: learned positions, a weight of the model
+        return 0
     dim = m.qk_rope_head_dim if m.is_mla else m.attn_head_dim
     return m.max_position_embeddings * dim * DTYPE_BYTES[run.serving.dtype]
 
