@@ -20,6 +20,11 @@ that carries one measurement to another GPU:
   ``CudaCommunicator.__init__`` → ``SymmMemCommunicator``, ``VLLM_ALLREDUCE_USE_SYMM_MEM`` defaulting to
   1 in 0.11.0's ``envs.py``; absent in 0.9.2 and 0.10.1.1), so a measurement with it is not carried to
   a version without it (:func:`communicators`). SGLang's groups take vLLM's nearest measured set.
+  Not derived from NCCL's source: its buffers are per channel and connected peer (NVIDIA/nccl
+  ``src/init.cc``: ``DEFAULT_BUFFSIZE`` 4 MiB for SIMPLE, ``DEFAULT_LL128_BUFFSIZE`` 120·640·8·8 B ≈ 4.69 MiB,
+  ``DEFAULT_LL_BUFFSIZE`` 8·512·8·16 B = 512 KiB), but the channel count comes from NCCL's topology search,
+  whether the buffers sit on the device depends on the transport (P2P in device memory, SHM in host
+  memory), and the communicators' kernel images load with them; the measured total holds all of it.
 * **run** — what loading and the profile run add outside PyTorch (kernel images loaded lazily,
   NCCL connections first made by a collective of the profile run). V0 adds none measurable (the RTX
   3090 0.6.4 log: 0.35 GiB before and after its profile run); V1 (torch.compile's Triton modules,
