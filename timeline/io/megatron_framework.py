@@ -89,6 +89,12 @@ def attention_backend(a: ArgReader, env: dict[str, str], *, sm: int, dtype: str,
     # the F16 fused sub-backend runs only on sm ≥ 90 ("Disabling FusedAttention for determinism
     # reasons"); where flash and fused both remain, fused is preferred on Hopper and later
     flash = _on(env, "NVTE_FLASH_ATTN") is not False and dtype != "fp32" and _flash2_head_dims(a, sm)
+    # TE before 1.3 (NVIDIA/TransformerEngine@v1.2.1 pytorch/attention.py: DotProductAttention.__init__):
+    # "Disabling usage of FlashAttention since version 2 does not support deterministic execution" whenever
+    # NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 and flash-attn 2 is installed; v1.3 disables it only for
+    # flash-attn < 2.4.1 (its deterministic backward came with 2.4.1)
+    if deterministic and version_tuple(te_version) < (1, 3):
+        flash = False
     fused = _on(env, "NVTE_FUSED_ATTN") is not False and dtype != "fp32" and not (deterministic and sm < 90)
     if fused and deterministic and sm >= 100:
         fused = blackwell_deterministic_fused(te_version, a.float("--attention-dropout", 0.1))
