@@ -22,7 +22,7 @@ from timeline.spec.fields import check_value
 from timeline.spec.model import ALIASES, ModelSpec
 
 SUPPORTED = ("deepseek_v2", "deepseek_v3", "llama", "mistral", "mixtral", "qwen2", "qwen3",
-             "qwen2_moe", "qwen3_moe", "gpt2", "gpt_oss", "opt")
+             "qwen2_moe", "qwen3_moe", "gpt2", "gpt_oss", "opt", "phi3", "granite", "gemma", "gemma2")
 
 #: the modelling class a config's ``architectures`` names → the family it implements, for
 #: configs whose ``model_type`` is a label of their own (Kimi-K2's ``kimi_k2`` runs
@@ -32,7 +32,8 @@ ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
     "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen2MoeForCausalLM": "qwen2_moe",
     "Qwen3MoeForCausalLM": "qwen3_moe", "GPT2LMHeadModel": "gpt2", "GptOssForCausalLM": "gpt_oss",
-    "OPTForCausalLM": "opt",
+    "OPTForCausalLM": "opt", "Phi3ForCausalLM": "phi3", "GraniteForCausalLM": "granite",
+    "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
 }
 
 #: fields where the config's 0 would be read as "not given" by the spec, but Hugging Face has
@@ -52,6 +53,13 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "opt": {"norm": "layernorm", "position_embedding": "learned", "attention_bias": True, "linear_bias": True,
             "tie_word_embeddings": True, "hidden_act": "relu"},
     "qwen2": {"attention_bias": True},
+    # models/gemma/modeling_gemma.py (transformers 4.47): GemmaMLP gates gelu(gate_proj(x)) * up_proj(x) (the
+    # gated-GeLU code fact, spec/model.py), lm_head tied to embed_tokens (GemmaConfig tie_word_embeddings=True);
+    # the embedding's sqrt(hidden) normalizer is a scalar. Gemma-2 (models/gemma2/modeling_gemma2.py) adds a
+    # post-attention and a post-feedforward RMSNorm per layer (not counted: 2 × hidden_size bytes·2 a layer) and
+    # slides on even layers (Gemma2Attention: ``sliding_window if not bool(layer_idx % 2)``)
+    "gemma": {"tie_word_embeddings": True},
+    "gemma2": {"tie_word_embeddings": True},
     "qwen2_moe": {"attention_bias": True, "shared_expert_gate": True},
     "qwen3": {"qk_norm": True},
     "qwen3_moe": {"qk_norm": True},
@@ -69,7 +77,7 @@ FIELDS = {f.name for f in dataclasses.fields(ModelSpec)}
 #: by them (GPT-OSS); other configs that name a window (Mistral, Qwen ``use_sliding_window``) keep
 #: full attention as before, so their ``layer_types`` cannot clash with a ``num_hidden_layers`` override
 WINDOW_FIELDS = ("layer_types", "sliding_window")
-WINDOWED = ("gpt_oss",)
+WINDOWED = ("gpt_oss", "gemma2")
 
 #: keys a config.json must give (by their Hugging Face name or an alias such as GPT-2's n_embd)
 REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size")
@@ -160,6 +168,9 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
         values["first_k_dense_replace"] = values.get("moe_layer_freq", 1) - 1
     if model_type == "gpt_oss":
         _gpt_oss(cfg, values, notes)
+    if model_type == "gemma2" and not cfg.get("layer_types"):
+        values["layer_types"] = tuple("full_attention" if i % 2 else "sliding_attention"
+                                      for i in range(values.get("num_hidden_layers", 26)))
     if model_type == "opt" and (not cfg.get("do_layer_norm_before", True) or not cfg.get("enable_bias", True)
                                 or cfg.get("word_embed_proj_dim", values["hidden_size"]) != values["hidden_size"]):
         raise UserError("OPT with post-norm layers, no biases or a word_embed_proj_dim other than hidden_size "

@@ -93,8 +93,9 @@ class ModelSpec:
 
     @property
     def gated_mlp(self) -> bool:
-        """SwiGLU-style gate+up projections (silu); GPT's GeLU MLP has one input matrix."""
-        return self.hidden_act == "silu"
+        """SwiGLU-style gate+up projections (silu, or GeGLU where the family's code gates a GeLU: Gemma);
+        GPT's GeLU MLP has one input matrix."""
+        return self.hidden_act == "silu" or self.model_type in CODE_FACTS["gated_gelu"]
 
     # -- what a family's own modelling code does that its config does not say (read where the profile runs
     # that code: ``Structure.model_code``); derived from ``model_type`` so that every written output and
@@ -162,7 +163,8 @@ class ModelSpec:
 #: models/mixtral/modeling_mixtral.py MixtralTopKRouter, models/qwen2_moe/modeling_qwen2_moe.py
 #: Qwen2MoeTopKRouter, models/qwen3_moe/modeling_qwen3_moe.py Qwen3MoeTopKRouter (``if self.norm_topk_prob:``,
 #: then ``.to(router_logits.dtype)``); models/gpt_oss/modeling_gpt_oss.py GptOssTopKRouter,
-#: GptOssRotaryEmbedding, GptOssRMSNorm
+#: GptOssRotaryEmbedding, GptOssRMSNorm; models/gemma/modeling_gemma.py GemmaMLP and
+#: models/gemma2/modeling_gemma2.py Gemma2MLP (``down_proj(act_fn(gate_proj(x)) * up_proj(x))``, act gelu tanh)
 CODE_FACTS: dict[str, tuple[str, ...]] = {
     "fused_qkv": ("gpt2",),
     "residual_dropout": ("gpt2",),
@@ -171,6 +173,7 @@ CODE_FACTS: dict[str, tuple[str, ...]] = {
     "router_weights_cast": ("qwen2_moe", "qwen3_moe"),
     "rope_half_width": ("gpt_oss",),
     "norm_output_fp32": ("gpt_oss",),
+    "gated_gelu": ("gemma", "gemma2"),
 }
 
 #: other spellings of ModelSpec fields found in Hugging Face configs and run files
