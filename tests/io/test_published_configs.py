@@ -226,3 +226,26 @@ def test_opt_with_a_projected_embedding_is_refused(tmp_path, capsys):
     assert main(["static", str(run)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "word_embed_proj_dim other than hidden_size" in err
+
+
+# (folder, family read, exact count from the published shapes): Gemma's gated GeLU MLP has three matrices and a
+# tied head (8,537,680,896: embeddings 256,000 × 3,072 + 28 × (4 × 3,072 × 4,096 + 3 × 3,072 × 24,576 + 2 × 3,072)
+# + 3,072, the final norm counted by the hf profile); Phi-4 is Llama-shaped with an untied head; Granite ties its head
+ROUND4 = [("gemma-7b", "gemma", 256_000 * 3072 + 28 * (4 * 3072 * 4096 + 3 * 3072 * 24576 + 2 * 3072) + 3072),
+          ("phi-4", "phi3", 2 * 100_352 * 5120 + 40 * (5120 * (5120 + 2 * 1280) + 5120 * 5120
+                                                       + 3 * 5120 * 17920 + 2 * 5120) + 5120),
+          ("granite-3.1-2b-instruct", "granite", 49_155 * 2048 + 40 * (2 * 2048 * 2048 + 2 * 2048 * 512
+                                                                       + 3 * 2048 * 8192 + 2 * 2048) + 2048)]
+
+
+@pytest.mark.parametrize(("folder", "family", "exact"), ROUND4, ids=[r[0] for r in ROUND4])
+def test_round4_families_count_their_shapes(tmp_path, folder, family, exact):
+    assert read_hf_config(DATA / folder / "config.json").model_type == family
+    run = load_run(_run(tmp_path, folder, profile="hf"))
+    assert source_of(run).total_params() == exact
+
+
+def test_gemma2_slides_on_even_layers():
+    m = read_hf_config(DATA / "gemma-2-9b-it" / "config.json")
+    assert m.sliding_window == 4096 and len(m.layer_types) == 42 and m.gated_mlp and m.tie_word_embeddings
+    assert [m.is_sliding(i) for i in range(4)] == [True, False, True, False]

@@ -86,6 +86,31 @@ REACHED = {
     "vllm-llmd-openai-gpt-oss-20b-tp2-8192": [("weights", -0.068, 0.005), ("activation", 0.1236, 0.01),
                                               ("kv", 0.0021, 0.002)],
     "vllm-llmd-w8a8-redhatai-qwen2-5-7b-tp1-8192": [("weights", -0.0023, 0.001), ("kv", 0.0003, 0.002)],
+    # round 4 (the same sweep): max_model_len below the 8,192-token budget moves nothing, as V1 profiles
+    # max_num_batched_tokens; families read from their configs (Gemma's gated GeLU, Phi-3/4, Granite)
+    "vllm-llmd-meta-llama-llama-tp1-8192-dtbf16": [("weights", 0.0, 0.001), ("kv", 0.0, 0.002)],
+    "vllm-llmd-meta-llama-llama-3-1-8b-tp1-2048": [("activation", -0.0012, 0.005), ("kv", -0.0001, 0.002)],
+    "vllm-llmd-meta-llama-llama-3-1-8b-tp1-4096": [("kv", -0.0001, 0.002)],
+    "vllm-llmd-meta-llama-llama-3-1-8b-tp1-16384": [("kv", -0.0001, 0.002)],
+    "vllm-llmd-qwen-qwen2-5-7b-instruct-tp1-2048": [("kv", 0.0008, 0.002)],
+    "vllm-llmd-qwen-qwen2-5-7b-instruct-tp1-4096": [("kv", 0.0008, 0.002)],
+    "vllm-llmd-google-gemma-7b-tp1-8192": [("weights", -0.0002, 0.001), ("activation", 0.001, 0.005),
+                                          ("kv", 0.0, 0.002)],
+    # Phi-4: 0.08 GiB of weights the config does not explain (open)
+    "vllm-llmd-microsoft-phi-4-tp1-8192": [("weights", -0.0029, 0.001), ("activation", -0.0013, 0.005),
+                                           ("kv", 0.0017, 0.002)],
+    # Granite: the run adds 0.46 GiB outside torch, not the 0.25 of every other TP1 log of the sweep (open)
+    "vllm-llmd-ibm-granite-granite-3-3-tp1-8192": [("weights", 0.0001, 0.001), ("activation", -0.0706, 0.01),
+                                                   ("kv", 0.0047, 0.002)],
+    "vllm-llmd-granite-3-1-2b-tp1-8192": [("weights", -0.0011, 0.001), ("activation", 0.0012, 0.005),
+                                          ("kv", 0.0031, 0.002)],
+}
+
+#: calibration records whose start or refusal the budget does not reproduce, and why (open)
+START_DIFFERS = {
+    # the engine allocated its KV cache, then ran out of memory warming up the sampler with 1,024 dummy requests
+    # (1.78 GiB reserved but unallocated): a failure after the budget, not modelled
+    "vllm-llmd-openai-gpt-oss-20b-tp1-8192-failed",
 }
 
 
@@ -115,9 +140,9 @@ def test_calibration_record_errors(rid, tmp_path):
 def test_calibration_starts_and_refusals(tmp_path):
     built = [TOOL.compare(r, tmp_path, False) for r in RECORDS.values() if r["side"] == "calibration"]
     compared = [r for r in built if not r.refused]
-    assert len(compared) == 25 and len(built) == 34
+    assert len(compared) == 36 and len(built) == 47
     assert set(REACHED) <= {r.rec["id"] for r in compared}
-    assert all(r.cells["start"].startswith("ok") for r in compared)
+    assert {r.rec["id"] for r in compared if not r.cells["start"].startswith("ok")} == START_DIFFERS
 
 
 def test_enough_logs_on_both_sides(tmp_path):
