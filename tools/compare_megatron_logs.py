@@ -21,6 +21,8 @@ ran beyond its arguments: ``checkpoint_loaded: false`` (the log shows the job st
 drops ``--no-load-optim`` / ``--no-load-rng``, which act only on a checkpoint that is loaded
 (``megatron/training/checkpointing.py: load_checkpoint@858694f929`` returns before reading optimizer
 or RNG state when no checkpoint is found). Rows made so are marked ``as-run``.
+Rows are printed (and written by ``--json``) for calibration records only; the unseen side is reported as
+its summary (median, worst, within 1/2/4 %) and its refusals.
 
     .venv/bin/python tools/compare_megatron_logs.py [--as-run] [--assume-neutral A,B] [--only SUBSTRING]
         [--reserved] [--json FILE]
@@ -169,6 +171,9 @@ def compare(records: list[dict], *, as_run: bool = False, assume_neutral: tuple[
 
 
 def row_lines(rows: list[dict]) -> list[str]:
+    """One line per calibration row; unseen rows are counted in the summary only (never printed, so no
+    rule is written against them)."""
+    rows = [r for r in rows if r["side"] == "calibration"]
     head = f"{'record':<32} {'side':<11} {'rank':>4} {'it':>4}"
     for q in QUANTITIES:
         head += f" {q + ' MiB':>21} {'err':>7}"
@@ -209,7 +214,7 @@ def report_lines(rows: list[dict], refused: list[tuple], *, reserved: bool) -> l
     reserved − allocated at the reserved peak by what last occupied the free space."""
     out = row_lines(rows) + [""] + summary_lines(rows, refused)
     out += [f"refused: {rid} ({side}, {gpu or '?'}): {why}" for rid, side, gpu, why in refused]
-    for r in rows if reserved else ():
+    for r in [r for r in rows if r["side"] == "calibration"] if reserved else ():
         parts = ", ".join(f"{k} {v / MIB:,.0f} MiB" for k, v in r["reserved_gap"].items())
         out.append(f"reserved gap: {r['id']} rank {r['rank']}: {parts or '-'}")
     return out
@@ -235,8 +240,8 @@ def main() -> int:
     assume = tuple(a.strip() for a in args.assume_neutral.split(",") if a.strip())
     rows = compare(records, as_run=args.as_run, assume_neutral=assume, only=args.only, refused=refused,
                    reserved_gap=args.reserved)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+    if args.json:  # calibration rows only, as printed
+        Path(args.json).write_text(json.dumps([r for r in rows if r["side"] == "calibration"], indent=1))
     print("\n".join(report_lines(rows, refused, reserved=args.reserved)
                     + [f"wall time {time.perf_counter() - start:.1f} s"]))
     return 0

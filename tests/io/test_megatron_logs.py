@@ -25,14 +25,22 @@ ROOT = Path(__file__).resolve().parents[2]
 ASSUMED_NEUTRAL = ("--train-data-path", "--valid-data-path", "--no-async-tensor-model-parallel-allreduce",
                    "--use-dist-ckpt", "--dist-ckpt-format")
 
-#: |error| reached today, percent, per record and quantity (allocated, max allocated, reserved, max
-#: reserved after iteration 20); each bound is today's error rounded up by at most 0.3 points
+#: |error| reached today, percent, per (record, logged rank) and quantity (allocated, max allocated, reserved,
+#: max reserved after the logged iteration); each bound is today's error rounded up by at most 0.3 points
 BOUNDS_PCT = {
-    "seo-dense-baseline": (0.3, 0.3, 0.3, 0.3),  # today −0.18 / −0.02 / +0.06 / +0.06
-    # the MoE peaks are short by 0.5–1.0 GiB (Megatron-Core 0.10's MoE layer); reserved follows them
-    "seo-moe-top1-64e": (0.8, 1.9, 3.1, 3.1),  # today −0.51 / −1.60 / −2.80 / −2.80
-    "seo-dropless-moe-top1-64e": (0.3, 3.2, 2.4, 2.4),  # today +0.06 / −2.91 / −2.19 / −2.19
-    "seo-dropless-moe-top1-64e-b": (0.4, 3.3, 1.6, 1.6),  # today +0.10 / −3.02 / −1.38 / −1.38
+    ("seo-dense-baseline", 0): (0.3, 0.3, 0.3, 0.3),  # today −0.18 / −0.02 / +0.06 / +0.06
+    # the MoE peaks are short by up to 0.6 GiB (Megatron-Core 0.10's MoE layer); reserved follows them
+    ("seo-moe-top1-64e", 0): (0.8, 0.8, 2.1, 2.1),  # today −0.51 / −0.45 / −1.79 / −1.79
+    ("seo-dropless-moe-top1-64e", 0): (0.3, 2.1, 1.5, 1.5),  # today +0.06 / −1.77 / −1.17 / −1.17
+    ("seo-dropless-moe-top1-64e-b", 0): (0.4, 2.4, 0.6, 0.6),  # today +0.09 / −2.10 / −0.26 / −0.26
+    # TP 4 x PP 8 on RTX PRO 6000, without Transformer Engine or Apex: Megatron falls back to torch's AdamW
+    # (megatron/core/optimizer/__init__.py@3758b54b2b), whose foreach step holds torch._foreach_sqrt(exp_avg_sqs),
+    # 4 bytes per parameter of the stage (2.0133 B on stage 1: 7,680 MiB against the measured peak's 7,675 MiB
+    # above the steady state); timeline's megatron profile models TE's FusedAdam, which holds none. Allocated
+    # is 1.6-2.0 GiB short as well (not diagnosed)
+    ("gnosia-gpt-70b-tp4-pp4", 0): (5.6, 21.5, 24.3, 24.3),  # today −5.30 / −21.22 / −23.98 / −23.98
+    ("gnosia-gpt-70b-tp4-pp4", 4): (4.7, 21.2, 21.5, 21.5),  # today −4.38 / −20.85 / −21.21 / −21.21
+    ("gnosia-gpt-70b-tp4-pp4", 12): (4.7, 21.2, 21.4, 21.4),  # today −4.38 / −20.85 / −21.10 / −21.10
 }
 
 
@@ -88,27 +96,31 @@ def test_the_logged_rank_maps_to_its_pipeline_stage():
 def compared() -> tuple[dict, list]:
     refused: list = []
     rows = _tool().compare(_records(), as_run=True, assume_neutral=ASSUMED_NEUTRAL, refused=refused)
-    return {r["id"]: r for r in rows}, refused
+    return {(r["id"], r["rank"]): r for r in rows}, refused
 
 
 def test_calibration_records_within_the_errors_reached(compared):
     rows, _ = compared
     assert set(rows) == set(BOUNDS_PCT)
-    for rid, bounds in BOUNDS_PCT.items():
-        r = rows[rid]
-        assert r["side"] == "calibration" and r["rank"] == 0 and r["iteration"] == 20
+    for key, bounds in BOUNDS_PCT.items():
+        r = rows[key]
+        assert r["side"] == "calibration" and r["iteration"] == (1 if key[0].startswith("gnosia") else 20)
         for q, bound in zip(QUANTITIES, bounds, strict=True):
-            assert abs(r[q]["error_pct"]) <= bound, (rid, q, r[q])
+            assert abs(r[q]["error_pct"]) <= bound, (key, q, r[q])
     # the measured bytes are the printed MiB: the dense job's reserved is 28,404 MiB exactly
-    assert rows["seo-dense-baseline"]["reserved"]["measured"] == 28404 * 2**20
+    assert rows[("seo-dense-baseline", 0)]["reserved"]["measured"] == 28404 * 2**20
+    # the 70B job's ranks 0, 4 and 12 stand for pipeline stages 0, 1 and 3 of 8 (TP 4, DP 1)
+    assert [rows[("gnosia-gpt-70b-tp4-pp4", r)]["device"] for r in (0, 4, 12)] == [0, 4, 12]
 
 
 def test_refused_records_name_why(compared):
     _, refused = compared
     why = {rid: reason for rid, _side, _gpu, reason in refused}
-    assert set(why) == {"ling-mini-v2-pretrain-8k", "gnosia-gpt-70b-tp4-pp4"}
+    # every record the test does not simulate is refused, and only for what its page lacks
+    assert set(why) == {r["id"] for r in _records()} - {key[0] for key in BOUNDS_PCT}
+    assert all(reason.startswith("not rebuildable: ") for reason in why.values())
     assert why["ling-mini-v2-pretrain-8k"] == "not rebuildable: the page names neither the world size nor the GPU model"
-    assert why["gnosia-gpt-70b-tp4-pp4"].startswith("--gpu rtx-pro-6000: unknown; use one of h100, ")
+    assert "NeMo 2" in why["nemo-qwen3-30b-a3b-perf"]
 
 
 def test_as_a_user_runs_them_the_simulable_records_simulate():
@@ -122,4 +134,4 @@ def test_as_a_user_runs_them_the_simulable_records_simulate():
     assert refused == [] and len(rows) == len(as_run) == 4
     for r, a in zip(rows, as_run, strict=True):
         assert [r[q]["predicted"] for q in QUANTITIES] == [a[q]["predicted"] for q in QUANTITIES]
-        assert all(abs(r[q]["error_pct"]) <= b for q, b in zip(QUANTITIES, BOUNDS_PCT[r["id"]], strict=True))
+        assert all(abs(r[q]["error_pct"]) <= b for q, b in zip(QUANTITIES, BOUNDS_PCT[(r["id"], r["rank"])], strict=True))

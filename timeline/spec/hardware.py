@@ -21,7 +21,10 @@ Workstation and consumer kinds (a serving engine's usual hosts), from their data
 82 SMs, sm 86; NVIDIA Ampere GA102 whitepaper), GeForce RTX 4090 (24 GB at 1,008 GB/s, 165.2 TFLOP/s
 BF16, PCIe Gen4, 128 SMs, sm 89; NVIDIA Ada Lovelace whitepaper), RTX A6000 (48 GB at 768 GB/s, 154.8
 TFLOP/s dense BF16, NVLink bridge 112.5 GB/s, 84 SMs, sm 86) and A100 40GB (1,555 GB/s, otherwise the
-A100 80GB). PCIe Gen4 x16 is 32 GB/s per direction.
+A100 80GB). PCIe Gen4 x16 is 32 GB/s per direction. NVIDIA RTX PRO 6000 Blackwell (Workstation and Server
+Edition, GB202; the AWS g7e instances' GPU): 96 GB GDDR7 on a 512-bit bus at 1,792 GB/s, 188 SMs, 4,000 AI
+TOPS (FP4 with sparsity, so 500 TFLOP/s dense BF16: each precision doubling and dense halve it), PCIe Gen5
+x16 (64 GB/s per direction, no NVLink), compute capability 12.0 (``sm`` 120, GB202's as the RTX 5090's).
 
 :data:`TORCH_TOTAL_GIB` is what PyTorch reports as a device's memory (``torch.cuda.mem_get_info()[1]``,
 ``get_device_properties().total_memory``): less than the data sheet's, by what the driver keeps. An
@@ -51,11 +54,14 @@ GPUS: dict[str, dict[str, float]] = {
                 "sm": 86},
     "rtx4090": {"capacity_gib": 24, "bf16_tflops": 165.2, "hbm_gbps": 1008, "nvlink_gbps": 32, "network_gbps": 25,
                 "sm": 89},
+    "rtx-pro-6000": {"capacity_gib": 96, "bf16_tflops": 500, "hbm_gbps": 1792, "nvlink_gbps": 64, "network_gbps": 25,
+                     "sm": 120},
 }
 
 #: streaming multiprocessors per GPU kind (the data sheets above)
 SM_COUNTS: dict[str, int] = {"h100": 132, "h800": 132, "h200": 132, "a100": 108, "gb200": 148, "b200": 148,
-                             "a100-40gb": 108, "l40s": 142, "a6000": 84, "rtx3090": 82, "rtx4090": 128}
+                             "a100-40gb": 108, "l40s": 142, "a6000": 84, "rtx3090": 82, "rtx4090": 128,
+                             "rtx-pro-6000": 188}
 
 #: MiB ``nvidia-smi --query-gpu=memory.total`` prints (SGLang sizes its defaults from it), each in the public
 #: log named
