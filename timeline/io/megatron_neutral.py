@@ -336,10 +336,10 @@ UNDER: dict[str, tuple[str, ...]] = {
 WITHOUT_OVERLAP = (
     "compute-communication overlap, simulated as the schedule without it: not modelled yet (TE's userbuffers, "
     "cudaMalloc'd or cuMemCreate'd outside PyTorch's allocator by register_user_buffer_collective, hold the "
-    "gathered GEMM inputs and partial outputs that PyTorch allocates without the overlap; initialize_ub "
-    "replaces TE's cuBLAS workspace by 3 of them, get_workspace().repeat(_NUM_MAX_UB_STREAMS), TE v2.5 … v2.18); "
-    "a higher-priority stream for combined 1F1B's all-to-alls",
-    ("--tp-comm-overlap", "--tp-comm-overlap-cfg",
+    "gathered GEMM inputs and partial outputs that PyTorch allocates without the overlap; the cuBLAS workspace "
+    "of their GEMMs is framework.tp_comm_overlap, from --tp-comm-overlap); a higher-priority stream for combined "
+    "1F1B's all-to-alls",
+    ("--tp-comm-overlap-cfg",
      "--high-priority-a2a-comm-stream", "--tp-comm-bootstrap-backend", "--tp-comm-overlap-rs-dgrad",
      "--disable-tp-comm-bulk-dgrad", "--no-tp-comm-bulk-dgrad", "--disable-tp-comm-bulk-wgrad",
      "--no-tp-comm-bulk-wgrad", "--disable-tp-comm-overlap-ag", "--no-tp-comm-overlap-ag",

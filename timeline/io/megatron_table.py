@@ -30,6 +30,8 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--vocab-size", "--tokenizer-type", "--vocab-file", "--tokenizer-model"), "model.vocab_size"),
     "--padded-vocab-size": "model.vocab_size as given, unpadded (framework.make_vocab_size_divisible_by = 1)",
     "--make-vocab-size-divisible-by": "framework.make_vocab_size_divisible_by",
+    "--tp-comm-overlap": "framework.tp_comm_overlap (the userbuffer GEMMs' cuBLAS workspace; the overlap itself is "
+                         "simulated as the schedule without it)",
     "--qk-layernorm": "model.qk_norm",
     **dict.fromkeys(("--multi-latent-attention", "--kv-lora-rank", "--q-lora-rank", "--qk-head-dim",
                      "--qk-pos-emb-head-dim", "--v-head-dim"), "model MLA sizes"),

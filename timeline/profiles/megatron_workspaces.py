@@ -127,6 +127,16 @@ def te_workspace_bytes(sm: int, te_version: str = "2.6") -> int:
     return 33_554_432 + (1024 if version_tuple(te_version) >= (2, 9) else 0)
 
 
+def ub_workspace_bytes(sm: int, te_version: str) -> tuple[int, bool]:
+    """(bytes, kept beside TE's plain workspace) of the cuBLAS workspace TE's userbuffer GEMMs use under
+    ``--tp-comm-overlap``: ``_NUM_MAX_UB_STREAMS = 3`` workspaces in one tensor. Before TE 2.10
+    ``module/base.py: initialize_ub`` replaces the global one (``_cublas_workspace =
+    get_workspace().repeat(_NUM_MAX_UB_STREAMS)``, v2.2 … v2.9), so the plain one is freed; from 2.10
+    ``cpp_extensions/gemm.py: get_cublas_workspace(device, ub, grouped_gemm)`` is an ``lru_cache`` keyed by
+    ``ub``: GEMMs without userbuffers keep the plain one beside it (v2.10 … v2.18)."""
+    return 3 * te_workspace_bytes(sm, te_version), version_tuple(te_version) >= (2, 10)
+
+
 def torch_uses_32mib_default(sm: int, pytorch: str) -> bool:
     """Whether PyTorch ``pytorch``'s default cuBLAS workspace is 32 MiB on compute capability ``sm``
     (``parseChosenWorkspaceSize``: 9.0 always; majors 10 and 12 from 2.12; major 11 from 2.14)."""
@@ -214,7 +224,13 @@ def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par
     if not fw.workspaces:
         return out
     te = fw.transformer_impl == "transformer_engine"
-    if te or router_uses_te_gemm(fw, has_moe=has_moe):  # one per process, whichever TE GEMM comes first
+    ub_bytes, ub_beside = ub_workspace_bytes(sm, fw.transformer_engine)
+    ub = te and fw.tp_comm_overlap
+    if ub:
+        out.append(("workspace.te_cublas_userbuffers", ub_bytes, "NVIDIA/TransformerEngine@v2.2..v2.18:transformer_"
+                    "engine/pytorch: module/base.py initialize_ub (< 2.10), cpp_extensions/gemm.py "
+                    "get_cublas_workspace (≥ 2.10)", "start"))
+    if (te or router_uses_te_gemm(fw, has_moe=has_moe)) and (not ub or ub_beside):  # one per process
         out.append(("workspace.te_cublas", te_workspace_bytes(sm, fw.transformer_engine),
                     f"{TE}/pytorch/module/base.py: get_workspace" + ("" if te else f" via {ROUTER_GEMM}"),
                     "start"))
