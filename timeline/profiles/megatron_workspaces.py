@@ -66,6 +66,7 @@ import re
 from collections.abc import Sequence
 
 from timeline.profiles.base import AT_OP, ParamTensor
+from timeline.profiles.megatron_fp8 import weight_caches
 from timeline.spec.fields import DTYPE_BYTES
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
@@ -250,6 +251,9 @@ def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par
         size = torch_workspace_bytes(fw.cublas_workspace_config, sm, fw.pytorch)
         out.append(("workspace.torch_cublas_forward", size, f"{TORCH}: getCurrentCUDABlasHandle", "start"))
         out.append(("workspace.torch_cublas_backward", size, f"{TORCH}: getCurrentCUDABlasHandle", AT_OP + gemms))
+    if tr.fp8_recipe != "none" and te:  # FP8 weight copies kept between micro-batches (profiles/megatron_fp8.py)
+        out += [(name, size, src, "start")
+                for name, size, src in weight_caches(tensors, param_gather=tr.fp8_param_gather, sm=sm)]
     for rows, cols, dt in sorted(dummy_wgrad_shapes(fw, tr.dtype, tensors)):
         out.append((f"workspace.te_dummy_wgrad_{rows}x{cols}", rows * cols * DTYPE_BYTES[dt],
                     f"{TE}/pytorch/module/base.py: get_dummy_wgrad", "first_backward"))
