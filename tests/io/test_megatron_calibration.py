@@ -25,7 +25,9 @@ pytestmark = pytest.mark.skipif(not DATA.exists(), reason=f"{DATA} is absent (th
 
 #: |error| bands reached today (percent), per family of cases with a published world size
 MEDIAN_PCT = 0.5  # issue 11 asks 1 % (today 0.20 %)
-DENSE_WORST_PCT = 1.25  # issue 11 asks 2 % (worst today: −0.98 %, a cp 2 GB200 case at the top of its siblings' spread)
+# issue 11 asks 2 % (worst today: +1.83 %, the FP8 tp 4 cp 2 H100 case, compared since FP8 is modelled: its steady
+# state is exact and its peak 7.4 MiB over, the same job on GB200 5.8 MiB under — unexplained; before it −0.98 %)
+DENSE_WORST_PCT = 2.0
 MOE_WORST_PCT = 1.25  # issue 11 asks 4 % (worst today: +0.84 %, the a2a-overlap case without combined 1F1B)
 
 
@@ -60,7 +62,7 @@ def test_all_configs_read_expressible_convert_others_refused_by_name():
         fam = r["family_dir"]
         margs = from_mapping(r["model_args"], r.get("env"), family=fam, family_source=f"the path test_cases/{fam}/")
         world = r["parallel"]["world_size"] or 8
-        if not r.get("expressible_note"):
+        if not tool.note_now(r):
             tool.convert_at_world_size(r, margs)
             continue
         with pytest.raises(UserError) as exc:
@@ -73,7 +75,7 @@ def test_all_configs_read_expressible_convert_others_refused_by_name():
 def test_expressible_cases_simulate(rows):
     simulated, failed = rows
     assert failed == []
-    assert len(simulated) == 110
+    assert len(simulated) == 112
 
 
 def test_an_inferred_world_size_megatron_s_schedule_refuses_falls_to_the_next_candidate(rows):
@@ -90,13 +92,13 @@ def test_an_inferred_world_size_megatron_s_schedule_refuses_falls_to_the_next_ca
     text = _tool().table(rows[0])
     assert "not compared: gpt/gpt3_15b_8t_release_sm_gb200" in text
     all_line = next(line for line in text.splitlines() if line.startswith("all "))
-    assert "n=109" in all_line  # the copy is left out of every statistic
+    assert "n=111" in all_line  # the copy is left out of every statistic
 
 
 def test_peak_allocated_within_the_bands_reached(rows):
     simulated, _ = rows
     published = [r for r in simulated if "inferred" not in r["family"]]
-    assert len(published) == 70
+    assert len(published) == 72
     errors = [abs(r["error_pct"]) for r in published]
     assert statistics.median(errors) <= MEDIAN_PCT
     for r in published:
@@ -176,11 +178,11 @@ def test_steady_state_within_the_bands_reached(rows):
     moments, the main-grad copies and the persistent workspaces, after iteration 1's step; on a pipeline's
     last stage also each chunk's last received input and its gradient."""
     published = [r for r in rows[0] if "inferred" not in r["family"] and r["steady_measured"] is not None]
-    assert len(published) == 70
+    assert len(published) == 72
     pp1 = [abs(r["steady_predicted"] - r["steady_measured"]) / 2**20 for r in published if r["pp"] == 1]
     assert statistics.median(pp1) <= STEADY_PP1_MEDIAN_MIB
     pipelined = [abs(r["steady_predicted"] - r["steady_measured"]) / 2**20 for r in published if r["pp"] > 1]
-    assert len(pipelined) == 35 and statistics.median(pipelined) <= STEADY_PP_MEDIAN_MIB
+    assert len(pipelined) == 36 and statistics.median(pipelined) <= STEADY_PP_MEDIAN_MIB
     for r in published:
         pct = 100.0 * abs(r["steady_predicted"] - r["steady_measured"]) / r["steady_measured"]
         assert pct <= STEADY_WORST_PCT, (r["name"], pct)

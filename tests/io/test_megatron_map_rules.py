@@ -107,9 +107,10 @@ def test_no_position_embedding_only_with_rope():
 
 
 def test_neutral_and_under_a_refused_feature_pass_and_say_why():
-    c = convert_args(BASE | {"--fp8-margin": 0, "--log-straggler": True, "--kv-lora-rank": 512,
-                             "--disable-gloo-process-groups": True})
-    assert c.neutral["--fp8-margin"] == "acts only with --fp8-format (refused)"
+    c = convert_args(BASE | {"--fp4-recipe": "nvfp4", "--fp8-margin": 0, "--log-straggler": True,
+                             "--kv-lora-rank": 512, "--disable-gloo-process-groups": True})
+    assert c.neutral["--fp4-recipe"] == "acts only with --fp4-format (refused)"
+    assert c.neutral["--fp8-margin"].startswith("FP8 scaling arithmetic: ")
     assert c.neutral["--log-straggler"].startswith("logging, timers and reporting: ")
     assert c.neutral["--disable-gloo-process-groups"].startswith("process groups, NCCL and launch: ")
     assert c.mapped["--kv-lora-rank"] == "(not used by this configuration)"  # an MLA size, no MLA
@@ -227,3 +228,20 @@ def test_legacy_models_are_refused_by_name_with_the_reason():
     with pytest.raises(UserError, match=r"^--use-legacy-models: the legacy \(pre-Megatron-Core\) GPT model "
                                         r"\(megatron/legacy\) is not modelled$"):
         convert_args(BASE | {"--use-legacy-models": True})
+
+
+def test_fp8_arguments_map_to_the_recipe_and_fp8_parameters():
+    fp8 = BASE | {"--fp8-format": "hybrid", "--fp8-recipe": "tensorwise", "--fp8-param-gather": True,
+                  "--use-distributed-optimizer": True, "--tp-comm-overlap": True, "--tensor-model-parallel-size": 2,
+                  "--sequence-parallel": True}
+    s = convert_args(fp8).sections
+    assert (s["training"]["fp8_recipe"], s["training"]["fp8_param_gather"]) == ("tensorwise", True)
+    assert s["framework"]["tp_comm_overlap"] is True
+    assert convert_args(BASE | {"--fp8-format": "e4m3"}).sections["training"]["fp8_recipe"] == "delayed"
+    for recipe in ("blockwise", "mxfp8"):
+        with pytest.raises(UserError, match=f"--fp8-recipe {recipe}: .*not modelled yet"):
+            convert_args(BASE | {"--fp8-format": "e4m3", "--fp8-recipe": recipe})
+    with pytest.raises(UserError, match="--fp8-param-gather: .*add --use-distributed-optimizer"):
+        convert_args(BASE | {"--fp8-format": "e4m3", "--fp8-param-gather": True})
+    with pytest.raises(UserError, match="--fp8-amax-history-len 1024"):
+        convert_args(BASE | {"--fp8-format": "e4m3", "--fp8-amax-history-len": 1024})

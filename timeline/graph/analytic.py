@@ -24,7 +24,7 @@ from timeline.graph.analysis import Analysis, analyse, op_graph
 from timeline.graph.backward import backward_units, to_op
 from timeline.graph.build import Node, chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import attention, batch, decoder, embedding, head, mtp, sinks
+from timeline.graph.families import attention, batch, decoder, embedding, fp8, head, mtp, sinks
 from timeline.graph.ir import Builder, Dims, FOp
 from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
 from timeline.graph.recompute import recompute_regions
@@ -66,6 +66,8 @@ def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int) 
         b.op("send_forward", "comm", None, {"x": x}, {}, kind="p2p", stream="pp")
     if loaded:
         batch.release(b, loaded)
+    if tr.fp8_recipe != "none":
+        fp8.rewrite(b)
     g = op_graph(b.ops)
     order = list(nx.lexicographical_topological_sort(g, key=lambda n: n))
     return [b.ops[i] for i in order]

@@ -40,10 +40,20 @@ def rc_storage(s: str) -> str:
     return f"{s}@recompute"
 
 
-def grad_of(t: TensorDef) -> TensorDef:
+def grad_of(t: TensorDef, source_dtype: str | None = None) -> TensorDef:
+    """The gradient of ``t``; an FP8 tensor's is in ``source_dtype``, the dtype it was quantized from
+    (TE's dgrad GEMM writes the activation dtype: ``timeline.graph.families.fp8``)."""
     cat = Category.COMM if t.category == Category.COMM else Category.TEMPORARY
-    return TensorDef(name=f"grad:{t.name}", shape=t.shape, dtype=t.dtype, category=cat, module=t.module,
+    dtype = source_dtype if t.dtype == "fp8" and source_dtype else t.dtype
+    return TensorDef(name=f"grad:{t.name}", shape=t.shape, dtype=dtype, category=cat, module=t.module,
                      storage=f"grad:{t.storage}")
+
+
+def _source_dtype(a: Analysis, t: TensorDef) -> str | None:
+    """The dtype of the first dataflow input of ``t``'s producer (None: no producer or no input)."""
+    p = a.producer.get(t.storage)
+    ins = a.ops[p].dataflow_inputs() if p is not None else []
+    return ins[0].dtype if ins else None
 
 
 def _recompute_units(a: Analysis, r: int) -> list[Unit]:
@@ -97,13 +107,15 @@ def _wgrad_transients(op: FOp, wgrad: str) -> list[TensorDef]:
 
 def _linear_wgrad(op: FOp, wgrad: str) -> TensorDef | None:
     """The fresh weight gradient a "linear" op's W returns under ``wgrad`` ("all" | "head")."""
-    if op.rule != "linear" or wgrad == "none" or (wgrad == "head" and not op.name.endswith("output_layer")):
+    if op.rule not in ("linear", "fp8_linear") or wgrad == "none" or (wgrad == "head" and not op.name.endswith("output_layer")):
         return None
     x = op.inputs.get("x")
     if x is None or len(x.shape) != 2:
         return None
     out = sum(t.shape[1] for t in op.outputs.values() if len(t.shape) == 2)
-    return TensorDef(name=f"{op.name}.wgrad", shape=(out, x.shape[1]), dtype=x.dtype, category=Category.TEMPORARY,
+    # an FP8 GEMM input: TE's wgrad GEMM writes the activation dtype, the output's (module/linear.py)
+    dtype = next(iter(op.outputs.values())).dtype if x.dtype == "fp8" else x.dtype
+    return TensorDef(name=f"{op.name}.wgrad", shape=(out, x.shape[1]), dtype=dtype, category=Category.TEMPORARY,
                      module=x.module, storage=f"{op.name}.wgrad")
 
 
@@ -130,7 +142,8 @@ def backward_units(a: Analysis, mode: str, wgrad: str = "none") -> tuple[list[Un
         for t in op.dataflow_inputs():
             if differentiable(t) and t.storage not in seen_grad:
                 seen_grad.add(t.storage)
-                u.allocs.append(grad_of(a.tensors[t.storage]))
+                src = a.tensors[t.storage]
+                u.allocs.append(grad_of(src, _source_dtype(a, src) if src.dtype == "fp8" else None))
         for scratch in a.scratch.get(i, ()):  # freed by this unit, when its backward returns
             u.allocs.append(scratch)
             u.needs.append(scratch.storage)

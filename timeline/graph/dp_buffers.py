@@ -106,10 +106,12 @@ class DdpBuffer:
     #: the position of the optimizer holding its parameters in Megatron's ``ChainedOptimizer`` (0 dense,
     #: 1 expert; 0 the first chunk's dense, 1 the other dense, 2 expert with ``DdpRules.first_chunk_optimizer``)
     optimizer: int = 0
+    #: its parameters are FP8 (``--fp8-param-gather``): a ``torch.uint8`` param buffer of their own
+    fp8: bool = False
 
     @property
     def label(self) -> str:
-        return f"chunk{self.chunk}{'.expert' if self.expert else ''}"
+        return f"chunk{self.chunk}{'.expert' if self.expert else ''}{'.fp8' if self.fp8 else ''}"
 
 
 def ddp_rules(fw: FrameworkSpec, tr: TrainingSpec, par: ParallelSpec, *, tied: bool) -> DdpRules:
@@ -207,11 +209,14 @@ def ddp_buffers(chunks: Sequence[tuple[int, Sequence[TensorDef]]], *, rules: Ddp
         bucket = rules.bucket_size if i == 0 and pp_rank == 0 else None
         params = megatron_order(ts)
         for expert, group in ((False, dense_g), (True, expert_g)):
-            mine = [t for t in params if is_expert_state(t, expert_rule) == expert]
-            if not mine:
-                continue
-            numel, slots = layout(mine, rules=rules, group=group, bucket_size=bucket, shared=shared, rank=group - 1)
-            split = int(rules.first_chunk_optimizer)
-            optimizer = 1 + split if expert else int(split and i > 0)
-            out.append(DdpBuffer(chunk=c, expert=expert, numel=numel, group=group, slots=slots, optimizer=optimizer))
+            for fp8 in (False, True):  # one buffer per (param dtype, grad dtype): FP8 parameters apart
+                mine = [t for t in params if is_expert_state(t, expert_rule) == expert and (t.dtype == "fp8") == fp8]
+                if not mine:
+                    continue
+                numel, slots = layout(mine, rules=rules, group=group, bucket_size=bucket, shared=shared,
+                                      rank=group - 1)
+                split = int(rules.first_chunk_optimizer)
+                optimizer = 1 + split if expert else int(split and i > 0)
+                out.append(DdpBuffer(chunk=c, expert=expert, numel=numel, group=group, slots=slots,
+                                     optimizer=optimizer, fp8=fp8))
     return tuple(out)

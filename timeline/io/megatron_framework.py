@@ -185,6 +185,8 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
           1 if a.has("--padded-vocab-size") else a.int("--make-vocab-size-divisible-by", 128),
           "--make-vocab-size-divisible-by")
     c.put("framework.deterministic", deterministic, "--deterministic-mode")
+    if a.flag("--tp-comm-overlap"):
+        c.put("framework.tp_comm_overlap", True, "--tp-comm-overlap")
     # training.py: get_model builds DistributedDataParallelConfig from these (the grad buffer's buckets)
     overlap = a.flag("--overlap-grad-reduce")
     c.put("framework.overlap_grad_reduce", overlap, "--overlap-grad-reduce")

@@ -151,6 +151,39 @@ def refuse_unmodelled(m: MegatronArgs, a: ArgReader) -> None:
         raise UserError(f"--optimizer {opt}: only Adam's states are modelled")
 
 
+#: ``--fp8-recipe`` values not modelled, and why (Megatron-LM ``core/fp8_utils.py: get_fp8_recipe``)
+FP8_REFUSED = {
+    "blockwise": "Float8BlockScaling keeps 1×128 / 128×128 block-scaled FP8 copies with fp32 scales "
+                 "(TE tensor/float8_blockwise_tensor.py) — not modelled yet; use delayed or tensorwise",
+    "mxfp8": "MXFP8BlockScaling keeps row- and column-wise 1×32 E8M0-scaled copies (TE tensor/mxfp8_tensor.py) "
+             "— not modelled yet; use delayed or tensorwise",
+    "custom": "a custom quantizer factory's tensors are not modelled",
+}
+
+
+def fp8_training(a: ArgReader, c: Conversion) -> None:
+    """``--fp8-format`` turns FP8 on with ``--fp8-recipe`` (arguments.py default "delayed"); the format
+    (e4m3 | hybrid) only picks E4M3 or E5M2, one byte each. ``--fp8-param-gather`` makes FP8 parameters.
+    Recipes :data:`FP8_REFUSED` names and Megatron's own rejections are one-line errors."""
+    fmt = a.value("--fp8-format")
+    if fmt is None or str(fmt) in ("None", "none", "false", "False"):
+        if a.flag("--fp8-param-gather"):
+            raise UserError("--fp8-param-gather without --fp8-format: Megatron keeps FP8 parameters only in FP8 "
+                            "training; add --fp8-format or drop it")
+        return
+    recipe = str(a.value("--fp8-recipe") or "delayed")
+    if recipe in FP8_REFUSED:
+        raise UserError(f"--fp8-recipe {recipe}: {FP8_REFUSED[recipe]}")
+    if recipe not in ("delayed", "tensorwise"):
+        raise UserError(f"--fp8-recipe {recipe}: use one of delayed, tensorwise, blockwise, mxfp8, custom")
+    c.put("training.fp8_recipe", recipe, "--fp8-format", "--fp8-recipe")
+    if a.flag("--fp8-param-gather"):
+        if not a.flag("--use-distributed-optimizer"):
+            raise UserError("--fp8-param-gather: Megatron-LM keeps FP8 parameters only under the distributed "
+                            "optimizer (arguments.py: validate_args); add --use-distributed-optimizer")
+        c.put("training.fp8_param_gather", True, "--fp8-param-gather")
+
+
 def _vocab(a: ArgReader) -> int:
     """``--padded-vocab-size``, else ``--vocab-size``, else the size of the tokenizer the arguments name
     (GPT-2 BPE by default)."""
@@ -383,6 +416,7 @@ def map_training(a: ArgReader, c: Conversion, dp: int) -> None:
     c.put("training.grad_dtype", "fp32" if fp32_grads or dtype == "fp32" else dtype,
           "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32")
     c.put("training.zero", 1 if a.flag("--use-distributed-optimizer") else 0, "--use-distributed-optimizer")
+    fp8_training(a, c)
     instances = a.int("--num-distributed-optimizer-instances", 1)
     if instances > 1:
         c.put("training.optimizer_instances", instances, "--num-distributed-optimizer-instances")

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 #: memory-neutral arguments, by exact option string, grouped by why they move no allocation
 NEUTRAL: dict[str, tuple[str, ...]] = {
+    "FP8 scaling arithmetic: how delayed scaling turns the amax history into a scale (TE common/recipe "
+    "DelayedScaling: amax_compute_algo, margin, interval), not what is allocated": (
+        "--fp8-amax-compute-algo", "--fp8-interval", "--fp8-margin",
+    ),
     "logging, timers and reporting: host-side (training/training.py: training_log, the tensorboard, wandb, "
     "one-logger and OpenTelemetry writers, core/config_logger.py); no device tensor": (
         "--log-interval", "--log-params-norm", "--log-num-zeros-in-grad", "--log-throughput", "--log-progress",
@@ -234,10 +238,8 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
 #: parameters of a refused feature (the key): without it they change nothing, with it the job is
 #: refused for the feature itself
 UNDER: dict[str, tuple[str, ...]] = {
-    "--fp8-format": ("--fp8-amax-compute-algo", "--fp8-amax-history-len", "--fp8-interval", "--fp8-margin",
-                     "--fp8-output-proj", "--fp8-quantizer-factory", "--no-fp8-wgrad", "--disable-fp8-wgrad",
-                     "--keep-fp8-transpose-cache", "--keep-fp8-transpose-cache-when-using-custom-fsdp",
-                     "--moe-router-padding-for-fp8", "--reuse-grad-buf-for-mxfp8-param-ag"),
+    "--use-megatron-fsdp (FP8 under it)": ("--keep-fp8-transpose-cache",
+                                          "--keep-fp8-transpose-cache-when-using-custom-fsdp"),
     "--fp4-format": ("--fp4-recipe", "--fp4-quantizer-factory"),
     "--first-last-layers-bf16": ("--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16"),
     "--cuda-graph-impl other than none": ("--cuda-graph-warmup-steps", "--cuda-graph-modules",
@@ -336,10 +338,10 @@ UNDER: dict[str, tuple[str, ...]] = {
 WITHOUT_OVERLAP = (
     "compute-communication overlap, simulated as the schedule without it: not modelled yet (TE's userbuffers, "
     "cudaMalloc'd or cuMemCreate'd outside PyTorch's allocator by register_user_buffer_collective, hold the "
-    "gathered GEMM inputs and partial outputs that PyTorch allocates without the overlap; initialize_ub "
-    "replaces TE's cuBLAS workspace by 3 of them, get_workspace().repeat(_NUM_MAX_UB_STREAMS), TE v2.5 … v2.18); "
-    "a higher-priority stream for combined 1F1B's all-to-alls",
-    ("--tp-comm-overlap", "--tp-comm-overlap-cfg",
+    "gathered GEMM inputs and partial outputs that PyTorch allocates without the overlap; the cuBLAS workspace "
+    "of their GEMMs is framework.tp_comm_overlap, from --tp-comm-overlap); a higher-priority stream for combined "
+    "1F1B's all-to-alls",
+    ("--tp-comm-overlap-cfg",
      "--high-priority-a2a-comm-stream", "--tp-comm-bootstrap-backend", "--tp-comm-overlap-rs-dgrad",
      "--disable-tp-comm-bulk-dgrad", "--no-tp-comm-bulk-dgrad", "--disable-tp-comm-bulk-wgrad",
      "--no-tp-comm-bulk-wgrad", "--disable-tp-comm-overlap-ag", "--no-tp-comm-overlap-ag",

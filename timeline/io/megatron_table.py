@@ -30,6 +30,11 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--vocab-size", "--tokenizer-type", "--vocab-file", "--tokenizer-model"), "model.vocab_size"),
     "--padded-vocab-size": "model.vocab_size as given, unpadded (framework.make_vocab_size_divisible_by = 1)",
     "--make-vocab-size-divisible-by": "framework.make_vocab_size_divisible_by",
+    **dict.fromkeys(("--fp8-format", "--fp8-recipe"), "training.fp8_recipe (delayed, tensorwise; blockwise, mxfp8 "
+                    "and custom refused)"),
+    "--fp8-param-gather": "training.fp8_param_gather",
+    "--tp-comm-overlap": "framework.tp_comm_overlap (the userbuffer GEMMs' cuBLAS workspace; the overlap itself is "
+                         "simulated as the schedule without it)",
     "--qk-layernorm": "model.qk_norm",
     **dict.fromkeys(("--multi-latent-attention", "--kv-lora-rank", "--q-lora-rank", "--qk-head-dim",
                      "--qk-pos-emb-head-dim", "--v-head-dim"), "model MLA sizes"),
@@ -100,7 +105,7 @@ MAPPED: dict[str, str] = {
                     "without"),
     **dict.fromkeys(("--cpu-offloading-num-layers", "--mlp-chunks-for-training", "--cuda-graph-impl",
                      "--encoder-tensor-model-parallel-size", "--encoder-pipeline-model-parallel-size",
-                     "--moe-dispatch-fwd-dtype", "--moe-combine-bwd-dtype", "--tensor-parallel-num-weight-shards",
+                     "--moe-dispatch-fwd-dtype", "--moe-combine-bwd-dtype", "--fp8-amax-history-len", "--tensor-parallel-num-weight-shards",
                      "--expert-tensor-parallel-num-weight-shards", "--output-logit-dtype"),
                     "refused unless its default (no effect) value: REFUSED_UNLESS"),
 }
@@ -116,6 +121,8 @@ REFUSED_UNLESS: dict[str, tuple[tuple[str, ...], str]] = {
                                                     "modelled"),
     "--encoder-pipeline-model-parallel-size": (("0",), "a separately parallelised encoder (multimodal / T5) is not "
                                                       "modelled"),
+    "--fp8-amax-history-len": (("1",), "a delayed-scaling amax history longer than one step (fp32 [len, 3·GEMMs] "
+                                      "per TE module, TE fp8.py: FP8GlobalStateManager) is not modelled"),
     "--moe-dispatch-fwd-dtype": (("bf16",), "an FP8 token dispatch (token_dispatcher.py) is not modelled"),
     "--moe-combine-bwd-dtype": (("bf16",), "an FP8 token combine (token_dispatcher.py) is not modelled"),
     "--tensor-parallel-num-weight-shards": ((), "weights sharded beyond tp and re-materialised per layer "
@@ -125,7 +132,6 @@ REFUSED_UNLESS: dict[str, tuple[tuple[str, ...], str]] = {
     "--output-logit-dtype": ((), "logits in another dtype (gpt_model.py: logit_dtype) are not modelled"),
 }
 
-_FP8 = "FP8 training (an FP8 recipe's casts, scales and transpose caches are not modelled yet)"
 _CKPT = "the job loads a checkpoint before the measured iterations (not modelled)"
 _FSDP = "FSDP-style sharding of parameters, gradients and optimizer states is not modelled"
 _PRECISION_OPT = "the precision-aware optimizer's state dtypes are not modelled yet"
@@ -136,7 +142,14 @@ _PACKED = "packed variable-length batches (THD format, per-document masks) are n
 REFUSED: dict[str, str] = {
     "--perform-rl-step": "an RL loop (inference engine and training in one process) is not modelled",
     "--inference-max-seq-length": "an inference job (no training step); timeline simulates training",
-    "--fp8-format": _FP8, "--fp8-recipe": _FP8, "--fp8-param-gather": "FP8 parameters are not modelled yet",
+    "--fp8-output-proj": "the attention output projection's FP8 output (core_attention's input quantized "
+                         "by it) is not modelled",
+    "--fp8-quantizer-factory": "a custom quantizer factory's tensors are not modelled",
+    **dict.fromkeys(("--no-fp8-wgrad", "--disable-fp8-wgrad"), "weight gradients in high precision (TE "
+                    "Recipe override_linear_precision: the input kept unquantized for wgrad) are not modelled"),
+    "--moe-router-padding-for-fp8": "token counts padded per expert for FP8 GEMMs (moe_utils.py: "
+                                    "pad_routing_map) are not modelled",
+    "--reuse-grad-buf-for-mxfp8-param-ag": "MXFP8 parameters are not modelled (--fp8-recipe mxfp8 is refused)",
     "--fp4-format": "FP4 training is not modelled yet", "--fp4-param-gather": "FP4 parameters are not modelled yet",
     "--te-precision-config-file": "a Transformer Engine per-layer precision recipe is not modelled yet",
     "--kitchen-config-file": "NVIDIA Kitchen quantized layers (core/extensions/kitchen.py) are not modelled",

@@ -17,6 +17,7 @@ from timeline.graph.dp_buffers import DdpBuffer, DdpRules, ddp_buffers
 from timeline.graph.source import ModelSource
 from timeline.graph.static import optimizer_element_bytes, state_bytes
 from timeline.graph.tensors import DTYPE_BYTES, MODULES, TensorDef
+from timeline.profiles.megatron_fp8 import is_te_linear_weight
 from timeline.spec.run import ParallelSpec, TrainingSpec
 
 
@@ -81,6 +82,9 @@ def static_devices(source: ModelSource, stages_of_rank: Sequence[Sequence[int]],
     stride = par.tp * par.cp * par.dp
     placed = stages_of_rank
     params = chunk_params(source, (c for st in placed for c in st))
+    if training.fp8_param_gather:  # the TE linears' weights are FP8 parameters (profiles/megatron_fp8.py)
+        params = {c: [replace(t, dtype="fp8") if is_te_linear_weight(t.name, t.shape) else t for t in ts]
+                  for c, ts in params.items()}
     out = []
     for r in range(par.pp):
         stages = tuple(placed[r])

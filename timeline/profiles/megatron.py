@@ -66,6 +66,12 @@ RULES: dict[str, SaveRule] = {
                                source=f"{TE}/module/grouped_linear.py: _GroupedLinear.forward saves inputmats "
                                       "(torch.split views of the input); "
                                       f"{MC}/transformer/moe/experts.py: TEGroupedMLP.forward"),
+    **{rule: SaveRule(saves=("extra:x_fp8", "extra:x_scale_inv"), wgrad=("extra:x_fp8", "extra:x_scale_inv"),
+                      source=f"{TE}/module/linear.py: _Linear.forward (layernorm_linear.py: _LayerNormLinear, "
+                             "grouped_linear.py: _GroupedLinear alike) under fp8 saves the quantized input — "
+                             "column-wise only, or the local row-wise shard under the SP all-gather — and its "
+                             "scale_inv (graph/families/fp8.py), TE v2.2 … v2.16")
+       for rule in ("fp8_linear", "fp8_grouped_linear")},
     "flash_attn": SaveRule(saves=("in:q", "in:k", "in:v", "out:y", "extra:lse", "extra:rng_state", "extra:kv_p2p",
                                   "extra:rng_state_step*"),
                            # TE's FlashAttention backend only (the op builder gives no scratch to FusedAttention,

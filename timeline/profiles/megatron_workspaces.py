@@ -66,6 +66,7 @@ import re
 from collections.abc import Sequence
 
 from timeline.profiles.base import AT_OP, ParamTensor
+from timeline.profiles.megatron_fp8 import weight_caches
 from timeline.spec.fields import DTYPE_BYTES
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
@@ -125,6 +126,16 @@ def te_workspace_bytes(sm: int, te_version: str = "2.6") -> int:
     if sm < 90:
         return 4_194_304
     return 33_554_432 + (1024 if version_tuple(te_version) >= (2, 9) else 0)
+
+
+def ub_workspace_bytes(sm: int, te_version: str) -> tuple[int, bool]:
+    """(bytes, kept beside TE's plain workspace) of the cuBLAS workspace TE's userbuffer GEMMs use under
+    ``--tp-comm-overlap``: ``_NUM_MAX_UB_STREAMS = 3`` workspaces in one tensor. Before TE 2.10
+    ``module/base.py: initialize_ub`` replaces the global one (``_cublas_workspace =
+    get_workspace().repeat(_NUM_MAX_UB_STREAMS)``, v2.2 … v2.9), so the plain one is freed; from 2.10
+    ``cpp_extensions/gemm.py: get_cublas_workspace(device, ub, grouped_gemm)`` is an ``lru_cache`` keyed by
+    ``ub``: GEMMs without userbuffers keep the plain one beside it (v2.10 … v2.18)."""
+    return 3 * te_workspace_bytes(sm, te_version), version_tuple(te_version) >= (2, 10)
 
 
 def torch_uses_32mib_default(sm: int, pytorch: str) -> bool:
@@ -214,7 +225,13 @@ def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par
     if not fw.workspaces:
         return out
     te = fw.transformer_impl == "transformer_engine"
-    if te or router_uses_te_gemm(fw, has_moe=has_moe):  # one per process, whichever TE GEMM comes first
+    ub_bytes, ub_beside = ub_workspace_bytes(sm, fw.transformer_engine)
+    ub = te and fw.tp_comm_overlap
+    if ub:
+        out.append(("workspace.te_cublas_userbuffers", ub_bytes, "NVIDIA/TransformerEngine@v2.2..v2.18:transformer_"
+                    "engine/pytorch: module/base.py initialize_ub (< 2.10), cpp_extensions/gemm.py "
+                    "get_cublas_workspace (≥ 2.10)", "start"))
+    if (te or router_uses_te_gemm(fw, has_moe=has_moe)) and (not ub or ub_beside):  # one per process
         out.append(("workspace.te_cublas", te_workspace_bytes(sm, fw.transformer_engine),
                     f"{TE}/pytorch/module/base.py: get_workspace" + ("" if te else f" via {ROUTER_GEMM}"),
                     "start"))
@@ -234,6 +251,9 @@ def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par
         size = torch_workspace_bytes(fw.cublas_workspace_config, sm, fw.pytorch)
         out.append(("workspace.torch_cublas_forward", size, f"{TORCH}: getCurrentCUDABlasHandle", "start"))
         out.append(("workspace.torch_cublas_backward", size, f"{TORCH}: getCurrentCUDABlasHandle", AT_OP + gemms))
+    if tr.fp8_recipe != "none" and te:  # FP8 weight copies kept between micro-batches (profiles/megatron_fp8.py)
+        out += [(name, size, src, "start")
+                for name, size, src in weight_caches(tensors, param_gather=tr.fp8_param_gather, sm=sm)]
     for rows, cols, dt in sorted(dummy_wgrad_shapes(fw, tr.dtype, tensors)):
         out.append((f"workspace.te_dummy_wgrad_{rows}x{cols}", rows * cols * DTYPE_BYTES[dt],
                     f"{TE}/pytorch/module/base.py: get_dummy_wgrad", "first_backward"))

@@ -102,15 +102,17 @@ def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str,
     dist = tr.zero >= 1
     # under the distributed optimizer each piece's own storage is freed into the param buffer by its slot
     params = [(t.name, [t]) for t in dev.tensors] if dist else megatron_params(list(dev.tensors))
+    # FP8 parameters (--fp8-param-gather) are one byte (profiles/megatron_fp8.py)
     out: list[StaticEvent] = [("start", f"static.weights.{n}",
-                               sum(t.numel * w if t.trainable else t.size_bytes for t in ts), w_cat, 1)
-                              for n, ts in params]
+                               sum(t.size_bytes if t.dtype == "fp8" or not t.trainable else t.numel * w for t in ts),
+                               w_cat, 1) for n, ts in params]
     for b in dev.dp_buffers:
+        pw = DTYPE_BYTES["fp8"] if b.fp8 else w
         if dist:
-            out.append(("start", f"static.param_buffer.{b.label}", b.numel * w, w_cat, 1))
+            out.append(("start", f"static.param_buffer.{b.label}", b.numel * pw, w_cat, 1))
         out.append(("start", f"static.grad_buffer.{b.label}", b.numel * g, g_cat, 1))
         if dist:
-            out += [("start", f"static.weights.{s.name}", (s.end - s.start) * w, w_cat, -1) for s in b.slots]
+            out += [("start", f"static.weights.{s.name}", (s.end - s.start) * pw, w_cat, -1) for s in b.slots]
     master, moment = optimizer_element_bytes(tr)
     order = main_param_order(dev, tr, expert_rule)
     for n, k in order:  # clone() in the model dtype, then .float(); the clone is dropped

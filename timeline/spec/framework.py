@@ -102,5 +102,8 @@ class FrameworkSpec:
     overlap_param_gather_with_optimizer_step: bool = spec_field(False, doc=(
         "--overlap-param-gather-with-optimizer-step (every chunk's buffer one bucket; the first model chunk's dense "
         "parameters in an optimizer of their own, stepped first)"))
+    tp_comm_overlap: bool = spec_field(False, doc=(
+        "--tp-comm-overlap: TE's userbuffers (outside PyTorch's allocator) and the cuBLAS workspace of their "
+        "GEMMs (three workspaces; TE ≥ 2.10 keeps the plain one beside them); the overlap itself is not simulated"))
     workspaces: bool = spec_field(True, doc="TE's and PyTorch's persistent cuBLAS workspaces (false: leave "
                                   "them out, e.g. to compare saved tensors alone)")

@@ -16,6 +16,8 @@ from timeline.spec.model import MAX_LAYERS, ModelSpec
 from timeline.spec.schedule_rules import SCHEDULE_KINDS as _KINDS
 from timeline.spec.trace import CapturedTrace
 
+#: ``--fp8-recipe`` values modelled (blockwise and mxfp8 are refused by from-megatron, with why)
+FP8_RECIPES = ("none", "delayed", "tensorwise")
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts")
 #: simulated iterations at most: the second already shows the steady state
 MAX_ITERATIONS = 1000
@@ -63,6 +65,13 @@ class TrainingSpec:
     master_dtype: str = spec_field("fp32", choices=DTYPES)
     moment_dtype: str = spec_field("fp32", choices=DTYPES)
     zero: int = spec_field(0, choices=(0, 1, 2, 3))
+    fp8_recipe: str = spec_field("none", choices=FP8_RECIPES, doc=(
+        "Megatron --fp8-recipe under --fp8-format (megatron profile): the Transformer Engine linears of every "
+        "layer run their GEMMs in FP8 and keep FP8 copies of their inputs for backward (delayed: DelayedScaling; "
+        "tensorwise: Float8CurrentScaling); none: no FP8"))
+    fp8_param_gather: bool = spec_field(False, doc=(
+        "Megatron --fp8-param-gather: the TE linears' weights are FP8 parameters (1 byte, the distributed "
+        "optimizer's param buffer in uint8) beside fp32 main parameters"))
     optimizer_instances: int = spec_field(1, positive=True, maximum=2**20, doc="Megatron --num-distributed-optimizer-instances: "
                                           "states shard over dp·cp / this (a partial data-parallel group)")
     routing: str = spec_field("balanced", choices=("balanced", "skew"))

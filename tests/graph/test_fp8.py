@@ -1,0 +1,78 @@
+"""FP8 training (``[training] fp8_recipe`` / ``fp8_param_gather``): the exact bytes of what one TE linear
+keeps under FP8 — its FP8 input copy and ``scale_inv`` for the weight gradient, the FP8 weight copies
+kept between micro-batches — and the userbuffers' cuBLAS workspace, from shapes."""
+
+from __future__ import annotations
+
+import pytest
+from helpers_run import tiny_run
+from sources import template_of
+
+from timeline.profiles.megatron_fp8 import is_te_linear_weight, needs_transpose, weight_caches
+from timeline.profiles.megatron_workspaces import ub_workspace_bytes
+from timeline.spec.validate import validate_run
+
+T, H, FFN = 128, 256, 512  # the tiny run: seq 128 × micro-batch 1 tokens, hidden 256, SwiGLU ffn 512
+
+
+def saved_of(run, layer: int = 0) -> dict[str, tuple[tuple[int, ...], str, int]]:
+    return {st.tensor.name: (st.tensor.shape, st.tensor.dtype, st.tensor.size_bytes)
+            for st in template_of(run, 0).saved if st.layer == layer}
+
+
+@pytest.mark.parametrize("recipe", ["delayed", "tensorwise"])
+def test_a_te_linear_keeps_the_fp8_copy_of_its_input_and_its_scale_inv(recipe):
+    run = tiny_run(tp=2, sp=True, fp8_recipe=recipe)
+    s = saved_of(run)
+    # linear_fc2 (row-parallel, no gather): the [tokens, ffn/tp] input quantized, 1 byte per element
+    assert s["layers.0.mlp.linear_fc2.x_fp8"] == ((T, FFN // 2), "fp8", T * FFN // 2)
+    assert s["layers.0.mlp.linear_fc2.x_scale_inv"] == ((1,), "fp32", 4)
+    # linear_qkv under SP: the local row-wise shard [tokens/tp, h]
+    assert s["layers.0.self_attn.linear_qkv.x_fp8"] == ((T // 2, H), "fp8", T // 2 * H)
+    # the bf16 act output is no longer kept for fc2's weight gradient
+    bf16 = saved_of(tiny_run(tp=2, sp=True))
+    assert "layers.0.mlp.act.out" in bf16 and "layers.0.mlp.act.out" not in s
+
+
+def test_only_the_decoder_layers_te_linears_quantize():
+    run = tiny_run(tp=2, sp=True, fp8_recipe="tensorwise")
+    names = {st.tensor.name for st in template_of(run, 0).saved if st.tensor.name.endswith(".x_fp8")}
+    assert names == {f"layers.0.{m}.x_fp8" for m in ("self_attn.linear_qkv", "self_attn.linear_proj",
+                                                      "mlp.linear_fc1", "mlp.linear_fc2")}
+
+
+E = 1024 * 256  # elements of the [1024, 256] weight below
+
+
+@pytest.mark.parametrize(("sm", "param_gather", "expected"), [
+    (90, False, 2 * E + 4),  # Hopper: FP8 data + its transpose, one byte each, and a [1] fp32 scale_inv
+    (100, False, E + 4),     # Blackwell takes non-TN FP8 GEMMs: no transpose
+    (90, True, E),           # FP8 parameters: the kept transpose only (the weight itself is the parameter)
+    (100, True, 0),
+])
+def test_fp8_weight_copies_per_te_linear(sm, param_gather, expected):
+    class W:
+        name, shape, trainable, expert = "layers.0.mlp.linear_fc1.weight", (1024, 256), True, False
+    out = weight_caches([W()], param_gather=param_gather, sm=sm)
+    assert sum(size for _n, size, _s in out) == expected
+
+
+def test_te_linear_weights_exclude_router_norms_and_embeddings():
+    assert is_te_linear_weight("layers.1.self_attn.q_proj.weight", (64, 64))
+    assert not is_te_linear_weight("layers.1.mlp.gate.weight", (8, 64))  # router
+    assert not is_te_linear_weight("layers.1.input_layernorm.weight", (64,))
+    assert not is_te_linear_weight("embedding.word_embeddings.weight", (10, 64))
+    assert not needs_transpose(100) and needs_transpose(90) and needs_transpose(120)
+
+
+def test_userbuffers_workspace_replaces_then_joins_the_plain_one():
+    assert ub_workspace_bytes(90, "2.9") == (3 * (33_554_432 + 1024), False)
+    assert ub_workspace_bytes(90, "2.12") == (3 * (33_554_432 + 1024), True)
+    assert ub_workspace_bytes(80, "2.2") == (3 * 4_194_304, False)
+
+
+def test_fp8_param_gather_needs_the_distributed_optimizer_and_a_recipe():
+    keys = {k for k, _ in validate_run(tiny_run(fp8_recipe="tensorwise", fp8_param_gather=True, zero=0), {})}
+    assert "training.fp8_param_gather" in keys
+    keys = {k for k, _ in validate_run(tiny_run(fp8_param_gather=True, zero=1), {})}
+    assert "training.fp8_param_gather" in keys

@@ -1,0 +1,67 @@
+"""FP8 training's static state in a Megatron-Core + Transformer Engine job (``[training] fp8_recipe``,
+``fp8_param_gather``): which parameters are FP8 and the FP8 weight copies TE keeps between
+micro-batches. The saved activations are :mod:`timeline.graph.families.fp8`'s.
+
+- FP8 parameters (``--fp8-param-gather``): Megatron builds the TE modules under ``fp8_model_init``
+  (``core/fp8_utils.py`` / ``extensions/transformer_engine.py``), so every TE linear weight of the
+  decoder layers is a ``Float8Tensor`` of one byte per element; DDP groups parameters by
+  (param dtype, grad dtype) with a Float8Tensor's as ``torch.uint8``
+  (``distributed/distributed_data_parallel.py: _allocate_buffers_for_parameters``), so those weights
+  get a param buffer of their own (their fp32 grad buffer and fp32 main parameters as before). Where
+  FP8 GEMMs need TN layouts (Hopper: ``utils.py: is_non_tn_fp8_gemm_supported`` false) the weight's
+  backward makes its ``[in, out]`` transpose (``float8_tensor_storage.py: update_usage`` →
+  ``_create_transpose``), and ``fp8_utils.py: post_all_gather_processing`` keeps it after each
+  parameter all-gather (Megatron-LM 1666b458c8, TE ≥ 2.2): one more byte per element, held for good.
+- Without FP8 parameters TE quantizes each weight into a cached workspace
+  (``module/base.py: TransformerEngineBaseModule.get_weight_workspace`` with
+  ``cache_name="weight"``: Megatron passes ``is_first_microbatch``, ``extensions/transformer_engine.py:
+  TELinear.forward``, unless ``--disable-parameter-transpose-cache``) kept between micro-batches and
+  iterations: the ``[out, in]`` FP8 data, on Hopper its transpose, and a ``[1]`` fp32 ``scale_inv``
+  (``tensor/float8_tensor.py: Float8Quantizer.make_empty``).
+
+Read at TE v2.2 … v2.16. Not modelled: the quantizers' own ``[1]`` fp32 scale and amax tensors and
+delayed scaling's ``[history, 3·GEMMs]`` amax history per module (a few hundred bytes each).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from timeline.profiles.base import ParamTensor
+
+TE_FP8 = "NVIDIA/TransformerEngine@v2.2..v2.16:transformer_engine/pytorch"
+#: names of 2-D decoder-layer weights that are not TE linears (the router, the shared-expert gate)
+NOT_TE = (".gate.weight", ".shared_expert_gate.", "embedding")
+
+
+def is_te_linear_weight(name: str, shape: tuple[int, ...]) -> bool:
+    """Whether the parameter is a TE linear's weight of a decoder layer (FP8 under ``fp8_param_gather``)."""
+    return (name.startswith("layers.") and name.endswith(".weight") and len(shape) == 2
+            and not any(k in name for k in NOT_TE))
+
+
+def needs_transpose(sm: int) -> bool:
+    """Whether FP8 GEMMs on compute capability ``sm`` take only TN layouts, so a column-wise FP8 copy is a
+    transpose of its own (``utils.py: is_non_tn_fp8_gemm_supported``: 10.x, 11.x and ≥ 13.0 take any)."""
+    return not (100 <= sm < 120 or sm >= 130)
+
+
+def weight_caches(tensors: Sequence[ParamTensor], *, param_gather: bool,
+                  sm: int) -> list[tuple[str, int, str]]:
+    """(name, bytes, source) of the persistent FP8 weight copies one device holds."""
+    out = []
+    for t in tensors:
+        if not (t.trainable and is_te_linear_weight(t.name, t.shape)):
+            continue
+        numel = t.shape[0] * t.shape[1]
+        if param_gather:
+            if needs_transpose(sm):
+                out.append((f"fp8.transpose.{t.name}", numel, f"{TE_FP8}/tensor/storage/float8_tensor_storage.py: "
+                            "update_usage → _create_transpose (kept: Megatron fp8_utils.py post_all_gather_processing)"))
+            continue
+        src = f"{TE_FP8}/module/base.py: get_weight_workspace (cache_name 'weight')"
+        out.append((f"fp8.weight_cache.{t.name}", numel, src))
+        if needs_transpose(sm):
+            out.append((f"fp8.weight_cache_transpose.{t.name}", numel, src))
+        out.append((f"fp8.weight_cache_scale_inv.{t.name}", 4, src))
+    return out
