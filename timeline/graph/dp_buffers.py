@@ -73,6 +73,8 @@ class DdpRules:
     tied_embeddings: bool = False
     #: --overlap-param-gather-with-optimizer-step: the first chunk's dense parameters in an optimizer of their own
     first_chunk_optimizer: bool = False
+    #: Megatron-FSDP's sharding strategy ('' = DDP's buffers; :mod:`timeline.graph.fsdp_buffers`)
+    fsdp: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +110,14 @@ class DdpBuffer:
     optimizer: int = 0
     #: its parameters are FP8 (``--fp8-param-gather``): a ``torch.uint8`` param buffer of their own
     fp8: bool = False
+    #: a Megatron-FSDP parameter group: the strategy and the FSDP unit it belongs to ('' for none)
+    fsdp: str = ""
+    unit: str = ""
 
     @property
     def label(self) -> str:
-        return f"chunk{self.chunk}{'.expert' if self.expert else ''}{'.fp8' if self.fp8 else ''}"
+        unit = f".{self.unit or 'rest'}" if self.fsdp else ""
+        return f"chunk{self.chunk}{unit}{'.expert' if self.expert else ''}{'.fp8' if self.fp8 else ''}"
 
 
 def ddp_rules(fw: FrameworkSpec, tr: TrainingSpec, par: ParallelSpec, *, tied: bool) -> DdpRules:
@@ -121,8 +127,10 @@ def ddp_rules(fw: FrameworkSpec, tr: TrainingSpec, par: ParallelSpec, *, tied: b
     split = fw.overlap_param_gather_with_optimizer_step
     if fw.overlap_grad_reduce and not split:  # get_model: disable_bucketing for every chunk under the split
         bucket = fw.ddp_bucket_size or max(DEFAULT_BUCKET, BUCKET_PER_RANK * par.dp * par.cp)
+    if fw.fsdp_sharding:  # get_model: the same bucket_size default; FSDP overlaps its reduce-scatters always
+        bucket = fw.ddp_bucket_size or max(DEFAULT_BUCKET, BUCKET_PER_RANK * par.dp * par.cp)
     return DdpRules(distributed_optimizer=tr.zero >= 1, bucket_size=bucket, pad_for_busbw=fw.ddp_pad_for_busbw,
-                    tied_embeddings=tied, first_chunk_optimizer=split)
+                    tied_embeddings=tied, first_chunk_optimizer=split, fsdp=fw.fsdp_sharding)
 
 
 def _pad(n: int, divisor: int) -> int:

@@ -111,3 +111,32 @@ def embedding_wgrad(a: ArgReader, c: Conversion) -> None:
                         "defer is not modelled; give 0 (all)")
     c.put("framework.defer_embedding_wgrad", True, "--defer-embedding-wgrad-compute")
     c.put("framework.wgrad_deferral_limit", limit, "--wgrad-deferral-limit")
+
+
+#: Megatron-FSDP arguments whose pools or precisions are not modelled, with the value that leaves them off
+FSDP_OFF = {"--fsdp-double-buffer": None, "--megatron-fsdp-max-pool-double-buffer": None,
+            "--suggested-communication-unit-size": None, "--outer-dp-sharding-strategy": "no_shard",
+            "--megatron-fsdp-version": "1", "--megatron-fsdp-main-params-dtype": "fp32",
+            "--megatron-fsdp-main-grads-dtype": "auto", "--megatron-fsdp-grad-comm-dtype": "auto",
+            "--megatron-fsdp-enable-fine-grained-param-gather": None}
+
+
+def megatron_fsdp(a: ArgReader, c: Conversion) -> None:
+    """``--use-megatron-fsdp`` / ``--use-custom-fsdp`` with ``--data-parallel-sharding-strategy`` →
+    ``framework.fsdp_sharding`` and ``training.zero = 1`` (``arguments.py: validate_args``@d98e8a64dd: Megatron-FSDP v1
+    sets ``--use-distributed-optimizer``; the strategy's default there is ``optim_grads_params``). The layout and
+    events: :mod:`timeline.graph.fsdp_buffers`, :mod:`timeline.sim.megatron_fsdp`. Double buffers, NCCL
+    user buffers, HSDP, a suggested communication unit, Megatron-FSDP v2 and non-default main dtypes are refused
+    by name (``--use-nccl-ub`` is refused for DDP and FSDP alike, :mod:`timeline.io.megatron_table`)."""
+    if not (a.flag("--use-megatron-fsdp") or a.flag("--use-custom-fsdp")):
+        c.put("framework.fsdp_sharding", "")
+        return
+    for name, off in FSDP_OFF.items():
+        v = _given(a, name)
+        if v not in (None, False) and (off is None or str(v) != off):
+            raise UserError(f"{name} {v}: Megatron-FSDP's {name.lstrip('-')} is not modelled; drop it to model "
+                            "plain Megatron-FSDP")
+    strategy = a.str("--data-parallel-sharding-strategy", "optim_grads_params")
+    c.put("framework.fsdp_sharding", strategy, "--use-megatron-fsdp", "--use-custom-fsdp",
+          "--data-parallel-sharding-strategy", *FSDP_OFF)
+    c.put("training.zero", 1, "--use-distributed-optimizer")

@@ -25,7 +25,12 @@ from timeline.io.megatron_map import (
     refuse_job,
     refuse_unmodelled,
 )
-from timeline.io.megatron_state_args import checkpoint_load, embedding_wgrad, param_gather_with_step
+from timeline.io.megatron_state_args import (
+    checkpoint_load,
+    embedding_wgrad,
+    megatron_fsdp,
+    param_gather_with_step,
+)
 from timeline.io.megatron_table import ENV_MAPPED, MAPPED, NEUTRAL_REASON, NOT_MEGATRON, OTHER_SCRIPTS, label
 from timeline.io.megatron_versions import check_argument
 from timeline.spec.hardware import GPUS
@@ -64,6 +69,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
               megatron_core=megatron_core, keeps_batch=keeps_batch, probs_in_experts=probs_in_experts,
               releases_nodes=releases_nodes)
     param_gather_with_step(a, c)
+    megatron_fsdp(a, c)
     embedding_wgrad(a, c)
     checkpoint_load(a, c, resumed=resumed, dp_cp=dp * c.sections["parallel"]["cp"])
     given = {k: v for k, v in c.mapped.items() if k in margs.args}

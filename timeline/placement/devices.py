@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from timeline.graph.build import build_chunk_graph, chunk_layers, graph_params
 from timeline.graph.dp_buffers import DdpBuffer, DdpRules, ddp_buffers
+from timeline.graph.fsdp_buffers import fsdp_buffers, grad_elements, weight_elements
 from timeline.graph.source import ModelSource
 from timeline.graph.static import optimizer_element_bytes, state_bytes
 from timeline.graph.tensors import DTYPE_BYTES, MODULES, TensorDef
@@ -70,6 +71,17 @@ def buffer_bytes(tr: TrainingSpec, tensors: Sequence[TensorDef], buffers: Sequen
     return weights + nbuf, grads, opt * (master + 2 * moment)
 
 
+def fsdp_bytes(tr: TrainingSpec, tensors: Sequence[TensorDef], buffers: Sequence[DdpBuffer]) -> tuple[int, int, int]:
+    """(weights, grads, optimizer) bytes of a device under Megatron-FSDP (:mod:`timeline.graph.fsdp_buffers`): its
+    persistent model-weight and main-grad buffers, and main weights and moments per owned shard."""
+    master, moment = optimizer_element_bytes(tr)
+    nbuf = sum(t.size_bytes for t in tensors if not t.trainable)
+    weights = sum(weight_elements(b) * (DTYPE_BYTES["fp8"] if b.fp8 else DTYPE_BYTES[tr.dtype]) for b in buffers)
+    grads = sum(grad_elements(b) for b in buffers) * DTYPE_BYTES[tr.grad_dtype]
+    opt = sum(s.shard_numel for b in buffers for s in b.slots)
+    return weights + nbuf, grads, opt * (master + 2 * moment)
+
+
 def static_devices(source: ModelSource, stages_of_rank: Sequence[Sequence[int]], *, parallel: ParallelSpec,
                    training: TrainingSpec, num_layers: int, expert_state_group: str,
                    ddp: DdpRules | None = None) -> list[StaticDevice]:
@@ -99,10 +111,15 @@ def static_devices(source: ModelSource, stages_of_rank: Sequence[Sequence[int]],
         if ddp is None:
             w, g, o = state_bytes(training, par, expert_state_group, tensors)
         else:
-            bufs = ddp_buffers([(c, params[c]) for c in sorted(stages)], rules=ddp, tr=training, par=par,
-                               expert_rule=expert_state_group, pp_rank=r,
-                               num_chunks=1 + max(c for st in placed for c in st))
-            w, g, o = buffer_bytes(training, tensors, bufs, ddp.distributed_optimizer)
+            if ddp.fsdp:
+                bufs = fsdp_buffers([(c, params[c]) for c in sorted(stages)], strategy=ddp.fsdp,
+                                    bucket_size=ddp.bucket_size, tr=training, par=par, expert_rule=expert_state_group)
+                w, g, o = fsdp_bytes(training, tensors, bufs)
+            else:
+                bufs = ddp_buffers([(c, params[c]) for c in sorted(stages)], rules=ddp, tr=training, par=par,
+                                   expert_rule=expert_state_group, pp_rank=r,
+                                   num_chunks=1 + max(c for st in placed for c in st))
+                w, g, o = buffer_bytes(training, tensors, bufs, ddp.distributed_optimizer)
         layers = tuple(i for c in sorted(stages) for i in ranges[c])
         out.append(StaticDevice(device=r * stride, pp_rank=r, stages=stages, represents=stride,
                                 layers=layers, params_by_module=by_module, weights_bytes=w, grads_bytes=g,

@@ -328,6 +328,7 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             cols = list(zip(*static, strict=True))
             log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
     gather = state.gathered_bytes
+    gather_b = gather if state.gathered_backward_bytes < 0 else state.gathered_backward_bytes
     comm = CAT_CODE[Category.COMM]
     kept = kept_inputs(spans, compiled) if state.keeps_input else {}
     if state.combined_keeps_node_io:
@@ -344,8 +345,12 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             continue
         ph = compiled[(sp.stage, sp.kind)]
         m, s, it = sp.microbatch, sp.stage, sp.iteration
-        if gather:
-            log.push([sp.start_us], 1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
+        held = gather_b if sp.kind in ("B", "I", "W") else gather
+        g0, g1 = sp.start_us, sp.end_us
+        if held and state.gathered_backward_bytes >= 0:  # Megatron-FSDP: while the decoder layers run
+            g0, g1 = _layer_window(sp, ph, g0, g1)
+        if held:
+            log.push([g0], 1, held, comm, names("zero3.gathered_params"), -1, m, s, i, it)
         if len(ph.ev_offset):
             tensor_ids = names.cached((id(ph), "ev_tensor"), partial(_event_ids, names, ph, "tensor_names"))
             op_ids = names.cached((id(ph), "ev_op"), partial(_event_ids, names, ph, "op_names"))
@@ -358,14 +363,30 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
                     deferred.append(((k.times[sel], *moved), m, s, a, spans[a].iteration))
                 ev = tuple(c[~k.mask] for c in ev)
             log.push(ev[0], ev[1], ev[2], ev[3], ev[4], ev[5], m, s, i, it)
-        if gather:
-            log.push([sp.end_us], -1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
+        if held:
+            log.push([g1], -1, held, comm, names("zero3.gathered_params"), -1, m, s, i, it)
     for c, d_mb, d_stage, d_action, d_it in deferred:  # after that forward's new buffer, same instant
         log.push(c[0], c[1], c[2], c[3], c[4], c[5], d_mb, d_stage, d_action, d_it)
     if late:  # pushed last: after the matching op's own allocations
         cols = list(zip(*late, strict=True))
         log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
     return log.events()
+
+
+_DECODER_OP = re.compile(r"^(layers\.\d+|mtp\.\d+\.layer)\.")
+
+
+def _layer_window(sp: Span, ph: CompiledPhase, start: float, end: float) -> tuple[float, float]:
+    """From the first decoder-layer op's start to the last one's end in span ``sp`` (Megatron-FSDP gathers a unit
+    in its pre-forward / pre-backward hook and releases it in its post hook, :mod:`timeline.sim.megatron_fsdp`);
+    the whole span where the phase runs no decoder layer."""
+    idx = [k for k, name in enumerate(ph.op_names) if _DECODER_OP.match(name)]
+    if not idx:
+        return start, end
+    ops = np.array([idx[0], idx[-1]])
+    lo = span_offsets(sp, ph.op_start[ops], ops)[0]
+    hi = span_offsets(sp, ph.op_end[ops], ops)[1]
+    return sp.start_us + float(lo), sp.start_us + float(hi)
 
 
 def first_backward_op(pattern: str, spans: list[Span], compiled: Compiled, default: float) -> float:

@@ -24,6 +24,9 @@ from timeline.spec.fields import spec_field
 ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
 DISPATCHERS = ("allgather", "alltoall", "flex")
 CP_COMM_TYPES = ("p2p", "a2a", "a2a+p2p")
+#: Megatron-FSDP's --data-parallel-sharding-strategy values (MC/distributed/fsdp/src/megatron_fsdp/
+#: param_and_grad_buffer.py: ParamAndGradBuffer._init_each_parameter_group_buffers)
+FSDP_STRATEGIES = ("no_shard", "optim", "optim_grads", "optim_grads_params")
 LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 
 
@@ -105,5 +108,9 @@ class FrameworkSpec:
     tp_comm_overlap: bool = spec_field(False, doc=(
         "--tp-comm-overlap: TE's userbuffers (outside PyTorch's allocator) and the cuBLAS workspace of their "
         "GEMMs (three workspaces; TE ≥ 2.10 keeps the plain one beside them); the overlap itself is not simulated"))
+    fsdp_sharding: str = spec_field("", choices=("",) + FSDP_STRATEGIES, doc=(
+        "--use-megatron-fsdp (--use-custom-fsdp) with --data-parallel-sharding-strategy: Megatron-FSDP's "
+        "parameter groups per FSDP unit, sharded over dp·cp (experts over the expert-DP group); '' = Megatron's DDP "
+        "buffers"))
     workspaces: bool = spec_field(True, doc="TE's and PyTorch's persistent cuBLAS workspaces (false: leave "
                                   "them out, e.g. to compare saved tensors alone)")

@@ -192,6 +192,10 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
         add(("training.zero", f"zero = {tr.zero} is not available with profile = \"{run.profile}\" "
              f"({life.zero_note}); use zero = {' or '.join(map(str, range(life.max_zero + 1)))}, or "
              f"profile = \"{life.instead}\""))
+    if run.framework.fsdp_sharding and tr.zero != 1:
+        # Megatron-LM d98e8a64dd arguments.py: validate_args — Megatron-FSDP v1 sets --use-distributed-optimizer
+        add(("framework.fsdp_sharding", "Megatron-FSDP runs its parameter groups under the distributed optimizer; "
+             "set training.zero = 1"))
     if life is not None and life.single_device:
         for key in MODEL_PARALLEL_KEYS:
             if getattr(par, key) > 1:
