@@ -244,6 +244,8 @@ def fsdp_note(record: dict, kind: str) -> str | None:
     date = str(record.get("memory_values_first_commit_date") or record.get("commit_date") or "")
     if date < FSDP_UNITS_FROM:
         return "custom FSDP before d677041da2 (its embedding an FSDP unit: not modelled)"
+    if _on(args, "--delay-wgrad-compute"):  # refused by from-megatron for DDP and FSDP alike
+        return "Megatron-FSDP with --delay-wgrad-compute (delayed weight gradients: not modelled)"
     if "fp8/fp4 training" in str(record.get("expressible_note") or ""):
         return "Megatron-FSDP under FP8 (its FP8 parameter groups and transpose caches: not modelled)"
     return None

@@ -136,6 +136,9 @@ def megatron_fsdp(a: ArgReader, c: Conversion) -> None:
         if v not in (None, False) and (off is None or str(v) != off):
             raise UserError(f"{name} {v}: Megatron-FSDP's {name.lstrip('-')} is not modelled; drop it to model "
                             "plain Megatron-FSDP")
+    if c.sections["training"].get("fp8_recipe", "none") != "none":
+        raise UserError("--use-megatron-fsdp with --fp8-format: Megatron-FSDP's FP8 parameter groups and transpose "
+                        "caches are not modelled; drop FP8 to model plain Megatron-FSDP")
     strategy = a.str("--data-parallel-sharding-strategy", "optim_grads_params")
     c.put("framework.fsdp_sharding", strategy, "--use-megatron-fsdp", "--use-custom-fsdp",
           "--data-parallel-sharding-strategy", *FSDP_OFF)
