@@ -16,6 +16,7 @@ from typing import Protocol
 from timeline.spec.cp_rules import cp_comm_problems
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
+from timeline.spec.mtp_rules import mtp_stage_problems
 from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec
 from timeline.spec.schedule_rules import schedule_problems
 
@@ -185,6 +186,9 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
 
     # -- profiles and ZeRO -------------------------------------------------------------------
     life = limits.get(run.profile)
+    if not any(k == "parallel.layout" for k, _ in problems):
+        problems += mtp_stage_problems(run, chunk_sizes(par, layers),
+                                       reads_framework=life is not None and life.reads_framework)
     if life is None:
         add(("model.profile", f"{run.profile!r} is not valid; use one of {', '.join(profiles)}"))
     elif tr.zero > life.max_zero:
