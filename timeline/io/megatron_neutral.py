@@ -162,6 +162,12 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--use-rope-scaling", "--rotary-seq-len-interpolation-factor", "--no-rope-freq", "--rope-type",
         "--moe-token-drop-policy",
     ),
+    "MTP's stage is the layout's: core/transformer/transformer_config.py: TransformerConfig.__post_init__ sets "
+    "mtp_standalone from --pipeline-model-parallel-layout (mapped: parallel.mtp_stage) whatever is given; without "
+    "a layout it only makes core/pipeline_parallel/p2p_communication.py: _communicate send each tensor's shape "
+    "(three int64s) first (core_v0.16.0 … d98e8a64dd)": (
+        "--mtp-standalone",
+    ),
     "inference engine settings: read by megatron/core/inference and megatron/inference, which "
     "pretrain_gpt.py's training step never builds (an inference job is refused by its MODE or script)": (
         "--inference-batch-times-seqlen-threshold", "--inference-coordinator-port",

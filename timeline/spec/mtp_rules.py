@@ -12,22 +12,24 @@ virtual stages, which hold no MTP anyway, so it adds nothing. This module decide
 from __future__ import annotations
 
 from timeline.spec.engine_versions import parse_version
-from timeline.spec.run import RunSpec
+from timeline.spec.framework import FrameworkSpec
+from timeline.spec.run import ParallelSpec
 from timeline.spec.schedule_rules import SCHEDULE_KINDS
 
 #: the Megatron-Core release that first builds MTP apart from the loss (5247a1f460, 2026-01-15)
 STANDALONE_MTP = (0, 16, 0)
 
 
-def mtp_stage_problems(run: RunSpec, layout: list[int], *, reads_framework: bool) -> list[tuple[str, str]]:
-    """The problems of ``run.parallel.mtp_stage`` (none when unset); ``layout``: decoder layers per virtual
-    stage; ``reads_framework``: the run's profile is Megatron's (it alone builds a standalone MTP stage)."""
-    par, key = run.parallel, "parallel.mtp_stage"
+def mtp_stage_problems(par: ParallelSpec, layout: list[int], *, mtp_layers: int, schedule_kind: str,
+                       framework: FrameworkSpec, reads_framework: bool) -> list[tuple[str, str]]:
+    """The problems of ``par.mtp_stage`` (none when unset); ``layout``: decoder layers per virtual stage;
+    ``reads_framework``: the run's profile is Megatron's (it alone builds a standalone MTP stage)."""
+    key = "parallel.mtp_stage"
     stage = par.mtp_stage
     if stage is None:
         return []
     chunks = par.pp * par.vpp
-    if not run.model.mtp_layers:
+    if not mtp_layers:
         return [(key, "places the MTP layers, but the model has none (model.mtp_layers = 0); remove it")]
     if stage >= chunks:
         return [(key, f"{stage} is not a virtual stage; there are pp·vpp = {chunks} (0 … {chunks - 1})")]
@@ -36,12 +38,12 @@ def mtp_stage_problems(run: RunSpec, layout: list[int], *, reads_framework: bool
     if not reads_framework:
         return [(key, 'MTP apart from the loss is Megatron-Core\'s standalone MTP stage: set profile = "megatron" '
                  f"or mtp_stage = {chunks - 1}")]
-    version = parse_version(run.framework.megatron_core)
+    version = parse_version(framework.megatron_core)
     if version is None or version < STANDALONE_MTP:
         return [(key, f"Megatron-Core builds MTP apart from the loss from 0.16.0 on (framework.megatron_core is "
-                 f"{run.framework.megatron_core!r}); set megatron_core = \"0.16.0\" or later, or mtp_stage = {chunks - 1}")]
-    if SCHEDULE_KINDS[run.schedule.kind].placement not in ("one", "looped"):
-        return [(key, f'Megatron places virtual stage i on pipeline rank i mod pp; schedule "{run.schedule.kind}" '
+                 f"{framework.megatron_core!r}); set megatron_core = \"0.16.0\" or later, or mtp_stage = {chunks - 1}")]
+    if SCHEDULE_KINDS[schedule_kind].placement not in ("one", "looped"):
+        return [(key, f'Megatron places virtual stage i on pipeline rank i mod pp; schedule "{schedule_kind}" '
                  'does not; use 1f1b, interleaved, gpipe or zb-h1')]
     if stage == 0:
         return [(key, "the first virtual stage holds the embedding; Megatron builds MTP apart from the loss on a "

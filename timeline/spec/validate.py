@@ -187,8 +187,8 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
     # -- profiles and ZeRO -------------------------------------------------------------------
     life = limits.get(run.profile)
     if not any(k == "parallel.layout" for k, _ in problems):
-        problems += mtp_stage_problems(run, chunk_sizes(par, layers),
-                                       reads_framework=life is not None and life.reads_framework)
+        problems += mtp_stage_problems(par, chunk_sizes(par, layers), mtp_layers=m.mtp_layers, schedule_kind=kind,
+                                       framework=run.framework, reads_framework=life is not None and life.reads_framework)
     if life is None:
         add(("model.profile", f"{run.profile!r} is not valid; use one of {', '.join(profiles)}"))
     elif tr.zero > life.max_zero:
