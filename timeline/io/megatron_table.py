@@ -235,7 +235,6 @@ REFUSED: dict[str, str] = {
     "--mla-down-proj-fusion": "MLA's q and kv down-projections fused into one GEMM output is not modelled",
     "--mtp-detach-heads": "MTP with detached heads (its own gradient flow) is not modelled",
     "--mtp-hsm": "MTP's hidden-state mixing variant is not modelled",
-    "--mtp-standalone": "MTP on a pipeline stage of its own is not modelled",
     "--no-pad-vocab-size": "an unpadded tokenizer vocabulary is not modelled; give --padded-vocab-size",
     "--disable-pad-vocab-size": "an unpadded tokenizer vocabulary is not modelled; give --padded-vocab-size",
     "--empty-unused-memory-level": "emptying the allocator cache between steps is not modelled yet",
