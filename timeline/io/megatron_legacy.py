@@ -5,18 +5,14 @@ cannot run or runs through code that is not modelled.
 
 Read at ``NVIDIA/Megatron-LM@60166922d3`` (``pretrain_gpt.py: model_provider``, ``megatron/legacy/model/
 transformer.py``, ``megatron/training/arguments.py: validate_args``) and checked unchanged in what it
-decides to core_v0.17.0; Megatron-LM 39ec5ebeb4 (2026-05-06, first released in 0.18.0) removed the legacy
-GPT code, after which the argument is parsed and nothing reads it: pretrain_gpt builds the Core model.
+decides to core_v0.17.0; Megatron-LM 39ec5ebeb4 (2026-05-06) removed the legacy GPT code, and no release
+from 0.18.0 on parses the argument (:func:`timeline.io.megatron_versions.check_argument` refuses it there).
 """
 
 from __future__ import annotations
 
 from timeline.errors import UserError
 from timeline.io.megatron_map import ArgReader, Conversion
-from timeline.profiles.megatron_workspaces import version_tuple
-
-#: the first Megatron-Core release without megatron/legacy/model/gpt_model.py (39ec5ebeb4)
-LEGACY_REMOVED = (0, 18)
 
 FLAG = "--use-legacy-models"
 
@@ -35,13 +31,9 @@ REFUSED = {
 }
 
 
-def legacy_model(a: ArgReader, c: Conversion, megatron_core: str | None) -> None:
+def legacy_model(a: ArgReader, c: Conversion) -> None:
     """Map ``--use-legacy-models`` (written only when given) or raise a one-line UserError."""
     if not a.flag(FLAG):
-        return
-    if megatron_core is not None and version_tuple(megatron_core) >= LEGACY_REMOVED:
-        # gpt_builders.py at core_v0.18.0 has no legacy branch: the flag is parsed and read by nothing
-        c.put("framework.use_legacy_models", False, FLAG)
         return
     impl = a.str("--transformer-impl", "transformer_engine")
     if impl != "local":

@@ -10,12 +10,13 @@ refuses context parallelism with it ("Context parallelism is not supported in le
 
 from __future__ import annotations
 
-from timeline.spec.run import RunSpec
+from timeline.spec.framework import FrameworkSpec
+from timeline.spec.model import ModelSpec
+from timeline.spec.run import ParallelSpec
 
 
-def legacy_problems(run: RunSpec) -> list[tuple[str, str]]:
+def legacy_problems(fw: FrameworkSpec, m: ModelSpec, par: ParallelSpec) -> list[tuple[str, str]]:
     """The problems of ``framework.use_legacy_models`` (none when it is off)."""
-    fw, m = run.framework, run.model
     if not fw.use_legacy_models:
         return []
     key = "framework.use_legacy_models"
@@ -24,7 +25,7 @@ def legacy_problems(run: RunSpec) -> list[tuple[str, str]]:
         problems.append((key, 'the legacy model is modelled with transformer_impl = "local" only (under '
                               "transformer_engine it builds TE's TransformerLayer)"))
     for has, what in ((m.is_moe, "MoE (SwitchMLP)"), (m.is_mla, "MLA"), (m.qk_norm, "q/k norms"),
-                      (m.mtp_layers > 0, "MTP"), (run.parallel.cp > 1, "context parallelism")):
+                      (m.mtp_layers > 0, "MTP"), (par.cp > 1, "context parallelism")):
         if has:
             problems.append((key, f"the legacy model has no modelled {what}; set use_legacy_models = false"))
     return problems

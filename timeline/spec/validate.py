@@ -260,7 +260,7 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
     if run.schedule.combined_1f1b and not (life is not None and life.reads_framework):
         add(("schedule.combined_1f1b", 'models Megatron-Core\'s schedule-plan nodes: set profile = "megatron"'))
     problems += cp_comm_problems(fw, m, par)
-    problems += legacy_problems(run)
+    problems += legacy_problems(fw, m, par)
     problems += fp8_problems(run.training, run.framework, reads_framework=life is not None and life.reads_framework)
     if fw.defer_embedding_wgrad and (par.pp == 1 or not fw.gradient_accumulation_fusion):
         # MC model_parallel_config.py: ModelParallelConfig.__post_init__ raises for either
