@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from timeline.io import megatron_table as table
+from timeline.io.megatron_legacy import CHECKED_ONLY as LEGACY_CHECKED
 from timeline.io.megatron_neutral import UNDER
 from timeline.io.megatron_state_args import CHECKED_ONLY
 
@@ -25,7 +26,7 @@ BETWEEN = ROOT / "tests" / "data" / "megatron" / "parser_args_between.json"
 BETWEEN_INDEX = ROOT / "timeline" / "io" / "megatron_parser_between.json"
 INDEX = ROOT / "timeline" / "io" / "megatron_parser_versions.json"
 MAPPING_SOURCES = ("timeline/io/megatron_map.py", "timeline/io/megatron_framework.py",
-                   "timeline/io/megatron_state_args.py", "timeline/io/megatron_cp.py")
+                   "timeline/io/megatron_state_args.py", "timeline/io/megatron_cp.py", "timeline/io/megatron_legacy.py")
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +82,10 @@ def test_the_mapped_class_is_what_the_mapping_reads():
         read |= set(re.findall(r'"(--[a-z0-9][\w-]*)"', (ROOT / rel).read_text()))
     # read only to name the model family they build, then refused: a MIMO script's argument, --spec
     read -= {"--model-provider", *table.REFUSED}
-    # neutral ones read only to refuse what Megatron itself rejects (megatron_state_args.py)
-    assert set(CHECKED_ONLY) <= set(table.NEUTRAL_REASON)
-    read -= set(CHECKED_ONLY)
+    # neutral ones read only to refuse what Megatron itself rejects (megatron_state_args.py),
+    # and with the legacy model (megatron_legacy.py)
+    assert {*CHECKED_ONLY, *LEGACY_CHECKED} <= set(table.NEUTRAL_REASON)
+    read -= {*CHECKED_ONLY, *LEGACY_CHECKED}
     assert sorted(read - set(table.MAPPED)) == []
     # the value-gated ones are read through REFUSED_UNLESS (megatron_map.py: refuse_unmodelled)
     assert set(table.REFUSED_UNLESS) <= set(table.MAPPED)

@@ -42,6 +42,8 @@ MAPPED: dict[str, str] = {
                      "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-router-enable-expert-bias"),
                     "model MoE sizes"),
     "--mtp-num-layers": "model.mtp_layers",
+    "--use-legacy-models": "framework.use_legacy_models (--transformer-impl local; before Megatron-Core 0.18; its "
+                           "SwitchMLP, flash-attn path and TE layers refused)",
     **dict.fromkeys(("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
                      "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--sequence-parallel"),
                     "[parallel]"),
@@ -240,7 +242,6 @@ REFUSED: dict[str, str] = {
     "--empty-unused-memory-level": "emptying the allocator cache between steps is not modelled yet",
     "--distribute-saved-activations": "saved activations distributed over TP ranks are not modelled yet",
     "--spec": "a custom layer spec (--spec MODULE FUNCTION) builds layers timeline does not know",
-    "--use-legacy-models": "the legacy (pre-Megatron-Core) GPT model (megatron/legacy) is not modelled",
     "--checkpoint-activations": _REJECTED + "--recompute-granularity",
     "--batch-size": _REJECTED + "--micro-batch-size", "--warmup": _REJECTED + "--lr-warmup-iters",
     "--model-parallel-size": _REJECTED + "--tensor-model-parallel-size",

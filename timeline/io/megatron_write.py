@@ -16,6 +16,7 @@ from typing import Any
 from timeline.errors import UserError
 from timeline.io.megatron_args import MegatronArgs
 from timeline.io.megatron_framework import framework
+from timeline.io.megatron_legacy import legacy_model
 from timeline.io.megatron_map import (
     ArgReader,
     Conversion,
@@ -65,6 +66,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     framework(a, c, margs.env, gpu=gpu, te_version=te_version, pytorch_version=pytorch_version,
               megatron_core=megatron_core, keeps_batch=keeps_batch, probs_in_experts=probs_in_experts,
               releases_nodes=releases_nodes, router_te_gemm_fixed=router_te_gemm_fixed)
+    legacy_model(a, c)
     param_gather_with_step(a, c)
     embedding_wgrad(a, c)
     checkpoint_load(a, c, resumed=resumed, dp_cp=dp * c.sections["parallel"]["cp"])

@@ -35,6 +35,9 @@ class FrameworkSpec:
                               "GPU generation)")
     transformer_impl: str = spec_field("transformer_engine", choices=("transformer_engine", "local"),
                                        doc="--transformer-impl")
+    use_legacy_models: bool = spec_field(False, doc=(
+        "--use-legacy-models: Megatron-LM's legacy GPT model (megatron/legacy/model; the local implementation "
+        "only, Megatron-Core before 0.18) as its differences from transformer_impl = local"))
     attention_backend: str = spec_field("fused", choices=ATTENTION_BACKENDS,
                                         doc="--attention-backend, after NVTE_*_ATTN switches (auto: fused)")
     dataloader_batch: str = spec_field("none", choices=("none", "tokens", "mask"),
