@@ -28,6 +28,7 @@ reason (``expressible_note`` kinds, ``from-megatron``'s one-line refusals).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -256,7 +257,7 @@ KEEPS_BATCH = (("2026-05-21", "5e4fc931ba", "yes"),)
 
 def keeps_batch_of(record: dict) -> bool:
     """Whether the case's recording commit has 5e4fc931ba's ``get_batch`` (:data:`KEEPS_BATCH`)."""
-    return _pinned(record, KEEPS_BATCH) == "yes"
+    return holds(record, KEEPS_BATCH)
 
 
 #: Megatron-LM 2659630721 "perf(MoE): Memory efficient token permutation" (2025-04-09, on main at package_info
@@ -273,7 +274,7 @@ def probs_in_experts_of(record: dict) -> bool:
     mc = megatron_of(record) or "0.14.0"
     if version_tuple(mc) >= (0, 13):
         return True
-    return mc == "0.12.0rc0" and _pinned(record, PROBS_IN_EXPERTS) == "yes"
+    return mc == "0.12.0rc0" and holds(record, PROBS_IN_EXPERTS)
 
 
 #: Megatron-LM a56a0b001d "fix(moe): ... reduce memory overhead for 1F1B A2A overlap" (2026-01-06, on main at
@@ -291,7 +292,43 @@ def releases_nodes_of(record: dict) -> bool:
     version = megatron_of(record) or ""
     if "rc" not in version and version_tuple(version) >= (0, 16, 0):
         return True
-    return _pinned(record, RELEASES_NODES) == "yes"
+    return holds(record, RELEASES_NODES)
+
+
+#: Megatron-LM d3528a2130 "fix(moe): fix TE general_gemm API change" (2026-03-06, on main at package_info
+#: 0.16.0rc0; first released in core_v0.17.0): with TE ≥ 2.10 the MoE router's GEMM goes through TE's
+#: ``general_gemm`` again (``[framework] router_te_gemm_fixed``; Megatron-Core ≥ 0.17 has it anyway). The dev
+#: branch's package_info said 0.16.0rc0 long after it merged this (06ecac391e, 2026-04-08)
+ROUTER_TE_GEMM = (("2026-03-06", "d3528a2130", "yes"),)
+
+#: every rule gated on a Megatron-LM commit (``tools/megatron_gates.py`` lists where the date misleads)
+GATES = (KEEPS_BATCH, PROBS_IN_EXPERTS, RELEASES_NODES, ROUTER_TE_GEMM)
+GATES_FILE = ROOT / "tools" / "megatron_gates.json"
+
+
+@functools.cache
+def _gate_table() -> dict[str, dict]:
+    return json.loads(GATES_FILE.read_text())["gates"] if GATES_FILE.exists() else {}
+
+
+def holds(record: dict, history: tuple[tuple[str, str, str], ...], table: dict[str, dict] | None = None) -> bool:
+    """Whether the case's recording commit holds the Megatron-LM commit of ``history`` (one of :data:`GATES`):
+    from its ancestry where ``tools/megatron_gates.json`` lists the commit (main's and dev's commits whose date
+    misleads, e.g. a dev commit dated after a main commit it has not merged yet), else by its date."""
+    (_since, bump, _value), = history
+    commit, _date = _recorded(record)
+    listed = ((_gate_table() if table is None else table).get(bump) or {}).get("holds") or {}
+    if commit[:10] in listed:
+        return bool(listed[commit[:10]])
+    return _pinned(record, history) == "yes"
+
+
+def router_te_gemm_of(record: dict) -> bool:
+    """Whether the case's recording commit has d3528a2130 (:data:`ROUTER_TE_GEMM`) though its Megatron-Core
+    version is below 0.17 (where the version alone does not say it)."""
+    from timeline.profiles.megatron_workspaces import version_tuple
+
+    return version_tuple(megatron_of(record) or "0.14.0") < (0, 17) and holds(record, ROUTER_TE_GEMM)
 
 
 PROVENANCE = ROOT / "tools" / "golden_provenance.json"
@@ -405,7 +442,7 @@ def convert_at_world_size(record: dict, margs: MegatronArgs) -> tuple[int, Conve
         return convert(margs, world_size=world, gpu=gpu_of(record), pytorch_version=pytorch_of(record),
                        te_version=te_of(record), megatron_core=megatron_of(record), keeps_batch=keeps_batch_of(record),
                        probs_in_experts=probs_in_experts_of(record),
-                       releases_nodes=releases_nodes_of(record),
+                       releases_nodes=releases_nodes_of(record), router_te_gemm_fixed=router_te_gemm_of(record),
                        resumed=resumed_run(record))
 
     *earlier, last = world_size_candidates(record)

@@ -101,7 +101,7 @@ def test_te_dummy_wgrads_per_main_grad_shape_and_the_output_layer_from_megatron_
 
 
 def _te_cublas(megatron_core: str, te: str, *, gpu: str = "h100", impl: str = "local", experts: int = 2,
-               router_dtype: str = "") -> dict[str, int]:
+               router_dtype: str = "", fixed: bool = False) -> dict[str, int]:
     """The TE cuBLAS workspace a 2-layer GPT on one GPU holds (name → bytes), as ``from-megatron``
     writes it: ``impl`` layers, ``experts`` experts (0: dense)."""
     import tomllib
@@ -118,12 +118,26 @@ def _te_cublas(megatron_core: str, te: str, *, gpu: str = "h100", impl: str = "l
     if router_dtype:
         args["--moe-router-dtype"] = router_dtype
     conv = convert(from_mapping(args, {}, family="moe" if experts else "gpt", family_source="x"), world_size=1,
-                   gpu=gpu, te_version=te, megatron_core=megatron_core)
+                   gpu=gpu, te_version=te, megatron_core=megatron_core, router_te_gemm_fixed=fixed)
     run = run_from_data(tomllib.loads(run_file_text(conv, name="x", source="x", world_size=1)), Path("x.toml"))
     tl = build_timeline(run)
     ev = tl.events(0)
     return {tl.names[t]: int(s) for t, s, sign in zip(ev.tensor, ev.size, ev.sign, strict=True)
             if sign > 0 and tl.names[t] == "workspace.te_cublas"}
+
+
+def test_a_commit_with_the_router_gemm_fix_under_a_lagging_version_holds_te_s_workspace():
+    """Megatron-LM's dev branch merged d3528a2130 (2026-03-06) while its package_info still said 0.16.0rc0
+    (06ecac391e, 2026-04-08): with TE ≥ 2.10 its local MoE job's router runs TE's GEMM and holds TE's
+    cuBLAS workspace (``[framework] router_te_gemm_fixed``), 32 MiB + 1,024 bytes on Hopper; the flag changes
+    nothing where the version already decides (TE < 2.10, or Megatron-Core ≥ 0.17) nor in a dense job."""
+    hopper = {"workspace.te_cublas": 32 * MIB + 1024}
+    assert _te_cublas("0.16.0rc0", "2.13") == {}
+    assert _te_cublas("0.16.0rc0", "2.13", fixed=True) == hopper
+    assert _te_cublas("0.16.0rc0", "2.13", gpu="a100", fixed=True) == {"workspace.te_cublas": 4 * MIB}
+    assert _te_cublas("0.18.0", "2.14", fixed=True) == _te_cublas("0.18.0", "2.14") == hopper
+    assert _te_cublas("0.16.0rc0", "2.13", router_dtype="fp64", fixed=True) == {}
+    assert _te_cublas("0.16.0rc0", "2.13", experts=0, fixed=True) == {}
 
 
 def test_a_local_moe_job_holds_te_s_workspace_through_the_router_gemm():

@@ -128,8 +128,10 @@ def test_the_expressible_note_names_each_kind():
     second = rec.golden_tag("x/golden_values_dev_dgx_h100_2nd.json")
     assert rec.expressible_note("gpt", config, second) is None
     old = {"expressible_note": "the _2nd golden of a resumed run: loads a checkpoint before the measured iterations; "
-                               "fp8/fp4 training", "measured": {"golden_tag": "dev_dgx_h100_2nd"}}
-    assert rec.note_now(old) == "fp8/fp4 training" and rec.resumed_run(old)
+                               "fp8/fp4 training; CUDA graphs (graph memory pools)",
+           "measured": {"golden_tag": "dev_dgx_h100_2nd"}}
+    # the load and FP8 are modelled now: what is left is the CUDA graphs
+    assert rec.note_now(old) == "CUDA graphs (graph memory pools)" and rec.resumed_run(old)
     assert rec.note_now({"expressible_note": rec.MODELLED_NOTES[0]}) is None
     frozen = {"TEST_TYPE": "frozen-start", "MODEL_ARGS": {"--num-layers": 2, "--finetune": True}}
     assert rec.expressible_note("gpt", frozen, dev) is None
@@ -207,3 +209,42 @@ def test_a_missing_cases_file_is_one_line_and_exit_2(tmp_path):
         f"validate_measured: --cases {tmp_path / 'none.json'}: no collected records there; run "
         f"tools/collect_megatron_cases.py first (it writes {Path.home() / '.cache/timeline/megatron-cases.json'} "
         "by default)"]
+
+
+def test_a_commit_gate_follows_ancestry_where_the_date_misleads():
+    """``validate_measured.holds``: a recording commit listed in ``tools/megatron_gates.json`` holds a rule's
+    Megatron-LM commit by its ancestry — the dev branch's 1fe78252e9 (2026-05-29) lacks main's 5e4fc931ba
+    (2026-05-21) — and any other by date (the dev branch's 06ecac391e of 2026-04-08, package_info 0.16.0rc0,
+    has d3528a2130 of 2026-03-06 as its date says; its version alone would not say it)."""
+    vm = _tool("validate_measured")
+
+    def rec(commit: str, date: str) -> dict:
+        return {"commit": commit, "commit_date": date, "measured": {}}
+
+    table = json.loads((TOOLS / "megatron_gates.json").read_text())["gates"]
+    assert table["5e4fc931ba"]["holds"]["1fe78252e9"] is False
+    assert vm.holds(rec("06ecac391e" + "0" * 30, "2026-04-08"), vm.ROUTER_TE_GEMM, table) is True
+    assert vm.holds(rec("1fe78252e9" + "0" * 30, "2026-05-29"), vm.KEEPS_BATCH, table) is False
+    assert vm.holds(rec("ffffffffff" + "0" * 30, "2026-05-29"), vm.KEEPS_BATCH, table) is True  # unlisted: by date
+    assert vm.holds(rec("ffffffffff" + "0" * 30, "2026-05-20"), vm.KEEPS_BATCH, table) is False
+    assert vm.holds(rec("5e4fc931ba" + "0" * 30, "2026-05-21"), vm.KEEPS_BATCH, {}) is True  # the commit itself
+    assert vm.router_te_gemm_of({**rec("06ecac391e" + "0" * 30, "2026-04-08"),
+                                 "software": {"megatron_core": "0.16.0rc0"}}) is True
+    # Megatron-Core 0.17 and later have it by version: the flag is left off
+    assert vm.router_te_gemm_of({**rec("06ecac391e" + "0" * 30, "2026-04-08"),
+                                 "software": {"megatron_core": "0.18.0"}}) is False
+
+
+@needs_git
+def test_the_gate_table_is_what_the_history_gives(tmp_path):
+    """``tools/megatron_gates.json`` is regenerated to the byte from the Megatron-LM mirror (it reads the git
+    graph only), and lists every gate ``validate_measured`` holds."""
+    vm = _tool("validate_measured")
+    out = tmp_path / "gates.json"
+    subprocess.run([sys.executable, str(TOOLS / "megatron_gates.py"), str(MEGATRON_GIT), "-o", str(out)], check=True)
+    committed = json.loads((TOOLS / "megatron_gates.json").read_text())
+    regenerated = json.loads(out.read_text())
+    if committed["main_head"] != regenerated["main_head"]:
+        pytest.skip("the mirror moved on since the table was written")
+    assert regenerated == committed
+    assert set(committed["gates"]) == {bump for table in vm.GATES for _since, bump, _ in table}

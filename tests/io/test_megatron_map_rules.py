@@ -224,10 +224,39 @@ def test_deferred_embedding_wgrad_maps_where_megatron_accepts_it():
             convert_args(args | {"--defer-embedding-wgrad-compute": True}, world_size=4)
 
 
-def test_legacy_models_are_refused_by_name_with_the_reason():
-    with pytest.raises(UserError, match=r"^--use-legacy-models: the legacy \(pre-Megatron-Core\) GPT model "
-                                        r"\(megatron/legacy\) is not modelled$"):
-        convert_args(BASE | {"--use-legacy-models": True})
+#: NVIDIA/Megatron-LM@60166922d3 tests/functional_tests/test_cases/gpt/gpt3_345m_nightly_dgx_a100_1N8G_tp4_pp1_
+#: resume_torch/model_config.yaml, MODEL_ARGS (memory arguments; the logging and path ones left out)
+LEGACY_345M = {"--num-layers": 12, "--hidden-size": 512, "--num-attention-heads": 8, "--micro-batch-size": 4,
+               "--global-batch-size": 32, "--seq-length": 1024, "--max-position-embeddings": 1024,
+               "--transformer-impl": "local", "--tensor-model-parallel-size": 4,
+               "--pipeline-model-parallel-size": 1, "--deterministic-mode": True,
+               "--no-gradient-accumulation-fusion": True, "--ckpt-format": "torch", "--use-legacy-models": True,
+               "--fp16": True, "--apply-query-key-layer-scaling": True}
+
+
+def test_a_legacy_functional_test_config_maps_to_the_legacy_model():
+    s = convert_args(LEGACY_345M, world_size=8, megatron_core="0.11.0").sections
+    assert s["framework"]["use_legacy_models"] is True
+    assert s["framework"]["transformer_impl"] == "local" and s["framework"]["attention_backend"] == "local"
+    assert s["framework"]["attention_softmax_in_fp32"] is True
+    assert (s["parallel"]["tp"], s["parallel"]["dp"], s["training"]["dtype"]) == (4, 2, "fp16")
+    assert "use_legacy_models" not in convert_args(BASE).sections["framework"]  # written only when given
+
+
+@pytest.mark.parametrize("extra,start", [
+    ({"--transformer-impl": "transformer_engine"}, "--use-legacy-models with --transformer-impl transformer_engine"),
+    ({"--num-experts": 4}, "--num-experts with --use-legacy-models: the legacy model's experts"),
+    ({"--use-flash-attn": True}, "--use-flash-attn with --use-legacy-models"),
+    ({"--qk-layernorm": True}, "--qk-layernorm with --use-legacy-models"),
+    ({"--context-parallel-size": 2}, "--context-parallel-size with --use-legacy-models"),
+    ({"--ckpt-format": "torch_dist"}, "--ckpt-format torch_dist with --use-legacy-models"),
+    ({"--position-embedding-type": "yarn"}, "--position-embedding-type yarn with --use-legacy-models"),
+    ({"--recompute-granularity": "selective", "--recompute-modules": ["mlp"]},
+     "--recompute-modules mlp with --use-legacy-models"),
+])
+def test_what_the_legacy_path_cannot_run_is_refused_naming_the_flag(extra, start):
+    with pytest.raises(UserError, match="^" + re.escape(start)):
+        convert_args(LEGACY_345M | extra, world_size=8)
 
 
 def test_fp8_arguments_map_to_the_recipe_and_fp8_parameters():

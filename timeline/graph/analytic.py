@@ -22,9 +22,9 @@ import networkx as nx
 
 from timeline.graph.analysis import Analysis, analyse, op_graph
 from timeline.graph.backward import backward_units, to_op
-from timeline.graph.build import Node, chunk_layers, chunk_nodes
+from timeline.graph.build import Node, chunk_layers, chunk_nodes, mtp_chunk
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import attention, batch, decoder, embedding, fp8, head, mtp, sinks
+from timeline.graph.families import attention, batch, decoder, embedding, fp8, head, mtp, norm, sinks
 from timeline.graph.ir import Builder, Dims, FOp
 from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
 from timeline.graph.recompute import recompute_regions
@@ -35,20 +35,29 @@ from timeline.spec.run import ParallelSpec, RecomputeSpec, TrainingSpec
 
 
 def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int) -> list[FOp]:
-    """The forward ops of virtual stage ``chunk`` for one micro-batch, in dataflow order."""
+    """The forward ops of virtual stage ``chunk`` for one micro-batch, in dataflow order.
+
+    With the MTP layers on a stage apart from the loss (``parallel.mtp_stage``), the stages from there
+    on pass the main and MTP hidden states concatenated along the sequence, ``1 + mtp_layers`` times
+    the usual rows (``p2p_communication.py: _communicate`` exchanges the shapes first under
+    ``config.mtp_standalone``, Megatron-LM 5247a1f460), and the MTP stage gets the micro-batch as the
+    first and last stages do (``pretrain_gpt.py: get_batch`` under ``mtp_on_this_rank``)."""
     ranges = chunk_layers(par, ctx.model.num_hidden_layers)
-    nodes = chunk_nodes(ctx, ranges, chunk)
+    at = mtp_chunk(par)
+    nodes = chunk_nodes(ctx, ranges, chunk, at)
     b = Builder(ctx, Dims.of(par, tr), tr, (t for n in nodes for t in n.params))
     m, d = ctx.model, b.dims
     last = len(ranges) - 1
     if chunk != 0:
-        x = b.tensor("input", (d.t_sp, m.hidden_size))
+        rows = d.t_sp * (1 + m.mtp_layers) if at != last and chunk > at else d.t_sp
+        x = b.tensor("input", (rows, m.hidden_size))
         b.op("recv_forward", "comm", None, {}, {"y": x}, kind="p2p", stream="pp")
     saved = ""
     if b.table.rerun_keeps_batch and d.tp == 1 and d.cp == 1:
-        saved = "both" if last == 0 else "first" if chunk == 0 else "last"
+        # megatron/core/utils.py: get_batch_on_this_tp_rank keeps every field where mtp_on_this_rank
+        saved = "both" if last == 0 or (chunk == at and m.mtp_layers) else "first" if chunk == 0 else "last"
     loaded = batch.load(b, b.table.dataloader_batch == "mask", saved) \
-        if b.table.dataloader_batch != "none" and chunk in (0, last) else {}
+        if b.table.dataloader_batch != "none" and chunk in (0, last, at) else {}
     if chunk == 0:
         x = embedding.forward(b, "embedding", None)
     if b.table.rope_cache and m.position_embedding == "rope":
@@ -57,12 +66,18 @@ def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int) 
         sinks.attention_masks(b)
     for i in ranges[chunk]:
         x = decoder.forward(b, i, f"layers.{i}", x, moe=m.is_moe_layer(i))
-    if chunk == last:
+    mtps = [n.layer - m.num_hidden_layers for n in nodes if n.kind == "mtp" and n.layer is not None]
+    if chunk == last and at == last:
         head.forward(b, "output", "final_norm", x, None)
-        for node in nodes:  # the MTP modules the parameter graph holds
-            if node.kind == "mtp" and node.layer is not None:
-                mtp.forward(b, node.layer - m.num_hidden_layers, x)
+        for k in mtps:  # the MTP modules the parameter graph holds
+            mtp.forward(b, k, x)
+    elif chunk == last:
+        mtp.heads_apart(b, x, m.mtp_layers)
     else:
+        if any(n.name == "final_norm" for n in nodes):
+            x = norm.forward(b, "final_norm", x, None)
+        if mtps:
+            x = mtp.forward_apart(b, mtps, x)
         b.op("send_forward", "comm", None, {"x": x}, {}, kind="p2p", stream="pp")
     if loaded:
         batch.release(b, loaded)
@@ -221,7 +236,8 @@ class AnalyticSource:
         return list(_forward_ops_cached(self.without_recompute(), chunk))
 
     def nodes(self, chunk: int) -> list[Node]:
-        return chunk_nodes(self.ctx, chunk_layers(self.parallel, self.model.num_hidden_layers), chunk)
+        return chunk_nodes(self.ctx, chunk_layers(self.parallel, self.model.num_hidden_layers), chunk,
+                           mtp_chunk(self.parallel))
 
     def total_params(self) -> int:
         """Trainable parameters of the unsharded model, counted as the profile counts them."""

@@ -56,21 +56,44 @@ def decoder_layer(ctx: BuildCtx, layer: int, prefix: str, *, moe: bool) -> list[
     ]
 
 
-def chunk_nodes(ctx: BuildCtx, ranges: list[range], chunk: int) -> list[Node]:
-    """Module instances of virtual stage ``chunk`` (of ``ranges``) in dataflow order."""
+def mtp_chunk(parallel: ParallelSpec) -> int:
+    """The virtual stage holding the MTP layers: ``parallel.mtp_stage``, else the last (with the loss)."""
+    return parallel.pp * parallel.vpp - 1 if parallel.mtp_stage is None else parallel.mtp_stage
+
+
+def final_norm_chunk(ranges: list[range], mtp_at: int) -> int:
+    """The virtual stage that runs the final norm: the last, unless the MTP layers stand apart from the
+    loss; then the stage of the last decoder layer (``transformer_block.py: TransformerBlock.
+    has_final_layernorm_in_this_stage`` with MTP, from Megatron-LM 5247a1f460, core_v0.16.0 … d98e8a64dd)."""
     last = len(ranges) - 1
+    if mtp_at == last:
+        return last
+    return max((c for c, r in enumerate(ranges) if len(r)), default=0)
+
+
+def chunk_nodes(ctx: BuildCtx, ranges: list[range], chunk: int, mtp_at: int | None = None) -> list[Node]:
+    """Module instances of virtual stage ``chunk`` (of ``ranges``) in dataflow order; ``mtp_at``: the
+    stage holding the MTP layers (:func:`mtp_chunk`; None: the last).
+
+    A standalone MTP stage (``mtp_at`` before the last) builds the embedding for its shifted tokens
+    (``GPTModel.__init__``: ``pre_process or mtp_process``) and the MTP modules, but no output layer:
+    the loss stage holds that (``post_process``) and computes every MTP loss
+    (``GPTModel._postprocess``, Megatron-LM 5247a1f460)."""
+    last = len(ranges) - 1
+    at = last if mtp_at is None else mtp_at
     m = ctx.model
     nodes: list[Node] = []
     if chunk == 0:
         nodes.append(Node("embedding", "embedding", None, tuple(embedding.params(ctx))))
     for i in ranges[chunk]:
         nodes += decoder_layer(ctx, i, f"layers.{i}", moe=m.is_moe_layer(i))
+    fn = head.final_norm_params(ctx) if chunk == final_norm_chunk(ranges, at) else []
+    if fn:
+        nodes.append(Node("final_norm", "norm", None, tuple(fn)))
     if chunk == last:
-        fn = head.final_norm_params(ctx)
-        if fn:
-            nodes.append(Node("final_norm", "norm", None, tuple(fn)))
         nodes.append(Node("output_layer", "head", None, tuple(head.params(ctx, shares_embedding=last == 0))))
-        if m.mtp_layers and ctx.profile.mtp_modules and ctx.profile.mtp_embedding and last != 0:
+    if chunk == at:
+        if m.mtp_layers and ctx.profile.mtp_modules and ctx.profile.mtp_embedding and chunk != 0:
             nodes.append(Node("mtp.embedding", "embedding", None, tuple(mtp.embedding_params(ctx))))
         for k in range(m.mtp_layers if ctx.profile.mtp_modules else 0):
             layer = m.num_hidden_layers + k

@@ -181,7 +181,7 @@ def layout(params: Sequence[TensorDef], *, rules: DdpRules, group: int, bucket_s
 def shared_embeddings(chunks: Sequence[tuple[int, Sequence[TensorDef]]], num_chunks: int, tied: bool) -> frozenset[str]:
     """Names of the parameters Megatron marks ``shared_embedding`` (tied embeddings over more than
     one pipeline chunk: the first chunk's word embeddings, the last chunk's output layer or, where
-    that reuses the embedding, its MTP embedding; ``MC/models/common/language_module/
+    that reuses the embedding, its MTP embedding, and a standalone MTP stage's embedding; ``MC/models/common/language_module/
     language_module.py: LanguageModule.setup_embeddings_and_output_layer``)."""
     if not tied or num_chunks < 2:
         return frozenset()
@@ -192,6 +192,8 @@ def shared_embeddings(chunks: Sequence[tuple[int, Sequence[TensorDef]]], num_chu
             out.add("embedding.word_embeddings.weight")
         if c == num_chunks - 1:
             out |= {"output_layer.weight"} & names or {n for n in names if n == "mtp.embedding.word_embeddings.weight"}
+        elif c > 0:  # a standalone MTP stage's embedding (``mtp_process and not pre_process``, 5247a1f460)
+            out |= {"mtp.embedding.word_embeddings.weight"} & names
     return frozenset(out)
 
 

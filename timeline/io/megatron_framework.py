@@ -132,14 +132,16 @@ def allocator_conf(text: str, c: Conversion) -> None:
 def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_version: str | None,
               pytorch_version: str | None = None, megatron_core: str | None = None,
               keeps_batch: bool | None = None, probs_in_experts: bool | None = None,
-              releases_nodes: bool | None = None) -> None:
+              releases_nodes: bool | None = None, router_te_gemm_fixed: bool = False) -> None:
     """``[framework]``, ``[allocator]`` and ``[hardware]`` from the arguments and the environment.
 
     ``keeps_batch``: whether the Megatron-LM commit has 5e4fc931ba's ``get_batch`` (None: read from
     ``megatron_core``, from 0.19.0 on; main's 0.18.0 spans both sides of it). ``probs_in_experts``: whether it
     has 2659630721's routing-probability multiply inside the experts (None: from ``megatron_core``, from
     0.13 on; main's 0.12.0rc0 spans both sides of it). ``releases_nodes``: whether it has a56a0b001d's
-    combined-1F1B layer release (None: from ``megatron_core``, 0.16.0 on; main's 0.16.0rc0 spans both sides)."""
+    combined-1F1B layer release (None: from ``megatron_core``, 0.16.0 on; main's 0.16.0rc0 spans both sides).
+    ``router_te_gemm_fixed``: whether it has d3528a2130's TE GEMM import for the MoE router though
+    ``megatron_core`` is below 0.17 (main's and dev's 0.16.0rc0 span both sides of it)."""
     sm = int(GPUS[gpu]["sm"])
     dtype = c.sections["training"]["dtype"]
     deterministic = a.flag("--deterministic-mode") or env.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "1") == "0"
@@ -239,6 +241,8 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
                             "multiplied the routing probs then (before Megatron-LM 2659630721) is not modelled; "
                             "give --megatron-core 0.13 or later")
         c.put("framework.moe_probs_in_experts", probs_in_experts)
+        if router_te_gemm_fixed:  # written only where the version does not say it (the default is false)
+            c.put("framework.router_te_gemm_fixed", True)
         score = a.str("--moe-router-score-function", "softmax")
         if score not in ("softmax", "sigmoid"):
             raise UserError(f"--moe-router-score-function {score}: use softmax or sigmoid")

@@ -19,7 +19,7 @@ from typing import Any, overload
 from timeline.errors import UserError
 from timeline.io.megatron_args import VAR_RE, MegatronArgs
 from timeline.io.megatron_cp import cp_comm
-from timeline.io.megatron_layout import moe_layer_pattern, parse_layout, pattern_to_model, split_layers
+from timeline.io.megatron_layout import moe_layer_pattern, parse_layout_mtp, pattern_to_model, split_layers
 from timeline.io.megatron_table import (
     FAMILY_ARGS,
     FAMILY_NAMES,
@@ -314,9 +314,11 @@ def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core:
     stages = a.int("--num-virtual-stages-per-pipeline-rank")
     if a.has("--pipeline-model-parallel-layout"):
         layout_conflicts(a)
-        layout, vpp = parse_layout(a.str("--pipeline-model-parallel-layout") or "", pp, num_layers=layers,
-                                   mtp_layers=a.int("--mtp-num-layers"),
-                                   megatron_core=version_tuple(megatron_core) if megatron_core else None)
+        layout, vpp, mtp_at = parse_layout_mtp(a.str("--pipeline-model-parallel-layout") or "", pp,
+                                               num_layers=layers, mtp_layers=a.int("--mtp-num-layers"),
+                                               megatron_core=version_tuple(megatron_core) if megatron_core else None)
+        if mtp_at is not None:
+            c.put("parallel.mtp_stage", mtp_at, "--pipeline-model-parallel-layout")
     elif per:
         if layers % (pp * per):
             raise UserError(f"--num-layers-per-virtual-pipeline-stage {per}: {layers} layers do not divide into "

@@ -171,8 +171,18 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--use-rope-scaling", "--rotary-seq-len-interpolation-factor", "--no-rope-freq", "--rope-type",
         "--moe-token-drop-policy",
     ),
+    "MTP's stage is the layout's: core/transformer/transformer_config.py: TransformerConfig.__post_init__ sets "
+    "mtp_standalone from --pipeline-model-parallel-layout (mapped: parallel.mtp_stage) whatever is given; without "
+    "a layout it only makes core/pipeline_parallel/p2p_communication.py: _communicate send each tensor's shape "
+    "(three int64s) first (core_v0.16.0 … d98e8a64dd)": (
+        "--mtp-standalone",
+    ),
     "inference engine settings: read by megatron/core/inference and megatron/inference, which "
     "pretrain_gpt.py's training step never builds (an inference job is refused by its MODE or script)": (
+        # main only, between releases (tools/megatron_parser_history.py): the dynamic engine's coordinator and logs
+        "--inference-dynamic-batching-active-buffer-size-gb", "--inference-dynamic-batching-mamba-triton-conv1d",
+        "--inference-flask-server-logging", "--inference-mp-coordinator-port", "--inference-wandb-logging-step-interval",
+        "--initialize-socket-comms",
         "--inference-batch-times-seqlen-threshold", "--inference-coordinator-port",
         "--inference-cuda-graph-all-prefills",
         "--inference-cuda-graph-max-tokens", "--inference-disable-ep-consensus",
@@ -210,6 +220,7 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
     ),
     "ModelOpt export settings: read by megatron/post_training (model_builder.py, checkpointing.py) when "
     "exporting; no tensor of the trained model changes": (
+        "--export-kd-finalize",  # main only, 3b141a2471 … 8ddc7908fe (2025-04/06)
         "--export-model-type", "--export-legacy-megatron", "--export-te-mcore-model",
         "--export-force-local-attention",
         "--export-default-te-spec", "--export-kv-cache-quant", "--export-real-quant-cfg", "--export-offline-model",
@@ -276,7 +287,7 @@ UNDER: dict[str, tuple[str, ...]] = {
                   "--mup-output-mult", "--mup-width-mult"),
     "--moe-paged-stash": ("--moe-paged-stash-buffer-size-factor-cpu", "--moe-paged-stash-buffer-size-factor-cuda",
                           "--moe-paged-stash-page-size"),
-    "--hybrid-context-parallel": ("--max-seqlen-per-dp-cp-rank",),
+    "--hybrid-context-parallel": ("--max-seqlen-per-dp-cp-rank", "--max-seqlen-per-cp-rank"),
     "--batch-invariant-mode": ("--batch-invariant-backend",),
     "--use-kitchen-attention": ("--kitchen-attention-backend",),
     "--qk-clip": ("--qk-clip-alpha", "--qk-clip-threshold"),

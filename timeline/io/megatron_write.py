@@ -16,6 +16,7 @@ from typing import Any
 from timeline.errors import UserError
 from timeline.io.megatron_args import MegatronArgs
 from timeline.io.megatron_framework import framework
+from timeline.io.megatron_legacy import legacy_model
 from timeline.io.megatron_map import (
     ArgReader,
     Conversion,
@@ -42,9 +43,11 @@ SECTION_ORDER = ("model", "parallel", "training", "recompute", "schedule", "allo
 def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_version: str | None = None,
             pytorch_version: str | None = None, megatron_core: str | None = None,
             keeps_batch: bool | None = None, probs_in_experts: bool | None = None,
-            releases_nodes: bool | None = None, resumed: bool = False) -> Conversion:
+            releases_nodes: bool | None = None, router_te_gemm_fixed: bool = False,
+            resumed: bool = False) -> Conversion:
     """The run-file data of the job ``margs`` describes on ``world_size`` GPUs of kind ``gpu``
-    (``keeps_batch``, ``probs_in_experts``, ``releases_nodes``: :func:`timeline.io.megatron_framework.framework`;
+    (``keeps_batch``, ``probs_in_experts``, ``releases_nodes``, ``router_te_gemm_fixed``:
+    :func:`timeline.io.megatron_framework.framework`;
     ``resumed``: its ``--load`` holds a checkpoint of this training,
     :func:`timeline.io.megatron_state_args.checkpoint_load`)."""
     if world_size < 1:
@@ -67,7 +70,8 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     refuse_unschedulable(c, dp, world_size)
     framework(a, c, margs.env, gpu=gpu, te_version=te_version, pytorch_version=pytorch_version,
               megatron_core=megatron_core, keeps_batch=keeps_batch, probs_in_experts=probs_in_experts,
-              releases_nodes=releases_nodes)
+              releases_nodes=releases_nodes, router_te_gemm_fixed=router_te_gemm_fixed)
+    legacy_model(a, c)
     param_gather_with_step(a, c)
     megatron_fsdp(a, c)
     embedding_wgrad(a, c)

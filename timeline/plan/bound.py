@@ -90,7 +90,8 @@ class Probe:
         cut, kind = probe_model(model)
         if rc.policy == "full" and not (rc.method == "uniform" and rc.num_layers == 1):
             rc = RecomputeSpec()  # per-layer bytes of other groupings are not a layer's own: see act_bytes below
-        return cls(model=cut, recompute=rc, parallel=replace(par, pp=1, vpp=1, layout=None, dp=par.ep * par.etp),
+        return cls(model=cut, recompute=rc, parallel=replace(par, pp=1, vpp=1, layout=None, mtp_stage=None,
+                                                                   dp=par.ep * par.etp),
                    training=replace(tr, num_microbatches=1, iterations=1, warmup_iterations=0, optimizer_instances=1),
                    kind=kind)
 

@@ -160,12 +160,13 @@ def torch_workspace_bytes(config: str, sm: int, pytorch: str = "2.13") -> int:
 def router_uses_te_gemm(fw: FrameworkSpec, *, has_moe: bool) -> bool:
     """Whether Megatron's MoE router GEMM runs through TE's ``general_gemm`` (and so holds TE's cuBLAS
     workspace) under ``fw``: Megatron-Core ≥ 0.13.0 (``version_tuple("0.13.0rc0")`` is ``(0, 13)``,
-    below ``(0, 13, 0)``), TE ≥ 2.0, and with TE ≥ 2.10 Megatron-Core ≥ 0.17; not under
-    ``--moe-router-dtype fp64`` (``RouterGatingLinearFunction`` keeps ``torch.mm`` there)."""
+    below ``(0, 13, 0)``), TE ≥ 2.0, and with TE ≥ 2.10 Megatron-Core ≥ 0.17 or a commit from d3528a2130
+    whose version lags (``[framework] router_te_gemm_fixed``); not under ``--moe-router-dtype fp64``
+    (``RouterGatingLinearFunction`` keeps ``torch.mm`` there)."""
     mc, te = version_tuple(fw.megatron_core), version_tuple(fw.transformer_engine)
     if not has_moe or fw.moe_router_dtype == "fp64" or mc < (0, 13, 0) or te < (2,):
         return False
-    return te < (2, 10) or mc >= (0, 17)
+    return te < (2, 10) or mc >= (0, 17) or fw.router_te_gemm_fixed
 
 
 #: parameter names fused into one Megatron weight (linear_qkv, linear_fc1): one main_grad shape

@@ -38,6 +38,9 @@ class FrameworkSpec:
                               "GPU generation)")
     transformer_impl: str = spec_field("transformer_engine", choices=("transformer_engine", "local"),
                                        doc="--transformer-impl")
+    use_legacy_models: bool = spec_field(False, doc=(
+        "--use-legacy-models: Megatron-LM's legacy GPT model (megatron/legacy/model; the local implementation "
+        "only, Megatron-Core before 0.18) as its differences from transformer_impl = local"))
     attention_backend: str = spec_field("fused", choices=ATTENTION_BACKENDS,
                                         doc="--attention-backend, after NVTE_*_ATTN switches (auto: fused)")
     dataloader_batch: str = spec_field("none", choices=("none", "tokens", "mask"),
@@ -73,6 +76,10 @@ class FrameworkSpec:
                                             "(Megatron-LM from 2659630721, 2025-04-09, first released in "
                                             "Megatron-Core 0.13); false: the token dispatcher's combine scales "
                                             "the experts' output")
+    router_te_gemm_fixed: bool = spec_field(False, doc="the MoE router's GEMM runs through TE's general_gemm "
+                                            "with TE >= 2.10 although megatron_core is below 0.17 (Megatron-LM "
+                                            "from d3528a2130, 2026-03-06, whose package_info still said "
+                                            "0.16.0rc0 on the dev branch); 0.17 and later have it anyway")
     cublas_workspace_config: str = spec_field("", doc="CUBLAS_WORKSPACE_CONFIG (':SIZE_KiB:COUNT…'; '' = default)")
     avoid_record_streams: bool = spec_field(False, doc=(
         "TORCH_NCCL_AVOID_RECORD_STREAMS=1 (recorded only: no rule reads it yet; record streams delay when a "

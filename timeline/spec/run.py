@@ -36,6 +36,10 @@ class ParallelSpec:
     etp: int = spec_field(1, positive=True, maximum=2**20, doc="expert tensor-parallel ranks (default: tp)")
     dp: int = spec_field(1, positive=True, maximum=2**20, doc="data-parallel ranks")
     layout: tuple[int, ...] | None = spec_field(None, nonneg=True, maximum=MAX_LAYERS, doc="layers per virtual stage")
+    mtp_stage: int | None = spec_field(None, nonneg=True, maximum=2**20, doc=(
+        "virtual stage (0-based, layout order) holding all MTP layers; default: the last, with the loss. An "
+        "earlier stage runs them apart from the loss (Megatron-Core >= 0.16's standalone MTP): it receives the "
+        "hidden states, holds its own embedding and sends the main and MTP hidden states on, concatenated"))
 
     @property
     def edp(self) -> int:

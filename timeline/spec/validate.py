@@ -16,7 +16,9 @@ from typing import Protocol
 from timeline.spec.cp_rules import cp_comm_problems
 from timeline.spec.fp8_rules import fp8_problems
 from timeline.spec.framework import FrameworkSpec
+from timeline.spec.legacy_rules import legacy_problems
 from timeline.spec.model import ModelSpec
+from timeline.spec.mtp_rules import mtp_stage_problems
 from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec
 from timeline.spec.schedule_rules import schedule_problems
 
@@ -186,6 +188,9 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
 
     # -- profiles and ZeRO -------------------------------------------------------------------
     life = limits.get(run.profile)
+    if not any(k == "parallel.layout" for k, _ in problems):
+        problems += mtp_stage_problems(par, chunk_sizes(par, layers), mtp_layers=m.mtp_layers, schedule_kind=kind,
+                                       framework=run.framework, reads_framework=life is not None and life.reads_framework)
     if life is None:
         add(("model.profile", f"{run.profile!r} is not valid; use one of {', '.join(profiles)}"))
     elif tr.zero > life.max_zero:
@@ -259,7 +264,8 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
     if run.schedule.combined_1f1b and not (life is not None and life.reads_framework):
         add(("schedule.combined_1f1b", 'models Megatron-Core\'s schedule-plan nodes: set profile = "megatron"'))
     problems += cp_comm_problems(fw, m, par)
-    problems += fp8_problems(run, reads_framework=life is not None and life.reads_framework)
+    problems += legacy_problems(fw, m, par)
+    problems += fp8_problems(run.training, run.framework, reads_framework=life is not None and life.reads_framework)
     if fw.defer_embedding_wgrad and (par.pp == 1 or not fw.gradient_accumulation_fusion):
         # MC model_parallel_config.py: ModelParallelConfig.__post_init__ raises for either
         add(("framework.defer_embedding_wgrad", "Megatron-LM defers the output layer's weight gradient to the "
