@@ -41,17 +41,35 @@ def test_groups_follow_named_parameters_with_the_non_unit_ones_merged_and_padded
     assert [grad_elements(b) for b in bufs] == [4032, 64, 128, 64]
 
 
+def _bufs_all(strategy: str):
+    """The groups where every strategy but no_shard makes the decoder layers units (Megatron-LM 342faa43cd on)."""
+    return fsdp_buffers([(0, CHUNK)], strategy=strategy, bucket_size=None, tr=TR, par=PAR, expert_rule="routed",
+                        units_all=True)
+
+
 @pytest.mark.parametrize(("strategy", "weights", "grads", "main"), [
     ("optim_grads_params", 4288, 4288, 4288),
     ("optim_grads", 16896, 4288, 4288),
     ("optim", 16896, 16896, 4288),
 ])
-def test_each_strategy_shards_its_buffers(strategy, weights, grads, main):
-    bufs = _bufs(strategy)
+def test_each_strategy_shards_its_buffers_over_the_units_of_342faa43cd(strategy, weights, grads, main):
+    bufs = _bufs_all(strategy)
     assert sum(weight_elements(b) for b in bufs) == weights
     assert sum(grad_elements(b) for b in bufs) == grads
     # main weights: the last rank's slice of each padded group (real elements only: 3912 + 0 + 128 + 0 … )
     assert sum(s.shard_numel for b in bufs for s in b.slots) == main - (16128 - 16008) - (256 - 200) - (256 - 192)
+
+
+@pytest.mark.parametrize(("strategy", "weights", "grads"), [("optim_grads", 16768, 4256), ("optim", 16768, 16768)])
+def test_before_342faa43cd_only_optim_grads_params_has_units(strategy, weights, grads):
+    """mcore_fsdp_adapter.py@4e85d74ae9: fsdp_unit_modules = [TransformerLayer] under optim_grads_params, else []:
+    one dense group 8000 + 192 + 8 + 192 + 8 + 8000 = 16400 → 16512 and the experts' 256."""
+    bufs = _bufs(strategy)
+    assert [(b.label, b.numel) for b in bufs] == [("chunk0.rest", 16512), ("chunk0.rest.expert", 256)]
+    assert sum(weight_elements(b) for b in bufs) == weights
+    assert sum(grad_elements(b) for b in bufs) == grads
+    # the last rank's real elements: [12384, 16400) of the dense group, [128, 256) of the experts'
+    assert sum(s.shard_numel for b in bufs for s in b.slots) == (16400 - 12384) + 128
 
 
 def test_no_shard_has_no_units_no_padding_and_no_shards():
@@ -64,3 +82,22 @@ def test_non_unit_groups_are_cut_at_the_bucket_size_and_units_never():
     bufs = _bufs("optim_grads_params", bucket=100)
     assert [[s.name for s in b.slots] for b in bufs if not b.unit] == [[EMB.name], [FN.name, OUT.name]]
     assert [b.numel for b in bufs if b.unit == "layers.0" and not b.expert] == [256]
+    # get_model disables bucketing for the chunks after the first
+    later = fsdp_buffers([(0, [Q0]), (1, CHUNK)], strategy="optim_grads_params", bucket_size=100, tr=TR, par=PAR,
+                         expert_rule="routed")
+    assert [[s.name for s in b.slots] for b in later if not b.unit and b.chunk == 1] == [[EMB.name, FN.name, OUT.name]]
+
+
+def test_the_rules_cut_only_under_overlap_grad_reduce_and_units_all_from_0_20():
+    """training.py: get_model passes bucket_size None without --overlap-grad-reduce (before MegatronFSDP forces its
+    own overlap on); mcore_fsdp_adapter.py makes units under every sharding strategy from 342faa43cd (main, 0.20)."""
+    from timeline.graph.dp_buffers import ddp_rules
+    from timeline.spec.framework import FrameworkSpec
+
+    fw = FrameworkSpec(fsdp_sharding="optim_grads")
+    assert ddp_rules(fw, TR, PAR, tied=True).bucket_size is None
+    assert ddp_rules(FrameworkSpec(fsdp_sharding="optim_grads", overlap_grad_reduce=True), TR, PAR,
+                     tied=True).bucket_size == 40_000_000
+    assert not ddp_rules(fw, TR, PAR, tied=True).fsdp_units_all
+    assert ddp_rules(FrameworkSpec(fsdp_sharding="optim_grads", megatron_core="0.20.0"), TR, PAR,
+                     tied=True).fsdp_units_all

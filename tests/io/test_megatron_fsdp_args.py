@@ -80,3 +80,23 @@ def test_the_functional_test_simulates_within_half_a_percent_of_its_measurement(
     m = rec["measured"]
     assert abs(alloc / int(m["max_allocated_bytes_second_logged"]["bytes"]) - 1) < 0.005
     assert abs(steady / int(m["allocated_bytes_first_iter"]) - 1) < 0.005
+
+
+def test_the_version_decides_the_package_the_default_strategy_and_log_params_norm_maps():
+    """Megatron-LM af28b5a559 (core_v0.14.0) replaced custom_fsdp with the megatron_fsdp package; 3499efef80
+    (core_v0.18.0) made optim_grads_params the default strategy (no_shard before)."""
+    custom = _convert(ZP_Z3, megatron_core="0.13.1")
+    assert custom.sections["framework"]["megatron_fsdp_package"] is False
+    package = {k: v for k, v in ZP_Z3.items() if k not in ("--use-custom-fsdp", "--data-parallel-sharding-strategy")}
+    package |= {"--use-megatron-fsdp": True, "--log-params-norm": True}
+    c = _convert(package, megatron_core="0.18.0")
+    fw = c.sections["framework"]
+    assert (fw["megatron_fsdp_package"], fw["fsdp_sharding"], fw["log_params_norm"]) == (True, "optim_grads_params", True)
+    assert c.mapped["--log-params-norm"] == "framework.log_params_norm"
+    assert _convert(package, megatron_core="0.17.1").sections["framework"]["fsdp_sharding"] == "no_shard"
+    # where the version misleads (main's 0.15.0rc0 before af28b5a559) the caller says it
+    assert _convert(package, megatron_core="0.15.0rc0", fsdp_package=False).sections["framework"][
+        "megatron_fsdp_package"] is False
+    # without Megatron-FSDP --log-params-norm reads nothing
+    plain = {k: v for k, v in package.items() if k != "--use-megatron-fsdp"}
+    assert "log_params_norm" not in _convert(plain).sections["framework"]

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 from timeline.graph.static import is_expert_state, zero_groups
 from timeline.graph.tensors import TensorDef
+from timeline.profiles.megatron_workspaces import version_tuple
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.run import ParallelSpec, TrainingSpec
 
@@ -75,6 +76,9 @@ class DdpRules:
     first_chunk_optimizer: bool = False
     #: Megatron-FSDP's sharding strategy ('' = DDP's buffers; :mod:`timeline.graph.fsdp_buffers`)
     fsdp: str = ""
+    #: Megatron-FSDP makes the decoder layers FSDP units under every strategy but no_shard (Megatron-LM from
+    #: 342faa43cd; before it under optim_grads_params alone)
+    fsdp_units_all: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,12 +129,16 @@ def ddp_rules(fw: FrameworkSpec, tr: TrainingSpec, par: ParallelSpec, *, tied: b
     the distributed optimizer); ``tied``: the model ties its embeddings."""
     bucket = None
     split = fw.overlap_param_gather_with_optimizer_step
-    if fw.overlap_grad_reduce and not split:  # get_model: disable_bucketing for every chunk under the split
+    # get_model: disable_bucketing for every chunk under the split; Megatron-FSDP reads the same bucket_size,
+    # None without --overlap-grad-reduce (set before MegatronFSDP.__init__ forces its own overlap_grad_reduce)
+    if fw.overlap_grad_reduce and not split:
         bucket = fw.ddp_bucket_size or max(DEFAULT_BUCKET, BUCKET_PER_RANK * par.dp * par.cp)
-    if fw.fsdp_sharding:  # get_model: the same bucket_size default; FSDP overlaps its reduce-scatters always
-        bucket = fw.ddp_bucket_size or max(DEFAULT_BUCKET, BUCKET_PER_RANK * par.dp * par.cp)
+    # mcore_fsdp_adapter.py: FullyShardedDataParallel.__init__ (342faa43cd, 2026-08-18: `!= "no_shard"`; main after
+    # core_v0.19.0, so Megatron-Core 0.20 on — main's 0.20.0 of 2026-07-29 … 08-18 did not have it yet)
+    units_all = version_tuple(fw.megatron_core) >= (0, 20)
     return DdpRules(distributed_optimizer=tr.zero >= 1, bucket_size=bucket, pad_for_busbw=fw.ddp_pad_for_busbw,
-                    tied_embeddings=tied, first_chunk_optimizer=split, fsdp=fw.fsdp_sharding)
+                    tied_embeddings=tied, first_chunk_optimizer=split, fsdp=fw.fsdp_sharding,
+                    fsdp_units_all=units_all)
 
 
 def _pad(n: int, divisor: int) -> int:

@@ -9,10 +9,13 @@ Rules, read at Megatron-LM d98e8a64dd (``MF`` = ``megatron/core/distributed/fsdp
   ``named_parameters()`` order, joins the first group of equal (dtype, expert-parallel, requires_grad, FSDP unit)
   — a group is not a run of neighbours: the embedding and, later, the final norm and output layer of one chunk
   share the non-unit group; a group outside any FSDP unit is then cut into buckets of ``bucket_size`` elements
-  (``suggested_bucket_size``), a unit's group never.
+  (``suggested_bucket_size``; ``training.py: get_model`` passes None without ``--overlap-grad-reduce`` and for
+  every chunk after the first), a unit's group never.
 - ``megatron/core/distributed/fsdp/mcore_fsdp_adapter.py: FullyShardedDataParallel.__init__``: the FSDP units are
   the decoder layers (``TransformerLayer``, ``MoETransformerLayer``, ``MambaLayer``; an MTP layer's inner
-  transformer layer) under every strategy but ``no_shard`` (no units). Before d677041da2 (2025-04-08) the
+  transformer layer) under every strategy but ``no_shard`` from 342faa43cd (2026-08-18); before it (``@4e85d74ae9``,
+  and ``custom_fsdp/fully_sharded_data_parallel.py@194b2be238``) under ``optim_grads_params`` alone, the other
+  strategies' parameters all outside any unit. Before d677041da2 (2025-04-08) the
   legacy ``Float16Module`` hid ``share_embeddings_and_output_weights``, so ``LanguageModelEmbedding`` was a unit
   too (``custom_fsdp/fully_sharded_data_parallel.py@d165a8548b``); that version is not modelled.
 - ``MF/param_and_grad_buffer.py: build_data_parallel_buffer_index``: a group's parameters lie back to back (no
@@ -41,14 +44,17 @@ from timeline.spec.run import ParallelSpec, TrainingSpec
 SHARDED = {"no_shard": (False, False, False), "optim": (False, False, True),
            "optim_grads": (False, True, True), "optim_grads_params": (True, True, True)}
 
-_UNIT = re.compile(r"^(layers\.\d+|mtp\.\d+\.layer)\.")
+#: a decoder layer's or an MTP layer's transformer layer: the FSDP unit a parameter (or op) name belongs to
+UNIT_PATTERN = re.compile(r"^(layers\.\d+|mtp\.\d+\.layer)\.")
 
 
-def fsdp_unit(name: str, strategy: str) -> str:
-    """The FSDP unit (a decoder layer, or an MTP layer's transformer layer) a parameter belongs to, '' for none."""
-    if strategy == "no_shard":
+def fsdp_unit(name: str, strategy: str, *, units_all: bool = False) -> str:
+    """The FSDP unit (a decoder layer, or an MTP layer's transformer layer) a parameter belongs to, '' for none:
+    under optim_grads_params, or under every strategy but no_shard where ``units_all`` (Megatron-LM from
+    342faa43cd; :attr:`timeline.graph.dp_buffers.DdpRules.fsdp_units_all`)."""
+    if strategy == "no_shard" or (strategy != "optim_grads_params" and not units_all):
         return ""
-    m = _UNIT.match(name)
+    m = UNIT_PATTERN.match(name)
     return m.group(1) if m else ""
 
 
@@ -73,20 +79,21 @@ def group_layout(params: Sequence[TensorDef], *, group: int, strategy: str) -> t
 
 
 def fsdp_buffers(chunks: Sequence[tuple[int, Sequence[TensorDef]]], *, strategy: str, bucket_size: int | None,
-                 tr: TrainingSpec, par: ParallelSpec, expert_rule: str) -> tuple[DdpBuffer, ...]:
-    """Every parameter group of one device, chunk by chunk, in ``_get_parameter_groups``' order."""
+                 tr: TrainingSpec, par: ParallelSpec, expert_rule: str, units_all: bool = False) -> tuple[DdpBuffer, ...]:
+    """Every parameter group of one device, chunk by chunk, in ``_get_parameter_groups``' order (``bucket_size``
+    cuts the first chunk's groups outside the units: ``get_model`` disables bucketing for the later chunks)."""
     dense_g, expert_g = zero_groups(tr, par)
     out = []
-    for c, ts in chunks:
+    for k, (c, ts) in enumerate(chunks):
         groups: dict[tuple[bool, bool, str], list[TensorDef]] = {}
         for t in megatron_order(ts):
-            groups.setdefault((is_expert_state(t, expert_rule), t.dtype == "fp8", fsdp_unit(t.name, strategy)),
-                              []).append(t)
+            unit = fsdp_unit(t.name, strategy, units_all=units_all)
+            groups.setdefault((is_expert_state(t, expert_rule), t.dtype == "fp8", unit), []).append(t)
         for (expert, fp8, unit), params in groups.items():
             cuts: list[list[TensorDef]] = [[]]
             for t in params:
                 cuts[-1].append(t)
-                if not unit and bucket_size and sum(p.numel for p in cuts[-1]) >= bucket_size:
+                if not unit and k == 0 and bucket_size and sum(p.numel for p in cuts[-1]) >= bucket_size:
                     cuts.append([])
             for cut in (x for x in cuts if x):
                 g = expert_g if expert else dense_g

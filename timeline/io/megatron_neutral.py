@@ -24,7 +24,7 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
     ),
     "logging, timers and reporting: host-side (training/training.py: training_log, the tensorboard, wandb, "
     "one-logger and OpenTelemetry writers, core/config_logger.py); no device tensor": (
-        "--log-interval", "--log-params-norm", "--log-num-zeros-in-grad", "--log-throughput", "--log-progress",
+        "--log-interval", "--log-num-zeros-in-grad", "--log-throughput", "--log-progress",
         "--log-timers-to-tensorboard", "--log-memory-to-tensorboard", "--log-validation-ppl-to-tensorboard",
         "--tensorboard-dir", "--tensorboard-log-interval", "--timing-log-level", "--timing-log-option",
         "--wandb-project", "--wandb-entity", "--wandb-exp-name", "--wandb-save-dir", "--logging-level",

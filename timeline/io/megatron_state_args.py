@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from timeline.errors import UserError
+from timeline.profiles.megatron_workspaces import version_tuple
 
 if TYPE_CHECKING:
     from timeline.io.megatron_map import ArgReader, Conversion
@@ -121,13 +122,16 @@ FSDP_OFF = {"--fsdp-double-buffer": None, "--megatron-fsdp-max-pool-double-buffe
             "--megatron-fsdp-enable-fine-grained-param-gather": None}
 
 
-def megatron_fsdp(a: ArgReader, c: Conversion) -> None:
+def megatron_fsdp(a: ArgReader, c: Conversion, *, package: bool | None = None) -> None:
     """``--use-megatron-fsdp`` / ``--use-custom-fsdp`` with ``--data-parallel-sharding-strategy`` →
     ``framework.fsdp_sharding`` and ``training.zero = 1`` (``arguments.py: validate_args``@d98e8a64dd: Megatron-FSDP v1
-    sets ``--use-distributed-optimizer``; the strategy's default there is ``optim_grads_params``). The layout and
-    events: :mod:`timeline.graph.fsdp_buffers`, :mod:`timeline.sim.megatron_fsdp`. Double buffers, NCCL
-    user buffers, HSDP, a suggested communication unit, Megatron-FSDP v2 and non-default main dtypes are refused
-    by name (``--use-nccl-ub`` is refused for DDP and FSDP alike, :mod:`timeline.io.megatron_table`)."""
+    sets ``--use-distributed-optimizer``; the strategy's default is ``optim_grads_params`` from 3499efef80,
+    2026-04-01, Megatron-Core 0.18.0, ``no_shard`` before). ``framework.megatron_fsdp_package``: whether the
+    Megatron-LM commit has af28b5a559's ``megatron_fsdp`` package (None: from ``framework.megatron_core``, 0.14.0
+    on; main's 0.15.0rc0 spans both sides of it); ``--log-params-norm`` → ``framework.log_params_norm``. The layout
+    and events: :mod:`timeline.graph.fsdp_buffers`, :mod:`timeline.sim.megatron_fsdp`. Double buffers, NCCL user
+    buffers, HSDP, a suggested communication unit, Megatron-FSDP v2 and non-default main dtypes are refused by
+    name (``--use-nccl-ub`` is refused for DDP and FSDP alike, :mod:`timeline.io.megatron_table`)."""
     if not (a.flag("--use-megatron-fsdp") or a.flag("--use-custom-fsdp")):
         c.put("framework.fsdp_sharding", "")
         return
@@ -139,7 +143,10 @@ def megatron_fsdp(a: ArgReader, c: Conversion) -> None:
     if c.sections["training"].get("fp8_recipe", "none") != "none":
         raise UserError("--use-megatron-fsdp with --fp8-format: Megatron-FSDP's FP8 parameter groups and transpose "
                         "caches are not modelled; drop FP8 to model plain Megatron-FSDP")
-    strategy = a.str("--data-parallel-sharding-strategy", "optim_grads_params")
+    version = version_tuple(str(c.sections["framework"].get("megatron_core", "0.14.0")))
+    strategy = a.str("--data-parallel-sharding-strategy", "optim_grads_params" if version >= (0, 18, 0) else "no_shard")
     c.put("framework.fsdp_sharding", strategy, "--use-megatron-fsdp", "--use-custom-fsdp",
           "--data-parallel-sharding-strategy", *FSDP_OFF)
+    c.put("framework.megatron_fsdp_package", version >= (0, 14, 0) if package is None else package)
+    c.put("framework.log_params_norm", a.flag("--log-params-norm"), "--log-params-norm")
     c.put("training.zero", 1, "--use-distributed-optimizer")

@@ -88,6 +88,8 @@ MAPPED: dict[str, str] = {
     "--ckpt-format": "framework.checkpoint_format (a resumed run's load; formats other than torch_dist and torch "
                      "refused when a checkpoint is loaded)",
     "--ckpt-fully-parallel-load": "refused when a checkpoint is loaded at dp·cp > 1 (the exchanged shards)",
+    "--log-params-norm": "framework.log_params_norm (read under Megatron-FSDP: calc_params_l2_norm's "
+                         "stop_communication releases the gathered parameter groups after each step)",
     **dict.fromkeys(("--use-megatron-fsdp", "--use-custom-fsdp", "--data-parallel-sharding-strategy"),
                     "framework.fsdp_sharding (Megatron-FSDP's parameter groups, sharded per strategy; training.zero = 1)"),
     **dict.fromkeys(("--fsdp-double-buffer", "--megatron-fsdp-max-pool-double-buffer",

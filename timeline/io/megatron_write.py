@@ -44,10 +44,11 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
             pytorch_version: str | None = None, megatron_core: str | None = None,
             keeps_batch: bool | None = None, probs_in_experts: bool | None = None,
             releases_nodes: bool | None = None, router_te_gemm_fixed: bool = False,
-            resumed: bool = False) -> Conversion:
+            fsdp_package: bool | None = None, resumed: bool = False) -> Conversion:
     """The run-file data of the job ``margs`` describes on ``world_size`` GPUs of kind ``gpu``
     (``keeps_batch``, ``probs_in_experts``, ``releases_nodes``, ``router_te_gemm_fixed``:
-    :func:`timeline.io.megatron_framework.framework`;
+    :func:`timeline.io.megatron_framework.framework`; ``fsdp_package``:
+    :func:`timeline.io.megatron_state_args.megatron_fsdp`;
     ``resumed``: its ``--load`` holds a checkpoint of this training,
     :func:`timeline.io.megatron_state_args.checkpoint_load`)."""
     if world_size < 1:
@@ -73,7 +74,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
               releases_nodes=releases_nodes, router_te_gemm_fixed=router_te_gemm_fixed)
     legacy_model(a, c)
     param_gather_with_step(a, c)
-    megatron_fsdp(a, c)
+    megatron_fsdp(a, c, package=fsdp_package)
     embedding_wgrad(a, c)
     checkpoint_load(a, c, resumed=resumed, dp_cp=dp * c.sections["parallel"]["cp"])
     given = {k: v for k, v in c.mapped.items() if k in margs.args}

@@ -113,7 +113,8 @@ def static_devices(source: ModelSource, stages_of_rank: Sequence[Sequence[int]],
         else:
             if ddp.fsdp:
                 bufs = fsdp_buffers([(c, params[c]) for c in sorted(stages)], strategy=ddp.fsdp,
-                                    bucket_size=ddp.bucket_size, tr=training, par=par, expert_rule=expert_state_group)
+                                    bucket_size=ddp.bucket_size, tr=training, par=par, expert_rule=expert_state_group,
+                                    units_all=ddp.fsdp_units_all)
                 w, g, o = fsdp_bytes(training, tensors, bufs)
             else:
                 bufs = ddp_buffers([(c, params[c]) for c in sorted(stages)], rules=ddp, tr=training, par=par,

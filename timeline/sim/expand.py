@@ -15,6 +15,7 @@ import numpy as np
 from timeline.graph.tensors import Category
 from timeline.placement.devices import StaticDevice
 from timeline.profiles.base import AT_OP
+from timeline.sim import fsdp_windows
 from timeline.sim.combined import forward_nodes, kept_node_io
 from timeline.sim.compiled import CAT_CODE, CompiledPhase
 from timeline.sim.engine import Span, span_offsets
@@ -39,15 +40,18 @@ class _Log:
         self.arrays: dict[str, list[np.ndarray]] = {k: [] for k, _ in _EVENT_COLUMNS}
         self.scalars: list[tuple[int, int, int, int]] = []
         self.lengths: list[int] = []
+        self.streams: list[int] = []
 
     def push(self, t: object, sign: object, size: object, cat: object, tensor: object, op: object,
-             mb: int, stage: int, action: int, iteration: int) -> None:
+             mb: int, stage: int, action: int, iteration: int, stream: int = 0) -> None:
+        """One chunk of events; ``stream``: the allocator stream they allocate on (0: the compute stream)."""
         n = len(t)  # type: ignore[arg-type]
         for (k, dt), v in zip(_EVENT_COLUMNS, (t, sign, size, cat, tensor, op), strict=True):
             a = np.asarray(v, dtype=dt)
             self.arrays[k].append(a if a.ndim else np.full(n, a, dtype=dt))
         self.scalars.append((mb, stage, action, iteration))
         self.lengths.append(n)
+        self.streams.append(stream)
 
     def events(self) -> DeviceEvents:
         """The events in time order (stable: at equal times, in push order)."""
@@ -57,7 +61,7 @@ class _Log:
             counts = np.array(self.lengths, dtype=np.int64)
             for j, (k, dt) in enumerate(_ACTION_COLUMNS):
                 merged[k] = np.repeat(per[:, j].astype(dt), counts)
-            merged["stream"] = np.zeros(int(counts.sum()), dtype=np.int8)
+            merged["stream"] = np.repeat(np.array(self.streams, dtype=np.int8), counts)
         else:
             merged = {k: np.zeros(0) for k in DeviceEvents.__slots__}
             merged["microbatch"] = np.zeros(0, dtype=np.int32)
@@ -328,8 +332,12 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             cols = list(zip(*static, strict=True))
             log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
     gather = state.gathered_bytes
-    gather_b = gather if state.gathered_backward_bytes < 0 else state.gathered_backward_bytes
     comm = CAT_CODE[Category.COMM]
+    if state.fsdp is not None:
+        for (t, sign, size, name), a in fsdp_windows.iteration_events(state.fsdp, spans):
+            log.push([t], sign, size, comm, names(name), -1, -1, -1, a, spans[a].iteration,
+                     fsdp_windows.stream_of(name))
+    unit_ops: dict[int, dict[str, tuple[int, int]]] = {}  # per phase (by id: the phases live through this call)
     kept = kept_inputs(spans, compiled) if state.keeps_input else {}
     if state.combined_keeps_node_io:
         for i, node_io in combined_kept(spans, compiled).items():
@@ -345,12 +353,13 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             continue
         ph = compiled[(sp.stage, sp.kind)]
         m, s, it = sp.microbatch, sp.stage, sp.iteration
-        held = gather_b if sp.kind in ("B", "I", "W") else gather
-        g0, g1 = sp.start_us, sp.end_us
-        if held and state.gathered_backward_bytes >= 0:  # Megatron-FSDP: while the decoder layers run
-            g0, g1 = _layer_window(sp, ph, g0, g1)
-        if held:
-            log.push([g0], 1, held, comm, names("zero3.gathered_params"), -1, m, s, i, it)
+        fsdp: list[fsdp_windows.Event] = []
+        if state.fsdp is not None:
+            units = unit_ops.setdefault(id(ph), fsdp_windows.unit_ops(ph))
+            fsdp = fsdp_windows.action_events(state.fsdp, sp, ph, units)
+            _push_fsdp(log, names, [e for e in fsdp if e[1] > 0], comm, m, s, i, it)
+        if gather:
+            log.push([sp.start_us], 1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
         if len(ph.ev_offset):
             tensor_ids = names.cached((id(ph), "ev_tensor"), partial(_event_ids, names, ph, "tensor_names"))
             op_ids = names.cached((id(ph), "ev_op"), partial(_event_ids, names, ph, "op_names"))
@@ -363,8 +372,9 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
                     deferred.append(((k.times[sel], *moved), m, s, a, spans[a].iteration))
                 ev = tuple(c[~k.mask] for c in ev)
             log.push(ev[0], ev[1], ev[2], ev[3], ev[4], ev[5], m, s, i, it)
-        if held:
-            log.push([g1], -1, held, comm, names("zero3.gathered_params"), -1, m, s, i, it)
+        if gather:
+            log.push([sp.end_us], -1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
+        _push_fsdp(log, names, [e for e in fsdp if e[1] < 0], comm, m, s, i, it)  # after the action's own
     for c, d_mb, d_stage, d_action, d_it in deferred:  # after that forward's new buffer, same instant
         log.push(c[0], c[1], c[2], c[3], c[4], c[5], d_mb, d_stage, d_action, d_it)
     if late:  # pushed last: after the matching op's own allocations
@@ -373,20 +383,14 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
     return log.events()
 
 
-_DECODER_OP = re.compile(r"^(layers\.\d+|mtp\.\d+\.layer)\.")
-
-
-def _layer_window(sp: Span, ph: CompiledPhase, start: float, end: float) -> tuple[float, float]:
-    """From the first decoder-layer op's start to the last one's end in span ``sp`` (Megatron-FSDP gathers a unit
-    in its pre-forward / pre-backward hook and releases it in its post hook, :mod:`timeline.sim.megatron_fsdp`);
-    the whole span where the phase runs no decoder layer."""
-    idx = [k for k, name in enumerate(ph.op_names) if _DECODER_OP.match(name)]
-    if not idx:
-        return start, end
-    ops = np.array([idx[0], idx[-1]])
-    lo = span_offsets(sp, ph.op_start[ops], ops)[0]
-    hi = span_offsets(sp, ph.op_end[ops], ops)[1]
-    return sp.start_us + float(lo), sp.start_us + float(hi)
+def _push_fsdp(log: _Log, names: Names, events: list[fsdp_windows.Event], cat: int, mb: int, stage: int,
+               action: int, iteration: int) -> None:
+    """Megatron-FSDP's events, each on its allocator stream (:func:`timeline.sim.fsdp_windows.stream_of`)."""
+    for stream in (0, fsdp_windows.AG_STREAM):
+        chunk = [e for e in events if fsdp_windows.stream_of(e[3]) == stream]
+        if chunk:
+            t, sign, size, name = zip(*chunk, strict=True)
+            log.push(t, sign, size, cat, [names(n) for n in name], -1, mb, stage, action, iteration, stream)
 
 
 def first_backward_op(pattern: str, spans: list[Span], compiled: Compiled, default: float) -> float:

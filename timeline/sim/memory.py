@@ -3,11 +3,12 @@
 Every device gets its own allocator (``[allocator] kind``: ``caching`` reproduces PyTorch's
 caching allocator, ``ideal`` packs perfectly). Allocations happen on the compute stream, as
 DESIGN §7 places them (collective buffers are freed when their communication ends, which the
-templates already express). An out-of-memory request is recorded with its time, size and the
+templates already express), unless an event names another stream (``DeviceEvents.stream``: Megatron-FSDP's
+all-gather buckets, :mod:`timeline.sim.fsdp_windows`), whose blocks then come from that stream's pool. An out-of-memory request is recorded with its time, size and the
 allocator's state, then served beyond capacity so the run continues and shows by how much the
 device overflows.
 
-The plain caching allocator (no expandable segments) replays a device's whole stream in one
+The plain caching allocator (no expandable segments) replays a device's whole event log, all on stream 0, in one
 call (:func:`timeline.alloc.batch.replay`, the compiled core when built); every other setting,
 and any stream the batch form cannot express, goes event by event through the model
 (:func:`run_allocator_events`, the reference the tests compare the batch pass against).
@@ -70,7 +71,7 @@ def run_allocator(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEvents, na
 
 def _run_allocator(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEvents, names: list[str],
                    core: str | None) -> AllocatorPass:
-    if spec.kind == "caching" and not spec.expandable_segments:
+    if spec.kind == "caching" and not spec.expandable_segments and not ev.stream.any():
         pair = pair_index(ev)
         if pair is not None:
             n = len(ev.t_us)
@@ -165,8 +166,8 @@ def run_allocator_events(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEve
     address = np.zeros(n, dtype=np.int64)
     live: dict[tuple[int, int, int], int] = {}
     ooms: list[dict] = []
-    sign, size, tensor, mb, stage = (ev.sign.tolist(), ev.size.tolist(), ev.tensor.tolist(),
-                                     ev.microbatch.tolist(), ev.stage.tolist())
+    sign, size, tensor, mb, stage, stream = (ev.sign.tolist(), ev.size.tolist(), ev.tensor.tolist(),
+                                             ev.microbatch.tolist(), ev.stage.tolist(), ev.stream.tolist())
     malloc, free, block_size = alloc.malloc, alloc.free, alloc.block_size
     for i in range(n):
         current[0] = i
@@ -175,7 +176,7 @@ def run_allocator_events(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEve
             continue
         key = (tensor[i], mb[i], stage[i])
         if sign[i] > 0:
-            addr = malloc(size[i])
+            addr = malloc(size[i], stream[i])
             if alloc.last_oom:
                 ooms.append({"t_us": float(ev.t_us[i]), "request_bytes": size[i],
                              "tensor": names[tensor[i]], "microbatch": mb[i], "stage": stage[i],

@@ -16,7 +16,7 @@ from timeline.placement.devices import StaticDevice
 from timeline.profiles import lifecycle
 from timeline.sim.compiled import CAT_CODE
 from timeline.sim.cost import CostModel
-from timeline.sim.megatron_fsdp import gathered_bytes as fsdp_gathered
+from timeline.sim.megatron_fsdp import FsdpPlan, fsdp_plan
 from timeline.sim.megatron_state import main_grad_copies, megatron_events
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
@@ -69,9 +69,9 @@ class DeviceState:
     allocs: tuple[StaticAlloc, ...]
     per_parameter: bool
     gathered_bytes: int
-    #: what a backward (B / I / W) action gathers where it differs from a forward (Megatron-FSDP's grad
-    #: buckets, :func:`timeline.sim.megatron_fsdp.gathered_bytes`); −1: ``gathered_bytes``
-    gathered_backward_bytes: int = -1
+    #: Megatron-FSDP's all-gathers and gradient buckets (:func:`timeline.sim.megatron_fsdp.fsdp_plan`, their
+    #: events :mod:`timeline.sim.fsdp_windows`); None: not Megatron-FSDP
+    fsdp: FsdpPlan | None = None
     step_copies: tuple[tuple[str, int], ...] = ()
     #: each chunk keeps its last received input and that input's gradient until its next forward
     #: (the profile's ``Lifecycle.chunk_keeps_input``; :func:`timeline.sim.expand.kept_inputs`)
@@ -119,11 +119,12 @@ def device_state(dev: StaticDevice, model: ModelSpec, tr: TrainingSpec, par: Par
         copies = main_grad_copies(tr, dev, rules.expert_state_group)
     else:
         allocs = () if per_param else tuple(static_allocs(rules.profile, tr, dev, workspaces))
-    gathered, gathered_backward = gathered_bytes(rules.profile, tr, dev), -1
+    plan = None
     if dev.dp_buffers and dev.dp_buffers[0].fsdp and not rules.traced:
-        gathered, gathered_backward = fsdp_gathered(tr, dev)
-    return DeviceState(allocs=allocs, per_parameter=per_param, gathered_bytes=gathered,
-                       gathered_backward_bytes=gathered_backward,
+        bucket = ddp_rules(rules.framework, tr, par, tied=model.tie_word_embeddings).bucket_size
+        plan = fsdp_plan(tr, dev, rules.framework, bucket)
+    return DeviceState(allocs=allocs, per_parameter=per_param,
+                       gathered_bytes=0 if plan is not None else gathered_bytes(rules.profile, tr, dev), fsdp=plan,
                        step_copies=copies, keeps_input=bool(life.chunk_keeps_input),
                        combined_keeps_node_io=rules.framework.combined_1f1b_keeps_node_io,
                        deferred_head_wgrad=(rules.framework.wgrad_deferral_limit if rules.framework.defer_embedding_wgrad

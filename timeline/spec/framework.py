@@ -119,5 +119,14 @@ class FrameworkSpec:
         "--use-megatron-fsdp (--use-custom-fsdp) with --data-parallel-sharding-strategy: Megatron-FSDP's "
         "parameter groups per FSDP unit, sharded over dp·cp (experts over the expert-DP group); '' = Megatron's DDP "
         "buffers"))
+    megatron_fsdp_package: bool = spec_field(True, doc=(
+        "Megatron-FSDP as the megatron_fsdp package (Megatron-LM from af28b5a559, 2025-08-21; Megatron-Core 0.14.0): "
+        "all-gathers prefetch up to 500M elements beyond the requested FSDP unit, the gradient reduce-scatter queue "
+        "holds up to 1B, and each step's start_param_sync gathers the first parameter group with that prefetch; "
+        "false: the custom_fsdp module before it (prefetch and queue two units' worth, the step gathers the first "
+        "group alone)"))
+    log_params_norm: bool = spec_field(False, doc=(
+        "--log-params-norm: calc_params_l2_norm after each step; under the megatron_fsdp package it first releases "
+        "every gathered parameter group (stop_communication), before Megatron logs its memory"))
     workspaces: bool = spec_field(True, doc="TE's and PyTorch's persistent cuBLAS workspaces (false: leave "
                                   "them out, e.g. to compare saved tensors alone)")
