@@ -169,6 +169,9 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
         if m.mamba_heads % par.tp or m.n_groups % par.tp:  # mamba_mixer.py: MambaMixer.__init__ asserts
             add(("parallel.tp", f"{par.tp} does not divide the Mamba heads ({m.mamba_heads}) and groups "
                  f"({m.n_groups}); use one of {_divisors(math.gcd(m.mamba_heads, m.n_groups))}"))
+        if par.cp > 1 and (m.n_groups // par.tp) % par.cp:  # MambaContextParallel: group_repeat_count > 1
+            add(("parallel.cp", f"{par.cp} does not divide the Mamba groups per TP rank ({m.n_groups}/{par.tp}): "
+                 "the repeated B/C groups are not modelled; use a cp that divides them"))
         if run.profile != "megatron":
             add(("model.profile", "a hybrid Mamba model is modelled as Megatron-Core runs it; use profile = "
                  '"megatron"'))

@@ -29,13 +29,19 @@ Forward ops (:func:`forward`), rows ``t`` the layer's tokens on this device:
 6. ``RMSNormGated`` (``norm_before_gate=False``, no z): saves its input and fp32 ``rstd`` ``[ngroups/tp · t]``;
 7. ``out_proj``: saves its input; TP all-reduce or SP reduce-scatter.
 
-Not modelled: context parallelism (``MambaContextParallel``'s all-to-alls; run validation refuses cp > 1), the
-path without ``use_mamba_mem_eff_path``, the scan's backward workspaces.
+Context parallelism (``mamba_context_parallel.py: MambaContextParallel``): ``pre_conv_ssm`` all-to-alls z, x, B,
+C, dt from ``[t/cp rows, cols]`` to ``[t rows, cols/cp]`` (heads and groups over the CP ranks) and
+``post_conv_ssm`` back: every tensor between them holds the same bytes as the ``[t/cp, cols]`` this family
+builds (the scan's chunks and heads trade places likewise), so the shapes here stand for both; the exchange
+buffers themselves are not modelled, and neither is the B/C repeat when ``ngroups/tp < cp``
+(``group_repeat_count``), which run validation refuses. Not modelled either: the path without
+``use_mamba_mem_eff_path`` (from-megatron refuses it), the scan's backward workspaces.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from timeline.graph.context import BuildCtx
 from timeline.graph.families import norm
@@ -59,7 +65,7 @@ def params(ctx: BuildCtx, prefix: str) -> list[TensorDef]:
     ``input_layernorm`` (:mod:`~timeline.graph.families.norm`)."""
     m, dt, h, tp = ctx.model, ctx.dtype, ctx.model.hidden_size, ctx.tp
     d_inner, d_in, conv = widths(m.mamba_heads, m.mamba_head_dim, m.n_groups, m.ssm_state_size)
-    kw = {"module": "mamba", "dtype": dt, "split": tp}
+    kw: dict[str, Any] = {"module": "mamba", "dtype": dt, "split": tp}
     return [
         param(f"{prefix}.in_proj.weight", (d_in, h), **kw),
         param(f"{prefix}.conv1d.weight", (conv, 1, m.conv_kernel), **kw),
