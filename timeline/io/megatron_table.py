@@ -22,6 +22,11 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--group-query-attention", "--num-query-groups"), "model.num_key_value_heads"),
     **dict.fromkeys(("--swiglu", "--squared-relu"), "model.hidden_act"),
     "--normalization": "model.norm (LayerNorm or RMSNorm; others refused)",
+    **dict.fromkeys(("--hybrid-layer-pattern", "--hybrid-override-pattern", "--hybrid-attention-ratio",
+                     "--hybrid-mlp-ratio", "--is-hybrid-model"), "model.hybrid_override_pattern (and the layout "
+                                                                  "of a pattern with '|')"),
+    **dict.fromkeys(("--mamba-num-heads", "--mamba-state-dim", "--mamba-head-dim", "--mamba-num-groups"),
+                    "model.mamba_num_heads / ssm_state_size / mamba_head_dim / n_groups"),
     "--position-embedding-type": "model.position_embedding (learned_absolute, rope, yarn; others refused)",
     "--no-position-embedding": "Megatron rejects it unless --position-embedding-type rope, where it changes nothing",
     **dict.fromkeys(("--disable-bias-linear", "--add-qkv-bias"), "model.linear_bias / attention_bias"),
@@ -241,7 +246,13 @@ REFUSED: dict[str, str] = {
     "--disable-pad-vocab-size": "an unpadded tokenizer vocabulary is not modelled; give --padded-vocab-size",
     "--empty-unused-memory-level": "emptying the allocator cache between steps is not modelled yet",
     "--distribute-saved-activations": "saved activations distributed over TP ranks are not modelled yet",
-    "--spec": "a custom layer spec (--spec MODULE FUNCTION) builds layers timeline does not know",
+    "--spec": "a custom layer spec (--spec MODULE FUNCTION) builds layers timeline does not know (the hybrid "
+              "stack, mamba_layer_specs mamba_stack_spec / hybrid_layer_specs hybrid_stack_spec, is modelled)",
+    "--disable-mamba-mem-eff-path": "the Mamba mixer's unfused path (a separate conv1d, then "
+                                    "mamba_chunk_scan_combined) is not modelled",
+    "--mamba-training-ssm-states-dtype": "Mamba SSM states kept in another dtype in training are not modelled",
+    "--mtp-hybrid-override-pattern": "multi-token prediction in a hybrid model (its own layer pattern) is not "
+                                     "modelled",
     "--checkpoint-activations": _REJECTED + "--recompute-granularity",
     "--batch-size": _REJECTED + "--micro-batch-size", "--warmup": _REJECTED + "--lr-warmup-iters",
     "--model-parallel-size": _REJECTED + "--tensor-model-parallel-size",
@@ -258,10 +269,6 @@ FAMILY_ARGS: dict[str, str] = {
                      "--retro-encoder-layers",
                      "--retro-no-verify-neighbor-count", "--retro-num-neighbors", "--retro-num-retrieved-chunks",
                      "--retro-project-dir"), "RETRO"),
-    **dict.fromkeys(("--hybrid-layer-pattern", "--hybrid-override-pattern", "--is-hybrid-model", "--mamba-num-heads",
-                     "--mamba-state-dim", "--mamba-head-dim", "--mamba-num-groups", "--disable-mamba-mem-eff-path",
-                     "--mamba-training-ssm-states-dtype", "--hybrid-attention-ratio", "--hybrid-mlp-ratio",
-                     "--mtp-hybrid-override-pattern"), "Mamba/hybrid"),
     **dict.fromkeys(("--img-h", "--img-w", "--patch-dim", "--vision-pretraining", "--vision-pretraining-type"),
                     "multimodal (vision)"),
 }
@@ -281,7 +288,7 @@ NOT_MEGATRON: dict[str, str] = {"--num-experts-per-tok": "--moe-router-topk"}
 
 #: model families a functional test's folder or a ``pretrain_<family>.py`` names; gpt and the MoE
 #: folders are modelled, the rest are not
-MODELLED_FAMILIES = ("gpt", "moe", "mixtral", "deepseek", "llama", "qwen")
+MODELLED_FAMILIES = ("gpt", "moe", "mixtral", "deepseek", "llama", "qwen", "hybrid", "mamba", "nemotron")
 FAMILY_NAMES = {"bert": "BERT encoder", "t5": "T5 encoder-decoder", "hybrid": "Mamba/hybrid",
                 "mamba": "Mamba/hybrid", "nemotron": "Mamba/hybrid (Nemotron-H)", "mimo": "multimodal (MIMO)",
                 "multimodal-llava": "multimodal (LLaVA)", "vlm": "multimodal (VLM)", "retro": "RETRO",
@@ -292,7 +299,7 @@ MODE_JOBS = {"inference": "an inference job (MODE: inference); timeline simulate
              "rl": "an RL job (MODE: rl: inference engine and training in one process) is not modelled"}
 
 #: ``--model-provider`` / ``--spec`` values outside GPTModel
-PROVIDER_FAMILIES = {"hybrid": "Mamba/hybrid", "mamba": "Mamba/hybrid", "llava_vlm": "multimodal (LLaVA)",
+PROVIDER_FAMILIES = {"llava_vlm": "multimodal (LLaVA)",
                      "mimo": "multimodal (MIMO)"}
 
 #: environment variables that change PyTorch-allocator memory; every other variable (NCCL's, whose

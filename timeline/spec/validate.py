@@ -9,6 +9,7 @@ replica) come from the caller (``timeline.profiles.LIMITS``): this layer knows n
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from typing import Protocol
@@ -81,10 +82,35 @@ def model_problems(m: ModelSpec) -> list[tuple[str, str]]:
              "give one attention kind per decoder layer (or set both together)"))
     if "sliding_attention" in m.layer_types and not m.sliding_window:
         add(("model.sliding_window", "layer_types names sliding_attention layers; give sliding_window ≥ 1"))
+    problems += hybrid_problems(m)
     if m.first_k_dense_replace > m.num_hidden_layers:
         add(("model.first_k_dense_replace", f"{m.first_k_dense_replace} exceeds num_hidden_layers="
              f"{m.num_hidden_layers}; use at most {m.num_hidden_layers} (all dense)"))
     return problems
+
+
+def hybrid_problems(m: ModelSpec) -> list[tuple[str, str]]:
+    """A hybrid pattern as Megatron-Core's ``mamba_hybrid_layer_allocation.py: _allocate_override`` checks it
+    (length and symbols), and the Mamba mixer's own assertions (``mamba_mixer.py: MambaMixer.__init__``)."""
+    if not m.is_hybrid:
+        return []
+    key = "model.hybrid_override_pattern"
+    out: list[tuple[str, str]] = []
+    pattern = m.hybrid_override_pattern
+    if len(pattern) != m.num_hidden_layers:
+        out.append((key, f"{len(pattern)} layers for num_hidden_layers={m.num_hidden_layers}; give one symbol per "
+                         "decoder layer"))
+    bad = sorted(set(pattern) - set("M*-E"))
+    if bad:
+        out.append((key, f"{''.join(bad)!r} is not a layer symbol; use M (Mamba), * (attention), - (MLP), E (MoE)"))
+    if "E" in pattern and not m.is_moe:
+        out.append((key, "E (MoE) layers need n_routed_experts ≥ 1"))
+    if m.mtp_layers:
+        out.append(("model.mtp_layers", "multi-token prediction in a hybrid model (its own layer pattern) is not "
+                                        "modelled; set mtp_layers = 0"))
+    if m.mamba_heads % m.n_groups:
+        out.append(("model.n_groups", f"{m.n_groups} does not divide mamba heads {m.mamba_heads}"))
+    return out
 
 
 def chunk_sizes(par: ParallelSpec, num_layers: int) -> list[int]:
@@ -140,6 +166,16 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
              f"{m.num_attention_heads}"))
     if m.intermediate_size % par.tp and not all(m.is_moe_layer(i) for i in range(m.num_hidden_layers)):
         add(("parallel.tp", f"{par.tp} does not divide intermediate_size={m.intermediate_size}"))
+    if m.is_hybrid and "M" in m.hybrid_override_pattern:
+        if m.mamba_heads % par.tp or m.n_groups % par.tp:  # mamba_mixer.py: MambaMixer.__init__ asserts
+            add(("parallel.tp", f"{par.tp} does not divide the Mamba heads ({m.mamba_heads}) and groups "
+                 f"({m.n_groups}); use one of {_divisors(math.gcd(m.mamba_heads, m.n_groups))}"))
+        if par.cp > 1 and (m.n_groups // par.tp) % par.cp:  # MambaContextParallel: group_repeat_count > 1
+            add(("parallel.cp", f"{par.cp} does not divide the Mamba groups per TP rank ({m.n_groups}/{par.tp}): "
+                 "the repeated B/C groups are not modelled; use a cp that divides them"))
+        if run.profile != "megatron":
+            add(("model.profile", "a hybrid Mamba model is modelled as Megatron-Core runs it; use profile = "
+                 '"megatron"'))
     if run.sp_enabled and tr.seq_len % par.tp:
         add(("training.seq_len", f"{tr.seq_len} is not divisible by tp={par.tp}, which sequence "
              "parallelism needs; use a multiple of tp or set parallel.sp = false"))
