@@ -10,7 +10,7 @@ from sources import state_bytes_of
 from test_engine import small_run, uniform_template
 
 from timeline.result.build import build_timeline
-from timeline.sim.megatron_state import megatron_params
+from timeline.graph.optim_state import megatron_params
 from timeline.sim.static_state import largest_layer_bytes
 
 

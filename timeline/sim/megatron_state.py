@@ -39,11 +39,10 @@ layout).
 
 from __future__ import annotations
 
-from timeline.graph.dp_buffers import megatron_order
-from timeline.graph.static import is_expert_state, optimizer_element_bytes
-from timeline.graph.tensors import DTYPE_BYTES, Category, TensorDef
+from timeline.graph.optim_state import MainParam, main_params, megatron_params
+from timeline.graph.static import optimizer_element_bytes
+from timeline.graph.tensors import DTYPE_BYTES, Category
 from timeline.placement.devices import StaticDevice
-from timeline.profiles.megatron_workspaces import FUSED_INTO
 from timeline.sim.compiled import CAT_CODE
 from timeline.sim.megatron_load import resumed_moments
 from timeline.spec.framework import FrameworkSpec
@@ -53,44 +52,10 @@ from timeline.spec.run import TrainingSpec
 StaticEvent = tuple[str, str, int, int, int]
 
 
-def _group_key(name: str, shape: tuple[int, ...], optimizer: int) -> tuple[int, bool]:
-    """(the optimizer's place in the chain, no weight decay) of one parameter (``_get_param_groups``'
-    default condition; the chain: :attr:`timeline.graph.dp_buffers.DdpBuffer.optimizer`)."""
-    return optimizer, name.endswith(".bias") or len(shape) == 1
-
-
-def megatron_params(tensors: list[TensorDef]) -> list[tuple[str, list[TensorDef]]]:
-    """``tensors`` (in order) as Megatron's parameters: (name, the layer library's tensors it holds),
-    q/k/v and gate/up of one module merged at the first one's place (``FUSED_INTO``)."""
-    groups: dict[str, list[TensorDef]] = {}
-    for t in tensors:
-        parts = t.name.rsplit(".", 2)
-        name = t.name
-        if len(parts) == 3 and parts[1] in FUSED_INTO:
-            name = f"{parts[0]}.{FUSED_INTO[parts[1]]}.{parts[2]}"
-        groups.setdefault(name, []).append(t)
-    return [(n, ts) if len(ts) > 1 else (ts[0].name, ts) for n, ts in groups.items()]
-
-
-def main_param_order(dev: StaticDevice, tr: TrainingSpec, expert_rule: str) -> list[tuple[str, int]]:
-    """(name, elements) of each main parameter (shard) in the order the optimizer creates and steps
-    them; under ``zero = 1`` only the shards this rank owns."""
-    shapes = {t.name: t for t in dev.tensors}
-    groups: dict[tuple[int, bool], list[tuple[str, int]]] = {}
-    if tr.zero >= 1:
-        for b in dev.dp_buffers:
-            for s in b.slots:
-                groups.setdefault(_group_key(s.name, shapes[s.name].shape, b.optimizer), [])
-        for b in dev.dp_buffers:
-            for s in b.slots:
-                if s.shard_numel:
-                    groups[_group_key(s.name, shapes[s.name].shape, b.optimizer)].append((s.name, s.shard_numel))
-    else:
-        for name, ts in megatron_params(megatron_order(dev.tensors)):
-            key = _group_key(name, ts[0].shape, int(is_expert_state(ts[0], expert_rule)))
-            groups.setdefault(key, []).append((name, sum(t.numel for t in ts)))
-    # the optimizers in their ChainedOptimizer order (dense, then expert), each in first-seen group order
-    return [p for k in sorted(groups, key=lambda k: k[0]) for p in groups[k]]
+def main_param_order(dev: StaticDevice, tr: TrainingSpec, expert_rule: str) -> list[MainParam]:
+    """The device's main parameters (shards) with their optimizer states, in creation and step order
+    (:func:`timeline.graph.optim_state.main_params`)."""
+    return main_params(dev.tensors, dev.dp_buffers, tr, expert_rule)
 
 
 def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str,
@@ -111,17 +76,16 @@ def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str,
         out.append(("start", f"static.grad_buffer.{b.label}", b.numel * g, g_cat, 1))
         if dist:
             out += [("start", f"static.weights.{s.name}", (s.end - s.start) * w, w_cat, -1) for s in b.slots]
-    master, moment = optimizer_element_bytes(tr)
+    master, _ = optimizer_element_bytes(tr)
     order = main_param_order(dev, tr, expert_rule)
-    for n, k in order:  # clone() in the model dtype, then .float(); the clone is dropped
+    for n, k, _ in order:  # clone() in the model dtype, then .float(); the clone is dropped
         out += [("start", f"static.master_clone.{n}", k * w, o_cat, 1), ("start", f"static.master.{n}", k * master, o_cat, 1),
                 ("start", f"static.master_clone.{n}", k * w, o_cat, -1)] if master else []
     if tr.resumed:  # the checkpoint load makes them, before any step (timeline.sim.megatron_load)
-        out += resumed_moments(order, moment, o_cat, distributed=dist, fw=fw or FrameworkSpec())
+        out += resumed_moments(order, o_cat, distributed=dist, fw=fw or FrameworkSpec())
     elif tr.optimizer_step:
-        for n, k in order:
-            out += [("first_step", f"static.moments.{n}.exp_avg", k * moment, o_cat, 1),
-                    ("first_step", f"static.moments.{n}.exp_avg_sq", k * moment, o_cat, 1)]
+        out += [("first_step", f"static.moments.{n}.{state}", k * b, o_cat, 1) for n, k, states in order
+                for state, b in states]
     return [e for e in out if e[2] > 0]
 
 
@@ -131,4 +95,4 @@ def main_grad_copies(tr: TrainingSpec, dev: StaticDevice, expert_rule: str) -> t
     master, _ = optimizer_element_bytes(tr)
     if tr.grad_dtype == "fp32" or not master:
         return ()
-    return tuple((f"step.main_grad.{n}", k * master) for n, k in main_param_order(dev, tr, expert_rule))
+    return tuple((f"step.main_grad.{n}", k * master) for n, k, _ in main_param_order(dev, tr, expert_rule))

@@ -17,6 +17,8 @@ from timeline.spec.schedule_rules import SCHEDULE_KINDS as _KINDS
 from timeline.spec.trace import CapturedTrace
 
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts")
+#: ``[training] optimizer``: whose per-parameter state the static state holds
+OPTIMIZERS = ("adam", "sgd", "muon")
 #: simulated iterations at most: the second already shows the steady state
 MAX_ITERATIONS = 1000
 #: the ``[schedule] kind`` names, from the one table of kinds (:data:`timeline.spec.schedule_rules.SCHEDULES`)
@@ -62,6 +64,16 @@ class TrainingSpec:
     grad_dtype: str = spec_field("fp32", choices=DTYPES)
     master_dtype: str = spec_field("fp32", choices=DTYPES)
     moment_dtype: str = spec_field("fp32", choices=DTYPES)
+    exp_avg_sq_dtype: str = spec_field("", choices=("",) + DTYPES, doc="Adam's second moment when it differs from "
+                                       "moment_dtype (Megatron's precision-aware --exp-avg-sq-dtype; '' = moment_dtype)")
+    optimizer: str = spec_field("adam", choices=OPTIMIZERS, doc="the optimizer's per-parameter state "
+                                "(timeline.graph.optim_state): adam (two moments), sgd (a momentum buffer unless "
+                                "sgd_momentum = 0), muon (a momentum buffer for 2-D hidden matrices, Adam for the rest; "
+                                "megatron profile only)")
+    sgd_momentum: float = spec_field(0.9, nonneg=True, maximum=1.0, doc="SGD's momentum (0: no momentum buffer)")
+    muon_layer_wise: bool = spec_field(False, doc="Muon's layer-wise distributed optimizer (Megatron --optimizer "
+                                       "dist_muon): each dp·cp rank keeps the main parameters and states of whole "
+                                       "parameters dealt to it by size; needs optimizer = \"muon\" and zero = 0")
     zero: int = spec_field(0, choices=(0, 1, 2, 3))
     optimizer_instances: int = spec_field(1, positive=True, maximum=2**20, doc="Megatron --num-distributed-optimizer-instances: "
                                           "states shard over dp·cp / this (a partial data-parallel group)")

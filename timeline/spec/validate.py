@@ -191,6 +191,7 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
         add(("training.zero", f"zero = {tr.zero} is not available with profile = \"{run.profile}\" "
              f"({life.zero_note}); use zero = {' or '.join(map(str, range(life.max_zero + 1)))}, or "
              f"profile = \"{life.instead}\""))
+    problems += optimizer_problems(run)
     if life is not None and life.single_device:
         for key in MODEL_PARALLEL_KEYS:
             if getattr(par, key) > 1:
@@ -291,3 +292,20 @@ def run_recompute_problems(rc: RecomputeSpec, par: ParallelSpec, m: ModelSpec,
             if mod in rc.modules and not m.is_moe:
                 add(("recompute.modules", f'"{mod}" needs a mixture-of-experts model; {m.name} is dense'))
     return problems
+
+
+def optimizer_problems(run: RunSpec) -> list[tuple[str, str]]:
+    """The optimizer's fields against each other and the profile: only the ``megatron`` profile lays out
+    SGD's, Muon's and the precision-aware Adam's states (:mod:`timeline.graph.optim_state`)."""
+    tr, out = run.training, list[tuple[str, str]]()
+    megatron = run.profile == "megatron" and run.trace is None
+    for key, given in (("optimizer", tr.optimizer != "adam"), ("exp_avg_sq_dtype", bool(tr.exp_avg_sq_dtype))):
+        if given and not megatron:
+            out.append((f"training.{key}", 'is modelled with profile = "megatron" (and no captured trace) only; '
+                        'remove it or use profile = "megatron"'))
+    if tr.muon_layer_wise and tr.optimizer != "muon":
+        out.append(("training.muon_layer_wise", f'needs optimizer = "muon" (optimizer is "{tr.optimizer}"); remove it'))
+    if tr.optimizer == "muon" and tr.zero:
+        out.append(("training.zero", "Muon keeps whole parameters per rank, never the distributed optimizer's "
+                    "shards: set zero = 0 (muon_layer_wise = true for Megatron's layer-wise distribution)"))
+    return out
