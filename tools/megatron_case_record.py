@@ -221,6 +221,9 @@ def expressible_note(family: str, config: dict | None, tag: dict[str, Any]) -> s
 #: loading it (``from-megatron --resumed``: the optimizer's state unless --finetune / --no-load-optim,
 #: ``timeline/sim/megatron_load.py``)
 MODELLED_NOTES = ("the _2nd golden of a resumed run: loads a checkpoint before the measured iterations",
+                  # --optimizer muon / dist_muon / sgd: timeline/graph/optim_state.py (from-megatron refuses the
+                  # layer-wise optimizer in the DDP buffers, Megatron-LM from c1e938b039, by its own reason)
+                  "optimizer muon (not Adam)", "optimizer dist_muon (not Adam)", "optimizer sgd (not Adam)",
                   "TEST_TYPE frozen-start: loads a checkpoint before the measured iterations",
                   "TEST_TYPE frozen-start: loads a checkpoint before the measured iterations (peak may reflect "
                   "loading)")

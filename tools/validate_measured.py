@@ -294,6 +294,20 @@ def releases_nodes_of(record: dict) -> bool:
     return _pinned(record, RELEASES_NODES) == "yes"
 
 
+#: Megatron-LM c1e938b039 "Integrate LayerWiseDistributedOptimizer with DDP buffer infrastructure" (2026-05-13, on
+#: main at package_info 0.18.0): Muon's layer-wise optimizer laid out in the DDP buffers, which from-megatron
+#: refuses (:func:`timeline.io.megatron_optimizer.optimizer`); before it the ping-pong deal it models
+MUON_BUFFER_LAYOUT = (("2026-05-13", "c1e938b039", "yes"),)
+
+
+def muon_buffer_layout_of(record: dict) -> bool:
+    """Whether the case's recording commit has c1e938b039 (:data:`MUON_BUFFER_LAYOUT`): Megatron-Core 0.19 on,
+    or main's 0.18.0 from that commit on."""
+    from timeline.profiles.megatron_workspaces import version_tuple
+
+    return version_tuple(megatron_of(record) or "0.14.0") >= (0, 19) or _pinned(record, MUON_BUFFER_LAYOUT) == "yes"
+
+
 PROVENANCE = ROOT / "tools" / "golden_provenance.json"
 
 
@@ -406,7 +420,7 @@ def convert_at_world_size(record: dict, margs: MegatronArgs) -> tuple[int, Conve
                        te_version=te_of(record), megatron_core=megatron_of(record), keeps_batch=keeps_batch_of(record),
                        probs_in_experts=probs_in_experts_of(record),
                        releases_nodes=releases_nodes_of(record),
-                       resumed=resumed_run(record))
+                       resumed=resumed_run(record), muon_buffer_layout=muon_buffer_layout_of(record))
 
     *earlier, last = world_size_candidates(record)
     for world in earlier:

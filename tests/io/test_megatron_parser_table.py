@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FACTS = ROOT / "tests" / "data" / "megatron" / "parser_args.json"
 INDEX = ROOT / "timeline" / "io" / "megatron_parser_versions.json"
 MAPPING_SOURCES = ("timeline/io/megatron_map.py", "timeline/io/megatron_framework.py",
-                   "timeline/io/megatron_state_args.py", "timeline/io/megatron_cp.py")
+                   "timeline/io/megatron_state_args.py", "timeline/io/megatron_cp.py",
+                   "timeline/io/megatron_optimizer.py")
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,9 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"), "training.grad_dtype"),
     "--use-distributed-optimizer": "training.zero",
     "--num-distributed-optimizer-instances": "training.optimizer_instances",
-    "--optimizer": "Adam only; others refused",
+    "--optimizer": "training.optimizer / muon_layer_wise (adam, sgd, muon, dist_muon; others refused)",
+    "--sgd-momentum": "training.sgd_momentum (0: no momentum buffer)",
+    "--muon-scalar-optimizer": "Muon's fallback for non-matrix parameters: adam (lion refused)",
     **dict.fromkeys(("--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity"),
                     "training.capacity_factor / pad_to_capacity"),
     **dict.fromkeys(("--recompute-granularity", "--recompute-activations", "--recompute-method",
@@ -122,6 +124,7 @@ REFUSED_UNLESS: dict[str, tuple[tuple[str, ...], str]] = {
                                                "(model_parallel_config.py: gtp_weight_remat_size) are not modelled"),
     "--expert-tensor-parallel-num-weight-shards": ((), "expert weights sharded beyond etp and re-materialised "
                                                       "(model_parallel_config.py) are not modelled"),
+    "--muon-scalar-optimizer": (("adam",), "Lion's state for Muon's non-matrix parameters is not modelled; use adam"),
     "--output-logit-dtype": ((), "logits in another dtype (gpt_model.py: logit_dtype) are not modelled"),
 }
 
