@@ -30,6 +30,9 @@ DIST_MUON = {"--num-layers": 12, "--hidden-size": 512, "--num-attention-heads": 
              "--muon-scale-mode": "spectral"}
 
 
+PRECISION = {"--use-precision-aware-optimizer": True, "--use-distributed-optimizer": True}
+
+
 def training(args: dict, world_size: int = 2, **kw) -> dict:
     return convert(from_mapping(args), world_size=world_size, **kw).sections["training"]
 
@@ -46,13 +49,28 @@ def test_adam_sgd_and_muon_map_onto_training():
     assert (dist["muon_layer_wise"], dist["zero"]) == (True, 0)
 
 
+def test_the_precision_aware_optimizer_maps_its_dtypes():
+    t = training(BASE | PRECISION | {"--main-grads-dtype": "bf16", "--exp-avg-dtype": "bf16",
+                                     "--exp-avg-sq-dtype": "fp16"}, te_version="2.6")
+    assert (t["precision_aware"], t["zero"], t["grad_dtype"], t["master_dtype"], t["master_remainders"]) == (
+        True, 1, "bf16", "fp32", True)
+    assert (t["moment_dtype"], t["exp_avg_sq_dtype"]) == ("bf16", "fp16")
+    # fp16 masters keep their own dtype; TE before 2.1 stores no remainders
+    assert training(BASE | PRECISION | {"--main-params-dtype": "fp16"})["master_remainders"] is False
+    assert training(BASE | PRECISION, te_version="2.0")["master_remainders"] is False
+
+
 @pytest.mark.parametrize(("extra", "kw", "message"), [
     ({"--optimizer": "lion"}, {}, "--optimizer lion: its per-parameter states are not modelled"),
     ({"--optimizer": "muon", "--fp16": True, "--bf16": False}, {}, "--optimizer muon with --fp16: Megatron-LM rejects"),
     ({"--optimizer": "muon", "--use-distributed-optimizer": True}, {"megatron_core": "0.16.0"}, "before 0.18 rejects"),
     ({"--optimizer": "dist_muon"}, {"megatron_core": "0.19.0"}, "optimizer/param_layout.py"),
     ({"--optimizer": "muon", "--muon-scalar-optimizer": "lion"}, {}, "--muon-scalar-optimizer lion: Lion's state"),
-    ({"--use-precision-aware-optimizer": True}, {}, "precision-aware optimizer"),
+    ({"--use-precision-aware-optimizer": True}, {}, "only with --use-distributed-optimizer"),
+    ({"--exp-avg-dtype": "bf16"}, {}, "--exp-avg-dtype bf16: Megatron-LM rejects it without"),
+    (PRECISION | {"--exp-avg-dtype": "fp8"}, {}, "--exp-avg-dtype fp8: TE's Float8Tensor states"),
+    (PRECISION, {"megatron_core": "0.14.0"}, "before Megatron-Core 0.15"),
+    (PRECISION | {"--optimizer": "sgd"}, {}, "with --optimizer adam only"),
 ])
 def test_what_is_refused_is_one_line(extra, kw, message):
     with pytest.raises(UserError, match=message) as exc:

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from timeline.graph.dp_buffers import DdpBuffer, megatron_order
-from timeline.graph.static import is_expert_state
+from timeline.graph.static import is_expert_state, optimizer_element_bytes
 from timeline.graph.tensors import DTYPE_BYTES, TensorDef
 from timeline.profiles.megatron_workspaces import FUSED_INTO
 from timeline.spec.run import TrainingSpec
@@ -67,6 +67,21 @@ def param_states(tr: TrainingSpec, name: str, shape: tuple[int, ...]) -> tuple[t
         return (("momentum_buffer", fp32),)
     return (("exp_avg", DTYPE_BYTES[tr.moment_dtype]),
             ("exp_avg_sq", DTYPE_BYTES[tr.exp_avg_sq_dtype or tr.moment_dtype]))
+
+
+def state_bytes_lower_bound(tr: TrainingSpec) -> tuple[int, int]:
+    """(master, state) bytes per element every parameter of a device holds at least: what a static bound may
+    count without knowing which parameters are Muon's (the fewer of Muon's and Adam's) or, under the layer-wise
+    optimizer, which are dealt to the rank (none)."""
+    if tr.muon_layer_wise:
+        return 0, 0
+    master = optimizer_element_bytes(tr)[0]
+    adam = DTYPE_BYTES[tr.moment_dtype] + DTYPE_BYTES[tr.exp_avg_sq_dtype or tr.moment_dtype]
+    if tr.optimizer == "sgd":
+        return master, DTYPE_BYTES["fp32"] if tr.sgd_momentum else 0
+    if tr.optimizer == "muon":
+        return master, min(adam, DTYPE_BYTES["fp32"])
+    return master, adam
 
 
 def state_bytes_per_element(tr: TrainingSpec, name: str, shape: tuple[int, ...]) -> int:

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 #: --optimizer values whose states are modelled
 MODELLED = ("adam", "sgd", "muon", "dist_muon")
+#: the precision-aware optimizer's dtype arguments (arguments.py: _add_training_args), each fp32 by default
+PRECISION_DTYPES = ("--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype")
 
 
 def optimizer(a: ArgReader, c: Conversion, *, megatron_core: str | None, buffer_layout: bool | None) -> None:
@@ -63,3 +65,56 @@ def optimizer(a: ArgReader, c: Conversion, *, megatron_core: str | None, buffer_
     c.put("training.optimizer", "muon", "--optimizer")
     c.put("training.muon_layer_wise", layer_wise, "--optimizer", "--use-distributed-optimizer")
     c.put("training.zero", 0, "--use-distributed-optimizer")
+
+
+def precision_aware(a: ArgReader, c: Conversion, *, megatron_core: str | None) -> None:
+    """``--use-precision-aware-optimizer`` with ``--main-grads-dtype``, ``--main-params-dtype``,
+    ``--exp-avg-dtype``, ``--exp-avg-sq-dtype`` → ``training.precision_aware``, ``grad_dtype``, ``master_dtype``,
+    ``master_remainders``, ``moment_dtype``, ``exp_avg_sq_dtype`` (the states:
+    :func:`timeline.sim.megatron_state.fused_adam_states`).
+
+    ``MC/optimizer/optimizer_config.py: OptimizerConfig.__post_init__`` (d98e8a64dd) asserts Adam and, without
+    the flag, fp32 for all four; ``get_megatron_optimizer`` raises without the distributed optimizer;
+    ``store_param_remainders`` defaults to True (no argument sets it), off before TE 2.1 and, in TE's
+    ``FusedAdam.__init__``, unless the masters are fp32; ``arguments.py: validate_args`` turns fp32 gradient
+    accumulation off for bf16 when ``--main-grads-dtype bf16``. Megatron-Core before 0.15 (972553db35) let TE hold
+    the masters only when they were not fp32: not modelled. FP8 states (TE ``Float8Tensor`` with its quantizer
+    per parameter) are refused."""
+    dtypes = {name: a.str(name, "fp32") for name in PRECISION_DTYPES}
+    if not a.flag("--use-precision-aware-optimizer"):
+        for name, dtype in dtypes.items():
+            if dtype != "fp32":
+                raise UserError(f"{name} {dtype}: Megatron-LM rejects it without --use-precision-aware-optimizer "
+                                "(optimizer_config.py)")
+        return
+    tr = c.sections["training"]
+    if tr.get("optimizer", "adam") != "adam":
+        raise UserError("--use-precision-aware-optimizer: Megatron-LM supports it with --optimizer adam only")
+    if not a.flag("--use-distributed-optimizer"):
+        raise UserError("--use-precision-aware-optimizer: Megatron-LM supports it only with "
+                        "--use-distributed-optimizer (optimizer/__init__.py)")
+    if version_tuple(megatron_core or "0.15.0") < (0, 15):
+        raise UserError("--use-precision-aware-optimizer: before Megatron-Core 0.15 (972553db35) who holds the fp32 "
+                        "masters differs and is not modelled; give --megatron-core 0.15 or later")
+    if tr.get("resumed"):
+        raise UserError("--use-precision-aware-optimizer in a resumed run: how TE's FusedAdam.load_state_dict remakes "
+                        "its masters and scaled states is not modelled; drop --load or the flag")
+    for name in ("--exp-avg-dtype", "--exp-avg-sq-dtype"):
+        if dtypes[name] == "fp8":
+            raise UserError(f"{name} fp8: TE's Float8Tensor states (a quantizer's scale and amax per parameter) are "
+                            "not modelled; use fp32, bf16 or fp16")
+    if dtypes["--main-grads-dtype"] == "bf16" and tr["dtype"] == "bf16" and not a.flag(
+            "--accumulate-allreduce-grads-in-fp32"):
+        c.put("training.grad_dtype", "bf16", "--main-grads-dtype")
+    else:
+        a.value("--main-grads-dtype")
+    master = dtypes["--main-params-dtype"]
+    te = version_tuple(str(c.sections["framework"].get("transformer_engine", "2.6")))
+    c.put("training.precision_aware", True, "--use-precision-aware-optimizer")
+    c.put("training.master_dtype", master, "--main-params-dtype")
+    c.put("training.master_remainders", master == "fp32" and tr["dtype"] == "bf16" and te >= (2, 1))
+    c.put("training.moment_dtype", dtypes["--exp-avg-dtype"], "--exp-avg-dtype")
+    if dtypes["--exp-avg-sq-dtype"] != dtypes["--exp-avg-dtype"]:
+        c.put("training.exp_avg_sq_dtype", dtypes["--exp-avg-sq-dtype"], "--exp-avg-sq-dtype")
+    else:
+        a.value("--exp-avg-sq-dtype")

@@ -58,6 +58,9 @@ MAPPED: dict[str, str] = {
     "--num-distributed-optimizer-instances": "training.optimizer_instances",
     "--optimizer": "training.optimizer / muon_layer_wise (adam, sgd, muon, dist_muon; others refused)",
     "--sgd-momentum": "training.sgd_momentum (0: no momentum buffer)",
+    **dict.fromkeys(("--use-precision-aware-optimizer", "--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype",
+                     "--exp-avg-sq-dtype"), "training.precision_aware / grad_dtype / master_dtype / master_remainders / "
+                    "moment_dtype / exp_avg_sq_dtype (TE FusedAdam's states; fp8 states refused)"),
     "--muon-scalar-optimizer": "Muon's fallback for non-matrix parameters: adam (lion refused)",
     **dict.fromkeys(("--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity"),
                     "training.capacity_factor / pad_to_capacity"),
@@ -131,7 +134,6 @@ REFUSED_UNLESS: dict[str, tuple[tuple[str, ...], str]] = {
 _FP8 = "FP8 training (an FP8 recipe's casts, scales and transpose caches are not modelled yet)"
 _CKPT = "the job loads a checkpoint before the measured iterations (not modelled)"
 _FSDP = "FSDP-style sharding of parameters, gradients and optimizer states is not modelled"
-_PRECISION_OPT = "the precision-aware optimizer's state dtypes are not modelled yet"
 _REJECTED = "Megatron-LM itself rejects it (arguments.py: validate_args); use "
 _PACKED = "packed variable-length batches (THD format, per-document masks) are not modelled"
 
@@ -170,8 +172,6 @@ REFUSED: dict[str, str] = {
     "--delay-wgrad-compute": "delayed weight-gradient computation is not modelled yet",
     "--overlap-dispatch-backward-with-experts-wgrad": "experts' weight gradients delayed to a second stream "
                                                       "(moe_layer.py) are not modelled yet",
-    "--use-precision-aware-optimizer": _PRECISION_OPT, "--main-grads-dtype": _PRECISION_OPT,
-    "--main-params-dtype": _PRECISION_OPT, "--exp-avg-dtype": _PRECISION_OPT, "--exp-avg-sq-dtype": _PRECISION_OPT,
     "--ddp-reduce-scatter-with-fp32-accumulation": "fp32 reduce-scatter accumulation buffers are not modelled",
     "--ddp-param-name-patterns-for-fp32-local-accumulation": "fp32 local gradient accumulation for chosen "
                                                              "parameters is not modelled",

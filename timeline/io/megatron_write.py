@@ -25,7 +25,7 @@ from timeline.io.megatron_map import (
     refuse_job,
     refuse_unmodelled,
 )
-from timeline.io.megatron_optimizer import optimizer
+from timeline.io.megatron_optimizer import optimizer, precision_aware
 from timeline.io.megatron_state_args import checkpoint_load, embedding_wgrad, param_gather_with_step
 from timeline.io.megatron_table import ENV_MAPPED, MAPPED, NEUTRAL_REASON, NOT_MEGATRON, OTHER_SCRIPTS, label
 from timeline.io.megatron_versions import check_argument
@@ -70,6 +70,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     param_gather_with_step(a, c)
     embedding_wgrad(a, c)
     checkpoint_load(a, c, resumed=resumed, dp_cp=dp * c.sections["parallel"]["cp"])
+    precision_aware(a, c, megatron_core=megatron_core)
     given = {k: v for k, v in c.mapped.items() if k in margs.args}
     for name in margs.args:
         if name in a.read or name in given:

@@ -78,6 +78,8 @@ def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str,
             out += [("start", f"static.weights.{s.name}", (s.end - s.start) * w, w_cat, -1) for s in b.slots]
     master, _ = optimizer_element_bytes(tr)
     order = main_param_order(dev, tr, expert_rule)
+    if tr.precision_aware:  # TE's FusedAdam makes the masters with the moments (fused_adam_states)
+        return [e for e in out + (fused_adam_states(tr, order) if tr.optimizer_step else []) if e[2] > 0]
     for n, k, _ in order:  # clone() in the model dtype, then .float(); the clone is dropped
         out += [("start", f"static.master_clone.{n}", k * w, o_cat, 1), ("start", f"static.master.{n}", k * master, o_cat, 1),
                 ("start", f"static.master_clone.{n}", k * w, o_cat, -1)] if master else []
@@ -89,10 +91,47 @@ def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str,
     return [e for e in out if e[2] > 0]
 
 
+#: bytes per element of TE's int16 master remainders
+INT16_BYTES = 2
+#: bytes of the [1] fp32 scale TE keeps per non-fp32 state (``FusedAdam._initialize_state``: ``torch.ones([1])``)
+STATE_SCALE_BYTES = 4
+
+
+def fused_adam_states(tr: TrainingSpec, order: list[MainParam]) -> list[StaticEvent]:
+    """Megatron's precision-aware optimizer (``training.precision_aware``): the optimizer's parameters are the
+    bf16 weights (their shards, views of the param buffer: ``distrib_optimizer.py:
+    _build_model_and_main_param_groups`` keeps ``shard_float16_params_this_group``, Megatron-Core from 972553db35,
+    0.15) and TE's ``FusedAdam.step`` runs ``initialize_state`` per parameter in its first step (TE v2.1 … v2.18,
+    ``pytorch/optimizers/fused_adam.py``): ``exp_avg`` and ``exp_avg_sq`` (``torch.empty_like`` of their dtypes,
+    zeroed), a ``torch.ones([1])`` fp32 scale for each state that is not fp32, then ``master_param``: int16
+    remainders (``store_param_remainders``: ``torch.zeros_like(param, dtype=torch.int16)``), or an
+    ``empty_like`` of ``master_dtype`` filled by ``set_scaled_state(param.clone().detach().float())`` — a clone
+    in the weights' dtype, its fp32 copy (the clone dropped), then the copy dropped."""
+    o_cat = CAT_CODE[Category.OPTIMIZER]
+    w, master = DTYPE_BYTES[tr.dtype], DTYPE_BYTES[tr.master_dtype]
+    out: list[StaticEvent] = []
+    for n, k, states in order:
+        for state, b in states:
+            out.append(("first_step", f"static.moments.{n}.{state}", k * b, o_cat, 1))
+            if b != DTYPE_BYTES["fp32"]:
+                out.append(("first_step", f"static.state_scale.{n}.{state}", STATE_SCALE_BYTES, o_cat, 1))
+        if tr.master_remainders:
+            out.append(("first_step", f"static.master.{n}", k * INT16_BYTES, o_cat, 1))
+            continue
+        out += [("first_step", f"static.master.{n}", k * master, o_cat, 1),
+                ("first_step", f"static.master_clone.{n}", k * w, o_cat, 1),
+                ("first_step", f"static.master_fp32.{n}", k * DTYPE_BYTES["fp32"], o_cat, 1),
+                ("first_step", f"static.master_clone.{n}", k * w, o_cat, -1)]
+        if master != DTYPE_BYTES["fp32"]:
+            out.append(("first_step", f"static.state_scale.{n}.master_param", STATE_SCALE_BYTES, o_cat, 1))
+        out.append(("first_step", f"static.master_fp32.{n}", k * DTYPE_BYTES["fp32"], o_cat, -1))
+    return out
+
+
 def main_grad_copies(tr: TrainingSpec, dev: StaticDevice, expert_rule: str) -> tuple[tuple[str, int], ...]:
     """(name, bytes) of the fp32 copies of the main grads each step makes (none when the grad
     buffer is fp32, or without fp32 main parameters: ``FP32Optimizer`` aliases ``main_grad``)."""
     master, _ = optimizer_element_bytes(tr)
-    if tr.grad_dtype == "fp32" or not master:
+    if tr.grad_dtype == "fp32" or not master or tr.precision_aware:  # precision-aware: decoupled_grad, a view
         return ()
     return tuple((f"step.main_grad.{n}", k * master) for n, k, _ in main_param_order(dev, tr, expert_rule))

@@ -74,6 +74,11 @@ class TrainingSpec:
     muon_layer_wise: bool = spec_field(False, doc="Muon's layer-wise distributed optimizer (Megatron --optimizer "
                                        "dist_muon): each dp·cp rank keeps the main parameters and states of whole "
                                        "parameters dealt to it by size; needs optimizer = \"muon\" and zero = 0")
+    precision_aware: bool = spec_field(False, doc="Megatron --use-precision-aware-optimizer: TE's FusedAdam makes "
+                                       "the master weights (master_dtype) with the moments in its first step; Megatron "
+                                       "makes no main parameters and no main-grad copies; needs zero = 1")
+    master_remainders: bool = spec_field(False, doc="precision_aware with fp32 masters of bf16 weights: TE keeps the "
+                                         "16 bits the bf16 weight lacks (int16 store_param_remainders), not fp32")
     zero: int = spec_field(0, choices=(0, 1, 2, 3))
     optimizer_instances: int = spec_field(1, positive=True, maximum=2**20, doc="Megatron --num-distributed-optimizer-instances: "
                                           "states shard over dp·cp / this (a partial data-parallel group)")
