@@ -94,3 +94,45 @@ def test_dist_muon_functional_test_keeps_the_last_rank_s_dealt_states():
     adam = 6 * 512 + 50_304 * 512
     muon = 2 * 8 * 512 + 2 * 512 * 512 + 24 * 1024 * 512
     assert dev.optimizer_bytes == adam * 12 + muon * 8 == 414_027_776
+
+
+
+def _plan(args: dict, world_size: int = 2):
+    """The simulation plan of the job (its devices and how their state comes into being)."""
+    from timeline.profiles import profile
+    from timeline.result.build import StateRules, model_source, plan, plan_pipeline
+
+    conv = convert(from_mapping(args), world_size=world_size)
+    run = run_from_data(tomllib.loads(run_file_text(conv, name="o", source="x", world_size=world_size)),
+                        Path("/tmp/o.toml"))
+    rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm, traced=False,
+                       expert_state_group=profile(run.profile).params.expert_state_group)
+    pipe = plan_pipeline(run.schedule, run.parallel, run.training.num_microbatches, run.hardware, run.csv_rows)
+    return run, plan(model_source(run), pipe, model=run.model, training=run.training, parallel=run.parallel,
+                     rules=rules)
+
+
+def test_sgd_s_step_copies_the_gradients_it_decays():
+    run, p = _plan(BASE | {"--optimizer": "sgd"})
+    assert (run.training.optimizer, run.training.weight_decay) == ("sgd", 0.01)
+    steps = p.states[0].step_transients
+    # per decayed group (2-D weights), one fp32 copy per parameter, then all dropped; norms and biases: none
+    made = [(n, b) for n, b, sign in steps if sign > 0]
+    assert [b for _, b in made] == [b for n, b, sign in steps if sign < 0]
+    assert all(not n.endswith(("bias", "layernorm.weight", "norm.weight")) for n, _ in made)
+    words = next(b for n, b in made if n.endswith("word_embeddings.weight"))
+    assert words == 1024 * 64 * 4  # 1000 padded to a multiple of 128, × hidden 64, fp32
+    # an SGD without decay copies nothing; its state is the fp32 main parameter and momentum
+    _, q = _plan(BASE | {"--optimizer": "sgd", "--weight-decay": 0.0})
+    assert q.states[0].step_transients == ()
+    assert q.devices[0].optimizer_bytes == sum(t.numel for t in q.devices[0].tensors) * 8
+
+
+def test_the_layer_wise_step_gathers_every_rank_s_parameters():
+    _, p = _plan(BASE | {"--optimizer": "dist_muon"}, world_size=2)
+    steps = p.states[0].step_transients
+    total = sum(t.numel for t in p.devices[0].tensors) * 2  # bf16, every parameter is dense here
+    made = {n: b for n, b, sign in steps if sign > 0}
+    gathered = sum(b for n, b in made.items() if n.startswith("step.layer_wise_gathered.dense."))
+    assert gathered == total and made["step.layer_wise_flat.dense"] == made["step.layer_wise_gathered.dense.1"]
+    assert sum(sign * b for _, b, sign in steps) == 0

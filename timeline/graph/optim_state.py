@@ -89,24 +89,30 @@ def state_bytes_per_element(tr: TrainingSpec, name: str, shape: tuple[int, ...])
     return sum(b for _, b in param_states(tr, name, shape))
 
 
-def ping_pong_owned(params: Sequence[tuple[str, int, bool]], dense_group: int, expert_group: int,
-                    dense_rank: int, expert_rank: int) -> frozenset[str]:
-    """Names of the parameters the layer-wise distributed optimizer deals to this rank; ``params`` are
-    (name, elements, expert) in the chained optimizers' parameter order (``shard_params``). A group of one
-    rank keeps everything (``dp_cp`` of size 1 returns before dealing)."""
-    if dense_group == 1:
-        return frozenset(n for n, _, _ in params)
-    loops = {False: [*range(dense_group), *reversed(range(dense_group))],
-             True: [*range(expert_group), *reversed(range(expert_group))]}
-    mine = {False: dense_rank, True: expert_rank}
+def ping_pong_deal(params: Sequence[tuple[str, int, bool]], dense_group: int,
+                   expert_group: int) -> dict[bool, list[list[str]]]:
+    """Per rank, the names of the parameters the layer-wise distributed optimizer deals to it, dense (False)
+    over the ``dp·cp`` ranks and expert (True) over the expert-DP ranks; ``params`` are (name, elements,
+    expert) in the chained optimizers' parameter order (``shard_params``)."""
+    groups = {False: dense_group, True: expert_group}
+    loops = {e: [*range(g), *reversed(range(g))] for e, g in groups.items()}
+    dealt: dict[bool, list[list[str]]] = {e: [[] for _ in range(g)] for e, g in groups.items()}
     at = {False: 0, True: 0}
-    owned = []
     for name, _, expert in sorted(params, key=lambda p: p[1]):  # list.sort is stable, as Python's in Megatron
         loop = loops[expert]
-        if loop[at[expert]] == mine[expert]:
-            owned.append(name)
+        dealt[expert][loop[at[expert]]].append(name)
         at[expert] = (at[expert] + 1) % len(loop)
-    return frozenset(owned)
+    return dealt
+
+
+def ping_pong_owned(params: Sequence[tuple[str, int, bool]], dense_group: int, expert_group: int,
+                    dense_rank: int, expert_rank: int) -> frozenset[str]:
+    """Names of the parameters the layer-wise distributed optimizer deals to this rank (:func:`ping_pong_deal`).
+    A ``dp·cp`` group of one rank keeps everything (``shard_params`` returns before dealing)."""
+    if dense_group == 1:
+        return frozenset(n for n, _, _ in params)
+    dealt = ping_pong_deal(params, dense_group, expert_group)
+    return frozenset(dealt[False][dense_rank] + dealt[True][expert_rank])
 
 
 def megatron_params(tensors: list[TensorDef]) -> list[tuple[str, list[TensorDef]]]:
@@ -128,20 +134,23 @@ def _group_key(name: str, shape: tuple[int, ...], optimizer: int) -> tuple[int, 
     return optimizer, name.endswith(".bias") or len(shape) == 1
 
 
-def _dp_groups(buffers: Sequence[DdpBuffer]) -> tuple[int, int]:
+def dp_groups(buffers: Sequence[DdpBuffer]) -> tuple[int, int]:
     """(dense, expert) data-parallel group sizes of a device's buffers (1 where it has none)."""
     size = {b.expert: b.group for b in buffers}
     return size.get(False, 1), size.get(True, 1)
 
 
-def main_params(tensors: Sequence[TensorDef], buffers: Sequence[DdpBuffer], tr: TrainingSpec,
-                expert_rule: str) -> list[MainParam]:
-    """Each main parameter (shard) of a device with its optimizer states (:func:`param_states`), in the order
-    the optimizers create and step them; under ``zero = 1`` only the shards this rank owns (``buffers``' slots),
-    under Muon's layer-wise optimizer only the parameters dealt to it, as the last rank of its DP groups (the
-    rank Megatron-LM logs memory on). Muon's optimizer is first in the chain, then its Adam fallback's dense and
-    expert ones (``MC/optimizer/muon.py: get_megatron_muon_optimizer``, 693587db5a: ``optimizers +=
-    chained_adam.chained_optimizers``)."""
+#: one parameter group of the chain: ((the optimizer's place, no weight decay), [(name, elements, shape, expert)])
+ParamGroup = tuple[tuple[int, bool], list[tuple[str, int, tuple[int, ...], bool]]]
+
+
+def param_groups(tensors: Sequence[TensorDef], buffers: Sequence[DdpBuffer], tr: TrainingSpec,
+                 expert_rule: str) -> list[ParamGroup]:
+    """The device's main parameters (shards) by optimizer and parameter group, in the order the optimizers
+    create and step them: under ``zero = 1`` the shards this rank owns (``buffers``' slots), else whole Megatron
+    parameters. Muon's optimizer is first in the chain, then its Adam fallback's dense and expert ones
+    (``MC/optimizer/muon.py: get_megatron_muon_optimizer``, 693587db5a: ``optimizers +=
+    chained_adam.chained_optimizers``); groups in first-seen order."""
     shapes = {t.name: t for t in tensors}
     groups: dict[tuple[int, bool], list[tuple[str, int, tuple[int, ...], bool]]] = {}
     if tr.zero >= 1:
@@ -160,10 +169,17 @@ def main_params(tensors: Sequence[TensorDef], buffers: Sequence[DdpBuffer], tr: 
             shape = ts[0].shape if len(ts) == 1 else (numel // ts[0].shape[-1], ts[0].shape[-1])
             chain = 0 if uses_muon(tr, name, shape) else int(expert) + (tr.optimizer == "muon")
             groups.setdefault(_group_key(name, shape, chain), []).append((name, numel, shape, expert))
-    # the optimizers in their ChainedOptimizer order (dense, then expert), each in first-seen group order
-    order = [p for k in sorted(groups, key=lambda k: k[0]) for p in groups[k]]
+    return [(k, groups[k]) for k in sorted(groups, key=lambda k: k[0])]
+
+
+def main_params(tensors: Sequence[TensorDef], buffers: Sequence[DdpBuffer], tr: TrainingSpec,
+                expert_rule: str) -> list[MainParam]:
+    """Each main parameter (shard) of a device with its optimizer states (:func:`param_states`), in the order
+    the optimizers create and step them (:func:`param_groups`); under Muon's layer-wise optimizer only the
+    parameters dealt to it, as the last rank of its DP groups (the rank Megatron-LM logs memory on)."""
+    order = [p for _, ps in param_groups(tensors, buffers, tr, expert_rule) for p in ps]
     if tr.muon_layer_wise:
-        dense_g, expert_g = _dp_groups(buffers)
+        dense_g, expert_g = dp_groups(buffers)
         owned = ping_pong_owned([(n, k, e) for n, k, _, e in order], dense_g, expert_g, dense_g - 1, expert_g - 1)
         order = [p for p in order if p[0] in owned]
     return [(n, k, param_states(tr, n, shape)) for n, k, shape, _ in order]

@@ -93,7 +93,7 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--lr", "--min-lr", "--lr-decay-style", "--lr-decay-iters", "--lr-decay-samples", "--lr-warmup-fraction",
         "--lr-warmup-iters", "--lr-warmup-samples", "--lr-warmup-init", "--lr-wsd-decay-style", "--decoupled-lr",
         "--decoupled-min-lr", "--override-opt-param-scheduler", "--override-opt_param-scheduler",
-        "--weight-decay", "--clip-grad", "--adam-beta1", "--adam-beta2", "--adam-eps", "--init-method-std",
+        "--clip-grad", "--adam-beta1", "--adam-beta2", "--adam-eps", "--init-method-std",
         "--seed", "--lr-wsd-decay-iters", "--lr-wsd-decay-samples", "--start-weight-decay", "--end-weight-decay",
         "--weight-decay-incr-style", "--no-weight-decay-cond-type", "--apply-wd-to-qk-layernorm",
         "--embedding-init-method-std", "--init-method-xavier-uniform", "--hysteresis", "--loss-scale-window",

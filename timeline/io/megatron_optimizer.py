@@ -41,7 +41,10 @@ def optimizer(a: ArgReader, c: Conversion, *, megatron_core: str | None, buffer_
     if name == "sgd":
         c.put("training.optimizer", "sgd", "--optimizer")
         c.put("training.sgd_momentum", a.float("--sgd-momentum", 0.9), "--sgd-momentum")
+        # arguments.py: --weight-decay 0.01 (a --weight-decay-incr-style schedule's start value is not read)
+        c.put("training.weight_decay", a.float("--weight-decay", 0.01), "--weight-decay")
         return
+    a.value("--weight-decay")  # read: only SGD's step copies what it decays
     a.value("--sgd-momentum")  # read: SGD's only
     if name == "adam":
         c.put("training.optimizer", "adam", "--optimizer")
@@ -55,6 +58,9 @@ def optimizer(a: ArgReader, c: Conversion, *, megatron_core: str | None, buffer_
         raise UserError(f"--optimizer {name} with --use-distributed-optimizer: Megatron-LM before 0.18 rejects it "
                         "(muon.py: 'muon with dist optimizer is not supported'); give --megatron-core 0.18 or later")
     layer_wise = name == "dist_muon" or dist
+    if layer_wise and a.flag("--overlap-param-gather"):
+        raise UserError(f"--optimizer {name} with --overlap-param-gather: the layer-wise optimizer's all-gather by "
+                        "DDP bucket (a2381d8007) is not modelled; drop --overlap-param-gather")
     if buffer_layout is None:
         buffer_layout = version_tuple(megatron_core or "0.14.0") >= (0, 19)
     if layer_wise and buffer_layout:

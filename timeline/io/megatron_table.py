@@ -58,6 +58,7 @@ MAPPED: dict[str, str] = {
     "--num-distributed-optimizer-instances": "training.optimizer_instances",
     "--optimizer": "training.optimizer / muon_layer_wise (adam, sgd, muon, dist_muon; others refused)",
     "--sgd-momentum": "training.sgd_momentum (0: no momentum buffer)",
+    "--weight-decay": "training.weight_decay (SGD's foreach step copies the gradients it decays)",
     **dict.fromkeys(("--use-precision-aware-optimizer", "--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype",
                      "--exp-avg-sq-dtype"), "training.precision_aware / grad_dtype / master_dtype / master_remainders / "
                     "moment_dtype / exp_avg_sq_dtype (TE FusedAdam's states; fp8 states refused)"),

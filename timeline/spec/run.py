@@ -71,6 +71,8 @@ class TrainingSpec:
                                 "sgd_momentum = 0), muon (a momentum buffer for 2-D hidden matrices, Adam for the rest; "
                                 "megatron profile only)")
     sgd_momentum: float = spec_field(0.9, nonneg=True, maximum=1.0, doc="SGD's momentum (0: no momentum buffer)")
+    weight_decay: float = spec_field(0.01, nonneg=True, maximum=1e3, doc="Megatron --weight-decay: SGD's foreach step "
+                                     "makes its decayed gradients as a copy where it is not 0")
     muon_layer_wise: bool = spec_field(False, doc="Muon's layer-wise distributed optimizer (Megatron --optimizer "
                                        "dist_muon): each dp·cp rank keeps the main parameters and states of whole "
                                        "parameters dealt to it by size; needs optimizer = \"muon\" and zero = 0")
