@@ -26,7 +26,10 @@ pytestmark = pytest.mark.skipif(not DATA.exists(), reason=f"{DATA} is absent (th
 #: |error| bands reached today (percent), per family of cases with a published world size
 MEDIAN_PCT = 0.5  # issue 11 asks 1 % (today 0.20 %)
 DENSE_WORST_PCT = 1.25  # issue 11 asks 2 % (worst today: −0.98 %, a cp 2 GB200 case at the top of its siblings' spread)
-MOE_WORST_PCT = 1.25  # issue 11 asks 4 % (worst today: +0.84 %, the a2a-overlap case without combined 1F1B)
+# issue 11 asks 4 %. Worst today: −1.45 %, dist_muon_1node (ep 4 on 4 GB200s), compared since the Muon states are
+# modelled: its steady state is within +2.0 MiB, the 51 MiB it lacks are in the activation peak (its muon_1node
+# twin −1.04 %, +6.5 MiB steady); before it +0.84 %, the a2a-overlap case without combined 1F1B
+MOE_WORST_PCT = 1.5
 
 
 #: steady state after iteration 1 against measured allocated_bytes_first_iter, cases with a published world size
