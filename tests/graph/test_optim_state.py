@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from timeline.graph.dp_buffers import DdpRules, ddp_buffers
-from timeline.graph.optim_state import main_params, muon_managed, ping_pong_owned
+from timeline.graph.megatron_param import muon_managed
+from timeline.graph.optim_state import main_params, ping_pong_owned
 from timeline.graph.tensors import param
 from timeline.spec.run import ParallelSpec, TrainingSpec
 
@@ -86,3 +87,34 @@ def test_the_layer_wise_optimizer_keeps_the_last_rank_s_parameters_only():
     # kept in chain order: Muon's, then Adam's weight-decay group, then its no-decay one
     assert list(s) == ["layers.0.mlp.gate.weight", "output_layer.weight", "layers.0.self_attn.o_proj.bias"]
     assert total_state_bytes(tr, par=ParallelSpec(dp=2)) == 64 * 4 + (16 + 1600) * 8
+
+
+def test_the_padded_layer_wise_layout_packs_whole_matrices_into_shards_largest_first():
+    from timeline.graph.dp_buffers import DdpRules, layer_wise_layout
+
+    mats = [param(f"m{i}.weight", (n, 64), module="mlp", dtype="bf16") for i, n in enumerate((3, 1, 2, 2))]
+    numel, slots = layer_wise_layout(mats, rules=DdpRules(distributed_optimizer=True, bucket_size=None), group=2,
+                                     bucket_size=None, rank=1)
+    # largest first (m0 192; m2, m3 128 in reverse order: m3 then m2; m1 64) to the least-loaded shard:
+    # m0 → 0, m3 → 1, m2 → 1 (at 128), m1 → 0 (at 192); shards padded to lcm(64, lcm(2, 128) / 2) = 64 → 256 each
+    assert numel == 512
+    at = {s.name: (s.start, s.end, s.shard_numel) for s in slots}
+    assert at == {"m0.weight": (0, 192, 0), "m1.weight": (192, 256, 0),
+                  "m3.weight": (256, 384, 128), "m2.weight": (384, 512, 128)}
+
+
+def test_under_the_padded_layout_a_rank_keeps_its_shard_s_matrices_and_adam_s_byte_shards():
+    tr = TrainingSpec(optimizer="muon", muon_layer_wise=True, zero=1)
+    par = ParallelSpec(dp=2)
+    bufs = ddp_buffers([(0, TENSORS)], rules=DdpRules(distributed_optimizer=True, bucket_size=None, layer_wise=True),
+                       tr=tr, par=par, expert_rule="routed", pp_rank=0, num_chunks=1)
+    # Adam's buffer first (the word embeddings come first), then Muon's (linear_qkv, the router)
+    assert [(b.optimizer, b.numel) for b in bufs] == [(1, 3328), (0, 1024)]
+    s = {n: (k, st) for n, k, st in main_params(TENSORS, bufs, tr, "routed")}
+    # Muon's shards: linear_qkv (512, shard 0), the router (64, shard 1): rank 1 keeps the router whole
+    assert s["layers.0.mlp.gate.weight"] == (64, (("momentum_buffer", 4),))
+    assert "layers.0.self_attn.q_proj.weight" not in s
+    # Adam's byte-level layout (reverse order, 64-aligned starts): output 0…1600, the bias 1600…1616, the norm
+    # 1664…1680, the word embeddings 1728…3328; rank 1's half [1664, 3328) holds the norm and the word embeddings
+    assert {n: k for n, (k, _) in s.items() if n != "layers.0.mlp.gate.weight"} == {
+        "embedding.word_embeddings.weight": 1600, "layers.0.input_layernorm.weight": 16}

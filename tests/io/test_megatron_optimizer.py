@@ -43,10 +43,16 @@ def test_adam_sgd_and_muon_map_onto_training():
     assert (sgd["optimizer"], sgd["sgd_momentum"]) == ("sgd", 0.0)
     muon = training(BASE | {"--optimizer": "muon"})
     assert (muon["optimizer"], muon["muon_layer_wise"], muon["zero"]) == ("muon", False, 0)
-    # Megatron-Core 0.18 (5b512b45d1): muon with the distributed optimizer is the layer-wise one, DDP unsharded
+    # main's 0.18.0 before c1e938b039: muon with the distributed optimizer is the layer-wise one, DDP unsharded
     dist = training(BASE | {"--optimizer": "muon", "--use-distributed-optimizer": True}, megatron_core="0.18.0",
-                    muon_buffer_layout=False)
+                    muon_buffer_layout="ping_pong")
     assert (dist["muon_layer_wise"], dist["zero"]) == (True, 0)
+    # the released 0.18.0 and later: the distributed optimizer's buffers, unless --no-use-layer-wise-param-layout
+    padded = training(BASE | {"--optimizer": "dist_muon"}, megatron_core="0.19.0")
+    assert (padded["muon_layer_wise"], padded["zero"]) == (True, 1)
+    legacy = training(BASE | {"--optimizer": "dist_muon", "--no-use-layer-wise-param-layout": True},
+                      megatron_core="0.19.0")
+    assert (legacy["muon_layer_wise"], legacy["zero"]) == (True, 0)
 
 
 def test_the_precision_aware_optimizer_maps_its_dtypes():
@@ -64,7 +70,8 @@ def test_the_precision_aware_optimizer_maps_its_dtypes():
     ({"--optimizer": "lion"}, {}, "--optimizer lion: its per-parameter states are not modelled"),
     ({"--optimizer": "muon", "--fp16": True, "--bf16": False}, {}, "--optimizer muon with --fp16: Megatron-LM rejects"),
     ({"--optimizer": "muon", "--use-distributed-optimizer": True}, {"megatron_core": "0.16.0"}, "before 0.18 rejects"),
-    ({"--optimizer": "dist_muon"}, {"megatron_core": "0.19.0"}, "optimizer/param_layout.py"),
+    ({"--optimizer": "dist_muon"}, {"muon_buffer_layout": "compact"}, "compact layout .the dev branch"),
+    ({"--optimizer": "dist_muon"}, {"muon_buffer_layout": "integrated"}, "main between c1e938b039 and 0044db1f20"),
     ({"--optimizer": "muon", "--muon-scalar-optimizer": "lion"}, {}, "--muon-scalar-optimizer lion: Lion's state"),
     ({"--use-precision-aware-optimizer": True}, {}, "only with --use-distributed-optimizer"),
     ({"--exp-avg-dtype": "bf16"}, {}, "--exp-avg-dtype bf16: Megatron-LM rejects it without"),

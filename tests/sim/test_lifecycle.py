@@ -9,7 +9,7 @@ import numpy as np
 from sources import state_bytes_of
 from test_engine import small_run, uniform_template
 
-from timeline.graph.optim_state import megatron_params
+from timeline.graph.megatron_param import megatron_params
 from timeline.result.build import build_timeline
 from timeline.sim.static_state import largest_layer_bytes
 

@@ -48,6 +48,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from timeline.graph.megatron_param import megatron_params, muon_managed
 from timeline.graph.static import is_expert_state, zero_groups
 from timeline.graph.tensors import TensorDef
 from timeline.spec.framework import FrameworkSpec
@@ -73,6 +74,9 @@ class DdpRules:
     tied_embeddings: bool = False
     #: --overlap-param-gather-with-optimizer-step: the first chunk's dense parameters in an optimizer of their own
     first_chunk_optimizer: bool = False
+    #: Muon's layer-wise optimizer in the distributed optimizer's buffers (Megatron-LM from c1e938b039): Muon's
+    #: matrices in buffers of their own, laid out by :func:`layer_wise_layout`
+    layer_wise: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +124,7 @@ def ddp_rules(fw: FrameworkSpec, tr: TrainingSpec, par: ParallelSpec, *, tied: b
     if fw.overlap_grad_reduce and not split:  # get_model: disable_bucketing for every chunk under the split
         bucket = fw.ddp_bucket_size or max(DEFAULT_BUCKET, BUCKET_PER_RANK * par.dp * par.cp)
     return DdpRules(distributed_optimizer=tr.zero >= 1, bucket_size=bucket, pad_for_busbw=fw.ddp_pad_for_busbw,
-                    tied_embeddings=tied, first_chunk_optimizer=split)
+                    tied_embeddings=tied, first_chunk_optimizer=split, layer_wise=tr.muon_layer_wise and tr.zero >= 1)
 
 
 def _pad(n: int, divisor: int) -> int:
@@ -168,6 +172,57 @@ def layout(params: Sequence[TensorDef], *, rules: DdpRules, group: int, bucket_s
     return numel, tuple(slots)
 
 
+def layer_wise_layout(params: Sequence[TensorDef], *, rules: DdpRules, group: int, bucket_size: int | None,
+                      rank: int) -> tuple[int, tuple[ParamSlot, ...]]:
+    """(padded numel, slots) of a buffer of Muon's matrices under the layer-wise optimizer in the distributed
+    optimizer's buffers (``MC/optimizer/layer_wise_optimizer.py: LayerWiseDistributedOptimizer.
+    _compute_per_buffer_param_layout``, c1e938b039 … 86ba3a66d5): Megatron's parameters in reverse order
+    gathered into chunks (closed at ``max(bucket_size, int(group · largest · 0.9))`` elements; one chunk without
+    a bucket size), each chunk's parameters, largest first (a stable sort), placed whole in the shard loaded
+    least so far (the lowest index of equals) at a 64-element aligned start; every shard padded to the largest
+    to a multiple of ``lcm(64, lcm(group, 128[, 2**16]) / group)``, shard ``r`` at bucket start + ``r`` ×
+    that size. A parameter belongs to the rank whose shard holds it (``_shard_params_from_layout``): its slots
+    (one per layer-library tensor, in order within it) carry the whole parameter as the shard of ``rank``
+    when it is that rank's, none otherwise."""
+    end_div = math.lcm(group, BUCKET_END_ALIGN, *((BUSBW_ALIGN,) if rules.pad_for_busbw else ()))
+    divisor = math.lcm(PARAM_START_ALIGN, end_div // group)
+    merged = megatron_params(list(params))
+    slots: list[ParamSlot] = []
+    cursor = 0
+    chunk: list[tuple[str, list[TensorDef]]] = []
+
+    def emit(chunk: list[tuple[str, list[TensorDef]]], bucket: int) -> None:
+        nonlocal cursor
+        loads = [0] * group
+        placed: list[list[tuple[int, list[TensorDef]]]] = [[] for _ in range(group)]
+        for _, ts in sorted(chunk, key=lambda p: -sum(t.numel for t in p[1])):
+            s = min(range(group), key=lambda r: loads[r])
+            start = _pad(loads[s], PARAM_START_ALIGN)
+            placed[s].append((start, ts))
+            loads[s] = start + sum(t.numel for t in ts)
+        size = _pad(max(loads), divisor)
+        for r in range(group):
+            for start, ts in placed[r]:
+                at = cursor + r * size + start
+                for t in ts:
+                    own = (at, at + t.numel) if r == rank else (0, 0)
+                    slots.append(ParamSlot(t.name, at, at + t.numel, bucket, *own))
+                    at += t.numel
+        cursor += group * size
+
+    numel = largest = buckets = 0
+    for name, ts in reversed(merged):
+        chunk.append((name, ts))
+        n = sum(t.numel for t in ts)
+        numel, largest = numel + n, max(largest, n)
+        if bucket_size is not None and numel >= max(bucket_size, int(group * largest * 0.9)):
+            emit(chunk, buckets)
+            chunk, numel, largest, buckets = [], 0, 0, buckets + 1
+    if chunk:
+        emit(chunk, buckets)
+    return cursor, tuple(slots)
+
+
 def shared_embeddings(chunks: Sequence[tuple[int, Sequence[TensorDef]]], num_chunks: int, tied: bool) -> frozenset[str]:
     """Names of the parameters Megatron marks ``shared_embedding`` (tied embeddings over more than
     one pipeline chunk: the first chunk's word embeddings, the last chunk's output layer or, where
@@ -202,6 +257,9 @@ def ddp_buffers(chunks: Sequence[tuple[int, Sequence[TensorDef]]], *, rules: Ddp
     TP, CP and DP rank of the last stage); the other ranks' differ only by that padding."""
     dense_g, expert_g = zero_groups(tr, par)
     shared = shared_embeddings(chunks, num_chunks, rules.tied_embeddings)
+    if rules.layer_wise:
+        return _layer_wise_buffers(chunks, rules=rules, groups=(dense_g, expert_g), expert_rule=expert_rule,
+                                   pp_rank=pp_rank, shared=shared)
     out = []
     for i, (c, ts) in enumerate(chunks):
         bucket = rules.bucket_size if i == 0 and pp_rank == 0 else None
@@ -214,4 +272,31 @@ def ddp_buffers(chunks: Sequence[tuple[int, Sequence[TensorDef]]], *, rules: Ddp
             split = int(rules.first_chunk_optimizer)
             optimizer = 1 + split if expert else int(split and i > 0)
             out.append(DdpBuffer(chunk=c, expert=expert, numel=numel, group=group, slots=slots, optimizer=optimizer))
+    return tuple(out)
+
+
+def _layer_wise_buffers(chunks: Sequence[tuple[int, Sequence[TensorDef]]], *, rules: DdpRules, groups: tuple[int, int],
+                        expert_rule: str, pp_rank: int, shared: frozenset[str]) -> tuple[DdpBuffer, ...]:
+    """Each chunk's buffers under the layer-wise optimizer in the distributed optimizer's buffers:
+    ``MC/distributed/param_and_grad_buffer.py: group_params_for_buffers`` (86ba3a66d5) keys them by (expert,
+    ``is_managed_by_layer_wise_optimizer``: a Muon matrix, ``layer_wise_optimizer.py:
+    is_managed_by_layer_wise_optimizer``) in the order of each key's first parameter; Muon's buffers get
+    :func:`layer_wise_layout`, the rest the distributed optimizer's byte-level :func:`layout`. The layer-wise
+    optimizer is first in the chain (``MC/optimizer/__init__.py: _get_megatron_emerging_optimizer``:
+    ``ChainedOptimizer([layer_wise_optimizer] + results)``), the distributed optimizer of the rest second."""
+    out = []
+    for i, (c, ts) in enumerate(chunks):
+        bucket = rules.bucket_size if i == 0 and pp_rank == 0 else None
+        keys: dict[tuple[bool, bool], list[TensorDef]] = {}
+        for name, pieces in megatron_params(megatron_order(ts)):
+            managed = muon_managed(name, pieces[0].shape)
+            keys.setdefault((is_expert_state(pieces[0], expert_rule), managed), []).extend(pieces)
+        for (expert, managed), mine in keys.items():
+            group = groups[expert]
+            if managed:
+                numel, slots = layer_wise_layout(mine, rules=rules, group=group, bucket_size=bucket, rank=group - 1)
+            else:
+                numel, slots = layout(mine, rules=rules, group=group, bucket_size=bucket, shared=shared, rank=group - 1)
+            out.append(DdpBuffer(chunk=c, expert=expert, numel=numel, group=group, slots=slots,
+                                 optimizer=0 if managed else 1 + int(expert)))
     return tuple(out)

@@ -35,22 +35,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from timeline.graph.dp_buffers import DdpBuffer, megatron_order
+from timeline.graph.megatron_param import megatron_params, muon_managed
 from timeline.graph.static import is_expert_state, optimizer_element_bytes
 from timeline.graph.tensors import DTYPE_BYTES, TensorDef
-from timeline.profiles.megatron_workspaces import FUSED_INTO
 from timeline.spec.run import TrainingSpec
 
 #: (name, elements, (state name, bytes per element) …) of one main parameter (shard)
 MainParam = tuple[str, int, tuple[tuple[str, int], ...]]
-
-#: parameter names ``is_embedding_or_output_parameter`` marks (language_module.py)
-_EMBEDDING_OR_OUTPUT = ("word_embeddings.weight", "output_layer.weight")
-
-
-def muon_managed(name: str, shape: tuple[int, ...]) -> bool:
-    """Whether Muon (not its Adam fallback) steps this Megatron parameter: not 1-D, not embedding or output."""
-    return len(shape) > 1 and not name.endswith(_EMBEDDING_OR_OUTPUT)
-
 
 def uses_muon(tr: TrainingSpec, name: str, shape: tuple[int, ...]) -> bool:
     """Whether the parameter belongs to a Muon optimizer (its Adam fallback's otherwise)."""
@@ -73,7 +64,7 @@ def state_bytes_lower_bound(tr: TrainingSpec) -> tuple[int, int]:
     """(master, state) bytes per element every parameter of a device holds at least: what a static bound may
     count without knowing which parameters are Muon's (the fewer of Muon's and Adam's) or, under the layer-wise
     optimizer, which are dealt to the rank (none)."""
-    if tr.muon_layer_wise:
+    if tr.muon_layer_wise:  # the rank may be dealt none of a kind
         return 0, 0
     master = optimizer_element_bytes(tr)[0]
     adam = DTYPE_BYTES[tr.moment_dtype] + DTYPE_BYTES[tr.exp_avg_sq_dtype or tr.moment_dtype]
@@ -113,19 +104,6 @@ def ping_pong_owned(params: Sequence[tuple[str, int, bool]], dense_group: int, e
         return frozenset(n for n, _, _ in params)
     dealt = ping_pong_deal(params, dense_group, expert_group)
     return frozenset(dealt[False][dense_rank] + dealt[True][expert_rank])
-
-
-def megatron_params(tensors: list[TensorDef]) -> list[tuple[str, list[TensorDef]]]:
-    """``tensors`` (in order) as Megatron's parameters: (name, the layer library's tensors it holds),
-    q/k/v and gate/up of one module merged at the first one's place (``FUSED_INTO``)."""
-    groups: dict[str, list[TensorDef]] = {}
-    for t in tensors:
-        parts = t.name.rsplit(".", 2)
-        name = t.name
-        if len(parts) == 3 and parts[1] in FUSED_INTO:
-            name = f"{parts[0]}.{FUSED_INTO[parts[1]]}.{parts[2]}"
-        groups.setdefault(name, []).append(t)
-    return [(n, ts) if len(ts) > 1 else (ts[0].name, ts) for n, ts in groups.items()]
 
 
 def _group_key(name: str, shape: tuple[int, ...], optimizer: int) -> tuple[int, bool]:
@@ -178,7 +156,7 @@ def main_params(tensors: Sequence[TensorDef], buffers: Sequence[DdpBuffer], tr: 
     the optimizers create and step them (:func:`param_groups`); under Muon's layer-wise optimizer only the
     parameters dealt to it, as the last rank of its DP groups (the rank Megatron-LM logs memory on)."""
     order = [p for _, ps in param_groups(tensors, buffers, tr, expert_rule) for p in ps]
-    if tr.muon_layer_wise:
+    if tr.muon_layer_wise and tr.zero == 0:  # under zero = 1 the buffers' slots say what the rank owns
         dense_g, expert_g = dp_groups(buffers)
         owned = ping_pong_owned([(n, k, e) for n, k, _, e in order], dense_g, expert_g, dense_g - 1, expert_g - 1)
         order = [p for p in order if p[0] in owned]

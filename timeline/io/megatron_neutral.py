@@ -335,8 +335,6 @@ UNDER: dict[str, tuple[str, ...]] = {
                                             "--gtp-expert-remat-nccl-ub",
                                             "--gtp-remat-reduce-scatter-with-fp32-accumulation"),
     "--optimizer lion": ("--lion-beta1", "--lion-beta2"),
-    "--optimizer muon with the layer-wise optimizer in the DDP buffers (Megatron-Core 0.19)": (
-        "--no-use-layer-wise-param-layout",),
 }
 
 #: every compute-communication overlap timeline simulates as the schedule without it, with its

@@ -2,9 +2,8 @@
 ``sgd_momentum``, ``muon_layer_wise`` (the states themselves: :mod:`timeline.graph.optim_state`).
 
 Refuses in one line what Megatron-LM itself rejects and what is not modelled: the emerging optimizers
-other than Muon (``lion``, ``soap``, ``adaptive_muon``), and Muon's layer-wise optimizer laid out in the DDP
-buffers (Megatron-LM from c1e938b039, 2026-05-13: ``MC/optimizer/param_layout.py``, the non-Muon parameters
-in a ``DistributedOptimizer`` of their own, 0044db1f20). Nothing here simulates.
+other than Muon (``lion``, ``soap``, ``adaptive_muon``) and the layer-wise layouts of Megatron-LM's main between
+c1e938b039 and 0044db1f20 and of its dev branch from 3b9c248a1b. Nothing here simulates.
 """
 
 from __future__ import annotations
@@ -23,17 +22,24 @@ MODELLED = ("adam", "sgd", "muon", "dist_muon")
 PRECISION_DTYPES = ("--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype")
 
 
-def optimizer(a: ArgReader, c: Conversion, *, megatron_core: str | None, buffer_layout: bool | None) -> None:
-    """``--optimizer`` (``--sgd-momentum``; with Muon ``--use-distributed-optimizer``) → ``training.optimizer``,
-    ``sgd_momentum``, ``muon_layer_wise`` and ``zero``. ``buffer_layout``: whether the job's Megatron-LM lays
-    the layer-wise optimizer out in the DDP buffers (c1e938b039; None: from Megatron-Core 0.19 on, main's
-    0.18.0 spanning both sides).
+def optimizer(a: ArgReader, c: Conversion, *, megatron_core: str | None, buffer_layout: str | None) -> None:
+    """``--optimizer`` (``--sgd-momentum``, ``--weight-decay``; with Muon ``--use-distributed-optimizer``,
+    ``--no-use-layer-wise-param-layout``) → ``training.optimizer``, ``sgd_momentum``, ``weight_decay``,
+    ``muon_layer_wise`` and ``zero``.
 
-    ``megatron/training/arguments.py``: ``--optimizer`` choices; from 5b512b45d1 (2026-04-02, Megatron-Core
-    0.18) ``validate_args`` turns ``--optimizer dist_muon`` and ``muon --use-distributed-optimizer`` into
-    ``use_layer_wise_distributed_optimizer`` with ``use_distributed_optimizer = False``; before it
-    ``MC/optimizer/muon.py: get_megatron_muon_optimizer`` (693587db5a) raises on the distributed optimizer
-    and on fp16, and ``dist_muon`` is the layer-wise one."""
+    ``megatron/training/arguments.py``: ``--optimizer`` choices; from 5b512b45d1 (2026-04-02) ``validate_args``
+    turns ``--optimizer dist_muon`` and ``muon --use-distributed-optimizer`` into
+    ``use_layer_wise_distributed_optimizer``; before it ``MC/optimizer/muon.py: get_megatron_muon_optimizer``
+    (693587db5a) raises on the distributed optimizer and on fp16, and ``dist_muon`` is the layer-wise one.
+    ``buffer_layout`` (None: by ``megatron_core``) is how that optimizer lays out its state:
+
+    - ``"ping_pong"`` (before c1e938b039, and under ``--no-use-layer-wise-param-layout``): the distributed
+      optimizer off, whole parameters dealt by size over unsharded buffers (``zero = 0``);
+    - ``"padded"`` (Megatron-Core 0.18.0 as released, main from 0044db1f20): the distributed optimizer's buffers,
+      Muon's matrices in shard-aligned buffers of their own (:func:`timeline.graph.dp_buffers.layer_wise_layout`),
+      the rest in a ``DistributedOptimizer`` (``zero = 1``);
+    - ``"integrated"`` (c1e938b039 … 0044db1f20, main only) and ``"compact"`` (the dev branch from 3b9c248a1b:
+      Muon's buffers unpadded and all-reduced beside the distributed optimizer's): not modelled."""
     name = a.str("--optimizer", "adam")
     if name not in MODELLED:
         raise UserError(f"--optimizer {name}: its per-parameter states are not modelled; "
@@ -53,24 +59,30 @@ def optimizer(a: ArgReader, c: Conversion, *, megatron_core: str | None, buffer_
         raise UserError(f"--optimizer {name} with --fp16: Megatron-LM rejects it (emerging optimizer with fp16 is "
                         "not supported); use --bf16")
     dist = a.flag("--use-distributed-optimizer")
-    later = version_tuple(megatron_core or "0.14.0") >= (0, 18)
-    if dist and not later:
+    version = megatron_core or "0.14.0"
+    if dist and version_tuple(version) < (0, 18):
         raise UserError(f"--optimizer {name} with --use-distributed-optimizer: Megatron-LM before 0.18 rejects it "
                         "(muon.py: 'muon with dist optimizer is not supported'); give --megatron-core 0.18 or later")
     layer_wise = name == "dist_muon" or dist
-    if layer_wise and a.flag("--overlap-param-gather"):
-        raise UserError(f"--optimizer {name} with --overlap-param-gather: the layer-wise optimizer's all-gather by "
-                        "DDP bucket (a2381d8007) is not modelled; drop --overlap-param-gather")
     if buffer_layout is None:
-        buffer_layout = version_tuple(megatron_core or "0.14.0") >= (0, 19)
-    if layer_wise and buffer_layout:
-        raise UserError(f"--optimizer {name}{' --use-distributed-optimizer' if dist else ''}: Megatron-LM from "
-                        "c1e938b039 (Megatron-Core 0.19) lays the layer-wise optimizer out in the DDP buffers "
-                        "(optimizer/param_layout.py), which is not modelled; give --megatron-core 0.18 for the "
-                        "ping-pong layer-wise optimizer")
+        buffer_layout = "padded" if version_tuple(version) >= (0, 18) and "rc" not in version else "ping_pong"
+    if a.flag("--no-use-layer-wise-param-layout"):
+        buffer_layout = "ping_pong"
+    if layer_wise and buffer_layout not in ("ping_pong", "padded"):
+        where = {"integrated": "main between c1e938b039 and 0044db1f20",
+                 "compact": "the dev branch from 3b9c248a1b"}.get(buffer_layout, buffer_layout)
+        raise UserError(f"--optimizer {name}{' --use-distributed-optimizer' if dist else ''}: the layer-wise "
+                        f"optimizer's {buffer_layout} layout ({where}) is not modelled; the released Megatron-Core "
+                        "0.18.0's padded one is")
+    in_buffers = layer_wise and buffer_layout == "padded"
+    model = c.sections["model"]
+    if in_buffers and model.get("n_routed_experts") and model.get("linear_bias"):
+        raise UserError(f"--optimizer {name} with expert biases: Megatron-LM rejects non-Muon expert parameters on the "
+                        "layer-wise + distributed optimizer path (optimizer/__init__.py); add --disable-bias-linear")
     c.put("training.optimizer", "muon", "--optimizer")
-    c.put("training.muon_layer_wise", layer_wise, "--optimizer", "--use-distributed-optimizer")
-    c.put("training.zero", 0, "--use-distributed-optimizer")
+    c.put("training.muon_layer_wise", layer_wise, "--optimizer", "--use-distributed-optimizer",
+          "--no-use-layer-wise-param-layout")
+    c.put("training.zero", int(in_buffers), "--use-distributed-optimizer")
 
 
 def precision_aware(a: ArgReader, c: Conversion, *, megatron_core: str | None) -> None:

@@ -62,6 +62,8 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--use-precision-aware-optimizer", "--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype",
                      "--exp-avg-sq-dtype"), "training.precision_aware / grad_dtype / master_dtype / master_remainders / "
                     "moment_dtype / exp_avg_sq_dtype (TE FusedAdam's states; fp8 states refused)"),
+    "--no-use-layer-wise-param-layout": "training.zero = 0 under Muon's layer-wise optimizer (its legacy ping-pong "
+                                        "path over unsharded buffers)",
     "--muon-scalar-optimizer": "Muon's fallback for non-matrix parameters: adam (lion refused)",
     **dict.fromkeys(("--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity"),
                     "training.capacity_factor / pad_to_capacity"),

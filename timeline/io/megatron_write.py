@@ -39,12 +39,12 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
             pytorch_version: str | None = None, megatron_core: str | None = None,
             keeps_batch: bool | None = None, probs_in_experts: bool | None = None,
             releases_nodes: bool | None = None, resumed: bool = False,
-            muon_buffer_layout: bool | None = None) -> Conversion:
+            muon_buffer_layout: str | None = None) -> Conversion:
     """The run-file data of the job ``margs`` describes on ``world_size`` GPUs of kind ``gpu``
     (``keeps_batch``, ``probs_in_experts``, ``releases_nodes``: :func:`timeline.io.megatron_framework.framework`;
     ``resumed``: its ``--load`` holds a checkpoint of this training,
-    :func:`timeline.io.megatron_state_args.checkpoint_load`; ``muon_buffer_layout``: Muon's layer-wise
-    optimizer lives in the DDP buffers, :func:`timeline.io.megatron_optimizer.optimizer`)."""
+    :func:`timeline.io.megatron_state_args.checkpoint_load`; ``muon_buffer_layout``: how Muon's layer-wise
+    optimizer lays out its state, :func:`timeline.io.megatron_optimizer.optimizer`)."""
     if world_size < 1:
         raise UserError(f"--world-size must be 1 or more, got {world_size}")
     if gpu not in GPUS:

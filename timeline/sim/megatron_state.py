@@ -39,7 +39,8 @@ layout).
 
 from __future__ import annotations
 
-from timeline.graph.optim_state import MainParam, main_params, megatron_params
+from timeline.graph.megatron_param import megatron_params
+from timeline.graph.optim_state import MainParam, main_params
 from timeline.graph.static import optimizer_element_bytes
 from timeline.graph.tensors import DTYPE_BYTES, Category
 from timeline.placement.devices import StaticDevice

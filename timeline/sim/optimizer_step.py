@@ -46,7 +46,7 @@ def step_transients(tr: TrainingSpec, dev: StaticDevice, expert_rule: str) -> tu
             names = [f"step.sgd_decayed_grad.{n}" for n, _, _, _ in params]
             out += [(name, k * grad, 1) for name, (_, k, _, _) in zip(names, params, strict=True)]
             out += [(name, k * grad, -1) for name, (_, k, _, _) in zip(names, params, strict=True)]
-    if tr.muon_layer_wise:
+    if tr.muon_layer_wise and tr.zero == 0:  # under zero = 1 the param buffer is gathered in place
         out += _layer_wise_gather(tr, dev, [p for _, ps in groups for p in ps])
     return tuple(out)
 

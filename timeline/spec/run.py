@@ -75,7 +75,8 @@ class TrainingSpec:
                                      "makes its decayed gradients as a copy where it is not 0")
     muon_layer_wise: bool = spec_field(False, doc="Muon's layer-wise distributed optimizer (Megatron --optimizer "
                                        "dist_muon): each dp·cp rank keeps the main parameters and states of whole "
-                                       "parameters dealt to it by size; needs optimizer = \"muon\" and zero = 0")
+                                       "parameters; zero = 0: dealt by size over unsharded buffers (Megatron-Core "
+                                       "0.18), zero = 1: by their shard of the distributed optimizer's buffers (0.19)")
     precision_aware: bool = spec_field(False, doc="Megatron --use-precision-aware-optimizer: TE's FusedAdam makes "
                                        "the master weights (master_dtype) with the moments in its first step; Megatron "
                                        "makes no main parameters and no main-grad copies; needs zero = 1")

@@ -312,7 +312,8 @@ def optimizer_problems(tr: TrainingSpec, profile: str, *, traced: bool) -> list[
     if tr.master_remainders and not (tr.precision_aware and tr.master_dtype == "fp32" and tr.dtype == "bf16"):
         out.append(("training.master_remainders", "needs precision_aware = true with bf16 weights and "
                     "master_dtype = \"fp32\" (TE stores the remainders of fp32 masters of bf16 weights); remove it"))
-    if tr.optimizer == "muon" and tr.zero:
+    if tr.optimizer == "muon" and tr.zero and not tr.muon_layer_wise:
         out.append(("training.zero", "Muon keeps whole parameters per rank, never the distributed optimizer's "
-                    "shards: set zero = 0 (muon_layer_wise = true for Megatron's layer-wise distribution)"))
+                    "shards: set zero = 0, or muon_layer_wise = true (Megatron's layer-wise distribution; with "
+                    "zero = 1 in the distributed optimizer's buffers)"))
     return out
