@@ -53,6 +53,8 @@ def test_adam_sgd_and_muon_map_onto_training():
     legacy = training(BASE | {"--optimizer": "dist_muon", "--no-use-layer-wise-param-layout": True},
                       megatron_core="0.19.0")
     assert (legacy["muon_layer_wise"], legacy["zero"]) == (True, 0)
+    compact = convert(from_mapping(BASE | {"--optimizer": "dist_muon"}), world_size=2, muon_buffer_layout="compact")
+    assert (compact.sections["training"]["zero"], compact.sections["framework"]["layer_wise_layout"]) == (1, "compact")
 
 
 def test_the_precision_aware_optimizer_maps_its_dtypes():
@@ -70,7 +72,6 @@ def test_the_precision_aware_optimizer_maps_its_dtypes():
     ({"--optimizer": "lion"}, {}, "--optimizer lion: its per-parameter states are not modelled"),
     ({"--optimizer": "muon", "--fp16": True, "--bf16": False}, {}, "--optimizer muon with --fp16: Megatron-LM rejects"),
     ({"--optimizer": "muon", "--use-distributed-optimizer": True}, {"megatron_core": "0.16.0"}, "before 0.18 rejects"),
-    ({"--optimizer": "dist_muon"}, {"muon_buffer_layout": "compact"}, "compact layout .the dev branch"),
     ({"--optimizer": "dist_muon"}, {"muon_buffer_layout": "integrated"}, "main between c1e938b039 and 0044db1f20"),
     ({"--optimizer": "muon", "--muon-scalar-optimizer": "lion"}, {}, "--muon-scalar-optimizer lion: Lion's state"),
     ({"--use-precision-aware-optimizer": True}, {}, "only with --use-distributed-optimizer"),

@@ -46,9 +46,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from timeline.graph.megatron_param import megatron_params, muon_managed
+from timeline.graph.megatron_param import megatron_name, megatron_params, muon_managed
 from timeline.graph.static import is_expert_state, zero_groups
 from timeline.graph.tensors import TensorDef
 from timeline.spec.framework import FrameworkSpec
@@ -74,9 +74,10 @@ class DdpRules:
     tied_embeddings: bool = False
     #: --overlap-param-gather-with-optimizer-step: the first chunk's dense parameters in an optimizer of their own
     first_chunk_optimizer: bool = False
-    #: Muon's layer-wise optimizer in the distributed optimizer's buffers (Megatron-LM from c1e938b039): Muon's
-    #: matrices in buffers of their own, laid out by :func:`layer_wise_layout`
-    layer_wise: bool = False
+    #: Muon's layer-wise optimizer in the distributed optimizer's buffers, Muon's matrices in buffers of their own:
+    #: "padded" (:func:`layer_wise_layout`), "compact" (unpadded, all-reduced, dealt by :func:`compact_deal`);
+    #: "" without it
+    layer_wise: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +111,15 @@ class DdpBuffer:
     #: the position of the optimizer holding its parameters in Megatron's ``ChainedOptimizer`` (0 dense,
     #: 1 expert; 0 the first chunk's dense, 1 the other dense, 2 expert with ``DdpRules.first_chunk_optimizer``)
     optimizer: int = 0
+    #: under the distributed optimizer, whether the buffer has a param buffer the parameters move into (not a
+    #: compact layer-wise buffer: ``_ParamAndGradBuffer.__init__`` turns the distributed optimizer off for it)
+    param_buffer: bool = True
+    #: a buffer of Muon's matrices under the layer-wise optimizer in the distributed optimizer's buffers
+    muon: bool = False
 
     @property
     def label(self) -> str:
-        return f"chunk{self.chunk}{'.expert' if self.expert else ''}"
+        return f"chunk{self.chunk}{'.expert' if self.expert else ''}{'.muon' if self.muon else ''}"
 
 
 def ddp_rules(fw: FrameworkSpec, tr: TrainingSpec, par: ParallelSpec, *, tied: bool) -> DdpRules:
@@ -124,7 +130,8 @@ def ddp_rules(fw: FrameworkSpec, tr: TrainingSpec, par: ParallelSpec, *, tied: b
     if fw.overlap_grad_reduce and not split:  # get_model: disable_bucketing for every chunk under the split
         bucket = fw.ddp_bucket_size or max(DEFAULT_BUCKET, BUCKET_PER_RANK * par.dp * par.cp)
     return DdpRules(distributed_optimizer=tr.zero >= 1, bucket_size=bucket, pad_for_busbw=fw.ddp_pad_for_busbw,
-                    tied_embeddings=tied, first_chunk_optimizer=split, layer_wise=tr.muon_layer_wise and tr.zero >= 1)
+                    tied_embeddings=tied, first_chunk_optimizer=split,
+                    layer_wise=fw.layer_wise_layout if tr.muon_layer_wise and tr.zero >= 1 else "")
 
 
 def _pad(n: int, divisor: int) -> int:
@@ -281,9 +288,12 @@ def _layer_wise_buffers(chunks: Sequence[tuple[int, Sequence[TensorDef]]], *, ru
     ``MC/distributed/param_and_grad_buffer.py: group_params_for_buffers`` (86ba3a66d5) keys them by (expert,
     ``is_managed_by_layer_wise_optimizer``: a Muon matrix, ``layer_wise_optimizer.py:
     is_managed_by_layer_wise_optimizer``) in the order of each key's first parameter; Muon's buffers get
-    :func:`layer_wise_layout`, the rest the distributed optimizer's byte-level :func:`layout`. The layer-wise
-    optimizer is first in the chain (``MC/optimizer/__init__.py: _get_megatron_emerging_optimizer``:
-    ``ChainedOptimizer([layer_wise_optimizer] + results)``), the distributed optimizer of the rest second."""
+    :func:`layer_wise_layout` ("padded"), or the plain unpadded layout without a param buffer whose parameters
+    :func:`compact_deal` deals ("compact", the dev branch from 3b9c248a1b: ``_ParamAndGradBuffer.__init__``
+    turns the distributed optimizer off for them); the rest the distributed optimizer's byte-level
+    :func:`layout`. The layer-wise optimizer is first in the chain (``MC/optimizer/__init__.py:
+    _get_megatron_emerging_optimizer``: ``ChainedOptimizer([layer_wise_optimizer] + results)``)."""
+    compact = rules.layer_wise == "compact"
     out = []
     for i, (c, ts) in enumerate(chunks):
         bucket = rules.bucket_size if i == 0 and pp_rank == 0 else None
@@ -293,10 +303,48 @@ def _layer_wise_buffers(chunks: Sequence[tuple[int, Sequence[TensorDef]]], *, ru
             keys.setdefault((is_expert_state(pieces[0], expert_rule), managed), []).extend(pieces)
         for (expert, managed), mine in keys.items():
             group = groups[expert]
-            if managed:
+            if managed and compact:
+                numel, slots = layout(mine, rules=replace(rules, distributed_optimizer=False), group=group,
+                                      bucket_size=bucket)
+            elif managed:
                 numel, slots = layer_wise_layout(mine, rules=rules, group=group, bucket_size=bucket, rank=group - 1)
             else:
                 numel, slots = layout(mine, rules=rules, group=group, bucket_size=bucket, shared=shared, rank=group - 1)
             out.append(DdpBuffer(chunk=c, expert=expert, numel=numel, group=group, slots=slots,
-                                 optimizer=0 if managed else 1 + int(expert)))
-    return tuple(out)
+                                 optimizer=0 if managed else 1 + int(expert), param_buffer=not (managed and compact),
+                                 muon=managed))
+    if not compact:
+        return tuple(out)
+    dealt = compact_deal(out)
+    mine_names = {n for n, _ in dealt[False][groups[False] - 1]} | {n for n, _ in dealt[True][groups[True] - 1]}
+    return tuple(replace(b, slots=tuple(replace(s, shard_start=s.start, shard_end=s.end)
+                                        if megatron_name(s.name) in mine_names else s for s in b.slots))
+                 if b.muon else b for b in out)
+
+
+def compact_deal(buffers: Sequence[DdpBuffer]) -> dict[bool, list[list[tuple[str, int]]]]:
+    """Per rank, the Muon matrices (Megatron name, elements) the compact layer-wise layout deals to it, dense
+    (False) over the ``dp·cp`` ranks and expert (True) over the expert-DP ranks: ``layer_wise_optimizer.py:
+    _shard_params_ping_pong`` (3b9c248a1b … 86ba3a66d5) sorts them by ``(numel, chunk, buffer, start)`` — the
+    buffer's index among the chunk's dense buffers then its expert ones, the parameter's start in it
+    (``_build_param_sort_keys``) — and deals each kind in a ping-pong loop ``0 … g−1, g−1 … 0``."""
+    entries: list[tuple[tuple[int, int, int, int], str, bool]] = []
+    sizes = {False: 1, True: 1}
+    for ci, c in enumerate(dict.fromkeys(b.chunk for b in buffers)):
+        mine = [b for b in buffers if b.chunk == c]
+        for bi, b in enumerate([b for b in mine if not b.expert] + [b for b in mine if b.expert]):
+            if not b.muon:
+                continue
+            sizes[b.expert] = b.group
+            spans: dict[str, list[int]] = {}
+            for s in b.slots:
+                span = spans.setdefault(megatron_name(s.name), [s.start, 0])
+                span[0], span[1] = min(span[0], s.start), span[1] + (s.end - s.start)
+            entries += [((n, ci, bi, start), name, b.expert) for name, (start, n) in spans.items()]
+    dealt: dict[bool, list[list[tuple[str, int]]]] = {e: [[] for _ in range(g)] for e, g in sizes.items()}
+    at = {False: 0, True: 0}
+    for key, name, expert in sorted(entries):
+        loop = [*range(sizes[expert]), *reversed(range(sizes[expert]))]
+        dealt[expert][loop[at[expert]]].append((name, key[0]))
+        at[expert] = (at[expert] + 1) % len(loop)
+    return dealt

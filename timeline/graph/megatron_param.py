@@ -13,16 +13,21 @@ from timeline.profiles.megatron_workspaces import FUSED_INTO
 EMBEDDING_OR_OUTPUT = ("word_embeddings.weight", "output_layer.weight")
 
 
+def megatron_name(name: str) -> str:
+    """The Megatron parameter a layer-library tensor belongs to: q/k/v in ``linear_qkv``, gate/up in
+    ``linear_fc1`` (``FUSED_INTO``); any other is its own."""
+    parts = name.rsplit(".", 2)
+    if len(parts) == 3 and parts[1] in FUSED_INTO:
+        return f"{parts[0]}.{FUSED_INTO[parts[1]]}.{parts[2]}"
+    return name
+
+
 def megatron_params(tensors: Sequence[TensorDef]) -> list[tuple[str, list[TensorDef]]]:
     """``tensors`` (in order) as Megatron's parameters: (name, the layer library's tensors it holds),
-    q/k/v and gate/up of one module merged at the first one's place (``FUSED_INTO``)."""
+    q/k/v and gate/up of one module merged at the first one's place (:func:`megatron_name`)."""
     groups: dict[str, list[TensorDef]] = {}
     for t in tensors:
-        parts = t.name.rsplit(".", 2)
-        name = t.name
-        if len(parts) == 3 and parts[1] in FUSED_INTO:
-            name = f"{parts[0]}.{FUSED_INTO[parts[1]]}.{parts[2]}"
-        groups.setdefault(name, []).append(t)
+        groups.setdefault(megatron_name(t.name), []).append(t)
     return [(n, ts) if len(ts) > 1 else (ts[0].name, ts) for n, ts in groups.items()]
 
 

@@ -2,8 +2,8 @@
 ``sgd_momentum``, ``muon_layer_wise`` (the states themselves: :mod:`timeline.graph.optim_state`).
 
 Refuses in one line what Megatron-LM itself rejects and what is not modelled: the emerging optimizers
-other than Muon (``lion``, ``soap``, ``adaptive_muon``) and the layer-wise layouts of Megatron-LM's main between
-c1e938b039 and 0044db1f20 and of its dev branch from 3b9c248a1b. Nothing here simulates.
+other than Muon (``lion``, ``soap``, ``adaptive_muon``) and the layer-wise layout of Megatron-LM's main between
+c1e938b039 and 0044db1f20. Nothing here simulates.
 """
 
 from __future__ import annotations
@@ -38,8 +38,10 @@ def optimizer(a: ArgReader, c: Conversion, *, megatron_core: str | None, buffer_
     - ``"padded"`` (Megatron-Core 0.18.0 as released, main from 0044db1f20): the distributed optimizer's buffers,
       Muon's matrices in shard-aligned buffers of their own (:func:`timeline.graph.dp_buffers.layer_wise_layout`),
       the rest in a ``DistributedOptimizer`` (``zero = 1``);
-    - ``"integrated"`` (c1e938b039 … 0044db1f20, main only) and ``"compact"`` (the dev branch from 3b9c248a1b:
-      Muon's buffers unpadded and all-reduced beside the distributed optimizer's): not modelled."""
+    - ``"compact"`` (Megatron-LM's dev branch from 3b9c248a1b, not on main): Muon's buffers unpadded and
+      all-reduced beside the distributed optimizer's, Muon's matrices dealt ping-pong (``zero = 1``,
+      ``[framework] layer_wise_layout = "compact"``);
+    - ``"integrated"`` (main between c1e938b039 and 0044db1f20): not modelled."""
     name = a.str("--optimizer", "adam")
     if name not in MODELLED:
         raise UserError(f"--optimizer {name}: its per-parameter states are not modelled; "
@@ -68,13 +70,13 @@ def optimizer(a: ArgReader, c: Conversion, *, megatron_core: str | None, buffer_
         buffer_layout = "padded" if version_tuple(version) >= (0, 18) and "rc" not in version else "ping_pong"
     if a.flag("--no-use-layer-wise-param-layout"):
         buffer_layout = "ping_pong"
-    if layer_wise and buffer_layout not in ("ping_pong", "padded"):
+    if layer_wise and buffer_layout not in ("ping_pong", "padded", "compact"):
         where = {"integrated": "main between c1e938b039 and 0044db1f20",
                  "compact": "the dev branch from 3b9c248a1b"}.get(buffer_layout, buffer_layout)
         raise UserError(f"--optimizer {name}{' --use-distributed-optimizer' if dist else ''}: the layer-wise "
                         f"optimizer's {buffer_layout} layout ({where}) is not modelled; the released Megatron-Core "
                         "0.18.0's padded one is")
-    in_buffers = layer_wise and buffer_layout == "padded"
+    in_buffers = layer_wise and buffer_layout in ("padded", "compact")
     model = c.sections["model"]
     if in_buffers and model.get("n_routed_experts") and model.get("linear_bias"):
         raise UserError(f"--optimizer {name} with expert biases: Megatron-LM rejects non-Muon expert parameters on the "
@@ -83,6 +85,8 @@ def optimizer(a: ArgReader, c: Conversion, *, megatron_core: str | None, buffer_
     c.put("training.muon_layer_wise", layer_wise, "--optimizer", "--use-distributed-optimizer",
           "--no-use-layer-wise-param-layout")
     c.put("training.zero", int(in_buffers), "--use-distributed-optimizer")
+    if in_buffers:
+        c.put("framework.layer_wise_layout", buffer_layout)
 
 
 def precision_aware(a: ArgReader, c: Conversion, *, megatron_core: str | None) -> None:

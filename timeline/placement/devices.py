@@ -62,10 +62,8 @@ def buffer_bytes(tr: TrainingSpec, tensors: Sequence[TensorDef], buffers: Sequen
     master, _ = optimizer_element_bytes(tr)
     nbuf = sum(t.size_bytes for t in tensors if not t.trainable)
     grads = sum(b.numel for b in buffers) * DTYPE_BYTES[tr.grad_dtype]
-    if distributed_optimizer:
-        weights = sum(b.numel for b in buffers) * w
-    else:
-        weights = sum(s.end - s.start for b in buffers for s in b.slots) * w
+    weights = sum(b.numel if distributed_optimizer and b.param_buffer else sum(s.end - s.start for s in b.slots)
+                  for b in buffers) * w
     opt = sum(k * (master + sum(b for _, b in states)) for _, k, states in main_params(tensors, buffers, tr, expert_rule))
     return weights + nbuf, grads, opt
 

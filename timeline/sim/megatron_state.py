@@ -72,10 +72,11 @@ def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str,
                                sum(t.numel * w if t.trainable else t.size_bytes for t in ts), w_cat, 1)
                               for n, ts in params]
     for b in dev.dp_buffers:
-        if dist:
+        moved = dist and b.param_buffer  # a compact layer-wise buffer's parameters keep their own storage
+        if moved:
             out.append(("start", f"static.param_buffer.{b.label}", b.numel * w, w_cat, 1))
         out.append(("start", f"static.grad_buffer.{b.label}", b.numel * g, g_cat, 1))
-        if dist:
+        if moved:
             out += [("start", f"static.weights.{s.name}", (s.end - s.start) * w, w_cat, -1) for s in b.slots]
     master, _ = optimizer_element_bytes(tr)
     order = main_param_order(dev, tr, expert_rule)

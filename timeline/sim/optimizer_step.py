@@ -23,6 +23,7 @@ matrix, after the backward freed the activations.
 
 from __future__ import annotations
 
+from timeline.graph.dp_buffers import compact_deal
 from timeline.graph.optim_state import dp_groups, param_groups, ping_pong_deal
 from timeline.graph.tensors import DTYPE_BYTES
 from timeline.placement.devices import StaticDevice
@@ -46,9 +47,28 @@ def step_transients(tr: TrainingSpec, dev: StaticDevice, expert_rule: str) -> tu
             names = [f"step.sgd_decayed_grad.{n}" for n, _, _, _ in params]
             out += [(name, k * grad, 1) for name, (_, k, _, _) in zip(names, params, strict=True)]
             out += [(name, k * grad, -1) for name, (_, k, _, _) in zip(names, params, strict=True)]
-    if tr.muon_layer_wise and tr.zero == 0:  # under zero = 1 the param buffer is gathered in place
+    if tr.muon_layer_wise and tr.zero == 0:
         out += _layer_wise_gather(tr, dev, [p for _, ps in groups for p in ps])
-    return tuple(out)
+    elif tr.muon_layer_wise and any(b.muon and not b.param_buffer for b in dev.dp_buffers):
+        out += _compact_gather(tr, dev)
+    return tuple(out)  # the padded layout's parameters are gathered in place, in the param buffer
+
+
+def _compact_gather(tr: TrainingSpec, dev: StaticDevice) -> list[StepAlloc]:
+    """The compact layout's ``allgather_params`` (``layer_wise_optimizer.py``, 3b9c248a1b … 86ba3a66d5): per group
+    of more than one rank, this rank's Muon matrices flattened (its own slot of the gather) and one
+    ``torch.empty`` per other rank of that rank's elements, in the weights' dtype."""
+    w = DTYPE_BYTES[tr.dtype]
+    out: list[StepAlloc] = []
+    for expert, lists in compact_deal(dev.dp_buffers).items():
+        if len(lists) == 1 or not any(lists):
+            continue
+        label = "expert" if expert else "dense"
+        sizes = [sum(k for _, k in names) * w for names in lists]
+        made = [(f"step.layer_wise_flat.{label}", sizes[-1])] + [
+            (f"step.layer_wise_gathered.{label}.{r}", b) for r, b in enumerate(sizes[:-1])]
+        out += [(n, b, 1) for n, b in made] + [(n, b, -1) for n, b in made]
+    return out
 
 
 def _layer_wise_gather(tr: TrainingSpec, dev: StaticDevice,

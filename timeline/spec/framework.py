@@ -102,5 +102,9 @@ class FrameworkSpec:
     overlap_param_gather_with_optimizer_step: bool = spec_field(False, doc=(
         "--overlap-param-gather-with-optimizer-step (every chunk's buffer one bucket; the first model chunk's dense "
         "parameters in an optimizer of their own, stepped first)"))
+    layer_wise_layout: str = spec_field("padded", choices=("padded", "compact"), doc=(
+        "Muon's layer-wise optimizer in the distributed optimizer's buffers (training.muon_layer_wise, zero = 1): "
+        "padded (Megatron-Core 0.18.0 on: Muon's matrices packed whole into padded shards), compact (Megatron-LM's "
+        "dev branch from 3b9c248a1b: unpadded, all-reduced, dealt ping-pong)"))
     workspaces: bool = spec_field(True, doc="TE's and PyTorch's persistent cuBLAS workspaces (false: leave "
                                   "them out, e.g. to compare saved tensors alone)")
