@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from timeline.graph.dp_buffers import DdpRules, ddp_buffers
+from timeline.graph.layer_wise_buffers import layer_wise_buffers
 from timeline.graph.megatron_param import muon_managed
 from timeline.graph.optim_state import main_params, ping_pong_owned
 from timeline.graph.tensors import param
@@ -90,7 +91,7 @@ def test_the_layer_wise_optimizer_keeps_the_last_rank_s_parameters_only():
 
 
 def test_the_padded_layer_wise_layout_packs_whole_matrices_into_shards_largest_first():
-    from timeline.graph.dp_buffers import DdpRules, layer_wise_layout
+    from timeline.graph.layer_wise_buffers import layer_wise_layout
 
     mats = [param(f"m{i}.weight", (n, 64), module="mlp", dtype="bf16") for i, n in enumerate((3, 1, 2, 2))]
     numel, slots = layer_wise_layout(mats, rules=DdpRules(distributed_optimizer=True, bucket_size=None), group=2,
@@ -106,8 +107,9 @@ def test_the_padded_layer_wise_layout_packs_whole_matrices_into_shards_largest_f
 def test_under_the_padded_layout_a_rank_keeps_its_shard_s_matrices_and_adam_s_byte_shards():
     tr = TrainingSpec(optimizer="muon", muon_layer_wise=True, zero=1)
     par = ParallelSpec(dp=2)
-    bufs = ddp_buffers([(0, TENSORS)], rules=DdpRules(distributed_optimizer=True, bucket_size=None, layer_wise=True),
-                       tr=tr, par=par, expert_rule="routed", pp_rank=0, num_chunks=1)
+    bufs = layer_wise_buffers([(0, TENSORS)], rules=DdpRules(distributed_optimizer=True, bucket_size=None,
+                                                             layer_wise="padded"),
+                              tr=tr, par=par, expert_rule="routed", pp_rank=0, num_chunks=1)
     # Adam's buffer first (the word embeddings come first), then Muon's (linear_qkv, the router)
     assert [(b.optimizer, b.numel) for b in bufs] == [(1, 3328), (0, 1024)]
     s = {n: (k, st) for n, k, st in main_params(TENSORS, bufs, tr, "routed")}

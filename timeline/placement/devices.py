@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from timeline.graph.build import build_chunk_graph, chunk_layers, graph_params
 from timeline.graph.dp_buffers import DdpBuffer, DdpRules, ddp_buffers
+from timeline.graph.layer_wise_buffers import layer_wise_buffers
 from timeline.graph.optim_state import main_params
 from timeline.graph.source import ModelSource
 from timeline.graph.static import optimizer_element_bytes, state_bytes
@@ -94,9 +95,9 @@ def static_devices(source: ModelSource, stages_of_rank: Sequence[Sequence[int]],
         if ddp is None:
             w, g, o = state_bytes(training, par, expert_state_group, tensors)
         else:
-            bufs = ddp_buffers([(c, params[c]) for c in sorted(stages)], rules=ddp, tr=training, par=par,
-                               expert_rule=expert_state_group, pp_rank=r,
-                               num_chunks=1 + max(c for st in placed for c in st))
+            lay = layer_wise_buffers if ddp.layer_wise else ddp_buffers
+            bufs = lay([(c, params[c]) for c in sorted(stages)], rules=ddp, tr=training, par=par,
+                       expert_rule=expert_state_group, pp_rank=r, num_chunks=1 + max(c for st in placed for c in st))
             w, g, o = buffer_bytes(training, tensors, bufs, ddp.distributed_optimizer, expert_state_group)
         layers = tuple(i for c in sorted(stages) for i in ranges[c])
         out.append(StaticDevice(device=r * stride, pp_rank=r, stages=stages, represents=stride,

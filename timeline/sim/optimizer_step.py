@@ -23,7 +23,7 @@ matrix, after the backward freed the activations.
 
 from __future__ import annotations
 
-from timeline.graph.dp_buffers import compact_deal
+from timeline.graph.layer_wise_buffers import compact_deal
 from timeline.graph.optim_state import dp_groups, param_groups, ping_pong_deal
 from timeline.graph.tensors import DTYPE_BYTES
 from timeline.placement.devices import StaticDevice
