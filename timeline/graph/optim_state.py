@@ -21,13 +21,16 @@ them. Megatron-LM sources (``MC`` = ``megatron/core``), at the commits named:
   (``orthogonalized_optimizer.py``, v0.1.0 … v0.4.0) makes ``momentum_buffer = torch.zeros_like(grad)`` in the first
   step: fp32, like the main gradient.
 - **Layer-wise distribution** (``--optimizer dist_muon``; from 5b512b45d1 also ``--optimizer muon
-  --use-distributed-optimizer``, ``megatron/training/arguments.py: validate_args`` turning the latter off):
-  ``MC/optimizer/layer_wise_optimizer.py: LayerWiseDistributedOptimizer.shard_params`` (693587db5a … 1ca250c6fb;
-  c1e938b039, 2026-05-13, moved it into the DDP buffers' layout, not modelled) sorts all of the chained
+  --use-distributed-optimizer``): with ``zero = 0`` (``megatron/training/arguments.py: validate_args`` turning
+  the distributed optimizer off; 693587db5a … c1e938b039, and later under ``--no-use-layer-wise-param-layout``)
+  ``MC/optimizer/layer_wise_optimizer.py: LayerWiseDistributedOptimizer.shard_params`` sorts all of the chained
   optimizers' parameters by ``numel()`` (a stable sort over optimizer, group and parameter order) and deals the
   dense ones to the ``dp·cp`` ranks and the expert ones to the expert-DP ranks, each in a ping-pong loop
-  ``0 … g−1, g−1 … 0``; only then are the optimizers wrapped (``Float16OptimizerWithFloat16Params``), so a rank
-  makes main parameters and states for the parameters dealt to it alone. The DDP buffers stay unsharded.
+  ``0 … g−1, g−1 … 0`` (:func:`ping_pong_deal`); only then are the optimizers wrapped
+  (``Float16OptimizerWithFloat16Params``), so a rank makes main parameters and states for the parameters dealt to
+  it alone; the DDP buffers stay unsharded. With ``zero = 1`` (0044db1f20 on: the distributed optimizer's
+  buffers, :mod:`timeline.graph.layer_wise_buffers`) a rank owns the Muon matrices its buffer shard holds and the
+  distributed optimizer's byte shards of the rest: the buffers' slots say which (:func:`main_params`).
 """
 
 from __future__ import annotations
