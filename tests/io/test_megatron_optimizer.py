@@ -144,3 +144,24 @@ def test_the_layer_wise_step_gathers_every_rank_s_parameters():
     gathered = sum(b for n, b in made.items() if n.startswith("step.layer_wise_gathered.dense."))
     assert gathered == total and made["step.layer_wise_flat.dense"] == made["step.layer_wise_gathered.dense.1"]
     assert sum(sign * b for _, b, sign in steps) == 0
+
+
+def test_muon_in_the_distributed_optimizer_s_buffers_keeps_the_last_shard_s_matrices():
+    """The same functional test as Megatron-Core 0.18.0 released it (``--optimizer muon
+    --use-distributed-optimizer``): Muon's matrices packed whole into 8 padded shards, largest first."""
+    args = DIST_MUON | {"--optimizer": "muon", "--use-distributed-optimizer": True}
+    conv = convert(from_mapping(args), world_size=8, megatron_core="0.18.0")
+    run = run_from_data(tomllib.loads(run_file_text(conv, name="muon-padded", source="x", world_size=8)),
+                        Path("/tmp/muon-padded.toml"))
+    assert (run.training.muon_layer_wise, run.training.zero, run.framework.layer_wise_layout) == (True, 1, "padded")
+    from timeline.result.build import build_timeline
+
+    dev = build_timeline(run, summary_only=True).devices[-1]
+    # buffers: Adam's (50 norms of 512 + the word embeddings, to a multiple of 128) 25,781,248; Muon's dense one
+    # 8 × 1,835,008 (the fullest shard: two linear_qkv and two linear_proj); the 24 expert matrices 12,582,912
+    numel = 25_781_248 + 8 * 1_835_008 + 24 * 524_288
+    assert (dev.weights_bytes, dev.grads_bytes) == (numel * 2, numel * 4)
+    # shard 7: one linear_qkv, three linear_proj, two routers (Muon: 8 B); every expert matrix; Adam's byte shard
+    # [22,558,592, 25,781,248) of its buffer, all word embeddings (12 B)
+    muon = 786_432 + 3 * 262_144 + 2 * 4_096 + 24 * 524_288
+    assert dev.optimizer_bytes == muon * 8 + 3_222_656 * 12 == 151_983_616
