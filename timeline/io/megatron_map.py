@@ -131,7 +131,8 @@ def refuse_job(m: MegatronArgs) -> None:
 
 
 def refuse_unmodelled(m: MegatronArgs, a: ArgReader) -> None:
-    """Raise a one-line UserError for a model family, refused argument or optimizer not modelled."""
+    """Raise a one-line UserError for a model family or refused argument not modelled (an optimizer:
+    :func:`timeline.io.megatron_optimizer.optimizer`)."""
     refuse_job(m)
     for name, what in FAMILY_ARGS.items():
         if name in a.raw:
@@ -147,9 +148,6 @@ def refuse_unmodelled(m: MegatronArgs, a: ArgReader) -> None:
     for name, (allowed, why) in REFUSED_UNLESS.items():
         if name in a.raw and str(a.raw[name]) not in allowed:
             raise UserError(f"{name} {a.raw[name]}: {why}")
-    opt = str(a.raw.get("--optimizer", "adam"))
-    if opt != "adam":
-        raise UserError(f"--optimizer {opt}: only Adam's states are modelled")
 
 
 #: ``--fp8-recipe`` values not modelled, and why (Megatron-LM ``core/fp8_utils.py: get_fp8_recipe``)

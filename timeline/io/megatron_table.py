@@ -68,7 +68,15 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"), "training.grad_dtype"),
     "--use-distributed-optimizer": "training.zero",
     "--num-distributed-optimizer-instances": "training.optimizer_instances",
-    "--optimizer": "Adam only; others refused",
+    "--optimizer": "training.optimizer / muon_layer_wise (adam, sgd, muon, dist_muon; others refused)",
+    "--sgd-momentum": "training.sgd_momentum (0: no momentum buffer)",
+    "--weight-decay": "training.weight_decay (SGD's foreach step copies the gradients it decays)",
+    **dict.fromkeys(("--use-precision-aware-optimizer", "--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype",
+                     "--exp-avg-sq-dtype"), "training.precision_aware / grad_dtype / master_dtype / master_remainders / "
+                    "moment_dtype / exp_avg_sq_dtype (TE FusedAdam's states; fp8 states refused)"),
+    "--no-use-layer-wise-param-layout": "training.zero = 0 under Muon's layer-wise optimizer (its legacy ping-pong "
+                                        "path over unsharded buffers)",
+    "--muon-scalar-optimizer": "Muon's fallback for non-matrix parameters: adam (lion refused)",
     **dict.fromkeys(("--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity"),
                     "training.capacity_factor / pad_to_capacity"),
     **dict.fromkeys(("--recompute-granularity", "--recompute-activations", "--recompute-method",
@@ -136,12 +144,12 @@ REFUSED_UNLESS: dict[str, tuple[tuple[str, ...], str]] = {
                                                "(model_parallel_config.py: gtp_weight_remat_size) are not modelled"),
     "--expert-tensor-parallel-num-weight-shards": ((), "expert weights sharded beyond etp and re-materialised "
                                                       "(model_parallel_config.py) are not modelled"),
+    "--muon-scalar-optimizer": (("adam",), "Lion's state for Muon's non-matrix parameters is not modelled; use adam"),
     "--output-logit-dtype": ((), "logits in another dtype (gpt_model.py: logit_dtype) are not modelled"),
 }
 
 _CKPT = "the job loads a checkpoint before the measured iterations (not modelled)"
 _FSDP = "FSDP-style sharding of parameters, gradients and optimizer states is not modelled"
-_PRECISION_OPT = "the precision-aware optimizer's state dtypes are not modelled yet"
 _REJECTED = "Megatron-LM itself rejects it (arguments.py: validate_args); use "
 _PACKED = "packed variable-length batches (THD format, per-document masks) are not modelled"
 
@@ -187,8 +195,6 @@ REFUSED: dict[str, str] = {
     "--delay-wgrad-compute": "delayed weight-gradient computation is not modelled yet",
     "--overlap-dispatch-backward-with-experts-wgrad": "experts' weight gradients delayed to a second stream "
                                                       "(moe_layer.py) are not modelled yet",
-    "--use-precision-aware-optimizer": _PRECISION_OPT, "--main-grads-dtype": _PRECISION_OPT,
-    "--main-params-dtype": _PRECISION_OPT, "--exp-avg-dtype": _PRECISION_OPT, "--exp-avg-sq-dtype": _PRECISION_OPT,
     "--ddp-reduce-scatter-with-fp32-accumulation": "fp32 reduce-scatter accumulation buffers are not modelled",
     "--ddp-param-name-patterns-for-fp32-local-accumulation": "fp32 local gradient accumulation for chosen "
                                                              "parameters is not modelled",

@@ -27,8 +27,9 @@ from typing import Any
 from timeline.graph.analytic import AnalyticSource, analytic_layer_bytes
 from timeline.graph.build import Node, chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
+from timeline.graph.optim_state import state_bytes_lower_bound
 from timeline.graph.source import ModelSource
-from timeline.graph.static import is_expert_state, optimizer_element_bytes, zero_groups
+from timeline.graph.static import is_expert_state, zero_groups
 from timeline.graph.tensors import DTYPE_BYTES
 from timeline.pipeline.placement import stage_placement
 from timeline.plan.schedule_profile import schedule_profile
@@ -244,11 +245,11 @@ def _alive_state(tr: TrainingSpec, par: ParallelSpec, life: Lifecycle, dense_n: 
     total = sharded(3) * DTYPE_BYTES[tr.dtype] + buffers
     if life.grads_at == "start":
         total += sharded(2) * DTYPE_BYTES[tr.grad_dtype]
-    master, moment = optimizer_element_bytes(tr)
-    if life.master_at == "start" or after_step:
+    master, states = state_bytes_lower_bound(tr)
+    if (life.master_at == "start" and not tr.precision_aware) or after_step:
         total += sharded(1) * master
     if life.moments_at == "start" or after_step:
-        total += sharded(1) * 2 * moment
+        total += sharded(1) * states
     return total
 
 

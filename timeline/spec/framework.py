@@ -112,5 +112,9 @@ class FrameworkSpec:
     tp_comm_overlap: bool = spec_field(False, doc=(
         "--tp-comm-overlap: TE's userbuffers (outside PyTorch's allocator) and the cuBLAS workspace of their "
         "GEMMs (three workspaces; TE ≥ 2.10 keeps the plain one beside them); the overlap itself is not simulated"))
+    layer_wise_layout: str = spec_field("padded", choices=("padded", "compact"), doc=(
+        "Muon's layer-wise optimizer in the distributed optimizer's buffers (training.muon_layer_wise, zero = 1): "
+        "padded (Megatron-Core 0.18.0 on: Muon's matrices packed whole into padded shards), compact (Megatron-LM's "
+        "dev branch from 3b9c248a1b: unpadded, all-reduced, dealt ping-pong)"))
     workspaces: bool = spec_field(True, doc="TE's and PyTorch's persistent cuBLAS workspaces (false: leave "
                                   "them out, e.g. to compare saved tensors alone)")

@@ -20,7 +20,7 @@ from timeline.spec.framework import FrameworkSpec
 from timeline.spec.legacy_rules import legacy_problems
 from timeline.spec.model import ModelSpec
 from timeline.spec.mtp_rules import mtp_stage_problems
-from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec
+from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec, TrainingSpec
 from timeline.spec.schedule_rules import schedule_problems
 
 #: ``[parallel]`` keys a single-device profile requires to be 1
@@ -233,6 +233,7 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
         add(("training.zero", f"zero = {tr.zero} is not available with profile = \"{run.profile}\" "
              f"({life.zero_note}); use zero = {' or '.join(map(str, range(life.max_zero + 1)))}, or "
              f"profile = \"{life.instead}\""))
+    problems += optimizer_problems(tr, run.profile, traced=run.trace is not None)
     if life is not None and life.single_device:
         for key in MODEL_PARALLEL_KEYS:
             if getattr(par, key) > 1:
@@ -335,3 +336,28 @@ def run_recompute_problems(rc: RecomputeSpec, par: ParallelSpec, m: ModelSpec,
             if mod in rc.modules and not m.is_moe:
                 add(("recompute.modules", f'"{mod}" needs a mixture-of-experts model; {m.name} is dense'))
     return problems
+
+
+def optimizer_problems(tr: TrainingSpec, profile: str, *, traced: bool) -> list[tuple[str, str]]:
+    """The optimizer's fields against each other and the profile: only the ``megatron`` profile lays out
+    SGD's, Muon's and the precision-aware Adam's states (:mod:`timeline.graph.optim_state`)."""
+    out = list[tuple[str, str]]()
+    megatron = profile == "megatron" and not traced
+    for key, given in (("optimizer", tr.optimizer != "adam"), ("exp_avg_sq_dtype", bool(tr.exp_avg_sq_dtype))):
+        if given and not megatron:
+            out.append((f"training.{key}", 'is modelled with profile = "megatron" (and no captured trace) only; '
+                        'remove it or use profile = "megatron"'))
+    if tr.muon_layer_wise and tr.optimizer != "muon":
+        out.append(("training.muon_layer_wise", f'needs optimizer = "muon" (optimizer is "{tr.optimizer}"); remove it'))
+    if tr.precision_aware and not (megatron and tr.optimizer == "adam" and tr.zero == 1 and not tr.resumed):
+        out.append(("training.precision_aware", "TE's FusedAdam holding the masters is modelled for Adam under "
+                    "Megatron's distributed optimizer (profile = \"megatron\", zero = 1), not in a resumed run; "
+                    "remove it"))
+    if tr.master_remainders and not (tr.precision_aware and tr.master_dtype == "fp32" and tr.dtype == "bf16"):
+        out.append(("training.master_remainders", "needs precision_aware = true with bf16 weights and "
+                    "master_dtype = \"fp32\" (TE stores the remainders of fp32 masters of bf16 weights); remove it"))
+    if tr.optimizer == "muon" and tr.zero and not tr.muon_layer_wise:
+        out.append(("training.zero", "Muon keeps whole parameters per rank, never the distributed optimizer's "
+                    "shards: set zero = 0, or muon_layer_wise = true (Megatron's layer-wise distribution; with "
+                    "zero = 1 in the distributed optimizer's buffers)"))
+    return out
