@@ -14,13 +14,11 @@ which rank runs the chunk, except for ``pp_rank`` (full recompute's per-rank ``n
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-import networkx as nx
-
-from timeline.graph.analysis import Analysis, analyse, op_graph
+from timeline.graph.analysis import Analysis, analyse
 from timeline.graph.backward import backward_units, to_op
 from timeline.graph.build import Node, chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
@@ -34,10 +32,13 @@ from timeline.spec.model import ModelSpec
 from timeline.spec.run import ParallelSpec, RecomputeSpec, TrainingSpec
 
 
-def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int) -> list[FOp]:
-    """The forward ops of virtual stage ``chunk`` for one micro-batch, in dataflow order."""
+def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int,
+                nodes: Sequence[Node] | None = None) -> list[FOp]:
+    """The forward ops of virtual stage ``chunk`` for one micro-batch, in dataflow order
+    (``nodes``: the chunk's parameter nodes, when already built)."""
     ranges = chunk_layers(par, ctx.model.num_hidden_layers)
-    nodes = chunk_nodes(ctx, ranges, chunk)
+    if nodes is None:
+        nodes = chunk_nodes(ctx, ranges, chunk)
     b = Builder(ctx, Dims.of(par, tr), tr, (t for n in nodes for t in n.params))
     m, d = ctx.model, b.dims
     last = len(ranges) - 1
@@ -66,9 +67,10 @@ def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int) 
         b.op("send_forward", "comm", None, {"x": x}, {}, kind="p2p", stream="pp")
     if loaded:
         batch.release(b, loaded)
-    g = op_graph(b.ops)
-    order = list(nx.lexicographical_topological_sort(g, key=lambda n: n))
-    return [b.ops[i] for i in order]
+    # the ops come in dataflow order: an op's inputs are made by ops recorded before it (or by none), so
+    # every producer → consumer edge of the chunk's op graph points forward and its lexicographic
+    # topological order is the recorded order itself (building the graph to sort it took 15 % of a template)
+    return b.ops
 
 
 def _forward(a: Analysis) -> list[Op]:
@@ -81,8 +83,11 @@ def _forward(a: Analysis) -> list[Op]:
     out: list[Op] = []
     for i, op in enumerate(a.ops):
         allocs = []
+        # a set: a CP ring's attention has one extra per ring step, and scanning them per tensor
+        # made a cp = 1024 template quadratic (equal to the scan: TensorDef hashes what it compares)
+        extras = set(op.extras.values())
         for t in (*op.outputs.values(), *op.extras.values()):
-            if t in op.extras.values() and t.storage not in a.savers:
+            if t in extras and t.storage not in a.savers:
                 continue  # a side tensor this profile does not keep is never made
             if t.storage in op.buffered:
                 continue  # written into a persistent workspace the profile places
@@ -113,7 +118,13 @@ def _saved(a: Analysis) -> tuple[SavedTensor, ...]:
 def _forward_ops_cached(source: AnalyticSource, chunk: int) -> tuple[FOp, ...]:
     """Forward ops do not depend on the recompute policy: ``source`` comes with it reset, so every
     policy of a search (``timeline fit``, ``compare``) shares one build per chunk."""
-    return tuple(forward_ops(source.ctx, source.parallel, source.training, chunk))
+    return tuple(forward_ops(source.ctx, source.parallel, source.training, chunk, source.nodes(chunk)))
+
+
+@lru_cache(maxsize=256)
+def _nodes_cached(source: AnalyticSource, chunk: int) -> tuple[Node, ...]:
+    """A chunk's parameter nodes (``source``: reduced to what they read, :meth:`AnalyticSource.param_slice`)."""
+    return tuple(chunk_nodes(source.ctx, chunk_layers(source.parallel, source.model.num_hidden_layers), chunk))
 
 
 @lru_cache(maxsize=256)
@@ -219,7 +230,17 @@ class AnalyticSource:
         return list(_forward_ops_cached(self.without_recompute(), chunk))
 
     def nodes(self, chunk: int) -> list[Node]:
-        return chunk_nodes(self.ctx, chunk_layers(self.parallel, self.model.num_hidden_layers), chunk)
+        return list(_nodes_cached(self.param_slice(), chunk))
+
+    def param_slice(self) -> AnalyticSource:
+        """This source reduced to what its parameter nodes read — the model, profile, framework,
+        weight dtype and SM count (:meth:`BuildCtx.of`), tp, ep, etp and the layer split
+        (:func:`chunk_layers`) — so that probes of other micro-batch sizes, CP degrees and
+        recompute policies share one build of their parameters (thousands of expert tensors)."""
+        par = self.parallel
+        return replace(self, parallel=ParallelSpec(pp=par.pp, vpp=par.vpp, tp=par.tp, ep=par.ep, etp=par.etp,
+                                                   layout=par.layout),
+                       training=TrainingSpec(dtype=self.training.dtype), recompute=RecomputeSpec())
 
     def total_params(self) -> int:
         """Trainable parameters of the unsharded model, counted as the profile counts them."""
