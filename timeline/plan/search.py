@@ -181,10 +181,10 @@ def bound_block(job: BoundJob) -> list[GroupResult]:
         par = run.parallel
         layout_problem = any(k == "parallel.layout" for k, _ in before)
         for p, rc in enumerate(policies):
-            key = (p, par.pp, par.vpp, par.layout, layout_problem)
-            if key not in recompute_problems:
-                recompute_problems[key] = run_recompute_problems(rc, par, run.model, before)
-            problems = before + recompute_problems[key] + after
+            split = (p, par.pp, par.vpp, par.layout, layout_problem)
+            if split not in recompute_problems:
+                recompute_problems[split] = run_recompute_problems(rc, par, run.model, before)
+            problems = before + recompute_problems[split] + after
             if problems:
                 invalid.append(f"{problems[0][0]}: {problems[0][1]}")
                 bounds.append(None)
