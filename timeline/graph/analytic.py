@@ -19,12 +19,12 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from timeline.graph.analysis import Analysis, analyse
-from timeline.graph.backward import backward_units, to_op
+from timeline.graph.backward import Unit, place_frees, split_sides, to_op, unit_cost, unit_list
 from timeline.graph.build import Node, chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
 from timeline.graph.families import attention, batch, decoder, embedding, head, mtp, sinks
 from timeline.graph.ir import Builder, Dims, FOp
-from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
+from timeline.graph.ops import ChunkTemplate, Op, OpCost, SavedTensor
 from timeline.graph.recompute import recompute_regions
 from timeline.graph.tensors import Category, TensorDef
 from timeline.spec.framework import FrameworkSpec
@@ -73,6 +73,17 @@ def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int,
     return b.ops
 
 
+def _made(a: Analysis, op: FOp) -> list[TensorDef]:
+    """The tensors forward op ``op`` allocates: its outputs and the side tensors the profile keeps,
+    but none it writes into a persistent workspace."""
+    # a set: a CP ring's attention has one extra per ring step, and scanning them per tensor
+    # made a cp = 1024 template quadratic (equal to the scan: TensorDef hashes what it compares)
+    extras = set(op.extras.values())
+    return [t for t in (*op.outputs.values(), *op.extras.values())
+            if not (t in extras and t.storage not in a.savers)  # a side tensor this profile does not keep
+            and t.storage not in op.buffered]  # written into a persistent workspace the profile places
+
+
 def _forward(a: Analysis) -> list[Op]:
     kept = set(a.kept)
     last_use: dict[str, int] = {}
@@ -83,14 +94,7 @@ def _forward(a: Analysis) -> list[Op]:
     out: list[Op] = []
     for i, op in enumerate(a.ops):
         allocs = []
-        # a set: a CP ring's attention has one extra per ring step, and scanning them per tensor
-        # made a cp = 1024 template quadratic (equal to the scan: TensorDef hashes what it compares)
-        extras = set(op.extras.values())
-        for t in (*op.outputs.values(), *op.extras.values()):
-            if t in extras and t.storage not in a.savers:
-                continue  # a side tensor this profile does not keep is never made
-            if t.storage in op.buffered:
-                continue  # written into a persistent workspace the profile places
+        for t in _made(a, op):
             cat = Category.ACTIVATIONS if t.storage in kept else (
                 Category.COMM if t.category == Category.COMM else Category.TEMPORARY)
             allocs.append(replace(t, category=cat))
@@ -136,19 +140,53 @@ def analytic_template(source: AnalyticSource, chunk: int, *, pp_rank: int | None
     """
     structure = source.ctx.structure
     a = _analysis(source, chunk, pp_rank)
-    side_i, side_w = backward_units(a, "split", structure.wgrad_transient)
-    fused, _ = backward_units(a, "fused", structure.wgrad_transient)
+    units = unit_list(a, structure.wgrad_transient)
+    side_i, side_w = split_sides(units, "split")
+    place_frees(side_i + side_w)
+    backward_i, backward_w = tuple(to_op(u) for u in side_i), tuple(to_op(u) for u in side_w)
+    place_frees(units)  # the same units as one fused backward: their frees again, in that order
     saved = _saved(a)
     per_layer = _per_layer(saved)
-    return ChunkTemplate(chunk=chunk, forward=tuple(_forward(a)), backward_i=tuple(to_op(u) for u in side_i),
-                         backward_w=tuple(to_op(u) for u in side_w), layer_activation_bytes=per_layer,
-                         backward=tuple(to_op(u) for u in fused), saved=saved)
+    return ChunkTemplate(chunk=chunk, forward=tuple(_forward(a)), backward_i=backward_i, backward_w=backward_w,
+                         layer_activation_bytes=per_layer, backward=tuple(to_op(u) for u in units), saved=saved)
+
+
+def analytic_costs(source: AnalyticSource, chunk: int) -> tuple[dict[str, list[OpCost]], dict[int, int]]:
+    """Per phase (``F``, ``B``, ``I``, ``W``: the template's ``forward``, ``backward``, ``backward_i``,
+    ``backward_w``) the :class:`OpCost` of each op of ``analytic_template(source, chunk)``, in order,
+    and its ``layer_activation_bytes`` — without the template's tensors and frees: all a plan's probe
+    reads (:func:`timeline.plan.bound.probe_stats`), a few thousand times per plan."""
+    a = _analysis(source, chunk, None)
+    units = unit_list(a, source.ctx.structure.wgrad_transient)
+
+    def backward(side: list[Unit]) -> list[OpCost]:
+        out = []
+        for u in side:
+            _, flops, moved = unit_cost(u)
+            out.append(OpCost(u.fop.layer, u.fop.kind, u.fop.stream, flops, float(moved)))
+        return out
+
+    forward = [OpCost(op.layer, op.kind, op.stream, op.flops,
+                      float(sum(t.size_bytes for t in _made(a, op)) + sum(t.size_bytes for t in op.dataflow_inputs())))
+               for op in a.ops]
+    side_i, side_w = split_sides(units, "split")
+    return {"F": forward, "B": backward(units), "I": backward(side_i), "W": backward(side_w)}, _layer_bytes(a)
 
 
 def analytic_layer_bytes(source: AnalyticSource, chunk: int, *, pp_rank: int | None = None) -> dict[int, int]:
     """``analytic_template(source, chunk).layer_activation_bytes`` without building the backward
     (the same analysis, the same saved tensors)."""
-    return _per_layer(_saved(_analysis(source, chunk, pp_rank)))
+    return _layer_bytes(_analysis(source, chunk, pp_rank))
+
+
+def _layer_bytes(a: Analysis) -> dict[int, int]:
+    """``_per_layer(_saved(a))`` without the saved tensors' copies."""
+    per_layer: dict[int, int] = {}
+    for s in a.kept:
+        layer = a.ops[a.savers[s][0].op].layer
+        layer = -1 if layer is None else layer
+        per_layer[layer] = per_layer.get(layer, 0) + a.tensors[s].size_bytes
+    return per_layer
 
 
 def _analysis(source: AnalyticSource, chunk: int, pp_rank: int | None) -> Analysis:

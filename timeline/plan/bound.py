@@ -24,8 +24,9 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from timeline.graph.analytic import AnalyticSource, analytic_layer_bytes
+from timeline.graph.analytic import AnalyticSource, analytic_costs, analytic_layer_bytes
 from timeline.graph.build import Node, chunk_layers
+from timeline.graph.ops import OpCost
 from timeline.graph.source import ModelSource
 from timeline.graph.static import is_expert_state, optimizer_element_bytes, zero_groups
 from timeline.graph.tensors import DTYPE_BYTES
@@ -113,7 +114,14 @@ def probe_stats(source: ModelSource, hw: HardwareSpec, par: ParallelSpec, rule: 
     parallel slice, ``rule``: the profile's ``expert_state_group``); ``zero_acts``: count no saved
     bytes (a full-recompute grouping the probe cannot stand for)."""
     kind = dict(kinds)
-    tpl = source.template(0)
+    if isinstance(source, AnalyticSource):  # its costs and saved bytes without the template's tensors
+        phases, per_layer = analytic_costs(source, 0)
+    else:
+        tpl = source.template(0)
+        phases = {ph: [OpCost.of(op) for op in ops] for ph, ops in (
+            ("F", tpl.forward), ("B", tpl.backward or tpl.backward_i + tpl.backward_w), ("I", tpl.backward_i),
+            ("W", tpl.backward_w))}
+        per_layer = tpl.layer_activation_bytes
     cost = CostModel.of(hw, par)
     n_layers = len(kind)
 
@@ -122,11 +130,9 @@ def probe_stats(source: ModelSource, hw: HardwareSpec, par: ParallelSpec, rule: 
             return None
         return kind[layer] if layer < n_layers else "mtp"
 
-    acts = _acts(tpl.layer_activation_bytes, kinds, zero_acts)
+    acts = _acts(per_layer, kinds, zero_acts)
     comp: dict[str, dict[str, float]] = {}
     comm: dict[str, dict[str, float]] = {}
-    phases = {"F": tpl.forward, "B": tpl.backward or tpl.backward_i + tpl.backward_w,
-              "I": tpl.backward_i, "W": tpl.backward_w}
     for ph, ops in phases.items():
         for op in ops:
             g = group(op.layer)
