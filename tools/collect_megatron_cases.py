@@ -7,7 +7,9 @@ writes one record per distinct golden blob, at the commit that first wrote it (a
 copied unchanged is one measurement, kept under the path it was first written to), in the schema of
 ``../shared/measured/megatron_calibration.json`` wherever ``tools/validate_measured.py`` reads a field
 (``tools/megatron_case_record.py`` builds each). The calibration dataset's own goldens (the blob at
-each record's ``memory_values_first_commit``) are left out: they are the dataset.
+each record's ``memory_values_first_commit``) are left out: they are the dataset. The world size is the
+CI recipe product's that ran the golden (``tools/megatron_recipes.py``: at the recording commit, else the
+nearest listing in the release lines' recipe history, ``parallel.recipe_commit`` naming the commit read).
 
 Each record carries its side of the held-out split, read from the committed manifest
 ``tools/megatron_split.json`` (the rule is in ``tools/megatron_split.py``: renamed directories are
@@ -37,6 +39,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import megatron_case_record as rec  # noqa: E402
+import megatron_recipes  # noqa: E402
 import megatron_split as ms  # noqa: E402
 
 DEFAULT_OUT = Path.home() / ".cache" / "timeline" / "megatron-cases.json"
@@ -102,9 +105,14 @@ def memory_key(golden: dict) -> str:
     return json.dumps([rec.series(golden, k) for k in MEMORY_KEYS])
 
 
+def release_refs(repo: Repo) -> list[str]:
+    """The refs :data:`RELEASE_REFS` names in ``repo``."""
+    return repo.git("for-each-ref", "--format=%(refname)", *RELEASE_REFS).split()
+
+
 def on_release_lines(repo: Repo) -> set[str]:
     """Commits reachable from :data:`RELEASE_REFS`."""
-    refs = repo.git("for-each-ref", "--format=%(refname)", *RELEASE_REFS).split()
+    refs = release_refs(repo)
     return set(repo.git("rev-list", *refs).split()) if refs else set()
 
 
@@ -121,27 +129,18 @@ def shared_keys(repo: Repo, shared: list[dict]) -> set[str]:
 
 
 class AtCommit:
-    """What one commit of Megatron-LM says about how its tests ran (recipes, runner, software), cached."""
+    """What one commit of Megatron-LM says about how its tests ran (recipes, runner, software), cached; the
+    recipes of the release lines' other commits where the commit's own list no product for a golden."""
 
     def __init__(self, repo: Repo) -> None:
         self.repo = repo
-        self.recipes: dict[str, dict] = {}
-        self.parsed: dict[frozenset, dict] = {}
-
-    def worlds(self, commit: str) -> dict:
-        if commit not in self.recipes:
-            listing = self.repo.git("ls-tree", "-r", commit, "--", rec.RECIPES)
-            blobs = frozenset((line.split()[2], line.split("\t", 1)[1]) for line in listing.splitlines()
-                              if line.endswith(".yaml"))
-            if blobs not in self.parsed:
-                self.parsed[blobs] = rec.recipe_worlds({p: self.repo.read(b) or "" for b, p in blobs})
-            self.recipes[commit] = self.parsed[blobs]
-        return self.recipes[commit]
+        self.recipes = megatron_recipes.Recipes(repo, release_refs(repo))
 
     def software(self, commit: str, environment: str) -> dict[str, str | None]:
         return {"megatron_core": rec.package_version(self.repo.read(f"{commit}:megatron/core/package_info.py")),
                 "container": rec.container(environment, self.repo.read(f"{commit}:docker/.ngc_version.{environment}"),
-                                           self.repo.read(f"{commit}:.gitlab/stages/01.build.yml"))}
+                                           self.repo.read(f"{commit}:.gitlab/stages/01.build.yml"),
+                                           self.repo.read(f"{commit}:.gitlab/stages/01.test.yml"))}
 
 
 def _config(repo: Repo, commit: str, name: str, product: dict | None) -> tuple[dict | None, str]:
@@ -160,17 +159,6 @@ def _config(repo: Repo, commit: str, name: str, product: dict | None) -> tuple[d
     return repo.yaml(f"{commit}:{path}"), path
 
 
-def _recipe(worlds: dict, name: str, gpu: str | None) -> dict | None:
-    """The recipe product that ran ``name`` on ``gpu`` (any platform when the golden names none, if
-    all products agree on the world size)."""
-    family, case = name.split("/", 1)
-    found = worlds.get((family, case), [])
-    fits = [p for p in found if p["gpu"] == gpu] if gpu else found
-    if gpu is None and len({p["nodes"] * p["gpus"] for p in fits}) > 1:
-        return None
-    return fits[0] if fits else None
-
-
 def record(repo: Repo, at: AtCommit, blob: str, commit: str, date: str, path: str, side: dict,
            head: str) -> dict[str, Any] | None:
     """The record of one golden blob, or None when the golden logs no peak at two iterations."""
@@ -180,13 +168,12 @@ def record(repo: Repo, at: AtCommit, blob: str, commit: str, date: str, path: st
         return None
     name = ms.case_of(path)[0]  # type: ignore[index]
     tag = rec.golden_tag(path)
-    product = _recipe(at.worlds(commit), name, tag["gpu"])
+    product, recipe_commit, unknown = at.recipes.product(name, tag, commit)
     config, config_file = _config(repo, commit, name, product)
     gpu = tag["gpu"] or (product or {}).get("gpu")
     note = rec.expressible_note(name.split("/")[0], config, tag)
     if product is None:
-        note = "; ".join(filter(None, [note, "no CI recipe at the recording commit lists this case on its platform "
-                                             "(world size unknown)"]))
+        note = "; ".join(filter(None, [note, unknown]))
     model_args = (config or {}).get("MODEL_ARGS") or {}
     env = rec.runner_env(repo.read(f"{commit}:{rec.RUNNER}"))
     env.update({str(k): rec.env_text(v) for k, v in ((config or {}).get("ENV_VARS") or {}).items()})
@@ -205,7 +192,7 @@ def record(repo: Repo, at: AtCommit, blob: str, commit: str, date: str, path: st
             "parallel": {**rec.layout(model_args), "world_size": world,
                          "nodes": product["nodes"] if product else None,
                          "gpus_per_node": product["gpus"] if product else None, "world_size_inferred": False,
-                         "recipe": product["path"] if product else None},
+                         "recipe": product["path"] if product else None, "recipe_commit": recipe_commit},
             "model_args": model_args, "env": env, "measured": meas, "expressible_note": note or None}
 
 

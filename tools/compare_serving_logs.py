@@ -10,11 +10,13 @@ published ``config.json`` from ``tests/data/hf`` — and the budget comes from
 Inputs that are *measured*, not predicted: the device's total memory (what the engine printed; else the
 hardware table's total PyTorch reports for that GPU, :data:`timeline.spec.hardware.TORCH_TOTAL_GIB`). The
 non-PyTorch memory is the tool's own (:mod:`timeline.serve.non_torch`, published measurements of the
-calibration side; ``nt?`` where it has none and counts 0) and is compared where the log prints it.
+calibration side, carried to other GPUs by its rules; ``nt?`` where a part of it is not measured) and is
+compared where the log prints it.
 Compared per record: weights, the
 profile run's activation peak (vLLM 0.6.4's ``peak_torch_memory`` minus the weights where that is what
 the log gives), the KV pool (GiB, blocks or tokens, as the engine printed it) and whether the engine
-started. The calibration and unseen sides are summarised separately; a record the tool cannot build
+started. A record's ``rank`` names the tensor-parallel rank whose line it transcribes (0, the driver, when
+absent): its own activation peak and pool, the engine's block count (the minimum over workers). The calibration and unseen sides are summarised separately; a record the tool cannot build
 (family not modelled, config or inputs missing, version not modelled) is counted with its reason.
 
 ``python tools/compare_serving_logs.py`` prints the Markdown tables of the calibration side and, of the
@@ -30,13 +32,13 @@ import json
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from timeline.errors import UserError
 from timeline.io.serve_runfile import load_serve_run
-from timeline.serve.budget import Budget, compute_budgets
-from timeline.serve.non_torch import measured_non_torch
+from timeline.serve.budget import Budget, compute_budget, compute_budgets
+from timeline.serve.non_torch import UNMEASURED, measured_non_torch
 from timeline.spec.hardware import TORCH_TOTAL_GIB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,6 +129,8 @@ def compare(rec: dict, folder: Path, before: bool) -> Row:
         row.refused = f"tool error: {str(exc).splitlines()[0][:160]}"
         return row
     b = row.budget = budgets[0]
+    if rec.get("rank"):  # the printed line is another TP rank's (its own peak and pool; the engine's blocks)
+        b = row.budget = replace(compute_budget(row_run, 0, rec["rank"]), num_kv_blocks=budgets[0].num_kv_blocks)
     m = rec["measured"]
     if "weights_gib" in m:
         row.errors["weights"] = rel(b.weights_bytes / GIB, m["weights_gib"])
@@ -155,7 +159,7 @@ def compare(rec: dict, folder: Path, before: bool) -> Row:
     if "starts" in m:
         ours = not b.failure
         row.cells["start"] = ("ok" if ours == m["starts"] else "DIFFERS") + f" ({'starts' if ours else 'refuses'})"
-    if rec["engine"] == "vllm" and measured_non_torch(row_run)[1].startswith("no published"):
+    if rec["engine"] == "vllm" and UNMEASURED in measured_non_torch(row_run)[1]:
         row.cells["note"] = "nt?"
     return row
 

@@ -60,23 +60,23 @@ def _steady_cell(r: dict) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    out = [f"{'case':<78} {'family':<28} {'predicted':>14} {'measured':>14} {'error':>8} {'reserved':>14} "
+    out = [f"{'case':<78} {'family':<38} {'predicted':>14} {'measured':>14} {'error':>8} {'reserved':>14} "
            f"{'steady MiB':>10} {'vs meas.':>10}"]
     for r in rows:
-        out.append(f"{r['name']:<78} {r['family']:<28} {r['predicted']:>14,} {r['measured']:>14,} "
+        out.append(f"{r['name']:<78} {r['family']:<38} {r['predicted']:>14,} {r['measured']:>14,} "
                    f"{r['error_pct']:>+7.2f}% {r['reserved']:>14,} {_steady_cell(r)}")
     out.append("")
     copied = [r for r in rows if r.get("copy_of")]
     rows = [r for r in rows if not r.get("copy_of")]
     for fam in sorted({r["family"] for r in rows}):
         errs = [abs(r["error_pct"]) for r in rows if r["family"] == fam]
-        out.append(f"{fam:<30} n={len(errs):>3}  median |error| {statistics.median(errs):6.2f}%  "
+        out.append(f"{fam:<38} n={len(errs):>3}  median |error| {statistics.median(errs):6.2f}%  "
                    f"worst {max(errs):6.2f}%")
     for label, keep in (("published world size (gated)", lambda r: "inferred" not in r["family"]),
                         ("all", lambda r: True)):
         errs = [abs(r["error_pct"]) for r in rows if keep(r)]
         if errs:
-            out.append(f"{label:<30} n={len(errs):>3}  median |error| {statistics.median(errs):6.2f}%  "
+            out.append(f"{label:<38} n={len(errs):>3}  median |error| {statistics.median(errs):6.2f}%  "
                        f"worst {max(errs):6.2f}%  within 1/2/4 %: {sum(e <= 1 for e in errs)}/"
                        f"{sum(e <= 2 for e in errs)}/{sum(e <= 4 for e in errs)}")
     out.append("")
@@ -130,8 +130,8 @@ def summary(label: str, records: list[dict], rows: list[dict], failed: list[tupl
     for scope, chosen in (("records", rows), ("newest per case and platform", newest(rows))):
         out.append(f"  peak allocated |error| over {scope}:")
         for fam in sorted({r["family"] for r in chosen}):
-            out.append(f"    {fam:<28} {_stats([abs(r['error_pct']) for r in chosen if r['family'] == fam])}")
-        out.append(f"    {'all':<28} {_stats([abs(r['error_pct']) for r in chosen])}")
+            out.append(f"    {fam:<38} {_stats([abs(r['error_pct']) for r in chosen if r['family'] == fam])}")
+        out.append(f"    {'all':<38} {_stats([abs(r['error_pct']) for r in chosen])}")
     steady = [100.0 * abs(r["steady_predicted"] - r["steady_measured"]) / r["steady_measured"]
               for r in rows if r["steady_measured"]]
     out.append(f"  steady state after iteration 1 |error|: {_stats(steady)}")

@@ -10,9 +10,12 @@ commit, each read from NVIDIA/Megatron-LM at that commit:
 - the platform (GPU and container) from the golden file's name (``golden_values_{environment}_{platform}.json``);
 - ``env``: the runner's defaults (``tests/functional_tests/shell_test_utils/_run_training.sh``:
   ``export NAME="${NAME:-value}"``) under the config's ``ENV_VARS``;
-- the world size: ``nodes × gpus`` of the CI recipe (``tests/test_utils/recipes/**.yaml``) whose
-  ``spec.model`` is the family and whose products list the case on the golden's platform;
-- ``expressible_note``: what the simulator cannot express today, by the configuration's own arguments.
+- the world size: ``nodes × gpus`` of the CI recipe (``tests/test_utils/recipes/**.yaml``; before 2024-12-03
+  ``tests/functional_tests/jet_recipes/*.yaml``) whose ``spec.model`` is the family and whose products list the
+  case in the golden's environment (dev | lts) on its platform (``tools/megatron_recipes.py`` picks it);
+- ``expressible_note``: what the simulator cannot express today, by the configuration's own arguments
+  (a ``_2nd`` golden is a resumed run's and a ``frozen-start`` test loads a checkpoint too, which
+  ``validate_measured`` simulates: no note).
 
 It does not decide which side of the split a case is on (``tools/megatron_split.py``) and writes nothing.
 """
@@ -27,7 +30,9 @@ import yaml
 #: golden file platform token → (measured.gpu prefix, GPU kind) — Megatron-LM's CI platform names
 PLATFORMS = (("gb200", "GB200"), ("b200", "B200"), ("h100", "H100"), ("a100", "A100"))
 RUNNER = "tests/functional_tests/shell_test_utils/_run_training.sh"
-RECIPES = "tests/test_utils/recipes"
+#: where Megatron-LM's CI recipes live: tests/test_utils/recipes from 522e567ea3 (2024-12-03), which moved them
+#: out of tests/functional_tests/jet_recipes
+RECIPES = ("tests/test_utils/recipes", "tests/functional_tests/jet_recipes")
 METRIC_SOURCE = ("torch.cuda.memory_stats(): allocated_bytes.all.current / allocated_bytes.all.peak, logged by "
                  "training_log() after optimizer step on rank world_size-1")
 
@@ -120,10 +125,12 @@ def _listed(value: Any) -> list:
 
 
 def recipe_worlds(recipe_texts: dict[str, str]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """(family, test case) → every recipe product listing it: ``gpu`` (kind, or None), ``nodes``, ``gpus``
-    (per node; a product's values override the spec's), ``path``, the moe2.0 ``model_config`` /
-    ``runtime_config`` it merges, and the training ``script`` (``TRAINING_SCRIPT_PATH``) with the model
-    family its name gives (``pretrain_gpt.py`` → gpt)."""
+    """(family, test case) → every recipe product listing it: ``gpu`` (kind, or None), ``environments`` (the
+    CI images it runs in, dev | lts; None: any), ``nodes``, ``gpus`` (per node; a product's values override
+    the spec's), ``path``, the moe2.0 ``model_config`` / ``runtime_config`` it merges, and the training
+    ``script`` (``TRAINING_SCRIPT_PATH``) with the model family its name gives (``pretrain_gpt.py`` → gpt).
+    Two layouts: each ``products`` entry a test-case group with its own ``products`` list (from 2024-12), or
+    (the jet_recipes of 2024) a product whose ``test_case`` list names the cases it runs."""
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for path, text in sorted(recipe_texts.items()):
         try:
@@ -137,14 +144,16 @@ def recipe_worlds(recipe_texts: dict[str, str]) -> dict[tuple[str, str], list[di
         for group in data.get("products") or []:
             if not isinstance(group, dict):
                 continue
-            for product in group.get("products") or [{}]:
+            for product in group.get("products") or [group]:
                 product = product if isinstance(product, dict) else {}
+                environments = _listed(product.get("environment", spec.get("environment")))
                 entry = {"nodes": int(_listed(product.get("nodes", spec.get("nodes", 1)))[0]),
                          "gpus": int(_listed(product.get("gpus", spec.get("gpus", 8)))[0]), "path": path,
                          "model_config": _listed(product.get("model_config"))[0],
                          "runtime_config": _listed(product.get("runtime_config"))[0],
                          "script": script.group(1) if script else None,
-                         "script_family": script.group(2) if script else None}
+                         "script_family": script.group(2) if script else None,
+                         "environments": None if environments == [None] else [str(e) for e in environments]}
                 for platform in _listed(product.get("platforms", spec.get("platforms"))):
                     gpu = golden_tag(f"golden_values_{platform}.json")["gpu"] if platform else None
                     for case in _listed(group.get("test_case")):
@@ -197,15 +206,39 @@ def expressible_note(family: str, config: dict | None, tag: dict[str, Any]) -> s
         notes.append(f"optimizer {optimizer} (not Adam)")
     if _on(args, "--export-kd-teacher-load"):
         notes.append("ModelOpt distillation (teacher model in memory)")
-    if test_type in ("frozen-start", "checkpoint-consistency") and "inference test (no training step)" not in notes:
+    if test_type == "checkpoint-consistency" and "inference test (no training step)" not in notes:
         notes.append(f"TEST_TYPE {test_type}: loads a checkpoint before the measured iterations")
-    if tag["second"]:
-        notes.append("the _2nd golden of a resumed run: loads a checkpoint before the measured iterations")
     if tag["release"]:
         notes.append("release-validation golden (a Megatron-Core version in its name, not recorded at this commit)")
-    if tag["environment"] == "lts":
-        notes.append("LTS container (validate_measured tables the dev image's PyTorch and Transformer Engine only)")
     return "; ".join(dict.fromkeys(notes)) or None
+
+
+#: expressible-note kinds the data wrote that the simulator models now, and how: the ``_2nd`` golden of a
+#: ``ckpt-resume`` test is its second run, which loads the first run's checkpoint (the optimizer's state with
+#: it) before its first logged iteration, and a ``frozen-start`` test loads the frozen checkpoint of the data
+#: folder before its first (``tests/functional_tests/shell_test_utils/run_ci_test.sh``: RUN_NUMBER=2 with
+#: CHECKPOINT_LOAD_PATH the first run's save; frozen-start's CHECKPOINT_LOAD_PATH); both are simulated as
+#: loading it (``from-megatron --resumed``: the optimizer's state unless --finetune / --no-load-optim,
+#: ``timeline/sim/megatron_load.py``)
+MODELLED_NOTES = ("the _2nd golden of a resumed run: loads a checkpoint before the measured iterations",
+                  "TEST_TYPE frozen-start: loads a checkpoint before the measured iterations",
+                  "TEST_TYPE frozen-start: loads a checkpoint before the measured iterations (peak may reflect "
+                  "loading)")
+
+
+def note_now(record: dict) -> str | None:
+    """The record's expressible note without the kinds :data:`MODELLED_NOTES` lists (None: nothing left)."""
+    kinds = [k for k in str(record.get("expressible_note") or "").split("; ") if k and k not in MODELLED_NOTES]
+    return "; ".join(kinds) or None
+
+
+def resumed_run(record: dict) -> bool:
+    """Whether the job loads a checkpoint before its measured iterations: a resumed run's golden
+    (``golden_values_…_2nd.json``) or a ``frozen-start`` test's (by ``test_type``, or the data's note)."""
+    if "resumed" in record:  # decided before the note was rewritten (main)
+        return bool(record["resumed"])
+    return (str(record["measured"].get("golden_tag") or "").endswith("_2nd") or record.get("test_type") == "frozen-start"
+            or "TEST_TYPE frozen-start" in str(record.get("expressible_note") or ""))
 
 
 def package_version(text: str | None) -> str | None:
@@ -218,13 +251,14 @@ def package_version(text: str | None) -> str | None:
     return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts.get('PRE_RELEASE', '')}"
 
 
-def container(environment: str, ngc_version: str | None, build_yml: str | None) -> str | None:
+def container(environment: str, ngc_version: str | None, *build_ymls: str | None) -> str | None:
     """The NGC PyTorch container (``YY.MM``) the CI image of ``environment`` builds on: ``docker/.ngc_version.<env>``
-    (from 2025-11), else the ``BASE_IMAGE`` of ``CI_MCORE_<ENV>_IMAGE`` in ``.gitlab/stages/01.build.yml``."""
-    for text in (ngc_version, build_yml):
+    (from 2025-11), else the ``BASE_IMAGE`` of ``CI_MCORE_<ENV>_IMAGE`` in the build stage's image matrix
+    (``build_ymls``: ``.gitlab/stages/01.build.yml`` from 2025-03-19, ``.gitlab/stages/01.test.yml`` before)."""
+    for text in (ngc_version, *build_ymls):
         if not text:
             continue
-        if text is build_yml:
+        if text is not ngc_version:
             block = re.search(rf"IMAGE:\s*CI_MCORE_{environment.upper()}_IMAGE(?:(?!IMAGE:\s*CI_).)*", text, re.S)
             text = block.group(0) if block else ""
         found = re.search(r"nvcr\.io/nvidia/pytorch:(\d+\.\d+)", text)

@@ -4,8 +4,10 @@ Every expressible case (``expressible_note`` empty, ``model_args`` present) goes
 ``timeline from-megatron`` (in process) and a 2-iteration simulation with summary output only; the
 last pipeline rank's device — global rank ``world_size − 1`` under Megatron's rank order — is
 compared with ``measured.max_allocated_bytes_second_logged``. Prints predicted, measured and error per
-case, then median and worst |error| per family (dense / MoE, published / inferred world size), the
-counts within 1, 2 and 4 %, and the wall time. ``--json FILE`` also writes the rows.
+case, then median and worst |error| per family (dense / MoE, published / inferred world size, the CI's
+dev / lts image), the counts within 1, 2 and 4 %, and the wall time. ``--json FILE`` also writes the rows.
+Each case runs under the Megatron-Core, PyTorch and Transformer Engine of the CI image it was recorded in
+(the tables below: the dev image's and the lts image's, from each commit on).
 
 The steady state is compared too: what the device holds after iteration 1's optimizer step (the
 blocks of the static state's and iteration 1's events) against ``measured.allocated_bytes_first_iter``, which
@@ -44,13 +46,15 @@ sys.path.insert(0, str(ROOT / "tools"))
 DEFAULT_DATA = ROOT.parent / "shared" / "measured" / "megatron_calibration.json"
 
 from measured_report import gap_lines, table  # noqa: E402  (the per-case table lives beside the part summaries)
+from megatron_case_record import golden_tag, note_now, resumed_run  # noqa: E402  (the notes' kinds live with the collection)
 
 #: measured.gpu prefix → --gpu
 GPU_KINDS = {"H100": "h100", "GB200": "gb200", "A100": "a100", "B200": "b200", "H200": "h200"}
 
 
 #: Megatron-LM's CI "dev" container from each commit on: before ``docker/.ngc_version.dev`` existed (2025-11),
-#: the ``BASE_IMAGE`` of the ``CI_MCORE_DEV_IMAGE`` build in ``.gitlab/stages/01.build.yml``
+#: the ``BASE_IMAGE`` of the ``CI_MCORE_DEV_IMAGE`` build in ``.gitlab/stages/01.build.yml`` (before 037c198b97,
+#: 2025-03-19, the same matrix in ``.gitlab/stages/01.test.yml``: 24.10 from 66e5306871 "bump-pyt-24.10")
 #: (``git log --first-parent -G 'BASE_IMAGE: nvcr.io/nvidia/pytorch' -- .gitlab/stages/01.build.yml``; a
 #: bump's own branch commit is listed where goldens were re-recorded in it: cb12e3dea4 "Bump PyT to 25.03",
 #: merged by f0f6231455; 2795ebde97 "Upgrade to 25.05-py3-devel image", merged by cc0bdfbdde), then the
@@ -60,10 +64,10 @@ GPU_KINDS = {"H100": "h100", "GB200": "gb200", "A100": "a100", "B200": "b200", "
 #: ships, and main is X.Y.0a0 from the X−1 release branch cut on). Only the PyTorch version's effect on the
 #: default cuBLAS workspace of Blackwell GPUs depends on it here (2.12 is the first with 32 MiB there);
 #: the GB200 goldens re-recorded at the 26.04 bump (5fe3f06) show it: the same configurations'
-#: steady-state allocated rose by 47.0 MiB, two workspaces of 32 − 8.125 MiB. Before 037c198b97
-#: (2025-03-19) no entry: no measured case was recorded earlier.
+#: steady-state allocated rose by 47.0 MiB, two workspaces of 32 − 8.125 MiB. Before 66e5306871
+#: (2025-01-21) no entry: no measured case was recorded earlier (the first collected ones are of 2025-01-23).
 DEV_CONTAINERS = (  # (from date, commit, container, PyTorch)
-    ("2025-03-19", "037c198b97", "24.10", "2.5"),
+    ("2025-01-21", "66e5306871", "24.10", "2.5"),
     ("2025-04-04", "cb12e3dea4", "25.03", "2.7"),
     ("2025-07-05", "2795ebde97", "25.05", "2.8"),
     ("2025-08-05", "71328b89b6", "25.06", "2.8"),
@@ -87,7 +91,7 @@ DEV_CONTAINERS = (  # (from date, commit, container, PyTorch)
 #: ``build_tools/VERSION.txt`` in NVIDIA/TransformerEngine (a ``release_vX.Y`` branch is X.Y). Where the
 #: source line was commented out (2025-11-25 to 2026-01-13) the PyPI range ``>=2.9.0a0,<2.10.0`` stood.
 TE_PINS = (  # (from date, commit, TE)
-    ("2025-03-19", "037c198b97", "1.11"),   # NGC 24.10's own TE (Dockerfile.ci.dev builds none)
+    ("2025-01-21", "66e5306871", "1.11"),   # NGC 24.10's own TE (Dockerfile.ci.dev builds none)
     ("2025-04-04", "cb12e3dea4", "2.2"),    # TE_COMMIT bee4649 (main, 2.2.0.dev0); merged by f0f6231455
     ("2025-07-05", "2795ebde97", "2.5"),    # TE_COMMIT 8382eed (release_v2.5, 2.5.0); merged by cc0bdfbdde
     ("2025-08-05", "71328b89b6", "2.6"),    # TE_COMMIT b97c2bf (release_v2.6, 2.6.0)
@@ -105,6 +109,41 @@ TE_PINS = (  # (from date, commit, TE)
     ("2026-07-14", "834abc1950", "2.17"),   # rev 2e559f0
     ("2026-08-11", "0c1fc4c5c9", "2.18"),   # rev e7c550c
     ("2026-08-22", "2c8ac9b753", "2.17"),   # rev 4329ff8 (2.17.1)
+)
+
+
+#: Megatron-LM's CI "lts" image from each commit on (55622ff6ab, 2024-10-18, added it): until 2025-11 the
+#: ``BASE_IMAGE`` of the ``CI_MCORE_LTS_IMAGE`` build (``.gitlab/stages/01.test.yml``, from 037c198b97
+#: ``01.build.yml``), NGC 24.01; then ``docker/.ngc_version.lts``, NGC 25.09 (eb48e81bd7 "ci: LTS container",
+#: reverted by 75f87c21ef the same day, replayed as 23a1dcaf74). ``git log --first-parent -G CI_MCORE_LTS_IMAGE
+#: -- .gitlab docker/.ngc_version.lts`` in NVIDIA/Megatron-LM; unchanged to d98e8a64dd. PyTorch: NGC's release
+#: notes (24.01 is based on 2.2.0a0+81ea7a4, 25.09 on 2.9.0a0). A collected record names the container its
+#: commit's CI built (``software.container``), which decides over the dates (two bumps fell on one day).
+LTS_CONTAINERS = (  # (from date, commit, container, PyTorch)
+    ("2024-10-18", "55622ff6ab", "24.01", "2.2"),
+    ("2025-11-05", "eb48e81bd7", "25.09", "2.9"),
+    ("2025-11-05", "75f87c21ef", "24.01", "2.2"),
+    ("2025-11-06", "23a1dcaf74", "25.09", "2.9"),
+)
+
+
+#: The Transformer Engine an NGC PyTorch container ships, by the date its release branch left TE's main
+#: (``git log`` of NVIDIA/TransformerEngine; a container takes its snapshot about a month before it ships):
+#: 24.01 — release_v1.2 left main 2023-12-15, release_v1.3 2024-01-16; 25.09 — release_v2.7 left main
+#: 2025-08-18 (v2.7 tagged 2025-08-28; release_v2.7.post0 2025-09-24), release_v2.8 on 2025-09-18.
+NGC_TE = {"24.01": "1.2", "25.09": "2.7"}
+
+
+#: The Transformer Engine of the lts image from each commit on: "container" — the NGC container's own
+#: (:data:`NGC_TE`): Dockerfile.ci.lts installed ``requirements/pytorch_24.01`` (no TE), then from cc3ed64b0c
+#: ``uv sync --extra lts`` (the ``lts`` extra lists no TE), and from 23a1dcaf74 Dockerfile.ci.dev with
+#: ``--extra ${IMAGE_TYPE}`` (lts); "dev" — the dev image's pin (:data:`TE_PINS`): cb3d5d9c40 added ``--extra te``
+#: to Dockerfile.ci.dev for both image types, and 4f2e7ce74a's own Dockerfile.ci.lts kept it; then 97b25d9d7b
+#: installs ``transformer-engine @ …@b9d690e042`` (release_v2.16.post, ``build_tools/VERSION.txt`` 2.16.0).
+LTS_TE = (  # (from date, commit, TE | "container" | "dev")
+    ("2024-10-18", "55622ff6ab", "container"),
+    ("2026-04-29", "cb3d5d9c40", "dev"),
+    ("2026-07-14", "97b25d9d7b", "2.16"),
 )
 
 
@@ -159,17 +198,33 @@ def _pinned(record: dict, history: tuple[tuple[str, str, str], ...]) -> str | No
     return version
 
 
+def is_lts(record: dict) -> bool:
+    """Whether the case ran in the CI's lts image (its golden file's name says so)."""
+    golden = str((record.get("measured") or {}).get("golden_file") or "")
+    return bool(golden) and golden_tag(golden)["environment"] == "lts"
+
+
+def _container(record: dict) -> str | None:
+    """The NGC container the case's CI image was built on (a collected record's own, else by date)."""
+    known = (record.get("software") or {}).get("container")
+    if known:
+        return str(known)
+    rows = LTS_CONTAINERS if is_lts(record) else DEV_CONTAINERS
+    return _pinned(record, tuple((since, bump, c) for since, bump, c, _pytorch in rows))
+
+
 def pytorch_of(record: dict) -> str | None:
-    """The PyTorch release line of the container the case's memory values were recorded in (None:
-    recorded before the first container listed, 2025-03-19, where the run file's default stands; no
-    measured case is that old). A collected record names the container its commit's CI built on
-    (``software.container``, read at that commit: a release branch's may differ from main's on the same
-    date); a container :data:`DEV_CONTAINERS` lists gives its PyTorch, any other falls back to the date."""
-    container = (record.get("software") or {}).get("container")
-    known = {c: pytorch for _since, _bump, c, pytorch in DEV_CONTAINERS}
+    """The PyTorch release line of the container the case's memory values were recorded in (None: recorded
+    before the first container listed, where the run file's default stands; no measured case is that old).
+    A collected record names the container its commit's CI built on (``software.container``, read at that
+    commit: a release branch's may differ from main's on the same date); a container :data:`DEV_CONTAINERS`
+    or :data:`LTS_CONTAINERS` lists gives its PyTorch, any other falls back to the date."""
+    known = {c: pytorch for rows in (DEV_CONTAINERS, LTS_CONTAINERS) for _since, _bump, c, pytorch in rows}
+    container = _container(record)
     if container in known:
         return known[container]
-    return _pinned(record, tuple((since, bump, pytorch) for since, bump, _c, pytorch in DEV_CONTAINERS))
+    rows = LTS_CONTAINERS if is_lts(record) else DEV_CONTAINERS
+    return _pinned(record, tuple((since, bump, pytorch) for since, bump, _c, pytorch in rows))
 
 
 def megatron_of(record: dict) -> str | None:
@@ -182,9 +237,15 @@ def megatron_of(record: dict) -> str | None:
 
 def te_of(record: dict) -> str | None:
     """The Transformer Engine version the case ran (None: recorded before the first pin listed,
-    2025-03-19, where the run file's default stands; no measured case is that old). By date on main's
-    pins for collected records too (a release branch's own pin is not read)."""
-    return _pinned(record, TE_PINS)
+    2025-01-21, where the run file's default stands; no measured case is that old). By date on main's
+    pins for collected records too (a release branch's own pin is not read); a case of the lts image by
+    :data:`LTS_TE`."""
+    if not is_lts(record):
+        return _pinned(record, TE_PINS)
+    source = _pinned(record, LTS_TE)
+    if source == "container":
+        return NGC_TE.get(_container(record) or "")
+    return _pinned(record, TE_PINS) if source == "dev" else source
 
 
 #: Megatron-LM 5e4fc931ba "refactor(data): consolidate get_batch and enable PP for SFT THD" (2026-05-21, on
@@ -196,6 +257,41 @@ KEEPS_BATCH = (("2026-05-21", "5e4fc931ba", "yes"),)
 def keeps_batch_of(record: dict) -> bool:
     """Whether the case's recording commit has 5e4fc931ba's ``get_batch`` (:data:`KEEPS_BATCH`)."""
     return _pinned(record, KEEPS_BATCH) == "yes"
+
+
+#: Megatron-LM 2659630721 "perf(MoE): Memory efficient token permutation" (2025-04-09, on main at package_info
+#: 0.12.0rc0, first released in core_v0.13.0rc0; no core_r0.12.x release has it): the routing probs scale the
+#: experts' activation instead of the combine's experts' output (``[framework] moe_probs_in_experts``)
+PROBS_IN_EXPERTS = (("2025-04-09", "2659630721", "yes"),)
+
+
+def probs_in_experts_of(record: dict) -> bool:
+    """Whether the case's recording commit has 2659630721 (:data:`PROBS_IN_EXPERTS`): Megatron-Core 0.13 and
+    later, or main's 0.12.0rc0 from that commit on (a 0.12 release never)."""
+    from timeline.profiles.megatron_workspaces import version_tuple
+
+    mc = megatron_of(record) or "0.14.0"
+    if version_tuple(mc) >= (0, 13):
+        return True
+    return mc == "0.12.0rc0" and _pinned(record, PROBS_IN_EXPERTS) == "yes"
+
+
+#: Megatron-LM a56a0b001d "fix(moe): ... reduce memory overhead for 1F1B A2A overlap" (2026-01-06, on main at
+#: package_info 0.16.0rc0, so no version gate on main separates it; first release core_v0.16.0): combined 1F1B
+#: releases each backward layer's schedule-plan nodes after the layer (``[framework]
+#: combined_1f1b_keeps_node_io`` false from it on)
+RELEASES_NODES = (("2026-01-06", "a56a0b001d", "yes"),)
+
+
+def releases_nodes_of(record: dict) -> bool:
+    """Whether the case's recording commit has a56a0b001d's node release (:data:`RELEASES_NODES`); a record
+    of a release branch (its ``package_info`` a final release) by its version, 0.16.0 on."""
+    from timeline.profiles.megatron_workspaces import version_tuple
+
+    version = megatron_of(record) or ""
+    if "rc" not in version and version_tuple(version) >= (0, 16, 0):
+        return True
+    return _pinned(record, RELEASES_NODES) == "yes"
 
 
 PROVENANCE = ROOT / "tools" / "golden_provenance.json"
@@ -232,7 +328,7 @@ def as_recorded(record: dict, provenance: dict[str, dict]) -> dict:
 
 
 def expressible(records: list[dict]) -> list[dict]:
-    return [r for r in records if r.get("model_args") and not r.get("expressible_note")]
+    return [r for r in records if r.get("model_args") and not note_now(r)]
 
 
 def _layout(record: dict) -> tuple:
@@ -271,9 +367,11 @@ def gpu_of(record: dict) -> str:
 
 
 def family(record: dict) -> str:
+    """dense | moe, with "inferred world size" and "lts image" (the CI's lts container) where they hold."""
     moe = bool(record["model_args"].get("--num-experts"))
-    inferred = bool(record["parallel"].get("world_size_inferred"))
-    return f"{'moe' if moe else 'dense'}{' (inferred world size)' if inferred else ''}"
+    tags = [tag for tag, on in (("inferred world size", bool(record["parallel"].get("world_size_inferred"))),
+                                ("lts image", is_lts(record))) if on]
+    return f"{'moe' if moe else 'dense'}{' (' + ', '.join(tags) + ')' if tags else ''}"
 
 
 def steady_after_first(tl: Timeline, d: int) -> int:
@@ -305,7 +403,10 @@ def convert_at_world_size(record: dict, margs: MegatronArgs) -> tuple[int, Conve
 
     def at(world: int) -> Conversion:
         return convert(margs, world_size=world, gpu=gpu_of(record), pytorch_version=pytorch_of(record),
-                       te_version=te_of(record), megatron_core=megatron_of(record), keeps_batch=keeps_batch_of(record))
+                       te_version=te_of(record), megatron_core=megatron_of(record), keeps_batch=keeps_batch_of(record),
+                       probs_in_experts=probs_in_experts_of(record),
+                       releases_nodes=releases_nodes_of(record),
+                       resumed=resumed_run(record))
 
     *earlier, last = world_size_candidates(record)
     for world in earlier:
@@ -364,8 +465,10 @@ def validate(records: list[dict], only: str = "", failed: list | None = None,
             failed.append((rec["name"], str(exc)))
             continue
         m = rec["measured"]
+        # after the first iteration the job runs: iteration 1, or a resumed run's first after its checkpoint
+        first = m.get("first_iter") == 1 or resumed_run(rec)
         steady_measured = (int(m["allocated_bytes_first_iter"])
-                           if m.get("first_iter") == 1 and m.get("allocated_bytes_first_iter") is not None else None)
+                           if first and m.get("allocated_bytes_first_iter") is not None else None)
         rows.append({"name": rec["name"], "family": family(rec), "predicted": alloc, "measured": measured,
                      "error_pct": 100.0 * (alloc - measured) / measured, "reserved": reserved,
                      "reserved_gap": gap["by_last_occupant"], "pp": int(rec["parallel"].get("pp") or 1),
@@ -449,10 +552,15 @@ def main() -> int:
     if isinstance(cases, str):
         print(f"validate_measured: {cases}", file=sys.stderr)
         return 2
+    if any("recipe_commit" not in (r.get("parallel") or {}) for r in cases):
+        print(f"validate_measured: --cases {args.cases}: collected before the lts image's versions and the recipes' "
+              "history were read; rerun tools/collect_megatron_cases.py", file=sys.stderr)
     written: list[dict] = []
     summaries: list[str] = []
     count = 0
     for label, records, per_case in parts(args.set, shared, cases):
+        # the kinds modelled now dropped from the notes (the data stays as collected)
+        records = [{**r, "expressible_note": note_now(r), "resumed": resumed_run(r)} for r in records]
         failed: list[tuple[str, str]] = []
         rows = validate(records, args.only, failed, provenance)
         count += len(rows)

@@ -33,6 +33,7 @@ PHASES = {
 
 WRAPPER = """
 import importlib, os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's background job starts with it ignored
 module, name = sys.argv[1], sys.argv[2]
 mod = importlib.import_module(module)
 original = getattr(mod, name)
@@ -66,9 +67,12 @@ def test_sigint_in_each_phase(tmp_path, phase):
 @pytest.mark.parametrize("delay_s", [1.5, 3.0, 4.5])
 def test_sigint_from_outside_stops_a_long_run_within_2_s(tmp_path, delay_s):
     """The shipped DeepSeek-V3 run (several seconds on 2 cores): Ctrl-C at three moments."""
+    # a shell's background job (CI run with `&`) inherits SIGINT ignored, which Python keeps: restore the
+    # default disposition for the child, as an interactive terminal gives it
     proc = subprocess.Popen([sys.executable, "-m", "timeline.cli", "simulate", str(SHIPPED), "-o",
                              str(tmp_path / "out"), "--no-progress"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(delay_s)
     if proc.poll() is not None:
         pytest.skip("the run finished before the interrupt (a fast machine)")

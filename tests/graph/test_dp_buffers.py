@@ -5,6 +5,8 @@ per-bucket shard split, and no padding without the distributed optimizer."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from timeline.graph.dp_buffers import DdpRules, ddp_buffers, ddp_rules, layout, shared_embeddings
 from timeline.graph.tensors import param
 from timeline.spec.framework import FrameworkSpec
@@ -89,3 +91,22 @@ def test_bucket_size_follows_megatrons_default_only_with_overlap_grad_reduce():
                      tied=False).bucket_size == 1000
     busbw = ddp_rules(FrameworkSpec(ddp_pad_for_busbw=True), tr, par, tied=False)
     assert layout([A], rules=busbw, group=3, bucket_size=None)[0] == 3 * 2 ** 16  # lcm(3, 128, 65536)
+
+
+def test_overlap_param_gather_with_optimizer_step_unbuckets_every_chunk_and_chains_the_first_chunk_first():
+    """training.py: get_model disables bucketing for every chunk under the flag; optimizer/__init__.py gives the
+    first chunk's dense parameters an optimizer of their own, before the other chunks' and the experts'."""
+    fw = FrameworkSpec(overlap_grad_reduce=True, ddp_bucket_size=150, overlap_param_gather_with_optimizer_step=True)
+    tr, par = TrainingSpec(zero=1), ParallelSpec(pp=2, vpp=2, dp=4, ep=2)
+    rules = ddp_rules(fw, tr, par, tied=False)
+    assert rules.bucket_size is None and rules.first_chunk_optimizer
+    expert = param("layers.0.mlp.experts.fc1", (4, 64), module="moe", dtype="bf16", expert=True)
+    bufs = ddp_buffers([(0, [A, B, C, expert]), (2, [A, B, C])], rules=rules, tr=tr, par=par, expert_rule="routed",
+                       pp_rank=0, num_chunks=4)
+    # chunk 0 is one bucket now: c 0..100, b 128..198, a 256..1256 → lcm(4, 128) = 128 → 1280
+    assert [(b.label, b.optimizer, 1 + max(s.bucket for s in b.slots), b.numel) for b in bufs] == [
+        ("chunk0", 0, 1, 1280), ("chunk0.expert", 2, 1, 256), ("chunk2", 1, 1, 1280)]
+    plain = ddp_buffers([(0, [A, B, C, expert]), (2, [A, B, C])], rules=replace(rules, first_chunk_optimizer=False,
+                                                                               bucket_size=150),
+                        tr=tr, par=par, expert_rule="routed", pp_rank=0, num_chunks=4)
+    assert [(b.optimizer, 1 + max(s.bucket for s in b.slots)) for b in plain] == [(0, 2), (1, 1), (0, 1)]

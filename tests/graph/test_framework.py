@@ -38,8 +38,10 @@ def test_no_fact_in_two_tables():
 
 def test_structure_holds_no_model_family():
     """Architecture facts are the model's (ModelSpec), not lists of model types in a profile."""
+    # cp_comm is the run's per-layer list of TE context-parallel exchanges (Megatron's --cp-comm-type), no model type
     for p in PROFILES.values():
-        assert not any(isinstance(getattr(p.structure, f.name), tuple) for f in fields(Structure))
+        assert not any(isinstance(getattr(p.structure, f.name), tuple) for f in fields(Structure) if f.name != "cp_comm")
+        assert set(p.structure.cp_comm) <= {"p2p", "a2a", "a2a+p2p"}
     facts = ("fused_qkv", "residual_dropout", "router_score", "router_weights_cast", "rope_half_width",
              "norm_output_fp32")
     assert not {f.name for f in fields(ModelSpec)} & set(facts)  # derived: outputs list every field

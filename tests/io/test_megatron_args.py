@@ -117,6 +117,17 @@ def test_auto_attention_follows_te_s_backend_choice():
     assert sections(BASE, det | {"NVTE_FLASH_ATTN": "0"}, gpu="a100")["framework"]["attention_backend"] == "unfused"
 
 
+def test_te_before_1_3_turns_flash_attention_off_in_deterministic_training():
+    """TE v1.2.1 DotProductAttention.__init__ disables FlashAttention 2 whenever
+    NVTE_ALLOW_NONDETERMINISTIC_ALGO=0; with the F16 fused backend also off for determinism below sm90, an
+    A100 runs TE's unfused attention (from v1.3 flash-attn ≥ 2.4.1 stays on)."""
+    det = {"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"}
+    assert sections(BASE, det, gpu="a100", te_version="1.2")["framework"]["attention_backend"] == "unfused"
+    assert sections(BASE, det, gpu="a100", te_version="1.3")["framework"]["attention_backend"] == "flash"
+    assert sections(BASE, {}, gpu="a100", te_version="1.2")["framework"]["attention_backend"] == "flash"
+    assert sections(BASE, det, gpu="h100", te_version="1.2")["framework"]["attention_backend"] == "fused"
+
+
 def test_auto_attention_on_blackwell_in_deterministic_training_follows_the_te_version():
     """TE's "Disabling FusedAttention for determinism reasons on Blackwell": none before 2.7, always in
     2.9–2.11, and from 2.12 (fused_attn.cpp) only with dropout; flash attention is what remains."""

@@ -131,7 +131,34 @@ def test_each_case_runs_under_the_transformer_engine_megatron_pinned():
         == "2.7"
     # before the pyproject pin, Dockerfile.ci.dev's TE_COMMIT: bee4649 (2.2.0.dev0) from the 25.03 bump
     assert tool.te_of({"memory_values_first_commit_date": "2025-07-01"}) == "2.2"
-    assert tool.te_of({"memory_values_first_commit_date": "2025-03-01"}) is None  # no case is that old
+    # before it, NGC 24.10's own (the 24.10 bump 66e5306871 of 2025-01-21; the first collected goldens are of 01-23)
+    assert tool.te_of({"memory_values_first_commit_date": "2025-03-01"}) == "1.11"
+    assert tool.te_of({"memory_values_first_commit_date": "2025-01-20"}) is None  # no case is that old
+
+
+def _lts(date: str, commit: str = "", container: str | None = None) -> dict:
+    return {"memory_values_first_commit": commit, "memory_values_first_commit_date": date,
+            "software": {"container": container},
+            "measured": {"golden_file": "tests/functional_tests/test_cases/gpt/x/golden_values_lts_dgx_a100.json"}}
+
+
+def test_lts_cases_run_under_the_lts_image():
+    """The lts image: NGC 24.01 and its own TE until 23a1dcaf74 (2025-11-06), NGC 25.09 and its own TE until
+    cb3d5d9c40 added ``--extra te`` (the dev pin), and from 97b25d9d7b TE b9d690e042 (2.16)."""
+    tool = _tool()
+    shared = next(r for r in _records() if "golden_values_lts" in r["measured"]["golden_file"])
+    assert tool.is_lts(shared) and shared["memory_values_first_commit_date"] == "2025-10-21"
+    assert (tool.pytorch_of(shared), tool.te_of(shared)) == ("2.2", "1.2")  # the dev image then: 25.09, TE 2.8
+    assert tool.family(shared) == "moe (inferred world size, lts image)"
+    assert (tool.pytorch_of(_lts("2026-01-10")), tool.te_of(_lts("2026-01-10"))) == ("2.9", "2.7")
+    assert tool.te_of(_lts("2026-05-10")) == tool.te_of({"memory_values_first_commit_date": "2026-05-10"}) == "2.14"
+    assert tool.te_of(_lts("2026-08-20")) == "2.16"
+    # eb48e81bd7 moved the lts image to 25.09 and 75f87c21ef reverted it the same day: the commit decides
+    assert tool.te_of(_lts("2025-11-05", "eb48e81bd7" + "0" * 30)) == "2.7"
+    assert tool.te_of(_lts("2025-11-05", "75f87c21ef" + "0" * 30)) == "1.2"
+    # a collected record's own container decides over the date (23a1dcaf74 replayed the bump on 11-06)
+    assert tool.te_of(_lts("2025-11-06", "0" * 40, container="25.09")) == "2.7"
+    assert tool.pytorch_of(_lts("2025-11-06", "0" * 40, container="25.09")) == "2.9"
 
 
 def test_the_2026_deterministic_moe_twin_matches(rows):
@@ -237,3 +264,30 @@ def test_the_2025_moe_cases_unpermute_by_scatter_add(rows):
                  "moe/gpt3_mcore_te_tp2_pp1_frozen_resume_torch_dist_te_8experts2parallel_groupedGEMM"):
         assert by_name[name]["recorded_at"] in ("194b2be238", "c6b08c2e5a")
         assert abs(by_name[name]["error_pct"]) < 0.25, (name, by_name[name]["error_pct"])
+
+
+def test_each_moe_case_multiplies_the_probs_where_its_commit_did():
+    """Megatron-LM 2659630721 (2025-04-09, main at 0.12.0rc0, first released in 0.13.0rc0; never on core_r0.12)
+    moved the routing-probability multiply from the combine into the experts."""
+    tool = _tool()
+
+    def rec(core: str, commit: str, date: str) -> dict:
+        return {"software": {"megatron_core": core}, "memory_values_first_commit": commit,
+                "memory_values_first_commit_date": date}
+
+    assert not tool.probs_in_experts_of(rec("0.12.0rc0", "cb12e3dea4", "2025-04-04"))
+    assert tool.probs_in_experts_of(rec("0.12.0rc0", "2659630721ac", "2025-04-09"))
+    assert not tool.probs_in_experts_of(rec("0.12.1", "0123456789", "2025-05-01"))  # the 0.12 release line
+    assert tool.probs_in_experts_of(rec("0.13.0rc0", "795f135561", "2025-04-10"))
+
+
+def test_the_moe_goldens_recorded_before_2659630721_keep_the_combine_s_product(rows):
+    """Two GeLU top-k MoE goldens recorded at cb12e3dea4 (2025-04-04), before the probs moved into the experts:
+    the combine keeps the experts' [rows, h] output, not the [rows, ffn] activation the later multiply keeps
+    (12 layers × 4096 rows × (1024 − 512) × 2 B = 48 MiB a routed row per top-k); +2.71 % and +2.90 % with the
+    later rule."""
+    by_name = {r["name"]: r for r in rows[0]}
+    for name in ("moe/gpt3_mcore_te_tp2_pp1_resume_torch_dist_te_8experts2parallel_groupedGEMM",
+                 "moe/gpt3_mcore_te_tp2_pp1_resume_torch_dist_te_8experts2parallel_top2router"):
+        assert by_name[name]["recorded_at"] == "cb12e3dea4"
+        assert abs(by_name[name]["error_pct"]) < 1.0, (name, by_name[name]["error_pct"])

@@ -120,9 +120,20 @@ def test_the_expressible_note_names_each_kind():
                                  "--optimizer": "muon"}}
     assert rec.expressible_note("moe", fp8_graphs, dev) == (
         "fp8/fp4 training; CUDA graphs (graph memory pools); optimizer muon (not Adam)")
-    assert rec.expressible_note("t5", config, rec.golden_tag("x/golden_values_lts_dgx_a100.json")).startswith(
-        "T5 encoder-decoder model; LTS container")
+    lts = rec.golden_tag("x/golden_values_lts_dgx_a100.json")
+    assert rec.expressible_note("t5", config, lts) == "T5 encoder-decoder model"
+    assert rec.expressible_note("gpt", config, lts) is None  # validate_measured tables the lts image's versions
     assert rec.expressible_note("gpt", None, dev) == "no model_config.yaml at the recording commit"
+    # a resumed run's _2nd golden is expressible: validate_measured simulates it resumed
+    second = rec.golden_tag("x/golden_values_dev_dgx_h100_2nd.json")
+    assert rec.expressible_note("gpt", config, second) is None
+    old = {"expressible_note": "the _2nd golden of a resumed run: loads a checkpoint before the measured iterations; "
+                               "fp8/fp4 training", "measured": {"golden_tag": "dev_dgx_h100_2nd"}}
+    assert rec.note_now(old) == "fp8/fp4 training" and rec.resumed_run(old)
+    assert rec.note_now({"expressible_note": rec.MODELLED_NOTES[0]}) is None
+    frozen = {"TEST_TYPE": "frozen-start", "MODEL_ARGS": {"--num-layers": 2, "--finetune": True}}
+    assert rec.expressible_note("gpt", frozen, dev) is None
+    assert rec.resumed_run({"test_type": "frozen-start", "measured": {"golden_tag": "dev_dgx_h100"}})
 
 
 def test_moe2_configs_merge_as_megatron_s_merge_config():

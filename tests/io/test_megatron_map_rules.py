@@ -4,6 +4,8 @@ values (a CP exchange other than p2p, a non-default value, a view that needs SP 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from timeline.errors import UserError
@@ -53,11 +55,24 @@ def test_padded_vocab_size_is_the_vocabulary_unpadded():
     assert c.sections["framework"]["make_vocab_size_divisible_by"] == 1
 
 
-def test_cp_comm_type_other_than_p2p_is_refused_only_with_context_parallelism():
-    convert_args(BASE | {"--cp-comm-type": "a2a"})  # cp 1: no exchange at all
-    convert_args(BASE | {"--context-parallel-size": 2, "--cp-comm-type": ["p2p"]})
-    with pytest.raises(UserError, match=r"^--cp-comm-type a2a\+p2p: only the p2p context-parallel exchange"):
-        convert_args(BASE | {"--context-parallel-size": 2, "--cp-comm-type": "a2a+p2p"})
+def test_cp_comm_types_map_and_allgather_is_refused_only_with_context_parallelism():
+    convert_args(BASE | {"--cp-comm-type": "allgather"})  # cp 1: no exchange at all
+    cp2 = BASE | {"--context-parallel-size": 2}
+    assert convert_args(cp2 | {"--cp-comm-type": ["p2p"]}).sections["framework"]["cp_comm_type"] == ["p2p"]
+    assert convert_args(cp2 | {"--cp-comm-type": "a2a"}).sections["framework"]["cp_comm_type"] == ["a2a"]
+    per_layer = convert_args(cp2 | {"--cp-comm-type": "p2p a2a p2p a2a"}).sections["framework"]
+    assert per_layer["cp_comm_type"] == ["p2p", "a2a", "p2p", "a2a"]
+    with pytest.raises(UserError, match=r"^--cp-comm-type allgather: the whole K and V"):
+        convert_args(cp2 | {"--cp-comm-type": "allgather"})
+    with pytest.raises(UserError, match=r"^--cp-comm-type: 2 values; give one, or one per layer \(4\)"):
+        convert_args(cp2 | {"--cp-comm-type": "p2p a2a"})
+    # a2a+p2p: arguments.py wants the hierarchical sizes, multiplying to cp; the first is the a2a group
+    cp4 = BASE | {"--context-parallel-size": 4, "--cp-comm-type": "a2a+p2p"}
+    c = convert_args(cp4 | {"--hierarchical-context-parallel-sizes": "2 2"}, world_size=4)
+    assert (c.sections["framework"]["cp_comm_type"], c.sections["framework"]["cp_a2a_size"]) == (["a2a+p2p"], 2)
+    for sizes in (None, "2 4"):
+        with pytest.raises(UserError, match=r"^--hierarchical-context-parallel-sizes"):
+            convert_args(cp4 | ({"--hierarchical-context-parallel-sizes": sizes} if sizes else {}), world_size=4)
 
 
 def test_p2p_overlap_matters_only_to_the_interleaved_schedule():
@@ -108,3 +123,107 @@ def test_jobs_the_config_names_by_mode_or_script():
         convert_args(BASE | {"--num-tokens-to-generate": 16})
     with pytest.raises(UserError, match=r"^--num-experts-per-tok: not a Megatron-LM argument; use --moe-router-topk"):
         convert_args(BASE | {"--num-experts-per-tok": 2})
+
+
+EP = {"--num-experts": 4, "--moe-router-topk": 2, "--expert-model-parallel-size": 2,
+      "--moe-token-dispatcher-type": "alltoall", "--overlap-moe-expert-parallel-comm": True}
+
+
+@pytest.mark.parametrize(("version", "releases", "keeps"), [
+    ("0.15.0rc8", None, True), ("0.16.0rc0", None, True), ("0.16.0", None, False), ("0.18.0", None, False),
+    ("0.16.0rc0", True, False),  # main after a56a0b001d (2026-01-06) still says 0.16.0rc0
+])
+def test_overlap_moe_expert_parallel_comm_is_combined_1f1b_and_keeps_node_io_before_a56a0b001d(
+        version, releases, keeps):
+    s = convert_args(BASE | EP, megatron_core=version, releases_nodes=releases).sections
+    assert s["schedule"] == {"kind": "1f1b", "combined_1f1b": True}
+    assert s["framework"]["combined_1f1b_keeps_node_io"] is keeps
+    assert s["framework"]["ep_overlap_early_attn_memory_release"] is False
+
+
+def test_combined_1f1b_is_refused_where_megatron_refuses_it():
+    with pytest.raises(UserError, match="--overlap-moe-expert-parallel-comm: .*virtual pipeline"):
+        convert_args(BASE | EP | {"--pipeline-model-parallel-size": 2}, world_size=4)
+    with pytest.raises(UserError, match="alltoall or flex"):
+        convert_args(BASE | EP | {"--moe-token-dispatcher-type": "allgather"})
+    with pytest.raises(UserError, match="--ep-overlap-early-attn-memory-release: .*0.16.0"):
+        convert_args(BASE | EP | {"--ep-overlap-early-attn-memory-release": True}, megatron_core="0.15.0")
+    with pytest.raises(UserError, match="from a56a0b001d"):  # main's 0.16.0rc0 before the commit
+        convert_args(BASE | EP | {"--ep-overlap-early-attn-memory-release": True}, releases_nodes=False)
+    s = convert_args(BASE | EP | {"--ep-overlap-early-attn-memory-release": True}, megatron_core="0.17.0").sections
+    assert s["framework"]["ep_overlap_early_attn_memory_release"] is True
+    s = convert_args(BASE | EP | {"--pipeline-model-parallel-size": 2, "--num-layers-per-virtual-pipeline-stage": 1},
+                     world_size=4).sections
+    assert s["schedule"]["kind"] == "interleaved" and s["schedule"]["combined_1f1b"] is True
+
+
+def test_overlap_param_gather_with_optimizer_step_maps_where_megatron_accepts_it():
+    ok = BASE | {"--pipeline-model-parallel-size": 2, "--num-layers-per-virtual-pipeline-stage": 1,
+                 "--use-distributed-optimizer": True, "--overlap-param-gather": True, "--ckpt-format": "torch",
+                 "--overlap-param-gather-with-optimizer-step": True}
+    c = convert_args(ok, world_size=4)
+    assert c.sections["framework"]["overlap_param_gather_with_optimizer_step"] is True
+    assert c.mapped["--overlap-param-gather-with-optimizer-step"] == "framework.overlap_param_gather_with_optimizer_step"
+    # --overlap-param-gather, read only to check the combination, stays listed memory-neutral
+    assert "--overlap-param-gather" in c.neutral
+    assert convert_args(BASE).sections["framework"]["overlap_param_gather_with_optimizer_step"] is False
+    # arguments.py: validate_args asserts each of these; the first missing one is named
+    for drop, named in (("--use-distributed-optimizer", "--use-distributed-optimizer"),
+                        ("--overlap-param-gather", "--overlap-param-gather"),
+                        ("--num-layers-per-virtual-pipeline-stage", "an interleaved schedule"),
+                        ("--ckpt-format", "--ckpt-format torch")):
+        args = {k: v for k, v in ok.items() if k != drop}
+        with pytest.raises(UserError, match=rf"^--overlap-param-gather-with-optimizer-step: Megatron-LM rejects it "
+                                            rf"without {named}"):
+            convert_args(args, world_size=4)
+
+
+def test_a_resumed_run_loads_the_optimizer_state_unless_finetune_or_no_load_optim():
+    fp16 = BASE | {"--fp16": True, "--bf16": False}
+    fresh = convert_args(fp16).sections
+    # fresh fp16: the initial loss scale overflows the first steps (no moments yet); nothing loaded
+    assert (fresh["training"]["resumed"], fresh["training"]["optimizer_step"]) == (False, False)
+    assert fresh["framework"]["checkpoint_format"] == "torch_dist"
+    s = convert_args(fp16, resumed=True).sections
+    # checkpointing.py: load_checkpoint loads the optimizer and its grad scaler: the loaded scale steps
+    assert (s["training"]["resumed"], s["training"]["optimizer_step"]) == (True, True)
+    for flag in ("--finetune", "--no-load-optim"):
+        c = convert_args(fp16 | {flag: True}, resumed=True)
+        assert (c.sections["training"]["resumed"], c.sections["training"]["optimizer_step"]) == (False, False)
+        assert c.mapped[flag] == "training.resumed"
+    torch = convert_args(BASE | {"--ckpt-format": "torch"}, resumed=True)
+    assert torch.sections["framework"]["checkpoint_format"] == "torch"
+
+
+def test_a_load_megatron_reads_otherwise_is_refused_only_when_a_checkpoint_is_loaded():
+    for extra in ({"--ckpt-format": "fsdp_dtensor"}, {"--ckpt-fully-parallel-load": True}):
+        convert_args(BASE | extra)  # nothing loaded: neither moves a byte
+        with pytest.raises(UserError, match=r"^--ckpt-f"):
+            convert_args(BASE | extra, resumed=True)
+        with pytest.raises(UserError, match=r"^--ckpt-f"):
+            convert_args(BASE | extra | {"--finetune": True})
+    # a DP·CP group of one loads plainly (fully_parallel.py: FullyParallelLoadStrategyWrapper.load)
+    convert_args(BASE | {"--ckpt-fully-parallel-load": True}, world_size=1, resumed=True)
+
+
+def test_deferred_embedding_wgrad_maps_where_megatron_accepts_it():
+    pp2 = BASE | {"--pipeline-model-parallel-size": 2}
+    c = convert_args(pp2 | {"--defer-embedding-wgrad-compute": True, "--wgrad-deferral-limit": 2})
+    assert (c.sections["framework"]["defer_embedding_wgrad"], c.sections["framework"]["wgrad_deferral_limit"]) == (
+        True, 2)
+    assert convert_args(pp2 | {"--wgrad-deferral-limit": 2}).sections["framework"]["defer_embedding_wgrad"] is False
+    # model_parallel_config.py: ModelParallelConfig.__post_init__ raises for each of these
+    for args, start in ((BASE, "--defer-embedding-wgrad-compute: Megatron-LM rejects it without pipeline"),
+                        (pp2 | {"--no-gradient-accumulation-fusion": True}, "--defer-embedding-wgrad-compute with "
+                                                                             "--no-gradient-accumulation-fusion"),
+                        (pp2 | {"--wgrad-deferral-limit": -1}, "--wgrad-deferral-limit -1"),
+                        (pp2 | {"--wgrad-deferral-limit": 1, "--mtp-num-layers": 1}, "--wgrad-deferral-limit with "
+                                                                                     "--mtp-num-layers")):
+        with pytest.raises(UserError, match="^" + re.escape(start)):
+            convert_args(args | {"--defer-embedding-wgrad-compute": True}, world_size=4)
+
+
+def test_legacy_models_are_refused_by_name_with_the_reason():
+    with pytest.raises(UserError, match=r"^--use-legacy-models: the legacy \(pre-Megatron-Core\) GPT model "
+                                        r"\(megatron/legacy\) is not modelled$"):
+        convert_args(BASE | {"--use-legacy-models": True})

@@ -17,11 +17,13 @@ import pytest
 
 from timeline.io import megatron_table as table
 from timeline.io.megatron_neutral import UNDER
+from timeline.io.megatron_state_args import CHECKED_ONLY
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTS = ROOT / "tests" / "data" / "megatron" / "parser_args.json"
 INDEX = ROOT / "timeline" / "io" / "megatron_parser_versions.json"
-MAPPING_SOURCES = ("timeline/io/megatron_map.py", "timeline/io/megatron_framework.py")
+MAPPING_SOURCES = ("timeline/io/megatron_map.py", "timeline/io/megatron_framework.py",
+                   "timeline/io/megatron_state_args.py", "timeline/io/megatron_cp.py")
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +69,9 @@ def test_the_mapped_class_is_what_the_mapping_reads():
         read |= set(re.findall(r'"(--[a-z0-9][\w-]*)"', (ROOT / rel).read_text()))
     # read only to name the model family they build, then refused: a MIMO script's argument, --spec
     read -= {"--model-provider", *table.REFUSED}
+    # neutral ones read only to refuse what Megatron itself rejects (megatron_state_args.py)
+    assert set(CHECKED_ONLY) <= set(table.NEUTRAL_REASON)
+    read -= set(CHECKED_ONLY)
     assert sorted(read - set(table.MAPPED)) == []
     # the value-gated ones are read through REFUSED_UNLESS (megatron_map.py: refuse_unmodelled)
     assert set(table.REFUSED_UNLESS) <= set(table.MAPPED)

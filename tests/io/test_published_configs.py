@@ -204,3 +204,25 @@ def test_layer_types_of_other_families_are_not_read(tmp_path):
     path.write_text(f'[model]\nhf_config = "{tmp_path / "config.json"}"\nnum_hidden_layers = 2\n')
     run = load_run(path)
     assert run.model.layer_types == () and run.model.sliding_window == 0
+
+
+def test_opt_125m_reads_its_family(tmp_path):
+    """facebook/opt-125m: pre-norm LayerNorms, biased q/k/v/out and fc1/fc2, ReLU, learned positions, tied
+    head. The count is transformers' OPTForCausalLM (125,239,296) less OPTLearnedPositionalEmbedding's two
+    offset rows (2 × 768), which are not modelled."""
+    m = read_hf_config(DATA / "opt-125m" / "config.json")
+    assert (m.model_type, m.norm, m.hidden_act, m.gated_mlp, m.position_embedding) == ("opt", "layernorm", "relu",
+                                                                                        False, "learned")
+    assert m.intermediate_size == 3072 and m.tie_word_embeddings and m.attention_bias and m.linear_bias
+    assert source_of(load_run(_run(tmp_path, "opt-125m", profile="hf"))).total_params() == 125_239_296 - 2 * 768
+
+
+def test_opt_with_a_projected_embedding_is_refused(tmp_path, capsys):
+    cfg = json.loads((DATA / "opt-125m" / "config.json").read_text())
+    cfg.update(word_embed_proj_dim=512, do_layer_norm_before=False)  # opt-350m's shape
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    run = tmp_path / "r.toml"
+    run.write_text(f'[model]\nhf_config = "{tmp_path / "config.json"}"\n')
+    assert main(["static", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "word_embed_proj_dim other than hidden_size" in err

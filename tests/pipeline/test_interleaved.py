@@ -96,3 +96,22 @@ def test_order_matches_torch_interleaved_1f1b(torch_order, pp: int, vpp: int, m:
     theirs, _ = torch_order("ScheduleInterleaved1F1B", pp=pp, chunks_per_rank=vpp, num_microbatches=m)
     ours = interleaved(pp=pp, vpp=vpp, num_microbatches=m, microbatch_group_size=group)
     assert [[str(a) for a in row] for row in ours.actions] == theirs
+
+
+@pytest.mark.parametrize(("pp", "vpp", "m"), [(2, 2, 4), (4, 2, 8), (2, 3, 6)])
+def test_combined_1f1b_adds_one_warmup_forward_and_pairs_the_steady_state(pp: int, vpp: int, m: int) -> None:
+    """schedules.py: get_pp_rank_microbatches schedules one extra warm-up forward under
+    overlap_moe_expert_parallel_comm; the steady state calls combined_1f1b_schedule_for_interleaved_pipelining
+    with both ids (a pair), warm-up and cool-down one side alone."""
+    plain = interleaved(pp=pp, vpp=vpp, num_microbatches=m)
+    combined = interleaved(pp=pp, vpp=vpp, num_microbatches=m, combined=True)
+    assert combined.combined and not plain.combined and plain.overlapped == ()
+    for rank in range(pp):
+        row = combined.actions[rank]
+        warmup = min((pp - rank - 1) * 2 + (vpp - 1) * pp + 1, m * vpp)
+        assert all(a.kind == "F" for a in row[:warmup]) and row[warmup].kind == "F"
+        assert row[warmup - 1].kind == "F" and (warmup == m * vpp or row[warmup + 1].kind == "B")
+        assert combined.overlapped[rank] == tuple(range(warmup, warmup + 2 * (m * vpp - warmup), 2))
+        # the same forwards and backwards, in Megatron's table order on each side
+        assert [a for a in row if a.kind == "F"] == [a for a in plain.actions[rank] if a.kind == "F"]
+        assert [a for a in row if a.kind == "B"] == [a for a in plain.actions[rank] if a.kind == "B"]

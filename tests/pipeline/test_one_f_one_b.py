@@ -53,3 +53,12 @@ def test_order_matches_torch_schedule_1f1b(torch_order, pp: int, m: int) -> None
         f"{last}F{k + 1}" if i % 2 == 0 else f"{last}B{k}" for k in range(m) for i in (0, 1)
     ]
     assert ours[-1] == [f"{last}F{k}" if i % 2 == 0 else f"{last}B{k}" for k in range(m) for i in (0, 1)]
+
+
+def test_combined_1f1b_without_pipelining_pairs_each_forward_with_the_previous_backward() -> None:
+    """combined_1f1b.py: combined_1f1b_schedule_for_no_pipelining: F0 alone, F(k+1)&B(k), B(m−1) alone."""
+    s = one_f_one_b(pp=1, num_microbatches=4, combined=True)
+    assert " ".join(map(str, s.actions[0])) == "0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3"
+    assert s.overlapped == ((1, 3, 5),) and s.combined
+    assert max(in_flight(s.actions[0])) == 2  # plain 1F1B at pp = 1 holds one
+    assert max(in_flight(one_f_one_b(pp=1, num_microbatches=4).actions[0])) == 1

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from timeline.io.serve_runfile import load_serve_run
-from timeline.serve.budget import compute_budget
-from timeline.serve.non_torch import measured_init, measured_non_torch
+from timeline.serve.budget import compute_budget, compute_budgets, samples
+from timeline.serve.non_torch import context_bytes, dist_bytes, measured_init, measured_non_torch, window
 from timeline.spec.engine_versions import sglang_mem_fraction_static
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,11 +54,13 @@ def test_vllm_019_moe_workspace_is_kept(tmp_path):
 
 def test_before_064_the_budget_takes_the_reserved_peak(tmp_path):
     """0.4.1 (init_free − free) keeps the profile step's cached segments; 0.2.5 (total − free) also the
-    memory in use before the weights (the H100 tp-1 measurement, 0.51 GiB); 0.6.4 reads allocated bytes."""
+    memory in use before the weights (the H100's context, 0.51 GiB); 0.6.4 reads allocated bytes (and counts
+    the context among its non-torch bytes, compared apart here)."""
     serving = 'max_model_len = 4096\ngpu_memory_utilization = 0.9\nengine_version = "{}"'
     b041, b025, b064 = (compute_budget(_run(tmp_path, "llama-2-7b", serving.format(v), hw="capacity_gib = 79.19\n"))
                         for v in ("0.4.1", "0.2.5", "0.6.4"))
-    assert b041.kv_pool_bytes < b064.kv_pool_bytes  # cached segments count as used
+    assert b041.non_torch_bytes == 0 and b064.non_torch_bytes == int(0.51 * GIB)
+    assert b041.kv_pool_bytes < b064.kv_pool_bytes + b064.non_torch_bytes  # cached segments count as used
     assert b041.kv_pool_bytes - b025.kv_pool_bytes == int(0.51 * GIB)
     assert b041.weights_bytes == b064.weights_bytes
 
@@ -91,14 +93,70 @@ def test_mxfp4_on_hopper_is_marlin_until_triton_kernels_ships(tmp_path):
 def test_non_torch_from_published_measurements(tmp_path):
     llama = "llama-3.1-8b"
     tp2 = _run(tmp_path, llama, 'engine_version = "0.19.0"', tp=2)
-    assert measured_non_torch(tp2) == (int(2.07 * GIB), measured_non_torch(tp2)[1])
+    assert measured_non_torch(tp2)[0] == int(2.07 * GIB)  # 0.19 counts the run part only (after_init)
     tp8 = _run(tmp_path, llama, 'engine_version = "0.19.0"', tp=8)
     assert measured_non_torch(tp8)[0] == int(2.17 * GIB) and "(measured at tp=4)" in measured_non_torch(tp8)[1]
-    a6000 = _run(tmp_path, llama, 'engine_version = "0.19.0"', gpu="a6000")
-    assert measured_non_torch(a6000) == (0, "no published measurement for this engine version, GPU and layout: 0")
     given = _run(tmp_path, llama, 'engine_version = "0.19.0"\nnon_torch_gib = 1.5', tp=2)
     assert measured_non_torch(given) == (int(1.5 * GIB), "serving.non_torch_gib")
-    assert measured_init(tp2)[0] == int(1.53 * GIB)
+    assert measured_init(tp2)[0] == int(0.51 * GIB) + int(1.02 * GIB)  # context + distributed groups
+
+
+@pytest.mark.parametrize(("version", "expected"), [
+    ("0.2.7", "total"), ("0.4.1", "init"), ("0.6.3.post1", "init"), ("0.6.4.post1", "absolute"), ("0.6.5", "baseline"),
+    ("0.7.3", "baseline"), ("0.8.5", "absolute"), ("0.9.2", "baseline"), ("0.10.1.1", "baseline"),
+    ("0.11.0", "after_init"), ("0.19.0", "after_init")])
+def test_non_torch_window_by_version(version, expected):
+    assert window("vllm", version) == expected
+
+
+def test_non_torch_parts_by_window(tmp_path):
+    """Each version counts its window's parts: the 3090's context (0.35) at 0.6.4, none of it from 0.6.5; the
+    PCIe TP2 groups (0.30) at 0.7.3 and for another Ada card; V1's run part (0.25) everywhere at tp 1."""
+    llama = "llama-3.1-8b"
+    assert measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.6.4.post1"', gpu="rtx3090"))[0] == int(0.35 * GIB)
+    assert measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.7.3"', gpu="rtx3090"))[0] == 0
+    for gpu in ("l40s", "rtx4090"):
+        assert measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.7.3"', tp=2, gpu=gpu))[0] == int(0.30 * GIB)
+    l40s_v1 = measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.8.5"', gpu="l40s"))
+    assert l40s_v1[0] == context_bytes("l40s")[0] + int(0.25 * GIB)  # 0.8.x: the context is in it
+    assert measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.19.0"', gpu="a6000"))[0] == int(0.25 * GIB)
+
+
+def test_context_carried_by_local_memory():
+    """Another GPU's context is the H100's with its own stack reservation (SMs × resident threads × 1 KiB);
+    on the RTX 3090 that gives 0.372 GiB against the 0.35 its log measures."""
+    h100 = int(0.51 * GIB)
+    assert context_bytes("h100")[0] == h100
+    assert context_bytes("l40s")[0] == h100 - 132 * 2048 * 1024 + 142 * 1536 * 1024
+    assert context_bytes("a6000")[0] == h100 - 132 * 2048 * 1024 + 84 * 1536 * 1024
+    carried_3090 = h100 - 132 * 2048 * 1024 + 82 * 1536 * 1024
+    assert carried_3090 / GIB == pytest.approx(0.372, abs=0.001)
+    assert context_bytes("rtx3090")[0] == int(0.35 * GIB)  # measured wins
+
+
+def test_symmetric_memory_groups_not_carried_before_011(tmp_path):
+    """0.19's H100 distributed measurement holds the symmetric-memory all-reduce of 0.11+: a 0.9 run at tp 2
+    does not take it (not measured), a 0.11 one does."""
+    llama = "llama-3.1-8b"
+    old = _run(tmp_path, llama, 'engine_version = "0.9.2"', tp=2)
+    assert dist_bytes(old)[0] == 0 and "not measured" in dist_bytes(old)[1]
+    assert dist_bytes(_run(tmp_path, llama, 'engine_version = "0.11.0"', tp=2))[0] == int(1.02 * GIB)
+
+
+def test_v0_out_of_place_all_reduce_and_worker_rank(tmp_path):
+    """V0 at tp 2: a worker that does not sample peaks in the MLP, where from 0.6.5 the all-reduce's new output
+    is one more hidden-sized tensor (0.6.4 reduces in place); the driver samples; blocks are the minimum."""
+    serving = 'engine_version = "{}"\nmax_model_len = 4096'
+    old = _run(tmp_path, "llama-3.1-8b", serving.format("0.6.4.post1"), tp=2)
+    new = _run(tmp_path, "llama-3.1-8b", serving.format("0.7.3"), tp=2)
+    assert not samples(new, 0, 1) and samples(new, 0, 0)
+    grown = compute_budget(new, 0, 1).activation_peak_bytes - compute_budget(old, 0, 1).activation_peak_bytes
+    assert grown == 4096 * 4096 * 2
+    driver, worker = compute_budget(new, 0, 0), compute_budget(new, 0, 1)
+    assert driver.activation_peak_bytes > worker.activation_peak_bytes
+    assert compute_budgets(new)[0].num_kv_blocks == min(driver.num_kv_blocks, worker.num_kv_blocks)
+    v1 = _run(tmp_path, "llama-3.1-8b", serving.format("0.11.0"), tp=2)
+    assert samples(v1, 0, 1)  # V1 all-gathers the logits: every rank samples
 
 
 def test_sglang_pool_and_default_fraction(tmp_path):
@@ -118,3 +176,11 @@ def test_sglang_pool_and_default_fraction(tmp_path):
 def test_a_gpu_without_capacity_takes_what_pytorch_reports(tmp_path):
     for gpu, gib in (("h100", 79.19), ("l40s", 44.42), ("a6000", 47.54), ("rtx3090", 23.58), ("rtx4090", 23.64)):
         assert _run(tmp_path, "llama-3.1-8b", "", gpu=gpu).hardware.capacity_gib == gib
+
+
+def test_opt_serves_with_learned_positions(tmp_path):
+    """OPT-125m under vLLM: no rotary cache (its positions are a learned weight); the weights are the
+    parameters with the vocabulary padded to 64 (50,272 → 50,304 rows, the head tied), in fp16."""
+    b = compute_budget(_run(tmp_path, "opt-125m", 'engine_version = "0.4.1"\ndtype = "fp16"', gpu="a6000"))
+    assert b.rope_cache_bytes == 0
+    assert b.weights_bytes == (125_239_296 - 2 * 768 + 32 * 768) * 2

@@ -19,6 +19,7 @@ from timeline.io.serve_runfile import load_serve_run
 from timeline.serve.budget import GIB, compute_budget, profile_transients
 from timeline.serve.dp import profile_moe_tokens
 from timeline.serve.graph_view import device_params, step_ops
+from timeline.serve.non_torch import measured_init
 from timeline.serve.run import _gather_plan, serve
 from timeline.serve.steptime import step_cost
 from timeline.serve.transients import (
@@ -97,8 +98,9 @@ def test_sglang_dp_attention_splits_attention_by_tp_over_dp(tmp_path):
     expected = (3 * attention_elements(HEADS // 2) * bf16 + 3 * (FFN // 4) * H * bf16 + 2 * moe_layer
                 + 1024 * H * bf16 + 256 * H * bf16 + H * bf16)
     assert b.weights_bytes == expected == 2_425_344
-    total, hw = b.total_bytes, run.hardware
-    rest = total - int(hw.non_pytorch_gib * GIB) - expected - (total - int(total * run.serving.mem_fraction_static))
+    total = b.total_bytes
+    free0 = total - measured_init(run)[0]  # the context and the distributed groups (timeline.serve.non_torch)
+    rest = free0 - expected - (free0 - int(free0 * run.serving.mem_fraction_static))
     assert b.num_kv_blocks == rest // 480 and b.kv_pool_bytes == rest // 480 * 480
     # max_running_requests and chunked_prefill_size divided by dp_size: 8 → 4, 512 → 256 per rank
     assert b.req_to_token_bytes == (4 + 1) * (2048 + 4) * 4
@@ -115,7 +117,9 @@ def test_shipped_dp8_totals_follow_the_formula():
     assert q_b == (128 * 128, 1536)  # all 128 heads on every rank (8 × TP8's)
     b = compute_budget(dp8)
     assert b.kv_bytes_per_token == 61 * 1152 == 70_272
-    assert b.kv_pool_bytes == b.requested_bytes - b.weights_bytes - b.activation_peak_bytes
+    # the non-torch part the default (0.11+) version counts: V1's run part at tp 1, measured on H100 (0.25 GiB)
+    assert b.non_torch_bytes == int(0.25 * GIB)
+    assert b.kv_pool_bytes == b.requested_bytes - b.weights_bytes - b.activation_peak_bytes - b.non_torch_bytes
     assert b.num_kv_blocks == b.kv_pool_bytes // (64 * 1152) // 61
 
 

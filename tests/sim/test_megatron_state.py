@@ -147,10 +147,12 @@ def test_a_rank_builds_its_chunks_in_virtual_stage_order():
 
 
 def _moment_times(run) -> tuple[int, set[float]]:
-    """(bytes, creation times) of the optimizer moments' allocations on device 0."""
+    """(bytes, creation times) of the optimizer moments' allocations on device 0 (not the copies a checkpoint
+    load holds for a moment, ``ckpt.*``: tests/sim/test_megatron_load.py)."""
     tl = build_timeline(run, uniform_template)
     ev, names = _events(tl)
-    keep = np.array([("moments" in str(x) or str(x).endswith(("exp_avg", "exp_avg_sq"))) for x in names]) & (ev.sign > 0)
+    keep = np.array([("moments" in str(x) or str(x).endswith(("exp_avg", "exp_avg_sq"))) and
+                     not str(x).startswith("ckpt.") for x in names]) & (ev.sign > 0)
     return int(ev.size[keep].sum()), set(ev.t_us[keep].tolist())
 
 
@@ -192,3 +194,34 @@ def test_fused_qkv_and_gated_fc1_are_one_parameter_each():
     dev = tl.sim.devices[0]
     n = sum(t.numel for t in dev.tensors if t.trainable)
     assert sum(s for k, s in made.items() if k.startswith(("static.master.", "static.moments."))) == n * 12
+
+
+def test_the_first_chunks_own_optimizer_makes_its_main_params_and_moments_first():
+    """--overlap-param-gather-with-optimizer-step (MC optimizer/__init__.py: get_megatron_optimizer): the first
+    chunk's dense parameters are a DistributedOptimizer of their own, first in the ChainedOptimizer, so its
+    weight-decay and no-weight-decay groups are made (and stepped) before the other chunk's; one optimizer over
+    both chunks makes the weight-decay group of both first. The same shards, the same bytes."""
+    def order(flag: bool) -> tuple[list[str], list[str], int]:
+        run = tiny_run(pp=2, vpp=2, layers=4, dp=2, zero=1, iterations=1, schedule="interleaved",
+                       overlap_param_gather_with_optimizer_step=flag)
+        tl = build_timeline(run, uniform_template)
+        ev, names = _events(tl)
+        made = [str(n) for n, s in zip(names, ev.sign, strict=True) if s > 0]
+        masters = [n[len("static.master."):] for n in made if n.startswith("static.master.")]
+        moments = [n[len("static.moments."):-len(".exp_avg")] for n in made if n.endswith(".exp_avg")]
+        return masters, moments, int(ev.size[np.char.startswith(names.astype(str), "static.")].sum())
+
+    split, split_moments, split_bytes = order(True)
+    joint, joint_moments, joint_bytes = order(False)
+    assert split_moments == split and joint_moments == joint and split_bytes == joint_bytes
+    assert sorted(split) == sorted(joint)
+
+    def no_wd(n: str) -> bool:
+        return "layernorm" in n or n.endswith(".bias")
+
+    chunk0 = [n for n in joint if n.startswith(("embedding.", "layers.0."))]
+    chunk2 = [n for n in joint if n.startswith("layers.2.")]
+    assert chunk0 and chunk2 and any(map(no_wd, chunk0)) and len(chunk0) + len(chunk2) == len(joint)
+    assert split == [n for n in chunk0 if not no_wd(n)] + [n for n in chunk0 if no_wd(n)] + \
+        [n for n in chunk2 if not no_wd(n)] + [n for n in chunk2 if no_wd(n)]
+    assert joint == [n for n in chunk0 + chunk2 if not no_wd(n)] + [n for n in chunk0 + chunk2 if no_wd(n)]

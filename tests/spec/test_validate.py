@@ -83,6 +83,18 @@ RULES = {  # id -> (overrides of ``run``, key path, words of the message)
     "roundup-key": ({"roundup_power2_divisions": (("3MB", 4),)}, "allocator.roundup_power2_divisions",
                     'must be a power of two in MB (e.g. "1MB", "256MB") or ">"'),
     "non-pytorch": ({"non_pytorch_gib": 80.0}, "hardware.non_pytorch_gib", "leaves nothing of capacity_gib=80"),
+    "cp-comm-length": ({"cp": 2, "cp_comm_type": ("p2p", "a2a", "p2p")}, "framework.cp_comm_type",
+                       "has 3 entries; give one, or one per layer (2)"),
+    "cp-comm-heads": ({"cp": 2, "tp": 8, "cp_comm_type": ("a2a",)}, "framework.cp_comm_type",
+                      "a2a scatters the 1 local query and 1 key/value heads over 2 ranks"),
+    "cp-comm-backend": ({"cp": 2, "cp_comm_type": ("a2a",), "attention_backend": "unfused"},
+                        "framework.cp_comm_type", "runs in Transformer Engine's flash or fused attention only"),
+    "cp-a2a-size": ({"cp": 4, "seq_len": 128, "cp_comm_type": ("a2a+p2p",), "cp_a2a_size": 3},
+                    "framework.cp_a2a_size", "3 must be at least 2 and divide cp = 4"),
+    "defer-wgrad-pp": ({"pp": 1, "defer_embedding_wgrad": True}, "framework.defer_embedding_wgrad",
+                       "only with pp > 1 and gradient_accumulation_fusion"),
+    "defer-wgrad-fusion": ({"defer_embedding_wgrad": True, "gradient_accumulation_fusion": False},
+                           "framework.defer_embedding_wgrad", "only with pp > 1"),
 }
 
 

@@ -39,6 +39,9 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pytorch-version", metavar="X.Y",
                         help="PyTorch version the job ran (default 2.13); sizes PyTorch's default cuBLAS "
                              "workspace, which on Blackwell is 8.125 MiB before 2.12 and 32 MiB from it")
+    parser.add_argument("--resumed", action="store_true",
+                        help="the job's --load holds a checkpoint of this training: it loads the optimizer's state "
+                             "(unless --finetune / --no-load-optim) before its first iteration")
     parser.add_argument("-o", "--output", metavar="RUN.toml", help="write the run file here (default: stdout)")
     parser.add_argument("--force", action="store_true", help="replace RUN.toml if it exists")
     parser.add_argument("--name", help="the run's name (default: the config's folder or file name)")
@@ -60,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{out} exists; pass --force to replace it")
     margs = read_megatron_config(path)
     conv = convert(margs, world_size=args.world_size, gpu=args.gpu, te_version=args.te_version,
-                   pytorch_version=args.pytorch_version, megatron_core=args.megatron_core)
+                   pytorch_version=args.pytorch_version, megatron_core=args.megatron_core, resumed=args.resumed)
     text = run_file_text(conv, name=args.name or default_name(path), source=str(path), world_size=args.world_size)
     if out is None:
         with tempfile.TemporaryDirectory() as folder:  # what is printed must load as it stands

@@ -24,8 +24,17 @@ unchanged in bytes through main of 2026-08 (d98e8a6, where the layout moved to
   its own storage freed (``del old_param_data``).
 - ``megatron/training/training.py: get_model``: ``bucket_size = --ddp-bucket-size or
   max(40_000_000, 1_000_000·dp·cp)``, None without ``--overlap-grad-reduce``; chunks after the first
-  (``disable_bucketing = model_chunk_idx > 0``) and pipeline ranks after the first
-  (``DistributedDataParallel.__init__``: ``pp_rank > 0``) keep one bucket.
+  (``disable_bucketing = model_chunk_idx > 0``), every chunk under
+  ``--overlap-param-gather-with-optimizer-step`` (``… or args.overlap_param_gather_with_optimizer_step``,
+  the same from 46fdcd5b7e, 2025-01, to d98e8a64dd's ``per_chunk_disable_bucketing``) and pipeline ranks
+  after the first (``DistributedDataParallel.__init__``: ``pp_rank > 0``) keep one bucket.
+- ``MC/optimizer/__init__.py: get_megatron_optimizer``: the dense parameters of all chunks go to one
+  ``DistributedOptimizer``, the expert ones to a second, chained after it (``ChainedOptimizer``);
+  under ``--overlap-param-gather-with-optimizer-step`` the first model chunk's dense parameters get an
+  optimizer of their own, first in the chain (``all_dense_model_chunks = [[model_chunks[0]],
+  model_chunks[1:]]``, core_v0.12.0 … d98e8a64dd), so its step can launch that chunk's all-gather
+  (``MC/optimizer/optimizer.py: ChainedOptimizer.step``: ``start_param_sync(force_dispatch=True)``, in
+  place in the param buffer: nothing allocated). :attr:`DdpBuffer.optimizer` is that chain position.
 - ``MC/optimizer/distrib_optimizer.py: DistributedOptimizer._build_model_gbuf_range`` splits each
   bucket into ``dp`` equal contiguous ranges; ``_build_model_gbuf_param_range_map`` gives each
   parameter overlapping this rank's range a shard (the overlap), which
@@ -62,6 +71,8 @@ class DdpRules:
     bucket_size: int | None
     pad_for_busbw: bool = False
     tied_embeddings: bool = False
+    #: --overlap-param-gather-with-optimizer-step: the first chunk's dense parameters in an optimizer of their own
+    first_chunk_optimizer: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +103,9 @@ class DdpBuffer:
     numel: int
     group: int
     slots: tuple[ParamSlot, ...]
+    #: the position of the optimizer holding its parameters in Megatron's ``ChainedOptimizer`` (0 dense,
+    #: 1 expert; 0 the first chunk's dense, 1 the other dense, 2 expert with ``DdpRules.first_chunk_optimizer``)
+    optimizer: int = 0
 
     @property
     def label(self) -> str:
@@ -102,10 +116,11 @@ def ddp_rules(fw: FrameworkSpec, tr: TrainingSpec, par: ParallelSpec, *, tied: b
     """The layout rules of a Megatron job from its ``[framework]`` and ZeRO level (``zero = 1``:
     the distributed optimizer); ``tied``: the model ties its embeddings."""
     bucket = None
-    if fw.overlap_grad_reduce:
+    split = fw.overlap_param_gather_with_optimizer_step
+    if fw.overlap_grad_reduce and not split:  # get_model: disable_bucketing for every chunk under the split
         bucket = fw.ddp_bucket_size or max(DEFAULT_BUCKET, BUCKET_PER_RANK * par.dp * par.cp)
     return DdpRules(distributed_optimizer=tr.zero >= 1, bucket_size=bucket, pad_for_busbw=fw.ddp_pad_for_busbw,
-                    tied_embeddings=tied)
+                    tied_embeddings=tied, first_chunk_optimizer=split)
 
 
 def _pad(n: int, divisor: int) -> int:
@@ -196,5 +211,7 @@ def ddp_buffers(chunks: Sequence[tuple[int, Sequence[TensorDef]]], *, rules: Ddp
             if not mine:
                 continue
             numel, slots = layout(mine, rules=rules, group=group, bucket_size=bucket, shared=shared, rank=group - 1)
-            out.append(DdpBuffer(chunk=c, expert=expert, numel=numel, group=group, slots=slots))
+            split = int(rules.first_chunk_optimizer)
+            optimizer = 1 + split if expert else int(split and i > 0)
+            out.append(DdpBuffer(chunk=c, expert=expert, numel=numel, group=group, slots=slots, optimizer=optimizer))
     return tuple(out)

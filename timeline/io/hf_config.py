@@ -1,7 +1,7 @@
 """Read a Hugging Face ``config.json`` into a :class:`~timeline.spec.ModelSpec`.
 
-Understands the key names of DeepSeek-V2/V3, Llama, Mistral/Mixtral, Qwen2/3 and Qwen-MoE, GPT-2
-and GPT-OSS. Keys the simulator does not need (rope scaling, token ids, …) are ignored; what the
+Understands the key names of DeepSeek-V2/V3, Llama, Mistral/Mixtral, Qwen2/3 and Qwen-MoE, GPT-2,
+OPT and GPT-OSS. Keys the simulator does not need (rope scaling, token ids, …) are ignored; what the
 modelling code implies but the config does not say (Qwen2's Q/K/V biases, GPT-2's biases and
 tied embeddings, GPT-OSS's sinks and biases) is filled in per ``model_type``. A ``quantization_config``
 (GPT-OSS ships MXFP4 experts) is reported in a note and ignored: training holds the weights in
@@ -22,7 +22,7 @@ from timeline.spec.fields import check_value
 from timeline.spec.model import ALIASES, ModelSpec
 
 SUPPORTED = ("deepseek_v2", "deepseek_v3", "llama", "mistral", "mixtral", "qwen2", "qwen3",
-             "qwen2_moe", "qwen3_moe", "gpt2", "gpt_oss")
+             "qwen2_moe", "qwen3_moe", "gpt2", "gpt_oss", "opt")
 
 #: the modelling class a config's ``architectures`` names → the family it implements, for
 #: configs whose ``model_type`` is a label of their own (Kimi-K2's ``kimi_k2`` runs
@@ -32,6 +32,7 @@ ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
     "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen2MoeForCausalLM": "qwen2_moe",
     "Qwen3MoeForCausalLM": "qwen3_moe", "GPT2LMHeadModel": "gpt2", "GptOssForCausalLM": "gpt_oss",
+    "OPTForCausalLM": "opt",
 }
 
 #: fields where the config's 0 would be read as "not given" by the spec, but Hugging Face has
@@ -45,6 +46,11 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
              "num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12,
              "vocab_size": 50257, "max_position_embeddings": 1024, "hidden_dropout": 0.1,
              "attention_dropout": 0.1},  # GPT2Config resid_pdrop / attn_pdrop defaults
+    # models/opt/modeling_opt.py (transformers 4.21): OPTDecoderLayer's pre-norm LayerNorms, q/k/v/out_proj and
+    # fc1/fc2 with biases (enable_bias, default true), ReLU (activation_function), learned positions, lm_head
+    # tied to embed_tokens; OPTLearnedPositionalEmbedding's two offset rows are not modelled (2 × hidden)
+    "opt": {"norm": "layernorm", "position_embedding": "learned", "attention_bias": True, "linear_bias": True,
+            "tie_word_embeddings": True, "hidden_act": "relu"},
     "qwen2": {"attention_bias": True},
     "qwen2_moe": {"attention_bias": True, "shared_expert_gate": True},
     "qwen3": {"qk_norm": True},
@@ -154,6 +160,10 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
         values["first_k_dense_replace"] = values.get("moe_layer_freq", 1) - 1
     if model_type == "gpt_oss":
         _gpt_oss(cfg, values, notes)
+    if model_type == "opt" and (not cfg.get("do_layer_norm_before", True) or not cfg.get("enable_bias", True)
+                                or cfg.get("word_embed_proj_dim", values["hidden_size"]) != values["hidden_size"]):
+        raise UserError("OPT with post-norm layers, no biases or a word_embed_proj_dim other than hidden_size "
+                        "(project_in/project_out, e.g. opt-350m) is not modelled")
     if model_type == "mixtral" and not values.get("moe_intermediate_size"):
         # modeling_mixtral.py MixtralExperts: each expert is intermediate_size wide
         values["moe_intermediate_size"] = values["intermediate_size"]

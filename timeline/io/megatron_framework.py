@@ -89,6 +89,12 @@ def attention_backend(a: ArgReader, env: dict[str, str], *, sm: int, dtype: str,
     # the F16 fused sub-backend runs only on sm ≥ 90 ("Disabling FusedAttention for determinism
     # reasons"); where flash and fused both remain, fused is preferred on Hopper and later
     flash = _on(env, "NVTE_FLASH_ATTN") is not False and dtype != "fp32" and _flash2_head_dims(a, sm)
+    # TE before 1.3 (NVIDIA/TransformerEngine@v1.2.1 pytorch/attention.py: DotProductAttention.__init__):
+    # "Disabling usage of FlashAttention since version 2 does not support deterministic execution" whenever
+    # NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 and flash-attn 2 is installed; v1.3 disables it only for
+    # flash-attn < 2.4.1 (its deterministic backward came with 2.4.1)
+    if deterministic and version_tuple(te_version) < (1, 3):
+        flash = False
     fused = _on(env, "NVTE_FUSED_ATTN") is not False and dtype != "fp32" and not (deterministic and sm < 90)
     if fused and deterministic and sm >= 100:
         fused = blackwell_deterministic_fused(te_version, a.float("--attention-dropout", 0.1))
@@ -125,11 +131,15 @@ def allocator_conf(text: str, c: Conversion) -> None:
 
 def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_version: str | None,
               pytorch_version: str | None = None, megatron_core: str | None = None,
-              keeps_batch: bool | None = None) -> None:
+              keeps_batch: bool | None = None, probs_in_experts: bool | None = None,
+              releases_nodes: bool | None = None) -> None:
     """``[framework]``, ``[allocator]`` and ``[hardware]`` from the arguments and the environment.
 
     ``keeps_batch``: whether the Megatron-LM commit has 5e4fc931ba's ``get_batch`` (None: read from
-    ``megatron_core``, from 0.19.0 on; main's 0.18.0 spans both sides of it)."""
+    ``megatron_core``, from 0.19.0 on; main's 0.18.0 spans both sides of it). ``probs_in_experts``: whether it
+    has 2659630721's routing-probability multiply inside the experts (None: from ``megatron_core``, from
+    0.13 on; main's 0.12.0rc0 spans both sides of it). ``releases_nodes``: whether it has a56a0b001d's
+    combined-1F1B layer release (None: from ``megatron_core``, 0.16.0 on; main's 0.16.0rc0 spans both sides)."""
     sm = int(GPUS[gpu]["sm"])
     dtype = c.sections["training"]["dtype"]
     deterministic = a.flag("--deterministic-mode") or env.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "1") == "0"
@@ -164,6 +174,7 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
         keeps_batch = version_tuple(megatron_core or "0.14.0") >= (0, 19)
     c.put("framework.rerun_keeps_batch",
           keeps_batch and a.str("--rerun-mode", "validate_results") != "disabled", "--rerun-mode")
+    _combined_1f1b(a, c, megatron_core, releases_nodes)
     # arguments.py: --apply-query-key-layer-scaling sets attention_softmax_in_fp32
     c.put("framework.attention_softmax_in_fp32",
           a.flag("--attention-softmax-in-fp32") or a.flag("--apply-query-key-layer-scaling"),
@@ -215,6 +226,17 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
         c.put("framework.moe_router_dtype", rd, "--moe-router-dtype")
         c.put("framework.moe_permute_fusion", a.flag("--moe-permute-fusion"), "--moe-permute-fusion")
         c.put("framework.moe_grouped_gemm", a.flag("--moe-grouped-gemm"), "--moe-grouped-gemm")
+        # Megatron-LM 2659630721 (2025-04-09, "Memory efficient token permutation"; not in core_r0.12.x, first in
+        # core_v0.13.0rc0): experts.py multiplies the routing probs into the activation; before it the
+        # dispatchers' combine multiplied the experts' output (moe_utils.py: unpermute, token_dispatcher.py:
+        # MoEAllGatherTokenDispatcher.token_unpermutation at 2659630721^)
+        if probs_in_experts is None:
+            probs_in_experts = version_tuple(megatron_core or "0.14.0") >= (0, 13)
+        if not probs_in_experts and disp == "flex":
+            raise UserError("--moe-token-dispatcher-type flex before Megatron-Core 0.13: the DeepEP combine that "
+                            "multiplied the routing probs then (before Megatron-LM 2659630721) is not modelled; "
+                            "give --megatron-core 0.13 or later")
+        c.put("framework.moe_probs_in_experts", probs_in_experts)
         score = a.str("--moe-router-score-function", "softmax")
         if score not in ("softmax", "sigmoid"):
             raise UserError(f"--moe-router-score-function {score}: use softmax or sigmoid")
@@ -271,3 +293,22 @@ def _flex_backend(c: Conversion, a: ArgReader, disp: str, env: dict[str, str], g
             raise UserError(f"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={domain}: give a positive integer")
         c.env_mapped["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = "framework.nvlink_domain"
     c.put("framework.nvlink_domain", int(domain) if domain else NVLINK_DOMAIN.get(gpu, 8))
+
+
+def _combined_1f1b(a: ArgReader, c: Conversion, megatron_core: str | None, releases_nodes: bool | None) -> None:
+    """Combined 1F1B's memory rules (``schedule.combined_1f1b`` is set with the schedule): before Megatron-LM
+    a56a0b001d (2026-01-06; first release core_v0.16.0) each backward layer node kept its inputs' gradients
+    and its outputs until the pair ended (:func:`timeline.sim.combined.kept_node_io`); from it on,
+    ``--ep-overlap-early-attn-memory-release`` moves the backward's attention before the forward's experts
+    (``model_chunk_schedule_plan.py: TransformerLayerSchedulePlan.run``)."""
+    if not c.sections.get("schedule", {}).get("combined_1f1b"):
+        a.flag("--ep-overlap-early-attn-memory-release")
+        return
+    if releases_nodes is None:
+        releases_nodes = version_tuple(megatron_core or "0.14.0") >= (0, 16, 0)
+    c.put("framework.combined_1f1b_keeps_node_io", not releases_nodes, "--overlap-moe-expert-parallel-comm")
+    early = a.flag("--ep-overlap-early-attn-memory-release")
+    if early and not releases_nodes:
+        raise UserError("--ep-overlap-early-attn-memory-release: Megatron-LM has it from a56a0b001d (core 0.16.0) "
+                        "on; give --megatron-core 0.16.0 or later")
+    c.put("framework.ep_overlap_early_attn_memory_release", early, "--ep-overlap-early-attn-memory-release")

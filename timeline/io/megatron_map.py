@@ -18,6 +18,7 @@ from typing import Any, overload
 
 from timeline.errors import UserError
 from timeline.io.megatron_args import VAR_RE, MegatronArgs
+from timeline.io.megatron_cp import cp_comm
 from timeline.io.megatron_layout import moe_layer_pattern, parse_layout, pattern_to_model, split_layers
 from timeline.io.megatron_table import (
     FAMILY_ARGS,
@@ -267,7 +268,7 @@ def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core:
     c.put("parallel.tp", tp, "--tensor-model-parallel-size")
     c.put("parallel.pp", pp, "--pipeline-model-parallel-size")
     c.put("parallel.cp", cp, "--context-parallel-size")
-    _cp_comm(a, cp)
+    cp_comm(a, c, cp)
     c.put("parallel.ep", ep, "--expert-model-parallel-size")
     c.put("parallel.etp", etp, "--expert-tensor-parallel-size")
     c.put("parallel.dp", dp)
@@ -307,24 +308,32 @@ def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core:
         # config.overlap_p2p_comm; 1F1B's p2p_communication.py sends the same buffers batched or not
         raise UserError("--no-overlap-p2p-communication with an interleaved schedule: the receive buffers' order "
                         "without p2p overlap is not modelled")
+    if a.flag("--overlap-moe-expert-parallel-comm"):
+        _combined_1f1b(a, c, pp, vpp)
     group = a.int("--microbatch-group-size-per-virtual-pipeline-stage")
     if group and vpp > 1:
         c.put("schedule.microbatch_group_size", group, "--microbatch-group-size-per-virtual-pipeline-stage")
     return dp, pp
 
 
-def _cp_comm(a: ArgReader, cp: int) -> None:
-    """``--cp-comm-type`` (arguments.py: nargs '+', default ['p2p'], one per layer or one for all): the
-    modelled CP exchange is TE's p2p ring (attention holds the K/V chunks it receives); with cp = 1 no
-    type communicates anything."""
-    value = a.value("--cp-comm-type")
-    if value is None or cp == 1:
-        return
-    kinds = value if isinstance(value, list | tuple) else str(value).split()
-    other = sorted({str(k) for k in kinds} - {"p2p"})
-    if other:
-        raise UserError(f"--cp-comm-type {' '.join(other)}: only the p2p context-parallel exchange is modelled "
-                        "(a2a, allgather and a2a+p2p keep other K/V buffers)")
+def _combined_1f1b(a: ArgReader, c: Conversion, pp: int, vpp: int) -> None:
+    """``--overlap-moe-expert-parallel-comm``: Megatron's combined 1F1B (``schedule.combined_1f1b``), which
+    ``transformer_config.py: TransformerConfig.__post_init__`` allows with expert parallelism, the alltoall
+    or flex dispatcher, bf16/fp16 and no full recompute, and with pp > 1 only under a virtual pipeline
+    (core_v0.14.0 … d98e8a64dd)."""
+    why = ""
+    if pp > 1 and vpp == 1:
+        why = "pp > 1 needs a virtual pipeline (--num-layers-per-virtual-pipeline-stage)"
+    elif a.int("--expert-model-parallel-size", 1) < 2:
+        why = "it needs --expert-model-parallel-size > 1"
+    elif a.str("--moe-token-dispatcher-type", "allgather") not in ("alltoall", "flex"):
+        why = "it needs --moe-token-dispatcher-type alltoall or flex"
+    elif a.str("--recompute-granularity", "") == "full":
+        why = "it excludes --recompute-granularity full"
+    if why:
+        raise UserError(f"--overlap-moe-expert-parallel-comm: Megatron refuses this job: {why}")
+    c.put("schedule.combined_1f1b", True, "--overlap-moe-expert-parallel-comm")
+
 
 
 def _step_schedule_start(text: str) -> int:

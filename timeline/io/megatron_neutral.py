@@ -63,12 +63,12 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--disable-tokenizer-sentencepiece-ignore-extra-whitespaces", "--trust-remote-code", "--use-gigatoken",
         "--legacy-tokenizer", "--sft-tokenizer-prompt-format",
     ),
-    "checkpointing: save/load paths, formats and workers (training/checkpointing.py, core/dist_checkpointing) "
-    "run between iterations, not in the step simulated": (
+    "checkpointing: save/load paths, formats and workers (training/checkpointing.py, core/dist_checkpointing): "
+    "saving runs between iterations, not in the step simulated, and none of these moves a device byte of a "
+    "resumed run's load (timeline/sim/megatron_load.py; --dist-ckpt-optim-fully-reshardable reads to the host)": (
         "--save", "--load", "--save-interval", "--persistent-save-interval", "--save-retain-interval",
-        "--ckpt-format",
         "--async-save", "--async-strategy", "--use-persistent-ckpt-worker", "--ckpt-assume-constant-structure",
-        "--ckpt-fully-parallel-load", "--ckpt-fully-parallel-save", "--no-ckpt-fully-parallel-save",
+        "--ckpt-fully-parallel-save", "--no-ckpt-fully-parallel-save",
         "--disable-ckpt-fully-parallel-save", "--dist-ckpt-strictness", "--dist-ckpt-optim-fully-reshardable",
         "--dist-ckpt-save-pre-mcore-014", "--auto-detect-ckpt-format", "--use-checkpoint-args",
         "--use-checkpoint-opt_param-scheduler", "--use-checkpoint-opt-param-scheduler", "--no-load-rng",
@@ -258,7 +258,6 @@ UNDER: dict[str, tuple[str, ...]] = {
                             "--init-model-with-meta-device"),
     "--use-torch-fsdp2": ("--torch-fsdp2-no-reshard-after-forward",),
     "--use-nccl-ub": ("--disable-symmetric-registration",),
-    "--defer-embedding-wgrad-compute": ("--wgrad-deferral-limit",),
     "--experimental-attention-variant": ("--dsa-indexer-head-dim", "--dsa-indexer-k-norm-epsilon",
                                          "--dsa-indexer-k-norm-fp32", "--dsa-indexer-loss-coeff",
                                          "--dsa-indexer-n-heads", "--dsa-indexer-rope-interleaved",
@@ -324,7 +323,6 @@ UNDER: dict[str, tuple[str, ...]] = {
     "--tensor-parallel-num-weight-shards": ("--gtp-remat-opt-in-modules", "--gtp-remat-nccl-ub",
                                             "--gtp-expert-remat-nccl-ub",
                                             "--gtp-remat-reduce-scatter-with-fp32-accumulation"),
-    "--cp-comm-type a2a+p2p": ("--hierarchical-context-parallel-sizes",),
     "--optimizer other than adam": ("--no-use-layer-wise-param-layout", "--lion-beta1", "--lion-beta2",
                                     "--muon-coefficient-type", "--muon-extra-scale-factor",
                                     "--muon-fp32-matmul-prec", "--muon-momentum", "--muon-nesterov",
@@ -336,11 +334,12 @@ UNDER: dict[str, tuple[str, ...]] = {
 #: every compute-communication overlap timeline simulates as the schedule without it, with its
 #: sub-options; not neutral in truth, and the run file's header says so
 WITHOUT_OVERLAP = (
-    "compute-communication overlap, simulated as the schedule without it: not modelled yet (combined 1F1B's "
-    "layer-interleaved forward and backward on a second stream, pipeline_parallel/combined_1f1b.py; TE's "
-    "userbuffers, allocated outside PyTorch's allocator, which hold the gathered GEMM inputs)",
-    ("--overlap-moe-expert-parallel-comm", "--tp-comm-overlap", "--tp-comm-overlap-cfg",
-     "--ep-overlap-early-attn-memory-release",
+    "compute-communication overlap, simulated as the schedule without it: not modelled yet (TE's userbuffers, "
+    "cudaMalloc'd or cuMemCreate'd outside PyTorch's allocator by register_user_buffer_collective, hold the "
+    "gathered GEMM inputs and partial outputs that PyTorch allocates without the overlap; initialize_ub "
+    "replaces TE's cuBLAS workspace by 3 of them, get_workspace().repeat(_NUM_MAX_UB_STREAMS), TE v2.5 … v2.18); "
+    "a higher-priority stream for combined 1F1B's all-to-alls",
+    ("--tp-comm-overlap", "--tp-comm-overlap-cfg",
      "--high-priority-a2a-comm-stream", "--tp-comm-bootstrap-backend", "--tp-comm-overlap-rs-dgrad",
      "--disable-tp-comm-bulk-dgrad", "--no-tp-comm-bulk-dgrad", "--disable-tp-comm-bulk-wgrad",
      "--no-tp-comm-bulk-wgrad", "--disable-tp-comm-overlap-ag", "--no-tp-comm-overlap-ag",

@@ -40,7 +40,8 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
                      "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--sequence-parallel"),
                     "[parallel]"),
-    "--cp-comm-type": "refused unless p2p when cp > 1 (the CP exchange modelled)",
+    "--cp-comm-type": "framework.cp_comm_type (p2p, a2a, a2a+p2p; allgather refused when cp > 1)",
+    "--hierarchical-context-parallel-sizes": "framework.cp_a2a_size (a2a+p2p's all-to-all group)",
     **dict.fromkeys(("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
                      "--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers",
                      "--decoder-last-pipeline-num-layers", "--account-for-embedding-in-pipeline-split",
@@ -72,12 +73,25 @@ MAPPED: dict[str, str] = {
                     "framework.attention_softmax_in_fp32"),
     **dict.fromkeys(("--overlap-grad-reduce", "--ddp-bucket-size", "--ddp-pad-buckets-for-high-nccl-busbw"),
                     "framework DDP buckets"),
+    **dict.fromkeys(("--defer-embedding-wgrad-compute", "--wgrad-deferral-limit"),
+                    "framework.defer_embedding_wgrad / wgrad_deferral_limit (the output layer's held input and "
+                    "logits gradient)"),
+    **dict.fromkeys(("--finetune", "--no-load-optim"), "training.resumed false: the checkpoint's weights only, the "
+                    "moments made in the first step"),
+    "--ckpt-format": "framework.checkpoint_format (a resumed run's load; formats other than torch_dist and torch "
+                     "refused when a checkpoint is loaded)",
+    "--ckpt-fully-parallel-load": "refused when a checkpoint is loaded at dp·cp > 1 (the exchanged shards)",
+    "--overlap-param-gather-with-optimizer-step": "framework.overlap_param_gather_with_optimizer_step (one bucket "
+                                                  "per chunk; the first chunk's own optimizer)",
     "--ddp-num-buckets": "refused with --overlap-grad-reduce (bucket size = parameters ÷ N); no effect without",
     **dict.fromkeys(("--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--moe-enable-deepep"),
                     "framework.moe_token_dispatcher / moe_flex_backend"),
     **dict.fromkeys(("--moe-router-load-balancing-type", "--moe-aux-loss-coeff"), "framework.moe_router_load_balancing"),
     "--moe-router-dtype": "framework.moe_router_dtype",
     "--moe-permute-fusion": "framework.moe_permute_fusion",
+    "--overlap-moe-expert-parallel-comm": "schedule.combined_1f1b (refused where Megatron refuses it) and "
+                                          "framework.combined_1f1b_keeps_node_io by version",
+    "--ep-overlap-early-attn-memory-release": "framework.ep_overlap_early_attn_memory_release",
     "--moe-grouped-gemm": "framework.moe_grouped_gemm",
     **dict.fromkeys(("--moe-router-score-function", "--moe-router-pre-softmax"), "router score (same shapes)"),
     "--moe-z-loss-coeff": "framework.moe_z_loss",
@@ -148,14 +162,11 @@ REFUSED: dict[str, str] = {
     "--modelopt-enabled": "a ModelOpt-built model (post_training/model_builder.py) is not modelled",
     "--freeze-base-for-mtp": "a frozen base model (no gradients for most parameters) is not modelled",
     "--freeze-all-layers": "frozen layers (no gradients or optimizer states for them) are not modelled",
-    "--finetune": _CKPT, "--no-load-optim": _CKPT, "--load-main-params-from-ckpt": _CKPT,
+    "--load-main-params-from-ckpt": _CKPT,
     "--pretrained-checkpoint": _CKPT, "--moe-use-upcycling": _CKPT,
     "--delay-wgrad-compute": "delayed weight-gradient computation is not modelled yet",
     "--overlap-dispatch-backward-with-experts-wgrad": "experts' weight gradients delayed to a second stream "
                                                       "(moe_layer.py) are not modelled yet",
-    "--defer-embedding-wgrad-compute": "deferred embedding weight gradients are not modelled yet",
-    "--overlap-param-gather-with-optimizer-step": "the first chunk's parameter all-gather launched inside the "
-                                                  "optimizer step (optimizer.py) is not modelled yet",
     "--use-precision-aware-optimizer": _PRECISION_OPT, "--main-grads-dtype": _PRECISION_OPT,
     "--main-params-dtype": _PRECISION_OPT, "--exp-avg-dtype": _PRECISION_OPT, "--exp-avg-sq-dtype": _PRECISION_OPT,
     "--ddp-reduce-scatter-with-fp32-accumulation": "fp32 reduce-scatter accumulation buffers are not modelled",

@@ -25,6 +25,7 @@ from timeline.io.megatron_map import (
     refuse_job,
     refuse_unmodelled,
 )
+from timeline.io.megatron_state_args import checkpoint_load, embedding_wgrad, param_gather_with_step
 from timeline.io.megatron_table import ENV_MAPPED, MAPPED, NEUTRAL_REASON, NOT_MEGATRON, OTHER_SCRIPTS, label
 from timeline.io.megatron_versions import check_argument
 from timeline.spec.hardware import GPUS
@@ -35,9 +36,12 @@ SECTION_ORDER = ("model", "parallel", "training", "recompute", "schedule", "allo
 
 def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_version: str | None = None,
             pytorch_version: str | None = None, megatron_core: str | None = None,
-            keeps_batch: bool | None = None) -> Conversion:
+            keeps_batch: bool | None = None, probs_in_experts: bool | None = None,
+            releases_nodes: bool | None = None, resumed: bool = False) -> Conversion:
     """The run-file data of the job ``margs`` describes on ``world_size`` GPUs of kind ``gpu``
-    (``keeps_batch``: :func:`timeline.io.megatron_framework.framework`)."""
+    (``keeps_batch``, ``probs_in_experts``, ``releases_nodes``: :func:`timeline.io.megatron_framework.framework`;
+    ``resumed``: its ``--load`` holds a checkpoint of this training,
+    :func:`timeline.io.megatron_state_args.checkpoint_load`)."""
     if world_size < 1:
         raise UserError(f"--world-size must be 1 or more, got {world_size}")
     if gpu not in GPUS:
@@ -57,7 +61,11 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     map_training(a, c, dp)
     refuse_unschedulable(c, dp, world_size)
     framework(a, c, margs.env, gpu=gpu, te_version=te_version, pytorch_version=pytorch_version,
-              megatron_core=megatron_core, keeps_batch=keeps_batch)
+              megatron_core=megatron_core, keeps_batch=keeps_batch, probs_in_experts=probs_in_experts,
+              releases_nodes=releases_nodes)
+    param_gather_with_step(a, c)
+    embedding_wgrad(a, c)
+    checkpoint_load(a, c, resumed=resumed, dp_cp=dp * c.sections["parallel"]["cp"])
     given = {k: v for k, v in c.mapped.items() if k in margs.args}
     for name in margs.args:
         if name in a.read or name in given:

@@ -56,27 +56,30 @@ def build_schedule(
     num_microbatches: int,
     microbatch_group_size: int = 0,
     csv_rows: Sequence[Sequence[str]] | None = None,
+    combined_1f1b: bool = False,
 ) -> Schedule:
     """The validated schedule of ``kind``; :class:`UserError` says why a combination cannot run.
 
     ``vpp`` is the number of chunks per rank (``[parallel] vpp``); kinds that fix it (every kind
     but ``interleaved`` and ``csv``) reject any other value. ``microbatch_group_size`` applies
     to ``interleaved`` only; ``csv_rows`` (required for ``csv``) holds the cells of each rank.
+    ``combined_1f1b``: Megatron's combined 1F1B pairs (``1f1b`` at pp = 1, ``interleaved``).
     """
     if kind not in GENERATORS:
         raise UserError(f"unknown schedule kind {kind!r}; choose one of {', '.join(KINDS)}")
     require_positive(pp=pp, vpp=vpp, num_microbatches=num_microbatches)
     require_rules(kind, pp=pp, vpp=vpp, num_microbatches=num_microbatches,
-                  microbatch_group_size=microbatch_group_size)
+                  microbatch_group_size=microbatch_group_size, combined_1f1b=combined_1f1b)
     if (csv_rows is None) == (kind == "csv"):
         raise ValueError("csv_rows must be given for kind 'csv' and only for it")
     if kind == "csv":
         assert csv_rows is not None
         return from_rows(csv_rows, pp=pp, vpp=vpp, num_microbatches=num_microbatches)
     if kind == "interleaved":
-        schedule = interleaved(
-            pp=pp, vpp=vpp, num_microbatches=num_microbatches, microbatch_group_size=microbatch_group_size
-        )
+        schedule = interleaved(pp=pp, vpp=vpp, num_microbatches=num_microbatches,
+                               microbatch_group_size=microbatch_group_size, combined=combined_1f1b)
+    elif kind == "1f1b":
+        schedule = one_f_one_b(pp=pp, num_microbatches=num_microbatches, combined=combined_1f1b)
     else:
         schedule = GENERATORS[kind](pp=pp, num_microbatches=num_microbatches)
     validate(schedule)

@@ -67,6 +67,10 @@ class Schedule:
     #: per rank, positions ``i`` where actions ``i`` (an F) and ``i + 1`` (a B or I of another
     #: chunk or micro-batch) run as one overlapped F&B pair, as DualPipe runs them; () if none
     overlapped: tuple[tuple[int, ...], ...] = ()
+    #: the overlapped pairs are Megatron's combined 1F1B (``combined_1f1b.py``): their halves
+    #: interleave layer by layer as ``TransformerModelChunkSchedulePlan.run`` orders them, not
+    #: proportionally in time as DualPipe's
+    combined: bool = False
 
 
 class ScheduleError(UserError):
@@ -100,12 +104,13 @@ def require_positive(**counts: int) -> None:
             raise UserError(f"{name} must be at least 1, not {value}")
 
 
-def require_rules(kind: str, *, pp: int, vpp: int, num_microbatches: int, microbatch_group_size: int = 0) -> None:
+def require_rules(kind: str, *, pp: int, vpp: int, num_microbatches: int, microbatch_group_size: int = 0,
+                  combined_1f1b: bool = False) -> None:
     """Raise :class:`UserError` with the first rule of :func:`~timeline.spec.schedule_rules.schedule_problems`
     that ``kind`` breaks, naming its key. Run validation reports these first (with the file); this
     guards generators called directly."""
     problems = schedule_problems(kind, pp=pp, vpp=vpp, num_microbatches=num_microbatches,
-                                 microbatch_group_size=microbatch_group_size)
+                                 microbatch_group_size=microbatch_group_size, combined_1f1b=combined_1f1b)
     if problems:
         key, message = problems[0]
         raise UserError(f"{key}: {message}")

@@ -12,6 +12,12 @@ then alternates one forward and one backward, then drains. Megatron's rules appl
 ``pp ≤ N ≤ m``, and ``m mod N`` is 0 or at least ``pp``. With ``N = pp`` and ``m`` a multiple
 of ``pp`` this is exactly PyTorch's ``ScheduleInterleaved1F1B`` order.
 
+Combined 1F1B (Megatron's ``--overlap-moe-expert-parallel-comm``): one more warm-up forward
+(``schedules.py: get_pp_rank_microbatches``, "we schedule one extra micro-batch forward step before
+the 1f1b stages", core_v0.14.0 … d98e8a64dd), then each steady-state forward and backward run as
+one pair (``combined_1f1b_schedule_for_interleaved_pipelining`` with both virtual micro-batch ids);
+warm-up forwards and cool-down backwards run alone.
+
 This module only orders actions; it does not time or validate them.
 """
 
@@ -31,20 +37,25 @@ def schedule_table(num_microbatches: int, vpp: int, group: int) -> list[tuple[in
     return table
 
 
-def warmup_forwards(*, pp: int, rank: int, vpp: int, num_microbatches: int, group: int) -> int:
-    """Megatron's warm-up count for ``rank``, capped at the rank's ``m·vpp`` forwards."""
-    return min((pp - rank - 1) * 2 + (vpp - 1) * group, num_microbatches * vpp)
+def warmup_forwards(*, pp: int, rank: int, vpp: int, num_microbatches: int, group: int,
+                    combined: bool = False) -> int:
+    """Megatron's warm-up count for ``rank`` (one more under combined 1F1B), capped at the rank's
+    ``m·vpp`` forwards."""
+    return min((pp - rank - 1) * 2 + (vpp - 1) * group + int(combined), num_microbatches * vpp)
 
 
-def interleaved(*, pp: int, vpp: int, num_microbatches: int, microbatch_group_size: int = 0) -> Schedule:
-    """Megatron's interleaved 1F1B order; ``microbatch_group_size`` 0 means ``pp``."""
+def interleaved(*, pp: int, vpp: int, num_microbatches: int, microbatch_group_size: int = 0,
+                combined: bool = False) -> Schedule:
+    """Megatron's interleaved 1F1B order; ``microbatch_group_size`` 0 means ``pp``; ``combined``: its
+    combined 1F1B (each steady-state forward and backward as one overlapped pair)."""
     require_positive(pp=pp, vpp=vpp, num_microbatches=num_microbatches)
     m = num_microbatches
     group = microbatch_group_size or pp
     require_rules("interleaved", pp=pp, vpp=vpp, num_microbatches=m, microbatch_group_size=group)
     table = schedule_table(m, vpp, group)
     total = m * vpp
-    rows = []
+    rows: list[tuple[Action, ...]] = []
+    pairs: list[tuple[int, ...]] = []
     for rank in range(pp):
 
         def forward(k: int, rank: int = rank) -> Action:
@@ -55,15 +66,18 @@ def interleaved(*, pp: int, vpp: int, num_microbatches: int, microbatch_group_si
             mb, chunk = table[k]
             return Action(stage=(vpp - 1 - chunk) * pp + rank, kind="B", microbatch=mb)
 
-        warmup = warmup_forwards(pp=pp, rank=rank, vpp=vpp, num_microbatches=m, group=group)
+        warmup = warmup_forwards(pp=pp, rank=rank, vpp=vpp, num_microbatches=m, group=group, combined=combined)
         # warm-up
         row = [forward(k) for k in range(warmup)]
-        # steady: forward k + warmup, then backward k
+        # steady: forward k + warmup, then backward k (one pair under combined 1F1B)
+        steady: list[int] = []
         for k in range(total - warmup):
+            steady.append(len(row))
             row += [forward(k + warmup), backward(k)]
         # cool-down
         row += [backward(k) for k in range(total - warmup, total)]
         rows.append(tuple(row))
+        pairs.append(tuple(steady) if combined else ())
     return Schedule(
         kind="interleaved",
         pp=pp,
@@ -71,4 +85,6 @@ def interleaved(*, pp: int, vpp: int, num_microbatches: int, microbatch_group_si
         num_microbatches=m,
         stages_of_rank=stage_placement("interleaved", pp, vpp),
         actions=tuple(rows),
+        overlapped=tuple(pairs) if combined else (),
+        combined=combined,
     )

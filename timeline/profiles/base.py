@@ -149,9 +149,14 @@ class Structure:
     moe_nvlink_domain: int = 8  # GPUs one NVLink domain joins (HybridEP's ranks per node)
     flash_bwd: str = ""  # the flash-attn backward the TE FlashAttention backend calls: "fa2" (flash-attn 2's
     # mha_bwd workspaces: graph/families/flash_bwd.py), "fa2_deterministic" (its split dq accumulator), "": none
+    #: TE's context-parallel exchange per decoder layer (one entry: every layer): "p2p" (AttnFuncWithCPAndKVP2P's
+    #: K/V ring), "a2a" (AttnFuncWithCPAndQKVOA2A), "a2a+p2p" (an a2a over ``cp_a2a`` ranks, then the ring)
+    cp_comm: tuple[str, ...] = ("p2p",)
+    cp_a2a: int = 1
     te_flash_copies: bool = False  # TE's FlashAttention backend (flash-attn) on Megatron's sbhd tensors: q, k
     # and v become contiguous bshd copies the kernel keeps, and its bshd output is kept while a contiguous sbhd
-    # copy is returned to the output projection (TE's FusedAttention reads and writes sbhd in place)
+    # copy is returned to the output projection (TE's FusedAttention reads and writes sbhd in place); at micro-batch
+    # size 1 the transposes of contiguous tensors are no copies (graph/families/attention.py: flash_copies)
     qkv_views: bool = False  # one fused QKV projection output whose q, k and v are views (Megatron-Core's
     # linear_qkv): a consumer keeping a view keeps the whole output; norms and attention kernels that need
     # contiguous inputs copy the view (graph/families/attention.py)
@@ -177,6 +182,9 @@ class Structure:
     # final probs are cast to the logits dtype (Megatron-Core from 0.18; before, the scores are cast first)
     moe_unpermute: str = "scatter_add"  # "index_add": the unfused unpermute under deterministic algorithms
     # (torch.Tensor.index_add_, whose autograd node keeps its source, the experts' output rows)
+    moe_probs_at_combine: bool = False  # Megatron-Core before 2659630721: the routing probs scale the experts'
+    # output in the dispatcher's combine (the multiply keeps that output and the permuted probs), not the
+    # experts' activation; no probs travel with the tokens
 
 
 class ParamTensor(Protocol):

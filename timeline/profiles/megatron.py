@@ -18,7 +18,8 @@ wrap and the optimizer's construction (``distributed/param_and_grad_buffer.py``,
 (``torch/optim/adam.py`` ``_init_group``). Gradient reduce-scatter and parameter all-gather work in
 place in those buffers, so the step allocates nothing else; the persistent library workspaces are
 in :mod:`timeline.profiles.megatron_workspaces`, the GPT-OSS rules in
-:mod:`timeline.profiles.megatron_gptoss`.
+:mod:`timeline.profiles.megatron_gptoss`, the MoE combine's rules before Megatron-LM 2659630721 in
+:mod:`timeline.profiles.megatron_combine`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from timeline.profiles import megatron_flex, megatron_gptoss
+from timeline.profiles import megatron_combine, megatron_flex, megatron_gptoss
 from timeline.profiles.base import Lifecycle, Limits, ParamRules, Profile, SaveRule, SaveRules, Structure
 from timeline.profiles.megatron_workspaces import persistent_workspaces, version_tuple
 from timeline.spec.framework import FrameworkSpec
@@ -284,7 +285,8 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
     return replace(table, attention="eager" if eager else table.attention, flash_bwd=flash_bwd, fused_norm_linear=fused, softmax_fp32=fp32,
                    ce_inplace=ce, ce_compiled=compiled, wgrad_transient=wgrad, moe_dispatcher=dispatcher, moe_router=router,
                    te_flash_copies=flash_copies, te_qkv_layout=not local, dataloader_batch=spec.dataloader_batch,
-                   rerun_keeps_batch=spec.rerun_keeps_batch, head_gather_buffer=spec.workspaces, **moe)
+                   rerun_keeps_batch=spec.rerun_keeps_batch, head_gather_buffer=spec.workspaces,
+                   cp_comm=spec.cp_comm_type, cp_a2a=spec.cp_a2a_size, **moe)
 
 
 #: Megatron-LM eb80b74 (2026-04-14, "[MoE] Add a new score function to the router", first in core_v0.18.0):
@@ -315,14 +317,17 @@ def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
     calls ``torch.use_deterministic_algorithms(True)``), whose autograd node keeps ``source`` (PyTorch
     tools/autograd/derivatives.yaml ``index_add``: ``grad.index_select(dim, index).expand_as(source)``;
     ``IndexAddBackward0._saved_source`` on 2.13; the formula dates from pytorch#72777, 2022) — from
-    Megatron-Core 0.15.0 on (:data:`UNPERMUTE_INDEX_ADD`; ``scatter_add_`` before)."""
+    Megatron-Core 0.15.0 on (:data:`UNPERMUTE_INDEX_ADD`; ``scatter_add_`` before). Before Megatron-LM
+    2659630721 (``[framework] moe_probs_in_experts = false``) the combine multiplies the routing probs into the
+    experts' output (graph/families/moe_combine.py)."""
     aux = spec.moe_router_load_balancing in ("aux_loss", "seq_aux_loss", "global_aux_loss")
     index_add = (spec.deterministic and not spec.moe_permute_fusion
                  and version_tuple(spec.megatron_core) >= UNPERMUTE_INDEX_ADD)
     return {"moe_router_dtype": spec.moe_router_dtype, "moe_aux_loss": aux, "moe_z_loss": spec.moe_z_loss,
             "moe_router_fp32_topk": version_tuple(spec.megatron_core) >= ROUTER_FP32_TOPK,
             "moe_permute_fusion": spec.moe_permute_fusion, "moe_unpermute": "index_add" if index_add else "scatter_add",
-            "moe_flex_backend": spec.moe_flex_backend, "moe_nvlink_domain": spec.nvlink_domain}
+            "moe_flex_backend": spec.moe_flex_backend, "moe_nvlink_domain": spec.nvlink_domain,
+            "moe_probs_at_combine": not spec.moe_probs_in_experts}
 
 
 def wgrad_rule(spec: FrameworkSpec) -> str:
@@ -370,6 +375,6 @@ LIMITS = Limits(max_zero=1, instead="paper", zero_note="its distributed optimize
                               "parallelism only with cp_comm_type = a2a, not the KV ring "
                               "this profile models")
 
-PROFILE = Profile(name="megatron", params=PARAMS, saved=megatron_flex.extend(megatron_gptoss.extend(BASE)),
+PROFILE = Profile(name="megatron", params=PARAMS, saved=megatron_combine.extend(megatron_flex.extend(megatron_gptoss.extend(BASE))),
                   structure=STRUCTURE,
                   lifecycle=LIFECYCLE, limits=LIMITS, configure=configure)

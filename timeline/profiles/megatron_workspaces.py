@@ -98,6 +98,17 @@ def global_buffer_bytes(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par: 
     return max(sizes)
 
 
+def drain_buffers(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par: ParallelSpec, *, holds_head: bool) -> tuple[str, ...]:
+    """The GlobalMemoryBuffer names the deferred embedding weight gradient's drain gathers into
+    (``megatron/core/utils.py: drain_embedding_wgrad_compute``, core_v0.12.0 … d98e8a64dd): under
+    sequence parallelism it all-gathers each held input ``[s·b/cp, h]`` into ``"mpu_0"`` and
+    ``"mpu_1"`` in turn (a double buffer, so the next gather overlaps the GEMM), kept from the first
+    pipeline flush on (placed at the first step, which follows it)."""
+    if not (fw.defer_embedding_wgrad and holds_head and par.sp and par.tp > 1):
+        return ()
+    return ("mpu_0", "mpu_1") if fw.wgrad_deferral_limit != 1 and tr.num_microbatches > 1 else ("mpu_0",)
+
+
 def version_tuple(text: str) -> tuple[int, ...]:
     """``"2.10.0"`` → ``(2, 10, 0)``; a non-numeric part ends it (``"2.9.0rc1"`` → ``(2, 9)``)."""
     out = []
@@ -215,6 +226,9 @@ def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par
     if buffer:
         out.append(("workspace.global_memory_buffer", buffer, f"{MC}/utils.py: GlobalMemoryBuffer.get_tensor",
                     "start"))
+    for name in drain_buffers(fw, m, tr, par, holds_head=holds_head):
+        out.append((f"workspace.global_memory_buffer_{name}", tr.seq_len // par.cp * tr.micro_batch_size * m.hidden_size
+                    * DTYPE_BYTES[tr.dtype], f"{MC}/utils.py: drain_embedding_wgrad_compute", "first_step"))
     gemms = torch_gemm_ops(fw, m, holds_head=holds_head, has_moe=has_moe)
     if gemms:
         size = torch_workspace_bytes(fw.cublas_workspace_config, sm, fw.pytorch)

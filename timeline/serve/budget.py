@@ -101,18 +101,31 @@ def rope_cache_bytes(run: ServeRunSpec) -> int:
     ``max_position × rotary_dim`` cos/sin cache in the model dtype (``get_rope`` caches instances);
     counted in ``model_memory_usage`` because it is a buffer of the loaded model."""
     m = run.model
+    if m.position_embedding != "rope":  # GPT-2 / OPT: learned positions, a weight of the model
+        return 0
     dim = m.qk_rope_head_dim if m.is_mla else m.attn_head_dim
     return m.max_position_embeddings * dim * DTYPE_BYTES[run.serving.dtype]
 
 
-def profile_transients(run: ServeRunSpec, stage: int = 0) -> StepTransients:
-    """The profile run's step on pipeline stage ``stage``; the sampler runs on the last stage only.
-    vLLM's first GEMM creates PyTorch's cuBLAS workspace here; from 0.19 the sampler is the Triton
-    path and the MoE caches a kept workspace (:mod:`timeline.serve.profile_run`)."""
+def samples(run: ServeRunSpec, stage: int, rank: int) -> bool:
+    """Whether tensor-parallel ``rank`` of pipeline ``stage`` runs the sampler in the profile run: on the
+    last stage only, and under vLLM's V0 on the driver worker only (``vllm/worker/model_runner.py``
+    ``ModelRunner.execute_model`` returns after ``compute_logits`` unless ``is_driver_worker``; the logits
+    are gathered to TP rank 0, ``LogitsProcessor._get_logits`` → ``tensor_model_parallel_gather``, read at
+    0.6.4.post1 and 0.7.3). V1 all-gathers the logits and every rank samples."""
+    if stage != run.parallel.pp - 1:
+        return False
+    return rank == 0 or run.serving.engine != "vllm" or is_v1(run.serving.engine_version)
+
+
+def profile_transients(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> StepTransients:
+    """The profile run's step on pipeline stage ``stage``, TP rank ``rank``; the sampler runs where
+    :func:`samples` says. vLLM's first GEMM creates PyTorch's cuBLAS workspace here; from 0.19 the
+    sampler is the Triton path and the MoE caches a kept workspace (:mod:`timeline.serve.profile_run`)."""
     sv = run.serving
     tokens = sv.max_num_batched_tokens
     reqs = min(sv.max_num_seqs, tokens)
-    last = stage == run.parallel.pp - 1
+    last = samples(run, stage, rank)
     moe_tokens = profile_moe_tokens(run)
     if sv.engine != "vllm":
         sampler = sampler_tensors(run, reqs, profile=True) if last else [0] * len(SAMPLER_NAMES)
@@ -120,8 +133,11 @@ def profile_transients(run: ServeRunSpec, stage: int = 0) -> StepTransients:
     first = [("cublas_workspace", cublas_workspace_bytes(run))]
     if not vllm_triton_profile(sv.engine_version):
         old_sort = vllm_sorts_in_model_dtype(sv.engine_version)
-        sampler = (sampler_tensors(run, reqs, profile=True, model_dtype_sort=old_sort) if last
-                   else [0] * len(SAMPLER_NAMES))
+        sampler = [0] * len(SAMPLER_NAMES)
+        if last:
+            sampler = sampler_tensors(run, reqs, profile=True, model_dtype_sort=old_sort)
+        elif stage == run.parallel.pp - 1:  # a V0 worker that does not sample still computes its logits shard
+            sampler[0] = sampler_tensors(run, reqs, profile=True)[0]
         ops = step_ops(run, tokens, stage, moe_tokens)
         # V0 profiles eagerly (its CUDA graphs come after); V1 eagerly only under enforce_eager
         eager = sv.enforce_eager or not is_v1(sv.engine_version)
@@ -147,16 +163,19 @@ def weight_blocks(run: ServeRunSpec, stage: int, weights: int) -> list[int]:
 
 
 def compute_budgets(run: ServeRunSpec) -> list[Budget]:
-    """Every pipeline stage's budget, each with the workers' smallest block count (vLLM
-    ``get_kv_cache_configs``); one entry at ``pp = 1``."""
+    """Every pipeline stage's budget (its TP rank 0), each with the workers' smallest block count (vLLM
+    ``get_kv_cache_configs``; V0 ``determine_num_available_blocks`` run on every worker, the executor
+    taking the minimum): a V0 TP rank that does not sample counts too; one entry at ``pp = 1``."""
     budgets = [compute_budget(run, stage) for stage in range(run.parallel.pp)]
     fewest = min(b.num_kv_blocks for b in budgets)
+    if run.parallel.tp > 1 and not samples(run, run.parallel.pp - 1, 1):
+        fewest = min(fewest, compute_budget(run, run.parallel.pp - 1, 1).num_kv_blocks)
     return [replace(b, num_kv_blocks=fewest) for b in budgets]
 
 
-def compute_budget(run: ServeRunSpec, stage: int = 0) -> Budget:
-    """One worker's budget: a device of pipeline stage ``stage`` (its own block count, before the
-    minimum over workers of :func:`compute_budgets`); under SGLang's DP attention with one DP
+def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
+    """One worker's budget: TP rank ``rank`` of pipeline stage ``stage`` (its own block count, before
+    the minimum over workers of :func:`compute_budgets`); under SGLang's DP attention with one DP
     rank's ``max_running_requests`` and ``chunked_prefill_size`` (:func:`~timeline.serve.dp.rank_run`)."""
     run = rank_run(run)
     sv, hw, m = run.serving, run.hardware, run.model
@@ -171,16 +190,15 @@ def compute_budget(run: ServeRunSpec, stage: int = 0) -> Budget:
         alloc = new_allocator(run, total)
         for size in weight_blocks(run, stage, weights):
             alloc.malloc(size)
-        run_through_allocator(alloc, profile_transients(run, stage))
+        run_through_allocator(alloc, profile_transients(run, stage, rank))
         activation = alloc.reserved_bytes - weights  # the reserved bytes above the weights after the run
     elif sv.engine != "hf":
         alloc = new_allocator(run, total)
         base = alloc.malloc(weights)  # the weights are one block here; only the step's peak increase is read
-        activation = run_through_allocator(alloc, profile_transients(run, stage)) - alloc.allocated_bytes
+        activation = run_through_allocator(alloc, profile_transients(run, stage, rank)) - alloc.allocated_bytes
         alloc.free(base)
+    # the parts outside PyTorch this version's budget counts (timeline.serve.non_torch.window)
     non_torch = measured_non_torch(run)[0] if sv.engine == "vllm" else int((sv.non_torch_gib or 0) * GIB)
-    if reserved == "total":  # 0.2.x: total − free also holds the CUDA context and the distributed groups
-        non_torch += measured_init(run)[0]
     per_layer = kv_bytes_per_token_layer(m, run.parallel.tp, sv.kv_cache_dtype, sv.dtype)
     held = pp_layers(run)[stage]
     layers = kv_layers(m) if run.parallel.pp == 1 else len(held)

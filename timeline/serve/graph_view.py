@@ -23,6 +23,7 @@ from timeline.graph.ir import FOp
 from timeline.graph.tensors import TensorDef
 from timeline.profiles import profile
 from timeline.serve.dp import attention_tp, dp_attention, moe_tp
+from timeline.spec.engine_versions import vllm_all_reduce_out_of_place
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec, ScheduleSpec, TrainingSpec
 from timeline.spec.serving import ServeRunSpec
@@ -110,7 +111,27 @@ def step_ops(run: ServeRunSpec, num_tokens: int, stage: int = 0, moe_tokens: int
     workspace kept outside the step when ``kept_moe_workspace``)."""
     g = graph_run(run, num_tokens)
     ops = [op for op in forward_ops(build_ctx(g.model, g.parallel, g.training.dtype), g.parallel, g.training, stage) if not op.name.startswith(("output", "mtp"))]
+    if run.serving.engine == "vllm" and vllm_all_reduce_out_of_place(run.serving.engine_version):
+        ops = out_of_place_all_reduce(ops)
     return fuse_moe(run, ops, num_tokens, moe_tokens, kept_moe_workspace) if run.model.is_moe else ops
+
+
+def out_of_place_all_reduce(ops: list[FOp]) -> list[FOp]:
+    """Each tensor-parallel all-reduce returns a new tensor of its input's size
+    (:func:`~timeline.spec.engine_versions.vllm_all_reduce_out_of_place`); later ops read it, so the
+    input dies at the all-reduce and both are alive while it runs."""
+    renamed: dict[str, TensorDef] = {}
+    out: list[FOp] = []
+    for op in ops:
+        ins = {k: renamed.get(t.storage, t) for k, t in op.inputs.items()}
+        outs = {k: renamed.get(t.storage, t) for k, t in op.outputs.items()}
+        if op.kind == "collective" and op.name.endswith(".all_reduce") and "x" in ins:
+            x = ins["x"]
+            result = replace(x, name=f"{op.name}.out", storage=f"{op.name}.out")
+            renamed[x.storage] = result
+            outs = {**outs, "out": result}
+        out.append(replace(op, inputs=ins, outputs=outs))
+    return out
 
 
 #: vLLM ``envs.VLLM_FUSED_MOE_CHUNK_SIZE`` default: fused_experts works on at most this many tokens at once

@@ -1,93 +1,210 @@
-"""The memory vLLM's profiler counts outside PyTorch's allocator, as published startup logs measured it.
+"""The device memory an engine's budget counts outside PyTorch's allocator, built from its parts.
 
-Nothing in an engine's source fixes this number: it is the CUDA context, cuBLAS/cuDNN handles, loaded
-kernel images and, above one GPU, NCCL's buffers (on NVSwitch H100s its NVLS multicast buffers) —
-driver- and machine-dependent. What *is* in the source is which part the KV budget subtracts, and
-that changed with the version:
+Three parts, each a published measurement (nothing in an engine's source fixes their size) or a rule
+that carries one measurement to another GPU:
 
-* ``v0.6.4`` — V0 ``worker.py`` ``determine_num_available_blocks`` @0.6.4.post1: device memory in use
-  after the profile run minus PyTorch's allocated bytes, so the CUDA context is in it.
-* ``v0.6.5`` — V0 from 0.6.5 (``vllm/utils.py`` ``memory_profiling``, the 0.6.6.post1 and 0.7.3 wheels):
-  the increase since the worker's baseline, taken after the context exists.
-* ``v1`` — V1 from 0.9 (``vllm/utils/mem_utils.py`` ``memory_profiling`` with the worker's
-  ``init_snapshot``, ``non_torch_increase``; #19312, 0.9.2 and the 0.22.0 wheel): the increase from
-  device init to after the profile run (and the CUDA-graph estimate).
+* **context** — the CUDA primary context and the runtime, in use before any tensor
+  (:func:`context_bytes`). Measured on an H100 and an RTX 3090; another GPU takes the H100's figure
+  with its local-memory reservation swapped for its own: the driver reserves each resident thread's
+  stack (``CU_LIMIT_STACK_SIZE``, 1 KiB by default, CUDA driver API ``cuCtxSetLimit``) for the most
+  threads every SM can hold (CUDA C++ Programming Guide, "Technical Specifications per Compute
+  Capability": 2,048 on sm 70/80/90/100, 1,536 on sm 86/89/120, 1,024 on sm 75). Checked on the
+  3090: 0.51 − 132·2,048 KiB + 82·1,536 KiB = 0.372 GiB against its measured 0.35.
+* **distributed** — what ``init_worker_distributed_environment`` puts on the device: NCCL
+  communicators (their connection buffers, NVLS on NVSwitch systems) and the custom all-reduce
+  buffers; nothing at world size 1 from vLLM 0.5 (no communicator is connected there; up to 0.4.1
+  ``init_worker_distributed_environment`` ends with a warm-up ``torch.distributed.all_reduce``, which makes
+  a one-rank NCCL communicator, not measured). Measured per interconnect
+  (:data:`DIST`), by tensor-parallel size, and per communicator set: from vLLM 0.11.0 a TP group on
+  sm 9.0 / 10.0 also makes a torch symmetric-memory all-reduce (``cuda_communicator.py``
+  ``CudaCommunicator.__init__`` → ``SymmMemCommunicator``, ``VLLM_ALLREDUCE_USE_SYMM_MEM`` defaulting to
+  1 in 0.11.0's ``envs.py``; absent in 0.9.2 and 0.10.1.1), so a measurement with it is not carried to
+  a version without it (:func:`communicators`). SGLang's groups take vLLM's nearest measured set.
+  Not derived from NCCL's source: its buffers are per channel and connected peer (NVIDIA/nccl
+  ``src/init.cc``: ``DEFAULT_BUFFSIZE`` 4 MiB for SIMPLE, ``DEFAULT_LL128_BUFFSIZE`` 120·640·8·8 B ≈ 4.69 MiB,
+  ``DEFAULT_LL_BUFFSIZE`` 8·512·8·16 B = 512 KiB), but the channel count comes from NCCL's topology search,
+  whether the buffers sit on the device depends on the transport (P2P in device memory, SHM in host
+  memory), and the communicators' kernel images load with them; the measured total holds all of it.
+* **run** — what loading and the profile run add outside PyTorch (kernel images loaded lazily,
+  NCCL connections first made by a collective of the profile run). V0 adds none measurable (the RTX
+  3090 0.6.4 log: 0.35 GiB before and after its profile run); V1 (torch.compile's Triton modules,
+  the device groups' lazy connections) is measured on H100 (:data:`RUN_V1`).
 
-:data:`MEASURED` holds what the calibration side of ``tests/data/serving_logs.json`` printed, per
-(era, hardware preset, tensor-parallel size, pipeline size > 1), each with the logs it comes from. A
-run whose key is not in it gets the entry of the largest measured ``tp`` not above its own (same era,
-GPU and pipeline kind), else 0 with a note; ``serving.non_torch_gib`` overrides it.
+Which parts a vLLM version subtracts is in its source (:func:`window`):
 
-:data:`MEASURED_INIT` is the device memory in use once the worker's CUDA context and distributed groups
-exist, before the weights load (vLLM 0.19's ``worker init memory snapshot``, ``cuda_memory``): SGLang
-sizes its pool from the free memory at that moment (:mod:`timeline.serve.budget`), so it subtracts it.
-Only vLLM prints it; its NCCL groups are the ones SGLang creates too (the custom all-reduce buffers
-differ by engine and are not in it). ``hardware.non_pytorch_gib`` overrides it.
+* ``total`` — 0.2.5 … 0.2.7 ``Worker.profile_num_available_blocks``: ``total − free`` after the
+  profile run: context + distributed + run (and the caching allocator's reserved bytes, modelled apart).
+* ``init`` — 0.3.3 … 0.6.3 ``Worker.determine_num_available_blocks``: ``init_free − free``, ``init_free``
+  read in ``init_device`` once the context exists and before the distributed groups: distributed + run.
+* ``absolute`` — 0.6.4.post1 V0 ``determine_num_available_blocks`` and V1 0.8.x
+  ``gpu_worker.py`` ``Worker.determine_available_memory`` (read at 0.8.5): device memory in use after the
+  profile run and ``empty_cache`` minus PyTorch's allocated bytes: context + distributed + run.
+* ``baseline`` — 0.6.5 … 0.7.x V0 (``memory_profiling`` against ``init_device``'s baseline, read at 0.6.5,
+  0.6.6.post1, 0.7.2, 0.7.3) and V1 0.9 … 0.10 (``init_snapshot`` taken before
+  ``init_worker_distributed_environment``, read at 0.9.2 and 0.10.1.1): distributed + run.
+* ``after_init`` — V1 from 0.11 (``init_snapshot`` taken after the distributed groups, read at 0.11.0,
+  0.11.2 and 0.22.0; the 0.19 logs print it with ``cuda_memory`` growing with tp): run only.
+
+SGLang sizes its pool from the free memory once its distributed groups exist, before the weights load
+(``ModelRunner.init_torch_distributed``'s ``min_per_gpu_memory``): :func:`measured_init`, context +
+distributed. ``serving.non_torch_gib`` and ``hardware.non_pytorch_gib`` override the two.
 """
 
 from __future__ import annotations
 
-from timeline.spec.engine_versions import parse_version
+from timeline.spec.engine_versions import is_v1, parse_version
+from timeline.spec.hardware import GPUS, SM_COUNTS
 from timeline.spec.serving import ServeRunSpec
 
 GIB = 1 << 30
+KIB = 1 << 10
 
-#: (era, gpu preset, tp, pp > 1) → (GiB, the calibration logs that print it)
-MEASURED: dict[tuple[str, str, int, bool], tuple[float, str]] = {
-    ("v0.6.4", "rtx3090", 1, False): (0.35, "vllm-project/vllm#10517 (Llama-3.1-8B, 0.6.4.post1)"),
-    ("v0.6.5", "l40s", 2, False): (0.30, "vllm-project/vllm#15815 (Qwen2.5-32B TP2, 0.7.3)"),
-    ("v1", "h100", 1, False): (0.25, "llm-d-planner 0.19.0 TP1 logs: Llama-3.1-8B, Qwen2.5-7B, CodeLlama-7b "
-                                     "0.24-0.25, Qwen3-30B-A3B 0.27, DeepSeek-V2-Lite 0.26"),
-    ("v1", "h100", 2, False): (2.07, "llm-d-planner 0.19.0 TP2 logs: Llama-3.1-8B, Mixtral-8x7B, gpt-oss-20b 2.07, "
-                                     "Llama-3.3-70B FP8 2.10"),
-    ("v1", "h100", 4, False): (2.17, "llm-d-planner 0.19.0 TP4 logs: Llama-3.1-8B 2.13, Llama-3.3-70B FP8 2.21"),
-    ("v1", "h100", 1, True): (0.07, "llm-d-planner 0.19.0 Llama-3.1-8B PP4 log"),
+#: GiB in use once the context exists and before any tensor, per GPU preset, and where it is printed
+CONTEXT: dict[str, tuple[float, str]] = {
+    "h100": (0.51, "llm-d-planner vLLM 0.19.0 TP1 logs (worker init memory snapshot, cuda_memory=0.51GiB)"),
+    "rtx3090": (0.35, "vllm-project/vllm#10517 (0.6.4.post1: initial_memory_usage 15.34 GiB with 14.99 GiB of "
+                      "weights, before the profile run)"),
+}
+#: the GPU whose context carries to GPUs without a measurement (module docstring)
+CONTEXT_REFERENCE = "h100"
+#: most resident threads per SM by compute capability (CUDA C++ Programming Guide, compute capabilities table)
+THREADS_PER_SM: dict[int, int] = {70: 2048, 75: 1024, 80: 2048, 86: 1536, 89: 1536, 90: 2048, 100: 2048, 120: 1536}
+#: the driver's default per-thread stack (``cuCtxGetLimit(CU_LIMIT_STACK_SIZE)`` before any change)
+DEFAULT_STACK_BYTES = KIB
+
+#: GPU presets in NVSwitch systems (SXM boards); every other preset is a PCIe card
+NVSWITCH = ("h100", "h800", "h200", "a100", "b200", "gb200")
+
+#: communicator set → (interconnect, tp, pp > 1) → (GiB the distributed groups put on the device, where measured)
+DIST: dict[str, dict[tuple[str, int, bool], tuple[float, str]]] = {
+    "nccl+symm_mem": {
+        ("nvswitch", 2, False): (1.02, "llm-d-planner vLLM 0.19.0 H100 TP2 logs: init cuda_memory 1.53 − TP1's 0.51"),
+        ("nvswitch", 4, False): (1.04, "llm-d-planner vLLM 0.19.0 H100 TP4 logs: init cuda_memory 1.55 − TP1's 0.51"),
+        ("nvswitch", 1, True): (0.97, "llm-d-planner vLLM 0.19.0 H100 PP4 log: init cuda_memory 1.48 − TP1's 0.51"),
+    },
+    "nccl": {
+        ("pcie", 2, False): (0.30, "vllm-project/vllm#15815 (0.7.3 V0, 2×L40S: non_torch_memory takes 0.30GiB, the "
+                                   "distributed groups and V0's run, which adds none)"),
+    },
 }
 
-
-#: (gpu preset, tp, pp > 1) → (GiB in use before the weights load, the calibration logs that print it)
-MEASURED_INIT: dict[tuple[str, int, bool], tuple[float, str]] = {
-    ("h100", 1, False): (0.51, "llm-d-planner 0.19.0 TP1 logs (cuda_memory=0.51GiB)"),
-    ("h100", 2, False): (1.53, "llm-d-planner 0.19.0 TP2 logs: Llama-3.1-8B, Llama-3.3-70B FP8"),
-    ("h100", 4, False): (1.55, "llm-d-planner 0.19.0 TP4 logs: Llama-3.1-8B, Llama-3.3-70B FP8"),
-    ("h100", 1, True): (1.48, "llm-d-planner 0.19.0 Llama-3.1-8B PP4 log"),
+#: (interconnect, tp, pp > 1) → (GiB a V1 engine's loading and profile run add, where it is measured)
+RUN_V1: dict[tuple[str, int, bool], tuple[float, str]] = {
+    ("nvswitch", 1, False): (0.25, "llm-d-planner 0.19.0 TP1 logs: Llama-3.1-8B, Qwen2.5-7B, CodeLlama-7b 0.24-0.25, "
+                                   "Qwen3-30B-A3B 0.27, DeepSeek-V2-Lite 0.26"),
+    ("nvswitch", 2, False): (2.07, "llm-d-planner 0.19.0 TP2 logs: Llama-3.1-8B, Mixtral-8x7B, gpt-oss-20b 2.07, "
+                                   "Llama-3.3-70B FP8 2.10"),
+    ("nvswitch", 4, False): (2.17, "llm-d-planner 0.19.0 TP4 logs: Llama-3.1-8B 2.13, Llama-3.3-70B FP8 2.21"),
+    ("nvswitch", 1, True): (0.07, "llm-d-planner 0.19.0 Llama-3.1-8B PP4 log"),
 }
 
-
-def measured_init(run: ServeRunSpec) -> tuple[int, str]:
-    """(bytes, source) in use on a device before the weights load (:data:`MEASURED_INIT`; the largest
-    measured tp not above the run's, else 0)."""
-    if run.hardware.non_pytorch_gib:
-        return int(run.hardware.non_pytorch_gib * GIB), "hardware.non_pytorch_gib"
-    par = run.parallel
-    near = [k for k in MEASURED_INIT if k[0] == run.hardware.gpu and k[2] == (par.pp > 1) and k[1] <= par.tp]
-    if not near:
-        return 0, "no published measurement for this GPU and layout: 0"
-    best = max(near, key=lambda k: k[1])
-    return int(MEASURED_INIT[best][0] * GIB), MEASURED_INIT[best][1]
+UNMEASURED = "not measured"
 
 
-def era(engine: str, version: str) -> str:
-    """Which accounting a vLLM version's profiler uses (module docstring); "" for none modelled."""
+def interconnect(gpu: str) -> str:
+    return "nvswitch" if gpu in NVSWITCH else "pcie"
+
+
+def window(engine: str, version: str) -> str:
+    """Which parts vLLM ``version``'s budget subtracts (module docstring); "" for another engine."""
     v = parse_version(version or "0.11")
     if engine != "vllm" or v is None:
         return ""
-    if v < (0, 6, 5):
-        return "v0.6.4"
-    if v < (0, 8, 0):
-        return "v0.6.5"
-    return "v1" if v >= (0, 9, 0) else ""
+    if v < (0, 3, 0):
+        return "total"
+    if v < (0, 6, 4):
+        return "init"
+    if v < (0, 6, 5) or (0, 8, 0) <= v < (0, 9, 0):
+        return "absolute"
+    return "baseline" if v < (0, 11, 0) else "after_init"
+
+
+def context_bytes(gpu: str) -> tuple[int, str]:
+    """(bytes, source) of the CUDA context on ``gpu`` (module docstring)."""
+    if gpu in CONTEXT:
+        gib, source = CONTEXT[gpu]
+        return int(gib * GIB), source
+    ref_gib, _ = CONTEXT[CONTEXT_REFERENCE]
+    sm = int(GPUS.get(gpu, {}).get("sm", 0))
+    if gpu not in SM_COUNTS or sm not in THREADS_PER_SM:
+        return int(ref_gib * GIB), f"{UNMEASURED}: the H100's context (no SM count for {gpu!r})"
+
+    def lmem(g: str) -> int:
+        return SM_COUNTS[g] * THREADS_PER_SM[int(GPUS[g]["sm"])] * DEFAULT_STACK_BYTES
+
+    size = int(ref_gib * GIB) - lmem(CONTEXT_REFERENCE) + lmem(gpu)
+    return size, f"the H100's context with {gpu}'s local-memory reservation ({SM_COUNTS[gpu]} SMs)"
+
+
+def _nearest(table: dict[tuple[str, int, bool], tuple[float, str]], key: tuple[str, int, bool]) -> tuple[int, str]:
+    """The entry of ``key``, else of the largest measured tp below it (same interconnect and pipeline kind)."""
+    near = [k for k in table if k[0] == key[0] and k[2] == key[2] and k[1] <= key[1]]
+    if not near:
+        return 0, f"{UNMEASURED} ({key[0]}, tp={key[1]}{', pp' if key[2] else ''}): 0"
+    best = max(near, key=lambda k: k[1])
+    gib, source = table[best]
+    return int(gib * GIB), source if best == key else f"{source} (measured at tp={best[1]})"
+
+
+def communicators(run: ServeRunSpec) -> str:
+    """The communicator set a vLLM run's TP groups make (module docstring); "" for SGLang (any set)."""
+    sv = run.serving
+    if sv.engine != "vllm":
+        return ""
+    v = parse_version(sv.engine_version or "0.11") or (0, 11, 0)
+    sm = int(GPUS.get(run.hardware.gpu, {}).get("sm", 0))
+    return "nccl+symm_mem" if v >= (0, 11, 0) and sm in (90, 100) and run.parallel.tp > 1 else "nccl"
+
+
+def dist_bytes(run: ServeRunSpec) -> tuple[int, str]:
+    """(bytes, source) the distributed groups put on one device (module docstring)."""
+    par, sv = run.parallel, run.serving
+    if par.tp * par.pp == 1:
+        v = parse_version(sv.engine_version or "0.11") or (0, 11, 0)
+        if sv.engine == "vllm" and v < (0, 5, 0):  # worker.py init_worker_distributed_environment, 0.2.7 … 0.4.1
+            return 0, f"the warm-up all_reduce's one-rank NCCL communicator is {UNMEASURED}: 0"
+        return 0, "world size 1: no communicator"
+    key = (interconnect(run.hardware.gpu), par.tp, par.pp > 1)
+    sets = [communicators(run)] if communicators(run) else list(DIST)
+    found = [_nearest(DIST[name], key) for name in sets]
+    measured = [f for f in found if UNMEASURED not in f[1]]
+    return measured[0] if measured else found[0]
+
+
+def run_bytes(run: ServeRunSpec) -> tuple[int, str]:
+    """(bytes, source) loading and the profile run add outside PyTorch (module docstring)."""
+    sv, par = run.serving, run.parallel
+    if sv.engine == "vllm" and not is_v1(sv.engine_version):
+        return 0, "V0 adds none (vllm-project/vllm#10517: 0.35 GiB before and after the profile run)"
+    key = (interconnect(run.hardware.gpu), par.tp, par.pp > 1)
+    if key[0] == "nvswitch" or (par.tp == 1 and par.pp == 1):
+        size, source = _nearest(RUN_V1, ("nvswitch", par.tp, par.pp > 1))
+        return size, source if key[0] == "nvswitch" else f"{source}, on H100 (the kernels loaded are the software's)"
+    size, source = _nearest(RUN_V1, ("nvswitch", 1, False))
+    return size, f"{source}; the lazy NCCL connections over PCIe are {UNMEASURED}"
 
 
 def measured_non_torch(run: ServeRunSpec) -> tuple[int, str]:
-    """(bytes, where they come from) of the non-PyTorch memory vLLM's budget subtracts for ``run``."""
-    sv, par = run.serving, run.parallel
+    """(bytes, where they come from) of the non-PyTorch memory vLLM's budget subtracts for ``run``: the
+    parts its version's :func:`window` counts."""
+    sv = run.serving
     if sv.non_torch_gib is not None:
         return int(sv.non_torch_gib * GIB), "serving.non_torch_gib"
-    key = (era(sv.engine, sv.engine_version), run.hardware.gpu, par.tp, par.pp > 1)
-    near = [k for k in MEASURED if k[0] == key[0] and k[1] == key[1] and k[3] == key[3] and k[2] <= key[2]]
-    if not near:
-        return 0, "no published measurement for this engine version, GPU and layout: 0"
-    best = max(near, key=lambda k: k[2])
-    gib, source = MEASURED[best]
-    return int(gib * GIB), source if best == key else f"{source} (measured at tp={best[2]})"
+    win = window(sv.engine, sv.engine_version)
+    parts = {"total": ("context", "dist", "run"), "absolute": ("context", "dist", "run"),
+             "init": ("dist", "run"), "baseline": ("dist", "run"), "after_init": ("run",)}.get(win, ())
+    found = {"context": lambda: context_bytes(run.hardware.gpu), "dist": lambda: dist_bytes(run),
+             "run": lambda: run_bytes(run)}
+    sizes = {p: found[p]() for p in parts}
+    text = "; ".join(f"{p}: {s / GIB:.2f} GiB ({src})" for p, (s, src) in sizes.items())
+    return sum(s for s, _ in sizes.values()), f"window {win!r}: {text}"
+
+
+def measured_init(run: ServeRunSpec) -> tuple[int, str]:
+    """(bytes, source) in use on a device once its distributed groups exist, before the weights load:
+    context + distributed."""
+    if run.hardware.non_pytorch_gib:
+        return int(run.hardware.non_pytorch_gib * GIB), "hardware.non_pytorch_gib"
+    ctx, ctx_src = context_bytes(run.hardware.gpu)
+    dist, dist_src = dist_bytes(run)
+    return ctx + dist, f"context: {ctx_src}; distributed: {dist_src}"

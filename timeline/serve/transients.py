@@ -126,10 +126,16 @@ def eager_holds(ops: Sequence[FOp]) -> dict[str, int]:
     same in every family's module): the caller's ``hidden_states`` argument stays referenced while
     ``self.self_attn(...)`` and ``self.mlp(...)`` run, so each sub-block's input lives to its last op,
     and ``LlamaMLP.forward``'s local ``gate_up`` lives until ``down_proj`` has run (``x`` is rebound,
-    ``gate_up`` is not). Compiled graphs free at last use instead."""
+    ``gate_up`` is not). A row-parallel linear's input lives through its all-reduce as well: the caller's
+    ``x, _ = self.down_proj(x)`` (``self.o_proj(attn_output)``) rebinds it only when the module returns,
+    after ``RowParallelLinear.forward``'s ``tensor_model_parallel_all_reduce``. Compiled graphs free at
+    last use instead."""
     holds: dict[str, int] = {}
     blocks: dict[str, list[int]] = {}
     for i, op in enumerate(ops):
+        if i and op.name == f"{ops[i - 1].name}.all_reduce":
+            for t in ops[i - 1].dataflow_inputs():
+                holds[t.storage] = max(holds.get(t.storage, i), i)
         if op.layer is None:
             continue
         for part in ("self_attn", "mlp"):

@@ -14,10 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
+import numpy as np
 import simpy
 
 from timeline.errors import UserError
 from timeline.pipeline.actions import Action, Schedule
+
+#: (stage F, kind F, stage B, kind B) → (scale, per-op shifts of F, per-op shifts of B), or None
+PairShifts = Callable[[int, str, int, str], "tuple[float, tuple[float, ...], tuple[float, ...]] | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,17 +39,31 @@ class Span:
     scale: float = 1.0
     #: the backward half of an overlapped F&B pair (it runs beside the forward half)
     overlapped: bool = False
+    #: per op of the action's phase, µs added to ``offset · scale`` (a combined-1F1B pair's halves
+    #: interleave node by node, :mod:`timeline.sim.combined`); () where none
+    shift: tuple[float, ...] = ()
+
+
+def span_offsets(sp: Span, offsets: np.ndarray, ops: np.ndarray) -> np.ndarray:
+    """Offsets (µs from the action's start) of a phase's events or ops in span ``sp``: stretched by its
+    scale and, in a combined-1F1B pair, moved by its op's shift (``ops``: each offset's op index)."""
+    out = offsets if sp.scale == 1.0 else offsets * sp.scale
+    if sp.shift:
+        out = out + np.asarray(sp.shift)[ops]
+    return out
 
 
 def run_schedule(schedule: Schedule, *, iterations: int, duration_us: Callable[[int, str], float],
                  p2p_us: float, step_us: Callable[[int], float],
-                 pair_us: Callable[[int, str, int, str], float] | None = None) -> list[Span]:
+                 pair_us: Callable[[int, str, int, str], float] | None = None,
+                 pair_shifts: PairShifts | None = None) -> list[Span]:
     """Time every action of ``iterations`` back-to-back runs of ``schedule``.
 
     An overlapped F&B pair (``schedule.overlapped``, DualPipe's) starts when both halves can and
     takes ``pair_us(stage_f, kind_f, stage_b, kind_b)``; both halves span that whole time, each
-    stretched to fill it, so their ops and memory events interleave. Without ``pair_us`` pairs
-    run one after the other."""
+    stretched to fill it, so their ops and memory events interleave; where ``pair_shifts`` gives
+    (scale, forward shifts, backward shifts) for the pair, both halves take that scale and those
+    per-op shifts instead. Without ``pair_us`` pairs run one after the other."""
     env = simpy.Environment()
     last_stage = schedule.num_chunks - 1
     owner: dict[tuple[int, int], int] = {}
@@ -113,10 +131,17 @@ def run_schedule(schedule: Schedule, *, iterations: int, duration_us: Callable[[
                     assert pair_us is not None  # pairs are only formed with pair_us
                     total = pair_us(f.stage, f.kind, b.stage, b.kind)
                     yield env.timeout(total)
-                    spans.append(Span(r, pos, it, f.stage, f.kind, f.microbatch, start, env.now,
-                                      total / df if df > 0 else 1.0))
-                    spans.append(Span(r, pos + 1, it, b.stage, b.kind, b.microbatch, start, env.now,
-                                      total / db if db > 0 else 1.0, overlapped=True))
+                    warp = pair_shifts(f.stage, f.kind, b.stage, b.kind) if pair_shifts else None
+                    if warp is None:
+                        spans.append(Span(r, pos, it, f.stage, f.kind, f.microbatch, start, env.now,
+                                          total / df if df > 0 else 1.0))
+                        spans.append(Span(r, pos + 1, it, b.stage, b.kind, b.microbatch, start, env.now,
+                                          total / db if db > 0 else 1.0, overlapped=True))
+                    else:
+                        k, sf, sb = warp
+                        spans.append(Span(r, pos, it, f.stage, f.kind, f.microbatch, start, env.now, k, shift=sf))
+                        spans.append(Span(r, pos + 1, it, b.stage, b.kind, b.microbatch, start, env.now, k,
+                                          overlapped=True, shift=sb))
                 for a in group:
                     finish(a, r, it)
                 pos += len(group)

@@ -15,8 +15,9 @@ import numpy as np
 from timeline.graph.tensors import Category
 from timeline.placement.devices import StaticDevice
 from timeline.profiles.base import AT_OP
+from timeline.sim.combined import forward_nodes, kept_node_io
 from timeline.sim.compiled import CAT_CODE, CompiledPhase
-from timeline.sim.engine import Span
+from timeline.sim.engine import Span, span_offsets
 from timeline.sim.hf_state import hf_state_events
 from timeline.sim.output import DeviceEvents, DeviceOps, Names
 from timeline.sim.plan import Compiled
@@ -173,7 +174,7 @@ def kept_inputs(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
             if not held.any():
                 continue
             ph = compiled[(stage, sp.kind)]
-            freed_at = sp.start_us + ph.ev_offset * sp.scale
+            freed_at = sp.start_us + span_offsets(sp, ph.ev_offset, ph.ev_op)
             times, actions = freed_at.copy(), np.full(len(freed_at), i, dtype=np.int64)
             to = nxt.get((sp.iteration, sp.microbatch), -1)
             if to < 0:
@@ -229,6 +230,70 @@ def iterator_kept(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]
     return out
 
 
+def combined_kept(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
+    """Per backward action of a combined-1F1B schedule (paired or alone: both run through
+    ``combined_forward_backward_step``), the frees of its layer nodes' inputs' gradients and outputs,
+    moved to the action's end (:func:`timeline.sim.combined.kept_node_io`: Megatron-Core before
+    a56a0b001d, ``[framework] combined_1f1b_keeps_node_io``). Keyed by span index."""
+    masks: dict[tuple[int, str], np.ndarray] = {}
+    out: dict[int, KeptFrees] = {}
+    for i, sp in enumerate(spans):
+        if sp.kind != "B":
+            continue
+        key = (sp.stage, sp.kind)
+        if key not in masks:
+            f = compiled[(sp.stage, "F")]
+            masks[key] = kept_node_io(f, forward_nodes(f), compiled[key])
+        mask = masks[key]
+        if mask.any():
+            n = int(mask.sum())
+            out[i] = KeptFrees(mask=mask, times=np.full(n, sp.end_us), actions=np.full(n, i, dtype=np.int64))
+    return out
+
+
+def head_wgrad_kept(spans: list[Span], compiled: Compiled, limit: int) -> dict[int, KeptFrees]:
+    """Per backward action of the stage holding the output layer, the frees Megatron-LM's deferred
+    embedding weight gradient (``--defer-embedding-wgrad-compute``) moves to the pipeline flush. Keyed
+    by span index.
+
+    ``megatron/core/tensor_parallel/layers.py`` (core_v0.12.0 … d98e8a64dd): ``ColumnParallelLinear.forward``
+    appends its input to ``embedding_activation_buffer`` and
+    ``LinearWithGradAccumulationAndAsyncCommunication.backward`` appends ``grad_output`` (the logits'
+    gradient) to ``grad_output_buffer`` and skips the weight-gradient GEMM, while fewer than
+    ``wgrad_deferral_limit`` entries are held (0: always); ``pipeline_parallel/schedules.py:
+    finish_embedding_wgrad_compute`` runs them after the schedule's last backward
+    (``core/utils.py: drain_embedding_wgrad_compute``, which pops each pair). So the frees the output
+    layer's weight-gradient op (``*.output_layer.wgrad``) makes of its input and incoming gradient move,
+    for an iteration's first ``limit`` micro-batches (every one at 0; each micro-batch calls it once, as
+    ``from-megatron`` requires without MTP), to the end of the rank's last action of the iteration."""
+    last_of_iteration: dict[int, int] = {}
+    for i, sp in enumerate(spans):
+        if sp.kind in ("init", "step"):
+            continue
+        j = last_of_iteration.get(sp.iteration)
+        if j is None or sp.end_us >= spans[j].end_us:
+            last_of_iteration[sp.iteration] = i
+    masks: dict[tuple[int, str], np.ndarray | None] = {}
+    out: dict[int, KeptFrees] = {}
+    for i, sp in enumerate(spans):
+        if sp.kind not in ("B", "I", "W") or (limit and sp.microbatch >= limit):
+            continue
+        key = (sp.stage, sp.kind)
+        if key not in masks:
+            ph = compiled[key]
+            hit = [ph.op_names[o].endswith(".output_layer.wgrad") and not ph.tensor_names[t].endswith(
+                ".output_layer.wgrad") for o, t in zip(ph.ev_op.tolist(), ph.ev_tensor.tolist(), strict=True)]
+            held = (ph.ev_sign < 0) & np.array(hit, dtype=bool)
+            masks[key] = held if held.any() else None
+        held = masks[key]
+        if held is None:
+            continue
+        to = last_of_iteration[sp.iteration]
+        n = int(held.sum())
+        out[i] = KeptFrees(mask=held, times=np.full(n, spans[to].end_us), actions=np.full(n, to, dtype=np.int64))
+    return out
+
+
 def _merge(a: KeptFrees, b: KeptFrees) -> KeptFrees:
     """Two actions' moved frees over the same phase's events, as one (``b`` wins where both move one)."""
     mask = a.mask | b.mask
@@ -265,8 +330,14 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
     gather = state.gathered_bytes
     comm = CAT_CODE[Category.COMM]
     kept = kept_inputs(spans, compiled) if state.keeps_input else {}
+    if state.combined_keeps_node_io:
+        for i, node_io in combined_kept(spans, compiled).items():
+            kept[i] = _merge(kept[i], node_io) if i in kept else node_io
     for i, saved in iterator_kept(spans, compiled).items():
         kept[i] = _merge(kept[i], saved) if i in kept else saved
+    if state.deferred_head_wgrad >= 0:
+        for i, saved in head_wgrad_kept(spans, compiled, state.deferred_head_wgrad).items():
+            kept[i] = _merge(kept[i], saved) if i in kept else saved
     deferred: list[tuple[tuple[np.ndarray, ...], int, int, int, int]] = []  # (columns, mb, stage, action, iteration)
     for i, sp in enumerate(spans):
         if sp.kind == "step":
@@ -278,8 +349,7 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
         if len(ph.ev_offset):
             tensor_ids = names.cached((id(ph), "ev_tensor"), partial(_event_ids, names, ph, "tensor_names"))
             op_ids = names.cached((id(ph), "ev_op"), partial(_event_ids, names, ph, "op_names"))
-            offsets = ph.ev_offset if sp.scale == 1.0 else ph.ev_offset * sp.scale
-            ev = (offsets + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids)
+            ev = (span_offsets(sp, ph.ev_offset, ph.ev_op) + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids)
             k = kept.get(i)
             if k is not None:
                 for a in np.unique(k.actions[k.actions >= 0]).tolist():
@@ -306,9 +376,10 @@ def first_backward_op(pattern: str, spans: list[Span], compiled: Compiled, defau
         return default
     ph = compiled[(first.stage, first.kind)]
     rx = re.compile(pattern)
-    for name, start in zip(ph.op_names, ph.op_start.tolist(), strict=True):
+    starts = span_offsets(first, ph.op_start, np.arange(len(ph.op_names)))
+    for name, start in zip(ph.op_names, starts.tolist(), strict=True):
         if rx.search(name):
-            return first.start_us + start * first.scale
+            return first.start_us + start
     return default
 
 
@@ -332,9 +403,9 @@ def device_ops(spans: list[Span], compiled: Compiled, names: Names) -> DeviceOps
             cols["stream"].append(names.cached((id(ph), "overlapped"), partial(_overlapped_ids, names, ph)))
         else:
             cols["stream"].append(names.ids(ph, "op_streams"))
-        scale = sp.scale
-        cols["t_start_us"].append((ph.op_start if scale == 1.0 else ph.op_start * scale) + sp.start_us)
-        cols["t_end_us"].append((ph.op_end if scale == 1.0 else ph.op_end * scale) + sp.start_us)
+        index = np.arange(n)
+        cols["t_start_us"].append(span_offsets(sp, ph.op_start, index) + sp.start_us)
+        cols["t_end_us"].append(span_offsets(sp, ph.op_end, index) + sp.start_us)
         cols["phase"].append(phase)
         cols["microbatch"].append(np.full(n, sp.microbatch, dtype=np.int32))
         cols["stage"].append(np.full(n, sp.stage, dtype=np.int16))

@@ -15,7 +15,8 @@ Engine 2.6, ``TE``):
 4. Adam's ``exp_avg`` and ``exp_avg_sq`` per main parameter inside the first ``step()``
    (``TE/optimizers/fused_adam.py: FusedAdam.step`` → ``initialize_state``: ``torch.empty_like``
    per state, the optimizer Megatron imports first, ``MC/optimizer/__init__.py``); the dense
-   optimizer steps before the expert one (``ChainedOptimizer``);
+   optimizer steps before the expert one (``ChainedOptimizer``), and under
+   ``--overlap-param-gather-with-optimizer-step`` the first chunk's dense optimizer before both;
 5. every step, ``_copy_model_grads_to_main_grads`` sets ``main_param.grad =
    model_param.main_grad[shard].float()``: a new fp32 tensor per parameter (shard) when the grad
    buffer is not fp32 (an alias when it is), dropped by ``optimizer.zero_grad()`` at the start of
@@ -44,15 +45,18 @@ from timeline.graph.tensors import DTYPE_BYTES, Category, TensorDef
 from timeline.placement.devices import StaticDevice
 from timeline.profiles.megatron_workspaces import FUSED_INTO
 from timeline.sim.compiled import CAT_CODE
+from timeline.sim.megatron_load import resumed_moments
+from timeline.spec.framework import FrameworkSpec
 from timeline.spec.run import TrainingSpec
 
 #: (created at: "start" | "first_backward" | "first_step", name, bytes, category code, +1 alloc / −1 free)
 StaticEvent = tuple[str, str, int, int, int]
 
 
-def _group_key(name: str, shape: tuple[int, ...], expert: bool) -> tuple[bool, bool]:
-    """(expert, no weight decay) of one parameter (``_get_param_groups``' default condition)."""
-    return expert, name.endswith(".bias") or len(shape) == 1
+def _group_key(name: str, shape: tuple[int, ...], optimizer: int) -> tuple[int, bool]:
+    """(the optimizer's place in the chain, no weight decay) of one parameter (``_get_param_groups``'
+    default condition; the chain: :attr:`timeline.graph.dp_buffers.DdpBuffer.optimizer`)."""
+    return optimizer, name.endswith(".bias") or len(shape) == 1
 
 
 def megatron_params(tensors: list[TensorDef]) -> list[tuple[str, list[TensorDef]]]:
@@ -72,25 +76,27 @@ def main_param_order(dev: StaticDevice, tr: TrainingSpec, expert_rule: str) -> l
     """(name, elements) of each main parameter (shard) in the order the optimizer creates and steps
     them; under ``zero = 1`` only the shards this rank owns."""
     shapes = {t.name: t for t in dev.tensors}
-    groups: dict[tuple[bool, bool], list[tuple[str, int]]] = {}
+    groups: dict[tuple[int, bool], list[tuple[str, int]]] = {}
     if tr.zero >= 1:
         for b in dev.dp_buffers:
             for s in b.slots:
-                groups.setdefault(_group_key(s.name, shapes[s.name].shape, b.expert), [])
+                groups.setdefault(_group_key(s.name, shapes[s.name].shape, b.optimizer), [])
         for b in dev.dp_buffers:
             for s in b.slots:
                 if s.shard_numel:
-                    groups[_group_key(s.name, shapes[s.name].shape, b.expert)].append((s.name, s.shard_numel))
+                    groups[_group_key(s.name, shapes[s.name].shape, b.optimizer)].append((s.name, s.shard_numel))
     else:
         for name, ts in megatron_params(megatron_order(dev.tensors)):
-            key = _group_key(name, ts[0].shape, is_expert_state(ts[0], expert_rule))
+            key = _group_key(name, ts[0].shape, int(is_expert_state(ts[0], expert_rule)))
             groups.setdefault(key, []).append((name, sum(t.numel for t in ts)))
-    # the dense optimizer first, then the expert one (ChainedOptimizer), each in first-seen group order
+    # the optimizers in their ChainedOptimizer order (dense, then expert), each in first-seen group order
     return [p for k in sorted(groups, key=lambda k: k[0]) for p in groups[k]]
 
 
-def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str) -> list[StaticEvent]:
-    """Weights, buffers, main parameters and moments of one device, in creation order."""
+def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str,
+                    fw: FrameworkSpec | None = None) -> list[StaticEvent]:
+    """Weights, buffers, main parameters and moments of one device, in creation order (``fw``: the
+    versions and checkpoint format a resumed run's load follows; default ``[framework]``'s)."""
     w_cat, g_cat, o_cat = CAT_CODE[Category.WEIGHTS], CAT_CODE[Category.GRADS], CAT_CODE[Category.OPTIMIZER]
     w, g = DTYPE_BYTES[tr.dtype], DTYPE_BYTES[tr.grad_dtype]
     dist = tr.zero >= 1
@@ -110,14 +116,12 @@ def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str) -> li
     for n, k in order:  # clone() in the model dtype, then .float(); the clone is dropped
         out += [("start", f"static.master_clone.{n}", k * w, o_cat, 1), ("start", f"static.master.{n}", k * master, o_cat, 1),
                 ("start", f"static.master_clone.{n}", k * w, o_cat, -1)] if master else []
-    if tr.optimizer_step or tr.resumed:
-        # a resumed run makes them when it loads the checkpoint, before any step (MC
-        # optimizer/distrib_optimizer.py: DistributedOptimizer.sharded_state_dict(is_loading=True) →
-        # load_state_dict(self.state_dict()), which allocates each state, then the load copies into it)
-        at = "start" if tr.resumed else "first_step"
+    if tr.resumed:  # the checkpoint load makes them, before any step (timeline.sim.megatron_load)
+        out += resumed_moments(order, moment, o_cat, distributed=dist, fw=fw or FrameworkSpec())
+    elif tr.optimizer_step:
         for n, k in order:
-            out += [(at, f"static.moments.{n}.exp_avg", k * moment, o_cat, 1),
-                    (at, f"static.moments.{n}.exp_avg_sq", k * moment, o_cat, 1)]
+            out += [("first_step", f"static.moments.{n}.exp_avg", k * moment, o_cat, 1),
+                    ("first_step", f"static.moments.{n}.exp_avg_sq", k * moment, o_cat, 1)]
     return [e for e in out if e[2] > 0]
 
 

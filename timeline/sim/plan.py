@@ -29,7 +29,8 @@ def run_schedule_of(sched: ScheduleSpec, par: ParallelSpec, num_microbatches: in
                     csv_rows: Sequence[Sequence[str]] | None = None) -> Schedule:
     """The run's validated pipeline schedule (``csv_rows``: the rows of a ``csv`` kind)."""
     return build_schedule(sched.kind, pp=par.pp, vpp=par.vpp, num_microbatches=num_microbatches,
-                          microbatch_group_size=sched.microbatch_group_size, csv_rows=csv_rows)
+                          microbatch_group_size=sched.microbatch_group_size, csv_rows=csv_rows,
+                          combined_1f1b=sched.combined_1f1b)
 
 
 def compile_templates(templates: dict[int, ChunkTemplate], cost: CostModel) -> Compiled:
@@ -152,6 +153,9 @@ class SimPlan:
     p2p_us: float
     step_us: tuple[float, ...]  # per pipeline rank
     iterations: int  # warm-up iterations first, reported ones after
+    #: combined 1F1B: the backward's attention nodes run before the forward's mlp
+    #: (``[framework] ep_overlap_early_attn_memory_release``, :mod:`timeline.sim.combined`)
+    early_attn_release: bool = False
 
     def load_of(self, device_index: int) -> int:
         return device_index % len(self.loads)
@@ -187,4 +191,5 @@ def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training:
                    states=tuple(device_state(d, model, tr, par, rules) for d in devices),
                    p2p_us=cost.comm_us(boundary_bytes(tr, par, model.hidden_size), "pp"),
                    step_us=tuple(step_us(tr, par, d, cost) for d in devices[::len(loads)]),
-                   iterations=tr.warmup_iterations + tr.iterations)
+                   iterations=tr.warmup_iterations + tr.iterations,
+                   early_attn_release=rules.framework.ep_overlap_early_attn_memory_release)

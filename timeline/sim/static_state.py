@@ -72,6 +72,12 @@ class DeviceState:
     #: each chunk keeps its last received input and that input's gradient until its next forward
     #: (the profile's ``Lifecycle.chunk_keeps_input``; :func:`timeline.sim.expand.kept_inputs`)
     keeps_input: bool = False
+    #: combined 1F1B's backward layer nodes keep their I/O until the pair ends
+    #: (``[framework] combined_1f1b_keeps_node_io``; :func:`timeline.sim.expand.combined_kept`)
+    combined_keeps_node_io: bool = False
+    #: the output layer's weight gradients wait for the pipeline flush (``[framework] defer_embedding_wgrad``):
+    #: how many of an iteration's micro-batches defer (0: all; −1: none; :func:`timeline.sim.expand.head_wgrad_kept`)
+    deferred_head_wgrad: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,12 +110,16 @@ def device_state(dev: StaticDevice, model: ModelSpec, tr: TrainingSpec, par: Par
                                          has_moe=has_moe, tensors=dev.tensors)]
     copies: tuple[tuple[str, int], ...] = ()
     if life.dp_buffers and dev.dp_buffers and not rules.traced:
-        allocs = tuple(a for a in megatron_events(tr, dev, rules.expert_state_group) + workspaces if a[2] > 0)
+        allocs = tuple(a for a in megatron_events(tr, dev, rules.expert_state_group, rules.framework) + workspaces
+                       if a[2] > 0)
         copies = main_grad_copies(tr, dev, rules.expert_state_group)
     else:
         allocs = () if per_param else tuple(static_allocs(rules.profile, tr, dev, workspaces))
     return DeviceState(allocs=allocs, per_parameter=per_param, gathered_bytes=gathered_bytes(rules.profile, tr, dev),
-                       step_copies=copies, keeps_input=bool(life.chunk_keeps_input))
+                       step_copies=copies, keeps_input=bool(life.chunk_keeps_input),
+                       combined_keeps_node_io=rules.framework.combined_1f1b_keeps_node_io,
+                       deferred_head_wgrad=(rules.framework.wgrad_deferral_limit if rules.framework.defer_embedding_wgrad
+                                            and not rules.traced else -1))
 
 
 def ddp_of(profile: str, framework: FrameworkSpec, model: ModelSpec, tr: TrainingSpec, par: ParallelSpec, *,

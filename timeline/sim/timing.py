@@ -4,12 +4,13 @@ its compiled phase. The result is each pipeline rank's spans in time order."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from timeline.sim.combined import backward_nodes, forward_nodes, pair_shifts
 from timeline.sim.compiled import CompiledPhase
 from timeline.sim.engine import Span, run_schedule
-from timeline.sim.plan import SimPlan
+from timeline.sim.plan import Compiled, SimPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,25 @@ def overlapped_us(f: CompiledPhase, b: CompiledPhase) -> float:
     return max(cf + cb, mf + mb)
 
 
+def combined_shifts(compiled: Compiled, pair_us: Callable[[int, str, int, str], float], early_attn_release: bool
+                    ) -> Callable[[int, str, int, str], tuple[float, tuple[float, ...], tuple[float, ...]] | None]:
+    """A combined-1F1B pair's (scale, forward shifts, backward shifts), each distinct pair laid out once
+    (:func:`timeline.sim.combined.pair_shifts`)."""
+    cache: dict[tuple[int, str, int, str], tuple[float, tuple[float, ...], tuple[float, ...]] | None] = {}
+
+    def shifts(fs: int, fk: str, bs: int, bk: str) -> tuple[float, tuple[float, ...], tuple[float, ...]] | None:
+        key = (fs, fk, bs, bk)
+        if key not in cache:
+            f, b = compiled[(fs, fk)], compiled[(bs, bk)]
+            fmap = forward_nodes(f)
+            out = pair_shifts(f, fmap, b, backward_nodes(b, compiled[(bs, "F")], forward_nodes(compiled[(bs, "F")])),
+                              pair_us(fs, fk, bs, bk), early_attn_release=early_attn_release)
+            cache[key] = None if out is None else (out[0], tuple(out[1].tolist()), tuple(out[2].tolist()))
+        return cache[key]
+
+    return shifts
+
+
 def time_plan(p: SimPlan, warmup_iterations: int) -> Timing:
     """Every action's span over ``p.iterations`` iterations, timed by the busiest EP load."""
     compiled, step = p.compiled[0], p.step_us
@@ -47,7 +67,9 @@ def time_plan(p: SimPlan, warmup_iterations: int) -> Timing:
 
     spans_all = run_schedule(p.schedule, iterations=p.iterations,
                              duration_us=lambda s, k: compiled[(s, k)].duration_us, p2p_us=p.p2p_us,
-                             step_us=lambda r: step[r], pair_us=pair_us)
+                             step_us=lambda r: step[r], pair_us=pair_us,
+                             pair_shifts=combined_shifts(compiled, pair_us, p.early_attn_release)
+                             if p.schedule.combined else None)
     per_rank: list[list[Span]] = [[] for _ in range(p.schedule.pp)]
     for sp in spans_all:
         per_rank[sp.rank].append(sp)
@@ -69,8 +91,8 @@ def microbatch_map(a: Sequence[Span], b: Sequence[Span]) -> dict[int, int] | Non
         return None
     out: dict[int, int] = {-1: -1}  # no micro-batch (static state, the step) stays none
     for x, y in zip(a, b, strict=True):
-        if (x.stage, x.kind, x.iteration, x.position, x.start_us, x.end_us, x.scale, x.overlapped) != (
-                y.stage, y.kind, y.iteration, y.position, y.start_us, y.end_us, y.scale, y.overlapped):
+        if (x.stage, x.kind, x.iteration, x.position, x.start_us, x.end_us, x.scale, x.overlapped, x.shift) != (
+                y.stage, y.kind, y.iteration, y.position, y.start_us, y.end_us, y.scale, y.overlapped, y.shift):
             return None
         if out.setdefault(x.microbatch, y.microbatch) != y.microbatch:
             return None

@@ -171,6 +171,20 @@ def sglang_mem_fraction_static(version: str, gpu_mem_mib: int, tp: int, pp: int 
     return round((gpu_mem_mib - reserved) / gpu_mem_mib, 3)
 
 
+#: the first vLLM release read whose tensor-parallel all-reduce returns a new tensor
+VLLM_OUT_OF_PLACE_ALL_REDUCE = (0, 6, 5)
+
+
+def vllm_all_reduce_out_of_place(version: str) -> bool:
+    """vLLM ``version``'s TP all-reduce allocates its output: ``GroupCoordinator.all_reduce`` →
+    ``_all_reduce_out_place`` (pynccl ``PyNcclCommunicator.all_reduce``: ``torch.empty_like``; custom
+    all-reduce likewise) in ``vllm/distributed/parallel_state.py`` at 0.6.5, 0.6.6.post1, 0.7.2, 0.7.3 and
+    0.8.5 (V1 as the ``vllm::all_reduce`` op). Up to 0.6.4.post1 (read at 0.4.1, 0.5.4, 0.6.4.post1) a
+    tensor above the custom all-reduce's 8 MiB is reduced in place by NCCL."""
+    v = parse_version(version or VLLM_DEFAULT)
+    return v is None or v >= VLLM_OUT_OF_PLACE_ALL_REDUCE
+
+
 def is_v1(version: str) -> bool:
     """vLLM's V1 engine (the default from 0.8.0; the default rule set is V1)."""
     v = parse_version(version or VLLM_DEFAULT)

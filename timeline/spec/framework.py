@@ -23,6 +23,7 @@ from timeline.spec.fields import spec_field
 
 ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
 DISPATCHERS = ("allgather", "alltoall", "flex")
+CP_COMM_TYPES = ("p2p", "a2a", "a2a+p2p")
 LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 
 
@@ -65,6 +66,10 @@ class FrameworkSpec:
     moe_permute_fusion: bool = spec_field(False, doc="--moe-permute-fusion")
     moe_z_loss: bool = spec_field(False, doc="--moe-z-loss-coeff given: the router's z-loss is computed")
     moe_grouped_gemm: bool = spec_field(True, doc="--moe-grouped-gemm (false: SequentialMLP)")
+    moe_probs_in_experts: bool = spec_field(True, doc="the routing probabilities scale the experts' activation "
+                                            "(Megatron-LM from 2659630721, 2025-04-09, first released in "
+                                            "Megatron-Core 0.13); false: the token dispatcher's combine scales "
+                                            "the experts' output")
     cublas_workspace_config: str = spec_field("", doc="CUBLAS_WORKSPACE_CONFIG (':SIZE_KiB:COUNT…'; '' = default)")
     avoid_record_streams: bool = spec_field(False, doc=(
         "TORCH_NCCL_AVOID_RECORD_STREAMS=1 (recorded only: no rule reads it yet; record streams delay when a "
@@ -74,5 +79,28 @@ class FrameworkSpec:
                                       "max(40M, 1M·dp·cp), with overlap_grad_reduce)")
     ddp_pad_for_busbw: bool = spec_field(False, doc="--ddp-pad-buckets-for-high-nccl-busbw (buckets end at a "
                                          "multiple of lcm(dp, 128, 65536) elements)")
+    combined_1f1b_keeps_node_io: bool = spec_field(False, doc=(
+        "combined 1F1B (schedule.combined_1f1b): each backward layer node keeps its inputs' gradients and its "
+        "outputs until the pair ends (Megatron-Core before a56a0b001d, 2026-01-06; released in 0.16.0)"))
+    ep_overlap_early_attn_memory_release: bool = spec_field(False, doc=(
+        "--ep-overlap-early-attn-memory-release: in a combined-1F1B pair the backward's attention runs before "
+        "the forward's experts (Megatron-LM from a56a0b001d)"))
+    cp_comm_type: tuple[str, ...] = spec_field(("p2p",), choices=CP_COMM_TYPES, doc=(
+        "--cp-comm-type: how attention exchanges context-parallel chunks, one for all layers or one per layer: "
+        "p2p (a K/V ring), a2a (heads scattered, sequence gathered), a2a+p2p (a2a over cp_a2a_size ranks, then the "
+        "ring over the rest)"))
+    cp_a2a_size: int = spec_field(1, positive=True, maximum=2**20, doc=(
+        "--hierarchical-context-parallel-sizes' first entry: the a2a group of an a2a+p2p layer"))
+    checkpoint_format: str = spec_field("torch_dist", choices=("torch_dist", "torch"), doc=(
+        "--ckpt-format of the checkpoint a resumed run (training.resumed) loads: torch_dist loads in place into "
+        "states made first, torch reads it to the host"))
+    defer_embedding_wgrad: bool = spec_field(False, doc=(
+        "--defer-embedding-wgrad-compute: the output layer's weight-gradient GEMMs wait for the pipeline flush, "
+        "each deferred micro-batch's input and logits gradient kept until then"))
+    wgrad_deferral_limit: int = spec_field(0, nonneg=True, maximum=2**31 - 1, doc=(
+        "--wgrad-deferral-limit: how many of an iteration's output-layer calls defer (0: all)"))
+    overlap_param_gather_with_optimizer_step: bool = spec_field(False, doc=(
+        "--overlap-param-gather-with-optimizer-step (every chunk's buffer one bucket; the first model chunk's dense "
+        "parameters in an optimizer of their own, stepped first)"))
     workspaces: bool = spec_field(True, doc="TE's and PyTorch's persistent cuBLAS workspaces (false: leave "
                                   "them out, e.g. to compare saved tensors alone)")

@@ -180,6 +180,7 @@ ALIASES: dict[str, str] = {
     "n_embd": "hidden_size",
     "n_head": "num_attention_heads",
     "n_inner": "intermediate_size",
+    "ffn_dim": "intermediate_size",
     "n_positions": "max_position_embeddings",
     "num_local_experts": "n_routed_experts",
     "num_experts": "n_routed_experts",

@@ -84,6 +84,9 @@ class ScheduleSpec:
     kind: str = spec_field("1f1b", choices=SCHEDULE_KINDS)
     csv: str | None = spec_field(None, doc="path of a CSV schedule (kind = csv)")
     microbatch_group_size: int = spec_field(0, nonneg=True, maximum=2**31 - 1, doc="interleaved: 0 = pp")
+    combined_1f1b: bool = spec_field(False, doc="Megatron's combined 1F1B (--overlap-moe-expert-parallel-comm): "
+                                     "each steady-state forward runs with a backward of another micro-batch as "
+                                     "one pair, layer by layer; 1f1b at pp = 1, or interleaved")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -88,15 +88,28 @@ def _dualpipe(pp: int, m: int) -> list[tuple[str, str]]:
     return out
 
 
+def _combined(kind: str, pp: int) -> list[tuple[str, str]]:
+    """Megatron runs combined 1F1B without pipelining or in the interleaved schedule only
+    (``transformer_config.py: TransformerConfig.__post_init__`` asserts a virtual pipeline size
+    when pp > 1; ``schedules.py``: ``forward_backward_no_pipelining`` and
+    ``forward_backward_pipelining_with_interleaving`` call ``combined_1f1b.py``)."""
+    if kind == "interleaved" or (kind == "1f1b" and pp == 1):
+        return []
+    where = f'schedule "1f1b" at pp = {pp}' if kind == "1f1b" else f'schedule "{kind}"'
+    return [("schedule.combined_1f1b", f"Megatron runs combined 1F1B only without pipelining (1f1b at pp = 1) "
+             f'or interleaved, not {where}; set schedule.kind = "interleaved" with vpp ≥ 2, or remove it')]
+
+
 def schedule_problems(kind: str, *, pp: int, vpp: int, num_microbatches: int,
-                      microbatch_group_size: int = 0) -> list[tuple[str, str]]:
+                      microbatch_group_size: int = 0, combined_1f1b: bool = False) -> list[tuple[str, str]]:
     """Every (key path, message) that makes ``kind`` impossible with these counts; empty if it runs.
 
     ``microbatch_group_size`` 0 means pp (interleaved only). Counts are assumed ≥ 1 (the
     sections check that); ``csv`` schedules are checked against their rows when read.
+    ``combined_1f1b``: Megatron's combined 1F1B pairs (:func:`_combined`).
     """
     m = num_microbatches
-    out = _vpp(kind, vpp)
+    out = _vpp(kind, vpp) + (_combined(kind, pp) if combined_1f1b else [])
     if microbatch_group_size and kind != "interleaved":
         out.append(("schedule.microbatch_group_size", f'applies to interleaved only, not "{kind}"; '
                     "remove it or set 0"))

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Protocol
 
+from timeline.spec.cp_rules import cp_comm_problems
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec
@@ -168,7 +169,8 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
     # -- pipeline layout ------------------------------------------------------------------
     kind = run.schedule.kind
     problems += schedule_problems(kind, pp=par.pp, vpp=par.vpp, num_microbatches=tr.num_microbatches,
-                                  microbatch_group_size=run.schedule.microbatch_group_size)
+                                  microbatch_group_size=run.schedule.microbatch_group_size,
+                                  combined_1f1b=run.schedule.combined_1f1b)
     chunks = par.pp * par.vpp
     layers = m.num_hidden_layers
     if par.layout is not None:
@@ -246,6 +248,16 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
         if fw.moe_flex_backend == "deepep" and tr.pad_to_capacity:
             add(("training.pad_to_capacity", 'the flex dispatcher\'s deepep backend does not pad to capacity; '
                  'set moe_flex_backend = "hybridep" or pad_to_capacity = false'))
+    for key in ("combined_1f1b_keeps_node_io", "ep_overlap_early_attn_memory_release"):
+        if getattr(fw, key) and not run.schedule.combined_1f1b:
+            add((f"framework.{key}", "applies to combined 1F1B only; set schedule.combined_1f1b = true or remove it"))
+    if run.schedule.combined_1f1b and not (life is not None and life.reads_framework):
+        add(("schedule.combined_1f1b", 'models Megatron-Core\'s schedule-plan nodes: set profile = "megatron"'))
+    problems += cp_comm_problems(fw, m, par)
+    if fw.defer_embedding_wgrad and (par.pp == 1 or not fw.gradient_accumulation_fusion):
+        # MC model_parallel_config.py: ModelParallelConfig.__post_init__ raises for either
+        add(("framework.defer_embedding_wgrad", "Megatron-LM defers the output layer's weight gradient to the "
+             "pipeline flush only with pp > 1 and gradient_accumulation_fusion"))
     if not (life is not None and life.reads_framework):
         default = FrameworkSpec()
         for f in dataclasses.fields(FrameworkSpec):

@@ -21,9 +21,10 @@ table's attention kernel.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import flash_bwd, norm
+from timeline.graph.families import cp_a2a, flash_bwd, norm
 from timeline.graph.families.common import NONE, Tags, row_linear, sp_gather
 from timeline.graph.families.sinks import eager_sink_attention
 from timeline.graph.ir import Builder
@@ -69,14 +70,13 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
 
     ``views``: the fused QKV output (``Structure.qkv_views``) that any of ``q``, ``k``, ``v`` may still
     be a view of — ``heads·qk_dim`` columns for q, ``kv_cols`` for k and for v; an op keeping a view
-    keeps it whole, a contiguous copy has the view's shape."""
-    d = b.dims
+    keeps it whole, a contiguous copy has the view's shape. Under an all-to-all context-parallel exchange
+    the kernel runs on whole sequences of fewer heads (:mod:`timeline.graph.families.cp_a2a`)."""
     name = f"{prefix}.core_attn"
-    sq, sk = d.s_local, d.s
     rows = q.shape[0]
-    shapes = {"q": (rows, heads * qk_dim if q is views else q.shape[1]),
-              "k": (rows, kv_cols if k is views else k.shape[1]),
-              "v": (rows, kv_cols if v is views else v.shape[1])}
+    shapes: dict[str, tuple[int, ...]] = {"q": (rows, heads * qk_dim if q is views else q.shape[1]),
+                                          "k": (rows, kv_cols if k is views else k.shape[1]),
+                                          "v": (rows, kv_cols if v is views else v.shape[1])}
     if b.table.te_qkv_layout and views is not None and any(t is views for t in (q, k, v)) \
             and not (q is k is v):
         # TE attention/dot_product_attention/utils.py: get_qkv_layout (DotProductAttention.forward calls it
@@ -87,8 +87,34 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
         keep = {n: t for n, t in (("q", q), ("k", k), ("v", v)) if t is views}
         copies = dict(zip(keep, _contiguous(b, f"{name}.qkv_layout", layer, keep, shapes), strict=True))
         q, k, v = copies.get("q", q), copies.get("k", k), copies.get("v", v)
-    if b.table.attention == "flash" and b.table.te_flash_copies:  # TE FlashAttention: bshd copies
-        q, k, v = _contiguous(b, f"{name}.to_bshd", layer, {"q": q, "k": k, "v": v}, shapes)
+    # TE FlashAttention: bshd copies, `x.transpose(0, 1).contiguous()`; at one sequence per micro-batch
+    # the transpose of a contiguous [s, 1, …] tensor is contiguous (PyTorch's is_contiguous skips the
+    # strides of size-1 dims) and .contiguous() returns it: only a view of the fused QKV output is copied
+    if flash_copies(b):
+        xs = {n: t for n, t in (("q", q), ("k", k), ("v", v)) if b.dims.b > 1 or t is views}
+        made = dict(zip(xs, _contiguous(b, f"{name}.to_bshd", layer, xs, shapes), strict=True)) if xs else {}
+        q, k, v = made.get("q", q), made.get("k", k), made.get("v", v)
+        shapes = {"q": q.shape, "k": k.shape, "v": v.shape}
+    a2a = cp_a2a.group(b, layer) if b.table.attention == "flash" else 1
+    if a2a > 1:  # heads scattered, the sequence gathered; the rest of the CP group (a2a+p2p) rings
+        qkv = cp_a2a.scatter_heads(b, name, layer, {"q": q, "k": k, "v": v}, shapes, a2a)
+        dims = b.dims
+        b.dims = replace(dims, cp=dims.cp // a2a)  # s/cp·a2a queries per rank, a ring over what is left of cp
+        try:
+            out = _attend(b, name, qkv["q"], qkv["k"], qkv["v"], layer, heads // a2a, qk_dim, v_dim,
+                          {k: t.shape for k, t in qkv.items()})
+        finally:
+            b.dims = dims
+        return cp_a2a.gather_heads(b, name, layer, out, a2a)
+    return _attend(b, name, q, k, v, layer, heads, qk_dim, v_dim, shapes)
+
+
+def _attend(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, layer: int, heads: int, qk_dim: int,
+            v_dim: int, shapes: Mapping[str, tuple[int, ...]]) -> TensorDef:
+    """The attention kernel (or eager ops) on prepared q, k, v; under ``b.dims.cp > 1`` the K/V ring."""
+    d = b.dims
+    sq, sk = d.s_local, d.s
+    rows = q.shape[0]
     kv = {"k": k, "v": v}
     kc, vc = shapes["k"][1], shapes["v"][1]
     if d.cp > 1:
@@ -116,9 +142,11 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
         if b.model.is_sliding(layer):  # a sliding window: each query meets at most that many keys
             sk = min(sk, b.model.sliding_window)
         f = 2.0 * d.b * heads * sq * sk * (qk_dim + v_dim)
-        out = b.tensor(f"{name}.out_bshd", ctx.shape) if b.table.te_flash_copies else ctx
+        copied = flash_copies(b)
+        # the bshd output's `.view(b, s, -1).transpose(0, 1).contiguous()`: a copy only for b > 1, as above
+        out = b.tensor(f"{name}.out_bshd", ctx.shape) if copied and d.b > 1 else ctx
         inputs = {"q": q, **kv}
-        if d.cp > 1 and b.table.te_flash_copies:  # the ring keeps q, its last K/V buffer and out, not the
+        if d.cp > 1 and copied:  # the ring keeps q, its last K/V buffer and out, not the
             inputs = {"q": q, "_k": k, "_v": v, "_ring": kv["_ring"]}  # bshd k/v copies
         scratch = flash_bwd.scratch(b, name, q, k, v, heads, qk_dim) \
             if b.table.flash_bwd and qk_dim == v_dim and rule == "flash_attn" else {}
@@ -149,8 +177,16 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
     return ctx
 
 
+def flash_copies(b: Builder) -> bool:
+    """Whether TE's FlashAttention backend runs on Megatron's sbhd tensors and converts them to and from
+    bshd (``NVIDIA/TransformerEngine@release_v2.14:transformer_engine/pytorch/attention/dot_product_attention/
+    backends.py: FlashAttention.forward``: ``x.transpose(0, 1).contiguous()`` for q, k and v; the output's
+    ``.view(batch_size, max_seqlen_q, -1).transpose(0, 1)`` then ``.contiguous()``), unchanged v2.6 … v2.17."""
+    return b.table.attention == "flash" and b.table.te_flash_copies
+
+
 def _contiguous(b: Builder, name: str, layer: int, xs: dict[str, TensorDef],
-                shapes: dict[str, tuple[int, int]] | None = None, tags: Tags = CORE) -> tuple[TensorDef, ...]:
+                shapes: Mapping[str, tuple[int, ...]] | None = None, tags: Tags = CORE) -> tuple[TensorDef, ...]:
     """One op copying each of ``xs`` to a new contiguous tensor of its shape (a layout change), or of
     ``shapes[key]`` where ``xs[key]`` is a view of a wider tensor."""
     outs = {k: b.tensor(f"{name}.{k}", (shapes or {}).get(k, x.shape), x.dtype) for k, x in xs.items()}

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import mlp, moe_flex, norm
+from timeline.graph.families import mlp, moe_combine, moe_flex, norm
 from timeline.graph.families.common import add, all_gather, dropout, linear, row_linear, sp_gather, upcast
 from timeline.graph.families.mlp import activation, split_gate_up
 from timeline.graph.families.router import MOE, expert_rows, router
@@ -114,28 +114,36 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         rprobs, tokens, held = moe_flex.dispatch(b, p, src, probs, layer, local.experts)
     alltoall = not (gather or flex)
     sort = b.table.megatron_moe and local.experts > 1 and alltoall
+    combine_probs = moe_combine.at_combine(b)  # before 2659630721: no probs travel with the tokens
     if d.ep > 1 and alltoall:  # with a sort after it, "received" names the sorted copy the experts read
         a2a = f"{p}.dispatch.all_to_all.out" if sort else f"{p}.dispatch.received"
         tokens = b.tensor(a2a, (rows, h), comm=True)
-        rprobs = b.tensor(f"{a2a}_probs" if sort else f"{p}.dispatch.received_probs", (rows,), pprobs.dtype,
-                          comm=True)
-        b.op(f"{p}.dispatch.all_to_all", "comm", layer, {"x": permuted, "probs": pprobs},
-             {"y": tokens, "probs": rprobs}, kind="collective", stream="ep", tags=MOE)
+        ins, outs = {"x": permuted}, {"y": tokens}
+        if not combine_probs:
+            rprobs = b.tensor(f"{a2a}_probs" if sort else f"{p}.dispatch.received_probs", (rows,), pprobs.dtype,
+                              comm=True)
+            ins["probs"], outs["probs"] = pprobs, rprobs
+        b.op(f"{p}.dispatch.all_to_all", "comm", layer, ins, outs, kind="collective", stream="ep", tags=MOE)
     if alltoall:
         tokens = all_gather(b, f"{p}.experts", tokens, layer, d.etp, stream="ep", tags=MOE)
     if sort:  # permutation 2: sort_chunks_by_idxs groups the received rows by local expert (split + cat copies)
-        if d.etp > 1:  # the probs are all-gathered over expert-TP like the tokens
-            rprobs = all_gather(b, f"{p}.experts.probs", rprobs, layer, d.etp, stream="ep", tags=MOE)
         st = b.tensor(f"{p}.dispatch.received", tokens.shape)
-        sp = b.tensor(f"{p}.dispatch.received_probs", rprobs.shape, rprobs.dtype)
-        b.op(f"{p}.dispatch.sort_chunks", "sort_chunks", layer, {"x": tokens, "probs": rprobs},
-             {"y": st, "probs": sp}, extras=_chunk_map(b, f"{p}.dispatch.sort_chunks", tokens.shape[0]), tags=MOE)
-        tokens, rprobs = st, sp
+        ins, outs = {"x": tokens}, {"y": st}
+        if not combine_probs:
+            if d.etp > 1:  # the probs are all-gathered over expert-TP like the tokens
+                rprobs = all_gather(b, f"{p}.experts.probs", rprobs, layer, d.etp, stream="ep", tags=MOE)
+            sp = b.tensor(f"{p}.dispatch.received_probs", rprobs.shape, rprobs.dtype)
+            ins["probs"], outs["probs"] = rprobs, sp
+            rprobs = sp
+        b.op(f"{p}.dispatch.sort_chunks", "sort_chunks", layer, ins, outs,
+             extras=_chunk_map(b, f"{p}.dispatch.sort_chunks", tokens.shape[0]), tags=MOE)
+        tokens = st
     # grouped experts
     e_ffn = local.expert_ffn
     fc1 = linear(b, f"{p}.experts.linear_fc1", tokens, (2 if m.gated_mlp else 1) * e_ffn, layer,
                  rule="grouped_linear", tags=MOE)
-    weighted = not paper and not b.table.moe_weight_after_down  # probs enter the SwiGLU (Megatron)
+    # probs enter the SwiGLU (Megatron from 2659630721; before it the combine applies them: moe_combine)
+    weighted = not paper and not b.table.moe_weight_after_down and not combine_probs
     act = activation(b, f"{p}.experts.act", fc1, layer, e_ffn,
                      rule="weighted_swiglu" if weighted and m.gated_mlp else None,
                      probs=rprobs if weighted else None, tags=frozenset({"moe", "moe_act"}))
@@ -151,7 +159,11 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         routed = moe_flex.combine(b, p, out, held, layer, local.experts, unpermute_rule(b))
         return _with_shared(b, p, routed, x, ln, src, layer, local.shared_ffn)
     if gather:
-        return _allgather_combine(b, p, out, idx, x, ln, src, layer, local.shared_ffn, rprobs.dtype)
+        bias = None
+        if combine_probs:  # token_unpermutation@2659630721^: the experts' output times the permuted local probs
+            out, pprobs = moe_combine.weighted_rows(b, p, out, rprobs, layer, local.experts, rprobs.shape[0])
+            bias = moe_combine.weighted_bias(b, p, pprobs, layer, local.experts)
+        return _allgather_combine(b, p, out, idx, x, ln, src, layer, local.shared_ffn, rprobs.dtype, bias)
     if d.etp > 1:
         rs = b.tensor(f"{p}.experts.reduce_scatter.out", (out.shape[0] // d.etp, h))
         b.op(f"{p}.experts.reduce_scatter", "comm", layer, {"x": out}, {"y": rs}, kind="collective", stream="ep",
@@ -163,6 +175,9 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         back = b.tensor(f"{p}.combine.received", (t * k, h), comm=True)
         b.op(f"{p}.combine.all_to_all", "comm", layer, {"x": out}, {"y": back}, kind="collective", stream="ep",
              tags=MOE)
+    if combine_probs:
+        routed = moe_combine.alltoall_unpermute(b, p, back, probs, idx, layer, unpermute_rule(b))
+        return _with_shared(b, p, routed, x, ln, src, layer, local.shared_ffn)
     routed = b.tensor(f"{p}.combine.out", (t, h))
     inputs = {"x": back, "_idx": idx}
     if b.table.moe_weight_after_down:
@@ -187,31 +202,38 @@ def _chunk_map(b: Builder, name: str, rows: int) -> dict[str, TensorDef]:
 
 
 def _allgather_combine(b: Builder, p: str, out: TensorDef, idx: TensorDef, x: TensorDef, ln: TensorDef,
-                       src: TensorDef, layer: int, shared_ffn: int, probs_dtype: str) -> TensorDef:
+                       src: TensorDef, layer: int, shared_ffn: int, probs_dtype: str,
+                       bias: TensorDef | None = None) -> TensorDef:
     """``MoEAllGatherTokenDispatcher`` (MC transformer/moe/token_dispatcher.py): ``combine_preprocess``
     unpermutes the experts' partial outputs into all ``t·etp·ep`` gathered rows (``torch.zeros`` +
     ``scatter_add_``, keeping ``sorted_indices``), ``token_combine`` reduce-scatters them over expert-TP × EP
     back to this rank's ``t`` rows — in the probs' dtype (``hidden_states.to(self.local_probs.dtype)``, then
-    back): with ``--moe-router-dtype`` an fp32/fp64 copy of the gathered rows and of the reduced rows."""
+    back): with ``--moe-router-dtype`` an fp32/fp64 copy of the gathered rows and of the reduced rows. Before
+    Megatron-LM 2659630721 ``out`` comes weighted in the probs' dtype already (:mod:`moe_combine`): the
+    unpermute and the reduce-scatter run in it, and ``output_total.to(hidden_states.dtype)`` casts back; ``bias``:
+    the experts' weighted bias rows of then, added after (:func:`moe_combine.add_bias`)."""
     d, h = b.dims, b.model.hidden_size
     t, g = src.shape[0], d.etp * d.ep
-    full = b.tensor(f"{p}.combine.unpermuted" if g > 1 else f"{p}.combine.out", (t * g, h))
+    wide_in = out.dtype != d.dtype
+    full = b.tensor(f"{p}.combine.unpermuted" if g > 1 or wide_in else f"{p}.combine.out", (t * g, h), out.dtype)
     b.op(f"{p}.combine.unpermute", unpermute_rule(b), layer, {"x": out, "_idx": idx}, {"y": full},
          flops=float(out.shape[0] * h), tags=MOE)
     routed = full
     if g > 1:
-        wide = probs_dtype != full.dtype
-        if wide:
+        if probs_dtype != full.dtype:
             cast = b.tensor(f"{p}.combine.unpermuted_{probs_dtype}", full.shape, probs_dtype)
             b.op(f"{p}.combine.cast", "copy", layer, {"x": full}, {"y": cast}, tags=MOE)
             full = cast
-        routed = b.tensor(f"{p}.combine.out" + (f"_{probs_dtype}" if wide else ""), (t, h), full.dtype, comm=True)
+        wide = full.dtype != d.dtype
+        routed = b.tensor(f"{p}.combine.out" + (f"_{full.dtype}" if wide else ""), (t, h), full.dtype, comm=True)
         b.op(f"{p}.combine.reduce_scatter", "comm", layer, {"x": full}, {"y": routed}, kind="collective",
              stream="ep", tags=MOE)
-        if wide:
-            back = b.tensor(f"{p}.combine.out", (t, h))
-            b.op(f"{p}.combine.cast_back", "copy", layer, {"x": routed}, {"y": back}, tags=MOE)
-            routed = back
+    if routed.dtype != d.dtype:
+        back = b.tensor(f"{p}.combine.out", (t, h))
+        b.op(f"{p}.combine.cast_back", "copy", layer, {"x": routed}, {"y": back}, tags=MOE)
+        routed = back
+    if bias is not None:  # the weighted expert bias rows (moe_combine.weighted_bias), added by bias-dropout-add
+        routed = moe_combine.add_bias(b, p, routed, bias, idx, layer, unpermute_rule(b), g)
     return _with_shared(b, p, routed, x, ln, src, layer, shared_ffn)
 
 

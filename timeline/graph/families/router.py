@@ -142,10 +142,15 @@ def megatron_router(b: Builder, p: str, src: TensorDef, logits: TensorDef, layer
     if b.table.moe_dispatcher == "flex":  # the flex dispatcher permutes after its dispatch (moe_flex)
         return probs, idx, probs, src
     permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
-    pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), dt)
+    rule = "fused_permute" if b.table.moe_permute_fusion else "permute"
     extras = router_losses.permute_extras(b, f"{p}.dispatch", t * k, t, n, dt)
-    b.op(f"{p}.dispatch.permute", "fused_permute" if b.table.moe_permute_fusion else "permute", layer,
-         {"x": src, "probs": probs, "_idx": idx}, {"y": permuted, "probs": pprobs}, extras=extras, tags=MOE)
+    if b.table.moe_probs_at_combine:  # before 2659630721 permute() moved the tokens alone; the combine reads probs
+        extras = {k_: v for k_, v in extras.items() if k_ in ("sorted_idx", "row_id_map")}
+        b.op(f"{p}.dispatch.permute", rule, layer, {"x": src, "_idx": idx}, {"y": permuted}, extras=extras, tags=MOE)
+        return probs, idx, probs, permuted
+    pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), dt)
+    b.op(f"{p}.dispatch.permute", rule, layer, {"x": src, "probs": probs, "_idx": idx},
+         {"y": permuted, "probs": pprobs}, extras=extras, tags=MOE)
     return probs, idx, pprobs, permuted
 
 
@@ -201,7 +206,9 @@ def _allgather_permute(b: Builder, p: str, src: TensorDef, probs: TensorDef, lay
     all-gathers the routing map, the probs ``[t·g, E]`` and the tokens over expert-TP × EP (``g``
     ranks; the tokens into the GlobalMemoryBuffer, a persistent workspace, so no tensor here), and
     ``dispatch_postprocess`` permutes the rows of the ``experts`` local experts out of them:
-    (permuted probs, permuted tokens ``[expert_rows·etp, h]``)."""
+    (permuted probs, permuted tokens ``[expert_rows·etp, h]``). Before Megatron-LM 2659630721
+    (``moe_probs_at_combine``) the probs stay gathered for ``token_unpermutation``: (gathered probs
+    ``[t·etp·ep, E]``, permuted tokens)."""
     d, m = b.dims, b.model
     t, n, h = src.shape[0], m.n_routed_experts, m.hidden_size
     g = d.etp * d.ep
@@ -212,6 +219,12 @@ def _allgather_permute(b: Builder, p: str, src: TensorDef, probs: TensorDef, lay
              kind="collective", stream="ep", tags=MOE)
     rows = expert_rows(b) * d.etp
     permuted = b.tensor(f"{p}.dispatch.permuted", (rows, h))
+    if b.table.moe_probs_at_combine:  # token_permutation@2659630721^: permute(hidden_states, local_map) alone
+        only = {"row_id_map": router_losses.row_id_map(b, f"{p}.dispatch", t * g, experts)} \
+            if b.table.moe_permute_fusion else {"sorted_idx": b.tensor(f"{p}.dispatch.sorted_idx", (rows,), "int64")}
+        b.op(f"{p}.dispatch.permute", "allgather_permute", layer, {"x": src}, {"y": permuted},
+             extras=only, tags=MOE)
+        return gathered, permuted
     pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (rows,), probs.dtype)
     extras = {"probs_t": b.tensor(f"{p}.dispatch.probs_t", (experts, t * g), probs.dtype),
               "routing_map_t": b.tensor(f"{p}.dispatch.routing_map_t", (experts, t * g), "bool")}

@@ -1,0 +1,143 @@
+"""Megatron's combined 1F1B (``--overlap-moe-expert-parallel-comm``): the pair's halves interleave
+node by node in ``TransformerModelChunkSchedulePlan.run``'s order, and before a56a0b001d a backward
+layer's nodes keep their inputs' gradients and outputs until the pair ends (``combined_1f1b.py``,
+``model_chunk_schedule_plan.py``, ``fine_grained_callables.py`` at 23a1dcaf74)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from helpers_run import TINY_MODEL, tiny_run
+
+from timeline.errors import UserError
+from timeline.graph.source import model_source
+from timeline.profiles import LIMITS, profile
+from timeline.result.build import build_timeline
+from timeline.sim.combined import backward_nodes, forward_nodes, kept_node_io, pair_order, pair_shifts
+from timeline.sim.plan import plan, plan_pipeline
+from timeline.sim.static_state import StateRules
+from timeline.spec.validate import validate_run
+
+MOE = replace(TINY_MODEL, n_routed_experts=4, moe_intermediate_size=256, num_experts_per_tok=2,
+              first_k_dense_replace=0, moe_layer_freq=1)
+T, H, K = 128, 256, 2  # tokens per micro-batch (b·s, tp = cp = 1), hidden size, top-k
+
+
+def _run(**kw):
+    return tiny_run(model=MOE, layers=2, pp=1, ep=2, dp=2, combined_1f1b=True, num_microbatches=3, **kw)
+
+
+def _phases(run):
+    pipe = plan_pipeline(run.schedule, run.parallel, run.training.num_microbatches, run.hardware, run.csv_rows)
+    rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm, traced=False,
+                       expert_state_group=profile(run.profile).params.expert_state_group)
+    p = plan(model_source(run), pipe, model=run.model, training=run.training, parallel=run.parallel, rules=rules,
+             recompute=run.recompute)
+    return p.compiled[0][(0, "F")], p.compiled[0][(0, "B")]
+
+
+def test_forward_ops_fall_into_megatrons_layer_nodes():
+    f, _ = _phases(_run())
+    nodes = forward_nodes(f)
+    by_op = dict(zip(f.op_names, nodes.keys, strict=True))
+    assert by_op["embedding"] == (-1, "pre") and by_op["output.loss"] == (-1, "post")
+    # fine_grained_callables.py: attn ends with the residual; post_attn is norm, router, dispatch preprocess
+    assert by_op["layers.1.attn_residual"] == (1, "attn")
+    assert by_op["layers.1.mlp.dispatch.permute"] == (1, "post_attn")
+    assert by_op["layers.1.mlp.dispatch.all_to_all"] == (1, "dispatch")
+    # mlp: dispatch postprocess, experts, combine preprocess; combine: the all-to-all back and the bda
+    assert by_op["layers.1.mlp.dispatch.sort_chunks"] == (1, "mlp")
+    assert by_op["layers.1.mlp.combine.sort_chunks"] == (1, "mlp")
+    assert by_op["layers.1.mlp.combine.all_to_all"] == (1, "combine")
+    assert by_op["layers.1.mlp_residual"] == (1, "combine")
+
+
+def test_pair_order_is_transformer_layer_schedule_plan_run():
+    f, b = _phases(_run())
+    fm = forward_nodes(f)
+    order = pair_order(fm, backward_nodes(b, f, fm))
+    layer = [("B", (1, "combine")), ("F", (0, "attn")), ("F", (0, "post_attn")), ("B", (1, "mlp")),
+             ("F", (0, "dispatch")), ("B", (1, "dispatch")), ("F", (0, "mlp")), ("F", (0, "combine")),
+             ("B", (1, "post_attn")), ("B", (1, "attn"))]
+    assert order[:2] == [("F", (-1, "pre")), ("B", (-1, "post"))]
+    assert order[2:12] == layer
+    assert order[-2:] == [("F", (-1, "post")), ("B", (-1, "pre"))]
+    early = pair_order(fm, backward_nodes(b, f, fm), early_attn_release=True)
+    assert early[2:12] == layer[:6] + [("B", (1, "post_attn")), ("B", (1, "attn")), ("F", (0, "mlp")),
+                                       ("F", (0, "combine"))]
+
+
+def test_pair_shifts_keep_each_half_in_order_and_fill_the_pair():
+    f, b = _phases(_run())
+    fm = forward_nodes(f)
+    scale, sf, sb = pair_shifts(f, fm, b, backward_nodes(b, f, fm), 1000.0)
+    fs, fe = f.op_start * scale + sf, f.op_end * scale + sf
+    bs, be = b.op_start * scale + sb, b.op_end * scale + sb
+    assert np.all(np.diff(fs) >= -1e-9) and np.all(np.diff(bs) >= -1e-9)
+    assert max(fe.max(), be.max()) == pytest.approx(1000.0) and min(fs.min(), bs.min()) == pytest.approx(0.0)
+    name_f, name_b = list(f.op_names), list(b.op_names)
+    # forward layer 0's attention runs after the backward's last-layer combine, before its experts
+    assert fs[name_f.index("layers.0.input_layernorm")] == pytest.approx(be[name_b.index("layers.1.mlp.combine.all_to_all")])
+    assert fs[name_f.index("layers.0.input_layernorm")] < bs[name_b.index("layers.1.mlp.experts.linear_fc2")]
+    # the forward's loss comes after every backward layer, before the backward's embedding
+    assert fs[name_f.index("output.loss")] >= be[name_b.index("layers.0.input_layernorm")] - 1e-9
+    assert fe[name_f.index("output.loss")] <= bs[name_b.index("embedding")] + 1e-9
+
+
+def test_kept_node_io_is_each_node_inputs_gradient_and_the_layer_outputs():
+    f, b = _phases(_run())
+    mask = kept_node_io(f, forward_nodes(f), b)
+    kept = {b.tensor_names[t]: int(s) for t, s in zip(b.ev_tensor[mask], b.ev_size[mask], strict=True)}
+    hidden, routed = T * H * 2, T * K * H * 2  # bf16 [T, h] and the T·k routed rows
+    want = {"embedding.out": hidden, "grad:embedding.out": hidden}
+    for layer in (0, 1):
+        p = f"layers.{layer}"
+        want |= {f"{p}.attn_residual.out": hidden, f"grad:{p}.attn_residual.out": hidden,  # attn out, post_attn in
+                 f"grad:{p}.mlp.dispatch.permuted": routed, f"grad:{p}.mlp.dispatch.permuted_probs": T * K * 2,  # bf16: router dtype ""
+                 f"grad:{p}.mlp.dispatch.all_to_all.out": routed,  # mlp's input: the dispatched tokens
+                 f"grad:{p}.mlp.combine.unsorted": routed,  # combine's input: the expert output
+                 f"{p}.output": hidden}
+    want["grad:layers.0.output"] = hidden  # layer 1's input; layer 1's own output gradient is post_process's
+    assert kept == want
+
+
+@pytest.mark.parametrize("keeps", [True, False])
+def test_node_io_lives_to_the_pairs_end_only_before_a56a0b001d(keeps):
+    run = _run(combined_1f1b_keeps_node_io=keeps)
+    f, b = _phases(run)
+    mask = kept_node_io(f, forward_nodes(f), b)
+    names = {b.tensor_names[t] for t in b.ev_tensor[mask] if b.tensor_names[t].startswith("grad:")}
+    tl = build_timeline(run)
+    spans = tl.sim.spans[0]
+    pair_b = next(s for s in spans if s.kind == "B" and s.overlapped and s.iteration == 0)
+    pair_f = next(s for s in spans if s.kind == "F" and s.start_us == pair_b.start_us and s.iteration == 0)
+    loss = list(f.op_names).index("output.loss")
+    at = pair_f.start_us + f.op_start[loss] * pair_f.scale + pair_f.shift[loss]  # the forward half's loss
+    expected = sum(int(s) for t, s in zip(b.ev_tensor[mask], b.ev_size[mask], strict=True)
+                   if b.tensor_names[t].startswith("grad:"))
+    # at the forward half's loss, the backward half's (micro-batch 0) node-input gradients still live
+    ev = tl.events(0)
+    n = np.array(tl.sim.names)[ev.tensor]
+    m = np.isin(n, list(names)) & (ev.microbatch == pair_b.microbatch) & (ev.iteration == 0) & (ev.t_us <= at)
+    live = int(np.sum(ev.sign[m].astype(np.int64) * ev.size[m]))
+    # without the keeping, only the gradient the backward's embedding (run after the forward's
+    # post-process, TransformerModelChunkSchedulePlan.run) still needs: b_grad, [T, h]
+    assert live == (expected if keeps else T * H * 2)
+    assert expected > 10 * T * H * 2
+
+
+def test_schedule_pairs_and_validation():
+    tl = build_timeline(_run())
+    spans = [s for s in tl.sim.spans[0] if s.iteration == 0 and s.kind != "step"]
+    assert [f"{s.kind}{s.microbatch}" for s in sorted(spans, key=lambda s: (s.start_us, s.overlapped))] == \
+        ["F0", "F1", "B0", "F2", "B1", "B2"]
+    assert [s.overlapped for s in spans if s.kind == "B"] == [True, True, False]
+    problems = validate_run(tiny_run(pp=2, combined_1f1b=True), LIMITS)
+    assert any(k == "schedule.combined_1f1b" for k, _ in problems)
+    problems = validate_run(tiny_run(combined_1f1b_keeps_node_io=True), LIMITS)
+    assert any(k == "framework.combined_1f1b_keeps_node_io" for k, _ in problems)
+    with pytest.raises(UserError):
+        from timeline.pipeline import build_schedule
+        build_schedule("1f1b", pp=2, vpp=1, num_microbatches=4, combined_1f1b=True)

@@ -1,0 +1,113 @@
+"""Megatron-LM arguments that change how a job's static state comes into being rather than its model:
+the first chunk's parameter all-gather launched inside the optimizer step, and what a checkpoint the
+job resumes from loads (:mod:`timeline.sim.megatron_load` models the load itself).
+
+Each function reads its arguments off an :class:`~timeline.io.megatron_map.ArgReader`, refuses what
+Megatron-LM itself rejects (``megatron/training/arguments.py: validate_args``) in one line, and puts the
+run-file keys the ``megatron`` profile's rules read. Nothing here simulates.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from timeline.errors import UserError
+
+if TYPE_CHECKING:
+    from timeline.io.megatron_map import ArgReader, Conversion
+
+#: the arguments that make ``args.virtual_pipeline_model_parallel_size`` (an interleaved schedule)
+INTERLEAVING = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+                "--pipeline-model-parallel-layout")
+
+
+#: memory-neutral arguments read only to refuse a combination Megatron-LM rejects (they stay listed neutral)
+CHECKED_ONLY = ("--overlap-param-gather",)
+#: checkpoint formats whose load is modelled (timeline.sim.megatron_load)
+LOAD_FORMATS = ("torch_dist", "torch")
+
+
+def _given(a: ArgReader, name: str) -> object:
+    """An argument's value without marking it read: a memory-neutral argument checked only for a
+    combination Megatron rejects stays listed neutral in the run file's header."""
+    v = a.raw.get(name)
+    return False if isinstance(v, str) and v.strip().lower() in ("false", "0", "no") else v
+
+
+def param_gather_with_step(a: ArgReader, c: Conversion) -> None:
+    """``--overlap-param-gather-with-optimizer-step`` → ``framework.overlap_param_gather_with_optimizer_step``.
+
+    ``arguments.py: validate_args`` (46fdcd5b7e … d98e8a64dd) asserts the distributed optimizer,
+    ``--overlap-param-gather``, an interleaved schedule and no distributed checkpointing
+    (``use_dist_ckpt = ckpt_format != "torch"``, ``training/utils``: ``update_use_dist_ckpt``; the
+    default format is ``torch_dist`` from core_v0.12.0 on). What the flag changes in memory is the DDP
+    buckets and the optimizer chain (:mod:`timeline.graph.dp_buffers`); the all-gather itself is in place."""
+    if not a.flag("--overlap-param-gather-with-optimizer-step"):
+        c.put("framework.overlap_param_gather_with_optimizer_step", False)
+        return
+    needs = [name for name, ok in (
+        ("--use-distributed-optimizer", a.flag("--use-distributed-optimizer")),
+        ("--overlap-param-gather", bool(_given(a, "--overlap-param-gather"))),
+        ("an interleaved schedule (" + " / ".join(INTERLEAVING) + ")",
+         any(a.value(n) not in (None, False) for n in INTERLEAVING)),
+        ("--ckpt-format torch", a.str("--ckpt-format", "torch_dist") == "torch")) if not ok]
+    if needs:
+        raise UserError(f"--overlap-param-gather-with-optimizer-step: Megatron-LM rejects it without {needs[0]} "
+                        "(arguments.py: validate_args)")
+    c.put("framework.overlap_param_gather_with_optimizer_step", True, "--overlap-param-gather-with-optimizer-step")
+
+
+def checkpoint_load(a: ArgReader, c: Conversion, *, resumed: bool, dp_cp: int) -> None:
+    """What the checkpoint a job loads puts on the device: ``training.resumed`` (its optimizer state is
+    loaded) and ``framework.checkpoint_format``. ``resumed``: the job's ``--load`` holds a checkpoint of
+    this training (``from-megatron --resumed``; a functional test's ``_2nd`` run).
+
+    ``checkpointing.py: load_checkpoint`` (core_v0.12.0 … d98e8a64dd) loads the optimizer state (and
+    with it the fp16 loss scaler's scale, ``MixedPrecisionOptimizer.load_state_dict``) unless
+    ``--finetune`` or ``--no-load-optim``; without it the weights are read in place
+    (``optimizer.reload_model_params`` copies them into the main parameters) and the moments are made
+    in the first step, as in a fresh run. ``--ckpt-fully-parallel-load`` wraps the load in
+    ``FullyParallelLoadStrategyWrapper`` over the DP·CP group (a group of one loads plainly,
+    ``fully_parallel.py: load``), whose exchanged shard copies are not modelled."""
+    fmt = a.str("--ckpt-format", "torch_dist")
+    finetune, no_optim = a.flag("--finetune"), a.flag("--no-load-optim")
+    loads = resumed or finetune
+    if loads and fmt not in LOAD_FORMATS:
+        raise UserError(f"--ckpt-format {fmt}: loading a {fmt} checkpoint is not modelled (use torch_dist or torch)")
+    if loads and a.flag("--ckpt-fully-parallel-load") and dp_cp > 1:
+        raise UserError("--ckpt-fully-parallel-load: the shards a fully parallel load exchanges between the DP·CP "
+                        "ranks (dist_checkpointing/strategies/fully_parallel.py) are not modelled; drop it to model "
+                        "the plain load")
+    optim = resumed and not (finetune or no_optim)
+    c.put("training.resumed", optim, "--finetune", "--no-load-optim")
+    if optim:
+        c.put("training.optimizer_step", True)  # the loaded loss scale has settled: no first-step overflows
+    c.put("framework.checkpoint_format", fmt if fmt in LOAD_FORMATS else "torch_dist", "--ckpt-format")
+
+
+def embedding_wgrad(a: ArgReader, c: Conversion) -> None:
+    """``--defer-embedding-wgrad-compute`` / ``--wgrad-deferral-limit`` → ``framework.defer_embedding_wgrad`` /
+    ``wgrad_deferral_limit`` (the held tensors: :func:`timeline.sim.expand.head_wgrad_kept`).
+
+    ``megatron/core/model_parallel_config.py: ModelParallelConfig.__post_init__`` (core_v0.12.0 … d98e8a64dd)
+    raises without pipeline parallelism, without gradient-accumulation fusion and for a negative limit.
+    With MTP each micro-batch calls the output layer once per head, so a limit counts calls, not
+    micro-batches: that split is not modelled."""
+    if not a.flag("--defer-embedding-wgrad-compute"):
+        a.value("--wgrad-deferral-limit")
+        c.put("framework.defer_embedding_wgrad", False)
+        return
+    limit = a.int("--wgrad-deferral-limit", 0)
+    if c.sections["parallel"]["pp"] == 1:
+        raise UserError("--defer-embedding-wgrad-compute: Megatron-LM rejects it without pipeline parallelism "
+                        "(model_parallel_config.py)")
+    if not c.sections["framework"]["gradient_accumulation_fusion"]:
+        raise UserError("--defer-embedding-wgrad-compute with --no-gradient-accumulation-fusion: Megatron-LM rejects "
+                        "it (model_parallel_config.py)")
+    if limit < 0:
+        raise UserError(f"--wgrad-deferral-limit {limit}: Megatron-LM rejects a negative limit; give 0 (all) or more")
+    if limit and c.sections["model"].get("mtp_layers"):
+        raise UserError("--wgrad-deferral-limit with --mtp-num-layers: which of a micro-batch's output-layer calls "
+                        "defer is not modelled; give 0 (all)")
+    c.put("framework.defer_embedding_wgrad", True, "--defer-embedding-wgrad-compute")
+    c.put("framework.wgrad_deferral_limit", limit, "--wgrad-deferral-limit")

@@ -1,0 +1,215 @@
+"""Megatron's combined 1F1B pair (``--overlap-moe-expert-parallel-comm``): how one micro-batch's
+forward and another's backward interleave inside the pair, and what the backward's layer nodes
+keep until the pair ends.
+
+Megatron splits each transformer layer into schedule-plan nodes (``models/common/
+model_chunk_schedule_plan.py: TransformerLayerSchedulePlan``, ``models/gpt/fine_grained_callables.py:
+build_transformer_layer_callables``, core_v0.14.0 … d98e8a64dd): ``attn`` (input norm, attention,
+residual), ``post_attn`` (pre-MLP norm, router, dispatch preprocess), ``moe_dispatch`` (the EP
+all-to-all, on the communication stream), ``mlp`` (dispatch postprocess, experts, combine
+preprocess) and ``moe_combine`` (the all-to-all back, unpermute, bias-dropout-add); a dense layer
+has ``attn`` and ``mlp`` only. ``TransformerModelChunkSchedulePlan.run`` orders a pair as: the
+forward's pre-process (embedding), the backward's post-process (loss, output layer, final norm),
+then forward layer ``i`` with backward layer ``L − 1 − i`` in ``TransformerLayerSchedulePlan.run``'s
+order — combine.bwd, attn.fwd, post_attn.fwd, mlp.bwd, dispatch.fwd, dispatch.bwd, mlp.fwd,
+combine.fwd, post_attn.bwd, attn.bwd (with ``--ep-overlap-early-attn-memory-release``, from
+a56a0b001d, post_attn.bwd and attn.bwd move before mlp.fwd) — then the layers one side has left,
+the forward's post-process and the backward's pre-process.
+
+:func:`pair_shifts` lays the two halves' nodes end to end in that order and scales the whole to
+the pair's duration: each half gets one time scale and a shift per op, so its events keep their
+own order and interleave with the other half's node by node. :func:`kept_node_io` names the frees
+that Megatron before a56a0b001d (2026-01-06, first released in core_v0.16.0) moved to the pair's
+end. This module times and masks; it does not run a schedule.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from timeline.sim.compiled import CompiledPhase
+
+_LAYER = re.compile(r"^layers\.(\d+)\.(.*)$")
+_BACKWARD_SUFFIXES = (".wgrad",)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMap:
+    """Per op of a phase, the (decoder layer, node) it belongs to; layer −1 with node ``pre`` or
+    ``post`` outside the decoder layers."""
+
+    keys: tuple[tuple[int, str], ...]
+
+
+def forward_nodes(ph: CompiledPhase) -> NodeMap:
+    """Each forward op's schedule-plan node (module docstring), read off op names and streams: a
+    layer's ``attn`` ends with its ``attn_residual``; a MoE layer (one whose ``mlp.dispatch.*`` op runs
+    on the EP stream) then has ``post_attn`` up to the dispatch all-to-all, ``dispatch`` (the EP ops
+    of ``mlp.dispatch``), ``mlp`` up to the combine all-to-all and ``combine`` after it; a dense
+    layer's rest is ``mlp``."""
+    moe_layers = {layer for name, stream, layer in zip(ph.op_names, ph.op_streams, ph.op_layers, strict=True)
+                  if layer >= 0 and stream == "ep" and _local(name, layer).startswith("mlp.dispatch.")}
+    keys: list[tuple[int, str]] = []
+    seen_layer = False
+    node_of: dict[int, str] = {}
+    for name, stream, layer in zip(ph.op_names, ph.op_streams, ph.op_layers, strict=True):
+        if layer < 0:
+            keys.append((-1, "post" if seen_layer else "pre"))
+            continue
+        seen_layer = True
+        node = node_of.get(layer, "attn")
+        local = _local(name, layer)
+        ep = stream == "ep"
+        if node == "attn_done":
+            node = "post_attn" if layer in moe_layers else "mlp"
+        if layer in moe_layers:
+            if node == "post_attn" and ep and local.startswith("mlp.dispatch."):
+                node = "dispatch"
+            elif node == "dispatch" and not ep:
+                node = "mlp"
+            elif node == "mlp" and ep and local.startswith("mlp.combine."):
+                node = "combine"
+        keys.append((layer, node))
+        node_of[layer] = "attn_done" if node == "attn" and local == "attn_residual" else node
+    return NodeMap(keys=tuple(keys))
+
+
+def backward_nodes(ph: CompiledPhase, forward: CompiledPhase, fmap: NodeMap) -> NodeMap:
+    """Each backward op's node: the node of the forward op it differentiates (by name, less a
+    ``.wgrad`` suffix); an op no forward op names takes its predecessor's."""
+    by_name = dict(zip(forward.op_names, fmap.keys, strict=True))
+    keys: list[tuple[int, str]] = []
+    for name, layer in zip(ph.op_names, ph.op_layers, strict=True):
+        base = name
+        for suffix in _BACKWARD_SUFFIXES:
+            base = base.removesuffix(suffix)
+        key = by_name.get(base)
+        if key is None:
+            key = keys[-1] if keys else (layer, "post" if layer < 0 else "attn")
+        keys.append(key)
+    return NodeMap(keys=tuple(keys))
+
+
+def _local(name: str, layer: int) -> str:
+    m = _LAYER.match(name)
+    return m.group(2) if m and int(m.group(1)) == layer else name
+
+
+def _blocks(nodes: NodeMap) -> list[tuple[tuple[int, str], int, int]]:
+    """Runs of consecutive ops with one node: (node, first op, end op)."""
+    out: list[tuple[tuple[int, str], int, int]] = []
+    for i, key in enumerate(nodes.keys):
+        if out and out[-1][0] == key:
+            out[-1] = (key, out[-1][1], i + 1)
+        else:
+            out.append((key, i, i + 1))
+    return out
+
+
+#: ``TransformerLayerSchedulePlan.run``: (half, node) in order; ``early`` moves the backward's
+#: post_attn and attn before the forward's mlp (``--ep-overlap-early-attn-memory-release``)
+_LAYER_ORDER = (("B", "combine"), ("F", "attn"), ("F", "post_attn"), ("B", "mlp"), ("F", "dispatch"),
+                ("B", "dispatch"), ("F", "mlp"), ("F", "combine"), ("B", "post_attn"), ("B", "attn"))
+
+
+def pair_order(f: NodeMap, b: NodeMap, *, early_attn_release: bool = False) -> list[tuple[str, tuple[int, str]]]:
+    """The pair's nodes in Megatron's order, as (half, node) (module docstring)."""
+    order = list(_LAYER_ORDER)
+    if early_attn_release:
+        order.remove(("B", "post_attn"))
+        order.remove(("B", "attn"))
+        order[order.index(("F", "mlp")):order.index(("F", "mlp"))] = [("B", "post_attn"), ("B", "attn")]
+    f_layers = list(dict.fromkeys(layer for layer, _ in f.keys if layer >= 0))
+    b_layers = list(dict.fromkeys(layer for layer, _ in b.keys if layer >= 0))
+    out: list[tuple[str, tuple[int, str]]] = [("F", (-1, "pre")), ("B", (-1, "post"))]
+    n = min(len(f_layers), len(b_layers))
+    for fl, bl in zip(f_layers[:n], b_layers[:n], strict=True):
+        out += [(half, (fl if half == "F" else bl, node)) for half, node in order]
+    nodes = ("combine", "mlp", "dispatch", "post_attn", "attn")
+    out += [("B", (bl, node)) for bl in b_layers[n:] for node in nodes]
+    out += [("F", (fl, node)) for fl in f_layers[n:] for node in reversed(nodes)]
+    out += [("F", (-1, "post")), ("B", (-1, "pre"))]
+    return out
+
+
+def pair_shifts(f: CompiledPhase, fmap: NodeMap, b: CompiledPhase, bmap: NodeMap, total_us: float, *,
+                early_attn_release: bool = False) -> tuple[float, np.ndarray, np.ndarray] | None:
+    """(scale, per-op shift of the forward half, per-op shift of the backward half): an op at offset
+    ``t`` of its own phase runs at ``t·scale + shift[op]`` in the pair, which lasts ``total_us``. None
+    where a half's nodes do not follow Megatron's order (the caller then stretches both halves
+    proportionally, as DualPipe's pairs)."""
+    halves = {"F": (f, _blocks(fmap)), "B": (b, _blocks(bmap))}
+    placed: dict[str, list[tuple[int, int, float]]] = {"F": [], "B": []}  # (first op, end op, start)
+    cursor: dict[str, int] = {"F": 0, "B": 0}  # next block of each half
+    t = 0.0
+    for half, key in pair_order(fmap, bmap, early_attn_release=early_attn_release):
+        ph, blocks = halves[half]
+        while cursor[half] < len(blocks) and blocks[cursor[half]][0] == key:
+            _, first, end = blocks[cursor[half]]
+            placed[half].append((first, end, t))
+            t += float(ph.op_end[end - 1] - ph.op_start[first])
+            cursor[half] += 1
+    if cursor["F"] != len(halves["F"][1]) or cursor["B"] != len(halves["B"][1]) or t <= 0:
+        return None
+    scale = total_us / t
+    shifts = []
+    for half in ("F", "B"):
+        ph = halves[half][0]
+        shift = np.zeros(len(ph.op_names))
+        for first, end, start in placed[half]:
+            shift[first:end] = (start - ph.op_start[first]) * scale
+        shifts.append(shift)
+    return scale, shifts[0], shifts[1]
+
+
+def kept_node_io(f: CompiledPhase, fmap: NodeMap, b: CompiledPhase) -> np.ndarray:
+    """Mask over the backward phase ``b``'s events: the frees that Megatron-Core before a56a0b001d
+    defers to the end of the combined step. There ``TransformerLayerNode._release_state`` overrides
+    ``ScheduleNode._release_state`` (``fine_grained_callables.py`` / ``pipeline_parallel/utils.py``
+    at 23a1dcaf74), so a layer node's backward drops its detached tensors but keeps ``self.inputs``
+    — with the gradients autograd accumulated into them — and ``self.output`` until the chunk's
+    schedule plan dies when ``combined_forward_backward_step`` returns. Kept per layer: the layer's
+    input, its attention output and its output (``attn`` and ``moe_combine``/``mlp`` outputs; the
+    other nodes' inputs were freed in the forward by ``free_input``'s ``resize_(0)``), and the
+    gradient of every node input: the layer input, the attention output, the dispatch inputs (the
+    permuted tokens and probabilities, both returned by ``post_attn``), the dispatched tokens
+    (``moe_dispatch`` returns them alone) and the combine input (``mlp`` returns the expert output
+    alone)."""
+    kept: set[str] = set()
+    blocks = _blocks(fmap)
+    allocs = _allocs_by_op(f)
+    for k, (key, first, _end) in enumerate(blocks):
+        layer, node = key
+        if layer < 0:
+            continue
+        last = blocks[k][2] - 1
+        outs = allocs.get(last, [])
+        if node == "attn" and first > 0:
+            before = allocs.get(first - 1, [])
+            if before:
+                kept.update((before[0], "grad:" + before[0]))  # the layer's input: attn's input
+        if node == "attn" and outs:
+            kept.update((outs[0], "grad:" + outs[0]))  # attn's output: post_attn's (or mlp's) input
+        elif node == "post_attn":
+            kept.update("grad:" + name for name in outs)  # the dispatch node's inputs
+        elif node in ("dispatch", "mlp") and outs and _next_node(blocks, k) in ("mlp", "combine"):
+            kept.add("grad:" + outs[0])  # the next node's input
+        if node in ("combine", "mlp") and _next_node(blocks, k) != "combine" and outs:
+            kept.add(outs[0])  # the layer's output
+    names = np.array([name in kept for name in b.tensor_names], dtype=bool)
+    return (b.ev_sign < 0) & names[b.ev_tensor]
+
+
+def _next_node(blocks: list[tuple[tuple[int, str], int, int]], k: int) -> str:
+    return blocks[k + 1][0][1] if k + 1 < len(blocks) and blocks[k + 1][0][0] == blocks[k][0][0] else ""
+
+
+def _allocs_by_op(ph: CompiledPhase) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for op, sign, tensor in zip(ph.ev_op.tolist(), ph.ev_sign.tolist(), ph.ev_tensor.tolist(), strict=True):
+        if sign > 0:
+            out.setdefault(op, []).append(ph.tensor_names[tensor])
+    return out
