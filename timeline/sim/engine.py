@@ -8,9 +8,9 @@ all-reduce) and the optimizer step. The result is a list of action spans; what h
 an action is the compiled template's business.
 
 The run was a simpy process per rank with one event per transfer; it is now a walk that gives
-the same spans without simpy's event objects (a third of a 2,048-GPU simulation's time): each
-rank goes as far as its inputs allow and is woken when the input it waits for arrives. The
-times are the same float additions simpy made — an action starts at the later of its rank's
+the same spans without simpy's event objects (16 ranks, 240–480 micro-batches, two iterations:
+0.05–0.32 s CPU where simpy took 0.14–0.67 s, on the shared 2-core machine): each rank goes as
+far as its inputs allow and is woken when the input it waits for arrives. The times are the same float additions simpy made — an action starts at the later of its rank's
 clock and its input's arrival (``end + p2p_us`` across ranks) and ends its duration later; the
 step starts at the last rank's arrival at the barrier — so the spans are equal, and each
 rank's spans come in the order simpy gave them; only ranks interleave differently in the list
