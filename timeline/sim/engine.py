@@ -7,15 +7,16 @@ backward, plus a P2P transfer when the two chunks sit on different ranks; a ``W`
 all-reduce) and the optimizer step. The result is a list of action spans; what happens inside
 an action is the compiled template's business.
 
-The run was a simpy process per rank with one event per transfer; it is now a walk that gives
-the same spans without simpy's event objects (16 ranks, 240–480 micro-batches, two iterations:
-0.05–0.32 s CPU where simpy took 0.14–0.67 s, on the shared 2-core machine): each rank goes as
-far as its inputs allow and is woken when the input it waits for arrives. The times are the same float additions simpy made — an action starts at the later of its rank's
-clock and its input's arrival (``end + p2p_us`` across ranks) and ends its duration later; the
-step starts at the last rank's arrival at the barrier — so the spans are equal, and each
-rank's spans come in the order simpy gave them; only ranks interleave differently in the list
-(:func:`timeline.sim.timing.time_plan` splits it by rank). ``tests/sim/test_engine_walk.py``
-holds the walk equal to that simpy run on every schedule kind.
+The run was a simpy process per rank with one event per transfer; it is now a walk that gives the
+same spans without simpy's event objects (16 ranks, 240–480 micro-batches, two iterations: 0.05–0.32
+s CPU where simpy took 0.14–0.67 s, on the shared 2-core machine): each rank goes as far as its
+inputs allow and is woken when the input it waits for arrives. The times are the same float
+additions simpy made — an action starts at the later of its rank's clock and its input's arrival
+(``end + p2p_us`` across ranks) and ends its duration later; the step starts at the last rank's
+arrival at the barrier — so the spans are equal, and each rank's spans come in the order simpy gave
+them; only ranks interleave differently in the list (:func:`timeline.sim.timing.time_plan` splits it
+by rank). ``tests/sim/test_engine_walk.py`` holds the walk equal to that simpy run on every schedule
+kind.
 """
 
 from __future__ import annotations
