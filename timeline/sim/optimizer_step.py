@@ -87,12 +87,11 @@ def step_transients(tr: TrainingSpec, dev: StaticDevice, expert_rule: str,
         if foreach and any(state == "exp_avg_sq" for n, _ in mine for state, _ in states[n]):
             sq = DTYPE_BYTES[tr.exp_avg_sq_dtype or tr.moment_dtype]
             out += _made_and_dropped(list(foreach_temporaries([(f"step.adam.{n}", k) for n, k in mine], sq, pytorch)))
-        if foreach and tr.dtype == "fp16" and master and tr.zero == 0 and (
-                i + 1 == len(groups) or groups[i + 1][0][0] != chain):  # after the optimizer's last group
-            for (c, _), ps in groups:
-                out += [] if c != chain else [e for n, k, _, _ in ps if n in states for e in (
-                    (f"step.main_param_copy.{n}", k * master, 1, _TEMP, False),
-                    (f"step.main_param_copy.{n}", k * master, -1, _TEMP, False))]
+        last_of_optimizer = i + 1 == len(groups) or groups[i + 1][0][0] != chain
+        if foreach and last_of_optimizer and tr.dtype == "fp16" and master and tr.zero == 0:
+            copies = [(f"step.main_param_copy.{n}", k * master) for (c, _), ps in groups if c == chain
+                      for n, k, _, _ in ps if n in states]  # one at a time: each dropped after its copy_
+            out += [e for n, b in copies for e in ((n, b, 1, _TEMP, False), (n, b, -1, _TEMP, False))]
     if tr.muon_layer_wise and tr.zero == 0:
         out += _layer_wise_gather(tr, dev, [p for _, ps in groups for p in ps])
     elif tr.muon_layer_wise and any(b.muon and not b.param_buffer for b in dev.dp_buffers):
