@@ -82,6 +82,10 @@ def run_text(rec: dict, before: bool) -> str:
             sv.append(f"{key} = {json.dumps(value)}")
     if rec.get("enforce_eager"):
         sv.append("enforce_eager = true")
+    if rec.get("peer_access") is False and not before:  # the log: custom all-reduce off, no P2P between the ranks
+        sv.append("peer_access = false")
+    if rec.get("flashinfer_sampler") and not before:  # the log's "Using FlashInfer for top-p & top-k sampling."
+        sv.append("flashinfer_sampler = true")
     nt = rec["measured"].get("non_torch_gib")
     if nt is not None and before:  # round 1 took the printed non-torch memory as an input
         sv.append(f"non_torch_gib = {nt}")
