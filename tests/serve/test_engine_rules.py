@@ -203,3 +203,64 @@ def test_opt_serves_with_learned_positions(tmp_path):
     b = compute_budget(_run(tmp_path, "opt-125m", 'engine_version = "0.4.1"\ndtype = "fp16"', gpu="a6000"))
     assert b.rope_cache_bytes == 0
     assert b.weights_bytes == (125_239_296 - 2 * 768 + 32 * 768) * 2
+
+
+def test_triton_sampler_from_017(tmp_path):
+    """The Triton top-k/top-p path arrives at 0.17.0 (0.16.0 still sorts): Qwen3-14B's profile peak drops by the
+    sort's 24 bytes a logit less the Triton buffer and the rows' hidden states (5.64 GiB at 0.15.0, 2.23 at
+    0.17.0 in the llm-d-planner version sweep)."""
+    serving = 'engine_version = "{}"\nmax_model_len = 8192\ngpu_memory_utilization = 0.95'
+    b16 = compute_budget(_run(tmp_path, "qwen3-14b", serving.format("0.16.0")))
+    b17 = compute_budget(_run(tmp_path, "qwen3-14b", serving.format("0.17.0")))
+    n, vocab, hidden = 1024, 151_936, 5120
+    diff = 24 * n * vocab - 132 * vocab * 4 - 2 * n * hidden * 2
+    assert b16.activation_peak_bytes - b17.activation_peak_bytes == pytest.approx(diff, abs=4 * MIB)
+    b15 = compute_budget(_run(tmp_path, "qwen3-14b", serving.format("0.15.0")))
+    assert b15.activation_peak_bytes == b16.activation_peak_bytes
+    assert b15.activation_peak_bytes / GIB == pytest.approx(5.64, rel=0.01)  # the sweep's 0.15.0 and 0.17.0 logs
+    assert b17.activation_peak_bytes / GIB == pytest.approx(2.23, rel=0.01)
+
+
+def test_cuda_graph_profiling_enters_the_window_at_018(tmp_path):
+    """From 0.18 the CUDA-graph memory profiling runs inside the window: its residue (0.25 − 0.13 GiB at TP1)
+    is in the run part; before, or under enforce_eager, the run part is the version sweep's 0.13 GiB; at TP2
+    the H100 measurement less the same residue."""
+    llama = "llama-3.1-8b"
+    run17 = measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.17.0"'))
+    assert run17[0] == int(0.13 * GIB) and "version sweep" in run17[1]
+    assert measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.18.0"'))[0] == int(0.25 * GIB)
+    eager = measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.19.0"\nenforce_eager = true'))
+    assert eager[0] == int(0.13 * GIB)
+    tp2 = measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.17.0"', tp=2))
+    assert tp2[0] == int(2.07 * GIB) - (int(0.25 * GIB) - int(0.13 * GIB))
+
+
+def test_flashinfer_sampler_keeps_three_fp32_copies(tmp_path):
+    """With FlashInfer's sampler (0.10.1.1 when installed) the profile's sampler holds the bf16 logits and
+    three fp32 copies (cast, top-k mask, softmax): 14 bytes a logit, no sort and no kept buffer. Qwen2-7B on
+    an A100 at 0.25 of 79.19 GiB: the log prints 5,867 blocks."""
+    serving = ('engine_version = "0.10.1.1"\nmax_model_len = 16384\ngpu_memory_utilization = 0.25\n'
+               "max_num_batched_tokens = 2048\nmax_num_seqs = 256\n")
+    hw = "capacity_gib = 79.19\n"
+    sort = compute_budget(_run(tmp_path, "qwen2-7b-instruct", serving, gpu="a100", hw=hw))
+    fi = compute_budget(_run(tmp_path, "qwen2-7b-instruct", serving + "flashinfer_sampler = true", gpu="a100", hw=hw))
+    n, vocab = 256, 152_064
+    assert sort.activation_peak_bytes - fi.activation_peak_bytes == pytest.approx(
+        24 * n * vocab - 2 * n * 3584 * 2, abs=4 * MIB)
+    assert fi.num_kv_blocks == pytest.approx(5867, rel=0.015)
+    with pytest.raises(Exception, match="serving.flashinfer_sampler"):
+        _run(tmp_path, "qwen2-7b-instruct", 'engine_version = "0.7.3"\nflashinfer_sampler = true')
+
+
+def test_no_peer_access_keeps_nccl_buffers_in_host_memory(tmp_path):
+    """Ranks without peer access (other nodes, P2P off): NCCL's SHM/NET transports put no measured buffer on the
+    device, the run part is TP1's; 2×A100 without P2P at 0.10.1.1 print 74,510 blocks."""
+    serving = ('engine_version = "0.10.1.1"\nmax_model_len = 16384\ngpu_memory_utilization = 0.5\n'
+               "max_num_batched_tokens = 2048\nmax_num_seqs = 256\nflashinfer_sampler = true\n")
+    hw = "capacity_gib = 79.19\n"
+    p2p = _run(tmp_path, "qwen2-7b-instruct", serving, tp=2, gpu="a100", hw=hw)
+    host = _run(tmp_path, "qwen2-7b-instruct", serving + "peer_access = false", tp=2, gpu="a100", hw=hw)
+    assert dist_bytes(host) == (0, dist_bytes(host)[1]) and "host memory" in dist_bytes(host)[1]
+    assert measured_non_torch(host)[0] == int(0.13 * GIB)
+    assert measured_non_torch(p2p)[0] > measured_non_torch(host)[0]
+    assert compute_budget(host).num_kv_blocks == pytest.approx(74_510, rel=0.002)

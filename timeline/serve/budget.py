@@ -154,16 +154,16 @@ def profile_transients(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Step
         eager = sv.enforce_eager or not is_v1(sv.engine_version)
         return step_transients(ops, sampler, first=first, holds=eager_holds(ops) if eager else None)
     # MXFP4 experts on the Triton backend call triton_kernels' MoE without the WorkspaceManager (kept=False)
-    kept = triton and not mxfp4_triton_moe(run)
-    if kept and run.model.is_moe and any(stage_has_moe(run, stage)):
+    kept_moe = triton and not mxfp4_triton_moe(run)
+    if kept_moe and run.model.is_moe and any(stage_has_moe(run, stage)):
         first.append(("fused_moe.workspace", moe_workspace_bytes(run, moe_tokens or tokens, moe_rank_width(run))))
     bufs: list[tuple[str, int]] = []
     if last and sv.flashinfer_sampler:  # V1 only (serve_validate); FlashInfer keeps no buffer
         bufs = flashinfer_sampler(run, reqs, padded_vocab(run.model.vocab_size))
     elif last:
-        bufs, kept = triton_sampler(run, reqs, padded_vocab(run.model.vocab_size))
-        first.append(("sampler.triton_buffer", kept))
-    ops = step_ops(run, tokens, stage, moe_tokens, kept_moe_workspace=kept)
+        bufs, kept_buffer = triton_sampler(run, reqs, padded_vocab(run.model.vocab_size))
+        first.append(("sampler.triton_buffer", kept_buffer))
+    ops = step_ops(run, tokens, stage, moe_tokens, kept_moe_workspace=kept_moe)
     holds = eager_holds(ops) if sv.enforce_eager else None
     return step_transients(ops, [b for _, b in bufs], extra_names=[n for n, _ in bufs], first=first, holds=holds)
 

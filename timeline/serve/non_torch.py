@@ -3,13 +3,21 @@
 Three parts, each a published measurement (nothing in an engine's source fixes their size) or a rule
 that carries one measurement to another GPU:
 
-* **context** — the CUDA primary context and the runtime, in use before any tensor
+* **context** — the CUDA primary context and the runtime, in use before any kernel runs
   (:func:`context_bytes`). Measured on an H100 and an RTX 3090; another GPU takes the H100's figure
   with its local-memory reservation swapped for its own: the driver reserves each resident thread's
   stack (``CU_LIMIT_STACK_SIZE``, 1 KiB by default, CUDA driver API ``cuCtxSetLimit``) for the most
   threads every SM can hold (CUDA C++ Programming Guide, "Technical Specifications per Compute
   Capability": 2,048 on sm 70/80/90/100, 1,536 on sm 86/89/120, 1,024 on sm 75). Checked on the
-  3090: 0.51 − 132·2,048 KiB + 82·1,536 KiB = 0.372 GiB against its measured 0.35.
+  3090: 0.51 − 132·2,048 KiB + 82·1,536 KiB = 0.372 GiB against its measured 0.35. Checked on a real
+  H200 (``traces/groundtruth-h200/context_probe.json``, driver 580.159.04): every 512 B of stack limit
+  moves the context by exactly 132 SMs × 2,048 threads × 512 B; the bare primary context is
+  552,402,944 B = 0.5145 GiB whether the CUDA runtime 11.8, 12.4, 12.9 or 13.0 makes it, and PyTorch
+  2.11 adds nothing until its first kernel — the H100 log's 0.51 to its two decimals, which the rule
+  gives the H200 (same GH100 SMs). The 619 MiB "after the context" of ``non_torch.json`` is after a
+  first kernel, whose module CUDA loads lazily (+92 MiB; ``CUDA_MODULE_LOADING=EAGER`` loads every module: +732 MiB):
+  loading, part of the run below, not of the context. That the driver version moves the context is
+  not shown (one driver measured) and not modelled.
 * **distributed** — what ``init_worker_distributed_environment`` puts on the device: NCCL
   communicators (their connection buffers, NVLS on NVSwitch systems) and the custom all-reduce
   buffers; nothing at world size 1 from vLLM 0.5 (no communicator is connected there; up to 0.4.1
