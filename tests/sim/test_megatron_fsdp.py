@@ -181,6 +181,36 @@ def test_megatron_fsdp_needs_the_distributed_optimizer():
                   training=replace(base.training, zero=0))
     assert [k for k, _ in validate_run(run, LIMITS)] == ["framework.fsdp_sharding"]
     assert validate_run(replace(run, training=replace(base.training, zero=1)), LIMITS) == []
+    # Muon: Megatron-LM rejects it under Megatron-FSDP; the precision-aware optimizer's masters: not modelled
+    for training in (replace(base.training, zero=1, optimizer="muon", muon_layer_wise=True),
+                     replace(base.training, zero=1, precision_aware=True)):
+        assert "framework.fsdp_sharding" in [k for k, _ in validate_run(replace(run, training=training), LIMITS)]
+    assert validate_run(replace(run, training=replace(base.training, zero=1, optimizer="sgd")), LIMITS) == []
+
+
+def test_sgd_keeps_one_momentum_per_owned_shard_made_in_the_first_step():
+    """The optimizer's parameters are Megatron-FSDP's main-weight shards (no clone): SGD's momentum_buffer per
+    owned shard (timeline.graph.optim_state.main_params over the FSDP buffers' slots) in the first step, Adam's two
+    moments likewise; the fp32 main weights are the buffers' own either way."""
+    from helpers_run import tiny_run
+
+    from timeline.result.build import build_timeline
+    from timeline.sim.optimizer_step import step_transients
+
+    def device(**over):
+        run = tiny_run(layers=2, dp=4, zero=1, fsdp_sharding="optim_grads_params", **over)
+        dev = build_timeline(run).sim.devices[0]
+        made = [(n, b) for n, b, sign, _, first in step_transients(run.training, dev, "routed") if first and sign > 0]
+        return dev, made
+
+    adam, adam_made = device()
+    sgd, sgd_made = device(optimizer="sgd", sgd_momentum=0.9)
+    no_momentum, none_made = device(optimizer="sgd", sgd_momentum=0.0)
+    owned = sum(s.shard_numel for b in adam.dp_buffers for s in b.slots)
+    assert owned and (adam.optimizer_bytes, sgd.optimizer_bytes, no_momentum.optimizer_bytes) == (
+        owned * 12, owned * 8, owned * 4)  # fp32 main weights, then 2, 1 or 0 fp32 states
+    assert sum(b for _, b in sgd_made) == owned * 4 and all(n.endswith(".momentum_buffer") for n, _ in sgd_made)
+    assert sum(b for _, b in adam_made) == owned * 8 and none_made == []
 
 
 def test_a_run_keeps_the_steps_gathers_unless_log_params_norm_releases_them():

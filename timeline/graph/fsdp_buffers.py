@@ -35,7 +35,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from timeline.graph.dp_buffers import BUCKET_END_ALIGN, DdpBuffer, ParamSlot, megatron_order
+from timeline.graph.dp_buffers import BUCKET_END_ALIGN, DdpBuffer, ParamSlot, megatron_order, round_up
 from timeline.graph.static import is_expert_state, zero_groups
 from timeline.graph.tensors import TensorDef
 from timeline.spec.run import ParallelSpec, TrainingSpec
@@ -58,16 +58,12 @@ def fsdp_unit(name: str, strategy: str, *, units_all: bool = False) -> str:
     return m.group(1) if m else ""
 
 
-def _pad(n: int, divisor: int) -> int:
-    return -(-n // divisor) * divisor
-
-
 def group_layout(params: Sequence[TensorDef], *, group: int, strategy: str) -> tuple[int, tuple[ParamSlot, ...]]:
     """(padded numel, slots) of one parameter group over ``group`` DP ranks; each slot carries the last DP
     rank's shard of the main weights (the whole parameter where they are not sharded)."""
     numel = sum(t.numel for t in params)
     if strategy != "no_shard":  # build_data_parallel_buffer_index: _pad_if_needed
-        numel = _pad(numel, math.lcm(group, BUCKET_END_ALIGN))
+        numel = round_up(numel, math.lcm(group, BUCKET_END_ALIGN))
     size = numel // group
     lo, hi = (size * (group - 1), size * group) if SHARDED[strategy][2] and group > 1 else (0, numel)
     slots, start = [], 0

@@ -130,8 +130,9 @@ def megatron_fsdp(a: ArgReader, c: Conversion, *, package: bool | None = None) -
     Megatron-LM commit has af28b5a559's ``megatron_fsdp`` package (None: from ``framework.megatron_core``, 0.14.0
     on; main's 0.15.0rc0 spans both sides of it); ``--log-params-norm`` → ``framework.log_params_norm``. The layout
     and events: :mod:`timeline.graph.fsdp_buffers`, :mod:`timeline.sim.megatron_fsdp`. Double buffers, NCCL user
-    buffers, HSDP, a suggested communication unit, Megatron-FSDP v2 and non-default main dtypes are refused by
-    name (``--use-nccl-ub`` is refused for DDP and FSDP alike, :mod:`timeline.io.megatron_table`)."""
+    buffers, HSDP, a suggested communication unit, Megatron-FSDP v2, non-default main dtypes, Muon (Megatron-LM
+    rejects it) and the precision-aware optimizer are refused by name (``--use-nccl-ub`` is refused for DDP and
+    FSDP alike, :mod:`timeline.io.megatron_table`)."""
     if not (a.flag("--use-megatron-fsdp") or a.flag("--use-custom-fsdp")):
         c.put("framework.fsdp_sharding", "")
         return
@@ -140,6 +141,12 @@ def megatron_fsdp(a: ArgReader, c: Conversion, *, package: bool | None = None) -
         if v not in (None, False) and (off is None or str(v) != off):
             raise UserError(f"{name} {v}: Megatron-FSDP's {name.lstrip('-')} is not modelled; drop it to model "
                             "plain Megatron-FSDP")
+    if c.sections["training"].get("optimizer", "adam") == "muon":
+        raise UserError("--use-megatron-fsdp with --optimizer muon: Megatron-LM rejects it (arguments.py: validate_args, "
+                        "693587db5a on: Muon does not support Megatron-FSDP); use Adam or SGD, or drop Megatron-FSDP")
+    if a.flag("--use-precision-aware-optimizer"):
+        raise UserError("--use-megatron-fsdp with --use-precision-aware-optimizer: TE's FusedAdam holding the masters "
+                        "of Megatron-FSDP's shards is not modelled; drop the flag to model plain Megatron-FSDP")
     if c.sections["training"].get("fp8_recipe", "none") != "none":
         raise UserError("--use-megatron-fsdp with --fp8-format: Megatron-FSDP's FP8 parameter groups and transpose "
                         "caches are not modelled; drop FP8 to model plain Megatron-FSDP")
