@@ -251,6 +251,8 @@ class Limits:
     squared_relu: bool = False
     #: reads a run's ``[framework]`` section (elsewhere a non-default value is an error)
     reads_framework: bool = False
+    #: the ``[framework]`` keys a profile that does not read the section still reads (PyTorch's own)
+    framework_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

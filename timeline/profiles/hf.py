@@ -26,7 +26,23 @@ DeepSpeed with DeepSpeed's buckets. One device per model replica.
 
 from __future__ import annotations
 
-from timeline.profiles.base import Lifecycle, Limits, ParamRules, Profile, SaveRule, SaveRules, Structure
+from collections.abc import Sequence
+
+from timeline.profiles.base import (
+    AT_OP,
+    Lifecycle,
+    Limits,
+    ParamRules,
+    ParamTensor,
+    Profile,
+    SaveRule,
+    SaveRules,
+    Structure,
+)
+from timeline.profiles.megatron_workspaces import torch_workspace_bytes
+from timeline.spec.framework import FrameworkSpec
+from timeline.spec.model import ModelSpec
+from timeline.spec.run import ParallelSpec, TrainingSpec
 
 LLAMA = "models/llama/modeling_llama.py"
 DSV3 = "models/deepseek_v3/modeling_deepseek_v3.py"
@@ -63,9 +79,12 @@ RULES: dict[str, SaveRule] = {
                             f"cos and sin only ({GT}: +131,072 B on layer 0 of the small Llama)"),
     "flash_attn": SaveRule(saves=("in:q", "in:k", "in:v", "out:y", "extra:lse", "extra:rng_state",
                                   "extra:rng_unused", "extra:philox_seed", "extra:philox_offset"),
+                           backward_scratch=("scratch:workspace", "scratch:softmax_d", "scratch:dq_accum",
+                                             "scratch:dk_expanded", "scratch:dv_expanded"),
                            source="integrations/sdpa_attention.py (enable_gqa when use_gqa_in_sdpa); "
-                                  "ScaledDotProduct{Flash,Efficient}AttentionBackward0 save q, k, v, output, "
-                                  "logsumexp, philox rng state"),
+                                  "ScaledDotProduct{Cudnn,Flash,Efficient}AttentionBackward0 save q, k, v, output, "
+                                  "logsumexp, philox rng state; the kernel's backward workspaces as "
+                                  "graph/families/sdpa.py sizes them (cuDNN's dQ accumulator, flash's dq_accum)"),
     # GPT-OSS eager attention with sinks (graph/families/sinks.py); torch.matmul on 4-D tensors is bmm on views
     "attn_scores": SaveRule(saves=("in:q", "in:k"),
                             source=f"{GPT_OSS} eager_attention_forward: torch.matmul(query, key_states.transpose(2, "
@@ -130,6 +149,13 @@ RULES: dict[str, SaveRule] = {
                           source=f"{MOE}: proj_out * sample_weights_g saves the down output and fp32 weights; "
                                  f"weighted_out[inv_perm] the int64 inverse permutation ({GT})"),
     "ce_loss": SaveRule(saves=("extra:exp_logits", "extra:masked_target", "extra:total_weight"),
+                        # NllLossBackward0 returns a fresh zero-filled grad_input shaped like its input (the fp32
+                        # log-probabilities: pytorch/pytorch@v2.11.0 aten/src/ATen/native/cuda/Loss.cu
+                        # nll_loss_backward_out_cuda, LossNLL.cpp nll_loss_backward_out_cpu on the CPU), which
+                        # LogSoftmaxBackward0 reads into a second one (_log_softmax_backward_data) and which
+                        # is freed when that returns: 3 × b·s·V·4 live at the loss's backward (groundtruth.md §4,
+                        # traces/groundtruth-h200 snapshots)
+                        backward_scratch=("extra:exp_logits",),
                         source="loss/loss_utils.py ForCausalLMLoss: logits.float(); LogSoftmaxBackward0 saves the "
                                "fp32 result, NllLossBackward0 the shifted labels and total_weight"),
     "concat": SaveRule(source="a concatenation keeps nothing"),
@@ -163,10 +189,34 @@ STRUCTURE = Structure(attention="sdpa", dropout=False, fused_norm_linear=False, 
                       # attention with sinks)
                       sink_attention="eager")
 
+TORCH_BLAS = "pytorch/pytorch@v2.11.0:aten/src/ATen/cuda/CublasHandlePool.cpp"
+
+
+def workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par: ParallelSpec, sm: int, *,
+               holds_head: bool, has_moe: bool, tensors: Sequence[ParamTensor] = ()) -> list[tuple[str, int, str, str]]:
+    """PyTorch's cuBLAS workspaces, allocated through the caching allocator and never freed:
+    ``getCurrentCUDABlasHandle`` → ``setWorkspaceForHandle`` keeps one per (handle, stream) and handles
+    are per thread, so the forward (the main thread) gets one at its first GEMM and the autograd
+    engine's device thread another at the first GEMM of the first backward, the output layer's
+    (every ``nn.Linear`` is a torch GEMM); each of ``getChosenWorkspaceSize`` bytes
+    (``parseChosenWorkspaceSize``: ``CUBLAS_WORKSPACE_CONFIG``, else 32 MiB on compute capability 9.0 and
+    8.125 MiB elsewhere at 2.11; :func:`torch_workspace_bytes` keeps the versions). cuBLASLt shares them
+    (``getCUDABlasLtWorkspace`` allocates its own only for addmm epilogues, not modelled). The H200
+    snapshots hold exactly two 33,554,432-byte blocks beside the model (``traces/groundtruth-h200``).
+    ``[framework] workspaces = false`` leaves them out (a CPU measurement has none)."""
+    if not fw.workspaces:
+        return []
+    size = torch_workspace_bytes(fw.cublas_workspace_config, sm, fw.pytorch)
+    return [("workspace.torch_cublas_forward", size, f"{TORCH_BLAS}: getCurrentCUDABlasHandle", "start"),
+            ("workspace.torch_cublas_backward", size, f"{TORCH_BLAS}: getCurrentCUDABlasHandle",
+             AT_OP + r"(^|\.)output_layer$")]
+
+
 LIFECYCLE = Lifecycle("first_backward", "first_step", "first_step",
                       "PyTorch autograd .grad on first backward; torch.optim lazy state; DeepSpeed ZeRO buckets",
-                      reduce_bucket_elems=500_000_000, prefetch_bucket_elems=50_000_000)
+                      reduce_bucket_elems=500_000_000, prefetch_bucket_elems=50_000_000, workspaces=workspaces)
 
 PROFILE = Profile(name="hf", params=PARAMS, saved=SaveRules(name="hf", rules=RULES), structure=STRUCTURE,
                   lifecycle=LIFECYCLE,
-                  limits=Limits(max_zero=3, single_device=True, zero_note="FSDP or DeepSpeed for ZeRO 2/3"))
+                  limits=Limits(max_zero=3, single_device=True, zero_note="FSDP or DeepSpeed for ZeRO 2/3",
+                                framework_keys=("pytorch", "cublas_workspace_config", "workspaces")))
