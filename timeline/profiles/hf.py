@@ -1,15 +1,16 @@
 """The ``hf`` profile: Hugging Face transformers 5.x under plain PyTorch autograd — parameter rules,
 saved-tensor rules, op structure, lifecycle and limits.
 
-One device per replica, ``attn_implementation="sdpa"`` as a CUDA GPU runs it (flash kernel for
-equal head dims ≤ 256 in 16 bits, with GQA's k/v at kv-head width; else the memory-efficient
-kernel), ``grouped_mm`` experts, dropout only where the model has it (GPT-2), no KV cache. What
+One device per replica, ``attn_implementation="sdpa"`` as a CUDA GPU runs it (cuDNN attention on
+compute capability 9.0/10.0/10.3 from PyTorch 2.11, else the flash kernel for equal head dims ≤ 256 in
+16 bits, both with GQA's k/v at kv-head width; else the memory-efficient kernel: each with its backward's
+workspaces, :mod:`timeline.graph.families.sdpa`), ``grouped_mm`` experts, dropout only where the model has it (GPT-2), no KV cache. What
 autograd keeps follows from the modelling code: RMSNorm in Python saves an fp32 copy of its input, the fp32 rstd and the 16-bit
 normalised tensor; RoPE saves the shared cos/sin; DeepSeek attention saves the ``cat`` query,
 the ``new_empty`` key, kv_b_proj's output (V is a view of it) and a ``.contiguous()`` copy of the
 attention output; the router saves an fp32 copy of its input; experts save the permuted tokens,
 gate/up, silu, product and down outputs, three int64 index vectors and the fp32 weights; the loss
-saves the fp32 log-softmax. GPT-OSS (no SDPA: eager attention with learned sinks) saves q, k and v at
+saves the fp32 log-softmax and its backward adds NllLossBackward0's fp32 grad_input. GPT-OSS (no SDPA: eager attention with learned sinks) saves q, k and v at
 every query head's width, the int64 row-max indices and the (b, h, s, s + 1) softmax, o_proj's input
 copy, an fp32 normalised tensor per norm, its router's top-k indices and 16-bit softmax of the k
 logits, and the clamped SwiGLU's gate_up, clamped gate, sigmoid, glu and (up + 1). Measured facts: ``../shared/reference/groundtruth.md`` §4–5 (GT);
@@ -21,7 +22,8 @@ The modelling code runs as written, so the code facts of :class:`~timeline.spec.
 weights cast to the logits' dtype, GPT-OSS's half-width RoPE and fp32 normalised tensor) shape the ops
 (``Structure.model_code``). Lifecycle: weights from model construction, ``.grad`` tensors at the first
 backward that reaches them, optimizer states at the first ``step()``; ZeRO 2/3 through FSDP or
-DeepSpeed with DeepSpeed's buckets. One device per model replica.
+DeepSpeed with DeepSpeed's buckets, PyTorch's cuBLAS workspaces (:func:`workspaces`). One device per
+model replica.
 """
 
 from __future__ import annotations
@@ -219,4 +221,5 @@ LIFECYCLE = Lifecycle("first_backward", "first_step", "first_step",
 PROFILE = Profile(name="hf", params=PARAMS, saved=SaveRules(name="hf", rules=RULES), structure=STRUCTURE,
                   lifecycle=LIFECYCLE,
                   limits=Limits(max_zero=3, single_device=True, zero_note="FSDP or DeepSpeed for ZeRO 2/3",
-                                framework_keys=("pytorch", "cublas_workspace_config", "workspaces")))
+                                framework_keys=("pytorch", "cublas_workspace_config", "workspaces"),
+                                torch_optim=True))

@@ -60,6 +60,9 @@ class TrainingSpec:
     zero_grad: str = spec_field("set_to_none", choices=("set_to_none", "zeros"),
                                 doc="set_to_none: each .grad appears when backward first produces it (PyTorch's "
                                 "default since 2.0); zeros: gradients stay allocated between steps")
+    foreach: bool = spec_field(True, doc="torch.optim's foreach (profiles stepping with torch.optim: hf): true, "
+                               "the CUDA default, runs _multi_tensor_adam (a sqrt of every second moment at once); "
+                               "false runs _single_tensor_adam, one parameter at a time")
     optimizer_step: bool = spec_field(True, doc="false: no optimizer step (nor the states it creates), e.g. to "
                                       "compare one forward + backward with a measured peak")
     resumed: bool = spec_field(False, doc="the run resumes from a checkpoint: the optimizer's moments are "

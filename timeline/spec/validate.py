@@ -45,6 +45,8 @@ class ProfileLimits(Protocol):
     def reads_framework(self) -> bool: ...
     @property
     def framework_keys(self) -> tuple[str, ...]: ...
+    @property
+    def torch_optim(self) -> bool: ...
 
 
 def _divisors(n: int, limit: int = 12) -> str:
@@ -199,6 +201,9 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
         add(("training.zero", f"zero = {tr.zero} is not available with profile = \"{run.profile}\" "
              f"({life.zero_note}); use zero = {' or '.join(map(str, range(life.max_zero + 1)))}, or "
              f"profile = \"{life.instead}\""))
+    if life is not None and not tr.foreach and not (life.torch_optim and tr.zero == 0):
+        add(("training.foreach", f"only torch.optim's own step reads it (profile = \"hf\", zero = 0), not profile = "
+             f"\"{run.profile}\" with zero = {tr.zero}; remove it"))
     if life is not None and life.single_device:
         for key in MODEL_PARALLEL_KEYS:
             if getattr(par, key) > 1:
