@@ -3,15 +3,16 @@
 
 For every case in ``RESULTS_DIR/results.json`` it writes a run file as the recording ran (the case's
 Hugging Face config, profile ``hf``, its micro-batch and sequence, the recorded pipeline order as a
-CSV schedule on one rank, bf16 weights, gradients and AdamW moments, ``foreach`` as the recorded
-optimizer says, the recorded allocator settings, the GPU preset its name matches and its PyTorch
-version), simulates it and prints, per case: saved bytes per decoder layer (measured vs model) and,
-from a CUDA run, peak allocated and reserved (measured vs model), the worst allocated-after-action
-error from the first backward on, the gap left at the forwards before it (the recorder's untimed
-warm-up step already made the autograd thread's cuBLAS workspace), and two checks of the snapshot:
-the allocator replay (addresses, segments) and the peak reserved of the recorded requests replayed
-from an empty cache — how much of a reserved gap the allocator's state at the recording's start
-explains. Needs no torch (it reads JSON and snapshot pickles). Run on purpose:
+CSV schedule on one rank, bf16 weights, gradients and AdamW moments, the recorded allocator
+settings, the GPU preset its name matches and its PyTorch version; the recorder's
+``AdamW(foreach=False)`` runs as foreach, whose temporaries are dropped within the step and at no
+peak), simulates it and prints, per case: saved bytes per decoder layer (measured vs model) and, from
+a CUDA run, peak allocated and reserved (measured vs model), the worst allocated-after-action error
+from the first backward on, the gap left at the forwards before it (the recorder's untimed warm-up
+step already made the autograd thread's cuBLAS workspace), and two checks of the snapshot: the
+allocator replay (addresses, segments) and the peak reserved of the recorded requests replayed from
+an empty cache — how much of a reserved gap the allocator's state at the recording's start explains.
+Needs no torch (it reads JSON and snapshot pickles). Run on purpose:
 ``python tools/compare_groundtruth.py RESULTS_DIR [--gpu PRESET] [--json]``. A CPU dry run of the
 recorder (``record_groundtruth.py OUT --device cpu``) already checks the per-layer bytes.
 """
@@ -47,7 +48,6 @@ dtype = "bf16"
 grad_dtype = "bf16"
 master_dtype = "bf16"
 moment_dtype = "bf16"
-foreach = {foreach}
 [schedule]
 kind = "csv"
 csv = "{case}.csv"
@@ -78,12 +78,11 @@ def case_run(case: dict[str, Any], folder: Path, gpu: str | None = None) -> RunS
     (folder / f"{name}.json").write_text(json.dumps(case["hf_config"]))
     (folder / f"{name}.csv").write_text(",".join(case["schedule_csv_row"]) + "\n")
     m = sum(1 for a in case["schedule_csv_row"] if a[1] == "F")
-    foreach = "foreach=False" not in case.get("optimizer", "")
     expandable = "expandable_segments:true" in case.get("alloc_conf", "").lower().replace(" ", "")
     pytorch = case.get("torch", "2.13").split("+")[0]
     (folder / f"{name}.toml").write_text(RUN.format(
         case=name, batch=case["batch"], seq=case["seq"], m=m, iterations=case.get("iterations", 2),
-        foreach=str(foreach).lower(), expandable=str(expandable).lower(), gpu=preset, pytorch=pytorch))
+        expandable=str(expandable).lower(), gpu=preset, pytorch=pytorch))
     return load_run(folder / f"{name}.toml")  # reads the CSV schedule beside it
 
 

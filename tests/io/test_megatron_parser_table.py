@@ -26,7 +26,8 @@ BETWEEN = ROOT / "tests" / "data" / "megatron" / "parser_args_between.json"
 BETWEEN_INDEX = ROOT / "timeline" / "io" / "megatron_parser_between.json"
 INDEX = ROOT / "timeline" / "io" / "megatron_parser_versions.json"
 MAPPING_SOURCES = ("timeline/io/megatron_map.py", "timeline/io/megatron_framework.py",
-                   "timeline/io/megatron_state_args.py", "timeline/io/megatron_cp.py", "timeline/io/megatron_legacy.py")
+                   "timeline/io/megatron_state_args.py", "timeline/io/megatron_cp.py", "timeline/io/megatron_legacy.py",
+                   "timeline/io/megatron_optimizer.py")
 
 
 @pytest.fixture(scope="module")

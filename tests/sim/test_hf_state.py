@@ -1,7 +1,7 @@
 """The ``hf`` profile's static state as torch.optim holds it: one tensor per parameter, gradients
 made by each backward and dropped by ``zero_grad(set_to_none=True)``, moments from the first step,
-foreach Adam's ``_foreach_sqrt`` copy during every step (or single-tensor Adam's two temporaries), and
-PyTorch's two cuBLAS workspaces."""
+foreach Adam's ``_foreach_sqrt`` copy during every step, and PyTorch's two cuBLAS
+workspaces."""
 
 from __future__ import annotations
 
@@ -71,27 +71,6 @@ def test_gradients_arrive_layer_by_layer_in_backward_order():
     assert len(layers) > 1
     # the last layer's gradients come first
     assert max(by_layer[layers[-1]]) < min(by_layer[layers[0]])
-
-
-def test_single_tensor_adam_holds_two_temporaries_at_a_time():
-    """``foreach = false`` (``_single_tensor_adam``): per parameter in order, the sqrt of its second moment
-    and ``denom``; the sqrt dies with the expression, the previous ``denom`` when the next is made."""
-    run, sim, ev, names = _events(foreach=False)
-    trainable = [t for t in sim.devices[0].tensors if t.trainable]
-    step = next(sp for sp in sim.spans[0] if sp.kind == "step")
-    live, most, seen = 0, 0, []
-    for t, s, k, n in zip(ev.t_us, ev.size, ev.sign, names, strict=True):
-        if step.start_us <= t <= step.end_us and n.endswith(("_sqrt", ".denom")):
-            live += int(k) * int(s)
-            most = max(most, live)
-            if k > 0 and n.endswith(".denom"):
-                seen.append(n[: -len(".denom")])
-    assert live == 0
-    assert seen == [t.name for t in trainable]
-    moment = 4  # fp32 moments
-    # at parameter i: the previous denom, then its own sqrt and denom
-    held = [2 * trainable[0].numel] + [a.numel + 2 * b.numel for a, b in zip(trainable, trainable[1:], strict=False)]
-    assert most == moment * max(held)
 
 
 def test_cublas_workspaces_of_the_forward_and_the_autograd_thread():

@@ -98,9 +98,6 @@ RULES = {  # id -> (overrides of ``run``, key path, words of the message)
     # hf reads PyTorch's own [framework] keys only (its version, CUBLAS_WORKSPACE_CONFIG, workspaces)
     "hf-framework": ({"profile": "hf", "pp": 1, "attention_backend": "flash"}, "framework.attention_backend",
                      "(profile 'hf' reads only pytorch, cublas_workspace_config, workspaces)"),
-    "foreach-megatron": ({"foreach": False}, "training.foreach", "only torch.optim's own step reads it"),
-    "foreach-zero": ({"profile": "hf", "pp": 1, "zero": 1, "foreach": False}, "training.foreach",
-                     "with zero = 1"),
 }
 
 
@@ -115,8 +112,7 @@ def test_rule_names_its_key_and_what_is_valid(rule):
     {}, {"model": MOE, "ep": 2, "dp": 2}, {"schedule": "interleaved", "vpp": 2, "layers": 4},
     {"schedule": "dualpipev", "vpp": 2, "layers": 4}, {"schedule": "dualpipe", "num_microbatches": 4},
     {"profile": "hf", "pp": 1}, {"profile": "paper", "zero": 3}, {"layers": 3, "layout": (2, 1)},
-    {"profile": "hf", "pp": 1, "pytorch": "2.11", "cublas_workspace_config": ":4096:8", "workspaces": False,
-     "foreach": False},
+    {"profile": "hf", "pp": 1, "pytorch": "2.11", "cublas_workspace_config": ":4096:8", "workspaces": False},
 ])
 def test_valid_runs_have_no_problems(overrides):
     assert validate_run(run(**overrides), LIMITS) == []

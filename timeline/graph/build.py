@@ -11,20 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import attention, embedding, head, mla, mlp, mtp, norm
+from timeline.graph.families import attention, embedding, head, mamba, mla, mlp, mtp, norm
 from timeline.graph.families import moe as moe_block
 from timeline.graph.tensors import TensorDef
 from timeline.spec.run import ParallelSpec
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 @dataclass(frozen=True, slots=True)
 class Node:
     name: str
-    kind: str  # embedding | norm | mha | mla | mlp | moe | head | mtp_proj
+    kind: str  # embedding | norm | mha | mla | mlp | moe | mamba | head | mtp_proj
     layer: int | None
     params: tuple[TensorDef, ...]
 
@@ -42,18 +44,28 @@ def chunk_layers(parallel: ParallelSpec, num_layers: int) -> list[range]:
 
 
 def decoder_layer(ctx: BuildCtx, layer: int, prefix: str, *, moe: bool) -> list[Node]:
+    """A decoder layer's module nodes: attention then MLP/MoE, or in a hybrid model the one block its
+    pattern names (:meth:`~timeline.spec.model.ModelSpec.layer_kind`) with the norm fused before it."""
     m = ctx.model
+    kind = m.layer_kind(layer)
+    if kind == "M":
+        return [Node(f"{prefix}.input_layernorm", "norm", layer,
+                     tuple(norm.params(ctx, f"{prefix}.input_layernorm", m.hidden_size))),
+                Node(f"{prefix}.mixer", "mamba", layer, tuple(mamba.params(ctx, f"{prefix}.mixer")))]
     attn = mla.params(ctx, f"{prefix}.self_attn") if m.is_mla else attention.params(ctx, f"{prefix}.self_attn")
     ffn = moe_block.params(ctx, f"{prefix}.mlp") if moe else \
         mlp.params(ctx, f"{prefix}.mlp", m.intermediate_size, split=ctx.tp)
-    return [
+    attn_nodes = [
         Node(f"{prefix}.input_layernorm", "norm", layer, tuple(norm.params(ctx, f"{prefix}.input_layernorm",
                                                                             m.hidden_size))),
         Node(f"{prefix}.self_attn", "mla" if m.is_mla else "mha", layer, tuple(attn)),
+    ]
+    ffn_nodes = [
         Node(f"{prefix}.post_attention_layernorm", "norm", layer,
              tuple(norm.params(ctx, f"{prefix}.post_attention_layernorm", m.hidden_size))),
         Node(f"{prefix}.mlp", "moe" if moe else "mlp", layer, tuple(ffn)),
     ]
+    return attn_nodes if kind == "*" else ffn_nodes if kind in "-E" else attn_nodes + ffn_nodes
 
 
 def mtp_chunk(parallel: ParallelSpec) -> int:
@@ -105,7 +117,11 @@ def chunk_nodes(ctx: BuildCtx, ranges: list[range], chunk: int, mtp_at: int | No
 
 def build_chunk_graph(nodes: Sequence[Node], chunk: int) -> nx.DiGraph:
     """The operator graph of virtual stage ``chunk``: its module ``nodes`` (a model source's) joined in
-    dataflow order."""
+    dataflow order. networkx is imported here, not with the module: a chunk's nodes already come in
+    dataflow order (:func:`node_params` reads them without it), and importing networkx cost a tenth
+    of a summary-only ``simulate``."""
+    import networkx as nx
+
     g = nx.DiGraph(chunk=chunk)
     prev = None
     for node in nodes:
@@ -118,4 +134,12 @@ def build_chunk_graph(nodes: Sequence[Node], chunk: int) -> nx.DiGraph:
 
 def graph_params(g: nx.DiGraph) -> list[TensorDef]:
     """Every parameter TensorDef of a chunk graph, in dataflow order."""
+    import networkx as nx
+
     return [t for name in nx.topological_sort(g) for t in g.nodes[name]["params"]]
+
+
+def node_params(nodes: Sequence[Node]) -> list[TensorDef]:
+    """Every parameter TensorDef of a chunk's ``nodes`` in the order given — their dataflow order, the
+    same list :func:`graph_params` reads off :func:`build_chunk_graph`'s chain."""
+    return [t for n in nodes for t in n.params]

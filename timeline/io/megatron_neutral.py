@@ -97,11 +97,22 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--lr", "--min-lr", "--lr-decay-style", "--lr-decay-iters", "--lr-decay-samples", "--lr-warmup-fraction",
         "--lr-warmup-iters", "--lr-warmup-samples", "--lr-warmup-init", "--lr-wsd-decay-style", "--decoupled-lr",
         "--decoupled-min-lr", "--override-opt-param-scheduler", "--override-opt_param-scheduler",
-        "--weight-decay", "--clip-grad", "--adam-beta1", "--adam-beta2", "--adam-eps", "--init-method-std",
+        "--clip-grad", "--adam-beta1", "--adam-beta2", "--adam-eps", "--init-method-std",
         "--seed", "--lr-wsd-decay-iters", "--lr-wsd-decay-samples", "--start-weight-decay", "--end-weight-decay",
         "--weight-decay-incr-style", "--no-weight-decay-cond-type", "--apply-wd-to-qk-layernorm",
         "--embedding-init-method-std", "--init-method-xavier-uniform", "--hysteresis", "--loss-scale-window",
         "--min-loss-scale", "--data-parallel-random-init", "--no-initialization",
+    ),
+    "Muon's scalars (momentum, update scale, Newton-Schulz coefficients; emerging_optimizers "
+    "OrthogonalizedOptimizer.step): the same momentum buffer per parameter": (
+        "--muon-momentum", "--muon-nesterov", "--muon-use-nesterov", "--muon-scale-mode", "--muon-coefficient-type",
+        "--muon-extra-scale-factor",
+    ),
+    "Muon's Newton-Schulz step, not simulated: its per-parameter working tensors (fp32 momentum copies, the "
+    "bf16 iterate and Gram matrices of muon_utils.newton_schulz; under --muon-tp-mode duplicated/distributed the "
+    "TP-gathered matrix) live within the optimizer step, after the backward freed the activations; not neutral "
+    "in truth": (
+        "--muon-no-split-qkv", "--muon-tp-mode", "--muon-use-syrk", "--muon-fp32-matmul-prec", "--muon-num-ns-steps",
     ),
     "run length, evaluation and exit: which iterations run (training/training.py: train, evaluate); the "
     "measured training iterations are the same": (
@@ -336,12 +347,7 @@ UNDER: dict[str, tuple[str, ...]] = {
     "--tensor-parallel-num-weight-shards": ("--gtp-remat-opt-in-modules", "--gtp-remat-nccl-ub",
                                             "--gtp-expert-remat-nccl-ub",
                                             "--gtp-remat-reduce-scatter-with-fp32-accumulation"),
-    "--optimizer other than adam": ("--no-use-layer-wise-param-layout", "--lion-beta1", "--lion-beta2",
-                                    "--muon-coefficient-type", "--muon-extra-scale-factor",
-                                    "--muon-fp32-matmul-prec", "--muon-momentum", "--muon-nesterov",
-                                    "--muon-no-split-qkv", "--muon-num-ns-steps", "--muon-scalar-optimizer",
-                                    "--muon-scale-mode", "--muon-tp-mode", "--muon-use-nesterov", "--muon-use-syrk",
-                                    "--sgd-momentum"),
+    "--optimizer lion": ("--lion-beta1", "--lion-beta2"),
 }
 
 #: every compute-communication overlap timeline simulates as the schedule without it, with its

@@ -254,8 +254,6 @@ class Limits:
     reads_framework: bool = False
     #: the ``[framework]`` keys a profile that does not read the section still reads (PyTorch's own)
     framework_keys: tuple[str, ...] = ()
-    #: steps with torch.optim per parameter, so ``[training] foreach`` means something
-    torch_optim: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -221,5 +221,4 @@ LIFECYCLE = Lifecycle("first_backward", "first_step", "first_step",
 PROFILE = Profile(name="hf", params=PARAMS, saved=SaveRules(name="hf", rules=RULES), structure=STRUCTURE,
                   lifecycle=LIFECYCLE,
                   limits=Limits(max_zero=3, single_device=True, zero_note="FSDP or DeepSpeed for ZeRO 2/3",
-                                framework_keys=("pytorch", "cublas_workspace_config", "workspaces"),
-                                torch_optim=True))
+                                framework_keys=("pytorch", "cublas_workspace_config", "workspaces")))

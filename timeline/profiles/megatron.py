@@ -28,7 +28,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from timeline.profiles import megatron_combine, megatron_flex, megatron_gptoss, megatron_legacy
+from timeline.profiles import (
+    megatron_combine,
+    megatron_flex,
+    megatron_gptoss,
+    megatron_legacy,
+    megatron_mamba,
+)
 from timeline.profiles.base import Lifecycle, Limits, ParamRules, Profile, SaveRule, SaveRules, Structure
 from timeline.profiles.megatron_workspaces import persistent_workspaces, version_tuple
 from timeline.spec.framework import FrameworkSpec
@@ -384,6 +390,7 @@ LIMITS = Limits(max_zero=1, instead="paper", zero_note="its distributed optimize
                               "parallelism only with cp_comm_type = a2a, not the KV ring "
                               "this profile models")
 
-PROFILE = Profile(name="megatron", params=PARAMS, saved=megatron_legacy.extend(megatron_combine.extend(megatron_flex.extend(megatron_gptoss.extend(BASE)))),
+PROFILE = Profile(name="megatron", params=PARAMS, saved=megatron_mamba.extend(megatron_legacy.extend(
+    megatron_combine.extend(megatron_flex.extend(megatron_gptoss.extend(BASE))))),
                   structure=STRUCTURE,
                   lifecycle=LIFECYCLE, limits=LIMITS, configure=configure)

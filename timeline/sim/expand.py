@@ -105,6 +105,21 @@ def _push_step_copies(log: _Log, state: DeviceState, spans: list[Span], names: N
             log.push(np.full(len(ids), start), -1, sizes, grads, ids, -1, -1, -1, a, sp.iteration + 1)
 
 
+def _push_step_transients(log: _Log, state: DeviceState, spans: list[Span], names: Names) -> None:
+    """Each optimizer step's own allocations and frees (:attr:`DeviceState.step_transients`), at its start in
+    their order (the log keeps push order at equal times); the states the first step makes as static state (no
+    action), the rest as the step's."""
+    steps = [(i, sp) for i, sp in enumerate(spans) if sp.kind == "step"]
+    for k, (i, sp) in enumerate(steps):
+        todo = [e for e in state.step_transients if k == 0 or not e[4]]
+        while todo:  # runs of one kind, one chunk each
+            n = next((j for j, e in enumerate(todo) if e[4] != todo[0][4]), len(todo))
+            run, todo = todo[:n], todo[n:]
+            action, iteration = (-1, -1) if run[0][4] else (i, sp.iteration)
+            log.push(np.full(n, sp.start_us), [e[2] for e in run], [e[1] for e in run], [e[3] for e in run],
+                     [names(e[0]) for e in run], -1, -1, -1, action, iteration)
+
+
 @dataclass(frozen=True, slots=True)
 class KeptFrees:
     """The frees of one backward action that Megatron's references move: ``mask`` over its phase's
@@ -314,7 +329,7 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
     late: list[tuple[float, str, int, int, int]] = []
     if state.per_parameter:  # one tensor per parameter; ``state.allocs`` holds the workspaces only
         for t, sign, name, size, cat, a in hf_state_events(
-                tr, dev, spans, lambda sp: compiled.get((sp.stage, sp.kind))):
+                tr, dev, spans, lambda sp: compiled.get((sp.stage, sp.kind)), state.pytorch):
             log.push([t], sign, size, cat, names(name), -1, -1, -1, a, spans[a].iteration if a >= 0 else -1)
     else:
         # each step's main-grad copies come before the first step's moments (prepare_grads, then step)
@@ -327,6 +342,8 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
     if static:  # one chunk: a device's static state is thousands of events under Megatron's layout
         cols = list(zip(*static, strict=True))
         log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
+    if not state.per_parameter:
+        _push_step_transients(log, state, spans, names)
     gather = state.gathered_bytes
     comm = CAT_CODE[Category.COMM]
     kept = kept_inputs(spans, compiled) if state.keeps_input else {}

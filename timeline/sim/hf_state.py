@@ -11,10 +11,9 @@ Without ZeRO, a Hugging Face model trained with ``torch.optim`` holds, in parame
   ``"zeros"`` it stays allocated;
 - each parameter's master copy (when ``master_dtype`` differs) and two moments from the first
   ``step()`` (``torch/optim/adam.py`` ``_init_group``: ``exp_avg``, ``exp_avg_sq``, created lazily);
-- during every step, Adam's temporaries (:func:`step_temporaries`): foreach (``[training] foreach``,
-  the CUDA default) ``_multi_tensor_adam`` takes ``torch._foreach_sqrt(exp_avg_sqs)`` — a full copy of the
-  second moments, live at once — and updates everything else in place (``_foreach_lerp_``,
-  ``_foreach_addcmul_``, ``_foreach_addcdiv_``); ``_single_tensor_adam`` makes two per parameter in turn.
+- during every step, foreach Adam's temporaries (:func:`timeline.profiles.torch_adam.foreach_temporaries`:
+  ``torch._foreach_sqrt(exp_avg_sqs)``, a full copy of the second moments live at once, at the run's
+  ``[framework] pytorch``), from the step's start to its end.
 
 Events are (time, ±1, name, bytes, category, action); times come from the device's spans. With
 ZeRO the blocks of :func:`timeline.sim.static_state.static_allocs` stay (DeepSpeed's flat buffers).
@@ -31,8 +30,10 @@ import numpy as np
 from timeline.graph.static import optimizer_element_bytes
 from timeline.graph.tensors import DTYPE_BYTES, Category
 from timeline.placement.devices import StaticDevice
+from timeline.profiles.torch_adam import foreach_temporaries
 from timeline.sim.compiled import CAT_CODE, CompiledPhase
 from timeline.sim.engine import Span
+from timeline.spec.framework import FrameworkSpec
 from timeline.spec.run import TrainingSpec
 
 Event = tuple[float, int, str, int, int, int]
@@ -56,9 +57,11 @@ def grad_offset_us(name: str, ph: CompiledPhase | None) -> float:
 
 
 def hf_state_events(tr: TrainingSpec, dev: StaticDevice, spans: list[Span],
-                    backward_of: Callable[[Span], CompiledPhase | None] = lambda sp: None) -> list[Event]:
+                    backward_of: Callable[[Span], CompiledPhase | None] = lambda sp: None,
+                    pytorch: str = FrameworkSpec().pytorch) -> list[Event]:
     """Per-parameter weight, gradient, optimizer-state and step-temporary events of one device;
-    ``backward_of`` gives a backward span's compiled ops (for when each layer's gradients arrive)."""
+    ``backward_of`` gives a backward span's compiled ops (for when each layer's gradients arrive),
+    ``pytorch`` the version whose optimizer runs."""
     w_cat, g_cat, o_cat = CAT_CODE[Category.WEIGHTS], CAT_CODE[Category.GRADS], CAT_CODE[Category.OPTIMIZER]
     t_cat = CAT_CODE[Category.TEMPORARY]
     out: list[Event] = [(0.0, 1, f"weights.{t.name}", t.numel * DTYPE_BYTES[tr.dtype] if t.trainable
@@ -99,35 +102,9 @@ def hf_state_events(tr: TrainingSpec, dev: StaticDevice, spans: list[Span],
         s0, s1, a = step[it]
         if it == 0 and not tr.resumed:
             out += states(s0, a)
-        out += step_temporaries(tr, trainable, s0, s1, a, moment, t_cat)
+        made = foreach_temporaries([(t.name, t.numel) for t in trainable], moment, pytorch)
+        out += [(s0, 1, name, size, t_cat, a) for name, size in made]
+        out += [(s1, -1, name, size, t_cat, a) for name, size in made]
         if tr.zero_grad == "set_to_none" and it in first_bwd:
             out += [(s1, -1, f"grad.{t.name}", t.numel * DTYPE_BYTES[tr.grad_dtype], g_cat, a) for t in trainable]
     return [e for e in out if e[3] > 0]
-
-
-def step_temporaries(tr: TrainingSpec, trainable: list, s0: float, s1: float, a: int, moment: int,
-                     cat: int) -> list[Event]:
-    """Adam's temporaries during one step ``[s0, s1]`` (pytorch/pytorch@v2.11.0 torch/optim/adam.py).
-
-    ``foreach``: ``_multi_tensor_adam``'s ``exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)``,
-    one copy per parameter, all live until the step ends. Otherwise ``_single_tensor_adam`` walks the
-    parameters in order: ``denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`` makes the
-    sqrt and the quotient (``add_`` is in place), the sqrt dies with the expression, and the previous
-    parameter's ``denom`` when the name is rebound — the snapshots' step, parameter by parameter
-    (``traces/groundtruth-h200``, ``AdamW(foreach=False)``)."""
-    if tr.foreach:
-        return ([(s0, 1, f"{t.name}.exp_avg_sq_sqrt", t.numel * moment, cat, a) for t in trainable]
-                + [(s1, -1, f"{t.name}.exp_avg_sq_sqrt", t.numel * moment, cat, a) for t in trainable])
-    out: list[Event] = []
-    n = max(len(trainable), 1)
-    for i, t in enumerate(trainable):
-        ti, size = s0 + (s1 - s0) * i / n, t.numel * moment
-        out += [(ti, 1, f"{t.name}.exp_avg_sq_sqrt", size, cat, a), (ti, 1, f"{t.name}.denom", size, cat, a),
-                (ti, -1, f"{t.name}.exp_avg_sq_sqrt", size, cat, a)]
-        if i:
-            prev = trainable[i - 1]
-            out.append((ti, -1, f"{prev.name}.denom", prev.numel * moment, cat, a))
-    if trainable:
-        last = trainable[-1]
-        out.append((s1, -1, f"{last.name}.denom", last.numel * moment, cat, a))
-    return out

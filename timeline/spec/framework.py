@@ -25,6 +25,8 @@ ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
 DISPATCHERS = ("allgather", "alltoall", "flex")
 CP_COMM_TYPES = ("p2p", "a2a", "a2a+p2p")
 LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
+#: the Adam Megatron-Core's optimizer module imports first that is installed (``[framework] optimizer_impl``)
+OPTIMIZER_IMPLS = ("te_fused", "apex_fused", "torch_foreach")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,6 +37,12 @@ class FrameworkSpec:
                               "GPU generation)")
     transformer_impl: str = spec_field("transformer_engine", choices=("transformer_engine", "local"),
                                        doc="--transformer-impl")
+    optimizer_impl: str = spec_field("te_fused", choices=OPTIMIZER_IMPLS, doc=(
+        "the Adam Megatron-Core imports (core/optimizer/__init__.py: Transformer Engine's FusedAdam, else Apex's, "
+        "else torch.optim.AdamW with the warning 'Transformer Engine and Apex are not installed. Falling back to "
+        "Torch optimizers.'): te_fused, apex_fused (no intermediates), torch_foreach (its foreach step's copy of the "
+        "second moments per parameter group, timeline.profiles.torch_adam; and, under fp16, Megatron's local "
+        "multi_tensor_scale copy of each main parameter)"))
     use_legacy_models: bool = spec_field(False, doc=(
         "--use-legacy-models: Megatron-LM's legacy GPT model (megatron/legacy/model; the local implementation "
         "only, Megatron-Core before 0.18) as its differences from transformer_impl = local"))
@@ -112,5 +120,9 @@ class FrameworkSpec:
     tp_comm_overlap: bool = spec_field(False, doc=(
         "--tp-comm-overlap: TE's userbuffers (outside PyTorch's allocator) and the cuBLAS workspace of their "
         "GEMMs (three workspaces; TE ≥ 2.10 keeps the plain one beside them); the overlap itself is not simulated"))
+    layer_wise_layout: str = spec_field("padded", choices=("padded", "compact"), doc=(
+        "Muon's layer-wise optimizer in the distributed optimizer's buffers (training.muon_layer_wise, zero = 1): "
+        "padded (Megatron-Core 0.18.0 on: Muon's matrices packed whole into padded shards), compact (Megatron-LM's "
+        "dev branch from 3b9c248a1b: unpadded, all-reduced, dealt ping-pong)"))
     workspaces: bool = spec_field(True, doc="TE's and PyTorch's persistent cuBLAS workspaces (false: leave "
                                   "them out, e.g. to compare saved tensors alone)")
