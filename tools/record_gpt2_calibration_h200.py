@@ -1,7 +1,8 @@
 """GPT-2 calibration ground truth for a GPU session (not yet recorded): ``record_groundtruth.py``'s procedure on three
 GPT-2 configs unlike the held-out ``gpt2_medium`` (two with HF's default dropout, one without), so the GPU rules
 for GPT-2's saved tensors can be written without touching the held-out case (``traces/groundtruth-h200/heldout``:
-each block saves 121.8 MB on the H200 against 71.5 MB modelled). Run beside ``record_groundtruth.py``:
+each block saves 121.8 MB on the H200 against 71.5 MB modelled). Run beside ``record_groundtruth.py`` and
+``record_heldout_h200.py``:
 
     python3 record_gpt2_calibration_h200.py OUTDIR     # and again under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 """
@@ -16,20 +17,9 @@ rg.CASES = {
                             attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0),
 }
 rg.SHAPES = {"gpt2_small_cal": (4, 512), "gpt2_wide_cal": (1, 2048), "gpt2_nodrop_cal": (4, 512)}
-_saved = rg.saved_bytes_per_layer
 
+if __name__ == "__main__":
+    from record_heldout_h200 import lend_gpt2_view  # beside this file
 
-def saved_bytes_per_layer(model, ids):
-    """GPT-2 keeps its blocks at transformer.h, not model.layers: lend the script the same view."""
-    if hasattr(model, "model"):
-        return _saved(model, ids)
-    import types
-    object.__setattr__(model, "model", types.SimpleNamespace(layers=model.transformer.h))
-    try:
-        return _saved(model, ids)
-    finally:
-        object.__delattr__(model, "model")
-
-
-rg.saved_bytes_per_layer = saved_bytes_per_layer
-sys.exit(rg.main())
+    lend_gpt2_view()
+    sys.exit(rg.main())
