@@ -18,6 +18,7 @@ from timeline.profiles.base import AT_OP
 from timeline.sim.combined import forward_nodes, kept_node_io
 from timeline.sim.compiled import CAT_CODE, CompiledPhase
 from timeline.sim.engine import Span, span_offsets
+from timeline.sim.graph_capture import CaptureRules, capture_events
 from timeline.sim.hf_state import hf_state_events
 from timeline.sim.output import DeviceEvents, DeviceOps, Names
 from timeline.sim.plan import Compiled
@@ -305,9 +306,10 @@ def _merge(a: KeptFrees, b: KeptFrees) -> KeptFrees:
 
 
 def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans: list[Span], compiled: Compiled,
-                  names: Names) -> DeviceEvents:
-    """Static state (as the plan's ``state`` says it comes into being), then every action's
-    template shifted to its start."""
+                  names: Names, capture: tuple[Compiled, CaptureRules] | None = None) -> DeviceEvents:
+    """Static state (as the plan's ``state`` says it comes into being), the CUDA graphs' capture
+    (``capture``: its phases and rules, :mod:`timeline.sim.graph_capture`), then every action's template
+    shifted to its start."""
     first_bwd = min((s.start_us for s in spans if s.kind in ("B", "I")), default=0.0)
     first_step = min((s.start_us for s in spans if s.kind == "step"), default=0.0)
     log = _Log()
@@ -327,6 +329,8 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
         if static:  # one chunk: a device's static state is thousands of events under Megatron's layout
             cols = list(zip(*static, strict=True))
             log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
+    if capture is not None:
+        capture_events(log.push, spans, capture[0], capture[1], names)
     gather = state.gathered_bytes
     comm = CAT_CODE[Category.COMM]
     kept = kept_inputs(spans, compiled) if state.keeps_input else {}

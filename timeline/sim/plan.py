@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 
+from timeline.graph.cuda_graphs import GraphedTemplates, split
 from timeline.graph.ops import ChunkTemplate
 from timeline.graph.signature import OPS_ONLY_POLICIES
 from timeline.graph.source import ModelSource
@@ -17,8 +18,11 @@ from timeline.pipeline import build_schedule
 from timeline.pipeline.actions import Schedule
 from timeline.placement.devices import StaticDevice, chunk_holders, ep_devices, static_devices
 from timeline.sim.compiled import CompiledPhase, compile_phase
+from timeline.profiles.megatron_workspaces import version_tuple
 from timeline.sim.cost import CostModel
+from timeline.sim.graph_capture import CaptureRules
 from timeline.sim.static_state import DeviceState, StateRules, ddp_of, device_state, step_us
+from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import HardwareSpec, ParallelSpec, RecomputeSpec, ScheduleSpec, TrainingSpec
 
@@ -51,6 +55,20 @@ def boundary_bytes(tr: TrainingSpec, par: ParallelSpec, hidden_size: int) -> int
     sp = par.sp and par.tp > 1  # RunSpec.sp_enabled
     tokens = tr.micro_batch_size * tr.seq_len // par.cp // (par.tp if sp else 1)
     return tokens * hidden_size * DTYPE_BYTES[tr.dtype]
+
+
+def capture_rules_of(graphed: dict[int, GraphedTemplates], tr: TrainingSpec, par: ParallelSpec,
+                     model: ModelSpec, fw: FrameworkSpec) -> CaptureRules:
+    """What the graphs of each chunk hold (:mod:`timeline.sim.graph_capture`): a hidden-state-sized static
+    input, output, grad output and grad input per graph, and the boolean causal mask
+    ``[b, 1, s/cp, s]`` Megatron passes every self-attention layer's graph
+    (``transformer_layer.py: TransformerLayer.get_layer_static_inputs``@268fda0859); buffers reused from
+    TE 2.6 on (``megatron/training/training.py@2b6b46b796``)."""
+    mask = tr.micro_batch_size * (tr.seq_len // par.cp) * tr.seq_len
+    return CaptureRules(layers={c: g.layers for c, g in graphed.items()},
+                        boundary={c: g.boundary for c, g in graphed.items()},
+                        hidden_bytes=boundary_bytes(tr, par, model.hidden_size), mask_bytes=mask,
+                        reuse_buffers=version_tuple(fw.transformer_engine) >= (2, 6))
 
 
 def ep_loads(par: ParallelSpec, tr: TrainingSpec, is_moe: bool) -> list[float]:
@@ -153,6 +171,10 @@ class SimPlan:
     p2p_us: float
     step_us: tuple[float, ...]  # per pipeline rank
     iterations: int  # warm-up iterations first, reported ones after
+    #: per load, the CUDA graphs' capture phases and what the graphs hold (:mod:`timeline.sim.graph_capture`);
+    #: empty without CUDA graphs
+    capture: tuple[Compiled, ...] = ()
+    capture_rules: tuple[CaptureRules, ...] = ()
     #: combined 1F1B: the backward's attention nodes run before the forward's mlp
     #: (``[framework] ep_overlap_early_attn_memory_release``, :mod:`timeline.sim.combined`)
     early_attn_release: bool = False
@@ -175,10 +197,19 @@ def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training:
     compiled: list[Compiled] = []
     act: list[dict[int, int]] = []
     classes = chunk_classes(source, schedule.num_chunks) if shared and len(loads) > 1 else {}
+    fw = rules.framework
+    graphs = fw.cuda_graph_impl != "none"
+    capture: list[Compiled] = []
+    capture_rules: list[CaptureRules] = []
     for e, load in enumerate(loads):
         source_e = source if len(loads) == 1 else source.under(routing_skew=load)
         t, c = load_templates(source_e, holder, schedule.num_chunks, cost,
-                              (templates[0], compiled[0], classes) if e and shared else None)
+                              (templates[0], compiled[0], classes) if e and shared and not graphs else None)
+        if graphs:
+            split_t = {ch: split(tc, fw.cuda_graph_scope) for ch, tc in t.items()}
+            c = compile_templates({ch: g.train for ch, g in split_t.items()}, cost)
+            capture.append(compile_templates({ch: g.capture for ch, g in split_t.items()}, cost))
+            capture_rules.append(capture_rules_of(split_t, tr, par, model, fw))
         templates.append(t)
         compiled.append(c)
         act.append({ch: t[ch if ch in t else classes[ch]].activation_bytes for ch in range(schedule.num_chunks)})
@@ -192,4 +223,5 @@ def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training:
                    p2p_us=cost.comm_us(boundary_bytes(tr, par, model.hidden_size), "pp"),
                    step_us=tuple(step_us(tr, par, d, cost) for d in devices[::len(loads)]),
                    iterations=tr.warmup_iterations + tr.iterations,
+                   capture=tuple(capture), capture_rules=tuple(capture_rules),
                    early_attn_release=rules.framework.ep_overlap_early_attn_memory_release)

@@ -24,6 +24,8 @@ from timeline.spec.fields import spec_field
 ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
 DISPATCHERS = ("allgather", "alltoall", "flex")
 CP_COMM_TYPES = ("p2p", "a2a", "a2a+p2p")
+CUDA_GRAPH_IMPLS = ("none", "transformer_engine")
+CUDA_GRAPH_SCOPES = ("attn", "full")
 LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 
 
@@ -109,5 +111,11 @@ class FrameworkSpec:
     tp_comm_overlap: bool = spec_field(False, doc=(
         "--tp-comm-overlap: TE's userbuffers (outside PyTorch's allocator) and the cuBLAS workspace of their "
         "GEMMs (three workspaces; TE ≥ 2.10 keeps the plain one beside them); the overlap itself is not simulated"))
+    cuda_graph_impl: str = spec_field("none", choices=CUDA_GRAPH_IMPLS, doc=(
+        "--cuda-graph-impl (--external-cuda-graph: transformer_engine): TE's make_graphed_callables captures each "
+        "decoder layer's graphed part per micro-batch into one private memory pool before iteration 1"))
+    cuda_graph_scope: str = spec_field("attn", choices=CUDA_GRAPH_SCOPES, doc=(
+        "--cuda-graph-scope under the transformer_engine impl: attn (input norm, self-attention, its residual add) "
+        "or full (the whole decoder layer)"))
     workspaces: bool = spec_field(True, doc="TE's and PyTorch's persistent cuBLAS workspaces (false: leave "
                                   "them out, e.g. to compare saved tensors alone)")

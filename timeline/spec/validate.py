@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from timeline.spec.cp_rules import cp_comm_problems
+from timeline.spec.cuda_graph_rules import cuda_graph_problems
 from timeline.spec.fp8_rules import fp8_problems
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
@@ -256,6 +257,7 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
         add(("schedule.combined_1f1b", 'models Megatron-Core\'s schedule-plan nodes: set profile = "megatron"'))
     problems += cp_comm_problems(fw, m, par)
     problems += fp8_problems(run, reads_framework=life is not None and life.reads_framework)
+    problems += cuda_graph_problems(run)
     if fw.defer_embedding_wgrad and (par.pp == 1 or not fw.gradient_accumulation_fusion):
         # MC model_parallel_config.py: ModelParallelConfig.__post_init__ raises for either
         add(("framework.defer_embedding_wgrad", "Megatron-LM defers the output layer's weight gradient to the "

@@ -1,0 +1,42 @@
+"""Run-level rules of CUDA-graphed Megatron jobs (``[framework] cuda_graph_impl`` / ``cuda_graph_scope``):
+which jobs Megatron-LM itself captures, and which of them this simulator models. This module decides no
+bytes (``timeline.graph.cuda_graphs`` does)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from timeline.spec.run import RunSpec
+
+MC_HELPER = "NVIDIA/Megatron-LM@268fda0859:megatron/core/transformer/cuda_graphs.py: TECudaGraphHelper.__init__"
+
+#: selective-recompute modules inside the graphed part of a layer under scope attn (a recomputed region
+#: captured inside a graph replays its forward inside the backward graph: not modelled)
+ATTN_REGION_MODULES = ("core_attn", "mla_up_proj", "layernorm")
+
+
+def cuda_graph_problems(run: RunSpec) -> list[tuple[str, str]]:
+    """(key path, message) of every CUDA-graph setting the run cannot have."""
+    fw, rc, sched = run.framework, run.recompute, run.schedule
+    out: list[tuple[str, str]] = []
+    if fw.cuda_graph_impl == "none":
+        return out
+    key = "framework.cuda_graph_impl"
+    if fw.transformer_impl != "transformer_engine":
+        out.append((key, 'TE\'s make_graphed_callables captures TE layers: set framework.transformer_impl = '
+                    '"transformer_engine"'))
+    if run.allocator.expandable_segments:  # TECudaGraphHelper.__init__ asserts it away
+        out.append(("allocator.expandable_segments", f"Megatron refuses CUDA graphs with expandable segments "
+                    f"({MC_HELPER}); set it false"))
+    if sched.kind not in ("1f1b", "interleaved") or sched.combined_1f1b:
+        out.append(("schedule.kind", "the graphs are captured in Megatron's 1F1B / interleaved order "
+                    "(get_schedule_table); use kind = \"1f1b\" or \"interleaved\" without combined_1f1b"))
+    if rc.policy == "full":
+        out.append(("recompute.policy", "a recomputed layer inside a captured graph is not modelled; "
+                    "use none or selective"))
+    elif rc.policy == "selective" and (fw.cuda_graph_scope == "full"
+                                       or any(m in ATTN_REGION_MODULES for m in rc.modules)):
+        out.append(("recompute.modules", "a recomputed module inside the graphed part of a layer is not "
+                    f"modelled (scope {fw.cuda_graph_scope}); recompute only modules outside it"))
+    return out
