@@ -222,6 +222,8 @@ def expressible_note(family: str, config: dict | None, tag: dict[str, Any]) -> s
 #: ``timeline/sim/megatron_load.py``)
 MODELLED_NOTES = ("fp8/fp4 training",  # FP8 (delayed, tensorwise) is modelled; from-megatron refuses FP4 and the
                   # other FP8 recipes by name (timeline/io/megatron_map.py: fp8_training)
+                  "CUDA graphs (graph memory pools)",  # TE make_graphed_callables per layer (scope attn / full,
+                  # warm-up steps 0); from-megatron refuses the local impl, per-module scopes and warm-up steps > 0
                   "the _2nd golden of a resumed run: loads a checkpoint before the measured iterations",
                   "TEST_TYPE frozen-start: loads a checkpoint before the measured iterations",
                   "TEST_TYPE frozen-start: loads a checkpoint before the measured iterations (peak may reflect "

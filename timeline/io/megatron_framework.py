@@ -189,6 +189,7 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
     c.put("framework.deterministic", deterministic, "--deterministic-mode")
     if a.flag("--tp-comm-overlap"):
         c.put("framework.tp_comm_overlap", True, "--tp-comm-overlap")
+    cuda_graphs(a, c)
     # training.py: get_model builds DistributedDataParallelConfig from these (the grad buffer's buckets)
     overlap = a.flag("--overlap-grad-reduce")
     c.put("framework.overlap_grad_reduce", overlap, "--overlap-grad-reduce")
@@ -318,3 +319,38 @@ def _combined_1f1b(a: ArgReader, c: Conversion, megatron_core: str | None, relea
         raise UserError("--ep-overlap-early-attn-memory-release: Megatron-LM has it from a56a0b001d (core 0.16.0) "
                         "on; give --megatron-core 0.16.0 or later")
     c.put("framework.ep_overlap_early_attn_memory_release", early, "--ep-overlap-early-attn-memory-release")
+
+
+#: Megatron-LM's CUDA-graph arguments (``megatron/training/arguments.py: validate_args / _add_training_args``
+#: @268fda0859: --external-cuda-graph is --cuda-graph-impl transformer_engine, --enable-cuda-graph is local;
+#: --cuda-graph-scope defaults to full, --cuda-graph-warmup-steps to 3)
+CUDA_GRAPH_ARGS = ("--cuda-graph-impl", "--external-cuda-graph", "--enable-cuda-graph", "--cuda-graph-scope",
+                   "--cuda-graph-warmup-steps")
+
+
+def cuda_graphs(a: ArgReader, c: Conversion) -> None:
+    """``[framework] cuda_graph_impl`` / ``cuda_graph_scope`` from Megatron's CUDA-graph arguments; what is not
+    modelled is refused in one line."""
+    impl = str(a.raw.get("--cuda-graph-impl", "none"))
+    if a.flag("--external-cuda-graph"):
+        impl = "transformer_engine"
+    if a.flag("--enable-cuda-graph") or impl == "local":
+        name = "--enable-cuda-graph" if a.flag("--enable-cuda-graph") else "--cuda-graph-impl local"
+        raise UserError(f"{name}: Megatron's own CudaGraphManager (a graph per layer and micro-batch captured "
+                        "lazily in the first iterations, cuda_graphs.py) is not modelled; use --cuda-graph-impl "
+                        "transformer_engine or drop it")
+    if impl in ("none", "None"):
+        return
+    scope = str(a.raw.get("--cuda-graph-scope", "full")).strip("[]'\" ")
+    if scope not in ("attn", "full"):
+        raise UserError(f"--cuda-graph-scope {a.raw.get('--cuda-graph-scope')}: only attn and full (per decoder "
+                        "layer, TE make_graphed_callables) are modelled; per-module MoE scopes and full_iteration "
+                        "are not")
+    warmup = a.int("--cuda-graph-warmup-steps", 3)
+    if warmup != 0:
+        raise UserError(f"--cuda-graph-warmup-steps {warmup}: eager iterations before the capture "
+                        "(training.py: create_cudagraphs at iteration == warmup steps) are not modelled; "
+                        "set --cuda-graph-warmup-steps 0")
+    used = [n for n in CUDA_GRAPH_ARGS if n in a.raw]
+    c.put("framework.cuda_graph_impl", "transformer_engine", *used)
+    c.put("framework.cuda_graph_scope", scope, *used)

@@ -242,7 +242,7 @@ UNDER: dict[str, tuple[str, ...]] = {
                                           "--keep-fp8-transpose-cache-when-using-custom-fsdp"),
     "--fp4-format": ("--fp4-recipe", "--fp4-quantizer-factory"),
     "--first-last-layers-bf16": ("--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16"),
-    "--cuda-graph-impl other than none": ("--cuda-graph-warmup-steps", "--cuda-graph-modules",
+    "--cuda-graph-impl other than none": ("--cuda-graph-modules",
                                           "--delay-offload-until-cuda-graph"),
     "--fine-grained-activation-offloading": ("--activation-offload-fraction", "--delta-offload-bytes-across-pp-ranks",
                                              "--fine-grained-offloading-max-inflight-offloads",

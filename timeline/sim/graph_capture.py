@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from timeline.graph.tensors import Category
-from timeline.sim.engine import Span
 from timeline.sim.compiled import CAT_CODE, CompiledPhase
+from timeline.sim.engine import Span
 
 Compiled = dict[tuple[int, str], CompiledPhase]
 

@@ -17,8 +17,8 @@ from timeline.graph.tensors import DTYPE_BYTES
 from timeline.pipeline import build_schedule
 from timeline.pipeline.actions import Schedule
 from timeline.placement.devices import StaticDevice, chunk_holders, ep_devices, static_devices
-from timeline.sim.compiled import CompiledPhase, compile_phase
 from timeline.profiles.megatron_workspaces import version_tuple
+from timeline.sim.compiled import CompiledPhase, compile_phase
 from timeline.sim.cost import CostModel
 from timeline.sim.graph_capture import CaptureRules
 from timeline.sim.static_state import DeviceState, StateRules, ddp_of, device_state, step_us
