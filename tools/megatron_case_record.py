@@ -220,11 +220,16 @@ def expressible_note(family: str, config: dict | None, tag: dict[str, Any]) -> s
 #: CHECKPOINT_LOAD_PATH the first run's save; frozen-start's CHECKPOINT_LOAD_PATH); both are simulated as
 #: loading it (``from-megatron --resumed``: the optimizer's state unless --finetune / --no-load-optim,
 #: ``timeline/sim/megatron_load.py``)
-MODELLED_NOTES = ("fp8/fp4 training",  # FP8 (delayed, tensorwise) is modelled; from-megatron refuses FP4 and the
+MODELLED_NOTES = ("Mamba/hybrid model",  # hybrid Mamba models (pretrain_mamba.py's MambaModel) are modelled:
+                  # timeline/graph/families/mamba.py, timeline/io/megatron_hybrid.py (context parallelism refused)
+                  "fp8/fp4 training",  # FP8 (delayed, tensorwise) is modelled; from-megatron refuses FP4 and the
                   # other FP8 recipes by name (timeline/io/megatron_map.py: fp8_training)
                   "CUDA graphs (graph memory pools)",  # TE make_graphed_callables per layer (scope attn / full,
                   # warm-up steps 0); from-megatron refuses the local impl, per-module scopes and warm-up steps > 0
                   "the _2nd golden of a resumed run: loads a checkpoint before the measured iterations",
+                  # --optimizer muon / dist_muon / sgd: timeline/graph/optim_state.py (from-megatron refuses the
+                  # layer-wise optimizer in the DDP buffers, Megatron-LM from c1e938b039, by its own reason)
+                  "optimizer muon (not Adam)", "optimizer dist_muon (not Adam)", "optimizer sgd (not Adam)",
                   "TEST_TYPE frozen-start: loads a checkpoint before the measured iterations",
                   "TEST_TYPE frozen-start: loads a checkpoint before the measured iterations (peak may reflect "
                   "loading)")

@@ -331,6 +331,32 @@ def router_te_gemm_of(record: dict) -> bool:
     return version_tuple(megatron_of(record) or "0.14.0") < (0, 17) and holds(record, ROUTER_TE_GEMM)
 
 
+#: How Muon's layer-wise optimizer lays out its state on Megatron-LM's main from each commit on
+#: (``timeline.io.megatron_optimizer``): the ping-pong deal over unsharded buffers until c1e938b039 "Integrate
+#: LayerWiseDistributedOptimizer with DDP buffer infrastructure" (2026-05-13, package_info 0.18.0), which is not
+#: modelled until 0044db1f20 "Route non-Muon params through DistributedOptimizer" (2026-05-21) gives the padded
+#: layout core_v0.18.0 released
+MUON_BUFFER_LAYOUT = (("2026-05-13", "c1e938b039", "integrated"), ("2026-05-21", "0044db1f20", "padded"))
+#: the dev branch's 3b9c248a1b "Add experimental decoupled compact LayerWise DDP layout for Muon" (2026-06-30, not on
+#: main: d98e8a64dd lacks it) made its compact layout the default there; a record descends from it or not (read
+#: from the Megatron-LM clone the collected records were made from)
+COMPACT_LAYOUT = "3b9c248a1b"
+MEGATRON_GIT = ROOT.parent / ".mirror" / "NVIDIA+Megatron-LM" / "repo"
+
+
+def muon_buffer_layout_of(record: dict) -> str:
+    """The layer-wise layout of the case's recording commit: ``compact`` where it descends from
+    :data:`COMPACT_LAYOUT` (only a Muon case is asked, and only where the clone exists), else by
+    :data:`MUON_BUFFER_LAYOUT` (ping_pong before it)."""
+    if "muon" in str((record.get("model_args") or {}).get("--optimizer", "")) and MEGATRON_GIT.exists():
+        import subprocess
+
+        ask = ["git", "-C", str(MEGATRON_GIT), "merge-base", "--is-ancestor", COMPACT_LAYOUT, _recorded(record)[0]]
+        if subprocess.run(ask, capture_output=True, check=False).returncode == 0:
+            return "compact"
+    return _pinned(record, MUON_BUFFER_LAYOUT) or "ping_pong"
+
+
 PROVENANCE = ROOT / "tools" / "golden_provenance.json"
 
 
@@ -443,7 +469,7 @@ def convert_at_world_size(record: dict, margs: MegatronArgs) -> tuple[int, Conve
                        te_version=te_of(record), megatron_core=megatron_of(record), keeps_batch=keeps_batch_of(record),
                        probs_in_experts=probs_in_experts_of(record),
                        releases_nodes=releases_nodes_of(record), router_te_gemm_fixed=router_te_gemm_of(record),
-                       resumed=resumed_run(record))
+                       resumed=resumed_run(record), muon_buffer_layout=muon_buffer_layout_of(record))
 
     *earlier, last = world_size_candidates(record)
     for world in earlier:

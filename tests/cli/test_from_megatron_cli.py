@@ -63,10 +63,10 @@ def test_megatron_core_version_is_written_and_checked(tmp_path, capsys):
 
 def test_bad_input_is_one_error_line_and_nothing_written(tmp_path, capsys):
     out = tmp_path / "job.toml"
-    cfg = _config(tmp_path, ARGS | {"fp8-format": "hybrid"})
+    cfg = _config(tmp_path, ARGS | {"fp4-format": "e2m1"})
     assert main(["from-megatron", str(cfg), "--world-size", "8", "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: --fp8-format")
+    assert len(err) == 1 and err[0].startswith("error: --fp4-format")
     assert not out.exists() and list(tmp_path.iterdir()) == [tmp_path / "test_cases"]
 
 

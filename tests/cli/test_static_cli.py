@@ -37,7 +37,7 @@ def test_static_json_schema(capsys):
     assert set(d1) >= {"device", "pp_rank", "stages", "represents", "layers", "params", "bytes"}
     assert d1["device"] == 64 and d1["pp_rank"] == 1 and d1["stages"] == [1] and d1["represents"] == 64
     assert d1["layers"] == [4, 5, 6, 7]
-    assert set(d1["params"]["by_module"]) == {"embedding", "attention", "norm", "mlp", "moe", "head", "mtp"}
+    assert set(d1["params"]["by_module"]) == {"embedding", "attention", "norm", "mlp", "moe", "mamba", "head", "mtp"}
     assert d1["bytes"] == {"weights": 12_500_729_856, "grads": 25_001_459_712, "optimizer": 5_928_075_264,
                            "total": 43_430_264_832}
 

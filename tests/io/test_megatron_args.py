@@ -53,7 +53,7 @@ def test_unexpanded_variable_in_a_memory_argument_is_an_error_naming_it():
     sections(BASE | {"--save": "${CHECKPOINT_SAVE_PATH}", "--data-path": "$DATA_BLEND"})  # neutral: ignored
 
 
-@pytest.mark.parametrize("arg,needle", [("--fp8-format", "--fp8-format"), ("--frobnicate", "--frobnicate"),
+@pytest.mark.parametrize("arg,needle", [("--fp4-format", "--fp4-format"), ("--frobnicate", "--frobnicate"),
                                         ("--encoder-num-layers", "T5")])
 def test_refused_arguments_name_themselves(arg, needle):
     with pytest.raises(UserError, match=needle):

@@ -28,7 +28,11 @@ MEDIAN_PCT = 0.5  # issue 11 asks 1 % (today 0.20 %)
 # issue 11 asks 2 % (worst today: +1.83 %, the FP8 tp 4 cp 2 H100 case, compared since FP8 is modelled: its steady
 # state is exact and its peak 7.4 MiB over, the same job on GB200 5.8 MiB under — unexplained; before it −0.98 %)
 DENSE_WORST_PCT = 2.0
-MOE_WORST_PCT = 1.25  # issue 11 asks 4 % (worst today: +0.84 %, the a2a-overlap case without combined 1F1B)
+# issue 11 asks 4 %. Worst today: −1.45 %, dist_muon_1node (ep 4 on 4 GB200s), compared since the Muon states are
+# modelled: its steady state is within +2.0 MiB, the ~51 MiB it lacks are in the activation peak (its muon_1node
+# twin −1.04 %, +6.5 MiB steady; the param_layout_1node twin, of an inferred world size, −1.46 %, −2.5 MiB steady);
+# before it +0.84 %, the a2a-overlap case without combined 1F1B
+MOE_WORST_PCT = 1.5
 
 
 #: steady state after iteration 1 against measured allocated_bytes_first_iter, cases with a published world size
@@ -62,7 +66,7 @@ def test_all_configs_read_expressible_convert_others_refused_by_name():
         fam = r["family_dir"]
         margs = from_mapping(r["model_args"], r.get("env"), family=fam, family_source=f"the path test_cases/{fam}/")
         world = r["parallel"]["world_size"] or 8
-        if not tool.note_now(r):
+        if not tool.note_now(r):  # the note's kinds modelled now (optimizers, resumed runs) convert
             tool.convert_at_world_size(r, margs)
             continue
         with pytest.raises(UserError) as exc:
@@ -75,7 +79,8 @@ def test_all_configs_read_expressible_convert_others_refused_by_name():
 def test_expressible_cases_simulate(rows):
     simulated, failed = rows
     assert failed == []
-    assert len(simulated) == 112
+    # 3 hybrid (Mamba) cases since graph/families/mamba.py, 5 Muon cases since graph/optim_state.py
+    assert len(simulated) == 120
 
 
 def test_an_inferred_world_size_megatron_s_schedule_refuses_falls_to_the_next_candidate(rows):
@@ -92,13 +97,14 @@ def test_an_inferred_world_size_megatron_s_schedule_refuses_falls_to_the_next_ca
     text = _tool().table(rows[0])
     assert "not compared: gpt/gpt3_15b_8t_release_sm_gb200" in text
     all_line = next(line for line in text.splitlines() if line.startswith("all "))
-    assert "n=111" in all_line  # the copy is left out of every statistic
+    assert "n=119" in all_line  # the copy is left out of every statistic
 
 
 def test_peak_allocated_within_the_bands_reached(rows):
     simulated, _ = rows
     published = [r for r in simulated if "inferred" not in r["family"]]
-    assert len(published) == 72
+    # 3 hybrid (Mamba) cases, 3 Muon cases (the two param_layout Muon cases have an inferred world size)
+    assert len(published) == 78
     errors = [abs(r["error_pct"]) for r in published]
     assert statistics.median(errors) <= MEDIAN_PCT
     for r in published:
@@ -178,11 +184,12 @@ def test_steady_state_within_the_bands_reached(rows):
     moments, the main-grad copies and the persistent workspaces, after iteration 1's step; on a pipeline's
     last stage also each chunk's last received input and its gradient."""
     published = [r for r in rows[0] if "inferred" not in r["family"] and r["steady_measured"] is not None]
-    assert len(published) == 72
+    # 3 hybrid (Mamba) cases, 3 Muon cases (the two param_layout Muon cases have an inferred world size)
+    assert len(published) == 78
     pp1 = [abs(r["steady_predicted"] - r["steady_measured"]) / 2**20 for r in published if r["pp"] == 1]
     assert statistics.median(pp1) <= STEADY_PP1_MEDIAN_MIB
     pipelined = [abs(r["steady_predicted"] - r["steady_measured"]) / 2**20 for r in published if r["pp"] > 1]
-    assert len(pipelined) == 36 and statistics.median(pipelined) <= STEADY_PP_MEDIAN_MIB
+    assert len(pipelined) == 37 and statistics.median(pipelined) <= STEADY_PP_MEDIAN_MIB  # + the pp2 vpp2 hybrid
     for r in published:
         pct = 100.0 * abs(r["steady_predicted"] - r["steady_measured"]) / r["steady_measured"]
         assert pct <= STEADY_WORST_PCT, (r["name"], pct)

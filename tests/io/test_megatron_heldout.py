@@ -128,8 +128,10 @@ def test_the_expressible_note_names_each_kind():
     second = rec.golden_tag("x/golden_values_dev_dgx_h100_2nd.json")
     assert rec.expressible_note("gpt", config, second) is None
     old = {"expressible_note": "the _2nd golden of a resumed run: loads a checkpoint before the measured iterations; "
-                               "fp8/fp4 training", "measured": {"golden_tag": "dev_dgx_h100_2nd"}}
-    assert rec.note_now(old) == "fp8/fp4 training" and rec.resumed_run(old)
+                               "fp8/fp4 training; CUDA graphs (graph memory pools)",
+           "measured": {"golden_tag": "dev_dgx_h100_2nd"}}
+    # the load and FP8 are modelled now: what is left is the CUDA graphs
+    assert rec.note_now(old) == "CUDA graphs (graph memory pools)" and rec.resumed_run(old)
     assert rec.note_now({"expressible_note": rec.MODELLED_NOTES[0]}) is None
     frozen = {"TEST_TYPE": "frozen-start", "MODEL_ARGS": {"--num-layers": 2, "--finetune": True}}
     assert rec.expressible_note("gpt", frozen, dev) is None

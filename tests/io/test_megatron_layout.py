@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from timeline.cli import main
 from timeline.errors import UserError
 from timeline.io.megatron_args import from_mapping, parse_arg_list, parse_yaml, unquote
-from timeline.io.megatron_layout import layout_stages, parse_layout
+from timeline.io.megatron_layout import layout_stages, parse_layout, parse_layout_mtp
 from timeline.io.megatron_write import convert
 from timeline.pipeline.placement import stage_placement
 
@@ -304,3 +304,37 @@ def test_quoted_layouts_parse_back(case, times):
         word = shlex.quote(word)
     assert unquote(word) == text
     assert parse_arg_list(f"{ARG} {shlex.quote(text)}").args[ARG] == text
+
+
+#: the documented layouts with MTP apart from the loss (``mtp_standalone``), from Megatron-Core 0.16.0 on:
+#: (text, pp, layers, the virtual stage of the m)
+APART = [("Et*3|(tt|)*29,m|L", 16, 61, 30), ("E|t*3|(t|)*4tm|L", 4, 8, 6), ("E|t*3|(t|)*3tt|m|L", 4, 8, 6)]
+
+
+@pytest.mark.parametrize(("text", "pp", "layers", "stage"), APART)
+def test_mtp_apart_from_the_loss_maps_to_mtp_stage_from_0_16(text, pp, layers, stage):
+    counts, vpp, at = parse_layout_mtp(text, pp, num_layers=layers, mtp_layers=1, megatron_core=(0, 16, 0))
+    assert at == stage and counts == [s.count("t") for s in symbols(text)]
+    args = from_mapping(BASE | {"--num-layers": layers, "--pipeline-model-parallel-size": pp, ARG: text,
+                                "--mtp-num-layers": 1, "--global-batch-size": 2 * pp})
+    par = convert(args, world_size=pp, megatron_core="0.16.0").sections["parallel"]
+    assert (par["layout"], par["vpp"], par["mtp_stage"]) == (counts, vpp, stage)
+    for version in ("0.15.3", None):  # before 5247a1f460, and the run file's default version
+        with pytest.raises(UserError, match="apart from the loss, which Megatron-Core allows from 0.16.0 on"):
+            convert(args, world_size=pp, megatron_core=version)
+
+
+def test_mtp_with_the_loss_sets_no_mtp_stage():
+    assert "mtp_stage" not in run_file("E|t*3|(t|)*5mL", 4, 8, 1, megatron_core="0.16.0")["parallel"]
+
+
+def test_from_megatron_simulates_a_standalone_mtp_stage(tmp_path, capsys):
+    """Megatron's documented ``E|t*3|(t|)*3tt|m|L`` at pp 4 (vpp 2): the MTP stage is pp rank 2's second chunk."""
+    args = tmp_path / "args.txt"
+    args.write_text(" ".join(f"{k} {v}" if v is not True else k for k, v in (BASE | {
+        "--num-layers": 8, "--pipeline-model-parallel-size": 4, "--mtp-num-layers": 1,
+        ARG: shlex.quote("E|t*3|(t|)*3tt|m|L")}).items()))
+    out = tmp_path / "run.toml"
+    assert main(["from-megatron", str(args), "--world-size", "4", "--megatron-core", "0.16.0", "-o", str(out)]) == 0
+    assert "mtp_stage = 6" in out.read_text()
+    assert main(["simulate", str(out), "-o", str(tmp_path / "sim"), "--format", "summary", "--no-progress"]) == 0

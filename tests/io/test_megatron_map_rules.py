@@ -224,10 +224,39 @@ def test_deferred_embedding_wgrad_maps_where_megatron_accepts_it():
             convert_args(args | {"--defer-embedding-wgrad-compute": True}, world_size=4)
 
 
-def test_legacy_models_are_refused_by_name_with_the_reason():
-    with pytest.raises(UserError, match=r"^--use-legacy-models: the legacy \(pre-Megatron-Core\) GPT model "
-                                        r"\(megatron/legacy\) is not modelled$"):
-        convert_args(BASE | {"--use-legacy-models": True})
+#: NVIDIA/Megatron-LM@60166922d3 tests/functional_tests/test_cases/gpt/gpt3_345m_nightly_dgx_a100_1N8G_tp4_pp1_
+#: resume_torch/model_config.yaml, MODEL_ARGS (memory arguments; the logging and path ones left out)
+LEGACY_345M = {"--num-layers": 12, "--hidden-size": 512, "--num-attention-heads": 8, "--micro-batch-size": 4,
+               "--global-batch-size": 32, "--seq-length": 1024, "--max-position-embeddings": 1024,
+               "--transformer-impl": "local", "--tensor-model-parallel-size": 4,
+               "--pipeline-model-parallel-size": 1, "--deterministic-mode": True,
+               "--no-gradient-accumulation-fusion": True, "--ckpt-format": "torch", "--use-legacy-models": True,
+               "--fp16": True, "--apply-query-key-layer-scaling": True}
+
+
+def test_a_legacy_functional_test_config_maps_to_the_legacy_model():
+    s = convert_args(LEGACY_345M, world_size=8, megatron_core="0.11.0").sections
+    assert s["framework"]["use_legacy_models"] is True
+    assert s["framework"]["transformer_impl"] == "local" and s["framework"]["attention_backend"] == "local"
+    assert s["framework"]["attention_softmax_in_fp32"] is True
+    assert (s["parallel"]["tp"], s["parallel"]["dp"], s["training"]["dtype"]) == (4, 2, "fp16")
+    assert "use_legacy_models" not in convert_args(BASE).sections["framework"]  # written only when given
+
+
+@pytest.mark.parametrize("extra,start", [
+    ({"--transformer-impl": "transformer_engine"}, "--use-legacy-models with --transformer-impl transformer_engine"),
+    ({"--num-experts": 4}, "--num-experts with --use-legacy-models: the legacy model's experts"),
+    ({"--use-flash-attn": True}, "--use-flash-attn with --use-legacy-models"),
+    ({"--qk-layernorm": True}, "--qk-layernorm with --use-legacy-models"),
+    ({"--context-parallel-size": 2}, "--context-parallel-size with --use-legacy-models"),
+    ({"--ckpt-format": "torch_dist"}, "--ckpt-format torch_dist with --use-legacy-models"),
+    ({"--position-embedding-type": "yarn"}, "--position-embedding-type yarn with --use-legacy-models"),
+    ({"--recompute-granularity": "selective", "--recompute-modules": ["mlp"]},
+     "--recompute-modules mlp with --use-legacy-models"),
+])
+def test_what_the_legacy_path_cannot_run_is_refused_naming_the_flag(extra, start):
+    with pytest.raises(UserError, match="^" + re.escape(start)):
+        convert_args(LEGACY_345M | extra, world_size=8)
 
 
 def test_fp8_arguments_map_to_the_recipe_and_fp8_parameters():
@@ -245,3 +274,44 @@ def test_fp8_arguments_map_to_the_recipe_and_fp8_parameters():
         convert_args(BASE | {"--fp8-format": "e4m3", "--fp8-param-gather": True})
     with pytest.raises(UserError, match="--fp8-amax-history-len 1024"):
         convert_args(BASE | {"--fp8-format": "e4m3", "--fp8-amax-history-len": 1024})
+
+
+#: Megatron-LM tests/functional_tests/test_cases/hybrid/hybrid_mr_mcore_te_tp1_pp2_vpp2_cp1_dgx_a100_1N8G/
+#: model_config.yaml at e4533afdfa (2026-04-12): its memory-relevant MODEL_ARGS
+HYBRID_ARGS = {"--hidden-size": 1024, "--num-attention-heads": 16, "--group-query-attention": True,
+               "--num-query-groups": 8, "--hybrid-layer-pattern": "M-M-M-M*-M-|M-M-M*-M-M-|M-M*-M-M-M-|M*-M-M-M-M-",
+               "--spec": "[megatron.core.models.mamba.mamba_layer_specs mamba_stack_spec]",
+               "--micro-batch-size": 4, "--global-batch-size": 32, "--seq-length": 1024,
+               "--max-position-embeddings": 1024, "--transformer-impl": "transformer_engine",
+               "--tensor-model-parallel-size": 1, "--pipeline-model-parallel-size": 2,
+               "--use-distributed-optimizer": True, "--overlap-grad-reduce": True, "--overlap-param-gather": True,
+               "--no-gradient-accumulation-fusion": True, "--attention-softmax-in-fp32": True, "--bf16": True,
+               "--attention-backend": "unfused", "--vocab-file": "vocab.json", "--merge-file": "merges.txt"}
+
+
+def test_hybrid_layer_pattern_sets_kinds_layers_and_virtual_stages():
+    c = convert_args(HYBRID_ARGS, world_size=8, megatron_core="0.18.0")
+    model, par = c.sections["model"], c.sections["parallel"]
+    assert model["hybrid_override_pattern"] == "M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M-"
+    assert model["num_layers"] == 44
+    assert (model["mamba_head_dim"], model["ssm_state_size"], model["n_groups"], model["mamba_num_heads"]) == \
+        (64, 128, 8, 0)
+    assert par["vpp"] == 2 and par["layout"] == [11, 11, 11, 11] and c.sections["schedule"]["kind"] == "interleaved"
+
+
+def test_hybrid_ratios_allocate_as_megatron_does():
+    """mamba_hybrid_layer_allocation.py: _allocate_auto(10, 0.2, 0.0), traced by hand: sections of 8/3 Mamba
+    layers, x = 2.67 → 1.67 → 0.67 → −0.33 (attention at 3, x = 2.33) → 1.33 → 0.33 (attention at 6) → …;
+    an MLP ratio then replaces Mamba layers, right-justified."""
+    from timeline.io.megatron_hybrid import allocate_auto
+    assert allocate_auto(10, 0.2, 0.0) == "MMM*MM*MMM"
+    assert allocate_auto(8, 0.25, 0.25).count("-") == 2 and allocate_auto(8, 0.25, 0.25).count("*") == 2
+
+
+def test_hybrid_refusals_are_one_line():
+    with pytest.raises(UserError, match="--mtp-hybrid-override-pattern"):
+        convert_args({**HYBRID_ARGS, "--mtp-hybrid-override-pattern": "*E"}, world_size=8, megatron_core="0.18.0")
+    with pytest.raises(UserError, match="multi-token prediction in a hybrid model"):
+        convert_args({**HYBRID_ARGS, "--hybrid-layer-pattern": "M*M*/MM"}, world_size=8, megatron_core="0.18.0")
+    with pytest.raises(UserError, match="--disable-mamba-mem-eff-path"):
+        convert_args({**HYBRID_ARGS, "--disable-mamba-mem-eff-path": True}, world_size=8, megatron_core="0.18.0")

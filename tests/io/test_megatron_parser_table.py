@@ -16,19 +16,28 @@ from pathlib import Path
 import pytest
 
 from timeline.io import megatron_table as table
+from timeline.io.megatron_legacy import CHECKED_ONLY as LEGACY_CHECKED
 from timeline.io.megatron_neutral import UNDER
 from timeline.io.megatron_state_args import CHECKED_ONLY
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTS = ROOT / "tests" / "data" / "megatron" / "parser_args.json"
+BETWEEN = ROOT / "tests" / "data" / "megatron" / "parser_args_between.json"
+BETWEEN_INDEX = ROOT / "timeline" / "io" / "megatron_parser_between.json"
 INDEX = ROOT / "timeline" / "io" / "megatron_parser_versions.json"
 MAPPING_SOURCES = ("timeline/io/megatron_map.py", "timeline/io/megatron_framework.py",
-                   "timeline/io/megatron_state_args.py", "timeline/io/megatron_cp.py")
+                   "timeline/io/megatron_state_args.py", "timeline/io/megatron_cp.py", "timeline/io/megatron_legacy.py",
+                   "timeline/io/megatron_optimizer.py")
 
 
 @pytest.fixture(scope="module")
 def facts() -> dict:
     return json.loads(FACTS.read_text())
+
+
+@pytest.fixture(scope="module")
+def between() -> dict:
+    return json.loads(BETWEEN.read_text())["arguments"]
 
 
 def _places() -> dict[str, list[str]]:
@@ -40,14 +49,19 @@ def _places() -> dict[str, list[str]]:
     return places
 
 
-def test_every_argument_of_every_version_is_classified(facts):
+def test_every_argument_of_every_version_is_classified(facts, between):
     places = _places()
     missing = {name: row["versions"] for name, row in facts["arguments"].items() if name not in places}
+    missing |= {name: "between releases" for name in between if name not in places and not _under(name)}
     assert not missing, f"{len(missing)} arguments in no class (mapped / neutral / refused): {missing}"
 
 
-def test_no_class_entry_is_an_argument_of_no_version(facts):
-    args = facts["arguments"]
+def _under(name: str) -> bool:
+    return any(name in params for params in UNDER.values())
+
+
+def test_no_class_entry_is_an_argument_of_no_version(facts, between):
+    args = facts["arguments"] | between
     stale = sorted(n for n in _places() if n not in args)
     stale += sorted(f"{n} (REFUSED_UNLESS)" for n in table.REFUSED_UNLESS if n not in args)
     stale += sorted(f"{p} (UNDER parent)" for parent in UNDER for p in re.findall(r"--[\w-]+", parent)
@@ -69,9 +83,10 @@ def test_the_mapped_class_is_what_the_mapping_reads():
         read |= set(re.findall(r'"(--[a-z0-9][\w-]*)"', (ROOT / rel).read_text()))
     # read only to name the model family they build, then refused: a MIMO script's argument, --spec
     read -= {"--model-provider", *table.REFUSED}
-    # neutral ones read only to refuse what Megatron itself rejects (megatron_state_args.py)
-    assert set(CHECKED_ONLY) <= set(table.NEUTRAL_REASON)
-    read -= set(CHECKED_ONLY)
+    # neutral ones read only to refuse what Megatron itself rejects (megatron_state_args.py),
+    # and with the legacy model (megatron_legacy.py)
+    assert {*CHECKED_ONLY, *LEGACY_CHECKED} <= set(table.NEUTRAL_REASON)
+    read -= {*CHECKED_ONLY, *LEGACY_CHECKED}
     assert sorted(read - set(table.MAPPED)) == []
     # the value-gated ones are read through REFUSED_UNLESS (megatron_map.py: refuse_unmodelled)
     assert set(table.REFUSED_UNLESS) <= set(table.MAPPED)
@@ -123,3 +138,16 @@ def test_facts_read_off_the_parser(facts):
     # pretrain_gpt.py passes ModelOpt's arguments as its extra_args_provider from core_v0.13.0
     assert args["--export-kd-teacher-load"]["versions"][0][0] == "core_v0.13.0"
     assert args["--export-kd-teacher-load"]["source"] == "megatron/post_training/arguments.py:add_modelopt_args"
+
+
+def test_arguments_of_main_between_releases(facts, between):
+    """Read off every parser-file commit of the release lines since core_v0.12.0; none is in a built version,
+    each has its first and last commit, and the run-time copy is the facts."""
+    assert set(between).isdisjoint(facts["arguments"])
+    assert "--initialize-socket-comms" in between and "--max-seqlen-per-cp-rank" in between
+    row = between["--max-seqlen-per-cp-rank"]
+    assert (row["first"][:10], row["source"]) == ("98d8c56dbd", "megatron/training/arguments.py:_add_distributed_args")
+    assert all(r["first_date"] <= r["last_date"] and re.fullmatch(r"[0-9a-f]{40}", r["first"] + r["last"][:0])
+               for r in between.values())
+    index = json.loads(BETWEEN_INDEX.read_text())["arguments"]
+    assert index == {k: [r["first"][:10], r["first_date"], r["last"][:10], r["last_date"]] for k, r in between.items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from timeline.errors import UserError
-from timeline.pipeline import GENERATORS, build_schedule, validate
+from timeline.pipeline import GENERATORS, build_schedule, generate, validate
 from timeline.pipeline.placement import KINDS, num_chunks, stage_placement
 from timeline.spec.run import SCHEDULE_KINDS as SPEC_KINDS
 from timeline.spec.run import ScheduleSpec
@@ -59,9 +59,11 @@ def test_every_microbatch_runs_forward_and_backward_once_on_its_rank(
 
 @pytest.mark.parametrize(("kind", "pp", "vpp", "m", "group"), CASES)
 def test_deterministic(kind: str, pp: int, vpp: int, m: int, group: int) -> None:
+    # build_schedule caches its schedules: generate() builds anew each time, unvalidated (the same rows)
     first = build_schedule(kind, pp=pp, vpp=vpp, num_microbatches=m, microbatch_group_size=group)
-    again = build_schedule(kind, pp=pp, vpp=vpp, num_microbatches=m, microbatch_group_size=group)
-    assert first == again
+    again = generate(kind, pp=pp, vpp=vpp, num_microbatches=m, microbatch_group_size=group)
+    assert first == again and first is not again
+    assert again == generate(kind, pp=pp, vpp=vpp, num_microbatches=m, microbatch_group_size=group)
 
 
 def test_table_lists_every_kind() -> None:
@@ -96,9 +98,10 @@ def test_table_lists_every_kind() -> None:
 def test_impossible_combinations_say_why(
     kind: str, pp: int, vpp: int, m: int, group: int, words: str
 ) -> None:
-    with pytest.raises(UserError) as error:
-        build_schedule(kind, pp=pp, vpp=vpp, num_microbatches=m, microbatch_group_size=group)
-    assert words in str(error.value)
+    for build in (build_schedule, generate):
+        with pytest.raises(UserError) as error:
+            build(kind, pp=pp, vpp=vpp, num_microbatches=m, microbatch_group_size=group)
+        assert words in str(error.value)
 
 
 def test_csv_rows_only_with_csv() -> None:
@@ -106,3 +109,5 @@ def test_csv_rows_only_with_csv() -> None:
         build_schedule("csv", pp=1, vpp=1, num_microbatches=1)
     with pytest.raises(ValueError):
         build_schedule("1f1b", pp=1, vpp=1, num_microbatches=1, csv_rows=[["0F0", "0B0"]])
+    with pytest.raises(ValueError):
+        generate("csv", pp=1, vpp=1, num_microbatches=1)

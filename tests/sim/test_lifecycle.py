@@ -9,8 +9,8 @@ import numpy as np
 from sources import state_bytes_of
 from test_engine import small_run, uniform_template
 
+from timeline.graph.megatron_param import megatron_params
 from timeline.result.build import build_timeline
-from timeline.sim.megatron_state import megatron_params
 from timeline.sim.static_state import largest_layer_bytes
 
 

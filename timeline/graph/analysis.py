@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
-import networkx as nx
-
 from timeline.graph.ir import FOp
 from timeline.graph.recompute import Region
 from timeline.graph.tensors import Category, TensorDef
@@ -49,20 +47,6 @@ class Analysis:
         """Storages saved from forward to backward, in forward order of their first saver."""
         keys = [s for s in self.savers if s not in self.dropped]
         return sorted(keys, key=lambda s: (self.savers[s][0].op, self.producer.get(s, -1), s))
-
-
-def op_graph(ops: list[FOp]) -> nx.DiGraph:
-    """Nodes = forward op indices, edges = tensor dataflow (producer → consumer)."""
-    g = nx.DiGraph()
-    producer: dict[str, int] = {}
-    for i, op in enumerate(ops):
-        g.add_node(i, name=op.name)
-        for t in op.inputs.values():
-            if t.storage in producer:
-                g.add_edge(producer[t.storage], i, tensor=t.name)
-        for t in (*op.outputs.values(), *op.extras.values()):
-            producer[t.storage] = i
-    return g
 
 
 def _slot(op: FOp, slot: str) -> TensorDef | None:

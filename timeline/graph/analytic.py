@@ -2,8 +2,8 @@
 
 :class:`AnalyticSource` (one of the two :mod:`~timeline.graph.source` implementations) builds the
 chunk's forward ops with the layer families' ``forward`` (:mod:`timeline.graph.families`),
-which read every local width off the chunk's parameter graph (``timeline.graph.build``), orders
-them topologically on their dataflow graph (networkx), applies the profile's saved-tensor table
+which read every local width off the chunk's parameter graph (``timeline.graph.build``), keeps
+them in the dataflow order the families record them in, applies the profile's saved-tensor table
 and the recompute policy (``timeline.graph.analysis``), and derives the backward
 (``timeline.graph.backward``). Forward tensors are ``activations`` when kept for backward,
 ``comm`` for collective buffers, else ``temporary`` (freed by their last forward consumer).
@@ -14,19 +14,17 @@ which rank runs the chunk, except for ``pp_rank`` (full recompute's per-rank ``n
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-import networkx as nx
-
-from timeline.graph.analysis import Analysis, analyse, op_graph
-from timeline.graph.backward import backward_units, to_op
-from timeline.graph.build import Node, chunk_layers, chunk_nodes
+from timeline.graph.analysis import Analysis, analyse
+from timeline.graph.backward import Unit, place_frees, split_sides, to_op, unit_cost, unit_list
+from timeline.graph.build import Node, chunk_layers, chunk_nodes, mtp_chunk
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import attention, batch, decoder, embedding, fp8, head, mtp, sinks
+from timeline.graph.families import attention, batch, decoder, embedding, fp8, head, mtp, norm, sinks
 from timeline.graph.ir import Builder, Dims, FOp
-from timeline.graph.ops import ChunkTemplate, Op, SavedTensor
+from timeline.graph.ops import ChunkTemplate, Op, OpCost, SavedTensor
 from timeline.graph.recompute import recompute_regions
 from timeline.graph.tensors import Category, TensorDef
 from timeline.spec.framework import FrameworkSpec
@@ -34,21 +32,33 @@ from timeline.spec.model import ModelSpec
 from timeline.spec.run import ParallelSpec, RecomputeSpec, TrainingSpec
 
 
-def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int) -> list[FOp]:
-    """The forward ops of virtual stage ``chunk`` for one micro-batch, in dataflow order."""
+def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int,
+                nodes: Sequence[Node] | None = None) -> list[FOp]:
+    """The forward ops of virtual stage ``chunk`` for one micro-batch, in dataflow order (``nodes``: the
+    chunk's parameter nodes, when already built).
+
+    With the MTP layers on a stage apart from the loss (``parallel.mtp_stage``), the stages from there
+    on pass the main and MTP hidden states concatenated along the sequence, ``1 + mtp_layers`` times
+    the usual rows (``p2p_communication.py: _communicate`` exchanges the shapes first under
+    ``config.mtp_standalone``, Megatron-LM 5247a1f460), and the MTP stage gets the micro-batch as the
+    first and last stages do (``pretrain_gpt.py: get_batch`` under ``mtp_on_this_rank``)."""
     ranges = chunk_layers(par, ctx.model.num_hidden_layers)
-    nodes = chunk_nodes(ctx, ranges, chunk)
+    at = mtp_chunk(par)
+    if nodes is None:
+        nodes = chunk_nodes(ctx, ranges, chunk, at)
     b = Builder(ctx, Dims.of(par, tr), tr, (t for n in nodes for t in n.params))
     m, d = ctx.model, b.dims
     last = len(ranges) - 1
     if chunk != 0:
-        x = b.tensor("input", (d.t_sp, m.hidden_size))
+        rows = d.t_sp * (1 + m.mtp_layers) if at != last and chunk > at else d.t_sp
+        x = b.tensor("input", (rows, m.hidden_size))
         b.op("recv_forward", "comm", None, {}, {"y": x}, kind="p2p", stream="pp")
     saved = ""
     if b.table.rerun_keeps_batch and d.tp == 1 and d.cp == 1:
-        saved = "both" if last == 0 else "first" if chunk == 0 else "last"
+        # megatron/core/utils.py: get_batch_on_this_tp_rank keeps every field where mtp_on_this_rank
+        saved = "both" if last == 0 or (chunk == at and m.mtp_layers) else "first" if chunk == 0 else "last"
     loaded = batch.load(b, b.table.dataloader_batch == "mask", saved) \
-        if b.table.dataloader_batch != "none" and chunk in (0, last) else {}
+        if b.table.dataloader_batch != "none" and chunk in (0, last, at) else {}
     if chunk == 0:
         x = embedding.forward(b, "embedding", None)
     if b.table.rope_cache and m.position_embedding == "rope":
@@ -57,20 +67,38 @@ def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int) 
         sinks.attention_masks(b)
     for i in ranges[chunk]:
         x = decoder.forward(b, i, f"layers.{i}", x, moe=m.is_moe_layer(i))
-    if chunk == last:
+    mtps = [n.layer - m.num_hidden_layers for n in nodes if n.kind == "mtp" and n.layer is not None]
+    if chunk == last and at == last:
         head.forward(b, "output", "final_norm", x, None)
-        for node in nodes:  # the MTP modules the parameter graph holds
-            if node.kind == "mtp" and node.layer is not None:
-                mtp.forward(b, node.layer - m.num_hidden_layers, x)
+        for k in mtps:  # the MTP modules the parameter graph holds
+            mtp.forward(b, k, x)
+    elif chunk == last:
+        mtp.heads_apart(b, x, m.mtp_layers)
     else:
+        if any(n.name == "final_norm" for n in nodes):
+            x = norm.forward(b, "final_norm", x, None)
+        if mtps:
+            x = mtp.forward_apart(b, mtps, x)
         b.op("send_forward", "comm", None, {"x": x}, {}, kind="p2p", stream="pp")
     if loaded:
         batch.release(b, loaded)
     if tr.fp8_recipe != "none":
-        fp8.rewrite(b)
-    g = op_graph(b.ops)
-    order = list(nx.lexicographical_topological_sort(g, key=lambda n: n))
-    return [b.ops[i] for i in order]
+        fp8.rewrite(b)  # in place: no op is added or moved, the order below stays the dataflow order
+    # the ops come in dataflow order: an op's inputs are made by ops recorded before it (or by none), so
+    # every producer → consumer edge of the chunk's op graph points forward and its lexicographic
+    # topological order is the recorded order itself (building the graph to sort it took 15 % of a template)
+    return b.ops
+
+
+def _made(a: Analysis, op: FOp) -> list[TensorDef]:
+    """The tensors forward op ``op`` allocates: its outputs and the side tensors the profile keeps,
+    but none it writes into a persistent workspace."""
+    # a set: a CP ring's attention has one extra per ring step, and scanning them per tensor
+    # made a cp = 1024 template quadratic (equal to the scan: TensorDef hashes what it compares)
+    extras = set(op.extras.values())
+    return [t for t in (*op.outputs.values(), *op.extras.values())
+            if not (t in extras and t.storage not in a.savers)  # a side tensor this profile does not keep
+            and t.storage not in op.buffered]  # written into a persistent workspace the profile places
 
 
 def _forward(a: Analysis) -> list[Op]:
@@ -83,11 +111,7 @@ def _forward(a: Analysis) -> list[Op]:
     out: list[Op] = []
     for i, op in enumerate(a.ops):
         allocs = []
-        for t in (*op.outputs.values(), *op.extras.values()):
-            if t in op.extras.values() and t.storage not in a.savers:
-                continue  # a side tensor this profile does not keep is never made
-            if t.storage in op.buffered:
-                continue  # written into a persistent workspace the profile places
+        for t in _made(a, op):
             cat = Category.ACTIVATIONS if t.storage in kept else (
                 Category.COMM if t.category == Category.COMM else Category.TEMPORARY)
             allocs.append(replace(t, category=cat))
@@ -115,7 +139,14 @@ def _saved(a: Analysis) -> tuple[SavedTensor, ...]:
 def _forward_ops_cached(source: AnalyticSource, chunk: int) -> tuple[FOp, ...]:
     """Forward ops do not depend on the recompute policy: ``source`` comes with it reset, so every
     policy of a search (``timeline fit``, ``compare``) shares one build per chunk."""
-    return tuple(forward_ops(source.ctx, source.parallel, source.training, chunk))
+    return tuple(forward_ops(source.ctx, source.parallel, source.training, chunk, source.nodes(chunk)))
+
+
+@lru_cache(maxsize=256)
+def _nodes_cached(source: AnalyticSource, chunk: int) -> tuple[Node, ...]:
+    """A chunk's parameter nodes (``source``: reduced to what they read, :meth:`AnalyticSource.param_slice`)."""
+    return tuple(chunk_nodes(source.ctx, chunk_layers(source.parallel, source.model.num_hidden_layers), chunk,
+                             mtp_chunk(source.parallel)))
 
 
 @lru_cache(maxsize=256)
@@ -127,19 +158,53 @@ def analytic_template(source: AnalyticSource, chunk: int, *, pp_rank: int | None
     """
     structure = source.ctx.structure
     a = _analysis(source, chunk, pp_rank)
-    side_i, side_w = backward_units(a, "split", structure.wgrad_transient)
-    fused, _ = backward_units(a, "fused", structure.wgrad_transient)
+    units = unit_list(a, structure.wgrad_transient)
+    side_i, side_w = split_sides(units, "split")
+    place_frees(side_i + side_w)
+    backward_i, backward_w = tuple(to_op(u) for u in side_i), tuple(to_op(u) for u in side_w)
+    place_frees(units)  # the same units as one fused backward: their frees again, in that order
     saved = _saved(a)
     per_layer = _per_layer(saved)
-    return ChunkTemplate(chunk=chunk, forward=tuple(_forward(a)), backward_i=tuple(to_op(u) for u in side_i),
-                         backward_w=tuple(to_op(u) for u in side_w), layer_activation_bytes=per_layer,
-                         backward=tuple(to_op(u) for u in fused), saved=saved)
+    return ChunkTemplate(chunk=chunk, forward=tuple(_forward(a)), backward_i=backward_i, backward_w=backward_w,
+                         layer_activation_bytes=per_layer, backward=tuple(to_op(u) for u in units), saved=saved)
+
+
+def analytic_costs(source: AnalyticSource, chunk: int) -> tuple[dict[str, list[OpCost]], dict[int, int]]:
+    """Per phase (``F``, ``B``, ``I``, ``W``: the template's ``forward``, ``backward``, ``backward_i``,
+    ``backward_w``) the :class:`OpCost` of each op of ``analytic_template(source, chunk)``, in order,
+    and its ``layer_activation_bytes`` — without the template's tensors and frees: all a plan's probe
+    reads (:func:`timeline.plan.bound.probe_stats`), a few thousand times per plan."""
+    a = _analysis(source, chunk, None)
+    units = unit_list(a, source.ctx.structure.wgrad_transient)
+
+    def backward(side: list[Unit]) -> list[OpCost]:
+        out = []
+        for u in side:
+            _, flops, moved = unit_cost(u)
+            out.append(OpCost(u.fop.layer, u.fop.kind, u.fop.stream, flops, float(moved)))
+        return out
+
+    forward = [OpCost(op.layer, op.kind, op.stream, op.flops,
+                      float(sum(t.size_bytes for t in _made(a, op)) + sum(t.size_bytes for t in op.dataflow_inputs())))
+               for op in a.ops]
+    side_i, side_w = split_sides(units, "split")
+    return {"F": forward, "B": backward(units), "I": backward(side_i), "W": backward(side_w)}, _layer_bytes(a)
 
 
 def analytic_layer_bytes(source: AnalyticSource, chunk: int, *, pp_rank: int | None = None) -> dict[int, int]:
     """``analytic_template(source, chunk).layer_activation_bytes`` without building the backward
     (the same analysis, the same saved tensors)."""
-    return _per_layer(_saved(_analysis(source, chunk, pp_rank)))
+    return _layer_bytes(_analysis(source, chunk, pp_rank))
+
+
+def _layer_bytes(a: Analysis) -> dict[int, int]:
+    """``_per_layer(_saved(a))`` without the saved tensors' copies."""
+    per_layer: dict[int, int] = {}
+    for s in a.kept:
+        layer = a.ops[a.savers[s][0].op].layer
+        layer = -1 if layer is None else layer
+        per_layer[layer] = per_layer.get(layer, 0) + a.tensors[s].size_bytes
+    return per_layer
 
 
 def _analysis(source: AnalyticSource, chunk: int, pp_rank: int | None) -> Analysis:
@@ -221,7 +286,18 @@ class AnalyticSource:
         return list(_forward_ops_cached(self.without_recompute(), chunk))
 
     def nodes(self, chunk: int) -> list[Node]:
-        return chunk_nodes(self.ctx, chunk_layers(self.parallel, self.model.num_hidden_layers), chunk)
+        return list(_nodes_cached(self.param_slice(), chunk))
+
+    def param_slice(self) -> AnalyticSource:
+        """This source reduced to what its parameter nodes read — the model, profile, framework,
+        weight dtype and SM count (:meth:`BuildCtx.of`), tp, ep, etp, the layer split
+        (:func:`chunk_layers`) and the MTP stage (:func:`mtp_chunk`) — so that probes of other
+        micro-batch sizes, CP degrees and recompute policies share one build of their parameters
+        (thousands of expert tensors)."""
+        par = self.parallel
+        return replace(self, parallel=ParallelSpec(pp=par.pp, vpp=par.vpp, tp=par.tp, ep=par.ep, etp=par.etp,
+                                                   layout=par.layout, mtp_stage=par.mtp_stage),
+                       training=TrainingSpec(dtype=self.training.dtype), recompute=RecomputeSpec())
 
     def total_params(self) -> int:
         """Trainable parameters of the unsharded model, counted as the profile counts them."""

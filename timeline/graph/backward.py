@@ -119,8 +119,18 @@ def _linear_wgrad(op: FOp, wgrad: str) -> TensorDef | None:
                      module=x.module, storage=f"{op.name}.wgrad")
 
 
-def backward_units(a: Analysis, mode: str, wgrad: str = "none") -> tuple[list[Unit], list[Unit]]:
-    """(I-side units, W-side units); in ``fused`` mode all units are on the I side."""
+def split_sides(units: list[Unit], mode: str) -> tuple[list[Unit], list[Unit]]:
+    """:func:`unit_list`'s units as the two sides of ``mode``: ``fused`` keeps each W right after its I
+    (all on the I side); ``split`` moves every W, in order, to the W side."""
+    if mode == "fused":
+        return units, []
+    return [u for u in units if u.phase != "W"], [u for u in units if u.phase == "W"]
+
+
+def unit_list(a: Analysis, wgrad: str = "none") -> list[Unit]:
+    """Every backward unit in fused order — walking the forward ops in reverse, each region's
+    recompute before its anchor's input gradient, each W right after its I — with no frees placed
+    (:func:`place_frees` places them per side)."""
     by_anchor: dict[int, list[int]] = defaultdict(list)
     for r in range(len(a.regions)):
         by_anchor[a.anchor[r]].append(r)
@@ -132,12 +142,11 @@ def backward_units(a: Analysis, mode: str, wgrad: str = "none") -> tuple[list[Un
                 continue
             (need_w if sv.wgrad else need_i)[sv.op].append(_resolve(a, s))
     seen_grad: set[str] = set()
-    side_i: list[Unit] = []
-    side_w: list[Unit] = []
+    units: list[Unit] = []
     for i in reversed(range(len(a.ops))):
         op = a.ops[i]
         for r in sorted(by_anchor.get(i, []), key=lambda r: a.regions[r].ops[0]):
-            side_i += _recompute_units(a, r)
+            units += _recompute_units(a, r)
         u = Unit("I", op, i, needs=list(need_i[i]))
         for t in op.dataflow_inputs():
             if differentiable(t) and t.storage not in seen_grad:
@@ -151,7 +160,7 @@ def backward_units(a: Analysis, mode: str, wgrad: str = "none") -> tuple[list[Un
         outs = [f"grad:{t.storage}" for t in op.outputs.values()]
         if not has_w:
             u.needs += outs
-        side_i.append(u)
+        units.append(u)
         if has_w:
             w = Unit("W", op, i, needs=list(need_w[i]) + outs)
             x, save = op.inputs.get("x"), op.inputs.get("_save")
@@ -161,12 +170,15 @@ def backward_units(a: Analysis, mode: str, wgrad: str = "none") -> tuple[list[Un
             for fresh in _wgrad_transients(op, wgrad):  # freed by this unit once added into the grads buffer
                 w.allocs.append(fresh)
                 w.needs.append(fresh.storage)
-            (side_i if mode == "fused" else side_w).append(w)
-    _place_frees(side_i + side_w, seen_grad)
-    return side_i, side_w
+            units.append(w)
+    return units
 
 
-def _place_frees(units: list[Unit], grads: set[str]) -> None:
+def place_frees(units: list[Unit]) -> None:
+    """Each storage the ``units`` (one side after the other) allocate or read is freed by the last
+    unit that reads it; an output gradient no unit made is never freed. Replaces earlier frees."""
+    for u in units:
+        u.frees = []
     last: dict[str, int] = {}
     allocated: set[str] = set()
     for k, u in enumerate(units):
@@ -181,7 +193,8 @@ def _place_frees(units: list[Unit], grads: set[str]) -> None:
         units[k].frees.append(s)
 
 
-def to_op(u: Unit) -> Op:
+def unit_cost(u: Unit) -> tuple[str, float, int]:
+    """A unit's op name, FLOPs and bytes moved (what :func:`to_op` records)."""
     f = u.fop
     if u.phase == "R":
         name, flops = f"{f.name}.recompute", f.flops
@@ -191,6 +204,12 @@ def to_op(u: Unit) -> Op:
         name = P2P_NAMES.get(f.name, f.name)
         flops = f.flops * (2.0 if f.rule in HEAVY else 1.0)
     moved = sum(t.size_bytes for t in u.allocs) + sum(t.size_bytes for t in f.inputs.values())
+    return name, flops, moved
+
+
+def to_op(u: Unit) -> Op:
+    f = u.fop
+    name, flops, moved = unit_cost(u)
     return Op(name=name, module=f.module, layer=f.layer, kind=f.kind, stream=f.stream, flops=flops,
               bytes_moved=float(moved), allocs=tuple(u.allocs), frees=tuple(dict.fromkeys(u.frees)),
               recompute=u.phase == "R")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import attention, embedding, head, mla, mlp, mtp, norm
+from timeline.graph.families import attention, embedding, head, mamba, mla, mlp, mtp, norm
 from timeline.graph.families import moe as moe_block
 from timeline.graph.tensors import TensorDef
 from timeline.spec.run import ParallelSpec
@@ -24,7 +24,7 @@ from timeline.spec.run import ParallelSpec
 @dataclass(frozen=True, slots=True)
 class Node:
     name: str
-    kind: str  # embedding | norm | mha | mla | mlp | moe | head | mtp_proj
+    kind: str  # embedding | norm | mha | mla | mlp | moe | mamba | head | mtp_proj
     layer: int | None
     params: tuple[TensorDef, ...]
 
@@ -42,35 +42,68 @@ def chunk_layers(parallel: ParallelSpec, num_layers: int) -> list[range]:
 
 
 def decoder_layer(ctx: BuildCtx, layer: int, prefix: str, *, moe: bool) -> list[Node]:
+    """A decoder layer's module nodes: attention then MLP/MoE, or in a hybrid model the one block its
+    pattern names (:meth:`~timeline.spec.model.ModelSpec.layer_kind`) with the norm fused before it."""
     m = ctx.model
+    kind = m.layer_kind(layer)
+    if kind == "M":
+        return [Node(f"{prefix}.input_layernorm", "norm", layer,
+                     tuple(norm.params(ctx, f"{prefix}.input_layernorm", m.hidden_size))),
+                Node(f"{prefix}.mixer", "mamba", layer, tuple(mamba.params(ctx, f"{prefix}.mixer")))]
     attn = mla.params(ctx, f"{prefix}.self_attn") if m.is_mla else attention.params(ctx, f"{prefix}.self_attn")
     ffn = moe_block.params(ctx, f"{prefix}.mlp") if moe else \
         mlp.params(ctx, f"{prefix}.mlp", m.intermediate_size, split=ctx.tp)
-    return [
+    attn_nodes = [
         Node(f"{prefix}.input_layernorm", "norm", layer, tuple(norm.params(ctx, f"{prefix}.input_layernorm",
                                                                             m.hidden_size))),
         Node(f"{prefix}.self_attn", "mla" if m.is_mla else "mha", layer, tuple(attn)),
+    ]
+    ffn_nodes = [
         Node(f"{prefix}.post_attention_layernorm", "norm", layer,
              tuple(norm.params(ctx, f"{prefix}.post_attention_layernorm", m.hidden_size))),
         Node(f"{prefix}.mlp", "moe" if moe else "mlp", layer, tuple(ffn)),
     ]
+    return attn_nodes if kind == "*" else ffn_nodes if kind in "-E" else attn_nodes + ffn_nodes
 
 
-def chunk_nodes(ctx: BuildCtx, ranges: list[range], chunk: int) -> list[Node]:
-    """Module instances of virtual stage ``chunk`` (of ``ranges``) in dataflow order."""
+def mtp_chunk(parallel: ParallelSpec) -> int:
+    """The virtual stage holding the MTP layers: ``parallel.mtp_stage``, else the last (with the loss)."""
+    return parallel.pp * parallel.vpp - 1 if parallel.mtp_stage is None else parallel.mtp_stage
+
+
+def final_norm_chunk(ranges: list[range], mtp_at: int) -> int:
+    """The virtual stage that runs the final norm: the last, unless the MTP layers stand apart from the
+    loss; then the stage of the last decoder layer (``transformer_block.py: TransformerBlock.
+    has_final_layernorm_in_this_stage`` with MTP, from Megatron-LM 5247a1f460, core_v0.16.0 … d98e8a64dd)."""
     last = len(ranges) - 1
+    if mtp_at == last:
+        return last
+    return max((c for c, r in enumerate(ranges) if len(r)), default=0)
+
+
+def chunk_nodes(ctx: BuildCtx, ranges: list[range], chunk: int, mtp_at: int | None = None) -> list[Node]:
+    """Module instances of virtual stage ``chunk`` (of ``ranges``) in dataflow order; ``mtp_at``: the
+    stage holding the MTP layers (:func:`mtp_chunk`; None: the last).
+
+    A standalone MTP stage (``mtp_at`` before the last) builds the embedding for its shifted tokens
+    (``GPTModel.__init__``: ``pre_process or mtp_process``) and the MTP modules, but no output layer:
+    the loss stage holds that (``post_process``) and computes every MTP loss
+    (``GPTModel._postprocess``, Megatron-LM 5247a1f460)."""
+    last = len(ranges) - 1
+    at = last if mtp_at is None else mtp_at
     m = ctx.model
     nodes: list[Node] = []
     if chunk == 0:
         nodes.append(Node("embedding", "embedding", None, tuple(embedding.params(ctx))))
     for i in ranges[chunk]:
         nodes += decoder_layer(ctx, i, f"layers.{i}", moe=m.is_moe_layer(i))
+    fn = head.final_norm_params(ctx) if chunk == final_norm_chunk(ranges, at) else []
+    if fn:
+        nodes.append(Node("final_norm", "norm", None, tuple(fn)))
     if chunk == last:
-        fn = head.final_norm_params(ctx)
-        if fn:
-            nodes.append(Node("final_norm", "norm", None, tuple(fn)))
         nodes.append(Node("output_layer", "head", None, tuple(head.params(ctx, shares_embedding=last == 0))))
-        if m.mtp_layers and ctx.profile.mtp_modules and ctx.profile.mtp_embedding and last != 0:
+    if chunk == at:
+        if m.mtp_layers and ctx.profile.mtp_modules and ctx.profile.mtp_embedding and chunk != 0:
             nodes.append(Node("mtp.embedding", "embedding", None, tuple(mtp.embedding_params(ctx))))
         for k in range(m.mtp_layers if ctx.profile.mtp_modules else 0):
             layer = m.num_hidden_layers + k

@@ -73,6 +73,9 @@ class DdpRules:
     tied_embeddings: bool = False
     #: --overlap-param-gather-with-optimizer-step: the first chunk's dense parameters in an optimizer of their own
     first_chunk_optimizer: bool = False
+    #: Muon's layer-wise optimizer in the distributed optimizer's buffers, Muon's matrices in buffers of their own
+    #: (:mod:`timeline.graph.layer_wise_buffers`): "padded" or "compact"; "" without it
+    layer_wise: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +111,16 @@ class DdpBuffer:
     optimizer: int = 0
     #: its parameters are FP8 (``--fp8-param-gather``): a ``torch.uint8`` param buffer of their own
     fp8: bool = False
+    #: under the distributed optimizer, whether the buffer has a param buffer the parameters move into (not a
+    #: compact layer-wise buffer: ``_ParamAndGradBuffer.__init__`` turns the distributed optimizer off for it)
+    param_buffer: bool = True
+    #: a buffer of Muon's matrices under the layer-wise optimizer in the distributed optimizer's buffers
+    muon: bool = False
 
     @property
     def label(self) -> str:
-        return f"chunk{self.chunk}{'.expert' if self.expert else ''}{'.fp8' if self.fp8 else ''}"
+        return (f"chunk{self.chunk}{'.expert' if self.expert else ''}{'.fp8' if self.fp8 else ''}"
+                f"{'.muon' if self.muon else ''}")
 
 
 def ddp_rules(fw: FrameworkSpec, tr: TrainingSpec, par: ParallelSpec, *, tied: bool) -> DdpRules:
@@ -122,10 +131,11 @@ def ddp_rules(fw: FrameworkSpec, tr: TrainingSpec, par: ParallelSpec, *, tied: b
     if fw.overlap_grad_reduce and not split:  # get_model: disable_bucketing for every chunk under the split
         bucket = fw.ddp_bucket_size or max(DEFAULT_BUCKET, BUCKET_PER_RANK * par.dp * par.cp)
     return DdpRules(distributed_optimizer=tr.zero >= 1, bucket_size=bucket, pad_for_busbw=fw.ddp_pad_for_busbw,
-                    tied_embeddings=tied, first_chunk_optimizer=split)
+                    tied_embeddings=tied, first_chunk_optimizer=split,
+                    layer_wise=fw.layer_wise_layout if tr.muon_layer_wise and tr.zero >= 1 else "")
 
 
-def _pad(n: int, divisor: int) -> int:
+def round_up(n: int, divisor: int) -> int:
     return -(-n // divisor) * divisor
 
 
@@ -144,22 +154,22 @@ def layout(params: Sequence[TensorDef], *, rules: DdpRules, group: int, bucket_s
     for t in reversed(params):
         own = dist and t.name in shared
         if dist:
-            start = _pad(start, PARAM_START_ALIGN)
+            start = round_up(start, PARAM_START_ALIGN)
         if own and in_bucket:
-            buckets.append((bucket_start, _pad(start, end_div)))
+            buckets.append((bucket_start, round_up(start, end_div)))
             start = bucket_start = buckets[-1][1]
             in_bucket = 0
         end = start + t.numel
         placed.append((t.name, start, end, len(buckets)))
         in_bucket += 1
         if (bucket_size is not None and end - bucket_start >= bucket_size) or own:
-            buckets.append((bucket_start, _pad(end, end_div)))
+            buckets.append((bucket_start, round_up(end, end_div)))
             start = bucket_start = buckets[-1][1]
             in_bucket = 0
         else:
             start = end
     if in_bucket:
-        buckets.append((bucket_start, _pad(end, end_div)))
+        buckets.append((bucket_start, round_up(end, end_div)))
     numel = buckets[-1][1] if buckets else 0
     slots = []
     for name, s, e, b in placed:
@@ -173,7 +183,7 @@ def layout(params: Sequence[TensorDef], *, rules: DdpRules, group: int, bucket_s
 def shared_embeddings(chunks: Sequence[tuple[int, Sequence[TensorDef]]], num_chunks: int, tied: bool) -> frozenset[str]:
     """Names of the parameters Megatron marks ``shared_embedding`` (tied embeddings over more than
     one pipeline chunk: the first chunk's word embeddings, the last chunk's output layer or, where
-    that reuses the embedding, its MTP embedding; ``MC/models/common/language_module/
+    that reuses the embedding, its MTP embedding, and a standalone MTP stage's embedding; ``MC/models/common/language_module/
     language_module.py: LanguageModule.setup_embeddings_and_output_layer``)."""
     if not tied or num_chunks < 2:
         return frozenset()
@@ -184,6 +194,8 @@ def shared_embeddings(chunks: Sequence[tuple[int, Sequence[TensorDef]]], num_chu
             out.add("embedding.word_embeddings.weight")
         if c == num_chunks - 1:
             out |= {"output_layer.weight"} & names or {n for n in names if n == "mtp.embedding.word_embeddings.weight"}
+        elif c > 0:  # a standalone MTP stage's embedding (``mtp_process and not pre_process``, 5247a1f460)
+            out |= {"mtp.embedding.word_embeddings.weight"} & names
     return frozenset(out)
 
 

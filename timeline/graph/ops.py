@@ -18,6 +18,7 @@ e.g. GEMM inputs kept for dW). A full backward may run the I template then the W
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from timeline.graph.tensors import TensorDef
 
@@ -34,6 +35,21 @@ class Op:
     allocs: tuple[TensorDef, ...] = ()  # allocated when the op starts
     frees: tuple[str, ...] = ()  # storage ids released when the op ends
     recompute: bool = False  # re-executed forward work inside a backward
+
+
+class OpCost(NamedTuple):
+    """What an op's duration reads (:meth:`timeline.sim.cost.CostModel.op_us`), without its tensors:
+    a probe's per-layer costs come from these (:func:`timeline.graph.analytic.analytic_costs`)."""
+
+    layer: int | None
+    kind: str
+    stream: str
+    flops: float
+    bytes_moved: float
+
+    @classmethod
+    def of(cls, op: Op) -> OpCost:
+        return cls(op.layer, op.kind, op.stream, op.flops, op.bytes_moved)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

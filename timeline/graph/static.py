@@ -25,10 +25,13 @@ def zero_shard(n: int, group: int, rank: int = 0) -> int:
 
 def optimizer_element_bytes(tr: TrainingSpec) -> tuple[int, int]:
     """(master, moment) bytes per parameter element: an fp32 master copy only where
-    ``master_dtype`` differs from the weights' ``dtype``, and each of Adam's two moments. The
+    ``master_dtype`` differs from the weights' ``dtype`` (TE's own under Megatron's precision-aware optimizer:
+    ``master_dtype``, or int16 remainders), and each of Adam's two moments. The
     one copy of this rule: static bytes, the simulator's state tensors and the planner's bound
     all read it."""
-    master = DTYPE_BYTES[tr.master_dtype] if tr.master_dtype != tr.dtype else 0
+    if tr.master_remainders:  # TE FusedAdam store_param_remainders: an int16 per element
+        return 2, DTYPE_BYTES[tr.moment_dtype]
+    master = DTYPE_BYTES[tr.master_dtype] if tr.master_dtype != tr.dtype or tr.precision_aware else 0
     return master, DTYPE_BYTES[tr.moment_dtype]
 
 

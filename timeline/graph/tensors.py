@@ -31,7 +31,7 @@ CATEGORIES: tuple[str, ...] = tuple(c.value for c in Category)
 
 
 #: module tags static memory is reported by
-MODULES: tuple[str, ...] = ("embedding", "attention", "norm", "mlp", "moe", "head", "mtp")
+MODULES: tuple[str, ...] = ("embedding", "attention", "norm", "mlp", "moe", "head", "mtp", "mamba")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

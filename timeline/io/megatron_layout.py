@@ -17,6 +17,7 @@ import ast
 import re
 
 from timeline.errors import UserError
+from timeline.spec.mtp_rules import STANDALONE_MTP
 
 
 def _list_value(node: ast.AST, arg: str) -> list[int]:
@@ -176,11 +177,12 @@ def check_layout(text: str, stages: list[list[Sym]], pp: int, *, num_layers: int
     once, ``--num-layers`` ``t`` and ``--mtp-num-layers`` ``m``, no ``t`` after an ``m``, the ``m`` all
     in the last virtual stage of one rank. core_v0.13.0 refuses any ``m`` (and counts none: it builds
     the MTP layers on the last stage); core_v0.15.x also wants them with the loss (core_v0.14.0 meant
-    to, but its assert tests a tuple); from core_v0.16.0 (5247a1f460) they may stand on an earlier rank. ``E`` and
-    ``L`` only count: the embedding is built on the first virtual stage and the head and loss on the
-    last whatever the layout says (``pretrain_gpt.py``: ``pre_process`` / ``post_process`` from
-    ``is_pipeline_first_stage`` / ``is_pipeline_last_stage``), as the run file has them; the MTP
-    layers are placed by the layout, and the run file holds them on the last virtual stage only."""
+    to, but its assert tests a tuple); from core_v0.16.0 (5247a1f460) they may stand on an earlier rank
+    (``parallel.mtp_stage``; without ``--megatron-core`` such a layout is refused, since the run file's
+    default version predates it). ``E`` and ``L`` only count: the embedding is built on the first virtual
+    stage and the head and loss on the last whatever the layout says (``pretrain_gpt.py``: ``pre_process``
+    / ``post_process`` from ``is_pipeline_first_stage`` / ``is_pipeline_last_stage``), as the run file
+    has them; the MTP layers are placed by the layout."""
     head = f"{LAYOUT_ARG} {text!r}"
     if len(stages) % pp:
         raise UserError(f"{head}: {len(stages)} stages do not divide over --pipeline-model-parallel-size "
@@ -222,18 +224,35 @@ def check_layout(text: str, stages: list[list[Sym]], pp: int, *, num_layers: int
     if other is not None:
         raise UserError(f"{head}: all MTP layers must be in one virtual stage; they are in "
                         f"{_where(first, pp)} and {_where(other, pp)}")
-    if first != len(stages) - 1:
-        raise UserError(f"{head}: the MTP layers are on {_where(first, pp)}, apart from the loss; "
-                        "timeline builds MTP with the head and loss on the last virtual stage only")
+    if first != len(stages) - 1 and (megatron_core is None or megatron_core < STANDALONE_MTP):
+        raise UserError(f"{head}: the MTP layers are on {_where(first, pp)}, apart from the loss, which "
+                        "Megatron-Core allows from 0.16.0 on (5247a1f460); pass --megatron-core 0.16.0 or the later "
+                        "version you run")
+
+
+def mtp_stage(stages: list[list[Sym]]) -> int | None:
+    """The virtual stage of a checked layout's MTP layers when it is not the last (``parallel.mtp_stage``:
+    Megatron-Core's ``mtp_standalone``), else None."""
+    at = next((k for k, stage in enumerate(stages) if any(s == "m" for s, _ in stage)), None)
+    return None if at is None or at == len(stages) - 1 else at
 
 
 def parse_layout(text: str, pp: int, *, num_layers: int | None = None, mtp_layers: int | None = None,
                  megatron_core: tuple[int, ...] | None = None) -> tuple[list[int], int]:
     """(decoder layers per virtual stage, vpp) from ``--pipeline-model-parallel-layout``, after
     :func:`check_layout`; the counts are ``parallel.layout`` in the run file's order."""
+    counts, vpp, _ = parse_layout_mtp(text, pp, num_layers=num_layers, mtp_layers=mtp_layers,
+                                      megatron_core=megatron_core)
+    return counts, vpp
+
+
+def parse_layout_mtp(text: str, pp: int, *, num_layers: int | None = None, mtp_layers: int | None = None,
+                     megatron_core: tuple[int, ...] | None = None) -> tuple[list[int], int, int | None]:
+    """:func:`parse_layout` and the MTP layers' virtual stage where it is apart from the loss
+    (:func:`mtp_stage`)."""
     stages = layout_stages(str(text))
     check_layout(str(text), stages, pp, num_layers=num_layers, mtp_layers=mtp_layers, megatron_core=megatron_core)
-    return [sum(s == "t" for s, _ in stage) for stage in stages], len(stages) // pp
+    return [sum(s == "t" for s, _ in stage) for stage in stages], len(stages) // pp, mtp_stage(stages)
 
 
 def split_layers(num_layers: int, chunks: int, *, first: int | None, last: int | None,

@@ -19,7 +19,8 @@ from typing import Any, overload
 from timeline.errors import UserError
 from timeline.io.megatron_args import VAR_RE, MegatronArgs
 from timeline.io.megatron_cp import cp_comm
-from timeline.io.megatron_layout import moe_layer_pattern, parse_layout, pattern_to_model, split_layers
+from timeline.io.megatron_hybrid import read_hybrid, stack_spec
+from timeline.io.megatron_layout import moe_layer_pattern, parse_layout_mtp, pattern_to_model, split_layers
 from timeline.io.megatron_table import (
     FAMILY_ARGS,
     FAMILY_NAMES,
@@ -130,7 +131,8 @@ def refuse_job(m: MegatronArgs) -> None:
 
 
 def refuse_unmodelled(m: MegatronArgs, a: ArgReader) -> None:
-    """Raise a one-line UserError for a model family, refused argument or optimizer not modelled."""
+    """Raise a one-line UserError for a model family or refused argument not modelled (an optimizer:
+    :func:`timeline.io.megatron_optimizer.optimizer`)."""
     refuse_job(m)
     for name, what in FAMILY_ARGS.items():
         if name in a.raw:
@@ -141,14 +143,11 @@ def refuse_unmodelled(m: MegatronArgs, a: ArgReader) -> None:
             if key in text:
                 raise UserError(f"{name} {text}: a {what} model; timeline models GPT-style decoders only")
     for name, why in REFUSED.items():
-        if name in a.raw:
+        if name in a.raw and not (name == "--spec" and stack_spec(a.raw)):  # the hybrid stack is modelled
             raise UserError(f"{name}: {why}")
     for name, (allowed, why) in REFUSED_UNLESS.items():
         if name in a.raw and str(a.raw[name]) not in allowed:
             raise UserError(f"{name} {a.raw[name]}: {why}")
-    opt = str(a.raw.get("--optimizer", "adam"))
-    if opt != "adam":
-        raise UserError(f"--optimizer {opt}: only Adam's states are modelled")
 
 
 #: ``--fp8-recipe`` values not modelled, and why (Megatron-LM ``core/fp8_utils.py: get_fp8_recipe``)
@@ -207,7 +206,7 @@ def _vocab(a: ArgReader) -> int:
 def map_model(a: ArgReader, c: Conversion) -> None:
     """``[model]``: the ``megatron-gpt`` preset with every size and switch the arguments give."""
     c.put("model.preset", "megatron-gpt")
-    layers, h, heads = a.need("--num-layers"), a.need("--hidden-size"), a.need("--num-attention-heads")
+    layers, h, heads = num_layers(a), a.need("--hidden-size"), a.need("--num-attention-heads")
     c.put("model.num_layers", layers, "--num-layers")
     c.put("model.hidden_size", h, "--hidden-size")
     c.put("model.num_attention_heads", heads, "--num-attention-heads")
@@ -269,6 +268,30 @@ def map_model(a: ArgReader, c: Conversion) -> None:
         c.put("model.router_bias", a.flag("--moe-router-enable-expert-bias"), "--moe-router-enable-expert-bias")
     mtp = a.int("--mtp-num-layers")
     c.put("model.mtp_layers", mtp or 0, "--mtp-num-layers")
+    map_hybrid(a, c)
+
+
+def num_layers(a: ArgReader) -> int:
+    """``--num-layers``, or a hybrid pattern's length (``arguments.py: validate_args`` derives it from
+    ``--hybrid-layer-pattern``)."""
+    hybrid = read_hybrid(a.raw)
+    if hybrid is not None:
+        a.value("--num-layers")
+        return len(hybrid.pattern)
+    return a.need("--num-layers")
+
+
+def map_hybrid(a: ArgReader, c: Conversion) -> None:
+    """A hybrid model's layer kinds and Mamba mixer sizes (:mod:`timeline.io.megatron_hybrid`)."""
+    hybrid = read_hybrid(a.raw)
+    if hybrid is None:
+        return
+    c.put("model.hybrid_override_pattern", hybrid.pattern, "--hybrid-layer-pattern", "--hybrid-override-pattern",
+          "--hybrid-attention-ratio", "--hybrid-mlp-ratio", "--is-hybrid-model", "--spec")
+    c.put("model.mamba_head_dim", a.int("--mamba-head-dim", 64), "--mamba-head-dim")
+    c.put("model.ssm_state_size", a.int("--mamba-state-dim", 128), "--mamba-state-dim")
+    c.put("model.n_groups", a.int("--mamba-num-groups", 8), "--mamba-num-groups")
+    c.put("model.mamba_num_heads", a.int("--mamba-num-heads", 0) or 0, "--mamba-num-heads")
 
 
 #: the pipeline-split arguments a layout excludes: ``arguments.py: validate_args`` asserts that at most
@@ -307,16 +330,19 @@ def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core:
     c.put("parallel.dp", dp)
     # arguments.py: sequence parallelism is switched off when tp == 1
     c.put("parallel.sp", a.flag("--sequence-parallel") and tp > 1, "--sequence-parallel")
-    layers = a.need("--num-layers")
+    layers = num_layers(a)
     vpp = 1
     layout = None
+    hybrid = read_hybrid(a.raw)
     per = a.int("--num-layers-per-virtual-pipeline-stage")
     stages = a.int("--num-virtual-stages-per-pipeline-rank")
     if a.has("--pipeline-model-parallel-layout"):
         layout_conflicts(a)
-        layout, vpp = parse_layout(a.str("--pipeline-model-parallel-layout") or "", pp, num_layers=layers,
-                                   mtp_layers=a.int("--mtp-num-layers"),
-                                   megatron_core=version_tuple(megatron_core) if megatron_core else None)
+        layout, vpp, mtp_at = parse_layout_mtp(a.str("--pipeline-model-parallel-layout") or "", pp,
+                                               num_layers=layers, mtp_layers=a.int("--mtp-num-layers"),
+                                               megatron_core=version_tuple(megatron_core) if megatron_core else None)
+        if mtp_at is not None:
+            c.put("parallel.mtp_stage", mtp_at, "--pipeline-model-parallel-layout")
     elif per:
         if layers % (pp * per):
             raise UserError(f"--num-layers-per-virtual-pipeline-stage {per}: {layers} layers do not divide into "
@@ -324,12 +350,18 @@ def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core:
         vpp = layers // (pp * per)
     elif stages:
         vpp = stages
+    if hybrid is not None and hybrid.segments is not None:  # arguments.py: the pattern's '|' segments
+        if len(hybrid.segments) % pp:
+            raise UserError(f"--hybrid-layer-pattern: {len(hybrid.segments)} pipeline segments do not divide by "
+                            f"--pipeline-model-parallel-size {pp}")
+        layout, vpp = list(hybrid.segments), len(hybrid.segments) // pp
     if layout is None:
         layout = split_layers(layers, pp * vpp, first=a.int("--decoder-first-pipeline-num-layers"),
                               last=a.int("--decoder-last-pipeline-num-layers"),
                               embedding=a.flag("--account-for-embedding-in-pipeline-split"),
                               loss=a.flag("--account-for-loss-in-pipeline-split"), pp=pp)
-    c.put("parallel.vpp", vpp, "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank")
+    c.put("parallel.vpp", vpp, "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+          *(("--hybrid-layer-pattern",) if hybrid is not None and hybrid.segments else ()))
     if layout is not None:
         c.put("parallel.layout", layout, *(n for n in (
             "--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers",

@@ -97,11 +97,22 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--lr", "--min-lr", "--lr-decay-style", "--lr-decay-iters", "--lr-decay-samples", "--lr-warmup-fraction",
         "--lr-warmup-iters", "--lr-warmup-samples", "--lr-warmup-init", "--lr-wsd-decay-style", "--decoupled-lr",
         "--decoupled-min-lr", "--override-opt-param-scheduler", "--override-opt_param-scheduler",
-        "--weight-decay", "--clip-grad", "--adam-beta1", "--adam-beta2", "--adam-eps", "--init-method-std",
+        "--clip-grad", "--adam-beta1", "--adam-beta2", "--adam-eps", "--init-method-std",
         "--seed", "--lr-wsd-decay-iters", "--lr-wsd-decay-samples", "--start-weight-decay", "--end-weight-decay",
         "--weight-decay-incr-style", "--no-weight-decay-cond-type", "--apply-wd-to-qk-layernorm",
         "--embedding-init-method-std", "--init-method-xavier-uniform", "--hysteresis", "--loss-scale-window",
         "--min-loss-scale", "--data-parallel-random-init", "--no-initialization",
+    ),
+    "Muon's scalars (momentum, update scale, Newton-Schulz coefficients; emerging_optimizers "
+    "OrthogonalizedOptimizer.step): the same momentum buffer per parameter": (
+        "--muon-momentum", "--muon-nesterov", "--muon-use-nesterov", "--muon-scale-mode", "--muon-coefficient-type",
+        "--muon-extra-scale-factor",
+    ),
+    "Muon's Newton-Schulz step, not simulated: its per-parameter working tensors (fp32 momentum copies, the "
+    "bf16 iterate and Gram matrices of muon_utils.newton_schulz; under --muon-tp-mode duplicated/distributed the "
+    "TP-gathered matrix) live within the optimizer step, after the backward freed the activations; not neutral "
+    "in truth": (
+        "--muon-no-split-qkv", "--muon-tp-mode", "--muon-use-syrk", "--muon-fp32-matmul-prec", "--muon-num-ns-steps",
     ),
     "run length, evaluation and exit: which iterations run (training/training.py: train, evaluate); the "
     "measured training iterations are the same": (
@@ -166,8 +177,18 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--use-rope-scaling", "--rotary-seq-len-interpolation-factor", "--no-rope-freq", "--rope-type",
         "--moe-token-drop-policy",
     ),
+    "MTP's stage is the layout's: core/transformer/transformer_config.py: TransformerConfig.__post_init__ sets "
+    "mtp_standalone from --pipeline-model-parallel-layout (mapped: parallel.mtp_stage) whatever is given; without "
+    "a layout it only makes core/pipeline_parallel/p2p_communication.py: _communicate send each tensor's shape "
+    "(three int64s) first (core_v0.16.0 … d98e8a64dd)": (
+        "--mtp-standalone",
+    ),
     "inference engine settings: read by megatron/core/inference and megatron/inference, which "
     "pretrain_gpt.py's training step never builds (an inference job is refused by its MODE or script)": (
+        # main only, between releases (tools/megatron_parser_history.py): the dynamic engine's coordinator and logs
+        "--inference-dynamic-batching-active-buffer-size-gb", "--inference-dynamic-batching-mamba-triton-conv1d",
+        "--inference-flask-server-logging", "--inference-mp-coordinator-port", "--inference-wandb-logging-step-interval",
+        "--initialize-socket-comms",
         "--inference-batch-times-seqlen-threshold", "--inference-coordinator-port",
         "--inference-cuda-graph-all-prefills",
         "--inference-cuda-graph-max-tokens", "--inference-disable-ep-consensus",
@@ -205,6 +226,7 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
     ),
     "ModelOpt export settings: read by megatron/post_training (model_builder.py, checkpointing.py) when "
     "exporting; no tensor of the trained model changes": (
+        "--export-kd-finalize",  # main only, 3b141a2471 … 8ddc7908fe (2025-04/06)
         "--export-model-type", "--export-legacy-megatron", "--export-te-mcore-model",
         "--export-force-local-attention",
         "--export-default-te-spec", "--export-kv-cache-quant", "--export-real-quant-cfg", "--export-offline-model",
@@ -277,7 +299,7 @@ UNDER: dict[str, tuple[str, ...]] = {
                   "--mup-output-mult", "--mup-width-mult"),
     "--moe-paged-stash": ("--moe-paged-stash-buffer-size-factor-cpu", "--moe-paged-stash-buffer-size-factor-cuda",
                           "--moe-paged-stash-page-size"),
-    "--hybrid-context-parallel": ("--max-seqlen-per-dp-cp-rank",),
+    "--hybrid-context-parallel": ("--max-seqlen-per-dp-cp-rank", "--max-seqlen-per-cp-rank"),
     "--batch-invariant-mode": ("--batch-invariant-backend",),
     "--use-kitchen-attention": ("--kitchen-attention-backend",),
     "--qk-clip": ("--qk-clip-alpha", "--qk-clip-threshold"),
@@ -325,12 +347,7 @@ UNDER: dict[str, tuple[str, ...]] = {
     "--tensor-parallel-num-weight-shards": ("--gtp-remat-opt-in-modules", "--gtp-remat-nccl-ub",
                                             "--gtp-expert-remat-nccl-ub",
                                             "--gtp-remat-reduce-scatter-with-fp32-accumulation"),
-    "--optimizer other than adam": ("--no-use-layer-wise-param-layout", "--lion-beta1", "--lion-beta2",
-                                    "--muon-coefficient-type", "--muon-extra-scale-factor",
-                                    "--muon-fp32-matmul-prec", "--muon-momentum", "--muon-nesterov",
-                                    "--muon-no-split-qkv", "--muon-num-ns-steps", "--muon-scalar-optimizer",
-                                    "--muon-scale-mode", "--muon-tp-mode", "--muon-use-nesterov", "--muon-use-syrk",
-                                    "--sgd-momentum"),
+    "--optimizer lion": ("--lion-beta1", "--lion-beta2"),
 }
 
 #: every compute-communication overlap timeline simulates as the schedule without it, with its

@@ -22,6 +22,11 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--group-query-attention", "--num-query-groups"), "model.num_key_value_heads"),
     **dict.fromkeys(("--swiglu", "--squared-relu"), "model.hidden_act"),
     "--normalization": "model.norm (LayerNorm or RMSNorm; others refused)",
+    **dict.fromkeys(("--hybrid-layer-pattern", "--hybrid-override-pattern", "--hybrid-attention-ratio",
+                     "--hybrid-mlp-ratio", "--is-hybrid-model"), "model.hybrid_override_pattern (and the layout "
+                                                                  "of a pattern with '|')"),
+    **dict.fromkeys(("--mamba-num-heads", "--mamba-state-dim", "--mamba-head-dim", "--mamba-num-groups"),
+                    "model.mamba_num_heads / ssm_state_size / mamba_head_dim / n_groups"),
     "--position-embedding-type": "model.position_embedding (learned_absolute, rope, yarn; others refused)",
     "--no-position-embedding": "Megatron rejects it unless --position-embedding-type rope, where it changes nothing",
     **dict.fromkeys(("--disable-bias-linear", "--add-qkv-bias"), "model.linear_bias / attention_bias"),
@@ -42,6 +47,8 @@ MAPPED: dict[str, str] = {
                      "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-router-enable-expert-bias"),
                     "model MoE sizes"),
     "--mtp-num-layers": "model.mtp_layers",
+    "--use-legacy-models": "framework.use_legacy_models (--transformer-impl local; before Megatron-Core 0.18; its "
+                           "SwitchMLP, flash-attn path and TE layers refused)",
     **dict.fromkeys(("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
                      "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--sequence-parallel"),
                     "[parallel]"),
@@ -61,7 +68,15 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"), "training.grad_dtype"),
     "--use-distributed-optimizer": "training.zero",
     "--num-distributed-optimizer-instances": "training.optimizer_instances",
-    "--optimizer": "Adam only; others refused",
+    "--optimizer": "training.optimizer / muon_layer_wise (adam, sgd, muon, dist_muon; others refused)",
+    "--sgd-momentum": "training.sgd_momentum (0: no momentum buffer)",
+    "--weight-decay": "training.weight_decay (SGD's foreach step copies the gradients it decays)",
+    **dict.fromkeys(("--use-precision-aware-optimizer", "--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype",
+                     "--exp-avg-sq-dtype"), "training.precision_aware / grad_dtype / master_dtype / master_remainders / "
+                    "moment_dtype / exp_avg_sq_dtype (TE FusedAdam's states; fp8 states refused)"),
+    "--no-use-layer-wise-param-layout": "training.zero = 0 under Muon's layer-wise optimizer (its legacy ping-pong "
+                                        "path over unsharded buffers)",
+    "--muon-scalar-optimizer": "Muon's fallback for non-matrix parameters: adam (lion refused)",
     **dict.fromkeys(("--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity"),
                     "training.capacity_factor / pad_to_capacity"),
     **dict.fromkeys(("--recompute-granularity", "--recompute-activations", "--recompute-method",
@@ -132,12 +147,12 @@ REFUSED_UNLESS: dict[str, tuple[tuple[str, ...], str]] = {
                                                "(model_parallel_config.py: gtp_weight_remat_size) are not modelled"),
     "--expert-tensor-parallel-num-weight-shards": ((), "expert weights sharded beyond etp and re-materialised "
                                                       "(model_parallel_config.py) are not modelled"),
+    "--muon-scalar-optimizer": (("adam",), "Lion's state for Muon's non-matrix parameters is not modelled; use adam"),
     "--output-logit-dtype": ((), "logits in another dtype (gpt_model.py: logit_dtype) are not modelled"),
 }
 
 _CKPT = "the job loads a checkpoint before the measured iterations (not modelled)"
 _FSDP = "FSDP-style sharding of parameters, gradients and optimizer states is not modelled"
-_PRECISION_OPT = "the precision-aware optimizer's state dtypes are not modelled yet"
 _REJECTED = "Megatron-LM itself rejects it (arguments.py: validate_args); use "
 _PACKED = "packed variable-length batches (THD format, per-document masks) are not modelled"
 
@@ -180,8 +195,6 @@ REFUSED: dict[str, str] = {
     "--delay-wgrad-compute": "delayed weight-gradient computation is not modelled yet",
     "--overlap-dispatch-backward-with-experts-wgrad": "experts' weight gradients delayed to a second stream "
                                                       "(moe_layer.py) are not modelled yet",
-    "--use-precision-aware-optimizer": _PRECISION_OPT, "--main-grads-dtype": _PRECISION_OPT,
-    "--main-params-dtype": _PRECISION_OPT, "--exp-avg-dtype": _PRECISION_OPT, "--exp-avg-sq-dtype": _PRECISION_OPT,
     "--ddp-reduce-scatter-with-fp32-accumulation": "fp32 reduce-scatter accumulation buffers are not modelled",
     "--ddp-param-name-patterns-for-fp32-local-accumulation": "fp32 local gradient accumulation for chosen "
                                                              "parameters is not modelled",
@@ -235,13 +248,17 @@ REFUSED: dict[str, str] = {
     "--mla-down-proj-fusion": "MLA's q and kv down-projections fused into one GEMM output is not modelled",
     "--mtp-detach-heads": "MTP with detached heads (its own gradient flow) is not modelled",
     "--mtp-hsm": "MTP's hidden-state mixing variant is not modelled",
-    "--mtp-standalone": "MTP on a pipeline stage of its own is not modelled",
     "--no-pad-vocab-size": "an unpadded tokenizer vocabulary is not modelled; give --padded-vocab-size",
     "--disable-pad-vocab-size": "an unpadded tokenizer vocabulary is not modelled; give --padded-vocab-size",
     "--empty-unused-memory-level": "emptying the allocator cache between steps is not modelled yet",
     "--distribute-saved-activations": "saved activations distributed over TP ranks are not modelled yet",
-    "--spec": "a custom layer spec (--spec MODULE FUNCTION) builds layers timeline does not know",
-    "--use-legacy-models": "the legacy (pre-Megatron-Core) GPT model (megatron/legacy) is not modelled",
+    "--spec": "a custom layer spec (--spec MODULE FUNCTION) builds layers timeline does not know (the hybrid "
+              "stack, mamba_layer_specs mamba_stack_spec / hybrid_layer_specs hybrid_stack_spec, is modelled)",
+    "--disable-mamba-mem-eff-path": "the Mamba mixer's unfused path (a separate conv1d, then "
+                                    "mamba_chunk_scan_combined) is not modelled",
+    "--mamba-training-ssm-states-dtype": "Mamba SSM states kept in another dtype in training are not modelled",
+    "--mtp-hybrid-override-pattern": "multi-token prediction in a hybrid model (its own layer pattern) is not "
+                                     "modelled",
     "--checkpoint-activations": _REJECTED + "--recompute-granularity",
     "--batch-size": _REJECTED + "--micro-batch-size", "--warmup": _REJECTED + "--lr-warmup-iters",
     "--model-parallel-size": _REJECTED + "--tensor-model-parallel-size",
@@ -258,10 +275,6 @@ FAMILY_ARGS: dict[str, str] = {
                      "--retro-encoder-layers",
                      "--retro-no-verify-neighbor-count", "--retro-num-neighbors", "--retro-num-retrieved-chunks",
                      "--retro-project-dir"), "RETRO"),
-    **dict.fromkeys(("--hybrid-layer-pattern", "--hybrid-override-pattern", "--is-hybrid-model", "--mamba-num-heads",
-                     "--mamba-state-dim", "--mamba-head-dim", "--mamba-num-groups", "--disable-mamba-mem-eff-path",
-                     "--mamba-training-ssm-states-dtype", "--hybrid-attention-ratio", "--hybrid-mlp-ratio",
-                     "--mtp-hybrid-override-pattern"), "Mamba/hybrid"),
     **dict.fromkeys(("--img-h", "--img-w", "--patch-dim", "--vision-pretraining", "--vision-pretraining-type"),
                     "multimodal (vision)"),
 }
@@ -281,7 +294,7 @@ NOT_MEGATRON: dict[str, str] = {"--num-experts-per-tok": "--moe-router-topk"}
 
 #: model families a functional test's folder or a ``pretrain_<family>.py`` names; gpt and the MoE
 #: folders are modelled, the rest are not
-MODELLED_FAMILIES = ("gpt", "moe", "mixtral", "deepseek", "llama", "qwen")
+MODELLED_FAMILIES = ("gpt", "moe", "mixtral", "deepseek", "llama", "qwen", "hybrid", "mamba", "nemotron")
 FAMILY_NAMES = {"bert": "BERT encoder", "t5": "T5 encoder-decoder", "hybrid": "Mamba/hybrid",
                 "mamba": "Mamba/hybrid", "nemotron": "Mamba/hybrid (Nemotron-H)", "mimo": "multimodal (MIMO)",
                 "multimodal-llava": "multimodal (LLaVA)", "vlm": "multimodal (VLM)", "retro": "RETRO",
@@ -292,7 +305,7 @@ MODE_JOBS = {"inference": "an inference job (MODE: inference); timeline simulate
              "rl": "an RL job (MODE: rl: inference engine and training in one process) is not modelled"}
 
 #: ``--model-provider`` / ``--spec`` values outside GPTModel
-PROVIDER_FAMILIES = {"hybrid": "Mamba/hybrid", "mamba": "Mamba/hybrid", "llava_vlm": "multimodal (LLaVA)",
+PROVIDER_FAMILIES = {"llava_vlm": "multimodal (LLaVA)",
                      "mimo": "multimodal (MIMO)"}
 
 #: environment variables that change PyTorch-allocator memory; every other variable (NCCL's, whose

@@ -4,8 +4,9 @@ Reads ``megatron_parser_versions.json`` beside this module: per option string of
 parser, which of the releases core_v0.12.0 … core_v0.19.0 and main (d98e8a64dd) have it (derived
 by ``tools/megatron_parser_args.py``; the full fact table is ``tests/data/megatron/parser_args.json``).
 A Megatron-Core version is matched to the release of the same X.Y.Z, else the newest release before
-it (a release candidate to its release); one newer than every release is main. Nothing here knows
-what an argument does: that is :mod:`timeline.io.megatron_table`'s.
+it (a release candidate to its release); one newer than every release is main. ``megatron_parser_between.json``
+lists the option strings only main had, between releases (``tools/megatron_parser_history.py``): they are
+arguments, of no release. Nothing here knows what an argument does: that is :mod:`timeline.io.megatron_table`'s.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from timeline.errors import UserError
 
 INDEX = Path(__file__).with_name("megatron_parser_versions.json")
+BETWEEN = Path(__file__).with_name("megatron_parser_between.json")
 
 
 @cache
@@ -34,13 +36,27 @@ def _version(text: str) -> tuple[int, int, int]:
     return major, minor, patch
 
 
+@cache
+def between() -> dict[str, tuple[str, str, str, str]]:
+    """Option strings only main had between releases → (first commit, its date, last commit, its date)."""
+    rows = json.loads(BETWEEN.read_text(encoding="utf-8"))["arguments"]
+    return {k: (v[0], v[1], v[2], v[3]) for k, v in rows.items()}
+
+
+def between_note(name: str) -> str:
+    """" (an argument of main only between releases: FIRST DATE … LAST DATE)" for such a name, else ""."""
+    row = between().get(name)
+    return f" (an argument of Megatron-LM main only between releases: {row[0]} {row[1]} … {row[2]} {row[3]})" \
+        if row else ""
+
+
 def known(name: str) -> bool:
-    """Whether any version's parser has the option string ``name``."""
-    return name in _index()[1]
+    """Whether any version's parser, or main's between releases, has the option string ``name``."""
+    return name in _index()[1] or name in between()
 
 
 def names() -> list[str]:
-    return list(_index()[1])
+    return list(_index()[1]) + list(between())
 
 
 def version_index(megatron_core: str) -> int:
@@ -64,6 +80,12 @@ def check_argument(name: str, megatron_core: str | None) -> None:
     when ``megatron_core`` is given and its version lacks it (naming when it came or went)."""
     versions, rows = _index()
     present = rows.get(name)
+    if present is None and name in between():
+        # a main snapshot's package_info names the next release as a pre-release (X.Y.0rcN)
+        if megatron_core is not None and not re.search(r"[a-z]", megatron_core):
+            raise UserError(f"{name}: in no release{between_note(name)}; --megatron-core {megatron_core} is a release "
+                            "(give the main snapshot's version, e.g. 0.16.0rc0, or drop the argument)")
+        return
     if present is None:
         close = difflib.get_close_matches(name, rows, n=3, cutoff=0.75)
         hint = f"; did you mean {close[0]}?" if close else ""

@@ -45,12 +45,19 @@ def loads_snapshot(data: bytes, source: str = "snapshot") -> dict[str, Any]:
 
 
 def load_snapshot(path: str | Path) -> dict[str, Any]:
-    """Read and validate the snapshot pickle at ``path``."""
+    """Read and validate the snapshot pickle at ``path`` (plain or gzip-compressed)."""
     path = Path(path)
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if data[:2] == b"\x1f\x8b":  # a gzip-compressed pickle (``gzip NAME.pickle``), as traces/ keeps them
+        import gzip
+
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as exc:
+            raise UserError(f"{path}: corrupt gzip ({exc})") from None
     return loads_snapshot(data, str(path))
 
 

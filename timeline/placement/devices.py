@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 
 from timeline.graph.build import build_chunk_graph, chunk_layers, graph_params
 from timeline.graph.dp_buffers import DdpBuffer, DdpRules, ddp_buffers
+from timeline.graph.layer_wise_buffers import layer_wise_buffers
+from timeline.graph.optim_state import main_params
 from timeline.graph.source import ModelSource
 from timeline.graph.static import optimizer_element_bytes, state_bytes
 from timeline.graph.tensors import DTYPE_BYTES, MODULES, TensorDef
@@ -53,21 +55,19 @@ def chunk_params(source: ModelSource, chunks: Iterable[int]) -> dict[int, list[T
 
 
 def buffer_bytes(tr: TrainingSpec, tensors: Sequence[TensorDef], buffers: Sequence[DdpBuffer],
-                 distributed_optimizer: bool) -> tuple[int, int, int]:
+                 distributed_optimizer: bool, expert_rule: str) -> tuple[int, int, int]:
     """(weights, grads, optimizer) bytes of a device whose parameters live in Megatron's ``buffers``:
     the padded grad buffers; the padded param buffers under the distributed optimizer (else each
-    parameter on its own); master weights and moments per parameter, or per owned shard."""
+    parameter on its own); master weights and optimizer states per main parameter, or per owned shard
+    (:func:`timeline.graph.optim_state.main_params`)."""
     w = DTYPE_BYTES[tr.dtype]
-    master, moment = optimizer_element_bytes(tr)
+    master, _ = optimizer_element_bytes(tr)
     nbuf = sum(t.size_bytes for t in tensors if not t.trainable)
     grads = sum(b.numel for b in buffers) * DTYPE_BYTES[tr.grad_dtype]
-    if distributed_optimizer:
-        weights = sum(b.numel for b in buffers) * w
-        opt = sum(s.shard_numel for b in buffers for s in b.slots)
-    else:
-        weights = sum(s.end - s.start for b in buffers for s in b.slots) * w
-        opt = sum(s.end - s.start for b in buffers for s in b.slots)
-    return weights + nbuf, grads, opt * (master + 2 * moment)
+    weights = sum(b.numel if distributed_optimizer and b.param_buffer else sum(s.end - s.start for s in b.slots)
+                  for b in buffers) * w
+    opt = sum(k * (master + sum(b for _, b in states)) for _, k, states in main_params(tensors, buffers, tr, expert_rule))
+    return weights + nbuf, grads, opt
 
 
 def static_devices(source: ModelSource, stages_of_rank: Sequence[Sequence[int]], *, parallel: ParallelSpec,
@@ -99,10 +99,10 @@ def static_devices(source: ModelSource, stages_of_rank: Sequence[Sequence[int]],
         if ddp is None:
             w, g, o = state_bytes(training, par, expert_state_group, tensors)
         else:
-            bufs = ddp_buffers([(c, params[c]) for c in sorted(stages)], rules=ddp, tr=training, par=par,
-                               expert_rule=expert_state_group, pp_rank=r,
-                               num_chunks=1 + max(c for st in placed for c in st))
-            w, g, o = buffer_bytes(training, tensors, bufs, ddp.distributed_optimizer)
+            lay = layer_wise_buffers if ddp.layer_wise else ddp_buffers
+            bufs = lay([(c, params[c]) for c in sorted(stages)], rules=ddp, tr=training, par=par,
+                       expert_rule=expert_state_group, pp_rank=r, num_chunks=1 + max(c for st in placed for c in st))
+            w, g, o = buffer_bytes(training, tensors, bufs, ddp.distributed_optimizer, expert_state_group)
         layers = tuple(i for c in sorted(stages) for i in ranges[c])
         out.append(StaticDevice(device=r * stride, pp_rank=r, stages=stages, represents=stride,
                                 layers=layers, params_by_module=by_module, weights_bytes=w, grads_bytes=g,

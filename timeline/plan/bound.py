@@ -24,14 +24,14 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from timeline.graph.analytic import AnalyticSource, analytic_layer_bytes
-from timeline.graph.build import Node, chunk_layers, chunk_nodes
-from timeline.graph.context import BuildCtx
+from timeline.graph.analytic import AnalyticSource, analytic_costs, analytic_layer_bytes
+from timeline.graph.build import Node, chunk_layers
+from timeline.graph.ops import OpCost
+from timeline.graph.optim_state import state_bytes_lower_bound
 from timeline.graph.source import ModelSource
-from timeline.graph.static import is_expert_state, optimizer_element_bytes, zero_groups
+from timeline.graph.static import is_expert_state, zero_groups
 from timeline.graph.tensors import DTYPE_BYTES
-from timeline.pipeline.placement import stage_placement
-from timeline.plan.schedule_profile import schedule_profile
+from timeline.plan.frame import frame
 from timeline.profiles import Lifecycle, lifecycle
 from timeline.sim.cost import CostModel
 from timeline.sim.estimate import probe_model
@@ -90,7 +90,8 @@ class Probe:
         cut, kind = probe_model(model)
         if rc.policy == "full" and not (rc.method == "uniform" and rc.num_layers == 1):
             rc = RecomputeSpec()  # per-layer bytes of other groupings are not a layer's own: see act_bytes below
-        return cls(model=cut, recompute=rc, parallel=replace(par, pp=1, vpp=1, layout=None, dp=par.ep * par.etp),
+        return cls(model=cut, recompute=rc, parallel=replace(par, pp=1, vpp=1, layout=None, mtp_stage=None,
+                                                                   dp=par.ep * par.etp),
                    training=replace(tr, num_microbatches=1, iterations=1, warmup_iterations=0, optimizer_instances=1),
                    kind=kind)
 
@@ -115,7 +116,14 @@ def probe_stats(source: ModelSource, hw: HardwareSpec, par: ParallelSpec, rule: 
     parallel slice, ``rule``: the profile's ``expert_state_group``); ``zero_acts``: count no saved
     bytes (a full-recompute grouping the probe cannot stand for)."""
     kind = dict(kinds)
-    tpl = source.template(0)
+    if isinstance(source, AnalyticSource):  # its costs and saved bytes without the template's tensors
+        phases, per_layer = analytic_costs(source, 0)
+    else:
+        tpl = source.template(0)
+        phases = {ph: [OpCost.of(op) for op in ops] for ph, ops in (
+            ("F", tpl.forward), ("B", tpl.backward or tpl.backward_i + tpl.backward_w), ("I", tpl.backward_i),
+            ("W", tpl.backward_w))}
+        per_layer = tpl.layer_activation_bytes
     cost = CostModel.of(hw, par)
     n_layers = len(kind)
 
@@ -124,11 +132,9 @@ def probe_stats(source: ModelSource, hw: HardwareSpec, par: ParallelSpec, rule: 
             return None
         return kind[layer] if layer < n_layers else "mtp"
 
-    acts = _acts(tpl.layer_activation_bytes, kinds, zero_acts)
+    acts = _acts(per_layer, kinds, zero_acts)
     comp: dict[str, dict[str, float]] = {}
     comm: dict[str, dict[str, float]] = {}
-    phases = {"F": tpl.forward, "B": tpl.backward or tpl.backward_i + tpl.backward_w,
-              "I": tpl.backward_i, "W": tpl.backward_w}
     for ph, ops in phases.items():
         for op in ops:
             g = group(op.layer)
@@ -138,8 +144,7 @@ def probe_stats(source: ModelSource, hw: HardwareSpec, par: ParallelSpec, rule: 
             row = table.setdefault(g, dict.fromkeys(PHASES, 0.0))
             row[ph] += cost.op_us(op)
     if isinstance(source, AnalyticSource):  # its parameters read neither the micro-batch nor recompute
-        params = _analytic_params(source.model, source.profile, source.framework, source.parallel,
-                                  source.training.dtype, rule, kinds)
+        params = _analytic_params(source.param_slice(), rule, kinds)
     else:
         params = _params(source.nodes(0), rule, kinds)
 
@@ -176,12 +181,10 @@ def probe_act_bytes(source: ModelSource, kinds: tuple[tuple[int, str], ...], zer
 
 
 @lru_cache(maxsize=4096)
-def _analytic_params(model: ModelSpec, profile: str, framework: FrameworkSpec, par: ParallelSpec, dtype: str, rule: str,
-                     kinds: tuple[tuple[int, str], ...]) -> dict[str, list[int]]:
-    """:func:`_params` of an analytic probe's nodes (``AnalyticSource.nodes(0)``: built from these
-    slices alone), shared by its micro-batch sizes and recompute policies."""
-    ctx = BuildCtx.of(model, profile, framework, par, dtype)
-    return _params(chunk_nodes(ctx, chunk_layers(par, model.num_hidden_layers), 0), rule, kinds)
+def _analytic_params(source: AnalyticSource, rule: str, kinds: tuple[tuple[int, str], ...]) -> dict[str, list[int]]:
+    """:func:`_params` of an analytic probe's nodes (``source``: its :meth:`~AnalyticSource.param_slice`),
+    shared by its micro-batch sizes, CP degrees and recompute policies."""
+    return _params(source.nodes(0), rule, kinds)
 
 
 def _params(nodes: list[Node], rule: str, kinds: tuple[tuple[int, str], ...]) -> dict[str, list[int]]:
@@ -231,6 +234,16 @@ def coarse_stats(none: ProbeStats, full: dict[str, int], *, zero: bool) -> Probe
     return replace(none, dense=dense, moe=moe, mtp=mtp)
 
 
+@lru_cache(maxsize=4096)
+def coarse_probe_stats(none: ModelSource, full: ModelSource, hw: HardwareSpec, par: ParallelSpec, rule: str,
+                       kinds: tuple[tuple[int, str], ...], zero: bool) -> ProbeStats:
+    """:func:`coarse_stats` of a layout's probes: ``none`` (no recompute) and ``full``
+    (``full:uniform:1``) sources of one probe (``par``: its parallel slice, ``rule``: the profile's
+    ``expert_state_group``); ``zero``: the candidate's policy is a full-recompute grouping whose
+    bytes count as none. Cached: a plan asks once per layout group, about 110,000 times for 8,000 probes."""
+    return coarse_stats(probe_stats(none, hw, par, rule, kinds, False), probe_act_bytes(full, kinds, False), zero=zero)
+
+
 def _alive_state(tr: TrainingSpec, par: ParallelSpec, life: Lifecycle, dense_n: int, expert_n: int,
                  buffers: int) -> int:
     """Static bytes alive in the last iteration, ZeRO shards rounded down (see module docstring)."""
@@ -243,76 +256,65 @@ def _alive_state(tr: TrainingSpec, par: ParallelSpec, life: Lifecycle, dense_n: 
     total = sharded(3) * DTYPE_BYTES[tr.dtype] + buffers
     if life.grads_at == "start":
         total += sharded(2) * DTYPE_BYTES[tr.grad_dtype]
-    master, moment = optimizer_element_bytes(tr)
-    if life.master_at == "start" or after_step:
+    master, states = state_bytes_lower_bound(tr)
+    if (life.master_at == "start" and not tr.precision_aware) or after_step:
         total += sharded(1) * master
     if life.moments_at == "start" or after_step:
-        total += sharded(1) * 2 * moment
+        total += sharded(1) * states
     return total
 
 
-def _workspaces(life: Lifecycle, rules: StateRules, model: ModelSpec, tr: TrainingSpec, par: ParallelSpec,
-                chunks: tuple[int, ...], ranges: list[range]) -> int:
+@lru_cache(maxsize=4096)
+def _workspaces(life: Lifecycle, framework: FrameworkSpec, sm: int, model: ModelSpec, tr: TrainingSpec,
+                par: ParallelSpec, holds_head: bool, has_moe: bool) -> int:
     """The profile's persistent library workspaces (allocated at the start, never freed); a rank
     counts as holding MoE layers only for its decoder layers (the MTP block can only add)."""
     if life.workspaces is None:
         return 0
-    last = len(ranges) - 1
-    has_moe = any(model.is_moe_layer(i) for c in chunks for i in ranges[c])
     # without the rank's tensors the cached dummy wgrads are left out: the bound stays a lower bound
-    return sum(w[1] for w in life.workspaces(rules.framework, model, tr, par, rules.sm,
-                                             holds_head=last in chunks, has_moe=has_moe))
+    return sum(w[1] for w in life.workspaces(framework, model, tr, par, sm, holds_head=holds_head, has_moe=has_moe))
 
 
-def _layer_stats(st: ProbeStats, moe: bool) -> LayerStats:
-    stats = st.moe if moe else st.dense
+@lru_cache(maxsize=64)
+def _moe_layers(model: ModelSpec) -> tuple[bool, ...]:
+    return tuple(model.is_moe_layer(i) for i in range(model.num_hidden_layers))
+
+
+def _part_stats(st: ProbeStats, part: str) -> LayerStats:
+    stats = {"dense": st.dense, "moe": st.moe, "embedding": st.embedding, "head": st.head, "mtp": st.mtp}[part]
     assert stats is not None  # the probe holds one layer of each kind the model has
     return stats
 
 
 def bound(st: ProbeStats, *, model: ModelSpec, parallel: ParallelSpec, training: TrainingSpec,
           schedule: ScheduleSpec, rules: StateRules) -> Bound:
-    """The static bound of one valid candidate run (module docstring), from its probe's numbers."""
+    """The static bound of one valid candidate run (module docstring), from its probe's numbers,
+    summed over its layout's frame (:mod:`timeline.plan.frame`): per chunk composition its parts'
+    sums, each in the parts' order; per rank its chunks' and its actions'."""
     par, tr = parallel, training
     life = lifecycle(rules.profile)
-    ranges = chunk_layers(par, model.num_hidden_layers)
-    last = len(ranges) - 1
-    (vectors, counts), overlapped = schedule_profile(schedule.kind, par.pp, par.vpp, tr.num_microbatches,
-                                                     schedule.microbatch_group_size)
-    placement = stage_placement(schedule.kind, par.pp, par.vpp)
-    layer_kind = [_layer_stats(st, model.is_moe_layer(i)) for i in range(model.num_hidden_layers)]
-    chunk_parts: list[list[LayerStats]] = []
-    for c, rg in enumerate(ranges):
-        parts = [layer_kind[i] for i in rg]
-        if c == 0:
-            parts.append(st.embedding)
-        if c == last:
-            parts += [st.head, st.mtp]
-        chunk_parts.append(parts)
-    # per chunk: its parts' sums, each in the parts' order (every chunk sits on one rank)
-    ints = [(sum(p.dense_params for p in parts), sum(p.expert_params for p in parts),
-             sum(p.buffer_bytes for p in parts), sum(p.act_bytes for p in parts)) for parts in chunk_parts]
-    comp_us = [{k: sum(p.compute_us[k] for p in parts) for k in PHASES} for parts in chunk_parts]
-    comm_us = [{k: sum(p.comm_us[k] for p in parts) for k in PHASES} for parts in chunk_parts]
-    spaces: dict[tuple[bool, bool], int] = {}  # a rank's workspaces depend on (holds the head, has MoE layers)
-    best = (-1, 0)
-    per_rank = []
+    split = tuple(len(rg) for rg in chunk_layers(par, model.num_hidden_layers))
+    fr = frame(schedule.kind, par.pp, par.vpp, tr.num_microbatches, schedule.microbatch_group_size, split,
+               _moe_layers(model))
+    sums = []
+    for comp in fr.parts:
+        parts = [_part_stats(st, p) for p in comp]
+        sums.append((sum(p.dense_params for p in parts), sum(p.expert_params for p in parts),
+                     sum(p.buffer_bytes for p in parts), sum(p.act_bytes for p in parts),
+                     {k: sum(p.compute_us[k] for p in parts) for k in PHASES},
+                     {k: sum(p.comm_us[k] for p in parts) for k in PHASES}))
+    static = [_alive_state(tr, par, life, sum(sums[c][0] for c in cls.comps), sum(sums[c][1] for c in cls.comps),
+                           sum(sums[c][2] for c in cls.comps))
+              + _workspaces(life, rules.framework, rules.sm, model, tr, par, cls.holds_head, cls.has_moe)
+              for cls in fr.statics]
+    per_rank = [static[s] + max((sum(v * sums[c][3] for c, v in vec) for vec in vectors), default=0)
+                for s, vectors in zip(fr.rank_static, fr.rank_vectors, strict=True)]
+    best = max(((mem, -r) for r, mem in enumerate(per_rank)), default=(-1, 0))
     time_us = 0.0
-    for r, chunks in enumerate(placement):
-        dense = sum(ints[c][0] for c in chunks)
-        expert = sum(ints[c][1] for c in chunks)
-        buffers = sum(ints[c][2] for c in chunks)
-        act = [ints[c][3] for c in chunks]
-        held = max((sum(v * a for v, a in zip(vec, act, strict=True)) for vec in vectors[r]), default=0)
-        key = (last in chunks, any(model.is_moe_layer(i) for c in chunks for i in ranges[c]))
-        if key not in spaces:
-            spaces[key] = _workspaces(life, rules, model, tr, par, chunks, ranges)
-        mem = _alive_state(tr, par, life, dense, expert, buffers) + held + spaces[key]
-        best = max(best, (mem, -r))
-        per_rank.append(mem)
+    for items in fr.times:
         compute = comm = 0.0
-        for (c, k), n in counts[r].items():
-            compute += n * comp_us[c][k]
-            comm += n * comm_us[c][k]
-        time_us = max(time_us, max(compute, comm) if overlapped else compute + comm)
+        for c, k, n in items:
+            compute += n * sums[c][4][k]
+            comm += n * sums[c][5][k]
+        time_us = max(time_us, max(compute, comm) if fr.overlapped else compute + comm)
     return Bound(memory_bytes=best[0], memory_rank=-best[1], time_us=time_us, per_rank_bytes=tuple(per_rank))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from timeline.pipeline import build_schedule
+from timeline.pipeline import generate
 
 #: (per rank: the maximal in-flight vectors, per rank: counts per (chunk, kind)), overlapped
 Profile = tuple[tuple[tuple[tuple[tuple[int, ...], ...], ...], tuple[dict[tuple[int, str], int], ...]], bool]
@@ -46,7 +46,7 @@ def warmup(pp: int, vpp: int, group: int) -> int:
 def full_profile(kind: str, pp: int, vpp: int, m: int, group: int) -> Profile:
     """The profile read off the whole built schedule of ``m`` micro-batches. Inside an overlapped
     F&B pair memory is in between, so only the boundary after the pair counts."""
-    sched = build_schedule(kind, pp=pp, vpp=vpp, num_microbatches=m, microbatch_group_size=group)
+    sched = generate(kind, pp=pp, vpp=vpp, num_microbatches=m, microbatch_group_size=group)  # counted, not run
     vectors: list[tuple[tuple[int, ...], ...]] = []
     counts: list[dict[tuple[int, str], int]] = []
     for r, row in enumerate(sched.actions):

@@ -38,14 +38,12 @@ from typing import TypeVar
 import numpy as np
 
 from timeline.errors import UserError
-from timeline.graph.source import model_source
+from timeline.graph.source import ModelSource, model_source
 from timeline.plan.bound import (
     Bound,
     Probe,
-    ProbeStats,
     bound,
-    coarse_stats,
-    probe_act_bytes,
+    coarse_probe_stats,
     probe_stats,
     zero_acts,
 )
@@ -126,18 +124,17 @@ def run_bound(run: RunSpec, *, coarse: bool) -> Bound:
     coarse bound reads ``run.recompute`` only through :func:`timeline.plan.bound.zero_acts`."""
     rule = profile(run.profile).params.expert_state_group
 
-    def stats(rc: RecomputeSpec) -> ProbeStats:
+    def probe_of(rc: RecomputeSpec) -> tuple[Probe, ModelSource]:
         probe = Probe.of(run.model, rc, run.parallel, run.training)
-        probe_run = replace(run, **probe.edits())
-        return probe_stats(model_source(probe_run), probe_run.hardware, probe_run.parallel, rule, probe.kinds,
-                           zero_acts(rc))
+        return probe, model_source(replace(run, **probe.edits()))
 
-    def full_acts() -> dict[str, int]:
-        probe = Probe.of(run.model, FULL, run.parallel, run.training)
-        return probe_act_bytes(model_source(replace(run, **probe.edits())), probe.kinds, zero_acts(FULL))
-
-    st = coarse_stats(stats(RecomputeSpec()), full_acts(), zero=zero_acts(run.recompute)) if coarse \
-        else stats(run.recompute)
+    if coarse:
+        probe, none = probe_of(RecomputeSpec())
+        st = coarse_probe_stats(none, probe_of(FULL)[1], run.hardware, probe.parallel, rule, probe.kinds,
+                                zero_acts(run.recompute))
+    else:
+        probe, source = probe_of(run.recompute)
+        st = probe_stats(source, run.hardware, probe.parallel, rule, probe.kinds, zero_acts(run.recompute))
     rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm, traced=run.trace is not None,
                        expert_state_group=rule)
     return bound(st, model=run.model, parallel=run.parallel, training=run.training, schedule=run.schedule, rules=rules)
@@ -166,6 +163,9 @@ def bound_block(job: BoundJob) -> list[GroupResult]:
     candidate (``tests/plan/test_table.py`` compares them on whole spaces)."""
     base, space, groups = job
     policies = [parse_recompute(text) for text in dict(space.values)["recompute"]]
+    # run_recompute_problems reads, besides the policy and the model (the base's, for every group), the
+    # layout's pp, vpp and split only, and of the problems before it whether one is the layout's
+    recompute_problems: dict[tuple[int, int, int, tuple[int, ...] | None, bool], list[tuple[str, str]]] = {}
     out = []
     for cand in groups:
         edits, key, problem = candidate_edits(cand, space, base.model.num_hidden_layers)
@@ -178,8 +178,13 @@ def bound_block(job: BoundJob) -> list[GroupResult]:
         invalid: list[str] = []
         bounds: list[tuple[int, int, float, bool] | str | None] = []
         by_zero: dict[bool, tuple[int, int, float, bool] | str] = {}
-        for rc in policies:
-            problems = before + run_recompute_problems(rc, run.parallel, run.model, before) + after
+        par = run.parallel
+        layout_problem = any(k == "parallel.layout" for k, _ in before)
+        for p, rc in enumerate(policies):
+            split = (p, par.pp, par.vpp, par.layout, layout_problem)
+            if split not in recompute_problems:
+                recompute_problems[split] = run_recompute_problems(rc, par, run.model, before)
+            problems = before + recompute_problems[split] + after
             if problems:
                 invalid.append(f"{problems[0][0]}: {problems[0][1]}")
                 bounds.append(None)

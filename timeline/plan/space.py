@@ -213,7 +213,9 @@ def candidate_edits(cand: Candidate, space: Space, num_layers: int) -> tuple[Edi
             continue
         sec, _, name = k.partition(".")
         sections[sec][name] = v
-    sections["parallel"].update(tp=tp, pp=pp, cp=cp, vpp=vpp, etp=etp, dp=dp, layout=layout,
+    # the space does not place MTP apart from the loss: a base run's parallel.mtp_stage names a stage of its
+    # own layout, so every candidate builds MTP with the loss
+    sections["parallel"].update(tp=tp, pp=pp, cp=cp, vpp=vpp, etp=etp, dp=dp, layout=layout, mtp_stage=None,
                                 sp=sections["parallel"].get("sp", tp > 1))
     sections["training"]["num_microbatches"] = space.global_batch // (mbs * dp)
     return Edits(recompute=parse_recompute(s["recompute"]), sections=sections), "", ""

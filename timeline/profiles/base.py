@@ -108,6 +108,11 @@ class Structure:
     mla_latent_sp: bool  # MLA's compressed q/kv stay sequence-parallel (Megatron) or are gathered (paper)
     full_recompute_moe_split: bool  # full recompute checkpoints the MoE sub-block apart (keeps its input)
     swiglu_extra: bool  # an unfused SwiGLU also keeps silu(gate)
+    # -- Megatron's legacy model (megatron/legacy/model: timeline/profiles/megatron_legacy.py)
+    rmsnorm_ops: bool = False  # RMSNorm runs as torch ops on an fp32 copy of its input (rule "rmsnorm_ops"): the
+    # copy, the fp32 rsigma and the 16-bit normalised tensor the weight multiplies are kept
+    swiglu_ops: bool = False  # SwiGLU runs as torch ops (chunk, silu, mul; rule "swiglu_ops"): the fc1 output and
+    # silu(gate) are kept
     # -- structure of Python-level modelling code (Hugging Face)
     #: the model family's own modelling code runs, so what :class:`~timeline.spec.model.ModelSpec` says that
     #: code does (``fused_qkv``, ``residual_dropout``, ``router_score``, ``router_weights_cast``,

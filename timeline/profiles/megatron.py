@@ -19,7 +19,8 @@ wrap and the optimizer's construction (``distributed/param_and_grad_buffer.py``,
 place in those buffers, so the step allocates nothing else; the persistent library workspaces are
 in :mod:`timeline.profiles.megatron_workspaces`, the GPT-OSS rules in
 :mod:`timeline.profiles.megatron_gptoss`, the MoE combine's rules before Megatron-LM 2659630721 in
-:mod:`timeline.profiles.megatron_combine`.
+:mod:`timeline.profiles.megatron_combine`, the legacy GPT model's (``--use-legacy-models``) in
+:mod:`timeline.profiles.megatron_legacy`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from timeline.profiles import megatron_combine, megatron_flex, megatron_gptoss
+from timeline.profiles import (
+    megatron_combine,
+    megatron_flex,
+    megatron_gptoss,
+    megatron_legacy,
+    megatron_mamba,
+)
 from timeline.profiles.base import Lifecycle, Limits, ParamRules, Profile, SaveRule, SaveRules, Structure
 from timeline.profiles.megatron_workspaces import persistent_workspaces, version_tuple
 from timeline.spec.framework import FrameworkSpec
@@ -288,11 +295,13 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
     # MC tensor_parallel/layers.py: LinearWithGradAccumulationAndAsyncCommunication (GPTModel's output layer is a
     # ColumnParallelLinear under every --transformer-impl) all-gathers its SP input, forward and for the wgrad,
     # into GlobalMemoryBuffer ("mpu"), which profiles/megatron_workspaces.py places when workspaces are on
-    return replace(table, attention="eager" if eager else table.attention, flash_bwd=flash_bwd, fused_norm_linear=fused, softmax_fp32=fp32,
+    out = replace(table, attention="eager" if eager else table.attention, flash_bwd=flash_bwd, fused_norm_linear=fused, softmax_fp32=fp32,
                    ce_inplace=ce, ce_compiled=compiled, wgrad_transient=wgrad, moe_dispatcher=dispatcher, moe_router=router,
                    te_flash_copies=flash_copies, te_qkv_layout=not local, dataloader_batch=spec.dataloader_batch,
                    rerun_keeps_batch=spec.rerun_keeps_batch, head_gather_buffer=spec.workspaces,
                    cp_comm=spec.cp_comm_type, cp_a2a=spec.cp_a2a_size, **moe)
+    # the legacy GPT model (megatron/legacy/model) runs as the local layer but for its torch-op RMSNorm and SwiGLU
+    return megatron_legacy.configure(out) if spec.use_legacy_models else out
 
 
 #: Megatron-LM eb80b74 (2026-04-14, "[MoE] Add a new score function to the router", first in core_v0.18.0):
@@ -381,6 +390,7 @@ LIMITS = Limits(max_zero=1, instead="paper", zero_note="its distributed optimize
                               "parallelism only with cp_comm_type = a2a, not the KV ring "
                               "this profile models")
 
-PROFILE = Profile(name="megatron", params=PARAMS, saved=megatron_combine.extend(megatron_flex.extend(megatron_gptoss.extend(BASE))),
+PROFILE = Profile(name="megatron", params=PARAMS, saved=megatron_mamba.extend(megatron_legacy.extend(
+    megatron_combine.extend(megatron_flex.extend(megatron_gptoss.extend(BASE))))),
                   structure=STRUCTURE,
                   lifecycle=LIFECYCLE, limits=LIMITS, configure=configure)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from timeline.graph.ops import Op
+from timeline.graph.ops import Op, OpCost
 from timeline.spec.run import HardwareSpec, ParallelSpec
 
 GPUS_PER_NODE = 8
@@ -48,7 +48,7 @@ class CostModel:
         bw = self.nvlink_bytes_per_us if fast else self.network_bytes_per_us
         return self.latency_us + nbytes / bw
 
-    def op_us(self, op: Op) -> float:
+    def op_us(self, op: Op | OpCost) -> float:
         if op.kind == "compute":
             return self.compute_us(op.flops, op.bytes_moved)
         return self.comm_us(op.bytes_moved, op.stream)

@@ -14,6 +14,7 @@ templates (its size is the file's). This module only counts; it simulates nothin
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from timeline.errors import UserError
 from timeline.graph.ops import ChunkTemplate
@@ -64,12 +65,20 @@ class WorkEstimate:
 def probe_model(m: ModelSpec) -> tuple[ModelSpec, dict[int, str]]:
     """``m`` cut to two decoder layers, one of each kind it has (dense, MoE), and which kind each
     probe layer stands for; per-layer counts of the real model are read off them."""
+    cut, kinds = _probe_cut(m)
+    return cut, dict(kinds)
+
+
+@lru_cache(maxsize=64)
+def _probe_cut(m: ModelSpec) -> tuple[ModelSpec, tuple[tuple[int, str], ...]]:
+    """:func:`probe_model`, cached (a plan cuts one model once per layout group)."""
     kinds = {"moe" if m.is_moe_layer(i) else "dense" for i in range(m.num_hidden_layers)}
     if kinds == {"dense", "moe"}:
-        return m.with_(num_hidden_layers=2, first_k_dense_replace=1, moe_layer_freq=1), {0: "dense", 1: "moe"}
+        return m.with_(num_hidden_layers=2, first_k_dense_replace=1, moe_layer_freq=1), ((0, "dense"), (1, "moe"))
     if kinds == {"moe"}:
-        return m.with_(num_hidden_layers=2, first_k_dense_replace=0, moe_layer_freq=1), {0: "moe", 1: "moe"}
-    return m.with_(num_hidden_layers=2, first_k_dense_replace=min(m.first_k_dense_replace, 2)), {0: "dense", 1: "dense"}
+        return m.with_(num_hidden_layers=2, first_k_dense_replace=0, moe_layer_freq=1), ((0, "moe"), (1, "moe"))
+    return m.with_(num_hidden_layers=2, first_k_dense_replace=min(m.first_k_dense_replace, 2)), ((0, "dense"),
+                                                                                                (1, "dense"))
 
 
 def probe_source(source: ModelSource, model: ModelSpec, rc: RecomputeSpec, par: ParallelSpec,

@@ -106,6 +106,19 @@ def _push_step_copies(log: _Log, state: DeviceState, spans: list[Span], names: N
             log.push(np.full(len(ids), start), -1, sizes, grads, ids, -1, -1, -1, a, sp.iteration + 1)
 
 
+def _push_step_transients(log: _Log, state: DeviceState, spans: list[Span], names: Names) -> None:
+    """Each optimizer step's own allocations and frees (:attr:`DeviceState.step_transients`), at its start in
+    their order (the log keeps push order at equal times)."""
+    if not state.step_transients:
+        return
+    cols = list(zip(*state.step_transients, strict=True))
+    ids, sizes, signs = [names(n) for n in cols[0]], list(cols[1]), list(cols[2])
+    for i, sp in enumerate(spans):
+        if sp.kind == "step":
+            log.push(np.full(len(ids), sp.start_us), signs, sizes, CAT_CODE[Category.TEMPORARY], ids, -1, -1, -1,
+                     i, sp.iteration)
+
+
 @dataclass(frozen=True, slots=True)
 class KeptFrees:
     """The frees of one backward action that Megatron's references move: ``mask`` over its phase's
@@ -329,6 +342,7 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
         if static:  # one chunk: a device's static state is thousands of events under Megatron's layout
             cols = list(zip(*static, strict=True))
             log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
+        _push_step_transients(log, state, spans, names)
     if capture is not None:
         capture_events(log.push, spans, capture[0], capture[1], names)
     gather = state.gathered_bytes

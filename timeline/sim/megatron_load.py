@@ -58,22 +58,28 @@ def reallocates(fw: FrameworkSpec) -> bool:
     return version_tuple(fw.transformer_engine) >= TE_REALLOCATES
 
 
-def resumed_moments(order: list[tuple[str, int]], moment_bytes: int, category: int, *, distributed: bool,
-                    fw: FrameworkSpec) -> list[LoadEvent]:
-    """The moments of a resumed run as its checkpoint load makes them, all at the run's start:
-    ``order`` is (main parameter or shard, elements) in the optimizer's state order; the names of the
-    states that survive are ``static.moments.{name}.exp_avg`` / ``.exp_avg_sq``."""
-    def made(prefix: str, sign: int) -> list[LoadEvent]:
-        return [("start", f"{prefix}.{n}.{state}", k * moment_bytes, category, sign)
-                for n, k in order for state in ("exp_avg", "exp_avg_sq")]
+def resumed_moments(order: list[tuple[str, int, tuple[tuple[str, int], ...]]], category: int, *,
+                    distributed: bool, fw: FrameworkSpec) -> list[LoadEvent]:
+    """The optimizer states of a resumed run as its checkpoint load makes them, all at the run's start:
+    ``order`` is (main parameter or shard, elements, its (state, bytes per element) …) in the optimizer's
+    state order; the states that survive are named ``static.moments.{name}.{state}``. Only TE's
+    ``FusedAdam`` makes its states anew (Adam's ``exp_avg``); a torch optimizer's ``load_state_dict``
+    (Muon's, SGD's: ``torch/optim/optimizer.py: _process_value_according_to_param_policy``, ``value.to`` of
+    the same dtype and device) keeps the tensors the load filled in place."""
+    def made(prefix: str, sign: int, params: list[tuple[str, int, tuple[tuple[str, int], ...]]]) -> list[LoadEvent]:
+        return [("start", f"{prefix}.{n}.{state}", k * b, category, sign) for n, k, states in params
+                for state, b in states]
 
+    fused = [p for p in order if p[2][:1] and p[2][0][0] == "exp_avg"]
+    kept = made("static.moments", 1, [p for p in order if not (p[2][:1] and p[2][0][0] == "exp_avg")])
     if fw.checkpoint_format != "torch_dist" or not reallocates(fw):
-        return made("static.moments", 1)
-    out: list[LoadEvent] = []
+        return kept + made("static.moments", 1, fused)
+    order = fused
+    out: list[LoadEvent] = list(kept)
     first = "ckpt.loaded_state"
     if distributed:  # sharded_state_dict(is_loading=True): dummies, then the inner optimizer's own states
-        out += made("ckpt.dummy_state", 1) + made(first, 1) + made("ckpt.dummy_state", -1)
+        out += made("ckpt.dummy_state", 1, order) + made(first, 1, order) + made("ckpt.dummy_state", -1, order)
     else:  # init_state_fn: zeros_like per parameter
-        out += made(first, 1)
+        out += made(first, 1, order)
     # DCP reads into `first` in place; optimizer.load_state_dict makes the states anew from it
-    return out + made("static.moments", 1) + made(first, -1)
+    return out + made("static.moments", 1, order) + made(first, -1, order)

@@ -39,11 +39,11 @@ layout).
 
 from __future__ import annotations
 
-from timeline.graph.dp_buffers import megatron_order
-from timeline.graph.static import is_expert_state, optimizer_element_bytes
-from timeline.graph.tensors import DTYPE_BYTES, Category, TensorDef
+from timeline.graph.megatron_param import megatron_params
+from timeline.graph.optim_state import MainParam, main_params
+from timeline.graph.static import optimizer_element_bytes
+from timeline.graph.tensors import DTYPE_BYTES, Category
 from timeline.placement.devices import StaticDevice
-from timeline.profiles.megatron_workspaces import FUSED_INTO
 from timeline.sim.compiled import CAT_CODE
 from timeline.sim.megatron_load import resumed_moments
 from timeline.spec.framework import FrameworkSpec
@@ -53,44 +53,10 @@ from timeline.spec.run import TrainingSpec
 StaticEvent = tuple[str, str, int, int, int]
 
 
-def _group_key(name: str, shape: tuple[int, ...], optimizer: int) -> tuple[int, bool]:
-    """(the optimizer's place in the chain, no weight decay) of one parameter (``_get_param_groups``'
-    default condition; the chain: :attr:`timeline.graph.dp_buffers.DdpBuffer.optimizer`)."""
-    return optimizer, name.endswith(".bias") or len(shape) == 1
-
-
-def megatron_params(tensors: list[TensorDef]) -> list[tuple[str, list[TensorDef]]]:
-    """``tensors`` (in order) as Megatron's parameters: (name, the layer library's tensors it holds),
-    q/k/v and gate/up of one module merged at the first one's place (``FUSED_INTO``)."""
-    groups: dict[str, list[TensorDef]] = {}
-    for t in tensors:
-        parts = t.name.rsplit(".", 2)
-        name = t.name
-        if len(parts) == 3 and parts[1] in FUSED_INTO:
-            name = f"{parts[0]}.{FUSED_INTO[parts[1]]}.{parts[2]}"
-        groups.setdefault(name, []).append(t)
-    return [(n, ts) if len(ts) > 1 else (ts[0].name, ts) for n, ts in groups.items()]
-
-
-def main_param_order(dev: StaticDevice, tr: TrainingSpec, expert_rule: str) -> list[tuple[str, int]]:
-    """(name, elements) of each main parameter (shard) in the order the optimizer creates and steps
-    them; under ``zero = 1`` only the shards this rank owns."""
-    shapes = {t.name: t for t in dev.tensors}
-    groups: dict[tuple[int, bool], list[tuple[str, int]]] = {}
-    if tr.zero >= 1:
-        for b in dev.dp_buffers:
-            for s in b.slots:
-                groups.setdefault(_group_key(s.name, shapes[s.name].shape, b.optimizer), [])
-        for b in dev.dp_buffers:
-            for s in b.slots:
-                if s.shard_numel:
-                    groups[_group_key(s.name, shapes[s.name].shape, b.optimizer)].append((s.name, s.shard_numel))
-    else:
-        for name, ts in megatron_params(megatron_order(dev.tensors)):
-            key = _group_key(name, ts[0].shape, int(is_expert_state(ts[0], expert_rule)))
-            groups.setdefault(key, []).append((name, sum(t.numel for t in ts)))
-    # the optimizers in their ChainedOptimizer order (dense, then expert), each in first-seen group order
-    return [p for k in sorted(groups, key=lambda k: k[0]) for p in groups[k]]
+def main_param_order(dev: StaticDevice, tr: TrainingSpec, expert_rule: str) -> list[MainParam]:
+    """The device's main parameters (shards) with their optimizer states, in creation and step order
+    (:func:`timeline.graph.optim_state.main_params`)."""
+    return main_params(dev.tensors, dev.dp_buffers, tr, expert_rule)
 
 
 def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str,
@@ -108,29 +74,68 @@ def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str,
                                w_cat, 1) for n, ts in params]
     for b in dev.dp_buffers:
         pw = DTYPE_BYTES["fp8"] if b.fp8 else w
-        if dist:
+        moved = dist and b.param_buffer  # a compact layer-wise buffer's parameters keep their own storage
+        if moved:
             out.append(("start", f"static.param_buffer.{b.label}", b.numel * pw, w_cat, 1))
         out.append(("start", f"static.grad_buffer.{b.label}", b.numel * g, g_cat, 1))
-        if dist:
+        if moved:
             out += [("start", f"static.weights.{s.name}", (s.end - s.start) * pw, w_cat, -1) for s in b.slots]
-    master, moment = optimizer_element_bytes(tr)
+    master, _ = optimizer_element_bytes(tr)
     order = main_param_order(dev, tr, expert_rule)
-    for n, k in order:  # clone() in the model dtype, then .float(); the clone is dropped
+    if tr.precision_aware:  # TE's FusedAdam makes the masters with the moments (fused_adam_states)
+        return [e for e in out + (fused_adam_states(tr, order) if tr.optimizer_step else []) if e[2] > 0]
+    for n, k, _ in order:  # clone() in the model dtype, then .float(); the clone is dropped
         out += [("start", f"static.master_clone.{n}", k * w, o_cat, 1), ("start", f"static.master.{n}", k * master, o_cat, 1),
                 ("start", f"static.master_clone.{n}", k * w, o_cat, -1)] if master else []
     if tr.resumed:  # the checkpoint load makes them, before any step (timeline.sim.megatron_load)
-        out += resumed_moments(order, moment, o_cat, distributed=dist, fw=fw or FrameworkSpec())
+        out += resumed_moments(order, o_cat, distributed=dist, fw=fw or FrameworkSpec())
     elif tr.optimizer_step:
-        for n, k in order:
-            out += [("first_step", f"static.moments.{n}.exp_avg", k * moment, o_cat, 1),
-                    ("first_step", f"static.moments.{n}.exp_avg_sq", k * moment, o_cat, 1)]
+        out += [("first_step", f"static.moments.{n}.{state}", k * b, o_cat, 1) for n, k, states in order
+                for state, b in states]
     return [e for e in out if e[2] > 0]
+
+
+#: bytes per element of TE's int16 master remainders
+INT16_BYTES = 2
+#: bytes of the [1] fp32 scale TE keeps per non-fp32 state (``FusedAdam._initialize_state``: ``torch.ones([1])``)
+STATE_SCALE_BYTES = 4
+
+
+def fused_adam_states(tr: TrainingSpec, order: list[MainParam]) -> list[StaticEvent]:
+    """Megatron's precision-aware optimizer (``training.precision_aware``): the optimizer's parameters are the
+    bf16 weights (their shards, views of the param buffer: ``distrib_optimizer.py:
+    _build_model_and_main_param_groups`` keeps ``shard_float16_params_this_group``, Megatron-Core from 972553db35,
+    0.15) and TE's ``FusedAdam.step`` runs ``initialize_state`` per parameter in its first step (TE v2.1 … v2.18,
+    ``pytorch/optimizers/fused_adam.py``): ``exp_avg`` and ``exp_avg_sq`` (``torch.empty_like`` of their dtypes,
+    zeroed), a ``torch.ones([1])`` fp32 scale for each state that is not fp32, then ``master_param``: int16
+    remainders (``store_param_remainders``: ``torch.zeros_like(param, dtype=torch.int16)``), or an
+    ``empty_like`` of ``master_dtype`` filled by ``set_scaled_state(param.clone().detach().float())`` — a clone
+    in the weights' dtype, its fp32 copy (the clone dropped), then the copy dropped."""
+    o_cat = CAT_CODE[Category.OPTIMIZER]
+    w, master = DTYPE_BYTES[tr.dtype], DTYPE_BYTES[tr.master_dtype]
+    out: list[StaticEvent] = []
+    for n, k, states in order:
+        for state, b in states:
+            out.append(("first_step", f"static.moments.{n}.{state}", k * b, o_cat, 1))
+            if b != DTYPE_BYTES["fp32"]:
+                out.append(("first_step", f"static.state_scale.{n}.{state}", STATE_SCALE_BYTES, o_cat, 1))
+        if tr.master_remainders:
+            out.append(("first_step", f"static.master.{n}", k * INT16_BYTES, o_cat, 1))
+            continue
+        out += [("first_step", f"static.master.{n}", k * master, o_cat, 1),
+                ("first_step", f"static.master_clone.{n}", k * w, o_cat, 1),
+                ("first_step", f"static.master_fp32.{n}", k * DTYPE_BYTES["fp32"], o_cat, 1),
+                ("first_step", f"static.master_clone.{n}", k * w, o_cat, -1)]
+        if master != DTYPE_BYTES["fp32"]:
+            out.append(("first_step", f"static.state_scale.{n}.master_param", STATE_SCALE_BYTES, o_cat, 1))
+        out.append(("first_step", f"static.master_fp32.{n}", k * DTYPE_BYTES["fp32"], o_cat, -1))
+    return out
 
 
 def main_grad_copies(tr: TrainingSpec, dev: StaticDevice, expert_rule: str) -> tuple[tuple[str, int], ...]:
     """(name, bytes) of the fp32 copies of the main grads each step makes (none when the grad
     buffer is fp32, or without fp32 main parameters: ``FP32Optimizer`` aliases ``main_grad``)."""
     master, _ = optimizer_element_bytes(tr)
-    if tr.grad_dtype == "fp32" or not master:
+    if tr.grad_dtype == "fp32" or not master or tr.precision_aware:  # precision-aware: decoupled_grad, a view
         return ()
-    return tuple((f"step.main_grad.{n}", k * master) for n, k in main_param_order(dev, tr, expert_rule))
+    return tuple((f"step.main_grad.{n}", k * master) for n, k, _ in main_param_order(dev, tr, expert_rule))

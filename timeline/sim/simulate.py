@@ -2,7 +2,7 @@
 
 - :mod:`timeline.sim.plan`: the schedule, the devices and their chunks, compiled templates,
   the cost model;
-- :mod:`timeline.sim.timing`: the schedule run through the simpy engine → spans per rank;
+- :mod:`timeline.sim.timing`: the schedule run through the engine → spans per rank;
 - :mod:`timeline.sim.expand`: static state and templates shifted to the spans → per-device
   event and op logs.
 

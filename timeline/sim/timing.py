@@ -1,5 +1,5 @@
 """Stage 2 of a simulation, time: the plan's schedule run through the discrete-event engine
-(:mod:`timeline.sim.engine`, simpy) for every iteration, with each action's duration read off
+(:mod:`timeline.sim.engine`) for every iteration, with each action's duration read off
 its compiled phase. The result is each pipeline rank's spans in time order."""
 
 from __future__ import annotations

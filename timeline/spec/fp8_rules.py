@@ -7,15 +7,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from timeline.spec.run import RunSpec
+    from timeline.spec.framework import FrameworkSpec
+    from timeline.spec.run import TrainingSpec
 
 MC_ARGS = "NVIDIA/Megatron-LM@d98e8a64dd:megatron/training/arguments.py: validate_args"
 
 
-def fp8_problems(run: RunSpec, *, reads_framework: bool) -> list[tuple[str, str]]:
+def fp8_problems(tr: TrainingSpec, fw: FrameworkSpec, *, reads_framework: bool) -> list[tuple[str, str]]:
     """(key path, message) of every FP8 setting the run cannot have; ``reads_framework``: the run's
     profile is the megatron one (the only one with Transformer Engine's FP8 linears)."""
-    tr, fw = run.training, run.framework
     out: list[tuple[str, str]] = []
     if tr.fp8_recipe == "none":
         if tr.fp8_param_gather:

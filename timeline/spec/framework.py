@@ -37,6 +37,9 @@ class FrameworkSpec:
                               "GPU generation)")
     transformer_impl: str = spec_field("transformer_engine", choices=("transformer_engine", "local"),
                                        doc="--transformer-impl")
+    use_legacy_models: bool = spec_field(False, doc=(
+        "--use-legacy-models: Megatron-LM's legacy GPT model (megatron/legacy/model; the local implementation "
+        "only, Megatron-Core before 0.18) as its differences from transformer_impl = local"))
     attention_backend: str = spec_field("fused", choices=ATTENTION_BACKENDS,
                                         doc="--attention-backend, after NVTE_*_ATTN switches (auto: fused)")
     dataloader_batch: str = spec_field("none", choices=("none", "tokens", "mask"),
@@ -117,5 +120,9 @@ class FrameworkSpec:
     cuda_graph_scope: str = spec_field("attn", choices=CUDA_GRAPH_SCOPES, doc=(
         "--cuda-graph-scope under the transformer_engine impl: attn (input norm, self-attention, its residual add) "
         "or full (the whole decoder layer)"))
+    layer_wise_layout: str = spec_field("padded", choices=("padded", "compact"), doc=(
+        "Muon's layer-wise optimizer in the distributed optimizer's buffers (training.muon_layer_wise, zero = 1): "
+        "padded (Megatron-Core 0.18.0 on: Muon's matrices packed whole into padded shards), compact (Megatron-LM's "
+        "dev branch from 3b9c248a1b: unpadded, all-reduced, dealt ping-pong)"))
     workspaces: bool = spec_field(True, doc="TE's and PyTorch's persistent cuBLAS workspaces (false: leave "
                                   "them out, e.g. to compare saved tensors alone)")

@@ -2,8 +2,9 @@
 
 One :class:`ModelSpec` covers the layer families the graph builds: GPT-style (LayerNorm,
 GeLU MLP, learned positions), Llama-style (RMSNorm, SwiGLU, RoPE, MHA/GQA), Mixtral/Qwen MoE,
-DeepSeek (MLA, shared + routed experts, MTP), and GPT-OSS (sliding-window and full attention layers,
-a learned softmax sink per head, biased router and experts, a clamped SwiGLU). Field names follow Hugging Face
+DeepSeek (MLA, shared + routed experts, MTP), GPT-OSS (sliding-window and full attention layers,
+a learned softmax sink per head, biased router and experts, a clamped SwiGLU), and hybrid Mamba models
+(Nemotron-H, Megatron-Core's ``MambaModel``: one Mamba-2 mixer, attention, MLP or MoE block per layer). Field names follow Hugging Face
 ``config.json`` so a user can override any of them in ``[model]`` by the name they know;
 :data:`ALIASES` maps other spellings (GPT-2's ``n_embd``, Mixtral's ``num_local_experts``, …).
 """
@@ -73,6 +74,16 @@ class ModelSpec:
     router_bias: bool = spec_field(False, doc="per-expert fp32 score-correction bias (DeepSeek-V3 noaux_tc)")
     norm_topk_prob: bool = spec_field(False, doc="renormalise the top-k routing weights (Qwen-MoE, Mixtral always)")
     mtp_layers: int = spec_field(0, nonneg=True, maximum=64, doc="multi-token-prediction modules (num_nextn_predict_layers)")
+    # Hybrid Mamba models (Nemotron-H config.json names): one character per decoder layer, as Megatron-Core's
+    # megatron/core/ssm/mamba_hybrid_layer_allocation.py Symbols spells it: M Mamba-2 mixer, * self-attention,
+    # - MLP, E MoE; each layer holds that one block (its norm fused into the first linear) and a residual add
+    hybrid_override_pattern: str = spec_field("", doc="hybrid layer kinds, one of M * - E per layer; empty = "
+                                                      "every layer attention + MLP/MoE")
+    mamba_num_heads: int = spec_field(0, nonneg=True, maximum=2**16, doc="0 = 2·hidden_size / mamba_head_dim")
+    mamba_head_dim: int = spec_field(64, positive=True, maximum=2**16)
+    ssm_state_size: int = spec_field(128, positive=True, maximum=2**16, doc="Mamba-2 state size (d_state)")
+    n_groups: int = spec_field(8, positive=True, maximum=2**16, doc="Mamba-2 B/C groups")
+    conv_kernel: int = spec_field(4, positive=True, maximum=64, doc="Mamba-2 causal conv1d width (d_conv)")
 
     # -- derived -------------------------------------------------------------------
     @property
@@ -147,8 +158,29 @@ class ModelSpec:
         return layer < len(self.layer_types) and self.layer_types[layer] == "sliding_attention" \
             and self.sliding_window > 0
 
+    @property
+    def is_hybrid(self) -> bool:
+        return bool(self.hybrid_override_pattern)
+
+    def layer_kind(self, layer: int) -> str:
+        """What decoder layer ``layer`` holds: ``M`` a Mamba mixer, ``*`` attention, ``-`` an MLP, ``E`` an MoE
+        block (hybrid models), or ``T`` a transformer layer (attention then MLP/MoE). MTP layers past the
+        pattern are transformer layers."""
+        if layer < len(self.hybrid_override_pattern):
+            return self.hybrid_override_pattern[layer]
+        return "T"
+
+    @property
+    def mamba_heads(self) -> int:
+        """Mamba-2 heads: ``mamba_num_heads``, else ``expand · hidden_size / head_dim`` with expand = 2
+        (Megatron-LM megatron/core/ssm/mamba_mixer.py: MambaMixer.__init__, ``expand=2``)."""
+        return self.mamba_num_heads or 2 * self.hidden_size // self.mamba_head_dim
+
     def is_moe_layer(self, layer: int) -> bool:
-        """Whether decoder layer ``layer`` (0-based) has an MoE block (DeepSeek/Qwen rules)."""
+        """Whether decoder layer ``layer`` (0-based) has an MoE block (DeepSeek/Qwen rules; a hybrid
+        pattern's ``E`` layers)."""
+        if self.is_hybrid and layer < len(self.hybrid_override_pattern):
+            return self.is_moe and self.hybrid_override_pattern[layer] == "E"
         if not self.is_moe or layer < self.first_k_dense_replace:
             return False
         return (layer - self.first_k_dense_replace) % self.moe_layer_freq == 0 if self.moe_layer_freq > 1 \

@@ -19,6 +19,8 @@ from timeline.spec.trace import CapturedTrace
 #: ``--fp8-recipe`` values modelled (blockwise and mxfp8 are refused by from-megatron, with why)
 FP8_RECIPES = ("none", "delayed", "tensorwise")
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts")
+#: ``[training] optimizer``: whose per-parameter state the static state holds
+OPTIMIZERS = ("adam", "sgd", "muon")
 #: simulated iterations at most: the second already shows the steady state
 MAX_ITERATIONS = 1000
 #: the ``[schedule] kind`` names, from the one table of kinds (:data:`timeline.spec.schedule_rules.SCHEDULES`)
@@ -36,6 +38,10 @@ class ParallelSpec:
     etp: int = spec_field(1, positive=True, maximum=2**20, doc="expert tensor-parallel ranks (default: tp)")
     dp: int = spec_field(1, positive=True, maximum=2**20, doc="data-parallel ranks")
     layout: tuple[int, ...] | None = spec_field(None, nonneg=True, maximum=MAX_LAYERS, doc="layers per virtual stage")
+    mtp_stage: int | None = spec_field(None, nonneg=True, maximum=2**20, doc=(
+        "virtual stage (0-based, layout order) holding all MTP layers; default: the last, with the loss. An "
+        "earlier stage runs them apart from the loss (Megatron-Core >= 0.16's standalone MTP): it receives the "
+        "hidden states, holds its own embedding and sends the main and MTP hidden states on, concatenated"))
 
     @property
     def edp(self) -> int:
@@ -64,6 +70,24 @@ class TrainingSpec:
     grad_dtype: str = spec_field("fp32", choices=DTYPES)
     master_dtype: str = spec_field("fp32", choices=DTYPES)
     moment_dtype: str = spec_field("fp32", choices=DTYPES)
+    exp_avg_sq_dtype: str = spec_field("", choices=("",) + DTYPES, doc="Adam's second moment when it differs from "
+                                       "moment_dtype (Megatron's precision-aware --exp-avg-sq-dtype; '' = moment_dtype)")
+    optimizer: str = spec_field("adam", choices=OPTIMIZERS, doc="the optimizer's per-parameter state "
+                                "(timeline.graph.optim_state): adam (two moments), sgd (a momentum buffer unless "
+                                "sgd_momentum = 0), muon (a momentum buffer for 2-D hidden matrices, Adam for the rest; "
+                                "megatron profile only)")
+    sgd_momentum: float = spec_field(0.9, nonneg=True, maximum=1.0, doc="SGD's momentum (0: no momentum buffer)")
+    weight_decay: float = spec_field(0.01, nonneg=True, maximum=1e3, doc="Megatron --weight-decay: SGD's foreach step "
+                                     "makes its decayed gradients as a copy where it is not 0")
+    muon_layer_wise: bool = spec_field(False, doc="Muon's layer-wise distributed optimizer (Megatron --optimizer "
+                                       "dist_muon): each dp·cp rank keeps the main parameters and states of whole "
+                                       "parameters; zero = 0: dealt by size over unsharded buffers (Megatron-Core "
+                                       "0.18), zero = 1: by their shard of the distributed optimizer's buffers (0.19)")
+    precision_aware: bool = spec_field(False, doc="Megatron --use-precision-aware-optimizer: TE's FusedAdam makes "
+                                       "the master weights (master_dtype) with the moments in its first step; Megatron "
+                                       "makes no main parameters and no main-grad copies; needs zero = 1")
+    master_remainders: bool = spec_field(False, doc="precision_aware with fp32 masters of bf16 weights: TE keeps the "
+                                         "16 bits the bf16 weight lacks (int16 store_param_remainders), not fp32")
     zero: int = spec_field(0, choices=(0, 1, 2, 3))
     fp8_recipe: str = spec_field("none", choices=FP8_RECIPES, doc=(
         "Megatron --fp8-recipe under --fp8-format (megatron profile): the Transformer Engine linears of every "

@@ -9,6 +9,7 @@ replica) come from the caller (``timeline.profiles.LIMITS``): this layer knows n
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from typing import Protocol
@@ -17,8 +18,10 @@ from timeline.spec.cp_rules import cp_comm_problems
 from timeline.spec.cuda_graph_rules import cuda_graph_problems
 from timeline.spec.fp8_rules import fp8_problems
 from timeline.spec.framework import FrameworkSpec
+from timeline.spec.legacy_rules import legacy_problems
 from timeline.spec.model import ModelSpec
-from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec
+from timeline.spec.mtp_rules import mtp_stage_problems
+from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec, TrainingSpec
 from timeline.spec.schedule_rules import schedule_problems
 
 #: ``[parallel]`` keys a single-device profile requires to be 1
@@ -80,10 +83,35 @@ def model_problems(m: ModelSpec) -> list[tuple[str, str]]:
              "give one attention kind per decoder layer (or set both together)"))
     if "sliding_attention" in m.layer_types and not m.sliding_window:
         add(("model.sliding_window", "layer_types names sliding_attention layers; give sliding_window ≥ 1"))
+    problems += hybrid_problems(m)
     if m.first_k_dense_replace > m.num_hidden_layers:
         add(("model.first_k_dense_replace", f"{m.first_k_dense_replace} exceeds num_hidden_layers="
              f"{m.num_hidden_layers}; use at most {m.num_hidden_layers} (all dense)"))
     return problems
+
+
+def hybrid_problems(m: ModelSpec) -> list[tuple[str, str]]:
+    """A hybrid pattern as Megatron-Core's ``mamba_hybrid_layer_allocation.py: _allocate_override`` checks it
+    (length and symbols), and the Mamba mixer's own assertions (``mamba_mixer.py: MambaMixer.__init__``)."""
+    if not m.is_hybrid:
+        return []
+    key = "model.hybrid_override_pattern"
+    out: list[tuple[str, str]] = []
+    pattern = m.hybrid_override_pattern
+    if len(pattern) != m.num_hidden_layers:
+        out.append((key, f"{len(pattern)} layers for num_hidden_layers={m.num_hidden_layers}; give one symbol per "
+                         "decoder layer"))
+    bad = sorted(set(pattern) - set("M*-E"))
+    if bad:
+        out.append((key, f"{''.join(bad)!r} is not a layer symbol; use M (Mamba), * (attention), - (MLP), E (MoE)"))
+    if "E" in pattern and not m.is_moe:
+        out.append((key, "E (MoE) layers need n_routed_experts ≥ 1"))
+    if m.mtp_layers:
+        out.append(("model.mtp_layers", "multi-token prediction in a hybrid model (its own layer pattern) is not "
+                                        "modelled; set mtp_layers = 0"))
+    if m.mamba_heads % m.n_groups:
+        out.append(("model.n_groups", f"{m.n_groups} does not divide mamba heads {m.mamba_heads}"))
+    return out
 
 
 def chunk_sizes(par: ParallelSpec, num_layers: int) -> list[int]:
@@ -139,6 +167,16 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
              f"{m.num_attention_heads}"))
     if m.intermediate_size % par.tp and not all(m.is_moe_layer(i) for i in range(m.num_hidden_layers)):
         add(("parallel.tp", f"{par.tp} does not divide intermediate_size={m.intermediate_size}"))
+    if m.is_hybrid and "M" in m.hybrid_override_pattern:
+        if m.mamba_heads % par.tp or m.n_groups % par.tp:  # mamba_mixer.py: MambaMixer.__init__ asserts
+            add(("parallel.tp", f"{par.tp} does not divide the Mamba heads ({m.mamba_heads}) and groups "
+                 f"({m.n_groups}); use one of {_divisors(math.gcd(m.mamba_heads, m.n_groups))}"))
+        if par.cp > 1 and (m.n_groups // par.tp) % par.cp:  # MambaContextParallel: group_repeat_count > 1
+            add(("parallel.cp", f"{par.cp} does not divide the Mamba groups per TP rank ({m.n_groups}/{par.tp}): "
+                 "the repeated B/C groups are not modelled; use a cp that divides them"))
+        if run.profile != "megatron":
+            add(("model.profile", "a hybrid Mamba model is modelled as Megatron-Core runs it; use profile = "
+                 '"megatron"'))
     if run.sp_enabled and tr.seq_len % par.tp:
         add(("training.seq_len", f"{tr.seq_len} is not divisible by tp={par.tp}, which sequence "
              "parallelism needs; use a multiple of tp or set parallel.sp = false"))
@@ -187,12 +225,16 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
 
     # -- profiles and ZeRO -------------------------------------------------------------------
     life = limits.get(run.profile)
+    if not any(k == "parallel.layout" for k, _ in problems):
+        problems += mtp_stage_problems(par, chunk_sizes(par, layers), mtp_layers=m.mtp_layers, schedule_kind=kind,
+                                       framework=run.framework, reads_framework=life is not None and life.reads_framework)
     if life is None:
         add(("model.profile", f"{run.profile!r} is not valid; use one of {', '.join(profiles)}"))
     elif tr.zero > life.max_zero:
         add(("training.zero", f"zero = {tr.zero} is not available with profile = \"{run.profile}\" "
              f"({life.zero_note}); use zero = {' or '.join(map(str, range(life.max_zero + 1)))}, or "
              f"profile = \"{life.instead}\""))
+    problems += optimizer_problems(tr, run.profile, traced=run.trace is not None)
     if life is not None and life.single_device:
         for key in MODEL_PARALLEL_KEYS:
             if getattr(par, key) > 1:
@@ -256,7 +298,8 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
     if run.schedule.combined_1f1b and not (life is not None and life.reads_framework):
         add(("schedule.combined_1f1b", 'models Megatron-Core\'s schedule-plan nodes: set profile = "megatron"'))
     problems += cp_comm_problems(fw, m, par)
-    problems += fp8_problems(run, reads_framework=life is not None and life.reads_framework)
+    problems += legacy_problems(fw, m, par)
+    problems += fp8_problems(run.training, run.framework, reads_framework=life is not None and life.reads_framework)
     problems += cuda_graph_problems(run)
     if fw.defer_embedding_wgrad and (par.pp == 1 or not fw.gradient_accumulation_fusion):
         # MC model_parallel_config.py: ModelParallelConfig.__post_init__ raises for either
@@ -295,3 +338,28 @@ def run_recompute_problems(rc: RecomputeSpec, par: ParallelSpec, m: ModelSpec,
             if mod in rc.modules and not m.is_moe:
                 add(("recompute.modules", f'"{mod}" needs a mixture-of-experts model; {m.name} is dense'))
     return problems
+
+
+def optimizer_problems(tr: TrainingSpec, profile: str, *, traced: bool) -> list[tuple[str, str]]:
+    """The optimizer's fields against each other and the profile: only the ``megatron`` profile lays out
+    SGD's, Muon's and the precision-aware Adam's states (:mod:`timeline.graph.optim_state`)."""
+    out = list[tuple[str, str]]()
+    megatron = profile == "megatron" and not traced
+    for key, given in (("optimizer", tr.optimizer != "adam"), ("exp_avg_sq_dtype", bool(tr.exp_avg_sq_dtype))):
+        if given and not megatron:
+            out.append((f"training.{key}", 'is modelled with profile = "megatron" (and no captured trace) only; '
+                        'remove it or use profile = "megatron"'))
+    if tr.muon_layer_wise and tr.optimizer != "muon":
+        out.append(("training.muon_layer_wise", f'needs optimizer = "muon" (optimizer is "{tr.optimizer}"); remove it'))
+    if tr.precision_aware and not (megatron and tr.optimizer == "adam" and tr.zero == 1 and not tr.resumed):
+        out.append(("training.precision_aware", "TE's FusedAdam holding the masters is modelled for Adam under "
+                    "Megatron's distributed optimizer (profile = \"megatron\", zero = 1), not in a resumed run; "
+                    "remove it"))
+    if tr.master_remainders and not (tr.precision_aware and tr.master_dtype == "fp32" and tr.dtype == "bf16"):
+        out.append(("training.master_remainders", "needs precision_aware = true with bf16 weights and "
+                    "master_dtype = \"fp32\" (TE stores the remainders of fp32 masters of bf16 weights); remove it"))
+    if tr.optimizer == "muon" and tr.zero and not tr.muon_layer_wise:
+        out.append(("training.zero", "Muon keeps whole parameters per rank, never the distributed optimizer's "
+                    "shards: set zero = 0, or muon_layer_wise = true (Megatron's layer-wise distribution; with "
+                    "zero = 1 in the distributed optimizer's buffers)"))
+    return out

@@ -1,10 +1,15 @@
 """One decoder layer's forward ops: attention (MHA/GQA or MLA) and MLP (dense or MoE) sub-blocks, each
 followed by dropout (where the profile has it) and a residual add. Ops carry a ``sub:attn`` or
-``sub:ffn`` tag so full recompute can checkpoint the sub-blocks apart (paper profile)."""
+``sub:ffn`` tag so full recompute can checkpoint the sub-blocks apart (paper profile).
+
+A hybrid model's layer runs the one sub-block its pattern names (``M`` the Mamba mixer, ``*`` attention,
+``-`` MLP, ``E`` MoE), each with its bias-dropout-add (Megatron-LM ``ssm/mamba_layer.py: MambaLayer.forward``
+``mamba_bda``; ``ssm/mlp_layer.py: MLPLayer`` and the attention-only ``TransformerLayer`` of
+``models/mamba/mamba_layer_specs.py: mamba_stack_spec``)."""
 
 from __future__ import annotations
 
-from timeline.graph.families import attention, mla, mlp
+from timeline.graph.families import attention, mamba, mla, mlp
 from timeline.graph.families import moe as moe_block
 from timeline.graph.families.common import add, dropout
 from timeline.graph.ir import Builder
@@ -17,11 +22,28 @@ def _tag(b: Builder, start: int, tag: str) -> None:
 
 
 def forward(b: Builder, layer: int, prefix: str, x: TensorDef, *, moe: bool) -> TensorDef:
+    kind = b.model.layer_kind(layer)
+    if kind == "M":
+        start = len(b.ops)
+        y = dropout(b, f"{prefix}.mixer.dropout", mamba.forward(b, prefix, x, layer), layer)
+        out = add(b, f"{prefix}.mixer_residual", y, x, layer, out=f"{prefix}.output")
+        _tag(b, start, "sub:attn")
+        return out
+    if kind in "-E":
+        return _ffn(b, layer, prefix, x, moe=moe)
     start = len(b.ops)
     a = (mla.forward if b.model.is_mla else attention.forward)(b, prefix, x, layer)
     a = dropout(b, f"{prefix}.self_attn.dropout", a, layer)
+    if kind == "*":
+        h = add(b, f"{prefix}.attn_residual", a, x, layer, out=f"{prefix}.output")
+        _tag(b, start, "sub:attn")
+        return h
     h = add(b, f"{prefix}.attn_residual", a, x, layer)
     _tag(b, start, "sub:attn")
+    return _ffn(b, layer, prefix, h, moe=moe)
+
+
+def _ffn(b: Builder, layer: int, prefix: str, h: TensorDef, *, moe: bool) -> TensorDef:
     start = len(b.ops)
     if moe:
         f = moe_block.forward(b, prefix, h, layer)

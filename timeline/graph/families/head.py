@@ -5,7 +5,7 @@ separate last stage Megatron keeps a synchronised copy (``word_embeddings`` on t
 stage), counted under ``head``. :func:`local_vocab` reads the local vocabulary rows back off the
 built parameters, for the op builders.
 
-Forward ops (:func:`forward`): final norm, vocabulary-parallel output linear (SP all-gather, local
+Forward ops (:func:`forward`; :func:`loss` without the norm): final norm, vocabulary-parallel output linear (SP all-gather, local
 shard saved) and the vocab-parallel cross-entropy, which keeps fp32 softmax numerators
 (``exp_logits``) and, under Megatron, the target mask and masked targets; under HF (``upcast_fp32``)
 the logits are copied to fp32 first and the loss keeps the fp32 log-softmax, the shifted labels and
@@ -46,8 +46,12 @@ def local_vocab(params: Mapping[str, TensorDef]) -> int:
 
 def forward(b: Builder, prefix: str, norm_name: str, x: TensorDef, layer: int | None) -> TensorDef:
     """Final norm → logits → loss; returns the scalar loss."""
+    return loss(b, prefix, norm.forward(b, norm_name, x, layer), layer)
+
+
+def loss(b: Builder, prefix: str, ln: TensorDef, layer: int | None) -> TensorDef:
+    """Logits → loss of already normalised hidden states ``ln``; returns the scalar loss."""
     vocab = local_vocab(b.params)
-    ln = norm.forward(b, norm_name, x, layer)
     logits = column_linear(b, f"{prefix}.output_layer", ln, vocab, layer, buffered=b.table.head_gather_buffer)
     if b.table.upcast_fp32:  # ForCausalLMLoss: logits.float()
         logits = upcast(b, f"{prefix}.output_layer.upcast", logits, layer)

@@ -78,10 +78,10 @@ def activation(b: Builder, name: str, x: TensorDef, layer: int, ffn: int, *, rul
         extras["clamped"] = b.tensor(f"{name}.clamped", (x.shape[0], 2 * ffn))
         extras["linear_offset"] = b.tensor(f"{name}.linear_offset", (1,))
     elif b.model.gated_mlp:
-        rule = rule or "swiglu"
+        rule = rule or ("swiglu_ops" if b.table.swiglu_ops else "swiglu")
         if probs is not None:
             inputs["probs"] = probs
-        if b.table.swiglu_extra:
+        if b.table.swiglu_extra or b.table.swiglu_ops:
             extras["silu"] = b.tensor(f"{name}.silu", (x.shape[0], ffn))
     elif probs is not None:  # Megatron experts, unfused: activation_func(x) * probs (the mul keeps both)
         rule = "weighted_act"

@@ -7,6 +7,13 @@ Forward ops (:func:`forward`, Megatron ``multi_token_prediction.py``):
 embedding of the shifted tokens, enorm and hnorm, concatenation, eh_proj, one decoder layer,
 the shared head's norm, the (shared) output layer and its loss. eh_proj is modelled on the
 sequence-parallel rows without its TP collectives (a small approximation).
+
+MTP on a stage of its own, apart from the loss (Megatron-Core ≥ 0.16, ``parallel.mtp_stage``):
+:func:`forward_apart` runs the modules in turn, each on the previous one's output
+(``MultiTokenPredictionBlock.forward``), then takes the ``torch.cat`` of the received hidden states and every
+module's output along the sequence — the tensor the stage sends on; :func:`heads_apart` is the loss
+stage's side (``GPTModel._postprocess``): ``torch.chunk`` of the received tensor (views), each MTP
+part's output layer and loss, then the main part's.
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ def embedding_params(ctx: BuildCtx) -> list[TensorDef]:
     return embedding.params(ctx, prefix="mtp.embedding", module="mtp")
 
 
-def forward(b: Builder, index: int, hidden: TensorDef) -> None:
+def module(b: Builder, index: int, hidden: TensorDef) -> TensorDef:
+    """MTP module ``index`` on ``hidden`` up to its decoder layer's output (before the shared head's norm)."""
     m = b.model
     layer = m.num_hidden_layers + index
     p = f"mtp.{index}"
@@ -46,6 +54,38 @@ def forward(b: Builder, index: int, hidden: TensorDef) -> None:
     cat = b.tensor(f"{p}.concat", (e.shape[0], 2 * m.hidden_size))
     b.op(f"{p}.concat_op", "concat", layer, {"e": e, "h": hn}, {"y": cat})
     x = linear(b, f"{p}.eh_proj", cat, m.hidden_size, layer)
-    x = decoder.forward(b, layer, f"{p}.layer", x, moe=m.is_moe_layer(layer))
-    head.forward(b, p, f"{p}.shared_head.norm", x, layer)
+    return decoder.forward(b, layer, f"{p}.layer", x, moe=m.is_moe_layer(layer))
 
+
+def forward(b: Builder, index: int, hidden: TensorDef) -> None:
+    """MTP module ``index`` with the head and loss on its own stage (the default placement)."""
+    p = f"mtp.{index}"
+    head.forward(b, p, f"{p}.shared_head.norm", module(b, index, hidden), b.model.num_hidden_layers + index)
+
+
+def forward_apart(b: Builder, indices: list[int], hidden: TensorDef) -> TensorDef:
+    """A standalone MTP stage: the modules ``indices`` in turn, each on the previous one's normalised
+    output (``MultiTokenPredictionLayer._postprocess``: ``final_layernorm``), then the ``torch.cat`` of
+    ``hidden`` and each output along the sequence (``MultiTokenPredictionBlock.forward``, core_v0.16.0 …
+    d98e8a64dd), which the stage sends on; the concatenation keeps nothing for backward."""
+    parts, h = [hidden], hidden
+    for k in indices:
+        h = norm.forward(b, f"mtp.{k}.shared_head.norm", module(b, k, h), b.model.num_hidden_layers + k)
+        parts.append(h)
+    out = b.tensor("mtp.hidden_states", (sum(t.shape[0] for t in parts), hidden.shape[1]))
+    b.op("mtp.concat_hidden", "concat", None, {f"h{i}": t for i, t in enumerate(parts)}, {"y": out})
+    return out
+
+
+def heads_apart(b: Builder, received: TensorDef, mtp_layers: int) -> None:
+    """The loss stage after a standalone MTP stage (``GPTModel._postprocess``, core_v0.16.0 … d98e8a64dd):
+    ``torch.chunk(hidden_states, 1 + mtp_num_layers)`` gives views of the received tensor (which the
+    output layers' saved inputs therefore keep whole, and whose one gradient is sent back); each MTP part's
+    output layer and loss run first, then the main part's. No norm runs here: the MTP parts are normalised
+    on the MTP stage, the main part on the stage of the last decoder layer."""
+    rows = received.shape[0] // (1 + mtp_layers)
+    parts = [replace(received, name=f"{received.name}.part{i}", shape=(rows, *received.shape[1:]))
+             for i in range(1 + mtp_layers)]
+    for k in range(mtp_layers):
+        head.loss(b, f"mtp.{k}", parts[k + 1], b.model.num_hidden_layers + k)
+    head.loss(b, "output", parts[0], None)

@@ -28,16 +28,20 @@ def forward(b: Builder, name: str, x: TensorDef, layer: int | None, *, kind: str
     which the norm then keeps alive whole); ``groups`` normalises each row in that many equal parts
     (a per-head norm: one rsigma per row and head). Under a table with ``upcast_fp32`` (HF's Python
     RMSNorm) a 16-bit input is first copied to fp32 by its own op, the norm reads the copy, and
-    the 16-bit normalised tensor is an extra (fp32 where the model has ``norm_output_fp32``)."""
+    the 16-bit normalised tensor is an extra (fp32 where the model has ``norm_output_fp32``); a table with
+    ``rmsnorm_ops`` (Megatron's legacy RMSNorm) does the same under its own rule."""
     kind = kind or b.model.norm
     y = b.tensor(f"{name}.out", x.shape if cols is None else (rows(x), cols))
     extras = {"rsigma": b.tensor(f"{name}.rsigma", (rows(x) * groups,), "fp32")}
     if kind == "layernorm":
         extras["mu"] = b.tensor(f"{name}.mu", (rows(x) * groups,), "fp32")
-    elif b.table.upcast_fp32:  # normed: x·rsqrt, cast back before the weight — or after it (GPT-OSS)
+    elif b.table.upcast_fp32 or b.table.rmsnorm_ops:  # normed: x·rsqrt, cast back before the weight — or
+        # after it (GPT-OSS)
         extras["normed"] = b.tensor(f"{name}.normed", x.shape,
                                     "fp32" if b.table.model_code and b.model.norm_output_fp32 else None)
         x = upcast(b, f"{name}.upcast", x, layer, tags=tags)
+    if rule is None and kind == "rmsnorm" and b.table.rmsnorm_ops:
+        rule = "rmsnorm_ops"
     b.op(name, rule or kind, layer, {"x": x}, {"y": y}, extras=extras, flops=5.0 * y.shape[0] * y.shape[1],
          tags=tags)
     return y

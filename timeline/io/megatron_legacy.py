@@ -1,0 +1,63 @@
+"""``--use-legacy-models`` → ``[framework] use_legacy_models``: Megatron-LM's legacy GPT model
+(``megatron/legacy/model``), modelled as the local Megatron-Core model's differences
+(:mod:`timeline.profiles.megatron_legacy`), and a one-line refusal for each thing the legacy path
+cannot run or runs through code that is not modelled.
+
+Read at ``NVIDIA/Megatron-LM@60166922d3`` (``pretrain_gpt.py: model_provider``, ``megatron/legacy/model/
+transformer.py``, ``megatron/training/arguments.py: validate_args``) and checked unchanged in what it
+decides to core_v0.17.0; Megatron-LM 39ec5ebeb4 (2026-05-06) removed the legacy GPT code, and no release
+from 0.18.0 on parses the argument (:func:`timeline.io.megatron_versions.check_argument` refuses it there).
+"""
+
+from __future__ import annotations
+
+from timeline.errors import UserError
+from timeline.io.megatron_map import ArgReader, Conversion
+
+FLAG = "--use-legacy-models"
+
+#: memory-neutral arguments (megatron_neutral.py) read only to refuse them with the legacy model
+CHECKED_ONLY = ("--use-flash-attn",)
+
+#: arguments whose legacy path is not modelled (or that Megatron-LM refuses with the legacy model), and why
+REFUSED = {
+    "--num-experts": "the legacy model's experts are transformer.py: SwitchMLP (sinkhorn top-1 routing, "
+                     "one ParallelMLP per local expert), which is not modelled",
+    "--use-flash-attn": "the legacy model's transformer.py: FlashSelfAttention calls flash-attn's varlen "
+                        "interface on bshd copies; its workspaces are not modelled",
+    "--multi-latent-attention": "the legacy model has no MLA (transformer.py: ParallelAttention)",
+    "--qk-layernorm": "the legacy model has no q/k layernorm (transformer.py: ParallelAttention ignores it)",
+    "--mtp-num-layers": "the legacy model has no MTP",
+}
+
+
+def legacy_model(a: ArgReader, c: Conversion) -> None:
+    """Map ``--use-legacy-models`` (written only when given) or raise a one-line UserError."""
+    if not a.flag(FLAG):
+        return
+    impl = a.str("--transformer-impl", "transformer_engine")
+    if impl != "local":
+        raise UserError(f"{FLAG} with --transformer-impl {impl}: the legacy model then builds TE's "
+                        "TransformerLayer (megatron/legacy/model/transformer.py: ParallelTransformer), which is "
+                        "not modelled; give --transformer-impl local")
+    for name, why in REFUSED.items():
+        if a.raw.get(name) not in (None, False, 0):
+            raise UserError(f"{name} with {FLAG}: {why}")
+    if c.sections["parallel"].get("cp", 1) > 1:
+        raise UserError(f"--context-parallel-size with {FLAG}: Megatron-LM refuses it (arguments.py: "
+                        "validate_args, \"Context parallelism is not supported in legacy models\")")
+    fmt = a.str("--ckpt-format", "torch_dist")
+    if fmt != "torch":
+        raise UserError(f"--ckpt-format {fmt} with {FLAG}: Megatron-LM refuses it (arguments.py: validate_args, "
+                        "\"legacy model format only supports the 'torch' checkpoint format\"); give --ckpt-format torch")
+    pos = str(a.raw.get("--position-embedding-type", "learned_absolute"))
+    if pos not in ("learned_absolute", "rope"):
+        raise UserError(f"--position-embedding-type {pos} with {FLAG}: the legacy model builds learned absolute "
+                        "or rope position embeddings only (language_model.py: TransformerLanguageModel)")
+    # transformer.py: ParallelAttention checkpoints core attention alone under selective recompute
+    mods = c.sections.get("recompute", {}).get("modules", ["core_attn"])
+    if c.sections.get("recompute", {}).get("policy") == "selective" and list(mods) != ["core_attn"]:
+        raise UserError(f"--recompute-modules {' '.join(mods)} with {FLAG}: the legacy model recomputes core "
+                        "attention only (transformer.py: ParallelAttention.checkpoint_core_attention); give "
+                        "--recompute-modules core_attn")
+    c.put("framework.use_legacy_models", True, FLAG)

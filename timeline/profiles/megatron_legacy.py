@@ -1,0 +1,74 @@
+"""Megatron-LM's legacy GPT model (``--use-legacy-models``, ``[framework] use_legacy_models``) as its
+differences from the local Megatron-Core model (``--transformer-impl local``) the ``megatron`` profile
+already models.
+
+Read at ``NVIDIA/Megatron-LM@60166922d3`` (2025-02-03, the commit of the collected legacy records; the
+memory-relevant code is the same at core_v0.12.0 … core_v0.17.x, the last release with
+``megatron/legacy/model/gpt_model.py``, removed by 39ec5ebeb4 for 0.18.0). ``pretrain_gpt.py:
+model_provider`` builds ``megatron.legacy.model.GPTModel`` with ``parallel_output=True``; per layer
+(``megatron/legacy/model/transformer.py: ParallelTransformerLayer.forward``) that is, *as the local Core
+layer* (``core/models/gpt/gpt_layer_specs.py: get_gpt_layer_local_spec``):
+
+- the norms before attention and the MLP are apart from the linears (``utils.py: get_norm`` →
+  ``fused_layer_norm.py: MixedFusedLayerNorm``, apex's ``fused_layer_norm_affine`` / ``FastLayerNormFN``,
+  as Core's ``FusedLayerNorm``);
+- ``ParallelAttention.forward``: one ``query_key_value`` ColumnParallelLinear output, viewed
+  ``[s, b, ng, (np/ng + 2)·hn]`` and ``torch.split`` into q, k, v views (Core's ``mixed_qkv``), held until
+  ``self.dense`` returns; ``CoreAttention.forward`` is Core's ``DotProductAttention.forward`` op for op
+  (baddbmm into the ``"mpu"`` GlobalMemoryBuffer, ``FusedScaleMaskSoftmax``, attention dropout, bmm), and
+  ``--recompute-granularity selective`` checkpoints exactly it (``_checkpointed_attention_forward``);
+- ``ParallelMLP.forward``: ``bias_gelu_impl`` (``fused_bias_gelu.py``: GeLUFunction keeps input and bias)
+  or, without the fusion, ``x + bias`` then ``F.gelu`` (keeps the sum); ``bias_dropout_add_fused_train``
+  (jit_fuser) as Core's ``bias_dropout_add``;
+- ``language_model.py: Embedding.forward`` (word + learned position embeddings, transposed, scattered
+  under SP, dropout) and ``parallel_lm_logits`` (``linear_with_grad_accumulation_and_async_allreduce``);
+  ``gpt_model.py: post_language_model_processing`` passes ``output.float()`` to
+  ``vocab_parallel_cross_entropy``, whose ``calculate_logits_max`` ``.float()`` is then the identity and
+  whose in-place steps turn that copy into ``exp_logits`` — the one fp32 [s, b, v/tp] tensor Core's loss
+  makes inside the function;
+- ``ParallelTransformer._checkpointed_forward`` (uniform / block) as Core's ``TransformerBlock``.
+
+What differs, and is modelled here:
+
+- ``rms_norm.py: RMSNorm.forward`` is torch ops: ``self._norm(x.float()).type_as(x) * self.weight`` —
+  ``x.float()`` (an fp32 copy ``pow`` and the product keep), ``rsqrt`` (keeps its fp32 [rows, 1] result),
+  ``.type_as(x)`` (a 16-bit copy the weight's product keeps): ``Structure.rmsnorm_ops``;
+- ``ParallelMLP`` with ``--swiglu`` runs ``torch.chunk`` then ``F.silu(x[0]) * x[1]``: silu keeps its input
+  (a view of the fc1 output, kept whole) and the product keeps silu's output and the up half:
+  ``Structure.swiglu_ops`` (Core's ``bias_swiglu_impl`` keeps the fc1 output only).
+
+What the legacy model cannot run, or runs through code not modelled, ``timeline from-megatron`` refuses
+(:mod:`timeline.io.megatron_legacy`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from timeline.profiles.base import SaveRule, SaveRules, Structure
+
+LEGACY = "NVIDIA/Megatron-LM@60166922d3:megatron/legacy/model"
+
+RULES: dict[str, SaveRule] = {
+    "upcast": SaveRule(source=f"{LEGACY}/rms_norm.py: RMSNorm.forward — x.float() (ToCopyBackward keeps nothing; "
+                              "the copy is kept by the norm's ops)"),
+    "rmsnorm_ops": SaveRule(saves=("in:x", "extra:rsigma", "extra:normed"),
+                            source=f"{LEGACY}/rms_norm.py: RMSNorm._norm — x.pow(2) and x * rsqrt(…) keep the fp32 "
+                                   "copy x, rsqrt keeps its fp32 [rows, 1] result; forward's .type_as(x) * "
+                                   "self.weight keeps the 16-bit normalised tensor"),
+    "swiglu_ops": SaveRule(saves=("in:x", "extra:silu"),
+                           source=f"{LEGACY}/transformer.py: ParallelMLP.__init__ swiglu — torch.chunk(x, 2, -1) "
+                                  "views; F.silu(x[0]) keeps its view of the fc1 output (the whole output), "
+                                  "F.silu(x[0]) * x[1] keeps silu's output and the up view"),
+}
+
+
+def extend(rules: SaveRules) -> SaveRules:
+    """``rules`` (the megatron rules) with the legacy model's rules added; no rule is replaced."""
+    return rules.extended(RULES)
+
+
+def configure(table: Structure) -> Structure:
+    """The local Core structure (``table``, configured for ``--transformer-impl local``) as the legacy
+    model runs it: torch-op RMSNorm and SwiGLU."""
+    return replace(table, rmsnorm_ops=True, swiglu_ops=True)
