@@ -50,25 +50,36 @@ class GraphedTemplates:
     train: ChunkTemplate  # replayed: the graphed ops allocate nothing
     capture: ChunkTemplate  # captured: the graphed ops alone, allocating in the pool
     layers: tuple[int, ...]  # decoder layers graphed in this chunk
-    #: storages of the graphs' boundary: static outputs (made by a graphed op, freed by an eager one) and
-    #: static grad inputs (made by a graphed backward op, freed by an eager one)
-    boundary: frozenset[str]
+    #: per graphed layer, its graph's static outputs: storages a graphed forward op makes and an eager op frees
+    outputs: dict[int, frozenset[str]]
+    #: per graphed layer, its graph's static grad inputs: storages a graphed backward op makes and an eager op
+    #: frees (the gradient of the graph's input)
+    grad_inputs: dict[int, frozenset[str]]
 
 
 def split(t: ChunkTemplate, scope: str) -> GraphedTemplates:
+    """The replayed and the captured templates of chunk template ``t`` under ``scope``."""
     phases = (t.forward, t.backward_i, t.backward_w, t.backward)
     pool = {a.storage for ops in phases for op in ops if graphed(op, scope) for a in op.allocs}
-    # eager storages a graphed backward op frees: the graph copied them in; dropped after its forward
-    made_fwd = {a.storage for op in t.forward for a in op.allocs}
+    # eager storages a graphed backward op frees: the graph copied them in; dropped after its forward — but
+    # for the chunk's received input, which the schedule holds to its backward (schedules.py:
+    # forward_backward_pipelining_with_interleaving, input_tensors[chunk] popped by backward_step_helper)
+    made_fwd = {a.storage for op in t.forward if op.name != "recv_forward" for a in op.allocs}
     copied = {f for ops in phases[1:] for op in ops if graphed(op, scope) for f in op.frees
               if f not in pool and f in made_fwd}
     freed_by_eager = {f for ops in phases for op in ops if not graphed(op, scope) for f in op.frees}
-    boundary = frozenset(pool & freed_by_eager)
     last_fwd = {op.layer: i for i, op in enumerate(t.forward) if graphed(op, scope)}
     per_layer_copied: dict[int | None, list[str]] = {}
     for op in (o for ops in phases[1:] for o in ops):
         if graphed(op, scope):
             per_layer_copied.setdefault(op.layer, []).extend(f for f in op.frees if f in copied)
+
+    def made_by(ops: tuple[Op, ...]) -> dict[int, frozenset[str]]:
+        out: dict[int, set[str]] = {}
+        for op in ops:
+            if graphed(op, scope) and op.layer is not None:
+                out.setdefault(op.layer, set()).update(a.storage for a in op.allocs if a.storage in freed_by_eager)
+        return {layer: frozenset(v) for layer, v in out.items()}
 
     def train_op(op: Op, i: int | None) -> Op:
         if not graphed(op, scope):
@@ -90,4 +101,5 @@ def split(t: ChunkTemplate, scope: str) -> GraphedTemplates:
                       backward_w=tuple(capture_op(op) for op in t.backward_w if graphed(op, scope)),
                       backward=tuple(capture_op(op) for op in t.backward if graphed(op, scope)))
     layers = tuple(sorted({op.layer for op in t.forward if graphed(op, scope) and op.layer is not None}))
-    return GraphedTemplates(train=train, capture=capture, layers=layers, boundary=boundary)
+    return GraphedTemplates(train=train, capture=capture, layers=layers, outputs=made_by(t.forward),
+                            grad_inputs=made_by(t.backward))

@@ -1,25 +1,26 @@
-"""The capture of Megatron's per-layer CUDA graphs as memory events, before iteration 1.
+"""The capture of Megatron's per-layer CUDA graphs as memory events, before the first step.
 
-``TECudaGraphHelper.create_cudagraphs`` (``megatron/core/transformer/cuda_graphs.py@268fda0859``; with
-``--cuda-graph-warmup-steps 0`` at iteration 0, before the first step) first makes every graph's sample
-inputs (``_get_cuda_graph_input_data``: per chunk, micro-batch and layer ``get_layer_static_inputs`` — the
-hidden states ``[s/(tp·cp), b, h]`` and, for a layer with self-attention, the boolean causal mask
-``[b, 1, s/cp, s]``), then calls TE's ``make_graphed_callables`` with the schedule's ``_order``
-(``transformer_engine/pytorch/graph.py: _make_graphed_callables``@release_v2.6): forward graphs and
-backward graphs captured in that order into one pool; each backward capture first makes its static
-grad outputs (``torch.empty_like`` of the outputs). The graphs then hold their static inputs, outputs,
-grad outputs and grad inputs.
+``TECudaGraphHelper.create_cudagraphs`` (``megatron/core/transformer/cuda_graphs.py@11debfa7b4``; before
+c173615753 ``megatron/training/training.py: cuda_graph_capture``) makes every graph's sample inputs, then TE's
+``make_graphed_callables`` (``transformer_engine/pytorch/graph.py: _make_graphed_callables``@v2.9) runs each
+callable eagerly on a side stream a few times (its warm-up), then captures the forward and backward graphs
+in the pipeline schedule's order (``_order``: ``schedules.py: convert_schedule_table_to_order``) into one
+private pool; each backward capture first makes its static grad outputs (``torch.empty_like`` of the
+outputs). Under pipeline parallelism every micro-batch of the iteration gets its graphs; without it one
+micro-batch's graphs serve them all (``_get_cuda_graph_input_data``: ``num_microbatches = 1`` at pp = 1).
 
-With ``_reuse_graph_input_output_buffers`` (passed by Megatron from TE 2.6 on:
-``megatron/training/training.py@2b6b46b796``, ``is_te_min_version("2.6.0")``; ``cuda_graphs.py@268fda0859``
-from 2.7) a forward whose sample inputs match (shape, dtype) those of a graph whose backward was already
-captured takes that graph's sample inputs (its own are dropped: freed before any capture), one static grad
-output per shape is shared, and static outputs and grad inputs become weak references after their backward
-capture (freed into the pool: reserved, not allocated). Without it every graph holds all four for good.
+What stays allocated (:mod:`timeline.profiles.megatron_cuda_graphs` sizes it): the samples (shared between
+graphs whose lives do not overlap, as Megatron or TE reorganise them), under ``_reuse_graph_input_output_
+buffers`` one static grad output per signature and the last backward graph's static grad inputs (each
+backward capture weak-refs its graph's static outputs, the previous layer's grad inputs and, at a chunk's
+first layer, the previous chunk's: ``make_weak_ref``), else every graph's outputs, grad outputs and grad
+inputs; the PyTorch cuBLAS workspaces the graphed GEMMs make on the warm-up and capture streams. Everything
+else a captured op allocated is freed into the pool by the capture's end.
 
-The capture runs in no time here: its events are pushed at the first action's start, in capture order
-(the stable sort keeps push order). This module does not decide which ops are graphed
-(:mod:`timeline.graph.cuda_graphs`).
+The capture runs in no time here: its events are pushed at the first action's start, in capture order (the
+stable sort keeps push order). Not modelled: the warm-up's own transients (one callable's forward and
+backward at a time, on the side stream, released by ``_finish_capturing``'s ``empty_cache``), the pool as
+a pool apart (the capture's blocks share the allocator model's general pool).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from timeline.graph.tensors import Category
+from timeline.profiles.megatron_cuda_graphs import GRAPH_WORKSPACES, GraphHolds
 from timeline.sim.compiled import CAT_CODE, CompiledPhase
 from timeline.sim.engine import Span
 
@@ -38,90 +40,122 @@ Compiled = dict[tuple[int, str], CompiledPhase]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CaptureRules:
-    layers: dict[int, tuple[int, ...]]  # chunk → decoder layers graphed in it (on this device)
-    boundary: dict[int, frozenset[str]]  # chunk → storages of the graphs' static outputs / grad inputs
-    hidden_bytes: int  # one graph's hidden-state input, output, grad output or grad input
-    mask_bytes: int  # one graph's attention-mask sample input (0: no self-attention graphed)
-    reuse_buffers: bool  # TE ≥ 2.6: _reuse_graph_input_output_buffers
+    layers: dict[int, tuple[int, ...]]  # chunk → decoder layers graphed in it
+    outputs: dict[int, dict[int, frozenset[str]]]  # chunk → layer → its graph's static outputs
+    grad_inputs: dict[int, dict[int, frozenset[str]]]  # chunk → layer → its graph's static grad inputs
+    holds: GraphHolds
+    one_microbatch: bool  # pp = 1: micro-batch 0's graphs serve every micro-batch
 
 
-def _order(spans: list[Span]) -> list[Span]:
-    """The first iteration's forward and backward actions: the schedule order the graphs are captured in."""
+def capture_order(spans: list[Span], one_microbatch: bool) -> list[Span]:
+    """The first iteration's forward and backward actions: the schedule order the graphs are captured in
+    (micro-batch 0's alone under ``one_microbatch``)."""
     first = min((s.iteration for s in spans if s.kind in ("F", "B")), default=0)
-    return [s for s in spans if s.iteration == first and s.kind in ("F", "B")]
+    return [s for s in spans if s.iteration == first and s.kind in ("F", "B")
+            and not (one_microbatch and s.microbatch)]
+
+
+class _Push:
+    """One-event pushes at the capture's instant."""
+
+    def __init__(self, push: Callable[..., None], names: Callable[[str], int], t0: float, it: int) -> None:
+        self.push, self.names, self.t0, self.it = push, names, t0, it
+
+    def one(self, sign: int, size: int, cat: int, name: str, mb: int, stage: int) -> None:
+        if size:
+            self.push([self.t0], sign, size, cat, self.names(name), -1, mb, stage, -1, self.it)
 
 
 def capture_events(push: Callable[..., None], spans: list[Span], capture: Compiled, rules: CaptureRules,
                    names: Callable[[str], int]) -> None:
     """Push the capture's events through ``push`` (``_Log.push``'s signature)."""
-    order = _order(spans)
+    order = [s for s in capture_order(spans, rules.one_microbatch) if rules.layers.get(s.stage)]
     if not order:
         return
     t0 = min(s.start_us for s in spans if s.kind in ("F", "B"))
-    it = order[0].iteration
-    act = CAT_CODE[Category.ACTIVATIONS]
-    tmp = CAT_CODE[Category.TEMPORARY]
-    mbs = sorted({s.microbatch for s in order})
-
-    def one(sign: int, size: int, cat: int, name: str, mb: int, stage: int) -> None:
-        if size:
-            push([t0], sign, size, cat, names(name), -1, mb, stage, -1, it)
-
-    held = {s.stage for s in order}  # the device's chunks
-    samples = [(c, m, layer) for c, ls in sorted(rules.layers.items()) if c in held for m in mbs for layer in ls]
-    for c, m, layer in samples:  # _get_cuda_graph_input_data: every sample made before make_graphed_callables
-        one(1, rules.hidden_bytes, act, f"cuda_graph.sample.layers.{layer}.hidden_states", m, c)
-        one(1, rules.mask_bytes, act, f"cuda_graph.sample.layers.{layer}.attention_mask", m, c)
-    if rules.reuse_buffers:  # graph.py: the sample queues of _reuse_graph_input_output_buffers
-        fwd_q: dict[int, list[tuple[int, int]]] = {}
-        consumed: list[tuple[int, int, int]] = []
-        for sp in order:
-            ls = rules.layers.get(sp.stage, ())
-            if sp.kind == "F":
-                for layer in ls:
-                    fwd_q.setdefault(sp.stage, []).append((sp.microbatch, layer))
-                    if consumed:
-                        consumed.pop(0)
-                        one(-1, rules.hidden_bytes, act, f"cuda_graph.sample.layers.{layer}.hidden_states",
-                            sp.microbatch, sp.stage)
-                        one(-1, rules.mask_bytes, act, f"cuda_graph.sample.layers.{layer}.attention_mask",
-                            sp.microbatch, sp.stage)
-            else:
-                q = fwd_q.get(sp.stage, [])
-                n = min(len(q), len(ls))
-                consumed += [(sp.stage, m, layer) for m, layer in q[:n]]
-                fwd_q[sp.stage] = q[n:]
-    shared_grad_output = False
+    p = _Push(push, names, t0, order[0].iteration)
+    h = rules.holds
+    _samples(p, order, rules)
+    ws = CAT_CODE[Category.TEMPORARY]
+    for name in GRAPH_WORKSPACES[:2]:  # the warm-up's forward and backward, on TE's side stream
+        p.one(1, h.torch_workspace_bytes, ws, f"workspace.torch_cublas_graph_{name}", -1, -1)
+    on_capture_stream: set[str] = set()  # F / B: the capture stream's workspace of that thread is made
+    grad_output_made = False
+    last_first: tuple[int, int, frozenset[str]] | None = None  # (mb, chunk, grad inputs) of the last chunk-first layer
     for sp in order:
         ph = capture.get((sp.stage, sp.kind))
-        ls = rules.layers.get(sp.stage, ())
-        if ph is None or not ls:
-            continue
         if sp.kind == "B":
-            for layer in ls:  # static grad outputs, made before each backward capture
-                if rules.reuse_buffers and shared_grad_output:
-                    continue
-                shared_grad_output = True
-                one(1, rules.hidden_bytes, tmp, f"cuda_graph.static_grad_output.layers.{layer}", sp.microbatch,
-                    sp.stage)
-        if len(ph.ev_offset):
+            for layer in reversed(rules.layers[sp.stage]):  # static grad outputs, made before each backward
+                if not (h.reuse_buffers and grad_output_made):
+                    p.one(1, h.grad_output_bytes, ws, f"cuda_graph.static_grad_output.layers.{layer}",
+                          sp.microbatch, sp.stage)
+                grad_output_made = True
+        if sp.kind not in on_capture_stream:  # the first forward (main thread) and backward (autograd thread)
+            on_capture_stream.add(sp.kind)
+            name = GRAPH_WORKSPACES[2 if sp.kind == "F" else 3]
+            p.one(1, h.torch_workspace_bytes, ws, f"workspace.torch_cublas_graph_{name}", -1, -1)
+        if ph is not None and len(ph.ev_offset):
             tensors = [names(f"cuda_graph:{ph.tensor_names[k]}") for k in ph.ev_tensor.tolist()]
             push(np.full(len(ph.ev_offset), t0), ph.ev_sign, ph.ev_size, ph.ev_cat, tensors, -1,
-                 sp.microbatch, sp.stage, -1, it)
-        if sp.kind == "B" and rules.reuse_buffers:  # make_weak_ref: the pool keeps them, allocated no more
-            made = _boundary_allocs(capture, sp.stage, rules.boundary.get(sp.stage, frozenset()))
-            for name, size, cat in made:
-                push([t0], -1, size, cat, names(f"cuda_graph:{name}"), -1, sp.microbatch, sp.stage, -1, it)
+                 sp.microbatch, sp.stage, -1, p.it)
+        if sp.kind == "B" and h.reuse_buffers:  # make_weak_ref: the pool keeps them, allocated no more
+            layers = rules.layers[sp.stage]
+            weak = set().union(*rules.outputs.get(sp.stage, {}).values())
+            weak |= set().union(*(rules.grad_inputs.get(sp.stage, {}).get(layer, frozenset())
+                                  for layer in layers[1:]))
+            _free_made(p, capture, sp.stage, sp.microbatch, weak)
+            if last_first is not None:
+                _free_made(p, capture, last_first[1], last_first[0], last_first[2])
+            last_first = (sp.microbatch, sp.stage, rules.grad_inputs.get(sp.stage, {}).get(layers[0], frozenset()))
 
 
-def _boundary_allocs(capture: Compiled, chunk: int, boundary: frozenset[str]) -> list[tuple[str, int, int]]:
-    out = []
+def _samples(p: _Push, order: list[Span], rules: CaptureRules) -> None:
+    """The sample inputs, made before the warm-up: Megatron's own reuse (``_get_sample_arguments``) or one per
+    graph with TE's reorganisation dropping the duplicates (``_make_graphed_callables``); the queues are the
+    same (a finished backward's samples serve the next forwards of any chunk, first come first served)."""
+    h = rules.holds
+    act = CAT_CODE[Category.ACTIVATIONS]
+
+    def sample(sign: int, layer: int, mb: int, chunk: int) -> None:
+        p.one(sign, h.hidden_bytes, act, f"cuda_graph.sample.layers.{layer}.hidden_states", mb, chunk)
+        p.one(sign, h.mask_bytes, act, f"cuda_graph.sample.layers.{layer}.attention_mask", mb, chunk)
+
+    forwards = [(sp.stage, sp.microbatch) for sp in order if sp.kind == "F"]
+    if not h.megatron_samples:  # one per (chunk, micro-batch, layer), chunk-major (get_cuda_graph_input_data)
+        for chunk, mb in sorted(forwards):
+            for layer in rules.layers[chunk]:
+                sample(1, layer, mb, chunk)
+    if not (h.megatron_samples or h.reuse_buffers):
+        return
+    queue: dict[int, list[tuple[int, int]]] = {}  # chunk → (mb, layer) whose backward is still to come
+    free: list[tuple[int, int, int]] = []  # (chunk, mb, layer) samples a finished backward lends
+    for sp in order:
+        layers = rules.layers[sp.stage]
+        if sp.kind == "F":
+            for layer in layers:
+                queue.setdefault(sp.stage, []).append((sp.microbatch, layer))
+                if free:
+                    free.pop(0)
+                    if not h.megatron_samples:  # TE drops the one Megatron made for this graph
+                        sample(-1, layer, sp.microbatch, sp.stage)
+                elif h.megatron_samples:
+                    sample(1, layer, sp.microbatch, sp.stage)
+        else:
+            q = queue.get(sp.stage, [])
+            free += [(sp.stage, mb, layer) for mb, layer in q[:len(layers)]]
+            queue[sp.stage] = q[len(layers):]
+
+
+def _free_made(p: _Push, capture: Compiled, chunk: int, mb: int, storages: frozenset[str] | set[str]) -> None:
+    """Free the allocations of ``storages`` the capture of (``chunk``, ``mb``) made."""
+    if not storages:
+        return
     for kind in ("F", "B"):
         ph = capture.get((chunk, kind))
         if ph is None:
             continue
         for k in np.flatnonzero(ph.ev_sign > 0).tolist():
             name = ph.tensor_names[ph.ev_tensor[k]]
-            if name in boundary:
-                out.append((name, int(ph.ev_size[k]), int(ph.ev_cat[k])))
-    return out
+            if name in storages:
+                p.push([p.t0], -1, int(ph.ev_size[k]), int(ph.ev_cat[k]), p.names(f"cuda_graph:{name}"), -1, mb,
+                       chunk, -1, p.it)

@@ -17,7 +17,7 @@ from timeline.graph.tensors import DTYPE_BYTES
 from timeline.pipeline import build_schedule
 from timeline.pipeline.actions import Schedule
 from timeline.placement.devices import StaticDevice, chunk_holders, ep_devices, static_devices
-from timeline.profiles.megatron_workspaces import version_tuple
+from timeline.profiles.megatron_cuda_graphs import graph_holds
 from timeline.sim.compiled import CompiledPhase, compile_phase
 from timeline.sim.cost import CostModel
 from timeline.sim.graph_capture import CaptureRules
@@ -58,17 +58,14 @@ def boundary_bytes(tr: TrainingSpec, par: ParallelSpec, hidden_size: int) -> int
 
 
 def capture_rules_of(graphed: dict[int, GraphedTemplates], tr: TrainingSpec, par: ParallelSpec,
-                     model: ModelSpec, fw: FrameworkSpec) -> CaptureRules:
-    """What the graphs of each chunk hold (:mod:`timeline.sim.graph_capture`): a hidden-state-sized static
-    input, output, grad output and grad input per graph, and the boolean causal mask
-    ``[b, 1, s/cp, s]`` Megatron passes every self-attention layer's graph
-    (``transformer_layer.py: TransformerLayer.get_layer_static_inputs``@268fda0859); buffers reused from
-    TE 2.6 on (``megatron/training/training.py@2b6b46b796``)."""
-    mask = tr.micro_batch_size * (tr.seq_len // par.cp) * tr.seq_len
+                     model: ModelSpec, fw: FrameworkSpec, sm: int) -> CaptureRules:
+    """What the graphs of each chunk hold (:mod:`timeline.sim.graph_capture`,
+    :mod:`timeline.profiles.megatron_cuda_graphs`); at pp = 1 Megatron captures one micro-batch
+    (``cuda_graphs.py: TECudaGraphHelper._get_cuda_graph_input_data``@11debfa7b4)."""
     return CaptureRules(layers={c: g.layers for c, g in graphed.items()},
-                        boundary={c: g.boundary for c, g in graphed.items()},
-                        hidden_bytes=boundary_bytes(tr, par, model.hidden_size), mask_bytes=mask,
-                        reuse_buffers=version_tuple(fw.transformer_engine) >= (2, 6))
+                        outputs={c: g.outputs for c, g in graphed.items()},
+                        grad_inputs={c: g.grad_inputs for c, g in graphed.items()},
+                        holds=graph_holds(fw, model, tr, par, sm), one_microbatch=par.pp == 1)
 
 
 def ep_loads(par: ParallelSpec, tr: TrainingSpec, is_moe: bool) -> list[float]:
@@ -209,7 +206,7 @@ def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training:
             split_t = {ch: split(tc, fw.cuda_graph_scope) for ch, tc in t.items()}
             c = compile_templates({ch: g.train for ch, g in split_t.items()}, cost)
             capture.append(compile_templates({ch: g.capture for ch, g in split_t.items()}, cost))
-            capture_rules.append(capture_rules_of(split_t, tr, par, model, fw))
+            capture_rules.append(capture_rules_of(split_t, tr, par, model, fw, rules.sm))
         templates.append(t)
         compiled.append(c)
         act.append({ch: t[ch if ch in t else classes[ch]].activation_bytes for ch in range(schedule.num_chunks)})
