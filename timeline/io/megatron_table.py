@@ -119,9 +119,10 @@ MAPPED: dict[str, str] = {
                     "refused with sequence parallelism (the embedding's scatter keeps its full output); no effect "
                     "without"),
     **dict.fromkeys(("--cuda-graph-impl", "--external-cuda-graph", "--enable-cuda-graph", "--cuda-graph-scope",
-                     "--cuda-graph-warmup-steps"),
-                    "framework.cuda_graph_impl / cuda_graph_scope (TE make_graphed_callables per decoder layer; the "
-                    "local impl, per-module scopes and warm-up steps > 0 are refused in one line)"),
+                     "--cuda-graph-modules", "--cuda-graph-warmup-steps"),
+                    "framework.cuda_graph_impl / cuda_graph_scope (TE make_graphed_callables per decoder layer, the "
+                    "whole layer or attn; the local and full_iteration impls, per-module MLP/MoE/Mamba graphs and "
+                    "warm-up steps > 0 from Megatron-Core 0.15.0rc6 are refused in one line)"),
     **dict.fromkeys(("--cpu-offloading-num-layers", "--mlp-chunks-for-training",
                      "--encoder-tensor-model-parallel-size", "--encoder-pipeline-model-parallel-size",
                      "--moe-dispatch-fwd-dtype", "--moe-combine-bwd-dtype", "--fp8-amax-history-len", "--tensor-parallel-num-weight-shards",

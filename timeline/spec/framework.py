@@ -117,9 +117,9 @@ class FrameworkSpec:
     cuda_graph_impl: str = spec_field("none", choices=CUDA_GRAPH_IMPLS, doc=(
         "--cuda-graph-impl (--external-cuda-graph: transformer_engine): TE's make_graphed_callables captures each "
         "decoder layer's graphed part per micro-batch into one private memory pool before iteration 1"))
-    cuda_graph_scope: str = spec_field("attn", choices=CUDA_GRAPH_SCOPES, doc=(
-        "--cuda-graph-scope under the transformer_engine impl: attn (input norm, self-attention, its residual add) "
-        "or full (the whole decoder layer)"))
+    cuda_graph_scope: str = spec_field("full", choices=CUDA_GRAPH_SCOPES, doc=(
+        "--cuda-graph-scope / --cuda-graph-modules under the transformer_engine impl: full (the whole decoder "
+        "layer, Megatron's default) or attn (input norm, self-attention, its residual add)"))
     layer_wise_layout: str = spec_field("padded", choices=("padded", "compact"), doc=(
         "Muon's layer-wise optimizer in the distributed optimizer's buffers (training.muon_layer_wise, zero = 1): "
         "padded (Megatron-Core 0.18.0 on: Muon's matrices packed whole into padded shards), compact (Megatron-LM's "
