@@ -29,7 +29,8 @@ from timeline.spec.run import TrainingSpec
 _EVENT_COLUMNS = (("t_us", np.float64), ("sign", np.int8), ("size", np.int64), ("cat", np.int8),
                   ("tensor", np.int32), ("op", np.int32))
 #: per-action columns (one value per pushed chunk of events), with their dtypes
-_ACTION_COLUMNS = (("microbatch", np.int32), ("stage", np.int16), ("action", np.int32), ("iteration", np.int32))
+_ACTION_COLUMNS = (("microbatch", np.int32), ("stage", np.int16), ("action", np.int32), ("iteration", np.int32),
+                   ("stream", np.int8))
 
 
 class _Log:
@@ -38,16 +39,17 @@ class _Log:
 
     def __init__(self) -> None:
         self.arrays: dict[str, list[np.ndarray]] = {k: [] for k, _ in _EVENT_COLUMNS}
-        self.scalars: list[tuple[int, int, int, int]] = []
+        self.scalars: list[tuple[int, int, int, int, int]] = []
         self.lengths: list[int] = []
 
     def push(self, t: object, sign: object, size: object, cat: object, tensor: object, op: object,
-             mb: int, stage: int, action: int, iteration: int) -> None:
+             mb: int, stage: int, action: int, iteration: int, stream: int = 0) -> None:
+        """Append a chunk of events; ``stream`` is the allocator stream (or private pool) they use."""
         n = len(t)  # type: ignore[arg-type]
         for (k, dt), v in zip(_EVENT_COLUMNS, (t, sign, size, cat, tensor, op), strict=True):
             a = np.asarray(v, dtype=dt)
             self.arrays[k].append(a if a.ndim else np.full(n, a, dtype=dt))
-        self.scalars.append((mb, stage, action, iteration))
+        self.scalars.append((mb, stage, action, iteration, stream))
         self.lengths.append(n)
 
     def events(self) -> DeviceEvents:
@@ -58,7 +60,6 @@ class _Log:
             counts = np.array(self.lengths, dtype=np.int64)
             for j, (k, dt) in enumerate(_ACTION_COLUMNS):
                 merged[k] = np.repeat(per[:, j].astype(dt), counts)
-            merged["stream"] = np.zeros(int(counts.sum()), dtype=np.int8)
         else:
             merged = {k: np.zeros(0) for k in DeviceEvents.__slots__}
             merged["microbatch"] = np.zeros(0, dtype=np.int32)

@@ -18,9 +18,12 @@ inputs; the PyTorch cuBLAS workspaces the graphed GEMMs make on the warm-up and 
 else a captured op allocated is freed into the pool by the capture's end.
 
 The capture runs in no time here: its events are pushed at the first action's start, in capture order (the
-stable sort keeps push order). Not modelled: the warm-up's own transients (one callable's forward and
-backward at a time, on the side stream, released by ``_finish_capturing``'s ``empty_cache``), the pool as
-a pool apart (the capture's blocks share the allocator model's general pool).
+stable sort keeps push order). The captured ops allocate in the graphs' private pool (allocator stream
+:data:`GRAPH_POOL`, never released while the graphs live: ``CUDACachingAllocator.cpp`` keeps a private pool
+until its graphs are gone, and eager allocations never take its blocks), the warm-up's workspaces on their side
+stream (:data:`TE_WARMUP`), the samples and grad outputs on the compute stream. Not modelled: the warm-up's
+own transients (one callable's forward and backward at a time, on the side stream, released with the compute
+stream's cached blocks by ``_finish_capturing``'s ``empty_cache``, which is not modelled either).
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ from timeline.sim.compiled import CAT_CODE, CompiledPhase
 from timeline.sim.engine import Span
 
 Compiled = dict[tuple[int, str], CompiledPhase]
+#: allocator streams: the graphs' private pool (``graph_pool_handle``) and TE's warm-up side stream
+GRAPH_POOL = 1
+TE_WARMUP = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,9 +67,9 @@ class _Push:
     def __init__(self, push: Callable[..., None], names: Callable[[str], int], t0: float, it: int) -> None:
         self.push, self.names, self.t0, self.it = push, names, t0, it
 
-    def one(self, sign: int, size: int, cat: int, name: str, mb: int, stage: int) -> None:
+    def one(self, sign: int, size: int, cat: int, name: str, mb: int, stage: int, stream: int = 0) -> None:
         if size:
-            self.push([self.t0], sign, size, cat, self.names(name), -1, mb, stage, -1, self.it)
+            self.push([self.t0], sign, size, cat, self.names(name), -1, mb, stage, -1, self.it, stream)
 
 
 def capture_events(push: Callable[..., None], spans: list[Span], capture: Compiled, rules: CaptureRules,
@@ -78,7 +84,7 @@ def capture_events(push: Callable[..., None], spans: list[Span], capture: Compil
     _samples(p, order, rules)
     ws = CAT_CODE[Category.TEMPORARY]
     for name in GRAPH_WORKSPACES[:2]:  # the warm-up's forward and backward, on TE's side stream
-        p.one(1, h.torch_workspace_bytes, ws, f"workspace.torch_cublas_graph_{name}", -1, -1)
+        p.one(1, h.torch_workspace_bytes, ws, f"workspace.torch_cublas_graph_{name}", -1, -1, TE_WARMUP)
     on_capture_stream: set[str] = set()  # F / B: the capture stream's workspace of that thread is made
     grad_output_made = False
     last_first: tuple[int, int, frozenset[str]] | None = None  # (mb, chunk, grad inputs) of the last chunk-first layer
@@ -93,11 +99,11 @@ def capture_events(push: Callable[..., None], spans: list[Span], capture: Compil
         if sp.kind not in on_capture_stream:  # the first forward (main thread) and backward (autograd thread)
             on_capture_stream.add(sp.kind)
             name = GRAPH_WORKSPACES[2 if sp.kind == "F" else 3]
-            p.one(1, h.torch_workspace_bytes, ws, f"workspace.torch_cublas_graph_{name}", -1, -1)
+            p.one(1, h.torch_workspace_bytes, ws, f"workspace.torch_cublas_graph_{name}", -1, -1, GRAPH_POOL)
         if ph is not None and len(ph.ev_offset):
             tensors = [names(f"cuda_graph:{ph.tensor_names[k]}") for k in ph.ev_tensor.tolist()]
             push(np.full(len(ph.ev_offset), t0), ph.ev_sign, ph.ev_size, ph.ev_cat, tensors, -1,
-                 sp.microbatch, sp.stage, -1, p.it)
+                 sp.microbatch, sp.stage, -1, p.it, GRAPH_POOL)
         if sp.kind == "B" and h.reuse_buffers:  # make_weak_ref: the pool keeps them, allocated no more
             layers = rules.layers[sp.stage]
             weak = set().union(*rules.outputs.get(sp.stage, {}).values())
@@ -158,4 +164,4 @@ def _free_made(p: _Push, capture: Compiled, chunk: int, mb: int, storages: froze
             name = ph.tensor_names[ph.ev_tensor[k]]
             if name in storages:
                 p.push([p.t0], -1, int(ph.ev_size[k]), int(ph.ev_cat[k]), p.names(f"cuda_graph:{name}"), -1, mb,
-                       chunk, -1, p.it)
+                       chunk, -1, p.it, GRAPH_POOL)

@@ -300,7 +300,8 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
     problems += cp_comm_problems(fw, m, par)
     problems += legacy_problems(fw, m, par)
     problems += fp8_problems(run.training, run.framework, reads_framework=life is not None and life.reads_framework)
-    problems += cuda_graph_problems(run)
+    problems += cuda_graph_problems(fw, m, profile=run.profile, rc=run.recompute, sched=run.schedule,
+                                    expandable_segments=run.allocator.expandable_segments)
     if fw.defer_embedding_wgrad and (par.pp == 1 or not fw.gradient_accumulation_fusion):
         # MC model_parallel_config.py: ModelParallelConfig.__post_init__ raises for either
         add(("framework.defer_embedding_wgrad", "Megatron-LM defers the output layer's weight gradient to the "
