@@ -7,7 +7,8 @@ data-parallel rank is 0: ``torch.cuda.memory_allocated`` / ``max_memory_allocate
 called from ``training.py: training_log`` after iteration N's optimizer step; the peaks are never
 reset, so they cover the whole run up to then). Each record is converted in process as
 ``timeline from-megatron`` converts it (the record's world size, GPU, and the PyTorch / Transformer
-Engine / Megatron-Core versions it ran), simulated for N iterations (``warmup_iterations`` 0), and the
+Engine / Megatron-Core versions it ran, and which Adam Megatron imported where the record says which packages
+were absent: :func:`optimizer_impl_of`), simulated for N iterations (``warmup_iterations`` 0), and the
 device standing for the logged rank's pipeline rank (global rank R sits at pipeline rank
 ``R // (world_size / pp)`` under Megatron's rank order) is compared: allocated and reserved after the
 last event, and their peaks over the whole simulation.
@@ -81,6 +82,16 @@ def record_args(rec: dict, as_run: bool) -> dict[str, Any]:
     return args
 
 
+def optimizer_impl_of(rec: dict) -> str | None:
+    """The Adam Megatron-Core imported, from the packages the record shows absent (``packages_absent``, with its
+    ``packages_evidence``): ``megatron/core/optimizer/__init__.py`` takes Transformer Engine's ``FusedAdam``, else
+    Apex's, else ``torch.optim.AdamW``; None (TE's) where the record says nothing."""
+    absent = set(rec.get("packages_absent") or ())
+    if "transformer_engine" not in absent:
+        return None
+    return "torch_foreach" if "apex" in absent else "apex_fused"
+
+
 #: how ``from-megatron`` refuses an argument its table does not classify (timeline/io/megatron_write.py: convert)
 UNKNOWN = ": not a Megatron-LM argument timeline knows"
 
@@ -100,7 +111,7 @@ def run_of(rec: dict, iterations: int, as_run: bool, assume_neutral: tuple[str, 
         try:
             conv = convert(margs, world_size=int(rec["world_size"]), gpu=rec["gpu"],
                            pytorch_version=rec.get("pytorch"), te_version=rec.get("transformer_engine"),
-                           megatron_core=meg.get("core"))
+                           megatron_core=meg.get("core"), optimizer_impl=optimizer_impl_of(rec))
             break
         except UserError as exc:
             name = str(exc).partition(UNKNOWN)[0]

@@ -16,7 +16,10 @@ Compared per record: weights, the
 profile run's activation peak (vLLM 0.6.4's ``peak_torch_memory`` minus the weights where that is what
 the log gives), the KV pool (GiB, blocks or tokens, as the engine printed it) and whether the engine
 started. A record's ``rank`` names the tensor-parallel rank whose line it transcribes (0, the driver, when
-absent): its own activation peak and pool, the engine's block count (the minimum over workers). The calibration and unseen sides are summarised separately; a record the tool cannot build
+absent): its own activation peak and pool, the engine's block count (the minimum over workers). Two
+inputs are the log's own facts, not the version's: ``flashinfer_sampler`` (vLLM printed "Using FlashInfer for
+top-p & top-k sampling.") and ``peer_access: false`` (it printed that the custom all-reduce is off because the
+group spans nodes or lacks GPU P2P). The calibration and unseen sides are summarised separately; a record the tool cannot build
 (family not modelled, config or inputs missing, version not modelled) is counted with its reason.
 
 ``python tools/compare_serving_logs.py`` prints the Markdown tables of the calibration side and, of the
@@ -82,6 +85,10 @@ def run_text(rec: dict, before: bool) -> str:
             sv.append(f"{key} = {json.dumps(value)}")
     if rec.get("enforce_eager"):
         sv.append("enforce_eager = true")
+    if rec.get("peer_access") is False and not before:  # the log: custom all-reduce off, no P2P between the ranks
+        sv.append("peer_access = false")
+    if rec.get("flashinfer_sampler") and not before:  # the log's "Using FlashInfer for top-p & top-k sampling."
+        sv.append("flashinfer_sampler = true")
     nt = rec["measured"].get("non_torch_gib")
     if nt is not None and before:  # round 1 took the printed non-torch memory as an input
         sv.append(f"non_torch_gib = {nt}")

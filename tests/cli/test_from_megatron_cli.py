@@ -51,6 +51,21 @@ def test_pytorch_version_is_written_and_checked(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == "error: --pytorch-version '2': expected X.Y or X.Y.Z"
 
 
+def test_optimizer_impl_is_written_only_where_transformer_engine_is_absent(tmp_path, capsys):
+    local = {k: v for k, v in ARGS.items() if k != "sequence-parallel"} | {"transformer-impl": "local"}
+    cfg = str(_config(tmp_path / "a", local))
+    assert main(["from-megatron", cfg, "--world-size", "4", "--optimizer-impl", "torch_foreach"]) == 0
+    assert 'optimizer_impl = "torch_foreach"' in capsys.readouterr().out
+    assert main(["from-megatron", cfg, "--world-size", "4"]) == 0  # TE's FusedAdam, the default: not written
+    assert "\noptimizer_impl =" not in capsys.readouterr().out
+    # TE's layers (Megatron's default --transformer-impl) need TE installed, and then its Adam is imported
+    assert main(["from-megatron", str(_config(tmp_path / "b")), "--world-size", "4", "--optimizer-impl",
+                 "apex_fused"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --optimizer-impl apex_fused: means Transformer Engine is not installed") \
+        and "--transformer-impl local" in err and "\n" not in err
+
+
 def test_megatron_core_version_is_written_and_checked(tmp_path, capsys):
     cfg = str(_config(tmp_path))
     assert main(["from-megatron", cfg, "--world-size", "4", "--megatron-core", "0.15.0rc3"]) == 0

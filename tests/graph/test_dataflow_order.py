@@ -36,3 +36,16 @@ def test_recorded_forward_order_is_a_dataflow_order(name):
         for i, op in enumerate(ops):
             for slot, t in op.inputs.items():
                 assert made_at.get(t.storage, -1) <= i, (name, chunk, op.name, slot, ops[made_at[t.storage]].name)
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_chunk_parameters_in_node_order_are_the_graph_s_topological_order(name):
+    from sources import source_of
+
+    from timeline.graph.build import build_chunk_graph, graph_params, node_params
+
+    run = RUNS[name]()
+    source = source_of(run)
+    for chunk in range(run.parallel.pp * run.parallel.vpp):
+        nodes = source.nodes(chunk)
+        assert node_params(nodes) == graph_params(build_chunk_graph(nodes, chunk))

@@ -105,12 +105,12 @@ def test_dist_muon_functional_test_keeps_the_last_rank_s_dealt_states():
 
 
 
-def _plan(args: dict, world_size: int = 2):
+def _plan(args: dict, world_size: int = 2, optimizer_impl: str | None = None):
     """The simulation plan of the job (its devices and how their state comes into being)."""
     from timeline.profiles import profile
     from timeline.result.build import StateRules, model_source, plan, plan_pipeline
 
-    conv = convert(from_mapping(args), world_size=world_size)
+    conv = convert(from_mapping(args), world_size=world_size, optimizer_impl=optimizer_impl)
     run = run_from_data(tomllib.loads(run_file_text(conv, name="o", source="x", world_size=world_size)),
                         Path("/tmp/o.toml"))
     rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm, traced=False,
@@ -120,25 +120,39 @@ def _plan(args: dict, world_size: int = 2):
                      rules=rules)
 
 
-def test_sgd_s_step_copies_the_gradients_it_decays():
-    run, p = _plan(BASE | {"--optimizer": "sgd"})
+def _temporaries(steps) -> list[tuple[str, int, int]]:
+    """(name, bytes, sign) of a step's temporaries (not the states its first step makes)."""
+    return [(n, b, sign) for n, b, sign, _, first in steps if not first]
+
+
+def test_torch_s_sgd_step_copies_the_gradients_it_decays():
+    local = BASE | {"--optimizer": "sgd", "--transformer-impl": "local"}
+    run, p = _plan(local, optimizer_impl="torch_foreach")
     assert (run.training.optimizer, run.training.weight_decay) == ("sgd", 0.01)
-    steps = p.states[0].step_transients
+    steps = _temporaries(p.states[0].step_transients)
     # per decayed group (2-D weights), one fp32 copy per parameter, then all dropped; norms and biases: none
     made = [(n, b) for n, b, sign in steps if sign > 0]
     assert [b for _, b in made] == [b for n, b, sign in steps if sign < 0]
     assert all(not n.endswith(("bias", "layernorm.weight", "norm.weight")) for n, _ in made)
     words = next(b for n, b in made if n.endswith("word_embeddings.weight"))
     assert words == 1024 * 64 * 4  # 1000 padded to a multiple of 128, × hidden 64, fp32
+    # the first step's momentum buffers are cloned from the decayed gradients, while those are live
+    first = [(n, sign) for n, _, sign, _, _ in p.states[0].step_transients]
+    decayed_words = "step.sgd_decayed_grad.embedding.word_embeddings.weight"
+    assert first.index((decayed_words, 1)) < first.index(("static.moments.embedding.word_embeddings.weight."
+                                                           "momentum_buffer", 1)) < first.index((decayed_words, -1))
+    # Transformer Engine's FusedSGD (Megatron's first choice) decays inside its kernel: no copy
+    _, te = _plan(BASE | {"--optimizer": "sgd"})
+    assert _temporaries(te.states[0].step_transients) == []
     # an SGD without decay copies nothing; its state is the fp32 main parameter and momentum
-    _, q = _plan(BASE | {"--optimizer": "sgd", "--weight-decay": 0.0})
-    assert q.states[0].step_transients == ()
+    _, q = _plan(local | {"--weight-decay": 0.0}, optimizer_impl="torch_foreach")
+    assert _temporaries(q.states[0].step_transients) == []
     assert q.devices[0].optimizer_bytes == sum(t.numel for t in q.devices[0].tensors) * 8
 
 
 def test_the_layer_wise_step_gathers_every_rank_s_parameters():
     _, p = _plan(BASE | {"--optimizer": "dist_muon"}, world_size=2)
-    steps = p.states[0].step_transients
+    steps = _temporaries(p.states[0].step_transients)
     total = sum(t.numel for t in p.devices[0].tensors) * 2  # bf16, every parameter is dense here
     made = {n: b for n, b, sign in steps if sign > 0}
     gathered = sum(b for n, b in made.items() if n.startswith("step.layer_wise_gathered.dense."))

@@ -76,18 +76,36 @@ def test_eager_profile_holds_the_mlp_input_and_gate_up(tmp_path):
     assert eager.activation_peak_bytes == pytest.approx(13.5 * unit + 8.125 * MIB, abs=2 * MIB)
 
 
+def _mxfp4_experts(inter: int, hidden: int) -> int:
+    """One GPT-OSS-20B layer's 32 experts as loaded: w13, w2 (half a byte, a scale per 32), bf16 biases."""
+    w13 = 2 * inter * hidden // 2 + 2 * inter * (hidden // 32)
+    w2 = hidden * inter // 2 + hidden * -(-inter // 32)
+    return 32 * (w13 + w2 + (2 * inter + hidden) * 2)
+
+
 def test_mxfp4_on_hopper_is_marlin_until_triton_kernels_ships(tmp_path):
     """GPT-OSS-20B on an H100: at 0.11.0 Marlin pads the experts (intermediate 2880 → 2944, hidden → 3072);
-    at 0.19 Triton pads the intermediate to 64 only (2880 stays)."""
+    from 0.12 (vendored triton_kernels) Triton pads the intermediate to 64 only (2880 stays)."""
     b11 = compute_budget(_run(tmp_path, "gpt-oss-20b", 'engine_version = "0.11.0"'))
+    b18 = compute_budget(_run(tmp_path, "gpt-oss-20b", 'engine_version = "0.18.0"'))
+    b12 = compute_budget(_run(tmp_path, "gpt-oss-20b", 'engine_version = "0.12.0"'))
+    assert b11.weights_bytes - b18.weights_bytes == 24 * (_mxfp4_experts(2944, 3072) - _mxfp4_experts(2880, 2880))
+    assert b12.weights_bytes == b18.weights_bytes
+
+
+def test_mxfp4_hopper_swizzle_at_019(tmp_path):
+    """0.19's Triton backend rewrites the loaded experts: values transposed and padded to 64 bytes a dim
+    (1440 → 1472), swizzled scale copies (rows to 256: 5760 → 5888, 2880 → 3072) beside the loaded scales,
+    fp32 biases. The llm-d-planner logs print 13.64 GiB (TP1) and 7.01 GiB (TP2) for the weights."""
+    b18 = compute_budget(_run(tmp_path, "gpt-oss-20b", 'engine_version = "0.18.0"'))
     b19 = compute_budget(_run(tmp_path, "gpt-oss-20b", 'engine_version = "0.19.0"'))
-
-    def experts(inter: int, hidden: int) -> int:  # one layer's 32 experts: w13, w2 (half a byte, a scale per 32), biases
-        w13 = 2 * inter * hidden // 2 + 2 * inter * (hidden // 32)
-        w2 = hidden * inter // 2 + hidden * -(-inter // 32)
-        return 32 * (w13 + w2 + (2 * inter + hidden) * 2)
-
-    assert b11.weights_bytes - b19.weights_bytes == 24 * (experts(2944, 3072) - experts(2880, 2880))
+    w13 = 1472 * 5760 + 5760 * 90 + 5888 * 90
+    w2 = 1472 * 2880 + 2880 * 90 + 3072 * 90
+    swizzled = 32 * (w13 + w2 + (5760 + 2880) * 4)
+    assert b19.weights_bytes - b18.weights_bytes == 24 * (swizzled - _mxfp4_experts(2880, 2880))
+    assert b19.weights_bytes / GIB == pytest.approx(13.64, rel=0.003)
+    tp2 = compute_budget(_run(tmp_path, "gpt-oss-20b", 'engine_version = "0.19.0"', tp=2))
+    assert tp2.weights_bytes / GIB == pytest.approx(7.01, rel=0.006)
 
 
 def test_non_torch_from_published_measurements(tmp_path):
@@ -118,7 +136,8 @@ def test_non_torch_parts_by_window(tmp_path):
     for gpu in ("l40s", "rtx4090"):
         assert measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.7.3"', tp=2, gpu=gpu))[0] == int(0.30 * GIB)
     l40s_v1 = measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.8.5"', gpu="l40s"))
-    assert l40s_v1[0] == context_bytes("l40s")[0] + int(0.25 * GIB)  # 0.8.x: the context is in it
+    # 0.8.x: the context is in it; the run part without 0.18's CUDA-graph profiling (0.13, version sweep)
+    assert l40s_v1[0] == context_bytes("l40s")[0] + int(0.13 * GIB)
     assert measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.19.0"', gpu="a6000"))[0] == int(0.25 * GIB)
 
 
@@ -184,3 +203,64 @@ def test_opt_serves_with_learned_positions(tmp_path):
     b = compute_budget(_run(tmp_path, "opt-125m", 'engine_version = "0.4.1"\ndtype = "fp16"', gpu="a6000"))
     assert b.rope_cache_bytes == 0
     assert b.weights_bytes == (125_239_296 - 2 * 768 + 32 * 768) * 2
+
+
+def test_triton_sampler_from_017(tmp_path):
+    """The Triton top-k/top-p path arrives at 0.17.0 (0.16.0 still sorts): Qwen3-14B's profile peak drops by the
+    sort's 24 bytes a logit less the Triton buffer and the rows' hidden states (5.64 GiB at 0.15.0, 2.23 at
+    0.17.0 in the llm-d-planner version sweep)."""
+    serving = 'engine_version = "{}"\nmax_model_len = 8192\ngpu_memory_utilization = 0.95'
+    b16 = compute_budget(_run(tmp_path, "qwen3-14b", serving.format("0.16.0")))
+    b17 = compute_budget(_run(tmp_path, "qwen3-14b", serving.format("0.17.0")))
+    n, vocab, hidden = 1024, 151_936, 5120
+    diff = 24 * n * vocab - 132 * vocab * 4 - 2 * n * hidden * 2
+    assert b16.activation_peak_bytes - b17.activation_peak_bytes == pytest.approx(diff, abs=4 * MIB)
+    b15 = compute_budget(_run(tmp_path, "qwen3-14b", serving.format("0.15.0")))
+    assert b15.activation_peak_bytes == b16.activation_peak_bytes
+    assert b15.activation_peak_bytes / GIB == pytest.approx(5.64, rel=0.01)  # the sweep's 0.15.0 and 0.17.0 logs
+    assert b17.activation_peak_bytes / GIB == pytest.approx(2.23, rel=0.01)
+
+
+def test_cuda_graph_profiling_enters_the_window_at_018(tmp_path):
+    """From 0.18 the CUDA-graph memory profiling runs inside the window: its residue (0.25 − 0.13 GiB at TP1)
+    is in the run part; before, or under enforce_eager, the run part is the version sweep's 0.13 GiB; at TP2
+    the H100 measurement less the same residue."""
+    llama = "llama-3.1-8b"
+    run17 = measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.17.0"'))
+    assert run17[0] == int(0.13 * GIB) and "version sweep" in run17[1]
+    assert measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.18.0"'))[0] == int(0.25 * GIB)
+    eager = measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.19.0"\nenforce_eager = true'))
+    assert eager[0] == int(0.13 * GIB)
+    tp2 = measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.17.0"', tp=2))
+    assert tp2[0] == int(2.07 * GIB) - (int(0.25 * GIB) - int(0.13 * GIB))
+
+
+def test_flashinfer_sampler_keeps_three_fp32_copies(tmp_path):
+    """With FlashInfer's sampler (0.10.1.1 when installed) the profile's sampler holds the bf16 logits and
+    three fp32 copies (cast, top-k mask, softmax): 14 bytes a logit, no sort and no kept buffer. Qwen2-7B on
+    an A100 at 0.25 of 79.19 GiB: the log prints 5,867 blocks."""
+    serving = ('engine_version = "0.10.1.1"\nmax_model_len = 16384\ngpu_memory_utilization = 0.25\n'
+               "max_num_batched_tokens = 2048\nmax_num_seqs = 256\n")
+    hw = "capacity_gib = 79.19\n"
+    sort = compute_budget(_run(tmp_path, "qwen2-7b-instruct", serving, gpu="a100", hw=hw))
+    fi = compute_budget(_run(tmp_path, "qwen2-7b-instruct", serving + "flashinfer_sampler = true", gpu="a100", hw=hw))
+    n, vocab = 256, 152_064
+    assert sort.activation_peak_bytes - fi.activation_peak_bytes == pytest.approx(
+        24 * n * vocab - 2 * n * 3584 * 2, abs=4 * MIB)
+    assert fi.num_kv_blocks == pytest.approx(5867, rel=0.015)
+    with pytest.raises(Exception, match="serving.flashinfer_sampler"):
+        _run(tmp_path, "qwen2-7b-instruct", 'engine_version = "0.7.3"\nflashinfer_sampler = true')
+
+
+def test_no_peer_access_keeps_nccl_buffers_in_host_memory(tmp_path):
+    """Ranks without peer access (other nodes, P2P off): NCCL's SHM/NET transports put no measured buffer on the
+    device, the run part is TP1's; 2×A100 without P2P at 0.10.1.1 print 74,510 blocks."""
+    serving = ('engine_version = "0.10.1.1"\nmax_model_len = 16384\ngpu_memory_utilization = 0.5\n'
+               "max_num_batched_tokens = 2048\nmax_num_seqs = 256\nflashinfer_sampler = true\n")
+    hw = "capacity_gib = 79.19\n"
+    p2p = _run(tmp_path, "qwen2-7b-instruct", serving, tp=2, gpu="a100", hw=hw)
+    host = _run(tmp_path, "qwen2-7b-instruct", serving + "peer_access = false", tp=2, gpu="a100", hw=hw)
+    assert dist_bytes(host) == (0, dist_bytes(host)[1]) and "host memory" in dist_bytes(host)[1]
+    assert measured_non_torch(host)[0] == int(0.13 * GIB)
+    assert measured_non_torch(p2p)[0] > measured_non_torch(host)[0]
+    assert compute_budget(host).num_kv_blocks == pytest.approx(74_510, rel=0.002)

@@ -39,77 +39,156 @@ RECORDS = {r["id"]: r for r in json.loads(TOOL.LOGS.read_text())["records"]}
 #: calibration record → (metric, relative error reached, tolerance); every start and refusal agrees
 REACHED = {
     # vLLM 0.6.4 V0 on an RTX 3090: the eager profile run keeps each sub-block's input and gate_up alive
-    "vllm-10517-3090-llama31-8b-20k": [("weights", 0.0, 0.001), ("activation", -0.0015, 0.005), ("kv", 0.0005, 0.002)],
-    "vllm-10517-3090-llama31-8b-29k": [("weights", 0.0, 0.001), ("activation", 0.0012, 0.005), ("kv", 0.0, 0.002)],
-    # 0.9.2 counts the distributed groups and the run (baseline window): the run part measured at 0.19 TP4, the
-    # groups not measured at 0.9 (0.19's hold 0.11+'s symmetric-memory all-reduce), so 0; SGLang's pool from the
-    # free memory after init (the H100's context and 0.19's TP4 groups)
-    "vllm-21348-h100x4-qwen3-235b-fp8": [("kv", 0.0227, 0.005)],
+    "vllm-10517-3090-llama31-8b-20k": [("weights", -0.0, 0.001),
+                                       ("activation", -0.0015, 0.005),
+                                       ("kv", 0.0005, 0.002)],
+    "vllm-10517-3090-llama31-8b-29k": [("weights", -0.0, 0.001), ("activation", 0.0012, 0.005), ("kv", 0.0, 0.002)],
+    # 0.9.2 counts the distributed groups and the run (baseline window): the run part TP4's at 0.19 less the
+    # CUDA-graph profiling 0.18 put in the window, the groups not measured at 0.9 (0.19's hold 0.11+'s
+    # symmetric-memory all-reduce), so 0; SGLang's pool from the free memory after init
+    "vllm-21348-h100x4-qwen3-235b-fp8": [("kv", 0.0375, 0.005)],
     "sglang-21348-h100x4-qwen3-235b-fp8": [("kv", 0.0374, 0.005)],
-    # MXFP4 experts Marlin-padded on Hopper at 0.11.0 (no triton_kernels): the refusal is reproduced
-    "vllm-27508-h100-gpt-oss-120b": [("kv", 0.0179, 0.01)],
+    # MXFP4 experts Marlin-padded on Hopper at 0.11.0 (no triton_kernels): the refusal is reproduced; 0.11's run
+    # part (0.13, no CUDA-graph profiling in the window) leaves 0.15 GiB more pool than printed (open: only the
+    # pool is printed)
+    "vllm-27508-h100-gpt-oss-120b": [("kv", 0.0881, 0.005)],
     # V0 TP2: the driver (rank 0) samples, the worker (rank 1) does not; both printed 1.26 GiB, so the driver's
     # sampler is below its forward peak there, which the sort model misses (open); the worker's forward holds
     # the out-of-place all-reduce of 0.6.5+ and the row-parallel input through it
-    "vllm-15815-l40sx2-qwen25-32b": [("weights", -0.0061, 0.001), ("activation", 0.2056, 0.01), ("kv", -0.0094, 0.002)],
-    "vllm-15815-l40sx2-qwen25-32b-rank1": [("activation", -0.0759, 0.005), ("kv", -0.0094, 0.002)],
+    "vllm-15815-l40sx2-qwen25-32b": [("weights", -0.0061, 0.002),
+                                     ("activation", 0.2056, 0.01),
+                                     ("kv", -0.0094, 0.002)],
+    "vllm-15815-l40sx2-qwen25-32b-rank1": [("weights", -0.0061, 0.002),
+                                           ("activation", -0.076, 0.01),
+                                           ("kv", -0.0094, 0.002)],
     # V1's run part of the non-torch memory (0.25 GiB, measured on H100) carried to the A100 at tp 1
-    "vllm-myoceane-a100-gpt-oss-20b": [("weights", -0.0024, 0.001), ("kv", 0.0019, 0.003)],
+    "vllm-myoceane-a100-gpt-oss-20b": [("weights", -0.0024, 0.001), ("kv", 0.0019, 0.002)],
     # vLLM 0.19.0 on H100 (llm-d-planner): Triton sampler, kept MoE workspace, cuBLAS workspace, measured non-torch
-    "vllm-llmd-deepseek-ai-deepseek-v2-tp1-8192": [("weights", -0.0017, 0.001), ("activation", 0.0019, 0.005),
+    "vllm-llmd-deepseek-ai-deepseek-v2-tp1-8192": [("weights", -0.0017, 0.001),
+                                                   ("activation", 0.0019, 0.005),
                                                    ("kv", 0.0012, 0.002)],
-    "vllm-llmd-meta-llama-llama-3-1-8b-tp1-8192": [("weights", 0.0, 0.001), ("activation", -0.0012, 0.005),
-                                                   ("kv", 0.0, 0.002)],
+    "vllm-llmd-meta-llama-llama-3-1-8b-tp1-8192": [("weights", -0.0001, 0.001),
+                                                   ("activation", -0.0012, 0.005),
+                                                   ("kv", -0.0001, 0.002)],
     # a stage without the sampler: the compiled forward's peak is 0.3 GiB above the eager graph's (open)
-    "vllm-llmd-meta-llama-llama-3-1-8b-tp1pp4dp1-8192": [("weights", 0.0, 0.001), ("activation", -0.2857, 0.01),
+    "vllm-llmd-meta-llama-llama-3-1-8b-tp1pp4dp1-8192": [("weights", -0.0, 0.001),
+                                                         ("activation", -0.2857, 0.01),
                                                          ("kv", 0.0018, 0.002)],
-    "vllm-llmd-meta-llama-llama-3-1-8b-tp2-8192": [("weights", 0.0, 0.001), ("activation", -0.0012, 0.005),
-                                                   ("kv", 0.0, 0.002)],
-    "vllm-llmd-meta-llama-llama-3-1-8b-tp4-8192": [("weights", 0.0003, 0.001), ("activation", -0.0012, 0.005),
+    "vllm-llmd-meta-llama-llama-3-1-8b-tp2-8192": [("weights", 0.0, 0.001),
+                                                   ("activation", -0.0012, 0.005),
+                                                   ("kv", -0.0, 0.002)],
+    "vllm-llmd-meta-llama-llama-3-1-8b-tp4-8192": [("weights", 0.0003, 0.001),
+                                                   ("activation", -0.0012, 0.005),
                                                    ("kv", -0.0005, 0.002)],
-    "vllm-llmd-mistralai-mixtral-8x7b-i-tp2-8192": [("weights", 0.0, 0.001), ("activation", 0.0013, 0.005),
+    "vllm-llmd-mistralai-mixtral-8x7b-i-tp2-8192": [("weights", -0.0001, 0.001),
+                                                    ("activation", 0.0013, 0.005),
                                                     ("kv", 0.0002, 0.002)],
-    "vllm-llmd-qwen-qwen2-5-7b-instruct-tp1-8192": [("weights", -0.004, 0.001), ("activation", -0.0024, 0.005),
+    "vllm-llmd-qwen-qwen2-5-7b-instruct-tp1-8192": [("weights", -0.004, 0.001),
+                                                    ("activation", -0.0024, 0.005),
                                                     ("kv", 0.0008, 0.002)],
-    "vllm-llmd-qwen-qwen2-5-7b-instruc-tp1-32768": [("kv", 0.0008, 0.002)],
-    "vllm-llmd-qwen-qwen3-30b-a3b-tp1-8192": [("weights", 0.0, 0.001), ("activation", -0.0018, 0.005),
+    "vllm-llmd-qwen-qwen2-5-7b-instruc-tp1-32768": [("weights", -0.004, 0.001),
+                                                    ("activation", -0.0024, 0.005),
+                                                    ("kv", 0.0008, 0.002)],
+    "vllm-llmd-qwen-qwen3-30b-a3b-tp1-8192": [("weights", 0.0, 0.001),
+                                              ("activation", -0.0018, 0.005),
                                               ("kv", 0.0011, 0.002)],
-    "vllm-llmd-w8a8-redhatai-llam-tp1-8192-dtf16": [("weights", 0.0005, 0.001), ("kv", 0.0, 0.002)],
-    "vllm-llmd-codellama-codellama-7b-h-tp1-8192": [("weights", 0.0, 0.001), ("activation", -0.2034, 0.01),
+    "vllm-llmd-w8a8-redhatai-llam-tp1-8192-dtf16": [("weights", 0.0005, 0.001),
+                                                    ("activation", -0.0012, 0.005),
+                                                    ("kv", -0.0, 0.002)],
+    "vllm-llmd-codellama-codellama-7b-h-tp1-8192": [("weights", -0.0003, 0.001),
+                                                    ("activation", -0.2034, 0.01),
                                                     ("kv", 0.0025, 0.002)],
-    "vllm-llmd-fp8dyn-llama-3-3-70b-tp2-8192": [("weights", 0.0, 0.001), ("activation", 0.003, 0.005),
+    "vllm-llmd-fp8dyn-llama-3-3-70b-tp2-8192": [("weights", 0.0, 0.001),
+                                                ("activation", 0.003, 0.005),
                                                 ("kv", 0.0009, 0.002)],
-    "vllm-llmd-fp8dyn-llama-3-3-70b-tp4-8192": [("weights", 0.0, 0.001), ("kv", 0.0008, 0.002)],
-    "vllm-llmd-fp8dyn-redhatai-qwen2-5-tp1-8192": [("weights", -0.0023, 0.001), ("kv", 0.0003, 0.002)],
-    "vllm-llmd-meta-llama-llama-3-tp1-8192-qfp8": [("weights", 0.0005, 0.001), ("kv", -0.0001, 0.002)],
-    # MXFP4 on Hopper at 0.19 (vendored triton_kernels): the weights 0.48 GiB short per rank (open)
-    "vllm-llmd-openai-gpt-oss-20b-tp2-8192": [("weights", -0.068, 0.005), ("activation", 0.1236, 0.01),
-                                              ("kv", 0.0021, 0.002)],
-    "vllm-llmd-w8a8-redhatai-qwen2-5-7b-tp1-8192": [("weights", -0.0023, 0.001), ("kv", 0.0003, 0.002)],
+    "vllm-llmd-fp8dyn-llama-3-3-70b-tp4-8192": [("weights", -0.0, 0.001),
+                                                ("activation", -0.0021, 0.005),
+                                                ("kv", 0.0008, 0.002)],
+    "vllm-llmd-fp8dyn-redhatai-qwen2-5-tp1-8192": [("weights", -0.0023, 0.001),
+                                                   ("activation", -0.0024, 0.005),
+                                                   ("kv", 0.0003, 0.002)],
+    "vllm-llmd-meta-llama-llama-3-tp1-8192-qfp8": [("weights", 0.0005, 0.001),
+                                                   ("activation", -0.0012, 0.005),
+                                                   ("kv", -0.0001, 0.002)],
+    # MXFP4 on Hopper at 0.19: the Triton backend's swizzled experts and the kept scales; no kept MoE workspace
+    "vllm-llmd-openai-gpt-oss-20b-tp2-8192": [("weights", -0.0052, 0.002),
+                                              ("activation", 0.0011, 0.005),
+                                              ("kv", 0.0006, 0.002)],
+    "vllm-llmd-w8a8-redhatai-qwen2-5-7b-tp1-8192": [("weights", -0.0023, 0.001),
+                                                    ("activation", -0.0024, 0.005),
+                                                    ("kv", 0.0003, 0.002)],
+    # Granite: the run adds 0.46 GiB outside torch, not the 0.25 of every other TP1 log of the sweep (open)
+    "vllm-llmd-ibm-granite-granite-3-3-tp1-8192": [("weights", 0.0001, 0.001),
+                                                   ("activation", -0.0706, 0.01),
+                                                   ("kv", 0.0047, 0.002)],
     # round 4 (the same sweep): max_model_len below the 8,192-token budget moves nothing, as V1 profiles
     # max_num_batched_tokens; families read from their configs (Gemma's gated GeLU, Phi-3/4, Granite)
-    "vllm-llmd-meta-llama-llama-tp1-8192-dtbf16": [("weights", 0.0, 0.001), ("kv", 0.0, 0.002)],
-    "vllm-llmd-meta-llama-llama-3-1-8b-tp1-2048": [("activation", -0.0012, 0.005), ("kv", -0.0001, 0.002)],
-    "vllm-llmd-meta-llama-llama-3-1-8b-tp1-4096": [("kv", -0.0001, 0.002)],
-    "vllm-llmd-meta-llama-llama-3-1-8b-tp1-16384": [("kv", -0.0001, 0.002)],
-    "vllm-llmd-qwen-qwen2-5-7b-instruct-tp1-2048": [("kv", 0.0008, 0.002)],
-    "vllm-llmd-qwen-qwen2-5-7b-instruct-tp1-4096": [("kv", 0.0008, 0.002)],
-    "vllm-llmd-google-gemma-7b-tp1-8192": [("weights", -0.0002, 0.001), ("activation", 0.001, 0.005),
-                                          ("kv", 0.0, 0.002)],
+    "vllm-llmd-meta-llama-llama-tp1-8192-dtbf16": [("weights", -0.0001, 0.001),
+                                                   ("activation", -0.0012, 0.005),
+                                                   ("kv", -0.0, 0.002)],
+    "vllm-llmd-meta-llama-llama-3-1-8b-tp1-2048": [("weights", -0.0001, 0.001),
+                                                   ("activation", -0.0012, 0.005),
+                                                   ("kv", -0.0001, 0.002)],
+    "vllm-llmd-meta-llama-llama-3-1-8b-tp1-4096": [("weights", -0.0001, 0.001),
+                                                   ("activation", -0.0012, 0.005),
+                                                   ("kv", -0.0001, 0.002)],
     # Phi-4: 0.08 GiB of weights the config does not explain (open)
-    "vllm-llmd-microsoft-phi-4-tp1-8192": [("weights", -0.0029, 0.001), ("activation", -0.0013, 0.005),
+    "vllm-llmd-microsoft-phi-4-tp1-8192": [("weights", -0.0029, 0.001),
+                                           ("activation", -0.0013, 0.005),
                                            ("kv", 0.0017, 0.002)],
-    # Granite: the run adds 0.46 GiB outside torch, not the 0.25 of every other TP1 log of the sweep (open)
-    "vllm-llmd-ibm-granite-granite-3-3-tp1-8192": [("weights", 0.0001, 0.001), ("activation", -0.0706, 0.01),
-                                                   ("kv", 0.0047, 0.002)],
-    "vllm-llmd-granite-3-1-2b-tp1-8192": [("weights", -0.0011, 0.001), ("activation", 0.0012, 0.005),
+    "vllm-llmd-qwen-qwen2-5-7b-instruct-tp1-2048": [("weights", -0.004, 0.001),
+                                                    ("activation", -0.0024, 0.005),
+                                                    ("kv", 0.0008, 0.002)],
+    "vllm-llmd-qwen-qwen2-5-7b-instruct-tp1-4096": [("weights", -0.004, 0.001),
+                                                    ("activation", -0.0024, 0.005),
+                                                    ("kv", 0.0008, 0.002)],
+    "vllm-llmd-google-gemma-7b-tp1-8192": [("weights", -0.0002, 0.001),
+                                           ("activation", 0.001, 0.005),
+                                           ("kv", 0.0, 0.002)],
+    "vllm-llmd-granite-3-1-2b-tp1-8192": [("weights", -0.0011, 0.001),
+                                          ("activation", 0.0012, 0.005),
                                           ("kv", 0.0031, 0.002)],
+    "vllm-llmd-meta-llama-llama-3-1-8b-tp1-16384": [("weights", -0.0001, 0.001),
+                                                    ("activation", -0.0012, 0.005),
+                                                    ("kv", -0.0001, 0.002)],
+    "vllm-llmd-openai-gpt-oss-20b-tp1-8192-failed": [("weights", -0.0016, 0.001),
+                                                     ("activation", 0.0011, 0.005),
+                                                     ("kv", 0.0003, 0.002)],
+    # round 5: the sweep's first runs (run records: weights and pool only); TP>1 weights up to 1.3 % short (open)
+    "vllm-llmd-run1-deepseek-ai-deepseek-v2--tp2--8192": [("weights", -0.0065, 0.002), ("kv", 0.002, 0.002)],
+    "vllm-llmd-run1-deepseek-ai-deepseek-v2--tp4--8192": [("weights", -0.0134, 0.002), ("kv", 0.001, 0.002)],
+    "vllm-llmd-run1-ibm-granite-granite-3-1--tp2--8192": [("weights", -0.0019, 0.001), ("kv", 0.0007, 0.002)],
+    "vllm-llmd-run1-ibm-granite-granite-3-3--tp2--8192": [("weights", 0.0002, 0.001), ("kv", 0.001, 0.002)],
+    "vllm-llmd-run1-ibm-granite-granite-3-3--tp4--8192": [("weights", -0.0086, 0.002), ("kv", 0.0006, 0.002)],
+    "vllm-llmd-run1-microsoft-phi-4-tp2--8192": [("weights", -0.0082, 0.002), ("kv", 0.002, 0.002)],
+    "vllm-llmd-run1-mistralai-mixtral-8x7b-i-tp4--8192": [("weights", -0.0001, 0.001), ("kv", -0.0005, 0.002)],
+    "vllm-llmd-run1-qwen-qwen2-5-7b-in-tp1--8192-dtf16": [("weights", -0.004, 0.001), ("kv", 0.0008, 0.002)],
+    "vllm-llmd-run1-redhatai-llama-3-1-tp1--8192-dtf16": [("weights", 0.0005, 0.001), ("kv", 0.0, 0.002)],
+    # W8A8 Llama-3.3-70B on one H100: 57 blocks (0.28 GiB) more than printed, no peak printed to place them (open)
+    "vllm-llmd-run1-redhatai-llama-3-3-70b-i-tp1--8192": [("weights", 0.0, 0.001), ("kv", 0.0556, 0.005)],
+    "vllm-llmd-run1-redhatai-llama-3-3-70b-i-tp4--8192": [("weights", -0.0, 0.001), ("kv", 0.0009, 0.002)],
+    # the version sweep: 0.15 sorts, 0.17 takes the Triton sampler; both without 0.18's CUDA-graph profiling
+    "vllm-llmd-vsweep-qwen3-14b-vllm-v0-15-0-tp1--8192": [("weights", -0.0001, 0.001),
+                                                          ("activation", -0.0038, 0.005),
+                                                          ("kv", 0.0006, 0.002)],
+    "vllm-llmd-vsweep-qwen3-14b-vllm-v0-17-0-tp1--8192": [("weights", -0.0001, 0.001),
+                                                          ("activation", 0.0016, 0.005),
+                                                          ("kv", 0.0001, 0.002)],
+    # vLLM 0.10.1.1 on A100s (dennislee22): FlashInfer's sampler where the log says it runs; TP groups without
+    # peer access (other nodes, P2P off) keep NCCL's buffers in host memory; 80 GB totals taken as the H100's
+    "vllm-dennislee-a100-qwen2-7b-u025": [("weights", -0.0039, 0.001), ("kv", -0.0143, 0.005)],
+    "vllm-dennislee-a100-qwen2-7b-u050": [("weights", -0.0039, 0.001), ("kv", -0.0035, 0.002)],
+    "vllm-dennislee-a100-40gb-qwen2-7b-tp2-2nodes": [("weights", -0.003, 0.001), ("kv", -0.0006, 0.002)],
+    "vllm-dennislee-a100-qwen2-7b-tp2-u050": [("weights", -0.003, 0.001), ("kv", -0.0001, 0.002)],
+    "vllm-dennislee-a100-gpt-oss-120b-tp4-4nodes": [("weights", -0.0012, 0.001), ("kv", 0.0001, 0.002)],
 }
 
 #: calibration records whose start or refusal the budget does not reproduce, and why (open)
 START_DIFFERS = {
-    # the engine allocated its KV cache, then ran out of memory warming up the sampler with 1,024 dummy requests
-    # (1.78 GiB reserved but unallocated): a failure after the budget, not modelled
+    # the engine allocated its KV cache, captured its CUDA graphs (1.84 GiB: a 626 MiB pool, the rest outside
+    # PyTorch), then warmed up the sampler with 1,024 dummy requests (0.19.0 gpu_worker.py
+    # compile_or_warm_up_model: _dummy_sampler_run after capture_model) and ran out of memory with 1.78 GiB
+    # reserved but unallocated: a failure after the budget; the graphs' memory outside PyTorch is not modelled
     "vllm-llmd-openai-gpt-oss-20b-tp1-8192-failed",
 }
 
@@ -134,13 +213,13 @@ def test_calibration_record_errors(rid, tmp_path):
     assert not row.refused, row.refused
     for metric, reached, tol in REACHED[rid]:
         assert row.errors[metric] == pytest.approx(reached, abs=tol), (metric, row.cells[metric])
-    assert row.cells["start"].startswith("ok")
+    assert row.cells["start"].startswith("ok") or rid in START_DIFFERS
 
 
 def test_calibration_starts_and_refusals(tmp_path):
     built = [TOOL.compare(r, tmp_path, False) for r in RECORDS.values() if r["side"] == "calibration"]
     compared = [r for r in built if not r.refused]
-    assert len(compared) == 36 and len(built) == 47
+    assert len(compared) == 54 and len(built) == 66
     assert set(REACHED) <= {r.rec["id"] for r in compared}
     assert {r.rec["id"] for r in compared if not r.cells["start"].startswith("ok")} == START_DIFFERS
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from timeline.cli.common import positive, write_file_atomically
 from timeline.errors import UserError
+from timeline.spec.framework import OPTIMIZER_IMPLS
 from timeline.spec.hardware import GPUS
 
 HELP = "write a run file from Megatron-LM arguments (model_config.yaml or a launch script's arguments)"
@@ -39,6 +40,10 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pytorch-version", metavar="X.Y",
                         help="PyTorch version the job ran (default 2.13); sizes PyTorch's default cuBLAS "
                              "workspace, which on Blackwell is 8.125 MiB before 2.12 and 32 MiB from it")
+    parser.add_argument("--optimizer-impl", choices=OPTIMIZER_IMPLS,
+                        help="the Adam Megatron-Core imported (default te_fused: Transformer Engine installed); "
+                             "apex_fused: Apex without TE; torch_foreach: neither, the log warns 'Transformer "
+                             "Engine and Apex are not installed. Falling back to Torch optimizers.'")
     parser.add_argument("--resumed", action="store_true",
                         help="the job's --load holds a checkpoint of this training: it loads the optimizer's state "
                              "(unless --finetune / --no-load-optim) before its first iteration")
@@ -63,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{out} exists; pass --force to replace it")
     margs = read_megatron_config(path)
     conv = convert(margs, world_size=args.world_size, gpu=args.gpu, te_version=args.te_version,
-                   pytorch_version=args.pytorch_version, megatron_core=args.megatron_core, resumed=args.resumed)
+                   pytorch_version=args.pytorch_version, megatron_core=args.megatron_core, resumed=args.resumed,
+                   optimizer_impl=args.optimizer_impl)
     text = run_file_text(conv, name=args.name or default_name(path), source=str(path), world_size=args.world_size)
     if out is None:
         with tempfile.TemporaryDirectory() as folder:  # what is printed must load as it stands

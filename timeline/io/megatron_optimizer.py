@@ -1,5 +1,6 @@
 """Megatron-LM's ``--optimizer`` and what it keeps per parameter, onto ``[training]``: ``optimizer``,
-``sgd_momentum``, ``muon_layer_wise`` (the states themselves: :mod:`timeline.graph.optim_state`).
+``sgd_momentum``, ``muon_layer_wise`` (the states themselves: :mod:`timeline.graph.optim_state`), and which
+implementation runs it, onto ``[framework] optimizer_impl``.
 
 Refuses in one line what Megatron-LM itself rejects and what is not modelled: the emerging optimizers
 other than Muon (``lion``, ``soap``, ``adaptive_muon``) and the layer-wise layout of Megatron-LM's main between
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from timeline.errors import UserError
 from timeline.profiles.megatron_workspaces import version_tuple
+from timeline.spec.framework import OPTIMIZER_IMPLS
 
 if TYPE_CHECKING:
     from timeline.io.megatron_map import ArgReader, Conversion
@@ -140,3 +142,21 @@ def precision_aware(a: ArgReader, c: Conversion, *, megatron_core: str | None) -
         c.put("training.exp_avg_sq_dtype", dtypes["--exp-avg-sq-dtype"], "--exp-avg-sq-dtype")
     else:
         a.value("--exp-avg-sq-dtype")
+
+
+def optimizer_impl(a: ArgReader, c: Conversion, impl: str | None) -> None:
+    """``[framework] optimizer_impl``: which Adam (and SGD) Megatron-Core imported, as the job's environment had
+    them — not an argument: ``MC/optimizer/__init__.py`` takes Transformer Engine's ``FusedAdam``, else Apex's,
+    else ``torch.optim.AdamW`` with the warning "Transformer Engine and Apex are not installed. Falling back to
+    Torch optimizers." (None: TE's). Written only when not TE's; refused in one line where the arguments need TE."""
+    if impl is None or impl == "te_fused":
+        return
+    if impl not in OPTIMIZER_IMPLS:
+        raise UserError(f"--optimizer-impl {impl}: use one of {', '.join(OPTIMIZER_IMPLS)}")
+    if c.sections["framework"]["transformer_impl"] != "local":
+        raise UserError(f"--optimizer-impl {impl}: means Transformer Engine is not installed, but --transformer-impl "
+                        "is transformer_engine (Megatron's default) and runs its layers; add --transformer-impl local")
+    if c.sections["training"].get("precision_aware"):
+        raise UserError(f"--optimizer-impl {impl}: --use-precision-aware-optimizer is Transformer Engine's FusedAdam; "
+                        "drop one of them")
+    c.put("framework.optimizer_impl", impl)

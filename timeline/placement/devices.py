@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from timeline.graph.build import build_chunk_graph, chunk_layers, graph_params
+from timeline.graph.build import chunk_layers, node_params
 from timeline.graph.dp_buffers import DdpBuffer, DdpRules, ddp_buffers
 from timeline.graph.layer_wise_buffers import layer_wise_buffers
 from timeline.graph.optim_state import main_params
@@ -49,9 +49,9 @@ class StaticDevice:
 
 
 def chunk_params(source: ModelSource, chunks: Iterable[int]) -> dict[int, list[TensorDef]]:
-    """Each chunk's parameter TensorDefs, read off its graph once (a chunk DualPipe places on two
-    ranks is built once)."""
-    return {c: graph_params(build_chunk_graph(source.nodes(c), c)) for c in dict.fromkeys(chunks)}
+    """Each chunk's parameter TensorDefs in dataflow order, read once (a chunk DualPipe places on two
+    ranks is read once)."""
+    return {c: node_params(source.nodes(c)) for c in dict.fromkeys(chunks)}
 
 
 def buffer_bytes(tr: TrainingSpec, tensors: Sequence[TensorDef], buffers: Sequence[DdpBuffer],

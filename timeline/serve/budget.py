@@ -47,7 +47,13 @@ from timeline.serve.graph_view import (
 )
 from timeline.serve.kv import KVLayout, kv_bytes_per_token_layer, kv_layers, kv_layout
 from timeline.serve.non_torch import measured_init, measured_non_torch
-from timeline.serve.profile_run import cublas_workspace_bytes, moe_workspace_bytes, triton_sampler
+from timeline.serve.profile_run import (
+    cublas_workspace_bytes,
+    flashinfer_sampler,
+    moe_workspace_bytes,
+    triton_sampler,
+)
+from timeline.serve.quant_layout import mxfp4_triton_moe
 from timeline.serve.transients import (
     SAMPLER_NAMES,
     StepTransients,
@@ -120,8 +126,12 @@ def samples(run: ServeRunSpec, stage: int, rank: int) -> bool:
 
 def profile_transients(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> StepTransients:
     """The profile run's step on pipeline stage ``stage``, TP rank ``rank``; the sampler runs where
-    :func:`samples` says. vLLM's first GEMM creates PyTorch's cuBLAS workspace here; from 0.19 the
-    sampler is the Triton path and the MoE caches a kept workspace (:mod:`timeline.serve.profile_run`)."""
+    :func:`samples` says. vLLM's first GEMM creates PyTorch's cuBLAS workspace here; from 0.17 the
+    sampler is the Triton path and the MoE caches a kept workspace; with ``flashinfer_sampler`` (V1) the
+    sampler is FlashInfer's at any version (:mod:`timeline.serve.profile_run`). MXFP4 experts on the
+    Triton backend keep no workspace: 0.17.0's ``Mxfp4MoEMethod.apply`` calls ``triton_kernel_moe_forward``
+    directly, 0.19.0's ``backend_to_kernel_cls`` prefers ``OAITritonMxfp4ExpertsMonolithic``, which
+    ``FusedMoEKernelMonolithicImpl.apply`` runs without the ``WorkspaceManager``; its caches are per call."""
     sv = run.serving
     tokens = sv.max_num_batched_tokens
     reqs = min(sv.max_num_seqs, tokens)
@@ -131,7 +141,8 @@ def profile_transients(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Step
         sampler = sampler_tensors(run, reqs, profile=True) if last else [0] * len(SAMPLER_NAMES)
         return step_transients(step_ops(run, tokens, stage, moe_tokens), sampler)
     first = [("cublas_workspace", cublas_workspace_bytes(run))]
-    if not vllm_triton_profile(sv.engine_version):
+    triton = vllm_triton_profile(sv.engine_version)
+    if not triton and not sv.flashinfer_sampler:
         old_sort = vllm_sorts_in_model_dtype(sv.engine_version)
         sampler = [0] * len(SAMPLER_NAMES)
         if last:
@@ -142,14 +153,19 @@ def profile_transients(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Step
         # V0 profiles eagerly (its CUDA graphs come after); V1 eagerly only under enforce_eager
         eager = sv.enforce_eager or not is_v1(sv.engine_version)
         return step_transients(ops, sampler, first=first, holds=eager_holds(ops) if eager else None)
-    if run.model.is_moe and any(stage_has_moe(run, stage)):
+    # MXFP4 experts on the Triton backend call triton_kernels' MoE without the WorkspaceManager (kept=False)
+    kept_moe = triton and not mxfp4_triton_moe(run)
+    if kept_moe and run.model.is_moe and any(stage_has_moe(run, stage)):
         first.append(("fused_moe.workspace", moe_workspace_bytes(run, moe_tokens or tokens, moe_rank_width(run))))
     bufs: list[tuple[str, int]] = []
-    if last:
-        bufs, kept = triton_sampler(run, reqs, padded_vocab(run.model.vocab_size))
-        first.append(("sampler.triton_buffer", kept))
-    return step_transients(step_ops(run, tokens, stage, moe_tokens, kept_moe_workspace=True),
-                           [b for _, b in bufs], extra_names=[n for n, _ in bufs], first=first)
+    if last and sv.flashinfer_sampler:  # V1 only (serve_validate); FlashInfer keeps no buffer
+        bufs = flashinfer_sampler(run, reqs, padded_vocab(run.model.vocab_size))
+    elif last:
+        bufs, kept_buffer = triton_sampler(run, reqs, padded_vocab(run.model.vocab_size))
+        first.append(("sampler.triton_buffer", kept_buffer))
+    ops = step_ops(run, tokens, stage, moe_tokens, kept_moe_workspace=kept_moe)
+    holds = eager_holds(ops) if sv.enforce_eager else None
+    return step_transients(ops, [b for _, b in bufs], extra_names=[n for n, _ in bufs], first=first, holds=holds)
 
 
 def weight_blocks(run: ServeRunSpec, stage: int, weights: int) -> list[int]:

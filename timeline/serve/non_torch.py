@@ -3,13 +3,21 @@
 Three parts, each a published measurement (nothing in an engine's source fixes their size) or a rule
 that carries one measurement to another GPU:
 
-* **context** — the CUDA primary context and the runtime, in use before any tensor
+* **context** — the CUDA primary context and the runtime, in use before any kernel runs
   (:func:`context_bytes`). Measured on an H100 and an RTX 3090; another GPU takes the H100's figure
   with its local-memory reservation swapped for its own: the driver reserves each resident thread's
   stack (``CU_LIMIT_STACK_SIZE``, 1 KiB by default, CUDA driver API ``cuCtxSetLimit``) for the most
   threads every SM can hold (CUDA C++ Programming Guide, "Technical Specifications per Compute
   Capability": 2,048 on sm 70/80/90/100, 1,536 on sm 86/89/120, 1,024 on sm 75). Checked on the
-  3090: 0.51 − 132·2,048 KiB + 82·1,536 KiB = 0.372 GiB against its measured 0.35.
+  3090: 0.51 − 132·2,048 KiB + 82·1,536 KiB = 0.372 GiB against its measured 0.35. Checked on a real
+  H200 (``traces/groundtruth-h200/context_probe.json``, driver 580.159.04): every 512 B of stack limit
+  moves the context by exactly 132 SMs × 2,048 threads × 512 B; the bare primary context is
+  552,402,944 B = 0.5145 GiB whether the CUDA runtime 11.8, 12.4, 12.9 or 13.0 makes it, and PyTorch
+  2.11 adds nothing until its first kernel — the H100 log's 0.51 to its two decimals, which the rule
+  gives the H200 (same GH100 SMs). The 619 MiB "after the context" of ``non_torch.json`` is after a
+  first kernel, whose module CUDA loads lazily (+92 MiB; ``CUDA_MODULE_LOADING=EAGER`` loads every module: +732 MiB):
+  loading, part of the run below, not of the context. That the driver version moves the context is
+  not shown (one driver measured) and not modelled.
 * **distributed** — what ``init_worker_distributed_environment`` puts on the device: NCCL
   communicators (their connection buffers, NVLS on NVSwitch systems) and the custom all-reduce
   buffers; nothing at world size 1 from vLLM 0.5 (no communicator is connected there; up to 0.4.1
@@ -20,6 +28,12 @@ that carries one measurement to another GPU:
   ``CudaCommunicator.__init__`` → ``SymmMemCommunicator``, ``VLLM_ALLREDUCE_USE_SYMM_MEM`` defaulting to
   1 in 0.11.0's ``envs.py``; absent in 0.9.2 and 0.10.1.1), so a measurement with it is not carried to
   a version without it (:func:`communicators`). SGLang's groups take vLLM's nearest measured set.
+  Without peer access between the ranks (``serving.peer_access = false``: other nodes without GPUDirect
+  RDMA, or P2P off) the custom all-reduce is off and NCCL connects through host memory — the SHM
+  transport's FIFOs are host shared memory the GPU reads directly (NVIDIA/nccl ``src/transport/shm.cc``:
+  ``NCCL_SHM_USE_CUDA_MEMCPY`` defaults to 0), the NET transport's buffers host memory without GPUDirect
+  RDMA (``src/transport/net.cc``) — so the groups put none of the measured buffers on the device
+  (the communicators' own small structures are not measured), and the run part is TP1's.
   Not derived from NCCL's source: its buffers are per channel and connected peer (NVIDIA/nccl
   ``src/init.cc``: ``DEFAULT_BUFFSIZE`` 4 MiB for SIMPLE, ``DEFAULT_LL128_BUFFSIZE`` 120·640·8·8 B ≈ 4.69 MiB,
   ``DEFAULT_LL_BUFFSIZE`` 8·512·8·16 B = 512 KiB), but the channel count comes from NCCL's topology search,
@@ -28,7 +42,13 @@ that carries one measurement to another GPU:
 * **run** — what loading and the profile run add outside PyTorch (kernel images loaded lazily,
   NCCL connections first made by a collective of the profile run). V0 adds none measurable (the RTX
   3090 0.6.4 log: 0.35 GiB before and after its profile run); V1 (torch.compile's Triton modules,
-  the device groups' lazy connections) is measured on H100 (:data:`RUN_V1`).
+  the device groups' lazy connections) is measured on H100 (:data:`RUN_V1`, at 0.19). From 0.18 the
+  window also holds the CUDA-graph memory profiling (:func:`timeline.spec.engine_versions.
+  vllm_profiles_cudagraphs`), whose captures leave memory outside PyTorch after their cleanup: an
+  earlier version, or ``enforce_eager``, adds the run part without it — measured at TP1
+  (:data:`RUN_V1_NO_GRAPH_PROFILE`), elsewhere 0.19's measurement less the TP1 difference
+  (:func:`run_bytes`). The H200 ground truth (``traces/groundtruth-h200/context_probe.json``) shows the
+  kind of memory this is: PyTorch's first kernel loads its module lazily, 92 MiB.
 
 Which parts a vLLM version subtracts is in its source (:func:`window`):
 
@@ -52,7 +72,7 @@ distributed. ``serving.non_torch_gib`` and ``hardware.non_pytorch_gib`` override
 
 from __future__ import annotations
 
-from timeline.spec.engine_versions import is_v1, parse_version
+from timeline.spec.engine_versions import is_v1, parse_version, vllm_profiles_cudagraphs
 from timeline.spec.hardware import GPUS, SM_COUNTS
 from timeline.spec.serving import ServeRunSpec
 
@@ -98,11 +118,22 @@ RUN_V1: dict[tuple[str, int, bool], tuple[float, str]] = {
     ("nvswitch", 1, True): (0.07, "llm-d-planner 0.19.0 Llama-3.1-8B PP4 log"),
 }
 
+#: (interconnect, tp, pp > 1) → (GiB the run adds where the window has no CUDA-graph profiling)
+RUN_V1_NO_GRAPH_PROFILE: dict[tuple[str, int, bool], tuple[float, str]] = {
+    ("nvswitch", 1, False): (0.13, "llm-d-planner version sweep, Qwen3-14B TP1 on H100 at vLLM 0.15.0 and 0.17.0 "
+                                   "(non_torch_forward_memory 0.13 GiB each)"),
+}
+
 UNMEASURED = "not measured"
 
 
 def interconnect(gpu: str) -> str:
     return "nvswitch" if gpu in NVSWITCH else "pcie"
+
+
+def link(run: ServeRunSpec) -> str:
+    """How a run's ranks connect: "host" without peer access (module docstring), else the GPU's interconnect."""
+    return interconnect(run.hardware.gpu) if run.serving.peer_access else "host"
 
 
 def window(engine: str, version: str) -> str:
@@ -164,6 +195,9 @@ def dist_bytes(run: ServeRunSpec) -> tuple[int, str]:
         if sv.engine == "vllm" and v < (0, 5, 0):  # worker.py init_worker_distributed_environment, 0.2.7 … 0.4.1
             return 0, f"the warm-up all_reduce's one-rank NCCL communicator is {UNMEASURED}: 0"
         return 0, "world size 1: no communicator"
+    if link(run) == "host":
+        return 0, ("no peer access: NCCL's SHM/NET transports keep their buffers in host memory and the custom "
+                   "all-reduce is off (module docstring)")
     key = (interconnect(run.hardware.gpu), par.tp, par.pp > 1)
     sets = [communicators(run)] if communicators(run) else list(DIST)
     found = [_nearest(DIST[name], key) for name in sets]
@@ -177,11 +211,23 @@ def run_bytes(run: ServeRunSpec) -> tuple[int, str]:
     if sv.engine == "vllm" and not is_v1(sv.engine_version):
         return 0, "V0 adds none (vllm-project/vllm#10517: 0.35 GiB before and after the profile run)"
     key = (interconnect(run.hardware.gpu), par.tp, par.pp > 1)
-    if key[0] == "nvswitch" or (par.tp == 1 and par.pp == 1):
-        size, source = _nearest(RUN_V1, ("nvswitch", par.tp, par.pp > 1))
-        return size, source if key[0] == "nvswitch" else f"{source}, on H100 (the kernels loaded are the software's)"
-    size, source = _nearest(RUN_V1, ("nvswitch", 1, False))
-    return size, f"{source}; the lazy NCCL connections over PCIe are {UNMEASURED}"
+    if link(run) == "host":  # the lazy connections land in host memory: what loading adds on one GPU
+        key = ("nvswitch", 1, False)
+    measured = ("nvswitch", key[1], key[2]) if key[0] == "nvswitch" or key[1:] == (1, False) else ("nvswitch", 1, False)
+    size, source = _nearest(RUN_V1, measured)
+    if key[0] != "nvswitch" and key[1:] == (1, False):
+        source = f"{source}, on H100 (the kernels loaded are the software's)"
+    elif key[0] != "nvswitch":
+        source = f"{source}; the lazy NCCL connections over PCIe are {UNMEASURED}"
+    if sv.engine != "vllm" or vllm_profiles_cudagraphs(sv.engine_version, sv.enforce_eager):
+        return size, source
+    if measured in RUN_V1_NO_GRAPH_PROFILE:
+        gib, without = RUN_V1_NO_GRAPH_PROFILE[measured]
+        return int(gib * GIB), without
+    tp1 = ("nvswitch", 1, False)
+    residue = int(RUN_V1[tp1][0] * GIB) - int(RUN_V1_NO_GRAPH_PROFILE[tp1][0] * GIB)
+    return size - residue, (f"{source}, less the CUDA-graph profiling's {residue / GIB:.2f} GiB measured at TP1 "
+                            f"({RUN_V1_NO_GRAPH_PROFILE[tp1][1]})")
 
 
 def measured_non_torch(run: ServeRunSpec) -> tuple[int, str]:

@@ -8,7 +8,7 @@ run's first matmul creates PyTorch's cuBLAS workspace (``aten/src/ATen/cuda/Cubl
 freed): 32 MiB on compute capability 9.0, 8.125 MiB on Ampere and Ada
 (:func:`timeline.profiles.megatron_workspaces.torch_workspace_bytes`, the PyTorch 2.x default).
 
-From vLLM 0.19 (:func:`timeline.spec.engine_versions.vllm_triton_profile`; read in the 0.22.0 wheel):
+From vLLM 0.17 (:func:`timeline.spec.engine_versions.vllm_triton_profile`; read in the 0.17.0, 0.19.0 and 0.22.0 wheels):
 
 * ``gpu_model_runner.py`` ``_dummy_sampler_run`` computes logits for ``n = min(max_num_seqs,
   max_num_batched_tokens)`` rows of ``torch.rand_like`` hidden states (the dummy run's
@@ -21,6 +21,12 @@ From vLLM 0.19 (:func:`timeline.spec.engine_versions.vllm_triton_profile`; read 
   kept), ``forward_native`` takes ``softmax(dtype=float32)`` and ``random_sample`` an
   ``empty_like(probs)`` of exponential noise. At the peak: the logits, their fp32 copy, the
   probabilities and the noise — 14 bytes per logit in bf16.
+* With ``serving.flashinfer_sampler`` (any V1 version; :func:`flashinfer_sampler`), ``forward_cuda`` →
+  ``flashinfer_sample`` instead (the dummy run passes no generator, so FlashInfer is not bypassed; read at
+  0.10.1.1 and 0.17.0): FlashInfer's ``top_k_top_p_sampling_from_logits`` in its default ``top_k_first``
+  order takes ``top_k_mask_logits`` (``torch.empty_like(logits)``, fp32), a ``softmax`` of it and
+  ``top_p_sampling_from_probs`` (one int32 per row). At the peak: the logits, their fp32 copy, the masked
+  copy and the probabilities — 14 bytes per logit in bf16, no sort and no kept buffer.
 * The fused MoE is a modular kernel (``modular_kernel.py`` ``FusedMoEKernel._allocate_buffers``): one
   ``WorkspaceManager.get_simultaneous`` allocation, grown to the largest request and kept, of
   ``workspace13`` (its size the larger of ``M · top_k · max(I, K)`` and the ``M × K`` output, which
@@ -77,3 +83,14 @@ def triton_sampler(run: ServeRunSpec, num_reqs: int, padded_vocab: int) -> tuple
     programs = min(sms, n)
     rows = min(1 << (programs - 1).bit_length(), sms)
     return bufs, rows * vocab * 4
+
+
+def flashinfer_sampler(run: ServeRunSpec, num_reqs: int, padded_vocab: int) -> list[tuple[str, int]]:
+    """The FlashInfer sampler's buffers alive at its peak as (name, bytes) for ``num_reqs`` dummy rows
+    (module docstring); ``padded_vocab`` as for :func:`triton_sampler`."""
+    m = run.model
+    act = DTYPE_BYTES[run.serving.dtype]
+    n, vocab = num_reqs, m.vocab_size
+    return [("sampler.last_hidden_states", n * m.hidden_size * act), ("sampler.rand_hidden", n * m.hidden_size * act),
+            ("sampler.logits", n * padded_vocab * act), ("sampler.logits_fp32", n * vocab * 4),
+            ("sampler.flashinfer_masked_logits", n * vocab * 4), ("sampler.probs", n * vocab * 4)]

@@ -23,6 +23,17 @@ Every layout is vLLM's ``create_weights`` of the method at the 0.11.0 PyPI wheel
   Triton on sm 90 where ``triton_kernels`` is importable (intermediate to 64; else Marlin,
   :func:`mxfp4_padding`), FlashInfer on sm 100 (both to 256).
 
+From vLLM 0.19 on sm 90 the Triton backend's ``process_weights_after_loading``
+(``fused_moe/oracle/mxfp4.py`` ``convert_to_mxfp4_moe_kernel_format`` → ``utils/mxfp4_utils.py``
+``_swizzle_mxfp4``, read at 0.19.0 with its vendored ``triton_kernels``) rewrites the experts once loaded
+(:func:`mxfp4_swizzled_expert_bytes`): each weight, transposed to (in/2, out), becomes a
+``HopperMXValueLayout`` copy with both dims padded to 64 bytes (``swizzle_data``; the loaded one is
+``del``-eted); each scale, transposed, a ``HopperMXScaleLayout`` copy with its rows padded to
+2·num_warps·2·8 = 256 (num_warps 8) and its columns to 2 — the loaded ``w13_weight_scale`` /
+``w2_weight_scale`` stay registered, so the scales exist twice; the biases become fp32
+(``w13_bias.to(torch.float32)``, ``replace_parameter``). 0.12 … 0.18 vendor other revisions of these
+layouts and were not read for it (their experts are counted as loaded).
+
 Modules named in ``modules_to_not_convert`` / ``ignore`` (Hugging Face names, ``model.`` dropped, ``*`` a
 wildcard, ``re:`` a regular expression) stay in the model dtype (``utils/quant_utils.py``
 ``is_layer_skipped``).
@@ -34,7 +45,7 @@ import fnmatch
 import re
 
 from timeline.graph.tensors import DTYPE_BYTES, TensorDef
-from timeline.spec.engine_versions import triton_kernels_vendored
+from timeline.spec.engine_versions import parse_version, triton_kernels_vendored
 from timeline.spec.quant import CheckpointQuant
 from timeline.spec.serving import ServeRunSpec
 
@@ -73,6 +84,32 @@ def mxfp4_padding(sm: int, version: str = "") -> tuple[int, int]:
     if sm < 100:
         return 64, 1
     return 256, 256
+
+
+#: the first vLLM release whose Triton MXFP4 swizzle is read (module docstring)
+VLLM_MXFP4_SWIZZLE_READ = (0, 19, 0)
+
+
+def mxfp4_triton_moe(run: ServeRunSpec) -> bool:
+    """The run's experts are MXFP4 on the Triton backend (sm 90 with ``triton_kernels``, :func:`mxfp4_padding`)."""
+    q = run.quant
+    return q is not None and q.experts_only and mxfp4_padding(int(run.hardware.sm), run.serving.engine_version) == (64, 1)
+
+
+def mxfp4_swizzled(sm: int, version: str) -> bool:
+    """The Hopper Triton backend rewrites the experts after loading (module docstring)."""
+    v = parse_version(version) if version else None
+    return mxfp4_padding(sm, version) == (64, 1) and v is not None and v >= VLLM_MXFP4_SWIZZLE_READ
+
+
+def mxfp4_swizzled_expert_bytes(out: int, inp: int, half_of_w13: bool) -> int:
+    """One expert's share of a swizzled MXFP4 weight ``out × in`` — gate or up (``half_of_w13``: half of
+    w13, whose 2·out rows are padded as one), or down (w2) — with the loaded scales that stay and the
+    swizzled copy (module docstring)."""
+    value = _round_up(inp // 2, 64) * _round_up(out, 64)  # 2·out of w13 is a multiple of 128: halves pad alike
+    cols = _cdiv(inp, 32)
+    rows = _round_up(2 * out, 256) // 2 if half_of_w13 else _round_up(out, 256)
+    return value + out * cols + rows * _round_up(cols, 2)
 
 
 def linear_bytes(q: CheckpointQuant, out: int, inp: int, act_bytes: int) -> int:
@@ -114,11 +151,15 @@ def checkpoint_bytes(run: ServeRunSpec, params: list[TensorDef]) -> tuple[int, i
     for t in params:
         expert = ".experts." in t.name
         if q.experts_only:
+            swizzled = mxfp4_swizzled(int(run.hardware.sm), run.serving.engine_version)
             if expert and len(t.shape) == 2:
                 out, inp = _expert_dims(run, t)
-                quant += out * inp // 2 + out * _cdiv(inp, 32)
+                if swizzled:
+                    quant += mxfp4_swizzled_expert_bytes(out, inp, ".down_proj." not in t.name)
+                else:
+                    quant += out * inp // 2 + out * _cdiv(inp, 32)
             elif expert:
-                dense += _expert_dims(run, t)[0] * act
+                dense += _expert_dims(run, t)[0] * (4 if swizzled else act)
             else:
                 dense += t.numel * (act if t.dtype in ("bf16", "fp16") else DTYPE_BYTES[t.dtype])
             continue

@@ -109,15 +109,17 @@ def _push_step_copies(log: _Log, state: DeviceState, spans: list[Span], names: N
 
 def _push_step_transients(log: _Log, state: DeviceState, spans: list[Span], names: Names) -> None:
     """Each optimizer step's own allocations and frees (:attr:`DeviceState.step_transients`), at its start in
-    their order (the log keeps push order at equal times)."""
-    if not state.step_transients:
-        return
-    cols = list(zip(*state.step_transients, strict=True))
-    ids, sizes, signs = [names(n) for n in cols[0]], list(cols[1]), list(cols[2])
-    for i, sp in enumerate(spans):
-        if sp.kind == "step":
-            log.push(np.full(len(ids), sp.start_us), signs, sizes, CAT_CODE[Category.TEMPORARY], ids, -1, -1, -1,
-                     i, sp.iteration)
+    their order (the log keeps push order at equal times); the states the first step makes as static state (no
+    action), the rest as the step's."""
+    steps = [(i, sp) for i, sp in enumerate(spans) if sp.kind == "step"]
+    for k, (i, sp) in enumerate(steps):
+        todo = [e for e in state.step_transients if k == 0 or not e[4]]
+        while todo:  # runs of one kind, one chunk each
+            n = next((j for j, e in enumerate(todo) if e[4] != todo[0][4]), len(todo))
+            run, todo = todo[:n], todo[n:]
+            action, iteration = (-1, -1) if run[0][4] else (i, sp.iteration)
+            log.push(np.full(n, sp.start_us), [e[2] for e in run], [e[1] for e in run], [e[3] for e in run],
+                     [names(e[0]) for e in run], -1, -1, -1, action, iteration)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,9 @@ Without ZeRO, a Hugging Face model trained with ``torch.optim`` holds, in parame
   ``"zeros"`` it stays allocated;
 - each parameter's master copy (when ``master_dtype`` differs) and two moments from the first
   ``step()`` (``torch/optim/adam.py`` ``_init_group``: ``exp_avg``, ``exp_avg_sq``, created lazily);
-- during every step, foreach Adam's one temporary per parameter: ``_multi_tensor_adam`` takes
-  ``torch._foreach_sqrt(exp_avg_sqs)`` — a full copy of the second moments, live at once — and
-  updates everything else in place (``_foreach_lerp_``, ``_foreach_addcmul_``, ``_foreach_addcdiv_``).
+- during every step, foreach Adam's temporaries (:func:`timeline.profiles.torch_adam.foreach_temporaries`:
+  ``torch._foreach_sqrt(exp_avg_sqs)``, a full copy of the second moments live at once, at the PyTorch
+  of ``[framework]``'s default, which this profile does not read), from the step's start to its end.
 
 Events are (time, ±1, name, bytes, category, action); times come from the device's spans. With
 ZeRO the blocks of :func:`timeline.sim.static_state.static_allocs` stay (DeepSpeed's flat buffers).
@@ -30,8 +30,10 @@ import numpy as np
 from timeline.graph.static import optimizer_element_bytes
 from timeline.graph.tensors import DTYPE_BYTES, Category
 from timeline.placement.devices import StaticDevice
+from timeline.profiles.torch_adam import foreach_temporaries
 from timeline.sim.compiled import CAT_CODE, CompiledPhase
 from timeline.sim.engine import Span
+from timeline.spec.framework import FrameworkSpec
 from timeline.spec.run import TrainingSpec
 
 Event = tuple[float, int, str, int, int, int]
@@ -98,8 +100,9 @@ def hf_state_events(tr: TrainingSpec, dev: StaticDevice, spans: list[Span],
         s0, s1, a = step[it]
         if it == 0 and not tr.resumed:
             out += states(s0, a)
-        out += [(s0, 1, f"{t.name}.exp_avg_sq_sqrt", t.numel * moment, t_cat, a) for t in trainable]
-        out += [(s1, -1, f"{t.name}.exp_avg_sq_sqrt", t.numel * moment, t_cat, a) for t in trainable]
+        made = foreach_temporaries([(t.name, t.numel) for t in trainable], moment, FrameworkSpec().pytorch)
+        out += [(s0, 1, name, size, t_cat, a) for name, size in made]
+        out += [(s1, -1, name, size, t_cat, a) for name, size in made]
         if tr.zero_grad == "set_to_none" and it in first_bwd:
             out += [(s1, -1, f"grad.{t.name}", t.numel * DTYPE_BYTES[tr.grad_dtype], g_cat, a) for t in trainable]
     return [e for e in out if e[3] > 0]

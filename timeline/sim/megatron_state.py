@@ -14,7 +14,9 @@ Engine 2.6, ``TE``):
    clone in the model's dtype, its fp32 copy, then the clone dropped;
 4. Adam's ``exp_avg`` and ``exp_avg_sq`` per main parameter inside the first ``step()``
    (``TE/optimizers/fused_adam.py: FusedAdam.step`` → ``initialize_state``: ``torch.empty_like``
-   per state, the optimizer Megatron imports first, ``MC/optimizer/__init__.py``); the dense
+   per state, the optimizer Megatron imports first, ``MC/optimizer/__init__.py``; torch's AdamW
+   ``_init_group``: ``zeros_like``), group by group, each group's update (and its temporaries) before the
+   next group's states: :func:`timeline.sim.optimizer_step.step_transients`; the dense
    optimizer steps before the expert one (``ChainedOptimizer``), and under
    ``--overlap-param-gather-with-optimizer-step`` the first chunk's dense optimizer before both;
 5. every step, ``_copy_model_grads_to_main_grads`` sets ``main_param.grad =
@@ -89,10 +91,7 @@ def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str,
                 ("start", f"static.master_clone.{n}", k * w, o_cat, -1)] if master else []
     if tr.resumed:  # the checkpoint load makes them, before any step (timeline.sim.megatron_load)
         out += resumed_moments(order, o_cat, distributed=dist, fw=fw or FrameworkSpec())
-    elif tr.optimizer_step:
-        out += [("first_step", f"static.moments.{n}.{state}", k * b, o_cat, 1) for n, k, states in order
-                for state, b in states]
-    return [e for e in out if e[2] > 0]
+    return [e for e in out if e[2] > 0]  # else the first step makes them (timeline.sim.optimizer_step)
 
 
 #: bytes per element of TE's int16 master remainders

@@ -17,7 +17,7 @@ from timeline.profiles import lifecycle
 from timeline.sim.compiled import CAT_CODE
 from timeline.sim.cost import CostModel
 from timeline.sim.megatron_state import main_grad_copies, megatron_events
-from timeline.sim.optimizer_step import step_transients
+from timeline.sim.optimizer_step import StepAlloc, step_transients
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import ParallelSpec, TrainingSpec
@@ -76,9 +76,9 @@ class DeviceState:
     #: combined 1F1B's backward layer nodes keep their I/O until the pair ends
     #: (``[framework] combined_1f1b_keeps_node_io``; :func:`timeline.sim.expand.combined_kept`)
     combined_keeps_node_io: bool = False
-    #: (name, bytes, +1/−1) each optimizer step allocates and frees within itself, in order
+    #: what each optimizer step allocates and frees, in order, the first step's states marked
     #: (:func:`timeline.sim.optimizer_step.step_transients`)
-    step_transients: tuple[tuple[str, int, int], ...] = ()
+    step_transients: tuple[StepAlloc, ...] = ()
     #: the output layer's weight gradients wait for the pipeline flush (``[framework] defer_embedding_wgrad``):
     #: how many of an iteration's micro-batches defer (0: all; −1: none; :func:`timeline.sim.expand.head_wgrad_kept`)
     deferred_head_wgrad: int = -1
@@ -113,12 +113,12 @@ def device_state(dev: StaticDevice, model: ModelSpec, tr: TrainingSpec, par: Par
                       in life.workspaces(rules.framework, model, tr, par, rules.sm, holds_head=holds_head,
                                          has_moe=has_moe, tensors=dev.tensors)]
     copies: tuple[tuple[str, int], ...] = ()
-    transients: tuple[tuple[str, int, int], ...] = ()
+    transients: tuple[StepAlloc, ...] = ()
     if life.dp_buffers and dev.dp_buffers and not rules.traced:
         allocs = tuple(a for a in megatron_events(tr, dev, rules.expert_state_group, rules.framework) + workspaces
                        if a[2] > 0)
         copies = main_grad_copies(tr, dev, rules.expert_state_group)
-        transients = step_transients(tr, dev, rules.expert_state_group)
+        transients = step_transients(tr, dev, rules.expert_state_group, rules.framework)
     else:
         allocs = () if per_param else tuple(static_allocs(rules.profile, tr, dev, workspaces))
     return DeviceState(allocs=allocs, per_parameter=per_param, gathered_bytes=gathered_bytes(rules.profile, tr, dev),

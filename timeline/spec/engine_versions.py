@@ -20,15 +20,26 @@ the rules that move the KV pool of a calibration log (``tests/data/serving_logs.
   ``max_num_seqs`` 1024 on a device of ≥ 70 GiB whose name has no "a100", else 2048 and 256
   (@0.8.5: the same token budgets, ``max_num_seqs`` 256 everywhere).
 
-* **profile run, V1 from 0.19** — read in the 0.22.0 wheel (the nearest here: no 0.12 … 0.21 wheel is in
-  this index), observed at 0.19.0 (the llm-d-planner calibration logs: a sort of 1,024 × 128,256 fp32
-  logits would add 2.9 GiB to Llama-3.1-8B's 1.89 GiB peak): ``vllm/v1/sample/ops/topk_topp_sampler.py``
-  ``apply_top_k_top_p`` takes the Triton kernel for ≥ 8 rows (``apply_top_k_top_p_triton``, PR #33538,
-  opened 2026-02-02), no sort; and the fused MoE runs as a modular kernel whose workspaces come from
-  the worker's ``WorkspaceManager`` (``vllm/v1/worker/workspace.py``), kept after the first layer
-  (:mod:`timeline.serve.profile_run`). Versions up to 0.11.2 sort (``apply_top_k_top_p_pytorch``) and
-  allocate the MoE caches per call (``fused_moe.py`` ``fused_experts_impl``); 0.12 … 0.18 were not
-  read and take the 0.11 rules.
+* **profile run, V1 from 0.17** — read in the 0.16.0, 0.17.0, 0.19.0 and 0.22.0 wheels:
+  ``vllm/v1/sample/ops/topk_topp_sampler.py`` ``apply_top_k_top_p`` takes the Triton kernel for ≥ 8 rows
+  (``apply_top_k_top_p_triton``, PR #33538) from 0.17.0 on — 0.16.0's has no Triton path and sorts
+  (``apply_top_k_top_p_pytorch``), as the llm-d-planner version sweep shows (Qwen3-14B on an H100:
+  activation 5.64 GiB at 0.15.0, 2.23 at 0.17.0); and the fused MoE runs as a modular kernel whose
+  workspaces come from the worker's ``WorkspaceManager`` (``vllm/v1/worker/workspace.py``), kept after the
+  first layer (:mod:`timeline.serve.profile_run`): ``modular_kernel.py`` ``_allocate_buffers`` at 0.17.0
+  equals 0.19.0's for one chunk (the profile's tokens are below ``VLLM_FUSED_MOE_CHUNK_SIZE``). Versions
+  up to 0.16 sort and allocate the MoE caches per call (``fused_moe.py`` ``fused_experts_impl``; 0.13 …
+  0.16 already have the ``WorkspaceManager`` but were not read for MoE and take the 0.11 rules).
+* **FlashInfer sampler** (``serving.flashinfer_sampler``) — ``TopKTopPSampler.__init__`` takes
+  ``forward_cuda`` → ``flashinfer_sample`` when FlashInfer is installed and ``VLLM_USE_FLASHINFER_SAMPLER``
+  is not 0 up to 0.11.0 (read at 0.9.2, 0.10.1.1, 0.11.0: vLLM prints "Using FlashInfer for top-p & top-k
+  sampling."), only when it is 1 from 0.11.1 (read at 0.11.1 … 0.19.0). FlashInfer is an extra of the
+  wheel (``vllm[flashinfer]`` at 0.10.1.1), so whether it runs is the log's fact, not the version's.
+* **CUDA-graph memory profiling** — from 0.18.0 ``gpu_worker.py`` ``determine_available_memory`` calls
+  ``profile_cudagraph_memory`` inside the ``memory_profiling`` window unless ``enforce_eager`` (absent in
+  0.17.0; read at 0.18.0 and 0.19.0): what the captures leave outside PyTorch is in the non-torch
+  increase (:mod:`timeline.serve.non_torch`), the estimate itself subtracted only under the opt-in
+  ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``.
 
 The KV pool itself is ``total · gpu_memory_utilization − (weights + torch peak increase +
 non-torch increase)`` at every version read here from 0.6.4 on (V0 ``determine_num_available_blocks``
@@ -112,11 +123,14 @@ def vllm_sorts_in_model_dtype(version: str) -> bool:
 
 #: the first vLLM release whose profile run is modelled with the Triton sampler and the persistent MoE
 #: workspace (module docstring)
-VLLM_TRITON_SAMPLER = (0, 19, 0)
+VLLM_TRITON_SAMPLER = (0, 17, 0)
+#: the first vLLM release that profiles CUDA-graph memory inside the memory-profiling window (module docstring)
+VLLM_GRAPH_PROFILE = (0, 18, 0)
 
 
-#: the first vLLM release read that ships ``vllm/third_party/triton_kernels`` (0.19.0 loads it; 0.11.x lacks it)
-VLLM_TRITON_KERNELS_VENDORED = (0, 19, 0)
+#: the first vLLM release that ships ``vllm/third_party/triton_kernels`` (the 0.12.0 wheel has it, and
+#: ``vllm/utils/import_utils.py`` ``has_triton_kernels`` imports it; 0.11.2's ``third_party`` holds pynvml only)
+VLLM_TRITON_KERNELS_VENDORED = (0, 12, 0)
 
 
 def triton_kernels_vendored(version: str) -> bool:
@@ -130,6 +144,12 @@ def vllm_triton_profile(version: str) -> bool:
     and keeps the MoE workspace (module docstring)."""
     v = parse_version(version or VLLM_DEFAULT)
     return v is not None and v >= VLLM_TRITON_SAMPLER
+
+
+def vllm_profiles_cudagraphs(version: str, enforce_eager: bool) -> bool:
+    """vLLM ``version`` captures CUDA graphs inside its memory-profiling window (module docstring)."""
+    v = parse_version(version or VLLM_DEFAULT)
+    return v is not None and v >= VLLM_GRAPH_PROFILE and not enforce_eager
 
 
 def sglang_mem_fraction_static(version: str, gpu_mem_mib: int, tp: int, pp: int = 1,

@@ -27,6 +27,8 @@ CP_COMM_TYPES = ("p2p", "a2a", "a2a+p2p")
 CUDA_GRAPH_IMPLS = ("none", "transformer_engine")
 CUDA_GRAPH_SCOPES = ("attn", "full")
 LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
+#: the Adam Megatron-Core's optimizer module imports first that is installed (``[framework] optimizer_impl``)
+OPTIMIZER_IMPLS = ("te_fused", "apex_fused", "torch_foreach")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +39,12 @@ class FrameworkSpec:
                               "GPU generation)")
     transformer_impl: str = spec_field("transformer_engine", choices=("transformer_engine", "local"),
                                        doc="--transformer-impl")
+    optimizer_impl: str = spec_field("te_fused", choices=OPTIMIZER_IMPLS, doc=(
+        "the Adam Megatron-Core imports (core/optimizer/__init__.py: Transformer Engine's FusedAdam, else Apex's, "
+        "else torch.optim.AdamW with the warning 'Transformer Engine and Apex are not installed. Falling back to "
+        "Torch optimizers.'): te_fused, apex_fused (no intermediates), torch_foreach (its foreach step's copy of the "
+        "second moments per parameter group, timeline.profiles.torch_adam; and, under fp16, Megatron's local "
+        "multi_tensor_scale copy of each main parameter)"))
     use_legacy_models: bool = spec_field(False, doc=(
         "--use-legacy-models: Megatron-LM's legacy GPT model (megatron/legacy/model; the local implementation "
         "only, Megatron-Core before 0.18) as its differences from transformer_impl = local"))

@@ -68,6 +68,7 @@ SM_COUNTS: dict[str, int] = {"h100": 132, "h800": 132, "h200": 132, "a100": 108,
 NVIDIA_SMI_TOTAL_MIB: dict[str, int] = {
     "h100": 81559,  # H100 80GB HBM3: vllm-project/vllm#55169 (nvidia-smi table)
     "rtx4090": 24564,  # vllm-project/vllm#7553 and #7768 (nvidia-smi table)
+    "h200": 143771,  # H200: traces/groundtruth-h200/context_probe.json (NVML total 150,754,820,096 B, driver 580.159.04)
 }
 
 #: GiB PyTorch reports as the device's total memory, each printed in the public log named
@@ -78,4 +79,5 @@ TORCH_TOTAL_GIB: dict[str, float] = {
     "a6000": 47.54,  # RTX A6000: vllm-project/vllm#10360 (total_gpu_memory=47.54GiB)
     "rtx3090": 23.58,  # vllm-project/vllm#10517 and #14447 (total_gpu_memory)
     "rtx4090": 23.64,  # 3DTopia/Phidias-Diffusion#8 (PyTorch's OOM message: "a total capacity of 23.64 GiB")
+    "h200": 139.80,  # H200: traces/groundtruth-h200/non_torch.json (torch.cuda.mem_get_info total 150,109,880,320 B)
 }

@@ -7,7 +7,7 @@ version) cites the engine's own argument checks.
 
 from __future__ import annotations
 
-from timeline.spec.engine_versions import version_problem
+from timeline.spec.engine_versions import is_v1, version_problem
 from timeline.spec.serving import ENGINE_VERSIONS, ServeRunSpec
 from timeline.spec.validate import _divisors, model_problems
 
@@ -67,6 +67,9 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
     why = version_problem(sv.engine, sv.engine_version) if sv.engine_version not in versions else ""
     if why:
         add(("serving.engine_version", why))
+    if sv.flashinfer_sampler and (sv.engine != "vllm" or not is_v1(sv.engine_version)):
+        add(("serving.flashinfer_sampler", "FlashInfer's top-k/top-p sampler is modelled for vLLM's V1 engine "
+             '(engine = "vllm", engine_version 0.8 or later); set it to false'))
     allowed = KV_DTYPES_BY_ENGINE[sv.engine]
     if sv.kv_cache_dtype not in allowed:
         add(("serving.kv_cache_dtype", f"{sv.kv_cache_dtype!r} is not accepted by {sv.engine}; use one of "

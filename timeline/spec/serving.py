@@ -40,6 +40,13 @@ class ServingSpec:
                                                   doc="batch sizes captured (empty: the engine's list)")
     cudagraph_mode: str = spec_field("full_and_piecewise", choices=CUDAGRAPH_MODES)
     enforce_eager: bool = spec_field(False)
+    peer_access: bool = spec_field(True, doc="the tensor/pipeline-parallel ranks reach each other's memory (NVLink, "
+                                   "NVSwitch or PCIe P2P); false on separate nodes without GPUDirect RDMA or with "
+                                   "P2P off (vLLM: 'Custom allreduce is disabled because this process group spans "
+                                   "across nodes' / '... lacks GPU P2P capability')")
+    flashinfer_sampler: bool = spec_field(False, doc="vLLM V1 samples top-k/top-p with FlashInfer (its log prints "
+                                          "'Using FlashInfer for top-p & top-k sampling.': the default up to 0.11.0 "
+                                          "when FlashInfer is installed, opt-in from 0.11.1)")
     weight_dtype: str = spec_field("bf16", choices=WEIGHT_DTYPES)
     quant_group_size: int = spec_field(128, nonneg=True, maximum=2**16, doc="elements per scale (fp8: 0 = "
                                        "one scale per output channel)")

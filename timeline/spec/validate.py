@@ -302,6 +302,13 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
     problems += fp8_problems(run.training, run.framework, reads_framework=life is not None and life.reads_framework)
     problems += cuda_graph_problems(fw, m, profile=run.profile, rc=run.recompute, sched=run.schedule,
                                     expandable_segments=run.allocator.expandable_segments)
+    if fw.optimizer_impl != "te_fused" and life is not None and life.reads_framework:  # no TE (its Adam is first)
+        if fw.transformer_impl == "transformer_engine":
+            add(("framework.optimizer_impl", f'"{fw.optimizer_impl}" means Transformer Engine is not installed, '
+                 'but transformer_impl = "transformer_engine" runs its layers; set transformer_impl = "local"'))
+        if tr.precision_aware:
+            add(("framework.optimizer_impl", "the precision-aware optimizer is Transformer Engine's FusedAdam; "
+                 'set optimizer_impl = "te_fused" or precision_aware = false'))
     if fw.defer_embedding_wgrad and (par.pp == 1 or not fw.gradient_accumulation_fusion):
         # MC model_parallel_config.py: ModelParallelConfig.__post_init__ raises for either
         add(("framework.defer_embedding_wgrad", "Megatron-LM defers the output layer's weight gradient to the "
