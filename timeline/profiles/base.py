@@ -102,7 +102,8 @@ class Structure:
     (never the profile's name). Defaults keep the paper and megatron profiles as they are."""
 
     attention: str  # "eager" (scores, softmax, dropout materialised) | "flash" | "sdpa" (torch SDPA on CUDA:
-    # flash for equal head dims ≤ 256 in 16 bits, GQA at kv-head width; else memory-efficient, k/v expanded)
+    # cuDNN or flash by GPU and PyTorch version, GQA at kv-head width; else memory-efficient, k/v expanded;
+    # graph/families/sdpa.py)
     dropout: bool  # dropout after attention/MLP outputs (and inside eager attention)
     fused_norm_linear: bool  # norms before a linear fuse into it (TE LayerNormLinear): not "layernorm"-recomputable
     moe_tokens: str  # "paper": b·s·top_k/ep rows, router (and shared experts) on full b·s | "routed":
@@ -255,6 +256,8 @@ class Limits:
     squared_relu: bool = False
     #: reads a run's ``[framework]`` section (elsewhere a non-default value is an error)
     reads_framework: bool = False
+    #: the ``[framework]`` keys a profile that does not read the section still reads (PyTorch's own)
+    framework_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -330,21 +330,22 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
     first_step = min((s.start_us for s in spans if s.kind == "step"), default=0.0)
     log = _Log()
     late: list[tuple[float, str, int, int, int]] = []
-    if state.per_parameter:
+    if state.per_parameter:  # one tensor per parameter; ``state.allocs`` holds the workspaces only
         for t, sign, name, size, cat, a in hf_state_events(
-                tr, dev, spans, lambda sp: compiled.get((sp.stage, sp.kind))):
+                tr, dev, spans, lambda sp: compiled.get((sp.stage, sp.kind)), state.pytorch):
             log.push([t], sign, size, cat, names(name), -1, -1, -1, a, spans[a].iteration if a >= 0 else -1)
     else:
         # each step's main-grad copies come before the first step's moments (prepare_grads, then step)
         _push_step_copies(log, state, spans, names)
-        at_op = {a[0]: first_backward_op(a[0][len(AT_OP):], spans, compiled, first_bwd)
-                 for a in state.allocs if a[0].startswith(AT_OP)}
-        timed = resolve(state.allocs, first_bwd, first_step, at_op)
-        static = [e for a, e in zip(state.allocs, timed, strict=True) if a[0] not in at_op]
-        late = [e for a, e in zip(state.allocs, timed, strict=True) if a[0] in at_op]
-        if static:  # one chunk: a device's static state is thousands of events under Megatron's layout
-            cols = list(zip(*static, strict=True))
-            log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
+    at_op = {a[0]: first_backward_op(a[0][len(AT_OP):], spans, compiled, first_bwd)
+             for a in state.allocs if a[0].startswith(AT_OP)}
+    timed = resolve(state.allocs, first_bwd, first_step, at_op)
+    static = [e for a, e in zip(state.allocs, timed, strict=True) if a[0] not in at_op]
+    late = [e for a, e in zip(state.allocs, timed, strict=True) if a[0] in at_op]
+    if static:  # one chunk: a device's static state is thousands of events under Megatron's layout
+        cols = list(zip(*static, strict=True))
+        log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
+    if not state.per_parameter:
         _push_step_transients(log, state, spans, names)
     if capture is not None:
         capture_events(log.push, spans, capture[0], capture[1], names)

@@ -45,6 +45,8 @@ class ProfileLimits(Protocol):
     def squared_relu(self) -> bool: ...
     @property
     def reads_framework(self) -> bool: ...
+    @property
+    def framework_keys(self) -> tuple[str, ...]: ...
 
 
 def _divisors(n: int, limit: int = 12) -> str:
@@ -315,10 +317,12 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
              "pipeline flush only with pp > 1 and gradient_accumulation_fusion"))
     if not (life is not None and life.reads_framework):
         default = FrameworkSpec()
+        kept = life.framework_keys if life is not None else ()
         for f in dataclasses.fields(FrameworkSpec):
-            if getattr(run.framework, f.name) != getattr(default, f.name):
-                add((f"framework.{f.name}", 'only the megatron profile reads [framework]; remove it or set '
-                     'profile = "megatron"'))
+            if f.name not in kept and getattr(run.framework, f.name) != getattr(default, f.name):
+                also = f" (profile {run.profile!r} reads only {', '.join(kept)})" if kept else ""
+                add((f"framework.{f.name}", 'only the megatron profile reads [framework]' + also + '; remove it '
+                     'or set profile = "megatron"'))
 
     # -- hardware -----------------------------------------------------------------------------
     hw = run.hardware
