@@ -7,7 +7,7 @@ import sys
 
 import record_groundtruth as rg  # the device script (../shared/device/record_groundtruth.py), copied beside this one
 
-rg.CASES = {
+HELD_OUT_CASES = {
     "llama3_8b_2l": dict(model_type="llama", hidden_size=4096, intermediate_size=14336, num_hidden_layers=2,
                          num_attention_heads=32, num_key_value_heads=8, vocab_size=128256, rope_theta=500000.0),
     "qwen3_dense": dict(model_type="qwen3", hidden_size=1024, intermediate_size=3072, num_hidden_layers=4,
@@ -24,22 +24,28 @@ rg.CASES = {
                           vocab_size=32000),
     "gpt2_medium": dict(model_type="gpt2", n_embd=1024, n_layer=4, n_head=16, vocab_size=50257, n_positions=2048),
 }
-rg.SHAPES = {"llama3_8b_2l": (1, 4096), "qwen3_dense": (4, 1024), "mistral_gqa": (2, 2048),
+HELD_OUT_SHAPES = {"llama3_8b_2l": (1, 4096), "qwen3_dense": (4, 1024), "mistral_gqa": (2, 2048),
              "qwen3_moe_small": (2, 1024), "mixtral_small": (4, 512), "gpt2_medium": (2, 1024)}
-_saved = rg.saved_bytes_per_layer
 
 
-def saved_bytes_per_layer(model, ids):
-    """GPT-2 keeps its blocks at transformer.h, not model.layers: lend the script the same view."""
-    if hasattr(model, "model"):
-        return _saved(model, ids)
-    import types
-    object.__setattr__(model, "model", types.SimpleNamespace(layers=model.transformer.h))
-    try:
-        return _saved(model, ids)
-    finally:
-        object.__delattr__(model, "model")
+def lend_gpt2_view() -> None:
+    """GPT-2 keeps its blocks at ``transformer.h``, not ``model.layers``: lend ``saved_bytes_per_layer`` that view."""
+    saved = rg.saved_bytes_per_layer
+
+    def saved_bytes_per_layer(model, ids):
+        if hasattr(model, "model"):
+            return saved(model, ids)
+        import types
+        object.__setattr__(model, "model", types.SimpleNamespace(layers=model.transformer.h))
+        try:
+            return saved(model, ids)
+        finally:
+            object.__delattr__(model, "model")
+
+    rg.saved_bytes_per_layer = saved_bytes_per_layer
 
 
-rg.saved_bytes_per_layer = saved_bytes_per_layer
-sys.exit(rg.main())
+if __name__ == "__main__":
+    rg.CASES, rg.SHAPES = HELD_OUT_CASES, HELD_OUT_SHAPES
+    lend_gpt2_view()
+    sys.exit(rg.main())
