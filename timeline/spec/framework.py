@@ -24,6 +24,8 @@ from timeline.spec.fields import spec_field
 ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
 DISPATCHERS = ("allgather", "alltoall", "flex")
 CP_COMM_TYPES = ("p2p", "a2a", "a2a+p2p")
+CUDA_GRAPH_IMPLS = ("none", "transformer_engine")
+CUDA_GRAPH_SCOPES = ("attn", "full")
 LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 #: the Adam Megatron-Core's optimizer module imports first that is installed (``[framework] optimizer_impl``)
 OPTIMIZER_IMPLS = ("te_fused", "apex_fused", "torch_foreach")
@@ -120,6 +122,12 @@ class FrameworkSpec:
     tp_comm_overlap: bool = spec_field(False, doc=(
         "--tp-comm-overlap: TE's userbuffers (outside PyTorch's allocator) and the cuBLAS workspace of their "
         "GEMMs (three workspaces; TE ≥ 2.10 keeps the plain one beside them); the overlap itself is not simulated"))
+    cuda_graph_impl: str = spec_field("none", choices=CUDA_GRAPH_IMPLS, doc=(
+        "--cuda-graph-impl (--external-cuda-graph: transformer_engine): TE's make_graphed_callables captures each "
+        "decoder layer's graphed part per micro-batch into one private memory pool before iteration 1"))
+    cuda_graph_scope: str = spec_field("full", choices=CUDA_GRAPH_SCOPES, doc=(
+        "--cuda-graph-scope / --cuda-graph-modules under the transformer_engine impl: full (the whole decoder "
+        "layer, Megatron's default) or attn (input norm, self-attention, its residual add)"))
     layer_wise_layout: str = spec_field("padded", choices=("padded", "compact"), doc=(
         "Muon's layer-wise optimizer in the distributed optimizer's buffers (training.muon_layer_wise, zero = 1): "
         "padded (Megatron-Core 0.18.0 on: Muon's matrices packed whole into padded shards), compact (Megatron-LM's "
