@@ -220,6 +220,9 @@ def expressible_note(family: str, config: dict | None, tag: dict[str, Any]) -> s
 #: CHECKPOINT_LOAD_PATH the first run's save; frozen-start's CHECKPOINT_LOAD_PATH); both are simulated as
 #: loading it (``from-megatron --resumed``: the optimizer's state unless --finetune / --no-load-optim,
 #: ``timeline/sim/megatron_load.py``)
+#: the CUDA-graph kind: modelled for TE's per-layer graphs of the whole layer or its attention
+#: (timeline/sim/graph_capture.py), narrowed by :func:`note_now` to what stays refused
+CUDA_GRAPHS = "CUDA graphs (graph memory pools)"
 MODELLED_NOTES = ("Mamba/hybrid model",  # hybrid Mamba models (pretrain_mamba.py's MambaModel) are modelled:
                   # timeline/graph/families/mamba.py, timeline/io/megatron_hybrid.py (context parallelism refused)
                   "fp8/fp4 training",  # FP8 (delayed, tensorwise) is modelled; from-megatron refuses FP4 and the
@@ -257,11 +260,30 @@ def fsdp_note(record: dict, kind: str) -> str | None:
 
 
 def note_now(record: dict) -> str | None:
-    """The record's expressible note without the kinds :data:`MODELLED_NOTES` lists, FSDP narrowed to what stays
-    unmodelled (:func:`fsdp_note`) (None: nothing left)."""
+    """The record's expressible note without the kinds :data:`MODELLED_NOTES` lists (None: nothing left); a CUDA
+    graphs kind narrowed to what from-megatron does not model (:func:`cuda_graph_note`), FSDP to what stays
+    unmodelled (:func:`fsdp_note`)."""
     kinds = [k for k in str(record.get("expressible_note") or "").split("; ") if k and k not in MODELLED_NOTES]
+    if CUDA_GRAPHS in kinds:
+        narrowed = cuda_graph_note(record.get("model_args") or {})
+        kinds = [narrowed if k == CUDA_GRAPHS else k for k in kinds if k != CUDA_GRAPHS or narrowed]
     kinds = [fsdp_note(record, k) if k.startswith("FSDP / ZeRO-3") else k for k in kinds]
     return "; ".join(k for k in kinds if k) or None
+
+
+def cuda_graph_note(args: dict) -> str | None:
+    """None where from-megatron models the arguments' CUDA graphs (TE's per-layer graphs of the whole layer or
+    its attention: ``timeline/io/megatron_framework.py: cuda_graph_scope``), else the kind it refuses. The
+    warm-up steps are left to from-megatron, which reads them by the Megatron-Core version."""
+    from timeline.errors import UserError
+    from timeline.io.megatron_framework import cuda_graph_scope
+    from timeline.io.megatron_map import ArgReader
+
+    try:
+        cuda_graph_scope(ArgReader(dict(args)), None, warmup=False)
+    except UserError as exc:
+        return f"CUDA graphs not modelled: {str(exc).split(':')[0]}"
+    return None
 
 
 def resumed_run(record: dict) -> bool:

@@ -102,14 +102,18 @@ def test_the_version_decides_the_package_the_default_strategy_and_log_params_nor
     assert "log_params_norm" not in _convert(plain).sections["framework"]
 
 
-def test_muon_and_the_precision_aware_optimizer_are_refused_sgd_maps():
+def test_muon_the_precision_aware_optimizer_and_cuda_graphs_are_refused_sgd_maps():
     """Megatron-LM rejects Muon under Megatron-FSDP (arguments.py: validate_args, 693587db5a on); TE's FusedAdam
-    holding the masters of its shards is not modelled; SGD's momentum per owned shard is."""
+    holding the masters of its shards and CUDA graphs of the job are not modelled; SGD's momentum per owned shard
+    is."""
     new = {k: v for k, v in ZP_Z3.items() if k != "--use-custom-fsdp"} | {"--use-megatron-fsdp": True}
     with pytest.raises(UserError, match="^--use-megatron-fsdp with --optimizer muon: Megatron-LM rejects it"):
         _convert(new | {"--optimizer": "muon"}, megatron_core="0.18.0")
     with pytest.raises(UserError, match="^--use-megatron-fsdp with --use-precision-aware-optimizer: "):
         _convert(new | {"--use-precision-aware-optimizer": True}, megatron_core="0.18.0")
+    with pytest.raises(UserError, match="^--use-megatron-fsdp with --cuda-graph-impl transformer_engine: "):
+        _convert(new | {"--cuda-graph-impl": "transformer_engine", "--cuda-graph-warmup-steps": 0},
+                 megatron_core="0.18.0")
     c = _convert(new | {"--optimizer": "sgd"}, megatron_core="0.18.0")
     assert (c.sections["training"]["optimizer"], c.sections["training"]["zero"]) == ("sgd", 1)
     assert c.sections["framework"]["fsdp_sharding"] == "optim_grads_params"

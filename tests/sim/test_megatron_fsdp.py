@@ -186,6 +186,18 @@ def test_megatron_fsdp_needs_the_distributed_optimizer():
                      replace(base.training, zero=1, precision_aware=True)):
         assert "framework.fsdp_sharding" in [k for k, _ in validate_run(replace(run, training=training), LIMITS)]
     assert validate_run(replace(run, training=replace(base.training, zero=1, optimizer="sgd")), LIMITS) == []
+    # CUDA graphs of a Megatron-FSDP job: not modelled
+    graphed = replace(run, training=replace(base.training, zero=1),
+                      framework=replace(run.framework, cuda_graph_impl="transformer_engine"))
+    assert "framework.cuda_graph_impl" in [k for k, _ in validate_run(graphed, LIMITS)]
+
+
+def test_the_all_gather_stream_is_no_other_modules_stream_nor_a_private_pool():
+    """Its cached blocks go back to CUDA with empty_cache like any ordinary stream's (a CUDA graph's pool's do not)."""
+    from timeline.sim.graph_capture import GRAPH_POOL, TE_WARMUP
+    from timeline.sim.memory import PRIVATE_POOLS
+
+    assert AG_STREAM not in (0, GRAPH_POOL, TE_WARMUP) and AG_STREAM not in PRIVATE_POOLS
 
 
 def test_sgd_keeps_one_momentum_per_owned_shard_made_in_the_first_step():

@@ -131,8 +131,8 @@ def megatron_fsdp(a: ArgReader, c: Conversion, *, package: bool | None = None) -
     on; main's 0.15.0rc0 spans both sides of it); ``--log-params-norm`` → ``framework.log_params_norm``. The layout
     and events: :mod:`timeline.graph.fsdp_buffers`, :mod:`timeline.sim.megatron_fsdp`. Double buffers, NCCL user
     buffers, HSDP, a suggested communication unit, Megatron-FSDP v2, non-default main dtypes, Muon (Megatron-LM
-    rejects it) and the precision-aware optimizer are refused by name (``--use-nccl-ub`` is refused for DDP and
-    FSDP alike, :mod:`timeline.io.megatron_table`)."""
+    rejects it), the precision-aware optimizer and CUDA graphs are refused by name (``--use-nccl-ub`` is refused
+    for DDP and FSDP alike, :mod:`timeline.io.megatron_table`)."""
     if not (a.flag("--use-megatron-fsdp") or a.flag("--use-custom-fsdp")):
         c.put("framework.fsdp_sharding", "")
         return
@@ -147,6 +147,9 @@ def megatron_fsdp(a: ArgReader, c: Conversion, *, package: bool | None = None) -
     if a.flag("--use-precision-aware-optimizer"):
         raise UserError("--use-megatron-fsdp with --use-precision-aware-optimizer: TE's FusedAdam holding the masters "
                         "of Megatron-FSDP's shards is not modelled; drop the flag to model plain Megatron-FSDP")
+    if c.sections["framework"].get("cuda_graph_impl", "none") != "none":
+        raise UserError("--use-megatron-fsdp with --cuda-graph-impl transformer_engine: CUDA graphs of a Megatron-FSDP "
+                        "job are not modelled; drop one of them")
     if c.sections["training"].get("fp8_recipe", "none") != "none":
         raise UserError("--use-megatron-fsdp with --fp8-format: Megatron-FSDP's FP8 parameter groups and transpose "
                         "caches are not modelled; drop FP8 to model plain Megatron-FSDP")

@@ -127,7 +127,12 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--no-clone-scatter-output-in-embedding", "--disable-clone-scatter-output-in-embedding"),
                     "refused with sequence parallelism (the embedding's scatter keeps its full output); no effect "
                     "without"),
-    **dict.fromkeys(("--cpu-offloading-num-layers", "--mlp-chunks-for-training", "--cuda-graph-impl",
+    **dict.fromkeys(("--cuda-graph-impl", "--external-cuda-graph", "--enable-cuda-graph", "--cuda-graph-scope",
+                     "--cuda-graph-modules", "--cuda-graph-warmup-steps"),
+                    "framework.cuda_graph_impl / cuda_graph_scope (TE make_graphed_callables per decoder layer, the "
+                    "whole layer or attn; the local and full_iteration impls, per-module MLP/MoE/Mamba graphs and "
+                    "warm-up steps > 0 from Megatron-Core 0.15.0rc6 are refused in one line)"),
+    **dict.fromkeys(("--cpu-offloading-num-layers", "--mlp-chunks-for-training",
                      "--encoder-tensor-model-parallel-size", "--encoder-pipeline-model-parallel-size",
                      "--moe-dispatch-fwd-dtype", "--moe-combine-bwd-dtype", "--fp8-amax-history-len", "--tensor-parallel-num-weight-shards",
                      "--expert-tensor-parallel-num-weight-shards", "--output-logit-dtype"),
@@ -140,7 +145,6 @@ REFUSED_UNLESS: dict[str, tuple[tuple[str, ...], str]] = {
                                            "cpu_offloading_num_layers) is not modelled"),
     "--mlp-chunks-for-training": (("1",), "an MLP run in sequence chunks (transformer_layer.py: "
                                          "mlp_chunks_for_training) is not modelled"),
-    "--cuda-graph-impl": (("none",), "CUDA graphs keep their own memory pools (not modelled yet)"),
     "--encoder-tensor-model-parallel-size": (("0",), "a separately parallelised encoder (multimodal / T5) is not "
                                                     "modelled"),
     "--encoder-pipeline-model-parallel-size": (("0",), "a separately parallelised encoder (multimodal / T5) is not "
@@ -183,9 +187,6 @@ REFUSED: dict[str, str] = {
     "--first-last-layers-bf16": "FP8 training with bf16 first/last layers is not modelled yet",
     "--moe-router-padding-for-quantization": "token counts padded per expert for quantized GEMMs "
                                              "(moe_utils.py: pad_routing_map) are not modelled",
-    "--enable-cuda-graph": "CUDA graphs keep their own memory pools (not modelled yet)",
-    "--cuda-graph-scope": "CUDA graphs keep their own memory pools (not modelled yet)",
-    "--external-cuda-graph": "CUDA graphs keep their own memory pools (not modelled yet)",
     "--optimizer-cuda-graph": "a CUDA-graphed optimizer step keeps its own memory pool (not modelled yet)",
     "--moe-pad-experts-for-cuda-graph-inference": "CUDA-graph inference padding is not modelled",
     "--use-torch-fsdp2": _FSDP,

@@ -70,6 +70,8 @@ class SaveRule:
     backward_scratch: tuple[str, ...] = ()  # slots whose shape and dtype the op's input-gradient backward
     # allocates once more as scratch, freed when that backward returns; "scratch:SLOT" names a backward-only
     # tensor the op builder shaped itself (FOp.scratch); a slot the op lacks is skipped
+    grad_in_place: tuple[str, ...] = ()  # ("in:SLOT", "out:SLOT"): the backward writes the input's gradient
+    # into the output gradient's storage (a kernel that computes in place): no allocation
     source: str = ""
 
 
@@ -144,6 +146,8 @@ class Structure:
     # cross entropy): its backward copies the fp32 softmax numerators once more
     softmax_fp32: bool = False  # eager attention's softmax runs on an fp32 copy and keeps its fp32 output;
     # a cast back to the 16-bit dtype feeds dropout and attention over V (Megatron's unfused FusedScaleMaskSoftmax)
+    te_softmax: bool = False  # eager attention's softmax is TE's FusedScaleMaskSoftmax: where its fused kernel
+    # takes the shape (graph/families/attention.py: te_softmax_kernel) the op is "te_fused_softmax"
     megatron_moe: bool = False  # router and alltoall dispatcher as Megatron-Core (moe_utils.py): scores and
     # probs in the logits dtype, a dense [tokens, E] probs map, masked_select keeping the transposed probs and
     # routing map, tokens re-sorted by local expert (sort_chunks_by_idxs) after the all-to-all

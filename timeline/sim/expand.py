@@ -19,6 +19,7 @@ from timeline.sim import fsdp_windows
 from timeline.sim.combined import forward_nodes, kept_node_io
 from timeline.sim.compiled import CAT_CODE, CompiledPhase
 from timeline.sim.engine import Span, span_offsets
+from timeline.sim.graph_capture import CaptureRules, capture_events
 from timeline.sim.hf_state import hf_state_events
 from timeline.sim.output import DeviceEvents, DeviceOps, Names
 from timeline.sim.plan import Compiled
@@ -29,7 +30,8 @@ from timeline.spec.run import TrainingSpec
 _EVENT_COLUMNS = (("t_us", np.float64), ("sign", np.int8), ("size", np.int64), ("cat", np.int8),
                   ("tensor", np.int32), ("op", np.int32))
 #: per-action columns (one value per pushed chunk of events), with their dtypes
-_ACTION_COLUMNS = (("microbatch", np.int32), ("stage", np.int16), ("action", np.int32), ("iteration", np.int32))
+_ACTION_COLUMNS = (("microbatch", np.int32), ("stage", np.int16), ("action", np.int32), ("iteration", np.int32),
+                   ("stream", np.int8))
 
 
 class _Log:
@@ -38,20 +40,18 @@ class _Log:
 
     def __init__(self) -> None:
         self.arrays: dict[str, list[np.ndarray]] = {k: [] for k, _ in _EVENT_COLUMNS}
-        self.scalars: list[tuple[int, int, int, int]] = []
+        self.scalars: list[tuple[int, int, int, int, int]] = []
         self.lengths: list[int] = []
-        self.streams: list[int] = []
 
     def push(self, t: object, sign: object, size: object, cat: object, tensor: object, op: object,
              mb: int, stage: int, action: int, iteration: int, stream: int = 0) -> None:
-        """One chunk of events; ``stream``: the allocator stream they allocate on (0: the compute stream)."""
+        """Append a chunk of events; ``stream`` is the allocator stream (or private pool) they use."""
         n = len(t)  # type: ignore[arg-type]
         for (k, dt), v in zip(_EVENT_COLUMNS, (t, sign, size, cat, tensor, op), strict=True):
             a = np.asarray(v, dtype=dt)
             self.arrays[k].append(a if a.ndim else np.full(n, a, dtype=dt))
-        self.scalars.append((mb, stage, action, iteration))
+        self.scalars.append((mb, stage, action, iteration, stream))
         self.lengths.append(n)
-        self.streams.append(stream)
 
     def events(self) -> DeviceEvents:
         """The events in time order (stable: at equal times, in push order)."""
@@ -61,7 +61,6 @@ class _Log:
             counts = np.array(self.lengths, dtype=np.int64)
             for j, (k, dt) in enumerate(_ACTION_COLUMNS):
                 merged[k] = np.repeat(per[:, j].astype(dt), counts)
-            merged["stream"] = np.repeat(np.array(self.streams, dtype=np.int8), counts)
         else:
             merged = {k: np.zeros(0) for k in DeviceEvents.__slots__}
             merged["microbatch"] = np.zeros(0, dtype=np.int32)
@@ -324,9 +323,10 @@ def _merge(a: KeptFrees, b: KeptFrees) -> KeptFrees:
 
 
 def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans: list[Span], compiled: Compiled,
-                  names: Names) -> DeviceEvents:
-    """Static state (as the plan's ``state`` says it comes into being), then every action's
-    template shifted to its start."""
+                  names: Names, capture: tuple[Compiled, CaptureRules] | None = None) -> DeviceEvents:
+    """Static state (as the plan's ``state`` says it comes into being), the CUDA graphs' capture
+    (``capture``: its phases and rules, :mod:`timeline.sim.graph_capture`), then every action's template
+    shifted to its start."""
     first_bwd = min((s.start_us for s in spans if s.kind in ("B", "I")), default=0.0)
     first_step = min((s.start_us for s in spans if s.kind == "step"), default=0.0)
     log = _Log()
@@ -348,6 +348,8 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
         log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
     if not state.per_parameter:
         _push_step_transients(log, state, spans, names)
+    if capture is not None:
+        capture_events(log.push, spans, capture[0], capture[1], names)
     gather = state.gathered_bytes
     comm = CAT_CODE[Category.COMM]
     if state.fsdp is not None:

@@ -30,13 +30,16 @@ Event = tuple[float, int, int, str]
 
 #: the allocator stream of the all-gathered buckets: ``AllGatherPipeline.all_gather_params`` fetches them inside
 #: ``torch.cuda.stream(self.ag_stream)`` (``MegatronFSDP``'s ``side_stream_for_param_gather``), so they come from
-#: that stream's pool; gradient buckets are fetched by ``_grad_acc`` on the compute stream (0)
-AG_STREAM = 1
+#: that stream's pool; gradient buckets are fetched by ``_grad_acc`` on the compute stream (0). An id of its own: 1
+#: and 2 are :mod:`timeline.sim.graph_capture`'s private pool and TE's warm-up stream (an ordinary stream's cached
+#: blocks are released by ``empty_cache``, a private pool's are not: :data:`timeline.sim.memory.PRIVATE_POOLS`)
+AG_STREAM = 3
 
 
 def stream_of(name: str) -> int:
     """The allocator stream an event of this module's names allocates on."""
     return 0 if name.startswith("fsdp.grad_bucket.") else AG_STREAM
+
 
 def requested(chunk: FsdpChunk, index: int, step: int) -> list[int]:
     """The groups a request for group ``index`` gathers: it, then the next ones in bucket order (``step`` +1

@@ -2,16 +2,18 @@
 
 Every device gets its own allocator (``[allocator] kind``: ``caching`` reproduces PyTorch's
 caching allocator, ``ideal`` packs perfectly). Allocations happen on the compute stream, as
-DESIGN §7 places them (collective buffers are freed when their communication ends, which the
-templates already express), unless an event names another stream (``DeviceEvents.stream``: Megatron-FSDP's
-all-gather buckets, :mod:`timeline.sim.fsdp_windows`), whose blocks then come from that stream's pool. An out-of-memory request is recorded with its time, size and the
-allocator's state, then served beyond capacity so the run continues and shows by how much the
-device overflows.
+DESIGN §7 places them — but for a CUDA graph capture's, in its private pool, and those of TE's warm-up
+side stream (:mod:`timeline.sim.graph_capture`), and Megatron-FSDP's all-gather buckets on their own stream
+(:mod:`timeline.sim.fsdp_windows`), each from that stream's pool (``DeviceEvents.stream``; collective buffers are
+freed when their communication ends, which the templates already express). An out-of-memory request is recorded
+with its time, size and the allocator's state, then served beyond capacity so the run continues and shows by how
+much the device overflows.
 
 The plain caching allocator (no expandable segments) replays a device's whole event log, all on stream 0, in one
 call (:func:`timeline.alloc.batch.replay`, the compiled core when built); every other setting,
-and any stream the batch form cannot express, goes event by event through the model
-(:func:`run_allocator_events`, the reference the tests compare the batch pass against).
+and any stream the batch form cannot express — events on another stream or a CUDA graph's private
+pool (``DeviceEvents.stream``) — goes event by event through the model (:func:`run_allocator_events`,
+the reference the tests compare the batch pass against).
 
 A 0-byte request (an EP rank routed no tokens: ``routing_skew = 2`` leaves the lightest rank
 none) reaches no allocator: PyTorch's ``NativeCachingAllocator::allocate`` calls ``malloc``
@@ -30,8 +32,12 @@ from timeline.alloc import AllocatorConfig, create_allocator
 from timeline.alloc import batch as _batch
 from timeline.alloc.caching import AddressSpaceError
 from timeline.errors import UserError
+from timeline.sim.graph_capture import GRAPH_POOL
 from timeline.sim.output import DeviceEvents
 from timeline.spec.run import AllocatorSpec
+
+#: streams standing for private pools: the CUDA graphs' (:mod:`timeline.sim.graph_capture`)
+PRIVATE_POOLS = frozenset({GRAPH_POOL})
 
 
 def allocator_config(spec: AllocatorSpec) -> AllocatorConfig:
@@ -159,7 +165,7 @@ def run_allocator_events(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEve
         segment_events.append((current[0], action, addr, size, stream, alloc.reserved_bytes))
 
     alloc = create_allocator(spec.kind, AllocatorConfig.from_spec(spec), capacity_bytes=capacity_bytes,
-                             listener=listener)
+                             listener=listener, private_streams=PRIVATE_POOLS)
     n = len(ev.t_us)
     block = np.zeros(n, dtype=np.int64)
     reserved = np.zeros(n, dtype=np.int64)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from timeline.spec.cp_rules import cp_comm_problems
+from timeline.spec.cuda_graph_rules import cuda_graph_problems
 from timeline.spec.fp8_rules import fp8_problems
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.legacy_rules import legacy_problems
@@ -310,6 +311,8 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
     problems += cp_comm_problems(fw, m, par)
     problems += legacy_problems(fw, m, par)
     problems += fp8_problems(run.training, run.framework, reads_framework=life is not None and life.reads_framework)
+    problems += cuda_graph_problems(fw, m, profile=run.profile, rc=run.recompute, sched=run.schedule,
+                                    expandable_segments=run.allocator.expandable_segments)
     if fw.optimizer_impl != "te_fused" and life is not None and life.reads_framework:  # no TE (its Adam is first)
         if fw.transformer_impl == "transformer_engine":
             add(("framework.optimizer_impl", f'"{fw.optimizer_impl}" means Transformer Engine is not installed, '

@@ -160,7 +160,9 @@ def _attend(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, lay
          flops=2.0 * d.b * heads * sq * sk * qk_dim, tags=CORE)
     fp32 = b.table.softmax_fp32 and d.dtype != "fp32"
     probs = b.tensor(f"{name}.softmax", shape, "fp32" if fp32 else None)
-    b.op(f"{name}.softmax_op", "softmax", layer, {"x": scores}, {"y": probs}, flops=5.0 * d.b * heads * sq * sk,
+    rule = "te_fused_softmax" if b.table.te_softmax and te_softmax_kernel(d.dtype, d.b, heads, sq, sk) \
+        else "softmax"
+    b.op(f"{name}.softmax_op", rule, layer, {"x": scores}, {"y": probs}, flops=5.0 * d.b * heads * sq * sk,
          tags=CORE)
     if fp32:  # probs.half() / .bfloat16() after the fp32 softmax
         cast = b.tensor(f"{name}.softmax_cast", shape)
@@ -175,6 +177,20 @@ def _attend(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, lay
     b.op(f"{name}.pv", "attn_v", layer, {"p": probs, "v": v}, {"y": ctx},
          flops=2.0 * d.b * heads * sq * sk * v_dim, tags=CORE)
     return ctx
+
+
+def te_softmax_kernel(dtype: str, b: int, heads: int, sq: int, sk: int) -> bool:
+    """Whether TE's FusedScaleMaskSoftmax runs its fused kernel on ``[b, heads, sq, sk]`` scores under the causal
+    mask Megatron gives (``NVIDIA/TransformerEngine@v2.2…release_v2.18: softmax.py:
+    FusedScaleMaskSoftmax.is_kernel_available``, unchanged over those releases: 16-bit scores,
+    16 < sk < 16384, sk % 8 == 0, sq > 1, sq == sk for the causal type, sq % 4 == 0, b·heads % 4 == 0 and sq a
+    multiple of ``get_batch_per_block(sk)``: THREADS_PER_BLOCK 128 over min(next power of two ≥ sk, 32)
+    threads a warp, two rows a warp up to 128 columns); otherwise it runs torch's softmax."""
+    if dtype not in ("bf16", "fp16") or not 16 < sk < 16384 or sk % 8 or sq == 1 or sq != sk:
+        return False
+    pow2 = 1 << (sk - 1).bit_length()
+    per_block = (128 // min(pow2, 32)) * (2 if pow2 <= 128 else 1)
+    return sq % 4 == 0 and (b * heads) % 4 == 0 and sq % per_block == 0
 
 
 def flash_copies(b: Builder) -> bool:
