@@ -236,14 +236,39 @@ MODELLED_NOTES = ("Mamba/hybrid model",  # hybrid Mamba models (pretrain_mamba.p
                   "loading)")
 
 
+#: Megatron-LM d677041da2 (2025-04-08): from it on the custom FSDP's units are the decoder layers alone (before, the
+#: legacy Float16Module hid share_embeddings_and_output_weights and LanguageModelEmbedding was a unit too)
+FSDP_UNITS_FROM = "2025-04-08"
+
+
+def fsdp_note(record: dict, kind: str) -> str | None:
+    """What stays unmodelled of an "FSDP / ZeRO-3 style sharding" note (None: Megatron-FSDP as
+    ``timeline.sim.megatron_fsdp`` models it): torch FSDP2, Megatron-FSDP recorded before d677041da2, or under FP8."""
+    args = record.get("model_args") or {}
+    if _on(args, "--use-torch-fsdp2"):
+        return "torch FSDP2 (not modelled)"
+    if not (_on(args, "--use-megatron-fsdp") or _on(args, "--use-custom-fsdp")):
+        return kind  # --data-parallel-sharding-strategy alone: another script's FSDP (a hybrid model's)
+    date = str(record.get("memory_values_first_commit_date") or record.get("commit_date") or "")
+    if date < FSDP_UNITS_FROM:
+        return "custom FSDP before d677041da2 (its embedding an FSDP unit: not modelled)"
+    if _on(args, "--delay-wgrad-compute"):  # refused by from-megatron for DDP and FSDP alike
+        return "Megatron-FSDP with --delay-wgrad-compute (delayed weight gradients: not modelled)"
+    if "fp8/fp4 training" in str(record.get("expressible_note") or ""):
+        return "Megatron-FSDP under FP8 (its FP8 parameter groups and transpose caches: not modelled)"
+    return None
+
+
 def note_now(record: dict) -> str | None:
     """The record's expressible note without the kinds :data:`MODELLED_NOTES` lists (None: nothing left); a CUDA
-    graphs kind narrowed to what from-megatron does not model (:func:`cuda_graph_note`)."""
+    graphs kind narrowed to what from-megatron does not model (:func:`cuda_graph_note`), FSDP to what stays
+    unmodelled (:func:`fsdp_note`)."""
     kinds = [k for k in str(record.get("expressible_note") or "").split("; ") if k and k not in MODELLED_NOTES]
     if CUDA_GRAPHS in kinds:
         narrowed = cuda_graph_note(record.get("model_args") or {})
         kinds = [narrowed if k == CUDA_GRAPHS else k for k in kinds if k != CUDA_GRAPHS or narrowed]
-    return "; ".join(kinds) or None
+    kinds = [fsdp_note(record, k) if k.startswith("FSDP / ZeRO-3") else k for k in kinds]
+    return "; ".join(k for k in kinds if k) or None
 
 
 def cuda_graph_note(args: dict) -> str | None:

@@ -241,6 +241,23 @@ def test_a_commit_gate_follows_ancestry_where_the_date_misleads():
                                  "software": {"megatron_core": "0.18.0"}}) is False
 
 
+def test_the_megatron_fsdp_package_follows_the_version_and_else_af28b5a559():
+    """``validate_measured.fsdp_package_of``: releases by version (0.13.x never, 0.14.0 on always), main's and the
+    release branch's 0.14.0rc / 0.15.0rc by the recording commit (af28b5a559, 2025-08-21)."""
+    vm = _tool("validate_measured")
+
+    def rec(commit: str, date: str, version: str) -> dict:
+        return {"commit": commit + "0" * 30, "commit_date": date, "measured": {},
+                "software": {"megatron_core": version}}
+
+    assert vm.fsdp_package_of(rec("ffffffffff", "2025-09-01", "0.13.1")) is False
+    assert vm.fsdp_package_of(rec("ffffffffff", "2025-06-01", "0.14.0")) is True
+    assert vm.fsdp_package_of(rec("ffffffffff", "2025-12-01", "0.16.0rc0")) is True
+    assert vm.fsdp_package_of(rec("ffffffffff", "2025-08-19", "0.15.0rc0")) is False  # main before it
+    assert vm.fsdp_package_of(rec("af28b5a559", "2025-08-21", "0.15.0rc0")) is True
+    assert vm.fsdp_package_of(rec("ffffffffff", "2025-08-27", "0.14.0rc7")) is True  # the release branch's pick
+
+
 @needs_git
 def test_the_gate_table_is_what_the_history_gives(tmp_path):
     """``tools/megatron_gates.json`` is regenerated to the byte from the Megatron-LM mirror (it reads the git

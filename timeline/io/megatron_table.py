@@ -101,6 +101,15 @@ MAPPED: dict[str, str] = {
     "--ckpt-format": "framework.checkpoint_format (a resumed run's load; formats other than torch_dist and torch "
                      "refused when a checkpoint is loaded)",
     "--ckpt-fully-parallel-load": "refused when a checkpoint is loaded at dp·cp > 1 (the exchanged shards)",
+    "--log-params-norm": "framework.log_params_norm (read under Megatron-FSDP: calc_params_l2_norm's "
+                         "stop_communication releases the gathered parameter groups after each step)",
+    **dict.fromkeys(("--use-megatron-fsdp", "--use-custom-fsdp", "--data-parallel-sharding-strategy"),
+                    "framework.fsdp_sharding (Megatron-FSDP's parameter groups, sharded per strategy; training.zero = 1)"),
+    **dict.fromkeys(("--fsdp-double-buffer", "--megatron-fsdp-max-pool-double-buffer",
+                     "--suggested-communication-unit-size", "--outer-dp-sharding-strategy", "--megatron-fsdp-version",
+                     "--megatron-fsdp-main-params-dtype", "--megatron-fsdp-main-grads-dtype",
+                     "--megatron-fsdp-grad-comm-dtype", "--megatron-fsdp-enable-fine-grained-param-gather"),
+                    "refused under Megatron-FSDP unless at its default (pools, HSDP, v2, dtypes not modelled)"),
     "--overlap-param-gather-with-optimizer-step": "framework.overlap_param_gather_with_optimizer_step (one bucket "
                                                   "per chunk; the first chunk's own optimizer)",
     "--ddp-num-buckets": "refused with --overlap-grad-reduce (bucket size = parameters ÷ N); no effect without",
@@ -153,7 +162,8 @@ REFUSED_UNLESS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 _CKPT = "the job loads a checkpoint before the measured iterations (not modelled)"
-_FSDP = "FSDP-style sharding of parameters, gradients and optimizer states is not modelled"
+_FSDP = ("torch FSDP2's per-module sharding (torch/distributed/fsdp/_fully_shard) is not modelled; Megatron-FSDP "
+         "(--use-megatron-fsdp) is")
 _REJECTED = "Megatron-LM itself rejects it (arguments.py: validate_args); use "
 _PACKED = "packed variable-length batches (THD format, per-document masks) are not modelled"
 
@@ -179,7 +189,7 @@ REFUSED: dict[str, str] = {
                                              "(moe_utils.py: pad_routing_map) are not modelled",
     "--optimizer-cuda-graph": "a CUDA-graphed optimizer step keeps its own memory pool (not modelled yet)",
     "--moe-pad-experts-for-cuda-graph-inference": "CUDA-graph inference padding is not modelled",
-    "--use-megatron-fsdp": _FSDP, "--use-custom-fsdp": _FSDP, "--use-torch-fsdp2": _FSDP,
+    "--use-torch-fsdp2": _FSDP,
     "--fine-grained-activation-offloading": "activation offloading to CPU is not modelled",
     "--offload-modules": "activation offloading to CPU is not modelled",
     "--optimizer-cpu-offload": "optimizer states offloaded to CPU (optimizer/cpu_offloading) are not modelled",

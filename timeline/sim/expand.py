@@ -15,6 +15,7 @@ import numpy as np
 from timeline.graph.tensors import Category
 from timeline.placement.devices import StaticDevice
 from timeline.profiles.base import AT_OP
+from timeline.sim import fsdp_windows
 from timeline.sim.combined import forward_nodes, kept_node_io
 from timeline.sim.compiled import CAT_CODE, CompiledPhase
 from timeline.sim.engine import Span, span_offsets
@@ -351,6 +352,11 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
         capture_events(log.push, spans, capture[0], capture[1], names)
     gather = state.gathered_bytes
     comm = CAT_CODE[Category.COMM]
+    if state.fsdp is not None:
+        for (t, sign, size, name), a in fsdp_windows.iteration_events(state.fsdp, spans):
+            log.push([t], sign, size, comm, names(name), -1, -1, -1, a, spans[a].iteration,
+                     fsdp_windows.stream_of(name))
+    unit_ops: dict[int, dict[str, tuple[int, int]]] = {}  # per phase (by id: the phases live through this call)
     kept = kept_inputs(spans, compiled) if state.keeps_input else {}
     if state.combined_keeps_node_io:
         for i, node_io in combined_kept(spans, compiled).items():
@@ -366,6 +372,11 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             continue
         ph = compiled[(sp.stage, sp.kind)]
         m, s, it = sp.microbatch, sp.stage, sp.iteration
+        fsdp: list[fsdp_windows.Event] = []
+        if state.fsdp is not None:
+            units = unit_ops.setdefault(id(ph), fsdp_windows.unit_ops(ph))
+            fsdp = fsdp_windows.action_events(state.fsdp, sp, ph, units)
+            _push_fsdp(log, names, [e for e in fsdp if e[1] > 0], comm, m, s, i, it)
         if gather:
             log.push([sp.start_us], 1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
         if len(ph.ev_offset):
@@ -382,12 +393,23 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             log.push(ev[0], ev[1], ev[2], ev[3], ev[4], ev[5], m, s, i, it)
         if gather:
             log.push([sp.end_us], -1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
+        _push_fsdp(log, names, [e for e in fsdp if e[1] < 0], comm, m, s, i, it)  # after the action's own
     for c, d_mb, d_stage, d_action, d_it in deferred:  # after that forward's new buffer, same instant
         log.push(c[0], c[1], c[2], c[3], c[4], c[5], d_mb, d_stage, d_action, d_it)
     if late:  # pushed last: after the matching op's own allocations
         cols = list(zip(*late, strict=True))
         log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
     return log.events()
+
+
+def _push_fsdp(log: _Log, names: Names, events: list[fsdp_windows.Event], cat: int, mb: int, stage: int,
+               action: int, iteration: int) -> None:
+    """Megatron-FSDP's events, each on its allocator stream (:func:`timeline.sim.fsdp_windows.stream_of`)."""
+    for stream in (0, fsdp_windows.AG_STREAM):
+        chunk = [e for e in events if fsdp_windows.stream_of(e[3]) == stream]
+        if chunk:
+            t, sign, size, name = zip(*chunk, strict=True)
+            log.push(t, sign, size, cat, [names(n) for n in name], -1, mb, stage, action, iteration, stream)
 
 
 def first_backward_op(pattern: str, spans: list[Span], compiled: Compiled, default: float) -> float:

@@ -3,12 +3,13 @@
 Every device gets its own allocator (``[allocator] kind``: ``caching`` reproduces PyTorch's
 caching allocator, ``ideal`` packs perfectly). Allocations happen on the compute stream, as
 DESIGN §7 places them — but for a CUDA graph capture's, in its private pool, and those of TE's warm-up
-side stream (:mod:`timeline.sim.graph_capture`) (collective buffers are freed when their communication ends, which the
-templates already express). An out-of-memory request is recorded with its time, size and the
-allocator's state, then served beyond capacity so the run continues and shows by how much the
-device overflows.
+side stream (:mod:`timeline.sim.graph_capture`), and Megatron-FSDP's all-gather buckets on their own stream
+(:mod:`timeline.sim.fsdp_windows`), each from that stream's pool (``DeviceEvents.stream``; collective buffers are
+freed when their communication ends, which the templates already express). An out-of-memory request is recorded
+with its time, size and the allocator's state, then served beyond capacity so the run continues and shows by how
+much the device overflows.
 
-The plain caching allocator (no expandable segments) replays a device's whole stream in one
+The plain caching allocator (no expandable segments) replays a device's whole event log, all on stream 0, in one
 call (:func:`timeline.alloc.batch.replay`, the compiled core when built); every other setting,
 and any stream the batch form cannot express — events on another stream or a CUDA graph's private
 pool (``DeviceEvents.stream``) — goes event by event through the model (:func:`run_allocator_events`,

@@ -16,6 +16,7 @@ from timeline.placement.devices import StaticDevice
 from timeline.profiles import lifecycle
 from timeline.sim.compiled import CAT_CODE
 from timeline.sim.cost import CostModel
+from timeline.sim.megatron_fsdp import FsdpPlan, fsdp_plan
 from timeline.sim.megatron_state import main_grad_copies, megatron_events
 from timeline.sim.optimizer_step import StepAlloc, step_transients
 from timeline.spec.framework import FrameworkSpec
@@ -69,6 +70,9 @@ class DeviceState:
     allocs: tuple[StaticAlloc, ...]
     per_parameter: bool
     gathered_bytes: int
+    #: Megatron-FSDP's all-gathers and gradient buckets (:func:`timeline.sim.megatron_fsdp.fsdp_plan`, their
+    #: events :mod:`timeline.sim.fsdp_windows`); None: not Megatron-FSDP
+    fsdp: FsdpPlan | None = None
     step_copies: tuple[tuple[str, int], ...] = ()
     #: each chunk keeps its last received input and that input's gradient until its next forward
     #: (the profile's ``Lifecycle.chunk_keeps_input``; :func:`timeline.sim.expand.kept_inputs`)
@@ -125,7 +129,12 @@ def device_state(dev: StaticDevice, model: ModelSpec, tr: TrainingSpec, par: Par
         # per parameter, the workspaces alone: hf_state makes the rest (expand.device_events)
         allocs = tuple(a for a in workspaces if a[2] > 0) if per_param else \
             tuple(static_allocs(rules.profile, tr, dev, workspaces))
-    return DeviceState(allocs=allocs, per_parameter=per_param, gathered_bytes=gathered_bytes(rules.profile, tr, dev),
+    plan = None
+    if dev.dp_buffers and dev.dp_buffers[0].fsdp and not rules.traced:
+        bucket = ddp_rules(rules.framework, tr, par, tied=model.tie_word_embeddings).bucket_size
+        plan = fsdp_plan(tr, dev, rules.framework, bucket)
+    return DeviceState(allocs=allocs, per_parameter=per_param,
+                       gathered_bytes=0 if plan is not None else gathered_bytes(rules.profile, tr, dev), fsdp=plan,
                        step_copies=copies, step_transients=transients, keeps_input=bool(life.chunk_keeps_input),
                        combined_keeps_node_io=rules.framework.combined_1f1b_keeps_node_io,
                        deferred_head_wgrad=(rules.framework.wgrad_deferral_limit if rules.framework.defer_embedding_wgrad

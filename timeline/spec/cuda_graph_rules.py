@@ -38,6 +38,9 @@ def cuda_graph_problems(fw: FrameworkSpec, m: ModelSpec, *, profile: str, rc: Re
     if sched.kind not in ("1f1b", "interleaved") or sched.combined_1f1b:
         out.append(("schedule.kind", "the graphs are captured in Megatron's 1F1B / interleaved order "
                     "(get_schedule_table); use kind = \"1f1b\" or \"interleaved\" without combined_1f1b"))
+    if fw.fsdp_sharding:
+        out.append((key, "CUDA graphs of a Megatron-FSDP job (its units gathered around the captured layers) are "
+                    "not modelled; set framework.cuda_graph_impl = \"none\" or framework.fsdp_sharding = \"\""))
     if m.mtp_layers:
         out.append(("model.mtp_layers", "the MTP layers' graphs (cuda_graphs.py: TECudaGraphHelper, callables_is_mtp) "
                     "are not modelled with CUDA graphs; set 0 or framework.cuda_graph_impl = \"none\""))

@@ -236,6 +236,15 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
         add(("training.zero", f"zero = {tr.zero} is not available with profile = \"{run.profile}\" "
              f"({life.zero_note}); use zero = {' or '.join(map(str, range(life.max_zero + 1)))}, or "
              f"profile = \"{life.instead}\""))
+    if run.framework.fsdp_sharding and tr.zero != 1:
+        # Megatron-LM d98e8a64dd arguments.py: validate_args — Megatron-FSDP v1 sets --use-distributed-optimizer
+        add(("framework.fsdp_sharding", "Megatron-FSDP runs its parameter groups under the distributed optimizer; "
+             "set training.zero = 1"))
+    if run.framework.fsdp_sharding and (tr.optimizer == "muon" or tr.precision_aware):
+        # arguments.py: validate_args rejects Muon under Megatron-FSDP (693587db5a on); TE's FusedAdam holding the
+        # masters of its shards is not modelled (timeline.sim.megatron_fsdp keeps them in its main-weight buffers)
+        add(("framework.fsdp_sharding", "Megatron-FSDP is modelled with Adam or SGD and fp32 masters of its own; "
+             "use optimizer = \"adam\" or \"sgd\" without precision_aware, or drop fsdp_sharding"))
     problems += optimizer_problems(tr, run.profile, traced=run.trace is not None)
     if life is not None and life.single_device:
         for key in MODEL_PARALLEL_KEYS:
