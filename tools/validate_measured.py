@@ -309,7 +309,11 @@ ROUTER_TE_GEMM = (("2026-03-06", "d3528a2130", "yes"),)
 FSDP_PACKAGE = (("2025-08-21", "af28b5a559", "yes"),)
 
 #: every rule gated on a Megatron-LM commit (``tools/megatron_gates.py`` lists where the date misleads)
-GATES = (KEEPS_BATCH, PROBS_IN_EXPERTS, RELEASES_NODES, ROUTER_TE_GEMM, FSDP_PACKAGE)
+#: the dev branch's 3b9c248a1b "Add experimental decoupled compact LayerWise DDP layout for Muon" (2026-06-30, not on
+#: main: d98e8a64dd lacks it) made its compact layout the default there; a record descends from it or not (one of
+#: :data:`GATES`: decided by ancestry through tools/megatron_gates.json, no Megatron-LM clone needed)
+COMPACT_LAYOUT = (("2026-06-30", "3b9c248a1b", "yes"),)
+GATES = (KEEPS_BATCH, PROBS_IN_EXPERTS, RELEASES_NODES, ROUTER_TE_GEMM, FSDP_PACKAGE, COMPACT_LAYOUT)
 GATES_FILE = ROOT / "tools" / "megatron_gates.json"
 
 
@@ -359,23 +363,13 @@ def fsdp_package_of(record: dict) -> bool:
 #: modelled until 0044db1f20 "Route non-Muon params through DistributedOptimizer" (2026-05-21) gives the padded
 #: layout core_v0.18.0 released
 MUON_BUFFER_LAYOUT = (("2026-05-13", "c1e938b039", "integrated"), ("2026-05-21", "0044db1f20", "padded"))
-#: the dev branch's 3b9c248a1b "Add experimental decoupled compact LayerWise DDP layout for Muon" (2026-06-30, not on
-#: main: d98e8a64dd lacks it) made its compact layout the default there; a record descends from it or not (read
-#: from the Megatron-LM clone the collected records were made from)
-COMPACT_LAYOUT = "3b9c248a1b"
-MEGATRON_GIT = ROOT.parent / ".mirror" / "NVIDIA+Megatron-LM" / "repo"
 
 
 def muon_buffer_layout_of(record: dict) -> str:
     """The layer-wise layout of the case's recording commit: ``compact`` where it descends from
-    :data:`COMPACT_LAYOUT` (only a Muon case is asked, and only where the clone exists), else by
-    :data:`MUON_BUFFER_LAYOUT` (ping_pong before it)."""
-    if "muon" in str((record.get("model_args") or {}).get("--optimizer", "")) and MEGATRON_GIT.exists():
-        import subprocess
-
-        ask = ["git", "-C", str(MEGATRON_GIT), "merge-base", "--is-ancestor", COMPACT_LAYOUT, _recorded(record)[0]]
-        if subprocess.run(ask, capture_output=True, check=False).returncode == 0:
-            return "compact"
+    :data:`COMPACT_LAYOUT` (only a Muon case is asked), else by :data:`MUON_BUFFER_LAYOUT` (ping_pong before it)."""
+    if "muon" in str((record.get("model_args") or {}).get("--optimizer", "")) and holds(record, COMPACT_LAYOUT):
+        return "compact"
     return _pinned(record, MUON_BUFFER_LAYOUT) or "ping_pong"
 
 
