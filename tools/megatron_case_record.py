@@ -220,7 +220,10 @@ def expressible_note(family: str, config: dict | None, tag: dict[str, Any]) -> s
 #: CHECKPOINT_LOAD_PATH the first run's save; frozen-start's CHECKPOINT_LOAD_PATH); both are simulated as
 #: loading it (``from-megatron --resumed``: the optimizer's state unless --finetune / --no-load-optim,
 #: ``timeline/sim/megatron_load.py``)
-MODELLED_NOTES = ("Mamba/hybrid model",  # hybrid Mamba models (pretrain_mamba.py's MambaModel) are modelled:
+MODELLED_NOTES = ("BERT encoder model",  # Megatron-Core's BertModel (pretrain_bert.py) is modelled:
+                  # timeline/graph/families/bert.py, timeline/io/megatron_bert.py (the legacy BertModel, TE's fused
+                  # or flash attention under its padding mask, context parallelism refused)
+                  "Mamba/hybrid model",  # hybrid Mamba models (pretrain_mamba.py's MambaModel) are modelled:
                   # timeline/graph/families/mamba.py, timeline/io/megatron_hybrid.py (context parallelism refused)
                   "fp8/fp4 training",  # FP8 (delayed, tensorwise) is modelled; from-megatron refuses FP4 and the
                   # other FP8 recipes by name (timeline/io/megatron_map.py: fp8_training)
