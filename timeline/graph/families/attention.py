@@ -15,7 +15,9 @@ the RoPE cos/sin are built once per chunk (:func:`rope_cache`) and every RoPE op
 TE's FlashAttention backend (``flash_bwd`` in the table) gives the op the flash-attn 2 backward's
 workspaces as scratch (:mod:`timeline.graph.families.flash_bwd`). Learned sinks (GPT-OSS) under a table with ``sink_attention = "eager"`` run
 :func:`~timeline.graph.families.sinks.eager_sink_attention`; otherwise the sinks live inside the
-table's attention kernel.
+table's attention kernel. BERT's padding mask (``[model] architecture = "bert"``) under TE's unfused attention:
+:func:`~timeline.graph.families.bert.padding_mask` widens it before the scores, and ``masked_fill`` zeroes the
+padded rows of the probabilities before dropout (keeping the mask).
 """
 
 from __future__ import annotations
