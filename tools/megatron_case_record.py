@@ -220,6 +220,9 @@ def expressible_note(family: str, config: dict | None, tag: dict[str, Any]) -> s
 #: CHECKPOINT_LOAD_PATH the first run's save; frozen-start's CHECKPOINT_LOAD_PATH); both are simulated as
 #: loading it (``from-megatron --resumed``: the optimizer's state unless --finetune / --no-load-optim,
 #: ``timeline/sim/megatron_load.py``)
+#: the CUDA-graph kind: modelled for TE's per-layer graphs of the whole layer or its attention
+#: (timeline/sim/graph_capture.py), narrowed by :func:`note_now` to what stays refused
+CUDA_GRAPHS = "CUDA graphs (graph memory pools)"
 MODELLED_NOTES = ("BERT encoder model",  # Megatron-Core's BertModel (pretrain_bert.py) is modelled:
                   # timeline/graph/families/bert.py, timeline/io/megatron_bert.py (the legacy BertModel, TE's fused
                   # or flash attention under its padding mask, context parallelism refused)
@@ -236,10 +239,54 @@ MODELLED_NOTES = ("BERT encoder model",  # Megatron-Core's BertModel (pretrain_b
                   "loading)")
 
 
+#: Megatron-LM d677041da2 (2025-04-08): from it on the custom FSDP's units are the decoder layers alone (before, the
+#: legacy Float16Module hid share_embeddings_and_output_weights and LanguageModelEmbedding was a unit too)
+FSDP_UNITS_FROM = "2025-04-08"
+
+
+def fsdp_note(record: dict, kind: str) -> str | None:
+    """What stays unmodelled of an "FSDP / ZeRO-3 style sharding" note (None: Megatron-FSDP as
+    ``timeline.sim.megatron_fsdp`` models it): torch FSDP2, Megatron-FSDP recorded before d677041da2, or under FP8."""
+    args = record.get("model_args") or {}
+    if _on(args, "--use-torch-fsdp2"):
+        return "torch FSDP2 (not modelled)"
+    if not (_on(args, "--use-megatron-fsdp") or _on(args, "--use-custom-fsdp")):
+        return kind  # --data-parallel-sharding-strategy alone: another script's FSDP (a hybrid model's)
+    date = str(record.get("memory_values_first_commit_date") or record.get("commit_date") or "")
+    if date < FSDP_UNITS_FROM:
+        return "custom FSDP before d677041da2 (its embedding an FSDP unit: not modelled)"
+    if _on(args, "--delay-wgrad-compute"):  # refused by from-megatron for DDP and FSDP alike
+        return "Megatron-FSDP with --delay-wgrad-compute (delayed weight gradients: not modelled)"
+    if "fp8/fp4 training" in str(record.get("expressible_note") or ""):
+        return "Megatron-FSDP under FP8 (its FP8 parameter groups and transpose caches: not modelled)"
+    return None
+
+
 def note_now(record: dict) -> str | None:
-    """The record's expressible note without the kinds :data:`MODELLED_NOTES` lists (None: nothing left)."""
+    """The record's expressible note without the kinds :data:`MODELLED_NOTES` lists (None: nothing left); a CUDA
+    graphs kind narrowed to what from-megatron does not model (:func:`cuda_graph_note`), FSDP to what stays
+    unmodelled (:func:`fsdp_note`)."""
     kinds = [k for k in str(record.get("expressible_note") or "").split("; ") if k and k not in MODELLED_NOTES]
-    return "; ".join(kinds) or None
+    if CUDA_GRAPHS in kinds:
+        narrowed = cuda_graph_note(record.get("model_args") or {})
+        kinds = [narrowed if k == CUDA_GRAPHS else k for k in kinds if k != CUDA_GRAPHS or narrowed]
+    kinds = [fsdp_note(record, k) if k.startswith("FSDP / ZeRO-3") else k for k in kinds]
+    return "; ".join(k for k in kinds if k) or None
+
+
+def cuda_graph_note(args: dict) -> str | None:
+    """None where from-megatron models the arguments' CUDA graphs (TE's per-layer graphs of the whole layer or
+    its attention: ``timeline/io/megatron_framework.py: cuda_graph_scope``), else the kind it refuses. The
+    warm-up steps are left to from-megatron, which reads them by the Megatron-Core version."""
+    from timeline.errors import UserError
+    from timeline.io.megatron_framework import cuda_graph_scope
+    from timeline.io.megatron_map import ArgReader
+
+    try:
+        cuda_graph_scope(ArgReader(dict(args)), None, warmup=False)
+    except UserError as exc:
+        return f"CUDA graphs not modelled: {str(exc).split(':')[0]}"
+    return None
 
 
 def resumed_run(record: dict) -> bool:

@@ -301,8 +301,15 @@ def releases_nodes_of(record: dict) -> bool:
 #: branch's package_info said 0.16.0rc0 long after it merged this (06ecac391e, 2026-04-08)
 ROUTER_TE_GEMM = (("2026-03-06", "d3528a2130", "yes"),)
 
+#: Megatron-LM af28b5a559 "[FSDP] Decouple Custom FSDP to make it independently installable" (2025-08-21, on main at
+#: package_info 0.15.0rc0; cherry-picked to core_r0.14.0 as d774f1de6b, first released in core_v0.14.0rc7): the
+#: ``megatron_fsdp`` package replaces ``custom_fsdp`` — prefetch and reduce-scatter budgets of 500M / 1B elements,
+#: the step's ``start_param_sync`` prefetching, ``calc_params_l2_norm``'s ``stop_communication`` (``[framework]
+#: megatron_fsdp_package``)
+FSDP_PACKAGE = (("2025-08-21", "af28b5a559", "yes"),)
+
 #: every rule gated on a Megatron-LM commit (``tools/megatron_gates.py`` lists where the date misleads)
-GATES = (KEEPS_BATCH, PROBS_IN_EXPERTS, RELEASES_NODES, ROUTER_TE_GEMM)
+GATES = (KEEPS_BATCH, PROBS_IN_EXPERTS, RELEASES_NODES, ROUTER_TE_GEMM, FSDP_PACKAGE)
 GATES_FILE = ROOT / "tools" / "megatron_gates.json"
 
 
@@ -329,6 +336,21 @@ def router_te_gemm_of(record: dict) -> bool:
     from timeline.profiles.megatron_workspaces import version_tuple
 
     return version_tuple(megatron_of(record) or "0.14.0") < (0, 17) and holds(record, ROUTER_TE_GEMM)
+
+
+def fsdp_package_of(record: dict) -> bool:
+    """Whether the case's recording commit has af28b5a559's ``megatron_fsdp`` package (:data:`FSDP_PACKAGE`):
+    Megatron-Core 0.14.0 and later releases and 0.16 on, never before 0.14; a 0.14.0rc or 0.15.0rc (main's and
+    the release branch's both sides of it) by its commit."""
+    from timeline.profiles.megatron_workspaces import version_tuple
+
+    mc = megatron_of(record) or "0.14.0"
+    version = version_tuple(mc)
+    if version < (0, 14):
+        return False
+    if ("rc" not in mc and version >= (0, 14, 0)) or version >= (0, 16):
+        return True
+    return holds(record, FSDP_PACKAGE)
 
 
 #: How Muon's layer-wise optimizer lays out its state on Megatron-LM's main from each commit on
@@ -475,7 +497,8 @@ def convert_at_world_size(record: dict, margs: MegatronArgs) -> tuple[int, Conve
                        te_version=te_of(record), megatron_core=megatron_of(record), keeps_batch=keeps_batch_of(record),
                        probs_in_experts=probs_in_experts_of(record),
                        releases_nodes=releases_nodes_of(record), router_te_gemm_fixed=router_te_gemm_of(record),
-                       resumed=resumed_run(record), muon_buffer_layout=muon_buffer_layout_of(record))
+                       fsdp_package=fsdp_package_of(record), resumed=resumed_run(record),
+                       muon_buffer_layout=muon_buffer_layout_of(record))
 
     *earlier, last = world_size_candidates(record)
     for world in earlier:

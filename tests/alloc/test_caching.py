@@ -74,6 +74,21 @@ def test_streams_have_disjoint_caches():
     a.check_invariants()
 
 
+def test_a_private_pool_keeps_its_cached_blocks_through_a_release():
+    """A stream standing for a CUDA graph's private pool: ``release_cached_blocks`` (here ``empty_cache``)
+    frees the general pools' cached segments, not the pool's while its graphs live."""
+    events: list = []
+    a = CachingAllocator(private_streams=frozenset({1}), listener=lambda *e: events.append(e))
+    pool, general = a.malloc(4 * MIB, stream=1), a.malloc(4 * MIB, stream=0)
+    a.free(pool)
+    a.free(general)
+    a.empty_cache()
+    assert [e[0] for e in events] == ["segment_alloc", "segment_alloc", "segment_free"]
+    assert events[-1][1] == general and a.reserved_bytes == 20 * MIB and a.allocated_bytes == 0  # the pool's segment
+    assert a.malloc(4 * MIB, stream=0) != pool  # eager requests never take the pool's blocks
+    a.check_invariants()
+
+
 def test_max_split_size_filters_and_no_split():
     cfg = AllocatorConfig.from_options(max_split_size_mb=64)
     a, events = _alloc(cfg)

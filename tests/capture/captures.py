@@ -20,7 +20,8 @@ QWEN3_MOE = {"model_type": "qwen3_moe", "hidden_size": 128, "num_hidden_layers":
              "vocab_size": 1000}
 B, S = 2, 64
 
-#: the run's sections after [model]: one micro-batch, one iteration, no optimizer step, ideal allocator
+#: the run's sections after [model]: one micro-batch, one iteration, no optimizer step, ideal allocator, no
+#: cuBLAS workspaces (the CPU runs these captures are measured against have none)
 RUN_TAIL = """\
 [training]
 micro_batch_size = {b}
@@ -32,6 +33,8 @@ master_dtype = "bf16"
 optimizer_step = false
 [allocator]
 kind = "ideal"
+[framework]
+workspaces = false
 """
 RUN = """\
 [model]

@@ -23,8 +23,10 @@ def run_pair(config: dict, trace_run):
     """The captured run file and the same model as an ``hf`` run file (its config beside it)."""
     trace_run.with_name("config.json").write_text(json.dumps(config))
     analytic_run = trace_run.with_name("analytic.toml")
+    # the capture emulates the flash / memory-efficient SDPA kernels (capture/gpu.py), which CUDA runs on an
+    # A100; an sm90 GPU with PyTorch >= 2.11 runs cuDNN attention instead (graph/families/sdpa.py)
     analytic_run.write_text(trace_run.read_text().replace(f'trace = "{trace_run.stem}.parquet"',
-                                                          'hf_config = "config.json"'))
+                                                          'hf_config = "config.json"') + '[hardware]\ngpu = "a100"\n')
     return trace_run, analytic_run
 
 

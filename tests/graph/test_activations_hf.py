@@ -148,8 +148,11 @@ def hf_run(tmp_path: Path, name: str, recompute: str):
     cfg, s, b, dtype = CONFIGS[name]
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     rc = '[recompute]\npolicy = "full"\nmethod = "uniform"\nnum_layers = 1\n' if recompute == "full" else ""
+    # tools/groundtruth.py emulates the flash / memory-efficient SDPA kernels (capture/gpu.py), which CUDA
+    # runs on an A100; an sm90 GPU with PyTorch >= 2.11 runs cuDNN attention (graph/families/sdpa.py)
     (tmp_path / "run.toml").write_text(f'[model]\nhf_config = "config.json"\nprofile = "hf"\n[training]\n'
-                                       f'seq_len = {s}\nmicro_batch_size = {b}\ndtype = "{dtype}"\n{rc}')
+                                       f'seq_len = {s}\nmicro_batch_size = {b}\ndtype = "{dtype}"\n{rc}'
+                                       '[hardware]\ngpu = "a100"\n')
     return load_run(tmp_path / "run.toml", [])
 
 

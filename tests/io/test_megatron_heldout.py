@@ -127,11 +127,17 @@ def test_the_expressible_note_names_each_kind():
     # a resumed run's _2nd golden is expressible: validate_measured simulates it resumed
     second = rec.golden_tag("x/golden_values_dev_dgx_h100_2nd.json")
     assert rec.expressible_note("gpt", config, second) is None
+    scoped = {"--cuda-graph-impl": "transformer_engine", "--cuda-graph-scope": "[attn mlp moe_router]"}
     old = {"expressible_note": "the _2nd golden of a resumed run: loads a checkpoint before the measured iterations; "
                                "fp8/fp4 training; CUDA graphs (graph memory pools)",
-           "measured": {"golden_tag": "dev_dgx_h100_2nd"}}
-    # the load and FP8 are modelled now: what is left is the CUDA graphs
-    assert rec.note_now(old) == "CUDA graphs (graph memory pools)" and rec.resumed_run(old)
+           "measured": {"golden_tag": "dev_dgx_h100_2nd"}, "model_args": scoped}
+    # the load and FP8 are modelled now, TE's graphs of whole layers or their attention too: what is left is the
+    # per-module graphs, narrowed to the argument from-megatron refuses
+    assert rec.note_now(old) == "CUDA graphs not modelled: --cuda-graph-scope attn mlp moe_router"
+    assert rec.resumed_run(old)
+    assert rec.note_now(old | {"model_args": scoped | {"--cuda-graph-scope": "attn"}}) is None
+    assert rec.note_now(old | {"model_args": {"--enable-cuda-graph": True}}) == \
+        "CUDA graphs not modelled: --enable-cuda-graph"
     assert rec.note_now({"expressible_note": rec.MODELLED_NOTES[0]}) is None
     frozen = {"TEST_TYPE": "frozen-start", "MODEL_ARGS": {"--num-layers": 2, "--finetune": True}}
     assert rec.expressible_note("gpt", frozen, dev) is None
@@ -233,6 +239,23 @@ def test_a_commit_gate_follows_ancestry_where_the_date_misleads():
     # Megatron-Core 0.17 and later have it by version: the flag is left off
     assert vm.router_te_gemm_of({**rec("06ecac391e" + "0" * 30, "2026-04-08"),
                                  "software": {"megatron_core": "0.18.0"}}) is False
+
+
+def test_the_megatron_fsdp_package_follows_the_version_and_else_af28b5a559():
+    """``validate_measured.fsdp_package_of``: releases by version (0.13.x never, 0.14.0 on always), main's and the
+    release branch's 0.14.0rc / 0.15.0rc by the recording commit (af28b5a559, 2025-08-21)."""
+    vm = _tool("validate_measured")
+
+    def rec(commit: str, date: str, version: str) -> dict:
+        return {"commit": commit + "0" * 30, "commit_date": date, "measured": {},
+                "software": {"megatron_core": version}}
+
+    assert vm.fsdp_package_of(rec("ffffffffff", "2025-09-01", "0.13.1")) is False
+    assert vm.fsdp_package_of(rec("ffffffffff", "2025-06-01", "0.14.0")) is True
+    assert vm.fsdp_package_of(rec("ffffffffff", "2025-12-01", "0.16.0rc0")) is True
+    assert vm.fsdp_package_of(rec("ffffffffff", "2025-08-19", "0.15.0rc0")) is False  # main before it
+    assert vm.fsdp_package_of(rec("af28b5a559", "2025-08-21", "0.15.0rc0")) is True
+    assert vm.fsdp_package_of(rec("ffffffffff", "2025-08-27", "0.14.0rc7")) is True  # the release branch's pick
 
 
 @needs_git

@@ -84,7 +84,7 @@ def test_p2p_overlap_matters_only_to_the_interleaved_schedule():
 
 def test_arguments_refused_only_away_from_their_default():
     convert_args(BASE | {"--cuda-graph-impl": "none", "--mlp-chunks-for-training": 1, "--cpu-offloading-num-layers": 0})
-    with pytest.raises(UserError, match=r"^--cuda-graph-impl local: CUDA graphs"):
+    with pytest.raises(UserError, match=r"^--cuda-graph-impl local: Megatron's own CudaGraphManager"):
         convert_args(BASE | {"--cuda-graph-impl": "local"})
     with pytest.raises(UserError, match=r"^--mlp-chunks-for-training 2: "):
         convert_args(BASE | {"--mlp-chunks-for-training": 2})

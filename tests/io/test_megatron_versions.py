@@ -57,3 +57,15 @@ def test_an_argument_of_main_between_releases():
                                         r"main only between releases: a6c6250f9c 2025-08-26 … 5769804591 2025-10-14\); "
                                         r"--megatron-core 0.14.0 is a release"):
         check_argument("--initialize-socket-comms", "0.14.0")
+
+
+def test_a_main_snapshot_has_what_its_neighbouring_releases_have():
+    """A pre-release (X.Y.ZrcN, a main snapshot's package_info) lies after the release before X.Y.Z and, its version
+    lagging behind main, possibly past later releases: it may have X.Y.Z's removals and later releases' additions,
+    never what was gone before the release preceding it."""
+    with pytest.raises(UserError, match="removed after Megatron-Core 0.17.1"):
+        check_argument("--use-legacy-models", "0.18.0")
+    check_argument("--use-legacy-models", "0.18.0rc2")  # the snapshot before 0.18.0 still had it
+    check_argument("--step-batch-size-schedule", "0.17.0rc0")  # a lagging 0.17 snapshot may have 0.18's
+    with pytest.raises(UserError, match="removed after Megatron-Core 0.17.1"):
+        check_argument("--use-legacy-models", "0.19.0rc0")  # gone before 0.18.0, the release before 0.19.0

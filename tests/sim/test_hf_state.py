@@ -1,6 +1,7 @@
 """The ``hf`` profile's static state as torch.optim holds it: one tensor per parameter, gradients
 made by each backward and dropped by ``zero_grad(set_to_none=True)``, moments from the first step,
-foreach Adam's ``_foreach_sqrt`` copy during every step."""
+foreach Adam's ``_foreach_sqrt`` copy during every step, and PyTorch's two cuBLAS
+workspaces."""
 
 from __future__ import annotations
 
@@ -70,3 +71,20 @@ def test_gradients_arrive_layer_by_layer_in_backward_order():
     assert len(layers) > 1
     # the last layer's gradients come first
     assert max(by_layer[layers[-1]]) < min(by_layer[layers[0]])
+
+
+def test_cublas_workspaces_of_the_forward_and_the_autograd_thread():
+    """PyTorch's cuBLAS workspaces (CublasHandlePool.cpp): 32 MiB on compute capability 9.0 (8.125 MiB on
+    8.0), the main thread's from the start, the autograd thread's at the first backward's output layer;
+    ``[framework] workspaces = false`` leaves both out."""
+    for sm, size in ((90, 32 * 2**20), (80, 8 * 2**20 + 128 * 1024)):
+        run, sim, ev, names = _events(sm=sm)
+        ws = {n: (t, s) for t, s, k, n in zip(ev.t_us, ev.size, ev.sign, names, strict=True)
+              if n.startswith("workspace.") and k > 0}
+        first_b = min(sp.start_us for sp in sim.spans[0] if sp.kind == "B")
+        assert ws["workspace.torch_cublas_forward"] == (0.0, size)
+        t, s = ws["workspace.torch_cublas_backward"]
+        assert s == size and t >= first_b
+        assert not any(n.startswith("workspace.") and k < 0 for n, k in zip(names, ev.sign, strict=True))
+    _, _, _, names = _events(workspaces=False)
+    assert not any(n.startswith("workspace.") for n in names)

@@ -95,6 +95,9 @@ RULES = {  # id -> (overrides of ``run``, key path, words of the message)
                        "only with pp > 1 and gradient_accumulation_fusion"),
     "defer-wgrad-fusion": ({"defer_embedding_wgrad": True, "gradient_accumulation_fusion": False},
                            "framework.defer_embedding_wgrad", "only with pp > 1"),
+    # hf reads PyTorch's own [framework] keys only (its version, CUBLAS_WORKSPACE_CONFIG, workspaces)
+    "hf-framework": ({"profile": "hf", "pp": 1, "attention_backend": "flash"}, "framework.attention_backend",
+                     "(profile 'hf' reads only pytorch, cublas_workspace_config, workspaces)"),
 }
 
 
@@ -109,6 +112,7 @@ def test_rule_names_its_key_and_what_is_valid(rule):
     {}, {"model": MOE, "ep": 2, "dp": 2}, {"schedule": "interleaved", "vpp": 2, "layers": 4},
     {"schedule": "dualpipev", "vpp": 2, "layers": 4}, {"schedule": "dualpipe", "num_microbatches": 4},
     {"profile": "hf", "pp": 1}, {"profile": "paper", "zero": 3}, {"layers": 3, "layout": (2, 1)},
+    {"profile": "hf", "pp": 1, "pytorch": "2.11", "cublas_workspace_config": ":4096:8", "workspaces": False},
 ])
 def test_valid_runs_have_no_problems(overrides):
     assert validate_run(run(**overrides), LIMITS) == []

@@ -59,8 +59,13 @@ class CachingAllocator(AllocatorBase):
         listener: Listener | None = None,
         segment_address: AddressSource | None = None,
         expandable_reserve_bytes: int | None = None,
+        private_streams: frozenset[int] = frozenset(),
     ) -> None:
         self.config = config or AllocatorConfig()
+        #: streams standing for private pools (a CUDA graph's ``graph_pool_handle``): their cached blocks stay
+        #: for the graphs' life, never released by ``release_cached_blocks`` / ``empty_cache``
+        #: (``CUDACachingAllocator.cpp: release_cached_blocks`` frees a private pool only once unused)
+        self.private_streams = private_streams
         self.capacity_bytes = capacity_bytes
         self.listener = listener
         self.segment_address = segment_address
@@ -310,6 +315,8 @@ class CachingAllocator(AllocatorBase):
         for pool in (self._large, self._small):
             to_unmap: list[Block] = []
             for stream in sorted(pool.free):
+                if stream in self.private_streams:
+                    continue
                 for key in list(pool.free[stream]):
                     block = self._blocks[key & ADDRESS_MASK]
                     if block.es is not None:

@@ -35,10 +35,12 @@ class Allocator(Protocol):
 
 
 def create_allocator(kind: str, config: AllocatorConfig | None = None, *, capacity_bytes: int | None = None,
-                     listener: Listener | None = None) -> Allocator:
-    """An allocator model of ``kind`` (``caching`` | ``ideal``) for one device."""
+                     listener: Listener | None = None, private_streams: frozenset[int] = frozenset()) -> Allocator:
+    """An allocator model of ``kind`` (``caching`` | ``ideal``) for one device (``private_streams``: streams
+    standing for private pools, :class:`~timeline.alloc.caching.CachingAllocator`)."""
     if kind == "caching":
-        return CachingAllocator(config, capacity_bytes=capacity_bytes, listener=listener)
+        return CachingAllocator(config, capacity_bytes=capacity_bytes, listener=listener,
+                                private_streams=private_streams)
     if kind == "ideal":
         return IdealAllocator(capacity_bytes=capacity_bytes, listener=listener)
     raise UserError(f"allocator kind {kind!r} is not one of {', '.join(KINDS)}")

@@ -41,6 +41,9 @@ class Analysis:
     anchor: dict[int, int] = field(default_factory=dict)  # region index -> forward op index
     region_of: dict[int, int] = field(default_factory=dict)  # op index -> region index
     scratch: dict[int, list[TensorDef]] = field(default_factory=dict)  # op index -> its backward's scratch
+    #: op index -> (input storage, output storage): the backward writes the input's gradient into the output
+    #: gradient (SaveRule.grad_in_place)
+    in_place: dict[int, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def kept(self) -> list[str]:
@@ -80,6 +83,10 @@ def analyse(ops: list[FOp], table: SaveRules, regions: list[Region]) -> Analysis
             for slot_t in _slots(op, slot):
                 a.savers[slot_t.storage].append(Saver(op=i, wgrad=slot in rule.wgrad and op.wflops > 0,
                                                  keep=slot in rule.keep_under_recompute, source=rule.source))
+        if rule.grad_in_place:
+            src, dst = (_slot(op, slot) for slot in rule.grad_in_place)
+            if src is not None and dst is not None and src.shape == dst.shape and src.dtype == dst.dtype:
+                a.in_place[i] = (src.storage, dst.storage)
         for slot in rule.backward_scratch:
             like = _slot(op, slot)
             if like is not None:

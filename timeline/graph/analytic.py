@@ -267,10 +267,12 @@ class AnalyticSource:
     training: TrainingSpec
     recompute: RecomputeSpec = RecomputeSpec()
     sms: int = 0  # the device's streaming multiprocessors (spec/hardware.py SM_COUNTS)
+    sm: int = 0  # the device's compute capability × 10 (``[hardware] sm``: which SDPA kernel torch picks)
 
     @property
     def ctx(self) -> BuildCtx:
-        return BuildCtx.of(self.model, self.profile, self.framework, self.parallel, self.training.dtype, self.sms)
+        return BuildCtx.of(self.model, self.profile, self.framework, self.parallel, self.training.dtype, self.sms,
+                           self.sm)
 
     def without_recompute(self) -> AnalyticSource:
         return replace(self, recompute=RecomputeSpec())

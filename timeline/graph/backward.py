@@ -2,8 +2,10 @@
 
 Walking the forward ops in reverse: each op's input-gradient part (``I``) allocates the
 gradients of its differentiable inputs (once per tensor, at its last forward consumer) and
-reads the tensors its saver rule keeps; its weight-gradient part (``W``, GEMMs only) reads the
-GEMM input kept for it and the output gradient, which therefore lives until ``W``. Each
+reads the tensors its saver rule keeps (a rule computing the gradient in place,
+``SaveRule.grad_in_place``, writes its input's gradient into its output's and allocates none);
+its weight-gradient part (``W``, GEMMs only) reads the GEMM input kept for it and the output
+gradient, which therefore lives until ``W``. Each
 region's recompute ops run just before the backward of its anchor op, re-creating the
 dropped tensors (category ``recompute``) and transient intermediates. Every storage is freed
 by the last backward op that reads it. ``mode = "split"`` orders all I ops, then all W ops
@@ -144,22 +146,28 @@ def unit_list(a: Analysis, wgrad: str = "none") -> list[Unit]:
                 continue
             (need_w if sv.wgrad else need_i)[sv.op].append(_resolve(a, s))
     seen_grad: set[str] = set()
+    alias: dict[str, str] = {}  # an input gradient computed in place -> the output gradient storage it is
     units: list[Unit] = []
     for i in reversed(range(len(a.ops))):
         op = a.ops[i]
         for r in sorted(by_anchor.get(i, []), key=lambda r: a.regions[r].ops[0]):
             units += _recompute_units(a, r)
         u = Unit("I", op, i, needs=list(need_i[i]))
+        in_place = a.in_place.get(i)
         for t in op.dataflow_inputs():
             if differentiable(t) and t.storage not in seen_grad:
                 seen_grad.add(t.storage)
+                if in_place is not None and in_place[0] == t.storage and _one_consumer(a, t.storage):
+                    grad_out = f"grad:{in_place[1]}"
+                    alias[f"grad:{t.storage}"] = alias.get(grad_out, grad_out)
+                    continue
                 src = a.tensors[t.storage]
                 u.allocs.append(grad_of(src, _source_dtype(a, src) if src.dtype == "fp8" else None))
         for scratch in a.scratch.get(i, ()):  # freed by this unit, when its backward returns
             u.allocs.append(scratch)
             u.needs.append(scratch.storage)
         has_w = op.wflops > 0
-        outs = [f"grad:{t.storage}" for t in op.outputs.values()]
+        outs = [alias.get(f"grad:{t.storage}", f"grad:{t.storage}") for t in op.outputs.values()]
         if not has_w:
             u.needs += outs
         units.append(u)
@@ -174,6 +182,12 @@ def unit_list(a: Analysis, wgrad: str = "none") -> list[Unit]:
                 w.needs.append(fresh.storage)
             units.append(w)
     return units
+
+
+def _one_consumer(a: Analysis, storage: str) -> bool:
+    """Whether one forward op alone reads ``storage``: only then is its gradient the one output gradient an
+    in-place backward rewrites (a second reader would add into it)."""
+    return len(set(a.consumers.get(storage, ()))) == 1
 
 
 def place_frees(units: list[Unit]) -> None:

@@ -20,17 +20,21 @@ class BuildCtx:
     etp: int = 1
     dtype: str = "bf16"
     sms: int = 0  # the device's streaming multiprocessors (spec/hardware.py SM_COUNTS; 0: not known)
+    sm: int = 0  # the device's compute capability × 10 (``[hardware] sm``; 0: not known)
+    pytorch: str = ""  # the PyTorch version kernels are chosen by (``[framework] pytorch``)
 
     @classmethod
     def of(cls, model: ModelSpec, profile_name: str, framework: FrameworkSpec, parallel: ParallelSpec,
-           dtype: str, sms: int = 0) -> BuildCtx:
+           dtype: str, sms: int = 0, sm: int = 0) -> BuildCtx:
         """A run's context (its model, ``model.profile``, ``[framework]``, ``[parallel]``, weight
-        dtype and the device's SM count); the one place a profile name is looked up for the graph."""
+        dtype, the device's SM count and compute capability); the one place a profile name is looked
+        up for the graph."""
         p = parallel
         rules = profile(profile_name).configured(framework)
         if rules.params.vocab_pad > 1:  # Megatron: --make-vocab-size-divisible-by ([framework]; 128 by default)
             rules = replace(rules, params=replace(rules.params, vocab_pad=framework.make_vocab_size_divisible_by))
-        return cls(model=model, rules=rules, tp=p.tp, ep=p.ep, etp=p.etp, dtype=dtype, sms=sms)
+        return cls(model=model, rules=rules, tp=p.tp, ep=p.ep, etp=p.etp, dtype=dtype, sms=sms, sm=sm,
+                   pytorch=framework.pytorch)
 
     @property
     def profile(self) -> ParamRules:

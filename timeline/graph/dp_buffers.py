@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 from timeline.graph.static import is_expert_state, zero_groups
 from timeline.graph.tensors import TensorDef
+from timeline.profiles.megatron_workspaces import version_tuple
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.run import ParallelSpec, TrainingSpec
 
@@ -73,6 +74,11 @@ class DdpRules:
     tied_embeddings: bool = False
     #: --overlap-param-gather-with-optimizer-step: the first chunk's dense parameters in an optimizer of their own
     first_chunk_optimizer: bool = False
+    #: Megatron-FSDP's sharding strategy ('' = DDP's buffers; :mod:`timeline.graph.fsdp_buffers`)
+    fsdp: str = ""
+    #: Megatron-FSDP makes the decoder layers FSDP units under every strategy but no_shard (Megatron-LM from
+    #: 342faa43cd; before it under optim_grads_params alone)
+    fsdp_units_all: bool = False
     #: Muon's layer-wise optimizer in the distributed optimizer's buffers, Muon's matrices in buffers of their own
     #: (:mod:`timeline.graph.layer_wise_buffers`): "padded" or "compact"; "" without it
     layer_wise: str = ""
@@ -111,6 +117,9 @@ class DdpBuffer:
     optimizer: int = 0
     #: its parameters are FP8 (``--fp8-param-gather``): a ``torch.uint8`` param buffer of their own
     fp8: bool = False
+    #: a Megatron-FSDP parameter group: the strategy and the FSDP unit it belongs to ('' for none)
+    fsdp: str = ""
+    unit: str = ""
     #: under the distributed optimizer, whether the buffer has a param buffer the parameters move into (not a
     #: compact layer-wise buffer: ``_ParamAndGradBuffer.__init__`` turns the distributed optimizer off for it)
     param_buffer: bool = True
@@ -119,7 +128,8 @@ class DdpBuffer:
 
     @property
     def label(self) -> str:
-        return (f"chunk{self.chunk}{'.expert' if self.expert else ''}{'.fp8' if self.fp8 else ''}"
+        unit = f".{self.unit or 'rest'}" if self.fsdp else ""
+        return (f"chunk{self.chunk}{unit}{'.expert' if self.expert else ''}{'.fp8' if self.fp8 else ''}"
                 f"{'.muon' if self.muon else ''}")
 
 
@@ -128,10 +138,16 @@ def ddp_rules(fw: FrameworkSpec, tr: TrainingSpec, par: ParallelSpec, *, tied: b
     the distributed optimizer); ``tied``: the model ties its embeddings."""
     bucket = None
     split = fw.overlap_param_gather_with_optimizer_step
-    if fw.overlap_grad_reduce and not split:  # get_model: disable_bucketing for every chunk under the split
+    # get_model: disable_bucketing for every chunk under the split; Megatron-FSDP reads the same bucket_size,
+    # None without --overlap-grad-reduce (set before MegatronFSDP.__init__ forces its own overlap_grad_reduce)
+    if fw.overlap_grad_reduce and not split:
         bucket = fw.ddp_bucket_size or max(DEFAULT_BUCKET, BUCKET_PER_RANK * par.dp * par.cp)
+    # mcore_fsdp_adapter.py: FullyShardedDataParallel.__init__ (342faa43cd, 2026-08-18: `!= "no_shard"`; main after
+    # core_v0.19.0, so Megatron-Core 0.20 on — main's 0.20.0 of 2026-07-29 … 08-18 did not have it yet)
+    units_all = version_tuple(fw.megatron_core) >= (0, 20)
     return DdpRules(distributed_optimizer=tr.zero >= 1, bucket_size=bucket, pad_for_busbw=fw.ddp_pad_for_busbw,
-                    tied_embeddings=tied, first_chunk_optimizer=split,
+                    tied_embeddings=tied, first_chunk_optimizer=split, fsdp=fw.fsdp_sharding,
+                    fsdp_units_all=units_all,
                     layer_wise=fw.layer_wise_layout if tr.muon_layer_wise and tr.zero >= 1 else "")
 
 

@@ -69,7 +69,8 @@ def model_source(run: RunSpec) -> ModelSource:
                            expert_ffn=run.model.moe_intermediate_size,
                            split_dims=_split_dims(run.model))
     return AnalyticSource(model=run.model, profile=run.profile, framework=run.framework, parallel=run.parallel,
-                          training=run.training, recompute=run.recompute, sms=SM_COUNTS[run.hardware.gpu])
+                          training=run.training, recompute=run.recompute, sms=SM_COUNTS[run.hardware.gpu],
+                          sm=run.hardware.sm)
 
 
 def _split_dims(m: ModelSpec) -> tuple[int, ...]:

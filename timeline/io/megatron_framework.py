@@ -16,9 +16,11 @@ deterministic training on Blackwell the fused backend depends on the TE version
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from timeline.errors import UserError
+from timeline.profiles.megatron_cuda_graphs import capture_before_first_step
 from timeline.profiles.megatron_workspaces import version_tuple
 from timeline.spec.hardware import GPUS
 
@@ -189,6 +191,7 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
     c.put("framework.deterministic", deterministic, "--deterministic-mode")
     if a.flag("--tp-comm-overlap"):
         c.put("framework.tp_comm_overlap", True, "--tp-comm-overlap")
+    cuda_graphs(a, c, megatron_core)
     # training.py: get_model builds DistributedDataParallelConfig from these (the grad buffer's buckets)
     overlap = a.flag("--overlap-grad-reduce")
     c.put("framework.overlap_grad_reduce", overlap, "--overlap-grad-reduce")
@@ -318,3 +321,60 @@ def _combined_1f1b(a: ArgReader, c: Conversion, megatron_core: str | None, relea
         raise UserError("--ep-overlap-early-attn-memory-release: Megatron-LM has it from a56a0b001d (core 0.16.0) "
                         "on; give --megatron-core 0.16.0 or later")
     c.put("framework.ep_overlap_early_attn_memory_release", early, "--ep-overlap-early-attn-memory-release")
+
+
+#: Megatron-LM's CUDA-graph arguments (``megatron/training/arguments.py``@11debfa7b4 / d98e8a64dd):
+#: --external-cuda-graph is --cuda-graph-impl transformer_engine and --enable-cuda-graph local; the per-layer
+#: graph's modules are --cuda-graph-scope (core_v0.12 … 0.17, default "full": the whole layer) and, from
+#: e41b37002c (core_v0.18.0), --cuda-graph-modules (default empty: the whole layer; --cuda-graph-scope its
+#: deprecated alias); --cuda-graph-warmup-steps defaults to 3
+CUDA_GRAPH_ARGS = ("--cuda-graph-impl", "--external-cuda-graph", "--enable-cuda-graph", "--cuda-graph-scope",
+                   "--cuda-graph-modules", "--cuda-graph-warmup-steps")
+
+
+def cuda_graphs(a: ArgReader, c: Conversion, megatron_core: str | None) -> None:
+    """``[framework] cuda_graph_impl`` / ``cuda_graph_scope`` from Megatron's CUDA-graph arguments."""
+    scope = cuda_graph_scope(a, megatron_core)
+    if scope is None:
+        return
+    used = [n for n in CUDA_GRAPH_ARGS if n in a.raw]
+    c.put("framework.cuda_graph_impl", "transformer_engine", *used)
+    c.put("framework.cuda_graph_scope", scope, *used)
+
+
+def cuda_graph_scope(a: ArgReader, megatron_core: str | None, *, warmup: bool = True) -> str | None:
+    """The scope (full | attn) of the TE per-layer graphs the arguments ask for, None without CUDA graphs; what
+    is not modelled is refused in one line (``warmup``: also the warm-up steps, which need ``megatron_core``)."""
+    impl = str(a.value("--cuda-graph-impl", "none")).strip("'\" ")
+    if a.flag("--external-cuda-graph"):
+        impl = "transformer_engine"
+    if a.flag("--enable-cuda-graph") or impl == "local":
+        name = "--enable-cuda-graph" if a.flag("--enable-cuda-graph") else "--cuda-graph-impl local"
+        raise UserError(f"{name}: Megatron's own CudaGraphManager (a graph per layer and micro-batch captured "
+                        "lazily in the first iterations, cuda_graphs.py) is not modelled; use --cuda-graph-impl "
+                        "transformer_engine or drop it")
+    if impl == "full_iteration":
+        raise UserError("--cuda-graph-impl full_iteration: one graph of the whole forward-backward "
+                        "(full_cuda_graph.py: FullCudaGraphWrapper) is not modelled; use transformer_engine or none")
+    for name in ("--cuda-graph-scope", "--cuda-graph-modules", "--cuda-graph-warmup-steps"):
+        a.has(name)  # read: they act only with an impl
+    if impl in ("none", "None"):
+        return None
+    if impl != "transformer_engine":
+        raise UserError(f"--cuda-graph-impl {impl}: use none, transformer_engine (modelled) or local")
+    flag = "--cuda-graph-modules" if a.has("--cuda-graph-modules") else "--cuda-graph-scope"
+    raw = a.value(flag)
+    words = [w for w in re.split(r"[\s,\[\]'\"]+", " ".join(raw) if isinstance(raw, list) else str(raw or "")) if w]
+    if words in ([], ["full"]):
+        scope = "full"
+    elif words == ["attn"]:
+        scope = "attn"
+    else:
+        raise UserError(f"{flag} {' '.join(words)}: only the whole layer (empty or full) and attn are modelled "
+                        "under TE's make_graphed_callables; per-module MLP, MoE, router and Mamba graphs are not")
+    steps = a.int("--cuda-graph-warmup-steps", 3)
+    if warmup and steps and not capture_before_first_step(megatron_core):
+        raise UserError(f"--cuda-graph-warmup-steps {steps}: eager iterations before the capture (training.py: "
+                        "create_cudagraphs at iteration == warmup steps, from Megatron-Core 0.15.0rc6) are not "
+                        "modelled; set --cuda-graph-warmup-steps 0")
+    return scope

@@ -13,13 +13,18 @@ from __future__ import annotations
 
 #: memory-neutral arguments, by exact option string, grouped by why they move no allocation
 NEUTRAL: dict[str, tuple[str, ...]] = {
+    "Megatron-FSDP's initialisation and checkpoint checks: meta-device parameters are materialised group by group "
+    "into the FSDP buffers (megatron_fsdp/param_and_grad_buffer.py: _init_each_parameter_group_buffers), below the "
+    "training peak; strict DTensor loading only validates keys": (
+        "--init-model-with-meta-device", "--no-strict-fsdp-dtensor-load", "--disable-strict-fsdp-dtensor-load",
+    ),
     "FP8 scaling arithmetic: how delayed scaling turns the amax history into a scale (TE common/recipe "
     "DelayedScaling: amax_compute_algo, margin, interval), not what is allocated": (
         "--fp8-amax-compute-algo", "--fp8-interval", "--fp8-margin",
     ),
     "logging, timers and reporting: host-side (training/training.py: training_log, the tensorboard, wandb, "
     "one-logger and OpenTelemetry writers, core/config_logger.py); no device tensor": (
-        "--log-interval", "--log-params-norm", "--log-num-zeros-in-grad", "--log-throughput", "--log-progress",
+        "--log-interval", "--log-num-zeros-in-grad", "--log-throughput", "--log-progress",
         "--log-timers-to-tensorboard", "--log-memory-to-tensorboard", "--log-validation-ppl-to-tensorboard",
         "--tensorboard-dir", "--tensorboard-log-interval", "--timing-log-level", "--timing-log-option",
         "--wandb-project", "--wandb-entity", "--wandb-exp-name", "--wandb-save-dir", "--logging-level",
@@ -264,22 +269,15 @@ UNDER: dict[str, tuple[str, ...]] = {
                                           "--keep-fp8-transpose-cache-when-using-custom-fsdp"),
     "--fp4-format": ("--fp4-recipe", "--fp4-quantizer-factory"),
     "--first-last-layers-bf16": ("--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16"),
-    "--cuda-graph-impl other than none": ("--cuda-graph-warmup-steps", "--cuda-graph-modules",
-                                          "--delay-offload-until-cuda-graph"),
     "--fine-grained-activation-offloading": ("--activation-offload-fraction", "--delta-offload-bytes-across-pp-ranks",
+                                             "--delay-offload-until-cuda-graph",
                                              "--fine-grained-offloading-max-inflight-offloads",
                                              "--min-offloaded-tensor-size"),
     "--cpu-offloading-num-layers > 0": ("--cpu-offloading-retain-pinned-cpu-buffers",),
     "--optimizer-cpu-offload": ("--optimizer-offload-fraction", "--overlap-cpu-optimizer-d2h-h2d",
                                 "--use-torch-optimizer-for-cpu-offload", "--no-pin-cpu-grads", "--no-pin-cpu-params"),
-    "--use-megatron-fsdp": ("--suggested-communication-unit-size", "--fsdp-double-buffer", "--fsdp-manual-registration",
-                            "--megatron-fsdp-version", "--outer-dp-sharding-strategy",
-                            "--enable-full-sharding-in-hsdp",
-                            "--megatron-fsdp-enable-fine-grained-param-gather", "--megatron-fsdp-grad-comm-dtype",
-                            "--megatron-fsdp-main-grads-dtype", "--megatron-fsdp-main-params-dtype",
-                            "--megatron-fsdp-max-pool-double-buffer", "--fsdp-db-use-persist-buf-on-alloc-fail",
-                            "--no-strict-fsdp-dtensor-load", "--disable-strict-fsdp-dtensor-load",
-                            "--init-model-with-meta-device"),
+    "--use-nccl-ub (with --use-megatron-fsdp)": ("--fsdp-manual-registration", "--fsdp-db-use-persist-buf-on-alloc-fail"),
+    "--outer-dp-sharding-strategy other than no_shard": ("--enable-full-sharding-in-hsdp",),
     "--use-torch-fsdp2": ("--torch-fsdp2-no-reshard-after-forward",),
     "--use-nccl-ub": ("--disable-symmetric-registration",),
     "--experimental-attention-variant": ("--dsa-indexer-head-dim", "--dsa-indexer-k-norm-epsilon",
@@ -343,7 +341,6 @@ UNDER: dict[str, tuple[str, ...]] = {
     "--moe-router-load-balancing-type quantile_balancing": ("--moe-router-quantile-balancing-ema",),
     "--position-embedding-type mrope": ("--mrope-section",),
     "--moe-flex-dispatcher-backend ncclep": ("--moe-ncclep-static-shape", "--moe-ncclep-zero-copy"),
-    "--use-megatron-fsdp / --use-custom-fsdp": ("--data-parallel-sharding-strategy",),
     "--tensor-parallel-num-weight-shards": ("--gtp-remat-opt-in-modules", "--gtp-remat-nccl-ub",
                                             "--gtp-expert-remat-nccl-ub",
                                             "--gtp-remat-reduce-scatter-with-fp32-accumulation"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from timeline.errors import UserError
+from timeline.profiles.megatron_workspaces import version_tuple
 
 if TYPE_CHECKING:
     from timeline.io.megatron_map import ArgReader, Conversion
@@ -111,3 +112,51 @@ def embedding_wgrad(a: ArgReader, c: Conversion) -> None:
                         "defer is not modelled; give 0 (all)")
     c.put("framework.defer_embedding_wgrad", True, "--defer-embedding-wgrad-compute")
     c.put("framework.wgrad_deferral_limit", limit, "--wgrad-deferral-limit")
+
+
+#: Megatron-FSDP arguments whose pools or precisions are not modelled, with the value that leaves them off
+FSDP_OFF = {"--fsdp-double-buffer": None, "--megatron-fsdp-max-pool-double-buffer": None,
+            "--suggested-communication-unit-size": None, "--outer-dp-sharding-strategy": "no_shard",
+            "--megatron-fsdp-version": "1", "--megatron-fsdp-main-params-dtype": "fp32",
+            "--megatron-fsdp-main-grads-dtype": "auto", "--megatron-fsdp-grad-comm-dtype": "auto",
+            "--megatron-fsdp-enable-fine-grained-param-gather": None}
+
+
+def megatron_fsdp(a: ArgReader, c: Conversion, *, package: bool | None = None) -> None:
+    """``--use-megatron-fsdp`` / ``--use-custom-fsdp`` with ``--data-parallel-sharding-strategy`` →
+    ``framework.fsdp_sharding`` and ``training.zero = 1`` (``arguments.py: validate_args``@d98e8a64dd: Megatron-FSDP v1
+    sets ``--use-distributed-optimizer``; the strategy's default is ``optim_grads_params`` from 3499efef80,
+    2026-04-01, Megatron-Core 0.18.0, ``no_shard`` before). ``framework.megatron_fsdp_package``: whether the
+    Megatron-LM commit has af28b5a559's ``megatron_fsdp`` package (None: from ``framework.megatron_core``, 0.14.0
+    on; main's 0.15.0rc0 spans both sides of it); ``--log-params-norm`` → ``framework.log_params_norm``. The layout
+    and events: :mod:`timeline.graph.fsdp_buffers`, :mod:`timeline.sim.megatron_fsdp`. Double buffers, NCCL user
+    buffers, HSDP, a suggested communication unit, Megatron-FSDP v2, non-default main dtypes, Muon (Megatron-LM
+    rejects it), the precision-aware optimizer and CUDA graphs are refused by name (``--use-nccl-ub`` is refused
+    for DDP and FSDP alike, :mod:`timeline.io.megatron_table`)."""
+    if not (a.flag("--use-megatron-fsdp") or a.flag("--use-custom-fsdp")):
+        c.put("framework.fsdp_sharding", "")
+        return
+    for name, off in FSDP_OFF.items():
+        v = _given(a, name)
+        if v not in (None, False) and (off is None or str(v) != off):
+            raise UserError(f"{name} {v}: Megatron-FSDP's {name.lstrip('-')} is not modelled; drop it to model "
+                            "plain Megatron-FSDP")
+    if c.sections["training"].get("optimizer", "adam") == "muon":
+        raise UserError("--use-megatron-fsdp with --optimizer muon: Megatron-LM rejects it (arguments.py: validate_args, "
+                        "693587db5a on: Muon does not support Megatron-FSDP); use Adam or SGD, or drop Megatron-FSDP")
+    if a.flag("--use-precision-aware-optimizer"):
+        raise UserError("--use-megatron-fsdp with --use-precision-aware-optimizer: TE's FusedAdam holding the masters "
+                        "of Megatron-FSDP's shards is not modelled; drop the flag to model plain Megatron-FSDP")
+    if c.sections["framework"].get("cuda_graph_impl", "none") != "none":
+        raise UserError("--use-megatron-fsdp with --cuda-graph-impl transformer_engine: CUDA graphs of a Megatron-FSDP "
+                        "job are not modelled; drop one of them")
+    if c.sections["training"].get("fp8_recipe", "none") != "none":
+        raise UserError("--use-megatron-fsdp with --fp8-format: Megatron-FSDP's FP8 parameter groups and transpose "
+                        "caches are not modelled; drop FP8 to model plain Megatron-FSDP")
+    version = version_tuple(str(c.sections["framework"].get("megatron_core", "0.14.0")))
+    strategy = a.str("--data-parallel-sharding-strategy", "optim_grads_params" if version >= (0, 18, 0) else "no_shard")
+    c.put("framework.fsdp_sharding", strategy, "--use-megatron-fsdp", "--use-custom-fsdp",
+          "--data-parallel-sharding-strategy", *FSDP_OFF)
+    c.put("framework.megatron_fsdp_package", version >= (0, 14, 0) if package is None else package)
+    c.put("framework.log_params_norm", a.flag("--log-params-norm"), "--log-params-norm")
+    c.put("training.zero", 1, "--use-distributed-optimizer")

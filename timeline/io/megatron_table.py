@@ -102,6 +102,15 @@ MAPPED: dict[str, str] = {
     "--ckpt-format": "framework.checkpoint_format (a resumed run's load; formats other than torch_dist and torch "
                      "refused when a checkpoint is loaded)",
     "--ckpt-fully-parallel-load": "refused when a checkpoint is loaded at dp·cp > 1 (the exchanged shards)",
+    "--log-params-norm": "framework.log_params_norm (read under Megatron-FSDP: calc_params_l2_norm's "
+                         "stop_communication releases the gathered parameter groups after each step)",
+    **dict.fromkeys(("--use-megatron-fsdp", "--use-custom-fsdp", "--data-parallel-sharding-strategy"),
+                    "framework.fsdp_sharding (Megatron-FSDP's parameter groups, sharded per strategy; training.zero = 1)"),
+    **dict.fromkeys(("--fsdp-double-buffer", "--megatron-fsdp-max-pool-double-buffer",
+                     "--suggested-communication-unit-size", "--outer-dp-sharding-strategy", "--megatron-fsdp-version",
+                     "--megatron-fsdp-main-params-dtype", "--megatron-fsdp-main-grads-dtype",
+                     "--megatron-fsdp-grad-comm-dtype", "--megatron-fsdp-enable-fine-grained-param-gather"),
+                    "refused under Megatron-FSDP unless at its default (pools, HSDP, v2, dtypes not modelled)"),
     "--overlap-param-gather-with-optimizer-step": "framework.overlap_param_gather_with_optimizer_step (one bucket "
                                                   "per chunk; the first chunk's own optimizer)",
     "--ddp-num-buckets": "refused with --overlap-grad-reduce (bucket size = parameters ÷ N); no effect without",
@@ -119,7 +128,12 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--no-clone-scatter-output-in-embedding", "--disable-clone-scatter-output-in-embedding"),
                     "refused with sequence parallelism (the embedding's scatter keeps its full output); no effect "
                     "without"),
-    **dict.fromkeys(("--cpu-offloading-num-layers", "--mlp-chunks-for-training", "--cuda-graph-impl",
+    **dict.fromkeys(("--cuda-graph-impl", "--external-cuda-graph", "--enable-cuda-graph", "--cuda-graph-scope",
+                     "--cuda-graph-modules", "--cuda-graph-warmup-steps"),
+                    "framework.cuda_graph_impl / cuda_graph_scope (TE make_graphed_callables per decoder layer, the "
+                    "whole layer or attn; the local and full_iteration impls, per-module MLP/MoE/Mamba graphs and "
+                    "warm-up steps > 0 from Megatron-Core 0.15.0rc6 are refused in one line)"),
+    **dict.fromkeys(("--cpu-offloading-num-layers", "--mlp-chunks-for-training",
                      "--encoder-tensor-model-parallel-size", "--encoder-pipeline-model-parallel-size",
                      "--moe-dispatch-fwd-dtype", "--moe-combine-bwd-dtype", "--fp8-amax-history-len", "--tensor-parallel-num-weight-shards",
                      "--expert-tensor-parallel-num-weight-shards", "--output-logit-dtype"),
@@ -132,7 +146,6 @@ REFUSED_UNLESS: dict[str, tuple[tuple[str, ...], str]] = {
                                            "cpu_offloading_num_layers) is not modelled"),
     "--mlp-chunks-for-training": (("1",), "an MLP run in sequence chunks (transformer_layer.py: "
                                          "mlp_chunks_for_training) is not modelled"),
-    "--cuda-graph-impl": (("none",), "CUDA graphs keep their own memory pools (not modelled yet)"),
     "--encoder-tensor-model-parallel-size": (("0",), "a separately parallelised encoder (multimodal / T5) is not "
                                                     "modelled"),
     "--encoder-pipeline-model-parallel-size": (("0",), "a separately parallelised encoder (multimodal / T5) is not "
@@ -150,7 +163,8 @@ REFUSED_UNLESS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 _CKPT = "the job loads a checkpoint before the measured iterations (not modelled)"
-_FSDP = "FSDP-style sharding of parameters, gradients and optimizer states is not modelled"
+_FSDP = ("torch FSDP2's per-module sharding (torch/distributed/fsdp/_fully_shard) is not modelled; Megatron-FSDP "
+         "(--use-megatron-fsdp) is")
 _REJECTED = "Megatron-LM itself rejects it (arguments.py: validate_args); use "
 _PACKED = "packed variable-length batches (THD format, per-document masks) are not modelled"
 
@@ -174,12 +188,9 @@ REFUSED: dict[str, str] = {
     "--first-last-layers-bf16": "FP8 training with bf16 first/last layers is not modelled yet",
     "--moe-router-padding-for-quantization": "token counts padded per expert for quantized GEMMs "
                                              "(moe_utils.py: pad_routing_map) are not modelled",
-    "--enable-cuda-graph": "CUDA graphs keep their own memory pools (not modelled yet)",
-    "--cuda-graph-scope": "CUDA graphs keep their own memory pools (not modelled yet)",
-    "--external-cuda-graph": "CUDA graphs keep their own memory pools (not modelled yet)",
     "--optimizer-cuda-graph": "a CUDA-graphed optimizer step keeps its own memory pool (not modelled yet)",
     "--moe-pad-experts-for-cuda-graph-inference": "CUDA-graph inference padding is not modelled",
-    "--use-megatron-fsdp": _FSDP, "--use-custom-fsdp": _FSDP, "--use-torch-fsdp2": _FSDP,
+    "--use-torch-fsdp2": _FSDP,
     "--fine-grained-activation-offloading": "activation offloading to CPU is not modelled",
     "--offload-modules": "activation offloading to CPU is not modelled",
     "--optimizer-cpu-offload": "optimizer states offloaded to CPU (optimizer/cpu_offloading) are not modelled",

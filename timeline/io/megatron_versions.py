@@ -97,6 +97,13 @@ def check_argument(name: str, megatron_core: str | None) -> None:
     i = version_index(megatron_core)
     if present[i] == "1":
         return
+    if re.search(r"[a-z]", megatron_core):
+        # a pre-release (X.Y.ZrcN) is a main snapshot after the release before X.Y.Z: it may still have what
+        # X.Y.Z removed, and — its package_info lagging behind main (0.16.0rc0 into 2026) — anything a later
+        # release added; only what was gone before that earlier release is certainly absent
+        lo = i - 1 if i > 0 and versions[i][1] == _version(megatron_core) else i
+        if any(p == "1" for p in present[lo:]):
+            return
     later = [j for j in range(i + 1, len(present)) if present[j] == "1"]
     earlier = [j for j in range(i) if present[j] == "1"]
     if later and not earlier:

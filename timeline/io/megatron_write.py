@@ -29,7 +29,12 @@ from timeline.io.megatron_map import (
 )
 from timeline.io.megatron_optimizer import optimizer, precision_aware
 from timeline.io.megatron_optimizer import optimizer_impl as optimizer_impl_of
-from timeline.io.megatron_state_args import checkpoint_load, embedding_wgrad, param_gather_with_step
+from timeline.io.megatron_state_args import (
+    checkpoint_load,
+    embedding_wgrad,
+    megatron_fsdp,
+    param_gather_with_step,
+)
 from timeline.io.megatron_table import ENV_MAPPED, MAPPED, NEUTRAL_REASON, NOT_MEGATRON, OTHER_SCRIPTS, label
 from timeline.io.megatron_versions import check_argument
 from timeline.spec.hardware import GPUS
@@ -42,11 +47,12 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
             pytorch_version: str | None = None, megatron_core: str | None = None,
             keeps_batch: bool | None = None, probs_in_experts: bool | None = None,
             releases_nodes: bool | None = None, router_te_gemm_fixed: bool = False,
-            resumed: bool = False, muon_buffer_layout: str | None = None,
+            fsdp_package: bool | None = None, resumed: bool = False, muon_buffer_layout: str | None = None,
             optimizer_impl: str | None = None) -> Conversion:
     """The run-file data of the job ``margs`` describes on ``world_size`` GPUs of kind ``gpu``
     (``keeps_batch``, ``probs_in_experts``, ``releases_nodes``, ``router_te_gemm_fixed``:
-    :func:`timeline.io.megatron_framework.framework`;
+    :func:`timeline.io.megatron_framework.framework`; ``fsdp_package``:
+    :func:`timeline.io.megatron_state_args.megatron_fsdp`;
     ``resumed``: its ``--load`` holds a checkpoint of this training,
     :func:`timeline.io.megatron_state_args.checkpoint_load`; ``muon_buffer_layout``: how Muon's layer-wise
     optimizer lays out its state, :func:`timeline.io.megatron_optimizer.optimizer`; ``optimizer_impl``: which
@@ -76,6 +82,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     map_bert(a, c, margs.family)
     legacy_model(a, c)
     param_gather_with_step(a, c)
+    megatron_fsdp(a, c, package=fsdp_package)
     embedding_wgrad(a, c)
     checkpoint_load(a, c, resumed=resumed, dp_cp=dp * c.sections["parallel"]["cp"])
     precision_aware(a, c, megatron_core=megatron_core)

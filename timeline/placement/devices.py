@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from timeline.graph.build import chunk_layers, node_params
 from timeline.graph.dp_buffers import DdpBuffer, DdpRules, ddp_buffers
+from timeline.graph.fsdp_buffers import fsdp_buffers, grad_elements, weight_elements
 from timeline.graph.layer_wise_buffers import layer_wise_buffers
 from timeline.graph.optim_state import main_params
 from timeline.graph.source import ModelSource
@@ -54,6 +55,14 @@ def chunk_params(source: ModelSource, chunks: Iterable[int]) -> dict[int, list[T
     return {c: node_params(source.nodes(c)) for c in dict.fromkeys(chunks)}
 
 
+def optimizer_bytes(tr: TrainingSpec, tensors: Sequence[TensorDef], buffers: Sequence[DdpBuffer],
+                    expert_rule: str) -> int:
+    """Master weights and optimizer states of a device's main parameters, or owned shards
+    (:func:`timeline.graph.optim_state.main_params`)."""
+    master, _ = optimizer_element_bytes(tr)
+    return sum(k * (master + sum(b for _, b in states)) for _, k, states in main_params(tensors, buffers, tr, expert_rule))
+
+
 def buffer_bytes(tr: TrainingSpec, tensors: Sequence[TensorDef], buffers: Sequence[DdpBuffer],
                  distributed_optimizer: bool, expert_rule: str) -> tuple[int, int, int]:
     """(weights, grads, optimizer) bytes of a device whose parameters live in Megatron's ``buffers``:
@@ -61,13 +70,22 @@ def buffer_bytes(tr: TrainingSpec, tensors: Sequence[TensorDef], buffers: Sequen
     parameter on its own); master weights and optimizer states per main parameter, or per owned shard
     (:func:`timeline.graph.optim_state.main_params`)."""
     w = DTYPE_BYTES[tr.dtype]
-    master, _ = optimizer_element_bytes(tr)
     nbuf = sum(t.size_bytes for t in tensors if not t.trainable)
     grads = sum(b.numel for b in buffers) * DTYPE_BYTES[tr.grad_dtype]
     weights = sum(b.numel if distributed_optimizer and b.param_buffer else sum(s.end - s.start for s in b.slots)
                   for b in buffers) * w
-    opt = sum(k * (master + sum(b for _, b in states)) for _, k, states in main_params(tensors, buffers, tr, expert_rule))
-    return weights + nbuf, grads, opt
+    return weights + nbuf, grads, optimizer_bytes(tr, tensors, buffers, expert_rule)
+
+
+def fsdp_bytes(tr: TrainingSpec, tensors: Sequence[TensorDef], buffers: Sequence[DdpBuffer],
+               expert_rule: str) -> tuple[int, int, int]:
+    """(weights, grads, optimizer) bytes of a device under Megatron-FSDP (:mod:`timeline.graph.fsdp_buffers`): its
+    persistent model-weight and main-grad buffers, and main weights and optimizer states per owned shard
+    (:func:`timeline.graph.optim_state.main_params`)."""
+    nbuf = sum(t.size_bytes for t in tensors if not t.trainable)
+    weights = sum(weight_elements(b) * (DTYPE_BYTES["fp8"] if b.fp8 else DTYPE_BYTES[tr.dtype]) for b in buffers)
+    grads = sum(grad_elements(b) for b in buffers) * DTYPE_BYTES[tr.grad_dtype]
+    return weights + nbuf, grads, optimizer_bytes(tr, tensors, buffers, expert_rule)
 
 
 def static_devices(source: ModelSource, stages_of_rank: Sequence[Sequence[int]], *, parallel: ParallelSpec,
@@ -99,10 +117,17 @@ def static_devices(source: ModelSource, stages_of_rank: Sequence[Sequence[int]],
         if ddp is None:
             w, g, o = state_bytes(training, par, expert_state_group, tensors)
         else:
-            lay = layer_wise_buffers if ddp.layer_wise else ddp_buffers
-            bufs = lay([(c, params[c]) for c in sorted(stages)], rules=ddp, tr=training, par=par,
-                       expert_rule=expert_state_group, pp_rank=r, num_chunks=1 + max(c for st in placed for c in st))
-            w, g, o = buffer_bytes(training, tensors, bufs, ddp.distributed_optimizer, expert_state_group)
+            if ddp.fsdp:
+                bufs = fsdp_buffers([(c, params[c]) for c in sorted(stages)], strategy=ddp.fsdp,
+                                    bucket_size=ddp.bucket_size, tr=training, par=par, expert_rule=expert_state_group,
+                                    units_all=ddp.fsdp_units_all)
+                w, g, o = fsdp_bytes(training, tensors, bufs, expert_state_group)
+            else:
+                lay = layer_wise_buffers if ddp.layer_wise else ddp_buffers
+                bufs = lay([(c, params[c]) for c in sorted(stages)], rules=ddp, tr=training, par=par,
+                           expert_rule=expert_state_group, pp_rank=r,
+                           num_chunks=1 + max(c for st in placed for c in st))
+                w, g, o = buffer_bytes(training, tensors, bufs, ddp.distributed_optimizer, expert_state_group)
         layers = tuple(i for c in sorted(stages) for i in ranges[c])
         out.append(StaticDevice(device=r * stride, pp_rank=r, stages=stages, represents=stride,
                                 layers=layers, params_by_module=by_module, weights_bytes=w, grads_bytes=g,

@@ -70,6 +70,8 @@ class SaveRule:
     backward_scratch: tuple[str, ...] = ()  # slots whose shape and dtype the op's input-gradient backward
     # allocates once more as scratch, freed when that backward returns; "scratch:SLOT" names a backward-only
     # tensor the op builder shaped itself (FOp.scratch); a slot the op lacks is skipped
+    grad_in_place: tuple[str, ...] = ()  # ("in:SLOT", "out:SLOT"): the backward writes the input's gradient
+    # into the output gradient's storage (a kernel that computes in place): no allocation
     source: str = ""
 
 
@@ -100,7 +102,8 @@ class Structure:
     (never the profile's name). Defaults keep the paper and megatron profiles as they are."""
 
     attention: str  # "eager" (scores, softmax, dropout materialised) | "flash" | "sdpa" (torch SDPA on CUDA:
-    # flash for equal head dims ≤ 256 in 16 bits, GQA at kv-head width; else memory-efficient, k/v expanded)
+    # cuDNN or flash by GPU and PyTorch version, GQA at kv-head width; else memory-efficient, k/v expanded;
+    # graph/families/sdpa.py)
     dropout: bool  # dropout after attention/MLP outputs (and inside eager attention)
     fused_norm_linear: bool  # norms before a linear fuse into it (TE LayerNormLinear): not "layernorm"-recomputable
     moe_tokens: str  # "paper": b·s·top_k/ep rows, router (and shared experts) on full b·s | "routed":
@@ -143,6 +146,8 @@ class Structure:
     # cross entropy): its backward copies the fp32 softmax numerators once more
     softmax_fp32: bool = False  # eager attention's softmax runs on an fp32 copy and keeps its fp32 output;
     # a cast back to the 16-bit dtype feeds dropout and attention over V (Megatron's unfused FusedScaleMaskSoftmax)
+    te_softmax: bool = False  # eager attention's softmax is TE's FusedScaleMaskSoftmax: where its fused kernel
+    # takes the shape (graph/families/attention.py: te_softmax_kernel) the op is "te_fused_softmax"
     megatron_moe: bool = False  # router and alltoall dispatcher as Megatron-Core (moe_utils.py): scores and
     # probs in the logits dtype, a dense [tokens, E] probs map, masked_select keeping the transposed probs and
     # routing map, tokens re-sorted by local expert (sort_chunks_by_idxs) after the all-to-all
@@ -253,6 +258,8 @@ class Limits:
     squared_relu: bool = False
     #: reads a run's ``[framework]`` section (elsewhere a non-default value is an error)
     reads_framework: bool = False
+    #: the ``[framework]`` keys a profile that does not read the section still reads (PyTorch's own)
+    framework_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

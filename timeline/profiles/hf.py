@@ -1,15 +1,16 @@
 """The ``hf`` profile: Hugging Face transformers 5.x under plain PyTorch autograd — parameter rules,
 saved-tensor rules, op structure, lifecycle and limits.
 
-One device per replica, ``attn_implementation="sdpa"`` as a CUDA GPU runs it (flash kernel for
-equal head dims ≤ 256 in 16 bits, with GQA's k/v at kv-head width; else the memory-efficient
-kernel), ``grouped_mm`` experts, dropout only where the model has it (GPT-2), no KV cache. What
+One device per replica, ``attn_implementation="sdpa"`` as a CUDA GPU runs it (cuDNN attention on
+compute capability 9.0/10.0/10.3 from PyTorch 2.11, else the flash kernel for equal head dims ≤ 256 in
+16 bits, both with GQA's k/v at kv-head width; else the memory-efficient kernel: each with its backward's
+workspaces, :mod:`timeline.graph.families.sdpa`), ``grouped_mm`` experts, dropout only where the model has it (GPT-2), no KV cache. What
 autograd keeps follows from the modelling code: RMSNorm in Python saves an fp32 copy of its input, the fp32 rstd and the 16-bit
 normalised tensor; RoPE saves the shared cos/sin; DeepSeek attention saves the ``cat`` query,
 the ``new_empty`` key, kv_b_proj's output (V is a view of it) and a ``.contiguous()`` copy of the
 attention output; the router saves an fp32 copy of its input; experts save the permuted tokens,
 gate/up, silu, product and down outputs, three int64 index vectors and the fp32 weights; the loss
-saves the fp32 log-softmax. GPT-OSS (no SDPA: eager attention with learned sinks) saves q, k and v at
+saves the fp32 log-softmax and its backward adds NllLossBackward0's fp32 grad_input. GPT-OSS (no SDPA: eager attention with learned sinks) saves q, k and v at
 every query head's width, the int64 row-max indices and the (b, h, s, s + 1) softmax, o_proj's input
 copy, an fp32 normalised tensor per norm, its router's top-k indices and 16-bit softmax of the k
 logits, and the clamped SwiGLU's gate_up, clamped gate, sigmoid, glu and (up + 1). Measured facts: ``../shared/reference/groundtruth.md`` §4–5 (GT);
@@ -21,12 +22,29 @@ The modelling code runs as written, so the code facts of :class:`~timeline.spec.
 weights cast to the logits' dtype, GPT-OSS's half-width RoPE and fp32 normalised tensor) shape the ops
 (``Structure.model_code``). Lifecycle: weights from model construction, ``.grad`` tensors at the first
 backward that reaches them, optimizer states at the first ``step()``; ZeRO 2/3 through FSDP or
-DeepSpeed with DeepSpeed's buckets. One device per model replica.
+DeepSpeed with DeepSpeed's buckets, PyTorch's cuBLAS workspaces (:func:`workspaces`). One device per
+model replica.
 """
 
 from __future__ import annotations
 
-from timeline.profiles.base import Lifecycle, Limits, ParamRules, Profile, SaveRule, SaveRules, Structure
+from collections.abc import Sequence
+
+from timeline.profiles.base import (
+    AT_OP,
+    Lifecycle,
+    Limits,
+    ParamRules,
+    ParamTensor,
+    Profile,
+    SaveRule,
+    SaveRules,
+    Structure,
+)
+from timeline.profiles.megatron_workspaces import torch_workspace_bytes
+from timeline.spec.framework import FrameworkSpec
+from timeline.spec.model import ModelSpec
+from timeline.spec.run import ParallelSpec, TrainingSpec
 
 LLAMA = "models/llama/modeling_llama.py"
 DSV3 = "models/deepseek_v3/modeling_deepseek_v3.py"
@@ -63,9 +81,12 @@ RULES: dict[str, SaveRule] = {
                             f"cos and sin only ({GT}: +131,072 B on layer 0 of the small Llama)"),
     "flash_attn": SaveRule(saves=("in:q", "in:k", "in:v", "out:y", "extra:lse", "extra:rng_state",
                                   "extra:rng_unused", "extra:philox_seed", "extra:philox_offset"),
+                           backward_scratch=("scratch:workspace", "scratch:softmax_d", "scratch:dq_accum",
+                                             "scratch:dk_expanded", "scratch:dv_expanded"),
                            source="integrations/sdpa_attention.py (enable_gqa when use_gqa_in_sdpa); "
-                                  "ScaledDotProduct{Flash,Efficient}AttentionBackward0 save q, k, v, output, "
-                                  "logsumexp, philox rng state"),
+                                  "ScaledDotProduct{Cudnn,Flash,Efficient}AttentionBackward0 save q, k, v, output, "
+                                  "logsumexp, philox rng state; the kernel's backward workspaces as "
+                                  "graph/families/sdpa.py sizes them (cuDNN's dQ accumulator, flash's dq_accum)"),
     # GPT-OSS eager attention with sinks (graph/families/sinks.py); torch.matmul on 4-D tensors is bmm on views
     "attn_scores": SaveRule(saves=("in:q", "in:k"),
                             source=f"{GPT_OSS} eager_attention_forward: torch.matmul(query, key_states.transpose(2, "
@@ -130,6 +151,13 @@ RULES: dict[str, SaveRule] = {
                           source=f"{MOE}: proj_out * sample_weights_g saves the down output and fp32 weights; "
                                  f"weighted_out[inv_perm] the int64 inverse permutation ({GT})"),
     "ce_loss": SaveRule(saves=("extra:exp_logits", "extra:masked_target", "extra:total_weight"),
+                        # NllLossBackward0 returns a fresh zero-filled grad_input shaped like its input (the fp32
+                        # log-probabilities: pytorch/pytorch@v2.11.0 aten/src/ATen/native/cuda/Loss.cu
+                        # nll_loss_backward_out_cuda, LossNLL.cpp nll_loss_backward_out_cpu on the CPU), which
+                        # LogSoftmaxBackward0 reads into a second one (_log_softmax_backward_data) and which
+                        # is freed when that returns: 3 × b·s·V·4 live at the loss's backward (groundtruth.md §4,
+                        # traces/groundtruth-h200 snapshots)
+                        backward_scratch=("extra:exp_logits",),
                         source="loss/loss_utils.py ForCausalLMLoss: logits.float(); LogSoftmaxBackward0 saves the "
                                "fp32 result, NllLossBackward0 the shifted labels and total_weight"),
     "concat": SaveRule(source="a concatenation keeps nothing"),
@@ -163,10 +191,34 @@ STRUCTURE = Structure(attention="sdpa", dropout=False, fused_norm_linear=False, 
                       # attention with sinks)
                       sink_attention="eager")
 
+TORCH_BLAS = "pytorch/pytorch@v2.11.0:aten/src/ATen/cuda/CublasHandlePool.cpp"
+
+
+def workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par: ParallelSpec, sm: int, *,
+               holds_head: bool, has_moe: bool, tensors: Sequence[ParamTensor] = ()) -> list[tuple[str, int, str, str]]:
+    """PyTorch's cuBLAS workspaces, allocated through the caching allocator and never freed:
+    ``getCurrentCUDABlasHandle`` → ``setWorkspaceForHandle`` keeps one per (handle, stream) and handles
+    are per thread, so the forward (the main thread) gets one at its first GEMM and the autograd
+    engine's device thread another at the first GEMM of the first backward, the output layer's
+    (every ``nn.Linear`` is a torch GEMM); each of ``getChosenWorkspaceSize`` bytes
+    (``parseChosenWorkspaceSize``: ``CUBLAS_WORKSPACE_CONFIG``, else 32 MiB on compute capability 9.0 and
+    8.125 MiB elsewhere at 2.11; :func:`torch_workspace_bytes` keeps the versions). cuBLASLt shares them
+    (``getCUDABlasLtWorkspace`` allocates its own only for addmm epilogues, not modelled). The H200
+    snapshots hold exactly two 33,554,432-byte blocks beside the model (``traces/groundtruth-h200``).
+    ``[framework] workspaces = false`` leaves them out (a CPU measurement has none)."""
+    if not fw.workspaces:
+        return []
+    size = torch_workspace_bytes(fw.cublas_workspace_config, sm, fw.pytorch)
+    return [("workspace.torch_cublas_forward", size, f"{TORCH_BLAS}: getCurrentCUDABlasHandle", "start"),
+            ("workspace.torch_cublas_backward", size, f"{TORCH_BLAS}: getCurrentCUDABlasHandle",
+             AT_OP + r"(^|\.)output_layer$")]
+
+
 LIFECYCLE = Lifecycle("first_backward", "first_step", "first_step",
                       "PyTorch autograd .grad on first backward; torch.optim lazy state; DeepSpeed ZeRO buckets",
-                      reduce_bucket_elems=500_000_000, prefetch_bucket_elems=50_000_000)
+                      reduce_bucket_elems=500_000_000, prefetch_bucket_elems=50_000_000, workspaces=workspaces)
 
 PROFILE = Profile(name="hf", params=PARAMS, saved=SaveRules(name="hf", rules=RULES), structure=STRUCTURE,
                   lifecycle=LIFECYCLE,
-                  limits=Limits(max_zero=3, single_device=True, zero_note="FSDP or DeepSpeed for ZeRO 2/3"))
+                  limits=Limits(max_zero=3, single_device=True, zero_note="FSDP or DeepSpeed for ZeRO 2/3",
+                                framework_keys=("pytorch", "cublas_workspace_config", "workspaces")))

@@ -109,6 +109,13 @@ RULES: dict[str, SaveRule] = {
                         source=f"{TE}/attention/dot_product_attention/softmax.py: FusedScaleMaskSoftmax "
                                "(ScaledUpperTriangMaskedSoftmax / ScaledMaskedSoftmax) keeps its bf16 output "
                                f"[b, a/tp, s_q, s_k]; {MC}/fusions/fused_softmax.py likewise"),
+    "te_fused_softmax": SaveRule(
+        saves=("out:y",), grad_in_place=("in:x", "out:y"),
+        source=f"{TE}/attention/dot_product_attention/softmax.py: FusedScaleMaskSoftmax.forward_fused_softmax "
+               "(ScaledMaskedSoftmax / ScaledSoftmax) keeps its bf16 output; their backward "
+               "(csrc/extensions/softmax.cpp: scaled_masked_softmax_backward, \"Produce gradients in place.\", "
+               "NVIDIA/TransformerEngine v1.11 … release_v2.18) writes the scores' gradient into the "
+               "probabilities' gradient and returns it (TE main 0c8cf2c03, 2026-07-24, allocates it fresh)"),
     "attn_dropout": SaveRule(saves=("extra:mask",),
                              source=f"{TE}/attention/dot_product_attention/backends.py: UnfusedDotProductAttention."
                                     "forward — self.attention_dropout(attention_probs) (torch.nn.Dropout) keeps "
@@ -280,6 +287,10 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
     # (masked_softmax_fusion off) upcasts the scores, keeps torch.softmax's fp32 output and casts it back
     fp32 = (local or spec.attention_backend == "local") and not spec.masked_softmax_fusion \
         and spec.attention_softmax_in_fp32
+    # TE's unfused attention (UnfusedDotProductAttention.scale_mask_softmax): its fused kernels' backward works in
+    # place up to release_v2.18 (rule "te_fused_softmax"); Megatron's own FusedScaleMaskSoftmax (local attention
+    # or impl: Apex's kernels, not read here) keeps the plain rule
+    te_softmax = spec.attention_backend == "unfused" and not local and version_tuple(spec.transformer_engine)[:2] <= (2, 18)
     ce = spec.cross_entropy_fusion == "te"
     compiled = spec.cross_entropy_fusion == "native"
     wgrad = wgrad_rule(spec)
@@ -297,6 +308,7 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
     # ColumnParallelLinear under every --transformer-impl) all-gathers its SP input, forward and for the wgrad,
     # into GlobalMemoryBuffer ("mpu"), which profiles/megatron_workspaces.py places when workspaces are on
     out = replace(table, attention="eager" if eager else table.attention, flash_bwd=flash_bwd, fused_norm_linear=fused, softmax_fp32=fp32,
+                   te_softmax=te_softmax,
                    ce_inplace=ce, ce_compiled=compiled, wgrad_transient=wgrad, moe_dispatcher=dispatcher, moe_router=router,
                    te_flash_copies=flash_copies, te_qkv_layout=not local, dataloader_batch=spec.dataloader_batch,
                    rerun_keeps_batch=spec.rerun_keeps_batch, head_gather_buffer=spec.workspaces,

@@ -83,7 +83,8 @@ def _summary(p: SimPlan, base: Timeline, allocator: AllocatorSpec, capacity_byte
     def run_device(i: int) -> tuple[DeviceEvents, AllocatorPass]:
         if progress:
             progress("allocator", i, len(p.devices))
-        ev = device_events(p.training, p.devices[i], p.states[i], spans[i], p.compiled[p.load_of(i)], names)
+        ev = device_events(p.training, p.devices[i], p.states[i], spans[i], p.compiled[p.load_of(i)], names,
+                           (p.capture[p.load_of(i)], p.capture_rules[p.load_of(i)]) if p.capture else None)
         return ev, run_allocator(allocator, capacity_bytes, ev, names.items)
 
     first: dict[tuple, int] = {}

@@ -15,9 +15,11 @@ import numpy as np
 from timeline.graph.tensors import Category
 from timeline.placement.devices import StaticDevice
 from timeline.profiles.base import AT_OP
+from timeline.sim import fsdp_windows
 from timeline.sim.combined import forward_nodes, kept_node_io
 from timeline.sim.compiled import CAT_CODE, CompiledPhase
 from timeline.sim.engine import Span, span_offsets
+from timeline.sim.graph_capture import CaptureRules, capture_events
 from timeline.sim.hf_state import hf_state_events
 from timeline.sim.output import DeviceEvents, DeviceOps, Names
 from timeline.sim.plan import Compiled
@@ -28,7 +30,8 @@ from timeline.spec.run import TrainingSpec
 _EVENT_COLUMNS = (("t_us", np.float64), ("sign", np.int8), ("size", np.int64), ("cat", np.int8),
                   ("tensor", np.int32), ("op", np.int32))
 #: per-action columns (one value per pushed chunk of events), with their dtypes
-_ACTION_COLUMNS = (("microbatch", np.int32), ("stage", np.int16), ("action", np.int32), ("iteration", np.int32))
+_ACTION_COLUMNS = (("microbatch", np.int32), ("stage", np.int16), ("action", np.int32), ("iteration", np.int32),
+                   ("stream", np.int8))
 
 
 class _Log:
@@ -37,16 +40,17 @@ class _Log:
 
     def __init__(self) -> None:
         self.arrays: dict[str, list[np.ndarray]] = {k: [] for k, _ in _EVENT_COLUMNS}
-        self.scalars: list[tuple[int, int, int, int]] = []
+        self.scalars: list[tuple[int, int, int, int, int]] = []
         self.lengths: list[int] = []
 
     def push(self, t: object, sign: object, size: object, cat: object, tensor: object, op: object,
-             mb: int, stage: int, action: int, iteration: int) -> None:
+             mb: int, stage: int, action: int, iteration: int, stream: int = 0) -> None:
+        """Append a chunk of events; ``stream`` is the allocator stream (or private pool) they use."""
         n = len(t)  # type: ignore[arg-type]
         for (k, dt), v in zip(_EVENT_COLUMNS, (t, sign, size, cat, tensor, op), strict=True):
             a = np.asarray(v, dtype=dt)
             self.arrays[k].append(a if a.ndim else np.full(n, a, dtype=dt))
-        self.scalars.append((mb, stage, action, iteration))
+        self.scalars.append((mb, stage, action, iteration, stream))
         self.lengths.append(n)
 
     def events(self) -> DeviceEvents:
@@ -57,7 +61,6 @@ class _Log:
             counts = np.array(self.lengths, dtype=np.int64)
             for j, (k, dt) in enumerate(_ACTION_COLUMNS):
                 merged[k] = np.repeat(per[:, j].astype(dt), counts)
-            merged["stream"] = np.zeros(int(counts.sum()), dtype=np.int8)
         else:
             merged = {k: np.zeros(0) for k in DeviceEvents.__slots__}
             merged["microbatch"] = np.zeros(0, dtype=np.int32)
@@ -320,31 +323,40 @@ def _merge(a: KeptFrees, b: KeptFrees) -> KeptFrees:
 
 
 def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans: list[Span], compiled: Compiled,
-                  names: Names) -> DeviceEvents:
-    """Static state (as the plan's ``state`` says it comes into being), then every action's
-    template shifted to its start."""
+                  names: Names, capture: tuple[Compiled, CaptureRules] | None = None) -> DeviceEvents:
+    """Static state (as the plan's ``state`` says it comes into being), the CUDA graphs' capture
+    (``capture``: its phases and rules, :mod:`timeline.sim.graph_capture`), then every action's template
+    shifted to its start."""
     first_bwd = min((s.start_us for s in spans if s.kind in ("B", "I")), default=0.0)
     first_step = min((s.start_us for s in spans if s.kind == "step"), default=0.0)
     log = _Log()
     late: list[tuple[float, str, int, int, int]] = []
-    if state.per_parameter:
+    if state.per_parameter:  # one tensor per parameter; ``state.allocs`` holds the workspaces only
         for t, sign, name, size, cat, a in hf_state_events(
-                tr, dev, spans, lambda sp: compiled.get((sp.stage, sp.kind))):
+                tr, dev, spans, lambda sp: compiled.get((sp.stage, sp.kind)), state.pytorch):
             log.push([t], sign, size, cat, names(name), -1, -1, -1, a, spans[a].iteration if a >= 0 else -1)
     else:
         # each step's main-grad copies come before the first step's moments (prepare_grads, then step)
         _push_step_copies(log, state, spans, names)
-        at_op = {a[0]: first_backward_op(a[0][len(AT_OP):], spans, compiled, first_bwd)
-                 for a in state.allocs if a[0].startswith(AT_OP)}
-        timed = resolve(state.allocs, first_bwd, first_step, at_op)
-        static = [e for a, e in zip(state.allocs, timed, strict=True) if a[0] not in at_op]
-        late = [e for a, e in zip(state.allocs, timed, strict=True) if a[0] in at_op]
-        if static:  # one chunk: a device's static state is thousands of events under Megatron's layout
-            cols = list(zip(*static, strict=True))
-            log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
+    at_op = {a[0]: first_backward_op(a[0][len(AT_OP):], spans, compiled, first_bwd)
+             for a in state.allocs if a[0].startswith(AT_OP)}
+    timed = resolve(state.allocs, first_bwd, first_step, at_op)
+    static = [e for a, e in zip(state.allocs, timed, strict=True) if a[0] not in at_op]
+    late = [e for a, e in zip(state.allocs, timed, strict=True) if a[0] in at_op]
+    if static:  # one chunk: a device's static state is thousands of events under Megatron's layout
+        cols = list(zip(*static, strict=True))
+        log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
+    if not state.per_parameter:
         _push_step_transients(log, state, spans, names)
+    if capture is not None:
+        capture_events(log.push, spans, capture[0], capture[1], names)
     gather = state.gathered_bytes
     comm = CAT_CODE[Category.COMM]
+    if state.fsdp is not None:
+        for (t, sign, size, name), a in fsdp_windows.iteration_events(state.fsdp, spans):
+            log.push([t], sign, size, comm, names(name), -1, -1, -1, a, spans[a].iteration,
+                     fsdp_windows.stream_of(name))
+    unit_ops: dict[int, dict[str, tuple[int, int]]] = {}  # per phase (by id: the phases live through this call)
     kept = kept_inputs(spans, compiled) if state.keeps_input else {}
     if state.combined_keeps_node_io:
         for i, node_io in combined_kept(spans, compiled).items():
@@ -360,6 +372,11 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             continue
         ph = compiled[(sp.stage, sp.kind)]
         m, s, it = sp.microbatch, sp.stage, sp.iteration
+        fsdp: list[fsdp_windows.Event] = []
+        if state.fsdp is not None:
+            units = unit_ops.setdefault(id(ph), fsdp_windows.unit_ops(ph))
+            fsdp = fsdp_windows.action_events(state.fsdp, sp, ph, units)
+            _push_fsdp(log, names, [e for e in fsdp if e[1] > 0], comm, m, s, i, it)
         if gather:
             log.push([sp.start_us], 1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
         if len(ph.ev_offset):
@@ -376,12 +393,23 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             log.push(ev[0], ev[1], ev[2], ev[3], ev[4], ev[5], m, s, i, it)
         if gather:
             log.push([sp.end_us], -1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
+        _push_fsdp(log, names, [e for e in fsdp if e[1] < 0], comm, m, s, i, it)  # after the action's own
     for c, d_mb, d_stage, d_action, d_it in deferred:  # after that forward's new buffer, same instant
         log.push(c[0], c[1], c[2], c[3], c[4], c[5], d_mb, d_stage, d_action, d_it)
     if late:  # pushed last: after the matching op's own allocations
         cols = list(zip(*late, strict=True))
         log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
     return log.events()
+
+
+def _push_fsdp(log: _Log, names: Names, events: list[fsdp_windows.Event], cat: int, mb: int, stage: int,
+               action: int, iteration: int) -> None:
+    """Megatron-FSDP's events, each on its allocator stream (:func:`timeline.sim.fsdp_windows.stream_of`)."""
+    for stream in (0, fsdp_windows.AG_STREAM):
+        chunk = [e for e in events if fsdp_windows.stream_of(e[3]) == stream]
+        if chunk:
+            t, sign, size, name = zip(*chunk, strict=True)
+            log.push(t, sign, size, cat, [names(n) for n in name], -1, mb, stage, action, iteration, stream)
 
 
 def first_backward_op(pattern: str, spans: list[Span], compiled: Compiled, default: float) -> float:

@@ -12,8 +12,8 @@ Without ZeRO, a Hugging Face model trained with ``torch.optim`` holds, in parame
 - each parameter's master copy (when ``master_dtype`` differs) and two moments from the first
   ``step()`` (``torch/optim/adam.py`` ``_init_group``: ``exp_avg``, ``exp_avg_sq``, created lazily);
 - during every step, foreach Adam's temporaries (:func:`timeline.profiles.torch_adam.foreach_temporaries`:
-  ``torch._foreach_sqrt(exp_avg_sqs)``, a full copy of the second moments live at once, at the PyTorch
-  of ``[framework]``'s default, which this profile does not read), from the step's start to its end.
+  ``torch._foreach_sqrt(exp_avg_sqs)``, a full copy of the second moments live at once, at the run's
+  ``[framework] pytorch``), from the step's start to its end.
 
 Events are (time, ±1, name, bytes, category, action); times come from the device's spans. With
 ZeRO the blocks of :func:`timeline.sim.static_state.static_allocs` stay (DeepSpeed's flat buffers).
@@ -57,9 +57,11 @@ def grad_offset_us(name: str, ph: CompiledPhase | None) -> float:
 
 
 def hf_state_events(tr: TrainingSpec, dev: StaticDevice, spans: list[Span],
-                    backward_of: Callable[[Span], CompiledPhase | None] = lambda sp: None) -> list[Event]:
+                    backward_of: Callable[[Span], CompiledPhase | None] = lambda sp: None,
+                    pytorch: str = FrameworkSpec().pytorch) -> list[Event]:
     """Per-parameter weight, gradient, optimizer-state and step-temporary events of one device;
-    ``backward_of`` gives a backward span's compiled ops (for when each layer's gradients arrive)."""
+    ``backward_of`` gives a backward span's compiled ops (for when each layer's gradients arrive),
+    ``pytorch`` the version whose optimizer runs."""
     w_cat, g_cat, o_cat = CAT_CODE[Category.WEIGHTS], CAT_CODE[Category.GRADS], CAT_CODE[Category.OPTIMIZER]
     t_cat = CAT_CODE[Category.TEMPORARY]
     out: list[Event] = [(0.0, 1, f"weights.{t.name}", t.numel * DTYPE_BYTES[tr.dtype] if t.trainable
@@ -100,7 +102,7 @@ def hf_state_events(tr: TrainingSpec, dev: StaticDevice, spans: list[Span],
         s0, s1, a = step[it]
         if it == 0 and not tr.resumed:
             out += states(s0, a)
-        made = foreach_temporaries([(t.name, t.numel) for t in trainable], moment, FrameworkSpec().pytorch)
+        made = foreach_temporaries([(t.name, t.numel) for t in trainable], moment, pytorch)
         out += [(s0, 1, name, size, t_cat, a) for name, size in made]
         out += [(s1, -1, name, size, t_cat, a) for name, size in made]
         if tr.zero_grad == "set_to_none" and it in first_bwd:

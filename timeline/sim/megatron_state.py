@@ -47,6 +47,7 @@ from timeline.graph.static import optimizer_element_bytes
 from timeline.graph.tensors import DTYPE_BYTES, Category
 from timeline.placement.devices import StaticDevice
 from timeline.sim.compiled import CAT_CODE
+from timeline.sim.megatron_fsdp import fsdp_events
 from timeline.sim.megatron_load import resumed_moments
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.run import TrainingSpec
@@ -84,9 +85,12 @@ def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str,
             out += [("start", f"static.weights.{s.name}", (s.end - s.start) * pw, w_cat, -1) for s in b.slots]
     master, _ = optimizer_element_bytes(tr)
     order = main_param_order(dev, tr, expert_rule)
+    fsdp = bool(dev.dp_buffers) and bool(dev.dp_buffers[0].fsdp)
+    if fsdp:  # Megatron-FSDP's buffers hold the main weights themselves (timeline.sim.megatron_fsdp)
+        out = fsdp_events(tr, dev)
     if tr.precision_aware:  # TE's FusedAdam makes the masters with the moments (fused_adam_states)
         return [e for e in out + (fused_adam_states(tr, order) if tr.optimizer_step else []) if e[2] > 0]
-    for n, k, _ in order:  # clone() in the model dtype, then .float(); the clone is dropped
+    for n, k, _ in order if not fsdp else ():  # clone() in the model dtype, then .float(); the clone is dropped
         out += [("start", f"static.master_clone.{n}", k * w, o_cat, 1), ("start", f"static.master.{n}", k * master, o_cat, 1),
                 ("start", f"static.master_clone.{n}", k * w, o_cat, -1)] if master else []
     if tr.resumed:  # the checkpoint load makes them, before any step (timeline.sim.megatron_load)

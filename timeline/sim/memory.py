@@ -2,15 +2,18 @@
 
 Every device gets its own allocator (``[allocator] kind``: ``caching`` reproduces PyTorch's
 caching allocator, ``ideal`` packs perfectly). Allocations happen on the compute stream, as
-DESIGN §7 places them (collective buffers are freed when their communication ends, which the
-templates already express). An out-of-memory request is recorded with its time, size and the
-allocator's state, then served beyond capacity so the run continues and shows by how much the
-device overflows.
+DESIGN §7 places them — but for a CUDA graph capture's, in its private pool, and those of TE's warm-up
+side stream (:mod:`timeline.sim.graph_capture`), and Megatron-FSDP's all-gather buckets on their own stream
+(:mod:`timeline.sim.fsdp_windows`), each from that stream's pool (``DeviceEvents.stream``; collective buffers are
+freed when their communication ends, which the templates already express). An out-of-memory request is recorded
+with its time, size and the allocator's state, then served beyond capacity so the run continues and shows by how
+much the device overflows.
 
-The plain caching allocator (no expandable segments) replays a device's whole stream in one
+The plain caching allocator (no expandable segments) replays a device's whole event log, all on stream 0, in one
 call (:func:`timeline.alloc.batch.replay`, the compiled core when built); every other setting,
-and any stream the batch form cannot express, goes event by event through the model
-(:func:`run_allocator_events`, the reference the tests compare the batch pass against).
+and any stream the batch form cannot express — events on another stream or a CUDA graph's private
+pool (``DeviceEvents.stream``) — goes event by event through the model (:func:`run_allocator_events`,
+the reference the tests compare the batch pass against).
 
 A 0-byte request (an EP rank routed no tokens: ``routing_skew = 2`` leaves the lightest rank
 none) reaches no allocator: PyTorch's ``NativeCachingAllocator::allocate`` calls ``malloc``
@@ -29,8 +32,12 @@ from timeline.alloc import AllocatorConfig, create_allocator
 from timeline.alloc import batch as _batch
 from timeline.alloc.caching import AddressSpaceError
 from timeline.errors import UserError
+from timeline.sim.graph_capture import GRAPH_POOL
 from timeline.sim.output import DeviceEvents
 from timeline.spec.run import AllocatorSpec
+
+#: streams standing for private pools: the CUDA graphs' (:mod:`timeline.sim.graph_capture`)
+PRIVATE_POOLS = frozenset({GRAPH_POOL})
 
 
 def allocator_config(spec: AllocatorSpec) -> AllocatorConfig:
@@ -70,7 +77,7 @@ def run_allocator(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEvents, na
 
 def _run_allocator(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEvents, names: list[str],
                    core: str | None) -> AllocatorPass:
-    if spec.kind == "caching" and not spec.expandable_segments:
+    if spec.kind == "caching" and not spec.expandable_segments and not ev.stream.any():
         pair = pair_index(ev)
         if pair is not None:
             n = len(ev.t_us)
@@ -158,15 +165,15 @@ def run_allocator_events(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEve
         segment_events.append((current[0], action, addr, size, stream, alloc.reserved_bytes))
 
     alloc = create_allocator(spec.kind, AllocatorConfig.from_spec(spec), capacity_bytes=capacity_bytes,
-                             listener=listener)
+                             listener=listener, private_streams=PRIVATE_POOLS)
     n = len(ev.t_us)
     block = np.zeros(n, dtype=np.int64)
     reserved = np.zeros(n, dtype=np.int64)
     address = np.zeros(n, dtype=np.int64)
     live: dict[tuple[int, int, int], int] = {}
     ooms: list[dict] = []
-    sign, size, tensor, mb, stage = (ev.sign.tolist(), ev.size.tolist(), ev.tensor.tolist(),
-                                     ev.microbatch.tolist(), ev.stage.tolist())
+    sign, size, tensor, mb, stage, stream = (ev.sign.tolist(), ev.size.tolist(), ev.tensor.tolist(),
+                                             ev.microbatch.tolist(), ev.stage.tolist(), ev.stream.tolist())
     malloc, free, block_size = alloc.malloc, alloc.free, alloc.block_size
     for i in range(n):
         current[0] = i
@@ -175,7 +182,7 @@ def run_allocator_events(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEve
             continue
         key = (tensor[i], mb[i], stage[i])
         if sign[i] > 0:
-            addr = malloc(size[i])
+            addr = malloc(size[i], stream[i])
             if alloc.last_oom:
                 ooms.append({"t_us": float(ev.t_us[i]), "request_bytes": size[i],
                              "tensor": names[tensor[i]], "microbatch": mb[i], "stage": stage[i],

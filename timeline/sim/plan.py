@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 
+from timeline.graph.cuda_graphs import GraphedTemplates, split
 from timeline.graph.ops import ChunkTemplate
 from timeline.graph.signature import OPS_ONLY_POLICIES
 from timeline.graph.source import ModelSource
@@ -16,9 +17,12 @@ from timeline.graph.tensors import DTYPE_BYTES
 from timeline.pipeline import build_schedule
 from timeline.pipeline.actions import Schedule
 from timeline.placement.devices import StaticDevice, chunk_holders, ep_devices, static_devices
+from timeline.profiles.megatron_cuda_graphs import graph_holds
 from timeline.sim.compiled import CompiledPhase, compile_phase
 from timeline.sim.cost import CostModel
+from timeline.sim.graph_capture import CaptureRules
 from timeline.sim.static_state import DeviceState, StateRules, ddp_of, device_state, step_us
+from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import HardwareSpec, ParallelSpec, RecomputeSpec, ScheduleSpec, TrainingSpec
 
@@ -51,6 +55,17 @@ def boundary_bytes(tr: TrainingSpec, par: ParallelSpec, hidden_size: int) -> int
     sp = par.sp and par.tp > 1  # RunSpec.sp_enabled
     tokens = tr.micro_batch_size * tr.seq_len // par.cp // (par.tp if sp else 1)
     return tokens * hidden_size * DTYPE_BYTES[tr.dtype]
+
+
+def capture_rules_of(graphed: dict[int, GraphedTemplates], tr: TrainingSpec, par: ParallelSpec,
+                     model: ModelSpec, fw: FrameworkSpec, sm: int) -> CaptureRules:
+    """What the graphs of each chunk hold (:mod:`timeline.sim.graph_capture`,
+    :mod:`timeline.profiles.megatron_cuda_graphs`); at pp = 1 Megatron captures one micro-batch
+    (``cuda_graphs.py: TECudaGraphHelper._get_cuda_graph_input_data``@11debfa7b4)."""
+    return CaptureRules(layers={c: g.layers for c, g in graphed.items()},
+                        outputs={c: g.outputs for c, g in graphed.items()},
+                        grad_inputs={c: g.grad_inputs for c, g in graphed.items()},
+                        holds=graph_holds(fw, model, tr, par, sm), one_microbatch=par.pp == 1)
 
 
 def ep_loads(par: ParallelSpec, tr: TrainingSpec, is_moe: bool) -> list[float]:
@@ -153,6 +168,10 @@ class SimPlan:
     p2p_us: float
     step_us: tuple[float, ...]  # per pipeline rank
     iterations: int  # warm-up iterations first, reported ones after
+    #: per load, the CUDA graphs' capture phases and what the graphs hold (:mod:`timeline.sim.graph_capture`);
+    #: empty without CUDA graphs
+    capture: tuple[Compiled, ...] = ()
+    capture_rules: tuple[CaptureRules, ...] = ()
     #: combined 1F1B: the backward's attention nodes run before the forward's mlp
     #: (``[framework] ep_overlap_early_attn_memory_release``, :mod:`timeline.sim.combined`)
     early_attn_release: bool = False
@@ -175,10 +194,19 @@ def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training:
     compiled: list[Compiled] = []
     act: list[dict[int, int]] = []
     classes = chunk_classes(source, schedule.num_chunks) if shared and len(loads) > 1 else {}
+    fw = rules.framework
+    graphs = fw.cuda_graph_impl != "none"
+    capture: list[Compiled] = []
+    capture_rules: list[CaptureRules] = []
     for e, load in enumerate(loads):
         source_e = source if len(loads) == 1 else source.under(routing_skew=load)
         t, c = load_templates(source_e, holder, schedule.num_chunks, cost,
-                              (templates[0], compiled[0], classes) if e and shared else None)
+                              (templates[0], compiled[0], classes) if e and shared and not graphs else None)
+        if graphs:
+            split_t = {ch: split(tc, fw.cuda_graph_scope) for ch, tc in t.items()}
+            c = compile_templates({ch: g.train for ch, g in split_t.items()}, cost)
+            capture.append(compile_templates({ch: g.capture for ch, g in split_t.items()}, cost))
+            capture_rules.append(capture_rules_of(split_t, tr, par, model, fw, rules.sm))
         templates.append(t)
         compiled.append(c)
         act.append({ch: t[ch if ch in t else classes[ch]].activation_bytes for ch in range(schedule.num_chunks)})
@@ -192,4 +220,5 @@ def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training:
                    p2p_us=cost.comm_us(boundary_bytes(tr, par, model.hidden_size), "pp"),
                    step_us=tuple(step_us(tr, par, d, cost) for d in devices[::len(loads)]),
                    iterations=tr.warmup_iterations + tr.iterations,
+                   capture=tuple(capture), capture_rules=tuple(capture_rules),
                    early_attn_release=rules.framework.ep_overlap_early_attn_memory_release)

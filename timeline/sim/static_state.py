@@ -16,6 +16,7 @@ from timeline.placement.devices import StaticDevice
 from timeline.profiles import lifecycle
 from timeline.sim.compiled import CAT_CODE
 from timeline.sim.cost import CostModel
+from timeline.sim.megatron_fsdp import FsdpPlan, fsdp_plan
 from timeline.sim.megatron_state import main_grad_copies, megatron_events
 from timeline.sim.optimizer_step import StepAlloc, step_transients
 from timeline.spec.framework import FrameworkSpec
@@ -62,13 +63,16 @@ class DeviceState:
     """How one device's static state comes into being, known before any time passes: the
     allocations (times as lifecycle points, resolved against the device's spans), or — ``hf``
     without ZeRO, ``per_parameter`` — one tensor per parameter as torch.optim makes them
-    (:mod:`timeline.sim.hf_state`); the bytes each action gathers under ZeRO-3; and the (name,
+    (:mod:`timeline.sim.hf_state`), the allocations then holding only the persistent workspaces; the bytes each action gathers under ZeRO-3; and the (name,
     bytes) every optimizer step allocates until the next iteration starts (Megatron's fp32 copies
     of the main grads, :func:`timeline.sim.megatron_state.main_grad_copies`)."""
 
     allocs: tuple[StaticAlloc, ...]
     per_parameter: bool
     gathered_bytes: int
+    #: Megatron-FSDP's all-gathers and gradient buckets (:func:`timeline.sim.megatron_fsdp.fsdp_plan`, their
+    #: events :mod:`timeline.sim.fsdp_windows`); None: not Megatron-FSDP
+    fsdp: FsdpPlan | None = None
     step_copies: tuple[tuple[str, int], ...] = ()
     #: each chunk keeps its last received input and that input's gradient until its next forward
     #: (the profile's ``Lifecycle.chunk_keeps_input``; :func:`timeline.sim.expand.kept_inputs`)
@@ -82,6 +86,8 @@ class DeviceState:
     #: the output layer's weight gradients wait for the pipeline flush (``[framework] defer_embedding_wgrad``):
     #: how many of an iteration's micro-batches defer (0: all; −1: none; :func:`timeline.sim.expand.head_wgrad_kept`)
     deferred_head_wgrad: int = -1
+    #: the PyTorch version whose torch.optim steps a per-parameter state (``[framework] pytorch``)
+    pytorch: str = FrameworkSpec().pytorch
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,7 +112,7 @@ def device_state(dev: StaticDevice, model: ModelSpec, tr: TrainingSpec, par: Par
     per_param = rules.profile == "hf" and tr.zero == 0 and not rules.traced
     life = lifecycle(rules.profile)
     workspaces: list[StaticAlloc] = []
-    if life.workspaces is not None and not per_param:
+    if life.workspaces is not None:
         holds_head = max(dev.stages) == par.pp * par.vpp - 1
         has_moe = any(t.in_moe for t in dev.tensors)
         workspaces = [(w_at, name, size, CAT_CODE[Category.TEMPORARY], 1) for name, size, _, w_at
@@ -120,12 +126,19 @@ def device_state(dev: StaticDevice, model: ModelSpec, tr: TrainingSpec, par: Par
         copies = main_grad_copies(tr, dev, rules.expert_state_group)
         transients = step_transients(tr, dev, rules.expert_state_group, rules.framework)
     else:
-        allocs = () if per_param else tuple(static_allocs(rules.profile, tr, dev, workspaces))
-    return DeviceState(allocs=allocs, per_parameter=per_param, gathered_bytes=gathered_bytes(rules.profile, tr, dev),
+        # per parameter, the workspaces alone: hf_state makes the rest (expand.device_events)
+        allocs = tuple(a for a in workspaces if a[2] > 0) if per_param else \
+            tuple(static_allocs(rules.profile, tr, dev, workspaces))
+    plan = None
+    if dev.dp_buffers and dev.dp_buffers[0].fsdp and not rules.traced:
+        bucket = ddp_rules(rules.framework, tr, par, tied=model.tie_word_embeddings).bucket_size
+        plan = fsdp_plan(tr, dev, rules.framework, bucket)
+    return DeviceState(allocs=allocs, per_parameter=per_param,
+                       gathered_bytes=0 if plan is not None else gathered_bytes(rules.profile, tr, dev), fsdp=plan,
                        step_copies=copies, step_transients=transients, keeps_input=bool(life.chunk_keeps_input),
                        combined_keeps_node_io=rules.framework.combined_1f1b_keeps_node_io,
                        deferred_head_wgrad=(rules.framework.wgrad_deferral_limit if rules.framework.defer_embedding_wgrad
-                                            and not rules.traced else -1))
+                                            and not rules.traced else -1), pytorch=rules.framework.pytorch)
 
 
 def ddp_of(profile: str, framework: FrameworkSpec, model: ModelSpec, tr: TrainingSpec, par: ParallelSpec, *,

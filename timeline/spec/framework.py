@@ -24,6 +24,11 @@ from timeline.spec.fields import spec_field
 ATTENTION_BACKENDS = ("auto", "flash", "fused", "unfused", "local")
 DISPATCHERS = ("allgather", "alltoall", "flex")
 CP_COMM_TYPES = ("p2p", "a2a", "a2a+p2p")
+#: Megatron-FSDP's --data-parallel-sharding-strategy values (MC/distributed/fsdp/src/megatron_fsdp/
+#: param_and_grad_buffer.py: ParamAndGradBuffer._init_each_parameter_group_buffers)
+FSDP_STRATEGIES = ("no_shard", "optim", "optim_grads", "optim_grads_params")
+CUDA_GRAPH_IMPLS = ("none", "transformer_engine")
+CUDA_GRAPH_SCOPES = ("attn", "full")
 LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 #: the Adam Megatron-Core's optimizer module imports first that is installed (``[framework] optimizer_impl``)
 OPTIMIZER_IMPLS = ("te_fused", "apex_fused", "torch_foreach")
@@ -120,6 +125,25 @@ class FrameworkSpec:
     tp_comm_overlap: bool = spec_field(False, doc=(
         "--tp-comm-overlap: TE's userbuffers (outside PyTorch's allocator) and the cuBLAS workspace of their "
         "GEMMs (three workspaces; TE ≥ 2.10 keeps the plain one beside them); the overlap itself is not simulated"))
+    fsdp_sharding: str = spec_field("", choices=("",) + FSDP_STRATEGIES, doc=(
+        "--use-megatron-fsdp (--use-custom-fsdp) with --data-parallel-sharding-strategy: Megatron-FSDP's "
+        "parameter groups per FSDP unit, sharded over dp·cp (experts over the expert-DP group); '' = Megatron's DDP "
+        "buffers"))
+    megatron_fsdp_package: bool = spec_field(True, doc=(
+        "Megatron-FSDP as the megatron_fsdp package (Megatron-LM from af28b5a559, 2025-08-21; Megatron-Core 0.14.0): "
+        "all-gathers prefetch up to 500M elements beyond the requested FSDP unit, the gradient reduce-scatter queue "
+        "holds up to 1B, and each step's start_param_sync gathers the first parameter group with that prefetch; "
+        "false: the custom_fsdp module before it (prefetch and queue two units' worth, the step gathers the first "
+        "group alone)"))
+    log_params_norm: bool = spec_field(False, doc=(
+        "--log-params-norm: calc_params_l2_norm after each step; under the megatron_fsdp package it first releases "
+        "every gathered parameter group (stop_communication), before Megatron logs its memory"))
+    cuda_graph_impl: str = spec_field("none", choices=CUDA_GRAPH_IMPLS, doc=(
+        "--cuda-graph-impl (--external-cuda-graph: transformer_engine): TE's make_graphed_callables captures each "
+        "decoder layer's graphed part per micro-batch into one private memory pool before iteration 1"))
+    cuda_graph_scope: str = spec_field("full", choices=CUDA_GRAPH_SCOPES, doc=(
+        "--cuda-graph-scope / --cuda-graph-modules under the transformer_engine impl: full (the whole decoder "
+        "layer, Megatron's default) or attn (input norm, self-attention, its residual add)"))
     layer_wise_layout: str = spec_field("padded", choices=("padded", "compact"), doc=(
         "Muon's layer-wise optimizer in the distributed optimizer's buffers (training.muon_layer_wise, zero = 1): "
         "padded (Megatron-Core 0.18.0 on: Muon's matrices packed whole into padded shards), compact (Megatron-LM's "

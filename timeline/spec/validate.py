@@ -16,6 +16,7 @@ from typing import Protocol
 
 from timeline.spec.arch_rules import architecture_problems, architecture_run_problems
 from timeline.spec.cp_rules import cp_comm_problems
+from timeline.spec.cuda_graph_rules import cuda_graph_problems
 from timeline.spec.fp8_rules import fp8_problems
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.legacy_rules import legacy_problems
@@ -45,6 +46,8 @@ class ProfileLimits(Protocol):
     def squared_relu(self) -> bool: ...
     @property
     def reads_framework(self) -> bool: ...
+    @property
+    def framework_keys(self) -> tuple[str, ...]: ...
 
 
 def _divisors(n: int, limit: int = 12) -> str:
@@ -235,6 +238,15 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
         add(("training.zero", f"zero = {tr.zero} is not available with profile = \"{run.profile}\" "
              f"({life.zero_note}); use zero = {' or '.join(map(str, range(life.max_zero + 1)))}, or "
              f"profile = \"{life.instead}\""))
+    if run.framework.fsdp_sharding and tr.zero != 1:
+        # Megatron-LM d98e8a64dd arguments.py: validate_args — Megatron-FSDP v1 sets --use-distributed-optimizer
+        add(("framework.fsdp_sharding", "Megatron-FSDP runs its parameter groups under the distributed optimizer; "
+             "set training.zero = 1"))
+    if run.framework.fsdp_sharding and (tr.optimizer == "muon" or tr.precision_aware):
+        # arguments.py: validate_args rejects Muon under Megatron-FSDP (693587db5a on); TE's FusedAdam holding the
+        # masters of its shards is not modelled (timeline.sim.megatron_fsdp keeps them in its main-weight buffers)
+        add(("framework.fsdp_sharding", "Megatron-FSDP is modelled with Adam or SGD and fp32 masters of its own; "
+             "use optimizer = \"adam\" or \"sgd\" without precision_aware, or drop fsdp_sharding"))
     problems += optimizer_problems(tr, run.profile, traced=run.trace is not None)
     if life is not None and life.single_device:
         for key in MODEL_PARALLEL_KEYS:
@@ -302,6 +314,8 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
     problems += legacy_problems(fw, m, par)
     problems += architecture_run_problems(m, run.profile, run.trace is not None, par, tr, fw)
     problems += fp8_problems(run.training, run.framework, reads_framework=life is not None and life.reads_framework)
+    problems += cuda_graph_problems(fw, m, profile=run.profile, rc=run.recompute, sched=run.schedule,
+                                    expandable_segments=run.allocator.expandable_segments)
     if fw.optimizer_impl != "te_fused" and life is not None and life.reads_framework:  # no TE (its Adam is first)
         if fw.transformer_impl == "transformer_engine":
             add(("framework.optimizer_impl", f'"{fw.optimizer_impl}" means Transformer Engine is not installed, '
@@ -315,10 +329,12 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
              "pipeline flush only with pp > 1 and gradient_accumulation_fusion"))
     if not (life is not None and life.reads_framework):
         default = FrameworkSpec()
+        kept = life.framework_keys if life is not None else ()
         for f in dataclasses.fields(FrameworkSpec):
-            if getattr(run.framework, f.name) != getattr(default, f.name):
-                add((f"framework.{f.name}", 'only the megatron profile reads [framework]; remove it or set '
-                     'profile = "megatron"'))
+            if f.name not in kept and getattr(run.framework, f.name) != getattr(default, f.name):
+                also = f" (profile {run.profile!r} reads only {', '.join(kept)})" if kept else ""
+                add((f"framework.{f.name}", 'only the megatron profile reads [framework]' + also + '; remove it '
+                     'or set profile = "megatron"'))
 
     # -- hardware -----------------------------------------------------------------------------
     hw = run.hardware

@@ -8,8 +8,8 @@ built parameters, for the op builders.
 
 Forward ops (:func:`forward`): MHA/GQA (QKV projection, RoPE, core attention, output projection) and the
 core attention shared with MLA — eager (scores, softmax, dropout, attention over V), flash, or
-torch SDPA as CUDA dispatches it (``sdpa``: flash, else memory-efficient), as the profile's table
-says. Context parallelism: each rank holds ``s/cp`` queries and receives the other ranks' K/V
+torch SDPA as CUDA dispatches it (``sdpa``: cuDNN, flash or memory-efficient, :mod:`timeline.graph.families.sdpa`),
+as the profile's table says. Context parallelism: each rank holds ``s/cp`` queries and receives the other ranks' K/V
 chunks in a ring (a ``comm`` buffer of two chunks in flight). Under a table with ``rope_cache``
 the RoPE cos/sin are built once per chunk (:func:`rope_cache`) and every RoPE op reads them.
 TE's FlashAttention backend (``flash_bwd`` in the table) gives the op the flash-attn 2 backward's
@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import bert, cp_a2a, flash_bwd, norm
+from timeline.graph.families import bert, cp_a2a, flash_bwd, norm, sdpa
 from timeline.graph.families.common import NONE, Tags, row_linear, sp_gather
 from timeline.graph.families.sinks import eager_sink_attention
 from timeline.graph.ir import Builder
@@ -127,7 +127,7 @@ def _attend(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, lay
         return eager_sink_attention(b, name, q, k, v, layer, heads, qk_dim)
     ctx = b.tensor(f"{name}.out", (rows, heads * v_dim))
     if b.table.attention == "sdpa":
-        return _sdpa(b, name, q, k, v, ctx, layer, heads, qk_dim, v_dim)
+        return sdpa.forward(b, name, q, k, v, ctx, layer, heads, qk_dim, v_dim, CORE)
     if b.table.attention == "flash":
         # softmax statistics [b, h, s_q, 1] fp32 and the philox rng_state [seed, offset] (uint64)
         extras = {"lse": b.tensor(f"{name}.softmax_lse", (d.b, heads, sq), "fp32"),
@@ -164,7 +164,9 @@ def _attend(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, lay
          flops=2.0 * d.b * heads * sq * sk * qk_dim, tags=CORE)
     fp32 = b.table.softmax_fp32 and d.dtype != "fp32"
     probs = b.tensor(f"{name}.softmax", shape, "fp32" if fp32 else None)
-    b.op(f"{name}.softmax_op", "softmax", layer, {"x": scores, **({"_mask": masks["mask"]} if masks else {})},
+    rule = "te_fused_softmax" if b.table.te_softmax and te_softmax_kernel(d.dtype, d.b, heads, sq, sk) \
+        else "softmax"
+    b.op(f"{name}.softmax_op", rule, layer, {"x": scores, **({"_mask": masks["mask"]} if masks else {})},
          {"y": probs}, flops=5.0 * d.b * heads * sq * sk, tags=CORE)
     if fp32:  # probs.half() / .bfloat16() after the fp32 softmax
         cast = b.tensor(f"{name}.softmax_cast", shape)
@@ -187,6 +189,20 @@ def _attend(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, lay
     return ctx
 
 
+def te_softmax_kernel(dtype: str, b: int, heads: int, sq: int, sk: int) -> bool:
+    """Whether TE's FusedScaleMaskSoftmax runs its fused kernel on ``[b, heads, sq, sk]`` scores under the causal
+    mask Megatron gives (``NVIDIA/TransformerEngine@v2.2…release_v2.18: softmax.py:
+    FusedScaleMaskSoftmax.is_kernel_available``, unchanged over those releases: 16-bit scores,
+    16 < sk < 16384, sk % 8 == 0, sq > 1, sq == sk for the causal type, sq % 4 == 0, b·heads % 4 == 0 and sq a
+    multiple of ``get_batch_per_block(sk)``: THREADS_PER_BLOCK 128 over min(next power of two ≥ sk, 32)
+    threads a warp, two rows a warp up to 128 columns); otherwise it runs torch's softmax."""
+    if dtype not in ("bf16", "fp16") or not 16 < sk < 16384 or sk % 8 or sq == 1 or sq != sk:
+        return False
+    pow2 = 1 << (sk - 1).bit_length()
+    per_block = (128 // min(pow2, 32)) * (2 if pow2 <= 128 else 1)
+    return sq % 4 == 0 and (b * heads) % 4 == 0 and sq % per_block == 0
+
+
 def flash_copies(b: Builder) -> bool:
     """Whether TE's FlashAttention backend runs on Megatron's sbhd tensors and converts them to and from
     bshd (``NVIDIA/TransformerEngine@release_v2.14:transformer_engine/pytorch/attention/dot_product_attention/
@@ -202,34 +218,6 @@ def _contiguous(b: Builder, name: str, layer: int, xs: dict[str, TensorDef],
     outs = {k: b.tensor(f"{name}.{k}", (shapes or {}).get(k, x.shape), x.dtype) for k, x in xs.items()}
     b.op(name, "copy", layer, xs, outs, tags=tags)
     return tuple(outs.values())
-
-
-def sdpa_flash(b: Builder, qk_dim: int, v_dim: int) -> bool:
-    """Whether CUDA SDPA (no mask) runs the flash kernel: equal head dims ≤ 256, 16-bit inputs."""
-    return qk_dim == v_dim <= 256 and b.dims.dtype in ("bf16", "fp16")
-
-
-def _sdpa(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, ctx: TensorDef, layer: int,
-          heads: int, qk_dim: int, v_dim: int) -> TensorDef:
-    """torch SDPA on CUDA (one device, no mask): the flash kernel for equal head dims ≤ 256 in 16 bits,
-    taking GQA's k/v at kv-head width; else the memory-efficient kernel, whose log-sum-exp is
-    padded to 32 queries, with k/v expanded to every head (HF ``repeat_kv``)."""
-    d = b.dims
-    flash = sdpa_flash(b, qk_dim, v_dim)
-    rows = q.shape[0]
-    if not flash and k.shape[1] < heads * qk_dim:
-        ke, ve = b.tensor(f"{name}.k_expanded", (rows, heads * qk_dim)), b.tensor(f"{name}.v_expanded",
-                                                                                    (rows, heads * v_dim))
-        b.op(f"{name}.repeat_kv", "copy", layer, {"k": k, "v": v}, {"k": ke, "v": ve}, tags=CORE)
-        k, v = ke, ve
-    seq = d.s_local if flash else -(-d.s_local // 32) * 32
-    extras = {"lse": b.tensor(f"{name}.softmax_lse", (d.b, heads, seq), "fp32")}
-    # philox RNG state: flash returns rng_state (2 × uint64) and an unused scalar, efficient seed and offset
-    for slot, n in (("rng_state", 2), ("rng_unused", 1)) if flash else (("philox_seed", 1), ("philox_offset", 1)):
-        extras[slot] = b.tensor(f"{name}.{slot}", (n,), "int64")
-    f = 2.0 * d.b * heads * d.s_local * d.s * (qk_dim + v_dim)
-    b.op(name, "flash_attn", layer, {"q": q, "k": k, "v": v}, {"y": ctx}, extras=extras, flops=f, tags=CORE)
-    return ctx
 
 
 def rope_cache(b: Builder) -> None:

@@ -16,7 +16,7 @@ up projections W^UQ/W^QR and W^UK/W^UV, RoPE, core attention and W^O follow. Und
 keeps them sequence-parallel and all-gathers before the up projections (``mla_latent_sp``).
 The latent norms, up projections and RoPE form the ``mla_up_proj`` recompute module. Under a table
 with ``mla_kv_views`` (HF ``DeepseekV3Attention``) V is a view of the kv up-projection's output
-(RoPE builds only the query and key) and a flash-kernel attention output is copied before W^O.
+(RoPE builds only the query and key) and a cuDNN or flash attention output is copied before W^O.
 Under ``mla_kv_combined`` (Megatron ``MLASelfAttention``) the kv down projection is one tensor
 whose kv part the latent norm keeps (so the whole tensor stays), and k_pe is copied and gathered
 before the ``mla_up_proj`` checkpoint, which keeps the gathered copy as its input.
@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import norm
-from timeline.graph.families.attention import core_attention, rope_inputs, sdpa_flash
+from timeline.graph.families import norm, sdpa
+from timeline.graph.families.attention import core_attention, rope_inputs
 from timeline.graph.families.common import all_gather, linear, row_linear, sp_gather
 from timeline.graph.ir import Builder
 from timeline.graph.tensors import TensorDef, param
@@ -114,8 +114,8 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     b.op(f"{p}.rope", "rope", layer, {"q": q_raw, "kv": kv, "k_pe": k_pe_full, **rope_inputs(b)}, outs,
          flops=3.0 * full_rows * nh * d_hr * 2, tags=UP)
     ctx = core_attention(b, p, q, k, v, layer, nh, d_h + d_hr, d_v)
-    if views and sdpa_flash(b, d_h + d_hr, d_v):  # flash output inherits the cat query's layout, so
-        # transpose(1, 2).contiguous() copies it (the efficient kernel's output is already (b, s, a, d))
+    if views and sdpa.output_like_query(b, d_h + d_hr, d_v):  # a cuDNN or flash output inherits the cat
+        # query's layout, so transpose(1, 2).contiguous() copies it (the efficient kernel's is (b, s, a, d))
         copy = b.tensor(f"{p}.core_attn.out_contiguous", ctx.shape)
         b.op(f"{p}.core_attn.contiguous", "copy", layer, {"x": ctx}, {"y": copy})
         ctx = copy

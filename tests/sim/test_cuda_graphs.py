@@ -1,0 +1,132 @@
+"""Megatron's per-layer CUDA graphs (``[framework] cuda_graph_impl = "transformer_engine"``): what one captured
+layer holds, from its shapes (:mod:`timeline.sim.graph_capture`, :mod:`timeline.profiles.megatron_cuda_graphs`).
+
+The tiny layer: hidden 256, 8 heads, s = 128, b = 1, bf16, TE's unfused attention (PyTorch GEMMs inside the
+graph), H800 (compute capability 9.0: PyTorch ≤ 2.11 gives it 32 MiB cuBLAS workspaces)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers_run import tiny_run
+
+from timeline.profiles import LIMITS
+from timeline.result.build import build_timeline
+from timeline.sim.graph_capture import GRAPH_POOL, TE_WARMUP
+from timeline.spec.validate import validate_run
+
+S, B, H = 128, 1, 256
+HIDDEN = S * B * H * 2  # a [s, b, h] bf16 tensor: the sample input, a static output, grad output or grad input
+MASK = B * S * S  # the sample attention_mask [b, 1, s, s], one byte an element
+WORKSPACE = 4096 * 8 * 1024  # CUBLAS_WORKSPACE_CONFIG's default on sm 9.0 (:4096:8)
+VERSIONS = {"transformer_engine": "2.9", "megatron_core": "0.16.0", "pytorch": "2.9"}
+GRAPHS = {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": "attn", "attention_backend": "unfused"}
+
+
+def _steady(tl, d: int = 0) -> int:
+    """Allocated bytes after iteration 1's step (the capture belongs to iteration 1)."""
+    return int(tl.memory[d].block_bytes[tl.event_iterations(d) <= 0].sum())
+
+
+def _named(tl, d: int, prefix: str) -> list[tuple[int, int, int, str]]:
+    ev = tl.events(d)
+    return [(int(ev.sign[i]), int(ev.size[i]), int(ev.stream[i]), tl.names[ev.tensor[i]])
+            for i in range(len(ev.t_us)) if tl.names[ev.tensor[i]].startswith(prefix)]
+
+
+def test_one_captured_layer_holds_its_sample_grad_buffers_and_four_cublas_workspaces():
+    eager = build_timeline(tiny_run(pp=1, layers=1, attention_backend="unfused", **VERSIONS))
+    graphed = build_timeline(tiny_run(pp=1, layers=1, **GRAPHS, **VERSIONS))
+    # the sample hidden states and mask, one static grad output (shared), the last graph's static grad input
+    # (TE weak-refs the rest), the warm-up's and the capture's forward and backward cuBLAS workspaces
+    assert _steady(graphed) - _steady(eager) == HIDDEN + MASK + HIDDEN + HIDDEN + 4 * WORKSPACE
+    assert _named(graphed, 0, "cuda_graph.") == [
+        (1, HIDDEN, 0, "cuda_graph.sample.layers.0.hidden_states"),
+        (1, MASK, 0, "cuda_graph.sample.layers.0.attention_mask"),
+        (1, HIDDEN, 0, "cuda_graph.static_grad_output.layers.0")]
+    assert _named(graphed, 0, "workspace.torch_cublas_graph") == [
+        (1, WORKSPACE, TE_WARMUP, "workspace.torch_cublas_graph_warmup_forward"),
+        (1, WORKSPACE, TE_WARMUP, "workspace.torch_cublas_graph_warmup_backward"),
+        (1, WORKSPACE, GRAPH_POOL, "workspace.torch_cublas_graph_capture_forward"),
+        (1, WORKSPACE, GRAPH_POOL, "workspace.torch_cublas_graph_capture_backward")]
+
+
+def test_the_capture_allocates_in_the_private_pool_and_a_replay_allocates_nothing():
+    tl = build_timeline(tiny_run(pp=1, layers=1, **GRAPHS, **VERSIONS))
+    ev = tl.events(0)
+    pool = [tl.names[ev.tensor[i]] for i in np.flatnonzero((ev.stream == GRAPH_POOL) & (ev.sign > 0))]
+    # the s² scores and probabilities of the captured attention, its static output and the grad of its input
+    scores = S * S * 8 * B * 2
+    sizes = {tl.names[ev.tensor[i]]: int(ev.size[i]) for i in np.flatnonzero(ev.stream == GRAPH_POOL)}
+    assert sizes["cuda_graph:layers.0.self_attn.core_attn.scores"] == scores
+    assert sizes["cuda_graph:layers.0.self_attn.core_attn.softmax"] == scores
+    assert sizes["cuda_graph:layers.0.attn_residual.out"] == HIDDEN
+    assert sizes["cuda_graph:grad:embedding.out"] == HIDDEN
+    # TE's fused softmax writes the scores' gradient into the probabilities': no gradient of the scores
+    assert "cuda_graph:grad:layers.0.self_attn.core_attn.scores" not in pool
+    # in training the attention part allocates nothing; the eager MLP still does
+    replayed = {tl.names[ev.tensor[i]] for i in np.flatnonzero((ev.sign > 0) & (ev.action >= 0))}
+    assert not [n for n in replayed if n.startswith("layers.0.self_attn") or n.startswith("grad:layers.0.self_attn")]
+    assert any(n.startswith("layers.0.mlp") for n in replayed)
+    # the pool keeps its blocks after the capture: reserved, only the capture-stream workspaces and the last
+    # grad input allocated
+    live = [(s.size, [(b[1], b[3]) for b in s.blocks]) for s in tl.memory[0].end_segments if s.stream == GRAPH_POOL]
+    allocated = sorted(size for _, blocks in live for size, state in blocks if state == "active_allocated")
+    assert allocated == [HIDDEN, WORKSPACE, WORKSPACE]
+    assert sum(size for size, _ in live) > sum(allocated)
+
+
+def test_without_buffer_reuse_every_graph_keeps_its_inputs_outputs_and_gradients():
+    """TE 2.5: Megatron passes no _reuse_graph_input_output_buffers, so the graph keeps its static output
+    and grad input too (and its own grad output, one graph here)."""
+    old = {"transformer_engine": "2.5", "megatron_core": "0.14.0rc2", "pytorch": "2.8"}
+    eager = build_timeline(tiny_run(pp=1, layers=1, attention_backend="unfused", **old))
+    graphed = build_timeline(tiny_run(pp=1, layers=1, **GRAPHS, **old))
+    assert _steady(graphed) - _steady(eager) == HIDDEN + MASK + 3 * HIDDEN + 4 * WORKSPACE
+
+
+@pytest.mark.parametrize("megatron_core,made,dropped,last", [("0.16.0", 2, 0, (1, 0)), ("0.15.0rc8", 4, 2, (4, 3))])
+def test_pipelined_graphs_share_the_samples_of_finished_backwards(megatron_core, made, dropped, last):
+    """pp 2, 4 micro-batches, rank 0: capture order F0 F1 B0 F2 B1 F3 B2 B3 (one warm-up forward), so two
+    samples serve the four graphs. From Megatron-LM 94b47593f9 (core 0.16) Megatron makes just those two; before,
+    it made four and TE's reorganisation dropped the two it replaced."""
+    tl = build_timeline(tiny_run(pp=2, **GRAPHS, **(VERSIONS | {"megatron_core": megatron_core})))
+    events = _named(tl, 0, "cuda_graph.sample.layers.0.hidden_states")
+    assert [e[0] for e in events].count(1) == made and [e[0] for e in events].count(-1) == dropped
+    signs = [e[0] for e in _named(tl, 1, "cuda_graph.sample.layers.1.hidden_states")]
+    assert (signs.count(1), signs.count(-1)) == last  # F0 B0 F1 B1 …: one sample serves the last rank
+
+
+def test_without_pipeline_parallelism_one_micro_batch_is_captured():
+    tl = build_timeline(tiny_run(pp=1, layers=1, num_microbatches=4, **GRAPHS, **VERSIONS))
+    ev = tl.events(0)
+    captured = {int(ev.microbatch[i]) for i in np.flatnonzero(ev.stream == GRAPH_POOL) if ev.microbatch[i] >= 0}
+    assert captured == {0}
+
+
+@pytest.mark.parametrize("override,key", [
+    ({"mtp_layers": 1}, "model.mtp_layers"),
+    ({"expandable_segments": True}, "allocator.expandable_segments"),
+    ({"transformer_impl": "local"}, "framework.cuda_graph_impl"),
+])
+def test_what_the_graphs_cannot_be_modelled_with_is_refused_by_key(override, key):
+    from dataclasses import replace
+
+    from helpers_run import TINY_MODEL
+    run = tiny_run(pp=1, layers=1, **GRAPHS, **VERSIONS, **{k: v for k, v in override.items() if k != "mtp_layers"},
+                   **({"model": replace(TINY_MODEL, num_hidden_layers=1, mtp_layers=1)}
+                      if "mtp_layers" in override else {}))
+    assert key in {k for k, _ in validate_run(run, LIMITS)}
+
+
+def test_a_whole_moe_layer_in_a_graph_is_refused():
+    from dataclasses import replace
+
+    from helpers_run import TINY_MODEL
+    moe = replace(TINY_MODEL, num_hidden_layers=1, n_routed_experts=4, num_experts_per_tok=2,
+                  moe_intermediate_size=128)
+    problems = dict(validate_run(tiny_run(pp=1, model=moe, **(GRAPHS | {"cuda_graph_scope": "full"}), **VERSIONS),
+                                 LIMITS))
+    assert "drop-and-pad routing" in problems["framework.cuda_graph_scope"]
+    assert "framework.cuda_graph_scope" not in dict(validate_run(tiny_run(pp=1, model=moe, **GRAPHS, **VERSIONS),
+                                                                 LIMITS))
