@@ -223,7 +223,10 @@ def expressible_note(family: str, config: dict | None, tag: dict[str, Any]) -> s
 #: the CUDA-graph kind: modelled for TE's per-layer graphs of the whole layer or its attention
 #: (timeline/sim/graph_capture.py), narrowed by :func:`note_now` to what stays refused
 CUDA_GRAPHS = "CUDA graphs (graph memory pools)"
-MODELLED_NOTES = ("Mamba/hybrid model",  # hybrid Mamba models (pretrain_mamba.py's MambaModel) are modelled:
+MODELLED_NOTES = ("BERT encoder model",  # Megatron-Core's BertModel (pretrain_bert.py) is modelled:
+                  # timeline/graph/families/bert.py, timeline/io/megatron_bert.py (the legacy BertModel, TE's fused
+                  # or flash attention under its padding mask, context parallelism refused)
+                  "Mamba/hybrid model",  # hybrid Mamba models (pretrain_mamba.py's MambaModel) are modelled:
                   # timeline/graph/families/mamba.py, timeline/io/megatron_hybrid.py (context parallelism refused)
                   "fp8/fp4 training",  # FP8 (delayed, tensorwise) is modelled; from-megatron refuses FP4 and the
                   # other FP8 recipes by name (timeline/io/megatron_map.py: fp8_training)

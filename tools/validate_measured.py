@@ -446,11 +446,13 @@ def gpu_of(record: dict) -> str:
 
 
 def family(record: dict) -> str:
-    """dense | moe, with "inferred world size" and "lts image" (the CI's lts container) where they hold."""
+    """dense | moe | bert (Megatron's BertModel, reported apart), with "inferred world size" and "lts image" (the
+    CI's lts container) where they hold."""
+    bert = (record.get("model_family") or record.get("family_dir")) == "bert"
     moe = bool(record["model_args"].get("--num-experts"))
     tags = [tag for tag, on in (("inferred world size", bool(record["parallel"].get("world_size_inferred"))),
                                 ("lts image", is_lts(record))) if on]
-    return f"{'moe' if moe else 'dense'}{' (' + ', '.join(tags) + ')' if tags else ''}"
+    return f"{'bert' if bert else 'moe' if moe else 'dense'}{' (' + ', '.join(tags) + ')' if tags else ''}"
 
 
 def steady_after_first(tl: Timeline, d: int) -> int:
@@ -468,6 +470,10 @@ def world_size_candidates(record: dict) -> list[int]:
     """The published world size; for an inferred one the dataset's choice, then its other candidates
     (``world_size_inference``) by the |residual| it ranked them with."""
     par = record["parallel"]
+    if par.get("world_size") is None:  # a family the dataset inferred none for (bert/bert_release)
+        from timeline.errors import UserError
+
+        raise UserError("world size unknown: neither published by a CI recipe nor inferred")
     first = int(par["world_size"])
     if not par.get("world_size_inferred"):
         return [first]

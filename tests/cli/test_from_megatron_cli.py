@@ -86,11 +86,11 @@ def test_bad_input_is_one_error_line_and_nothing_written(tmp_path, capsys):
 
 
 def test_refuses_a_family_named_by_its_folder(tmp_path, capsys):
-    path = tmp_path / "test_cases" / "bert" / "case" / "model_config.yaml"
+    path = tmp_path / "test_cases" / "t5" / "case" / "model_config.yaml"
     path.parent.mkdir(parents=True)
     path.write_text(yaml.safe_dump({"MODEL_ARGS": ARGS}))
     assert main(["from-megatron", str(path), "--world-size", "8"]) == 2
-    assert "BERT" in capsys.readouterr().err
+    assert "T5" in capsys.readouterr().err
 
 
 def test_existing_output_needs_force(tmp_path, capsys):

@@ -33,6 +33,10 @@ DENSE_WORST_PCT = 2.0
 # twin −1.04 %, +6.5 MiB steady; the param_layout_1node twin, of an inferred world size, −1.46 %, −2.5 MiB steady);
 # before it +0.84 %, the a2a-overlap case without combined 1F1B
 MOE_WORST_PCT = 1.5
+# BERT (Megatron's BertModel, since graph/families/bert.py), its own family: worst today −2.23 %, bert_mcore_tp4_pp1
+# (H100, TE 2.12), 69.5 MiB short at the loss with its steady state within 1 MiB; tp 1 within 0.3 %, tp 2 −1.7 %
+# (the shortfall grows with tp, unexplained)
+BERT_WORST_PCT = 2.5
 
 
 #: steady state after iteration 1 against measured allocated_bytes_first_iter, cases with a published world size
@@ -66,7 +70,11 @@ def test_all_configs_read_expressible_convert_others_refused_by_name():
         fam = r["family_dir"]
         margs = from_mapping(r["model_args"], r.get("env"), family=fam, family_source=f"the path test_cases/{fam}/")
         world = r["parallel"]["world_size"] or 8
-        if not tool.note_now(r):  # the note's kinds modelled now (optimizers, resumed runs) convert
+        if not tool.note_now(r):  # the note's kinds modelled now (optimizers, resumed runs, BERT) convert
+            if r["parallel"]["world_size"] is None:  # bert_release: the dataset inferred no world size for BERT
+                with pytest.raises(UserError, match="world size unknown"):
+                    tool.convert_at_world_size(r, margs)
+                continue
             tool.convert_at_world_size(r, margs)
             continue
         with pytest.raises(UserError) as exc:
@@ -78,11 +86,12 @@ def test_all_configs_read_expressible_convert_others_refused_by_name():
 
 def test_expressible_cases_simulate(rows):
     simulated, failed = rows
-    assert failed == []
+    assert [name for name, _ in failed] == ["bert/bert_release", "bert/bert_release_sm"]  # world size unknown
     # 3 hybrid (Mamba) cases since graph/families/mamba.py, 5 Muon cases since graph/optim_state.py, the attn-scope
     # CUDA-graph MoE case since sim/graph_capture.py (its per-module-scope sibling stays noted: megatron_case_record),
-    # the two Megatron-FSDP gpt3 zp_z3 fsdp_dtensor goldens since graph/fsdp_buffers.py
-    assert len(simulated) == 123
+    # the two Megatron-FSDP gpt3 zp_z3 fsdp_dtensor goldens since graph/fsdp_buffers.py, 3 BERT cases since
+    # graph/families/bert.py
+    assert len(simulated) == 126
 
 
 def test_an_inferred_world_size_megatron_s_schedule_refuses_falls_to_the_next_candidate(rows):
@@ -99,19 +108,20 @@ def test_an_inferred_world_size_megatron_s_schedule_refuses_falls_to_the_next_ca
     text = _tool().table(rows[0])
     assert "not compared: gpt/gpt3_15b_8t_release_sm_gb200" in text
     all_line = next(line for line in text.splitlines() if line.startswith("all "))
-    assert "n=122" in all_line  # the copy is left out of every statistic
+    assert "n=125" in all_line  # the copy is left out of every statistic
 
 
 def test_peak_allocated_within_the_bands_reached(rows):
     simulated, _ = rows
     published = [r for r in simulated if "inferred" not in r["family"]]
     # 3 hybrid (Mamba) cases, 3 Muon cases (the two param_layout Muon cases have an inferred world size), 1 CUDA-graph,
-    # the two Megatron-FSDP fsdp_dtensor goldens
-    assert len(published) == 81
+    # the two Megatron-FSDP fsdp_dtensor goldens, 3 BERT
+    assert len(published) == 84
     errors = [abs(r["error_pct"]) for r in published]
     assert statistics.median(errors) <= MEDIAN_PCT
     for r in published:
-        band = MOE_WORST_PCT if r["family"].startswith("moe") else DENSE_WORST_PCT
+        band = MOE_WORST_PCT if r["family"].startswith("moe") else BERT_WORST_PCT if r["family"] == "bert" \
+            else DENSE_WORST_PCT
         assert abs(r["error_pct"]) <= band, (r["name"], r["error_pct"])
 
 
@@ -188,13 +198,13 @@ def test_steady_state_within_the_bands_reached(rows):
     last stage also each chunk's last received input and its gradient."""
     published = [r for r in rows[0] if "inferred" not in r["family"] and r["steady_measured"] is not None]
     # 3 hybrid (Mamba) cases, 3 Muon cases (the two param_layout Muon cases have an inferred world size), 1 CUDA-graph,
-    # the two Megatron-FSDP fsdp_dtensor goldens
-    assert len(published) == 81
+    # the two Megatron-FSDP fsdp_dtensor goldens, 3 BERT
+    assert len(published) == 84
     pp1 = [abs(r["steady_predicted"] - r["steady_measured"]) / 2**20 for r in published if r["pp"] == 1]
     assert statistics.median(pp1) <= STEADY_PP1_MEDIAN_MIB
     pipelined = [abs(r["steady_predicted"] - r["steady_measured"]) / 2**20 for r in published if r["pp"] > 1]
-    # + the pp2 vpp2 hybrid, the pp2 vpp4 CUDA-graph case
-    assert len(pipelined) == 38 and statistics.median(pipelined) <= STEADY_PP_MEDIAN_MIB
+    # + the pp2 vpp2 hybrid, the pp2 vpp4 CUDA-graph case, the BERT pp 2 and pp 4 × vpp 3 cases
+    assert len(pipelined) == 40 and statistics.median(pipelined) <= STEADY_PP_MEDIAN_MIB
     for r in published:
         pct = 100.0 * abs(r["steady_predicted"] - r["steady_measured"]) / r["steady_measured"]
         assert pct <= STEADY_WORST_PCT, (r["name"], pct)

@@ -22,7 +22,7 @@ from timeline.graph.analysis import Analysis, analyse
 from timeline.graph.backward import Unit, place_frees, split_sides, to_op, unit_cost, unit_list
 from timeline.graph.build import Node, chunk_layers, chunk_nodes, mtp_chunk
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import attention, batch, decoder, embedding, fp8, head, mtp, norm, sinks
+from timeline.graph.families import attention, batch, bert, decoder, embedding, fp8, head, mtp, norm, sinks
 from timeline.graph.ir import Builder, Dims, FOp
 from timeline.graph.ops import ChunkTemplate, Op, OpCost, SavedTensor
 from timeline.graph.recompute import recompute_regions
@@ -58,7 +58,9 @@ def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int,
         # megatron/core/utils.py: get_batch_on_this_tp_rank keeps every field where mtp_on_this_rank
         saved = "both" if last == 0 or (chunk == at and m.mtp_layers) else "first" if chunk == 0 else "last"
     loaded = batch.load(b, b.table.dataloader_batch == "mask", saved) \
-        if b.table.dataloader_batch != "none" and chunk in (0, last, at) else {}
+        if b.table.dataloader_batch != "none" and chunk in (0, last, at) and m.architecture == "gpt" else {}
+    if b.table.dataloader_batch != "none" and m.architecture == "bert":  # pretrain_bert.py: every stage
+        loaded = bert.load_batch(b)
     if chunk == 0:
         x = embedding.forward(b, "embedding", None)
     if b.table.rope_cache and m.position_embedding == "rope":
@@ -68,7 +70,9 @@ def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int,
     for i in ranges[chunk]:
         x = decoder.forward(b, i, f"layers.{i}", x, moe=m.is_moe_layer(i))
     mtps = [n.layer - m.num_hidden_layers for n in nodes if n.kind == "mtp" and n.layer is not None]
-    if chunk == last and at == last:
+    if chunk == last and m.architecture == "bert":
+        bert.head_forward(b, x)
+    elif chunk == last and at == last:
         head.forward(b, "output", "final_norm", x, None)
         for k in mtps:  # the MTP modules the parameter graph holds
             mtp.forward(b, k, x)

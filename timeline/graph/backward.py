@@ -108,8 +108,10 @@ def _wgrad_transients(op: FOp, wgrad: str) -> list[TensorDef]:
 
 
 def _linear_wgrad(op: FOp, wgrad: str) -> TensorDef | None:
-    """The fresh weight gradient a "linear" op's W returns under ``wgrad`` ("all" | "head")."""
-    if op.rule not in ("linear", "fp8_linear") or wgrad == "none" or (wgrad == "head" and not op.name.endswith("output_layer")):
+    """The fresh weight gradient a "linear" op's W returns under ``wgrad`` ("all" | "head"); a plain
+    ``torch.nn.Linear``'s ("torch_linear") always."""
+    if op.rule != "torch_linear" and (op.rule not in ("linear", "fp8_linear") or wgrad == "none"
+                                      or (wgrad == "head" and not op.name.endswith("output_layer"))):
         return None
     x = op.inputs.get("x")
     if x is None or len(x.shape) != 2:

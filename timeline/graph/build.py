@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import attention, embedding, head, mamba, mla, mlp, mtp, norm
+from timeline.graph.families import attention, bert, embedding, head, mamba, mla, mlp, mtp, norm
 from timeline.graph.families import moe as moe_block
 from timeline.graph.tensors import TensorDef
 from timeline.spec.run import ParallelSpec
@@ -102,7 +102,9 @@ def chunk_nodes(ctx: BuildCtx, ranges: list[range], chunk: int, mtp_at: int | No
     fn = head.final_norm_params(ctx) if chunk == final_norm_chunk(ranges, at) else []
     if fn:
         nodes.append(Node("final_norm", "norm", None, tuple(fn)))
-    if chunk == last:
+    if chunk == last and m.architecture == "bert":  # BertModel: LM head, output layer with bias, pooler, binary head
+        nodes.append(Node("output_layer", "head", None, tuple(bert.head_params(ctx, shares_embedding=last == 0))))
+    elif chunk == last:
         nodes.append(Node("output_layer", "head", None, tuple(head.params(ctx, shares_embedding=last == 0))))
     if chunk == at:
         if m.mtp_layers and ctx.profile.mtp_modules and ctx.profile.mtp_embedding and chunk != 0:

@@ -37,6 +37,11 @@ from timeline.profiles.megatron_workspaces import version_tuple
 #: model 256,000 (Nemotron-4 15B technical report, arXiv 2402.16819 §2)
 GPT2_VOCAB = 50257
 KNOWN_TOKENIZER_FILES = {"nemotron_2_256k.model": 256000}
+#: the BERT WordPiece vocabularies a ``--vocab-file`` of these tokenizer types holds (the file is not read):
+#: ``bert-large-uncased`` (30,522 tokens) and ``bert-large-cased`` (28,996), the ``vocab_size`` of Hugging Face's
+#: ``google-bert/bert-large-uncased`` and ``google-bert/bert-large-cased`` ``config.json``; pretrain_bert.py's
+#: default tokenizer is ``BertWordPieceLowerCase`` (``pretrain(..., args_defaults=…)``)
+BERT_VOCABS = {"BertWordPieceLowerCase": 30522, "BertWordPieceCase": 28996}
 
 
 @dataclass
@@ -125,7 +130,7 @@ def refuse_job(m: MegatronArgs) -> None:
     if m.family and m.family not in MODELLED_FAMILIES:
         what = FAMILY_NAMES.get(m.family, m.family)
         raise UserError(f"{what} model (named by {m.family_source}): timeline models GPT-style decoders "
-                        "(dense, MoE, MLA) only")
+                        "(dense, MoE, MLA) and BERT only")
     if m.mode in MODE_JOBS:
         raise UserError(f"MODE: {m.mode}: {MODE_JOBS[m.mode]}")
 
@@ -136,12 +141,13 @@ def refuse_unmodelled(m: MegatronArgs, a: ArgReader) -> None:
     refuse_job(m)
     for name, what in FAMILY_ARGS.items():
         if name in a.raw:
-            raise UserError(f"{name}: a {what} model; timeline models GPT-style decoders (dense, MoE, MLA) only")
+            raise UserError(f"{name}: a {what} model; timeline models GPT-style decoders (dense, MoE, MLA) and "
+                            "BERT only")
     for name in ("--model-provider", "--spec"):
         text = str(a.raw.get(name, ""))
         for key, what in PROVIDER_FAMILIES.items():
             if key in text:
-                raise UserError(f"{name} {text}: a {what} model; timeline models GPT-style decoders only")
+                raise UserError(f"{name} {text}: a {what} model; timeline models GPT-style decoders and BERT only")
     for name, why in REFUSED.items():
         if name in a.raw and not (name == "--spec" and stack_spec(a.raw)):  # the hybrid stack is modelled
             raise UserError(f"{name}: {why}")
@@ -183,16 +189,18 @@ def fp8_training(a: ArgReader, c: Conversion) -> None:
         c.put("training.fp8_param_gather", True, "--fp8-param-gather")
 
 
-def _vocab(a: ArgReader) -> int:
+def _vocab(a: ArgReader, family: str | None = None) -> int:
     """``--padded-vocab-size``, else ``--vocab-size``, else the size of the tokenizer the arguments name
-    (GPT-2 BPE by default)."""
+    (GPT-2 BPE by default; BERT's lower-case WordPiece in a BERT job)."""
     size = a.int("--padded-vocab-size")
     if size is not None:
         return size
     size = a.int("--vocab-size")
     if size is not None:
         return size
-    kind = a.raw.get("--tokenizer-type", "GPT2BPETokenizer")
+    kind = a.raw.get("--tokenizer-type", "BertWordPieceLowerCase" if family == "bert" else "GPT2BPETokenizer")
+    if kind in BERT_VOCABS and "--vocab-file" in a.raw:
+        return BERT_VOCABS[kind]
     model = str(a.raw.get("--tokenizer-model", ""))
     if kind == "GPT2BPETokenizer" and ("--vocab-file" in a.raw or "--tokenizer-type" not in a.raw):
         return GPT2_VOCAB
@@ -203,8 +211,9 @@ def _vocab(a: ArgReader) -> int:
                     f"{model or 'the tokenizer'}; add --vocab-size N")
 
 
-def map_model(a: ArgReader, c: Conversion) -> None:
-    """``[model]``: the ``megatron-gpt`` preset with every size and switch the arguments give."""
+def map_model(a: ArgReader, c: Conversion, family: str | None = None) -> None:
+    """``[model]``: the ``megatron-gpt`` preset with every size and switch the arguments give (``family``: the
+    model family the input names, for its tokenizer's default)."""
     c.put("model.preset", "megatron-gpt")
     layers, h, heads = num_layers(a), a.need("--hidden-size"), a.need("--num-attention-heads")
     c.put("model.num_layers", layers, "--num-layers")
@@ -243,7 +252,8 @@ def map_model(a: ArgReader, c: Conversion) -> None:
     c.put("model.attention_dropout", a.float("--attention-dropout", 0.1), "--attention-dropout")
     seq = a.need("--seq-length")
     c.put("model.max_position_embeddings", a.int("--max-position-embeddings", seq), "--max-position-embeddings")
-    c.put("model.vocab_size", _vocab(a), "--vocab-size", "--tokenizer-type", "--vocab-file", "--padded-vocab-size")
+    c.put("model.vocab_size", _vocab(a, family), "--vocab-size", "--tokenizer-type", "--vocab-file",
+          "--padded-vocab-size")
     if a.flag("--qk-layernorm") and not a.flag("--multi-latent-attention"):
         c.put("model.qk_norm", True, "--qk-layernorm")
     if a.flag("--multi-latent-attention"):

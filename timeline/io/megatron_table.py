@@ -41,6 +41,7 @@ MAPPED: dict[str, str] = {
     "--tp-comm-overlap": "framework.tp_comm_overlap (the userbuffer GEMMs' cuBLAS workspace; the overlap itself is "
                          "simulated as the schedule without it)",
     "--qk-layernorm": "model.qk_norm",
+    "--bert-no-binary-head": "model.binary_head / type_vocab_size (a BERT job; pretrain_gpt.py never reads it)",
     **dict.fromkeys(("--multi-latent-attention", "--kv-lora-rank", "--q-lora-rank", "--qk-head-dim",
                      "--qk-pos-emb-head-dim", "--v-head-dim"), "model MLA sizes"),
     **dict.fromkeys(("--num-experts", "--moe-ffn-hidden-size", "--moe-router-topk",
@@ -280,7 +281,6 @@ FAMILY_ARGS: dict[str, str] = {
     **dict.fromkeys(("--encoder-num-layers", "--encoder-seq-length", "--decoder-seq-length", "--decoder-num-layers",
                      "--relative-attention-num-buckets", "--relative-attention-max-distance",
                      "--pipeline-model-parallel-split-rank"), "T5 encoder-decoder"),
-    "--bert-no-binary-head": "BERT encoder",
     **dict.fromkeys(("--retro-add-retriever", "--retro-attention-gate", "--retro-cyclic-train-iters",
                      "--retro-encoder-attention-dropout", "--retro-encoder-hidden-dropout",
                      "--retro-encoder-layers",
@@ -303,9 +303,9 @@ OTHER_SCRIPTS: dict[str, str] = {
 #: names users bring from other frameworks, with the Megatron-LM argument they mean
 NOT_MEGATRON: dict[str, str] = {"--num-experts-per-tok": "--moe-router-topk"}
 
-#: model families a functional test's folder or a ``pretrain_<family>.py`` names; gpt and the MoE
-#: folders are modelled, the rest are not
-MODELLED_FAMILIES = ("gpt", "moe", "mixtral", "deepseek", "llama", "qwen", "hybrid", "mamba", "nemotron")
+#: model families a functional test's folder or a ``pretrain_<family>.py`` names; gpt, the MoE folders and
+#: bert are modelled, the rest are not
+MODELLED_FAMILIES = ("gpt", "moe", "mixtral", "deepseek", "llama", "qwen", "hybrid", "mamba", "nemotron", "bert")
 FAMILY_NAMES = {"bert": "BERT encoder", "t5": "T5 encoder-decoder", "hybrid": "Mamba/hybrid",
                 "mamba": "Mamba/hybrid", "nemotron": "Mamba/hybrid (Nemotron-H)", "mimo": "multimodal (MIMO)",
                 "multimodal-llava": "multimodal (LLaVA)", "vlm": "multimodal (VLM)", "retro": "RETRO",

@@ -15,6 +15,7 @@ from typing import Any
 
 from timeline.errors import UserError
 from timeline.io.megatron_args import MegatronArgs
+from timeline.io.megatron_bert import map_bert
 from timeline.io.megatron_framework import framework
 from timeline.io.megatron_legacy import legacy_model
 from timeline.io.megatron_map import (
@@ -70,7 +71,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     a = ArgReader(margs.args)
     refuse_unmodelled(margs, a)
     c = Conversion()
-    map_model(a, c)
+    map_model(a, c, margs.family)
     dp, _ = map_parallel(a, c, world_size, megatron_core=megatron_core)
     map_training(a, c, dp)
     optimizer(a, c, megatron_core=megatron_core, buffer_layout=muon_buffer_layout)
@@ -78,6 +79,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     framework(a, c, margs.env, gpu=gpu, te_version=te_version, pytorch_version=pytorch_version,
               megatron_core=megatron_core, keeps_batch=keeps_batch, probs_in_experts=probs_in_experts,
               releases_nodes=releases_nodes, router_te_gemm_fixed=router_te_gemm_fixed)
+    map_bert(a, c, margs.family)
     legacy_model(a, c)
     param_gather_with_step(a, c)
     megatron_fsdp(a, c, package=fsdp_package)

@@ -172,6 +172,8 @@ class Structure:
     # contiguous inputs copy the view (graph/families/attention.py)
     te_qkv_layout: bool = False  # TE's DotProductAttention (any backend) runs get_qkv_layout, which copies
     # views of the fused QKV output contiguous when q, k and v fit no packed layout
+    te_full_mask: bool = False  # TE ≥ 2.0: the unfused attention widens a padding mask with get_full_mask's
+    # int32 sliding-window bounds (graph/families/bert.py: padding_mask); before, with a logical_or alone
     dataloader_batch: str = "none"  # the micro-batch get_batch keeps on the device through the first and last
     # stages' forward (graph/families/batch.py): "tokens" (tokens, labels, loss mask, position ids), "mask"
     # (and the [b, 1, s, s] bool attention mask), "none" (not modelled)

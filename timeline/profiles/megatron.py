@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 from timeline.profiles import (
+    megatron_bert,
     megatron_combine,
     megatron_flex,
     megatron_gptoss,
@@ -313,6 +314,7 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
                    rerun_keeps_batch=spec.rerun_keeps_batch, head_gather_buffer=spec.workspaces,
                    cp_comm=spec.cp_comm_type, cp_a2a=spec.cp_a2a_size, **moe)
     # the legacy GPT model (megatron/legacy/model) runs as the local layer but for its torch-op RMSNorm and SwiGLU
+    out = megatron_bert.configure(out, spec)
     return megatron_legacy.configure(out) if spec.use_legacy_models else out
 
 
@@ -402,7 +404,7 @@ LIMITS = Limits(max_zero=1, instead="paper", zero_note="its distributed optimize
                               "parallelism only with cp_comm_type = a2a, not the KV ring "
                               "this profile models")
 
-PROFILE = Profile(name="megatron", params=PARAMS, saved=megatron_mamba.extend(megatron_legacy.extend(
-    megatron_combine.extend(megatron_flex.extend(megatron_gptoss.extend(BASE))))),
+PROFILE = Profile(name="megatron", params=PARAMS, saved=megatron_bert.extend(megatron_mamba.extend(megatron_legacy.extend(
+    megatron_combine.extend(megatron_flex.extend(megatron_gptoss.extend(BASE)))))),
                   structure=STRUCTURE,
                   lifecycle=LIFECYCLE, limits=LIMITS, configure=configure)

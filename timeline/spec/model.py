@@ -21,11 +21,22 @@ from timeline.spec.fields import spec_field
 #: 2**20, vocab_size 2**24, …) so that every tensor's byte count fits the allocator model.
 MAX_LAYERS = 1280
 
+#: the model classes the layer library builds (``ModelSpec.architecture``)
+ARCHITECTURES = ("gpt", "bert")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
     name: str = spec_field("custom", doc="label used in outputs")
     model_type: str = spec_field("llama", doc="architecture family (Hugging Face model_type)")
+    architecture: str = spec_field("gpt", choices=ARCHITECTURES, doc=(
+        "the model class around the layers: gpt (a causal decoder: Megatron-Core's GPTModel, every Hugging Face "
+        "causal LM), bert (Megatron-Core's BertModel: bidirectional self-attention under the padding mask, the LM "
+        "head's transform, the binary head); megatron profile only for bert"))
+    type_vocab_size: int = spec_field(0, nonneg=True, maximum=2**16, doc=(
+        "token-type (segment) embedding rows (BERT; Megatron num_tokentypes = 2 with the binary head)"))
+    binary_head: bool = spec_field(False, doc="BERT's pooler and 2-way sentence-order head (Megatron "
+                                   "--bert-binary-head, the default; --bert-no-binary-head: false)")
     hidden_size: int = spec_field(4096, positive=True, maximum=2**20)
     num_hidden_layers: int = spec_field(32, positive=True, maximum=MAX_LAYERS)
     num_attention_heads: int = spec_field(32, positive=True, maximum=2**16)

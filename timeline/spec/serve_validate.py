@@ -27,6 +27,8 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
     m, par, sv = run.model, run.parallel, run.serving
     problems = model_problems(m)
     add = problems.append
+    if m.architecture != "gpt":
+        add(("model.architecture", f'"{m.architecture}" is not served: `timeline serve` models causal decoders'))
     if m.num_attention_heads % par.tp:
         add(("parallel.tp", f"{par.tp} does not divide num_attention_heads={m.num_attention_heads}; "
              f"use one of {_divisors(m.num_attention_heads)}"))

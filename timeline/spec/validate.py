@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Protocol
 
+from timeline.spec.arch_rules import architecture_problems, architecture_run_problems
 from timeline.spec.cp_rules import cp_comm_problems
 from timeline.spec.cuda_graph_rules import cuda_graph_problems
 from timeline.spec.fp8_rules import fp8_problems
@@ -86,6 +87,7 @@ def model_problems(m: ModelSpec) -> list[tuple[str, str]]:
     if "sliding_attention" in m.layer_types and not m.sliding_window:
         add(("model.sliding_window", "layer_types names sliding_attention layers; give sliding_window ≥ 1"))
     problems += hybrid_problems(m)
+    problems += architecture_problems(m)
     if m.first_k_dense_replace > m.num_hidden_layers:
         add(("model.first_k_dense_replace", f"{m.first_k_dense_replace} exceeds num_hidden_layers="
              f"{m.num_hidden_layers}; use at most {m.num_hidden_layers} (all dense)"))
@@ -310,6 +312,7 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
         add(("schedule.combined_1f1b", 'models Megatron-Core\'s schedule-plan nodes: set profile = "megatron"'))
     problems += cp_comm_problems(fw, m, par)
     problems += legacy_problems(fw, m, par)
+    problems += architecture_run_problems(m, run.profile, run.trace is not None, par, tr, fw)
     problems += fp8_problems(run.training, run.framework, reads_framework=life is not None and life.reads_framework)
     problems += cuda_graph_problems(fw, m, profile=run.profile, rc=run.recompute, sched=run.schedule,
                                     expandable_segments=run.allocator.expandable_segments)

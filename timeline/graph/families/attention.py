@@ -15,7 +15,9 @@ the RoPE cos/sin are built once per chunk (:func:`rope_cache`) and every RoPE op
 TE's FlashAttention backend (``flash_bwd`` in the table) gives the op the flash-attn 2 backward's
 workspaces as scratch (:mod:`timeline.graph.families.flash_bwd`). Learned sinks (GPT-OSS) under a table with ``sink_attention = "eager"`` run
 :func:`~timeline.graph.families.sinks.eager_sink_attention`; otherwise the sinks live inside the
-table's attention kernel.
+table's attention kernel. BERT's padding mask (``[model] architecture = "bert"``) under TE's unfused attention:
+:func:`~timeline.graph.families.bert.padding_mask` widens it before the scores, and ``masked_fill`` zeroes the
+padded rows of the probabilities before dropout (keeping the mask).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import cp_a2a, flash_bwd, norm, sdpa
+from timeline.graph.families import bert, cp_a2a, flash_bwd, norm, sdpa
 from timeline.graph.families.common import NONE, Tags, row_linear, sp_gather
 from timeline.graph.families.sinks import eager_sink_attention
 from timeline.graph.ir import Builder
@@ -155,6 +157,8 @@ def _attend(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, lay
             b.op(f"{name}.to_sbhd", "copy", layer, {"x": out}, {"y": ctx}, tags=CORE)
         return ctx
     shape = (d.b, heads, sq, sk)
+    # BERT's padding mask: TE's unfused attention widens it before the scores (graph/families/bert.py)
+    masks = bert.padding_mask(b, f"{name}.mask", layer, CORE) if b.model.architecture == "bert" else {}
     scores = b.tensor(f"{name}.scores", shape)
     b.op(f"{name}.qk", "attn_scores", layer, {"q": q, "k": k}, {"y": scores},
          flops=2.0 * d.b * heads * sq * sk * qk_dim, tags=CORE)
@@ -162,19 +166,25 @@ def _attend(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, lay
     probs = b.tensor(f"{name}.softmax", shape, "fp32" if fp32 else None)
     rule = "te_fused_softmax" if b.table.te_softmax and te_softmax_kernel(d.dtype, d.b, heads, sq, sk) \
         else "softmax"
-    b.op(f"{name}.softmax_op", rule, layer, {"x": scores}, {"y": probs}, flops=5.0 * d.b * heads * sq * sk,
-         tags=CORE)
+    b.op(f"{name}.softmax_op", rule, layer, {"x": scores, **({"_mask": masks["mask"]} if masks else {})},
+         {"y": probs}, flops=5.0 * d.b * heads * sq * sk, tags=CORE)
     if fp32:  # probs.half() / .bfloat16() after the fp32 softmax
         cast = b.tensor(f"{name}.softmax_cast", shape)
         b.op(f"{name}.softmax_cast", "copy", layer, {"x": probs}, {"y": cast}, tags=CORE)
         probs = cast
+    if masks:  # TE UnfusedDotProductAttention.forward: `attention_probs.masked_fill(attention_mask, 0)`
+        filled = b.tensor(f"{name}.masked_fill.out", shape)
+        b.op(f"{name}.masked_fill", "masked_fill", layer, {"x": probs, "_mask": masks["mask"]}, {"y": filled},
+             tags=CORE)
+        probs = filled
     if b.table.dropout or (b.table.model_dropout and b.model.attention_dropout > 0):
         dropped = b.tensor(f"{name}.dropout.out", shape)
         mask = b.tensor(f"{name}.dropout.mask", shape, "uint8")
         b.op(f"{name}.dropout", "attn_dropout", layer, {"x": probs}, {"y": dropped}, extras={"mask": mask},
              flops=float(d.b * heads * sq * sk), tags=CORE)
         probs = dropped
-    b.op(f"{name}.pv", "attn_v", layer, {"p": probs, "v": v}, {"y": ctx},
+    held = {"_diag": masks["diag"]} if "diag" in masks else {}  # TE < 2.0: the local `mask` lives to forward's end
+    b.op(f"{name}.pv", "attn_v", layer, {"p": probs, "v": v, **held}, {"y": ctx},
          flops=2.0 * d.b * heads * sq * sk * v_dim, tags=CORE)
     return ctx
 

@@ -57,11 +57,11 @@ def linear(b: Builder, name: str, x: TensorDef, out_cols: int, layer: int | None
 
 
 def column_linear(b: Builder, name: str, x: TensorDef, out_cols: int, layer: int | None, *,
-                  tags: Tags = NONE, buffered: bool = False) -> TensorDef:
+                  tags: Tags = NONE, buffered: bool = False, refs: dict[str, TensorDef] | None = None) -> TensorDef:
     """Column-parallel linear: SP all-gather of ``x`` (into a persistent buffer when ``buffered``),
-    local shard saved."""
+    local shard saved; ``refs`` as :func:`linear`'s."""
     full = sp_gather(b, name, x, layer, tags, buffered=buffered)
-    return linear(b, name, full, out_cols, layer, save=x, tags=tags)
+    return linear(b, name, full, out_cols, layer, save=x, tags=tags, refs=refs)
 
 
 def row_linear(b: Builder, name: str, x: TensorDef, out_cols: int, layer: int | None, *,

@@ -1,18 +1,21 @@
-"""Token (and learned position) embeddings; vocabulary-parallel over TP (Megatron
-``VocabParallelEmbedding``); position embeddings are replicated.
+"""Token (and learned position, and BERT's token-type) embeddings; vocabulary-parallel over TP (Megatron
+``VocabParallelEmbedding``); position and token-type embeddings are replicated.
 
 Forward ops (:func:`forward`): a vocabulary-parallel lookup whose partial rows are reduce-scattered (SP) or
 all-reduced (TP), then the embedding dropout where the profile has dropout. Token ids are not
 modelled as tensors here (int64, ``b·s`` — a few KB; Megatron's batch is :mod:`batch`'s). Under a table
 with ``embedding_wgrad`` the lookup's backward returns dense weight gradients of the weights' shapes
 (extras ``wgrad`` / ``pos_wgrad``, never made in forward), which the weight-gradient step adds into the
-grads buffer and frees.
+grads buffer and frees. BERT's token-type lookup is added to the sum after it (its [2, h] weight gradient,
+a few KiB, is not modelled); under sequence parallelism Megatron's BertModel all-reduces the word embedding
+and scatters the sum (``LanguageModelEmbedding`` without ``reduce_scatter_embeddings``), which this op
+sequence does not distinguish.
 """
 
 from __future__ import annotations
 
 from timeline.graph.context import BuildCtx
-from timeline.graph.families.common import dropout
+from timeline.graph.families.common import add, dropout
 from timeline.graph.ir import Builder
 from timeline.graph.tensors import TensorDef, param
 
@@ -23,6 +26,9 @@ def params(ctx: BuildCtx, prefix: str = "embedding", module: str = "embedding") 
                  dtype=ctx.dtype, split=ctx.tp, dim=0)]
     if m.position_embedding == "learned":
         out.append(param(f"{prefix}.position_embeddings.weight", (m.max_position_embeddings, m.hidden_size),
+                         module=module, dtype=ctx.dtype))
+    if m.type_vocab_size:  # BERT's segment embedding (LanguageModelEmbedding.tokentype_embeddings)
+        out.append(param(f"{prefix}.tokentype_embeddings.weight", (m.type_vocab_size, m.hidden_size),
                          module=module, dtype=ctx.dtype))
     return out
 
@@ -47,5 +53,9 @@ def forward(b: Builder, prefix: str, layer: int | None) -> TensorDef:
         b.op(prefix, "embedding", layer, {}, {"y": out}, extras=extras, wflops=2.0 * d.t_full * h)
         if d.tp > 1:
             b.op(f"{prefix}.all_reduce", "comm", layer, {"x": out}, {}, kind="collective", stream="tp")
+    if b.model.type_vocab_size:  # LanguageModelEmbedding.forward: `embeddings + tokentype_embedding` (a new tensor)
+        tok = b.tensor(f"{prefix}.tokentype.out", out.shape)
+        b.op(f"{prefix}.tokentype", "embedding", layer, {}, {"y": tok})
+        out = add(b, f"{prefix}.tokentype_add", out, tok, layer)
     return dropout(b, f"{prefix}.dropout", out, layer)
 

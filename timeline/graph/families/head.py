@@ -51,10 +51,23 @@ def forward(b: Builder, prefix: str, norm_name: str, x: TensorDef, layer: int | 
 
 def loss(b: Builder, prefix: str, ln: TensorDef, layer: int | None) -> TensorDef:
     """Logits → loss of already normalised hidden states ``ln``; returns the scalar loss."""
+    return cross_entropy(b, prefix, logits(b, prefix, ln, layer), layer)
+
+
+def logits(b: Builder, prefix: str, ln: TensorDef, layer: int | None,
+           refs: dict[str, TensorDef] | None = None) -> TensorDef:
+    """The vocabulary-parallel output layer on ``ln`` (``refs``: as :func:`~timeline.graph.families.common.linear`'s);
+    returns the local logits (an fp32 copy under ``upcast_fp32``)."""
     vocab = local_vocab(b.params)
-    logits = column_linear(b, f"{prefix}.output_layer", ln, vocab, layer, buffered=b.table.head_gather_buffer)
+    out = column_linear(b, f"{prefix}.output_layer", ln, vocab, layer, buffered=b.table.head_gather_buffer, refs=refs)
     if b.table.upcast_fp32:  # ForCausalLMLoss: logits.float()
-        logits = upcast(b, f"{prefix}.output_layer.upcast", logits, layer)
+        out = upcast(b, f"{prefix}.output_layer.upcast", out, layer)
+    return out
+
+
+def cross_entropy(b: Builder, prefix: str, logits: TensorDef, layer: int | None) -> TensorDef:
+    """The vocab-parallel cross entropy of ``logits``; returns the scalar loss."""
+    vocab = logits.shape[1]
     rows = logits.shape[0]
     loss = b.tensor(f"{prefix}.loss", (1,), "fp32")
     if b.table.ce_inplace:  # the gradient is written into the logits, which the loss keeps
@@ -67,4 +80,3 @@ def loss(b: Builder, prefix: str, ln: TensorDef, layer: int | None) -> TensorDef
     rule = "ce_loss_compiled" if b.table.ce_compiled else "ce_loss"
     b.op(f"{prefix}.loss", rule, layer, {"x": logits}, {"y": loss}, extras=extras, flops=6.0 * rows * vocab)
     return loss
-

@@ -1,0 +1,87 @@
+"""``from-megatron`` on a BERT job (``io/megatron_bert.py``): Megatron-LM's own BERT functional test
+``tests/functional_tests/test_cases/bert/bert_mcore_tp4_pp1/model_config.yaml`` at 64bee49c96 (its arguments below,
+paths as the file has them), read from its folder as a user would, and what a BERT job is refused with."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+import yaml
+
+from timeline.cli import main
+from timeline.errors import UserError
+from timeline.io.megatron_args import from_mapping
+from timeline.io.megatron_write import convert
+from timeline.io.runfile import run_from_data
+from timeline.result.build import build_timeline
+
+ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": 1, "NVTE_ALLOW_NONDETERMINISTIC_ALGO": 0, "NCCL_ALGO": "Ring",
+       "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+ARGS = {"--num-layers": 24, "--hidden-size": 1024, "--num-attention-heads": 16, "--log-params-norm": True,
+        "--log-num-zeros-in-grad": True, "--log-validation-ppl-to-tensorboard": True,
+        "--log-timers-to-tensorboard": True, "--log-memory-to-tensorboard": True,
+        "--tensorboard-dir": "${TENSORBOARD_PATH}", "--micro-batch-size": 4, "--global-batch-size": 128,
+        "--seq-length": 512, "--max-position-embeddings": 512, "--train-iters": 50, "--timing-log-level": 0,
+        "--lr-decay-iters": 990000, "--save": "${CHECKPOINT_SAVE_PATH}", "--load": "${CHECKPOINT_LOAD_PATH}",
+        "--data-path": "${DATA_PATH}/text/common_pile/v01_filtered_data/my-bert_00_text_sentence",
+        "--vocab-file": "${DATA_PATH}/text/common_pile/v01_filtered_data/vocab.txt", "--split": "949,50,1",
+        "--distributed-backend": "nccl", "--lr": 0.0001, "--min-lr": 0.00001, "--lr-warmup-fraction": 0.01,
+        "--log-interval": 1, "--save-interval": 10000, "--eval-interval": 1000, "--eval-iters": 10,
+        "--tensor-model-parallel-size": 4, "--pipeline-model-parallel-size": 1, "--deterministic-mode": True,
+        "--no-gradient-accumulation-fusion": True, "--data-cache-path": "${DATA_CACHE_PATH}", "--bf16": True,
+        "--ckpt-format": "torch", "--attention-backend": "unfused"}
+
+
+def _bert(args: dict, world_size: int = 8):
+    margs = from_mapping(args, ENV, family="bert", family_source="the path test_cases/bert/")
+    return convert(margs, world_size=world_size, te_version="2.12", megatron_core="0.16.0")
+
+
+def test_the_functional_test_s_folder_makes_a_bert_run_file_that_simulates(tmp_path, capsys):
+    path = tmp_path / "test_cases" / "bert" / "bert_mcore_tp4_pp1" / "model_config.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump({"ENV_VARS": ENV, "MODEL_ARGS": ARGS, "TEST_TYPE": "regular"}))
+    out = tmp_path / "bert.toml"
+    assert main(["from-megatron", str(path), "--world-size", "8", "-o", str(out)]) == 0
+    data = tomllib.loads(out.read_text())
+    # pretrain_bert.py: BertModel with the binary head and two token types, BertWordPieceLowerCase's vocabulary
+    assert {k: data["model"][k] for k in ("architecture", "binary_head", "type_vocab_size", "vocab_size")} == {
+        "architecture": "bert", "binary_head": True, "type_vocab_size": 2, "vocab_size": 30522}
+    assert data["framework"]["attention_backend"] == "unfused" and data["framework"]["dataloader_batch"] == "tokens"
+    assert (data["parallel"]["tp"], data["parallel"]["dp"], data["training"]["num_microbatches"]) == (4, 2, 16)
+    run = run_from_data(data, out)
+    tl = build_timeline(run, summary_only=True)
+    # BertModel on one stage: 24 layers of 12.6 M parameters, the embeddings, the LM head, pooler and binary
+    # head; the whole of it is on the device tp 4 shards
+    assert 3.0e9 < tl.peak(0).allocated_bytes < 3.4e9
+
+
+def test_pretrain_gpt_never_reads_the_binary_head_switch():
+    gpt = {k: v for k, v in ARGS.items() if k != "--vocab-file"} | {"--bert-no-binary-head": True,
+                                                                     "--vocab-size": 50257}
+    c = convert(from_mapping(gpt), world_size=8)
+    assert "architecture" not in c.sections["model"] and c.mapped["--bert-no-binary-head"]
+
+
+def test_without_the_binary_head_there_are_no_token_types():
+    model = _bert(ARGS | {"--bert-no-binary-head": True}).sections["model"]
+    assert (model["binary_head"], model["type_vocab_size"]) == (False, 0)
+
+
+def test_a_cased_wordpiece_vocabulary():
+    assert _bert(ARGS | {"--tokenizer-type": "BertWordPieceCase"}).sections["model"]["vocab_size"] == 28996
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    ({"--use-legacy-models": True, "--transformer-impl": "local"}, "--use-legacy-models with a BERT model"),
+    ({"--attention-backend": "flash"}, "--attention-backend flash with a BERT model"),
+    ({"--attention-backend": "auto"}, "--attention-backend auto with a BERT model"),
+    ({"--context-parallel-size": 2}, "--context-parallel-size with a BERT model"),
+    ({"--transformer-impl": "local"}, "--transformer-impl local with a BERT model"),
+    ({"--num-experts": 8}, "--num-experts with a BERT model"),
+])
+def test_what_a_bert_job_is_refused_with_is_one_line(extra, needle):
+    with pytest.raises(UserError) as exc:
+        _bert(ARGS | extra)
+    assert str(exc.value).startswith(needle) and "\n" not in str(exc.value)

@@ -1,0 +1,56 @@
+"""A BERT job (``pretrain_bert.py``, a ``test_cases/bert/`` folder) → ``[model] architecture = "bert"``, and a
+one-line refusal for what its model is not modelled with.
+
+Read at ``NVIDIA/Megatron-LM@92f052b8`` (``pretrain_bert.py``; ``examples/bert/pretrain_bert.py`` from
+547fb1713e, unchanged): ``model_provider`` builds ``megatron.core.models.bert.bert_model.BertModel`` with
+``num_tokentypes = 2 if args.bert_binary_head else 0`` and ``add_binary_head = args.bert_binary_head``
+(``--bert-no-binary-head`` clears it), the layer spec ``bert_layer_with_transformer_engine_spec`` unless
+``--spec`` (refused) — so ``--transformer-impl`` does not choose it — or the legacy ``BertModel`` under
+``--use-legacy-models``; ``pretrain(..., args_defaults={'tokenizer_type': 'BertWordPieceLowerCase'})`` (the vocabulary:
+:data:`timeline.io.megatron_map.BERT_VOCABS`).
+"""
+
+from __future__ import annotations
+
+from timeline.errors import UserError
+from timeline.io.megatron_map import ArgReader, Conversion
+
+#: arguments a BERT job is refused with, and why
+REFUSED = {
+    "--num-experts": "pretrain_bert.py's layer spec (bert_layer_specs.py) has a dense MLP: the experts would not be "
+                     "built; drop it",
+    "--multi-latent-attention": "pretrain_bert.py's layer spec has no MLA; drop it",
+    "--mtp-num-layers": "BertModel has no multi-token prediction; drop it",
+    "--fp8-format": "FP8 training of BERT (its LM head and pooler are torch.nn.Linear) is not modelled",
+}
+
+
+def map_bert(a: ArgReader, c: Conversion, family: str | None) -> None:
+    """``[model]`` of a BERT job, and what its batch is; nothing for another family."""
+    if family != "bert":
+        a.flag("--bert-no-binary-head")  # pretrain_gpt.py never reads it
+        return
+    if a.flag("--use-legacy-models"):
+        raise UserError("--use-legacy-models with a BERT model: the legacy BertModel (megatron/legacy/model/"
+                        "bert_model.py) is not modelled; drop it for Megatron-Core's BertModel")
+    for name, why in REFUSED.items():
+        if a.raw.get(name) not in (None, False, 0, "None"):
+            raise UserError(f"{name} with a BERT model: {why}")
+    impl = a.str("--transformer-impl", "transformer_engine")
+    if impl != "transformer_engine":
+        raise UserError(f"--transformer-impl {impl} with a BERT model: pretrain_bert.py builds the Transformer "
+                        "Engine layer spec whatever it says, and that mix is not modelled; drop it")
+    backend = c.sections["framework"]["attention_backend"]
+    if backend != "unfused":
+        raise UserError(f"--attention-backend {a.str('--attention-backend', 'auto')} with a BERT model: the padding "
+                        f"mask under TE's {backend} attention (unpadded sequences) is not modelled; give "
+                        "--attention-backend unfused")
+    if c.sections["parallel"]["cp"] > 1:
+        raise UserError("--context-parallel-size with a BERT model: pretrain_bert.py's get_batch does not split the "
+                        "sequence over context-parallel ranks; use 1")
+    binary = not a.flag("--bert-no-binary-head")
+    c.put("model.architecture", "bert")
+    c.put("model.binary_head", binary, "--bert-no-binary-head")
+    c.put("model.type_vocab_size", 2 if binary else 0, "--bert-no-binary-head")
+    # pretrain_bert.py: get_batch broadcasts the micro-batch on every stage (no attention mask from the dataset)
+    c.put("framework.dataloader_batch", "tokens")

@@ -1,0 +1,68 @@
+"""What a model class other than the causal decoder (``[model] architecture``) can be simulated with: run
+validation's rules, one line each. This module decides no bytes (:mod:`timeline.graph.families.bert` does).
+
+BERT is Megatron-Core's ``BertModel`` as ``pretrain_bert.py`` builds it (``NVIDIA/Megatron-LM@92f052b8``):
+``bert_layer_specs.py`` gives every layer dense self-attention (padding mask) and a dense MLP — no experts,
+MLA, Mamba mixers, q/k norms, learned sinks or MTP — and its batch is not split over context-parallel ranks
+(``get_batch`` has no ``get_batch_on_this_cp_rank``). Modelled under the ``megatron`` profile with Transformer
+Engine's layers and its unfused attention only: TE's flash and fused backends run the padding mask on unpadded
+sequences, the local spec (``--spec local``) and the legacy ``BertModel`` are other code, none of it modelled.
+"""
+
+from __future__ import annotations
+
+from timeline.spec.framework import FrameworkSpec
+from timeline.spec.model import ModelSpec
+from timeline.spec.run import ParallelSpec, TrainingSpec
+
+
+def architecture_problems(m: ModelSpec) -> list[tuple[str, str]]:
+    """Contradictions inside ``[model]`` between the architecture and the layer kinds it builds."""
+    out: list[tuple[str, str]] = []
+    if m.architecture != "bert":
+        for field, given in (("type_vocab_size", m.type_vocab_size > 0), ("binary_head", m.binary_head)):
+            if given:
+                out.append((f"model.{field}", f'belongs to BERT; set architecture = "bert" or remove it '
+                                              f'(architecture is "{m.architecture}")'))
+        return out
+    for has, what, field in ((m.is_moe, "experts", "n_routed_experts"), (m.is_mla, "MLA", "kv_lora_rank"),
+                             (m.is_hybrid, "Mamba/hybrid layers", "hybrid_override_pattern"),
+                             (m.mtp_layers > 0, "multi-token prediction", "mtp_layers"),
+                             (m.attention_sinks, "learned attention sinks", "attention_sinks"),
+                             (m.qk_norm, "q/k norms", "qk_norm")):
+        if has:
+            out.append((f"model.{field}", f"Megatron's BertModel layers (bert_layer_specs.py) have no {what}; remove "
+                                          f"it or set architecture = \"gpt\""))
+    if m.binary_head and m.type_vocab_size == 0:
+        out.append(("model.type_vocab_size", "BERT's binary head reads the segment ids (pretrain_bert.py: "
+                                             "num_tokentypes = 2 with it); give type_vocab_size = 2"))
+    if not m.binary_head and m.type_vocab_size:
+        out.append(("model.type_vocab_size", "pretrain_bert.py passes segment ids only with the binary head "
+                                             "(types = None otherwise); set it to 0 or binary_head = true"))
+    return out
+
+
+def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: ParallelSpec, tr: TrainingSpec,
+                              fw: FrameworkSpec) -> list[tuple[str, str]]:
+    """A BERT model against the rest of a training run (none for a causal decoder)."""
+    if m.architecture != "bert":
+        return []
+    out: list[tuple[str, str]] = []
+    if profile != "megatron" or traced:
+        out.append(("model.architecture", 'BERT is modelled as Megatron-Core runs it: profile = "megatron" with the '
+                                          "layer library (no captured trace)"))
+        return out
+    if par.cp > 1:
+        out.append(("parallel.cp", "pretrain_bert.py's get_batch does not split the sequence over context-parallel "
+                                   "ranks; set cp = 1"))
+    if fw.attention_backend != "unfused":
+        out.append(("framework.attention_backend", f'"{fw.attention_backend}" under BERT\'s padding mask is not '
+                                                   'modelled (TE runs unpadded sequences); use "unfused"'))
+    if fw.transformer_impl != "transformer_engine" or fw.use_legacy_models:
+        out.append(("framework.transformer_impl", 'pretrain_bert.py builds the Transformer Engine layer spec (the '
+                                                  'legacy BertModel is not modelled); set "transformer_engine" and '
+                                                  "use_legacy_models = false"))
+    if tr.fp8_recipe != "none":
+        out.append(("training.fp8_recipe", "FP8 training of BERT (its LM head and pooler are torch.nn.Linear) is "
+                                           'not modelled; set "none"'))
+    return out
