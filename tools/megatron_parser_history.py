@@ -5,12 +5,15 @@ d98e8a64dd. Measured jobs were also recorded at main commits between them, whose
 renamed or removed before any release. This pass reads every commit reachable from those releases or main and
 not from core_v0.12.0 that touches the parser's files (``megatron/training/arguments.py`` and ModelOpt's
 ``megatron/post_training/arguments.py``, pretrain_gpt.py's extra_args_provider), statically (``ast``: the
-literal option strings of each ``add_argument`` call, as the builder's cross-check reads them), and writes
+literal option strings of each ``add_argument`` call, as the builder's cross-check reads them), the same on the
+``dev`` branch (``--dev``: Megatron-LM's development line, whose commits measured jobs also ran), plus the parser
+*built* at the dev head (``megatron_parser_args.build``) for the names it generates from config dataclasses
+(recorded with that head as first and last commit), and writes
 ``tests/data/megatron/parser_args_between.json`` — per option string in no built version: the first and last
 commit (by commit date) whose parser file names it, and where — and the run-time copy
 ``timeline/io/megatron_parser_between.json``. Not covered: names generated from config dataclasses
-(``argument_utils.py: ArgumentGroupFactory``, from 639c08ab82, 2026-01-30) that never reached a release;
-only the executing builder sees those (about a minute per commit here, for ~240 commits).
+(``argument_utils.py: ArgumentGroupFactory``, from 639c08ab82, 2026-01-30) that never reached a release and are gone
+from the dev head; only the executing builder sees those (about a minute per commit here, for ~240 commits).
 
     .venv/bin/python tools/megatron_parser_history.py [--git-dir /work/.mirror/NVIDIA+Megatron-LM/repo]
 """
@@ -51,11 +54,11 @@ def literal_options(text: str, rel: str) -> dict[str, str]:
     return out
 
 
-def scan(git_dir: str, main: str) -> tuple[list[str], dict[str, dict[str, str]]]:
+def scan(git_dir: str, main: str, dev: str | None = None) -> tuple[list[str], dict[str, dict[str, str]]]:
     """(the heads read, per option string its first and last commit by date and where it is added)."""
     tags = sorted(t for t in git(git_dir, "tag", "-l", "core_v0.*").split()
                   if (m := RELEASE_RE.match(t)) and int(m.group(1)) >= 12)
-    heads = [*tags, main]
+    heads = [*tags, main, *([dev] if dev else [])]
     lines = git(git_dir, "log", "--format=%H %cI", *heads, "--not", "core_v0.12.0", "--", *FILES).split("\n")
     commits = sorted((line.split()[1], line.split()[0]) for line in lines if line.strip())
     found: dict[str, dict[str, str]] = {}
@@ -72,19 +75,43 @@ def scan(git_dir: str, main: str) -> tuple[list[str], dict[str, dict[str, str]]]
     return heads, found
 
 
+def built_at(git_dir: str, commit: str, found: dict[str, dict[str, str]]) -> None:
+    """Add the option strings of the parser built at ``commit`` that ``found`` lacks (names generated from
+    config dataclasses), with ``commit`` as their first and last commit."""
+    import sys
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import megatron_parser_args as mpa
+
+    when = git(git_dir, "log", "-1", "--format=%cI", commit).strip()[:10]
+    with tempfile.TemporaryDirectory() as tmp:
+        data = mpa.build(git_dir, "dev", commit, Path(tmp), None)
+    for act in data["actions"]:
+        for opt in act["option_strings"]:
+            if opt.startswith("--") and opt not in found:
+                found[opt] = {"first": commit, "first_date": when, "source": str(act.get("source") or "built"),
+                              "last": commit, "last_date": when}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--git-dir", default=DEFAULT_GIT)
     ap.add_argument("--main", default="d98e8a64ddf34856e74b24714e3bedb2f5a39553")
+    ap.add_argument("--dev", default="d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1",
+                    help="the dev branch head read (its parser is also built: needs torch, about a minute)")
     opts = ap.parse_args(argv)
     built = json.loads(FACTS.read_text())["arguments"]
-    heads, found = scan(opts.git_dir, opts.main)
+    heads, found = scan(opts.git_dir, opts.main, opts.dev)
+    if opts.dev:
+        built_at(opts.git_dir, opts.dev, found)
     between = {k: found[k] for k in sorted(found) if k not in built}
     prov = {"repo": "NVIDIA/Megatron-LM", "tool": "tools/megatron_parser_history.py", "files": list(FILES),
             "heads": heads, "not": "core_v0.12.0", "rule": "literal option strings of add_argument calls at every "
-            "commit touching the files; kept: those in no version of tests/data/megatron/parser_args.json"}
+            "commit touching the files, and the parser built at the dev head; kept: those in no version of "
+            "tests/data/megatron/parser_args.json"}
     OUT.write_text(json.dumps({"provenance": prov, "arguments": between}, indent=1) + "\n")
-    INDEX.write_text(json.dumps({"source": "NVIDIA/Megatron-LM main between releases; derived by "
+    INDEX.write_text(json.dumps({"source": "NVIDIA/Megatron-LM main and dev between releases; derived by "
                                            "tools/megatron_parser_history.py", "arguments": {
         k: [r["first"][:10], r["first_date"], r["last"][:10], r["last_date"]] for k, r in between.items()}},
         indent=1) + "\n")

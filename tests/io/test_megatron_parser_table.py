@@ -141,12 +141,16 @@ def test_facts_read_off_the_parser(facts):
 
 
 def test_arguments_of_main_between_releases(facts, between):
-    """Read off every parser-file commit of the release lines since core_v0.12.0; none is in a built version,
+    """Read off every parser-file commit of the release lines and the dev branch since core_v0.12.0; none is in a
+    built version,
     each has its first and last commit, and the run-time copy is the facts."""
     assert set(between).isdisjoint(facts["arguments"])
     assert "--initialize-socket-comms" in between and "--max-seqlen-per-cp-rank" in between
     row = between["--max-seqlen-per-cp-rank"]
-    assert (row["first"][:10], row["source"]) == ("98d8c56dbd", "megatron/training/arguments.py:_add_distributed_args")
+    # first on the dev branch (274e04d21f, 2025-12-04), before main's 98d8c56dbd
+    assert (row["first"][:10], row["source"]) == ("274e04d21f", "megatron/training/arguments.py:_add_distributed_args")
+    # the dev head's built parser adds the names it generates from config dataclasses
+    assert between["--enable-hyper-connections"]["first"][:10] == "d48bd6be0a"
     assert all(r["first_date"] <= r["last_date"] and re.fullmatch(r"[0-9a-f]{40}", r["first"] + r["last"][:0])
                for r in between.values())
     index = json.loads(BETWEEN_INDEX.read_text())["arguments"]

@@ -48,13 +48,13 @@ def test_version_of_an_argument():
 
 
 def test_an_argument_of_main_between_releases():
-    """``--initialize-socket-comms`` was on main from a6c6250f9c (2025-08-26) to 5769804591 (2025-10-14) only:
+    """``--initialize-socket-comms`` was on main and dev from a6c6250f9c (2025-08-26) to d9153a50ce (2025-10-21) only:
     an argument, of no release; a release's version refuses it saying so, a main snapshot's accepts it."""
     assert known("--initialize-socket-comms")
     check_argument("--initialize-socket-comms", None)
     check_argument("--initialize-socket-comms", "0.15.0rc4")
     with pytest.raises(UserError, match=r"^--initialize-socket-comms: in no release \(an argument of Megatron-LM "
-                                        r"main only between releases: a6c6250f9c 2025-08-26 … 5769804591 2025-10-14\); "
+                                        r"main or dev only between releases: a6c6250f9c 2025-08-26 … d9153a50ce 2025-10-21\); "
                                         r"--megatron-core 0.14.0 is a release"):
         check_argument("--initialize-socket-comms", "0.14.0")
 

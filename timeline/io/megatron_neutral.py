@@ -363,3 +363,6 @@ WITHOUT_OVERLAP = (
      "--no-tp-comm-split-ag", "--disable-tp-comm-split-rs", "--no-tp-comm-split-rs"),
 )
 NEUTRAL[WITHOUT_OVERLAP[0]] = WITHOUT_OVERLAP[1]
+NEUTRAL["MoE overload logging (dev d48bd6be0a: moe_layer.py: MoELayer records per-expert token counts, moe_logging.py): "
+        "one small integer count per expert and layer, kept for the log, against activations of the routed tokens"] = (
+    "--log-moe-overload-factor",)

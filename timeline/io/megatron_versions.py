@@ -44,9 +44,9 @@ def between() -> dict[str, tuple[str, str, str, str]]:
 
 
 def between_note(name: str) -> str:
-    """" (an argument of main only between releases: FIRST DATE … LAST DATE)" for such a name, else ""."""
+    """" (an argument of main or dev only between releases: FIRST DATE … LAST DATE)" for such a name, else ""."""
     row = between().get(name)
-    return f" (an argument of Megatron-LM main only between releases: {row[0]} {row[1]} … {row[2]} {row[3]})" \
+    return f" (an argument of Megatron-LM main or dev only between releases: {row[0]} {row[1]} … {row[2]} {row[3]})" \
         if row else ""
 
 
