@@ -197,14 +197,44 @@ def test_a_resumed_run_loads_the_optimizer_state_unless_finetune_or_no_load_opti
 
 
 def test_a_load_megatron_reads_otherwise_is_refused_only_when_a_checkpoint_is_loaded():
-    for extra in ({"--ckpt-format": "fsdp_dtensor"}, {"--ckpt-fully-parallel-load": True}):
-        convert_args(BASE | extra)  # nothing loaded: neither moves a byte
-        with pytest.raises(UserError, match=r"^--ckpt-f"):
-            convert_args(BASE | extra, resumed=True)
-        with pytest.raises(UserError, match=r"^--ckpt-f"):
-            convert_args(BASE | extra | {"--finetune": True})
-    # a DP·CP group of one loads plainly (fully_parallel.py: FullyParallelLoadStrategyWrapper.load)
-    convert_args(BASE | {"--ckpt-fully-parallel-load": True}, world_size=1, resumed=True)
+    extra = {"--ckpt-format": "fsdp_dtensor"}
+    convert_args(BASE | extra)  # nothing loaded: it moves no byte
+    with pytest.raises(UserError, match=r"^--ckpt-format fsdp_dtensor"):
+        convert_args(BASE | extra, resumed=True)
+    with pytest.raises(UserError, match=r"^--ckpt-format fsdp_dtensor"):
+        convert_args(BASE | extra | {"--finetune": True})
+
+
+def test_a_fully_parallel_load_is_the_plain_load_where_every_exchanged_shard_lands_in_place():
+    fpl = {"--ckpt-fully-parallel-load": True}
+    moe = BASE | {"--num-experts": 4, "--moe-router-topk": 2, "--expert-model-parallel-size": 2}
+    # dense, DP·CP = 2: each shard is needed by both ranks and broadcast into the tensor the plain load fills
+    for args, world in ((BASE, 2), (BASE | {"--context-parallel-size": 2}, 4)):
+        plain = convert_args(args, world_size=world, resumed=True).sections
+        assert plain["training"]["resumed"] is True
+        assert convert_args(args | fpl, world_size=world, resumed=True).sections == plain
+    # EP 2 over a DP·CP group of 2: the other expert rank's shards arrive in temporary buffers
+    with pytest.raises(UserError, match=r"^--ckpt-fully-parallel-load with expert parallelism over the DP·CP"):
+        convert_args(moe | fpl, world_size=2, resumed=True)
+    with pytest.raises(UserError, match=r"^--ckpt-fully-parallel-load with expert parallelism"):
+        convert_args(moe | fpl | {"--finetune": True}, world_size=2)
+    # the expert-DP group holds only shards all its ranks need (dev: --ckpt-fully-parallel-load-process-group)
+    ep_dp = convert_args(moe | fpl | {"--ckpt-fully-parallel-load-process-group": "ep_dp"}, world_size=2,
+                         resumed=True).sections
+    assert ep_dp == convert_args(moe, world_size=2, resumed=True).sections
+    with pytest.raises(UserError, match=r"^--ckpt-fully-parallel-load-exchange-algo gather_object: every rank"):
+        convert_args(BASE | fpl | {"--ckpt-fully-parallel-load-exchange-algo": "gather_object"}, resumed=True)
+    assert convert_args(BASE | fpl | {"--ckpt-fully-parallel-load-exchange-algo": "gather_rounds"},
+                        resumed=True).sections == convert_args(BASE, resumed=True).sections
+    fp8 = BASE | {"--fp8-format": "hybrid", "--fp8-recipe": "tensorwise", "--fp8-param-gather": True,
+                  "--use-distributed-optimizer": True}
+    with pytest.raises(UserError, match=r"^--ckpt-fully-parallel-load with FP8 parameters"):
+        convert_args(fp8 | fpl, resumed=True)
+    # nothing loaded, a group of one, or the torch format (no dist-checkpoint strategy): nothing to exchange
+    moe_dp1 = moe | {"--tensor-model-parallel-size": 2, "--expert-tensor-parallel-size": 1}
+    for args, kw in ((moe | fpl, {}), (moe_dp1 | fpl, {"resumed": True}),
+                     (moe | fpl | {"--ckpt-format": "torch"}, {"resumed": True})):
+        convert_args(args, world_size=2, **kw)
 
 
 def test_deferred_embedding_wgrad_maps_where_megatron_accepts_it():

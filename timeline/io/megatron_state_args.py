@@ -67,23 +67,56 @@ def checkpoint_load(a: ArgReader, c: Conversion, *, resumed: bool, dp_cp: int) -
     with it the fp16 loss scaler's scale, ``MixedPrecisionOptimizer.load_state_dict``) unless
     ``--finetune`` or ``--no-load-optim``; without it the weights are read in place
     (``optimizer.reload_model_params`` copies them into the main parameters) and the moments are made
-    in the first step, as in a fresh run. ``--ckpt-fully-parallel-load`` wraps the load in
-    ``FullyParallelLoadStrategyWrapper`` over the DP·CP group (a group of one loads plainly,
-    ``fully_parallel.py: load``), whose exchanged shard copies are not modelled."""
+    in the first step, as in a fresh run. ``--ckpt-fully-parallel-load``: :func:`fully_parallel_load`."""
     fmt = a.str("--ckpt-format", "torch_dist")
     finetune, no_optim = a.flag("--finetune"), a.flag("--no-load-optim")
     loads = resumed or finetune
     if loads and fmt not in LOAD_FORMATS:
         raise UserError(f"--ckpt-format {fmt}: loading a {fmt} checkpoint is not modelled (use torch_dist or torch)")
-    if loads and a.flag("--ckpt-fully-parallel-load") and dp_cp > 1:
-        raise UserError("--ckpt-fully-parallel-load: the shards a fully parallel load exchanges between the DP·CP "
-                        "ranks (dist_checkpointing/strategies/fully_parallel.py) are not modelled; drop it to model "
-                        "the plain load")
+    fully_parallel_load(a, c, dp_cp=dp_cp, loads=loads and fmt == "torch_dist")
     optim = resumed and not (finetune or no_optim)
     c.put("training.resumed", optim, "--finetune", "--no-load-optim")
     if optim:
         c.put("training.optimizer_step", True)  # the loaded loss scale has settled: no first-step overflows
     c.put("framework.checkpoint_format", fmt if fmt in LOAD_FORMATS else "torch_dist", "--ckpt-format")
+
+
+def fully_parallel_load(a: ArgReader, c: Conversion, *, dp_cp: int, loads: bool) -> None:
+    """When a fully parallel load (``--ckpt-fully-parallel-load``) of a ``torch_dist`` checkpoint (``loads``)
+    reads it into the very tensors the plain load reads into, and otherwise a UserError naming what it would
+    allocate.
+
+    ``checkpointing.py: _load_global_dist_base_checkpoint`` wraps the load in ``FullyParallelLoadStrategyWrapper``
+    over the DP·CP group (``--ckpt-fully-parallel-load-process-group dp``, the only group before core_v0.17.0)
+    or the expert-DP group (``ep_dp``). ``MC/dist_checkpointing/strategies/fully_parallel.py:
+    FullyParallelLoadStrategyWrapper.load`` (core_v0.12.0 … d48bd6be0a): a group of one loads plainly; else each
+    rank reads its share of the main replicas into the state dict's own tensors and the exchange
+    (``exchange_utils.py``, ``broadcast`` by default) skips a shard only one rank needs, broadcasts into the
+    existing tensor of a needed shard (``_get_empty_tensor_for_exchange`` → ``ShardedTensor.init_data``, which
+    keeps ``data`` when it is set) and into a fresh ``torch.empty`` for a shard this rank does not need. So the
+    load is in place unless the group holds shards some but not all of its ranks need: the other expert-parallel
+    ranks' experts in the DP·CP group when EP > 1 (their buffers live until the asynchronous broadcast
+    completes, which no rule fixes: identical jobs measure hundreds of MiB apart). ``gather_object`` unpickles
+    every rank's loaded tensors on each rank, and an FP8 parameter is exchanged as a new high-precision copy
+    (``from_float8``) that the loaded state dict keeps."""
+    algo = a.str("--ckpt-fully-parallel-load-exchange-algo", "broadcast")
+    group = a.str("--ckpt-fully-parallel-load-process-group", "dp")
+    if not (a.flag("--ckpt-fully-parallel-load") and loads):
+        return
+    why = ""
+    if algo == "gather_object":
+        why = ("--ckpt-fully-parallel-load-exchange-algo gather_object: every rank's loaded shards are unpickled on "
+               "each rank (exchange_utils.py: exchange_loaded_tensors_gather_object)")
+    elif dp_cp > 1 and group == "dp" and int(c.sections["parallel"].get("ep", 1)) > 1:
+        why = ("--ckpt-fully-parallel-load with expert parallelism over the DP·CP group: the other expert-parallel "
+               "ranks' expert shards are received into temporary buffers (exchange_utils.py: "
+               "_get_empty_tensor_for_exchange) that live until each asynchronous broadcast completes, which is not "
+               "modelled; --ckpt-fully-parallel-load-process-group ep_dp, or no fully parallel load, is")
+    elif dp_cp > 1 and c.sections.get("training", {}).get("fp8_param_gather"):
+        why = ("--ckpt-fully-parallel-load with FP8 parameters (--fp8-param-gather): each exchanged FP8 shard becomes "
+               "a new high-precision copy the loaded state dict keeps (exchange_utils.py: from_float8), not modelled")
+    if why:
+        raise UserError(why)
 
 
 def embedding_wgrad(a: ArgReader, c: Conversion) -> None:

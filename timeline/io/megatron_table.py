@@ -101,7 +101,10 @@ MAPPED: dict[str, str] = {
                     "moments made in the first step"),
     "--ckpt-format": "framework.checkpoint_format (a resumed run's load; formats other than torch_dist and torch "
                      "refused when a checkpoint is loaded)",
-    "--ckpt-fully-parallel-load": "refused when a checkpoint is loaded at dp·cp > 1 (the exchanged shards)",
+    **dict.fromkeys(("--ckpt-fully-parallel-load", "--ckpt-fully-parallel-load-exchange-algo",
+                     "--ckpt-fully-parallel-load-process-group"),
+                    "a resumed run's load in place, as the plain load (refused with EP > 1 over the DP·CP group, "
+                    "gather_object or FP8 parameters: megatron_state_args.fully_parallel_load)"),
     "--log-params-norm": "framework.log_params_norm (read under Megatron-FSDP: calc_params_l2_norm's "
                          "stop_communication releases the gathered parameter groups after each step)",
     **dict.fromkeys(("--use-megatron-fsdp", "--use-custom-fsdp", "--data-parallel-sharding-strategy"),

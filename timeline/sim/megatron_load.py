@@ -34,9 +34,10 @@ its DDP buffers and the optimizer's main parameters first (:mod:`timeline.sim.me
   state to the device (one copy each), and FusedAdam's reset frees each parameter's copy as it makes
   its own: the moments once, plus one parameter's at a time (not modelled: under one tensor's bytes).
 
-What it does not model: ``--ckpt-fully-parallel-load``'s exchanged shard copies
-(``MC/dist_checkpointing/strategies/fully_parallel.py``; ``from-megatron`` refuses a resumed run with
-it), other checkpoint formats, and a load without optimizer state (``--finetune``,
+A fully parallel load (``--ckpt-fully-parallel-load``) is this load where each shard lands in place
+(:func:`timeline.io.megatron_state_args.fully_parallel_load`). What it does not model: the temporary buffers
+a fully parallel load receives other expert-parallel ranks' shards into (``from-megatron`` refuses that
+case), other checkpoint formats, and a load without optimizer state (``--finetune``,
 ``--no-load-optim``: the weights are read in place and the moments made in the first step, as a fresh
 run's).
 """
