@@ -345,3 +345,12 @@ def test_hybrid_refusals_are_one_line():
         convert_args({**HYBRID_ARGS, "--hybrid-layer-pattern": "M*M*/MM"}, world_size=8, megatron_core="0.18.0")
     with pytest.raises(UserError, match="--disable-mamba-mem-eff-path"):
         convert_args({**HYBRID_ARGS, "--disable-mamba-mem-eff-path": True}, world_size=8, megatron_core="0.18.0")
+
+
+def test_a_world_size_the_expert_ranks_do_not_divide_is_refused_as_megatron_does():
+    moe = BASE | {"--num-experts": 4, "--moe-router-topk": 2, "--expert-model-parallel-size": 4}
+    assert convert_args(moe, world_size=4).sections["parallel"]["ep"] == 4
+    with pytest.raises(UserError, match=r"^--world-size 2 is not divisible by etp·ep·pp = 1·4·1 "):
+        convert_args(moe, world_size=2)
+    with pytest.raises(UserError, match=r"^--world-size 4 is not divisible by etp·ep·pp = 2·4·1 "):
+        convert_args(moe | {"--tensor-model-parallel-size": 2}, world_size=4)

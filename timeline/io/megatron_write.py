@@ -73,6 +73,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     c = Conversion()
     map_model(a, c, margs.family)
     dp, _ = map_parallel(a, c, world_size, megatron_core=megatron_core)
+    refuse_expert_layout(c, world_size)
     map_training(a, c, dp)
     optimizer(a, c, megatron_core=megatron_core, buffer_layout=muon_buffer_layout)
     refuse_unschedulable(c, dp, world_size)
@@ -120,7 +121,18 @@ def check_names(margs: MegatronArgs, megatron_core: str | None) -> None:
 
 
 class UnschedulableJob(UserError):
-    """The job Megatron's own pipeline schedule refuses at this world size."""
+    """The job Megatron refuses at this world size (its pipeline schedule, its expert rank layout)."""
+
+
+def refuse_expert_layout(c: Conversion, world_size: int) -> None:
+    """``megatron/core/parallel_state.py: initialize_model_parallel`` (core_r0.12.0 … d48bd6be0a) raises unless
+    the world size is a multiple of etp·ep·pp (the expert ranks' generator)."""
+    par = c.sections["parallel"]
+    size = par["etp"] * par["ep"] * par["pp"]
+    if world_size % size:
+        raise UnschedulableJob(f"--world-size {world_size} is not divisible by etp·ep·pp = {par['etp']}·{par['ep']}·"
+                               f"{par['pp']} (--expert-tensor-parallel-size · --expert-model-parallel-size · "
+                               "--pipeline-model-parallel-size): Megatron's initialize_model_parallel refuses it")
 
 
 def refuse_unschedulable(c: Conversion, dp: int, world_size: int) -> None:
