@@ -111,7 +111,7 @@ def fully_parallel_load(a: ArgReader, c: Conversion, *, dp_cp: int, loads: bool)
         why = ("--ckpt-fully-parallel-load with expert parallelism over the DP·CP group: the other expert-parallel "
                "ranks' expert shards are received into temporary buffers (exchange_utils.py: "
                "_get_empty_tensor_for_exchange) that live until each asynchronous broadcast completes, which is not "
-               "modelled; --ckpt-fully-parallel-load-process-group ep_dp, or no fully parallel load, is")
+               "modelled; drop the flag for the plain load, or give --ckpt-fully-parallel-load-process-group ep_dp")
     elif dp_cp > 1 and c.sections.get("training", {}).get("fp8_param_gather"):
         why = ("--ckpt-fully-parallel-load with FP8 parameters (--fp8-param-gather): each exchanged FP8 shard becomes "
                "a new high-precision copy the loaded state dict keeps (exchange_utils.py: from_float8), not modelled")
