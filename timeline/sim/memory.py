@@ -101,8 +101,7 @@ def _run_allocator(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEvents, n
                                                ((block, 0), (address, 0), (segment, -1)))
                     res.ooms = [(int(kept[i]), a, r) for i, a, r in res.ooms]
                     res.segment_events = [(int(kept[i]), act, a, sz, st, r) for i, act, a, sz, st, r in res.segment_events]
-                ooms = [_oom(capacity_bytes, ev, names, i, allocated, reserved_then)
-                        for i, allocated, reserved_then in res.ooms]
+                ooms = _ooms(capacity_bytes, ev, names, res.ooms)
                 # kept for Timeline.free_index; int32 halves what the 128-device runs hold
                 return AllocatorPass(block, reserved, address, segment, ooms, res.segment_events, res.end_segments,
                                      pair.astype(np.int32) if n < 2**31 else pair)
@@ -115,10 +114,18 @@ def _scatter(kept: np.ndarray, n: int, col: np.ndarray, fill: int) -> np.ndarray
     return out
 
 
-def _oom(capacity_bytes: int, ev: DeviceEvents, names: list[str], i: int, allocated: int, reserved: int) -> dict:
-    return {"t_us": float(ev.t_us[i]), "request_bytes": int(ev.size[i]), "tensor": names[ev.tensor[i]],
-            "microbatch": int(ev.microbatch[i]), "stage": int(ev.stage[i]), "allocated_bytes": int(allocated),
-            "reserved_bytes": int(reserved), "capacity_bytes": capacity_bytes}
+def _ooms(capacity_bytes: int, ev: DeviceEvents, names: list[str], ooms: list[tuple[int, int, int]]) -> list[dict]:
+    """The OOM record of each (event, allocated bytes before it, reserved after) of ``ooms`` (the
+    allocator core's), the event columns read once."""
+    if not ooms:
+        return []
+    at = np.fromiter((i for i, _, _ in ooms), dtype=np.int64, count=len(ooms))
+    t_us, size, tensor = ev.t_us[at].tolist(), ev.size[at].tolist(), ev.tensor[at].tolist()
+    mb, stage = ev.microbatch[at].tolist(), ev.stage[at].tolist()
+    return [{"t_us": float(t_us[k]), "request_bytes": int(size[k]), "tensor": names[tensor[k]],
+             "microbatch": int(mb[k]), "stage": int(stage[k]), "allocated_bytes": int(allocated),
+             "reserved_bytes": int(reserved), "capacity_bytes": capacity_bytes}
+            for k, (_, allocated, reserved) in enumerate(ooms)]
 
 
 def pair_index(ev: DeviceEvents) -> np.ndarray | None:
