@@ -82,9 +82,9 @@ def checkpoint_load(a: ArgReader, c: Conversion, *, resumed: bool, dp_cp: int) -
 
 
 def fully_parallel_load(a: ArgReader, c: Conversion, *, dp_cp: int, loads: bool) -> None:
-    """When a fully parallel load (``--ckpt-fully-parallel-load``) of a ``torch_dist`` checkpoint (``loads``)
-    reads it into the very tensors the plain load reads into, and otherwise a UserError naming what it would
-    allocate.
+    """Accept a fully parallel load (``--ckpt-fully-parallel-load``) of a ``torch_dist`` checkpoint (``loads``)
+    where it reads the checkpoint into the very tensors the plain load reads into; elsewhere a UserError that
+    names what it would allocate besides.
 
     ``checkpointing.py: _load_global_dist_base_checkpoint`` wraps the load in ``FullyParallelLoadStrategyWrapper``
     over the DP·CP group (``--ckpt-fully-parallel-load-process-group dp``, the only group before core_v0.17.0)
