@@ -122,6 +122,36 @@ def test_a_load_builds_one_template_per_chunk_class():
         assert own_t[c].activation_bytes == shared_t[classes[c]].activation_bytes
 
 
+@pytest.mark.parametrize("schedule, sets, reps", [
+    ("deepseek-v3-pp16-tp2-ep8.toml", [], [0, 1, 15]),
+    ("deepseek-v3-pp16-tp2-ep8.toml", ["recompute.policy=selective", "model.profile=megatron"], [0, 1, 15]),
+    ("deepseek-v3-dualpipev-megatron.toml", ["recompute.policy=none"], [0, 1, 2, 30, 31]),
+])
+def test_the_first_load_builds_one_template_per_chunk_class(schedule, sets, reps):
+    """Under an ops-only policy the first load builds one template per chunk class too: the other
+    chunks' compiled phases are the class's first chunk's with the decoder layers renumbered, equal
+    field for field to building each chunk itself; the timeline's op → module map is the one every
+    chunk's own template gives."""
+    run = load_run(ROOT / "schedules" / schedule, sets)
+    pipe = plan_pipeline(run.schedule, run.parallel, run.training.num_microbatches, run.hardware)
+    cost = CostModel.of(run.hardware, run.parallel)
+    source = model_source(run)
+    n = pipe.schedule.num_chunks
+    classes = chunk_classes(source, n)
+    assert sorted(set(classes.values())) == reps
+    shared_t, shared = load_templates(source, pipe.holders, n, cost, None, classes)
+    own_t, own = load_templates(source, pipe.holders, n, cost, None)
+    assert sorted(shared_t) == reps and list(shared) == list(own)
+    for key, ph in own.items():
+        got = shared[key]
+        for field in ph.__dataclass_fields__:
+            a, b = getattr(got, field), getattr(ph, field)
+            assert (np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b), (key, field)
+    assert own[(7, "F")].op_names != own[(1, "F")].op_names  # renamed, not the same names
+    modules = {op.name: op.module for t in own_t.values() for op in (*t.forward, *t.backward_i, *t.backward_w)}
+    assert build_timeline(run, summary_only=True).op_modules == modules
+
+
 def test_summary_only_simulate_is_bounded_per_device(tmp_path, capsys):
     """The 2,048-GPU skewed run (1,024 devices, about 156 M events) is refused with every output,
     naming the summary-level formats, and accepted with them (checked before any work: the

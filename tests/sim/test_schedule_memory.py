@@ -33,7 +33,9 @@ def act_max(tl, d: int) -> int:
 
 
 def chunk_bytes(tl) -> dict[int, int]:
-    return {c: t.activation_bytes for c, t in tl.sim.templates.items()}
+    """Each chunk's saved bytes per micro-batch: its template's, or its class's (a chunk sharing another's)."""
+    own = {c: t.activation_bytes for c, t in tl.sim.templates.items()}
+    return own | {c: own[rep] for c, (rep, _) in tl.sim.template_shifts.items()}
 
 
 def in_flight_peak(tl, d: int) -> int:

@@ -237,14 +237,26 @@ def ops_signature(source: AnalyticSource, chunk: int) -> Hashable:
     their decoder layers from 0 (see :mod:`timeline.graph.signature`)."""
     ranges = chunk_layers(source.parallel, source.model.num_hidden_layers)
     layers = tuple(ranges[chunk])
-    base = layers[0] if layers else 0
+    base = source.layer_base(chunk)
+
+    renumbered: dict[str, str] = {}
+    described: dict[int, tuple] = {}  # id(TensorDef) → its part (``ops`` keeps every one alive)
+
+    def one(m: re.Match[str]) -> str:
+        return f"layers.{int(m.group(1)) - base}"
 
     def s(text: str) -> str:
-        return _LAYER.sub(lambda m: f"layers.{int(m.group(1)) - base}", text)
+        got = renumbered.get(text)
+        if got is None:
+            got = renumbered[text] = _LAYER.sub(one, text) if "layers." in text else text
+        return got
 
     def t(td: TensorDef) -> tuple:
-        return (s(td.name), td.shape, td.dtype, td.category, s(td.module), s(td.storage), td.split, td.expert,
-                td.trainable, td.in_moe)
+        got = described.get(id(td))
+        if got is None:
+            got = described[id(td)] = (s(td.name), td.shape, td.dtype, td.category, s(td.module), s(td.storage),
+                                       td.split, td.expert, td.trainable, td.in_moe)
+        return got
 
     ops = _forward_ops_cached(source.without_recompute(), chunk)
     return (chunk == 0, chunk == len(ranges) - 1, tuple(x - base for x in layers), tuple(
@@ -316,3 +328,8 @@ class AnalyticSource:
 
     def signature(self, chunk: int) -> Hashable:
         return ops_signature(self, chunk)
+
+    def layer_base(self, chunk: int) -> int:
+        """The chunk's first decoder layer (0 for a chunk of none), which :func:`ops_signature` renumbers from."""
+        layers = chunk_layers(self.parallel, self.model.num_hidden_layers)[chunk]
+        return layers[0] if layers else 0

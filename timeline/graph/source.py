@@ -44,6 +44,10 @@ class ModelSource(Protocol):
         """Equal for two chunks whose templates are equal up to layer numbers."""
         ...
 
+    def layer_base(self, chunk: int) -> int:
+        """The decoder-layer number :meth:`signature` renumbers chunk ``chunk``'s layers from."""
+        ...
+
     def under(self, *, recompute: RecomputeSpec | None = None, routing_skew: float | None = None) -> ModelSource:
         """The same model under another recompute policy or simulated EP load (``routing_skew``)."""
         ...

@@ -53,7 +53,7 @@ def build_timeline(run: RunSpec, source_fn: SourceFn = model_source, *,
             base = Timeline.from_simulation(SimOutput(  # the run's facts and devices, no events yet
                 schedule=p.schedule, devices=list(p.devices), spans=[timing.per_rank[d.pp_rank] for d in p.devices],
                 events=[], ops=[], names=[], iteration_time_us=timing.iteration_time_us,
-                activation_bytes_per_microbatch=act, templates=p.templates[0],
+                activation_bytes_per_microbatch=act, templates=p.templates[0], template_shifts=p.shifts,
                 report_start_us=timing.report_start_us, run=run), [])
             return _summary(p, base, run.allocator, run.hardware.capacity_bytes, progress)
         sim = simulate(p, progress=progress)

@@ -21,6 +21,7 @@ import numpy as np
 from timeline.graph.tensors import CATEGORIES
 from timeline.sim.engine import Span
 from timeline.sim.memory import allocator_config, pair_index
+from timeline.sim.plan import shift_layers
 from timeline.sim.simulate import DeviceEvents, DeviceOps, SimOutput
 
 if TYPE_CHECKING:
@@ -192,6 +193,13 @@ class Timeline:
                        allocator_settings=allocator_config(run.allocator).to_dict())
         op_modules = {op.name: op.module for t in sim.templates.values()
                       for op in (*t.forward, *t.backward_i, *t.backward_w)}
+        for rep, delta in sorted(set(sim.template_shifts.values())):  # chunks sharing another's template
+            t = sim.templates[rep]
+            ops = (*t.forward, *t.backward_i, *t.backward_w)
+            memo: dict[int, str] = {}  # one object shifted is one object (pickled outputs share it)
+            names = shift_layers([op.name for op in ops], delta, memo, keep_identity=True)
+            modules = shift_layers([op.module for op in ops], delta, memo, keep_identity=True)
+            op_modules.update(zip(names, modules, strict=True))
         return cls(devices=devices, events=sim.events, ops=sim.ops, spans=sim.spans, names=sim.names,
                    memory=memory, meta=meta, op_modules=op_modules, sim=sim)
 

@@ -57,6 +57,9 @@ class SimOutput:
     iteration_time_us: float
     activation_bytes_per_microbatch: list[int]
     templates: dict[int, ChunkTemplate] = field(default_factory=dict)
+    #: the chunks without a template of their own: chunk → (the chunk whose template it shares, decoder
+    #: layers between them; :attr:`timeline.sim.plan.SimPlan.shifts`)
+    template_shifts: dict[int, tuple[int, int]] = field(default_factory=dict)
     #: reported peaks start here: the end of ``warmup_iterations`` (0: everything is reported)
     report_start_us: float = 0.0
     #: the run simulated, set by the simulation's door (:func:`timeline.result.build.build_timeline`)

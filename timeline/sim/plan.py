@@ -6,8 +6,9 @@ reuse its parts instead of rebuilding them. No simpy, no file I/O.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from timeline.graph.cuda_graphs import GraphedTemplates, split
 from timeline.graph.ops import ChunkTemplate
@@ -86,8 +87,8 @@ def chunk_classes(source: ModelSource, num_chunks: int) -> dict[int, int]:
 
 
 def load_templates(source: ModelSource, holder: dict[int, int], num_chunks: int, cost: CostModel,
-                   first: tuple[dict[int, ChunkTemplate], Compiled, dict[int, int]] | None
-                   ) -> tuple[dict[int, ChunkTemplate], Compiled]:
+                   first: tuple[dict[int, ChunkTemplate], Compiled, dict[int, int]] | None,
+                   classes: dict[int, int] | None = None) -> tuple[dict[int, ChunkTemplate], Compiled]:
     """The templates built and every chunk's compiled phases under one EP load (``source``).
 
     ``first`` — the first load's templates and compiled phases with the chunk classes
@@ -97,18 +98,33 @@ def load_templates(source: ModelSource, holder: dict[int, int], num_chunks: int,
     chunk). Sound because a load scales the routed rows of every MoE layer of a device alike
     (``ceil(rows · routing_skew)``, :func:`timeline.graph.families.router.expert_rows`), so
     chunks equal up to layer numbers under one load are under every load; names do not depend on
-    the load (checked per class; a class whose names moved is built chunk by chunk). Without
-    ``first``, every chunk is built."""
+    the load (checked per class; a class whose names moved is built chunk by chunk).
+
+    Without ``first``, ``classes`` (under an ops-only policy) lets the first load build one
+    template per class too: a chunk's phases are its class's first chunk's with every decoder-layer
+    number moved by the distance between the two chunks' first layers (:func:`shifted_phase`) — the
+    names the chunk's own build gives, since the classes' signatures are equal exactly up to that
+    renumbering (:meth:`~timeline.graph.source.ModelSource.signature`). Without either, every chunk
+    is built."""
     if first is None:
-        t = {c: source.template(c, pp_rank=holder[c]) for c in range(num_chunks)}
-        return t, compile_templates(t, cost)
-    _, compiled0, classes = first
-    reps = sorted(set(classes.values()))
+        reps = sorted(set(classes.values())) if classes else list(range(num_chunks))
+        t = {c: source.template(c, pp_rank=holder[c]) for c in reps}
+        out = compile_templates(t, cost)
+        for c in range(num_chunks):
+            if c not in t:
+                rep = classes[c] if classes else c
+                delta = source.layer_base(c) - source.layer_base(rep)
+                memo: dict[str, str] = {}  # shared by the chunk's phases
+                for k in PHASES:
+                    out[(c, k)] = shifted_phase(out[(rep, k)], delta, memo)
+        return t, {(c, k): out[(c, k)] for c in range(num_chunks) for k in PHASES}
+    _, compiled0, classes0 = first
+    reps = sorted(set(classes0.values()))
     t = {c: source.template(c, pp_rank=holder[c]) for c in reps}
     out = compile_templates(t, cost)
     phases = sorted({k for _, k in compiled0})
     for c in range(num_chunks):
-        rep = classes[c]
+        rep = classes0[c]
         if c == rep:
             continue
         if all(_same_names(out[(rep, k)], compiled0[(rep, k)]) for k in phases):
@@ -120,6 +136,47 @@ def load_templates(source: ModelSource, holder: dict[int, int], num_chunks: int,
             t[c] = source.template(c, pp_rank=holder[c])
             out.update(compile_templates({c: t[c]}, cost))
     return t, {k: out[k] for k in compiled0}
+
+
+#: the phases :func:`compile_templates` compiles per chunk, in its order
+PHASES = ("F", "I", "W", "B")
+#: a decoder-layer number in a name, as :func:`timeline.graph.analytic.ops_signature` renumbers it
+_LAYER = re.compile(r"layers\.(\d+)")
+
+
+def shift_layers(names: Sequence[str], delta: int, memo: dict | None = None, *,
+                 keep_identity: bool = False) -> tuple[str, ...]:
+    """``names`` with every ``layers.N`` made ``layers.{N + delta}``; ``memo`` caches the shifted
+    strings across calls. ``keep_identity``: one string object shifted is one object and two are
+    two, as the chunk's own build makes them (a pickled output writes a shared string once); else
+    equal strings may come back as one object (names the simulation interns by value)."""
+    if not delta:
+        return tuple(names)
+    memo = {} if memo is None else memo
+
+    def one(m: re.Match[str]) -> str:
+        return f"layers.{int(m.group(1)) + delta}"
+
+    out = []
+    for n in names:
+        key = id(n) if keep_identity else n
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = _LAYER.sub(one, n) if "layers." in n else n
+        out.append(got)
+    return tuple(out)
+
+
+def shifted_phase(ph: CompiledPhase, delta: int, memo: dict[str, str] | None = None) -> CompiledPhase:
+    """Phase ``ph`` of a class's first chunk as the chunk ``delta`` decoder layers further on
+    compiles it: the same arrays and streams (the signature compares streams as they are), op and
+    tensor names and op layers renumbered. ``memo``: :func:`shift_layers`'s, shared by a chunk's phases."""
+    if not delta:
+        return ph
+    memo = {} if memo is None else memo
+    return replace(ph, op_names=shift_layers(ph.op_names, delta, memo),
+                   op_layers=tuple(x if x < 0 else x + delta for x in ph.op_layers),
+                   tensor_names=shift_layers(ph.tensor_names, delta, memo))
 
 
 def _same_names(a: CompiledPhase, b: CompiledPhase) -> bool:
@@ -157,8 +214,8 @@ class SimPlan:
     schedule: Schedule
     cost: CostModel
     loads: tuple[float, ...]
-    #: per load, the chunk templates built (every chunk under the first load; under the others,
-    #: one chunk per class of chunks that share a template up to layer names, :func:`load_templates`)
+    #: per load, the chunk templates built (under an ops-only policy one chunk per class of chunks
+    #: that share a template up to layer names, :func:`load_templates`; else every chunk)
     templates: tuple[dict[int, ChunkTemplate], ...]
     compiled: tuple[Compiled, ...]
     #: per load, each chunk's activation bytes per micro-batch
@@ -175,6 +232,9 @@ class SimPlan:
     #: combined 1F1B: the backward's attention nodes run before the forward's mlp
     #: (``[framework] ep_overlap_early_attn_memory_release``, :mod:`timeline.sim.combined`)
     early_attn_release: bool = False
+    #: the chunks the first load built no template for: chunk → (the chunk whose template it shares,
+    #: decoder layers between their first layers; :func:`shifted_phase`)
+    shifts: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def load_of(self, device_index: int) -> int:
         return device_index % len(self.loads)
@@ -193,15 +253,15 @@ def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training:
     templates: list[dict[int, ChunkTemplate]] = []
     compiled: list[Compiled] = []
     act: list[dict[int, int]] = []
-    classes = chunk_classes(source, schedule.num_chunks) if shared and len(loads) > 1 else {}
     fw = rules.framework
     graphs = fw.cuda_graph_impl != "none"
+    classes = chunk_classes(source, schedule.num_chunks) if shared and not graphs else {}
     capture: list[Compiled] = []
     capture_rules: list[CaptureRules] = []
     for e, load in enumerate(loads):
         source_e = source if len(loads) == 1 else source.under(routing_skew=load)
         t, c = load_templates(source_e, holder, schedule.num_chunks, cost,
-                              (templates[0], compiled[0], classes) if e and shared and not graphs else None)
+                              (templates[0], compiled[0], classes) if e and classes else None, classes)
         if graphs:
             split_t = {ch: split(tc, fw.cuda_graph_scope) for ch, tc in t.items()}
             c = compile_templates({ch: g.train for ch, g in split_t.items()}, cost)
@@ -214,6 +274,8 @@ def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training:
                             num_layers=model.num_hidden_layers, expert_state_group=rules.expert_state_group,
                             ddp=ddp_of(rules.profile, rules.framework, model, tr, par, traced=rules.traced))
     devices = ep_devices(static, par, len(loads))
+    shifts = {c: (rep, source.layer_base(c) - source.layer_base(rep))
+              for c, rep in classes.items() if c not in templates[0]}
     return SimPlan(training=tr, schedule=schedule, cost=cost, loads=tuple(loads), templates=tuple(templates),
                    compiled=tuple(compiled), activation_bytes=tuple(act), devices=tuple(devices),
                    states=tuple(device_state(d, model, tr, par, rules) for d in devices),
@@ -221,4 +283,4 @@ def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training:
                    step_us=tuple(step_us(tr, par, d, cost) for d in devices[::len(loads)]),
                    iterations=tr.warmup_iterations + tr.iterations,
                    capture=tuple(capture), capture_rules=tuple(capture_rules),
-                   early_attn_release=rules.framework.ep_overlap_early_attn_memory_release)
+                   early_attn_release=rules.framework.ep_overlap_early_attn_memory_release, shifts=shifts)

@@ -49,5 +49,5 @@ def expand_plan(p: SimPlan, timing: Timing, *,
         act.append(sum(p.activation_bytes[e][c] for c in dev.stages))
     return SimOutput(schedule=p.schedule, devices=list(p.devices), spans=spans, events=events, ops=ops,
                      names=names.items, iteration_time_us=timing.iteration_time_us,
-                     activation_bytes_per_microbatch=act, templates=p.templates[0],
+                     activation_bytes_per_microbatch=act, templates=p.templates[0], template_shifts=p.shifts,
                      report_start_us=timing.report_start_us)

@@ -86,3 +86,7 @@ class TraceSource:
     def signature(self, chunk: int) -> Hashable:
         """A captured trace's chunks never share a template."""
         return ("chunk", chunk)
+
+    def layer_base(self, chunk: int) -> int:
+        """Nothing is renumbered: no two chunks share a signature."""
+        return 0
