@@ -6,7 +6,7 @@ The allocator pass (:mod:`timeline.sim.memory`) reads the event log next."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from functools import partial
 
@@ -36,12 +36,17 @@ _ACTION_COLUMNS = (("microbatch", np.int32), ("stage", np.int16), ("action", np.
 
 class _Log:
     """Chunks of events: the per-event columns as arrays (a template's own, shared), the
-    per-action ones as one value per chunk, expanded once at the end with ``np.repeat``."""
+    per-action ones as one value per chunk, expanded once at the end with ``np.repeat``. A phase
+    shifted to an action's start unchanged (:meth:`push_phase`) is only noted: the phase's rows of
+    every such action are laid out at once, each at its own place in push order."""
 
     def __init__(self) -> None:
-        self.arrays: dict[str, list[np.ndarray]] = {k: [] for k, _ in _EVENT_COLUMNS}
+        self.arrays: dict[str, list[np.ndarray | None]] = {k: [] for k, _ in _EVENT_COLUMNS}
         self.scalars: list[tuple[int, int, int, int, int]] = []
         self.lengths: list[int] = []
+        #: per phase (a key naming its columns: offsets and the others), the chunk index, start and
+        #: stretch of each action that ran it
+        self.phases: dict[Hashable, tuple[tuple[np.ndarray, ...], list[int], list[float], list[float]]] = {}
 
     def push(self, t: object, sign: object, size: object, cat: object, tensor: object, op: object,
              mb: int, stage: int, action: int, iteration: int, stream: int = 0) -> None:
@@ -53,10 +58,51 @@ class _Log:
         self.scalars.append((mb, stage, action, iteration, stream))
         self.lengths.append(n)
 
+    def push_phase(self, key: Hashable, columns: tuple[np.ndarray, ...], start: float, scale: float, mb: int,
+                   stage: int, action: int, iteration: int) -> None:
+        """Append the chunk ``push(columns[0] * scale + start, *columns[1:], …)`` would: a phase's
+        events (``columns``: offsets, sign, size, category, tensor and op ids, the dtypes of the event
+        log) stretched by ``scale`` from ``start``, on stream 0. ``key`` names the columns (the same
+        each time)."""
+        entry = self.phases.get(key)
+        if entry is None:
+            entry = self.phases[key] = (columns, [], [], [])
+        entry[1].append(len(self.lengths))
+        entry[2].append(start)
+        entry[3].append(scale)
+        for k, _ in _EVENT_COLUMNS:
+            self.arrays[k].append(None)
+        self.scalars.append((mb, stage, action, iteration, 0))
+        self.lengths.append(len(columns[0]))
+
+    def _column(self, j: int, k: str, dt: type, ends: np.ndarray) -> np.ndarray:
+        """Event column ``k`` (the ``j``-th) in push order."""
+        parts = self.arrays[k]
+        if not self.phases:
+            return np.concatenate(parts)  # type: ignore[arg-type]
+        out = np.empty(int(ends[-1]), dtype=dt)
+        own = [i for i, a in enumerate(parts) if a is not None]
+        if own:
+            lengths = np.array([self.lengths[i] for i in own], dtype=np.int64)
+            first = ends[own] - lengths  # where each chunk starts in push order
+            before = np.cumsum(lengths) - lengths  # and in the concatenation of the pushed chunks
+            out[np.repeat(first - before, lengths) + np.arange(int(lengths.sum()))] = np.concatenate(
+                [parts[i] for i in own])  # type: ignore[misc]
+        for columns, chunks, starts, scales in self.phases.values():
+            n = len(columns[0])
+            if not n:
+                continue
+            at = (ends[chunks] - n)[:, None] + np.arange(n)
+            values = (np.asarray(starts)[:, None] + columns[0] * np.asarray(scales)[:, None] if j == 0
+                      else np.broadcast_to(columns[j], (len(chunks), n)))
+            out[at.ravel()] = values.ravel()
+        return out
+
     def events(self) -> DeviceEvents:
         """The events in time order (stable: at equal times, in push order)."""
         if self.lengths:
-            merged = {k: np.concatenate(v) for k, v in self.arrays.items()}
+            ends = np.cumsum(np.array(self.lengths, dtype=np.int64))
+            merged = {k: self._column(j, k, dt, ends) for j, (k, dt) in enumerate(_EVENT_COLUMNS)}
             per = np.array(self.scalars, dtype=np.int64).reshape(-1, len(_ACTION_COLUMNS))
             counts = np.array(self.lengths, dtype=np.int64)
             for j, (k, dt) in enumerate(_ACTION_COLUMNS):
@@ -367,6 +413,8 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
         for i, saved in head_wgrad_kept(spans, compiled, state.deferred_head_wgrad).items():
             kept[i] = _merge(kept[i], saved) if i in kept else saved
     deferred: list[tuple[tuple[np.ndarray, ...], int, int, int, int]] = []  # (columns, mb, stage, action, iteration)
+    #: per (phase by id, the mask of its moved frees): its columns in the log's dtypes, and those of the moved frees
+    phase_cols: dict[tuple[int, bytes | None], tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]] = {}
     for i, sp in enumerate(spans):
         if sp.kind == "step":
             continue
@@ -382,8 +430,27 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
         if len(ph.ev_offset):
             tensor_ids = names.cached((id(ph), "ev_tensor"), partial(_event_ids, names, ph, "tensor_names"))
             op_ids = names.cached((id(ph), "ev_op"), partial(_event_ids, names, ph, "op_names"))
-            ev = (span_offsets(sp, ph.ev_offset, ph.ev_op) + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids)
             k = kept.get(i)
+            if not sp.shift:  # the phase as compiled (less the frees moved to other actions), stretched by the span
+                key = (id(ph), None if k is None else k.mask.tobytes())
+                cols = phase_cols.get(key)
+                if cols is None:
+                    full = tuple(np.asarray(v, dtype=dt) for (_, dt), v in zip(
+                        _EVENT_COLUMNS, (ph.ev_offset, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids),
+                        strict=True))
+                    cols = phase_cols[key] = (full if k is None else tuple(c[~k.mask] for c in full),
+                                              () if k is None else tuple(c[k.mask] for c in full[1:]))
+                if k is not None:
+                    for a in np.unique(k.actions[k.actions >= 0]).tolist():
+                        sel = k.actions == a
+                        deferred.append(((k.times[sel], *(c[sel] for c in cols[1])), m, s, a, spans[a].iteration))
+                log.push_phase(key, cols[0], sp.start_us, sp.scale, m, s, i, it)
+                if gather:
+                    log.push([sp.end_us], -1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
+                if fsdp:
+                    _push_fsdp(log, names, [e for e in fsdp if e[1] < 0], comm, m, s, i, it)
+                continue
+            ev = (span_offsets(sp, ph.ev_offset, ph.ev_op) + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids)
             if k is not None:
                 for a in np.unique(k.actions[k.actions >= 0]).tolist():
                     sel = k.actions == a
