@@ -80,14 +80,14 @@ class _Log:
         parts = self.arrays[k]
         if not self.phases:
             return np.concatenate(parts)  # type: ignore[arg-type]
-        out = np.empty(int(ends[-1]), dtype=dt)
+        out: np.ndarray = np.empty(int(ends[-1]), dtype=dt)
         own = [i for i, a in enumerate(parts) if a is not None]
         if own:
             lengths = np.array([self.lengths[i] for i in own], dtype=np.int64)
             first = ends[own] - lengths  # where each chunk starts in push order
             before = np.cumsum(lengths) - lengths  # and in the concatenation of the pushed chunks
             out[np.repeat(first - before, lengths) + np.arange(int(lengths.sum()))] = np.concatenate(
-                [parts[i] for i in own])  # type: ignore[misc]
+                [parts[i] for i in own])
         for columns, chunks, starts, scales in self.phases.values():
             n = len(columns[0])
             if not n:
@@ -433,18 +433,18 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             k = kept.get(i)
             if not sp.shift:  # the phase as compiled (less the frees moved to other actions), stretched by the span
                 key = (id(ph), None if k is None else k.mask.tobytes())
-                cols = phase_cols.get(key)
-                if cols is None:
+                pc = phase_cols.get(key)
+                if pc is None:
                     full = tuple(np.asarray(v, dtype=dt) for (_, dt), v in zip(
                         _EVENT_COLUMNS, (ph.ev_offset, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids),
                         strict=True))
-                    cols = phase_cols[key] = (full if k is None else tuple(c[~k.mask] for c in full),
-                                              () if k is None else tuple(c[k.mask] for c in full[1:]))
+                    pc = phase_cols[key] = (full if k is None else tuple(c[~k.mask] for c in full),
+                                            () if k is None else tuple(c[k.mask] for c in full[1:]))
                 if k is not None:
                     for a in np.unique(k.actions[k.actions >= 0]).tolist():
                         sel = k.actions == a
-                        deferred.append(((k.times[sel], *(c[sel] for c in cols[1])), m, s, a, spans[a].iteration))
-                log.push_phase(key, cols[0], sp.start_us, sp.scale, m, s, i, it)
+                        deferred.append(((k.times[sel], *(c[sel] for c in pc[1])), m, s, a, spans[a].iteration))
+                log.push_phase(key, pc[0], sp.start_us, sp.scale, m, s, i, it)
                 if gather:
                     log.push([sp.end_us], -1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
                 if fsdp:
