@@ -226,35 +226,39 @@ def kept_inputs(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
             continue  # the chunk receives nothing: the first virtual stage
         fs = sorted(fs, key=lambda i: spans[i].start_us)
         nxt = {(spans[a].iteration, spans[a].microbatch): b for a, b in zip(fs, [*fs[1:], -1], strict=True)}
-        masks: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # phase kind -> (sent, held) over its events
+        # phase kind -> (the held frees' indices, which of them the sent gradient's, their offsets and ops)
+        masks: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         for i, sp in enumerate(spans):
             if sp.stage != stage or sp.kind in ("F", "step"):
                 continue
             if sp.kind not in masks:
                 ph = compiled[(stage, sp.kind)]
                 sent = _frees(ph, op="send_backward")
-                masks[sp.kind] = sent, sent | _frees(ph, tensor=recv.__contains__)
-            sent, held = masks[sp.kind]
-            if not held.any():
+                at = np.flatnonzero(sent | _frees(ph, tensor=recv.__contains__))
+                masks[sp.kind] = at, sent[at], ph.ev_offset[at], ph.ev_op[at]
+            at, sent_at, offsets, ops = masks[sp.kind]
+            if not len(at):
                 continue
-            ph = compiled[(stage, sp.kind)]
-            freed_at = sp.start_us + span_offsets(sp, ph.ev_offset, ph.ev_op)
+            # only the held frees can move: the times of those alone
+            freed_at = sp.start_us + span_offsets(sp, offsets, ops)
             times, actions = freed_at.copy(), np.full(len(freed_at), i, dtype=np.int64)
             to = nxt.get((sp.iteration, sp.microbatch), -1)
             if to < 0:
-                times[held], actions[held] = np.nan, -1
+                times[:], actions[:] = np.nan, -1
             else:
-                later = held & (freed_at <= spans[to].start_us)
+                later = freed_at <= spans[to].start_us
                 times[later], actions[later] = spans[to].start_us, to
             if sp.kind in ("B", "I") and to >= 0:
                 nb = next_backward.get(i, -1)
                 if nb < 0 or spans[nb].iteration != sp.iteration:
                     nb = last_of_iteration[sp.iteration]
-                later = sent & (times < spans[nb].end_us)
+                later = sent_at & (times < spans[nb].end_us)
                 times[later], actions[later] = spans[nb].end_us, nb
-            moved = held & ((actions != i) | (times != freed_at))
+            moved = (actions != i) | (times != freed_at)
             if moved.any():
-                out[i] = KeptFrees(mask=moved, times=times[moved], actions=actions[moved])
+                mask = np.zeros(len(compiled[(stage, sp.kind)].ev_offset), dtype=bool)
+                mask[at[moved]] = True
+                out[i] = KeptFrees(mask=mask, times=times[moved], actions=actions[moved])
     return out
 
 
@@ -358,6 +362,15 @@ def head_wgrad_kept(spans: list[Span], compiled: Compiled, limit: int) -> dict[i
     return out
 
 
+def _targets(actions: np.ndarray) -> list[int]:
+    """The distinct actions (≥ 0) of ``actions``, ascending (``np.unique``'s; one action without it)."""
+    valid = actions[actions >= 0]
+    if not len(valid):
+        return []
+    first = int(valid[0])
+    return [first] if bool((valid == first).all()) else np.unique(valid).tolist()
+
+
 def _merge(a: KeptFrees, b: KeptFrees) -> KeptFrees:
     """Two actions' moved frees over the same phase's events, as one (``b`` wins where both move one)."""
     mask = a.mask | b.mask
@@ -441,7 +454,7 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
                     pc = phase_cols[key] = (full if k is None else tuple(c[~k.mask] for c in full),
                                             () if k is None else tuple(c[k.mask] for c in full[1:]))
                 if k is not None:
-                    for a in np.unique(k.actions[k.actions >= 0]).tolist():
+                    for a in _targets(k.actions):
                         sel = k.actions == a
                         deferred.append(((k.times[sel], *(c[sel] for c in pc[1])), m, s, a, spans[a].iteration))
                 log.push_phase(key, pc[0], sp.start_us, sp.scale, m, s, i, it)

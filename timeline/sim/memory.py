@@ -133,12 +133,14 @@ def pair_index(ev: DeviceEvents) -> np.ndarray | None:
     the same (tensor, micro-batch, stage). ``None`` unless allocs and frees of every key
     alternate, starting with an alloc (what keying a live dict by it needs)."""
     n = len(ev.t_us)
-    order = _key_order(ev)
+    order, key = _key_order(ev)
     sign = ev.sign[order]
     same = np.zeros(n, dtype=bool)  # same key as the previous event in key order
-    if n > 1:
-        same[1:] = ((ev.tensor[order][1:] == ev.tensor[order][:-1]) & (ev.microbatch[order][1:] == ev.microbatch[order][:-1])
-                    & (ev.stage[order][1:] == ev.stage[order][:-1]))
+    if n > 1 and key is not None:
+        same[1:] = key[1:] == key[:-1]
+    elif n > 1:
+        tensor, mb, stage = ev.tensor[order], ev.microbatch[order], ev.stage[order]
+        same[1:] = (tensor[1:] == tensor[:-1]) & (mb[1:] == mb[:-1]) & (stage[1:] == stage[:-1])
     alternate = np.where(same, sign != np.roll(sign, 1), sign > 0)
     if not alternate.all():
         return None
@@ -148,19 +150,21 @@ def pair_index(ev: DeviceEvents) -> np.ndarray | None:
     return pair
 
 
-def _key_order(ev: DeviceEvents) -> np.ndarray:
-    """Event indices sorted by (tensor, micro-batch, stage), stable (index order within a key):
-    one int64 key sorted once where the three fit in it, else a lexicographic sort."""
+def _key_order(ev: DeviceEvents) -> tuple[np.ndarray, np.ndarray | None]:
+    """Event indices sorted by (tensor, micro-batch, stage), stable (index order within a key), and
+    the keys in that order: one int64 key sorted once where the three fit in it (None where they do
+    not, and a lexicographic sort)."""
     n = len(ev.t_us)
     if not n:
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     mb, st, tensor = ev.microbatch.astype(np.int64), ev.stage.astype(np.int64), ev.tensor.astype(np.int64)
     mb_lo, st_lo, t_lo = int(mb.min()), int(st.min()), int(tensor.min())
     n_mb, n_st = int(mb.max()) - mb_lo + 1, int(st.max()) - st_lo + 1
     if (int(tensor.max()) - t_lo + 1) * n_mb * n_st >= 2**62:
-        return np.lexsort((np.arange(n), ev.stage, ev.microbatch, ev.tensor))
+        return np.lexsort((np.arange(n), ev.stage, ev.microbatch, ev.tensor)), None
     key = ((tensor - t_lo) * n_mb + (mb - mb_lo)) * n_st + (st - st_lo)
-    return np.argsort(key, kind="stable")
+    order = np.argsort(key, kind="stable")
+    return order, key[order]
 
 
 def run_allocator_events(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEvents, names: list[str]) -> AllocatorPass:
