@@ -85,6 +85,7 @@ def run_schedule(schedule: Schedule, *, iterations: int, duration_us: Callable[[
     # the same for every iteration
     groups = [_groups(schedule, r, last_stage, owner, p2p_us, pair_us is not None) for r in range(n)]
     spans: list[Span] = []
+    pair_memo: dict[tuple[int, str, int, str], PairTiming] = {}
     clock: list[float] = [0] * n  # simpy's clock starts at int 0: a first span's start is written as 0, not 0.0
     for it in range(iterations):
         arrived: dict[Key, float] = {}
@@ -112,7 +113,7 @@ def run_schedule(schedule: Schedule, *, iterations: int, duration_us: Callable[[
                     now = start + duration_us(a.stage, a.kind)
                     spans.append(Span(r, p, it, a.stage, a.kind, a.microbatch, start, now))
                 else:
-                    now = start + _pair(spans, r, p, it, acts, start, duration_us, pair_us, pair_shifts)
+                    now = start + _pair(spans, r, p, it, acts, start, duration_us, pair_us, pair_shifts, pair_memo)
                 for key, remote in sends:
                     arrived[key] = now + p2p_us if remote else now
                     todo += waiting.pop(key, ())
@@ -165,22 +166,31 @@ def _groups(schedule: Schedule, r: int, last_stage: int, owner: dict[tuple[int, 
     return out
 
 
+#: an overlapped pair's timing, the same for every pair of the same two phases: (duration, the forward
+#: half's scale, the backward half's, the forward half's shifts, the backward half's)
+PairTiming = tuple[float, float, float, tuple[float, ...], tuple[float, ...]]
+
+
 def _pair(spans: list[Span], r: int, p: int, it: int, acts: tuple[Action, ...], start: float,
           duration_us: Callable[[int, str], float], pair_us: Callable[[int, str, int, str], float] | None,
-          pair_shifts: PairShifts | None) -> float:
-    """Append an overlapped F&B pair's two spans; return its duration."""
+          pair_shifts: PairShifts | None, memo: dict[tuple[int, str, int, str], PairTiming]) -> float:
+    """Append an overlapped F&B pair's two spans; return its duration. ``memo`` keeps each pair of
+    phases' timing (the callables' answers depend on the phases alone)."""
     f, b = acts
-    df, db = duration_us(f.stage, f.kind), duration_us(b.stage, b.kind)
-    assert pair_us is not None  # pairs are only formed with pair_us
-    total = pair_us(f.stage, f.kind, b.stage, b.kind)
+    key = (f.stage, f.kind, b.stage, b.kind)
+    timing = memo.get(key)
+    if timing is None:
+        df, db = duration_us(f.stage, f.kind), duration_us(b.stage, b.kind)
+        assert pair_us is not None  # pairs are only formed with pair_us
+        total = pair_us(*key)
+        warp = pair_shifts(*key) if pair_shifts else None
+        if warp is None:
+            timing = (total, total / df if df > 0 else 1.0, total / db if db > 0 else 1.0, (), ())
+        else:
+            timing = (total, warp[0], warp[0], warp[1], warp[2])
+        memo[key] = timing
+    total, kf, kb, sf, sb = timing
     end = start + total
-    warp = pair_shifts(f.stage, f.kind, b.stage, b.kind) if pair_shifts else None
-    if warp is None:
-        spans.append(Span(r, p, it, f.stage, f.kind, f.microbatch, start, end, total / df if df > 0 else 1.0))
-        spans.append(Span(r, p + 1, it, b.stage, b.kind, b.microbatch, start, end, total / db if db > 0 else 1.0,
-                          overlapped=True))
-    else:
-        k, sf, sb = warp
-        spans.append(Span(r, p, it, f.stage, f.kind, f.microbatch, start, end, k, shift=sf))
-        spans.append(Span(r, p + 1, it, b.stage, b.kind, b.microbatch, start, end, k, overlapped=True, shift=sb))
+    spans.append(Span(r, p, it, f.stage, f.kind, f.microbatch, start, end, kf, shift=sf))
+    spans.append(Span(r, p + 1, it, b.stage, b.kind, b.microbatch, start, end, kb, overlapped=True, shift=sb))
     return total

@@ -47,6 +47,8 @@ class _Log:
         #: per phase (a key naming its columns: offsets and the others), the chunk index, start and
         #: stretch of each action that ran it
         self.phases: dict[Hashable, tuple[tuple[np.ndarray, ...], list[int], list[float], list[float]]] = {}
+        #: per set of rows (a key naming their columns but the time), the chunk index and times of each push
+        self.timed: dict[Hashable, tuple[tuple[np.ndarray, ...], list[int], list[np.ndarray]]] = {}
 
     def push(self, t: object, sign: object, size: object, cat: object, tensor: object, op: object,
              mb: int, stage: int, action: int, iteration: int, stream: int = 0) -> None:
@@ -75,10 +77,24 @@ class _Log:
         self.scalars.append((mb, stage, action, iteration, 0))
         self.lengths.append(len(columns[0]))
 
+    def push_timed(self, key: Hashable, columns: tuple[np.ndarray, ...], times: np.ndarray, mb: int, stage: int,
+                   action: int, iteration: int) -> None:
+        """Append the chunk ``push(times, *columns, …)`` would (``columns``: sign, size, category,
+        tensor and op ids in the event log's dtypes, the same each time for one ``key``), on stream 0."""
+        entry = self.timed.get(key)
+        if entry is None:
+            entry = self.timed[key] = (columns, [], [])
+        entry[1].append(len(self.lengths))
+        entry[2].append(times)
+        for k, _ in _EVENT_COLUMNS:
+            self.arrays[k].append(None)
+        self.scalars.append((mb, stage, action, iteration, 0))
+        self.lengths.append(len(columns[0]))
+
     def _column(self, j: int, k: str, dt: type, ends: np.ndarray) -> np.ndarray:
         """Event column ``k`` (the ``j``-th) in push order."""
         parts = self.arrays[k]
-        if not self.phases:
+        if not self.phases and not self.timed:
             return np.concatenate(parts)  # type: ignore[arg-type]
         out: np.ndarray = np.empty(int(ends[-1]), dtype=dt)
         own = [i for i, a in enumerate(parts) if a is not None]
@@ -96,6 +112,13 @@ class _Log:
             values = (np.asarray(starts)[:, None] + columns[0] * np.asarray(scales)[:, None] if j == 0
                       else np.broadcast_to(columns[j], (len(chunks), n)))
             out[at.ravel()] = values.ravel()
+        for columns, chunks, times in self.timed.values():
+            n = len(columns[0])
+            if not n:
+                continue
+            at = (ends[chunks] - n)[:, None] + np.arange(n)
+            out[at.ravel()] = (np.concatenate(times) if j == 0
+                               else np.broadcast_to(columns[j - 1], (len(chunks), n)).ravel())
         return out
 
     def events(self) -> DeviceEvents:
@@ -205,9 +228,12 @@ def kept_inputs(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
       iteration ends): the gradient's free moves there if that is later still.
     """
     forwards: dict[int, list[int]] = {}
+    others: dict[int, list[int]] = {}  # per stage, its backward actions (B, I, W) in span order
     for i, sp in enumerate(spans):
         if sp.kind == "F":
             forwards.setdefault(sp.stage, []).append(i)
+        elif sp.kind != "step":
+            others.setdefault(sp.stage, []).append(i)
     order = sorted((i for i, sp in enumerate(spans) if sp.kind != "step"), key=lambda i: spans[i].start_us)
     backwards = [i for i in order if spans[i].kind in ("B", "I")]
     next_backward = dict(zip(backwards, [*backwards[1:], -1], strict=True))
@@ -219,18 +245,17 @@ def kept_inputs(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
     out: dict[int, KeptFrees] = {}
     for stage, fs in forwards.items():
         f_ph = compiled[(stage, "F")]
-        recv = {f_ph.tensor_names[t] for t, sign, op in zip(f_ph.ev_tensor.tolist(), f_ph.ev_sign.tolist(),
-                                                            f_ph.ev_op.tolist(), strict=True)
-                if sign > 0 and f_ph.op_names[op] == "recv_forward"}
+        recv_ops = [o for o, name in enumerate(f_ph.op_names) if name == "recv_forward"]
+        made = np.isin(f_ph.ev_op, recv_ops) & (f_ph.ev_sign > 0)
+        recv = {f_ph.tensor_names[t] for t in f_ph.ev_tensor[made].tolist()}
         if not recv:
             continue  # the chunk receives nothing: the first virtual stage
         fs = sorted(fs, key=lambda i: spans[i].start_us)
         nxt = {(spans[a].iteration, spans[a].microbatch): b for a, b in zip(fs, [*fs[1:], -1], strict=True)}
         # phase kind -> (the held frees' indices, which of them the sent gradient's, their offsets and ops)
         masks: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
-        for i, sp in enumerate(spans):
-            if sp.stage != stage or sp.kind in ("F", "step"):
-                continue
+        for i in others.get(stage, ()):
+            sp = spans[i]
             if sp.kind not in masks:
                 ph = compiled[(stage, sp.kind)]
                 sent = _frees(ph, op="send_backward")
@@ -362,6 +387,16 @@ def head_wgrad_kept(spans: list[Span], compiled: Compiled, limit: int) -> dict[i
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class _Moved:
+    """An action's frees moved to one other action: its phase's ``key``, their ``times`` and ``columns``
+    (sign, size, category, tensor and op ids: the same for every action of that key)."""
+
+    key: Hashable
+    times: np.ndarray
+    columns: tuple[np.ndarray, ...]
+
+
 def _targets(actions: np.ndarray) -> list[int]:
     """The distinct actions (≥ 0) of ``actions``, ascending (``np.unique``'s; one action without it)."""
     valid = actions[actions >= 0]
@@ -425,7 +460,8 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
     if state.deferred_head_wgrad >= 0:
         for i, saved in head_wgrad_kept(spans, compiled, state.deferred_head_wgrad).items():
             kept[i] = _merge(kept[i], saved) if i in kept else saved
-    deferred: list[tuple[tuple[np.ndarray, ...], int, int, int, int]] = []  # (columns, mb, stage, action, iteration)
+    # (columns or a phase's moved rows, mb, stage, action, iteration)
+    deferred: list[tuple[tuple[np.ndarray, ...] | _Moved, int, int, int, int]] = []
     #: per (phase by id, the mask of its moved frees): its columns in the log's dtypes, and those of the moved frees
     phase_cols: dict[tuple[int, bytes | None], tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]] = {}
     for i, sp in enumerate(spans):
@@ -454,9 +490,14 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
                     pc = phase_cols[key] = (full if k is None else tuple(c[~k.mask] for c in full),
                                             () if k is None else tuple(c[k.mask] for c in full[1:]))
                 if k is not None:
-                    for a in _targets(k.actions):
-                        sel = k.actions == a
-                        deferred.append(((k.times[sel], *(c[sel] for c in pc[1])), m, s, a, spans[a].iteration))
+                    targets = _targets(k.actions)
+                    if len(targets) == 1 and bool((k.actions == targets[0]).all()):  # every moved free to one action
+                        a = targets[0]
+                        deferred.append((_Moved(key, k.times, pc[1]), m, s, a, spans[a].iteration))
+                    else:
+                        for a in targets:
+                            sel = k.actions == a
+                            deferred.append(((k.times[sel], *(c[sel] for c in pc[1])), m, s, a, spans[a].iteration))
                 log.push_phase(key, pc[0], sp.start_us, sp.scale, m, s, i, it)
                 if gather:
                     log.push([sp.end_us], -1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
@@ -475,7 +516,10 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             log.push([sp.end_us], -1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
         _push_fsdp(log, names, [e for e in fsdp if e[1] < 0], comm, m, s, i, it)  # after the action's own
     for c, d_mb, d_stage, d_action, d_it in deferred:  # after that forward's new buffer, same instant
-        log.push(c[0], c[1], c[2], c[3], c[4], c[5], d_mb, d_stage, d_action, d_it)
+        if isinstance(c, _Moved):
+            log.push_timed(c.key, c.columns, c.times, d_mb, d_stage, d_action, d_it)
+        else:
+            log.push(c[0], c[1], c[2], c[3], c[4], c[5], d_mb, d_stage, d_action, d_it)
     if late:  # pushed last: after the matching op's own allocations
         cols = list(zip(*late, strict=True))
         log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
