@@ -228,7 +228,7 @@ def kept_inputs(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
       iteration ends): the gradient's free moves there if that is later still.
     """
     forwards: dict[int, list[int]] = {}
-    others: dict[int, list[int]] = {}  # per stage, its backward actions (B, I, W) in span order
+    others: dict[int, list[int]] = {}  # per stage, its other actions (B, I, W) in span order
     for i, sp in enumerate(spans):
         if sp.kind == "F":
             forwards.setdefault(sp.stage, []).append(i)
