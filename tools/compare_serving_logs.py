@@ -192,8 +192,18 @@ def summary(rows: list[Row], side: str, listed: int) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    before = "--before" in argv
-    show_unseen = "--unseen" in argv
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="Prints the calibration side's table and summary; the unseen side's "
+                                            "errors only with --unseen.")
+    parser.add_argument("--unseen", action="store_true",
+                        help="print the unseen side's errors too (once, at the end of a round: never tune on them)")
+    parser.add_argument("--before", action="store_true",
+                        help="every record without its engine_version and with the weight format given by hand "
+                             "(the tool before issue 27's rules)")
+    args = parser.parse_args(argv)
+    before, show_unseen = args.before, args.unseen
     records = json.loads(LOGS.read_text())["records"]
     split = json.loads(SPLIT.read_text())["logs"]
     with tempfile.TemporaryDirectory() as tmp:
