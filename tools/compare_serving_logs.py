@@ -31,6 +31,7 @@ rules: the V1 rules at 35d5cda and the spec's scheduler defaults).
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -192,8 +193,6 @@ def summary(rows: list[Row], side: str, listed: int) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    import argparse
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog="Prints the calibration side's table and summary; the unseen side's "
                                             "errors only with --unseen.")

@@ -103,20 +103,19 @@ def fully_parallel_load(a: ArgReader, c: Conversion, *, dp_cp: int, loads: bool)
     group = a.str("--ckpt-fully-parallel-load-process-group", "dp")
     if not (a.flag("--ckpt-fully-parallel-load") and loads):
         return
-    why = ""
     if algo == "gather_object":
-        why = ("--ckpt-fully-parallel-load-exchange-algo gather_object: every rank's loaded shards are unpickled on "
-               "each rank (exchange_utils.py: exchange_loaded_tensors_gather_object)")
-    elif dp_cp > 1 and group == "dp" and int(c.sections["parallel"].get("ep", 1)) > 1:
-        why = ("--ckpt-fully-parallel-load with expert parallelism over the DP·CP group: the other expert-parallel "
-               "ranks' expert shards are received into temporary buffers (exchange_utils.py: "
-               "_get_empty_tensor_for_exchange) that live until each asynchronous broadcast completes, which is not "
-               "modelled; drop the flag for the plain load, or give --ckpt-fully-parallel-load-process-group ep_dp")
-    elif dp_cp > 1 and c.sections.get("training", {}).get("fp8_param_gather"):
-        why = ("--ckpt-fully-parallel-load with FP8 parameters (--fp8-param-gather): each exchanged FP8 shard becomes "
-               "a new high-precision copy the loaded state dict keeps (exchange_utils.py: from_float8), not modelled")
-    if why:
-        raise UserError(why)
+        raise UserError("--ckpt-fully-parallel-load-exchange-algo gather_object: every rank's loaded shards are "
+                        "unpickled on each rank (exchange_utils.py: exchange_loaded_tensors_gather_object)")
+    if dp_cp > 1 and group == "dp" and int(c.sections["parallel"].get("ep", 1)) > 1:
+        raise UserError("--ckpt-fully-parallel-load with expert parallelism over the DP·CP group: the other "
+                        "expert-parallel ranks' expert shards are received into temporary buffers (exchange_utils.py: "
+                        "_get_empty_tensor_for_exchange) that live until each asynchronous broadcast completes, which "
+                        "is not modelled; drop the flag for the plain load, or give "
+                        "--ckpt-fully-parallel-load-process-group ep_dp")
+    if dp_cp > 1 and c.sections.get("training", {}).get("fp8_param_gather"):
+        raise UserError("--ckpt-fully-parallel-load with FP8 parameters (--fp8-param-gather): each exchanged FP8 "
+                        "shard becomes a new high-precision copy the loaded state dict keeps (exchange_utils.py: "
+                        "from_float8), not modelled")
 
 
 def embedding_wgrad(a: ArgReader, c: Conversion) -> None:

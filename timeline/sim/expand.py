@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
@@ -34,21 +34,37 @@ _ACTION_COLUMNS = (("microbatch", np.int32), ("stage", np.int16), ("action", np.
                    ("stream", np.int8))
 
 
+@dataclass(slots=True)
+class _Noted:
+    """Chunks of the log noted, not pushed, that share their columns but the time: ``columns`` (sign,
+    size, category, tensor and op ids, in the log's dtypes), the ``chunks`` they are in push order and, per
+    chunk, ``when``: a phase's (start, stretch) — its times ``start + offsets · stretch`` — or, without
+    ``offsets``, the chunk's own times."""
+
+    columns: tuple[np.ndarray, ...]
+    offsets: np.ndarray | None
+    chunks: list[int] = field(default_factory=list)
+    when: list = field(default_factory=list)
+
+    def times(self) -> np.ndarray:
+        if self.offsets is None:
+            return np.concatenate(self.when)
+        at = np.array(self.when, dtype=np.float64)
+        return (at[:, :1] + self.offsets * at[:, 1:]).ravel()
+
+
 class _Log:
     """Chunks of events: the per-event columns as arrays (a template's own, shared), the
     per-action ones as one value per chunk, expanded once at the end with ``np.repeat``. A phase
-    shifted to an action's start unchanged (:meth:`push_phase`) is only noted: the phase's rows of
-    every such action are laid out at once, each at its own place in push order."""
+    shifted to an action's start (:meth:`push_phase`), or rows that recur with times of their own
+    (:meth:`push_timed`), are only noted: their rows of every chunk are laid out at once, each at its
+    own place in push order."""
 
     def __init__(self) -> None:
         self.arrays: dict[str, list[np.ndarray | None]] = {k: [] for k, _ in _EVENT_COLUMNS}
         self.scalars: list[tuple[int, int, int, int, int]] = []
         self.lengths: list[int] = []
-        #: per phase (a key naming its columns: offsets and the others), the chunk index, start and
-        #: stretch of each action that ran it
-        self.phases: dict[Hashable, tuple[tuple[np.ndarray, ...], list[int], list[float], list[float]]] = {}
-        #: per set of rows (a key naming their columns but the time), the chunk index and times of each push
-        self.timed: dict[Hashable, tuple[tuple[np.ndarray, ...], list[int], list[np.ndarray]]] = {}
+        self.noted: dict[Hashable, _Noted] = {}
 
     def push(self, t: object, sign: object, size: object, cat: object, tensor: object, op: object,
              mb: int, stage: int, action: int, iteration: int, stream: int = 0) -> None:
@@ -66,35 +82,30 @@ class _Log:
         events (``columns``: offsets, sign, size, category, tensor and op ids, the dtypes of the event
         log) stretched by ``scale`` from ``start``, on stream 0. ``key`` names the columns (the same
         each time)."""
-        entry = self.phases.get(key)
-        if entry is None:
-            entry = self.phases[key] = (columns, [], [], [])
-        entry[1].append(len(self.lengths))
-        entry[2].append(start)
-        entry[3].append(scale)
-        for k, _ in _EVENT_COLUMNS:
-            self.arrays[k].append(None)
-        self.scalars.append((mb, stage, action, iteration, 0))
-        self.lengths.append(len(columns[0]))
+        self._note(("phase", key), columns[1:], columns[0], (start, scale), mb, stage, action, iteration)
 
     def push_timed(self, key: Hashable, columns: tuple[np.ndarray, ...], times: np.ndarray, mb: int, stage: int,
                    action: int, iteration: int) -> None:
         """Append the chunk ``push(times, *columns, …)`` would (``columns``: sign, size, category,
         tensor and op ids in the event log's dtypes, the same each time for one ``key``), on stream 0."""
-        entry = self.timed.get(key)
-        if entry is None:
-            entry = self.timed[key] = (columns, [], [])
-        entry[1].append(len(self.lengths))
-        entry[2].append(times)
+        self._note(("timed", key), columns, None, times, mb, stage, action, iteration)
+
+    def _note(self, key: Hashable, columns: tuple[np.ndarray, ...], offsets: np.ndarray | None, when: object,
+              mb: int, stage: int, action: int, iteration: int) -> None:
+        noted = self.noted.get(key)
+        if noted is None:
+            noted = self.noted[key] = _Noted(columns, offsets)
+        noted.chunks.append(len(self.lengths))
+        noted.when.append(when)
         for k, _ in _EVENT_COLUMNS:
             self.arrays[k].append(None)
         self.scalars.append((mb, stage, action, iteration, 0))
         self.lengths.append(len(columns[0]))
 
     def _column(self, j: int, k: str, dt: type, ends: np.ndarray) -> np.ndarray:
-        """Event column ``k`` (the ``j``-th) in push order."""
+        """Event column ``k`` (the ``j``-th: 0 the time) in push order."""
         parts = self.arrays[k]
-        if not self.phases and not self.timed:
+        if not self.noted:
             return np.concatenate(parts)  # type: ignore[arg-type]
         out: np.ndarray = np.empty(int(ends[-1]), dtype=dt)
         own = [i for i, a in enumerate(parts) if a is not None]
@@ -104,21 +115,12 @@ class _Log:
             before = np.cumsum(lengths) - lengths  # and in the concatenation of the pushed chunks
             out[np.repeat(first - before, lengths) + np.arange(int(lengths.sum()))] = np.concatenate(
                 [parts[i] for i in own])
-        for columns, chunks, starts, scales in self.phases.values():
-            n = len(columns[0])
-            if not n:
-                continue
-            at = (ends[chunks] - n)[:, None] + np.arange(n)
-            values = (np.asarray(starts)[:, None] + columns[0] * np.asarray(scales)[:, None] if j == 0
-                      else np.broadcast_to(columns[j], (len(chunks), n)))
-            out[at.ravel()] = values.ravel()
-        for columns, chunks, times in self.timed.values():
-            n = len(columns[0])
-            if not n:
-                continue
-            at = (ends[chunks] - n)[:, None] + np.arange(n)
-            out[at.ravel()] = (np.concatenate(times) if j == 0
-                               else np.broadcast_to(columns[j - 1], (len(chunks), n)).ravel())
+        for noted in self.noted.values():
+            n = len(noted.columns[0])
+            if n:
+                at = (ends[noted.chunks] - n)[:, None] + np.arange(n)
+                out[at.ravel()] = (noted.times() if j == 0
+                                   else np.broadcast_to(noted.columns[j - 1], (len(noted.chunks), n)).ravel())
         return out
 
     def events(self) -> DeviceEvents:
@@ -397,15 +399,6 @@ class _Moved:
     columns: tuple[np.ndarray, ...]
 
 
-def _targets(actions: np.ndarray) -> list[int]:
-    """The distinct actions (≥ 0) of ``actions``, ascending (``np.unique``'s; one action without it)."""
-    valid = actions[actions >= 0]
-    if not len(valid):
-        return []
-    first = int(valid[0])
-    return [first] if bool((valid == first).all()) else np.unique(valid).tolist()
-
-
 def _merge(a: KeptFrees, b: KeptFrees) -> KeptFrees:
     """Two actions' moved frees over the same phase's events, as one (``b`` wins where both move one)."""
     mask = a.mask | b.mask
@@ -480,41 +473,33 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             tensor_ids = names.cached((id(ph), "ev_tensor"), partial(_event_ids, names, ph, "tensor_names"))
             op_ids = names.cached((id(ph), "ev_op"), partial(_event_ids, names, ph, "op_names"))
             k = kept.get(i)
-            if not sp.shift:  # the phase as compiled (less the frees moved to other actions), stretched by the span
-                key = (id(ph), None if k is None else k.mask.tobytes())
-                pc = phase_cols.get(key)
-                if pc is None:
-                    full = tuple(np.asarray(v, dtype=dt) for (_, dt), v in zip(
-                        _EVENT_COLUMNS, (ph.ev_offset, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids),
-                        strict=True))
-                    pc = phase_cols[key] = (full if k is None else tuple(c[~k.mask] for c in full),
-                                            () if k is None else tuple(c[k.mask] for c in full[1:]))
-                if k is not None:
-                    targets = _targets(k.actions)
-                    if len(targets) == 1 and bool((k.actions == targets[0]).all()):  # every moved free to one action
-                        a = targets[0]
-                        deferred.append((_Moved(key, k.times, pc[1]), m, s, a, spans[a].iteration))
-                    else:
-                        for a in targets:
-                            sel = k.actions == a
-                            deferred.append(((k.times[sel], *(c[sel] for c in pc[1])), m, s, a, spans[a].iteration))
-                log.push_phase(key, pc[0], sp.start_us, sp.scale, m, s, i, it)
-                if gather:
-                    log.push([sp.end_us], -1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
-                if fsdp:
-                    _push_fsdp(log, names, [e for e in fsdp if e[1] < 0], comm, m, s, i, it)
-                continue
-            ev = (span_offsets(sp, ph.ev_offset, ph.ev_op) + sp.start_us, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids)
+            # the phase's columns less the frees moved to other actions, and those moved frees' columns
+            key = (id(ph), None if k is None else k.mask.tobytes())
+            pc = phase_cols.get(key)
+            if pc is None:
+                full = tuple(np.asarray(v, dtype=dt) for (_, dt), v in zip(
+                    _EVENT_COLUMNS, (ph.ev_offset, ph.ev_sign, ph.ev_size, ph.ev_cat, tensor_ids, op_ids), strict=True))
+                pc = phase_cols[key] = (full if k is None else tuple(c[~k.mask] for c in full),
+                                        () if k is None else tuple(c[k.mask] for c in full[1:]))
             if k is not None:
-                for a in np.unique(k.actions[k.actions >= 0]).tolist():
-                    sel = k.actions == a
-                    moved = tuple(c[k.mask][sel] for c in ev[1:])
-                    deferred.append(((k.times[sel], *moved), m, s, a, spans[a].iteration))
-                ev = tuple(c[~k.mask] for c in ev)
-            log.push(ev[0], ev[1], ev[2], ev[3], ev[4], ev[5], m, s, i, it)
+                first = int(k.actions[0])
+                if first >= 0 and bool((k.actions == first).all()):  # every moved free to one action
+                    deferred.append((_Moved(key, k.times, pc[1]), m, s, first, spans[first].iteration))
+                else:
+                    for a in np.unique(k.actions[k.actions >= 0]).tolist():
+                        sel = k.actions == a
+                        deferred.append(((k.times[sel], *(c[sel] for c in pc[1])), m, s, a, spans[a].iteration))
+            if not sp.shift:  # stretched by the span alone: noted, laid out with the phase's other actions
+                log.push_phase(key, pc[0], sp.start_us, sp.scale, m, s, i, it)
+            else:  # a combined-1F1B half: each op moved by its own shift
+                at = span_offsets(sp, ph.ev_offset, ph.ev_op) + sp.start_us
+                cols0 = pc[0]
+                log.push(at if k is None else at[~k.mask], cols0[1], cols0[2], cols0[3], cols0[4], cols0[5], m, s, i,
+                         it)
         if gather:
             log.push([sp.end_us], -1, gather, comm, names("zero3.gathered_params"), -1, m, s, i, it)
-        _push_fsdp(log, names, [e for e in fsdp if e[1] < 0], comm, m, s, i, it)  # after the action's own
+        if fsdp:
+            _push_fsdp(log, names, [e for e in fsdp if e[1] < 0], comm, m, s, i, it)  # after the action's own
     for c, d_mb, d_stage, d_action, d_it in deferred:  # after that forward's new buffer, same instant
         if isinstance(c, _Moved):
             log.push_timed(c.key, c.columns, c.times, d_mb, d_stage, d_action, d_it)

@@ -110,13 +110,10 @@ def load_templates(source: ModelSource, holder: dict[int, int], num_chunks: int,
         reps = sorted(set(classes.values())) if classes else list(range(num_chunks))
         t = {c: source.template(c, pp_rank=holder[c]) for c in reps}
         out = compile_templates(t, cost)
-        for c in range(num_chunks):
-            if c not in t:
-                rep = classes[c] if classes else c
-                delta = source.layer_base(c) - source.layer_base(rep)
-                memo: dict[str, str] = {}  # shared by the chunk's phases
-                for k in PHASES:
-                    out[(c, k)] = shifted_phase(out[(rep, k)], delta, memo)
+        for c, (rep, delta) in class_shifts(source, classes or {}, t).items():
+            memo: dict[str, str] = {}  # shared by the chunk's phases
+            for k in PHASES:
+                out[(c, k)] = shifted_phase(out[(rep, k)], delta, memo)
         return t, {(c, k): out[(c, k)] for c in range(num_chunks) for k in PHASES}
     _, compiled0, classes0 = first
     reps = sorted(set(classes0.values()))
@@ -177,6 +174,13 @@ def shifted_phase(ph: CompiledPhase, delta: int, memo: dict[str, str] | None = N
     return replace(ph, op_names=shift_layers(ph.op_names, delta, memo),
                    op_layers=tuple(x if x < 0 else x + delta for x in ph.op_layers),
                    tensor_names=shift_layers(ph.tensor_names, delta, memo))
+
+
+def class_shifts(source: ModelSource, classes: dict[int, int], built: dict[int, ChunkTemplate]
+                 ) -> dict[int, tuple[int, int]]:
+    """Each chunk without a template in ``built``: (its class's first chunk, the decoder layers between the
+    two chunks' first layers)."""
+    return {c: (rep, source.layer_base(c) - source.layer_base(rep)) for c, rep in classes.items() if c not in built}
 
 
 def _same_names(a: CompiledPhase, b: CompiledPhase) -> bool:
@@ -274,8 +278,7 @@ def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training:
                             num_layers=model.num_hidden_layers, expert_state_group=rules.expert_state_group,
                             ddp=ddp_of(rules.profile, rules.framework, model, tr, par, traced=rules.traced))
     devices = ep_devices(static, par, len(loads))
-    shifts = {c: (rep, source.layer_base(c) - source.layer_base(rep))
-              for c, rep in classes.items() if c not in templates[0]}
+    shifts = class_shifts(source, classes, templates[0])
     return SimPlan(training=tr, schedule=schedule, cost=cost, loads=tuple(loads), templates=tuple(templates),
                    compiled=tuple(compiled), activation_bytes=tuple(act), devices=tuple(devices),
                    states=tuple(device_state(d, model, tr, par, rules) for d in devices),
