@@ -37,7 +37,7 @@ def test_gpt2_names():
                             "n_positions": 1024, "activation_function": "gelu_new"})
     assert (m.hidden_size, m.num_hidden_layers, m.intermediate_size) == (768, 12, 3072)
     assert m.norm == "layernorm" and m.position_embedding == "learned" and m.tie_word_embeddings
-    assert m.hidden_act == "gelu" and not m.gated_mlp
+    assert m.hidden_act == "gelu_new" and not m.gated_mlp  # NewGELUActivation (spec/hf_activations.py)
 
 
 def test_qwen3_head_dim_and_qk_norm():

@@ -140,3 +140,28 @@ def test_cudnn_backward_workspace_as_the_snapshot_allocates_it(timelines, case):
     sim = {int(ev.size[i]) for i in range(len(ev.t_us)) if tl.names[ev.tensor[i]].endswith("backward_scratch.workspace")}
     assert len(sim) == 1
     assert {s + 256 for s in sim} <= real
+
+
+#: recorded later on the same machine and stack (``gpt2-calibration``: GPT-2's ``gelu_new`` rule was written
+#: from these; ``reserved-calibration``: two models whose loss blocks dwarf their layers)
+LATER = {"gpt2-calibration": ("gpt2_small_cal", "gpt2_wide_cal", "gpt2_nodrop_cal"),
+         "reserved-calibration": ("qwen3_tied_cal", "llama_bigvocab_cal")}
+
+
+@pytest.mark.parametrize("allocator", ["default", "expandable"])
+@pytest.mark.parametrize(("folder", "case"), [(f, c) for f, cases in LATER.items() for c in cases])
+def test_later_calibration_recordings(allocator, folder, case, tmp_path):
+    """Saved bytes per block to the byte; peak allocated within 0.25 % (worst +0.22 %, gpt2_nodrop_cal under
+    the default allocator, which hands out cached blocks whole); allocated after every action from the first
+    backward on within 1.5 % (worst +1.23 %). Peak reserved (not asserted) is −5.6 … +10.0 %: replaying the
+    recorded requests from an empty cache moves it by as much (−8.8 … +11.4 %), the cache the recorder's
+    warm-up pass leaves behind."""
+    rec = next(c for c in json.loads((GT / folder / allocator / "results.json").read_text()) if c["case"] == case)
+    tl = build_timeline(cg.case_run(rec, tmp_path))
+    layers = tl.sim.templates[0].layer_activation_bytes
+    assert [layers[i] for i in range(len(rec["layer_saved_bytes"]))] == rec["layer_saved_bytes"]
+    assert rel(tl.peak(0).allocated_bytes, rec["max_allocated_bytes"]) <= 0.0025
+    sim = cg.allocated_after_actions(tl)
+    first_b = next(i for i, (_, a, _) in enumerate(rec["allocated_after_phase"]) if a[1:2] == "B")
+    for (it, a, measured), (_, _, model) in list(zip(rec["allocated_after_phase"], sim, strict=True))[first_b:]:
+        assert rel(model, measured) <= 0.015, (it, a, model, measured)

@@ -161,7 +161,6 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
         raise UserError("; ".join(problems))
     if model_type == "gpt2":
         values["intermediate_size"] = cfg.get("n_inner") or 4 * values["hidden_size"]
-        values["hidden_act"] = "gelu"
     if model_type in ("qwen2_moe", "qwen3_moe"):
         # modeling_qwen2_moe.py Qwen2MoeDecoderLayer: MoE where (layer_idx + 1) % decoder_sparse_step == 0,
         # i.e. layers step-1, 2·step-1, … (mlp_only_layers is not modelled)
@@ -181,8 +180,6 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
     if model_type.startswith("deepseek"):
         values["router_bias"] = cfg.get("topk_method") == "noaux_tc"
         values["first_k_dense_replace"] = values.get("first_k_dense_replace") or 0
-    if values.get("hidden_act") in ("gelu_new", "gelu_pytorch_tanh"):
-        values["hidden_act"] = "gelu"
     if "q_lora_rank" in values and values["q_lora_rank"] is None:
         values["q_lora_rank"] = 0
     try:

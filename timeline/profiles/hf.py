@@ -43,6 +43,7 @@ from timeline.profiles.base import (
 )
 from timeline.profiles.megatron_workspaces import torch_workspace_bytes
 from timeline.spec.framework import FrameworkSpec
+from timeline.spec.hf_activations import HF_ACTIVATIONS
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import ParallelSpec, TrainingSpec
 
@@ -62,9 +63,11 @@ RULES: dict[str, SaveRule] = {
                                  f"modelled); {GPT2} GPT2Model: wpe(position_ids) keeps the int64 position ids"),
     "upcast": SaveRule(source=f"{LLAMA} LlamaRMSNorm: hidden_states.to(torch.float32) — the copy is saved by "
                               "the norm's pow/mul, not by the cast"),
-    "rmsnorm": SaveRule(saves=("in:x", "extra:rsigma", "extra:normed"),
+    "rmsnorm": SaveRule(saves=("in:x", "extra:rsigma", "extra:normed", "extra:weight_offset"),
                         source=f"{LLAMA} LlamaRMSNorm: pow/mul save the fp32 input, rsqrt its fp32 result, "
-                               f"weight * hidden_states.to(input_dtype) the normalised tensor ({GT}: 6sbh + 4sb)"),
+                               f"weight * hidden_states.to(input_dtype) the normalised tensor ({GT}: 6sbh + 4sb); "
+                               "models/gemma/modeling_gemma.py GemmaRMSNorm: output * (1.0 + self.weight.float()) "
+                               "keeps the fp32 normalised tensor and the fp32 (1 + weight)"),
     "latent_norm": SaveRule(saves=("in:x", "extra:rsigma", "extra:normed"),
                             source=f"{DSV3} q_a_layernorm/kv_a_layernorm are DeepseekV3RMSNorm ({GT}: 6·q_lora, "
                                    "6·kv_lora)"),
@@ -164,6 +167,24 @@ RULES: dict[str, SaveRule] = {
     "comm": SaveRule(source="no collectives on one device"),
 }
 
+
+def _activation_rules() -> dict[str, SaveRule]:
+    """``act_NAME`` (an MLP's ``act(fc1(x))``) and ``gated_NAME`` (``act(gate) * up``) for every activation
+    whose expression keeps more or less than its input (:mod:`timeline.spec.hf_activations`)."""
+    rules = {}
+    for name, act in HF_ACTIVATIONS.items():
+        if act.plain:
+            continue
+        keeps = (("in:x",) if act.keeps_input else ()) + tuple(f"extra:{e}" for e in act.intermediates + act.masks + act.scalars)
+        rules[f"act_{name}"] = SaveRule(saves=keeps, source=act.source)
+        gated = ("in:x", "in:up") if act.identity else ("in:up", "extra:silu")
+        rules[f"gated_{name}"] = SaveRule(saves=keeps + gated,
+                                          source=f"{act.source}; MulBackward0 of act(gate) * up keeps both")
+    return rules
+
+
+RULES.update(_activation_rules())
+
 PARAMS = ParamRules(mla_q_rope_tp_split=True, final_norm=True, router_bias=True, shared_experts_tp_split=True,
                     expert_state_group="routed", vocab_pad=1, mtp_embedding=False, mtp_eh_proj_tp_split=False,
                     mtp_modules=False)
@@ -221,4 +242,5 @@ LIFECYCLE = Lifecycle("first_backward", "first_step", "first_step",
 PROFILE = Profile(name="hf", params=PARAMS, saved=SaveRules(name="hf", rules=RULES), structure=STRUCTURE,
                   lifecycle=LIFECYCLE,
                   limits=Limits(max_zero=3, single_device=True, zero_note="FSDP or DeepSpeed for ZeRO 2/3",
+                                squared_relu=True,  # ReLUSquaredActivation (spec/hf_activations.py)
                                 framework_keys=("pytorch", "cublas_workspace_config", "workspaces")))

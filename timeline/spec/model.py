@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from timeline.spec.fields import spec_field
+from timeline.spec.hf_activations import HF_ACTIVATIONS
 
 #: the most decoder layers a model may have: ten times the deepest published LLM (GPT-3-style
 #: 1T: 128), so templates stay buildable in seconds; shapes are capped likewise (hidden_size
@@ -46,8 +47,10 @@ class ModelSpec:
     vocab_size: int = spec_field(32000, positive=True, maximum=2**24)
     max_position_embeddings: int = spec_field(4096, positive=True, maximum=2**30)
     norm: str = spec_field("rmsnorm", choices=("rmsnorm", "layernorm"))
-    hidden_act: str = spec_field("silu", choices=("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "relu2"),
-                                 doc="relu2 = squared ReLU (Megatron --squared-relu; megatron profile)")
+    hidden_act: str = spec_field("silu", choices=tuple(HF_ACTIVATIONS),
+                                 doc="a Hugging Face ACT2FN name; the hf profile keeps what its expression keeps "
+                                     "(spec/hf_activations.py), the others read every GeLU as the fused one; "
+                                     "relu2 = squared ReLU (Megatron --squared-relu)")
     position_embedding: str = spec_field("rope", choices=("rope", "learned"))
     attention_bias: bool = spec_field(False, doc="biases on Q/K/V projections")
     linear_bias: bool = spec_field(False, doc="biases on every linear layer (GPT)")
@@ -117,6 +120,8 @@ class ModelSpec:
     def gated_mlp(self) -> bool:
         """SwiGLU-style gate+up projections (silu, or GeGLU where the family's code gates a GeLU: Gemma);
         GPT's GeLU MLP has one input matrix."""
+        if self.model_type in CODE_FACTS["plain_mlp"]:
+            return False
         return self.hidden_act == "silu" or self.model_type in CODE_FACTS["gated_gelu"]
 
     # -- what a family's own modelling code does that its config does not say (read where the profile runs
@@ -156,8 +161,15 @@ class ModelSpec:
 
     @property
     def norm_output_fp32(self) -> bool:
-        """RMSNorm keeps its normalised tensor in fp32 (GPT-OSS ``(weight * hidden_states).to(input_dtype)``)."""
+        """RMSNorm keeps its normalised tensor in fp32 (GPT-OSS ``(weight * hidden_states).to(input_dtype)``;
+        Gemma ``output * (1.0 + self.weight.float())``, then ``type_as(x)``)."""
         return self.model_type in CODE_FACTS["norm_output_fp32"]
+
+    @property
+    def norm_weight_offset(self) -> bool:
+        """RMSNorm scales by ``1 + weight`` in fp32 (Gemma ``GemmaRMSNorm``: ``output * (1.0 +
+        self.weight.float())``): the product keeps that fp32 [hidden] tensor and the fp32 normalised one."""
+        return self.model_type in CODE_FACTS["norm_weight_offset"]
 
     @property
     def shared_ffn(self) -> int:
@@ -215,8 +227,11 @@ CODE_FACTS: dict[str, tuple[str, ...]] = {
     "router_topk_softmax": ("gpt_oss",),
     "router_weights_cast": ("qwen2_moe", "qwen3_moe"),
     "rope_half_width": ("gpt_oss",),
-    "norm_output_fp32": ("gpt_oss",),
+    "norm_output_fp32": ("gpt_oss", "gemma", "gemma2"),
+    "norm_weight_offset": ("gemma", "gemma2"),
     "gated_gelu": ("gemma", "gemma2"),
+    #: GPT2MLP / OPTDecoderLayer: fc1 → ACT2FN[activation] → fc2 whatever the activation (no gate)
+    "plain_mlp": ("gpt2", "opt"),
 }
 
 #: other spellings of ModelSpec fields found in Hugging Face configs and run files

@@ -288,7 +288,7 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
         add(("training.optimizer_instances", f"{tr.optimizer_instances} does not divide dp·cp = {par.dp * par.cp}"))
 
     if m.hidden_act == "relu2" and not (life is not None and life.squared_relu):
-        add(("model.hidden_act", '"relu2" (squared ReLU) is modelled by the megatron profile only'))
+        add(("model.hidden_act", '"relu2" (squared ReLU) is modelled by the megatron and hf profiles only'))
 
     # -- framework (read by the megatron profile only) ----------------------------------------
     for key in ("pytorch", "transformer_engine"):

@@ -19,6 +19,7 @@ from timeline.graph.families import norm
 from timeline.graph.families.common import Tags, column_linear, row_linear
 from timeline.graph.ir import Builder
 from timeline.graph.tensors import TensorDef, param
+from timeline.spec.hf_activations import HF_ACTIVATIONS
 
 
 def params(ctx: BuildCtx, prefix: str, ffn: int, *, split: int, module: str = "mlp",
@@ -65,10 +66,28 @@ def activation(b: Builder, name: str, x: TensorDef, layer: int, ffn: int, *, rul
     """GeLU on ``x`` or SwiGLU on the fused gate+up output (or on gate ``x`` and ``up``); ``ffn`` is the
     local width. A model with ``swiglu_limit`` > 0 runs the clamped SwiGLU (rule ``clamped_swiglu``, or
     ``clamped_weighted_swiglu`` with routing probs), whose intermediates are extras the table may keep."""
+    hf_act = HF_ACTIVATIONS.get(b.model.hidden_act) if b.table.model_code else None
+    if hf_act is not None and hf_act.identity and up is None and probs is None:
+        return x  # LinearActivation: the down projection reads (and keeps) the up projection's output
     y = b.tensor(f"{name}.out", (x.shape[0], ffn))
     inputs = {"x": x} if up is None else {"x": x, "up": up}
     extras = {}
-    if b.model.gated_mlp and b.model.swiglu_limit > 0:  # GPT-OSS: clamp, gate·sigmoid(alpha·gate), (up + 1)
+    if hf_act is not None and not hf_act.plain and rule is None and b.model.swiglu_limit == 0:
+        # the family's modelling code calls ACT2FN[hidden_act]: what its expression keeps (spec/hf_activations.py)
+        gated = b.model.gated_mlp
+        rule = f"{'gated' if gated else 'act'}_{b.model.hidden_act}"
+        for extra in hf_act.intermediates:
+            extras[extra] = b.tensor(f"{name}.{extra}", (x.shape[0], ffn))
+        for extra in hf_act.masks:
+            extras[extra] = b.tensor(f"{name}.{extra}", (x.shape[0], ffn), "bool")
+        for extra in hf_act.scalars:
+            extras[extra] = b.tensor(f"{name}.{extra}", (1,))
+        if gated:
+            if probs is not None:
+                inputs["probs"] = probs
+            if not hf_act.identity:  # act(gate) · up keeps act(gate) and up
+                extras["silu"] = b.tensor(f"{name}.silu", (x.shape[0], ffn))
+    elif b.model.gated_mlp and b.model.swiglu_limit > 0:  # GPT-OSS: clamp, gate·sigmoid(alpha·gate), (up + 1)
         rule = f"clamped_{rule or 'swiglu'}"
         if probs is not None:
             inputs["probs"] = probs

@@ -39,6 +39,9 @@ def forward(b: Builder, name: str, x: TensorDef, layer: int | None, *, kind: str
         # after it (GPT-OSS)
         extras["normed"] = b.tensor(f"{name}.normed", x.shape,
                                     "fp32" if b.table.model_code and b.model.norm_output_fp32 else None)
+        if b.table.model_code and b.model.norm_weight_offset and kind == "rmsnorm":
+            extras["weight_offset"] = b.tensor(f"{name}.weight_offset", (x.shape[-1] if cols is None else cols,),
+                                               "fp32")
         x = upcast(b, f"{name}.upcast", x, layer, tags=tags)
     if rule is None and kind == "rmsnorm" and b.table.rmsnorm_ops:
         rule = "rmsnorm_ops"
