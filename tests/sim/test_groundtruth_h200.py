@@ -165,3 +165,34 @@ def test_later_calibration_recordings(allocator, folder, case, tmp_path):
     first_b = next(i for i, (_, a, _) in enumerate(rec["allocated_after_phase"]) if a[1:2] == "B")
     for (it, a, measured), (_, _, model) in list(zip(rec["allocated_after_phase"], sim, strict=True))[first_b:]:
         assert rel(model, measured) <= 0.015, (it, a, model, measured)
+
+
+FRESH = ("llama_mha", "llama_gqa", "qwen2_tied", "deepseek_v3_tiny", "gpt2_small_cal", "gpt2_wide_cal",
+         "gpt2_nodrop_cal", "qwen3_tied_cal", "llama_bigvocab_cal")
+
+
+@pytest.fixture(scope="module")
+def fresh_gaps(tmp_path_factory):
+    """(allocated, reserved) relative gaps of every fresh recording (``traces/groundtruth-h200/fresh``)."""
+    gaps = {}
+    for allocator in ("default", "expandable"):
+        for rec in json.loads((GT / "fresh" / allocator / "results.json").read_text()):
+            peak = build_timeline(cg.case_run(rec, tmp_path_factory.mktemp(f"{allocator}_{rec['case']}"))).peak(0)
+            gaps[allocator, rec["case"]] = ((peak.allocated_bytes - rec["max_allocated_bytes"]) / rec["max_allocated_bytes"],
+                                            (peak.reserved_bytes - rec["max_reserved_bytes"]) / rec["max_reserved_bytes"])
+    return gaps
+
+
+def test_fresh_recordings(fresh_gaps):
+    """Recorded without the recorder's warm-up pass, as a job starts: peak allocated within 0.2 % on all 18
+    (worst +0.16 %); peak reserved of the first case of the process (nothing cached before it) within 0.6 %
+    under both allocators (−0.56 %, +0.00 %); over all nine, the median |reserved gap| within 1 % (default,
+    reached 0.65 %) and 2.5 % (expandable, reached 2.28 %); worst +5.56 % default, −8.47 % expandable, cases
+    recorded after others in the same process, whose cuBLAS workspace is already placed (fresh/README.md)."""
+    assert {c for _, c in fresh_gaps} == set(FRESH)
+    assert all(abs(a) <= 0.002 for a, _ in fresh_gaps.values()), fresh_gaps
+    assert abs(fresh_gaps["default", "llama_mha"][1]) <= 0.006
+    assert abs(fresh_gaps["expandable", "llama_mha"][1]) <= 0.006
+    for allocator, bound in (("default", 0.01), ("expandable", 0.025)):
+        gaps = sorted(abs(r) for (al, _), (_, r) in fresh_gaps.items() if al == allocator)
+        assert gaps[len(gaps) // 2] <= bound, (allocator, gaps)
