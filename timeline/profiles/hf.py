@@ -10,7 +10,9 @@ normalised tensor; RoPE saves the shared cos/sin; DeepSeek attention saves the `
 the ``new_empty`` key, kv_b_proj's output (V is a view of it) and a ``.contiguous()`` copy of the
 attention output; the router saves an fp32 copy of its input; experts save the permuted tokens,
 gate/up, silu, product and down outputs, three int64 index vectors and the fp32 weights; the loss
-saves the fp32 log-softmax and its backward adds NllLossBackward0's fp32 grad_input. GPT-OSS (no SDPA: eager attention with learned sinks) saves q, k and v at
+saves the fp32 log-softmax and its backward adds NllLossBackward0's fp32 grad_input. The MLP's activation keeps what its
+expression in transformers' ``activations.py`` keeps, for every ``ACT2CLS`` name (``spec/hf_activations.py``:
+GPT-2's default ``gelu_new`` keeps x, tanh, 0.5·x and 1 + tanh). GPT-OSS (no SDPA: eager attention with learned sinks) saves q, k and v at
 every query head's width, the int64 row-max indices and the (b, h, s, s + 1) softmax, o_proj's input
 copy, an fp32 normalised tensor per norm, its router's top-k indices and 16-bit softmax of the k
 logits, and the clamped SwiGLU's gate_up, clamped gate, sigmoid, glu and (up + 1). Measured facts: ``../shared/reference/groundtruth.md`` §4–5 (GT);
