@@ -171,28 +171,39 @@ FRESH = ("llama_mha", "llama_gqa", "qwen2_tied", "deepseek_v3_tiny", "gpt2_small
          "gpt2_nodrop_cal", "qwen3_tied_cal", "llama_bigvocab_cal")
 
 
-@pytest.fixture(scope="module")
-def fresh_gaps(tmp_path_factory):
-    """(allocated, reserved) relative gaps of every fresh recording (``traces/groundtruth-h200/fresh``)."""
+def fresh_gaps(folder: str, tmp: Path) -> dict[tuple[str, str], tuple[float, float]]:
+    """(allocated, reserved) relative gaps of the recordings under ``fresh/FOLDER`` (folder, case)."""
     gaps = {}
-    for allocator in ("default", "expandable"):
-        for rec in json.loads((GT / "fresh" / allocator / "results.json").read_text()):
-            peak = build_timeline(cg.case_run(rec, tmp_path_factory.mktemp(f"{allocator}_{rec['case']}"))).peak(0)
-            gaps[allocator, rec["case"]] = ((peak.allocated_bytes - rec["max_allocated_bytes"]) / rec["max_allocated_bytes"],
-                                            (peak.reserved_bytes - rec["max_reserved_bytes"]) / rec["max_reserved_bytes"])
+    for rec in json.loads((GT / "fresh" / folder / "results.json").read_text()):
+        peak = build_timeline(cg.case_run(rec, tmp / f"{folder}_{rec['case']}")).peak(0)
+        gaps[folder, rec["case"]] = ((peak.allocated_bytes - rec["max_allocated_bytes"]) / rec["max_allocated_bytes"],
+                                     (peak.reserved_bytes - rec["max_reserved_bytes"]) / rec["max_reserved_bytes"])
     return gaps
 
 
-def test_fresh_recordings(fresh_gaps):
-    """Recorded without the recorder's warm-up pass, as a job starts: peak allocated within 0.2 % on all 18
-    (worst +0.16 %); peak reserved of the first case of the process (nothing cached before it) within 0.6 %
-    under both allocators (−0.56 %, +0.00 %); over all nine, the median |reserved gap| within 1 % (default,
-    reached 0.65 %) and 2.5 % (expandable, reached 2.28 %); worst +5.56 % default, −8.47 % expandable, cases
-    recorded after others in the same process, whose cuBLAS workspace is already placed (fresh/README.md)."""
-    assert {c for _, c in fresh_gaps} == set(FRESH)
-    assert all(abs(a) <= 0.002 for a, _ in fresh_gaps.values()), fresh_gaps
-    assert abs(fresh_gaps["default", "llama_mha"][1]) <= 0.006
-    assert abs(fresh_gaps["expandable", "llama_mha"][1]) <= 0.006
-    for allocator, bound in (("default", 0.01), ("expandable", 0.025)):
-        gaps = sorted(abs(r) for (al, _), (_, r) in fresh_gaps.items() if al == allocator)
-        assert gaps[len(gaps) // 2] <= bound, (allocator, gaps)
+def test_fresh_recordings(tmp_path):
+    """Each case in a process of its own, without the recorder's warm-up pass — as a job starts (default
+    allocator): peak allocated within 0.2 % on all nine (worst −0.15 %); peak reserved within 0.7 % on seven
+    (worst −0.63 %), deepseek_v3_tiny −4.18 % and llama_bigvocab_cal +2.88 %, whose own requests the allocator
+    replays from an empty cache to the byte (the gap is in the simulated request sequence: fresh/README.md)."""
+    for case in FRESH:
+        (tmp_path / f"per-process_{case}").mkdir()
+    gaps = fresh_gaps("per-process", tmp_path)
+    assert {c for _, c in gaps} == set(FRESH)
+    assert all(abs(a) <= 0.002 for a, _ in gaps.values()), gaps
+    wide = {c: r for (_, c), (_, r) in gaps.items() if abs(r) > 0.007}
+    assert set(wide) == {"deepseek_v3_tiny", "llama_bigvocab_cal"}, wide
+    assert all(abs(r) <= 0.045 for r in wide.values()), wide
+
+
+def test_fresh_recordings_one_process(tmp_path):
+    """All nine in one process: from the second case on the weights land in the previous case's cached segment,
+    which the simulation does not hold; peak allocated stays within 0.2 % on all 18 (both allocators), and the
+    process's first case (llama_mha) reaches peak reserved within 0.6 % under both (−0.56 %, +0.00 %)."""
+    for folder in ("default", "expandable"):
+        for case in FRESH:
+            (tmp_path / f"{folder}_{case}").mkdir()
+    gaps = {**fresh_gaps("default", tmp_path), **fresh_gaps("expandable", tmp_path)}
+    assert len(gaps) == 18 and all(abs(a) <= 0.002 for a, _ in gaps.values()), gaps
+    assert abs(gaps["default", "llama_mha"][1]) <= 0.006
+    assert abs(gaps["expandable", "llama_mha"][1]) <= 0.006
