@@ -2,7 +2,7 @@
 
 For Llama-style (MHA, GQA, fp32) and DeepSeek-V3-style configs — small dims and the full DeepSeek-V3
 layer shape (one dense and one MoE layer, b = 1, s = 4096) — and small configs of every other family
-the run file accepts under ``hf`` (Mistral, Qwen2, Qwen3, Mixtral, Qwen2-MoE, Qwen3-MoE, GPT-2, GPT-OSS
+the run file accepts under ``hf`` (Mistral, Qwen2, Qwen3, Gemma, Mixtral, Qwen2-MoE, Qwen3-MoE, GPT-2, GPT-OSS
 with GQA and MHA; and two layers of the published gpt-oss-20b at b = 1, s = 4096), with no recompute and with full recompute: every decoder layer's saved storages match the model's saved tensors size for size,
 the layer totals agree within 1 % (they agree to the byte), tensors held by the same autograd node
 attribute have the same sizes, and the step's total is within 1 % (outside the layers, full recompute's
@@ -53,6 +53,8 @@ FAMILIES = {
     "qwen2_moe": {**SMALL, **MOE, "model_type": "qwen2_moe", "shared_expert_intermediate_size": 256,
                   "decoder_sparse_step": 2},
     "qwen3_moe": {**SMALL, **MOE, "model_type": "qwen3_moe", "head_dim": 64},
+    # gated GeLU (gelu_pytorch_tanh), RMSNorm scaling by fp32 (1 + weight) and keeping its fp32 normalised tensor
+    "gemma": {**SMALL, "model_type": "gemma", "head_dim": 64},
     "qwen3_moe-norm": {**SMALL, **MOE, "model_type": "qwen3_moe", "head_dim": 64, "norm_topk_prob": True},
     # LayerNorm, GeLU MLP, learned positions, dropout 0.1 (bool masks; attention dropout inside SDPA)
     "gpt2": {"model_type": "gpt2", "n_embd": 256, "n_head": 4, "n_layer": 2, "vocab_size": 1024,
@@ -97,9 +99,10 @@ NODES = {
     ("Backward0.query",): (".q", ".q_rope", ".qkv"),  # GPT-2: q, k, v are views of c_attn's output
     ("Backward0.key",): (".k", ".k_rope", ".k_expanded", ".qkv"),
     ("Backward0.value",): (".v", "linear_kv_up_proj.out", ".v_expanded", ".qkv"),
-    # GPT-OSS's clamped SwiGLU: ClampBackward1 keeps the gate_up output whole
-    ("SiluBackward0.self", "ClampBackward1.self"): (".gate_proj.out", "mlp.experts.linear_fc1.out"),
-    ("GeluBackward0.self",): ("mlp.linear_fc1.out",),
+    # the activation's input: a gate's (SiLU; Gemma's GeLU), GPT-2's fc1 output, GPT-OSS's clamped SwiGLU
+    # (ClampBackward1 keeps the gate_up output whole)
+    ("SiluBackward0.self", "ClampBackward1.self", "GeluBackward0.self"): (".gate_proj.out", "mlp.experts.linear_fc1.out",
+                                                                          "mlp.linear_fc1.out"),
     # DeepSeek's sigmoid router, Mixtral/Qwen-MoE's softmax router, Qwen2-MoE's shared-expert gate
     # (GPT-OSS: the experts' sigmoid(alpha·gate), the attention softmax over s + 1 columns)
     ("SigmoidBackward0.result", "SoftmaxBackward0.result"): ("router.scores", "shared_expert_gate.sigmoid",
