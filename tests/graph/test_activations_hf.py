@@ -2,7 +2,7 @@
 
 For Llama-style (MHA, GQA, fp32) and DeepSeek-V3-style configs — small dims and the full DeepSeek-V3
 layer shape (one dense and one MoE layer, b = 1, s = 4096) — and small configs of every other family
-the run file accepts under ``hf`` (Mistral, Qwen2, Qwen3, Gemma, Mixtral, Qwen2-MoE, Qwen3-MoE, GPT-2, GPT-OSS
+the run file accepts under ``hf`` (Mistral, Qwen2, Qwen3, Gemma, Gemma-2, Mixtral, Qwen2-MoE, Qwen3-MoE, GPT-2, GPT-OSS
 with GQA and MHA; and two layers of the published gpt-oss-20b at b = 1, s = 4096), with no recompute and with full recompute: every decoder layer's saved storages match the model's saved tensors size for size,
 the layer totals agree within 1 % (they agree to the byte), tensors held by the same autograd node
 attribute have the same sizes, and the step's total is within 1 % (outside the layers, full recompute's
@@ -55,6 +55,11 @@ FAMILIES = {
     "qwen3_moe": {**SMALL, **MOE, "model_type": "qwen3_moe", "head_dim": 64},
     # gated GeLU (gelu_pytorch_tanh), RMSNorm scaling by fp32 (1 + weight) and keeping its fp32 normalised tensor
     "gemma": {**SMALL, "model_type": "gemma", "head_dim": 64},
+    # eager attention (no SDPA) with tanh soft-capping of the attention and output logits, a norm on each
+    # sub-block's output too, layer 0 sliding (window 32 < s); and without the capping, MHA
+    "gemma2": {**SMALL, "model_type": "gemma2", "head_dim": 64, "sliding_window": 32},
+    "gemma2-nocap": {**SMALL, "model_type": "gemma2", "head_dim": 64, "num_key_value_heads": 4,
+                     "attn_logit_softcapping": None, "final_logit_softcapping": None},
     "qwen3_moe-norm": {**SMALL, **MOE, "model_type": "qwen3_moe", "head_dim": 64, "norm_topk_prob": True},
     # LayerNorm, GeLU MLP, learned positions, dropout 0.1 (bool masks; attention dropout inside SDPA)
     "gpt2": {"model_type": "gpt2", "n_embd": 256, "n_head": 4, "n_layer": 2, "vocab_size": 1024,
@@ -112,6 +117,7 @@ NODES = {
     ("IndexBackward0.indices",): ("dispatch.sorted_idx", "dispatch.src_idx", "combine.inv_idx",
                                   "dispatch.expert_ids"),  # GPT-OSS: the expert biases' gather
     ("LogSoftmaxBackward0.result",): ("loss.exp_logits",),
+    ("TanhBackward0.result",): (".tanh",),  # Gemma-2's soft-capped attention and output logits
 }
 
 
@@ -188,8 +194,8 @@ def test_tensors_by_autograd_node(tmp_path, name):
                 continue  # fp32 models: the norm saves the residual stream itself
             if node == ("RsqrtBackward0.result",) and CONFIGS[name][0]["model_type"] == "gpt2":
                 continue  # LayerNorm keeps mean and rstd (".rsigma") without an rsqrt node
-            if node[0].startswith("Backward0.") and CONFIGS[name][0]["model_type"] == "gpt_oss":
-                continue  # eager attention: bmm nodes, in test_gpt_oss_tensors_by_autograd_node
+            if node[0].startswith("Backward0.") and CONFIGS[name][0]["model_type"] in ("gpt_oss", "gemma2"):
+                continue  # eager attention: bmm nodes (GPT-OSS's in test_gpt_oss_tensors_by_autograd_node)
             assert model == got, (node, layer)
 
 

@@ -65,7 +65,7 @@ def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int,
         x = embedding.forward(b, "embedding", None)
     if b.table.rope_cache and m.position_embedding == "rope":
         attention.rope_cache(b)
-    if m.attention_sinks and b.table.sink_attention == "eager":
+    if (m.attention_sinks and b.table.sink_attention == "eager") or (b.table.model_code and m.eager_attention):
         sinks.attention_masks(b)
     for i in ranges[chunk]:
         x = decoder.forward(b, i, f"layers.{i}", x, moe=m.is_moe_layer(i))

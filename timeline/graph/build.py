@@ -55,16 +55,15 @@ def decoder_layer(ctx: BuildCtx, layer: int, prefix: str, *, moe: bool) -> list[
     attn = mla.params(ctx, f"{prefix}.self_attn") if m.is_mla else attention.params(ctx, f"{prefix}.self_attn")
     ffn = moe_block.params(ctx, f"{prefix}.mlp") if moe else \
         mlp.params(ctx, f"{prefix}.mlp", m.intermediate_size, split=ctx.tp)
-    attn_nodes = [
-        Node(f"{prefix}.input_layernorm", "norm", layer, tuple(norm.params(ctx, f"{prefix}.input_layernorm",
-                                                                            m.hidden_size))),
-        Node(f"{prefix}.self_attn", "mla" if m.is_mla else "mha", layer, tuple(attn)),
-    ]
-    ffn_nodes = [
-        Node(f"{prefix}.post_attention_layernorm", "norm", layer,
-             tuple(norm.params(ctx, f"{prefix}.post_attention_layernorm", m.hidden_size))),
-        Node(f"{prefix}.mlp", "moe" if moe else "mlp", layer, tuple(ffn)),
-    ]
+    def norm_node(name: str) -> Node:
+        return Node(f"{prefix}.{name}", "norm", layer, tuple(norm.params(ctx, f"{prefix}.{name}", m.hidden_size)))
+
+    attn_nodes = [norm_node("input_layernorm"), Node(f"{prefix}.self_attn", "mla" if m.is_mla else "mha", layer,
+                                                     tuple(attn))]
+    ffn_nodes = [norm_node(mlp.pre_norm(m)), Node(f"{prefix}.mlp", "moe" if moe else "mlp", layer, tuple(ffn))]
+    if m.sandwich_norms:  # Gemma2DecoderLayer: a norm on each sub-block's output, before its residual add
+        attn_nodes.append(norm_node("post_attention_layernorm"))
+        ffn_nodes.append(norm_node("post_feedforward_layernorm"))
     return attn_nodes if kind == "*" else ffn_nodes if kind in "-E" else attn_nodes + ffn_nodes
 
 

@@ -56,10 +56,11 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     # models/gemma/modeling_gemma.py (transformers 4.47): GemmaMLP gates gelu(gate_proj(x)) * up_proj(x) (the
     # gated-GeLU code fact, spec/model.py), lm_head tied to embed_tokens (GemmaConfig tie_word_embeddings=True);
     # the embedding's sqrt(hidden) normalizer is a scalar. Gemma-2 (models/gemma2/modeling_gemma2.py) adds a
-    # post-attention and a post-feedforward RMSNorm per layer (not counted: 2 × hidden_size bytes·2 a layer) and
-    # slides on even layers (Gemma2Attention: ``sliding_window if not bool(layer_idx % 2)``)
+    # post-attention and a post-feedforward RMSNorm per layer (the sandwich-norms code fact), runs eager attention
+    # with tanh soft-capping and slides on even layers (Gemma2Attention: ``sliding_window if not bool(layer_idx %
+    # 2)``)
     "gemma": {"tie_word_embeddings": True},
-    "gemma2": {"tie_word_embeddings": True},
+    "gemma2": {"tie_word_embeddings": True, "sliding_window": 4096},  # Gemma2Config's default window
     "qwen2_moe": {"attention_bias": True, "shared_expert_gate": True},
     "qwen3": {"qk_norm": True},
     "qwen3_moe": {"qk_norm": True},
@@ -167,6 +168,9 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
         values["first_k_dense_replace"] = values.get("moe_layer_freq", 1) - 1
     if model_type == "gpt_oss":
         _gpt_oss(cfg, values, notes)
+    if model_type == "gemma2":  # configuration_gemma2.py: Gemma2Config defaults 50.0 and 30.0; null turns them off
+        for key, default in (("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0)):
+            values[key] = float(cfg.get(key, default) or 0.0)
     if model_type == "gemma2" and not cfg.get("layer_types"):
         values["layer_types"] = tuple("full_attention" if i % 2 else "sliding_attention"
                                       for i in range(values.get("num_hidden_layers", 26)))

@@ -127,6 +127,12 @@ RULES: dict[str, SaveRule] = {
     "gelu": SaveRule(saves=("in:x",), source="torch GeluBackward0 saves its input"),
     "dropout": SaveRule(saves=("extra:mask",), source="native_dropout keeps a bool mask"),
     "add": SaveRule(source="a residual add keeps nothing"),
+    "tanh": SaveRule(saves=("out:y",), source="models/gemma2/modeling_gemma2.py eager_attention_forward and "
+                                               "Gemma2ForCausalLM.forward: torch.tanh of the capped logits — "
+                                               "TanhBackward0 keeps its result"),
+    "cast": SaveRule(source="models/gemma2/modeling_gemma2.py eager_attention_forward: softmax(..., "
+                            "dtype=float32).to(query.dtype) — ToCopyBackward0 keeps nothing (the matmul with V "
+                            "keeps the 16-bit copy)"),
     "router_score": SaveRule(saves=("out:y",), source=f"{DSV3} DeepseekV3TopkRouter: router_logits.sigmoid() — "
                                                       "SigmoidBackward0 saves its fp32 result"),
     "router_softmax": SaveRule(saves=("out:y",),

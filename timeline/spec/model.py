@@ -70,6 +70,11 @@ class ModelSpec:
                                      doc="SwiGLU clamp: gate ≤ limit, |up| ≤ limit; 0 = unclamped")
     swiglu_alpha: float = spec_field(1.0, minimum=0.0, maximum=1e3, doc="gate · sigmoid(alpha · gate)")
     glu_linear_offset: float = spec_field(0.0, minimum=-1e3, maximum=1e3, doc="(up + offset) · act(gate)")
+    # Gemma-2: tanh soft-capping of the attention logits and of the output logits; 0 = none
+    attn_logit_softcapping: float = spec_field(0.0, minimum=0.0, maximum=1e6,
+                                               doc="logits = cap · tanh(logits / cap) in attention; 0 = none")
+    final_logit_softcapping: float = spec_field(0.0, minimum=0.0, maximum=1e6,
+                                                doc="the same on the output layer's logits; 0 = none")
     # Multi-head latent attention (DeepSeek); kv_lora_rank = 0 means ordinary MHA/GQA.
     q_lora_rank: int = spec_field(0, nonneg=True, maximum=2**20, doc="0 = no query compression")
     kv_lora_rank: int = spec_field(0, nonneg=True, maximum=2**20, doc="0 = not MLA")
@@ -172,6 +177,16 @@ class ModelSpec:
         return self.model_type in CODE_FACTS["norm_weight_offset"]
 
     @property
+    def eager_attention(self) -> bool:
+        """The family's code runs eager attention (``q·kᵀ``, softmax and ``·V`` as ops; Gemma-2)."""
+        return self.model_type in CODE_FACTS["eager_attention"]
+
+    @property
+    def sandwich_norms(self) -> bool:
+        """A norm after attention and one after the MLP too, each before its residual add (Gemma-2)."""
+        return self.model_type in CODE_FACTS["sandwich_norms"]
+
+    @property
     def shared_ffn(self) -> int:
         return self.shared_expert_intermediate_size or self.n_shared_experts * self.moe_intermediate_size
 
@@ -229,6 +244,11 @@ CODE_FACTS: dict[str, tuple[str, ...]] = {
     "rope_half_width": ("gpt_oss",),
     "norm_output_fp32": ("gpt_oss", "gemma", "gemma2"),
     "norm_weight_offset": ("gemma", "gemma2"),
+    #: Gemma2PreTrainedModel ``_supports_sdpa = False``: eager attention op by op
+    "eager_attention": ("gemma2",),
+    #: Gemma2DecoderLayer: post_attention_layernorm on the attention output, pre_ and post_feedforward_layernorm
+    #: around the MLP
+    "sandwich_norms": ("gemma2",),
     "gated_gelu": ("gemma", "gemma2"),
     #: GPT2MLP / OPTDecoderLayer: fc1 → ACT2FN[activation] → fc2 whatever the activation (no gate)
     "plain_mlp": ("gpt2", "opt"),

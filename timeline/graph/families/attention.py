@@ -28,7 +28,7 @@ from dataclasses import replace
 from timeline.graph.context import BuildCtx
 from timeline.graph.families import bert, cp_a2a, flash_bwd, norm, sdpa
 from timeline.graph.families.common import NONE, Tags, row_linear, sp_gather
-from timeline.graph.families.sinks import eager_sink_attention
+from timeline.graph.families.sinks import eager_attention, eager_sink_attention
 from timeline.graph.ir import Builder
 from timeline.graph.tensors import TensorDef, param
 
@@ -125,6 +125,8 @@ def _attend(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, lay
         kv["_ring"] = ring
     if b.model.attention_sinks and b.table.sink_attention == "eager":
         return eager_sink_attention(b, name, q, k, v, layer, heads, qk_dim)
+    if b.table.model_code and b.model.eager_attention:
+        return eager_attention(b, name, q, k, v, layer, heads, qk_dim)
     ctx = b.tensor(f"{name}.out", (rows, heads * v_dim))
     if b.table.attention == "sdpa":
         return sdpa.forward(b, name, q, k, v, ctx, layer, heads, qk_dim, v_dim, CORE)

@@ -9,7 +9,7 @@ A hybrid model's layer runs the one sub-block its pattern names (``M`` the Mamba
 
 from __future__ import annotations
 
-from timeline.graph.families import attention, mamba, mla, mlp
+from timeline.graph.families import attention, mamba, mla, mlp, norm
 from timeline.graph.families import moe as moe_block
 from timeline.graph.families.common import add, dropout
 from timeline.graph.ir import Builder
@@ -33,6 +33,8 @@ def forward(b: Builder, layer: int, prefix: str, x: TensorDef, *, moe: bool) -> 
         return _ffn(b, layer, prefix, x, moe=moe)
     start = len(b.ops)
     a = (mla.forward if b.model.is_mla else attention.forward)(b, prefix, x, layer)
+    if b.model.sandwich_norms:  # Gemma2DecoderLayer: post_attention_layernorm(attention output), then the add
+        a = norm.forward(b, f"{prefix}.post_attention_layernorm", a, layer)
     a = dropout(b, f"{prefix}.self_attn.dropout", a, layer)
     if kind == "*":
         h = add(b, f"{prefix}.attn_residual", a, x, layer, out=f"{prefix}.output")
@@ -50,7 +52,10 @@ def _ffn(b: Builder, layer: int, prefix: str, h: TensorDef, *, moe: bool) -> Ten
         if b.table.model_dropout:  # Megatron: the MoE layer's output goes through bias-dropout-add too
             f = dropout(b, f"{prefix}.mlp.dropout", f, layer)
     else:
-        f = dropout(b, f"{prefix}.mlp.dropout", mlp.forward(b, prefix, h, layer), layer)
+        f = mlp.forward(b, prefix, h, layer)
+        if b.model.sandwich_norms:  # post_feedforward_layernorm(MLP output), then the add
+            f = norm.forward(b, f"{prefix}.post_feedforward_layernorm", f, layer)
+        f = dropout(b, f"{prefix}.mlp.dropout", f, layer)
     out = add(b, f"{prefix}.mlp_residual", f, h, layer, out=f"{prefix}.output")
     _tag(b, start, "sub:ffn")
     return out

@@ -60,6 +60,13 @@ def logits(b: Builder, prefix: str, ln: TensorDef, layer: int | None,
     returns the local logits (an fp32 copy under ``upcast_fp32``)."""
     vocab = local_vocab(b.params)
     out = column_linear(b, f"{prefix}.output_layer", ln, vocab, layer, buffered=b.table.head_gather_buffer, refs=refs)
+    cap = b.model.final_logit_softcapping if b.table.model_code else 0.0
+    if cap > 0:  # Gemma2ForCausalLM: logits / cap, tanh, * cap — TanhBackward0 keeps its 16-bit result
+        for step, rule in (("capped", "scale"), ("tanh", "tanh"), ("uncapped", "scale")):
+            y = b.tensor(f"{prefix}.output_layer.{step}", out.shape)
+            b.op(f"{prefix}.output_layer.{step}_op", rule, layer, {"x": out}, {"y": y},
+                 flops=float(out.shape[0] * out.shape[1]))
+            out = y
     if b.table.upcast_fp32:  # ForCausalLMLoss: logits.float()
         out = upcast(b, f"{prefix}.output_layer.upcast", out, layer)
     return out

@@ -115,11 +115,17 @@ def activation(b: Builder, name: str, x: TensorDef, layer: int, ffn: int, *, rul
     return y
 
 
+def pre_norm(m: Any) -> str:
+    """The pre-MLP norm's name: ``post_attention_layernorm`` (Llama's), ``pre_feedforward_layernorm`` where the
+    layer also norms each sub-block's output (Gemma-2)."""
+    return "pre_feedforward_layernorm" if m.sandwich_norms else "post_attention_layernorm"
+
+
 def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     """Pre-MLP norm and the dense MLP on the layer's residual stream ``x``."""
     m = b.model
     fused = b.table.fused_norm_linear
-    ln = norm.forward(b, f"{prefix}.post_attention_layernorm", x, layer,
+    ln = norm.forward(b, f"{prefix}.{pre_norm(m)}", x, layer,
               tags=MLP if fused else frozenset({"layernorm"}))
     p = f"{prefix}.mlp"
     ffn = local_ffn(b.params, p)

@@ -13,6 +13,9 @@ copied, by ``matmul``'s reshape of its transposed view), and the context is tran
 Eager attention needs the masks as tensors: :func:`attention_masks` builds them once per chunk, as
 ``GptOssModel.forward`` builds ``causal_mask_mapping`` (a full and a sliding-window mask, each
 ``(b, 1, s, s)`` in the model's dtype, whatever the layers use); a checkpointed layer keeps its mask.
+
+Gemma-2 (``_supports_sdpa = False`` too) runs the same eager attention without sinks, with its logits
+soft-capped (``tanh``) and an fp32 softmax cast back before ``·V``: :func:`eager_attention`.
 """
 
 from __future__ import annotations
@@ -74,6 +77,53 @@ def eager_sink_attention(b: Builder, name: str, q: TensorDef, k: TensorDef, v: T
         b.op(f"{name}.dropout", "attn_dropout", layer, {"x": probs}, {"y": dropped},
              extras={"mask": b.tensor(f"{name}.dropout.mask", s2, "bool")},
              flops=float(d.b * heads * d.s_local * d.s), tags=CORE)
+        probs = dropped
+    ctx = b.tensor(f"{name}.pv_out", (rows, width))
+    b.op(f"{name}.pv", "attn_v", layer, {"p": probs, "v": v}, {"y": ctx}, flops=mm, tags=CORE)
+    out = b.tensor(f"{name}.out", (rows, width))
+    b.op(f"{name}.transpose", "copy", layer, {"x": ctx}, {"y": out}, tags=CORE)
+    return out
+
+
+def eager_attention(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, layer: int, heads: int,
+                    head_dim: int) -> TensorDef:
+    """Gemma-2's eager attention (``models/gemma2/modeling_gemma2.py eager_attention_forward``, transformers
+    5.24): ``q·kᵀ`` on ``repeat_kv``'s copies, ``* scaling``, with ``attn_logit_softcapping`` ``/ cap``, ``tanh``,
+    ``* cap``; ``+ attention_mask``; ``softmax(dtype=float32)`` and ``.to(query.dtype)``; ``·V``; the
+    transposed context copied ``.contiguous()`` for ``o_proj``. Returns that copy, ``(rows, heads·head_dim)``."""
+    d = b.dims
+    rows, width = q.shape[0], heads * head_dim
+    if k.shape[1] < width:  # repeat_kv: expand + reshape copies k and v to every query head
+        ke, ve = b.tensor(f"{name}.k_expanded", (rows, width)), b.tensor(f"{name}.v_expanded", (rows, width))
+        b.op(f"{name}.repeat_kv", "copy", layer, {"k": k, "v": v}, {"k": ke, "v": ve}, tags=CORE)
+        k, v = ke, ve
+    else:  # torch.matmul reshapes the transposed (b, h, s, d) value view to (b·h, s, d): a copy
+        ve = b.tensor(f"{name}.v_expanded", (rows, width))
+        b.op(f"{name}.v_contiguous", "copy", layer, {"v": v}, {"v": ve}, tags=CORE)
+        v = ve
+    s2 = (d.b, heads, d.s_local, d.s)
+    mm = 2.0 * d.b * heads * d.s_local * d.s * head_dim
+    elems = float(d.b * heads * d.s_local * d.s)
+    x = b.tensor(f"{name}.scores", s2)
+    b.op(f"{name}.qk", "attn_scores", layer, {"q": q, "k": k}, {"y": x}, flops=mm, tags=CORE)
+    steps = [("scaled", "scale")]
+    if b.model.attn_logit_softcapping > 0:  # / cap, tanh, * cap: TanhBackward0 keeps its result
+        steps += [("capped", "scale"), ("tanh", "tanh"), ("uncapped", "scale")]
+    steps.append(("masked", "add"))
+    mask = b.shared.get("mask_sliding" if b.model.is_sliding(layer) else "mask_full")
+    for step, rule in steps:
+        y = b.tensor(f"{name}.{step}", s2)
+        refs = {"_mask": mask} if step == "masked" and mask is not None else {}
+        b.op(f"{name}.{step}_op", rule, layer, {"x": x, **refs}, {"y": y}, flops=elems, tags=CORE)
+        x = y
+    probs32 = b.tensor(f"{name}.softmax", s2, "fp32")
+    b.op(f"{name}.softmax_op", "softmax", layer, {"x": x}, {"y": probs32}, flops=5.0 * elems, tags=CORE)
+    probs = b.tensor(f"{name}.probs", s2)
+    b.op(f"{name}.probs_cast", "cast", layer, {"x": probs32}, {"y": probs}, tags=CORE)
+    if b.model.attention_dropout > 0:  # nn.functional.dropout(probs): a new (b, h, s, s) tensor and its mask
+        dropped = b.tensor(f"{name}.dropout.out", s2)
+        b.op(f"{name}.dropout", "attn_dropout", layer, {"x": probs}, {"y": dropped},
+             extras={"mask": b.tensor(f"{name}.dropout.mask", s2, "bool")}, flops=elems, tags=CORE)
         probs = dropped
     ctx = b.tensor(f"{name}.pv_out", (rows, width))
     b.op(f"{name}.pv", "attn_v", layer, {"p": probs, "v": v}, {"y": ctx}, flops=mm, tags=CORE)
