@@ -82,6 +82,12 @@ GPT_OSS_20B = {k: v for k, v in json.loads((Path(__file__).resolve().parents[1] 
                if k not in ("quantization_config", "architectures", "transformers_version")}
 GPT_OSS_20B.update(num_hidden_layers=2, layer_types=GPT_OSS_20B["layer_types"][:2])
 
+#: the published gemma-2-9b-it config cut to two layers (one sliding, one full); not used to write the rules
+GEMMA2_9B = {k: v for k, v in json.loads((Path(__file__).resolve().parents[1] / "data" / "hf" / "gemma-2-9b-it" /
+                                          "config.json").read_text()).items()
+             if k not in ("architectures", "transformers_version", "torch_dtype")}
+GEMMA2_9B.update(num_hidden_layers=2)
+
 #: name -> (config, seq_len, micro_batch, dtype); groundtruth.md §5
 CONFIGS = {
     "llama-mha": (LLAMA, 512, 2, "bf16"),
@@ -92,6 +98,7 @@ CONFIGS = {
     **{name: (cfg, 128, 2, "bf16") for name, cfg in FAMILIES.items()},
     "gpt2-fp32": (FAMILIES["gpt2"], 64, 2, "fp32"),  # memory-efficient kernel on views of one c_attn output
     "gpt-oss-20b-shape": (GPT_OSS_20B, 4096, 1, "bf16"),  # two layers of the published gpt-oss-20b
+    "gemma-2-9b-shape": (GEMMA2_9B, 4096, 1, "bf16"),  # two layers of the published gemma-2-9b-it
 }
 CASES = [(name, rc) for name in CONFIGS for rc in ("none", "full")]
 
@@ -364,3 +371,13 @@ def test_gpt2_gelu_new_matches_h200_calibration(tmp_path):
                                            'dtype = "bf16"\n[hardware]\ngpu = "h200"\n')
         t = template_of(load_run(tmp_path / "run.toml", []), 0)
         assert [t.layer_activation_bytes[i] for i in range(len(c["layer_saved_bytes"]))] == c["layer_saved_bytes"]
+
+
+def test_gemma_2_9b_reference_numbers(tmp_path):
+    """Two layers of the published gemma-2-9b-it (b = 1, s = 4096), measured by tools/groundtruth.py: 3,284,262,912
+    and 3,280,068,608 bytes a layer (layer 0 also holds RoPE's cos/sin; 16 heads' (s, s) tanh, fp32 softmax and
+    16-bit probabilities are 2.1 GB of each), 6,438,320,140 outside them (the 16-bit soft-capped logits' tanh
+    beside the fp32 log-softmax over 256,000 columns)."""
+    t = template_of(hf_run(tmp_path, "gemma-2-9b-shape", "none"), 0)
+    assert (t.layer_activation_bytes[0], t.layer_activation_bytes[1]) == (3_284_262_912, 3_280_068_608)
+    assert t.activation_bytes == 13_002_651_660

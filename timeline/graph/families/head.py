@@ -80,9 +80,12 @@ def cross_entropy(b: Builder, prefix: str, logits: TensorDef, layer: int | None)
     if b.table.ce_inplace:  # the gradient is written into the logits, which the loss keeps
         b.op(f"{prefix}.loss", "ce_loss_inplace", layer, {"x": logits}, {"y": loss}, flops=6.0 * rows * vocab)
         return loss
+    # transformers loss/loss_utils.py ForCausalLMLoss: pad(labels, (0, 1))[..., 1:].contiguous() copies the shifted
+    # labels unless the micro-batch is 1, where the (1, s) slice is already contiguous and keeps the (s + 1) storage
+    targets = rows + 1 if b.table.model_code and b.dims.b == 1 else rows
     extras = {"exp_logits": b.tensor(f"{prefix}.loss.exp_logits", (rows, vocab), "fp32"),
               "target_mask": b.tensor(f"{prefix}.loss.target_mask", (rows,), "bool"),
-              "masked_target": b.tensor(f"{prefix}.loss.masked_target", (rows,), "int64"),
+              "masked_target": b.tensor(f"{prefix}.loss.masked_target", (targets,), "int64"),
               "total_weight": b.tensor(f"{prefix}.loss.total_weight", (1,), "fp32")}
     rule = "ce_loss_compiled" if b.table.ce_compiled else "ce_loss"
     b.op(f"{prefix}.loss", rule, layer, {"x": logits}, {"y": loss}, extras=extras, flops=6.0 * rows * vocab)
