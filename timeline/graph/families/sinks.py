@@ -36,20 +36,44 @@ def attention_masks(b: Builder) -> None:
     b.shared.update({f"mask_{kind}": t for kind, t in masks.items()})
 
 
+def _repeat_kv(b: Builder, name: str, k: TensorDef, v: TensorDef, layer: int, rows: int,
+               width: int) -> tuple[TensorDef, TensorDef]:
+    """k and v as eager attention's matmuls read them: ``repeat_kv``'s expand + reshape copies both to every query
+    head; for MHA ``torch.matmul`` still copies the transposed ``(b, h, s, d)`` value view to ``(b·h, s, d)``."""
+    if k.shape[1] < width:
+        ke, ve = b.tensor(f"{name}.k_expanded", (rows, width)), b.tensor(f"{name}.v_expanded", (rows, width))
+        b.op(f"{name}.repeat_kv", "copy", layer, {"k": k, "v": v}, {"k": ke, "v": ve}, tags=CORE)
+        return ke, ve
+    ve = b.tensor(f"{name}.v_expanded", (rows, width))
+    b.op(f"{name}.v_contiguous", "copy", layer, {"v": v}, {"v": ve}, tags=CORE)
+    return k, ve
+
+
+def _times_v(b: Builder, name: str, probs: TensorDef, v: TensorDef, layer: int, out_shape: tuple[int, int],
+             mm: float) -> TensorDef:
+    """Dropout on the (b, h, s, s) probabilities where the model has it (a new tensor and its bool mask), ·V,
+    and the transposed context copied ``.contiguous()`` for ``o_proj`` (returned)."""
+    if b.model.attention_dropout > 0:
+        s2 = (b.dims.b, probs.shape[1], b.dims.s_local, b.dims.s)
+        dropped = b.tensor(f"{name}.dropout.out", s2)
+        b.op(f"{name}.dropout", "attn_dropout", layer, {"x": probs}, {"y": dropped},
+             extras={"mask": b.tensor(f"{name}.dropout.mask", s2, "bool")},
+             flops=float(s2[0] * s2[1] * s2[2] * s2[3]), tags=CORE)
+        probs = dropped
+    ctx = b.tensor(f"{name}.pv_out", out_shape)
+    b.op(f"{name}.pv", "attn_v", layer, {"p": probs, "v": v}, {"y": ctx}, flops=mm, tags=CORE)
+    out = b.tensor(f"{name}.out", out_shape)
+    b.op(f"{name}.transpose", "copy", layer, {"x": ctx}, {"y": out}, tags=CORE)
+    return out
+
+
 def eager_sink_attention(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, layer: int,
                          heads: int, head_dim: int) -> TensorDef:
     """Softmax([q·kᵀ·scale + mask, sink])[..., :-1]·v for ``heads`` local heads; returns the context
     ``(rows, heads·head_dim)`` as ``o_proj`` reads it (the contiguous copy)."""
     d = b.dims
     rows, width = q.shape[0], heads * head_dim
-    if k.shape[1] < width:  # repeat_kv: expand + reshape copies k and v to every query head
-        ke, ve = b.tensor(f"{name}.k_expanded", (rows, width)), b.tensor(f"{name}.v_expanded", (rows, width))
-        b.op(f"{name}.repeat_kv", "copy", layer, {"k": k, "v": v}, {"k": ke, "v": ve}, tags=CORE)
-        k, v = ke, ve
-    else:  # torch.matmul reshapes the transposed (b, h, s, d) value view to (b·h, s, d): a copy
-        ve = b.tensor(f"{name}.v_expanded", (rows, width))
-        b.op(f"{name}.v_contiguous", "copy", layer, {"v": v}, {"v": ve}, tags=CORE)
-        v = ve
+    k, v = _repeat_kv(b, name, k, v, layer, rows, width)
     s2 = (d.b, heads, d.s_local, d.s)
     cols = (d.b, heads, d.s_local, d.s + 1)
     mm = 2.0 * d.b * heads * d.s_local * d.s * head_dim
@@ -72,17 +96,7 @@ def eager_sink_attention(b: Builder, name: str, q: TensorDef, k: TensorDef, v: T
     probs = b.tensor(f"{name}.softmax", cols)
     b.op(f"{name}.softmax_op", "softmax", layer, {"x": shifted}, {"y": probs},
          flops=5.0 * d.b * heads * d.s_local * (d.s + 1), tags=CORE)
-    if b.model.attention_dropout > 0:  # nn.functional.dropout(probs[..., :-1]): a new (b, h, s, s) tensor + mask
-        dropped = b.tensor(f"{name}.dropout.out", s2)
-        b.op(f"{name}.dropout", "attn_dropout", layer, {"x": probs}, {"y": dropped},
-             extras={"mask": b.tensor(f"{name}.dropout.mask", s2, "bool")},
-             flops=float(d.b * heads * d.s_local * d.s), tags=CORE)
-        probs = dropped
-    ctx = b.tensor(f"{name}.pv_out", (rows, width))
-    b.op(f"{name}.pv", "attn_v", layer, {"p": probs, "v": v}, {"y": ctx}, flops=mm, tags=CORE)
-    out = b.tensor(f"{name}.out", (rows, width))
-    b.op(f"{name}.transpose", "copy", layer, {"x": ctx}, {"y": out}, tags=CORE)
-    return out
+    return _times_v(b, name, probs, v, layer, (rows, width), mm)
 
 
 def eager_attention(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, layer: int, heads: int,
@@ -93,14 +107,7 @@ def eager_attention(b: Builder, name: str, q: TensorDef, k: TensorDef, v: Tensor
     transposed context copied ``.contiguous()`` for ``o_proj``. Returns that copy, ``(rows, heads·head_dim)``."""
     d = b.dims
     rows, width = q.shape[0], heads * head_dim
-    if k.shape[1] < width:  # repeat_kv: expand + reshape copies k and v to every query head
-        ke, ve = b.tensor(f"{name}.k_expanded", (rows, width)), b.tensor(f"{name}.v_expanded", (rows, width))
-        b.op(f"{name}.repeat_kv", "copy", layer, {"k": k, "v": v}, {"k": ke, "v": ve}, tags=CORE)
-        k, v = ke, ve
-    else:  # torch.matmul reshapes the transposed (b, h, s, d) value view to (b·h, s, d): a copy
-        ve = b.tensor(f"{name}.v_expanded", (rows, width))
-        b.op(f"{name}.v_contiguous", "copy", layer, {"v": v}, {"v": ve}, tags=CORE)
-        v = ve
+    k, v = _repeat_kv(b, name, k, v, layer, rows, width)
     s2 = (d.b, heads, d.s_local, d.s)
     mm = 2.0 * d.b * heads * d.s_local * d.s * head_dim
     elems = float(d.b * heads * d.s_local * d.s)
@@ -120,13 +127,4 @@ def eager_attention(b: Builder, name: str, q: TensorDef, k: TensorDef, v: Tensor
     b.op(f"{name}.softmax_op", "softmax", layer, {"x": x}, {"y": probs32}, flops=5.0 * elems, tags=CORE)
     probs = b.tensor(f"{name}.probs", s2)
     b.op(f"{name}.probs_cast", "cast", layer, {"x": probs32}, {"y": probs}, tags=CORE)
-    if b.model.attention_dropout > 0:  # nn.functional.dropout(probs): a new (b, h, s, s) tensor and its mask
-        dropped = b.tensor(f"{name}.dropout.out", s2)
-        b.op(f"{name}.dropout", "attn_dropout", layer, {"x": probs}, {"y": dropped},
-             extras={"mask": b.tensor(f"{name}.dropout.mask", s2, "bool")}, flops=elems, tags=CORE)
-        probs = dropped
-    ctx = b.tensor(f"{name}.pv_out", (rows, width))
-    b.op(f"{name}.pv", "attn_v", layer, {"p": probs, "v": v}, {"y": ctx}, flops=mm, tags=CORE)
-    out = b.tensor(f"{name}.out", (rows, width))
-    b.op(f"{name}.transpose", "copy", layer, {"x": ctx}, {"y": out}, tags=CORE)
-    return out
+    return _times_v(b, name, probs, v, layer, (rows, width), mm)
