@@ -178,8 +178,10 @@ def build(config: dict[str, Any], dtype: str) -> Any:
 
 
 def decoder_layers(model: Any) -> Any:
-    """The decoder layers of a causal LM: ``model.model.layers``, GPT-2's ``transformer.h``."""
+    """The decoder layers of a causal LM: ``model.model.layers``, GPT-2's ``transformer.h``, OPT's
+    ``model.decoder.layers``."""
     base = getattr(model, "model", None) or model.transformer
+    base = getattr(base, "decoder", base)
     return base.layers if hasattr(base, "layers") else base.h
 
 

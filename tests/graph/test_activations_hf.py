@@ -2,7 +2,7 @@
 
 For Llama-style (MHA, GQA, fp32) and DeepSeek-V3-style configs — small dims and the full DeepSeek-V3
 layer shape (one dense and one MoE layer, b = 1, s = 4096) — and small configs of every other family
-the run file accepts under ``hf`` (Mistral, Qwen2, Qwen3, Gemma, Gemma-2, Mixtral, Qwen2-MoE, Qwen3-MoE, GPT-2, GPT-OSS
+the run file accepts under ``hf`` (Mistral, Qwen2, Qwen3, Gemma, Gemma-2, OPT, Mixtral, Qwen2-MoE, Qwen3-MoE, GPT-2, GPT-OSS
 with GQA and MHA; and two layers of the published gpt-oss-20b at b = 1, s = 4096), with no recompute and with full recompute: every decoder layer's saved storages match the model's saved tensors size for size,
 the layer totals agree within 1 % (they agree to the byte), tensors held by the same autograd node
 attribute have the same sizes, and the step's total is within 1 % (outside the layers, full recompute's
@@ -55,6 +55,10 @@ FAMILIES = {
     "qwen3_moe": {**SMALL, **MOE, "model_type": "qwen3_moe", "head_dim": 64},
     # gated GeLU (gelu_pytorch_tanh), RMSNorm scaling by fp32 (1 + weight) and keeping its fp32 normalised tensor
     "gemma": {**SMALL, "model_type": "gemma", "head_dim": 64},
+    # LayerNorm, ReLU MLP with biases, learned positions ((b, s) ids, 2 offset rows), dropout 0.1 after attention
+    # and fc2 (none on the embeddings)
+    "opt": {"model_type": "opt", "hidden_size": 256, "num_attention_heads": 4, "ffn_dim": 512, "vocab_size": 1024,
+            "num_hidden_layers": 2, "max_position_embeddings": 1024, "word_embed_proj_dim": 256},
     # eager attention (no SDPA) with tanh soft-capping of the attention and output logits, a norm on each
     # sub-block's output too, layer 0 sliding (window 32 < s); and without the capping, MHA
     "gemma2": {**SMALL, "model_type": "gemma2", "head_dim": 64, "sliding_window": 32},
@@ -199,7 +203,7 @@ def test_tensors_by_autograd_node(tmp_path, name):
                            and st.tensor.name.endswith(suffixes))
             if node == ("PowBackward0.self",) and CONFIGS[name][3] == "fp32":
                 continue  # fp32 models: the norm saves the residual stream itself
-            if node == ("RsqrtBackward0.result",) and CONFIGS[name][0]["model_type"] == "gpt2":
+            if node == ("RsqrtBackward0.result",) and CONFIGS[name][0]["model_type"] in ("gpt2", "opt"):
                 continue  # LayerNorm keeps mean and rstd (".rsigma") without an rsqrt node
             if node[0].startswith("Backward0.") and CONFIGS[name][0]["model_type"] in ("gpt_oss", "gemma2"):
                 continue  # eager attention: bmm nodes (GPT-OSS's in test_gpt_oss_tensors_by_autograd_node)

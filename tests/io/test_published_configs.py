@@ -208,13 +208,13 @@ def test_layer_types_of_other_families_are_not_read(tmp_path):
 
 def test_opt_125m_reads_its_family(tmp_path):
     """facebook/opt-125m: pre-norm LayerNorms, biased q/k/v/out and fc1/fc2, ReLU, learned positions, tied
-    head. The count is transformers' OPTForCausalLM (125,239,296) less OPTLearnedPositionalEmbedding's two
-    offset rows (2 × 768), which are not modelled."""
+    head. The count is transformers' OPTForCausalLM (125,239,296), OPTLearnedPositionalEmbedding's two offset
+    rows included."""
     m = read_hf_config(DATA / "opt-125m" / "config.json")
     assert (m.model_type, m.norm, m.hidden_act, m.gated_mlp, m.position_embedding) == ("opt", "layernorm", "relu",
                                                                                         False, "learned")
     assert m.intermediate_size == 3072 and m.tie_word_embeddings and m.attention_bias and m.linear_bias
-    assert source_of(load_run(_run(tmp_path, "opt-125m", profile="hf"))).total_params() == 125_239_296 - 2 * 768
+    assert source_of(load_run(_run(tmp_path, "opt-125m", profile="hf"))).total_params() == 125_239_296
 
 
 def test_opt_with_a_projected_embedding_is_refused(tmp_path, capsys):

@@ -198,11 +198,12 @@ def test_a_gpu_without_capacity_takes_what_pytorch_reports(tmp_path):
 
 
 def test_opt_serves_with_learned_positions(tmp_path):
-    """OPT-125m under vLLM: no rotary cache (its positions are a learned weight); the weights are the
-    parameters with the vocabulary padded to 64 (50,272 → 50,304 rows, the head tied), in fp16."""
+    """OPT-125m under vLLM: no rotary cache (its positions are a learned weight, with OPTLearnedPositionalEmbedding's
+    two offset rows, vllm/model_executor/models/opt.py as transformers'); the weights are the parameters with the
+    vocabulary padded to 64 (50,272 → 50,304 rows, the head tied), in fp16."""
     b = compute_budget(_run(tmp_path, "opt-125m", 'engine_version = "0.4.1"\ndtype = "fp16"', gpu="a6000"))
     assert b.rope_cache_bytes == 0
-    assert b.weights_bytes == (125_239_296 - 2 * 768 + 32 * 768) * 2
+    assert b.weights_bytes == (125_239_296 + 32 * 768) * 2
 
 
 def test_triton_sampler_from_017(tmp_path):

@@ -49,7 +49,7 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
              "attention_dropout": 0.1},  # GPT2Config resid_pdrop / attn_pdrop defaults
     # models/opt/modeling_opt.py (transformers 4.21): OPTDecoderLayer's pre-norm LayerNorms, q/k/v/out_proj and
     # fc1/fc2 with biases (enable_bias, default true), ReLU (activation_function), learned positions, lm_head
-    # tied to embed_tokens; OPTLearnedPositionalEmbedding's two offset rows are not modelled (2 × hidden)
+    # tied to embed_tokens; OPTLearnedPositionalEmbedding's two offset rows (ModelSpec.position_offset_rows)
     "opt": {"norm": "layernorm", "position_embedding": "learned", "attention_bias": True, "linear_bias": True,
             "tie_word_embeddings": True, "hidden_act": "relu"},
     "qwen2": {"attention_bias": True},
@@ -168,6 +168,8 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
         values["first_k_dense_replace"] = values.get("moe_layer_freq", 1) - 1
     if model_type == "gpt_oss":
         _gpt_oss(cfg, values, notes)
+    if model_type == "opt":  # configuration_opt.py: OPTConfig dropout = 0.1 (after attention and fc2)
+        values["hidden_dropout"] = float(cfg.get("dropout", 0.1) or 0.0)
     if model_type == "gemma2":  # configuration_gemma2.py: Gemma2Config defaults 50.0 and 30.0; null turns them off
         for key, default in (("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0)):
             values[key] = float(cfg.get(key, default) or 0.0)

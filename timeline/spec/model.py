@@ -165,6 +165,17 @@ class ModelSpec:
         return self.model_type in CODE_FACTS["rope_half_width"]
 
     @property
+    def embedding_dropout(self) -> bool:
+        """Dropout on the embeddings' sum too, where ``residual_dropout`` (GPT-2; not OPT)."""
+        return self.residual_dropout and self.model_type not in CODE_FACTS["no_embedding_dropout"]
+
+    @property
+    def position_offset_rows(self) -> int:
+        """Rows a learned position table has beyond ``max_position_embeddings`` (OPT's offset of 2); its ids are
+        then computed per row, ``(b, s)`` (else GPT-2's ``arange``, ``(1, s)``)."""
+        return 2 if self.model_type in CODE_FACTS["position_offset_rows"] else 0
+
+    @property
     def norm_output_fp32(self) -> bool:
         """RMSNorm keeps its normalised tensor in fp32 (GPT-OSS ``(weight * hidden_states).to(input_dtype)``;
         Gemma ``output * (1.0 + self.weight.float())``, then ``type_as(x)``)."""
@@ -237,7 +248,11 @@ class ModelSpec:
 #: models/gemma2/modeling_gemma2.py Gemma2MLP (``down_proj(act_fn(gate_proj(x)) * up_proj(x))``, act gelu tanh)
 CODE_FACTS: dict[str, tuple[str, ...]] = {
     "fused_qkv": ("gpt2",),
-    "residual_dropout": ("gpt2",),
+    "residual_dropout": ("gpt2", "opt"),
+    #: OPTDecoder: no dropout on the embeddings (GPT2Model: self.drop on them, embd_pdrop)
+    "no_embedding_dropout": ("opt",),
+    #: OPTLearnedPositionalEmbedding: cumsum of a (b, s) mask, + offset 2 — (b, s) int64 ids, 2 more table rows
+    "position_offset_rows": ("opt",),
     "router_softmax": ("mixtral", "qwen2_moe", "qwen3_moe"),
     "router_topk_softmax": ("gpt_oss",),
     "router_weights_cast": ("qwen2_moe", "qwen3_moe"),

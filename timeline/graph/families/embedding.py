@@ -25,8 +25,9 @@ def params(ctx: BuildCtx, prefix: str = "embedding", module: str = "embedding") 
     out = [param(f"{prefix}.word_embeddings.weight", (ctx.padded_vocab, m.hidden_size), module=module,
                  dtype=ctx.dtype, split=ctx.tp, dim=0)]
     if m.position_embedding == "learned":
-        out.append(param(f"{prefix}.position_embeddings.weight", (m.max_position_embeddings, m.hidden_size),
-                         module=module, dtype=ctx.dtype))
+        out.append(param(f"{prefix}.position_embeddings.weight",
+                         (m.max_position_embeddings + m.position_offset_rows, m.hidden_size), module=module,
+                         dtype=ctx.dtype))
     if m.type_vocab_size:  # BERT's segment embedding (LanguageModelEmbedding.tokentype_embeddings)
         out.append(param(f"{prefix}.tokentype_embeddings.weight", (m.type_vocab_size, m.hidden_size),
                          module=module, dtype=ctx.dtype))
@@ -37,7 +38,8 @@ def forward(b: Builder, prefix: str, layer: int | None) -> TensorDef:
     d, h = b.dims, b.model.hidden_size
     extras = {}
     if b.table.position_ids and b.model.position_embedding == "learned":  # wpe(position_ids): (1, s) int64
-        extras["position_ids"] = b.tensor(f"{prefix}.position_ids", (1, d.s_local), "int64")
+        rows = d.b if b.model.position_offset_rows else 1  # OPT: cumsum of a (b, s) mask, + offset
+        extras["position_ids"] = b.tensor(f"{prefix}.position_ids", (rows, d.s_local), "int64")
     if b.table.embedding_wgrad:  # the dense weight gradients its backward returns (made in backward only)
         for key, name in (("wgrad", "word_embeddings"), ("pos_wgrad", "position_embeddings")):
             w = b.params.get(f"{prefix}.{name}.weight")
@@ -57,5 +59,7 @@ def forward(b: Builder, prefix: str, layer: int | None) -> TensorDef:
         tok = b.tensor(f"{prefix}.tokentype.out", out.shape)
         b.op(f"{prefix}.tokentype", "embedding", layer, {}, {"y": tok})
         out = add(b, f"{prefix}.tokentype_add", out, tok, layer)
+    if b.table.model_code and b.model.residual_dropout and not b.model.embedding_dropout:
+        return out  # OPTDecoder adds the position embeddings and goes on: no dropout here
     return dropout(b, f"{prefix}.dropout", out, layer)
 
