@@ -67,7 +67,7 @@ def activation(b: Builder, name: str, x: TensorDef, layer: int, ffn: int, *, rul
     local width. A model with ``swiglu_limit`` > 0 runs the clamped SwiGLU (rule ``clamped_swiglu``, or
     ``clamped_weighted_swiglu`` with routing probs), whose intermediates are extras the table may keep."""
     hf_act = HF_ACTIVATIONS.get(b.model.hidden_act) if b.table.model_code else None
-    if hf_act is not None and hf_act.identity and up is None and probs is None:
+    if hf_act is not None and hf_act.identity and up is None:
         return x  # LinearActivation: the down projection reads (and keeps) the up projection's output
     y = b.tensor(f"{name}.out", (x.shape[0], ffn))
     inputs = {"x": x} if up is None else {"x": x, "up": up}
@@ -82,11 +82,8 @@ def activation(b: Builder, name: str, x: TensorDef, layer: int, ffn: int, *, rul
             extras[extra] = b.tensor(f"{name}.{extra}", (x.shape[0], ffn), "bool")
         for extra in hf_act.scalars:
             extras[extra] = b.tensor(f"{name}.{extra}", (1,))
-        if gated:
-            if probs is not None:
-                inputs["probs"] = probs
-            if not hf_act.identity:  # act(gate) · up keeps act(gate) and up
-                extras["silu"] = b.tensor(f"{name}.silu", (x.shape[0], ffn))
+        if gated and not hf_act.identity:  # act(gate) · up keeps act(gate) and up
+            extras["silu"] = b.tensor(f"{name}.silu", (x.shape[0], ffn))
     elif b.model.gated_mlp and b.model.swiglu_limit > 0:  # GPT-OSS: clamp, gate·sigmoid(alpha·gate), (up + 1)
         rule = f"clamped_{rule or 'swiglu'}"
         if probs is not None:
