@@ -135,6 +135,41 @@ def test_te2_widens_the_padding_mask_through_int32_window_bounds(tmp_path):
     assert _mask_ops(template_of(_run(tmp_path, "1.11"), 0)) == [("pad", 2 * bss), ("diag", 4 * S * S)]
 
 
+def _local(tmp_path, te: str = "2.6"):
+    """The same job under ``--spec local`` (``bert_layer_local_spec``: transformer_impl and attention "local")."""
+    path = tmp_path / "local.toml"
+    path.write_text(RUN.format(te=te).replace('attention_backend = "unfused"',
+                                              'attention_backend = "local"\ntransformer_impl = "local"'))
+    return load_run(path, [])
+
+
+def test_the_local_spec_layer_reads_the_extended_mask_as_given(tmp_path):
+    """bert_layer_local_spec: apex FusedLayerNorm (input, fp32 mean and rsigma) before ColumnParallelLinear (which
+    keeps the norm's output), Megatron's DotProductAttention (q and k for baddbmm, the fused ScaledMaskedSoftmax's
+    output, dropout's mask and output for bmm, v), no per-layer mask: the TE layer's bytes less its [b, 1, s, s]
+    widened mask."""
+    run = _local(tmp_path)
+    tpl = template_of(run, 0)
+    assert tpl.layer_activation_bytes[0] == _layer_bytes(HEADS // TP) - B * S * S
+    assert not [op for op in tpl.forward if ".core_attn.mask" in op.name or op.name.endswith("masked_fill")]
+
+
+def _batch_mask_ops(tpl) -> list[tuple[str, int, tuple[str, ...]]]:
+    """(op, bytes it allocates, storages it frees) of the forward's extended-mask ops."""
+    return [(op.name, sum(t.size_bytes for t in op.allocs), tuple(op.frees))
+            for op in tpl.forward if op.name in ("batch.mask_product", "batch.extended_mask")]
+
+
+def test_the_extended_mask_is_b1ss_through_an_int64_product_for_the_local_spec_and_te_before_1_10(tmp_path):
+    """BertModel.bert_extended_attention_mask: "b1ss" multiplies the [b, 1, s] and [b, s, 1] views of the int64 padding
+    mask (an int64 [b, s, s] product, freed as the function returns) and compares its [b, 1, s, s] view; "b11s" (TE ≥
+    1.10) compares the [b, 1, 1, s] view."""
+    b1ss = [("batch.mask_product", 8 * B * S * S, ()), ("batch.extended_mask", B * S * S, ("batch.mask_product",))]
+    assert _batch_mask_ops(template_of(_local(tmp_path), 0)) == b1ss
+    assert _batch_mask_ops(template_of(_run(tmp_path, "1.2"), 0)) == b1ss
+    assert _batch_mask_ops(template_of(_run(tmp_path, "1.10"), 0)) == [("batch.extended_mask", B * S, ())]
+
+
 def test_without_the_binary_head_there_is_no_pooler_and_no_token_type(tmp_path):
     run = _run(tmp_path, binary_head="false", type_vocab_size="0")
     assert not [k for k in _params(run, 1) if k.startswith(("pooler", "binary_head"))]
@@ -144,6 +179,8 @@ def test_without_the_binary_head_there_is_no_pooler_and_no_token_type(tmp_path):
 
 @pytest.mark.parametrize(("edits", "key"), [
     ({"attention_backend": '"flash"'}, "framework.attention_backend"),
+    ({"attention_backend": '"unfused"\ntransformer_impl = "local"'}, "framework.attention_backend"),
+    ({"attention_backend": '"unfused"\nuse_legacy_models = true'}, "framework.use_legacy_models"),
     ({"sp": "false\ncp = 2"}, "parallel.cp"),
     ({"binary_head": "false"}, "model.type_vocab_size"),
     ({"architecture": '"gpt"'}, "model.type_vocab_size"),

@@ -73,6 +73,28 @@ def test_a_cased_wordpiece_vocabulary():
     assert _bert(ARGS | {"--tokenizer-type": "BertWordPieceCase"}).sections["model"]["vocab_size"] == 28996
 
 
+@pytest.mark.parametrize("spec", ["local", ["local"], "[local]"])
+def test_the_local_layer_spec_is_the_local_implementation(spec):
+    """pretrain_bert.py: ``args.spec[0] == 'local'`` builds ``bert_layer_local_spec`` (Megatron's own modules, whatever
+    --transformer-impl says), and BertModel asserts the local or auto attention backend for its DotProductAttention."""
+    for backend in ("local", "auto"):
+        c = _bert(ARGS | {"--spec": spec, "--attention-backend": backend})
+        fw = c.sections["framework"]
+        assert (fw["transformer_impl"], fw["attention_backend"]) == ("local", "local")
+        assert "--spec" in c.mapped and c.sections["model"]["architecture"] == "bert"
+    with pytest.raises(UserError, match=r"^--attention-backend unfused with --spec local: BertModel asserts"):
+        _bert(ARGS | {"--spec": spec})
+
+
+def test_another_spec_module_is_still_refused():
+    with pytest.raises(UserError, match=r"^--spec: a custom layer spec"):
+        _bert(ARGS | {"--spec": "my_specs bert_spec"})
+    # pretrain_gpt.py imports any --spec as a module: `local` is not one
+    gpt = {k: v for k, v in ARGS.items() if k != "--vocab-file"} | {"--vocab-size": 50257, "--spec": "local"}
+    with pytest.raises(UserError, match=r"^--spec: a custom layer spec"):
+        convert(from_mapping(gpt), world_size=8)
+
+
 @pytest.mark.parametrize(("extra", "needle"), [
     ({"--use-legacy-models": True, "--transformer-impl": "local"}, "--use-legacy-models with a BERT model"),
     ({"--attention-backend": "flash"}, "--attention-backend flash with a BERT model"),

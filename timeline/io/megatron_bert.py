@@ -5,7 +5,8 @@ Read at ``NVIDIA/Megatron-LM@92f052b8`` (``pretrain_bert.py``; ``examples/bert/p
 547fb1713e, unchanged): ``model_provider`` builds ``megatron.core.models.bert.bert_model.BertModel`` with
 ``num_tokentypes = 2 if args.bert_binary_head else 0`` and ``add_binary_head = args.bert_binary_head``
 (``--bert-no-binary-head`` clears it), the layer spec ``bert_layer_with_transformer_engine_spec`` unless
-``--spec`` (refused) — so ``--transformer-impl`` does not choose it — or the legacy ``BertModel`` under
+``--spec`` — ``local`` gives ``bert_layer_local_spec`` (mapped to the local implementation), any other module is
+refused —, so ``--transformer-impl`` does not choose it, or the legacy ``BertModel`` under
 ``--use-legacy-models``; ``pretrain(..., args_defaults={'tokenizer_type': 'BertWordPieceLowerCase'})`` (the vocabulary:
 :data:`timeline.io.megatron_map.BERT_VOCABS`).
 """
@@ -13,7 +14,7 @@ Read at ``NVIDIA/Megatron-LM@92f052b8`` (``pretrain_bert.py``; ``examples/bert/p
 from __future__ import annotations
 
 from timeline.errors import UserError
-from timeline.io.megatron_map import ArgReader, Conversion
+from timeline.io.megatron_map import ArgReader, Conversion, bert_local_spec
 
 #: arguments a BERT job is refused with, and why
 REFUSED = {
@@ -37,11 +38,23 @@ def map_bert(a: ArgReader, c: Conversion, family: str | None) -> None:
         if a.raw.get(name) not in (None, False, 0, "None"):
             raise UserError(f"{name} with a BERT model: {why}")
     impl = a.str("--transformer-impl", "transformer_engine")
-    if impl != "transformer_engine":
-        raise UserError(f"--transformer-impl {impl} with a BERT model: pretrain_bert.py builds the Transformer "
-                        "Engine layer spec whatever it says, and that mix is not modelled; drop it")
     backend = c.sections["framework"]["attention_backend"]
-    if backend != "unfused":
+    if bert_local_spec(a.raw):
+        a.has("--spec")
+        # bert_model.py: BertModel._sanity_check_attention_and_get_attn_mask_dimension asserts the backend is
+        # local or auto under Megatron's own DotProductAttention
+        given = a.str("--attention-backend", "auto")
+        if given not in ("local", "auto"):
+            raise UserError(f"--attention-backend {given} with --spec local: BertModel asserts local or auto for "
+                            "Megatron's own DotProductAttention; give --attention-backend local")
+        # the layer spec is bert_layer_local_spec whatever --transformer-impl says: the local layer's modules
+        c.put("framework.transformer_impl", "local", "--spec", "--transformer-impl")
+        c.put("framework.attention_backend", "local", "--spec", "--attention-backend")
+    elif impl != "transformer_engine":
+        raise UserError(f"--transformer-impl {impl} with a BERT model: pretrain_bert.py builds the Transformer "
+                        "Engine layer spec whatever it says (--spec local gives the local layer spec), and that mix "
+                        "is not modelled; drop it")
+    elif backend != "unfused":
         raise UserError(f"--attention-backend {a.str('--attention-backend', 'auto')} with a BERT model: the padding "
                         f"mask under TE's {backend} attention (unpadded sequences) is not modelled; give "
                         "--attention-backend unfused")

@@ -135,6 +135,13 @@ def refuse_job(m: MegatronArgs) -> None:
         raise UserError(f"MODE: {m.mode}: {MODE_JOBS[m.mode]}")
 
 
+def bert_local_spec(raw: dict[str, Any]) -> bool:
+    """Whether ``--spec``'s first word is ``local`` (``pretrain_bert.py: model_provider``: ``args.spec[0] ==
+    'local'`` builds ``bert_layer_local_spec``)."""
+    words = str(raw.get("--spec", "")).replace(",", " ").strip("[]").split()
+    return bool(words) and words[0].strip("'\"") == "local"
+
+
 def refuse_unmodelled(m: MegatronArgs, a: ArgReader) -> None:
     """Raise a one-line UserError for a model family or refused argument not modelled (an optimizer:
     :func:`timeline.io.megatron_optimizer.optimizer`)."""
@@ -149,7 +156,9 @@ def refuse_unmodelled(m: MegatronArgs, a: ArgReader) -> None:
             if key in text:
                 raise UserError(f"{name} {text}: a {what} model; timeline models GPT-style decoders and BERT only")
     for name, why in REFUSED.items():
-        if name in a.raw and not (name == "--spec" and stack_spec(a.raw)):  # the hybrid stack is modelled
+        # the hybrid stack is modelled, and pretrain_bert.py's own `--spec local` (io/megatron_bert.py)
+        if name in a.raw and not (name == "--spec" and (stack_spec(a.raw) or (m.family == "bert" and
+                                                                             bert_local_spec(a.raw)))):
             raise UserError(f"{name}: {why}")
     for name, (allowed, why) in REFUSED_UNLESS.items():
         if name in a.raw and str(a.raw[name]) not in allowed:

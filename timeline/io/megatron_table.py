@@ -318,7 +318,8 @@ REFUSED: dict[str, str] = {
     "--empty-unused-memory-level": "emptying the allocator cache between steps is not modelled yet",
     "--distribute-saved-activations": "saved activations distributed over TP ranks are not modelled yet",
     "--spec": "a custom layer spec (--spec MODULE FUNCTION) builds layers timeline does not know (the hybrid "
-              "stack, mamba_layer_specs mamba_stack_spec / hybrid_layer_specs hybrid_stack_spec, is modelled)",
+              "stack, mamba_layer_specs mamba_stack_spec / hybrid_layer_specs hybrid_stack_spec, and BERT's "
+              "--spec local are modelled)",
     "--disable-mamba-mem-eff-path": "the Mamba mixer's unfused path (a separate conv1d, then "
                                     "mamba_chunk_scan_combined) is not modelled",
     "--mamba-training-ssm-states-dtype": "Mamba SSM states kept in another dtype in training are not modelled",

@@ -174,6 +174,9 @@ class Structure:
     # views of the fused QKV output contiguous when q, k and v fit no packed layout
     te_full_mask: bool = False  # TE ≥ 2.0: the unfused attention widens a padding mask with get_full_mask's
     # int32 sliding-window bounds (graph/families/bert.py: padding_mask); before, with a logical_or alone
+    bert_mask: str = "b11s"  # BERT's extended padding mask (graph/families/bert.py: load_batch): "b11s", a
+    # [b, 1, 1, s] bool that TE's unfused attention widens per layer; "b1ss", the [b, 1, s, s] bool Megatron's
+    # own DotProductAttention (the local layer spec) and TE < 1.10 read as given
     dataloader_batch: str = "none"  # the micro-batch get_batch keeps on the device through the first and last
     # stages' forward (graph/families/batch.py): "tokens" (tokens, labels, loss mask, position ids), "mask"
     # (and the [b, 1, s, s] bool attention mask), "none" (not modelled)

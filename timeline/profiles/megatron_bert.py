@@ -48,6 +48,10 @@ RULES: dict[str, SaveRule] = {
                                   "forward — `output = torch.matmul(total_input, weight.t())`, then `output + bias` "
                                   "(BertModel's output layer has a bias): the GEMM's result lives until the sum "
                                   "is made; the Function keeps only input and weight"),
+    "bert_mask": SaveRule(source=f"{MC}/models/bert/bert_model.py: BertModel.bert_extended_attention_mask — for "
+                                 "\"b1ss\" `attention_mask_b1s * attention_mask_bs1` (the int64 [b, s, s] product "
+                                 "of the .long() padding mask, a local until the function returns) and `< 0.5`, "
+                                 "the bool [b, 1, s, s] mask; outside autograd"),
     "sop_loss": SaveRule(source="NVIDIA/Megatron-LM@92f052b8:pretrain_bert.py: loss_func — F.cross_entropy of the "
                                 "[b, 2] sentence-order logits (.float()): its log_softmax output, one 512-byte block, "
                                 "not modelled"),
@@ -63,7 +67,17 @@ def extend(rules: SaveRules) -> SaveRules:
 #: in dot_product_attention/utils.py to v2.18); v1.11 built the padding mask with a logical_or alone
 FULL_MASK_TE = (2, 0)
 
+#: ``{MC}/models/bert/bert_model.py: BertModel._sanity_check_attention_and_get_attn_mask_dimension`` (from
+#: Megatron-LM ee9dba2669, 2024-10, unchanged to 64bee49c96): "b1ss" for Megatron's own DotProductAttention (the
+#: local layer spec, ``--spec local``), and under TE for versions before 1.10 (below 1.7 always; 1.7 … 1.9 for the
+#: unfused backend, the only one a BERT run here takes); "b11s" for TE ≥ 1.10
+B11S_TE = (1, 10)
+
 
 def configure(table: Structure, spec: FrameworkSpec) -> Structure:
-    """The structure with the Transformer Engine version's padding-mask construction."""
-    return replace(table, te_full_mask=version_tuple(spec.transformer_engine) >= FULL_MASK_TE)
+    """The structure with the Transformer Engine version's padding-mask construction and the extended mask's
+    dimensions ``BertModel`` chooses."""
+    local = spec.transformer_impl == "local"
+    b1ss = local or version_tuple(spec.transformer_engine)[:2] < B11S_TE
+    return replace(table, te_full_mask=version_tuple(spec.transformer_engine) >= FULL_MASK_TE,
+                   bert_mask="b1ss" if b1ss else "b11s")

@@ -55,13 +55,19 @@ def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: Par
     if par.cp > 1:
         out.append(("parallel.cp", "pretrain_bert.py's get_batch does not split the sequence over context-parallel "
                                    "ranks; set cp = 1"))
-    if fw.attention_backend != "unfused":
+    # pretrain_bert.py: the Transformer Engine layer spec, or bert_layer_local_spec under --spec local (transformer_impl
+    # "local": Megatron's own DotProductAttention, which BertModel runs with the local or auto backend only)
+    local = fw.transformer_impl == "local"
+    if fw.use_legacy_models:
+        out.append(("framework.use_legacy_models", "the legacy BertModel (megatron/legacy/model/bert_model.py) is not "
+                                                   "modelled; set use_legacy_models = false"))
+    if local and fw.attention_backend != "local":
+        out.append(("framework.attention_backend", "BERT's local layer spec runs Megatron's own DotProductAttention "
+                                                   '(BertModel asserts the local backend); use "local"'))
+    if not local and fw.attention_backend != "unfused":
         out.append(("framework.attention_backend", f'"{fw.attention_backend}" under BERT\'s padding mask is not '
-                                                   'modelled (TE runs unpadded sequences); use "unfused"'))
-    if fw.transformer_impl != "transformer_engine" or fw.use_legacy_models:
-        out.append(("framework.transformer_impl", 'pretrain_bert.py builds the Transformer Engine layer spec (the '
-                                                  'legacy BertModel is not modelled); set "transformer_engine" and '
-                                                  "use_legacy_models = false"))
+                                                   'modelled (TE runs unpadded sequences); use "unfused", or '
+                                                   'transformer_impl = "local" with "local" for the local layer spec'))
     if tr.fp8_recipe != "none":
         out.append(("training.fp8_recipe", "FP8 training of BERT (its LM head and pooler are torch.nn.Linear) is "
                                            'not modelled; set "none"'))

@@ -159,8 +159,10 @@ def _attend(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, lay
             b.op(f"{name}.to_sbhd", "copy", layer, {"x": out}, {"y": ctx}, tags=CORE)
         return ctx
     shape = (d.b, heads, sq, sk)
-    # BERT's padding mask: TE's unfused attention widens it before the scores (graph/families/bert.py)
-    masks = bert.padding_mask(b, f"{name}.mask", layer, CORE) if b.model.architecture == "bert" else {}
+    # BERT's padding mask: TE's unfused attention widens it before the scores (graph/families/bert.py);
+    # Megatron's own DotProductAttention (the local spec) passes the extended mask to its softmax as it is
+    te_bert = b.model.architecture == "bert" and b.table.te_qkv_layout
+    masks = bert.padding_mask(b, f"{name}.mask", layer, CORE) if te_bert else {}
     scores = b.tensor(f"{name}.scores", shape)
     b.op(f"{name}.qk", "attn_scores", layer, {"q": q, "k": k}, {"y": scores},
          flops=2.0 * d.b * heads * sq * sk * qk_dim, tags=CORE)

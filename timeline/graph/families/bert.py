@@ -18,7 +18,11 @@ collected BERT records' span; the training script moved to ``examples/bert/`` in
   ``torch.tanh``;
 - ``bert_layer_specs.py: get_bert_layer_with_transformer_engine_spec``: GPT's TE layer with
   ``attn_mask_type = padding`` (``BertModel._sanity_check_attention_and_get_attn_mask_dimension``: a
-  ``[b, 1, 1, s]`` mask with TE ≥ 1.10), which TE's unfused attention widens per layer (:func:`padding_mask`).
+  ``[b, 1, 1, s]`` mask with TE ≥ 1.10), which TE's unfused attention widens per layer (:func:`padding_mask`);
+- ``bert_layer_specs.py: bert_layer_local_spec`` (``--spec local``): GPT's local layer (apex ``FusedLayerNorm``,
+  ``ColumnParallelLinear`` / ``RowParallelLinear``, Megatron's ``DotProductAttention``) with the padding type,
+  which reads the ``[b, 1, s, s]`` mask as given (``FusedScaleMaskSoftmax``: apex's ``ScaledMaskedSoftmax`` keeps
+  its output only; without the kernel, ``masked_fill_`` in place and ``torch.softmax``).
 
 This module decides no bytes: each op names the profile rule that says what it keeps
 (:mod:`timeline.profiles.megatron_bert`).
@@ -58,14 +62,24 @@ def load_batch(b: Builder) -> dict[str, TensorDef]:
     """``pretrain_bert.py: get_batch`` on every pipeline stage: ``tensor_parallel.broadcast_data`` moves the
     six keys as one flat int64 buffer (``torch.cat(...).cuda()`` on TP rank 0, ``torch.empty`` elsewhere)
     whose views the step unpacks (``.long()`` keeps them), and ``loss_mask.float()`` copies one; ``BertModel.forward``
-    derives the bool ``[b, 1, 1, s]`` mask every layer reads. All live through the forward step
+    derives the bool mask every layer reads (``b.table.bert_mask``: ``[b, 1, 1, s]``, or ``[b, 1, s, s]`` through an
+    int64 ``[b, s, s]`` product). All but the product live through the forward step
     (:func:`timeline.graph.families.batch.release`)."""
     d = b.dims
     out = {"flat": b.tensor("batch.bert_flat", (len(BATCH_KEYS) * d.b * d.s,), "int64"),
-           "loss_mask": b.tensor("batch.loss_mask_fp32", (d.b, d.s), "fp32"),
-           # BertModel.bert_extended_attention_mask ("b11s"): `attention_mask.unsqueeze(1).unsqueeze(1) < 0.5`
-           "extended_mask": b.tensor("batch.extended_mask", (d.b, 1, 1, d.s), "bool")}
-    b.op("batch.get_batch", "batch", None, {}, out)
+           "loss_mask": b.tensor("batch.loss_mask_fp32", (d.b, d.s), "fp32")}
+    b.op("batch.get_batch", "batch", None, {}, dict(out))  # a copy: the op keeps its own outputs
+    if b.table.bert_mask == "b1ss":
+        # BertModel.bert_extended_attention_mask ("b1ss"): the int64 [b, s, s] product of the [b, 1, s] and
+        # [b, s, 1] views, then `< 0.5` over its [b, 1, s, s] view; the product dies as the function returns
+        product = b.tensor("batch.mask_product", (d.b, d.s, d.s), "int64")
+        b.op("batch.mask_product", "bert_mask", None, {"_flat": out["flat"]}, {"y": product})
+        mask = b.tensor("batch.extended_mask", (d.b, 1, d.s, d.s), "bool")
+        b.op("batch.extended_mask", "bert_mask", None, {"_product": product}, {"y": mask})
+    else:  # "b11s": `attention_mask.unsqueeze(1).unsqueeze(1) < 0.5`
+        mask = b.tensor("batch.extended_mask", (d.b, 1, 1, d.s), "bool")
+        b.op("batch.extended_mask", "bert_mask", None, {"_flat": out["flat"]}, {"y": mask})
+    out["extended_mask"] = mask
     return out
 
 
