@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from timeline.cli import main
 from timeline.errors import UserError
 from timeline.io.megatron_args import from_mapping, parse_arg_list, parse_yaml, unquote
-from timeline.io.megatron_layout import layout_stages, parse_layout, parse_layout_mtp
+from timeline.io.megatron_layout import layout_places_mtp, layout_stages, parse_layout, parse_layout_mtp
 from timeline.io.megatron_write import convert
 from timeline.pipeline.placement import stage_placement
 
@@ -196,12 +196,26 @@ def test_a_repetition_past_any_job_is_refused_not_expanded():
 def test_versions():
     """core_v0.13.0 refuses m in a layout and builds --mtp-num-layers on the last stage without counting."""
     assert parse_layout("Et|tL", 2, num_layers=2, mtp_layers=1, megatron_core=(0, 13, 0)) == ([1, 1], 1)
-    with pytest.raises(UserError, match="Megatron-Core 0.14 or later"):
+    with pytest.raises(UserError, match="Megatron-Core 0.14.0 or later"):
         parse_layout("Et|tmL", 2, num_layers=2, mtp_layers=1, megatron_core=(0, 13, 0))
     with pytest.raises(UserError, match="--mtp-num-layers is 1"):
         parse_layout("Et|tL", 2, num_layers=2, mtp_layers=1, megatron_core=(0, 15, 0))
-    with pytest.raises(UserError, match="0.14 or later"):
+    with pytest.raises(UserError, match="0.14.0 or later"):
         run_file("Et|tmL", 2, 2, 1, megatron_core="0.13.1")
+
+
+@pytest.mark.parametrize(("version", "places"), [("0.13.1", False), ("0.14.0rc0", False), ("0.14.0rc7", False),
+                                                 ("0.14.0", True), ("0.14.1", True), ("0.15.0rc0", True),
+                                                 ("0.16.0", True), ("1.0.0rc1", True)])
+def test_only_releases_from_core_v0_14_0_place_mtp_by_the_layout(version, places):
+    """validate_layer_layout raised NotImplementedError for an m through core_v0.14.0rc7 (main's 0.14.0rcN too, up to
+    d7bf5aaaa8 at 0.15.0rc0), building --mtp-num-layers on the last stage whatever the layout said."""
+    assert layout_places_mtp(version) is places
+    if not places:  # the layout of moe/gpt3_mr_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental at 0.14.0rc2
+        sections = run_file("Et*3|(tt|)*6tL", 2, 16, 1, megatron_core=version)
+        assert "mtp_stage" not in sections["parallel"] and sections["model"]["mtp_layers"] == 1
+        with pytest.raises(UserError, match="core_v0.14.0rc7 raise NotImplementedError"):
+            run_file("Et*3|(tt|)*6tmL", 2, 16, 1, megatron_core=version)
 
 
 @pytest.mark.parametrize("other", [("--num-virtual-stages-per-pipeline-rank", 2),

@@ -76,6 +76,16 @@ LAYOUT_ARG = "--pipeline-model-parallel-layout"
 #: the layout string's layer symbols (``parse_str_to_list``'s table, the same at every version)
 SYMBOLS = {"E": "embedding", "t": "decoder layer", "m": "MTP layer", "L": "loss"}
 
+
+def layout_places_mtp(megatron_core: str) -> bool:
+    """Whether Megatron-Core ``megatron_core`` (``X.Y.Z`` or ``X.Y.ZrcN``) places MTP layers by the layout's ``m``.
+    ``pipeline_parallel_layer_layout.py: validate_layer_layout`` raised NotImplementedError for any ``m`` up to
+    core_v0.14.0rc7 — every 0.14.0rcN of main and the release branch — and the MTP layers were built on the last
+    stage whatever the layout said (``multi_token_prediction.py: get_mtp_num_layers_to_build``); core_v0.14.0 and
+    main from d7bf5aaaa8 (2025-08-26, 0.15.0rc0) count them against ``--mtp-num-layers``."""
+    v = tuple(int(x) for x in re.findall(r"\d+", megatron_core.split("rc")[0])[:3])
+    return v[:2] > (0, 14) or (v[:2] == (0, 14) and "rc" not in megatron_core)
+
 #: a symbol of the expanded layout and the 0-based index of the character of the text it came from
 Sym = tuple[str, int]
 
@@ -167,7 +177,8 @@ def _where(stage: int, pp: int) -> str:
 
 
 def check_layout(text: str, stages: list[list[Sym]], pp: int, *, num_layers: int | None,
-                 mtp_layers: int | None, megatron_core: tuple[int, ...] | None = None) -> None:
+                 mtp_layers: int | None, megatron_core: tuple[int, ...] | None = None,
+                 places_mtp: bool | None = None) -> None:
     """Megatron's checks of a parsed layout, then the one placement the run file cannot express.
 
     Stage ``i`` of the list is virtual stage ``i // pp`` of pipeline rank ``i % pp``
@@ -201,10 +212,12 @@ def check_layout(text: str, stages: list[list[Sym]], pp: int, *, num_layers: int
     if num_layers is not None and decoders != num_layers:
         raise UserError(f"{head}: lists {decoders} decoder layers (t); --num-layers is {num_layers}")
     mtp = [(n, k) for n, (s, _, k) in enumerate(flat) if s == "m"]
-    if megatron_core is not None and megatron_core < (0, 14):
-        if mtp:  # core_v0.13.0 builds --mtp-num-layers on the last stage whatever the layout says
-            raise UserError(f"{head}: MTP layers (m) in a layout need Megatron-Core 0.14 or later "
-                            "(core_v0.13.0 raises NotImplementedError)")
+    if places_mtp is None:  # a version tuple alone cannot tell 0.14.0rcN from 0.14.0 (layout_places_mtp)
+        places_mtp = megatron_core is None or megatron_core >= (0, 14)
+    if not places_mtp:
+        if mtp:  # core_v0.13.0 … 0.14.0rc7 build --mtp-num-layers on the last stage whatever the layout says
+            raise UserError(f"{head}: MTP layers (m) in a layout need Megatron-Core 0.14.0 or later "
+                            "(core_v0.13.0 … core_v0.14.0rc7 raise NotImplementedError)")
         return
     if len(mtp) != (mtp_layers or 0):
         raise UserError(f"{head}: lists {len(mtp)} MTP layers (m); --mtp-num-layers is {mtp_layers or 0}")
@@ -247,11 +260,13 @@ def parse_layout(text: str, pp: int, *, num_layers: int | None = None, mtp_layer
 
 
 def parse_layout_mtp(text: str, pp: int, *, num_layers: int | None = None, mtp_layers: int | None = None,
-                     megatron_core: tuple[int, ...] | None = None) -> tuple[list[int], int, int | None]:
+                     megatron_core: tuple[int, ...] | None = None,
+                     places_mtp: bool | None = None) -> tuple[list[int], int, int | None]:
     """:func:`parse_layout` and the MTP layers' virtual stage where it is apart from the loss
     (:func:`mtp_stage`)."""
     stages = layout_stages(str(text))
-    check_layout(str(text), stages, pp, num_layers=num_layers, mtp_layers=mtp_layers, megatron_core=megatron_core)
+    check_layout(str(text), stages, pp, num_layers=num_layers, mtp_layers=mtp_layers, megatron_core=megatron_core,
+                 places_mtp=places_mtp)
     return [sum(s == "t" for s, _ in stage) for stage in stages], len(stages) // pp, mtp_stage(stages)
 
 

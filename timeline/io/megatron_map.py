@@ -20,7 +20,13 @@ from timeline.errors import UserError
 from timeline.io.megatron_args import VAR_RE, MegatronArgs
 from timeline.io.megatron_cp import cp_comm
 from timeline.io.megatron_hybrid import read_hybrid, stack_spec
-from timeline.io.megatron_layout import moe_layer_pattern, parse_layout_mtp, pattern_to_model, split_layers
+from timeline.io.megatron_layout import (
+    layout_places_mtp,
+    moe_layer_pattern,
+    parse_layout_mtp,
+    pattern_to_model,
+    split_layers,
+)
 from timeline.io.megatron_table import (
     FAMILY_ARGS,
     FAMILY_NAMES,
@@ -359,7 +365,8 @@ def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core:
         layout_conflicts(a)
         layout, vpp, mtp_at = parse_layout_mtp(a.str("--pipeline-model-parallel-layout") or "", pp,
                                                num_layers=layers, mtp_layers=a.int("--mtp-num-layers"),
-                                               megatron_core=version_tuple(megatron_core) if megatron_core else None)
+                                               megatron_core=version_tuple(megatron_core) if megatron_core else None,
+                                               places_mtp=layout_places_mtp(megatron_core) if megatron_core else None)
         if mtp_at is not None:
             c.put("parallel.mtp_stage", mtp_at, "--pipeline-model-parallel-layout")
     elif per:
