@@ -181,6 +181,7 @@ def test_without_the_binary_head_there_is_no_pooler_and_no_token_type(tmp_path):
     ({"attention_backend": '"flash"'}, "framework.attention_backend"),
     ({"attention_backend": '"unfused"\ntransformer_impl = "local"'}, "framework.attention_backend"),
     ({"attention_backend": '"unfused"\nuse_legacy_models = true'}, "framework.use_legacy_models"),
+    ({"attention_backend": '"local"\nuse_legacy_models = true'}, "framework.attention_backend"),
     ({"sp": "false\ncp = 2"}, "parallel.cp"),
     ({"binary_head": "false"}, "model.type_vocab_size"),
     ({"architecture": '"gpt"'}, "model.type_vocab_size"),

@@ -86,6 +86,15 @@ def test_the_local_layer_spec_is_the_local_implementation(spec):
         _bert(ARGS | {"--spec": spec})
 
 
+def test_the_legacy_bert_model_is_the_local_layer_under_the_same_head():
+    """megatron/legacy/model/bert_model.py: BertModel on the legacy language model — ParallelTransformer's local layer
+    (--transformer-impl local; CoreAttention whatever --attention-backend says) with the b1ss mask and Core's head."""
+    c = _bert(ARGS | {"--use-legacy-models": True, "--transformer-impl": "local", "--ckpt-format": "torch"})
+    fw = c.sections["framework"]
+    assert (fw["use_legacy_models"], fw["transformer_impl"], fw["attention_backend"]) == (True, "local", "local")
+    assert c.sections["model"]["architecture"] == "bert"
+
+
 def test_another_spec_module_is_still_refused():
     with pytest.raises(UserError, match=r"^--spec: a custom layer spec"):
         _bert(ARGS | {"--spec": "my_specs bert_spec"})
@@ -96,7 +105,7 @@ def test_another_spec_module_is_still_refused():
 
 
 @pytest.mark.parametrize(("extra", "needle"), [
-    ({"--use-legacy-models": True, "--transformer-impl": "local"}, "--use-legacy-models with a BERT model"),
+    ({"--use-legacy-models": True}, "--use-legacy-models with --transformer-impl transformer_engine"),
     ({"--attention-backend": "flash"}, "--attention-backend flash with a BERT model"),
     ({"--attention-backend": "auto"}, "--attention-backend auto with a BERT model"),
     ({"--context-parallel-size": 2}, "--context-parallel-size with a BERT model"),

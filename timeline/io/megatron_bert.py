@@ -7,7 +7,8 @@ Read at ``NVIDIA/Megatron-LM@92f052b8`` (``pretrain_bert.py``; ``examples/bert/p
 (``--bert-no-binary-head`` clears it), the layer spec ``bert_layer_with_transformer_engine_spec`` unless
 ``--spec`` — ``local`` gives ``bert_layer_local_spec`` (mapped to the local implementation), any other module is
 refused —, so ``--transformer-impl`` does not choose it, or the legacy ``BertModel`` under
-``--use-legacy-models``; ``pretrain(..., args_defaults={'tokenizer_type': 'BertWordPieceLowerCase'})`` (the vocabulary:
+``--use-legacy-models`` (``megatron/legacy/model/bert_model.py``: the same head on the legacy language model, which
+:mod:`timeline.io.megatron_legacy` maps as the local layer); ``pretrain(..., args_defaults={'tokenizer_type': 'BertWordPieceLowerCase'})`` (the vocabulary:
 :data:`timeline.io.megatron_map.BERT_VOCABS`).
 """
 
@@ -31,15 +32,19 @@ def map_bert(a: ArgReader, c: Conversion, family: str | None) -> None:
     if family != "bert":
         a.flag("--bert-no-binary-head")  # pretrain_gpt.py never reads it
         return
-    if a.flag("--use-legacy-models"):
-        raise UserError("--use-legacy-models with a BERT model: the legacy BertModel (megatron/legacy/model/"
-                        "bert_model.py) is not modelled; drop it for Megatron-Core's BertModel")
     for name, why in REFUSED.items():
         if a.raw.get(name) not in (None, False, 0, "None"):
             raise UserError(f"{name} with a BERT model: {why}")
     impl = a.str("--transformer-impl", "transformer_engine")
     backend = c.sections["framework"]["attention_backend"]
-    if bert_local_spec(a.raw):
+    legacy = a.flag("--use-legacy-models")
+    if legacy:
+        # megatron/legacy/model/bert_model.py: BertModel — the legacy language model (transformer.py:
+        # ParallelTransformer, CoreAttention with the padding mask: the local layer, io/megatron_legacy.py checks
+        # --transformer-impl local) under the same LM head, pooler, binary head and b1ss mask as Core's
+        c.put("framework.attention_backend", "local", "--use-legacy-models", "--attention-backend")
+        a.has("--attention-backend")  # the legacy attention is CoreAttention whatever it says
+    elif bert_local_spec(a.raw):
         a.has("--spec")
         # bert_model.py: BertModel._sanity_check_attention_and_get_attn_mask_dimension asserts the backend is
         # local or auto under Megatron's own DotProductAttention

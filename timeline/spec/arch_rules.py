@@ -56,11 +56,9 @@ def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: Par
         out.append(("parallel.cp", "pretrain_bert.py's get_batch does not split the sequence over context-parallel "
                                    "ranks; set cp = 1"))
     # pretrain_bert.py: the Transformer Engine layer spec, or bert_layer_local_spec under --spec local (transformer_impl
-    # "local": Megatron's own DotProductAttention, which BertModel runs with the local or auto backend only)
+    # "local": Megatron's own DotProductAttention, which BertModel runs with the local or auto backend only), or the
+    # legacy BertModel on the legacy local layer (spec/legacy_rules.py) whose CoreAttention is the same
     local = fw.transformer_impl == "local"
-    if fw.use_legacy_models:
-        out.append(("framework.use_legacy_models", "the legacy BertModel (megatron/legacy/model/bert_model.py) is not "
-                                                   "modelled; set use_legacy_models = false"))
     if local and fw.attention_backend != "local":
         out.append(("framework.attention_backend", "BERT's local layer spec runs Megatron's own DotProductAttention "
                                                    '(BertModel asserts the local backend); use "local"'))
