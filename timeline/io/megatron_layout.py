@@ -17,6 +17,7 @@ import ast
 import re
 
 from timeline.errors import UserError
+from timeline.io.megatron_versions import release_of
 from timeline.spec.mtp_rules import STANDALONE_MTP
 
 
@@ -83,7 +84,7 @@ def layout_places_mtp(megatron_core: str) -> bool:
     core_v0.14.0rc7 — every 0.14.0rcN of main and the release branch — and the MTP layers were built on the last
     stage whatever the layout said (``multi_token_prediction.py: get_mtp_num_layers_to_build``); core_v0.14.0 and
     main from d7bf5aaaa8 (2025-08-26, 0.15.0rc0) count them against ``--mtp-num-layers``."""
-    v = tuple(int(x) for x in re.findall(r"\d+", megatron_core.split("rc")[0])[:3])
+    v = release_of(megatron_core)
     return v[:2] > (0, 14) or (v[:2] == (0, 14) and "rc" not in megatron_core)
 
 #: a symbol of the expanded layout and the 0-based index of the character of the text it came from

@@ -26,11 +26,11 @@ BETWEEN = Path(__file__).with_name("megatron_parser_between.json")
 @cache
 def _index() -> tuple[list[tuple[str, tuple[int, int, int]]], dict[str, str]]:
     data = json.loads(INDEX.read_text(encoding="utf-8"))
-    versions = [(label, _version(core)) for label, core, _ in data["versions"]]
+    versions = [(label, release_of(core)) for label, core, _ in data["versions"]]
     return versions, data["arguments"]
 
 
-def _version(text: str) -> tuple[int, int, int]:
+def release_of(text: str) -> tuple[int, int, int]:
     """X.Y[.Z][rcN] → (X, Y, Z): a release candidate is read as its release."""
     major, minor, patch = ([int(p) for p in re.findall(r"\d+", text.split("rc")[0])[:3]] + [0, 0, 0])[:3]
     return major, minor, patch
@@ -62,7 +62,7 @@ def names() -> list[str]:
 def version_index(megatron_core: str) -> int:
     """The position of the release ``megatron_core`` (X.Y, X.Y.Z or X.Y.ZrcN) is read as."""
     versions, _ = _index()
-    want = _version(megatron_core)
+    want = release_of(megatron_core)
     best = 0
     for i, (_, core) in enumerate(versions):
         if core <= want:
@@ -101,7 +101,7 @@ def check_argument(name: str, megatron_core: str | None) -> None:
         # a pre-release (X.Y.ZrcN) is a main snapshot after the release before X.Y.Z: it may still have what
         # X.Y.Z removed, and — its package_info lagging behind main (0.16.0rc0 into 2026) — anything a later
         # release added; only what was gone before that earlier release is certainly absent
-        lo = i - 1 if i > 0 and versions[i][1] == _version(megatron_core) else i
+        lo = i - 1 if i > 0 and versions[i][1] == release_of(megatron_core) else i
         if any(p == "1" for p in present[lo:]):
             return
     later = [j for j in range(i + 1, len(present)) if present[j] == "1"]
