@@ -1,5 +1,5 @@
-"""Megatron's legacy GPT model (``framework.use_legacy_models``) against the local Megatron-Core layer it
-is modelled from: exact saved bytes of one tiny layer (profiles/megatron_legacy.py)."""
+"""Megatron's legacy GPT model (``framework.use_legacy_models``) against the Megatron-Core layer of the same
+transformer_impl it is modelled from: exact saved bytes of one tiny layer (profiles/megatron_legacy.py)."""
 
 from __future__ import annotations
 
@@ -50,11 +50,36 @@ def test_rmsnorm_and_swiglu_run_as_torch_ops():
     assert sum(legacy.values()) - sum(core.values()) == extra
 
 
+def _saved_te(model, *, legacy: bool, tp: int = 1) -> dict[str, int]:
+    """Every saved tensor of a one-layer model on one stage under transformer_impl = transformer_engine."""
+    run = tiny_run(pp=1, layers=1, model=model, tp=tp, micro_batch_size=B, seq_len=S, use_legacy_models=legacy)
+    return {st.tensor.name: st.tensor.size_bytes for st in template_of(run, 0).saved}
+
+
+def test_te_transformer_layer_is_the_core_te_layer_and_the_final_norm_the_legacy_one():
+    """Under transformer_engine the legacy model builds TE's TransformerLayer (LayerNormLinear q/k/v, TE's
+    attention, LayerNormMLP): Core's TE layer tensor for tensor. Its final norm is utils.py get_norm's: under
+    RMSNorm the torch ops (an fp32 copy of the input, the 16-bit normalised tensor, rsigma), under LayerNorm
+    apex's fused norm (the same bytes as TE's)."""
+    for tp in (1, 2):
+        core, legacy = _saved_te(TINY_MODEL, legacy=False, tp=tp), _saved_te(TINY_MODEL, legacy=True, tp=tp)
+        # the layer's output is the final norm's input: TE's norm keeps it, the torch-op norm its fp32 copy
+        layer_core = {k: v for k, v in core.items() if k.startswith("layers.") and k != "layers.0.output"}
+        assert {k: v for k, v in legacy.items() if k.startswith("layers.")} == layer_core
+        assert not any(k.endswith((".upcast.out", ".normed", ".act.silu")) for k in layer_core)
+        assert core["layers.0.output"] == ROWS * H * 2
+        assert legacy["final_norm.upcast.out"] == ROWS * H * 4
+        assert legacy["final_norm.normed"] == ROWS * H * 2
+        assert legacy["final_norm.rsigma"] == core["final_norm.rsigma"] == ROWS * 4
+        assert "final_norm.upcast.out" not in core
+        assert sum(legacy.values()) - sum(core.values()) == ROWS * H * (4 + 2 - 2)
+    gpt = replace(TINY_MODEL, norm="layernorm", hidden_act="gelu", linear_bias=True, attention_bias=True,
+                  position_embedding="learned")
+    assert _saved_te(gpt, legacy=True) == _saved_te(gpt, legacy=False)
+
+
 def test_validation_names_what_the_legacy_model_lacks():
-    run = tiny_run(pp=1, layers=1, use_legacy_models=True)  # transformer_impl left at transformer_engine
-    problems = validate_run(run, LIMITS)
-    assert [k for k, _ in problems] == ["framework.use_legacy_models"]
-    assert "transformer_impl" in problems[0][1]
+    assert validate_run(tiny_run(pp=1, layers=1, use_legacy_models=True), LIMITS) == []  # TE's TransformerLayer
     moe = replace(TINY_MODEL, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=128)
     problems = validate_run(tiny_run(pp=1, layers=1, model=moe, transformer_impl="local", use_legacy_models=True),
                             LIMITS)

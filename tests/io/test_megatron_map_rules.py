@@ -273,8 +273,19 @@ def test_a_legacy_functional_test_config_maps_to_the_legacy_model():
     assert "use_legacy_models" not in convert_args(BASE).sections["framework"]  # written only when given
 
 
+def test_a_legacy_job_under_transformer_engine_maps_to_te_layers():
+    """transformer.py: ParallelTransformer.build_layer builds TE's TransformerLayer under transformer_engine (the
+    parser's default); --use-flash-attn, read only by the legacy local attention, is then accepted."""
+    te = {k: v for k, v in LEGACY_345M.items() if k != "--transformer-impl"} | {"--use-flash-attn": True}
+    s = convert_args(te, world_size=8, megatron_core="0.11.0").sections
+    assert s["framework"]["use_legacy_models"] is True
+    assert s["framework"].get("transformer_impl", "transformer_engine") == "transformer_engine"
+    bert = from_mapping(te | {"--vocab-size": 30522}, family="bert", family_source="the path test_cases/bert/")
+    with pytest.raises(UserError, match="^--use-legacy-models with --transformer-impl transformer_engine on a BERT"):
+        convert(bert, world_size=8, megatron_core="0.11.0")
+
+
 @pytest.mark.parametrize("extra,start", [
-    ({"--transformer-impl": "transformer_engine"}, "--use-legacy-models with --transformer-impl transformer_engine"),
     ({"--num-experts": 4}, "--num-experts with --use-legacy-models: the legacy model's experts"),
     ({"--use-flash-attn": True}, "--use-flash-attn with --use-legacy-models"),
     ({"--qk-layernorm": True}, "--qk-layernorm with --use-legacy-models"),

@@ -80,7 +80,7 @@ def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int,
         mtp.heads_apart(b, x, m.mtp_layers)
     else:
         if any(n.name == "final_norm" for n in nodes):
-            x = norm.forward(b, "final_norm", x, None)
+            x = norm.forward(b, "final_norm", x, None, final=True)
         if mtps:
             x = mtp.forward_apart(b, mtps, x)
         b.op("send_forward", "comm", None, {"x": x}, {}, kind="p2p", stream="pp")

@@ -39,9 +39,15 @@ def map_bert(a: ArgReader, c: Conversion, family: str | None) -> None:
     backend = c.sections["framework"]["attention_backend"]
     legacy = a.flag("--use-legacy-models")
     if legacy:
+        if impl != "local":
+            raise UserError(f"--use-legacy-models with --transformer-impl {impl} on a BERT model: the legacy "
+                            "BertModel hands its [b, 1, s, s] extended mask to TE's TransformerLayer with the padding "
+                            "mask type, whose attention takes a [b, 1, 1, s] padding mask (TE v1.13 attention.py: "
+                            "UnfusedDotProductAttention.forward asserts it); that path is not modelled; give "
+                            "--transformer-impl local")
         # megatron/legacy/model/bert_model.py: BertModel — the legacy language model (transformer.py:
-        # ParallelTransformer, CoreAttention with the padding mask: the local layer, io/megatron_legacy.py checks
-        # --transformer-impl local) under the same LM head, pooler, binary head and b1ss mask as Core's
+        # ParallelTransformer, CoreAttention with the padding mask: the local layer) under the same LM head,
+        # pooler, binary head and b1ss mask as Core's
         c.put("framework.attention_backend", "local", "--use-legacy-models", "--attention-backend")
         a.has("--attention-backend")  # the legacy attention is CoreAttention whatever it says
     elif bert_local_spec(a.raw):

@@ -1,6 +1,6 @@
 """``--use-legacy-models`` → ``[framework] use_legacy_models``: Megatron-LM's legacy GPT model
-(``megatron/legacy/model``), modelled as the local Megatron-Core model's differences
-(:mod:`timeline.profiles.megatron_legacy`), and a one-line refusal for each thing the legacy path
+(``megatron/legacy/model``), modelled as its differences from the Megatron-Core model of the same
+``--transformer-impl`` (:mod:`timeline.profiles.megatron_legacy`), and a one-line refusal for each thing the legacy path
 cannot run or runs through code that is not modelled.
 
 Read at ``NVIDIA/Megatron-LM@60166922d3`` (``pretrain_gpt.py: model_provider``, ``megatron/legacy/model/
@@ -19,6 +19,10 @@ FLAG = "--use-legacy-models"
 #: memory-neutral arguments (megatron_neutral.py) read only to refuse them with the legacy model
 CHECKED_ONLY = ("--use-flash-attn",)
 
+#: what only the legacy local layer reads (transformer.py: ParallelAttention's FlashSelfAttention); TE's
+#: TransformerLayer chooses its own attention backend
+LOCAL_ONLY = ("--use-flash-attn",)
+
 #: arguments whose legacy path is not modelled (or that Megatron-LM refuses with the legacy model), and why
 REFUSED = {
     "--num-experts": "the legacy model's experts are transformer.py: SwitchMLP (sinkhorn top-1 routing, "
@@ -32,15 +36,18 @@ REFUSED = {
 
 
 def legacy_model(a: ArgReader, c: Conversion) -> None:
-    """Map ``--use-legacy-models`` (written only when given) or raise a one-line UserError."""
+    """Map ``--use-legacy-models`` (written only when given) or raise a one-line UserError.
+
+    ``--transformer-impl`` chooses the layer (``transformer.py: ParallelTransformer.build_layer``): ``local``
+    builds ``ParallelTransformerLayer``, ``transformer_engine`` (the default) TE's ``TransformerLayer``
+    (``fuse_qkv_params=True``, ``set_parallel_mode=True``: ``LayerNormLinear`` q/k/v, ``DotProductAttention``,
+    row-parallel ``Linear``, ``LayerNormMLP``), the modules Megatron-Core's TE layer spec builds one by one."""
     if not a.flag(FLAG):
         return
     impl = a.str("--transformer-impl", "transformer_engine")
-    if impl != "local":
-        raise UserError(f"{FLAG} with --transformer-impl {impl}: the legacy model then builds TE's "
-                        "TransformerLayer (megatron/legacy/model/transformer.py: ParallelTransformer), which is "
-                        "not modelled; give --transformer-impl local")
     for name, why in REFUSED.items():
+        if impl != "local" and name in LOCAL_ONLY:
+            continue
         if a.raw.get(name) not in (None, False, 0):
             raise UserError(f"{name} with {FLAG}: {why}")
     if c.sections["parallel"].get("cp", 1) > 1:

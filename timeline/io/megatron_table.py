@@ -48,8 +48,9 @@ MAPPED: dict[str, str] = {
                      "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-router-enable-expert-bias"),
                     "model MoE sizes"),
     "--mtp-num-layers": "model.mtp_layers",
-    "--use-legacy-models": "framework.use_legacy_models (--transformer-impl local; before Megatron-Core 0.18; its "
-                           "SwitchMLP, flash-attn path and TE layers refused)",
+    "--use-legacy-models": "framework.use_legacy_models (its own layer under --transformer-impl local, TE's "
+                           "TransformerLayer under transformer_engine; before Megatron-Core 0.18; its SwitchMLP "
+                           "and local flash-attn path refused)",
     **dict.fromkeys(("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
                      "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--sequence-parallel"),
                     "[parallel]"),

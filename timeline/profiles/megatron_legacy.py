@@ -37,6 +37,19 @@ What differs, and is modelled here:
   (a view of the fc1 output, kept whole) and the product keeps silu's output and the up half:
   ``Structure.swiglu_ops`` (Core's ``bias_swiglu_impl`` keeps the fc1 output only).
 
+Under ``--transformer-impl transformer_engine`` (the default) ``ParallelTransformer.build_layer`` builds TE's
+``TransformerLayer`` instead (``fuse_qkv_params=True``, ``set_parallel_mode=True``, ``layer_type="encoder"``):
+``MultiheadAttention`` (``LayerNormLinear`` q/k/v split into views, RoPE by TE's ``FusedRoPEFunc``,
+``DotProductAttention``, the row-parallel ``Linear`` projection), ``_bias_dropout_add``
+(``bias_dropout_add_fused_train``), ``LayerNormMLP`` and again ``_bias_dropout_add`` — read at
+``NVIDIA/TransformerEngine@v1.13`` (``transformer.py``, ``attention.py: MultiheadAttention.forward``,
+``module/layernorm_mlp.py: _LayerNormMLP.forward``). ``LayerNormMLP`` keeps what Core's TE spec keeps over
+``TELayerNormColumnParallelLinear`` + activation + ``TERowParallelLinear``: the input, ``mu`` / ``rsigma``,
+``ln_out``, ``fc1_out`` (before the bias under ``bias_gelu_fused``) and the activation's output. So the layers
+are Core's TE layers; only the final norm is the legacy model's (``utils.py: get_norm``: apex
+``MixedFusedLayerNorm``, the same bytes as TE's norm, or the torch-op RMSNorm above:
+``Structure.final_rmsnorm_ops``).
+
 What the legacy model cannot run, or runs through code not modelled, ``timeline from-megatron`` refuses
 (:mod:`timeline.io.megatron_legacy`).
 """
@@ -68,7 +81,11 @@ def extend(rules: SaveRules) -> SaveRules:
     return rules.extended(RULES)
 
 
-def configure(table: Structure) -> Structure:
-    """The local Core structure (``table``, configured for ``--transformer-impl local``) as the legacy
-    model runs it: torch-op RMSNorm and SwiGLU."""
-    return replace(table, rmsnorm_ops=True, swiglu_ops=True)
+def configure(table: Structure, *, local: bool) -> Structure:
+    """The Core structure (``table``, configured for the run's ``transformer_impl``) as the legacy model
+    runs it: under the local layer, torch-op RMSNorm and SwiGLU; under TE's ``TransformerLayer`` (whose
+    norms are inside ``LayerNormLinear`` / ``LayerNormMLP`` and whose SwiGLU is TE's, as Core's TE layer
+    spec), the final norm alone (``utils.py: get_norm`` on the last stage) as the legacy RMSNorm."""
+    if local:
+        return replace(table, rmsnorm_ops=True, swiglu_ops=True)
+    return replace(table, final_rmsnorm_ops=True)

@@ -49,8 +49,9 @@ class FrameworkSpec:
         "second moments per parameter group, timeline.profiles.torch_adam; and, under fp16, Megatron's local "
         "multi_tensor_scale copy of each main parameter)"))
     use_legacy_models: bool = spec_field(False, doc=(
-        "--use-legacy-models: Megatron-LM's legacy GPT model (megatron/legacy/model; the local implementation "
-        "only, Megatron-Core before 0.18) as its differences from transformer_impl = local"))
+        "--use-legacy-models: Megatron-LM's legacy GPT model (megatron/legacy/model, Megatron-Core before 0.18) as "
+        "its differences from the Core model of the same transformer_impl: its own layer (local: torch-op RMSNorm "
+        "and SwiGLU) or TE's TransformerLayer (transformer_engine: Core's TE layers, the legacy final norm)"))
     attention_backend: str = spec_field("fused", choices=ATTENTION_BACKENDS,
                                         doc="--attention-backend, after NVTE_*_ATTN switches (auto: fused)")
     dataloader_batch: str = spec_field("none", choices=("none", "tokens", "mask"),

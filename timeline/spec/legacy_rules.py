@@ -2,8 +2,8 @@
 rules, one line each. This module decides no bytes (:mod:`timeline.profiles.megatron_legacy` does).
 
 Read at ``NVIDIA/Megatron-LM@60166922d3``: ``megatron/legacy/model/transformer.py: ParallelTransformer``
-builds ``ParallelTransformerLayer`` only under ``--transformer-impl local`` (else TE's ``TransformerLayer``,
-not modelled); its layers have MHA/GQA attention without q/k norms, a dense ``ParallelMLP`` (its
+builds ``ParallelTransformerLayer`` under ``--transformer-impl local`` and TE's ``TransformerLayer`` under
+``transformer_engine`` (:mod:`timeline.profiles.megatron_legacy`); its layers have MHA/GQA attention without q/k norms, a dense ``ParallelMLP`` (its
 ``SwitchMLP`` experts are not modelled) and no MTP; ``megatron/training/arguments.py: validate_args``
 refuses context parallelism with it ("Context parallelism is not supported in legacy models").
 """
@@ -21,9 +21,6 @@ def legacy_problems(fw: FrameworkSpec, m: ModelSpec, par: ParallelSpec) -> list[
         return []
     key = "framework.use_legacy_models"
     problems = []
-    if fw.transformer_impl != "local":
-        problems.append((key, 'the legacy model is modelled with transformer_impl = "local" only (under '
-                              "transformer_engine it builds TE's TransformerLayer)"))
     for has, what in ((m.is_moe, "MoE (SwitchMLP)"), (m.is_mla, "MLA"), (m.qk_norm, "q/k norms"),
                       (m.mtp_layers > 0, "MTP"), (par.cp > 1, "context parallelism")):
         if has:

@@ -46,7 +46,7 @@ def local_vocab(params: Mapping[str, TensorDef]) -> int:
 
 def forward(b: Builder, prefix: str, norm_name: str, x: TensorDef, layer: int | None) -> TensorDef:
     """Final norm → logits → loss; returns the scalar loss."""
-    return loss(b, prefix, norm.forward(b, norm_name, x, layer), layer)
+    return loss(b, prefix, norm.forward(b, norm_name, x, layer, final=True), layer)
 
 
 def loss(b: Builder, prefix: str, ln: TensorDef, layer: int | None) -> TensorDef:

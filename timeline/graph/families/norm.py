@@ -21,7 +21,8 @@ def params(ctx: BuildCtx, prefix: str, width: int, module: str = "norm",
 
 
 def forward(b: Builder, name: str, x: TensorDef, layer: int | None, *, kind: str | None = None,
-            rule: str | None = None, cols: int | None = None, groups: int = 1, tags: Tags = NONE) -> TensorDef:
+            rule: str | None = None, cols: int | None = None, groups: int = 1, tags: Tags = NONE,
+            final: bool = False) -> TensorDef:
     """RMSNorm / LayerNorm over the last dim; extras rsigma (and mu) in fp32, one per row.
 
     ``cols`` normalises only the first ``cols`` columns of ``x`` (a split view of a wider tensor,
@@ -29,13 +30,15 @@ def forward(b: Builder, name: str, x: TensorDef, layer: int | None, *, kind: str
     (a per-head norm: one rsigma per row and head). Under a table with ``upcast_fp32`` (HF's Python
     RMSNorm) a 16-bit input is first copied to fp32 by its own op, the norm reads the copy, and
     the 16-bit normalised tensor is an extra (fp32 where the model has ``norm_output_fp32``); a table with
-    ``rmsnorm_ops`` (Megatron's legacy RMSNorm) does the same under its own rule."""
+    ``rmsnorm_ops`` (Megatron's legacy RMSNorm) does the same under its own rule, as does the model's last norm
+    (``final``) under ``final_rmsnorm_ops`` (the legacy model's layers in TE modules, its final norm its own)."""
     kind = kind or b.model.norm
+    torch_ops = b.table.rmsnorm_ops or (final and b.table.final_rmsnorm_ops)
     y = b.tensor(f"{name}.out", x.shape if cols is None else (rows(x), cols))
     extras = {"rsigma": b.tensor(f"{name}.rsigma", (rows(x) * groups,), "fp32")}
     if kind == "layernorm":
         extras["mu"] = b.tensor(f"{name}.mu", (rows(x) * groups,), "fp32")
-    elif b.table.upcast_fp32 or b.table.rmsnorm_ops:  # normed: x·rsqrt, cast back before the weight — or
+    elif b.table.upcast_fp32 or torch_ops:  # normed: x·rsqrt, cast back before the weight — or
         # after it (GPT-OSS)
         extras["normed"] = b.tensor(f"{name}.normed", x.shape,
                                     "fp32" if b.table.model_code and b.model.norm_output_fp32 else None)
@@ -43,7 +46,7 @@ def forward(b: Builder, name: str, x: TensorDef, layer: int | None, *, kind: str
             extras["weight_offset"] = b.tensor(f"{name}.weight_offset", (x.shape[-1] if cols is None else cols,),
                                                "fp32")
         x = upcast(b, f"{name}.upcast", x, layer, tags=tags)
-    if rule is None and kind == "rmsnorm" and b.table.rmsnorm_ops:
+    if rule is None and kind == "rmsnorm" and torch_ops:
         rule = "rmsnorm_ops"
     b.op(name, rule or kind, layer, {"x": x}, {"y": y}, extras=extras, flops=5.0 * y.shape[0] * y.shape[1],
          tags=tags)
