@@ -80,7 +80,45 @@ def test_te_transformer_layer_is_the_core_te_layer_and_the_final_norm_the_legacy
 
 def test_validation_names_what_the_legacy_model_lacks():
     assert validate_run(tiny_run(pp=1, layers=1, use_legacy_models=True), LIMITS) == []  # TE's TransformerLayer
+    problems = validate_run(tiny_run(pp=1, layers=1, transformer_impl="local", use_legacy_models=True, cp=2), LIMITS)
+    assert any("context parallelism" in m for k, m in problems if k == "framework.use_legacy_models")
+
+
+def test_switch_mlp_saves_the_router_indices_and_each_experts_rows():
+    """transformer.py SwitchMLP under SP (tp 2): the router's sigmoid [T, E], both int64 index vectors of
+    route[arange, max_ind], per expert the int64 [n, 1] indices, its gathered rows and its fc1 / GeLU outputs
+    (n = Tg / E of the Tg = T·tp gathered rows: sinkhorn balances), and the two factors of each product with
+    max_prob: the reduced output, the reduced bias rows divided by tp, and max_prob [T, 1]."""
+    experts, tp = 4, 2
+    gpt = replace(TINY_MODEL, norm="layernorm", hidden_act="gelu", linear_bias=True, attention_bias=True,
+                  position_embedding="learned", n_routed_experts=experts, num_experts_per_tok=1,
+                  moe_intermediate_size=FFN)
+    run = tiny_run(pp=1, layers=1, model=gpt, tp=tp, sp=True, etp=tp, micro_batch_size=B, seq_len=S,
+                   transformer_impl="local", use_legacy_models=True)
+    assert validate_run(run, LIMITS) == []
+    saved = {st.tensor.name: st.tensor.size_bytes for st in template_of(run, 0).saved if st.layer == 0}
+    t = ROWS // tp
+    n = ROWS // experts  # of the Tg = ROWS gathered rows
+    p = "layers.0.mlp"
+    assert saved[f"{p}.router.sigmoid"] == t * experts * 2
+    assert saved[f"{p}.router.max_ind"] == saved[f"{p}.router.arange"] == t * 8
+    assert saved[f"{p}.router.max_prob"] == t * 2
+    assert saved[f"{p}.out_total.reduced"] == saved[f"{p}.bias_total.div"] == t * H * 2
+    for e in range(experts):
+        assert saved[f"{p}.experts.{e}.local_indices"] == n * 8
+        assert saved[f"{p}.experts.{e}.hidden"] == n * H * 2
+        assert saved[f"{p}.experts.{e}.linear_fc1.out"] == saved[f"{p}.experts.{e}.act.out"] == n * FFN // tp * 2
+    mlp = {k: v for k, v in saved.items() if k.startswith(f"{p}.")}
+    assert sum(mlp.values()) == (t * experts * 2 + 2 * t * 8 + t * 2 + 2 * t * H * 2
+                                 + experts * (n * 8 + n * H * 2 + 2 * n * FFN // tp * 2))
+
+
+def test_validation_names_what_the_switch_mlp_does_not_build():
     moe = replace(TINY_MODEL, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=128)
-    problems = validate_run(tiny_run(pp=1, layers=1, model=moe, transformer_impl="local", use_legacy_models=True),
-                            LIMITS)
-    assert any("MoE" in m for k, m in problems if k == "framework.use_legacy_models")
+    problems = dict(validate_run(tiny_run(pp=1, layers=1, model=moe, transformer_impl="local",
+                                          use_legacy_models=True), LIMITS))
+    assert "set num_experts_per_tok = 1" in problems["model.num_experts_per_tok"]
+    assert f"set moe_intermediate_size = {FFN}" in problems["model.moe_intermediate_size"]
+    te = replace(moe, num_experts_per_tok=1, moe_intermediate_size=FFN)
+    problems = dict(validate_run(tiny_run(pp=1, layers=1, model=te, use_legacy_models=True), LIMITS))
+    assert "dense MLP" in problems["framework.use_legacy_models"]

@@ -285,8 +285,20 @@ def test_a_legacy_job_under_transformer_engine_maps_to_te_layers():
         convert(bert, world_size=8, megatron_core="0.11.0")
 
 
+def test_legacy_experts_are_the_switch_mlp():
+    """transformer.py: ParallelTransformerLayer builds SwitchMLP in every layer under --num-experts: top-1
+    (sinkhorn), experts of --ffn-hidden-size, no shared experts, whatever the MoE arguments say."""
+    args = LEGACY_345M | {"--num-experts": 4, "--moe-router-topk": 2, "--moe-ffn-hidden-size": 1024,
+                          "--moe-shared-expert-intermediate-size": 512, "--moe-layer-freq": 2,
+                          "--sequence-parallel": True}
+    m = convert_args(args, world_size=8, megatron_core="0.11.0").sections["model"]
+    assert (m["n_routed_experts"], m["num_experts_per_tok"], m["moe_intermediate_size"]) == (4, 1, 4 * 512)
+    assert (m["n_shared_experts"], m["first_k_dense_replace"], m["moe_layer_freq"]) == (0, 0, 1)
+
+
 @pytest.mark.parametrize("extra,start", [
-    ({"--num-experts": 4}, "--num-experts with --use-legacy-models: the legacy model's experts"),
+    ({"--num-experts": 4, "--transformer-impl": "transformer_engine"},
+     "--num-experts with --use-legacy-models: TE's TransformerLayer"),
     ({"--use-flash-attn": True}, "--use-flash-attn with --use-legacy-models"),
     ({"--qk-layernorm": True}, "--qk-layernorm with --use-legacy-models"),
     ({"--context-parallel-size": 2}, "--context-parallel-size with --use-legacy-models"),

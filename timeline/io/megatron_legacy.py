@@ -23,10 +23,14 @@ CHECKED_ONLY = ("--use-flash-attn",)
 #: TransformerLayer chooses its own attention backend
 LOCAL_ONLY = ("--use-flash-attn",)
 
+#: what only TE's TransformerLayer refuses (the local layer builds SwitchMLP for experts)
+TE_ONLY = ("--num-experts",)
+
 #: arguments whose legacy path is not modelled (or that Megatron-LM refuses with the legacy model), and why
 REFUSED = {
-    "--num-experts": "the legacy model's experts are transformer.py: SwitchMLP (sinkhorn top-1 routing, "
-                     "one ParallelMLP per local expert), which is not modelled",
+    "--num-experts": "TE's TransformerLayer, which the legacy model builds under --transformer-impl "
+                     "transformer_engine, has a dense MLP: the experts would not be built (transformer.py: "
+                     "ParallelTransformer.build_layer); give --transformer-impl local for its SwitchMLP, or drop it",
     "--use-flash-attn": "the legacy model's transformer.py: FlashSelfAttention calls flash-attn's varlen "
                         "interface on bshd copies; its workspaces are not modelled",
     "--multi-latent-attention": "the legacy model has no MLA (transformer.py: ParallelAttention)",
@@ -46,7 +50,7 @@ def legacy_model(a: ArgReader, c: Conversion) -> None:
         return
     impl = a.str("--transformer-impl", "transformer_engine")
     for name, why in REFUSED.items():
-        if impl != "local" and name in LOCAL_ONLY:
+        if name in (LOCAL_ONLY if impl != "local" else TE_ONLY):
             continue
         if a.raw.get(name) not in (None, False, 0):
             raise UserError(f"{name} with {FLAG}: {why}")
@@ -67,4 +71,23 @@ def legacy_model(a: ArgReader, c: Conversion) -> None:
         raise UserError(f"--recompute-modules {' '.join(mods)} with {FLAG}: the legacy model recomputes core "
                         "attention only (transformer.py: ParallelAttention.checkpoint_core_attention); give "
                         "--recompute-modules core_attn")
+    if c.sections["model"].get("n_routed_experts"):
+        switch_mlp(a, c)
     c.put("framework.use_legacy_models", True, FLAG)
+
+
+def switch_mlp(a: ArgReader, c: Conversion) -> None:
+    """The experts of the legacy local layer: ``transformer.py: ParallelTransformerLayer.__init__`` builds
+    ``SwitchMLP`` in every layer when ``--num-experts`` is given, whose ``forward`` routes each token to the
+    one expert sinkhorn picks and whose experts are ``ParallelMLP(config, is_expert=True)`` of
+    ``--ffn-hidden-size``, with no shared experts and no expert bias: ``--moe-router-topk``,
+    ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size`` and ``--moe-layer-freq`` are not
+    read by it (graph/families/switch_mlp.py)."""
+    model = c.sections["model"]
+    for key, value in (("num_experts_per_tok", 1), ("moe_intermediate_size", model["intermediate_size"]),
+                       ("n_shared_experts", 0), ("shared_expert_intermediate_size", 0),
+                       ("first_k_dense_replace", 0), ("moe_layer_freq", 1), ("router_bias", False)):
+        model[key] = value
+    for name in ("--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
+                 "--moe-layer-freq", "--moe-router-enable-expert-bias"):
+        a.has(name)

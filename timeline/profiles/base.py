@@ -116,6 +116,7 @@ class Structure:
     # copy, the fp32 rsigma and the 16-bit normalised tensor the weight multiplies are kept
     swiglu_ops: bool = False  # SwiGLU runs as torch ops (chunk, silu, mul; rule "swiglu_ops"): the fc1 output and
     # silu(gate) are kept
+    switch_mlp: bool = False  # MoE layers are the legacy SwitchMLP (graph/families/switch_mlp.py)
     final_rmsnorm_ops: bool = False  # the final RMSNorm alone runs as those torch ops (the legacy model's layers
     # being TE's TransformerLayer, its final norm megatron/legacy/model/rms_norm.py)
     # -- structure of Python-level modelling code (Hugging Face)

@@ -73,6 +73,24 @@ RULES: dict[str, SaveRule] = {
                            source=f"{LEGACY}/transformer.py: ParallelMLP.__init__ swiglu — torch.chunk(x, 2, -1) "
                                   "views; F.silu(x[0]) keeps its view of the fc1 output (the whole output), "
                                   "F.silu(x[0]) * x[1] keeps silu's output and the up view"),
+    # transformer.py: SwitchMLP.forward (graph/families/switch_mlp.py)
+    "switch_sinkhorn": SaveRule(source=f"{LEGACY}/transformer.py: SwitchMLP.forward — sinkhorn and torch.max under "
+                                       "torch.no_grad(): the int64 max_ind, nothing kept for a backward"),
+    "switch_sigmoid": SaveRule(saves=("out:y",), source=f"{LEGACY}/transformer.py: SwitchMLP.forward — "
+                                                        "torch.sigmoid(route) keeps its result"),
+    "switch_select": SaveRule(saves=("extra:arange", "in:_idx"),
+                              source=f"{LEGACY}/transformer.py: SwitchMLP.forward — route[torch.arange(T), max_ind] "
+                                     "(IndexBackward keeps both int64 index vectors)"),
+    "switch_alloc": SaveRule(source=f"{LEGACY}/transformer.py: SwitchMLP.forward — torch.zeros_like of the gathered "
+                                    "rows, (global_indices == e).nonzero(): new tensors, no autograd node"),
+    "switch_index": SaveRule(saves=("in:_idx",),
+                             source=f"{LEGACY}/transformer.py: SwitchMLP.forward — global_hidden_states[local_indices, "
+                                    ":] (IndexBackward keeps the indices, not its source)"),
+    "switch_index_put": SaveRule(source=f"{LEGACY}/transformer.py: SwitchMLP.forward — output_total[local_indices, :] = "
+                                        "output in place (IndexPutBackward keeps the same indices, kept by the index)"),
+    "switch_weight": SaveRule(saves=("in:x", "in:p"),
+                              source=f"{LEGACY}/transformer.py: SwitchMLP.forward — output_total * max_prob "
+                                     "(MulBackward keeps both factors)"),
 }
 
 
@@ -86,6 +104,6 @@ def configure(table: Structure, *, local: bool) -> Structure:
     runs it: under the local layer, torch-op RMSNorm and SwiGLU; under TE's ``TransformerLayer`` (whose
     norms are inside ``LayerNormLinear`` / ``LayerNormMLP`` and whose SwiGLU is TE's, as Core's TE layer
     spec), the final norm alone (``utils.py: get_norm`` on the last stage) as the legacy RMSNorm."""
-    if local:
-        return replace(table, rmsnorm_ops=True, swiglu_ops=True)
+    if local:  # its MoE layers are transformer.py: SwitchMLP (graph/families/switch_mlp.py)
+        return replace(table, rmsnorm_ops=True, swiglu_ops=True, switch_mlp=True)
     return replace(table, final_rmsnorm_ops=True)

@@ -3,8 +3,10 @@ rules, one line each. This module decides no bytes (:mod:`timeline.profiles.mega
 
 Read at ``NVIDIA/Megatron-LM@60166922d3``: ``megatron/legacy/model/transformer.py: ParallelTransformer``
 builds ``ParallelTransformerLayer`` under ``--transformer-impl local`` and TE's ``TransformerLayer`` under
-``transformer_engine`` (:mod:`timeline.profiles.megatron_legacy`); its layers have MHA/GQA attention without q/k norms, a dense ``ParallelMLP`` (its
-``SwitchMLP`` experts are not modelled) and no MTP; ``megatron/training/arguments.py: validate_args``
+``transformer_engine`` (:mod:`timeline.profiles.megatron_legacy`); its layers have MHA/GQA attention without q/k norms, a dense
+``ParallelMLP`` or, with ``--num-experts`` under the local layer, ``SwitchMLP`` in every layer (sinkhorn top-1 over
+experts of ``--ffn-hidden-size``, no shared experts: :mod:`timeline.graph.families.switch_mlp`), and no MTP;
+``megatron/training/arguments.py: validate_args``
 refuses context parallelism with it ("Context parallelism is not supported in legacy models").
 """
 
@@ -21,7 +23,19 @@ def legacy_problems(fw: FrameworkSpec, m: ModelSpec, par: ParallelSpec) -> list[
         return []
     key = "framework.use_legacy_models"
     problems = []
-    for has, what in ((m.is_moe, "MoE (SwitchMLP)"), (m.is_mla, "MLA"), (m.qk_norm, "q/k norms"),
+    if m.is_moe:
+        if fw.transformer_impl != "local":
+            problems.append((key, "TE's TransformerLayer, which the legacy model builds under transformer_engine, has "
+                                  "a dense MLP (the experts are not built); set n_routed_experts = 0"))
+        switch = {"num_experts_per_tok": (m.num_experts_per_tok, 1), "n_shared_experts": (m.shared_ffn, 0),
+                  "first_k_dense_replace": (m.first_k_dense_replace, 0), "moe_layer_freq": (m.moe_layer_freq, 1),
+                  "moe_intermediate_size": (m.moe_intermediate_size, m.intermediate_size)}
+        for name, (given, legacy) in switch.items():
+            if given != legacy:
+                problems.append((f"model.{name}", f"the legacy SwitchMLP (transformer.py) routes every layer's tokens "
+                                                  f"to one expert of the dense FFN width, without shared experts: "
+                                                  f"set {name} = {legacy}"))
+    for has, what in ((m.is_mla, "MLA"), (m.qk_norm, "q/k norms"),
                       (m.mtp_layers > 0, "MTP"), (par.cp > 1, "context parallelism")):
         if has:
             problems.append((key, f"the legacy model has no modelled {what}; set use_legacy_models = false"))

@@ -82,22 +82,24 @@ def row_linear(b: Builder, name: str, x: TensorDef, out_cols: int, layer: int | 
 
 
 def dropout(b: Builder, name: str, x: TensorDef, layer: int | None, *, rule: str = "dropout",
-            tags: Tags = NONE) -> TensorDef:
+            tags: Tags = NONE, refs: dict[str, TensorDef] | None = None) -> TensorDef:
     """Dropout with a 1-byte mask, where the profile has dropout (or, under ``model_code`` for a
-    model with ``residual_dropout``, where its ``hidden_dropout`` > 0); otherwise the identity."""
+    model with ``residual_dropout``, where its ``hidden_dropout`` > 0); otherwise the identity.
+    ``refs`` as :func:`linear`'s (a bias the fused bias-dropout-add reads)."""
     m = b.model
     from_model = (b.table.model_code and m.residual_dropout) or b.table.model_dropout
     if not (b.table.dropout or (from_model and m.hidden_dropout > 0)):
         return x
     y = b.tensor(f"{name}.out", x.shape)
-    b.op(name, rule, layer, {"x": x}, {"y": y}, extras={"mask": b.tensor(f"{name}.mask", x.shape, "uint8")},
-         flops=float(x.shape[0] * x.shape[1]), tags=tags)
+    b.op(name, rule, layer, {"x": x, **(refs or {})}, {"y": y},
+         extras={"mask": b.tensor(f"{name}.mask", x.shape, "uint8")}, flops=float(x.shape[0] * x.shape[1]), tags=tags)
     return y
 
 
 def add(b: Builder, name: str, x: TensorDef, residual: TensorDef, layer: int | None, *, out: str | None = None,
-        tags: Tags = NONE) -> TensorDef:
+        tags: Tags = NONE, refs: dict[str, TensorDef] | None = None) -> TensorDef:
+    """``x + residual``; ``refs`` as :func:`linear`'s."""
     y = b.tensor(out or f"{name}.out", x.shape)
-    b.op(name, "add", layer, {"x": x, "residual": residual}, {"y": y}, flops=float(x.shape[0] * x.shape[1]),
-         tags=tags)
+    b.op(name, "add", layer, {"x": x, "residual": residual, **(refs or {})}, {"y": y},
+         flops=float(x.shape[0] * x.shape[1]), tags=tags)
     return y

@@ -9,7 +9,7 @@ A hybrid model's layer runs the one sub-block its pattern names (``M`` the Mamba
 
 from __future__ import annotations
 
-from timeline.graph.families import attention, mamba, mla, mlp, norm
+from timeline.graph.families import attention, mamba, mla, mlp, norm, switch_mlp
 from timeline.graph.families import moe as moe_block
 from timeline.graph.families.common import add, dropout
 from timeline.graph.ir import Builder
@@ -47,6 +47,13 @@ def forward(b: Builder, layer: int, prefix: str, x: TensorDef, *, moe: bool) -> 
 
 def _ffn(b: Builder, layer: int, prefix: str, h: TensorDef, *, moe: bool) -> TensorDef:
     start = len(b.ops)
+    if moe and b.table.switch_mlp:  # the legacy SwitchMLP: its weighted bias rows go into the bias-dropout-add
+        f, bias = switch_mlp.forward(b, prefix, h, layer)
+        refs = {"_bias": bias} if bias is not None else None
+        g = dropout(b, f"{prefix}.mlp.dropout", f, layer, refs=refs)
+        out = add(b, f"{prefix}.mlp_residual", g, h, layer, out=f"{prefix}.output", refs=refs if g is f else None)
+        _tag(b, start, "sub:ffn")
+        return out
     if moe:
         f = moe_block.forward(b, prefix, h, layer)
         if b.table.model_dropout:  # Megatron: the MoE layer's output goes through bias-dropout-add too
