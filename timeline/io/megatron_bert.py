@@ -42,8 +42,8 @@ def map_bert(a: ArgReader, c: Conversion, family: str | None) -> None:
         if impl != "local":
             raise UserError(f"--use-legacy-models with --transformer-impl {impl} on a BERT model: the legacy "
                             "BertModel hands its [b, 1, s, s] extended mask to TE's TransformerLayer with the padding "
-                            "mask type, whose attention takes a [b, 1, 1, s] padding mask (TE v1.13 attention.py: "
-                            "UnfusedDotProductAttention.forward asserts it); that path is not modelled; give "
+                            "mask type; TE's flash and fused attention unpad the sequences by it and its unfused one "
+                            "asserts a [b, 1, 1, s] mask (TE v1.13 attention.py), none of which is modelled; give "
                             "--transformer-impl local")
         # megatron/legacy/model/bert_model.py: BertModel — the legacy language model (transformer.py:
         # ParallelTransformer, CoreAttention with the padding mask: the local layer) under the same LM head,

@@ -68,8 +68,8 @@ def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: Par
                                                    'transformer_impl = "local" with "local" for the local layer spec'))
     if fw.use_legacy_models and not local:
         out.append(("framework.use_legacy_models", "the legacy BertModel under TE's TransformerLayer hands its "
-                                                   "[b, 1, s, s] mask to TE's padding attention, not modelled; set "
-                                                   'transformer_impl = "local"'))
+                                                   "[b, 1, s, s] mask to TE's padding attention (unpadded sequences), "
+                                                   'not modelled; set transformer_impl = "local"'))
     if tr.fp8_recipe != "none":
         out.append(("training.fp8_recipe", "FP8 training of BERT (its LM head and pooler are torch.nn.Linear) is "
                                            'not modelled; set "none"'))
