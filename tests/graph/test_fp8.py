@@ -8,8 +8,9 @@ import pytest
 from helpers_run import tiny_run
 from sources import template_of
 
-from timeline.profiles.megatron_fp8 import is_te_linear_weight, needs_transpose, weight_caches
+from timeline.profiles.megatron_fp8 import amax_histories, is_te_linear_weight, needs_transpose, weight_caches
 from timeline.profiles.megatron_workspaces import ub_workspace_bytes
+from timeline.result.build import build_timeline
 from timeline.spec.validate import validate_run
 
 T, H, FFN = 128, 256, 512  # the tiny run: seq 128 × micro-batch 1 tokens, hidden 256, SwiGLU ffn 512
@@ -55,6 +56,43 @@ def test_fp8_weight_copies_per_te_linear(sm, param_gather, expected):
         name, shape, trainable, expert = "layers.0.mlp.linear_fc1.weight", (1024, 256), True, False
     out = weight_caches([W()], param_gather=param_gather, sm=sm)
     assert sum(size for _n, size, _s in out) == expected
+
+
+def _weight(name: str):
+    class W:
+        shape, trainable, expert = (1024, 256), True, False
+    W.name = name
+    return W()
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+def test_delayed_scaling_keeps_an_amax_history_and_scales_per_te_module(grouped):
+    """TE fp8.py DelayedScalingRecipeState per module: forward 3 quantizers per GEMM, backward 2, each an fp32
+    [history, quantizers] amax history and an fp32 [quantizers] scale. q/k/v are one linear_qkv, gate and up one
+    linear_fc1; a TEGroupedLinear's GEMMs are its local experts. The router is not a TE module."""
+    names = [f"layers.0.self_attn.{p}_proj.weight" for p in "qkvo"] + ["layers.0.mlp.gate.weight"]
+    names += [f"layers.0.mlp.experts.{e}.{p}_proj.weight" for e in range(4) for p in ("gate", "up", "down")]
+    out = dict((n, size) for n, size, _ in amax_histories([_weight(n) for n in names], history=1024,
+                                                           grouped_experts=grouped))
+    assert out["fp8.amax_history.layers.0.self_attn.linear_qkv.fwd"] == 1024 * 3 * 4
+    assert out["fp8.amax_history.layers.0.self_attn.linear_qkv.bwd"] == 1024 * 2 * 4
+    assert out["fp8.scale.layers.0.self_attn.linear_qkv.fwd"] == 3 * 4
+    assert "fp8.scale.layers.0.self_attn.linear_proj.bwd" in out
+    if grouped:
+        assert out["fp8.amax_history.layers.0.mlp.experts.linear_fc1.fwd"] == 1024 * 4 * 3 * 4
+        assert len(out) == 4 * 4  # qkv, proj, the grouped fc1 and fc2: forward and backward, history and scale
+    else:
+        assert out["fp8.amax_history.layers.0.mlp.experts.3.linear_fc2.bwd"] == 1024 * 2 * 4
+        assert len(out) == 10 * 4
+    assert sum(out.values()) == 10 * (1024 * 5 * 4 + 5 * 4)  # the same ten GEMMs either way
+
+
+def test_a_longer_amax_history_adds_its_rows_to_the_peak():
+    """A one-layer dense device holds four TE modules of one GEMM (linear_qkv, linear_proj, linear_fc1,
+    linear_fc2): 1,023 more rows of 3 + 2 fp32 amaxes each."""
+    peaks = [build_timeline(tiny_run(fp8_recipe="delayed", fp8_amax_history_len=h, workspaces=True)).peak(0)
+             for h in (1, 1024)]
+    assert peaks[1].requested_bytes - peaks[0].requested_bytes == 4 * 1023 * 5 * 4
 
 
 def test_te_linear_weights_exclude_router_norms_and_embeddings():

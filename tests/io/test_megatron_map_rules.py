@@ -325,8 +325,10 @@ def test_fp8_arguments_map_to_the_recipe_and_fp8_parameters():
             convert_args(BASE | {"--fp8-format": "e4m3", "--fp8-recipe": recipe})
     with pytest.raises(UserError, match="--fp8-param-gather: .*add --use-distributed-optimizer"):
         convert_args(BASE | {"--fp8-format": "e4m3", "--fp8-param-gather": True})
-    with pytest.raises(UserError, match="--fp8-amax-history-len 1024"):
-        convert_args(BASE | {"--fp8-format": "e4m3", "--fp8-amax-history-len": 1024})
+    hist = convert_args(BASE | {"--fp8-format": "e4m3", "--fp8-amax-history-len": 1024}).sections["training"]
+    assert hist["fp8_amax_history_len"] == 1024
+    tensorwise = {"--fp8-format": "e4m3", "--fp8-recipe": "tensorwise", "--fp8-amax-history-len": 1024}
+    assert "fp8_amax_history_len" not in convert_args(BASE | tensorwise).sections["training"]
 
 
 #: Megatron-LM tests/functional_tests/test_cases/hybrid/hybrid_mr_mcore_te_tp1_pp2_vpp2_cp1_dgx_a100_1N8G/

@@ -197,6 +197,8 @@ def fp8_training(a: ArgReader, c: Conversion) -> None:
     if recipe not in ("delayed", "tensorwise"):
         raise UserError(f"--fp8-recipe {recipe}: use one of delayed, tensorwise, blockwise, mxfp8, custom")
     c.put("training.fp8_recipe", recipe, "--fp8-format", "--fp8-recipe")
+    if recipe == "delayed":  # arguments.py: --fp8-amax-history-len, default 1 (TE's DelayedScaling: 1024)
+        c.put("training.fp8_amax_history_len", a.int("--fp8-amax-history-len", 1), "--fp8-amax-history-len")
     if a.flag("--fp8-param-gather"):
         if not a.flag("--use-distributed-optimizer"):
             raise UserError("--fp8-param-gather: Megatron-LM keeps FP8 parameters only under the distributed "

@@ -38,6 +38,8 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--fp8-format", "--fp8-recipe"), "training.fp8_recipe (delayed, tensorwise; blockwise, mxfp8 "
                     "and custom refused)"),
     "--fp8-param-gather": "training.fp8_param_gather",
+    "--fp8-amax-history-len": "training.fp8_amax_history_len (the delayed recipe's per-module amax histories: "
+                              "profiles/megatron_fp8.py amax_histories)",
     "--tp-comm-overlap": "framework.tp_comm_overlap (the userbuffer GEMMs' cuBLAS workspace; the overlap itself is "
                          "simulated as the schedule without it)",
     "--qk-layernorm": "model.qk_norm",
@@ -139,7 +141,7 @@ MAPPED: dict[str, str] = {
                     "warm-up steps > 0 from Megatron-Core 0.15.0rc6 are refused in one line)"),
     **dict.fromkeys(("--cpu-offloading-num-layers", "--mlp-chunks-for-training",
                      "--encoder-tensor-model-parallel-size", "--encoder-pipeline-model-parallel-size",
-                     "--moe-dispatch-fwd-dtype", "--moe-combine-bwd-dtype", "--fp8-amax-history-len", "--tensor-parallel-num-weight-shards",
+                     "--moe-dispatch-fwd-dtype", "--moe-combine-bwd-dtype", "--tensor-parallel-num-weight-shards",
                      "--expert-tensor-parallel-num-weight-shards", "--output-logit-dtype"),
                     "refused unless its default (no effect) value: REFUSED_UNLESS"),
 }
@@ -154,8 +156,6 @@ REFUSED_UNLESS: dict[str, tuple[tuple[str, ...], str]] = {
                                                     "modelled"),
     "--encoder-pipeline-model-parallel-size": (("0",), "a separately parallelised encoder (multimodal / T5) is not "
                                                       "modelled"),
-    "--fp8-amax-history-len": (("1",), "a delayed-scaling amax history longer than one step (fp32 [len, 3·GEMMs] "
-                                      "per TE module, TE fp8.py: FP8GlobalStateManager) is not modelled"),
     "--moe-dispatch-fwd-dtype": (("bf16",), "an FP8 token dispatch (token_dispatcher.py) is not modelled"),
     "--moe-combine-bwd-dtype": (("bf16",), "an FP8 token combine (token_dispatcher.py) is not modelled"),
     "--tensor-parallel-num-weight-shards": ((), "weights sharded beyond tp and re-materialised per layer "

@@ -19,8 +19,15 @@ micro-batches. The saved activations are :mod:`timeline.graph.families.fp8`'s.
   iterations: the ``[out, in]`` FP8 data, on Hopper its transpose, and a ``[1]`` fp32 ``scale_inv``
   (``tensor/float8_tensor.py: Float8Quantizer.make_empty``).
 
-Read at TE v2.2 … v2.16. Not modelled: the quantizers' own ``[1]`` fp32 scale and amax tensors and
-delayed scaling's ``[history, 3·GEMMs]`` amax history per module (a few hundred bytes each).
+- Under the delayed recipe each TE module's first FP8 forward (``module/base.py: init_fp8_metadata`` →
+  ``init_fp8_meta_tensors`` → ``set_meta_tensor``; at construction under FP8 parameters) makes a
+  ``DelayedScalingRecipeState`` (``fp8.py``) for its forward (3 quantizers per GEMM: input, weight, output)
+  and its backward (2: grad output, grad input): an fp32 ``scale`` of one element per quantizer and an fp32
+  ``amax_history`` of ``[--fp8-amax-history-len, quantizers]`` each, kept for good (the quantizers and
+  ``FP8GlobalStateManager``'s global buffers hold views of them): :func:`amax_histories`.
+
+Read at TE v2.2 … v2.16. Not modelled: the current-scaling recipe's own ``[quantizers]`` fp32 scale and amax
+(a few hundred bytes per module).
 """
 
 from __future__ import annotations
@@ -64,4 +71,46 @@ def weight_caches(tensors: Sequence[ParamTensor], *, param_gather: bool,
         if needs_transpose(sm):
             out.append((f"fp8.weight_cache_transpose.{t.name}", numel, src))
         out.append((f"fp8.weight_cache_scale_inv.{t.name}", 4, src))
+    return out
+
+
+#: a parameter's projection → the Megatron-Core TE module that holds it (the graph names parameters by their
+#: projection: q/k/v are one ``linear_qkv``, gate and up one ``linear_fc1``, MLA's split up-projections one each)
+TE_MODULE = {"q_proj": "linear_qkv", "k_proj": "linear_qkv", "v_proj": "linear_qkv", "o_proj": "linear_proj",
+             "gate_proj": "linear_fc1", "up_proj": "linear_fc1", "down_proj": "linear_fc2",
+             "q_a_proj": "linear_q_down_proj", "q_b_proj": "linear_q_up_proj", "kv_a_proj": "linear_kv_down_proj",
+             "kv_b_proj": "linear_kv_up_proj"}
+
+
+def te_module(name: str, *, grouped_experts: bool) -> str:
+    """The TE module of a TE linear weight ``name``: its projection mapped by :data:`TE_MODULE`, and under
+    grouped GEMM (``TEGroupedLinear``) a layer's local experts' projections one module."""
+    parts = name.removesuffix(".weight").split(".")
+    for i, part in enumerate(parts):
+        if part in TE_MODULE:
+            head = parts[:i]
+            if grouped_experts and len(head) >= 2 and head[-2] == "experts":
+                head = head[:-1]
+            return ".".join([*head, TE_MODULE[part]])
+    return ".".join(parts)
+
+
+def amax_histories(tensors: Sequence[ParamTensor], *, history: int,
+                   grouped_experts: bool) -> list[tuple[str, int, str]]:
+    """(name, bytes, source) of the delayed recipe's per-module FP8 state one device holds: one GEMM per TE
+    module of the decoder layers' TE linear weights (:func:`te_module`), a grouped module's GEMMs its local
+    experts."""
+    gemms: dict[str, set[str]] = {}
+    for t in tensors:
+        if is_te_linear_weight(t.name, t.shape):
+            module = te_module(t.name, grouped_experts=grouped_experts)
+            expert = t.name.split(".experts.", 1)[1].split(".", 1)[0] if ".experts." in t.name else ""
+            gemms.setdefault(module, set()).add(expert)
+    out = []
+    src = f"{TE_FP8}/fp8.py: DelayedScalingRecipeState (module/base.py: set_meta_tensor)"
+    for module, members in gemms.items():
+        for mode, per_gemm in (("fwd", 3), ("bwd", 2)):
+            q = len(members) * per_gemm
+            out.append((f"fp8.amax_history.{module}.{mode}", history * q * 4, src))
+            out.append((f"fp8.scale.{module}.{mode}", q * 4, src))
     return out

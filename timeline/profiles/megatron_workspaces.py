@@ -66,7 +66,7 @@ import re
 from collections.abc import Sequence
 
 from timeline.profiles.base import AT_OP, ParamTensor
-from timeline.profiles.megatron_fp8 import weight_caches
+from timeline.profiles.megatron_fp8 import amax_histories, weight_caches
 from timeline.spec.fields import DTYPE_BYTES
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
@@ -255,6 +255,11 @@ def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par
     if tr.fp8_recipe != "none" and te:  # FP8 weight copies kept between micro-batches (profiles/megatron_fp8.py)
         out += [(name, size, src, "start")
                 for name, size, src in weight_caches(tensors, param_gather=tr.fp8_param_gather, sm=sm)]
+    if tr.fp8_recipe == "delayed" and te:  # the recipe's scales and amax histories, made by each module's first
+        # FP8 forward, or as it is built under FP8 parameters
+        made = "start" if tr.fp8_param_gather else "first_step"
+        out += [(name, size, src, made) for name, size, src in
+                amax_histories(tensors, history=tr.fp8_amax_history_len, grouped_experts=fw.moe_grouped_gemm)]
     for rows, cols, dt in sorted(dummy_wgrad_shapes(fw, tr.dtype, tensors)):
         out.append((f"workspace.te_dummy_wgrad_{rows}x{cols}", rows * cols * DTYPE_BYTES[dt],
                     f"{TE}/pytorch/module/base.py: get_dummy_wgrad", "first_backward"))

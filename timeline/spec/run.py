@@ -96,6 +96,9 @@ class TrainingSpec:
     fp8_param_gather: bool = spec_field(False, doc=(
         "Megatron --fp8-param-gather: the TE linears' weights are FP8 parameters (1 byte, the distributed "
         "optimizer's param buffer in uint8) beside fp32 main parameters"))
+    fp8_amax_history_len: int = spec_field(1, positive=True, maximum=2**20, doc=(
+        "Megatron --fp8-amax-history-len under the delayed recipe: each TE module keeps an fp32 [len, 3·GEMMs] "
+        "forward and [len, 2·GEMMs] backward amax history (and its scales) from its first FP8 forward"))
     optimizer_instances: int = spec_field(1, positive=True, maximum=2**20, doc="Megatron --num-distributed-optimizer-instances: "
                                           "states shard over dp·cp / this (a partial data-parallel group)")
     routing: str = spec_field("balanced", choices=("balanced", "skew"))
