@@ -226,6 +226,8 @@ CUDA_GRAPHS = "CUDA graphs (graph memory pools)"
 MODELLED_NOTES = ("BERT encoder model",  # Megatron-Core's BertModel (pretrain_bert.py) is modelled:
                   # timeline/graph/families/bert.py, timeline/io/megatron_bert.py (the legacy BertModel, TE's fused
                   # or flash attention under its padding mask, context parallelism refused)
+                  "T5 encoder-decoder model",  # Megatron-Core's T5Model (pretrain_t5.py) is modelled on one
+                  # pipeline stage: timeline/graph/families/t5.py, timeline/io/megatron_t5.py
                   "Mamba/hybrid model",  # hybrid Mamba models (pretrain_mamba.py's MambaModel) are modelled:
                   # timeline/graph/families/mamba.py, timeline/io/megatron_hybrid.py (context parallelism refused)
                   "fp8/fp4 training",  # FP8 (delayed, tensorwise) is modelled; from-megatron refuses FP4 and the

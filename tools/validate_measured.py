@@ -446,13 +446,14 @@ def gpu_of(record: dict) -> str:
 
 
 def family(record: dict) -> str:
-    """dense | moe | bert (Megatron's BertModel, reported apart), with "inferred world size" and "lts image" (the
-    CI's lts container) where they hold."""
-    bert = (record.get("model_family") or record.get("family_dir")) == "bert"
+    """dense | moe | bert | t5 (Megatron's BertModel and T5Model, reported apart), with "inferred world size" and
+    "lts image" (the CI's lts container) where they hold."""
+    model = record.get("model_family") or record.get("family_dir")
     moe = bool(record["model_args"].get("--num-experts"))
+    kind = model if model in ("bert", "t5") else "moe" if moe else "dense"
     tags = [tag for tag, on in (("inferred world size", bool(record["parallel"].get("world_size_inferred"))),
                                 ("lts image", is_lts(record))) if on]
-    return f"{'bert' if bert else 'moe' if moe else 'dense'}{' (' + ', '.join(tags) + ')' if tags else ''}"
+    return f"{kind}{' (' + ', '.join(tags) + ')' if tags else ''}"
 
 
 def steady_after_first(tl: Timeline, d: int) -> int:

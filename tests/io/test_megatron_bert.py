@@ -46,8 +46,9 @@ def test_the_functional_test_s_folder_makes_a_bert_run_file_that_simulates(tmp_p
     assert main(["from-megatron", str(path), "--world-size", "8", "-o", str(out)]) == 0
     data = tomllib.loads(out.read_text())
     # pretrain_bert.py: BertModel with the binary head and two token types, BertWordPieceLowerCase's vocabulary
+    # (30,522 WordPieces and the [BOS] and [EOS] tokenizer.py's _BertWordPieceTokenizer adds)
     assert {k: data["model"][k] for k in ("architecture", "binary_head", "type_vocab_size", "vocab_size")} == {
-        "architecture": "bert", "binary_head": True, "type_vocab_size": 2, "vocab_size": 30522}
+        "architecture": "bert", "binary_head": True, "type_vocab_size": 2, "vocab_size": 30524}
     assert data["framework"]["attention_backend"] == "unfused" and data["framework"]["dataloader_batch"] == "tokens"
     assert (data["parallel"]["tp"], data["parallel"]["dp"], data["training"]["num_microbatches"]) == (4, 2, 16)
     run = run_from_data(data, out)
@@ -70,7 +71,7 @@ def test_without_the_binary_head_there_are_no_token_types():
 
 
 def test_a_cased_wordpiece_vocabulary():
-    assert _bert(ARGS | {"--tokenizer-type": "BertWordPieceCase"}).sections["model"]["vocab_size"] == 28996
+    assert _bert(ARGS | {"--tokenizer-type": "BertWordPieceCase"}).sections["model"]["vocab_size"] == 28996 + 2
 
 
 @pytest.mark.parametrize("spec", ["local", ["local"], "[local]"])
@@ -107,12 +108,18 @@ def test_another_spec_module_is_still_refused():
 @pytest.mark.parametrize(("extra", "needle"), [
     ({"--use-legacy-models": True}, "--use-legacy-models with --transformer-impl transformer_engine"),
     ({"--attention-backend": "flash"}, "--attention-backend flash with a BERT model"),
-    ({"--attention-backend": "auto"}, "--attention-backend auto with a BERT model"),
     ({"--context-parallel-size": 2}, "--context-parallel-size with a BERT model"),
     ({"--transformer-impl": "local"}, "--transformer-impl local with a BERT model"),
     ({"--num-experts": 8}, "--num-experts with a BERT model"),
 ])
 def test_what_a_bert_job_is_refused_with_is_one_line(extra, needle):
+    """(TE's cuDNN attention runs BERT's padding mask on the padded tensors: auto and fused are mapped.)"""
     with pytest.raises(UserError) as exc:
         _bert(ARGS | extra)
     assert str(exc.value).startswith(needle) and "\n" not in str(exc.value)
+
+
+def test_te_cudnn_attention_runs_bert_s_padding_mask():
+    """dot_product_attention.py: DotProductAttention.forward reads the sequence lengths off the padding mask
+    (get_cu_seqlens) for the cuDNN backend, which runs on the padded q, k, v: mapped as the fused backend."""
+    assert _bert(ARGS | {"--attention-backend": "fused"}).sections["framework"]["attention_backend"] == "fused"

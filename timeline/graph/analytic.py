@@ -22,7 +22,19 @@ from timeline.graph.analysis import Analysis, analyse
 from timeline.graph.backward import Unit, place_frees, split_sides, to_op, unit_cost, unit_list
 from timeline.graph.build import Node, chunk_layers, chunk_nodes, mtp_chunk
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import attention, batch, bert, decoder, embedding, fp8, head, mtp, norm, sinks
+from timeline.graph.families import (
+    attention,
+    batch,
+    bert,
+    decoder,
+    embedding,
+    fp8,
+    head,
+    mtp,
+    norm,
+    sinks,
+    t5,
+)
 from timeline.graph.ir import Builder, Dims, FOp
 from timeline.graph.ops import ChunkTemplate, Op, OpCost, SavedTensor
 from timeline.graph.recompute import recompute_regions
@@ -49,6 +61,11 @@ def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int,
     b = Builder(ctx, Dims.of(par, tr), tr, (t for n in nodes for t in n.params))
     m, d = ctx.model, b.dims
     last = len(ranges) - 1
+    if m.architecture == "t5":  # one stage holds the encoder, the decoder and the head (spec/arch_rules.py)
+        loaded = t5.forward(b, ranges[chunk])
+        if loaded:
+            batch.release(b, loaded)
+        return b.ops
     if chunk != 0:
         rows = d.t_sp * (1 + m.mtp_layers) if at != last and chunk > at else d.t_sp
         x = b.tensor("input", (rows, m.hidden_size))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import attention, bert, embedding, head, mamba, mla, mlp, mtp, norm
+from timeline.graph.families import attention, bert, embedding, head, mamba, mla, mlp, mtp, norm, t5
 from timeline.graph.families import moe as moe_block
 from timeline.graph.tensors import TensorDef
 from timeline.spec.run import ParallelSpec
@@ -60,6 +60,10 @@ def decoder_layer(ctx: BuildCtx, layer: int, prefix: str, *, moe: bool) -> list[
 
     attn_nodes = [norm_node("input_layernorm"), Node(f"{prefix}.self_attn", "mla" if m.is_mla else "mha", layer,
                                                      tuple(attn))]
+    if m.is_t5_decoder_layer(layer):  # T5's decoder layer: pre_cross_attn_layernorm and CrossAttention
+        attn_nodes += [norm_node("pre_cross_attn_layernorm"),
+                       Node(f"{prefix}.cross_attn", "mha", layer,
+                            tuple(attention.params(ctx, f"{prefix}.cross_attn")))]
     ffn_nodes = [norm_node(mlp.pre_norm(m)), Node(f"{prefix}.mlp", "moe" if moe else "mlp", layer, tuple(ffn))]
     if m.sandwich_norms:  # Gemma2DecoderLayer: a norm on each sub-block's output, before its residual add
         attn_nodes.append(norm_node("post_attention_layernorm"))
@@ -98,11 +102,16 @@ def chunk_nodes(ctx: BuildCtx, ranges: list[range], chunk: int, mtp_at: int | No
         nodes.append(Node("embedding", "embedding", None, tuple(embedding.params(ctx))))
     for i in ranges[chunk]:
         nodes += decoder_layer(ctx, i, f"layers.{i}", moe=m.is_moe_layer(i))
+        if m.architecture == "t5" and i == m.encoder_layers - 1:  # the encoder's TransformerBlock final norm
+            nodes.append(Node("encoder.final_norm", "norm", None,
+                              tuple(norm.params(ctx, "encoder.final_norm", m.hidden_size))))
     fn = head.final_norm_params(ctx) if chunk == final_norm_chunk(ranges, at) else []
     if fn:
         nodes.append(Node("final_norm", "norm", None, tuple(fn)))
     if chunk == last and m.architecture == "bert":  # BertModel: LM head, output layer with bias, pooler, binary head
         nodes.append(Node("output_layer", "head", None, tuple(bert.head_params(ctx, shares_embedding=last == 0))))
+    elif chunk == last and m.architecture == "t5":  # T5LMHead: the shared embedding's output layer with a bias
+        nodes.append(Node("output_layer", "head", None, tuple(t5.head_params(ctx, shares_embedding=last == 0))))
     elif chunk == last:
         nodes.append(Node("output_layer", "head", None, tuple(head.params(ctx, shares_embedding=last == 0))))
     if chunk == at:

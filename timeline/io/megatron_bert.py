@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from timeline.errors import UserError
 from timeline.io.megatron_map import ArgReader, Conversion, bert_local_spec
+from timeline.spec.arch_rules import PADDED_BACKENDS
 
 #: arguments a BERT job is refused with, and why
 REFUSED = {
@@ -65,10 +66,10 @@ def map_bert(a: ArgReader, c: Conversion, family: str | None) -> None:
         raise UserError(f"--transformer-impl {impl} with a BERT model: pretrain_bert.py builds the Transformer "
                         "Engine layer spec whatever it says (--spec local gives the local layer spec), and that mix "
                         "is not modelled; drop it")
-    elif backend != "unfused":
+    elif backend not in PADDED_BACKENDS:
         raise UserError(f"--attention-backend {a.str('--attention-backend', 'auto')} with a BERT model: the padding "
-                        f"mask under TE's {backend} attention (unpadded sequences) is not modelled; give "
-                        "--attention-backend unfused")
+                        f"mask under TE's {backend} attention (packed unpadded sequences) is not modelled; give "
+                        "--attention-backend unfused or fused")
     if c.sections["parallel"]["cp"] > 1:
         raise UserError("--context-parallel-size with a BERT model: pretrain_bert.py's get_batch does not split the "
                         "sequence over context-parallel ranks; use 1")

@@ -136,7 +136,7 @@ def refuse_job(m: MegatronArgs) -> None:
     if m.family and m.family not in MODELLED_FAMILIES:
         what = FAMILY_NAMES.get(m.family, m.family)
         raise UserError(f"{what} model (named by {m.family_source}): timeline models GPT-style decoders "
-                        "(dense, MoE, MLA) and BERT only")
+                        "(dense, MoE, MLA), BERT and T5 only")
     if m.mode in MODE_JOBS:
         raise UserError(f"MODE: {m.mode}: {MODE_JOBS[m.mode]}")
 
@@ -153,7 +153,7 @@ def refuse_unmodelled(m: MegatronArgs, a: ArgReader) -> None:
     :func:`timeline.io.megatron_optimizer.optimizer`)."""
     refuse_job(m)
     for name, what in FAMILY_ARGS.items():
-        if name in a.raw:
+        if name in a.raw and not (m.family == "t5" and what == "T5 encoder-decoder"):
             raise UserError(f"{name}: a {what} model; timeline models GPT-style decoders (dense, MoE, MLA) and "
                             "BERT only")
     for name in ("--model-provider", "--spec"):
@@ -217,7 +217,8 @@ def _vocab(a: ArgReader, family: str | None = None) -> int:
         return size
     kind = a.raw.get("--tokenizer-type", "BertWordPieceLowerCase" if family == "bert" else "GPT2BPETokenizer")
     if kind in BERT_VOCABS and "--vocab-file" in a.raw:
-        return BERT_VOCABS[kind]
+        # tokenizer.py: _BertWordPieceTokenizer adds [BOS] and [EOS], then --vocab-extra-ids sentinels (T5)
+        return BERT_VOCABS[kind] + 2 + (a.int("--vocab-extra-ids", 0) or 0)
     model = str(a.raw.get("--tokenizer-model", ""))
     if kind == "GPT2BPETokenizer" and ("--vocab-file" in a.raw or "--tokenizer-type" not in a.raw):
         return GPT2_VOCAB

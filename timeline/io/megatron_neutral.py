@@ -62,7 +62,6 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
     "tokenizer: builds the host-side tokenizer (core/tokenizers/utils/build_tokenizer.py); the model's "
     "vocabulary is --vocab-size / the tokenizer file, mapped": (
         "--merge-file", "--tiktoken-pattern", "--tiktoken-num-special-tokens", "--tiktoken-special-tokens",
-        "--vocab-extra-ids",
         "--no-use-tokenizer-model-from-checkpoint-args", "--disable-use-tokenizer-model-from-checkpoint-args",
         "--chat-template", "--null-tokenizer-eod-id", "--null-tokenizer-pad-id",
         "--tokenizer-hf-no-include-special-tokens",

@@ -32,7 +32,12 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--disable-bias-linear", "--add-qkv-bias"), "model.linear_bias / attention_bias"),
     "--untie-embeddings-and-output-weights": "model.tie_word_embeddings",
     **dict.fromkeys(("--hidden-dropout", "--attention-dropout"), "model.*_dropout"),
-    **dict.fromkeys(("--vocab-size", "--tokenizer-type", "--vocab-file", "--tokenizer-model"), "model.vocab_size"),
+    **dict.fromkeys(("--vocab-size", "--tokenizer-type", "--vocab-file", "--tokenizer-model", "--vocab-extra-ids"),
+                    "model.vocab_size"),
+    **dict.fromkeys(("--encoder-num-layers", "--encoder-seq-length", "--decoder-seq-length", "--decoder-num-layers",
+                     "--relative-attention-num-buckets", "--relative-attention-max-distance"),
+                    "T5 (io/megatron_t5.py): model.encoder_layers, num_layers, training.seq_len / decoder_seq_len; "
+                    "refused outside a T5 job"),
     "--padded-vocab-size": "model.vocab_size as given, unpadded (framework.make_vocab_size_divisible_by = 1)",
     "--make-vocab-size-divisible-by": "framework.make_vocab_size_divisible_by",
     **dict.fromkeys(("--fp8-format", "--fp8-recipe"), "training.fp8_recipe (delayed, tensorwise; blockwise, mxfp8 "
@@ -333,9 +338,7 @@ REFUSED: dict[str, str] = {
 
 #: arguments that name a model family the simulator lacks (refused as that family)
 FAMILY_ARGS: dict[str, str] = {
-    **dict.fromkeys(("--encoder-num-layers", "--encoder-seq-length", "--decoder-seq-length", "--decoder-num-layers",
-                     "--relative-attention-num-buckets", "--relative-attention-max-distance",
-                     "--pipeline-model-parallel-split-rank"), "T5 encoder-decoder"),
+    "--pipeline-model-parallel-split-rank": "T5 encoder-decoder",
     **dict.fromkeys(("--retro-add-retriever", "--retro-attention-gate", "--retro-cyclic-train-iters",
                      "--retro-encoder-attention-dropout", "--retro-encoder-hidden-dropout",
                      "--retro-encoder-layers",
@@ -360,7 +363,8 @@ NOT_MEGATRON: dict[str, str] = {"--num-experts-per-tok": "--moe-router-topk"}
 
 #: model families a functional test's folder or a ``pretrain_<family>.py`` names; gpt, the MoE folders and
 #: bert are modelled, the rest are not
-MODELLED_FAMILIES = ("gpt", "moe", "mixtral", "deepseek", "llama", "qwen", "hybrid", "mamba", "nemotron", "bert")
+MODELLED_FAMILIES = ("gpt", "moe", "mixtral", "deepseek", "llama", "qwen", "hybrid", "mamba", "nemotron", "bert",
+                     "t5")
 FAMILY_NAMES = {"bert": "BERT encoder", "t5": "T5 encoder-decoder", "hybrid": "Mamba/hybrid",
                 "mamba": "Mamba/hybrid", "nemotron": "Mamba/hybrid (Nemotron-H)", "mimo": "multimodal (MIMO)",
                 "multimodal-llava": "multimodal (LLaVA)", "vlm": "multimodal (VLM)", "retro": "RETRO",

@@ -35,6 +35,7 @@ from timeline.io.megatron_state_args import (
     megatron_fsdp,
     param_gather_with_step,
 )
+from timeline.io.megatron_t5 import derived_args, map_t5
 from timeline.io.megatron_table import ENV_MAPPED, MAPPED, NEUTRAL_REASON, NOT_MEGATRON, OTHER_SCRIPTS, label
 from timeline.io.megatron_versions import check_argument
 from timeline.spec.hardware import GPUS
@@ -68,7 +69,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
         raise UserError(f"--megatron-core {megatron_core!r}: expected X.Y, X.Y.Z or X.Y.ZrcN")
     refuse_job(margs)
     check_names(margs, megatron_core)
-    a = ArgReader(margs.args)
+    a = ArgReader(derived_args(margs.args, margs.family))
     refuse_unmodelled(margs, a)
     c = Conversion()
     map_model(a, c, margs.family)
@@ -81,6 +82,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
               megatron_core=megatron_core, keeps_batch=keeps_batch, probs_in_experts=probs_in_experts,
               releases_nodes=releases_nodes, router_te_gemm_fixed=router_te_gemm_fixed)
     map_bert(a, c, margs.family)
+    map_t5(a, c, margs.family)
     legacy_model(a, c)
     param_gather_with_step(a, c)
     megatron_fsdp(a, c, package=fsdp_package)

@@ -1,6 +1,7 @@
-"""The ``megatron`` profile's rules for Megatron-Core's BERT (``[model] architecture = "bert"``): what the ops
-:mod:`timeline.graph.families.bert` adds keep for backward, and the one Transformer Engine switch its
-attention reads.
+"""The ``megatron`` profile's rules for Megatron-Core's BERT and T5 (``[model] architecture = "bert"`` / ``"t5"``):
+what the ops :mod:`timeline.graph.families.bert` and :mod:`timeline.graph.families.t5` add keep for backward, and
+the Transformer Engine switches their padding masks read (the extended mask's dimensions: T5's
+``config_attention_mask`` takes the same TE-version cut at 1.10 as BertModel's).
 
 Read at ``NVIDIA/Megatron-LM@92f052b8`` (``MC``; unchanged 46fdcd5b7e … 64bee49c96), PyTorch's
 ``tools/autograd/derivatives.yaml`` (the formulas each autograd node saves, unchanged 2.2 … 2.13) and
@@ -52,6 +53,9 @@ RULES: dict[str, SaveRule] = {
                                  "\"b1ss\" `attention_mask_b1s * attention_mask_bs1` (the int64 [b, s, s] product "
                                  "of the .long() padding mask, a local until the function returns) and `< 0.5`, "
                                  "the bool [b, 1, s, s] mask; outside autograd"),
+    "t5_mask": SaveRule(source="NVIDIA/Megatron-LM@92f052b8:megatron/core/datasets/t5_dataset.py: "
+                               "T5MaskedWordPieceDataset._build_b1ss_attention_mask — per sample a bool [s_q, s_kv] "
+                               "comparison product, negated into a list, then torch.stack; outside autograd"),
     "sop_loss": SaveRule(source="NVIDIA/Megatron-LM@92f052b8:pretrain_bert.py: loss_func — F.cross_entropy of the "
                                 "[b, 2] sentence-order logits (.float()): its log_softmax output, one 512-byte block, "
                                 "not modelled"),

@@ -15,6 +15,12 @@ from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import ParallelSpec, TrainingSpec
 
+#: TE backends modelled under a padding mask: the unfused one widens it per layer (graph/families/bert.py); the
+#: cuDNN one reads the sequence lengths off it (``dot_product_attention.py: DotProductAttention.forward``:
+#: ``get_cu_seqlens``, int32 ``[b + 1]``) and runs on the padded q, k, v; FlashAttention packs the unpadded
+#: tokens into copies (``backends.py: FlashAttention.forward``: ``PackTensors``), not modelled
+PADDED_BACKENDS = ("unfused", "fused")
+
 
 def architecture_problems(m: ModelSpec) -> list[tuple[str, str]]:
     """Contradictions inside ``[model]`` between the architecture and the layer kinds it builds."""
@@ -24,15 +30,28 @@ def architecture_problems(m: ModelSpec) -> list[tuple[str, str]]:
             if given:
                 out.append((f"model.{field}", f'belongs to BERT; set architecture = "bert" or remove it '
                                               f'(architecture is "{m.architecture}")'))
+    if m.architecture != "t5" and m.encoder_layers:
+        out.append(("model.encoder_layers", f'belongs to T5; set architecture = "t5" or remove it '
+                                            f'(architecture is "{m.architecture}")'))
+    if m.architecture == "t5" and not 0 < m.encoder_layers < m.num_hidden_layers:
+        out.append(("model.encoder_layers", f"T5 needs encoder and decoder layers: give 1 … "
+                                            f"{m.num_hidden_layers - 1} encoder layers of the {m.num_hidden_layers}"))
+    if m.architecture == "gpt":
         return out
+    family = "BertModel layers (bert_layer_specs.py)" if m.architecture == "bert" else "T5Model layers (t5_spec.py)"
     for has, what, field in ((m.is_moe, "experts", "n_routed_experts"), (m.is_mla, "MLA", "kv_lora_rank"),
                              (m.is_hybrid, "Mamba/hybrid layers", "hybrid_override_pattern"),
                              (m.mtp_layers > 0, "multi-token prediction", "mtp_layers"),
                              (m.attention_sinks, "learned attention sinks", "attention_sinks"),
                              (m.qk_norm, "q/k norms", "qk_norm")):
         if has:
-            out.append((f"model.{field}", f"Megatron's BertModel layers (bert_layer_specs.py) have no {what}; remove "
-                                          f"it or set architecture = \"gpt\""))
+            out.append((f"model.{field}", f"Megatron's {family} have no {what}; remove it or set architecture = "
+                                          f"\"gpt\""))
+    if m.architecture == "t5":
+        if not m.tie_word_embeddings:
+            out.append(("model.tie_word_embeddings", "pretrain_t5.py shares the embedding with the output layer "
+                                                     "(share_embeddings_and_output_weights=True); set it true"))
+        return out
     if m.binary_head and m.type_vocab_size == 0:
         out.append(("model.type_vocab_size", "BERT's binary head reads the segment ids (pretrain_bert.py: "
                                              "num_tokentypes = 2 with it); give type_vocab_size = 2"))
@@ -44,7 +63,9 @@ def architecture_problems(m: ModelSpec) -> list[tuple[str, str]]:
 
 def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: ParallelSpec, tr: TrainingSpec,
                               fw: FrameworkSpec) -> list[tuple[str, str]]:
-    """A BERT model against the rest of a training run (none for a causal decoder)."""
+    """A BERT or T5 model against the rest of a training run (none for a causal decoder)."""
+    if m.architecture == "t5":
+        return _t5_run_problems(profile, traced, par, tr, fw)
     if m.architecture != "bert":
         return []
     out: list[tuple[str, str]] = []
@@ -62,10 +83,11 @@ def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: Par
     if local and fw.attention_backend != "local":
         out.append(("framework.attention_backend", "BERT's local layer spec runs Megatron's own DotProductAttention "
                                                    '(BertModel asserts the local backend); use "local"'))
-    if not local and fw.attention_backend != "unfused":
+    if not local and fw.attention_backend not in PADDED_BACKENDS:
         out.append(("framework.attention_backend", f'"{fw.attention_backend}" under BERT\'s padding mask is not '
-                                                   'modelled (TE runs unpadded sequences); use "unfused", or '
-                                                   'transformer_impl = "local" with "local" for the local layer spec'))
+                                                   'modelled (TE packs the unpadded sequences); use "unfused" or '
+                                                   '"fused", or transformer_impl = "local" with "local" for the local '
+                                                   'layer spec'))
     if fw.use_legacy_models and not local:
         out.append(("framework.use_legacy_models", "the legacy BertModel under TE's TransformerLayer hands its "
                                                    "[b, 1, s, s] mask to TE's padding attention (unpadded sequences), "
@@ -73,4 +95,34 @@ def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: Par
     if tr.fp8_recipe != "none":
         out.append(("training.fp8_recipe", "FP8 training of BERT (its LM head and pooler are torch.nn.Linear) is "
                                            'not modelled; set "none"'))
+    return out
+
+
+def _t5_run_problems(profile: str, traced: bool, par: ParallelSpec, tr: TrainingSpec,
+                     fw: FrameworkSpec) -> list[tuple[str, str]]:
+    """T5 as ``pretrain_t5.py`` runs it (graph/families/t5.py): what is modelled of it."""
+    out: list[tuple[str, str]] = []
+    if profile != "megatron" or traced:
+        return [("model.architecture", 'T5 is modelled as Megatron-Core runs it: profile = "megatron" with the '
+                                       "layer library (no captured trace)")]
+    if tr.decoder_seq_len <= 0:
+        out.append(("training.decoder_seq_len", "T5 needs the decoder's tokens per sample (--decoder-seq-length)"))
+    for bad, key, why in ((par.pp > 1, "parallel.pp", "T5 across pipeline stages (the encoder and decoder split by "
+                                                      "--encoder-pipeline-model-parallel-size) is not modelled; set 1"),
+                          (par.cp > 1, "parallel.cp", "pretrain_t5.py's get_batch does not split sequences over "
+                                                      "context-parallel ranks; set 1"),
+                          (par.ep > 1, "parallel.ep", "T5's layers have no experts; set 1"),
+                          (tr.fp8_recipe != "none", "training.fp8_recipe", 'FP8 T5 is not modelled; set "none"'),
+                          (fw.use_legacy_models, "framework.use_legacy_models", "the legacy T5 model is not "
+                                                                                  "modelled; set false")):
+        if bad:
+            out.append((key, why))
+    local = fw.transformer_impl == "local"
+    if local and fw.attention_backend != "local":
+        out.append(("framework.attention_backend", "T5's local spec runs Megatron's own DotProductAttention; use "
+                                                   '"local"'))
+    if not local and fw.attention_backend not in PADDED_BACKENDS:
+        out.append(("framework.attention_backend", f'"{fw.attention_backend}" under T5\'s padding masks is not '
+                                                   'modelled (TE packs the unpadded sequences); use "unfused" or '
+                                                   '"fused"'))
     return out

@@ -23,7 +23,7 @@ from timeline.spec.hf_activations import HF_ACTIVATIONS
 MAX_LAYERS = 1280
 
 #: the model classes the layer library builds (``ModelSpec.architecture``)
-ARCHITECTURES = ("gpt", "bert")
+ARCHITECTURES = ("gpt", "bert", "t5")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,7 +33,12 @@ class ModelSpec:
     architecture: str = spec_field("gpt", choices=ARCHITECTURES, doc=(
         "the model class around the layers: gpt (a causal decoder: Megatron-Core's GPTModel, every Hugging Face "
         "causal LM), bert (Megatron-Core's BertModel: bidirectional self-attention under the padding mask, the LM "
-        "head's transform, the binary head); megatron profile only for bert"))
+        "head's transform, the binary head), t5 (Megatron-Core's T5Model: encoder_layers bidirectional layers under "
+        "the padding mask, then decoder layers with cross-attention over the encoder's output, decoder_seq_len "
+        "tokens); megatron profile only for bert and t5"))
+    encoder_layers: int = spec_field(0, nonneg=True, maximum=MAX_LAYERS, doc=(
+        "T5: the first this many of num_hidden_layers are the encoder (Megatron --encoder-num-layers), the rest "
+        "the decoder"))
     type_vocab_size: int = spec_field(0, nonneg=True, maximum=2**16, doc=(
         "token-type (segment) embedding rows (BERT; Megatron num_tokentypes = 2 with the binary head)"))
     binary_head: bool = spec_field(False, doc="BERT's pooler and 2-way sentence-order head (Megatron "
@@ -224,6 +229,10 @@ class ModelSpec:
         """Mamba-2 heads: ``mamba_num_heads``, else ``expand · hidden_size / head_dim`` with expand = 2
         (Megatron-LM megatron/core/ssm/mamba_mixer.py: MambaMixer.__init__, ``expand=2``)."""
         return self.mamba_num_heads or 2 * self.hidden_size // self.mamba_head_dim
+
+    def is_t5_decoder_layer(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) is a T5 decoder layer (after the ``encoder_layers``)."""
+        return self.architecture == "t5" and layer >= self.encoder_layers
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether decoder layer ``layer`` (0-based) has an MoE block (DeepSeek/Qwen rules; a hybrid

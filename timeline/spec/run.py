@@ -53,6 +53,8 @@ class ParallelSpec:
 class TrainingSpec:
     micro_batch_size: int = spec_field(1, positive=True, maximum=2**16)
     seq_len: int = spec_field(4096, positive=True, maximum=2**26)
+    decoder_seq_len: int = spec_field(0, nonneg=True, maximum=2**26, doc=(
+        "T5's decoder tokens per sample (Megatron --decoder-seq-length); seq_len is the encoder's"))
     num_microbatches: int = spec_field(8, positive=True, maximum=2**31 - 1)
     iterations: int = spec_field(2, positive=True, maximum=MAX_ITERATIONS, doc="back-to-back "
                                     "iterations; the steady state is reached in the second")

@@ -67,13 +67,17 @@ CORE: Tags = frozenset({"core_attn"})
 
 def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: TensorDef, layer: int,
                    heads: int, qk_dim: int, v_dim: int, *, views: TensorDef | None = None,
-                   kv_cols: int = 0) -> TensorDef:
+                   kv_cols: int = 0, kv_len: int = 0, padding: bool | None = None) -> TensorDef:
     """Softmax(q·kᵀ)·v for ``heads`` local heads; returns the context ``(rows, heads·v_dim)``.
 
     ``views``: the fused QKV output (``Structure.qkv_views``) that any of ``q``, ``k``, ``v`` may still
     be a view of — ``heads·qk_dim`` columns for q, ``kv_cols`` for k and for v; an op keeping a view
     keeps it whole, a contiguous copy has the view's shape. Under an all-to-all context-parallel exchange
-    the kernel runs on whole sequences of fewer heads (:mod:`timeline.graph.families.cp_a2a`)."""
+    the kernel runs on whole sequences of fewer heads (:mod:`timeline.graph.families.cp_a2a`). ``kv_len``: the
+    keys' sequence length where it is not the queries' (a cross-attention); ``padding``: the attention runs
+    under a padding mask (default: :func:`padded`)."""
+    if padding is None:
+        padding = padded(b, layer)
     name = f"{prefix}.core_attn"
     rows = q.shape[0]
     shapes: dict[str, tuple[int, ...]] = {"q": (rows, heads * qk_dim if q is views else q.shape[1]),
@@ -108,14 +112,21 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
         finally:
             b.dims = dims
         return cp_a2a.gather_heads(b, name, layer, out, a2a)
-    return _attend(b, name, q, k, v, layer, heads, qk_dim, v_dim, shapes)
+    return _attend(b, name, q, k, v, layer, heads, qk_dim, v_dim, shapes, kv_len=kv_len, padding=padding)
+
+
+def padded(b: Builder, layer: int) -> bool:
+    """Whether layer ``layer``'s self-attention runs under a padding mask: BERT's, T5's encoder's."""
+    m = b.model
+    return m.architecture == "bert" or (m.architecture == "t5" and layer < m.encoder_layers)
 
 
 def _attend(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, layer: int, heads: int, qk_dim: int,
-            v_dim: int, shapes: Mapping[str, tuple[int, ...]]) -> TensorDef:
+            v_dim: int, shapes: Mapping[str, tuple[int, ...]], *, kv_len: int = 0,
+            padding: bool = False) -> TensorDef:
     """The attention kernel (or eager ops) on prepared q, k, v; under ``b.dims.cp > 1`` the K/V ring."""
     d = b.dims
-    sq, sk = d.s_local, d.s
+    sq, sk = d.s_local, kv_len or d.s
     rows = q.shape[0]
     kv = {"k": k, "v": v}
     kc, vc = shapes["k"][1], shapes["v"][1]
@@ -159,17 +170,18 @@ def _attend(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, lay
             b.op(f"{name}.to_sbhd", "copy", layer, {"x": out}, {"y": ctx}, tags=CORE)
         return ctx
     shape = (d.b, heads, sq, sk)
-    # BERT's padding mask: TE's unfused attention widens it before the scores (graph/families/bert.py);
-    # Megatron's own DotProductAttention (the local spec) passes the extended mask to its softmax as it is
-    te_bert = b.model.architecture == "bert" and b.table.te_qkv_layout
-    masks = bert.padding_mask(b, f"{name}.mask", layer, CORE) if te_bert else {}
+    # a padding mask (BERT, T5's encoder and cross-attention): TE's unfused attention widens it before the
+    # scores (graph/families/bert.py); Megatron's own DotProductAttention (the local spec) passes the extended
+    # mask to its softmax as it is
+    te_padding = padding and b.table.te_qkv_layout
+    masks = bert.padding_mask(b, f"{name}.mask", layer, CORE, kv_len=kv_len) if te_padding else {}
     scores = b.tensor(f"{name}.scores", shape)
     b.op(f"{name}.qk", "attn_scores", layer, {"q": q, "k": k}, {"y": scores},
          flops=2.0 * d.b * heads * sq * sk * qk_dim, tags=CORE)
     fp32 = b.table.softmax_fp32 and d.dtype != "fp32"
     probs = b.tensor(f"{name}.softmax", shape, "fp32" if fp32 else None)
-    rule = "te_fused_softmax" if b.table.te_softmax and te_softmax_kernel(d.dtype, d.b, heads, sq, sk) \
-        else "softmax"
+    rule = "te_fused_softmax" if b.table.te_softmax and te_softmax_kernel(d.dtype, d.b, heads, sq, sk,
+                                                                          causal=not padding) else "softmax"
     b.op(f"{name}.softmax_op", rule, layer, {"x": scores, **({"_mask": masks["mask"]} if masks else {})},
          {"y": probs}, flops=5.0 * d.b * heads * sq * sk, tags=CORE)
     if fp32:  # probs.half() / .bfloat16() after the fp32 softmax
@@ -193,14 +205,16 @@ def _attend(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, lay
     return ctx
 
 
-def te_softmax_kernel(dtype: str, b: int, heads: int, sq: int, sk: int) -> bool:
+def te_softmax_kernel(dtype: str, b: int, heads: int, sq: int, sk: int, *, causal: bool = True) -> bool:
     """Whether TE's FusedScaleMaskSoftmax runs its fused kernel on ``[b, heads, sq, sk]`` scores under the causal
     mask Megatron gives (``NVIDIA/TransformerEngine@v2.2…release_v2.18: softmax.py:
     FusedScaleMaskSoftmax.is_kernel_available``, unchanged over those releases: 16-bit scores,
     16 < sk < 16384, sk % 8 == 0, sq > 1, sq == sk for the causal type, sq % 4 == 0, b·heads % 4 == 0 and sq a
     multiple of ``get_batch_per_block(sk)``: THREADS_PER_BLOCK 128 over min(next power of two ≥ sk, 32)
-    threads a warp, two rows a warp up to 128 columns); otherwise it runs torch's softmax."""
-    if dtype not in ("bf16", "fp16") or not 16 < sk < 16384 or sk % 8 or sq == 1 or sq != sk:
+    threads a warp, two rows a warp up to 128 columns); otherwise it runs torch's softmax. Under a padding mask
+    (``causal`` false) sq may differ from sk: the widened ``[b, 1, sq, sk]`` mask passes the kernel's shape
+    check."""
+    if dtype not in ("bf16", "fp16") or not 16 < sk < 16384 or sk % 8 or sq == 1 or (causal and sq != sk):
         return False
     pow2 = 1 << (sk - 1).bit_length()
     per_block = (128 // min(pow2, 32)) * (2 if pow2 <= 128 else 1)

@@ -83,7 +83,7 @@ def load_batch(b: Builder) -> dict[str, TensorDef]:
     return out
 
 
-def padding_mask(b: Builder, name: str, layer: int, tags: Tags = NONE) -> dict[str, TensorDef]:
+def padding_mask(b: Builder, name: str, layer: int, tags: Tags = NONE, *, kv_len: int = 0) -> dict[str, TensorDef]:
     """The ``[b, 1, s, s]`` bool mask TE's ``UnfusedDotProductAttention.forward`` builds from the ``[b, 1, 1, s]``
     padding mask, per layer, before the scores; returns ``{"mask": …}`` plus any tensor that lives on to the
     end of the attention's forward (``"diag"``).
@@ -95,9 +95,12 @@ def padding_mask(b: Builder, name: str, layer: int, tags: Tags = NONE) -> dict[s
     the default): the same ``logical_or`` and ``logical_not`` (its local ``m``), the ``arange`` difference,
     ``swa_left`` / ``swa_right`` (its ``expand`` to ``[b, 1, s, s]`` plus a per-sequence offset: int32
     each), ``logical_not((swa_left <= 0) & ~(swa_right < 0))`` (three bool temporaries at a time), and
-    ``logical_or(swa_mask, attention_mask)``, the mask returned; the function's locals die as it returns."""
+    ``logical_or(swa_mask, attention_mask)``, the mask returned; the function's locals die as it returns.
+    ``kv_len``: a cross-attention's key length (``get_full_mask`` with ``attention_type="cross"`` ORs the
+    query mask's column with the key mask's row into the same ``[b, 1, s_q, s_kv]`` shapes)."""
     d = b.dims
-    full, square = (d.b, 1, d.s_local, d.s), (1, 1, d.s_local, d.s)
+    sk = kv_len or d.s  # a cross-attention's keys (T5): the mask is [b, 1, s_q, s_kv]
+    full, square = (d.b, 1, d.s_local, sk), (1, 1, d.s_local, sk)
 
     def step(key: str, refs: dict[str, TensorDef], **made: tuple[tuple[int, ...], str]) -> dict[str, TensorDef]:
         outs = {k: b.tensor(f"{name}.{k}", shape, dtype) for k, (shape, dtype) in made.items()}

@@ -30,7 +30,7 @@ def forward(b: Builder, layer: int, prefix: str, x: TensorDef, *, moe: bool) -> 
         _tag(b, start, "sub:attn")
         return out
     if kind in "-E":
-        return _ffn(b, layer, prefix, x, moe=moe)
+        return ffn(b, layer, prefix, x, moe=moe)
     start = len(b.ops)
     a = (mla.forward if b.model.is_mla else attention.forward)(b, prefix, x, layer)
     if b.model.sandwich_norms:  # Gemma2DecoderLayer: post_attention_layernorm(attention output), then the add
@@ -42,10 +42,11 @@ def forward(b: Builder, layer: int, prefix: str, x: TensorDef, *, moe: bool) -> 
         return h
     h = add(b, f"{prefix}.attn_residual", a, x, layer)
     _tag(b, start, "sub:attn")
-    return _ffn(b, layer, prefix, h, moe=moe)
+    return ffn(b, layer, prefix, h, moe=moe)
 
 
-def _ffn(b: Builder, layer: int, prefix: str, h: TensorDef, *, moe: bool) -> TensorDef:
+def ffn(b: Builder, layer: int, prefix: str, h: TensorDef, *, moe: bool) -> TensorDef:
+    """The MLP (or MoE) sub-block on the residual stream ``h``, with its dropout and residual add."""
     start = len(b.ops)
     if moe and b.table.switch_mlp:  # the legacy SwitchMLP: its weighted bias rows go into the bias-dropout-add
         f, bias = switch_mlp.forward(b, prefix, h, layer)

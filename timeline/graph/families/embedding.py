@@ -34,15 +34,18 @@ def params(ctx: BuildCtx, prefix: str = "embedding", module: str = "embedding") 
     return out
 
 
-def forward(b: Builder, prefix: str, layer: int | None) -> TensorDef:
+def forward(b: Builder, prefix: str, layer: int | None, *, name: str | None = None) -> TensorDef:
+    """The embedding of ``prefix``'s parameters on this micro-batch's tokens; ``name`` names its ops and tensors
+    (T5 embeds its encoder and its decoder tokens with one embedding)."""
     d, h = b.dims, b.model.hidden_size
+    params, prefix = prefix, name or prefix
     extras = {}
     if b.table.position_ids and b.model.position_embedding == "learned":  # wpe(position_ids): (1, s) int64
         rows = d.b if b.model.position_offset_rows else 1  # OPT: cumsum of a (b, s) mask, + offset
         extras["position_ids"] = b.tensor(f"{prefix}.position_ids", (rows, d.s_local), "int64")
     if b.table.embedding_wgrad:  # the dense weight gradients its backward returns (made in backward only)
         for key, name in (("wgrad", "word_embeddings"), ("pos_wgrad", "position_embeddings")):
-            w = b.params.get(f"{prefix}.{name}.weight")
+            w = b.params.get(f"{params}.{name}.weight")
             if w is not None:
                 extras[key] = b.tensor(f"{prefix}.{name}.wgrad", w.shape, w.dtype)
     if d.tp > 1 and d.sp:
