@@ -154,13 +154,13 @@ def refuse_unmodelled(m: MegatronArgs, a: ArgReader) -> None:
     refuse_job(m)
     for name, what in FAMILY_ARGS.items():
         if name in a.raw and not (m.family == "t5" and what == "T5 encoder-decoder"):
-            raise UserError(f"{name}: a {what} model; timeline models GPT-style decoders (dense, MoE, MLA) and "
-                            "BERT only")
+            raise UserError(f"{name}: a {what} model; timeline models GPT-style decoders (dense, MoE, MLA), "
+                            "BERT and T5 only")
     for name in ("--model-provider", "--spec"):
         text = str(a.raw.get(name, ""))
         for key, what in PROVIDER_FAMILIES.items():
             if key in text:
-                raise UserError(f"{name} {text}: a {what} model; timeline models GPT-style decoders and BERT only")
+                raise UserError(f"{name} {text}: a {what} model; timeline models GPT-style decoders, BERT and T5 only")
     for name, why in REFUSED.items():
         # the hybrid stack is modelled, and pretrain_bert.py's own `--spec local` (io/megatron_bert.py)
         if name in a.raw and not (name == "--spec" and (stack_spec(a.raw) or (m.family == "bert" and
