@@ -80,14 +80,7 @@ def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: Par
     # "local": Megatron's own DotProductAttention, which BertModel runs with the local or auto backend only), or the
     # legacy BertModel on the legacy local layer (spec/legacy_rules.py) whose CoreAttention is the same
     local = fw.transformer_impl == "local"
-    if local and fw.attention_backend != "local":
-        out.append(("framework.attention_backend", "BERT's local layer spec runs Megatron's own DotProductAttention "
-                                                   '(BertModel asserts the local backend); use "local"'))
-    if not local and fw.attention_backend not in PADDED_BACKENDS:
-        out.append(("framework.attention_backend", f'"{fw.attention_backend}" under BERT\'s padding mask is not '
-                                                   'modelled (TE packs the unpadded sequences); use "unfused" or '
-                                                   '"fused", or transformer_impl = "local" with "local" for the local '
-                                                   'layer spec'))
+    out += _backend_problems(fw, "BERT's local layer spec", "(BertModel asserts the local backend)")
     if fw.use_legacy_models and not local:
         out.append(("framework.use_legacy_models", "the legacy BertModel under TE's TransformerLayer hands its "
                                                    "[b, 1, s, s] mask to TE's padding attention (unpadded sequences), "
@@ -117,12 +110,20 @@ def _t5_run_problems(profile: str, traced: bool, par: ParallelSpec, tr: Training
                                                                                   "modelled; set false")):
         if bad:
             out.append((key, why))
-    local = fw.transformer_impl == "local"
-    if local and fw.attention_backend != "local":
-        out.append(("framework.attention_backend", "T5's local spec runs Megatron's own DotProductAttention; use "
-                                                   '"local"'))
-    if not local and fw.attention_backend not in PADDED_BACKENDS:
-        out.append(("framework.attention_backend", f'"{fw.attention_backend}" under T5\'s padding masks is not '
-                                                   'modelled (TE packs the unpadded sequences); use "unfused" or '
-                                                   '"fused"'))
-    return out
+    return out + _backend_problems(fw, "T5's local spec", "")
+
+
+def _backend_problems(fw: FrameworkSpec, local_spec: str, why_local: str) -> list[tuple[str, str]]:
+    """The attention backend of a model under padding masks (BERT, T5): Megatron's own DotProductAttention under
+    its local spec, else one of TE's :data:`PADDED_BACKENDS`."""
+    if fw.transformer_impl == "local":
+        if fw.attention_backend == "local":
+            return []
+        why = f" {why_local}" if why_local else ""
+        return [("framework.attention_backend", f"{local_spec} runs Megatron's own DotProductAttention{why}; use "
+                                                '"local"')]
+    if fw.attention_backend in PADDED_BACKENDS:
+        return []
+    return [("framework.attention_backend", f'"{fw.attention_backend}" under padding masks is not modelled (TE packs '
+                                            'the unpadded sequences); use "unfused" or "fused", or transformer_impl = '
+                                            '"local" with "local" for the local spec')]
