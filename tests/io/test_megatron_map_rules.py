@@ -280,6 +280,15 @@ def test_a_legacy_job_under_transformer_engine_maps_to_te_layers():
     s = convert_args(te, world_size=8, megatron_core="0.11.0").sections
     assert s["framework"]["use_legacy_models"] is True
     assert s["framework"].get("transformer_impl", "transformer_engine") == "transformer_engine"
+    # Core's LanguageModule._set_attention_backend is what applies --attention-backend; the legacy model never
+    # calls it, so TE's TransformerLayer chooses as under auto: FlashAttention on a deterministic A100, cuDNN's
+    # fused attention on an H100
+    for gpu, chosen in (("a100", "flash"), ("h100", "fused")):
+        unfused = te | {"--attention-backend": "unfused", "--deterministic-mode": True, "--bf16": True}
+        unfused.pop("--fp16")
+        sections = convert(from_mapping(unfused), world_size=8, megatron_core="0.11.0", gpu=gpu,
+                           te_version="2.0").sections
+        assert sections["framework"]["attention_backend"] == chosen, gpu
     bert = from_mapping(te | {"--vocab-size": 30522}, family="bert", family_source="the path test_cases/bert/")
     with pytest.raises(UserError, match="^--use-legacy-models with --transformer-impl transformer_engine on a BERT"):
         convert(bert, world_size=8, megatron_core="0.11.0")

@@ -85,6 +85,12 @@ def attention_backend(a: ArgReader, env: dict[str, str], *, sm: int, dtype: str,
     choice = a.str("--attention-backend", "auto")
     if choice not in ("auto", "flash", "fused", "unfused", "local"):
         raise UserError(f"--attention-backend {choice}: use auto, flash, fused, unfused or local")
+    # the argument acts through Core's LanguageModule._set_attention_backend (the NVTE_*_ATTN switches it sets,
+    # megatron/core/models/common/language_module/language_module.py@46fdcd5b7e … d98e8a64dd); the legacy
+    # GPTModel / BertModel are megatron/legacy/model/module.py: MegatronModule, which never calls it, so TE's
+    # TransformerLayer there chooses as under auto
+    if a.flag("--use-legacy-models"):
+        choice = "auto"
     if choice != "auto":
         return choice
     # TE 2.6 attention/dot_product_attention/utils.py: get_attention_backend — in deterministic training
