@@ -71,7 +71,7 @@ def load_batch(b: Builder, s_enc: int, s_dec: int) -> dict[str, TensorDef]:
     returned lives to the end of the forward step."""
     d = b.dims
     local = not b.table.te_qkv_layout
-    flat = b.tensor("batch.t5_flat", (d.b * (2 * s_enc + 4 * s_dec),), "int64")
+    flat = b.tensor("batch.t5_flat", (d.b * sum(s_enc if seq == "enc" else s_dec for _, seq in BATCH_KEYS),), "int64")
     out = {"flat": flat, "loss_mask": b.tensor("batch.loss_mask_fp32", (d.b, s_dec), "fp32")}
     if not local:  # `enc_mask < 0.5`, `dec_mask < 0.5`: the masks TE reads (as views, or to build b1ss from)
         out["enc_mask"] = b.tensor("batch.enc_mask", (d.b, s_enc), "bool")
