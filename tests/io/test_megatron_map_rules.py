@@ -5,12 +5,14 @@ values (a CP exchange other than p2p, a non-default value, a view that needs SP 
 from __future__ import annotations
 
 import re
+import tomllib
 
 import pytest
 
 from timeline.errors import UserError
 from timeline.io.megatron_args import from_mapping
-from timeline.io.megatron_write import convert
+from timeline.io.megatron_write import convert, run_file_text
+from timeline.io.runfile import run_from_data
 
 BASE = {"--num-layers": 4, "--hidden-size": 256, "--num-attention-heads": 8, "--seq-length": 512,
         "--micro-batch-size": 2, "--global-batch-size": 16, "--bf16": True}
@@ -292,6 +294,26 @@ def test_a_legacy_job_under_transformer_engine_maps_to_te_layers():
     bert = from_mapping(te | {"--vocab-size": 30522}, family="bert", family_source="the path test_cases/bert/")
     with pytest.raises(UserError, match="^--use-legacy-models with --transformer-impl transformer_engine on a BERT"):
         convert(bert, world_size=8, megatron_core="0.11.0")
+
+
+def test_a_legacy_bert_job_under_te_before_1_10_runs_the_unfused_attention_on_its_mask(tmp_path):
+    """The legacy BertModel's [b, 1, s, s] mask: TE's unfused attention before 1.10 applies it as given (from 1.10
+    it asserts a [b, 1, 1, s] one). On a deterministic A100 TE 1.2 chooses the unfused attention itself (flash-attn
+    off for determinism before TE 1.3, cuDNN's below sm90); TE 1.10 chooses FlashAttention, which unpads the
+    sequences by the mask: refused."""
+    args = {k: v for k, v in LEGACY_345M.items() if k not in ("--transformer-impl", "--fp16",
+                                                                "--apply-query-key-layer-scaling")}
+    args |= {"--bf16": True, "--vocab-size": 30522, "--seq-length": 512, "--max-position-embeddings": 512}
+    bert = from_mapping(args, family="bert", family_source="the path test_cases/bert/")
+    conv = convert(bert, world_size=8, megatron_core="0.11.0", gpu="a100", te_version="1.2")
+    fw = conv.sections["framework"]
+    assert (fw["use_legacy_models"], fw.get("transformer_impl", "transformer_engine"), fw["attention_backend"]) == (
+        True, "transformer_engine", "unfused")
+    run = run_from_data(tomllib.loads(run_file_text(conv, name="legacy-bert", source="x", world_size=8)),
+                        tmp_path / "legacy-bert.toml")
+    assert run.model.architecture == "bert" and run.framework.use_legacy_models
+    with pytest.raises(UserError, match="TE 1.10's flash attention \\(the one it chooses\\) unpads"):
+        convert(bert, world_size=8, megatron_core="0.11.0", gpu="a100", te_version="1.10")
 
 
 def test_legacy_experts_are_the_switch_mlp():

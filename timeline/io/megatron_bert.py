@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from timeline.errors import UserError
 from timeline.io.megatron_map import ArgReader, Conversion, bert_local_spec
-from timeline.spec.arch_rules import PADDED_BACKENDS
+from timeline.profiles.megatron_workspaces import version_tuple
+from timeline.spec.arch_rules import LEGACY_TE_MASK, PADDED_BACKENDS
 
 #: arguments a BERT job is refused with, and why
 REFUSED = {
@@ -39,13 +40,21 @@ def map_bert(a: ArgReader, c: Conversion, family: str | None) -> None:
     impl = a.str("--transformer-impl", "transformer_engine")
     backend = c.sections["framework"]["attention_backend"]
     legacy = a.flag("--use-legacy-models")
-    if legacy:
-        if impl != "local":
+    if legacy and impl != "local":
+        # megatron/legacy/model/bert_model.py: BertModel hands its [b, 1, s, s] extended mask to TE's
+        # TransformerLayer with the padding mask type, whose attention TE chooses itself (--attention-backend acts
+        # through Core's LanguageModule only: io/megatron_framework.py). TE's unfused attention before 1.10 applies
+        # that mask as given (attention.py@v1.2 … v1.9), as it does Core BERT's b1ss mask; from 1.10 it asserts a
+        # [b, 1, 1, s] mask, and the flash and fused backends unpad the sequences by it
+        te = c.sections["framework"]["transformer_engine"]
+        if backend != "unfused" or version_tuple(te)[:2] >= LEGACY_TE_MASK:
             raise UserError(f"--use-legacy-models with --transformer-impl {impl} on a BERT model: the legacy "
                             "BertModel hands its [b, 1, s, s] extended mask to TE's TransformerLayer with the padding "
-                            "mask type; TE's flash and fused attention unpad the sequences by it and its unfused one "
-                            "asserts a [b, 1, 1, s] mask (TE v1.13 attention.py), none of which is modelled; give "
-                            "--transformer-impl local")
+                            f"mask type; TE {te}'s {backend} attention (the one it chooses) "
+                            + ("asserts a [b, 1, 1, s] mask (attention.py from v1.10)" if backend == "unfused" else
+                               "unpads the sequences by it") + ", not modelled; give --transformer-impl local")
+        a.has("--attention-backend")  # TE chooses, whatever it says
+    elif legacy:
         # megatron/legacy/model/bert_model.py: BertModel — the legacy language model (transformer.py:
         # ParallelTransformer, CoreAttention with the padding mask: the local layer) under the same LM head,
         # pooler, binary head and b1ss mask as Core's

@@ -11,6 +11,7 @@ sequences, the local spec (``--spec local``) and the legacy ``BertModel`` are ot
 
 from __future__ import annotations
 
+from timeline.spec.engine_versions import parse_version
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import ParallelSpec, TrainingSpec
@@ -20,6 +21,11 @@ from timeline.spec.run import ParallelSpec, TrainingSpec
 #: ``get_cu_seqlens``, int32 ``[b + 1]``) and runs on the padded q, k, v; FlashAttention packs the unpadded
 #: tokens into copies (``backends.py: FlashAttention.forward``: ``PackTensors``), not modelled
 PADDED_BACKENDS = ("unfused", "fused")
+
+#: the TE release from which the unfused attention asserts a [b, 1, 1, s] padding mask and widens it itself
+#: (attention.py: UnfusedDotProductAttention.forward@v1.10); before, it applies a [b, 1, s, s] mask as given —
+#: the legacy BertModel's, which it always builds
+LEGACY_TE_MASK = (1, 10)
 
 
 def architecture_problems(m: ModelSpec) -> list[tuple[str, str]]:
@@ -81,10 +87,12 @@ def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: Par
     # legacy BertModel on the legacy local layer (spec/legacy_rules.py) whose CoreAttention is the same
     local = fw.transformer_impl == "local"
     out += _backend_problems(fw, "BERT's local layer spec", "(BertModel asserts the local backend)")
-    if fw.use_legacy_models and not local:
+    te = parse_version(fw.transformer_engine) or (0, 0, 0)
+    if fw.use_legacy_models and not local and (fw.attention_backend != "unfused" or te[:2] >= LEGACY_TE_MASK):
         out.append(("framework.use_legacy_models", "the legacy BertModel under TE's TransformerLayer hands its "
-                                                   "[b, 1, s, s] mask to TE's padding attention (unpadded sequences), "
-                                                   'not modelled; set transformer_impl = "local"'))
+                                                   "[b, 1, s, s] mask to TE's padding attention, modelled for TE's "
+                                                   "unfused attention before 1.10 only; set transformer_impl = "
+                                                   '"local"'))
     if tr.fp8_recipe != "none":
         out.append(("training.fp8_recipe", "FP8 training of BERT (its LM head and pooler are torch.nn.Linear) is "
                                            'not modelled; set "none"'))
