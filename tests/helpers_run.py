@@ -83,3 +83,33 @@ pp = 2
 seq_len = 128
 num_microbatches = 4
 """
+
+
+def edited_run(tmp_path, text: str, **edits: str) -> RunSpec:
+    """Load run-file ``text`` with each ``key = value`` line of ``edits`` replaced (the old value left behind a
+    ``#``; a value may carry further lines), for tests of one architecture's shape under a few changes."""
+    from timeline.io.runfile import load_run
+
+    for key, value in edits.items():
+        assert f"\n{key} = " in text, key
+        text = text.replace(f"\n{key} = ", f"\n{key} = {value}\n#", 1)
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    return load_run(path, [])
+
+
+def from_megatron_folder(tmp_path, family: str, case: str, env: dict, args: dict) -> dict:
+    """``timeline from-megatron`` on a functional test's folder ``test_cases/{family}/{case}/model_config.yaml``
+    (8 GPUs), as a user runs it; returns the run file it writes, parsed."""
+    import tomllib
+
+    import yaml
+
+    from timeline.cli import main
+
+    path = tmp_path / "test_cases" / family / case / "model_config.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump({"ENV_VARS": env, "MODEL_ARGS": args, "TEST_TYPE": "regular"}))
+    out = tmp_path / f"{family}.toml"
+    assert main(["from-megatron", str(path), "--world-size", "8", "-o", str(out)]) == 0
+    return tomllib.loads(out.read_text())

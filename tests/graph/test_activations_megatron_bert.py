@@ -7,11 +7,11 @@ sources give, to the byte."""
 from __future__ import annotations
 
 import pytest
+from helpers_run import edited_run
 from sources import template_of
 
 from timeline.errors import UserError
 from timeline.graph.analytic import AnalyticSource
-from timeline.io.runfile import load_run
 
 B, S, H, HEADS, FFN, TP = 4, 512, 1024, 16, 4096, 2
 V_PAD = 30720  # 30,522 padded to a multiple of 128 · tp
@@ -43,12 +43,7 @@ transformer_engine = "{{te}}"
 
 
 def _run(tmp_path, te: str = "2.6", **edits: str):
-    text = RUN.format(te=te)
-    for key, value in edits.items():
-        text = text.replace(f"\n{key} = ", f"\n{key} = {value}\n#", 1) if f"\n{key} = " in text else text
-    path = tmp_path / "run.toml"
-    path.write_text(text)
-    return load_run(path, [])
+    return edited_run(tmp_path, RUN.format(te=te), **edits)
 
 
 @pytest.fixture(scope="module")
@@ -137,10 +132,7 @@ def test_te2_widens_the_padding_mask_through_int32_window_bounds(tmp_path):
 
 def _local(tmp_path, te: str = "2.6"):
     """The same job under ``--spec local`` (``bert_layer_local_spec``: transformer_impl and attention "local")."""
-    path = tmp_path / "local.toml"
-    path.write_text(RUN.format(te=te).replace('attention_backend = "unfused"',
-                                              'attention_backend = "local"\ntransformer_impl = "local"'))
-    return load_run(path, [])
+    return _run(tmp_path, te, attention_backend='"local"\ntransformer_impl = "local"')
 
 
 def test_the_local_spec_layer_reads_the_extended_mask_as_given(tmp_path):

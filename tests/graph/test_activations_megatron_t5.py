@@ -7,11 +7,11 @@ the sums of the shapes the cited sources give, to the byte."""
 from __future__ import annotations
 
 import pytest
+from helpers_run import edited_run
 from sources import forward_ops_of, template_of
 
 from timeline.errors import UserError
 from timeline.graph.analytic import AnalyticSource
-from timeline.io.runfile import load_run
 
 B, SE, SD, H, HEADS, FFN, TP = 4, 512, 128, 768, 12, 3072, 2
 V_PAD = 29184  # 29,098 padded to a multiple of 128 · tp
@@ -44,13 +44,7 @@ transformer_engine = "2.6"
 
 
 def _run(tmp_path, **edits: str):
-    text = RUN
-    for key, value in edits.items():
-        assert f"\n{key} = " in text, key
-        text = text.replace(f"\n{key} = ", f"\n{key} = {value}\n#", 1)
-    path = tmp_path / "run.toml"
-    path.write_text(text)
-    return load_run(path, [])
+    return edited_run(tmp_path, RUN, **edits)
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,9 @@ paths as the file has them), read from its folder as a user would, and what a BE
 
 from __future__ import annotations
 
-import tomllib
-
 import pytest
-import yaml
+from helpers_run import from_megatron_folder
 
-from timeline.cli import main
 from timeline.errors import UserError
 from timeline.io.megatron_args import from_mapping
 from timeline.io.megatron_write import convert
@@ -39,19 +36,14 @@ def _bert(args: dict, world_size: int = 8):
 
 
 def test_the_functional_test_s_folder_makes_a_bert_run_file_that_simulates(tmp_path, capsys):
-    path = tmp_path / "test_cases" / "bert" / "bert_mcore_tp4_pp1" / "model_config.yaml"
-    path.parent.mkdir(parents=True)
-    path.write_text(yaml.safe_dump({"ENV_VARS": ENV, "MODEL_ARGS": ARGS, "TEST_TYPE": "regular"}))
-    out = tmp_path / "bert.toml"
-    assert main(["from-megatron", str(path), "--world-size", "8", "-o", str(out)]) == 0
-    data = tomllib.loads(out.read_text())
+    data = from_megatron_folder(tmp_path, "bert", "bert_mcore_tp4_pp1", ENV, ARGS)
     # pretrain_bert.py: BertModel with the binary head and two token types, BertWordPieceLowerCase's vocabulary
     # (30,522 WordPieces and the [BOS] and [EOS] tokenizer.py's _BertWordPieceTokenizer adds)
     assert {k: data["model"][k] for k in ("architecture", "binary_head", "type_vocab_size", "vocab_size")} == {
         "architecture": "bert", "binary_head": True, "type_vocab_size": 2, "vocab_size": 30524}
     assert data["framework"]["attention_backend"] == "unfused" and data["framework"]["dataloader_batch"] == "tokens"
     assert (data["parallel"]["tp"], data["parallel"]["dp"], data["training"]["num_microbatches"]) == (4, 2, 16)
-    run = run_from_data(data, out)
+    run = run_from_data(data, tmp_path / "bert.toml")
     tl = build_timeline(run, summary_only=True)
     # BertModel on one stage: 24 layers of 12.6 M parameters, the embeddings, the LM head, pooler and binary
     # head; the whole of it is on the device tp 4 shards

@@ -4,10 +4,8 @@ arguments below), read from its folder as a user would, and what a T5 job is ref
 
 from __future__ import annotations
 
-import tomllib
-
 import pytest
-import yaml
+from helpers_run import from_megatron_folder
 
 from timeline.cli import main
 from timeline.errors import UserError
@@ -37,12 +35,7 @@ def test_the_functional_test_s_folder_makes_a_t5_run_file_that_simulates(tmp_pat
     """validate_args: --num-layers from --encoder-num-layers, --seq-length from --encoder-seq-length;
     model_provider: an encoder and a decoder of num_layers layers each; the vocabulary: 28,996 cased WordPieces,
     [BOS], [EOS] and 100 sentinels."""
-    path = tmp_path / "test_cases" / "t5" / "t5_mcore_te_tp4_pp1" / "model_config.yaml"
-    path.parent.mkdir(parents=True)
-    path.write_text(yaml.safe_dump({"ENV_VARS": ENV, "MODEL_ARGS": ARGS, "TEST_TYPE": "regular"}))
-    out = tmp_path / "t5.toml"
-    assert main(["from-megatron", str(path), "--world-size", "8", "-o", str(out)]) == 0
-    data = tomllib.loads(out.read_text())
+    data = from_megatron_folder(tmp_path, "t5", "t5_mcore_te_tp4_pp1", ENV, ARGS)
     assert {k: data["model"][k] for k in ("architecture", "num_layers", "encoder_layers", "vocab_size",
                                           "tie_word_embeddings")} == {
         "architecture": "t5", "num_layers": 24, "encoder_layers": 12, "vocab_size": 28996 + 2 + 100,
@@ -50,7 +43,7 @@ def test_the_functional_test_s_folder_makes_a_t5_run_file_that_simulates(tmp_pat
     assert (data["training"]["seq_len"], data["training"]["decoder_seq_len"]) == (512, 128)
     assert data["framework"]["attention_backend"] == "unfused"
     capsys.readouterr()
-    assert main(["simulate", str(out), "--format", "summary", "--out", str(tmp_path / "run")]) == 0
+    assert main(["simulate", str(tmp_path / "t5.toml"), "--format", "summary", "--out", str(tmp_path / "run")]) == 0
     assert (tmp_path / "run" / "summary.json").exists()
 
 
@@ -73,8 +66,13 @@ def test_what_a_t5_job_is_refused_with_is_one_line(extra, needle):
     assert needle in str(exc.value) and "\n" not in str(exc.value)
 
 
-def test_t5_arguments_outside_a_t5_job_are_refused():
+@pytest.mark.parametrize("name", ["--decoder-seq-length", "--pipeline-model-parallel-split-rank"])
+def test_t5_arguments_outside_a_t5_job_are_refused(name):
+    """pretrain_t5.py's own arguments name a T5 job; in a T5 job on one stage the encoder/decoder split rank
+    (Megatron-LM before 0.14) splits nothing."""
     gpt = {"--num-layers": 2, "--hidden-size": 64, "--num-attention-heads": 4, "--seq-length": 128,
-           "--micro-batch-size": 1, "--global-batch-size": 8, "--decoder-seq-length": 64}
-    with pytest.raises(UserError, match="^--decoder-seq-length: a T5 encoder-decoder model's argument"):
-        convert(from_mapping(gpt), world_size=8)
+           "--micro-batch-size": 1, "--global-batch-size": 8, name: 64}
+    with pytest.raises(UserError, match=f"^{name}: a T5 encoder-decoder model's argument"):
+        convert(from_mapping(gpt), world_size=8, megatron_core="0.12.0")
+    t5 = from_mapping(ARGS | {name: 128}, ENV, family="t5", family_source="the path test_cases/t5/")
+    assert convert(t5, world_size=8, megatron_core="0.12.0").sections["model"]["architecture"] == "t5"

@@ -8,7 +8,7 @@ Read at ``NVIDIA/Megatron-LM@92f052b8`` (``pretrain_bert.py``; ``examples/bert/p
 ``--spec`` — ``local`` gives ``bert_layer_local_spec`` (mapped to the local implementation), any other module is
 refused —, so ``--transformer-impl`` does not choose it, or the legacy ``BertModel`` under
 ``--use-legacy-models`` (``megatron/legacy/model/bert_model.py``: the same head on the legacy language model, which
-:mod:`timeline.io.megatron_legacy` maps as the local layer); ``pretrain(..., args_defaults={'tokenizer_type': 'BertWordPieceLowerCase'})`` (the vocabulary:
+:mod:`timeline.io.megatron_legacy` maps as the local layer, or as TE's TransformerLayer before TE 1.10); ``pretrain(..., args_defaults={'tokenizer_type': 'BertWordPieceLowerCase'})`` (the vocabulary:
 :data:`timeline.io.megatron_map.BERT_VOCABS`).
 """
 
@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from timeline.errors import UserError
 from timeline.io.megatron_map import ArgReader, Conversion, bert_local_spec
-from timeline.profiles.megatron_workspaces import version_tuple
-from timeline.spec.arch_rules import LEGACY_TE_MASK, PADDED_BACKENDS
+from timeline.spec.arch_rules import PADDED_BACKENDS, legacy_bert_te_modelled
 
 #: arguments a BERT job is refused with, and why
 REFUSED = {
@@ -47,7 +46,7 @@ def map_bert(a: ArgReader, c: Conversion, family: str | None) -> None:
         # that mask as given (attention.py@v1.2 … v1.9), as it does Core BERT's b1ss mask; from 1.10 it asserts a
         # [b, 1, 1, s] mask, and the flash and fused backends unpad the sequences by it
         te = c.sections["framework"]["transformer_engine"]
-        if backend != "unfused" or version_tuple(te)[:2] >= LEGACY_TE_MASK:
+        if not legacy_bert_te_modelled(backend, te):
             raise UserError(f"--use-legacy-models with --transformer-impl {impl} on a BERT model: the legacy "
                             "BertModel hands its [b, 1, s, s] extended mask to TE's TransformerLayer with the padding "
                             f"mask type; TE {te}'s {backend} attention (the one it chooses) "

@@ -153,7 +153,7 @@ def refuse_unmodelled(m: MegatronArgs, a: ArgReader) -> None:
     :func:`timeline.io.megatron_optimizer.optimizer`)."""
     refuse_job(m)
     for name, what in FAMILY_ARGS.items():
-        if name in a.raw and not (m.family == "t5" and what == "T5 encoder-decoder"):
+        if name in a.raw:
             raise UserError(f"{name}: a {what} model; timeline models GPT-style decoders (dense, MoE, MLA), "
                             "BERT and T5 only")
     for name in ("--model-provider", "--spec"):

@@ -27,7 +27,8 @@ from timeline.spec.arch_rules import PADDED_BACKENDS
 
 #: ``pretrain_t5.py``'s own arguments (refused as a T5 model in any other job)
 T5_ARGS = ("--encoder-num-layers", "--encoder-seq-length", "--decoder-seq-length", "--decoder-num-layers",
-           "--relative-attention-num-buckets", "--relative-attention-max-distance")
+           "--relative-attention-num-buckets", "--relative-attention-max-distance",
+           "--pipeline-model-parallel-split-rank")
 
 
 def derived_args(raw: dict[str, Any], family: str | None) -> dict[str, Any]:
@@ -69,6 +70,7 @@ def map_t5(a: ArgReader, c: Conversion, family: str | None) -> None:
         raise UserError(f"--attention-backend {a.str('--attention-backend', 'auto')} with a T5 model: its padding "
                         f"masks under TE's {backend} attention (TE packs the unpadded sequences) are not modelled; "
                         "give --attention-backend unfused or fused")
+    a.has("--pipeline-model-parallel-split-rank")  # the encoder/decoder split: read only with pp > 1 (refused)
     a.has("--relative-attention-num-buckets")  # read only under the relative type (refused by map_model)
     a.has("--relative-attention-max-distance")
     c.put("model.architecture", "t5")

@@ -35,7 +35,8 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--vocab-size", "--tokenizer-type", "--vocab-file", "--tokenizer-model", "--vocab-extra-ids"),
                     "model.vocab_size"),
     **dict.fromkeys(("--encoder-num-layers", "--encoder-seq-length", "--decoder-seq-length", "--decoder-num-layers",
-                     "--relative-attention-num-buckets", "--relative-attention-max-distance"),
+                     "--relative-attention-num-buckets", "--relative-attention-max-distance",
+                     "--pipeline-model-parallel-split-rank"),
                     "T5 (io/megatron_t5.py): model.encoder_layers, num_layers, training.seq_len / decoder_seq_len; "
                     "refused outside a T5 job"),
     "--padded-vocab-size": "model.vocab_size as given, unpadded (framework.make_vocab_size_divisible_by = 1)",
@@ -338,7 +339,6 @@ REFUSED: dict[str, str] = {
 
 #: arguments that name a model family the simulator lacks (refused as that family)
 FAMILY_ARGS: dict[str, str] = {
-    "--pipeline-model-parallel-split-rank": "T5 encoder-decoder",
     **dict.fromkeys(("--retro-add-retriever", "--retro-attention-gate", "--retro-cyclic-train-iters",
                      "--retro-encoder-attention-dropout", "--retro-encoder-hidden-dropout",
                      "--retro-encoder-layers",

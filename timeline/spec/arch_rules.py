@@ -28,6 +28,13 @@ PADDED_BACKENDS = ("unfused", "fused")
 LEGACY_TE_MASK = (1, 10)
 
 
+def legacy_bert_te_modelled(attention_backend: str, transformer_engine: str) -> bool:
+    """Whether the legacy BertModel on TE's TransformerLayer is modelled: TE's unfused attention before
+    :data:`LEGACY_TE_MASK`, which applies its ``[b, 1, s, s]`` mask as given."""
+    te = parse_version(transformer_engine) or (0, 0, 0)
+    return attention_backend == "unfused" and te[:2] < LEGACY_TE_MASK
+
+
 def architecture_problems(m: ModelSpec) -> list[tuple[str, str]]:
     """Contradictions inside ``[model]`` between the architecture and the layer kinds it builds."""
     out: list[tuple[str, str]] = []
@@ -87,8 +94,7 @@ def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: Par
     # legacy BertModel on the legacy local layer (spec/legacy_rules.py) whose CoreAttention is the same
     local = fw.transformer_impl == "local"
     out += _backend_problems(fw, "BERT's local layer spec", "(BertModel asserts the local backend)")
-    te = parse_version(fw.transformer_engine) or (0, 0, 0)
-    if fw.use_legacy_models and not local and (fw.attention_backend != "unfused" or te[:2] >= LEGACY_TE_MASK):
+    if fw.use_legacy_models and not local and not legacy_bert_te_modelled(fw.attention_backend, fw.transformer_engine):
         out.append(("framework.use_legacy_models", "the legacy BertModel under TE's TransformerLayer hands its "
                                                    "[b, 1, s, s] mask to TE's padding attention, modelled for TE's "
                                                    "unfused attention before 1.10 only; set transformer_impl = "
