@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from sources import source_of
+from sources import forward_ops_of, source_of
 
 from timeline.cli import main
 from timeline.io.hf_config import read_hf_config
@@ -249,3 +249,30 @@ def test_gemma2_slides_on_even_layers():
     m = read_hf_config(DATA / "gemma-2-9b-it" / "config.json")
     assert m.sliding_window == 4096 and len(m.layer_types) == 42 and m.gated_mlp and m.tie_word_embeddings
     assert [m.is_sliding(i) for i in range(4)] == [True, False, True, False]
+
+
+def test_phi2_counts_its_shapes_and_runs_its_layer_in_parallel(tmp_path):
+    """Phi-2 (microsoft/phi-2, 2,779,683,840 parameters as transformers counts them): LayerNorms with biases,
+    biased q/k/v, dense, fc1/fc2 and lm_head, untied; one input norm feeds attention and the MLP, whose outputs
+    and the layer input are summed (``PhiDecoderLayer.forward``)."""
+    m = read_hf_config(DATA / "phi-2" / "config.json")
+    assert (m.model_type, m.norm, m.gated_mlp, m.parallel_residual, m.head_bias) == ("phi", "layernorm", False,
+                                                                                   True, True)
+    per_layer = (2560 * 7680 + 7680) + (2560 * 2560 + 2560) + (2560 * 10240 + 10240) + (10240 * 2560 + 2560) + 2 * 2560
+    exact = 51_200 * 2560 + 32 * per_layer + 2 * 2560 + 51_200 * 2560 + 51_200
+    run = load_run(_run(tmp_path, "phi-2"))
+    assert source_of(run).total_params() == exact == 2_779_683_840
+    ops = {op.name: op for op in forward_ops_of(run, 0)}
+    ln = ops["layers.0.input_layernorm"].outputs["y"]
+    assert ops["layers.0.mlp.linear_fc1"].inputs["x"] is ln
+    assert not any("post_attention_layernorm" in name for name in ops)
+    total = ops["layers.0.parallel_sum"]  # resid_pdrop 0.1: both sub-blocks through their dropout
+    assert (total.inputs["x"].name, total.inputs["residual"].name) == ("layers.0.self_attn.dropout.out",
+                                                                       "layers.0.mlp.dropout.out")
+    assert ops["layers.0.mlp_residual"].inputs["residual"] is ops["layers.0.input_layernorm"].inputs["x"]
+
+
+def test_phi_under_the_hf_profile_is_refused_by_name(tmp_path, capsys):
+    assert main(["static", str(_run(tmp_path, "phi-2", profile="hf"))]) == 2
+    err = capsys.readouterr().err
+    assert "partial-rotary attention" in err and 'profile = "megatron"' in err

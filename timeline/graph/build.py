@@ -64,7 +64,9 @@ def decoder_layer(ctx: BuildCtx, layer: int, prefix: str, *, moe: bool) -> list[
         attn_nodes += [norm_node("pre_cross_attn_layernorm"),
                        Node(f"{prefix}.cross_attn", "mha", layer,
                             tuple(attention.params(ctx, f"{prefix}.cross_attn")))]
-    ffn_nodes = [norm_node(mlp.pre_norm(m)), Node(f"{prefix}.mlp", "moe" if moe else "mlp", layer, tuple(ffn))]
+    ffn_nodes = [Node(f"{prefix}.mlp", "moe" if moe else "mlp", layer, tuple(ffn))]
+    if not m.parallel_residual:  # Phi's MLP reads the input norm's output
+        ffn_nodes.insert(0, norm_node(mlp.pre_norm(m)))
     if m.sandwich_norms:  # Gemma2DecoderLayer: a norm on each sub-block's output, before its residual add
         attn_nodes.append(norm_node("post_attention_layernorm"))
         ffn_nodes.append(norm_node("post_feedforward_layernorm"))

@@ -22,7 +22,7 @@ from timeline.spec.fields import check_value
 from timeline.spec.model import ALIASES, ModelSpec
 
 SUPPORTED = ("deepseek_v2", "deepseek_v3", "llama", "mistral", "mixtral", "qwen2", "qwen3",
-             "qwen2_moe", "qwen3_moe", "gpt2", "gpt_oss", "opt", "phi3", "granite", "gemma", "gemma2")
+             "qwen2_moe", "qwen3_moe", "gpt2", "gpt_oss", "opt", "phi", "phi3", "granite", "gemma", "gemma2")
 
 #: the modelling class a config's ``architectures`` names → the family it implements, for
 #: configs whose ``model_type`` is a label of their own (Kimi-K2's ``kimi_k2`` runs
@@ -32,7 +32,7 @@ ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
     "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen2MoeForCausalLM": "qwen2_moe",
     "Qwen3MoeForCausalLM": "qwen3_moe", "GPT2LMHeadModel": "gpt2", "GptOssForCausalLM": "gpt_oss",
-    "OPTForCausalLM": "opt", "Phi3ForCausalLM": "phi3", "GraniteForCausalLM": "granite",
+    "OPTForCausalLM": "opt", "PhiForCausalLM": "phi", "Phi3ForCausalLM": "phi3", "GraniteForCausalLM": "granite",
     "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
 }
 
@@ -53,6 +53,12 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "opt": {"norm": "layernorm", "position_embedding": "learned", "attention_bias": True, "linear_bias": True,
             "tie_word_embeddings": True, "hidden_act": "relu"},
     "qwen2": {"attention_bias": True},
+    # models/phi/modeling_phi.py (transformers 4.37+) and vLLM models/phi.py (0.19.0): PhiDecoderLayer's one
+    # input_layernorm (nn.LayerNorm) feeds attention and the MLP side by side (the parallel-residual code fact),
+    # q/k/v and dense with biases, fc1 → gelu_new → fc2 with biases (no gate), final_layernorm, lm_head with a
+    # bias (the head-bias code fact); PhiConfig's defaults for the rest (tie_word_embeddings false)
+    "phi": {"norm": "layernorm", "attention_bias": True, "linear_bias": True, "hidden_act": "gelu_new",
+            "tie_word_embeddings": False},
     # models/gemma/modeling_gemma.py (transformers 4.47): GemmaMLP gates gelu(gate_proj(x)) * up_proj(x) (the
     # gated-GeLU code fact, spec/model.py), lm_head tied to embed_tokens (GemmaConfig tie_word_embeddings=True);
     # the embedding's sqrt(hidden) normalizer is a scalar. Gemma-2 (models/gemma2/modeling_gemma2.py) adds a

@@ -65,7 +65,10 @@ def graph_run(run: ServeRunSpec, num_tokens: int, tp: int = 0) -> RunSpec:
     etp = 1 if par.ep > 1 else moe_tp(run)
     layout = tuple(len(r) for r in pp_layers(run)) if par.pp > 1 else None
     parallel = replace(par, pp=par.pp, vpp=1, sp=False, cp=1, tp=tp or attention_tp(run), etp=etp, layout=layout)
-    return RunSpec(name=run.name, source=run.source, model=run.model, profile="megatron",
+    # an engine's model code has no dropout (vLLM's model classes build no nn.Dropout; the config's rates are
+    # training's): the megatron layer builders would otherwise add a dropout op where a rate is > 0 (Phi, OPT)
+    model = replace(run.model, hidden_dropout=0.0, attention_dropout=0.0)
+    return RunSpec(name=run.name, source=run.source, model=model, profile="megatron",
                    model_source=run.model_source, parallel=parallel,
                    training=TrainingSpec(micro_batch_size=1, seq_len=max(1, num_tokens), dtype=run.serving.dtype),
                    recompute=RecomputeSpec(), schedule=ScheduleSpec(), allocator=run.allocator,

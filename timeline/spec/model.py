@@ -203,6 +203,16 @@ class ModelSpec:
         return self.model_type in CODE_FACTS["sandwich_norms"]
 
     @property
+    def parallel_residual(self) -> bool:
+        """Attention and the MLP both read the one input norm's output; the layer adds both to its input (Phi)."""
+        return self.model_type in CODE_FACTS["parallel_residual"]
+
+    @property
+    def head_bias(self) -> bool:
+        """The output layer has a bias of ``vocab`` elements (Phi's ``lm_head``)."""
+        return self.model_type in CODE_FACTS["head_bias"]
+
+    @property
     def shared_ffn(self) -> int:
         return self.shared_expert_intermediate_size or self.n_shared_experts * self.moe_intermediate_size
 
@@ -274,8 +284,13 @@ CODE_FACTS: dict[str, tuple[str, ...]] = {
     #: around the MLP
     "sandwich_norms": ("gemma2",),
     "gated_gelu": ("gemma", "gemma2"),
-    #: GPT2MLP / OPTDecoderLayer: fc1 → ACT2FN[activation] → fc2 whatever the activation (no gate)
-    "plain_mlp": ("gpt2", "opt"),
+    #: GPT2MLP / OPTDecoderLayer / PhiMLP: fc1 → ACT2FN[activation] → fc2 whatever the activation (no gate)
+    "plain_mlp": ("gpt2", "opt", "phi"),
+    #: PhiDecoderLayer (transformers models/phi/modeling_phi.py; vLLM models/phi.py PhiLayer.forward):
+    #: ``attn_outputs + feed_forward_hidden_states + residual``, both sub-blocks on the one input_layernorm output
+    "parallel_residual": ("phi",),
+    #: PhiForCausalLM: ``lm_head = nn.Linear(hidden, vocab, bias=True)`` (vLLM ``ParallelLMHead(..., bias=True)``)
+    "head_bias": ("phi",),
 }
 
 #: other spellings of ModelSpec fields found in Hugging Face configs and run files

@@ -290,6 +290,12 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
     if m.hidden_act == "relu2" and not (life is not None and life.squared_relu):
         add(("model.hidden_act", '"relu2" (squared ReLU) is modelled by the megatron and hf profiles only'))
 
+    if m.parallel_residual and run.profile == "hf":
+        # transformers models/phi/modeling_phi.py PhiAttention.forward: RoPE on the first partial_rotary_factor of
+        # each head (query_rot / query_pass), then torch.cat back — tensors the hf profile's rope rule has not read
+        add(("profile", "Phi's partial-rotary attention (PhiAttention's rot/pass split and torch.cat) is not "
+             'modelled by the hf profile; use profile = "megatron", or serve the model (timeline serve)'))
+
     # -- framework (read by the megatron profile only) ----------------------------------------
     for key in ("pytorch", "transformer_engine"):
         text = getattr(run.framework, key)

@@ -258,12 +258,21 @@ def rope_inputs(b: Builder) -> dict[str, TensorDef]:
 def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     """Input norm + MHA/GQA; ``x`` is the layer input (sequence-parallel rows); returns the
     output projection's result on the same rows (before dropout and the residual)."""
+    return attend(b, prefix, input_norm(b, prefix, x, layer), layer)
+
+
+def input_norm(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
+    """The layer's ``input_layernorm`` on ``x``."""
+    fused = b.table.fused_norm_linear
+    return norm.forward(b, f"{prefix}.input_layernorm", x, layer, tags=NONE if fused else frozenset({"layernorm"}))
+
+
+def attend(b: Builder, prefix: str, ln: TensorDef, layer: int) -> TensorDef:
+    """MHA/GQA on the input norm's output ``ln``; returns the output projection's result."""
     m = b.model
     p = f"{prefix}.self_attn"
     hd = m.attn_head_dim
     nq, nkv = local_heads(b.params, p, hd)
-    fused = b.table.fused_norm_linear
-    ln = norm.forward(b, f"{prefix}.input_layernorm", x, layer, tags=NONE if fused else frozenset({"layernorm"}))
     full = sp_gather(b, f"{p}.linear_qkv", ln, layer)
     rows = full.shape[0]
     f = 2.0 * rows * m.hidden_size * (nq + 2 * nkv) * hd

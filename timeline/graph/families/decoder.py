@@ -32,6 +32,8 @@ def forward(b: Builder, layer: int, prefix: str, x: TensorDef, *, moe: bool) -> 
     if kind in "-E":
         return ffn(b, layer, prefix, x, moe=moe)
     start = len(b.ops)
+    if b.model.parallel_residual:
+        return _parallel(b, layer, prefix, x)
     a = (mla.forward if b.model.is_mla else attention.forward)(b, prefix, x, layer)
     if b.model.sandwich_norms:  # Gemma2DecoderLayer: post_attention_layernorm(attention output), then the add
         a = norm.forward(b, f"{prefix}.post_attention_layernorm", a, layer)
@@ -43,6 +45,22 @@ def forward(b: Builder, layer: int, prefix: str, x: TensorDef, *, moe: bool) -> 
     h = add(b, f"{prefix}.attn_residual", a, x, layer)
     _tag(b, start, "sub:attn")
     return ffn(b, layer, prefix, h, moe=moe)
+
+
+def _parallel(b: Builder, layer: int, prefix: str, x: TensorDef) -> TensorDef:
+    """Phi's layer (transformers ``PhiDecoderLayer.forward``, vLLM ``PhiLayer.forward``): one input norm,
+    attention and the dense MLP on its output, each through its residual dropout, then ``attn + mlp +
+    residual`` as two adds (the first sum a temporary)."""
+    start = len(b.ops)
+    ln = attention.input_norm(b, prefix, x, layer)
+    a = dropout(b, f"{prefix}.self_attn.dropout", attention.attend(b, prefix, ln, layer), layer)
+    _tag(b, start, "sub:attn")
+    start = len(b.ops)
+    f = dropout(b, f"{prefix}.mlp.dropout", mlp.project(b, prefix, ln, layer), layer)
+    s = add(b, f"{prefix}.parallel_sum", a, f, layer)
+    out = add(b, f"{prefix}.mlp_residual", s, x, layer, out=f"{prefix}.output")
+    _tag(b, start, "sub:ffn")
+    return out
 
 
 def ffn(b: Builder, layer: int, prefix: str, h: TensorDef, *, moe: bool) -> TensorDef:

@@ -32,8 +32,11 @@ def final_norm_params(ctx: BuildCtx) -> list[TensorDef]:
 def params(ctx: BuildCtx, *, shares_embedding: bool) -> list[TensorDef]:
     if ctx.model.tie_word_embeddings and shares_embedding:
         return []
-    return [param("output_layer.weight", (ctx.padded_vocab, ctx.model.hidden_size), module="head",
-                  dtype=ctx.dtype, split=ctx.tp)]
+    out = [param("output_layer.weight", (ctx.padded_vocab, ctx.model.hidden_size), module="head",
+                 dtype=ctx.dtype, split=ctx.tp)]
+    if ctx.model.head_bias:  # Phi's lm_head (added inside the GEMM: no tensor of its own)
+        out.append(param("output_layer.bias", (ctx.padded_vocab,), module="head", dtype=ctx.dtype, split=ctx.tp))
+    return out
 
 
 def local_vocab(params: Mapping[str, TensorDef]) -> int:

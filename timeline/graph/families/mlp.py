@@ -120,10 +120,16 @@ def pre_norm(m: Any) -> str:
 
 def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     """Pre-MLP norm and the dense MLP on the layer's residual stream ``x``."""
-    m = b.model
     fused = b.table.fused_norm_linear
-    ln = norm.forward(b, f"{prefix}.{pre_norm(m)}", x, layer,
+    ln = norm.forward(b, f"{prefix}.{pre_norm(b.model)}", x, layer,
               tags=MLP if fused else frozenset({"layernorm"}))
+    return project(b, prefix, ln, layer)
+
+
+def project(b: Builder, prefix: str, ln: TensorDef, layer: int) -> TensorDef:
+    """The dense MLP on already normalised rows ``ln`` (its own pre-norm's output, or the input norm's in a
+    parallel-residual layer)."""
+    m = b.model
     p = f"{prefix}.mlp"
     ffn = local_ffn(b.params, p)
     if m.gated_mlp and b.table.split_gate_up:
