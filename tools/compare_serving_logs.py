@@ -93,7 +93,7 @@ def run_text(rec: dict, before: bool) -> str:
     nt = rec["measured"].get("non_torch_gib")
     if nt is not None and before:  # round 1 took the printed non-torch memory as an input
         sv.append(f"non_torch_gib = {nt}")
-    if rec.get("dtype") in ("bf16", "fp16"):
+    if rec.get("dtype") in ("bf16", "fp16", "fp32"):
         sv.append(f'dtype = "{rec["dtype"]}"')
     if before and rec.get("quantization") in HAND_FORMAT:
         sv.append(HAND_FORMAT[rec["quantization"]].strip())

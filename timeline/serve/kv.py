@@ -21,7 +21,7 @@ from timeline.spec.model import ModelSpec
 
 #: vLLM ``MLAAttentionSpec.real_page_size_bytes``: ``block_size * 656`` for ``fp8_ds_mla``
 FP8_DS_MLA_BYTES_PER_TOKEN = 656
-_BYTES = {"auto": 0, "bf16": 2, "fp16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+_BYTES = {"auto": 0, "fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
 def kv_element_bytes(kv_cache_dtype: str, model_dtype: str) -> int:

@@ -67,6 +67,12 @@ def moe_workspace_bytes(run: ServeRunSpec, tokens: int, inter: int) -> int:
     return _cdiv(ws13, 256) * 256 + _cdiv(ws2, 256) * 256
 
 
+def fp32_copy_bytes(run: ServeRunSpec, elements: int) -> int:
+    """Bytes of ``Sampler.forward``'s ``logits.to(torch.float32)`` over ``elements`` logits: none when the model
+    runs in fp32 (``Tensor.to`` returns the tensor itself when the dtype already matches)."""
+    return 0 if run.serving.dtype == "fp32" else elements * 4
+
+
 def triton_sampler(run: ServeRunSpec, num_reqs: int, padded_vocab: int) -> tuple[list[tuple[str, int]], int]:
     """(the sampler's buffers alive at its peak as (name, bytes), the kept Triton buffer's bytes) for
     ``num_reqs`` dummy rows; ``padded_vocab`` is the LM head's padded vocabulary (all ranks' slices:
@@ -76,7 +82,8 @@ def triton_sampler(run: ServeRunSpec, num_reqs: int, padded_vocab: int) -> tuple
     n, vocab = num_reqs, m.vocab_size
     bufs = [("sampler.last_hidden_states", n * m.hidden_size * act), ("sampler.rand_hidden", n * m.hidden_size * act),
             ("sampler.logits", n * padded_vocab * act),
-            ("sampler.logits_fp32", n * vocab * 4), ("sampler.probs", n * vocab * 4), ("sampler.exp_noise", n * vocab * 4)]
+            ("sampler.logits_fp32", fp32_copy_bytes(run, n * vocab)), ("sampler.probs", n * vocab * 4),
+            ("sampler.exp_noise", n * vocab * 4)]
     sms = SM_COUNTS.get(run.hardware.gpu, 0)
     if n < TRITON_MIN_ROWS or not sms:
         return bufs, 0
@@ -92,5 +99,5 @@ def flashinfer_sampler(run: ServeRunSpec, num_reqs: int, padded_vocab: int) -> l
     act = DTYPE_BYTES[run.serving.dtype]
     n, vocab = num_reqs, m.vocab_size
     return [("sampler.last_hidden_states", n * m.hidden_size * act), ("sampler.rand_hidden", n * m.hidden_size * act),
-            ("sampler.logits", n * padded_vocab * act), ("sampler.logits_fp32", n * vocab * 4),
+            ("sampler.logits", n * padded_vocab * act), ("sampler.logits_fp32", fp32_copy_bytes(run, n * vocab)),
             ("sampler.flashinfer_masked_logits", n * vocab * 4), ("sampler.probs", n * vocab * 4)]

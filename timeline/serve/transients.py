@@ -16,6 +16,7 @@ from timeline.alloc.caching import CachingAllocator
 from timeline.alloc.config import AllocatorConfig
 from timeline.graph.ir import FOp
 from timeline.graph.tensors import DTYPE_BYTES
+from timeline.serve.profile_run import fp32_copy_bytes
 from timeline.spec.serving import ServeRunSpec
 
 
@@ -62,9 +63,10 @@ def sampler_tensors(run: ServeRunSpec, num_reqs: int, *, profile: bool = False,
     full = n * act if tp > 1 else 0
     if profile and model_dtype_sort:  # vLLM ≤ 0.5: no fp32 copy, the sort's keys in the model dtype
         return [local, full, 0, n * act, n * 8, n * 8, n * (act + 8)]
+    copy = fp32_copy_bytes(run, n)  # none under an fp32 model: the cast returns the logits themselves
     if profile:
-        return [local, full, n * 4, n * 4, n * 8, n * 8, n * (4 + 8)]
-    return [local, full, n * 4, n * 4, n * 4, 0, 0]
+        return [local, full, copy, n * 4, n * 8, n * 8, n * (4 + 8)]
+    return [local, full, copy, n * 4, n * 4, 0, 0]
 
 
 def step_transients(ops: list[FOp], extra: Sequence[int] = (), *, extra_names: Sequence[str] = (),

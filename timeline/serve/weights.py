@@ -85,7 +85,7 @@ def weight_bytes(run: ServeRunSpec, params: list[TensorDef]) -> WeightBytes:
         if sv.weight_dtype not in ("bf16", "fp16") and is_quantized(t):
             q += quantized_bytes(t.shape, sv.weight_dtype, sv.quant_group_size)
         elif t.dtype in ("bf16", "fp16") and sv.weight_dtype in ("bf16", "fp16"):
-            d_bytes = t.numel * DTYPE_BYTES[sv.weight_dtype]
+            d_bytes = t.numel * DTYPE_BYTES[sv.dtype]
             if is_quantized(t):
                 q += d_bytes
             else:

@@ -51,7 +51,8 @@ class ServingSpec:
     quant_group_size: int = spec_field(128, nonneg=True, maximum=2**16, doc="elements per scale (fp8: 0 = "
                                        "one scale per output channel)")
     kv_cache_dtype: str = spec_field("auto", choices=KV_CACHE_DTYPES)
-    dtype: str = spec_field("bf16", choices=("bf16", "fp16"), doc="activations and unquantized weights")
+    dtype: str = spec_field("bf16", choices=("bf16", "fp16", "fp32"), doc="activations and unquantized weights "
+                            "(the engine's --dtype; fp32 also keeps the KV cache in fp32 under kv_cache_dtype auto)")
     non_torch_gib: float | None = spec_field(None, nonneg=True, maximum=2.0**20,
                                              doc="CUDA context, NCCL and cuBLAS outside PyTorch's allocator "
                                              "(default: the published measurement, timeline.serve.non_torch)")
