@@ -141,6 +141,15 @@ REACHED = {
     "vllm-llmd-microsoft-phi-2-tp1-2048": [("weights", -0.0023, 0.001),
                                            ("activation", -0.0012, 0.005),
                                            ("kv", 0.0001, 0.002)],
+    # Mistral-Small-3.1 W8A8 (round 6, vision-language): the int8 language model beside the bf16 Pixtral tower and
+    # projector; the encoder profile (2 images of 1540², one dense [S, S] mask) holds tp 1's peak in a vision MLP,
+    # 0.12 GiB under the printed one (open); at tp 2 the sampler's peak over the kept encoder outputs
+    "vllm-llmd-w8a8-mistral-small-24b-tp1-8192": [("weights", -0.0001, 0.001),
+                                                  ("activation", -0.0532, 0.01),
+                                                  ("kv", 0.0025, 0.002)],
+    "vllm-llmd-w8a8-mistral-small-24b-tp2pp1dp1-8192": [("weights", -0.0044, 0.002),
+                                                        ("activation", 0.0119, 0.005),
+                                                        ("kv", 0.0005, 0.002)],
     "vllm-llmd-qwen-qwen2-5-7b-instruct-tp1-2048": [("weights", -0.004, 0.001),
                                                     ("activation", -0.0024, 0.005),
                                                     ("kv", 0.0008, 0.002)],
@@ -224,7 +233,7 @@ def test_calibration_record_errors(rid, tmp_path):
 def test_calibration_starts_and_refusals(tmp_path):
     built = [TOOL.compare(r, tmp_path, False) for r in RECORDS.values() if r["side"] == "calibration"]
     compared = [r for r in built if not r.refused]
-    assert len(compared) == 55 and len(built) == 66
+    assert len(compared) == 57 and len(built) == 66
     assert set(REACHED) <= {r.rec["id"] for r in compared}
     assert {r.rec["id"] for r in compared if not r.cells["start"].startswith("ok")} == START_DIFFERS
 

@@ -105,7 +105,9 @@ def print_summary(res: ServeResult) -> None:
     s = summary(res)
     dev, rq = s["devices"][0], s["requests"]
     con.print(f"{res.run.name}: {b.engine} budget per device (GiB): total {gib(b.total_bytes)}, requested "
-              f"{gib(b.requested_bytes)}, weights {gib(b.weights_bytes)}, non-torch {gib(b.non_torch_bytes)}, "
+              f"{gib(b.requested_bytes)}, weights {gib(b.weights_bytes)}"
+              + (f" (vision tower and projector {gib(b.vision_weights_bytes)})" if b.vision_weights_bytes else "")
+              + f", non-torch {gib(b.non_torch_bytes)}, "
               f"activation peak {gib(b.activation_peak_bytes)}, KV pool {gib(b.kv_pool_bytes)} "
               f"({b.num_kv_blocks:,} blocks of {b.block_size} tokens × {b.kv_bytes_per_token:,} B/token); "
               f"CUDA-graph pool {gib(b.cuda_graph_bytes)} (not subtracted by the engine)")

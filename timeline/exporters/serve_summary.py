@@ -55,7 +55,8 @@ def device_row(res: ServeResult, b: Budget, peaks: tuple[int, int, float], extra
                    "weights_bytes": b.weights_bytes, "non_torch_bytes": b.non_torch_bytes,
                    "activation_peak_bytes": b.activation_peak_bytes, "cuda_graph_bytes": b.cuda_graph_bytes,
                    "cuda_graph_subtracted": b.cuda_graph_subtracted, "kv_pool_bytes": b.kv_pool_bytes,
-                   "req_to_token_bytes": b.req_to_token_bytes},
+                   "req_to_token_bytes": b.req_to_token_bytes,
+                   **({"vision_weights_bytes": b.vision_weights_bytes} if b.vision_weights_bytes else {})},
         # hf has no pool: its cache grows until the device is full (null here)
         "max_concurrency_at_max_model_len": (b.num_kv_blocks // blocks_per_max if blocks_per_max else 0)
         if b.engine != "hf" else None,

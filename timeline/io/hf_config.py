@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from timeline.errors import UserError
+from timeline.io.hf_vision import is_vision_language, split_vision
 from timeline.io.text import read_user_text
 from timeline.spec.fields import check_value
 from timeline.spec.model import ALIASES, ModelSpec
@@ -217,8 +218,8 @@ def _gpt_oss(cfg: dict[str, Any], values: dict[str, Any], notes: list[str] | Non
                      "memory holds the weights in [training] dtype")
 
 
-def read_hf_config(path: Path, notes: list[str] | None = None) -> ModelSpec:
-    """Read ``path`` (a Hugging Face config.json); ``notes`` as in :func:`model_from_hf_dict`."""
+def load_config_json(path: Path) -> dict[str, Any]:
+    """The JSON object of ``path`` (a Hugging Face config.json), or a UserError naming the file."""
     text = read_user_text(Path(path), "a Hugging Face config.json")
     try:
         cfg = json.loads(text)
@@ -226,6 +227,27 @@ def read_hf_config(path: Path, notes: list[str] | None = None) -> ModelSpec:
         raise UserError(f"{path}: not a JSON config ({exc})") from None
     if not isinstance(cfg, dict):
         raise UserError(f"{path}: expected a JSON object")
+    return cfg
+
+
+def read_hf_config(path: Path, notes: list[str] | None = None, *, vision: bool = False) -> ModelSpec:
+    """Read ``path`` (a Hugging Face config.json); ``notes`` as in :func:`model_from_hf_dict`. A
+    vision-language checkpoint is read as its language model where ``vision`` (serving, which models the
+    tower: :func:`timeline.io.hf_vision.split_vision`); elsewhere it is refused."""
+    cfg = load_config_json(path)
+    if is_vision_language(cfg):
+        if not vision:
+            classes = cfg.get("architectures") or [cfg.get("model_type")]
+            raise UserError(f"{path}: a vision-language checkpoint ({', '.join(map(str, classes))}); "
+                            "training memory of its vision tower is not modelled — `timeline serve` models it, or "
+                            "point hf_config at a file holding its text_config for the language model alone")
+        try:
+            cfg, _ = split_vision(cfg)
+        except UserError as exc:
+            raise UserError(f"{path}: {exc}") from None
+        if notes is not None:
+            notes.append("vision-language checkpoint: its text_config is the language model, its vision tower and "
+                         "projector are served beside it")
     check_hf_config(cfg, str(path))
     try:
         return model_from_hf_dict(cfg, name=Path(path).parent.name or Path(path).stem, notes=notes)

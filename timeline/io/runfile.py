@@ -93,8 +93,9 @@ def read_toml(path: Path) -> dict[str, Any]:
 
 def _resolve_model(data: dict[str, Any], base: Path, problems: list,
                    traces: list[CapturedTrace] | None = None,
-                   notes: list[str] | None = None) -> tuple[ModelSpec | None, str, str]:
-    """(model, profile, source) of a [model] section; a trace it reads is appended to ``traces``."""
+                   notes: list[str] | None = None, *, vision: bool = False) -> tuple[ModelSpec | None, str, str]:
+    """(model, profile, source) of a [model] section; a trace it reads is appended to ``traces``;
+    ``vision``: a vision-language hf_config is read as its language model (serving)."""
     sources = [k for k in ("preset", "hf_config", "trace") if k in data]
     profile = data.get("profile", "megatron")
     if not isinstance(profile, str) or profile not in PROFILES:
@@ -118,7 +119,7 @@ def _resolve_model(data: dict[str, Any], base: Path, problems: list,
     elif kind == "hf_config":
         path = (base / value).resolve()
         try:
-            model = read_hf_config(path, notes)
+            model = read_hf_config(path, notes, vision=vision)
         except UserError as exc:
             problems.append(("model.hf_config", str(exc)))
             return None, profile, source

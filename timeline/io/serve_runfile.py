@@ -16,6 +16,7 @@ from typing import Any
 
 from timeline.errors import SpecError, UserError
 from timeline.io.hf_quant import read_quantization
+from timeline.io.hf_vision import is_vision_language, split_vision
 from timeline.io.requests_csv import read_requests
 from timeline.io.runfile import NAME_RE, _resolve_model, default_name, parse_override, read_toml
 from timeline.spec.engine_versions import sglang_mem_fraction_static, version_problem, vllm_scheduler_defaults
@@ -25,6 +26,7 @@ from timeline.spec.quant import CheckpointQuant
 from timeline.spec.run import AllocatorSpec, HardwareSpec, ParallelSpec
 from timeline.spec.serve_validate import serve_problems
 from timeline.spec.serving import DistSpec, LoadSpec, ServeRunSpec, ServingSpec
+from timeline.spec.vision import VisionSpec
 
 SECTIONS = ("model", "parallel", "hardware", "allocator", "serving")
 TRAINING_ONLY = ("training", "recompute", "schedule")
@@ -51,6 +53,15 @@ def _load(values: dict[str, Any], problems: list[tuple[str, str]]) -> LoadSpec |
     if spec is None or len(problems) > before:
         return None
     return replace(spec, **dists)
+
+
+def _checkpoint_vision(model_data: Any, base: Path) -> VisionSpec | None:
+    """The hf_config's vision tower (:func:`timeline.io.hf_vision.split_vision`), None for a language model;
+    the model was read already, so the file is a readable, modelled config here."""
+    if not isinstance(model_data, dict) or not isinstance(model_data.get("hf_config"), str):
+        return None
+    cfg = json.loads((base / model_data["hf_config"]).read_text())
+    return split_vision(cfg)[1] if isinstance(cfg, dict) and is_vision_language(cfg) else None
 
 
 def _checkpoint_quant(model_data: Any, base: Path, sv: dict[str, Any],
@@ -148,7 +159,7 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
             problems.append(("model.trace", "serving reads preset or hf_config models; a captured trace "
                              "is a training step"))
         else:
-            model, _, model_source = _resolve_model(model_data, base, problems, None, notes)
+            model, _, model_source = _resolve_model(model_data, base, problems, None, notes, vision=True)
 
     def table(name: str) -> dict[str, Any]:
         v = data.get(name, {})
@@ -176,6 +187,7 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     sv_values = table("serving")
     load_values = sv_values.pop("load", None)
     quant = _checkpoint_quant(data.get("model"), base, sv_values, problems)
+    vision = _checkpoint_vision(data.get("model"), base) if model is not None else None
     if model is not None and hardware is not None:
         _version_defaults(sv_values, model.max_position_embeddings, hardware.capacity_gib, str(gpu))
         _sglang_defaults(sv_values, str(gpu), par_values.get("tp", 1), par_values.get("pp", 1))
@@ -206,7 +218,7 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     assert model is not None  # a missing model is one of the problems above
     run = ServeRunSpec(name=name, source=str(path.resolve()), model=model, model_source=model_source,
                        parallel=parallel, hardware=hardware, allocator=allocator, serving=serving, load=load,
-                       requests=requests, notes=tuple(notes), quant=quant)
+                       requests=requests, notes=tuple(notes), quant=quant, vision=vision)
     problems = serve_problems(run)
     if problems:
         raise SpecError(problems, source)

@@ -63,6 +63,7 @@ from timeline.serve.transients import (
     sampler_tensors,
     step_transients,
 )
+from timeline.serve.vision import built, vision_weight_bytes, with_encoder_profile
 from timeline.serve.weights import weight_bytes
 from timeline.spec.engine_versions import (
     is_v1,
@@ -97,6 +98,7 @@ class Budget:
     req_to_token_bytes: int  # SGLang's request → token table
     failure: str  # "" or the engine's refusal ("no memory for cache blocks")
     worker_kv_blocks: int = 0  # this worker's own block count, before the minimum over workers
+    vision_weights_bytes: int = 0  # of weights_bytes: a vision-language checkpoint's tower and projector
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -164,8 +166,15 @@ def profile_transients(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Step
         bufs, kept_buffer = triton_sampler(run, reqs, padded_vocab(run.model.vocab_size))
         first.append(("sampler.triton_buffer", kept_buffer))
     ops = step_ops(run, tokens, stage, moe_tokens, kept_moe_workspace=kept_moe)
+    tower = built(run)
+    if tower is not None and stage == 0:
+        # a multimodal model's dummy step reads the runner's inputs_embeds buffer (gpu_model_runner.py
+        # _prepare_mm_inputs): no embedding lookup
+        ops = [op for op in ops if op.name != "embedding"]
     holds = eager_holds(ops) if sv.enforce_eager else None
-    return step_transients(ops, [b for _, b in bufs], extra_names=[n for n, _ in bufs], first=first, holds=holds)
+    step = step_transients(ops, [b for _, b in bufs], extra_names=[n for n, _ in bufs], first=first, holds=holds)
+    # the encoder runs first: of the kept buffers only PyTorch's cuBLAS workspace (its first GEMM) exists by then
+    return step if tower is None else with_encoder_profile(run, step, 1)
 
 
 def weight_blocks(run: ServeRunSpec, stage: int, weights: int) -> list[int]:
@@ -197,7 +206,9 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
     sv, hw, m = run.serving, run.hardware, run.model
     total = int(hw.capacity_gib * GIB)
     rope = rope_cache_bytes(run) if sv.engine == "vllm" else 0
-    weights = weight_bytes(run, device_params(run, stage)).total_bytes + rope
+    # a vision-language checkpoint's tower and projector sit beside every stage's layers (timeline.serve.vision)
+    vision = vision_weight_bytes(run)
+    weights = weight_bytes(run, device_params(run, stage)).total_bytes + rope + vision
     activation = 0  # generate has no profile run
     reserved = vllm_reserved_profile(sv.engine_version) if sv.engine == "vllm" else ""
     if reserved:
@@ -261,4 +272,5 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
                   non_torch_bytes=non_torch, activation_peak_bytes=activation, cuda_graph_bytes=cuda_graph,
                   cuda_graph_subtracted=False, kv_pool_bytes=max(0, kv_pool), kv_bytes_per_token=per_token,
                   kv_bytes_per_token_layer=per_layer, kv_layers=layers, kv_layout=layout, block_size=bs,
-                  num_kv_blocks=max(0, blocks), worker_kv_blocks=max(0, blocks), req_to_token_bytes=req_to_token, failure=failure)
+                  num_kv_blocks=max(0, blocks), worker_kv_blocks=max(0, blocks), req_to_token_bytes=req_to_token, failure=failure,
+                  vision_weights_bytes=vision)

@@ -119,7 +119,7 @@ def step_transients(ops: list[FOp], extra: Sequence[int] = (), *, extra_names: S
         sizes.append(size)
         plan.append((size, -1))
     plan += [(0, j) for j in dies.pop(len(ops), [])]
-    return StepTransients(plan=tuple(plan), requested_peak_bytes=_requested_peak(plan, sizes), names=tuple(names))
+    return StepTransients(plan=tuple(plan), requested_peak_bytes=requested_peak(plan, sizes), names=tuple(names))
 
 
 def eager_holds(ops: Sequence[FOp]) -> dict[str, int]:
@@ -180,10 +180,10 @@ def step_transients_affine(one: StepTransients, per_token: Sequence[int], per_mo
             plan.append((size, -1))
         else:
             plan.append((0, j))
-    return StepTransients(plan=tuple(plan), requested_peak_bytes=_requested_peak(plan, sizes), names=one.names)
+    return StepTransients(plan=tuple(plan), requested_peak_bytes=requested_peak(plan, sizes), names=one.names)
 
 
-def _requested_peak(plan: Sequence[tuple[int, int]], sizes: Sequence[int]) -> int:
+def requested_peak(plan: Sequence[tuple[int, int]], sizes: Sequence[int]) -> int:
     """The most bytes live at once when ``plan`` (size, −1 = alloc | 0, j = free of alloc j) plays out."""
     live = peak = 0
     for size, j in plan:

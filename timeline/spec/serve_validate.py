@@ -72,6 +72,16 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
     if sv.flashinfer_sampler and (sv.engine != "vllm" or not is_v1(sv.engine_version)):
         add(("serving.flashinfer_sampler", "FlashInfer's top-k/top-p sampler is modelled for vLLM's V1 engine "
              '(engine = "vllm", engine_version 0.8 or later); set it to false'))
+    v = run.vision
+    if v is not None and sv.limit_mm_per_prompt > 0:
+        if sv.engine != "vllm" or not is_v1(sv.engine_version):
+            add(("serving.engine", f"a vision-language checkpoint ({v.architecture}) is modelled for vLLM's V1 engine "
+                 "(its encoder profile, read at 0.19.0); set serving.limit_mm_per_prompt = 0 to serve the language "
+                 "model alone"))
+        for name, size in (("num_attention_heads", v.num_attention_heads), ("intermediate_size", v.intermediate_size),
+                           ("text hidden_size", v.text_hidden_size)):
+            if size % par.tp:
+                add(("parallel.tp", f"{par.tp} does not divide the vision tower's {name}={size}"))
     allowed = KV_DTYPES_BY_ENGINE[sv.engine]
     if sv.kv_cache_dtype not in allowed:
         add(("serving.kv_cache_dtype", f"{sv.kv_cache_dtype!r} is not accepted by {sv.engine}; use one of "

@@ -15,6 +15,7 @@ from timeline.spec.fields import spec_field
 from timeline.spec.model import ModelSpec
 from timeline.spec.quant import CheckpointQuant
 from timeline.spec.run import AllocatorSpec, HardwareSpec, ParallelSpec
+from timeline.spec.vision import VisionSpec
 
 ENGINES = ("vllm", "sglang", "hf")
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4")
@@ -53,6 +54,9 @@ class ServingSpec:
     kv_cache_dtype: str = spec_field("auto", choices=KV_CACHE_DTYPES)
     dtype: str = spec_field("bf16", choices=("bf16", "fp16", "fp32"), doc="activations and unquantized weights "
                             "(the engine's --dtype; fp32 also keeps the KV cache in fp32 under kv_cache_dtype auto)")
+    limit_mm_per_prompt: int = spec_field(999, nonneg=True, maximum=2**20, doc=(
+        "images a prompt may carry (vLLM --limit-mm-per-prompt '{\"image\": N}', default 999); 0 serves a "
+        "vision-language checkpoint's language model only: its vision tower is neither built nor profiled"))
     non_torch_gib: float | None = spec_field(None, nonneg=True, maximum=2.0**20,
                                              doc="CUDA context, NCCL and cuBLAS outside PyTorch's allocator "
                                              "(default: the published measurement, timeline.serve.non_torch)")
@@ -111,6 +115,7 @@ class ServeRunSpec:
     requests: tuple[Request, ...] = field(default=(), compare=False, repr=False)
     notes: tuple[str, ...] = field(default=(), compare=False, repr=False)
     quant: CheckpointQuant | None = None  # the checkpoint's quantization_config (hf_config models)
+    vision: VisionSpec | None = None  # a vision-language checkpoint's vision tower and projector
 
     @property
     def max_model_len(self) -> int:

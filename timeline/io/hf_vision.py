@@ -1,0 +1,71 @@
+"""Vision-language checkpoints: split a ``config.json`` into its language model's config and a
+:class:`~timeline.spec.vision.VisionSpec`.
+
+A config with a ``vision_config`` is a vision-language checkpoint. Mistral-3 (``model_type`` ``mistral3``,
+``Mistral3ForConditionalGeneration``) is read as transformers' ``Mistral3Config`` and vLLM's
+``Mistral3ForConditionalGeneration`` (``vllm/model_executor/models/mistral3.py``, 0.19.0) read it:
+``text_config`` is the language model, ``vision_config`` the Pixtral tower (``PixtralVisionConfig``'s defaults
+where a key is missing), ``spatial_merge_size`` (default 2) and ``multimodal_projector_bias`` (default false) the
+projector; ``vision_feature_layer`` −1
+builds every vision layer. The top-level ``quantization_config`` stays with the checkpoint (its ``ignore``
+list says which vision modules are quantized). Any other vision-language family is refused by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from timeline.errors import UserError
+from timeline.spec.vision import VisionSpec
+
+#: the classes read (config.json ``architectures`` / ``model_type``) → the vision tower's kind
+VISION_LANGUAGE = {"Mistral3ForConditionalGeneration": "pixtral", "mistral3": "pixtral"}
+
+
+def is_vision_language(cfg: dict[str, Any]) -> bool:
+    """A checkpoint with a vision tower (a ``vision_config``)."""
+    return isinstance(cfg.get("vision_config"), dict)
+
+
+def _kind(cfg: dict[str, Any]) -> str:
+    raw = cfg.get("architectures")
+    archs: list[Any] = raw if isinstance(raw, list) else []
+    for name in [*archs, cfg.get("model_type")]:
+        if isinstance(name, str) and name in VISION_LANGUAGE:
+            return VISION_LANGUAGE[name]
+    label = ", ".join(map(str, archs)) or str(cfg.get("model_type"))
+    raise UserError(f"vision-language checkpoint {label} is not modelled (its vision tower and its encoder "
+                    "profile); modelled: Mistral3ForConditionalGeneration (Mistral-Small-3.1/3.2, Pixtral)")
+
+
+def split_vision(cfg: dict[str, Any]) -> tuple[dict[str, Any], VisionSpec]:
+    """(the language model's config, the vision tower) of a vision-language ``cfg``."""
+    kind = _kind(cfg)
+    text, vision = cfg.get("text_config"), cfg["vision_config"]
+    if not isinstance(text, dict):
+        raise UserError("a vision-language config.json without a text_config object")
+    layer = cfg.get("vision_feature_layer", -1)
+    layers = int(vision.get("num_hidden_layers", 24))
+    if not isinstance(layer, int) or not -layers <= layer < layers:
+        raise UserError(f"vision_feature_layer {layer!r} is not modelled: one layer index of the vision tower "
+                        "(a list of layers is not modelled)")
+    # mistral3.py _get_num_hidden_layers: the tower is built up to the deepest feature layer
+    built = layers + layer + 1 if layer < 0 else layer + 1
+    text = dict(text)
+    text.setdefault("model_type", "mistral")
+    try:
+        spec = VisionSpec(kind=kind, architecture=str((cfg.get("architectures") or [""])[0]),
+                          hidden_size=int(vision.get("hidden_size", 1024)), num_hidden_layers=built,
+                          num_attention_heads=int(vision.get("num_attention_heads", 16)),
+                          intermediate_size=int(vision.get("intermediate_size", 4096)),
+                          patch_size=int(vision.get("patch_size", 16)), image_size=int(vision.get("image_size", 1024)),
+                          num_channels=int(vision.get("num_channels", 3)),
+                          spatial_merge_size=int(cfg.get("spatial_merge_size", 2)),
+                          text_hidden_size=int(text.get("hidden_size", 4096)),
+                          projector_bias=bool(cfg.get("multimodal_projector_bias", False)))
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"vision_config: {exc}") from None
+    if spec.hidden_size % spec.num_attention_heads:
+        raise UserError(f"vision_config: hidden_size {spec.hidden_size} is not a multiple of num_attention_heads "
+                        f"{spec.num_attention_heads}")
+    return text, spec
