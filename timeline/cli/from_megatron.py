@@ -4,6 +4,7 @@ its own arguments (a functional test's ``model_config.yaml`` or a launch script'
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
@@ -17,21 +18,25 @@ DESCRIPTION = """\
 Read Megatron-LM's arguments and write the run file that simulates that job (stdout without -o).
 CONFIG is YAML when it ends in .yaml/.yml — MODEL_ARGS (keys with or without the leading --;
 true = a bare flag, false = absent) and optional ENV_VARS, the format of Megatron-LM's functional
-tests — and otherwise an argument list as a launch script passes it to pretrain_gpt.py (several per
-line, \\ continuations, # comments). Absent arguments take Megatron's command-line defaults; every
+tests — a bash launch script (variables, arrays of arguments, ${ARR[@]}, ${X:-default}, $((…)), if blocks on
+[ … ] tests; read, never run: the torchrun … pretrain_gpt.py command's arguments, its nproc_per_node × nnodes
+as the world size) — or an argument list as a launch script passes it to pretrain_gpt.py (several per line,
+\\ continuations, # comments). Absent arguments take Megatron's command-line defaults; every
 argument is mapped to a run-file key, listed as memory-neutral in the file's header, or refused
 with one line naming it.
 
 examples:
   timeline from-megatron tests/functional_tests/test_cases/gpt/gpt3_mcore_te_tp2_pp2/model_config.yaml --world-size 8
   timeline from-megatron train_args.txt --world-size 64 --gpu h100 -o job.toml && timeline simulate job.toml
+  timeline from-megatron examples/mixtral/train_mixtral_8x7b_distributed.sh --world-size 64 -o mixtral.toml
 """
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", metavar="CONFIG", help="model_config.yaml, or a file of pretrain_gpt.py arguments")
-    parser.add_argument("--world-size", type=positive, required=True, metavar="N",
-                        help="GPUs of the job (dp = N / (tp·pp·cp))")
+    parser.add_argument("--world-size", type=positive, metavar="N",
+                        help="GPUs of the job (dp = N / (tp·pp·cp)); a launch script's torchrun --nproc_per_node × "
+                             "--nnodes when it gives both")
     parser.add_argument("--gpu", default="h100", choices=list(GPUS), help="GPU kind (default h100)")
     parser.add_argument("--megatron-core", metavar="X.Y.Z",
                         help="Megatron-Core version the job ran (megatron/core/package_info.py; default 0.14.0); "
@@ -67,10 +72,17 @@ def run(args: argparse.Namespace) -> int:
     if out is not None and out.exists() and not args.force:
         raise UserError(f"{out} exists; pass --force to replace it")
     margs = read_megatron_config(path)
-    conv = convert(margs, world_size=args.world_size, gpu=args.gpu, te_version=args.te_version,
+    world_size = args.world_size or margs.world_size
+    if world_size is None:
+        raise UserError("--world-size N is needed: give the job's GPU count (its launcher's nproc_per_node × nnodes "
+                        f"is not in {path})")
+    if args.world_size and margs.world_size and args.world_size != margs.world_size:
+        print(f"note: --world-size {args.world_size} replaces the script's torchrun {margs.world_size}",
+              file=sys.stderr)
+    conv = convert(margs, world_size=world_size, gpu=args.gpu, te_version=args.te_version,
                    pytorch_version=args.pytorch_version, megatron_core=args.megatron_core, resumed=args.resumed,
                    optimizer_impl=args.optimizer_impl)
-    text = run_file_text(conv, name=args.name or default_name(path), source=str(path), world_size=args.world_size)
+    text = run_file_text(conv, name=args.name or default_name(path), source=str(path), world_size=world_size)
     if out is None:
         with tempfile.TemporaryDirectory() as folder:  # what is printed must load as it stands
             check = Path(folder) / "run.toml"

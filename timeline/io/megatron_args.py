@@ -39,6 +39,7 @@ class MegatronArgs:
     family: str | None = None
     family_source: str = ""
     mode: str | None = None
+    world_size: int | None = None  # a launch script's torchrun --nproc_per_node × --nnodes
 
 
 #: arguments written in a grammar that has no quote, backslash or ``$`` of its own, so any left in
@@ -187,8 +188,15 @@ def parse_arg_list(text: str, path: Path | str = "<arguments>") -> MegatronArgs:
             words += shlex.split(ansi_c_quotes(line), comments=True)
     except ValueError as exc:
         raise UserError(f"{path}: cannot split the argument list ({exc})") from None
+    return group_words(words, path)
+
+
+def group_words(words: list[str], path: Path | str = "<arguments>", env: dict[str, str] | None = None,
+                world_size: int | None = None) -> MegatronArgs:
+    """Arguments from an argument vector: each ``--name`` takes the words up to the next ``--name``; before
+    the first, ``VAR=value`` words are the environment and a ``pretrain_<family>.py`` names the family."""
     args: dict[str, Any] = {}
-    env: dict[str, str] = {}
+    env = dict(env or {})
     family, source = None, ""
     current: str | None = None
     values: list[str] = []
@@ -217,7 +225,24 @@ def parse_arg_list(text: str, path: Path | str = "<arguments>") -> MegatronArgs:
     if not args:
         raise UserError(f"{path}: no --arguments found (expected a model_config.yaml or a launch "
                         "script's argument list)")
-    return MegatronArgs(args=args, env=env, family=family, family_source=source)
+    return MegatronArgs(args=args, env=env, family=family, family_source=source, world_size=world_size)
+
+
+#: a bash script rather than an argument list: a shebang, a statement that is an assignment alone
+#: (``TP=2``, ``export X=1``, ``ARGS=(``) or an array expansion
+SCRIPT_HINTS = re.compile(r"\A#!|^[ \t]*(export[ \t]+)?[A-Za-z_][A-Za-z0-9_]*\+?=(\(|[^ \t\n]*[ \t]*(#.*)?$)|"
+                          r"\$\{[A-Za-z_][A-Za-z0-9_]*\[[@*]\]\}", re.M)
+
+
+def read_script(text: str, path: Path) -> MegatronArgs:
+    """A bash launch script (:mod:`timeline.io.launch_script`): the arguments it hands the entry script."""
+    from timeline.io.launch_script import read_launch_script
+
+    launch = read_launch_script(text, str(path))
+    if launch is None:
+        raise UserError(f"{path}: a shell script that runs no Megatron entry script (pretrain_gpt.py, "
+                        "pretrain_mamba.py, …); give its argument list or the script that launches the job")
+    return group_words([launch.script, *launch.words], path, env=launch.env, world_size=launch.world_size)
 
 
 def read_megatron_config(path: str | Path) -> MegatronArgs:
@@ -226,4 +251,6 @@ def read_megatron_config(path: str | Path) -> MegatronArgs:
     text = read_user_text(path, "a model_config.yaml or an argument list")
     if path.suffix.lower() in (".yaml", ".yml"):
         return parse_yaml(text, path)
+    if SCRIPT_HINTS.search(text):
+        return read_script(text, path)
     return parse_arg_list(text, path)

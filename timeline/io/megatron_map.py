@@ -219,7 +219,8 @@ def _vocab(a: ArgReader, family: str | None = None) -> int:
     if kind in BERT_VOCABS and "--vocab-file" in a.raw:
         # tokenizer.py: _BertWordPieceTokenizer adds [BOS] and [EOS], then --vocab-extra-ids sentinels (T5)
         return BERT_VOCABS[kind] + 2 + (a.int("--vocab-extra-ids", 0) or 0)
-    model = str(a.raw.get("--tokenizer-model", ""))
+    given = a.raw.get("--tokenizer-model")
+    model = given if isinstance(given, str) else ""  # a bare --tokenizer-model (its value empty) names no file
     if kind == "GPT2BPETokenizer" and ("--vocab-file" in a.raw or "--tokenizer-type" not in a.raw):
         return GPT2_VOCAB
     for fname, n in KNOWN_TOKENIZER_FILES.items():
@@ -450,8 +451,8 @@ def map_training(a: ArgReader, c: Conversion, dp: int) -> None:
         start = str(ramp).strip("[]() ").replace(",", " ").split()
         gbs = int(start[0])
     schedule = a.value("--step-batch-size-schedule")
-    if schedule is not None:
-        gbs = _step_schedule_start(str(schedule))
+    if schedule is not None:  # one string; a launch script's unquoted expansion splits it into words
+        gbs = _step_schedule_start(" ".join(schedule) if isinstance(schedule, tuple) else str(schedule))
     if a.flag("--decrease-batch-size-if-needed"):
         # core/num_microbatches_calculator.py: ConstantNumMicroBatchesCalculator (and the ramp-up one) round the
         # running global batch down to a multiple of micro-batch·dp

@@ -1,0 +1,200 @@
+"""Bash launch scripts read as bash hands their arguments to Megatron-LM's entry script, never run
+(:mod:`timeline.io.launch_script`): variables, arrays, defaults, arithmetic, ``if`` blocks, the launcher's world size,
+and ``from-megatron`` on such a script end to end."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from timeline.cli import main
+from timeline.errors import UserError
+from timeline.io.launch_script import read_launch_script
+from timeline.io.megatron_args import read_megatron_config
+
+#: a launch script in the shape of Megatron-LM's examples/*/train_*.sh, written for this test
+SCRIPT = r"""#!/bin/bash
+# a job launched the way Megatron-LM's examples launch theirs
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+GPUS_PER_NODE=8
+NNODES=${SLURM_NNODES:-"2"}
+WORLD_SIZE=$(($GPUS_PER_NODE*$NNODES))
+CHECKPOINT_PATH=$1 #<Specify path>
+TP=${TP:-2}
+PRECISION="bf16"
+
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --tp) TP="$2"; shift 2 ;;
+        *) echo "Unknown option: $1"; exit 1 ;;
+    esac
+done
+
+DISTRIBUTED_ARGS=(
+    --nproc_per_node $GPUS_PER_NODE
+    --nnodes $NNODES
+    --master_addr localhost   # the head node
+)
+MODEL_ARGS=(
+    --num-layers 4 --hidden-size 256
+    --num-attention-heads 8
+    --seq-length 512 --max-position-embeddings 512
+    --swiglu
+)
+TRAINING_ARGS=(
+    --micro-batch-size 2
+    --global-batch-size 64
+    --lr 1e-4
+)
+if [[ "$PRECISION" == "fp16" ]]; then
+    TRAINING_ARGS+=(--fp16)
+elif [[ "$PRECISION" == "bf16" ]] || [[ -z "$PRECISION" ]]; then
+    TRAINING_ARGS+=("--bf16" "--use-distributed-optimizer")
+else
+    TRAINING_ARGS+=(--fp32-residual-connection)
+fi
+if [ -n "${WANDB_API_KEY}" ]; then
+    TRAINING_ARGS+=(--wandb-project x)
+fi
+if [ ! -f "pretrain_gpt.py" ]; then
+    echo "run this from Megatron-LM's root"
+    exit 1
+fi
+PARALLEL_ARGS=(
+	--tensor-model-parallel-size $TP
+	--pipeline-model-parallel-size 2
+)
+DATA_ARGS=(
+    "--mock-data"
+    "--tokenizer-type NullTokenizer"
+    "--vocab-size 32000"
+    --save $CHECKPOINT_PATH
+)
+
+torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \
+    ${MODEL_ARGS[@]} \
+    ${TRAINING_ARGS[@]} \
+    ${PARALLEL_ARGS[@]} \
+    ${DATA_ARGS[@]}
+"""
+
+
+def test_the_arguments_bash_would_pass():
+    launch = read_launch_script(SCRIPT, "train.sh")
+    assert launch is not None and launch.script == "pretrain_gpt.py"
+    assert launch.world_size == 16  # --nproc_per_node 8 × --nnodes ${SLURM_NNODES:-"2"}
+    assert launch.env == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert launch.words == ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "8",
+                            "--seq-length", "512", "--max-position-embeddings", "512", "--swiglu",
+                            "--micro-batch-size", "2", "--global-batch-size", "64", "--lr", "1e-4",
+                            "--bf16", "--use-distributed-optimizer",
+                            "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                            "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "32000", "--save"]
+
+
+@pytest.mark.skipif(not os.path.exists("/bin/bash"), reason="bash is needed to compare with")
+def test_the_same_words_as_bash(tmp_path):
+    """bash itself, with the launcher replaced by a printer and file tests true, agrees word for word."""
+    script = tmp_path / "train.sh"
+    script.write_text(SCRIPT.replace("torchrun ", "printf '%s\\n' ").replace('[ ! -f "pretrain_gpt.py" ]', "false"))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, check=True).stdout
+    words = out.splitlines()
+    launch = read_launch_script(SCRIPT, "train.sh")
+    assert launch is not None
+    assert words[words.index("pretrain_gpt.py") + 1:] == launch.words
+    assert words[:words.index("pretrain_gpt.py")] == launch.launcher[1:]
+
+
+def test_an_if_that_only_running_decides_is_refused_with_its_line():
+    text = 'if [ -f /etc/hosts ]; then\n  ARGS=(--num-layers 2)\nfi\ntorchrun pretrain_gpt.py ${ARGS[@]}\n'
+    with pytest.raises(UserError) as err:
+        read_launch_script(text, "t.sh")
+    assert "line 1" in str(err.value) and "running" in str(err.value)
+
+
+def test_a_variable_the_script_never_sets_keeps_its_name_as_an_argument():
+    launch = read_launch_script("ARGS=(--tensor-model-parallel-size $TP)\npython pretrain_gpt.py ${ARGS[@]}\n", "t")
+    assert launch is not None and launch.words == ["--tensor-model-parallel-size", "$TP"]
+    assert launch.world_size is None  # not a torchrun launch
+
+
+def test_quoting_and_word_splitting():
+    text = ("X='a b'\nY=\"$X c\"\nA=(\"$Y\" $X \"--k=v w\")\nB=(\"${A[@]}\")\n"
+            "torchrun --nproc-per-node=4 --nnodes=1:1 pretrain_gpt.py \"${B[@]}\" ${A[@]} $'--t\\tu' --n $((2*3+1))\n")
+    launch = read_launch_script(text, "t")
+    assert launch is not None and launch.world_size == 4
+    assert launch.words == ["a b c", "a", "b", "--k=v w", "a", "b", "c", "a", "b", "--k=v", "w", "--t\tu", "--n", "7"]
+
+
+def test_from_megatron_reads_a_launch_script_end_to_end(tmp_path, capsys):
+    script = tmp_path / "train.sh"
+    script.write_text(SCRIPT)
+    out = tmp_path / "job.toml"
+    assert main(["from-megatron", str(script), "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "tp = 2" in text and "pp = 2" in text and "dp = 4" in text  # 16 GPUs from the launcher
+    assert main(["static", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["from-megatron", str(script), "--world-size", "32", "-o", str(out), "--force"]) == 0
+    assert "dp = 8" in out.read_text()
+    assert "replaces the script's torchrun 16" in capsys.readouterr().err
+
+
+def test_a_script_that_runs_no_entry_point_and_a_missing_world_size(tmp_path, capsys):
+    none = tmp_path / "prep.sh"
+    none.write_text("#!/bin/bash\nDATA=/data\npython tools/preprocess_data.py --input $DATA\n")
+    with pytest.raises(UserError) as err:
+        read_megatron_config(none)
+    assert "runs no Megatron entry script" in str(err.value)
+    bare = tmp_path / "bare.sh"
+    bare.write_text(SCRIPT.replace("torchrun ${DISTRIBUTED_ARGS[@]} ", "python "))
+    assert main(["from-megatron", str(bare)]) == 2
+    assert "--world-size N is needed" in capsys.readouterr().err
+
+
+def test_an_argument_list_is_still_an_argument_list(tmp_path):
+    """A file of arguments without assignments or arrays keeps the argument-list reading (one flag per line)."""
+    path = tmp_path / "args.txt"
+    path.write_text("--num-layers 4\n--hidden-size 256  # width\n--bf16\n")
+    margs = read_megatron_config(path)
+    assert margs.args == {"--num-layers": "4", "--hidden-size": "256", "--bf16": True} and margs.world_size is None
+
+
+@pytest.mark.parametrize("name", ["gpt3/train_gpt3_175b_distributed.sh", "llama/train_llama3_8b_h100_fp8.sh",
+                                  "mixtral/train_mixtral_8x7b_distributed.sh", "bert/train_bert_340m_distributed.sh"])
+def test_megatron_lm_s_own_example_scripts(name):
+    """Megatron-LM's examples as published (a fetched mirror, when this machine has one): each reads to its
+    pretrain_*.py arguments and its launcher's 8 GPUs."""
+    mirror = Path("/work/.mirror/NVIDIA+Megatron-LM/repo")
+    if not mirror.exists():
+        pytest.skip("no Megatron-LM mirror on this machine (the fetch tool's snapshot)")
+    text = subprocess.run(["git", "-C", str(mirror), "show", f"HEAD:examples/{name}"], capture_output=True,
+                          text=True).stdout
+    if not text:
+        pytest.skip(f"examples/{name} is not in this snapshot")
+    launch = read_launch_script(text, name)
+    assert launch is not None and launch.script.startswith("pretrain_") and launch.world_size == 8
+    assert "--num-layers" in launch.words and "--micro-batch-size" in launch.words
+
+
+def test_any_text_reads_or_is_refused_in_one_line():
+    """Arbitrary text made of bash's special characters never hangs or raises anything but a UserError."""
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+
+    alphabet = st.sampled_from(list("ab=$(){}[]'\"\\`#;&|<> \n-_:+@*!0123456789") +
+                               ["torchrun ", "pretrain_gpt.py ", "if ", "then ", "fi ", "ARR=(", "${A[@]}", "$((1+2))"])
+
+    @hypothesis.settings(max_examples=300, deadline=None)
+    @hypothesis.given(st.lists(alphabet, max_size=40).map("".join))
+    def check(text: str) -> None:
+        try:
+            read_launch_script(text, "fuzz.sh")
+        except UserError:
+            pass
+
+    check()

@@ -1,0 +1,694 @@
+"""A launch script read as bash would hand its arguments to the Megatron-LM entry point — without running it.
+
+Megatron-LM's own examples (``examples/gpt3/train_gpt3_175b_distributed.sh``, ``examples/llama/…``,
+``examples/mixtral/…``) and most users' jobs are bash scripts: variables, arrays of arguments
+(``MODEL_ARGS=( --num-layers 32 … )``), ``${ARR[@]}`` expansions on a ``torchrun … pretrain_gpt.py …`` line,
+defaults (``${TP:-2}``), arithmetic (``$((GPUS_PER_NODE*NUM_NODES))``) and ``if`` blocks choosing arguments. This
+module reads that subset of bash (bash(1): *QUOTING*, *PARAMETERS*, *EXPANSION*, *Arrays*, ``[[ … ]]`` / ``test``)
+and nothing else — a script is never executed:
+
+* assignments (``export`` too: the job's environment), indexed arrays and ``+=``; ``$NAME``, ``${NAME}``,
+  ``${NAME:-word}`` / ``${NAME-word}`` / ``${NAME:=word}`` / ``${NAME:+word}``, ``${ARR[@]}`` (one word per element
+  when quoted, split on whitespace when not), ``${ARR[i]}``, ``$((…))`` over integers, ``$#`` (0: the script runs
+  without positional arguments, so ``$1`` is empty and ``${1:-default}`` is the default);
+* ``if`` / ``elif`` / ``else`` on ``[ … ]`` / ``[[ … ]]`` conditions joined by ``&&``, ``||`` and ``!``: string
+  (``=``, ``==``, ``!=``), integer (``-eq`` … ``-ge``) and ``-n`` / ``-z`` tests; ``while``/``until`` whose
+  condition is false on entry;
+* the invocation: the first command with a Megatron entry script (``pretrain_*.py``, ``train*.py`` and the like,
+  possibly through a variable) — the words after it are the job's arguments, ``VAR=value`` words before the
+  launcher its environment, and ``torchrun`` / ``python -m torch.distributed.run``'s ``--nproc_per_node`` ×
+  ``--nnodes`` its world size.
+
+A variable the script never sets is empty where bash would read it empty, except as an argument's value, which
+keeps its ``$NAME`` text so the mapping can say which argument needs it. A file test, a command substitution or
+a loop that decides an assignment or the invocation is refused with its line: deciding it means running the
+script.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from dataclasses import dataclass, field
+
+from timeline.errors import UserError
+
+NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+ASSIGN_RE = re.compile(rf"^({NAME})(\+?)=")
+ENTRY_RE = re.compile(r"(^|/)(pretrain_[A-Za-z0-9_]+|train[A-Za-z0-9_]*|finetune[A-Za-z0-9_]*)\.py$")
+LAUNCHERS = ("torchrun", "python", "python3", "deepspeed", "srun", "mpirun", "accelerate")
+#: a word is one or more (text, quoting) parts: "" unquoted, "'" single, '"' double; "$" a $(…) or `…` substitution
+Part = tuple[str, str]
+Word = list[Part]
+
+
+@dataclass
+class Launch:
+    """The entry script's arguments, the environment, the launcher's world size (None when it does not say)."""
+
+    words: list[str]
+    script: str
+    env: dict[str, str] = field(default_factory=dict)
+    world_size: int | None = None
+    launcher: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------- lexing
+@dataclass
+class _Cmd:
+    """A simple command: its words and the operators among them (``&&``, ``||``, ``!``, ``|``), its line; or an
+    array assignment (``array`` = the name, ``append``, the element words)."""
+
+    words: list[Word | str]
+    line: int
+    array: str = ""
+    append: bool = False
+
+
+def _matching(text: str, i: int, open_: str, close: str) -> int:
+    """The index after the ``close`` matching ``text[i] == open_`` (quotes skipped)."""
+    depth, j = 0, i
+    while j < len(text):
+        c = text[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == "'" and open_ != "'":
+            j = text.index("'", j + 1) + 1 if "'" in text[j + 1:] else len(text)
+            continue
+        if c == '"' and open_ != '"':
+            j = _dquote_end(text, j + 1)
+            continue
+        if c == open_:
+            depth += 1
+        elif c == close:
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        j += 1
+    raise UserError(f"unclosed {open_!r} in the launch script")
+
+
+def _dquote_end(text: str, j: int) -> int:
+    while j < len(text) and text[j] != '"':
+        if text[j] == "\\":
+            j += 1
+        elif text.startswith("$(", j) or text.startswith("${", j):
+            j = _matching(text, j + 1, text[j + 1], ")" if text[j + 1] == "(" else "}") - 1
+        j += 1
+    return j + 1
+
+
+def _dollar(text: str, i: int) -> int:
+    """The index after a ``$…`` expansion starting at ``text[i] == '$'``."""
+    if text.startswith("$((", i):
+        return _matching(text, i + 1, "(", ")")
+    if text.startswith("$(", i):
+        return _matching(text, i + 1, "(", ")")
+    if text.startswith("${", i):
+        return _matching(text, i + 1, "{", "}")
+    m = re.compile(rf"{NAME}|[0-9#@*?$!-]").match(text, i + 1)
+    return m.end() if m else i + 1
+
+
+def _lex(text: str) -> list[_Cmd]:
+    """The script's simple commands in order (comments, continuations and quoting as bash reads them)."""
+    text = re.sub(r"\\\r?\n", "", text)
+    cmds: list[_Cmd] = []
+    words: list[Word | str] = []
+    word: Word = []
+    line = 1
+    i = 0
+    array: tuple[str, bool, int] | None = None  # inside NAME=( … ): name, append, line
+
+    def end_word() -> None:
+        nonlocal word
+        if word:
+            words.append(word)
+            word = []
+
+    def end_cmd() -> None:
+        nonlocal words
+        end_word()
+        if words and array is None:
+            cmds.append(_Cmd(words, line))
+            words = []
+
+    while i < len(text):
+        c = text[i]
+        if c == "\n":
+            if array is None:
+                end_cmd()
+            else:
+                end_word()
+            line += 1
+            i += 1
+        elif c in " \t\r":
+            end_word()
+            i += 1
+        elif c == "#" and not word:
+            i = text.find("\n", i) if "\n" in text[i:] else len(text)
+        elif c == "\\":
+            word.append((text[i + 1:i + 2], "'"))
+            i += 2
+        elif c == "'":
+            j = text.find("'", i + 1)
+            if j < 0:
+                raise UserError(f"line {line}: unclosed ' in the launch script")
+            word.append((text[i + 1:j], "'"))
+            line += text.count("\n", i, j)
+            i = j + 1
+        elif text.startswith("$'", i):
+            from timeline.io.megatron_args import _ansi_c_body
+
+            body, j = _ansi_c_body(text, i + 2)
+            word.append((body, "'"))
+            i = j
+        elif c == '"':
+            j = _dquote_end(text, i + 1)
+            word.append((text[i + 1:j - 1], '"'))
+            line += text.count("\n", i, j)
+            i = j
+        elif c == "$":
+            j = _dollar(text, i)
+            word.append((text[i:j], "$" if text.startswith("$(", i) and not text.startswith("$((", i) else ""))
+            i = j
+        elif c == "`":
+            j = text.find("`", i + 1)
+            if j < 0:
+                raise UserError(f"line {line}: unclosed ` in the launch script")
+            word.append((text[i:j + 1], "$"))
+            i = j + 1
+        elif c == "(" and array is None and len(word) == 1 and word[0][1] == "" \
+                and re.fullmatch(rf"{NAME}\+?=", word[0][0]):
+            array = (word[0][0].split("+")[0].rstrip("="), word[0][0].endswith("+="), line)
+            word = []
+            i += 1
+        elif c == ")" and array is not None:
+            end_word()
+            cmds.append(_Cmd(words, array[2], array=array[0], append=array[1]))
+            words = []
+            array = None
+            i += 1
+        elif c in ";&|" and array is None:
+            op = text[i:i + 2] if text[i:i + 2] in ("&&", "||", ";;") else c
+            end_word()
+            if op in ("&&", "||", "|"):
+                words.append(op)
+            else:
+                end_cmd()
+            i += len(op)
+        elif c in "<>" and array is None:
+            end_word()
+            j = i + 1
+            while j < len(text) and text[j] in "<>&0123456789":
+                j += 1
+            i = j
+            while i < len(text) and text[i] in " \t":
+                i += 1
+            while i < len(text) and text[i] not in " \t\n;":  # the redirection's target word
+                i += 1
+        else:
+            j = i
+            while j < len(text) and text[j] not in " \t\r\n'\"$`\\;&|<>#()":
+                j += 1
+            if j == i:  # a parenthesis outside an array: a subshell or a function's (), kept as a word
+                j = i + 1
+            word.append((text[i:j], ""))
+            i = j
+    if array is not None:
+        raise UserError(f"line {array[2]}: the array {array[0]}=( … ) is never closed")
+    end_cmd()
+    return cmds
+
+
+# --------------------------------------------------------------------------------------------- expansion
+_ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Mod: operator.mod,
+          ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv}
+
+
+class _Undecidable(Exception):
+    """An expansion or test that only running the script would decide."""
+
+
+class _Shell:
+    def __init__(self) -> None:
+        self.vars: dict[str, str | list[str]] = {}
+        self.env: dict[str, str] = {}
+
+    # -- parameters
+    def get(self, name: str) -> str | None:
+        if name == "#":  # the script runs without positional arguments
+            return "0"
+        if name.isdigit() or name in ("@", "*"):
+            return None
+        v = self.vars.get(name)
+        return v[0] if isinstance(v, list) and v else v if isinstance(v, str) else None
+
+    def arith(self, expr: str) -> str:
+        text = re.sub(rf"\$\{{?({NAME})\}}?", r"\1", expr)
+
+        def value(node: ast.AST) -> int:
+            if isinstance(node, ast.Expression):
+                return value(node.body)
+            if isinstance(node, ast.Constant) and isinstance(node.value, int):
+                return node.value
+            if isinstance(node, ast.Name):
+                v = self.get(node.id)
+                if v is None or not re.fullmatch(r"-?\d+", v.strip()):
+                    raise _Undecidable(f"$(({expr})): {node.id} is not a number the script sets")
+                return int(v)
+            if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
+                return _ARITH[type(node.op)](value(node.left), value(node.right))
+            if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+                return -value(node.operand)
+            raise _Undecidable(f"$(({expr})) is not integer arithmetic this reader evaluates")
+
+        try:
+            return str(value(ast.parse(text.replace("/", "//"), mode="eval")))
+        except SyntaxError:
+            raise _Undecidable(f"$(({expr})) is not integer arithmetic this reader evaluates") from None
+
+    def param(self, body: str) -> list[str] | str | None:
+        """``${body}``: a string, a list (an array's ``[@]``), or None (unset)."""
+        m = re.fullmatch(rf"({NAME})\[([@*])\]", body)
+        if m:
+            v = self.vars.get(m.group(1))
+            return list(v) if isinstance(v, list) else [] if v is None else [v]
+        m = re.fullmatch(rf"({NAME})\[(\d+)\]", body)
+        if m:
+            v = self.vars.get(m.group(1))
+            items = v if isinstance(v, list) else [] if v is None else [v]
+            k = int(m.group(2))
+            return items[k] if k < len(items) else None
+        m = re.fullmatch(r"#(" + NAME + r")(\[[@*]\])?", body)
+        if m:
+            v = self.vars.get(m.group(1))
+            return str(len(v)) if m.group(2) and isinstance(v, list) else str(len(self.get(m.group(1)) or ""))
+        m = re.fullmatch(rf"({NAME}|[0-9]+|[#@*])(:?)([-=+?])(.*)", body, re.S)
+        if m:
+            name, colon, op, word = m.groups()
+            v = self.get(name)
+            unset = v is None or (colon and v == "")
+            alt = self.expand_text(word)
+            if op == "-":
+                return alt if unset else v
+            if op == "=":
+                if unset:
+                    self.vars[name] = alt
+                return alt if unset else v
+            if op == "+":
+                return "" if unset else alt
+            return v if not unset else None
+        if re.fullmatch(rf"{NAME}|[0-9]+|[#@*]", body):
+            return self.get(body)
+        raise _Undecidable(f"${{{body}}} is an expansion this reader does not evaluate")
+
+    def dollar(self, text: str) -> list[str] | str | None:
+        if text.startswith("$(("):
+            return self.arith(text[3:-2])
+        if text.startswith("${"):
+            return self.param(text[2:-1])
+        name = text[1:]
+        return self.get(name) if name else "$"
+
+    def expand_text(self, text: str) -> str:
+        """The word of a ``${NAME:-word}``: its expansions and quote removal, joined (``${ARR[@]}`` with spaces)."""
+        out, i = [], 0
+        while i < len(text):
+            if text[i] == "'" and "'" in text[i + 1:]:
+                j = text.index("'", i + 1)
+                out.append(text[i + 1:j])
+            elif text[i] == '"':
+                j = _dquote_end(text, i + 1)
+                out.append(self._dq(text[i + 1:j - 1], False))
+                j -= 1
+            else:  # up to the next quote, expanded as in double quotes (an unset $NAME kept as text)
+                j = min([k for k in (text.find("'", i + 1), text.find('"', i + 1)) if k >= 0] or [len(text)])
+                out.append(self._dq(text[i:j], True))  # (an unclosed quote is kept as a character)
+                j -= 1
+            i = j + 1
+        return "".join(out)
+
+    def words(self, word: Word, *, split: bool = True, keep_unset: bool = False) -> list[str]:
+        """The words ``word`` expands to (unquoted expansions split on whitespace when ``split``)."""
+        fields: list[str] = [""]
+        quoted = False
+        for text, q in word:
+            if q == "'":
+                fields[-1] += text
+                quoted = True
+            elif q == '"':
+                quoted = True
+                if re.fullmatch(rf"\$\{{{NAME}\[@\]\}}", text):  # "${ARR[@]}": one word per element
+                    items = self.param(text[2:-1])
+                    assert isinstance(items, list)
+                    if items:
+                        fields[-1] += items[0]
+                        fields += items[1:]
+                    continue
+                fields[-1] += self._dq(text, keep_unset)
+            elif q == "$":
+                fields[-1] += text
+            else:
+                i = 0
+                while i < len(text):
+                    if text[i] == "$":
+                        j = _dollar(text, i)
+                        v = self.dollar(text[i:j])
+                        if v is None:
+                            v = text[i:j] if keep_unset and _keeps(text[i:j]) else ""
+                        if isinstance(v, list):  # unquoted ${ARR[@]}: each element split again
+                            parts = [p for item in v for p in (item.split() if split else [item])]
+                        else:
+                            parts = v.split() if split else [v]
+                        if isinstance(v, str) and split and v and v[0].isspace():
+                            fields.append("")
+                        for k, p in enumerate(parts):
+                            if k:
+                                fields.append("")
+                            fields[-1] += p
+                        if isinstance(v, str) and split and v and v[-1].isspace():
+                            fields.append("")
+                        i = j
+                    else:
+                        fields[-1] += text[i]
+                        i += 1
+        return [f for f in fields if f or quoted]
+
+    def _dq(self, text: str, keep_unset: bool) -> str:
+        out, i = [], 0
+        while i < len(text):
+            if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in '$`"\\':
+                out.append(text[i + 1])
+                i += 2
+            elif text[i] == "$":
+                j = _dollar(text, i)
+                if text.startswith("$(", i) and not text.startswith("$((", i):
+                    out.append(text[i:j])
+                else:
+                    v = self.dollar(text[i:j])
+                    if v is None:
+                        v = text[i:j] if keep_unset and _keeps(text[i:j]) else ""
+                    out.append(" ".join(v) if isinstance(v, list) else v)
+                i = j
+            else:
+                out.append(text[i])
+                i += 1
+        return "".join(out)
+
+    def word(self, word: Word) -> str:
+        """An assignment's value: expanded, not split."""
+        return " ".join(self.words(word, split=False))
+
+    # -- tests
+    def test(self, items: list[Word | str], line: int) -> bool:
+        """A condition: ``[ … ]`` / ``[[ … ]]`` commands joined by ``&&`` / ``||``, each maybe negated."""
+        result: bool | None = None
+        pending = "&&"
+        i = 0
+        while i < len(items):
+            neg = False
+            if isinstance(items[i], list) and self._plain(items[i]) == "!":
+                neg, i = True, i + 1
+            j = i
+            while j < len(items) and items[j] not in ("&&", "||"):
+                j += 1
+            value = self._one_test(items[i:j], line) != neg
+            result = value if result is None else (result and value) if pending == "&&" else (result or value)
+            if j < len(items):
+                pending = str(items[j])
+            i = j + 1
+        return bool(result)
+
+    @staticmethod
+    def _plain(word: Word | str) -> str:
+        return word if isinstance(word, str) else "".join(t for t, _ in word)
+
+    def _one_test(self, items: list[Word | str], line: int) -> bool:
+        raw = [self._plain(w) for w in items]
+        if raw and raw[0] in ("[", "[[", "test"):
+            end = {"[": "]", "[[": "]]", "test": None}[raw[0]]
+            body = items[1:-1] if end and raw[-1] == end else items[1:]
+        else:
+            raise _Undecidable(f"line {line}: the condition `{' '.join(raw)}` is a command, not a test")
+        args: list[str] = []
+        for w in body:
+            if isinstance(w, str):
+                raise _Undecidable(f"line {line}: `{' '.join(raw)}` is a compound test")
+            args += self.words(w, split=False) or [""]
+        neg = False
+        while args and args[0] == "!":
+            neg, args = not neg, args[1:]
+        if len(args) == 1:
+            return (args[0] != "") != neg
+        if len(args) == 2 and args[0] in ("-n", "-z"):
+            return ((args[1] != "") == (args[0] == "-n")) != neg
+        if len(args) == 3 and args[1] in ("=", "==", "!="):
+            if args[1] != "!=" and raw[0] == "[[" and any(c in args[2] for c in "*?["):
+                import fnmatch
+
+                return fnmatch.fnmatchcase(args[0], args[2]) != neg
+            return ((args[0] == args[2]) == (args[1] != "!=")) != neg
+        ints = {"-eq": operator.eq, "-ne": operator.ne, "-lt": operator.lt, "-le": operator.le, "-gt": operator.gt,
+                "-ge": operator.ge}
+        if len(args) == 3 and args[1] in ints:
+            if not all(re.fullmatch(r"-?\d+", a.strip()) for a in (args[0], args[2])):
+                raise _Undecidable(f"line {line}: `{' '.join(raw)}` compares values that are not numbers")
+            return ints[args[1]](int(args[0]), int(args[2])) != neg
+        raise _Undecidable(f"line {line}: the test `{' '.join(raw)}` (files, processes) is decided only by running "
+                           "the script")
+
+
+def _keeps(ref: str) -> bool:
+    """A ``$NAME`` / ``${NAME}`` reference kept as text when unset (an argument's value)."""
+    return re.fullmatch(rf"\$\{{?{NAME}\}}?", ref) is not None
+
+
+# --------------------------------------------------------------------------------------------- execution
+_OPENERS = {"if": "fi", "while": "done", "until": "done", "for": "done", "case": "esac", "select": "done"}
+
+
+def _head(cmd: _Cmd) -> str:
+    w = cmd.words[0] if cmd.words and not cmd.array else None
+    return "".join(t for t, _ in w) if isinstance(w, list) else ""
+
+
+def _block_end(cmds: list[_Cmd], i: int) -> int:
+    """The index of the command closing the compound command opened at ``cmds[i]``."""
+    depth = 0
+    for j in range(i, len(cmds)):
+        head = _head(cmds[j])
+        if head in _OPENERS:
+            depth += 1
+        elif head in ("fi", "done", "esac"):
+            depth -= 1
+            if depth == 0:
+                return j
+    raise UserError(f"line {cmds[i].line}: `{_head(cmds[i])}` is never closed")
+
+
+def _touches(cmds: list[_Cmd]) -> bool:
+    """Whether these commands assign a variable or run a Python entry script."""
+    for c in cmds:
+        if c.array:
+            return True
+        first = c.words[0] if c.words else None
+        if isinstance(first, list) and (ASSIGN_RE.match("".join(t for t, _ in first)) or
+                                        "".join(t for t, _ in first) in ("export", "declare", "local", "readonly")):
+            return True
+        if any(isinstance(w, list) and "".join(t for t, _ in w).endswith(".py") for w in c.words):
+            return True
+    return False
+
+
+def _strip_keyword(cmd: _Cmd) -> _Cmd | None:
+    """``cmd`` without its leading keyword (``then``, ``else``, ``do``), or None when nothing follows it."""
+    rest = cmd.words[1:]
+    return _Cmd(rest, cmd.line) if rest else None
+
+
+def read_launch_script(text: str, source: str) -> Launch | None:
+    """The Megatron invocation of the bash script ``text``, or None when it runs none."""
+    shell = _Shell()
+    found: list[Launch] = []
+    try:
+        _run(shell, _lex(text), found)
+    except _Undecidable as exc:
+        raise UserError(f"{source}: {exc}; pass the job's arguments as a list instead") from None
+    if not found:
+        return None
+    launch = found[0]
+    launch.env = {**shell.env, **launch.env}
+    return launch
+
+
+def _run(shell: _Shell, cmds: list[_Cmd], found: list[Launch]) -> None:
+    i = 0
+    while i < len(cmds):
+        cmd = cmds[i]
+        head = _head(cmd)
+        if cmd.array:
+            items: list[str] = []
+            for w in cmd.words:
+                if isinstance(w, list):  # argument words: an unset $NAME stays as text for the mapping to name
+                    items += shell.words(w, keep_unset=True)
+            old = shell.vars.get(cmd.array)
+            base = (old if isinstance(old, list) else [] if old is None else [old]) if cmd.append else []
+            shell.vars[cmd.array] = base + items
+            i += 1
+            continue
+        if head == "if":
+            i = _if(shell, cmds, i, found)
+            continue
+        if head in ("while", "until", "for", "case", "select"):
+            end = _block_end(cmds, i)
+            body = cmds[i + 1:end]
+            if head in ("while", "until"):
+                cond = [w for w in cmd.words[1:]]
+                try:
+                    taken = shell.test(cond, cmd.line) != (head == "until")
+                except _Undecidable:
+                    taken = True
+                if taken and _touches(body):
+                    raise _Undecidable(f"line {cmd.line}: a `{head}` loop that sets variables or runs the job")
+            elif _touches(body):
+                raise _Undecidable(f"line {cmd.line}: a `{head}` block that sets variables or runs the job")
+            i = end + 1
+            continue
+        if head in ("exit", "return") and not found:
+            return
+        _simple(shell, cmd, found)
+        i += 1
+
+
+def _if(shell: _Shell, cmds: list[_Cmd], i: int, found: list[Launch]) -> int:
+    end = _block_end(cmds, i)
+    # split the block into (condition, body) branches at depth 0
+    branches: list[tuple[list[Word | str] | None, list[_Cmd], int]] = []
+    cond: list[Word | str] | None = cmds[i].words[1:]
+    line = cmds[i].line
+    body: list[_Cmd] = []
+    depth = 0
+    j = i + 1
+    while j < end:
+        c, head = cmds[j], _head(cmds[j])
+        if depth == 0 and head in ("then", "else", "elif"):
+            if head == "then":
+                rest = _strip_keyword(c)
+                if rest:
+                    body.append(rest)
+            else:
+                branches.append((cond, body, line))
+                body, line = [], c.line
+                cond = c.words[1:] if head == "elif" else None
+                if head == "else" and _strip_keyword(c):
+                    body.append(_Cmd(c.words[1:], c.line))
+            j += 1
+            continue
+        if head in _OPENERS:
+            depth += 1
+        elif head in ("fi", "done", "esac"):
+            depth -= 1
+        body.append(c)
+        j += 1
+    branches.append((cond, body, line))
+    for cond_words, branch, line in branches:
+        if cond_words is None:
+            _run(shell, branch, found)
+            break
+        try:
+            taken = shell.test(cond_words, line)
+        except _Undecidable:
+            if any(_touches(b) for _, b, _ in branches):
+                raise
+            break  # a file or process test around echo / exit / mkdir: not the job's arguments
+        if taken:
+            _run(shell, branch, found)
+            break
+    return end + 1
+
+
+def _simple(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
+    words = [w for w in cmd.words if isinstance(w, list)]
+    if not words:
+        return
+    first = "".join(t for t, _ in words[0])
+    if first in ("export", "declare", "local", "readonly", "typeset"):
+        for w in words[1:]:
+            text = "".join(t for t, _ in w)
+            if text.startswith("-"):
+                continue
+            m = ASSIGN_RE.match(text)
+            if m:
+                _assign(shell, w, m)
+                if first == "export":
+                    v = shell.get(m.group(1))
+                    shell.env[m.group(1)] = v or ""
+            elif first == "export" and re.fullmatch(NAME, text) and shell.get(text) is not None:
+                shell.env[text] = shell.get(text) or ""
+        return
+    prefix_env: dict[str, str] = {}
+    k = 0
+    while k < len(words):
+        m = ASSIGN_RE.match("".join(t for t, _ in words[k]))
+        if not m or words[k][0][1] != "":
+            break
+        if k == len(words) - 1:  # a plain assignment
+            _assign(shell, words[k], m)
+            return
+        value = shell.word(_after_equals(words[k], m))
+        prefix_env[m.group(1)] = value
+        k += 1
+    argv: list[str] = []
+    for w in words[k:]:
+        argv += shell.words(w, keep_unset=True)
+    entry = next((n for n, a in enumerate(argv) if ENTRY_RE.search(a)), None)
+    if entry is None or found:
+        return
+    launcher = argv[:entry]
+    found.append(Launch(words=argv[entry + 1:], script=argv[entry], env=prefix_env,
+                        world_size=_world_size(launcher), launcher=launcher))
+
+
+def _after_equals(word: Word, m: re.Match) -> Word:
+    text, q = word[0]
+    return [(text[m.end():], q)] + word[1:]
+
+
+def _assign(shell: _Shell, word: Word, m: re.Match) -> None:
+    try:
+        value = shell.word(_after_equals(word, m))
+    except _Undecidable:  # kept as written: an argument that reads it names the variable, a test refuses
+        value = "".join(t for t, _ in _after_equals(word, m))
+    name = m.group(1)
+    if m.group(2):  # NAME+=word appends to a string (or to an array's first element in bash; rare)
+        old = shell.vars.get(name)
+        shell.vars[name] = (old if isinstance(old, str) else "") + value
+    else:
+        shell.vars[name] = value
+
+
+def _world_size(launcher: list[str]) -> int | None:
+    """torchrun's (``python -m torch.distributed.run``'s) ``--nproc_per_node`` × ``--nnodes`` when both are numbers
+    (``--nnodes MIN:MAX`` with MIN = MAX)."""
+    if not launcher or not any(a.endswith(("torchrun", "torch.distributed.run", "torch.distributed.launch"))
+                               for a in launcher):
+        return None
+    opts: dict[str, str] = {}
+    k = 0
+    while k < len(launcher):
+        a = launcher[k]
+        name, eq, value = a.partition("=")
+        key = name.lstrip("-").replace("-", "_")
+        if a.startswith("--") and key in ("nproc_per_node", "nnodes"):
+            opts[key] = value if eq else (launcher[k + 1] if k + 1 < len(launcher) else "")
+        k += 1
+    nproc, nnodes = opts.get("nproc_per_node", ""), opts.get("nnodes", "1")
+    lo, _, hi = nnodes.partition(":")
+    if hi and lo != hi:
+        return None
+    if not nproc.isdigit() or not lo.isdigit():
+        return None
+    return int(nproc) * int(lo)
