@@ -209,3 +209,30 @@ def test_recompute_modules_as_yaml_strings_or_lists(value):
     # functional-test YAMLs write "[a b c]"; the launcher word-splits it and argparse (nargs="*") gets the names
     s = sections(BASE | {"--recompute-granularity": "selective", "--recompute-modules": value})
     assert s["recompute"]["modules"] == ["layernorm", "mlp", "moe_act"]
+
+
+def test_gpt_oss_knobs_map_to_the_model():
+    """Megatron-Core's GPT-OSS arguments (core_v0.15.0 on): a learned sink per head, a causal window on the layers
+    --window-attn-skip-freq leaves sliding (1-based: every 2nd layer full), the quick-GEGLU gated unit with its
+    offset and clamp."""
+    args = BASE | {"--num-experts": 4, "--moe-router-topk": 2, "--softmax-type": "learnable", "--window-size": "127,0",
+                   "--window-attn-skip-freq": 2, "--quick-geglu": True, "--glu-linear-offset": 1.0,
+                   "--activation-func-clamp-value": 7.0}
+    m = sections(args, world_size=2)["model"]
+    assert (m["attention_sinks"], m["sliding_window"], m["hidden_act"]) == (True, 128, "silu")
+    assert (m["swiglu_alpha"], m["glu_linear_offset"], m["swiglu_limit"]) == (1.702, 1.0, 7.0)
+    assert m["layer_types"] == ["sliding_attention", "full_attention"] * 2
+    pattern = sections(args | {"--window-attn-skip-freq": "[1,1,0,1]"}, world_size=2)["model"]["layer_types"]
+    assert pattern == ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"]
+    every = sections(args | {"--window-attn-skip-freq": None}, world_size=2)["model"]["layer_types"]
+    assert every == ["sliding_attention"] * 4
+
+
+@pytest.mark.parametrize(("extra", "needle"), [({"--softmax-type": "off-by-one"}, "off-by-one"),
+                                               ({"--window-size": "127,8"}, "only a causal window"),
+                                               ({"--window-size": "7", "--window-attn-skip-freq": 2},
+                                                "expected two integers")])
+def test_gpt_oss_knobs_out_of_the_model_are_refused(extra, needle):
+    with pytest.raises(UserError) as err:
+        sections(BASE | extra)
+    assert needle in str(err.value)

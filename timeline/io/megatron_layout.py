@@ -61,6 +61,30 @@ def moe_layer_pattern(value: object, num_layers: int) -> list[int]:
     return pattern
 
 
+def window_layer_pattern(value: object, num_layers: int) -> list[int]:
+    """1 (a sliding-window layer) / 0 (full attention) per decoder layer from ``--window-attn-skip-freq``
+    (``megatron/core/transformer/utils.py: is_layer_window_attention``, 1-based layer numbers: an integer N makes
+    every N-th layer full; a list expression gives each layer, 1 = window; absent: every layer slides)."""
+    arg = "--window-attn-skip-freq"
+    if value is None:
+        return [1] * num_layers
+    text = str(value).strip()
+    if re.fullmatch(r"\d+", text):
+        k = int(text)
+        if k < 1:
+            raise UserError(f"{arg}: must be ≥ 1, got {k}")
+        return [1 if (i + 1) % k else 0 for i in range(num_layers)]
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        raise UserError(f"{arg}: {text!r} is neither an integer nor a list expression") from None
+    pattern = _list_value(tree.body, arg)
+    if len(pattern) < num_layers or set(pattern) - {0, 1}:
+        raise UserError(f"{arg}: {text!r} must give 0 or 1 for each of the {num_layers} layers "
+                        f"(it gives {len(pattern)} values)")
+    return pattern[:num_layers]
+
+
 def pattern_to_model(pattern: list[int]) -> tuple[int, int]:
     """(first_k_dense_replace, moe_layer_freq) reproducing ``pattern``, or a UserError."""
     first = next((i for i, v in enumerate(pattern) if v), len(pattern))

@@ -13,6 +13,7 @@ what went where, which :mod:`timeline.io.megatron_write` turns into TOML. Nothin
 from __future__ import annotations
 
 import builtins
+import re
 from dataclasses import dataclass, field
 from typing import Any, overload
 
@@ -26,6 +27,7 @@ from timeline.io.megatron_layout import (
     parse_layout_mtp,
     pattern_to_model,
     split_layers,
+    window_layer_pattern,
 )
 from timeline.io.megatron_table import (
     FAMILY_ARGS,
@@ -230,6 +232,44 @@ def _vocab(a: ArgReader, family: str | None = None) -> int:
                     f"{model or 'the tokenizer'}; add --vocab-size N")
 
 
+def map_gpt_oss(a: ArgReader, c: Conversion, layers: int) -> None:
+    """GPT-OSS's knobs as Megatron-Core (core_v0.15.0 on) reads them (``transformer_config.py``): ``--quick-geglu``
+    (``activation_func = quick_gelu`` on a gated unit, gate · sigmoid(1.702 · gate): ``hidden_act = "silu"`` with
+    ``swiglu_alpha``), ``--glu-linear-offset`` ((up + offset)), ``--activation-func-clamp-value`` (the clamped
+    unit), ``--softmax-type learnable`` (one learned sink logit per head: ``attention_sinks``), ``--window-size
+    (left, right)`` (TE's window: ``left + 1`` keys a causal query sees) on the layers ``--window-attn-skip-freq``
+    leaves sliding (``transformer/utils.py: is_layer_window_attention``)."""
+    if a.flag("--quick-geglu"):
+        c.put("model.hidden_act", "silu", "--quick-geglu")
+        c.put("model.swiglu_alpha", 1.702)  # megatron/core/fusions/fused_bias_geglu.py: quick_gelu
+    offset = a.float("--glu-linear-offset", 0.0)
+    if offset:
+        c.put("model.glu_linear_offset", offset, "--glu-linear-offset")
+    clamp = a.float("--activation-func-clamp-value", 0.0)
+    if clamp:
+        c.put("model.swiglu_limit", clamp, "--activation-func-clamp-value")
+    softmax = a.str("--softmax-type", "vanilla")
+    if softmax == "learnable":
+        c.put("model.attention_sinks", True, "--softmax-type")
+    elif softmax != "vanilla":
+        raise UserError(f"--softmax-type {softmax}: only vanilla and learnable (GPT-OSS's sinks) are modelled; "
+                        "off-by-one's fixed zero logit keeps no parameter and its TE path is not read")
+    window = a.value("--window-size")
+    skip = a.value("--window-attn-skip-freq")
+    if window is None:
+        return
+    parts = [p for p in re.split(r"[\s,()\[\]]+", " ".join(window) if isinstance(window, tuple) else str(window)) if p]
+    if len(parts) != 2 or not all(re.fullmatch(r"-?\d+", p) for p in parts):
+        raise UserError(f"--window-size {window!r}: expected two integers, LEFT,RIGHT (Megatron's tuple_type)")
+    left, right = (int(p) for p in parts)
+    if right != 0 or left < 0:
+        raise UserError(f"--window-size {left},{right}: only a causal window (RIGHT = 0, LEFT ≥ 0) is modelled")
+    pattern = window_layer_pattern(skip, layers)
+    c.put("model.sliding_window", left + 1, "--window-size")
+    c.put("model.layer_types", ["sliding_attention" if v else "full_attention" for v in pattern],
+          "--window-attn-skip-freq")
+
+
 def map_model(a: ArgReader, c: Conversion, family: str | None = None) -> None:
     """``[model]``: the ``megatron-gpt`` preset with every size and switch the arguments give (``family``: the
     model family the input names, for its tokenizer's default)."""
@@ -244,6 +284,7 @@ def map_model(a: ArgReader, c: Conversion, family: str | None = None) -> None:
         ffn = int((4 * h * 2 / 3) / 64) * 64 if swiglu else 4 * h
     c.put("model.intermediate_size", ffn, "--ffn-hidden-size")
     c.put("model.hidden_act", "silu" if swiglu else "relu2" if relu2 else "gelu", "--swiglu", "--squared-relu")
+    map_gpt_oss(a, c, layers)
     gqa = a.flag("--group-query-attention")
     groups = a.int("--num-query-groups", 1)
     c.put("model.num_key_value_heads", groups if gqa else heads, "--group-query-attention", "--num-query-groups")

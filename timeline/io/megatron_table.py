@@ -49,6 +49,11 @@ MAPPED: dict[str, str] = {
     "--tp-comm-overlap": "framework.tp_comm_overlap (the userbuffer GEMMs' cuBLAS workspace; the overlap itself is "
                          "simulated as the schedule without it)",
     "--qk-layernorm": "model.qk_norm",
+    **dict.fromkeys(("--window-size", "--window-attn-skip-freq"), "model.sliding_window / layer_types "
+                    "(transformer/utils.py: is_layer_window_attention)"),
+    "--softmax-type": "model.attention_sinks (learnable; off-by-one refused)",
+    **dict.fromkeys(("--quick-geglu", "--glu-linear-offset", "--activation-func-clamp-value"),
+                    "model.hidden_act / swiglu_alpha / glu_linear_offset / swiglu_limit (GPT-OSS's gated unit)"),
     "--bert-no-binary-head": "model.binary_head / type_vocab_size (a BERT job; pretrain_gpt.py never reads it)",
     **dict.fromkeys(("--multi-latent-attention", "--kv-lora-rank", "--q-lora-rank", "--qk-head-dim",
                      "--qk-pos-emb-head-dim", "--v-head-dim"), "model MLA sizes"),
@@ -221,9 +226,6 @@ REFUSED: dict[str, str] = {
     "--ddp-param-name-patterns-for-fp32-local-accumulation": "fp32 local gradient accumulation for chosen "
                                                              "parameters is not modelled",
     "--use-nccl-ub": "buffers in NCCL's registered memory pool (param_and_grad_buffer.py) are not modelled",
-    "--window-size": "sliding-window attention is not modelled yet",
-    "--softmax-type": "attention softmax variants (learnable sinks) are not modelled yet",
-    "--quick-geglu": "the GeGLU activation is not modelled yet",
     "--use-te-activation-func": "Transformer Engine's activation modules (their saved tensors) are not modelled",
     "--fused-residual-rmsnorm": "TE's fused residual-add + RMSNorm (its saved tensors) is not modelled",
     "--fp32-residual-connection": "an fp32 residual stream (transformer_layer.py) is not modelled",
