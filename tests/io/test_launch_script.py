@@ -198,3 +198,14 @@ def test_any_text_reads_or_is_refused_in_one_line():
             pass
 
     check()
+
+
+def test_redirections_pipes_and_command_output():
+    text = ("N=$(nproc)\nif [[ \"$N\" == 8 ]]; then A=(--x); fi\n")
+    with pytest.raises(UserError) as err:
+        read_launch_script(text + "python pretrain_gpt.py ${A[@]}\n", "t")
+    assert "tests a command's output" in str(err.value)
+    launch = read_launch_script("python pretrain_gpt.py --lr 1 --log-dir x 2>&1 | tee log.txt && echo done\n", "t")
+    assert launch is not None and launch.words == ["--lr", "1", "--log-dir", "x"]
+    launch = read_launch_script("if [ $# -lt 1 ]; then echo usage; exit 1; fi\npython pretrain_gpt.py --lr 1\n", "t")
+    assert launch is not None and launch.words == ["--lr", "1"]  # an exit in a branch does not end the reading

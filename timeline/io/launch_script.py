@@ -200,14 +200,18 @@ def _lex(text: str) -> list[_Cmd]:
                 end_cmd()
             i += len(op)
         elif c in "<>" and array is None:
+            if len(word) == 1 and word[0][1] == "" and word[0][0].isdigit():
+                word = []  # 2>&1: the digits name the redirected descriptor, not a word
             end_word()
             j = i + 1
-            while j < len(text) and text[j] in "<>&0123456789":
+            while j < len(text) and text[j] in "<>&0123456789-":
                 j += 1
-            i = j
+            op, i = text[i:j], j
+            if re.search(r"&[0-9-]", op):  # >&2, 2>&1: a descriptor, no target word
+                continue
             while i < len(text) and text[i] in " \t":
                 i += 1
-            while i < len(text) and text[i] not in " \t\n;":  # the redirection's target word
+            while i < len(text) and text[i] not in " \t\n;&|":  # the redirection's target word
                 i += 1
         else:
             j = i
@@ -438,6 +442,8 @@ class _Shell:
             if isinstance(w, str):
                 raise _Undecidable(f"line {line}: `{' '.join(raw)}` is a compound test")
             args += self.words(w, split=False) or [""]
+        if any("$(" in arg or "`" in arg for arg in args):
+            raise _Undecidable(f"line {line}: `{' '.join(raw)}` tests a command's output")
         neg = False
         while args and args[0] == "!":
             neg, args = not neg, args[1:]
@@ -611,7 +617,8 @@ def _if(shell: _Shell, cmds: list[_Cmd], i: int, found: list[Launch]) -> int:
 
 
 def _simple(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
-    words = [w for w in cmd.words if isinstance(w, list)]
+    ops = [k for k, w in enumerate(cmd.words) if isinstance(w, str)]  # the first command of a pipe or && list
+    words = [w for w in cmd.words[:ops[0] if ops else len(cmd.words)] if isinstance(w, list)]
     if not words:
         return
     first = "".join(t for t, _ in words[0])
