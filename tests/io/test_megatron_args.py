@@ -236,3 +236,11 @@ def test_gpt_oss_knobs_out_of_the_model_are_refused(extra, needle):
     with pytest.raises(UserError) as err:
         sections(BASE | extra)
     assert needle in str(err.value)
+
+
+def test_empty_unused_memory_level_is_mapped():
+    assert "empty_unused_memory_level" not in sections(BASE)["framework"]  # 0: Megatron's default, not written
+    assert sections(BASE | {"--empty-unused-memory-level": 2})["framework"]["empty_unused_memory_level"] == 2
+    with pytest.raises(UserError) as err:
+        sections(BASE | {"--empty-unused-memory-level": 3})
+    assert "0, 1 and 2" in str(err.value)

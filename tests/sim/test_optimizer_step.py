@@ -117,3 +117,25 @@ def test_without_transformer_engine_its_layers_and_optimizer_are_errors():
     # only the megatron profile reads it
     assert [k for k, _ in validate_run(tiny_run(profile="hf", optimizer_impl="torch_foreach"), LIMITS)] == \
         ["framework.optimizer_impl"]
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_empty_unused_memory_level_releases_the_cache_around_the_step(level):
+    """``--empty-unused-memory-level`` (training.py: train_step): torch.cuda.empty_cache() after the forward-backward
+    (1) and after the step too (2) — every cached segment without a live block goes back to the device there; the
+    allocated bytes are the run's without it, event for event."""
+    base, _, _ = _step("te_fused")
+    tl, names, steps = _step("te_fused", empty_unused_memory_level=level)
+    assert (names == "step.empty_cache").sum() == 2 * level * len(steps)  # a 0-byte alloc and free per marker
+    a, b = base.memory[0], tl.memory[0]
+    kept = names != "step.empty_cache"
+    assert np.array_equal(np.cumsum(a.block_bytes), np.cumsum(b.block_bytes[kept]))  # allocated unchanged
+    ev = tl.events(0)
+    marks = np.flatnonzero((names == "step.empty_cache") & (ev.sign > 0))
+    released = {int(i): sum(size for j, act, _, size, _, _ in b.segment_events if j == i and act == "segment_free")
+                for i in marks}
+    for i in marks:  # each marker's segment frees are the whole drop of reserved there
+        assert b.reserved[i] == b.reserved[i - 1] - released[int(i)]
+    assert released[int(marks[0])] > 0  # after the first backward the cache holds free segments
+    assert not any(act == "segment_free" for _, act, _, _, _, _ in a.segment_events)  # never without the flag
+    assert tl.peak(0).reserved_bytes <= base.peak(0).reserved_bytes

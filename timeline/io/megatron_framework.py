@@ -195,6 +195,11 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
           1 if a.has("--padded-vocab-size") else a.int("--make-vocab-size-divisible-by", 128),
           "--make-vocab-size-divisible-by")
     c.put("framework.deterministic", deterministic, "--deterministic-mode")
+    level = a.int("--empty-unused-memory-level", 0)
+    if level not in (0, 1, 2):
+        raise UserError(f"--empty-unused-memory-level {level}: Megatron's choices are 0, 1 and 2")
+    if level:
+        c.put("framework.empty_unused_memory_level", level, "--empty-unused-memory-level")
     if a.flag("--tp-comm-overlap"):
         c.put("framework.tp_comm_overlap", True, "--tp-comm-overlap")
     cuda_graphs(a, c, megatron_core)

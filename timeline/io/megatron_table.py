@@ -49,6 +49,8 @@ MAPPED: dict[str, str] = {
     "--tp-comm-overlap": "framework.tp_comm_overlap (the userbuffer GEMMs' cuBLAS workspace; the overlap itself is "
                          "simulated as the schedule without it)",
     "--qk-layernorm": "model.qk_norm",
+    "--empty-unused-memory-level": "framework.empty_unused_memory_level (torch.cuda.empty_cache around the optimizer "
+                                   "step: training.py train_step)",
     **dict.fromkeys(("--window-size", "--window-attn-skip-freq"), "model.sliding_window / layer_types "
                     "(transformer/utils.py: is_layer_window_attention)"),
     "--softmax-type": "model.attention_sinks (learnable; off-by-one refused)",
@@ -324,7 +326,6 @@ REFUSED: dict[str, str] = {
                               "modelled",
     "--no-pad-vocab-size": "an unpadded tokenizer vocabulary is not modelled; give --padded-vocab-size",
     "--disable-pad-vocab-size": "an unpadded tokenizer vocabulary is not modelled; give --padded-vocab-size",
-    "--empty-unused-memory-level": "emptying the allocator cache between steps is not modelled yet",
     "--distribute-saved-activations": "saved activations distributed over TP ranks are not modelled yet",
     "--spec": "a custom layer spec (--spec MODULE FUNCTION) builds layers timeline does not know (the hybrid "
               "stack, mamba_layer_specs mamba_stack_spec / hybrid_layer_specs hybrid_stack_spec, and BERT's "

@@ -33,6 +33,7 @@ from timeline.alloc import batch as _batch
 from timeline.alloc.caching import AddressSpaceError
 from timeline.errors import UserError
 from timeline.sim.graph_capture import GRAPH_POOL
+from timeline.sim.optimizer_step import EMPTY_CACHE
 from timeline.sim.output import DeviceEvents
 from timeline.spec.run import AllocatorSpec
 
@@ -75,9 +76,20 @@ def run_allocator(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEvents, na
                         "it is far beyond any GPU — shard the model (parallel.pp, tp, ep) or shrink it") from None
 
 
+def _empties(ev: DeviceEvents, names: list[str]) -> np.ndarray:
+    """Mask of the events that empty the allocator's cache (``--empty-unused-memory-level``'s markers,
+    :data:`timeline.sim.optimizer_step.EMPTY_CACHE`: their 0-byte allocation)."""
+    try:
+        marker = names.index(EMPTY_CACHE)
+    except ValueError:
+        return np.zeros(len(ev.t_us), dtype=bool)
+    return (ev.tensor == marker) & (ev.sign > 0)
+
+
 def _run_allocator(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEvents, names: list[str],
                    core: str | None) -> AllocatorPass:
-    if spec.kind == "caching" and not spec.expandable_segments and not ev.stream.any():
+    if spec.kind == "caching" and not spec.expandable_segments and not ev.stream.any() \
+            and not _empties(ev, names).any():  # the batch cores have no empty_cache: the reference runs it
         pair = pair_index(ev)
         if pair is not None:
             n = len(ev.t_us)
@@ -186,9 +198,12 @@ def run_allocator_events(spec: AllocatorSpec, capacity_bytes: int, ev: DeviceEve
     sign, size, tensor, mb, stage, stream = (ev.sign.tolist(), ev.size.tolist(), ev.tensor.tolist(),
                                              ev.microbatch.tolist(), ev.stage.tolist(), ev.stream.tolist())
     malloc, free, block_size = alloc.malloc, alloc.free, alloc.block_size
+    empties = set(np.flatnonzero(_empties(ev, names)).tolist())
     for i in range(n):
         current[0] = i
         if not size[i]:  # no block, nothing freed
+            if i in empties:  # torch.cuda.empty_cache(): every cached segment without a live block is released
+                alloc.empty_cache()
             reserved[i] = alloc.reserved_bytes
             continue
         key = (tensor[i], mb[i], stage[i])

@@ -60,12 +60,26 @@ def _made_and_dropped(made: list[tuple[str, int]]) -> list[StepAlloc]:
     return [(n, b, 1, _TEMP, False) for n, b in made] + [(n, b, -1, _TEMP, False) for n, b in made]
 
 
+#: the name of the 0-byte marker whose allocation event empties the allocator's cache
+#: (:func:`timeline.sim.memory.run_allocator_events`)
+EMPTY_CACHE = "step.empty_cache"
+
+
 def step_transients(tr: TrainingSpec, dev: StaticDevice, expert_rule: str,
                     fw: FrameworkSpec | None = None) -> tuple[StepAlloc, ...]:
     """What one optimizer step of the device allocates and frees, in order (``fw``: which Adam and SGD run;
-    default ``[framework]``'s)."""
+    default ``[framework]``'s), with ``--empty-unused-memory-level``'s ``torch.cuda.empty_cache()`` before it (level
+    1) and after it (level 2) as 0-byte markers (``training.py: train_step``)."""
     if not tr.optimizer_step:
         return ()
+    level = (fw or FrameworkSpec()).empty_unused_memory_level
+    body = _step_body(tr, dev, expert_rule, fw)
+    marker = [(EMPTY_CACHE, 0, 1, _TEMP, False), (EMPTY_CACHE, 0, -1, _TEMP, False)]
+    return tuple((marker if level >= 1 else []) + list(body) + (marker if level >= 2 else []))
+
+
+def _step_body(tr: TrainingSpec, dev: StaticDevice, expert_rule: str,
+               fw: FrameworkSpec | None = None) -> tuple[StepAlloc, ...]:
     foreach = (fw or FrameworkSpec()).optimizer_impl == "torch_foreach"
     pytorch = (fw or FrameworkSpec()).pytorch
     states = {n: st for n, _, st in main_params(dev.tensors, dev.dp_buffers, tr, expert_rule)}

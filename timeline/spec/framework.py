@@ -139,6 +139,9 @@ class FrameworkSpec:
     log_params_norm: bool = spec_field(False, doc=(
         "--log-params-norm: calc_params_l2_norm after each step; under the megatron_fsdp package it first releases "
         "every gathered parameter group (stop_communication), before Megatron logs its memory"))
+    empty_unused_memory_level: int = spec_field(0, choices=(0, 1, 2), doc=(
+        "--empty-unused-memory-level (megatron/training/training.py: train_step): 1 empties PyTorch's allocator cache "
+        "(torch.cuda.empty_cache) after the forward-backward, before the optimizer step; 2 also after the step"))
     cuda_graph_impl: str = spec_field("none", choices=CUDA_GRAPH_IMPLS, doc=(
         "--cuda-graph-impl (--external-cuda-graph: transformer_engine): TE's make_graphed_callables captures each "
         "decoder layer's graphed part per micro-batch into one private memory pool before iteration 1"))
