@@ -209,3 +209,37 @@ def test_redirections_pipes_and_command_output():
     assert launch is not None and launch.words == ["--lr", "1", "--log-dir", "x"]
     launch = read_launch_script("if [ $# -lt 1 ]; then echo usage; exit 1; fi\npython pretrain_gpt.py --lr 1\n", "t")
     assert launch is not None and launch.words == ["--lr", "1"]  # an exit in a branch does not end the reading
+
+
+def test_string_variables_eval_and_unset_expansions(tmp_path, capsys):
+    """The other common shape: arguments in multi-line strings, `cmd="torchrun …"`, `echo $cmd` (runs nothing),
+    `eval $cmd`; an unset ${EXTRA_ARGS} among arguments expands to nothing, as in bash, and an unset value of an
+    argument that changes memory is named."""
+    text = ('GPUS=4\nARGS="\n  --num-layers 4 \\\n  --hidden-size 256 \\\n  --num-attention-heads 8 \\\n'
+            '  --seq-length 512 --max-position-embeddings 512 --vocab-size 1000\n"\n'
+            'TRAIN="--micro-batch-size 1 --global-batch-size 8 --bf16 $EXTRA_ARGS --lr 1e-4 $MORE"\n'
+            'cmd="torchrun --nproc_per_node $GPUS pretrain_gpt.py $ARGS $TRAIN --tensor-model-parallel-size $TP"\n'
+            'echo $cmd\neval $cmd 2>&1 | tee train.log\n')
+    launch = read_launch_script(text, "t.sh")
+    assert launch is not None and launch.launcher == ["torchrun", "--nproc_per_node", "4"] and launch.world_size == 4
+    script = tmp_path / "train.sh"
+    script.write_text(text)
+    margs = read_megatron_config(script)
+    # $EXTRA_ARGS, $MORE and $TP expanded to nothing in the strings' assignments, as bash expands them
+    assert margs.args["--bf16"] is True and margs.args["--lr"] == "1e-4"
+    assert margs.args["--tensor-model-parallel-size"] is True
+    assert main(["from-megatron", str(script)]) == 2
+    assert "--tensor-model-parallel-size is given without a value" in capsys.readouterr().err
+    direct = tmp_path / "direct.sh"
+    direct.write_text("GPUS=2\npython pretrain_gpt.py --num-layers 2 $EXTRA --bf16 $FLAGS --hidden-size 64\n")
+    margs = read_megatron_config(direct)
+    assert margs.args["--num-layers"] == "2" and margs.args["--hidden-size"] == "64"
+    assert margs.args["--bf16"] == "$FLAGS"  # kept after an option; a flag reads it as set (ArgReader.flag)
+
+
+def test_an_unset_value_in_the_command_line_is_named(tmp_path, capsys):
+    script = tmp_path / "t.sh"
+    script.write_text("A=1\ntorchrun --nproc_per_node 2 pretrain_gpt.py --num-layers 2 --hidden-size 64 "
+                      "--num-attention-heads 4 --seq-length 128 --micro-batch-size 1 --tensor-model-parallel-size $TP\n")
+    assert main(["from-megatron", str(script)]) == 2
+    assert "--tensor-model-parallel-size: '$TP' is an unexpanded shell variable" in capsys.readouterr().err

@@ -37,7 +37,8 @@ from timeline.errors import UserError
 NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 ASSIGN_RE = re.compile(rf"^({NAME})(\+?)=")
 ENTRY_RE = re.compile(r"(^|/)(pretrain_[A-Za-z0-9_]+|train[A-Za-z0-9_]*|finetune[A-Za-z0-9_]*)\.py$")
-LAUNCHERS = ("torchrun", "python", "python3", "deepspeed", "srun", "mpirun", "accelerate")
+#: commands that print their arguments rather than run them
+PRINTERS = ("echo", "printf", "logger")
 #: a word is one or more (text, quoting) parts: "" unquoted, "'" single, '"' double; "$" a $(…) or `…` substitution
 Part = tuple[str, str]
 Word = list[Part]
@@ -651,6 +652,11 @@ def _simple(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
     argv: list[str] = []
     for w in words[k:]:
         argv += shell.words(w, keep_unset=True)
+    if argv and argv[0] == "eval":  # eval re-reads its arguments as a command
+        _run(shell, _lex(" ".join(argv[1:])), found)
+        return
+    if argv and argv[0] in PRINTERS:  # `echo $cmd` shows the command; it runs nothing
+        return
     entry = next((n for n, a in enumerate(argv) if ENTRY_RE.search(a)), None)
     if entry is None or found:
         return

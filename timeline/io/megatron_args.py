@@ -25,6 +25,8 @@ from timeline.io.text import read_user_text
 
 #: a value given as a ``$VAR`` / ``${VAR}`` reference the launcher would have expanded
 VAR_RE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+#: a whole word that is one such reference
+VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +244,11 @@ def read_script(text: str, path: Path) -> MegatronArgs:
     if launch is None:
         raise UserError(f"{path}: a shell script that runs no Megatron entry script (pretrain_gpt.py, "
                         "pretrain_mamba.py, …); give its argument list or the script that launches the job")
-    return group_words([launch.script, *launch.words], path, env=launch.env, world_size=launch.world_size)
+    # an unset variable (kept as its $NAME) is an option's value right after the option, which the mapping then
+    # names where it matters; anywhere else it expands to nothing, as in bash
+    words = [w for k, w in enumerate(launch.words)
+             if not (VAR_WORD.fullmatch(w) and (k == 0 or not launch.words[k - 1].startswith("--")))]
+    return group_words([launch.script, *words], path, env=launch.env, world_size=launch.world_size)
 
 
 def read_megatron_config(path: str | Path) -> MegatronArgs:

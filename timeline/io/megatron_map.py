@@ -90,6 +90,10 @@ class ArgReader:
         return v
 
     def flag(self, name: str) -> bool:
+        raw = self.raw.get(name)
+        if isinstance(raw, str) and re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", raw):
+            self.read.add(name)  # a launch script's unset variable after a flag expands to nothing
+            return True
         v = self.value(name, False)
         if isinstance(v, str):
             return v.strip().lower() not in ("false", "0", "no")
@@ -104,6 +108,9 @@ class ArgReader:
         v = self.value(name, default)
         if v is None or isinstance(v, int) and not isinstance(v, bool):
             return v
+        if v is True:
+            raise UserError(f"{name} is given without a value (in a launch script, a variable that expands to "
+                            "nothing?); give its value")
         try:
             return int(str(v))
         except ValueError:
@@ -111,6 +118,9 @@ class ArgReader:
 
     def float(self, name: str, default: builtins.float) -> builtins.float:
         v = self.value(name, default)
+        if v is True:
+            raise UserError(f"{name} is given without a value (in a launch script, a variable that expands to "
+                            "nothing?); give its value")
         try:
             return float(v)
         except (TypeError, ValueError):
