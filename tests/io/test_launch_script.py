@@ -243,3 +243,19 @@ def test_an_unset_value_in_the_command_line_is_named(tmp_path, capsys):
                       "--num-attention-heads 4 --seq-length 128 --micro-batch-size 1 --tensor-model-parallel-size $TP\n")
     assert main(["from-megatron", str(script)]) == 2
     assert "--tensor-model-parallel-size: '$TP' is an unexpanded shell variable" in capsys.readouterr().err
+
+
+def test_an_srun_job_takes_its_ranks_from_sbatch():
+    text = ("#!/bin/bash\n#SBATCH --nodes=4 --ntasks-per-node=8  # one task per GPU\n#SBATCH -t 04:00:00\n"
+            "srun --mpi=pmix python pretrain_gpt.py --num-layers 2\n")
+    launch = read_launch_script(text, "job.sbatch")
+    assert launch is not None and launch.world_size == 32
+    assert read_launch_script(text.replace("--ntasks-per-node=8", ""), "j").world_size is None  # not given
+    assert read_launch_script("srun -N 2 --ntasks-per-node 4 python pretrain_gpt.py --lr 1\n", "j").world_size == 8
+
+
+def test_a_launcher_line_alone_is_read_as_a_launch(tmp_path):
+    path = tmp_path / "cmd.txt"
+    path.write_text("torchrun --nproc_per_node 4 --nnodes 2 pretrain_gpt.py \\\n  --num-layers 2 --bf16\n")
+    margs = read_megatron_config(path)
+    assert margs.world_size == 8 and margs.args == {"--num-layers": "2", "--bf16": True}

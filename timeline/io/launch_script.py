@@ -528,7 +528,32 @@ def read_launch_script(text: str, source: str) -> Launch | None:
         return None
     launch = found[0]
     launch.env = {**shell.env, **launch.env}
+    if launch.world_size is None:
+        launch.world_size = _slurm_world_size(text, launch.launcher)
     return launch
+
+
+SBATCH_RE = re.compile(r"^#SBATCH\s+(.*)$", re.M)
+
+
+def _slurm_world_size(text: str, launcher: list[str]) -> int | None:
+    """An ``srun``-launched job's ranks from the script's ``#SBATCH`` directives (sbatch(1): ``--nodes`` / ``-N``
+    times ``--ntasks-per-node``, else ``--ntasks`` / ``-n``), or from ``srun``'s own ``-N`` / ``--ntasks-per-node``;
+    None when the launcher is not ``srun`` or a count is not a number."""
+    if not launcher or launcher[0] != "srun":
+        return None
+    opts: dict[str, str] = {}
+    words = [w for m in SBATCH_RE.finditer(text) for w in m.group(1).split("#")[0].split()] + launcher[1:]
+    aliases = {"-N": "nodes", "-n": "ntasks", "--nodes": "nodes", "--ntasks": "ntasks",
+               "--ntasks-per-node": "ntasks_per_node"}
+    for k, w in enumerate(words):
+        name, eq, value = w.partition("=")
+        if name in aliases:
+            opts[aliases[name]] = value if eq else (words[k + 1] if k + 1 < len(words) else "")
+    nodes, per, tasks = opts.get("nodes", "1"), opts.get("ntasks_per_node", ""), opts.get("ntasks", "")
+    if per.isdigit() and nodes.isdigit():
+        return int(nodes) * int(per)
+    return int(tasks) if tasks.isdigit() else None
 
 
 def _run(shell: _Shell, cmds: list[_Cmd], found: list[Launch]) -> None:

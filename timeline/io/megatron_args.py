@@ -231,9 +231,12 @@ def group_words(words: list[str], path: Path | str = "<arguments>", env: dict[st
 
 
 #: a bash script rather than an argument list: a shebang, a statement that is an assignment alone
-#: (``TP=2``, ``export X=1``, ``ARGS=(``) or an array expansion
+#: (``TP=2``, ``export X=1``, ``ARGS=(``), an array expansion, or a launcher (whose own options come before the
+#: entry script)
 SCRIPT_HINTS = re.compile(r"\A#!|^[ \t]*(export[ \t]+)?[A-Za-z_][A-Za-z0-9_]*\+?=(\(|[^ \t\n]*[ \t]*(#.*)?$)|"
-                          r"\$\{[A-Za-z_][A-Za-z0-9_]*\[[@*]\]\}", re.M)
+                          r"\$\{[A-Za-z_][A-Za-z0-9_]*\[[@*]\]\}|"
+                          r"(^|[ \t;])(torchrun|srun|mpirun|deepspeed|python[0-9.]*[ \t]+-m[ \t]+torch\.distributed\.\w+)"
+                          r"[ \t]", re.M)
 
 
 def read_script(text: str, path: Path) -> MegatronArgs:
