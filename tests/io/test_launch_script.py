@@ -259,3 +259,11 @@ def test_a_launcher_line_alone_is_read_as_a_launch(tmp_path):
     path.write_text("torchrun --nproc_per_node 4 --nnodes 2 pretrain_gpt.py \\\n  --num-layers 2 --bf16\n")
     margs = read_megatron_config(path)
     assert margs.world_size == 8 and margs.args == {"--num-layers": "2", "--bf16": True}
+
+
+def test_a_command_list_runs_each_command():
+    launch = read_launch_script("cd /megatron && nohup torchrun --nproc_per_node 2 pretrain_gpt.py --lr 1 "
+                                "> log.txt || exit 1\n", "t")
+    assert launch is not None and launch.words == ["--lr", "1"] and launch.world_size == 2
+    launch = read_launch_script("( cd /megatron && python pretrain_gpt.py --lr 1 )\n", "t")
+    assert launch is not None and launch.words == ["--lr", "1"]

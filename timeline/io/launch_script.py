@@ -643,8 +643,21 @@ def _if(shell: _Shell, cmds: list[_Cmd], i: int, found: list[Launch]) -> int:
 
 
 def _simple(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
-    ops = [k for k, w in enumerate(cmd.words) if isinstance(w, str)]  # the first command of a pipe or && list
-    words = [w for w in cmd.words[:ops[0] if ops else len(cmd.words)] if isinstance(w, list)]
+    """A command list: each command of an ``&&`` / ``||`` list in turn (``cd dir && torchrun …``), each pipeline's
+    first command only (``… | tee log`` consumes its output)."""
+    part: list[Word | str] = []
+    for w in [*cmd.words, "&&"]:
+        if w in ("&&", "||"):
+            cut = next((k for k, x in enumerate(part) if x == "|"), len(part))
+            if part[:cut]:
+                _command(shell, _Cmd(part[:cut], cmd.line), found)
+            part = []
+        else:
+            part.append(w)
+
+
+def _command(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
+    words = [w for w in cmd.words if isinstance(w, list)]
     if not words:
         return
     first = "".join(t for t, _ in words[0])
@@ -677,6 +690,10 @@ def _simple(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
     argv: list[str] = []
     for w in words[k:]:
         argv += shell.words(w, keep_unset=True)
+    while argv and argv[0] in ("(", "{", "exec", "time", "nohup"):  # a subshell, a group, exec / time / nohup
+        argv = argv[1:]
+    while argv and argv[-1] in (")", "}"):
+        argv = argv[:-1]
     if argv and argv[0] == "eval":  # eval re-reads its arguments as a command
         _run(shell, _lex(" ".join(argv[1:])), found)
         return
