@@ -100,7 +100,7 @@ def test_other_engines_and_training_are_refused(tmp_path, capsys):
                     '[serving]\nengine = "sglang"\n[serving.load]\nnum_requests = 1\n')
     with pytest.raises(SpecError) as err:
         load_serve_run(path)
-    assert "vision-language checkpoint" in str(err.value) and "limit_mm_per_prompt = 0" in str(err.value)
+    assert "vision-language checkpoint" in str(err.value) and "V1 engine" in str(err.value)
     run = tmp_path / "t.toml"
     run.write_text(f'[model]\nhf_config = "{BASE / "config.json"}"\n')
     assert main(["static", str(run)]) == 2

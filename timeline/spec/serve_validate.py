@@ -73,11 +73,11 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
         add(("serving.flashinfer_sampler", "FlashInfer's top-k/top-p sampler is modelled for vLLM's V1 engine "
              '(engine = "vllm", engine_version 0.8 or later); set it to false'))
     v = run.vision
-    if v is not None and sv.limit_mm_per_prompt > 0:
-        if sv.engine != "vllm" or not is_v1(sv.engine_version):
-            add(("serving.engine", f"a vision-language checkpoint ({v.architecture}) is modelled for vLLM's V1 engine "
-                 "(its encoder profile, read at 0.19.0); set serving.limit_mm_per_prompt = 0 to serve the language "
-                 "model alone"))
+    if v is not None and (sv.engine != "vllm" or not is_v1(sv.engine_version)):
+        add(("serving.engine", f"a vision-language checkpoint ({v.architecture}) is modelled for vLLM's V1 engine "
+             "(engine_version 0.8 or later: its tower and encoder profile, read at 0.19.0; "
+             "serving.limit_mm_per_prompt = 0 serves its language model alone there)"))
+    elif v is not None and sv.limit_mm_per_prompt > 0:
         for name, size in (("num_attention_heads", v.num_attention_heads), ("intermediate_size", v.intermediate_size),
                            ("text hidden_size", v.text_hidden_size)):
             if size % par.tp:
