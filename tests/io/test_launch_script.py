@@ -267,3 +267,21 @@ def test_a_command_list_runs_each_command():
     assert launch is not None and launch.words == ["--lr", "1"] and launch.world_size == 2
     launch = read_launch_script("( cd /megatron && python pretrain_gpt.py --lr 1 )\n", "t")
     assert launch is not None and launch.words == ["--lr", "1"]
+
+
+def test_tests_in_a_command_list_guard_what_follows():
+    text = ('MODE=fp8\n[ "$MODE" == "fp8" ] && ARGS+=(--fp8-format hybrid)\n[ -n "$UNSET" ] && ARGS+=(--wandb-project x)\n'
+            '[[ "$MODE" == "bf16" ]] || EXTRA="--bf16"\npython pretrain_gpt.py ${ARGS[@]} $EXTRA\n')
+    launch = read_launch_script(text, "t")
+    assert launch is not None and launch.words == ["--fp8-format", "hybrid", "--bf16"]
+    with pytest.raises(UserError) as err:
+        read_launch_script("[ -f /x ] && ARGS+=(--bf16)\npython pretrain_gpt.py ${ARGS[@]}\n", "t")
+    assert "line 1" in str(err.value)
+
+
+def test_an_undecidable_test_guarding_an_assignment_is_refused():
+    with pytest.raises(UserError) as err:
+        read_launch_script("[ -f /x ] && TP=4\npython pretrain_gpt.py --tensor-model-parallel-size $TP\n", "t")
+    assert "line 1" in str(err.value) and "TP=4" in str(err.value)
+    launch = read_launch_script("[ -d /data ] && echo found\npython pretrain_gpt.py --lr 1\n", "t")
+    assert launch is not None and launch.words == ["--lr", "1"]  # around an echo it decides nothing

@@ -65,6 +65,7 @@ class _Cmd:
     line: int
     array: str = ""
     append: bool = False
+    guard: list[Word | str] = field(default_factory=list)  # `test && ARR+=( … )`: the list before the array
 
 
 def _matching(text: str, i: int, open_: str, close: str) -> int:
@@ -122,6 +123,7 @@ def _lex(text: str) -> list[_Cmd]:
     line = 1
     i = 0
     array: tuple[str, bool, int] | None = None  # inside NAME=( … ): name, append, line
+    guard: list[Word | str] = []
 
     def end_word() -> None:
         nonlocal word
@@ -185,10 +187,11 @@ def _lex(text: str) -> list[_Cmd]:
                 and re.fullmatch(rf"{NAME}\+?=", word[0][0]):
             array = (word[0][0].split("+")[0].rstrip("="), word[0][0].endswith("+="), line)
             word = []
+            guard, words = words, []  # the commands before it in its && / || list
             i += 1
         elif c == ")" and array is not None:
             end_word()
-            cmds.append(_Cmd(words, array[2], array=array[0], append=array[1]))
+            cmds.append(_Cmd(words, array[2], array=array[0], append=array[1], guard=guard))
             words = []
             array = None
             i += 1
@@ -562,6 +565,9 @@ def _run(shell: _Shell, cmds: list[_Cmd], found: list[Launch]) -> None:
         cmd = cmds[i]
         head = _head(cmd)
         if cmd.array:
+            if cmd.guard and not _list_runs_last(shell, cmd.guard, cmd.line):
+                i += 1
+                continue
             items: list[str] = []
             for w in cmd.words:
                 if isinstance(w, list):  # argument words: an unset $NAME stays as text for the mapping to name
@@ -646,14 +652,55 @@ def _simple(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
     """A command list: each command of an ``&&`` / ``||`` list in turn (``cd dir && torchrun …``), each pipeline's
     first command only (``… | tee log`` consumes its output)."""
     part: list[Word | str] = []
+    status: bool | None = True
+    op = "&&"
     for w in [*cmd.words, "&&"]:
-        if w in ("&&", "||"):
-            cut = next((k for k, x in enumerate(part) if x == "|"), len(part))
-            if part[:cut]:
-                _command(shell, _Cmd(part[:cut], cmd.line), found)
-            part = []
-        else:
+        if w not in ("&&", "||"):
             part.append(w)
+            continue
+        cut = next((k for k, x in enumerate(part) if x == "|"), len(part))
+        if part[:cut]:
+            now = _Cmd(part[:cut], cmd.line)
+            if status is None and _touches([now]):
+                raise _Undecidable(f"line {cmd.line}: a test only running the script decides whether "
+                                   f"`{' '.join(''.join(t for t, _ in x) for x in now.words if isinstance(x, list))}` "
+                                   "runs")
+            if status is None or (status if op == "&&" else not status):
+                status = _status(shell, now, found)
+        part, op = [], str(w)
+
+
+def _status(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> bool | None:
+    """Run one command of a list; its exit status as a truth value: a test's result (None: only running the
+    script decides it), else success (``cd``, ``mkdir`` and the like are taken to succeed)."""
+    head = _head(cmd)
+    if head in ("[", "[[", "test"):
+        try:
+            return shell.test(cmd.words, cmd.line)
+        except _Undecidable:
+            return None
+    if head in ("true", ":"):
+        return True
+    if head == "false":
+        return False
+    _command(shell, cmd, found)
+    return True
+
+
+def _list_runs_last(shell: _Shell, guard: list[Word | str], line: int) -> bool:
+    """Whether the command after ``guard`` (an ``&&`` / ``||`` list ending in its operator) runs."""
+    status, op, part = True, "&&", []
+    for w in guard:
+        if w not in ("&&", "||"):
+            part.append(w)
+            continue
+        if part and (status if op == "&&" else not status):
+            if _head(_Cmd(part, line)) in ("[", "[[", "test"):
+                status = shell.test(part, line)  # an undecidable test guarding an assignment is refused
+            else:
+                status = _head(_Cmd(part, line)) != "false"
+        part, op = [], str(w)
+    return status if op == "&&" else not status
 
 
 def _command(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
