@@ -1,7 +1,8 @@
 """Read a Hugging Face ``config.json`` into a :class:`~timeline.spec.ModelSpec`.
 
 Understands the key names of DeepSeek-V2/V3, Llama, Mistral/Mixtral, Qwen2/3 and Qwen-MoE, GPT-2,
-OPT and GPT-OSS. Keys the simulator does not need (rope scaling, token ids, …) are ignored; what the
+OPT, GPT-OSS, Phi, Phi-3/4, Granite and Gemma/Gemma-2 (:data:`SUPPORTED`); a vision-language checkpoint's
+``text_config`` where the caller serves it (:mod:`timeline.io.hf_vision`). Keys the simulator does not need (rope scaling, token ids, …) are ignored; what the
 modelling code implies but the config does not say (Qwen2's Q/K/V biases, GPT-2's biases and
 tied embeddings, GPT-OSS's sinks and biases) is filled in per ``model_type``. A ``quantization_config``
 (GPT-OSS ships MXFP4 experts) is reported in a note and ignored: training holds the weights in
