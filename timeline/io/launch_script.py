@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass, field
 
 from timeline.errors import UserError
+from timeline.io.megatron_args import VAR_RE, ansi_c_body
 
 NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 ASSIGN_RE = re.compile(rf"^({NAME})(\+?)=")
@@ -163,9 +164,7 @@ def _lex(text: str) -> list[_Cmd]:
             line += text.count("\n", i, j)
             i = j + 1
         elif text.startswith("$'", i):
-            from timeline.io.megatron_args import _ansi_c_body
-
-            body, j = _ansi_c_body(text, i + 2)
+            body, j = ansi_c_body(text, i + 2)
             word.append((body, "'"))
             i = j
         elif c == '"':
@@ -366,7 +365,7 @@ class _Shell:
                         j = _dollar(text, i)
                         v = self.dollar(text[i:j])
                         if v is None:
-                            v = text[i:j] if keep_unset and _keeps(text[i:j]) else ""
+                            v = text[i:j] if keep_unset and VAR_RE.fullmatch(text[i:j]) else ""
                         if isinstance(v, list):  # unquoted ${ARR[@]}: each element split again
                             parts = [p for item in v for p in (item.split() if split else [item])]
                         else:
@@ -398,7 +397,7 @@ class _Shell:
                 else:
                     v = self.dollar(text[i:j])
                     if v is None:
-                        v = text[i:j] if keep_unset and _keeps(text[i:j]) else ""
+                        v = text[i:j] if keep_unset and VAR_RE.fullmatch(text[i:j]) else ""
                     out.append(" ".join(v) if isinstance(v, list) else v)
                 i = j
             else:
@@ -469,11 +468,6 @@ class _Shell:
             return ints[args[1]](int(args[0]), int(args[2])) != neg
         raise _Undecidable(f"line {line}: the test `{' '.join(raw)}` (files, processes) is decided only by running "
                            "the script")
-
-
-def _keeps(ref: str) -> bool:
-    """A ``$NAME`` / ``${NAME}`` reference kept as text when unset (an argument's value)."""
-    return re.fullmatch(rf"\$\{{?{NAME}\}}?", ref) is not None
 
 
 # --------------------------------------------------------------------------------------------- execution
@@ -565,7 +559,11 @@ def _run(shell: _Shell, cmds: list[_Cmd], found: list[Launch]) -> None:
         cmd = cmds[i]
         head = _head(cmd)
         if cmd.array:
-            if cmd.guard and not _list_runs_last(shell, cmd.guard, cmd.line):
+            runs = _run_list(shell, cmd.guard, cmd.line, found) if cmd.guard else True
+            if runs is None:
+                raise _Undecidable(f"line {cmd.line}: a test only running the script decides whether {cmd.array} "
+                                   "is set")
+            if not runs:
                 i += 1
                 continue
             items: list[str] = []
@@ -597,7 +595,7 @@ def _run(shell: _Shell, cmds: list[_Cmd], found: list[Launch]) -> None:
             continue
         if head in ("exit", "return") and not found:
             return
-        _simple(shell, cmd, found)
+        _run_list(shell, cmd.words, cmd.line, found)
         i += 1
 
 
@@ -648,26 +646,29 @@ def _if(shell: _Shell, cmds: list[_Cmd], i: int, found: list[Launch]) -> int:
     return end + 1
 
 
-def _simple(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
-    """A command list: each command of an ``&&`` / ``||`` list in turn (``cd dir && torchrun …``), each pipeline's
-    first command only (``… | tee log`` consumes its output)."""
+def _run_list(shell: _Shell, words: list[Word | str], line: int, found: list[Launch]) -> bool | None:
+    """Run an ``&&`` / ``||`` list (``cd dir && torchrun …``; each pipeline's first command only: ``… | tee log``
+    consumes its output) and return whether the command after it would run, were one there: the list may end in
+    its operator (``test && ARR+=( … )``, the array read apart). None: a test only running the script decides it;
+    the command it guards is refused when it assigns or runs the job."""
     part: list[Word | str] = []
     status: bool | None = True
     op = "&&"
-    for w in [*cmd.words, "&&"]:
+    for w in [*words, "&&"] if not words or words[-1] not in ("&&", "||") else words:
         if w not in ("&&", "||"):
             part.append(w)
             continue
         cut = next((k for k, x in enumerate(part) if x == "|"), len(part))
         if part[:cut]:
-            now = _Cmd(part[:cut], cmd.line)
+            now = _Cmd(part[:cut], line)
             if status is None and _touches([now]):
-                raise _Undecidable(f"line {cmd.line}: a test only running the script decides whether "
+                raise _Undecidable(f"line {line}: a test only running the script decides whether "
                                    f"`{' '.join(''.join(t for t, _ in x) for x in now.words if isinstance(x, list))}` "
                                    "runs")
             if status is None or (status if op == "&&" else not status):
                 status = _status(shell, now, found)
         part, op = [], str(w)
+    return None if status is None else status if op == "&&" else not status
 
 
 def _status(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> bool | None:
@@ -685,22 +686,6 @@ def _status(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> bool | None:
         return False
     _command(shell, cmd, found)
     return True
-
-
-def _list_runs_last(shell: _Shell, guard: list[Word | str], line: int) -> bool:
-    """Whether the command after ``guard`` (an ``&&`` / ``||`` list ending in its operator) runs."""
-    status, op, part = True, "&&", []
-    for w in guard:
-        if w not in ("&&", "||"):
-            part.append(w)
-            continue
-        if part and (status if op == "&&" else not status):
-            if _head(_Cmd(part, line)) in ("[", "[[", "test"):
-                status = shell.test(part, line)  # an undecidable test guarding an assignment is refused
-            else:
-                status = _head(_Cmd(part, line)) != "false"
-        part, op = [], str(w)
-    return status if op == "&&" else not status
 
 
 def _command(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:

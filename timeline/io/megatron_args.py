@@ -25,8 +25,6 @@ from timeline.io.text import read_user_text
 
 #: a value given as a ``$VAR`` / ``${VAR}`` reference the launcher would have expanded
 VAR_RE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
-#: a whole word that is one such reference
-VAR_WORD = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +52,7 @@ ANSI_C = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", 
 ANSI_C_NUMERIC = re.compile(r"([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|u([0-9A-Fa-f]{1,4})|U([0-9A-Fa-f]{1,8})")
 
 
-def _ansi_c_body(line: str, i: int) -> tuple[str, int]:
+def ansi_c_body(line: str, i: int) -> tuple[str, int]:
     """The text of a ``$'...'`` whose body starts at ``line[i]``, and the index after its closing quote."""
     out = []
     while i < len(line) and line[i] != "'":
@@ -87,7 +85,7 @@ def ansi_c_quotes(line: str) -> str:
                 continue
             quote = "" if ch == quote else quote
         elif ch == "$" and line.startswith("$'", i):
-            body, i = _ansi_c_body(line, i + 2)
+            body, i = ansi_c_body(line, i + 2)
             out.append("'" + body.replace("'", "'\\''") + "'")
             continue
         elif ch == "\\":
@@ -250,7 +248,7 @@ def read_script(text: str, path: Path) -> MegatronArgs:
     # an unset variable (kept as its $NAME) is an option's value right after the option, which the mapping then
     # names where it matters; anywhere else it expands to nothing, as in bash
     words = [w for k, w in enumerate(launch.words)
-             if not (VAR_WORD.fullmatch(w) and (k == 0 or not launch.words[k - 1].startswith("--")))]
+             if not (VAR_RE.fullmatch(w) and (k == 0 or not launch.words[k - 1].startswith("--")))]
     return group_words([launch.script, *words], path, env=launch.env, world_size=launch.world_size)
 
 

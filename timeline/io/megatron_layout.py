@@ -41,24 +41,35 @@ def _list_value(node: ast.AST, arg: str) -> list[int]:
     raise UserError(f"{arg}: {ast.unparse(node)!r} is not a list of 0/1 built with [..], + and *")
 
 
-def moe_layer_pattern(value: object, num_layers: int) -> list[int]:
-    """1/0 per decoder layer (MoE/dense) from ``--moe-layer-freq``."""
-    arg = "--moe-layer-freq"
+def _freq_or_list(value: object, arg: str) -> int | list[int]:
+    """Megatron's ``moe_freq_type`` (``megatron/training/arguments.py``) without ``eval``: an integer ≥ 1, or a
+    list expression of 0/1 built with ``[..]``, ``+`` and ``*``."""
     text = str(value).strip()
     if re.fullmatch(r"\d+", text):
         k = int(text)
         if k < 1:
             raise UserError(f"{arg}: must be ≥ 1, got {k}")
-        return [1 if i % k == 0 else 0 for i in range(num_layers)]
+        return k
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError:
         raise UserError(f"{arg}: {text!r} is neither an integer nor a list expression") from None
     pattern = _list_value(tree.body, arg)
-    if len(pattern) != num_layers or set(pattern) - {0, 1}:
-        raise UserError(f"{arg}: {text!r} must give 0 or 1 for each of the {num_layers} layers "
-                        f"(it gives {len(pattern)} values)")
+    if set(pattern) - {0, 1}:
+        raise UserError(f"{arg}: {text!r} must give 0 or 1 per layer")
     return pattern
+
+
+def moe_layer_pattern(value: object, num_layers: int) -> list[int]:
+    """1/0 per decoder layer (MoE/dense) from ``--moe-layer-freq``."""
+    arg = "--moe-layer-freq"
+    freq = _freq_or_list(value, arg)
+    if isinstance(freq, int):
+        return [1 if i % freq == 0 else 0 for i in range(num_layers)]
+    if len(freq) != num_layers:
+        raise UserError(f"{arg}: {str(value).strip()!r} must give 0 or 1 for each of the {num_layers} layers "
+                        f"(it gives {len(freq)} values)")
+    return freq
 
 
 def window_layer_pattern(value: object, num_layers: int) -> list[int]:
@@ -68,21 +79,13 @@ def window_layer_pattern(value: object, num_layers: int) -> list[int]:
     arg = "--window-attn-skip-freq"
     if value is None:
         return [1] * num_layers
-    text = str(value).strip()
-    if re.fullmatch(r"\d+", text):
-        k = int(text)
-        if k < 1:
-            raise UserError(f"{arg}: must be ≥ 1, got {k}")
-        return [1 if (i + 1) % k else 0 for i in range(num_layers)]
-    try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError:
-        raise UserError(f"{arg}: {text!r} is neither an integer nor a list expression") from None
-    pattern = _list_value(tree.body, arg)
-    if len(pattern) < num_layers or set(pattern) - {0, 1}:
-        raise UserError(f"{arg}: {text!r} must give 0 or 1 for each of the {num_layers} layers "
-                        f"(it gives {len(pattern)} values)")
-    return pattern[:num_layers]
+    freq = _freq_or_list(value, arg)
+    if isinstance(freq, int):
+        return [1 if (i + 1) % freq else 0 for i in range(num_layers)]
+    if len(freq) < num_layers:
+        raise UserError(f"{arg}: {str(value).strip()!r} must give 0 or 1 for each of the {num_layers} layers "
+                        f"(it gives {len(freq)} values)")
+    return freq[:num_layers]
 
 
 def pattern_to_model(pattern: list[int]) -> tuple[int, int]:

@@ -91,7 +91,7 @@ class ArgReader:
 
     def flag(self, name: str) -> bool:
         raw = self.raw.get(name)
-        if isinstance(raw, str) and re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", raw):
+        if isinstance(raw, str) and VAR_RE.fullmatch(raw):
             self.read.add(name)  # a launch script's unset variable after a flag expands to nothing
             return True
         v = self.value(name, False)

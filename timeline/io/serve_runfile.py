@@ -55,26 +55,31 @@ def _load(values: dict[str, Any], problems: list[tuple[str, str]]) -> LoadSpec |
     return replace(spec, **dists)
 
 
-def _checkpoint_vision(model_data: Any, base: Path) -> VisionSpec | None:
-    """The hf_config's vision tower (:func:`timeline.io.hf_vision.split_vision`), None for a language model;
-    the model was read already, so the file is a readable, modelled config here."""
-    if not isinstance(model_data, dict) or not isinstance(model_data.get("hf_config"), str):
-        return None
-    cfg = json.loads((base / model_data["hf_config"]).read_text())
-    return split_vision(cfg)[1] if isinstance(cfg, dict) and is_vision_language(cfg) else None
-
-
-def _checkpoint_quant(model_data: Any, base: Path, sv: dict[str, Any],
-                      problems: list[tuple[str, str]]) -> CheckpointQuant | None:
-    """The hf_config's ``quantization_config`` (:func:`timeline.io.hf_quant.read_quantization`); it sets
-    ``serving.weight_dtype`` / ``quant_group_size``, and a run-file value that contradicts it is a problem."""
+def _checkpoint_config(model_data: Any, base: Path) -> dict[str, Any] | None:
+    """The hf_config's JSON object (None without one, or unreadable: the model reader reports that)."""
     if not isinstance(model_data, dict) or not isinstance(model_data.get("hf_config"), str):
         return None
     try:
         cfg = json.loads((base / model_data["hf_config"]).read_text())
-        quant = read_quantization(cfg) if isinstance(cfg, dict) else None
     except (OSError, ValueError):
-        return None  # the model reader reports an unreadable config
+        return None
+    return cfg if isinstance(cfg, dict) else None
+
+
+def _checkpoint_vision(cfg: dict[str, Any] | None) -> VisionSpec | None:
+    """The checkpoint's vision tower (:func:`timeline.io.hf_vision.split_vision`), None for a language model (the
+    model was read already, so a vision-language config here is a modelled one)."""
+    return split_vision(cfg)[1] if cfg is not None and is_vision_language(cfg) else None
+
+
+def _checkpoint_quant(cfg: dict[str, Any] | None, sv: dict[str, Any],
+                      problems: list[tuple[str, str]]) -> CheckpointQuant | None:
+    """The checkpoint's ``quantization_config`` (:func:`timeline.io.hf_quant.read_quantization`); it sets
+    ``serving.weight_dtype`` / ``quant_group_size``, and a run-file value that contradicts it is a problem."""
+    if cfg is None:
+        return None
+    try:
+        quant = read_quantization(cfg)
     except UserError as exc:
         problems.append(("model.hf_config", str(exc)))
         return None
@@ -186,8 +191,9 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     allocator = build_section(AllocatorSpec, "allocator", table("allocator"), problems)
     sv_values = table("serving")
     load_values = sv_values.pop("load", None)
-    quant = _checkpoint_quant(data.get("model"), base, sv_values, problems)
-    vision = _checkpoint_vision(data.get("model"), base) if model is not None else None
+    cfg = _checkpoint_config(data.get("model"), base)
+    quant = _checkpoint_quant(cfg, sv_values, problems)
+    vision = _checkpoint_vision(cfg) if model is not None else None
     if model is not None and hardware is not None:
         _version_defaults(sv_values, model.max_position_embeddings, hardware.capacity_gib, str(gpu))
         _sglang_defaults(sv_values, str(gpu), par_values.get("tp", 1), par_values.get("pp", 1))
