@@ -277,6 +277,23 @@ def probs_in_experts_of(record: dict) -> bool:
     return mc == "0.12.0rc0" and holds(record, PROBS_IN_EXPERTS)
 
 
+#: Megatron-LM c9dfe34798 "Enable NullTokenizer for pretraining to reduce I/O access" (2026-04-22, on main at
+#: package_info 0.18.0, so no version gate on main separates it; first release core_v0.18.0): ``NullTokenizer``
+#: reports ``--vocab-size`` itself, not one more (``timeline.io.megatron_tokenizer.null_adds_eod``)
+NULL_VOCAB_EXACT = (("2026-04-22", "c9dfe34798", "yes"),)
+
+
+def null_eod_of(record: dict) -> bool:
+    """Whether the case's ``NullTokenizer`` counts its EOD on top of ``--vocab-size``: before c9dfe34798
+    (:data:`NULL_VOCAB_EXACT`); a release's version decides (0.18.0 on, not), main's 0.18.0 its commit."""
+    from timeline.profiles.megatron_workspaces import version_tuple
+
+    version = version_tuple(megatron_of(record) or "0.14.0")
+    if version < (0, 18):
+        return True
+    return version < (0, 19) and not holds(record, NULL_VOCAB_EXACT)
+
+
 #: Megatron-LM a56a0b001d "fix(moe): ... reduce memory overhead for 1F1B A2A overlap" (2026-01-06, on main at
 #: package_info 0.16.0rc0, so no version gate on main separates it; first release core_v0.16.0): combined 1F1B
 #: releases each backward layer's schedule-plan nodes after the layer (``[framework]
@@ -313,7 +330,8 @@ FSDP_PACKAGE = (("2025-08-21", "af28b5a559", "yes"),)
 #: main: d98e8a64dd lacks it) made its compact layout the default there; a record descends from it or not (one of
 #: :data:`GATES`: decided by ancestry through tools/megatron_gates.json, no Megatron-LM clone needed)
 COMPACT_LAYOUT = (("2026-06-30", "3b9c248a1b", "yes"),)
-GATES = (KEEPS_BATCH, PROBS_IN_EXPERTS, RELEASES_NODES, ROUTER_TE_GEMM, FSDP_PACKAGE, COMPACT_LAYOUT)
+GATES = (KEEPS_BATCH, PROBS_IN_EXPERTS, RELEASES_NODES, ROUTER_TE_GEMM, FSDP_PACKAGE, COMPACT_LAYOUT,
+         NULL_VOCAB_EXACT)
 GATES_FILE = ROOT / "tools" / "megatron_gates.json"
 
 
@@ -493,7 +511,7 @@ def convert_at_world_size(record: dict, margs: MegatronArgs) -> tuple[int, Conve
                        probs_in_experts=probs_in_experts_of(record),
                        releases_nodes=releases_nodes_of(record), router_te_gemm_fixed=router_te_gemm_of(record),
                        fsdp_package=fsdp_package_of(record), resumed=resumed_run(record),
-                       muon_buffer_layout=muon_buffer_layout_of(record))
+                       muon_buffer_layout=muon_buffer_layout_of(record), null_eod=null_eod_of(record))
 
     *earlier, last = world_size_candidates(record)
     for world in earlier:

@@ -23,7 +23,9 @@ tests — a bash launch script (variables, arrays of arguments, ${ARR[@]}, ${X:-
 as the world size) — or an argument list as a launch script passes it to pretrain_gpt.py (several per line,
 \\ continuations, # comments). Absent arguments take Megatron's command-line defaults; every
 argument is mapped to a run-file key, listed as memory-neutral in the file's header, or refused
-with one line naming it.
+with one line naming it. The vocabulary is the tokenizer's as Megatron builds it: a --tokenizer-model
+file on this machine (SentencePiece .model, a Hugging Face folder or a hub name in the local cache) is
+read; otherwise --vocab-size stands in for it.
 
 examples:
   timeline from-megatron tests/functional_tests/test_cases/gpt/gpt3_mcore_te_tp2_pp2/model_config.yaml --world-size 8

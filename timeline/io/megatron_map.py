@@ -38,18 +38,8 @@ from timeline.io.megatron_table import (
     REFUSED,
     REFUSED_UNLESS,
 )
+from timeline.io.megatron_tokenizer import vocab_size
 from timeline.profiles.megatron_workspaces import version_tuple
-
-#: vocabulary sizes of tokenizers a config names by file (the tokenizer itself is not read):
-#: GPT-2's BPE ``vocab.json`` holds 50,257 tokens (Radford et al. 2019); Nemotron-4's SentencePiece
-#: model 256,000 (Nemotron-4 15B technical report, arXiv 2402.16819 §2)
-GPT2_VOCAB = 50257
-KNOWN_TOKENIZER_FILES = {"nemotron_2_256k.model": 256000}
-#: the BERT WordPiece vocabularies a ``--vocab-file`` of these tokenizer types holds (the file is not read):
-#: ``bert-large-uncased`` (30,522 tokens) and ``bert-large-cased`` (28,996), the ``vocab_size`` of Hugging Face's
-#: ``google-bert/bert-large-uncased`` and ``google-bert/bert-large-cased`` ``config.json``; pretrain_bert.py's
-#: default tokenizer is ``BertWordPieceLowerCase`` (``pretrain(..., args_defaults=…)``)
-BERT_VOCABS = {"BertWordPieceLowerCase": 30522, "BertWordPieceCase": 28996}
 
 
 @dataclass
@@ -218,30 +208,6 @@ def fp8_training(a: ArgReader, c: Conversion) -> None:
         c.put("training.fp8_param_gather", True, "--fp8-param-gather")
 
 
-def _vocab(a: ArgReader, family: str | None = None) -> int:
-    """``--padded-vocab-size``, else ``--vocab-size``, else the size of the tokenizer the arguments name
-    (GPT-2 BPE by default; BERT's lower-case WordPiece in a BERT job)."""
-    size = a.int("--padded-vocab-size")
-    if size is not None:
-        return size
-    size = a.int("--vocab-size")
-    if size is not None:
-        return size
-    kind = a.raw.get("--tokenizer-type", "BertWordPieceLowerCase" if family == "bert" else "GPT2BPETokenizer")
-    if kind in BERT_VOCABS and "--vocab-file" in a.raw:
-        # tokenizer.py: _BertWordPieceTokenizer adds [BOS] and [EOS], then --vocab-extra-ids sentinels (T5)
-        return BERT_VOCABS[kind] + 2 + (a.int("--vocab-extra-ids", 0) or 0)
-    given = a.raw.get("--tokenizer-model")
-    model = given if isinstance(given, str) else ""  # a bare --tokenizer-model (its value empty) names no file
-    if kind == "GPT2BPETokenizer" and ("--vocab-file" in a.raw or "--tokenizer-type" not in a.raw):
-        return GPT2_VOCAB
-    for fname, n in KNOWN_TOKENIZER_FILES.items():
-        if model.endswith(fname):
-            return n
-    raise UserError(f"--tokenizer-type {kind}: its vocabulary size is unknown without reading "
-                    f"{model or 'the tokenizer'}; add --vocab-size N")
-
-
 def map_gpt_oss(a: ArgReader, c: Conversion, layers: int) -> None:
     """GPT-OSS's knobs as Megatron-Core (core_v0.15.0 on) reads them (``transformer_config.py``): ``--quick-geglu``
     (``activation_func = quick_gelu`` on a gated unit, gate · sigmoid(1.702 · gate): ``hidden_act = "silu"`` with
@@ -280,9 +246,11 @@ def map_gpt_oss(a: ArgReader, c: Conversion, layers: int) -> None:
           "--window-attn-skip-freq")
 
 
-def map_model(a: ArgReader, c: Conversion, family: str | None = None) -> None:
+def map_model(a: ArgReader, c: Conversion, family: str | None = None, *, megatron_core: str | None = None,
+              null_eod: bool | None = None) -> None:
     """``[model]``: the ``megatron-gpt`` preset with every size and switch the arguments give (``family``: the
-    model family the input names, for its tokenizer's default)."""
+    model family the input names, for its tokenizer's default; ``megatron_core``, ``null_eod``: the tokenizer's
+    vocabulary, :func:`timeline.io.megatron_tokenizer.vocab_size`)."""
     c.put("model.preset", "megatron-gpt")
     layers, h, heads = num_layers(a), a.need("--hidden-size"), a.need("--num-attention-heads")
     c.put("model.num_layers", layers, "--num-layers")
@@ -322,8 +290,8 @@ def map_model(a: ArgReader, c: Conversion, family: str | None = None) -> None:
     c.put("model.attention_dropout", a.float("--attention-dropout", 0.1), "--attention-dropout")
     seq = a.need("--seq-length")
     c.put("model.max_position_embeddings", a.int("--max-position-embeddings", seq), "--max-position-embeddings")
-    c.put("model.vocab_size", _vocab(a, family), "--vocab-size", "--tokenizer-type", "--vocab-file",
-          "--padded-vocab-size")
+    c.put("model.vocab_size", vocab_size(a, family, megatron_core=megatron_core, null_eod=null_eod), "--vocab-size",
+          "--tokenizer-type", "--vocab-file", "--tokenizer-model", "--padded-vocab-size")
     if a.flag("--qk-layernorm") and not a.flag("--multi-latent-attention"):
         c.put("model.qk_norm", True, "--qk-layernorm")
     if a.flag("--multi-latent-attention"):

@@ -49,7 +49,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
             keeps_batch: bool | None = None, probs_in_experts: bool | None = None,
             releases_nodes: bool | None = None, router_te_gemm_fixed: bool = False,
             fsdp_package: bool | None = None, resumed: bool = False, muon_buffer_layout: str | None = None,
-            optimizer_impl: str | None = None) -> Conversion:
+            optimizer_impl: str | None = None, null_eod: bool | None = None) -> Conversion:
     """The run-file data of the job ``margs`` describes on ``world_size`` GPUs of kind ``gpu``
     (``keeps_batch``, ``probs_in_experts``, ``releases_nodes``, ``router_te_gemm_fixed``:
     :func:`timeline.io.megatron_framework.framework`; ``fsdp_package``:
@@ -57,7 +57,8 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     ``resumed``: its ``--load`` holds a checkpoint of this training,
     :func:`timeline.io.megatron_state_args.checkpoint_load`; ``muon_buffer_layout``: how Muon's layer-wise
     optimizer lays out its state, :func:`timeline.io.megatron_optimizer.optimizer`; ``optimizer_impl``: which
-    Adam Megatron imported, :func:`timeline.io.megatron_optimizer.optimizer_impl`)."""
+    Adam Megatron imported, :func:`timeline.io.megatron_optimizer.optimizer_impl`; ``null_eod``: whether the
+    commit's ``NullTokenizer`` counts its EOD on top of ``--vocab-size``, :func:`timeline.io.megatron_tokenizer.vocab_size`)."""
     if world_size < 1:
         raise UserError(f"--world-size must be 1 or more, got {world_size}")
     if gpu not in GPUS:
@@ -72,7 +73,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     a = ArgReader(derived_args(margs.args, margs.family))
     refuse_unmodelled(margs, a)
     c = Conversion()
-    map_model(a, c, margs.family)
+    map_model(a, c, margs.family, megatron_core=megatron_core, null_eod=null_eod)
     dp, _ = map_parallel(a, c, world_size, megatron_core=megatron_core)
     refuse_expert_layout(c, world_size)
     map_training(a, c, dp)
