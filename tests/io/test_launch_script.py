@@ -285,3 +285,94 @@ def test_an_undecidable_test_guarding_an_assignment_is_refused():
     assert "line 1" in str(err.value) and "TP=4" in str(err.value)
     launch = read_launch_script("[ -d /data ] && echo found\npython pretrain_gpt.py --lr 1\n", "t")
     assert launch is not None and launch.words == ["--lr", "1"]  # around an echo it decides nothing
+
+
+CASE_SCRIPT = r"""#!/bin/bash
+MODEL_SIZE=${MODEL_SIZE:-8B}
+PREC="fp8"
+case "${MODEL_SIZE}" in
+    "800M")
+        TP=1; LAYERS=24
+        ;;
+    7B|8B)
+        TP=2
+        LAYERS=32 ;;
+    (70*) TP=8; LAYERS=80 ;;
+    *)
+        echo "unknown size $MODEL_SIZE"; exit 1
+        ;;
+esac
+case $PREC in
+    bf16) EXTRA=(--bf16) ;;
+    "f"*) EXTRA=(--bf16 --fp8-format hybrid)
+        case $TP in 2) EXTRA+=(--sequence-parallel) ;; esac
+        ;;
+esac
+case "$1" in
+    --help) echo usage ;;
+esac
+torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size $TP --num-layers $LAYERS ${EXTRA[@]}
+"""
+
+
+def test_a_case_block_runs_the_clause_its_word_matches():
+    """``case``: literal, ``|`` alternatives, globs (quoted parts literal), a leading ``(``, nested blocks,
+    clauses on one line; a clause that only echoes on ``$1`` (empty) changes nothing."""
+    launch = read_launch_script(CASE_SCRIPT, "t")
+    assert launch is not None
+    assert launch.words == ["--tensor-model-parallel-size", "2", "--num-layers", "32", "--bf16", "--fp8-format",
+                            "hybrid", "--sequence-parallel"]
+    launch = read_launch_script(CASE_SCRIPT.replace(":-8B}", ":-70B}"), "t")
+    assert launch is not None and launch.words[:4] == ["--tensor-model-parallel-size", "8", "--num-layers", "80"]
+    # a quoted glob character is literal: "f"* matches fp8, "f*" would not
+    launch = read_launch_script(CASE_SCRIPT.replace('"f"*)', '"f*")'), "t")
+    assert launch is not None and launch.words[4:] == []
+    # an unknown size runs the `*` clause (its exit, like a usage check's, does not end the reading): TP unset
+    launch = read_launch_script(CASE_SCRIPT.replace(":-8B}", ":-3B}"), "t")
+    assert launch is not None and launch.words[:2] == ["--tensor-model-parallel-size", "$TP"]
+
+
+@pytest.mark.skipif(not os.path.exists("/bin/bash"), reason="bash is needed to compare with")
+def test_case_blocks_give_the_same_words_as_bash(tmp_path):
+    for size in ("8B", "70B", "800M"):
+        text = CASE_SCRIPT.replace(":-8B}", f":-{size}}}")
+        script = tmp_path / "train.sh"
+        script.write_text(text.replace("torchrun ", "printf '%s\\n' "))
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        words = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env,
+                               check=True).stdout.splitlines()
+        launch = read_launch_script(text, "train.sh")
+        assert launch is not None
+        assert words[words.index("pretrain_gpt.py") + 1:] == launch.words, size
+
+
+def test_a_case_on_a_word_only_running_decides_is_refused_where_it_assigns():
+    text = "case $(hostname) in\n  node*) TP=4 ;;\nesac\npython pretrain_gpt.py --tensor-model-parallel-size $TP\n"
+    with pytest.raises(UserError) as err:
+        read_launch_script(text, "t")
+    assert "line 1" in str(err.value) and "case" in str(err.value)
+    text = "case $(hostname) in\n  node*) echo on a node ;;\nesac\npython pretrain_gpt.py --lr 1\n"
+    launch = read_launch_script(text, "t")
+    assert launch is not None and launch.words == ["--lr", "1"]
+
+
+def test_megatron_lm_s_hybrid_example_reads_to_a_run_file(tmp_path):
+    """examples/mamba/train.sh (a ``case`` on the model scale, ``--spec … hybrid_stack_spec`` as two words,
+    ``--position-embedding-type none``) converts once its tokenizer is given."""
+    mirror = Path("/work/.mirror/NVIDIA+Megatron-LM/repo")
+    if not mirror.exists():
+        pytest.skip("no Megatron-LM mirror on this machine (the fetch tool's snapshot)")
+    text = subprocess.run(["git", "-C", str(mirror), "show", "HEAD:examples/mamba/train.sh"], capture_output=True,
+                          text=True).stdout
+    if "case" not in text:
+        pytest.skip("examples/mamba/train.sh is not in this snapshot as read here")
+    script = tmp_path / "train.sh"
+    script.write_text(text.replace("TOKENIZER_PATH=$2", "TOKENIZER_PATH=x\nVOCAB=(--vocab-size 256000)")
+                      .replace("${options}", "${options} ${VOCAB[@]}"))
+    out = tmp_path / "job.toml"
+    assert main(["from-megatron", str(script), "-o", str(out)]) == 0
+    import tomllib
+
+    model = tomllib.loads(out.read_text())["model"]
+    assert model["position_embedding"] == "none" and model["hybrid_override_pattern"].startswith("M-M-M--M-*")
+    assert model["hidden_size"] == 1024  # the 800M clause

@@ -410,3 +410,32 @@ def test_a_world_size_the_expert_ranks_do_not_divide_is_refused_as_megatron_does
         convert_args(moe, world_size=2)
     with pytest.raises(UserError, match=r"^--world-size 4 is not divisible by etp·ep·pp = 2·4·1 "):
         convert_args(moe | {"--tensor-model-parallel-size": 2}, world_size=4)
+
+
+def test_no_position_embedding_builds_neither_a_table_nor_rotary(tmp_path):
+    """``--position-embedding-type none`` (gpt_model.py / hybrid_model.py's default): no position table, no RoPE."""
+    from sources import template_of, tensors_of
+
+    base = BASE | {"--max-position-embeddings": 512}
+    params, ops = {}, {}
+    for pos in ("none", "rope", "learned_absolute"):
+        c = convert_args(base | {"--position-embedding-type": pos}, world_size=1)
+        assert c.sections["model"]["position_embedding"] == {"none": "none", "rope": "rope"}.get(pos, "learned")
+        run = run_from_data(tomllib.loads(run_file_text(c, name="nope", source="x", world_size=1)), tmp_path / "r.toml")
+        params[pos] = {t.name for t in tensors_of(run, 0)[1]}
+        ops[pos] = {op.name for op in template_of(run, 0).forward}
+    assert not any("position_embeddings" in n for n in params["none"])
+    assert any("position_embeddings" in n for n in params["learned_absolute"])
+    assert any(n.endswith(".rope") for n in ops["rope"]) and not any(n.endswith(".rope") for n in ops["none"])
+
+
+def test_a_hybrid_spec_given_as_two_words_is_the_hybrid_stack():
+    """A launch script passes ``--spec MODULE FUNCTION`` as two words (a tuple), a YAML as one string."""
+    from timeline.io.megatron_args import parse_arg_list
+
+    margs = parse_arg_list("--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 512 "
+                           "--micro-batch-size 1 --global-batch-size 8 --bf16 --vocab-size 1024 "
+                           "--tokenizer-type NullTokenizer --hybrid-layer-pattern M*M* "
+                           "--spec megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec\n")
+    c = convert(margs, world_size=1)
+    assert c.sections["model"]["hybrid_override_pattern"] == "M*M*"

@@ -115,6 +115,10 @@ def _dollar(text: str, i: int) -> int:
     return m.end() if m else i + 1
 
 
+def _plain_word(word: Word | str) -> str:
+    return word if isinstance(word, str) else "".join(t for t, q in word if q != "$")
+
+
 def _lex(text: str) -> list[_Cmd]:
     """The script's simple commands in order (comments, continuations and quoting as bash reads them)."""
     text = re.sub(r"\\\r?\n", "", text)
@@ -131,6 +135,9 @@ def _lex(text: str) -> list[_Cmd]:
         if word:
             words.append(word)
             word = []
+            if len(words) == 3 and array is None and all(isinstance(w, list) for w in words) \
+                    and [_plain_word(words[0]), _plain_word(words[2])] == ["case", "in"]:
+                end_cmd()  # `case WORD in` ends there: its first clause may follow on the same line
 
     def end_cmd() -> None:
         nonlocal words
@@ -201,6 +208,8 @@ def _lex(text: str) -> list[_Cmd]:
                 words.append(op)
             else:
                 end_cmd()
+                if op == ";;" and array is None:  # a `case` clause's end, kept for _case
+                    cmds.append(_Cmd([[(";;", "")]], line))
             i += len(op)
         elif c in "<>" and array is None:
             if len(word) == 1 and word[0][1] == "" and word[0][0].isdigit():
@@ -578,7 +587,13 @@ def _run(shell: _Shell, cmds: list[_Cmd], found: list[Launch]) -> None:
         if head == "if":
             i = _if(shell, cmds, i, found)
             continue
-        if head in ("while", "until", "for", "case", "select"):
+        if head == "case":
+            i = _case(shell, cmds, i, found)
+            continue
+        if head == ";;":
+            i += 1
+            continue
+        if head in ("while", "until", "for", "select"):
             end = _block_end(cmds, i)
             body = cmds[i + 1:end]
             if head in ("while", "until"):
@@ -641,6 +656,107 @@ def _if(shell: _Shell, cmds: list[_Cmd], i: int, found: list[Launch]) -> int:
                 raise
             break  # a file or process test around echo / exit / mkdir: not the job's arguments
         if taken:
+            _run(shell, branch, found)
+            break
+    return end + 1
+
+
+def _glob(shell: _Shell, word: Word) -> str:
+    """A ``case`` pattern as an fnmatch pattern: quoted parts literal (their glob characters bracketed), unquoted
+    parts glob, both expanded."""
+    out = []
+    for text, q in word:
+        if q == "'":
+            value = text
+        elif q == '"':
+            value = shell._dq(text, False)
+        else:
+            out.append(shell._dq(text, False) if "$" in text else text)
+            continue
+        out.append(re.sub(r"([*?\[])", r"[\1]", value))
+    return "".join(out)
+
+
+def _case_patterns(shell: _Shell, cmd: _Cmd) -> tuple[list[str], list[Word | str]]:
+    """A clause's patterns (``a|"b"|c*)``, a leading ``(`` optional) and the command words after its ``)``."""
+    patterns: list[str] = []
+    for k, w in enumerate(cmd.words):
+        if w == "|":
+            continue
+        if isinstance(w, str):
+            break
+        parts = list(w)
+        if parts and parts[0][1] == "" and parts[0][0].startswith("(") and not patterns:
+            parts[0] = (parts[0][0][1:], "")
+        last = parts[-1] if parts else ("", "'")
+        closes = last[1] == "" and last[0].endswith(")")
+        if closes:
+            parts[-1] = (last[0][:-1], "")
+        for alt in _split_alternatives(parts):
+            patterns.append(_glob(shell, alt))
+        if closes:
+            return patterns, cmd.words[k + 1:]
+    raise _Undecidable(f"line {cmd.line}: a `case` clause whose pattern does not end in `)`")
+
+
+def _split_alternatives(parts: Word) -> list[Word]:
+    """``a|b`` inside one unquoted part (the lexer keeps ``|`` there only between quoted pieces)."""
+    alts: list[Word] = [[]]
+    for text, q in parts:
+        if q == "" and "|" in text:
+            pieces = text.split("|")
+            alts[-1].append((pieces[0], ""))
+            alts += [[(piece, "")] for piece in pieces[1:]]
+        else:
+            alts[-1].append((text, q))
+    return [a for a in alts if a]
+
+
+def _case(shell: _Shell, cmds: list[_Cmd], i: int, found: list[Launch]) -> int:
+    """``case WORD in PATTERN) … ;; esac``: the first clause whose pattern matches the expanded word runs (bash's
+    fnmatch rules, quoted pattern characters literal); a word only running the script gives is refused where a
+    clause assigns or runs the job."""
+    import fnmatch
+
+    end = _block_end(cmds, i)
+    head = cmds[i].words[1:]
+    if len(head) != 2 or not isinstance(head[1], list) or _Shell._plain(head[1]) != "in" \
+            or not isinstance(head[0], list):
+        raise _Undecidable(f"line {cmds[i].line}: a `case` written other than `case WORD in` on its own line")
+    clauses: list[tuple[list[str], list[_Cmd]]] = []
+    body: list[_Cmd] | None = None
+    depth = 0
+    for c in cmds[i + 1:end]:
+        h = _head(c)
+        if depth == 0 and h == ";;":
+            body = None
+            continue
+        if depth == 0 and body is None:
+            if c.array:  # `pat) ARR=( … )`: the lexer read the pattern as the array's guard
+                patterns, rest = _case_patterns(shell, _Cmd(c.guard, c.line))
+                body = [_Cmd(c.words, c.line, array=c.array, append=c.append, guard=rest)]
+            else:
+                patterns, rest = _case_patterns(shell, c)
+                body = [_Cmd(rest, c.line)] if rest else []
+            clauses.append((patterns, body))
+            continue
+        if h in _OPENERS:
+            depth += 1
+        elif h in ("fi", "done", "esac"):
+            depth -= 1
+        assert body is not None
+        body.append(c)
+    try:
+        subject = shell.word(head[0])
+        if "$(" in subject or "`" in subject:
+            raise _Undecidable(f"line {cmds[i].line}: `case` on a command's output")
+    except _Undecidable:
+        if any(_touches(b) for _, b in clauses):
+            raise _Undecidable(f"line {cmds[i].line}: a `case` block that sets variables or runs the job on a "
+                               "word only running the script gives") from None
+        return end + 1
+    for patterns, branch in clauses:
+        if any(fnmatch.fnmatchcase(subject, p) for p in patterns):
             _run(shell, branch, found)
             break
     return end + 1

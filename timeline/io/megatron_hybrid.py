@@ -47,7 +47,10 @@ def _on(raw: dict[str, Any], name: str) -> bool:
 
 def stack_spec(raw: dict[str, Any]) -> bool:
     """Whether ``--spec`` names the hybrid stack."""
-    text = " ".join(str(raw.get("--spec", "")).strip("[]").split())
+    spec = raw.get("--spec", "")
+    # a YAML string, or the (module, function) words an argument list gives
+    words = [str(w) for w in spec] if isinstance(spec, (list, tuple)) else str(spec).strip("[]").split()
+    text = " ".join(words)
     return any(s in text for s in STACK_SPECS)
 
 

@@ -274,9 +274,10 @@ def map_model(a: ArgReader, c: Conversion, family: str | None = None, *, megatro
         raise UserError(f"--normalization {norm}: only LayerNorm and RMSNorm are modelled")
     c.put("model.norm", norm.lower(), "--normalization")
     pos = a.str("--position-embedding-type", "learned_absolute")
-    if pos not in ("learned_absolute", "rope", "yarn"):
-        raise UserError(f"--position-embedding-type {pos}: only learned_absolute, rope and yarn are modelled")
-    c.put("model.position_embedding", "learned" if pos == "learned_absolute" else "rope",
+    if pos not in ("learned_absolute", "rope", "yarn", "none"):
+        raise UserError(f"--position-embedding-type {pos}: only learned_absolute, rope, yarn and none are modelled")
+    # none: no position table and no rotary (gpt_model.py / hybrid_model.py build neither; the hybrid default)
+    c.put("model.position_embedding", {"learned_absolute": "learned", "none": "none"}.get(pos, "rope"),
           "--position-embedding-type")
     if a.flag("--no-position-embedding") and pos != "rope":  # arguments.py: validate_args raises
         raise UserError(f"--no-position-embedding with --position-embedding-type {pos}: Megatron-LM rejects it "

@@ -27,7 +27,7 @@ MAPPED: dict[str, str] = {
                                                                   "of a pattern with '|')"),
     **dict.fromkeys(("--mamba-num-heads", "--mamba-state-dim", "--mamba-head-dim", "--mamba-num-groups"),
                     "model.mamba_num_heads / ssm_state_size / mamba_head_dim / n_groups"),
-    "--position-embedding-type": "model.position_embedding (learned_absolute, rope, yarn; others refused)",
+    "--position-embedding-type": "model.position_embedding (learned_absolute, rope, yarn, none; others refused)",
     "--no-position-embedding": "Megatron rejects it unless --position-embedding-type rope, where it changes nothing",
     **dict.fromkeys(("--disable-bias-linear", "--add-qkv-bias"), "model.linear_bias / attention_bias"),
     "--untie-embeddings-and-output-weights": "model.tie_word_embeddings",

@@ -56,7 +56,7 @@ class ModelSpec:
                                  doc="a Hugging Face ACT2FN name; the hf profile keeps what its expression keeps "
                                      "(spec/hf_activations.py), the others read every GeLU as the fused one; "
                                      "relu2 = squared ReLU (Megatron --squared-relu)")
-    position_embedding: str = spec_field("rope", choices=("rope", "learned"))
+    position_embedding: str = spec_field("rope", choices=("rope", "learned", "none"))
     attention_bias: bool = spec_field(False, doc="biases on Q/K/V projections")
     linear_bias: bool = spec_field(False, doc="biases on every linear layer (GPT)")
     qk_norm: bool = spec_field(False, doc="per-head RMSNorm on q and k (Qwen3)")
