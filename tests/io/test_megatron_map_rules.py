@@ -439,3 +439,47 @@ def test_a_hybrid_spec_given_as_two_words_is_the_hybrid_stack():
                            "--spec megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec\n")
     c = convert(margs, world_size=1)
     assert c.sections["model"]["hybrid_override_pattern"] == "M*M*"
+
+
+def test_the_attention_output_gate_widens_linear_qkv_and_gates_the_context(tmp_path):
+    """``--attention-output-gate`` (attention.py): linear_qkv grows by heads · kv_channels (its bias too), and
+    ``_apply_output_gate`` keeps its two bf16 inputs (the context, the gate view of mixed_qkv) and hands
+    linear_proj a new q-wide tensor; MLA is rejected as Megatron rejects it."""
+    from sources import template_of, tensors_of
+
+    base = BASE | {"--max-position-embeddings": 512, "--position-embedding-type": "rope",
+                   "--tensor-model-parallel-size": 2}
+    runs = {}
+    for gated in (False, True):
+        c = convert_args(base | ({"--attention-output-gate": True} if gated else {}), world_size=2)
+        assert c.sections["model"].get("attention_output_gate", False) is gated
+        runs[gated] = run_from_data(tomllib.loads(run_file_text(c, name="g", source="x", world_size=2)),
+                                    tmp_path / f"{gated}.toml")
+    q_local = 256 // 2  # 8 heads of 32 over tp 2
+    params = {g: {t.name: t for t in tensors_of(run, 0)[1]} for g, run in runs.items()}
+    extra = {n: t for n, t in params[True].items() if n not in params[False]}
+    assert sorted(n.rsplit(".", 2)[-2:][0] for n in extra) == ["g_proj"] * 8  # weight and bias, 4 layers
+    assert all(t.shape == (q_local, 256) for n, t in extra.items() if n.endswith("weight"))
+    ops = {g: {op.name: op for op in template_of(run, 0).forward} for g, run in runs.items()}
+    gate_ops = [op for name, op in ops[True].items() if name.endswith(".output_gate")]
+    assert len(gate_ops) == 4 and not any(n.endswith(".output_gate") for n in ops[False])
+    rows = 512 * 2  # seq · micro-batch
+    qkv = {g: next(op for name, op in ops[g].items() if name.endswith("layers.0.self_attn.linear_qkv"))
+           for g in runs}
+    widths = {g: sum(t.shape[-1] for t in op.allocs) for g, op in qkv.items()}
+    assert widths[True] - widths[False] == q_local
+    assert [t.shape for t in gate_ops[0].allocs] == [(rows, q_local)]
+    saved = {g: template_of(run, 0).activation_bytes for g, run in runs.items()}
+    # per layer: the gate, a view, pins all of mixed_qkv (q, gate, k, v: here nothing else keeps it — TE's flash
+    # attention keeps rotated q/k and its own v), and linear_proj keeps the gated context; bf16
+    assert saved[True] - saved[False] == 4 * (rows * 4 * q_local * 2 + rows * q_local * 2)
+    with pytest.raises(UserError, match="not supported for MLA"):
+        convert_args(base | {"--attention-output-gate": True, "--multi-latent-attention": True})
+
+
+def test_the_attention_output_gate_is_a_megatron_profile_layer(tmp_path):
+    c = convert_args(BASE | {"--attention-output-gate": True, "--position-embedding-type": "rope"}, world_size=2)
+    data = tomllib.loads(run_file_text(c, name="g", source="x", world_size=2))
+    data["model"]["profile"] = "paper"
+    with pytest.raises(UserError, match="model.attention_output_gate"):
+        run_from_data(data, tmp_path / "g.toml")

@@ -293,6 +293,11 @@ def map_model(a: ArgReader, c: Conversion, family: str | None = None, *, megatro
     c.put("model.max_position_embeddings", a.int("--max-position-embeddings", seq), "--max-position-embeddings")
     c.put("model.vocab_size", vocab_size(a, family, megatron_core=megatron_core, null_eod=null_eod), "--vocab-size",
           "--tokenizer-type", "--vocab-file", "--tokenizer-model", "--padded-vocab-size")
+    if a.flag("--attention-output-gate"):  # transformer_config.py: MLATransformerConfig raises for it
+        if a.flag("--multi-latent-attention"):
+            raise UserError("--attention-output-gate with --multi-latent-attention: Megatron-LM rejects it (\"Output "
+                            "gate is not supported for MLA yet\"); drop one")
+        c.put("model.attention_output_gate", True, "--attention-output-gate")
     if a.flag("--qk-layernorm") and not a.flag("--multi-latent-attention"):
         c.put("model.qk_norm", True, "--qk-layernorm")
     if a.flag("--multi-latent-attention"):

@@ -54,6 +54,7 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--window-size", "--window-attn-skip-freq"), "model.sliding_window / layer_types "
                     "(transformer/utils.py: is_layer_window_attention)"),
     "--softmax-type": "model.attention_sinks (learnable; off-by-one refused)",
+    "--attention-output-gate": "model.attention_output_gate (not with MLA, which Megatron rejects)",
     **dict.fromkeys(("--quick-geglu", "--glu-linear-offset", "--activation-func-clamp-value"),
                     "model.hidden_act / swiglu_alpha / glu_linear_offset / swiglu_limit (GPT-OSS's gated unit)"),
     "--bert-no-binary-head": "model.binary_head / type_vocab_size (a BERT job; pretrain_gpt.py never reads it)",
@@ -232,8 +233,6 @@ REFUSED: dict[str, str] = {
     "--fused-residual-rmsnorm": "TE's fused residual-add + RMSNorm (its saved tensors) is not modelled",
     "--fp32-residual-connection": "an fp32 residual stream (transformer_layer.py) is not modelled",
     "--fp16-lm-cross-entropy": "cross entropy on 16-bit logits (no fp32 logits copy) is not modelled",
-    "--attention-output-gate": "a gated attention output (attention.py) adds a projection and activations "
-                               "not modelled",
     "--qk-l2-norm": "L2-normalised queries and keys (attention.py) are not modelled",
     "--qk-clip": "QK-clip returns each head's max logit (attention.py) and rescales weights; not modelled",
     "--log-max-attention-logit": "the attention kernels' max-logit output per head (attention.py) is not modelled",

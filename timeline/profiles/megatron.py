@@ -142,6 +142,12 @@ RULES: dict[str, SaveRule] = {
     "rope": SaveRule(source=f"{TE}/attention/rope.py: FusedRoPEFunc saves freqs; {MC}/fusions/"
                             "fused_mla_yarn_rope_apply.py: ApplyMLARotaryEmbQ/KV save cos, sin"),
     "add": SaveRule(source="residual add keeps nothing"),
+    "output_gate": SaveRule(saves=("in:x", "in:gate"),
+                            source=f"{MC}/transformer/attention.py: Attention._apply_output_gate, jit_fuser = "
+                                   "torch.compile (core/jit.py, torch >= 2.2): x · sigmoid(gate.float()) cast back; "
+                                   "its backward needs x and sigmoid(gate), and AOTAutograd's min-cut partition "
+                                   "keeps the two bf16 inputs (the gate a view of mixed_qkv) and recomputes the "
+                                   "fp32 sigmoid rather than keep it"),
     "batch": SaveRule(source="NVIDIA/Megatron-LM pretrain_gpt.py: get_batch → megatron/training/utils.py: "
                              "get_batch_on_this_tp_rank (the batch on the device for the forward step), "
                              f"{MC}/utils.py: get_batch_on_this_cp_rank; autograd keeps none of it"),

@@ -56,6 +56,7 @@ def architecture_problems(m: ModelSpec) -> list[tuple[str, str]]:
                              (m.is_hybrid, "Mamba/hybrid layers", "hybrid_override_pattern"),
                              (m.mtp_layers > 0, "multi-token prediction", "mtp_layers"),
                              (m.attention_sinks, "learned attention sinks", "attention_sinks"),
+                             (m.attention_output_gate, "attention output gate", "attention_output_gate"),
                              (m.qk_norm, "q/k norms", "qk_norm")):
         if has:
             out.append((f"model.{field}", f"Megatron's {family} have no {what}; remove it or set architecture = "
@@ -76,7 +77,10 @@ def architecture_problems(m: ModelSpec) -> list[tuple[str, str]]:
 
 def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: ParallelSpec, tr: TrainingSpec,
                               fw: FrameworkSpec) -> list[tuple[str, str]]:
-    """A BERT or T5 model against the rest of a training run (none for a causal decoder)."""
+    """A BERT or T5 model against the rest of a training run; a causal decoder's Megatron-only layers."""
+    if m.attention_output_gate and (profile != "megatron" or traced):
+        return [("model.attention_output_gate", 'the gated attention output is modelled as Megatron-Core runs it: '
+                                                'profile = "megatron" with the layer library (no captured trace)')]
     if m.architecture == "t5":
         return _t5_run_problems(profile, traced, par, tr, fw)
     if m.architecture != "bert":

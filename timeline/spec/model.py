@@ -69,6 +69,9 @@ class ModelSpec:
     sliding_window: int = spec_field(0, nonneg=True, maximum=2**26, doc="keys a sliding_attention layer sees")
     attention_sinks: bool = spec_field(False, doc="a learned softmax sink logit per attention head (GPT-OSS)")
     attention_out_bias: bool = spec_field(False, doc="bias on the attention output projection (GPT-OSS)")
+    attention_output_gate: bool = spec_field(False, doc="a sigmoid gate on the attention output, its q-wide "
+                                                        "projection fused into linear_qkv (Megatron "
+                                                        "--attention-output-gate)")
     router_logit_bias: bool = spec_field(False, doc="trainable bias on the router's linear (GPT-OSS)")
     expert_linear_bias: bool = spec_field(False, doc="biases on the routed experts' linears (GPT-OSS)")
     swiglu_limit: float = spec_field(0.0, minimum=0.0, maximum=1e6,

@@ -43,9 +43,14 @@ def params(ctx: BuildCtx, prefix: str, module: str = "attention") -> list[Tensor
         param(f"{prefix}.v_proj.weight", (kv_out, m.hidden_size), module=module, dtype=dt, split=tp),
         param(f"{prefix}.o_proj.weight", (m.hidden_size, q_out), module=module, dtype=dt, split=tp, dim=1),
     ]
+    # Megatron-Core attention.py: SelfAttention.__init__ widens linear_qkv by kv_channels · heads for the output
+    # gate (``attention_output_gate``), its bias with it
+    gated = (("g", q_out),) if m.attention_output_gate else ()
+    out += [param(f"{prefix}.g_proj.weight", (q_out, m.hidden_size), module=module, dtype=dt, split=tp)
+            for _ in gated]
     if m.attention_bias or m.linear_bias:
         out += [param(f"{prefix}.{n}_proj.bias", (w,), module=module, dtype=dt, split=tp)
-                for n, w in (("q", q_out), ("k", kv_out), ("v", kv_out))]
+                for n, w in (("q", q_out), ("k", kv_out), ("v", kv_out), *gated)]
     if m.linear_bias or m.attention_out_bias:
         out.append(param(f"{prefix}.o_proj.bias", (m.hidden_size,), module=module, dtype=dt))
     if m.attention_sinks:
@@ -275,17 +280,22 @@ def attend(b: Builder, prefix: str, ln: TensorDef, layer: int) -> TensorDef:
     nq, nkv = local_heads(b.params, p, hd)
     full = sp_gather(b, f"{p}.linear_qkv", ln, layer)
     rows = full.shape[0]
-    f = 2.0 * rows * m.hidden_size * (nq + 2 * nkv) * hd
+    ng = nq if m.attention_output_gate else 0  # the output gate's columns, q-wide
+    f = 2.0 * rows * m.hidden_size * (nq + 2 * nkv + ng) * hd
     # one output whose views q, k and v are: GPT-2's c_attn(x).split(...), Megatron's mixed_qkv
+    gate: TensorDef | None = None
     if (b.table.model_code and m.fused_qkv) or b.table.qkv_views:
-        q = k = v = b.tensor(f"{p}.qkv", (rows, (nq + 2 * nkv) * hd))
+        q = k = v = b.tensor(f"{p}.qkv", (rows, (nq + 2 * nkv + ng) * hd))
+        gate = q if ng else None  # get_query_key_value_tensors: query, gate, key, value = split(mixed_qkv)
         b.op(f"{p}.linear_qkv", "linear", layer, {"x": full, "_save": ln}, {"qkv": q}, flops=f, wflops=f)
     else:
         q = b.tensor(f"{p}.q", (rows, nq * hd))
         k = b.tensor(f"{p}.k", (rows, nkv * hd))
         v = b.tensor(f"{p}.v", (rows, nkv * hd))
-        b.op(f"{p}.linear_qkv", "linear", layer, {"x": full, "_save": ln}, {"q": q, "k": k, "v": v}, flops=f,
-             wflops=f)
+        outs = {"q": q, "k": k, "v": v}
+        if ng:
+            gate = outs["g"] = b.tensor(f"{p}.g", (rows, ng * hd))
+        b.op(f"{p}.linear_qkv", "linear", layer, {"x": full, "_save": ln}, outs, flops=f, wflops=f)
     views = q if b.table.qkv_views and q is v else None
     if m.qk_norm and b.table.qk_norm:  # Qwen3: q_norm/k_norm over head_dim, per head, before RoPE
         # TE ops/basic/layer_norm.py LayerNorm.op_forward (rmsnorm.py RMSNorm.op_forward alike):
@@ -302,6 +312,11 @@ def attend(b: Builder, prefix: str, ln: TensorDef, layer: int) -> TensorDef:
              flops=3.0 * (nq + nkv) * hd * rows)
         q, k = qr, kr
     ctx = core_attention(b, p, q, k, v, layer, nq, hd, hd, views=views, kv_cols=nkv * hd)
+    if gate is not None:  # Attention._apply_output_gate: x · sigmoid(gate.float()), cast back
+        gated = b.tensor(f"{p}.output_gate.out", (rows, nq * hd))
+        b.op(f"{p}.output_gate", "output_gate", layer, {"x": ctx, "gate": gate}, {"out": gated},
+             flops=4.0 * rows * nq * hd)
+        ctx = gated
     # SelfAttention.forward holds `value` (a view of mixed_qkv) until it returns, after linear_proj
     return row_linear(b, f"{p}.linear_proj", ctx, m.hidden_size, layer,
                       refs={"_qkv": views} if views is not None else None)
