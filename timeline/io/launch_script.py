@@ -115,10 +115,6 @@ def _dollar(text: str, i: int) -> int:
     return m.end() if m else i + 1
 
 
-def _plain_word(word: Word | str) -> str:
-    return word if isinstance(word, str) else "".join(t for t, q in word if q != "$")
-
-
 def _lex(text: str) -> list[_Cmd]:
     """The script's simple commands in order (comments, continuations and quoting as bash reads them)."""
     text = re.sub(r"\\\r?\n", "", text)
@@ -136,7 +132,7 @@ def _lex(text: str) -> list[_Cmd]:
             words.append(word)
             word = []
             if len(words) == 3 and array is None and all(isinstance(w, list) for w in words) \
-                    and [_plain_word(words[0]), _plain_word(words[2])] == ["case", "in"]:
+                    and [_Shell._plain(words[0]), _Shell._plain(words[2])] == ["case", "in"]:
                 end_cmd()  # `case WORD in` ends there: its first clause may follow on the same line
 
     def end_cmd() -> None:
