@@ -13,7 +13,7 @@ import pytest
 from timeline.cli import main
 from timeline.errors import UserError
 from timeline.io.launch_script import read_launch_script
-from timeline.io.megatron_args import read_megatron_config
+from timeline.io.megatron_args import VAR_RE, read_megatron_config
 
 #: a launch script in the shape of Megatron-LM's examples/*/train_*.sh, written for this test
 SCRIPT = r"""#!/bin/bash
@@ -376,3 +376,96 @@ def test_megatron_lm_s_hybrid_example_reads_to_a_run_file(tmp_path):
     model = tomllib.loads(out.read_text())["model"]
     assert model["position_embedding"] == "none" and model["hybrid_override_pattern"].startswith("M-M-M--M-*")
     assert model["hidden_size"] == 1024  # the 800M clause
+
+
+ARGS_SCRIPT = r"""#!/bin/bash
+ENV=$1
+MODEL_SIZE=$2
+TP=${3:-1}
+PP=${10:-1}
+NARGS=$#
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --seq) SEQ="$2"; shift 2 ;;
+        --fp8) FP8=(--fp8-format hybrid); shift ;;
+        --stop) break ;;
+        *) shift ;;
+    esac
+done
+OVERLAP=$(( ($TP > 1) ? 1 : 0 ))
+HALF=$(( -7 / 2 ))
+MOD=$(( -7 % 3 ))
+POW=$(( 2 ** 3 ** 2 ))
+LOGIC=$(( (TP >= 2 && PP == 1) || !0 ))
+if [ $OVERLAP -eq 1 ]; then EXTRA="--overlap-grad-reduce"; fi
+torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP \
+    --seq-length ${SEQ:-128} ${FP8[@]} $EXTRA --x $NARGS $HALF $MOD $POW $LOGIC --size $MODEL_SIZE
+"""
+
+
+def test_positional_arguments_shift_loops_and_arithmetic():
+    """``$1`` … ``${10}``, ``$#``, a ``while`` loop over the arguments with ``case`` and ``shift``, ``break``, and
+    ``$(( … ))`` with comparisons, the ternary, C division and ``**`` (right-associative)."""
+    argv = ["dsw", "8B", "4", "--seq", "4096", "--fp8", "x", "y", "z", "2"]
+    launch = read_launch_script(ARGS_SCRIPT, "t", argv)
+    assert launch is not None
+    assert launch.words == ["--tensor-model-parallel-size", "4", "--pipeline-model-parallel-size", "2",
+                            "--seq-length", "4096", "--fp8-format", "hybrid", "--overlap-grad-reduce",
+                            "--x", "10", "-3", "-1", "512", "1", "--size", "8B"]
+    # without arguments: $# = 0, the defaults; `--stop` ends the loop before the later --seq
+    launch = read_launch_script(ARGS_SCRIPT, "t")
+    assert launch is not None and launch.words[:6] == ["--tensor-model-parallel-size", "1",
+                                                       "--pipeline-model-parallel-size", "1", "--seq-length", "128"]
+    launch = read_launch_script(ARGS_SCRIPT, "t", ["a", "b", "2", "--stop", "--seq", "9"])
+    assert launch is not None and launch.words[4:6] == ["--seq-length", "128"]
+
+
+@pytest.mark.skipif(not os.path.exists("/bin/bash"), reason="bash is needed to compare with")
+def test_positional_arguments_give_the_same_words_as_bash(tmp_path):
+    script = tmp_path / "train.sh"
+    script.write_text(ARGS_SCRIPT.replace("torchrun ", "printf '%s\\n' "))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    for argv in (["dsw", "8B", "4", "--seq", "4096", "--fp8", "x", "y", "z", "2"], [], ["a", "b", "2", "--stop"]):
+        words = subprocess.run(["bash", str(script), *argv], capture_output=True, text=True, env=env,
+                               check=True).stdout.splitlines()
+        launch = read_launch_script(ARGS_SCRIPT, "train.sh", argv)
+        assert launch is not None
+        ours = [w for w in launch.words if not VAR_RE.fullmatch(w)]  # an unset $NAME: kept for the mapping only
+        assert words[words.index("pretrain_gpt.py") + 1:] == ours, argv
+
+
+def test_quoted_at_is_one_word_per_argument():
+    text = 'python pretrain_gpt.py --lr 1 "$@"\n'
+    launch = read_launch_script(text, "t", ["--seq-length", "512", "--name", "a b"])
+    assert launch is not None and launch.words == ["--lr", "1", "--seq-length", "512", "--name", "a b"]
+    launch = read_launch_script(text, "t")
+    assert launch is not None and launch.words == ["--lr", "1"]
+
+
+def test_an_exit_ends_the_script_when_its_arguments_are_given():
+    text = 'case $1 in\n  --help) echo usage; exit 0 ;;\nesac\npython pretrain_gpt.py --lr 1\n'
+    with pytest.raises(UserError, match="line 2: the script exits there"):
+        read_launch_script(text, "t", ["--help"])
+    launch = read_launch_script(text, "t", ["--go"])
+    assert launch is not None and launch.words == ["--lr", "1"]
+    with pytest.raises(UserError, match="does not end"):  # no shift: the loop never ends
+        read_launch_script("while [ $# -gt 0 ]; do X=1; done\npython pretrain_gpt.py\n", "t", ["a"])
+
+
+def test_from_megatron_takes_the_scripts_arguments(tmp_path, capsys):
+    script = tmp_path / "run.sh"
+    script.write_text(ARGS_SCRIPT.replace(" --x $NARGS $HALF $MOD $POW $LOGIC --size $MODEL_SIZE", "")
+                      .replace("--tensor-model-parallel-size $TP", "--tensor-model-parallel-size $TP --num-layers 4 "
+                               "--hidden-size 256 --num-attention-heads 8 --micro-batch-size 1 --global-batch-size 8 "
+                               "--bf16 --max-position-embeddings 4096"))
+    out = tmp_path / "job.toml"
+    assert main(["from-megatron", str(script), "--script-args", "dsw 8B 4 --seq 2048", "-o", str(out)]) == 0
+    import tomllib
+
+    data = tomllib.loads(out.read_text())
+    assert data["parallel"]["tp"] == 4 and data["training"]["seq_len"] == 2048
+    assert data["framework"]["overlap_grad_reduce"] is True
+    args = tmp_path / "args.txt"
+    args.write_text("--num-layers 4\n")
+    assert main(["from-megatron", str(args), "--script-args", "a"]) == 2
+    assert "--script-args" in capsys.readouterr().err

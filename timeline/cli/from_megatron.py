@@ -4,6 +4,7 @@ its own arguments (a functional test's ``model_config.yaml`` or a launch script'
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -51,6 +52,10 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                         help="the Adam Megatron-Core imported (default te_fused: Transformer Engine installed); "
                              "apex_fused: Apex without TE; torch_foreach: neither, the log warns 'Transformer "
                              "Engine and Apex are not installed. Falling back to Torch optimizers.'")
+    parser.add_argument("--script-args", metavar="'ARG …'", default=None,
+                        help="the positional arguments a launch script is run with ($1, $2, …, $#, \"$@\"; one "
+                             "string, split as a shell splits it), e.g. --script-args 'dsw 8B 1 8 1e-5'; without it "
+                             "the script reads as run with none")
     parser.add_argument("--resumed", action="store_true",
                         help="the job's --load holds a checkpoint of this training: it loads the optimizer's state "
                              "(unless --finetune / --no-load-optim) before its first iteration")
@@ -73,7 +78,13 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else None
     if out is not None and out.exists() and not args.force:
         raise UserError(f"{out} exists; pass --force to replace it")
-    margs = read_megatron_config(path)
+    script_args = None
+    if args.script_args is not None:
+        try:
+            script_args = shlex.split(args.script_args)
+        except ValueError as exc:
+            raise UserError(f"--script-args: {exc} (quote it as a shell would)") from None
+    margs = read_megatron_config(path, script_args=script_args)
     world_size = args.world_size or margs.world_size
     if world_size is None:
         raise UserError("--world-size N is needed: give the job's GPU count (its launcher's nproc_per_node × nnodes "

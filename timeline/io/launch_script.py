@@ -27,9 +27,9 @@ script.
 
 from __future__ import annotations
 
-import ast
 import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from timeline.errors import UserError
@@ -134,6 +134,8 @@ def _lex(text: str) -> list[_Cmd]:
             if len(words) == 3 and array is None and all(isinstance(w, list) for w in words) \
                     and [_Shell._plain(words[0]), _Shell._plain(words[2])] == ["case", "in"]:
                 end_cmd()  # `case WORD in` ends there: its first clause may follow on the same line
+            elif len(words) == 1 and array is None and _Shell._plain(words[0]) in ("do", "then", "else"):
+                end_cmd()  # a keyword opening a body is a command of its own (`do case $1 in`, `then A=1`)
 
     def end_cmd() -> None:
         nonlocal words
@@ -236,50 +238,152 @@ def _lex(text: str) -> list[_Cmd]:
 
 
 # --------------------------------------------------------------------------------------------- expansion
-_ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Mod: operator.mod,
-          ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv}
 
 
 class _Undecidable(Exception):
     """An expansion or test that only running the script would decide."""
 
 
+_ARITH_TOKEN = re.compile(rf"\s*(?:(\d+)|({NAME})|(\*\*|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%()<>!~&|^?:]))")
+#: bash's binary operators (bash(1) ARITHMETIC EVALUATION), loosest first
+_BINARY = {"||": 1, "&&": 2, "|": 3, "^": 4, "&": 5, "==": 6, "!=": 6, "<": 7, "<=": 7, ">": 7, ">=": 7,
+           "<<": 8, ">>": 8, "+": 9, "-": 9, "*": 10, "/": 10, "%": 10, "**": 11}
+
+
+def _c_div(a: int, b: int) -> int:
+    """Integer division truncating toward zero, as C (and bash) divide."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _apply(op: str, a: int, b: int) -> int:
+    if op in ("/", "%"):
+        q = _c_div(a, b)
+        return q if op == "/" else a - b * q
+    if op == "**":
+        if b < 0:
+            raise ValueError("negative exponent")
+        return a ** b
+    table = {"||": lambda: int(bool(a) or bool(b)), "&&": lambda: int(bool(a) and bool(b)), "|": lambda: a | b,
+             "^": lambda: a ^ b, "&": lambda: a & b, "==": lambda: int(a == b), "!=": lambda: int(a != b),
+             "<": lambda: int(a < b), "<=": lambda: int(a <= b), ">": lambda: int(a > b),
+             ">=": lambda: int(a >= b), "<<": lambda: a << b, ">>": lambda: a >> b, "+": lambda: a + b,
+             "-": lambda: a - b, "*": lambda: a * b}
+    return table[op]()
+
+
+def _arith(text: str, lookup: Callable[[str], int]) -> int:
+    """Evaluate bash integer arithmetic: the ternary ``?:``, the binary operators of :data:`_BINARY` at their
+    precedence (``**`` right-associative), unary ``- + ! ~``, parentheses, numbers and names (``lookup``)."""
+    tokens: list[str] = []
+    i = 0
+    while i < len(text):
+        if text[i:].strip() == "":
+            break
+        m = _ARITH_TOKEN.match(text, i)
+        if not m:
+            raise ValueError(f"unexpected {text[i:]!r}")
+        tokens.append(m.group(1) or m.group(2) or m.group(3))
+        i = m.end()
+    pos = 0
+
+    def peek() -> str | None:
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take() -> str:
+        nonlocal pos
+        pos += 1
+        return tokens[pos - 1]
+
+    def unary() -> int:
+        t = take()
+        if t in ("-", "+", "!", "~"):
+            v = unary()
+            return {"-": -v, "+": v, "!": int(not v), "~": ~v}[t]
+        if t == "(":
+            v = ternary()
+            if take() != ")":
+                raise ValueError("unbalanced parenthesis")
+            return v
+        if t.isdigit():
+            return int(t)
+        if re.fullmatch(NAME, t):
+            return lookup(t)
+        raise ValueError(f"unexpected {t!r}")
+
+    def binary(level: int) -> int:
+        left = unary()
+        while (op := peek()) in _BINARY and _BINARY[op] >= level:
+            take()
+            right = binary(_BINARY[op] + (0 if op == "**" else 1))
+            left = _apply(op, left, right)
+        return left
+
+    def ternary() -> int:
+        cond = binary(1)
+        if peek() != "?":
+            return cond
+        take()
+        a = ternary()
+        if take() != ":":
+            raise ValueError("? without :")
+        b = ternary()
+        return a if cond else b
+
+    value = ternary()
+    if pos != len(tokens):
+        raise ValueError(f"unexpected {tokens[pos]!r}")
+    return value
+
+
+class _Break(Exception):
+    """``break`` inside a loop the reader runs."""
+
+
+class _Exit(Exception):
+    """``exit`` where the script is read with its positional arguments: bash ends there."""
+
+
+#: iterations after which a loop the reader runs is refused as one that does not end
+LOOP_LIMIT = 10_000
+
+
 class _Shell:
-    def __init__(self) -> None:
+    def __init__(self, argv: list[str] | None = None) -> None:
         self.vars: dict[str, str | list[str]] = {}
         self.env: dict[str, str] = {}
+        self.argv: list[str] = list(argv or [])  # the script's positional parameters ($1 …), shifted by `shift`
+        #: read with the arguments the user gave (``--script-args``): an ``exit`` ends the script as in bash; without
+        #: them a usage check's ``exit`` (``[ $# -lt 1 ]``) is the reader's artefact and does not end the reading
+        self.given = argv is not None
 
     # -- parameters
     def get(self, name: str) -> str | None:
-        if name == "#":  # the script runs without positional arguments
-            return "0"
-        if name.isdigit() or name in ("@", "*"):
-            return None
+        if name == "#":
+            return str(len(self.argv))
+        if name in ("@", "*"):
+            return " ".join(self.argv) if self.argv else None
+        if name.isdigit():
+            k = int(name)
+            return self.argv[k - 1] if 0 < k <= len(self.argv) else None
         v = self.vars.get(name)
         return v[0] if isinstance(v, list) and v else v if isinstance(v, str) else None
 
     def arith(self, expr: str) -> str:
-        text = re.sub(rf"\$\{{?({NAME})\}}?", r"\1", expr)
+        """``$((expr))`` as bash evaluates it (:func:`_arith`): integers, the variables the script sets (an unset one
+        is undecidable: its value comes from running), positional parameters."""
+        text = re.sub(r"\$\{?([0-9]+|#)\}?", lambda m: self.get(m.group(1)) or "", expr)
+        text = re.sub(rf"\$\{{?({NAME})\}}?", r"\1", text)
 
-        def value(node: ast.AST) -> int:
-            if isinstance(node, ast.Expression):
-                return value(node.body)
-            if isinstance(node, ast.Constant) and isinstance(node.value, int):
-                return node.value
-            if isinstance(node, ast.Name):
-                v = self.get(node.id)
-                if v is None or not re.fullmatch(r"-?\d+", v.strip()):
-                    raise _Undecidable(f"$(({expr})): {node.id} is not a number the script sets")
-                return int(v)
-            if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
-                return _ARITH[type(node.op)](value(node.left), value(node.right))
-            if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-                return -value(node.operand)
-            raise _Undecidable(f"$(({expr})) is not integer arithmetic this reader evaluates")
+        def lookup(name: str) -> int:
+            v = self.get(name)
+            if v is None or not re.fullmatch(r"\s*-?\d+\s*", v):
+                raise _Undecidable(f"$(({expr})): {name} is not a number the script sets")
+            return int(v)
 
         try:
-            return str(value(ast.parse(text.replace("/", "//"), mode="eval")))
-        except SyntaxError:
+            return str(_arith(text, lookup))
+        except (ValueError, IndexError, ZeroDivisionError):
             raise _Undecidable(f"$(({expr})) is not integer arithmetic this reader evaluates") from None
 
     def param(self, body: str) -> list[str] | str | None:
@@ -352,14 +456,15 @@ class _Shell:
                 fields[-1] += text
                 quoted = True
             elif q == '"':
-                quoted = True
-                if re.fullmatch(rf"\$\{{{NAME}\[@\]\}}", text):  # "${ARR[@]}": one word per element
-                    items = self.param(text[2:-1])
+                if re.fullmatch(rf"\$\{{{NAME}\[@\]\}}|\$@|\$\{{@\}}", text):  # "${ARR[@]}", "$@": a word each
+                    items = self.param(text[2:-1]) if text.startswith("${") and text != "${@}" else list(self.argv)
                     assert isinstance(items, list)
+                    quoted = quoted or bool(items)  # none: no word at all, not an empty one
                     if items:
                         fields[-1] += items[0]
                         fields += items[1:]
                     continue
+                quoted = True
                 fields[-1] += self._dq(text, keep_unset)
             elif q == "$":
                 fields[-1] += text
@@ -518,14 +623,20 @@ def _strip_keyword(cmd: _Cmd) -> _Cmd | None:
     return _Cmd(rest, cmd.line) if rest else None
 
 
-def read_launch_script(text: str, source: str) -> Launch | None:
-    """The Megatron invocation of the bash script ``text``, or None when it runs none."""
-    shell = _Shell()
+def read_launch_script(text: str, source: str, argv: list[str] | None = None) -> Launch | None:
+    """The Megatron invocation of the bash script ``text`` run with the positional arguments ``argv`` (none by
+    default), or None when it runs none."""
+    shell = _Shell(argv)
     found: list[Launch] = []
     try:
         _run(shell, _lex(text), found)
     except _Undecidable as exc:
         raise UserError(f"{source}: {exc}; pass the job's arguments as a list instead") from None
+    except _Break:
+        raise UserError(f"{source}: `break` outside a loop") from None
+    except _Exit as exc:
+        raise UserError(f"{source}: line {exc.args[0]}: the script exits there before it runs the job, with the "
+                        "positional arguments given (check --script-args)") from None
     if not found:
         return None
     launch = found[0]
@@ -593,21 +704,43 @@ def _run(shell: _Shell, cmds: list[_Cmd], found: list[Launch]) -> None:
             end = _block_end(cmds, i)
             body = cmds[i + 1:end]
             if head in ("while", "until"):
-                cond = [w for w in cmd.words[1:]]
-                try:
-                    taken = shell.test(cond, cmd.line) != (head == "until")
-                except _Undecidable:
-                    taken = True
-                if taken and _touches(body):
-                    raise _Undecidable(f"line {cmd.line}: a `{head}` loop that sets variables or runs the job")
+                _loop(shell, cmd, body, found)
             elif _touches(body):
                 raise _Undecidable(f"line {cmd.line}: a `{head}` block that sets variables or runs the job")
             i = end + 1
             continue
         if head in ("exit", "return") and not found:
+            if shell.given:
+                raise _Exit(cmd.line)
             return
         _run_list(shell, cmd.words, cmd.line, found)
         i += 1
+
+
+def _loop(shell: _Shell, cmd: _Cmd, body: list[_Cmd], found: list[Launch]) -> None:
+    """A ``while`` / ``until`` loop: run while its test decides to (an argument loop over ``$#`` with ``case``
+    and ``shift``); a test only running the script decides is refused where the body assigns or runs the job."""
+    cond = list(cmd.words[1:])
+    if cond and isinstance(cond[-1], list) and _Shell._plain(cond[-1]) == "do":  # `while …; do` on one line
+        cond = cond[:-1]
+    if body and _head(body[0]) == "do":
+        rest = _strip_keyword(body[0])
+        body = ([rest] if rest else []) + body[1:]
+    for _ in range(LOOP_LIMIT):
+        try:
+            taken = shell.test(cond, cmd.line) != (_head(cmd) == "until")
+        except _Undecidable:
+            if _touches(body):
+                raise _Undecidable(f"line {cmd.line}: a `{_head(cmd)}` loop that sets variables or runs the "
+                                   "job") from None
+            return
+        if not taken:
+            return
+        try:
+            _run(shell, body, found)
+        except _Break:
+            return
+    raise _Undecidable(f"line {cmd.line}: a `{_head(cmd)}` loop that does not end after {LOOP_LIMIT} rounds")
 
 
 def _if(shell: _Shell, cmds: list[_Cmd], i: int, found: list[Launch]) -> int:
@@ -843,6 +976,12 @@ def _command(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
         return
     if argv and argv[0] in PRINTERS:  # `echo $cmd` shows the command; it runs nothing
         return
+    if argv and argv[0] == "shift":  # drops positional parameters (one, or the count given)
+        n = int(argv[1]) if len(argv) > 1 and argv[1].isdigit() else 1
+        shell.argv = shell.argv[n:] if n <= len(shell.argv) else shell.argv
+        return
+    if argv and argv[0] == "break":
+        raise _Break
     entry = next((n for n, a in enumerate(argv) if ENTRY_RE.search(a)), None)
     if entry is None or found:
         return

@@ -237,11 +237,12 @@ SCRIPT_HINTS = re.compile(r"\A#!|^[ \t]*(export[ \t]+)?[A-Za-z_][A-Za-z0-9_]*\+?
                           r"[ \t]", re.M)
 
 
-def read_script(text: str, path: Path) -> MegatronArgs:
-    """A bash launch script (:mod:`timeline.io.launch_script`): the arguments it hands the entry script."""
+def read_script(text: str, path: Path, script_args: list[str] | None = None) -> MegatronArgs:
+    """A bash launch script (:mod:`timeline.io.launch_script`) run with the positional arguments ``script_args``:
+    the arguments it hands the entry script."""
     from timeline.io.launch_script import read_launch_script
 
-    launch = read_launch_script(text, str(path))
+    launch = read_launch_script(text, str(path), script_args)
     if launch is None:
         raise UserError(f"{path}: a shell script that runs no Megatron entry script (pretrain_gpt.py, "
                         "pretrain_mamba.py, …); give its argument list or the script that launches the job")
@@ -252,12 +253,15 @@ def read_script(text: str, path: Path) -> MegatronArgs:
     return group_words([launch.script, *words], path, env=launch.env, world_size=launch.world_size)
 
 
-def read_megatron_config(path: str | Path) -> MegatronArgs:
-    """Read CONFIG: YAML when it ends in ``.yaml``/``.yml``, else an argument list."""
+def read_megatron_config(path: str | Path, script_args: list[str] | None = None) -> MegatronArgs:
+    """Read CONFIG: YAML when it ends in ``.yaml``/``.yml``, a launch script (run with ``script_args``), else an
+    argument list."""
     path = Path(path)
     text = read_user_text(path, "a model_config.yaml or an argument list")
+    if script_args is not None and (path.suffix.lower() in (".yaml", ".yml") or not SCRIPT_HINTS.search(text)):
+        raise UserError(f"--script-args: {path} is not a launch script (positional arguments are a script's)")
     if path.suffix.lower() in (".yaml", ".yml"):
         return parse_yaml(text, path)
     if SCRIPT_HINTS.search(text):
-        return read_script(text, path)
+        return read_script(text, path, script_args)
     return parse_arg_list(text, path)
