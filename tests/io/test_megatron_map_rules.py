@@ -483,3 +483,36 @@ def test_the_attention_output_gate_is_a_megatron_profile_layer(tmp_path):
     data["model"]["profile"] = "paper"
     with pytest.raises(UserError, match="model.attention_output_gate"):
         run_from_data(data, tmp_path / "g.toml")
+
+
+def test_a_forks_own_arguments_can_be_passed_over(tmp_path):
+    """``ignored``: arguments of no Megatron-LM version (Pai-Megatron-Patch's ``--extra-vocab-size``) are dropped
+    and listed apart in the run file; Megatron-LM's own cannot be; without it the error names the way out."""
+    args = BASE | {"--extra-vocab-size": "256", "--train-mode": "pretrain"}
+    with pytest.raises(UserError, match="--ignore-arg extra-vocab-size passes over it"):
+        convert_args(args)
+    c = convert_args(args, ignored=("--extra-vocab-size", "--train-mode", "--not-given"))
+    assert c.passed_over == ["--extra-vocab-size", "--train-mode"]
+    assert "--extra-vocab-size" not in c.neutral and "--extra-vocab-size" not in c.mapped
+    text = run_file_text(c, name="fork", source="x", world_size=2)
+    assert "# passed over (--ignore-arg): not Megatron-LM arguments" in text and "#   --train-mode" in text
+    assert convert_args(BASE).sections == c.sections  # nothing of them reaches the run
+    with pytest.raises(UserError, match="--ignore-arg --bf16: a Megatron-LM argument"):
+        convert_args(args, ignored=("--bf16",))
+
+
+def test_from_megatron_ignore_arg_takes_names_without_dashes(tmp_path, capsys):
+    from timeline.cli import main
+
+    path = tmp_path / "args.txt"
+    path.write_text("--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 512 "
+                    "--max-position-embeddings 512 --micro-batch-size 2 --global-batch-size 16 --bf16 "
+                    "--extra-vocab-size 256 --dataset LLama-Pretrain-Idxmap\n")
+    out = tmp_path / "job.toml"
+    assert main(["from-megatron", str(path), "--world-size", "2", "-o", str(out)]) == 2
+    assert "--ignore-arg extra-vocab-size" in capsys.readouterr().err and not out.exists()
+    assert main(["from-megatron", str(path), "--world-size", "2", "-o", str(out), "--ignore-arg",
+                 "extra-vocab-size", "--ignore-arg=--dataset"]) == 0
+    text = out.read_text()
+    assert "--ignore-arg dataset,extra-vocab-size" in text.splitlines()[0]
+    assert "#   --dataset" in text

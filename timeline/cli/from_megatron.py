@@ -56,6 +56,12 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                         help="the positional arguments a launch script is run with ($1, $2, …, $#, \"$@\"; one "
                              "string, split as a shell splits it), e.g. --script-args 'dsw 8B 1 8 1e-5'; without it "
                              "the script reads as run with none")
+    parser.add_argument("--ignore-arg", action="append", default=[], metavar="NAME",
+                        help="pass over an argument of no Megatron-LM version — a fork's own (Pai-Megatron-Patch, "
+                             "Megatron-DeepSpeed, …) — listed in the run file as not modelled: its name without the "
+                             "dashes (or --ignore-arg=--NAME); repeat it or give several, comma-separated, e.g. "
+                             "--ignore-arg extra-vocab-size,train-mode (Megatron-LM's own arguments cannot be "
+                             "passed over)")
     parser.add_argument("--resumed", action="store_true",
                         help="the job's --load holds a checkpoint of this training: it loads the optimizer's state "
                              "(unless --finetune / --no-load-optim) before its first iteration")
@@ -94,8 +100,15 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     conv = convert(margs, world_size=world_size, gpu=args.gpu, te_version=args.te_version,
                    pytorch_version=args.pytorch_version, megatron_core=args.megatron_core, resumed=args.resumed,
-                   optimizer_impl=args.optimizer_impl)
-    text = run_file_text(conv, name=args.name or default_name(path), source=str(path), world_size=world_size)
+                   optimizer_impl=args.optimizer_impl,
+                   ignored=tuple("--" + n.strip().lstrip("-") for item in args.ignore_arg for n in item.split(",")
+                                 if n.strip().lstrip("-")))
+    source = str(path)  # the header's command line: what reproduces the run file
+    if args.script_args is not None:
+        source += f" --script-args {shlex.quote(args.script_args)}"
+    if conv.passed_over:
+        source += f" --ignore-arg {','.join(n.lstrip('-') for n in conv.passed_over)}"
+    text = run_file_text(conv, name=args.name or default_name(path), source=source, world_size=world_size)
     if out is None:
         with tempfile.TemporaryDirectory() as folder:  # what is printed must load as it stands
             check = Path(folder) / "run.toml"

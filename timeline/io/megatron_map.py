@@ -50,6 +50,7 @@ class Conversion:
     mapped: dict[str, str] = field(default_factory=dict)
     neutral: dict[str, str] = field(default_factory=dict)
     env_mapped: dict[str, str] = field(default_factory=dict)
+    passed_over: list[str] = field(default_factory=list)  # a fork's arguments the user chose to pass over
 
     def put(self, key: str, value: Any, *sources: str) -> None:
         section, name = key.split(".", 1)

@@ -75,6 +75,11 @@ def _describe(i: int) -> str:
     return f"Megatron-Core {'.'.join(map(str, core))} ({label})"
 
 
+def is_megatron_argument(name: str) -> bool:
+    """Whether some version of Megatron-LM's training parser (a release, or main between releases) has ``name``."""
+    return name in _index()[1] or name in between()
+
+
 def check_argument(name: str, megatron_core: str | None) -> None:
     """Raise a one-line UserError when no version's parser has ``name`` (naming the closest ones), or
     when ``megatron_core`` is given and its version lacks it (naming when it came or went)."""
@@ -91,7 +96,8 @@ def check_argument(name: str, megatron_core: str | None) -> None:
         hint = f"; did you mean {close[0]}?" if close else ""
         hint += f" (or {', '.join(close[1:])})" if len(close) > 1 else ""
         raise UserError(f"{name}: not an argument of Megatron-LM's training parser ({versions[0][0]} … "
-                        f"{versions[-1][0]}){hint}")
+                        f"{versions[-1][0]}){hint}; if it is a fork's own argument, --ignore-arg {name.lstrip('-')} "
+                        "passes over it")
     if megatron_core is None:
         return
     i = version_index(megatron_core)

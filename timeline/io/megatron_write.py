@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 from timeline.errors import UserError
@@ -37,7 +38,7 @@ from timeline.io.megatron_state_args import (
 )
 from timeline.io.megatron_t5 import derived_args, map_t5
 from timeline.io.megatron_table import ENV_MAPPED, MAPPED, NEUTRAL_REASON, NOT_MEGATRON, OTHER_SCRIPTS, label
-from timeline.io.megatron_versions import check_argument
+from timeline.io.megatron_versions import check_argument, is_megatron_argument
 from timeline.spec.hardware import GPUS
 from timeline.spec.schedule_rules import schedule_problems
 
@@ -49,7 +50,8 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
             keeps_batch: bool | None = None, probs_in_experts: bool | None = None,
             releases_nodes: bool | None = None, router_te_gemm_fixed: bool = False,
             fsdp_package: bool | None = None, resumed: bool = False, muon_buffer_layout: str | None = None,
-            optimizer_impl: str | None = None, null_eod: bool | None = None) -> Conversion:
+            optimizer_impl: str | None = None, null_eod: bool | None = None,
+            ignored: tuple[str, ...] = ()) -> Conversion:
     """The run-file data of the job ``margs`` describes on ``world_size`` GPUs of kind ``gpu``
     (``keeps_batch``, ``probs_in_experts``, ``releases_nodes``, ``router_te_gemm_fixed``:
     :func:`timeline.io.megatron_framework.framework`; ``fsdp_package``:
@@ -58,7 +60,9 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     :func:`timeline.io.megatron_state_args.checkpoint_load`; ``muon_buffer_layout``: how Muon's layer-wise
     optimizer lays out its state, :func:`timeline.io.megatron_optimizer.optimizer`; ``optimizer_impl``: which
     Adam Megatron imported, :func:`timeline.io.megatron_optimizer.optimizer_impl`; ``null_eod``: whether the
-    commit's ``NullTokenizer`` counts its EOD on top of ``--vocab-size``, :func:`timeline.io.megatron_tokenizer.vocab_size`)."""
+    commit's ``NullTokenizer`` counts its EOD on top of ``--vocab-size``, :func:`timeline.io.megatron_tokenizer.vocab_size`;
+    ``ignored``: arguments of no Megatron-LM version — a fork's own (Pai-Megatron-Patch, Megatron-DeepSpeed) — the user
+    chose to pass over, listed in the run file as not modelled)."""
     if world_size < 1:
         raise UserError(f"--world-size must be 1 or more, got {world_size}")
     if gpu not in GPUS:
@@ -69,6 +73,13 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     if megatron_core is not None and not re.fullmatch(r"\d+\.\d+(\.\d+)?(rc\d+)?", megatron_core):
         raise UserError(f"--megatron-core {megatron_core!r}: expected X.Y, X.Y.Z or X.Y.ZrcN")
     refuse_job(margs)
+    for name in ignored:
+        if is_megatron_argument(name):
+            raise UserError(f"--ignore-arg {name}: a Megatron-LM argument, which timeline maps, lists as memory-neutral "
+                            "or refuses with its reason; only a fork's own arguments can be passed over")
+    passed_over = [name for name in ignored if name in margs.args]
+    if passed_over:
+        margs = replace(margs, args={k: v for k, v in margs.args.items() if k not in ignored})
     check_names(margs, megatron_core)
     a = ArgReader(derived_args(margs.args, margs.family))
     refuse_unmodelled(margs, a)
@@ -108,6 +119,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     for name in margs.env:
         if name not in ENV_MAPPED:
             c.neutral[f"${name}"] = "environment outside PyTorch's allocator"
+    c.passed_over = sorted(passed_over)
     return c
 
 
@@ -184,6 +196,10 @@ def run_file_text(c: Conversion, *, name: str, source: str, world_size: int) -> 
         lines.append(_comment("memory-neutral, skipped:"))
         for arg in sorted(c.neutral):
             lines.append(_comment(f"  {arg} ({label(c.neutral[arg])})"))
+    if c.passed_over:
+        lines.append(_comment("passed over (--ignore-arg): not Megatron-LM arguments, their memory effect is not "
+                              "modelled:"))
+        lines += [_comment(f"  {arg}") for arg in c.passed_over]
     lines.append(f"name = {_toml_value(name)}")
     for section in SECTION_ORDER:
         values = c.sections.get(section)
