@@ -187,13 +187,16 @@ def test_any_text_reads_or_is_refused_in_one_line():
     st = hypothesis.strategies
 
     alphabet = st.sampled_from(list("ab=$(){}[]'\"\\`#;&|<> \n-_:+@*!0123456789") +
-                               ["torchrun ", "pretrain_gpt.py ", "if ", "then ", "fi ", "ARR=(", "${A[@]}", "$((1+2))"])
+                               ["torchrun ", "pretrain_gpt.py ", "if ", "then ", "fi ", "ARR=(", "${A[@]}", "$((1+2))",
+                                "while ", "do ", "done ", "case ", " in ", "esac ", ";;", "shift ", "break ",
+                                "[ $# -gt 0 ]", "$1", "$((a?1:2))"])
 
     @hypothesis.settings(max_examples=300, deadline=None)
     @hypothesis.given(st.lists(alphabet, max_size=40).map("".join))
     def check(text: str) -> None:
         try:
             read_launch_script(text, "fuzz.sh")
+            read_launch_script(text, "fuzz.sh", ["a", "--b", "3"])
         except UserError:
             pass
 
@@ -448,7 +451,7 @@ def test_an_exit_ends_the_script_when_its_arguments_are_given():
         read_launch_script(text, "t", ["--help"])
     launch = read_launch_script(text, "t", ["--go"])
     assert launch is not None and launch.words == ["--lr", "1"]
-    with pytest.raises(UserError, match="does not end"):  # no shift: the loop never ends
+    with pytest.raises(UserError, match="still running after"):  # no shift: the loop never ends
         read_launch_script("while [ $# -gt 0 ]; do X=1; done\npython pretrain_gpt.py\n", "t", ["a"])
 
 

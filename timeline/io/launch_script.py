@@ -344,7 +344,7 @@ class _Exit(Exception):
     """``exit`` where the script is read with its positional arguments: bash ends there."""
 
 
-#: iterations after which a loop the reader runs is refused as one that does not end
+#: loop rounds (all the script's loops together) after which the reader refuses a loop as one that does not end
 LOOP_LIMIT = 10_000
 
 
@@ -356,6 +356,7 @@ class _Shell:
         #: read with the arguments the user gave (``--script-args``): an ``exit`` ends the script as in bash; without
         #: them a usage check's ``exit`` (``[ $# -lt 1 ]``) is the reader's artefact and does not end the reading
         self.given = argv is not None
+        self.rounds = 0  # loop rounds run so far (LOOP_LIMIT)
 
     # -- parameters
     def get(self, name: str) -> str | None:
@@ -726,7 +727,8 @@ def _loop(shell: _Shell, cmd: _Cmd, body: list[_Cmd], found: list[Launch]) -> No
     if body and _head(body[0]) == "do":
         rest = _strip_keyword(body[0])
         body = ([rest] if rest else []) + body[1:]
-    for _ in range(LOOP_LIMIT):
+    while shell.rounds < LOOP_LIMIT:  # one budget for every loop of the script: nested loops cannot multiply it
+        shell.rounds += 1
         try:
             taken = shell.test(cond, cmd.line) != (_head(cmd) == "until")
         except _Undecidable:
@@ -740,7 +742,8 @@ def _loop(shell: _Shell, cmd: _Cmd, body: list[_Cmd], found: list[Launch]) -> No
             _run(shell, body, found)
         except _Break:
             return
-    raise _Undecidable(f"line {cmd.line}: a `{_head(cmd)}` loop that does not end after {LOOP_LIMIT} rounds")
+    raise _Undecidable(f"line {cmd.line}: a `{_head(cmd)}` loop still running after {LOOP_LIMIT} rounds (of the "
+                       "script's loops together)")
 
 
 def _if(shell: _Shell, cmds: list[_Cmd], i: int, found: list[Launch]) -> int:
