@@ -91,11 +91,15 @@ def _capture(case: str) -> tuple[CapturedTrace, float]:
 
 @cache
 def captured(case: str) -> tuple[CapturedTrace, float]:
-    """The case's trace, captured in a forked child process (one per case, as ``timeline capture --step``
-    runs one per process): twenty-odd public training stacks (Lightning, timm, diffusers, PEFT, …) run in
-    one interpreter left its heap corrupted for a later capture's allocations (a segfault in glibc's
-    malloc, reproduced with PYTHONHASHSEED=3, not found yet); a child that dies fails its case alone."""
-    ctx = multiprocessing.get_context("fork")
+    """The case's trace, captured in a child process (one per case, as ``timeline capture --step`` runs one
+    per process): twenty-odd public training stacks (Lightning, timm, diffusers, PEFT, …) run in one
+    interpreter left its heap corrupted for a later capture's allocations (a segfault in glibc's malloc,
+    reproduced with PYTHONHASHSEED=3, not found yet). The children come from a fork server — a fresh
+    interpreter that has imported torch and the corpus's libraries and nothing of this test session — not
+    from the test process, whose heap a child forked from it inherits with whatever corrupted it (CI's
+    segfault pickling a result in a child forked from pytest); a child that dies fails its case alone."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "transformers", "diffusers", "timm", "pytorch_lightning", "peft"])
     with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
         return pool.submit(_capture, case).result()
 
