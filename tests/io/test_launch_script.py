@@ -472,3 +472,15 @@ def test_from_megatron_takes_the_scripts_arguments(tmp_path, capsys):
     args.write_text("--num-layers 4\n")
     assert main(["from-megatron", str(args), "--script-args", "a"]) == 2
     assert "--script-args" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not os.path.exists("/bin/bash"), reason="bash is needed to compare with")
+def test_arithmetic_matches_bash_to_the_64_bit_wrap():
+    exprs = ["2**3**2", "(5 > 1) ? 1 : 0", "-7/2", "-7%3", "9223372036854775807+1", "1<<64", "2**64", "!0 && 3",
+             "3 > 2 > 1", "~5 ^ 3 | 8 & 12", "1 ? 2 ? 3 : 4 : 5", "2**62*4", "-(-9223372036854775807-1)"]
+    script = "echo " + " ".join(f"$(({e}))" for e in exprs)
+    bash = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    launch = read_launch_script(f"python pretrain_gpt.py {' '.join(f'$(({e}))' for e in exprs)}\n", "t")
+    assert launch is not None and launch.words == bash
+    with pytest.raises(UserError, match="not integer arithmetic"):
+        read_launch_script("python pretrain_gpt.py --n $((1/0))\n", "t")

@@ -256,18 +256,29 @@ def _c_div(a: int, b: int) -> int:
     return q if (a >= 0) == (b >= 0) else -q
 
 
+def _int64(x: int) -> int:
+    """``x`` as bash's ``intmax_t`` holds it: 64-bit two's complement, wrapping."""
+    return (x + (1 << 63)) % (1 << 64) - (1 << 63)
+
+
 def _apply(op: str, a: int, b: int) -> int:
+    return _int64(_apply_wide(op, a, b))
+
+
+def _apply_wide(op: str, a: int, b: int) -> int:
     if op in ("/", "%"):
         q = _c_div(a, b)
         return q if op == "/" else a - b * q
     if op == "**":
         if b < 0:
             raise ValueError("negative exponent")
-        return a ** b
+        return pow(a, b, 1 << 64)
+    if op in ("<<", ">>"):  # the shift count as the hardware masks it
+        return a << (b & 63) if op == "<<" else a >> (b & 63)
     table = {"||": lambda: int(bool(a) or bool(b)), "&&": lambda: int(bool(a) and bool(b)), "|": lambda: a | b,
              "^": lambda: a ^ b, "&": lambda: a & b, "==": lambda: int(a == b), "!=": lambda: int(a != b),
              "<": lambda: int(a < b), "<=": lambda: int(a <= b), ">": lambda: int(a > b),
-             ">=": lambda: int(a >= b), "<<": lambda: a << b, ">>": lambda: a >> b, "+": lambda: a + b,
+             ">=": lambda: int(a >= b), "+": lambda: a + b,
              "-": lambda: a - b, "*": lambda: a * b}
     return table[op]()
 
@@ -299,14 +310,14 @@ def _arith(text: str, lookup: Callable[[str], int]) -> int:
         t = take()
         if t in ("-", "+", "!", "~"):
             v = unary()
-            return {"-": -v, "+": v, "!": int(not v), "~": ~v}[t]
+            return _int64({"-": -v, "+": v, "!": int(not v), "~": ~v}[t])
         if t == "(":
             v = ternary()
             if take() != ")":
                 raise ValueError("unbalanced parenthesis")
             return v
         if t.isdigit():
-            return int(t)
+            return _int64(int(t))
         if re.fullmatch(NAME, t):
             return lookup(t)
         raise ValueError(f"unexpected {t!r}")
@@ -384,7 +395,7 @@ class _Shell:
 
         try:
             return str(_arith(text, lookup))
-        except (ValueError, IndexError, ZeroDivisionError):
+        except (ValueError, IndexError, ZeroDivisionError, RecursionError):
             raise _Undecidable(f"$(({expr})) is not integer arithmetic this reader evaluates") from None
 
     def param(self, body: str) -> list[str] | str | None:
