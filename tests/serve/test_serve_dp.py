@@ -45,6 +45,7 @@ H, FFN, MI, HEADS, QL, KVL, ROPE, NOPE, V, E, VOCAB, POS = 256, 512, 128, 8, 96,
 def small_run(tmp_path: Path, overrides: list[str]):
     cfg = json.loads((ROOT / "tests/data/hf/deepseek-v3/config.json").read_text())
     cfg.pop("quantization_config", None)
+    cfg.pop("rope_scaling", None)  # YaRN would size the rope cache by its own 4096 · 40 positions, not POS
     cfg.update(hidden_size=H, intermediate_size=FFN, moe_intermediate_size=MI, num_hidden_layers=3,
                first_k_dense_replace=1, num_attention_heads=HEADS, num_key_value_heads=HEADS, q_lora_rank=QL,
                kv_lora_rank=KVL, qk_rope_head_dim=ROPE, qk_nope_head_dim=NOPE, v_head_dim=V, n_routed_experts=E,

@@ -194,12 +194,36 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
     if model_type.startswith("deepseek"):
         values["router_bias"] = cfg.get("topk_method") == "noaux_tc"
         values["first_k_dense_replace"] = values.get("first_k_dense_replace") or 0
+    positions = rope_scaled_positions(cfg, values.get("max_position_embeddings", 0))
+    if positions and positions != values.get("max_position_embeddings"):  # DeepSeek's and GPT-OSS's YaRN: the same
+        values["rope_scaled_positions"] = positions
     if "q_lora_rank" in values and values["q_lora_rank"] is None:
         values["q_lora_rank"] = 0
     try:
         return ModelSpec(**values)
     except TypeError as exc:  # pragma: no cover - guarded by FIELDS filter
         raise UserError(f"config: {exc}") from None
+
+
+def rope_scaled_positions(cfg: dict[str, Any], max_position: int) -> int:
+    """The positions the config's ``rope_scaling`` (``rope_parameters`` in transformers 5) extends the model to, 0
+    where it is ``max_position_embeddings``: vLLM 0.19.0's cos/sin cache (``rotary_embedding/__init__.py``
+    ``get_rope`` and each class's ``_compute_cos_sin_cache``) and its derived ``max_model_len``
+    (``config/model.py`` ``_get_and_verify_max_len``) alike — ``linear`` and ``dynamic`` (without ``alpha``)
+    ``max_position · factor``; ``yarn`` and ``deepseek_yarn`` ``original_max_position_embeddings · factor``; the
+    rest (``default``, ``llama3``, ``longrope``, …) ``max_position``."""
+    rs = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if not isinstance(rs, dict):
+        return 0
+    kind, factor = rs.get("rope_type") or rs.get("type"), rs.get("factor")
+    if not isinstance(factor, (int, float)) or factor <= 0:
+        return 0
+    if kind == "linear" or (kind == "dynamic" and "alpha" not in rs):
+        return int(max_position * factor) if max_position else 0
+    original = rs.get("original_max_position_embeddings")
+    if kind in ("yarn", "deepseek_yarn") and isinstance(original, int) and original > 0:
+        return int(original * factor)
+    return 0
 
 
 def _gpt_oss(cfg: dict[str, Any], values: dict[str, Any], notes: list[str] | None) -> None:

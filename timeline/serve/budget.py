@@ -112,7 +112,8 @@ def rope_cache_bytes(run: ServeRunSpec) -> int:
     if m.position_embedding != "rope":  # GPT-2 / OPT: learned positions, a weight of the model
         return 0
     dim = m.qk_rope_head_dim if m.is_mla else m.attn_head_dim
-    return m.max_position_embeddings * dim * DTYPE_BYTES[run.serving.dtype]
+    positions = m.rope_scaled_positions or m.max_position_embeddings  # rope_scaling's length (io/hf_config.py)
+    return positions * dim * DTYPE_BYTES[run.serving.dtype]
 
 
 def samples(run: ServeRunSpec, stage: int, rank: int) -> bool:

@@ -69,6 +69,10 @@ class ModelSpec:
     sliding_window: int = spec_field(0, nonneg=True, maximum=2**26, doc="keys a sliding_attention layer sees")
     attention_sinks: bool = spec_field(False, doc="a learned softmax sink logit per attention head (GPT-OSS)")
     attention_out_bias: bool = spec_field(False, doc="bias on the attention output projection (GPT-OSS)")
+    rope_scaled_positions: int = spec_field(0, nonneg=True, maximum=2**31,
+                                           doc="positions the config's rope_scaling extends the model to (vLLM: "
+                                               "its cos/sin cache and its derived max_model_len); 0 = "
+                                               "max_position_embeddings")
     attention_output_gate: bool = spec_field(False, doc="a sigmoid gate on the attention output, its q-wide "
                                                         "projection fused into linear_qkv (Megatron "
                                                         "--attention-output-gate)")

@@ -105,8 +105,12 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
         add(("serving.enable_prefix_caching", "prefix sharing across sliding-window KV cache groups is not "
              "modelled; set enable_prefix_caching = false or leave prefix_id empty in the trace"))
     mml = run.max_model_len
-    if mml > m.max_position_embeddings:
-        add(("serving.max_model_len", f"{mml} exceeds max_position_embeddings={m.max_position_embeddings} "
+    # vLLM checks against its derived length, rope_scaling's included (config/model.py _get_and_verify_max_len)
+    longest = (m.rope_scaled_positions or m.max_position_embeddings) if sv.engine == "vllm" \
+        else m.max_position_embeddings
+    if mml > longest:
+        what = "the rope_scaling's length " if longest != m.max_position_embeddings else "max_position_embeddings="
+        add(("serving.max_model_len", f"{mml} exceeds {what}{longest} "
              "(vLLM refuses it without VLLM_ALLOW_LONG_MAX_MODEL_LEN)"))
     if not sv.enable_chunked_prefill and sv.max_num_batched_tokens < mml:
         add(("serving.max_num_batched_tokens", f"{sv.max_num_batched_tokens} is below max_model_len={mml}; "
