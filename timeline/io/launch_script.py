@@ -27,6 +27,7 @@ script.
 
 from __future__ import annotations
 
+import fnmatch
 import operator
 import re
 from collections.abc import Callable
@@ -578,8 +579,6 @@ class _Shell:
             return ((args[1] != "") == (args[0] == "-n")) != neg
         if len(args) == 3 and args[1] in ("=", "==", "!="):
             if args[1] != "!=" and raw[0] == "[[" and any(c in args[2] for c in "*?["):
-                import fnmatch
-
                 return fnmatch.fnmatchcase(args[0], args[2]) != neg
             return ((args[0] == args[2]) == (args[1] != "!=")) != neg
         ints = {"-eq": operator.eq, "-ne": operator.ne, "-lt": operator.lt, "-le": operator.le, "-gt": operator.gt,
@@ -627,12 +626,6 @@ def _touches(cmds: list[_Cmd]) -> bool:
         if any(isinstance(w, list) and "".join(t for t, _ in w).endswith(".py") for w in c.words):
             return True
     return False
-
-
-def _strip_keyword(cmd: _Cmd) -> _Cmd | None:
-    """``cmd`` without its leading keyword (``then``, ``else``, ``do``), or None when nothing follows it."""
-    rest = cmd.words[1:]
-    return _Cmd(rest, cmd.line) if rest else None
 
 
 def read_launch_script(text: str, source: str, argv: list[str] | None = None) -> Launch | None:
@@ -733,11 +726,8 @@ def _loop(shell: _Shell, cmd: _Cmd, body: list[_Cmd], found: list[Launch]) -> No
     """A ``while`` / ``until`` loop: run while its test decides to (an argument loop over ``$#`` with ``case``
     and ``shift``); a test only running the script decides is refused where the body assigns or runs the job."""
     cond = list(cmd.words[1:])
-    if cond and isinstance(cond[-1], list) and _Shell._plain(cond[-1]) == "do":  # `while …; do` on one line
-        cond = cond[:-1]
-    if body and _head(body[0]) == "do":
-        rest = _strip_keyword(body[0])
-        body = ([rest] if rest else []) + body[1:]
+    if body and _head(body[0]) == "do":  # the lexer makes `do` a command of its own
+        body = body[1:]
     while shell.rounds < LOOP_LIMIT:  # one budget for every loop of the script: nested loops cannot multiply it
         shell.rounds += 1
         try:
@@ -768,17 +758,11 @@ def _if(shell: _Shell, cmds: list[_Cmd], i: int, found: list[Launch]) -> int:
     j = i + 1
     while j < end:
         c, head = cmds[j], _head(cmds[j])
-        if depth == 0 and head in ("then", "else", "elif"):
-            if head == "then":
-                rest = _strip_keyword(c)
-                if rest:
-                    body.append(rest)
-            else:
+        if depth == 0 and head in ("then", "else", "elif"):  # `then` and `else` are commands of their own (_lex)
+            if head != "then":
                 branches.append((cond, body, line))
                 body, line = [], c.line
                 cond = c.words[1:] if head == "elif" else None
-                if head == "else" and _strip_keyword(c):
-                    body.append(_Cmd(c.words[1:], c.line))
             j += 1
             continue
         if head in _OPENERS:
@@ -835,32 +819,16 @@ def _case_patterns(shell: _Shell, cmd: _Cmd) -> tuple[list[str], list[Word | str
         closes = last[1] == "" and last[0].endswith(")")
         if closes:
             parts[-1] = (last[0][:-1], "")
-        for alt in _split_alternatives(parts):
-            patterns.append(_glob(shell, alt))
+        patterns.append(_glob(shell, parts))  # `a|b`: the lexer splits at `|`, quoted or not
         if closes:
             return patterns, cmd.words[k + 1:]
     raise _Undecidable(f"line {cmd.line}: a `case` clause whose pattern does not end in `)`")
-
-
-def _split_alternatives(parts: Word) -> list[Word]:
-    """``a|b`` inside one unquoted part (the lexer keeps ``|`` there only between quoted pieces)."""
-    alts: list[Word] = [[]]
-    for text, q in parts:
-        if q == "" and "|" in text:
-            pieces = text.split("|")
-            alts[-1].append((pieces[0], ""))
-            alts += [[(piece, "")] for piece in pieces[1:]]
-        else:
-            alts[-1].append((text, q))
-    return [a for a in alts if a]
 
 
 def _case(shell: _Shell, cmds: list[_Cmd], i: int, found: list[Launch]) -> int:
     """``case WORD in PATTERN) … ;; esac``: the first clause whose pattern matches the expanded word runs (bash's
     fnmatch rules, quoted pattern characters literal); a word only running the script gives is refused where a
     clause assigns or runs the job."""
-    import fnmatch
-
     end = _block_end(cmds, i)
     head = cmds[i].words[1:]
     if len(head) != 2 or not isinstance(head[1], list) or _Shell._plain(head[1]) != "in" \

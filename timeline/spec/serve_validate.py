@@ -104,10 +104,7 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
     if sliding and sv.engine == "vllm" and sv.enable_prefix_caching and any(r.prefix_id for r in run.requests):
         add(("serving.enable_prefix_caching", "prefix sharing across sliding-window KV cache groups is not "
              "modelled; set enable_prefix_caching = false or leave prefix_id empty in the trace"))
-    mml = run.max_model_len
-    # vLLM checks against its derived length, rope_scaling's included (config/model.py _get_and_verify_max_len)
-    longest = (m.rope_scaled_positions or m.max_position_embeddings) if sv.engine == "vllm" \
-        else m.max_position_embeddings
+    mml, longest = run.max_model_len, run.derived_max_model_len  # vLLM checks against its derived length
     if mml > longest:
         what = "the rope_scaling's length " if longest != m.max_position_embeddings else "max_position_embeddings="
         add(("serving.max_model_len", f"{mml} exceeds {what}{longest} "

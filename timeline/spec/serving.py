@@ -118,18 +118,21 @@ class ServeRunSpec:
     vision: VisionSpec | None = None  # a vision-language checkpoint's vision tower and projector
 
     @property
-    def max_model_len(self) -> int:
-        """``serving.max_model_len``, else what vLLM derives (``config/model.py`` ``_get_and_verify_max_len``,
-        0.19.0): ``max_position_embeddings`` times the ``rope_scaling`` factor (a YaRN config's
+    def derived_max_model_len(self) -> int:
+        """The length the engine derives from the config: vLLM's (``config/model.py`` ``_get_and_verify_max_len``,
+        0.19.0) is ``max_position_embeddings`` times the ``rope_scaling`` factor (a YaRN config's
         ``original_max_position_embeddings`` times it; none for ``llama3`` / ``longrope``) —
         ``model.rope_scaled_positions`` (:func:`timeline.io.hf_config.rope_scaled_positions`). SGLang's
         ``get_context_length`` reads the factor otherwise (none where ``original_max_position_embeddings`` is
         given): not read here, it keeps ``max_position_embeddings``."""
-        if self.serving.max_model_len:
-            return self.serving.max_model_len
         if self.serving.engine == "vllm" and self.model.rope_scaled_positions:
             return self.model.rope_scaled_positions
         return self.model.max_position_embeddings
+
+    @property
+    def max_model_len(self) -> int:
+        """``serving.max_model_len``, else :attr:`derived_max_model_len`."""
+        return self.serving.max_model_len or self.derived_max_model_len
 
 
 #: the engine versions whose source the budget rules (``timeline.serve.rules``) are read at; the

@@ -45,12 +45,12 @@ def params(ctx: BuildCtx, prefix: str, module: str = "attention") -> list[Tensor
     ]
     # Megatron-Core attention.py: SelfAttention.__init__ widens linear_qkv by kv_channels · heads for the output
     # gate (``attention_output_gate``), its bias with it
-    gated = (("g", q_out),) if m.attention_output_gate else ()
-    out += [param(f"{prefix}.g_proj.weight", (q_out, m.hidden_size), module=module, dtype=dt, split=tp)
-            for _ in gated]
+    biased = [("q", q_out), ("k", kv_out), ("v", kv_out)]
+    if m.attention_output_gate:
+        out.append(param(f"{prefix}.g_proj.weight", (q_out, m.hidden_size), module=module, dtype=dt, split=tp))
+        biased.append(("g", q_out))
     if m.attention_bias or m.linear_bias:
-        out += [param(f"{prefix}.{n}_proj.bias", (w,), module=module, dtype=dt, split=tp)
-                for n, w in (("q", q_out), ("k", kv_out), ("v", kv_out), *gated)]
+        out += [param(f"{prefix}.{n}_proj.bias", (w,), module=module, dtype=dt, split=tp) for n, w in biased]
     if m.linear_bias or m.attention_out_bias:
         out.append(param(f"{prefix}.o_proj.bias", (m.hidden_size,), module=module, dtype=dt))
     if m.attention_sinks:
