@@ -24,7 +24,8 @@ from timeline.spec.fields import check_value
 from timeline.spec.model import ALIASES, ModelSpec
 
 SUPPORTED = ("deepseek_v2", "deepseek_v3", "llama", "mistral", "mixtral", "qwen2", "qwen3",
-             "qwen2_moe", "qwen3_moe", "gpt2", "gpt_oss", "opt", "phi", "phi3", "granite", "gemma", "gemma2")
+             "qwen2_moe", "qwen3_moe", "gpt2", "gpt_oss", "opt", "phi", "phi3", "granite", "gemma", "gemma2",
+             "gemma3_text")
 
 #: the modelling class a config's ``architectures`` names → the family it implements, for
 #: configs whose ``model_type`` is a label of their own (Kimi-K2's ``kimi_k2`` runs
@@ -35,7 +36,7 @@ ARCHITECTURES: dict[str, str] = {
     "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen2MoeForCausalLM": "qwen2_moe",
     "Qwen3MoeForCausalLM": "qwen3_moe", "GPT2LMHeadModel": "gpt2", "GptOssForCausalLM": "gpt_oss",
     "OPTForCausalLM": "opt", "PhiForCausalLM": "phi", "Phi3ForCausalLM": "phi3", "GraniteForCausalLM": "granite",
-    "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
+    "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
 }
 
 #: fields where the config's 0 would be read as "not given" by the spec, but Hugging Face has
@@ -69,6 +70,14 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     # 2)``)
     "gemma": {"tie_word_embeddings": True},
     "gemma2": {"tie_word_embeddings": True, "sliding_window": 4096},  # Gemma2Config's default window
+    # models/gemma3/configuration_gemma3.py (transformers 5.24) Gemma3TextConfig's defaults — a vision-language
+    # checkpoint's text_config gives only the keys that differ from them — and modeling_gemma3.py: Gemma-2's
+    # layer (gated GeLU, sandwich norms, Gemma RMSNorm) with q_norm/k_norm (Gemma3RMSNorm over head_dim) before
+    # RoPE, no soft-capping by default, SDPA
+    "gemma3_text": {"tie_word_embeddings": True, "qk_norm": True, "sliding_window": 4096, "vocab_size": 262_208,
+                    "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "hidden_act": "gelu_pytorch_tanh", "max_position_embeddings": 131_072},
     "qwen2_moe": {"attention_bias": True, "shared_expert_gate": True},
     "qwen3": {"qk_norm": True},
     "qwen3_moe": {"qk_norm": True},
@@ -86,7 +95,11 @@ FIELDS = {f.name for f in dataclasses.fields(ModelSpec)}
 #: by them (GPT-OSS); other configs that name a window (Mistral, Qwen ``use_sliding_window``) keep
 #: full attention as before, so their ``layer_types`` cannot clash with a ``num_hidden_layers`` override
 WINDOW_FIELDS = ("layer_types", "sliding_window")
-WINDOWED = ("gpt_oss", "gemma2")
+WINDOWED = ("gpt_oss", "gemma2", "gemma3_text")
+
+#: families whose config class's defaults stand for keys a published file leaves out (Gemma-3's
+#: vision-language checkpoints write their text_config sparse: gemma-3-27b-it gives no vocab_size)
+CONFIG_CLASS_DEFAULTS: dict[str, tuple[str, ...]] = {"gemma3_text": tuple(FAMILY_DEFAULTS["gemma3_text"])}
 
 #: keys a config.json must give (by their Hugging Face name or an alias such as GPT-2's n_embd)
 REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size")
@@ -94,8 +107,10 @@ REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_si
 
 def missing_keys(cfg: dict[str, Any]) -> list[str]:
     """The required keys ``cfg`` lacks: ``model_type`` and the core shapes (GPT-2 may leave
-    ``intermediate_size`` out: it is 4 × hidden_size)."""
+    ``intermediate_size`` out: it is 4 × hidden_size; a family in :data:`CONFIG_CLASS_DEFAULTS` any shape its
+    config class defaults)."""
     given = {ALIASES.get(k, k) for k, v in cfg.items() if v is not None}
+    given |= set(CONFIG_CLASS_DEFAULTS.get(str(cfg.get("model_type")), ()))
     missing = [] if cfg.get("model_type") else ["model_type"]
     for key in REQUIRED:
         if key not in given and not (key == "intermediate_size" and cfg.get("model_type") == "gpt2"):
@@ -181,6 +196,8 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
     if model_type == "gemma2":  # configuration_gemma2.py: Gemma2Config defaults 50.0 and 30.0; null turns them off
         for key, default in (("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0)):
             values[key] = float(cfg.get(key, default) or 0.0)
+    if model_type == "gemma3_text":
+        _gemma3(cfg, values)
     if model_type == "gemma2" and not cfg.get("layer_types"):
         values["layer_types"] = tuple("full_attention" if i % 2 else "sliding_attention"
                                       for i in range(values.get("num_hidden_layers", 26)))
@@ -213,6 +230,8 @@ def rope_scaled_positions(cfg: dict[str, Any], max_position: int) -> int:
     ``max_position · factor``; ``yarn`` and ``deepseek_yarn`` ``original_max_position_embeddings · factor``; the
     rest (``default``, ``llama3``, ``longrope``, …) ``max_position``."""
     rs = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if isinstance(rs, dict) and isinstance(rs.get("full_attention"), dict):  # transformers 5's per-layer-type
+        rs = rs["full_attention"]  # parameters (Gemma-3): the global layers' table is the scaled one
     if not isinstance(rs, dict):
         return 0
     kind, factor = rs.get("rope_type") or rs.get("type"), rs.get("factor")
@@ -224,6 +243,22 @@ def rope_scaled_positions(cfg: dict[str, Any], max_position: int) -> int:
     if kind in ("yarn", "deepseek_yarn") and isinstance(original, int) and original > 0:
         return int(original * factor)
     return 0
+
+
+def _gemma3(cfg: dict[str, Any], values: dict[str, Any]) -> None:
+    """Gemma-3 facts the config leaves to its class (transformers 5.24 ``Gemma3TextConfig.__post_init__``):
+    without ``layer_types`` a layer slides unless ``(i + 1)`` is a multiple of ``sliding_window_pattern``
+    (default 6: five local layers, then a global one). ``use_bidirectional_attention`` (EmbeddingGemma) is an
+    encoder, not the causal decoder this reader builds."""
+    if cfg.get("use_bidirectional_attention"):
+        raise UserError("use_bidirectional_attention: a bidirectional Gemma-3 encoder (EmbeddingGemma) is not "
+                        "modelled; the causal decoder is")
+    if not cfg.get("layer_types"):
+        pattern = cfg.get("sliding_window_pattern", 6)
+        if not isinstance(pattern, int) or isinstance(pattern, bool) or pattern < 1:
+            raise UserError(f"sliding_window_pattern: {pattern!r} is not a positive integer")
+        values["layer_types"] = tuple("sliding_attention" if (i + 1) % pattern else "full_attention"
+                                      for i in range(values["num_hidden_layers"]))
 
 
 def _gpt_oss(cfg: dict[str, Any], values: dict[str, Any], notes: list[str] | None) -> None:

@@ -8,18 +8,22 @@ A config with a ``vision_config`` is a vision-language checkpoint. Mistral-3 (``
 where a key is missing), ``spatial_merge_size`` (default 2) and ``multimodal_projector_bias`` (default false) the
 projector; ``vision_feature_layer`` −1
 builds every vision layer. The top-level ``quantization_config`` stays with the checkpoint (its ``ignore``
-list says which vision modules are quantized). Any other vision-language family is refused by name.
+list says which vision modules are quantized). Gemma-3 (``gemma3``, ``Gemma3ForConditionalGeneration``) is
+read as ``Gemma3Config``: its ``text_config`` a Gemma-3 language model, its SigLIP tower described but not
+modelled (served with ``limit_mm_per_prompt = 0`` only). Any other vision-language family is refused by name.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from timeline.errors import UserError
 from timeline.spec.vision import VisionSpec
 
 #: the classes read (config.json ``architectures`` / ``model_type``) → the vision tower's kind
-VISION_LANGUAGE = {"Mistral3ForConditionalGeneration": "pixtral", "mistral3": "pixtral"}
+VISION_LANGUAGE = {"Mistral3ForConditionalGeneration": "pixtral", "mistral3": "pixtral",
+                   "Gemma3ForConditionalGeneration": "siglip", "gemma3": "siglip"}
 
 
 def is_vision_language(cfg: dict[str, Any]) -> bool:
@@ -35,7 +39,8 @@ def _kind(cfg: dict[str, Any]) -> str:
             return VISION_LANGUAGE[name]
     label = ", ".join(map(str, archs)) or str(cfg.get("model_type"))
     raise UserError(f"vision-language checkpoint {label} is not modelled (its vision tower and its encoder "
-                    "profile); modelled: Mistral3ForConditionalGeneration (Mistral-Small-3.1/3.2, Pixtral)")
+                    "profile); modelled: Mistral3ForConditionalGeneration (Mistral-Small-3.1/3.2, Pixtral); "
+                    "Gemma3ForConditionalGeneration's language model alone")
 
 
 def split_vision(cfg: dict[str, Any]) -> tuple[dict[str, Any], VisionSpec]:
@@ -44,6 +49,9 @@ def split_vision(cfg: dict[str, Any]) -> tuple[dict[str, Any], VisionSpec]:
     text, vision = cfg.get("text_config"), cfg["vision_config"]
     if not isinstance(text, dict):
         raise UserError("a vision-language config.json without a text_config object")
+    text = dict(text)
+    if kind == "siglip":
+        return _siglip(cfg, text, vision)
     layer = cfg.get("vision_feature_layer", -1)
     layers = int(vision.get("num_hidden_layers", 24))
     if not isinstance(layer, int) or not -layers <= layer < layers:
@@ -51,7 +59,6 @@ def split_vision(cfg: dict[str, Any]) -> tuple[dict[str, Any], VisionSpec]:
                         "(a list of layers is not modelled)")
     # mistral3.py _get_num_hidden_layers: the tower is built up to the deepest feature layer
     built = layers + layer + 1 if layer < 0 else layer + 1
-    text = dict(text)
     text.setdefault("model_type", "mistral")
     try:
         spec = VisionSpec(kind=kind, architecture=str((cfg.get("architectures") or [""])[0]),
@@ -65,7 +72,39 @@ def split_vision(cfg: dict[str, Any]) -> tuple[dict[str, Any], VisionSpec]:
                           projector_bias=bool(cfg.get("multimodal_projector_bias", False)))
     except (TypeError, ValueError) as exc:
         raise UserError(f"vision_config: {exc}") from None
+    return text, _checked(spec)
+
+
+def _siglip(cfg: dict[str, Any], text: dict[str, Any], vision: dict[str, Any]) -> tuple[dict[str, Any], VisionSpec]:
+    """Gemma-3 (``Gemma3ForConditionalGeneration``; transformers 5.24 ``Gemma3Config``, vLLM 0.19.0
+    ``models/gemma3_mm.py``): ``text_config`` is a ``Gemma3TextConfig`` (its defaults where the published file
+    leaves a key out), ``vision_config`` a ``SiglipVisionConfig`` (hidden 768, 12 layers, 12 heads, MLP 3072,
+    224-pixel images of 16-pixel patches where a key is missing); ``Gemma3MultiModalProjector`` average-pools the
+    patch grid to ``mm_tokens_per_image`` (default 256) embeddings, ``image_size // patch_size`` over
+    ``√mm_tokens_per_image`` patches a side."""
+    text.setdefault("model_type", "gemma3_text")
+    try:
+        grid = int(vision.get("image_size", 224)) // int(vision.get("patch_size", 16))
+        tokens = int(cfg.get("mm_tokens_per_image", 256))
+        side = math.isqrt(tokens)
+        if tokens < 1 or side * side != tokens or grid % side:
+            raise ValueError(f"mm_tokens_per_image {tokens} is not a square that divides the {grid}×{grid} patch "
+                             "grid")
+        spec = VisionSpec(kind="siglip", architecture=str((cfg.get("architectures") or [""])[0]),
+                          hidden_size=int(vision.get("hidden_size", 768)),
+                          num_hidden_layers=int(vision.get("num_hidden_layers", 12)),
+                          num_attention_heads=int(vision.get("num_attention_heads", 12)),
+                          intermediate_size=int(vision.get("intermediate_size", 3072)),
+                          patch_size=int(vision.get("patch_size", 16)), image_size=int(vision.get("image_size", 224)),
+                          num_channels=int(vision.get("num_channels", 3)), spatial_merge_size=grid // side,
+                          text_hidden_size=int(text.get("hidden_size", 2304)))
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"vision_config: {exc}") from None
+    return text, _checked(spec)
+
+
+def _checked(spec: VisionSpec) -> VisionSpec:
     if spec.hidden_size % spec.num_attention_heads:
         raise UserError(f"vision_config: hidden_size {spec.hidden_size} is not a multiple of num_attention_heads "
                         f"{spec.num_attention_heads}")
-    return text, spec
+    return spec

@@ -106,13 +106,17 @@ class Budget:
 
 def rope_cache_bytes(run: ServeRunSpec) -> int:
     """vLLM ``rotary_embedding`` ``RotaryEmbedding._compute_cos_sin_cache``: one shared
-    ``max_position × rotary_dim`` cos/sin cache in the model dtype (``get_rope`` caches instances);
-    counted in ``model_memory_usage`` because it is a buffer of the loaded model."""
+    ``max_position × rotary_dim`` cos/sin cache in the model dtype (``get_rope`` caches instances by their
+    parameters; a ``rope_scaling`` lengthens it, ``LinearScalingRotaryEmbedding`` to ``max_position · factor``);
+    Gemma-3's local table (another ``rope_theta``, so another instance) adds ``max_position`` rows. Counted in
+    ``model_memory_usage`` because it is a buffer of the loaded model."""
     m = run.model
     if m.position_embedding != "rope":  # GPT-2 / OPT: learned positions, a weight of the model
         return 0
     dim = m.qk_rope_head_dim if m.is_mla else m.attn_head_dim
     positions = m.rope_scaled_positions or m.max_position_embeddings  # rope_scaling's length (io/hf_config.py)
+    if m.local_rope:  # Gemma-3's sliding layers: an unscaled table of their own (rope_local_base_freq)
+        positions += m.max_position_embeddings
     return positions * dim * DTYPE_BYTES[run.serving.dtype]
 
 

@@ -81,6 +81,13 @@ def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: Par
     if m.attention_output_gate and (profile != "megatron" or traced):
         return [("model.attention_output_gate", 'the gated attention output is modelled as Megatron-Core runs it: '
                                                 'profile = "megatron" with the layer library (no captured trace)')]
+    if m.local_rope and profile == "hf" and not traced:
+        # models/gemma3/modeling_gemma3.py (transformers 5.24): the sliding layers' SDPA takes a mask
+        # (masking_utils.create_sliding_window_causal_mask, a [b, 1, s, s] bool past the window), which moves CUDA
+        # off the flash/cuDNN kernels, and Gemma3TextModel computes a second cos/sin pair for them
+        return [("model.profile", "Gemma-3 under the hf profile (SDPA with a sliding-window mask and a second RoPE "
+                                  "table for its local layers) is not modelled yet; use profile = \"megatron\" for a "
+                                  "Megatron-style run of the same layers, or `timeline serve` for vLLM")]
     if m.architecture == "t5":
         return _t5_run_problems(profile, traced, par, tr, fw)
     if m.architecture != "bert":

@@ -215,6 +215,13 @@ class ModelSpec:
         return self.model_type in CODE_FACTS["parallel_residual"]
 
     @property
+    def local_rope(self) -> bool:
+        """The sliding layers rotate by a RoPE table of their own, the full layers by the (scaled) global one
+        (Gemma-3)."""
+        return self.model_type in CODE_FACTS["local_rope"] and any(
+            self.is_sliding(i) for i in range(self.num_hidden_layers))
+
+    @property
     def head_bias(self) -> bool:
         """The output layer has a bias of ``vocab`` elements (Phi's ``lm_head``)."""
         return self.model_type in CODE_FACTS["head_bias"]
@@ -283,14 +290,18 @@ CODE_FACTS: dict[str, tuple[str, ...]] = {
     "router_topk_softmax": ("gpt_oss",),
     "router_weights_cast": ("qwen2_moe", "qwen3_moe"),
     "rope_half_width": ("gpt_oss",),
-    "norm_output_fp32": ("gpt_oss", "gemma", "gemma2"),
-    "norm_weight_offset": ("gemma", "gemma2"),
+    "norm_output_fp32": ("gpt_oss", "gemma", "gemma2", "gemma3_text"),
+    "norm_weight_offset": ("gemma", "gemma2", "gemma3_text"),
     #: Gemma2PreTrainedModel ``_supports_sdpa = False``: eager attention op by op
     "eager_attention": ("gemma2",),
     #: Gemma2DecoderLayer: post_attention_layernorm on the attention output, pre_ and post_feedforward_layernorm
     #: around the MLP
-    "sandwich_norms": ("gemma2",),
-    "gated_gelu": ("gemma", "gemma2"),
+    "sandwich_norms": ("gemma2", "gemma3_text"),
+    "gated_gelu": ("gemma", "gemma2", "gemma3_text"),
+    #: Gemma3TextModel (models/gemma3/modeling_gemma3.py): its sliding layers rotate by a table of their own
+    #: (``rope_local_base_freq``, unscaled) beside the global layers' (``rope_theta`` with ``rope_scaling``); vLLM's
+    #: Gemma3Attention (models/gemma3.py, 0.19.0) calls ``get_rope`` with each, two cached cos/sin tables
+    "local_rope": ("gemma3_text",),
     #: GPT2MLP / OPTDecoderLayer / PhiMLP: fc1 → ACT2FN[activation] → fc2 whatever the activation (no gate)
     "plain_mlp": ("gpt2", "opt", "phi"),
     #: PhiDecoderLayer (transformers models/phi/modeling_phi.py; vLLM models/phi.py PhiLayer.forward):

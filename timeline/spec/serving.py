@@ -125,7 +125,9 @@ class ServeRunSpec:
         ``model.rope_scaled_positions`` (:func:`timeline.io.hf_config.rope_scaled_positions`). SGLang's
         ``get_context_length`` reads the factor otherwise (none where ``original_max_position_embeddings`` is
         given): not read here, it keeps ``max_position_embeddings``."""
-        if self.serving.engine == "vllm" and self.model.rope_scaled_positions:
+        # ``_get_and_verify_max_len`` skips the scaling for every model_type holding "gemma3"
+        if self.serving.engine == "vllm" and self.model.rope_scaled_positions \
+                and "gemma3" not in self.model.model_type:
             return self.model.rope_scaled_positions
         return self.model.max_position_embeddings
 

@@ -10,6 +10,10 @@ config's ``text_config`` (a :class:`~timeline.spec.model.ModelSpec`). One kind s
   (``mistral3.py``): RMSNorm, ``Mistral3PatchMerger`` (``spatial_merge_size``² patches unfolded into one
   row, a bias-free ``nn.Linear`` back to the vision width), ``linear_1`` → act → ``linear_2`` into the
   text width (biases with ``multimodal_projector_bias``).
+* ``siglip`` — Gemma-3 (``Gemma3ForConditionalGeneration``): vLLM's ``SiglipVisionModel`` and
+  ``Gemma3MultiModalProjector`` (``gemma3_mm.py``), whose average pool takes ``spatial_merge_size``² patches
+  to one image embedding. Described, not modelled: a run serves its language model alone
+  (``serving.limit_mm_per_prompt = 0``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from dataclasses import dataclass
 
 from timeline.spec.fields import spec_field
 
-VISION_KINDS = ("pixtral",)
+VISION_KINDS = ("pixtral", "siglip")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
