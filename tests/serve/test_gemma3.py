@@ -15,11 +15,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from timeline.cli import main
 from timeline.io.hf_config import model_from_hf_dict, read_hf_config, rope_scaled_positions
 from timeline.io.serve_runfile import load_serve_run
 from timeline.serve.budget import compute_budget, rope_cache_bytes
 from timeline.serve.graph_view import device_params
+from timeline.serve.transients import requested_peak
+from timeline.serve.vision import built, encoder_profile, images_profiled, vision_weight_bytes
 
 HF = Path(__file__).resolve().parents[1] / "data" / "hf"
 
@@ -98,10 +102,54 @@ def test_gemma3_27b_language_model_alone_at_tp2(tmp_path):
     assert b.kv_layout.page_bytes == 16 * 8 * 2 * 128 * 2
 
 
-def test_gemma3_vision_tower_and_hf_training_are_refused_by_name(tmp_path, capsys):
-    assert main(["serve", str(_serve(tmp_path, "gemma-3-27b-it", tp=2)), "--out", str(tmp_path / "o")]) == 2
-    err = capsys.readouterr().err
-    assert "serving.limit_mm_per_prompt" in err and "siglip" in err and not (tmp_path / "o").exists()
+# SigLIP so400m as Gemma-3 ships it (1,152 wide, 27 layers, MLP 4,304, 896-pixel images of 14-pixel patches: 4,096
+# patches): the biased convolution, the position table, per layer biased qkv / out_proj / fc1 / fc2 and two
+# LayerNorms, post_layernorm — 416,866,032 parameters, the Gemma 3 report's "417M" vision encoder — and the projector's
+# RMSNorm and 1,152 × 5,376 matrix
+SIGLIP_LAYER = (3 * 1152 * 1152 + 3 * 1152) + (1152 * 1152 + 1152) + (4304 * 1152 + 4304) + (1152 * 4304 + 1152) + 4 * 1152
+SIGLIP = 1152 * 3 * 14 * 14 + 1152 + 4096 * 1152 + 27 * SIGLIP_LAYER + 2 * 1152
+PROJECTOR = 1152 + 1152 * 5376
+
+
+def test_siglip_tower_weights_are_its_shapes(tmp_path):
+    assert SIGLIP == 416_866_032
+    run = load_serve_run(_serve(tmp_path, "gemma-3-27b-it"))
+    assert vision_weight_bytes(run) == (SIGLIP + PROJECTOR) * 2 + 4096 * 8  # bf16, int64 position_ids
+    tp2 = load_serve_run(_serve(tmp_path, "gemma-3-27b-it", tp=2))
+    split = 27 * (3 * 1152 * 1152 + 3 * 1152 + 1152 * 1152 + 4304 * 1152 + 4304 + 1152 * 4304) // 2
+    assert vision_weight_bytes(tp2) == (SIGLIP - split + PROJECTOR) * 2 + 4096 * 8
+    alone = load_serve_run(_serve(tmp_path, "gemma-3-27b-it", extra="limit_mm_per_prompt = 0\n"))
+    assert vision_weight_bytes(alone) == 0
+
+
+@pytest.mark.parametrize(("version", "images"), [("0.19.0", 8192 // 256), ("0.13.0", 8192 // 256),
+                                                 ("0.12.0", 8192 // 260), ("0.11.0", 8192 // 260)])
+def test_the_encoder_budget_counts_embeddings_from_0_13(tmp_path, version, images):
+    """0.13.0 on: an image is its 256 embeddings; 0.12.0 and before: its placeholder, 260 tokens with the two
+    ``"\\n\\n"``, ``<start_of_image>`` and ``<end_of_image>`` around them."""
+    path = _serve(tmp_path, "gemma-3-27b-it").read_text().replace('"0.19.0"', f'"{version}"')
+    (tmp_path / "v.toml").write_text(path)
+    run = load_serve_run(tmp_path / "v.toml")
+    assert images_profiled(run, built(run)) == images
+
+
+def test_siglip_encoder_profile_peaks_in_the_mlp(tmp_path):
+    """32 images of 4,096 patches (131,072 tokens) at tp 1: the fp32 dummy batch, the convolution's output (kept by
+    the encoder), the previous layer's output, the attention block's output, ``layer_norm2``, ``fc1`` and GeLU's
+    output — the peak of every layer after the first."""
+    run = load_serve_run(_serve(tmp_path, "gemma-3-27b-it"))
+    plan, kept = encoder_profile(run)
+    t = 32 * 4096
+    pixels, unit, inner = 32 * 3 * 896 * 896 * 4, t * 1152 * 2, t * 4304 * 2
+    assert requested_peak(plan.plan, plan.sizes) == pixels + 4 * unit + 2 * inner
+    assert [plan.sizes[plan.live[k]] for k in kept] == [pixels, 32 * 256 * 5376 * 2]
+
+
+def test_hf_training_and_other_engines_are_refused_by_name(tmp_path, capsys):
+    sglang = _serve(tmp_path, "gemma-3-27b-it", tp=2).read_text().replace('engine = "vllm"', 'engine = "sglang"')
+    (tmp_path / "s.toml").write_text(sglang.replace('engine_version = "0.19.0"', 'engine_version = "0.4"'))
+    assert main(["serve", str(tmp_path / "s.toml"), "--out", str(tmp_path / "o")]) == 2
+    assert "vision-language" in capsys.readouterr().err and not (tmp_path / "o").exists()
     run = tmp_path / "train.toml"
     run.write_text(f'[model]\nhf_config = "{HF / "gemma-3-1b-it" / "config.json"}"\nprofile = "hf"\n')
     assert main(["static", str(run)]) == 2

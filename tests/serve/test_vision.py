@@ -57,9 +57,14 @@ def test_images_the_encoder_profile_runs(tmp_path):
     run = _run(tmp_path, BASE)
     v = run.vision
     assert (v.image_embeddings, v.image_placeholder_tokens, v.patches) == (55 * 55, 56 * 55, 110 * 110)
-    assert images_profiled(run, v) == 8192 // 3080 == 2
+    # vLLM 0.19.0 budgets an image by its 3,025 embeddings (get_num_embeds), 0.12.0 by its 3,080 placeholder tokens
+    assert images_profiled(run, v) == 8192 // 3025 == 2
     wide = replace(run, serving=replace(run.serving, max_num_batched_tokens=16384))
-    assert images_profiled(wide, v) == 5
+    assert images_profiled(wide, v) == 16384 // 3025 == 5
+    wider = replace(run, serving=replace(run.serving, max_num_batched_tokens=18200))
+    assert images_profiled(wider, v) == 18200 // 3025 == 6
+    assert images_profiled(replace(wider, serving=replace(wider.serving, engine_version="0.12.0")), v) == \
+        18200 // 3080 == 5
     short = replace(run, serving=replace(run.serving, max_num_batched_tokens=2048))
     assert images_profiled(short, v) == 1  # the budget is at least one image
 

@@ -9,8 +9,8 @@ where a key is missing), ``spatial_merge_size`` (default 2) and ``multimodal_pro
 projector; ``vision_feature_layer`` −1
 builds every vision layer. The top-level ``quantization_config`` stays with the checkpoint (its ``ignore``
 list says which vision modules are quantized). Gemma-3 (``gemma3``, ``Gemma3ForConditionalGeneration``) is
-read as ``Gemma3Config``: its ``text_config`` a Gemma-3 language model, its SigLIP tower described but not
-modelled (served with ``limit_mm_per_prompt = 0`` only). Any other vision-language family is refused by name.
+read as ``Gemma3Config``: its ``text_config`` a Gemma-3 language model, its ``vision_config`` the SigLIP tower
+(:mod:`timeline.serve.vision`). Any other vision-language family is refused by name.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def _kind(cfg: dict[str, Any]) -> str:
             return VISION_LANGUAGE[name]
     label = ", ".join(map(str, archs)) or str(cfg.get("model_type"))
     raise UserError(f"vision-language checkpoint {label} is not modelled (its vision tower and its encoder "
-                    "profile); modelled: Mistral3ForConditionalGeneration (Mistral-Small-3.1/3.2, Pixtral); "
-                    "Gemma3ForConditionalGeneration's language model alone")
+                    "profile); modelled: Mistral3ForConditionalGeneration (Mistral-Small-3.1/3.2, Pixtral), "
+                    "Gemma3ForConditionalGeneration (Gemma-3, SigLIP)")
 
 
 def split_vision(cfg: dict[str, Any]) -> tuple[dict[str, Any], VisionSpec]:

@@ -31,6 +31,12 @@ input norm (an argument, alive until the attention returns), ``qkv``, HF's ``app
 ``_process_image_input`` concatenates the per-image views, the projector norms, unfolds each image's patch
 grid and concatenates them, merges, and runs ``linear_1``, the activation and ``linear_2``, whose output the
 encoder cache keeps.
+
+**Gemma-3** (``siglip.py``, ``gemma3_mm.py``, 0.19.0): ``SiglipVisionModel``'s linears shard the same way (``fc1``
+and ``fc2`` stay unquantized where the intermediate size is not a multiple of 64, as ``SiglipMLP`` decides); the
+patch convolution, the position table, the LayerNorms and the projector's matrix are whole. Its encoder profile is
+:func:`_siglip_profile`. From vLLM 0.13.0 the encoder budget counts an image's embeddings, before that its whole
+placeholder (:func:`tokens_per_image`) — for Pixtral too.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from dataclasses import dataclass, field
 from timeline.graph.tensors import DTYPE_BYTES
 from timeline.serve.quant_layout import linear_bytes, skipped
 from timeline.serve.transients import StepTransients, requested_peak
-from timeline.spec.engine_versions import vllm_all_reduce_out_of_place
+from timeline.spec.engine_versions import vllm_all_reduce_out_of_place, vllm_encoder_counts_embeds
 from timeline.spec.serving import ServeRunSpec
 from timeline.spec.vision import VisionSpec
 
@@ -64,11 +70,49 @@ def _linears(v: VisionSpec, tp: int) -> list[tuple[str, int, int, int]]:
     return out
 
 
+def _siglip_linears(v: VisionSpec, tp: int) -> list[tuple[str, int, int, int, bool]]:
+    """(module, out rows, in columns on this rank, bias elements, quantizable) of the SigLIP tower's linears:
+    ``qkv_proj`` (``QKVParallelLinear``) and ``fc1`` (``ColumnParallelLinear``) split their rows, ``out_proj`` and
+    ``fc2`` (``RowParallelLinear``) their columns with a whole bias; every one biased (the layers' default).
+    ``SiglipMLP`` quantizes ``fc1``/``fc2`` only where hidden and intermediate sizes are multiples of 64."""
+    d, i = v.hidden_size, v.intermediate_size
+    mlp_quant = d % 64 == 0 and i % 64 == 0
+    out: list[tuple[str, int, int, int, bool]] = []
+    for layer in range(v.num_hidden_layers):
+        p = f"vision_tower.vision_model.encoder.layers.{layer}"
+        out += [(f"{p}.self_attn.qkv_proj", 3 * d // tp, d, 3 * d // tp, True),
+                (f"{p}.self_attn.out_proj", d, d // tp, d, True),
+                (f"{p}.mlp.fc1", i // tp, d, i // tp, mlp_quant), (f"{p}.mlp.fc2", d, i // tp, d, mlp_quant)]
+    return out
+
+
+def _siglip_weight_bytes(run: ServeRunSpec, v: VisionSpec) -> int:
+    """``SiglipVisionModel`` and ``Gemma3MultiModalProjector`` on one rank: the biased patch convolution, the
+    ``[patches, hidden]`` position table and its int64 ``position_ids`` buffer, two LayerNorms per layer and
+    ``post_layernorm`` (all layers are built, so it is), the linears (:func:`_siglip_linears`); the projector's
+    RMSNorm and its ``[hidden, text hidden]`` matrix are plain parameters, whole on every rank."""
+    act, tp, d = DTYPE_BYTES[run.serving.dtype], run.parallel.tp, v.hidden_size
+    whole = d * v.num_channels * v.patch_size ** 2 + d + v.patches * d  # patch_embedding, position_embedding
+    whole += 4 * d * v.num_hidden_layers + 2 * d  # layer_norm1/2 (weight, bias), post_layernorm
+    whole += d + d * v.text_hidden_size  # mm_soft_emb_norm, mm_input_projection_weight
+    total = whole * act + v.patches * 8  # position_ids (int64, a non-persistent buffer)
+    q = run.quant
+    for module, rows, cols, bias, quantizable in _siglip_linears(v, tp):
+        if quantizable and q is not None and not skipped(f"{module}.weight", q.not_converted):
+            total += linear_bytes(q, rows, cols, act)
+        else:
+            total += rows * cols * act
+        total += bias * act
+    return total
+
+
 def vision_weight_bytes(run: ServeRunSpec) -> int:
     """Bytes of the vision tower and projector on one tensor-parallel rank (module docstring)."""
     v = built(run)
     if v is None:
         return 0
+    if v.kind == "siglip":
+        return _siglip_weight_bytes(run, v)
     act = DTYPE_BYTES[run.serving.dtype]
     tp = run.parallel.tp
     d = v.hidden_size
@@ -87,10 +131,16 @@ def vision_weight_bytes(run: ServeRunSpec) -> int:
     return total
 
 
+def tokens_per_image(run: ServeRunSpec, v: VisionSpec) -> int:
+    """What the encoder budget counts for the largest image: its embeddings from vLLM 0.13, before that its
+    placeholder's whole length (:func:`~timeline.spec.engine_versions.vllm_encoder_counts_embeds`)."""
+    return v.image_embeddings if vllm_encoder_counts_embeds(run.serving.engine_version) else v.image_placeholder_tokens
+
+
 def images_profiled(run: ServeRunSpec, v: VisionSpec) -> int:
     """Dummy images the encoder profile runs (``EncoderBudget._get_max_items``, module docstring)."""
     sv = run.serving
-    per_image = v.image_placeholder_tokens
+    per_image = tokens_per_image(run, v)
     budget = max(sv.max_num_batched_tokens, per_image)
     per_prompt = max(1, min(sv.limit_mm_per_prompt, run.max_model_len // per_image))
     return max(1, min(budget // per_image, sv.max_num_seqs * per_prompt))
@@ -115,11 +165,84 @@ class _Plan:
             self.plan.append((0, self.live.pop(name)))
 
 
+def _row_parallel(p: _Plan, run: ServeRunSpec, name: str, size: int) -> str:
+    """A row-parallel linear's output; at tp > 1 the all-reduce's new tensor replaces it (vLLM's out-of-place
+    all-reduce)."""
+    p.alloc(name, size)
+    if run.parallel.tp == 1 or not vllm_all_reduce_out_of_place(run.serving.engine_version):
+        return name
+    p.alloc(f"{name}.all_reduce", size)
+    p.free(name)
+    return f"{name}.all_reduce"
+
+
+def _siglip_profile(run: ServeRunSpec, v: VisionSpec) -> tuple[_Plan, list[str]]:
+    """Gemma-3's encoder profile (vLLM 0.19.0 ``siglip.py``, ``gemma3_mm.py``), eager, as PyTorch frees. The dummy
+    batch (fp32 pixels) is cast to the model dtype whole for the cuDNN convolution (``Conv2dLayer.forward_cuda``);
+    the position table's lookup is added into the convolution's output in place, which ``SiglipEncoder.forward``'s
+    ``hidden_states_pool`` and the tower's own variable keep to the tower's end. Each ``SiglipEncoderLayer``:
+    ``layer_norm1`` (the first layer's reads the transposed convolution output, so ``layer_norm`` makes it
+    contiguous first), ``qkv_proj``, FlashAttention's varlen output (the vision backend on compute capability 8.0
+    and later for a head size that is a multiple of 8 up to 256: ``get_vit_attn_backend``) and its fp32
+    ``softmax_lse`` ``[heads, tokens]`` (dropped by the wrapper), ``out_proj`` (the norm, qkv and the attention
+    output die when the attention returns; the residual is added in place); ``layer_norm2``, ``fc1``, ``nn.GELU``'s
+    new tensor (``fc1``'s freed), ``fc2`` (the activation and the norm freed), the residual added in place; the
+    previous layer's output freed. ``post_layernorm``; then the projector: the features transposed to the patch
+    grid and made contiguous, ``AvgPool2d``, the compiled Gemma RMSNorm, the matmul into the text width — kept in
+    the encoder cache with the dummy batch."""
+    a, tp = DTYPE_BYTES[run.serving.dtype], run.parallel.tp
+    n = images_profiled(run, v)
+    d, t = v.hidden_size, n * v.patches
+    unit, local = t * d * a, t * (d // tp) * a
+    inner = t * (v.intermediate_size // tp) * a
+    p = _Plan()
+    pixels = p.alloc("vision.pixel_values", n * v.num_channels * v.image_size ** 2 * 4)
+    p.alloc("vision.pixel_values.to_dtype", n * v.num_channels * v.image_size ** 2 * a)
+    emb = p.alloc("vision.patch_embedding", unit)
+    p.free("vision.pixel_values.to_dtype")
+    p.alloc("vision.position_embedding", v.patches * d * a)
+    p.free("vision.position_embedding")
+    x = emb
+    for layer in range(v.num_hidden_layers):
+        q = f"vision.layers.{layer}"
+        if layer == 0:
+            p.alloc(f"{q}.layer_norm1.contiguous", unit)
+        ln1 = p.alloc(f"{q}.layer_norm1", unit)
+        if layer == 0:
+            p.free(f"{q}.layer_norm1.contiguous")
+        qkv = p.alloc(f"{q}.qkv_proj", 3 * local)
+        attn = p.alloc(f"{q}.flash_attn", local)
+        p.alloc(f"{q}.softmax_lse", (v.num_attention_heads // tp) * t * 4)
+        p.free(f"{q}.softmax_lse")
+        h = _row_parallel(p, run, f"{q}.out_proj", unit)
+        p.free(qkv, attn, ln1)
+        ln2 = p.alloc(f"{q}.layer_norm2", unit)
+        fc1 = p.alloc(f"{q}.fc1", inner)
+        act = p.alloc(f"{q}.gelu", inner)
+        p.free(fc1)
+        out = _row_parallel(p, run, f"{q}.fc2", unit)
+        p.free(act, ln2, h)
+        if x != emb:
+            p.free(x)
+        x = out
+    post = p.alloc("vision.post_layernorm", unit)
+    p.free(x, emb)
+    tokens = n * v.image_embeddings
+    grid = p.alloc("projector.contiguous", unit)
+    pooled = p.alloc("projector.avg_pool", tokens * d * a)
+    normed = p.alloc("projector.mm_soft_emb_norm", tokens * d * a)
+    embeds = p.alloc("projector.mm_input_projection", tokens * v.text_hidden_size * a)
+    p.free(grid, pooled, normed, post)
+    return p, [pixels, embeds]
+
+
 def encoder_profile(run: ServeRunSpec) -> tuple[_Plan, list[str]]:
     """The encoder profile's allocations in order (module docstring) and the names it leaves allocated (the
     dummy batch and the encoder cache's outputs, freed after the language model's step)."""
     v = built(run)
     assert v is not None
+    if v.kind == "siglip":
+        return _siglip_profile(run, v)
     a = DTYPE_BYTES[run.serving.dtype]
     tp = run.parallel.tp
     n = images_profiled(run, v)
@@ -127,17 +250,10 @@ def encoder_profile(run: ServeRunSpec) -> tuple[_Plan, list[str]]:
     s = n * v.patches
     unit = s * d * a  # one [S, D] activation
     local = s * (d // tp) * a  # one rank's q (or k, or the attention output)
-    out_of_place = tp > 1 and vllm_all_reduce_out_of_place(run.serving.engine_version)
     p = _Plan()
 
     def row_parallel(name: str, size: int) -> str:
-        """A row-parallel linear's output; at tp > 1 the all-reduce's new tensor replaces it."""
-        p.alloc(name, size)
-        if not out_of_place:
-            return name
-        p.alloc(f"{name}.all_reduce", size)
-        p.free(name)
-        return f"{name}.all_reduce"
+        return _row_parallel(p, run, name, size)
 
     pixels = p.alloc("vision.pixel_values", n * v.num_channels * v.image_size ** 2 * 4)
     convs = []

@@ -205,6 +205,20 @@ def vllm_all_reduce_out_of_place(version: str) -> bool:
     return v is None or v >= VLLM_OUT_OF_PLACE_ALL_REDUCE
 
 
+#: the first vLLM whose encoder budget counts an item's embeddings, not its placeholder tokens
+VLLM_ENCODER_COUNTS_EMBEDS = (0, 13, 0)
+
+
+def vllm_encoder_counts_embeds(version: str) -> bool:
+    """Whether vLLM ``version`` sizes a multimodal item by its embeddings (``PlaceholderRange.get_num_embeds``: the
+    ``is_embed`` positions) when it budgets the encoder and its profile — ``vllm/multimodal/profiling.py``
+    ``_get_mm_num_tokens`` at 0.13.0, ``encoder_budget.py`` ``get_mm_max_toks_per_item`` at 0.19.0 — rather than by
+    the placeholder's whole length, text between the embeddings included (``MultiModalRegistry.
+    get_max_tokens_per_item_by_modality`` → ``get_mm_max_contiguous_tokens`` at 0.11.0 and 0.12.0)."""
+    v = parse_version(version or VLLM_DEFAULT)
+    return v is None or v >= VLLM_ENCODER_COUNTS_EMBEDS
+
+
 def is_v1(version: str) -> bool:
     """vLLM's V1 engine (the default from 0.8.0; the default rule set is V1)."""
     v = parse_version(version or VLLM_DEFAULT)

@@ -77,10 +77,6 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
         add(("serving.engine", f"a vision-language checkpoint ({v.architecture}) is modelled for vLLM's V1 engine "
              "(engine_version 0.8 or later: its tower and encoder profile, read at 0.19.0; "
              "serving.limit_mm_per_prompt = 0 serves its language model alone there)"))
-    elif v is not None and sv.limit_mm_per_prompt > 0 and v.kind != "pixtral":
-        add(("serving.limit_mm_per_prompt", f"{v.architecture}'s {v.kind} vision tower and its encoder profile are "
-             "not modelled yet; set limit_mm_per_prompt = 0 (vLLM's --limit-mm-per-prompt '{\"image\": 0}') to "
-             "serve its language model alone"))
     elif v is not None and sv.limit_mm_per_prompt > 0:
         for name, size in (("num_attention_heads", v.num_attention_heads), ("intermediate_size", v.intermediate_size),
                            ("text hidden_size", v.text_hidden_size)):

@@ -10,10 +10,11 @@ config's ``text_config`` (a :class:`~timeline.spec.model.ModelSpec`). One kind s
   (``mistral3.py``): RMSNorm, ``Mistral3PatchMerger`` (``spatial_merge_size``² patches unfolded into one
   row, a bias-free ``nn.Linear`` back to the vision width), ``linear_1`` → act → ``linear_2`` into the
   text width (biases with ``multimodal_projector_bias``).
-* ``siglip`` — Gemma-3 (``Gemma3ForConditionalGeneration``): vLLM's ``SiglipVisionModel`` and
-  ``Gemma3MultiModalProjector`` (``gemma3_mm.py``), whose average pool takes ``spatial_merge_size``² patches
-  to one image embedding. Described, not modelled: a run serves its language model alone
-  (``serving.limit_mm_per_prompt = 0``).
+* ``siglip`` — Gemma-3 (``Gemma3ForConditionalGeneration``): vLLM's ``SiglipVisionModel`` (``siglip.py``, read at
+  0.19.0): a biased ``patch_size``² convolution plus a learned position table, ``num_hidden_layers`` pre-norm
+  blocks (LayerNorm, biased QKV, attention, ``out_proj``; LayerNorm, ``fc1`` → tanh-GeLU → ``fc2``), a
+  ``post_layernorm``; and ``Gemma3MultiModalProjector`` (``gemma3_mm.py``): an average pool of
+  ``spatial_merge_size``² patches to one embedding, a Gemma RMSNorm and one ``[vision, text]`` matrix.
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ class VisionSpec:
 
     @property
     def image_placeholder_tokens(self) -> int:
-        """Prompt tokens the largest image takes (``Mistral3MultiModalProcessor._get_prompt_updates``: each row's
-        ``[IMG]`` tokens and one ``[IMG_BREAK]``, the last an ``[IMG_END]``)."""
+        """Prompt tokens the largest image takes, text between its embeddings included:
+        ``Mistral3MultiModalProcessor._get_prompt_updates`` — each row's ``[IMG]`` tokens and one ``[IMG_BREAK]``,
+        the last an ``[IMG_END]``; Gemma-3's ``full_image_sequence`` (transformers ``Gemma3Processor``) —
+        ``"\\n\\n"``, ``<start_of_image>``, the image tokens, ``<end_of_image>``, ``"\\n\\n"`` (``"\\n\\n"`` one token
+        of Gemma's vocabulary)."""
+        if self.kind == "siglip":
+            return self.image_embeddings + 4
         return (self.merged_grid + 1) * self.merged_grid
