@@ -122,13 +122,21 @@ def test_siglip_tower_weights_are_its_shapes(tmp_path):
     assert vision_weight_bytes(alone) == 0
 
 
-@pytest.mark.parametrize(("version", "images"), [("0.19.0", 8192 // 256), ("0.13.0", 8192 // 256),
-                                                 ("0.12.0", 8192 // 260), ("0.11.0", 8192 // 260)])
-def test_the_encoder_budget_counts_embeddings_from_0_13(tmp_path, version, images):
-    """0.13.0 on: an image is its 256 embeddings; 0.12.0 and before: its placeholder, 260 tokens with the two
-    ``"\\n\\n"``, ``<start_of_image>`` and ``<end_of_image>`` around them."""
-    path = _serve(tmp_path, "gemma-3-27b-it").read_text().replace('"0.19.0"', f'"{version}"')
-    (tmp_path / "v.toml").write_text(path)
+@pytest.mark.parametrize(("version", "extra", "images"), [
+    ("0.19.0", "", 8192 // 256), ("0.13.0", "", 8192 // 256),  # embeddings, floor
+    ("0.12.0", "", 8192 // 260), ("0.11.0", "", 8192 // 260),  # the placeholder's 260 tokens
+    ("0.10.0", "", 8192 // 256), ("0.9.2", "", -(-8192 // 256)),  # embeddings; cdiv up to 0.9
+    ("0.9.2", "max_num_seqs = 4\nlimit_mm_per_prompt = 3\n", 4 * 3),  # the decoder's seqs × images a prompt
+    ("0.19.0", "max_num_seqs = 4\nlimit_mm_per_prompt = 3\n", 4 * 3),
+    ("0.19.0", "max_model_len = 600\nmax_num_seqs = 4\n", 4 * (600 // 256)),  # from 0.10.1: what a prompt fits
+    ("0.9.2", "max_model_len = 600\nmax_num_seqs = 4\n", 32),  # up to 0.10.0: the limit alone (999)
+])
+def test_the_encoder_budget_as_each_version_counts_it(tmp_path, version, extra, images):
+    """An image is its 256 embeddings, or (0.10.1 … 0.12) its placeholder, 260 tokens with the two ``"\\n\\n"``,
+    ``<start_of_image>`` and ``<end_of_image>`` around them; the dummy images are the encoder budget over one,
+    against the decoder's requests × images per prompt (engine_versions.vllm_encoder_budget_rule)."""
+    text = _serve(tmp_path, "gemma-3-27b-it", extra=extra).read_text().replace('"0.19.0"', f'"{version}"')
+    (tmp_path / "v.toml").write_text(text)
     run = load_serve_run(tmp_path / "v.toml")
     assert images_profiled(run, built(run)) == images
 
@@ -163,3 +171,15 @@ def test_embedding_gemma_is_refused(tmp_path, capsys):
     cfg["use_bidirectional_attention"] = True
     assert main(["serve", str(_serve(tmp_path, "", cfg=cfg)), "--out", str(tmp_path / "o")]) == 2
     assert "use_bidirectional_attention" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("version", "groups", "size"), [("0.19.0", 7, 4), ("0.9.1", 7, 4), ("0.9.0", 1, 26),
+                                                         ("0.8.5", 1, 26), ("0.6.6", 1, 26)])
+def test_sliding_groups_from_the_hybrid_manager_only(tmp_path, version, groups, size):
+    """vLLM V1 from 0.9.1 keeps Gemma-3's sliding layers in groups of their own; 0.9.0 and 0.8.5 unify every spec
+    to full attention (``unify_hybrid_kv_cache_specs``), and V0 holds the whole context in every layer."""
+    text = _serve(tmp_path, "gemma-3-1b-it").read_text()
+    (tmp_path / "v.toml").write_text(text.replace('"0.19.0"', f'"{version}"'))
+    layout = compute_budget(load_serve_run(tmp_path / "v.toml")).kv_layout
+    assert (len(layout.groups), layout.group_size) == (groups, size)
+    assert layout.hybrid == (groups > 1)

@@ -67,6 +67,7 @@ from timeline.serve.vision import built, vision_weight_bytes, with_encoder_profi
 from timeline.serve.weights import weight_bytes
 from timeline.spec.engine_versions import (
     is_v1,
+    vllm_hybrid_kv_manager,
     vllm_reserved_profile,
     vllm_sorts_in_model_dtype,
     vllm_triton_profile,
@@ -235,7 +236,8 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
     held = pp_layers(run)[stage]
     layers = kv_layers(m) if run.parallel.pp == 1 else len(held)
     bs = sv.block_size if sv.engine != "sglang" else 1
-    layout = kv_layout(m, range(kv_layers(m)), bs, bs * per_layer, hybrid_manager=sv.engine == "vllm")
+    layout = kv_layout(m, range(kv_layers(m)), bs, bs * per_layer, hybrid_manager=sv.engine == "vllm"
+                       and vllm_hybrid_kv_manager(sv.engine_version))
     if run.parallel.pp > 1:
         layout = layout.project(set(held))
     per_token = per_layer * layers  # over the layers this device holds

@@ -35,8 +35,8 @@ encoder cache keeps.
 **Gemma-3** (``siglip.py``, ``gemma3_mm.py``, 0.19.0): ``SiglipVisionModel``'s linears shard the same way (``fc1``
 and ``fc2`` stay unquantized where the intermediate size is not a multiple of 64, as ``SiglipMLP`` decides); the
 patch convolution, the position table, the LayerNorms and the projector's matrix are whole. Its encoder profile is
-:func:`_siglip_profile`. From vLLM 0.13.0 the encoder budget counts an image's embeddings, before that its whole
-placeholder (:func:`tokens_per_image`) — for Pixtral too.
+:func:`_siglip_profile`. How the encoder budget counts an image (its embeddings, or its whole placeholder) and the dummy images
+changed over vLLM's versions (:func:`images_profiled`) — for Pixtral too.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from timeline.graph.tensors import DTYPE_BYTES
 from timeline.serve.quant_layout import linear_bytes, skipped
 from timeline.serve.transients import StepTransients, requested_peak
-from timeline.spec.engine_versions import vllm_all_reduce_out_of_place, vllm_encoder_counts_embeds
+from timeline.spec.engine_versions import vllm_all_reduce_out_of_place, vllm_encoder_budget_rule
 from timeline.spec.serving import ServeRunSpec
 from timeline.spec.vision import VisionSpec
 
@@ -132,18 +132,28 @@ def vision_weight_bytes(run: ServeRunSpec) -> int:
 
 
 def tokens_per_image(run: ServeRunSpec, v: VisionSpec) -> int:
-    """What the encoder budget counts for the largest image: its embeddings from vLLM 0.13, before that its
-    placeholder's whole length (:func:`~timeline.spec.engine_versions.vllm_encoder_counts_embeds`)."""
-    return v.image_embeddings if vllm_encoder_counts_embeds(run.serving.engine_version) else v.image_placeholder_tokens
+    """What the encoder budget counts for the largest image at the run's vLLM: its embeddings, or its placeholder's
+    whole length (:func:`~timeline.spec.engine_versions.vllm_encoder_budget_rule`)."""
+    counts, _ = vllm_encoder_budget_rule(run.serving.engine_version)
+    return v.image_embeddings if counts == "embeds" else v.image_placeholder_tokens
 
 
 def images_profiled(run: ServeRunSpec, v: VisionSpec) -> int:
-    """Dummy images the encoder profile runs (``EncoderBudget._get_max_items``, module docstring)."""
+    """Dummy images the encoder profile runs: the encoder budget (``max(max_num_batched_tokens, one image)``, its
+    compute budget and cache size alike) over one image, against the decoder's ``max_num_seqs`` × images a prompt
+    may hold, as the run's vLLM counts them (:func:`~timeline.spec.engine_versions.vllm_encoder_budget_rule`; 0.19.0
+    ``MultiModalBudget._get_max_items``, module docstring)."""
     sv = run.serving
     per_image = tokens_per_image(run, v)
     budget = max(sv.max_num_batched_tokens, per_image)
+    _, rule = vllm_encoder_budget_rule(sv.engine_version)
+    if rule == "cdiv":
+        return min(-(-budget // per_image), sv.max_num_seqs * sv.limit_mm_per_prompt)
+    if rule == "floor":
+        return max(1, min(budget // per_image, sv.max_num_seqs * sv.limit_mm_per_prompt))
     per_prompt = max(1, min(sv.limit_mm_per_prompt, run.max_model_len // per_image))
-    return max(1, min(budget // per_image, sv.max_num_seqs * per_prompt))
+    seqs = sv.max_num_seqs if sv.enable_chunked_prefill else min(sv.max_num_seqs, sv.max_num_batched_tokens // per_image)
+    return max(1, min(budget // per_image, seqs * per_prompt))
 
 
 @dataclass

@@ -205,18 +205,41 @@ def vllm_all_reduce_out_of_place(version: str) -> bool:
     return v is None or v >= VLLM_OUT_OF_PLACE_ALL_REDUCE
 
 
-#: the first vLLM whose encoder budget counts an item's embeddings, not its placeholder tokens
-VLLM_ENCODER_COUNTS_EMBEDS = (0, 13, 0)
+#: vLLM's encoder budget over the versions: (first version, what an item counts, how items are counted)
+VLLM_ENCODER_BUDGET_RULES = ((0, 13, 0), (0, 10, 1), (0, 10, 0))
 
 
-def vllm_encoder_counts_embeds(version: str) -> bool:
-    """Whether vLLM ``version`` sizes a multimodal item by its embeddings (``PlaceholderRange.get_num_embeds``: the
-    ``is_embed`` positions) when it budgets the encoder and its profile — ``vllm/multimodal/profiling.py``
-    ``_get_mm_num_tokens`` at 0.13.0, ``encoder_budget.py`` ``get_mm_max_toks_per_item`` at 0.19.0 — rather than by
-    the placeholder's whole length, text between the embeddings included (``MultiModalRegistry.
-    get_max_tokens_per_item_by_modality`` → ``get_mm_max_contiguous_tokens`` at 0.11.0 and 0.12.0)."""
+def vllm_encoder_budget_rule(version: str) -> tuple[str, str]:
+    """(what vLLM ``version`` counts of the largest multimodal item, how its profile counts dummy items) —
+    ``"embeds"`` its embeddings (``PlaceholderRange.get_num_embeds``: the ``is_embed`` positions) or
+    ``"placeholder"`` the placeholder's whole length, text between the embeddings included; ``"cdiv"``
+    ``min(cdiv(budget, item), max_num_seqs · limit)``, ``"floor"`` ``max(1, min(budget // item, max_num_seqs ·
+    limit))``, ``"per_prompt"`` ``max(1, min(budget // item, max_num_seqs · max(1, min(limit, max_model_len //
+    item))))``. Read at: 0.8.5 and 0.9.2 (``gpu_model_runner.py`` ``profile_run``: cdiv, ``profiling.py``
+    ``_get_mm_num_tokens``: embeds); 0.10.0 (floor, embeds); 0.10.1.1, 0.10.2, 0.11.0, 0.12.0 (``worker/utils.py``
+    ``MultiModalBudget._get_max_items``: per prompt; ``registry.py`` → ``get_mm_max_contiguous_tokens``:
+    placeholder, pull request #21798); 0.13.0 and 0.19.0 (per prompt, embeds again: ``profiling.py`` /
+    ``encoder_budget.py`` ``get_mm_max_toks_per_item``)."""
+    v = parse_version(version or VLLM_DEFAULT) or (99, 0, 0)
+    if v >= VLLM_ENCODER_BUDGET_RULES[0]:
+        return "embeds", "per_prompt"
+    if v >= VLLM_ENCODER_BUDGET_RULES[1]:
+        return "placeholder", "per_prompt"
+    return "embeds", "floor" if v >= VLLM_ENCODER_BUDGET_RULES[2] else "cdiv"
+
+
+#: the first vLLM whose V1 engine keeps sliding-window layers in KV cache groups of their own
+VLLM_HYBRID_KV_MANAGER = (0, 9, 1)
+
+
+def vllm_hybrid_kv_manager(version: str) -> bool:
+    """Whether vLLM ``version`` runs the hybrid KV cache manager (sliding-window layers in groups of their own, each
+    freeing what leaves its window): V1 from 0.9.1 (``vllm/v1/core/kv_cache_utils.py``
+    ``_get_kv_cache_config_uniform_page_size``, on unless ``disable_hybrid_kv_cache_manager``: read at 0.9.1, 0.9.2,
+    0.19.0). Before — 0.9.0 and 0.8.5's ``get_kv_cache_config`` call ``unify_hybrid_kv_cache_specs``, which makes every
+    ``SlidingWindowSpec`` a ``FullAttentionSpec`` — and on V0 every layer holds the whole context."""
     v = parse_version(version or VLLM_DEFAULT)
-    return v is None or v >= VLLM_ENCODER_COUNTS_EMBEDS
+    return v is None or (is_v1(version) and v >= VLLM_HYBRID_KV_MANAGER)
 
 
 def is_v1(version: str) -> bool:
