@@ -61,6 +61,15 @@ def test_gemma3_27b_text_config_takes_the_class_defaults():
     assert m.rope_scaled_positions == 131_072 * 8  # the global layers' linear ×8 table
 
 
+def test_gemma3_12b_non_embedding_parameters_are_the_reports(tmp_path):
+    """The Gemma 3 technical report (Table 1): 12B — 10,759M non-embedding parameters; 27B — 25,600M."""
+    for folder, total in (("gemma-3-12b-it", 10_759e6), ("gemma-3-27b-it", 25_600e6)):
+        run = load_serve_run(_serve(tmp_path, folder))
+        m = run.model
+        non_embedding = sum(p.numel for p in device_params(run)) - m.vocab_size * m.hidden_size
+        assert non_embedding == pytest.approx(total, abs=0.5e6)
+
+
 def test_a_pattern_and_transformers5_rope_parameters():
     cfg = json.loads((HF / "gemma-3-1b-it" / "config.json").read_text())
     cfg["sliding_window_pattern"] = 2
