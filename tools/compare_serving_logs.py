@@ -157,7 +157,8 @@ def compare(rec: dict, folder: Path, before: bool) -> Row:
         row.errors["kv"] = rel(pred, m["kv_pool_gib"])
         row.cells["kv"] = f"{pred:.2f} / {m['kv_pool_gib']:.2f} GiB"
     elif "kv_tokens" in m:
-        tokens = b.num_kv_blocks * b.block_size
+        # vLLM prints the blocks over its KV cache groups (kv_cache_utils.py: num_blocks // len(groups) · block_size)
+        tokens = b.num_kv_blocks // len(b.kv_layout.groups) * b.block_size
         row.errors["kv"] = rel(tokens, m["kv_tokens"])
         row.cells["kv"] = f"{tokens:,} / {m['kv_tokens']:,} tok"
     if m.get("non_torch_gib") is not None and rec["engine"] == "vllm":

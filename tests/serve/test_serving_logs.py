@@ -233,7 +233,7 @@ def test_calibration_record_errors(rid, tmp_path):
 def test_calibration_starts_and_refusals(tmp_path):
     built = [TOOL.compare(r, tmp_path, False) for r in RECORDS.values() if r["side"] == "calibration"]
     compared = [r for r in built if not r.refused]
-    assert len(compared) == 57 and len(built) == 66
+    assert len(compared) == 57 and len(built) == 76  # round 8 added ten Gemma-3 records, none buildable
     assert set(REACHED) <= {r.rec["id"] for r in compared}
     assert {r.rec["id"] for r in compared if not r.cells["start"].startswith("ok")} == START_DIFFERS
 
