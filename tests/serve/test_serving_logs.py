@@ -291,3 +291,15 @@ def test_unread_old_versions_refused_by_name(tmp_path):
     for version in ("0.3.1", "0.2.0"):
         with pytest.raises(SpecError, match=f"vLLM {version}: the profiler of 0.2.5-0.2.7 and 0.3.3 onwards"):
             _run(tmp_path, "llama-3.1-8b", f'engine_version = "{version}"')
+
+
+def test_printed_kv_tokens_are_blocks_over_the_groups(tmp_path):
+    """vLLM prints ``GPU KV cache size`` as ``num_blocks // len(kv_cache_groups) · block_size`` (0.9.1's and 0.19.0's
+    ``kv_cache_utils.py``): a hybrid layout's tokens are its blocks over its groups, as the compare tool reads them."""
+    rec = {"id": "gemma3-1b-tokens", "url": "", "engine": "vllm", "engine_version": "0.19.0", "gpu": "H100 80GB",
+           "capacity_gib": 79.19, "tp": 1, "hf_config": "gemma-3-1b-it", "max_model_len": 32768,
+           "gpu_memory_utilization": 0.9, "measured": {"kv_tokens": 1}, "side": "calibration"}
+    row = TOOL.compare(rec, tmp_path, False)
+    b = row.budget
+    assert len(b.kv_layout.groups) == 7
+    assert row.cells["kv"].startswith(f"{b.num_kv_blocks // 7 * 16:,} / 1 tok")
