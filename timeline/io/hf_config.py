@@ -23,7 +23,7 @@ from timeline.io.text import read_user_text
 from timeline.spec.fields import check_value
 from timeline.spec.model import ALIASES, ModelSpec
 
-SUPPORTED = ("deepseek_v2", "deepseek_v3", "llama", "mistral", "mixtral", "qwen2", "qwen3",
+SUPPORTED = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "llama", "mistral", "mixtral", "qwen2", "qwen3",
              "qwen2_moe", "qwen3_moe", "gpt2", "gpt_oss", "opt", "phi", "phi3", "granite", "gemma", "gemma2",
              "gemma3_text")
 
@@ -32,6 +32,7 @@ SUPPORTED = ("deepseek_v2", "deepseek_v3", "llama", "mistral", "mixtral", "qwen2
 #: ``DeepseekV3ForCausalLM``)
 ARCHITECTURES: dict[str, str] = {
     "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
+    "DeepseekV32ForCausalLM": "deepseek_v32",
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
     "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen2MoeForCausalLM": "qwen2_moe",
     "Qwen3MoeForCausalLM": "qwen3_moe", "GPT2LMHeadModel": "gpt2", "GptOssForCausalLM": "gpt_oss",

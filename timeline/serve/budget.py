@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from timeline.graph.tensors import DTYPE_BYTES
+from timeline.serve import dsa
 from timeline.serve.dp import profile_moe_tokens, rank_run
 from timeline.serve.graph_view import (
     device_params,
@@ -105,6 +106,14 @@ class Budget:
         return asdict(self)
 
 
+def dsa_load_bytes(run: ServeRunSpec) -> int:
+    """DeepSeek-V3.2's buffers made with the model on vLLM, in its load's memory: the top-k indices buffer and the
+    FlashMLA sparse backend's workspace (:mod:`timeline.serve.dsa`); 0 for other models."""
+    if not run.model.index_n_heads or run.serving.engine != "vllm":
+        return 0
+    return dsa.topk_buffer_bytes(run) + dsa.sparse_backend_workspace(run)
+
+
 def rope_cache_bytes(run: ServeRunSpec) -> int:
     """vLLM ``rotary_embedding`` ``RotaryEmbedding._compute_cos_sin_cache``: one shared
     ``max_position × rotary_dim`` cos/sin cache in the model dtype (``get_rope`` caches instances by their
@@ -147,7 +156,7 @@ def profile_transients(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Step
     moe_tokens = profile_moe_tokens(run)
     if sv.engine != "vllm":
         sampler = sampler_tensors(run, reqs, profile=True) if last else [0] * len(SAMPLER_NAMES)
-        return step_transients(step_ops(run, tokens, stage, moe_tokens), sampler)
+        return step_transients(step_ops(run, tokens, stage, moe_tokens, profile=True), sampler)
     first = [("cublas_workspace", cublas_workspace_bytes(run))]
     triton = vllm_triton_profile(sv.engine_version)
     if not triton and not sv.flashinfer_sampler:
@@ -157,21 +166,29 @@ def profile_transients(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Step
             sampler = sampler_tensors(run, reqs, profile=True, model_dtype_sort=old_sort)
         elif stage == run.parallel.pp - 1:  # a V0 worker that does not sample still computes its logits shard
             sampler[0] = sampler_tensors(run, reqs, profile=True)[0]
-        ops = step_ops(run, tokens, stage, moe_tokens)
+        ops = step_ops(run, tokens, stage, moe_tokens, profile=True)
         # V0 profiles eagerly (its CUDA graphs come after); V1 eagerly only under enforce_eager
         eager = sv.enforce_eager or not is_v1(sv.engine_version)
         return step_transients(ops, sampler, first=first, holds=eager_holds(ops) if eager else None)
     # MXFP4 experts on the Triton backend call triton_kernels' MoE without the WorkspaceManager (kept=False)
     kept_moe = triton and not mxfp4_triton_moe(run)
+    moe_ws = 0
     if kept_moe and run.model.is_moe and any(stage_has_moe(run, stage)):
-        first.append(("fused_moe.workspace", moe_workspace_bytes(run, moe_tokens or tokens, moe_rank_width(run))))
+        moe_ws = moe_workspace_bytes(run, moe_tokens or tokens, moe_rank_width(run))
+    if run.model.index_n_heads:
+        # one WorkspaceManager buffer: the sparse backend's (made with the model, in the weights) grows to the
+        # indexer's and the fused MoE's requests, the old buffer freed first (timeline.serve.dsa)
+        held = dsa.sparse_backend_workspace(run)
+        first.append(("workspace_manager.growth", max(held, dsa.indexer_workspace(run), moe_ws) - held))
+    elif moe_ws:
+        first.append(("fused_moe.workspace", moe_ws))
     bufs: list[tuple[str, int]] = []
     if last and sv.flashinfer_sampler:  # V1 only (serve_validate); FlashInfer keeps no buffer
         bufs = flashinfer_sampler(run, reqs, padded_vocab(run.model.vocab_size))
     elif last:
         bufs, kept_buffer = triton_sampler(run, reqs, padded_vocab(run.model.vocab_size))
         first.append(("sampler.triton_buffer", kept_buffer))
-    ops = step_ops(run, tokens, stage, moe_tokens, kept_moe_workspace=kept_moe)
+    ops = step_ops(run, tokens, stage, moe_tokens, kept_moe_workspace=kept_moe, profile=True)
     tower = built(run)
     if tower is not None and stage == 0:
         # a multimodal model's dummy step reads the runner's inputs_embeds buffer (gpu_model_runner.py
@@ -214,7 +231,7 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
     rope = rope_cache_bytes(run) if sv.engine == "vllm" else 0
     # a vision-language checkpoint's tower and projector sit beside every stage's layers (timeline.serve.vision)
     vision = vision_weight_bytes(run)
-    weights = weight_bytes(run, device_params(run, stage)).total_bytes + rope + vision
+    weights = weight_bytes(run, device_params(run, stage)).total_bytes + rope + vision + dsa_load_bytes(run)
     activation = 0  # generate has no profile run
     reserved = vllm_reserved_profile(sv.engine_version) if sv.engine == "vllm" else ""
     if reserved:
@@ -236,6 +253,8 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
     held = pp_layers(run)[stage]
     layers = kv_layers(m) if run.parallel.pp == 1 else len(held)
     bs = sv.block_size if sv.engine != "sglang" else 1
+    if m.index_n_heads and sv.engine == "vllm":  # FlashMLA sparse runs 64-token blocks (timeline.serve.dsa)
+        bs = dsa.block_size(run)
     layout = kv_layout(m, range(kv_layers(m)), bs, bs * per_layer, hybrid_manager=sv.engine == "vllm"
                        and vllm_hybrid_kv_manager(sv.engine_version))
     if run.parallel.pp > 1:

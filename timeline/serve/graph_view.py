@@ -20,7 +20,7 @@ from timeline.graph.analytic import forward_ops
 from timeline.graph.build import chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
 from timeline.graph.ir import FOp
-from timeline.graph.tensors import TensorDef
+from timeline.graph.tensors import TensorDef, param
 from timeline.profiles import profile
 from timeline.serve.dp import attention_tp, dp_attention, moe_tp
 from timeline.spec.engine_versions import vllm_all_reduce_out_of_place
@@ -89,7 +89,27 @@ def _params(run: ServeRunSpec, stage: int, tp: int = 0) -> list[TensorDef]:
     ctx = build_ctx(g.model, g.parallel, g.training.dtype, 1 if run.serving.engine == "hf" else VOCAB_PADDING)
     nodes = chunk_nodes(ctx, chunk_layers(g.parallel, g.model.num_hidden_layers), stage)
     # vLLM loads no MTP module for plain decoding (it is a separate draft model)
-    return [t for n in nodes if not n.name.startswith("mtp") for t in n.params]
+    return [t for n in nodes if not n.name.startswith("mtp") for t in n.params] + indexer_params(run, stage)
+
+
+def indexer_params(run: ServeRunSpec, stage: int) -> list[TensorDef]:
+    """DeepSeek-V3.2's lightning indexer in each decoder layer of ``stage`` (vLLM 0.19.0 ``models/deepseek_v2.py``
+    ``Indexer``): ``wq_b`` (``q_lora_rank`` → heads · head_dim) and ``wk`` (hidden → head_dim), the ``k_norm``
+    LayerNorm (weight and bias) and ``weights_proj`` (hidden → heads, built unquantized), all ``ReplicatedLinear``:
+    whole on every tensor-parallel rank."""
+    m = run.model
+    if not m.index_n_heads:
+        return []
+    dt = run.serving.dtype
+    n, d = m.index_n_heads, m.index_head_dim
+    out: list[TensorDef] = []
+    for layer in pp_layers(run)[stage]:
+        p = f"layers.{layer}.self_attn.indexer"
+        out += [param(f"{p}.wq_b.weight", (n * d, m.q_lora_rank), module=p, dtype=dt),
+                param(f"{p}.wk.weight", (d, m.hidden_size), module=p, dtype=dt),
+                param(f"{p}.k_norm.weight", (d,), module=p, dtype=dt), param(f"{p}.k_norm.bias", (d,), module=p, dtype=dt),
+                param(f"{p}.weights_proj.weight", (n, m.hidden_size), module=p, dtype=dt)]
+    return out
 
 
 def device_params(run: ServeRunSpec, stage: int = 0) -> list[TensorDef]:
@@ -105,18 +125,76 @@ def device_params(run: ServeRunSpec, stage: int = 0) -> list[TensorDef]:
 
 
 def step_ops(run: ServeRunSpec, num_tokens: int, stage: int = 0, moe_tokens: int = 0,
-             kept_moe_workspace: bool = False) -> list[FOp]:
+             kept_moe_workspace: bool = False, profile: bool = False) -> list[FOp]:
     """The forward ops of one step over ``num_tokens`` tokens on pipeline stage ``stage`` (a later
     stage starts from the received hidden states), up to the final norm (the engine
     computes logits only for each request's last token: :func:`~timeline.serve.transients.sampler_tensors`),
     with each MoE block's dispatch / experts / combine replaced by vLLM's fused MoE kernel
     (``moe_tokens`` > 0: on the tokens gathered from every DP rank, :func:`fuse_moe`; its caches in a
-    workspace kept outside the step when ``kept_moe_workspace``)."""
+    workspace kept outside the step when ``kept_moe_workspace``). DeepSeek-V3.2's indexer runs in every layer
+    (:func:`indexer_ops`; its dummy logits reservation only in the engine's ``profile`` run)."""
     g = graph_run(run, num_tokens)
     ops = [op for op in forward_ops(build_ctx(g.model, g.parallel, g.training.dtype), g.parallel, g.training, stage) if not op.name.startswith(("output", "mtp"))]
+    if run.model.index_n_heads:
+        ops = indexer_ops(run, ops, num_tokens, profile)
     if run.serving.engine == "vllm" and vllm_all_reduce_out_of_place(run.serving.engine_version):
         ops = out_of_place_all_reduce(ops)
     return fuse_moe(run, ops, num_tokens, moe_tokens, kept_moe_workspace) if run.model.is_moe else ops
+
+
+#: vLLM 0.19.0 ``envs.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (default 512): the indexer's logits bound, which the
+#: profile run reserves with one ``torch.empty`` per layer (``sparse_attn_indexer``, no attention metadata)
+SPARSE_INDEXER_MAX_LOGITS = 512 * 2**20
+
+
+def indexer_ops(run: ServeRunSpec, ops: list[FOp], num_tokens: int, profile: bool) -> list[FOp]:
+    """DeepSeek-V3.2's ``Indexer.forward`` (vLLM 0.19.0 ``models/deepseek_v2.py``) after each layer's query
+    LayerNorm (its ``qr``), on the layer's normed input: ``wq_b(qr)`` ``[T, heads · head_dim]`` and ``wk(x)``
+    ``[T, head_dim]``; ``k_norm``, the RoPE of both (``rope_dim`` of each head) and their ``torch.cat`` (one
+    compiled kernel: the two concatenations); ``per_token_group_quant_fp8`` of the query (fp8 and an fp32 scale per
+    head); ``weights_proj(x)`` and its fp32 product with the scale; then the ``sparse_attn_indexer`` custom op, which
+    writes the top-k indices into the model's ``topk_indices_buffer`` and the keys into its cache — in the profile
+    run (no attention metadata) it reserves the workspace (:func:`dsa_workspace_requests`) and allocates
+    ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` once, freed as it returns."""
+    m, dt = run.model, run.serving.dtype
+    n, d, t = m.index_n_heads, m.index_head_dim, num_tokens
+    out: list[FOp] = []
+    normed: dict[int, TensorDef] = {}
+    for op in ops:
+        out.append(op)
+        if op.layer is None:
+            continue
+        if op.name == f"layers.{op.layer}.self_attn.linear_q_down_proj":
+            normed[op.layer] = op.inputs["x"]
+        if op.name != f"layers.{op.layer}.self_attn.q_layernorm":
+            continue
+        x, qr = normed[op.layer], op.outputs["y"]
+        p = f"layers.{op.layer}.self_attn.indexer"
+
+        def td(name: str, shape: tuple[int, ...], dtype: str = dt) -> TensorDef:
+            return TensorDef(name=f"{p}.{name}", shape=shape, dtype=dtype, category=qr.category, module=p,
+                             storage=f"{p}.{name}")
+
+        q, k, qc, kc = td("q", (t, n * d)), td("k", (t, d)), td("q_cat", (t, n * d)), td("k_cat", (t, d))
+        q8, qs, w, wf = td("q_fp8", (t, n * d), "fp8"), td("q_scale", (t, n), "fp32"), td("w", (t, n)), \
+            td("weights", (t, n), "fp32")
+        extras = {"logits": td("logits_reserve", (SPARSE_INDEXER_MAX_LOGITS,), "uint8")} if profile else {}
+        out += [FOp(name=f"{p}.wq_b", module=p, layer=op.layer, rule="linear", inputs={"x": qr}, outputs={"y": q},
+                    flops=2.0 * t * m.q_lora_rank * n * d),
+                FOp(name=f"{p}.wk", module=p, layer=op.layer, rule="linear", inputs={"x": x}, outputs={"y": k},
+                    flops=2.0 * t * m.hidden_size * d),
+                FOp(name=f"{p}.rope_cat", module=p, layer=op.layer, rule="rope", inputs={"q": q, "k": k},
+                    outputs={"q": qc, "k": kc}),
+                FOp(name=f"{p}.quant", module=p, layer=op.layer, rule="quant", inputs={"x": qc},
+                    outputs={"y": q8, "scale": qs}),
+                FOp(name=f"{p}.weights_proj", module=p, layer=op.layer, rule="linear", inputs={"x": x},
+                    outputs={"y": w}, flops=2.0 * t * m.hidden_size * n),
+                FOp(name=f"{p}.weights", module=p, layer=op.layer, rule="mul", inputs={"w": w, "scale": qs},
+                    outputs={"y": wf}),
+                FOp(name=f"{p}.sparse_attn_indexer", module=p, layer=op.layer, rule="indexer",
+                    inputs={"q": q8, "k": kc, "weights": wf}, outputs={}, extras=extras,
+                    tags=frozenset({"workspace"}))]
+    return out
 
 
 def out_of_place_all_reduce(ops: list[FOp]) -> list[FOp]:

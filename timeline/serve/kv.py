@@ -10,6 +10,11 @@
   ``cell_size``). vLLM's ``fp8_ds_mla`` layout is 656 bytes per token (``MLAAttentionSpec``: 512 fp8
   latent + 4 fp32 scales + 64 bf16 rope dims, ``flashmla_sparse.py``).
 * fp8 caches store one byte per element (``get_dtype_size(torch.float8_e4m3fn)``).
+* DeepSeek-V3.2's lightning indexer (vLLM 0.19.0 ``models/deepseek_v2.py`` ``Indexer``): a second cache per layer,
+  ``DeepseekV32IndexerCache`` — an ``MLAAttentionSpec`` of one uint8 head of ``index_head_dim +
+  index_head_dim // 128 · 4`` bytes (fp8 keys with an fp32 scale per 128), 132 for DeepSeek-V3.2. Every layer holds
+  both, one spec type, so ``get_kv_cache_groups`` puts all in one group whose block is every layer's pages summed
+  (``UniformTypeKVCacheSpecs``): the same as one cache of the two sizes' sum per layer.
 """
 
 from __future__ import annotations
@@ -36,12 +41,25 @@ def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
     return max(1, model.kv_heads // tp)
 
 
+#: ``Indexer.quant_block_size``: one fp32 scale per this many fp8 key elements in the indexer's cache
+INDEXER_QUANT_BLOCK = 128
+
+
+def indexer_bytes_per_token(model: ModelSpec) -> int:
+    """Bytes of DeepSeek-V3.2's indexer cache per token per layer (module docstring); 0 without an indexer."""
+    if not model.index_n_heads:
+        return 0
+    return model.index_head_dim + model.index_head_dim // INDEXER_QUANT_BLOCK * 4
+
+
 def kv_bytes_per_token_layer(model: ModelSpec, tp: int, kv_cache_dtype: str, model_dtype: str) -> int:
     """KV bytes one token takes in one attention layer on one tensor-parallel rank."""
     if model.is_mla:
-        if kv_cache_dtype == "fp8_ds_mla":
-            return FP8_DS_MLA_BYTES_PER_TOKEN
-        return (model.kv_lora_rank + model.qk_rope_head_dim) * kv_element_bytes(kv_cache_dtype, model_dtype)
+        # the sparse backend reads "fp8" as its fp8_ds_mla layout (timeline.serve.dsa.ds_mla_cache)
+        if kv_cache_dtype == "fp8_ds_mla" or (model.index_n_heads and kv_cache_dtype == "fp8"):
+            return FP8_DS_MLA_BYTES_PER_TOKEN + indexer_bytes_per_token(model)
+        latent = (model.kv_lora_rank + model.qk_rope_head_dim) * kv_element_bytes(kv_cache_dtype, model_dtype)
+        return latent + indexer_bytes_per_token(model)
     head = model.attn_head_dim
     return kv_heads_per_rank(model, tp) * 2 * head * kv_element_bytes(kv_cache_dtype, model_dtype)
 

@@ -47,7 +47,8 @@ def is_quantized(t: TensorDef) -> bool:
     """A decoder-layer linear (or expert) weight: what vLLM's quant methods replace."""
     if not t.name.startswith("layers.") or not t.name.endswith("weight") or len(t.shape) != 2:
         return False
-    return not t.name.endswith((".mlp.gate.weight", ".mlp.router.weight"))
+    # DeepSeek-V3.2's Indexer builds weights_proj with quant_config=None (vLLM 0.19.0 models/deepseek_v2.py)
+    return not t.name.endswith((".mlp.gate.weight", ".mlp.router.weight", ".indexer.weights_proj.weight"))
 
 
 def quantized_bytes(shape: tuple[int, ...], weight_dtype: str, group: int) -> int:

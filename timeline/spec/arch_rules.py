@@ -81,6 +81,9 @@ def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: Par
     if m.attention_output_gate and (profile != "megatron" or traced):
         return [("model.attention_output_gate", 'the gated attention output is modelled as Megatron-Core runs it: '
                                                 'profile = "megatron" with the layer library (no captured trace)')]
+    if m.index_n_heads:
+        return [("model.index_n_heads", "DeepSeek-V3.2's lightning indexer (sparse attention) is modelled for serving "
+                                        "(`timeline serve` on vLLM 0.19); training with it is not modelled yet")]
     if m.local_rope and profile == "hf" and not traced:
         # models/gemma3/modeling_gemma3.py (transformers 5.24): the sliding layers' SDPA takes a mask
         # (masking_utils.create_sliding_window_causal_mask, a [b, 1, s, s] bool past the window), which moves CUDA

@@ -105,6 +105,10 @@ class ModelSpec:
     router_bias: bool = spec_field(False, doc="per-expert fp32 score-correction bias (DeepSeek-V3 noaux_tc)")
     norm_topk_prob: bool = spec_field(False, doc="renormalise the top-k routing weights (Qwen-MoE, Mixtral always)")
     mtp_layers: int = spec_field(0, nonneg=True, maximum=64, doc="multi-token-prediction modules (num_nextn_predict_layers)")
+    index_n_heads: int = spec_field(0, nonneg=True, maximum=2**12, doc="heads of DeepSeek-V3.2's lightning indexer "
+                                    "(sparse attention, DSA); 0 = dense attention")
+    index_head_dim: int = spec_field(128, positive=True, maximum=2**12, doc="the indexer's head dimension")
+    index_topk: int = spec_field(2048, positive=True, maximum=2**20, doc="keys each query's sparse attention keeps")
     # Hybrid Mamba models (Nemotron-H config.json names): one character per decoder layer, as Megatron-Core's
     # megatron/core/ssm/mamba_hybrid_layer_allocation.py Symbols spells it: M Mamba-2 mixer, * self-attention,
     # - MLP, E MoE; each layer holds that one block (its norm fused into the first linear) and a residual add

@@ -7,9 +7,12 @@ version) cites the engine's own argument checks.
 
 from __future__ import annotations
 
-from timeline.spec.engine_versions import is_v1, version_problem
+from timeline.spec.engine_versions import is_v1, parse_version, version_problem
 from timeline.spec.serving import ENGINE_VERSIONS, ServeRunSpec
 from timeline.spec.validate import _divisors, model_problems
+
+#: the vLLM whose DeepSeek-V3.2 sparse attention is read (timeline/serve/dsa.py)
+DSA_VLLM = (0, 19, 0)
 
 #: kv_cache_dtype values each engine accepts: vLLM ``vllm/config/cache.py`` ``CacheDType``
 #: (auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla); SGLang ``server_args.py``
@@ -86,6 +89,9 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
     if sv.kv_cache_dtype not in allowed:
         add(("serving.kv_cache_dtype", f"{sv.kv_cache_dtype!r} is not accepted by {sv.engine}; use one of "
              f"{', '.join(allowed)}"))
+    elif m.index_n_heads and sv.kv_cache_dtype not in ("auto", "bf16", "fp8", "fp8_ds_mla"):
+        add(("serving.kv_cache_dtype", f"{sv.kv_cache_dtype!r}: DeepSeek-V3.2's FlashMLA sparse backend takes auto, "
+             "bf16 or fp8_ds_mla (fp8 its alias)"))
     elif sv.kv_cache_dtype == "fp8_ds_mla" and not m.is_mla:
         add(("serving.kv_cache_dtype", '"fp8_ds_mla" is vLLM\'s MLA-only cache layout; this model has no MLA'))
     channel_ok = run.quant is not None and run.quant.method == "compressed-tensors"  # per-channel int checkpoints
@@ -96,6 +102,10 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
     if sv.engine == "vllm" and sv.block_size % 16 and sv.block_size not in (1, 8):
         add(("serving.block_size", f"{sv.block_size}: vLLM takes 1, 8 or a multiple of 16 "
              "(vllm/config/cache.py BlockSize)"))
+    if m.index_n_heads and (sv.engine != "vllm" or (parse_version(sv.engine_version) or (99,)) < DSA_VLLM):
+        add(("serving.engine_version" if sv.engine == "vllm" else "serving.engine",
+             "DeepSeek-V3.2's sparse attention (its indexer, its cache and the workspaces they reserve) is modelled as "
+             'vLLM 0.19.0 runs it; set engine = "vllm" and engine_version = "0.19.0"'))
     sliding = any(m.is_sliding(i) for i in range(m.num_hidden_layers))
     if sliding and sv.engine in ("sglang", "hf"):
         what = "SGLang's SWA pool" if sv.engine == "sglang" else "Hugging Face's sliding-window cache layers"
