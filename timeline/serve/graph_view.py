@@ -20,7 +20,7 @@ from timeline.graph.analytic import forward_ops
 from timeline.graph.build import chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
 from timeline.graph.ir import FOp
-from timeline.graph.tensors import TensorDef, param
+from timeline.graph.tensors import Category, TensorDef, param
 from timeline.profiles import profile
 from timeline.serve.dp import attention_tp, dp_attention, moe_tp
 from timeline.spec.engine_versions import vllm_all_reduce_out_of_place
@@ -171,8 +171,8 @@ def indexer_ops(run: ServeRunSpec, ops: list[FOp], num_tokens: int, profile: boo
         x, qr = normed[op.layer], op.outputs["y"]
         p = f"layers.{op.layer}.self_attn.indexer"
 
-        def td(name: str, shape: tuple[int, ...], dtype: str = dt) -> TensorDef:
-            return TensorDef(name=f"{p}.{name}", shape=shape, dtype=dtype, category=qr.category, module=p,
+        def td(name: str, shape: tuple[int, ...], dtype: str = dt, p: str = p, cat: Category = qr.category) -> TensorDef:
+            return TensorDef(name=f"{p}.{name}", shape=shape, dtype=dtype, category=cat, module=p,
                              storage=f"{p}.{name}")
 
         q, k, qc, kc = td("q", (t, n * d)), td("k", (t, d)), td("q_cat", (t, n * d)), td("k_cat", (t, d))
