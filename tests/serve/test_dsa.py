@@ -3,6 +3,7 @@ cache beside the MLA latent, the FlashMLA sparse backend's 64-token blocks and t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,14 @@ def test_other_engines_versions_and_training_are_refused(tmp_path, capsys):
     train.write_text(f'[model]\nhf_config = "{HF / "deepseek-v3.2-exp" / "config.json"}"\nprofile = "megatron"\n')
     assert main(["static", str(train)]) == 2
     assert "model.index_n_heads" in capsys.readouterr().err
+
+
+def test_an_indexer_needs_mla_with_a_compressed_query(tmp_path, capsys):
+    cfg = json.loads((HF / "deepseek-v3.2-exp" / "config.json").read_text())
+    cfg["q_lora_rank"] = None
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "config.json").write_text(json.dumps(cfg))
+    run = tmp_path / "r.toml"
+    run.write_text(_run(tmp_path).read_text().replace(str(HF / "deepseek-v3.2-exp"), str(tmp_path / "x")))
+    assert main(["serve", str(run), "--out", str(tmp_path / "o")]) == 2
+    assert "q_lora_rank" in capsys.readouterr().err

@@ -102,6 +102,9 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
     if sv.engine == "vllm" and sv.block_size % 16 and sv.block_size not in (1, 8):
         add(("serving.block_size", f"{sv.block_size}: vLLM takes 1, 8 or a multiple of 16 "
              "(vllm/config/cache.py BlockSize)"))
+    if m.index_n_heads and not (m.is_mla and m.q_lora_rank):
+        add(("model.index_n_heads", "the lightning indexer reads MLA's compressed query (DeepSeek-V3.2's Indexer takes "
+             "q_lora_rank); give kv_lora_rank and q_lora_rank, or index_n_heads = 0"))
     if m.index_n_heads and (sv.engine != "vllm" or (parse_version(sv.engine_version) or (99,)) < DSA_VLLM):
         add(("serving.engine_version" if sv.engine == "vllm" else "serving.engine",
              "DeepSeek-V3.2's sparse attention (its indexer, its cache and the workspaces they reserve) is modelled as "
