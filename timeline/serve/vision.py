@@ -199,7 +199,9 @@ def _siglip_profile(run: ServeRunSpec, v: VisionSpec) -> tuple[_Plan, list[str]]
     new tensor (``fc1``'s freed), ``fc2`` (the activation and the norm freed), the residual added in place; the
     previous layer's output freed. ``post_layernorm``; then the projector: the features transposed to the patch
     grid and made contiguous, ``AvgPool2d``, the compiled Gemma RMSNorm, the matmul into the text width — kept in
-    the encoder cache with the dummy batch."""
+    the encoder cache with the dummy batch. At 0.9.2 the tower is the same but for its attention
+    (``MultiHeadAttention``: xformers' ``memory_efficient_attention_forward``, no log-sum-exp kept), so the fp32
+    ``softmax_lse`` — never at the tower's peak, which is in its MLP — is the only difference."""
     a, tp = DTYPE_BYTES[run.serving.dtype], run.parallel.tp
     n = images_profiled(run, v)
     d, t = v.hidden_size, n * v.patches
