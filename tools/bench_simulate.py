@@ -17,7 +17,8 @@ median of ``--repeat`` runs (spread in ``*_all``). Cases (``--cases``, default a
   compare  ``timeline compare`` of the README's 4 recompute policies
   fit      ``timeline fit --capacity 80GiB``
 
-``--root DIR`` benchmarks another checkout's ``timeline`` package (put first on PYTHONPATH)
+Children run with the package's bytecode compiled (``compileall`` first, ``PYTHONDONTWRITEBYTECODE`` dropped), as an
+installed package runs. ``--root DIR`` benchmarks another checkout's ``timeline`` package (put first on PYTHONPATH)
 with this interpreter, so a before/after comparison runs under the same conditions.
 
     python tools/bench_simulate.py [--microbatches 16,32,64] [--repeat 3] [--json] [--cases full,phases]
@@ -49,6 +50,8 @@ def _child(argv: list[str], root: Path) -> tuple[float, int, subprocess.Complete
     ``wait4`` gives this child's own peak RSS (its reaped workers included), not the maximum over
     every child so far as ``RUSAGE_CHILDREN`` would."""
     env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # as an installed package runs: its modules' bytecode compiled once (main() warms it), not every run
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, *argv], cwd=root, env=env, stdout=out, stderr=err)
@@ -215,8 +218,12 @@ def main() -> None:
         row = {"case": case, **_median([fn(*a) for _ in range(args.repeat)])}
         print(json.dumps(row) if args.json else _human(row), flush=True)
 
+    # pip compiles an installed package's bytecode; an editable checkout gets it on first import, unless the
+    # environment forbids writing it (PYTHONDONTWRITEBYTECODE), which would add the compile to every child's wall
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "timeline")], check=True)
     if not args.json:
-        print(f"cpus={os.cpu_count()} python={sys.version.split()[0]} root={root} repeat={args.repeat}")
+        print(f"cpus={os.cpu_count()} python={sys.version.split()[0]} root={root} repeat={args.repeat} "
+              "(bytecode compiled)")
     for case in cases:
         if case == "full":
             for mb in mbs:
