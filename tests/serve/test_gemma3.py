@@ -75,6 +75,8 @@ def test_a_pattern_and_transformers5_rope_parameters():
     cfg["sliding_window_pattern"] = 2
     m = model_from_hf_dict(cfg)
     assert [m.is_sliding(i) for i in range(4)] == [True, False, True, False]
+    cfg["sliding_window"] = None  # Gemma3Attention passes None: every layer attends fully
+    assert not any(model_from_hf_dict(cfg).is_sliding(i) for i in range(26))
     v5 = {"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
           "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
     assert rope_scaled_positions({"rope_parameters": v5}, 32_768) == 131_072

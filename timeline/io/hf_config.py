@@ -254,6 +254,8 @@ def _gemma3(cfg: dict[str, Any], values: dict[str, Any]) -> None:
     if cfg.get("use_bidirectional_attention"):
         raise UserError("use_bidirectional_attention: a bidirectional Gemma-3 encoder (EmbeddingGemma) is not "
                         "modelled; the causal decoder is")
+    if "sliding_window" in cfg and cfg["sliding_window"] is None:  # null: every layer sees every key
+        values["sliding_window"] = 0
     if not cfg.get("layer_types"):
         pattern = cfg.get("sliding_window_pattern", 6)
         if not isinstance(pattern, int) or isinstance(pattern, bool) or pattern < 1:

@@ -222,8 +222,8 @@ class ModelSpec:
     def local_rope(self) -> bool:
         """The sliding layers rotate by a RoPE table of their own, the full layers by the (scaled) global one
         (Gemma-3)."""
-        return self.model_type in CODE_FACTS["local_rope"] and any(
-            self.is_sliding(i) for i in range(self.num_hidden_layers))
+        # Gemma3Attention picks the table by the layer's type (``is_sliding``), whatever its window
+        return self.model_type in CODE_FACTS["local_rope"] and "sliding_attention" in self.layer_types
 
     @property
     def head_bias(self) -> bool:
