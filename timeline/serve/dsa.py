@@ -17,6 +17,7 @@ request frees the buffer and allocates the larger one — the fused-MoE modular 
 from __future__ import annotations
 
 from timeline.serve.dp import attention_tp
+from timeline.serve.kv import ds_mla_cache
 from timeline.spec.serving import ServeRunSpec
 
 #: ``get_prefill_workspace_size``: rows of the FlashMLA sparse prefill workspace per ``max_model_len``
@@ -25,12 +26,6 @@ PREFILL_WORKSPACE_ROWS = 5
 INDEXER_PREFILL_ROWS = 40
 #: ``FlashMLASparseBackend.get_supported_kernel_block_sizes``
 SPARSE_BLOCK = 64
-
-
-def ds_mla_cache(kv_cache_dtype: str) -> bool:
-    """The FlashMLA sparse backend's fp8 cache: ``fp8_ds_mla``, which it also takes ``"fp8"`` for
-    (``FlashMLASparseBackend.supported_kv_cache_dtypes``: "fp8" an alias)."""
-    return kv_cache_dtype in ("fp8_ds_mla", "fp8")
 
 
 def _aligned(n: int) -> int:
@@ -48,7 +43,7 @@ def sparse_backend_workspace(run: ServeRunSpec) -> int:
     heads = m.num_attention_heads // attention_tp(run)
     latent = m.kv_lora_rank + m.qk_rope_head_dim
     parts = [run.serving.max_num_batched_tokens * heads * latent * 2]
-    if ds_mla_cache(run.serving.kv_cache_dtype):
+    if ds_mla_cache(m, run.serving.kv_cache_dtype):
         parts.append(PREFILL_WORKSPACE_ROWS * run.max_model_len * latent * 2)
     return sum(_aligned(p) for p in parts)
 

@@ -20,7 +20,7 @@ from timeline.graph.analytic import forward_ops
 from timeline.graph.build import chunk_layers, chunk_nodes
 from timeline.graph.context import BuildCtx
 from timeline.graph.ir import FOp
-from timeline.graph.tensors import Category, TensorDef, param
+from timeline.graph.tensors import TensorDef, param
 from timeline.profiles import profile
 from timeline.serve.dp import attention_tp, dp_attention, moe_tp
 from timeline.spec.engine_versions import vllm_all_reduce_out_of_place
@@ -147,6 +147,12 @@ def step_ops(run: ServeRunSpec, num_tokens: int, stage: int = 0, moe_tokens: int
 SPARSE_INDEXER_MAX_LOGITS = 512 * 2**20
 
 
+def _act(like: TensorDef, module: str, name: str, shape: tuple[int, ...], dtype: str) -> TensorDef:
+    """A tensor ``module`` makes, of ``like``'s category."""
+    return TensorDef(name=f"{module}.{name}", shape=shape, dtype=dtype, category=like.category, module=module,
+                     storage=f"{module}.{name}")
+
+
 def indexer_ops(run: ServeRunSpec, ops: list[FOp], num_tokens: int, profile: bool) -> list[FOp]:
     """DeepSeek-V3.2's ``Indexer.forward`` (vLLM 0.19.0 ``models/deepseek_v2.py``) after each layer's query
     LayerNorm (its ``qr``), on the layer's normed input: ``wq_b(qr)`` ``[T, heads · head_dim]`` and ``wk(x)``
@@ -154,7 +160,8 @@ def indexer_ops(run: ServeRunSpec, ops: list[FOp], num_tokens: int, profile: boo
     compiled kernel: the two concatenations); ``per_token_group_quant_fp8`` of the query (fp8 and an fp32 scale per
     head); ``weights_proj(x)`` and its fp32 product with the scale; then the ``sparse_attn_indexer`` custom op, which
     writes the top-k indices into the model's ``topk_indices_buffer`` and the keys into its cache — in the profile
-    run (no attention metadata) it reserves the workspace (:func:`dsa_workspace_requests`) and allocates
+    run (no attention metadata) it asks the workspace for its keys (:func:`timeline.serve.dsa.indexer_workspace`, a
+    kept buffer of the profile) and allocates
     ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` once, freed as it returns."""
     m, dt = run.model, run.serving.dtype
     n, d, t = m.index_n_heads, m.index_head_dim, num_tokens
@@ -170,15 +177,11 @@ def indexer_ops(run: ServeRunSpec, ops: list[FOp], num_tokens: int, profile: boo
             continue
         x, qr = normed[op.layer], op.outputs["y"]
         p = f"layers.{op.layer}.self_attn.indexer"
-
-        def td(name: str, shape: tuple[int, ...], dtype: str = dt, p: str = p, cat: Category = qr.category) -> TensorDef:
-            return TensorDef(name=f"{p}.{name}", shape=shape, dtype=dtype, category=cat, module=p,
-                             storage=f"{p}.{name}")
-
-        q, k, qc, kc = td("q", (t, n * d)), td("k", (t, d)), td("q_cat", (t, n * d)), td("k_cat", (t, d))
-        q8, qs, w, wf = td("q_fp8", (t, n * d), "fp8"), td("q_scale", (t, n), "fp32"), td("w", (t, n)), \
-            td("weights", (t, n), "fp32")
-        extras = {"logits": td("logits_reserve", (SPARSE_INDEXER_MAX_LOGITS,), "uint8")} if profile else {}
+        q, k = _act(qr, p, "q", (t, n * d), dt), _act(qr, p, "k", (t, d), dt)
+        qc, kc = _act(qr, p, "q_cat", (t, n * d), dt), _act(qr, p, "k_cat", (t, d), dt)
+        q8, qs = _act(qr, p, "q_fp8", (t, n * d), "fp8"), _act(qr, p, "q_scale", (t, n), "fp32")
+        w, wf = _act(qr, p, "w", (t, n), dt), _act(qr, p, "weights", (t, n), "fp32")
+        extras = {"logits": _act(qr, p, "logits_reserve", (SPARSE_INDEXER_MAX_LOGITS,), "uint8")} if profile else {}
         out += [FOp(name=f"{p}.wq_b", module=p, layer=op.layer, rule="linear", inputs={"x": qr}, outputs={"y": q},
                     flops=2.0 * t * m.q_lora_rank * n * d),
                 FOp(name=f"{p}.wk", module=p, layer=op.layer, rule="linear", inputs={"x": x}, outputs={"y": k},

@@ -52,11 +52,17 @@ def indexer_bytes_per_token(model: ModelSpec) -> int:
     return model.index_head_dim + model.index_head_dim // INDEXER_QUANT_BLOCK * 4
 
 
+def ds_mla_cache(model: ModelSpec, kv_cache_dtype: str) -> bool:
+    """Whether the latent cache is vLLM's ``fp8_ds_mla`` layout: asked for by name, or as ``"fp8"`` by a model with
+    DeepSeek-V3.2's indexer, whose FlashMLA sparse backend takes "fp8" as its alias
+    (``FlashMLASparseBackend.supported_kv_cache_dtypes``)."""
+    return kv_cache_dtype == "fp8_ds_mla" or (bool(model.index_n_heads) and kv_cache_dtype == "fp8")
+
+
 def kv_bytes_per_token_layer(model: ModelSpec, tp: int, kv_cache_dtype: str, model_dtype: str) -> int:
     """KV bytes one token takes in one attention layer on one tensor-parallel rank."""
     if model.is_mla:
-        # the sparse backend reads "fp8" as its fp8_ds_mla layout (timeline.serve.dsa.ds_mla_cache)
-        if kv_cache_dtype == "fp8_ds_mla" or (model.index_n_heads and kv_cache_dtype == "fp8"):
+        if ds_mla_cache(model, kv_cache_dtype):
             return FP8_DS_MLA_BYTES_PER_TOKEN + indexer_bytes_per_token(model)
         latent = (model.kv_lora_rank + model.qk_rope_head_dim) * kv_element_bytes(kv_cache_dtype, model_dtype)
         return latent + indexer_bytes_per_token(model)

@@ -56,28 +56,48 @@ def built(run: ServeRunSpec) -> VisionSpec | None:
     return run.vision if run.vision is not None and run.serving.limit_mm_per_prompt > 0 else None
 
 
-def _linears(v: VisionSpec, tp: int) -> list[tuple[str, int, int, int]]:
-    """(module, out rows, in columns on this rank, bias elements) of every quantizable linear."""
+#: (module, out rows, in columns on this rank, bias elements, quantizable) of a tower linear
+Linear = tuple[str, int, int, int, bool]
+
+
+def _linears(v: VisionSpec, tp: int) -> list[Linear]:
+    """Pixtral's linears (every one quantizable)."""
     d, i, t = v.hidden_size, v.intermediate_size, v.text_hidden_size
-    out: list[tuple[str, int, int, int]] = []
+    out: list[Linear] = []
     for layer in range(v.num_hidden_layers):
         p = f"vision_tower.transformer.layers.{layer}"
-        out += [(f"{p}.attention.qkv_proj", 3 * d // tp, d, 0), (f"{p}.attention.o_proj", d, d // tp, 0),
-                (f"{p}.feed_forward.gate_up_proj", 2 * i // tp, d, 0), (f"{p}.feed_forward.down_proj", d, i // tp, 0)]
+        out += [(f"{p}.attention.qkv_proj", 3 * d // tp, d, 0, True), (f"{p}.attention.o_proj", d, d // tp, 0, True),
+                (f"{p}.feed_forward.gate_up_proj", 2 * i // tp, d, 0, True),
+                (f"{p}.feed_forward.down_proj", d, i // tp, 0, True)]
     bias = v.projector_bias
-    out += [("multi_modal_projector.linear_1", t // tp, d, t // tp if bias else 0),
-            ("multi_modal_projector.linear_2", t, t // tp, t if bias else 0)]
+    out += [("multi_modal_projector.linear_1", t // tp, d, t // tp if bias else 0, True),
+            ("multi_modal_projector.linear_2", t, t // tp, t if bias else 0, True)]
     return out
 
 
-def _siglip_linears(v: VisionSpec, tp: int) -> list[tuple[str, int, int, int, bool]]:
-    """(module, out rows, in columns on this rank, bias elements, quantizable) of the SigLIP tower's linears:
+def _linears_bytes(run: ServeRunSpec, linears: list[Linear]) -> int:
+    """The linears' bytes on one rank: the checkpoint's quantized layout unless its ``ignore`` /
+    ``modules_to_not_convert`` names the module (or the module is not quantizable), else the model dtype; biases in
+    the model dtype."""
+    act, q = DTYPE_BYTES[run.serving.dtype], run.quant
+    total = 0
+    for module, rows, cols, bias, quantizable in linears:
+        if quantizable and q is not None and not skipped(f"{module}.weight", q.not_converted):
+            total += linear_bytes(q, rows, cols, act)
+        else:
+            total += rows * cols * act
+        total += bias * act
+    return total
+
+
+def _siglip_linears(v: VisionSpec, tp: int) -> list[Linear]:
+    """The SigLIP tower's linears:
     ``qkv_proj`` (``QKVParallelLinear``) and ``fc1`` (``ColumnParallelLinear``) split their rows, ``out_proj`` and
     ``fc2`` (``RowParallelLinear``) their columns with a whole bias; every one biased (the layers' default).
     ``SiglipMLP`` quantizes ``fc1``/``fc2`` only where hidden and intermediate sizes are multiples of 64."""
     d, i = v.hidden_size, v.intermediate_size
     mlp_quant = d % 64 == 0 and i % 64 == 0
-    out: list[tuple[str, int, int, int, bool]] = []
+    out: list[Linear] = []
     for layer in range(v.num_hidden_layers):
         p = f"vision_tower.vision_model.encoder.layers.{layer}"
         out += [(f"{p}.self_attn.qkv_proj", 3 * d // tp, d, 3 * d // tp, True),
@@ -95,15 +115,7 @@ def _siglip_weight_bytes(run: ServeRunSpec, v: VisionSpec) -> int:
     whole = d * v.num_channels * v.patch_size ** 2 + d + v.patches * d  # patch_embedding, position_embedding
     whole += 4 * d * v.num_hidden_layers + 2 * d  # layer_norm1/2 (weight, bias), post_layernorm
     whole += d + d * v.text_hidden_size  # mm_soft_emb_norm, mm_input_projection_weight
-    total = whole * act + v.patches * 8  # position_ids (int64, a non-persistent buffer)
-    q = run.quant
-    for module, rows, cols, bias, quantizable in _siglip_linears(v, tp):
-        if quantizable and q is not None and not skipped(f"{module}.weight", q.not_converted):
-            total += linear_bytes(q, rows, cols, act)
-        else:
-            total += rows * cols * act
-        total += bias * act
-    return total
+    return whole * act + v.patches * 8 + _linears_bytes(run, _siglip_linears(v, tp))  # + int64 position_ids
 
 
 def vision_weight_bytes(run: ServeRunSpec) -> int:
@@ -120,15 +132,7 @@ def vision_weight_bytes(run: ServeRunSpec) -> int:
     whole += 2 * d * v.num_hidden_layers  # attention_norm, ffn_norm
     whole += d + d * d * v.spatial_merge_size ** 2  # projector norm, patch_merger.merging_layer (nn.Linear)
     # transformers' PixtralRotaryEmbedding (vLLM's import): the fp32 inv_freq buffer, one row per patch position
-    total = whole * act + v.patches * (d // v.num_attention_heads) * 4
-    q = run.quant
-    for module, rows, cols, bias in _linears(v, tp):
-        if q is not None and not skipped(f"{module}.weight", q.not_converted):
-            total += linear_bytes(q, rows, cols, act)
-        else:
-            total += rows * cols * act
-        total += bias * act
-    return total
+    return whole * act + v.patches * (d // v.num_attention_heads) * 4 + _linears_bytes(run, _linears(v, tp))
 
 
 def tokens_per_image(run: ServeRunSpec, v: VisionSpec) -> int:
