@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import attention, bert, embedding, head, mamba, mla, mlp, mtp, norm, t5
+from timeline.graph.families import attention, bert, embedding, gdn, head, mamba, mla, mlp, mtp, norm, t5
 from timeline.graph.families import moe as moe_block
 from timeline.graph.tensors import TensorDef
 from timeline.spec.run import ParallelSpec
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class Node:
     name: str
-    kind: str  # embedding | norm | mha | mla | mlp | moe | mamba | head | mtp_proj
+    kind: str  # embedding | norm | mha | mla | gdn | mlp | moe | mamba | head | mtp_proj
     layer: int | None
     params: tuple[TensorDef, ...]
 
@@ -53,13 +53,15 @@ def decoder_layer(ctx: BuildCtx, layer: int, prefix: str, *, moe: bool) -> list[
                      tuple(norm.params(ctx, f"{prefix}.input_layernorm", m.hidden_size))),
                 Node(f"{prefix}.mixer", "mamba", layer, tuple(mamba.params(ctx, f"{prefix}.mixer")))]
     attn = mla.params(ctx, f"{prefix}.self_attn") if m.is_mla else attention.params(ctx, f"{prefix}.self_attn")
+    mixer = Node(f"{prefix}.self_attn", "mla" if m.is_mla else "mha", layer, tuple(attn))
+    if m.is_linear_attention(layer):  # a gated delta-net in attention's place (Qwen3-Next / Qwen3.5)
+        mixer = Node(f"{prefix}.linear_attn", "gdn", layer, tuple(gdn.params(ctx, f"{prefix}.linear_attn")))
     ffn = moe_block.params(ctx, f"{prefix}.mlp") if moe else \
         mlp.params(ctx, f"{prefix}.mlp", m.intermediate_size, split=ctx.tp)
     def norm_node(name: str) -> Node:
         return Node(f"{prefix}.{name}", "norm", layer, tuple(norm.params(ctx, f"{prefix}.{name}", m.hidden_size)))
 
-    attn_nodes = [norm_node("input_layernorm"), Node(f"{prefix}.self_attn", "mla" if m.is_mla else "mha", layer,
-                                                     tuple(attn))]
+    attn_nodes = [norm_node("input_layernorm"), mixer]
     if m.is_t5_decoder_layer(layer):  # T5's decoder layer: pre_cross_attn_layernorm and CrossAttention
         attn_nodes += [norm_node("pre_cross_attn_layernorm"),
                        Node(f"{prefix}.cross_attn", "mha", layer,

@@ -25,7 +25,7 @@ from timeline.spec.model import ALIASES, ModelSpec
 
 SUPPORTED = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "llama", "mistral", "mixtral", "qwen2", "qwen3",
              "qwen2_moe", "qwen3_moe", "gpt2", "gpt_oss", "opt", "phi", "phi3", "granite", "gemma", "gemma2",
-             "gemma3_text")
+             "gemma3_text", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 
 #: the modelling class a config's ``architectures`` names → the family it implements, for
 #: configs whose ``model_type`` is a label of their own (Kimi-K2's ``kimi_k2`` runs
@@ -38,6 +38,8 @@ ARCHITECTURES: dict[str, str] = {
     "Qwen3MoeForCausalLM": "qwen3_moe", "GPT2LMHeadModel": "gpt2", "GptOssForCausalLM": "gpt_oss",
     "OPTForCausalLM": "opt", "PhiForCausalLM": "phi", "Phi3ForCausalLM": "phi3", "GraniteForCausalLM": "granite",
     "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
+    "Qwen3NextForCausalLM": "qwen3_next", "Qwen3_5ForCausalLM": "qwen3_5_text",
+    "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
 }
 
 #: fields where the config's 0 would be read as "not given" by the spec, but Hugging Face has
@@ -81,6 +83,30 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
                     "hidden_act": "gelu_pytorch_tanh", "max_position_embeddings": 131_072},
     "qwen2_moe": {"attention_bias": True, "shared_expert_gate": True},
     "qwen3": {"qk_norm": True},
+    # Gated delta-net hybrids, as vLLM 0.19.0 builds them (models/qwen3_next.py, models/qwen3_5.py) from the
+    # config classes it ships (transformers_utils/configs/qwen3_next.py Qwen3NextConfig, qwen3_5.py
+    # Qwen3_5TextConfig, qwen3_5_moe.py Qwen3_5MoeTextConfig), whose defaults stand for what a file leaves out:
+    # Qwen3NextAttention's q/k norms over head_dim, its sigmoid output gate (``attn_output_gate``, default true:
+    # q_proj twice as wide), RoPE on a quarter of each head; Qwen3NextSparseMoeBlock's gated shared expert
+    # (``shared_expert_gate``, always built) and renormalised top-k (``norm_topk_prob``, default true). Qwen3.5-MoE
+    # builds the sparse block in every layer, so its config has no intermediate_size: the shared expert's width
+    # stands in for the unused dense width.
+    "qwen3_next": {"qk_norm": True, "attention_output_gate": True, "shared_expert_gate": True,
+                   "norm_topk_prob": True, "partial_rotary_factor": 0.25, "vocab_size": 151_936,
+                   "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 48,
+                   "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+                   "max_position_embeddings": 32_768, "n_routed_experts": 512, "num_experts_per_tok": 10,
+                   "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512},
+    "qwen3_5_text": {"qk_norm": True, "attention_output_gate": True, "partial_rotary_factor": 0.25,
+                     "vocab_size": 248_320, "hidden_size": 4096, "intermediate_size": 12_288,
+                     "num_hidden_layers": 32, "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 256,
+                     "max_position_embeddings": 32_768},
+    "qwen3_5_moe_text": {"qk_norm": True, "attention_output_gate": True, "shared_expert_gate": True,
+                         "norm_topk_prob": True, "partial_rotary_factor": 0.25, "vocab_size": 248_320,
+                         "hidden_size": 2048, "num_hidden_layers": 40, "num_attention_heads": 16,
+                         "num_key_value_heads": 2, "head_dim": 256, "max_position_embeddings": 32_768,
+                         "n_routed_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 512,
+                         "shared_expert_intermediate_size": 512, "intermediate_size": 512},
     "qwen3_moe": {"qk_norm": True},
     # models/gpt_oss/modeling_gpt_oss.py (transformers 5.24): GptOssAttention.sinks (one per head),
     # GptOssTopKRouter.bias, GptOssExperts gate_up_proj_bias / down_proj_bias, _apply_gate's
@@ -97,10 +123,13 @@ FIELDS = {f.name for f in dataclasses.fields(ModelSpec)}
 #: full attention as before, so their ``layer_types`` cannot clash with a ``num_hidden_layers`` override
 WINDOW_FIELDS = ("layer_types", "sliding_window")
 WINDOWED = ("gpt_oss", "gemma2", "gemma3_text")
+#: families whose layers mix tokens by a gated delta-net where ``layer_types`` says ``linear_attention``
+LINEAR_ATTENTION = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 
 #: families whose config class's defaults stand for keys a published file leaves out (Gemma-3's
 #: vision-language checkpoints write their text_config sparse: gemma-3-27b-it gives no vocab_size)
-CONFIG_CLASS_DEFAULTS: dict[str, tuple[str, ...]] = {"gemma3_text": tuple(FAMILY_DEFAULTS["gemma3_text"])}
+CONFIG_CLASS_DEFAULTS: dict[str, tuple[str, ...]] = {f: tuple(FAMILY_DEFAULTS[f]) for f in ("gemma3_text",
+                                                                                          *LINEAR_ATTENTION)}
 
 #: keys a config.json must give (by their Hugging Face name or an alias such as GPT-2's n_embd)
 REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size")
@@ -176,7 +205,9 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
     problems: list[str] = []
     for key, value in cfg.items():
         field = ALIASES.get(key, key)
-        if field in WINDOW_FIELDS and model_type not in WINDOWED:
+        if field in WINDOW_FIELDS and model_type not in WINDOWED + LINEAR_ATTENTION:
+            continue
+        if field == "mamba_ssm_dtype":  # a torch dtype name: _gated_delta_net reads it
             continue  # Mistral/Qwen configs carry a window too; their sliding attention is not modelled
         if field in FIELDS and field not in ("name", "model_type") and value is not None:
             v = _checked(key, field, value, problems)
@@ -186,7 +217,9 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
         raise UserError("; ".join(problems))
     if model_type == "gpt2":
         values["intermediate_size"] = cfg.get("n_inner") or 4 * values["hidden_size"]
-    if model_type in ("qwen2_moe", "qwen3_moe"):
+    if model_type in LINEAR_ATTENTION:
+        _gated_delta_net(cfg, values)
+    if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
         # modeling_qwen2_moe.py Qwen2MoeDecoderLayer: MoE where (layer_idx + 1) % decoder_sparse_step == 0,
         # i.e. layers step-1, 2·step-1, … (mlp_only_layers is not modelled)
         values["first_k_dense_replace"] = values.get("moe_layer_freq", 1) - 1
@@ -262,6 +295,40 @@ def _gemma3(cfg: dict[str, Any], values: dict[str, Any]) -> None:
             raise UserError(f"sliding_window_pattern: {pattern!r} is not a positive integer")
         values["layer_types"] = tuple("sliding_attention" if (i + 1) % pattern else "full_attention"
                                       for i in range(values["num_hidden_layers"]))
+
+
+#: config.json's ``mamba_ssm_dtype`` (torch dtype names) → the spec's dtype names
+_STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _gated_delta_net(cfg: dict[str, Any], values: dict[str, Any]) -> None:
+    """Qwen3-Next / Qwen3.5 facts from their config classes (vLLM 0.19.0 ``transformers_utils/configs``): without
+    ``layer_types`` a layer is ``linear_attention`` unless ``(i + 1)`` is a multiple of ``full_attention_interval``
+    (default 4); ``partial_rotary_factor`` may sit in ``rope_parameters``; ``mamba_ssm_dtype`` (Qwen3.5) is the
+    recurrent state's dtype (``Qwen3_5ForConditionalGenerationConfig.verify_and_update_config`` makes it the
+    engine's ``mamba_ssm_cache_dtype``). ``mlp_only_layers`` (dense layers among the MoE ones) is not modelled."""
+    if cfg.get("mlp_only_layers"):
+        raise UserError("mlp_only_layers: dense layers among a Qwen3-Next model's MoE layers are not modelled")
+    if "rope_parameters" in cfg and isinstance(cfg["rope_parameters"], dict) \
+            and "partial_rotary_factor" not in cfg and "partial_rotary_factor" in cfg["rope_parameters"]:
+        factor = cfg["rope_parameters"]["partial_rotary_factor"]
+        if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not 0 < factor <= 1:
+            raise UserError(f"rope_parameters.partial_rotary_factor: {factor!r} is not a number in (0, 1]")
+        values["partial_rotary_factor"] = float(factor)
+    state = cfg.get("mamba_ssm_dtype")
+    if state is not None:
+        if state not in _STATE_DTYPES:
+            raise UserError(f"mamba_ssm_dtype: {state!r} is not one of {', '.join(_STATE_DTYPES)}")
+        values["mamba_ssm_dtype"] = _STATE_DTYPES[state]
+    if not cfg.get("layer_types"):
+        interval = cfg.get("full_attention_interval", 4)
+        if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
+            raise UserError(f"full_attention_interval: {interval!r} is not a positive integer")
+        values["layer_types"] = tuple("linear_attention" if (i + 1) % interval else "full_attention"
+                                      for i in range(values["num_hidden_layers"]))
+    if len(values["layer_types"]) != values["num_hidden_layers"]:
+        raise UserError(f"layer_types: {len(values['layer_types'])} entries for {values['num_hidden_layers']} "
+                        "layers")
 
 
 def _gpt_oss(cfg: dict[str, Any], values: dict[str, Any], notes: list[str] | None) -> None:

@@ -10,7 +10,9 @@ projector; ``vision_feature_layer`` −1
 builds every vision layer. The top-level ``quantization_config`` stays with the checkpoint (its ``ignore``
 list says which vision modules are quantized). Gemma-3 (``gemma3``, ``Gemma3ForConditionalGeneration``) is
 read as ``Gemma3Config``: its ``text_config`` a Gemma-3 language model, its ``vision_config`` the SigLIP tower
-(:mod:`timeline.serve.vision`). Any other vision-language family is refused by name.
+(:mod:`timeline.serve.vision`). Qwen3.5 (``qwen3_5``, ``qwen3_5_moe``) is read for its language model (a gated
+delta-net hybrid); its Qwen3-VL tower is not modelled, so it is served with ``limit_mm_per_prompt = 0``. Any other
+vision-language family is refused by name.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from timeline.spec.vision import VisionSpec
 
 #: the classes read (config.json ``architectures`` / ``model_type``) → the vision tower's kind
 VISION_LANGUAGE = {"Mistral3ForConditionalGeneration": "pixtral", "mistral3": "pixtral",
-                   "Gemma3ForConditionalGeneration": "siglip", "gemma3": "siglip"}
+                   "Gemma3ForConditionalGeneration": "siglip", "gemma3": "siglip",
+                   "Qwen3_5ForConditionalGeneration": "qwen3_vl", "qwen3_5": "qwen3_vl",
+                   "Qwen3_5MoeForConditionalGeneration": "qwen3_vl", "qwen3_5_moe": "qwen3_vl"}
 
 
 def is_vision_language(cfg: dict[str, Any]) -> bool:
@@ -40,7 +44,8 @@ def _kind(cfg: dict[str, Any]) -> str:
     label = ", ".join(map(str, archs)) or str(cfg.get("model_type"))
     raise UserError(f"vision-language checkpoint {label} is not modelled (its vision tower and its encoder "
                     "profile); modelled: Mistral3ForConditionalGeneration (Mistral-Small-3.1/3.2, Pixtral), "
-                    "Gemma3ForConditionalGeneration (Gemma-3, SigLIP)")
+                    "Gemma3ForConditionalGeneration (Gemma-3, SigLIP); Qwen3_5ForConditionalGeneration / "
+                    "Qwen3_5MoeForConditionalGeneration for their language model alone")
 
 
 def split_vision(cfg: dict[str, Any]) -> tuple[dict[str, Any], VisionSpec]:
@@ -52,6 +57,8 @@ def split_vision(cfg: dict[str, Any]) -> tuple[dict[str, Any], VisionSpec]:
     text = dict(text)
     if kind == "siglip":
         return _siglip(cfg, text, vision)
+    if kind == "qwen3_vl":
+        return _qwen3_vl(cfg, text, vision)
     layer = cfg.get("vision_feature_layer", -1)
     layers = int(vision.get("num_hidden_layers", 24))
     if not isinstance(layer, int) or not -layers <= layer < layers:
@@ -98,6 +105,32 @@ def _siglip(cfg: dict[str, Any], text: dict[str, Any], vision: dict[str, Any]) -
                           patch_size=int(vision.get("patch_size", 16)), image_size=int(vision.get("image_size", 224)),
                           num_channels=int(vision.get("num_channels", 3)), spatial_merge_size=grid // side,
                           text_hidden_size=int(text.get("hidden_size", 2304)))
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"vision_config: {exc}") from None
+    return text, _checked(spec)
+
+
+def _qwen3_vl(cfg: dict[str, Any], text: dict[str, Any], vision: dict[str, Any]) -> tuple[dict[str, Any],
+                                                                                          VisionSpec]:
+    """Qwen3.5 (vLLM 0.19.0 ``models/qwen3_5.py`` ``Qwen3_5ForConditionalGeneration`` and its MoE sibling, configs
+    ``transformers_utils/configs/qwen3_5.py`` / ``qwen3_5_moe.py``): ``text_config`` a ``Qwen3_5TextConfig`` (its
+    ``model_type`` ``qwen3_5_text`` or ``qwen3_5_moe_text`` by the checkpoint's class), ``vision_config`` the
+    Qwen3-VL tower (``Qwen3_5VisionConfig``: depth 27, width 1152, 16 heads, MLP 4304, 16-pixel patches, 2×2
+    merge, ``out_hidden_size`` the text width) — read, not modelled (:mod:`timeline.spec.vision`)."""
+    raw = cfg.get("architectures")
+    moe = cfg.get("model_type") == "qwen3_5_moe" or (isinstance(raw, list) and
+                                                     "Qwen3_5MoeForConditionalGeneration" in raw)
+    text.setdefault("model_type", "qwen3_5_moe_text" if moe else "qwen3_5_text")
+    try:
+        spec = VisionSpec(kind="qwen3_vl", architecture=str((raw or [""])[0]) if isinstance(raw, list) else "",
+                          hidden_size=int(vision.get("hidden_size", 1152)),
+                          num_hidden_layers=int(vision.get("depth", 27)),
+                          num_attention_heads=int(vision.get("num_heads", 16)),
+                          intermediate_size=int(vision.get("intermediate_size", 4304)),
+                          patch_size=int(vision.get("patch_size", 16)),
+                          num_channels=int(vision.get("in_channels", 3)),
+                          spatial_merge_size=int(vision.get("spatial_merge_size", 2)),
+                          text_hidden_size=int(vision.get("out_hidden_size", text.get("hidden_size", 4096))))
     except (TypeError, ValueError) as exc:
         raise UserError(f"vision_config: {exc}") from None
     return text, _checked(spec)

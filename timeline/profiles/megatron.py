@@ -32,6 +32,7 @@ from timeline.profiles import (
     megatron_bert,
     megatron_combine,
     megatron_flex,
+    megatron_gdn,
     megatron_gptoss,
     megatron_legacy,
     megatron_mamba,
@@ -410,7 +411,7 @@ LIMITS = Limits(max_zero=1, instead="paper", zero_note="its distributed optimize
                               "parallelism only with cp_comm_type = a2a, not the KV ring "
                               "this profile models")
 
-PROFILE = Profile(name="megatron", params=PARAMS, saved=megatron_bert.extend(megatron_mamba.extend(megatron_legacy.extend(
-    megatron_combine.extend(megatron_flex.extend(megatron_gptoss.extend(BASE)))))),
+PROFILE = Profile(name="megatron", params=PARAMS, saved=megatron_gdn.extend(megatron_bert.extend(megatron_mamba.extend(
+    megatron_legacy.extend(megatron_combine.extend(megatron_flex.extend(megatron_gptoss.extend(BASE))))))),
                   structure=STRUCTURE,
                   lifecycle=LIFECYCLE, limits=LIMITS, configure=configure)

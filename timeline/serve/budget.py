@@ -46,7 +46,7 @@ from timeline.serve.graph_view import (
     stage_has_moe,
     step_ops,
 )
-from timeline.serve.kv import KVLayout, kv_bytes_per_token_layer, kv_layers, kv_layout
+from timeline.serve.kv import KVLayout, kv_bytes_per_token_layer, kv_layers, kv_layout, state_block_size
 from timeline.serve.non_torch import measured_init, measured_non_torch
 from timeline.serve.profile_run import (
     cublas_workspace_bytes,
@@ -116,14 +116,14 @@ def dsa_load_bytes(run: ServeRunSpec) -> int:
 
 def rope_cache_bytes(run: ServeRunSpec) -> int:
     """vLLM ``rotary_embedding`` ``RotaryEmbedding._compute_cos_sin_cache``: one shared
-    ``max_position × rotary_dim`` cos/sin cache in the model dtype (``get_rope`` caches instances by their
+    ``max_position × rotary_dim`` cos/sin cache (``rotary_dim = head_size · partial_rotary_factor``) in the model dtype (``get_rope`` caches instances by their
     parameters; a ``rope_scaling`` lengthens it, ``LinearScalingRotaryEmbedding`` to ``max_position · factor``);
     Gemma-3's local table (another ``rope_theta``, so another instance) adds ``max_position`` rows. Counted in
     ``model_memory_usage`` because it is a buffer of the loaded model."""
     m = run.model
     if m.position_embedding != "rope":  # GPT-2 / OPT: learned positions, a weight of the model
         return 0
-    dim = m.qk_rope_head_dim if m.is_mla else m.attn_head_dim
+    dim = m.rotary_dim  # get_rope's rotary_dim: partial_rotary_factor of the head (Phi, Qwen3-Next: a quarter)
     positions = m.rope_scaled_positions or m.max_position_embeddings  # rope_scaling's length (io/hf_config.py)
     if m.local_rope:  # Gemma-3's sliding layers: an unscaled table of their own (rope_local_base_freq)
         positions += m.max_position_embeddings
@@ -255,6 +255,10 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
     bs = sv.block_size if sv.engine != "sglang" else 1
     if m.index_n_heads and sv.engine == "vllm":  # FlashMLA sparse runs 64-token blocks (timeline.serve.dsa)
         bs = dsa.block_size(run)
+    if m.has_linear_attention:  # the attention page holds a gated delta-net layer's state (timeline.serve.kv)
+        bs = state_block_size(m, run.parallel.tp, bs, per_layer, sv.dtype)
+        layers = sum(not m.is_linear_attention(i) for i in (range(m.num_hidden_layers) if run.parallel.pp == 1
+                                                               else held))
     layout = kv_layout(m, range(kv_layers(m)), bs, bs * per_layer, hybrid_manager=sv.engine == "vllm"
                        and vllm_hybrid_kv_manager(sv.engine_version))
     if run.parallel.pp > 1:

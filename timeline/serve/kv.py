@@ -112,7 +112,7 @@ def kv_bytes_per_token(model: ModelSpec, tp: int, kv_cache_dtype: str, model_dty
 class KVGroup:
     """One KV cache group: layers sharing one block table."""
 
-    kind: str  # "full_attention" | "sliding_attention"
+    kind: str  # "full_attention" | "sliding_attention" | "linear_attention" (a recurrent state: one block a request)
     layers: tuple[int, ...]  # decoder layers (fewer than the group size when padded)
     sliding_window: int = 0  # tokens a sliding layer attends over; 0 for full attention
 
@@ -133,7 +133,13 @@ class KVLayout:
 
     @property
     def full_groups(self) -> int:
-        return sum(not g.sliding_window for g in self.groups)
+        return sum(g.kind == "full_attention" for g in self.groups)
+
+    @property
+    def state_groups(self) -> int:
+        """Groups of recurrent layers (gated delta-net): vLLM's ``MambaSpec`` holds one block per request
+        (``mamba_cache_mode`` "none": ``max_memory_usage_bytes`` = one page), whatever its length."""
+        return sum(g.kind == "linear_attention" for g in self.groups)
 
     @property
     def sliding_windows(self) -> tuple[int, ...]:
@@ -145,12 +151,12 @@ class KVLayout:
         tokens computed (sliding groups have freed what left the window)."""
         blocks = -(-tokens // self.block_size)
         skipped = sum(max(0, computed - w + 1) // self.block_size for w in self.sliding_windows)
-        return len(self.groups) * blocks - skipped
+        return (len(self.groups) - self.state_groups) * blocks - skipped + self.state_groups
 
     def max_request_blocks(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """vLLM's bound on one request's blocks at ``max_model_len`` (summed ``max_memory_usage_bytes``)."""
         bs = self.block_size
-        full = self.full_groups * -(-max_model_len // bs)
+        full = self.full_groups * -(-max_model_len // bs) + self.state_groups
         return full + sum(-(-min(w - 1 + max_num_batched_tokens, max_model_len) // bs) + 1
                           for w in self.sliding_windows)
 
@@ -185,11 +191,14 @@ def kv_layout(model: ModelSpec, layers: Sequence[int], block_size: int, page_byt
               hybrid_manager: bool = True) -> KVLayout:
     """vLLM ``get_kv_cache_groups`` over the decoder ``layers`` a device holds (all of them at pp = 1).
     Without the hybrid manager (MLA models and non-sliding ones are uniform anyway) every layer is one
-    full-attention group (``unify_hybrid_kv_cache_specs``)."""
+    full-attention group (``unify_hybrid_kv_cache_specs``); gated delta-net layers are ``MambaSpec`` layers, a
+    type of their own (their page padded to the attention page: :func:`state_page`)."""
     by_kind: dict[tuple[str, int], list[int]] = {}
     for layer in layers:
         sliding = hybrid_manager and model.is_sliding(layer)
         key = ("sliding_attention", model.sliding_window) if sliding else ("full_attention", 0)
+        if model.is_linear_attention(layer):  # a MambaSpec of its own: another type whatever the manager
+            key = ("linear_attention", 0)
         by_kind.setdefault(key, []).append(layer)
     if len(by_kind) <= 1:
         (kind, window), members = next(iter(by_kind.items())) if by_kind else (("full_attention", 0), [])
@@ -202,3 +211,44 @@ def kv_layout(model: ModelSpec, layers: Sequence[int], block_size: int, page_byt
         n = -(-len(members) // size)
         groups.extend(KVGroup(kind, tuple(members[i::n]), window) for i in range(n))
     return KVLayout(groups=tuple(groups), group_size=size, page_bytes=page_bytes, block_size=block_size)
+
+
+# --- Gated delta-net layers: a recurrent state per request (vLLM's MambaSpec) -----------------------------------
+#
+# Read at vLLM 0.19.0: ``model_executor/layers/mamba/mamba_utils.py`` ``MambaStateShapeCalculator.
+# gated_delta_net_state_shape`` — a conv state ``(conv_kernel − 1 + num_spec, conv_dim / tp)`` with ``conv_dim =
+# 2·key_heads·key_dim + value_heads·value_dim`` and a temporal state ``(value_heads / tp, value_dim, key_dim)``;
+# ``MambaStateDtypeCalculator._mamba_state_dtype`` — the conv state in ``mamba_cache_dtype`` ("auto": the model
+# dtype, not the attention cache's dtype), the temporal state in ``mamba_ssm_cache_dtype`` ("auto": the conv
+# state's; Qwen3.5 configs set it from their ``mamba_ssm_dtype``, ``Qwen3_5ForConditionalGenerationConfig``);
+# ``v1/kv_cache_interface.py`` ``MambaSpec.page_size_bytes`` = the two states' bytes (or ``page_size_padded``);
+# ``model_executor/models/config.py`` ``HybridAttentionMambaModelConfig.verify_and_update_config`` — without
+# prefix caching (a hybrid model's default: ``ModelConfig.is_prefix_caching_supported`` is false for
+# ``attn_type == "hybrid"``) the attention block is the least multiple of 16 tokens whose page holds the state,
+# ``16 · cdiv(state_page, 16 · attention_page_of_one_token)``, raised over a smaller ``block_size`` (even one the
+# user set), and the state page padded to that attention page.
+
+#: ``kernel_block_alignment_size`` for non-MLA attention in ``HybridAttentionMambaModelConfig``
+STATE_BLOCK_ALIGNMENT = 16
+
+
+def state_page_bytes(model: ModelSpec, tp: int, model_dtype: str) -> int:
+    """One gated delta-net layer's recurrent state per request on one tensor-parallel rank, unpadded."""
+    if not model.has_linear_attention:
+        return 0
+    kd = model.linear_num_key_heads * model.linear_key_head_dim
+    conv_dim = 2 * kd + model.linear_num_value_heads * model.linear_value_head_dim
+    conv = (model.linear_conv_kernel_dim - 1) * (conv_dim // tp) * _BYTES[model_dtype]
+    state_dtype = model.mamba_ssm_dtype or model_dtype
+    temporal = (model.linear_num_value_heads // tp) * model.linear_value_head_dim * model.linear_key_head_dim \
+        * _BYTES[state_dtype]
+    return conv + temporal
+
+
+def state_block_size(model: ModelSpec, tp: int, block_size: int, per_token_layer: int, model_dtype: str) -> int:
+    """The attention block size a hybrid model runs: ``block_size`` raised to hold one state page."""
+    page = state_page_bytes(model, tp, model_dtype)
+    if not page:
+        return block_size
+    a = STATE_BLOCK_ALIGNMENT
+    return max(block_size, a * -(-page // (a * per_token_layer)))

@@ -81,6 +81,9 @@ def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: Par
     if m.attention_output_gate and (profile != "megatron" or traced):
         return [("model.attention_output_gate", 'the gated attention output is modelled as Megatron-Core runs it: '
                                                 'profile = "megatron" with the layer library (no captured trace)')]
+    if m.has_linear_attention:
+        return [("model.layer_types", "gated delta-net layers (linear_attention: Qwen3-Next, Qwen3.5) are modelled for "
+                                      "serving (`timeline serve` on vLLM); training with them is not modelled yet")]
     if m.index_n_heads:
         return [("model.index_n_heads", "DeepSeek-V3.2's lightning indexer (sparse attention) is modelled for serving "
                                         "(`timeline serve` on vLLM 0.19); training with it is not modelled yet")]

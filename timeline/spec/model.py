@@ -64,8 +64,9 @@ class ModelSpec:
     hidden_dropout: float = spec_field(0.0, minimum=0.0, maximum=1.0)
     tie_word_embeddings: bool = spec_field(False)
     # GPT-OSS: per-layer attention kinds, learned sinks, biases on o_proj, router and experts, clamped SwiGLU
-    layer_types: tuple[str, ...] = spec_field((), choices=("full_attention", "sliding_attention"),
-                                              doc="attention kind per decoder layer; empty = all full")
+    layer_types: tuple[str, ...] = spec_field((), choices=("full_attention", "sliding_attention", "linear_attention"),
+                                              doc="attention kind per decoder layer (linear_attention: a gated "
+                                                  "delta-net mixer, Qwen3-Next / Qwen3.5); empty = all full")
     sliding_window: int = spec_field(0, nonneg=True, maximum=2**26, doc="keys a sliding_attention layer sees")
     attention_sinks: bool = spec_field(False, doc="a learned softmax sink logit per attention head (GPT-OSS)")
     attention_out_bias: bool = spec_field(False, doc="bias on the attention output projection (GPT-OSS)")
@@ -73,6 +74,9 @@ class ModelSpec:
                                            doc="positions the config's rope_scaling extends the model to (vLLM: "
                                                "its cos/sin cache and its derived max_model_len); 0 = "
                                                "max_position_embeddings")
+    partial_rotary_factor: float = spec_field(1.0, minimum=0.0, maximum=1.0, doc=(
+        "the share of each head's dimensions RoPE rotates (vLLM get_rope's rotary_dim = head_dim · factor; its "
+        "cos/sin cache is that wide)"))
     attention_output_gate: bool = spec_field(False, doc="a sigmoid gate on the attention output, its q-wide "
                                                         "projection fused into linear_qkv (Megatron "
                                                         "--attention-output-gate)")
@@ -119,6 +123,15 @@ class ModelSpec:
     ssm_state_size: int = spec_field(128, positive=True, maximum=2**16, doc="Mamba-2 state size (d_state)")
     n_groups: int = spec_field(8, positive=True, maximum=2**16, doc="Mamba-2 B/C groups")
     conv_kernel: int = spec_field(4, positive=True, maximum=64, doc="Mamba-2 causal conv1d width (d_conv)")
+    # Gated delta-net layers (Qwen3-Next / Qwen3.5 config.json names), the ``linear_attention`` entries of layer_types
+    linear_num_key_heads: int = spec_field(16, positive=True, maximum=2**12, doc="gated delta-net q/k heads")
+    linear_num_value_heads: int = spec_field(32, positive=True, maximum=2**12, doc="gated delta-net v heads")
+    linear_key_head_dim: int = spec_field(128, positive=True, maximum=2**12)
+    linear_value_head_dim: int = spec_field(128, positive=True, maximum=2**12)
+    linear_conv_kernel_dim: int = spec_field(4, positive=True, maximum=64, doc="gated delta-net causal conv1d width")
+    mamba_ssm_dtype: str = spec_field("", choices=("", "fp32", "bf16", "fp16"), doc=(
+        "dtype of a recurrent layer's state in an engine's cache (Qwen3.5's config.json mamba_ssm_dtype); empty = "
+        "the cache's dtype"))
 
     # -- derived -------------------------------------------------------------------
     @property
@@ -234,6 +247,21 @@ class ModelSpec:
     def shared_ffn(self) -> int:
         return self.shared_expert_intermediate_size or self.n_shared_experts * self.moe_intermediate_size
 
+    def is_linear_attention(self, layer: int) -> bool:
+        """Whether decoder layer ``layer`` mixes tokens with a gated delta-net instead of attention
+        (``layer_types``' ``linear_attention``, Qwen3-Next / Qwen3.5)."""
+        return layer < len(self.layer_types) and self.layer_types[layer] == "linear_attention"
+
+    @property
+    def has_linear_attention(self) -> bool:
+        return "linear_attention" in self.layer_types
+
+    @property
+    def rotary_dim(self) -> int:
+        """The dimensions of a head RoPE rotates (vLLM ``get_rope``: ``int(head_size · partial_rotary_factor)``)."""
+        dim = self.qk_rope_head_dim if self.is_mla else self.attn_head_dim
+        return int(dim * self.partial_rotary_factor)
+
     def is_sliding(self, layer: int) -> bool:
         """Whether decoder layer ``layer`` attends over a sliding window (``layer_types``; MTP layers past
         the list attend fully)."""
@@ -330,6 +358,7 @@ ALIASES: dict[str, str] = {
     "decoder_sparse_step": "moe_layer_freq",
     "activation_function": "hidden_act",
     "hidden_activation": "hidden_act",
+    "attn_output_gate": "attention_output_gate",
     "attn_pdrop": "attention_dropout",
     "resid_pdrop": "hidden_dropout",
 }

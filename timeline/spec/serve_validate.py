@@ -13,6 +13,8 @@ from timeline.spec.validate import _divisors, model_problems
 
 #: the vLLM whose DeepSeek-V3.2 sparse attention is read (timeline/serve/dsa.py)
 DSA_VLLM = (0, 19, 0)
+#: vLLM builds gated delta-net layers from 0.10.2 (``models/qwen3_next.py`` first ships in that release; V1 only)
+GDN_VLLM = (0, 10, 2)
 
 #: kv_cache_dtype values each engine accepts: vLLM ``vllm/config/cache.py`` ``CacheDType``
 #: (auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla); SGLang ``server_args.py``
@@ -80,6 +82,10 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
         add(("serving.engine", f"a vision-language checkpoint ({v.architecture}) is modelled for vLLM's V1 engine "
              "(engine_version 0.8 or later: its tower and encoder profile, read at 0.19.0; "
              "serving.limit_mm_per_prompt = 0 serves its language model alone there)"))
+    elif v is not None and v.kind == "qwen3_vl" and sv.limit_mm_per_prompt > 0:
+        add(("serving.limit_mm_per_prompt", f"{v.architecture or 'this checkpoint'}'s Qwen3-VL vision tower and its "
+             "encoder profile are not modelled yet; serve its language model alone with limit_mm_per_prompt = 0 "
+             "(vLLM --limit-mm-per-prompt '{\"image\": 0, \"video\": 0}' builds no tower)"))
     elif v is not None and sv.limit_mm_per_prompt > 0:
         for name, size in (("num_attention_heads", v.num_attention_heads), ("intermediate_size", v.intermediate_size),
                            ("text hidden_size", v.text_hidden_size)):
@@ -109,6 +115,21 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
         add(("serving.engine_version" if sv.engine == "vllm" else "serving.engine",
              "DeepSeek-V3.2's sparse attention (its indexer, its cache and the workspaces they reserve) is modelled as "
              'vLLM 0.19.0 runs it; set engine = "vllm" and engine_version = "0.19.0"'))
+    if m.has_linear_attention:
+        if sv.engine != "vllm" or (parse_version(sv.engine_version) or (99,)) < GDN_VLLM:
+            add(("serving.engine_version" if sv.engine == "vllm" else "serving.engine",
+                 "gated delta-net layers (Qwen3-Next, Qwen3.5) are modelled as vLLM's V1 engine runs them (0.10.2 "
+                 'or later: the recurrent state pages of its hybrid KV cache); set engine = "vllm" and '
+                 'engine_version = "0.19.0"'))
+        for name, heads in (("linear_num_key_heads", m.linear_num_key_heads),
+                            ("linear_num_value_heads", m.linear_num_value_heads)):
+            if heads % par.tp:
+                add(("parallel.tp", f"{par.tp} does not divide {name}={heads} (GatedDeltaNetAttention splits its "
+                     "heads over the tensor-parallel ranks)"))
+        if sv.enable_prefix_caching and any(r.prefix_id for r in run.requests):
+            add(("serving.enable_prefix_caching", "prefix sharing with gated delta-net layers (vLLM's "
+                 'mamba_cache_mode "align") is not modelled; set enable_prefix_caching = false or leave prefix_id '
+                 "empty in the trace"))
     sliding = any(m.is_sliding(i) for i in range(m.num_hidden_layers))
     if sliding and sv.engine in ("sglang", "hf"):
         what = "SGLang's SWA pool" if sv.engine == "sglang" else "Hugging Face's sliding-window cache layers"

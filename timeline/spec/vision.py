@@ -15,6 +15,10 @@ config's ``text_config`` (a :class:`~timeline.spec.model.ModelSpec`). One kind s
   blocks (LayerNorm, biased QKV, attention, ``out_proj``; LayerNorm, ``fc1`` → tanh-GeLU → ``fc2``), a
   ``post_layernorm``; and ``Gemma3MultiModalProjector`` (``gemma3_mm.py``): an average pool of
   ``spatial_merge_size``² patches to one embedding, a Gemma RMSNorm and one ``[vision, text]`` matrix.
+* ``qwen3_vl`` — Qwen3.5 (``Qwen3_5ForConditionalGeneration``, ``Qwen3_5MoeForConditionalGeneration``): vLLM's
+  ``Qwen3_VisionTransformer`` (``qwen3_vl.py``). Read from the config, not modelled yet: its language model is
+  served alone (``serving.limit_mm_per_prompt = 0``, vLLM ``--limit-mm-per-prompt`` with every modality 0, which
+  builds no tower).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from dataclasses import dataclass
 
 from timeline.spec.fields import spec_field
 
-VISION_KINDS = ("pixtral", "siglip")
+VISION_KINDS = ("pixtral", "siglip", "qwen3_vl")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

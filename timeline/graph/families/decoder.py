@@ -9,7 +9,7 @@ A hybrid model's layer runs the one sub-block its pattern names (``M`` the Mamba
 
 from __future__ import annotations
 
-from timeline.graph.families import attention, mamba, mla, mlp, norm, switch_mlp
+from timeline.graph.families import attention, gdn, mamba, mla, mlp, norm, switch_mlp
 from timeline.graph.families import moe as moe_block
 from timeline.graph.families.common import add, dropout
 from timeline.graph.ir import Builder
@@ -34,7 +34,8 @@ def forward(b: Builder, layer: int, prefix: str, x: TensorDef, *, moe: bool) -> 
     start = len(b.ops)
     if b.model.parallel_residual:
         return _parallel(b, layer, prefix, x)
-    a = (mla.forward if b.model.is_mla else attention.forward)(b, prefix, x, layer)
+    mixer = gdn.forward if b.model.is_linear_attention(layer) else mla.forward if b.model.is_mla else attention.forward
+    a = mixer(b, prefix, x, layer)
     if b.model.sandwich_norms:  # Gemma2DecoderLayer: post_attention_layernorm(attention output), then the add
         a = norm.forward(b, f"{prefix}.post_attention_layernorm", a, layer)
     a = dropout(b, f"{prefix}.self_attn.dropout", a, layer)

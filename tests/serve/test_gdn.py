@@ -1,0 +1,135 @@
+"""Gated delta-net hybrids (Qwen3-Next, Qwen3.5) as vLLM 0.19.0 serves them.
+
+Reader: ``linear_attention`` layers from ``full_attention_interval`` (``transformers_utils/configs/qwen3_next.py``,
+``qwen3_5.py``), ``partial_rotary_factor``, ``attn_output_gate``, Qwen3.5's ``mamba_ssm_dtype``. Weights:
+``GatedDeltaNetAttention.__init__`` (``layers/mamba/gdn_linear_attn.py``). Cache: ``MambaSpec`` pages of a conv
+state and an fp32/bf16 temporal state (``mamba_utils.py``), the attention block raised to hold one state page and
+the state padded to it (``models/config.py`` ``HybridAttentionMambaModelConfig``), the groups of
+``kv_cache_utils.py`` (a state group holds one block per request)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from timeline.cli import main
+from timeline.io.hf_config import model_from_hf_dict, read_hf_config
+from timeline.io.serve_runfile import load_serve_run
+from timeline.serve.budget import compute_budget, rope_cache_bytes
+from timeline.serve.graph_view import device_params
+from timeline.serve.kv import kv_layout, state_block_size, state_page_bytes
+
+HF = Path(__file__).resolve().parents[1] / "data" / "hf"
+
+
+def _run(tmp_path: Path, folder: str, tp: int = 1, extra: str = "", engine: str = "vllm", version: str = "0.19.0"):
+    run = tmp_path / "run.toml"
+    run.write_text(f'[model]\nhf_config = "{HF / folder / "config.json"}"\n[parallel]\ntp = {tp}\n[hardware]\n'
+                   f'gpu = "h100"\n[serving]\nengine = "{engine}"\nengine_version = "{version}"\n{extra}'
+                   "[serving.load]\nnum_requests = 1\n")
+    return run
+
+
+def test_qwen3_next_reads_its_hybrid_layers():
+    m = read_hf_config(HF / "qwen3-next-80b-a3b" / "config.json")
+    assert m.model_type == "qwen3_next" and m.layer_types[:4] == ("linear_attention",) * 3 + ("full_attention",)
+    assert [i for i in range(48) if not m.is_linear_attention(i)] == list(range(3, 48, 4))
+    assert (m.attention_output_gate, m.qk_norm, m.shared_expert_gate, m.rotary_dim) == (True, True, True, 64)
+    assert m.mamba_ssm_dtype == "" and m.first_k_dense_replace == 0
+
+
+def test_qwen3_next_parameters_are_the_published_total(tmp_path):
+    # the 80B-A3B's published parameter count without the MTP module (vLLM skips ``mtp.`` weights)
+    run = load_serve_run(_run(tmp_path, "qwen3-next-80b-a3b"))
+    params = device_params(run)
+    assert sum(t.numel for t in params) == 79_674_391_296
+    by_name = {t.name: t for t in params}
+    # in_proj_qkvz 2·16·128 + 2·32·128 rows, in_proj_ba 2·32, conv over q, k, v (2·2048 + 4096), A_log in fp32
+    assert by_name["layers.0.linear_attn.in_proj_qkvz.weight"].shape == (12_288, 2048)
+    assert by_name["layers.0.linear_attn.in_proj_ba.weight"].shape == (64, 2048)
+    assert by_name["layers.0.linear_attn.conv1d.weight"].shape == (8192, 1, 4)
+    assert by_name["layers.0.linear_attn.A_log"].dtype == "fp32"
+    assert "layers.3.self_attn.g_proj.weight" in by_name and "layers.3.linear_attn.A_log" not in by_name
+    tp4 = {t.name: t for t in device_params(load_serve_run(_run(tmp_path, "qwen3-next-80b-a3b", tp=4)))}
+    assert tp4["layers.0.linear_attn.in_proj_qkvz.weight"].shape == (3072, 2048)
+    assert tp4["layers.0.linear_attn.norm.weight"].shape == (128,)  # RMSNormGated over one head: whole per rank
+
+
+def test_qwen3_next_state_page_and_attention_block_at_tp4(tmp_path):
+    run = load_serve_run(_run(tmp_path, "qwen3-next-80b-a3b", tp=4))
+    m = run.model
+    # conv state 3 × (2·2048 + 4096)/4 bf16 + temporal state 8 heads × 128 × 128 bf16
+    assert state_page_bytes(m, 4, "bf16") == 3 * 2048 * 2 + 8 * 128 * 128 * 2 == 274_432
+    # attention: one KV head of 256 per rank, 1,024 B a token: 16 · cdiv(274,432, 16 · 1,024) = 272 tokens
+    assert state_block_size(m, 4, 16, 1024, "bf16") == 272
+    b = compute_budget(run)
+    assert b.block_size == 272 and b.kv_layers == 12 and b.kv_bytes_per_token == 12 * 1024
+    layout = b.kv_layout
+    assert [g.kind for g in layout.groups] == ["linear_attention"] * 3 + ["full_attention"]
+    assert layout.group_size == 12 and layout.page_bytes == 272 * 1024
+    # a request holds cdiv(len, 272) blocks of the full group and one block in each state group
+    assert layout.max_request_blocks(32_768, 8192) == 121 + 3
+    assert layout.request_blocks(1000, 1000) == 4 + 3
+    # the 16·64-row RoPE cache: rotary_dim is a quarter of the 256-wide head
+    assert rope_cache_bytes(run) == 262_144 * 64 * 2
+
+
+def test_qwen35_27b_block_and_padding_as_its_logs_print(tmp_path):
+    # "Setting attention block size to 784 tokens" and "Padding mamba page size by 0.13%" (calibration log
+    # 1CatAI/1Cat-vLLM#237, a 27B hybrid): fp32 temporal state 48 × 128 × 128, conv 3 × 10,240 bf16; attention
+    # 4 KV heads × 2 × 256 bf16 = 4,096 B a token
+    m = read_hf_config(HF / "qwen3.5-27b" / "config.json", vision=True)
+    assert (m.model_type, m.mamba_ssm_dtype, m.num_hidden_layers, m.rotary_dim) == ("qwen3_5_text", "fp32", 64, 64)
+    page = state_page_bytes(m, 1, "bf16")
+    assert page == 3 * 10_240 * 2 + 48 * 128 * 128 * 4 == 3_207_168
+    assert state_block_size(m, 1, 16, 4096, "bf16") == 784
+    assert round(100 * (784 * 4096 - page) / page, 2) == 0.13
+    assert state_block_size(m, 2, 16, 2048, "bf16") == 784  # tp 2 halves both pages
+    assert state_block_size(m, 1, 16, 2048, "bf16") == 1568  # an fp8 attention cache: the state keeps its dtypes
+
+
+def test_qwen35_27b_groups_match_the_h20_log(tmp_path):
+    # vllm-project/vllm#40691 (0.19.0, calibration): "GPU KV cache size: 290,864 tokens", "Maximum concurrency for
+    # 32,768 tokens per request: 33.04x" — 1,487 blocks over 4 groups (48 linear layers in 3, 16 full in 1)
+    m = read_hf_config(HF / "qwen3.5-27b" / "config.json", vision=True)
+    layout = kv_layout(m, range(64), 784, 784 * 4096)
+    assert [g.kind for g in layout.groups].count("linear_attention") == 3 and layout.group_size == 16
+    need = layout.max_request_blocks(32_768, 16_384)
+    assert need == 42 + 3 and round(1487 / need, 2) == 33.04
+    assert 1487 // len(layout.groups) * 784 == 290_864
+
+
+def test_qwen35_tower_refused_unless_the_language_model_is_served_alone(tmp_path, capsys):
+    assert main(["serve", str(_run(tmp_path, "qwen3.5-27b")), "-o", str(tmp_path / "a")]) == 2
+    assert "limit_mm_per_prompt" in capsys.readouterr().err
+    run = _run(tmp_path, "qwen3.5-27b", extra="limit_mm_per_prompt = 0\n")
+    assert main(["serve", str(run), "-o", str(tmp_path / "b")]) == 0
+    b = compute_budget(load_serve_run(run))
+    assert b.block_size == 784 and b.vision_weights_bytes == 0 and b.kv_pool_bytes > 0
+
+
+def test_gdn_refused_where_not_modelled(tmp_path, capsys):
+    assert main(["serve", str(_run(tmp_path, "qwen3-next-80b-a3b", tp=4, engine="sglang", version="0.5.5")),
+                 "-o", str(tmp_path / "s")]) == 2
+    assert "gated delta-net" in capsys.readouterr().err
+    assert main(["serve", str(_run(tmp_path, "qwen3-next-80b-a3b", tp=4, version="0.10.1.1")),
+                 "-o", str(tmp_path / "v")]) == 2
+    assert "0.10.2" in capsys.readouterr().err
+    train = tmp_path / "train.toml"
+    train.write_text(f'[model]\nhf_config = "{HF / "qwen3-next-80b-a3b" / "config.json"}"\n[parallel]\ntp = 4\n')
+    assert main(["simulate", str(train), "-o", str(tmp_path / "t")]) == 2
+    assert "training with them is not modelled" in capsys.readouterr().err
+
+
+def test_layer_types_and_interval_are_checked():
+    base = json.loads((HF / "qwen3-next-80b-a3b" / "config.json").read_text())
+    with pytest.raises(Exception, match="full_attention_interval"):
+        model_from_hf_dict({**base, "full_attention_interval": 0})
+    with pytest.raises(Exception, match="layer_types"):
+        model_from_hf_dict({**base, "layer_types": ["linear_attention"] * 3})
+    with pytest.raises(Exception, match="mlp_only_layers"):
+        model_from_hf_dict({**base, "mlp_only_layers": [0]})
+    m = model_from_hf_dict({**base, "full_attention_interval": 2, "num_hidden_layers": 4})
+    assert m.layer_types == ("linear_attention", "full_attention") * 2
