@@ -377,7 +377,7 @@ def read_hf_config(path: Path, notes: list[str] | None = None, *, vision: bool =
             raise UserError(f"{path}: {exc}") from None
         if notes is not None:
             notes.append("vision-language checkpoint: its text_config is the language model, its vision tower and "
-                         "projector are served beside it")
+                         "projector are served beside it unless serving.limit_mm_per_prompt = 0")
     check_hf_config(cfg, str(path))
     try:
         return model_from_hf_dict(cfg, name=Path(path).parent.name or Path(path).stem, notes=notes)
