@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from serve_runfiles import hf_run_file
 
 from timeline.cli import main
 from timeline.io.hf_config import read_hf_config
@@ -21,11 +22,8 @@ MNBT = 8192  # max_num_batched_tokens, the default
 
 def _run(tmp_path: Path, folder: str = "deepseek-v3.2-exp", extra: str = "", engine: str = "vllm",
          version: str = "0.19.0"):
-    path = tmp_path / f"{folder}.toml"
-    path.write_text(f'[model]\nhf_config = "{HF / folder / "config.json"}"\n[parallel]\ntp = 8\n[hardware]\n'
-                    f'gpu = "h200"\n[serving]\nengine = "{engine}"\nengine_version = "{version}"\n{extra}'
-                    "[serving.load]\nnum_requests = 1\n")
-    return path
+    return hf_run_file(tmp_path / f"{folder}.toml", folder, tp=8, gpu="h200", engine=engine, version=version,
+                       extra=extra)
 
 
 def test_the_config_reads_its_indexer():

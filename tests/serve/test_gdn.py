@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+from serve_runfiles import hf_run_file
 
 from timeline.cli import main
 from timeline.io.hf_config import model_from_hf_dict, read_hf_config
@@ -25,11 +26,7 @@ HF = Path(__file__).resolve().parents[1] / "data" / "hf"
 
 
 def _run(tmp_path: Path, folder: str, tp: int = 1, extra: str = "", engine: str = "vllm", version: str = "0.19.0"):
-    run = tmp_path / "run.toml"
-    run.write_text(f'[model]\nhf_config = "{HF / folder / "config.json"}"\n[parallel]\ntp = {tp}\n[hardware]\n'
-                   f'gpu = "h100"\n[serving]\nengine = "{engine}"\nengine_version = "{version}"\n{extra}'
-                   "[serving.load]\nnum_requests = 1\n")
-    return run
+    return hf_run_file(tmp_path / "run.toml", folder, tp=tp, gpu="h100", engine=engine, version=version, extra=extra)
 
 
 def test_qwen3_next_reads_its_hybrid_layers():

@@ -46,6 +46,10 @@ ARCHITECTURES: dict[str, str] = {
 #: ``null`` for that: an explicit 0 is a broken config, not a default
 NO_EXPLICIT_ZERO = ("num_key_value_heads", "head_dim")
 
+#: what every gated delta-net family's attention layers have (Qwen3NextAttention; the head and RoPE share)
+_GATED_DELTA_NET: dict[str, Any] = {"qk_norm": True, "attention_output_gate": True, "partial_rotary_factor": 0.25,
+                                    "head_dim": 256}
+
 #: what the modelling code of a family hard-codes
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt2": {"norm": "layernorm", "position_embedding": "learned", "attention_bias": True,
@@ -91,20 +95,17 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     # (``shared_expert_gate``, always built) and renormalised top-k (``norm_topk_prob``, default true). Qwen3.5-MoE
     # builds the sparse block in every layer, so its config has no intermediate_size: the shared expert's width
     # stands in for the unused dense width.
-    "qwen3_next": {"qk_norm": True, "attention_output_gate": True, "shared_expert_gate": True,
-                   "norm_topk_prob": True, "partial_rotary_factor": 0.25, "vocab_size": 151_936,
+    "qwen3_next": {**_GATED_DELTA_NET, "shared_expert_gate": True, "norm_topk_prob": True, "vocab_size": 151_936,
                    "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 48,
-                   "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
-                   "max_position_embeddings": 32_768, "n_routed_experts": 512, "num_experts_per_tok": 10,
-                   "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512},
-    "qwen3_5_text": {"qk_norm": True, "attention_output_gate": True, "partial_rotary_factor": 0.25,
-                     "vocab_size": 248_320, "hidden_size": 4096, "intermediate_size": 12_288,
-                     "num_hidden_layers": 32, "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 256,
+                   "num_attention_heads": 16, "num_key_value_heads": 2, "max_position_embeddings": 32_768,
+                   "n_routed_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+                   "shared_expert_intermediate_size": 512},
+    "qwen3_5_text": {**_GATED_DELTA_NET, "vocab_size": 248_320, "hidden_size": 4096, "intermediate_size": 12_288,
+                     "num_hidden_layers": 32, "num_attention_heads": 16, "num_key_value_heads": 4,
                      "max_position_embeddings": 32_768},
-    "qwen3_5_moe_text": {"qk_norm": True, "attention_output_gate": True, "shared_expert_gate": True,
-                         "norm_topk_prob": True, "partial_rotary_factor": 0.25, "vocab_size": 248_320,
-                         "hidden_size": 2048, "num_hidden_layers": 40, "num_attention_heads": 16,
-                         "num_key_value_heads": 2, "head_dim": 256, "max_position_embeddings": 32_768,
+    "qwen3_5_moe_text": {**_GATED_DELTA_NET, "shared_expert_gate": True, "norm_topk_prob": True,
+                         "vocab_size": 248_320, "hidden_size": 2048, "num_hidden_layers": 40,
+                         "num_attention_heads": 16, "num_key_value_heads": 2, "max_position_embeddings": 32_768,
                          "n_routed_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 512,
                          "shared_expert_intermediate_size": 512, "intermediate_size": 512},
     "qwen3_moe": {"qk_norm": True},
