@@ -116,7 +116,8 @@ def dsa_load_bytes(run: ServeRunSpec) -> int:
 
 def rope_cache_bytes(run: ServeRunSpec) -> int:
     """vLLM ``rotary_embedding`` ``RotaryEmbedding._compute_cos_sin_cache``: one shared
-    ``max_position × rotary_dim`` cos/sin cache (``rotary_dim = head_size · partial_rotary_factor``) in the model dtype (``get_rope`` caches instances by their
+    ``max_position × rotary_dim`` cos/sin cache (``rotary_dim = head_size · partial_rotary_factor``) in the model
+    dtype (``get_rope`` caches instances by their
     parameters; a ``rope_scaling`` lengthens it, ``LinearScalingRotaryEmbedding`` to ``max_position · factor``);
     Gemma-3's local table (another ``rope_theta``, so another instance) adds ``max_position`` rows. Counted in
     ``model_memory_usage`` because it is a buffer of the loaded model."""
