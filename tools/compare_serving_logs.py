@@ -42,6 +42,7 @@ from pathlib import Path
 from timeline.errors import UserError
 from timeline.io.serve_runfile import load_serve_run
 from timeline.serve.budget import Budget, compute_budget, compute_budgets
+from timeline.serve.kv import printed_kv_tokens
 from timeline.serve.non_torch import UNMEASURED, measured_non_torch
 from timeline.spec.hardware import TORCH_TOTAL_GIB
 
@@ -157,8 +158,11 @@ def compare(rec: dict, folder: Path, before: bool) -> Row:
         row.errors["kv"] = rel(pred, m["kv_pool_gib"])
         row.cells["kv"] = f"{pred:.2f} / {m['kv_pool_gib']:.2f} GiB"
     elif "kv_tokens" in m:
-        # vLLM prints the blocks over its KV cache groups (kv_cache_utils.py: num_blocks // len(groups) · block_size)
-        tokens = b.num_kv_blocks // len(b.kv_layout.groups) * b.block_size
+        # as the version prints it (timeline.serve.kv.printed_kv_tokens): the blocks over the KV cache groups, or
+        # from 0.20.1 the maximum concurrency times max_model_len
+        tokens = printed_kv_tokens(b.kv_layout, b.num_kv_blocks, row_run.max_model_len,
+                                   row_run.serving.max_num_batched_tokens, b.engine_version) \
+            if rec["engine"] == "vllm" else b.num_kv_blocks
         row.errors["kv"] = rel(tokens, m["kv_tokens"])
         row.cells["kv"] = f"{tokens:,} / {m['kv_tokens']:,} tok"
     if m.get("non_torch_gib") is not None and rec["engine"] == "vllm":

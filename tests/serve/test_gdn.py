@@ -20,7 +20,8 @@ from timeline.io.hf_config import model_from_hf_dict, read_hf_config
 from timeline.io.serve_runfile import load_serve_run
 from timeline.serve.budget import compute_budget, rope_cache_bytes
 from timeline.serve.graph_view import device_params
-from timeline.serve.kv import kv_layout, state_block_size, state_page_bytes
+from timeline.serve.kv import kv_layout, printed_kv_tokens, state_block_size, state_page_bytes
+from timeline.spec.engine_versions import vllm_kv_tokens_from_concurrency
 
 HF = Path(__file__).resolve().parents[1] / "data" / "hf"
 
@@ -130,3 +131,30 @@ def test_layer_types_and_interval_are_checked():
         model_from_hf_dict({**base, "mlp_only_layers": [0]})
     m = model_from_hf_dict({**base, "full_attention_interval": 2, "num_hidden_layers": 4})
     assert m.layer_types == ("linear_attention", "full_attention") * 2
+
+
+def test_printed_tokens_by_version_and_the_align_mode():
+    # club-3090 issue 612 (calibration; vLLM 0.24.0, Qwen3.6-35B-A3B, fp8 cache, prefix caching on, max_model_len
+    # 131,072): "GPU KV cache size: 567,978 tokens", "Maximum concurrency ... 4.33x". Qwen3.5-MoE's shapes (the
+    # config class's defaults) with its fp32 state: 3 × 8,192 bf16 conv + 32 × 128 × 128 fp32 = 2,146,304 B, one fp8
+    # KV head pair of 256 = 1,024 B a token → 16 · cdiv(2,146,304, 16,384) = 2,096-token blocks; 30 linear layers in
+    # 3 groups, 10 full in 1; "align" holds 2 blocks per state group: cdiv(131,072, 2,096) + 3 · 2 = 69 a request;
+    # 299 blocks print int(299 / 69 · 131,072)
+    m = model_from_hf_dict({"model_type": "qwen3_5_moe_text", "mamba_ssm_dtype": "float32"})
+    assert state_page_bytes(m, 1, "bf16") == 2_146_304 and state_block_size(m, 1, 16, 1024, "bf16") == 2096
+    layout = kv_layout(m, range(40), 2096, 2096 * 1024, state_blocks=2)
+    assert layout.group_size == 10 and layout.max_request_blocks(131_072, 8192) == 63 + 6
+    assert printed_kv_tokens(layout, 299, 131_072, 8192, "0.24.0") == 567_978
+    assert round(299 / 69, 2) == 4.33
+    # up to 0.20.0 (and a pre-release of 0.20.1) the blocks over the groups
+    assert printed_kv_tokens(layout, 299, 131_072, 8192, "0.20.1rc1.dev16") == 299 // 4 * 2096
+    assert printed_kv_tokens(layout, 299, 131_072, 8192, "0.20.2rc1.dev129") == 567_978
+    assert not vllm_kv_tokens_from_concurrency("0.20.0") and vllm_kv_tokens_from_concurrency("0.20.1")
+
+
+def test_prefix_caching_is_off_by_default_for_hybrids(tmp_path):
+    run = load_serve_run(_run(tmp_path, "qwen3-next-80b-a3b", tp=4))
+    assert not run.serving.enable_prefix_caching and compute_budget(run).kv_layout.state_blocks == 1
+    on = load_serve_run(_run(tmp_path, "qwen3-next-80b-a3b", tp=4, extra="enable_prefix_caching = true\n"))
+    assert compute_budget(on).kv_layout.state_blocks == 2
+    assert compute_budget(on).kv_layout.max_request_blocks(32_768, 8192) == 121 + 3 * 2

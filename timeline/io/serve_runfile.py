@@ -196,6 +196,10 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     vision = _checkpoint_vision(cfg) if model is not None else None
     if model is not None and hardware is not None:
         _version_defaults(sv_values, model.max_position_embeddings, hardware.capacity_gib, str(gpu))
+        if model.has_linear_attention:
+            # vLLM turns prefix caching off by default for hybrid models (config/model.py
+            # ModelConfig.is_prefix_caching_supported: attn_type "hybrid"); asked for, it runs the states "align"
+            sv_values.setdefault("enable_prefix_caching", False)
         _sglang_defaults(sv_values, str(gpu), par_values.get("tp", 1), par_values.get("pp", 1))
     serving = build_section(ServingSpec, "serving", sv_values, problems)
     load = None

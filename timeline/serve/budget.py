@@ -260,8 +260,11 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
         bs = state_block_size(m, run.parallel.tp, bs, per_layer, sv.dtype)
         layers = sum(not m.is_linear_attention(i) for i in (range(m.num_hidden_layers) if run.parallel.pp == 1
                                                                else held))
+    # gated delta-net states under prefix caching: vLLM's mamba_cache_mode "align", two blocks a request
+    # (model_executor/models/config.py MambaModelConfig: "all" is refused by Qwen3-Next and not offered by Qwen3.5)
+    state_blocks = 2 if m.has_linear_attention and sv.enable_prefix_caching else 1
     layout = kv_layout(m, range(kv_layers(m)), bs, bs * per_layer, hybrid_manager=sv.engine == "vllm"
-                       and vllm_hybrid_kv_manager(sv.engine_version))
+                       and vllm_hybrid_kv_manager(sv.engine_version), state_blocks=state_blocks)
     if run.parallel.pp > 1:
         layout = layout.project(set(held))
     per_token = per_layer * layers  # over the layers this device holds

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from timeline.spec.engine_versions import vllm_kv_tokens_from_concurrency
 from timeline.spec.model import ModelSpec
 
 #: vLLM ``MLAAttentionSpec.real_page_size_bytes``: ``block_size * 656`` for ``fp8_ds_mla``
@@ -125,6 +126,7 @@ class KVLayout:
     group_size: int  # layers per group = KV tensors on the device (each shared by one layer per group)
     page_bytes: int  # one layer's block: block_size · bytes per token per layer
     block_size: int
+    state_blocks: int = 1  # blocks a recurrent-state group holds per request (mamba_cache_mode "none" 1, "align" 2)
 
     @property
     def hybrid(self) -> bool:
@@ -137,8 +139,9 @@ class KVLayout:
 
     @property
     def state_groups(self) -> int:
-        """Groups of recurrent layers (gated delta-net): vLLM's ``MambaSpec`` holds one block per request
-        (``mamba_cache_mode`` "none": ``max_memory_usage_bytes`` = one page), whatever its length."""
+        """Groups of recurrent layers (gated delta-net): vLLM's ``MambaSpec`` holds ``state_blocks`` blocks per
+        request whatever its length (``max_memory_usage_bytes``: one page under ``mamba_cache_mode`` "none", two
+        under "align", the mode prefix caching turns on)."""
         return sum(g.kind == "linear_attention" for g in self.groups)
 
     @property
@@ -151,12 +154,12 @@ class KVLayout:
         tokens computed (sliding groups have freed what left the window)."""
         blocks = -(-tokens // self.block_size)
         skipped = sum(max(0, computed - w + 1) // self.block_size for w in self.sliding_windows)
-        return (len(self.groups) - self.state_groups) * blocks - skipped + self.state_groups
+        return (len(self.groups) - self.state_groups) * blocks - skipped + self.state_groups * self.state_blocks
 
     def max_request_blocks(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """vLLM's bound on one request's blocks at ``max_model_len`` (summed ``max_memory_usage_bytes``)."""
         bs = self.block_size
-        full = self.full_groups * -(-max_model_len // bs) + self.state_groups
+        full = self.full_groups * -(-max_model_len // bs) + self.state_groups * self.state_blocks
         return full + sum(-(-min(w - 1 + max_num_batched_tokens, max_model_len) // bs) + 1
                           for w in self.sliding_windows)
 
@@ -179,7 +182,7 @@ class KVLayout:
         groups = tuple(KVGroup(g.kind, tuple(x for x in g.layers if x in held), g.sliding_window)
                        for g in self.groups)
         return KVLayout(groups=groups, group_size=max(len(g.layers) for g in groups), page_bytes=self.page_bytes,
-                        block_size=self.block_size)
+                        block_size=self.block_size, state_blocks=self.state_blocks)
 
     def tensor_names(self) -> list[str]:
         """One name per KV tensor: the layers sharing it (``KVCacheTensor.shared_by``)."""
@@ -188,7 +191,7 @@ class KVLayout:
 
 
 def kv_layout(model: ModelSpec, layers: Sequence[int], block_size: int, page_bytes: int,
-              hybrid_manager: bool = True) -> KVLayout:
+              hybrid_manager: bool = True, state_blocks: int = 1) -> KVLayout:
     """vLLM ``get_kv_cache_groups`` over the decoder ``layers`` a device holds (all of them at pp = 1).
     Without the hybrid manager (MLA models and non-sliding ones are uniform anyway) every layer is one
     full-attention group (``unify_hybrid_kv_cache_specs``); gated delta-net layers are ``MambaSpec`` layers, a
@@ -203,14 +206,15 @@ def kv_layout(model: ModelSpec, layers: Sequence[int], block_size: int, page_byt
     if len(by_kind) <= 1:
         (kind, window), members = next(iter(by_kind.items())) if by_kind else (("full_attention", 0), [])
         return KVLayout(groups=(KVGroup(kind, tuple(members), window),), group_size=len(members),
-                        page_bytes=page_bytes, block_size=block_size)
+                        page_bytes=page_bytes, block_size=block_size, state_blocks=state_blocks)
     counts = [len(v) for v in by_kind.values()]
     size = max(counts) if max(counts) < min(counts) * 1.5 else min(counts)
     groups: list[KVGroup] = []
     for (kind, window), members in by_kind.items():
         n = -(-len(members) // size)
         groups.extend(KVGroup(kind, tuple(members[i::n]), window) for i in range(n))
-    return KVLayout(groups=tuple(groups), group_size=size, page_bytes=page_bytes, block_size=block_size)
+    return KVLayout(groups=tuple(groups), group_size=size, page_bytes=page_bytes, block_size=block_size,
+                    state_blocks=state_blocks)
 
 
 # --- Gated delta-net layers: a recurrent state per request (vLLM's MambaSpec) -----------------------------------
@@ -243,6 +247,15 @@ def state_page_bytes(model: ModelSpec, tp: int, model_dtype: str) -> int:
     temporal = (model.linear_num_value_heads // tp) * model.linear_value_head_dim * model.linear_key_head_dim \
         * _BYTES[state_dtype]
     return conv + temporal
+
+
+def printed_kv_tokens(layout: KVLayout, num_blocks: int, max_model_len: int, max_num_batched_tokens: int,
+                      version: str) -> int:
+    """The tokens vLLM ``version`` prints as "GPU KV cache size" for ``num_blocks`` blocks
+    (:func:`~timeline.spec.engine_versions.vllm_kv_tokens_from_concurrency`)."""
+    if vllm_kv_tokens_from_concurrency(version):
+        return int(num_blocks / layout.max_request_blocks(max_model_len, max_num_batched_tokens) * max_model_len)
+    return num_blocks // len(layout.groups) * layout.block_size
 
 
 def state_block_size(model: ModelSpec, tp: int, block_size: int, per_token_layer: int, model_dtype: str) -> int:

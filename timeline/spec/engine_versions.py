@@ -231,6 +231,29 @@ def vllm_encoder_budget_rule(version: str) -> tuple[str, str]:
 #: the first vLLM whose V1 engine keeps sliding-window layers in KV cache groups of their own
 VLLM_HYBRID_KV_MANAGER = (0, 9, 1)
 
+#: the first vLLM that prints its KV cache size as the maximum concurrency times max_model_len
+VLLM_KV_TOKENS_FROM_CONCURRENCY = (0, 20, 1)
+_PRE_RELEASE_RE = re.compile(r"^\d+\.\d+(?:\.\d+)?(?:rc|a|b|\.dev)\d")
+
+
+def release_at_least(version: str, first: tuple[int, int, int]) -> bool:
+    """Whether ``version`` is ``first`` or later, a pre-release of ``first`` (``0.20.1rc1.dev16``) counting as before
+    it: a build off the main branch between two releases carries the later release's number."""
+    v = parse_version(version)
+    if v is None:
+        return False
+    return v > first or (v == first and not _PRE_RELEASE_RE.match(version))
+
+
+def vllm_kv_tokens_from_concurrency(version: str) -> bool:
+    """How vLLM ``version`` prints "GPU KV cache size: N tokens" (``vllm/v1/core/kv_cache_utils.py``
+    ``_report_kv_cache_config``): up to 0.20.0 ``num_blocks // len(kv_cache_groups) · min_block_size`` (read at
+    0.19.0, 0.19.1, 0.20.0); from 0.20.1 ``int(max_concurrency · max_model_len)`` with ``max_concurrency =
+    num_blocks / blocks_per_request`` (``get_max_concurrency_for_kv_cache_config``; read at 0.20.1, 0.20.2), which
+    counts a sliding window's or a recurrent state's few blocks per request instead of a whole context's. The
+    default (no version) is the older rule, this project's default rule set."""
+    return bool(version) and release_at_least(version, VLLM_KV_TOKENS_FROM_CONCURRENCY)
+
 
 def vllm_hybrid_kv_manager(version: str) -> bool:
     """Whether vLLM ``version`` runs the hybrid KV cache manager (sliding-window layers in groups of their own, each
