@@ -158,3 +158,44 @@ def test_prefix_caching_is_off_by_default_for_hybrids(tmp_path):
     on = load_serve_run(_run(tmp_path, "qwen3-next-80b-a3b", tp=4, extra="enable_prefix_caching = true\n"))
     assert compute_budget(on).kv_layout.state_blocks == 2
     assert compute_budget(on).kv_layout.max_request_blocks(32_768, 8192) == 121 + 3 * 2
+
+
+def test_mtp_drafts_join_the_groups_and_the_states(tmp_path):
+    # club-3090 issues 294 and 295 (calibration; Qwen3.6-27B — Qwen3.5-27B's shapes — tp 2, fp8_e5m2 cache, prefix
+    # caching on, MTP with 3 drafted tokens, max_model_len 262,144): "GPU KV cache size: 622,408 tokens" and
+    # "620,944 tokens" (2.37x). Conv state (3 + 3) × 5,120 fp16 + fp32 state 24 × 128 × 128 = 1,634,304 B; one fp8 KV
+    # head pair of 256 = 1,024 B a token → 1,600-token blocks. 16 full layers + the MTP layer = 17 against 48
+    # linear ones: groups of 17 (vLLM: "Add 3 padding layers"), 3 state groups holding 2 + 3 blocks a request each:
+    # cdiv(262,144, 1,600) + 15 = 179 blocks a request; 425 and 424 blocks print those two counts
+    extra = ('limit_mm_per_prompt = 0\nkv_cache_dtype = "fp8_e5m2"\ndtype = "fp16"\nenable_prefix_caching = true\n'
+             'max_model_len = 262144\nmax_num_seqs = 2\nspeculative_method = "mtp"\nnum_speculative_tokens = 3\n')
+    run = load_serve_run(_run(tmp_path, "qwen3.5-27b", tp=2, extra=extra, version="0.24.0"))
+    b = compute_budget(run)
+    assert state_page_bytes(run.model, 2, "fp16", 3) == 6 * 5120 * 2 + 24 * 128 * 128 * 4 == 1_634_304
+    assert b.block_size == 1600 and b.kv_layers == 17
+    layout = b.kv_layout
+    assert layout.group_size == 17 and [g.kind for g in layout.groups].count("linear_attention") == 3
+    assert [len(g.layers) for g in layout.groups] == [16, 16, 16, 17]  # each state group padded by one: 3 in all
+    assert layout.max_request_blocks(262_144, 8192) == 164 + 3 * (2 + 3) == 179
+    assert [printed_kv_tokens(layout, n, 262_144, 8192, "0.24.0") for n in (425, 424)] == [622_408, 620_944]
+    # the drafter's own weights: fc (2·5,120 → 5,120, split by tp), three norms, one full-attention layer with its
+    # dense MLP; the embedding and LM head are the target's
+    plain = load_serve_run(_run(tmp_path, "qwen3.5-27b", tp=2, extra="limit_mm_per_prompt = 0\n"))
+    added = sum(t.numel for t in device_params(run)) - sum(t.numel for t in device_params(plain))
+    h, hd = 5120, 256
+    attn = h * (24 * 2 * hd) // 2 + 2 * h * (4 * hd) // 2 + (24 * hd) // 2 * h + 2 * hd  # q+gate, k, v, o, q/k norms
+    assert added == h * 2 * h // 2 + 3 * h + attn + 3 * h * 17_408 // 2 + 2 * h
+
+
+def test_mtp_refused_where_not_modelled(tmp_path, capsys):
+    bad = 'speculative_method = "mtp"\nnum_speculative_tokens = 0\n'
+    assert main(["serve", str(_run(tmp_path, "qwen3-next-80b-a3b", tp=4, extra=bad)), "-o", str(tmp_path / "a")]) == 2
+    assert "num_speculative_tokens" in capsys.readouterr().err
+    assert main(["serve", str(_run(tmp_path, "qwen3-next-80b-a3b", tp=4, extra="num_speculative_tokens = 2\n")),
+                 "-o", str(tmp_path / "b")]) == 2
+    assert "speculative_method" in capsys.readouterr().err
+    run = tmp_path / "llama.toml"
+    run.write_text('[model]\npreset = "llama3-8b"\n[serving]\nengine = "vllm"\nspeculative_method = "mtp"\n'
+                   "num_speculative_tokens = 1\n[serving.load]\nnum_requests = 1\n")
+    assert main(["serve", str(run), "-o", str(tmp_path / "c")]) == 2
+    assert "gated delta-net hybrids" in capsys.readouterr().err

@@ -40,6 +40,7 @@ from timeline.serve import dsa
 from timeline.serve.dp import profile_moe_tokens, rank_run
 from timeline.serve.graph_view import (
     device_params,
+    draft_layers,
     moe_rank_width,
     padded_vocab,
     pp_layers,
@@ -256,14 +257,16 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
     bs = sv.block_size if sv.engine != "sglang" else 1
     if m.index_n_heads and sv.engine == "vllm":  # FlashMLA sparse runs 64-token blocks (timeline.serve.dsa)
         bs = dsa.block_size(run)
+    spec = sv.num_speculative_tokens if sv.speculative_method else 0
+    drafts = draft_layers(run)  # the MTP drafter's attention layers, after the target's (pp = 1)
     if m.has_linear_attention:  # the attention page holds a gated delta-net layer's state (timeline.serve.kv)
-        bs = state_block_size(m, run.parallel.tp, bs, per_layer, sv.dtype)
-        layers = sum(not m.is_linear_attention(i) for i in (range(m.num_hidden_layers) if run.parallel.pp == 1
-                                                               else held))
+        bs = state_block_size(m, run.parallel.tp, bs, per_layer, sv.dtype, spec)
+        layers = drafts + sum(not m.is_linear_attention(i) for i in (range(m.num_hidden_layers)
+                                                                       if run.parallel.pp == 1 else held))
     # gated delta-net states under prefix caching: vLLM's mamba_cache_mode "align", two blocks a request
     # (model_executor/models/config.py MambaModelConfig: "all" is refused by Qwen3-Next and not offered by Qwen3.5)
-    state_blocks = 2 if m.has_linear_attention and sv.enable_prefix_caching else 1
-    layout = kv_layout(m, range(kv_layers(m)), bs, bs * per_layer, hybrid_manager=sv.engine == "vllm"
+    state_blocks = (2 if m.has_linear_attention and sv.enable_prefix_caching else 1) + spec
+    layout = kv_layout(m, range(kv_layers(m) + drafts), bs, bs * per_layer, hybrid_manager=sv.engine == "vllm"
                        and vllm_hybrid_kv_manager(sv.engine_version), state_blocks=state_blocks)
     if run.parallel.pp > 1:
         layout = layout.project(set(held))

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from timeline.graph.analytic import forward_ops
-from timeline.graph.build import chunk_layers, chunk_nodes
+from timeline.graph.build import chunk_layers, chunk_nodes, decoder_layer
 from timeline.graph.context import BuildCtx
 from timeline.graph.ir import FOp
 from timeline.graph.tensors import TensorDef, param
@@ -88,8 +88,37 @@ def _params(run: ServeRunSpec, stage: int, tp: int = 0) -> list[TensorDef]:
     # Hugging Face keeps the vocabulary as the config gives it
     ctx = build_ctx(g.model, g.parallel, g.training.dtype, 1 if run.serving.engine == "hf" else VOCAB_PADDING)
     nodes = chunk_nodes(ctx, chunk_layers(g.parallel, g.model.num_hidden_layers), stage)
-    # vLLM loads no MTP module for plain decoding (it is a separate draft model)
-    return [t for n in nodes if not n.name.startswith("mtp") for t in n.params] + indexer_params(run, stage)
+    # vLLM loads no MTP module for plain decoding (it is a separate draft model: draft_params)
+    return [t for n in nodes if not n.name.startswith("mtp") for t in n.params] + indexer_params(run, stage) \
+        + draft_params(run, ctx)
+
+
+def draft_layers(run: ServeRunSpec) -> int:
+    """Decoder layers of the MTP drafter (``speculative_method = "mtp"``): the config's MTP layers, one where it
+    names none (vLLM 0.19.0 ``models/qwen3_next_mtp.py``: ``getattr(config, "num_nextn_predict_layers", 1)``)."""
+    return (run.model.mtp_layers or 1) if run.serving.speculative_method == "mtp" else 0
+
+
+def draft_params(run: ServeRunSpec, ctx: BuildCtx) -> list[TensorDef]:
+    """The MTP drafter's own weights (vLLM 0.19.0 ``models/qwen3_next_mtp.py`` ``Qwen3NextMultiTokenPredictor``,
+    which ``qwen3_5_mtp.py`` follows): ``fc`` (a ``ColumnParallelLinear`` of 2·hidden → hidden, its output split by
+    tp), ``pre_fc_norm_hidden``, ``pre_fc_norm_embedding`` and ``norm`` of ``hidden`` each, and full-attention decoder
+    layers numbered after the target's. Its embedding and LM head are the target's (``v1/spec_decode/eagle.py``
+    ``_maybe_share_embeddings`` / ``_maybe_share_lm_head``: an MTP model shares both at pp = 1, its own copies
+    deleted)."""
+    n = draft_layers(run)
+    if not n:
+        return []
+    m, dt = run.model, run.serving.dtype
+    h = m.hidden_size
+    out = [param("mtp.fc.weight", (h, 2 * h), module="mtp.fc", dtype=dt, split=ctx.tp)]
+    out += [param(f"mtp.{name}.weight", (h,), module=f"mtp.{name}", dtype=dt)
+            for name in ("pre_fc_norm_hidden", "pre_fc_norm_embedding", "norm")]
+    for k in range(n):
+        layer = m.num_hidden_layers + k
+        out += [t for node in decoder_layer(ctx, layer, f"mtp.layers.{k}", moe=m.is_moe_layer(layer))
+                for t in node.params]
+    return out
 
 
 def indexer_params(run: ServeRunSpec, stage: int) -> list[TensorDef]:

@@ -230,19 +230,23 @@ def kv_layout(model: ModelSpec, layers: Sequence[int], block_size: int, page_byt
 # prefix caching (a hybrid model's default: ``ModelConfig.is_prefix_caching_supported`` is false for
 # ``attn_type == "hybrid"``) the attention block is the least multiple of 16 tokens whose page holds the state,
 # ``16 · cdiv(state_page, 16 · attention_page_of_one_token)``, raised over a smaller ``block_size`` (even one the
-# user set), and the state page padded to that attention page.
+# user set), and the state page padded to that attention page. Speculative decoding (``num_spec`` drafted tokens:
+# ``gated_delta_net_state_shape``'s ``num_spec``, ``MambaSpec.num_speculative_blocks``) adds ``num_spec`` conv rows
+# and ``num_spec`` blocks a request to every state group; the MTP drafter's full-attention layers join the
+# attention layers' groups (``kv_cache_utils.py`` "Add N padding layers" when the groups come out uneven).
 
 #: ``kernel_block_alignment_size`` for non-MLA attention in ``HybridAttentionMambaModelConfig``
 STATE_BLOCK_ALIGNMENT = 16
 
 
-def state_page_bytes(model: ModelSpec, tp: int, model_dtype: str) -> int:
-    """One gated delta-net layer's recurrent state per request on one tensor-parallel rank, unpadded."""
+def state_page_bytes(model: ModelSpec, tp: int, model_dtype: str, num_spec: int = 0) -> int:
+    """One gated delta-net layer's recurrent state per request on one tensor-parallel rank, unpadded; speculative
+    decoding's ``num_spec`` drafted tokens add as many conv-state rows."""
     if not model.has_linear_attention:
         return 0
     kd = model.linear_num_key_heads * model.linear_key_head_dim
     conv_dim = 2 * kd + model.linear_num_value_heads * model.linear_value_head_dim
-    conv = (model.linear_conv_kernel_dim - 1) * (conv_dim // tp) * _BYTES[model_dtype]
+    conv = (model.linear_conv_kernel_dim - 1 + num_spec) * (conv_dim // tp) * _BYTES[model_dtype]
     state_dtype = model.mamba_ssm_dtype or model_dtype
     temporal = (model.linear_num_value_heads // tp) * model.linear_value_head_dim * model.linear_key_head_dim \
         * _BYTES[state_dtype]
@@ -258,9 +262,10 @@ def printed_kv_tokens(layout: KVLayout, num_blocks: int, max_model_len: int, max
     return num_blocks // len(layout.groups) * layout.block_size
 
 
-def state_block_size(model: ModelSpec, tp: int, block_size: int, per_token_layer: int, model_dtype: str) -> int:
+def state_block_size(model: ModelSpec, tp: int, block_size: int, per_token_layer: int, model_dtype: str,
+                     num_spec: int = 0) -> int:
     """The attention block size a hybrid model runs: ``block_size`` raised to hold one state page."""
-    page = state_page_bytes(model, tp, model_dtype)
+    page = state_page_bytes(model, tp, model_dtype, num_spec)
     if not page:
         return block_size
     a = STATE_BLOCK_ALIGNMENT

@@ -355,6 +355,7 @@ ALIASES: dict[str, str] = {
     "num_local_experts": "n_routed_experts",
     "num_experts": "n_routed_experts",
     "num_nextn_predict_layers": "mtp_layers",
+    "mtp_num_hidden_layers": "mtp_layers",
     "decoder_sparse_step": "moe_layer_freq",
     "activation_function": "hidden_act",
     "hidden_activation": "hidden_act",

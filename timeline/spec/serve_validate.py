@@ -130,6 +130,20 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
             add(("serving.enable_prefix_caching", "prefix sharing with gated delta-net layers (vLLM's "
                  'mamba_cache_mode "align") is not modelled; set enable_prefix_caching = false or leave prefix_id '
                  "empty in the trace"))
+    if sv.speculative_method == "mtp":
+        if not m.has_linear_attention or sv.engine != "vllm":
+            add(("serving.speculative_method", "MTP speculative decoding is modelled for gated delta-net hybrids on "
+                 "vLLM (Qwen3-Next, Qwen3.5: their draft layers in the hybrid KV cache and the states' draft rows); "
+                 'set speculative_method = ""'))
+        if par.pp > 1:
+            add(("serving.speculative_method", "the MTP drafter shares the target's embedding and LM head only at "
+                 "pp = 1 (vLLM eagle.py _maybe_share_embeddings); set pp = 1"))
+        if sv.num_speculative_tokens < 1:
+            add(("serving.num_speculative_tokens", "MTP drafts at least one token a step; give "
+                 "num_speculative_tokens ≥ 1"))
+    elif sv.num_speculative_tokens:
+        add(("serving.num_speculative_tokens", 'tokens drafted without a speculative_method; set speculative_method '
+             '= "mtp" or num_speculative_tokens = 0'))
     sliding = any(m.is_sliding(i) for i in range(m.num_hidden_layers))
     if sliding and sv.engine in ("sglang", "hf"):
         what = "SGLang's SWA pool" if sv.engine == "sglang" else "Hugging Face's sliding-window cache layers"

@@ -57,6 +57,11 @@ class ServingSpec:
     limit_mm_per_prompt: int = spec_field(999, nonneg=True, maximum=2**20, doc=(
         "images a prompt may carry (vLLM --limit-mm-per-prompt '{\"image\": N}', default 999); 0 serves a "
         "vision-language checkpoint's language model only: its vision tower is neither built nor profiled"))
+    speculative_method: str = spec_field("", choices=("", "mtp"), doc=(
+        "speculative decoding (vLLM --speculative-config method): mtp drafts with the checkpoint's multi-token "
+        "prediction layers (modelled for gated delta-net hybrids: Qwen3-Next, Qwen3.5); empty = none"))
+    num_speculative_tokens: int = spec_field(0, nonneg=True, maximum=64, doc=(
+        "tokens drafted per step (--speculative-config num_speculative_tokens)"))
     non_torch_gib: float | None = spec_field(None, nonneg=True, maximum=2.0**20,
                                              doc="CUDA context, NCCL and cuBLAS outside PyTorch's allocator "
                                              "(default: the published measurement, timeline.serve.non_torch)")
