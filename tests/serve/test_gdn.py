@@ -199,3 +199,20 @@ def test_mtp_refused_where_not_modelled(tmp_path, capsys):
                    "num_speculative_tokens = 1\n[serving.load]\nnum_requests = 1\n")
     assert main(["serve", str(run), "-o", str(tmp_path / "c")]) == 2
     assert "gated delta-net hybrids" in capsys.readouterr().err
+
+
+def test_qwen3_next_fp8_cache_with_two_drafted_tokens_as_a_2025_log_prints():
+    # vllm-project/vllm#25760 (calibration; Qwen3-Next-80B-A3B-Thinking-FP8, tp 4, qwen3_next_mtp, a September 2025
+    # vLLM: the old report): "Available KV cache memory: 1.53 GiB", "Add 3 padding layers", "GPU KV cache size: 61,600
+    # tokens". The thread's text gives neither the cache dtype nor the drafted tokens; of bf16 or fp8 caches and groups
+    # of 12 or 13, only an fp8 cache (512 B a token at tp 4) with the MTP layer's group of 13 prints 61,600 for any
+    # block size, and the state rule gives 560-token blocks for 2 or 3 drafted tokens: conv (3 + 2) × 2,048 bf16 + 8 ×
+    # 128 × 128 bf16 = 282,624 B → 16 · cdiv(282,624, 8,192) = 560; 12 full layers + the MTP layer against 36 linear
+    # ones: groups of 13 (3 padding layers); 1.53 GiB // (560 · 512) // 13 = 440 blocks → 440 // 4 · 560
+    m = read_hf_config(HF / "qwen3-next-80b-a3b" / "config.json")
+    assert state_page_bytes(m, 4, "bf16", 2) == 282_624 and state_block_size(m, 4, 16, 512, "bf16", 2) == 560
+    assert state_block_size(m, 4, 16, 512, "bf16", 3) == 560 and state_block_size(m, 4, 16, 512, "bf16", 1) == 544
+    layout = kv_layout(m, range(49), 560, 560 * 512, state_blocks=3)
+    assert layout.group_size == 13 and sum(13 - len(g.layers) for g in layout.groups) == 3
+    blocks = int(1.53 * 2**30) // layout.page_bytes // layout.group_size
+    assert blocks == 440 and printed_kv_tokens(layout, blocks, 10_000, 8192, "0.11.0") == 61_600
