@@ -41,9 +41,10 @@ from pathlib import Path
 
 from timeline.errors import UserError
 from timeline.io.serve_runfile import load_serve_run
-from timeline.serve.budget import Budget, compute_budget, compute_budgets
+from timeline.serve.budget import Budget, captures_graphs, compute_budget, compute_budgets
 from timeline.serve.kv import printed_kv_tokens
 from timeline.serve.non_torch import UNMEASURED, measured_non_torch
+from timeline.spec.engine_versions import vllm_subtracts_cudagraph_estimate
 from timeline.spec.hardware import TORCH_TOTAL_GIB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,6 +95,9 @@ def run_text(rec: dict, before: bool) -> str:
     nt = rec["measured"].get("non_torch_gib")
     if nt is not None and before:  # round 1 took the printed non-torch memory as an input
         sv.append(f"non_torch_gib = {nt}")
+    cg = rec["measured"].get("cuda_graph_estimate_gib")
+    if cg is not None and not before:  # vLLM 0.20+'s own CUDA-graph estimate, printed, subtracted: a measured input
+        sv.append(f"cuda_graph_estimate_gib = {cg}")
     if rec.get("dtype") in ("bf16", "fp16", "fp32"):
         sv.append(f'dtype = "{rec["dtype"]}"')
     if before and rec.get("quantization") in HAND_FORMAT:
@@ -174,6 +178,10 @@ def compare(rec: dict, folder: Path, before: bool) -> Row:
         row.cells["start"] = ("ok" if ours == m["starts"] else "DIFFERS") + f" ({'starts' if ours else 'refuses'})"
     if rec["engine"] == "vllm" and UNMEASURED in measured_non_torch(row_run)[1]:
         row.cells["note"] = "nt?"
+    sv = row_run.serving
+    if rec["engine"] == "vllm" and sv.cuda_graph_estimate_gib is None and captures_graphs(row_run) \
+            and vllm_subtracts_cudagraph_estimate(sv.engine_version):
+        row.cells["note"] = " ".join(filter(None, (row.cells.get("note", ""), "cg?")))
     return row
 
 

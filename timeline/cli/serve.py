@@ -110,7 +110,9 @@ def print_summary(res: ServeResult) -> None:
               + f", non-torch {gib(b.non_torch_bytes)}, "
               f"activation peak {gib(b.activation_peak_bytes)}, KV pool {gib(b.kv_pool_bytes)} "
               f"({b.num_kv_blocks:,} blocks of {b.block_size} tokens × {b.kv_bytes_per_token:,} B/token); "
-              f"CUDA-graph pool {gib(b.cuda_graph_bytes)} (not subtracted by the engine)")
+              + (f"CUDA-graph pool {gib(b.cuda_graph_bytes)}; the engine's CUDA-graph estimate "
+                 f"{gib(b.cuda_graph_estimate_bytes)} subtracted" if b.cuda_graph_subtracted else
+                 f"CUDA-graph pool {gib(b.cuda_graph_bytes)} (not subtracted by the engine)"))
     if "data_parallel" in s:
         _print_ranks(s)
     for row in s["devices"] if len(s["devices"]) > 1 and "data_parallel" not in s else []:

@@ -19,7 +19,12 @@ from timeline.io.hf_quant import read_quantization
 from timeline.io.hf_vision import is_vision_language, split_vision
 from timeline.io.requests_csv import read_requests
 from timeline.io.runfile import NAME_RE, _resolve_model, default_name, parse_override, read_toml
-from timeline.spec.engine_versions import sglang_mem_fraction_static, version_problem, vllm_scheduler_defaults
+from timeline.spec.engine_versions import (
+    sglang_mem_fraction_static,
+    version_problem,
+    vllm_scheduler_defaults,
+    vllm_subtracts_cudagraph_estimate,
+)
 from timeline.spec.fields import build_section
 from timeline.spec.hardware import GPUS, NVIDIA_SMI_TOTAL_MIB, TORCH_TOTAL_GIB
 from timeline.spec.quant import CheckpointQuant
@@ -202,6 +207,13 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
             sv_values.setdefault("enable_prefix_caching", False)
         _sglang_defaults(sv_values, str(gpu), par_values.get("tp", 1), par_values.get("pp", 1))
     serving = build_section(ServingSpec, "serving", sv_values, problems)
+    if serving is not None and serving.engine == "vllm" and serving.cuda_graph_estimate_gib is None \
+            and vllm_subtracts_cudagraph_estimate(serving.engine_version) and not serving.enforce_eager \
+            and serving.cudagraph_mode != "none":
+        notes.append(f"vLLM {serving.engine_version} subtracts its CUDA-graph memory estimate from the KV budget "
+                     "(the default from 0.20.0; its log prints 'Estimated CUDA graph memory: X GiB total'), which is "
+                     "not modelled: the KV pool here is larger by that much; give serving.cuda_graph_estimate_gib = X "
+                     "(0 for VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0)")
     load = None
     if load_values is not None:
         if not isinstance(load_values, dict):

@@ -72,6 +72,7 @@ from timeline.spec.engine_versions import (
     vllm_hybrid_kv_manager,
     vllm_reserved_profile,
     vllm_sorts_in_model_dtype,
+    vllm_subtracts_cudagraph_estimate,
     vllm_triton_profile,
 )
 from timeline.spec.serving import ENGINE_VERSIONS, ServeRunSpec
@@ -102,9 +103,25 @@ class Budget:
     failure: str  # "" or the engine's refusal ("no memory for cache blocks")
     worker_kv_blocks: int = 0  # this worker's own block count, before the minimum over workers
     vision_weights_bytes: int = 0  # of weights_bytes: a vision-language checkpoint's tower and projector
+    cuda_graph_estimate_bytes: int = 0  # vLLM 0.20+'s own CUDA-graph estimate, subtracted before the KV pool (given)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def captures_graphs(run: ServeRunSpec) -> bool:
+    """Whether the engine captures CUDA graphs (not ``enforce_eager``, ``cudagraph_mode`` not none)."""
+    return not run.serving.enforce_eager and run.serving.cudagraph_mode != "none"
+
+
+def cuda_graph_estimate_bytes(run: ServeRunSpec) -> int:
+    """What vLLM subtracts for its CUDA graphs before the KV cache: from 0.20.0, when it captures graphs, its own
+    device-measured estimate (:func:`~timeline.spec.engine_versions.vllm_subtracts_cudagraph_estimate`), taken from
+    ``serving.cuda_graph_estimate_gib`` (not modelled: 0 when unset, and the run file says so)."""
+    sv = run.serving
+    if sv.engine != "vllm" or not vllm_subtracts_cudagraph_estimate(sv.engine_version) or not captures_graphs(run):
+        return 0
+    return int((sv.cuda_graph_estimate_gib or 0) * GIB)
 
 
 def dsa_load_bytes(run: ServeRunSpec) -> int:
@@ -289,7 +306,7 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
         req_to_token = (max_reqs + 1) * (ctx + 4) * 4
     else:
         requested = int(total * sv.gpu_memory_utilization)
-        kv_pool = requested - (weights + activation + non_torch)
+        kv_pool = requested - (weights + activation + non_torch) - cuda_graph_estimate_bytes(run)
         blocks = max(0, kv_pool // layout.page_bytes // layout.group_size)
     failure = ""
     need = layout.max_request_blocks(run.max_model_len, sv.max_num_batched_tokens)
@@ -307,7 +324,7 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
     return Budget(engine=sv.engine, engine_version=sv.engine_version or ENGINE_VERSIONS[sv.engine][0], total_bytes=total,
                   requested_bytes=requested, weights_bytes=weights, rope_cache_bytes=rope,
                   non_torch_bytes=non_torch, activation_peak_bytes=activation, cuda_graph_bytes=cuda_graph,
-                  cuda_graph_subtracted=False, kv_pool_bytes=max(0, kv_pool), kv_bytes_per_token=per_token,
+                  cuda_graph_subtracted=cuda_graph_estimate_bytes(run) > 0, kv_pool_bytes=max(0, kv_pool), kv_bytes_per_token=per_token,
                   kv_bytes_per_token_layer=per_layer, kv_layers=layers, kv_layout=layout, block_size=bs,
                   num_kv_blocks=max(0, blocks), worker_kv_blocks=max(0, blocks), req_to_token_bytes=req_to_token, failure=failure,
-                  vision_weights_bytes=vision)
+                  vision_weights_bytes=vision, cuda_graph_estimate_bytes=cuda_graph_estimate_bytes(run))

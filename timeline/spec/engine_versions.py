@@ -245,6 +245,22 @@ def release_at_least(version: str, first: tuple[int, int, int]) -> bool:
     return v > first or (v == first and not _PRE_RELEASE_RE.match(version))
 
 
+#: the first vLLM that subtracts its CUDA-graph memory estimate from the KV budget by default
+VLLM_CUDAGRAPH_ESTIMATE = (0, 20, 0)
+
+
+def vllm_subtracts_cudagraph_estimate(version: str) -> bool:
+    """Whether vLLM ``version`` subtracts its CUDA-graph memory estimate from the KV cache budget by default
+    (``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory``: ``cudagraph_memory_estimate_applied`` when
+    ``envs.VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, whose default is "0" at 0.19.0 and 0.19.1 and "1" at 0.20.0,
+    0.20.1, 0.20.2, 0.24.0, 0.29.0 and 0.34.0; ``gpu_model_runner.py`` ``profile_cudagraph_memory`` logs it as
+    "Estimated CUDA graph memory: X GiB total"). The estimate is measured on the device (``torch.cuda.mem_get_info``
+    around the two largest captures of each mode, the rest extrapolated per graph), mostly the driver's memory for
+    each captured graph's kernel nodes: this project does not model it (``serving.cuda_graph_estimate_gib`` takes
+    the logged value)."""
+    return bool(version) and release_at_least(version, VLLM_CUDAGRAPH_ESTIMATE)
+
+
 def vllm_kv_tokens_from_concurrency(version: str) -> bool:
     """How vLLM ``version`` prints "GPU KV cache size: N tokens" (``vllm/v1/core/kv_cache_utils.py``
     ``_report_kv_cache_config``): up to 0.20.0 ``num_blocks // len(kv_cache_groups) · min_block_size`` (read at

@@ -7,7 +7,12 @@ version) cites the engine's own argument checks.
 
 from __future__ import annotations
 
-from timeline.spec.engine_versions import is_v1, parse_version, version_problem
+from timeline.spec.engine_versions import (
+    is_v1,
+    parse_version,
+    version_problem,
+    vllm_subtracts_cudagraph_estimate,
+)
 from timeline.spec.serving import ENGINE_VERSIONS, ServeRunSpec
 from timeline.spec.validate import _divisors, model_problems
 
@@ -130,6 +135,11 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
             add(("serving.enable_prefix_caching", "prefix sharing with gated delta-net layers (vLLM's "
                  'mamba_cache_mode "align") is not modelled; set enable_prefix_caching = false or leave prefix_id '
                  "empty in the trace"))
+    if sv.cuda_graph_estimate_gib is not None and (sv.engine != "vllm"
+                                                   or not vllm_subtracts_cudagraph_estimate(sv.engine_version)):
+        add(("serving.cuda_graph_estimate_gib", "only vLLM 0.20.0 and later subtract a CUDA-graph estimate from the KV "
+             "budget by default (an earlier version's opt-in VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 is not "
+             "modelled); remove it or set engine_version"))
     if sv.speculative_method == "mtp":
         if not m.has_linear_attention or sv.engine != "vllm":
             add(("serving.speculative_method", "MTP speculative decoding is modelled for gated delta-net hybrids on "

@@ -62,6 +62,10 @@ class ServingSpec:
         "prediction layers (modelled for gated delta-net hybrids: Qwen3-Next, Qwen3.5); empty = none"))
     num_speculative_tokens: int = spec_field(0, nonneg=True, maximum=64, doc=(
         "tokens drafted per step (--speculative-config num_speculative_tokens)"))
+    cuda_graph_estimate_gib: float | None = spec_field(None, nonneg=True, maximum=2.0**20, doc=(
+        "vLLM 0.20+'s CUDA-graph memory estimate, which it subtracts from the KV budget (its log's 'Estimated CUDA "
+        "graph memory: X GiB total'; 0 for VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0); not modelled: unset, "
+        "nothing is subtracted and the run says so"))
     non_torch_gib: float | None = spec_field(None, nonneg=True, maximum=2.0**20,
                                              doc="CUDA context, NCCL and cuBLAS outside PyTorch's allocator "
                                              "(default: the published measurement, timeline.serve.non_torch)")
