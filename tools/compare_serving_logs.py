@@ -68,7 +68,8 @@ class Row:
 
 #: a log's GPU name (lower case, a part of it) → the hardware preset it runs as; first match wins
 GPU_KEYS = (("a100 40gb", "a100-40gb"), ("a100", "a100"), ("a800", "a100"), ("h200", "h200"), ("h100", "h100"),
-            ("80 gb class", "h100"), ("l40s", "l40s"), ("a6000", "a6000"), ("3090", "rtx3090"), ("4090", "rtx4090"))
+            ("80 gb class", "h100"), ("l40s", "l40s"), ("a6000", "a6000"), ("3090", "rtx3090"), ("4090", "rtx4090"),
+            ("5090", "rtx5090"))
 
 
 def gpu_key(name: str | None) -> str | None:

@@ -11,7 +11,15 @@ import pytest
 
 from timeline.io.serve_runfile import load_serve_run
 from timeline.serve.budget import compute_budget, compute_budgets, samples
-from timeline.serve.non_torch import context_bytes, dist_bytes, measured_init, measured_non_torch, window
+from timeline.serve.non_torch import (
+    CONTEXT,
+    CONTEXT_REFERENCE,
+    context_bytes,
+    dist_bytes,
+    measured_init,
+    measured_non_torch,
+    window,
+)
 from timeline.spec.engine_versions import sglang_mem_fraction_static
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -193,8 +201,17 @@ def test_sglang_pool_and_default_fraction(tmp_path):
 
 
 def test_a_gpu_without_capacity_takes_what_pytorch_reports(tmp_path):
-    for gpu, gib in (("h100", 79.19), ("l40s", 44.42), ("a6000", 47.54), ("rtx3090", 23.58), ("rtx4090", 23.64)):
+    for gpu, gib in (("h100", 79.19), ("l40s", 44.42), ("a6000", 47.54), ("rtx3090", 23.58), ("rtx4090", 23.64),
+                     ("rtx5090", 31.36)):
         assert _run(tmp_path, "llama-3.1-8b", "", gpu=gpu).hardware.capacity_gib == gib
+
+
+def test_the_rtx5090_context_follows_its_sms():
+    # no measured context on the RTX 5090: the H100's, with 170 SMs × 1,536 threads of 1 KiB stack instead of
+    # 132 × 2,048 (timeline.serve.non_torch.context_bytes)
+    size, source = context_bytes("rtx5090")
+    ref = int(CONTEXT[CONTEXT_REFERENCE][0] * GIB)
+    assert size == ref - 132 * 2048 * 1024 + 170 * 1536 * 1024 and "170 SMs" in source
 
 
 def test_opt_serves_with_learned_positions(tmp_path):

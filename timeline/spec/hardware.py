@@ -24,7 +24,9 @@ TFLOP/s dense BF16, NVLink bridge 112.5 GB/s, 84 SMs, sm 86) and A100 40GB (1,55
 A100 80GB). PCIe Gen4 x16 is 32 GB/s per direction. NVIDIA RTX PRO 6000 Blackwell (Workstation and Server
 Edition, GB202; the AWS g7e instances' GPU): 96 GB GDDR7 on a 512-bit bus at 1,792 GB/s, 188 SMs, 4,000 AI
 TOPS (FP4 with sparsity, so 500 TFLOP/s dense BF16: each precision doubling and dense halve it), PCIe Gen5
-x16 (64 GB/s per direction, no NVLink), compute capability 12.0 (``sm`` 120, GB202's as the RTX 5090's).
+x16 (64 GB/s per direction, no NVLink), compute capability 12.0 (``sm`` 120, GB202's as the RTX 5090's). GeForce RTX
+5090 (GB202; NVIDIA RTX Blackwell GPU architecture whitepaper): 32 GB GDDR7 on a 512-bit bus at 1,792 GB/s, 170 SMs,
+209.5 TFLOP/s dense FP16/BF16 tensor (FP16 accumulate, as the RTX 4090's figure), PCIe Gen5 x16, no NVLink, ``sm`` 120.
 
 :data:`TORCH_TOTAL_GIB` is what PyTorch reports as a device's memory (``torch.cuda.mem_get_info()[1]``,
 ``get_device_properties().total_memory``): less than the data sheet's, by what the driver keeps. An
@@ -56,12 +58,14 @@ GPUS: dict[str, dict[str, float]] = {
                 "sm": 89},
     "rtx-pro-6000": {"capacity_gib": 96, "bf16_tflops": 500, "hbm_gbps": 1792, "nvlink_gbps": 64, "network_gbps": 25,
                      "sm": 120},
+    "rtx5090": {"capacity_gib": 32, "bf16_tflops": 209.5, "hbm_gbps": 1792, "nvlink_gbps": 64, "network_gbps": 25,
+                "sm": 120},
 }
 
 #: streaming multiprocessors per GPU kind (the data sheets above)
 SM_COUNTS: dict[str, int] = {"h100": 132, "h800": 132, "h200": 132, "a100": 108, "gb200": 148, "b200": 148,
                              "a100-40gb": 108, "l40s": 142, "a6000": 84, "rtx3090": 82, "rtx4090": 128,
-                             "rtx-pro-6000": 188}
+                             "rtx-pro-6000": 188, "rtx5090": 170}
 
 #: MiB ``nvidia-smi --query-gpu=memory.total`` prints (SGLang sizes its defaults from it), each in the public
 #: log named
@@ -80,4 +84,5 @@ TORCH_TOTAL_GIB: dict[str, float] = {
     "rtx3090": 23.58,  # vllm-project/vllm#10517 and #14447 (total_gpu_memory)
     "rtx4090": 23.64,  # 3DTopia/Phidias-Diffusion#8 (PyTorch's OOM message: "a total capacity of 23.64 GiB")
     "h200": 139.80,  # H200: traces/groundtruth-h200/non_torch.json (torch.cuda.mem_get_info total 150,109,880,320 B)
+    "rtx5090": 31.36,  # GeForce RTX 5090: TrajectoryCrafter/TrajectoryCrafter#20 (OOM: "a total capacity of 31.36 GiB")
 }
