@@ -135,8 +135,8 @@ def dsa_load_bytes(run: ServeRunSpec) -> int:
 def rope_cache_bytes(run: ServeRunSpec) -> int:
     """vLLM ``rotary_embedding`` ``RotaryEmbedding._compute_cos_sin_cache``: one shared
     ``max_position × rotary_dim`` cos/sin cache (``rotary_dim = head_size · partial_rotary_factor``) in the model
-    dtype (``get_rope`` caches instances by their
-    parameters; a ``rope_scaling`` lengthens it, ``LinearScalingRotaryEmbedding`` to ``max_position · factor``);
+    dtype (``get_rope`` caches instances by their parameters; a ``rope_scaling`` lengthens it,
+    ``LinearScalingRotaryEmbedding`` to ``max_position · factor``);
     Gemma-3's local table (another ``rope_theta``, so another instance) adds ``max_position`` rows. Counted in
     ``model_memory_usage`` because it is a buffer of the loaded model."""
     m = run.model
@@ -288,6 +288,7 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
     if run.parallel.pp > 1:
         layout = layout.project(set(held))
     per_token = per_layer * layers  # over the layers this device holds
+    graph_estimate = cuda_graph_estimate_bytes(run)  # vLLM 0.20+'s own, as given (not modelled)
     cuda_graph = 0  # the graph pool's own footprint comes from the timeline's capture (summary)
     req_to_token = 0
     if sv.engine == "hf":  # no pool: the cache grows with the batch (timeline.serve.hf)
@@ -306,7 +307,7 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
         req_to_token = (max_reqs + 1) * (ctx + 4) * 4
     else:
         requested = int(total * sv.gpu_memory_utilization)
-        kv_pool = requested - (weights + activation + non_torch) - cuda_graph_estimate_bytes(run)
+        kv_pool = requested - (weights + activation + non_torch) - graph_estimate
         blocks = max(0, kv_pool // layout.page_bytes // layout.group_size)
     failure = ""
     need = layout.max_request_blocks(run.max_model_len, sv.max_num_batched_tokens)
@@ -324,7 +325,7 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
     return Budget(engine=sv.engine, engine_version=sv.engine_version or ENGINE_VERSIONS[sv.engine][0], total_bytes=total,
                   requested_bytes=requested, weights_bytes=weights, rope_cache_bytes=rope,
                   non_torch_bytes=non_torch, activation_peak_bytes=activation, cuda_graph_bytes=cuda_graph,
-                  cuda_graph_subtracted=cuda_graph_estimate_bytes(run) > 0, kv_pool_bytes=max(0, kv_pool), kv_bytes_per_token=per_token,
+                  cuda_graph_subtracted=graph_estimate > 0, kv_pool_bytes=max(0, kv_pool), kv_bytes_per_token=per_token,
                   kv_bytes_per_token_layer=per_layer, kv_layers=layers, kv_layout=layout, block_size=bs,
                   num_kv_blocks=max(0, blocks), worker_kv_blocks=max(0, blocks), req_to_token_bytes=req_to_token, failure=failure,
-                  vision_weights_bytes=vision, cuda_graph_estimate_bytes=cuda_graph_estimate_bytes(run))
+                  vision_weights_bytes=vision, cuda_graph_estimate_bytes=graph_estimate)
