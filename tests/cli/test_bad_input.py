@@ -138,6 +138,9 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], list[str]]] = {
                                    "--capacity", "10GiB"], ["hardware.non_pytorch_gib", "--capacity 10GiB"]),
     "D5-empty-run-file": (lambda t: ["static", _run_file(t, "")], ["model", "missing [model]"]),
     "D5-tp-list": (lambda t: ["static", _run_file(t), "--set", "parallel.tp=[2]"], ["parallel.tp"]),
+    # a GPU no preset holds: each field its rules read, named (tests/spec/test_unknown_gpu.py)
+    "gpu-no-preset": (lambda t: ["simulate", _run_file(t), "--set", "hardware.gpu=my-gpu"],
+                      ["hardware.gpu", "'my-gpu' is no preset", "sms = ", "interconnect = "]),
 }
 def _tree(root: Path) -> dict[Path, bytes | None]:
     """Every path under ``root`` with its bytes (None for a folder)."""

@@ -158,3 +158,34 @@ def test_resumed_writes_a_run_that_loads_the_optimizer_state(tmp_path, capsys):
     assert main(["from-megatron", str(_config(tmp_path / "b")), "--world-size", "8", "--resumed", "-o", str(out)]) == 0
     run = load_run(out)
     assert run.training.resumed and run.framework.checkpoint_format == "torch_dist"
+
+
+A5000 = ["--gpu", "rtx-a5000", "--gpu-field", "capacity_gib=23.68", "--gpu-field", "sm=86", "--gpu-field", "sms=64",
+         "--gpu-field", "bf16_tflops=111.1", "--gpu-field", "hbm_gbps=768"]
+MULTI = ["--gpu-field", "interconnect=pcie", "--gpu-field", "nvlink_gbps=56.25", "--gpu-field", "network_gbps=25"]
+
+
+def test_a_gpu_no_preset_holds_with_its_fields(tmp_path, capsys):
+    """Any GPU name, its fields given by --gpu-field, goes into the run file as given; the file loads with them
+    (and the conversion's compute-capability rules read the given ``sm``)."""
+    out = tmp_path / "job.toml"
+    assert main(["from-megatron", str(_config(tmp_path)), "--world-size", "8", *A5000, *MULTI, "-o", str(out)]) == 0
+    run = load_run(out)
+    hw = run.hardware
+    assert (hw.gpu, hw.capacity_gib, hw.sm, hw.sms, hw.bf16_tflops, hw.hbm_gbps, hw.interconnect, hw.nvlink_gbps,
+            hw.network_gbps) == ("rtx-a5000", 23.68, 86, 64, 111.1, 768.0, "pcie", 56.25, 25.0)
+
+
+@pytest.mark.parametrize("extra, fragments", [
+    (A5000, ["--gpu rtx-a5000: no preset", "interconnect=", "nvlink_gbps=", "network_gbps="]),  # 8 GPUs: links
+    (["--gpu", "rtx-a5000"], ["sms=", "capacity_gib="]),
+    (["--gpu-field", "smz=3"], ["--gpu-field 'smz=3'", "sms"]),
+    (["--gpu-field", "sms=many"], ["sms takes an integer"]),
+])
+def test_a_gpu_without_its_fields_is_one_error_line(tmp_path, capsys, extra, fragments):
+    out = tmp_path / "job.toml"
+    assert main(["from-megatron", str(_config(tmp_path)), "--world-size", "8", *extra, "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")
+    assert all(f in err[0] for f in fragments), err[0]
+    assert not out.exists()

@@ -10,6 +10,7 @@ import pytest
 
 from timeline.serve.non_torch import CONTEXT, DEFAULT_STACK_BYTES, THREADS_PER_SM, context_bytes
 from timeline.spec.hardware import GPUS, NVIDIA_SMI_TOTAL_MIB, SM_COUNTS, TORCH_TOTAL_GIB
+from timeline.spec.run import HardwareSpec
 
 PROBE = Path(__file__).resolve().parents[2] / "traces" / "groundtruth-h200" / "context_probe.json"
 GIB = 1 << 30
@@ -42,8 +43,8 @@ def test_bare_context_is_the_rule_for_gh100(probe):
     assert len(runtimes) == 4 and {c["runtime_version"] for c in runtimes} == {11080, 12040, 12090, 13000}
     assert all(c["used_bytes"] == bare for c in runtimes)
     assert cases["torch_empty"]["non_torch_bytes"] == bare
-    assert context_bytes("h200")[0] == context_bytes("h100")[0] == int(CONTEXT["h100"][0] * GIB)
-    assert abs(bare - context_bytes("h200")[0]) <= 0.005 * GIB
+    assert context_bytes(HardwareSpec.preset("h200"))[0] == context_bytes(HardwareSpec.preset("h100"))[0] == int(CONTEXT["h100"][0] * GIB)
+    assert abs(bare - context_bytes(HardwareSpec.preset("h200"))[0]) <= 0.005 * GIB
     # the first kernel's lazily loaded module is what non_torch.json's 619 MiB holds beyond the context
     assert cases["torch_zeros"]["non_torch_bytes"] - bare == 96_468_992
     assert cases["torch_eager"]["non_torch_bytes"] - bare == 767_557_632  # every module at once (732 MiB)

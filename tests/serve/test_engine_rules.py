@@ -21,6 +21,7 @@ from timeline.serve.non_torch import (
     window,
 )
 from timeline.spec.engine_versions import sglang_mem_fraction_static
+from timeline.spec.run import HardwareSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 HF = ROOT / "tests" / "data" / "hf"
@@ -145,7 +146,7 @@ def test_non_torch_parts_by_window(tmp_path):
         assert measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.7.3"', tp=2, gpu=gpu))[0] == int(0.30 * GIB)
     l40s_v1 = measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.8.5"', gpu="l40s"))
     # 0.8.x: the context is in it; the run part without 0.18's CUDA-graph profiling (0.13, version sweep)
-    assert l40s_v1[0] == context_bytes("l40s")[0] + int(0.13 * GIB)
+    assert l40s_v1[0] == context_bytes(HardwareSpec.preset("l40s"))[0] + int(0.13 * GIB)
     assert measured_non_torch(_run(tmp_path, llama, 'engine_version = "0.19.0"', gpu="a6000"))[0] == int(0.25 * GIB)
 
 
@@ -153,12 +154,12 @@ def test_context_carried_by_local_memory():
     """Another GPU's context is the H100's with its own stack reservation (SMs × resident threads × 1 KiB);
     on the RTX 3090 that gives 0.372 GiB against the 0.35 its log measures."""
     h100 = int(0.51 * GIB)
-    assert context_bytes("h100")[0] == h100
-    assert context_bytes("l40s")[0] == h100 - 132 * 2048 * 1024 + 142 * 1536 * 1024
-    assert context_bytes("a6000")[0] == h100 - 132 * 2048 * 1024 + 84 * 1536 * 1024
+    assert context_bytes(HardwareSpec.preset("h100"))[0] == h100
+    assert context_bytes(HardwareSpec.preset("l40s"))[0] == h100 - 132 * 2048 * 1024 + 142 * 1536 * 1024
+    assert context_bytes(HardwareSpec.preset("a6000"))[0] == h100 - 132 * 2048 * 1024 + 84 * 1536 * 1024
     carried_3090 = h100 - 132 * 2048 * 1024 + 82 * 1536 * 1024
     assert carried_3090 / GIB == pytest.approx(0.372, abs=0.001)
-    assert context_bytes("rtx3090")[0] == int(0.35 * GIB)  # measured wins
+    assert context_bytes(HardwareSpec.preset("rtx3090"))[0] == int(0.35 * GIB)  # measured wins
 
 
 def test_symmetric_memory_groups_not_carried_before_011(tmp_path):
@@ -209,7 +210,7 @@ def test_a_gpu_without_capacity_takes_what_pytorch_reports(tmp_path):
 def test_the_rtx5090_context_follows_its_sms():
     # no measured context on the RTX 5090: the H100's, with 170 SMs × 1,536 threads of 1 KiB stack instead of
     # 132 × 2,048 (timeline.serve.non_torch.context_bytes)
-    size, source = context_bytes("rtx5090")
+    size, source = context_bytes(HardwareSpec.preset("rtx5090"))
     ref = int(CONTEXT[CONTEXT_REFERENCE][0] * GIB)
     assert size == ref - 132 * 2048 * 1024 + 170 * 1536 * 1024 and "170 SMs" in source
 

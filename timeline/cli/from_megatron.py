@@ -4,6 +4,7 @@ its own arguments (a functional test's ``model_config.yaml`` or a launch script'
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 import tempfile
@@ -40,7 +41,15 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world-size", type=positive, metavar="N",
                         help="GPUs of the job (dp = N / (tp·pp·cp)); a launch script's torchrun --nproc_per_node × "
                              "--nnodes when it gives both")
-    parser.add_argument("--gpu", default="h100", choices=list(GPUS), help="GPU kind (default h100)")
+    parser.add_argument("--gpu", default="h100", metavar="NAME",
+                        help=f"GPU kind: a preset ({', '.join(GPUS)}; default h100), or any name with its fields "
+                             "given by --gpu-field")
+    parser.add_argument("--gpu-field", action="append", default=[], metavar="KEY=VALUE",
+                        help="a [hardware] field of the GPU, over its preset's; a GPU no preset holds needs "
+                             "capacity_gib (what PyTorch reports as its total), sm (compute capability × 10), sms "
+                             "(streaming multiprocessors), bf16_tflops, hbm_gbps and, on more than one GPU, "
+                             "interconnect (nvswitch or pcie), nvlink_gbps, network_gbps — e.g. --gpu rtx-a5000 "
+                             "--gpu-field sm=86 --gpu-field sms=64 …")
     parser.add_argument("--megatron-core", metavar="X.Y.Z",
                         help="Megatron-Core version the job ran (megatron/core/package_info.py; default 0.14.0); "
                              "from 0.15 Megatron's own output layer reuses TE's cached dummy weight gradient")
@@ -75,6 +84,27 @@ def default_name(path: Path) -> str:
     return path.parent.name if path.stem == "model_config" and path.parent.name else path.stem
 
 
+def _gpu_fields(items: list[str]) -> dict[str, float | int | str]:
+    """``--gpu-field KEY=VALUE`` values: a ``[hardware]`` field each, checked as the run file checks it."""
+    from timeline.spec.run import HardwareSpec
+
+    # the field annotations are strings here (``from __future__ import annotations`` in timeline.spec.run)
+    known = {f.name: str(f.type) for f in dataclasses.fields(HardwareSpec) if f.name != "gpu"}
+    out: dict[str, float | int | str] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or key not in known:
+            raise UserError(f"--gpu-field {item!r}: expected KEY=VALUE with KEY one of {', '.join(known)}")
+        kind = known[key]
+        try:
+            out[key] = int(text) if kind == "int" else float(text) if kind == "float" else text.strip()
+        except ValueError:
+            raise UserError(f"--gpu-field {item!r}: {key} takes {'an integer' if kind == 'int' else 'a number'}") \
+                from None
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from timeline.io.megatron_args import read_megatron_config
     from timeline.io.megatron_write import convert, run_file_text
@@ -90,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
             script_args = shlex.split(args.script_args)
         except ValueError as exc:
             raise UserError(f"--script-args: {exc} (quote it as a shell would)") from None
+    gpu_fields = _gpu_fields(args.gpu_field)
     margs = read_megatron_config(path, script_args=script_args)
     world_size = args.world_size or margs.world_size
     if world_size is None:
@@ -100,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     conv = convert(margs, world_size=world_size, gpu=args.gpu, te_version=args.te_version,
                    pytorch_version=args.pytorch_version, megatron_core=args.megatron_core, resumed=args.resumed,
-                   optimizer_impl=args.optimizer_impl,
+                   optimizer_impl=args.optimizer_impl, gpu_fields=gpu_fields,
                    ignored=tuple("--" + n.strip().lstrip("-") for item in args.ignore_arg for n in item.split(",")
                                  if n.strip().lstrip("-")))
     source = str(path)  # the header's command line: what reproduces the run file

@@ -18,7 +18,6 @@ from timeline.graph.build import Node
 from timeline.graph.context import BuildCtx
 from timeline.graph.ops import ChunkTemplate
 from timeline.graph.trace.source import TraceSource
-from timeline.spec.hardware import SM_COUNTS
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec, TrainingSpec
 
@@ -73,7 +72,7 @@ def model_source(run: RunSpec) -> ModelSource:
                            expert_ffn=run.model.moe_intermediate_size,
                            split_dims=_split_dims(run.model))
     return AnalyticSource(model=run.model, profile=run.profile, framework=run.framework, parallel=run.parallel,
-                          training=run.training, recompute=run.recompute, sms=SM_COUNTS[run.hardware.gpu],
+                          training=run.training, recompute=run.recompute, sms=run.hardware.sms,
                           sm=run.hardware.sm)
 
 

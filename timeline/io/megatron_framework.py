@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 from timeline.errors import UserError
 from timeline.profiles.megatron_cuda_graphs import capture_before_first_step
 from timeline.profiles.megatron_workspaces import version_tuple
-from timeline.spec.hardware import GPUS
 
 if TYPE_CHECKING:
     from timeline.io.megatron_map import ArgReader, Conversion
@@ -137,7 +136,7 @@ def allocator_conf(text: str, c: Conversion) -> None:
     c.env_mapped["PYTORCH_CUDA_ALLOC_CONF"] = "allocator.*"
 
 
-def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_version: str | None,
+def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, sm: int, te_version: str | None,
               pytorch_version: str | None = None, megatron_core: str | None = None,
               keeps_batch: bool | None = None, probs_in_experts: bool | None = None,
               releases_nodes: bool | None = None, router_te_gemm_fixed: bool = False) -> None:
@@ -150,7 +149,6 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, te_
     combined-1F1B layer release (None: from ``megatron_core``, 0.16.0 on; main's 0.16.0rc0 spans both sides).
     ``router_te_gemm_fixed``: whether it has d3528a2130's TE GEMM import for the MoE router though
     ``megatron_core`` is below 0.17 (main's and dev's 0.16.0rc0 span both sides of it)."""
-    sm = int(GPUS[gpu]["sm"])
     dtype = c.sections["training"]["dtype"]
     deterministic = a.flag("--deterministic-mode") or env.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "1") == "0"
     c.put("framework.megatron_core", megatron_core or "0.14.0")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -39,7 +40,7 @@ from timeline.io.megatron_state_args import (
 from timeline.io.megatron_t5 import derived_args, map_t5
 from timeline.io.megatron_table import ENV_MAPPED, MAPPED, NEUTRAL_REASON, NOT_MEGATRON, OTHER_SCRIPTS, label
 from timeline.io.megatron_versions import check_argument, is_megatron_argument
-from timeline.spec.hardware import GPUS
+from timeline.spec.hardware import GPUS, fill_gpu
 from timeline.spec.schedule_rules import schedule_problems
 
 SECTION_ORDER = ("model", "parallel", "training", "recompute", "schedule", "allocator", "hardware", "framework")
@@ -51,7 +52,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
             releases_nodes: bool | None = None, router_te_gemm_fixed: bool = False,
             fsdp_package: bool | None = None, resumed: bool = False, muon_buffer_layout: str | None = None,
             optimizer_impl: str | None = None, null_eod: bool | None = None,
-            ignored: tuple[str, ...] = ()) -> Conversion:
+            ignored: tuple[str, ...] = (), gpu_fields: Mapping[str, Any] | None = None) -> Conversion:
     """The run-file data of the job ``margs`` describes on ``world_size`` GPUs of kind ``gpu``
     (``keeps_batch``, ``probs_in_experts``, ``releases_nodes``, ``router_te_gemm_fixed``:
     :func:`timeline.io.megatron_framework.framework`; ``fsdp_package``:
@@ -62,11 +63,16 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     Adam Megatron imported, :func:`timeline.io.megatron_optimizer.optimizer_impl`; ``null_eod``: whether the
     commit's ``NullTokenizer`` counts its EOD on top of ``--vocab-size``, :func:`timeline.io.megatron_tokenizer.vocab_size`;
     ``ignored``: arguments of no Megatron-LM version — a fork's own (Pai-Megatron-Patch, Megatron-DeepSpeed) — the user
-    chose to pass over, listed in the run file as not modelled)."""
+    chose to pass over, listed in the run file as not modelled; ``gpu_fields``: ``[hardware]`` values over the
+    preset's — for a kind no preset holds, every field its rules read, :func:`timeline.spec.hardware.fill_gpu`)."""
     if world_size < 1:
         raise UserError(f"--world-size must be 1 or more, got {world_size}")
-    if gpu not in GPUS:
-        raise UserError(f"--gpu {gpu}: unknown; use one of {', '.join(GPUS)}")
+    hardware = {**(gpu_fields or {}), "gpu": gpu}
+    missing = fill_gpu(hardware, world_size)
+    if missing:
+        needs = missing[0][1].split(" — ", 1)[1].replace(" = ", "=")
+        raise UserError(f"--gpu {gpu}: no preset ({', '.join(GPUS)}); give each field its rules read as --gpu-field "
+                        f"KEY=VALUE: {needs}")
     for flag, version in (("--te-version", te_version), ("--pytorch-version", pytorch_version)):
         if version is not None and not re.fullmatch(r"\d+\.\d+(\.\d+)?", version):
             raise UserError(f"{flag} {version!r}: expected X.Y or X.Y.Z")
@@ -90,7 +96,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     map_training(a, c, dp)
     optimizer(a, c, megatron_core=megatron_core, buffer_layout=muon_buffer_layout)
     refuse_unschedulable(c, dp, world_size)
-    framework(a, c, margs.env, gpu=gpu, te_version=te_version, pytorch_version=pytorch_version,
+    framework(a, c, margs.env, gpu=gpu, sm=int(hardware["sm"]), te_version=te_version, pytorch_version=pytorch_version,
               megatron_core=megatron_core, keeps_batch=keeps_batch, probs_in_experts=probs_in_experts,
               releases_nodes=releases_nodes, router_te_gemm_fixed=router_te_gemm_fixed)
     map_bert(a, c, margs.family)
@@ -98,6 +104,8 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     legacy_model(a, c)
     param_gather_with_step(a, c)
     megatron_fsdp(a, c, package=fsdp_package)
+    for key, value in (gpu_fields or {}).items():  # what the user gave goes into the run file as given
+        c.put(f"hardware.{key}", value)
     embedding_wgrad(a, c)
     checkpoint_load(a, c, resumed=resumed, dp_cp=dp * c.sections["parallel"]["cp"])
     precision_aware(a, c, megatron_core=megatron_core)

@@ -25,7 +25,7 @@ from timeline.io.trace_file import read_trace, trace_model, trace_problems
 from timeline.profiles import LIMITS, PROFILES
 from timeline.spec.fields import build_section, check_value
 from timeline.spec.framework import FrameworkSpec
-from timeline.spec.hardware import GPUS
+from timeline.spec.hardware import fill_gpu
 from timeline.spec.model import ALIASES, ModelSpec
 from timeline.spec.presets import PRESETS
 from timeline.spec.run import (
@@ -81,6 +81,18 @@ def _split_key(key: str, value: Any) -> tuple[str, str, Any]:
         raise SpecError([("overrides", f"{key!r} is not section.key (e.g. parallel.tp)")])
     section, name = key.split(".", 1)
     return section, name, value
+
+
+def _world(parallel: Any) -> int:
+    """How many GPUs a ``[parallel]`` table spans (pp · tp · cp · dp; experts share those ranks), as far as its
+    values are integers: whether a GPU no preset holds must say how they connect."""
+    if not isinstance(parallel, dict):
+        return 1
+    n = 1
+    for key in ("pp", "tp", "cp", "dp"):
+        v = parallel.get(key, 1)
+        n *= v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 1
+    return n
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -214,12 +226,11 @@ def run_from_data(data: dict[str, Any], path: Path, overrides: Sequence[str] | M
         if name == "training" and traces and traces[0].is_step:
             values.setdefault("num_microbatches", 1)  # the step function runs its own loop, if any
         if name == "hardware":
-            gpu = values.get("gpu", "h800")
-            if not isinstance(gpu, str) or gpu not in GPUS:
-                problems.append(("hardware.gpu", f"unknown gpu {gpu!r}; use one of {', '.join(GPUS)}"))
-            else:
-                for k, v in GPUS[gpu].items():
-                    values.setdefault(k, v)
+            values.setdefault("gpu", "h800")
+            found = fill_gpu(values, _world(data.get("parallel")))
+            problems += found
+            if found:
+                continue
         sections[name] = build_section(cls, name, values, problems)
 
     name_value = data.get("name", default_name(path))

@@ -26,7 +26,7 @@ from timeline.spec.engine_versions import (
     vllm_subtracts_cudagraph_estimate,
 )
 from timeline.spec.fields import build_section
-from timeline.spec.hardware import GPUS, NVIDIA_SMI_TOTAL_MIB, TORCH_TOTAL_GIB
+from timeline.spec.hardware import NVIDIA_SMI_TOTAL_MIB, TORCH_TOTAL_GIB, fill_gpu
 from timeline.spec.quant import CheckpointQuant
 from timeline.spec.run import AllocatorSpec, HardwareSpec, ParallelSpec
 from timeline.spec.serve_validate import serve_problems
@@ -184,15 +184,16 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     hw_values = table("hardware")
     gpu = hw_values.get("gpu", "h100")
     hw_values.setdefault("gpu", gpu)
-    if not isinstance(gpu, str) or gpu not in GPUS:
-        problems.append(("hardware.gpu", f"unknown gpu {gpu!r}; use one of {', '.join(GPUS)}"))
-    else:
-        # an engine budgets from the total PyTorch reports, not the data sheet's (timeline.spec.hardware)
-        if gpu in TORCH_TOTAL_GIB:
-            hw_values.setdefault("capacity_gib", TORCH_TOTAL_GIB[gpu])
-        for k, v in GPUS[gpu].items():
-            hw_values.setdefault(k, v)
-    hardware = build_section(HardwareSpec, "hardware", hw_values, problems)
+    # an engine budgets from the total PyTorch reports, not the data sheet's (timeline.spec.hardware)
+    if isinstance(gpu, str) and gpu in TORCH_TOTAL_GIB:
+        hw_values.setdefault("capacity_gib", TORCH_TOTAL_GIB[gpu])
+    gpus = 1
+    for key in ("tp", "pp", "dp"):
+        v = par_values.get(key, 1)
+        gpus *= v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 1
+    found = fill_gpu(hw_values, gpus)
+    problems += found
+    hardware = None if found else build_section(HardwareSpec, "hardware", hw_values, problems)
     allocator = build_section(AllocatorSpec, "allocator", table("allocator"), problems)
     sv_values = table("serving")
     load_values = sv_values.pop("load", None)
@@ -237,7 +238,7 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
                          "starting with a letter or digit, at most 100 characters"))
     if problems:
         raise SpecError(problems, source)
-    assert model is not None  # a missing model is one of the problems above
+    assert model is not None and hardware is not None  # a missing one is one of the problems above
     run = ServeRunSpec(name=name, source=str(path.resolve()), model=model, model_source=model_source,
                        parallel=parallel, hardware=hardware, allocator=allocator, serving=serving, load=load,
                        requests=requests, notes=tuple(notes), quant=quant, vision=vision)

@@ -73,7 +73,8 @@ distributed. ``serving.non_torch_gib`` and ``hardware.non_pytorch_gib`` override
 from __future__ import annotations
 
 from timeline.spec.engine_versions import is_v1, parse_version, vllm_profiles_cudagraphs
-from timeline.spec.hardware import GPUS, SM_COUNTS
+from timeline.spec.hardware import preset_values
+from timeline.spec.run import HardwareSpec
 from timeline.spec.serving import ServeRunSpec
 
 GIB = 1 << 30
@@ -92,8 +93,6 @@ THREADS_PER_SM: dict[int, int] = {70: 2048, 75: 1024, 80: 2048, 86: 1536, 89: 15
 #: the driver's default per-thread stack (``cuCtxGetLimit(CU_LIMIT_STACK_SIZE)`` before any change)
 DEFAULT_STACK_BYTES = KIB
 
-#: GPU presets in NVSwitch systems (SXM boards); every other preset is a PCIe card
-NVSWITCH = ("h100", "h800", "h200", "a100", "b200", "gb200")
 
 #: communicator set → (interconnect, tp, pp > 1) → (GiB the distributed groups put on the device, where measured)
 DIST: dict[str, dict[tuple[str, int, bool], tuple[float, str]]] = {
@@ -127,13 +126,10 @@ RUN_V1_NO_GRAPH_PROFILE: dict[tuple[str, int, bool], tuple[float, str]] = {
 UNMEASURED = "not measured"
 
 
-def interconnect(gpu: str) -> str:
-    return "nvswitch" if gpu in NVSWITCH else "pcie"
-
-
 def link(run: ServeRunSpec) -> str:
-    """How a run's ranks connect: "host" without peer access (module docstring), else the GPU's interconnect."""
-    return interconnect(run.hardware.gpu) if run.serving.peer_access else "host"
+    """How a run's ranks connect: "host" without peer access (module docstring), else the GPU's interconnect
+    (``hardware.interconnect``)."""
+    return run.hardware.interconnect if run.serving.peer_access else "host"
 
 
 def window(engine: str, version: str) -> str:
@@ -150,21 +146,22 @@ def window(engine: str, version: str) -> str:
     return "baseline" if v < (0, 11, 0) else "after_init"
 
 
-def context_bytes(gpu: str) -> tuple[int, str]:
-    """(bytes, source) of the CUDA context on ``gpu`` (module docstring)."""
-    if gpu in CONTEXT:
-        gib, source = CONTEXT[gpu]
+def context_bytes(hw: HardwareSpec) -> tuple[int, str]:
+    """(bytes, source) of the CUDA context on ``hw`` (module docstring): a preset's measurement, else the
+    reference's with ``hw``'s own local-memory reservation (``hardware.sms`` SMs of compute capability
+    ``hardware.sm``) — a GPU no preset holds included."""
+    if hw.gpu in CONTEXT:
+        gib, source = CONTEXT[hw.gpu]
         return int(gib * GIB), source
     ref_gib, _ = CONTEXT[CONTEXT_REFERENCE]
-    sm = int(GPUS.get(gpu, {}).get("sm", 0))
-    if gpu not in SM_COUNTS or sm not in THREADS_PER_SM:
-        return int(ref_gib * GIB), f"{UNMEASURED}: the H100's context (no SM count for {gpu!r})"
-
-    def lmem(g: str) -> int:
-        return SM_COUNTS[g] * THREADS_PER_SM[int(GPUS[g]["sm"])] * DEFAULT_STACK_BYTES
-
-    size = int(ref_gib * GIB) - lmem(CONTEXT_REFERENCE) + lmem(gpu)
-    return size, f"the H100's context with {gpu}'s local-memory reservation ({SM_COUNTS[gpu]} SMs)"
+    if not hw.sms or hw.sm not in THREADS_PER_SM:
+        why = "no SM count" if not hw.sms else f"compute capability {hw.sm} not in the threads-per-SM table"
+        return int(ref_gib * GIB), f"{UNMEASURED}: the H100's context ({why} for {hw.gpu!r})"
+    ref = preset_values(CONTEXT_REFERENCE)
+    lmem_ref = int(ref["sms"]) * THREADS_PER_SM[int(ref["sm"])] * DEFAULT_STACK_BYTES
+    lmem = hw.sms * THREADS_PER_SM[hw.sm] * DEFAULT_STACK_BYTES
+    return int(ref_gib * GIB) - lmem_ref + lmem, \
+        f"the H100's context with {hw.gpu}'s local-memory reservation ({hw.sms} SMs)"
 
 
 def _nearest(table: dict[tuple[str, int, bool], tuple[float, str]], key: tuple[str, int, bool]) -> tuple[int, str]:
@@ -183,8 +180,7 @@ def communicators(run: ServeRunSpec) -> str:
     if sv.engine != "vllm":
         return ""
     v = parse_version(sv.engine_version or "0.11") or (0, 11, 0)
-    sm = int(GPUS.get(run.hardware.gpu, {}).get("sm", 0))
-    return "nccl+symm_mem" if v >= (0, 11, 0) and sm in (90, 100) and run.parallel.tp > 1 else "nccl"
+    return "nccl+symm_mem" if v >= (0, 11, 0) and run.hardware.sm in (90, 100) and run.parallel.tp > 1 else "nccl"
 
 
 def dist_bytes(run: ServeRunSpec) -> tuple[int, str]:
@@ -198,7 +194,7 @@ def dist_bytes(run: ServeRunSpec) -> tuple[int, str]:
     if link(run) == "host":
         return 0, ("no peer access: NCCL's SHM/NET transports keep their buffers in host memory and the custom "
                    "all-reduce is off (module docstring)")
-    key = (interconnect(run.hardware.gpu), par.tp, par.pp > 1)
+    key = (run.hardware.interconnect, par.tp, par.pp > 1)
     sets = [communicators(run)] if communicators(run) else list(DIST)
     found = [_nearest(DIST[name], key) for name in sets]
     measured = [f for f in found if UNMEASURED not in f[1]]
@@ -210,7 +206,7 @@ def run_bytes(run: ServeRunSpec) -> tuple[int, str]:
     sv, par = run.serving, run.parallel
     if sv.engine == "vllm" and not is_v1(sv.engine_version):
         return 0, "V0 adds none (vllm-project/vllm#10517: 0.35 GiB before and after the profile run)"
-    key = (interconnect(run.hardware.gpu), par.tp, par.pp > 1)
+    key = (run.hardware.interconnect, par.tp, par.pp > 1)
     if link(run) == "host":  # the lazy connections land in host memory: what loading adds on one GPU
         key = ("nvswitch", 1, False)
     measured = ("nvswitch", key[1], key[2]) if key[0] == "nvswitch" or key[1:] == (1, False) else ("nvswitch", 1, False)
@@ -239,7 +235,7 @@ def measured_non_torch(run: ServeRunSpec) -> tuple[int, str]:
     win = window(sv.engine, sv.engine_version)
     parts = {"total": ("context", "dist", "run"), "absolute": ("context", "dist", "run"),
              "init": ("dist", "run"), "baseline": ("dist", "run"), "after_init": ("run",)}.get(win, ())
-    found = {"context": lambda: context_bytes(run.hardware.gpu), "dist": lambda: dist_bytes(run),
+    found = {"context": lambda: context_bytes(run.hardware), "dist": lambda: dist_bytes(run),
              "run": lambda: run_bytes(run)}
     sizes = {p: found[p]() for p in parts}
     text = "; ".join(f"{p}: {s / GIB:.2f} GiB ({src})" for p, (s, src) in sizes.items())
@@ -251,6 +247,6 @@ def measured_init(run: ServeRunSpec) -> tuple[int, str]:
     context + distributed."""
     if run.hardware.non_pytorch_gib:
         return int(run.hardware.non_pytorch_gib * GIB), "hardware.non_pytorch_gib"
-    ctx, ctx_src = context_bytes(run.hardware.gpu)
+    ctx, ctx_src = context_bytes(run.hardware)
     dist, dist_src = dist_bytes(run)
     return ctx + dist, f"context: {ctx_src}; distributed: {dist_src}"

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 from timeline.graph.tensors import DTYPE_BYTES
 from timeline.profiles.megatron_workspaces import torch_workspace_bytes
-from timeline.spec.hardware import SM_COUNTS
 from timeline.spec.serving import ServeRunSpec
 
 #: PyTorch the vLLM releases read here build on (2.x): the cuBLAS default differs only for sm 100+
@@ -84,7 +83,7 @@ def triton_sampler(run: ServeRunSpec, num_reqs: int, padded_vocab: int) -> tuple
             ("sampler.logits", n * padded_vocab * act),
             ("sampler.logits_fp32", fp32_copy_bytes(run, n * vocab)), ("sampler.probs", n * vocab * 4),
             ("sampler.exp_noise", n * vocab * 4)]
-    sms = SM_COUNTS.get(run.hardware.gpu, 0)
+    sms = run.hardware.sms
     if n < TRITON_MIN_ROWS or not sms:
         return bufs, 0
     programs = min(sms, n)

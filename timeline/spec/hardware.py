@@ -86,3 +86,50 @@ TORCH_TOTAL_GIB: dict[str, float] = {
     "h200": 139.80,  # H200: traces/groundtruth-h200/non_torch.json (torch.cuda.mem_get_info total 150,109,880,320 B)
     "rtx5090": 31.36,  # GeForce RTX 5090: TrajectoryCrafter/TrajectoryCrafter#20 (OOM: "a total capacity of 31.36 GiB")
 }
+
+#: GPU kinds whose boards sit in NVSwitch systems (SXM); every other preset is a PCIe card
+NVSWITCH = ("h100", "h800", "h200", "a100", "b200", "gb200")
+
+#: what a GPU the presets do not hold must give in ``[hardware]``: every field a rule reads (the memory
+#: rules: ``capacity_gib``, ``sm``, ``sms``; the op timings: ``bf16_tflops``, ``hbm_gbps``), with a data-sheet
+#: example (the RTX A6000's) for the message
+UNKNOWN_GPU_NEEDS: dict[str, str] = {
+    "capacity_gib": "the GiB PyTorch reports as its total (torch.cuda.mem_get_info()[1] / 2**30), e.g. 47.54",
+    "sm": "its compute capability × 10 (torch.cuda.get_device_capability(): (8, 6) → 86)",
+    "sms": "its streaming multiprocessors (torch.cuda.get_device_properties(0).multi_processor_count), e.g. 84",
+    "bf16_tflops": "its dense BF16 tensor TFLOP/s from the data sheet, e.g. 154.8",
+    "hbm_gbps": "its memory bandwidth in GB/s from the data sheet, e.g. 768",
+}
+#: what such a GPU must also give when the job spans more than one GPU: how they connect
+UNKNOWN_GPU_NEEDS_MULTI: dict[str, str] = {
+    "interconnect": '"nvswitch" (SXM boards) or "pcie"',
+    "nvlink_gbps": "GB/s per direction between two GPUs of a node (PCIe Gen4 x16: 32, Gen5: 64)",
+    "network_gbps": "GB/s per GPU between nodes (one 400 Gb/s NIC: 50)",
+}
+
+
+def preset_values(gpu: str) -> dict[str, float | int | str]:
+    """The ``[hardware]`` values preset kind ``gpu`` fills in (data sheet, SM count, interconnect)."""
+    return {**GPUS[gpu], "sms": SM_COUNTS.get(gpu, 0), "interconnect": "nvswitch" if gpu in NVSWITCH else "pcie"}
+
+
+def fill_gpu(values: dict, gpus: int, where: str = "hardware") -> list[tuple[str, str]]:
+    """Fill ``values`` (a ``[hardware]`` table) from its ``gpu``'s preset; for a kind no preset holds, the
+    problems naming each field the run file must give instead (``gpus``: how many GPUs the job spans —
+    over one, how they connect is needed too). A preset's fields are defaults: the run file's win."""
+    gpu = values.get("gpu")
+    if not isinstance(gpu, str) or not gpu.strip():
+        return [(f"{where}.gpu", f"{gpu!r} is not a GPU name; use a preset ({', '.join(GPUS)}) or any name with "
+                 "its fields given")]
+    if gpu in GPUS:
+        for k, v in preset_values(gpu).items():
+            values.setdefault(k, v)
+        return []
+    needs = dict(UNKNOWN_GPU_NEEDS)
+    if gpus > 1:
+        needs.update(UNKNOWN_GPU_NEEDS_MULTI)
+    missing = [k for k in needs if k not in values]
+    if not missing:
+        return []
+    lines = "; ".join(f"{k} = {needs[k]}" for k in missing)
+    return [(f"{where}.gpu", f"{gpu!r} is no preset ({', '.join(GPUS)}): give its fields in [{where}] — {lines}")]

@@ -9,9 +9,11 @@ which knows whether the user set them).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from timeline.spec.fields import DTYPES, spec_field
 from timeline.spec.framework import FrameworkSpec
+from timeline.spec.hardware import GPUS, preset_values
 from timeline.spec.model import MAX_LAYERS, ModelSpec
 from timeline.spec.schedule_rules import SCHEDULE_KINDS as _KINDS
 from timeline.spec.trace import CapturedTrace
@@ -149,10 +151,27 @@ class HardwareSpec:
     comm_efficiency: float = spec_field(0.8, minimum=0.001, maximum=1.0)
     latency_us: float = spec_field(10.0, nonneg=True, maximum=1e6, doc="per-collective alpha")
     sm: int = spec_field(90, positive=True, maximum=1000, doc="compute capability × 10 (80 Ampere, 90 Hopper, 100 Blackwell)")
+    sms: int = spec_field(0, nonneg=True, maximum=1_000_000,
+                          doc="streaming multiprocessors (0: the preset's; for a GPU no preset holds, not known)")
+    interconnect: str = spec_field("", choices=("", "nvswitch", "pcie"),
+                                   doc='how a node\'s GPUs connect ("": the preset\'s; for a GPU no preset holds, pcie)')
+
+    def __post_init__(self) -> None:
+        # built in code with a preset's name alone (the run files fill both from the preset themselves)
+        preset = preset_values(self.gpu) if self.gpu in GPUS else {"sms": 0, "interconnect": "pcie"}
+        if not self.sms:
+            object.__setattr__(self, "sms", int(preset["sms"]))
+        if not self.interconnect:
+            object.__setattr__(self, "interconnect", str(preset["interconnect"]))
 
     @property
     def capacity_bytes(self) -> int:
         return int((self.capacity_gib - self.non_pytorch_gib) * 2**30)
+
+    @classmethod
+    def preset(cls, gpu: str, **values: Any) -> HardwareSpec:
+        """Preset kind ``gpu``'s hardware (:func:`timeline.spec.hardware.preset_values`), ``values`` over it."""
+        return cls(gpu=gpu, **{**preset_values(gpu), **values})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
