@@ -177,8 +177,8 @@ def test_a_gpu_no_preset_holds_with_its_fields(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra, fragments", [
-    (A5000, ["--gpu rtx-a5000: no preset", "interconnect=", "nvlink_gbps=", "network_gbps="]),  # 8 GPUs: links
-    (["--gpu", "rtx-a5000"], ["sms=", "capacity_gib="]),
+    (A5000, ["--gpu rtx-a5000: no preset", "interconnect: ", "nvlink_gbps: ", "network_gbps: "]),  # 8 GPUs: links
+    (["--gpu", "rtx-a5000"], ["sms: ", "capacity_gib: "]),
     (["--gpu-field", "smz=3"], ["--gpu-field 'smz=3'", "sms"]),
     (["--gpu-field", "sms=many"], ["sms takes an integer"]),
 ])

@@ -13,7 +13,7 @@ from pathlib import Path
 from timeline.cli.common import positive, write_file_atomically
 from timeline.errors import UserError
 from timeline.spec.framework import OPTIMIZER_IMPLS
-from timeline.spec.hardware import GPUS
+from timeline.spec.hardware import GPUS, UNKNOWN_GPU_NEEDS, UNKNOWN_GPU_NEEDS_MULTI
 
 HELP = "write a run file from Megatron-LM arguments (model_config.yaml or a launch script's arguments)"
 DESCRIPTION = """\
@@ -45,11 +45,10 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                         help=f"GPU kind: a preset ({', '.join(GPUS)}; default h100), or any name with its fields "
                              "given by --gpu-field")
     parser.add_argument("--gpu-field", action="append", default=[], metavar="KEY=VALUE",
-                        help="a [hardware] field of the GPU, over its preset's; a GPU no preset holds needs "
-                             "capacity_gib (what PyTorch reports as its total), sm (compute capability × 10), sms "
-                             "(streaming multiprocessors), bf16_tflops, hbm_gbps and, on more than one GPU, "
-                             "interconnect (nvswitch or pcie), nvlink_gbps, network_gbps — e.g. --gpu rtx-a5000 "
-                             "--gpu-field sm=86 --gpu-field sms=64 …")
+                        help=f"a [hardware] field of the GPU, over its preset's; a GPU no preset holds needs "
+                             f"{', '.join(UNKNOWN_GPU_NEEDS)} and, on more than one GPU, "
+                             f"{', '.join(UNKNOWN_GPU_NEEDS_MULTI)} (an error says what each is) — e.g. --gpu "
+                             "rtx-a5000 --gpu-field sm=86 --gpu-field sms=64 …")
     parser.add_argument("--megatron-core", metavar="X.Y.Z",
                         help="Megatron-Core version the job ran (megatron/core/package_info.py; default 0.14.0); "
                              "from 0.15 Megatron's own output layer reuses TE's cached dummy weight gradient")

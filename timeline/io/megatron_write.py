@@ -70,7 +70,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     hardware = {**(gpu_fields or {}), "gpu": gpu}
     missing = fill_gpu(hardware, world_size)
     if missing:
-        needs = missing[0][1].split(" — ", 1)[1].replace(" = ", "=")
+        needs = missing[0][1].split(" — ", 1)[1].replace(" = ", ": ")
         raise UserError(f"--gpu {gpu}: no preset ({', '.join(GPUS)}); give each field its rules read as --gpu-field "
                         f"KEY=VALUE: {needs}")
     for flag, version in (("--te-version", te_version), ("--pytorch-version", pytorch_version)):
