@@ -83,7 +83,7 @@ def _split_key(key: str, value: Any) -> tuple[str, str, Any]:
     return section, name, value
 
 
-def _world(parallel: Any) -> int:
+def world_of(parallel: Any) -> int:
     """How many GPUs a ``[parallel]`` table spans (pp · tp · cp · dp; experts share those ranks), as far as its
     values are integers: whether a GPU no preset holds must say how they connect."""
     if not isinstance(parallel, dict):
@@ -227,7 +227,7 @@ def run_from_data(data: dict[str, Any], path: Path, overrides: Sequence[str] | M
             values.setdefault("num_microbatches", 1)  # the step function runs its own loop, if any
         if name == "hardware":
             values.setdefault("gpu", "h800")
-            found = fill_gpu(values, _world(data.get("parallel")))
+            found = fill_gpu(values, world_of(data.get("parallel")))
             problems += found
             if found:
                 continue

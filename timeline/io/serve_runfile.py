@@ -18,7 +18,7 @@ from timeline.errors import SpecError, UserError
 from timeline.io.hf_quant import read_quantization
 from timeline.io.hf_vision import is_vision_language, split_vision
 from timeline.io.requests_csv import read_requests
-from timeline.io.runfile import NAME_RE, _resolve_model, default_name, parse_override, read_toml
+from timeline.io.runfile import NAME_RE, _resolve_model, default_name, parse_override, read_toml, world_of
 from timeline.spec.engine_versions import (
     sglang_mem_fraction_static,
     version_problem,
@@ -187,11 +187,7 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     # an engine budgets from the total PyTorch reports, not the data sheet's (timeline.spec.hardware)
     if isinstance(gpu, str) and gpu in TORCH_TOTAL_GIB:
         hw_values.setdefault("capacity_gib", TORCH_TOTAL_GIB[gpu])
-    gpus = 1
-    for key in ("tp", "pp", "dp"):
-        v = par_values.get(key, 1)
-        gpus *= v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 1
-    found = fill_gpu(hw_values, gpus)
+    found = fill_gpu(hw_values, world_of(par_values))
     problems += found
     hardware = None if found else build_section(HardwareSpec, "hardware", hw_values, problems)
     allocator = build_section(AllocatorSpec, "allocator", table("allocator"), problems)

@@ -93,7 +93,6 @@ THREADS_PER_SM: dict[int, int] = {70: 2048, 75: 1024, 80: 2048, 86: 1536, 89: 15
 #: the driver's default per-thread stack (``cuCtxGetLimit(CU_LIMIT_STACK_SIZE)`` before any change)
 DEFAULT_STACK_BYTES = KIB
 
-
 #: communicator set → (interconnect, tp, pp > 1) → (GiB the distributed groups put on the device, where measured)
 DIST: dict[str, dict[tuple[str, int, bool], tuple[float, str]]] = {
     "nccl+symm_mem": {
