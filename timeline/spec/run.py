@@ -158,7 +158,8 @@ class HardwareSpec:
 
     def __post_init__(self) -> None:
         # built in code with a preset's name alone (the run files fill both from the preset themselves)
-        preset = preset_values(self.gpu) if self.gpu in GPUS else {"sms": 0, "interconnect": "pcie"}
+        preset: dict[str, float | int | str] = preset_values(self.gpu) if self.gpu in GPUS else \
+            {"sms": 0, "interconnect": "pcie"}
         if not self.sms:
             object.__setattr__(self, "sms", int(preset["sms"]))
         if not self.interconnect:
