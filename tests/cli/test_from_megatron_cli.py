@@ -189,3 +189,109 @@ def test_a_gpu_without_its_fields_is_one_error_line(tmp_path, capsys, extra, fra
     assert len(err) == 1 and err[0].startswith("error: ")
     assert all(f in err[0] for f in fragments), err[0]
     assert not out.exists()
+
+
+FORK_SCRIPT = """#!/bin/bash
+TP=$1
+PP=$2
+NUM_LAYERS=6
+if [ -z ${MP_PP0_LAYERS} ]; then
+    uneven=""
+else
+    uneven="--decoder-first-pipeline-num-layers ${MP_PP0_LAYERS}"
+fi
+TRAIN_ITERS=$(( ${TRAIN_TOKENS} / 1024 ))
+if [ ${TRAIN_ITERS} -gt 0 ]; then
+    iters="--train-iters ${TRAIN_ITERS}"
+fi
+torchrun --nproc_per_node 8 --nnodes 1 pretrain_qwen.py \\
+    --num-layers ${NUM_LAYERS} --hidden-size 128 --num-attention-heads 4 --seq-length 256 \\
+    --max-position-embeddings 256 --micro-batch-size 1 --global-batch-size 8 --bf16 \\
+    --tensor-model-parallel-size ${TP} --pipeline-model-parallel-size ${PP} ${uneven} \\
+    ${iters} --vocab-size 1024 --tokenizer-type NullTokenizer \\
+    --patch-tokenizer-type Qwen2Tokenizer --extra-vocab-size 293 --train-mode pretrain
+"""
+FORK_IGNORE = ["--ignore-arg", "patch-tokenizer-type,extra-vocab-size,train-mode"]
+
+
+def test_a_forks_launch_script_as_a_user_runs_it(tmp_path, capsys):
+    """A Pai-Megatron-Patch-style script: positional arguments, variables from the environment it starts in
+    (``--script-env``), its own arguments named all at once, its own entry script read as pretrain_gpt.py with a
+    note in the error stream and the run file's header."""
+    script = tmp_path / "run_mcore_qwen.sh"
+    script.write_text(FORK_SCRIPT)
+    out = tmp_path / "job.toml"
+    base = ["from-megatron", str(script), "--script-args", "2 4", "-o", str(out)]
+    # TRAIN_TOKENS is the environment's: unset, the block that reads it cannot be decided; not a number, likewise
+    assert main(base) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: {script}: line 11: `[ ${{TRAIN_ITERS}} -gt 0 ]` reads a variable whose value is undecided: "
+        "$(( ${TRAIN_TOKENS} / 1024 )): TRAIN_TOKENS is not set (give its value with --script-env TRAIN_TOKENS=N, "
+        "or check --script-args); pass the job's arguments as a list instead")
+    assert main([*base, "--script-env", "TRAIN_TOKENS=/data/tokens"]) == 2
+    assert "TRAIN_TOKENS is '/data/tokens', not a number (check --script-args)" in capsys.readouterr().err
+    # every argument of no Megatron-LM version in one line, with the --ignore-arg that passes over them all
+    assert main([*base, "--script-env", "TRAIN_TOKENS=1048576"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "; if they are a fork's own arguments, --ignore-arg patch-tokenizer-type,extra-vocab-size,train-mode passes "
+        "over them")
+    # 6 layers over 4 stages: Megatron-LM asserts the even split too, and the error says how to give another
+    assert main([*base, "--script-env", "TRAIN_TOKENS=1048576", *FORK_IGNORE]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: --num-layers 6 does not divide into --pipeline-model-parallel-size 4: Megatron-LM refuses this job "
+        "too (get_num_layers_to_build); give --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers "
+        "or --pipeline-model-parallel-layout, or another --pipeline-model-parallel-size")
+    assert not out.exists()
+    assert main([*base, "--script-env", "TRAIN_TOKENS=1048576", "--script-env", "MP_PP0_LAYERS=3", *FORK_IGNORE]) == 0
+    err = capsys.readouterr().err
+    note = ("pretrain_qwen.py is not one of Megatron-LM's entry scripts (a fork's): read as pretrain_gpt.py, "
+            "building GPTModel; if it builds another model (a vision-language one), give --family")
+    assert f"note: {note}" in err
+    text = out.read_text()
+    assert f"# note: {note}\n" in text
+    assert "--script-env TRAIN_TOKENS=1048576 --script-env MP_PP0_LAYERS=3" in text.splitlines()[0]
+    run = load_run(out)
+    assert run.parallel.layout == (3, 1, 1, 1) and run.parallel.tp == 2 and run.parallel.dp == 1
+
+
+def test_family_says_what_a_forks_entry_script_builds(tmp_path, capsys):
+    script = tmp_path / "run.sh"
+    script.write_text(FORK_SCRIPT.replace("NUM_LAYERS=6", "NUM_LAYERS=8"))
+    base = ["from-megatron", str(script), "--script-args", "2 4", "--script-env", "TRAIN_TOKENS=1048576",
+            *FORK_IGNORE]
+    assert main([*base, "--family", "vlm"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: multimodal (VLM) model (named by --family vlm): timeline "
+                                               "models GPT-style decoders (dense, MoE, MLA), BERT and T5 only")
+    assert main([*base, "--family", "gpt"]) == 0
+    captured = capsys.readouterr()
+    assert "note:" not in captured.err and "# note:" not in captured.out and " --family gpt " in captured.out
+    # Megatron-LM's own entry script already says what it builds
+    script.write_text(FORK_SCRIPT.replace("pretrain_qwen.py", "pretrain_bert.py").replace("NUM_LAYERS=6", "NUM_LAYERS=8"))
+    assert main([*base, "--family", "gpt"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --family gpt: the script pretrain_bert.py already says the job "
+                                               "trains a bert model (drop --family)")
+
+
+def test_script_env_is_checked(tmp_path, capsys):
+    script = tmp_path / "run.sh"
+    script.write_text(FORK_SCRIPT)
+    assert main(["from-megatron", str(script), "--script-env", "1X=3"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --script-env 1X=3: give NAME=VALUE, NAME a shell variable's "
+                                               "name (e.g. --script-env MP_PP0_LAYERS=6)")
+    assert main(["from-megatron", str(_config(tmp_path)), "--world-size", "8", "--script-env", "A=1"]) == 2
+    assert "--script-env: " in capsys.readouterr().err
+
+
+def test_an_invalid_run_file_is_named_by_its_config_not_the_temporary_file(tmp_path, capsys, monkeypatch):
+    """What the written run file's own check says names CONFIG (the temporary sibling is the tool's business)."""
+    import timeline.io.megatron_write as mw
+
+    real = mw.run_file_text
+    monkeypatch.setattr(mw, "run_file_text", lambda *a, **k: real(*a, **k).replace("num_layers = 2",
+                                                                                   "num_layers = -2"))
+    cfg = _config(tmp_path)
+    for extra in ([], ["-o", str(tmp_path / "job.toml")]):
+        assert main(["from-megatron", str(cfg), "--world-size", "8", *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {cfg}: model.num_layers") and "partial" not in err and "run.toml" not in err
+    assert not (tmp_path / "job.toml").exists() and list(tmp_path.iterdir()) == [tmp_path / "test_cases"]

@@ -489,8 +489,15 @@ def test_a_forks_own_arguments_can_be_passed_over(tmp_path):
     """``ignored``: arguments of no Megatron-LM version (Pai-Megatron-Patch's ``--extra-vocab-size``) are dropped
     and listed apart in the run file; Megatron-LM's own cannot be; without it the error names the way out."""
     args = BASE | {"--extra-vocab-size": "256", "--train-mode": "pretrain"}
-    with pytest.raises(UserError, match="--ignore-arg extra-vocab-size passes over it"):
+    with pytest.raises(UserError) as err:  # all of them in one line, with the one --ignore-arg that passes over them
         convert_args(args)
+    assert str(err.value) == (
+        "2 arguments are not arguments of Megatron-LM's training parser (core_v0.12.0 … main): --extra-vocab-size "
+        "(did you mean --export-draft-vocab-size or --vocab-size or --padded-vocab-size?), --train-mode (did you mean "
+        "--rerun-mode?); if they are a fork's own arguments, --ignore-arg extra-vocab-size,train-mode passes over them")
+    with pytest.raises(UserError, match="^--train-mode: not an argument .*; did you mean --rerun-mode\\?; if it is a "
+                                        "fork's own argument, --ignore-arg train-mode passes over it$"):
+        convert_args(args, ignored=("--extra-vocab-size",))
     c = convert_args(args, ignored=("--extra-vocab-size", "--train-mode", "--not-given"))
     assert c.passed_over == ["--extra-vocab-size", "--train-mode"]
     assert "--extra-vocab-size" not in c.neutral and "--extra-vocab-size" not in c.mapped

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import shlex
 import sys
 import tempfile
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from timeline.cli.common import positive, write_file_atomically
 from timeline.errors import UserError
+from timeline.io.megatron_table import FORK_FAMILIES
 from timeline.spec.framework import OPTIMIZER_IMPLS
 from timeline.spec.hardware import GPUS, UNKNOWN_GPU_NEEDS, UNKNOWN_GPU_NEEDS_MULTI
 
@@ -64,6 +66,15 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                         help="the positional arguments a launch script is run with ($1, $2, …, $#, \"$@\"; one "
                              "string, split as a shell splits it), e.g. --script-args 'dsw 8B 1 8 1e-5'; without it "
                              "the script reads as run with none")
+    parser.add_argument("--script-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a variable of the environment the launch script starts in (repeat it), as in "
+                             "`MP_PP0_LAYERS=6 bash run.sh`: the script reads it as bash would, and it is the "
+                             "job's environment (e.g. NVTE_FUSED_ATTN=0)")
+    parser.add_argument("--family", choices=sorted(FORK_FAMILIES), default=None,
+                        help="what a fork's entry script (not one of Megatron-LM's own: Pai-Megatron-Patch's "
+                             "pretrain_qwen.py, a train_*.py) builds, as the Megatron-LM entry script it stands for "
+                             f"({', '.join(f'{k}: {v}' for k, v in FORK_FAMILIES.items())}); without it such a "
+                             "script is read as pretrain_gpt.py (GPTModel), with a note")
     parser.add_argument("--ignore-arg", action="append", default=[], metavar="NAME",
                         help="pass over an argument of no Megatron-LM version — a fork's own (Pai-Megatron-Patch, "
                              "Megatron-DeepSpeed, …) — listed in the run file as not modelled: its name without the "
@@ -104,6 +115,18 @@ def _gpu_fields(items: list[str]) -> dict[str, float | int | str]:
     return out
 
 
+def _script_env(items: list[str]) -> dict[str, str]:
+    """``--script-env NAME=VALUE`` words as a dict (the last of a repeated name wins, as in a shell)."""
+    env: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise UserError(f"--script-env {item}: give NAME=VALUE, NAME a shell variable's name (e.g. "
+                            "--script-env MP_PP0_LAYERS=6)")
+        env[name] = value
+    return env
+
+
 def run(args: argparse.Namespace) -> int:
     from timeline.io.megatron_args import read_megatron_config
     from timeline.io.megatron_write import convert, run_file_text
@@ -120,7 +143,20 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UserError(f"--script-args: {exc} (quote it as a shell would)") from None
     gpu_fields = _gpu_fields(args.gpu_field)
-    margs = read_megatron_config(path, script_args=script_args)
+    script_env = _script_env(args.script_env)
+    margs = read_megatron_config(path, script_args=script_args, script_env=script_env)
+    notes = []
+    if args.family is not None:
+        if margs.family is not None and margs.family != args.family:
+            raise UserError(f"--family {args.family}: {margs.family_source} already says the job trains a "
+                            f"{margs.family} model (drop --family)")
+        margs = dataclasses.replace(margs, family=args.family, family_source=f"--family {args.family}",
+                                    fork_entry=None)
+    elif margs.fork_entry is not None:
+        notes.append(f"{margs.fork_entry} is not one of Megatron-LM's entry scripts (a fork's): read as "
+                     "pretrain_gpt.py, building GPTModel; if it builds another model (a vision-language one), "
+                     "give --family")
+        print(f"note: {notes[-1]}", file=sys.stderr)
     world_size = args.world_size or margs.world_size
     if world_size is None:
         raise UserError("--world-size N is needed: give the job's GPU count (its launcher's nproc_per_node × nnodes "
@@ -136,20 +172,33 @@ def run(args: argparse.Namespace) -> int:
     source = str(path)  # the header's command line: what reproduces the run file
     if args.script_args is not None:
         source += f" --script-args {shlex.quote(args.script_args)}"
+    for name, value in script_env.items():
+        source += f" --script-env {shlex.quote(f'{name}={value}')}"
     if conv.passed_over:
         source += f" --ignore-arg {','.join(n.lstrip('-') for n in conv.passed_over)}"
-    text = run_file_text(conv, name=args.name or default_name(path), source=source, world_size=world_size)
+    if args.family is not None:
+        source += f" --family {args.family}"
+    text = run_file_text(conv, name=args.name or default_name(path), source=source, world_size=world_size,
+                         notes=notes)
+
+    def check(tmp: Path) -> None:
+        """The run file must load as it stands; its error names the CONFIG, not the temporary file."""
+        try:
+            load_run(tmp)
+        except UserError as exc:
+            raise UserError(f"{path}: {str(exc).removeprefix(f'{tmp}: ')}") from None
+
     if out is None:
         with tempfile.TemporaryDirectory() as folder:  # what is printed must load as it stands
-            check = Path(folder) / "run.toml"
-            check.write_text(text, encoding="utf-8")
-            load_run(check)
+            tmp = Path(folder) / "run.toml"
+            tmp.write_text(text, encoding="utf-8")
+            check(tmp)
         print(text, end="")
         return 0
 
     def write(tmp: Path) -> None:
         tmp.write_text(text, encoding="utf-8")
-        load_run(tmp)  # the written file must load as it stands, or nothing is left at RUN.toml
+        check(tmp)  # or nothing is left at RUN.toml
 
     write_file_atomically(out, write, force=args.force)
     print(f"wrote {out}")

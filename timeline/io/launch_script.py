@@ -361,14 +361,17 @@ LOOP_LIMIT = 10_000
 
 
 class _Shell:
-    def __init__(self, argv: list[str] | None = None) -> None:
-        self.vars: dict[str, str | list[str]] = {}
-        self.env: dict[str, str] = {}
+    def __init__(self, argv: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+        # the environment the script is started in: exported, so both its variables and the job's environment
+        self.vars: dict[str, str | list[str]] = dict(env or {})
+        self.env: dict[str, str] = dict(env or {})
         self.argv: list[str] = list(argv or [])  # the script's positional parameters ($1 …), shifted by `shift`
         #: read with the arguments the user gave (``--script-args``): an ``exit`` ends the script as in bash; without
         #: them a usage check's ``exit`` (``[ $# -lt 1 ]``) is the reader's artefact and does not end the reading
         self.given = argv is not None
         self.rounds = 0  # loop rounds run so far (LOOP_LIMIT)
+        #: variables whose assignment could not be evaluated (kept as written), with why
+        self.undecided: dict[str, str] = {}
 
     # -- parameters
     def get(self, name: str) -> str | None:
@@ -390,8 +393,11 @@ class _Shell:
 
         def lookup(name: str) -> int:
             v = self.get(name)
-            if v is None or not re.fullmatch(r"\s*-?\d+\s*", v):
-                raise _Undecidable(f"$(({expr})): {name} is not a number the script sets")
+            if v is None:
+                raise _Undecidable(f"$(({expr})): {name} is not set (give its value with --script-env {name}=N, or "
+                                   "check --script-args)")
+            if not re.fullmatch(r"\s*-?\d+\s*", v):
+                raise _Undecidable(f"$(({expr})): {name} is {v!r}, not a number (check --script-args)")
             return int(v)
 
         try:
@@ -569,7 +575,10 @@ class _Shell:
                 raise _Undecidable(f"line {line}: `{' '.join(raw)}` is a compound test")
             args += self.words(w, split=False) or [""]
         if any("$(" in arg or "`" in arg for arg in args):
-            raise _Undecidable(f"line {line}: `{' '.join(raw)}` tests a command's output")
+            # a variable whose assignment could not be evaluated keeps its text: say why it could not
+            kept = [why for name, why in self.undecided.items() if re.search(rf"\$\{{?{name}\b", " ".join(raw))]
+            raise _Undecidable(f"line {line}: `{' '.join(raw)}` " + (
+                f"reads a variable whose value is undecided: {kept[0]}" if kept else "tests a command's output"))
         neg = False
         while args and args[0] == "!":
             neg, args = not neg, args[1:]
@@ -628,10 +637,12 @@ def _touches(cmds: list[_Cmd]) -> bool:
     return False
 
 
-def read_launch_script(text: str, source: str, argv: list[str] | None = None) -> Launch | None:
+def read_launch_script(text: str, source: str, argv: list[str] | None = None,
+                       env: dict[str, str] | None = None) -> Launch | None:
     """The Megatron invocation of the bash script ``text`` run with the positional arguments ``argv`` (none by
-    default), or None when it runs none."""
-    shell = _Shell(argv)
+    default) in the environment ``env`` (the variables set before it starts: ``MP_PP0_LAYERS=6 sh run.sh``), or None
+    when it runs none."""
+    shell = _Shell(argv, env)
     found: list[Launch] = []
     try:
         _run(shell, _lex(text), found)
@@ -978,11 +989,13 @@ def _after_equals(word: Word, m: re.Match) -> Word:
 
 
 def _assign(shell: _Shell, word: Word, m: re.Match) -> None:
+    name = m.group(1)
     try:
         value = shell.word(_after_equals(word, m))
-    except _Undecidable:  # kept as written: an argument that reads it names the variable, a test refuses
+        shell.undecided.pop(name, None)
+    except _Undecidable as exc:  # kept as written: an argument that reads it names the variable, a test refuses
         value = "".join(t for t, _ in _after_equals(word, m))
-    name = m.group(1)
+        shell.undecided[name] = str(exc)
     if m.group(2):  # NAME+=word appends to a string (or to an array's first element in bash; rare)
         old = shell.vars.get(name)
         shell.vars[name] = (old if isinstance(old, str) else "") + value

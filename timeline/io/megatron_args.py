@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from timeline.errors import UserError
+from timeline.io.megatron_table import ENTRY_SCRIPTS
 from timeline.io.text import read_user_text
 
 #: a value given as a ``$VAR`` / ``${VAR}`` reference the launcher would have expanded
@@ -40,6 +41,9 @@ class MegatronArgs:
     family_source: str = ""
     mode: str | None = None
     world_size: int | None = None  # a launch script's torchrun --nproc_per_node × --nnodes
+    #: the entry script when it is not one of Megatron-LM's own (a fork's ``pretrain_qwen.py``): read as
+    #: ``pretrain_gpt.py`` unless ``--family`` says what it builds
+    fork_entry: str | None = None
 
 
 #: arguments written in a grammar that has no quote, backslash or ``$`` of its own, so any left in
@@ -174,8 +178,9 @@ def parse_yaml(text: str, path: Path) -> MegatronArgs:
                         mode=None if mode is None else str(mode))
 
 
-#: ``pretrain_<family>.py`` names the model family a launch script trains
-SCRIPT_RE = re.compile(r"pretrain_([a-z0-9_]+)\.py$")
+#: an entry script: ``pretrain_<name>.py`` (Megatron-LM's own name the family they train:
+#: :data:`timeline.io.megatron_table.ENTRY_SCRIPTS`), or a fork's ``train*.py`` / ``finetune*.py``
+SCRIPT_RE = re.compile(r"(?:^|/)(pretrain_[A-Za-z0-9_]+|train[A-Za-z0-9_]*|finetune[A-Za-z0-9_]*)\.py$")
 
 
 def parse_arg_list(text: str, path: Path | str = "<arguments>") -> MegatronArgs:
@@ -197,7 +202,7 @@ def group_words(words: list[str], path: Path | str = "<arguments>", env: dict[st
     the first, ``VAR=value`` words are the environment and a ``pretrain_<family>.py`` names the family."""
     args: dict[str, Any] = {}
     env = dict(env or {})
-    family, source = None, ""
+    family, source, fork = None, "", None
     current: str | None = None
     values: list[str] = []
 
@@ -215,7 +220,11 @@ def group_words(words: list[str], path: Path | str = "<arguments>", env: dict[st
         elif current is None:
             script = SCRIPT_RE.search(word)
             if script:
-                family, source = script.group(1), f"the script {Path(word).name}"
+                stem = script.group(1).removeprefix("pretrain_")
+                if script.group(1).startswith("pretrain_") and stem in ENTRY_SCRIPTS:
+                    family, source = ENTRY_SCRIPTS[stem], f"the script {Path(word).name}"
+                else:
+                    fork = Path(word).name
             elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", word):
                 k, _, v = word.partition("=")
                 env[k] = v
@@ -225,7 +234,8 @@ def group_words(words: list[str], path: Path | str = "<arguments>", env: dict[st
     if not args:
         raise UserError(f"{path}: no --arguments found (expected a model_config.yaml or a launch "
                         "script's argument list)")
-    return MegatronArgs(args=args, env=env, family=family, family_source=source, world_size=world_size)
+    return MegatronArgs(args=args, env=env, family=family, family_source=source, world_size=world_size,
+                        fork_entry=fork)
 
 
 #: a bash script rather than an argument list: a shebang, a statement that is an assignment alone
@@ -237,12 +247,13 @@ SCRIPT_HINTS = re.compile(r"\A#!|^[ \t]*(export[ \t]+)?[A-Za-z_][A-Za-z0-9_]*\+?
                           r"[ \t]", re.M)
 
 
-def read_script(text: str, path: Path, script_args: list[str] | None = None) -> MegatronArgs:
-    """A bash launch script (:mod:`timeline.io.launch_script`) run with the positional arguments ``script_args``:
-    the arguments it hands the entry script."""
+def read_script(text: str, path: Path, script_args: list[str] | None = None,
+                script_env: dict[str, str] | None = None) -> MegatronArgs:
+    """A bash launch script (:mod:`timeline.io.launch_script`) run with the positional arguments ``script_args``
+    in the environment ``script_env``: the arguments it hands the entry script."""
     from timeline.io.launch_script import read_launch_script
 
-    launch = read_launch_script(text, str(path), script_args)
+    launch = read_launch_script(text, str(path), script_args, script_env)
     if launch is None:
         raise UserError(f"{path}: a shell script that runs no Megatron entry script (pretrain_gpt.py, "
                         "pretrain_mamba.py, …); give its argument list or the script that launches the job")
@@ -253,15 +264,20 @@ def read_script(text: str, path: Path, script_args: list[str] | None = None) -> 
     return group_words([launch.script, *words], path, env=launch.env, world_size=launch.world_size)
 
 
-def read_megatron_config(path: str | Path, script_args: list[str] | None = None) -> MegatronArgs:
-    """Read CONFIG: YAML when it ends in ``.yaml``/``.yml``, a launch script (run with ``script_args``), else an
-    argument list."""
+def read_megatron_config(path: str | Path, script_args: list[str] | None = None,
+                         script_env: dict[str, str] | None = None) -> MegatronArgs:
+    """Read CONFIG: YAML when it ends in ``.yaml``/``.yml``, a launch script (run with ``script_args`` in the
+    environment ``script_env``), else an argument list."""
     path = Path(path)
     text = read_user_text(path, "a model_config.yaml or an argument list")
-    if script_args is not None and (path.suffix.lower() in (".yaml", ".yml") or not SCRIPT_HINTS.search(text)):
+    script = bool(SCRIPT_HINTS.search(text)) and path.suffix.lower() not in (".yaml", ".yml")
+    if script_args is not None and not script:
         raise UserError(f"--script-args: {path} is not a launch script (positional arguments are a script's)")
+    if script_env and not script:
+        raise UserError(f"--script-env: {path} is not a launch script (give an argument list's values as arguments, "
+                        "a YAML config's environment under ENV_VARS)")
     if path.suffix.lower() in (".yaml", ".yml"):
         return parse_yaml(text, path)
-    if SCRIPT_HINTS.search(text):
-        return read_script(text, path, script_args)
+    if script:
+        return read_script(text, path, script_args, script_env)
     return parse_arg_list(text, path)

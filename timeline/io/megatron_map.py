@@ -416,6 +416,14 @@ def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core:
                               last=a.int("--decoder-last-pipeline-num-layers"),
                               embedding=a.flag("--account-for-embedding-in-pipeline-split"),
                               loss=a.flag("--account-for-loss-in-pipeline-split"), pp=pp)
+        if layout is None and hybrid is None and layers % (pp * vpp):
+            # transformer_block.py: get_num_layers_to_build asserts num_layers % pipeline_model_parallel_size
+            # == 0 (and a rank's layers over its virtual stages) when no uneven split is given
+            raise UserError(f"--num-layers {layers} does not divide into --pipeline-model-parallel-size {pp}"
+                            + (f" × {vpp} virtual stages" if vpp > 1 else "")
+                            + ": Megatron-LM refuses this job too (get_num_layers_to_build); give "
+                              "--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers or "
+                              "--pipeline-model-parallel-layout, or another --pipeline-model-parallel-size")
     c.put("parallel.vpp", vpp, "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
           *(("--hybrid-layer-pattern",) if hybrid is not None and hybrid.segments else ()))
     if layout is not None:

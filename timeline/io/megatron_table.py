@@ -370,7 +370,26 @@ MODELLED_FAMILIES = ("gpt", "moe", "mixtral", "deepseek", "llama", "qwen", "hybr
 FAMILY_NAMES = {"bert": "BERT encoder", "t5": "T5 encoder-decoder", "hybrid": "Mamba/hybrid",
                 "mamba": "Mamba/hybrid", "nemotron": "Mamba/hybrid (Nemotron-H)", "mimo": "multimodal (MIMO)",
                 "multimodal-llava": "multimodal (LLaVA)", "vlm": "multimodal (VLM)", "retro": "RETRO",
-                "ict": "ICT retriever", "gpt-nemo": "NeMo-launched GPT (gpt-nemo)"}
+                "ict": "ICT retriever", "gpt-nemo": "NeMo-launched GPT (gpt-nemo)",
+                "vision": "vision (ViT / DINO / inpainting)", "ul2": "UL2 (legacy T5/GPT)", "albert": "ALBERT encoder",
+                "dmc": "GPT with dynamic memory compression (DMC)", "engram": "Engram GPT",
+                "gemma4": "Gemma-4 (Gemma4Model)", "diffusion": "Mamba text diffusion", "flextron": "elastic (Flextron)"}
+
+#: Megatron-LM's own entry scripts (``pretrain_<name>.py`` at the repository root or under examples/, on any
+#: branch of its history up to d98e8a64dd) and the model family each builds, read from each script's
+#: ``model_provider``; a ``pretrain_*.py`` outside this table is a fork's (Pai-Megatron-Patch's
+#: ``pretrain_qwen.py``, …), whose model the name does not tell
+ENTRY_SCRIPTS = {
+    **dict.fromkeys(("gpt", "gpt2", "gpt2_old", "gpt_core", "gpt_terapipe", "deepseek_v2", "llama"), "gpt"),
+    "bert": "bert", "albert": "albert", "t5": "t5", "t5_core": "t5", "ul2": "ul2", "mamba": "mamba",
+    "hybrid": "hybrid", "hybrid_flex": "flextron", "mamba_tt_diffusion": "diffusion", "gpt_with_dmc": "dmc",
+    "engram": "engram", "gemma4": "gemma4", "vlm": "vlm", "qwenvl": "vlm", "mimo": "mimo", "retro": "retro",
+    "retro_core": "retro", "ict": "ict", "bert_ict": "ict", "realm": "ict",
+    **dict.fromkeys(("vit", "vision_classify", "vision_dino", "vision_inpaint"), "vision"),
+}
+#: what ``--family`` may say a fork's entry script builds (the entry script of Megatron-LM it stands for)
+FORK_FAMILIES = {"gpt": "pretrain_gpt.py", "bert": "pretrain_bert.py", "t5": "pretrain_t5.py",
+                 "mamba": "pretrain_mamba.py", "vlm": "pretrain_vlm.py"}
 
 #: a functional test's ``MODE`` other than pretraining: the job it describes
 MODE_JOBS = {"inference": "an inference job (MODE: inference); timeline simulates training",

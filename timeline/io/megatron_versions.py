@@ -80,6 +80,31 @@ def is_megatron_argument(name: str) -> bool:
     return name in _index()[1] or name in between()
 
 
+def _close(name: str) -> list[str]:
+    """The parser's arguments nearest ``name`` (a typo's likely intent), best first."""
+    return difflib.get_close_matches(name, _index()[1], n=3, cutoff=0.75)
+
+
+def unknown_arguments(names: list[str]) -> str:
+    """One line for arguments no version of the parser has: each with the closest real ones (a typo), and the
+    ``--ignore-arg`` that passes over them all (a fork's own arguments)."""
+    versions = _index()[0]
+    span = f"Megatron-LM's training parser ({versions[0][0]} … {versions[-1][0]})"
+    ignore = ",".join(n.lstrip("-") for n in names)
+    if len(names) == 1:
+        close = _close(names[0])
+        hint = f"; did you mean {close[0]}?" if close else ""
+        hint += f" (or {', '.join(close[1:])})" if len(close) > 1 else ""
+        return (f"{names[0]}: not an argument of {span}{hint}; if it is a fork's own argument, "
+                f"--ignore-arg {ignore} passes over it")
+    listed = []
+    for n in names:
+        close = _close(n)
+        listed.append(f"{n} (did you mean {' or '.join(close)}?)" if close else n)
+    return (f"{len(names)} arguments are not arguments of {span}: {', '.join(listed)}; if they are a fork's own "
+            f"arguments, --ignore-arg {ignore} passes over them")
+
+
 def check_argument(name: str, megatron_core: str | None) -> None:
     """Raise a one-line UserError when no version's parser has ``name`` (naming the closest ones), or
     when ``megatron_core`` is given and its version lacks it (naming when it came or went)."""
@@ -92,12 +117,7 @@ def check_argument(name: str, megatron_core: str | None) -> None:
                             "(give the main snapshot's version, e.g. 0.16.0rc0, or drop the argument)")
         return
     if present is None:
-        close = difflib.get_close_matches(name, rows, n=3, cutoff=0.75)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        hint += f" (or {', '.join(close[1:])})" if len(close) > 1 else ""
-        raise UserError(f"{name}: not an argument of Megatron-LM's training parser ({versions[0][0]} … "
-                        f"{versions[-1][0]}){hint}; if it is a fork's own argument, --ignore-arg {name.lstrip('-')} "
-                        "passes over it")
+        raise UserError(unknown_arguments([name]))
     if megatron_core is None:
         return
     i = version_index(megatron_core)

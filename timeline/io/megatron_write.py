@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -39,7 +39,7 @@ from timeline.io.megatron_state_args import (
 )
 from timeline.io.megatron_t5 import derived_args, map_t5
 from timeline.io.megatron_table import ENV_MAPPED, MAPPED, NEUTRAL_REASON, NOT_MEGATRON, OTHER_SCRIPTS, label
-from timeline.io.megatron_versions import check_argument, is_megatron_argument
+from timeline.io.megatron_versions import check_argument, is_megatron_argument, unknown_arguments
 from timeline.spec.hardware import GPUS, fill_gpu
 from timeline.spec.schedule_rules import schedule_problems
 
@@ -135,12 +135,18 @@ def check_names(margs: MegatronArgs, megatron_core: str | None) -> None:
     """Every argument is one of some version of Megatron-LM's training parser (and of ``megatron_core``'s
     when given), else a one-line error: another script's argument, a name from another framework, a
     typo (with the closest real arguments), or an argument of another version."""
+    unknown = []
     for name in margs.args:
         if name in OTHER_SCRIPTS:
             raise UserError(f"{name}: {OTHER_SCRIPTS[name]}")
         if name in NOT_MEGATRON:
             raise UserError(f"{name}: not a Megatron-LM argument; use {NOT_MEGATRON[name]}")
+        if not is_megatron_argument(name):
+            unknown.append(name)  # all of them in one line: a fork's script has several
+            continue
         check_argument(name, megatron_core)
+    if unknown:
+        raise UserError(unknown_arguments(unknown))
 
 
 class UnschedulableJob(UserError):
@@ -192,9 +198,11 @@ def _comment(text: str) -> str:
     return "# " + text.replace("\n", " ")
 
 
-def run_file_text(c: Conversion, *, name: str, source: str, world_size: int) -> str:
-    """The run file: the header comment block, then ``name`` and each section."""
+def run_file_text(c: Conversion, *, name: str, source: str, world_size: int, notes: Sequence[str] = ()) -> str:
+    """The run file: the header comment block (``notes``: what the conversion assumed), then ``name`` and each
+    section."""
     lines = [_comment(f"written by `timeline from-megatron {source} --world-size {world_size}`"),
+             *(_comment(f"note: {n}") for n in notes),
              _comment("Megatron-LM argument -> run-file key:")]
     for arg in sorted(c.mapped):
         lines.append(_comment(f"  {arg} -> {c.mapped[arg]}"))
