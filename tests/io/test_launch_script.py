@@ -484,3 +484,95 @@ def test_arithmetic_matches_bash_to_the_64_bit_wrap():
     assert launch is not None and launch.words == bash
     with pytest.raises(UserError, match="not integer arithmetic"):
         read_launch_script("python pretrain_gpt.py --n $((1/0))\n", "t")
+
+
+#: continuations as users write them: a commented-out argument whose line still ends in a backslash (bash ends a
+#: comment at its newline), a backslash-newline inside double quotes (removed) and single quotes (kept)
+CONTINUED = r"""#!/bin/bash
+GPUS_PER_NODE=4
+# --distribute-saved-activations \
+torchrun --nproc_per_node $GPUS_PER_NODE pretrain_gpt.py \
+       --tensor-model-parallel-size $GPUS_PER_NODE \
+       --num-layers 48 "--hidden-\
+size" 3072 \
+       --data-path 'a\
+b' \
+       --num-attention-heads 24
+#       --load $CHECKPOINT_PATH \
+if [ -f x ]; then
+    echo
+fi
+"""
+
+
+def test_line_continuations_as_bash_reads_them(tmp_path):
+    script = tmp_path / "train.sh"
+    script.write_text(CONTINUED.replace("torchrun ", "printf '%s\\n' "))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    words = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, check=True).stdout
+    words = words.splitlines()
+    launch = read_launch_script(CONTINUED, "train.sh")
+    assert launch is not None and launch.world_size == 4
+    assert launch.words == ["--tensor-model-parallel-size", "4", "--num-layers", "48", "--hidden-size", "3072",
+                            "--data-path", "a\\\nb", "--num-attention-heads", "24"]
+    # bash prints the single-quoted backslash-newline as it is: two lines of output for one word
+    assert words[words.index("pretrain_gpt.py") + 1:] == "\n".join(launch.words).split("\n")
+    # lines are counted through continuations: the file test is on line 12
+    with pytest.raises(UserError, match="^train.sh: line 12: "):
+        read_launch_script(CONTINUED.replace("    echo\n", "    X=1\n"), "train.sh")
+
+
+#: a sweep as users write one: parallel arrays walked by index, the job launched once per configuration
+SWEEP = r"""#!/bin/bash
+hidden_sizes=(1536 1920 2304 3072)
+num_layers=(40 54 64 72)
+model_parallel_gpus=(1 2 4 8)
+for i in ${!hidden_sizes[@]}; do
+    MP=${model_parallel_gpus[$i]}
+    LAST=${num_layers[i+1]:-none}
+    ARGS="--tensor-model-parallel-size $MP \
+        --num-layers ${num_layers[$i]} --hidden-size ${hidden_sizes[$i]} --kv-channels ${hidden_sizes[-1]}"
+    torchrun --nproc_per_node $MP --nnodes 1 pretrain_gpt.py $ARGS --seq-length $LAST
+    echo "done"
+done
+for precision in bf16 fp16; do
+    torchrun --nproc_per_node 8 pretrain_gpt.py --$precision
+done
+"""
+
+
+def test_a_sweeps_for_loops_run_every_job_as_bash_does(tmp_path):
+    script = tmp_path / "sweep.sh"
+    script.write_text(SWEEP.replace("torchrun ", "printf '%s\\n' ").replace("pretrain_gpt.py", "JOB"))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, check=True).stdout
+    for k in range(1, 7):
+        launch = read_launch_script(SWEEP, "sweep.sh", job=k)
+        assert launch is not None and launch.jobs == 6
+        bash_words = out.split("JOB\n")[k].replace("done\n", "").split("--nproc_per_node")[0].strip("\n").split("\n")
+        assert launch.words == bash_words, k
+    first = read_launch_script(SWEEP, "sweep.sh")
+    assert first is not None and first.world_size == 1 and first.words == [
+        "--tensor-model-parallel-size", "1", "--num-layers", "40", "--hidden-size", "1536", "--kv-channels", "3072",
+        "--seq-length", "54"]
+    last = read_launch_script(SWEEP, "sweep.sh", job=4)
+    assert last is not None and last.world_size == 8 and last.words[-2:] == ["--seq-length", "none"]
+    with pytest.raises(UserError, match=r"^--job 7: sweep.sh launches 6 jobs \(give 1 … 6\)$"):
+        read_launch_script(SWEEP, "sweep.sh", job=7)
+
+
+def test_from_megatron_reads_a_sweeps_first_job_or_the_one_asked_for(tmp_path, capsys):
+    script = tmp_path / "sweep.sh"
+    script.write_text(SWEEP.replace("--seq-length $LAST", "--seq-length 1024 --num-attention-heads 8 "
+                                    "--max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 8"))
+    assert main(["from-megatron", str(script)]) == 0
+    captured = capsys.readouterr()
+    note = "sweep.sh launches 6 jobs (a loop); the first is read (--job 1 … 6 picks one)"
+    assert f"note: {note}" in captured.err and f"# note: {note}" in captured.out
+    assert "hidden_size = 1536" in captured.out and "--world-size 1`" in captured.out
+    assert main(["from-megatron", str(script), "--job", "3"]) == 0
+    captured = capsys.readouterr()
+    assert "note:" not in captured.err and "hidden_size = 2304" in captured.out
+    assert "sweep.sh --job 3 --world-size 4`" in captured.out
+    assert main(["from-megatron", str(script), "--job", "9"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --job 9: {script} launches 6 jobs (give 1 … 6)"

@@ -70,6 +70,9 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                         help="a variable of the environment the launch script starts in (repeat it), as in "
                              "`MP_PP0_LAYERS=6 bash run.sh`: the script reads it as bash would, and it is the "
                              "job's environment (e.g. NVTE_FUSED_ATTN=0)")
+    parser.add_argument("--job", type=positive, metavar="K", default=None,
+                        help="of a launch script that launches several jobs (a sweep's loop), the K-th (from 1; "
+                             "default the first, with a note)")
     parser.add_argument("--family", choices=sorted(FORK_FAMILIES), default=None,
                         help="what a fork's entry script (not one of Megatron-LM's own: Pai-Megatron-Patch's "
                              "pretrain_qwen.py, a train_*.py) builds, as the Megatron-LM entry script it stands for "
@@ -144,8 +147,10 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--script-args: {exc} (quote it as a shell would)") from None
     gpu_fields = _gpu_fields(args.gpu_field)
     script_env = _script_env(args.script_env)
-    margs = read_megatron_config(path, script_args=script_args, script_env=script_env)
-    notes = []
+    margs = read_megatron_config(path, script_args=script_args, script_env=script_env, job=args.job)
+    notes = list(margs.notes)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if args.family is not None:
         if margs.family is not None and margs.family != args.family:
             raise UserError(f"--family {args.family}: {margs.family_source} already says the job trains a "
@@ -174,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
         source += f" --script-args {shlex.quote(args.script_args)}"
     for name, value in script_env.items():
         source += f" --script-env {shlex.quote(f'{name}={value}')}"
+    if args.job is not None:
+        source += f" --job {args.job}"
     if conv.passed_over:
         source += f" --ignore-arg {','.join(n.lstrip('-') for n in conv.passed_over)}"
     if args.family is not None:

@@ -55,6 +55,7 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)
     world_size: int | None = None
     launcher: list[str] = field(default_factory=list)
+    jobs: int = 1  # how many Megatron invocations the script runs (a sweep's loop): this is the first
 
 
 # --------------------------------------------------------------------------------------------- lexing
@@ -118,7 +119,6 @@ def _dollar(text: str, i: int) -> int:
 
 def _lex(text: str) -> list[_Cmd]:
     """The script's simple commands in order (comments, continuations and quoting as bash reads them)."""
-    text = re.sub(r"\\\r?\n", "", text)
     cmds: list[_Cmd] = []
     words: list[Word | str] = []
     word: Word = []
@@ -159,6 +159,10 @@ def _lex(text: str) -> list[_Cmd]:
             i += 1
         elif c == "#" and not word:
             i = text.find("\n", i) if "\n" in text[i:] else len(text)
+        elif c == "\\" and text.startswith(("\n", "\r\n"), i + 1):
+            # a line continuation (bash(1), QUOTING) — outside a comment only: a comment ends at its newline
+            i += 2 if text[i + 1] == "\n" else 3
+            line += 1
         elif c == "\\":
             word.append((text[i + 1:i + 2], "'"))
             i += 2
@@ -175,7 +179,8 @@ def _lex(text: str) -> list[_Cmd]:
             i = j
         elif c == '"':
             j = _dquote_end(text, i + 1)
-            word.append((text[i + 1:j - 1], '"'))
+            # inside double quotes a backslash-newline is removed too; inside single quotes it stays
+            word.append((re.sub(r"(?<!\\)\\\r?\n", "", text[i + 1:j - 1]), '"'))
             line += text.count("\n", i, j)
             i = j
         elif c == "$":
@@ -411,26 +416,33 @@ class _Shell:
         if m:
             v = self.vars.get(m.group(1))
             return list(v) if isinstance(v, list) else [] if v is None else [v]
-        m = re.fullmatch(rf"({NAME})\[(\d+)\]", body)
-        if m:
+        m = re.fullmatch(rf"!({NAME})\[([@*])\]", body)
+        if m:  # an array's indices (bash(1), Arrays): 0 … n-1, this reader's arrays being dense
+            v = self.vars.get(m.group(1))
+            return [str(k) for k in range(len(v) if isinstance(v, list) else 0 if v is None else 1)]
+        m = re.fullmatch(rf"({NAME})\[([^\]@*]+)\]", body)
+        if m:  # an indexed array's subscript is an arithmetic expression (bash(1), Arrays): ${A[$i]}, ${A[i+1]}
             v = self.vars.get(m.group(1))
             items = v if isinstance(v, list) else [] if v is None else [v]
-            k = int(m.group(2))
-            return items[k] if k < len(items) else None
+            k = int(m.group(2)) if m.group(2).isdigit() else int(self.arith(m.group(2)))
+            if k < 0:  # a negative subscript counts from the end
+                k += len(items)
+            return items[k] if 0 <= k < len(items) else None
         m = re.fullmatch(r"#(" + NAME + r")(\[[@*]\])?", body)
         if m:
             v = self.vars.get(m.group(1))
             return str(len(v)) if m.group(2) and isinstance(v, list) else str(len(self.get(m.group(1)) or ""))
-        m = re.fullmatch(rf"({NAME}|[0-9]+|[#@*])(:?)([-=+?])(.*)", body, re.S)
+        m = re.fullmatch(rf"({NAME}(?:\[[^\]@*]+\])?|[0-9]+|[#@*])(:?)([-=+?])(.*)", body, re.S)
         if m:
             name, colon, op, word = m.groups()
-            v = self.get(name)
+            got = self.param(name) if "[" in name else self.get(name)  # an array element: ${A[i+1]:-x}
+            v = got if isinstance(got, str) or got is None else None
             unset = v is None or (colon and v == "")
             alt = self.expand_text(word)
             if op == "-":
                 return alt if unset else v
             if op == "=":
-                if unset:
+                if unset and "[" not in name:
                     self.vars[name] = alt
                 return alt if unset else v
             if op == "+":
@@ -638,10 +650,10 @@ def _touches(cmds: list[_Cmd]) -> bool:
 
 
 def read_launch_script(text: str, source: str, argv: list[str] | None = None,
-                       env: dict[str, str] | None = None) -> Launch | None:
+                       env: dict[str, str] | None = None, job: int = 1) -> Launch | None:
     """The Megatron invocation of the bash script ``text`` run with the positional arguments ``argv`` (none by
     default) in the environment ``env`` (the variables set before it starts: ``MP_PP0_LAYERS=6 sh run.sh``), or None
-    when it runs none."""
+    when it runs none; of a script that runs several (a sweep), the ``job``-th (from 1)."""
     shell = _Shell(argv, env)
     found: list[Launch] = []
     try:
@@ -655,7 +667,11 @@ def read_launch_script(text: str, source: str, argv: list[str] | None = None,
                         "positional arguments given (check --script-args)") from None
     if not found:
         return None
-    launch = found[0]
+    if not 1 <= job <= len(found):
+        raise UserError(f"--job {job}: {source} launches {len(found)} job{'s' if len(found) > 1 else ''} "
+                        f"(give 1 … {len(found)})")
+    launch = found[job - 1]
+    launch.jobs = len(found)
     launch.env = {**shell.env, **launch.env}
     if launch.world_size is None:
         launch.world_size = _slurm_world_size(text, launch.launcher)
@@ -721,6 +737,8 @@ def _run(shell: _Shell, cmds: list[_Cmd], found: list[Launch]) -> None:
             body = cmds[i + 1:end]
             if head in ("while", "until"):
                 _loop(shell, cmd, body, found)
+            elif head == "for" and _for(shell, cmd, body, found):
+                pass
             elif _touches(body):
                 raise _Undecidable(f"line {cmd.line}: a `{head}` block that sets variables or runs the job")
             i = end + 1
@@ -731,6 +749,31 @@ def _run(shell: _Shell, cmds: list[_Cmd], found: list[Launch]) -> None:
             return
         _run_list(shell, cmd.words, cmd.line, found)
         i += 1
+
+
+def _for(shell: _Shell, cmd: _Cmd, body: list[_Cmd], found: list[Launch]) -> bool:
+    """``for NAME in WORDS`` (or ``for NAME``: over ``"$@"``): the body once per word, as bash runs it — a sweep's
+    every job is found (``job`` of :func:`read_launch_script` picks one). False for a form this reader does not run (C-style
+    ``for ((…))``), left to the caller."""
+    words = [w for w in cmd.words[1:] if isinstance(w, list)]
+    if not words or not re.fullmatch(NAME, _Shell._plain(words[0])):
+        return False
+    name = _Shell._plain(words[0])
+    if len(words) > 1 and _Shell._plain(words[1]) != "in":
+        return False
+    items = [x for w in words[2:] for x in shell.words(w)] if len(words) > 1 else list(shell.argv)
+    if body and _head(body[0]) == "do":  # the lexer makes `do` a command of its own
+        body = body[1:]
+    for item in items:
+        shell.rounds += 1
+        if shell.rounds > LOOP_LIMIT:
+            raise _Undecidable(f"line {cmd.line}: a `for` loop past {LOOP_LIMIT} rounds")
+        shell.vars[name] = item
+        try:
+            _run(shell, body, found)
+        except _Break:
+            break
+    return True
 
 
 def _loop(shell: _Shell, cmd: _Cmd, body: list[_Cmd], found: list[Launch]) -> None:
@@ -976,7 +1019,7 @@ def _command(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
     if argv and argv[0] == "break":
         raise _Break
     entry = next((n for n, a in enumerate(argv) if ENTRY_RE.search(a)), None)
-    if entry is None or found:
+    if entry is None:
         return
     launcher = argv[:entry]
     found.append(Launch(words=argv[entry + 1:], script=argv[entry], env=prefix_env,

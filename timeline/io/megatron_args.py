@@ -14,6 +14,7 @@ module's.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ class MegatronArgs:
     #: the entry script when it is not one of Megatron-LM's own (a fork's ``pretrain_qwen.py``): read as
     #: ``pretrain_gpt.py`` unless ``--family`` says what it builds
     fork_entry: str | None = None
+    #: what reading the input assumed, for the user (a sweep script's first job)
+    notes: tuple[str, ...] = ()
 
 
 #: arguments written in a grammar that has no quote, backslash or ``$`` of its own, so any left in
@@ -248,12 +251,12 @@ SCRIPT_HINTS = re.compile(r"\A#!|^[ \t]*(export[ \t]+)?[A-Za-z_][A-Za-z0-9_]*\+?
 
 
 def read_script(text: str, path: Path, script_args: list[str] | None = None,
-                script_env: dict[str, str] | None = None) -> MegatronArgs:
+                script_env: dict[str, str] | None = None, job: int | None = None) -> MegatronArgs:
     """A bash launch script (:mod:`timeline.io.launch_script`) run with the positional arguments ``script_args``
     in the environment ``script_env``: the arguments it hands the entry script."""
     from timeline.io.launch_script import read_launch_script
 
-    launch = read_launch_script(text, str(path), script_args, script_env)
+    launch = read_launch_script(text, str(path), script_args, script_env, job or 1)
     if launch is None:
         raise UserError(f"{path}: a shell script that runs no Megatron entry script (pretrain_gpt.py, "
                         "pretrain_mamba.py, …); give its argument list or the script that launches the job")
@@ -261,11 +264,15 @@ def read_script(text: str, path: Path, script_args: list[str] | None = None,
     # names where it matters; anywhere else it expands to nothing, as in bash
     words = [w for k, w in enumerate(launch.words)
              if not (VAR_RE.fullmatch(w) and (k == 0 or not launch.words[k - 1].startswith("--")))]
-    return group_words([launch.script, *words], path, env=launch.env, world_size=launch.world_size)
+    margs = group_words([launch.script, *words], path, env=launch.env, world_size=launch.world_size)
+    if launch.jobs > 1 and job is None:
+        margs = dataclasses.replace(margs, notes=(f"{path.name} launches {launch.jobs} jobs (a loop); the first is "
+                                                  f"read (--job 1 … {launch.jobs} picks one)",))
+    return margs
 
 
 def read_megatron_config(path: str | Path, script_args: list[str] | None = None,
-                         script_env: dict[str, str] | None = None) -> MegatronArgs:
+                         script_env: dict[str, str] | None = None, job: int | None = None) -> MegatronArgs:
     """Read CONFIG: YAML when it ends in ``.yaml``/``.yml``, a launch script (run with ``script_args`` in the
     environment ``script_env``), else an argument list."""
     path = Path(path)
@@ -273,11 +280,13 @@ def read_megatron_config(path: str | Path, script_args: list[str] | None = None,
     script = bool(SCRIPT_HINTS.search(text)) and path.suffix.lower() not in (".yaml", ".yml")
     if script_args is not None and not script:
         raise UserError(f"--script-args: {path} is not a launch script (positional arguments are a script's)")
+    if job is not None and not script:
+        raise UserError(f"--job: {path} is not a launch script (a script that launches several jobs is)")
     if script_env and not script:
         raise UserError(f"--script-env: {path} is not a launch script (give an argument list's values as arguments, "
                         "a YAML config's environment under ENV_VARS)")
     if path.suffix.lower() in (".yaml", ".yml"):
         return parse_yaml(text, path)
     if script:
-        return read_script(text, path, script_args, script_env)
+        return read_script(text, path, script_args, script_env, job)
     return parse_arg_list(text, path)
