@@ -576,3 +576,28 @@ def test_from_megatron_reads_a_sweeps_first_job_or_the_one_asked_for(tmp_path, c
     assert "sweep.sh --job 3 --world-size 4`" in captured.out
     assert main(["from-megatron", str(script), "--job", "9"]) == 2
     assert capsys.readouterr().err.strip() == f"error: --job 9: {script} launches 6 jobs (give 1 … 6)"
+
+
+#: [[ … ]] conditions as bash evaluates them: arithmetic sides of -eq … -ge (empty is 0), && / || inside
+CONDITIONS = r"""#!/bin/bash
+N=3
+if [[ $BATCH -eq 0 ]]; then A=unset-is-zero; else A=other; fi
+if [[ N+1 -gt 3 && $N -le 3 ]]; then B=both; else B=not-both; fi
+if [[ $N -eq 4 || -z "$BATCH" ]]; then C=either; else C=neither; fi
+if [[ $N*2 -ge 7 ]] || [ "$N" = 3 ]; then D=joined; else D=none; fi
+torchrun pretrain_gpt.py --a $A --b $B --c $C --d $D
+"""
+
+
+def test_double_bracket_conditions_as_bash_evaluates_them(tmp_path):
+    script = tmp_path / "cond.sh"
+    script.write_text(CONDITIONS.replace("torchrun ", "printf '%s\\n' "))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    words = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, check=True).stdout
+    launch = read_launch_script(CONDITIONS, "cond.sh")
+    assert launch is not None
+    assert launch.words == words.splitlines()[1:] == ["--a", "unset-is-zero", "--b", "both", "--c", "either",
+                                                      "--d", "joined"]
+    # in [ ], an empty side of -eq is bash's "integer expression expected": not decided here either
+    with pytest.raises(UserError, match="compares values that are not numbers"):
+        read_launch_script(CONDITIONS.replace("[[ $BATCH -eq 0 ]]", "[ \"$BATCH\" -eq 0 ]"), "cond.sh")

@@ -552,7 +552,20 @@ class _Shell:
 
     # -- tests
     def test(self, items: list[Word | str], line: int) -> bool:
-        """A condition: ``[ … ]`` / ``[[ … ]]`` commands joined by ``&&`` / ``||``, each maybe negated."""
+        """A condition: ``[ … ]`` / ``[[ … ]]`` commands joined by ``&&`` / ``||``, each maybe negated; inside
+        ``[[ … ]]`` an ``&&`` / ``||`` joins two expressions as between two commands (left to right)."""
+        inside, joined = False, []
+        for it in items:
+            word = self._plain(it) if isinstance(it, list) else None
+            if word == "[[":
+                inside = True
+            elif word == "]]":
+                inside = False
+            if inside and isinstance(it, str) and it in ("&&", "||"):
+                joined += [[("]]", "")], it, [("[[", "")]]
+            else:
+                joined.append(it)
+        items = joined
         result: bool | None = None
         pending = "&&"
         i = 0
@@ -604,6 +617,11 @@ class _Shell:
             return ((args[0] == args[2]) == (args[1] != "!=")) != neg
         ints = {"-eq": operator.eq, "-ne": operator.ne, "-lt": operator.lt, "-le": operator.le, "-gt": operator.gt,
                 "-ge": operator.ge}
+        if len(args) == 3 and args[1] in ints and raw[0] == "[[":
+            # inside [[ ]] each side of -eq … -ge is an arithmetic expression: an empty one is 0 (bash(1),
+            # CONDITIONAL EXPRESSIONS), so `[[ $BATCH -eq 0 ]]` is true where BATCH is unset
+            sides = [int(self.arith(a)) if a.strip() else 0 for a in (args[0], args[2])]
+            return ints[args[1]](sides[0], sides[1]) != neg
         if len(args) == 3 and args[1] in ints:
             if not all(re.fullmatch(r"-?\d+", a.strip()) for a in (args[0], args[2])):
                 raise _Undecidable(f"line {line}: `{' '.join(raw)}` compares values that are not numbers")
