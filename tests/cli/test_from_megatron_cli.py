@@ -295,3 +295,19 @@ def test_an_invalid_run_file_is_named_by_its_config_not_the_temporary_file(tmp_p
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"error: {cfg}: model.num_layers") and "partial" not in err and "run.toml" not in err
     assert not (tmp_path / "job.toml").exists() and list(tmp_path.iterdir()) == [tmp_path / "test_cases"]
+
+
+def test_vocab_size_stands_in_for_a_tokenizer_file_not_on_this_machine(tmp_path, capsys):
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\nTOKENIZER_MODEL=/data/tokenizer.model\ntorchrun --nproc_per_node 4 pretrain_gpt.py "
+                      "--num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 256 "
+                      "--max-position-embeddings 256 --micro-batch-size 1 --global-batch-size 4 --bf16 "
+                      "--tokenizer-type Llama2Tokenizer --tokenizer-model ${TOKENIZER_MODEL}\n")
+    assert main(["from-megatron", str(script)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --tokenizer-type Llama2Tokenizer: its vocabulary size is unknown without reading "
+        "/data/tokenizer.model (not on this machine); run where the tokenizer file is, or give "
+        "`from-megatron --vocab-size N` (the tokenizer's vocabulary)")
+    assert main(["from-megatron", str(script), "--vocab-size", "32000"]) == 0
+    out = capsys.readouterr().out
+    assert "\nvocab_size = 32000\n" in out and f"{script} --vocab-size 32000 --world-size 4`" in out.splitlines()[0]

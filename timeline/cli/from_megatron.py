@@ -73,6 +73,10 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job", type=positive, metavar="K", default=None,
                         help="of a launch script that launches several jobs (a sweep's loop), the K-th (from 1; "
                              "default the first, with a note)")
+    parser.add_argument("--vocab-size", type=positive, metavar="N", default=None,
+                        help="the tokenizer's vocabulary, as if the job's arguments held --vocab-size N: where its "
+                             "--tokenizer-model file is not on this machine (a SentencePiece or Hugging Face "
+                             "tokenizer the job reads at its start)")
     parser.add_argument("--family", choices=sorted(FORK_FAMILIES), default=None,
                         help="what a fork's entry script (not one of Megatron-LM's own: Pai-Megatron-Patch's "
                              "pretrain_qwen.py, a train_*.py) builds, as the Megatron-LM entry script it stands for "
@@ -148,6 +152,8 @@ def run(args: argparse.Namespace) -> int:
     gpu_fields = _gpu_fields(args.gpu_field)
     script_env = _script_env(args.script_env)
     margs = read_megatron_config(path, script_args=script_args, script_env=script_env, job=args.job)
+    if args.vocab_size is not None:
+        margs = dataclasses.replace(margs, args={**margs.args, "--vocab-size": str(args.vocab_size)})
     notes = list(margs.notes)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
@@ -181,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
         source += f" --script-env {shlex.quote(f'{name}={value}')}"
     if args.job is not None:
         source += f" --job {args.job}"
+    if args.vocab_size is not None:
+        source += f" --vocab-size {args.vocab_size}"
     if conv.passed_over:
         source += f" --ignore-arg {','.join(n.lstrip('-') for n in conv.passed_over)}"
     if args.family is not None:

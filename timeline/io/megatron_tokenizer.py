@@ -83,7 +83,8 @@ def vocab_size(a: ArgReader, family: str | None = None, *, megatron_core: str | 
             return n
     where = f"{model} (not on this machine)" if model else "the tokenizer"
     raise UserError(f"--tokenizer-type {kind}: its vocabulary size is unknown without reading {where}; "
-                    "run where the tokenizer file is, or add --vocab-size N")
+                    "run where the tokenizer file is, or give `from-megatron --vocab-size N` (the tokenizer's "
+                    "vocabulary)")
 
 
 def _read_file(kind: str, model: str, a: ArgReader, *, legacy: bool) -> int | None:
