@@ -225,9 +225,10 @@ def test_a_forks_launch_script_as_a_user_runs_it(tmp_path, capsys):
     # TRAIN_TOKENS is the environment's: unset, the block that reads it cannot be decided; not a number, likewise
     assert main(base) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"error: {script}: line 11: `[ ${{TRAIN_ITERS}} -gt 0 ]` reads a variable whose value is undecided: "
-        "$(( ${TRAIN_TOKENS} / 1024 )): TRAIN_TOKENS is not set (give its value with --script-env TRAIN_TOKENS=N, "
-        "or check --script-args); pass the job's arguments as a list instead")
+        f"error: {script}: line 14: iters reaches the job's arguments, and its value only running the script decides "
+        "(line 11: `[ ${TRAIN_ITERS} -gt 0 ]` reads a variable whose value is undecided: $(( ${TRAIN_TOKENS} / 1024 "
+        ")): TRAIN_TOKENS is not set (give its value with --script-env TRAIN_TOKENS=N, or check --script-args)); "
+        "pass the job's arguments as a list instead")
     assert main([*base, "--script-env", "TRAIN_TOKENS=/data/tokens"]) == 2
     assert "TRAIN_TOKENS is '/data/tokens', not a number (check --script-args)" in capsys.readouterr().err
     # every argument of no Megatron-LM version in one line, with the --ignore-arg that passes over them all

@@ -517,9 +517,9 @@ def test_line_continuations_as_bash_reads_them(tmp_path):
                             "--data-path", "a\\\nb", "--num-attention-heads", "24"]
     # bash prints the single-quoted backslash-newline as it is: two lines of output for one word
     assert words[words.index("pretrain_gpt.py") + 1:] == "\n".join(launch.words).split("\n")
-    # lines are counted through continuations: the file test is on line 12
-    with pytest.raises(UserError, match="^train.sh: line 12: "):
-        read_launch_script(CONTINUED.replace("    echo\n", "    X=1\n"), "train.sh")
+    # lines are counted through continuations: the file test deciding an array is on line 12
+    with pytest.raises(UserError, match=r"^train.sh: line 12: the test `\[ -f x \]` \(files, processes\)"):
+        read_launch_script(CONTINUED.replace("    echo\n", "    X=(1)\n"), "train.sh")
 
 
 #: a sweep as users write one: parallel arrays walked by index, the job launched once per configuration
@@ -601,3 +601,88 @@ def test_double_bracket_conditions_as_bash_evaluates_them(tmp_path):
     # in [ ], an empty side of -eq is bash's "integer expression expected": not decided here either
     with pytest.raises(UserError, match="compares values that are not numbers"):
         read_launch_script(CONDITIONS.replace("[[ $BATCH -eq 0 ]]", "[ \"$BATCH\" -eq 0 ]"), "cond.sh")
+
+
+#: constructs of public cluster recipes (AWS's slurm recipes, Megatron-DeepSpeed sweeps, OneFlow's autotests)
+RECIPES = r"""#!/bin/bash
+: "${NUM_LAYERS:=2}"
+IMAGE=/
+[[ -d ${IMAGE} ]] || { echo "no image: $IMAGE" ; exit 1 ; }
+[ "$NUM_LAYERS" = 3 ] && { NUM_LAYERS=30; HIDDEN=1; }
+USE_FP16=${1:-true}
+IPs=(10.0.0.1 10.0.0.2)
+for i in "${!IPs[@]}"; do
+    if [ "${IPs[$i]}" == "10.0.0.2" ]; then NODE_RANK=$i; break; fi
+done
+USE_X="${2:-1}"
+CMD="torchrun --nproc_per_node 8 --nnodes ${#IPs[@]} --node_rank $NODE_RANK pretrain_gpt.py --num-layers $NUM_LAYERS"
+if $USE_FP16; then
+    CMD+=" --fp16"
+fi
+$CMD $( [ "${USE_X}" = "1" ] && echo "--num-experts 8 --moe-router-topk 2" ) $(printf -- '--%s-size %d ' hidden 64 ffn 128)
+"""
+
+
+def test_cluster_recipe_constructs_as_bash_reads_them(tmp_path):
+    script = tmp_path / "recipe.sh"
+    script.write_text(RECIPES.replace('CMD="torchrun ', 'CMD="printf %s\\n '))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    for args in ([], ["false", "0"]):
+        words = subprocess.run(["bash", str(script), *args], capture_output=True, text=True, env=env,
+                               check=True).stdout.splitlines()
+        launch = read_launch_script(RECIPES, "recipe.sh", args)
+        assert launch is not None and launch.world_size == 16 and launch.launcher[-2:] == ["--node_rank", "1"]
+        assert launch.words == words[words.index("pretrain_gpt.py") + 1:], args
+    assert read_launch_script(RECIPES, "recipe.sh").words == [  # type: ignore[union-attr]
+        "--num-layers", "2", "--fp16", "--num-experts", "8", "--moe-router-topk", "2", "--hidden-size", "64",
+        "--ffn-size", "128"]
+
+
+def test_what_only_running_decides_is_refused_where_it_reaches_the_job():
+    """A file test that only sets a launcher option reads (AWS's `--auto-resume=1` for srun); the same value among
+    the job's arguments, a command whose output stands as arguments, or a memory-sizing variable is refused."""
+    deferred = ('AUTO=""\nif [ -d "/opt/sagemaker_cluster" ]; then AUTO="--auto-resume=1"; fi\n'
+                "srun ${AUTO} -l python -m torch.distributed.run --nproc_per_node=8 pretrain_gpt.py --num-layers 2 ")
+    launch = read_launch_script(deferred, "s.sh")
+    assert launch is not None and launch.launcher == ["srun", "-l", "python", "-m", "torch.distributed.run",
+                                                      "--nproc_per_node=8"] and launch.world_size == 8
+    with pytest.raises(UserError, match=r"^s.sh: line 3: AUTO reaches the job's arguments, and its value only running "
+                                        r"the script decides \(line 2: the test `\[ -d /opt/sagemaker_cluster \]`"):
+        read_launch_script(deferred + "$AUTO", "s.sh")
+    with pytest.raises(UserError, match=r"^s.sh: line 3: a test only running the script decides whether `X=1` runs"):
+        read_launch_script(deferred.replace("srun", "[ -n $AUTO ] && X=1\nsrun"), "s.sh")
+    with pytest.raises(UserError, match=r"^s.sh: \$PYTORCH_CUDA_ALLOC_CONF sizes the job's memory, and its value only"):
+        read_launch_script(deferred.replace('AUTO="--auto-resume=1"', "export PYTORCH_CUDA_ALLOC_CONF=x"), "s.sh")
+    with pytest.raises(UserError, match=r"^s.sh: line 1: `\$\(cat args.txt\)`: the job's arguments include a command's "
+                                        r"output, which only running the script decides"):
+        read_launch_script("torchrun pretrain_gpt.py --num-layers 2 $(cat args.txt)", "s.sh")
+    # a command's output as an argument's value stays a value (the mapping names it where it matters)
+    launch = read_launch_script("torchrun pretrain_gpt.py --save /ckpt/$(date +%s) --wandb-exp-name $(hostname)",
+                                "s.sh")
+    assert launch is not None and launch.words == ["--save", "/ckpt/$(date +%s)", "--wandb-exp-name", "$(hostname)"]
+
+
+def test_a_command_that_copies_an_entry_script_runs_no_job():
+    text = ("cp pretrain_gpt_synthetic.py ./Megatron-LM/\ncd Megatron-LM\n"
+            "python -m torch.distributed.launch --nproc_per_node 4 pretrain_gpt_synthetic.py --num-layers 2\n")
+    launch = read_launch_script(text, "s.sh")
+    assert launch is not None and launch.script == "pretrain_gpt_synthetic.py" and launch.words == ["--num-layers", "2"]
+    assert launch.world_size == 4 and launch.jobs == 1
+
+
+def test_sbatch_directives_give_the_environment_sbatch_sets():
+    """AWS's recipes: ``--nnodes=$SLURM_JOB_NUM_NODES`` under ``#SBATCH --nodes=2``, and a branch that only echoes and
+    assigns a launcher option under a file test."""
+    text = ("#!/bin/bash\n#SBATCH --nodes=2 # two p4d\n#SBATCH --ntasks-per-node 8\n"
+            "TORCHRUN_ARGS=(--nproc_per_node=8 --nnodes=$SLURM_JOB_NUM_NODES)\nAUTO=\"\"\n"
+            'if [ -d "/opt/sagemaker_cluster" ]; then\n    echo "enabling --auto-resume=1"\n'
+            '    AUTO="--auto-resume=1"\nfi\n'
+            'srun ${AUTO} -l python -m torch.distributed.run "${TORCHRUN_ARGS[@]}" pretrain_gpt.py '
+            "--num-layers $((SLURM_NTASKS_PER_NODE * 2))\n")
+    launch = read_launch_script(text, "s.sbatch")
+    assert launch is not None and launch.world_size == 16 and launch.words == ["--num-layers", "16"]
+    assert launch.launcher == ["srun", "-l", "python", "-m", "torch.distributed.run", "--nproc_per_node=8",
+                               "--nnodes=2"]
+    # what the user gives is the environment over sbatch's
+    over = read_launch_script(text, "s.sbatch", env={"SLURM_JOB_NUM_NODES": "4"})
+    assert over is not None and over.world_size == 32

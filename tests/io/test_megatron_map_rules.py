@@ -523,3 +523,21 @@ def test_from_megatron_ignore_arg_takes_names_without_dashes(tmp_path, capsys):
     text = out.read_text()
     assert "--ignore-arg dataset,extra-vocab-size" in text.splitlines()[0]
     assert "#   --dataset" in text
+
+
+def test_the_legacy_rope_flag_sets_rope():
+    """arguments.py: validate_args ("Legacy RoPE arguments") sets position_embedding_type = 'rope' under
+    --use-rotary-position-embeddings, before its --no-position-embedding check (FlagScale's Aquila scripts)."""
+    c = convert_args(BASE | {"--use-rotary-position-embeddings": True, "--no-position-embedding": True})
+    assert c.sections["model"]["position_embedding"] == "rope"
+    assert c.mapped["--use-rotary-position-embeddings"] == "model.position_embedding"
+    with pytest.raises(UserError, match="--no-position-embedding with --position-embedding-type learned_absolute"):
+        convert_args(BASE | {"--no-position-embedding": True})
+
+
+def test_a_ramp_up_given_as_three_words_starts_at_its_first():
+    c = convert_args(BASE | {"--global-batch-size": "64", "--rampup-batch-size": ("32", "32", "1000")})
+    assert c.sections["training"]["num_microbatches"] * c.sections["training"]["micro_batch_size"] * \
+        c.sections["parallel"]["dp"] == 32
+    with pytest.raises(UserError, match=r"^--rampup-batch-size 32 32: expected three integers"):
+        convert_args(BASE | {"--rampup-batch-size": ("32", "32")})

@@ -35,12 +35,16 @@ from dataclasses import dataclass, field
 
 from timeline.errors import UserError
 from timeline.io.megatron_args import VAR_RE, ansi_c_body
+from timeline.io.megatron_table import ENV_MAPPED
 
 NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 ASSIGN_RE = re.compile(rf"^({NAME})(\+?)=")
 ENTRY_RE = re.compile(r"(^|/)(pretrain_[A-Za-z0-9_]+|train[A-Za-z0-9_]*|finetune[A-Za-z0-9_]*)\.py$")
 #: commands that print their arguments rather than run them
 PRINTERS = ("echo", "printf", "logger")
+#: commands that handle an entry script as a file (copy it, patch it, show it) rather than run it
+FILE_TOOLS = frozenset(("cp", "mv", "ln", "rm", "cat", "ls", "chmod", "chown", "touch", "scp", "rsync", "wget", "curl",
+                        "sed", "awk", "grep", "head", "tail", "diff", "git", "tar", "vi", "vim", "less", "stat", "wc"))
 #: a word is one or more (text, quoting) parts: "" unquoted, "'" single, '"' double; "$" a $(…) or `…` substitution
 Part = tuple[str, str]
 Word = list[Part]
@@ -142,11 +146,14 @@ def _lex(text: str) -> list[_Cmd]:
         nonlocal words
         end_word()
         if words and array is None:
-            cmds.append(_Cmd(words, line))
+            cmds.append(_Cmd(words, start))  # the line the command starts on, continuations after it
             words = []
 
+    start = line
     while i < len(text):
         c = text[i]
+        if not words and not word and array is None:
+            start = line
         if c == "\n":
             if array is None:
                 end_cmd()
@@ -248,6 +255,32 @@ def _lex(text: str) -> list[_Cmd]:
 
 class _Undecidable(Exception):
     """An expansion or test that only running the script would decide."""
+
+
+#: the value of a variable only an undecidable test assigns (``if [ -d /opt/x ]; then AUTO_RESUME=…; fi``): it
+#: refuses where it reaches the job's arguments, a test or arithmetic, and drops from the launcher's words
+UNDECIDED = "\x00undecided:"
+UNDECIDED_RE = re.compile("\x00undecided:([A-Za-z_][A-Za-z0-9_]*)\x00")
+
+
+def _only_assignments(cmds: list[_Cmd]) -> list[tuple[str, bool]] | None:
+    """The names ``cmds`` assign, each with whether it is exported, when they are assignments only (``A=1``,
+    ``export B="x y"``, with ``echo`` lines between), else None."""
+    names = []
+    for c in cmds:
+        words = [w for w in c.words if isinstance(w, list)]
+        if words and _Shell._plain(words[0]) in PRINTERS and all(isinstance(w, list) for w in c.words):
+            continue  # `echo "enabling --auto-resume"`: prints, runs nothing
+        exported = bool(words) and _Shell._plain(words[0]) == "export"
+        if exported:
+            words = words[1:]
+        if c.array or len(words) != 1 or len(c.words) != len(words) + exported:
+            return None
+        m = ASSIGN_RE.match("".join(t for t, _ in words[0]))
+        if not m or words[0][0][1] != "":
+            return None
+        names.append((m.group(1), exported))
+    return names
 
 
 _ARITH_TOKEN = re.compile(rf"\s*(?:(\d+)|({NAME})|(\*\*|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%()<>!~&|^?:]))")
@@ -377,6 +410,8 @@ class _Shell:
         self.rounds = 0  # loop rounds run so far (LOOP_LIMIT)
         #: variables whose assignment could not be evaluated (kept as written), with why
         self.undecided: dict[str, str] = {}
+        #: inside a command substitution: what its echo / printf print (None: not capturing)
+        self.capture: list[str] | None = None
 
     # -- parameters
     def get(self, name: str) -> str | None:
@@ -401,6 +436,9 @@ class _Shell:
             if v is None:
                 raise _Undecidable(f"$(({expr})): {name} is not set (give its value with --script-env {name}=N, or "
                                    "check --script-args)")
+            if UNDECIDED_RE.search(v):
+                raise _Undecidable(f"$(({expr})): {name}'s value only running the script decides "
+                                   f"({self.undecided.get(name, '')})")
             if not re.fullmatch(r"\s*-?\d+\s*", v):
                 raise _Undecidable(f"$(({expr})): {name} is {v!r}, not a number (check --script-args)")
             return int(v)
@@ -478,6 +516,25 @@ class _Shell:
             i = j + 1
         return "".join(out)
 
+    def substitute(self, text: str) -> str | None:
+        """A command substitution's output (``$(…)`` or a backquoted command) where the commands inside are this
+        reader's — tests, assignments, ``echo`` / ``printf`` (``$( [ "$X" = 1 ] && echo "--num-experts 8" )``);
+        None where a command inside is another program, whose output only running decides. Trailing newlines
+        go, as in bash."""
+        inner = text[2:-1] if text.startswith("$(") else text[1:-1]
+        saved, self.capture = self.capture, []
+        saved_vars, saved_env, saved_argv = dict(self.vars), dict(self.env), list(self.argv)
+        try:
+            _run(self, _lex(inner), [])
+            out = "".join(self.capture)
+        except (_Undecidable, _Break, _Exit, UserError):
+            return None
+        finally:
+            self.capture = saved
+            # a substitution runs in a subshell: its assignments, exports and shifts do not outlive it
+            self.vars, self.env, self.argv = saved_vars, saved_env, saved_argv
+        return out.rstrip("\n")
+
     def words(self, word: Word, *, split: bool = True, keep_unset: bool = False) -> list[str]:
         """The words ``word`` expands to (unquoted expansions split on whitespace when ``split``)."""
         fields: list[str] = [""]
@@ -487,7 +544,7 @@ class _Shell:
                 fields[-1] += text
                 quoted = True
             elif q == '"':
-                if re.fullmatch(rf"\$\{{{NAME}\[@\]\}}|\$@|\$\{{@\}}", text):  # "${ARR[@]}", "$@": a word each
+                if re.fullmatch(rf"\$\{{!?{NAME}\[@\]\}}|\$@|\$\{{@\}}", text):  # "${ARR[@]}", "${!ARR[@]}", "$@"
                     items = self.param(text[2:-1]) if text.startswith("${") and text != "${@}" else list(self.argv)
                     assert isinstance(items, list)
                     quoted = quoted or bool(items)  # none: no word at all, not an empty one
@@ -498,7 +555,15 @@ class _Shell:
                 quoted = True
                 fields[-1] += self._dq(text, keep_unset)
             elif q == "$":
-                fields[-1] += text
+                out = self.substitute(text)
+                if out is None:  # kept as written: _command refuses it where it stands as the job's arguments
+                    fields[-1] += text
+                    continue
+                parts = out.split() if split else [out]
+                for k, p in enumerate(parts):
+                    if k:
+                        fields.append("")
+                    fields[-1] += p
             else:
                 i = 0
                 while i < len(text):
@@ -554,7 +619,7 @@ class _Shell:
     def test(self, items: list[Word | str], line: int) -> bool:
         """A condition: ``[ … ]`` / ``[[ … ]]`` commands joined by ``&&`` / ``||``, each maybe negated; inside
         ``[[ … ]]`` an ``&&`` / ``||`` joins two expressions as between two commands (left to right)."""
-        inside, joined = False, []
+        inside, joined = False, list[Word | str]()
         for it in items:
             word = self._plain(it) if isinstance(it, list) else None
             if word == "[[":
@@ -562,7 +627,9 @@ class _Shell:
             elif word == "]]":
                 inside = False
             if inside and isinstance(it, str) and it in ("&&", "||"):
-                joined += [[("]]", "")], it, [("[[", "")]]
+                close: Word = [("]]", "")]
+                reopen: Word = [("[[", "")]
+                joined += [close, it, reopen]
             else:
                 joined.append(it)
         items = joined
@@ -592,6 +659,9 @@ class _Shell:
         if raw and raw[0] in ("[", "[[", "test"):
             end = {"[": "]", "[[": "]]", "test": None}[raw[0]]
             body = items[1:-1] if end and raw[-1] == end else items[1:]
+        elif isinstance(items[0], list) and (self.words(items[0]) or [""])[0] in ("true", "false", ":"):
+            # `if $USE_FP16; then` with the variable holding true / false: the command it names
+            return self.words(items[0])[0] != "false"
         else:
             raise _Undecidable(f"line {line}: the condition `{' '.join(raw)}` is a command, not a test")
         args: list[str] = []
@@ -599,6 +669,11 @@ class _Shell:
             if isinstance(w, str):
                 raise _Undecidable(f"line {line}: `{' '.join(raw)}` is a compound test")
             args += self.words(w, split=False) or [""]
+        for arg in args:
+            m = UNDECIDED_RE.search(arg)
+            if m:
+                raise _Undecidable(f"line {line}: `{' '.join(raw)}` reads {m.group(1)}, whose value only running the "
+                                   f"script decides ({self.undecided.get(m.group(1), '')})")
         if any("$(" in arg or "`" in arg for arg in args):
             # a variable whose assignment could not be evaluated keeps its text: say why it could not
             kept = [why for name, why in self.undecided.items() if re.search(rf"\$\{{?{name}\b", " ".join(raw))]
@@ -672,7 +747,8 @@ def read_launch_script(text: str, source: str, argv: list[str] | None = None,
     """The Megatron invocation of the bash script ``text`` run with the positional arguments ``argv`` (none by
     default) in the environment ``env`` (the variables set before it starts: ``MP_PP0_LAYERS=6 sh run.sh``), or None
     when it runs none; of a script that runs several (a sweep), the ``job``-th (from 1)."""
-    shell = _Shell(argv, env)
+    # the environment sbatch gives the script from its own directives, under what the user gives
+    shell = _Shell(argv, {**_sbatch_env(text), **(env or {})})
     found: list[Launch] = []
     try:
         _run(shell, _lex(text), found)
@@ -690,7 +766,13 @@ def read_launch_script(text: str, source: str, argv: list[str] | None = None,
                         f"(give 1 … {len(found)})")
     launch = found[job - 1]
     launch.jobs = len(found)
-    launch.env = {**shell.env, **launch.env}
+    env = {**shell.env, **launch.env}
+    for name, value in env.items():  # a variable only an undecidable test sets: refused where it sizes memory
+        m = UNDECIDED_RE.search(value)
+        if m and name in ENV_MAPPED:
+            raise UserError(f"{source}: ${name} sizes the job's memory, and its value only running the script "
+                            f"decides ({shell.undecided.get(m.group(1), '')}); give it with --script-env {name}=…")
+    launch.env = {k: v for k, v in env.items() if not UNDECIDED_RE.search(v)}
     if launch.world_size is None:
         launch.world_size = _slurm_world_size(text, launch.launcher)
     return launch
@@ -717,6 +799,25 @@ def _slurm_world_size(text: str, launcher: list[str]) -> int | None:
     if per.isdigit() and nodes.isdigit():
         return int(nodes) * int(per)
     return int(tasks) if tasks.isdigit() else None
+
+
+def _sbatch_env(text: str) -> dict[str, str]:
+    """The output environment sbatch(1) gives the batch script for the script's own ``#SBATCH`` directives, where
+    a directive fixes it: ``--nodes N`` / ``-N N`` (a single count) sets ``SLURM_JOB_NUM_NODES`` and
+    ``SLURM_NNODES``; ``--ntasks-per-node`` sets ``SLURM_NTASKS_PER_NODE``; ``--ntasks`` / ``-n`` sets
+    ``SLURM_NTASKS`` and ``SLURM_NPROCS``; ``--gpus-per-node`` (a count) sets ``SLURM_GPUS_PER_NODE``."""
+    words = [w for m in SBATCH_RE.finditer(text) for w in m.group(1).split("#")[0].split()]
+    sets = {"--nodes": ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"), "-N": ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"),
+            "--ntasks-per-node": ("SLURM_NTASKS_PER_NODE",), "--ntasks": ("SLURM_NTASKS", "SLURM_NPROCS"),
+            "-n": ("SLURM_NTASKS", "SLURM_NPROCS"), "--gpus-per-node": ("SLURM_GPUS_PER_NODE",)}
+    env: dict[str, str] = {}
+    for k, w in enumerate(words):
+        name, eq, value = w.partition("=")
+        if name in sets:
+            value = value if eq else (words[k + 1] if k + 1 < len(words) else "")
+            if value.isdigit():
+                env.update(dict.fromkeys(sets[name], value))
+    return env
 
 
 def _run(shell: _Shell, cmds: list[_Cmd], found: list[Launch]) -> None:
@@ -765,8 +866,35 @@ def _run(shell: _Shell, cmds: list[_Cmd], found: list[Launch]) -> None:
             if shell.given:
                 raise _Exit(cmd.line)
             return
+        group = _brace_group(cmds, i)
+        if group is not None:  # `test || { echo …; exit 1; }`: the group runs as one command of the list
+            cond, body, end = group
+            runs = _run_list(shell, cond, cmd.line, found)
+            if runs is None and _touches(body):
+                raise _Undecidable(f"line {cmd.line}: a test only running the script decides whether the `{{ … }}` "
+                                   "group after it runs")
+            if runs:
+                _run(shell, body, found)
+            i = end + 1
+            continue
         _run_list(shell, cmd.words, cmd.line, found)
         i += 1
+
+
+def _brace_group(cmds: list[_Cmd], i: int) -> tuple[list[Word | str], list[_Cmd], int] | None:
+    """A ``{ …; }`` group that is the last command of ``cmds[i]``'s ``&&`` / ``||`` list: the list up to its
+    operator, the group's commands, and the index of the command that closes it; None for any other command."""
+    words = cmds[i].words
+    at = next((k for k in range(1, len(words)) if words[k - 1] in ("&&", "||") and isinstance(words[k], list)
+               and _Shell._plain(words[k]) == "{"), None)
+    if at is None:
+        return None
+    end = next((j for j in range(i + 1, len(cmds)) if _head(cmds[j]) == "}"), None)
+    if end is None:
+        return None
+    first = words[at + 1:]
+    body = ([_Cmd(first, cmds[i].line)] if first else []) + cmds[i + 1:end]
+    return words[:at], body, end
 
 
 def _for(shell: _Shell, cmd: _Cmd, body: list[_Cmd], found: list[Launch]) -> bool:
@@ -850,9 +978,17 @@ def _if(shell: _Shell, cmds: list[_Cmd], i: int, found: list[Launch]) -> int:
             break
         try:
             taken = shell.test(cond_words, line)
-        except _Undecidable:
+        except _Undecidable as exc:
             if any(_touches(b) for _, b, _ in branches):
-                raise
+                assigned = [_only_assignments(b) for _, b, _ in branches]
+                if any(names is None for names in assigned):
+                    raise
+                # branches that only assign: the value stays undecided, refused only where it matters
+                for name, exported in sorted({n for names in assigned for n in names or ()}):
+                    shell.vars[name] = f"{UNDECIDED}{name}\x00"
+                    shell.undecided[name] = str(exc)
+                    if exported:
+                        shell.env[name] = f"{UNDECIDED}{name}\x00"
             break  # a file or process test around echo / exit / mkdir: not the job's arguments
         if taken:
             _run(shell, branch, found)
@@ -980,6 +1116,9 @@ def _status(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> bool | None:
         except _Undecidable:
             return None
     if head in ("true", ":"):
+        for w in cmd.words[1:]:  # its arguments are expanded all the same: `: "${NUM_LAYERS:=2}"` assigns
+            if isinstance(w, list):
+                shell.words(w, keep_unset=True)
         return True
     if head == "false":
         return False
@@ -1029,7 +1168,11 @@ def _command(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
         _run(shell, _lex(" ".join(argv[1:])), found)
         return
     if argv and argv[0] in PRINTERS:  # `echo $cmd` shows the command; it runs nothing
+        if shell.capture is not None:
+            shell.capture.append(_printed(argv))
         return
+    if shell.capture is not None and argv:
+        raise _Undecidable(f"`{argv[0]}` inside a command substitution: its output only running decides")
     if argv and argv[0] == "shift":  # drops positional parameters (one, or the count given)
         n = int(argv[1]) if len(argv) > 1 and argv[1].isdigit() else 1
         shell.argv = shell.argv[n:] if n <= len(shell.argv) else shell.argv
@@ -1037,11 +1180,48 @@ def _command(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
     if argv and argv[0] == "break":
         raise _Break
     entry = next((n for n, a in enumerate(argv) if ENTRY_RE.search(a)), None)
-    if entry is None:
+    if entry is None or re.sub(r".*/", "", argv[0]) in FILE_TOOLS:  # `cp pretrain_gpt_synthetic.py …` runs no job
         return
-    launcher = argv[:entry]
+    launcher = [w for w in argv[:entry] if not UNDECIDED_RE.search(w)]  # a launcher's option only a test decides
+    job = argv[entry + 1:]
+    for arg in [argv[entry], *job]:
+        m = UNDECIDED_RE.search(arg)
+        if m:
+            raise _Undecidable(f"line {cmd.line}: {m.group(1)} reaches the job's arguments, and its value only "
+                               f"running the script decides ({shell.undecided.get(m.group(1), '')})")
+    for k, arg in enumerate(job):  # a command's output this reader cannot give, standing as arguments of its own
+        if arg.startswith(("$(", "`")) and (k == 0 or not job[k - 1].startswith("--")):
+            raise _Undecidable(f"line {cmd.line}: `{arg}`: the job's arguments include a command's output, which only "
+                               "running the script decides")
     found.append(Launch(words=argv[entry + 1:], script=argv[entry], env=prefix_env,
                         world_size=_world_size(launcher), launcher=launcher))
+
+
+def _fill(fmt: str, args: list[str]) -> str:
+    """One pass of a printf format: each ``%s`` / ``%d`` takes the next argument (an empty one past the end)."""
+    given = iter(args)
+    return re.sub(r"%[sd]", lambda _: next(given, ""), fmt)
+
+
+def _printed(argv: list[str]) -> str:
+    """What ``echo [-n] [-e] WORDS`` / ``printf FORMAT ARGS`` print (bash(1), SHELL BUILTIN COMMANDS: ``printf``
+    reuses its format until the arguments are used up; ``%s`` / ``%d`` and ``\\n`` / ``\\t`` escapes)."""
+    if argv[0] == "printf" and argv[1:2] == ["--"]:  # the end of printf's options
+        argv = argv[:1] + argv[2:]
+    if argv[0] == "printf" and len(argv) > 1:
+        fmt, args = argv[1].replace("\\n", "\n").replace("\\t", "\t"), argv[2:]
+        slots = len(re.findall(r"%[sd]", fmt))
+        out, k = [], 0
+        while True:
+            out.append(_fill(fmt, args[k:k + slots]))
+            k += slots
+            if not slots or k >= len(args):
+                return "".join(out).replace("%%", "%")
+    words, newline = argv[1:], True
+    while words and words[0] in ("-n", "-e", "-E", "-ne", "-en"):
+        newline = newline and "n" not in words[0]
+        words = words[1:]
+    return " ".join(words) + ("\n" if newline else "")
 
 
 def _after_equals(word: Word, m: re.Match) -> Word:

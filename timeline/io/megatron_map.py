@@ -275,11 +275,13 @@ def map_model(a: ArgReader, c: Conversion, family: str | None = None, *, megatro
         raise UserError(f"--normalization {norm}: only LayerNorm and RMSNorm are modelled")
     c.put("model.norm", norm.lower(), "--normalization")
     pos = a.str("--position-embedding-type", "learned_absolute")
+    if a.flag("--use-rotary-position-embeddings"):  # arguments.py: validate_args, "Legacy RoPE arguments"
+        pos = "rope"
     if pos not in ("learned_absolute", "rope", "yarn", "none"):
         raise UserError(f"--position-embedding-type {pos}: only learned_absolute, rope, yarn and none are modelled")
     # none: no position table and no rotary (gpt_model.py / hybrid_model.py build neither; the hybrid default)
     c.put("model.position_embedding", {"learned_absolute": "learned", "none": "none"}.get(pos, "rope"),
-          "--position-embedding-type")
+          "--position-embedding-type", "--use-rotary-position-embeddings")
     if a.flag("--no-position-embedding") and pos != "rope":  # arguments.py: validate_args raises
         raise UserError(f"--no-position-embedding with --position-embedding-type {pos}: Megatron-LM rejects it "
                         "(use --position-embedding-type rope)")
@@ -482,8 +484,13 @@ def map_training(a: ArgReader, c: Conversion, dp: int) -> None:
     gbs = a.int("--global-batch-size", mbs * dp)
     ramp = a.value("--rampup-batch-size")
     if ramp is not None:  # the measured first iterations run the ramp's start batch
-        start = str(ramp).strip("[]() ").replace(",", " ").split()
-        gbs = int(start[0])
+        # several words (a launch script's `--rampup-batch-size 32 32 1000`) or one string (a YAML list's text)
+        words = [str(w) for w in ramp] if isinstance(ramp, tuple) else str(ramp).strip("[]() ").replace(",", " ").split()
+        words = [w.strip("'\"") for w in words]
+        if len(words) != 3 or not all(w.isdigit() for w in words):
+            raise UserError(f"--rampup-batch-size {' '.join(words)}: expected three integers: <start batch size> "
+                            "<batch size increment> <ramp-up samples> (arguments.py)")
+        gbs = int(words[0])
     schedule = a.value("--step-batch-size-schedule")
     if schedule is not None:  # one string; a launch script's unquoted expansion splits it into words
         gbs = _step_schedule_start(" ".join(schedule) if isinstance(schedule, tuple) else str(schedule))

@@ -29,6 +29,8 @@ MAPPED: dict[str, str] = {
                     "model.mamba_num_heads / ssm_state_size / mamba_head_dim / n_groups"),
     "--position-embedding-type": "model.position_embedding (learned_absolute, rope, yarn, none; others refused)",
     "--no-position-embedding": "Megatron rejects it unless --position-embedding-type rope, where it changes nothing",
+    "--use-rotary-position-embeddings": "model.position_embedding = rope (validate_args: the legacy RoPE flag sets "
+                                        "position_embedding_type)",
     **dict.fromkeys(("--disable-bias-linear", "--add-qkv-bias"), "model.linear_bias / attention_bias"),
     "--untie-embeddings-and-output-weights": "model.tie_word_embeddings",
     **dict.fromkeys(("--hidden-dropout", "--attention-dropout"), "model.*_dropout"),
