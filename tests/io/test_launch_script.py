@@ -686,3 +686,22 @@ def test_sbatch_directives_give_the_environment_sbatch_sets():
     # what the user gives is the environment over sbatch's
     over = read_launch_script(text, "s.sbatch", env={"SLURM_JOB_NUM_NODES": "4"})
     assert over is not None and over.world_size == 32
+
+
+def test_source_reads_the_file_beside_the_script(tmp_path, capsys):
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "model.sh").write_text("NUM_LAYERS=4\nexport NVTE_FUSED_ATTN=0\n[ -n \"$1\" ] && TP=$1\n")
+    script = tmp_path / "run.sh"
+    script.write_text("source configs/model.sh 2\n. ./missing.sh\ntorchrun --nproc_per_node 2 pretrain_gpt.py "
+                      "--num-layers $NUM_LAYERS --tensor-model-parallel-size $TP --hidden-size 128 "
+                      "--num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 "
+                      "--global-batch-size 8 --vocab-size 1000\n")
+    launch = read_launch_script(script.read_text(), str(script))
+    assert launch is not None and launch.words[:4] == ["--num-layers", "4", "--tensor-model-parallel-size", "2"]
+    assert launch.env["NVTE_FUSED_ATTN"] == "0"
+    assert launch.notes == ["line 2: `source ./missing.sh`: not found here or beside the script; the variables it "
+                            "sets are unset"]
+    assert main(["from-megatron", str(script)]) == 0
+    captured = capsys.readouterr()
+    assert "note: run.sh: line 2: `source ./missing.sh`: not found" in captured.err
+    assert "\nnum_layers = 4\n" in captured.out and "\ntp = 2\n" in captured.out

@@ -32,6 +32,7 @@ import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from timeline.errors import UserError
 from timeline.io.megatron_args import VAR_RE, ansi_c_body
@@ -60,6 +61,7 @@ class Launch:
     world_size: int | None = None
     launcher: list[str] = field(default_factory=list)
     jobs: int = 1  # how many Megatron invocations the script runs (a sweep's loop): this is the first
+    notes: list[str] = field(default_factory=list)  # what reading assumed (a sourced file not found)
 
 
 # --------------------------------------------------------------------------------------------- lexing
@@ -407,6 +409,10 @@ class _Shell:
         #: read with the arguments the user gave (``--script-args``): an ``exit`` ends the script as in bash; without
         #: them a usage check's ``exit`` (``[ $# -lt 1 ]``) is the reader's artefact and does not end the reading
         self.given = argv is not None
+        #: where ``source FILE`` looks (the folder the script is in, after the current one), and what it missed
+        self.folder: Path | None = None
+        self.notes: list[str] = []
+        self.sourcing = 0  # nesting depth of sourced files
         self.rounds = 0  # loop rounds run so far (LOOP_LIMIT)
         #: variables whose assignment could not be evaluated (kept as written), with why
         self.undecided: dict[str, str] = {}
@@ -749,6 +755,7 @@ def read_launch_script(text: str, source: str, argv: list[str] | None = None,
     when it runs none; of a script that runs several (a sweep), the ``job``-th (from 1)."""
     # the environment sbatch gives the script from its own directives, under what the user gives
     shell = _Shell(argv, {**_sbatch_env(text), **(env or {})})
+    shell.folder = Path(source).parent
     found: list[Launch] = []
     try:
         _run(shell, _lex(text), found)
@@ -766,6 +773,7 @@ def read_launch_script(text: str, source: str, argv: list[str] | None = None,
                         f"(give 1 … {len(found)})")
     launch = found[job - 1]
     launch.jobs = len(found)
+    launch.notes = list(shell.notes)
     env = {**shell.env, **launch.env}
     for name, value in env.items():  # a variable only an undecidable test sets: refused where it sizes memory
         m = UNDECIDED_RE.search(value)
@@ -1164,6 +1172,9 @@ def _command(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
         argv = argv[1:]
     while argv and argv[-1] in (")", "}"):
         argv = argv[:-1]
+    if argv and argv[0] in ("source", ".") and len(argv) > 1:
+        _source(shell, argv[1], argv[2:], cmd.line, found)
+        return
     if argv and argv[0] == "eval":  # eval re-reads its arguments as a command
         _run(shell, _lex(" ".join(argv[1:])), found)
         return
@@ -1201,6 +1212,33 @@ def _fill(fmt: str, args: list[str]) -> str:
     """One pass of a printf format: each ``%s`` / ``%d`` takes the next argument (an empty one past the end)."""
     given = iter(args)
     return re.sub(r"%[sd]", lambda _: next(given, ""), fmt)
+
+
+def _source(shell: _Shell, name: str, args: list[str], line: int, found: list[Launch]) -> None:
+    """``source FILE [ARGS]`` / ``. FILE``: FILE's commands run in this shell (bash(1), SHELL BUILTIN COMMANDS),
+    read where it is on this machine — relative to the current folder, else to the script's own (a recipe's
+    ``source configs/model_7b_moe.sh``); a file not found leaves its variables unset, with a note."""
+    path = Path(name).expanduser()
+    tries = [path] if path.is_absolute() else [path, *([shell.folder / path] if shell.folder else [])]
+    found_at = next((p for p in tries if p.is_file()), None)
+    if found_at is None or shell.sourcing >= 16:
+        shell.notes.append(f"line {line}: `source {name}`: not found here or beside the script; the variables it "
+                           "sets are unset")
+        return
+    try:
+        text = found_at.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _Undecidable(f"line {line}: `source {name}`: cannot read {found_at} ({exc})") from None
+    saved = shell.argv
+    if args:
+        shell.argv = list(args)
+    shell.sourcing += 1
+    try:
+        _run(shell, _lex(text), found)
+    finally:
+        shell.sourcing -= 1
+        if args:
+            shell.argv = saved
 
 
 def _printed(argv: list[str]) -> str:

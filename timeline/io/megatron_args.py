@@ -265,10 +265,11 @@ def read_script(text: str, path: Path, script_args: list[str] | None = None,
     words = [w for k, w in enumerate(launch.words)
              if not (VAR_RE.fullmatch(w) and (k == 0 or not launch.words[k - 1].startswith("--")))]
     margs = group_words([launch.script, *words], path, env=launch.env, world_size=launch.world_size)
+    notes = [f"{path.name}: {n}" for n in launch.notes]
     if launch.jobs > 1 and job is None:
-        margs = dataclasses.replace(margs, notes=(f"{path.name} launches {launch.jobs} jobs (a loop); the first is "
-                                                  f"read (--job 1 … {launch.jobs} picks one)",))
-    return margs
+        notes.append(f"{path.name} launches {launch.jobs} jobs (a loop); the first is read (--job 1 … {launch.jobs} "
+                     "picks one)")
+    return dataclasses.replace(margs, notes=tuple(notes))
 
 
 def read_megatron_config(path: str | Path, script_args: list[str] | None = None,

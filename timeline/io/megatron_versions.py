@@ -95,14 +95,14 @@ def unknown_arguments(names: list[str]) -> str:
         close = _close(names[0])
         hint = f"; did you mean {close[0]}?" if close else ""
         hint += f" (or {', '.join(close[1:])})" if len(close) > 1 else ""
-        return (f"{names[0]}: not an argument of {span}{hint}; if it is a fork's own argument, "
-                f"--ignore-arg {ignore} passes over it")
+        return (f"{names[0]}: not an argument of {span}{hint}; if it is a fork's (or a pre-core_v0.12 Megatron-LM's) "
+                f"own argument, --ignore-arg {ignore} passes over it")
     listed = []
     for n in names:
         close = _close(n)
         listed.append(f"{n} (did you mean {' or '.join(close)}?)" if close else n)
-    return (f"{len(names)} arguments are not arguments of {span}: {', '.join(listed)}; if they are a fork's own "
-            f"arguments, --ignore-arg {ignore} passes over them")
+    return (f"{len(names)} arguments are not arguments of {span}: {', '.join(listed)}; if they are a fork's (or a "
+            f"pre-core_v0.12 Megatron-LM's) own arguments, --ignore-arg {ignore} passes over them")
 
 
 def check_argument(name: str, megatron_core: str | None) -> None:
