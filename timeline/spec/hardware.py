@@ -78,6 +78,8 @@ NVIDIA_SMI_TOTAL_MIB: dict[str, int] = {
 #: GiB PyTorch reports as the device's total memory, each printed in the public log named
 TORCH_TOTAL_GIB: dict[str, float] = {
     "h100": 79.19,  # H100 80GB HBM3: llm-d-incubation/llm-d-planner accuracy logs (vLLM 0.19.0, total_memory=79.19GiB)
+    "a100": 79.22,  # A100-SXM4-80GB: a runtime record pinned as evidence (torch 2.9.1+cu128: get_device_properties
+    #                 total_memory 85,056,798,720 B; public code index, id 57380434949)
     "a100-40gb": 39.38,  # A100 40GB PCIe: vllm-project/vllm#16570 (total_gpu_memory)
     "l40s": 44.42,  # vllm-project/vllm#15815 (total_gpu_memory)
     "a6000": 47.54,  # RTX A6000: vllm-project/vllm#10360 (total_gpu_memory=47.54GiB)
