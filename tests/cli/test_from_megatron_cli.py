@@ -279,8 +279,31 @@ def test_script_env_is_checked(tmp_path, capsys):
     assert main(["from-megatron", str(script), "--script-env", "1X=3"]) == 2
     assert capsys.readouterr().err.strip() == ("error: --script-env 1X=3: give NAME=VALUE, NAME a shell variable's "
                                                "name (e.g. --script-env MP_PP0_LAYERS=6)")
-    assert main(["from-megatron", str(_config(tmp_path)), "--world-size", "8", "--script-env", "A=1"]) == 2
-    assert "--script-env: " in capsys.readouterr().err
+    args = tmp_path / "args.txt"
+    args.write_text("--num-layers 2 --hidden-size 128\n")
+    assert main(["from-megatron", str(args), "--world-size", "8", "--script-env", "A=1"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: --script-env: {args} is an argument list (give its values as arguments); it fills a launch script's "
+        "environment or a YAML config's ${NAME} placeholders")
+
+
+def test_script_env_fills_a_yaml_configs_placeholders_and_an_empty_value_is_named(tmp_path, capsys):
+    """Megatron-MoE-ModelZoo's templated YAMLs (``${TP}``, ``${SEQ_LEN}``, filled by envsubst before launch); an
+    empty value is the bare option the functional-test harness writes, which a value-taking argument refuses."""
+    cfg = _config(tmp_path, ARGS | {"tensor-model-parallel-size": "${TP}", "seq-length": "$SEQ_LEN"})
+    assert main(["from-megatron", str(cfg), "--world-size", "8"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --seq-length: '$SEQ_LEN' is an unexpanded shell variable and the argument changes memory; "
+        "give its value (from-megatron --script-env SEQ_LEN=…)")
+    assert main(["from-megatron", str(cfg), "--world-size", "8", "--script-env", "TP=4",
+                 "--script-env", "SEQ_LEN=512"]) == 0
+    out = capsys.readouterr().out
+    assert "\ntp = 4\n" in out and "\nseq_len = 512\n" in out and "--script-env TP=4 --script-env SEQ_LEN=512" in out
+    empty = _config(tmp_path / "e", ARGS | {"moe-token-dispatcher-type": None, "num-experts": 4})
+    assert main(["from-megatron", str(empty), "--world-size", "8"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --moe-token-dispatcher-type is given without a value (in a launch script, a variable that expands to "
+        "nothing; in a YAML config, an empty value or an unfilled ${VAR}?); give its value")
 
 
 def test_an_invalid_run_file_is_named_by_its_config_not_the_temporary_file(tmp_path, capsys, monkeypatch):

@@ -705,3 +705,45 @@ def test_source_reads_the_file_beside_the_script(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "note: run.sh: line 2: `source ./missing.sh`: not found" in captured.err
     assert "\nnum_layers = 4\n" in captured.out and "\ntp = 2\n" in captured.out
+
+
+#: C-style loops and arithmetic commands (slime's recipes build --moe-layer-freq this way), and what the second hunt
+#: of public scripts met: `srun … bash -c "$CMD"`, a build step under a file test, an entry script named otherwise
+ARITHMETIC = r"""#!/bin/bash
+arr=()
+for ((i=0; i<4; i++)); do
+    if (( i < 2 )); then arr+=($((i*2))); else arr+=(1); fi
+done
+N=0
+(( N += 3, M = N * 2 ))
+for (( ; N < 5 ; )); do N=$((N+1)); done
+(( M > 5 )) && BIG=yes
+if [ ! -d "$M/build" ]; then
+    cd "$M"; python setup.py build_ext --inplace; cd -
+fi
+torchrun --nproc_per_node 8 pretrain_gpt.py --a ${arr[@]} --n $N --m $M --big $BIG
+"""
+
+
+def test_arithmetic_loops_and_commands_as_bash_runs_them(tmp_path):
+    script = tmp_path / "a.sh"
+    script.write_text(ARITHMETIC.replace("torchrun ", "printf '%s\\n' ").replace("python setup.py", "true"))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    words = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, cwd=tmp_path,
+                           check=True).stdout.splitlines()
+    launch = read_launch_script(ARITHMETIC, "a.sh")
+    assert launch is not None and launch.world_size == 8
+    assert launch.words == words[words.index("pretrain_gpt.py") + 1:] == [
+        "--a", "0", "2", "1", "1", "--n", "5", "--m", "6", "--big", "yes"]
+
+
+def test_a_shell_string_and_an_entry_named_otherwise(tmp_path):
+    text = ('#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=4\nCMD="python3 pretrain_gpt.py --num-layers 4"\n'
+            'srun -lu bash -c "RANK=\\$SLURM_PROCID $CMD --hidden-size 64"\n')
+    launch = read_launch_script(text, "s.sh")
+    assert launch is not None and launch.words == ["--num-layers", "4", "--hidden-size", "64"]
+    assert launch.world_size == 16 and launch.launcher[:2] == ["srun", "-lu"]
+    sft = 'RUN_PY="tasks/rl/sft.py"\ntorchrun --nproc_per_node 2 $RUN_PY --num-layers 4\n'
+    assert read_launch_script(sft, "s.sh") is None
+    launch = read_launch_script(sft, "s.sh", entry="sft.py")
+    assert launch is not None and launch.script == "tasks/rl/sft.py" and launch.words == ["--num-layers", "4"]

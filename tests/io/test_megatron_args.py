@@ -224,7 +224,8 @@ def test_gpt_oss_knobs_map_to_the_model():
     assert m["layer_types"] == ["sliding_attention", "full_attention"] * 2
     pattern = sections(args | {"--window-attn-skip-freq": "[1,1,0,1]"}, world_size=2)["model"]["layer_types"]
     assert pattern == ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"]
-    every = sections(args | {"--window-attn-skip-freq": None}, world_size=2)["model"]["layer_types"]
+    every = sections({k: v for k, v in args.items() if k != "--window-attn-skip-freq"},
+                     world_size=2)["model"]["layer_types"]
     assert every == ["sliding_attention"] * 4
 
 

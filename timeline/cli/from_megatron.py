@@ -69,7 +69,8 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--script-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a variable of the environment the launch script starts in (repeat it), as in "
                              "`MP_PP0_LAYERS=6 bash run.sh`: the script reads it as bash would, and it is the "
-                             "job's environment (e.g. NVTE_FUSED_ATTN=0)")
+                             "job's environment (e.g. NVTE_FUSED_ATTN=0); for a YAML config, what fills its "
+                             "${NAME} placeholders, as envsubst would")
     parser.add_argument("--job", type=positive, metavar="K", default=None,
                         help="of a launch script that launches several jobs (a sweep's loop), the K-th (from 1; "
                              "default the first, with a note)")
@@ -77,6 +78,9 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                         help="the tokenizer's vocabulary, as if the job's arguments held --vocab-size N: where its "
                              "--tokenizer-model file is not on this machine (a SentencePiece or Hugging Face "
                              "tokenizer the job reads at its start)")
+    parser.add_argument("--entry", metavar="NAME.py", default=None,
+                        help="the launch script's entry script where it is not named as Megatron's are "
+                             "(pretrain_*.py, train*.py, finetune*.py): e.g. --entry sft.py")
     parser.add_argument("--family", choices=sorted(FORK_FAMILIES), default=None,
                         help="what a fork's entry script (not one of Megatron-LM's own: Pai-Megatron-Patch's "
                              "pretrain_qwen.py, a train_*.py) builds, as the Megatron-LM entry script it stands for "
@@ -136,7 +140,7 @@ def _script_env(items: list[str]) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     from timeline.io.megatron_args import read_megatron_config
-    from timeline.io.megatron_write import convert, run_file_text
+    from timeline.io.megatron_write import check_names, convert, run_file_text
     from timeline.io.runfile import load_run
 
     path = Path(args.config)
@@ -151,7 +155,10 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--script-args: {exc} (quote it as a shell would)") from None
     gpu_fields = _gpu_fields(args.gpu_field)
     script_env = _script_env(args.script_env)
-    margs = read_megatron_config(path, script_args=script_args, script_env=script_env, job=args.job)
+    if args.entry is not None and not re.fullmatch(r"[^/\s]+\.py", args.entry):
+        raise UserError(f"--entry {args.entry}: give the entry script's file name, e.g. --entry sft.py")
+    margs = read_megatron_config(path, script_args=script_args, script_env=script_env, job=args.job,
+                                 entry=args.entry)
     if args.vocab_size is not None:
         margs = dataclasses.replace(margs, args={**margs.args, "--vocab-size": str(args.vocab_size)})
     notes = list(margs.notes)
@@ -169,7 +176,12 @@ def run(args: argparse.Namespace) -> int:
                      "give --family")
         print(f"note: {notes[-1]}", file=sys.stderr)
     world_size = args.world_size or margs.world_size
+    ignored = tuple("--" + n.strip().lstrip("-") for item in args.ignore_arg for n in item.split(",")
+                    if n.strip().lstrip("-"))
     if world_size is None:
+        # the names first: a fork's arguments are one line to pass over, before the world size is asked for
+        check_names(dataclasses.replace(margs, args={k: v for k, v in margs.args.items() if k not in ignored}),
+                    args.megatron_core)
         raise UserError("--world-size N is needed: give the job's GPU count (its launcher's nproc_per_node × nnodes "
                         f"is not in {path})")
     if args.world_size and margs.world_size and args.world_size != margs.world_size:
@@ -177,9 +189,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     conv = convert(margs, world_size=world_size, gpu=args.gpu, te_version=args.te_version,
                    pytorch_version=args.pytorch_version, megatron_core=args.megatron_core, resumed=args.resumed,
-                   optimizer_impl=args.optimizer_impl, gpu_fields=gpu_fields,
-                   ignored=tuple("--" + n.strip().lstrip("-") for item in args.ignore_arg for n in item.split(",")
-                                 if n.strip().lstrip("-")))
+                   optimizer_impl=args.optimizer_impl, gpu_fields=gpu_fields, ignored=ignored)
     source = str(path)  # the header's command line: what reproduces the run file
     if args.script_args is not None:
         source += f" --script-args {shlex.quote(args.script_args)}"
@@ -187,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
         source += f" --script-env {shlex.quote(f'{name}={value}')}"
     if args.job is not None:
         source += f" --job {args.job}"
+    if args.entry is not None:
+        source += f" --entry {args.entry}"
     if args.vocab_size is not None:
         source += f" --vocab-size {args.vocab_size}"
     if conv.passed_over:

@@ -202,6 +202,14 @@ def _lex(text: str) -> list[_Cmd]:
                 raise UserError(f"line {line}: unclosed ` in the launch script")
             word.append((text[i:j + 1], "$"))
             i = j + 1
+        elif text.startswith("((", i) and not word and array is None:
+            # an arithmetic command or a C-style for's header: one word to its matching ))
+            j = _matching(text, i + 1, "(", ")")  # after the inner (…): the outer's ) comes next
+            if j >= len(text) or text[j] != ")":
+                raise UserError(f"line {line}: (( without its matching )) in the launch script")
+            word.append((text[i + 2:j - 1], "("))
+            line += text.count("\n", i, j)
+            i = j + 1
         elif c == "(" and array is None and len(word) == 1 and word[0][1] == "" \
                 and re.fullmatch(rf"{NAME}\+?=", word[0][0]):
             array = (word[0][0].split("+")[0].rstrip("="), word[0][0].endswith("+="), line)
@@ -413,6 +421,7 @@ class _Shell:
         self.folder: Path | None = None
         self.notes: list[str] = []
         self.sourcing = 0  # nesting depth of sourced files
+        self.entry: str | None = None  # the entry script's file name where it is not pretrain_*.py / train*.py
         self.rounds = 0  # loop rounds run so far (LOOP_LIMIT)
         #: variables whose assignment could not be evaluated (kept as written), with why
         self.undecided: dict[str, str] = {}
@@ -453,6 +462,30 @@ class _Shell:
             return str(_arith(text, lookup))
         except (ValueError, IndexError, ZeroDivisionError, RecursionError):
             raise _Undecidable(f"$(({expr})) is not integer arithmetic this reader evaluates") from None
+
+    def arith_statements(self, text: str) -> int:
+        """``(( … ))`` / a C-style for's parts: comma-separated statements, each ``NAME=expr``, ``NAME op= expr``,
+        ``NAME++`` / ``NAME--`` / ``++NAME`` / ``--NAME`` (assigning) or an expression; the last one's value."""
+        value = 0
+        for stmt in (p.strip() for p in text.split(",")):
+            if not stmt:
+                continue
+            m = re.fullmatch(rf"({NAME})\s*([-+*/%]?)=(?!=)\s*(.+)", stmt, re.S)
+            inc = re.fullmatch(rf"({NAME})\s*(\+\+|--)|(\+\+|--)\s*({NAME})", stmt)
+            if m:
+                name, op, expr = m.groups()
+                rhs = int(self.arith(expr))
+                value = _apply(op, int(self.arith(name)) if op else 0, rhs) if op else rhs
+                self.vars[name] = str(value)
+            elif inc:
+                name = inc.group(1) or inc.group(4)
+                old = int(self.arith(name)) if self.get(name) not in (None, "") else 0
+                new = old + (1 if (inc.group(2) or inc.group(3)) == "++" else -1)
+                self.vars[name] = str(new)
+                value = old if inc.group(1) else new
+            else:
+                value = int(self.arith(stmt))
+        return value
 
     def param(self, body: str) -> list[str] | str | None:
         """``${body}``: a string, a list (an array's ``[@]``), or None (unset)."""
@@ -661,6 +694,12 @@ class _Shell:
         return word if isinstance(word, str) else "".join(t for t, _ in word)
 
     def _one_test(self, items: list[Word | str], line: int) -> bool:
+        if len(items) == 1 and isinstance(items[0], list) and items[0] and items[0][0][1] == "(":
+            try:  # if (( i < N )): the arithmetic command's status
+                return self.arith_statements(items[0][0][0]) != 0
+            except ValueError:
+                raise _Undecidable(f"line {line}: (({items[0][0][0]})) is not arithmetic this reader evaluates") \
+                    from None
         raw = [self._plain(w) for w in items]
         if raw and raw[0] in ("[", "[[", "test"):
             end = {"[": "]", "[[": "]]", "test": None}[raw[0]]
@@ -743,19 +782,23 @@ def _touches(cmds: list[_Cmd]) -> bool:
         if isinstance(first, list) and (ASSIGN_RE.match("".join(t for t, _ in first)) or
                                         "".join(t for t, _ in first) in ("export", "declare", "local", "readonly")):
             return True
-        if any(isinstance(w, list) and "".join(t for t, _ in w).endswith(".py") for w in c.words):
+        # an entry script (not `python setup.py build_ext` or a preprocessing tool), or a shell that runs a string
+        if any(isinstance(w, list) and (ENTRY_RE.search("".join(t for t, _ in w))
+                                        or "".join(t for t, _ in w) in ("eval", "-c")) for w in c.words):
             return True
     return False
 
 
 def read_launch_script(text: str, source: str, argv: list[str] | None = None,
-                       env: dict[str, str] | None = None, job: int = 1) -> Launch | None:
+                       env: dict[str, str] | None = None, job: int = 1, entry: str | None = None) -> Launch | None:
     """The Megatron invocation of the bash script ``text`` run with the positional arguments ``argv`` (none by
     default) in the environment ``env`` (the variables set before it starts: ``MP_PP0_LAYERS=6 sh run.sh``), or None
-    when it runs none; of a script that runs several (a sweep), the ``job``-th (from 1)."""
+    when it runs none; of a script that runs several (a sweep), the ``job``-th (from 1). ``entry``: the entry
+    script's file name where it is not named like Megatron's (``sft.py``)."""
     # the environment sbatch gives the script from its own directives, under what the user gives
     shell = _Shell(argv, {**_sbatch_env(text), **(env or {})})
     shell.folder = Path(source).parent
+    shell.entry = entry
     found: list[Launch] = []
     try:
         _run(shell, _lex(text), found)
@@ -910,6 +953,24 @@ def _for(shell: _Shell, cmd: _Cmd, body: list[_Cmd], found: list[Launch]) -> boo
     every job is found (``job`` of :func:`read_launch_script` picks one). False for a form this reader does not run (C-style
     ``for ((…))``), left to the caller."""
     words = [w for w in cmd.words[1:] if isinstance(w, list)]
+    if words and words[0] and words[0][0][1] == "(":  # for (( init; cond; step ))
+        parts = words[0][0][0].split(";")
+        if len(parts) != 3:
+            raise _Undecidable(f"line {cmd.line}: `for (({words[0][0][0]}))` is not `for (( init; test; step ))`")
+        init, cond, step = parts
+        if body and _head(body[0]) == "do":
+            body = body[1:]
+        shell.arith_statements(init)
+        while not cond.strip() or shell.arith_statements(cond):
+            shell.rounds += 1
+            if shell.rounds > LOOP_LIMIT:
+                raise _Undecidable(f"line {cmd.line}: a `for` loop past {LOOP_LIMIT} rounds")
+            try:
+                _run(shell, body, found)
+            except _Break:
+                break
+            shell.arith_statements(step)
+        return True
     if not words or not re.fullmatch(NAME, _Shell._plain(words[0])):
         return False
     name = _Shell._plain(words[0])
@@ -1123,6 +1184,11 @@ def _status(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> bool | None:
             return shell.test(cmd.words, cmd.line)
         except _Undecidable:
             return None
+    if cmd.words and isinstance(cmd.words[0], list) and cmd.words[0] and cmd.words[0][0][1] == "(":
+        try:  # (( expr )): its assignments, and a status of whether its value is non-zero
+            return shell.arith_statements(cmd.words[0][0][0]) != 0
+        except (_Undecidable, ValueError):
+            return None
     if head in ("true", ":"):
         for w in cmd.words[1:]:  # its arguments are expanded all the same: `: "${NUM_LAYERS:=2}"` assigns
             if isinstance(w, list):
@@ -1178,6 +1244,21 @@ def _command(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
     if argv and argv[0] == "eval":  # eval re-reads its arguments as a command
         _run(shell, _lex(" ".join(argv[1:])), found)
         return
+    shell_at = next((k for k in range(len(argv) - 2) if re.sub(r".*/", "", argv[k]) in ("bash", "sh")
+                     and argv[k + 1] == "-c"), None)
+    if shell_at is not None and not any(ENTRY_RE.search(a) for a in argv[:shell_at]):
+        # `srun … bash -c "RANK=\$SLURM_PROCID $CMD"`: the string is a script of its own (its $0, $1 … the words
+        # after it), run once per rank by the launcher before it
+        saved = shell.argv
+        shell.argv = argv[shell_at + 4:] if len(argv) > shell_at + 3 else []
+        try:
+            _run(shell, _lex(argv[shell_at + 2]), found)
+        finally:
+            shell.argv = saved
+        if found and found[-1].world_size is None:
+            found[-1].world_size = _world_size(argv[:shell_at])
+            found[-1].launcher = argv[:shell_at] + found[-1].launcher
+        return
     if argv and argv[0] in PRINTERS:  # `echo $cmd` shows the command; it runs nothing
         if shell.capture is not None:
             shell.capture.append(_printed(argv))
@@ -1190,7 +1271,8 @@ def _command(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
         return
     if argv and argv[0] == "break":
         raise _Break
-    entry = next((n for n, a in enumerate(argv) if ENTRY_RE.search(a)), None)
+    entry = next((n for n, a in enumerate(argv) if ENTRY_RE.search(a)
+                  or (shell.entry is not None and re.sub(r".*/", "", a) == shell.entry)), None)
     if entry is None or re.sub(r".*/", "", argv[0]) in FILE_TOOLS:  # `cp pretrain_gpt_synthetic.py …` runs no job
         return
     launcher = [w for w in argv[:entry] if not UNDECIDED_RE.search(w)]  # a launcher's option only a test decides

@@ -51,7 +51,8 @@ class MegatronArgs:
 
 #: arguments written in a grammar that has no quote, backslash or ``$`` of its own, so any left in
 #: the value are quoting that the launcher would have removed (:func:`unquote`)
-UNQUOTED_ARGS = ("--pipeline-model-parallel-layout",)
+UNQUOTED_ARGS = ("--pipeline-model-parallel-layout", "--moe-layer-freq", "--hybrid-override-pattern",
+                 "--hybrid-layer-pattern")
 
 #: bash's ``$'...'`` escapes (bash(1), QUOTING) that are one character
 ANSI_C = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t",
@@ -143,8 +144,12 @@ def from_mapping(model_args: dict[str, Any], env: dict[str, Any] | None = None, 
     """``MODEL_ARGS`` / ``ENV_VARS`` as the functional-test YAML holds them."""
     args: dict[str, Any] = {}
     for raw, value in (model_args or {}).items():
-        if value is False or value is None:
+        if value is False:
             continue  # false = the flag is absent
+        if value is None:
+            # an empty value: the harness writes the bare option (_run_training.sh's yq: key + " " + value), which a
+            # flag takes and an argument needing a value refuses (the mapping names it)
+            value = True
         key = _key(raw)
         args[key] = unquote(value) if key in UNQUOTED_ARGS and isinstance(value, str) else value
     envs = {str(k): str(v) for k, v in (env or {}).items() if v is not None}
@@ -159,7 +164,21 @@ def _family_from_path(path: Path) -> tuple[str | None, str]:
     return None, ""
 
 
-def parse_yaml(text: str, path: Path) -> MegatronArgs:
+def fill_placeholders(data: Any, env: dict[str, str]) -> Any:
+    """``$NAME`` / ``${NAME}`` in the strings of a YAML config replaced by ``env``'s values, as ``envsubst`` fills
+    a templated config before its launcher reads it (Megatron-MoE-ModelZoo's ``${TP}``, ``${SEQ_LEN}``); a name
+    ``env`` lacks stays as written, for the mapping to name where it matters."""
+    if isinstance(data, str):
+        return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)",
+                      lambda m: env.get(m.group(1) or m.group(2), m.group(0)), data)
+    if isinstance(data, dict):
+        return {k: fill_placeholders(v, env) for k, v in data.items()}
+    if isinstance(data, list):
+        return [fill_placeholders(v, env) for v in data]
+    return data
+
+
+def parse_yaml(text: str, path: Path, env: dict[str, str] | None = None) -> MegatronArgs:
     try:
         import yaml
     except ImportError:  # a dependency of the package; only a broken install lacks it
@@ -172,6 +191,8 @@ def parse_yaml(text: str, path: Path) -> MegatronArgs:
         raise UserError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict) or not isinstance(data.get("MODEL_ARGS"), dict):
         raise UserError(f"{path}: expected a MODEL_ARGS mapping (Megatron-LM functional-test format)")
+    if env:
+        data = fill_placeholders(data, env)
     env = data.get("ENV_VARS") or {}
     if not isinstance(env, dict):
         raise UserError(f"{path}: ENV_VARS must be a mapping of variable names to values")
@@ -251,20 +272,25 @@ SCRIPT_HINTS = re.compile(r"\A#!|^[ \t]*(export[ \t]+)?[A-Za-z_][A-Za-z0-9_]*\+?
 
 
 def read_script(text: str, path: Path, script_args: list[str] | None = None,
-                script_env: dict[str, str] | None = None, job: int | None = None) -> MegatronArgs:
+                script_env: dict[str, str] | None = None, job: int | None = None,
+                entry: str | None = None) -> MegatronArgs:
     """A bash launch script (:mod:`timeline.io.launch_script`) run with the positional arguments ``script_args``
     in the environment ``script_env``: the arguments it hands the entry script."""
     from timeline.io.launch_script import read_launch_script
 
-    launch = read_launch_script(text, str(path), script_args, script_env, job or 1)
+    launch = read_launch_script(text, str(path), script_args, script_env, job or 1, entry)
     if launch is None:
         raise UserError(f"{path}: a shell script that runs no Megatron entry script (pretrain_gpt.py, "
-                        "pretrain_mamba.py, …); give its argument list or the script that launches the job")
+                        "pretrain_mamba.py, …"
+                        + (f"; {entry} is not run either" if entry else ", or the script --entry NAME.py names")
+                        + "); give its argument list or the script that launches the job")
     # an unset variable (kept as its $NAME) is an option's value right after the option, which the mapping then
     # names where it matters; anywhere else it expands to nothing, as in bash
     words = [w for k, w in enumerate(launch.words)
              if not (VAR_RE.fullmatch(w) and (k == 0 or not launch.words[k - 1].startswith("--")))]
     margs = group_words([launch.script, *words], path, env=launch.env, world_size=launch.world_size)
+    if margs.family is None and margs.fork_entry is None:  # an entry named by --entry (`sft.py`)
+        margs = dataclasses.replace(margs, fork_entry=Path(launch.script).name)
     notes = [f"{path.name}: {n}" for n in launch.notes]
     if launch.jobs > 1 and job is None:
         notes.append(f"{path.name} launches {launch.jobs} jobs (a loop); the first is read (--job 1 … {launch.jobs} "
@@ -273,7 +299,8 @@ def read_script(text: str, path: Path, script_args: list[str] | None = None,
 
 
 def read_megatron_config(path: str | Path, script_args: list[str] | None = None,
-                         script_env: dict[str, str] | None = None, job: int | None = None) -> MegatronArgs:
+                         script_env: dict[str, str] | None = None, job: int | None = None,
+                         entry: str | None = None) -> MegatronArgs:
     """Read CONFIG: YAML when it ends in ``.yaml``/``.yml``, a launch script (run with ``script_args`` in the
     environment ``script_env``), else an argument list."""
     path = Path(path)
@@ -283,11 +310,14 @@ def read_megatron_config(path: str | Path, script_args: list[str] | None = None,
         raise UserError(f"--script-args: {path} is not a launch script (positional arguments are a script's)")
     if job is not None and not script:
         raise UserError(f"--job: {path} is not a launch script (a script that launches several jobs is)")
-    if script_env and not script:
-        raise UserError(f"--script-env: {path} is not a launch script (give an argument list's values as arguments, "
-                        "a YAML config's environment under ENV_VARS)")
-    if path.suffix.lower() in (".yaml", ".yml"):
-        return parse_yaml(text, path)
+    if entry is not None and not script:
+        raise UserError(f"--entry: {path} is not a launch script (the entry script is what a launch script runs)")
+    yaml_file = path.suffix.lower() in (".yaml", ".yml")
+    if script_env and not script and not yaml_file:
+        raise UserError(f"--script-env: {path} is an argument list (give its values as arguments); it fills a launch "
+                        "script's environment or a YAML config's ${NAME} placeholders")
+    if yaml_file:
+        return parse_yaml(text, path, script_env)
     if script:
-        return read_script(text, path, script_args, script_env, job)
+        return read_script(text, path, script_args, script_env, job, entry)
     return parse_arg_list(text, path)

@@ -76,8 +76,9 @@ class ArgReader:
             return default
         v = self.raw[name]
         if isinstance(v, str) and VAR_RE.search(v):
+            var = VAR_RE.search(v).group(0).strip("${}")  # type: ignore[union-attr]
             raise UserError(f"{name}: {v!r} is an unexpanded shell variable and the argument changes memory; "
-                            "give its value")
+                            f"give its value (from-megatron --script-env {var}=…)")
         return v
 
     def flag(self, name: str) -> bool:
@@ -101,7 +102,7 @@ class ArgReader:
             return v
         if v is True:
             raise UserError(f"{name} is given without a value (in a launch script, a variable that expands to "
-                            "nothing?); give its value")
+                            "nothing; in a YAML config, an empty value or an unfilled ${VAR}?); give its value")
         try:
             return int(str(v))
         except ValueError:
@@ -111,7 +112,7 @@ class ArgReader:
         v = self.value(name, default)
         if v is True:
             raise UserError(f"{name} is given without a value (in a launch script, a variable that expands to "
-                            "nothing?); give its value")
+                            "nothing; in a YAML config, an empty value or an unfilled ${VAR}?); give its value")
         try:
             return float(v)
         except (TypeError, ValueError):
@@ -124,6 +125,9 @@ class ArgReader:
 
     def str(self, name: builtins.str, default: builtins.str | None = None) -> builtins.str | None:
         v = self.value(name, default)
+        if v is True:
+            raise UserError(f"{name} is given without a value (in a launch script, a variable that expands to "
+                            "nothing; in a YAML config, an empty value or an unfilled ${VAR}?); give its value")
         return None if v is None else builtins.str(v)
 
     def need(self, name: builtins.str) -> builtins.int:
