@@ -290,14 +290,16 @@ def test_script_env_is_checked(tmp_path, capsys):
 def test_script_env_fills_a_yaml_configs_placeholders_and_an_empty_value_is_named(tmp_path, capsys):
     """Megatron-MoE-ModelZoo's templated YAMLs (``${TP}``, ``${SEQ_LEN}``, filled by envsubst before launch); an
     empty value is the bare option the functional-test harness writes, which a value-taking argument refuses."""
-    cfg = _config(tmp_path, ARGS | {"tensor-model-parallel-size": "${TP}", "seq-length": "$SEQ_LEN"})
+    cfg = _config(tmp_path, ARGS | {"tensor-model-parallel-size": "${TP}", "seq-length": "$SEQ_LEN",
+                                    "num-layers-per-virtual-pipeline-stage": "${VP}"})
     assert main(["from-megatron", str(cfg), "--world-size", "8"]) == 2
     assert capsys.readouterr().err.strip() == (
         "error: --seq-length: '$SEQ_LEN' is an unexpanded shell variable and the argument changes memory; "
         "give its value (from-megatron --script-env SEQ_LEN=…)")
     assert main(["from-megatron", str(cfg), "--world-size", "8", "--script-env", "TP=4",
-                 "--script-env", "SEQ_LEN=512"]) == 0
+                 "--script-env", "SEQ_LEN=512", "--script-env", "VP=false"]) == 0  # filled text: YAML's false
     out = capsys.readouterr().out
+    assert "\nvpp = 1\n" in out
     assert "\ntp = 4\n" in out and "\nseq_len = 512\n" in out and "--script-env TP=4 --script-env SEQ_LEN=512" in out
     empty = _config(tmp_path / "e", ARGS | {"moe-token-dispatcher-type": None, "num-experts": 4})
     assert main(["from-megatron", str(empty), "--world-size", "8"]) == 2

@@ -164,18 +164,13 @@ def _family_from_path(path: Path) -> tuple[str | None, str]:
     return None, ""
 
 
-def fill_placeholders(data: Any, env: dict[str, str]) -> Any:
-    """``$NAME`` / ``${NAME}`` in the strings of a YAML config replaced by ``env``'s values, as ``envsubst`` fills
-    a templated config before its launcher reads it (Megatron-MoE-ModelZoo's ``${TP}``, ``${SEQ_LEN}``); a name
-    ``env`` lacks stays as written, for the mapping to name where it matters."""
-    if isinstance(data, str):
-        return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)",
-                      lambda m: env.get(m.group(1) or m.group(2), m.group(0)), data)
-    if isinstance(data, dict):
-        return {k: fill_placeholders(v, env) for k, v in data.items()}
-    if isinstance(data, list):
-        return [fill_placeholders(v, env) for v in data]
-    return data
+def fill_placeholders(text: str, env: dict[str, str]) -> str:
+    """``$NAME`` / ``${NAME}`` in a YAML config's text replaced by ``env``'s values before YAML reads it, as
+    ``envsubst`` fills a templated config before its launcher does (Megatron-MoE-ModelZoo's ``${TP}``,
+    ``${SEQ_LEN}``; ``false`` then reads as YAML's false); a name ``env`` lacks stays as written, for the mapping to
+    name where it matters."""
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)",
+                  lambda m: env.get(m.group(1) or m.group(2), m.group(0)), text)
 
 
 def parse_yaml(text: str, path: Path, env: dict[str, str] | None = None) -> MegatronArgs:
@@ -185,14 +180,14 @@ def parse_yaml(text: str, path: Path, env: dict[str, str] | None = None) -> Mega
         raise UserError(f"{path}: reading a YAML config needs PyYAML, which this install lacks: "
                         "pip install pyyaml (or reinstall timeline)") from None
 
+    if env:
+        text = fill_placeholders(text, env)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict) or not isinstance(data.get("MODEL_ARGS"), dict):
         raise UserError(f"{path}: expected a MODEL_ARGS mapping (Megatron-LM functional-test format)")
-    if env:
-        data = fill_placeholders(data, env)
     env = data.get("ENV_VARS") or {}
     if not isinstance(env, dict):
         raise UserError(f"{path}: ENV_VARS must be a mapping of variable names to values")
