@@ -35,6 +35,8 @@ COMMANDS: dict[str, str] = {
     "report": "report",
     "capture": "capture",
     "from-megatron": "from_megatron",
+    "from-vllm": "from_serve",
+    "from-sglang": "from_serve",
 }
 
 EPILOG = """\
@@ -47,6 +49,7 @@ examples:
                                                                 cheapest recompute policy that fits
   timeline presets                                              list model presets
   timeline serve schedules/llama3.1-8b-h100-serve.toml          an inference engine's budget and memory over time
+  timeline from-vllm "vllm serve Qwen/Qwen3-8B -tp 2" -o q.toml  a serving run file from a launch command
 
 `timeline COMMAND --help` describes each command.
 """

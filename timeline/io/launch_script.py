@@ -422,6 +422,8 @@ class _Shell:
         self.notes: list[str] = []
         self.sourcing = 0  # nesting depth of sourced files
         self.entry: str | None = None  # the entry script's file name where it is not pretrain_*.py / train*.py
+        #: where another program's invocation starts in a command's words (its arguments follow), if not Megatron's
+        self.finder: Callable[[list[str]], int | None] | None = None
         self.rounds = 0  # loop rounds run so far (LOOP_LIMIT)
         #: variables whose assignment could not be evaluated (kept as written), with why
         self.undecided: dict[str, str] = {}
@@ -790,15 +792,18 @@ def _touches(cmds: list[_Cmd]) -> bool:
 
 
 def read_launch_script(text: str, source: str, argv: list[str] | None = None,
-                       env: dict[str, str] | None = None, job: int = 1, entry: str | None = None) -> Launch | None:
+                       env: dict[str, str] | None = None, job: int = 1, entry: str | None = None,
+                       finder: Callable[[list[str]], int | None] | None = None) -> Launch | None:
     """The Megatron invocation of the bash script ``text`` run with the positional arguments ``argv`` (none by
     default) in the environment ``env`` (the variables set before it starts: ``MP_PP0_LAYERS=6 sh run.sh``), or None
     when it runs none; of a script that runs several (a sweep), the ``job``-th (from 1). ``entry``: the entry
-    script's file name where it is not named like Megatron's (``sft.py``)."""
+    script's file name where it is not named like Megatron's (``sft.py``); ``finder``: where another program's
+    invocation starts in a command's words (a serving engine's), instead of a Megatron entry script."""
     # the environment sbatch gives the script from its own directives, under what the user gives
     shell = _Shell(argv, {**_sbatch_env(text), **(env or {})})
     shell.folder = Path(source).parent
     shell.entry = entry
+    shell.finder = finder
     found: list[Launch] = []
     try:
         _run(shell, _lex(text), found)
@@ -1271,8 +1276,11 @@ def _command(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
         return
     if argv and argv[0] == "break":
         raise _Break
-    entry = next((n for n, a in enumerate(argv) if ENTRY_RE.search(a)
-                  or (shell.entry is not None and re.sub(r".*/", "", a) == shell.entry)), None)
+    if shell.finder is not None:  # another program's invocation (a serving engine's: timeline.io.serve_command)
+        entry = shell.finder(argv)
+    else:
+        entry = next((n for n, a in enumerate(argv) if ENTRY_RE.search(a)
+                      or (shell.entry is not None and re.sub(r".*/", "", a) == shell.entry)), None)
     if entry is None or re.sub(r".*/", "", argv[0]) in FILE_TOOLS:  # `cp pretrain_gpt_synthetic.py …` runs no job
         return
     launcher = [w for w in argv[:entry] if not UNDECIDED_RE.search(w)]  # a launcher's option only a test decides

@@ -310,5 +310,11 @@ def vllm_scheduler_defaults(version: str, max_model_len: int, device_gib: float,
     v = parse_version(version or VLLM_DEFAULT) or (0, 11, 0)
     large = device_gib >= 70 and (v < (0, 9, 0) or "a100" not in device_name.lower())
     seqs = 1024 if large and v >= (0, 9, 0) else 256
-    return SchedulerDefaults(max_num_batched_tokens=8192 if large else 2048, max_num_seqs=seqs,
-                             enable_chunked_prefill=True)
+    tokens = 8192 if large else 2048
+    if chunked is False:
+        # the user's --no-enable-chunked-prefill: a whole prompt in one step, so the budget covers max_model_len —
+        # engine/arg_utils.py _set_default_args_v1 (0.9/0.10) ``max_num_batched_tokens = model_config.max_model_len``;
+        # from 0.11 _set_default_max_num_seqs_and_batched_tokens_args ``max(max_model_len, the default)``
+        return SchedulerDefaults(max_num_batched_tokens=max(max_model_len, tokens) if v >= (0, 11, 0)
+                                 else max_model_len, max_num_seqs=seqs, enable_chunked_prefill=False)
+    return SchedulerDefaults(max_num_batched_tokens=tokens, max_num_seqs=seqs, enable_chunked_prefill=True)

@@ -1,0 +1,117 @@
+"""``timeline from-vllm`` / ``from-sglang``: a serving engine's launch command read into a run file that
+``timeline serve`` runs as it stands; every option mapped, neutral or refused in one line; the model's config.json
+found where the engine would find it; bad input one ``error:`` line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from timeline.cli import main
+from timeline.io.serve_command import human_int, options
+from timeline.io.serve_runfile import load_serve_run
+
+HF = Path(__file__).resolve().parents[1] / "data" / "hf"
+
+
+def test_a_vllm_serve_command_becomes_a_run_file_that_serves(tmp_path, capsys):
+    out = tmp_path / "run.toml"
+    cmd = ("vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 2 --gpu-memory-utilization 0.85 "
+           "--max-model-len 32k --max-num-seqs 128 --enable-prefix-caching --kv-cache-dtype fp8 --port 8000 "
+           "--served-model-name llama")
+    assert main(["from-vllm", cmd, "--hf-config", str(HF / "llama-3.1-8b"), "--engine-version", "0.10.1",
+                 "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "#   --max-model-len -> serving.max_model_len" in text and "#   --port (the HTTP frontend" in text
+    run = load_serve_run(out)
+    sv = run.serving
+    assert run.parallel.tp == 2 and sv.engine == "vllm" and sv.engine_version == "0.10.1"
+    assert (sv.gpu_memory_utilization, sv.max_model_len, sv.max_num_seqs) == (0.85, 32000, 128)
+    assert sv.kv_cache_dtype == "fp8" and sv.enable_prefix_caching is True
+    assert main(["serve", str(out), "-o", str(tmp_path / "served"), "--format", "summary"]) == 0
+
+
+def test_a_docker_command_gives_the_engine_version_and_a_script_is_read_as_bash(tmp_path, capsys):
+    script = tmp_path / "serve.sh"
+    script.write_text("#!/bin/bash\nMODEL=${MODEL:-Qwen/Qwen3-8B}\nTP=2\n"
+                      "docker run --gpus all -p 8000:8000 --ipc=host vllm/vllm-openai:v0.10.1.1 \\\n"
+                      "    --model $MODEL --tensor-parallel-size $TP \\\n    --max-num-batched-tokens 16384\n")
+    assert main(["from-vllm", str(script), "--hf-config", str(HF / "qwen3-8b" / "config.json")]) == 0
+    out = capsys.readouterr().out
+    assert 'engine_version = "0.10.1.1"' in out and "\ntp = 2\n" in out and "max_num_batched_tokens = 16384" in out
+
+
+def test_sglang_launch_server(tmp_path, capsys):
+    cmd = ("python3 -m sglang.launch_server --model-path Qwen/Qwen3-8B --tp 2 --mem-fraction-static 0.8 "
+           "--context-length 16384 --host 0.0.0.0 --port 30000")
+    out = tmp_path / "run.toml"
+    assert main(["from-sglang", cmd, "--hf-config", str(HF / "qwen3-8b"), "--engine-version", "0.5.5",
+                 "-o", str(out)]) == 0
+    run = load_serve_run(out)
+    assert run.serving.engine == "sglang" and run.serving.mem_fraction_static == 0.8
+    assert run.parallel.tp == 2 and run.serving.max_model_len == 16384
+
+
+def test_bad_commands_are_one_line(tmp_path, capsys):
+    cfg = ["--hf-config", str(HF / "llama-3.1-8b")]
+    assert main(["from-vllm", "vllm serve m --tensor-paralel-size 2", *cfg]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --tensor-paralel-size (did you mean --tensor-parallel-size") and "\n" not in err
+    assert main(["from-vllm", "vllm serve m --cpu-offload-gb 4", *cfg]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --cpu-offload-gb: weights kept in host memory and streamed in are not modelled; --ignore-arg "
+        "cpu-offload-gb passes over it (its memory not modelled)")
+    assert main(["from-vllm", "vllm serve m --cpu-offload-gb 4", "--ignore-arg", "cpu-offload-gb", *cfg]) == 0
+    assert "#   --cpu-offload-gb" in capsys.readouterr().out
+    assert main(["from-vllm", "vllm serve org/not-cached -tp 2"]) == 2
+    assert "org/not-cached: its config.json is not on this machine" in capsys.readouterr().err
+    assert main(["from-vllm", "echo hello world"]) == 2
+    assert "no serving command found" in capsys.readouterr().err
+    out = tmp_path / "x.toml"
+    assert main(["from-vllm", "vllm serve m --max-model-len 12.5", *cfg, "-o", str(out)]) == 2
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_the_model_is_found_in_the_hugging_face_cache(tmp_path, capsys, monkeypatch):
+    snap = tmp_path / "hub" / "models--meta-llama--Llama-3.1-8B" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    shutil.copy(HF / "llama-3.1-8b" / "config.json", snap / "config.json")
+    (snap.parents[1] / "refs").mkdir()
+    (snap.parents[1] / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert main(["from-vllm", "vllm serve meta-llama/Llama-3.1-8B"]) == 0
+    captured = capsys.readouterr()
+    assert str(snap / "config.json") in captured.out or "abc123/config.json" in captured.out
+    assert "note: the command does not say which vllm ran it: read as vllm 0.11+35d5cda" in captured.err
+
+
+def test_vllm_reads_human_readable_integers_as_vllm_does():
+    assert [human_int("--max-model-len", x) for x in ("32768", "32k", "32K", "25.6k", "1m", "1M")] == [
+        32768, 32000, 32768, 25600, 1_000_000, 1024 ** 2]
+
+
+def test_the_option_tables_cover_what_the_mapping_reads():
+    from timeline.io.serve_command import SGLANG_MAPPED, VLLM_MAPPED
+
+    for engine, mapped in (("vllm", VLLM_MAPPED), ("sglang", SGLANG_MAPPED)):
+        dests = {o["dest"] for o in options(engine).values()}
+        assert set(mapped) - {"model"} <= dests, (engine, set(mapped) - dests)
+    assert options("vllm")["-tp"]["dest"] == "tensor_parallel_size"
+    assert options("vllm")["--no-enable-prefix-caching"]["negates"] is True
+
+
+def test_without_chunked_prefill_the_batch_budget_covers_a_whole_prompt(tmp_path):
+    """engine/arg_utils.py: V1's default max_num_batched_tokens without chunked prefill is max_model_len (0.9/0.10),
+    max(max_model_len, the default) from 0.11; the scheduler then accepts the run (verify_max_model_len)."""
+    from timeline.spec.engine_versions import vllm_scheduler_defaults
+
+    assert vllm_scheduler_defaults("0.10.1", 1024, 79.19, "h100", False).max_num_batched_tokens == 1024
+    assert vllm_scheduler_defaults("0.11.0", 1024, 79.19, "h100", False).max_num_batched_tokens == 8192
+    assert vllm_scheduler_defaults("0.11.0", 32000, 79.19, "h100", False).max_num_batched_tokens == 32000
+    assert vllm_scheduler_defaults("0.11.0", 32000, 79.19, "h100", None).max_num_batched_tokens == 8192
+    out = tmp_path / "run.toml"
+    assert main(["from-vllm", "vllm serve m --max-model-len 32k --no-enable-chunked-prefill -O3", "--hf-config",
+                 str(HF / "llama-3.1-8b"), "--engine-version", "0.10.1", "-o", str(out)]) == 0
+    run = load_serve_run(out)
+    assert (run.serving.enable_chunked_prefill, run.serving.max_num_batched_tokens) == (False, 32000)
+    assert "#   -O -> (an optimization level: no memory of its own here)" in out.read_text()

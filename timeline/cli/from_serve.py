@@ -1,0 +1,173 @@
+"""``timeline from-vllm`` / ``from-sglang``: write the serving run file of a vLLM or SGLang launch command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from timeline.cli.common import write_file_atomically
+from timeline.errors import UserError
+from timeline.spec.hardware import GPUS, UNKNOWN_GPU_NEEDS
+
+HELP = "write a serving run file from a vLLM or SGLang launch command"
+DESCRIPTION = """\
+Read a serving engine's launch command — `vllm serve MODEL …`, `python -m vllm.entrypoints.openai.api_server …`,
+`docker run … vllm/vllm-openai:TAG …`, `python -m sglang.launch_server …` — given as the command line itself or as a
+shell script that runs it (read as bash would, never run), and write the run file `timeline serve` takes (stdout
+without -o). Every option is looked up in the engine's own command-line surface, read from its source: mapped to a
+run-file key, listed as memory-neutral in the file's header, or refused in one line (a typo gets "did you mean").
+The model's config.json is the checkpoint's: the local folder the command names, the Hugging Face cache on this
+machine, or --hf-config. A container image's tag gives the engine version; else --engine-version.
+
+examples:
+  timeline from-vllm "vllm serve Qwen/Qwen3-8B --max-model-len 32k -tp 2" --gpu h100 -o qwen3.toml
+  timeline from-vllm launch.sh --hf-config ./Llama-3.1-8B/config.json --engine-version 0.10.1 -o run.toml
+  timeline from-sglang "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8" --gpu h200
+  timeline serve run.toml
+"""
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("launch", metavar="COMMAND", help="the launch command line, or a file (a shell script, "
+                                                           "a docker command) that runs it")
+    parser.add_argument("--hf-config", metavar="PATH", help="the checkpoint's config.json (or its folder), where the "
+                                                            "model is neither a local folder nor in the Hugging Face "
+                                                            "cache on this machine")
+    parser.add_argument("--engine-version", metavar="X.Y.Z", help="the engine version the command ran (default: the "
+                                                                   "image tag's, else the tool's default rules)")
+    parser.add_argument("--gpu", default="h100", metavar="NAME",
+                        help=f"GPU kind: a preset ({', '.join(GPUS)}; default h100), or any name with its fields given "
+                             "by --gpu-field")
+    parser.add_argument("--gpu-field", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"a [hardware] field of the GPU, over its preset's; a GPU no preset holds needs "
+                             f"{', '.join(UNKNOWN_GPU_NEEDS)} (capacity_gib: what PyTorch reports as its total)")
+    parser.add_argument("--ignore-arg", action="append", default=[], metavar="NAME",
+                        help="pass over an option whose memory is not modelled (listed in the run file's header); "
+                             "comma-separated or repeated")
+    parser.add_argument("-o", "--output", metavar="RUN.toml", help="write the run file here (default: stdout)")
+    parser.add_argument("--force", action="store_true", help="replace RUN.toml if it exists")
+    parser.add_argument("--name", help="the run's name (default: the model's name)")
+
+
+def _read(command: str) -> tuple[str, str]:
+    """The command's text and what names it in errors: a file's, or the command line given itself."""
+    path = Path(command)
+    looks_like_command = any(c.isspace() for c in command.strip()) or command.startswith("-")
+    if not looks_like_command:
+        if path.is_file():
+            from timeline.io.text import read_user_text
+
+            return read_user_text(path, "a launch command or a script that runs one"), str(path)
+        raise UserError(f"{command}: no such file (give the launch command in quotes, or the file that holds it)")
+    return command, "the command"
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def run(args: argparse.Namespace) -> int:
+    from timeline.cli.from_megatron import _gpu_fields
+    from timeline.io.serve_command import (
+        classify,
+        map_options,
+        model_config,
+        parse_words,
+        read_command,
+        unknown_line,
+    )
+    from timeline.io.serve_runfile import load_serve_run
+
+    hint = "sglang" if args.command == "from-sglang" else "vllm"
+    text, source = _read(args.launch)
+    cmd = read_command(text, source, hint)
+    parsed = parse_words(cmd.engine, cmd.words)
+    if parsed.unknown:
+        raise UserError(unknown_line(cmd.engine, parsed.unknown))
+    ignored = tuple("--" + n.strip().lstrip("-") for item in args.ignore_arg for n in item.split(",")
+                    if n.strip().lstrip("-"))
+    neutral, passed = classify(cmd.engine, parsed, ignored)
+    config = model_config(parsed.model, args.hf_config)
+    try:
+        cfg = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{config}: not a readable config.json ({exc})") from None
+    quantized = isinstance(cfg, dict) and isinstance(cfg.get("quantization_config"), dict)
+    m = map_options(cmd.engine, parsed, quantized)
+    from timeline.spec.serving import ENGINE_VERSIONS
+
+    version = args.engine_version or cmd.version
+    notes = list(cmd.notes)
+    if version is None:  # the defaults of the version whose source the rules are read at
+        version = ENGINE_VERSIONS[cmd.engine][0]
+        notes.append(f"the command does not say which {cmd.engine} ran it: read as {cmd.engine} {version}, whose "
+                     "source the rules are read at (give --engine-version)")
+    m.sections["serving"]["engine_version"] = version
+    gpu_fields = _gpu_fields(args.gpu_field)
+    hardware: dict[str, Any] = {"gpu": args.gpu, **gpu_fields}
+    out = Path(args.output) if args.output else None
+    if out is not None and out.exists() and not args.force:
+        raise UserError(f"{out} exists; pass --force to replace it")
+    base = (out.parent if out is not None else Path.cwd()).resolve()
+    hf = os.path.relpath(config.resolve(), base) if config.is_absolute() or out is not None else str(config)
+    name = args.name or (parsed.model or config.parent.name).rstrip("/").split("/")[-1]
+    header = [f"# written by `timeline from-{cmd.engine} {shlex.quote(args.launch)}"
+              + (f" --hf-config {shlex.quote(args.hf_config)}" if args.hf_config else "")
+              + (f" --engine-version {args.engine_version}" if args.engine_version else "")
+              + f" --gpu {args.gpu}`",
+              *(f"# note: {n}" for n in notes),
+              f"# {cmd.engine} option -> run-file key:",
+              *(f"#   {k} -> {v}" for k, v in sorted(m.mapped.items()))]
+    if neutral:
+        header.append("# memory-neutral, skipped:")
+        header += [f"#   {k} ({why})" for k, why in sorted(neutral.items())]
+    if passed:
+        header.append("# passed over (--ignore-arg): their memory is not modelled:")
+        header += [f"#   {k}" for k in sorted(passed)]
+    lines = [*header, f"name = {_toml(name)}", "", "[model]", f"hf_config = {_toml(hf)}"]
+    for section in ("parallel", "hardware", "serving"):
+        values = hardware if section == "hardware" else m.sections[section]
+        if values:
+            lines += ["", f"[{section}]", *(f"{k} = {_toml(v)}" for k, v in values.items())]
+    lines += ["", "# the load to simulate: the tool's defaults (edit, or give serving.requests = \"trace.csv\")",
+              "[serving.load]", "num_requests = 100", "rate_per_s = 10",
+              "prompt_tokens = {dist = \"fixed\", value = 1024}", "output_tokens = {dist = \"fixed\", value = 128}",
+              "seed = 0"]
+    body = "\n".join(lines) + "\n"
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+
+    def check(tmp: Path) -> None:
+        try:
+            load_serve_run(tmp)
+        except UserError as exc:
+            raise UserError(f"{source}: {str(exc).removeprefix(f'{tmp}: ')}") from None
+
+    if out is None:
+        with tempfile.TemporaryDirectory() as folder:  # what is printed must load as it stands
+            tmp = Path(folder) / "run.toml"
+            hf_abs = str(config.resolve())
+            tmp.write_text(body.replace(f"hf_config = {_toml(hf)}", f"hf_config = {_toml(hf_abs)}"), encoding="utf-8")
+            check(tmp)
+        print(body, end="")
+        return 0
+
+    def write(tmp: Path) -> None:
+        tmp.write_text(body, encoding="utf-8")
+        check(tmp)
+
+    write_file_atomically(out, write, force=args.force)
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,538 @@
+"""A serving engine's launch command read into a serving run file: ``vllm serve MODEL …``, ``python -m
+vllm.entrypoints.openai.api_server …``, ``docker run … vllm/vllm-openai:TAG …``, ``python -m sglang.launch_server
+…`` — one command line, or a shell script that runs one (read as bash would, never run:
+:mod:`timeline.io.launch_script`).
+
+Every option is looked up in the engine's own command-line surface (:data:`OPTIONS`: vLLM's ``EngineArgs`` /
+``FrontendArgs`` and SGLang's ``ServerArgs``, read from their source; see each table's ``source``), so a typo is told
+from a real option; each real option is then mapped to a run-file key (:data:`VLLM_MAPPED`, :data:`SGLANG_MAPPED`),
+listed as memory-neutral with the reason (:data:`NEUTRAL`), or refused with one line naming what is not modelled.
+The model's ``config.json`` is the checkpoint's: a local folder the command names, the Hugging Face cache on this
+machine, or ``--hf-config``; the quantization, dtype and layers come from it, as the engine reads them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from timeline.errors import UserError
+
+ENGINES = ("vllm", "sglang")
+_TABLES = Path(__file__).with_name("serve_options.json")
+
+
+@cache
+def options(engine: str) -> dict[str, dict[str, Any]]:
+    """The engine's options by every name they go by (aliases and ``--no-`` negations included): ``dest``,
+    ``takes_value``, ``negates`` (a ``--no-X`` of a boolean option)."""
+    table = json.loads(_TABLES.read_text(encoding="utf-8"))[engine]
+    out: dict[str, dict[str, Any]] = {}
+    for opt in table["options"]:
+        for name in opt["names"]:  # a BooleanOptionalAction's names include its --no- forms
+            negates = bool(opt.get("boolean_optional")) and name.startswith("--no-")
+            out[name] = {"dest": opt["dest"], "takes_value": opt["takes_value"] and not negates,
+                         "nargs": opt.get("nargs"), "negates": negates}
+    return out
+
+
+def table_source(engine: str) -> str:
+    """Where the engine's option table was read: repository, commit and files."""
+    t = json.loads(_TABLES.read_text(encoding="utf-8"))[engine]
+    return f"{t['repo']}@{t['commit'][:10]} ({', '.join(t['files'])})"
+
+
+# -------------------------------------------------------------------------------------- finding the command
+
+_VLLM_IMAGE = re.compile(r"^(?:[\w.-]+/)*vllm/vllm-openai(?::v?([0-9][\w.+-]*))?$")
+_SGLANG_IMAGE = re.compile(r"^(?:[\w.-]+/)*lmsysorg/sglang(?::v?([0-9][0-9.]*[0-9](?:\.post\d+)?)[\w.-]*)?$")
+
+
+@dataclass
+class ServeCommand:
+    """The engine, the words after its entry (options and a positional model), the version a container image
+    tag names (None when the command does not say), and the environment."""
+
+    engine: str
+    words: list[str]
+    version: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _finder(argv: list[str]) -> int | None:
+    """Where a serving engine's invocation starts in a command's words: the index its arguments follow."""
+    for k, w in enumerate(argv):
+        base = re.sub(r".*/", "", w)
+        if base == "vllm" and k + 1 < len(argv) and argv[k + 1] == "serve":
+            return k + 1
+        if w in ("vllm.entrypoints.openai.api_server", "sglang.launch_server") and k > 0 and argv[k - 1] == "-m":
+            return k
+        if _VLLM_IMAGE.match(w) and k > 0:  # docker run … vllm/vllm-openai:TAG ARGS: the image's entrypoint
+            rest = argv[k + 1:]
+            if not any(_finder_plain(r) for r in rest[:3]):
+                return k
+    return None
+
+
+def _finder_plain(word: str) -> bool:
+    return word in ("vllm", "python", "python3", "-m") or word.endswith("launch_server")
+
+
+def read_command(text: str, source: str, engine_hint: str) -> ServeCommand:
+    """The serving command of ``text`` (a shell script, or a command line alone; its options alone are
+    ``engine_hint``'s)."""
+    from timeline.io.launch_script import read_launch_script
+
+    launch = read_launch_script(text, source, finder=_finder)
+    if launch is None and text.lstrip().startswith("-"):  # the options alone, for the engine the command names
+        try:
+            words = shlex.split(re.sub(r"\\\r?\n", " ", text), comments=True)
+        except ValueError as exc:
+            raise UserError(f"{source}: cannot split the options ({exc})") from None
+        return ServeCommand(engine=engine_hint, words=words)
+    if launch is None:
+        raise UserError(f"{source}: no serving command found (`vllm serve MODEL …`, `python -m "
+                        "vllm.entrypoints.openai.api_server …`, `docker run … vllm/vllm-openai:TAG …` or `python -m "
+                        "sglang.launch_server …`)")
+    entry = launch.script
+    version = None
+    if entry == "sglang.launch_server":
+        engine = "sglang"
+        for w in launch.launcher:
+            m = _SGLANG_IMAGE.match(w)
+            if m and m.group(1):
+                version = m.group(1)
+    else:
+        engine = "vllm"
+        m = _VLLM_IMAGE.match(entry)
+        if m and m.group(1):
+            version = m.group(1)
+        elif entry != "serve":
+            for w in launch.launcher:
+                m = _VLLM_IMAGE.match(w)
+                if m and m.group(1):
+                    version = m.group(1)
+    return ServeCommand(engine=engine, words=list(launch.words), version=version, env=dict(launch.env),
+                        notes=list(launch.notes))
+
+
+# -------------------------------------------------------------------------------------- parsing the options
+
+@dataclass
+class Parsed:
+    model: str | None
+    values: dict[str, Any]  # dest → value (True for a flag; False for a --no- negation)
+    given: dict[str, str]  # dest → the option name as written
+    unknown: list[str]
+
+
+def parse_words(engine: str, words: list[str]) -> Parsed:
+    """The options as the engine's argparse reads them: ``--name value`` / ``--name=value``, flags, ``--no-`` negations;
+    the first bare word is the model (``vllm serve MODEL``); an option of no version of the table is unknown."""
+    table = options(engine)
+    values: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    unknown: list[str] = []
+    model = None
+    k = 0
+    while k < len(words):
+        w = words[k]
+        k += 1
+        if not w.startswith("-") or re.fullmatch(r"-\d+(\.\d+)?", w):
+            if model is None and engine == "vllm":
+                model = w
+                continue
+            raise UserError(f"{w!r}: a word outside any option (the model is given once: {model!r})")
+        name, eq, inline = w.partition("=")
+        if re.fullmatch(r"-O\d", name):  # vLLM's -O3: the optimization level glued to its flag
+            name, eq, inline = "-O", "=", name[2:]
+        opt = table.get(name) or table.get(name.replace("_", "-"))  # vLLM reads --max_model_len as --max-model-len
+        if opt is None and engine == "sglang" and name.startswith("--"):
+            # SGLang's parser is argparse's with allow_abbrev: an unambiguous prefix names its option (--tp)
+            hits = {table[n]["dest"]: n for n in table if n.startswith(name)}
+            if len(hits) == 1:
+                opt = table[next(iter(hits.values()))]
+        if opt is None:
+            unknown.append(name)
+            if not eq and k < len(words) and not words[k].startswith("-"):
+                k += 1  # its value, most likely
+            continue
+        if opt["takes_value"] and opt.get("nargs") in ("+", "*"):  # several words, up to the next option
+            items = [inline] if eq else []
+            while not eq and k < len(words) and not words[k].startswith("-"):
+                items.append(words[k])
+                k += 1
+            value: Any = " ".join(items)
+        elif opt["takes_value"] and opt.get("nargs") == "?" and (eq or k >= len(words) or words[k].startswith("-")):
+            value = inline if eq else True
+        elif opt["takes_value"]:
+            if eq:
+                value = inline
+            elif k < len(words):
+                value = words[k]
+                k += 1
+            else:
+                raise UserError(f"{name} is given without a value")
+        else:
+            value = not opt["negates"]
+            if eq:  # --flag=false is argparse's error for store_true; accept the spelled value
+                value = inline.strip().lower() not in ("false", "0", "no")
+        values[opt["dest"]] = value
+        given[opt["dest"]] = name
+    if engine == "vllm" and values.get("model"):
+        model = str(values["model"])
+    if engine == "sglang":
+        model = str(values["model_path"]) if values.get("model_path") else None
+    return Parsed(model=model, values=values, given=given, unknown=unknown)
+
+
+def unknown_line(engine: str, names: list[str]) -> str:
+    table = options(engine)
+    listed = []
+    for n in names:
+        close = difflib.get_close_matches(n, table, n=2, cutoff=0.75)
+        listed.append(f"{n} (did you mean {' or '.join(close)}?)" if close else n)
+    what = "an option" if len(names) == 1 else f"{len(names)} options"
+    return (f"{', '.join(listed)}: {what} of no {engine} command line this tool has read ({table_source(engine)}); "
+            f"a typo, or an option of another {engine} version")
+
+
+# -------------------------------------------------------------------------------------- the model's config
+
+def hf_cache_config(model: str) -> Path | None:
+    """``config.json`` of ``model`` (``org/name``) in the Hugging Face cache on this machine: ``$HF_HUB_CACHE``, else
+    ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``; the snapshot ``refs/main`` names, else the newest."""
+    if "/" not in model or model.count("/") != 1:
+        return None
+    hub = os.environ.get("HF_HUB_CACHE") or (Path(os.environ["HF_HOME"]) / "hub" if os.environ.get("HF_HOME")
+                                             else Path.home() / ".cache" / "huggingface" / "hub")
+    repo = Path(hub) / ("models--" + model.replace("/", "--"))
+    ref = repo / "refs" / "main"
+    if ref.is_file():
+        snap = repo / "snapshots" / ref.read_text(encoding="utf-8").strip() / "config.json"
+        if snap.is_file():
+            return snap
+    snaps = sorted((repo / "snapshots").glob("*/config.json"), key=lambda p: p.stat().st_mtime) \
+        if (repo / "snapshots").is_dir() else []
+    return snaps[-1] if snaps else None
+
+
+def model_config(model: str | None, explicit: str | None) -> Path:
+    """The checkpoint's ``config.json``: ``--hf-config`` (a file or a folder holding one), the model as a local folder,
+    or the Hugging Face cache."""
+    if explicit:
+        p = Path(explicit).expanduser()
+        p = p / "config.json" if p.is_dir() else p
+        if not p.is_file():
+            raise UserError(f"--hf-config {explicit}: no such file (give the checkpoint's config.json or its folder)")
+        return p
+    if model is None:
+        raise UserError("the command names no model (vllm serve MODEL / --model, SGLang's --model-path)")
+    local = Path(model).expanduser()
+    if (local / "config.json").is_file():
+        return local / "config.json"
+    cached = hf_cache_config(model)
+    if cached is not None:
+        return cached
+    raise UserError(f"{model}: its config.json is not on this machine (not a local folder, not in the Hugging Face "
+                    f"cache); give --hf-config PATH, e.g. after `huggingface-cli download {model} config.json`")
+
+
+# -------------------------------------------------------------------------------------- the mapping
+
+#: run-file keys the engines' options set, by the option's dest (vLLM: ``EngineArgs`` fields)
+VLLM_MAPPED = {
+    "tensor_parallel_size": "parallel.tp", "pipeline_parallel_size": "parallel.pp",
+    "data_parallel_size": "parallel.dp", "enable_expert_parallel": "parallel.ep (tp · dp)",
+    "gpu_memory_utilization": "serving.gpu_memory_utilization", "max_model_len": "serving.max_model_len",
+    "max_num_seqs": "serving.max_num_seqs", "max_num_batched_tokens": "serving.max_num_batched_tokens",
+    "block_size": "serving.block_size", "kv_cache_dtype": "serving.kv_cache_dtype",
+    "enforce_eager": "serving.enforce_eager", "enable_prefix_caching": "serving.enable_prefix_caching",
+    "enable_chunked_prefill": "serving.enable_chunked_prefill", "dtype": "serving.dtype",
+    "quantization": "serving.weight_dtype (online fp8) / the checkpoint's quantization_config",
+    "cuda_graph_sizes": "serving.cuda_graph_sizes",
+    "compilation_config": "serving.cudagraph_mode / cuda_graph_sizes (its cudagraph_* keys)",
+    "speculative_config": "serving.speculative_method / num_speculative_tokens (MTP)",
+    "limit_mm_per_prompt": "serving.limit_mm_per_prompt (images)", "model": "model.hf_config",
+}
+#: SGLang's ``ServerArgs`` fields
+SGLANG_MAPPED = {
+    "model_path": "model.hf_config", "tp_size": "parallel.tp", "dp_size": "parallel.dp", "ep_size": "parallel.ep",
+    "pp_size": "parallel.pp", "mem_fraction_static": "serving.mem_fraction_static",
+    "context_length": "serving.max_model_len", "max_running_requests": "serving.max_num_seqs",
+    "chunked_prefill_size": "serving.max_num_batched_tokens", "page_size": "serving.block_size",
+    "kv_cache_dtype": "serving.kv_cache_dtype", "disable_cuda_graph": "serving.enforce_eager",
+    "enable_dp_attention": "serving.enable_dp_attention", "dtype": "serving.dtype",
+    "quantization": "the checkpoint's quantization_config", "disable_radix_cache": "serving.enable_prefix_caching",
+}
+
+_DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16",
+           "float32": "fp32", "float": "fp32", "fp32": "fp32"}
+_KV_DTYPES = {"auto": "auto", "bfloat16": "bf16", "bf16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3",
+              "fp8_e5m2": "fp8_e5m2", "fp8_ds_mla": "fp8_ds_mla"}
+#: ``--speculative-config``'s methods that are a model's own multi-token-prediction layers
+MTP_METHODS = ("mtp", "deepseek_mtp", "qwen3_next_mtp", "mimo_mtp", "glm4_moe_mtp", "ernie_mtp", "longcat_flash_mtp")
+
+
+def human_int(name: str, text: Any) -> int:
+    """An integer as vLLM's ``human_readable_int`` reads it (``vllm/utils``: ``1k`` = 1,000, ``1K`` = 1,024, ``25.6k``,
+    ``1m`` / ``1M``, ``1g`` / ``1G``), or a plain one."""
+    s = str(text).strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgG]?)", s)
+    if not m:
+        raise UserError(f"{name} {s!r}: expected an integer (or vLLM's 32k / 32K form)")
+    number, unit = m.groups()
+    if not unit:
+        if "." in number:
+            raise UserError(f"{name} {s!r}: expected an integer")
+        return int(number)
+    if unit.isupper():  # binary: an integer count of KiB / MiB / GiB
+        if "." in number:
+            raise UserError(f"{name} {s!r}: a binary multiplier (K, M, G) takes an integer")
+        return int(number) * 1024 ** ("KMG".index(unit) + 1)
+    return int(float(number) * 1000 ** ("kmg".index(unit) + 1))
+
+
+def _int(name: str, v: Any) -> int:
+    try:
+        return int(str(v))
+    except ValueError:
+        raise UserError(f"{name}: expected an integer, got {v!r}") from None
+
+
+def _float(name: str, v: Any) -> float:
+    try:
+        return float(str(v))
+    except ValueError:
+        raise UserError(f"{name}: expected a number, got {v!r}") from None
+
+
+def _json(name: str, v: Any) -> dict[str, Any]:
+    try:
+        data = json.loads(str(v))
+    except ValueError:
+        raise UserError(f"{name}: {v!r} is not JSON (give it as '{{\"key\": value}}')") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{name}: expected a JSON object, got {v!r}")
+    return data
+
+
+@dataclass
+class Mapped:
+    """The run file's sections, and for its header: option → key, option → why memory-neutral."""
+
+    sections: dict[str, dict[str, Any]]
+    mapped: dict[str, str]
+    neutral: dict[str, str]
+
+
+def map_options(engine: str, parsed: Parsed, checkpoint_quantized: bool) -> Mapped:
+    """The run file's ``[parallel]`` and ``[serving]`` from the parsed options (``checkpoint_quantized``: the
+    checkpoint's config has a ``quantization_config``, which then decides the weights)."""
+    v, given = parsed.values, parsed.given
+    par: dict[str, Any] = {}
+    sv: dict[str, Any] = {"engine": engine}
+    mapped: dict[str, str] = {}
+    table = VLLM_MAPPED if engine == "vllm" else SGLANG_MAPPED
+
+    def put(dest: str, section: dict[str, Any], key: str, value: Any) -> None:
+        section[key] = value
+        mapped[given[dest]] = table[dest]
+
+    if engine == "vllm":
+        for dest, key in (("tensor_parallel_size", "tp"), ("pipeline_parallel_size", "pp"),
+                          ("data_parallel_size", "dp")):
+            if dest in v:
+                put(dest, par, key, _int(given[dest], v[dest]))
+        if v.get("enable_expert_parallel"):  # vllm/config/parallel.py: the experts spread over TP × DP ranks
+            put("enable_expert_parallel", par, "ep", par.get("tp", 1) * par.get("dp", 1))
+        if "gpu_memory_utilization" in v:
+            put("gpu_memory_utilization", sv, "gpu_memory_utilization",
+                _float(given["gpu_memory_utilization"], v["gpu_memory_utilization"]))
+        for dest in ("max_model_len", "max_num_batched_tokens"):
+            if dest in v:
+                put(dest, sv, dest, human_int(given[dest], v[dest]))
+        for dest in ("max_num_seqs", "block_size"):
+            if dest in v:
+                put(dest, sv, dest, _int(given[dest], v[dest]))
+        for dest in ("enforce_eager", "enable_prefix_caching", "enable_chunked_prefill"):
+            if dest in v:
+                put(dest, sv, dest, bool(v[dest]))
+        if "cuda_graph_sizes" in v:
+            sizes = [_int(given["cuda_graph_sizes"], x) for x in re.split(r"[\s,\[\]]+", str(v["cuda_graph_sizes"]))
+                     if x]
+            put("cuda_graph_sizes", sv, "cuda_graph_sizes", sizes)
+        if "compilation_config" in v:
+            level = _compilation(given["compilation_config"], v["compilation_config"], sv)
+            mapped[given["compilation_config"]] = ("(an optimization level: no memory of its own here)" if level
+                                                   else table["compilation_config"])
+        if "speculative_config" in v:
+            spec = _json(given["speculative_config"], v["speculative_config"])
+            method = str(spec.get("method", ""))
+            if method not in MTP_METHODS:
+                raise UserError(f"{given['speculative_config']}: method {method!r}: only a model's own MTP layers "
+                                f"({', '.join(MTP_METHODS)}) are modelled; a draft model, EAGLE or n-gram is not")
+            sv["speculative_method"] = "mtp"
+            sv["num_speculative_tokens"] = _int("num_speculative_tokens", spec.get("num_speculative_tokens", 1))
+            mapped[given["speculative_config"]] = table["speculative_config"]
+        if "limit_mm_per_prompt" in v:
+            put("limit_mm_per_prompt", sv, "limit_mm_per_prompt", _images(given["limit_mm_per_prompt"],
+                                                                           v["limit_mm_per_prompt"]))
+    else:
+        for dest, key in (("tp_size", "tp"), ("dp_size", "dp"), ("ep_size", "ep"), ("pp_size", "pp")):
+            if dest in v:
+                put(dest, par, key, _int(given[dest], v[dest]))
+        if "mem_fraction_static" in v:
+            put("mem_fraction_static", sv, "mem_fraction_static",
+                _float(given["mem_fraction_static"], v["mem_fraction_static"]))
+        for dest, key in (("context_length", "max_model_len"), ("max_running_requests", "max_num_seqs"),
+                          ("chunked_prefill_size", "max_num_batched_tokens"), ("page_size", "block_size")):
+            if dest in v:
+                put(dest, sv, key, _int(given[dest], v[dest]))
+        if v.get("disable_cuda_graph"):
+            put("disable_cuda_graph", sv, "enforce_eager", True)
+        if v.get("enable_dp_attention"):
+            put("enable_dp_attention", sv, "enable_dp_attention", True)
+        if v.get("disable_radix_cache"):
+            put("disable_radix_cache", sv, "enable_prefix_caching", False)
+    if "dtype" in v and str(v["dtype"]) != "auto":
+        dtype = _DTYPES.get(str(v["dtype"]).lower())
+        if dtype is None:
+            raise UserError(f"{given['dtype']} {v['dtype']!r}: expected auto, bfloat16, float16 or float32")
+        put("dtype", sv, "dtype", dtype)
+    if "kv_cache_dtype" in v:
+        kv = _KV_DTYPES.get(str(v["kv_cache_dtype"]).lower())
+        if kv is None:
+            raise UserError(f"{given['kv_cache_dtype']} {v['kv_cache_dtype']!r}: a KV cache dtype not modelled "
+                            f"(modelled: {', '.join(_KV_DTYPES)})")
+        put("kv_cache_dtype", sv, "kv_cache_dtype", kv)
+    if "quantization" in v and v["quantization"] not in (None, "None"):
+        q = str(v["quantization"]).lower()
+        if checkpoint_quantized:
+            mapped[given["quantization"]] = "(the checkpoint's quantization_config decides; the engine checks they agree)"
+        elif q == "fp8" and engine == "vllm":
+            # vllm/model_executor/layers/quantization/fp8.py: Fp8Config on an unquantized checkpoint quantizes each
+            # weight at load, one scale per tensor
+            put("quantization", sv, "weight_dtype", "fp8")
+            sv["quant_group_size"] = 0
+            mapped[given["quantization"]] = ("serving.weight_dtype = fp8, quant_group_size = 0: vLLM keeps one fp32 "
+                                             "scale per tensor; the run file's nearest format, one per output row, "
+                                             "counts 4 B a row more")
+        else:
+            raise UserError(f"{given['quantization']} {q}: quantizing an unquantized checkpoint at load with {q} is "
+                            "not modelled (a checkpoint published quantized is read from its config.json)")
+    return Mapped(sections={"parallel": par, "serving": sv}, mapped=mapped, neutral={})
+
+
+def _compilation(name: str, raw: Any, sv: dict[str, Any]) -> bool:
+    """``--compilation-config`` / ``-O``: a level (``-O3``: no memory of its own here; True) or JSON whose
+    ``cudagraph_mode`` and ``cudagraph_capture_sizes`` set the graphs; its other keys change no memory modelled."""
+    text = str(raw).strip()
+    if re.fullmatch(r"\d+", text):
+        return True
+    cfg = _json(name, text)
+    if "cudagraph_mode" in cfg:
+        mode = str(cfg["cudagraph_mode"]).lower()
+        from timeline.spec.serving import CUDAGRAPH_MODES
+
+        if mode not in CUDAGRAPH_MODES:
+            raise UserError(f"{name}: cudagraph_mode {cfg['cudagraph_mode']!r}: expected one of "
+                            f"{', '.join(m.upper() for m in CUDAGRAPH_MODES)}")
+        sv["cudagraph_mode"] = mode
+    if "cudagraph_capture_sizes" in cfg:
+        sv["cuda_graph_sizes"] = [_int(name, x) for x in cfg["cudagraph_capture_sizes"]]
+    return False
+
+
+def _images(name: str, raw: Any) -> int:
+    """``--limit-mm-per-prompt``: JSON (``{"image": 2, "video": 0}``) or the older ``image=2,video=1``; the images."""
+    text = str(raw).strip()
+    if text.startswith("{"):
+        cfg = _json(name, text)
+        return _int(name, cfg.get("image", 0))
+    pairs = dict(p.split("=", 1) for p in text.split(",") if "=" in p)
+    return _int(name, pairs.get("image", 0))
+
+
+#: options that change no GPU memory the engine budgets, by dest, with why (both engines' names)
+NEUTRAL: dict[str, str] = {
+    **dict.fromkeys(("host", "port", "uds", "api_key", "served_model_name", "root_path", "allowed_origins",
+                     "allow_credentials", "allowed_methods", "allowed_headers", "ssl_keyfile", "ssl_certfile",
+                     "ssl_ca_certs", "ssl_cert_reqs", "middleware", "uvicorn_log_level", "disable_uvicorn_access_log",
+                     "chat_template", "chat_template_content_format", "response_role", "return_tokens_as_token_ids",
+                     "disable_frontend_multiprocessing", "enable_request_id_headers", "enable_auto_tool_choice",
+                     "tool_call_parser", "tool_parser_plugin", "tool_server", "reasoning_parser",
+                     "enable_prompt_tokens_details", "enable_force_include_usage", "enable_server_load_tracking",
+                     "enable_tokenizer_info_endpoint", "log_config_file", "max_log_len", "disable_log_requests",
+                     "enable_log_requests", "disable_log_stats", "disable_fastapi_docs", "h11_max_incomplete_event_size",
+                     "h11_max_header_count", "api_server_count", "lora_modules", "prompt_adapters",
+                     "exclude_tools_when_tool_choice_none", "enable_log_outputs", "log_error_stack",
+                     "trust_request_chat_template", "default_chat_template_kwargs", "tokens_only", "ssl_ciphers",
+                     "enable_ssl_refresh", "log_requests", "log_level", "log_level_http", "enable_metrics",
+                     "show_time_cost", "decode_log_interval", "api_key_path", "file_storage_path",
+                     "enable_cache_report", "collect_tokens_histogram", "enable_request_time_stats_logging",
+                     "crash_dump_folder", "kv_events_config", "otlp_traces_endpoint", "collect_detailed_traces",
+                     "show_hidden_metrics_for_version", "enable_trace", "oltp_traces_endpoint", "skip_server_warmup",
+                     "warmups", "watchdog_timeout", "dist_timeout", "sleep_on_idle"),
+                    "the HTTP frontend, logging and metrics: no device memory"),
+    **dict.fromkeys(("trust_remote_code", "tokenizer", "tokenizer_mode", "tokenizer_path", "skip_tokenizer_init",
+                     "revision", "code_revision", "tokenizer_revision", "download_dir", "seed", "random_seed",
+                     "config_format", "generation_config", "override_generation_config", "max_logprobs",
+                     "logprobs_mode", "hf_token", "model_impl", "load_format", "ignore_patterns", "use_tqdm_on_load",
+                     "safetensors_load_strategy", "model_loader_extra_config", "pt_load_map_location",
+                     "worker_cls", "worker_extension_cls", "distributed_executor_backend", "dist_init_addr",
+                     "nnodes", "node_rank", "nccl_port", "data_parallel_address", "data_parallel_rpc_port",
+                     "data_parallel_start_rank", "data_parallel_size_local", "data_parallel_backend",
+                     "headless", "enable_multimodal", "mm_processor_kwargs", "media_io_kwargs", "allowed_local_media_path",
+                     "allowed_media_domains", "guided_decoding_backend", "structured_outputs_config",
+                     "grammar_backend", "reasoning_backend", "scheduling_policy", "schedule_policy",
+                     "stream_interval", "stream_output", "enable_sleep_mode", "disable_log_stats_", "device"),
+                    "how the engine loads, names, tokenizes and schedules requests: the same tensors on the device"),
+    "swap_space": "host memory for preempted requests' blocks (V0), not device memory",
+}
+#: options whose memory is not modelled, with what they do
+REFUSED = {
+    "cpu_offload_gb": "weights kept in host memory and streamed in are not modelled",
+    "kv_cache_memory_bytes": "a KV budget given in bytes (instead of the utilization's rest) is not modelled",
+    "enable_lora": "LoRA adapters' weights and their slots are not modelled",
+    "kv_transfer_config": "disaggregated prefill's KV connector buffers are not modelled",
+    "hf_overrides": "a config changed at load (hf_overrides) is not read; give the changed config.json with --hf-config",
+    "enable_eplb": "expert-parallel load balancing's redundant experts are not modelled",
+    "speculative_draft_model_path": "a draft model's weights and cache are not modelled",
+    "speculative_algorithm": "SGLang's speculative decoding is not modelled",
+}
+
+
+def classify(engine: str, parsed: Parsed, ignored: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
+    """The parsed options that are neither mapped nor neutral: refused in one line (each with what it does where
+    known); ``ignored`` option names are passed over. Returns the neutral options (name → why) and those passed
+    over."""
+    table = VLLM_MAPPED if engine == "vllm" else SGLANG_MAPPED
+    neutral: dict[str, str] = {}
+    passed: list[str] = []
+    refused: list[str] = []
+    for dest, name in parsed.given.items():
+        if dest in table:
+            continue
+        if name in ignored or name.lstrip("-") in ignored:
+            passed.append(name)
+            continue
+        if dest in REFUSED:
+            refused.append(f"{name}: {REFUSED[dest]}")
+        elif dest in NEUTRAL:
+            neutral[name] = NEUTRAL[dest]
+        else:
+            refused.append(f"{name}: not classified (what it does to device memory is not read)")
+    if refused:
+        names = ",".join(r.split(":")[0].lstrip("-") for r in refused)
+        raise UserError("; ".join(refused) + f"; --ignore-arg {names} passes over "
+                        + ("it" if len(refused) == 1 else "them") + " (its memory not modelled)")
+    return neutral, passed
