@@ -747,3 +747,39 @@ def test_a_shell_string_and_an_entry_named_otherwise(tmp_path):
     assert read_launch_script(sft, "s.sh") is None
     launch = read_launch_script(sft, "s.sh", entry="sft.py")
     assert launch is not None and launch.script == "tasks/rl/sft.py" and launch.words == ["--num-layers", "4"]
+
+
+#: functions as wrappers write them: defined, then called with their own positional parameters
+FUNCTIONS = r"""#!/bin/bash
+setup() {
+    export NCCL_DEBUG=INFO
+    LAYERS=${1:-4}
+}
+function run_job {
+    local tp=$1
+    if [ "$tp" -gt 8 ]; then
+        echo "too large"; return 1
+    fi
+    torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers $LAYERS --tensor-model-parallel-size $tp "${@:2}"
+}
+noop()
+{
+    return 0
+}
+setup 6
+noop
+run_job 16 --never
+run_job 2 --hidden-size 64 ${@:1:1}
+"""
+
+
+def test_functions_run_where_they_are_called_as_bash_runs_them(tmp_path):
+    script = tmp_path / "f.sh"
+    script.write_text(FUNCTIONS.replace("torchrun ", "printf '%s\\n' "))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    words = subprocess.run(["bash", str(script), "--seq-length", "x"], capture_output=True, text=True, env=env,
+                           check=True).stdout.splitlines()
+    launch = read_launch_script(FUNCTIONS, "f.sh", ["--seq-length", "x"])
+    assert launch is not None and launch.env["NCCL_DEBUG"] == "INFO" and launch.jobs == 1
+    assert launch.words == words[words.index("pretrain_gpt.py") + 1:] == [
+        "--num-layers", "6", "--tensor-model-parallel-size", "2", "--hidden-size", "64", "--seq-length"]

@@ -422,6 +422,8 @@ class _Shell:
         self.notes: list[str] = []
         self.sourcing = 0  # nesting depth of sourced files
         self.entry: str | None = None  # the entry script's file name where it is not pretrain_*.py / train*.py
+        self.functions: dict[str, list[_Cmd]] = {}  # the script's functions, by name
+        self.calls = 0  # functions being run (nesting)
         #: where another program's invocation starts in a command's words (its arguments follow), if not Megatron's
         self.finder: Callable[[list[str]], int | None] | None = None
         self.rounds = 0  # loop rounds run so far (LOOP_LIMIT)
@@ -495,6 +497,11 @@ class _Shell:
         if m:
             v = self.vars.get(m.group(1))
             return list(v) if isinstance(v, list) else [] if v is None else [v]
+        m = re.fullmatch(r"[@*]:(-?\d+)(?::(\d+))?", body)
+        if m:  # "${@:2}": the positional parameters from the 2nd ($0 is the script, not among them here)
+            start = int(m.group(1))
+            items = list(self.argv[start - 1:] if start > 0 else self.argv)
+            return items[:int(m.group(2))] if m.group(2) is not None else items
         m = re.fullmatch(rf"!({NAME})\[([@*])\]", body)
         if m:  # an array's indices (bash(1), Arrays): 0 … n-1, this reader's arrays being dense
             v = self.vars.get(m.group(1))
@@ -585,7 +592,8 @@ class _Shell:
                 fields[-1] += text
                 quoted = True
             elif q == '"':
-                if re.fullmatch(rf"\$\{{!?{NAME}\[@\]\}}|\$@|\$\{{@\}}", text):  # "${ARR[@]}", "${!ARR[@]}", "$@"
+                if re.fullmatch(rf"\$\{{!?{NAME}\[@\]\}}|\$@|\$\{{@(?::-?\d+(?::\d+)?)?\}}", text):
+                    # "${ARR[@]}", "${!ARR[@]}", "$@", "${@:2}": a word each
                     items = self.param(text[2:-1]) if text.startswith("${") and text != "${@}" else list(self.argv)
                     assert isinstance(items, list)
                     quoted = quoted or bool(items)  # none: no word at all, not an empty one
@@ -876,11 +884,58 @@ def _sbatch_env(text: str) -> dict[str, str]:
     return env
 
 
+class _Return(Exception):
+    """``return`` inside a function the reader runs."""
+
+
+def _function(cmds: list[_Cmd], i: int) -> tuple[str, list[_Cmd], int] | None:
+    """A function definition at ``cmds[i]`` (``name() {`` or ``function name [()] {``, its ``{`` maybe on the next
+    line): its name, body and the index of the command that closes it; None for any other command."""
+    words = [_Shell._plain(w) for w in cmds[i].words if isinstance(w, list)]
+    if not words or any(not isinstance(w, list) for w in cmds[i].words):
+        return None
+    if words[0] == "function" and len(words) >= 2:
+        name, rest = words[1].removesuffix("()"), words[2:]
+    elif words[0].endswith("()") and re.fullmatch(NAME, words[0][:-2]):
+        name, rest = words[0][:-2], words[1:]
+    else:
+        return None
+    if not re.fullmatch(rf"{NAME}(?:[.:-][A-Za-z0-9_]+)*", name):
+        return None
+    start = i + 1
+    if not rest:  # `f()` then `{` on its own line
+        if start >= len(cmds) or [_Shell._plain(w) for w in cmds[start].words if isinstance(w, list)][:1] != ["{"]:
+            return None
+        rest = [_Shell._plain(w) for w in cmds[start].words if isinstance(w, list)]
+        first = cmds[start].words[1:]
+        start += 1
+    else:
+        first = cmds[i].words[len(cmds[i].words) - len(rest) + 1:]
+    if rest[0] != "{":
+        return None
+    depth = 1
+    for j in range(start, len(cmds)):
+        plain = [_Shell._plain(w) for w in cmds[j].words if isinstance(w, list)]
+        if plain[:1] == ["}"]:
+            depth -= 1
+            if depth == 0:
+                body = ([_Cmd(list(first), cmds[i].line)] if first else []) + cmds[start:j]
+                return name, body, j
+        elif plain and plain[-1] == "{":
+            depth += 1
+    return None
+
+
 def _run(shell: _Shell, cmds: list[_Cmd], found: list[Launch]) -> None:
     i = 0
     while i < len(cmds):
         cmd = cmds[i]
         head = _head(cmd)
+        fn = _function(cmds, i)
+        if fn is not None:  # defined here, run where it is called (with its own $1 …)
+            shell.functions[fn[0]] = fn[1]
+            i = fn[2] + 1
+            continue
         if cmd.array:
             runs = _run_list(shell, cmd.guard, cmd.line, found) if cmd.guard else True
             if runs is None:
@@ -918,6 +973,8 @@ def _run(shell: _Shell, cmds: list[_Cmd], found: list[Launch]) -> None:
                 raise _Undecidable(f"line {cmd.line}: a `{head}` block that sets variables or runs the job")
             i = end + 1
             continue
+        if head == "return" and shell.calls:
+            raise _Return
         if head in ("exit", "return") and not found:
             if shell.given:
                 raise _Exit(cmd.line)
@@ -1243,6 +1300,18 @@ def _command(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
         argv = argv[1:]
     while argv and argv[-1] in (")", "}"):
         argv = argv[:-1]
+    if argv and argv[0] in shell.functions:
+        if shell.calls >= 64:
+            raise _Undecidable(f"line {cmd.line}: `{argv[0]}` calls itself past 64 levels")
+        saved = shell.argv
+        shell.argv, shell.calls = argv[1:], shell.calls + 1
+        try:
+            _run(shell, shell.functions[argv[0]], found)
+        except _Return:
+            pass
+        finally:
+            shell.argv, shell.calls = saved, shell.calls - 1
+        return
     if argv and argv[0] in ("source", ".") and len(argv) > 1:
         _source(shell, argv[1], argv[2:], cmd.line, found)
         return
