@@ -115,3 +115,45 @@ def test_without_chunked_prefill_the_batch_budget_covers_a_whole_prompt(tmp_path
     run = load_serve_run(out)
     assert (run.serving.enable_chunked_prefill, run.serving.max_num_batched_tokens) == (False, 32000)
     assert "#   -O -> (an optimization level: no memory of its own here)" in out.read_text()
+
+
+def test_forms_users_write_as_the_engines_read_them(tmp_path, capsys):
+    """From 36 public launch commands: any image tag, argparse's abbreviations, vLLM's dotted JSON keys and
+    underscores (not SGLang's), options of other engine versions, `sglang serve`, DP attention's implied dp, an
+    unset $MODEL, a context shorter than the default load."""
+    llama, dsv3, qwen = (["--hf-config", str(HF / n)] for n in ("llama-3.1-8b", "deepseek-v3", "qwen3-8b"))
+    assert main(["from-vllm", "docker run --gpus all vllm/vllm-openai:latest --model m/x --gpu-memory-util=0.7 "
+                 "--compilation-config.cudagraph_mode FULL_DECODE_ONLY --max_num_seqs 64 --enable-reasoning",
+                 *llama]) == 0
+    out = capsys.readouterr().out
+    assert "gpu_memory_utilization = 0.7" in out and 'cudagraph_mode = "full_decode_only"' in out
+    assert "max_num_seqs = 64" in out and "#   --enable-reasoning (an option of another vllm version" in out
+    assert main(["from-vllm", "vllm serve m --num-speculative-tokens 3", *llama]) == 2
+    assert capsys.readouterr().err.startswith("error: --num-speculative-tokens: speculative decoding's draft")
+    assert main(["from-vllm", "vllm serve m --max-num-seqs --port 8000", *llama]) == 2
+    assert capsys.readouterr().err.strip() == "error: --max-num-seqs is given without a value"
+    sglang = ("python3 -m sglang.launch_server --model-path m --enable-dp-attention --tp 8 --cuda-graph-max-bs 128 "
+              "--enable-ep-moe --mem-frac 0.8")
+    assert main(["from-sglang", sglang, *dsv3, "--gpu", "h200", "--engine-version", "0.4.9"]) == 0
+    out = capsys.readouterr().out
+    assert "\ntp = 8\ndp = 8\nep = 8\n" in out and "mem_fraction_static = 0.8" in out
+    assert main(["from-sglang", "sglang serve --model-path m --tp 2", *qwen]) == 0
+    assert 'engine = "sglang"' in capsys.readouterr().out
+    assert main(["from-sglang", "sglang serve --model-path m --mem_fraction_static 0.8", *qwen]) == 2
+    assert "--mem_fraction_static (did you mean --mem-fraction-static?)" in capsys.readouterr().err
+    out_file = tmp_path / "m.toml"
+    assert main(["from-vllm", "vllm serve $MODEL --max-model-len 1024", *qwen, "-o", str(out_file)]) == 0
+    run = load_serve_run(out_file)
+    assert run.name == "qwen3-8b" and run.load is not None
+    assert run.load.prompt_tokens.value + run.load.output_tokens.value == 1024
+    script = tmp_path / "serve.sh"
+    script.write_text('case "$ENGINE" in\n  vllm) vllm serve m --max-num-seqs 32 ;;\n'
+                      '  sglang) python -m sglang.launch_server --model-path m ;;\nesac\n')
+    assert main(["from-vllm", str(script), "--script-env", "ENGINE=vllm", *qwen]) == 0
+    assert "max_num_seqs = 32" in capsys.readouterr().out
+
+
+def test_a_quantized_checkpoint_serves_without_the_training_readers_note():
+    run = load_serve_run(Path(__file__).resolve().parents[2] / "schedules" / "gpt-oss-20b-h100-serve.toml")
+    assert run.quant is not None and run.quant.method == "mxfp4"
+    assert not any("training memory" in n for n in run.notes), run.notes

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 import tempfile
@@ -47,6 +48,9 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-field", action="append", default=[], metavar="KEY=VALUE",
                         help=f"a [hardware] field of the GPU, over its preset's; a GPU no preset holds needs "
                              f"{', '.join(UNKNOWN_GPU_NEEDS)} (capacity_gib: what PyTorch reports as its total)")
+    parser.add_argument("--script-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a variable of the environment the script starts in (repeat it), as in "
+                             "`ENGINE=vllm MODEL=Qwen/Qwen3-8B bash serve.sh`")
     parser.add_argument("--ignore-arg", action="append", default=[], metavar="NAME",
                         help="pass over an option whose memory is not modelled (listed in the run file's header); "
                              "comma-separated or repeated")
@@ -79,7 +83,7 @@ def _toml(value: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from timeline.cli.from_megatron import _gpu_fields
+    from timeline.cli.from_megatron import _gpu_fields, _script_env
     from timeline.io.serve_command import (
         classify,
         map_options,
@@ -92,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
     hint = "sglang" if args.command == "from-sglang" else "vllm"
     text, source = _read(args.launch)
-    cmd = read_command(text, source, hint)
+    cmd = read_command(text, source, hint, _script_env(args.script_env))
     parsed = parse_words(cmd.engine, cmd.words)
     if parsed.unknown:
         raise UserError(unknown_line(cmd.engine, parsed.unknown))
@@ -122,10 +126,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{out} exists; pass --force to replace it")
     base = (out.parent if out is not None else Path.cwd()).resolve()
     hf = os.path.relpath(config.resolve(), base) if config.is_absolute() or out is not None else str(config)
-    name = args.name or (parsed.model or config.parent.name).rstrip("/").split("/")[-1]
+    name = args.name or (parsed.model or "").rstrip("/").split("/")[-1]
+    if not re.fullmatch(r"[A-Za-z0-9][\w.+-]*", name):  # an unset $MODEL, a path: the checkpoint folder's name
+        name = config.parent.name if re.fullmatch(r"[A-Za-z0-9][\w.+-]*", config.parent.name) else "serve"
     header = [f"# written by `timeline from-{cmd.engine} {shlex.quote(args.launch)}"
               + (f" --hf-config {shlex.quote(args.hf_config)}" if args.hf_config else "")
               + (f" --engine-version {args.engine_version}" if args.engine_version else "")
+              + "".join(f" --script-env {shlex.quote(e)}" for e in args.script_env)
+              + "".join(f" --ignore-arg {shlex.quote(e)}" for e in args.ignore_arg)
               + f" --gpu {args.gpu}`",
               *(f"# note: {n}" for n in notes),
               f"# {cmd.engine} option -> run-file key:",
@@ -141,10 +149,12 @@ def run(args: argparse.Namespace) -> int:
         values = hardware if section == "hardware" else m.sections[section]
         if values:
             lines += ["", f"[{section}]", *(f"{k} = {_toml(v)}" for k, v in values.items())]
+    mml = m.sections["serving"].get("max_model_len") or 0
+    total = min(1152, mml) if mml else 1152  # a 1,024-token prompt and 128 answer tokens, shrunk to fit the context
     lines += ["", "# the load to simulate: the tool's defaults (edit, or give serving.requests = \"trace.csv\")",
               "[serving.load]", "num_requests = 100", "rate_per_s = 10",
-              "prompt_tokens = {dist = \"fixed\", value = 1024}", "output_tokens = {dist = \"fixed\", value = 128}",
-              "seed = 0"]
+              f"prompt_tokens = {{dist = \"fixed\", value = {total - total // 9}}}",
+              f"output_tokens = {{dist = \"fixed\", value = {total // 9}}}", "seed = 0"]
     body = "\n".join(lines) + "\n"
     for note in notes:
         print(f"note: {note}", file=sys.stderr)

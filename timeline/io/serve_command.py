@@ -46,13 +46,17 @@ def options(engine: str) -> dict[str, dict[str, Any]]:
 def table_source(engine: str) -> str:
     """Where the engine's option table was read: repository, commit and files."""
     t = json.loads(_TABLES.read_text(encoding="utf-8"))[engine]
-    return f"{t['repo']}@{t['commit'][:10]} ({', '.join(t['files'])})"
+    commit = t["commit"]
+    at = commit[:10] if re.fullmatch(r"[0-9a-f]{40}", commit) else commit.split(" ")[0]
+    return f"{t['repo']}@{at} ({', '.join(t['files'])})"
 
 
 # -------------------------------------------------------------------------------------- finding the command
 
-_VLLM_IMAGE = re.compile(r"^(?:[\w.-]+/)*vllm/vllm-openai(?::v?([0-9][\w.+-]*))?$")
-_SGLANG_IMAGE = re.compile(r"^(?:[\w.-]+/)*lmsysorg/sglang(?::v?([0-9][0-9.]*[0-9](?:\.post\d+)?)[\w.-]*)?$")
+#: the images' entrypoints run the server whatever the tag; a tag that is a version (v0.8.5, 0.10.1.1) says which
+_VLLM_IMAGE = re.compile(r"^(?:[\w.-]+(?::\d+)?/)*vllm/vllm-openai(?::(?:v?([0-9][\w.+]*)|[\w.+-]+))?(?:@sha256:\w+)?$")
+_SGLANG_IMAGE = re.compile(r"^(?:[\w.-]+(?::\d+)?/)*lmsysorg/sglang(?::(?:v?([0-9][0-9.]*[0-9](?:\.post\d+)?)[\w.-]*"
+                           r"|[\w.+-]+))?(?:@sha256:\w+)?$")
 
 
 @dataclass
@@ -71,7 +75,7 @@ def _finder(argv: list[str]) -> int | None:
     """Where a serving engine's invocation starts in a command's words: the index its arguments follow."""
     for k, w in enumerate(argv):
         base = re.sub(r".*/", "", w)
-        if base == "vllm" and k + 1 < len(argv) and argv[k + 1] == "serve":
+        if base in ("vllm", "sglang") and k + 1 < len(argv) and argv[k + 1] == "serve":
             return k + 1
         if w in ("vllm.entrypoints.openai.api_server", "sglang.launch_server") and k > 0 and argv[k - 1] == "-m":
             return k
@@ -86,12 +90,12 @@ def _finder_plain(word: str) -> bool:
     return word in ("vllm", "python", "python3", "-m") or word.endswith("launch_server")
 
 
-def read_command(text: str, source: str, engine_hint: str) -> ServeCommand:
+def read_command(text: str, source: str, engine_hint: str, env: dict[str, str] | None = None) -> ServeCommand:
     """The serving command of ``text`` (a shell script, or a command line alone; its options alone are
     ``engine_hint``'s)."""
     from timeline.io.launch_script import read_launch_script
 
-    launch = read_launch_script(text, source, finder=_finder)
+    launch = read_launch_script(text, source, env=env, finder=_finder)
     if launch is None and text.lstrip().startswith("-"):  # the options alone, for the engine the command names
         try:
             words = shlex.split(re.sub(r"\\\r?\n", " ", text), comments=True)
@@ -104,7 +108,7 @@ def read_command(text: str, source: str, engine_hint: str) -> ServeCommand:
                         "sglang.launch_server …`)")
     entry = launch.script
     version = None
-    if entry == "sglang.launch_server":
+    if entry == "sglang.launch_server" or (entry == "serve" and re.sub(r".*/", "", launch.launcher[-1]) == "sglang"):
         engine = "sglang"
         for w in launch.launcher:
             m = _SGLANG_IMAGE.match(w)
@@ -132,7 +136,48 @@ class Parsed:
     values: dict[str, Any]  # dest → value (True for a flag; False for a --no- negation)
     given: dict[str, str]  # dest → the option name as written
     unknown: list[str]
+    other: list[str] = field(default_factory=list)  # options of another engine version (OTHER_VERSIONS)
 
+
+def _literal(text: Any) -> Any:
+    """A dotted JSON key's value as FlexibleArgumentParser takes it: JSON where it parses, else the string."""
+    try:
+        return json.loads(str(text))
+    except ValueError:
+        return str(text)
+
+
+#: options of engine versions other than the table's, read from those versions' parsers, each with whether it takes
+#: a value, how it is read ("" memory-neutral, "mapped", "refused") and why
+OTHER_VERSIONS: dict[str, dict[str, tuple[bool, str, str]]] = {
+    "vllm": {
+        # vllm/entrypoints/openai/cli_args.py ≤ 0.9: --enable-reasoning with --reasoning-parser
+        "--enable-reasoning": (False, "", "a reasoning parser on the output text (≤ 0.9): no device memory"),
+        "--disable-log-requests": (False, "", "request logging (≤ 0.10): no device memory"),
+        "--use-v2-block-manager": (False, "", "the V0 block manager's implementation (0.5–0.6): the same pool"),
+        "--allow-deprecated-quantization": (False, "", "permits a deprecated quantization method's name: its weights "
+                                                       "are the checkpoint's"),
+        # engine/arg_utils.py ≤ 0.8: a draft model's own options
+        "--num-speculative-tokens": (True, "refused", "speculative decoding's draft (≤ 0.8's flat options): give "
+                                                      "--speculative-config, which reads MTP"),
+        "--speculative-model": (True, "refused", "a draft model's weights and cache are not modelled"),
+        "--num-scheduler-steps": (True, "refused", "V0's multi-step scheduling holds several steps' outputs: not "
+                                                   "modelled"),
+        "--attention-backend": (True, "refused", "the attention backend chosen by hand (≥ 0.12; before, "
+                                                 "VLLM_ATTENTION_BACKEND) sets the KV layout and block size: not read"),
+        "--language-model-only": (False, "refused", "a vision-language checkpoint served without its tower "
+                                                    "(≥ 0.12) is not modelled"),
+    },
+    "sglang": {
+        # python/sglang/srt/server_args.py 0.4–0.5
+        "--cuda-graph-max-bs": (True, "", "SGLang captures its graphs after sizing the KV pool from "
+                                          "mem_fraction_static: the budget does not read it (the graphs' own memory, "
+                                          "in the rest, is not modelled)"),
+        "--cuda-graph-bs": (True, "", "as --cuda-graph-max-bs: not read by the budget"),
+        "--enable-ep-moe": (False, "mapped", "parallel.ep = tp (0.4's server_args.py: ep_size = tp_size)"),
+        "--enable-flashinfer-mla": (False, "refused", "FlashInfer's MLA kernels (0.4) are not modelled"),
+    },
+}
 
 def parse_words(engine: str, words: list[str]) -> Parsed:
     """The options as the engine's argparse reads them: ``--name value`` / ``--name=value``, flags, ``--no-`` negations;
@@ -141,6 +186,7 @@ def parse_words(engine: str, words: list[str]) -> Parsed:
     values: dict[str, Any] = {}
     given: dict[str, str] = {}
     unknown: list[str] = []
+    other: list[str] = []
     model = None
     k = 0
     while k < len(words):
@@ -154,14 +200,25 @@ def parse_words(engine: str, words: list[str]) -> Parsed:
         name, eq, inline = w.partition("=")
         if re.fullmatch(r"-O\d", name):  # vLLM's -O3: the optimization level glued to its flag
             name, eq, inline = "-O", "=", name[2:]
-        opt = table.get(name) or table.get(name.replace("_", "-"))  # vLLM reads --max_model_len as --max-model-len
-        if opt is None and engine == "sglang" and name.startswith("--"):
-            # SGLang's parser is argparse's with allow_abbrev: an unambiguous prefix names its option (--tp)
-            hits = {table[n]["dest"]: n for n in table if n.startswith(name)}
+        dotted = None
+        if engine == "vllm" and name.startswith("--") and "." in name:
+            # FlexibleArgumentParser: --compilation-config.cudagraph_mode X is a key of the JSON option
+            name, dotted = name.split(".", 1)
+        # vLLM's FlexibleArgumentParser reads --max_model_len as --max-model-len; SGLang's argparse does not
+        opt = table.get(name) or (table.get(name.replace("_", "-")) if engine == "vllm" else None)
+        if opt is None and name.startswith("--"):
+            # argparse's allow_abbrev (both parsers keep the default): an unambiguous prefix names its option (--tp)
+            hits = {table[n]["dest"]: n for n in table if n.startswith(name if engine == "sglang"
+                                                                         else name.replace("_", "-"))}
             if len(hits) == 1:
                 opt = table[next(iter(hits.values()))]
-        if opt is None:
-            unknown.append(name)
+        if opt is None and name in OTHER_VERSIONS.get(engine, {}):
+            other.append(name)
+            if OTHER_VERSIONS[engine][name][0] and not eq and k < len(words) and not words[k].startswith("-"):
+                k += 1
+            continue
+        if opt is None or (dotted is not None and not opt["takes_value"]):
+            unknown.append(name if dotted is None else f"{name}.{dotted}")
             if not eq and k < len(words) and not words[k].startswith("-"):
                 k += 1  # its value, most likely
             continue
@@ -176,11 +233,19 @@ def parse_words(engine: str, words: list[str]) -> Parsed:
         elif opt["takes_value"]:
             if eq:
                 value = inline
-            elif k < len(words):
+            elif k < len(words) and not re.fullmatch(r"--?[A-Za-z].*", words[k]):
                 value = words[k]
                 k += 1
-            else:
+            else:  # argparse: "expected one argument"
                 raise UserError(f"{name} is given without a value")
+            if dotted is not None:  # one key of a JSON option, merged into what the option already holds
+                merged = json.loads(values[opt["dest"]]) if opt["dest"] in values else {}
+                node = merged
+                *path, last = dotted.split(".")
+                for part in path:
+                    node = node.setdefault(part, {})
+                node[last] = _literal(value)
+                value = json.dumps(merged)
         else:
             value = not opt["negates"]
             if eq:  # --flag=false is argparse's error for store_true; accept the spelled value
@@ -191,7 +256,7 @@ def parse_words(engine: str, words: list[str]) -> Parsed:
         model = str(values["model"])
     if engine == "sglang":
         model = str(values["model_path"]) if values.get("model_path") else None
-    return Parsed(model=model, values=values, given=given, unknown=unknown)
+    return Parsed(model=model, values=values, given=given, unknown=unknown, other=other)
 
 
 def unknown_line(engine: str, names: list[str]) -> str:
@@ -401,6 +466,11 @@ def map_options(engine: str, parsed: Parsed, checkpoint_quantized: bool) -> Mapp
             put("disable_cuda_graph", sv, "enforce_eager", True)
         if v.get("enable_dp_attention"):
             put("enable_dp_attention", sv, "enable_dp_attention", True)
+            # server_args.py (0.4, 0.5): with DP attention and no --dp-size, dp_size = tp_size
+            par.setdefault("dp", par.get("tp", 1))
+        if "--enable-ep-moe" in parsed.other:  # 0.4's server_args.py: ep_size = tp_size
+            par.setdefault("ep", par.get("tp", 1))
+            mapped["--enable-ep-moe"] = OTHER_VERSIONS["sglang"]["--enable-ep-moe"][2]
         if v.get("disable_radix_cache"):
             put("disable_radix_cache", sv, "enable_prefix_caching", False)
     if "dtype" in v and str(v["dtype"]) != "auto":
@@ -519,6 +589,14 @@ def classify(engine: str, parsed: Parsed, ignored: tuple[str, ...]) -> tuple[dic
     neutral: dict[str, str] = {}
     passed: list[str] = []
     refused: list[str] = []
+    for name in parsed.other:
+        _, kind, why = OTHER_VERSIONS[engine][name]
+        if name in ignored or name.lstrip("-") in ignored:
+            passed.append(name)
+        elif kind == "refused":
+            refused.append(f"{name}: {why}")
+        elif not kind:
+            neutral[name] = f"an option of another {engine} version: {why}"
     for dest, name in parsed.given.items():
         if dest in table:
             continue

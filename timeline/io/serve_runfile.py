@@ -169,7 +169,10 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
             problems.append(("model.trace", "serving reads preset or hf_config models; a captured trace "
                              "is a training step"))
         else:
-            model, _, model_source = _resolve_model(model_data, base, problems, None, notes, vision=True)
+            model_notes: list[str] = []
+            model, _, model_source = _resolve_model(model_data, base, problems, None, model_notes, vision=True)
+            # the training reader's note on an ignored quantization_config: serving reads it (_checkpoint_quant)
+            notes += [n for n in model_notes if "is ignored: training memory" not in n]
 
     def table(name: str) -> dict[str, Any]:
         v = data.get(name, {})
