@@ -128,6 +128,9 @@ def test_forms_users_write_as_the_engines_read_them(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "gpu_memory_utilization = 0.7" in out and 'cudagraph_mode = "full_decode_only"' in out
     assert "max_num_seqs = 64" in out and "#   --enable-reasoning (an option of another vllm version" in out
+    assert main(["from-vllm", "docker run --rm --entrypoint vllm vllm/vllm-openai:v0.10.1.1 serve m -tp 2",
+                 *llama]) == 0
+    assert 'engine_version = "0.10.1.1"' in capsys.readouterr().out
     assert main(["from-vllm", "vllm serve m --num-speculative-tokens 3", *llama]) == 2
     assert capsys.readouterr().err.startswith("error: --num-speculative-tokens: speculative decoding's draft")
     assert main(["from-vllm", "vllm serve m --max-num-seqs --port 8000", *llama]) == 2

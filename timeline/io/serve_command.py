@@ -81,6 +81,8 @@ def _finder(argv: list[str]) -> int | None:
             return k
         if _VLLM_IMAGE.match(w) and k > 0:  # docker run … vllm/vllm-openai:TAG ARGS: the image's entrypoint
             rest = argv[k + 1:]
+            if rest[:1] == ["serve"]:  # --entrypoint vllm: `serve MODEL …` follows the image
+                return k + 1
             if not any(_finder_plain(r) for r in rest[:3]):
                 return k
     return None
@@ -116,14 +118,11 @@ def read_command(text: str, source: str, engine_hint: str, env: dict[str, str] |
                 version = m.group(1)
     else:
         engine = "vllm"
-        m = _VLLM_IMAGE.match(entry)
-        if m and m.group(1):
-            version = m.group(1)
-        elif entry != "serve":
-            for w in launch.launcher:
-                m = _VLLM_IMAGE.match(w)
-                if m and m.group(1):
-                    version = m.group(1)
+        for w in [entry, *launch.launcher][::-1]:  # the image the command runs in (`docker run IMAGE vllm serve …` too)
+            m = _VLLM_IMAGE.match(w)
+            if m and m.group(1):
+                version = m.group(1)
+                break
     return ServeCommand(engine=engine, words=list(launch.words), version=version, env=dict(launch.env),
                         notes=list(launch.notes))
 
