@@ -542,3 +542,16 @@ def test_a_ramp_up_given_as_three_words_starts_at_its_first():
         c.sections["parallel"]["dp"] == 32
     with pytest.raises(UserError, match=r"^--rampup-batch-size 32 32: expected three integers"):
         convert_args(BASE | {"--rampup-batch-size": ("32", "32")})
+
+
+def test_fp16_lm_cross_entropy_is_read_only_by_the_legacy_model():
+    """gpt_model.py stores fp16_lm_cross_entropy and never reads it (core_v0.12.0 … main): memory-neutral on the
+    Megatron-Core model; validate_args asserts --fp16; the legacy model's loss reads it (refused there)."""
+    fp16 = {k: v for k, v in BASE.items() if k != "--bf16"} | {"--fp16": True, "--fp16-lm-cross-entropy": True}
+    c = convert_args(fp16)
+    assert "--fp16-lm-cross-entropy" in c.neutral and convert_args(
+        {k: v for k, v in fp16.items() if k != "--fp16-lm-cross-entropy"}).sections == c.sections
+    with pytest.raises(UserError, match="^--fp16-lm-cross-entropy without --fp16: Megatron-LM refuses it"):
+        convert_args(BASE | {"--fp16-lm-cross-entropy": True})
+    with pytest.raises(UserError, match="^--fp16-lm-cross-entropy with --use-legacy-models: the legacy model's"):
+        convert_args(fp16 | {"--use-legacy-models": True, "--transformer-impl": "local"})

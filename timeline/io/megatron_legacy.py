@@ -17,7 +17,7 @@ from timeline.io.megatron_map import ArgReader, Conversion
 FLAG = "--use-legacy-models"
 
 #: memory-neutral arguments (megatron_neutral.py) read only to refuse them with the legacy model
-CHECKED_ONLY = ("--use-flash-attn",)
+CHECKED_ONLY = ("--use-flash-attn", "--fp16-lm-cross-entropy")
 
 #: what only the legacy local layer reads (transformer.py: ParallelAttention's FlashSelfAttention); TE's
 #: TransformerLayer chooses its own attention backend
@@ -36,6 +36,8 @@ REFUSED = {
     "--multi-latent-attention": "the legacy model has no MLA (transformer.py: ParallelAttention)",
     "--qk-layernorm": "the legacy model has no q/k layernorm (transformer.py: ParallelAttention ignores it)",
     "--mtp-num-layers": "the legacy model has no MTP",
+    "--fp16-lm-cross-entropy": "the legacy model's cross entropy on 16-bit logits (gpt_model.py: "
+                               "post_language_model_processing, no fp32 copy) is not modelled",
 }
 
 

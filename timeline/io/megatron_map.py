@@ -510,6 +510,9 @@ def map_training(a: ArgReader, c: Conversion, dp: int) -> None:
           "--step-batch-size-schedule", "--decrease-batch-size-if-needed")
     c.put("training.iterations", 2)
     fp16, bf16 = a.flag("--fp16"), a.flag("--bf16")
+    if a.raw.get("--fp16-lm-cross-entropy") not in (None, False) and not fp16:  # read, not mapped: memory-neutral
+        raise UserError("--fp16-lm-cross-entropy without --fp16: Megatron-LM refuses it (arguments.py: validate_args, "
+                        "'lm cross entropy in fp16 only support in fp16 mode')")
     dtype = "fp16" if fp16 else "bf16" if bf16 else "fp32"
     c.put("training.dtype", dtype, "--fp16", "--bf16")
     if fp16 and a.value("--loss-scale") is None:

@@ -360,6 +360,11 @@ WITHOUT_OVERLAP = (
      "--no-tp-comm-split-ag", "--disable-tp-comm-split-rs", "--no-tp-comm-split-rs"),
 )
 NEUTRAL[WITHOUT_OVERLAP[0]] = WITHOUT_OVERLAP[1]
+#: the Megatron-Core models store it and never read it (gpt_model.py / hybrid_model.py / mamba_model.py: __init__'s
+#: ``self.fp16_lm_cross_entropy``, unread by ``compute_language_model_loss``, core_v0.12.0 … d98e8a64dd); only the
+#: legacy models' loss reads it (megatron_legacy.py refuses it there), and validate_args asserts --fp16
+NEUTRAL["stored, never read, by the Megatron-Core model (its loss is the same either way)"] = (
+    "--fp16-lm-cross-entropy",)
 NEUTRAL["MoE overload logging (dev d48bd6be0a: moe_layer.py: MoELayer records per-expert token counts, moe_logging.py): "
         "one small integer count per expert and layer, kept for the log, against activations of the routed tokens"] = (
     "--log-moe-overload-factor",)

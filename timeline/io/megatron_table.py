@@ -234,7 +234,6 @@ REFUSED: dict[str, str] = {
     "--use-te-activation-func": "Transformer Engine's activation modules (their saved tensors) are not modelled",
     "--fused-residual-rmsnorm": "TE's fused residual-add + RMSNorm (its saved tensors) is not modelled",
     "--fp32-residual-connection": "an fp32 residual stream (transformer_layer.py) is not modelled",
-    "--fp16-lm-cross-entropy": "cross entropy on 16-bit logits (no fp32 logits copy) is not modelled",
     "--qk-l2-norm": "L2-normalised queries and keys (attention.py) are not modelled",
     "--qk-clip": "QK-clip returns each head's max logit (attention.py) and rescales weights; not modelled",
     "--log-max-attention-logit": "the attention kernels' max-logit output per head (attention.py) is not modelled",
