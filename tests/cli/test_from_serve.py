@@ -127,7 +127,7 @@ def test_forms_users_write_as_the_engines_read_them(tmp_path, capsys):
                  *llama]) == 0
     out = capsys.readouterr().out
     assert "gpu_memory_utilization = 0.7" in out and 'cudagraph_mode = "full_decode_only"' in out
-    assert "max_num_seqs = 64" in out and "#   --enable-reasoning (an option of another vllm version" in out
+    assert "max_num_seqs = 64" in out and "#   --enable-reasoning (a reasoning parser" in out
     assert main(["from-vllm", "docker run --rm --entrypoint vllm vllm/vllm-openai:v0.10.1.1 serve m -tp 2",
                  *llama]) == 0
     assert 'engine_version = "0.10.1.1"' in capsys.readouterr().out
@@ -160,3 +160,25 @@ def test_a_quantized_checkpoint_serves_without_the_training_readers_note():
     run = load_serve_run(Path(__file__).resolve().parents[2] / "schedules" / "gpt-oss-20b-h100-serve.toml")
     assert run.quant is not None and run.quant.method == "mxfp4"
     assert not any("training memory" in n for n in run.notes), run.notes
+
+
+def test_options_are_checked_against_the_version_that_ran(tmp_path, capsys):
+    """The option tables hold 18 vLLM and 10 SGLang versions' parsers (``present``): an option of other versions
+    than the one given is named with the versions that have it; unknown to every version, it is a typo."""
+    from timeline.io.serve_command import presence, versions
+
+    assert versions("vllm")[0] == "0.2.7" and len(versions("vllm")) == 18 and len(versions("sglang")) == 10
+    assert presence("vllm", "--enable-reasoning") == "0.7.3 … 0.9.2"
+    assert presence("vllm", "--tensor-parallel-size") == "0.2.7 … 0.34.0"
+    qwen = ["--hf-config", str(HF / "qwen3-8b")]
+    assert main(["from-vllm", "vllm serve m --enable-reasoning", *qwen, "--engine-version", "0.11.0"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --enable-reasoning is an option of vllm 0.7.3 … 0.9.2 — not of vllm 0.11.0 (give the version the "
+        "command ran with --engine-version, or drop it)")
+    assert main(["from-vllm", "vllm serve m --enable-reasoning --use-v2-block-manager", *qwen,
+                 "--engine-version", "0.8.5"]) == 0
+    assert "#   --use-v2-block-manager (the V0 block manager's" in capsys.readouterr().out
+    # SGLang's --tp-size is dest tensor_parallel_size before 0.5.23, renamed by ServerArgs.from_cli_args
+    assert main(["from-sglang", "python -m sglang.launch_server --model-path m --tp-size 4 --dp-size 2", *qwen,
+                 "--engine-version", "0.4.9"]) == 0
+    assert "\ntp = 4\ndp = 2\n" in capsys.readouterr().out

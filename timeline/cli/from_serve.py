@@ -91,15 +91,18 @@ def run(args: argparse.Namespace) -> int:
         parse_words,
         read_command,
         unknown_line,
+        version_line,
     )
     from timeline.io.serve_runfile import load_serve_run
 
     hint = "sglang" if args.command == "from-sglang" else "vllm"
     text, source = _read(args.launch)
     cmd = read_command(text, source, hint, _script_env(args.script_env))
-    parsed = parse_words(cmd.engine, cmd.words)
+    parsed = parse_words(cmd.engine, cmd.words, args.engine_version or cmd.version)
     if parsed.unknown:
         raise UserError(unknown_line(cmd.engine, parsed.unknown))
+    if parsed.other_version:
+        raise UserError(version_line(cmd.engine, args.engine_version or cmd.version or "", parsed.other_version))
     ignored = tuple("--" + n.strip().lstrip("-") for item in args.ignore_arg for n in item.split(",")
                     if n.strip().lstrip("-"))
     neutral, passed = classify(cmd.engine, parsed, ignored)

@@ -29,26 +29,77 @@ ENGINES = ("vllm", "sglang")
 _TABLES = Path(__file__).with_name("serve_options.json")
 
 
+#: SGLang's parser names some options after their long alias (``--tensor-parallel-size`` / ``--tp-size`` →
+#: ``tensor_parallel_size``) and ``ServerArgs.from_cli_args`` renames them to the fields (``tp_size``)
+_SGLANG_DESTS = {"tensor_parallel_size": "tp_size", "data_parallel_size": "dp_size",
+                 "expert_parallel_size": "ep_size", "pipeline_parallel_size": "pp_size"}
+
+
+@cache
+def _table(engine: str) -> dict[str, Any]:
+    return json.loads(_TABLES.read_text(encoding="utf-8"))[engine]
+
+
+def versions(engine: str) -> list[str]:
+    """The engine versions whose command line was read (release order)."""
+    return list(_table(engine)["versions"])
+
+
 @cache
 def options(engine: str) -> dict[str, dict[str, Any]]:
-    """The engine's options by every name they go by (aliases and ``--no-`` negations included): ``dest``,
-    ``takes_value``, ``negates`` (a ``--no-X`` of a boolean option)."""
-    table = json.loads(_TABLES.read_text(encoding="utf-8"))[engine]
+    """The engine's options by every name they go by (aliases and ``--no-`` negations included), over every version
+    read: ``dest``, ``takes_value``, ``nargs``, ``negates`` (a ``--no-X`` of a boolean option) as the newest version
+    having the name reads it, and ``present`` (one character per version: whether it has the name)."""
     out: dict[str, dict[str, Any]] = {}
-    for opt in table["options"]:
+    for opt in _table(engine)["options"]:
+        present = opt["present"]
+        newest = present.rfind("1")
+        dest = _SGLANG_DESTS.get(opt["dest"], opt["dest"]) if engine == "sglang" else opt["dest"]
         for name in opt["names"]:  # a BooleanOptionalAction's names include its --no- forms
             negates = bool(opt.get("boolean_optional")) and name.startswith("--no-")
-            out[name] = {"dest": opt["dest"], "takes_value": opt["takes_value"] and not negates,
-                         "nargs": opt.get("nargs"), "negates": negates}
+            old = out.get(name)
+            merged = present if old is None else "".join(
+                "1" if "1" in (a, b) else "0" for a, b in zip(present, old["present"], strict=True))
+            if old is None or newest >= old["newest"]:
+                out[name] = {"dest": dest, "takes_value": opt["takes_value"] and not negates,
+                             "nargs": opt.get("nargs"), "negates": negates, "newest": newest}
+            out[name]["present"] = merged
     return out
 
 
+def version_index(engine: str, version: str | None) -> int | None:
+    """The newest version read at or before ``version`` (None: not given, or before every version read)."""
+    from timeline.spec.engine_versions import parse_version
+
+    v = parse_version(version) if version else None
+    if v is None:
+        return None
+    best = None
+    for i, name in enumerate(versions(engine)):
+        w = parse_version(name)
+        if w is not None and w[:len(v)] <= v:
+            best = i
+    return best
+
+
+def presence(engine: str, name: str) -> str:
+    """Which versions read have option ``name``, as ``0.7.3 … 0.9.2`` spans."""
+    vs = versions(engine)
+    bits = options(engine).get(name, {}).get("present", "")
+    spans, start = [], None
+    for i, c in enumerate(bits + "0"):
+        if c == "1" and start is None:
+            start = i
+        elif c != "1" and start is not None:
+            spans.append(vs[start] if start == i - 1 else f"{vs[start]} … {vs[i - 1]}")
+            start = None
+    return ", ".join(spans)
+
+
 def table_source(engine: str) -> str:
-    """Where the engine's option table was read: repository, commit and files."""
-    t = json.loads(_TABLES.read_text(encoding="utf-8"))[engine]
-    commit = t["commit"]
-    at = commit[:10] if re.fullmatch(r"[0-9a-f]{40}", commit) else commit.split(" ")[0]
-    return f"{t['repo']}@{at} ({', '.join(t['files'])})"
+    """What the engine's option table was read from."""
+    vs = versions(engine)
+    return f"{engine} {vs[0]} … {vs[-1]}, {len(vs)} versions' parsers from their sources on PyPI"
 
 
 # -------------------------------------------------------------------------------------- finding the command
@@ -135,7 +186,7 @@ class Parsed:
     values: dict[str, Any]  # dest → value (True for a flag; False for a --no- negation)
     given: dict[str, str]  # dest → the option name as written
     unknown: list[str]
-    other: list[str] = field(default_factory=list)  # options of another engine version (OTHER_VERSIONS)
+    other_version: list[str] = field(default_factory=list)  # real options the engine version given lacks
 
 
 def _literal(text: Any) -> Any:
@@ -146,39 +197,7 @@ def _literal(text: Any) -> Any:
         return str(text)
 
 
-#: options of engine versions other than the table's, read from those versions' parsers, each with whether it takes
-#: a value, how it is read ("" memory-neutral, "mapped", "refused") and why
-OTHER_VERSIONS: dict[str, dict[str, tuple[bool, str, str]]] = {
-    "vllm": {
-        # vllm/entrypoints/openai/cli_args.py ≤ 0.9: --enable-reasoning with --reasoning-parser
-        "--enable-reasoning": (False, "", "a reasoning parser on the output text (≤ 0.9): no device memory"),
-        "--disable-log-requests": (False, "", "request logging (≤ 0.10): no device memory"),
-        "--use-v2-block-manager": (False, "", "the V0 block manager's implementation (0.5–0.6): the same pool"),
-        "--allow-deprecated-quantization": (False, "", "permits a deprecated quantization method's name: its weights "
-                                                       "are the checkpoint's"),
-        # engine/arg_utils.py ≤ 0.8: a draft model's own options
-        "--num-speculative-tokens": (True, "refused", "speculative decoding's draft (≤ 0.8's flat options): give "
-                                                      "--speculative-config, which reads MTP"),
-        "--speculative-model": (True, "refused", "a draft model's weights and cache are not modelled"),
-        "--num-scheduler-steps": (True, "refused", "V0's multi-step scheduling holds several steps' outputs: not "
-                                                   "modelled"),
-        "--attention-backend": (True, "refused", "the attention backend chosen by hand (≥ 0.12; before, "
-                                                 "VLLM_ATTENTION_BACKEND) sets the KV layout and block size: not read"),
-        "--language-model-only": (False, "refused", "a vision-language checkpoint served without its tower "
-                                                    "(≥ 0.12) is not modelled"),
-    },
-    "sglang": {
-        # python/sglang/srt/server_args.py 0.4–0.5
-        "--cuda-graph-max-bs": (True, "", "SGLang captures its graphs after sizing the KV pool from "
-                                          "mem_fraction_static: the budget does not read it (the graphs' own memory, "
-                                          "in the rest, is not modelled)"),
-        "--cuda-graph-bs": (True, "", "as --cuda-graph-max-bs: not read by the budget"),
-        "--enable-ep-moe": (False, "mapped", "parallel.ep = tp (0.4's server_args.py: ep_size = tp_size)"),
-        "--enable-flashinfer-mla": (False, "refused", "FlashInfer's MLA kernels (0.4) are not modelled"),
-    },
-}
-
-def parse_words(engine: str, words: list[str]) -> Parsed:
+def parse_words(engine: str, words: list[str], version: str | None = None) -> Parsed:
     """The options as the engine's argparse reads them: ``--name value`` / ``--name=value``, flags, ``--no-`` negations;
     the first bare word is the model (``vllm serve MODEL``); an option of no version of the table is unknown."""
     table = options(engine)
@@ -186,6 +205,7 @@ def parse_words(engine: str, words: list[str]) -> Parsed:
     given: dict[str, str] = {}
     unknown: list[str] = []
     other: list[str] = []
+    at = version_index(engine, version)
     model = None
     k = 0
     while k < len(words):
@@ -211,16 +231,13 @@ def parse_words(engine: str, words: list[str]) -> Parsed:
                                                                          else name.replace("_", "-"))}
             if len(hits) == 1:
                 opt = table[next(iter(hits.values()))]
-        if opt is None and name in OTHER_VERSIONS.get(engine, {}):
-            other.append(name)
-            if OTHER_VERSIONS[engine][name][0] and not eq and k < len(words) and not words[k].startswith("-"):
-                k += 1
-            continue
         if opt is None or (dotted is not None and not opt["takes_value"]):
             unknown.append(name if dotted is None else f"{name}.{dotted}")
             if not eq and k < len(words) and not words[k].startswith("-"):
                 k += 1  # its value, most likely
             continue
+        if at is not None and opt["present"][at] != "1":
+            other.append(name)
         if opt["takes_value"] and opt.get("nargs") in ("+", "*"):  # several words, up to the next option
             items = [inline] if eq else []
             while not eq and k < len(words) and not words[k].startswith("-"):
@@ -255,7 +272,7 @@ def parse_words(engine: str, words: list[str]) -> Parsed:
         model = str(values["model"])
     if engine == "sglang":
         model = str(values["model_path"]) if values.get("model_path") else None
-    return Parsed(model=model, values=values, given=given, unknown=unknown, other=other)
+    return Parsed(model=model, values=values, given=given, unknown=unknown, other_version=other)
 
 
 def unknown_line(engine: str, names: list[str]) -> str:
@@ -266,7 +283,14 @@ def unknown_line(engine: str, names: list[str]) -> str:
         listed.append(f"{n} (did you mean {' or '.join(close)}?)" if close else n)
     what = "an option" if len(names) == 1 else f"{len(names)} options"
     return (f"{', '.join(listed)}: {what} of no {engine} command line this tool has read ({table_source(engine)}); "
-            f"a typo, or an option of another {engine} version")
+            "a typo, or a plugin's option")
+
+
+def version_line(engine: str, version: str, names: list[str]) -> str:
+    """Real options the named engine version does not have, each with the versions that do."""
+    listed = "; ".join(f"{n} is an option of {engine} {presence(engine, n)}" for n in names)
+    return (f"{listed} — not of {engine} {version} (give the version the command ran with --engine-version, or drop "
+            f"{'it' if len(names) == 1 else 'them'})")
 
 
 # -------------------------------------------------------------------------------------- the model's config
@@ -336,6 +360,7 @@ SGLANG_MAPPED = {
     "kv_cache_dtype": "serving.kv_cache_dtype", "disable_cuda_graph": "serving.enforce_eager",
     "enable_dp_attention": "serving.enable_dp_attention", "dtype": "serving.dtype",
     "quantization": "the checkpoint's quantization_config", "disable_radix_cache": "serving.enable_prefix_caching",
+    "enable_ep_moe": "parallel.ep = tp (0.4's server_args.py: ep_size = tp_size)",
 }
 
 _DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16",
@@ -467,9 +492,8 @@ def map_options(engine: str, parsed: Parsed, checkpoint_quantized: bool) -> Mapp
             put("enable_dp_attention", sv, "enable_dp_attention", True)
             # server_args.py (0.4, 0.5): with DP attention and no --dp-size, dp_size = tp_size
             par.setdefault("dp", par.get("tp", 1))
-        if "--enable-ep-moe" in parsed.other:  # 0.4's server_args.py: ep_size = tp_size
-            par.setdefault("ep", par.get("tp", 1))
-            mapped["--enable-ep-moe"] = OTHER_VERSIONS["sglang"]["--enable-ep-moe"][2]
+        if v.get("enable_ep_moe"):  # 0.4's server_args.py: ep_size = tp_size
+            put("enable_ep_moe", par, "ep", par.get("tp", 1))
         if v.get("disable_radix_cache"):
             put("disable_radix_cache", sv, "enable_prefix_caching", False)
     if "dtype" in v and str(v["dtype"]) != "auto":
@@ -566,6 +590,14 @@ NEUTRAL: dict[str, str] = {
                      "stream_interval", "stream_output", "enable_sleep_mode", "disable_log_stats_", "device"),
                     "how the engine loads, names, tokenizes and schedules requests: the same tensors on the device"),
     "swap_space": "host memory for preempted requests' blocks (V0), not device memory",
+    "enable_reasoning": "a reasoning parser on the output text: no device memory",
+    "use_v2_block_manager": "the V0 block manager's implementation (a no-op from 0.6.2): the same pool",
+    "allow_deprecated_quantization": "permits a deprecated quantization method's name: the checkpoint's weights",
+    **dict.fromkeys(("async_scheduling", "schedule_conservativeness"),
+                    "when the scheduler runs and how eagerly it admits requests: the same pool and steps' tensors"),
+    **dict.fromkeys(("cuda_graph_max_bs", "cuda_graph_bs"),
+                    "SGLang sizes its KV pool from mem_fraction_static before capturing (model_runner.py): the "
+                    "budget does not read it (the graphs' own memory, in the rest, is not modelled)"),
 }
 #: options whose memory is not modelled, with what they do
 REFUSED = {
@@ -577,6 +609,16 @@ REFUSED = {
     "enable_eplb": "expert-parallel load balancing's redundant experts are not modelled",
     "speculative_draft_model_path": "a draft model's weights and cache are not modelled",
     "speculative_algorithm": "SGLang's speculative decoding is not modelled",
+    "num_speculative_tokens": "speculative decoding's draft (≤ 0.8's flat options): give --speculative-config, which "
+                              "reads MTP",
+    "speculative_model": "a draft model's weights and cache are not modelled",
+    "num_scheduler_steps": "V0's multi-step scheduling holds several steps' outputs: not modelled",
+    "attention_backend": "an attention backend chosen by hand sets the KV layout, block size and workspaces: not read",
+    "language_model_only": "a vision-language checkpoint served without its tower is not modelled",
+    "enable_flashinfer_mla": "FlashInfer's MLA kernels are not modelled",
+    "max_total_tokens": "a cap on the KV pool's tokens is not modelled",
+    "ep_num_redundant_experts": "redundant experts' extra weights are not modelled",
+    "disaggregation_mode": "disaggregated prefill's KV transfer buffers are not modelled",
 }
 
 
@@ -588,14 +630,6 @@ def classify(engine: str, parsed: Parsed, ignored: tuple[str, ...]) -> tuple[dic
     neutral: dict[str, str] = {}
     passed: list[str] = []
     refused: list[str] = []
-    for name in parsed.other:
-        _, kind, why = OTHER_VERSIONS[engine][name]
-        if name in ignored or name.lstrip("-") in ignored:
-            passed.append(name)
-        elif kind == "refused":
-            refused.append(f"{name}: {why}")
-        elif not kind:
-            neutral[name] = f"an option of another {engine} version: {why}"
     for dest, name in parsed.given.items():
         if dest in table:
             continue
