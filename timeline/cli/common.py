@@ -367,6 +367,34 @@ def write_file_atomically(out: Path, write: Callable[[Path], None], flag: str = 
             tmp.unlink(missing_ok=True)
 
 
+def emit_checked_run_file(text: str, out: Path | None, force: bool, source: str, load: Callable[[Path], object],
+                          stdout_check_text: str | None = None) -> None:
+    """Write a converted run file ``text`` to ``out`` (stdout when None) only if it loads as it stands with
+    ``load``; its error names ``source`` (the user's input), not the temporary file checked. ``stdout_check_text``:
+    what to check instead when printing (paths written relative to a file that is not written)."""
+
+    def check(tmp: Path) -> None:
+        try:
+            load(tmp)
+        except UserError as exc:
+            raise UserError(f"{source}: {str(exc).removeprefix(f'{tmp}: ')}") from None
+
+    if out is None:
+        with tempfile.TemporaryDirectory() as folder:  # what is printed must load as it stands
+            tmp = Path(folder) / "run.toml"
+            tmp.write_text(stdout_check_text if stdout_check_text is not None else text, encoding="utf-8")
+            check(tmp)
+        print(text, end="")
+        return
+
+    def write(tmp: Path) -> None:
+        tmp.write_text(text, encoding="utf-8")
+        check(tmp)  # or nothing is left at RUN.toml
+
+    write_file_atomically(out, write, force=force)
+    print(f"wrote {out}")
+
+
 # -- printing -----------------------------------------------------------------------------------
 
 def gib(n: int | float) -> str:

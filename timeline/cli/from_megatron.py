@@ -8,10 +8,9 @@ import dataclasses
 import re
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 
-from timeline.cli.common import positive, write_file_atomically
+from timeline.cli.common import emit_checked_run_file, positive
 from timeline.errors import UserError
 from timeline.io.megatron_table import FORK_FAMILIES
 from timeline.spec.framework import OPTIMIZER_IMPLS
@@ -208,25 +207,6 @@ def run(args: argparse.Namespace) -> int:
     text = run_file_text(conv, name=args.name or default_name(path), source=source, world_size=world_size,
                          notes=notes)
 
-    def check(tmp: Path) -> None:
-        """The run file must load as it stands; its error names the CONFIG, not the temporary file."""
-        try:
-            load_run(tmp)
-        except UserError as exc:
-            raise UserError(f"{path}: {str(exc).removeprefix(f'{tmp}: ')}") from None
-
-    if out is None:
-        with tempfile.TemporaryDirectory() as folder:  # what is printed must load as it stands
-            tmp = Path(folder) / "run.toml"
-            tmp.write_text(text, encoding="utf-8")
-            check(tmp)
-        print(text, end="")
-        return 0
-
-    def write(tmp: Path) -> None:
-        tmp.write_text(text, encoding="utf-8")
-        check(tmp)  # or nothing is left at RUN.toml
-
-    write_file_atomically(out, write, force=args.force)
-    print(f"wrote {out}")
+    emit_checked_run_file(text, out, args.force, str(path), load_run)
     return 0
+

@@ -8,11 +8,10 @@ import os
 import re
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from timeline.cli.common import write_file_atomically
+from timeline.cli.common import emit_checked_run_file
 from timeline.errors import UserError
 from timeline.spec.hardware import GPUS, UNKNOWN_GPU_NEEDS
 
@@ -162,25 +161,7 @@ def run(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
 
-    def check(tmp: Path) -> None:
-        try:
-            load_serve_run(tmp)
-        except UserError as exc:
-            raise UserError(f"{source}: {str(exc).removeprefix(f'{tmp}: ')}") from None
-
-    if out is None:
-        with tempfile.TemporaryDirectory() as folder:  # what is printed must load as it stands
-            tmp = Path(folder) / "run.toml"
-            hf_abs = str(config.resolve())
-            tmp.write_text(body.replace(f"hf_config = {_toml(hf)}", f"hf_config = {_toml(hf_abs)}"), encoding="utf-8")
-            check(tmp)
-        print(body, end="")
-        return 0
-
-    def write(tmp: Path) -> None:
-        tmp.write_text(body, encoding="utf-8")
-        check(tmp)
-
-    write_file_atomically(out, write, force=args.force)
-    print(f"wrote {out}")
+    hf_abs = body.replace(f"hf_config = {_toml(hf)}", f"hf_config = {_toml(str(config.resolve()))}")
+    emit_checked_run_file(body, out, args.force, source, load_serve_run, stdout_check_text=hf_abs)
     return 0
+
