@@ -783,3 +783,14 @@ def test_functions_run_where_they_are_called_as_bash_runs_them(tmp_path):
     assert launch is not None and launch.env["NCCL_DEBUG"] == "INFO" and launch.jobs == 1
     assert launch.words == words[words.index("pretrain_gpt.py") + 1:] == [
         "--num-layers", "6", "--tensor-model-parallel-size", "2", "--hidden-size", "64", "--seq-length"]
+
+
+def test_a_test_only_running_decides_refuses_where_it_guards_a_function_that_runs_the_job():
+    text = ('launch() { torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 "$@"; }\n'
+            "if [ -f /etc/never-here ]; then launch --a; else launch --b; fi\n")
+    with pytest.raises(UserError, match=r"^g.sh: line 2: the test `\[ -f /etc/never-here \]`"):
+        read_launch_script(text, "g.sh")
+    # a package installed under such a test is not the job
+    other = "if [ -d /x ]; then pip install vllm; fi\ntorchrun --nproc_per_node 2 pretrain_gpt.py --num-layers 2\n"
+    launch = read_launch_script(other, "g.sh")
+    assert launch is not None and launch.words == ["--num-layers", "2"]

@@ -783,8 +783,14 @@ def _block_end(cmds: list[_Cmd], i: int) -> int:
     raise UserError(f"line {cmds[i].line}: `{_head(cmds[i])}` is never closed")
 
 
-def _touches(cmds: list[_Cmd]) -> bool:
-    """Whether these commands assign a variable or run a Python entry script."""
+#: what starts a serving engine (timeline.io.serve_command): its program as a command's first word, or its module
+SERVE_PROGRAMS = ("vllm", "sglang")
+SERVE_MODULES = ("vllm.entrypoints.openai.api_server", "sglang.launch_server")
+
+
+def _touches(cmds: list[_Cmd], functions: dict[str, list[_Cmd]] | None = None) -> bool:
+    """Whether these commands assign a variable, run a Python entry script or a serving engine, or call one of the
+    script's ``functions`` (which may do either)."""
     for c in cmds:
         if c.array:
             return True
@@ -794,7 +800,12 @@ def _touches(cmds: list[_Cmd]) -> bool:
             return True
         # an entry script (not `python setup.py build_ext` or a preprocessing tool), or a shell that runs a string
         if any(isinstance(w, list) and (ENTRY_RE.search("".join(t for t, _ in w))
-                                        or "".join(t for t, _ in w) in ("eval", "-c")) for w in c.words):
+                                        or "".join(t for t, _ in w) in ("eval", "-c", *SERVE_MODULES))
+               for w in c.words):
+            return True
+        if isinstance(first, list) and re.sub(r".*/", "", "".join(t for t, _ in first)) in SERVE_PROGRAMS:
+            return True
+        if functions and isinstance(first, list) and "".join(t for t, _ in first) in functions:
             return True
     return False
 
@@ -969,7 +980,7 @@ def _run(shell: _Shell, cmds: list[_Cmd], found: list[Launch]) -> None:
                 _loop(shell, cmd, body, found)
             elif head == "for" and _for(shell, cmd, body, found):
                 pass
-            elif _touches(body):
+            elif _touches(body, shell.functions):
                 raise _Undecidable(f"line {cmd.line}: a `{head}` block that sets variables or runs the job")
             i = end + 1
             continue
@@ -983,7 +994,7 @@ def _run(shell: _Shell, cmds: list[_Cmd], found: list[Launch]) -> None:
         if group is not None:  # `test || { echo …; exit 1; }`: the group runs as one command of the list
             cond, body, end = group
             runs = _run_list(shell, cond, cmd.line, found)
-            if runs is None and _touches(body):
+            if runs is None and _touches(body, shell.functions):
                 raise _Undecidable(f"line {cmd.line}: a test only running the script decides whether the `{{ … }}` "
                                    "group after it runs")
             if runs:
@@ -1064,7 +1075,7 @@ def _loop(shell: _Shell, cmd: _Cmd, body: list[_Cmd], found: list[Launch]) -> No
         try:
             taken = shell.test(cond, cmd.line) != (_head(cmd) == "until")
         except _Undecidable:
-            if _touches(body):
+            if _touches(body, shell.functions):
                 raise _Undecidable(f"line {cmd.line}: a `{_head(cmd)}` loop that sets variables or runs the "
                                    "job") from None
             return
@@ -1110,7 +1121,7 @@ def _if(shell: _Shell, cmds: list[_Cmd], i: int, found: list[Launch]) -> int:
         try:
             taken = shell.test(cond_words, line)
         except _Undecidable as exc:
-            if any(_touches(b) for _, b, _ in branches):
+            if any(_touches(b, shell.functions) for _, b, _ in branches):
                 assigned = [_only_assignments(b) for _, b, _ in branches]
                 if any(names is None for names in assigned):
                     raise
@@ -1201,7 +1212,7 @@ def _case(shell: _Shell, cmds: list[_Cmd], i: int, found: list[Launch]) -> int:
         if "$(" in subject or "`" in subject:
             raise _Undecidable(f"line {cmds[i].line}: `case` on a command's output")
     except _Undecidable:
-        if any(_touches(b) for _, b in clauses):
+        if any(_touches(b, shell.functions) for _, b in clauses):
             raise _Undecidable(f"line {cmds[i].line}: a `case` block that sets variables or runs the job on a "
                                "word only running the script gives") from None
         return end + 1
@@ -1227,7 +1238,7 @@ def _run_list(shell: _Shell, words: list[Word | str], line: int, found: list[Lau
         cut = next((k for k, x in enumerate(part) if x == "|"), len(part))
         if part[:cut]:
             now = _Cmd(part[:cut], line)
-            if status is None and _touches([now]):
+            if status is None and _touches([now], shell.functions):
                 raise _Undecidable(f"line {line}: a test only running the script decides whether "
                                    f"`{' '.join(''.join(t for t, _ in x) for x in now.words if isinstance(x, list))}` "
                                    "runs")
