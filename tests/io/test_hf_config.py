@@ -30,6 +30,14 @@ def test_mixtral_and_qwen_moe_keys():
                                "shared_expert_intermediate_size": 5632, "decoder_sparse_step": 1})
     assert qwen.n_routed_experts == 60 and qwen.shared_ffn == 5632 and qwen.shared_expert_gate
     assert qwen.attention_bias  # Qwen2's modelling code puts biases on q, k, v
+    # Qwen2MoeDecoderLayer: dense where layer_idx is in mlp_only_layers or (idx + 1) % decoder_sparse_step != 0
+    only = model_from_hf_dict({"model_type": "qwen2_moe", "num_hidden_layers": 6, "num_experts": 4,
+                               "moe_intermediate_size": 64, "decoder_sparse_step": 2, "mlp_only_layers": [3]})
+    assert [only.is_moe_layer(i) for i in range(6)] == [False, True, False, False, False, True]
+    step = model_from_hf_dict({"model_type": "qwen2_moe", "num_hidden_layers": 6, "num_experts": 4,
+                               "moe_intermediate_size": 64, "decoder_sparse_step": 2})
+    assert [step.is_moe_layer(i) for i in range(6)] == [False, True, False, True, False, True]
+    assert step.mlp_layer_types == () and step.first_k_dense_replace == 1
 
 
 def test_gpt2_names():

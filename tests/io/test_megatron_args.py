@@ -66,7 +66,10 @@ def test_moe_layer_freq_is_parsed_without_eval():
     with pytest.raises(UserError, match="--moe-layer-freq"):
         moe_layer_pattern("__import__('os').system('true')", 4)
     m = sections(BASE | {"--num-experts": 4, "--moe-layer-freq": "([0]*1+[1]*3)"})["model"]
-    assert (m["first_k_dense_replace"], m["moe_layer_freq"]) == (1, 1)
+    assert (m["first_k_dense_replace"], m["moe_layer_freq"]) == (1, 1) and "mlp_layer_types" not in m
+    # a list no first-k / every-n rule gives is written layer by layer (a dense last layer: Chimera's 12B MoE)
+    m = sections(BASE | {"--num-experts": 4, "--moe-layer-freq": "[0,1,1,0]"})["model"]
+    assert m["mlp_layer_types"] == ("dense", "moe", "moe", "dense") and "first_k_dense_replace" not in m
 
 
 def test_layout_arguments():

@@ -221,9 +221,18 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
     if model_type in LINEAR_ATTENTION:
         _gated_delta_net(cfg, values)
     if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
-        # modeling_qwen2_moe.py Qwen2MoeDecoderLayer: MoE where (layer_idx + 1) % decoder_sparse_step == 0,
-        # i.e. layers step-1, 2·step-1, … (mlp_only_layers is not modelled)
-        values["first_k_dense_replace"] = values.get("moe_layer_freq", 1) - 1
+        # modeling_qwen2_moe.py Qwen2MoeDecoderLayer: MoE where layer_idx is not in mlp_only_layers and
+        # (layer_idx + 1) % decoder_sparse_step == 0, i.e. layers step-1, 2·step-1, …
+        step = values.get("moe_layer_freq", 1)
+        only = cfg.get("mlp_only_layers") or []
+        if only:
+            if not isinstance(only, list) or not all(isinstance(i, int) for i in only):
+                raise UserError(f"mlp_only_layers: {only!r} is not a list of layer indices")
+            values["mlp_layer_types"] = tuple("moe" if i not in only and (i + 1) % step == 0 else "dense"
+                                              for i in range(values.get("num_hidden_layers", 0)))
+            values["moe_layer_freq"] = 1
+        else:
+            values["first_k_dense_replace"] = step - 1
     if model_type == "gpt_oss":
         _gpt_oss(cfg, values, notes)
     if model_type == "opt":  # configuration_opt.py: OPTConfig dropout = 0.1 (after attention and fc2)

@@ -88,15 +88,15 @@ def window_layer_pattern(value: object, num_layers: int) -> list[int]:
     return freq[:num_layers]
 
 
-def pattern_to_model(pattern: list[int]) -> tuple[int, int]:
-    """(first_k_dense_replace, moe_layer_freq) reproducing ``pattern``, or a UserError."""
+def pattern_to_model(pattern: list[int]) -> tuple[int, int] | None:
+    """(first_k_dense_replace, moe_layer_freq) reproducing ``pattern``; None when no such rule does (the pattern is
+    then written layer by layer, ``model.mlp_layer_types``)."""
     first = next((i for i, v in enumerate(pattern) if v), len(pattern))
     rest = pattern[first:]
     for freq in range(1, len(rest) + 1):
         if [1 if i % freq == 0 else 0 for i in range(len(rest))] == rest:
             return first, freq
-    raise UserError(f"--moe-layer-freq: the pattern {pattern} is not k dense layers followed by every "
-                    "n-th layer MoE, which is what the model can express")
+    return None
 
 
 LAYOUT_ARG = "--pipeline-model-parallel-layout"

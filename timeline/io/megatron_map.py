@@ -323,9 +323,13 @@ def map_model(a: ArgReader, c: Conversion, family: str | None = None, *, megatro
         if shared:
             c.put("model.n_shared_experts", 1, "--moe-shared-expert-intermediate-size")
             c.put("model.shared_expert_intermediate_size", shared)
-        first, freq = pattern_to_model(moe_layer_pattern(a.value("--moe-layer-freq", 1), layers))
-        c.put("model.first_k_dense_replace", first, "--moe-layer-freq")
-        c.put("model.moe_layer_freq", freq)
+        pattern = moe_layer_pattern(a.value("--moe-layer-freq", 1), layers)
+        rule = pattern_to_model(pattern)
+        if rule is not None:
+            c.put("model.first_k_dense_replace", rule[0], "--moe-layer-freq")
+            c.put("model.moe_layer_freq", rule[1])
+        else:  # any other list: one kind per layer (transformer_layer.py builds each layer's MLP from it)
+            c.put("model.mlp_layer_types", tuple("moe" if v else "dense" for v in pattern), "--moe-layer-freq")
         c.put("model.router_bias", a.flag("--moe-router-enable-expert-bias"), "--moe-router-enable-expert-bias")
     mtp = a.int("--mtp-num-layers")
     c.put("model.mtp_layers", mtp or 0, "--mtp-num-layers")

@@ -74,11 +74,13 @@ def _probe_cut(m: ModelSpec) -> tuple[ModelSpec, tuple[tuple[int, str], ...]]:
     """:func:`probe_model`, cached (a plan cuts one model once per layout group)."""
     kinds = {"moe" if m.is_moe_layer(i) else "dense" for i in range(m.num_hidden_layers)}
     if kinds == {"dense", "moe"}:
-        return m.with_(num_hidden_layers=2, first_k_dense_replace=1, moe_layer_freq=1), ((0, "dense"), (1, "moe"))
+        return m.with_(num_hidden_layers=2, first_k_dense_replace=1, moe_layer_freq=1, mlp_layer_types=()), \
+            ((0, "dense"), (1, "moe"))
     if kinds == {"moe"}:
-        return m.with_(num_hidden_layers=2, first_k_dense_replace=0, moe_layer_freq=1), ((0, "moe"), (1, "moe"))
-    return m.with_(num_hidden_layers=2, first_k_dense_replace=min(m.first_k_dense_replace, 2)), ((0, "dense"),
-                                                                                                (1, "dense"))
+        return m.with_(num_hidden_layers=2, first_k_dense_replace=0, moe_layer_freq=1, mlp_layer_types=()), \
+            ((0, "moe"), (1, "moe"))
+    return m.with_(num_hidden_layers=2, first_k_dense_replace=2 if m.is_moe else min(m.first_k_dense_replace, 2),
+                   mlp_layer_types=()), ((0, "dense"), (1, "dense"))
 
 
 def probe_source(source: ModelSource, model: ModelSpec, rc: RecomputeSpec, par: ParallelSpec,

@@ -29,6 +29,7 @@ def legacy_problems(fw: FrameworkSpec, m: ModelSpec, par: ParallelSpec) -> list[
                                   "a dense MLP (the experts are not built); set n_routed_experts = 0"))
         switch = {"num_experts_per_tok": (m.num_experts_per_tok, 1), "n_shared_experts": (m.shared_ffn, 0),
                   "first_k_dense_replace": (m.first_k_dense_replace, 0), "moe_layer_freq": (m.moe_layer_freq, 1),
+                  "mlp_layer_types": (m.mlp_layer_types, ()),
                   "moe_intermediate_size": (m.moe_intermediate_size, m.intermediate_size)}
         for name, (given, legacy) in switch.items():
             if given != legacy:

@@ -106,6 +106,10 @@ class ModelSpec:
     num_experts_per_tok: int = spec_field(0, nonneg=True, maximum=2**16)
     first_k_dense_replace: int = spec_field(0, nonneg=True, maximum=MAX_LAYERS)
     moe_layer_freq: int = spec_field(1, positive=True, maximum=MAX_LAYERS)
+    mlp_layer_types: tuple[str, ...] = spec_field((), choices=("dense", "moe"),
+                                                  doc="per decoder layer, an MoE block or a dense MLP (Megatron's "
+                                                      "--moe-layer-freq list when no first-k / every-n rule gives "
+                                                      "it); empty = first_k_dense_replace and moe_layer_freq")
     router_bias: bool = spec_field(False, doc="per-expert fp32 score-correction bias (DeepSeek-V3 noaux_tc)")
     norm_topk_prob: bool = spec_field(False, doc="renormalise the top-k routing weights (Qwen-MoE, Mixtral always)")
     mtp_layers: int = spec_field(0, nonneg=True, maximum=64, doc="multi-token-prediction modules (num_nextn_predict_layers)")
@@ -295,6 +299,8 @@ class ModelSpec:
         pattern's ``E`` layers)."""
         if self.is_hybrid and layer < len(self.hybrid_override_pattern):
             return self.is_moe and self.hybrid_override_pattern[layer] == "E"
+        if self.mlp_layer_types and layer < len(self.mlp_layer_types):
+            return self.is_moe and self.mlp_layer_types[layer] == "moe"
         if not self.is_moe or layer < self.first_k_dense_replace:
             return False
         return (layer - self.first_k_dense_replace) % self.moe_layer_freq == 0 if self.moe_layer_freq > 1 \

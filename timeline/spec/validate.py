@@ -88,6 +88,11 @@ def model_problems(m: ModelSpec) -> list[tuple[str, str]]:
         add(("model.sliding_window", "layer_types names sliding_attention layers; give sliding_window ≥ 1"))
     problems += hybrid_problems(m)
     problems += architecture_problems(m)
+    if m.mlp_layer_types and len(m.mlp_layer_types) != m.num_hidden_layers:
+        add(("model.mlp_layer_types", f"{len(m.mlp_layer_types)} entries for num_hidden_layers={m.num_hidden_layers}; "
+             "give one (dense or moe) per decoder layer"))
+    if m.mlp_layer_types and (m.first_k_dense_replace or m.moe_layer_freq != 1):
+        add(("model.mlp_layer_types", "given with first_k_dense_replace / moe_layer_freq: give one or the other"))
     if m.first_k_dense_replace > m.num_hidden_layers:
         add(("model.first_k_dense_replace", f"{m.first_k_dense_replace} exceeds num_hidden_layers="
              f"{m.num_hidden_layers}; use at most {m.num_hidden_layers} (all dense)"))
