@@ -3,10 +3,12 @@ vllm.entrypoints.openai.api_server …``, ``docker run … vllm/vllm-openai:TAG 
 …`` — one command line, or a shell script that runs one (read as bash would, never run:
 :mod:`timeline.io.launch_script`).
 
-Every option is looked up in the engine's own command-line surface (:data:`OPTIONS`: vLLM's ``EngineArgs`` /
-``FrontendArgs`` and SGLang's ``ServerArgs``, read from their source; see each table's ``source``), so a typo is told
-from a real option; each real option is then mapped to a run-file key (:data:`VLLM_MAPPED`, :data:`SGLANG_MAPPED`),
-listed as memory-neutral with the reason (:data:`NEUTRAL`), or refused with one line naming what is not modelled.
+Every option is looked up in the engine's own command-line surface (``serve_options.json``: the parsers of 18 vLLM
+and 10 SGLang versions — ``EngineArgs`` / ``FrontendArgs``, ``ServerArgs`` — each read from that version's source,
+with the versions each option form has: :func:`options`), so a typo is told from a real option and an option of
+another version is named with the versions that have it; each real option is then mapped to a run-file key
+(:data:`VLLM_MAPPED`, :data:`SGLANG_MAPPED`), listed as memory-neutral with the reason (:data:`NEUTRAL`), or refused
+with one line naming what is not modelled (:data:`REFUSED`, else "not classified").
 The model's ``config.json`` is the checkpoint's: a local folder the command names, the Hugging Face cache on this
 machine, or ``--hf-config``; the quantization, dtype and layers come from it, as the engine reads them.
 """
