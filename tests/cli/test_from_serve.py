@@ -131,6 +131,8 @@ def test_forms_users_write_as_the_engines_read_them(tmp_path, capsys):
     assert main(["from-vllm", "docker run --rm --entrypoint vllm vllm/vllm-openai:v0.10.1.1 serve m -tp 2",
                  *llama]) == 0
     assert 'engine_version = "0.10.1.1"' in capsys.readouterr().out
+    assert main(["from-vllm", "vllm serve m \\\n  --max-num-seqs 16 \\\n  --port 8000\n", *llama]) == 0  # pasted
+    assert "max_num_seqs = 16" in capsys.readouterr().out
     assert main(["from-vllm", "vllm serve m --num-speculative-tokens 3", *llama]) == 2
     assert capsys.readouterr().err.startswith("error: --num-speculative-tokens: speculative decoding's draft")
     assert main(["from-vllm", "vllm serve m --max-num-seqs --port 8000", *llama]) == 2

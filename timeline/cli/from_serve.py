@@ -146,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
     if passed:
         header.append("# passed over (--ignore-arg): their memory is not modelled:")
         header += [f"#   {k}" for k in sorted(passed)]
+    header = [h.replace("\r", " ").replace("\n", " ") for h in header]  # a pasted multi-line command: comments
     lines = [*header, f"name = {_toml(name)}", "", "[model]", f"hf_config = {_toml(hf)}"]
     for section in ("parallel", "hardware", "serving"):
         values = hardware if section == "hardware" else m.sections[section]
