@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -365,6 +367,53 @@ def write_file_atomically(out: Path, write: Callable[[Path], None], flag: str = 
     finally:
         with _no_interrupt():
             tmp.unlink(missing_ok=True)
+
+
+def add_gpu_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--gpu NAME`` and ``--gpu-field KEY=VALUE`` of a command that writes a run file (from-megatron, from-vllm)."""
+    from timeline.spec.hardware import GPUS, UNKNOWN_GPU_NEEDS, UNKNOWN_GPU_NEEDS_MULTI
+
+    parser.add_argument("--gpu", default="h100", metavar="NAME",
+                        help=f"GPU kind: a preset ({', '.join(GPUS)}; default h100), or any name with its fields "
+                             "given by --gpu-field")
+    parser.add_argument("--gpu-field", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"a [hardware] field of the GPU, over its preset's; a GPU no preset holds needs "
+                             f"{', '.join(UNKNOWN_GPU_NEEDS)} and, on more than one GPU, "
+                             f"{', '.join(UNKNOWN_GPU_NEEDS_MULTI)} (an error says what each is) — e.g. --gpu "
+                             "rtx-a5000 --gpu-field sm=86 --gpu-field sms=64 …")
+
+
+def gpu_fields(items: list[str]) -> dict[str, float | int | str]:
+    """``--gpu-field KEY=VALUE`` values: a ``[hardware]`` field each, checked as the run file checks it."""
+    from timeline.spec.run import HardwareSpec
+
+    # the field annotations are strings here (``from __future__ import annotations`` in timeline.spec.run)
+    known = {f.name: str(f.type) for f in dataclasses.fields(HardwareSpec) if f.name != "gpu"}
+    out: dict[str, float | int | str] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or key not in known:
+            raise UserError(f"--gpu-field {item!r}: expected KEY=VALUE with KEY one of {', '.join(known)}")
+        kind = known[key]
+        try:
+            out[key] = int(text) if kind == "int" else float(text) if kind == "float" else text.strip()
+        except ValueError:
+            raise UserError(f"--gpu-field {item!r}: {key} takes {'an integer' if kind == 'int' else 'a number'}") \
+                from None
+    return out
+
+
+def script_env(items: list[str]) -> dict[str, str]:
+    """``--script-env NAME=VALUE`` words as a dict (the last of a repeated name wins, as in a shell)."""
+    env: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise UserError(f"--script-env {item}: give NAME=VALUE, NAME a shell variable's name (e.g. "
+                            "--script-env MP_PP0_LAYERS=6)")
+        env[name] = value
+    return env
 
 
 def emit_checked_run_file(text: str, out: Path | None, force: bool, source: str, load: Callable[[Path], object],

@@ -10,11 +10,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from timeline.cli.common import emit_checked_run_file, positive
+from timeline.cli.common import add_gpu_arguments, emit_checked_run_file, gpu_fields, positive, script_env
 from timeline.errors import UserError
 from timeline.io.megatron_table import FORK_FAMILIES
 from timeline.spec.framework import OPTIMIZER_IMPLS
-from timeline.spec.hardware import GPUS, UNKNOWN_GPU_NEEDS, UNKNOWN_GPU_NEEDS_MULTI
 
 HELP = "write a run file from Megatron-LM arguments (model_config.yaml or a launch script's arguments)"
 DESCRIPTION = """\
@@ -42,14 +41,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world-size", type=positive, metavar="N",
                         help="GPUs of the job (dp = N / (tp·pp·cp)); a launch script's torchrun --nproc_per_node × "
                              "--nnodes when it gives both")
-    parser.add_argument("--gpu", default="h100", metavar="NAME",
-                        help=f"GPU kind: a preset ({', '.join(GPUS)}; default h100), or any name with its fields "
-                             "given by --gpu-field")
-    parser.add_argument("--gpu-field", action="append", default=[], metavar="KEY=VALUE",
-                        help=f"a [hardware] field of the GPU, over its preset's; a GPU no preset holds needs "
-                             f"{', '.join(UNKNOWN_GPU_NEEDS)} and, on more than one GPU, "
-                             f"{', '.join(UNKNOWN_GPU_NEEDS_MULTI)} (an error says what each is) — e.g. --gpu "
-                             "rtx-a5000 --gpu-field sm=86 --gpu-field sms=64 …")
+    add_gpu_arguments(parser)
     parser.add_argument("--megatron-core", metavar="X.Y.Z",
                         help="Megatron-Core version the job ran (megatron/core/package_info.py; default 0.14.0); "
                              "from 0.15 Megatron's own output layer reuses TE's cached dummy weight gradient")
@@ -104,39 +96,6 @@ def default_name(path: Path) -> str:
     return path.parent.name if path.stem == "model_config" and path.parent.name else path.stem
 
 
-def _gpu_fields(items: list[str]) -> dict[str, float | int | str]:
-    """``--gpu-field KEY=VALUE`` values: a ``[hardware]`` field each, checked as the run file checks it."""
-    from timeline.spec.run import HardwareSpec
-
-    # the field annotations are strings here (``from __future__ import annotations`` in timeline.spec.run)
-    known = {f.name: str(f.type) for f in dataclasses.fields(HardwareSpec) if f.name != "gpu"}
-    out: dict[str, float | int | str] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or key not in known:
-            raise UserError(f"--gpu-field {item!r}: expected KEY=VALUE with KEY one of {', '.join(known)}")
-        kind = known[key]
-        try:
-            out[key] = int(text) if kind == "int" else float(text) if kind == "float" else text.strip()
-        except ValueError:
-            raise UserError(f"--gpu-field {item!r}: {key} takes {'an integer' if kind == 'int' else 'a number'}") \
-                from None
-    return out
-
-
-def _script_env(items: list[str]) -> dict[str, str]:
-    """``--script-env NAME=VALUE`` words as a dict (the last of a repeated name wins, as in a shell)."""
-    env: dict[str, str] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise UserError(f"--script-env {item}: give NAME=VALUE, NAME a shell variable's name (e.g. "
-                            "--script-env MP_PP0_LAYERS=6)")
-        env[name] = value
-    return env
-
-
 def run(args: argparse.Namespace) -> int:
     from timeline.io.megatron_args import read_megatron_config
     from timeline.io.megatron_write import check_names, convert, run_file_text
@@ -152,11 +111,11 @@ def run(args: argparse.Namespace) -> int:
             script_args = shlex.split(args.script_args)
         except ValueError as exc:
             raise UserError(f"--script-args: {exc} (quote it as a shell would)") from None
-    gpu_fields = _gpu_fields(args.gpu_field)
-    script_env = _script_env(args.script_env)
+    fields = gpu_fields(args.gpu_field)
+    env = script_env(args.script_env)
     if args.entry is not None and not re.fullmatch(r"[^/\s]+\.py", args.entry):
         raise UserError(f"--entry {args.entry}: give the entry script's file name, e.g. --entry sft.py")
-    margs = read_megatron_config(path, script_args=script_args, script_env=script_env, job=args.job,
+    margs = read_megatron_config(path, script_args=script_args, script_env=env, job=args.job,
                                  entry=args.entry)
     if args.vocab_size is not None:
         margs = dataclasses.replace(margs, args={**margs.args, "--vocab-size": str(args.vocab_size)})
@@ -188,11 +147,11 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     conv = convert(margs, world_size=world_size, gpu=args.gpu, te_version=args.te_version,
                    pytorch_version=args.pytorch_version, megatron_core=args.megatron_core, resumed=args.resumed,
-                   optimizer_impl=args.optimizer_impl, gpu_fields=gpu_fields, ignored=ignored)
+                   optimizer_impl=args.optimizer_impl, gpu_fields=fields, ignored=ignored)
     source = str(path)  # the header's command line: what reproduces the run file
     if args.script_args is not None:
         source += f" --script-args {shlex.quote(args.script_args)}"
-    for name, value in script_env.items():
+    for name, value in env.items():
         source += f" --script-env {shlex.quote(f'{name}={value}')}"
     if args.job is not None:
         source += f" --job {args.job}"

@@ -11,9 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from timeline.cli.common import emit_checked_run_file
+from timeline.cli.common import add_gpu_arguments, emit_checked_run_file, gpu_fields, script_env
 from timeline.errors import UserError
-from timeline.spec.hardware import GPUS, UNKNOWN_GPU_NEEDS
 
 HELP = "write a serving run file from a vLLM or SGLang launch command"
 DESCRIPTION = """\
@@ -41,12 +40,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                                                             "cache on this machine")
     parser.add_argument("--engine-version", metavar="X.Y.Z", help="the engine version the command ran (default: the "
                                                                    "image tag's, else the tool's default rules)")
-    parser.add_argument("--gpu", default="h100", metavar="NAME",
-                        help=f"GPU kind: a preset ({', '.join(GPUS)}; default h100), or any name with its fields given "
-                             "by --gpu-field")
-    parser.add_argument("--gpu-field", action="append", default=[], metavar="KEY=VALUE",
-                        help=f"a [hardware] field of the GPU, over its preset's; a GPU no preset holds needs "
-                             f"{', '.join(UNKNOWN_GPU_NEEDS)} (capacity_gib: what PyTorch reports as its total)")
+    add_gpu_arguments(parser)
     parser.add_argument("--script-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a variable of the environment the script starts in (repeat it), as in "
                              "`ENGINE=vllm MODEL=Qwen/Qwen3-8B bash serve.sh`")
@@ -71,18 +65,8 @@ def _read(command: str) -> tuple[str, str]:
     return command, "the command"
 
 
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return json.dumps(str(value))
-
-
 def run(args: argparse.Namespace) -> int:
-    from timeline.cli.from_megatron import _gpu_fields, _script_env
+    from timeline.io.runfile_write import run_file_text
     from timeline.io.serve_command import (
         classify,
         map_options,
@@ -96,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
     hint = "sglang" if args.command == "from-sglang" else "vllm"
     text, source = _read(args.launch)
-    cmd = read_command(text, source, hint, _script_env(args.script_env))
+    cmd = read_command(text, source, hint, script_env(args.script_env))
     parsed = parse_words(cmd.engine, cmd.words, args.engine_version or cmd.version)
     if parsed.unknown:
         raise UserError(unknown_line(cmd.engine, parsed.unknown))
@@ -121,8 +105,7 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"the command does not say which {cmd.engine} ran it: read as {cmd.engine} {version}, whose "
                      "source the rules are read at (give --engine-version)")
     m.sections["serving"]["engine_version"] = version
-    gpu_fields = _gpu_fields(args.gpu_field)
-    hardware: dict[str, Any] = {"gpu": args.gpu, **gpu_fields}
+    hardware: dict[str, Any] = {"gpu": args.gpu, **gpu_fields(args.gpu_field)}
     out = Path(args.output) if args.output else None
     if out is not None and out.exists() and not args.force:
         raise UserError(f"{out} exists; pass --force to replace it")
@@ -131,38 +114,40 @@ def run(args: argparse.Namespace) -> int:
     name = args.name or (parsed.model or "").rstrip("/").split("/")[-1]
     if not re.fullmatch(r"[A-Za-z0-9][\w.+-]*", name):  # an unset $MODEL, a path: the checkpoint folder's name
         name = config.parent.name if re.fullmatch(r"[A-Za-z0-9][\w.+-]*", config.parent.name) else "serve"
-    header = [f"# written by `timeline from-{cmd.engine} {shlex.quote(args.launch)}"
+    header = [f"written by `timeline from-{cmd.engine} {shlex.quote(args.launch)}"
               + (f" --hf-config {shlex.quote(args.hf_config)}" if args.hf_config else "")
               + (f" --engine-version {args.engine_version}" if args.engine_version else "")
               + "".join(f" --script-env {shlex.quote(e)}" for e in args.script_env)
               + "".join(f" --ignore-arg {shlex.quote(e)}" for e in args.ignore_arg)
               + f" --gpu {args.gpu}`",
-              *(f"# note: {n}" for n in notes),
-              f"# {cmd.engine} option -> run-file key:",
-              *(f"#   {k} -> {v}" for k, v in sorted(m.mapped.items()))]
+              *(f"note: {n}" for n in notes),
+              f"{cmd.engine} option -> run-file key:",
+              *(f"  {k} -> {v}" for k, v in sorted(m.mapped.items()))]
     if neutral:
-        header.append("# memory-neutral, skipped:")
-        header += [f"#   {k} ({why})" for k, why in sorted(neutral.items())]
+        header.append("memory-neutral, skipped:")
+        header += [f"  {k} ({why})" for k, why in sorted(neutral.items())]
     if passed:
-        header.append("# passed over (--ignore-arg): their memory is not modelled:")
-        header += [f"#   {k}" for k in sorted(passed)]
-    header = [h.replace("\r", " ").replace("\n", " ") for h in header]  # a pasted multi-line command: comments
-    lines = [*header, f"name = {_toml(name)}", "", "[model]", f"hf_config = {_toml(hf)}"]
-    for section in ("parallel", "hardware", "serving"):
-        values = hardware if section == "hardware" else m.sections[section]
-        if values:
-            lines += ["", f"[{section}]", *(f"{k} = {_toml(v)}" for k, v in values.items())]
+        header.append("passed over (--ignore-arg): their memory is not modelled:")
+        header += [f"  {k}" for k in sorted(passed)]
     mml = m.sections["serving"].get("max_model_len") or 0
     total = min(1152, mml) if mml else 1152  # a 1,024-token prompt and 128 answer tokens, shrunk to fit the context
-    lines += ["", "# the load to simulate: the tool's defaults (edit, or give serving.requests = \"trace.csv\")",
-              "[serving.load]", "num_requests = 100", "rate_per_s = 10",
-              f"prompt_tokens = {{dist = \"fixed\", value = {total - total // 9}}}",
-              f"output_tokens = {{dist = \"fixed\", value = {total // 9}}}", "seed = 0"]
-    body = "\n".join(lines) + "\n"
+    header.append("the load, serving.load: the tool's defaults (edit it, or give serving.requests = \"trace.csv\")")
+    load = {"num_requests": 100, "rate_per_s": 10, "prompt_tokens": {"dist": "fixed", "value": total - total // 9},
+            "output_tokens": {"dist": "fixed", "value": total // 9}, "seed": 0}
+    # one comment line each, a pasted multi-line command included
+    comment = "\n".join(h.replace("\r", " ").replace("\n", " ") for h in header)
+
+    def file_text(hf_path: str) -> str:
+        data: dict[str, Any] = {"name": name, "model": {"hf_config": hf_path}}
+        if m.sections["parallel"]:
+            data["parallel"] = m.sections["parallel"]
+        data["hardware"] = hardware
+        data["serving"] = {**m.sections["serving"], "load": load}
+        return run_file_text(data, comment)
+
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-
-    hf_abs = body.replace(f"hf_config = {_toml(hf)}", f"hf_config = {_toml(str(config.resolve()))}")
+    body, hf_abs = file_text(hf), file_text(str(config.resolve()))  # printed, its paths are checked from here
     emit_checked_run_file(body, out, args.force, source, load_serve_run, stdout_check_text=hf_abs)
     return 0
 

@@ -269,8 +269,12 @@ class _Undecidable(Exception):
 
 #: the value of a variable only an undecidable test assigns (``if [ -d /opt/x ]; then AUTO_RESUME=…; fi``): it
 #: refuses where it reaches the job's arguments, a test or arithmetic, and drops from the launcher's words
-UNDECIDED = "\x00undecided:"
-UNDECIDED_RE = re.compile("\x00undecided:([A-Za-z_][A-Za-z0-9_]*)\x00")
+UNDECIDED_RE = re.compile(rf"\x00undecided:({NAME})\x00")
+
+
+def _undecided(name: str) -> str:
+    """The value standing for ``name``'s undecided one (found again by :data:`UNDECIDED_RE`)."""
+    return f"\x00undecided:{name}\x00"
 
 
 def _only_assignments(cmds: list[_Cmd]) -> list[tuple[str, bool]] | None:
@@ -1127,10 +1131,10 @@ def _if(shell: _Shell, cmds: list[_Cmd], i: int, found: list[Launch]) -> int:
                     raise
                 # branches that only assign: the value stays undecided, refused only where it matters
                 for name, exported in sorted({n for names in assigned for n in names or ()}):
-                    shell.vars[name] = f"{UNDECIDED}{name}\x00"
+                    shell.vars[name] = _undecided(name)
                     shell.undecided[name] = str(exc)
                     if exported:
-                        shell.env[name] = f"{UNDECIDED}{name}\x00"
+                        shell.env[name] = _undecided(name)
             break  # a file or process test around echo / exit / mkdir: not the job's arguments
         if taken:
             _run(shell, branch, found)

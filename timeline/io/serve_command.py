@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from timeline.errors import UserError
+from timeline.io.launch_script import SERVE_MODULES, SERVE_PROGRAMS, read_launch_script
 
-ENGINES = ("vllm", "sglang")
 _TABLES = Path(__file__).with_name("serve_options.json")
 
 
@@ -128,9 +128,9 @@ def _finder(argv: list[str]) -> int | None:
     """Where a serving engine's invocation starts in a command's words: the index its arguments follow."""
     for k, w in enumerate(argv):
         base = re.sub(r".*/", "", w)
-        if base in ("vllm", "sglang") and k + 1 < len(argv) and argv[k + 1] == "serve":
+        if base in SERVE_PROGRAMS and k + 1 < len(argv) and argv[k + 1] == "serve":
             return k + 1
-        if w in ("vllm.entrypoints.openai.api_server", "sglang.launch_server") and k > 0 and argv[k - 1] == "-m":
+        if w in SERVE_MODULES and k > 0 and argv[k - 1] == "-m":
             return k
         if _VLLM_IMAGE.match(w) and k > 0:  # docker run … vllm/vllm-openai:TAG ARGS: the image's entrypoint
             rest = argv[k + 1:]
@@ -142,14 +142,13 @@ def _finder(argv: list[str]) -> int | None:
 
 
 def _finder_plain(word: str) -> bool:
-    return word in ("vllm", "python", "python3", "-m") or word.endswith("launch_server")
+    """A word of a command given after an image (`vllm …`, `python3 -m …`): it replaces the image's entrypoint."""
+    return word in (*SERVE_PROGRAMS, "python", "python3", "-m") or word in SERVE_MODULES
 
 
 def read_command(text: str, source: str, engine_hint: str, env: dict[str, str] | None = None) -> ServeCommand:
     """The serving command of ``text`` (a shell script, or a command line alone; its options alone are
     ``engine_hint``'s)."""
-    from timeline.io.launch_script import read_launch_script
-
     launch = read_launch_script(text, source, env=env, finder=_finder)
     if launch is None and text.lstrip().startswith("-"):  # the options alone, for the engine the command names
         try:
