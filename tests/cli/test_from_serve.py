@@ -184,3 +184,19 @@ def test_options_are_checked_against_the_version_that_ran(tmp_path, capsys):
     assert main(["from-sglang", "python -m sglang.launch_server --model-path m --tp-size 4 --dp-size 2", *qwen,
                  "--engine-version", "0.4.9"]) == 0
     assert "\ntp = 4\ndp = 2\n" in capsys.readouterr().out
+
+
+def test_kv_pool_sizes_given_by_hand_are_mapped(tmp_path, capsys):
+    cfg = ["--hf-config", str(HF / "llama-3.1-8b"), "--gpu", "h100"]
+    assert main(["from-vllm", "vllm serve m --num-gpu-blocks-override 2000 --kv-cache-memory-bytes 20G", *cfg,
+                 "--engine-version", "0.11.0"]) == 0
+    out = capsys.readouterr().out
+    # --kv-cache-memory-bytes is vLLM's human_readable_int: 20G = 20 GiB
+    assert "num_gpu_blocks_override = 2000" in out and f"kv_cache_memory_bytes = {20 << 30}" in out
+    assert "#   --num-gpu-blocks-override -> serving.num_gpu_blocks_override" in out
+    assert main(["from-vllm", "vllm serve m --kv-cache-memory-bytes 20G", *cfg, "--engine-version", "0.10.1.1"]) == 2
+    assert "--kv-cache-memory-bytes is an option of vllm 0.10.2" in capsys.readouterr().err
+    out_file = tmp_path / "sg.toml"
+    assert main(["from-sglang", "python -m sglang.launch_server --model-path m --max-total-tokens 50000", *cfg,
+                 "--engine-version", "0.5.5", "-o", str(out_file)]) == 0
+    assert load_serve_run(out_file).serving.max_total_tokens == 50000

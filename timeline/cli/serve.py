@@ -104,12 +104,15 @@ def print_summary(res: ServeResult) -> None:
     b, con = res.budget, console()
     s = summary(res)
     dev, rq = s["devices"][0], s["requests"]
+    sv, blocks = res.run.serving, f"{b.num_kv_blocks:,} blocks of {b.block_size} tokens × {b.kv_bytes_per_token:,} B/token"
+    given = " (kv_cache_memory_bytes)" if sv.kv_cache_memory_bytes and b.engine == "vllm" else ""
+    pool = (f"KV pool {gib(b.kv_pool_bytes)}{given} available, num_gpu_blocks_override {blocks}"
+            if sv.num_gpu_blocks_override and b.engine == "vllm" else f"KV pool {gib(b.kv_pool_bytes)}{given} ({blocks})")
     con.print(f"{res.run.name}: {b.engine} budget per device (GiB): total {gib(b.total_bytes)}, requested "
               f"{gib(b.requested_bytes)}, weights {gib(b.weights_bytes)}"
               + (f" (vision tower and projector {gib(b.vision_weights_bytes)})" if b.vision_weights_bytes else "")
               + f", non-torch {gib(b.non_torch_bytes)}, "
-              f"activation peak {gib(b.activation_peak_bytes)}, KV pool {gib(b.kv_pool_bytes)} "
-              f"({b.num_kv_blocks:,} blocks of {b.block_size} tokens × {b.kv_bytes_per_token:,} B/token); "
+              f"activation peak {gib(b.activation_peak_bytes)}, {pool}; "
               + (f"CUDA-graph pool {gib(b.cuda_graph_bytes)}; the engine's CUDA-graph estimate "
                  f"{gib(b.cuda_graph_estimate_bytes)} subtracted" if b.cuda_graph_subtracted else
                  f"CUDA-graph pool {gib(b.cuda_graph_bytes)} (not subtracted by the engine)"))

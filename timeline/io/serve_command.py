@@ -351,6 +351,8 @@ VLLM_MAPPED = {
     "compilation_config": "serving.cudagraph_mode / cuda_graph_sizes (its cudagraph_* keys)",
     "speculative_config": "serving.speculative_method / num_speculative_tokens (MTP)",
     "limit_mm_per_prompt": "serving.limit_mm_per_prompt (images)", "model": "model.hf_config",
+    "num_gpu_blocks_override": "serving.num_gpu_blocks_override",
+    "kv_cache_memory_bytes": "serving.kv_cache_memory_bytes",
 }
 #: SGLang's ``ServerArgs`` fields
 SGLANG_MAPPED = {
@@ -362,6 +364,7 @@ SGLANG_MAPPED = {
     "enable_dp_attention": "serving.enable_dp_attention", "dtype": "serving.dtype",
     "quantization": "the checkpoint's quantization_config", "disable_radix_cache": "serving.enable_prefix_caching",
     "enable_ep_moe": "parallel.ep = tp (0.4's server_args.py: ep_size = tp_size)",
+    "max_total_tokens": "serving.max_total_tokens",
 }
 
 _DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16",
@@ -450,9 +453,12 @@ def map_options(engine: str, parsed: Parsed, checkpoint_quantized: bool) -> Mapp
         for dest in ("max_model_len", "max_num_batched_tokens"):
             if dest in v:
                 put(dest, sv, dest, human_int(given[dest], v[dest]))
-        for dest in ("max_num_seqs", "block_size"):
+        for dest in ("max_num_seqs", "block_size", "num_gpu_blocks_override"):
             if dest in v:
                 put(dest, sv, dest, _int(given[dest], v[dest]))
+        if "kv_cache_memory_bytes" in v:  # arg_utils.py (0.11.0): a human_readable_int (20G, 20g)
+            put("kv_cache_memory_bytes", sv, "kv_cache_memory_bytes",
+                human_int(given["kv_cache_memory_bytes"], v["kv_cache_memory_bytes"]))
         for dest in ("enforce_eager", "enable_prefix_caching", "enable_chunked_prefill"):
             if dest in v:
                 put(dest, sv, dest, bool(v[dest]))
@@ -484,7 +490,8 @@ def map_options(engine: str, parsed: Parsed, checkpoint_quantized: bool) -> Mapp
             put("mem_fraction_static", sv, "mem_fraction_static",
                 _float(given["mem_fraction_static"], v["mem_fraction_static"]))
         for dest, key in (("context_length", "max_model_len"), ("max_running_requests", "max_num_seqs"),
-                          ("chunked_prefill_size", "max_num_batched_tokens"), ("page_size", "block_size")):
+                          ("chunked_prefill_size", "max_num_batched_tokens"), ("page_size", "block_size"),
+                          ("max_total_tokens", "max_total_tokens")):
             if dest in v:
                 put(dest, sv, key, _int(given[dest], v[dest]))
         if v.get("disable_cuda_graph"):
@@ -603,7 +610,6 @@ NEUTRAL: dict[str, str] = {
 #: options whose memory is not modelled, with what they do
 REFUSED = {
     "cpu_offload_gb": "weights kept in host memory and streamed in are not modelled",
-    "kv_cache_memory_bytes": "a KV budget given in bytes (instead of the utilization's rest) is not modelled",
     "enable_lora": "LoRA adapters' weights and their slots are not modelled",
     "kv_transfer_config": "disaggregated prefill's KV connector buffers are not modelled",
     "hf_overrides": "a config changed at load (hf_overrides) is not read; give the changed config.json with --hf-config",
@@ -617,7 +623,6 @@ REFUSED = {
     "attention_backend": "an attention backend chosen by hand sets the KV layout, block size and workspaces: not read",
     "language_model_only": "a vision-language checkpoint served without its tower is not modelled",
     "enable_flashinfer_mla": "FlashInfer's MLA kernels are not modelled",
-    "max_total_tokens": "a cap on the KV pool's tokens is not modelled",
     "ep_num_redundant_experts": "redundant experts' extra weights are not modelled",
     "disaggregation_mode": "disaggregated prefill's KV transfer buffers are not modelled",
 }

@@ -300,15 +300,26 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
         requested = int(free0 * sv.mem_fraction_static)
         rest = (free0 - weights) - (free0 - requested)
         tokens = max(0, rest // per_token)
+        ctx = run.max_model_len
+        max_reqs = sv.max_num_seqs or min(max(int(tokens / ctx * 512), 2048), 4096)  # from the profiled tokens
+        if sv.max_total_tokens:  # init_memory_pool (0.4.9.post2, 0.5.5): the cap, after max_num_reqs is set
+            tokens = min(tokens, sv.max_total_tokens)
         kv_pool = tokens * per_token
         blocks = tokens  # SGLang pages one token at a time at 0.4
-        ctx = run.max_model_len
-        max_reqs = sv.max_num_seqs or min(max(int(tokens / ctx * 512), 2048), 4096)
         req_to_token = (max_reqs + 1) * (ctx + 4) * 4
     else:
         requested = int(total * sv.gpu_memory_utilization)
         kv_pool = requested - (weights + activation + non_torch) - graph_estimate
+        if sv.kv_cache_memory_bytes:
+            # gpu_worker.py Worker.determine_available_memory (0.11.0): the profile run still runs (it compiles the
+            # model), then the given bytes are the budget, gpu_memory_utilization unread
+            kv_pool = sv.kv_cache_memory_bytes
         blocks = max(0, kv_pool // layout.page_bytes // layout.group_size)
+    override = sv.num_gpu_blocks_override if sv.engine == "vllm" else 0
+    if override and not is_v1(sv.engine_version):
+        # V0 llm_engine.py LLMEngine._initialize_kv_caches (0.6.4.post1): the override replaces the profiled count
+        # before the workers' raise_if_cache_size_invalid checks it
+        blocks = override
     failure = ""
     need = layout.max_request_blocks(run.max_model_len, sv.max_num_batched_tokens)
     if sv.engine == "hf":
@@ -321,7 +332,19 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
     elif sv.engine == "vllm" and blocks < need:
         # vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory: one max_model_len request must fit
         failure = (f"max_model_len={run.max_model_len} needs {need} KV blocks and the pool has {blocks}; "
-                   "vLLM refuses to start (check_enough_kv_cache_memory)")
+                   "vLLM refuses to start (" + ("check_enough_kv_cache_memory" if is_v1(sv.engine_version)
+                                                 else "raise_if_cache_size_invalid") + ")")
+    if override:
+        # V1 kv_cache_utils.py (0.11.0): check_enough_kv_cache_memory reads the memory, then get_num_blocks'
+        # may_override_num_blocks sets the count
+        blocks = override
+    if not failure and (override or sv.kv_cache_memory_bytes) and sv.engine == "vllm" \
+            and blocks * layout.page_bytes * layout.group_size > total - weights - non_torch:
+        # the pool's tensors are allocated at that size whatever the budget said: past the device's free memory
+        # (the profile run's cached blocks released on the way), the allocation fails
+        failure = (f"CUDA out of memory allocating the KV cache: {blocks:,} blocks are "
+                   f"{blocks * layout.page_bytes * layout.group_size / GIB:,.2f} GiB, and "
+                   f"{(total - weights - non_torch) / GIB:,.2f} GiB are free after the weights")
     return Budget(engine=sv.engine, engine_version=sv.engine_version or ENGINE_VERSIONS[sv.engine][0], total_bytes=total,
                   requested_bytes=requested, weights_bytes=weights, rope_cache_bytes=rope,
                   non_torch_bytes=non_torch, activation_peak_bytes=activation, cuda_graph_bytes=cuda_graph,

@@ -245,6 +245,9 @@ def release_at_least(version: str, first: tuple[int, int, int]) -> bool:
     return v > first or (v == first and not _PRE_RELEASE_RE.match(version))
 
 
+#: the first vLLM release whose command line has ``--kv-cache-memory-bytes`` (the option tables of
+#: ``timeline/io/serve_options.json``: absent at 0.10.1.1, present from 0.10.2)
+VLLM_KV_CACHE_MEMORY_BYTES = (0, 10, 2)
 #: the first vLLM that subtracts its CUDA-graph memory estimate from the KV budget by default
 VLLM_CUDAGRAPH_ESTIMATE = (0, 20, 0)
 

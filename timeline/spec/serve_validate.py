@@ -8,8 +8,10 @@ version) cites the engine's own argument checks.
 from __future__ import annotations
 
 from timeline.spec.engine_versions import (
+    VLLM_KV_CACHE_MEMORY_BYTES,
     is_v1,
     parse_version,
+    release_at_least,
     version_problem,
     vllm_subtracts_cudagraph_estimate,
 )
@@ -96,6 +98,15 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
                            ("text hidden_size", v.text_hidden_size)):
             if size % par.tp:
                 add(("parallel.tp", f"{par.tp} does not divide the vision tower's {name}={size}"))
+    for key, engine in (("num_gpu_blocks_override", "vllm"), ("kv_cache_memory_bytes", "vllm"),
+                        ("max_total_tokens", "sglang")):
+        if getattr(sv, key) and sv.engine != engine:
+            add((f"serving.{key}", f"an option of {engine} (--{key.replace('_', '-')}), not of {sv.engine}; "
+                 "remove it, or set it to 0"))
+    if sv.kv_cache_memory_bytes and sv.engine == "vllm" and sv.engine_version \
+            and not release_at_least(sv.engine_version, VLLM_KV_CACHE_MEMORY_BYTES):
+        add(("serving.kv_cache_memory_bytes", f"vLLM {sv.engine_version} has no --kv-cache-memory-bytes (an option "
+             "from 0.10.2); remove it, or name the version that ran with it"))
     allowed = KV_DTYPES_BY_ENGINE[sv.engine]
     if sv.kv_cache_dtype not in allowed:
         add(("serving.kv_cache_dtype", f"{sv.kv_cache_dtype!r} is not accepted by {sv.engine}; use one of "

@@ -66,6 +66,13 @@ class ServingSpec:
         "vLLM 0.20+'s CUDA-graph memory estimate, which it subtracts from the KV budget (its log's 'Estimated CUDA "
         "graph memory: X GiB total'; 0 for VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0); not modelled: unset, "
         "nothing is subtracted and the run says so"))
+    num_gpu_blocks_override: int = spec_field(0, nonneg=True, maximum=2**40, doc=(
+        "vLLM --num-gpu-blocks-override: the KV pool's block count, whatever memory the profile leaves (0 = none)"))
+    kv_cache_memory_bytes: int = spec_field(0, nonneg=True, maximum=2**60, doc=(
+        "vLLM --kv-cache-memory-bytes (0.10.2 and later): the KV budget per GPU in bytes, instead of "
+        "gpu_memory_utilization's rest (0 = none)"))
+    max_total_tokens: int = spec_field(0, nonneg=True, maximum=2**40, doc=(
+        "SGLang --max-total-tokens: a cap on the KV pool's tokens (0 = none)"))
     non_torch_gib: float | None = spec_field(None, nonneg=True, maximum=2.0**20,
                                              doc="CUDA context, NCCL and cuBLAS outside PyTorch's allocator "
                                              "(default: the published measurement, timeline.serve.non_torch)")
