@@ -288,6 +288,14 @@ def test_scheduler_defaults_by_version():
     assert (h100.max_num_batched_tokens, h100.max_num_seqs) == (8192, 1024)
     a100 = vllm_scheduler_defaults("0.11.0", 131072, 79.19, "a100")
     assert (a100.max_num_batched_tokens, a100.max_num_seqs) == (2048, 256)
+    # the offline LLM class (UsageContext.LLM_CLASS): 16384 / 8192 tokens, the server's max_num_seqs; V0 one default
+    for version in ("0.8.5", "0.9.2", "0.11.0", "0.19.0"):
+        assert vllm_scheduler_defaults(version, 131072, 79.19, "h100", usage="llm_class").max_num_batched_tokens \
+            == 16384
+        assert vllm_scheduler_defaults(version, 131072, 79.19, "a100", usage="llm_class").max_num_batched_tokens \
+            == (16384 if version == "0.8.5" else 8192)
+    assert vllm_scheduler_defaults("0.6.4.post1", 20000, 79.2, "h100", usage="llm_class").max_num_batched_tokens \
+        == 20000
 
 
 def test_unread_old_versions_refused_by_name(tmp_path):

@@ -18,8 +18,9 @@ HELP = "write a serving run file from a vLLM or SGLang launch command"
 DESCRIPTION = """\
 Read a serving engine's launch command — `vllm serve MODEL …`, `python -m vllm.entrypoints.openai.api_server …`,
 `docker run … vllm/vllm-openai:TAG …`, `python -m sglang.launch_server …` — given as the command line itself or as a
-shell script that runs it (read as bash would, never run), and write the run file `timeline serve` takes (stdout
-without -o). Every option is looked up in the engine's own command-line surface, read from its source: mapped to a
+shell script that runs it (read as bash would, never run), a Kubernetes manifest or Compose file whose container
+runs it, or a Python program that builds the engine (`LLM(model=…, tensor_parallel_size=…)`, `sgl.Engine(…)`:
+its keywords read without running it), and write the run file `timeline serve` takes (stdout without -o). Every option is looked up in the engine's own command-line surface, read from its source: mapped to a
 run-file key, listed as memory-neutral in the file's header, or refused in one line (a typo gets "did you mean").
 The model's config.json is the checkpoint's: the local folder the command names, the Hugging Face cache on this
 machine, or --hf-config. A container image's tag gives the engine version; else --engine-version.
@@ -27,6 +28,8 @@ machine, or --hf-config. A container image's tag gives the engine version; else 
 examples:
   timeline from-vllm "vllm serve Qwen/Qwen3-8B --max-model-len 32k -tp 2" --gpu h100 -o qwen3.toml
   timeline from-vllm launch.sh --hf-config ./Llama-3.1-8B/config.json --engine-version 0.10.1 -o run.toml
+  timeline from-vllm deployment.yaml --gpu h100 -o run.toml          # the container running vllm serve
+  timeline from-vllm offline.py --engine-version 0.11.0 -o run.toml  # LLM(model=..., ...) in a script
   timeline from-sglang "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8" --gpu h200
   timeline serve run.toml
 """
@@ -44,6 +47,8 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--script-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a variable of the environment the script starts in (repeat it), as in "
                              "`ENGINE=vllm MODEL=Qwen/Qwen3-8B bash serve.sh`")
+    parser.add_argument("--job", type=int, default=1, metavar="K",
+                        help="of a file holding several (containers that serve, LLM(...) calls), the K-th (from 1)")
     parser.add_argument("--ignore-arg", action="append", default=[], metavar="NAME",
                         help="pass over an option whose memory is not modelled (listed in the run file's header); "
                              "comma-separated or repeated")
@@ -80,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
     hint = "sglang" if args.command == "from-sglang" else "vllm"
     text, source = _read(args.launch)
-    cmd = read_command(text, source, hint, script_env(args.script_env))
+    cmd = read_command(text, source, hint, script_env(args.script_env), job=args.job)
     parsed = parse_words(cmd.engine, cmd.words, args.engine_version or cmd.version)
     if parsed.unknown:
         raise UserError(unknown_line(cmd.engine, parsed.unknown))
@@ -105,6 +110,10 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"the command does not say which {cmd.engine} ran it: read as {cmd.engine} {version}, whose "
                      "source the rules are read at (give --engine-version)")
     m.sections["serving"]["engine_version"] = version
+    if cmd.usage_context != "openai_api_server":
+        m.sections["serving"]["usage_context"] = cmd.usage_context
+        m.mapped["LLM(...)"] = ("serving.usage_context = llm_class (vLLM's offline class: its own V1 scheduler "
+                                "defaults, engine/arg_utils.py _set_default_args)")
     hardware: dict[str, Any] = {"gpu": args.gpu, **gpu_fields(args.gpu_field)}
     out = Path(args.output) if args.output else None
     if out is not None and out.exists() and not args.force:
@@ -119,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
               + (f" --engine-version {args.engine_version}" if args.engine_version else "")
               + "".join(f" --script-env {shlex.quote(e)}" for e in args.script_env)
               + "".join(f" --ignore-arg {shlex.quote(e)}" for e in args.ignore_arg)
+              + (f" --job {args.job}" if args.job != 1 else "")
               + f" --gpu {args.gpu}`",
               *(f"note: {n}" for n in notes),
               f"{cmd.engine} option -> run-file key:",

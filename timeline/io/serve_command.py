@@ -1,7 +1,8 @@
 """A serving engine's launch command read into a serving run file: ``vllm serve MODEL …``, ``python -m
 vllm.entrypoints.openai.api_server …``, ``docker run … vllm/vllm-openai:TAG …``, ``python -m sglang.launch_server
 …`` — one command line, or a shell script that runs one (read as bash would, never run:
-:mod:`timeline.io.launch_script`).
+:mod:`timeline.io.launch_script`), or a Kubernetes / Compose container or a Python program that runs the engine
+(:mod:`timeline.io.serve_forms`).
 
 Every option is looked up in the engine's own command-line surface (``serve_options.json``: the parsers of 18 vLLM
 and 10 SGLang versions — ``EngineArgs`` / ``FrontendArgs``, ``ServerArgs`` — each read from that version's source,
@@ -23,10 +24,11 @@ import shlex
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from timeline.errors import UserError
 from timeline.io.launch_script import SERVE_MODULES, SERVE_PROGRAMS, read_launch_script
+from timeline.io.serve_forms import Found, manifest_containers, python_calls
 
 _TABLES = Path(__file__).with_name("serve_options.json")
 
@@ -122,6 +124,7 @@ class ServeCommand:
     version: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    usage_context: str = "openai_api_server"  # vLLM's: the offline LLM class's defaults when "llm_class"
 
 
 def _finder(argv: list[str]) -> int | None:
@@ -146,9 +149,60 @@ def _finder_plain(word: str) -> bool:
     return word in (*SERVE_PROGRAMS, "python", "python3", "-m") or word in SERVE_MODULES
 
 
-def read_command(text: str, source: str, engine_hint: str, env: dict[str, str] | None = None) -> ServeCommand:
-    """The serving command of ``text`` (a shell script, or a command line alone; its options alone are
-    ``engine_hint``'s)."""
+def read_command(text: str, source: str, engine_hint: str, env: dict[str, str] | None = None,
+                 job: int = 1) -> ServeCommand:
+    """The serving command of ``text``: a shell script or a command line alone (its options alone are
+    ``engine_hint``'s), a Kubernetes manifest or Compose file whose container runs the engine, or a Python program
+    that builds it (:mod:`timeline.io.serve_forms`); of several, the ``job``-th (from 1)."""
+    env = dict(env or {})
+    calls = python_calls(text, env, options)
+    if calls is not None:
+        call = _pick(calls, job, source, "engine-building calls")
+        assert call.engine is not None and call.words is not None
+        return ServeCommand(engine=call.engine, words=call.words, env=env, usage_context=call.usage_context,
+                            notes=[f"read {call.what}" + (f" ({len(calls)} in {source}; --job picks another)"
+                                                          if len(calls) > 1 else "")])
+    containers = manifest_containers(text, env)
+    if containers is not None:
+        serving: list[tuple[Found, ServeCommand]] = []
+        for c in containers:
+            assert c.text is not None
+            cmd = _read_shell(c.text, f"{source}: {c.what}", engine_hint, c.env)
+            if cmd is not None:
+                serving.append((c, cmd))
+        if not serving:
+            raise UserError(f"{source}: no container runs a serving engine (a command `vllm serve …` / `python3 -m "
+                            "sglang.launch_server …`, or args to the vllm/vllm-openai image's own entrypoint)")
+        c, cmd = _pick(serving, job, source, "containers that serve")
+        if cmd.version is None and c.image:
+            m = _VLLM_IMAGE.match(c.image) if cmd.engine == "vllm" else _SGLANG_IMAGE.match(c.image)
+            cmd.version = m.group(1) if m else None
+        cmd.notes = [*c.notes, f"read {c.what} (image {c.image})" + (
+            f" ({len(serving)} serving containers in {source}; --job picks another)" if len(serving) > 1 else ""),
+            *cmd.notes]
+        return cmd
+    found = _read_shell(text, source, engine_hint, env)
+    if found is None:
+        raise UserError(f"{source}: no serving command found (`vllm serve MODEL …`, `python -m "
+                        "vllm.entrypoints.openai.api_server …`, `docker run … vllm/vllm-openai:TAG …`, `python -m "
+                        "sglang.launch_server …`, a Kubernetes or Compose container running one, or a Python program "
+                        "calling LLM(…) / sgl.Engine(…))")
+    if job != 1:
+        raise UserError(f"--job {job}: {source} runs one serving command")
+    return found
+
+
+T = TypeVar("T")
+
+
+def _pick(items: list[T], job: int, source: str, what: str) -> T:
+    if not 1 <= job <= len(items):
+        raise UserError(f"--job {job}: {source} holds {what}: {len(items)} (give 1 … {len(items)})")
+    return items[job - 1]
+
+
+def _read_shell(text: str, source: str, engine_hint: str, env: dict[str, str]) -> ServeCommand | None:
+    """The serving command of a shell script or command line, or None where it runs none."""
     launch = read_launch_script(text, source, env=env, finder=_finder)
     if launch is None and text.lstrip().startswith("-"):  # the options alone, for the engine the command names
         try:
@@ -157,9 +211,7 @@ def read_command(text: str, source: str, engine_hint: str, env: dict[str, str] |
             raise UserError(f"{source}: cannot split the options ({exc})") from None
         return ServeCommand(engine=engine_hint, words=words)
     if launch is None:
-        raise UserError(f"{source}: no serving command found (`vllm serve MODEL …`, `python -m "
-                        "vllm.entrypoints.openai.api_server …`, `docker run … vllm/vllm-openai:TAG …` or `python -m "
-                        "sglang.launch_server …`)")
+        return None
     entry = launch.script
     version = None
     if entry == "sglang.launch_server" or (entry == "serve" and re.sub(r".*/", "", launch.launcher[-1]) == "sglang"):

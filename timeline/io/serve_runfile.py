@@ -20,6 +20,7 @@ from timeline.io.hf_vision import is_vision_language, split_vision
 from timeline.io.requests_csv import read_requests
 from timeline.io.runfile import NAME_RE, _resolve_model, default_name, parse_override, read_toml, world_of
 from timeline.spec.engine_versions import (
+    USAGE_CONTEXTS,
     sglang_mem_fraction_static,
     version_problem,
     vllm_scheduler_defaults,
@@ -109,7 +110,9 @@ def _version_defaults(sv: dict[str, Any], max_position: int, device_gib: float, 
     if not isinstance(mml, int):
         return
     chunked = sv.get("enable_chunked_prefill")
-    d = vllm_scheduler_defaults(version, mml, device_gib, gpu, chunked if isinstance(chunked, bool) else None)
+    usage = sv.get("usage_context", "openai_api_server")
+    d = vllm_scheduler_defaults(version, mml, device_gib, gpu, chunked if isinstance(chunked, bool) else None,
+                                usage if usage in USAGE_CONTEXTS else "openai_api_server")
     sv.setdefault("enable_chunked_prefill", d.enable_chunked_prefill)
     sv.setdefault("max_num_seqs", d.max_num_seqs)
     sv.setdefault("max_num_batched_tokens", d.max_num_batched_tokens)

@@ -297,11 +297,19 @@ class SchedulerDefaults:
     enable_chunked_prefill: bool
 
 
+#: the usage contexts whose V1 scheduler defaults are read (``vllm/usage/usage_lib.py`` ``UsageContext``)
+USAGE_CONTEXTS = ("openai_api_server", "llm_class")
+
+
 def vllm_scheduler_defaults(version: str, max_model_len: int, device_gib: float, device_name: str,
-                            chunked: bool | None = None) -> SchedulerDefaults:
-    """The OpenAI server's ``max_num_batched_tokens`` / ``max_num_seqs`` when the user gives neither
+                            chunked: bool | None = None, usage: str = "openai_api_server") -> SchedulerDefaults:
+    """The ``max_num_batched_tokens`` / ``max_num_seqs`` the engine takes when the user gives neither
     (module docstring: V0 ``SchedulerConfig.__post_init__``, V1 ``_set_default_args_v1``);
-    ``chunked`` is the user's ``enable_chunked_prefill`` (None: the engine's default)."""
+    ``chunked`` is the user's ``enable_chunked_prefill`` (None: the engine's default); ``usage``: the OpenAI
+    server's or the offline ``LLM`` class's defaults. V1's token budget of the ``LLM`` class is 16,384 on a
+    large device and 8,192 elsewhere (``default_max_num_batched_tokens[UsageContext.LLM_CLASS]`` of
+    ``engine/arg_utils.py`` at 0.8.5, 0.9.2, 0.11.0 and 0.19.0; its ``max_num_seqs`` the server's); V0 has one
+    default for both."""
     if not is_v1(version):
         if chunked is None:  # the OpenAI server's use_long_context (read at 0.5.4; absent at 0.4.1)
             chunked = max_model_len > 32768 and (parse_version(version) or (0, 7, 0)) >= (0, 5, 4)
@@ -313,7 +321,7 @@ def vllm_scheduler_defaults(version: str, max_model_len: int, device_gib: float,
     v = parse_version(version or VLLM_DEFAULT) or (0, 11, 0)
     large = device_gib >= 70 and (v < (0, 9, 0) or "a100" not in device_name.lower())
     seqs = 1024 if large and v >= (0, 9, 0) else 256
-    tokens = 8192 if large else 2048
+    tokens = (16384 if large else 8192) if usage == "llm_class" else (8192 if large else 2048)
     if chunked is False:
         # the user's --no-enable-chunked-prefill: a whole prompt in one step, so the budget covers max_model_len —
         # engine/arg_utils.py _set_default_args_v1 (0.9/0.10) ``max_num_batched_tokens = model_config.max_model_len``;

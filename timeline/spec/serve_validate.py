@@ -103,6 +103,9 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
         if getattr(sv, key) and sv.engine != engine:
             add((f"serving.{key}", f"an option of {engine} (--{key.replace('_', '-')}), not of {sv.engine}; "
                  "remove it, or set it to 0"))
+    if sv.usage_context != "openai_api_server" and sv.engine != "vllm":
+        add(("serving.usage_context", f"vLLM's usage context (its offline LLM class's defaults); {sv.engine} "
+             "takes one set of defaults: remove it"))
     if sv.kv_cache_memory_bytes and sv.engine == "vllm" and sv.engine_version \
             and not release_at_least(sv.engine_version, VLLM_KV_CACHE_MEMORY_BYTES):
         add(("serving.kv_cache_memory_bytes", f"vLLM {sv.engine_version} has no --kv-cache-memory-bytes (an option "

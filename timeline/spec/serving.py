@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from timeline.spec.engine_versions import USAGE_CONTEXTS
 from timeline.spec.fields import spec_field
 from timeline.spec.model import ModelSpec
 from timeline.spec.quant import CheckpointQuant
@@ -66,6 +67,9 @@ class ServingSpec:
         "vLLM 0.20+'s CUDA-graph memory estimate, which it subtracts from the KV budget (its log's 'Estimated CUDA "
         "graph memory: X GiB total'; 0 for VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0); not modelled: unset, "
         "nothing is subtracted and the run says so"))
+    usage_context: str = spec_field("openai_api_server", choices=USAGE_CONTEXTS, doc=(
+        "vLLM: how the engine is started — the OpenAI server (vllm serve) or the offline LLM class "
+        "(LLM(...)), whose V1 scheduler defaults differ (max_num_batched_tokens 16,384 / 8,192)"))
     num_gpu_blocks_override: int = spec_field(0, nonneg=True, maximum=2**40, doc=(
         "vLLM --num-gpu-blocks-override: the KV pool's block count, whatever memory the profile leaves (0 = none)"))
     kv_cache_memory_bytes: int = spec_field(0, nonneg=True, maximum=2**60, doc=(

@@ -1,0 +1,143 @@
+"""``timeline from-vllm`` on deployments that are not a shell command: a Kubernetes manifest or Compose file whose
+container runs the engine, and a Python program building it (``LLM(...)``, ``sgl.Engine(...)``) — read without
+running anything, as the kubelet, Compose and the engine's own fields would give them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from timeline.cli import main
+from timeline.io.serve_runfile import load_serve_run
+
+HF = ["--hf-config", str(Path(__file__).resolve().parents[1] / "data" / "hf" / "llama-3.1-8b"), "--gpu", "h100"]
+
+DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: llama}
+spec:
+  template:
+    spec:
+      containers:
+      - name: proxy
+        image: nginx:1.25
+        args: ["-g", "daemon off;"]
+      - name: vllm
+        image: vllm/vllm-openai:v0.10.1.1
+        command: ["/bin/sh", "-c"]
+        args: ["vllm serve meta-llama/Llama-3.1-8B --max-model-len $MAX_LEN --tensor-parallel-size 2"]
+        env:
+        - name: HF_TOKEN
+          valueFrom: {secretKeyRef: {name: hf, key: token}}
+        - {name: MAX_LEN, value: "16384"}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: llama}
+"""
+
+
+def _run(tmp_path, name: str, text: str, *extra: str):
+    src = tmp_path / name
+    src.write_text(text)
+    out = tmp_path / "run.toml"
+    assert main(["from-vllm", str(src), *HF, *extra, "-o", str(out), "--force"]) == 0
+    return load_serve_run(out), out.read_text()
+
+
+def test_a_kubernetes_container_running_a_shell_command(tmp_path):
+    run, text = _run(tmp_path, "deploy.yaml", DEPLOYMENT)
+    # the sidecar is passed over; the shell command reads the container's env; the image tag is the version
+    assert run.parallel.tp == 2 and run.serving.max_model_len == 16384 and run.serving.engine_version == "0.10.1.1"
+    assert "# note: read container 'vllm' (image vllm/vllm-openai:v0.10.1.1)" in text
+
+
+def test_kubernetes_args_to_the_images_entrypoint_expand_env_references(tmp_path):
+    manifest = ("containers:\n- name: server\n  image: vllm/vllm-openai:v0.9.2\n"
+                '  args: ["--model", "$(MODEL)", "--max-model-len=8192", "--served-model-name", "$$(MODEL)"]\n'
+                "  env:\n  - {name: MODEL, value: meta-llama/Llama-3.1-8B}\n")
+    run, text = _run(tmp_path, "pod.yaml", manifest)
+    assert run.serving.engine_version == "0.9.2" and run.serving.max_model_len == 8192
+    assert 'name = "Llama-3.1-8B"' in text  # $(MODEL) expanded; $$(MODEL) is the literal "$(MODEL)"
+
+
+COMPOSE = """\
+services:
+  vllm:
+    image: vllm/vllm-openai:${VLLM_TAG:-v0.8.5}
+    command: --model meta-llama/Llama-3.1-8B --max-model-len ${MAX_LEN:-4096} --max-num-seqs 64
+  sglang:
+    image: lmsysorg/sglang:v0.4.9.post2-cu126
+    command: python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B --max-total-tokens 60000
+"""
+
+
+def test_compose_services_interpolate_and_job_picks_one(tmp_path):
+    run, text = _run(tmp_path, "compose.yaml", COMPOSE)
+    assert run.serving.engine == "vllm" and run.serving.engine_version == "0.8.5"
+    assert (run.serving.max_model_len, run.serving.max_num_seqs) == (4096, 64)
+    assert "2 serving containers in" in text
+    run, _ = _run(tmp_path, "compose.yaml", COMPOSE, "--script-env", "MAX_LEN=8192", "--script-env",
+                  "VLLM_TAG=v0.10.2")
+    assert run.serving.max_model_len == 8192 and run.serving.engine_version == "0.10.2"
+    run, _ = _run(tmp_path, "compose.yaml", COMPOSE, "--job", "2")
+    assert run.serving.engine == "sglang" and run.serving.max_total_tokens == 60000
+    assert run.serving.engine_version == "0.4.9.post2"
+
+
+OFFLINE = """\
+import argparse, os
+from vllm import LLM, SamplingParams
+
+MODEL = os.environ.get("MODEL", "meta-llama/Llama-3.1-8B")
+parser = argparse.ArgumentParser()
+parser.add_argument("--tp", type=int, default=2)
+parser.add_argument("--max-len", type=int, default=16384)
+args = parser.parse_args()
+llm = LLM(model=MODEL, tensor_parallel_size=args.tp, max_model_len=args.max_len, gpu_memory_utilization=0.8,
+          enable_prefix_caching=True, compilation_config={"cudagraph_capture_sizes": [1, 2, 4, 8]})
+"""
+
+
+def test_an_offline_llm_call_with_its_usage_contexts_defaults(tmp_path):
+    run, text = _run(tmp_path, "offline.py", OFFLINE, "--engine-version", "0.11.0")
+    sv = run.serving
+    assert run.parallel.tp == 2 and sv.max_model_len == 16384 and sv.gpu_memory_utilization == 0.8
+    assert sv.enable_prefix_caching is True and sv.cuda_graph_sizes == (1, 2, 4, 8)
+    # LLM_CLASS: 16,384 tokens a step on an H100 (the server's 8,192), engine/arg_utils.py _set_default_args
+    assert sv.usage_context == "llm_class" and (sv.max_num_batched_tokens, sv.max_num_seqs) == (16384, 1024)
+    served = tmp_path / "served"
+    assert main(["serve", str(tmp_path / "run.toml"), "-o", str(served), "--format", "summary"]) == 0
+
+
+def test_sglang_offline_engine(tmp_path):
+    program = ("import sglang as sgl\nif __name__ == '__main__':\n"
+               "    llm = sgl.Engine(model_path='meta-llama/Llama-3.1-8B', tp_size=2, mem_fraction_static=0.85,"
+               " context_length=8192)\n")
+    run, _ = _run(tmp_path, "sgl.py", program, "--engine-version", "0.5.5")
+    assert run.serving.engine == "sglang" and run.parallel.tp == 2 and run.serving.mem_fraction_static == 0.85
+    assert run.serving.max_model_len == 8192
+
+
+@pytest.mark.parametrize(("program", "message"), [
+    ("from vllm import LLM\nn = get_gpus()\nllm = LLM('m', tensor_parallel_size=n)\n",
+     "LLM(…) at line 3: tensor_parallel_size=n: a value this reader cannot follow"),
+    ("from vllm import LLM\nkw = dict(tensor_parallel_size=2)\nllm = LLM('m', **kw)\n",
+     "**kw: keyword arguments unpacked from a variable are not read"),
+    ("from vllm import LLM\nllm = LLM('m', tensor_paralel_size=2)\n",
+     "tensor_paralel_size: a field of no vllm version's engine arguments this tool has read (did you mean "
+     "tensor_parallel_size"),
+    ("from vllm import AsyncEngineArgs\na = AsyncEngineArgs(model='m', tensor_parallel_size=2)\n",
+     "ENGINE_CONTEXT scheduler defaults, which are not read: give max_num_batched_tokens and max_num_seqs"),
+    ("containers:\n- name: web\n  image: nginx\n  args: ['-g', 'daemon off;']\n",
+     "no container runs a serving engine"),
+])
+def test_what_cannot_be_read_is_one_line(tmp_path, capsys, program, message):
+    src = tmp_path / ("x.py" if "import" in program else "x.yaml")
+    src.write_text(program)
+    out = tmp_path / "run.toml"
+    assert main(["from-vllm", str(src), *HF, "--engine-version", "0.11.0", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and not out.exists()
