@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from timeline.cli import main
 from timeline.io.serve_runfile import load_serve_run
 from timeline.serve.budget import compute_budget, compute_budgets, samples
 from timeline.serve.non_torch import (
@@ -20,7 +21,8 @@ from timeline.serve.non_torch import (
     measured_non_torch,
     window,
 )
-from timeline.spec.engine_versions import sglang_mem_fraction_static
+from timeline.serve.run import capture_sizes
+from timeline.spec.engine_versions import sglang_mem_fraction_static, vllm_capture_sizes
 from timeline.spec.run import HardwareSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -283,3 +285,28 @@ def test_no_peer_access_keeps_nccl_buffers_in_host_memory(tmp_path):
     assert measured_non_torch(host)[0] == int(0.13 * GIB)
     assert measured_non_torch(p2p)[0] > measured_non_torch(host)[0]
     assert compute_budget(host).num_kv_blocks == pytest.approx(74_510, rel=0.002)
+
+
+def test_cuda_graph_capture_sizes_by_version():
+    """``VllmConfig._set_cudagraph_sizes``: by 8 up to the cap at 0.11.0 (one ``--cuda-graph-sizes`` value is the
+    cap), by 8 below 256 and by 16 from 256 at 0.12.0 on, capped by ``--max-cudagraph-capture-size``; the
+    speculative tokens widen the default cap from 0.14.0; never above ``max_num_batched_tokens``."""
+    by8 = (1, 2, 4, *range(8, 513, 8))
+    assert vllm_capture_sizes("0.11.0", 256, 8192) == by8
+    assert vllm_capture_sizes("0.11.0", 256, 8192, given=(64,)) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
+    assert vllm_capture_sizes("0.11.0", 256, 8192, given=(64, 1, 3)) == (1, 3, 64)
+    assert vllm_capture_sizes("0.11.0", 256, 256) == (1, 2, 4, *range(8, 257, 8))
+    by16 = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))
+    assert vllm_capture_sizes("0.12.0", 256, 8192) == by16 and len(by16) == 51
+    assert vllm_capture_sizes("0.19.0", 1024, 8192, max_size=64) == (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64)
+    assert vllm_capture_sizes("0.19.0", 1024, 8192, given=(64,)) == (64,)  # a list as given from 0.12
+    assert vllm_capture_sizes("0.12.0", 64, 8192, spec_tokens=3)[-1] == 128
+    assert vllm_capture_sizes("0.19.0", 64, 8192, spec_tokens=3)[-1] == 512
+
+
+def test_from_vllm_maps_the_capture_cap(tmp_path):
+    out = tmp_path / "run.toml"
+    assert main(["from-vllm", "vllm serve m --max-cudagraph-capture-size 32", "--hf-config",
+                 str(HF / "llama-3.1-8b"), "--engine-version", "0.19.0", "--gpu", "h100", "-o", str(out)]) == 0
+    run = load_serve_run(out)
+    assert run.serving.max_cudagraph_capture_size == 32 and capture_sizes(run) == (32, 24, 16, 8, 4, 2, 1)

@@ -399,7 +399,8 @@ VLLM_MAPPED = {
     "enforce_eager": "serving.enforce_eager", "enable_prefix_caching": "serving.enable_prefix_caching",
     "enable_chunked_prefill": "serving.enable_chunked_prefill", "dtype": "serving.dtype",
     "quantization": "serving.weight_dtype (online fp8) / the checkpoint's quantization_config",
-    "cuda_graph_sizes": "serving.cuda_graph_sizes",
+    "cuda_graph_sizes": "serving.cuda_graph_sizes", "cudagraph_capture_sizes": "serving.cuda_graph_sizes",
+    "max_cudagraph_capture_size": "serving.max_cudagraph_capture_size",
     "compilation_config": "serving.cudagraph_mode / cuda_graph_sizes (its cudagraph_* keys)",
     "speculative_config": "serving.speculative_method / num_speculative_tokens (MTP)",
     "limit_mm_per_prompt": "serving.limit_mm_per_prompt (images)", "model": "model.hf_config",
@@ -514,10 +515,13 @@ def map_options(engine: str, parsed: Parsed, checkpoint_quantized: bool) -> Mapp
         for dest in ("enforce_eager", "enable_prefix_caching", "enable_chunked_prefill"):
             if dest in v:
                 put(dest, sv, dest, bool(v[dest]))
-        if "cuda_graph_sizes" in v:
-            sizes = [_int(given["cuda_graph_sizes"], x) for x in re.split(r"[\s,\[\]]+", str(v["cuda_graph_sizes"]))
-                     if x]
-            put("cuda_graph_sizes", sv, "cuda_graph_sizes", sizes)
+        for dest in ("cuda_graph_sizes", "cudagraph_capture_sizes"):
+            if dest in v:
+                sizes = [_int(given[dest], x) for x in re.split(r"[\s,\[\]]+", str(v[dest])) if x]
+                put(dest, sv, "cuda_graph_sizes", sizes)
+        if "max_cudagraph_capture_size" in v:
+            put("max_cudagraph_capture_size", sv, "max_cudagraph_capture_size",
+                _int(given["max_cudagraph_capture_size"], v["max_cudagraph_capture_size"]))
         if "compilation_config" in v:
             level = _compilation(given["compilation_config"], v["compilation_config"], sv)
             mapped[given["compilation_config"]] = ("(an optimization level: no memory of its own here)" if level
@@ -587,7 +591,8 @@ def map_options(engine: str, parsed: Parsed, checkpoint_quantized: bool) -> Mapp
 
 def _compilation(name: str, raw: Any, sv: dict[str, Any]) -> bool:
     """``--compilation-config`` / ``-O``: a level (``-O3``: no memory of its own here; True) or JSON whose
-    ``cudagraph_mode`` and ``cudagraph_capture_sizes`` set the graphs; its other keys change no memory modelled."""
+    ``cudagraph_mode``, ``cudagraph_capture_sizes`` and ``max_cudagraph_capture_size`` set the graphs; its other keys
+    change no memory modelled."""
     text = str(raw).strip()
     if re.fullmatch(r"\d+", text):
         return True
@@ -602,6 +607,8 @@ def _compilation(name: str, raw: Any, sv: dict[str, Any]) -> bool:
         sv["cudagraph_mode"] = mode
     if "cudagraph_capture_sizes" in cfg:
         sv["cuda_graph_sizes"] = [_int(name, x) for x in cfg["cudagraph_capture_sizes"]]
+    if "max_cudagraph_capture_size" in cfg:
+        sv["max_cudagraph_capture_size"] = _int(name, cfg["max_cudagraph_capture_size"])
     return False
 
 

@@ -39,6 +39,7 @@ from timeline.serve.transients import (
     step_transients_scaled,
 )
 from timeline.sim.batching import ReqState, SchedulerConfig, SchedulerResult, Step, simulate_requests
+from timeline.spec.engine_versions import vllm_capture_sizes
 from timeline.spec.serving import Request, ServeRunSpec
 
 #: buffers :func:`~timeline.serve.transients.sampler_tensors` returns
@@ -77,12 +78,16 @@ def _gather_plan(run: ServeRunSpec, stage: int = 0) -> GatherPlan | None:
 
 
 def capture_sizes(run: ServeRunSpec) -> tuple[int, ...]:
-    """The batch sizes captured: the run's, else vLLM's default (``vllm/config/vllm.py``
-    ``_set_cudagraph_sizes``: 1, 2, 4, then multiples of 8 up to ``min(max_num_seqs · 2, 512)``),
-    never above ``max_num_batched_tokens``; none when eager."""
+    """The batch sizes captured, largest first: vLLM's at its version
+    (:func:`timeline.spec.engine_versions.vllm_capture_sizes`), elsewhere the run's, else 1, 2, 4, then multiples
+    of 8 up to ``min(max_num_seqs · 2, 512)``; never above ``max_num_batched_tokens``; none when eager."""
     sv = run.serving
     if sv.enforce_eager or sv.cudagraph_mode == "none":
         return ()
+    if sv.engine == "vllm":
+        spec = sv.num_speculative_tokens if sv.speculative_method else 0
+        return vllm_capture_sizes(sv.engine_version, sv.max_num_seqs, sv.max_num_batched_tokens, sv.cuda_graph_sizes,
+                                  sv.max_cudagraph_capture_size, spec)[::-1]
     sizes = sv.cuda_graph_sizes or (1, 2, 4, *range(8, min(sv.max_num_seqs * 2, 512) + 1, 8))
     return tuple(sorted({s for s in sizes if s <= sv.max_num_batched_tokens}, reverse=True))
 

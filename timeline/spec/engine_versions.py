@@ -297,6 +297,42 @@ class SchedulerDefaults:
     enable_chunked_prefill: bool
 
 
+#: the first vLLM whose CUDA-graph capture list steps by 16 from 256 and is capped by ``max_cudagraph_capture_size``
+#: (``vllm/config/vllm.py`` ``VllmConfig._set_cudagraph_sizes`` at 0.12.0; 0.11.0's ``config/__init__.py`` steps by 8)
+VLLM_CAPTURE_STEP16 = (0, 12, 0)
+#: the first vLLM read whose default capture cap counts the speculative tokens a decode step verifies (0.14.0, 0.17.0,
+#: 0.19.0 ``decode_query_len``; absent at 0.12.0)
+VLLM_CAPTURE_SPEC = (0, 14, 0)
+
+
+def vllm_capture_sizes(version: str, max_num_seqs: int, max_num_batched_tokens: int, given: tuple[int, ...] = (),
+                       max_size: int = 0, spec_tokens: int = 0) -> tuple[int, ...]:
+    """The batch sizes vLLM ``version`` captures CUDA graphs at, ascending (``VllmConfig._set_cudagraph_sizes``):
+
+    - from 0.12.0: ``given`` (``--cudagraph-capture-sizes``, ``--cuda-graph-sizes``, the compilation config's
+      ``cudagraph_capture_sizes``) as listed, else 1, 2, 4, multiples of 8 below 256 and of 16 from 256 up to
+      ``max_size`` (``--max-cudagraph-capture-size``; default ``min(max_num_seqs · decode_query_len · 2, 512)``,
+      ``decode_query_len`` = 1 + the speculative tokens from 0.14.0);
+    - before (read at 0.10.1.1 and 0.11.0): ``given`` (``--cuda-graph-sizes``, default
+      ``[min(max_num_seqs · 2, 512)]``, ``SchedulerConfig.__post_init__``) of one value N is 1, 2, 4 and the
+      multiples of 8 up to N, of several values the list itself;
+
+    never above ``max_num_batched_tokens``."""
+    v = parse_version(version or VLLM_DEFAULT) or (0, 11, 0)
+    if v >= VLLM_CAPTURE_STEP16:
+        if given:
+            sizes = set(given)
+        else:
+            query = 1 + (spec_tokens if v >= VLLM_CAPTURE_SPEC else 0)
+            top = min(max_num_batched_tokens, max_size or min(max_num_seqs * query * 2, 512))
+            sizes = {s for s in (1, 2, 4) if s <= top} | set(range(8, min(top + 1, 256), 8)) | set(
+                range(256, top + 1, 16))
+    else:
+        listed = given or (min(max_num_seqs * 2, 512),)
+        sizes = {1, 2, 4, *range(8, listed[0] + 1, 8)} if len(listed) == 1 else set(listed)
+    return tuple(sorted(s for s in sizes if s <= max_num_batched_tokens))
+
+
 #: the usage contexts whose V1 scheduler defaults are read (``vllm/usage/usage_lib.py`` ``UsageContext``)
 USAGE_CONTEXTS = ("openai_api_server", "llm_class")
 

@@ -40,6 +40,9 @@ class ServingSpec:
     block_size: int = spec_field(16, positive=True, maximum=2**16, doc="tokens per KV block")
     cuda_graph_sizes: tuple[int, ...] = spec_field((), positive=True, maximum=2**20,
                                                   doc="batch sizes captured (empty: the engine's list)")
+    max_cudagraph_capture_size: int = spec_field(0, nonneg=True, maximum=2**20, doc=(
+        "vLLM 0.12+ --max-cudagraph-capture-size: the largest batch captured when cuda_graph_sizes is empty "
+        "(0 = the engine's default)"))
     cudagraph_mode: str = spec_field("full_and_piecewise", choices=CUDAGRAPH_MODES)
     enforce_eager: bool = spec_field(False)
     peer_access: bool = spec_field(True, doc="the tensor/pipeline-parallel ranks reach each other's memory (NVLink, "
