@@ -105,16 +105,26 @@ def test_without_chunked_prefill_the_batch_budget_covers_a_whole_prompt(tmp_path
     max(max_model_len, the default) from 0.11; the scheduler then accepts the run (verify_max_model_len)."""
     from timeline.spec.engine_versions import vllm_scheduler_defaults
 
-    assert vllm_scheduler_defaults("0.10.1", 1024, 79.19, "h100", False).max_num_batched_tokens == 1024
-    assert vllm_scheduler_defaults("0.11.0", 1024, 79.19, "h100", False).max_num_batched_tokens == 8192
-    assert vllm_scheduler_defaults("0.11.0", 32000, 79.19, "h100", False).max_num_batched_tokens == 32000
-    assert vllm_scheduler_defaults("0.11.0", 32000, 79.19, "h100", None).max_num_batched_tokens == 8192
+    # V1 before 0.11.1 turns chunked prefill on for a generative model whatever the user gave (_set_default_args)
+    for version in ("0.9.2", "0.10.1", "0.11.0"):
+        d = vllm_scheduler_defaults(version, 32000, 79.19, "h100", False)
+        assert (d.enable_chunked_prefill, d.max_num_batched_tokens) == (True, 8192)
+    # from 0.11.1 the flag holds, and the budget covers max_model_len: max(max_model_len, the default)
+    assert vllm_scheduler_defaults("0.11.1", 1024, 79.19, "h100", False).max_num_batched_tokens == 8192
+    assert vllm_scheduler_defaults("0.11.2", 32000, 79.19, "h100", False).max_num_batched_tokens == 32000
+    assert vllm_scheduler_defaults("0.11.2", 32000, 79.19, "h100", None).max_num_batched_tokens == 8192
     out = tmp_path / "run.toml"
     assert main(["from-vllm", "vllm serve m --max-model-len 32k --no-enable-chunked-prefill -O3", "--hf-config",
-                 str(HF / "llama-3.1-8b"), "--engine-version", "0.10.1", "-o", str(out)]) == 0
+                 str(HF / "llama-3.1-8b"), "--engine-version", "0.11.2", "-o", str(out)]) == 0
     run = load_serve_run(out)
     assert (run.serving.enable_chunked_prefill, run.serving.max_num_batched_tokens) == (False, 32000)
     assert "#   -O -> (an optimization level: no memory of its own here)" in out.read_text()
+    out.unlink()
+    assert main(["from-vllm", "vllm serve m --max-model-len 32k --no-enable-chunked-prefill", "--hf-config",
+                 str(HF / "llama-3.1-8b"), "--engine-version", "0.10.1", "-o", str(out)]) == 0
+    run = load_serve_run(out)
+    assert (run.serving.enable_chunked_prefill, run.serving.max_num_batched_tokens) == (True, 8192)
+    assert any("runs chunked prefill whatever enable_chunked_prefill says" in n for n in run.notes)
 
 
 def test_forms_users_write_as_the_engines_read_them(tmp_path, capsys):

@@ -99,23 +99,29 @@ def _checkpoint_quant(cfg: dict[str, Any] | None, sv: dict[str, Any],
     return quant
 
 
-def _version_defaults(sv: dict[str, Any], max_position: int, device_gib: float, gpu: str) -> None:
-    """Fill the scheduler knobs a vLLM run file leaves out with the OpenAI server's defaults at the named
+def _version_defaults(sv: dict[str, Any], max_position: int, device_gib: float, gpu: str) -> list[str]:
+    """Fill the scheduler knobs a vLLM run file leaves out with the engine's defaults at the named
     ``serving.engine_version`` (:func:`timeline.spec.engine_versions.vllm_scheduler_defaults`); a run
-    without a version keeps the spec's defaults."""
+    without a version keeps the spec's defaults. Returns the notes to print."""
     version = sv.get("engine_version")
     if sv.get("engine", "vllm") != "vllm" or not isinstance(version, str) or version_problem("vllm", version):
-        return
+        return []
     mml = sv.get("max_model_len") or max_position
     if not isinstance(mml, int):
-        return
+        return []
+    notes = []
     chunked = sv.get("enable_chunked_prefill")
     usage = sv.get("usage_context", "openai_api_server")
     d = vllm_scheduler_defaults(version, mml, device_gib, gpu, chunked if isinstance(chunked, bool) else None,
                                 usage if usage in USAGE_CONTEXTS else "openai_api_server")
+    if chunked is False and d.enable_chunked_prefill:  # a V1 release that turns chunked prefill on regardless
+        sv["enable_chunked_prefill"] = True
+        notes.append(f"vLLM {version} runs chunked prefill whatever enable_chunked_prefill says (its V1 "
+                     "_set_default_args sets it for every generative model before 0.11.1): read as true")
     sv.setdefault("enable_chunked_prefill", d.enable_chunked_prefill)
     sv.setdefault("max_num_seqs", d.max_num_seqs)
     sv.setdefault("max_num_batched_tokens", d.max_num_batched_tokens)
+    return notes
 
 
 def _sglang_defaults(sv: dict[str, Any], gpu: str, tp: Any, pp: Any) -> None:
@@ -203,7 +209,7 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     quant = _checkpoint_quant(cfg, sv_values, problems)
     vision = _checkpoint_vision(cfg) if model is not None else None
     if model is not None and hardware is not None:
-        _version_defaults(sv_values, model.max_position_embeddings, hardware.capacity_gib, str(gpu))
+        notes += _version_defaults(sv_values, model.max_position_embeddings, hardware.capacity_gib, str(gpu))
         if model.has_linear_attention:
             # vLLM turns prefix caching off by default for hybrid models (config/model.py
             # ModelConfig.is_prefix_caching_supported: attn_type "hybrid"); asked for, it runs the states "align"

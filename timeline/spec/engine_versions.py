@@ -333,6 +333,11 @@ def vllm_capture_sizes(version: str, max_num_seqs: int, max_num_batched_tokens: 
     return tuple(sorted(s for s in sizes if s <= max_num_batched_tokens))
 
 
+#: the first V1 release that keeps a user's ``--no-enable-chunked-prefill`` for a generative model (engine/arg_utils.py
+#: ``_set_default_args``: ``if self.enable_chunked_prefill is None`` at 0.11.1; 0.11.0 and before set it True)
+VLLM_V1_CHUNKED_OPTIONAL = (0, 11, 1)
+
+
 #: the usage contexts whose V1 scheduler defaults are read (``vllm/usage/usage_lib.py`` ``UsageContext``)
 USAGE_CONTEXTS = ("openai_api_server", "llm_class")
 
@@ -358,10 +363,11 @@ def vllm_scheduler_defaults(version: str, max_model_len: int, device_gib: float,
     large = device_gib >= 70 and (v < (0, 9, 0) or "a100" not in device_name.lower())
     seqs = 1024 if large and v >= (0, 9, 0) else 256
     tokens = (16384 if large else 8192) if usage == "llm_class" else (8192 if large else 2048)
-    if chunked is False:
+    if chunked is False and v >= VLLM_V1_CHUNKED_OPTIONAL:
         # the user's --no-enable-chunked-prefill: a whole prompt in one step, so the budget covers max_model_len —
-        # engine/arg_utils.py _set_default_args_v1 (0.9/0.10) ``max_num_batched_tokens = model_config.max_model_len``;
-        # from 0.11 _set_default_max_num_seqs_and_batched_tokens_args ``max(max_model_len, the default)``
-        return SchedulerDefaults(max_num_batched_tokens=max(max_model_len, tokens) if v >= (0, 11, 0)
-                                 else max_model_len, max_num_seqs=seqs, enable_chunked_prefill=False)
+        # engine/arg_utils.py _set_default_max_num_seqs_and_batched_tokens_args ``max(max_model_len, the default)``
+        # (0.11.1, 0.11.2, 0.12.0); before, _set_default_args(_v1) sets enable_chunked_prefill = True for every
+        # generative model whatever the user gave (0.9.2, 0.10.1.1, 0.11.0), so the flag changes nothing there
+        return SchedulerDefaults(max_num_batched_tokens=max(max_model_len, tokens), max_num_seqs=seqs,
+                                 enable_chunked_prefill=False)
     return SchedulerDefaults(max_num_batched_tokens=tokens, max_num_seqs=seqs, enable_chunked_prefill=True)
