@@ -794,3 +794,57 @@ def test_a_test_only_running_decides_refuses_where_it_guards_a_function_that_run
     other = "if [ -d /x ]; then pip install vllm; fi\ntorchrun --nproc_per_node 2 pretrain_gpt.py --num-layers 2\n"
     launch = read_launch_script(other, "g.sh")
     assert launch is not None and launch.words == ["--num-layers", "2"]
+
+
+#: getopts, read from a here-string, printf -v and a here-document, as recipe scripts write them
+OPTS_SCRIPT = """\
+#!/bin/bash
+TP=1; PP=1; VERBOSE=0; MODEL=small
+while getopts ":t:p:vm:" opt; do
+  case $opt in
+    t) TP=$OPTARG ;;
+    p) PP=$OPTARG ;;
+    v) VERBOSE=1 ;;
+    m) MODEL=$OPTARG ;;
+    \\?) echo "bad option -$OPTARG" ;;
+  esac
+done
+shift $((OPTIND - 1))
+printf -v LAYERS "%d" 24
+printf -v TAG "%s-%s" "$MODEL" "$TP"
+IFS=',' read -r HIDDEN HEADS REST <<< "1024, 16,a,b"
+read -r -a SIZES <<< "  7   8  9 "
+read X Y <<< "one two three"
+cat > /tmp/never-written.yaml <<-EOF
+	torchrun pretrain_gpt.py --num-layers 99
+	EOF
+cat <<'DONE'
+python pretrain_gpt.py --hidden-size 1
+DONE
+torchrun pretrain_gpt.py --tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP --num-layers $LAYERS \\
+  --hidden-size $HIDDEN --num-attention-heads $HEADS --x "$REST" --v $VERBOSE --tag $TAG --s ${SIZES[1]} \\
+  --n ${#SIZES[@]} --y "$Y" --rest "$@"
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/bin/bash"), reason="bash is needed to compare with")
+def test_getopts_read_and_printf_v_give_the_same_words_as_bash(tmp_path):
+    script = tmp_path / "train.sh"
+    # bash runs it with torchrun and cat printing their words (cat's input and redirection stay bash's)
+    script.write_text(OPTS_SCRIPT.replace("torchrun ", "printf '%s\\n' ").replace("cat > /tmp/never-written.yaml",
+                                                                                 "cat > /dev/null"))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    for argv in ([], ["-t", "4", "-p2"], ["-vt8", "-m", "big", "--", "-p", "9"], ["-x", "-t", "2", "left", "-p", "3"]):
+        out = subprocess.run(["bash", str(script), *argv], capture_output=True, text=True, env=env,
+                             check=True).stdout.splitlines()
+        launch = read_launch_script(OPTS_SCRIPT, "train.sh", argv)
+        assert launch is not None
+        assert out[out.index("pretrain_gpt.py") + 1:] == launch.words, argv
+
+
+def test_read_from_other_input_is_undecided_until_it_reaches_the_job():
+    text = "read -r TP < tp.txt\necho $TP\npython pretrain_gpt.py --lr 1\n"
+    launch = read_launch_script(text, "t")
+    assert launch is not None and launch.words == ["--lr", "1"]
+    with pytest.raises(UserError, match="TP reaches the job's arguments"):
+        read_launch_script("read -r TP\npython pretrain_gpt.py --tensor-model-parallel-size $TP\n", "t")

@@ -132,6 +132,7 @@ def _lex(text: str) -> list[_Cmd]:
     i = 0
     array: tuple[str, bool, int] | None = None  # inside NAME=( … ): name, append, line
     guard: list[Word | str] = []
+    heredocs: list[tuple[str, bool]] = []  # here-documents begun on this line: (delimiter, leading tabs stripped)
 
     def end_word() -> None:
         nonlocal word
@@ -163,6 +164,15 @@ def _lex(text: str) -> list[_Cmd]:
                 end_word()
             line += 1
             i += 1
+            for delim, tabs in heredocs:  # a here-document's lines are its command's input, not commands
+                while i < len(text):
+                    end = text.find("\n", i)
+                    body_line = text[i:end if end >= 0 else len(text)]
+                    i = end + 1 if end >= 0 else len(text)
+                    line += 1
+                    if (body_line.lstrip("\t") if tabs else body_line).rstrip("\r") == delim:
+                        break
+            heredocs.clear()
         elif c in " \t\r":
             end_word()
             i += 1
@@ -240,6 +250,17 @@ def _lex(text: str) -> list[_Cmd]:
             while j < len(text) and text[j] in "<>&0123456789-":
                 j += 1
             op, i = text[i:j], j
+            if op == "<<<":  # a here-string: the word after it is the command's input (read by `read`)
+                words.append([("<<<", "")])
+                continue
+            if op.startswith("<<"):  # a here-document: its delimiter word (quoted or not), the body from next line
+                while i < len(text) and text[i] in " \t":
+                    i += 1
+                m = re.match(r"'([^']*)'|\"([^\"]*)\"|([^\s;&|<>]+)", text[i:])
+                if m:
+                    heredocs.append((next(g for g in m.groups() if g is not None), op.endswith("-")))
+                    i += m.end()
+                continue
             if re.search(r"&[0-9-]", op):  # >&2, 2>&1: a descriptor, no target word
                 continue
             while i < len(text) and text[i] in " \t":
@@ -415,7 +436,7 @@ LOOP_LIMIT = 10_000
 class _Shell:
     def __init__(self, argv: list[str] | None = None, env: dict[str, str] | None = None) -> None:
         # the environment the script is started in: exported, so both its variables and the job's environment
-        self.vars: dict[str, str | list[str]] = dict(env or {})
+        self.vars: dict[str, str | list[str]] = {"OPTIND": "1", **(env or {})}  # bash starts OPTIND at 1
         self.env: dict[str, str] = dict(env or {})
         self.argv: list[str] = list(argv or [])  # the script's positional parameters ($1 …), shifted by `shift`
         #: read with the arguments the user gave (``--script-args``): an ``exit`` ends the script as in bash; without
@@ -435,6 +456,8 @@ class _Shell:
         self.undecided: dict[str, str] = {}
         #: inside a command substitution: what its echo / printf print (None: not capturing)
         self.capture: list[str] | None = None
+        #: getopts' place: (OPTIND it last set, the character within that parameter: clustered flags)
+        self.getopts_at = (1, 1)
 
     # -- parameters
     def get(self, name: str) -> str | None:
@@ -703,6 +726,52 @@ class _Shell:
             i = j + 1
         return bool(result)
 
+    def getopts(self, args: list[str]) -> bool:
+        """``getopts OPTSTRING NAME [ARG …]`` (bash(1), SHELL BUILTIN COMMANDS): the next option of the script's
+        parameters (or the ARGs) into NAME and its value into OPTARG, ``$OPTIND`` the next parameter's index;
+        clustered flags (``-ab``) and values glued to their option (``-t4``) as bash reads them; false after the
+        last option (``--`` or the first word that is not one)."""
+        if len(args) < 2:
+            return False
+        spec, name, params = args[0], args[1], args[2:] or self.argv
+        index = int(self.get("OPTIND") or 1)
+        if index != self.getopts_at[0]:  # OPTIND moved by the script (or a new loop): start at its word
+            self.getopts_at = (index, 1)
+        word = params[index - 1] if 0 < index <= len(params) else ""
+        if not word.startswith("-") or word == "-" or word == "--":
+            if word == "--":
+                self.vars["OPTIND"] = str(index + 1)
+            self.vars[name] = "?"
+            return False
+        pos = self.getopts_at[1]
+        opt, after = word[pos], word[pos + 1:]
+        takes = opt + ":" in spec
+        if takes or not after:  # the word is used up: the next parameter next time
+            index += 1
+            pos = 1
+        else:
+            pos += 1
+        value = ""
+        if opt not in spec.lstrip(":") or opt == ":":
+            self.vars[name], value = "?", (opt if spec.startswith(":") else "")
+        elif takes:
+            if after:
+                value = after
+            elif 0 < index <= len(params):
+                value, index = params[index - 1], index + 1
+            else:
+                self.vars[name], value = (":" if spec.startswith(":") else "?"), opt
+                self.vars["OPTIND"], self.getopts_at = str(index), (index, 1)
+                self.vars["OPTARG"] = value
+                return True
+            self.vars[name] = opt
+        else:
+            self.vars[name] = opt
+        self.vars["OPTARG"] = value
+        self.vars["OPTIND"] = str(index)
+        self.getopts_at = (index, pos)
+        return True
+
     @staticmethod
     def _plain(word: Word | str) -> str:
         return word if isinstance(word, str) else "".join(t for t, _ in word)
@@ -715,6 +784,8 @@ class _Shell:
                 raise _Undecidable(f"line {line}: (({items[0][0][0]})) is not arithmetic this reader evaluates") \
                     from None
         raw = [self._plain(w) for w in items]
+        if raw and raw[0] == "getopts":
+            return self.getopts([a for w in items[1:] if isinstance(w, list) for a in self.words(w)])
         if raw and raw[0] in ("[", "[[", "test"):
             end = {"[": "]", "[[": "]]", "test": None}[raw[0]]
             body = items[1:-1] if end and raw[-1] == end else items[1:]
@@ -1279,6 +1350,11 @@ def _status(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> bool | None:
 
 def _command(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
     words = [w for w in cmd.words if isinstance(w, list)]
+    here: Word | None = None  # `… <<< WORD`: the command's input
+    at = next((k for k, w in enumerate(words) if w == [("<<<", "")]), None)
+    if at is not None:
+        here = words[at + 1] if at + 1 < len(words) else [("", "")]
+        words = words[:at] + words[at + 2:]
     if not words:
         return
     first = "".join(t for t, _ in words[0])
@@ -1348,6 +1424,13 @@ def _command(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
             found[-1].world_size = _world_size(argv[:shell_at])
             found[-1].launcher = argv[:shell_at] + found[-1].launcher
         return
+    if argv and argv[0] == "read":
+        _read(shell, argv[1:], None if here is None else shell.word(here), prefix_env.get("IFS"), cmd.line)
+        return
+    if argv[:2] == ["printf", "-v"] and len(argv) > 3:  # printf -v NAME FORMAT ARGS: assigns what it would print
+        shell.vars[argv[2]] = _printed(["printf", *argv[3:]])
+        shell.undecided.pop(argv[2], None)
+        return
     if argv and argv[0] in PRINTERS:  # `echo $cmd` shows the command; it runs nothing
         if shell.capture is not None:
             shell.capture.append(_printed(argv))
@@ -1380,6 +1463,63 @@ def _command(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
                                "running the script decides")
     found.append(Launch(words=argv[entry + 1:], script=argv[entry], env=prefix_env,
                         world_size=_world_size(launcher), launcher=launcher))
+
+
+def _read(shell: _Shell, args: list[str], text: str | None, ifs: str | None, line: int) -> None:
+    """``read [-r] [-a ARRAY] [-d DELIM] [-p PROMPT] … NAME …`` (bash(1), SHELL BUILTIN COMMANDS): one line of the
+    input split at ``$IFS`` (the command's own ``IFS=…`` first), each field to a name, the rest of the line to the
+    last. Input other than a here-string (a file, a pipe, the terminal) only running decides: the names are
+    undecided, refused only where they reach the job."""
+    names: list[str] = []
+    array: str | None = None
+    delim = "\n"
+    k = 0
+    while k < len(args):
+        a = args[k]
+        if a in ("-a", "-d", "-p", "-t", "-n", "-N", "-u", "-i") and k + 1 < len(args):
+            if a == "-a":
+                array = args[k + 1]
+            elif a == "-d":
+                delim = args[k + 1][:1] or "\0"
+            k += 2
+            continue
+        if a.startswith("-") and len(a) > 1 and not names:
+            k += 1
+            continue
+        names.append(a)
+        k += 1
+    targets = [array] if array else names or ["REPLY"]
+    if text is None:
+        for name in targets:
+            shell.vars[name] = _undecided(name)
+            shell.undecided[name] = f"line {line}: `read {name}` reads input only running the script gives"
+        return
+    data = text.split(delim, 1)[0] if delim != "\0" else text
+    sep = shell.get("IFS") if ifs is None else ifs
+    sep = " \t\n" if sep is None else sep
+    white = "".join(c for c in sep if c in " \t\n")
+    other = "".join(c for c in sep if c not in " \t\n")
+    ws, nws = (f"[{re.escape(white)}]" if white else ""), (f"[{re.escape(other)}]" if other else "")
+    # a field ends at a run of IFS whitespace, or at one other IFS character with the whitespace around it
+    pattern = f"{ws}*{nws}{ws}*|{ws}+" if ws and nws else nws or (f"{ws}+" if ws else "")
+    fields: list[str] = []
+    rest = data.strip(white) if white else data
+    want = None if array else len(targets)
+    while rest and pattern and (want is None or len(fields) < want - 1):
+        m = re.search(pattern, rest)
+        if not m:
+            break
+        fields.append(rest[:m.start()])
+        rest = rest[m.end():]
+    if rest or (want is not None and len(fields) < want):
+        fields.append(rest)
+    for name in targets:
+        shell.undecided.pop(name, None)
+    if array:
+        shell.vars[array] = [f for f in fields if f or not white]
+        return
+    for n, name in enumerate(targets):
+        shell.vars[name] = fields[n] if n < len(fields) else ""
 
 
 def _fill(fmt: str, args: list[str]) -> str:
