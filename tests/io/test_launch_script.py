@@ -5,6 +5,7 @@ and ``from-megatron`` on such a script end to end."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -848,3 +849,14 @@ def test_read_from_other_input_is_undecided_until_it_reaches_the_job():
     assert launch is not None and launch.words == ["--lr", "1"]
     with pytest.raises(UserError, match="TP reaches the job's arguments"):
         read_launch_script("read -r TP\npython pretrain_gpt.py --tensor-model-parallel-size $TP\n", "t")
+
+
+@pytest.mark.skipif(not os.path.exists("/bin/bash"), reason="bash is needed to compare with")
+def test_shell_option_clusters_before_the_script_as_bash_reads_them(tmp_path):
+    for flags in (["-c"], ["-lc"], ["-ec", "--"], ["-lc", "--"]):
+        inner = "TP=4; {} pretrain_gpt.py --tensor-model-parallel-size $TP --y \"$1\""
+        argv = ["bash", *flags, inner.format("printf '%s\\n'"), "zero", "one"]
+        out = subprocess.run(argv, capture_output=True, text=True, env={"PATH": os.environ.get("PATH", "/bin")},
+                             check=True).stdout.splitlines()
+        launch = read_launch_script(shlex.join(["bash", *flags, inner.format("python"), "zero", "one"]), "t")
+        assert launch is not None and out[1:] == launch.words, flags

@@ -141,3 +141,55 @@ def test_what_cannot_be_read_is_one_line(tmp_path, capsys, program, message):
     assert main(["from-vllm", str(src), *HF, "--engine-version", "0.11.0", "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err and not out.exists()
+
+
+def test_a_login_shell_with_options_and_a_build_of_the_image(tmp_path):
+    """``["/bin/bash", "-lc", "--"]`` (KubeRay / AIBrix) runs its argument as a script, as ``-c`` does; an image
+    built on the engine's (``aibrix/vllm-openai:v0.7.3.self.post1``) gives its release, with a note."""
+    manifest = ("containers:\n- name: head\n  image: aibrix/vllm-openai:v0.7.3.self.post1\n"
+                '  command: ["/bin/bash", "-lc", "--"]\n'
+                '  args: ["ulimit -n 65536; vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 2"]\n')
+    run, text = _run(tmp_path, "fleet.yaml", manifest)
+    assert run.parallel.tp == 2 and run.serving.engine_version == "0.7.3"
+    assert "read from the tag of aibrix/vllm-openai:v0.7.3.self.post1" in text
+
+
+def test_compose_environment_is_interpolated_and_dotenv_read(tmp_path):
+    folder = tmp_path / "proj"
+    folder.mkdir()
+    (folder / ".env").write_text("# defaults\nMAX_LEN=6144\nTAG='v0.10.0'\n")
+    compose = ("services:\n  vllm:\n    image: vllm/vllm-openai:${TAG}\n    environment:\n"
+               "      - UTIL=${GPU_UTIL:-0.3}\n    entrypoint: [\"/bin/sh\", \"-c\"]\n"
+               "    command: [\"vllm serve meta-llama/Llama-3.1-8B --gpu-memory-utilization $$UTIL "
+               "--max-model-len ${MAX_LEN}\"]\n")
+    run, text = _run(folder, "compose.yml", compose)
+    assert run.serving.gpu_memory_utilization == 0.3 and run.serving.max_model_len == 6144
+    assert run.serving.engine_version == "0.10.0" and "as Compose does" in text
+    run, _ = _run(folder, "compose.yml", compose, "--script-env", "GPU_UTIL=0.7", "--script-env", "MAX_LEN=2048")
+    assert run.serving.gpu_memory_utilization == 0.7 and run.serving.max_model_len == 2048
+
+
+@pytest.mark.parametrize(("name", "program", "message"), [
+    ("bad.yaml", "containers:\n- name: x\n  image: vllm/vllm-openai:v0.10.0\n   args: [\"--tp\", \"2\"]\n",
+     "not valid YAML (line 4"),
+    ("k.yaml", 'containers:\n- name: x\n  image: vllm/vllm-openai:v0.10.0\n  command: ["/bin/sh", "-c"]\n'
+     '  args: ["vllm serve meta-llama/Llama-3.1-8B $EXTRA_ARGS"]\n',
+     "$EXTRA_ARGS (in the command's words) is not set where the command is read; give its value with --script-env "
+     "EXTRA_ARGS=VALUE"),
+    ("other.py", "from gllm import LLM\nllm = LLM('m', tensor_parallel_size=2)\n",
+     "a Python program that builds no serving engine"),
+    ("launch.py", "import subprocess\nsubprocess.run(['vllm', 'serve', 'm'])\n",
+     "a server it starts in a subprocess is not followed"),
+])
+def test_what_a_file_does_not_say_is_named(tmp_path, capsys, name, program, message):
+    src = tmp_path / name
+    src.write_text(program)
+    assert main(["from-vllm", str(src), *HF, "--engine-version", "0.11.0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_a_snippet_without_imports_is_vllms_llm(tmp_path):
+    run, _ = _run(tmp_path, "snippet.py", "llm = LLM(model='meta-llama/Llama-3.1-8B', tensor_parallel_size=2)\n",
+                  "--engine-version", "0.11.0")
+    assert run.parallel.tp == 2 and run.serving.usage_context == "llm_class"

@@ -874,9 +874,10 @@ def _touches(cmds: list[_Cmd], functions: dict[str, list[_Cmd]] | None = None) -
                                         "".join(t for t, _ in first) in ("export", "declare", "local", "readonly")):
             return True
         # an entry script (not `python setup.py build_ext` or a preprocessing tool), or a shell that runs a string
-        if any(isinstance(w, list) and (ENTRY_RE.search("".join(t for t, _ in w))
-                                        or "".join(t for t, _ in w) in ("eval", "-c", *SERVE_MODULES))
-               for w in c.words):
+        texts = ["".join(t for t, _ in w) if isinstance(w, list) else "" for w in c.words]
+        if any(ENTRY_RE.search(t) or t in ("eval", *SERVE_MODULES) for t in texts) or any(
+                re.sub(r".*/", "", a) in ("bash", "sh", "dash", "zsh") and re.fullmatch(r"-[a-z]*c[a-z]*", b)
+                for a, b in zip(texts, texts[1:], strict=False)):
             return True
         if isinstance(first, list) and re.sub(r".*/", "", "".join(t for t, _ in first)) in SERVE_PROGRAMS:
             return True
@@ -1409,15 +1410,18 @@ def _command(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
     if argv and argv[0] == "eval":  # eval re-reads its arguments as a command
         _run(shell, _lex(" ".join(argv[1:])), found)
         return
-    shell_at = next((k for k in range(len(argv) - 2) if re.sub(r".*/", "", argv[k]) in ("bash", "sh")
-                     and argv[k + 1] == "-c"), None)
-    if shell_at is not None and not any(ENTRY_RE.search(a) for a in argv[:shell_at]):
+    # `bash -c SCRIPT`, `sh -lc`, `bash -ec -- SCRIPT`: a flag word holding c (bash(1): the first argument after the
+    # options is the script; `--` ends the options)
+    shell_at = next((k for k in range(len(argv) - 2) if re.sub(r".*/", "", argv[k]) in ("bash", "sh", "dash", "zsh")
+                     and re.fullmatch(r"-[a-z]*c[a-z]*", argv[k + 1])), None)
+    script_at = None if shell_at is None else shell_at + 2 + (argv[shell_at + 2] == "--" and len(argv) > shell_at + 3)
+    if shell_at is not None and script_at is not None and not any(ENTRY_RE.search(a) for a in argv[:shell_at]):
         # `srun … bash -c "RANK=\$SLURM_PROCID $CMD"`: the string is a script of its own (its $0, $1 … the words
         # after it), run once per rank by the launcher before it
         saved = shell.argv
-        shell.argv = argv[shell_at + 4:] if len(argv) > shell_at + 3 else []
+        shell.argv = argv[script_at + 2:] if len(argv) > script_at + 1 else []
         try:
-            _run(shell, _lex(argv[shell_at + 2]), found)
+            _run(shell, _lex(argv[script_at]), found)
         finally:
             shell.argv = saved
         if found and found[-1].world_size is None:

@@ -114,6 +114,11 @@ _SGLANG_IMAGE = re.compile(r"^(?:[\w.-]+(?::\d+)?/)*lmsysorg/sglang(?::(?:v?([0-
                            r"|[\w.+-]+))?(?:@sha256:\w+)?$")
 
 
+#: another image built on an engine (a name holding vllm / sglang, a tag starting with a release): its release
+_ENGINE_BUILD = re.compile(r"^(?:[\w.-]+(?::\d+)?/)*([\w.-]*(?:vllm|sglang)[\w.-]*):v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+)?)"
+                           r"(?![\d])")
+
+
 @dataclass
 class ServeCommand:
     """The engine, the words after its entry (options and a positional model), the version a container image
@@ -156,13 +161,24 @@ def read_command(text: str, source: str, engine_hint: str, env: dict[str, str] |
     that builds it (:mod:`timeline.io.serve_forms`); of several, the ``job``-th (from 1)."""
     env = dict(env or {})
     calls = python_calls(text, env, options)
+    python = source.endswith(".py") or re.match(r"#![^\n]*python", text) is not None
+    if calls is None and python:
+        import ast
+
+        try:
+            ast.parse(text)
+        except SyntaxError as exc:
+            raise UserError(f"{source}: line {exc.lineno}: not valid Python ({exc.msg})") from None
+        raise UserError(f"{source}: a Python program that builds no serving engine (vLLM's LLM(…) or EngineArgs(…), "
+                        "SGLang's sgl.Engine(…)); a server it starts in a subprocess is not followed: give that "
+                        "command line")
     if calls is not None:
         call = _pick(calls, job, source, "engine-building calls")
         assert call.engine is not None and call.words is not None
         return ServeCommand(engine=call.engine, words=call.words, env=env, usage_context=call.usage_context,
                             notes=[f"read {call.what}" + (f" ({len(calls)} in {source}; --job picks another)"
                                                           if len(calls) > 1 else "")])
-    containers = manifest_containers(text, env)
+    containers = manifest_containers(text, env, source)
     if containers is not None:
         serving: list[tuple[Found, ServeCommand]] = []
         for c in containers:
@@ -177,6 +193,11 @@ def read_command(text: str, source: str, engine_hint: str, env: dict[str, str] |
         if cmd.version is None and c.image:
             m = _VLLM_IMAGE.match(c.image) if cmd.engine == "vllm" else _SGLANG_IMAGE.match(c.image)
             cmd.version = m.group(1) if m else None
+            fork = _ENGINE_BUILD.match(c.image) if cmd.version is None else None
+            if fork and cmd.engine in fork.group(1).lower():  # a build of the engine's image (aibrix/vllm-openai:v0.7.3…)
+                cmd.version = fork.group(2)
+                cmd.notes.append(f"engine version {fork.group(2)} read from the tag of {c.image}, a {cmd.engine} build "
+                                 "other than the project's own image (give --engine-version if it differs)")
         cmd.notes = [*c.notes, f"read {c.what} (image {c.image})" + (
             f" ({len(serving)} serving containers in {source}; --job picks another)" if len(serving) > 1 else ""),
             *cmd.notes]
@@ -268,6 +289,11 @@ def parse_words(engine: str, words: list[str], version: str | None = None) -> Pa
             if model is None and engine == "vllm":
                 model = w
                 continue
+            unset = re.fullmatch(r"\$\{?([A-Za-z_]\w*)\}?", w)
+            if unset:  # a variable the shell reader found unset (a container's env from a secret, a script's input)
+                raise UserError(f"${unset.group(1)} (in the command's words) is not set where the command is read; "
+                                f"give its value with --script-env {unset.group(1)}=VALUE (--script-env "
+                                f"{unset.group(1)}= for none)")
             raise UserError(f"{w!r}: a word outside any option (the model is given once: {model!r})")
         name, eq, inline = w.partition("=")
         if re.fullmatch(r"-O\d", name):  # vLLM's -O3: the optimization level glued to its flag

@@ -24,6 +24,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from timeline.errors import UserError
@@ -49,16 +50,23 @@ class Found:
 _MANIFEST_KEY = re.compile(r"^\s*(?:-\s+)?(?:image|args|command|entrypoint|containers|services)\s*:", re.M)
 
 
-def manifest_containers(text: str, env: dict[str, str]) -> list[Found] | None:
+def manifest_containers(text: str, env: dict[str, str], source: str = "") -> list[Found] | None:
     """The containers (Kubernetes) or services (Compose) of a YAML ``text`` that run a command; None when ``text``
-    is not a YAML file holding one."""
+    is not a YAML file holding one. A ``.yaml`` / ``.yml`` file that is not valid YAML is an error (read as a
+    script, its options would be lost); Compose's ``.env`` beside the file gives defaults under ``env``."""
+    yaml_file = source.lower().endswith((".yaml", ".yml"))
     if not _MANIFEST_KEY.search(text):
         return None
     import yaml
 
     try:
         docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError:
+    except yaml.YAMLError as exc:
+        if yaml_file:
+            where = getattr(exc, "problem_mark", None)
+            at = f"line {where.line + 1}: " if where is not None else ""
+            raise UserError(f"{source}: not valid YAML ({at}{getattr(exc, 'problem', None) or exc}); fix its "
+                            "indentation or quoting") from None
         return None
     if not any(isinstance(d, (dict, list)) for d in docs):
         return None
@@ -74,9 +82,34 @@ def manifest_containers(text: str, env: dict[str, str]) -> list[Found] | None:
             for v in node:
                 walk(v, key)
 
+    compose_env = _dotenv(source) if any(isinstance(d, dict) and "services" in d for d in docs) else {}
+    env = {**compose_env, **env}
     for doc in docs:
         walk(doc, "")
+    if compose_env:
+        for f in found:
+            f.notes.append(f"read {Path(source).parent / '.env'} as Compose does (its variables under --script-env)")
     return found or None  # no container at all: not a manifest (a script whose lines read as YAML)
+
+
+def _dotenv(source: str) -> dict[str, str]:
+    """Compose's ``.env`` in the project folder (the file's): ``NAME=VALUE`` lines, ``#`` comments, quotes."""
+    path = Path(source).parent / ".env" if source else None
+    if path is None or not path.is_file():
+        return {}
+    out = {}
+    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        name, _, value = line.removeprefix("export ").partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
+        out[name.strip()] = value
+    return out
 
 
 def _container(node: dict[str, Any], key: str, env: dict[str, str]) -> Found:
@@ -92,7 +125,8 @@ def _container(node: dict[str, Any], key: str, env: dict[str, str]) -> Found:
     else:  # Compose: entrypoint, command, environment
         raw = node.get("environment") or {}
         items = raw.items() if isinstance(raw, dict) else (str(e).partition("=")[::2] for e in raw)
-        cenv = {str(k): "" if v is None else str(v) for k, v in items}
+        cenv = {str(k): "" if v is None else _interpolate(str(v), env, f"{name}.environment", notes)
+                for k, v in items}
         image = _interpolate(image, env, f"{name}.image", notes)
         entry = _compose_words(node.get("entrypoint"), env, f"{name}.entrypoint", notes)
         args = _compose_words(node.get("command"), env, f"{name}.command", notes)
@@ -167,19 +201,30 @@ def python_calls(text: str, env: dict[str, str], table_of: Any) -> list[Found] |
             continue
         func = node.func
         name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-        if name in _CALLS and (name != "Engine" or _is_sglang(func, tree)):
+        if name in _CALLS and _from_engine(func, name, _CALLS[name][0], tree):
             calls.append((node.lineno, node.col_offset, node, name))
     found = [_call(node, name, *_CALLS[name], scope, table_of(_CALLS[name][0])) for *_, node, name in sorted(
         calls, key=lambda c: c[:2])]
     return found or None
 
 
-def _is_sglang(func: ast.expr, tree: ast.Module) -> bool:
-    """``sgl.Engine`` / ``sglang.Engine``, or ``Engine`` imported from sglang."""
+def _from_engine(func: ast.expr, name: str, engine: str, tree: ast.Module) -> bool:
+    """Whether the call is the engine's own: ``vllm.LLM`` / ``sgl.Engine`` (a name bound to the engine's package),
+    or a bare name imported from it; a bare ``LLM`` / ``EngineArgs`` imported from nowhere is vLLM's, one imported
+    from another package (another engine's ``LLM``) is not, and ``Engine`` / ``ServerArgs`` must come from SGLang."""
+    packages = {"vllm": ("vllm",), "sglang": ("sglang", "sgl")}[engine]
+    aliases = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+               if a.name.split(".")[0] == engine}
     if isinstance(func, ast.Attribute):
-        return isinstance(func.value, ast.Name) and func.value.id in ("sgl", "sglang")
-    return any(isinstance(n, ast.ImportFrom) and (n.module or "").startswith("sglang")
-               and any(a.name == "Engine" for a in n.names) for n in ast.walk(tree))
+        root = func.value
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        return isinstance(root, ast.Name) and (root.id in aliases or root.id in packages)
+    sources = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+               and any((a.asname or a.name) == name for a in n.names)]
+    if sources:
+        return any(m.split(".")[0] == engine for m in sources)
+    return engine == "vllm"  # a snippet without its imports: LLM(...) is vLLM's
 
 
 class _Unknown(Exception):
