@@ -210,3 +210,26 @@ def test_kv_pool_sizes_given_by_hand_are_mapped(tmp_path, capsys):
     assert main(["from-sglang", "python -m sglang.launch_server --model-path m --max-total-tokens 50000", *cfg,
                  "--engine-version", "0.5.5", "-o", str(out_file)]) == 0
     assert load_serve_run(out_file).serving.max_total_tokens == 50000
+
+
+def test_every_option_of_every_engine_version_is_classified():
+    """No option of the 18 vLLM and 10 SGLang parsers is refused for want of an entry: each is mapped, neutral or
+    refused with what it does, read in the engine's source (``serve_option_classes.json`` names file and version)."""
+    from timeline.io.serve_command import NEUTRAL, REFUSED, SGLANG_MAPPED, VLLM_MAPPED, option_classes
+
+    for engine, mapped in (("vllm", VLLM_MAPPED), ("sglang", SGLANG_MAPPED)):
+        read = option_classes(engine)
+        for dest in {o["dest"] for o in options(engine).values()}:
+            assert dest in mapped or dest in NEUTRAL or dest in REFUSED or dest in read, (engine, dest)
+        for dest, entry in read.items():
+            assert entry["class"] in ("neutral", "refused") and entry["why"] and entry["source"], (engine, dest)
+            assert dest not in mapped and dest not in NEUTRAL and dest not in REFUSED, (engine, dest)
+
+
+def test_options_read_from_source_are_neutral_or_refused_with_why(tmp_path, capsys):
+    cfg = ["--hf-config", str(HF / "llama-3.1-8b"), "--engine-version", "0.30.0"]
+    assert main(["from-vllm", "vllm serve m --disable-access-log-for-endpoints /health --numa-bind", *cfg]) == 0
+    assert "#   --disable-access-log-for-endpoints (paths left out of uvicorn's access log" in capsys.readouterr().out
+    assert main(["from-vllm", "vllm serve m --max-loras 4", *cfg]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --max-loras: ") and "LoRA" in err and "--ignore-arg max-loras" in err

@@ -31,6 +31,7 @@ from timeline.io.launch_script import SERVE_MODULES, SERVE_PROGRAMS, read_launch
 from timeline.io.serve_forms import Found, manifest_containers, python_calls
 
 _TABLES = Path(__file__).with_name("serve_options.json")
+_CLASSES = Path(__file__).with_name("serve_option_classes.json")
 
 
 #: SGLang's parser names some options after their long alias (``--tensor-parallel-size`` / ``--tp-size`` →
@@ -713,6 +714,14 @@ REFUSED = {
 }
 
 
+@cache
+def option_classes(engine: str) -> dict[str, dict[str, str]]:
+    """The options :data:`NEUTRAL` and :data:`REFUSED` do not name, each read in the engine's source:
+    ``serve_option_classes.json`` (dest → class ``neutral`` | ``refused``, ``why``, ``source``)."""
+    data: dict[str, dict[str, dict[str, str]]] = json.loads(_CLASSES.read_text(encoding="utf-8"))
+    return data[engine]
+
+
 def classify(engine: str, parsed: Parsed, ignored: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
     """The parsed options that are neither mapped nor neutral: refused in one line (each with what it does where
     known); ``ignored`` option names are passed over. Returns the neutral options (name → why) and those passed
@@ -727,10 +736,15 @@ def classify(engine: str, parsed: Parsed, ignored: tuple[str, ...]) -> tuple[dic
         if name in ignored or name.lstrip("-") in ignored:
             passed.append(name)
             continue
+        read = option_classes(engine).get(dest)
         if dest in REFUSED:
             refused.append(f"{name}: {REFUSED[dest]}")
         elif dest in NEUTRAL:
             neutral[name] = NEUTRAL[dest]
+        elif read is not None and read["class"] == "neutral":
+            neutral[name] = read["why"]
+        elif read is not None:
+            refused.append(f"{name}: {read['why']}")
         else:
             refused.append(f"{name}: not classified (what it does to device memory is not read)")
     if refused:
