@@ -105,3 +105,30 @@ def test_every_preset_fills_every_needed_field():
         values = preset_values(gpu)
         assert set(UNKNOWN_GPU_NEEDS) - {"capacity_gib"} <= set(values) and set(UNKNOWN_GPU_NEEDS_MULTI) <= set(values)
         assert values["sms"] > 0, gpu
+
+
+def test_measured_totals_sit_below_each_presets_data_sheet_size():
+    """PyTorch's total (each from a named public log) is the board's memory less what the driver keeps: below the
+    preset's size and within 10 % of it, below nvidia-smi's total, which is below the size too."""
+    from timeline.spec.hardware import NVIDIA_SMI_TOTAL_MIB, TORCH_TOTAL_GIB
+
+    for gpu, total in TORCH_TOTAL_GIB.items():
+        size = GPUS[gpu]["capacity_gib"]
+        assert 0.90 * size < total < size, gpu
+        if gpu in NVIDIA_SMI_TOTAL_MIB:
+            assert total * 1024 < NVIDIA_SMI_TOTAL_MIB[gpu] <= size * 1024, gpu
+
+
+def test_a_serving_run_on_a_new_preset_budgets_from_its_measured_total(tmp_path):
+    from timeline.io.serve_runfile import load_serve_run
+    from timeline.serve.budget import compute_budgets
+
+    hf = Path(__file__).resolve().parents[1] / "data" / "hf" / "llama-3.1-8b" / "config.json"
+    path = tmp_path / "l4.toml"
+    path.write_text(f'[model]\nhf_config = "{hf}"\n[hardware]\ngpu = "l4"\n[serving]\nengine = "vllm"\n'
+                    'engine_version = "0.11.0"\nmax_model_len = 4096\n[serving.load]\nnum_requests = 1\n')
+    run = load_serve_run(path)
+    assert run.hardware.capacity_gib == 22.03 and run.hardware.sm == 89
+    b = compute_budgets(run)[0]
+    assert b.total_bytes == int(22.03 * 2**30) and b.requested_bytes == int(b.total_bytes * 0.9)
+    assert b.failure == "" and b.num_kv_blocks > 0  # an 8B bf16 model (14.96 GiB) leaves an L4 a pool

@@ -26,7 +26,21 @@ Edition, GB202; the AWS g7e instances' GPU): 96 GB GDDR7 on a 512-bit bus at 1,7
 TOPS (FP4 with sparsity, so 500 TFLOP/s dense BF16: each precision doubling and dense halve it), PCIe Gen5
 x16 (64 GB/s per direction, no NVLink), compute capability 12.0 (``sm`` 120, GB202's as the RTX 5090's). GeForce RTX
 5090 (GB202; NVIDIA RTX Blackwell GPU architecture whitepaper): 32 GB GDDR7 on a 512-bit bus at 1,792 GB/s, 170 SMs,
-209.5 TFLOP/s dense FP16/BF16 tensor (FP16 accumulate, as the RTX 4090's figure), PCIe Gen5 x16, no NVLink, ``sm`` 120.
+209.5 TFLOP/s dense FP16/BF16 tensor (FP32 accumulate, as the RTX 4090's figure: 3,352 AI TOPS / 16), PCIe Gen5 x16,
+no NVLink, ``sm`` 120.
+
+More data-center and workstation kinds, from their data sheets: A800 80GB SXM4 (the A100 80GB with NVLink cut to
+400 GB/s both ways: 200 per direction; 2,039 GB/s; 108 SMs; nvidia.cn/data-center/a800), A40 (48 GB GDDR6 at 696 GB/s,
+149.7 TFLOP/s dense BF16 with FP32 accumulate, NVLink bridge 112.5 GB/s both ways, 84 SMs — a torch log's
+``multi_processor_count=84`` —, sm 86), A30 (24 GB HBM2 at 933 GB/s, 165 TFLOP/s dense BF16, NVLink 200 GB/s both ways,
+56 SMs, sm 80), A10 (24 GB GDDR6 at 600 GB/s, 125 TFLOP/s dense BF16, PCIe Gen4, 72 SMs, sm 86), L4 (24 GB GDDR6 at
+300 GB/s, 242 TFLOP/s BF16 with sparsity: 121 dense, PCIe Gen4, 58 SMs = 7,424 CUDA cores / 128, sm 89), RTX A4000
+(16 GB GDDR6 at 448 GB/s, 153.4 tensor TFLOP/s with sparsity: 76.7 dense, 48 SMs, sm 86), GeForce RTX 4080 (NVIDIA Ada
+whitepaper: 16 GB GDDR6X at 716.8 GB/s, 97.5 TFLOP/s BF16 with FP32 accumulate, 76 SMs, sm 89), RTX 4070 Ti SUPER
+(16 GB GDDR6X at 672 GB/s, 66 SMs = 8,448 / 128, sm 89; 706 AI TOPS / 8 = 88.2 TFLOP/s, the rule that gives the
+RTX 4080's 97.5 from its 780) and RTX 5080 (RTX Blackwell whitepaper: 16 GB GDDR7 at 960 GB/s, 84 SMs, sm 120, PCIe
+Gen5; 1,801 AI TOPS / 16 = 112.6). Their TFLOP/s and bandwidths time the ops only; memory reads the capacity, ``sm``
+and the SM count.
 
 :data:`TORCH_TOTAL_GIB` is what PyTorch reports as a device's memory (``torch.cuda.mem_get_info()[1]``,
 ``get_device_properties().total_memory``): less than the data sheet's, by what the driver keeps. An
@@ -60,12 +74,26 @@ GPUS: dict[str, dict[str, float]] = {
                      "sm": 120},
     "rtx5090": {"capacity_gib": 32, "bf16_tflops": 209.5, "hbm_gbps": 1792, "nvlink_gbps": 64, "network_gbps": 25,
                 "sm": 120},
+    "a800": {"capacity_gib": 80, "bf16_tflops": 312, "hbm_gbps": 2039, "nvlink_gbps": 200, "network_gbps": 25, "sm": 80},
+    "a40": {"capacity_gib": 48, "bf16_tflops": 149.7, "hbm_gbps": 696, "nvlink_gbps": 56.25, "network_gbps": 25, "sm": 86},
+    "a30": {"capacity_gib": 24, "bf16_tflops": 165, "hbm_gbps": 933, "nvlink_gbps": 100, "network_gbps": 25, "sm": 80},
+    "a10": {"capacity_gib": 24, "bf16_tflops": 125, "hbm_gbps": 600, "nvlink_gbps": 32, "network_gbps": 25, "sm": 86},
+    "l4": {"capacity_gib": 24, "bf16_tflops": 121, "hbm_gbps": 300, "nvlink_gbps": 32, "network_gbps": 25, "sm": 89},
+    "rtx-a4000": {"capacity_gib": 16, "bf16_tflops": 76.7, "hbm_gbps": 448, "nvlink_gbps": 32, "network_gbps": 25,
+                  "sm": 86},
+    "rtx4080": {"capacity_gib": 16, "bf16_tflops": 97.5, "hbm_gbps": 716.8, "nvlink_gbps": 32, "network_gbps": 25,
+                "sm": 89},
+    "rtx4070ti-super": {"capacity_gib": 16, "bf16_tflops": 88.2, "hbm_gbps": 672, "nvlink_gbps": 32, "network_gbps": 25,
+                        "sm": 89},
+    "rtx5080": {"capacity_gib": 16, "bf16_tflops": 112.6, "hbm_gbps": 960, "nvlink_gbps": 64, "network_gbps": 25,
+                "sm": 120},
 }
 
 #: streaming multiprocessors per GPU kind (the data sheets above)
 SM_COUNTS: dict[str, int] = {"h100": 132, "h800": 132, "h200": 132, "a100": 108, "gb200": 148, "b200": 148,
                              "a100-40gb": 108, "l40s": 142, "a6000": 84, "rtx3090": 82, "rtx4090": 128,
-                             "rtx-pro-6000": 188, "rtx5090": 170}
+                             "rtx-pro-6000": 188, "rtx5090": 170, "a800": 108, "a40": 84, "a30": 56, "a10": 72,
+                             "l4": 58, "rtx-a4000": 48, "rtx4080": 76, "rtx4070ti-super": 66, "rtx5080": 84}
 
 #: MiB ``nvidia-smi --query-gpu=memory.total`` prints (SGLang sizes its defaults from it), each in the public
 #: log named
@@ -73,6 +101,13 @@ NVIDIA_SMI_TOTAL_MIB: dict[str, int] = {
     "h100": 81559,  # H100 80GB HBM3: vllm-project/vllm#55169 (nvidia-smi table)
     "rtx4090": 24564,  # vllm-project/vllm#7553 and #7768 (nvidia-smi table)
     "h200": 143771,  # H200: traces/groundtruth-h200/context_probe.json (NVML total 150,754,820,096 B, driver 580.159.04)
+    "b200": 183359,  # NVIDIA/TensorRT-LLM#10278 (nvidia-smi table)
+    "gb200": 189471,  # public code index, ids 58750094259 and 54650828460 (nvidia-smi tables)
+    "rtx-pro-6000": 97887,  # antirez/ds4#431 (every edition, ECC on or off)
+    "h800": 81559,  # public code index, ids 70396795401 and 57382739794 (the H100 80GB HBM3's)
+    "a800": 81920,  # vllm-project/vllm#41519, dexmal/dexbotic#41 (SXM4 and PCIe)
+    "l4": 23034,  # modal-labs/modal-client#2797, lmstudio-ai/lmstudio-bug-tracker#1638
+    "a10": 23028,  # QwenLM/Qwen3#678, modal-labs/modal-client#2797
 }
 
 #: GiB PyTorch reports as the device's total memory, each printed in the public log named
@@ -87,10 +122,22 @@ TORCH_TOTAL_GIB: dict[str, float] = {
     "rtx4090": 23.64,  # 3DTopia/Phidias-Diffusion#8 (PyTorch's OOM message: "a total capacity of 23.64 GiB")
     "h200": 139.80,  # H200: traces/groundtruth-h200/non_torch.json (torch.cuda.mem_get_info total 150,109,880,320 B)
     "rtx5090": 31.36,  # GeForce RTX 5090: TrajectoryCrafter/TrajectoryCrafter#20 (OOM: "a total capacity of 31.36 GiB")
+    "b200": 178.35,  # unslothai/unsloth#3411 ("Total VRAM: 178.35 GB", max memory 178.351), pytorch/ao#4002 (148 SMs)
+    "gb200": 184.31,  # public code index, ids 53295161045 and 66768263030 (OOM: "a total capacity of 184.31 GiB")
+    "rtx-pro-6000": 94.97,  # ls1intum/edutelligence#570 (vLLM: "Free memory on device cuda:0 (79.12/94.97 GiB)")
+    "a800": 79.33,  # hahnyuan/PB-LLM#3 (OOM: "a total capacty of 79.33 GiB")
+    "a40": 44.55,  # public code index, id 54349325738 (Unsloth, torch 2.9.1: max memory 44.549 GB)
+    "a30": 23.53,  # google/RB-Modulation#5 (OOM: "a total capacty of 23.53 GiB")
+    "a10": 22.18,  # OpenBMB/MiniCPM-V#640 (OOM: "a total capacity of 22.18 GiB")
+    "l4": 22.03,  # ArcInstitute/evo2#190 (OOM: "a total capacity of 22.03 GiB")
+    "rtx-a4000": 15.61,  # DengKaiCQ/VGGT-Long#6 (OOM: "a total capacity of 15.61 GiB")
+    "rtx4080": 15.67,  # public code index, id 22567041692 (Linux: total_memory=16049MB; Windows reports ~15.99)
+    "rtx4070ti-super": 15.60,  # kinggongzilla/whatsapp-ai-clone#12 (OOM: "a total capacity of 15.60 GiB")
+    "rtx5080": 15.48,  # vllm-project/vllm#14452 (OOM: "a total capacity of 15.48 GiB")
 }
 
 #: GPU kinds whose boards sit in NVSwitch systems (SXM); every other preset is a PCIe card
-NVSWITCH = ("h100", "h800", "h200", "a100", "b200", "gb200")
+NVSWITCH = ("h100", "h800", "h200", "a100", "a800", "b200", "gb200")
 
 #: what a GPU the presets do not hold must give in ``[hardware]``: every field a rule reads (the memory
 #: rules: ``capacity_gib``, ``sm``, ``sms``; the op timings: ``bf16_tflops``, ``hbm_gbps``), with a data-sheet
