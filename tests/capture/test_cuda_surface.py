@@ -177,3 +177,121 @@ def test_the_command_line_prints_the_notes_and_simulates_with_one_micro_batch(tm
     weights = (D * F + F + F * D + D) * 4  # the two Linear layers, fp32
     # steady state after warm-up: weights, AdamW's two moments, and the step's own tensors on top
     assert dev["peak_allocated_bytes"] >= 3 * weights
+
+
+def data_parallel_step():
+    """pytorch-cifar's main.py: DataParallel whenever the device is cuda (one GPU here)."""
+    model = torch.nn.DataParallel(_mlp())
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randn(B, D).to("cuda")
+
+    def step():
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def default_device_step():
+    """llama's model.py under torch.set_default_device("cuda") / set_default_tensor_type(torch.cuda.HalfTensor):
+    factories without a device make device tensors; a view's .device is the device."""
+    torch.set_default_tensor_type(torch.cuda.HalfTensor)
+    torch.set_default_device("cuda")
+    freqs = torch.arange(0, D, 2)[: D // 4].float()
+    t = torch.arange(B, device=freqs.device)
+    assert t.is_cuda and torch.get_default_device().type == "cuda"
+    model = nn.Sequential(nn.Linear(D, F), nn.GELU(), nn.Linear(F, D))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(B, D)
+
+    def step():
+        model(x).float().pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def normal_gate_step():
+    """A noisy top-k gate's Normal(0, 1).cdf (davidmrau/mixture-of-experts): validation reads values."""
+    model = _mlp()
+    normal = torch.distributions.normal.Normal(torch.tensor([0.0], device="cuda"), torch.tensor([1.0], device="cuda"))
+    x = torch.randn(B, D, device="cuda")
+
+    def step():
+        normal.cdf(model(x)).mean().backward()
+    return step
+
+
+def host_model_step():
+    """nanoDiffusion's train.py as written: the model is never moved, the batch is on the device."""
+    model = nn.Linear(D, D)
+    x = torch.randn(B, D, device="cuda")
+
+    def step():
+        model(x).sum().backward()
+    return step
+
+
+def test_data_parallel_on_one_device_is_its_module():
+    wrapped, plain = _capture(data_parallel_step), _capture(plain_step)
+    # the same steps (DataParallel's construction adds views of the parameters, which hold no bytes)
+    assert [x for x in _shape(wrapped) if x[1] != "init"] == [x for x in _shape(plain) if x[1] != "init"]
+    assert sorted(s.nbytes for s in wrapped.storages.values()) == sorted(s.nbytes for s in plain.storages.values())
+
+
+def test_a_default_cuda_device_and_tensor_type_put_the_model_on_the_device_in_half():
+    before = torch.get_default_dtype()
+    trace = _capture(default_device_step, steps=1)
+    params = [p for p in trace.params if p.trainable]
+    assert sum(p.nbytes for p in params) == (D * F + F + F * D + D) * 2  # fp16 from the default tensor type
+    assert torch.get_default_dtype() == before and torch.get_default_device().type == "cpu"
+
+
+def test_distributions_capture_without_validating_values():
+    trace = _capture(normal_gate_step, steps=1)
+    assert any(n.startswith("torch.distributions: argument validation is off") for n in trace.provenance["notes"])
+
+
+def test_a_model_left_in_host_memory_is_refused_as_a_gpu_would():
+    with pytest.raises(UserError, match=r"^capture: RuntimeError at test_cuda_surface\.py:\d+ in step 1: Expected all "
+                                        r"tensors to be on the same device"):
+        _capture(host_model_step)
+
+
+def test_a_step_file_named_like_the_package_it_imports(tmp_path: Path, capsys):
+    from timeline.cli import main
+
+    pkg = tmp_path / "src" / "mygpt"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "model.py").write_text("import torch\n\ndef build():\n    return torch.nn.Linear(8, 8).cuda()\n")
+    steps = tmp_path / "steps"
+    steps.mkdir()
+    (steps / "mygpt.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(tmp_path / 'src')!r})\nimport torch\nfrom mygpt.model import build\n\n"
+        "def make_step():\n    m = build()\n    x = torch.randn(4, 8, device='cuda')\n"
+        "    return lambda: m(x).sum().backward()\n")
+    assert main(["capture", "--step", f"{steps / 'mygpt.py'}:make_step", "-o", str(tmp_path / "t.parquet")]) == 0
+    assert "error" not in capsys.readouterr().err
+
+
+def test_a_family_the_run_file_reader_lacks_is_captured_through_transformers(tmp_path: Path, capsys):
+    pytest.importorskip("transformers")
+    from timeline.cli import main
+
+    cfg = {"model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "intermediate_size": 256, "vocab_size": 512, "max_position_embeddings": 128, "rotary_pct": 0.25,
+           "tie_word_embeddings": False}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    out = tmp_path / "neox.parquet"
+    assert main(["capture", "--hf-config", str(path), "--micro-batch-size", "1", "--seq-len", "32", "--dtype", "fp32",
+                 "-o", str(out)]) == 0
+    assert "'gpt_neox' is captured through transformers' own class" in capsys.readouterr().err
+    from timeline.io.trace_file import read_trace
+
+    trace = read_trace(out)
+    # embed_in and embed_out (untied) 512×64 each; per layer: qkv 64×192+192, dense 64×64+64, MLP 64×256+256 and
+    # 256×64+64, two LayerNorms 2×(64+64); the final LayerNorm 64+64
+    layer = 64 * 192 + 192 + 64 * 64 + 64 + 64 * 256 + 256 + 256 * 64 + 64 + 4 * 64
+    assert sum(p.nbytes for p in trace.params if p.trainable) == 4 * (2 * 512 * 64 + 2 * layer + 128)

@@ -161,10 +161,13 @@ def load_callable(spec: str, flag: str, example: str) -> Callable[..., Any]:
             path = Path(mod_name)
             if not path.is_file():
                 raise UserError(f"{flag} {spec!r}: no such file {mod_name}")
-            loader = importlib.util.spec_from_file_location(path.stem, path)
+            # registered under a name of its own: a step file named like a package it imports (mingpt.py
+            # importing mingpt.model) must not stand for that package, as `python mingpt.py` does not
+            name = f"_timeline_step_{path.stem}"
+            loader = importlib.util.spec_from_file_location(name, path)
             assert loader is not None and loader.loader is not None
             module = importlib.util.module_from_spec(loader)
-            sys.modules.setdefault(path.stem, module)
+            sys.modules[name] = module
             loader.loader.exec_module(module)
         else:
             module = importlib.import_module(mod_name)

@@ -15,7 +15,14 @@ and calls ``torch.cuda`` helpers. On the CPU-only capture:
 - ``torch.cuda`` memory, statistics, seeding, NVTX and synchronisation calls are no-ops
   (``is_available()`` is true); events, streams, device properties, RNG state, pinned memory and
   ``torch.compile`` are served by :mod:`timeline.capture.cuda_api`; any other CUDA-only call fails
-  as it would without a GPU and the capture turns that into one line naming the call.
+  as it would without a GPU and the capture turns that into one line naming the call;
+- ``torch.set_default_device("cuda")`` and ``torch.set_default_tensor_type(torch.cuda.HalfTensor)`` make a
+  factory without a device a device one (and the legacy type its dtype the default, restored after);
+  ``nn.DataParallel`` on its one device calls its module (``forward`` with one device id, after a scatter
+  that is a view); ``torch.distributions`` skip argument validation, which reads values (a note);
+- a layer's call (``linear``, ``conv*``, ``embedding``, norms, ``matmul``) with tensors on the device and in
+  host memory raises as PyTorch does on a GPU ("Expected all tensors to be on the same device"): a model left
+  on the CPU fed a device batch is the user's bug, not a trace.
 
 It records nothing itself (:mod:`timeline.capture.step` asks it which storages are device ones).
 """
@@ -70,6 +77,9 @@ class StandIn(TorchFunctionMode):
         # nodes take no weak references: held (by id) until the backward that runs them ends
         self._nodes: dict[int, Any] = {}
         self.notes = cuda_api.Notes()  # what the capture served differently from a GPU, a line each
+        #: torch.set_default_device("cuda") / set_default_tensor_type(torch.cuda.*Tensor): factories without a
+        #: device make device tensors (PyTorch's DeviceContext sits below this mode, so it is served here)
+        self.default_cuda = False
 
     # -- what lives on the device ------------------------------------------------------
     def is_device(self, t: torch.Tensor) -> bool:
@@ -92,7 +102,11 @@ class StandIn(TorchFunctionMode):
                 return self._to(func, args, kwargs)
         force = None
         dev = kwargs.get("device")
-        if dev is not None and not isinstance(dev, torch.Tensor):
+        if self.depth == 0 and func in WEIGHTED:
+            _same_place(self, args, kwargs)
+        if dev is None and self.default_cuda and func in _constructors():
+            kwargs["device"], force = CPU, True
+        elif dev is not None and not isinstance(dev, torch.Tensor):
             if _is_cuda(dev):
                 kwargs["device"], force = CPU, True
         elif self.depth == 0 and self._reads_device(args, kwargs):
@@ -162,6 +176,41 @@ class StandIn(TorchFunctionMode):
         return self._call(torch.Tensor.to, (t, CPU), {**call, **kwargs, "copy": True}, _is_cuda(target))
 
 
+def _constructors() -> Any:
+    """The factory functions PyTorch's default device applies to (``torch.utils._device``)."""
+    from torch.utils._device import _device_constructors
+
+    return _device_constructors()
+
+
+#: calls that take a layer's weights with its input: PyTorch refuses tensors on two devices in them ("Expected all
+#: tensors to be on the same device"); on the fake CPU both would run, so the stand-in says it as a GPU would
+WEIGHTED = frozenset({
+    torch.nn.functional.linear, torch.nn.functional.bilinear, torch.nn.functional.embedding,
+    torch.nn.functional.conv1d, torch.nn.functional.conv2d, torch.nn.functional.conv3d,
+    torch.nn.functional.conv_transpose1d, torch.nn.functional.conv_transpose2d, torch.nn.functional.conv_transpose3d,
+    torch.nn.functional.layer_norm, torch.nn.functional.group_norm, torch.nn.functional.batch_norm,
+    torch.matmul, torch.mm, torch.bmm, torch.addmm, torch.baddbmm, torch.Tensor.matmul, torch.Tensor.__matmul__,
+    torch.Tensor.mm, torch.Tensor.bmm,
+})
+
+
+def _same_place(mode: StandIn, args: tuple, kwargs: dict) -> None:
+    """Raise as PyTorch does on a GPU when a layer's tensors (not 0-dim scalars) sit on the device and in host
+    memory: a model left on the CPU fed a device batch."""
+    from torch.utils._pytree import tree_flatten
+
+    places = {mode.is_device(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor) and t.dim()}
+    if len(places) > 1:
+        raise RuntimeError("Expected all tensors to be on the same device, but found at least two devices, cuda:0 and "
+                           "cpu! (a module or tensor left in host memory meets device tensors)")
+
+
+#: torch.cuda's legacy tensor types → their dtype (``torch.set_default_tensor_type(torch.cuda.HalfTensor)``)
+CUDA_TENSOR_TYPES = {"torch.cuda.HalfTensor": torch.float16, "torch.cuda.BFloat16Tensor": torch.bfloat16,
+                     "torch.cuda.FloatTensor": torch.float32, "torch.cuda.DoubleTensor": torch.float64}
+
+
 class _NoRange(contextlib.ContextDecorator):
     """``torch.cuda.nvtx.range(msg)`` as a context manager or decorator that marks nothing."""
 
@@ -222,7 +271,51 @@ def cuda_stand_in() -> Iterator[StandIn]:
     patches += [(torch.cuda.nvtx, name, lambda *a, **k: None) for name in NVTX_NO_OPS]
     patches.append((torch.cuda.nvtx, "range", _NoRange))
     patches += cuda_api.patches(mode.notes)
+    real_default_device, real_get_default, real_tensor_type = (torch.set_default_device, torch.get_default_device,
+                                                               torch.set_default_tensor_type)
+
+    def set_default_device(device: Any) -> None:
+        mode.default_cuda = device is not None and _is_cuda(device)
+        real_default_device(None if mode.default_cuda else device)
+
+    def get_default_device() -> torch.device:
+        return CUDA if mode.default_cuda else real_get_default()
+
+    def set_default_tensor_type(t: Any) -> None:
+        name = t if isinstance(t, str) else f"{getattr(t, '__module__', '')}.{getattr(t, '__name__', '')}"
+        if name in CUDA_TENSOR_TYPES:  # llama's generation.py: torch.set_default_tensor_type(torch.cuda.HalfTensor)
+            torch.set_default_dtype(CUDA_TENSOR_TYPES[name])
+            mode.default_cuda = True
+            return
+        mode.default_cuda = False
+        real_tensor_type(t)
+
+    real_dp_forward = torch.nn.DataParallel.forward
+
+    def dp_forward(self: torch.nn.DataParallel, *inputs: Any, **kwargs: Any) -> Any:
+        # one device (the stand-in has one): DataParallel scatters to device 0 (a view of what is already there) and
+        # calls its module (torch/nn/parallel/data_parallel.py: forward, len(device_ids) == 1)
+        if len(self.device_ids) <= 1:
+            return self.module(*inputs, **kwargs)
+        return real_dp_forward(self, *inputs, **kwargs)
+
+    real_dist_init = torch.distributions.Distribution.__init__
+
+    def dist_init(self: Any, batch_shape: Any = None, event_shape: Any = None,
+                  validate_args: bool | None = None) -> None:
+        # argument validation compares tensor values, which fake tensors do not hold: off (memory holds the same)
+        if validate_args is not False:
+            mode.notes.add("torch.distributions: argument validation is off (it reads tensor values, which fake "
+                           "tensors do not hold); its small boolean checks are not in the trace")
+        real_dist_init(self, torch.Size() if batch_shape is None else batch_shape,
+                       torch.Size() if event_shape is None else event_shape, validate_args=False)
+
+    patches += [(torch, "set_default_device", set_default_device), (torch, "get_default_device", get_default_device),
+                (torch, "set_default_tensor_type", set_default_tensor_type),
+                (torch.nn.DataParallel, "forward", dp_forward),
+                (torch.distributions.Distribution, "__init__", dist_init)]
     missing = object()
+    dtype = torch.get_default_dtype()
     saved = [(obj, name, obj.__dict__.get(name, missing) if isinstance(obj, type) else getattr(obj, name))
              for obj, name, _ in patches]
     try:
@@ -236,3 +329,6 @@ def cuda_stand_in() -> Iterator[StandIn]:
                 delattr(obj, name)  # an inherited attribute (torch.Tensor.device is TensorBase's)
             else:
                 setattr(obj, name, value)
+        torch.set_default_dtype(dtype)  # a default tensor type the step set
+        if mode.default_cuda:
+            real_default_device(None)

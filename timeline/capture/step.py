@@ -207,7 +207,15 @@ def capture_step(func: StepFn, *, steps: int = 2, gpu: bool = True, fake: bool =
         except (DynamicOutputShapeException, DataDependentOutputException, UnsupportedOperatorException) as exc:
             err = _user_error(exc)
             if rec.phase == "init":
-                err = UserError(f"{err} (while the --step function built the model, optimizer or batch)")
+                op = getattr(exc, "func", None) or (exc.args[0] if exc.args else "an op")
+                frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/torch/" not in
+                          f.filename.replace("\\", "/") and "/timeline/" not in f.filename.replace("\\", "/")]
+                where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+                # host-side setup (fairscale's initialize_model_parallel, a rank grid) runs on fake tensors too
+                err = UserError(f"capture failed at {op}{f' ({where})' if where else ''} while the --step function "
+                                "built the model, optimizer or batch: its output shape depends on tensor values, "
+                                "which fake tensors do not have; run that setup before the --step function is "
+                                "called (at import time) or give the values it computes")
             raise err from None
         except UserError:
             raise
