@@ -20,8 +20,9 @@ Read a serving engine's launch command — `vllm serve MODEL …`, `python -m vl
 `docker run … vllm/vllm-openai:TAG …`, `python -m sglang.launch_server …` — given as the command line itself or as a
 shell script that runs it (read as bash would, never run), a Kubernetes manifest or Compose file whose container
 runs it, or a Python program that builds the engine (`LLM(model=…, tensor_parallel_size=…)`, `sgl.Engine(…)`:
-its keywords read without running it), and write the run file `timeline serve` takes (stdout without -o). Every option is looked up in the engine's own command-line surface, read from its source: mapped to a
-run-file key, listed as memory-neutral in the file's header, or refused in one line (a typo gets "did you mean").
+its keywords read without running it), and write the run file `timeline serve` takes (stdout without -o). Every
+option is looked up in the engine's own command-line surface, read from its source: mapped to a run-file key,
+listed as memory-neutral in the file's header, or refused in one line (a typo gets "did you mean").
 The model's config.json is the checkpoint's: the local folder the command names, the Hugging Face cache on this
 machine, or --hf-config. A container image's tag gives the engine version; else --engine-version.
 
@@ -36,8 +37,9 @@ examples:
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("launch", metavar="COMMAND", help="the launch command line, or a file (a shell script, "
-                                                           "a docker command) that runs it")
+    parser.add_argument("launch", metavar="COMMAND", help="the launch command line, or a file that runs it: a shell "
+                                                           "script, a docker command, a Kubernetes manifest or "
+                                                           "Compose file, a Python program")
     parser.add_argument("--hf-config", metavar="PATH", help="the checkpoint's config.json (or its folder), where the "
                                                             "model is neither a local folder nor in the Hugging Face "
                                                             "cache on this machine")
@@ -46,7 +48,9 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     add_gpu_arguments(parser)
     parser.add_argument("--script-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a variable of the environment the script starts in (repeat it), as in "
-                             "`ENGINE=vllm MODEL=Qwen/Qwen3-8B bash serve.sh`")
+                             "`ENGINE=vllm MODEL=Qwen/Qwen3-8B bash serve.sh`; for a Compose file the variables it "
+                             "is interpolated with (over its .env), for a container one its env lacks, for a "
+                             "Python program what os.environ gives")
     parser.add_argument("--job", type=int, default=1, metavar="K",
                         help="of a file holding several (containers that serve, LLM(...) calls), the K-th (from 1)")
     parser.add_argument("--ignore-arg", action="append", default=[], metavar="NAME",
