@@ -129,8 +129,6 @@ def test_sglang_offline_engine(tmp_path):
     ("from vllm import LLM\nllm = LLM('m', tensor_paralel_size=2)\n",
      "tensor_paralel_size: a field of no vllm version's engine arguments this tool has read (did you mean "
      "tensor_parallel_size"),
-    ("from vllm import AsyncEngineArgs\na = AsyncEngineArgs(model='m', tensor_parallel_size=2)\n",
-     "ENGINE_CONTEXT scheduler defaults, which are not read: give max_num_batched_tokens and max_num_seqs"),
     ("containers:\n- name: web\n  image: nginx\n  args: ['-g', 'daemon off;']\n",
      "no container runs a serving engine"),
 ])
@@ -193,3 +191,14 @@ def test_a_snippet_without_imports_is_vllms_llm(tmp_path):
     run, _ = _run(tmp_path, "snippet.py", "llm = LLM(model='meta-llama/Llama-3.1-8B', tensor_parallel_size=2)\n",
                   "--engine-version", "0.11.0")
     assert run.parallel.tp == 2 and run.serving.usage_context == "llm_class"
+
+
+def test_engine_args_outside_the_server_take_the_engine_contexts_defaults(tmp_path):
+    program = ("from vllm import AsyncEngineArgs\nfrom vllm.engine.async_llm_engine import AsyncLLMEngine\n"
+               "args = AsyncEngineArgs(model='meta-llama/Llama-3.1-8B', tensor_parallel_size=2)\n"
+               "engine = AsyncLLMEngine.from_engine_args(args)\n")
+    run, text = _run(tmp_path, "server.py", program, "--engine-version", "0.11.0")
+    # SchedulerConfig.__post_init__'s own: 128 sequences, 2,048 tokens (ENGINE_CONTEXT is in neither table)
+    sv = run.serving
+    assert sv.usage_context == "engine_context" and (sv.max_num_seqs, sv.max_num_batched_tokens) == (128, 2048)
+    assert "#   EngineArgs(...) -> serving.usage_context = engine_context" in text

@@ -296,6 +296,10 @@ def test_scheduler_defaults_by_version():
             == (16384 if version == "0.8.5" else 8192)
     assert vllm_scheduler_defaults("0.6.4.post1", 20000, 79.2, "h100", usage="llm_class").max_num_batched_tokens \
         == 20000
+    # an engine built from EngineArgs elsewhere (ENGINE_CONTEXT): SchedulerConfig's own 2048 / 128, any device
+    for version in ("0.8.5", "0.11.0", "0.19.0"):
+        d = vllm_scheduler_defaults(version, 131072, 79.19, "h100", usage="engine_context")
+        assert (d.max_num_batched_tokens, d.max_num_seqs) == (2048, 128)
 
 
 def test_unread_old_versions_refused_by_name(tmp_path):

@@ -116,8 +116,9 @@ def run(args: argparse.Namespace) -> int:
     m.sections["serving"]["engine_version"] = version
     if cmd.usage_context != "openai_api_server":
         m.sections["serving"]["usage_context"] = cmd.usage_context
-        m.mapped["LLM(...)"] = ("serving.usage_context = llm_class (vLLM's offline class: its own V1 scheduler "
-                                "defaults, engine/arg_utils.py _set_default_args)")
+        m.mapped["LLM(...)" if cmd.usage_context == "llm_class" else "EngineArgs(...)"] = (
+            f"serving.usage_context = {cmd.usage_context} (its own V1 scheduler defaults, engine/arg_utils.py "
+            "_set_default_args)")
     hardware: dict[str, Any] = {"gpu": args.gpu, **gpu_fields(args.gpu_field)}
     out = Path(args.output) if args.output else None
     if out is not None and out.exists() and not args.force:

@@ -13,8 +13,8 @@ reader, or the engine's option words — without running anything.
   each written as the command-line option of that field; a value must be a literal, a module-level constant, an
   ``os.environ`` / ``os.getenv`` lookup (``--script-env``, else its default) or an ``argparse`` option's default
   (``args.tp`` of ``add_argument("--tp", default=8)``). vLLM's ``LLM`` takes the ``LLM_CLASS`` usage context's
-  scheduler defaults; an ``EngineArgs`` built outside the server and ``LLM`` (``ENGINE_CONTEXT``) must give
-  ``max_num_batched_tokens`` and ``max_num_seqs`` (their defaults there are not read).
+  scheduler defaults, an ``EngineArgs`` / ``AsyncEngineArgs`` built outside the server and ``LLM`` the
+  ``ENGINE_CONTEXT``'s (:func:`timeline.spec.engine_versions.vllm_scheduler_defaults`).
 """
 
 from __future__ import annotations
@@ -178,7 +178,8 @@ def _compose_words(value: Any, env: dict[str, str], where: str, notes: list[str]
 # ---------------------------------------------------------------------------------------------- Python
 
 #: the calls that build an engine: vLLM's offline class and engine arguments, SGLang's offline engine
-_CALLS = {"LLM": ("vllm", "llm_class"), "EngineArgs": ("vllm", ""), "AsyncEngineArgs": ("vllm", ""),
+_CALLS = {"LLM": ("vllm", "llm_class"), "EngineArgs": ("vllm", "engine_context"),
+          "AsyncEngineArgs": ("vllm", "engine_context"),
           "Engine": ("sglang", ""), "ServerArgs": ("sglang", "")}
 _CALL_RE = re.compile(r"\b(?:LLM|EngineArgs|AsyncEngineArgs|Engine|ServerArgs)\s*\(")
 
@@ -355,10 +356,6 @@ def _call(node: ast.Call, name: str, engine: str, usage: str, scope: _Scope, tab
         except _Unknown as exc:
             raise UserError(f"{where}: the model {ast.unparse(node.args[0])}: a value this reader cannot follow ({exc}); "
                             "write it as a literal") from None
-    if engine == "vllm" and not usage and not {"max_num_batched_tokens", "max_num_seqs"} <= set(kwargs):
-        raise UserError(f"{where}: an engine built from {name} outside `vllm serve` and LLM(...) takes the "
-                        "ENGINE_CONTEXT scheduler defaults, which are not read: give max_num_batched_tokens and "
-                        "max_num_seqs")
     return Found(what=where, words=_words(kwargs, table, engine, where), engine=engine,
                  usage_context=usage or "openai_api_server")
 

@@ -339,7 +339,7 @@ VLLM_V1_CHUNKED_OPTIONAL = (0, 11, 1)
 
 
 #: the usage contexts whose V1 scheduler defaults are read (``vllm/usage/usage_lib.py`` ``UsageContext``)
-USAGE_CONTEXTS = ("openai_api_server", "llm_class")
+USAGE_CONTEXTS = ("openai_api_server", "llm_class", "engine_context")
 
 
 def vllm_scheduler_defaults(version: str, max_model_len: int, device_gib: float, device_name: str,
@@ -349,8 +349,10 @@ def vllm_scheduler_defaults(version: str, max_model_len: int, device_gib: float,
     ``chunked`` is the user's ``enable_chunked_prefill`` (None: the engine's default); ``usage``: the OpenAI
     server's or the offline ``LLM`` class's defaults. V1's token budget of the ``LLM`` class is 16,384 on a
     large device and 8,192 elsewhere (``default_max_num_batched_tokens[UsageContext.LLM_CLASS]`` of
-    ``engine/arg_utils.py`` at 0.8.5, 0.9.2, 0.11.0 and 0.19.0; its ``max_num_seqs`` the server's); V0 has one
-    default for both."""
+    ``engine/arg_utils.py`` at 0.8.5, 0.9.2, 0.11.0 and 0.19.0; its ``max_num_seqs`` the server's). An engine built
+    from ``EngineArgs`` / ``AsyncEngineArgs`` elsewhere (``UsageContext.ENGINE_CONTEXT``, in neither table) keeps
+    ``SchedulerConfig``'s own: 128 sequences and 2,048 tokens (``__post_init__`` at 0.8.5, 0.9.2, 0.10.1.1, 0.11.0;
+    ``DEFAULT_MAX_NUM_SEQS`` / ``DEFAULT_MAX_NUM_BATCHED_TOKENS`` at 0.19.0). V0 has one default for all."""
     if not is_v1(version):
         if chunked is None:  # the OpenAI server's use_long_context (read at 0.5.4; absent at 0.4.1)
             chunked = max_model_len > 32768 and (parse_version(version) or (0, 7, 0)) >= (0, 5, 4)
@@ -363,6 +365,8 @@ def vllm_scheduler_defaults(version: str, max_model_len: int, device_gib: float,
     large = device_gib >= 70 and (v < (0, 9, 0) or "a100" not in device_name.lower())
     seqs = 1024 if large and v >= (0, 9, 0) else 256
     tokens = (16384 if large else 8192) if usage == "llm_class" else (8192 if large else 2048)
+    if usage == "engine_context":
+        seqs, tokens = 128, 2048
     if chunked is False and v >= VLLM_V1_CHUNKED_OPTIONAL:
         # the user's --no-enable-chunked-prefill: a whole prompt in one step, so the budget covers max_model_len —
         # engine/arg_utils.py _set_default_max_num_seqs_and_batched_tokens_args ``max(max_model_len, the default)``

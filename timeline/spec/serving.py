@@ -71,8 +71,9 @@ class ServingSpec:
         "graph memory: X GiB total'; 0 for VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0); not modelled: unset, "
         "nothing is subtracted and the run says so"))
     usage_context: str = spec_field("openai_api_server", choices=USAGE_CONTEXTS, doc=(
-        "vLLM: how the engine is started — the OpenAI server (vllm serve) or the offline LLM class "
-        "(LLM(...)), whose V1 scheduler defaults differ (max_num_batched_tokens 16,384 / 8,192)"))
+        "vLLM: how the engine is started — the OpenAI server (vllm serve), the offline LLM class (LLM(...): "
+        "max_num_batched_tokens 16,384 / 8,192 by default on V1) or an engine built from EngineArgs elsewhere "
+        "(engine_context: 2,048 tokens and 128 sequences)"))
     num_gpu_blocks_override: int = spec_field(0, nonneg=True, maximum=2**40, doc=(
         "vLLM --num-gpu-blocks-override: the KV pool's block count, whatever memory the profile leaves (0 = none)"))
     kv_cache_memory_bytes: int = spec_field(0, nonneg=True, maximum=2**60, doc=(
