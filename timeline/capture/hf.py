@@ -99,6 +99,16 @@ def _default_attention(tf: Any, hf_cfg: Any) -> str:
     return "sdpa" if cls is None or getattr(cls, "_supports_sdpa", True) else "eager"
 
 
+def transformers_knows(model_type: Any) -> bool:
+    """Whether the installed transformers has a causal-LM class for ``model_type`` (one the run-file reader may
+    not build, captured through that class)."""
+    try:
+        tf = _transformers()
+    except UserError:
+        return False
+    return isinstance(model_type, str) and model_type in tf.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+
 def hf_builder(config: dict[str, Any], *, micro_batch_size: int, seq_len: int,
                dtype: str = "bf16") -> Callable[[], Built]:
     """A build function for :func:`timeline.capture.run.capture` (call it inside fake mode).

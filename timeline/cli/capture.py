@@ -103,16 +103,6 @@ def _check_keys(overrides: dict[str, Any], model_type: str) -> None:
                         + (f" (nor {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))
 
 
-def _transformers_knows(model_type: Any) -> bool:
-    """Whether the installed transformers has a causal-LM class for ``model_type``."""
-    try:
-        import transformers
-    except ImportError:
-        return False
-    mapping = transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    return isinstance(model_type, str) and model_type in mapping
-
-
 def _source(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
     """(capture_args text, HF config dict or None)."""
     sets = "".join(f" --set {shlex.quote(f'{k}={json.dumps(v)}')}" for k, v in overrides.items())
@@ -132,7 +122,9 @@ def _source(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[str, d
         except UserError:
             # a family the run-file reader does not build (gpt_neox, olmoe …): transformers' own class captures
             # it all the same, with its config class's defaults for what the file leaves out
-            if not _transformers_knows(cfg.get("model_type")):
+            from timeline.capture.hf import transformers_knows
+
+            if not transformers_knows(cfg.get("model_type")):
                 raise
             known, note = str(cfg["model_type"]), (f"model_type {cfg['model_type']!r} is captured through "
                                                    "transformers' own class (the run-file reader does not build "
