@@ -22,8 +22,7 @@ def _mlp() -> torch.nn.Module:
     return nn.Sequential(nn.Linear(D, F), nn.GELU(), nn.Dropout(0.1), nn.Linear(F, D)).to("cuda")
 
 
-def plain_step():
-    model = _mlp()
+def _adamw_step(model: torch.nn.Module):
     opt = torch.optim.AdamW(model.parameters())
     x = torch.randn(B, D).to("cuda")
 
@@ -32,6 +31,10 @@ def plain_step():
         opt.step()
         opt.zero_grad(set_to_none=True)
     return step
+
+
+def plain_step():
+    return _adamw_step(_mlp())
 
 
 def busy_step():
@@ -181,15 +184,7 @@ def test_the_command_line_prints_the_notes_and_simulates_with_one_micro_batch(tm
 
 def data_parallel_step():
     """pytorch-cifar's main.py: DataParallel whenever the device is cuda (one GPU here)."""
-    model = torch.nn.DataParallel(_mlp())
-    opt = torch.optim.AdamW(model.parameters())
-    x = torch.randn(B, D).to("cuda")
-
-    def step():
-        model(x).pow(2).mean().backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return step
+    return _adamw_step(torch.nn.DataParallel(_mlp()))
 
 
 def default_device_step():
