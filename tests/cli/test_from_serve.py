@@ -233,3 +233,22 @@ def test_options_read_from_source_are_neutral_or_refused_with_why(tmp_path, caps
     assert main(["from-vllm", "vllm serve m --max-loras 4", *cfg]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --max-loras: ") and "LoRA" in err and "--ignore-arg max-loras" in err
+
+
+def test_a_config_file_of_options_is_read_and_the_command_line_wins(tmp_path, capsys):
+    folder = tmp_path / "deploy"
+    folder.mkdir()
+    (folder / "cfg.yaml").write_text("tensor-parallel-size: 2\nmax-model-len: 16384\nenable-prefix-caching: false\n"
+                                     "gpu-memory-utilization: 0.85\nserved-model-name: [a, b]\n")
+    script = folder / "serve.sh"
+    script.write_text("vllm serve meta-llama/Llama-3.1-8B --config cfg.yaml --max-model-len 8192\n")
+    out = tmp_path / "run.toml"
+    assert main(["from-vllm", str(script), "--hf-config", str(HF / "llama-3.1-8b"), "--engine-version", "0.11.0",
+                 "-o", str(out)]) == 0
+    run = load_serve_run(out)
+    # the YAML beside the script; the command line's 8192 over the file's 16384; `false` adds nothing (vLLM's
+    # load_config_file), so V1's default prefix caching stays on
+    assert run.parallel.tp == 2 and run.serving.max_model_len == 8192 and run.serving.gpu_memory_utilization == 0.85
+    assert run.serving.enable_prefix_caching is True and "read --config" in out.read_text()
+    assert main(["from-vllm", "vllm serve m --config nowhere.yaml", "--hf-config", str(HF / "llama-3.1-8b")]) == 2
+    assert "--config nowhere.yaml: no such file" in capsys.readouterr().err

@@ -355,6 +355,48 @@ def parse_words(engine: str, words: list[str], version: str | None = None) -> Pa
     return Parsed(model=model, values=values, given=given, unknown=unknown, other_version=other)
 
 
+def expand_config(words: list[str], folder: Path | None) -> tuple[list[str], str]:
+    """``--config FILE.yaml`` replaced by the options it holds, placed before the command line's (which win), after
+    the positional model: vLLM's ``FlexibleArgumentParser._pull_args_from_config`` / ``load_config_file``
+    (``vllm/utils/__init__.py`` at 0.11.0) and SGLang's ``ConfigArgumentMerger`` (``server_args_config_parser.py`` at
+    0.5.5) — each key ``--key``, a list its items, ``true`` the bare flag, ``false`` nothing. The file is looked for
+    where the command runs (this folder), then beside the command's own file. Returns (words, a note or "")."""
+    at = next((k for k, w in enumerate(words) if w == "--config" or w.startswith("--config=")), None)
+    if at is None:
+        return words, ""
+    name, _, inline = words[at].partition("=")
+    raw = inline if inline else (words[at + 1] if at + 1 < len(words) else "")
+    if not raw or raw.startswith("-"):
+        raise UserError("--config is given without a file")
+    rest = words[:at] + words[at + (1 if inline else 2):]
+    path = Path(raw).expanduser()
+    tries = [path] if path.is_absolute() else [path, *([folder / path] if folder else [])]
+    found = next((p for p in tries if p.is_file()), None)
+    if found is None:
+        raise UserError(f"--config {raw}: no such file here or beside the command's file (give the engine's options "
+                        "on the command line, or run from where the file is)")
+    if found.suffix.lower() not in (".yaml", ".yml"):
+        raise UserError(f"--config {raw}: the engines read a YAML file (.yaml or .yml)")
+    import yaml
+
+    try:
+        data = yaml.safe_load(found.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise UserError(f"--config {raw}: cannot read it ({exc})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"--config {raw}: expected a mapping of option names to values")
+    added: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, bool):
+            added += [f"--{key}"] if value else []
+        elif isinstance(value, list):
+            added += [f"--{key}", *(str(v) for v in value)] if value else []
+        else:
+            added += [f"--{key}", json.dumps(value) if isinstance(value, dict) else str(value)]
+    model = 1 if rest and not rest[0].startswith("-") else 0  # `vllm serve MODEL --config …`: after the model
+    return rest[:model] + added + rest[model:], f"read --config {found} ({len(data)} options, the command line's win)"
+
+
 def unknown_line(engine: str, names: list[str]) -> str:
     table = options(engine)
     listed = []
