@@ -202,3 +202,16 @@ def test_engine_args_outside_the_server_take_the_engine_contexts_defaults(tmp_pa
     sv = run.serving
     assert sv.usage_context == "engine_context" and (sv.max_num_seqs, sv.max_num_batched_tokens) == (128, 2048)
     assert "#   EngineArgs(...) -> serving.usage_context = engine_context" in text
+
+
+def test_values_from_a_module_beside_the_program(tmp_path):
+    (tmp_path / "config.py").write_text("import os\nMODEL = os.getenv('MODEL', 'meta-llama/Llama-3.1-8B')\n"
+                                        "TP = int(os.getenv('TP', 2))\nMAX_LEN = 8192\n")
+    (tmp_path / "settings.py").write_text("UTIL = 0.75\n")
+    program = ("from vllm import LLM\nimport config\nfrom settings import UTIL\n"
+               "llm = LLM(model=config.MODEL, tensor_parallel_size=config.TP, max_model_len=config.MAX_LEN, "
+               "gpu_memory_utilization=UTIL)\n")
+    run, _ = _run(tmp_path, "serve.py", program, "--engine-version", "0.11.0")
+    assert (run.parallel.tp, run.serving.max_model_len, run.serving.gpu_memory_utilization) == (2, 8192, 0.75)
+    run, _ = _run(tmp_path, "serve.py", program, "--engine-version", "0.11.0", "--script-env", "TP=4")
+    assert run.parallel.tp == 4  # the environment reaches the imported module's os.getenv

@@ -161,7 +161,7 @@ def read_command(text: str, source: str, engine_hint: str, env: dict[str, str] |
     ``engine_hint``'s), a Kubernetes manifest or Compose file whose container runs the engine, or a Python program
     that builds it (:mod:`timeline.io.serve_forms`); of several, the ``job``-th (from 1)."""
     env = dict(env or {})
-    calls = python_calls(text, env, options)
+    calls = python_calls(text, env, options, Path(source).parent if Path(source).is_file() else None)
     python = source.endswith(".py") or re.match(r"#![^\n]*python", text) is not None
     if calls is None and python:
         import ast

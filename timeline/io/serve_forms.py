@@ -11,8 +11,9 @@ reader, or the engine's option words — without running anything.
   Compose runs in (``--script-env``; unset: empty, with a note).
 - **Python**: the keyword arguments of the call are the engine's own fields (``EngineArgs`` / ``ServerArgs``),
   each written as the command-line option of that field; a value must be a literal, a module-level constant, an
-  ``os.environ`` / ``os.getenv`` lookup (``--script-env``, else its default) or an ``argparse`` option's default
-  (``args.tp`` of ``add_argument("--tp", default=8)``). vLLM's ``LLM`` takes the ``LLM_CLASS`` usage context's
+  ``os.environ`` / ``os.getenv`` lookup (``--script-env``, else its default), an ``argparse`` option's default
+  (``args.tp`` of ``add_argument("--tp", default=8)``) or a value of a module imported from a file beside the
+  program (``config.MODEL_PATH`` of ``config.py``). vLLM's ``LLM`` takes the ``LLM_CLASS`` usage context's
   scheduler defaults, an ``EngineArgs`` / ``AsyncEngineArgs`` built outside the server and ``LLM`` the
   ``ENGINE_CONTEXT``'s (:func:`timeline.spec.engine_versions.vllm_scheduler_defaults`).
 """
@@ -184,9 +185,10 @@ _CALLS = {"LLM": ("vllm", "llm_class"), "EngineArgs": ("vllm", "engine_context")
 _CALL_RE = re.compile(r"\b(?:LLM|EngineArgs|AsyncEngineArgs|Engine|ServerArgs)\s*\(")
 
 
-def python_calls(text: str, env: dict[str, str], table_of: Any) -> list[Found] | None:
+def python_calls(text: str, env: dict[str, str], table_of: Any, folder: Path | None = None) -> list[Found] | None:
     """The engine-building calls of a Python program ``text`` in line order (None when it is not Python or builds
-    none), each as option words (``table_of(engine)``: the engine's option table, name → option)."""
+    none), each as option words (``table_of(engine)``: the engine's option table, name → option); ``folder``: where
+    the program is, for the modules it imports from beside it."""
     if not _CALL_RE.search(text):
         return None
     try:
@@ -194,6 +196,7 @@ def python_calls(text: str, env: dict[str, str], table_of: Any) -> list[Found] |
     except SyntaxError:
         return None
     scope = _Scope(env=dict(env))
+    scope.read_modules(tree, folder)
     scope.read_names(tree)
     scope.read_argparse(tree)
     calls = []
@@ -242,6 +245,8 @@ class _Scope:
     env: dict[str, str]
     names: dict[str, Any] = field(default_factory=dict)
     defaults: dict[str, Any] = field(default_factory=dict)
+    #: modules the program imports from files beside it (``import config`` of ``config.py``): their names
+    modules: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def value(self, node: ast.expr) -> Any:
         """A value the program gives without running: a literal, a known name, an environment lookup, an
@@ -254,6 +259,11 @@ class _Scope:
             if self.names[node.id] is _AMBIGUOUS:
                 raise _Unknown(f"{node.id} is assigned more than one value")
             return self.names[node.id]
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in self.modules:
+            names = self.modules[node.value.id]
+            if node.attr in names and names[node.attr] is not _AMBIGUOUS:
+                return names[node.attr]
+            raise _Unknown(f"{node.value.id}.{node.attr} is not a value its module gives without running")
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.attr in self.defaults:
             return self.defaults[node.attr]
         looked = self.environ(node)
@@ -313,6 +323,33 @@ class _Scope:
                 except _Unknown:
                     continue
                 self.names[t.id] = _AMBIGUOUS if t.id in self.names and self.names[t.id] != v else v
+
+    def read_modules(self, tree: ast.Module, folder: Path | None) -> None:
+        """``import NAME`` / ``from NAME import X`` of a file ``NAME.py`` beside the program: its module-level values,
+        read the same way (one level: what it imports in turn is not followed)."""
+        if folder is None:
+            return
+        for node in ast.walk(tree):
+            pairs: list[tuple[str, str | None, ast.alias | None]]
+            if isinstance(node, ast.Import):
+                pairs = [(a.name, a.asname or a.name, None) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                pairs = [(node.module, None, a) for a in node.names]
+            else:
+                continue
+            for module, alias, imported in pairs:
+                path = folder / f"{module.replace('.', '/')}.py"
+                if not path.is_file():
+                    continue
+                try:
+                    sub = _Scope(env=self.env)
+                    sub.read_names(ast.parse(path.read_text(encoding="utf-8")))
+                except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+                    continue
+                if alias is not None:
+                    self.modules[alias] = sub.names
+                elif imported is not None and imported.name in sub.names:
+                    self.names[imported.asname or imported.name] = sub.names[imported.name]
 
     def read_argparse(self, tree: ast.Module) -> None:
         """``add_argument("--tp", …, default=8)`` → ``tp``: 8 (the attribute ``parse_args`` gives it)."""
