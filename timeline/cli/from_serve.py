@@ -78,7 +78,6 @@ def run(args: argparse.Namespace) -> int:
     from timeline.io.runfile_write import run_file_text
     from timeline.io.serve_command import (
         classify,
-        expand_config,
         map_options,
         model_config,
         parse_words,
@@ -91,10 +90,7 @@ def run(args: argparse.Namespace) -> int:
     hint = "sglang" if args.command == "from-sglang" else "vllm"
     text, source = _read(args.launch)
     cmd = read_command(text, source, hint, script_env(args.script_env), job=args.job)
-    words, config_note = expand_config(cmd.words, Path(source).parent if source != "the command" else None)
-    if config_note:
-        cmd.notes.append(config_note)
-    parsed = parse_words(cmd.engine, words, args.engine_version or cmd.version)
+    parsed = parse_words(cmd.engine, cmd.words, args.engine_version or cmd.version)
     if parsed.unknown:
         raise UserError(unknown_line(cmd.engine, parsed.unknown))
     if parsed.other_version:

@@ -159,9 +159,19 @@ def read_command(text: str, source: str, engine_hint: str, env: dict[str, str] |
                  job: int = 1) -> ServeCommand:
     """The serving command of ``text``: a shell script or a command line alone (its options alone are
     ``engine_hint``'s), a Kubernetes manifest or Compose file whose container runs the engine, or a Python program
-    that builds it (:mod:`timeline.io.serve_forms`); of several, the ``job``-th (from 1)."""
-    env = dict(env or {})
-    calls = python_calls(text, env, options, Path(source).parent if Path(source).is_file() else None)
+    that builds it (:mod:`timeline.io.serve_forms`); of several, the ``job``-th (from 1). A ``--config FILE``
+    among its options is read in their place (:func:`expand_config`)."""
+    folder = Path(source).parent if Path(source).is_file() else None  # where the command's own file is
+    cmd = _find_command(text, source, engine_hint, dict(env or {}), job, folder)
+    cmd.words, note = expand_config(cmd.words, folder)
+    if note:
+        cmd.notes.append(note)
+    return cmd
+
+
+def _find_command(text: str, source: str, engine_hint: str, env: dict[str, str], job: int,
+                  folder: Path | None) -> ServeCommand:
+    calls = python_calls(text, env, options, folder)
     python = source.endswith(".py") or re.match(r"#![^\n]*python", text) is not None
     if calls is None and python:
         import ast

@@ -338,13 +338,12 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
         # V1 kv_cache_utils.py (0.11.0): check_enough_kv_cache_memory reads the memory, then get_num_blocks'
         # may_override_num_blocks sets the count
         blocks = override
-    if not failure and (override or sv.kv_cache_memory_bytes) and sv.engine == "vllm" \
-            and blocks * layout.page_bytes * layout.group_size > total - weights - non_torch:
+    pool_bytes, free = blocks * layout.page_bytes * layout.group_size, total - weights - non_torch
+    if not failure and (override or sv.kv_cache_memory_bytes) and sv.engine == "vllm" and pool_bytes > free:
         # the pool's tensors are allocated at that size whatever the budget said: past the device's free memory
         # (the profile run's cached blocks released on the way), the allocation fails
-        failure = (f"CUDA out of memory allocating the KV cache: {blocks:,} blocks are "
-                   f"{blocks * layout.page_bytes * layout.group_size / GIB:,.2f} GiB, and "
-                   f"{(total - weights - non_torch) / GIB:,.2f} GiB are free after the weights")
+        failure = (f"CUDA out of memory allocating the KV cache: {blocks:,} blocks are {pool_bytes / GIB:,.2f} GiB, "
+                   f"and {free / GIB:,.2f} GiB are free after the weights")
     return Budget(engine=sv.engine, engine_version=sv.engine_version or ENGINE_VERSIONS[sv.engine][0], total_bytes=total,
                   requested_bytes=requested, weights_bytes=weights, rope_cache_bytes=rope,
                   non_torch_bytes=non_torch, activation_peak_bytes=activation, cuda_graph_bytes=cuda_graph,
