@@ -103,7 +103,9 @@ def run(args: argparse.Namespace) -> int:
         cfg = json.loads(config.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UserError(f"{config}: not a readable config.json ({exc})") from None
-    quantized = isinstance(cfg, dict) and isinstance(cfg.get("quantization_config"), dict)
+    # a quantization_config, or ModelOpt's hf_quant_config.json beside config.json (read as vLLM reads it)
+    quantized = isinstance(cfg, dict) and (isinstance(cfg.get("quantization_config"), dict)
+                                           or (config.parent / "hf_quant_config.json").is_file())
     m = map_options(cmd.engine, parsed, quantized)
     from timeline.spec.serving import ENGINE_VERSIONS
 

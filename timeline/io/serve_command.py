@@ -477,7 +477,7 @@ VLLM_MAPPED = {
     "block_size": "serving.block_size", "kv_cache_dtype": "serving.kv_cache_dtype",
     "enforce_eager": "serving.enforce_eager", "enable_prefix_caching": "serving.enable_prefix_caching",
     "enable_chunked_prefill": "serving.enable_chunked_prefill", "dtype": "serving.dtype",
-    "quantization": "serving.weight_dtype (online fp8) / the checkpoint's quantization_config",
+    "quantization": "serving.quantization / weight_dtype (online fp8, bitsandbytes) / the checkpoint's config",
     "cuda_graph_sizes": "serving.cuda_graph_sizes", "cudagraph_capture_sizes": "serving.cuda_graph_sizes",
     "max_cudagraph_capture_size": "serving.max_cudagraph_capture_size",
     "compilation_config": "serving.cudagraph_mode / cuda_graph_sizes (its cudagraph_* keys)",
@@ -653,7 +653,15 @@ def map_options(engine: str, parsed: Parsed, checkpoint_quantized: bool) -> Mapp
     if "quantization" in v and v["quantization"] not in (None, "None"):
         q = str(v["quantization"]).lower()
         if checkpoint_quantized:
-            mapped[given["quantization"]] = "(the checkpoint's quantization_config decides; the engine checks they agree)"
+            if engine == "vllm":
+                sv["quantization"] = q
+            mapped[given["quantization"]] = ("serving.quantization (the checkpoint's quantization_config decides the "
+                                             "format; gptq / awq keep it off Marlin)")
+        elif q == "bitsandbytes" and engine == "vllm":
+            # model_loader/bitsandbytes_loader.py _unquantized_generator: NF4 in blocks of 64, whatever else is asked
+            put("quantization", sv, "weight_dtype", "nf4")
+            sv["quant_group_size"] = 64
+            mapped[given["quantization"]] = "serving.weight_dtype = nf4 (bitsandbytes quantizes at load: NF4, blocks of 64)"
         elif q == "fp8" and engine == "vllm":
             # vllm/model_executor/layers/quantization/fp8.py: Fp8Config on an unquantized checkpoint quantizes each
             # weight at load, one scale per tensor

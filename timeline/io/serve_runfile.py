@@ -21,6 +21,8 @@ from timeline.io.requests_csv import read_requests
 from timeline.io.runfile import NAME_RE, _resolve_model, default_name, parse_override, read_toml, world_of
 from timeline.spec.engine_versions import (
     USAGE_CONTEXTS,
+    VLLM_MODELOPT_KV_FP8,
+    release_at_least,
     sglang_mem_fraction_static,
     version_problem,
     vllm_scheduler_defaults,
@@ -72,20 +74,36 @@ def _checkpoint_config(model_data: Any, base: Path) -> dict[str, Any] | None:
     return cfg if isinstance(cfg, dict) else None
 
 
+def _quant_file(model_data: Any, base: Path) -> dict[str, Any] | None:
+    """ModelOpt's ``hf_quant_config.json`` beside the hf_config (ModelOpt ≤ 0.29 writes its quantization there;
+    vLLM reads it when ``config.json`` has no ``quantization_config``: ``transformers_utils/config.py``
+    ``get_config``), or None."""
+    if not isinstance(model_data, dict) or not isinstance(model_data.get("hf_config"), str):
+        return None
+    path = (base / model_data["hf_config"]).parent / "hf_quant_config.json"
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def _checkpoint_vision(cfg: dict[str, Any] | None) -> VisionSpec | None:
     """The checkpoint's vision tower (:func:`timeline.io.hf_vision.split_vision`), None for a language model (the
     model was read already, so a vision-language config here is a modelled one)."""
     return split_vision(cfg)[1] if cfg is not None and is_vision_language(cfg) else None
 
 
-def _checkpoint_quant(cfg: dict[str, Any] | None, sv: dict[str, Any],
-                      problems: list[tuple[str, str]]) -> CheckpointQuant | None:
+def _checkpoint_quant(cfg: dict[str, Any] | None, sv: dict[str, Any], problems: list[tuple[str, str]],
+                      notes: list[str], quant_file: dict[str, Any] | None = None) -> CheckpointQuant | None:
     """The checkpoint's ``quantization_config`` (:func:`timeline.io.hf_quant.read_quantization`); it sets
-    ``serving.weight_dtype`` / ``quant_group_size``, and a run-file value that contradicts it is a problem."""
+    ``serving.weight_dtype`` / ``quant_group_size``, and a run-file value that contradicts it is a problem.
+    A ModelOpt checkpoint whose KV cache is fp8 makes ``kv_cache_dtype`` left unset fp8_e4m3 from vLLM 0.14
+    (:data:`~timeline.spec.engine_versions.VLLM_MODELOPT_KV_FP8`)."""
     if cfg is None:
         return None
     try:
-        quant = read_quantization(cfg)
+        quant = read_quantization(cfg, quant_file)
     except UserError as exc:
         problems.append(("model.hf_config", str(exc)))
         return None
@@ -96,6 +114,19 @@ def _checkpoint_quant(cfg: dict[str, Any] | None, sv: dict[str, Any],
             problems.append((f"serving.{key}", f"{sv[key]!r} contradicts the checkpoint's quantization_config "
                              f"({quant.source}: {value!r}); remove it"))
         sv[key] = value
+    if quant.method == "bitsandbytes" and cfg.get("num_experts", cfg.get("n_routed_experts", cfg.get("num_local_experts"))):
+        notes.append("bitsandbytes MoE: vLLM dequantizes every local expert to the model dtype on each forward "
+                     "(bitsandbytes.py BitsAndBytesMoEMethod.apply), a transient of 2 bytes a parameter the profile "
+                     "run holds; it is not modelled, so the activation peak here is low by that much")
+    if sv.get("engine") == "sglang" and quant.method in ("modelopt", "auto-round", "bitsandbytes"):
+        notes.append(f"{quant.source}: the weights are laid out as vLLM loads them (SGLang's loader for this method "
+                     "is not read)")
+    version = sv.get("engine_version")
+    if quant.kv_fp8 and sv.get("engine", "vllm") == "vllm" and sv.get("kv_cache_dtype", "auto") == "auto" \
+            and (not isinstance(version, str) or not version or release_at_least(version, VLLM_MODELOPT_KV_FP8)):
+        sv["kv_cache_dtype"] = "fp8_e4m3"
+        notes.append("the ModelOpt checkpoint's KV cache is fp8 (kv_cache_quant_algo): vLLM 0.14+ resolves "
+                     "--kv-cache-dtype auto to fp8_e4m3 (utils/torch_utils.py resolve_kv_cache_dtype_string)")
     return quant
 
 
@@ -206,7 +237,7 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     sv_values = table("serving")
     load_values = sv_values.pop("load", None)
     cfg = _checkpoint_config(data.get("model"), base)
-    quant = _checkpoint_quant(cfg, sv_values, problems)
+    quant = _checkpoint_quant(cfg, sv_values, problems, notes, _quant_file(data.get("model"), base))
     vision = _checkpoint_vision(cfg) if model is not None else None
     if model is not None and hardware is not None:
         notes += _version_defaults(sv_values, model.max_position_embeddings, hardware.capacity_gib, str(gpu))

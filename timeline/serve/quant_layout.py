@@ -34,6 +34,16 @@ From vLLM 0.19 on sm 90 the Triton backend's ``process_weights_after_loading``
 (``w13_bias.to(torch.float32)``, ``replace_parameter``). 0.12 … 0.18 vendor other revisions of these
 layouts and were not read for it (their experts are counted as loaded).
 
+Read besides at 0.19.0 (and 0.11.0 where they differ), per vLLM layer — merged projections (``qkv_proj``,
+``gate_up_proj``) are one layer, a FusedMoE's experts one — with every tensor a 512-byte allocator block at least:
+
+* GPTQ / AWQ / AutoRound on the kernel vLLM moves them to (:func:`int_kernel`): GPTQ-Marlin frees the loaded zero
+  points (and g_idx without act-order) and keeps a workspace; Machete on sm 90 keeps both; AWQ-Marlin keeps its
+  zero points; the plain methods keep theirs (:func:`linear_bytes`); MoE on Marlin or ``moe_wna16``.
+* NVFP4 (ModelOpt, compressed-tensors) and compressed-tensors MXFP4: Marlin below sm 100 and for weight-only
+  checkpoints, CUTLASS / FlashInfer's swizzled and padded layouts above (:func:`_fp4_linear`, :func:`_fp4_moe`).
+* bitsandbytes 4-bit / 8-bit (:func:`_bnb`); ModelOpt FP8 as fp8 per tensor, per channel or in 128 × 128 blocks.
+
 Modules named in ``modules_to_not_convert`` / ``ignore`` (Hugging Face names, ``model.`` dropped, ``*`` a
 wildcard, ``re:`` a regular expression) stay in the model dtype (``utils/quant_utils.py``
 ``is_layer_skipped``).
@@ -43,9 +53,10 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from dataclasses import replace
 
 from timeline.graph.tensors import DTYPE_BYTES, TensorDef
-from timeline.spec.engine_versions import parse_version, triton_kernels_vendored
+from timeline.spec.engine_versions import VLLM_FP4_019, parse_version, triton_kernels_vendored
 from timeline.spec.quant import CheckpointQuant
 from timeline.spec.serving import ServeRunSpec
 
@@ -113,7 +124,8 @@ def mxfp4_swizzled_expert_bytes(out: int, inp: int, half_of_w13: bool) -> int:
 
 
 def linear_bytes(q: CheckpointQuant, out: int, inp: int, act_bytes: int) -> int:
-    """One quantized out × in weight with its scales, zeros and indices."""
+    """One quantized out × in weight with its scales, zeros and indices, as the checkpoint's plain method keeps
+    it (fp8, W8A8 int8, compressed-tensors WNA16, GPTQ / AWQ without Marlin)."""
     n = out * inp
     if q.weight_dtype == "fp8" or q.int8_activations:
         if q.block_rows:
@@ -124,9 +136,211 @@ def linear_bytes(q: CheckpointQuant, out: int, inp: int, act_bytes: int) -> int:
     packed = n * bits // 8
     if q.method == "compressed-tensors":
         return packed + out * groups * act_bytes + (out * bits // 8 * groups if q.zero_point else 0) + 16
-    zeros = groups * out * bits // 8 if q.zero_point else 0
-    g_idx = inp * 4 if q.method == "gptq" else 0
+    # GPTQLinearMethod.process_weights_after_loading empties g_idx without act-order; AWQLinearMethod allocates
+    # qzeros whether or not the checkpoint has zero points
+    zeros = groups * out * bits // 8 if q.zero_point or q.method == "awq" or q.packing == "awq" else 0
+    g_idx = inp * 4 if q.method == "gptq" and q.desc_act else 0
     return packed + groups * out * act_bytes + zeros + g_idx
+
+
+#: vLLM's merged linear layers (``QKVParallelLinear``, ``MergedColumnParallelLinear``): the projections one
+#: kernel, one workspace and one set of padded scales serve
+_FUSED = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "gate_proj": "gate_up_proj",
+          "up_proj": "gate_up_proj", "q_a_proj": "fused_qkv_a_proj", "kv_a_proj_with_mqa": "fused_qkv_a_proj"}
+#: row-parallel projections (their input is split across tensor-parallel ranks)
+_ROW = ("o_proj", "down_proj", "out_proj", "dense", "fc2")
+#: the allocator's block: every tensor, a scalar too, takes a multiple of 512 bytes
+_BLOCK = 512
+
+
+#: the first vLLM release read whose GPTQ-Marlin layer frees the loaded zero points and sits behind the kernel
+#: chooser (``kernels/mixed_precision/marlin.py`` ``MarlinLinearKernel``, Machete beside it): read at 0.7.3, 0.8.5,
+#: 0.9.2, 0.10.1.1, 0.11.0 and 0.19.0; 0.5.5's ``GPTQMarlinLinearMethod`` keeps them (earlier releases are laid out
+#: as the plain method)
+VLLM_MARLIN_KERNELS = (0, 7, 3)
+#: the first vLLM release read whose Marlin workspace is one int32 per SM (``marlin_make_workspace_new``, 0.9.2);
+#: 0.8.5's ``marlin_make_workspace`` holds output / 64 · 16 int32
+VLLM_MARLIN_WORKSPACE_PER_SM = (0, 9, 2)
+
+
+def _marlin_ws(run: ServeRunSpec, out: int) -> int:
+    """One Marlin linear layer's workspace (:data:`VLLM_MARLIN_WORKSPACE_PER_SM`)."""
+    if _at_least(run, VLLM_MARLIN_WORKSPACE_PER_SM):
+        return _blk(4 * int(run.hardware.sms))
+    return _blk(out // 64 * 16 * 4)
+
+
+def _blk(nbytes: int) -> int:
+    return _round_up(nbytes, _BLOCK) if nbytes else 0
+
+
+def _at_least(run: ServeRunSpec, first: tuple[int, int, int]) -> bool:
+    v = parse_version(run.serving.engine_version) if run.serving.engine_version else None
+    return v is None or v >= first  # no version: the newest rules read
+
+
+def int_kernel(run: ServeRunSpec, q: CheckpointQuant) -> str:
+    """The kernel an integer (GPTQ / AWQ / AutoRound) layer ends on: ``gptq`` / ``awq`` (the plain methods),
+    ``gptq_marlin`` / ``awq_marlin``, or ``machete`` — ``choose_mp_linear_kernel`` tries Machete before Marlin
+    on sm 90 (``kernels/mixed_precision/machete.py`` ``MacheteLinearKernel.can_implement``), for GPTQ at 0.11.0
+    and 0.19.0, for AWQ from 0.19.0 (0.11.0's ``AWQMarlinLinearMethod`` calls Marlin itself). ``--quantization
+    gptq`` / ``awq`` keeps the plain method (``override_quantization_method`` converts only when the user named
+    none or the Marlin one); Marlin needs sm 80 (sm 75 from 0.19.0)."""
+    plain = "gptq" if q.packing.startswith("gptq") else "awq"
+    v = parse_version(run.serving.engine_version) if run.serving.engine_version else None
+    if not q.packing.endswith("_marlin") or run.serving.quantization in ("gptq", "awq") or (
+            v is not None and v < VLLM_MARLIN_KERNELS):
+        return plain
+    sm = int(run.hardware.sm)
+    if sm < (75 if _at_least(run, VLLM_FP4_019) else 80):
+        return plain
+    if sm == 90 and (plain == "gptq" or _at_least(run, VLLM_FP4_019)):
+        return "machete"
+    return q.packing
+
+
+def _int_linear(run: ServeRunSpec, q: CheckpointQuant, members: list[TensorDef], act: int, bits: int,
+                group: int) -> int:
+    """A merged integer linear layer (its projections ``members``, one input width) on its kernel
+    (:func:`int_kernel`): GPTQ-Marlin drops the zero points and, without act-order, g_idx, and keeps a
+    workspace of one int32 per SM (``marlin.py`` ``MarlinLinearKernel.process_weights_after_loading``,
+    ``marlin_make_workspace_new``); Machete keeps both and no workspace, and turns AWQ zero points into
+    model-dtype ``-scale·zero`` (``machete.py``); AWQ-Marlin keeps its packed zero points and a workspace."""
+    kernel = int_kernel(run, q)
+    inp, out = members[0].shape[1], sum(t.shape[0] for t in members)
+    row = members[0].name.rsplit(".", 2)[-2] in _ROW
+    if kernel == "machete" and not (group in (-1, 64, 128) and inp % 64 == 0 and out % 128 == 0
+                                    and not (q.desc_act and row and run.parallel.tp > 1)):
+        kernel = "gptq_marlin" if q.packing.startswith("gptq") else "awq_marlin"
+    if kernel in ("gptq", "awq"):
+        lq = replace(q, bits=bits, group_size=group, weight_dtype=f"int{8 if bits == 8 else 4}")
+        return sum(linear_bytes(lq, t.shape[0], inp, act) for t in members)
+    # scale rows: act-order replicates the full input's on a row-parallel layer (marlin_repeat_scales_on_all_ranks)
+    rows = 1 if group <= 0 else _cdiv(inp * (run.parallel.tp if q.desc_act and row else 1), group)
+    packed, scales = inp * out * bits // 8, rows * out * act
+    ws = _marlin_ws(run, out)
+    if kernel == "machete":
+        if q.packing.startswith("awq"):
+            return packed + scales + rows * out * act
+        return packed + scales + rows * out * bits // 8 + inp * 4 + (inp * 4 if q.desc_act else 0)
+    if kernel == "awq_marlin":
+        return packed + scales + rows * out * bits // 8 + ws
+    return packed + scales + (8 * inp if q.desc_act else 0) + ws
+
+
+def _int_moe(run: ServeRunSpec, q: CheckpointQuant, experts: list[list[TensorDef]], act: int, bits: int,
+             group: int) -> int:
+    """One MoE layer's integer experts: GPTQ-Marlin MoE (``GPTQMarlinMoEMethod``: zero points kept in the model
+    dtype, a workspace of 4 int32 per SM) or AWQ-Marlin MoE (packed int32 zero points) where
+    ``check_moe_marlin_supports_layer`` passes (hidden % 128, intermediate % max(64, group), groups of -1 … 128);
+    else ``moe_wna16`` (uint8 weights, scales, zero points only when asymmetric, no g_idx)."""
+    e0 = experts[0]
+    hidden = next(t.shape[1] for t in e0 if ".down_proj." not in t.name)
+    inter = next(t.shape[1] for t in e0 if ".down_proj." in t.name)
+    kernel = int_kernel(run, q)
+    marlin = kernel != q.packing.split("_")[0] and hidden % 128 == 0 and inter % max(64, group) == 0 \
+        and group in (-1, 32, 64, 128)
+    total = 0
+    for ts in experts:
+        for t in ts:
+            out, inp = t.shape
+            rows = 1 if group <= 0 else _cdiv(inp, group)
+            total += out * inp * bits // 8 + rows * out * act
+            if marlin and q.packing.startswith("gptq"):
+                total += rows * (out * bits // 32) * act + (8 * inp if q.desc_act else 0)
+            elif marlin or (not q.sym if q.packing.startswith("gptq") else q.zero_point):
+                total += rows * out * bits // 8
+    return total + (_blk(16 * int(run.hardware.sms)) if marlin else 0)
+
+
+def _fp4_linear(run: ServeRunSpec, q: CheckpointQuant, members: list[TensorDef]) -> int:
+    """A merged fp4 linear layer. NVFP4 (``modelopt.py`` ``ModelOptNvFp4LinearMethod``, compressed-tensors
+    ``CompressedTensorsW4A4Fp4`` / ``W4A16Fp4``): uint8 values (in/2 a row), an fp8 scale per 16. Below sm 100, and
+    for weight-only checkpoints everywhere, Marlin repacks them at the same size and adds a workspace
+    (``utils/marlin_utils_fp4.py`` ``prepare_fp4_layer_for_marlin``); on sm 100+ CUTLASS / FlashInfer swizzle the
+    scales into 128 × 4 tiles (``swizzle_blockscale``) and, from 0.19.0, pad the values to 32 × 32
+    (``pad_nvfp4_weight_for_cutlass``). Per-tensor fp32 scalars (global scales, alpha) take a block each: 4 at
+    0.19.0 (ModelOpt, W4A4), 2 (ModelOpt) / 3 (W4A4) at 0.11.0, 1 for W4A16. MXFP4 W4A16
+    (``CompressedTensorsW4A16Mxfp4``, 0.19.0): a uint8 e8m0 scale per 32, Marlin."""
+    inp, out = members[0].shape[1], sum(t.shape[0] for t in members)
+    new = _at_least(run, VLLM_FP4_019)
+    ws = _blk(4 * int(run.hardware.sms))
+    if q.weight_dtype == "mxfp4":
+        return out * inp // 2 + out * _cdiv(inp, 32) + ws
+    scalars = 1 if q.weight_only else 4 if new else 2 if q.method == "modelopt" else 3
+    if q.weight_only or int(run.hardware.sm) < 100:
+        extra = 0 if q.weight_only or q.method == "modelopt" or new else _blk(4 * len(members))
+        if not q.weight_only and not new and q.method == "compressed-tensors":
+            scalars = 1  # 0.11.0 serves W4A4 below sm 100 as W4A16 (with its input global scales kept)
+        return out * inp // 2 + out * (inp // 16) + ws + scalars * _BLOCK + extra
+    values = _round_up(out, 32) * _round_up(inp, 32) // 2 if new else out * inp // 2
+    return values + _round_up(out, 128) * _round_up(inp // 16, 4) + scalars * _BLOCK
+
+
+def _fp4_moe(run: ServeRunSpec, q: CheckpointQuant, experts: list[list[TensorDef]]) -> int:
+    """One MoE layer's NVFP4 experts (``ModelOptNvFp4FusedMoE``, ``CompressedTensorsW4A4Nvfp4MoEMethod``), E local
+    experts of hidden H and intermediate I: Marlin below sm 100 and for weight-only checkpoints (27/16 bytes
+    a parameter, per-expert fp32 second scales, a workspace of 4 int32 per SM: ``prepare_nvfp4_moe_layer_for_marlin``);
+    on sm 100+ at 0.19.0 FlashInfer TRT-LLM on sm 10x with H % 512 = 0 (I padded to 16:
+    ``align_fp4_moe_weights_for_fi``), else CUTLASS with 128 × 4 swizzled scales
+    (``prepare_nvfp4_moe_layer_for_fi_or_cutlass``). At 0.11.0 the compressed-tensors Marlin path keeps the loaded
+    ``w13_weight_packed`` / ``w2_weight_packed`` beside the repacked copies (``compressed_tensors_moe.py``
+    ``process_weights_after_loading``: 0.11.1 deletes them); MXFP4 W4A16 experts are Marlin with a byte scale per 32."""
+    n = len(experts)
+    e0 = experts[0]
+    hidden = next(t.shape[1] for t in e0 if ".down_proj." not in t.name)
+    inter = next(t.shape[1] for t in e0 if ".down_proj." in t.name)
+    params = n * 3 * hidden * inter
+    ws = _blk(16 * int(run.hardware.sms))
+    vec = _blk(4 * n)
+    new = _at_least(run, VLLM_FP4_019)
+    sm = int(run.hardware.sm)
+    if q.weight_dtype == "mxfp4":
+        return params // 2 + params // 32 + ws
+    if q.weight_only or sm < 100:
+        leak = params // 2 if q.method == "compressed-tensors" and not _at_least(run, (0, 11, 1)) else 0
+        return params // 2 + params // 16 + 2 * vec + ws + leak
+    if new and 100 <= sm < 110 and hidden % 512 == 0:
+        i_p = _round_up(inter, 16)
+        return n * 3 * hidden * i_p * 9 // 16 + 4 * vec
+    scales = n * (_round_up(2 * inter, 128) * _round_up(hidden // 16, 4) + _round_up(hidden, 128)
+                  * _round_up(inter // 16, 4))
+    return params // 2 + scales + 4 * vec
+
+
+def _bnb(run: ServeRunSpec, q: CheckpointQuant, members: list[TensorDef], moe: bool) -> int:
+    """bitsandbytes: 4-bit values two a byte, an fp32 absmax per 64 (the loader dequantizes double-quantized
+    statistics to fp32: ``bitsandbytes_loader.py`` ``_dequantize_dq``) and a 16-float code table a shard
+    (``QuantState``, moved to the GPU, a block each); MoE: one absmax tensor per w13 / w2
+    (``BitsAndBytesMoEMethod._fuse_moe_quant_states``). 8-bit: one int8 per value (the SCB scales stay on the host
+    until the first forward)."""
+    numel = [t.numel for t in members]
+    if q.weight_dtype == "int8":
+        return sum(numel)
+    if not moe:
+        return sum(k // 2 + _blk(4 * _cdiv(k, 64)) + _BLOCK for k in numel)
+    w13 = sum(k for t, k in zip(members, numel, strict=True) if ".down_proj." not in t.name)
+    w2 = sum(numel) - w13
+    return (w13 + w2) // 2 + _blk(4 * _cdiv(w13, 64)) + _blk(4 * _cdiv(w2, 64)) + 2 * _BLOCK
+
+
+def _override(q: CheckpointQuant, module: str) -> tuple[int, int, bool] | None:
+    """AutoRound's ``extra_config`` entry for ``module`` (a Hugging Face name or, from 0.19.0, a regular
+    expression: ``INCConfig.get_layer_config``): (bits, group size, sym), or None."""
+    for o in q.overrides:
+        key = o.pattern.removeprefix("model.")
+        if key == module or (any(c in key for c in "*[]()|\\^$+?") and re.fullmatch(key, module)):
+            return o.bits, o.group_size, o.sym
+    return None
+
+
+def _vllm_layer(name: str) -> tuple[str, bool]:
+    """(the vLLM layer a parameter belongs to, whether that layer is a FusedMoE): merged projections share one."""
+    module = name.rsplit(".", 1)[0]
+    if ".experts." in module:
+        return module[:module.index(".experts.")] + ".experts", True
+    head, _, last = module.rpartition(".")
+    return f"{head}.{_FUSED.get(last, last)}", False
 
 
 def _expert_dims(run: ServeRunSpec, t: TensorDef) -> tuple[int, ...]:
@@ -141,13 +355,16 @@ def _expert_dims(run: ServeRunSpec, t: TensorDef) -> tuple[int, ...]:
 
 
 def checkpoint_bytes(run: ServeRunSpec, params: list[TensorDef]) -> tuple[int, int]:
-    """(quantized bytes, model-dtype bytes) of one device's parameters under ``run.quant``."""
+    """(quantized bytes, model-dtype bytes) of one device's parameters under ``run.quant``: each quantized
+    weight grouped into the vLLM layer that loads it (merged projections, a FusedMoE's experts), laid out by
+    the method's kernel on ``run.hardware.sm`` at ``serving.engine_version``."""
     from timeline.serve.weights import is_quantized
 
     q = run.quant
     assert q is not None
     act = DTYPE_BYTES[run.serving.dtype]
     quant = dense = 0
+    layers: dict[str, list[TensorDef]] = {}
     for t in params:
         expert = ".experts." in t.name
         if q.experts_only:
@@ -163,8 +380,31 @@ def checkpoint_bytes(run: ServeRunSpec, params: list[TensorDef]) -> tuple[int, i
             else:
                 dense += t.numel * (act if t.dtype in ("bf16", "fp16") else DTYPE_BYTES[t.dtype])
             continue
-        if is_quantized(t) and not skipped(t.name, q.not_converted):
-            quant += linear_bytes(q, t.shape[0], t.shape[1], act)
+        layer_bits = _override(q, t.name.rsplit(".", 1)[0]) if q.overrides else None
+        if is_quantized(t) and not skipped(t.name, q.not_converted) and (layer_bits is None or layer_bits[0] < 16):
+            layers.setdefault(_vllm_layer(t.name)[0], []).append(t)
         else:
             dense += t.numel * (act if t.dtype in ("bf16", "fp16") else DTYPE_BYTES[t.dtype])
+    for key, members in layers.items():
+        moe = key.endswith(".experts")
+        layer_bits = _override(q, members[0].name.rsplit(".", 1)[0]) if q.overrides else None
+        bits, group, sym = layer_bits or (q.bits, q.group_size, q.sym)
+        lq = q if layer_bits is None else replace(q, sym=sym, zero_point=not sym or q.packing.startswith("awq"))
+        if q.method == "bitsandbytes":
+            quant += _bnb(run, q, members, moe)
+        elif q.weight_dtype in ("nvfp4", "mxfp4"):
+            quant += _fp4_moe(run, q, _by_expert(members)) if moe else _fp4_linear(run, q, members)
+        elif q.packing:
+            quant += _int_moe(run, lq, _by_expert(members), act, bits, group) if moe \
+                else _int_linear(run, lq, members, act, bits, group)
+        else:
+            quant += sum(linear_bytes(q, t.shape[0], t.shape[1], act) for t in members)
     return quant, dense
+
+
+def _by_expert(members: list[TensorDef]) -> list[list[TensorDef]]:
+    """A FusedMoE layer's weights, one list per expert (``….experts.<e>.…``), in order."""
+    experts: dict[str, list[TensorDef]] = {}
+    for t in members:
+        experts.setdefault(t.name.split(".experts.", 1)[1].split(".", 1)[0], []).append(t)
+    return list(experts.values())

@@ -18,6 +18,12 @@ Formats (out × in is one device's weight shard, g = ``quant_group_size``):
 * ``mxfp4``: OCP MX, two 4-bit values per byte and one e8m0 scale byte per 32 elements (vLLM
   ``mxfp4.py`` ``Mxfp4MoEMethod.create_weights``: ``w13_weight_scale`` of in/32 uint8 per row);
   the group is fixed at 32 by the format.
+* ``nvfp4``: two fp4 values a byte and an fp8 scale per 16 (a ModelOpt / compressed-tensors NVFP4 checkpoint's
+  ``weight`` / ``weight_scale``); the group is fixed at 16.
+* ``nf4``: bitsandbytes 4-bit, what ``--quantization bitsandbytes`` makes of an unquantized checkpoint at load
+  (``model_loader/bitsandbytes_loader.py`` ``_unquantized_generator``: ``quantize_4bit(..., quant_type="nf4")``,
+  blocks of 64, the double-quantized statistics back in fp32 by ``_dequantize_dq``): two values a byte, an fp32
+  absmax per 64 values, a 16-float code table per weight, each a 512-byte allocator block at least.
 * ``bf16`` / ``fp16``: 2 bytes per element, nothing else.
 
 A run whose ``hf_config`` carries a ``quantization_config`` lays each weight out as the checkpoint
@@ -37,6 +43,8 @@ from timeline.serve.quant_layout import checkpoint_bytes
 from timeline.spec.serving import ServeRunSpec
 
 MX_GROUP = 32
+NV_GROUP = 16  # NVFP4: values per fp8 scale
+BNB_BLOCK = 64  # bitsandbytes 4-bit: values per absmax (its quantize_4bit default; vLLM's quantize-at-load)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -65,6 +73,10 @@ def quantized_bytes(shape: tuple[int, ...], weight_dtype: str, group: int) -> in
         return n * bits // 8 + groups * out * 2 + groups * out * bits // 8 + inp * 4
     if weight_dtype == "mxfp4":
         return n // 2 + out * _cdiv(inp, MX_GROUP)
+    if weight_dtype == "nvfp4":  # two values a byte, an fp8 scale per 16 (as a checkpoint stores it)
+        return n // 2 + out * (inp // NV_GROUP)
+    if weight_dtype == "nf4":  # bitsandbytes: an fp32 absmax per 64 values, a 16-float code table (a block each)
+        return n // 2 + _cdiv(4 * _cdiv(n, BNB_BLOCK), 512) * 512 + 512
     return n * DTYPE_BYTES[weight_dtype]
 
 

@@ -248,6 +248,12 @@ def release_at_least(version: str, first: tuple[int, int, int]) -> bool:
 #: the first vLLM release whose command line has ``--kv-cache-memory-bytes`` (the option tables of
 #: ``timeline/io/serve_options.json``: absent at 0.10.1.1, present from 0.10.2)
 VLLM_KV_CACHE_MEMORY_BYTES = (0, 10, 2)
+#: the first vLLM release whose quantized layouts after loading are 0.19.0's (fp4 scalars and CUTLASS padding,
+#: AWQ on Machete, NVFP4 from sm 75): read at 0.11.0 and 0.19.0; 0.18.0's AWQ-Marlin has no kernel chooser yet
+VLLM_FP4_019 = (0, 19, 0)
+#: ModelOpt's fp8 kv_cache_quant_algo makes --kv-cache-dtype auto fp8_e4m3 (utils/torch_utils.py
+#: resolve_kv_cache_dtype_string, called by EngineArgs.create_engine_config): in 0.14.0, not in 0.13.0
+VLLM_MODELOPT_KV_FP8 = (0, 14, 0)
 #: the first vLLM that subtracts its CUDA-graph memory estimate from the KV budget by default
 VLLM_CUDAGRAPH_ESTIMATE = (0, 20, 0)
 

@@ -15,6 +15,7 @@ from timeline.spec.engine_versions import (
     version_problem,
     vllm_subtracts_cudagraph_estimate,
 )
+from timeline.spec.serve_quant import quant_problems
 from timeline.spec.serving import ENGINE_VERSIONS, ServeRunSpec
 from timeline.spec.validate import _divisors, model_problems
 
@@ -119,7 +120,12 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
              "bf16 or fp8_ds_mla (fp8 its alias)"))
     elif sv.kv_cache_dtype == "fp8_ds_mla" and not m.is_mla:
         add(("serving.kv_cache_dtype", '"fp8_ds_mla" is vLLM\'s MLA-only cache layout; this model has no MLA'))
-    channel_ok = run.quant is not None and run.quant.method == "compressed-tensors"  # per-channel int checkpoints
+    # per-channel int checkpoints: compressed-tensors, bitsandbytes int8 (one SCB scale a row)
+    channel_ok = run.quant is not None and run.quant.method in ("compressed-tensors", "bitsandbytes")
+    for dtype, group in (("nvfp4", 16), ("nf4", 64)):
+        if sv.weight_dtype == dtype and sv.quant_group_size != group:
+            add(("serving.quant_group_size", f"{dtype} scales {group} values each; set quant_group_size = {group}"))
+    problems += quant_problems(run)
     if sv.quant_group_size == 0 and sv.weight_dtype in ("int8", "int4") and not channel_ok:
         add(("serving.quant_group_size", "GPTQ int8/int4 weights need a group size ≥ 1 (0 means per-channel fp8 only)"))
     if sv.weight_dtype in ("int4", "mxfp4") and sv.quant_group_size % 2:

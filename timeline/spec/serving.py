@@ -19,7 +19,7 @@ from timeline.spec.run import AllocatorSpec, HardwareSpec, ParallelSpec
 from timeline.spec.vision import VisionSpec
 
 ENGINES = ("vllm", "sglang", "hf")
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4")
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4", "nf4")
 KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla")
 CUDAGRAPH_MODES = ("none", "piecewise", "full", "full_decode_only", "full_and_piecewise")
 DISTS = ("fixed", "uniform", "lognormal")
@@ -53,6 +53,9 @@ class ServingSpec:
                                           "'Using FlashInfer for top-p & top-k sampling.': the default up to 0.11.0 "
                                           "when FlashInfer is installed, opt-in from 0.11.1)")
     weight_dtype: str = spec_field("bf16", choices=WEIGHT_DTYPES)
+    quantization: str = spec_field("", doc=(
+        "vLLM --quantization as given (empty: the engine picks from the checkpoint); gptq / awq keep a GPTQ / AWQ "
+        "checkpoint on the plain kernels instead of Marlin"))
     quant_group_size: int = spec_field(128, nonneg=True, maximum=2**16, doc="elements per scale (fp8: 0 = "
                                        "one scale per output channel)")
     kv_cache_dtype: str = spec_field("auto", choices=KV_CACHE_DTYPES)
