@@ -202,3 +202,38 @@ def test_modelopt_fp8_from_its_own_file_and_refusals(tmp_path):
                        (dict(AUTO_ROUND, packing_format="auto_round:gptqmodel"), "gptqmodel")):
         with pytest.raises(SpecError, match=why):
             _run(tmp_path, _config(tmp_path, "llama-3.1-8b", quant), "h100", "0.19.0")
+
+
+def test_modelopt_mixed_precision(tmp_path):
+    """ModelOpt MIXED_PRECISION names each layer's algo: Qwen3-30B-A3B with FP8 attention projections (one fp32
+    scale a tensor) and NVFP4 experts (named whole, `…mlp.experts`); the router, named nowhere, stays bf16. On a
+    B200 at 0.19 the experts take FlashInfer TRT-LLM; an A100 is refused (the mixed config needs sm 8.9)."""
+    layers: dict[str, Any] = {}
+    for i in range(48):
+        for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            layers[f"model.layers.{i}.self_attn.{proj}"] = {"quant_algo": "FP8"}
+        layers[f"model.layers.{i}.mlp.experts"] = {"quant_algo": "NVFP4", "group_size": 16}
+    config = _config(tmp_path, "qwen3-30b-a3b", {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION",
+                                                 "quantized_layers": layers})
+    run = _run(tmp_path, config, "b200", "0.19.0")
+    attention = 4096 * 2048 + 2 * 512 * 2048 + 2048 * 4096 + 4 * 4
+    experts = 128 * 3 * 2048 * 768 * 9 // 16 + 4 * 512
+    assert _bytes(run)[0] == 48 * (attention + experts)
+    with pytest.raises(SpecError, match="MIXED_PRECISION below compute capability 8.9"):
+        _run(tmp_path, config, "a100", "0.19.0")
+
+
+def test_compressed_tensors_config_groups_by_target(tmp_path):
+    """Two config groups: a `re:` pattern on the MLP (int4 weight-only, groups of 128) wins over the `Linear`
+    class (fp8, one scale per output channel) that the attention projections take (``find_matched_target``)."""
+    fp8 = {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True}
+    int4 = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": True}
+    config = _config(tmp_path, "llama-3.1-8b", {
+        "quant_method": "compressed-tensors", "format": "mixed-precision", "ignore": ["lm_head"],
+        "config_groups": {"group_0": {"targets": ["re:.*mlp.*"], "weights": int4},
+                          "group_1": {"targets": ["Linear"], "weights": fp8}}})
+    run = _run(tmp_path, config, "h100", "0.19.0")
+    attention = sum(o * i + o * 4 for o, i in [(4096, 4096), (1024, 4096), (1024, 4096), (4096, 4096)])
+    mlp = sum(o * i // 2 + o * (i // 128) * 2 + 16 for o, i in [(14336, 4096), (14336, 4096), (4096, 14336)])
+    assert _bytes(run) == (32 * (attention + mlp), LLAMA_DENSE)
+    assert run.serving.weight_dtype == "fp8"  # the activations' quantization follows the fp8 layers

@@ -48,16 +48,9 @@ def _patterns(raw: Any) -> tuple[str, ...]:
     return tuple(str(p) for p in raw) if isinstance(raw, list) else ()
 
 
-def _compressed_tensors(q: dict[str, Any], ignore: tuple[str, ...]) -> CheckpointQuant:
-    groups = q.get("config_groups") or {}
-    weights: list[dict[str, Any]] = [g["weights"] for g in groups.values()
-                                     if isinstance(g, dict) and isinstance(g.get("weights"), dict)]
-    if len(weights) != 1:
-        raise UserError("quantization_config: compressed-tensors with other than one weight scheme in config_groups "
-                        "is not modelled")
-    w = weights[0]
+def _ct_scheme(w: dict[str, Any], acts: Any, ignore: tuple[str, ...]) -> CheckpointQuant:
+    """One compressed-tensors config group's scheme (``_get_scheme_from_parts``)."""
     bits, kind, strategy = int(w.get("num_bits", 8)), w.get("type", "int"), w.get("strategy", "tensor")
-    acts = next((g.get("input_activations") for g in groups.values() if isinstance(g, dict)), None)
     if kind == "float" and bits == 4:
         group = int(w.get("group_size") or 0)
         if strategy == "tensor_group" and group == 16:
@@ -89,6 +82,33 @@ def _compressed_tensors(q: dict[str, Any], ignore: tuple[str, ...]) -> Checkpoin
     raise UserError(f"quantization_config: compressed-tensors {kind} {bits}-bit weights are not modelled")
 
 
+def _compressed_tensors(q: dict[str, Any], ignore: tuple[str, ...]) -> CheckpointQuant:
+    """The config groups' schemes: one group is the checkpoint's scheme; several are kept per ``targets`` (layer
+    names, ``re:`` patterns, or a module class such as ``Linear``), matched as ``utils.py`` ``find_matched_target``
+    matches them (a name or pattern before the class)."""
+    groups = [g for g in (q.get("config_groups") or {}).values()
+              if isinstance(g, dict) and isinstance(g.get("weights"), dict)]
+    if not groups:
+        raise UserError("quantization_config: compressed-tensors without a weights scheme in config_groups")
+    schemes = [(tuple(str(t) for t in g.get("targets") or ["Linear"]),
+                _ct_scheme(g["weights"], g.get("input_activations"), ignore)) for g in groups]
+    if len(schemes) == 1:
+        return schemes[0][1]
+    return _mixed("compressed-tensors", schemes, ignore, "compressed-tensors mixed (" + ", ".join(
+        f"{'|'.join(t)}: {sub.source.removeprefix('compressed-tensors ')}" for t, sub in schemes) + ")")
+
+
+def _mixed(method: str, schemes: list[tuple[tuple[str, ...], CheckpointQuant]], ignore: tuple[str, ...],
+           source: str, kv_fp8: bool = False) -> CheckpointQuant:
+    """A checkpoint whose layers carry schemes of their own (``schemes``: targets and the scheme): the record's own
+    format fields are its first fp8 scheme's (the format the model-dtype activations are quantized to), else its
+    first scheme's."""
+    lead = next((sub for _, sub in schemes if sub.weight_dtype == "fp8"), schemes[0][1])
+    return CheckpointQuant(method=method, weight_dtype=lead.weight_dtype, bits=lead.bits, group_size=lead.group_size,
+                           block_rows=lead.block_rows, schemes=tuple(schemes), not_converted=ignore, kv_fp8=kv_fp8,
+                           source=source)
+
+
 #: ModelOpt's quant_algo values vLLM 0.19.0 reads (modelopt.py QUANT_ALGOS) and what each stores
 _MODELOPT_FP8 = {"FP8": -1, "FP8_PER_CHANNEL_PER_TOKEN": 0, "FP8_PB_WO": 128}
 
@@ -116,8 +136,24 @@ def _modelopt(q: dict[str, Any]) -> CheckpointQuant:
         return CheckpointQuant(method="modelopt", weight_dtype="nvfp4", bits=4, group_size=16, not_converted=ignore,
                                kv_fp8=kv_fp8, source="modelopt nvfp4")
     if algo == "MIXED_PRECISION":
-        raise UserError("quantization_config: modelopt MIXED_PRECISION (a quant_algo per layer in quantized_layers) "
-                        "is not modelled; its FP8 and NVFP4 layers are each modelled alone")
+        # ModelOptMixedPrecisionConfig: quantized_layers names each layer's algo (FP8 or NVFP4); a layer it does not
+        # name stays in the model dtype (_resolve_quant_algo, get_quant_method)
+        layers = inner.get("quantized_layers")
+        if not isinstance(layers, dict) or not layers:
+            raise UserError("quantization_config: modelopt MIXED_PRECISION needs a non-empty quantized_layers mapping "
+                            "(vLLM raises without one)")
+        schemes: list[tuple[tuple[str, ...], CheckpointQuant]] = []
+        for name, info in layers.items():
+            layer_algo = str(info.get("quant_algo", "")).upper() if isinstance(info, dict) else ""
+            if layer_algo in ("FP8", "NVFP4"):  # any other algo: UnquantizedLinearMethod (the model dtype)
+                schemes.append(((str(name),), _modelopt({"quant_algo": layer_algo,
+                                                         "group_size": info.get("group_size", 16)})))
+        if not schemes:
+            raise UserError("quantization_config: modelopt MIXED_PRECISION names no FP8 or NVFP4 layer")
+        return _mixed("modelopt", schemes, ignore, f"modelopt mixed precision ({len(schemes)} layers)", kv_fp8)
+    if algo == "MXFP8":
+        raise UserError("quantization_config: modelopt MXFP8 (ModelOptMxFp8Config) is not modelled; FP8, "
+                        "FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4 and MIXED_PRECISION are")
     raise UserError(f"quantization_config: modelopt quant_algo {algo or '(none)'!r} is not one vLLM reads (FP8, "
                     "FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4, MXFP8, MIXED_PRECISION)")
 

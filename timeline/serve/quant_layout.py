@@ -54,6 +54,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import replace
+from functools import lru_cache
 
 from timeline.graph.tensors import DTYPE_BYTES, TensorDef
 from timeline.spec.engine_versions import VLLM_FP4_019, parse_version, triton_kernels_vendored
@@ -334,6 +335,38 @@ def _override(q: CheckpointQuant, module: str) -> tuple[int, int, bool] | None:
     return None
 
 
+@lru_cache(maxsize=16)
+def _modelopt_index(q: CheckpointQuant) -> dict[str, CheckpointQuant]:
+    return {key.removeprefix("model."): sub for keys, sub in q.schemes for key in keys}
+
+
+def scheme_for(q: CheckpointQuant, module: str) -> CheckpointQuant | None:
+    """The scheme a quantized module (a tool name, ``layers.N.…``) is stored in, None for the model dtype. Without
+    per-layer schemes, ``q`` itself. compressed-tensors (``utils.py`` ``find_matched_target``): a target naming
+    the layer (``model.`` + name, or a ``re:`` pattern matched from its start) before a module class
+    (``Linear``, which a FusedMoE's experts take too); ModelOpt MIXED_PRECISION (``_resolve_quant_algo``): the
+    layer's own key, or a key its module lies under (a FusedMoE named whole)."""
+    if not q.schemes:
+        return q
+    hf = "model." + module
+    if q.method == "modelopt":
+        index = _modelopt_index(q)
+        parts = module.split(".")
+        for n in range(len(parts), 0, -1):  # the module, then each module it lies under
+            sub = index.get(".".join(parts[:n]))
+            if sub is not None:
+                return sub
+        return None
+    for keys, sub in q.schemes:
+        for key in keys:
+            if key in (hf, module) or (key.startswith("re:") and (re.match(key[3:], hf) or re.match(key[3:], module))):
+                return sub
+    for keys, sub in q.schemes:
+        if any(key == "Linear" or key.endswith("Linear") for key in keys):
+            return sub
+    return None
+
+
 def _vllm_layer(name: str) -> tuple[str, bool]:
     """(the vLLM layer a parameter belongs to, whether that layer is a FusedMoE): merged projections share one."""
     module = name.rsplit(".", 1)[0]
@@ -364,7 +397,7 @@ def checkpoint_bytes(run: ServeRunSpec, params: list[TensorDef]) -> tuple[int, i
     assert q is not None
     act = DTYPE_BYTES[run.serving.dtype]
     quant = dense = 0
-    layers: dict[str, list[TensorDef]] = {}
+    layers: dict[tuple[str, int], tuple[CheckpointQuant, list[TensorDef]]] = {}
     for t in params:
         expert = ".experts." in t.name
         if q.experts_only:
@@ -380,25 +413,27 @@ def checkpoint_bytes(run: ServeRunSpec, params: list[TensorDef]) -> tuple[int, i
             else:
                 dense += t.numel * (act if t.dtype in ("bf16", "fp16") else DTYPE_BYTES[t.dtype])
             continue
-        layer_bits = _override(q, t.name.rsplit(".", 1)[0]) if q.overrides else None
-        if is_quantized(t) and not skipped(t.name, q.not_converted) and (layer_bits is None or layer_bits[0] < 16):
-            layers.setdefault(_vllm_layer(t.name)[0], []).append(t)
+        module = t.name.rsplit(".", 1)[0]
+        layer_bits = _override(q, module) if q.overrides else None
+        scheme = scheme_for(q, module) if is_quantized(t) and not skipped(t.name, q.not_converted) else None
+        if scheme is not None and (layer_bits is None or layer_bits[0] < 16):
+            layers.setdefault((_vllm_layer(t.name)[0], id(scheme)), (scheme, []))[1].append(t)
         else:
             dense += t.numel * (act if t.dtype in ("bf16", "fp16") else DTYPE_BYTES[t.dtype])
-    for key, members in layers.items():
+    for (key, _), (sq, members) in layers.items():
         moe = key.endswith(".experts")
-        layer_bits = _override(q, members[0].name.rsplit(".", 1)[0]) if q.overrides else None
-        bits, group, sym = layer_bits or (q.bits, q.group_size, q.sym)
-        lq = q if layer_bits is None else replace(q, sym=sym, zero_point=not sym or q.packing.startswith("awq"))
-        if q.method == "bitsandbytes":
-            quant += _bnb(run, q, members, moe)
-        elif q.weight_dtype in ("nvfp4", "mxfp4"):
-            quant += _fp4_moe(run, q, _by_expert(members)) if moe else _fp4_linear(run, q, members)
-        elif q.packing:
+        layer_bits = _override(sq, members[0].name.rsplit(".", 1)[0]) if sq.overrides else None
+        bits, group, sym = layer_bits or (sq.bits, sq.group_size, sq.sym)
+        lq = sq if layer_bits is None else replace(sq, sym=sym, zero_point=not sym or sq.packing.startswith("awq"))
+        if sq.method == "bitsandbytes":
+            quant += _bnb(run, sq, members, moe)
+        elif sq.weight_dtype in ("nvfp4", "mxfp4"):
+            quant += _fp4_moe(run, sq, _by_expert(members)) if moe else _fp4_linear(run, sq, members)
+        elif sq.packing:
             quant += _int_moe(run, lq, _by_expert(members), act, bits, group) if moe \
                 else _int_linear(run, lq, members, act, bits, group)
         else:
-            quant += sum(linear_bytes(q, t.shape[0], t.shape[1], act) for t in members)
+            quant += sum(linear_bytes(sq, t.shape[0], t.shape[1], act) for t in members)
     return quant, dense
 
 

@@ -41,6 +41,9 @@ class CheckpointQuant:
     # again), else "gptq" / "awq"; "" for the other methods
     packing: str = ""
     overrides: tuple[LayerOverride, ...] = ()  # AutoRound's per-layer extra_config
+    # layers with schemes of their own (compressed-tensors config groups, ModelOpt MIXED_PRECISION): (targets,
+    # scheme) — a layer no target names stays in the model dtype (timeline.serve.quant_layout.scheme_for)
+    schemes: tuple[tuple[tuple[str, ...], CheckpointQuant], ...] = ()
     kv_fp8: bool = False  # ModelOpt's kv_cache_quant_algo / kv_cache_scheme is fp8 (the KV cache's default dtype)
     not_converted: tuple[str, ...] = ()  # module patterns kept in the model dtype (modules_to_not_convert / ignore)
     source: str = ""  # the config's quant_method and format, for notes

@@ -8,6 +8,7 @@ version): a method's minimum compute capability (``QuantizationConfig.get_min_ca
 from __future__ import annotations
 
 from timeline.spec.engine_versions import VLLM_FP4_019, parse_version
+from timeline.spec.quant import CheckpointQuant
 from timeline.spec.serving import ServeRunSpec
 
 
@@ -16,10 +17,22 @@ def _version(run: ServeRunSpec) -> tuple[int, int, int] | None:
 
 
 def quant_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
-    """(field, problem) for a checkpoint the engine would refuse on this device and version."""
-    q, sv = run.quant, run.serving
-    if q is None or sv.engine != "vllm":
+    """(field, problem) for a checkpoint the engine would refuse on this device and version; a checkpoint with
+    per-layer schemes is refused for any of them (ModelOpt MIXED_PRECISION needs compute capability 8.9 itself:
+    ``ModelOptMixedPrecisionConfig.get_min_capability``)."""
+    q = run.quant
+    if q is None or run.serving.engine != "vllm":
         return []
+    if q.schemes and q.method == "modelopt" and int(run.hardware.sm) < 89:
+        return [("model.hf_config", f"{q.source}: vLLM refuses ModelOpt MIXED_PRECISION below compute capability 8.9 "
+                 f"(ModelOptMixedPrecisionConfig.get_min_capability; this device is sm {int(run.hardware.sm)})")]
+    out: list[tuple[str, str]] = []
+    for sub in [sub for _, sub in q.schemes] or [q]:
+        out += [p for p in _scheme_problems(run, sub) if p not in out]
+    return out
+
+
+def _scheme_problems(run: ServeRunSpec, q: CheckpointQuant) -> list[tuple[str, str]]:
     sm, v = int(run.hardware.sm), _version(run)
     new = v is None or v >= VLLM_FP4_019
     out: list[tuple[str, str]] = []
