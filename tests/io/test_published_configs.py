@@ -276,3 +276,37 @@ def test_phi_under_the_hf_profile_is_refused_by_name(tmp_path, capsys):
     assert main(["static", str(_run(tmp_path, "phi-2", profile="hf"))]) == 2
     err = capsys.readouterr().err
     assert "partial-rotary attention" in err and 'profile = "megatron"' in err
+
+
+def test_glm45_air_reads_its_family_and_counts_its_shapes(tmp_path):
+    """GLM-4.5-Air (``glm4_moe``): 46 layers of grouped-query attention (96 heads of 128, 8 key/value heads, q/k/v
+    biases, RoPE on half of each head), one dense layer (10,944 wide), then 45 MoE layers of 128 routed experts
+    (1,408 wide) and one shared expert under a sigmoid router with an fp32 correction bias; untied head. Trainable
+    parameters as transformers builds them (the MTP layer is not part of Glm4MoeForCausalLM): 106.85B, the model
+    card's "106B total"."""
+    m = read_hf_config(DATA / "glm-4.5-air" / "config.json")
+    assert (m.model_type, m.first_k_dense_replace, m.n_shared_experts, m.mtp_layers) == ("glm4_moe", 1, 1, 1)
+    assert m.router_bias and m.attention_bias and not m.qk_norm and m.partial_rotary_factor == 0.5
+    h, v = 4096, 151_552
+    attention = h * 96 * 128 + 2 * h * 8 * 128 + (96 * 128 + 2 * 8 * 128) + 96 * 128 * h + 2 * h
+    moe = 128 * 3 * h * 1408 + 3 * h * 1408 + 128 * h
+    exact = 2 * v * h + h + 46 * attention + 3 * h * 10944 + 45 * moe
+    assert exact == 106_852_245_504
+    assert source_of(load_run(_run(tmp_path, "glm-4.5-air", profile="hf"))).total_params() == exact
+
+
+def test_glm45_air_serves_with_vllm_s_fp32_router(tmp_path):
+    """vLLM builds GLM-4.5's router in fp32 (``Glm4MoE.gate``: ``nn.Linear(..., dtype=torch.float32)``); its KV
+    cache holds 2 of the 8 key/value heads per rank at tp 4: 46 layers × 2 × 2 × 128 × 2 bytes a token."""
+    from timeline.io.serve_runfile import load_serve_run
+    from timeline.serve.budget import compute_budget
+    from timeline.serve.graph_view import device_params
+
+    path = tmp_path / "glm.toml"
+    path.write_text(f'[model]\nhf_config = "{DATA / "glm-4.5-air" / "config.json"}"\n[parallel]\ntp = 4\n'
+                    '[hardware]\ngpu = "h100"\n[serving]\nengine_version = "0.19.0"\nmax_model_len = 32768\n'
+                    '[serving.load]\nnum_requests = 1\n')
+    run = load_serve_run(path)
+    gate = [t for t in device_params(run) if t.name == "layers.1.mlp.gate.weight"]
+    assert [(t.shape, t.dtype) for t in gate] == [((128, 4096), "fp32")]
+    assert compute_budget(run).kv_bytes_per_token == 46 * 2 * 2 * 128 * 2

@@ -1,7 +1,7 @@
 """Read a Hugging Face ``config.json`` into a :class:`~timeline.spec.ModelSpec`.
 
 Understands the key names of DeepSeek-V2/V3, Llama, Mistral/Mixtral, Qwen2/3 and Qwen-MoE, GPT-2,
-OPT, GPT-OSS, Phi, Phi-3/4, Granite and Gemma/Gemma-2 (:data:`SUPPORTED`); a vision-language checkpoint's
+OPT, GPT-OSS, Phi, Phi-3/4, Granite, Gemma/Gemma-2/Gemma-3, the gated delta-net hybrids and GLM-4.5 (:data:`SUPPORTED`); a vision-language checkpoint's
 ``text_config`` where the caller serves it (:mod:`timeline.io.hf_vision`). Keys the simulator does not need (rope scaling, token ids, …) are ignored; what the
 modelling code implies but the config does not say (Qwen2's Q/K/V biases, GPT-2's biases and
 tied embeddings, GPT-OSS's sinks and biases) is filled in per ``model_type``. A ``quantization_config``
@@ -25,7 +25,7 @@ from timeline.spec.model import ALIASES, ModelSpec
 
 SUPPORTED = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "llama", "mistral", "mixtral", "qwen2", "qwen3",
              "qwen2_moe", "qwen3_moe", "gpt2", "gpt_oss", "opt", "phi", "phi3", "granite", "gemma", "gemma2",
-             "gemma3_text", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+             "gemma3_text", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "glm4_moe")
 
 #: the modelling class a config's ``architectures`` names → the family it implements, for
 #: configs whose ``model_type`` is a label of their own (Kimi-K2's ``kimi_k2`` runs
@@ -39,7 +39,7 @@ ARCHITECTURES: dict[str, str] = {
     "OPTForCausalLM": "opt", "PhiForCausalLM": "phi", "Phi3ForCausalLM": "phi3", "GraniteForCausalLM": "granite",
     "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
     "Qwen3NextForCausalLM": "qwen3_next", "Qwen3_5ForCausalLM": "qwen3_5_text",
-    "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
+    "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text", "Glm4MoeForCausalLM": "glm4_moe",
 }
 
 #: fields where the config's 0 would be read as "not given" by the spec, but Hugging Face has
@@ -109,6 +109,13 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
                          "n_routed_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 512,
                          "shared_expert_intermediate_size": 512, "intermediate_size": 512},
     "qwen3_moe": {"qk_norm": True},
+    # GLM-4.5 / 4.6 / 4.7 (models/glm4_moe/modeling_glm4_moe.py, transformers 4.54+; vLLM 0.19.0 models/glm4_moe.py):
+    # DeepSeek-V3's MoE — a sigmoid router with an fp32 e_score_correction_bias (Glm4MoeTopkRouter, vLLM's
+    # Glm4MoE.gate), shared experts of n_shared_experts · moe_intermediate_size, dense layers before
+    # first_k_dense_replace — under grouped-query attention with biased q/k/v (attention_bias), RoPE on half of
+    # each head (``partial_rotary_factor`` 0.5, vLLM's default where the config has none) and q/k RMSNorms where
+    # ``use_qk_norm``; the MTP layer (num_nextn_predict_layers) is loaded only as a draft model
+    "glm4_moe": {"partial_rotary_factor": 0.5, "router_bias": True, "attention_bias": True},
     # models/gpt_oss/modeling_gpt_oss.py (transformers 5.24): GptOssAttention.sinks (one per head),
     # GptOssTopKRouter.bias, GptOssExperts gate_up_proj_bias / down_proj_bias, _apply_gate's
     # gate * sigmoid(gate * alpha) * (up + 1) with the clamps; GptOssConfig defaults for the rest
@@ -252,6 +259,9 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
     if model_type == "mixtral" and not values.get("moe_intermediate_size"):
         # modeling_mixtral.py MixtralExperts: each expert is intermediate_size wide
         values["moe_intermediate_size"] = values["intermediate_size"]
+    if model_type == "glm4_moe":
+        values["qk_norm"] = bool(cfg.get("use_qk_norm", False))
+        values["first_k_dense_replace"] = values.get("first_k_dense_replace") or 0
     if model_type.startswith("deepseek"):
         values["router_bias"] = cfg.get("topk_method") == "noaux_tc"
         values["first_k_dense_replace"] = values.get("first_k_dense_replace") or 0

@@ -83,14 +83,21 @@ def build_ctx(model: ModelSpec, p: ParallelSpec, dtype: str, vocab_padding: int 
     return BuildCtx(model=model, rules=rules, tp=p.tp, ep=p.ep, etp=p.etp, dtype=dtype)
 
 
+#: families whose router vLLM builds in fp32 whatever the model dtype: GLM-4.5's ``Glm4MoE.gate``
+#: (``nn.Linear(..., dtype=torch.float32)``, vLLM 0.19.0 ``models/glm4_moe.py``)
+VLLM_FP32_ROUTER = ("glm4_moe",)
+
+
 def _params(run: ServeRunSpec, stage: int, tp: int = 0) -> list[TensorDef]:
     g = graph_run(run, 1, tp)
     # Hugging Face keeps the vocabulary as the config gives it
     ctx = build_ctx(g.model, g.parallel, g.training.dtype, 1 if run.serving.engine == "hf" else VOCAB_PADDING)
     nodes = chunk_nodes(ctx, chunk_layers(g.parallel, g.model.num_hidden_layers), stage)
     # vLLM loads no MTP module for plain decoding (it is a separate draft model: draft_params)
-    return [t for n in nodes if not n.name.startswith("mtp") for t in n.params] + indexer_params(run, stage) \
-        + draft_params(run, ctx)
+    params = [t for n in nodes if not n.name.startswith("mtp") for t in n.params]
+    if run.serving.engine == "vllm" and run.model.model_type in VLLM_FP32_ROUTER:
+        params = [replace(t, dtype="fp32") if t.name.endswith(".mlp.gate.weight") else t for t in params]
+    return params + indexer_params(run, stage) + draft_params(run, ctx)
 
 
 def draft_layers(run: ServeRunSpec) -> int:
