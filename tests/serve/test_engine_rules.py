@@ -310,3 +310,30 @@ def test_from_vllm_maps_the_capture_cap(tmp_path):
                  str(HF / "llama-3.1-8b"), "--engine-version", "0.19.0", "--gpu", "h100", "-o", str(out)]) == 0
     run = load_serve_run(out)
     assert run.serving.max_cudagraph_capture_size == 32 and capture_sizes(run) == (32, 24, 16, 8, 4, 2, 1)
+
+
+def test_disable_custom_all_reduce_leaves_its_buffers_out(tmp_path, capsys):
+    """vLLM's custom all-reduce holds two cudaMalloc'd IPC buffers per tensor-parallel rank — the 2,560-byte signal
+    block with an 8 MiB staging buffer, and an 8 MiB buffer — each in whole 2 MiB pages: 10 + 8 MiB, inside every
+    measured distributed part. `--disable-custom-all-reduce` leaves them out; with vLLM 0.19's symmetric-memory
+    all-reduce on sm 90 its buffers shrink to CUSTOM_ALL_REDUCE_MAX_SIZES (tp 8: 256 KiB → one page each). Without
+    NVLink it runs for two ranks only; 0.7.3 V0 subtracts the distributed part from the KV budget, so the pool grows
+    by what the flag frees."""
+    from timeline.serve.non_torch import custom_all_reduce_bytes, dist_bytes
+
+    llama = "llama-3.1-8b"
+    on = _run(tmp_path, llama, 'engine_version = "0.19.0"', tp=2)
+    off = _run(tmp_path, llama, 'engine_version = "0.19.0"\ndisable_custom_all_reduce = true', tp=2)
+    assert custom_all_reduce_bytes(on) == 18 * MIB
+    assert dist_bytes(on)[0] - dist_bytes(off)[0] == 18 * MIB
+    assert custom_all_reduce_bytes(_run(tmp_path, llama, 'engine_version = "0.19.0"', tp=8)) == 4 * MIB
+    assert custom_all_reduce_bytes(_run(tmp_path, llama, 'engine_version = "0.19.0"', tp=4, gpu="rtx4090")) == 0
+    v0 = 'engine_version = "0.7.3"\nmax_model_len = 8192'
+    pool_on = compute_budget(_run(tmp_path, llama, v0, tp=2, gpu="l40s")).kv_pool_bytes
+    pool_off = compute_budget(_run(tmp_path, llama, v0 + "\ndisable_custom_all_reduce = true", tp=2,
+                                   gpu="l40s")).kv_pool_bytes
+    assert 0 < pool_off - pool_on <= 18 * MIB  # whole KV blocks of what it frees
+    out = tmp_path / "from-vllm.toml"
+    assert main(["from-vllm", "vllm serve m -tp 2 --disable-custom-all-reduce", "--hf-config", str(HF / llama),
+                 "--engine-version", "0.19.0", "--gpu", "h100", "-o", str(out)]) == 0
+    assert load_serve_run(out).serving.disable_custom_all_reduce

@@ -485,6 +485,7 @@ VLLM_MAPPED = {
     "limit_mm_per_prompt": "serving.limit_mm_per_prompt (images)", "model": "model.hf_config",
     "num_gpu_blocks_override": "serving.num_gpu_blocks_override",
     "kv_cache_memory_bytes": "serving.kv_cache_memory_bytes",
+    "disable_custom_all_reduce": "serving.disable_custom_all_reduce",
 }
 #: SGLang's ``ServerArgs`` fields
 SGLANG_MAPPED = {
@@ -497,6 +498,7 @@ SGLANG_MAPPED = {
     "quantization": "the checkpoint's quantization_config", "disable_radix_cache": "serving.enable_prefix_caching",
     "enable_ep_moe": "parallel.ep = tp (0.4's server_args.py: ep_size = tp_size)",
     "max_total_tokens": "serving.max_total_tokens",
+    "disable_custom_all_reduce": "serving.disable_custom_all_reduce",
 }
 
 _DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16",
@@ -572,6 +574,8 @@ def map_options(engine: str, parsed: Parsed, checkpoint_quantized: bool) -> Mapp
         section[key] = value
         mapped[given[dest]] = table[dest]
 
+    if v.get("disable_custom_all_reduce"):  # both engines' --disable-custom-all-reduce (a flag)
+        put("disable_custom_all_reduce", sv, "disable_custom_all_reduce", True)
     if engine == "vllm":
         for dest, key in (("tensor_parallel_size", "tp"), ("pipeline_parallel_size", "pp"),
                           ("data_parallel_size", "dp")):

@@ -34,6 +34,8 @@ that carries one measurement to another GPU:
   ``NCCL_SHM_USE_CUDA_MEMCPY`` defaults to 0), the NET transport's buffers host memory without GPUDirect
   RDMA (``src/transport/net.cc``) — so the groups put none of the measured buffers on the device
   (the communicators' own small structures are not measured), and the run part is TP1's.
+  ``serving.disable_custom_all_reduce`` takes the custom all-reduce's IPC buffers, which every measurement holds,
+  back out (:func:`custom_all_reduce_bytes`, from vLLM's source; SGLang's port takes vLLM's sizes, not read).
   Not derived from NCCL's source: its buffers are per channel and connected peer (NVIDIA/nccl
   ``src/init.cc``: ``DEFAULT_BUFFSIZE`` 4 MiB for SIMPLE, ``DEFAULT_LL128_BUFFSIZE`` 120·640·8·8 B ≈ 4.69 MiB,
   ``DEFAULT_LL_BUFFSIZE`` 8·512·8·16 B = 512 KiB), but the channel count comes from NCCL's topology search,
@@ -72,12 +74,16 @@ distributed. ``serving.non_torch_gib`` and ``hardware.non_pytorch_gib`` override
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+
 from timeline.spec.engine_versions import is_v1, parse_version, vllm_profiles_cudagraphs
 from timeline.spec.hardware import preset_values
 from timeline.spec.run import HardwareSpec
 from timeline.spec.serving import ServeRunSpec
 
 GIB = 1 << 30
+MIB = 1 << 20
 KIB = 1 << 10
 
 #: GiB in use once the context exists and before any tensor, per GPU preset, and where it is printed
@@ -183,7 +189,9 @@ def communicators(run: ServeRunSpec) -> str:
 
 
 def dist_bytes(run: ServeRunSpec) -> tuple[int, str]:
-    """(bytes, source) the distributed groups put on one device (module docstring)."""
+    """(bytes, source) the distributed groups put on one device (module docstring); with
+    ``serving.disable_custom_all_reduce`` less what the custom all-reduce would have held
+    (:func:`custom_all_reduce_bytes`)."""
     par, sv = run.parallel, run.serving
     if par.tp * par.pp == 1:
         v = parse_version(sv.engine_version or "0.11") or (0, 11, 0)
@@ -197,7 +205,44 @@ def dist_bytes(run: ServeRunSpec) -> tuple[int, str]:
     sets = [communicators(run)] if communicators(run) else list(DIST)
     found = [_nearest(DIST[name], key) for name in sets]
     measured = [f for f in found if UNMEASURED not in f[1]]
-    return measured[0] if measured else found[0]
+    nbytes, source = measured[0] if measured else found[0]
+    if sv.disable_custom_all_reduce and custom_all_reduce_bytes(run):
+        # the measurement's own custom all-reduce: that of the tp it was taken at (the nearest carried)
+        at = re.search(r"measured at tp=(\d+)", source)
+        tp = int(at.group(1)) if at else par.tp
+        custom = custom_all_reduce_bytes(replace(run, parallel=replace(par, tp=tp)))
+        return max(nbytes - custom, 0), f"{source}, less the custom all-reduce's {custom / MIB:.0f} MiB (disabled)"
+    return nbytes, source
+
+
+#: the custom all-reduce's largest message and the size of its per-rank signal block: vLLM 0.19.0
+#: ``device_communicators/custom_all_reduce.py`` ``CustomAllreduce.__init__`` (``max_size=8192 * 1024``) and
+#: ``csrc/custom_all_reduce.cuh`` ``struct Signal`` (``start`` and ``end`` of 36 × 8 uint32 and ``_flag`` of 36, each
+#: aligned to 128 bytes: 1,152 + 1,152 + 256), ``ops.meta_size()``
+CUSTOM_AR_MAX, CUSTOM_AR_SIGNAL = 8 << 20, 2560
+#: ``all_reduce_utils.py`` ``CUSTOM_ALL_REDUCE_MAX_SIZES`` (0.19.0): the smaller message bound where the symmetric-
+#: memory all-reduce takes the rest (``symm_mem_enabled``, from 0.11.0 on sm 9.0 / 10.0)
+CUSTOM_AR_SYMM_MAX = {90: {2: 64 << 20, 4: 32 << 20, 6: 512 << 10, 8: 256 << 10},
+                      100: {2: 2 << 20, 4: 2 << 20, 6: 1 << 20, 8: 1 << 20}}
+#: device allocations (``cudaMalloc``) take whole 2 MiB pages
+PAGE = 2 << 20
+
+
+def custom_all_reduce_bytes(run: ServeRunSpec) -> int:
+    """What the custom all-reduce puts on each tensor-parallel rank outside PyTorch (0 where it is off): two
+    ``cudaMalloc``'d IPC buffers, the signal block with a ``max_size`` staging buffer and a ``max_size`` buffer
+    (``create_shared_buffer``; the peers' are mapped, not allocated), each in whole 2 MiB pages. It runs for 2, 4, 6
+    or 8 ranks with peer access, beyond two only fully NVLink-connected (``_SUPPORTED_WORLD_SIZES``,
+    ``fully_connected``). Its 8 MiB ``rank_data`` is a PyTorch tensor (not counted here). The measured distributed
+    parts (:data:`DIST`) hold it: a run that disables it leaves it out."""
+    tp, sm = run.parallel.tp, int(run.hardware.sm)
+    if tp not in (2, 4, 6, 8) or link(run) == "host" or (tp > 2 and run.hardware.interconnect != "nvswitch"):
+        return 0
+    size = CUSTOM_AR_MAX
+    if communicators(run) == "nccl+symm_mem":
+        size = min(size, CUSTOM_AR_SYMM_MAX[sm][tp])
+    pages = (-(-(CUSTOM_AR_SIGNAL + size) // PAGE) + -(-size // PAGE)) * PAGE
+    return pages
 
 
 def run_bytes(run: ServeRunSpec) -> tuple[int, str]:

@@ -49,6 +49,9 @@ class ServingSpec:
                                    "NVSwitch or PCIe P2P); false on separate nodes without GPUDirect RDMA or with "
                                    "P2P off (vLLM: 'Custom allreduce is disabled because this process group spans "
                                    "across nodes' / '... lacks GPU P2P capability')")
+    disable_custom_all_reduce: bool = spec_field(False, doc=(
+        "--disable-custom-all-reduce: no custom all-reduce IPC buffers on the device (tensor-parallel ranks with "
+        "peer access otherwise hold them)"))
     flashinfer_sampler: bool = spec_field(False, doc="vLLM V1 samples top-k/top-p with FlashInfer (its log prints "
                                           "'Using FlashInfer for top-p & top-k sampling.': the default up to 0.11.0 "
                                           "when FlashInfer is installed, opt-in from 0.11.1)")
