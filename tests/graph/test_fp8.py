@@ -114,3 +114,33 @@ def test_fp8_param_gather_needs_the_distributed_optimizer_and_a_recipe():
     assert "training.fp8_param_gather" in keys
     keys = {k for k, _ in validate_run(tiny_run(fp8_param_gather=True, zero=1), {})}
     assert "training.fp8_param_gather" in keys
+
+
+def test_first_and_last_layers_in_bf16():
+    """``--first-last-layers-bf16`` (Megatron ``fp8_utils.py: is_first_last_bf16_layer``, global layer index):
+    a 4-layer pipeline stage with 1 bf16 layer at the start and 2 at the end keeps FP8 input copies only in
+    layer 1, FP8 weight caches only for its TE linears, and the bf16 layers' saved tensors as without FP8; under
+    FP8 parameters their weights stay bf16. Delayed scaling with bf16 layers, and more bf16 layers than a stage
+    holds, are refused as Megatron refuses them."""
+    run = tiny_run(layers=4, tp=2, sp=True, fp8_recipe="tensorwise", fp8_bf16_first_layers=1,
+                   fp8_bf16_last_layers=2)
+    copies = {st.layer for st in template_of(run, 0).saved if st.tensor.name.endswith(".x_fp8")}
+    assert copies == {1}
+    plain = tiny_run(layers=4, tp=2, sp=True)
+    assert saved_of(run, 0) == saved_of(plain, 0) and saved_of(run, 3) == saved_of(plain, 3)
+    fp8 = tiny_run(layers=4, tp=2, sp=True, fp8_recipe="tensorwise")
+    assert saved_of(run, 1) == saved_of(fp8, 1)
+    names = [f"layers.{i}.mlp.linear_fc1.weight" for i in range(4)]
+    out = weight_caches([_weight(n) for n in names], param_gather=False, sm=90, bf16=(1, 2, 4))
+    assert {n.rsplit("layers.", 1)[1] for n, _, _ in out} == {"1.mlp.linear_fc1.weight"}  # data, transpose, scale
+    keys = {k for k, _ in validate_run(tiny_run(layers=4, fp8_recipe="delayed", fp8_bf16_first_layers=1), {})}
+    assert "training.fp8_bf16_first_layers" in keys
+    keys = {k for k, _ in validate_run(tiny_run(layers=4, pp=2, fp8_recipe="tensorwise", fp8_bf16_last_layers=3),
+                                       {})}
+    assert "training.fp8_bf16_last_layers" in keys
+    # the whole device: FP8 parameters keep the bf16 layers' weights in bf16
+    from timeline.profiles.megatron_fp8 import is_fp8_weight
+
+    assert not is_fp8_weight("layers.0.mlp.linear_fc1.weight", (8, 8), 1, 2, 4)
+    assert is_fp8_weight("layers.1.mlp.linear_fc1.weight", (8, 8), 1, 2, 4)
+    assert not is_fp8_weight("layers.2.mlp.linear_fc1.weight", (8, 8), 1, 2, 4)

@@ -360,6 +360,13 @@ def test_fp8_arguments_map_to_the_recipe_and_fp8_parameters():
     assert hist["fp8_amax_history_len"] == 1024
     tensorwise = {"--fp8-format": "e4m3", "--fp8-recipe": "tensorwise", "--fp8-amax-history-len": 1024}
     assert "fp8_amax_history_len" not in convert_args(BASE | tensorwise).sections["training"]
+    bf16 = BASE | {"--fp8-format": "e4m3", "--fp8-recipe": "tensorwise", "--first-last-layers-bf16": True,
+                   "--num-layers-at-end-in-bf16": 2}
+    tr = convert_args(bf16).sections["training"]
+    assert (tr["fp8_bf16_first_layers"], tr["fp8_bf16_last_layers"]) == (1, 2)
+    with pytest.raises(UserError, match="--first-last-layers-bf16 under the delayed recipe"):
+        convert_args(BASE | {"--fp8-format": "e4m3", "--first-last-layers-bf16": True})
+    assert "fp8_bf16_first_layers" not in convert_args(BASE | {"--first-last-layers-bf16": True}).sections["training"]
 
 
 #: Megatron-LM tests/functional_tests/test_cases/hybrid/hybrid_mr_mcore_te_tp1_pp2_vpp2_cp1_dgx_a100_1N8G/

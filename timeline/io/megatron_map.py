@@ -191,8 +191,12 @@ FP8_REFUSED = {
 def fp8_training(a: ArgReader, c: Conversion) -> None:
     """``--fp8-format`` turns FP8 on with ``--fp8-recipe`` (arguments.py default "delayed"); the format
     (e4m3 | hybrid) only picks E4M3 or E5M2, one byte each. ``--fp8-param-gather`` makes FP8 parameters.
+    ``--first-last-layers-bf16`` keeps the first / last layers (``--num-layers-at-start-in-bf16`` /
+    ``--num-layers-at-end-in-bf16``, 1 each by default) out of FP8; without FP8 it changes nothing.
     Recipes :data:`FP8_REFUSED` names and Megatron's own rejections are one-line errors."""
     fmt = a.value("--fp8-format")
+    bf16 = a.flag("--first-last-layers-bf16")
+    start, end = a.int("--num-layers-at-start-in-bf16", 1), a.int("--num-layers-at-end-in-bf16", 1)
     if fmt is None or str(fmt) in ("None", "none", "false", "False"):
         if a.flag("--fp8-param-gather"):
             raise UserError("--fp8-param-gather without --fp8-format: Megatron keeps FP8 parameters only in FP8 "
@@ -211,6 +215,13 @@ def fp8_training(a: ArgReader, c: Conversion) -> None:
             raise UserError("--fp8-param-gather: Megatron-LM keeps FP8 parameters only under the distributed "
                             "optimizer (arguments.py: validate_args); add --use-distributed-optimizer")
         c.put("training.fp8_param_gather", True, "--fp8-param-gather")
+    if bf16:  # core/fp8_utils.py: is_first_last_bf16_layer (the layer counts default to 1, arguments.py)
+        if recipe == "delayed":
+            raise UserError("--first-last-layers-bf16 under the delayed recipe: Megatron-LM refuses it "
+                            "(transformer_config.py: 'Delayed scaling does not support first / last layer in BF16.'); "
+                            "use --fp8-recipe tensorwise or drop it")
+        c.put("training.fp8_bf16_first_layers", start, "--first-last-layers-bf16", "--num-layers-at-start-in-bf16")
+        c.put("training.fp8_bf16_last_layers", end, "--first-last-layers-bf16", "--num-layers-at-end-in-bf16")
 
 
 def map_gpt_oss(a: ArgReader, c: Conversion, layers: int) -> None:

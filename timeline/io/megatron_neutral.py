@@ -266,7 +266,6 @@ UNDER: dict[str, tuple[str, ...]] = {
     "--use-megatron-fsdp (FP8 under it)": ("--keep-fp8-transpose-cache",
                                           "--keep-fp8-transpose-cache-when-using-custom-fsdp"),
     "--fp4-format": ("--fp4-recipe", "--fp4-quantizer-factory"),
-    "--first-last-layers-bf16": ("--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16"),
     "--fine-grained-activation-offloading": ("--activation-offload-fraction", "--delta-offload-bytes-across-pp-ranks",
                                              "--delay-offload-until-cuda-graph",
                                              "--fine-grained-offloading-max-inflight-offloads",

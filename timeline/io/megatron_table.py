@@ -46,6 +46,8 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--fp8-format", "--fp8-recipe"), "training.fp8_recipe (delayed, tensorwise; blockwise, mxfp8 "
                     "and custom refused)"),
     "--fp8-param-gather": "training.fp8_param_gather",
+    **dict.fromkeys(("--first-last-layers-bf16", "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16"),
+                    "training.fp8_bf16_first_layers / fp8_bf16_last_layers (the layers outside FP8)"),
     "--fp8-amax-history-len": "training.fp8_amax_history_len (the delayed recipe's per-module amax histories: "
                               "profiles/megatron_fp8.py amax_histories)",
     "--tp-comm-overlap": "framework.tp_comm_overlap (the userbuffer GEMMs' cuBLAS workspace; the overlap itself is "
@@ -205,7 +207,6 @@ REFUSED: dict[str, str] = {
     "--kitchen-config-file": "NVIDIA Kitchen quantized layers (core/extensions/kitchen.py) are not modelled",
     "--kitchen-recipe-number": "NVIDIA Kitchen quantized layers (core/extensions/kitchen.py) are not modelled",
     "--use-kitchen-attention": "NVIDIA Kitchen attention (core/extensions/kitchen.py) is not modelled",
-    "--first-last-layers-bf16": "FP8 training with bf16 first/last layers is not modelled yet",
     "--moe-router-padding-for-quantization": "token counts padded per expert for quantized GEMMs "
                                              "(moe_utils.py: pad_routing_map) are not modelled",
     "--optimizer-cuda-graph": "a CUDA-graphed optimizer step keeps its own memory pool (not modelled yet)",

@@ -20,7 +20,7 @@ from timeline.graph.optim_state import main_params
 from timeline.graph.source import ModelSource
 from timeline.graph.static import optimizer_element_bytes, state_bytes
 from timeline.graph.tensors import DTYPE_BYTES, MODULES, TensorDef
-from timeline.profiles.megatron_fp8 import is_te_linear_weight
+from timeline.profiles.megatron_fp8 import is_fp8_weight
 from timeline.spec.run import ParallelSpec, TrainingSpec
 
 
@@ -101,7 +101,8 @@ def static_devices(source: ModelSource, stages_of_rank: Sequence[Sequence[int]],
     placed = stages_of_rank
     params = chunk_params(source, (c for st in placed for c in st))
     if training.fp8_param_gather:  # the TE linears' weights are FP8 parameters (profiles/megatron_fp8.py)
-        params = {c: [replace(t, dtype="fp8") if is_te_linear_weight(t.name, t.shape) else t for t in ts]
+        bf16 = (training.fp8_bf16_first_layers, training.fp8_bf16_last_layers, num_layers)
+        params = {c: [replace(t, dtype="fp8") if is_fp8_weight(t.name, t.shape, *bf16) else t for t in ts]
                   for c, ts in params.items()}
     out = []
     for r in range(par.pp):

@@ -32,6 +32,7 @@ Read at TE v2.2 … v2.16. Not modelled: the current-scaling recipe's own ``[qua
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from timeline.profiles.base import ParamTensor
@@ -47,18 +48,39 @@ def is_te_linear_weight(name: str, shape: tuple[int, ...]) -> bool:
             and not any(k in name for k in NOT_TE))
 
 
+MC_FP8 = "NVIDIA/Megatron-LM@d98e8a64dd:megatron/core/fp8_utils.py"
+_LAYER = re.compile(r"^layers\.(\d+)\.")
+
+
+def bf16_layer(layer: int | None, first: int, last: int, num_layers: int) -> bool:
+    """Whether decoder layer ``layer`` (its global index) stays out of FP8 under ``--first-last-layers-bf16``
+    (``fp8_utils.py: is_first_last_bf16_layer``: index < start count, or ≥ num_layers − end count; ``get_fp8_context``
+    then gives a nullcontext both for the layer's ``fp8_autocast`` and its ``fp8_model_init``). The MTP layers, whose
+    index is past ``num_layers``, count as last ones (they are left unquantized here anyway)."""
+    return layer is not None and layer >= 0 and (layer < first or layer >= num_layers - last) and (first or last) > 0
+
+
+def is_fp8_weight(name: str, shape: tuple[int, ...], first: int, last: int, num_layers: int) -> bool:
+    """A TE linear weight (:func:`is_te_linear_weight`) of a layer that runs in FP8 (:func:`bf16_layer`)."""
+    if not is_te_linear_weight(name, shape):
+        return False
+    m = _LAYER.match(name)
+    return not (m and bf16_layer(int(m.group(1)), first, last, num_layers))
+
+
 def needs_transpose(sm: int) -> bool:
     """Whether FP8 GEMMs on compute capability ``sm`` take only TN layouts, so a column-wise FP8 copy is a
     transpose of its own (``utils.py: is_non_tn_fp8_gemm_supported``: 10.x, 11.x and ≥ 13.0 take any)."""
     return not (100 <= sm < 120 or sm >= 130)
 
 
-def weight_caches(tensors: Sequence[ParamTensor], *, param_gather: bool,
-                  sm: int) -> list[tuple[str, int, str]]:
-    """(name, bytes, source) of the persistent FP8 weight copies one device holds."""
+def weight_caches(tensors: Sequence[ParamTensor], *, param_gather: bool, sm: int,
+                  bf16: tuple[int, int, int] = (0, 0, 0)) -> list[tuple[str, int, str]]:
+    """(name, bytes, source) of the persistent FP8 weight copies one device holds (``bf16``: the first and last
+    layer counts kept in the model dtype and the model's layers, :func:`bf16_layer`)."""
     out = []
     for t in tensors:
-        if not (t.trainable and is_te_linear_weight(t.name, t.shape)):
+        if not (t.trainable and is_fp8_weight(t.name, t.shape, *bf16)):
             continue
         numel = t.shape[0] * t.shape[1]
         if param_gather:

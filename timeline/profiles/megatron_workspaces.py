@@ -254,7 +254,9 @@ def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par
         out.append(("workspace.torch_cublas_backward", size, f"{TORCH}: getCurrentCUDABlasHandle", AT_OP + gemms))
     if tr.fp8_recipe != "none" and te:  # FP8 weight copies kept between micro-batches (profiles/megatron_fp8.py)
         out += [(name, size, src, "start")
-                for name, size, src in weight_caches(tensors, param_gather=tr.fp8_param_gather, sm=sm)]
+                for name, size, src in weight_caches(tensors, param_gather=tr.fp8_param_gather, sm=sm,
+                                                     bf16=(tr.fp8_bf16_first_layers, tr.fp8_bf16_last_layers,
+                                                           m.num_hidden_layers))]
     if tr.fp8_recipe == "delayed" and te:  # the recipe's scales and amax histories, made by each module's first
         # FP8 forward, or as it is built under FP8 parameters
         made = "start" if tr.fp8_param_gather else "first_step"

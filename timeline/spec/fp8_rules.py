@@ -17,7 +17,15 @@ def fp8_problems(tr: TrainingSpec, fw: FrameworkSpec, *, reads_framework: bool) 
     """(key path, message) of every FP8 setting the run cannot have; ``reads_framework``: the run's
     profile is the megatron one (the only one with Transformer Engine's FP8 linears)."""
     out: list[tuple[str, str]] = []
+    bf16 = tr.fp8_bf16_first_layers or tr.fp8_bf16_last_layers
+    if bf16 and tr.fp8_recipe == "delayed":
+        # transformer_config.py __post_init__: "Delayed scaling does not support first / last layer in BF16."
+        out.append(("training.fp8_bf16_first_layers", "Megatron-LM keeps no layer in bf16 under the delayed recipe "
+                    "(transformer_config.py raises); use fp8_recipe = \"tensorwise\" or 0 bf16 layers"))
     if tr.fp8_recipe == "none":
+        if bf16:
+            out.append(("training.fp8_bf16_first_layers", "bf16 first/last layers are an FP8 run's exception: set an "
+                        "fp8_recipe, or 0 bf16 layers"))
         if tr.fp8_param_gather:
             out.append(("training.fp8_param_gather", 'FP8 parameters need an FP8 recipe: set fp8_recipe = '
                         '"delayed" or "tensorwise" (Megatron: --fp8-param-gather with --fp8-format)'))

@@ -100,6 +100,12 @@ class TrainingSpec:
     fp8_param_gather: bool = spec_field(False, doc=(
         "Megatron --fp8-param-gather: the TE linears' weights are FP8 parameters (1 byte, the distributed "
         "optimizer's param buffer in uint8) beside fp32 main parameters"))
+    fp8_bf16_first_layers: int = spec_field(0, nonneg=True, maximum=2**16, doc=(
+        "Megatron --first-last-layers-bf16 with --num-layers-at-start-in-bf16 (default 1): the first decoder layers "
+        "(global index) run and keep their weights in the model dtype, outside fp8_autocast and fp8_model_init"))
+    fp8_bf16_last_layers: int = spec_field(0, nonneg=True, maximum=2**16, doc=(
+        "Megatron --first-last-layers-bf16 with --num-layers-at-end-in-bf16 (default 1): the last decoder layers "
+        "likewise"))
     fp8_amax_history_len: int = spec_field(1, positive=True, maximum=2**20, doc=(
         "Megatron --fp8-amax-history-len under the delayed recipe: each TE module keeps an fp32 [len, 3·GEMMs] "
         "forward and [len, 2·GEMMs] backward amax history (and its scales) from its first FP8 forward"))

@@ -325,6 +325,11 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
     problems += legacy_problems(fw, m, par)
     problems += architecture_run_problems(m, run.profile, run.trace is not None, par, tr, fw)
     problems += fp8_problems(run.training, run.framework, reads_framework=life is not None and life.reads_framework)
+    per_stage = m.num_hidden_layers // par.pp
+    for key in ("fp8_bf16_first_layers", "fp8_bf16_last_layers"):
+        if getattr(tr, key) > per_stage:  # transformer_config.py: "must be between 0 and number of layers per pipeline stage"
+            add((f"training.{key}", f"{getattr(tr, key)} is more than the layers of a pipeline stage "
+                 f"({m.num_hidden_layers} // pp {par.pp} = {per_stage}), which Megatron-LM refuses"))
     problems += cuda_graph_problems(fw, m, profile=run.profile, rc=run.recompute, sched=run.schedule,
                                     expandable_segments=run.allocator.expandable_segments)
     if fw.optimizer_impl != "te_fused" and life is not None and life.reads_framework:  # no TE (its Adam is first)

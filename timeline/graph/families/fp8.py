@@ -25,7 +25,9 @@ Which linears: Megatron-Core runs every TE module of a transformer layer under `
 ``linear_fc1``, ``linear_fc2``, MLA's projections, the experts' ``GroupedLinear`` and the shared experts.
 The output layer (``tensor_parallel.ColumnParallelLinear``), the router (``torch`` GEMM) and the
 shared-expert gate are not TE modules and stay in the activation dtype; the MTP block's layers are left
-unquantized here (not read). Not modelled: the forward's short-lived second copy (row-wise data and the
+unquantized here (not read). Under ``--first-last-layers-bf16`` the first and last layers run outside
+``fp8_autocast`` (``training.fp8_bf16_first_layers`` / ``fp8_bf16_last_layers``:
+:func:`timeline.profiles.megatron_fp8.bf16_layer`). Not modelled: the forward's short-lived second copy (row-wise data and the
 transpose both exist until the GEMM returns), the quantized output gradient (and its transpose) each
 backward GEMM makes, ``GroupedLinear``'s per-expert quantized splits (one tensor here).
 """
@@ -36,6 +38,7 @@ from dataclasses import replace
 
 from timeline.graph.ir import Builder, FOp
 from timeline.graph.tensors import TensorDef
+from timeline.profiles.megatron_fp8 import bf16_layer
 
 TE_RULES = {"linear": "fp8_linear", "grouped_linear": "fp8_grouped_linear"}
 
@@ -51,8 +54,9 @@ def rewrite(b: Builder) -> None:
     with the FP8 copy of the saved input and its ``scale_inv`` as extras, and their sequence-parallel
     all-gathers' outputs in FP8."""
     fp8_of: dict[str, TensorDef] = {}
+    tr, layers = b.training, b.model.num_hidden_layers
     for op in b.ops:
-        if not is_te_linear(op):
+        if not is_te_linear(op) or bf16_layer(op.layer, tr.fp8_bf16_first_layers, tr.fp8_bf16_last_layers, layers):
             continue
         x = op.inputs["x"]
         save = op.inputs.get("_save", x)
