@@ -310,3 +310,33 @@ def test_glm45_air_serves_with_vllm_s_fp32_router(tmp_path):
     gate = [t for t in device_params(run) if t.name == "layers.1.mlp.gate.weight"]
     assert [(t.shape, t.dtype) for t in gate] == [((128, 4096), "fp32")]
     assert compute_budget(run).kv_bytes_per_token == 46 * 2 * 2 * 128 * 2
+
+
+def test_minimax_m2_reads_its_family_and_serves(tmp_path):
+    """MiniMax-M2 (``minimax_m2``): 62 layers, each a sparse MoE of 256 experts 1,536 wide (8 a token, sigmoid
+    router with an fp32 correction bias, no shared expert) under GQA attention (48 heads of 128, 8 key/value heads)
+    with q/k RMSNorms over the whole projection and RoPE on 64 of each head's 128 dims; untied head. 228.69B
+    parameters, the card's 229B (its MTP modules are not part of the causal-LM model). vLLM: fp32 router, the
+    q_norm weight split with the heads (MiniMaxText01RMSNormTP), 62 × 2 × 1 × 128 × 2 KV bytes a token at tp 8."""
+    from timeline.io.serve_runfile import load_serve_run
+    from timeline.serve.budget import compute_budget
+    from timeline.serve.graph_view import device_params
+
+    m = read_hf_config(DATA / "minimax-m2" / "config.json")
+    assert (m.moe_intermediate_size, m.partial_rotary_factor, m.mtp_layers) == (1536, 0.5, 0)
+    assert m.qk_norm and m.qk_norm_full and m.router_bias and all(m.is_moe_layer(i) for i in range(62))
+    h, v = 3072, 200_064
+    attention = h * 48 * 128 + 2 * h * 8 * 128 + 48 * 128 * h + 2 * h + 48 * 128 + 8 * 128
+    moe = 256 * 3 * h * 1536 + 256 * h
+    exact = 2 * v * h + h + 62 * (attention + moe)
+    assert exact == 228_689_748_992
+    assert source_of(load_run(_run(tmp_path, "minimax-m2", profile="hf"))).total_params() == exact
+    path = tmp_path / "serve.toml"
+    path.write_text(f'[model]\nhf_config = "{DATA / "minimax-m2" / "config.json"}"\n[parallel]\ntp = 8\n'
+                    '[hardware]\ngpu = "h200"\n[serving]\nengine_version = "0.19.0"\nmax_model_len = 65536\n'
+                    '[serving.load]\nnum_requests = 1\n')
+    run = load_serve_run(path)
+    held = {t.name: (t.shape, t.dtype) for t in device_params(run)}
+    assert held["layers.0.self_attn.q_norm.weight"] == ((768,), "bf16")
+    assert held["layers.0.mlp.gate.weight"] == ((256, 3072), "fp32")
+    assert compute_budget(run).kv_bytes_per_token == 62 * 2 * 1 * 128 * 2

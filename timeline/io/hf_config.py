@@ -1,7 +1,7 @@
 """Read a Hugging Face ``config.json`` into a :class:`~timeline.spec.ModelSpec`.
 
 Understands the key names of DeepSeek-V2/V3, Llama, Mistral/Mixtral, Qwen2/3 and Qwen-MoE, GPT-2,
-OPT, GPT-OSS, Phi, Phi-3/4, Granite, Gemma/Gemma-2/Gemma-3, the gated delta-net hybrids and GLM-4.5 (:data:`SUPPORTED`); a vision-language checkpoint's
+OPT, GPT-OSS, Phi, Phi-3/4, Granite, Gemma/Gemma-2/Gemma-3, the gated delta-net hybrids, GLM-4.5 and MiniMax-M2 (:data:`SUPPORTED`); a vision-language checkpoint's
 ``text_config`` where the caller serves it (:mod:`timeline.io.hf_vision`). Keys the simulator does not need (rope scaling, token ids, …) are ignored; what the
 modelling code implies but the config does not say (Qwen2's Q/K/V biases, GPT-2's biases and
 tied embeddings, GPT-OSS's sinks and biases) is filled in per ``model_type``. A ``quantization_config``
@@ -25,7 +25,8 @@ from timeline.spec.model import ALIASES, ModelSpec
 
 SUPPORTED = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "llama", "mistral", "mixtral", "qwen2", "qwen3",
              "qwen2_moe", "qwen3_moe", "gpt2", "gpt_oss", "opt", "phi", "phi3", "granite", "gemma", "gemma2",
-             "gemma3_text", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "glm4_moe")
+             "gemma3_text", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "glm4_moe",
+             "minimax_m2")
 
 #: the modelling class a config's ``architectures`` names → the family it implements, for
 #: configs whose ``model_type`` is a label of their own (Kimi-K2's ``kimi_k2`` runs
@@ -40,6 +41,7 @@ ARCHITECTURES: dict[str, str] = {
     "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
     "Qwen3NextForCausalLM": "qwen3_next", "Qwen3_5ForCausalLM": "qwen3_5_text",
     "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text", "Glm4MoeForCausalLM": "glm4_moe",
+    "MiniMaxM2ForCausalLM": "minimax_m2",
 }
 
 #: fields where the config's 0 would be read as "not given" by the spec, but Hugging Face has
@@ -116,6 +118,12 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     # each head (``partial_rotary_factor`` 0.5, vLLM's default where the config has none) and q/k RMSNorms where
     # ``use_qk_norm``; the MTP layer (num_nextn_predict_layers) is loaded only as a draft model
     "glm4_moe": {"partial_rotary_factor": 0.5, "router_bias": True, "attention_bias": True},
+    # MiniMax-M2 (vLLM 0.19.0 models/minimax_m2.py): every layer a sparse MoE of num_local_experts experts as wide
+    # as intermediate_size (MiniMaxM2MoE: FusedMoE(intermediate_size=config.intermediate_size), renormalised
+    # top-k), a sigmoid router with an fp32 correction bias (use_routing_bias), no shared expert; q/k RMSNorms over
+    # the whole projection (MiniMaxText01RMSNormTP of head_dim · heads), RoPE on rotary_dim of each head; its MTP
+    # modules are not part of the causal-LM model
+    "minimax_m2": {"norm_topk_prob": True, "router_bias": True},
     # models/gpt_oss/modeling_gpt_oss.py (transformers 5.24): GptOssAttention.sinks (one per head),
     # GptOssTopKRouter.bias, GptOssExperts gate_up_proj_bias / down_proj_bias, _apply_gate's
     # gate * sigmoid(gate * alpha) * (up + 1) with the clamps; GptOssConfig defaults for the rest
@@ -259,6 +267,15 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
     if model_type == "mixtral" and not values.get("moe_intermediate_size"):
         # modeling_mixtral.py MixtralExperts: each expert is intermediate_size wide
         values["moe_intermediate_size"] = values["intermediate_size"]
+    if model_type == "minimax_m2":
+        values["moe_intermediate_size"] = values.get("intermediate_size", 0)
+        values["router_bias"] = bool(cfg.get("use_routing_bias", True))
+        values["qk_norm"] = bool(cfg.get("use_qk_norm", False))
+        values["qk_norm_full"] = values["qk_norm"] and cfg.get("qk_norm_type", "per_layer") == "per_layer"
+        head_dim = values.get("head_dim") or values["hidden_size"] // values["num_attention_heads"]
+        if isinstance(cfg.get("rotary_dim"), int) and head_dim:
+            values["partial_rotary_factor"] = cfg["rotary_dim"] / head_dim
+        values["mtp_layers"] = 0
     if model_type == "glm4_moe":
         values["qk_norm"] = bool(cfg.get("use_qk_norm", False))
         values["first_k_dense_replace"] = values.get("first_k_dense_replace") or 0

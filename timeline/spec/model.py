@@ -60,6 +60,9 @@ class ModelSpec:
     attention_bias: bool = spec_field(False, doc="biases on Q/K/V projections")
     linear_bias: bool = spec_field(False, doc="biases on every linear layer (GPT)")
     qk_norm: bool = spec_field(False, doc="per-head RMSNorm on q and k (Qwen3)")
+    qk_norm_full: bool = spec_field(False, doc=(
+        "qk_norm over each projection's whole width (all of a rank's heads at once, its weight split by tp): "
+        "MiniMax-M2's qk_norm_type per_layer (vLLM MiniMaxText01RMSNormTP)"))
     attention_dropout: float = spec_field(0.0, minimum=0.0, maximum=1.0)
     hidden_dropout: float = spec_field(0.0, minimum=0.0, maximum=1.0)
     tie_word_embeddings: bool = spec_field(False)
