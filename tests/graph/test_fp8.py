@@ -144,3 +144,33 @@ def test_first_and_last_layers_in_bf16():
     assert not is_fp8_weight("layers.0.mlp.linear_fc1.weight", (8, 8), 1, 2, 4)
     assert is_fp8_weight("layers.1.mlp.linear_fc1.weight", (8, 8), 1, 2, 4)
     assert not is_fp8_weight("layers.2.mlp.linear_fc1.weight", (8, 8), 1, 2, 4)
+
+
+def test_block_scaled_recipes_keep_block_scales():
+    """Float8BlockScaling saves the column-wise (transposed) FP8 input with an fp32 scale per 128 rows of each
+    column, and caches each weight in both usages with fp32 scales per 128×128 block; MXFP8 saves a same-shape
+    column-wise copy with an E8M0 byte per 32 rows, padded to (4, 128) tiles, and caches weights the same way with
+    byte scales (TE v2.9 ``float8_blockwise_tensor.py: get_scale_shape``, ``mxfp8_tensor.py: make_empty``)."""
+    from timeline.graph.families.fp8 import input_scale
+
+    assert input_scale("blockwise", (4096, 7168)) == ((32, 7168), "fp32")
+    assert input_scale("mxfp8", (4096, 7168)) == ((128, 7168), "uint8")
+    assert input_scale("tensorwise", (4096, 7168)) == ((1,), "fp32")
+    s = saved_of(tiny_run(tp=2, sp=True, fp8_recipe="blockwise", sm=90))
+    assert s["layers.0.mlp.linear_fc2.x_fp8"] == ((T, FFN // 2), "fp8", T * FFN // 2)
+    assert s["layers.0.mlp.linear_fc2.x_scale_inv"] == ((1, FFN // 2), "fp32", 4 * FFN // 2)
+    w = [_weight("layers.0.mlp.linear_fc1.weight")]  # [1024, 256]
+    blockwise = weight_caches(w, param_gather=False, sm=90, recipe="blockwise")
+    # scales: row-wise 8 × round_up(2, 4) and column-wise 2 × round_up(8, 4) fp32 blocks
+    assert sum(size for _n, size, _s in blockwise) == 2 * E + 4 * (8 * 4 + 2 * 8)
+    mx = weight_caches(w, param_gather=False, sm=100, recipe="mxfp8")
+    assert sum(size for _n, size, _s in mx) == 2 * E + 1024 * 8 + 32 * 256
+    keys = {k for k, _ in validate_run(tiny_run(fp8_recipe="mxfp8", sm=90), {})}
+    assert "training.fp8_recipe" in keys
+    keys = {k for k, _ in validate_run(tiny_run(fp8_recipe="blockwise", sm=80), {})}
+    assert "training.fp8_recipe" in keys
+    from timeline.profiles import LIMITS
+
+    assert not validate_run(tiny_run(fp8_recipe="blockwise", sm=90), LIMITS)
+    keys = {k for k, _ in validate_run(tiny_run(fp8_recipe="blockwise", sm=90, fp8_param_gather=True, zero=1), {})}
+    assert "training.fp8_param_gather" in keys

@@ -352,8 +352,13 @@ def test_fp8_arguments_map_to_the_recipe_and_fp8_parameters():
     assert s["framework"]["tp_comm_overlap"] is True
     assert convert_args(BASE | {"--fp8-format": "e4m3"}).sections["training"]["fp8_recipe"] == "delayed"
     for recipe in ("blockwise", "mxfp8"):
-        with pytest.raises(UserError, match=f"--fp8-recipe {recipe}: .*not modelled yet"):
-            convert_args(BASE | {"--fp8-format": "e4m3", "--fp8-recipe": recipe})
+        assert convert_args(BASE | {"--fp8-format": "e4m3", "--fp8-recipe": recipe}).sections["training"][
+            "fp8_recipe"] == recipe
+        with pytest.raises(UserError, match=f"--fp8-param-gather under --fp8-recipe {recipe}: .*not modelled yet"):
+            convert_args(BASE | {"--fp8-format": "e4m3", "--fp8-recipe": recipe, "--fp8-param-gather": True,
+                                 "--use-distributed-optimizer": True})
+    with pytest.raises(UserError, match="--fp8-recipe custom: "):
+        convert_args(BASE | {"--fp8-format": "e4m3", "--fp8-recipe": "custom"})
     with pytest.raises(UserError, match="--fp8-param-gather: .*add --use-distributed-optimizer"):
         convert_args(BASE | {"--fp8-format": "e4m3", "--fp8-param-gather": True})
     hist = convert_args(BASE | {"--fp8-format": "e4m3", "--fp8-amax-history-len": 1024}).sections["training"]

@@ -180,10 +180,6 @@ def refuse_unmodelled(m: MegatronArgs, a: ArgReader) -> None:
 
 #: ``--fp8-recipe`` values not modelled, and why (Megatron-LM ``core/fp8_utils.py: get_fp8_recipe``)
 FP8_REFUSED = {
-    "blockwise": "Float8BlockScaling keeps 1×128 / 128×128 block-scaled FP8 copies with fp32 scales "
-                 "(TE tensor/float8_blockwise_tensor.py) — not modelled yet; use delayed or tensorwise",
-    "mxfp8": "MXFP8BlockScaling keeps row- and column-wise 1×32 E8M0-scaled copies (TE tensor/mxfp8_tensor.py) "
-             "— not modelled yet; use delayed or tensorwise",
     "custom": "a custom quantizer factory's tensors are not modelled",
 }
 
@@ -205,8 +201,12 @@ def fp8_training(a: ArgReader, c: Conversion) -> None:
     recipe = str(a.value("--fp8-recipe") or "delayed")
     if recipe in FP8_REFUSED:
         raise UserError(f"--fp8-recipe {recipe}: {FP8_REFUSED[recipe]}")
-    if recipe not in ("delayed", "tensorwise"):
+    if recipe not in ("delayed", "tensorwise", "blockwise", "mxfp8"):
         raise UserError(f"--fp8-recipe {recipe}: use one of delayed, tensorwise, blockwise, mxfp8, custom")
+    if recipe in ("blockwise", "mxfp8") and a.flag("--fp8-param-gather"):
+        raise UserError(f"--fp8-param-gather under --fp8-recipe {recipe}: block-scaled FP8 parameters (their scales "
+                        "and column-wise copies beside the param buffer) are not modelled yet; drop it to model "
+                        "the recipe with bf16 parameters")
     c.put("training.fp8_recipe", recipe, "--fp8-format", "--fp8-recipe")
     if recipe == "delayed":  # arguments.py: --fp8-amax-history-len, default 1 (TE's DelayedScaling: 1024)
         c.put("training.fp8_amax_history_len", a.int("--fp8-amax-history-len", 1), "--fp8-amax-history-len")

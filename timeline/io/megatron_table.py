@@ -43,8 +43,8 @@ MAPPED: dict[str, str] = {
                     "refused outside a T5 job"),
     "--padded-vocab-size": "model.vocab_size as given, unpadded (framework.make_vocab_size_divisible_by = 1)",
     "--make-vocab-size-divisible-by": "framework.make_vocab_size_divisible_by",
-    **dict.fromkeys(("--fp8-format", "--fp8-recipe"), "training.fp8_recipe (delayed, tensorwise; blockwise, mxfp8 "
-                    "and custom refused)"),
+    **dict.fromkeys(("--fp8-format", "--fp8-recipe"), "training.fp8_recipe (delayed, tensorwise, blockwise, mxfp8; "
+                    "custom refused)"),
     "--fp8-param-gather": "training.fp8_param_gather",
     **dict.fromkeys(("--first-last-layers-bf16", "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16"),
                     "training.fp8_bf16_first_layers / fp8_bf16_last_layers (the layers outside FP8)"),

@@ -74,15 +74,41 @@ def needs_transpose(sm: int) -> bool:
     return not (100 <= sm < 120 or sm >= 130)
 
 
+def _up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def block_weight_scales(recipe: str, out: int, inp: int) -> tuple[int, int]:
+    """(row-wise, column-wise) scale bytes of an ``[out, in]`` weight quantized under a block-scaled recipe:
+    ``blockwise`` 128 × 128 blocks of fp32 (``float8_blockwise_tensor.py: get_scale_shape`` for 2-D blocks:
+    ``(ceil(out/128), round_up(ceil(in/128), 4))`` and its transpose's), ``mxfp8`` 1 × 32 blocks of E8M0
+    bytes (``mxfp8_tensor.py: make_empty``: ``(round_up(out, 128), round_up(in/32, 4))`` and
+    ``(round_up(out/32, 4), round_up(in, 128))``)."""
+    if recipe == "blockwise":
+        rows, cols = -(-out // 128), -(-inp // 128)
+        return 4 * rows * _up(cols, 4), 4 * cols * _up(rows, 4)
+    return _up(out, 128) * _up(inp // 32, 4), _up(out // 32, 4) * _up(inp, 128)
+
+
 def weight_caches(tensors: Sequence[ParamTensor], *, param_gather: bool, sm: int,
-                  bf16: tuple[int, int, int] = (0, 0, 0)) -> list[tuple[str, int, str]]:
+                  bf16: tuple[int, int, int] = (0, 0, 0), recipe: str = "tensorwise") -> list[tuple[str, int, str]]:
     """(name, bytes, source) of the persistent FP8 weight copies one device holds (``bf16``: the first and last
-    layer counts kept in the model dtype and the model's layers, :func:`bf16_layer`)."""
+    layer counts kept in the model dtype and the model's layers, :func:`bf16_layer`). Under a block-scaled
+    ``recipe`` (``blockwise``, ``mxfp8``) the cached workspace holds both usages on every GPU — row-wise data for
+    the forward GEMM, column-wise data (blockwise: the transpose; MXFP8: a same-shape copy) for the input
+    gradient — each with its block scales (:func:`block_weight_scales`)."""
     out = []
     for t in tensors:
         if not (t.trainable and is_fp8_weight(t.name, t.shape, *bf16)):
             continue
         numel = t.shape[0] * t.shape[1]
+        if recipe in ("blockwise", "mxfp8"):
+            src = f"{TE_FP8}/module/base.py: get_weight_workspace (cache_name 'weight', both usages)"
+            row, col = block_weight_scales(recipe, t.shape[0], t.shape[1])
+            out += [(f"fp8.weight_cache.{t.name}", numel, src), (f"fp8.weight_cache_columnwise.{t.name}", numel, src),
+                    (f"fp8.weight_cache_scale_inv.{t.name}", row, src),
+                    (f"fp8.weight_cache_columnwise_scale_inv.{t.name}", col, src)]
+            continue
         if param_gather:
             if needs_transpose(sm):
                 out.append((f"fp8.transpose.{t.name}", numel, f"{TE_FP8}/tensor/storage/float8_tensor_storage.py: "

@@ -256,7 +256,7 @@ def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par
         out += [(name, size, src, "start")
                 for name, size, src in weight_caches(tensors, param_gather=tr.fp8_param_gather, sm=sm,
                                                      bf16=(tr.fp8_bf16_first_layers, tr.fp8_bf16_last_layers,
-                                                           m.num_hidden_layers))]
+                                                           m.num_hidden_layers), recipe=tr.fp8_recipe)]
     if tr.fp8_recipe == "delayed" and te:  # the recipe's scales and amax histories, made by each module's first
         # FP8 forward, or as it is built under FP8 parameters
         made = "start" if tr.fp8_param_gather else "first_step"

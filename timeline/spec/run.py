@@ -19,7 +19,7 @@ from timeline.spec.schedule_rules import SCHEDULE_KINDS as _KINDS
 from timeline.spec.trace import CapturedTrace
 
 #: ``--fp8-recipe`` values modelled (blockwise and mxfp8 are refused by from-megatron, with why)
-FP8_RECIPES = ("none", "delayed", "tensorwise")
+FP8_RECIPES = ("none", "delayed", "tensorwise", "blockwise", "mxfp8")
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts")
 #: ``[training] optimizer``: whose per-parameter state the static state holds
 OPTIMIZERS = ("adam", "sgd", "muon")
@@ -96,7 +96,9 @@ class TrainingSpec:
     fp8_recipe: str = spec_field("none", choices=FP8_RECIPES, doc=(
         "Megatron --fp8-recipe under --fp8-format (megatron profile): the Transformer Engine linears of every "
         "layer run their GEMMs in FP8 and keep FP8 copies of their inputs for backward (delayed: DelayedScaling; "
-        "tensorwise: Float8CurrentScaling); none: no FP8"))
+        "tensorwise: Float8CurrentScaling; blockwise: Float8BlockScaling, fp32 scales per 1×128 of the activations "
+        "and per 128×128 of the weights, sm 9.0+; mxfp8: MXFP8BlockScaling, a byte scale per 32, sm 10.0+); "
+        "none: no FP8"))
     fp8_param_gather: bool = spec_field(False, doc=(
         "Megatron --fp8-param-gather: the TE linears' weights are FP8 parameters (1 byte, the distributed "
         "optimizer's param buffer in uint8) beside fp32 main parameters"))

@@ -325,6 +325,17 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
     problems += legacy_problems(fw, m, par)
     problems += architecture_run_problems(m, run.profile, run.trace is not None, par, tr, fw)
     problems += fp8_problems(run.training, run.framework, reads_framework=life is not None and life.reads_framework)
+    sm = int(run.hardware.sm)
+    # TE quantization.py: check_fp8_block_scaling_support (compute capability 9.0+), check_mxfp8_support (10.x, 11.x)
+    if tr.fp8_recipe == "blockwise" and sm < 90:
+        add(("training.fp8_recipe", f"Transformer Engine runs Float8BlockScaling from compute capability 9.0 (this "
+             f"device: sm {sm}); use tensorwise or delayed"))
+    if tr.fp8_recipe == "mxfp8" and not 100 <= sm < 120:
+        add(("training.fp8_recipe", f"Transformer Engine runs MXFP8 on compute capability 10.x and 11.x (this device: "
+             f"sm {sm}); use blockwise on Hopper, or tensorwise"))
+    if tr.fp8_recipe in ("blockwise", "mxfp8") and tr.fp8_param_gather:
+        add(("training.fp8_param_gather", f"block-scaled FP8 parameters ({tr.fp8_recipe}) are not modelled yet; set "
+             "fp8_param_gather = false"))
     per_stage = m.num_hidden_layers // par.pp
     for key in ("fp8_bf16_first_layers", "fp8_bf16_last_layers"):
         if getattr(tr, key) > per_stage:  # transformer_config.py: "must be between 0 and number of layers per pipeline stage"

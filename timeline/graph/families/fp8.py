@@ -16,6 +16,10 @@ for the Float8Tensor recipes (``DelayedScaling`` → ``Float8Quantizer``, ``Floa
   (``distributed.py: gather_along_first_dim`` with the quantizer) and kept as the local row-wise shard.
   Each quantized tensor carries a ``torch.empty(1, dtype=float32)`` ``scale_inv``
   (``tensor/float8_tensor.py``); ``prepare_for_saving`` saves both.
+- The block-scaled recipes (``Float8BlockScaling``, ``MXFP8BlockScaling``; their quantizers keep column-wise data
+  through an input all-gather, ``supports_only_rowwise_all_gather`` false) save the column-wise copy of the local
+  input — the transpose (blockwise) or a same-shape copy (MXFP8), one byte per element — with its block scales
+  (:func:`input_scale`). Not modelled: the scales of a gathered sequence-parallel input (a transient).
 - The input gradient the dgrad GEMM writes is in the activation dtype (``general_gemm(...,
   out_dtype=ctx.activation_dtype)``), so an FP8 tensor's gradient is allocated in its source's dtype
   (:func:`timeline.graph.backward.grad_of`).
@@ -49,6 +53,29 @@ def is_te_linear(op: FOp) -> bool:
             and op.name.rsplit(".", 1)[-1].startswith("linear_"))
 
 
+def _up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def input_scale(recipe: str, shape: tuple[int, ...]) -> tuple[tuple[int, ...], str]:
+    """The scale a linear's saved FP8 input carries, for its column-wise (weight-gradient) use, of an input
+    ``[rows, in]``: one fp32 ``scale_inv`` under the per-tensor recipes (``tensor/float8_tensor.py``); under
+    ``blockwise`` (``Float8BlockQuantizer`` of 1×128 blocks) an fp32 scale per 128 rows of each column,
+    ``(ceil(rows / 128), round_up(in, 4))`` (``float8_blockwise_tensor.py: get_scale_shape``, the compact
+    all-gather form of a sequence-parallel input has ``in`` unpadded: the same bytes for ``in`` a multiple of 4);
+    under ``mxfp8`` (``MXFP8Quantizer``) an E8M0 byte per 32 rows of each column,
+    ``(round_up(rows / 32, 4), round_up(in, 128))`` (``mxfp8_tensor.py: make_empty``)."""
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    cols = shape[-1]
+    if recipe == "blockwise":
+        return (-(-rows // 128), _up(cols, 4)), "fp32"
+    if recipe == "mxfp8":
+        return (_up(-(-rows // 32), 4), _up(cols, 128)), "uint8"
+    return (1,), "fp32"
+
+
 def rewrite(b: Builder) -> None:
     """Turn the chunk's TE linears into FP8 ones (in place): rule ``fp8_linear`` / ``fp8_grouped_linear``
     with the FP8 copy of the saved input and its ``scale_inv`` as extras, and their sequence-parallel
@@ -64,7 +91,8 @@ def rewrite(b: Builder) -> None:
             fp8_of[x.storage] = replace(x, dtype="fp8")
         op.rule = TE_RULES[op.rule]
         op.extras["x_fp8"] = b.tensor(f"{op.name}.x_fp8", save.shape, "fp8")
-        op.extras["x_scale_inv"] = b.tensor(f"{op.name}.x_scale_inv", (1,), "fp32")
+        shape, dtype = input_scale(tr.fp8_recipe, save.shape)
+        op.extras["x_scale_inv"] = b.tensor(f"{op.name}.x_scale_inv", shape, dtype)
     if not fp8_of:
         return
     for op in b.ops:
