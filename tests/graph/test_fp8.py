@@ -172,5 +172,8 @@ def test_block_scaled_recipes_keep_block_scales():
     from timeline.profiles import LIMITS
 
     assert not validate_run(tiny_run(fp8_recipe="blockwise", sm=90), LIMITS)
-    keys = {k for k, _ in validate_run(tiny_run(fp8_recipe="blockwise", sm=90, fp8_param_gather=True, zero=1), {})}
+    keys = {k for k, _ in validate_run(tiny_run(fp8_recipe="mxfp8", sm=100, fp8_param_gather=True, zero=1), {})}
     assert "training.fp8_param_gather" in keys
+    # blockwise FP8 parameters: the parameter is the row-wise data; its scales and the column-wise copy are kept
+    params = weight_caches(w, param_gather=True, sm=90, recipe="blockwise")
+    assert sum(size for _n, size, _s in params) == E + 4 * (8 * 4 + 2 * 8)

@@ -203,10 +203,10 @@ def fp8_training(a: ArgReader, c: Conversion) -> None:
         raise UserError(f"--fp8-recipe {recipe}: {FP8_REFUSED[recipe]}")
     if recipe not in ("delayed", "tensorwise", "blockwise", "mxfp8"):
         raise UserError(f"--fp8-recipe {recipe}: use one of delayed, tensorwise, blockwise, mxfp8, custom")
-    if recipe in ("blockwise", "mxfp8") and a.flag("--fp8-param-gather"):
-        raise UserError(f"--fp8-param-gather under --fp8-recipe {recipe}: block-scaled FP8 parameters (their scales "
-                        "and column-wise copies beside the param buffer) are not modelled yet; drop it to model "
-                        "the recipe with bf16 parameters")
+    if recipe == "mxfp8" and a.flag("--fp8-param-gather"):
+        raise UserError("--fp8-param-gather under --fp8-recipe mxfp8: MXFP8 parameters (Megatron's MXFP8 param buffer "
+                        "and its all-gather reuse of the grad buffer) are not modelled yet; drop it to model the "
+                        "recipe with bf16 parameters")
     c.put("training.fp8_recipe", recipe, "--fp8-format", "--fp8-recipe")
     if recipe == "delayed":  # arguments.py: --fp8-amax-history-len, default 1 (TE's DelayedScaling: 1024)
         c.put("training.fp8_amax_history_len", a.int("--fp8-amax-history-len", 1), "--fp8-amax-history-len")

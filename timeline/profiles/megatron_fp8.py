@@ -103,8 +103,13 @@ def weight_caches(tensors: Sequence[ParamTensor], *, param_gather: bool, sm: int
             continue
         numel = t.shape[0] * t.shape[1]
         if recipe in ("blockwise", "mxfp8"):
-            src = f"{TE_FP8}/module/base.py: get_weight_workspace (cache_name 'weight', both usages)"
             row, col = block_weight_scales(recipe, t.shape[0], t.shape[1])
+            if param_gather:  # the row-wise data is the parameter; TE's post_all_gather_processing makes the rest
+                src = f"{TE_FP8}/tensor/utils.py: post_all_gather_processing (blockwise: column-wise storage, kept)"
+                out += [(f"fp8.param_scale_inv.{t.name}", row, src), (f"fp8.param_columnwise.{t.name}", numel, src),
+                        (f"fp8.param_columnwise_scale_inv.{t.name}", col, src)]
+                continue
+            src = f"{TE_FP8}/module/base.py: get_weight_workspace (cache_name 'weight', both usages)"
             out += [(f"fp8.weight_cache.{t.name}", numel, src), (f"fp8.weight_cache_columnwise.{t.name}", numel, src),
                     (f"fp8.weight_cache_scale_inv.{t.name}", row, src),
                     (f"fp8.weight_cache_columnwise_scale_inv.{t.name}", col, src)]
