@@ -340,3 +340,27 @@ def test_minimax_m2_reads_its_family_and_serves(tmp_path):
     assert held["layers.0.self_attn.q_norm.weight"] == ((768,), "bf16")
     assert held["layers.0.mlp.gate.weight"] == ((256, 3072), "fp32")
     assert compute_budget(run).kv_bytes_per_token == 62 * 2 * 1 * 128 * 2
+
+
+def test_ernie45_moe_reads_its_layer_kinds_and_serves(tmp_path):
+    """ERNIE-4.5-21B-A3B (``ernie4_5_moe``): layer 0 dense (12,288 wide), layers 1 … 27 MoE (moe_layer_start_index 1,
+    end 27, interval 1) of 64 experts 1,536 wide, 6 a token, and 2 shared experts; softmax router with an fp32
+    correction bias; tied embeddings: 21,825,436,160 parameters (the card's 21B total). vLLM builds the router in
+    fp32 (``Ernie4_5_MoeMoE.gate``)."""
+    from timeline.io.serve_runfile import load_serve_run
+    from timeline.serve.graph_view import device_params
+
+    m = read_hf_config(DATA / "ernie-4.5-21b-a3b" / "config.json")
+    assert m.mlp_layer_types == ("dense",) + ("moe",) * 27 and m.router_score == "softmax" and m.router_bias
+    assert (m.n_routed_experts, m.num_experts_per_tok, m.n_shared_experts, m.mtp_layers) == (64, 6, 2, 0)
+    h, v = 2560, 103_424
+    attention = h * 20 * 128 + 2 * h * 4 * 128 + 20 * 128 * h + 2 * h
+    moe = 64 * 3 * h * 1536 + 3 * h * 2 * 1536 + 64 * h
+    exact = v * h + h + 28 * attention + 3 * h * 12288 + 27 * moe
+    assert exact == 21_825_436_160
+    assert source_of(load_run(_run(tmp_path, "ernie-4.5-21b-a3b", profile="hf"))).total_params() == exact
+    path = tmp_path / "serve.toml"
+    path.write_text(f'[model]\nhf_config = "{DATA / "ernie-4.5-21b-a3b" / "config.json"}"\n[hardware]\ngpu = "h100"\n'
+                    '[serving]\nengine_version = "0.19.0"\nmax_model_len = 32768\n[serving.load]\nnum_requests = 1\n')
+    held = {t.name: (t.shape, t.dtype) for t in device_params(load_serve_run(path))}
+    assert held["layers.1.mlp.gate.weight"] == ((64, 2560), "fp32") and "layers.0.mlp.gate.weight" not in held

@@ -1,7 +1,7 @@
 """Read a Hugging Face ``config.json`` into a :class:`~timeline.spec.ModelSpec`.
 
 Understands the key names of DeepSeek-V2/V3, Llama, Mistral/Mixtral, Qwen2/3 and Qwen-MoE, GPT-2,
-OPT, GPT-OSS, Phi, Phi-3/4, Granite, Gemma/Gemma-2/Gemma-3, the gated delta-net hybrids, GLM-4.5 and MiniMax-M2 (:data:`SUPPORTED`); a vision-language checkpoint's
+OPT, GPT-OSS, Phi, Phi-3/4, Granite, Gemma/Gemma-2/Gemma-3, the gated delta-net hybrids, GLM-4.5, MiniMax-M2 and ERNIE-4.5-MoE (:data:`SUPPORTED`); a vision-language checkpoint's
 ``text_config`` where the caller serves it (:mod:`timeline.io.hf_vision`). Keys the simulator does not need (rope scaling, token ids, …) are ignored; what the
 modelling code implies but the config does not say (Qwen2's Q/K/V biases, GPT-2's biases and
 tied embeddings, GPT-OSS's sinks and biases) is filled in per ``model_type``. A ``quantization_config``
@@ -26,7 +26,7 @@ from timeline.spec.model import ALIASES, ModelSpec
 SUPPORTED = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "llama", "mistral", "mixtral", "qwen2", "qwen3",
              "qwen2_moe", "qwen3_moe", "gpt2", "gpt_oss", "opt", "phi", "phi3", "granite", "gemma", "gemma2",
              "gemma3_text", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "glm4_moe",
-             "minimax_m2")
+             "minimax_m2", "ernie4_5_moe")
 
 #: the modelling class a config's ``architectures`` names → the family it implements, for
 #: configs whose ``model_type`` is a label of their own (Kimi-K2's ``kimi_k2`` runs
@@ -41,7 +41,7 @@ ARCHITECTURES: dict[str, str] = {
     "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
     "Qwen3NextForCausalLM": "qwen3_next", "Qwen3_5ForCausalLM": "qwen3_5_text",
     "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text", "Glm4MoeForCausalLM": "glm4_moe",
-    "MiniMaxM2ForCausalLM": "minimax_m2",
+    "MiniMaxM2ForCausalLM": "minimax_m2", "Ernie4_5_MoeForCausalLM": "ernie4_5_moe",
 }
 
 #: fields where the config's 0 would be read as "not given" by the spec, but Hugging Face has
@@ -124,6 +124,12 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     # the whole projection (MiniMaxText01RMSNormTP of head_dim · heads), RoPE on rotary_dim of each head; its MTP
     # modules are not part of the causal-LM model
     "minimax_m2": {"norm_topk_prob": True, "router_bias": True},
+    # ERNIE-4.5-MoE (vLLM 0.19.0 models/ernie45_moe.py; transformers models/ernie4_5_moe): MoE layers from
+    # moe_layer_start_index to moe_layer_end_index every moe_layer_interval (the rest dense), moe_num_experts of
+    # moe_intermediate_size, moe_k a token, moe_num_shared_experts shared experts, a softmax router with an fp32
+    # correction bias (Ernie4_5_MoeMoE.gate, moe_statics), renormalised top-k; use_bias on q/k/v and the MLPs;
+    # its MTP layer (num_nextn_predict_layers) is not part of the causal-LM model
+    "ernie4_5_moe": {"norm_topk_prob": True, "router_bias": True},
     # models/gpt_oss/modeling_gpt_oss.py (transformers 5.24): GptOssAttention.sinks (one per head),
     # GptOssTopKRouter.bias, GptOssExperts gate_up_proj_bias / down_proj_bias, _apply_gate's
     # gate * sigmoid(gate * alpha) * (up + 1) with the clamps; GptOssConfig defaults for the rest
@@ -275,6 +281,18 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
         head_dim = values.get("head_dim") or values["hidden_size"] // values["num_attention_heads"]
         if isinstance(cfg.get("rotary_dim"), int) and head_dim:
             values["partial_rotary_factor"] = cfg["rotary_dim"] / head_dim
+        values["mtp_layers"] = 0
+    if model_type == "ernie4_5_moe":
+        n = values.get("num_hidden_layers", 0)
+        values["n_routed_experts"] = int(cfg.get("moe_num_experts") or 0)
+        values["num_experts_per_tok"] = int(cfg.get("moe_k") or 0)
+        values["n_shared_experts"] = int(cfg.get("moe_num_shared_experts") or 0)
+        start, step = int(cfg.get("moe_layer_start_index") or 0), int(cfg.get("moe_layer_interval") or 1)
+        end = cfg.get("moe_layer_end_index")
+        end = n - 1 if end is None or end < 0 else int(end)
+        values["mlp_layer_types"] = tuple("moe" if values["n_routed_experts"] and start <= i <= end
+                                          and (i + 1) % step == 0 else "dense" for i in range(n))
+        values["attention_bias"] = values["linear_bias"] = bool(cfg.get("use_bias", False))
         values["mtp_layers"] = 0
     if model_type == "glm4_moe":
         values["qk_norm"] = bool(cfg.get("use_qk_norm", False))

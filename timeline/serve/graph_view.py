@@ -85,8 +85,9 @@ def build_ctx(model: ModelSpec, p: ParallelSpec, dtype: str, vocab_padding: int 
 
 #: families whose router vLLM builds in fp32 whatever the model dtype: GLM-4.5's ``Glm4MoE.gate``
 #: (``nn.Linear(..., dtype=torch.float32)``, vLLM 0.19.0 ``models/glm4_moe.py``), MiniMax-M2's
-#: (``ReplicatedLinear(..., params_dtype=torch.float32)``, ``models/minimax_m2.py``)
-VLLM_FP32_ROUTER = ("glm4_moe", "minimax_m2")
+#: (``ReplicatedLinear(..., params_dtype=torch.float32)``, ``models/minimax_m2.py``), ERNIE-4.5-MoE's
+#: (the same, ``models/ernie45_moe.py`` ``Ernie4_5_MoeMoE.gate``)
+VLLM_FP32_ROUTER = ("glm4_moe", "minimax_m2", "ernie4_5_moe")
 
 
 def _params(run: ServeRunSpec, stage: int, tp: int = 0) -> list[TensorDef]:

@@ -327,7 +327,7 @@ CODE_FACTS: dict[str, tuple[str, ...]] = {
     "no_embedding_dropout": ("opt",),
     #: OPTLearnedPositionalEmbedding: cumsum of a (b, s) mask, + offset 2 — (b, s) int64 ids, 2 more table rows
     "position_offset_rows": ("opt",),
-    "router_softmax": ("mixtral", "qwen2_moe", "qwen3_moe"),
+    "router_softmax": ("mixtral", "qwen2_moe", "qwen3_moe", "ernie4_5_moe"),
     "router_topk_softmax": ("gpt_oss",),
     "router_weights_cast": ("qwen2_moe", "qwen3_moe"),
     "rope_half_width": ("gpt_oss",),
