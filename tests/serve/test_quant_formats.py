@@ -87,7 +87,8 @@ def test_modelopt_nvfp4_on_blackwell_and_on_marlin(tmp_path):
 
 def test_nvfp4_cutlass_padding_and_scalars_by_version():
     """A merged layer whose sizes are off the tiles: 0.19 pads the values to 32 × 32 and both versions swizzle the
-    scales into 128 × 4 tiles; ModelOpt keeps 4 fp32 scalars at 0.19 and 2 at 0.11, each a 512-byte block."""
+    scales into 128 × 4 tiles; ModelOpt keeps 4 fp32 scalars there (input and weight global scales, alpha, the
+    inverse input scale), each a 512-byte block; 0.11's Marlin path deletes alpha and the input scale (2 left)."""
     from timeline.graph.tensors import Category, TensorDef
 
     member = [TensorDef(name="layers.0.self_attn.o_proj.weight", shape=(100, 80), dtype="bf16",
@@ -100,7 +101,7 @@ def test_nvfp4_cutlass_padding_and_scalars_by_version():
             self.hardware = type("H", (), {"sm": sm, "sms": 148})()
 
     assert _fp4_linear(_Run("0.19.0", 100), q, member) == 128 * 96 // 2 + 128 * 8 + 4 * 512
-    assert _fp4_linear(_Run("0.11.0", 100), q, member) == 100 * 80 // 2 + 128 * 8 + 2 * 512
+    assert _fp4_linear(_Run("0.11.0", 100), q, member) == 100 * 80 // 2 + 128 * 8 + 4 * 512
     # Marlin below sm 100: values and scales as loaded, 2 scalars at 0.11, the workspace (148 int32 → 1 block)
     assert _fp4_linear(_Run("0.11.0", 90), q, member) == 100 * 80 // 2 + 100 * 5 + 2 * 512 + 1024
 

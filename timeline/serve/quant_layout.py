@@ -261,21 +261,28 @@ def _fp4_linear(run: ServeRunSpec, q: CheckpointQuant, members: list[TensorDef])
     (``utils/marlin_utils_fp4.py`` ``prepare_fp4_layer_for_marlin``); on sm 100+ CUTLASS / FlashInfer swizzle the
     scales into 128 × 4 tiles (``swizzle_blockscale``) and, from 0.19.0, pad the values to 32 × 32
     (``pad_nvfp4_weight_for_cutlass``). Per-tensor fp32 scalars (global scales, alpha) take a block each: 4 at
-    0.19.0 (ModelOpt, W4A4), 2 (ModelOpt) / 3 (W4A4) at 0.11.0, 1 for W4A16. MXFP4 W4A16
+    0.19.0 (ModelOpt, W4A4) and on 0.11.0's CUTLASS path (3 for compressed-tensors W4A4); 0.11.0's Marlin path
+    keeps 2 (ModelOpt deletes alpha and the input scale) or, for compressed-tensors W4A4 served as W4A16, 1 and its
+    per-shard input global scales; W4A16 keeps 1. MXFP4 W4A16
     (``CompressedTensorsW4A16Mxfp4``, 0.19.0): a uint8 e8m0 scale per 32, Marlin."""
     inp, out = members[0].shape[1], sum(t.shape[0] for t in members)
     new = _at_least(run, VLLM_FP4_019)
     ws = _blk(4 * int(run.hardware.sms))
     if q.weight_dtype == "mxfp4":
         return out * inp // 2 + out * _cdiv(inp, 32) + ws
-    scalars = 1 if q.weight_only else 4 if new else 2 if q.method == "modelopt" else 3
-    if q.weight_only or int(run.hardware.sm) < 100:
-        extra = 0 if q.weight_only or q.method == "modelopt" or new else _blk(4 * len(members))
-        if not q.weight_only and not new and q.method == "compressed-tensors":
-            scalars = 1  # 0.11.0 serves W4A4 below sm 100 as W4A16 (with its input global scales kept)
-        return out * inp // 2 + out * (inp // 16) + ws + scalars * _BLOCK + extra
+    ct = q.method == "compressed-tensors"
+    if q.weight_only or int(run.hardware.sm) < 100:  # Marlin
+        if q.weight_only:
+            kept = _BLOCK  # the weight global scale
+        elif new:
+            kept = 4 * _BLOCK
+        elif ct:  # 0.11.0 serves W4A4 below sm 100 as W4A16, its per-shard input global scales kept
+            kept = _BLOCK + _blk(4 * len(members))
+        else:
+            kept = 2 * _BLOCK
+        return out * inp // 2 + out * (inp // 16) + ws + kept
     values = _round_up(out, 32) * _round_up(inp, 32) // 2 if new else out * inp // 2
-    return values + _round_up(out, 128) * _round_up(inp // 16, 4) + scalars * _BLOCK
+    return values + _round_up(out, 128) * _round_up(inp // 16, 4) + (4 if new else 3 if ct else 4) * _BLOCK
 
 
 def _fp4_moe(run: ServeRunSpec, q: CheckpointQuant, experts: list[list[TensorDef]]) -> int:
@@ -367,13 +374,14 @@ def scheme_for(q: CheckpointQuant, module: str) -> CheckpointQuant | None:
     return None
 
 
-def _vllm_layer(name: str) -> tuple[str, bool]:
-    """(the vLLM layer a parameter belongs to, whether that layer is a FusedMoE): merged projections share one."""
+def _vllm_layer(name: str) -> str:
+    """The vLLM layer a parameter belongs to: merged projections share one, a FusedMoE's experts one
+    (``….experts``)."""
     module = name.rsplit(".", 1)[0]
     if ".experts." in module:
-        return module[:module.index(".experts.")] + ".experts", True
+        return module[:module.index(".experts.")] + ".experts"
     head, _, last = module.rpartition(".")
-    return f"{head}.{_FUSED.get(last, last)}", False
+    return f"{head}.{_FUSED.get(last, last)}"
 
 
 def _expert_dims(run: ServeRunSpec, t: TensorDef) -> tuple[int, ...]:
@@ -417,7 +425,7 @@ def checkpoint_bytes(run: ServeRunSpec, params: list[TensorDef]) -> tuple[int, i
         layer_bits = _override(q, module) if q.overrides else None
         scheme = scheme_for(q, module) if is_quantized(t) and not skipped(t.name, q.not_converted) else None
         if scheme is not None and (layer_bits is None or layer_bits[0] < 16):
-            layers.setdefault((_vllm_layer(t.name)[0], id(scheme)), (scheme, []))[1].append(t)
+            layers.setdefault((_vllm_layer(t.name), id(scheme)), (scheme, []))[1].append(t)
         else:
             dense += t.numel * (act if t.dtype in ("bf16", "fp16") else DTYPE_BYTES[t.dtype])
     for (key, _), (sq, members) in layers.items():
