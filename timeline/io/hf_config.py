@@ -127,7 +127,7 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     # ERNIE-4.5-MoE (vLLM 0.19.0 models/ernie45_moe.py; transformers models/ernie4_5_moe): MoE layers from
     # moe_layer_start_index to moe_layer_end_index every moe_layer_interval (the rest dense), moe_num_experts of
     # moe_intermediate_size, moe_k a token, moe_num_shared_experts shared experts, a softmax router with an fp32
-    # correction bias (Ernie4_5_MoeMoE.gate, moe_statics), renormalised top-k; use_bias on q/k/v and the MLPs;
+    # correction bias (Ernie4_5_MoeMoE.gate, moe_statics), renormalised top-k; use_bias on q/k/v;
     # its MTP layer (num_nextn_predict_layers) is not part of the causal-LM model
     "ernie4_5_moe": {"norm_topk_prob": True, "router_bias": True},
     # models/gpt_oss/modeling_gpt_oss.py (transformers 5.24): GptOssAttention.sinks (one per head),
@@ -292,7 +292,8 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str = "hf", notes: list[str] |
         end = n - 1 if end is None or end < 0 else int(end)
         values["mlp_layer_types"] = tuple("moe" if values["n_routed_experts"] and start <= i <= end
                                           and (i + 1) % step == 0 else "dense" for i in range(n))
-        values["attention_bias"] = values["linear_bias"] = bool(cfg.get("use_bias", False))
+        # use_bias: q/k/v biases (o_proj has none); its MLP biases are not counted (the published configs have none)
+        values["attention_bias"] = bool(cfg.get("use_bias", False))
         values["mtp_layers"] = 0
     if model_type == "glm4_moe":
         values["qk_norm"] = bool(cfg.get("use_qk_norm", False))
