@@ -74,7 +74,6 @@ distributed. ``serving.non_torch_gib`` and ``hardware.non_pytorch_gib`` override
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 from timeline.spec.engine_versions import is_v1, parse_version, vllm_profiles_cudagraphs
@@ -169,12 +168,19 @@ def context_bytes(hw: HardwareSpec) -> tuple[int, str]:
         f"the H100's context with {hw.gpu}'s local-memory reservation ({hw.sms} SMs)"
 
 
+def _nearest_key(table: dict[tuple[str, int, bool], tuple[float, str]],
+                 key: tuple[str, int, bool]) -> tuple[str, int, bool] | None:
+    """``key`` where measured, else the measured key of the largest tp below it (same interconnect and pipeline
+    kind); None where there is none."""
+    near = [k for k in table if k[0] == key[0] and k[2] == key[2] and k[1] <= key[1]]
+    return max(near, key=lambda k: k[1]) if near else None
+
+
 def _nearest(table: dict[tuple[str, int, bool], tuple[float, str]], key: tuple[str, int, bool]) -> tuple[int, str]:
     """The entry of ``key``, else of the largest measured tp below it (same interconnect and pipeline kind)."""
-    near = [k for k in table if k[0] == key[0] and k[2] == key[2] and k[1] <= key[1]]
-    if not near:
+    best = _nearest_key(table, key)
+    if best is None:
         return 0, f"{UNMEASURED} ({key[0]}, tp={key[1]}{', pp' if key[2] else ''}): 0"
-    best = max(near, key=lambda k: k[1])
     gib, source = table[best]
     return int(gib * GIB), source if best == key else f"{source} (measured at tp={best[1]})"
 
@@ -203,14 +209,12 @@ def dist_bytes(run: ServeRunSpec) -> tuple[int, str]:
                    "all-reduce is off (module docstring)")
     key = (run.hardware.interconnect, par.tp, par.pp > 1)
     sets = [communicators(run)] if communicators(run) else list(DIST)
-    found = [_nearest(DIST[name], key) for name in sets]
-    measured = [f for f in found if UNMEASURED not in f[1]]
-    nbytes, source = measured[0] if measured else found[0]
-    if sv.disable_custom_all_reduce and custom_all_reduce_bytes(run):
+    found = [(_nearest(DIST[name], key), _nearest_key(DIST[name], key)) for name in sets]
+    measured = [f for f in found if UNMEASURED not in f[0][1]]
+    (nbytes, source), at = measured[0] if measured else found[0]
+    if sv.disable_custom_all_reduce and at is not None and custom_all_reduce_bytes(run):
         # the measurement's own custom all-reduce: that of the tp it was taken at (the nearest carried)
-        at = re.search(r"measured at tp=(\d+)", source)
-        tp = int(at.group(1)) if at else par.tp
-        custom = custom_all_reduce_bytes(replace(run, parallel=replace(par, tp=tp)))
+        custom = custom_all_reduce_bytes(replace(run, parallel=replace(par, tp=at[1])))
         return max(nbytes - custom, 0), f"{source}, less the custom all-reduce's {custom / MIB:.0f} MiB (disabled)"
     return nbytes, source
 
