@@ -238,3 +238,9 @@ def test_compressed_tensors_config_groups_by_target(tmp_path):
     mlp = sum(o * i // 2 + o * (i // 128) * 2 + 16 for o, i in [(14336, 4096), (14336, 4096), (4096, 14336)])
     assert _bytes(run) == (32 * (attention + mlp), LLAMA_DENSE)
     assert run.serving.weight_dtype == "fp8"  # the activations' quantization follows the fp8 layers
+
+
+def test_a_quantization_name_vllm_does_not_know_is_refused_with_the_nearest(tmp_path):
+    config = HF / "llama-2-7b-gptq" / "config.json"
+    with pytest.raises(SpecError, match="'gtpq' is no vLLM quantization method; did you mean 'gptq'"):
+        _run(tmp_path, config, "a100", "0.11.0", serving='quantization = "gtpq"')

@@ -7,9 +7,19 @@ version): a method's minimum compute capability (``QuantizationConfig.get_min_ca
 
 from __future__ import annotations
 
+import difflib
+
 from timeline.spec.engine_versions import VLLM_FP4_019, parse_version
 from timeline.spec.quant import CheckpointQuant
 from timeline.spec.serving import ServeRunSpec
+
+#: ``--quantization`` values vLLM takes: ``QuantizationMethods`` of ``model_executor/layers/quantization/__init__.py``
+#: at 0.11.0 and at 0.19.0 (their union; "marlin" is older versions' name for the Marlin upgrade)
+VLLM_QUANT_METHODS = (
+    "awq", "awq_marlin", "auto-round", "bitblas", "bitsandbytes", "compressed-tensors", "cpu_awq", "deepspeedfp",
+    "experts_int8", "fbgemm_fp8", "fp8", "fp_quant", "gguf", "gptq", "gptq_bitblas", "gptq_marlin", "gptq_marlin_24",
+    "hqq", "inc", "ipex", "marlin", "modelopt", "modelopt_fp4", "modelopt_mixed", "modelopt_mxfp8", "moe_wna16",
+    "mxfp4", "mxfp8", "petit_nvfp4", "ptpc_fp8", "quark", "rtn", "torchao", "tpu_int8")
 
 
 def _version(run: ServeRunSpec) -> tuple[int, int, int] | None:
@@ -20,7 +30,11 @@ def quant_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
     """(field, problem) for a checkpoint the engine would refuse on this device and version; a checkpoint with
     per-layer schemes is refused for any of them (ModelOpt MIXED_PRECISION needs compute capability 8.9 itself:
     ``ModelOptMixedPrecisionConfig.get_min_capability``)."""
-    q = run.quant
+    q, given = run.quant, run.serving.quantization
+    if given and given not in VLLM_QUANT_METHODS:
+        near = difflib.get_close_matches(given, VLLM_QUANT_METHODS, n=1)
+        return [("serving.quantization", f"{given!r} is no vLLM quantization method"
+                 + (f"; did you mean {near[0]!r}?" if near else f" (one of {', '.join(VLLM_QUANT_METHODS)})"))]
     if q is None or run.serving.engine != "vllm":
         return []
     if q.schemes and q.method == "modelopt" and int(run.hardware.sm) < 89:
