@@ -278,14 +278,13 @@ def note_now(record: dict) -> str | None:
 
 def cuda_graph_note(args: dict) -> str | None:
     """None where from-megatron models the arguments' CUDA graphs (TE's per-layer graphs of the whole layer or
-    its attention: ``timeline/io/megatron_framework.py: cuda_graph_scope``), else the kind it refuses. The
-    warm-up steps are left to from-megatron, which reads them by the Megatron-Core version."""
+    its attention: ``timeline/io/megatron_framework.py: cuda_graph_scope``), else the kind it refuses."""
     from timeline.errors import UserError
     from timeline.io.megatron_framework import cuda_graph_scope
     from timeline.io.megatron_map import ArgReader
 
     try:
-        cuda_graph_scope(ArgReader(dict(args)), None, warmup=False)
+        cuda_graph_scope(ArgReader(dict(args)))
     except UserError as exc:
         return f"CUDA graphs not modelled: {str(exc).split(':')[0]}"
     return None

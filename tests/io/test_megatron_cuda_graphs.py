@@ -79,7 +79,6 @@ def test_the_attn_cudagraph_functional_test_maps_to_te_graphs_of_the_attention()
     ({"--cuda-graph-impl": "full_iteration"}, "--cuda-graph-impl full_iteration: one graph of the whole"),
     ({"--cuda-graph-scope": "[attn mlp moe_router moe_preprocess]"},
      "--cuda-graph-scope attn mlp moe_router moe_preprocess: only the whole layer"),
-    ({"--cuda-graph-warmup-steps": 3}, "--cuda-graph-warmup-steps 3: eager iterations before the capture"),
 ])
 def test_what_is_not_modelled_is_refused_in_one_line(change, start):
     with pytest.raises(UserError, match="^" + re.escape(start)) as exc:
@@ -87,12 +86,23 @@ def test_what_is_not_modelled_is_refused_in_one_line(change, start):
     assert "\n" not in str(exc.value)
 
 
+def test_warm_up_steps_from_core_0_15_0rc6_are_mapped_with_iterations_past_the_capture():
+    """c173615753 (0.15.0rc6) captures at ``iteration - start_iteration == --cuda-graph-warmup-steps`` (default 3):
+    the run keeps the steps and simulates two iterations past them."""
+    conv = _convert(ATTN_CUDAGRAPH | {"--cuda-graph-warmup-steps": 3}, megatron_core="0.16.0")
+    assert conv.sections["framework"]["cuda_graph_warmup_steps"] == 3
+    assert conv.sections["training"]["iterations"] == 5
+    default = _convert({k: v for k, v in ATTN_CUDAGRAPH.items() if k != "--cuda-graph-warmup-steps"},
+                       megatron_core="0.16.0")
+    assert default.sections["framework"]["cuda_graph_warmup_steps"] == 3
+
+
 def test_before_core_0_15_0rc6_the_capture_runs_before_the_first_step_whatever_the_warm_up_steps():
     """``training.py: train_step``@2b6b46b796 captures at the first step; c173615753 (0.15.0rc6) made it
     ``iteration == --cuda-graph-warmup-steps``."""
     fw = _convert(ATTN_CUDAGRAPH | {"--cuda-graph-warmup-steps": 3}, megatron_core="0.15.0rc5",
                   te_version="2.6").sections["framework"]
-    assert fw["cuda_graph_impl"] == "transformer_engine"
+    assert fw["cuda_graph_impl"] == "transformer_engine" and "cuda_graph_warmup_steps" not in fw
 
 
 def _tool():

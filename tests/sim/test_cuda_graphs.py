@@ -130,3 +130,29 @@ def test_a_whole_moe_layer_in_a_graph_is_refused():
     assert "drop-and-pad routing" in problems["framework.cuda_graph_scope"]
     assert "framework.cuda_graph_scope" not in dict(validate_run(tiny_run(pp=1, model=moe, **GRAPHS, **VERSIONS),
                                                                  LIMITS))
+
+
+def test_warm_up_iterations_run_eagerly_then_the_capture_precedes_that_iteration():
+    """``--cuda-graph-warmup-steps 2`` (Megatron-Core 0.15.0rc6 on): iterations 1 and 2 run as without graphs — the
+    attention's tensors are allocated in the general pool — and the capture's events come at iteration 3's first
+    action, after which the attention allocates nothing. The iterations before are the eager run's, event for
+    event."""
+    eager = build_timeline(tiny_run(pp=1, layers=1, attention_backend="unfused", iterations=4, **VERSIONS))
+    tl = build_timeline(tiny_run(pp=1, layers=1, iterations=4, cuda_graph_warmup_steps=2, **GRAPHS, **VERSIONS))
+    ev, its = tl.events(0), tl.event_iterations(0)
+    names = [tl.names[t] for t in ev.tensor]
+    attn = {i for i, n in enumerate(names) if n.startswith("layers.0.self_attn") and ev.sign[i] > 0}
+    assert {int(its[i]) for i in attn} == {0, 1}  # eager in the warm-up iterations only
+    capture = [i for i, n in enumerate(names) if n.startswith("cuda_graph")]
+    assert capture and {int(its[i]) for i in capture} == {2}
+    first_action_of_3 = min(float(ev.t_us[i]) for i in range(len(names)) if its[i] == 2 and ev.action[i] >= 0)
+    assert all(float(ev.t_us[i]) <= first_action_of_3 for i in capture)
+    e_ev, e_its = eager.events(0), eager.event_iterations(0)
+    before = [(int(ev.sign[i]), int(ev.size[i]), names[i]) for i in range(len(names)) if its[i] < 2
+              and ev.action[i] >= 0]
+    eager_before = [(int(e_ev.sign[i]), int(e_ev.size[i]), eager.names[e_ev.tensor[i]]) for i in range(len(e_ev.t_us))
+                    if e_its[i] < 2 and e_ev.action[i] >= 0]
+    assert before == eager_before
+    # with no simulated iteration past the warm-up the run never captures
+    short = build_timeline(tiny_run(pp=1, layers=1, iterations=2, cuda_graph_warmup_steps=2, **GRAPHS, **VERSIONS))
+    assert not [t for t in short.events(0).tensor if short.names[t].startswith("cuda_graph")]

@@ -342,18 +342,25 @@ CUDA_GRAPH_ARGS = ("--cuda-graph-impl", "--external-cuda-graph", "--enable-cuda-
 
 
 def cuda_graphs(a: ArgReader, c: Conversion, megatron_core: str | None) -> None:
-    """``[framework] cuda_graph_impl`` / ``cuda_graph_scope`` from Megatron's CUDA-graph arguments."""
-    scope = cuda_graph_scope(a, megatron_core)
+    """``[framework] cuda_graph_impl`` / ``cuda_graph_scope`` / ``cuda_graph_warmup_steps`` from Megatron's
+    CUDA-graph arguments. With warm-up steps the run simulates two iterations past the capture (the eager ones,
+    the one that captures, a replayed one), so the peak over them is the job's."""
+    scope = cuda_graph_scope(a)
     if scope is None:
         return
     used = [n for n in CUDA_GRAPH_ARGS if n in a.raw]
     c.put("framework.cuda_graph_impl", "transformer_engine", *used)
     c.put("framework.cuda_graph_scope", scope, *used)
+    steps = a.int("--cuda-graph-warmup-steps", 3)
+    if steps and not capture_before_first_step(megatron_core):
+        c.put("framework.cuda_graph_warmup_steps", steps, "--cuda-graph-warmup-steps")
+        training = c.sections.setdefault("training", {})
+        training["iterations"] = max(int(training.get("iterations", 2)), steps + 2)
 
 
-def cuda_graph_scope(a: ArgReader, megatron_core: str | None, *, warmup: bool = True) -> str | None:
+def cuda_graph_scope(a: ArgReader) -> str | None:
     """The scope (full | attn) of the TE per-layer graphs the arguments ask for, None without CUDA graphs; what
-    is not modelled is refused in one line (``warmup``: also the warm-up steps, which need ``megatron_core``)."""
+    is not modelled is refused in one line."""
     impl = str(a.value("--cuda-graph-impl", "none")).strip("'\" ")
     if a.flag("--external-cuda-graph"):
         impl = "transformer_engine"
@@ -381,9 +388,4 @@ def cuda_graph_scope(a: ArgReader, megatron_core: str | None, *, warmup: bool = 
     else:
         raise UserError(f"{flag} {' '.join(words)}: only the whole layer (empty or full) and attn are modelled "
                         "under TE's make_graphed_callables; per-module MLP, MoE, router and Mamba graphs are not")
-    steps = a.int("--cuda-graph-warmup-steps", 3)
-    if warmup and steps and not capture_before_first_step(megatron_core):
-        raise UserError(f"--cuda-graph-warmup-steps {steps}: eager iterations before the capture (training.py: "
-                        "create_cudagraphs at iteration == warmup steps, from Megatron-Core 0.15.0rc6) are not "
-                        "modelled; set --cuda-graph-warmup-steps 0")
     return scope

@@ -19,7 +19,7 @@ from timeline.sim import fsdp_windows
 from timeline.sim.combined import forward_nodes, kept_node_io
 from timeline.sim.compiled import CAT_CODE, CompiledPhase
 from timeline.sim.engine import Span, span_offsets
-from timeline.sim.graph_capture import CaptureRules, capture_events
+from timeline.sim.graph_capture import CaptureRules, capture_events, capture_iteration
 from timeline.sim.hf_state import hf_state_events
 from timeline.sim.output import DeviceEvents, DeviceOps, Names
 from timeline.sim.plan import Compiled
@@ -409,6 +409,20 @@ def _merge(a: KeptFrees, b: KeptFrees) -> KeptFrees:
     return KeptFrees(mask=mask, times=times[mask], actions=actions[mask])
 
 
+def _kept_frees(state: DeviceState, spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
+    """Per action (span index), the frees Megatron's references defer, over ``compiled``'s phases."""
+    kept = kept_inputs(spans, compiled) if state.keeps_input else {}
+    if state.combined_keeps_node_io:
+        for i, node_io in combined_kept(spans, compiled).items():
+            kept[i] = _merge(kept[i], node_io) if i in kept else node_io
+    for i, saved in iterator_kept(spans, compiled).items():
+        kept[i] = _merge(kept[i], saved) if i in kept else saved
+    if state.deferred_head_wgrad >= 0:
+        for i, saved in head_wgrad_kept(spans, compiled, state.deferred_head_wgrad).items():
+            kept[i] = _merge(kept[i], saved) if i in kept else saved
+    return kept
+
+
 def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans: list[Span], compiled: Compiled,
                   names: Names, capture: tuple[Compiled, CaptureRules] | None = None) -> DeviceEvents:
     """Static state (as the plan's ``state`` says it comes into being), the CUDA graphs' capture
@@ -425,7 +439,9 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
     else:
         # each step's main-grad copies come before the first step's moments (prepare_grads, then step)
         _push_step_copies(log, state, spans, names)
-    at_op = {a[0]: first_backward_op(a[0][len(AT_OP):], spans, compiled, first_bwd)
+    # the first backward runs eagerly where warm-up iterations precede the CUDA graphs' capture
+    first_phases = capture[1].eager if capture is not None and capture[1].eager is not None else compiled
+    at_op = {a[0]: first_backward_op(a[0][len(AT_OP):], spans, first_phases, first_bwd)
              for a in state.allocs if a[0].startswith(AT_OP)}
     timed = resolve(state.allocs, first_bwd, first_step, at_op)
     static = [e for a, e in zip(state.allocs, timed, strict=True) if a[0] not in at_op]
@@ -444,15 +460,15 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             log.push([t], sign, size, comm, names(name), -1, -1, -1, a, spans[a].iteration,
                      fsdp_windows.stream_of(name))
     unit_ops: dict[int, dict[str, tuple[int, int]]] = {}  # per phase (by id: the phases live through this call)
-    kept = kept_inputs(spans, compiled) if state.keeps_input else {}
-    if state.combined_keeps_node_io:
-        for i, node_io in combined_kept(spans, compiled).items():
-            kept[i] = _merge(kept[i], node_io) if i in kept else node_io
-    for i, saved in iterator_kept(spans, compiled).items():
-        kept[i] = _merge(kept[i], saved) if i in kept else saved
-    if state.deferred_head_wgrad >= 0:
-        for i, saved in head_wgrad_kept(spans, compiled, state.deferred_head_wgrad).items():
-            kept[i] = _merge(kept[i], saved) if i in kept else saved
+    kept = _kept_frees(state, spans, compiled)
+    # warm-up iterations before the CUDA graphs' capture run the eager phases (timeline.sim.graph_capture): their
+    # actions' moved frees are the eager phases' (each mask is over its own action's phase)
+    eager, captured_at = None, 0
+    if capture is not None and capture[1].eager is not None:
+        eager, captured_at = capture[1].eager, capture_iteration(spans, capture[1])
+        kept_eager = _kept_frees(state, spans, eager)
+        kept = {i: k for i, k in ((i, (kept_eager if spans[i].iteration < captured_at else kept).get(i))
+                                  for i in range(len(spans))) if k is not None}
     # (columns or a phase's moved rows, mb, stage, action, iteration)
     deferred: list[tuple[tuple[np.ndarray, ...] | _Moved, int, int, int, int]] = []
     #: per (phase by id, the mask of its moved frees): its columns in the log's dtypes, and those of the moved frees
@@ -460,7 +476,7 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
     for i, sp in enumerate(spans):
         if sp.kind == "step":
             continue
-        ph = compiled[(sp.stage, sp.kind)]
+        ph = (eager if eager is not None and sp.iteration < captured_at else compiled)[(sp.stage, sp.kind)]
         m, s, it = sp.microbatch, sp.stage, sp.iteration
         fsdp: list[fsdp_windows.Event] = []
         if state.fsdp is not None:

@@ -1,4 +1,5 @@
-"""The capture of Megatron's per-layer CUDA graphs as memory events, before the first step.
+"""The capture of Megatron's per-layer CUDA graphs as memory events, before the first step (or the warm-up
+steps' end).
 
 ``TECudaGraphHelper.create_cudagraphs`` (``megatron/core/transformer/cuda_graphs.py@11debfa7b4``; before
 c173615753 ``megatron/training/training.py: cuda_graph_capture``) makes every graph's sample inputs, then TE's
@@ -18,7 +19,10 @@ inputs; the PyTorch cuBLAS workspaces the graphed GEMMs make on the warm-up and 
 else a captured op allocated is freed into the pool by the capture's end.
 
 The capture runs in no time here: its events are pushed at the first action's start, in capture order (the
-stable sort keeps push order). The captured ops allocate in the graphs' private pool (allocator stream
+stable sort keeps push order). With warm-up steps (Megatron-Core 0.15.0rc6 on: ``training.py: train`` captures when
+``iteration - start_iteration == args.cuda_graph_warmup_steps``) the first iterations run eagerly — every action
+on the eager templates — and the capture comes at the first action of the capturing iteration, whose actions (in
+schedule order) it follows. The captured ops allocate in the graphs' private pool (allocator stream
 :data:`GRAPH_POOL`, never released while the graphs live: ``CUDACachingAllocator.cpp`` keeps a private pool
 until its graphs are gone, and eager allocations never take its blocks), the warm-up's workspaces on their side
 stream (:data:`TE_WARMUP`), the samples and grad outputs on the compute stream. Not modelled: the warm-up's
@@ -51,13 +55,23 @@ class CaptureRules:
     grad_inputs: dict[int, dict[int, frozenset[str]]]  # chunk → layer → its graph's static grad inputs
     holds: GraphHolds
     one_microbatch: bool  # pp = 1: micro-batch 0's graphs serve every micro-batch
+    #: iterations run eagerly before the capture (``[framework] cuda_graph_warmup_steps``), on ``eager``'s phases
+    warmup_steps: int = 0
+    eager: Compiled | None = None
 
 
-def capture_order(spans: list[Span], one_microbatch: bool) -> list[Span]:
-    """The first iteration's forward and backward actions: the schedule order the graphs are captured in
-    (micro-batch 0's alone under ``one_microbatch``)."""
-    first = min((s.iteration for s in spans if s.kind in ("F", "B")), default=0)
-    return [s for s in spans if s.iteration == first and s.kind in ("F", "B")
+def capture_iteration(spans: list[Span], rules: CaptureRules) -> int:
+    """The iteration whose step the capture precedes: the first simulated one plus the warm-up steps (Megatron
+    ``training.py: train``: ``iteration - start_iteration == args.cuda_graph_warmup_steps``)."""
+    return min((s.iteration for s in spans if s.kind in ("F", "B")), default=0) + rules.warmup_steps
+
+
+def capture_order(spans: list[Span], one_microbatch: bool, iteration: int | None = None) -> list[Span]:
+    """The forward and backward actions of the capturing iteration (``iteration``, default the first): the
+    schedule order the graphs are captured in (micro-batch 0's alone under ``one_microbatch``)."""
+    if iteration is None:
+        iteration = min((s.iteration for s in spans if s.kind in ("F", "B")), default=0)
+    return [s for s in spans if s.iteration == iteration and s.kind in ("F", "B")
             and not (one_microbatch and s.microbatch)]
 
 
@@ -75,10 +89,11 @@ class _Push:
 def capture_events(push: Callable[..., None], spans: list[Span], capture: Compiled, rules: CaptureRules,
                    names: Callable[[str], int]) -> None:
     """Push the capture's events through ``push`` (``_Log.push``'s signature)."""
-    order = [s for s in capture_order(spans, rules.one_microbatch) if rules.layers.get(s.stage)]
+    at = capture_iteration(spans, rules)
+    order = [s for s in capture_order(spans, rules.one_microbatch, at) if rules.layers.get(s.stage)]
     if not order:
-        return
-    t0 = min(s.start_us for s in spans if s.kind in ("F", "B"))
+        return  # no capture within the simulated iterations (they are all warm-up)
+    t0 = min(s.start_us for s in spans if s.kind in ("F", "B") and s.iteration == at)
     p = _Push(push, names, t0, order[0].iteration)
     h = rules.holds
     _samples(p, order, rules)

@@ -59,14 +59,16 @@ def boundary_bytes(tr: TrainingSpec, par: ParallelSpec, hidden_size: int) -> int
 
 
 def capture_rules_of(graphed: dict[int, GraphedTemplates], tr: TrainingSpec, par: ParallelSpec,
-                     model: ModelSpec, fw: FrameworkSpec, sm: int) -> CaptureRules:
+                     model: ModelSpec, fw: FrameworkSpec, sm: int, eager: Compiled | None = None) -> CaptureRules:
     """What the graphs of each chunk hold (:mod:`timeline.sim.graph_capture`,
     :mod:`timeline.profiles.megatron_cuda_graphs`); at pp = 1 Megatron captures one micro-batch
-    (``cuda_graphs.py: TECudaGraphHelper._get_cuda_graph_input_data``@11debfa7b4)."""
+    (``cuda_graphs.py: TECudaGraphHelper._get_cuda_graph_input_data``@11debfa7b4). ``eager``: the phases the
+    warm-up iterations run (``[framework] cuda_graph_warmup_steps``)."""
     return CaptureRules(layers={c: g.layers for c, g in graphed.items()},
                         outputs={c: g.outputs for c, g in graphed.items()},
                         grad_inputs={c: g.grad_inputs for c, g in graphed.items()},
-                        holds=graph_holds(fw, model, tr, par, sm), one_microbatch=par.pp == 1)
+                        holds=graph_holds(fw, model, tr, par, sm), one_microbatch=par.pp == 1,
+                        warmup_steps=fw.cuda_graph_warmup_steps, eager=eager if fw.cuda_graph_warmup_steps else None)
 
 
 def ep_loads(par: ParallelSpec, tr: TrainingSpec, is_moe: bool) -> list[float]:
@@ -268,9 +270,10 @@ def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training:
                               (templates[0], compiled[0], classes) if e and classes else None, classes)
         if graphs:
             split_t = {ch: split(tc, fw.cuda_graph_scope) for ch, tc in t.items()}
+            eager = c  # the warm-up iterations' phases, before the capture
             c = compile_templates({ch: g.train for ch, g in split_t.items()}, cost)
             capture.append(compile_templates({ch: g.capture for ch, g in split_t.items()}, cost))
-            capture_rules.append(capture_rules_of(split_t, tr, par, model, fw, rules.sm))
+            capture_rules.append(capture_rules_of(split_t, tr, par, model, fw, rules.sm, eager))
         templates.append(t)
         compiled.append(c)
         act.append({ch: t[ch if ch in t else classes[ch]].activation_bytes for ch in range(schedule.num_chunks)})

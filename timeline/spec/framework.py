@@ -144,10 +144,15 @@ class FrameworkSpec:
         "(torch.cuda.empty_cache) after the forward-backward, before the optimizer step; 2 also after the step"))
     cuda_graph_impl: str = spec_field("none", choices=CUDA_GRAPH_IMPLS, doc=(
         "--cuda-graph-impl (--external-cuda-graph: transformer_engine): TE's make_graphed_callables captures each "
-        "decoder layer's graphed part per micro-batch into one private memory pool before iteration 1"))
+        "decoder layer's graphed part per micro-batch into one private memory pool, before iteration 1 or after "
+        "cuda_graph_warmup_steps eager ones"))
     cuda_graph_scope: str = spec_field("full", choices=CUDA_GRAPH_SCOPES, doc=(
         "--cuda-graph-scope / --cuda-graph-modules under the transformer_engine impl: full (the whole decoder "
         "layer, Megatron's default) or attn (input norm, self-attention, its residual add)"))
+    cuda_graph_warmup_steps: int = spec_field(0, nonneg=True, maximum=2**20, doc=(
+        "--cuda-graph-warmup-steps from Megatron-Core 0.15.0rc6 (training.py: train captures the graphs when "
+        "iteration − start_iteration reaches it): the first iterations run eagerly, the capture comes before "
+        "that iteration's step (0: before the first step, as older releases always do)"))
     layer_wise_layout: str = spec_field("padded", choices=("padded", "compact"), doc=(
         "Muon's layer-wise optimizer in the distributed optimizer's buffers (training.muon_layer_wise, zero = 1): "
         "padded (Megatron-Core 0.18.0 on: Muon's matrices packed whole into padded shards), compact (Megatron-LM's "
