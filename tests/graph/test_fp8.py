@@ -151,7 +151,7 @@ def test_block_scaled_recipes_keep_block_scales():
     column, and caches each weight in both usages with fp32 scales per 128×128 block; MXFP8 saves a same-shape
     column-wise copy with an E8M0 byte per 32 rows, padded to (4, 128) tiles, and caches weights the same way with
     byte scales (TE v2.9 ``float8_blockwise_tensor.py: get_scale_shape``, ``mxfp8_tensor.py: make_empty``)."""
-    from timeline.graph.families.fp8 import input_scale
+    from timeline.profiles.megatron_fp8 import input_scale
 
     assert input_scale("blockwise", (4096, 7168)) == ((32, 7168), "fp32")
     assert input_scale("mxfp8", (4096, 7168)) == ((128, 7168), "uint8")

@@ -354,8 +354,8 @@ def cuda_graphs(a: ArgReader, c: Conversion, megatron_core: str | None) -> None:
     steps = a.int("--cuda-graph-warmup-steps", 3)
     if steps and not capture_before_first_step(megatron_core):
         c.put("framework.cuda_graph_warmup_steps", steps, "--cuda-graph-warmup-steps")
-        training = c.sections.setdefault("training", {})
-        training["iterations"] = max(int(training.get("iterations", 2)), steps + 2)
+        c.put("training.iterations", max(int(c.sections.get("training", {}).get("iterations", 2)), steps + 2),
+              "--cuda-graph-warmup-steps")
 
 
 def cuda_graph_scope(a: ArgReader) -> str | None:

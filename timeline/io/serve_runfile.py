@@ -114,10 +114,6 @@ def _checkpoint_quant(cfg: dict[str, Any] | None, sv: dict[str, Any], problems: 
             problems.append((f"serving.{key}", f"{sv[key]!r} contradicts the checkpoint's quantization_config "
                              f"({quant.source}: {value!r}); remove it"))
         sv[key] = value
-    if quant.method == "bitsandbytes" and cfg.get("num_experts", cfg.get("n_routed_experts", cfg.get("num_local_experts"))):
-        notes.append("bitsandbytes MoE: vLLM dequantizes every local expert to the model dtype on each forward "
-                     "(bitsandbytes.py BitsAndBytesMoEMethod.apply), a transient of 2 bytes a parameter the profile "
-                     "run holds; it is not modelled, so the activation peak here is low by that much")
     if sv.get("engine") == "sglang" and quant.method in ("modelopt", "auto-round", "bitsandbytes"):
         notes.append(f"{quant.source}: the weights are laid out as vLLM loads them (SGLang's loader for this method "
                      "is not read)")
@@ -239,6 +235,10 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     cfg = _checkpoint_config(data.get("model"), base)
     quant = _checkpoint_quant(cfg, sv_values, problems, notes, _quant_file(data.get("model"), base))
     vision = _checkpoint_vision(cfg) if model is not None else None
+    if quant is not None and quant.method == "bitsandbytes" and model is not None and model.is_moe:
+        notes.append("bitsandbytes MoE: vLLM dequantizes every local expert to the model dtype on each forward "
+                     "(bitsandbytes.py BitsAndBytesMoEMethod.apply), a transient of 2 bytes a parameter the profile "
+                     "run holds; it is not modelled, so the activation peak here is low by that much")
     if model is not None and hardware is not None:
         notes += _version_defaults(sv_values, model.max_position_embeddings, hardware.capacity_gib, str(gpu))
         if model.has_linear_attention:

@@ -316,6 +316,12 @@ def _fp4_moe(run: ServeRunSpec, q: CheckpointQuant, experts: list[list[TensorDef
     return params // 2 + scales + 4 * vec
 
 
+def nf4_bytes(numel: int) -> int:
+    """One bitsandbytes 4-bit weight of ``numel`` values: two a byte, its fp32 absmax per 64 and its 16-float code
+    table, each a 512-byte block at least (:func:`_bnb`)."""
+    return numel // 2 + _blk(4 * _cdiv(numel, 64)) + _BLOCK
+
+
 def _bnb(run: ServeRunSpec, q: CheckpointQuant, members: list[TensorDef], moe: bool) -> int:
     """bitsandbytes: 4-bit values two a byte, an fp32 absmax per 64 (the loader dequantizes double-quantized
     statistics to fp32: ``bitsandbytes_loader.py`` ``_dequantize_dq``) and a 16-float code table a shard
@@ -326,7 +332,7 @@ def _bnb(run: ServeRunSpec, q: CheckpointQuant, members: list[TensorDef], moe: b
     if q.weight_dtype == "int8":
         return sum(numel)
     if not moe:
-        return sum(k // 2 + _blk(4 * _cdiv(k, 64)) + _BLOCK for k in numel)
+        return sum(nf4_bytes(k) for k in numel)
     w13 = sum(k for t, k in zip(members, numel, strict=True) if ".down_proj." not in t.name)
     w2 = sum(numel) - w13
     return (w13 + w2) // 2 + _blk(4 * _cdiv(w13, 64)) + _blk(4 * _cdiv(w2, 64)) + 2 * _BLOCK

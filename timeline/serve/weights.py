@@ -39,12 +39,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from timeline.graph.tensors import DTYPE_BYTES, TensorDef
-from timeline.serve.quant_layout import checkpoint_bytes
+from timeline.serve.quant_layout import checkpoint_bytes, nf4_bytes
 from timeline.spec.serving import ServeRunSpec
 
 MX_GROUP = 32
 NV_GROUP = 16  # NVFP4: values per fp8 scale
-BNB_BLOCK = 64  # bitsandbytes 4-bit: values per absmax (its quantize_4bit default; vLLM's quantize-at-load)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -75,8 +74,8 @@ def quantized_bytes(shape: tuple[int, ...], weight_dtype: str, group: int) -> in
         return n // 2 + out * _cdiv(inp, MX_GROUP)
     if weight_dtype == "nvfp4":  # two values a byte, an fp8 scale per 16 (as a checkpoint stores it)
         return n // 2 + out * (inp // NV_GROUP)
-    if weight_dtype == "nf4":  # bitsandbytes: an fp32 absmax per 64 values, a 16-float code table (a block each)
-        return n // 2 + _cdiv(4 * _cdiv(n, BNB_BLOCK), 512) * 512 + 512
+    if weight_dtype == "nf4":  # bitsandbytes 4-bit: an fp32 absmax per 64 values, a 16-float code table
+        return nf4_bytes(n)
     return n * DTYPE_BYTES[weight_dtype]
 
 

@@ -42,7 +42,7 @@ from dataclasses import replace
 
 from timeline.graph.ir import Builder, FOp
 from timeline.graph.tensors import TensorDef
-from timeline.profiles.megatron_fp8 import bf16_layer
+from timeline.profiles.megatron_fp8 import bf16_layer, input_scale
 
 TE_RULES = {"linear": "fp8_linear", "grouped_linear": "fp8_grouped_linear"}
 
@@ -51,29 +51,6 @@ def is_te_linear(op: FOp) -> bool:
     """Whether ``op`` is one of a decoder layer's Transformer Engine linears (``…​.linear_*``)."""
     return (op.rule in TE_RULES and op.name.startswith("layers.")
             and op.name.rsplit(".", 1)[-1].startswith("linear_"))
-
-
-def _up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
-def input_scale(recipe: str, shape: tuple[int, ...]) -> tuple[tuple[int, ...], str]:
-    """The scale a linear's saved FP8 input carries, for its column-wise (weight-gradient) use, of an input
-    ``[rows, in]``: one fp32 ``scale_inv`` under the per-tensor recipes (``tensor/float8_tensor.py``); under
-    ``blockwise`` (``Float8BlockQuantizer`` of 1×128 blocks) an fp32 scale per 128 rows of each column,
-    ``(ceil(rows / 128), round_up(in, 4))`` (``float8_blockwise_tensor.py: get_scale_shape``, the compact
-    all-gather form of a sequence-parallel input has ``in`` unpadded: the same bytes for ``in`` a multiple of 4);
-    under ``mxfp8`` (``MXFP8Quantizer``) an E8M0 byte per 32 rows of each column,
-    ``(round_up(rows / 32, 4), round_up(in, 128))`` (``mxfp8_tensor.py: make_empty``)."""
-    rows = 1
-    for d in shape[:-1]:
-        rows *= d
-    cols = shape[-1]
-    if recipe == "blockwise":
-        return (-(-rows // 128), _up(cols, 4)), "fp32"
-    if recipe == "mxfp8":
-        return (_up(-(-rows // 32), 4), _up(cols, 128)), "uint8"
-    return (1,), "fp32"
 
 
 def rewrite(b: Builder) -> None:
