@@ -198,18 +198,16 @@ def analytic_costs(source: AnalyticSource, chunk: int) -> tuple[dict[str, list[O
     a = _analysis(source, chunk, None)
     units = unit_list(a, source.ctx.structure.wgrad_transient)
 
-    def backward(side: list[Unit]) -> list[OpCost]:
-        out = []
-        for u in side:
-            _, flops, moved = unit_cost(u)
-            out.append(OpCost(u.fop.layer, u.fop.kind, u.fop.stream, flops, float(moved)))
-        return out
-
+    cost: dict[int, OpCost] = {}  # by unit (its id): the split sides hold the same units
+    for u in units:
+        _, flops, moved = unit_cost(u)
+        cost[id(u)] = OpCost(u.fop.layer, u.fop.kind, u.fop.stream, flops, float(moved))
     forward = [OpCost(op.layer, op.kind, op.stream, op.flops,
                       float(sum(t.size_bytes for t in _made(a, op)) + sum(t.size_bytes for t in op.dataflow_inputs())))
                for op in a.ops]
     side_i, side_w = split_sides(units, "split")
-    return {"F": forward, "B": backward(units), "I": backward(side_i), "W": backward(side_w)}, _layer_bytes(a)
+    return {"F": forward, "B": [cost[id(u)] for u in units], "I": [cost[id(u)] for u in side_i],
+            "W": [cost[id(u)] for u in side_w]}, _layer_bytes(a)
 
 
 def analytic_layer_bytes(source: AnalyticSource, chunk: int, *, pp_rank: int | None = None) -> dict[int, int]:

@@ -102,42 +102,59 @@ class _Log:
         self.scalars.append((mb, stage, action, iteration, 0))
         self.lengths.append(len(columns[0]))
 
-    def _column(self, j: int, k: str, dt: type, ends: np.ndarray) -> np.ndarray:
-        """Event column ``k`` (the ``j``-th: 0 the time) in push order."""
-        parts = self.arrays[k]
-        if not self.noted:
-            return np.concatenate(parts)  # type: ignore[arg-type]
-        out: np.ndarray = np.empty(int(ends[-1]), dtype=dt)
-        own = [i for i, a in enumerate(parts) if a is not None]
-        if own:
-            lengths = np.array([self.lengths[i] for i in own], dtype=np.int64)
-            first = ends[own] - lengths  # where each chunk starts in push order
-            before = np.cumsum(lengths) - lengths  # and in the concatenation of the pushed chunks
-            out[np.repeat(first - before, lengths) + np.arange(int(lengths.sum()))] = np.concatenate(
-                [parts[i] for i in own])
-        for noted in self.noted.values():
-            n = len(noted.columns[0])
-            if n:
-                at = (ends[noted.chunks] - n)[:, None] + np.arange(n)
-                out[at.ravel()] = (noted.times() if j == 0
-                                   else np.broadcast_to(noted.columns[j - 1], (len(noted.chunks), n)).ravel())
-        return out
+    def _places(self, ends: np.ndarray) -> tuple[np.ndarray | None, list[tuple[_Noted, np.ndarray]]]:
+        """Where each chunk's rows go in push order: the pushed chunks' rows concatenated (None: they
+        are every row, in order), and each noted kind's rows, chunk after chunk."""
+        own = [i for i, a in enumerate(self.arrays["t_us"]) if a is not None]
+        noted = [(nt, ((ends[nt.chunks] - len(nt.columns[0]))[:, None] + np.arange(len(nt.columns[0]))).ravel())
+                 for nt in self.noted.values() if len(nt.columns[0])]
+        if not noted:
+            return None, []
+        lengths = np.array([self.lengths[i] for i in own], dtype=np.int64)
+        first = ends[own] - lengths  # where each chunk starts in push order
+        before = np.cumsum(lengths) - lengths  # and in the concatenation of the pushed chunks
+        return np.repeat(first - before, lengths) + np.arange(int(lengths.sum())), noted
 
     def events(self) -> DeviceEvents:
         """The events in time order (stable: at equal times, in push order)."""
-        if self.lengths:
-            ends = np.cumsum(np.array(self.lengths, dtype=np.int64))
-            merged = {k: self._column(j, k, dt, ends) for j, (k, dt) in enumerate(_EVENT_COLUMNS)}
-            per = np.array(self.scalars, dtype=np.int64).reshape(-1, len(_ACTION_COLUMNS))
-            counts = np.array(self.lengths, dtype=np.int64)
-            for j, (k, dt) in enumerate(_ACTION_COLUMNS):
-                merged[k] = np.repeat(per[:, j].astype(dt), counts)
-        else:
+        if not self.lengths:
             merged = {k: np.zeros(0) for k in DeviceEvents.__slots__}
             merged["microbatch"] = np.zeros(0, dtype=np.int32)
             merged["iteration"] = np.zeros(0, dtype=np.int32)
-        order = np.argsort(merged["t_us"], kind="stable")
-        return DeviceEvents(**{k: np.ascontiguousarray(v[order]) for k, v in merged.items()})
+            return DeviceEvents(**merged)
+        ends = np.cumsum(np.array(self.lengths, dtype=np.int64))
+        total = int(ends[-1])
+        own, noted = self._places(ends)
+
+        def pushed(k: str) -> np.ndarray:
+            return np.concatenate([a for a in self.arrays[k] if a is not None] or [np.zeros(0)])
+
+        # the times in push order, then their stable order; every other column is written once, straight
+        # to its sorted place (the inverse permutation of each row's push place), never gathered
+        t = pushed("t_us") if own is None else np.empty(total, dtype=np.float64)
+        if own is not None:
+            t[own] = pushed("t_us")
+            for nt, at in noted:
+                t[at] = nt.times()
+        order = np.argsort(t, kind="stable")
+        rank = np.empty(total, dtype=np.int64)
+        rank[order] = np.arange(total)
+        own_to = rank if own is None else rank[own]
+        noted_to = [(nt, rank[at]) for nt, at in noted]
+        merged: dict[str, np.ndarray] = {"t_us": t[order]}
+        for j, (k, dt) in enumerate(_EVENT_COLUMNS[1:]):
+            out = np.empty(total, dtype=dt)
+            out[own_to] = pushed(k)
+            for nt, to in noted_to:
+                out[to] = np.broadcast_to(nt.columns[j], (len(nt.chunks), len(nt.columns[j]))).ravel()
+            merged[k] = out
+        # per-action columns: each row's chunk, in time order, looked up in the chunks' small table
+        chunk = np.take(np.repeat(np.arange(len(self.lengths), dtype=np.int32),
+                                  np.array(self.lengths, dtype=np.int64)), order)
+        per = np.array(self.scalars, dtype=np.int64).reshape(-1, len(_ACTION_COLUMNS))
+        for j, (k, dt) in enumerate(_ACTION_COLUMNS):
+            merged[k] = np.take(per[:, j].astype(dt), chunk)
+        return DeviceEvents(**merged)
 
 
 def _event_ids(names: Names, ph: CompiledPhase, field: str) -> np.ndarray:

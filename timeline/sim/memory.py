@@ -175,6 +175,12 @@ def _key_order(ev: DeviceEvents) -> tuple[np.ndarray, np.ndarray | None]:
     if (int(tensor.max()) - t_lo + 1) * n_mb * n_st >= 2**62:
         return np.lexsort((np.arange(n), ev.stage, ev.microbatch, ev.tensor)), None
     key = ((tensor - t_lo) * n_mb + (mb - mb_lo)) * n_st + (st - st_lo)
+    bits = n.bit_length()
+    if int(key.max()) < 2 ** (62 - bits):
+        # the event index in the low bits makes every key distinct: a plain sort of them is the stable
+        # argsort (several times faster than it on a device's million events)
+        both = np.sort((key << bits) | np.arange(n, dtype=np.int64))
+        return both & ((1 << bits) - 1), both >> bits
     order = np.argsort(key, kind="stable")
     return order, key[order]
 
