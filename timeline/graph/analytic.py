@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from timeline.graph.analysis import Analysis, analyse
-from timeline.graph.backward import Unit, place_frees, split_sides, to_op, unit_cost, unit_list
+from timeline.graph.backward import place_frees, split_sides, to_op, unit_cost, unit_list
 from timeline.graph.build import Node, chunk_layers, chunk_nodes, mtp_chunk
 from timeline.graph.context import BuildCtx
 from timeline.graph.families import (
