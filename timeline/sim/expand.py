@@ -118,10 +118,10 @@ class _Log:
     def events(self) -> DeviceEvents:
         """The events in time order (stable: at equal times, in push order)."""
         if not self.lengths:
-            merged = {k: np.zeros(0) for k in DeviceEvents.__slots__}
-            merged["microbatch"] = np.zeros(0, dtype=np.int32)
-            merged["iteration"] = np.zeros(0, dtype=np.int32)
-            return DeviceEvents(**merged)
+            empty = {k: np.zeros(0) for k in DeviceEvents.__slots__}
+            empty["microbatch"] = np.zeros(0, dtype=np.int32)
+            empty["iteration"] = np.zeros(0, dtype=np.int32)
+            return DeviceEvents(**empty)
         ends = np.cumsum(np.array(self.lengths, dtype=np.int64))
         total = int(ends[-1])
         own, noted = self._places(ends)
