@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timeline.sim.expand import _EVENT_COLUMNS, _Log
+from timeline.sim.expand import _ACTION_COLUMNS, _EVENT_COLUMNS, _Log
 
 DTYPES = [dt for _, dt in _EVENT_COLUMNS]
 
@@ -49,3 +49,13 @@ def test_noted_chunks_are_the_pushed_ones(seed, steps):
     for name in a.__slots__:
         x, y = getattr(a, name), getattr(b, name)
         assert x.dtype == y.dtype and np.array_equal(x, y), name
+    # and the pushed log is its chunks concatenated, then stably sorted by time
+    rows = {k: np.concatenate(pushed.arrays[k]) for k, _ in _EVENT_COLUMNS}
+    lengths = np.array(pushed.lengths)
+    for j, (k, dt) in enumerate(_ACTION_COLUMNS):
+        rows[k] = np.repeat(np.array([s[j] for s in pushed.scalars], dtype=dt), lengths)
+    order = np.argsort(rows["t_us"], kind="stable")
+    for name in b.__slots__:
+        want = rows[name][order]
+        got = getattr(b, name)
+        assert got.dtype == want.dtype and np.array_equal(got, want), name
