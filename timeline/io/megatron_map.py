@@ -137,6 +137,15 @@ class ArgReader:
         return v
 
 
+def positive(a: ArgReader, name: str, default: int) -> int:
+    """A parallel size: ``megatron/core/parallel_state.py: initialize_model_parallel`` divides the world by it, so
+    Megatron-LM fails on 0 or less before any memory is held; so does the conversion, naming the argument."""
+    v = a.int(name, default)
+    if v < 1:
+        raise UserError(f"{name} {v}: a parallel size is 1 or more (1: not split); give a positive size")
+    return v
+
+
 def refuse_job(m: MegatronArgs) -> None:
     """Raise a one-line UserError when the input itself names a job timeline does not simulate: a model
     family it lacks (by folder or script) or a functional test's non-training ``MODE``."""
@@ -389,11 +398,11 @@ def layout_conflicts(a: ArgReader) -> None:
 def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core: str | None = None) -> tuple[int, int]:
     """``[parallel]`` and ``[schedule]``; returns (dp, pp). ``megatron_core``: the version whose
     layout rules apply (:func:`timeline.io.megatron_layout.check_layout`)."""
-    tp = a.int("--tensor-model-parallel-size", 1)
-    pp = a.int("--pipeline-model-parallel-size", 1)
-    cp = a.int("--context-parallel-size", 1)
-    ep = a.int("--expert-model-parallel-size", 1)
-    etp = a.int("--expert-tensor-parallel-size", tp)
+    tp = positive(a, "--tensor-model-parallel-size", 1)
+    pp = positive(a, "--pipeline-model-parallel-size", 1)
+    cp = positive(a, "--context-parallel-size", 1)
+    ep = positive(a, "--expert-model-parallel-size", 1)
+    etp = positive(a, "--expert-tensor-parallel-size", tp)
     if world_size % (tp * pp * cp):
         raise UserError(f"--world-size {world_size} is not divisible by tp·pp·cp = {tp}·{pp}·{cp}")
     dp = world_size // (tp * pp * cp)
@@ -500,6 +509,8 @@ def _step_schedule_start(text: str) -> int:
 def map_training(a: ArgReader, c: Conversion, dp: int) -> None:
     """``[training]`` (batch, dtypes, optimizer) and ``[recompute]``."""
     mbs = a.need("--micro-batch-size")
+    if mbs < 1:
+        raise UserError(f"--micro-batch-size {mbs}: a micro-batch holds at least one sequence; give 1 or more")
     gbs = a.int("--global-batch-size", mbs * dp)
     ramp = a.value("--rampup-batch-size")
     if ramp is not None:  # the measured first iterations run the ramp's start batch

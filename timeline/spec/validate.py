@@ -9,6 +9,7 @@ replica) come from the caller (``timeline.profiles.LIMITS``): this layer knows n
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -154,6 +155,14 @@ def validate_run(run: RunSpec, limits: Mapping[str, ProfileLimits]) -> list[tupl
     return before + run_recompute_problems(run.recompute, run.parallel, run.model, before) + after
 
 
+@functools.cache
+def _profiles_splitting_shared_experts() -> frozenset[str]:
+    """The profiles whose parameter rules split the shared experts over tp (``ParamRules.shared_experts_tp_split``)."""
+    from timeline.profiles import PROFILES, profile
+
+    return frozenset(name for name in PROFILES if profile(name).params.shared_experts_tp_split)
+
+
 def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]) -> tuple[
         list[tuple[str, str]], list[tuple[str, str]]]:
     """:func:`validate_run`'s problems before and after its recompute section
@@ -209,6 +218,12 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
                  "expert parallelism folds into the data-, tensor- and context-parallel ranks"))
         if m.moe_intermediate_size % par.etp:
             add(("parallel.etp", f"{par.etp} does not divide moe_intermediate_size={m.moe_intermediate_size}"))
+        if m.shared_ffn % par.tp and run.profile in _profiles_splitting_shared_experts():
+            # the shared experts' fc1 / fc2 are column- / row-parallel over tp (moe/shared_experts.py: SharedExpertMLP
+            # builds an MLP of the layer's TP group), as the profile's parameter rule says
+            add(("parallel.tp", f"{par.tp} does not divide the shared experts' intermediate size {m.shared_ffn} "
+                 f"(model.shared_expert_intermediate_size, or n_shared_experts × moe_intermediate_size); use one of "
+                 f"{_divisors(m.shared_ffn)}"))
     if tr.routing == "skew" and tr.routing_skew > 2.0:
         add(("training.routing_skew", f"{tr.routing_skew} > 2: the EP loads ramp linearly from the busiest "
              "rank's routing_skew down to 2 − routing_skew (mean 1), so it must be in [1, 2]"))
