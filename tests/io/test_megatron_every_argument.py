@@ -83,3 +83,18 @@ def test_shared_experts_tp_does_not_divide_is_refused_naming_it(tmp_path):
     path.write_text(run_file_text(conv, name="arg", source="test", world_size=8, notes=[]))
     with pytest.raises(UserError, match=r"parallel\.tp.*shared experts' intermediate size 1"):
         load_run(path)
+
+
+def test_a_run_file_problem_names_the_launch_arguments_behind_it(tmp_path, capsys):
+    from timeline.cli import main
+
+    script = tmp_path / "train.sh"
+    script.write_text("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 256 "
+                      "--num-attention-heads 8 --seq-length 512 --max-position-embeddings 512 --micro-batch-size 2 "
+                      "--global-batch-size 16 --bf16 --num-experts 8 --moe-ffn-hidden-size 3 "
+                      "--expert-model-parallel-size 2 --expert-tensor-parallel-size 2\n")
+    out = tmp_path / "run.toml"
+    assert main(["from-megatron", str(script), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "parallel.etp (from --expert-tensor-parallel-size 2): 2 does not divide moe_intermediate_size=3" in err
+    assert not out.exists()  # nothing half-written

@@ -166,6 +166,31 @@ def run(args: argparse.Namespace) -> int:
     text = run_file_text(conv, name=args.name or default_name(path), source=source, world_size=world_size,
                          notes=notes)
 
-    emit_checked_run_file(text, out, args.force, str(path), load_run)
+    try:
+        emit_checked_run_file(text, out, args.force, str(path), load_run)
+    except UserError as exc:
+        raise UserError(with_arguments(str(exc), conv.mapped, margs.args)) from None
     return 0
+
+
+_KEY = re.compile(r"\b([a-z_]+\.[a-z_0-9]+): ")
+
+
+def with_arguments(message: str, mapped: dict[str, str], given: dict[str, object]) -> str:
+    """A run file's problem (``model.vocab_size: must be positive``) with the launch arguments that set each key it
+    names (``model.vocab_size (from --vocab-size 0): …``): the user fixes the script, not the run file."""
+
+    def name(m: re.Match[str]) -> str:
+        key = m.group(1)
+        args = [a for a, keys in mapped.items() if key in keys.split(", ")]
+        if not args:
+            return m.group(0)
+        shown = ", ".join(a if given.get(a) is True else f"{a} {_shown(given.get(a))}" for a in sorted(args))
+        return f"{key} (from {shown}): "
+
+    return _KEY.sub(name, message)
+
+
+def _shown(value: object) -> str:
+    return " ".join(str(v) for v in value) if isinstance(value, tuple | list) else str(value)
 
