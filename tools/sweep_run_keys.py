@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Set every key of a run file, one at a time, to its choices, boundaries and a few ordinary values, and simulate
 each at summary level: every outcome must be a simulation or a UserError naming the field — never a traceback.
-Prints the counts and each crash (exception, where, the keys and values that raise it). Run on purpose (about a
+Each is first held to ``timeline simulate --format summary``'s work guard (``--max-events``' default), as the CLI
+holds it. Prints the counts and each crash (exception, where, the keys and values that raise it). Run on purpose (about a
 minute on the Llama CSV run, several on the shipped DeepSeek-V3 run); the tests hold the same property for
 from-megatron's arguments (``tests/io/test_megatron_every_argument.py``).
 
@@ -21,6 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from timeline.api import load_run  # noqa: E402
+from timeline.cli.common import DEFAULT_MAX_EVENTS, check_work  # noqa: E402
 from timeline.errors import UserError  # noqa: E402
 from timeline.graph.source import model_source  # noqa: E402
 from timeline.result.build import build_timeline  # noqa: E402
@@ -63,7 +65,10 @@ def main() -> int:
             key = f"{sec.name}.{f.name}"
             for v in values(f, getattr(section, f.name)):
                 try:
-                    build_timeline(load_run(path, {key: v}), model_source, summary_only=True)
+                    run = load_run(path, {key: v})
+                    # the CLI's own guard (--max-events): a boundary value can ask for billions of events
+                    check_work(run, DEFAULT_MAX_EVENTS, per_device=True)
+                    build_timeline(run, model_source, summary_only=True)
                     counts["simulated"] += 1
                 except UserError:
                     counts["refused"] += 1
