@@ -12,6 +12,8 @@ Adding a profile: write ``profiles/<name>.py`` defining ``PROFILE`` and list it 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from timeline.profiles import hf, megatron, paper
 from timeline.profiles.base import Lifecycle, Limits, ParamRules, Profile, SaveRule, SaveRules, Structure
 
@@ -21,7 +23,8 @@ __all__ = ["LIMITS", "PROFILES", "Lifecycle", "Limits", "ParamRules", "Profile",
 #: profile name → its rules, megatron (the default) first, as ``model.profile`` lists them
 PROFILES: dict[str, Profile] = {p.name: p for p in (megatron.PROFILE, paper.PROFILE, hf.PROFILE)}
 #: profile name → the limits run validation reads (``validate_run(run, LIMITS)``)
-LIMITS: dict[str, Limits] = {name: p.limits for name, p in PROFILES.items()}
+LIMITS: dict[str, Limits] = {name: replace(p.limits, shared_experts_tp_split=p.params.shared_experts_tp_split)
+                              for name, p in PROFILES.items()}
 
 
 def profile(name: str) -> Profile:

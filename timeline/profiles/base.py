@@ -266,6 +266,9 @@ class Limits:
     reads_framework: bool = False
     #: the ``[framework]`` keys a profile that does not read the section still reads (PyTorch's own)
     framework_keys: tuple[str, ...] = ()
+    #: the shared experts are split over tp (:attr:`ParamRules.shared_experts_tp_split`, copied in by
+    #: ``timeline.profiles.LIMITS``: validation may not import the parameter rules)
+    shared_experts_tp_split: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,7 +9,6 @@ replica) come from the caller (``timeline.profiles.LIMITS``): this layer knows n
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import re
 from collections.abc import Mapping
@@ -49,6 +48,8 @@ class ProfileLimits(Protocol):
     def reads_framework(self) -> bool: ...
     @property
     def framework_keys(self) -> tuple[str, ...]: ...
+    @property
+    def shared_experts_tp_split(self) -> bool: ...
 
 
 def _divisors(n: int, limit: int = 12) -> str:
@@ -155,14 +156,6 @@ def validate_run(run: RunSpec, limits: Mapping[str, ProfileLimits]) -> list[tupl
     return before + run_recompute_problems(run.recompute, run.parallel, run.model, before) + after
 
 
-@functools.cache
-def _profiles_splitting_shared_experts() -> frozenset[str]:
-    """The profiles whose parameter rules split the shared experts over tp (``ParamRules.shared_experts_tp_split``)."""
-    from timeline.profiles import PROFILES, profile
-
-    return frozenset(name for name in PROFILES if profile(name).params.shared_experts_tp_split)
-
-
 def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]) -> tuple[
         list[tuple[str, str]], list[tuple[str, str]]]:
     """:func:`validate_run`'s problems before and after its recompute section
@@ -218,7 +211,8 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
                  "expert parallelism folds into the data-, tensor- and context-parallel ranks"))
         if m.moe_intermediate_size % par.etp:
             add(("parallel.etp", f"{par.etp} does not divide moe_intermediate_size={m.moe_intermediate_size}"))
-        if m.shared_ffn % par.tp and run.profile in _profiles_splitting_shared_experts():
+        lim = limits.get(run.profile)
+        if m.shared_ffn % par.tp and lim is not None and lim.shared_experts_tp_split:
             # the shared experts' fc1 / fc2 are column- / row-parallel over tp (moe/shared_experts.py: SharedExpertMLP
             # builds an MLP of the layer's TP group), as the profile's parameter rule says
             add(("parallel.tp", f"{par.tp} does not divide the shared experts' intermediate size {m.shared_ffn} "
