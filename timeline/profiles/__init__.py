@@ -12,19 +12,25 @@ Adding a profile: write ``profiles/<name>.py`` defining ``PROFILE`` and list it 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from timeline.profiles import hf, megatron, paper
-from timeline.profiles.base import Lifecycle, Limits, ParamRules, Profile, SaveRule, SaveRules, Structure
+from timeline.profiles.base import (
+    Lifecycle,
+    Limits,
+    ParamRules,
+    Profile,
+    RunLimits,
+    SaveRule,
+    SaveRules,
+    Structure,
+)
 
-__all__ = ["LIMITS", "PROFILES", "Lifecycle", "Limits", "ParamRules", "Profile", "SaveRule", "SaveRules", "Structure",
-           "lifecycle", "profile"]
+__all__ = ["LIMITS", "PROFILES", "Lifecycle", "Limits", "ParamRules", "Profile", "RunLimits", "SaveRule", "SaveRules",
+           "Structure", "lifecycle", "profile"]
 
 #: profile name → its rules, megatron (the default) first, as ``model.profile`` lists them
 PROFILES: dict[str, Profile] = {p.name: p for p in (megatron.PROFILE, paper.PROFILE, hf.PROFILE)}
 #: profile name → the limits run validation reads (``validate_run(run, LIMITS)``)
-LIMITS: dict[str, Limits] = {name: replace(p.limits, shared_experts_tp_split=p.params.shared_experts_tp_split)
-                              for name, p in PROFILES.items()}
+LIMITS: dict[str, RunLimits] = {name: RunLimits.of(p.limits, p.params) for name, p in PROFILES.items()}
 
 
 def profile(name: str) -> Profile:

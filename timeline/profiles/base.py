@@ -21,7 +21,7 @@ choices: they live on :class:`~timeline.spec.model.ModelSpec`. This module decid
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Protocol
 
 from timeline.spec.framework import FrameworkSpec
@@ -266,9 +266,21 @@ class Limits:
     reads_framework: bool = False
     #: the ``[framework]`` keys a profile that does not read the section still reads (PyTorch's own)
     framework_keys: tuple[str, ...] = ()
-    #: the shared experts are split over tp (:attr:`ParamRules.shared_experts_tp_split`, copied in by
-    #: ``timeline.profiles.LIMITS``: validation may not import the parameter rules)
-    shared_experts_tp_split: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunLimits(Limits):
+    """What run validation reads of a profile (``timeline.profiles.LIMITS``): its :class:`Limits` and the one
+    parameter rule a run's shapes are checked against — derived from the profile's :class:`ParamRules`, never
+    declared twice (validation may not import the parameter rules themselves)."""
+
+    #: :attr:`ParamRules.shared_experts_tp_split`: tp must divide the shared experts' width
+    shared_experts_tp_split: bool
+
+    @classmethod
+    def of(cls, limits: Limits, params: ParamRules) -> RunLimits:
+        return cls(**{f.name: getattr(limits, f.name) for f in fields(Limits)},
+                   shared_experts_tp_split=params.shared_experts_tp_split)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
