@@ -282,7 +282,7 @@ def _fp4_linear(run: ServeRunSpec, q: CheckpointQuant, members: list[TensorDef])
             kept = 2 * _BLOCK
         return out * inp // 2 + out * (inp // 16) + ws + kept
     values = _round_up(out, 32) * _round_up(inp, 32) // 2 if new else out * inp // 2
-    return values + _round_up(out, 128) * _round_up(inp // 16, 4) + (4 if new else 3 if ct else 4) * _BLOCK
+    return values + _round_up(out, 128) * _round_up(inp // 16, 4) + (3 if ct and not new else 4) * _BLOCK
 
 
 def _fp4_moe(run: ServeRunSpec, q: CheckpointQuant, experts: list[list[TensorDef]]) -> int:

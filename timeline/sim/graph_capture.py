@@ -66,11 +66,9 @@ def capture_iteration(spans: list[Span], rules: CaptureRules) -> int:
     return min((s.iteration for s in spans if s.kind in ("F", "B")), default=0) + rules.warmup_steps
 
 
-def capture_order(spans: list[Span], one_microbatch: bool, iteration: int | None = None) -> list[Span]:
-    """The forward and backward actions of the capturing iteration (``iteration``, default the first): the
-    schedule order the graphs are captured in (micro-batch 0's alone under ``one_microbatch``)."""
-    if iteration is None:
-        iteration = min((s.iteration for s in spans if s.kind in ("F", "B")), default=0)
+def capture_order(spans: list[Span], one_microbatch: bool, iteration: int) -> list[Span]:
+    """The forward and backward actions of the capturing iteration (:func:`capture_iteration`): the schedule
+    order the graphs are captured in (micro-batch 0's alone under ``one_microbatch``)."""
     return [s for s in spans if s.iteration == iteration and s.kind in ("F", "B")
             and not (one_microbatch and s.microbatch)]
 
