@@ -97,7 +97,14 @@ def test_sglang_pool_is_rest_memory_over_cell_size():
     # profile_max_num_token: its total is the free memory after distributed init (H100 tp 1: 0.51 GiB in use)
     free0 = int(79.18 * 2**30) - int(0.51 * 2**30)
     rest = free0 - b.weights_bytes - (free0 - int(free0 * 0.8))
-    assert b.num_kv_blocks == rest // 131_072 and b.block_size == 1
+    # the file's block_size = 16 is SGLang's --page-size: the pool is whole pages (init_memory_pool)
+    assert b.num_kv_blocks == rest // 131_072 // 16 * 16 and b.block_size == 1
+    assert b.num_kv_blocks != rest // 131_072  # the alignment takes tokens off here
+    one = compute_budget(load_serve_run(LLAMA_RUN, ["serving.engine=sglang", "serving.mem_fraction_static=0.8",
+                                                    "serving.block_size=1"]))
+    assert one.num_kv_blocks == rest // 131_072
+    # the file's max_num_seqs = 256 is --max-running-requests: 256 rows of max_model_len + 4 int32 (0.4: one more)
+    assert b.max_running_requests == 256 and b.req_to_token_bytes == 257 * (run.max_model_len + 4) * 4
 
 
 # -- scheduler invariants ------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from timeline.spec.engine_versions import (
     USAGE_CONTEXTS,
     VLLM_MODELOPT_KV_FP8,
     release_at_least,
-    sglang_mem_fraction_static,
+    sglang_server_defaults,
     version_problem,
     vllm_scheduler_defaults,
     vllm_subtracts_cudagraph_estimate,
@@ -33,7 +33,7 @@ from timeline.spec.hardware import NVIDIA_SMI_TOTAL_MIB, TORCH_TOTAL_GIB, fill_g
 from timeline.spec.quant import CheckpointQuant
 from timeline.spec.run import AllocatorSpec, HardwareSpec, ParallelSpec
 from timeline.spec.serve_validate import serve_problems
-from timeline.spec.serving import DistSpec, LoadSpec, ServeRunSpec, ServingSpec
+from timeline.spec.serving import ENGINE_VERSIONS, DistSpec, LoadSpec, ServeRunSpec, ServingSpec
 from timeline.spec.vision import VisionSpec
 
 SECTIONS = ("model", "parallel", "hardware", "allocator", "serving")
@@ -151,14 +151,38 @@ def _version_defaults(sv: dict[str, Any], max_position: int, device_gib: float, 
     return notes
 
 
-def _sglang_defaults(sv: dict[str, Any], gpu: str, tp: Any, pp: Any) -> None:
-    """SGLang's ``mem_fraction_static`` at the named ``serving.engine_version`` when the run file leaves it
-    out (:func:`timeline.spec.engine_versions.sglang_mem_fraction_static`); needs the GPU's nvidia-smi total."""
-    version = sv.get("engine_version")
-    if sv.get("engine") != "sglang" or not isinstance(version, str) or version_problem("sglang", version):
+def _sglang_defaults(sv: dict[str, Any], gpu: str, tp: Any, pp: Any, model: Any, cfg: dict | None,
+                     model_path: str) -> None:
+    """SGLang's own defaults where the run file leaves them out, at the named ``serving.engine_version``
+    (:func:`timeline.spec.engine_versions.sglang_server_defaults`; needs the GPU's nvidia-smi total): the
+    ``chunked_prefill_size`` and decode ``cuda_graph_max_bs`` of the GPU's band and ``mem_fraction_static``
+    from them; pages of one token (``--page-size`` 1); ``max_num_seqs`` 0, SGLang's ``max_running_requests``
+    derived from its pool when the run is built."""
+    if sv.get("engine") != "sglang":
         return
-    if gpu in NVIDIA_SMI_TOTAL_MIB and isinstance(tp, int) and isinstance(pp, int):
-        sv.setdefault("mem_fraction_static", sglang_mem_fraction_static(version, NVIDIA_SMI_TOTAL_MIB[gpu], tp, pp))
+    sv.setdefault("block_size", 1)
+    given_reqs = sv.get("max_num_seqs") if isinstance(sv.get("max_num_seqs"), int) else 0
+    sv.setdefault("max_num_seqs", 0)
+    version = sv.get("engine_version") or ENGINE_VERSIONS["sglang"][0]
+    if not isinstance(version, str) or version_problem("sglang", version):
+        return
+    if gpu not in NVIDIA_SMI_TOTAL_MIB or not isinstance(tp, int) or not isinstance(pp, int):
+        return
+
+    def given(key: str) -> int:
+        value = sv.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    d = sglang_server_defaults(
+        version, NVIDIA_SMI_TOTAL_MIB[gpu], tp, pp, mla=bool(model.is_mla),
+        architectures=tuple(str(a) for a in (cfg or {}).get("architectures") or ()), model_path=model_path,
+        chunked_prefill_size=given("max_num_batched_tokens"), cuda_graph_max_bs=given("cuda_graph_max_bs"),
+        disable_cuda_graph=sv.get("enforce_eager") is True, prefill_cuda_graph=str(sv.get("prefill_cuda_graph", "auto")),
+        max_running_requests=given_reqs, max_total_tokens=given("max_total_tokens"),
+        context_length=given("max_model_len"), multimodal=False, dp_attention=sv.get("enable_dp_attention") is True)
+    sv.setdefault("max_num_batched_tokens", d.chunked_prefill_size)
+    sv.setdefault("cuda_graph_max_bs", d.cuda_graph_max_bs)
+    sv.setdefault("mem_fraction_static", d.mem_fraction_static)
 
 
 def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
@@ -245,7 +269,8 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
             # vLLM turns prefix caching off by default for hybrid models (config/model.py
             # ModelConfig.is_prefix_caching_supported: attn_type "hybrid"); asked for, it runs the states "align"
             sv_values.setdefault("enable_prefix_caching", False)
-        _sglang_defaults(sv_values, str(gpu), par_values.get("tp", 1), par_values.get("pp", 1))
+        _sglang_defaults(sv_values, str(gpu), par_values.get("tp", 1), par_values.get("pp", 1), model, cfg,
+                         f"{model.name} {(data.get('model') or {}).get('hf_config', '')}")
     serving = build_section(ServingSpec, "serving", sv_values, problems)
     if serving is not None and serving.engine == "vllm" and serving.cuda_graph_estimate_gib is None \
             and vllm_subtracts_cudagraph_estimate(serving.engine_version) and not serving.enforce_eager \
@@ -284,4 +309,19 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     problems = serve_problems(run)
     if problems:
         raise SpecError(problems, source)
+    if run.serving.engine == "sglang" and run.serving.max_num_seqs == 0:
+        run = _sglang_running_requests(run)
     return run
+
+
+def _sglang_running_requests(run: ServeRunSpec) -> ServeRunSpec:
+    """The run with SGLang's own ``max_running_requests`` (:func:`timeline.spec.engine_versions.
+    sglang_max_running_requests`, from the pool the budget sizes), over every DP-attention worker."""
+    from timeline.serve.budget import compute_budgets  # the budget reads the spec this module builds
+
+    b = compute_budgets(run)[0]
+    dp = run.parallel.dp if run.serving.enable_dp_attention else 1
+    reqs = max(1, b.max_running_requests) * dp
+    note = (f"SGLang {b.engine_version}'s max_running_requests: {reqs:,} (from its pool of {b.num_kv_blocks:,} "
+            "tokens; give serving.max_num_seqs to set it)")
+    return replace(run, serving=replace(run.serving, max_num_seqs=reqs), notes=(*run.notes, note))

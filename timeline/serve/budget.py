@@ -69,6 +69,8 @@ from timeline.serve.vision import built, vision_weight_bytes, with_encoder_profi
 from timeline.serve.weights import weight_bytes
 from timeline.spec.engine_versions import (
     is_v1,
+    sglang_max_running_requests,
+    sglang_req_to_token_rows,
     vllm_hybrid_kv_manager,
     vllm_reserved_profile,
     vllm_sorts_in_model_dtype,
@@ -104,6 +106,7 @@ class Budget:
     worker_kv_blocks: int = 0  # this worker's own block count, before the minimum over workers
     vision_weights_bytes: int = 0  # of weights_bytes: a vision-language checkpoint's tower and projector
     cuda_graph_estimate_bytes: int = 0  # vLLM 0.20+'s own CUDA-graph estimate, subtracted before the KV pool (given)
+    max_running_requests: int = 0  # SGLang: the request slots (ReqToTokenPool rows) it sizes from the pool
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -290,7 +293,7 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
     per_token = per_layer * layers  # over the layers this device holds
     graph_estimate = cuda_graph_estimate_bytes(run)  # vLLM 0.20+'s own, as given (not modelled)
     cuda_graph = 0  # the graph pool's own footprint comes from the timeline's capture (summary)
-    req_to_token = 0
+    req_to_token = max_reqs = 0
     if sv.engine == "hf":  # no pool: the cache grows with the batch (timeline.serve.hf)
         requested, kv_pool, blocks = total, 0, 0
     elif sv.engine == "sglang":
@@ -299,14 +302,16 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
         free0 = total - measured_init(run)[0]
         requested = int(free0 * sv.mem_fraction_static)
         rest = (free0 - weights) - (free0 - requested)
-        tokens = max(0, rest // per_token)
-        ctx = run.max_model_len
-        max_reqs = sv.max_num_seqs or min(max(int(tokens / ctx * 512), 2048), 4096)  # from the profiled tokens
-        if sv.max_total_tokens:  # init_memory_pool (0.4.9.post2, 0.5.5): the cap, after max_num_reqs is set
-            tokens = min(tokens, sv.max_total_tokens)
+        profiled = max(0, rest // per_token)
+        # the cap (--max-total-tokens), then whole pages (--page-size): init_memory_pool (0.4.9.post2 … 0.5.9),
+        # _resolve_token_capacity (0.5.10 …)
+        tokens = min(profiled, sv.max_total_tokens) if sv.max_total_tokens else profiled
+        tokens = tokens // sv.block_size * sv.block_size
+        max_reqs = sglang_max_running_requests(sv.engine_version, profiled, tokens, run.max_model_len,
+                                               sv.max_num_seqs)
         kv_pool = tokens * per_token
-        blocks = tokens  # SGLang pages one token at a time at 0.4
-        req_to_token = (max_reqs + 1) * (ctx + 4) * 4
+        blocks = tokens  # SGLang's pool counts tokens (a page is block_size of them)
+        req_to_token = sglang_req_to_token_rows(sv.engine_version, max_reqs) * (run.max_model_len + 4) * 4
     else:
         requested = int(total * sv.gpu_memory_utilization)
         kv_pool = requested - (weights + activation + non_torch) - graph_estimate
@@ -350,4 +355,5 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
                   cuda_graph_subtracted=graph_estimate > 0, kv_pool_bytes=max(0, kv_pool), kv_bytes_per_token=per_token,
                   kv_bytes_per_token_layer=per_layer, kv_layers=layers, kv_layout=layout, block_size=bs,
                   num_kv_blocks=max(0, blocks), worker_kv_blocks=max(0, blocks), req_to_token_bytes=req_to_token, failure=failure,
-                  vision_weights_bytes=vision, cuda_graph_estimate_bytes=graph_estimate)
+                  vision_weights_bytes=vision, cuda_graph_estimate_bytes=graph_estimate,
+                  max_running_requests=max_reqs)

@@ -192,7 +192,10 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
         add(("serving.max_num_batched_tokens", f"{sv.max_num_batched_tokens} is below max_model_len={mml}; "
              "without chunked prefill a whole prompt runs in one step (vllm/config/scheduler.py "
              "verify_max_model_len); raise it or enable chunked prefill"))
-    if sv.max_num_batched_tokens < sv.max_num_seqs:
+    if sv.max_num_seqs == 0 and sv.engine != "sglang":
+        add(("serving.max_num_seqs", "0 (derived from the KV pool) is SGLang's; give the number of requests "
+             "running at once (vLLM's default is 256)"))
+    if sv.engine == "vllm" and sv.max_num_batched_tokens < sv.max_num_seqs:
         add(("serving.max_num_batched_tokens", f"{sv.max_num_batched_tokens} is below max_num_seqs="
              f"{sv.max_num_seqs} (vLLM requires max_num_batched_tokens ≥ max_num_seqs)"))
     if run.hardware.capacity_gib > MAX_DEVICE_GIB:  # the allocator model addresses 256 TiB per device
@@ -235,7 +238,7 @@ def dp_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
         if not m.is_mla:
             out.append(("serving.enable_dp_attention", "DP attention is modelled for MLA models (DeepSeek-V2/V3); "
                         f"{m.name} has no MLA: remove the key (parallel.dp alone gives SGLang's data-parallel replicas)"))
-        elif par.dp > 1 and not par.tp % par.dp and (sv.max_num_seqs < par.dp or sv.max_num_batched_tokens < par.dp):
+        elif par.dp > 1 and not par.tp % par.dp and (0 < sv.max_num_seqs < par.dp or sv.max_num_batched_tokens < par.dp):
             out.append(("serving.max_num_seqs", f"SGLang divides max_running_requests and chunked_prefill_size by "
                         f"dp_size={par.dp} under DP attention; both must be at least {par.dp}"))
     if par.dp > 1 and par.pp > 1:

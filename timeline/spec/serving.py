@@ -32,7 +32,8 @@ class ServingSpec:
                                      "newest the rule table knows)")
     gpu_memory_utilization: float = spec_field(0.9, minimum=0.01, maximum=1.0, doc="vLLM")
     mem_fraction_static: float = spec_field(0.88, minimum=0.01, maximum=1.0, doc="SGLang")
-    max_num_seqs: int = spec_field(256, positive=True, maximum=2**20)
+    max_num_seqs: int = spec_field(256, nonneg=True, maximum=2**20, doc=(
+        "requests running at once (SGLang --max-running-requests; 0 = SGLang's own, from its KV pool)"))
     max_num_batched_tokens: int = spec_field(8192, positive=True, maximum=2**26)
     max_model_len: int = spec_field(0, nonneg=True, maximum=2**26, doc="0 = max_position_embeddings")
     enable_chunked_prefill: bool = spec_field(True)
@@ -91,6 +92,13 @@ class ServingSpec:
                                              doc="CUDA context, NCCL and cuBLAS outside PyTorch's allocator "
                                              "(default: the published measurement, timeline.serve.non_torch)")
     requests: str | None = spec_field(None, doc="CSV trace arrival_us,prompt_tokens,output_tokens,prefix_id")
+    cuda_graph_max_bs: int = spec_field(0, nonneg=True, maximum=2**20, doc=(
+        "SGLang --cuda-graph-max-bs: the largest decode batch captured (0 = the version's default for the GPU's "
+        "memory); its default mem_fraction_static reserves 2 MiB per batch"))
+    prefill_cuda_graph: str = spec_field("auto", choices=("auto", "on", "off"), doc=(
+        "SGLang's prefill (piecewise / breakable) CUDA graphs: auto = the version's default (off before 0.5.10 "
+        "unless --enable-piecewise-cuda-graph; on from 0.5.10 unless --disable-piecewise-cuda-graph or a rule "
+        "turns them off); the default mem_fraction_static reserves memory for them"))
     enable_dp_attention: bool = spec_field(False, doc="SGLang --enable-dp-attention: attention data-parallel over "
                                            "parallel.dp ranks inside the tp group (MLA models); vLLM's data "
                                            "parallelism is parallel.dp alone")
