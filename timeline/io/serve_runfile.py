@@ -161,7 +161,8 @@ def _sglang_defaults(sv: dict[str, Any], gpu: str, tp: Any, pp: Any, model: Any,
     if sv.get("engine") != "sglang":
         return
     sv.setdefault("block_size", 1)
-    given_reqs = sv.get("max_num_seqs") if isinstance(sv.get("max_num_seqs"), int) else 0
+    reqs = sv.get("max_num_seqs")
+    given_reqs = reqs if isinstance(reqs, int) and not isinstance(reqs, bool) else 0
     sv.setdefault("max_num_seqs", 0)
     version = sv.get("engine_version") or ENGINE_VERSIONS["sglang"][0]
     if not isinstance(version, str) or version_problem("sglang", version):
