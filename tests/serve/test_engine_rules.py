@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from timeline.cli import main
+from timeline.errors import SpecError
 from timeline.io.serve_runfile import load_serve_run
 from timeline.serve.budget import compute_budget, compute_budgets, samples
 from timeline.serve.non_torch import (
@@ -22,7 +23,12 @@ from timeline.serve.non_torch import (
     window,
 )
 from timeline.serve.run import capture_sizes
-from timeline.spec.engine_versions import sglang_mem_fraction_static, vllm_capture_sizes
+from timeline.spec.engine_versions import (
+    sglang_max_running_requests,
+    sglang_mem_fraction_static,
+    sglang_req_to_token_rows,
+    vllm_capture_sizes,
+)
 from timeline.spec.run import HardwareSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -337,3 +343,45 @@ def test_disable_custom_all_reduce_leaves_its_buffers_out(tmp_path, capsys):
     assert main(["from-vllm", "vllm serve m -tp 2 --disable-custom-all-reduce", "--hf-config", str(HF / llama),
                  "--engine-version", "0.19.0", "--gpu", "h100", "-o", str(out)]) == 0
     assert load_serve_run(out).serving.disable_custom_all_reduce
+
+
+def test_sglang_request_slots_by_version(tmp_path):
+    """max_running_requests (the ReqToTokenPool's rows) as each version derives it when not given: up to 0.5.9
+    from the profiled tokens, clamped to [2,048, 4,096] (init_memory_pool); from 0.5.10 at most half the final
+    capacity (_resolve_max_num_reqs); a given one is kept up to 0.5.9 and capped by the estimate from 0.5.10."""
+    assert sglang_max_running_requests("0.5.9", 400_000, 400_000, 131_072, 0) == 2048
+    assert sglang_max_running_requests("0.5.9", 2_000_000, 2_000_000, 8192, 0) == 4096
+    assert sglang_max_running_requests("0.5.9", 3000, 3000, 8192, 0) == 2048
+    assert sglang_max_running_requests("0.5.10", 3000, 3000, 8192, 0) == 1500  # capacity // 2
+    assert sglang_max_running_requests("0.5.9", 3000, 3000, 8192, 9000) == 9000
+    assert sglang_max_running_requests("0.5.10", 3000, 3000, 8192, 9000) == 2048
+    assert sglang_req_to_token_rows("0.4.6", 100) == 101 and sglang_req_to_token_rows("0.4.7", 100) == 100
+    # a run without --max-running-requests gets the version's own, derived from the pool it sizes
+    small = 'engine = "sglang"\nengine_version = "0.5.10"\nmax_total_tokens = 3000'
+    run = _run(tmp_path, "llama-3.1-8b", small)
+    b = compute_budget(run)
+    assert b.num_kv_blocks == 3000 and b.max_running_requests == 1500 and run.serving.max_num_seqs == 1500
+    assert b.req_to_token_bytes == 1500 * (run.max_model_len + 4) * 4
+    assert any("max_running_requests: 1,500" in n for n in run.notes)
+    old = _run(tmp_path, "llama-3.1-8b", small.replace("0.5.10", "0.5.9"))
+    assert old.serving.max_num_seqs == 2048  # from the profiled tokens, before the cap
+    given = _run(tmp_path, "llama-3.1-8b", small + "\nmax_num_seqs = 64")
+    assert given.serving.max_num_seqs == 64 and compute_budget(given).max_running_requests == 64
+
+
+def test_sglang_pool_is_whole_pages(tmp_path):
+    """--page-size (serving.block_size): the pool is rounded down to whole pages (init_memory_pool …
+    _resolve_token_capacity); SGLang's default page is one token."""
+    one = compute_budget(_run(tmp_path, "llama-3.1-8b", 'engine = "sglang"\nengine_version = "0.5.10"'))
+    paged = compute_budget(_run(tmp_path, "llama-3.1-8b",
+                                'engine = "sglang"\nengine_version = "0.5.10"\nblock_size = 64'))
+    assert paged.num_kv_blocks == one.num_kv_blocks // 64 * 64 and one.num_kv_blocks % 64
+
+
+def test_sglang_versions_from_0_4_on_are_read(tmp_path):
+    """Every release from 0.4 has its rules (0.5.23 the newest read; a later one runs them); 0.3 is refused."""
+    for version in ("0.5.6", "0.5.12", "0.5.23", "0.6.1"):
+        assert _run(tmp_path, "llama-3.1-8b", f'engine = "sglang"\nengine_version = "{version}"').serving \
+            .mem_fraction_static > 0
+    with pytest.raises(SpecError, match="SGLang 0.3.6"):
+        _run(tmp_path, "llama-3.1-8b", 'engine = "sglang"\nengine_version = "0.3.6"')
