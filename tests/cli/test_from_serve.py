@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from timeline.cli import main
-from timeline.io.serve_command import human_int, options
+from timeline.io.serve_command import _forms, human_int, options
 from timeline.io.serve_runfile import load_serve_run
 
 HF = Path(__file__).resolve().parents[1] / "data" / "hf"
@@ -94,7 +94,7 @@ def test_the_option_tables_cover_what_the_mapping_reads():
     from timeline.io.serve_command import SGLANG_MAPPED, VLLM_MAPPED
 
     for engine, mapped in (("vllm", VLLM_MAPPED), ("sglang", SGLANG_MAPPED)):
-        dests = {o["dest"] for o in options(engine).values()}
+        dests = {form["dest"] for forms in _forms(engine).values() for _, _, form in forms}  # any version's
         assert set(mapped) - {"model"} <= dests, (engine, set(mapped) - dests)
     assert options("vllm")["-tp"]["dest"] == "tensor_parallel_size"
     assert options("vllm")["--no-enable-prefix-caching"]["negates"] is True
@@ -175,11 +175,11 @@ def test_a_quantized_checkpoint_serves_without_the_training_readers_note():
 
 
 def test_options_are_checked_against_the_version_that_ran(tmp_path, capsys):
-    """The option tables hold 18 vLLM and 10 SGLang versions' parsers (``present``): an option of other versions
+    """The option tables hold 18 vLLM and 27 SGLang versions' parsers (``present``): an option of other versions
     than the one given is named with the versions that have it; unknown to every version, it is a typo."""
     from timeline.io.serve_command import presence, versions
 
-    assert versions("vllm")[0] == "0.2.7" and len(versions("vllm")) == 18 and len(versions("sglang")) == 10
+    assert versions("vllm")[0] == "0.2.7" and len(versions("vllm")) == 18 and len(versions("sglang")) == 27
     assert presence("vllm", "--enable-reasoning") == "0.7.3 … 0.9.2"
     assert presence("vllm", "--tensor-parallel-size") == "0.2.7 … 0.34.0"
     qwen = ["--hf-config", str(HF / "qwen3-8b")]

@@ -5,6 +5,7 @@ SGLang's pool and its default ``mem_fraction_static``, and the GPU totals PyTorc
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from timeline.serve.run import capture_sizes
 from timeline.spec.engine_versions import (
     sglang_max_running_requests,
     sglang_mem_fraction_static,
-    sglang_req_to_token_rows,
+    sglang_server_defaults,
     vllm_capture_sizes,
 )
 from timeline.spec.run import HardwareSpec
@@ -346,16 +347,20 @@ def test_disable_custom_all_reduce_leaves_its_buffers_out(tmp_path, capsys):
 
 
 def test_sglang_request_slots_by_version(tmp_path):
-    """max_running_requests (the ReqToTokenPool's rows) as each version derives it when not given: up to 0.5.9
-    from the profiled tokens, clamped to [2,048, 4,096] (init_memory_pool); from 0.5.10 at most half the final
-    capacity (_resolve_max_num_reqs); a given one is kept up to 0.5.9 and capped by the estimate from 0.5.10."""
-    assert sglang_max_running_requests("0.5.9", 400_000, 400_000, 131_072, 0) == 2048
-    assert sglang_max_running_requests("0.5.9", 2_000_000, 2_000_000, 8192, 0) == 4096
-    assert sglang_max_running_requests("0.5.9", 3000, 3000, 8192, 0) == 2048
-    assert sglang_max_running_requests("0.5.10", 3000, 3000, 8192, 0) == 1500  # capacity // 2
-    assert sglang_max_running_requests("0.5.9", 3000, 3000, 8192, 9000) == 9000
-    assert sglang_max_running_requests("0.5.10", 3000, 3000, 8192, 9000) == 2048
-    assert sglang_req_to_token_rows("0.4.6", 100) == 101 and sglang_req_to_token_rows("0.4.7", 100) == 100
+    """max_running_requests and the ReqToTokenPool's rows as each version derives them: up to 0.5.9 the pool's
+    requests from the profiled tokens clamped to [2,048, 4,096] (init_memory_pool), the scheduler's at most half
+    the capacity (TpModelWorker); from 0.5.10 at most half the final capacity (_resolve_max_num_reqs), a given one
+    capped by the estimate (0.5.10 … 0.5.13) or by half the capacity (0.5.14 on); one more row from 0.5.12 and up
+    to 0.4.6."""
+    assert sglang_max_running_requests("0.5.9", 400_000, 400_000, 131_072, 0) == (2048, 2048)
+    assert sglang_max_running_requests("0.5.9", 2_000_000, 2_000_000, 8192, 0) == (4096, 4096)
+    assert sglang_max_running_requests("0.5.9", 3000, 3000, 8192, 0) == (1500, 2048)
+    assert sglang_max_running_requests("0.4.6", 3000, 3000, 8192, 0) == (1500, 2049)
+    assert sglang_max_running_requests("0.5.10", 3000, 3000, 8192, 0) == (1500, 1500)
+    assert sglang_max_running_requests("0.5.12", 3000, 3000, 8192, 0) == (1500, 1501)
+    assert sglang_max_running_requests("0.5.9", 3000, 3000, 8192, 9000) == (9000, 9000)
+    assert sglang_max_running_requests("0.5.10", 3000, 3000, 8192, 9000) == (2048, 2048)
+    assert sglang_max_running_requests("0.5.14", 3000, 3000, 8192, 9000) == (1500, 1501)
     # a run without --max-running-requests gets the version's own, derived from the pool it sizes
     small = 'engine = "sglang"\nengine_version = "0.5.10"\nmax_total_tokens = 3000'
     run = _run(tmp_path, "llama-3.1-8b", small)
@@ -364,9 +369,37 @@ def test_sglang_request_slots_by_version(tmp_path):
     assert b.req_to_token_bytes == 1500 * (run.max_model_len + 4) * 4
     assert any("max_running_requests: 1,500" in n for n in run.notes)
     old = _run(tmp_path, "llama-3.1-8b", small.replace("0.5.10", "0.5.9"))
-    assert old.serving.max_num_seqs == 2048  # from the profiled tokens, before the cap
+    assert old.serving.max_num_seqs == 1500 and compute_budget(old).req_to_token_bytes == 2048 * (
+        old.max_model_len + 4) * 4  # the pool's rows from the profiled tokens, before the cap
     given = _run(tmp_path, "llama-3.1-8b", small + "\nmax_num_seqs = 64")
     assert given.serving.max_num_seqs == 64 and compute_budget(given).max_running_requests == 64
+
+
+def test_sglang_default_fraction_as_each_release_computes_it():
+    """40 launches (0.5.5 … 0.5.23; 16 … 180 GiB GPUs; tp 1 … 8; MLA or not; prefill graphs on, off, opted in;
+    given chunked prefill, decode batch, context length, --max-total-tokens, --disable-cuda-graph): the default
+    mem_fraction_static each release's own handlers give (tests/data/sglang_mfs_cases.json, computed by running
+    ``_handle_gpu_memory_settings`` / ``handle_gpu_memory_settings`` of each wheel on stubbed server arguments)."""
+    cases = json.loads((Path(__file__).parents[1] / "data" / "sglang_mfs_cases.json").read_text())
+    checked = 0
+    for case in cases:
+        extras = case.get("extras") or {}
+        if set(extras) - {"enable_piecewise_cuda_graph", "disable_prefill_cuda_graph", "dsa"} or case["multimodal"]:
+            continue  # inputs a run file does not hold (KDA, a vision tower's size)
+        prefill = "on" if extras.get("enable_piecewise_cuda_graph") else \
+            "off" if extras.get("disable_prefill_cuda_graph") else "auto"
+        d = sglang_server_defaults(".".join(map(str, case["version"])), case["gpu_mem_mib"], case["tp"], case["pp"],
+                                   mla=case["mla"], architectures=tuple(case["architectures"]),
+                                   model_path=case["model_path"], chunked_prefill_size=case["chunked_prefill_size"] or 0,
+                                   cuda_graph_max_bs=case["cuda_graph_max_bs"] or 0,
+                                   disable_cuda_graph=case["disable_cuda_graph"], prefill_cuda_graph=prefill,
+                                   max_running_requests=case["max_running_requests"] or 0,
+                                   max_total_tokens=case["max_total_tokens"] or 0,
+                                   context_length=case["context_length"] or 0, dsa=bool(extras.get("dsa")))
+        assert d.mem_fraction_static == case["mem_fraction_static"], (case["name"], case["derivation"])
+        assert d.reserved_mib == case["derived"]["reserved_mem"], case["name"]
+        checked += 1
+    assert checked >= 30
 
 
 def test_sglang_pool_is_whole_pages(tmp_path):

@@ -5,7 +5,7 @@ vllm.entrypoints.openai.api_server …``, ``docker run … vllm/vllm-openai:TAG 
 (:mod:`timeline.io.serve_forms`).
 
 Every option is looked up in the engine's own command-line surface (``serve_options.json``: the parsers of 18 vLLM
-and 10 SGLang versions — ``EngineArgs`` / ``FrontendArgs``, ``ServerArgs`` — each read from that version's source,
+and 27 SGLang versions — ``EngineArgs`` / ``FrontendArgs``, ``ServerArgs`` — each read from that version's source,
 with the versions each option form has: :func:`options`), so a typo is told from a real option and an option of
 another version is named with the versions that have it; each real option is then mapped to a run-file key
 (:data:`VLLM_MAPPED`, :data:`SGLANG_MAPPED`), listed as memory-neutral with the reason (:data:`NEUTRAL`), or refused
@@ -51,24 +51,33 @@ def versions(engine: str) -> list[str]:
 
 
 @cache
-def options(engine: str) -> dict[str, dict[str, Any]]:
-    """The engine's options by every name they go by (aliases and ``--no-`` negations included), over every version
-    read: ``dest``, ``takes_value``, ``nargs``, ``negates`` (a ``--no-X`` of a boolean option) as the newest version
-    having the name reads it, and ``present`` (one character per version: whether it has the name)."""
-    out: dict[str, dict[str, Any]] = {}
+def _forms(engine: str) -> dict[str, list[tuple[str, int, dict[str, Any]]]]:
+    """Every name's forms over the versions read: (``present``, the newest version index having it, the form)."""
+    out: dict[str, list[tuple[str, int, dict[str, Any]]]] = {}
     for opt in _table(engine)["options"]:
         present = opt["present"]
-        newest = present.rfind("1")
         dest = _SGLANG_DESTS.get(opt["dest"], opt["dest"]) if engine == "sglang" else opt["dest"]
         for name in opt["names"]:  # a BooleanOptionalAction's names include its --no- forms
             negates = bool(opt.get("boolean_optional")) and name.startswith("--no-")
-            old = out.get(name)
-            merged = present if old is None else "".join(
-                "1" if "1" in (a, b) else "0" for a, b in zip(present, old["present"], strict=True))
-            if old is None or newest >= old["newest"]:
-                out[name] = {"dest": dest, "takes_value": opt["takes_value"] and not negates,
-                             "nargs": opt.get("nargs"), "negates": negates, "newest": newest}
-            out[name]["present"] = merged
+            form = {"dest": dest, "takes_value": opt["takes_value"] and not negates, "nargs": opt.get("nargs"),
+                    "negates": negates}
+            out.setdefault(name, []).append((present, present.rfind("1"), form))
+    return out
+
+
+@cache
+def options(engine: str, at: int | None = None) -> dict[str, dict[str, Any]]:
+    """The engine's options by every name they go by (aliases and ``--no-`` negations included), over every version
+    read: ``dest``, ``takes_value``, ``nargs``, ``negates`` (a ``--no-X`` of a boolean option) as version index
+    ``at`` reads the name (the newest version at or before it having the name; the newest version having it when
+    ``at`` is None or none before it has it), and ``present`` (one character per version: whether it has the name)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, forms in _forms(engine).items():
+        merged = "".join("1" if "1" in bits else "0" for bits in zip(*(f[0] for f in forms), strict=True))
+        earlier = [f for f in forms if at is not None and f[0][:at + 1].rfind("1") >= 0]
+        pick = max(earlier, key=lambda f: f[0][:at + 1].rfind("1")) if earlier and at is not None \
+            else max(forms, key=lambda f: f[1])
+        out[name] = {**pick[2], "newest": pick[1], "present": merged}
     return out
 
 
@@ -285,12 +294,12 @@ def _literal(text: Any) -> Any:
 def parse_words(engine: str, words: list[str], version: str | None = None) -> Parsed:
     """The options as the engine's argparse reads them: ``--name value`` / ``--name=value``, flags, ``--no-`` negations;
     the first bare word is the model (``vllm serve MODEL``); an option of no version of the table is unknown."""
-    table = options(engine)
+    at = version_index(engine, version)
+    table = options(engine, at)
     values: dict[str, Any] = {}
     given: dict[str, str] = {}
     unknown: list[str] = []
     other: list[str] = []
-    at = version_index(engine, version)
     model = None
     k = 0
     while k < len(words):
@@ -499,6 +508,11 @@ SGLANG_MAPPED = {
     "enable_ep_moe": "parallel.ep = tp (0.4's server_args.py: ep_size = tp_size)",
     "max_total_tokens": "serving.max_total_tokens",
     "disable_custom_all_reduce": "serving.disable_custom_all_reduce",
+    "cuda_graph_max_bs": "serving.cuda_graph_max_bs", "cuda_graph_bs": "serving.cuda_graph_max_bs (the largest)",
+    "cuda_graph_max_bs_decode": "serving.cuda_graph_max_bs",
+    "cuda_graph_bs_decode": "serving.cuda_graph_max_bs (the largest)",
+    "enable_piecewise_cuda_graph": "serving.prefill_cuda_graph = \"on\"",
+    "disable_piecewise_cuda_graph": "serving.prefill_cuda_graph = \"off\"",
 }
 
 _DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16",
@@ -635,6 +649,17 @@ def map_options(engine: str, parsed: Parsed, checkpoint_quantized: bool) -> Mapp
                 put(dest, sv, key, _int(given[dest], v[dest]))
         if v.get("disable_cuda_graph"):
             put("disable_cuda_graph", sv, "enforce_eager", True)
+        for dest in ("cuda_graph_max_bs", "cuda_graph_max_bs_decode"):  # the decode graphs' (0.5.23's name)
+            if dest in v:
+                put(dest, sv, "cuda_graph_max_bs", _int(given[dest], v[dest]))
+        for dest in ("cuda_graph_bs", "cuda_graph_bs_decode"):  # server_args.py: cuda_graph_max_bs = max(cuda_graph_bs)
+            if dest in v:
+                sizes = [_int(given[dest], x) for x in re.split(r"[\s,\[\]]+", str(v[dest])) if x]
+                if sizes:
+                    put(dest, sv, "cuda_graph_max_bs", max(sizes))
+        for dest, state in (("enable_piecewise_cuda_graph", "on"), ("disable_piecewise_cuda_graph", "off")):
+            if v.get(dest):
+                put(dest, sv, "prefill_cuda_graph", state)
         if v.get("enable_dp_attention"):
             put("enable_dp_attention", sv, "enable_dp_attention", True)
             # server_args.py (0.4, 0.5): with DP attention and no --dp-size, dp_size = tp_size
@@ -753,9 +778,6 @@ NEUTRAL: dict[str, str] = {
     "allow_deprecated_quantization": "permits a deprecated quantization method's name: the checkpoint's weights",
     **dict.fromkeys(("async_scheduling", "schedule_conservativeness"),
                     "when the scheduler runs and how eagerly it admits requests: the same pool and steps' tensors"),
-    **dict.fromkeys(("cuda_graph_max_bs", "cuda_graph_bs"),
-                    "SGLang sizes its KV pool from mem_fraction_static before capturing (model_runner.py): the "
-                    "budget does not read it (the graphs' own memory, in the rest, is not modelled)"),
 }
 #: options whose memory is not modelled, with what they do
 REFUSED = {

@@ -180,7 +180,8 @@ def _sglang_defaults(sv: dict[str, Any], gpu: str, tp: Any, pp: Any, model: Any,
         chunked_prefill_size=given("max_num_batched_tokens"), cuda_graph_max_bs=given("cuda_graph_max_bs"),
         disable_cuda_graph=sv.get("enforce_eager") is True, prefill_cuda_graph=str(sv.get("prefill_cuda_graph", "auto")),
         max_running_requests=given_reqs, max_total_tokens=given("max_total_tokens"),
-        context_length=given("max_model_len"), multimodal=False, dp_attention=sv.get("enable_dp_attention") is True)
+        context_length=given("max_model_len"), multimodal=False, dp_attention=sv.get("enable_dp_attention") is True,
+        dsa=bool(model.index_n_heads))
     sv.setdefault("max_num_batched_tokens", d.chunked_prefill_size)
     sv.setdefault("cuda_graph_max_bs", d.cuda_graph_max_bs)
     sv.setdefault("mem_fraction_static", d.mem_fraction_static)
@@ -325,4 +326,5 @@ def _sglang_running_requests(run: ServeRunSpec) -> ServeRunSpec:
     reqs = max(1, b.max_running_requests) * dp
     note = (f"SGLang {b.engine_version}'s max_running_requests: {reqs:,} (from its pool of {b.num_kv_blocks:,} "
             "tokens; give serving.max_num_seqs to set it)")
-    return replace(run, serving=replace(run.serving, max_num_seqs=reqs), notes=(*run.notes, note))
+    return replace(run, serving=replace(run.serving, max_num_seqs=reqs, derived_max_num_seqs=True),
+                   notes=(*run.notes, note))

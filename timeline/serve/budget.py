@@ -70,7 +70,6 @@ from timeline.serve.weights import weight_bytes
 from timeline.spec.engine_versions import (
     is_v1,
     sglang_max_running_requests,
-    sglang_req_to_token_rows,
     vllm_hybrid_kv_manager,
     vllm_reserved_profile,
     vllm_sorts_in_model_dtype,
@@ -307,11 +306,11 @@ def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
         # _resolve_token_capacity (0.5.10 …)
         tokens = min(profiled, sv.max_total_tokens) if sv.max_total_tokens else profiled
         tokens = tokens // sv.block_size * sv.block_size
-        max_reqs = sglang_max_running_requests(sv.engine_version, profiled, tokens, run.max_model_len,
-                                               sv.max_num_seqs)
+        max_reqs, rows = sglang_max_running_requests(sv.engine_version, profiled, tokens, run.max_model_len,
+                                                     0 if sv.derived_max_num_seqs else sv.max_num_seqs)
         kv_pool = tokens * per_token
         blocks = tokens  # SGLang's pool counts tokens (a page is block_size of them)
-        req_to_token = sglang_req_to_token_rows(sv.engine_version, max_reqs) * (run.max_model_len + 4) * 4
+        req_to_token = rows * (run.max_model_len + 4) * 4
     else:
         requested = int(total * sv.gpu_memory_utilization)
         kv_pool = requested - (weights + activation + non_torch) - graph_estimate

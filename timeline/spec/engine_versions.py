@@ -66,6 +66,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from timeline.spec.sglang_rules import explain_mem_fraction_static
+
 #: the default rule set (the newest source the budget was read at)
 VLLM_DEFAULT = "0.11+35d5cda"
 #: the first vLLM release whose budget subtracts allocated (not reserved) bytes
@@ -170,26 +172,12 @@ class SGLangDefaults:
     mem_fraction_static: float
 
 
-#: the prefill graph's captured token counts (``_generate_piecewise_cuda_graph_tokens``, 0.5.6 …;
-#: ``cuda_graph_hook.py`` ``generate_prefill_cuda_graph_batch_sizes`` from 0.5.19): 4 … 32 by 4, 48 … 256 by 16,
-#: 288 … 512 by 32, 576 … 1024 by 64, 1280 … 4096 by 256, then by 512 up to the largest
-def _prefill_graph_tokens(largest: int) -> list[int]:
-    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
-             *range(1280, 4097, 256), *range(4608, largest + 1, 512)]
-    return [n for n in sizes if n <= largest]
-
-
-#: architectures whose prefill graphs SGLang turns off (``configs/model_config.py``
-#: ``piecewise_cuda_graph_disabled_model_archs``), read at 0.5.10 … 0.5.23
-PREFILL_GRAPH_OFF_ARCHS: frozenset[str] = frozenset()
-
-
 def sglang_server_defaults(version: str, gpu_mem_mib: float, tp: int, pp: int = 1, *, mla: bool = False,
                            architectures: tuple[str, ...] = (), model_path: str = "",
                            chunked_prefill_size: int = 0, cuda_graph_max_bs: int = 0,
                            disable_cuda_graph: bool = False, prefill_cuda_graph: str = "auto",
                            max_running_requests: int = 0, max_total_tokens: int = 0, context_length: int = 0,
-                           multimodal: bool = False, dp_attention: bool = False) -> SGLangDefaults:
+                           multimodal: bool = False, dp_attention: bool = False, dsa: bool = False) -> SGLangDefaults:
     """SGLang's ``chunked_prefill_size``, decode ``cuda_graph_max_bs`` and default ``mem_fraction_static`` for a
     device whose total is ``gpu_mem_mib`` (``get_device_memory_capacity``: nvidia-smi's ``memory.total``,
     :data:`timeline.spec.hardware.NVIDIA_SMI_TOTAL_MIB`), on CUDA, without speculative decoding, PD
@@ -199,14 +187,11 @@ def sglang_server_defaults(version: str, gpu_mem_mib: float, tp: int, pp: int = 
     * 0.4.x (``server_args.py`` ``ServerArgs.__post_init__``, 0.4.9.post2): (2.8 + tp·pp/10) GiB below 35 GiB,
       (9.5 + tp·pp/2) GiB below 90, (12 + tp·pp/2) GiB below 160, else 32 GiB;
     * 0.5.x (``ServerArgs._handle_gpu_memory_settings``; from 0.5.19 ``arg_groups/memory_hook.py``
-      ``handle_gpu_memory_settings`` with ``reserve_for_graph_mb``): 512 + 1.5 per token of
-      ``max(chunked_prefill_size, 2048)`` + tp·pp/8 GiB + 2 per decode batch of ``cuda_graph_max_bs`` (from 0.5.15
-      only while decode graphs are on) + the prefill graphs' (from 0.5.6, :func:`_sglang_prefill_graph`: 8 per
-      captured size, MLA 1.5 GiB), at least 10 GiB on a device above 60 GiB. The GPU's band gives the defaults:
-      ``chunked_prefill_size`` 2,048 below 20 GiB and below 35 GiB (4,096 from 0.5.20), 4,096 below 60, 8,192
-      below 160, else 16,384; ``cuda_graph_max_bs`` 8 below 20 GiB, 24 / 80 below 35 (tp < 4 / tp ≥ 4; 48 / 160
-      from 0.5.20), 32 / 160 below 60, 256 / 512 below 160, else 512 — from 0.5.22 at most
-      ``max_running_requests`` when that is given."""
+      ``handle_gpu_memory_settings``): 512 + 1.5 per token of ``max(chunked_prefill_size, 2048)`` + tp·pp/8 GiB
+      + 2 per decode batch + the prefill CUDA graphs' reserve, at least 10 GiB on a device above 60 GiB, each
+      term as the release reads it (:func:`timeline.spec.sglang_rules.explain_mem_fraction_static`: the GPU
+      bands of ``chunked_prefill_size`` and ``cuda_graph_max_bs``, when prefill graphs are captured and how many
+      sizes); 0.5.0 … 0.5.4 run 0.5.5's rules, a release after 0.5.23 0.5.23's."""
     gib = 1024
     v = parse_version(version) or (0, 4, 0)
     if v < (0, 5, 0):
@@ -225,72 +210,18 @@ def sglang_server_defaults(version: str, gpu_mem_mib: float, tp: int, pp: int = 
         else:
             reserved = 32 * gib
         return SGLangDefaults(chunk, graph_bs, False, 0, reserved, round((gpu_mem_mib - reserved) / gpu_mem_mib, 3))
-    small = (4096, 48, 160) if v >= (0, 5, 20) else (2048, 24, 80)
-    bands = ((20, 2048, 8, 8), (35, *small), (60, 4096, 32, 160), (160, 8192, 256, 512))
-    chunk_default, graph_default = 16384, 512
-    for limit, c, lo, hi in bands:
-        if gpu_mem_mib < limit * gib:
-            chunk_default, graph_default = c, (lo if tp < 4 else hi)
-            break
-    if v >= (0, 5, 22) and max_running_requests and not cuda_graph_max_bs:
-        graph_default = min(graph_default, max_running_requests)  # memory_hook.py: decode_max_bs_is_default
-    chunk = chunked_prefill_size or chunk_default
-    graph_bs = cuda_graph_max_bs or graph_default
-    reserved = 512 + max(chunk, 2048) * 1.5 + tp * pp / 8 * gib
-    if v < (0, 5, 15) or not disable_cuda_graph:
-        reserved += graph_bs * 2
-    on, sizes, graph_mib = _sglang_prefill_graph(v, mla=mla, architectures=architectures, model_path=model_path,
-                                                 chunk=chunk, disable_cuda_graph=disable_cuda_graph,
-                                                 prefill_cuda_graph=prefill_cuda_graph, pp=pp,
-                                                 max_total_tokens=max_total_tokens, context_length=context_length,
-                                                 multimodal=multimodal, dp_attention=dp_attention)
-    if v < (0, 5, 8):  # 0.5.6 / 0.5.7: the prefill graphs' term after the 10 GiB floor
-        if gpu_mem_mib > 60 * gib:
-            reserved = max(reserved, 10 * gib)
-        reserved += graph_mib
-    else:
-        reserved += graph_mib
-        if gpu_mem_mib > 60 * gib:
-            reserved = max(reserved, 10 * gib)
-    return SGLangDefaults(chunk, graph_bs, on, sizes, reserved, round((gpu_mem_mib - reserved) / gpu_mem_mib, 3))
-
-
-def _sglang_prefill_graph(v: tuple[int, int, int], *, mla: bool, architectures: tuple[str, ...], model_path: str,
-                          chunk: int, disable_cuda_graph: bool, prefill_cuda_graph: str, pp: int,
-                          max_total_tokens: int, context_length: int, multimodal: bool,
-                          dp_attention: bool) -> tuple[bool, int, float]:
-    """Whether SGLang ``v`` captures prefill CUDA graphs, how many sizes, and what the default
-    ``mem_fraction_static`` reserves for them (MiB):
-
-    * before 0.5.6: none;
-    * 0.5.6 … 0.5.9: only under ``--enable-piecewise-cuda-graph`` (``serving.prefill_cuda_graph = "on"``);
-      0.5.6 reserves ``max_tokens // 4``, 0.5.7 ``max_tokens // 8``, 0.5.8 and 0.5.9 8 per captured size;
-    * from 0.5.10 on by default (``_handle_piecewise_cuda_graph``: off under pipeline parallelism, DP attention, a
-      multimodal model or an architecture of :data:`PREFILL_GRAPH_OFF_ARCHS`; ``--disable-piecewise-cuda-graph``);
-      8 per captured size, an MLA model 1.5 GiB.
-
-    The largest captured size is ``chunked_prefill_size`` (MLA: 2,048 from 0.5.8), at most ``max_total_tokens``
-    and, for a model path naming llama-2, 4,096 (0.5.10 on), and at most ``context_length`` (0.5.13 on)."""
-    if v < (0, 5, 6) or prefill_cuda_graph == "off" or disable_cuda_graph:
-        return False, 0, 0.0
-    if prefill_cuda_graph != "on":
-        if v < (0, 5, 10) or pp > 1 or dp_attention or multimodal \
-                or any(a in PREFILL_GRAPH_OFF_ARCHS for a in architectures):
-            return False, 0, 0.0
-    largest = 2048 if mla and v >= (0, 5, 8) else chunk
-    if v >= (0, 5, 10):
-        if max_total_tokens:
-            largest = min(largest, max_total_tokens)
-        if "llama-2" in model_path.lower():
-            largest = min(largest, 4096)
-    if v >= (0, 5, 13) and context_length:
-        largest = min(largest, context_length)
-    sizes = len(_prefill_graph_tokens(largest))
-    if v < (0, 5, 7):
-        return True, sizes, float(largest // 4)
-    if v < (0, 5, 8):
-        return True, sizes, float(largest // 8)
-    return True, sizes, (1.5 * 1024 if mla and v >= (0, 5, 10) else sizes * 8.0)
+    info = explain_mem_fraction_static(
+        max(v, (0, 5, 5)), gpu_mem_mib=gpu_mem_mib, tp=tp, pp=pp, mla=mla, architectures=list(architectures),
+        model_path=model_path, chunked_prefill_size=chunked_prefill_size or None,
+        cuda_graph_max_bs=cuda_graph_max_bs or None, disable_cuda_graph=disable_cuda_graph,
+        max_running_requests=max_running_requests or None, max_total_tokens=max_total_tokens or None,
+        context_length=context_length or None, multimodal=multimodal,
+        enable_piecewise_cuda_graph=prefill_cuda_graph == "on", disable_prefill_cuda_graph=prefill_cuda_graph == "off",
+        dsa=dsa)
+    return SGLangDefaults(int(info["chunked_prefill_size"]), int(info["decode_max_bs"]),
+                          info["prefill_backend"] != "disabled",
+                          int(info["prefill_num_sizes"]) if info["prefill_backend"] != "disabled" else 0,
+                          float(info["reserved_mem"]), float(info["mem_fraction_static"]))
 
 
 def sglang_mem_fraction_static(version: str, gpu_mem_mib: int, tp: int, pp: int = 1,
@@ -301,29 +232,30 @@ def sglang_mem_fraction_static(version: str, gpu_mem_mib: int, tp: int, pp: int 
 
 
 def sglang_max_running_requests(version: str, profiled_tokens: int, capacity: int, context_len: int,
-                                given: int) -> int:
-    """SGLang's request slots (the ``ReqToTokenPool``'s rows and the scheduler's ``max_running_requests``), per
-    DP worker; ``given`` is ``--max-running-requests`` (over the DP workers already), 0 when not given:
+                                given: int) -> tuple[int, int]:
+    """SGLang's ``max_running_requests`` (the scheduler's) and its ``ReqToTokenPool``'s rows (int32
+    ``[rows, context_len + 4]``), per DP worker; ``given`` is ``--max-running-requests`` (over the DP workers
+    already), 0 when not given; ``capacity`` the final (capped, page-aligned) pool tokens:
 
-    * up to 0.5.9 (``init_memory_pool``, 0.4.9.post2 … 0.5.9): ``given``, else
-      ``min(max(int(profiled / context_len · 512), 2048), 4096)`` from the profiled tokens, before the cap;
-    * from 0.5.10 (``model_runner_kv_cache_mixin.py`` ``_resolve_max_num_reqs``; ``kv_cache_configurator.py``
-      ``resolve_max_num_reqs`` from 0.5.16): ``estimated = max(min(int(capacity / context_len · 512), 4096), 2048)``
-      from the final (capped, page-aligned) capacity; ``min(given, estimated)``, else ``min(estimated,
-      capacity // 2)``."""
+    * up to 0.5.9 (``model_runner.py`` ``init_memory_pool``, 0.4.x … 0.5.9): the pool's requests ``given``, else
+      ``min(max(int(profiled / context_len · 512), 2048), 4096)`` from the profiled tokens, before the cap —
+      ``max_num_reqs + 1`` rows up to 0.4.6, ``max_num_reqs`` from 0.4.7; the scheduler's (``tp_worker.py``
+      ``TpModelWorker.__init__``) ``min(given or capacity // 2, rows)``;
+    * from 0.5.10 (``model_runner_kv_cache_mixin.py`` ``_resolve_max_num_reqs``; ``kv_cache_configurator.py`` from
+      0.5.16): ``estimated = max(min(int(capacity / context_len · 512), 4096), 2048)``; ``min(given, estimated)``
+      (from 0.5.14 ``min(given, capacity // 2)``), else ``min(estimated, capacity // 2)``; the rows are those
+      requests, one more from 0.5.12 (``ReqToTokenPool._alloc_size``)."""
     v = parse_version(version or "0.4") or (0, 4, 0)
     if v < (0, 5, 10):
-        return given or min(max(int(profiled_tokens / context_len * 512), 2048), 4096)
+        pool = given or min(max(int(profiled_tokens / context_len * 512), 2048), 4096)
+        rows = pool + (1 if v < (0, 4, 7) else 0)
+        return min(given or capacity // 2, rows), rows
     estimated = max(min(int(capacity / context_len * 512), 4096), 2048)
-    return min(given, estimated) if given else min(estimated, capacity // 2)
-
-
-def sglang_req_to_token_rows(version: str, max_running_requests: int) -> int:
-    """Rows of SGLang's ``ReqToTokenPool`` (``mem_cache/memory_pool.py``, int32 ``[rows, context_len + 4]``):
-    ``max_num_reqs + 1`` up to 0.4.6 (``model_runner.py`` ``init_memory_pool``: ``size=max_num_reqs + 1``),
-    ``max_num_reqs`` from 0.4.7."""
-    v = parse_version(version or "0.4") or (0, 4, 0)
-    return max_running_requests + (1 if v < (0, 4, 7) else 0)
+    if given:
+        reqs = min(given, estimated if v < (0, 5, 14) else capacity // 2)
+    else:
+        reqs = min(estimated, capacity // 2)
+    return reqs, reqs + (1 if v >= (0, 5, 12) else 0)
 
 
 #: the first vLLM release read whose tensor-parallel all-reduce returns a new tensor

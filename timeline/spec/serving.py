@@ -95,6 +95,9 @@ class ServingSpec:
     cuda_graph_max_bs: int = spec_field(0, nonneg=True, maximum=2**20, doc=(
         "SGLang --cuda-graph-max-bs: the largest decode batch captured (0 = the version's default for the GPU's "
         "memory); its default mem_fraction_static reserves 2 MiB per batch"))
+    derived_max_num_seqs: bool = spec_field(False, doc=(
+        "written by the tool: max_num_seqs is SGLang's own max_running_requests, derived from its pool (the "
+        "request table is sized as when --max-running-requests is not given)"))
     prefill_cuda_graph: str = spec_field("auto", choices=("auto", "on", "off"), doc=(
         "SGLang's prefill (piecewise / breakable) CUDA graphs: auto = the version's default (off before 0.5.10 "
         "unless --enable-piecewise-cuda-graph; on from 0.5.10 unless --disable-piecewise-cuda-graph or a rule "
