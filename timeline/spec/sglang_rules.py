@@ -1,4 +1,4 @@
-"""SGLang's default ``mem_fraction_static`` and KV pool sizing, 0.5.5 … 0.5.23, on CUDA (NVIDIA) GPUs.
+"""SGLang's default ``mem_fraction_static``, 0.5.5 … 0.5.23, on CUDA (NVIDIA) GPUs (the KV pool: :mod:`timeline.serve.budget`).
 
 Read from each release's wheel (``sglang/srt/``); every rule cites ``file:function@versions``. The
 function was held to each release's own handlers, run on stubbed server arguments, on 40 written cases and
@@ -33,10 +33,6 @@ What is modelled ("plain" launch on CUDA):
 """
 
 from __future__ import annotations
-
-from typing import Any
-
-SUPPORTED = [(0, 5, p) for p in range(5, 24)]
 
 
 def rules_patch(version: tuple[int, int, int]) -> int:
@@ -456,128 +452,3 @@ def explain_mem_fraction_static(
         info["vlm_factor"] = f
     info["mem_fraction_static"] = mfs
     return info
-
-
-def default_mem_fraction_static(
-    version: tuple[int, int, int], *, gpu_mem_mib: float, tp: int, pp: int, mla: bool,
-    architectures: list[str], model_path: str, chunked_prefill_size: int | None,
-    cuda_graph_max_bs: int | None, disable_cuda_graph: bool,
-    max_running_requests: int | None, max_total_tokens: int | None,
-    context_length: int | None, multimodal: bool = False, **extras: Any,
-) -> float:
-    """Default mem_fraction_static (see module docstring / explain_mem_fraction_static
-    for the optional extras)."""
-    return explain_mem_fraction_static(
-        version, gpu_mem_mib=gpu_mem_mib, tp=tp, pp=pp, mla=mla,
-        architectures=architectures, model_path=model_path,
-        chunked_prefill_size=chunked_prefill_size, cuda_graph_max_bs=cuda_graph_max_bs,
-        disable_cuda_graph=disable_cuda_graph, max_running_requests=max_running_requests,
-        max_total_tokens=max_total_tokens, context_length=context_length,
-        multimodal=multimodal, **extras)["mem_fraction_static"]
-
-
-def derivation(info: dict, gpu_mem_mib: float) -> str:
-    parts = " + ".join(f"{v:g}" for _, v in info["terms"] if not _.endswith("(after floor)"))
-    s = "{} = {:g}".format(parts, info["reserved_pre_floor"])
-    if gpu_mem_mib > 60 * 1024:
-        s += " -> max(.., 10240) = {:g}".format(max(info["reserved_pre_floor"], 10240))
-    after = [v for n, v in info["terms"] if n.endswith("(after floor)")]
-    if after:
-        s += " + {:g} (pcg after floor) = {:g}".format(after[0], info["reserved_mem"])
-    s += " -> round(({:g}-{:g})/{:g}, 3) = {:g}".format(gpu_mem_mib, info["reserved_mem"], gpu_mem_mib,
-                                          info["mem_fraction_static_before_vlm"])
-    if "vlm_factor" in info:
-        s += " * vlm {:.6f} = {:.6f}".format(info["vlm_factor"], info["mem_fraction_static"])
-    return s
-
-
-# ---------------------------------------------------------------------------
-# KV pool sizing (plain model: no mamba / SWA / spec / DSA / FP4 / hisparse)
-# ---------------------------------------------------------------------------
-
-def kv_cell_size_bytes(version: tuple[int, int, int], *, mla: bool, num_layers: int,
-                       kv_dtype_bytes: float, num_kv_heads_per_rank: int = 0,
-                       head_dim: int = 0, v_head_dim: int | None = None,
-                       kv_lora_rank: int = 0, qk_rope_head_dim: int = 0) -> int:
-    """Per-token KV bytes on one rank.
-
-    MHA: 0.5.5-0.5.6 model_runner.py ModelRunner.profile_max_num_token:
-           kv_heads * head_dim * layers * 2 * elem   (V sized with head_dim too)
-         0.5.7-0.5.10 model_runner_kv_cache_mixin.py get_cell_size_per_token,
-         0.5.11-0.5.23 pool_configurator.py DefaultPoolConfigurator._compute_cell_size:
-           kv_heads * (head_dim + v_head_dim) * layers * elem
-         (kv_heads = ModelConfig.get_num_kv_heads(attn_tp) = max(1, total_kv_heads // attn_tp);
-          0.5.18+: // (attn_tp // dcp), dcp = 1 by default.)
-    MLA: all versions (kv_lora_rank + qk_rope_head_dim) * layers * elem
-         (DSA/NSA models add an indexer term, and 0.5.17+ change the fp8 DSA row
-          layout via kv_cache_configurator.calculate_mla_kv_cache_dim: not modelled).
-    num_layers = num_effective_layers = end_layer - start_layer (this PP stage).
-    """
-    p = rules_patch(version)
-    if mla:
-        return int((kv_lora_rank + qk_rope_head_dim) * num_layers * kv_dtype_bytes)
-    if p <= 6:
-        return int(num_kv_heads_per_rank * head_dim * num_layers * 2 * kv_dtype_bytes)
-    vh = head_dim if v_head_dim is None else v_head_dim
-    return int(num_kv_heads_per_rank * (head_dim + vh) * num_layers * kv_dtype_bytes)
-
-
-def kv_pool(version: tuple[int, int, int], *, pre_model_load_gib: float,
-            post_load_avail_gib: float, mem_fraction_static: float, cell_size: int,
-            context_len: int, page_size: int = 1, max_total_tokens: int | None = None,
-            max_running_requests: int | None = None, dp_size: int = 1,
-            pp_min_tokens: int | None = None) -> dict:
-    """max_total_num_tokens, max_running_requests and ReqToTokenPool shape of one rank.
-
-    pre_model_load_gib / post_load_avail_gib: get_available_gpu_memory() values
-    (torch.cuda.mem_get_info free bytes after empty_cache, / 2**30, MIN over the
-    world group when world_size > 1). pp_min_tokens: the other PP stages' value
-    (all_reduce MIN), if any.
-    """
-    p = rules_patch(version)
-    rest = post_load_avail_gib - pre_model_load_gib * (1 - mem_fraction_static)
-    if p >= 14 and rest <= 0:
-        raise ValueError("Loaded weights leave no GPU memory for the KV cache")
-    if p <= 6:
-        profiled = int(rest * (1 << 30) // cell_size)
-    else:
-        profiled = int(rest * (1 << 30)) // cell_size
-    if p <= 10:
-        # init_memory_pool / _resolve_token_capacity: cap, align, PP-min
-        tokens = profiled if max_total_tokens is None else min(profiled, max_total_tokens)
-        tokens = tokens // page_size * page_size
-        if pp_min_tokens is not None:
-            tokens = min(tokens, pp_min_tokens)
-    else:
-        # 0.5.11+: configurator aligns, then _apply_token_constraints (cap, PP-min),
-        # re-align only if changed.
-        aligned = max(profiled, 0) // page_size * page_size
-        tokens = aligned if max_total_tokens is None else min(aligned, max_total_tokens)
-        if pp_min_tokens is not None:
-            tokens = min(tokens, pp_min_tokens)
-        if tokens != aligned:
-            tokens = tokens // page_size * page_size
-    if tokens <= 0:
-        raise RuntimeError("Not enough memory. Please try to increase --mem-fraction-static.")
-    if p <= 9:
-        # model_runner(_kv_cache_mixin).init_memory_pool: pool size from the PROFILED count
-        pool = (max_running_requests if max_running_requests is not None else
-                min(max(int(profiled / context_len * 512), 2048), 4096))
-        # ModelRunner/TpModelWorker: max_running_requests = min(tokens//2 or mrr//dp, pool)
-        mrr = min(tokens // 2 if max_running_requests is None else max_running_requests // dp_size,
-                  pool)
-    else:
-        est = max(min(int(tokens / context_len * 512), 4096), 2048)
-        if max_running_requests is not None:
-            per = max_running_requests // dp_size
-            if p >= 23:
-                per = max(1, per)
-            # 0.5.10-0.5.13: min(per, est); 0.5.14+: min(per, tokens // 2)
-            mrr = min(per, est) if p <= 13 else min(per, tokens // 2)
-        else:
-            mrr = min(est, tokens // 2)
-        pool = mrr
-    rows = pool + 1 if p >= 12 else pool   # ReqToTokenPool._alloc_size = size + 1 @0.5.12+
-    return dict(profiled_tokens=profiled, max_total_num_tokens=tokens,
-                max_running_requests=mrr, req_to_token_shape=(rows, context_len + 4),
-                req_to_token_dtype="int32")
