@@ -13,7 +13,7 @@ import pytest
 from timeline.cli import main
 from timeline.errors import SpecError
 from timeline.io.serve_runfile import load_serve_run
-from timeline.serve.budget import compute_budget, compute_budgets, samples
+from timeline.serve.budget import compute_budget, compute_budgets, samples, with_engine_requests
 from timeline.serve.non_torch import (
     CONTEXT,
     CONTEXT_REFERENCE,
@@ -363,15 +363,16 @@ def test_sglang_request_slots_by_version(tmp_path):
     assert sglang_max_running_requests("0.5.14", 3000, 3000, 8192, 9000) == (1500, 1501)
     # a run without --max-running-requests gets the version's own, derived from the pool it sizes
     small = 'engine = "sglang"\nengine_version = "0.5.10"\nmax_total_tokens = 3000'
-    run = _run(tmp_path, "llama-3.1-8b", small)
+    assert _run(tmp_path, "llama-3.1-8b", small).serving.max_num_seqs == 0  # the run file leaves it to the engine
+    run = with_engine_requests(_run(tmp_path, "llama-3.1-8b", small))
     b = compute_budget(run)
     assert b.num_kv_blocks == 3000 and b.max_running_requests == 1500 and run.serving.max_num_seqs == 1500
     assert b.req_to_token_bytes == 1500 * (run.max_model_len + 4) * 4
     assert any("max_running_requests: 1,500" in n for n in run.notes)
-    old = _run(tmp_path, "llama-3.1-8b", small.replace("0.5.10", "0.5.9"))
+    old = with_engine_requests(_run(tmp_path, "llama-3.1-8b", small.replace("0.5.10", "0.5.9")))
     assert old.serving.max_num_seqs == 1500 and compute_budget(old).req_to_token_bytes == 2048 * (
         old.max_model_len + 4) * 4  # the pool's rows from the profiled tokens, before the cap
-    given = _run(tmp_path, "llama-3.1-8b", small + "\nmax_num_seqs = 64")
+    given = with_engine_requests(_run(tmp_path, "llama-3.1-8b", small + "\nmax_num_seqs = 64"))
     assert given.serving.max_num_seqs == 64 and compute_budget(given).max_running_requests == 64
 
 

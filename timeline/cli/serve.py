@@ -165,7 +165,9 @@ def _ms(value: float | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     formats = parse_formats(args.format)
-    spec = load_serve_run(args.run, args.overrides)
+    from timeline.serve.budget import with_engine_requests
+
+    spec = with_engine_requests(load_serve_run(args.run, args.overrides))
     for note in spec.notes:
         print(f"note: {args.run}: {note}", file=sys.stderr)
     out = Path(args.output) if args.output else default_output(spec.name)

@@ -157,7 +157,7 @@ def _sglang_defaults(sv: dict[str, Any], gpu: str, tp: Any, pp: Any, model: Any,
     (:func:`timeline.spec.engine_versions.sglang_server_defaults`; needs the GPU's nvidia-smi total): the
     ``chunked_prefill_size`` and decode ``cuda_graph_max_bs`` of the GPU's band and ``mem_fraction_static``
     from them; pages of one token (``--page-size`` 1); ``max_num_seqs`` 0, SGLang's ``max_running_requests``
-    derived from its pool when the run is built."""
+    derived from its pool by the serve layer (:func:`timeline.serve.budget.with_engine_requests`)."""
     if sv.get("engine") != "sglang":
         return
     sv.setdefault("block_size", 1)
@@ -311,20 +311,5 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     problems = serve_problems(run)
     if problems:
         raise SpecError(problems, source)
-    if run.serving.engine == "sglang" and run.serving.max_num_seqs == 0:
-        run = _sglang_running_requests(run)
     return run
 
-
-def _sglang_running_requests(run: ServeRunSpec) -> ServeRunSpec:
-    """The run with SGLang's own ``max_running_requests`` (:func:`timeline.spec.engine_versions.
-    sglang_max_running_requests`, from the pool the budget sizes), over every DP-attention worker."""
-    from timeline.serve.budget import compute_budgets  # the budget reads the spec this module builds
-
-    b = compute_budgets(run)[0]
-    dp = run.parallel.dp if run.serving.enable_dp_attention else 1
-    reqs = max(1, b.max_running_requests) * dp
-    note = (f"SGLang {b.engine_version}'s max_running_requests: {reqs:,} (from its pool of {b.num_kv_blocks:,} "
-            "tokens; give serving.max_num_seqs to set it)")
-    return replace(run, serving=replace(run.serving, max_num_seqs=reqs, derived_max_num_seqs=True),
-                   notes=(*run.notes, note))

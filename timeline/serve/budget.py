@@ -235,6 +235,7 @@ def compute_budgets(run: ServeRunSpec) -> list[Budget]:
     """Every pipeline stage's budget (its TP rank 0), each with the workers' smallest block count (vLLM
     ``get_kv_cache_configs``; V0 ``determine_num_available_blocks`` run on every worker, the executor
     taking the minimum): a V0 TP rank that does not sample counts too; one entry at ``pp = 1``."""
+    run = with_engine_requests(run)
     budgets = [compute_budget(run, stage) for stage in range(run.parallel.pp)]
     fewest = min(b.num_kv_blocks for b in budgets)
     if run.parallel.tp > 1 and not samples(run, run.parallel.pp - 1, 1):
@@ -242,7 +243,28 @@ def compute_budgets(run: ServeRunSpec) -> list[Budget]:
     return [replace(b, num_kv_blocks=fewest) for b in budgets]
 
 
+def with_engine_requests(run: ServeRunSpec) -> ServeRunSpec:
+    """The run with SGLang's own ``max_running_requests`` where the run file leaves it out (``max_num_seqs``
+    0): :func:`timeline.spec.engine_versions.sglang_max_running_requests` from the pool the budget sizes, over
+    every DP-attention worker, marked ``derived_max_num_seqs`` (the request table sized as the engine sizes it
+    when none is given) and said in a note. Any other run is returned as it is."""
+    sv = run.serving
+    if sv.engine != "sglang" or sv.max_num_seqs:
+        return run
+    b = _compute_budget(run, 0, 0)
+    dp = run.parallel.dp if sv.enable_dp_attention else 1
+    reqs = max(1, b.max_running_requests) * dp
+    note = (f"SGLang {b.engine_version}'s max_running_requests: {reqs:,} (from its pool of {b.num_kv_blocks:,} "
+            "tokens; give serving.max_num_seqs to set it)")
+    return replace(run, serving=replace(sv, max_num_seqs=reqs, derived_max_num_seqs=True), notes=(*run.notes, note))
+
+
 def compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
+    """One worker's budget (:func:`_compute_budget` of the run :func:`with_engine_requests` completes)."""
+    return _compute_budget(with_engine_requests(run), stage, rank)
+
+
+def _compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
     """One worker's budget: TP rank ``rank`` of pipeline stage ``stage`` (its own block count, before
     the minimum over workers of :func:`compute_budgets`); under SGLang's DP attention with one DP
     rank's ``max_running_requests`` and ``chunked_prefill_size`` (:func:`~timeline.serve.dp.rank_run`)."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from timeline.alloc.caching import CachingAllocator
 from timeline.alloc.config import AllocatorConfig
-from timeline.serve.budget import Budget, compute_budget, compute_budgets
+from timeline.serve.budget import Budget, compute_budget, compute_budgets, with_engine_requests
 from timeline.serve.dp import dp_ranks, moe_per_token
 from timeline.serve.graph_view import FUSED_MOE_CHUNK, device_params, pp_layers, step_ops
 from timeline.serve.hf import hf_timeline
@@ -189,6 +189,7 @@ def serve(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
     step's tokens through its own layers; the memory rows, trace and snapshot are stage 0's, every
     stage's budget and peaks are in ``stages``. A step's duration is the whole model's (the stages in
     sequence; vLLM's concurrent batches over the pipeline are not modelled)."""
+    run = with_engine_requests(run)  # SGLang's own max_running_requests where none is given
     if run.serving.engine == "hf":
         return serve_hf(run)
     if dp_ranks(run) > 1:
