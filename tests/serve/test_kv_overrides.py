@@ -69,6 +69,8 @@ def test_sglang_max_total_tokens_caps_the_pool_after_max_num_reqs(tmp_path):
 @pytest.mark.parametrize(("engine", "extra", "key"), [
     ("sglang", "num_gpu_blocks_override = 100\n", "serving.num_gpu_blocks_override"),
     ("vllm", "max_total_tokens = 100\n", "serving.max_total_tokens"),
+    ("vllm", "cuda_graph_max_bs = 64\n", "serving.cuda_graph_max_bs"),
+    ("vllm", 'prefill_cuda_graph = "off"\n', "serving.prefill_cuda_graph"),
 ])
 def test_an_engine_option_on_the_other_engine_is_named(tmp_path, engine, extra, key):
     with pytest.raises(SpecError) as err:

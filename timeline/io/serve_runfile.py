@@ -312,4 +312,3 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     if problems:
         raise SpecError(problems, source)
     return run
-

@@ -104,6 +104,11 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
         if getattr(sv, key) and sv.engine != engine:
             add((f"serving.{key}", f"an option of {engine} (--{key.replace('_', '-')}), not of {sv.engine}; "
                  "remove it, or set it to 0"))
+    if sv.engine != "sglang" and (sv.cuda_graph_max_bs or sv.prefill_cuda_graph != "auto" or sv.derived_max_num_seqs):
+        key = "cuda_graph_max_bs" if sv.cuda_graph_max_bs else \
+            "prefill_cuda_graph" if sv.prefill_cuda_graph != "auto" else "derived_max_num_seqs"
+        add((f"serving.{key}", f"SGLang's (its default mem_fraction_static and request slots), not {sv.engine}'s; "
+             "remove it (vLLM's capture sizes: cuda_graph_sizes / max_cudagraph_capture_size)"))
     if sv.usage_context != "openai_api_server" and sv.engine != "vllm":
         add(("serving.usage_context", f"vLLM's usage context (its offline LLM class's defaults); {sv.engine} "
              "takes one set of defaults: remove it"))
