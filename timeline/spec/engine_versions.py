@@ -76,6 +76,9 @@ VLLM_OLDEST = (0, 6, 4)
 VLLM_RESERVED_READ = (((0, 2, 5), (0, 2, 7)), ((0, 3, 3), (0, 6, 3)))
 VLLM_V1_DEFAULT = (0, 8, 0)
 SGLANG_VERSIONS = ("0.4",)
+#: the SGLang rules a run without ``serving.engine_version`` runs (the newest release read; ``timeline.spec.serving``
+#: ``ENGINE_VERSIONS`` names it first)
+SGLANG_DEFAULT = "0.5.23"
 #: SGLang releases whose pool rule was read: 0.4.9.post2, 0.5.5 … 0.5.23 (``ModelRunner.profile_max_num_token``,
 #: from 0.5.11 ``_profile_available_bytes``, from 0.5.16 ``mem_cache/kv_cache_configurator.py``: the same formula,
 #: ``post-load free − pre-load free × (1 − mem_fraction_static)``, at every one of them; the post-capture sizing of
@@ -245,7 +248,7 @@ def sglang_max_running_requests(version: str, profiled_tokens: int, capacity: in
       0.5.16): ``estimated = max(min(int(capacity / context_len · 512), 4096), 2048)``; ``min(given, estimated)``
       (from 0.5.14 ``min(given, capacity // 2)``), else ``min(estimated, capacity // 2)``; the rows are those
       requests, one more from 0.5.12 (``ReqToTokenPool._alloc_size``)."""
-    v = parse_version(version or "0.4") or (0, 4, 0)
+    v = parse_version(version or SGLANG_DEFAULT) or (0, 4, 0)
     if v < (0, 5, 10):
         pool = given or min(max(int(profiled_tokens / context_len * 512), 2048), 4096)
         rows = pool + (1 if v < (0, 4, 7) else 0)

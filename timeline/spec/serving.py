@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from timeline.spec.engine_versions import USAGE_CONTEXTS
+from timeline.spec.engine_versions import SGLANG_DEFAULT, USAGE_CONTEXTS
 from timeline.spec.fields import spec_field
 from timeline.spec.model import ModelSpec
 from timeline.spec.quant import CheckpointQuant
@@ -182,6 +182,6 @@ class ServeRunSpec:
 #: first is the default
 ENGINE_VERSIONS: dict[str, tuple[str, ...]] = {
     "vllm": ("0.11+35d5cda",),
-    "sglang": ("0.4",),
+    "sglang": (SGLANG_DEFAULT, "0.4"),  # the newest release read; "0.4" the round-1 rule set
     "hf": ("transformers",),
 }
