@@ -52,6 +52,26 @@ def test_sglang_launch_server(tmp_path, capsys):
     assert run.parallel.tp == 2 and run.serving.max_model_len == 16384
 
 
+def test_sglang_without_chunked_prefill(tmp_path, capsys):
+    """--chunked-prefill-size -1: chunked prefill off, a prefill batch of --max-prefill-tokens (16,384 by default),
+    which the default mem_fraction_static reserves for; a prefill budget below the chunk is refused by name."""
+    out = tmp_path / "run.toml"
+    base = "python -m sglang.launch_server --model-path Qwen/Qwen3-8B --chunked-prefill-size -1"
+    cfg = ["--hf-config", str(HF / "qwen3-8b"), "--gpu", "h100", "--engine-version", "0.5.12", "-o", str(out)]
+    assert main(["from-sglang", base, *cfg]) == 0
+    run = load_serve_run(out)
+    assert not run.serving.enable_chunked_prefill and run.serving.max_num_batched_tokens == 16384
+    # 512 + 16,384·1.5 + 256·2 + 128 MiB (no prefill graphs: their largest size is the chunk, -1)
+    assert run.serving.mem_fraction_static == round((81_559 - 25_728) / 81_559, 3)
+    assert main(["from-sglang", base + " --max-prefill-tokens 32768", *cfg, "--force"]) == 0
+    assert load_serve_run(out).serving.max_num_batched_tokens == 32768
+    chunked = "python -m sglang.launch_server --model-path Qwen/Qwen3-8B --chunked-prefill-size 8192"
+    assert main(["from-sglang", chunked + " --max-prefill-tokens 4096", *cfg, "--force"]) == 2
+    assert "--max-prefill-tokens 4096: a prefill budget below the chunked prefill size (8192)" in \
+        capsys.readouterr().err
+    assert main(["from-sglang", chunked + " --max-prefill-tokens 16384", *cfg, "--force"]) == 0
+
+
 def test_bad_commands_are_one_line(tmp_path, capsys):
     cfg = ["--hf-config", str(HF / "llama-3.1-8b")]
     assert main(["from-vllm", "vllm serve m --tensor-paralel-size 2", *cfg]) == 2

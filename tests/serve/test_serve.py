@@ -129,6 +129,22 @@ def test_blocks_never_exceed_the_pool_and_every_fitting_request_finishes():
     assert sum(s.preemptions for s in res.states) > 0  # 30 × 17 blocks do not fit in 40
 
 
+def test_sglang_runs_a_prompt_over_the_prefill_budget_alone():
+    """Without chunked prefill, SGLang admits a prompt longer than --max-prefill-tokens as the first of its prefill
+    batch (PrefillAdder.add_one_req); vLLM's validation keeps such prompts out, so its scheduler waits."""
+    long = (Request(rid=0, arrival_us=0.0, prompt_tokens=600, output_tokens=2),
+            Request(rid=1, arrival_us=0.0, prompt_tokens=100, output_tokens=2))
+    sglang = Engine(cfg(enable_chunked_prefill=False, oversized_prompt_alone=True), long)
+    for st in sglang.states:
+        sglang.arrive(st)
+    batch, _ = sglang.schedule()
+    assert [(st.req.rid, new) for st, new in batch] == [(0, 600)]  # whole, alone: the short one waits
+    res = simulate_requests(cfg(enable_chunked_prefill=False, oversized_prompt_alone=True), long, lambda b: 100.0)
+    assert all(st.finish_us >= 0 for st in res.states)
+    stuck = simulate_requests(cfg(enable_chunked_prefill=False), long, lambda b: 100.0)
+    assert stuck.states[0].finish_us < 0
+
+
 def test_preemption_exactly_when_a_step_cannot_get_a_block():
     c = cfg(num_blocks=1000)
     res = simulate_requests(c, reqs(30, 200, 60), lambda batch: 100.0)

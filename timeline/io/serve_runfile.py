@@ -20,6 +20,7 @@ from timeline.io.hf_vision import is_vision_language, split_vision
 from timeline.io.requests_csv import read_requests
 from timeline.io.runfile import NAME_RE, _resolve_model, default_name, parse_override, read_toml, world_of
 from timeline.spec.engine_versions import (
+    SGLANG_MAX_PREFILL_TOKENS,
     USAGE_CONTEXTS,
     VLLM_MODELOPT_KV_FP8,
     release_at_least,
@@ -174,15 +175,19 @@ def _sglang_defaults(sv: dict[str, Any], gpu: str, tp: Any, pp: Any, model: Any,
         value = sv.get(key)
         return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
+    # --chunked-prefill-size ≤ 0 (enable_chunked_prefill false): a prefill batch holds --max-prefill-tokens
+    chunk_off = sv.get("enable_chunked_prefill") is False
     d = sglang_server_defaults(
         version, NVIDIA_SMI_TOTAL_MIB[gpu], tp, pp, mla=bool(model.is_mla),
         architectures=tuple(str(a) for a in (cfg or {}).get("architectures") or ()), model_path=model_path,
-        chunked_prefill_size=given("max_num_batched_tokens"), cuda_graph_max_bs=given("cuda_graph_max_bs"),
+        chunked_prefill_size=-1 if chunk_off else given("max_num_batched_tokens"),
+        max_prefill_tokens=given("max_num_batched_tokens") or SGLANG_MAX_PREFILL_TOKENS,
+        cuda_graph_max_bs=given("cuda_graph_max_bs"),
         disable_cuda_graph=sv.get("enforce_eager") is True, prefill_cuda_graph=str(sv.get("prefill_cuda_graph", "auto")),
         max_running_requests=given_reqs, max_total_tokens=given("max_total_tokens"),
         context_length=given("max_model_len"), multimodal=False, dp_attention=sv.get("enable_dp_attention") is True,
         dsa=bool(model.index_n_heads))
-    sv.setdefault("max_num_batched_tokens", d.chunked_prefill_size)
+    sv.setdefault("max_num_batched_tokens", SGLANG_MAX_PREFILL_TOKENS if chunk_off else d.chunked_prefill_size)
     sv.setdefault("cuda_graph_max_bs", d.cuda_graph_max_bs)
     sv.setdefault("mem_fraction_static", d.mem_fraction_static)
 

@@ -41,6 +41,7 @@ def serve_dp(run: ServeRunSpec, record_entries: int = 0) -> ServeResult:
     cfg = SchedulerConfig(num_blocks=budget.num_kv_blocks, block_size=budget.block_size,
                           max_num_seqs=sv.max_num_seqs, max_num_batched_tokens=sv.max_num_batched_tokens,
                           max_model_len=run.max_model_len, enable_chunked_prefill=sv.enable_chunked_prefill,
+                          oversized_prompt_alone=sv.engine == "sglang",
                           enable_prefix_caching=sv.enable_prefix_caching,
                           full_groups=budget.kv_layout.full_groups, sliding_windows=budget.kv_layout.sliding_windows)
 

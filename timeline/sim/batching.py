@@ -96,6 +96,10 @@ class SchedulerConfig:
     max_model_len: int
     enable_chunked_prefill: bool
     enable_prefix_caching: bool
+    # SGLang without chunked prefill: a prompt over the prefill budget runs when it is the first of its prefill
+    # batch (managers/schedule_policy.py PrefillAdder.add_one_req, 0.5.12: ``input_tokens >= rem_input_tokens``
+    # stops only a batch that already has a request)
+    oversized_prompt_alone: bool = False
     full_groups: int = 1  # full-attention KV cache groups
     sliding_windows: tuple[int, ...] = ()  # one window per sliding-window KV cache group
 
@@ -236,14 +240,17 @@ class Engine:
                 budget -= new
                 i += 1
         if not preempted:
+            admitted = False
             while self.waiting and len(self.running) < c.max_num_seqs and budget > 0:
                 st = self.waiting[0]
                 if not st.own_blocks and not st.shared_blocks:
                     self._share_prefix(st)
                 new = st.total_tokens - st.computed
-                if new > budget and not c.enable_chunked_prefill:
+                if new > budget and not c.enable_chunked_prefill and (admitted or not c.oversized_prompt_alone):
                     break
-                new = min(new, budget)
+                if c.enable_chunked_prefill:
+                    new = min(new, budget)
+                admitted = True
                 if not self._grow(st, st.computed + new):
                     self._release(st)
                     st.computed = 0

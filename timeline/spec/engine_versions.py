@@ -79,6 +79,9 @@ SGLANG_VERSIONS = ("0.4",)
 #: the SGLang rules a run without ``serving.engine_version`` runs (the newest release read; ``timeline.spec.serving``
 #: ``ENGINE_VERSIONS`` names it first)
 SGLANG_DEFAULT = "0.5.23"
+#: SGLang's ``--max-prefill-tokens`` default (``server_args.py`` ``ServerArgs``, 0.4 … 0.5.23): a prefill batch's
+#: tokens when chunked prefill is off (``--chunked-prefill-size`` ≤ 0)
+SGLANG_MAX_PREFILL_TOKENS = 16384
 #: SGLang releases whose pool rule was read: 0.4.9.post2, 0.5.5 … 0.5.23 (``ModelRunner.profile_max_num_token``,
 #: from 0.5.11 ``_profile_available_bytes``, from 0.5.16 ``mem_cache/kv_cache_configurator.py``: the same formula,
 #: ``post-load free − pre-load free × (1 − mem_fraction_static)``, at every one of them; the post-capture sizing of
@@ -180,7 +183,8 @@ def sglang_server_defaults(version: str, gpu_mem_mib: float, tp: int, pp: int = 
                            chunked_prefill_size: int = 0, cuda_graph_max_bs: int = 0,
                            disable_cuda_graph: bool = False, prefill_cuda_graph: str = "auto",
                            max_running_requests: int = 0, max_total_tokens: int = 0, context_length: int = 0,
-                           multimodal: bool = False, dp_attention: bool = False, dsa: bool = False) -> SGLangDefaults:
+                           multimodal: bool = False, dp_attention: bool = False, dsa: bool = False,
+                           max_prefill_tokens: int = SGLANG_MAX_PREFILL_TOKENS) -> SGLangDefaults:
     """SGLang's ``chunked_prefill_size``, decode ``cuda_graph_max_bs`` and default ``mem_fraction_static`` for a
     device whose total is ``gpu_mem_mib`` (``get_device_memory_capacity``: nvidia-smi's ``memory.total``,
     :data:`timeline.spec.hardware.NVIDIA_SMI_TOTAL_MIB`), on CUDA, without speculative decoding, PD
@@ -220,7 +224,7 @@ def sglang_server_defaults(version: str, gpu_mem_mib: float, tp: int, pp: int = 
         max_running_requests=max_running_requests or None, max_total_tokens=max_total_tokens or None,
         context_length=context_length or None, multimodal=multimodal,
         enable_piecewise_cuda_graph=prefill_cuda_graph == "on", disable_prefill_cuda_graph=prefill_cuda_graph == "off",
-        dsa=dsa)
+        dsa=dsa, max_prefill_tokens=max_prefill_tokens)
     return SGLangDefaults(int(info["chunked_prefill_size"]), int(info["decode_max_bs"]),
                           info["prefill_backend"] != "disabled",
                           int(info["prefill_num_sizes"]) if info["prefill_backend"] != "disabled" else 0,

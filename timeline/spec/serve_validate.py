@@ -193,7 +193,7 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
         refuses = ("SGLang refuses it without SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" if sv.engine == "sglang"
                    else "vLLM refuses it without VLLM_ALLOW_LONG_MAX_MODEL_LEN")
         add(("serving.max_model_len", f"{mml} exceeds {what}{longest} ({refuses})"))
-    if not sv.enable_chunked_prefill and sv.max_num_batched_tokens < mml:
+    if sv.engine == "vllm" and not sv.enable_chunked_prefill and sv.max_num_batched_tokens < mml:
         add(("serving.max_num_batched_tokens", f"{sv.max_num_batched_tokens} is below max_model_len={mml}; "
              "without chunked prefill a whole prompt runs in one step (vllm/config/scheduler.py "
              "verify_max_model_len); raise it or enable chunked prefill"))

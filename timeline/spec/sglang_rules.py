@@ -2,7 +2,8 @@
 
 Read from each release's wheel (``sglang/srt/``); every rule cites ``file:function@versions``. The
 function was held to each release's own handlers, run on stubbed server arguments, on 40 written cases and
-4,700 random configurations (identical values). A release after 0.5.23 runs 0.5.23's rules
+4,700 random configurations (identical values); DP attention (``dp_attention``/``dp_size``) on 16 more
+written cases and 3,000 random DP-attention configurations. A release after 0.5.23 runs 0.5.23's rules
 (:func:`rules_patch`).
 Citation shorthand:
   SA   = server_args.py
@@ -14,7 +15,9 @@ Citation shorthand:
 
 What is modelled ("plain" launch on CUDA):
   * ``--mem-fraction-static`` not given (otherwise SGLang keeps the user value).
-  * No DP attention, speculative decoding, PD disaggregation, DeepEP / MoE A2A,
+  * DP attention (``--enable-dp-attention --dp-size N``) IS modelled (see
+    ``_dp_attention_reserve``); with it, still no moe_a2a_backend (DeepEP etc.).
+  * No speculative decoding, PD disaggregation, DeepEP / MoE A2A,
     LoRA, torch.compile, hierarchical cache / CPU offload, context parallel,
     deterministic inference, symmetric memory, DLLM, GGUF, two-batch-overlap,
     EPLB / expert-distribution recorder, ``--enforce-piecewise-cuda-graph``,
@@ -183,17 +186,24 @@ def _prefill_capture_sizes(p: int, max_tokens: int) -> list[int]:
 def _prefill_backend(p: int, *, mla: bool, dsa: bool, kda: bool, pp: int,
                      archs: list[str], multimodal: bool, disable_cuda_graph: bool,
                      disable_prefill_cuda_graph: bool, enable_piecewise_cuda_graph: bool,
-                     trtllm_mla_prefill: bool) -> tuple[str, str]:
+                     trtllm_mla_prefill: bool, dp_attention: bool = False) -> tuple[str, str]:
     """Prefill (piecewise / breakable) CUDA-graph backend as seen by the memory
     handler, i.e. after every auto-disable that runs BEFORE it. Returns
-    (backend, reason)."""
+    (backend, reason).
+
+    ``dp_attention`` is the raw ``--enable-dp-attention`` flag: every DP-attention
+    rule below reads ``enable_dp_attention`` itself (not ``dp_size``), and
+    ``_handle_data_parallelism``'s dp_size == 1 reset runs after the memory
+    handler, so ``--enable-dp-attention --dp-size 1`` triggers them too.
+    """
     arch0 = archs[0] if archs else ""
     if p == 5:
         # GMS@0.5.5 has no prefill-graph reserve term at all.
         return DISABLED, "0.5.5: no piecewise reserve term"
     if p <= 9:
         # GMS@0.5.6-0.5.9: opt-in --enable-piecewise-cuda-graph (default False);
-        # nothing before the handler flips it (SA __post_init__ order).
+        # nothing before the handler flips it (SA __post_init__ order) -- not even
+        # DP attention: the opted-in term is still counted with --enable-dp-attention.
         return (TC_PIECEWISE, "--enable-piecewise-cuda-graph") if enable_piecewise_cuda_graph \
             else (DISABLED, "piecewise cuda graph is opt-in (default off)")
     if p <= 13:
@@ -211,6 +221,10 @@ def _prefill_backend(p: int, *, mla: bool, dsa: bool, kda: bool, pp: int,
             return DISABLED, "multimodal model"
         if pp > 1:
             return DISABLED, "pp_size > 1"
+        # SA _handle_piecewise_cuda_graph@0.5.10-0.5.13 rule "DP attention":
+        # enable_dp_attention -> disable_piecewise_cuda_graph = True.
+        if dp_attention:
+            return DISABLED, "DP attention (0.5.10-0.5.13 piecewise rule)"
         return TC_PIECEWISE, "default on (0.5.10-0.5.13)"
 
     # ---- 0.5.14+: cuda_graph_config.prefill.backend ----
@@ -220,6 +234,7 @@ def _prefill_backend(p: int, *, mla: bool, dsa: bool, kda: bool, pp: int,
     # in SA _parse_cuda_graph_config / CGH parse_cuda_graph_config the convenience
     # flag wins over legacy --disable-cuda-graph, and it LOCKS the prefill backend
     # so _apply_cuda_graph_compatibility is skipped.
+    # (The lock also skips every DP-attention rule: Inkling keeps the term with DP attention.)
     if p >= 16 and arch0 in INKLING_ARCHS and not disable_prefill_cuda_graph:
         return FULL, "Inkling: prefill backend forced to full"
     # SA _parse_cuda_graph_config@0.5.14-0.5.18 / CGH parse_cuda_graph_config:
@@ -260,6 +275,11 @@ def _prefill_backend(p: int, *, mla: bool, dsa: bool, kda: bool, pp: int,
             return DISABLED, "tc_piecewise: pp_size > 1"
         if multimodal and not any(a in MULTIMODAL_PIECEWISE_SUPPORTED_ARCHS[p] for a in archs):
             return DISABLED, "tc_piecewise: multimodal not allowlisted"
+        # same rule lists, rule "DP attention" (enable_dp_attention; SA reads it through
+        # _resolved() at 0.5.15-0.5.18, CGH through resolved_view) -- present in every
+        # version that has the tc_piecewise list (0.5.14-0.5.21).
+        if dp_attention:
+            return DISABLED, "tc_piecewise: DP attention"
         return TC_PIECEWISE, "tc_piecewise"
 
     # backend == BREAKABLE:
@@ -268,6 +288,12 @@ def _prefill_backend(p: int, *, mla: bool, dsa: bool, kda: bool, pp: int,
     # NB: no model-arch blacklist and (before 0.5.19) no pp rule for breakable.
     if p in (15, 16) and mla:
         return DISABLED, "breakable: MLA attention (0.5.15-0.5.16)"
+    # SA _disable_breakable_cudagraph_if_incompatible@0.5.15-0.5.16 rule "DP attention"
+    # ("DP-attn x BCG capture/replay not yet validated"); removed at 0.5.17, absent in
+    # CGH disable_breakable_cudagraph_if_incompatible@0.5.19-0.5.23, so breakable stays on
+    # under DP attention from 0.5.17.
+    if p in (15, 16) and dp_attention:
+        return DISABLED, "breakable: DP attention (0.5.15-0.5.16)"
     if p == 17 and mla and not dsa:
         return DISABLED, "breakable: MLA attention, non-DSA (0.5.17)"
     if p == 17 and arch0 in NEMOTRON_H_ARCHS:
@@ -283,6 +309,43 @@ def _prefill_backend(p: int, *, mla: bool, dsa: bool, kda: bool, pp: int,
         if p == 15 or not any(a in MULTIMODAL_BREAKABLE_SUPPORTED_ARCHS[p] for a in archs):
             return DISABLED, "breakable: multimodal not allowlisted"
     return BREAKABLE, "breakable"
+
+
+def _dp_attention_reserve(p: int, *, dp_attention: bool, dp_size: int,
+                          decode_max_bs: int) -> tuple[int, float]:
+    """(attention-DP width the reserve multiplies by, MiB) -- the DP-attention term.
+
+    GMS@0.5.5-0.5.15, SA reserve_for_graph_mb@0.5.16-0.5.18, MH reserve_for_graph_mb@0.5.19-0.5.23:
+        if <attention DP on>:
+            reserved_mem += decode max_bs * W * 3
+            if decode max_bs > 300: reserved_mem += decode max_bs * W * 1.5
+    added with the other graph terms, i.e. BEFORE the 10 GiB floor in every release (0.5.6/0.5.7
+    included: only their piecewise term sits after the floor). ``decode max_bs`` is
+    ``cuda_graph_max_bs`` (0.5.5-0.5.13) / ``cuda_graph_config.decode.max_bs`` (0.5.14+) as the
+    handler just resolved it (band default, user value, 0.5.22+ max_running_requests cap); the
+    term is NOT gated on the decode graph being enabled (0.5.15+ gate it only on
+    disaggregation_mode != "prefill"), so ``--disable-cuda-graph`` keeps it.
+    <attention DP on> / W:
+      0.5.5-0.5.21: ``enable_dp_attention`` / ``dp_size`` (SA@0.5.15-0.5.18 reads the flag via
+        ``_resolved()``, MH@0.5.19-0.5.21 via resolved_view). ``--dp-size 1`` is reset (flag off)
+        only later, in SA _handle_data_parallelism@0.5.5-0.5.18 / overrides.py
+        _data_parallelism_defaults (run from parallel_hook.py handle_data_parallelism)@0.5.19-0.5.21,
+        so ``--enable-dp-attention --dp-size 1`` still pays ``max_bs * 1 * 3``.
+      0.5.22-0.5.23: ``attn_dp_enabled_of(cfg)`` (runtime_context.py: ``attn_dp_size > 1``, or an
+        EP scale joiner) / ``attn_dp_size``. parallel_hook.py handle_deprecated_dp_attention, the
+        first step of pipeline.py run_resolution_pipeline@0.5.22-0.5.23, rewrites
+        ``--enable-dp-attention --dp-size N`` to ``attn_dp_size=N, dp_size=1``,
+        ``enable_dp_attention=False``; so W = N, and N = 1 gives no term.
+    """
+    if not dp_attention:
+        return 1, 0.0
+    width = dp_size
+    if p >= 22 and width <= 1:
+        return 1, 0.0
+    mib = decode_max_bs * width * 3.0
+    if decode_max_bs > 300:
+        mib += decode_max_bs * width * 1.5
+    return width, mib
 
 
 def vlm_factor(vit_num_layers: int = 24, vit_hidden_size: int = 1024) -> float:
@@ -317,6 +380,8 @@ def explain_mem_fraction_static(
     hopper: bool = False,     # is_sm90_supported(); Qwen3-VL rule 0.5.20+
     hf_model_type: str = "",  # hf_config.model_type; Qwen3-VL rule 0.5.20+
     trtllm_mla_prefill: bool = False,  # resolved prefill attn backend == trtllm_mla (0.5.18-0.5.21 mm switch)
+    dp_attention: bool = False,  # --enable-dp-attention
+    dp_size: int = 1,            # --dp-size (the attention-DP width when dp_attention; ignored otherwise)
 ) -> dict:
     p = rules_patch(version)
     archs = list(architectures or [])
@@ -326,9 +391,19 @@ def explain_mem_fraction_static(
     if gpu_mem_mib is None or gpu_mem_mib <= 0:
         raise ValueError("gpu_mem_mib required (gpu_mem None -> SGLang uses 0.88/0.95, not modelled)")
     gpu_mem = float(gpu_mem_mib)
+    if dp_attention and (dp_size < 1 or tp % dp_size):
+        # SA _handle_data_parallelism@0.5.5-0.5.18 / parallel_hook.py handle_data_parallelism
+        # @0.5.19-0.5.23: assert tp_size % dp_size (attn_dp_size) == 0 -> the launch fails.
+        raise ValueError(f"DP attention needs dp_size dividing tp (tp={tp}, dp_size={dp_size})")
     info: dict = {"version": ".".join(str(x) for x in version)}
 
     # ---- 1. chunked_prefill_size / decode max_bs defaults (bands) ----
+    # DP attention changes neither band nor value here: the bands key on tp_size only, and the
+    # division chunked_prefill_size //= dp_size (attn_dp_size at 0.5.22+) happens AFTER the
+    # memory handler (SA _handle_data_parallelism@0.5.5-0.5.18, parallel_hook.py
+    # handle_data_parallelism@0.5.19-0.5.23, which at 0.5.16+ also re-clamps the prefill graph's
+    # max_bs), so the activation and prefill-graph terms use the undivided size.
+    # --max-running-requests is likewise used undivided by the 0.5.22+ cap below.
     band_cps, band_bs = _band(p, gpu_mem, tp)
     cps = chunked_prefill_size if chunked_prefill_size is not None else band_cps
     decode_max_bs_is_default = cuda_graph_max_bs is None
@@ -354,7 +429,10 @@ def explain_mem_fraction_static(
         disable_cuda_graph=disable_cuda_graph,
         disable_prefill_cuda_graph=disable_prefill_cuda_graph,
         enable_piecewise_cuda_graph=enable_piecewise_cuda_graph,
-        trtllm_mla_prefill=trtllm_mla_prefill)
+        trtllm_mla_prefill=trtllm_mla_prefill,
+        # 0.5.22+: handle_deprecated_dp_attention clears enable_dp_attention before any rule
+        # runs, and no rule list there has a DP entry (CGH@0.5.22-0.5.23).
+        dp_attention=dp_attention and p <= 21)
     info.update(prefill_backend=backend, prefill_reason=reason)
     # decode backend: FULL by default (CGC), DISABLED by --disable-cuda-graph (0.5.14+).
     decode_disabled = disable_cuda_graph
@@ -410,6 +488,15 @@ def explain_mem_fraction_static(
     par = tp * pp / 8 * 1024
     reserved += par
     terms.append((f"tp*pp/8*1024 = {tp}*{pp}/8*1024", par))
+    # DP attention: decode max_bs * W * 3 (+ * 1.5 if max_bs > 300), before the floor
+    # (see _dp_attention_reserve for the citations).
+    dp_width, dp_mib = _dp_attention_reserve(p, dp_attention=dp_attention, dp_size=dp_size,
+                                             decode_max_bs=max_bs)
+    info.update(dp_attention_width=dp_width if dp_mib else 1, dp_attention_reserve=dp_mib)
+    if dp_mib:
+        reserved += dp_mib
+        big = f" + {max_bs}*{dp_width}*1.5" if max_bs > 300 else ""
+        terms.append((f"DP attention {max_bs}*{dp_width}*3{big}", dp_mib))
 
     pcg = 0.0
     if backend != DISABLED:
