@@ -377,15 +377,17 @@ def test_sglang_request_slots_by_version(tmp_path):
 
 
 def test_sglang_default_fraction_as_each_release_computes_it():
-    """40 launches (0.5.5 … 0.5.23; 16 … 180 GiB GPUs; tp 1 … 8; MLA or not; prefill graphs on, off, opted in;
-    given chunked prefill, decode batch, context length, --max-total-tokens, --disable-cuda-graph): the default
+    """66 launches (0.5.5 … 0.5.23; 16 … 180 GiB GPUs; tp 1 … 8; MLA or not; prefill graphs on, off, opted in;
+    given chunked prefill, decode batch, context length, --max-total-tokens, --disable-cuda-graph; DP attention
+    over 1 … 8 workers): the default
     mem_fraction_static each release's own handlers give (tests/data/sglang_mfs_cases.json, computed by running
     ``_handle_gpu_memory_settings`` / ``handle_gpu_memory_settings`` of each wheel on stubbed server arguments)."""
     cases = json.loads((Path(__file__).parents[1] / "data" / "sglang_mfs_cases.json").read_text())
     checked = 0
     for case in cases:
         extras = case.get("extras") or {}
-        if set(extras) - {"enable_piecewise_cuda_graph", "disable_prefill_cuda_graph", "dsa"} or case["multimodal"]:
+        if set(extras) - {"enable_piecewise_cuda_graph", "disable_prefill_cuda_graph", "dsa", "dp_attention",
+                          "dp_size"} or case["multimodal"]:
             continue  # inputs a run file does not hold (KDA, a vision tower's size)
         prefill = "on" if extras.get("enable_piecewise_cuda_graph") else \
             "off" if extras.get("disable_prefill_cuda_graph") else "auto"
@@ -396,11 +398,12 @@ def test_sglang_default_fraction_as_each_release_computes_it():
                                    disable_cuda_graph=case["disable_cuda_graph"], prefill_cuda_graph=prefill,
                                    max_running_requests=case["max_running_requests"] or 0,
                                    max_total_tokens=case["max_total_tokens"] or 0,
-                                   context_length=case["context_length"] or 0, dsa=bool(extras.get("dsa")))
+                                   context_length=case["context_length"] or 0, dsa=bool(extras.get("dsa")),
+                                   dp_attention=bool(extras.get("dp_attention")), dp_size=extras.get("dp_size", 1))
         assert d.mem_fraction_static == case["mem_fraction_static"], (case["name"], case["derivation"])
         assert d.reserved_mib == case["derived"]["reserved_mem"], case["name"]
         checked += 1
-    assert checked >= 30
+    assert checked >= 60
 
 
 def test_sglang_pool_is_whole_pages(tmp_path):

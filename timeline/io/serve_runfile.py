@@ -152,7 +152,7 @@ def _version_defaults(sv: dict[str, Any], max_position: int, device_gib: float, 
     return notes
 
 
-def _sglang_defaults(sv: dict[str, Any], gpu: str, tp: Any, pp: Any, model: Any, cfg: dict | None,
+def _sglang_defaults(sv: dict[str, Any], gpu: str, tp: Any, pp: Any, dp: Any, model: Any, cfg: dict | None,
                      model_path: str) -> None:
     """SGLang's own defaults where the run file leaves them out, at the named ``serving.engine_version``
     (:func:`timeline.spec.engine_versions.sglang_server_defaults`; needs the GPU's nvidia-smi total): the
@@ -177,16 +177,19 @@ def _sglang_defaults(sv: dict[str, Any], gpu: str, tp: Any, pp: Any, model: Any,
 
     # --chunked-prefill-size ≤ 0 (enable_chunked_prefill false): a prefill batch holds --max-prefill-tokens
     chunk_off = sv.get("enable_chunked_prefill") is False
-    d = sglang_server_defaults(
-        version, NVIDIA_SMI_TOTAL_MIB[gpu], tp, pp, mla=bool(model.is_mla),
-        architectures=tuple(str(a) for a in (cfg or {}).get("architectures") or ()), model_path=model_path,
-        chunked_prefill_size=-1 if chunk_off else given("max_num_batched_tokens"),
-        max_prefill_tokens=given("max_num_batched_tokens") or SGLANG_MAX_PREFILL_TOKENS,
-        cuda_graph_max_bs=given("cuda_graph_max_bs"),
-        disable_cuda_graph=sv.get("enforce_eager") is True, prefill_cuda_graph=str(sv.get("prefill_cuda_graph", "auto")),
-        max_running_requests=given_reqs, max_total_tokens=given("max_total_tokens"),
-        context_length=given("max_model_len"), multimodal=False, dp_attention=sv.get("enable_dp_attention") is True,
-        dsa=bool(model.index_n_heads))
+    try:
+        d = sglang_server_defaults(
+            version, NVIDIA_SMI_TOTAL_MIB[gpu], tp, pp, mla=bool(model.is_mla),
+            architectures=tuple(str(a) for a in (cfg or {}).get("architectures") or ()), model_path=model_path,
+            chunked_prefill_size=-1 if chunk_off else given("max_num_batched_tokens"),
+            max_prefill_tokens=given("max_num_batched_tokens") or SGLANG_MAX_PREFILL_TOKENS,
+            cuda_graph_max_bs=given("cuda_graph_max_bs"),
+            disable_cuda_graph=sv.get("enforce_eager") is True, prefill_cuda_graph=str(sv.get("prefill_cuda_graph", "auto")),
+            max_running_requests=given_reqs, max_total_tokens=given("max_total_tokens"),
+            context_length=given("max_model_len"), multimodal=False, dp_attention=sv.get("enable_dp_attention") is True,
+            dp_size=dp if isinstance(dp, int) and not isinstance(dp, bool) and dp > 0 else 1, dsa=bool(model.index_n_heads))
+    except ValueError:  # a combination SGLang refuses (dp ∤ tp under DP attention): the validation names it
+        return
     sv.setdefault("max_num_batched_tokens", SGLANG_MAX_PREFILL_TOKENS if chunk_off else d.chunked_prefill_size)
     sv.setdefault("cuda_graph_max_bs", d.cuda_graph_max_bs)
     sv.setdefault("mem_fraction_static", d.mem_fraction_static)
@@ -276,7 +279,8 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
             # vLLM turns prefix caching off by default for hybrid models (config/model.py
             # ModelConfig.is_prefix_caching_supported: attn_type "hybrid"); asked for, it runs the states "align"
             sv_values.setdefault("enable_prefix_caching", False)
-        _sglang_defaults(sv_values, str(gpu), par_values.get("tp", 1), par_values.get("pp", 1), model, cfg,
+        _sglang_defaults(sv_values, str(gpu), par_values.get("tp", 1), par_values.get("pp", 1),
+                         par_values.get("dp", 1), model, cfg,
                          f"{model.name} {(data.get('model') or {}).get('hf_config', '')}")
     serving = build_section(ServingSpec, "serving", sv_values, problems)
     if serving is not None and serving.engine == "vllm" and serving.cuda_graph_estimate_gib is None \

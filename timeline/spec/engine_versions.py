@@ -183,12 +183,13 @@ def sglang_server_defaults(version: str, gpu_mem_mib: float, tp: int, pp: int = 
                            chunked_prefill_size: int = 0, cuda_graph_max_bs: int = 0,
                            disable_cuda_graph: bool = False, prefill_cuda_graph: str = "auto",
                            max_running_requests: int = 0, max_total_tokens: int = 0, context_length: int = 0,
-                           multimodal: bool = False, dp_attention: bool = False, dsa: bool = False,
+                           multimodal: bool = False, dp_attention: bool = False, dp_size: int = 1, dsa: bool = False,
                            max_prefill_tokens: int = SGLANG_MAX_PREFILL_TOKENS) -> SGLangDefaults:
     """SGLang's ``chunked_prefill_size``, decode ``cuda_graph_max_bs`` and default ``mem_fraction_static`` for a
     device whose total is ``gpu_mem_mib`` (``get_device_memory_capacity``: nvidia-smi's ``memory.total``,
     :data:`timeline.spec.hardware.NVIDIA_SMI_TOTAL_MIB`), on CUDA, without speculative decoding, PD
-    disaggregation or DeepEP (0 / "" arguments: not given). ``mem_fraction_static = round((gpu_mem − reserved) /
+    disaggregation or DeepEP (0 / "" arguments: not given); DP attention (``dp_attention`` over ``dp_size``
+    workers) as each release reserves for it. ``mem_fraction_static = round((gpu_mem − reserved) /
     gpu_mem, 3)`` with, in MiB:
 
     * 0.4.x (``server_args.py`` ``ServerArgs.__post_init__``, 0.4.9.post2): (2.8 + tp·pp/10) GiB below 35 GiB,
@@ -224,7 +225,7 @@ def sglang_server_defaults(version: str, gpu_mem_mib: float, tp: int, pp: int = 
         max_running_requests=max_running_requests or None, max_total_tokens=max_total_tokens or None,
         context_length=context_length or None, multimodal=multimodal,
         enable_piecewise_cuda_graph=prefill_cuda_graph == "on", disable_prefill_cuda_graph=prefill_cuda_graph == "off",
-        dsa=dsa, max_prefill_tokens=max_prefill_tokens)
+        dsa=dsa, max_prefill_tokens=max_prefill_tokens, dp_attention=dp_attention, dp_size=dp_size)
     return SGLangDefaults(int(info["chunked_prefill_size"]), int(info["decode_max_bs"]),
                           info["prefill_backend"] != "disabled",
                           int(info["prefill_num_sizes"]) if info["prefill_backend"] != "disabled" else 0,

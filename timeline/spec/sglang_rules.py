@@ -2,7 +2,7 @@
 
 Read from each release's wheel (``sglang/srt/``); every rule cites ``file:function@versions``. The
 function was held to each release's own handlers, run on stubbed server arguments, on 40 written cases and
-4,700 random configurations (identical values); DP attention (``dp_attention``/``dp_size``) on 16 more
+4,700 random configurations (identical values); DP attention (``dp_attention``/``dp_size``) on 26 more
 written cases and 3,000 random DP-attention configurations. A release after 0.5.23 runs 0.5.23's rules
 (:func:`rules_patch`).
 Citation shorthand:
@@ -15,8 +15,12 @@ Citation shorthand:
 
 What is modelled ("plain" launch on CUDA):
   * ``--mem-fraction-static`` not given (otherwise SGLang keeps the user value).
-  * DP attention (``--enable-dp-attention --dp-size N``) IS modelled (see
-    ``_dp_attention_reserve``); with it, still no moe_a2a_backend (DeepEP etc.).
+  * DP attention as the user passes it (``--enable-dp-attention --dp-size N``:
+    ``dp_attention=True, dp_size=N``) is modelled: its reserve term
+    (``_dp_attention_reserve``) and its prefill-graph rules (``_prefill_backend``).
+    DP attention that SGLang switches on by itself AFTER the memory handler
+    (DeepSeek NSA/V3.2 in SA _handle_model_specific_adjustments@0.5.5-0.5.7;
+    prefill-CP / DWDP set-ups later) does not reach the reserve: pass the user's flag.
   * No speculative decoding, PD disaggregation, DeepEP / MoE A2A,
     LoRA, torch.compile, hierarchical cache / CPU offload, context parallel,
     deterministic inference, symmetric memory, DLLM, GGUF, two-batch-overlap,
@@ -336,6 +340,11 @@ def _dp_attention_reserve(p: int, *, dp_attention: bool, dp_size: int,
         first step of pipeline.py run_resolution_pipeline@0.5.22-0.5.23, rewrites
         ``--enable-dp-attention --dp-size N`` to ``attn_dp_size=N, dp_size=1``,
         ``enable_dp_attention=False``; so W = N, and N = 1 gives no term.
+    No other DP-attention adjustment of mem_fraction_static runs for a plain CUDA launch: the
+    only later writer of the field is AMD aiter's *0.85 (SA _handle_attention_backend_compatibility
+    @0.5.5-0.5.18, attention_hook.py handle_attention_backend_compatibility@0.5.19-0.5.23), and
+    the DeepSeek / DP-attention branches of SA _handle_model_specific_adjustments / model_hook.py
+    run after the memory handler.
     """
     if not dp_attention:
         return 1, 0.0
