@@ -7,6 +7,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from timeline.cli import main
 from timeline.io.serve_command import _forms, human_int, options
 from timeline.io.serve_runfile import load_serve_run
@@ -70,6 +72,29 @@ def test_sglang_without_chunked_prefill(tmp_path, capsys):
     assert "--max-prefill-tokens 4096: a prefill budget below the chunked prefill size (8192)" in \
         capsys.readouterr().err
     assert main(["from-sglang", chunked + " --max-prefill-tokens 16384", *cfg, "--force"]) == 0
+
+
+@pytest.mark.parametrize(("option", "version", "state"), [
+    ("--enable-piecewise-cuda-graph", "0.5.7", "on"),
+    ("--disable-piecewise-cuda-graph", "0.5.12", "off"),
+    ("--disable-piecewise-cuda-graph", "0.5.16", "off"),  # folded into --cuda-graph-backend-prefill there
+    ("--disable-prefill-cuda-graph", "0.5.20", "off"),
+    ("--cuda-graph-backend-prefill disabled", "0.5.23", "off"),
+])
+def test_sglang_prefill_graph_options(tmp_path, option, version, state):
+    """Each release's way of turning SGLang's prefill CUDA graphs on or off reaches serving.prefill_cuda_graph, as
+    that release's parser names it (the option's form at the version given)."""
+    out = tmp_path / "run.toml"
+    cmd = f"python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B {option}"
+    assert main(["from-sglang", cmd, "--hf-config", str(HF / "llama-3.1-8b"), "--gpu", "h100", "--engine-version",
+                 version, "-o", str(out)]) == 0
+    assert load_serve_run(out).serving.prefill_cuda_graph == state
+
+
+def test_sglang_prefill_backend_by_hand_is_refused(tmp_path, capsys):
+    cmd = "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B --cuda-graph-backend-prefill full"
+    assert main(["from-sglang", cmd, "--hf-config", str(HF / "llama-3.1-8b"), "--engine-version", "0.5.23"]) == 2
+    assert "--cuda-graph-backend-prefill full: a prefill CUDA-graph backend chosen by hand" in capsys.readouterr().err
 
 
 def test_bad_commands_are_one_line(tmp_path, capsys):

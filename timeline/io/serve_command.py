@@ -515,6 +515,8 @@ SGLANG_MAPPED = {
     "cuda_graph_bs_decode": "serving.cuda_graph_max_bs (the largest)",
     "enable_piecewise_cuda_graph": "serving.prefill_cuda_graph = \"on\"",
     "disable_piecewise_cuda_graph": "serving.prefill_cuda_graph = \"off\"",
+    "disable_prefill_cuda_graph": "serving.prefill_cuda_graph = \"off\"",
+    "cuda_graph_backend_prefill": "serving.prefill_cuda_graph = \"off\" (disabled; another backend is refused)",
 }
 
 _DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16", "fp16": "fp16",
@@ -686,9 +688,20 @@ def map_options(engine: str, parsed: Parsed, checkpoint_quantized: bool) -> Mapp
                 sizes = [_int(given[dest], x) for x in re.split(r"[\s,\[\]]+", str(v[dest])) if x]
                 if sizes:
                     put(dest, sv, "cuda_graph_max_bs", max(sizes))
-        for dest, state in (("enable_piecewise_cuda_graph", "on"), ("disable_piecewise_cuda_graph", "off")):
+        for dest, state in (("enable_piecewise_cuda_graph", "on"), ("disable_piecewise_cuda_graph", "off"),
+                            ("disable_prefill_cuda_graph", "off")):
             if v.get(dest):
                 put(dest, sv, "prefill_cuda_graph", state)
+        if "cuda_graph_backend_prefill" in v:
+            # 0.5.14 on: --cuda-graph-backend-prefill X, and the flags folded into it (--disable-piecewise-cuda-graph
+            # sets "disabled"; --enable-breakable-cuda-graph / --enforce-piecewise-cuda-graph force a backend)
+            name, value = given["cuda_graph_backend_prefill"], v["cuda_graph_backend_prefill"]
+            if value == "disabled" or name == "--disable-piecewise-cuda-graph":
+                put("cuda_graph_backend_prefill", sv, "prefill_cuda_graph", "off")
+            else:
+                raise UserError(f"{name}{'' if value is True else f' {value}'}: a prefill CUDA-graph backend chosen "
+                                "by hand (forced past the release's own rules) is not modelled; leave the "
+                                "backend to the release's default (drop the option)")
         if v.get("enable_dp_attention"):
             put("enable_dp_attention", sv, "enable_dp_attention", True)
             # server_args.py (0.4, 0.5): with DP attention and no --dp-size, dp_size = tp_size
