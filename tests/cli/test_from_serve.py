@@ -91,6 +91,21 @@ def test_sglang_prefill_graph_options(tmp_path, option, version, state):
     assert load_serve_run(out).serving.prefill_cuda_graph == state
 
 
+def test_sglang_attn_dp_size_is_dp_attention(tmp_path, capsys):
+    """0.5.22's --attn-dp-size N is --enable-dp-attention --dp-size N (handle_deprecated_dp_attention rewrites the
+    old spelling to it): the same run file; replicas of such an engine (--dp-size beside it) are refused."""
+    dsv3 = ["--hf-config", str(HF / "deepseek-v3"), "--gpu", "h200", "--engine-version", "0.5.23"]
+    base = "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8"
+    new, old = tmp_path / "new.toml", tmp_path / "old.toml"
+    assert main(["from-sglang", f"{base} --attn-dp-size 8", *dsv3, "-o", str(new)]) == 0
+    assert main(["from-sglang", f"{base} --enable-dp-attention --dp-size 8", *dsv3, "-o", str(old)]) == 0
+    a, b = load_serve_run(new), load_serve_run(old)
+    assert a.serving.enable_dp_attention and a.parallel.dp == 8
+    assert (a.serving, a.parallel) == (b.serving, b.parallel)
+    assert main(["from-sglang", f"{base} --attn-dp-size 8 --dp-size 2", *dsv3]) == 2
+    assert "data-parallel replicas of an attention-DP engine are not modelled" in capsys.readouterr().err
+
+
 def test_sglang_prefill_backend_by_hand_is_refused(tmp_path, capsys):
     cmd = "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B --cuda-graph-backend-prefill full"
     assert main(["from-sglang", cmd, "--hf-config", str(HF / "llama-3.1-8b"), "--engine-version", "0.5.23"]) == 2

@@ -511,6 +511,7 @@ SGLANG_MAPPED = {
     "disable_custom_all_reduce": "serving.disable_custom_all_reduce",
     "cuda_graph_max_bs": "serving.cuda_graph_max_bs", "cuda_graph_bs": "serving.cuda_graph_max_bs (the largest)",
     "max_prefill_tokens": "serving.max_num_batched_tokens (chunked prefill off)",
+    "attn_dp_size": "serving.enable_dp_attention, parallel.dp (0.5.22's spelling of DP attention)",
     "cuda_graph_max_bs_decode": "serving.cuda_graph_max_bs",
     "cuda_graph_bs_decode": "serving.cuda_graph_max_bs (the largest)",
     "enable_piecewise_cuda_graph": "serving.prefill_cuda_graph = \"on\"",
@@ -706,6 +707,16 @@ def map_options(engine: str, parsed: Parsed, checkpoint_quantized: bool) -> Mapp
             put("enable_dp_attention", sv, "enable_dp_attention", True)
             # server_args.py (0.4, 0.5): with DP attention and no --dp-size, dp_size = tp_size
             par.setdefault("dp", par.get("tp", 1))
+        if "attn_dp_size" in v:
+            # 0.5.22 on (arg_groups/parallel_hook.py handle_deprecated_dp_attention): --enable-dp-attention --dp-size N
+            # is rewritten to --attn-dp-size N with dp_size 1; both are DP attention over N groups inside tp
+            groups = _int(given["attn_dp_size"], v["attn_dp_size"])
+            if groups > 1:
+                if int(par.get("dp", 1)) > 1 and not v.get("enable_dp_attention"):
+                    raise UserError(f"{given['attn_dp_size']} {groups} with {given['dp_size']} {par['dp']}: data-"
+                                    "parallel replicas of an attention-DP engine are not modelled; give one of them")
+                put("attn_dp_size", sv, "enable_dp_attention", True)
+                par["dp"] = groups
         if v.get("enable_ep_moe"):  # 0.4's server_args.py: ep_size = tp_size
             put("enable_ep_moe", par, "ep", par.get("tp", 1))
         if v.get("disable_radix_cache"):
