@@ -67,11 +67,14 @@ def test_sglang_without_chunked_prefill(tmp_path, capsys):
     assert run.serving.mem_fraction_static == round((81_559 - 25_728) / 81_559, 3)
     assert main(["from-sglang", base + " --max-prefill-tokens 32768", *cfg, "--force"]) == 0
     assert load_serve_run(out).serving.max_num_batched_tokens == 32768
-    chunked = "python -m sglang.launch_server --model-path Qwen/Qwen3-8B --chunked-prefill-size 8192"
-    assert main(["from-sglang", chunked + " --max-prefill-tokens 4096", *cfg, "--force"]) == 2
-    assert "--max-prefill-tokens 4096: a prefill budget below the chunked prefill size (8192)" in \
-        capsys.readouterr().err
-    assert main(["from-sglang", chunked + " --max-prefill-tokens 16384", *cfg, "--force"]) == 0
+    # with chunked prefill on, a budget of at least the chunk changes nothing; a smaller one is refused by name
+    chunked = "python -m sglang.launch_server --model-path Qwen/Qwen3-8B --max-prefill-tokens"
+    assert main(["from-sglang", chunked + " 8192", *cfg, "--force"]) == 0  # H100: the chunk is 8,192
+    assert load_serve_run(out).serving.max_num_batched_tokens == 8192
+    assert main(["from-sglang", chunked + " 4096", *cfg, "--force"]) == 2
+    assert "serving.max_prefill_tokens: 4096 is below the chunked prefill size 8192" in capsys.readouterr().err
+    small = [*cfg[:2], "--gpu", "rtx4090", *cfg[4:]]  # its chunk is 2,048 at 0.5.12
+    assert main(["from-sglang", chunked + " 4096", *small, "--force"]) == 0
 
 
 @pytest.mark.parametrize(("option", "version", "state"), [

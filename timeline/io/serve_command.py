@@ -29,7 +29,6 @@ from typing import Any, TypeVar
 from timeline.errors import UserError
 from timeline.io.launch_script import SERVE_MODULES, SERVE_PROGRAMS, read_launch_script
 from timeline.io.serve_forms import Found, manifest_containers, python_calls
-from timeline.spec.engine_versions import SGLANG_MAX_PREFILL_TOKENS
 
 _TABLES = Path(__file__).with_name("serve_options.json")
 _CLASSES = Path(__file__).with_name("serve_option_classes.json")
@@ -510,7 +509,7 @@ SGLANG_MAPPED = {
     "max_total_tokens": "serving.max_total_tokens",
     "disable_custom_all_reduce": "serving.disable_custom_all_reduce",
     "cuda_graph_max_bs": "serving.cuda_graph_max_bs", "cuda_graph_bs": "serving.cuda_graph_max_bs (the largest)",
-    "max_prefill_tokens": "serving.max_num_batched_tokens (chunked prefill off)",
+    "max_prefill_tokens": "serving.max_prefill_tokens",
     "attn_dp_size": "serving.enable_dp_attention, parallel.dp (0.5.22's spelling of DP attention)",
     "cuda_graph_max_bs_decode": "serving.cuda_graph_max_bs",
     "cuda_graph_bs_decode": "serving.cuda_graph_max_bs (the largest)",
@@ -580,30 +579,20 @@ class Mapped:
     neutral: dict[str, str]
 
 
-def _sglang_prefill_tokens(v: dict[str, Any], given: dict[str, str], sv: dict[str, Any], mapped: dict[str, str],
-                           table: dict[str, str]) -> None:
-    """``--chunked-prefill-size`` ≤ 0 turns SGLang's chunked prefill off: a prefill batch then holds up to
-    ``--max-prefill-tokens`` (``managers/schedule_policy.py`` ``PrefillAdder``: ``rem_chunk_tokens`` None, the
-    batch's budget ``max_prefill_tokens``) and the default ``mem_fraction_static`` reserves for those
-    (``_handle_gpu_memory_settings``: ``max(max_prefill_tokens, 2048) · 1.5``). With chunked prefill on, a
-    ``--max-prefill-tokens`` of at least the chunk changes nothing (the chunk is the smaller budget); a smaller one
-    caps prefill batches below the chunk, which is not modelled."""
+def _sglang_prefill_tokens(v: dict[str, Any], given: dict[str, str], sv: dict[str, Any],
+                           mapped: dict[str, str]) -> None:
+    """``--chunked-prefill-size`` ≤ 0 turns SGLang's chunked prefill off (a prefill batch then holds up to
+    ``--max-prefill-tokens``, :func:`timeline.io.serve_runfile._sglang_defaults`); ``--max-prefill-tokens`` is
+    ``serving.max_prefill_tokens``."""
     chunk = sv.get("max_num_batched_tokens")
-    prefill = _int(given["max_prefill_tokens"], v["max_prefill_tokens"]) if "max_prefill_tokens" in v else None
     if isinstance(chunk, int) and chunk <= 0:
+        sv.pop("max_num_batched_tokens")
         sv["enable_chunked_prefill"] = False
-        sv["max_num_batched_tokens"] = prefill or SGLANG_MAX_PREFILL_TOKENS
         mapped[given["chunked_prefill_size"]] = "serving.enable_chunked_prefill = false (a prefill batch: " \
-            "max_num_batched_tokens = --max-prefill-tokens)"
-        if prefill is not None:
-            mapped[given["max_prefill_tokens"]] = table["max_prefill_tokens"]
-    elif prefill is not None:
-        if prefill < (chunk if isinstance(chunk, int) else SGLANG_MAX_PREFILL_TOKENS):
-            raise UserError(f"{given['max_prefill_tokens']} {prefill}: a prefill budget below the chunked prefill "
-                            f"size ({chunk if isinstance(chunk, int) else 'its default'}) caps prefill batches "
-                            "below the chunk, which is not modelled; give --chunked-prefill-size "
-                            f"{prefill} instead")
-        mapped[given["max_prefill_tokens"]] = "(at least the chunked prefill size: the chunk is the budget)"
+            "max_prefill_tokens)"
+    if "max_prefill_tokens" in v:
+        sv["max_prefill_tokens"] = _int(given["max_prefill_tokens"], v["max_prefill_tokens"])
+        mapped[given["max_prefill_tokens"]] = "serving.max_prefill_tokens"
 
 
 def map_options(engine: str, parsed: Parsed, checkpoint_quantized: bool) -> Mapped:
@@ -678,7 +667,7 @@ def map_options(engine: str, parsed: Parsed, checkpoint_quantized: bool) -> Mapp
                           ("max_total_tokens", "max_total_tokens")):
             if dest in v:
                 put(dest, sv, key, _int(given[dest], v[dest]))
-        _sglang_prefill_tokens(v, given, sv, mapped, table)
+        _sglang_prefill_tokens(v, given, sv, mapped)
         if v.get("disable_cuda_graph"):
             put("disable_cuda_graph", sv, "enforce_eager", True)
         for dest in ("cuda_graph_max_bs", "cuda_graph_max_bs_decode"):  # the decode graphs' (0.5.23's name)

@@ -99,8 +99,13 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
                            ("text hidden_size", v.text_hidden_size)):
             if size % par.tp:
                 add(("parallel.tp", f"{par.tp} does not divide the vision tower's {name}={size}"))
+    if sv.engine == "sglang" and sv.enable_chunked_prefill and 0 < sv.max_prefill_tokens < sv.max_num_batched_tokens:
+        add(("serving.max_prefill_tokens", f"{sv.max_prefill_tokens} is below the chunked prefill size "
+             f"{sv.max_num_batched_tokens}: it caps SGLang's prefill batches below the chunk (PrefillAdder's "
+             "rem_input_tokens), which is not modelled; give max_num_batched_tokens (--chunked-prefill-size) "
+             f"{sv.max_prefill_tokens} instead"))
     for key, engine in (("num_gpu_blocks_override", "vllm"), ("kv_cache_memory_bytes", "vllm"),
-                        ("max_total_tokens", "sglang")):
+                        ("max_total_tokens", "sglang"), ("max_prefill_tokens", "sglang")):
         if getattr(sv, key) and sv.engine != engine:
             add((f"serving.{key}", f"an option of {engine} (--{key.replace('_', '-')}), not of {sv.engine}; "
                  "remove it, or set it to 0"))

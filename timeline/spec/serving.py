@@ -92,6 +92,9 @@ class ServingSpec:
                                              doc="CUDA context, NCCL and cuBLAS outside PyTorch's allocator "
                                              "(default: the published measurement, timeline.serve.non_torch)")
     requests: str | None = spec_field(None, doc="CSV trace arrival_us,prompt_tokens,output_tokens,prefix_id")
+    max_prefill_tokens: int = spec_field(0, nonneg=True, maximum=2**26, doc=(
+        "SGLang --max-prefill-tokens: a prefill batch's tokens when chunked prefill is off (0 = its 16,384); "
+        "with chunked prefill on, at least max_num_batched_tokens (a smaller one is not modelled)"))
     cuda_graph_max_bs: int = spec_field(0, nonneg=True, maximum=2**20, doc=(
         "SGLang --cuda-graph-max-bs: the largest decode batch captured (0 = the version's default for the GPU's "
         "memory); its default mem_fraction_static reserves 2 MiB per batch"))
