@@ -26,7 +26,6 @@ from timeline.serve.non_torch import (
 from timeline.serve.run import capture_sizes
 from timeline.spec.engine_versions import (
     sglang_max_running_requests,
-    sglang_mem_fraction_static,
     sglang_server_defaults,
     vllm_capture_sizes,
 )
@@ -199,9 +198,9 @@ def test_v0_out_of_place_all_reduce_and_worker_rank(tmp_path):
 def test_sglang_pool_and_default_fraction(tmp_path):
     """profile_max_num_token's total is the free memory after init; mem_fraction_static's default by version
     (H100: nvidia-smi 81,559 MiB)."""
-    assert sglang_mem_fraction_static("0.4.9", 81_559, 1) == 0.874  # (81,559 − 10 GiB) / 81,559
-    assert sglang_mem_fraction_static("0.5.5", 81_559, 1) == 0.835  # 512 + 8,192·1.5 + 256·2 + 128 MiB reserved
-    assert sglang_mem_fraction_static("0.5.5", 24_564, 1) == 0.847  # RTX 4090: 512 + 2,048·1.5 + 24·2 + 128 MiB
+    assert sglang_server_defaults("0.4.9", 81_559, 1).mem_fraction_static == 0.874  # (81,559 − 10 GiB) / 81,559
+    assert sglang_server_defaults("0.5.5", 81_559, 1).mem_fraction_static == 0.835  # 512 + 8,192·1.5 + 256·2 + 128 MiB reserved
+    assert sglang_server_defaults("0.5.5", 24_564, 1).mem_fraction_static == 0.847  # RTX 4090: 512 + 2,048·1.5 + 24·2 + 128 MiB
     run = _run(tmp_path, "llama-3.1-8b", 'engine = "sglang"\nengine_version = "0.5.5"')
     assert run.serving.mem_fraction_static == 0.835
     b = compute_budget(run)

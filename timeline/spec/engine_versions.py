@@ -232,13 +232,6 @@ def sglang_server_defaults(version: str, gpu_mem_mib: float, tp: int, pp: int = 
                           float(info["reserved_mem"]), float(info["mem_fraction_static"]))
 
 
-def sglang_mem_fraction_static(version: str, gpu_mem_mib: int, tp: int, pp: int = 1,
-                               chunked_prefill_size: int = 0) -> float:
-    """SGLang's default ``mem_fraction_static`` for a plain (non-MLA) model (:func:`sglang_server_defaults`)."""
-    return sglang_server_defaults(version, gpu_mem_mib, tp, pp, chunked_prefill_size=chunked_prefill_size) \
-        .mem_fraction_static
-
-
 def sglang_max_running_requests(version: str, profiled_tokens: int, capacity: int, context_len: int,
                                 given: int) -> tuple[int, int]:
     """SGLang's ``max_running_requests`` (the scheduler's) and its ``ReqToTokenPool``'s rows (int32
