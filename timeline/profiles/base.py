@@ -222,6 +222,22 @@ class ParamTensor(Protocol):
 Workspaces = Callable[..., list[tuple[str, int, str, str]]]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FirstCall:
+    """What a compiled step's first call allocates and frees once per process, beside the op's own tensors
+    (Inductor benchmarking its kernels: :mod:`timeline.profiles.megatron_autotune`). At the start of the first
+    forward op whose name matches ``op`` (after that op's own allocations): ``forward_copies`` tensors of the
+    size of that op's tensor ``<op>.<like>``, and ``flush_bytes``; at the start of the same op in the first
+    backward that runs it, ``backward_copies`` and ``flush_bytes``; each set freed at once."""
+
+    op: str  # re.search pattern of the op's name
+    like: str  # the op's tensor each copy has the size of (``<op name>.<like>``)
+    forward_copies: int
+    backward_copies: int
+    flush_bytes: int
+    source: str
+
+
 @dataclass(frozen=True, slots=True)
 class Lifecycle:
     """When static state comes into being, per profile (DESIGN §5 lifecycle rules)."""
@@ -244,6 +260,8 @@ class Lifecycle:
     #: schedule holds that gradient until the rank's next backward returns; the source it was read
     #: from ("": both die with their last backward use)
     chunk_keeps_input: str = ""
+    #: what a compiled step's first call adds, by the run's ``[framework]`` (None: nothing)
+    first_call: Callable[[FrameworkSpec], FirstCall | None] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -38,6 +38,7 @@ from timeline.profiles import (
     megatron_mamba,
 )
 from timeline.profiles.base import Lifecycle, Limits, ParamRules, Profile, SaveRule, SaveRules, Structure
+from timeline.profiles.megatron_autotune import first_call
 from timeline.profiles.megatron_workspaces import persistent_workspaces, version_tuple
 from timeline.spec.framework import FrameworkSpec
 
@@ -401,7 +402,8 @@ CHUNK_KEEPS_INPUT = ("Megatron-LM adc69dba megatron/core/transformer/transformer
 
 LIFECYCLE = Lifecycle("start", "start", "first_step",
                       "Megatron-Core param_and_grad_buffer.py, distrib_optimizer.py; torch Adam lazy state",
-                      workspaces=persistent_workspaces, dp_buffers=True, chunk_keeps_input=CHUNK_KEEPS_INPUT)
+                      workspaces=persistent_workspaces, dp_buffers=True, chunk_keeps_input=CHUNK_KEEPS_INPUT,
+                      first_call=first_call)
 
 LIMITS = Limits(max_zero=1, instead="paper", zero_note="its distributed optimizer is zero = 1", squared_relu=True,
                 reads_framework=True,

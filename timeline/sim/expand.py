@@ -9,12 +9,13 @@ import re
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 
 from timeline.graph.tensors import Category
 from timeline.placement.devices import StaticDevice
-from timeline.profiles.base import AT_OP
+from timeline.profiles.base import AT_OP, FirstCall
 from timeline.sim import fsdp_windows
 from timeline.sim.combined import forward_nodes, kept_node_io
 from timeline.sim.compiled import CAT_CODE, CompiledPhase
@@ -541,6 +542,13 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
     if late:  # pushed last: after the matching op's own allocations
         cols = list(zip(*late, strict=True))
         log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
+    if state.first_call is not None:  # after the op's own allocations too, in its action
+        temp = CAT_CODE[Category.TEMPORARY]
+        for fc in first_call_events(state.first_call, spans, first_phases):
+            made = list(fc.tensors) + [(n, -z) for n, z in reversed(fc.tensors)]
+            sp = spans[fc.action]
+            log.push([fc.t_us] * len(made), [1 if z > 0 else -1 for _, z in made], [abs(z) for _, z in made], temp,
+                     [names(n) for n, _ in made], names(fc.op), sp.microbatch, sp.stage, fc.action, sp.iteration)
     return log.events()
 
 
@@ -567,6 +575,56 @@ def first_backward_op(pattern: str, spans: list[Span], compiled: Compiled, defau
         if rx.search(name):
             return first.start_us + start
     return default
+
+
+def _first_op(rx: re.Pattern[str], spans: list[Span], compiled: Compiled, kinds: tuple[str, ...]
+              ) -> tuple[int, CompiledPhase, int] | None:
+    """(span index, phase, op index) of the first op matching ``rx`` in the device's earliest action of
+    ``kinds`` that runs one."""
+    for a in sorted((j for j, s in enumerate(spans) if s.kind in kinds), key=lambda j: spans[j].start_us):
+        ph = compiled[(spans[a].stage, spans[a].kind)]
+        hit = next((i for i, name in enumerate(ph.op_names) if rx.search(name)), None)
+        if hit is not None:
+            return a, ph, hit
+    return None
+
+
+class FirstCallEvents(NamedTuple):
+    """One set of a compiled step's first-call transients, at ``t_us`` in action ``action`` (a span index) of
+    op ``op``: ``tensors`` (name, bytes) allocated in order, then freed in reverse."""
+
+    t_us: float
+    action: int
+    op: str
+    tensors: tuple[tuple[str, int], ...]
+
+
+def first_call_events(rule: FirstCall, spans: list[Span], compiled: Compiled) -> list[FirstCallEvents]:
+    """A compiled step's first-call transients (:class:`timeline.profiles.base.FirstCall`): at the start of the
+    first forward op ``rule.op`` matches, each copy of that op's ``<op>.<like>`` tensor and the flush buffer; the
+    same at that op in the first backward that runs it; none where no forward runs such an op."""
+    rx = re.compile(rule.op)
+    fwd = _first_op(rx, spans, compiled, ("F",))
+    if fwd is None:
+        return []
+    _, ph, i = fwd
+    like = f"{ph.op_names[i]}.{rule.like}"
+    size = next((int(z) for z, k, sign in zip(ph.ev_size.tolist(), ph.ev_tensor.tolist(), ph.ev_sign.tolist(),
+                                               strict=True) if sign > 0 and ph.tensor_names[k] == like), 0)
+    if not size:
+        return []
+    out = []
+    for hit, copies, phase in ((fwd, rule.forward_copies, "forward"),
+                               (_first_op(rx, spans, compiled, ("B", "I")), rule.backward_copies, "backward")):
+        if hit is None:
+            continue
+        a, ph, i = hit
+        sp = spans[a]
+        t = sp.start_us + float(span_offsets(sp, ph.op_start[i:i + 1], np.array([i]))[0])
+        made = ((f"autotune.{phase}.flush", rule.flush_bytes),
+                *((f"autotune.{phase}.copy{j}.{rule.like}", size) for j in range(copies)))
+        out.append(FirstCallEvents(t_us=t, action=a, op=ph.op_names[i], tensors=made))
+    return out
 
 
 def device_ops(spans: list[Span], compiled: Compiled, names: Names) -> DeviceOps:

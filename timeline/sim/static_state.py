@@ -14,6 +14,7 @@ from timeline.graph.static import optimizer_element_bytes
 from timeline.graph.tensors import DTYPE_BYTES, Category
 from timeline.placement.devices import StaticDevice
 from timeline.profiles import lifecycle
+from timeline.profiles.base import FirstCall
 from timeline.sim.compiled import CAT_CODE
 from timeline.sim.cost import CostModel
 from timeline.sim.megatron_fsdp import FsdpPlan, fsdp_plan
@@ -88,6 +89,9 @@ class DeviceState:
     deferred_head_wgrad: int = -1
     #: the PyTorch version whose torch.optim steps a per-parameter state (``[framework] pytorch``)
     pytorch: str = FrameworkSpec().pytorch
+    #: what a compiled step's first call adds (the profile's ``Lifecycle.first_call``; placed by
+    #: :func:`timeline.sim.expand.first_call_events`); None: nothing
+    first_call: FirstCall | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,7 +142,8 @@ def device_state(dev: StaticDevice, model: ModelSpec, tr: TrainingSpec, par: Par
                        step_copies=copies, step_transients=transients, keeps_input=bool(life.chunk_keeps_input),
                        combined_keeps_node_io=rules.framework.combined_1f1b_keeps_node_io,
                        deferred_head_wgrad=(rules.framework.wgrad_deferral_limit if rules.framework.defer_embedding_wgrad
-                                            and not rules.traced else -1), pytorch=rules.framework.pytorch)
+                                            and not rules.traced else -1), pytorch=rules.framework.pytorch,
+                       first_call=life.first_call(rules.framework) if life.first_call is not None else None)
 
 
 def ddp_of(profile: str, framework: FrameworkSpec, model: ModelSpec, tr: TrainingSpec, par: ParallelSpec, *,

@@ -39,7 +39,8 @@ class FrameworkSpec:
     megatron_core: str = spec_field("0.14.0", doc="Megatron-Core version (or commit) the rules follow")
     transformer_engine: str = spec_field("2.6", doc="Transformer Engine version X.Y[.Z]")
     pytorch: str = spec_field("2.13", doc="PyTorch version X.Y[.Z] (its default cuBLAS workspace size per "
-                              "GPU generation)")
+                              "GPU generation; from 2.2 to 2.5 the native fused loss's first call autotunes on "
+                              "copies of the softmax)")
     transformer_impl: str = spec_field("transformer_engine", choices=("transformer_engine", "local"),
                                        doc="--transformer-impl")
     optimizer_impl: str = spec_field("te_fused", choices=OPTIMIZER_IMPLS, doc=(
@@ -63,7 +64,8 @@ class FrameworkSpec:
                                          "from 5e4fc931ba, 2026-05-21, under --rerun-mode other than disabled)")
     gradient_accumulation_fusion: bool = spec_field(True, doc="weight gradients accumulate into main_grad")
     cross_entropy_fusion: str = spec_field("none", choices=("none", "native", "te"),
-                                           doc="--cross-entropy-loss-fusion with --cross-entropy-fusion-impl")
+                                           doc="--cross-entropy-loss-fusion with --cross-entropy-fusion-impl "
+                                               "(native: torch.compile'd steps from PyTorch 2.2)")
     masked_softmax_fusion: bool = spec_field(True, doc="false: --no-masked-softmax-fusion (local attention's "
                                              "torch softmax path)")
     attention_softmax_in_fp32: bool = spec_field(False, doc="--attention-softmax-in-fp32 (or "

@@ -1,0 +1,98 @@
+"""The first call of Megatron's compiled cross-entropy steps on PyTorch 2.2 … 2.5 (``profiles/megatron_autotune.py``):
+Inductor benchmarks each multi-configuration kernel on clones of the arguments it writes, inside Triton's
+``do_bench`` and its 256e6-byte flush buffer, once per process."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers_run import tiny_run
+
+from timeline.profiles.megatron_autotune import FLUSH_BYTES, first_call
+from timeline.result.build import build_timeline
+from timeline.spec.framework import FrameworkSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+CASES = Path.home() / ".cache" / "timeline" / "megatron-cases.json"
+SOFTMAX = 128 * 1024 * 4  # fp32 [rows, V]: seq 128 × micro-batch 1, the tiny model's vocabulary, tp = 1
+
+
+@pytest.mark.parametrize(("pytorch", "forward"), [("2.1", None), ("2.2", 3), ("2.3", 2), ("2.4.1", 2), ("2.5", 2),
+                                                  ("2.6", None), ("2.13", None)])
+def test_the_copies_follow_the_pytorch_version(pytorch, forward):
+    rule = first_call(FrameworkSpec(cross_entropy_fusion="native", pytorch=pytorch))
+    if forward is None:
+        assert rule is None
+    else:
+        assert rule is not None
+        assert (rule.forward_copies, rule.backward_copies, rule.flush_bytes) == (forward, 1, 256_000_000)
+
+
+def test_only_the_native_loss_without_deterministic_algorithms_is_autotuned():
+    for fusion in ("none", "te"):
+        assert first_call(FrameworkSpec(cross_entropy_fusion=fusion, pytorch="2.2")) is None
+    assert first_call(FrameworkSpec(cross_entropy_fusion="native", pytorch="2.2", deterministic=True)) is None
+
+
+def _autotune(pytorch: str, **overrides):
+    """(name, sign, bytes, microbatch, iteration, requested after the event) of every autotune event of the
+    last device, and its requested bytes just before the first of them."""
+    tl = build_timeline(tiny_run(cross_entropy_fusion="native", pytorch=pytorch, iterations=2, **overrides))
+    d = max(range(tl.num_devices), key=lambda i: tl.devices[i].pp_rank)
+    ev = tl.events(d)
+    requested = np.cumsum(ev.sign.astype(np.int64) * ev.size)
+    rows = [(tl.names[t], int(s), int(z), int(m), int(i), int(r)) for k, (t, s, z, m, i, r) in enumerate(
+        zip(ev.tensor, ev.sign, ev.size, ev.microbatch, ev.iteration, requested, strict=True))
+        if tl.names[t].startswith("autotune.")]
+    first = next(k for k, t in enumerate(ev.tensor) if tl.names[t].startswith("autotune."))
+    return rows, int(requested[first - 1])
+
+
+def test_pytorch_2_2_holds_three_softmax_copies_and_the_flush_buffer_once_in_the_first_forward():
+    rows, before = _autotune("2.2")
+    forward = [r for r in rows if r[0].startswith("autotune.forward.")]
+    backward = [r for r in rows if r[0].startswith("autotune.backward.")]
+    made = [(r[0], r[2]) for r in forward if r[1] > 0]
+    assert made == [("autotune.forward.flush", FLUSH_BYTES)] + [
+        (f"autotune.forward.copy{j}.exp_logits", SOFTMAX) for j in range(3)]
+    assert sorted((n, z) for n, s, z, *_ in forward if s < 0) == sorted(made)  # all freed again
+    assert {(r[3], r[4]) for r in forward + backward} == {(0, 0)}  # the first micro-batch of the first iteration
+    # at the top of the set: everything the loss op holds, the flush buffer and three softmax-sized copies
+    assert max(r[5] for r in forward) - before == FLUSH_BYTES + 3 * SOFTMAX
+    assert [(r[0], r[2]) for r in backward if r[1] > 0] == [("autotune.backward.flush", FLUSH_BYTES),
+                                                              ("autotune.backward.copy0.exp_logits", SOFTMAX)]
+
+
+def test_pytorch_2_5_writes_the_division_in_place_and_2_13_copies_to_the_host():
+    rows, _ = _autotune("2.5")
+    assert sum(1 for r in rows if r[1] > 0 and r[0].startswith("autotune.forward.copy")) == 2
+    tl = build_timeline(tiny_run(cross_entropy_fusion="native", pytorch="2.13", iterations=1))
+    assert not any(n.startswith("autotune.") for n in tl.names)
+
+
+def _validate_measured():
+    spec = importlib.util.spec_from_file_location("validate_measured", ROOT / "tools" / "validate_measured.py")
+    assert spec is not None and spec.loader is not None
+    vm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vm)
+    return vm
+
+
+@pytest.mark.parametrize(("commit", "golden"), [("93aa335b95", "lts_dgx_a100"), ("46fdcd5b7e", "dev")])
+def test_megatron_s_fused_loss_test_on_the_old_images_simulates_within_a_tenth_of_a_percent(commit, golden):
+    """``gpt3_mr_mcore_te_tp2_pp2_cross_entropy_loss_fusion_dgx_a100_1N8G`` recorded in NGC PyTorch 24.01 (torch 2.2)
+    and 24.10 (torch 2.5): 2,658,189,824 and 2,245,028,864 bytes (golden values of Megatron-LM at those commits),
+    −33.7 % and −21.5 % before the first call was modelled."""
+    if not CASES.exists():
+        pytest.skip(f"{CASES}: the collected Megatron-LM records are absent (tools/collect_megatron_cases.py)")
+    rec = next((r for r in json.loads(CASES.read_text())
+                if r["name"].endswith("gpt3_mr_mcore_te_tp2_pp2_cross_entropy_loss_fusion_dgx_a100_1N8G")
+                and r["record_id"].endswith(f"@{commit}:{golden}")), None)
+    if rec is None:
+        pytest.skip(f"no record of the fused-loss test at {commit}")
+    alloc = _validate_measured().predict(rec)[0]
+    assert abs(alloc / int(rec["measured"]["max_allocated_bytes_first_iter"]) - 1) < 0.001
