@@ -242,6 +242,8 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, sm:
         c.put("framework.moe_router_dtype", rd, "--moe-router-dtype")
         c.put("framework.moe_permute_fusion", a.flag("--moe-permute-fusion"), "--moe-permute-fusion")
         c.put("framework.moe_grouped_gemm", a.flag("--moe-grouped-gemm"), "--moe-grouped-gemm")
+        c.put("framework.moe_legacy_grouped_gemm", a.flag("--moe-use-legacy-grouped-gemm"),
+              "--moe-use-legacy-grouped-gemm")
         # Megatron-LM 2659630721 (2025-04-09, "Memory efficient token permutation"; not in core_r0.12.x, first in
         # core_v0.13.0rc0): experts.py multiplies the routing probs into the activation; before it the
         # dispatchers' combine multiplied the experts' output (moe_utils.py: unpermute, token_dispatcher.py:

@@ -200,6 +200,9 @@ class Structure:
     # final probs are cast to the logits dtype (Megatron-Core from 0.18; before, the scores are cast first)
     moe_unpermute: str = "scatter_add"  # "index_add": the unfused unpermute under deterministic algorithms
     # (torch.Tensor.index_add_, whose autograd node keeps its source, the experts' output rows)
+    moe_act_compiled: bool = False  # Megatron's legacy GroupedMLP: the experts' non-gated activation times the
+    # probs is one jit_fuser (torch.compile) function, which keeps its input and the probs (rule
+    # "weighted_act_compiled"), not the activation's output
     moe_probs_at_combine: bool = False  # Megatron-Core before 2659630721: the routing probs scale the experts'
     # output in the dispatcher's combine (the multiply keeps that output and the permuted probs), not the
     # experts' activation; no probs travel with the tokens

@@ -38,8 +38,8 @@ from timeline.profiles import (
     megatron_mamba,
 )
 from timeline.profiles.base import Lifecycle, Limits, ParamRules, Profile, SaveRule, SaveRules, Structure
-from timeline.profiles.megatron_autotune import first_call
-from timeline.profiles.megatron_workspaces import persistent_workspaces, version_tuple
+from timeline.profiles.megatron_autotune import COMPILED_FROM, first_call
+from timeline.profiles.megatron_workspaces import legacy_grouped_mlp, persistent_workspaces, version_tuple
 from timeline.spec.framework import FrameworkSpec
 
 MC = "NVIDIA/Megatron-LM@core_v0.14.0:megatron/core"
@@ -131,6 +131,12 @@ RULES: dict[str, SaveRule] = {
                                     "non-gated) and SequentialMLP → MLP.forward(per_token_scale) — "
                                     "activation_func(x) keeps x; `* permuted_probs.unsqueeze(-1)` keeps the "
                                     "activation's output and the probs"),
+    "weighted_act_compiled": SaveRule(
+        saves=("in:x", "in:probs"),
+        source=f"{MC}/transformer/moe/experts.py: GroupedMLP.forward (Megatron-LM 2659630721 … core_r0.16) — "
+               "activation_func_with_probs (activation_func(x) * probs, cast back) is jit_fuser = torch.compile "
+               "(core/jit.py, torch >= 2.2), whose AOTAutograd partition keeps x and probs and recomputes the "
+               "activation in the backward (read off the traced graphs of torch 2.2.0, 2.5.1 and 2.13.0)"),
     "squared_relu": SaveRule(saves=("extra:relu",),
                              source=f"{MC}/transformer/mlp.py: MLP.forward with activation_func = squared_relu "
                                     f"({MC}/activations.py: torch.pow(F.relu(x), 2)) — relu keeps its result, "
@@ -364,7 +370,8 @@ def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
             "moe_router_fp32_topk": version_tuple(spec.megatron_core) >= ROUTER_FP32_TOPK,
             "moe_permute_fusion": spec.moe_permute_fusion, "moe_unpermute": "index_add" if index_add else "scatter_add",
             "moe_flex_backend": spec.moe_flex_backend, "moe_nvlink_domain": spec.nvlink_domain,
-            "moe_probs_at_combine": not spec.moe_probs_in_experts}
+            "moe_probs_at_combine": not spec.moe_probs_in_experts,
+            "moe_act_compiled": legacy_grouped_mlp(spec) and version_tuple(spec.pytorch)[:2] >= COMPILED_FROM}
 
 
 def wgrad_rule(spec: FrameworkSpec) -> str:

@@ -120,6 +120,24 @@ def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+#: Megatron-LM 2caa681a1d (2026-03-04, "Remove the deprecated GroupedMLP", first in core_v0.17.0)
+GROUPED_MLP_REMOVED = (0, 17)
+
+
+def legacy_grouped_mlp(fw: FrameworkSpec) -> bool:
+    """Whether Megatron builds the grouped experts as its legacy ``GroupedMLP`` (grouped_gemm's ``gmm``), not
+    ``TEGroupedMLP``: ``--moe-grouped-gemm`` with ``--moe-use-legacy-grouped-gemm``, the local layer spec, or a
+    Transformer Engine without ``GroupedLinear`` (< 1.9: ``extensions/transformer_engine.py`` defines
+    ``TEColumnParallelGroupedLinear`` under ``is_te_min_version("1.9.0.dev0")``, else None) — Megatron-LM
+    ``models/gpt/moe_module_specs.py: get_moe_module_spec`` (60166922d3, 33b0389bde) and
+    ``extensions/transformer_engine_spec_provider.py: TESpecProvider.grouped_mlp_modules`` (dabfbc4c6e), up to
+    :data:`GROUPED_MLP_REMOVED`."""
+    if not fw.moe_grouped_gemm or version_tuple(fw.megatron_core)[:2] >= GROUPED_MLP_REMOVED:
+        return False
+    return (fw.moe_legacy_grouped_gemm or fw.transformer_impl != "transformer_engine"
+            or version_tuple(fw.transformer_engine)[:2] < (1, 9))
+
+
 def te_workspace_bytes(sm: int, te_version: str = "2.6") -> int:
     """``get_cublas_workspace_size_bytes``: 32 MiB on Hopper and later, 4 MiB before; from TE 2.9 on
     1,024 bytes more on sm ≥ 90 ("32 MiB for NVFP4 GEMM, plus additional 1024 B for alignment")."""
@@ -188,7 +206,7 @@ def dummy_wgrad_shapes(fw: FrameworkSpec, dtype: str, tensors: Sequence[ParamTen
             continue  # Megatron's router and embeddings are not TE linears
         if t.name.startswith("output_layer") and mc < (0, 15):
             continue
-        if t.expert and fw.moe_grouped_gemm and te < (2, 10):
+        if t.expert and fw.moe_grouped_gemm and (te < (2, 10) or legacy_grouped_mlp(fw)):
             continue
         path, leaf = t.name.rsplit(".", 2)[0], t.name.rsplit(".", 2)[1]
         key = (path, FUSED_INTO.get(leaf, leaf))
@@ -236,7 +254,7 @@ def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par
         out.append(("workspace.te_cublas", te_workspace_bytes(sm, fw.transformer_engine),
                     f"{TE}/pytorch/module/base.py: get_workspace" + ("" if te else f" via {ROUTER_GEMM}"),
                     "start"))
-        if has_moe and fw.moe_grouped_gemm:
+        if has_moe and fw.moe_grouped_gemm and not legacy_grouped_mlp(fw):  # TE's GroupedLinear
             for i in range(TE_STREAMS):
                 out.append((f"workspace.te_cublas_stream{i}", te_workspace_bytes(sm, fw.transformer_engine),
                             f"{TE}/pytorch/module/base.py: get_multi_stream_cublas_workspace", "start"))

@@ -85,6 +85,10 @@ class FrameworkSpec:
     moe_permute_fusion: bool = spec_field(False, doc="--moe-permute-fusion")
     moe_z_loss: bool = spec_field(False, doc="--moe-z-loss-coeff given: the router's z-loss is computed")
     moe_grouped_gemm: bool = spec_field(True, doc="--moe-grouped-gemm (false: SequentialMLP)")
+    moe_legacy_grouped_gemm: bool = spec_field(False, doc="--moe-use-legacy-grouped-gemm: Megatron's GroupedMLP "
+                                               "(grouped_gemm's gmm, Megatron-Core before 0.17), also taken "
+                                               "under --moe-grouped-gemm without TE's GroupedLinear (TE < 1.9, "
+                                               "or the local layer spec)")
     moe_probs_in_experts: bool = spec_field(True, doc="the routing probabilities scale the experts' activation "
                                             "(Megatron-LM from 2659630721, 2025-04-09, first released in "
                                             "Megatron-Core 0.13); false: the token dispatcher's combine scales "

@@ -100,9 +100,10 @@ def activation(b: Builder, name: str, x: TensorDef, layer: int, ffn: int, *, rul
         if b.table.swiglu_extra or b.table.swiglu_ops:
             extras["silu"] = b.tensor(f"{name}.silu", (x.shape[0], ffn))
     elif probs is not None:  # Megatron experts, unfused: activation_func(x) * probs (the mul keeps both)
-        rule = "weighted_act"
         inputs["probs"] = probs
-        extras["act"] = b.tensor(f"{name}.act", (x.shape[0], ffn))
+        if rule != "weighted_act_compiled":  # (compiled: the activation is recomputed in the backward)
+            rule = "weighted_act"
+            extras["act"] = b.tensor(f"{name}.act", (x.shape[0], ffn))
     elif b.model.hidden_act == "relu2":  # Megatron --squared-relu: torch.pow(F.relu(x), 2)
         rule = "squared_relu"
         extras["relu"] = b.tensor(f"{name}.relu", (x.shape[0], ffn))

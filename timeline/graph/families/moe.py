@@ -145,7 +145,8 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     # probs enter the SwiGLU (Megatron from 2659630721; before it the combine applies them: moe_combine)
     weighted = not paper and not b.table.moe_weight_after_down and not combine_probs
     act = activation(b, f"{p}.experts.act", fc1, layer, e_ffn,
-                     rule="weighted_swiglu" if weighted and m.gated_mlp else None,
+                     rule=("weighted_swiglu" if m.gated_mlp else "weighted_act_compiled" if b.table.moe_act_compiled
+                           else None) if weighted else None,
                      probs=rprobs if weighted else None, tags=frozenset({"moe", "moe_act"}))
     out = linear(b, f"{p}.experts.linear_fc2", act, h, layer, rule="grouped_linear", tags=MOE)
     if b.table.dropout:  # the paper's convention: a dropout on the experts' output (Megatron: after the block)
