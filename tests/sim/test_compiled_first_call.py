@@ -96,3 +96,42 @@ def test_megatron_s_fused_loss_test_on_the_old_images_simulates_within_a_tenth_o
         pytest.skip(f"no record of the fused-loss test at {commit}")
     alloc = _validate_measured().predict(rec)[0]
     assert abs(alloc / int(rec["measured"]["max_allocated_bytes_first_iter"]) - 1) < 0.001
+
+
+BERT = """[model]
+preset = "megatron-gpt"
+architecture = "bert"
+binary_head = true
+type_vocab_size = 2
+num_layers = 2
+hidden_size = 256
+num_attention_heads = 4
+intermediate_size = 1024
+vocab_size = 1024
+max_position_embeddings = 128
+[training]
+micro_batch_size = 1
+seq_len = 128
+num_microbatches = 2
+[framework]
+attention_backend = "unfused"
+cross_entropy_fusion = "native"
+pytorch = "2.2"
+"""
+
+
+def test_bert_s_backward_copies_come_at_its_language_model_loss_not_the_binary_head_s(tmp_path):
+    """The binary head's loss (``binary_head.loss``) runs its backward first; the compiled steps are the
+    vocab-parallel loss's (``output.loss``)."""
+    from helpers_run import edited_run
+
+    tl = build_timeline(edited_run(tmp_path, BERT))
+    ev = tl.events(0)
+    ops = {tl.names[t]: tl.names[o] for t, o in zip(ev.tensor, ev.op, strict=True) if tl.names[t].startswith("autotune.")}
+    assert ops == {f"autotune.{p}.{n}": "output.loss" for p, n in (
+        ("forward", "flush"), ("forward", "copy0.exp_logits"), ("forward", "copy1.exp_logits"),
+        ("forward", "copy2.exp_logits"), ("backward", "flush"), ("backward", "copy0.exp_logits"))}
+    loss_bwd = min(t for t, name, s in zip(ev.t_us, (tl.names[x] for x in ev.tensor), ev.sign, strict=True)
+                   if name == "output.loss.backward_scratch.exp_logits" and s > 0)
+    assert min(t for t, name in zip(ev.t_us, (tl.names[x] for x in ev.tensor), strict=True)
+               if name == "autotune.backward.flush") == loss_bwd

@@ -602,7 +602,7 @@ class FirstCallEvents(NamedTuple):
 def first_call_events(rule: FirstCall, spans: list[Span], compiled: Compiled) -> list[FirstCallEvents]:
     """A compiled step's first-call transients (:class:`timeline.profiles.base.FirstCall`): at the start of the
     first forward op ``rule.op`` matches, each copy of that op's ``<op>.<like>`` tensor and the flush buffer; the
-    same at that op in the first backward that runs it; none where no forward runs such an op."""
+    same at that op (by its name) in the first backward that runs it; none where no forward runs such an op."""
     rx = re.compile(rule.op)
     fwd = _first_op(rx, spans, compiled, ("F",))
     if fwd is None:
@@ -614,8 +614,9 @@ def first_call_events(rule: FirstCall, spans: list[Span], compiled: Compiled) ->
     if not size:
         return []
     out = []
+    same = re.compile(f"^{re.escape(ph.op_names[i])}$")  # that op's own backward, not another op the pattern matches
     for hit, copies, phase in ((fwd, rule.forward_copies, "forward"),
-                               (_first_op(rx, spans, compiled, ("B", "I")), rule.backward_copies, "backward")):
+                               (_first_op(same, spans, compiled, ("B", "I")), rule.backward_copies, "backward")):
         if hit is None:
             continue
         a, ph, i = hit
