@@ -581,9 +581,13 @@ def _first_op(rx: re.Pattern[str], spans: list[Span], compiled: Compiled, kinds:
               ) -> tuple[int, CompiledPhase, int] | None:
     """(span index, phase, op index) of the first op matching ``rx`` in the device's earliest action of
     ``kinds`` that runs one."""
+    hits: dict[tuple[int, str], int | None] = {}  # per phase: the op's index, searched once
     for a in sorted((j for j, s in enumerate(spans) if s.kind in kinds), key=lambda j: spans[j].start_us):
-        ph = compiled[(spans[a].stage, spans[a].kind)]
-        hit = next((i for i, name in enumerate(ph.op_names) if rx.search(name)), None)
+        key = (spans[a].stage, spans[a].kind)
+        ph = compiled[key]
+        if key not in hits:
+            hits[key] = next((i for i, name in enumerate(ph.op_names) if rx.search(name)), None)
+        hit = hits[key]
         if hit is not None:
             return a, ph, hit
     return None
