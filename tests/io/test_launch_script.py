@@ -573,7 +573,7 @@ def test_from_megatron_reads_a_sweeps_first_job_or_the_one_asked_for(tmp_path, c
     assert "hidden_size = 1536" in captured.out and "--world-size 1`" in captured.out
     assert main(["from-megatron", str(script), "--job", "3"]) == 0
     captured = capsys.readouterr()
-    assert "note:" not in captured.err and "hidden_size = 2304" in captured.out
+    assert "launches 6 jobs" not in captured.err and "hidden_size = 2304" in captured.out
     assert "sweep.sh --job 3 --world-size 4`" in captured.out
     assert main(["from-megatron", str(script), "--job", "9"]) == 2
     assert capsys.readouterr().err.strip() == f"error: --job 9: {script} launches 6 jobs (give 1 … 6)"
@@ -860,3 +860,55 @@ def test_shell_option_clusters_before_the_script_as_bash_reads_them(tmp_path):
                              check=True).stdout.splitlines()
         launch = read_launch_script(shlex.join(["bash", *flags, inner.format("python"), "zero", "one"]), "t")
         assert launch is not None and out[1:] == launch.words, flags
+
+
+#: constructs public launch scripts use (Megatron-LM post_training/modelopt/*.sh, Pai-Megatron-Patch's *_lite.sh):
+#: the script's own folder from $0, a file sourced from it, [[ -v NAME ]], a command substitution quoted inside a
+#: ${NAME:-…} default and inside double quotes
+SCRIPT_DIR_SOURCE = r"""#!/bin/bash
+SCRIPT_DIR="$(dirname "$(readlink -f "$0")")"
+HERE=$(dirname $0)
+source "${SCRIPT_DIR}/conf/args.sh"
+CP=1
+if [[ -v CP && "$CP" != "1" ]]; then BACKEND=fused; else BACKEND=auto; fi
+if [[ -v NOT_SET ]]; then X=set; else X=unset; fi
+GPUS=${GPUS_PER_NODE:-$(python -c "import torch; print(torch.cuda.device_count())")}
+NAME="$(basename "$0" .sh)"
+torchrun --nproc_per_node 4 pretrain_gpt.py --pipeline-model-parallel-size $PP --attention-backend $BACKEND \
+  --x $X --name "$NAME" --here $(basename "$HERE")
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/bin/bash"), reason="bash is needed to compare with")
+def test_a_scripts_own_folder_and_quoted_substitutions_give_the_same_words_as_bash(tmp_path):
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "args.sh").write_text("PP=2\n")
+    script = tmp_path / "train.sh"
+    script.write_text(SCRIPT_DIR_SOURCE.replace("torchrun ", "printf '%s\\n' "))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    words = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env,
+                           check=True).stdout.splitlines()
+    launch = read_launch_script(SCRIPT_DIR_SOURCE, str(script))
+    assert launch is not None and launch.notes == []
+    assert words[words.index("pretrain_gpt.py") + 1:] == launch.words
+    assert launch.words[:4] == ["--pipeline-model-parallel-size", "2", "--attention-backend", "auto"]
+
+
+def test_a_module_entry_and_megatron_s_own_train_scripts_are_read_as_such(tmp_path):
+    """`torchrun -m pretrain_gpt` runs pretrain_gpt.py; train_rl.py and examples/multimodal/train.py are
+    Megatron-LM's own entries (an RL loop, a VLM), not a fork's."""
+    args = "--num-layers 2 --hidden-size 64 --num-attention-heads 4"
+    launch = read_launch_script(f"torchrun --nproc_per_node 2 -m pretrain_gpt {args}\n", "t.sh")
+    assert launch is not None and launch.script == "pretrain_gpt.py" and launch.words[:2] == ["--num-layers", "2"]
+    for entry, family in (("train_rl.py", "rl"), ("examples/multimodal/train.py", "vlm")):
+        script = tmp_path / "run.sh"
+        script.write_text(f"torchrun --nproc_per_node 2 {entry} {args}\n")
+        margs = read_megatron_config(script)
+        assert (margs.family, margs.fork_entry) == (family, None)
+
+
+def test_a_source_only_running_decides_is_refused_as_an_assignment_would_be():
+    text = 'if [ ! -f "$1" ]; then PP=8; else source "$1"; fi\npython pretrain_gpt.py --lr 1 ' \
+           '--pipeline-model-parallel-size $PP\n'
+    with pytest.raises(UserError, match=r"line 1: the test `\[ ! -f \$1 \]`"):
+        read_launch_script(text, "t.sh", ["dist.sh"])

@@ -40,10 +40,14 @@ def test_moe_layer_recompute_appends_moe_to_the_selective_modules():
 
 def test_batch_schedules_start_where_megatron_starts():
     # dp 2, micro-batch 2: the schedule's first entry (threshold 0) is the measured global batch
-    s = convert_args(BASE | {"--step-batch-size-schedule": "0:8 200B:32 400B:64"}).sections
+    base = {k: v for k, v in BASE.items() if k != "--global-batch-size"}
+    s = convert_args(base | {"--step-batch-size-schedule": "0:8 200B:32 400B:64"}).sections
     assert s["training"]["num_microbatches"] == 2
     with pytest.raises(UserError, match="starting at 0:BATCH"):
-        convert_args(BASE | {"--step-batch-size-schedule": "100:8"})
+        convert_args(base | {"--step-batch-size-schedule": "100:8"})
+    # Megatron-LM (arguments.py: validate_args) raises where both are given
+    with pytest.raises(UserError, match="Cannot specify both --step-batch-size-schedule and --global-batch-size"):
+        convert_args(BASE | {"--step-batch-size-schedule": "0:8"})
     # 18 is not a multiple of micro-batch·dp = 4: rounded down to 16 (4 micro-batches)
     s = convert_args(BASE | {"--global-batch-size": 18, "--decrease-batch-size-if-needed": True}).sections
     assert s["training"]["num_microbatches"] == 4
@@ -570,3 +574,39 @@ def test_fp16_lm_cross_entropy_is_read_only_by_the_legacy_model():
         convert_args(BASE | {"--fp16-lm-cross-entropy": True})
     with pytest.raises(UserError, match="^--fp16-lm-cross-entropy with --use-legacy-models: the legacy model's"):
         convert_args(fp16 | {"--use-legacy-models": True, "--transformer-impl": "local"})
+
+
+def test_pretrain_gpt_builds_gpt_model_whatever_the_hybrid_arguments_say():
+    """pretrain_gpt.py's model_provider builds GPTModel (core_v0.14.0 … core_v0.19.0); --is-hybrid-model and
+    --hybrid-override-pattern reach only FLOP counting there. pretrain_mamba.py (or an argument list naming no
+    entry) builds the hybrid stack."""
+    moe = BASE | {"--num-experts": 8, "--moe-ffn-hidden-size": 256, "--moe-router-topk": 2,
+                  "--is-hybrid-model": True, "--hybrid-override-pattern": "M-*-"}
+    gpt = convert(from_mapping(moe, family="gpt", family_source="the script pretrain_gpt.py"), world_size=2)
+    assert "hybrid_override_pattern" not in gpt.sections["model"]
+    assert gpt.mapped["--hybrid-override-pattern"] == "(read by FLOP counting only)"
+    assert any("pretrain_gpt.py builds GPTModel" in n for n in gpt.notes)
+    mamba = convert(from_mapping(moe, family="mamba", family_source="the script pretrain_mamba.py"), world_size=2)
+    assert mamba.sections["model"]["hybrid_override_pattern"] == "M-*-"
+    assert not any("GPTModel" in n for n in mamba.notes)
+    assert convert_args(moe).sections["model"]["hybrid_override_pattern"] == "M-*-"
+
+
+def test_no_tokenizer_argument_takes_gpt2_s_vocabulary_with_a_note():
+    c = convert_args(BASE)
+    assert c.sections["model"]["vocab_size"] == 50257
+    assert any("name no tokenizer" in n for n in c.notes)
+    assert not convert_args(BASE | {"--vocab-file": "vocab.json"}).notes
+
+
+def test_tp_above_the_kv_groups_names_megatron_s_support_and_what_is_not_modelled():
+    import tomllib
+    from pathlib import Path
+
+    from timeline.io.megatron_write import run_file_text
+    from timeline.io.runfile import run_from_data
+
+    gqa = BASE | {"--group-query-attention": True, "--num-query-groups": 2, "--tensor-model-parallel-size": 4}
+    text = run_file_text(convert_args(gqa, world_size=4), name="gqa", source="-", world_size=4)
+    with pytest.raises(UserError, match="Megatron-Core from 0.16 runs tp above the KV groups"):
+        run_from_data(tomllib.loads(text), Path("gqa.toml"))

@@ -148,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
     conv = convert(margs, world_size=world_size, gpu=args.gpu, te_version=args.te_version,
                    pytorch_version=args.pytorch_version, megatron_core=args.megatron_core, resumed=args.resumed,
                    optimizer_impl=args.optimizer_impl, gpu_fields=fields, ignored=ignored)
+    for note in conv.notes:
+        print(f"note: {note}", file=sys.stderr)
+    notes += conv.notes
     source = str(path)  # the header's command line: what reproduces the run file
     if args.script_args is not None:
         source += f" --script-args {shlex.quote(args.script_args)}"

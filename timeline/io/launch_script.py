@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import fnmatch
 import operator
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ ASSIGN_RE = re.compile(rf"^({NAME})(\+?)=")
 ENTRY_RE = re.compile(r"(^|/)(pretrain_[A-Za-z0-9_]+|train[A-Za-z0-9_]*|finetune[A-Za-z0-9_]*)\.py$")
 #: commands that print their arguments rather than run them
 PRINTERS = ("echo", "printf", "logger")
+#: path utilities whose output is a path computed from their operands (:func:`_path_tool`)
+PATH_TOOLS = ("dirname", "basename", "realpath", "readlink")
 #: commands that handle an entry script as a file (copy it, patch it, show it) rather than run it
 FILE_TOOLS = frozenset(("cp", "mv", "ln", "rm", "cat", "ls", "chmod", "chown", "touch", "scp", "rsync", "wget", "curl",
                         "sed", "awk", "grep", "head", "tail", "diff", "git", "tar", "vi", "vim", "less", "stat", "wc"))
@@ -458,11 +461,14 @@ class _Shell:
         self.capture: list[str] | None = None
         #: getopts' place: (OPTIND it last set, the character within that parameter: clustered flags)
         self.getopts_at = (1, 1)
+        self.script = ""  # $0: the script's path as it was given
 
     # -- parameters
     def get(self, name: str) -> str | None:
         if name == "#":
             return str(len(self.argv))
+        if name == "0":  # bash(1): the name of the script, as it was invoked
+            return self.script or None
         if name in ("@", "*"):
             return " ".join(self.argv) if self.argv else None
         if name.isdigit():
@@ -584,9 +590,20 @@ class _Shell:
                 j = _dquote_end(text, i + 1)
                 out.append(self._dq(text[i + 1:j - 1], False))
                 j -= 1
-            else:  # up to the next quote, expanded as in double quotes (an unset $NAME kept as text)
-                j = min([k for k in (text.find("'", i + 1), text.find('"', i + 1)) if k >= 0] or [len(text)])
-                out.append(self._dq(text[i:j], True))  # (an unclosed quote is kept as a character)
+            else:  # up to the next quote outside an expansion, expanded as in double quotes (an unset $NAME
+                # kept as text); `$(cmd "…")` inside is one expansion, quotes and all
+                j = i + 1 if text[i] in "'\"" else i  # (an unclosed quote is kept as a character)
+                while j < len(text) and text[j] not in "'\"":
+                    if text[j] == "\\":
+                        j += 2
+                    elif text[j] == "$":
+                        j = max(_dollar(text, j), j + 1)
+                    elif text[j] == "`" and "`" in text[j + 1:]:
+                        j = text.index("`", j + 1) + 1
+                    else:
+                        j += 1
+                j = min(j, len(text))
+                out.append(self._dq(text[i:j], True))
                 j -= 1
             i = j + 1
         return "".join(out)
@@ -675,7 +692,10 @@ class _Shell:
             elif text[i] == "$":
                 j = _dollar(text, i)
                 if text.startswith("$(", i) and not text.startswith("$((", i):
-                    out.append(text[i:j])
+                    # "$(cmd)": its output, not split (bash(1), Command Substitution); kept as written where
+                    # only running decides it
+                    sub = self.substitute(text[i:j])
+                    out.append(text[i:j] if sub is None else sub)
                 else:
                     v = self.dollar(text[i:j])
                     if v is None:
@@ -816,6 +836,8 @@ class _Shell:
             return (args[0] != "") != neg
         if len(args) == 2 and args[0] in ("-n", "-z"):
             return ((args[1] != "") == (args[0] == "-n")) != neg
+        if len(args) == 2 and args[0] == "-v":  # bash(1): true if the shell variable is set (empty or not)
+            return (args[1].split("[", 1)[0] in self.vars) != neg
         if len(args) == 3 and args[1] in ("=", "==", "!="):
             if args[1] != "!=" and raw[0] == "[[" and any(c in args[2] for c in "*?["):
                 return fnmatch.fnmatchcase(args[0], args[2]) != neg
@@ -864,15 +886,16 @@ SERVE_MODULES = ("vllm.entrypoints.openai.api_server", "sglang.launch_server")
 
 
 def _touches(cmds: list[_Cmd], functions: dict[str, list[_Cmd]] | None = None) -> bool:
-    """Whether these commands assign a variable, run a Python entry script or a serving engine, or call one of the
-    script's ``functions`` (which may do either)."""
+    """Whether these commands assign a variable (or source a file, which may), run a Python entry script or a
+    serving engine, or call one of the script's ``functions`` (which may do either)."""
     for c in cmds:
         if c.array:
             return True
         first = c.words[0] if c.words else None
         if isinstance(first, list) and (ASSIGN_RE.match("".join(t for t, _ in first)) or
-                                        "".join(t for t, _ in first) in ("export", "declare", "local", "readonly")):
-            return True
+                                        "".join(t for t, _ in first) in ("export", "declare", "local", "readonly",
+                                                                         "source", ".")):
+            return True  # (a sourced file may assign anything)
         # an entry script (not `python setup.py build_ext` or a preprocessing tool), or a shell that runs a string
         texts = ["".join(t for t, _ in w) if isinstance(w, list) else "" for w in c.words]
         if any(ENTRY_RE.search(t) or t in ("eval", *SERVE_MODULES) for t in texts) or any(
@@ -897,6 +920,7 @@ def read_launch_script(text: str, source: str, argv: list[str] | None = None,
     # the environment sbatch gives the script from its own directives, under what the user gives
     shell = _Shell(argv, {**_sbatch_env(text), **(env or {})})
     shell.folder = Path(source).parent
+    shell.script = source
     shell.entry = entry
     shell.finder = finder
     found: list[Launch] = []
@@ -1439,6 +1463,13 @@ def _command(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
         if shell.capture is not None:
             shell.capture.append(_printed(argv))
         return
+    if argv and argv[0] in PATH_TOOLS:  # `$(dirname "$(readlink -f "$0")")`: a path computed, nothing run
+        printed = _path_tool(argv)
+        if printed is None:
+            raise _Undecidable(f"line {cmd.line}: `{' '.join(argv)}` is not a path this reader computes")
+        if shell.capture is not None:
+            shell.capture.append(printed)
+        return
     if shell.capture is not None and argv:
         raise _Undecidable(f"`{argv[0]}` inside a command substitution: its output only running decides")
     if argv and argv[0] == "shift":  # drops positional parameters (one, or the count given)
@@ -1450,8 +1481,12 @@ def _command(shell: _Shell, cmd: _Cmd, found: list[Launch]) -> None:
     if shell.finder is not None:  # another program's invocation (a serving engine's: timeline.io.serve_command)
         entry = shell.finder(argv)
     else:
-        entry = next((n for n, a in enumerate(argv) if ENTRY_RE.search(a)
+        # `python -m pretrain_gpt`, `torchrun … -m examples.mimo.pretrain_mimo`: the module's file
+        files = [f"{a.rsplit('.', 1)[-1]}.py" if k and argv[k - 1] == "-m" else a for k, a in enumerate(argv)]
+        entry = next((n for n, a in enumerate(files) if ENTRY_RE.search(a)
                       or (shell.entry is not None and re.sub(r".*/", "", a) == shell.entry)), None)
+        if entry is not None and files[entry] != argv[entry]:
+            argv = argv[:entry] + [files[entry]] + argv[entry + 1:]
     if entry is None or re.sub(r".*/", "", argv[0]) in FILE_TOOLS:  # `cp pretrain_gpt_synthetic.py …` runs no job
         return
     launcher = [w for w in argv[:entry] if not UNDECIDED_RE.search(w)]  # a launcher's option only a test decides
@@ -1557,6 +1592,43 @@ def _source(shell: _Shell, name: str, args: list[str], line: int, found: list[La
         shell.sourcing -= 1
         if args:
             shell.argv = saved
+
+
+def _dirname(path: str) -> str:
+    """POSIX ``dirname``: the path less its last component and trailing slashes (``.`` where none is left)."""
+    p = path.rstrip("/")
+    if not p:
+        return "/" if path else "."
+    if "/" not in p:
+        return "."
+    head = p.rsplit("/", 1)[0].rstrip("/")
+    return head or "/"
+
+
+def _path_tool(argv: list[str]) -> str | None:
+    """What ``dirname``, ``basename``, ``realpath`` and ``readlink -f`` print for their operands (coreutils; the
+    path resolved on this machine, as the script is), None for another form."""
+    tool, args = argv[0], argv[1:]
+    if any(UNDECIDED_RE.search(a) for a in args):
+        return None
+    if tool == "dirname":
+        ops = [a for a in args if a != "--"]
+        return "".join(_dirname(a) + "\n" for a in ops) if ops and not any(a.startswith("-") for a in ops) else None
+    if tool == "basename":
+        ops = [a for a in args if a != "--"]
+        if not ops or len(ops) > 2 or any(a.startswith("-") for a in ops):
+            return None
+        base = ops[0].rstrip("/").rsplit("/", 1)[-1] or ("/" if ops[0] else "")
+        if len(ops) == 2 and base.endswith(ops[1]) and base != ops[1]:
+            base = base[:-len(ops[1])]
+        return base + "\n"
+    flags = [a for a in args if a.startswith("-")]
+    ops = [a for a in args if not a.startswith("-")]
+    if tool == "readlink" and not set(flags) & {"-f", "-e", "-m"}:
+        return None  # plain readlink prints a link's target, only if the operand is a link
+    if not ops or any(f not in ("-f", "-e", "-m", "-s", "-q", "-n", "--") for f in flags):
+        return None
+    return "".join(os.path.realpath(a) + "\n" for a in ops)
 
 
 def _printed(argv: list[str]) -> str:

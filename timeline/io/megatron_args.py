@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from timeline.errors import UserError
-from timeline.io.megatron_table import ENTRY_SCRIPTS
+from timeline.io.megatron_table import ENTRY_SCRIPTS, OWN_TRAIN_SCRIPTS
 from timeline.io.text import read_user_text
 
 #: a value given as a ``$VAR`` / ``${VAR}`` reference the launcher would have expanded
@@ -240,7 +240,10 @@ def group_words(words: list[str], path: Path | str = "<arguments>", env: dict[st
             script = SCRIPT_RE.search(word)
             if script:
                 stem = script.group(1).removeprefix("pretrain_")
-                if script.group(1).startswith("pretrain_") and stem in ENTRY_SCRIPTS:
+                own = next((f for rx, f in OWN_TRAIN_SCRIPTS if re.search(rx, word)), None)
+                if own is not None:
+                    family, source = own, f"the script {word}"
+                elif script.group(1).startswith("pretrain_") and stem in ENTRY_SCRIPTS:
                     family, source = ENTRY_SCRIPTS[stem], f"the script {Path(word).name}"
                 else:
                     fork = Path(word).name

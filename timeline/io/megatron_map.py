@@ -38,7 +38,7 @@ from timeline.io.megatron_table import (
     REFUSED,
     REFUSED_UNLESS,
 )
-from timeline.io.megatron_tokenizer import vocab_size
+from timeline.io.megatron_tokenizer import assumed_gpt2, vocab_size
 from timeline.profiles.megatron_workspaces import version_tuple
 
 
@@ -51,6 +51,7 @@ class Conversion:
     neutral: dict[str, str] = field(default_factory=dict)
     env_mapped: dict[str, str] = field(default_factory=dict)
     passed_over: list[str] = field(default_factory=list)  # a fork's arguments the user chose to pass over
+    notes: list[str] = field(default_factory=list)  # what the conversion assumed, for the user and the run file
 
     def put(self, key: str, value: Any, *sources: str) -> None:
         section, name = key.split(".", 1)
@@ -318,6 +319,10 @@ def map_model(a: ArgReader, c: Conversion, family: str | None = None, *, megatro
     c.put("model.attention_dropout", a.float("--attention-dropout", 0.1), "--attention-dropout")
     seq = a.need("--seq-length")
     c.put("model.max_position_embeddings", a.int("--max-position-embeddings", seq), "--max-position-embeddings")
+    if assumed_gpt2(a, family):
+        c.notes.append("the arguments name no tokenizer: the vocabulary is taken as GPT-2's 50,257 tokens "
+                       "(the entry script's default GPT2BPETokenizer, whose --vocab-file they do not give either); "
+                       "give from-megatron --vocab-size N for the job's own")
     c.put("model.vocab_size", vocab_size(a, family, megatron_core=megatron_core, null_eod=null_eod), "--vocab-size",
           "--tokenizer-type", "--vocab-file", "--tokenizer-model", "--padded-vocab-size")
     if a.flag("--attention-output-gate"):  # transformer_config.py: MLATransformerConfig raises for it
@@ -522,6 +527,11 @@ def map_training(a: ArgReader, c: Conversion, dp: int) -> None:
                             "<batch size increment> <ramp-up samples> (arguments.py)")
         gbs = int(words[0])
     schedule = a.value("--step-batch-size-schedule")
+    if schedule is not None and a.raw.get("--global-batch-size") not in (None, False):
+        # Megatron-LM 532ad926b4 (2026-04-21, core_v0.18.0, with the schedule itself): arguments.py validate_args
+        raise UserError("--step-batch-size-schedule with --global-batch-size: Megatron-LM raises 'Cannot specify "
+                        "both --step-batch-size-schedule and --global-batch-size' (arguments.py: validate_args); "
+                        "drop --global-batch-size")
     if schedule is not None:  # one string; a launch script's unquoted expansion splits it into words
         gbs = _step_schedule_start(" ".join(schedule) if isinstance(schedule, tuple) else str(schedule))
     if a.flag("--decrease-batch-size-if-needed"):

@@ -369,7 +369,7 @@ NOT_MEGATRON: dict[str, str] = {"--num-experts-per-tok": "--moe-router-topk"}
 #: bert are modelled, the rest are not
 MODELLED_FAMILIES = ("gpt", "moe", "mixtral", "deepseek", "llama", "qwen", "hybrid", "mamba", "nemotron", "bert",
                      "t5")
-FAMILY_NAMES = {"bert": "BERT encoder", "t5": "T5 encoder-decoder", "hybrid": "Mamba/hybrid",
+FAMILY_NAMES = {"rl": "RL-trained (an inference engine and training in one process)", "bert": "BERT encoder", "t5": "T5 encoder-decoder", "hybrid": "Mamba/hybrid",
                 "mamba": "Mamba/hybrid", "nemotron": "Mamba/hybrid (Nemotron-H)", "mimo": "multimodal (MIMO)",
                 "multimodal-llava": "multimodal (LLaVA)", "vlm": "multimodal (VLM)", "retro": "RETRO",
                 "ict": "ICT retriever", "gpt-nemo": "NeMo-launched GPT (gpt-nemo)",
@@ -389,6 +389,10 @@ ENTRY_SCRIPTS = {
     "retro_core": "retro", "ict": "ict", "bert_ict": "ict", "realm": "ict",
     **dict.fromkeys(("vit", "vision_classify", "vision_dino", "vision_inpaint"), "vision"),
 }
+#: Megatron-LM's own entry scripts not named ``pretrain_*.py``, by their path, and the job each runs:
+#: ``train_rl.py`` (the repository root, core_v0.15.0 on: GRPO with an inference engine in the training process)
+#: and ``examples/multimodal/train.py`` (its arguments in examples/multimodal/multimodal_args.py)
+OWN_TRAIN_SCRIPTS = ((r"(^|/)train_rl\.py$", "rl"), (r"(^|/)examples/multimodal/train\.py$", "vlm"))
 #: what ``--family`` may say a fork's entry script builds (the entry script of Megatron-LM it stands for)
 FORK_FAMILIES = {"gpt": "pretrain_gpt.py", "bert": "pretrain_bert.py", "t5": "pretrain_t5.py",
                  "mamba": "pretrain_mamba.py", "vlm": "pretrain_vlm.py"}

@@ -50,6 +50,14 @@ def null_adds_eod(megatron_core: str | None) -> bool:
     return version_tuple(megatron_core or "0.14.0") < (0, 18)
 
 
+def assumed_gpt2(a: ArgReader, family: str | None) -> bool:
+    """Whether the vocabulary is GPT-2's by assumption: no tokenizer argument at all, so pretrain_gpt.py's default
+    ``GPT2BPETokenizer`` (``pretrain(..., args_defaults={'tokenizer_type': 'GPT2BPETokenizer'})``), whose
+    ``--vocab-file`` / ``--merge-file`` the arguments do not name either (Megatron would fail opening them)."""
+    return family != "bert" and not any(n in a.raw for n in ("--padded-vocab-size", "--tokenizer-type",
+                                                             "--vocab-size", "--vocab-file", "--tokenizer-model"))
+
+
 def vocab_size(a: ArgReader, family: str | None = None, *, megatron_core: str | None = None,
                null_eod: bool | None = None) -> int:
     """The unpadded vocabulary of the job (``--padded-vocab-size`` as given). ``null_eod``: whether the
@@ -77,7 +85,7 @@ def vocab_size(a: ArgReader, family: str | None = None, *, megatron_core: str | 
     if given is not None:
         return given
     if kind == "GPT2BPETokenizer" and ("--vocab-file" in a.raw or "--tokenizer-type" not in a.raw):
-        return GPT2_VOCAB
+        return GPT2_VOCAB  # without files: assumed, with a note (:func:`assumed_gpt2`)
     for fname, n in KNOWN_TOKENIZER_FILES.items():
         if model.endswith(fname):
             return n

@@ -19,6 +19,7 @@ from timeline.errors import UserError
 from timeline.io.megatron_args import MegatronArgs
 from timeline.io.megatron_bert import map_bert
 from timeline.io.megatron_framework import framework
+from timeline.io.megatron_hybrid import PATTERN_ARGS, stack_spec
 from timeline.io.megatron_legacy import legacy_model
 from timeline.io.megatron_map import (
     ArgReader,
@@ -44,6 +45,28 @@ from timeline.spec.hardware import GPUS, fill_gpu
 from timeline.spec.schedule_rules import schedule_problems
 
 SECTION_ORDER = ("model", "parallel", "training", "recompute", "schedule", "allocator", "hardware", "framework")
+
+
+#: what pretrain_gpt.py (GPTModel) reads of the hybrid arguments: only FLOP counting (Megatron-LM
+#: training/training.py: num_floating_point_operations reads args.hybrid_override_pattern / is_hybrid_model;
+#: pretrain_gpt.py: model_provider builds GPTModel at core_v0.14.0 … core_v0.19.0 and d98e8a64dd)
+HYBRID_ARGS = ("--is-hybrid-model", *PATTERN_ARGS)
+
+
+def without_unbuilt_hybrid(margs: MegatronArgs, c: Conversion) -> dict[str, Any]:
+    """The arguments less the hybrid-model ones where the entry script builds GPTModel (``pretrain_gpt.py``, or a
+    fork's entry read as it): the layer pattern then sets no layer's kind; a note says so."""
+    gpt = margs.family == "gpt" or (margs.family is None and margs.fork_entry is not None)
+    given = [n for n in HYBRID_ARGS if n in margs.args and margs.args[n] not in (False, None)]
+    if not gpt or not given or stack_spec(margs.args):
+        return margs.args
+    entry = margs.fork_entry or "pretrain_gpt.py"
+    c.notes.append(f"{', '.join(given)}: {entry} builds GPTModel, whose layers these do not set (Megatron-LM reads "
+                   "them only to count FLOPs, training.py: num_floating_point_operations); simulated as that GPT "
+                   "model — a Mamba hybrid is pretrain_mamba.py's")
+    for name in given:
+        c.mapped[name] = "(read by FLOP counting only)"
+    return {k: v for k, v in margs.args.items() if k not in given}
 
 
 def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_version: str | None = None,
@@ -87,9 +110,9 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     if passed_over:
         margs = replace(margs, args={k: v for k, v in margs.args.items() if k not in ignored})
     check_names(margs, megatron_core)
-    a = ArgReader(derived_args(margs.args, margs.family))
-    refuse_unmodelled(margs, a)
     c = Conversion()
+    a = ArgReader(derived_args(without_unbuilt_hybrid(margs, c), margs.family))
+    refuse_unmodelled(margs, a)
     map_model(a, c, margs.family, megatron_core=megatron_core, null_eod=null_eod)
     dp, _ = map_parallel(a, c, world_size, megatron_core=megatron_core)
     refuse_expert_layout(c, world_size)

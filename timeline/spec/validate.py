@@ -171,8 +171,13 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
         add(("parallel.tp", f"{par.tp} does not divide num_attention_heads={m.num_attention_heads}; "
              f"use one of {_divisors(m.num_attention_heads)}"))
     elif not m.is_mla and m.kv_heads % par.tp:
+        # Megatron-LM core_v0.16.0 … core_v0.19.0 transformer/attention.py: Attention.__init__ — with
+        # num_query_groups < tp each rank computes one KV group and num_heads / num_query_groups q heads, then
+        # keeps its num_heads / tp (weights built as for num_query_groups = tp)
+        more = ("; Megatron-Core from 0.16 runs tp above the KV groups (attention.py: one KV group per rank), "
+                "which is not modelled") if run.profile == "megatron" and par.tp % m.kv_heads == 0 else ""
         add(("parallel.tp", f"{par.tp} does not divide num_key_value_heads={m.kv_heads}; "
-             f"use one of {_divisors(m.kv_heads)}"))
+             f"use one of {_divisors(m.kv_heads)}{more}"))
     if not m.is_mla and m.kv_heads <= m.num_attention_heads and m.num_attention_heads % m.kv_heads:
         add(("model.num_key_value_heads", f"{m.kv_heads} does not divide num_attention_heads="
              f"{m.num_attention_heads}"))
