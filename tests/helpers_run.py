@@ -113,3 +113,36 @@ def from_megatron_folder(tmp_path, family: str, case: str, env: dict, args: dict
     out = tmp_path / f"{family}.toml"
     assert main(["from-megatron", str(path), "--world-size", "8", "-o", str(out)]) == 0
     return tomllib.loads(out.read_text())
+
+
+#: the Megatron-LM records ``tools/collect_megatron_cases.py`` writes (absent in CI: tests reading them skip)
+COLLECTED_CASES = __import__("pathlib").Path.home() / ".cache" / "timeline" / "megatron-cases.json"
+
+
+def collected_record(name: str, where: str) -> dict:
+    """The collected calibration-side record of the test whose name ends with ``name``, recorded ``where`` (its
+    record id's ``@COMMIT:PLATFORM`` part, or a prefix of it); the calling test skips where there is none."""
+    import json
+
+    import pytest
+
+    if not COLLECTED_CASES.exists():
+        pytest.skip(f"{COLLECTED_CASES}: the collected Megatron-LM records are absent (tools/collect_megatron_cases.py)")
+    rec = next((r for r in json.loads(COLLECTED_CASES.read_text()) if r["name"].endswith(name)
+                and r["record_id"].split("@", 1)[-1].startswith(where) and r.get("side") == "calibration"), None)
+    if rec is None:
+        pytest.skip(f"no calibration record of {name} at {where}")
+    return rec
+
+
+def validate_measured():
+    """``tools/validate_measured.py`` as a module (its ``predict`` simulates a collected record as recorded)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("validate_measured",
+                                                  Path(__file__).resolve().parents[1] / "tools" / "validate_measured.py")
+    assert spec is not None and spec.loader is not None
+    vm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vm)
+    return vm

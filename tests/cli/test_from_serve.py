@@ -315,3 +315,53 @@ def test_a_config_file_of_options_is_read_and_the_command_line_wins(tmp_path, ca
     assert run.serving.enable_prefix_caching is True and "read --config" in out.read_text()
     assert main(["from-vllm", "vllm serve m --config nowhere.yaml", "--hf-config", str(HF / "llama-3.1-8b")]) == 2
     assert "--config nowhere.yaml: no such file" in capsys.readouterr().err
+
+
+def test_sglang_expert_parallelism_below_tp_splits_each_expert_over_the_rest(tmp_path, capsys):
+    """SGLang (srt/distributed/parallel_state.py: initialize_model_parallel): moe_tp_size = tp_size // ep_size —
+    --tp 8 --ep-size 2 holds half the experts per rank, each split over 4: the same expert bytes as ep 1 or 8."""
+    from timeline.serve.budget import compute_budget
+    from timeline.serve.graph_view import expert_tp
+
+    weights = {}
+    for ep in (1, 2, 8):
+        out = tmp_path / f"ep{ep}.toml"
+        cmd = (f"python3 -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B --tp 8"
+               + (f" --ep-size {ep}" if ep > 1 else "") + " --mem-fraction-static 0.85")
+        assert main(["from-sglang", cmd, "--hf-config", str(HF / "qwen3-30b-a3b"), "--engine-version", "0.5.16",
+                     "--gpu", "h200", "-o", str(out)]) == 0
+        run = load_serve_run(out)
+        assert run.parallel.ep == ep and expert_tp(run) == 8 // ep
+        weights[ep] = compute_budget(run).weights_bytes
+    assert weights[1] == weights[2] == weights[8]
+    bad = "python3 -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B --tp 8 --ep-size 3"
+    assert main(["from-sglang", bad, "--hf-config", str(HF / "qwen3-30b-a3b"), "--engine-version", "0.5.16",
+                 "--gpu", "h200"]) == 2
+    assert "does not divide tp = 8" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("version", "extra", "refused"), [
+    ("0.11.2", "-pp 2", "pipeline parallelism"), ("0.14.0", "-pp 2", "pipeline parallelism"), ("0.15.0", "-pp 2", ""),
+    ("0.11.0", "--speculative-config '{\"method\": \"qwen3_next_mtp\", \"num_speculative_tokens\": 1}'",
+     "speculative decoding"),
+    ("0.11.2", "--speculative-config '{\"method\": \"qwen3_next_mtp\", \"num_speculative_tokens\": 1}'", "")])
+def test_vllm_async_scheduling_is_refused_where_the_engine_refuses_it(tmp_path, capsys, version, extra, refused):
+    model = "qwen3-next-80b-a3b" if "mtp" in extra else "qwen3-8b"
+    cmd = f"vllm serve x --async-scheduling -tp 2 {extra}"
+    code = main(["from-vllm", cmd, "--hf-config", str(HF / model), "--engine-version", version,
+                 "-o", str(tmp_path / "run.toml")])
+    err = capsys.readouterr().err
+    assert (code, refused in err if refused else "async" not in err) == (2 if refused else 0, True)
+
+
+def test_sglang_s_budget_line_names_no_profile_run(tmp_path, capsys):
+    """SGLang sizes its pool from mem_fraction_static (ModelRunner.profile_max_num_token) and runs no profile step:
+    the line says what weights and pool leave, not a vLLM-style activation peak."""
+    out = tmp_path / "run.toml"
+    cmd = "python3 -m sglang.launch_server --model-path Qwen/Qwen3-8B --tp 1 --mem-fraction-static 0.8"
+    assert main(["from-sglang", cmd, "--hf-config", str(HF / "qwen3-8b"), "--engine-version", "0.5.5",
+                 "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["serve", str(out), "-o", str(tmp_path / "run"), "--format", "summary"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "no profile run (" in text and "activation peak" not in text

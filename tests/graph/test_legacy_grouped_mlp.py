@@ -6,11 +6,10 @@ with GeLU experts: b = 1, s = 4096 over tp = 2, top-8, ep = 8)."""
 
 from __future__ import annotations
 
-import importlib.util
-import json
 from pathlib import Path
 
 import pytest
+from helpers_run import collected_record, validate_measured
 from sources import template_of
 
 from timeline.io.megatron_args import from_mapping
@@ -21,7 +20,6 @@ from timeline.spec.framework import FrameworkSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "schedules" / "deepseek-v3-pp16-tp2-ep8.toml"
-CASES = Path.home() / ".cache" / "timeline" / "megatron-cases.json"
 GELU = ['model.profile="megatron"', 'model.hidden_act="gelu"']
 P = "layers.4.mlp.experts.act"
 ROWS, FFN = 4096 // 2 * 8, 2048  # t·k rows on each EP rank (balanced, etp = 1); moe_intermediate_size
@@ -78,14 +76,6 @@ def test_from_megatron_maps_the_legacy_flag():
     assert conv.mapped["--moe-use-legacy-grouped-gemm"] == "framework.moe_legacy_grouped_gemm"
 
 
-def _validate_measured():
-    spec = importlib.util.spec_from_file_location("validate_measured", ROOT / "tools" / "validate_measured.py")
-    assert spec is not None and spec.loader is not None
-    vm = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(vm)
-    return vm
-
-
 @pytest.mark.parametrize(("name", "at"), [
     ("gpt3_mr_mcore_te_tp2_zp_z3_resume_torch_dist_te_8experts2parallel_top2router_dgx_a100_1N8G", "3ed2571b0a"),
     ("gpt3_mr_mcore_te_tp2_pp1_te_8experts2parallel_ddp_average_in_collective_dgx_a100_1N8G", "e494219642"),
@@ -93,12 +83,7 @@ def _validate_measured():
 def test_the_lts_image_s_grouped_experts_simulate_within_one_percent(name, at):
     """Megatron-LM's functional tests on the lts image (NGC 24.01: torch 2.2, TE 1.2) after 2659630721: +7.12 %
     and +3.80 % while they were simulated as TEGroupedMLP."""
-    if not CASES.exists():
-        pytest.skip(f"{CASES}: the collected Megatron-LM records are absent (tools/collect_megatron_cases.py)")
-    rec = next((r for r in json.loads(CASES.read_text())
-                if r["name"].endswith(name) and f"@{at}:" in r["record_id"] and r["side"] == "calibration"), None)
-    if rec is None:
-        pytest.skip(f"no calibration record of {name} at {at}")
-    vm = _validate_measured()
+    rec = collected_record(name, f"{at}:")
+    vm = validate_measured()
     alloc = vm.predict(vm.as_recorded(rec, vm.load_provenance()))[0]
     assert abs(alloc / int(rec["measured"]["max_allocated_bytes_second_logged"]["bytes"]) - 1) < 0.01

@@ -4,20 +4,14 @@ Inductor benchmarks each multi-configuration kernel on clones of the arguments i
 
 from __future__ import annotations
 
-import importlib.util
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
-from helpers_run import tiny_run
+from helpers_run import collected_record, tiny_run, validate_measured
 
 from timeline.profiles.megatron_autotune import FLUSH_BYTES, first_call
 from timeline.result.build import build_timeline
 from timeline.spec.framework import FrameworkSpec
 
-ROOT = Path(__file__).resolve().parents[2]
-CASES = Path.home() / ".cache" / "timeline" / "megatron-cases.json"
 SOFTMAX = 128 * 1024 * 4  # fp32 [rows, V]: seq 128 × micro-batch 1, the tiny model's vocabulary, tp = 1
 
 
@@ -74,27 +68,13 @@ def test_pytorch_2_5_writes_the_division_in_place_and_2_13_copies_to_the_host():
     assert not any(n.startswith("autotune.") for n in tl.names)
 
 
-def _validate_measured():
-    spec = importlib.util.spec_from_file_location("validate_measured", ROOT / "tools" / "validate_measured.py")
-    assert spec is not None and spec.loader is not None
-    vm = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(vm)
-    return vm
-
-
 @pytest.mark.parametrize(("commit", "golden"), [("93aa335b95", "lts_dgx_a100"), ("46fdcd5b7e", "dev")])
 def test_megatron_s_fused_loss_test_on_the_old_images_simulates_within_a_tenth_of_a_percent(commit, golden):
     """``gpt3_mr_mcore_te_tp2_pp2_cross_entropy_loss_fusion_dgx_a100_1N8G`` recorded in NGC PyTorch 24.01 (torch 2.2)
     and 24.10 (torch 2.5): 2,658,189,824 and 2,245,028,864 bytes (golden values of Megatron-LM at those commits),
     −33.7 % and −21.5 % before the first call was modelled."""
-    if not CASES.exists():
-        pytest.skip(f"{CASES}: the collected Megatron-LM records are absent (tools/collect_megatron_cases.py)")
-    rec = next((r for r in json.loads(CASES.read_text())
-                if r["name"].endswith("gpt3_mr_mcore_te_tp2_pp2_cross_entropy_loss_fusion_dgx_a100_1N8G")
-                and r["record_id"].endswith(f"@{commit}:{golden}")), None)
-    if rec is None:
-        pytest.skip(f"no record of the fused-loss test at {commit}")
-    alloc = _validate_measured().predict(rec)[0]
+    rec = collected_record("gpt3_mr_mcore_te_tp2_pp2_cross_entropy_loss_fusion_dgx_a100_1N8G", f"{commit}:{golden}")
+    alloc = validate_measured().predict(rec)[0]
     assert abs(alloc / int(rec["measured"]["max_allocated_bytes_first_iter"]) - 1) < 0.001
 
 

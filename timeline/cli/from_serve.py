@@ -77,6 +77,7 @@ def _read(command: str) -> tuple[str, str]:
 def run(args: argparse.Namespace) -> int:
     from timeline.io.runfile_write import run_file_text
     from timeline.io.serve_command import (
+        async_scheduling_refusal,
         classify,
         map_options,
         model_config,
@@ -116,6 +117,11 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"the command does not say which {cmd.engine} ran it: read as {cmd.engine} {version}, whose "
                      "source the rules are read at (give --engine-version)")
     m.sections["serving"]["engine_version"] = version
+    if cmd.engine == "vllm" and parsed.values.get("async_scheduling") is True:
+        why = async_scheduling_refusal(version, int(m.sections.get("parallel", {}).get("pp", 1)),
+                                       bool(m.sections["serving"].get("speculative_method")))
+        if why:
+            raise UserError(why)
     if cmd.usage_context != "openai_api_server":
         m.sections["serving"]["usage_context"] = cmd.usage_context
         m.mapped["LLM(...)" if cmd.usage_context == "llm_class" else "EngineArgs(...)"] = (

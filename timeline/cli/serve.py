@@ -112,7 +112,12 @@ def print_summary(res: ServeResult) -> None:
               f"{gib(b.requested_bytes)}, weights {gib(b.weights_bytes)}"
               + (f" (vision tower and projector {gib(b.vision_weights_bytes)})" if b.vision_weights_bytes else "")
               + f", non-torch {gib(b.non_torch_bytes)}, "
-              f"activation peak {gib(b.activation_peak_bytes)}, {pool}; "
+              + (f"activation peak {gib(b.activation_peak_bytes)}, " if b.engine != "sglang" else
+                 # SGLang runs no profile: ModelRunner.profile_max_num_token sizes the pool from mem_fraction_static,
+                 # and what the pool and weights leave is the activations' and graphs' room
+                 f"no profile run ({gib(max(0, b.total_bytes - b.requested_bytes - b.non_torch_bytes))} left beside "
+                 "weights and pool), ")
+              + f"{pool}; "
               + (f"CUDA-graph pool {gib(b.cuda_graph_bytes)}; the engine's CUDA-graph estimate "
                  f"{gib(b.cuda_graph_estimate_bytes)} subtracted" if b.cuda_graph_subtracted else
                  f"CUDA-graph pool {gib(b.cuda_graph_bytes)} (not subtracted by the engine)"))

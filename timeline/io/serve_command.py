@@ -595,6 +595,28 @@ def _sglang_prefill_tokens(v: dict[str, Any], given: dict[str, str], sv: dict[st
         mapped[given["max_prefill_tokens"]] = "serving.max_prefill_tokens"
 
 
+def async_scheduling_refusal(version: str, pp: int, speculative: bool) -> str | None:
+    """Why vLLM ``version`` refuses to start with ``--async-scheduling`` beside pipeline parallelism or
+    speculative decoding, None where it starts: ``EngineArgs.create_engine_config`` (engine/arg_utils.py, read at
+    0.10.1, 0.10.2 and 0.11.0) raises for pp > 1 and for any speculative config; ``VllmConfig.__post_init__``
+    (config/vllm.py, read at 0.11.2 … 0.14.0) for pp > 1 and for a method not EAGLE/MTP-kind; at 0.15.0 (read up to
+    0.19.0) pp > 1 no longer raises."""
+    from timeline.spec.engine_versions import parse_version
+
+    v = parse_version(version)
+    if v is None or not (0, 10, 1) <= v < (0, 15):
+        return None
+    if pp > 1:
+        return (f"--async-scheduling with pipeline parallelism: vLLM {version} raises \"Async scheduling is not "
+                "(yet) compatible with pipeline_parallel_size > 1\" (engine/arg_utils.py up to 0.11.0, "
+                "config/vllm.py to 0.14); drop --async-scheduling")
+    if speculative and v < (0, 11, 2):
+        return (f"--async-scheduling with speculative decoding: vLLM {version} raises \"Currently, speculative "
+                "decoding is not supported with async scheduling.\" (engine/arg_utils.py: "
+                "EngineArgs.create_engine_config); drop --async-scheduling")
+    return None
+
+
 def map_options(engine: str, parsed: Parsed, checkpoint_quantized: bool) -> Mapped:
     """The run file's ``[parallel]`` and ``[serving]`` from the parsed options (``checkpoint_quantized``: the
     checkpoint's config has a ``quantization_config``, which then decides the weights)."""

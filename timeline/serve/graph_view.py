@@ -62,7 +62,7 @@ def graph_run(run: ServeRunSpec, num_tokens: int, tp: int = 0) -> RunSpec:
     routed experts over the MoE layer's GPUs (:func:`~timeline.serve.dp.moe_tp`: whole experts over
     ``ep`` ranks, or each expert split over them without EP)."""
     par = run.parallel
-    etp = 1 if par.ep > 1 else moe_tp(run)
+    etp = expert_tp(run)
     layout = tuple(len(r) for r in pp_layers(run)) if par.pp > 1 else None
     parallel = replace(par, pp=par.pp, vpp=1, sp=False, cp=1, tp=tp or attention_tp(run), etp=etp, layout=layout)
     # an engine's model code has no dropout (vLLM's model classes build no nn.Dropout; the config's rates are
@@ -261,9 +261,16 @@ FUSED_MOE_CHUNK = 32768
 _MOE_PARTS = (".mlp.dispatch.", ".mlp.experts.", ".mlp.combine.")
 
 
+def expert_tp(run: ServeRunSpec) -> int:
+    """How many ranks split each routed expert: the MoE layer's GPUs over the expert-parallel ones — vLLM's
+    ``ep`` is 1 or all of them; SGLang's ``moe_tp_size = tp_size // moe_ep_size``
+    (``srt/distributed/parallel_state.py: initialize_model_parallel``)."""
+    return max(1, moe_tp(run) // run.parallel.ep)
+
+
 def moe_rank_width(run: ServeRunSpec) -> int:
     """One rank's routed-expert width: whole experts under EP, else split over the MoE layer's GPUs."""
-    return run.model.moe_intermediate_size // (1 if run.parallel.ep > 1 else moe_tp(run))
+    return run.model.moe_intermediate_size // expert_tp(run)
 
 
 def fuse_moe(run: ServeRunSpec, ops: list[FOp], num_tokens: int, moe_tokens: int = 0,

@@ -68,7 +68,11 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
     if m.is_moe and par.ep > 1 and dp_attention and par.ep != par.tp:
         add(("parallel.ep", f"SGLang's expert parallelism under DP attention spans the tp group ({par.tp} ranks, "
              "--enable-ep-moe sets ep_size = tp_size); set ep to that or 1"))
-    elif m.is_moe and par.ep > 1 and not dp_attention and par.ep != par.tp * par.dp:
+    elif m.is_moe and par.ep > 1 and sv.engine == "sglang" and not dp_attention and par.tp % par.ep:
+        # srt/distributed/parallel_state.py: initialize_model_parallel — moe_tp_size = tp_size // moe_ep_size
+        add(("parallel.ep", f"SGLang splits each expert over tp / ep ranks (moe_tp_size); {par.ep} does not divide "
+             f"tp = {par.tp}: use one of {', '.join(str(d) for d in range(1, par.tp + 1) if par.tp % d == 0)}"))
+    elif m.is_moe and par.ep > 1 and sv.engine != "sglang" and not dp_attention and par.ep != par.tp * par.dp:
         add(("parallel.ep", f"vLLM's expert parallelism spans tp·dp = {par.tp * par.dp} ranks; set ep to that "
              "or 1 (experts then split by tp·dp)"))
     if m.is_moe and par.ep == 1 and m.moe_intermediate_size % par.tp:
