@@ -326,7 +326,7 @@ def test_sglang_expert_parallelism_below_tp_splits_each_expert_over_the_rest(tmp
     weights = {}
     for ep in (1, 2, 8):
         out = tmp_path / f"ep{ep}.toml"
-        cmd = (f"python3 -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B --tp 8"
+        cmd = ("python3 -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B --tp 8"
                + (f" --ep-size {ep}" if ep > 1 else "") + " --mem-fraction-static 0.85")
         assert main(["from-sglang", cmd, "--hf-config", str(HF / "qwen3-30b-a3b"), "--engine-version", "0.5.16",
                      "--gpu", "h200", "-o", str(out)]) == 0
