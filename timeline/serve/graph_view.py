@@ -59,8 +59,8 @@ def stage_has_moe(run: ServeRunSpec, stage: int) -> list[bool]:
 def graph_run(run: ServeRunSpec, num_tokens: int, tp: int = 0) -> RunSpec:
     """A run whose forward pass (per pipeline stage) is one engine step of ``num_tokens`` tokens on
     one device of a DP rank: attention split by :func:`~timeline.serve.dp.attention_tp` (or ``tp``),
-    routed experts over the MoE layer's GPUs (:func:`~timeline.serve.dp.moe_tp`: whole experts over
-    ``ep`` ranks, or each expert split over them without EP)."""
+    routed experts over the MoE layer's GPUs (:func:`~timeline.serve.dp.moe_tp`): ``ep`` ranks' shares of the
+    experts, each expert split over the rest (:func:`expert_tp`)."""
     par = run.parallel
     etp = expert_tp(run)
     layout = tuple(len(r) for r in pp_layers(run)) if par.pp > 1 else None

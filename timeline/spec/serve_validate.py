@@ -77,6 +77,9 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
              "or 1 (experts then split by tp·dp)"))
     if m.is_moe and par.ep == 1 and m.moe_intermediate_size % par.tp:
         add(("parallel.tp", f"{par.tp} does not divide moe_intermediate_size={m.moe_intermediate_size}"))
+    elif m.is_moe and 1 < par.ep < par.tp and not par.tp % par.ep and m.moe_intermediate_size % (par.tp // par.ep):
+        add(("parallel.ep", f"each expert splits over tp / ep = {par.tp // par.ep} ranks, which does not divide "
+             f"moe_intermediate_size={m.moe_intermediate_size}"))
     if m.intermediate_size % par.tp and not all(m.is_moe_layer(i) for i in range(m.num_hidden_layers)):
         add(("parallel.tp", f"{par.tp} does not divide intermediate_size={m.intermediate_size}"))
     if sv.engine == "hf" and (par.tp > 1 or par.ep > 1 or par.dp > 1):
