@@ -13,8 +13,9 @@ configuration, benchmarks every configuration once on the device:
   ``--deterministic-mode``); the steps' row reductions are ``ReductionHint.INNER``, one configuration;
 - each benchmarked launch runs on fresh copies of the arguments the kernel writes (``CachingAutotuner.bench`` →
   ``clone_args``: one ``clone_preserve_strides`` per name in ``mutated_arg_names``, the same tensor twice when it
-  is passed under two names), inside Triton's ``do_bench`` (``triton/testing.py`` at 2.2.0 … 3.1.0), which holds
-  a 256e6-byte L2-flush buffer (``torch.empty(int(256e6 // 4), dtype=torch.int)``) while it repeats them;
+  is passed under two names), inside Triton's ``do_bench`` (``triton/testing.py`` at 2.1.0, the lts image's pin,
+  … 3.1.0), which holds a 256e6-byte L2-flush buffer (``torch.empty(int(256e6 // 4), dtype=torch.int)``) while it
+  repeats them;
 - from PyTorch 2.6.0 ``CachingAutotuner.copy_args_to_cpu_if_needed`` (``optimize_mem``) copies a written argument
   to the host instead where its clone would raise the peak: not modelled (:data:`CPU_COPIES_FROM`).
 
@@ -41,7 +42,7 @@ COMPILED_FROM = (2, 2)
 CPU_COPIES_FROM = (2, 6)
 #: PyTorch v2.3.0 on: the loss step's division writes its result into the softmax itself (no fresh buffer)
 DIVISION_IN_PLACE_FROM = (2, 3)
-#: triton/testing.py do_bench (triton 2.2.0 … 3.1.0): ``cache = torch.empty(int(256e6 // 4), dtype=torch.int)``
+#: triton/testing.py do_bench (triton 2.1.0 … 3.1.0): ``cache = torch.empty(int(256e6 // 4), dtype=torch.int)``
 FLUSH_BYTES = 256_000_000
 
 SOURCE = ("Megatron-LM core/jit.py (jit_fuser = torch.compile from torch 2.2.0a0), fusions/fused_cross_entropy.py; "
