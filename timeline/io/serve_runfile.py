@@ -177,12 +177,13 @@ def _sglang_defaults(sv: dict[str, Any], gpu: str, tp: Any, pp: Any, dp: Any, mo
 
     # --chunked-prefill-size ≤ 0 (enable_chunked_prefill false): a prefill batch holds --max-prefill-tokens
     chunk_off = sv.get("enable_chunked_prefill") is False
+    prefill = given("max_prefill_tokens") or SGLANG_MAX_PREFILL_TOKENS
     try:
         d = sglang_server_defaults(
             version, NVIDIA_SMI_TOTAL_MIB[gpu], tp, pp, mla=bool(model.is_mla),
             architectures=tuple(str(a) for a in (cfg or {}).get("architectures") or ()), model_path=model_path,
             chunked_prefill_size=-1 if chunk_off else given("max_num_batched_tokens"),
-            max_prefill_tokens=given("max_prefill_tokens") or SGLANG_MAX_PREFILL_TOKENS,
+            max_prefill_tokens=prefill,
             cuda_graph_max_bs=given("cuda_graph_max_bs"),
             disable_cuda_graph=sv.get("enforce_eager") is True, prefill_cuda_graph=str(sv.get("prefill_cuda_graph", "auto")),
             max_running_requests=given_reqs, max_total_tokens=given("max_total_tokens"),
@@ -190,8 +191,7 @@ def _sglang_defaults(sv: dict[str, Any], gpu: str, tp: Any, pp: Any, dp: Any, mo
             dp_size=dp if isinstance(dp, int) and not isinstance(dp, bool) and dp > 0 else 1, dsa=bool(model.index_n_heads))
     except ValueError:  # a combination SGLang refuses (dp ∤ tp under DP attention): the validation names it
         return
-    sv.setdefault("max_num_batched_tokens", (given("max_prefill_tokens") or SGLANG_MAX_PREFILL_TOKENS) if chunk_off
-                  else d.chunked_prefill_size)
+    sv.setdefault("max_num_batched_tokens", prefill if chunk_off else d.chunked_prefill_size)
     sv.setdefault("cuda_graph_max_bs", d.cuda_graph_max_bs)
     sv.setdefault("mem_fraction_static", d.mem_fraction_static)
 

@@ -570,11 +570,13 @@ def first_backward_op(pattern: str, spans: list[Span], compiled: Compiled, defau
         return default
     ph = compiled[(first.stage, first.kind)]
     rx = re.compile(pattern)
-    starts = span_offsets(first, ph.op_start, np.arange(len(ph.op_names)))
-    for name, start in zip(ph.op_names, starts.tolist(), strict=True):
-        if rx.search(name):
-            return first.start_us + start
-    return default
+    hit = next((i for i, name in enumerate(ph.op_names) if rx.search(name)), None)
+    return default if hit is None else _op_start_us(first, ph, hit)
+
+
+def _op_start_us(sp: Span, ph: CompiledPhase, i: int) -> float:
+    """When op ``i`` of phase ``ph`` starts in span ``sp`` (stretched and shifted as the span is)."""
+    return sp.start_us + float(span_offsets(sp, ph.op_start[i:i + 1], np.array([i]))[0])
 
 
 def _first_op(rx: re.Pattern[str], spans: list[Span], compiled: Compiled, kinds: tuple[str, ...]
@@ -624,8 +626,7 @@ def first_call_events(rule: FirstCall, spans: list[Span], compiled: Compiled) ->
         if hit is None:
             continue
         a, ph, i = hit
-        sp = spans[a]
-        t = sp.start_us + float(span_offsets(sp, ph.op_start[i:i + 1], np.array([i]))[0])
+        t = _op_start_us(spans[a], ph, i)
         made = ((f"autotune.{phase}.flush", rule.flush_bytes),
                 *((f"autotune.{phase}.copy{j}.{rule.like}", size) for j in range(copies)))
         out.append(FirstCallEvents(t_us=t, action=a, op=ph.op_names[i], tensors=made))
