@@ -36,9 +36,9 @@ HF = ROOT / "tests" / "data" / "hf"
 MIB, GIB = 1 << 20, 1 << 30
 
 
-def _run(tmp_path: Path, config: str, serving: str, tp: int = 1, gpu: str = "h100", hw: str = ""):
+def _run(tmp_path: Path, config: str, serving: str, tp: int = 1, gpu: str = "h100", hw: str = "", ep: int = 1):
     path = tmp_path / "r.toml"
-    path.write_text(f'[model]\nhf_config = "{HF / config / "config.json"}"\n[parallel]\ntp = {tp}\n'
+    path.write_text(f'[model]\nhf_config = "{HF / config / "config.json"}"\n[parallel]\ntp = {tp}\nep = {ep}\n'
                     f'[hardware]\ngpu = "{gpu}"\n{hw}[serving]\n{serving}\n[serving.load]\nnum_requests = 1\n')
     return load_serve_run(path)
 
@@ -108,6 +108,17 @@ def test_mxfp4_on_hopper_is_marlin_until_triton_kernels_ships(tmp_path):
     b12 = compute_budget(_run(tmp_path, "gpt-oss-20b", 'engine_version = "0.12.0"'))
     assert b11.weights_bytes - b18.weights_bytes == 24 * (_mxfp4_experts(2944, 3072) - _mxfp4_experts(2880, 2880))
     assert b12.weights_bytes == b18.weights_bytes
+
+
+def test_mxfp4_experts_whole_under_expert_parallelism(tmp_path):
+    """vLLM's ``--enable-expert-parallel`` (ep = tp): each rank loads half of GPT-OSS-20B's 32 experts at their
+    full width (``FusedMoE``'s ``tp_size`` is 1 under EP), not half the experts at half the width. Without EP the
+    two ranks split each expert (1440 → 1472, padded to 64 by the Triton backend at 0.18)."""
+    serving = 'engine_version = "0.18.0"'
+    split = compute_budget(_run(tmp_path, "gpt-oss-20b", serving, tp=2))
+    whole = compute_budget(_run(tmp_path, "gpt-oss-20b", serving, tp=2, ep=2))
+    assert whole.weights_bytes - split.weights_bytes == \
+        24 * (_mxfp4_experts(2880, 2880) // 2 - _mxfp4_experts(1472, 2880))
 
 
 def test_mxfp4_hopper_swizzle_at_019(tmp_path):

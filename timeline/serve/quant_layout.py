@@ -391,9 +391,14 @@ def _vllm_layer(name: str) -> str:
 
 
 def _expert_dims(run: ServeRunSpec, t: TensorDef) -> tuple[int, ...]:
-    """MXFP4's padded shape of an expert weight or bias (gate/up: intermediate × hidden, down: the reverse)."""
+    """MXFP4's padded shape of an expert weight or bias (gate/up: intermediate × hidden, down: the reverse). The
+    width is one rank's (:func:`timeline.serve.graph_view.moe_rank_width`): a whole expert under expert parallelism
+    (vLLM ``FusedMoE``: ``moe_parallel_config.tp_size`` 1 when ``use_ep``), else split over the MoE layer's GPUs —
+    ``intermediate_size_per_partition`` before ``Mxfp4MoEMethod.create_weights`` pads it."""
+    from timeline.serve.graph_view import moe_rank_width
+
     pad_i, pad_h = mxfp4_padding(int(run.hardware.sm), run.serving.engine_version)
-    inter = run.model.moe_intermediate_size // run.parallel.etp
+    inter = moe_rank_width(run)
     i_p, h_p = _round_up(inter, pad_i), _round_up(run.model.hidden_size, pad_h)
     down = ".down_proj." in t.name
     if len(t.shape) == 1:
