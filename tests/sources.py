@@ -78,12 +78,16 @@ def expert_rule(run: RunSpec) -> str:
     return profile(run.profile).params.expert_state_group
 
 
-def devices_of(run: RunSpec) -> list[StaticDevice]:
-    """Each pipeline rank's representative device under the run's schedule kind's placement."""
+def devices_of(run: RunSpec, *, buffers: bool = False) -> list[StaticDevice]:
+    """Each pipeline rank's representative device under the run's schedule kind's placement; with ``buffers``, laid
+    out in the profile's DDP buffers as the simulator lays it (Megatron's shards under the distributed optimizer)."""
+    from timeline.sim.static_state import ddp_of
+
     par = run.parallel
+    ddp = ddp_of(run.profile, run.framework, run.model, run.training, par, traced=False) if buffers else None
     return static_devices(model_source(run), stage_placement(run.schedule.kind, par.pp, par.vpp), parallel=par,
                           training=run.training, num_layers=run.model.num_hidden_layers,
-                          expert_state_group=expert_rule(run))
+                          expert_state_group=expert_rule(run), ddp=ddp)
 
 
 def tensors_of(run: RunSpec, pp_rank: int) -> tuple[tuple[int, ...], list[TensorDef]]:

@@ -31,6 +31,16 @@ them. Megatron-LM sources (``MC`` = ``megatron/core``), at the commits named:
   it alone; the DDP buffers stay unsharded. With ``zero = 1`` (0044db1f20 on: the distributed optimizer's
   buffers, :mod:`timeline.graph.layer_wise_buffers`) a rank owns the Muon matrices its buffer shard holds and the
   distributed optimizer's byte shards of the rest: the buffers' slots say which (:func:`main_params`).
+- **CPU offload** (``--optimizer-cpu-offload``, ``training.optimizer_cpu_offload``): ``MC/optimizer/__init__.py:
+  _get_megatron_optimizer_based_on_param_groups`` builds a ``HybridDeviceOptimizer``
+  (``MC/optimizer/cpu_offloading/hybrid_optimizer.py``, core_v0.15.0 … d98e8a64dd) with ``param_update_in_fp32``,
+  and ``DistributedOptimizer.__init__`` rebuilds it over the owned shards (under the precision-aware optimizer Megatron
+  requires, the weights' own shards: views of the param buffer). ``_get_sub_optimizer_param_groups`` walks its
+  parameters in group order and moves each to the CPU while the elements moved are below
+  ``optimizer_offload_fraction`` of the total (:func:`hybrid_split`); each parameter left on the GPU gets an fp32
+  clone (``param.detach().clone().float()``) that TE's ``FusedAdam`` — built with the learning-rate arguments
+  alone, so fp32 ``exp_avg`` and ``exp_avg_sq`` whatever ``--exp-avg-dtype`` says — steps. A parameter moved to
+  the CPU keeps nothing on the GPU: its copy, fp32 master, gradient copy and states are host memory.
 """
 
 from __future__ import annotations
@@ -55,6 +65,8 @@ def param_states(tr: TrainingSpec, name: str, shape: tuple[int, ...]) -> tuple[t
     """(state name, bytes per element) of one main parameter's optimizer state, in the order the step makes
     them (empty: the optimizer keeps none)."""
     fp32 = DTYPE_BYTES["fp32"]  # the main gradient these states are made like (Float16Optimizer: .float())
+    if tr.optimizer_cpu_offload:  # the hybrid optimizer's GPU FusedAdam: TE's default fp32 states
+        return (("exp_avg", fp32), ("exp_avg_sq", fp32))
     if tr.optimizer == "sgd":
         return (("momentum_buffer", fp32),) if tr.sgd_momentum else ()
     if uses_muon(tr, name, shape):
@@ -67,7 +79,7 @@ def state_bytes_lower_bound(tr: TrainingSpec) -> tuple[int, int]:
     """(master, state) bytes per element every parameter of a device holds at least: what a static bound may
     count without knowing which parameters are Muon's (the fewer of Muon's and Adam's) or, under the layer-wise
     optimizer, which are dealt to the rank (none)."""
-    if tr.muon_layer_wise:  # the rank may be dealt none of a kind
+    if tr.muon_layer_wise or tr.optimizer_cpu_offload:  # dealt none of a kind, or all of it kept on the CPU
         return 0, 0
     master = optimizer_element_bytes(tr)[0]
     adam = DTYPE_BYTES[tr.moment_dtype] + DTYPE_BYTES[tr.exp_avg_sq_dtype or tr.moment_dtype]
@@ -153,12 +165,47 @@ def param_groups(tensors: Sequence[TensorDef], buffers: Sequence[DdpBuffer], tr:
     return [(k, groups[k]) for k in sorted(groups, key=lambda k: k[0])]
 
 
+def hybrid_split(groups: Sequence[ParamGroup], fraction: float) -> frozenset[str]:
+    """The main parameters (shards) a ``HybridDeviceOptimizer`` moves to the CPU: per optimizer of the chain (one
+    hybrid optimizer each), walking its groups' parameters in order, every parameter met while the elements moved
+    so far are below ``fraction`` of the optimizer's total (``_get_sub_optimizer_param_groups``:
+    ``offload_params_numel < offload_threshold``, ``offload_threshold = gpu_params_total_numel * offload_fraction``)
+    — so the last one moved may cross the threshold."""
+    totals: dict[int, int] = {}
+    for (chain, _), params in groups:
+        totals[chain] = totals.get(chain, 0) + sum(k for _, k, _, _ in params)
+    moved: dict[int, int] = {}
+    out: set[str] = set()
+    for (chain, _), params in groups:
+        for name, k, _, _ in params:
+            if moved.get(chain, 0) < totals[chain] * fraction:
+                out.add(name)
+                moved[chain] = moved.get(chain, 0) + k
+    return frozenset(out)
+
+
+def cpu_offloaded(tensors: Sequence[TensorDef], buffers: Sequence[DdpBuffer], tr: TrainingSpec,
+                  expert_rule: str) -> list[tuple[str, int]]:
+    """(name, elements) of the main parameters (shards) the hybrid optimizer updates on the CPU, in step order
+    (none without ``training.optimizer_cpu_offload``)."""
+    if not tr.optimizer_cpu_offload:
+        return []
+    groups = param_groups(tensors, buffers, tr, expert_rule)
+    cpu = hybrid_split(groups, tr.optimizer_offload_fraction)
+    return [(n, k) for _, ps in groups for n, k, _, _ in ps if n in cpu]
+
+
 def main_params(tensors: Sequence[TensorDef], buffers: Sequence[DdpBuffer], tr: TrainingSpec,
                 expert_rule: str) -> list[MainParam]:
     """Each main parameter (shard) of a device with its optimizer states (:func:`param_states`), in the order
     the optimizers create and step them (:func:`param_groups`); under Muon's layer-wise optimizer only the
-    parameters dealt to it, as the last rank of its DP groups (the rank Megatron-LM logs memory on)."""
-    order = [p for _, ps in param_groups(tensors, buffers, tr, expert_rule) for p in ps]
+    parameters dealt to it, as the last rank of its DP groups (the rank Megatron-LM logs memory on); under the
+    hybrid CPU-offload optimizer only those it keeps on the GPU (:func:`hybrid_split`)."""
+    groups = param_groups(tensors, buffers, tr, expert_rule)
+    order = [p for _, ps in groups for p in ps]
+    if tr.optimizer_cpu_offload:
+        cpu = hybrid_split(groups, tr.optimizer_offload_fraction)
+        order = [p for p in order if p[0] not in cpu]
     if tr.muon_layer_wise and tr.zero == 0:  # under zero = 1 the buffers' slots say what the rank owns
         dense_g, expert_g = dp_groups(buffers)
         owned = ping_pong_owned([(n, k, e) for n, k, _, e in order], dense_g, expert_g, dense_g - 1, expert_g - 1)

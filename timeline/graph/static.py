@@ -29,6 +29,8 @@ def optimizer_element_bytes(tr: TrainingSpec) -> tuple[int, int]:
     ``master_dtype``, or int16 remainders), and each of Adam's two moments. The
     one copy of this rule: static bytes, the simulator's state tensors and the planner's bound
     all read it."""
+    if tr.optimizer_cpu_offload:  # the hybrid optimizer's fp32 clone and its GPU FusedAdam's fp32 moments
+        return DTYPE_BYTES["fp32"], DTYPE_BYTES["fp32"]
     if tr.master_remainders:  # TE FusedAdam store_param_remainders: an int16 per element
         return 2, DTYPE_BYTES[tr.moment_dtype]
     master = DTYPE_BYTES[tr.master_dtype] if tr.master_dtype != tr.dtype or tr.precision_aware else 0

@@ -271,8 +271,6 @@ UNDER: dict[str, tuple[str, ...]] = {
                                              "--fine-grained-offloading-max-inflight-offloads",
                                              "--min-offloaded-tensor-size"),
     "--cpu-offloading-num-layers > 0": ("--cpu-offloading-retain-pinned-cpu-buffers",),
-    "--optimizer-cpu-offload": ("--optimizer-offload-fraction", "--overlap-cpu-optimizer-d2h-h2d",
-                                "--use-torch-optimizer-for-cpu-offload", "--no-pin-cpu-grads", "--no-pin-cpu-params"),
     "--use-nccl-ub (with --use-megatron-fsdp)": ("--fsdp-manual-registration", "--fsdp-db-use-persist-buf-on-alloc-fail"),
     "--outer-dp-sharding-strategy other than no_shard": ("--enable-full-sharding-in-hsdp",),
     "--use-torch-fsdp2": ("--torch-fsdp2-no-reshard-after-forward",),
@@ -359,6 +357,12 @@ WITHOUT_OVERLAP = (
      "--no-tp-comm-split-ag", "--disable-tp-comm-split-rs", "--no-tp-comm-split-rs"),
 )
 NEUTRAL[WITHOUT_OVERLAP[0]] = WITHOUT_OVERLAP[1]
+NEUTRAL["the hybrid CPU-offload optimizer's host side (MC/optimizer/cpu_offloading/hybrid_optimizer.py): pinned or "
+        "pageable host copies; the copies on their own CUDA streams (the same device tensors, one at a time); a torch "
+        "optimizer in place of TE's FusedAdam, which MC/optimizer/__init__.py overrides for Adam, the only optimizer the "
+        "precision-aware path it needs takes"] = (
+    "--overlap-cpu-optimizer-d2h-h2d", "--use-torch-optimizer-for-cpu-offload", "--no-pin-cpu-grads",
+    "--no-pin-cpu-params")
 #: the Megatron-Core models store it and never read it (gpt_model.py / hybrid_model.py / mamba_model.py: __init__'s
 #: ``self.fp16_lm_cross_entropy``, unread by ``compute_language_model_loss``, core_v0.12.0 … d98e8a64dd); only the
 #: legacy models' loss reads it (megatron_legacy.py refuses it there), and validate_args asserts --fp16

@@ -144,6 +144,39 @@ def precision_aware(a: ArgReader, c: Conversion, *, megatron_core: str | None) -
         a.value("--exp-avg-sq-dtype")
 
 
+def cpu_offload(a: ArgReader, c: Conversion) -> None:
+    """``--optimizer-cpu-offload`` with ``--optimizer-offload-fraction`` → ``training.optimizer_cpu_offload`` and
+    ``optimizer_offload_fraction`` (the hybrid optimizer: :func:`timeline.graph.optim_state.hybrid_split`).
+
+    ``megatron/training/arguments.py: validate_args`` (d98e8a64dd) asserts ``--use-precision-aware-optimizer`` with
+    it, and FP8 parameters only under the delayed recipe; ``MC/optimizer/__init__.py`` asserts decoupled weight decay
+    (AdamW). Not modelled, and refused: bf16 main gradients (converted per shard on both sides) and FP8 parameters
+    (their fp32 main shards go to the hybrid optimizer instead of the weights' own)."""
+    fraction = a.float("--optimizer-offload-fraction", 1.0)
+    if not a.flag("--optimizer-cpu-offload"):
+        return
+    tr = c.sections["training"]
+    if not tr.get("precision_aware"):
+        raise UserError("--optimizer-cpu-offload: Megatron-LM requires --use-precision-aware-optimizer with it "
+                        "(arguments.py: validate_args); add it")
+    if not 0.0 <= fraction <= 1.0:
+        raise UserError(f"--optimizer-offload-fraction {fraction}: a share of the parameters, between 0 and 1")
+    if tr.get("grad_dtype", "fp32") != "fp32":
+        raise UserError("--optimizer-cpu-offload with --main-grads-dtype bf16: the hybrid optimizer's per-shard fp32 "
+                        "copies of bf16 gradients are not modelled; drop --main-grads-dtype bf16")
+    if tr.get("fp8_param_gather"):
+        raise UserError("--optimizer-cpu-offload with --fp8-param-gather: the hybrid optimizer then steps fp32 main "
+                        "shards, which is not modelled; drop --fp8-param-gather")
+    c.put("training.optimizer_cpu_offload", True, "--optimizer-cpu-offload")
+    c.put("training.optimizer_offload_fraction", fraction, "--optimizer-offload-fraction")
+    if fraction < 1.0:
+        c.notes.append("--optimizer-offload-fraction below 1: Megatron's first HybridDeviceOptimizer, built over the "
+                       "whole (unsharded) parameters before the distributed optimizer rebuilds it over its shards, "
+                       "makes fp32 clones of the ones it keeps on the GPU and holds itself in a reference cycle "
+                       "(its step hooks), so they live until Python's cyclic garbage collector runs — not simulated "
+                       "(taken as freed at once; --manual-gc collects before the first iteration)")
+
+
 def optimizer_impl(a: ArgReader, c: Conversion, impl: str | None) -> None:
     """``[framework] optimizer_impl``: which Adam (and SGD) Megatron-Core imported, as the job's environment had
     them — not an argument: ``MC/optimizer/__init__.py`` takes Transformer Engine's ``FusedAdam``, else Apex's,

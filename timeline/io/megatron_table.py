@@ -96,6 +96,9 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--use-precision-aware-optimizer", "--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype",
                      "--exp-avg-sq-dtype"), "training.precision_aware / grad_dtype / master_dtype / master_remainders / "
                     "moment_dtype / exp_avg_sq_dtype (TE FusedAdam's states; fp8 states refused)"),
+    **dict.fromkeys(("--optimizer-cpu-offload", "--optimizer-offload-fraction"),
+                    "training.optimizer_cpu_offload / optimizer_offload_fraction (the hybrid optimizer's GPU share: "
+                    "fp32 masters and moments; graph/optim_state.py: hybrid_split)"),
     "--no-use-layer-wise-param-layout": "training.zero = 0 under Muon's layer-wise optimizer (its legacy ping-pong "
                                         "path over unsharded buffers)",
     "--muon-scalar-optimizer": "Muon's fallback for non-matrix parameters: adam (lion refused)",
@@ -215,7 +218,6 @@ REFUSED: dict[str, str] = {
     "--use-torch-fsdp2": _FSDP,
     "--fine-grained-activation-offloading": "activation offloading to CPU is not modelled",
     "--offload-modules": "activation offloading to CPU is not modelled",
-    "--optimizer-cpu-offload": "optimizer states offloaded to CPU (optimizer/cpu_offloading) are not modelled",
     "--export-kd-teacher-load": "distillation keeps a teacher model in memory (not modelled)",
     "--logits-load-dir": "distillation from stored teacher logits (training/training.py) is not modelled",
     "--logits-save-dir": "saving each step's top-k logits (training/training.py) is not modelled",

@@ -30,7 +30,7 @@ from timeline.io.megatron_map import (
     refuse_job,
     refuse_unmodelled,
 )
-from timeline.io.megatron_optimizer import optimizer, precision_aware
+from timeline.io.megatron_optimizer import cpu_offload, optimizer, precision_aware
 from timeline.io.megatron_optimizer import optimizer_impl as optimizer_impl_of
 from timeline.io.megatron_state_args import (
     checkpoint_load,
@@ -132,6 +132,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     embedding_wgrad(a, c)
     checkpoint_load(a, c, resumed=resumed, dp_cp=dp * c.sections["parallel"]["cp"])
     precision_aware(a, c, megatron_core=megatron_core)
+    cpu_offload(a, c)
     optimizer_impl_of(a, c, optimizer_impl)
     given = {k: v for k, v in c.mapped.items() if k in margs.args}
     for name in margs.args:

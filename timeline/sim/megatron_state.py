@@ -88,6 +88,8 @@ def megatron_events(tr: TrainingSpec, dev: StaticDevice, expert_rule: str,
     fsdp = bool(dev.dp_buffers) and bool(dev.dp_buffers[0].fsdp)
     if fsdp:  # Megatron-FSDP's buffers hold the main weights themselves (timeline.sim.megatron_fsdp)
         out = fsdp_events(tr, dev)
+    if tr.optimizer_cpu_offload:  # the hybrid optimizer's fp32 clones, then its GPU FusedAdam's moments
+        return [e for e in out + hybrid_device_states(tr, order) if e[2] > 0]
     if tr.precision_aware:  # TE's FusedAdam makes the masters with the moments (fused_adam_states)
         return [e for e in out + (fused_adam_states(tr, order) if tr.optimizer_step else []) if e[2] > 0]
     for n, k, _ in order if not fsdp else ():  # clone() in the model dtype, then .float(); the clone is dropped
@@ -132,6 +134,27 @@ def fused_adam_states(tr: TrainingSpec, order: list[MainParam]) -> list[StaticEv
         if master != DTYPE_BYTES["fp32"]:
             out.append(("first_step", f"static.state_scale.{n}.master_param", STATE_SCALE_BYTES, o_cat, 1))
         out.append(("first_step", f"static.master_fp32.{n}", k * DTYPE_BYTES["fp32"], o_cat, -1))
+    return out
+
+
+def hybrid_device_states(tr: TrainingSpec, order: list[MainParam]) -> list[StaticEvent]:
+    """``--optimizer-cpu-offload`` (``training.optimizer_cpu_offload``): the ``HybridDeviceOptimizer``
+    ``DistributedOptimizer.__init__`` rebuilds over the owned shards makes, for each one it keeps on the GPU
+    (``order``: :func:`timeline.graph.optim_state.main_params`), ``param.detach().clone().float()`` — a clone in the
+    weights' dtype, its fp32 copy, the clone dropped (``_get_sub_optimizer_param_groups``); none for an fp32
+    weight. Its GPU ``FusedAdam`` makes ``exp_avg`` and ``exp_avg_sq`` per parameter in its first step
+    (``initialize_state``, TE's fp32 default: the hybrid optimizer passes no state dtypes). The shards it moves to
+    the CPU clone there (a transient GPU clone in the weights' dtype each, before training: left out)."""
+    o_cat = CAT_CODE[Category.OPTIMIZER]
+    w, fp32 = DTYPE_BYTES[tr.dtype], DTYPE_BYTES["fp32"]
+    out: list[StaticEvent] = []
+    for n, k, _ in order:
+        if w != fp32:
+            out += [("start", f"static.master_clone.{n}", k * w, o_cat, 1), ("start", f"static.master.{n}", k * fp32, o_cat, 1),
+                    ("start", f"static.master_clone.{n}", k * w, o_cat, -1)]
+    if tr.optimizer_step:
+        out += [("first_step", f"static.moments.{n}.{state}", k * b, o_cat, 1) for n, k, states in order
+                for state, b in states]
     return out
 
 

@@ -41,7 +41,7 @@ property of the data). The precision-aware optimizer's states are :func:`timelin
 from __future__ import annotations
 
 from timeline.graph.layer_wise_buffers import compact_deal
-from timeline.graph.optim_state import dp_groups, main_params, param_groups, ping_pong_deal
+from timeline.graph.optim_state import cpu_offloaded, dp_groups, main_params, param_groups, ping_pong_deal
 from timeline.graph.static import optimizer_element_bytes
 from timeline.graph.tensors import DTYPE_BYTES, Category
 from timeline.placement.devices import StaticDevice
@@ -106,11 +106,27 @@ def _step_body(tr: TrainingSpec, dev: StaticDevice, expert_rule: str,
             copies = [(f"step.main_param_copy.{n}", k * master) for (c, _), ps in groups if c == chain
                       for n, k, _, _ in ps if n in states]  # one at a time: each dropped after its copy_
             out += [e for n, b in copies for e in ((n, b, 1, _TEMP, False), (n, b, -1, _TEMP, False))]
+    out += _hybrid_copy_back(tr, dev, expert_rule)
     if tr.muon_layer_wise and tr.zero == 0:
         out += _layer_wise_gather(tr, dev, [p for _, ps in groups for p in ps])
     elif tr.muon_layer_wise and any(b.muon and not b.param_buffer for b in dev.dp_buffers):
         out += _compact_gather(tr, dev)
     return tuple(e for e in out if e[1] > 0)  # the padded layout's parameters are gathered in place
+
+
+def _hybrid_copy_back(tr: TrainingSpec, dev: StaticDevice, expert_rule: str) -> list[StepAlloc]:
+    """The hybrid CPU-offload optimizer's copy of each CPU-updated shard back to the GPU
+    (``hybrid_optimizer.py: param_copy_back_gpu_hook``: ``gpu_param.data.copy_(param.data, non_blocking=True)``, the
+    CPU master fp32, the GPU shard in the weights' dtype). A host-to-device copy that changes the dtype goes through
+    a device temporary of the source's dtype (PyTorch ``aten/src/ATen/native/cuda/Copy.cu: copy_kernel_cuda``,
+    ``copy_requires_temporaries``: non-blocking, so converted on the GPU — ``at::empty_like(dst, src dtype)``), made
+    and dropped per shard, one at a time, after the GPU sub-optimizer's step. The gradients go the other way as
+    fp32 views of the fp32 grad buffer (``decoupled_grad``): no device copy."""
+    w, fp32 = DTYPE_BYTES[tr.dtype], DTYPE_BYTES["fp32"]
+    if w == fp32:
+        return []
+    return [e for n, k in cpu_offloaded(dev.tensors, dev.dp_buffers, tr, expert_rule)
+            for e in ((f"step.hybrid_h2d.{n}", k * fp32, 1, _TEMP, False), (f"step.hybrid_h2d.{n}", k * fp32, -1, _TEMP, False))]
 
 
 def _compact_gather(tr: TrainingSpec, dev: StaticDevice) -> list[StepAlloc]:

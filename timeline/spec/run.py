@@ -90,6 +90,13 @@ class TrainingSpec:
     precision_aware: bool = spec_field(False, doc="Megatron --use-precision-aware-optimizer: TE's FusedAdam makes "
                                        "the master weights (master_dtype) with the moments in its first step; Megatron "
                                        "makes no main parameters and no main-grad copies; needs zero = 1")
+    optimizer_cpu_offload: bool = spec_field(False, doc="Megatron --optimizer-cpu-offload: a HybridDeviceOptimizer "
+                                             "keeps the first optimizer_offload_fraction of each optimizer's main "
+                                             "parameters on the CPU and gives the rest fp32 masters and fp32 moments on "
+                                             "the GPU (timeline.graph.optim_state.hybrid_split); needs precision_aware")
+    optimizer_offload_fraction: float = spec_field(1.0, nonneg=True, maximum=1.0, doc="Megatron "
+                                                   "--optimizer-offload-fraction: the share of each optimizer's "
+                                                   "parameter elements whose update runs on the CPU")
     master_remainders: bool = spec_field(False, doc="precision_aware with fp32 masters of bf16 weights: TE keeps the "
                                          "16 bits the bf16 weight lacks (int16 store_param_remainders), not fp32")
     zero: int = spec_field(0, choices=(0, 1, 2, 3))

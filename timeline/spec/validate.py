@@ -420,6 +420,17 @@ def optimizer_problems(tr: TrainingSpec, profile: str, *, traced: bool) -> list[
         out.append(("training.precision_aware", "TE's FusedAdam holding the masters is modelled for Adam under "
                     "Megatron's distributed optimizer (profile = \"megatron\", zero = 1), not in a resumed run; "
                     "remove it"))
+    if tr.optimizer_cpu_offload and not tr.precision_aware:
+        # megatron/training/arguments.py: validate_args asserts it ("the hybrid device optimizer reuses the code path")
+        out.append(("training.optimizer_cpu_offload", "Megatron-LM requires the precision-aware optimizer with it: "
+                    "set precision_aware = true (--use-precision-aware-optimizer)"))
+    if tr.optimizer_cpu_offload and (tr.grad_dtype != "fp32" or tr.fp8_param_gather):
+        out.append(("training.optimizer_cpu_offload", "modelled with fp32 main gradients and no FP8 parameters: "
+                    "bf16 gradients would be converted per shard on both sides, FP8 parameters give the hybrid "
+                    "optimizer fp32 shards; set grad_dtype = \"fp32\" and fp8_param_gather = false"))
+    if tr.optimizer_offload_fraction != 1.0 and not tr.optimizer_cpu_offload:
+        out.append(("training.optimizer_offload_fraction", "is read only with optimizer_cpu_offload = true; set that "
+                    "or remove it"))
     if tr.master_remainders and not (tr.precision_aware and tr.master_dtype == "fp32" and tr.dtype == "bf16"):
         out.append(("training.master_remainders", "needs precision_aware = true with bf16 weights and "
                     "master_dtype = \"fp32\" (TE stores the remainders of fp32 masters of bf16 weights); remove it"))
