@@ -241,6 +241,8 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, sm:
             raise UserError(f"--moe-router-dtype {rd}: use fp32 or fp64")
         c.put("framework.moe_router_dtype", rd, "--moe-router-dtype")
         c.put("framework.moe_permute_fusion", a.flag("--moe-permute-fusion"), "--moe-permute-fusion")
+        if a.flag("--moe-router-force-load-balancing"):  # random logits: the balanced routing the run takes anyway
+            c.put("framework.moe_router_force_load_balancing", True, "--moe-router-force-load-balancing")
         c.put("framework.moe_grouped_gemm", a.flag("--moe-grouped-gemm"), "--moe-grouped-gemm")
         c.put("framework.moe_legacy_grouped_gemm", a.flag("--moe-use-legacy-grouped-gemm"),
               "--moe-use-legacy-grouped-gemm")

@@ -145,6 +145,8 @@ MAPPED: dict[str, str] = {
                     "framework.moe_token_dispatcher / moe_flex_backend"),
     **dict.fromkeys(("--moe-router-load-balancing-type", "--moe-aux-loss-coeff"), "framework.moe_router_load_balancing"),
     "--moe-router-dtype": "framework.moe_router_dtype",
+    "--moe-router-force-load-balancing": "framework.moe_router_force_load_balancing (RandomSTE's random copy of the "
+                                         "logits routes; training.routing balanced, as it is by default)",
     "--moe-permute-fusion": "framework.moe_permute_fusion",
     "--overlap-moe-expert-parallel-comm": "schedule.combined_1f1b (refused where Megatron refuses it) and "
                                           "framework.combined_1f1b_keeps_node_io by version",
@@ -256,7 +258,6 @@ REFUSED: dict[str, str] = {
     "--sft": "SFT's " + _PACKED, "--dataloader-inter-document-masking": _PACKED,
     "--moe-apply-probs-on-input": "router probabilities applied to the experts' input (experts.py) are not modelled",
     "--moe-input-jitter-eps": "the router's jittered input copy (router.py: apply_input_jitter) is not modelled",
-    "--moe-router-force-load-balancing": "random router logits (moe_utils.py: apply_random_logits) are not modelled",
     "--moe-router-force-biased": "biased random router logits (moe_utils.py: apply_biased_logits) are not modelled",
     "--moe-expert-rank-capacity-factor": "a per-rank token capacity (token_dispatcher.py) is not modelled",
     "--moe-extended-tp": "extended expert tensor parallelism is not modelled",

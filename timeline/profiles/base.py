@@ -191,6 +191,8 @@ class Structure:
     # expert's logit, masked by the sinkhorn top-k); "topk": topk_routing_with_score_function
     moe_router_dtype: str = ""  # "fp32" | "fp64": Megatron's router GEMM returns logits in that dtype and every
     # router tensor after it (scores, probs, the dispatcher's probs) follows; "": the activations' dtype
+    moe_random_logits: bool = False  # --moe-router-force-load-balancing: the router's logits are replaced by a
+    # random copy of them (graph/families/moe.py)
     moe_aux_loss: bool = False  # the router's load-balancing loss is computed (an aux-loss type with a
     # coefficient > 0): its scores over every expert are kept
     moe_z_loss: bool = False  # the router's z-loss is computed (--moe-z-loss-coeff given): logsumexp keeps the logits

@@ -162,6 +162,10 @@ RULES: dict[str, SaveRule] = {
     "copy": SaveRule(source=f"{MC}/tensor_parallel/mappings.py: _gather_along_first_dim copies its input "
                             f"contiguous; {TE}/attention/dot_product_attention/backends.py: FlashAttention.forward's "
                             "sbhd ↔ bshd transposes (.contiguous()); a copy keeps nothing"),
+    "random_logits": SaveRule(source=f"{MOE_UTILS}: RandomSTE.forward — logits.clone().normal_() under "
+                                     "--moe-router-force-load-balancing (router.py: TopKRouter.forward, "
+                                     "apply_random_logits; core_v0.13.0 … d98e8a64dd); its backward passes the "
+                                     "gradient through and keeps nothing"),
     "router_score": SaveRule(saves=("extra:scores",),
                              source=f"{MOE_UTILS}: topk_routing_with_score_function — sigmoid: "
                                     "torch.sigmoid(logits.float()) saves its fp32 result [tokens, E]; softmax: "
@@ -366,7 +370,8 @@ def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
     aux = spec.moe_router_load_balancing in ("aux_loss", "seq_aux_loss", "global_aux_loss")
     index_add = (spec.deterministic and not spec.moe_permute_fusion
                  and version_tuple(spec.megatron_core) >= UNPERMUTE_INDEX_ADD)
-    return {"moe_router_dtype": spec.moe_router_dtype, "moe_aux_loss": aux, "moe_z_loss": spec.moe_z_loss,
+    return {"moe_router_dtype": spec.moe_router_dtype, "moe_random_logits": spec.moe_router_force_load_balancing,
+            "moe_aux_loss": aux, "moe_z_loss": spec.moe_z_loss,
             "moe_router_fp32_topk": version_tuple(spec.megatron_core) >= ROUTER_FP32_TOPK,
             "moe_permute_fusion": spec.moe_permute_fusion, "moe_unpermute": "index_add" if index_add else "scatter_add",
             "moe_flex_backend": spec.moe_flex_backend, "moe_nvlink_domain": spec.nvlink_domain,

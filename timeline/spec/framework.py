@@ -83,6 +83,9 @@ class FrameworkSpec:
                                                     "its loss is computed (--moe-aux-loss-coeff > 0)")
     moe_router_dtype: str = spec_field("", choices=("", "fp32", "fp64"), doc="--moe-router-dtype ('' = logits')")
     moe_permute_fusion: bool = spec_field(False, doc="--moe-permute-fusion")
+    moe_router_force_load_balancing: bool = spec_field(False, doc="--moe-router-force-load-balancing: the router's "
+                                                       "logits replaced by a random copy (moe_utils.py: RandomSTE) "
+                                                       "for a load-balanced benchmark")
     moe_z_loss: bool = spec_field(False, doc="--moe-z-loss-coeff given: the router's z-loss is computed")
     moe_grouped_gemm: bool = spec_field(True, doc="--moe-grouped-gemm (false: SequentialMLP)")
     moe_legacy_grouped_gemm: bool = spec_field(False, doc="--moe-use-legacy-grouped-gemm: Megatron's GroupedMLP "

@@ -103,6 +103,10 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     else:  # Megatron: router_gating_linear returns the logits in --moe-router-dtype, keeping its 16-bit input
         logits = linear(b, f"{p}.router", src, n, layer, save=ln, out_name="logits",
                         out_dtype=b.table.moe_router_dtype or None, tags=MOE)
+        if b.table.moe_random_logits:  # --moe-router-force-load-balancing: RandomSTE's random copy routes instead
+            rnd = b.tensor(f"{p}.router.random_logits", logits.shape, logits.dtype)
+            b.op(f"{p}.router.random_logits", "random_logits", layer, {"x": logits}, {"y": rnd}, tags=MOE)
+            logits = rnd
     # router scores, top-k and the first permutation, as the profile's framework implements them
     probs, idx, pprobs, permuted = router(b.ctx.rules.name)(b, p, src, logits, layer, local.experts)
     rows = expert_rows(b)
