@@ -149,6 +149,19 @@ def recompute_problems(rc: RecomputeSpec, par: ParallelSpec, num_layers: int) ->
     return problems
 
 
+#: the first Megatron-Core release whose attention runs tp above the KV groups (attention.py, core_v0.16.0)
+TP_ABOVE_KV_GROUPS = (0, 16)
+
+
+def tp_above_kv_groups(profile: str, m: ModelSpec, par: ParallelSpec, fw: FrameworkSpec) -> bool:
+    """Whether tensor parallelism exceeds the KV groups the way Megatron-Core 0.16 on runs it: the megatron
+    profile, tp a multiple of the groups, not MLA (``Attention.__init__``: one KV group per rank)."""
+    if profile != "megatron" or m.is_mla or not m.kv_heads or par.tp <= m.kv_heads or par.tp % m.kv_heads:
+        return False
+    head = re.match(r"(\d+)\.(\d+)", fw.megatron_core or "")
+    return head is not None and (int(head.group(1)), int(head.group(2))) >= TP_ABOVE_KV_GROUPS
+
+
 def validate_run(run: RunSpec, limits: Mapping[str, ProfileLimits]) -> list[tuple[str, str]]:
     """Every problem of ``run``; ``limits``: every profile's limits by name
     (``timeline.profiles.LIMITS``). A door (``tests/test_layering.py``): validation reads a whole run."""
@@ -170,12 +183,13 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
     if m.num_attention_heads % par.tp:
         add(("parallel.tp", f"{par.tp} does not divide num_attention_heads={m.num_attention_heads}; "
              f"use one of {_divisors(m.num_attention_heads)}"))
-    elif not m.is_mla and m.kv_heads % par.tp:
+    elif not m.is_mla and m.kv_heads % par.tp and not tp_above_kv_groups(run.profile, m, par, run.framework):
         # Megatron-LM core_v0.16.0 … core_v0.19.0 transformer/attention.py: Attention.__init__ — with
         # num_query_groups < tp each rank computes one KV group and num_heads / num_query_groups q heads, then
-        # keeps its num_heads / tp (weights built as for num_query_groups = tp)
-        more = ("; Megatron-Core from 0.16 runs tp above the KV groups (attention.py: one KV group per rank), "
-                "which is not modelled") if run.profile == "megatron" and par.tp % m.kv_heads == 0 else ""
+        # keeps its num_heads / tp (graph/families/attention.py: attend)
+        more = ("; Megatron-Core from 0.16 runs tp above the KV groups (attention.py: one KV group per rank): "
+                "give [framework] megatron_core = \"0.16.0\" or later") \
+            if run.profile == "megatron" and par.tp % m.kv_heads == 0 else ""
         add(("parallel.tp", f"{par.tp} does not divide num_key_value_heads={m.kv_heads}; "
              f"use one of {_divisors(m.kv_heads)}{more}"))
     if not m.is_mla and m.kv_heads <= m.num_attention_heads and m.num_attention_heads % m.kv_heads:

@@ -275,6 +275,32 @@ def input_norm(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     return norm.forward(b, f"{prefix}.input_layernorm", x, layer, tags=NONE if fused else frozenset({"layernorm"}))
 
 
+def _qkv_above_kv_groups(b: Builder, p: str, full: TensorDef, ln: TensorDef,
+                         layer: int) -> tuple[TensorDef, TensorDef | None, int, int]:
+    """Megatron-Core's QKV when tp exceeds the KV groups (core_v0.16.0 … d98e8a64dd ``transformer/attention.py``:
+    ``get_query_key_value_tensors``; validated by :func:`timeline.spec.validate.tp_above_kv_groups`): the
+    column-parallel ``linear_qkv`` gives each rank its 1/tp of the ``(np [+ np gate] + 2·ng)·hn`` columns;
+    ``all_gather_last_dim_from_tensor_parallel_region`` (``tensor_parallel/mappings.py: _gather_along_last_dim``:
+    an all-gather into a ``[tp·rows, cols/tp]`` buffer, then ``torch.cat`` of its chunks along the last dimension)
+    assembles every column; the rank's group is a slice of it and its q (np/tp heads), gate, k and v (one head
+    each) are views of that whole tensor, which the attention keeps through them. Its backward splits the whole
+    gradient back to the rank's columns (``_split_along_last_dim``, a contiguous copy). Returns (the gathered
+    tensor, the gate or None, local query heads, local KV heads = 1)."""
+    m, tp, hd = b.model, b.dims.tp, b.model.attn_head_dim
+    rows = full.shape[0]
+    gated = m.num_attention_heads if m.attention_output_gate else 0
+    cols = (m.num_attention_heads + gated + 2 * m.kv_heads) * hd
+    local = b.tensor(f"{p}.linear_qkv.out", (rows, cols // tp))
+    f = 2.0 * rows * m.hidden_size * cols / tp
+    b.op(f"{p}.linear_qkv", "linear", layer, {"x": full, "_save": ln}, {"qkv": local}, flops=f, wflops=f)
+    buf = b.tensor(f"{p}.qkv.all_gather", (tp * rows, cols // tp), comm=True)
+    b.op(f"{p}.qkv.all_gather", "comm", layer, {"x": local}, {"y": buf}, kind="collective", stream="tp")
+    qkv = b.tensor(f"{p}.qkv", (rows, cols))
+    b.op(f"{p}.qkv.cat", "copy", layer, {"x": buf}, {"y": qkv})
+    nq = m.num_attention_heads // tp
+    return qkv, (qkv if gated else None), nq, 1
+
+
 def attend(b: Builder, prefix: str, ln: TensorDef, layer: int) -> TensorDef:
     """MHA/GQA on the input norm's output ``ln``; returns the output projection's result."""
     m = b.model
@@ -287,7 +313,10 @@ def attend(b: Builder, prefix: str, ln: TensorDef, layer: int) -> TensorDef:
     f = 2.0 * rows * m.hidden_size * (nq + 2 * nkv + ng) * hd
     # one output whose views q, k and v are: GPT-2's c_attn(x).split(...), Megatron's mixed_qkv
     gate: TensorDef | None = None
-    if (b.table.model_code and m.fused_qkv) or b.table.qkv_views:
+    if b.table.qkv_views and m.kv_heads < b.dims.tp:
+        q, gate, nq, nkv = _qkv_above_kv_groups(b, p, full, ln, layer)
+        k = v = q
+    elif (b.table.model_code and m.fused_qkv) or b.table.qkv_views:
         q = k = v = b.tensor(f"{p}.qkv", (rows, (nq + 2 * nkv + ng) * hd))
         gate = q if ng else None  # get_query_key_value_tensors: query, gate, key, value = split(mixed_qkv)
         b.op(f"{p}.linear_qkv", "linear", layer, {"x": full, "_save": ln}, {"qkv": q}, flops=f, wflops=f)
