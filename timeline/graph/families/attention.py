@@ -283,9 +283,11 @@ def _qkv_above_kv_groups(b: Builder, p: str, full: TensorDef, ln: TensorDef,
     ``all_gather_last_dim_from_tensor_parallel_region`` (``tensor_parallel/mappings.py: _gather_along_last_dim``:
     an all-gather into a ``[tp·rows, cols/tp]`` buffer, then ``torch.cat`` of its chunks along the last dimension)
     assembles every column; the rank's group is a slice of it and its q (np/tp heads), gate, k and v (one head
-    each) are views of that whole tensor, which the attention keeps through them. Its backward splits the whole
-    gradient back to the rank's columns (``_split_along_last_dim``, a contiguous copy). Returns (the gathered
-    tensor, the gate or None, local query heads, local KV heads = 1)."""
+    each) are views of that whole tensor, which the attention keeps through them. Its backward reduce-scatters
+    the whole gradient back to the rank's columns (``_AllGatherFromTensorParallelRegion.backward`` →
+    ``_reduce_scatter_along_last_dim``: the column chunks concatenated along the rows, ``[tp·rows, cols/tp]``,
+    then reduce-scattered) — the gradients of the cat and of the all-gather here. Returns (the gathered tensor,
+    the gate or None, local query heads, local KV heads = 1)."""
     m, tp, hd = b.model, b.dims.tp, b.model.attn_head_dim
     rows = full.shape[0]
     gated = m.num_attention_heads if m.attention_output_gate else 0
