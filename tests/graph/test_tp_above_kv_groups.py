@@ -44,3 +44,20 @@ def test_the_weights_are_the_column_parallel_share_of_the_fused_projection():
     dev = devices_of(tiny_run(model=MODEL, tp=TP, megatron_core="0.16.0", pp=1))[0]
     qkv = sum(t.numel for t in dev.tensors if t.name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight")))
     assert qkv == 2 * (COLS // TP) * 256  # two layers, each rank COLS / tp rows of hidden 256
+
+
+def test_serving_engines_build_no_gather(tmp_path):
+    """vLLM replicates KV heads over tp instead (``QKVParallelLinear``'s ``num_kv_head_replicas``): the serving
+    build keeps the fused QKV per rank."""
+    from pathlib import Path
+
+    from timeline.io.serve_runfile import load_serve_run
+    from timeline.serve.graph_view import step_ops
+
+    hf = Path(__file__).resolve().parents[1] / "data" / "hf" / "llama-3.1-8b" / "config.json"
+    path = tmp_path / "r.toml"
+    path.write_text(f'[model]\nhf_config = "{hf}"\n[parallel]\ntp = 16\n[hardware]\ngpu = "h100"\n'
+                    '[serving]\nengine = "vllm"\n[serving.load]\nnum_requests = 1\n')
+    ops = step_ops(load_serve_run(path), 64)
+    assert any(op.name.endswith("self_attn.linear_qkv") for op in ops)
+    assert not any(op.name.endswith("qkv.all_gather") for op in ops)

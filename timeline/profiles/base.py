@@ -170,6 +170,9 @@ class Structure:
     # and v become contiguous bshd copies the kernel keeps, and its bshd output is kept while a contiguous sbhd
     # copy is returned to the output projection (TE's FusedAttention reads and writes sbhd in place); at micro-batch
     # size 1 the transposes of contiguous tensors are no copies (graph/families/attention.py: flash_copies)
+    qkv_gather_above_kv: bool = False  # tp above the KV groups: every rank all-gathers the fused QKV columns and
+    # keeps its group as views of the whole (Megatron-Core >= 0.16, graph/families/attention.py); off in the
+    # serving engines' builds, which replicate KV heads instead
     qkv_views: bool = False  # one fused QKV projection output whose q, k and v are views (Megatron-Core's
     # linear_qkv): a consumer keeping a view keeps the whole output; norms and attention kernels that need
     # contiguous inputs copy the view (graph/families/attention.py)

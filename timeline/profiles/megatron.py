@@ -278,7 +278,7 @@ STRUCTURE = Structure(attention="flash", dropout=False, fused_norm_linear=True, 
                       # one linear_qkv output [s, b, ng·(np/ng + 2)·hn]; query, key and value are its
                       # torch.split / TE SplitAlongDim views, and SelfAttention.forward holds `value` until
                       # it returns (after linear_proj)
-                      qkv_views=True,
+                      qkv_views=True, qkv_gather_above_kv=True,
                       # MC tensor_parallel/layers.py: VocabParallelEmbedding.forward — F.embedding (or
                       # weight[masked_input] in deterministic mode) returns a dense weight gradient that
                       # MC distributed/distributed_data_parallel.py's grad hook adds into main_grad and drops

@@ -315,7 +315,7 @@ def attend(b: Builder, prefix: str, ln: TensorDef, layer: int) -> TensorDef:
     f = 2.0 * rows * m.hidden_size * (nq + 2 * nkv + ng) * hd
     # one output whose views q, k and v are: GPT-2's c_attn(x).split(...), Megatron's mixed_qkv
     gate: TensorDef | None = None
-    if b.table.qkv_views and m.kv_heads < b.dims.tp:
+    if b.table.qkv_views and b.table.qkv_gather_above_kv and m.kv_heads < b.dims.tp:
         q, gate, nq, nkv = _qkv_above_kv_groups(b, p, full, ln, layer)
         k = v = q
     elif (b.table.model_code and m.fused_qkv) or b.table.qkv_views:
