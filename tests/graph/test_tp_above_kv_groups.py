@@ -46,18 +46,24 @@ def test_the_weights_are_the_column_parallel_share_of_the_fused_projection():
     assert qkv == 2 * (COLS // TP) * 256  # two layers, each rank COLS / tp rows of hidden 256
 
 
-def test_serving_engines_build_no_gather(tmp_path):
-    """vLLM replicates KV heads over tp instead (``QKVParallelLinear``'s ``num_kv_head_replicas``): the serving
-    build keeps the fused QKV per rank."""
+def test_serving_engines_replicate_kv_heads_and_gather_nothing(tmp_path):
+    """vLLM replicates KV heads over tp instead (``QKVParallelLinear``: ``num_kv_head_replicas = tp //
+    total_num_kv_heads``): Llama-3.1-8B (32 heads, 8 KV heads of 128) at tp 16 gives each rank 2 q heads and one
+    whole k and v head, weights and step alike, and no gather."""
     from pathlib import Path
 
     from timeline.io.serve_runfile import load_serve_run
-    from timeline.serve.graph_view import step_ops
+    from timeline.serve.graph_view import _params, step_ops
 
     hf = Path(__file__).resolve().parents[1] / "data" / "hf" / "llama-3.1-8b" / "config.json"
     path = tmp_path / "r.toml"
     path.write_text(f'[model]\nhf_config = "{hf}"\n[parallel]\ntp = 16\n[hardware]\ngpu = "h100"\n'
                     '[serving]\nengine = "vllm"\n[serving.load]\nnum_requests = 1\n')
-    ops = step_ops(load_serve_run(path), 64)
-    assert any(op.name.endswith("self_attn.linear_qkv") for op in ops)
+    run = load_serve_run(path)
+    shapes = {t.name: t.shape for t in _params(run, 0)}
+    assert shapes["layers.0.self_attn.q_proj.weight"] == (2 * 128, 4096)
+    assert shapes["layers.0.self_attn.k_proj.weight"] == shapes["layers.0.self_attn.v_proj.weight"] == (128, 4096)
+    ops = step_ops(run, 64)
+    (qkv,) = [op for op in ops if op.name == "layers.0.self_attn.linear_qkv"]
+    assert [t.shape for t in qkv.outputs.values()] == [(64, (2 + 2) * 128)]
     assert not any(op.name.endswith("qkv.all_gather") for op in ops)

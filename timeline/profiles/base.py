@@ -60,6 +60,9 @@ class ParamRules:
     mtp_eh_proj_tp_split: bool
     #: the model builds its MTP modules (transformers' DeepseekV3ForCausalLM builds none)
     mtp_modules: bool
+    #: with tp above the KV heads each rank holds whole KV heads, replicated over ``tp / kv_heads`` ranks (the
+    #: serving engines' ``QKVParallelLinear``: ``num_kv_head_replicas``), not a 1/tp slice of them
+    kv_head_replicas: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -37,27 +37,32 @@ def params(ctx: BuildCtx, prefix: str, module: str = "attention") -> list[Tensor
     m, tp, dt = ctx.model, ctx.tp, ctx.dtype
     hd = m.attn_head_dim
     q_out, kv_out = m.num_attention_heads * hd, m.kv_heads * hd
+    kv_split = tp
+    if ctx.rules.params.kv_head_replicas and 0 < m.kv_heads < tp:
+        # vLLM model_executor/layers/linear.py QKVParallelLinear.__init__ (0.6 … 0.19; SGLang's copy alike): with
+        # tp >= total_num_kv_heads each rank holds one KV head, num_kv_head_replicas = tp // total_num_kv_heads
+        kv_out, kv_split = hd, 1
     out = [
         param(f"{prefix}.q_proj.weight", (q_out, m.hidden_size), module=module, dtype=dt, split=tp),
-        param(f"{prefix}.k_proj.weight", (kv_out, m.hidden_size), module=module, dtype=dt, split=tp),
-        param(f"{prefix}.v_proj.weight", (kv_out, m.hidden_size), module=module, dtype=dt, split=tp),
+        param(f"{prefix}.k_proj.weight", (kv_out, m.hidden_size), module=module, dtype=dt, split=kv_split),
+        param(f"{prefix}.v_proj.weight", (kv_out, m.hidden_size), module=module, dtype=dt, split=kv_split),
         param(f"{prefix}.o_proj.weight", (m.hidden_size, q_out), module=module, dtype=dt, split=tp, dim=1),
     ]
     # Megatron-Core attention.py: SelfAttention.__init__ widens linear_qkv by kv_channels · heads for the output
     # gate (``attention_output_gate``), its bias with it
-    biased = [("q", q_out), ("k", kv_out), ("v", kv_out)]
+    biased = [("q", q_out, tp), ("k", kv_out, kv_split), ("v", kv_out, kv_split)]
     if m.attention_output_gate:
         out.append(param(f"{prefix}.g_proj.weight", (q_out, m.hidden_size), module=module, dtype=dt, split=tp))
-        biased.append(("g", q_out))
+        biased.append(("g", q_out, tp))
     if m.attention_bias or m.linear_bias:
-        out += [param(f"{prefix}.{n}_proj.bias", (w,), module=module, dtype=dt, split=tp) for n, w in biased]
+        out += [param(f"{prefix}.{n}_proj.bias", (w,), module=module, dtype=dt, split=k) for n, w, k in biased]
     if m.linear_bias or m.attention_out_bias:
         out.append(param(f"{prefix}.o_proj.bias", (m.hidden_size,), module=module, dtype=dt))
     if m.attention_sinks:
         out.append(param(f"{prefix}.sinks", (m.num_attention_heads,), module=module, dtype=dt, split=tp))
     if m.qk_norm and m.qk_norm_full:  # one weight over every head of the projection, split with it
         out += [param(f"{prefix}.q_norm.weight", (q_out,), module="norm", dtype=dt, split=tp),
-                param(f"{prefix}.k_norm.weight", (kv_out,), module="norm", dtype=dt, split=tp)]
+                param(f"{prefix}.k_norm.weight", (kv_out,), module="norm", dtype=dt, split=kv_split)]
     elif m.qk_norm:
         out += norm.params(ctx, f"{prefix}.q_norm", hd, module="norm", kind="rmsnorm")
         out += norm.params(ctx, f"{prefix}.k_norm", hd, module="norm", kind="rmsnorm")
