@@ -17,6 +17,7 @@ from typing import Protocol
 from timeline.spec.arch_rules import architecture_problems, architecture_run_problems
 from timeline.spec.cp_rules import cp_comm_problems
 from timeline.spec.cuda_graph_rules import cuda_graph_problems
+from timeline.spec.engine_versions import parse_version
 from timeline.spec.fp8_rules import fp8_problems
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.legacy_rules import legacy_problems
@@ -150,7 +151,7 @@ def recompute_problems(rc: RecomputeSpec, par: ParallelSpec, num_layers: int) ->
 
 
 #: the first Megatron-Core release whose attention runs tp above the KV groups (attention.py, core_v0.16.0)
-TP_ABOVE_KV_GROUPS = (0, 16)
+TP_ABOVE_KV_GROUPS = (0, 16, 0)
 
 
 def tp_above_kv_groups(profile: str, m: ModelSpec, par: ParallelSpec, fw: FrameworkSpec) -> bool:
@@ -158,8 +159,8 @@ def tp_above_kv_groups(profile: str, m: ModelSpec, par: ParallelSpec, fw: Framew
     profile, tp a multiple of the groups, not MLA (``Attention.__init__``: one KV group per rank)."""
     if profile != "megatron" or m.is_mla or not m.kv_heads or par.tp <= m.kv_heads or par.tp % m.kv_heads:
         return False
-    head = re.match(r"(\d+)\.(\d+)", fw.megatron_core or "")
-    return head is not None and (int(head.group(1)), int(head.group(2))) >= TP_ABOVE_KV_GROUPS
+    version = parse_version(fw.megatron_core or "")
+    return version is not None and version >= TP_ABOVE_KV_GROUPS
 
 
 def validate_run(run: RunSpec, limits: Mapping[str, ProfileLimits]) -> list[tuple[str, str]]:
