@@ -117,3 +117,14 @@ def test_muon_the_precision_aware_optimizer_and_cuda_graphs_are_refused_sgd_maps
     c = _convert(new | {"--optimizer": "sgd"}, megatron_core="0.18.0")
     assert (c.sections["training"]["optimizer"], c.sections["training"]["zero"]) == ("sgd", 1)
     assert c.sections["framework"]["fsdp_sharding"] == "optim_grads_params"
+
+
+def test_nccl_user_buffers_change_nothing_under_ddp_and_are_refused_under_megatron_fsdp():
+    # param_and_grad_buffer.py (core_v0.13.0 … d98e8a64dd): under DDP the same buffers, inside an NCCL MemPool
+    ddp = {k: v for k, v in ZP_Z3.items() if k not in ("--use-custom-fsdp", "--data-parallel-sharding-strategy")}
+    plain = _convert(ddp)
+    ub = _convert(ddp | {"--use-nccl-ub": True, "--disable-symmetric-registration": True})
+    assert ub.sections == plain.sections
+    # arguments.py validate_args (d98e8a64dd): under Megatron-FSDP it turns the double buffer on
+    with pytest.raises(UserError, match="^--use-megatron-fsdp with --use-nccl-ub: .*--fsdp-double-buffer"):
+        _convert(ZP_Z3 | {"--use-nccl-ub": True})

@@ -163,8 +163,9 @@ def megatron_fsdp(a: ArgReader, c: Conversion, *, package: bool | None = None) -
     on; main's 0.15.0rc0 spans both sides of it); ``--log-params-norm`` → ``framework.log_params_norm``. The layout
     and events: :mod:`timeline.graph.fsdp_buffers`, :mod:`timeline.sim.megatron_fsdp`. Double buffers, NCCL user
     buffers, HSDP, a suggested communication unit, Megatron-FSDP v2, non-default main dtypes, Muon (Megatron-LM
-    rejects it), the precision-aware optimizer and CUDA graphs are refused by name (``--use-nccl-ub`` is refused
-    for DDP and FSDP alike, :mod:`timeline.io.megatron_table`)."""
+    rejects it), the precision-aware optimizer and CUDA graphs are refused by name. ``--use-nccl-ub`` is refused
+    here only: under Megatron-FSDP it turns on the double buffer and manual registration (``arguments.py:
+    validate_args``@d98e8a64dd); under DDP it changes no byte (:data:`timeline.io.megatron_table.MAPPED`)."""
     if not (a.flag("--use-megatron-fsdp") or a.flag("--use-custom-fsdp")):
         c.put("framework.fsdp_sharding", "")
         return
@@ -173,6 +174,9 @@ def megatron_fsdp(a: ArgReader, c: Conversion, *, package: bool | None = None) -
         if v not in (None, False) and (off is None or str(v) != off):
             raise UserError(f"{name} {v}: Megatron-FSDP's {name.lstrip('-')} is not modelled; drop it to model "
                             "plain Megatron-FSDP")
+    if a.flag("--use-nccl-ub"):
+        raise UserError("--use-megatron-fsdp with --use-nccl-ub: Megatron-LM then turns on --fsdp-double-buffer and "
+                        "manual registration (arguments.py: validate_args), which are not modelled; drop --use-nccl-ub")
     if c.sections["training"].get("optimizer", "adam") == "muon":
         raise UserError("--use-megatron-fsdp with --optimizer muon: Megatron-LM rejects it (arguments.py: validate_args, "
                         "693587db5a on: Muon does not support Megatron-FSDP); use Adam or SGD, or drop Megatron-FSDP")

@@ -55,6 +55,10 @@ MAPPED: dict[str, str] = {
     "--qk-layernorm": "model.qk_norm",
     "--empty-unused-memory-level": "framework.empty_unused_memory_level (torch.cuda.empty_cache around the optimizer "
                                    "step: training.py train_step)",
+    "--use-nccl-ub": "with DDP no rule moves a byte: param_and_grad_buffer.py (core_v0.13.0 … d98e8a64dd) allocates "
+                     "the same param and grad buffers inside an NCCL MemPool, whose blocks PyTorch counts as "
+                     "allocated and reserved like the default pool's; with Megatron-FSDP refused (it forces "
+                     "--fsdp-double-buffer: io/megatron_state_args.py megatron_fsdp)",
     **dict.fromkeys(("--window-size", "--window-attn-skip-freq"), "model.sliding_window / layer_types "
                     "(transformer/utils.py: is_layer_window_attention)"),
     "--softmax-type": "model.attention_sinks (learnable; off-by-one refused)",
@@ -236,7 +240,6 @@ REFUSED: dict[str, str] = {
     "--ddp-reduce-scatter-with-fp32-accumulation": "fp32 reduce-scatter accumulation buffers are not modelled",
     "--ddp-param-name-patterns-for-fp32-local-accumulation": "fp32 local gradient accumulation for chosen "
                                                              "parameters is not modelled",
-    "--use-nccl-ub": "buffers in NCCL's registered memory pool (param_and_grad_buffer.py) are not modelled",
     "--use-te-activation-func": "Transformer Engine's activation modules (their saved tensors) are not modelled",
     "--fused-residual-rmsnorm": "TE's fused residual-add + RMSNorm (its saved tensors) is not modelled",
     "--fp32-residual-connection": "an fp32 residual stream (transformer_layer.py) is not modelled",
