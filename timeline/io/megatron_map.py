@@ -356,6 +356,12 @@ def map_model(a: ArgReader, c: Conversion, family: str | None = None, *, megatro
         else:  # any other list: one kind per layer (transformer_layer.py builds each layer's MLP from it)
             c.put("model.mlp_layer_types", tuple("moe" if v else "dense" for v in pattern), "--moe-layer-freq")
         c.put("model.router_bias", a.flag("--moe-router-enable-expert-bias"), "--moe-router-enable-expert-bias")
+    latent = a.int("--moe-latent-size")
+    if latent:  # arguments.py: validate_args (b51db3e07a on) asserts a positive size and --num-experts
+        if not experts:
+            raise UserError(f"--moe-latent-size {latent} without --num-experts: Megatron-LM refuses it (\"MoE latent "
+                            "projections are applicable only for MoE models\"); give --num-experts or drop it")
+        c.put("model.moe_latent_size", latent, "--moe-latent-size")
     mtp = a.int("--mtp-num-layers")
     c.put("model.mtp_layers", mtp or 0, "--mtp-num-layers")
     map_hybrid(a, c)

@@ -72,6 +72,8 @@ MAPPED: dict[str, str] = {
                      "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-router-enable-expert-bias"),
                     "model MoE sizes"),
     "--mtp-num-layers": "model.mtp_layers",
+    "--moe-latent-size": "model.moe_latent_size (the routed experts, dispatch and combine in the latent width "
+                         "between fc1/fc2_latent_proj: moe_layer.py)",
     "--use-legacy-models": "framework.use_legacy_models (its own layer under --transformer-impl local, TE's "
                            "TransformerLayer under transformer_engine; before Megatron-Core 0.18; its SwitchMLP "
                            "and local flash-attn path refused)",
@@ -264,7 +266,6 @@ REFUSED: dict[str, str] = {
     "--moe-router-force-biased": "biased random router logits (moe_utils.py: apply_biased_logits) are not modelled",
     "--moe-expert-rank-capacity-factor": "a per-rank token capacity (token_dispatcher.py) is not modelled",
     "--moe-extended-tp": "extended expert tensor parallelism is not modelled",
-    "--moe-latent-size": "a latent projection around the experts (moe_layer.py) is not modelled",
     "--moe-shared-expert-gate": "the shared expert's gate (moe_layer.py) is not modelled",
     "--moe-mlp-glu-interleave-size": "interleaved GLU weights and their reordering copies are not modelled",
     "--moe-shared-expert-glu-interleave-size": "interleaved GLU weights and their reordering copies are not modelled",

@@ -106,6 +106,9 @@ class ModelSpec:
     moe_intermediate_size: int = spec_field(0, nonneg=True, maximum=2**22)
     shared_expert_intermediate_size: int = spec_field(0, nonneg=True, maximum=2**22, doc="0 = n_shared_experts × moe_intermediate_size")
     shared_expert_gate: bool = spec_field(False, doc="sigmoid gate on the shared expert (Qwen-MoE)")
+    moe_latent_size: int = spec_field(0, nonneg=True, maximum=2**22, doc=(
+        "Megatron --moe-latent-size (latent MoE, Nemotron-3): the routed experts, their dispatch and combine run "
+        "in this width between two replicated projections (fc1/fc2_latent_proj, moe_layer.py); 0 = hidden_size"))
     num_experts_per_tok: int = spec_field(0, nonneg=True, maximum=2**16)
     first_k_dense_replace: int = spec_field(0, nonneg=True, maximum=MAX_LAYERS)
     moe_layer_freq: int = spec_field(1, positive=True, maximum=MAX_LAYERS)
@@ -253,6 +256,11 @@ class ModelSpec:
     @property
     def shared_ffn(self) -> int:
         return self.shared_expert_intermediate_size or self.n_shared_experts * self.moe_intermediate_size
+
+    @property
+    def routed_width(self) -> int:
+        """The width the routed experts read and write: ``moe_latent_size``, else ``hidden_size``."""
+        return self.moe_latent_size or self.hidden_size
 
     def is_linear_attention(self, layer: int) -> bool:
         """Whether decoder layer ``layer`` mixes tokens with a gated delta-net instead of attention

@@ -345,6 +345,15 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
         if fw.moe_flex_backend == "deepep" and tr.pad_to_capacity:
             add(("training.pad_to_capacity", 'the flex dispatcher\'s deepep backend does not pad to capacity; '
                  'set moe_flex_backend = "hybridep" or pad_to_capacity = false'))
+    if m.moe_latent_size:  # MC transformer/moe/moe_layer.py (b51db3e07a on); arguments.py: validate_args
+        if not m.is_moe:
+            add(("model.moe_latent_size", "latent projections wrap routed experts: set n_routed_experts > 0 or 0 here"))
+        if run.profile != "megatron" or run.trace is not None:
+            add(("model.moe_latent_size", 'models Megatron-Core\'s latent MoE (moe_layer.py: fc1/fc2_latent_proj); set '
+                 'model.profile = "megatron"'))
+        if fw.moe_legacy_grouped_gemm:
+            add(("framework.moe_legacy_grouped_gemm", "Megatron-LM refuses MoE latent projections with the legacy "
+                 "grouped GEMM (arguments.py: validate_args); set it false"))
     for key in ("combined_1f1b_keeps_node_io", "ep_overlap_early_attn_memory_release"):
         if getattr(fw, key) and not run.schedule.combined_1f1b:
             add((f"framework.{key}", "applies to combined 1F1B only; set schedule.combined_1f1b = true or remove it"))

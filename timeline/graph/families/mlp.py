@@ -23,8 +23,10 @@ from timeline.spec.hf_activations import HF_ACTIVATIONS
 
 
 def params(ctx: BuildCtx, prefix: str, ffn: int, *, split: int, module: str = "mlp",
-               expert: bool = False, in_moe: bool = False) -> list[TensorDef]:
-    m, dt, h = ctx.model, ctx.dtype, ctx.model.hidden_size
+               expert: bool = False, in_moe: bool = False, width: int = 0) -> list[TensorDef]:
+    """The MLP's weights (and biases) of local width ``ffn``, reading and writing ``width`` (0: the hidden
+    size; a latent MoE's routed experts: ``ModelSpec.routed_width``)."""
+    m, dt, h = ctx.model, ctx.dtype, width or ctx.model.hidden_size
     kw: dict[str, Any] = {"module": module, "dtype": dt, "expert": expert, "in_moe": in_moe}
     if m.gated_mlp:
         out = [

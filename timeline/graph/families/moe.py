@@ -50,10 +50,19 @@ def params(ctx: BuildCtx, prefix: str, module: str = "moe") -> list[TensorDef]:
     if m.router_bias and ctx.profile.router_bias:
         out.append(param(f"{prefix}.gate.e_score_correction_bias", (m.n_routed_experts,), module=module,
                          dtype="fp32", trainable=False, in_moe=True))
+    if m.moe_latent_size:  # moe_layer.py: two TELinear(parallel_mode="duplicated"), whole on every TP rank
+        out += [param(f"{prefix}.fc1_latent_proj.weight", (m.moe_latent_size, h), module=module, dtype=ctx.dtype,
+                      in_moe=True),
+                param(f"{prefix}.fc2_latent_proj.weight", (h, m.moe_latent_size), module=module, dtype=ctx.dtype,
+                      in_moe=True)]
+        if m.linear_bias:
+            out += [param(f"{prefix}.fc1_latent_proj.bias", (m.moe_latent_size,), module=module, dtype=ctx.dtype,
+                          in_moe=True),
+                    param(f"{prefix}.fc2_latent_proj.bias", (h,), module=module, dtype=ctx.dtype, in_moe=True)]
     local = m.n_routed_experts // ctx.ep
     for e in range(local):
         out += mlp.params(ctx, f"{prefix}.experts.{e}", m.moe_intermediate_size, split=ctx.etp,
-                          module=module, expert=True, in_moe=True)
+                          module=module, expert=True, in_moe=True, width=m.routed_width)
     if m.shared_ffn:
         split = ctx.tp if ctx.profile.shared_experts_tp_split else 1
         out += mlp.params(ctx, f"{prefix}.shared_experts", m.shared_ffn, split=split, module=module, in_moe=True)
@@ -88,7 +97,7 @@ SHARED = frozenset({"moe", "shared_experts"})
 def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     """Pre-MLP norm and the MoE block on the residual stream ``x``; returns the block's output."""
     m, d = b.model, b.dims
-    h, k, n = m.hidden_size, m.num_experts_per_tok, m.n_routed_experts
+    h, k, n = m.routed_width, m.num_experts_per_tok, m.n_routed_experts  # h: the routed tokens' width
     paper = b.table.moe_tokens == "paper"
     ln = norm.forward(b, f"{prefix}.pre_mlp_layernorm", x, layer, tags=frozenset({"layernorm"}))
     p = f"{prefix}.mlp"
@@ -107,15 +116,18 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
             rnd = b.tensor(f"{p}.router.random_logits", logits.shape, logits.dtype)
             b.op(f"{p}.router.random_logits", "random_logits", layer, {"x": logits}, {"y": rnd}, tags=MOE)
             logits = rnd
+    # a latent MoE projects the tokens down before the permutation (moe_layer.py: MoELayer.preprocess)
+    routed_src = linear(b, f"{p}.fc1_latent_proj", src, m.moe_latent_size, layer, tags=MOE) \
+        if m.moe_latent_size else src
     # router scores, top-k and the first permutation, as the profile's framework implements them
-    probs, idx, pprobs, permuted = router(b.ctx.rules.name)(b, p, src, logits, layer, local.experts)
+    probs, idx, pprobs, permuted = router(b.ctx.rules.name)(b, p, routed_src, logits, layer, local.experts)
     rows = expert_rows(b)
     tokens, rprobs = permuted, pprobs
     gather = b.table.megatron_moe and b.table.moe_dispatcher == "allgather"  # tokens already gathered and permuted
     flex = b.table.megatron_moe and b.table.moe_dispatcher == "flex"  # DeepEP / HybridEP: moe_flex
     held: dict[str, TensorDef] = {}
     if flex:
-        rprobs, tokens, held = moe_flex.dispatch(b, p, src, probs, layer, local.experts)
+        rprobs, tokens, held = moe_flex.dispatch(b, p, routed_src, probs, layer, local.experts)
     alltoall = not (gather or flex)
     sort = b.table.megatron_moe and local.experts > 1 and alltoall
     combine_probs = moe_combine.at_combine(b)  # before 2659630721: no probs travel with the tokens
@@ -217,7 +229,7 @@ def _allgather_combine(b: Builder, p: str, out: TensorDef, idx: TensorDef, x: Te
     Megatron-LM 2659630721 ``out`` comes weighted in the probs' dtype already (:mod:`moe_combine`): the
     unpermute and the reduce-scatter run in it, and ``output_total.to(hidden_states.dtype)`` casts back; ``bias``:
     the experts' weighted bias rows of then, added after (:func:`moe_combine.add_bias`)."""
-    d, h = b.dims, b.model.hidden_size
+    d, h = b.dims, b.model.routed_width
     t, g = src.shape[0], d.etp * d.ep
     wide_in = out.dtype != d.dtype
     full = b.tensor(f"{p}.combine.unpermuted" if g > 1 or wide_in else f"{p}.combine.out", (t * g, h), out.dtype)
@@ -247,6 +259,8 @@ def _with_shared(b: Builder, p: str, routed: TensorDef, x: TensorDef, ln: Tensor
     """The routed output plus the shared experts (gated where the model has a gate) on ``ln``."""
     m = b.model
     paper = b.table.moe_tokens == "paper"
+    if m.moe_latent_size:  # MoELayer.postprocess: fc2_latent_proj back to the hidden size, then the shared add
+        routed = linear(b, f"{p}.fc2_latent_proj", routed, m.hidden_size, layer, tags=MOE)
     if shared_ffn:
         shared = shared_experts(b, f"{p}.shared_experts", ln, src, layer, shared_ffn)
         if m.shared_expert_gate and b.table.shared_expert_gate:  # sigmoid(shared_expert_gate(x)) * shared

@@ -73,7 +73,7 @@ def weighted_bias(b: Builder, p: str, pprobs: TensorDef, layer: int, experts: in
     expert returns its ``[h]`` bias parameter itself: the product keeps nothing new). None without biases."""
     if not b.model.linear_bias or experts < 2:
         return None
-    rows, h = pprobs.shape[0], b.model.hidden_size
+    rows, h = pprobs.shape[0], b.model.routed_width
     cat = b.tensor(f"{p}.experts.bias_rows", (rows, h))
     b.op(f"{p}.experts.bias_cat", "concat", layer, {}, {"y": cat}, tags=MOE)
     out = b.tensor(f"{p}.combine.weighted_bias", (rows, h), promoted(cat.dtype, pprobs.dtype))

@@ -105,7 +105,7 @@ def _fp32(b: Builder, p: str, x: TensorDef, layer: int) -> TensorDef:
 
 
 def _deepep_dispatch(b: Builder, p: str, src: TensorDef, dense: TensorDef, layer: int, experts: int) -> Dispatched:
-    d, m, h = b.dims, b.model, b.model.hidden_size
+    d, m, h = b.dims, b.model, b.model.routed_width  # the dispatcher's hidden_dim (token_dispatcher.py)
     w, t, rows, n = _shape(b, experts)
     kk, ee, c = d.etp * m.num_experts_per_tok, d.etp * m.n_routed_experts, DEEPEP_CHANNELS
     q = f"{p}.dispatch"
@@ -174,7 +174,7 @@ def hybridep_nodes(b: Builder) -> tuple[int, int]:
 
 
 def _hybridep_dispatch(b: Builder, p: str, src: TensorDef, dense: TensorDef, layer: int, experts: int) -> Dispatched:
-    h, tr = b.model.hidden_size, b.training
+    h, tr = b.model.routed_width, b.training
     w, t, rows, _ = _shape(b, experts)
     if tr.pad_to_capacity:  # _HybridEPManager.setup_metadata: get_capacity(t·k, etp·E) · W · E_local rows
         ee = b.dims.etp * b.model.n_routed_experts
@@ -219,7 +219,7 @@ def combine(b: Builder, p: str, out: TensorDef, held: dict[str, TensorDef], laye
             unpermute: str) -> TensorDef:
     """The flex combine of the experts' ``[rows, h]`` output back to this rank's ``[t, h]`` tokens; ``held``
     is what :func:`dispatch` returned, ``unpermute`` the MoE block's unpermute rule (DeepEP)."""
-    h, q = b.model.hidden_size, f"{p}.combine"
+    h, q = b.model.routed_width, f"{p}.combine"
     w, t, _, n = _shape(b, experts)
     routed = b.tensor(f"{q}.out", (t, h), comm=True)
     if b.table.moe_flex_backend == "hybridep":

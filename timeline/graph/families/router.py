@@ -100,7 +100,7 @@ def _permute(b: Builder, p: str, src: TensorDef, probs: TensorDef, idx: TensorDe
              experts: int) -> tuple[TensorDef, TensorDef]:
     """The dispatch's permutation outside Megatron: (permuted weights, permuted tokens), with the index
     vectors and the per-expert offsets of a grouped GEMM as extras."""
-    t, k, h = src.shape[0], b.model.num_experts_per_tok, b.model.hidden_size
+    t, k, h = src.shape[0], b.model.num_experts_per_tok, src.shape[1]
     permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
     pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), probs.dtype)
     b.op(f"{p}.dispatch.permute", "permute", layer, {"x": src, "probs": probs, "_idx": idx},
@@ -129,7 +129,7 @@ def megatron_router(b: Builder, p: str, src: TensorDef, logits: TensorDef, layer
     instead, its ``moe_dispatcher = "allgather"`` permutes by :func:`_allgather_permute`. Returns
     (probs, indices, permuted probs, permuted tokens)."""
     m = b.model
-    t, n, k, h = src.shape[0], m.n_routed_experts, m.num_experts_per_tok, m.hidden_size
+    t, n, k, h = src.shape[0], m.n_routed_experts, m.num_experts_per_tok, src.shape[1]
     dt = logits.dtype
     if b.table.moe_z_loss:
         router_losses.z_loss(b, p, logits, layer)
@@ -210,7 +210,7 @@ def _allgather_permute(b: Builder, p: str, src: TensorDef, probs: TensorDef, lay
     (``moe_probs_at_combine``) the probs stay gathered for ``token_unpermutation``: (gathered probs
     ``[t·etp·ep, E]``, permuted tokens)."""
     d, m = b.dims, b.model
-    t, n, h = src.shape[0], m.n_routed_experts, m.hidden_size
+    t, n, h = src.shape[0], m.n_routed_experts, src.shape[1]
     g = d.etp * d.ep
     gathered = probs
     if g > 1:
