@@ -77,8 +77,8 @@ def test_the_attn_cudagraph_functional_test_maps_to_te_graphs_of_the_attention()
     ({"--cuda-graph-impl": "local"}, "--cuda-graph-impl local: Megatron's own CudaGraphManager"),
     ({"--enable-cuda-graph": True, "--cuda-graph-impl": "none"}, "--enable-cuda-graph: Megatron's own"),
     ({"--cuda-graph-impl": "full_iteration"}, "--cuda-graph-impl full_iteration: one graph of the whole"),
-    ({"--cuda-graph-scope": "[attn mlp moe_router moe_preprocess]"},
-     "--cuda-graph-scope attn mlp moe_router moe_preprocess: only the whole layer"),
+    ({"--cuda-graph-scope": "[attn mamba]"}, "--cuda-graph-scope attn mamba: mamba graphs are not modelled"),
+    ({"--cuda-graph-scope": "full_iteration"}, "--cuda-graph-scope full_iteration: Megatron-LM captures a whole"),
 ])
 def test_what_is_not_modelled_is_refused_in_one_line(change, start):
     with pytest.raises(UserError, match="^" + re.escape(start)) as exc:
@@ -137,3 +137,21 @@ def test_the_measured_cuda_graph_jobs_are_within_the_moe_band():
     assert abs(shared["error_pct"]) <= 0.5
     # what the graphs hold after the capture: within 60 MiB of the logged allocated bytes (today −57.5 MiB)
     assert abs(shared["steady_predicted"] - shared["steady_measured"]) <= 60 * 2**20
+
+
+def test_per_module_scopes_map_in_megatrons_order_from_core_0_16():
+    """``--cuda-graph-scope`` / ``--cuda-graph-modules`` take modules from Megatron-Core 0.16.0 (transformer/enums.py
+    CudaGraphScope; ``arguments.py``: choices full, attn, full_iteration before); Megatron-MoE-ModelZoo's DeepSeek-V3
+    and Qwen3 recipes give ``attn moe_router moe_preprocess``."""
+    zoo = ATTN_CUDAGRAPH | {"--cuda-graph-scope": "attn moe_router moe_preprocess"}
+    conv = _convert(zoo)
+    assert conv.sections["framework"]["cuda_graph_scope"] == "attn moe_router moe_preprocess"
+    run = run_from_data(tomllib.loads(run_file_text(conv, name="router_graphs", source="-", world_size=8)),
+                        Path("<from-megatron>/router_graphs.toml"))
+    assert validate_run(run, LIMITS) == []
+    modules = {k: v for k, v in zoo.items() if k != "--cuda-graph-scope"} | {"--cuda-graph-modules": "moe_router,attn"}
+    assert _convert(modules, megatron_core="0.18.0").sections["framework"]["cuda_graph_scope"] == "attn moe_router"
+    with pytest.raises(UserError, match="^--cuda-graph-scope attn moe_router moe_preprocess: per-module graphs came"):
+        _convert(zoo, megatron_core="0.15.3")
+    with pytest.raises(UserError, match="with --moe-shared-expert-overlap: the shared experts"):
+        _convert(zoo | {"--moe-shared-expert-overlap": True})

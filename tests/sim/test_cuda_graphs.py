@@ -113,7 +113,8 @@ def test_what_the_graphs_cannot_be_modelled_with_is_refused_by_key(override, key
     from dataclasses import replace
 
     from helpers_run import TINY_MODEL
-    run = tiny_run(pp=1, layers=1, **GRAPHS, **VERSIONS, **{k: v for k, v in override.items() if k != "mtp_layers"},
+    versions = VERSIONS | ({"megatron_core": "0.15.0rc5"} if "mtp_layers" in override else {})  # before MTP graphs
+    run = tiny_run(pp=1, layers=1, **GRAPHS, **versions, **{k: v for k, v in override.items() if k != "mtp_layers"},
                    **({"model": replace(TINY_MODEL, num_hidden_layers=1, mtp_layers=1)}
                       if "mtp_layers" in override else {}))
     assert key in {k for k, _ in validate_run(run, LIMITS)}
@@ -156,3 +157,100 @@ def test_warm_up_iterations_run_eagerly_then_the_capture_precedes_that_iteration
     # with no simulated iteration past the warm-up the run never captures
     short = build_timeline(tiny_run(pp=1, layers=1, iterations=2, cuda_graph_warmup_steps=2, **GRAPHS, **VERSIONS))
     assert not [t for t in short.events(0).tensor if short.names[t].startswith("cuda_graph")]
+
+
+# -- per-module graphs of MoE layers (Megatron-Core 0.16+: --cuda-graph-scope attn moe_router moe_preprocess) --
+E, K, FFN = 4, 2, 128  # the tiny MoE: routed experts, top-k, expert and shared-expert width
+ROUTER_SCOPE = GRAPHS | {"cuda_graph_scope": "attn moe_router moe_preprocess"}
+
+
+def _moe(**kw):
+    from dataclasses import replace
+
+    from helpers_run import TINY_MODEL
+    return replace(TINY_MODEL, n_routed_experts=E, num_experts_per_tok=K, moe_intermediate_size=FFN,
+                   n_shared_experts=1, **kw)
+
+
+def _captured(tl, d: int = 0) -> set[str]:
+    ev = tl.events(d)
+    return {tl.names[ev.tensor[i]].removeprefix("cuda_graph:") for i in np.flatnonzero((ev.stream == GRAPH_POOL)
+                                                                                      & (ev.sign > 0))}
+
+
+def test_a_router_graph_holds_attention_router_shared_experts_and_the_permutation_only():
+    """``TransformerLayer._te_cuda_graph_capture`` / ``MoELayer.forward``'s early return (Megatron-LM 4e85d74ae9):
+    the graph runs the attention, the pre-MLP norm, the shared experts, the router and — with moe_preprocess —
+    the alltoall dispatcher's first permutation; the all-to-all, the experts and the combine run eagerly from its
+    outputs after each replay."""
+    tl = build_timeline(tiny_run(pp=1, model=_moe(num_hidden_layers=1), **ROUTER_SCOPE, **VERSIONS))
+    captured = _captured(tl)
+    p = "layers.0.mlp"
+    for inside in ("layers.0.self_attn.core_attn.scores", f"{p}.router.logits", f"{p}.dispatch.permuted",
+                   f"{p}.shared_experts.linear_fc1.out", "layers.0.pre_mlp_layernorm.out"):
+        assert inside in captured, inside
+    assert not [n for n in captured if ".experts." in n or ".combine." in n or "all_to_all" in n
+                or "shared_add" in n or "layers.0.output" in n]
+    # without moe_preprocess the permutation runs eagerly after the replay
+    no_pre = build_timeline(tiny_run(pp=1, model=_moe(num_hidden_layers=1),
+                                     **(GRAPHS | {"cuda_graph_scope": "attn moe_router"}), **VERSIONS))
+    assert f"{p}.dispatch.permuted" not in _captured(no_pre) and f"{p}.router.logits" in _captured(no_pre)
+    ev = no_pre.events(0)
+    replayed = {no_pre.names[ev.tensor[i]] for i in np.flatnonzero((ev.sign > 0) & (ev.action >= 0))}
+    assert f"{p}.dispatch.permuted" in replayed and f"{p}.router.logits" not in replayed
+
+
+def test_a_router_graph_makes_one_static_grad_output_per_differentiable_output():
+    """TE ``_make_graphed_callables``: ``torch.empty_like`` of each static output that requires grad — the
+    permuted tokens ``[s·b·k, h]`` (bf16), their probabilities ``[s·b·k]`` (fp32 router dtype), the shared
+    experts' output and the residual ``[s·b, h]`` — once for every graph of that signature under
+    ``_reuse_graph_input_output_buffers``."""
+    tl = build_timeline(tiny_run(pp=1, model=_moe(num_hidden_layers=2), moe_router_dtype="fp32", **ROUTER_SCOPE,
+                                 **VERSIONS))
+    made = sorted(size for sign, size, _, _ in _named(tl, 0, "cuda_graph.static_grad_output.") if sign > 0)
+    assert made == sorted([S * K * 4, HIDDEN, HIDDEN, S * K * H * 2])
+    assert {name.split(".")[3] for *_, name in _named(tl, 0, "cuda_graph.static_grad_output.")} == {"1"}
+
+
+def test_a_dense_layer_under_attn_and_mlp_is_one_whole_layer_graph():
+    scoped = build_timeline(tiny_run(pp=1, layers=1, **(GRAPHS | {"cuda_graph_scope": "attn mlp"}), **VERSIONS))
+    whole = build_timeline(tiny_run(pp=1, layers=1, **(GRAPHS | {"cuda_graph_scope": "full"}), **VERSIONS))
+    assert _captured(scoped) == _captured(whole)
+    assert _steady(scoped) == _steady(whole)
+
+
+def test_the_mtp_layer_is_graphed_like_a_decoder_layer_from_core_0_15_0rc6():
+    """``TECudaGraphHelper`` (c173615753 on) appends each MTP block's ``mtp_model_layer`` to its chunk's callables
+    (``callables_is_mtp``): its attention is captured, with a sample of its own."""
+    from dataclasses import replace
+
+    from helpers_run import TINY_MODEL
+    model = replace(TINY_MODEL, num_hidden_layers=1, mtp_layers=1)
+    tl = build_timeline(tiny_run(pp=1, model=model, **GRAPHS, **VERSIONS))
+    assert "mtp.0.layer.self_attn.core_attn.scores" in _captured(tl)
+    assert _named(tl, 0, "cuda_graph.sample.layers.1.hidden_states")
+
+
+@pytest.mark.parametrize("scope,model,rc,needle", [
+    ("attn moe_preprocess", "moe", None, "moe_preprocess needs moe_router"),
+    ("moe moe_router", "moe", None, "both moe and moe_router"),
+    ("attn moe_router", "dense", None, "MoE modules for a dense model"),
+    ("attn mlp moe_router", "moe", None, "every layer is an MoE layer"),
+    ("attn bogus", "moe", None, "give \"full\""),
+    ("attn moe_router", "moe", ("moe",), "moe with a moe_router graph"),
+    ("attn moe_router", "moe", ("shared_experts",), "recomputed module inside the graphed part"),
+    ("moe_router", "moe", ("layernorm",), "recomputed module inside the graphed part"),
+])
+def test_megatrons_scope_checks_and_what_is_not_modelled_are_refused_by_key(scope, model, rc, needle):
+    from helpers_run import TINY_MODEL
+
+    from timeline.spec.run import RecomputeSpec
+    m = _moe(num_hidden_layers=1) if model == "moe" else TINY_MODEL
+    kw = {"recompute": RecomputeSpec(policy="selective", modules=rc)} if rc else {}
+    problems = validate_run(tiny_run(pp=1, layers=1 if model == "dense" else None, model=m,
+                                     **(GRAPHS | {"cuda_graph_scope": scope}), **VERSIONS, **kw), LIMITS)
+    assert any(needle in msg for _, msg in problems), problems
+    # the experts' activation may be recomputed: it runs eagerly after the replay
+    ok = tiny_run(pp=1, model=_moe(num_hidden_layers=1), **ROUTER_SCOPE, **VERSIONS,
+                  recompute=RecomputeSpec(policy="selective", modules=("moe_act",)))
+    assert validate_run(ok, LIMITS) == []

@@ -20,8 +20,9 @@ import re
 from typing import TYPE_CHECKING
 
 from timeline.errors import UserError
-from timeline.profiles.megatron_cuda_graphs import capture_before_first_step
 from timeline.profiles.megatron_workspaces import version_tuple
+from timeline.spec.cuda_graph_rules import capture_before_first_step, megatron_release
+from timeline.spec.framework import CUDA_GRAPH_SCOPES
 
 if TYPE_CHECKING:
     from timeline.io.megatron_map import ArgReader, Conversion
@@ -349,7 +350,7 @@ def cuda_graphs(a: ArgReader, c: Conversion, megatron_core: str | None) -> None:
     """``[framework] cuda_graph_impl`` / ``cuda_graph_scope`` / ``cuda_graph_warmup_steps`` from Megatron's
     CUDA-graph arguments. With warm-up steps the run simulates two iterations past the capture (the eager ones,
     the one that captures, a replayed one), so the peak over them is the job's."""
-    scope = cuda_graph_scope(a)
+    scope = cuda_graph_scope(a, megatron_core)
     if scope is None:
         return
     used = [n for n in CUDA_GRAPH_ARGS if n in a.raw]
@@ -362,9 +363,9 @@ def cuda_graphs(a: ArgReader, c: Conversion, megatron_core: str | None) -> None:
               "--cuda-graph-warmup-steps")
 
 
-def cuda_graph_scope(a: ArgReader) -> str | None:
-    """The scope (full | attn) of the TE per-layer graphs the arguments ask for, None without CUDA graphs; what
-    is not modelled is refused in one line."""
+def cuda_graph_scope(a: ArgReader, megatron_core: str | None = None) -> str | None:
+    """The scope of the TE per-layer graphs the arguments ask for (full, or the modules: ``[framework]
+    cuda_graph_scope``), None without CUDA graphs; what is not modelled is refused in one line."""
     impl = str(a.value("--cuda-graph-impl", "none")).strip("'\" ")
     if a.flag("--external-cuda-graph"):
         impl = "transformer_engine"
@@ -386,10 +387,20 @@ def cuda_graph_scope(a: ArgReader) -> str | None:
     raw = a.value(flag)
     words = [w for w in re.split(r"[\s,\[\]'\"]+", " ".join(raw) if isinstance(raw, list) else str(raw or "")) if w]
     if words in ([], ["full"]):
-        scope = "full"
-    elif words == ["attn"]:
-        scope = "attn"
-    else:
-        raise UserError(f"{flag} {' '.join(words)}: only the whole layer (empty or full) and attn are modelled "
-                        "under TE's make_graphed_callables; per-module MLP, MoE, router and Mamba graphs are not")
-    return scope
+        return "full"
+    text = " ".join(words)
+    if "full_iteration" in words:
+        raise UserError(f"{flag} {text}: Megatron-LM captures a whole iteration only under --cuda-graph-impl local "
+                        "(transformer_config.py: __post_init__); use full or the modules")
+    other = [w for w in words if w not in CUDA_GRAPH_SCOPES]
+    if other:
+        raise UserError(f"{flag} {text}: {', '.join(other)} graphs are not modelled (Mamba layers' graphs among "
+                        f"them); the modules modelled are {', '.join(CUDA_GRAPH_SCOPES)}")
+    if set(words) - {"attn"} and megatron_release(megatron_core) < (0, 16, 0, 0):
+        raise UserError(f"{flag} {text}: per-module graphs came with Megatron-Core 0.16.0 (before it the scope is "
+                        "full, attn or full_iteration: arguments.py); give --megatron-core 0.16.0 or later, or attn")
+    if "moe_router" in words and a.flag("--moe-shared-expert-overlap"):
+        raise UserError(f"{flag} {text} with --moe-shared-expert-overlap: the shared experts then run outside the "
+                        "router's graph on their own stream (transformer_layer.py: _get_submodules_under_cudagraphs), "
+                        "which is not modelled; drop the overlap")
+    return " ".join(w for w in CUDA_GRAPH_SCOPES if w in words)  # Megatron's order, each once

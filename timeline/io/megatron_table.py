@@ -72,6 +72,9 @@ MAPPED: dict[str, str] = {
                      "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-router-enable-expert-bias"),
                     "model MoE sizes"),
     "--mtp-num-layers": "model.mtp_layers",
+    "--moe-shared-expert-overlap": "no byte moves (the shared experts on their own stream, the same tensors); refused "
+                                   "with a moe_router CUDA graph, which then leaves them out of the graph "
+                                   "(io/megatron_framework.py cuda_graph_scope)",
     "--moe-latent-size": "model.moe_latent_size (the routed experts, dispatch and combine in the latent width "
                          "between fc1/fc2_latent_proj: moe_layer.py)",
     "--use-legacy-models": "framework.use_legacy_models (its own layer under --transformer-impl local, TE's "
@@ -166,9 +169,9 @@ MAPPED: dict[str, str] = {
                     "without"),
     **dict.fromkeys(("--cuda-graph-impl", "--external-cuda-graph", "--enable-cuda-graph", "--cuda-graph-scope",
                      "--cuda-graph-modules", "--cuda-graph-warmup-steps"),
-                    "framework.cuda_graph_impl / cuda_graph_scope (TE make_graphed_callables per decoder layer, the "
-                    "whole layer or attn; the local and full_iteration impls, per-module MLP/MoE/Mamba graphs and "
-                    "warm-up steps > 0 from Megatron-Core 0.15.0rc6 are refused in one line)"),
+                    "framework.cuda_graph_impl / cuda_graph_scope / cuda_graph_warmup_steps (TE make_graphed_callables "
+                    "per decoder and MTP layer: the whole layer or the attn, mlp, moe_router, moe_preprocess modules; "
+                    "the local and full_iteration impls, whole-MoE and Mamba graphs are refused in one line)"),
     **dict.fromkeys(("--cpu-offloading-num-layers", "--mlp-chunks-for-training",
                      "--encoder-tensor-model-parallel-size", "--encoder-pipeline-model-parallel-size",
                      "--moe-dispatch-fwd-dtype", "--moe-combine-bwd-dtype", "--tensor-parallel-num-weight-shards",

@@ -40,10 +40,10 @@ the transient of making every sample up front differs, not what stays).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from timeline.profiles.megatron_workspaces import torch_workspace_bytes, version_tuple
+from timeline.spec.cuda_graph_rules import megatron_release, scope_modules
 from timeline.spec.fields import DTYPE_BYTES
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
@@ -60,29 +60,9 @@ GRAPH_WORKSPACES = ("warmup_forward", "warmup_backward", "capture_forward", "cap
 class GraphHolds:
     hidden_bytes: int  # one sample hidden_states (bf16)
     mask_bytes: int  # one sample attention_mask (0: no self-attention inside the graphs)
-    grad_output_bytes: int  # one static grad output (empty_like of a static output: the model's dtype)
     reuse_buffers: bool  # TE's _reuse_graph_input_output_buffers
     megatron_samples: bool  # Megatron makes only the samples no finished graph can lend (94b47593f9)
     torch_workspace_bytes: int  # one PyTorch cuBLAS workspace (0: no PyTorch GEMM inside the graphs)
-
-
-def megatron_release(version: str | None) -> tuple[int, int, int, int]:
-    """``X.Y.Z[rcN]`` → (X, Y, Z, N), a release after every one of its candidates (N = 2**31); None: the
-    newest."""
-    if not version:
-        return (2**31,) * 4
-    m = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?(?:rc(\d+))?", version.strip())
-    if m is None:
-        return (2**31,) * 4
-    x, y, z, rc = m.groups()
-    return int(x), int(y), int(z or 0), int(rc) if rc is not None else 2**31
-
-
-def capture_before_first_step(megatron_core: str | None) -> bool:
-    """Whether Megatron-LM captures before the first step whatever ``--cuda-graph-warmup-steps`` says (core
-    ≤ 0.15.0rc5, ``training.py: train_step``@2b6b46b796); from core_v0.15.0rc6 (c173615753) it captures at
-    iteration ``--cuda-graph-warmup-steps``."""
-    return megatron_release(megatron_core) < (0, 15, 0, 6)
 
 
 def reuse_buffers(fw: FrameworkSpec) -> bool:
@@ -98,12 +78,12 @@ def graph_holds(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par: Parallel
     """What the graphs of one device hold under ``fw`` (module docstring)."""
     sp = par.sp and par.tp > 1
     rows = tr.seq_len // par.cp // (par.tp if sp else 1) * tr.micro_batch_size
-    attention = fw.cuda_graph_scope in ("attn", "full")  # both graph the layer's self-attention
+    mods = scope_modules(fw.cuda_graph_scope)
+    attention = not mods or "attn" in mods  # the graphs hold the layers' self-attention
     torch_gemms = attention and (fw.attention_backend in ("unfused", "local") or fw.transformer_impl == "local")
     return GraphHolds(
         hidden_bytes=rows * m.hidden_size * DTYPE_BYTES["bf16"],
         mask_bytes=tr.micro_batch_size * (tr.seq_len // par.cp) * tr.seq_len if attention else 0,
-        grad_output_bytes=rows * m.hidden_size * DTYPE_BYTES[tr.dtype],
         reuse_buffers=reuse_buffers(fw),
         megatron_samples=megatron_release(fw.megatron_core) >= (0, 16, 0, 0),
         torch_workspace_bytes=torch_workspace_bytes(fw.cublas_workspace_config, sm, fw.pytorch) if torch_gemms else 0)

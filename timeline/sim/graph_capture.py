@@ -53,6 +53,7 @@ class CaptureRules:
     layers: dict[int, tuple[int, ...]]  # chunk → decoder layers graphed in it
     outputs: dict[int, dict[int, frozenset[str]]]  # chunk → layer → its graph's static outputs
     grad_inputs: dict[int, dict[int, frozenset[str]]]  # chunk → layer → its graph's static grad inputs
+    grad_outputs: dict[int, dict[int, tuple[int, ...]]]  # chunk → layer → its static grad outputs' bytes
     holds: GraphHolds
     one_microbatch: bool  # pp = 1: micro-batch 0's graphs serve every micro-batch
     #: iterations run eagerly before the capture (``[framework] cuda_graph_warmup_steps``), on ``eager``'s phases
@@ -99,16 +100,19 @@ def capture_events(push: Callable[..., None], spans: list[Span], capture: Compil
     for name in GRAPH_WORKSPACES[:2]:  # the warm-up's forward and backward, on TE's side stream
         p.one(1, h.torch_workspace_bytes, ws, f"workspace.torch_cublas_graph_{name}", -1, -1, TE_WARMUP)
     on_capture_stream: set[str] = set()  # F / B: the capture stream's workspace of that thread is made
-    grad_output_made = False
+    signatures: set[tuple[int, ...]] = set()  # under reuse_buffers: one set of static grad outputs a signature
     last_first: tuple[int, int, frozenset[str]] | None = None  # (mb, chunk, grad inputs) of the last chunk-first layer
     for sp in order:
         ph = capture.get((sp.stage, sp.kind))
         if sp.kind == "B":
             for layer in reversed(rules.layers[sp.stage]):  # static grad outputs, made before each backward
-                if not (h.reuse_buffers and grad_output_made):
-                    p.one(1, h.grad_output_bytes, ws, f"cuda_graph.static_grad_output.layers.{layer}",
+                sizes = rules.grad_outputs.get(sp.stage, {}).get(layer, ())
+                if h.reuse_buffers and sizes in signatures:
+                    continue
+                signatures.add(sizes)
+                for j, size in enumerate(sizes):
+                    p.one(1, size, ws, f"cuda_graph.static_grad_output.layers.{layer}" + (f".{j}" if j else ""),
                           sp.microbatch, sp.stage)
-                grad_output_made = True
         if sp.kind not in on_capture_stream:  # the first forward (main thread) and backward (autograd thread)
             on_capture_stream.add(sp.kind)
             name = GRAPH_WORKSPACES[2 if sp.kind == "F" else 3]

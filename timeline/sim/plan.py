@@ -67,6 +67,7 @@ def capture_rules_of(graphed: dict[int, GraphedTemplates], tr: TrainingSpec, par
     return CaptureRules(layers={c: g.layers for c, g in graphed.items()},
                         outputs={c: g.outputs for c, g in graphed.items()},
                         grad_inputs={c: g.grad_inputs for c, g in graphed.items()},
+                        grad_outputs={c: g.grad_outputs for c, g in graphed.items()},
                         holds=graph_holds(fw, model, tr, par, sm), one_microbatch=par.pp == 1,
                         warmup_steps=fw.cuda_graph_warmup_steps, eager=eager if fw.cuda_graph_warmup_steps else None)
 
@@ -269,7 +270,7 @@ def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training:
         t, c = load_templates(source_e, holder, schedule.num_chunks, cost,
                               (templates[0], compiled[0], classes) if e and classes else None, classes)
         if graphs:
-            split_t = {ch: split(tc, fw.cuda_graph_scope) for ch, tc in t.items()}
+            split_t = {ch: split(tc, fw.cuda_graph_scope, fw.moe_token_dispatcher) for ch, tc in t.items()}
             eager = c  # the warm-up iterations' phases, before the capture
             c = compile_templates({ch: g.train for ch, g in split_t.items()}, cost)
             capture.append(compile_templates({ch: g.capture for ch, g in split_t.items()}, cost))

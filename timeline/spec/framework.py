@@ -28,7 +28,8 @@ CP_COMM_TYPES = ("p2p", "a2a", "a2a+p2p")
 #: param_and_grad_buffer.py: ParamAndGradBuffer._init_each_parameter_group_buffers)
 FSDP_STRATEGIES = ("no_shard", "optim", "optim_grads", "optim_grads_params")
 CUDA_GRAPH_IMPLS = ("none", "transformer_engine")
-CUDA_GRAPH_SCOPES = ("attn", "full")
+#: Megatron's CudaGraphScope modules of TE's per-layer graphs (``transformer/enums.py``); "full" alone is the whole layer
+CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
 LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 #: the Adam Megatron-Core's optimizer module imports first that is installed (``[framework] optimizer_impl``)
 OPTIMIZER_IMPLS = ("te_fused", "apex_fused", "torch_foreach")
@@ -155,9 +156,11 @@ class FrameworkSpec:
         "--cuda-graph-impl (--external-cuda-graph: transformer_engine): TE's make_graphed_callables captures each "
         "decoder layer's graphed part per micro-batch into one private memory pool, before iteration 1 or after "
         "cuda_graph_warmup_steps eager ones"))
-    cuda_graph_scope: str = spec_field("full", choices=CUDA_GRAPH_SCOPES, doc=(
+    cuda_graph_scope: str = spec_field("full", doc=(
         "--cuda-graph-scope / --cuda-graph-modules under the transformer_engine impl: full (the whole decoder "
-        "layer, Megatron's default) or attn (input norm, self-attention, its residual add)"))
+        "layer, Megatron's default) or the graphed modules, space-separated: attn (input norm, self-attention, its "
+        "residual add), mlp (a dense layer's MLP), moe_router (an MoE layer's pre-MLP norm, router and shared "
+        "experts), moe_preprocess (with moe_router: the dispatcher's permutation too)"))
     cuda_graph_warmup_steps: int = spec_field(0, nonneg=True, maximum=2**20, doc=(
         "--cuda-graph-warmup-steps from Megatron-Core 0.15.0rc6 (training.py: train captures the graphs when "
         "iteration − start_iteration reaches it): the first iterations run eagerly, the capture comes before "

@@ -380,7 +380,7 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
             add((f"training.{key}", f"{getattr(tr, key)} is more than the layers of a pipeline stage "
                  f"({m.num_hidden_layers} // pp {par.pp} = {per_stage}), which Megatron-LM refuses"))
     problems += cuda_graph_problems(fw, m, profile=run.profile, rc=run.recompute, sched=run.schedule,
-                                    expandable_segments=run.allocator.expandable_segments)
+                                    expandable_segments=run.allocator.expandable_segments, tr=tr)
     if fw.optimizer_impl != "te_fused" and life is not None and life.reads_framework:  # no TE (its Adam is first)
         if fw.transformer_impl == "transformer_engine":
             add(("framework.optimizer_impl", f'"{fw.optimizer_impl}" means Transformer Engine is not installed, '
