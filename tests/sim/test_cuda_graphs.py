@@ -239,7 +239,7 @@ def test_the_mtp_layer_is_graphed_like_a_decoder_layer_from_core_0_15_0rc6():
     ("attn bogus", "moe", None, "give \"full\""),
     ("attn moe_router", "moe", ("moe",), "moe with a moe_router graph"),
     ("attn moe_router", "moe", ("shared_experts",), "recomputed module inside the graphed part"),
-    ("moe_router", "moe", ("layernorm",), "recomputed module inside the graphed part"),
+    ("moe_router moe_preprocess", "moe", ("layernorm",), "recomputed module inside the graphed part"),
 ])
 def test_megatrons_scope_checks_and_what_is_not_modelled_are_refused_by_key(scope, model, rc, needle):
     from helpers_run import TINY_MODEL
@@ -254,3 +254,25 @@ def test_megatrons_scope_checks_and_what_is_not_modelled_are_refused_by_key(scop
     ok = tiny_run(pp=1, model=_moe(num_hidden_layers=1), **ROUTER_SCOPE, **VERSIONS,
                   recompute=RecomputeSpec(policy="selective", modules=("moe_act",)))
     assert validate_run(ok, LIMITS) == []
+
+
+def test_a_router_graph_without_the_alltoall_preprocess_turns_the_pre_mlp_norm_recompute_off():
+    """``transformer_layer.py: can_recompute_pre_mlp_layernorm_for_cudagraph`` (4e85d74ae9): the router graph returns
+    the pre-MLP norm's output as a static output, so Megatron drops that norm's recompute (a warning) and keeps the
+    input norm's (fused into TE's LayerNormLinear here), which runs eagerly outside a graph without attn (the
+    Megatron-MoE-ModelZoo Qwen3 H100 recipe: ``moe_router
+    moe_preprocess`` on the flex dispatcher with ``--recompute-modules moe_act layernorm``)."""
+    from timeline.graph.source import model_source
+    from timeline.spec.run import RecomputeSpec
+
+    def backward_names(r) -> set[str]:
+        t = model_source(r).template(0, pp_rank=0)
+        return {op.name for op in (t.backward or t.backward_i + t.backward_w)}
+    rc = RecomputeSpec(policy="selective", modules=("layernorm", "moe_act"))
+    run = tiny_run(pp=1, model=_moe(num_hidden_layers=1), **(GRAPHS | {"cuda_graph_scope": "moe_router"}),
+                   **VERSIONS, recompute=rc)
+    assert validate_run(run, LIMITS) == []
+    names = backward_names(run)
+    assert "layers.0.pre_mlp_layernorm.recompute" not in names and "layers.0.mlp.experts.act.recompute" in names
+    eager = tiny_run(pp=1, model=_moe(num_hidden_layers=1), **VERSIONS, recompute=rc)
+    assert "layers.0.pre_mlp_layernorm.recompute" in backward_names(eager)

@@ -199,6 +199,8 @@ class Structure:
     # router tensor after it (scores, probs, the dispatcher's probs) follows; "": the activations' dtype
     moe_random_logits: bool = False  # --moe-router-force-load-balancing: the router's logits are replaced by a
     # random copy of them (graph/families/moe.py)
+    moe_pre_norm_recompute: bool = True  # "layernorm" recompute reaches an MoE layer's pre-MLP norm; Megatron
+    # turns it off where a moe_router CUDA graph returns the norm's output (profiles/megatron.py)
     moe_aux_loss: bool = False  # the router's load-balancing loss is computed (an aux-loss type with a
     # coefficient > 0): its scores over every expert are kept
     moe_z_loss: bool = False  # the router's z-loss is computed (--moe-z-loss-coeff given): logsumexp keeps the logits

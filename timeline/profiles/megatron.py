@@ -40,6 +40,7 @@ from timeline.profiles import (
 from timeline.profiles.base import Lifecycle, Limits, ParamRules, Profile, SaveRule, SaveRules, Structure
 from timeline.profiles.megatron_autotune import COMPILED_FROM, first_call
 from timeline.profiles.megatron_workspaces import legacy_grouped_mlp, persistent_workspaces, version_tuple
+from timeline.spec.cuda_graph_rules import scope_modules
 from timeline.spec.framework import FrameworkSpec
 
 MC = "NVIDIA/Megatron-LM@core_v0.14.0:megatron/core"
@@ -371,12 +372,24 @@ def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
     index_add = (spec.deterministic and not spec.moe_permute_fusion
                  and version_tuple(spec.megatron_core) >= UNPERMUTE_INDEX_ADD)
     return {"moe_router_dtype": spec.moe_router_dtype, "moe_random_logits": spec.moe_router_force_load_balancing,
+            "moe_pre_norm_recompute": not router_graph_drops_norm_recompute(spec),
             "moe_aux_loss": aux, "moe_z_loss": spec.moe_z_loss,
             "moe_router_fp32_topk": version_tuple(spec.megatron_core) >= ROUTER_FP32_TOPK,
             "moe_permute_fusion": spec.moe_permute_fusion, "moe_unpermute": "index_add" if index_add else "scatter_add",
             "moe_flex_backend": spec.moe_flex_backend, "moe_nvlink_domain": spec.nvlink_domain,
             "moe_probs_at_combine": not spec.moe_probs_in_experts,
             "moe_act_compiled": legacy_grouped_mlp(spec) and version_tuple(spec.pytorch)[:2] >= COMPILED_FROM}
+
+
+def router_graph_drops_norm_recompute(spec: FrameworkSpec) -> bool:
+    """Whether Megatron turns off the "layernorm" recompute of MoE layers' pre-MLP norm: under a TE ``moe_router``
+    CUDA graph, unless ``moe_preprocess`` with the alltoall dispatcher (or a latent MoE) keeps the norm's output
+    inside the graph — else the norm's output is a static graph output it cannot release
+    (``transformer_layer.py: can_recompute_pre_mlp_layernorm_for_cudagraph``, 4e85d74ae9; a warning, not an
+    error). The recompute inside a graph that the other case keeps is refused (``spec/cuda_graph_rules.py``)."""
+    mods = scope_modules(spec.cuda_graph_scope)
+    return spec.cuda_graph_impl == "transformer_engine" and "moe_router" in mods and not (
+        "moe_preprocess" in mods and spec.moe_token_dispatcher == "alltoall")
 
 
 def wgrad_rule(spec: FrameworkSpec) -> str:

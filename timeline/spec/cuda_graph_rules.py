@@ -23,7 +23,7 @@ MC_SCOPES = ("NVIDIA/Megatron-LM@4e85d74ae9:megatron/core/transformer/transforme
 #: selective-recompute modules inside the graphed part of a layer, per graphed module (a recomputed region
 #: captured inside a graph replays its forward inside the backward graph: not modelled)
 REGION_MODULES = {"attn": ("core_attn", "mla_up_proj", "layernorm"), "mlp": ("mlp", "layernorm"),
-                  "moe_router": ("layernorm", "shared_experts")}
+                  "moe_router": ("shared_experts",)}
 
 
 def megatron_release(version: str | None) -> tuple[int, int, int, int]:
@@ -116,6 +116,11 @@ def cuda_graph_problems(fw: FrameworkSpec, m: ModelSpec, *, profile: str, rc: Re
             out.append(("recompute.modules", f"moe with a moe_router graph, which Megatron-LM refuses ({MC_SCOPES}); "
                         "recompute moe_act or drop moe_router"))
         inside = {mod for scope in (mods or REGION_MODULES) for mod in REGION_MODULES.get(scope, ())}
+        # the pre-MLP norm's recompute: Megatron keeps it inside a router graph that also holds the preprocess
+        # with the alltoall dispatcher or a latent MoE, and turns it off otherwise (transformer_layer.py:
+        # can_recompute_pre_mlp_layernorm_for_cudagraph; profiles/megatron.py router_graph_drops_norm_recompute)
+        if "moe_preprocess" in mods and (fw.moe_token_dispatcher == "alltoall" or m.moe_latent_size):
+            inside.add("layernorm")
         if not mods or any(mod in inside for mod in rc.modules):
             out.append(("recompute.modules", "a recomputed module inside the graphed part of a layer is not "
                         f"modelled (scope {fw.cuda_graph_scope}); recompute only modules outside it"))

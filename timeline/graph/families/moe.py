@@ -99,7 +99,8 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     m, d = b.model, b.dims
     h, k, n = m.routed_width, m.num_experts_per_tok, m.n_routed_experts  # h: the routed tokens' width
     paper = b.table.moe_tokens == "paper"
-    ln = norm.forward(b, f"{prefix}.pre_mlp_layernorm", x, layer, tags=frozenset({"layernorm"}))
+    ln = norm.forward(b, f"{prefix}.pre_mlp_layernorm", x, layer,
+                      tags=frozenset({"layernorm"}) if b.table.moe_pre_norm_recompute else frozenset())
     p = f"{prefix}.mlp"
     local = local_widths(b.params, p)
     src = sp_gather(b, f"{p}.router", ln, layer, tags=MOE) if paper else ln
