@@ -577,6 +577,9 @@ def map_training(a: ArgReader, c: Conversion, dp: int) -> None:
         c.put("training.capacity_factor", float(cf), "--moe-expert-capacity-factor")
         c.put("training.pad_to_capacity", a.flag("--moe-pad-expert-input-to-capacity"),
               "--moe-pad-expert-input-to-capacity")
+    if a.flag("--moe-router-padding-for-quantization") or a.flag("--moe-router-padding-for-fp8"):
+        c.put("training.moe_router_padding", True, "--moe-router-padding-for-quantization",
+              "--moe-router-padding-for-fp8")
     gran = a.str("--recompute-granularity")
     if a.flag("--recompute-activations"):  # arguments.py: validate_args
         gran = "selective"

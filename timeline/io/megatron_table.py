@@ -113,6 +113,9 @@ MAPPED: dict[str, str] = {
     "--muon-scalar-optimizer": "Muon's fallback for non-matrix parameters: adam (lion refused)",
     **dict.fromkeys(("--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity"),
                     "training.capacity_factor / pad_to_capacity"),
+    **dict.fromkeys(("--moe-router-padding-for-quantization", "--moe-router-padding-for-fp8"),
+                    "training.moe_router_padding (each expert's token count padded to the FP8 alignment: "
+                    "graph/families/router.py padded_rows)"),
     **dict.fromkeys(("--recompute-granularity", "--recompute-activations", "--recompute-method",
                      "--recompute-num-layers", "--recompute-modules", "--moe-layer-recompute"), "[recompute]"),
     "--transformer-impl": "framework.transformer_impl",
@@ -214,16 +217,12 @@ REFUSED: dict[str, str] = {
     "--fp8-quantizer-factory": "a custom quantizer factory's tensors are not modelled",
     **dict.fromkeys(("--no-fp8-wgrad", "--disable-fp8-wgrad"), "weight gradients in high precision (TE "
                     "Recipe override_linear_precision: the input kept unquantized for wgrad) are not modelled"),
-    "--moe-router-padding-for-fp8": "token counts padded per expert for FP8 GEMMs (moe_utils.py: "
-                                    "pad_routing_map) are not modelled",
     "--reuse-grad-buf-for-mxfp8-param-ag": "MXFP8 parameters are not modelled (--fp8-recipe mxfp8 is refused)",
     "--fp4-format": "FP4 training is not modelled yet", "--fp4-param-gather": "FP4 parameters are not modelled yet",
     "--te-precision-config-file": "a Transformer Engine per-layer precision recipe is not modelled yet",
     "--kitchen-config-file": "NVIDIA Kitchen quantized layers (core/extensions/kitchen.py) are not modelled",
     "--kitchen-recipe-number": "NVIDIA Kitchen quantized layers (core/extensions/kitchen.py) are not modelled",
     "--use-kitchen-attention": "NVIDIA Kitchen attention (core/extensions/kitchen.py) is not modelled",
-    "--moe-router-padding-for-quantization": "token counts padded per expert for quantized GEMMs "
-                                             "(moe_utils.py: pad_routing_map) are not modelled",
     "--optimizer-cuda-graph": "a CUDA-graphed optimizer step keeps its own memory pool (not modelled yet)",
     "--moe-pad-experts-for-cuda-graph-inference": "CUDA-graph inference padding is not modelled",
     "--use-torch-fsdp2": _FSDP,

@@ -124,6 +124,18 @@ class TrainingSpec:
     routing_skew: float = spec_field(1.0, minimum=1.0, doc="busiest EP rank's tokens / mean")
     capacity_factor: float = spec_field(0.0, nonneg=True, maximum=1e3, doc="0 = dropless")
     pad_to_capacity: bool = spec_field(False)
+    moe_router_padding: bool = spec_field(False, doc=(
+        "Megatron --moe-router-padding-for-quantization (--moe-router-padding-for-fp8): the routing map is padded "
+        "so each expert's token count is a multiple of the FP8 GEMM alignment (16; MXFP8 32): the alltoall "
+        "dispatcher pads each source rank's count per expert, the flex dispatcher each local expert's received count"))
+
+    @property
+    def moe_pad_multiple(self) -> int:
+        """The token-count alignment of ``moe_router_padding`` (Megatron ``fp8_utils.py: get_fp8_align_size``), 0
+        without it."""
+        if not self.moe_router_padding or self.fp8_recipe == "none":
+            return 0
+        return 32 if self.fp8_recipe == "mxfp8" else 16
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

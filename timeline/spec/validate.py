@@ -345,6 +345,13 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
         if fw.moe_flex_backend == "deepep" and tr.pad_to_capacity:
             add(("training.pad_to_capacity", 'the flex dispatcher\'s deepep backend does not pad to capacity; '
                  'set moe_flex_backend = "hybridep" or pad_to_capacity = false'))
+    if tr.moe_router_padding and m.is_moe:  # MC transformer_config.py: __post_init__ (4e85d74ae9)
+        if tr.fp8_recipe == "none":
+            add(("training.moe_router_padding", "pads to the FP8 GEMMs' alignment, which Megatron-LM refuses without "
+                 "FP8 training; set training.fp8_recipe or drop it"))
+        if fw.moe_token_dispatcher == "allgather" and life is not None and life.reads_framework:
+            add(("training.moe_router_padding", "the allgather dispatcher does not pad (Megatron-LM refuses it); use "
+                 "the alltoall or flex dispatcher or drop it"))
     if m.moe_latent_size:  # MC transformer/moe/moe_layer.py (b51db3e07a on); arguments.py: validate_args
         if not m.is_moe:
             add(("model.moe_latent_size", "latent projections wrap routed experts: set n_routed_experts > 0 or 0 here"))

@@ -36,7 +36,7 @@ from timeline.graph.context import BuildCtx
 from timeline.graph.families import mlp, moe_combine, moe_flex, norm
 from timeline.graph.families.common import add, all_gather, dropout, linear, row_linear, sp_gather, upcast
 from timeline.graph.families.mlp import activation, split_gate_up
-from timeline.graph.families.router import MOE, expert_rows, router
+from timeline.graph.families.router import MOE, expert_rows, padded_rows, router
 from timeline.graph.ir import Builder
 from timeline.graph.tensors import TensorDef, param
 
@@ -190,7 +190,7 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     # combine: all-to-all back, unpermute (weighted sum over the top-k)
     back = out
     if d.ep > 1:
-        back = b.tensor(f"{p}.combine.received", (t * k, h), comm=True)
+        back = b.tensor(f"{p}.combine.received", (padded_rows(b, t * k), h), comm=True)
         b.op(f"{p}.combine.all_to_all", "comm", layer, {"x": out}, {"y": back}, kind="collective", stream="ep",
              tags=MOE)
     if combine_probs:

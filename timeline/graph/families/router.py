@@ -41,7 +41,23 @@ def expert_rows(b: Builder) -> int:
     if tr.capacity_factor > 0:
         cap_rows = m.n_routed_experts * math.ceil(tr.capacity_factor * tokens * k / m.n_routed_experts)
         rows = cap_rows if tr.pad_to_capacity else min(rows, cap_rows)
-    return rows
+    return padded_rows(b, rows)
+
+
+def padded_rows(b: Builder, rows: int) -> int:
+    """``rows`` routed (token, expert) pairs with each expert's count padded to the FP8 alignment
+    (``[training] moe_router_padding``), spread evenly: the alltoall dispatcher pads the routing map of each
+    source rank per expert (``token_dispatcher.py: MoEAlltoAllTokenDispatcher.dispatch_preprocess`` →
+    ``moe_utils.py: pad_routing_map``), so every one of the E experts gets ``ceil(rows / E / a)·a`` from each
+    rank; the flex dispatcher pads what each of this rank's experts received (``_DeepepManager.
+    _pad_routing_map``, HybridEP's ``pad_multiple``): ``ceil(rows / E_local / a)·a`` each (4e85d74ae9)."""
+    a = b.training.moe_pad_multiple
+    if not a or not b.table.megatron_moe:
+        return rows
+    experts = b.model.n_routed_experts
+    if b.table.moe_dispatcher == "flex":
+        experts //= b.dims.ep
+    return experts * math.ceil(rows / experts / a) * a
 
 
 def paper_router(b: Builder, p: str, src: TensorDef, logits: TensorDef, layer: int, experts: int) -> Routed:
@@ -141,14 +157,15 @@ def megatron_router(b: Builder, p: str, src: TensorDef, logits: TensorDef, layer
         return probs, idx, *_allgather_permute(b, p, src, probs, layer, experts)
     if b.table.moe_dispatcher == "flex":  # the flex dispatcher permutes after its dispatch (moe_flex)
         return probs, idx, probs, src
-    permuted = b.tensor(f"{p}.dispatch.permuted", (t * k, h))
+    out = padded_rows(b, t * k)  # the padded routing map's pairs (num_out_tokens)
+    permuted = b.tensor(f"{p}.dispatch.permuted", (out, h))
     rule = "fused_permute" if b.table.moe_permute_fusion else "permute"
-    extras = router_losses.permute_extras(b, f"{p}.dispatch", t * k, t, n, dt)
+    extras = router_losses.permute_extras(b, f"{p}.dispatch", out, t, n, dt)
     if b.table.moe_probs_at_combine:  # before 2659630721 permute() moved the tokens alone; the combine reads probs
         extras = {k_: v for k_, v in extras.items() if k_ in ("sorted_idx", "row_id_map")}
         b.op(f"{p}.dispatch.permute", rule, layer, {"x": src, "_idx": idx}, {"y": permuted}, extras=extras, tags=MOE)
         return probs, idx, probs, permuted
-    pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (t * k,), dt)
+    pprobs = b.tensor(f"{p}.dispatch.permuted_probs", (out,), dt)
     b.op(f"{p}.dispatch.permute", rule, layer, {"x": src, "probs": probs, "_idx": idx},
          {"y": permuted, "probs": pprobs}, extras=extras, tags=MOE)
     return probs, idx, pprobs, permuted
