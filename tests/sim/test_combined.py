@@ -141,3 +141,59 @@ def test_schedule_pairs_and_validation():
     with pytest.raises(UserError):
         from timeline.pipeline import build_schedule
         build_schedule("1f1b", pp=2, vpp=1, num_microbatches=4, combined_1f1b=True)
+
+
+def test_delayed_weight_gradients_run_at_each_nodes_backward_dw():
+    """``--delay-wgrad-compute`` (``TransformerLayerSchedulePlan.run``, core_v0.14.0 … d98e8a64dd): a layer's experts'
+    weight gradients run after its mlp node's backward (and, paired, after the forward's dispatch), its attention's
+    after its attention backward, and the last layer the backward reaches keeps its attention ones to the chunk's
+    end, after every layer, before the embedding's backward. Their inputs and output gradients live until then."""
+    f, b = _phases(_run(delay_wgrad_compute=True))
+    _, plain = _phases(_run())
+    names, plain_names = list(b.op_names), list(plain.op_names)
+    assert sorted(names) == sorted(plain_names)  # the same ops, reordered
+    fc2w = names.index("layers.1.mlp.experts.linear_fc2.wgrad")
+    assert fc2w > names.index("layers.1.mlp.experts.linear_fc1")  # after the experts' input gradients
+    assert plain_names.index("layers.1.mlp.experts.linear_fc2.wgrad") < plain_names.index("layers.1.mlp.experts.linear_fc1")
+    assert names.index("layers.1.mlp.experts.linear_fc1.wgrad") < names.index("layers.1.mlp.dispatch.all_to_all")
+    qkv1 = names.index("layers.1.self_attn.linear_qkv.wgrad")
+    assert qkv1 > names.index("layers.1.input_layernorm") and qkv1 < names.index("layers.0.mlp_residual")
+    qkv0 = names.index("layers.0.self_attn.linear_qkv.wgrad")
+    assert qkv0 > names.index("layers.0.input_layernorm") and qkv0 < names.index("embedding")
+    # paired: the mlp node's weight gradients follow the forward's dispatch, the last layer's attention ones come
+    # after every forward layer
+    fm = forward_nodes(f)
+    bm = backward_nodes(b, f, fm, delay_wgrad=True)
+    assert bm.keys[fc2w] == (1, "mlp_dw") and bm.keys[qkv0] == (0, "attn_dw")
+    order = pair_order(fm, bm, delay_wgrad=True)
+    assert order.index(("B", (1, "mlp_dw"))) == order.index(("F", (0, "dispatch"))) + 1
+    assert order.index(("B", (1, "attn_dw"))) == order.index(("B", (1, "attn"))) + 1
+    assert order.index(("B", (0, "attn_dw"))) == order.index(("F", (-1, "post"))) - 1
+    assert pair_shifts(f, fm, b, bm, 1000.0, delay_wgrad=True) is not None
+    # the experts' activation (fc2's input) is kept to the deferred fc2 wgrad
+    t = build_timeline(_run(delay_wgrad_compute=True))
+    assert t.peak(0).allocated_bytes >= build_timeline(_run()).peak(0).allocated_bytes
+
+
+def test_delayed_weight_gradients_need_the_combined_schedule():
+    problems = dict(validate_run(tiny_run(delay_wgrad_compute=True), LIMITS))
+    assert "overlap-moe-expert-parallel-comm" in problems["framework.delay_wgrad_compute"]
+
+
+def test_from_megatron_maps_delay_wgrad_compute_with_the_overlap_only():
+    from timeline.io.megatron_args import from_mapping
+    from timeline.io.megatron_write import convert
+
+    args = {"--num-layers": 2, "--hidden-size": 64, "--num-attention-heads": 4, "--seq-length": 128,
+            "--max-position-embeddings": 128, "--micro-batch-size": 1, "--global-batch-size": 8, "--bf16": True,
+            "--vocab-size": 1000, "--num-experts": 4, "--moe-router-topk": 2, "--moe-grouped-gemm": True,
+            "--moe-token-dispatcher-type": "alltoall", "--expert-model-parallel-size": 2,
+            "--delay-wgrad-compute": True}
+    conv = convert(from_mapping(args | {"--overlap-moe-expert-parallel-comm": True}), world_size=2,
+                   megatron_core="0.16.0")
+    assert conv.sections["framework"]["delay_wgrad_compute"] is True
+    with pytest.raises(UserError, match="^--delay-wgrad-compute without --overlap-moe-expert-parallel-comm"):
+        convert(from_mapping(args), world_size=2, megatron_core="0.16.0")
+    with pytest.raises(UserError, match="^--use-megatron-fsdp with --delay-wgrad-compute"):
+        convert(from_mapping(args | {"--use-megatron-fsdp": True, "--use-distributed-optimizer": True}),
+                world_size=2, megatron_core="0.16.0")

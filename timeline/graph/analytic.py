@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from timeline.graph.analysis import Analysis, analyse
-from timeline.graph.backward import place_frees, split_sides, to_op, unit_cost, unit_list
+from timeline.graph.backward import delay_wgrads, place_frees, split_sides, to_op, unit_cost, unit_list
 from timeline.graph.build import Node, chunk_layers, chunk_nodes, mtp_chunk
 from timeline.graph.context import BuildCtx
 from timeline.graph.families import (
@@ -183,6 +183,8 @@ def analytic_template(source: AnalyticSource, chunk: int, *, pp_rank: int | None
     side_i, side_w = split_sides(units, "split")
     place_frees(side_i + side_w)
     backward_i, backward_w = tuple(to_op(u) for u in side_i), tuple(to_op(u) for u in side_w)
+    if structure.delay_wgrad:  # --delay-wgrad-compute: the fused backward runs each node's wgrads late
+        units = delay_wgrads(units, a.ops)
     place_frees(units)  # the same units as one fused backward: their frees again, in that order
     saved = _saved(a)
     per_layer = _per_layer(saved)
@@ -206,7 +208,8 @@ def analytic_costs(source: AnalyticSource, chunk: int) -> tuple[dict[str, list[O
                       float(sum(t.size_bytes for t in _made(a, op)) + sum(t.size_bytes for t in op.dataflow_inputs())))
                for op in a.ops]
     side_i, side_w = split_sides(units, "split")
-    return {"F": forward, "B": [cost[id(u)] for u in units], "I": [cost[id(u)] for u in side_i],
+    fused = delay_wgrads(units, a.ops) if source.ctx.structure.delay_wgrad else units
+    return {"F": forward, "B": [cost[id(u)] for u in fused], "I": [cost[id(u)] for u in side_i],
             "W": [cost[id(u)] for u in side_w]}, _layer_bytes(a)
 
 

@@ -17,11 +17,13 @@ returns a fresh weight-sized tensor first (``wgrad_transient``), W allocates it 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from timeline.graph.analysis import Analysis, differentiable
 from timeline.graph.ir import FOp
 from timeline.graph.ops import Op
+from timeline.graph.plan_nodes import dw_group, node_keys
 from timeline.graph.tensors import Category, TensorDef
 
 HEAVY = frozenset({"flash_attn", "attn_scores", "attn_v"})
@@ -182,6 +184,46 @@ def unit_list(a: Analysis, wgrad: str = "none") -> list[Unit]:
                 w.needs.append(fresh.storage)
             units.append(w)
     return units
+
+
+def delay_wgrads(units: list[Unit], ops: Sequence[FOp]) -> list[Unit]:
+    """``units`` (fused order) under Megatron's ``--delay-wgrad-compute``: each decoder layer's deferred weight
+    gradients (:func:`timeline.graph.plan_nodes.dw_group`) move to their node's ``backward_dw`` —
+    the ``mlp`` node's right after that node's backward, the ``attn`` node's right after the layer's attention
+    backward, and the last layer the backward reaches keeps its ``attn`` ones to the chunk's end, after every
+    decoder layer (``model_chunk_schedule_plan.py: TransformerLayerSchedulePlan.run`` /
+    ``TransformerModelChunkSchedulePlan.run``, core_v0.14.0 … d98e8a64dd). Their inputs and output gradients
+    live until then (:func:`place_frees`)."""
+    keys = node_keys([o.name for o in ops], [o.stream for o in ops], [-1 if o.layer is None else o.layer for o in ops])
+    groups: dict[tuple[int, str], list[Unit]] = {}
+    rest: list[Unit] = []
+    for u in units:
+        layer, node = keys[u.index]
+        group = dw_group(u.fop.name, layer, node) if u.phase == "W" else None
+        if group is None:
+            rest.append(u)
+        else:
+            groups.setdefault((layer, group), []).append(u)
+    if not groups:
+        return units
+    last: dict[tuple[int, str], int] = {}
+    for i, u in enumerate(rest):
+        last[keys[u.index]] = i
+    decoder = [i for i, u in enumerate(rest) if keys[u.index][0] >= 0]
+    final_layer = keys[rest[decoder[-1]].index][0] if decoder else None
+    after: dict[int, list[Unit]] = {}
+    for (layer, group), moved in groups.items():
+        node = "mlp" if group == "mlp_dw" else "attn"
+        if group == "attn_dw" and layer == final_layer:
+            at = decoder[-1]
+        else:
+            at = last.get((layer, node), last.get((layer, "attn"), decoder[-1] if decoder else len(rest) - 1))
+        after.setdefault(at, []).extend(moved)
+    out: list[Unit] = []
+    for i, u in enumerate(rest):
+        out.append(u)
+        out += sorted(after.get(i, []), key=lambda w: units.index(w))
+    return out
 
 
 def _one_consumer(a: Analysis, storage: str) -> bool:

@@ -324,9 +324,14 @@ def _combined_1f1b(a: ArgReader, c: Conversion, megatron_core: str | None, relea
     and its outputs until the pair ended (:func:`timeline.sim.combined.kept_node_io`); from it on,
     ``--ep-overlap-early-attn-memory-release`` moves the backward's attention before the forward's experts
     (``model_chunk_schedule_plan.py: TransformerLayerSchedulePlan.run``)."""
+    delay = a.flag("--delay-wgrad-compute")
     if not c.sections.get("schedule", {}).get("combined_1f1b"):
         a.flag("--ep-overlap-early-attn-memory-release")
+        if delay and not (a.flag("--use-megatron-fsdp") or a.flag("--use-custom-fsdp")):  # FSDP refuses it itself
+            raise UserError("--delay-wgrad-compute without --overlap-moe-expert-parallel-comm: Megatron-LM refuses it "
+                            "(transformer_config.py: __post_init__); add the overlap or drop it")
         return
+    c.put("framework.delay_wgrad_compute", delay, "--delay-wgrad-compute")
     if releases_nodes is None:
         releases_nodes = version_tuple(megatron_core or "0.14.0") >= (0, 16, 0)
     c.put("framework.combined_1f1b_keeps_node_io", not releases_nodes, "--overlap-moe-expert-parallel-comm")

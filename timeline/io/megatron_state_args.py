@@ -174,6 +174,9 @@ def megatron_fsdp(a: ArgReader, c: Conversion, *, package: bool | None = None) -
         if v not in (None, False) and (off is None or str(v) != off):
             raise UserError(f"{name} {v}: Megatron-FSDP's {name.lstrip('-')} is not modelled; drop it to model "
                             "plain Megatron-FSDP")
+    if a.flag("--delay-wgrad-compute"):
+        raise UserError("--use-megatron-fsdp with --delay-wgrad-compute: Megatron-FSDP's delayed weight gradients (its "
+                        "gradient buckets held to each backward_dw) are not modelled; drop --delay-wgrad-compute")
     if a.flag("--use-nccl-ub"):
         raise UserError("--use-megatron-fsdp with --use-nccl-ub: Megatron-LM then turns on --fsdp-double-buffer and "
                         "manual registration (arguments.py: validate_args), which are not modelled; drop --use-nccl-ub")

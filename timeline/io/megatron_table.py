@@ -72,6 +72,9 @@ MAPPED: dict[str, str] = {
                      "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-router-enable-expert-bias"),
                     "model MoE sizes"),
     "--mtp-num-layers": "model.mtp_layers",
+    "--delay-wgrad-compute": "framework.delay_wgrad_compute (with --overlap-moe-expert-parallel-comm: each "
+                             "schedule-plan node's weight gradients at its backward_dw, graph/backward.py "
+                             "delay_wgrads; refused under Megatron-FSDP)",
     "--moe-shared-expert-overlap": "no byte moves (the shared experts on their own stream, the same tensors); refused "
                                    "with a moe_router CUDA graph, which then leaves them out of the graph "
                                    "(io/megatron_framework.py cuda_graph_scope)",
@@ -238,7 +241,6 @@ REFUSED: dict[str, str] = {
     "--freeze-all-layers": "frozen layers (no gradients or optimizer states for them) are not modelled",
     "--load-main-params-from-ckpt": _CKPT,
     "--pretrained-checkpoint": _CKPT, "--moe-use-upcycling": _CKPT,
-    "--delay-wgrad-compute": "delayed weight-gradient computation is not modelled yet",
     "--overlap-dispatch-backward-with-experts-wgrad": "experts' weight gradients delayed to a second stream "
                                                       "(moe_layer.py) are not modelled yet",
     "--ddp-reduce-scatter-with-fp32-accumulation": "fp32 reduce-scatter accumulation buffers are not modelled",

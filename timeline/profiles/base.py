@@ -144,6 +144,8 @@ class Structure:
     # kv part the latent norm keeps whole; k_pe is gathered (a contiguous copy) before the up-projection checkpoint
     model_dropout: bool = False  # dropout ops wherever the model's hidden_dropout / attention_dropout > 0
     # (Megatron's bias-dropout-add and attention dropout; p = 0 is the identity, torch ``_dropout``)
+    delay_wgrad: bool = False  # --delay-wgrad-compute: each schedule-plan node's TE weight gradients run at its
+    # backward_dw (graph/backward.py: delay_wgrads)
     wgrad_transient: str = "none"  # weight-gradient GEMMs ("linear" ops) return a fresh [out, in] tensor that
     # is added into the grads buffer and freed: "all" of them, "head" (the output layer only) or "none"
     ce_inplace: bool = False  # the loss writes its gradient into the 16-bit logits and keeps only them (TE's

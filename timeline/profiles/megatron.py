@@ -331,7 +331,7 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
                    ce_inplace=ce, ce_compiled=compiled, wgrad_transient=wgrad, moe_dispatcher=dispatcher, moe_router=router,
                    te_flash_copies=flash_copies, te_qkv_layout=not local, dataloader_batch=spec.dataloader_batch,
                    rerun_keeps_batch=spec.rerun_keeps_batch, head_gather_buffer=spec.workspaces,
-                   cp_comm=spec.cp_comm_type, cp_a2a=spec.cp_a2a_size, **moe)
+                   cp_comm=spec.cp_comm_type, cp_a2a=spec.cp_a2a_size, delay_wgrad=spec.delay_wgrad_compute, **moe)
     # the legacy GPT model (megatron/legacy/model) runs as the local layer but for its torch-op RMSNorm and SwiGLU
     out = megatron_bert.configure(out, spec)
     return megatron_legacy.configure(out, local=local) if spec.use_legacy_models else out

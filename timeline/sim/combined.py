@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from timeline.graph.plan_nodes import dw_group, node_keys
 from timeline.sim.compiled import CompiledPhase
 
 _LAYER = re.compile(r"^layers\.(\d+)\.(.*)$")
@@ -45,41 +46,15 @@ class NodeMap:
 
 
 def forward_nodes(ph: CompiledPhase) -> NodeMap:
-    """Each forward op's schedule-plan node (module docstring), read off op names and streams: a
-    layer's ``attn`` ends with its ``attn_residual``; a MoE layer (one whose ``mlp.dispatch.*`` op runs
-    on the EP stream) then has ``post_attn`` up to the dispatch all-to-all, ``dispatch`` (the EP ops
-    of ``mlp.dispatch``), ``mlp`` up to the combine all-to-all and ``combine`` after it; a dense
-    layer's rest is ``mlp``."""
-    moe_layers = {layer for name, stream, layer in zip(ph.op_names, ph.op_streams, ph.op_layers, strict=True)
-                  if layer >= 0 and stream == "ep" and _local(name, layer).startswith("mlp.dispatch.")}
-    keys: list[tuple[int, str]] = []
-    seen_layer = False
-    node_of: dict[int, str] = {}
-    for name, stream, layer in zip(ph.op_names, ph.op_streams, ph.op_layers, strict=True):
-        if layer < 0:
-            keys.append((-1, "post" if seen_layer else "pre"))
-            continue
-        seen_layer = True
-        node = node_of.get(layer, "attn")
-        local = _local(name, layer)
-        ep = stream == "ep"
-        if node == "attn_done":
-            node = "post_attn" if layer in moe_layers else "mlp"
-        if layer in moe_layers:
-            if node == "post_attn" and ep and local.startswith("mlp.dispatch."):
-                node = "dispatch"
-            elif node == "dispatch" and not ep:
-                node = "mlp"
-            elif node == "mlp" and ep and local.startswith("mlp.combine."):
-                node = "combine"
-        keys.append((layer, node))
-        node_of[layer] = "attn_done" if node == "attn" and local == "attn_residual" else node
-    return NodeMap(keys=tuple(keys))
+    """Each forward op's schedule-plan node (:func:`timeline.graph.plan_nodes.node_keys`)."""
+    return NodeMap(keys=tuple(node_keys(ph.op_names, ph.op_streams, ph.op_layers)))
 
 
-def backward_nodes(ph: CompiledPhase, forward: CompiledPhase, fmap: NodeMap) -> NodeMap:
+def backward_nodes(ph: CompiledPhase, forward: CompiledPhase, fmap: NodeMap, *, delay_wgrad: bool = False) -> NodeMap:
     """Each backward op's node: the node of the forward op it differentiates (by name, less a
-    ``.wgrad`` suffix); an op no forward op names takes its predecessor's."""
+    ``.wgrad`` suffix); an op no forward op names takes its predecessor's. Under ``delay_wgrad``
+    (``--delay-wgrad-compute``) a deferred weight gradient belongs to its ``mlp_dw`` / ``attn_dw`` node
+    (:func:`timeline.graph.plan_nodes.dw_group`)."""
     by_name = dict(zip(forward.op_names, fmap.keys, strict=True))
     keys: list[tuple[int, str]] = []
     for name, layer in zip(ph.op_names, ph.op_layers, strict=True):
@@ -89,13 +64,11 @@ def backward_nodes(ph: CompiledPhase, forward: CompiledPhase, fmap: NodeMap) -> 
         key = by_name.get(base)
         if key is None:
             key = keys[-1] if keys else (layer, "post" if layer < 0 else "attn")
+        elif delay_wgrad and base != name:
+            group = dw_group(base, key[0], key[1])
+            key = (key[0], group) if group else key
         keys.append(key)
     return NodeMap(keys=tuple(keys))
-
-
-def _local(name: str, layer: int) -> str:
-    m = _LAYER.match(name)
-    return m.group(2) if m and int(m.group(1)) == layer else name
 
 
 def _blocks(nodes: NodeMap) -> list[tuple[tuple[int, str], int, int]]:
@@ -115,28 +88,42 @@ _LAYER_ORDER = (("B", "combine"), ("F", "attn"), ("F", "post_attn"), ("B", "mlp"
                 ("B", "dispatch"), ("F", "mlp"), ("F", "combine"), ("B", "post_attn"), ("B", "attn"))
 
 
-def pair_order(f: NodeMap, b: NodeMap, *, early_attn_release: bool = False) -> list[tuple[str, tuple[int, str]]]:
-    """The pair's nodes in Megatron's order, as (half, node) (module docstring)."""
+def pair_order(f: NodeMap, b: NodeMap, *, early_attn_release: bool = False,
+               delay_wgrad: bool = False) -> list[tuple[str, tuple[int, str]]]:
+    """The pair's nodes in Megatron's order, as (half, node) (module docstring). Under ``delay_wgrad`` the
+    backward's ``mlp_dw`` follows the forward's dispatch, its ``attn_dw`` the backward's attention, and the last
+    backward layer's ``attn_dw`` comes after every layer (``TransformerModelChunkSchedulePlan.run``)."""
     order = list(_LAYER_ORDER)
     if early_attn_release:
         order.remove(("B", "post_attn"))
         order.remove(("B", "attn"))
         order[order.index(("F", "mlp")):order.index(("F", "mlp"))] = [("B", "post_attn"), ("B", "attn")]
+    if delay_wgrad:
+        order.insert(order.index(("F", "dispatch")) + 1, ("B", "mlp_dw"))
+        order.append(("B", "attn_dw"))
     f_layers = list(dict.fromkeys(layer for layer, _ in f.keys if layer >= 0))
     b_layers = list(dict.fromkeys(layer for layer, _ in b.keys if layer >= 0))
+    last_b = b_layers[-1] if b_layers else None
     out: list[tuple[str, tuple[int, str]]] = [("F", (-1, "pre")), ("B", (-1, "post"))]
     n = min(len(f_layers), len(b_layers))
     for fl, bl in zip(f_layers[:n], b_layers[:n], strict=True):
-        out += [(half, (fl if half == "F" else bl, node)) for half, node in order]
-    nodes = ("combine", "mlp", "dispatch", "post_attn", "attn")
-    out += [("B", (bl, node)) for bl in b_layers[n:] for node in nodes]
-    out += [("F", (fl, node)) for fl in f_layers[n:] for node in reversed(nodes)]
+        out += [(half, (fl if half == "F" else bl, node)) for half, node in order
+                if not (delay_wgrad and half == "B" and node == "attn_dw" and bl == last_b)]
+    nodes = ("combine", "mlp", "mlp_dw", "dispatch", "post_attn", "attn", "attn_dw") if delay_wgrad else \
+        ("combine", "mlp", "dispatch", "post_attn", "attn")
+    out += [("B", (bl, node)) for bl in b_layers[n:] for node in nodes
+            if not (node == "attn_dw" and bl == last_b)]
+    f_nodes = tuple(node for node in reversed(nodes) if not node.endswith("_dw"))
+    out += [("F", (fl, node)) for fl in f_layers[n:] for node in f_nodes]
+    if delay_wgrad and last_b is not None:
+        out.append(("B", (last_b, "attn_dw")))
     out += [("F", (-1, "post")), ("B", (-1, "pre"))]
     return out
 
 
 def pair_shifts(f: CompiledPhase, fmap: NodeMap, b: CompiledPhase, bmap: NodeMap, total_us: float, *,
-                early_attn_release: bool = False) -> tuple[float, np.ndarray, np.ndarray] | None:
+                early_attn_release: bool = False, delay_wgrad: bool = False
+                ) -> tuple[float, np.ndarray, np.ndarray] | None:
     """(scale, per-op shift of the forward half, per-op shift of the backward half): an op at offset
     ``t`` of its own phase runs at ``t·scale + shift[op]`` in the pair, which lasts ``total_us``. None
     where a half's nodes do not follow Megatron's order (the caller then stretches both halves
@@ -145,7 +132,7 @@ def pair_shifts(f: CompiledPhase, fmap: NodeMap, b: CompiledPhase, bmap: NodeMap
     placed: dict[str, list[tuple[int, int, float]]] = {"F": [], "B": []}  # (first op, end op, start)
     cursor: dict[str, int] = {"F": 0, "B": 0}  # next block of each half
     t = 0.0
-    for half, key in pair_order(fmap, bmap, early_attn_release=early_attn_release):
+    for half, key in pair_order(fmap, bmap, early_attn_release=early_attn_release, delay_wgrad=delay_wgrad):
         ph, blocks = halves[half]
         while cursor[half] < len(blocks) and blocks[cursor[half]][0] == key:
             _, first, end = blocks[cursor[half]]

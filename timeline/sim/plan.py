@@ -239,6 +239,8 @@ class SimPlan:
     #: combined 1F1B: the backward's attention nodes run before the forward's mlp
     #: (``[framework] ep_overlap_early_attn_memory_release``, :mod:`timeline.sim.combined`)
     early_attn_release: bool = False
+    #: combined 1F1B: each node's weight gradients at its backward_dw (``[framework] delay_wgrad_compute``)
+    delay_wgrad: bool = False
     #: the chunks the first load built no template for: chunk → (the chunk whose template it shares,
     #: decoder layers between their first layers; :func:`shifted_phase`)
     shifts: dict[int, tuple[int, int]] = field(default_factory=dict)
@@ -290,4 +292,5 @@ def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training:
                    step_us=tuple(step_us(tr, par, d, cost) for d in devices[::len(loads)]),
                    iterations=tr.warmup_iterations + tr.iterations,
                    capture=tuple(capture), capture_rules=tuple(capture_rules),
-                   early_attn_release=rules.framework.ep_overlap_early_attn_memory_release, shifts=shifts)
+                   early_attn_release=rules.framework.ep_overlap_early_attn_memory_release,
+                   delay_wgrad=rules.framework.delay_wgrad_compute, shifts=shifts)

@@ -35,7 +35,8 @@ def overlapped_us(f: CompiledPhase, b: CompiledPhase) -> float:
     return max(cf + cb, mf + mb)
 
 
-def combined_shifts(compiled: Compiled, pair_us: Callable[[int, str, int, str], float], early_attn_release: bool
+def combined_shifts(compiled: Compiled, pair_us: Callable[[int, str, int, str], float], early_attn_release: bool,
+                    delay_wgrad: bool = False
                     ) -> Callable[[int, str, int, str], tuple[float, tuple[float, ...], tuple[float, ...]] | None]:
     """A combined-1F1B pair's (scale, forward shifts, backward shifts), each distinct pair laid out once
     (:func:`timeline.sim.combined.pair_shifts`)."""
@@ -46,8 +47,9 @@ def combined_shifts(compiled: Compiled, pair_us: Callable[[int, str, int, str], 
         if key not in cache:
             f, b = compiled[(fs, fk)], compiled[(bs, bk)]
             fmap = forward_nodes(f)
-            out = pair_shifts(f, fmap, b, backward_nodes(b, compiled[(bs, "F")], forward_nodes(compiled[(bs, "F")])),
-                              pair_us(fs, fk, bs, bk), early_attn_release=early_attn_release)
+            bmap = backward_nodes(b, compiled[(bs, "F")], forward_nodes(compiled[(bs, "F")]), delay_wgrad=delay_wgrad)
+            out = pair_shifts(f, fmap, b, bmap, pair_us(fs, fk, bs, bk), early_attn_release=early_attn_release,
+                              delay_wgrad=delay_wgrad)
             cache[key] = None if out is None else (out[0], tuple(out[1].tolist()), tuple(out[2].tolist()))
         return cache[key]
 
@@ -68,7 +70,7 @@ def time_plan(p: SimPlan, warmup_iterations: int) -> Timing:
     spans_all = run_schedule(p.schedule, iterations=p.iterations,
                              duration_us=lambda s, k: compiled[(s, k)].duration_us, p2p_us=p.p2p_us,
                              step_us=lambda r: step[r], pair_us=pair_us,
-                             pair_shifts=combined_shifts(compiled, pair_us, p.early_attn_release)
+                             pair_shifts=combined_shifts(compiled, pair_us, p.early_attn_release, p.delay_wgrad)
                              if p.schedule.combined else None)
     per_rank: list[list[Span]] = [[] for _ in range(p.schedule.pp)]
     for sp in spans_all:

@@ -152,6 +152,10 @@ class FrameworkSpec:
     empty_unused_memory_level: int = spec_field(0, choices=(0, 1, 2), doc=(
         "--empty-unused-memory-level (megatron/training/training.py: train_step): 1 empties PyTorch's allocator cache "
         "(torch.cuda.empty_cache) after the forward-backward, before the optimizer step; 2 also after the step"))
+    delay_wgrad_compute: bool = spec_field(False, doc=(
+        "--delay-wgrad-compute (with --overlap-moe-expert-parallel-comm, schedule.combined_1f1b): each schedule-plan "
+        "node's TE weight gradients wait for its backward_dw — the mlp node's after the paired forward's dispatch, the "
+        "attention's (and the shared experts') after the attention backward, the chunk's first layer's at the end"))
     cuda_graph_impl: str = spec_field("none", choices=CUDA_GRAPH_IMPLS, doc=(
         "--cuda-graph-impl (--external-cuda-graph: transformer_engine): TE's make_graphed_callables captures each "
         "decoder layer's graphed part per micro-batch into one private memory pool, before iteration 1 or after "

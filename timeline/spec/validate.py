@@ -364,6 +364,17 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
     for key in ("combined_1f1b_keeps_node_io", "ep_overlap_early_attn_memory_release"):
         if getattr(fw, key) and not run.schedule.combined_1f1b:
             add((f"framework.{key}", "applies to combined 1F1B only; set schedule.combined_1f1b = true or remove it"))
+    if fw.delay_wgrad_compute:  # MC transformer_config.py: __post_init__ (core_v0.14.0 … 4e85d74ae9)
+        if not run.schedule.combined_1f1b:
+            add(("framework.delay_wgrad_compute", "Megatron-LM needs --overlap-moe-expert-parallel-comm with it: set "
+                 "schedule.combined_1f1b = true or remove it"))
+        if fw.moe_legacy_grouped_gemm:
+            add(("framework.delay_wgrad_compute", "Megatron-LM refuses it with the legacy grouped GEMM; set "
+                 "framework.moe_legacy_grouped_gemm = false or remove it"))
+        te = parse_version(fw.transformer_engine)
+        if fw.cuda_graph_impl == "transformer_engine" and te is not None and te < (2, 10, 0):
+            add(("framework.delay_wgrad_compute", "Megatron-LM needs Transformer Engine 2.10 for it under "
+                 "partial CUDA graphs; raise framework.transformer_engine or remove it"))
     if run.schedule.combined_1f1b and not (life is not None and life.reads_framework):
         add(("schedule.combined_1f1b", 'models Megatron-Core\'s schedule-plan nodes: set profile = "megatron"'))
     problems += cp_comm_problems(fw, m, par)
