@@ -155,3 +155,15 @@ def test_per_module_scopes_map_in_megatrons_order_from_core_0_16():
         _convert(zoo, megatron_core="0.15.3")
     with pytest.raises(UserError, match="with --moe-shared-expert-overlap: the shared experts"):
         _convert(zoo | {"--moe-shared-expert-overlap": True})
+
+
+def test_expandable_segments_need_nccl_graph_register_off_with_graphs():
+    """``cuda_graphs.py: TECudaGraphHelper.__init__`` (2b343d739f … d98e8a64dd) asserts ``NCCL_GRAPH_REGISTER=0`` under
+    ``expandable_segments:True`` (Megatron-MoE-ModelZoo's recipes set both)."""
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    with pytest.raises(UserError, match="NCCL_GRAPH_REGISTER=0"):
+        convert(from_mapping(ATTN_CUDAGRAPH, env), world_size=8, **AT)
+    conv = convert(from_mapping(ATTN_CUDAGRAPH, env | {"NCCL_GRAPH_REGISTER": "0"}), world_size=8, **AT)
+    assert conv.sections["allocator"]["expandable_segments"] is True
+    run = run_from_data(tomllib.loads(run_file_text(conv, name="es", source="-", world_size=8)), Path("<es>.toml"))
+    assert validate_run(run, LIMITS) == []

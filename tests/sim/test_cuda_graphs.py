@@ -113,7 +113,9 @@ def test_what_the_graphs_cannot_be_modelled_with_is_refused_by_key(override, key
     from dataclasses import replace
 
     from helpers_run import TINY_MODEL
-    versions = VERSIONS | ({"megatron_core": "0.15.0rc5"} if "mtp_layers" in override else {})  # before MTP graphs
+    # before MTP graphs (0.15.0rc6) and before expandable segments were allowed with NCCL_GRAPH_REGISTER=0 (0.16)
+    versions = VERSIONS | ({"megatron_core": "0.15.0rc5"} if "mtp_layers" in override or
+                           "expandable_segments" in override else {})
     run = tiny_run(pp=1, layers=1, **GRAPHS, **versions, **{k: v for k, v in override.items() if k != "mtp_layers"},
                    **({"model": replace(TINY_MODEL, num_hidden_layers=1, mtp_layers=1)}
                       if "mtp_layers" in override else {}))
@@ -276,3 +278,13 @@ def test_a_router_graph_without_the_alltoall_preprocess_turns_the_pre_mlp_norm_r
     assert "layers.0.pre_mlp_layernorm.recompute" not in names and "layers.0.mlp.experts.act.recompute" in names
     eager = tiny_run(pp=1, model=_moe(num_hidden_layers=1), **VERSIONS, recompute=rc)
     assert "layers.0.pre_mlp_layernorm.recompute" in backward_names(eager)
+
+
+def test_expandable_segments_with_graphs_from_core_0_16():
+    """``TECudaGraphHelper.__init__`` from 2b343d739f (core_v0.16.0) takes expandable segments when
+    ``NCCL_GRAPH_REGISTER=0`` (from-megatron checks the environment): the graphs' pool then maps its segments too,
+    and a replay still allocates nothing."""
+    run = tiny_run(pp=1, layers=1, expandable_segments=True, **GRAPHS, **VERSIONS)
+    assert validate_run(run, LIMITS) == []
+    tl, plain = build_timeline(run), build_timeline(tiny_run(pp=1, layers=1, **GRAPHS, **VERSIONS))
+    assert _steady(tl) == _steady(plain)  # the same tensors; only the segments differ

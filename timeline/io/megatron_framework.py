@@ -282,6 +282,12 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, sm:
         c.env_mapped["NVTE_ALLOW_NONDETERMINISTIC_ALGO"] = "framework.deterministic"
     if env.get("PYTORCH_CUDA_ALLOC_CONF"):
         allocator_conf(env["PYTORCH_CUDA_ALLOC_CONF"], c)
+        graphs = c.sections.get("framework", {}).get("cuda_graph_impl", "none") != "none"
+        if graphs and c.sections.get("allocator", {}).get("expandable_segments") and \
+                env.get("NCCL_GRAPH_REGISTER", "") != "0":
+            # cuda_graphs.py: TECudaGraphHelper.__init__ (2b343d739f … d98e8a64dd) asserts it
+            raise UserError("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True with CUDA graphs: Megatron-LM asserts "
+                            "NCCL_GRAPH_REGISTER=0 (illegal memory access otherwise); set it in the job's environment")
     c.put("hardware.gpu", gpu)
 
 

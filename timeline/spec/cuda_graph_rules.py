@@ -89,7 +89,9 @@ def cuda_graph_problems(fw: FrameworkSpec, m: ModelSpec, *, profile: str, rc: Re
     if fw.transformer_impl != "transformer_engine":
         out.append((key, 'TE\'s make_graphed_callables captures TE layers: set framework.transformer_impl = '
                     '"transformer_engine"'))
-    if expandable_segments:  # TECudaGraphHelper.__init__ asserts it away
+    # TECudaGraphHelper.__init__ asserts it away before 2b343d739f (2025-12-31, main's 0.16.0rc0 taken to have it;
+    # core_v0.16.0), and from it on asks for NCCL_GRAPH_REGISTER=0 (from-megatron checks the job's environment)
+    if expandable_segments and megatron_release(fw.megatron_core) < (0, 16, 0, 0):
         out.append(("allocator.expandable_segments", f"Megatron refuses CUDA graphs with expandable segments "
                     f"({MC_HELPER}); set it false"))
     if sched.kind not in ("1f1b", "interleaved") or sched.combined_1f1b:
