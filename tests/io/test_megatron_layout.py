@@ -352,3 +352,23 @@ def test_from_megatron_simulates_a_standalone_mtp_stage(tmp_path, capsys):
     assert main(["from-megatron", str(args), "--world-size", "4", "--megatron-core", "0.16.0", "-o", str(out)]) == 0
     assert "mtp_stage = 6" in out.read_text()
     assert main(["simulate", str(out), "-o", str(tmp_path / "sim"), "--format", "summary", "--no-progress"]) == 0
+
+
+def test_layers_per_virtual_stage_count_the_embedding_and_loss_when_the_split_accounts_for_them():
+    """arguments.py: validate_args (core_v0.16.0): under --account-for-embedding/loss-in-pipeline-split the embedding
+    and the loss are a layer each before --num-layers-per-virtual-pipeline-stage divides (Megatron-MoE-ModelZoo's
+    Qwen3-235B-A22B: 94 layers, pp 8, 3 a virtual stage → 96 / 24 = 4 virtual stages)."""
+    from timeline.errors import UserError
+    from timeline.io.megatron_args import from_mapping
+    from timeline.io.megatron_write import convert
+
+    args = {"--num-layers": 94, "--hidden-size": 64, "--num-attention-heads": 4, "--seq-length": 128,
+            "--max-position-embeddings": 128, "--micro-batch-size": 1, "--global-batch-size": 64, "--bf16": True,
+            "--vocab-size": 1000, "--pipeline-model-parallel-size": 8, "--num-layers-per-virtual-pipeline-stage": 3,
+            "--account-for-embedding-in-pipeline-split": True, "--account-for-loss-in-pipeline-split": True}
+    par = convert(from_mapping(args), world_size=8, megatron_core="0.16.0").sections["parallel"]
+    assert par["vpp"] == 4 and sum(par["layout"]) == 94 and len(par["layout"]) == 32
+    assert par["layout"][0] == 2 and par["layout"][-1] == 2  # the embedding's and the loss's stages hold one less
+    with pytest.raises(UserError, match="94 layers do not divide"):
+        convert(from_mapping({k: v for k, v in args.items() if not k.startswith("--account")}), world_size=8,
+                megatron_core="0.16.0")

@@ -288,3 +288,25 @@ def test_expandable_segments_with_graphs_from_core_0_16():
     assert validate_run(run, LIMITS) == []
     tl, plain = build_timeline(run), build_timeline(tiny_run(pp=1, layers=1, **GRAPHS, **VERSIONS))
     assert _steady(tl) == _steady(plain)  # the same tensors; only the segments differ
+
+
+def test_router_graphs_run_under_combined_1f1b_and_whole_layer_graphs_do_not():
+    """With ``--overlap-moe-expert-parallel-comm`` Megatron captures the graphs in the same schedule-table order and
+    replays the attention and router part in the attn node (``transformer_layer.py: _te_cuda_graph_replay``'s EP-overlap
+    return); ``transformer_config.py`` refuses a whole-layer, MLP or MoE graph with it (4e85d74ae9)."""
+    from dataclasses import replace
+
+    from helpers_run import TINY_MODEL
+    moe = replace(TINY_MODEL, n_routed_experts=4, moe_intermediate_size=256, num_experts_per_tok=2,
+                  n_shared_experts=1, first_k_dense_replace=1)
+    kw = {"model": moe, "layers": 3, "pp": 1, "ep": 2, "dp": 2, "combined_1f1b": True, "num_microbatches": 3}
+    run = tiny_run(**kw, **ROUTER_SCOPE, **VERSIONS)
+    assert validate_run(run, LIMITS) == []
+    tl = build_timeline(run)
+    assert "layers.1.mlp.router.logits" in _captured(tl) and "layers.2.self_attn.core_attn.scores" in _captured(tl)
+    ev = tl.events(0)
+    replayed = {tl.names[ev.tensor[i]] for i in np.flatnonzero((ev.sign > 0) & (ev.action >= 0))}
+    assert "layers.1.mlp.router.logits" not in replayed and "layers.1.mlp.experts.linear_fc1.out" in replayed
+    for scope in ("full", "attn mlp moe_router"):
+        problems = validate_run(tiny_run(**kw, **(GRAPHS | {"cuda_graph_scope": scope}), **VERSIONS), LIMITS)
+        assert any(k == "framework.cuda_graph_scope" and "combined 1F1B" in m for k, m in problems), problems

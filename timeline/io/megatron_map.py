@@ -441,10 +441,14 @@ def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core:
         if mtp_at is not None:
             c.put("parallel.mtp_stage", mtp_at, "--pipeline-model-parallel-layout")
     elif per:
-        if layers % (pp * per):
-            raise UserError(f"--num-layers-per-virtual-pipeline-stage {per}: {layers} layers do not divide into "
+        # arguments.py: validate_args (core_v0.16.0) counts the embedding and the loss as a layer each under
+        # --account-for-embedding/loss-in-pipeline-split before dividing
+        counted = layers + int(a.flag("--account-for-embedding-in-pipeline-split")) + \
+            int(a.flag("--account-for-loss-in-pipeline-split"))
+        if counted % (pp * per):
+            raise UserError(f"--num-layers-per-virtual-pipeline-stage {per}: {counted} layers do not divide into "
                             f"pp·{per}")
-        vpp = layers // (pp * per)
+        vpp = counted // (pp * per)
     elif stages:
         vpp = stages
     if hybrid is not None and hybrid.segments is not None:  # arguments.py: the pattern's '|' segments

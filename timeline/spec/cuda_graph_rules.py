@@ -94,9 +94,12 @@ def cuda_graph_problems(fw: FrameworkSpec, m: ModelSpec, *, profile: str, rc: Re
     if expandable_segments and megatron_release(fw.megatron_core) < (0, 16, 0, 0):
         out.append(("allocator.expandable_segments", f"Megatron refuses CUDA graphs with expandable segments "
                     f"({MC_HELPER}); set it false"))
-    if sched.kind not in ("1f1b", "interleaved") or sched.combined_1f1b:
+    if sched.kind not in ("1f1b", "interleaved"):
         out.append(("schedule.kind", "the graphs are captured in Megatron's 1F1B / interleaved order "
-                    "(get_schedule_table); use kind = \"1f1b\" or \"interleaved\" without combined_1f1b"))
+                    "(get_schedule_table); use kind = \"1f1b\" or \"interleaved\""))
+    if sched.combined_1f1b and (not mods or mods & {"mlp", "moe"}):  # transformer_config.py: __post_init__
+        out.append(("framework.cuda_graph_scope", "combined 1F1B (--overlap-moe-expert-parallel-comm) takes no graph "
+                    f"of a whole layer, MLP or MoE ({MC_SCOPES}); use attn, moe_router, moe_preprocess"))
     if fw.fsdp_sharding:
         out.append((key, "CUDA graphs of a Megatron-FSDP job (its units gathered around the captured layers) are "
                     "not modelled; set framework.cuda_graph_impl = \"none\" or framework.fsdp_sharding = \"\""))
