@@ -172,8 +172,68 @@ def test_block_scaled_recipes_keep_block_scales():
     from timeline.profiles import LIMITS
 
     assert not validate_run(tiny_run(fp8_recipe="blockwise", sm=90), LIMITS)
-    keys = {k for k, _ in validate_run(tiny_run(fp8_recipe="mxfp8", sm=100, fp8_param_gather=True, zero=1), {})}
-    assert "training.fp8_param_gather" in keys
+    # MXFP8 parameters are taken; the grad-buffer reuse needs them
+    assert not validate_run(tiny_run(fp8_recipe="mxfp8", sm=100, fp8_param_gather=True, zero=1), LIMITS)
+    keys = {k for k, _ in validate_run(tiny_run(fp8_recipe="blockwise", sm=90, fp8_param_gather=True, zero=1,
+                                                mxfp8_reuse_grad_buf=True), {})}
+    assert "training.mxfp8_reuse_grad_buf" in keys
     # blockwise FP8 parameters: the parameter is the row-wise data; its scales and the column-wise copy are kept
     params = weight_caches(w, param_gather=True, sm=90, recipe="blockwise")
     assert sum(size for _n, size, _s in params) == E + 4 * (8 * 4 + 2 * 8)
+
+
+def test_mxfp8_parameters_reusing_the_grad_buffer_have_no_param_buffer():
+    """``--fp8-param-gather --reuse-grad-buf-for-mxfp8-param-ag`` under MXFP8 (``param_and_grad_buffer.py:
+    _ParamAndGradBuffer.__init__``@4e85d74ae9): the FP8 weights' buffer is one fp32 ``shared_buffer`` — their grad
+    buffer, whose first half the bf16 all-gather views — and each weight keeps its own MXFP8 data (``bucket.
+    param_data`` is copied into ``param.data`` after the gather, then zeroed). Against the plain FP8 parameters the
+    device loses the uint8 param buffer and keeps the same one byte per element in the weights themselves."""
+    from sources import devices_of
+
+    from timeline.sim.megatron_state import megatron_events
+
+    base = {"fp8_recipe": "mxfp8", "sm": 100, "fp8_param_gather": True, "zero": 1, "dp": 2, "layers": 2}
+    plain, reuse = tiny_run(**base), tiny_run(**base, mxfp8_reuse_grad_buf=True)
+    (d_plain,), (d_reuse,) = devices_of(plain, buffers=True), devices_of(reuse, buffers=True)
+    fp8_plain = [b for b in d_plain.dp_buffers if b.fp8]
+    fp8_reuse = [b for b in d_reuse.dp_buffers if b.fp8]
+    assert fp8_plain and all(b.param_buffer for b in fp8_plain)
+    assert fp8_reuse and not any(b.param_buffer for b in fp8_reuse)
+    assert [b.numel for b in fp8_plain] == [b.numel for b in fp8_reuse]  # the same fp32 grad buffers
+
+    def live(ev):
+        out: dict[str, int] = {}
+        for at, name, size, _cat, sign in ev:
+            if at == "start":
+                out[name] = out.get(name, 0) + size * sign
+        return out
+
+    e_plain, e_reuse = live(megatron_events(plain.training, d_plain, "routed")), \
+        live(megatron_events(reuse.training, d_reuse, "routed"))
+    assert not [n for n in e_reuse if n.startswith("static.param_buffer.") and n.endswith(".fp8")]
+    fp8_numel = sum(s.end - s.start for b in fp8_reuse for s in b.slots)
+    kept = sum(v for n, v in e_reuse.items() if n.startswith("static.weights."))
+    moved = sum(v for n, v in e_plain.items() if n.startswith("static.weights."))
+    assert kept - moved == fp8_numel  # one byte per element, in the weights instead of the buffer
+    from timeline.profiles import LIMITS
+
+    assert validate_run(reuse, LIMITS) == []
+
+
+def test_from_megatron_maps_mxfp8_parameters_and_the_grad_buffer_reuse():
+    import pytest
+
+    from timeline.errors import UserError
+    from timeline.io.megatron_args import from_mapping
+    from timeline.io.megatron_write import convert
+
+    args = {"--num-layers": 2, "--hidden-size": 64, "--num-attention-heads": 4, "--seq-length": 128,
+            "--max-position-embeddings": 128, "--micro-batch-size": 1, "--global-batch-size": 8, "--bf16": True,
+            "--vocab-size": 1000, "--use-distributed-optimizer": True, "--fp8-format": "e4m3",
+            "--fp8-recipe": "mxfp8", "--fp8-param-gather": True, "--reuse-grad-buf-for-mxfp8-param-ag": True}
+    tr = convert(from_mapping(args), world_size=2, gpu="b200", megatron_core="0.16.0").sections["training"]
+    assert tr["fp8_param_gather"] is True and tr["mxfp8_reuse_grad_buf"] is True
+    for drop in (("--fp8-param-gather",), ("--fp8-param-gather", "--fp8-format")):
+        with pytest.raises(UserError, match="--reuse-grad-buf-for-mxfp8-param-ag without MXFP8 parameters"):
+            convert(from_mapping({k: v for k, v in args.items() if k not in drop}), world_size=2, gpu="b200",
+                    megatron_core="0.16.0")

@@ -245,6 +245,9 @@ def ddp_buffers(chunks: Sequence[tuple[int, Sequence[TensorDef]]], *, rules: Ddp
                                       rank=group - 1)
                 split = int(rules.first_chunk_optimizer)
                 optimizer = 1 + split if expert else int(split and i > 0)
+                # MXFP8 weights under --reuse-grad-buf-for-mxfp8-param-ag: no param buffer of their own — the
+                # bf16 all-gather target is a view of the fp32 grad buffer and each weight keeps its MXFP8 data
+                # (param_and_grad_buffer.py: _ParamAndGradBuffer.__init__ shared_buffer, 4e85d74ae9)
                 out.append(DdpBuffer(chunk=c, expert=expert, numel=numel, group=group, slots=slots,
-                                     optimizer=optimizer, fp8=fp8))
+                                     optimizer=optimizer, fp8=fp8, param_buffer=not (fp8 and tr.mxfp8_reuse_grad_buf)))
     return tuple(out)

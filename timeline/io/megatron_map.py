@@ -207,16 +207,15 @@ def fp8_training(a: ArgReader, c: Conversion) -> None:
         if a.flag("--fp8-param-gather"):
             raise UserError("--fp8-param-gather without --fp8-format: Megatron keeps FP8 parameters only in FP8 "
                             "training; add --fp8-format or drop it")
+        if a.flag("--reuse-grad-buf-for-mxfp8-param-ag"):
+            raise UserError("--reuse-grad-buf-for-mxfp8-param-ag without MXFP8 parameters: Megatron-LM needs "
+                            "--fp8-param-gather under --fp8-recipe mxfp8 for it; add them or drop it")
         return
     recipe = str(a.value("--fp8-recipe") or "delayed")
     if recipe in FP8_REFUSED:
         raise UserError(f"--fp8-recipe {recipe}: {FP8_REFUSED[recipe]}")
     if recipe not in ("delayed", "tensorwise", "blockwise", "mxfp8"):
         raise UserError(f"--fp8-recipe {recipe}: use one of delayed, tensorwise, blockwise, mxfp8, custom")
-    if recipe == "mxfp8" and a.flag("--fp8-param-gather"):
-        raise UserError("--fp8-param-gather under --fp8-recipe mxfp8: MXFP8 parameters (Megatron's MXFP8 param buffer "
-                        "and its all-gather reuse of the grad buffer) are not modelled yet; drop it to model the "
-                        "recipe with bf16 parameters")
     c.put("training.fp8_recipe", recipe, "--fp8-format", "--fp8-recipe")
     if recipe == "delayed":  # arguments.py: --fp8-amax-history-len, default 1 (TE's DelayedScaling: 1024)
         c.put("training.fp8_amax_history_len", a.int("--fp8-amax-history-len", 1), "--fp8-amax-history-len")
@@ -225,6 +224,14 @@ def fp8_training(a: ArgReader, c: Conversion) -> None:
             raise UserError("--fp8-param-gather: Megatron-LM keeps FP8 parameters only under the distributed "
                             "optimizer (arguments.py: validate_args); add --use-distributed-optimizer")
         c.put("training.fp8_param_gather", True, "--fp8-param-gather")
+    reuse = a.flag("--reuse-grad-buf-for-mxfp8-param-ag")
+    if reuse and not (a.flag("--fp8-param-gather") and recipe == "mxfp8"):
+        # distributed_data_parallel_config.py: __post_init__ asserts fp8_param_gather; the shared buffer exists
+        # only for MXFP8 parameters
+        raise UserError("--reuse-grad-buf-for-mxfp8-param-ag without MXFP8 parameters: Megatron-LM needs "
+                        "--fp8-param-gather under --fp8-recipe mxfp8 for it; add them or drop it")
+    if reuse:
+        c.put("training.mxfp8_reuse_grad_buf", True, "--reuse-grad-buf-for-mxfp8-param-ag")
     if bf16:  # core/fp8_utils.py: is_first_last_bf16_layer (the layer counts default to 1, arguments.py)
         if recipe == "delayed":
             raise UserError("--first-last-layers-bf16 under the delayed recipe: Megatron-LM refuses it "

@@ -46,6 +46,8 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--fp8-format", "--fp8-recipe"), "training.fp8_recipe (delayed, tensorwise, blockwise, mxfp8; "
                     "custom refused)"),
     "--fp8-param-gather": "training.fp8_param_gather",
+    "--reuse-grad-buf-for-mxfp8-param-ag": "training.mxfp8_reuse_grad_buf (MXFP8 weights without a param buffer: "
+                                           "graph/dp_buffers.py)",
     **dict.fromkeys(("--first-last-layers-bf16", "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16"),
                     "training.fp8_bf16_first_layers / fp8_bf16_last_layers (the layers outside FP8)"),
     "--fp8-amax-history-len": "training.fp8_amax_history_len (the delayed recipe's per-module amax histories: "
@@ -220,7 +222,6 @@ REFUSED: dict[str, str] = {
     "--fp8-quantizer-factory": "a custom quantizer factory's tensors are not modelled",
     **dict.fromkeys(("--no-fp8-wgrad", "--disable-fp8-wgrad"), "weight gradients in high precision (TE "
                     "Recipe override_linear_precision: the input kept unquantized for wgrad) are not modelled"),
-    "--reuse-grad-buf-for-mxfp8-param-ag": "MXFP8 parameters are not modelled (--fp8-recipe mxfp8 is refused)",
     "--fp4-format": "FP4 training is not modelled yet", "--fp4-param-gather": "FP4 parameters are not modelled yet",
     "--te-precision-config-file": "a Transformer Engine per-layer precision recipe is not modelled yet",
     "--kitchen-config-file": "NVIDIA Kitchen quantized layers (core/extensions/kitchen.py) are not modelled",

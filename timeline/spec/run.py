@@ -109,6 +109,10 @@ class TrainingSpec:
     fp8_param_gather: bool = spec_field(False, doc=(
         "Megatron --fp8-param-gather: the TE linears' weights are FP8 parameters (1 byte, the distributed "
         "optimizer's param buffer in uint8) beside fp32 main parameters"))
+    mxfp8_reuse_grad_buf: bool = spec_field(False, doc=(
+        "Megatron --reuse-grad-buf-for-mxfp8-param-ag (with fp8_param_gather under mxfp8): the MXFP8 weights get no "
+        "param buffer — their bf16 all-gather lands in their fp32 grad buffer (param_and_grad_buffer.py: "
+        "shared_buffer), each weight keeping its own MXFP8 data"))
     fp8_bf16_first_layers: int = spec_field(0, nonneg=True, maximum=2**16, doc=(
         "Megatron --first-last-layers-bf16 with --num-layers-at-start-in-bf16 (default 1): the first decoder layers "
         "(global index) run and keep their weights in the model dtype, outside fp8_autocast and fp8_model_init"))

@@ -389,9 +389,10 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
     if tr.fp8_recipe == "mxfp8" and not 100 <= sm < 120:
         add(("training.fp8_recipe", f"Transformer Engine runs MXFP8 on compute capability 10.x and 11.x (this device: "
              f"sm {sm}); use blockwise on Hopper, or tensorwise"))
-    if tr.fp8_recipe == "mxfp8" and tr.fp8_param_gather:
-        add(("training.fp8_param_gather", "MXFP8 parameters (Megatron's MXFP8 param buffer and its all-gather reuse of "
-             "the grad buffer) are not modelled yet; set fp8_param_gather = false"))
+    if tr.mxfp8_reuse_grad_buf and not (tr.fp8_param_gather and tr.fp8_recipe == "mxfp8"):
+        # MC distributed_data_parallel_config.py: __post_init__ asserts fp8_param_gather (4e85d74ae9)
+        add(("training.mxfp8_reuse_grad_buf", "reuses the grad buffer for MXFP8 parameters' all-gather: set "
+             'fp8_recipe = "mxfp8" and fp8_param_gather = true, or remove it'))
     per_stage = m.num_hidden_layers // par.pp
     for key in ("fp8_bf16_first_layers", "fp8_bf16_last_layers"):
         if getattr(tr, key) > per_stage:  # transformer_config.py: "must be between 0 and number of layers per pipeline stage"
