@@ -219,10 +219,11 @@ def delay_wgrads(units: list[Unit], ops: Sequence[FOp]) -> list[Unit]:
         else:
             at = last.get((layer, node), last.get((layer, "attn"), decoder[-1] if decoder else len(rest) - 1))
         after.setdefault(at, []).extend(moved)
+    position = {id(u): k for k, u in enumerate(units)}
     out: list[Unit] = []
     for i, u in enumerate(rest):
         out.append(u)
-        out += sorted(after.get(i, []), key=lambda w: units.index(w))
+        out += sorted(after.get(i, []), key=lambda w: position[id(w)])
     return out
 
 

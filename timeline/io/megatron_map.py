@@ -203,15 +203,19 @@ def fp8_training(a: ArgReader, c: Conversion) -> None:
     fmt = a.value("--fp8-format")
     bf16 = a.flag("--first-last-layers-bf16")
     start, end = a.int("--num-layers-at-start-in-bf16", 1), a.int("--num-layers-at-end-in-bf16", 1)
-    if fmt is None or str(fmt) in ("None", "none", "false", "False"):
+    fp8 = not (fmt is None or str(fmt) in ("None", "none", "false", "False"))
+    recipe = str(a.value("--fp8-recipe") or "delayed") if fp8 else ""
+    reuse = a.flag("--reuse-grad-buf-for-mxfp8-param-ag")
+    if reuse and not (a.flag("--fp8-param-gather") and recipe == "mxfp8"):
+        # distributed_data_parallel_config.py: __post_init__ asserts fp8_param_gather; the shared buffer exists
+        # only for MXFP8 parameters
+        raise UserError("--reuse-grad-buf-for-mxfp8-param-ag without MXFP8 parameters: Megatron-LM needs "
+                        "--fp8-param-gather under --fp8-recipe mxfp8 for it; add them or drop it")
+    if not fp8:
         if a.flag("--fp8-param-gather"):
             raise UserError("--fp8-param-gather without --fp8-format: Megatron keeps FP8 parameters only in FP8 "
                             "training; add --fp8-format or drop it")
-        if a.flag("--reuse-grad-buf-for-mxfp8-param-ag"):
-            raise UserError("--reuse-grad-buf-for-mxfp8-param-ag without MXFP8 parameters: Megatron-LM needs "
-                            "--fp8-param-gather under --fp8-recipe mxfp8 for it; add them or drop it")
         return
-    recipe = str(a.value("--fp8-recipe") or "delayed")
     if recipe in FP8_REFUSED:
         raise UserError(f"--fp8-recipe {recipe}: {FP8_REFUSED[recipe]}")
     if recipe not in ("delayed", "tensorwise", "blockwise", "mxfp8"):
@@ -224,12 +228,6 @@ def fp8_training(a: ArgReader, c: Conversion) -> None:
             raise UserError("--fp8-param-gather: Megatron-LM keeps FP8 parameters only under the distributed "
                             "optimizer (arguments.py: validate_args); add --use-distributed-optimizer")
         c.put("training.fp8_param_gather", True, "--fp8-param-gather")
-    reuse = a.flag("--reuse-grad-buf-for-mxfp8-param-ag")
-    if reuse and not (a.flag("--fp8-param-gather") and recipe == "mxfp8"):
-        # distributed_data_parallel_config.py: __post_init__ asserts fp8_param_gather; the shared buffer exists
-        # only for MXFP8 parameters
-        raise UserError("--reuse-grad-buf-for-mxfp8-param-ag without MXFP8 parameters: Megatron-LM needs "
-                        "--fp8-param-gather under --fp8-recipe mxfp8 for it; add them or drop it")
     if reuse:
         c.put("training.mxfp8_reuse_grad_buf", True, "--reuse-grad-buf-for-mxfp8-param-ag")
     if bf16:  # core/fp8_utils.py: is_first_last_bf16_layer (the layer counts default to 1, arguments.py)

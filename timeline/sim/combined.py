@@ -25,7 +25,6 @@ end. This module times and masks; it does not run a schedule.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +32,6 @@ import numpy as np
 from timeline.graph.plan_nodes import dw_group, node_keys
 from timeline.sim.compiled import CompiledPhase
 
-_LAYER = re.compile(r"^layers\.(\d+)\.(.*)$")
 _BACKWARD_SUFFIXES = (".wgrad",)
 
 
