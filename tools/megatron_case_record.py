@@ -223,6 +223,8 @@ def expressible_note(family: str, config: dict | None, tag: dict[str, Any]) -> s
 #: the CUDA-graph kind: modelled for TE's per-layer graphs of the whole layer or its attention
 #: (timeline/sim/graph_capture.py), narrowed by :func:`note_now` to what stays refused
 CUDA_GRAPHS = "CUDA graphs (graph memory pools)"
+#: the note of every multimodal test (LLaVA's pretrain_vlm.py and MIMO's examples/mimo/train.py alike)
+MULTIMODAL = "multimodal model"
 MODELLED_NOTES = ("BERT encoder model",  # Megatron-Core's BertModel (pretrain_bert.py) is modelled:
                   # timeline/graph/families/bert.py, timeline/io/megatron_bert.py (the legacy BertModel, TE's fused
                   # or flash attention under its padding mask, context parallelism refused)
@@ -269,6 +271,8 @@ def note_now(record: dict) -> str | None:
     graphs kind narrowed to what from-megatron does not model (:func:`cuda_graph_note`), FSDP to what stays
     unmodelled (:func:`fsdp_note`)."""
     kinds = [k for k in str(record.get("expressible_note") or "").split("; ") if k and k not in MODELLED_NOTES]
+    if MULTIMODAL in kinds and (record.get("model_family") == "vlm" or record.get("family_dir") == "multimodal-llava"):
+        kinds.remove(MULTIMODAL)  # pretrain_vlm.py's LLaVA is modelled (graph/families/llava.py); MIMO is not
     if CUDA_GRAPHS in kinds:
         narrowed = cuda_graph_note(record.get("model_args") or {})
         kinds = [narrowed if k == CUDA_GRAPHS else k for k in kinds if k != CUDA_GRAPHS or narrowed]

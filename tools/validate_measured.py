@@ -464,11 +464,12 @@ def gpu_of(record: dict) -> str:
 
 
 def family(record: dict) -> str:
-    """dense | moe | bert | t5 (Megatron's BertModel and T5Model, reported apart), with "inferred world size" and
-    "lts image" (the CI's lts container) where they hold."""
+    """dense | moe | bert | t5 | llava (Megatron's BertModel, T5Model and pretrain_vlm.py's LLaVAModel, reported
+    apart), with "inferred world size" and "lts image" (the CI's lts container) where they hold."""
     model = record.get("model_family") or record.get("family_dir")
     moe = bool(record["model_args"].get("--num-experts"))
-    kind = model if model in ("bert", "t5") else "moe" if moe else "dense"
+    kind = model if model in ("bert", "t5") else "llava" if model in ("vlm", "multimodal-llava") else \
+        "moe" if moe else "dense"
     tags = [tag for tag, on in (("inferred world size", bool(record["parallel"].get("world_size_inferred"))),
                                 ("lts image", is_lts(record))) if on]
     return f"{kind}{' (' + ', '.join(tags) + ')' if tags else ''}"

@@ -35,12 +35,31 @@ def test_the_fused_kernel_computes_the_scores_gradient_in_place():
 @pytest.mark.parametrize("why,kwargs", [
     ("TE main after release_v2.18 allocates it fresh (0c8cf2c03)", {"transformer_engine": "2.19"}),
     ("Megatron's own FusedScaleMaskSoftmax (Apex kernels, not read)", {"transformer_impl": "local"}),
-    ("sk % 8 != 0: torch's softmax", {"seq_len": 100}),
 ])
 def test_elsewhere_the_scores_gradient_is_its_own_tensor(why, kwargs):
     seq = kwargs.pop("seq_len", 128)
     grads = _grads(seq, **kwargs)
     assert grads[SCORES] == grads[PROBS] == 8 * seq * seq * 2, why
+
+
+def test_off_the_kernel_te_runs_torch_s_softmax_in_fp32():
+    """sk % 8 != 0: FusedScaleMaskSoftmax.forward_torch_softmax (TE v1.11 … v2.18, softmax_in_fp32 by default) —
+    the fp32 copy of the scores and torch's fp32 softmax, whose gradients are fp32; the bf16 scores' gradient comes
+    from the copy's (ToCopyBackward); the causal masked_fill_'s backward makes a second fp32 gradient (scratch)."""
+    seq, elems = 100, 8 * 100 * 100
+    tl = build_timeline(tiny_run(pp=1, layers=1, seq_len=seq, attention_backend="unfused"))
+    ev = tl.events(0)
+    made: dict[str, int] = {}
+    for i in np.flatnonzero(ev.sign > 0):
+        name = tl.names[ev.tensor[i]]
+        if name.removeprefix("grad:").startswith("layers.0.self_attn.core_attn.s"):
+            made.setdefault(name, int(ev.size[i]))
+    prefix = "layers.0.self_attn.core_attn"
+    expected = {f"{prefix}.scores": 2 * elems, f"{prefix}.softmax_in": 4 * elems, f"{prefix}.softmax": 4 * elems,
+                f"{prefix}.softmax_cast": 2 * elems, f"grad:{prefix}.softmax_cast": 2 * elems,
+                f"grad:{prefix}.softmax": 4 * elems, f"grad:{prefix}.softmax_in": 4 * elems,
+                f"grad:{prefix}.scores": 2 * elems, f"{prefix}.softmax_op.backward_scratch.x": 4 * elems}
+    assert made == expected
 
 
 def test_the_kernel_takes_the_shapes_te_accepts():

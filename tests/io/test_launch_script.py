@@ -900,7 +900,7 @@ def test_a_module_entry_and_megatron_s_own_train_scripts_are_read_as_such(tmp_pa
     args = "--num-layers 2 --hidden-size 64 --num-attention-heads 4"
     launch = read_launch_script(f"torchrun --nproc_per_node 2 -m pretrain_gpt {args}\n", "t.sh")
     assert launch is not None and launch.script == "pretrain_gpt.py" and launch.words[:2] == ["--num-layers", "2"]
-    for entry, family in (("train_rl.py", "rl"), ("examples/multimodal/train.py", "vlm")):
+    for entry, family in (("train_rl.py", "rl"), ("examples/multimodal/train.py", "multimodal-example")):
         script = tmp_path / "run.sh"
         script.write_text(f"torchrun --nproc_per_node 2 {entry} {args}\n")
         margs = read_megatron_config(script)

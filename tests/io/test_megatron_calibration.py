@@ -41,6 +41,9 @@ BERT_WORST_PCT = 2.5
 # (the local spec at tp 4), whose steady state is 14.7 MiB short: the T5 goldens from Megatron-LM 4971290540
 # (2025-09) hold 13–45 MiB more after iteration 1 than those of 65bd6f1e52 (2025-07), unexplained
 T5_WORST_PCT = 2.0
+# LLaVA (pretrain_vlm.py's LLaVAModel, since graph/families/llava.py), its own family: the one case, tp 1 pp 1 on an
+# H100, −0.15 % (its steady state −4.8 MiB); the 52-wide heads run TE's torch softmax path (fp32)
+LLAVA_WORST_PCT = 0.5
 
 
 #: steady state after iteration 1 against measured allocated_bytes_first_iter, cases with a published world size
@@ -94,8 +97,9 @@ def test_expressible_cases_simulate(rows):
     # 3 hybrid (Mamba) cases since graph/families/mamba.py, 5 Muon cases since graph/optim_state.py, the attn-scope
     # CUDA-graph MoE case since sim/graph_capture.py and its per-module-scope sibling (scoped_cudagraph) since
     # graph/cuda_graphs.py's module scopes, the two Megatron-FSDP gpt3 zp_z3 fsdp_dtensor goldens since
-    # graph/fsdp_buffers.py, 3 BERT cases since graph/families/bert.py, the 8 T5 cases since graph/families/t5.py
-    assert len(simulated) == 135
+    # graph/fsdp_buffers.py, 3 BERT cases since graph/families/bert.py, the 8 T5 cases since graph/families/t5.py,
+    # the LLaVA case since graph/families/llava.py
+    assert len(simulated) == 136
 
 
 def test_an_inferred_world_size_megatron_s_schedule_refuses_falls_to_the_next_candidate(rows):
@@ -112,20 +116,20 @@ def test_an_inferred_world_size_megatron_s_schedule_refuses_falls_to_the_next_ca
     text = _tool().table(rows[0])
     assert "not compared: gpt/gpt3_15b_8t_release_sm_gb200" in text
     all_line = next(line for line in text.splitlines() if line.startswith("all "))
-    assert "n=134" in all_line  # the copy is left out of every statistic
+    assert "n=135" in all_line  # the copy is left out of every statistic
 
 
 def test_peak_allocated_within_the_bands_reached(rows):
     simulated, _ = rows
     published = [r for r in simulated if "inferred" not in r["family"]]
     # 3 hybrid (Mamba) cases, 3 Muon cases (the two param_layout Muon cases have an inferred world size), 1 CUDA-graph,
-    # the two Megatron-FSDP fsdp_dtensor goldens, 3 BERT, 8 T5
-    assert len(published) == 93
+    # the two Megatron-FSDP fsdp_dtensor goldens, 3 BERT, 8 T5, 1 LLaVA
+    assert len(published) == 94
     errors = [abs(r["error_pct"]) for r in published]
     assert statistics.median(errors) <= MEDIAN_PCT
+    bands = {"bert": BERT_WORST_PCT, "t5": T5_WORST_PCT, "llava": LLAVA_WORST_PCT}
     for r in published:
-        band = MOE_WORST_PCT if r["family"].startswith("moe") else BERT_WORST_PCT if r["family"] == "bert" \
-            else T5_WORST_PCT if r["family"] == "t5" else DENSE_WORST_PCT
+        band = MOE_WORST_PCT if r["family"].startswith("moe") else bands.get(r["family"], DENSE_WORST_PCT)
         assert abs(r["error_pct"]) <= band, (r["name"], r["error_pct"])
 
 
@@ -202,8 +206,8 @@ def test_steady_state_within_the_bands_reached(rows):
     last stage also each chunk's last received input and its gradient."""
     published = [r for r in rows[0] if "inferred" not in r["family"] and r["steady_measured"] is not None]
     # 3 hybrid (Mamba) cases, 3 Muon cases (the two param_layout Muon cases have an inferred world size), 1 CUDA-graph,
-    # the two Megatron-FSDP fsdp_dtensor goldens, 3 BERT, 8 T5
-    assert len(published) == 93
+    # the two Megatron-FSDP fsdp_dtensor goldens, 3 BERT, 8 T5, 1 LLaVA
+    assert len(published) == 94
     pp1 = [abs(r["steady_predicted"] - r["steady_measured"]) / 2**20 for r in published if r["pp"] == 1]
     assert statistics.median(pp1) <= STEADY_PP1_MEDIAN_MIB
     pipelined = [abs(r["steady_predicted"] - r["steady_measured"]) / 2**20 for r in published if r["pp"] > 1]

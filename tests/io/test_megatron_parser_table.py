@@ -19,6 +19,7 @@ from timeline.io import megatron_table as table
 from timeline.io.megatron_legacy import CHECKED_ONLY as LEGACY_CHECKED
 from timeline.io.megatron_neutral import UNDER
 from timeline.io.megatron_state_args import CHECKED_ONLY
+from timeline.io.megatron_vlm import VLM_ARGS
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTS = ROOT / "tests" / "data" / "megatron" / "parser_args.json"
@@ -28,7 +29,7 @@ INDEX = ROOT / "timeline" / "io" / "megatron_parser_versions.json"
 MAPPING_SOURCES = ("timeline/io/megatron_map.py", "timeline/io/megatron_framework.py",
                    "timeline/io/megatron_state_args.py", "timeline/io/megatron_cp.py", "timeline/io/megatron_legacy.py",
                    "timeline/io/megatron_optimizer.py", "timeline/io/megatron_bert.py", "timeline/io/megatron_t5.py",
-                   "timeline/io/megatron_tokenizer.py")
+                   "timeline/io/megatron_tokenizer.py", "timeline/io/megatron_vlm.py")
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +85,8 @@ def test_the_mapped_class_is_what_the_mapping_reads():
         read |= set(re.findall(r'"(--[a-z0-9][\w-]*)"', (ROOT / rel).read_text()))
     # read only to name the model family they build, then refused: a MIMO script's argument, --spec
     read -= {"--model-provider", *table.REFUSED}
+    # pretrain_vlm.py's own parser group (add_vlm_extra_args), not the training parser's
+    read -= set(VLM_ARGS)
     # neutral ones read only to refuse what Megatron itself rejects (megatron_state_args.py),
     # and with the legacy model (megatron_legacy.py)
     assert {*CHECKED_ONLY, *LEGACY_CHECKED} <= set(table.NEUTRAL_REASON)

@@ -30,6 +30,7 @@ from timeline.graph.families import (
     embedding,
     fp8,
     head,
+    llava,
     mtp,
     norm,
     sinks,
@@ -78,7 +79,13 @@ def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int,
         if b.table.dataloader_batch != "none" and chunk in (0, last, at) and m.architecture == "gpt" else {}
     if b.table.dataloader_batch != "none" and m.architecture == "bert":  # pretrain_bert.py: every stage
         loaded = bert.load_batch(b)
-    if chunk == 0:
+    if m.architecture == "llava":  # pretrain_vlm.py: get_batch on every stage
+        loaded = llava.load_batch(b)
+        if chunk == 0:
+            x = llava.first_stage(b, loaded, last=last == 0)
+        elif chunk == last:
+            llava.last_stage_batch(b, loaded)
+    elif chunk == 0:
         x = embedding.forward(b, "embedding", None)
     if b.table.rope_cache and m.position_embedding == "rope":
         attention.rope_cache(b)
@@ -101,6 +108,8 @@ def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int,
         if mtps:
             x = mtp.forward_apart(b, mtps, x)
         b.op("send_forward", "comm", None, {"x": x}, {}, kind="p2p", stream="pp")
+    if m.architecture == "llava":
+        loaded = {**loaded, **llava.held_to_step_end(b)}
     if loaded:
         batch.release(b, loaded)
     if tr.fp8_recipe != "none":

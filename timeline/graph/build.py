@@ -14,7 +14,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from timeline.graph.context import BuildCtx
-from timeline.graph.families import attention, bert, embedding, gdn, head, mamba, mla, mlp, mtp, norm, t5
+from timeline.graph.families import (
+    attention,
+    bert,
+    embedding,
+    gdn,
+    head,
+    llava,
+    mamba,
+    mla,
+    mlp,
+    mtp,
+    norm,
+    t5,
+)
 from timeline.graph.families import moe as moe_block
 from timeline.graph.tensors import TensorDef
 from timeline.spec.run import ParallelSpec
@@ -102,6 +115,11 @@ def chunk_nodes(ctx: BuildCtx, ranges: list[range], chunk: int, mtp_at: int | No
     at = last if mtp_at is None else mtp_at
     m = ctx.model
     nodes: list[Node] = []
+    if chunk == 0 and m.architecture == "llava":  # LLaVAModel's ViT and projector live on the first stage
+        nodes.append(Node("vision_model", "vision", None, tuple(llava.vision_params(ctx))))
+        for k in range(m.vision_layers):
+            nodes += decoder_layer(ctx, llava.vision_layer(m, k), f"vision_model.layers.{k}", moe=False)
+        nodes.append(Node("vision_projection", "mlp", None, tuple(llava.projector_params(ctx))))
     if chunk == 0:
         nodes.append(Node("embedding", "embedding", None, tuple(embedding.params(ctx))))
     for i in ranges[chunk]:

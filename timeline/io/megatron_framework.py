@@ -50,6 +50,20 @@ def blackwell_deterministic_fused(te_version: str, attention_dropout: float) -> 
     return attention_dropout == 0.0
 
 
+def _fused_head_dims(a: ArgReader, sm: int) -> bool:
+    """TE ``common/fused_attn/fused_attn.cpp: nvte_get_fused_attn_backend`` (v2.4 … v2.18): cuDNN's F16
+    arbitrary-sequence-length backend takes head dims divisible by 8, up to 128 (256 on sm ≥ 90 with cuDNN 9);
+    MLA's unequal q/k and v head dims are checked by their own sizes, not read here."""
+    if a.flag("--multi-latent-attention"):
+        return True
+    heads = a.int("--num-attention-heads")
+    hidden = a.int("--hidden-size")
+    head_dim = a.int("--kv-channels") or (hidden // heads if hidden and heads else 0)
+    if not head_dim:
+        return True
+    return head_dim % 8 == 0 and head_dim <= (256 if sm >= 90 else 128)
+
+
 def _flash2_head_dims(a: ArgReader, sm: int) -> bool:
     """TE ``get_attention_backend``'s "Filter: Head dimension" for FlashAttention 2 (v2.14): not for MLA
     (q/k and v head dims differ), and only for head dims ≤ 256 divisible by 8 (> 192 only on sm 80, 90,
@@ -103,7 +117,8 @@ def attention_backend(a: ArgReader, env: dict[str, str], *, sm: int, dtype: str,
     # flash-attn < 2.4.1 (its deterministic backward came with 2.4.1)
     if deterministic and version_tuple(te_version) < (1, 3):
         flash = False
-    fused = _on(env, "NVTE_FUSED_ATTN") is not False and dtype != "fp32" and not (deterministic and sm < 90)
+    fused = _on(env, "NVTE_FUSED_ATTN") is not False and dtype != "fp32" and not (deterministic and sm < 90) \
+        and _fused_head_dims(a, sm)
     if fused and deterministic and sm >= 100:
         fused = blackwell_deterministic_fused(te_version, a.float("--attention-dropout", 0.1))
     if flash and fused and sm >= 90:

@@ -153,7 +153,7 @@ def refuse_job(m: MegatronArgs) -> None:
     if m.family and m.family not in MODELLED_FAMILIES:
         what = FAMILY_NAMES.get(m.family, m.family)
         raise UserError(f"{what} model (named by {m.family_source}): timeline models GPT-style decoders "
-                        "(dense, MoE, MLA), BERT and T5 only")
+                        "(dense, MoE, MLA), BERT, T5 and LLaVA (pretrain_vlm.py) only")
     if m.mode in MODE_JOBS:
         raise UserError(f"MODE: {m.mode}: {MODE_JOBS[m.mode]}")
 
@@ -172,12 +172,13 @@ def refuse_unmodelled(m: MegatronArgs, a: ArgReader) -> None:
     for name, what in FAMILY_ARGS.items():
         if name in a.raw:
             raise UserError(f"{name}: a {what} model; timeline models GPT-style decoders (dense, MoE, MLA), "
-                            "BERT and T5 only")
+                            "BERT, T5 and LLaVA (pretrain_vlm.py) only")
     for name in ("--model-provider", "--spec"):
         text = str(a.raw.get(name, ""))
         for key, what in PROVIDER_FAMILIES.items():
             if key in text:
-                raise UserError(f"{name} {text}: a {what} model; timeline models GPT-style decoders, BERT and T5 only")
+                raise UserError(f"{name} {text}: a {what} model; timeline models GPT-style decoders, BERT, T5 and "
+                                "LLaVA (pretrain_vlm.py) only")
     for name, why in REFUSED.items():
         # the hybrid stack is modelled, and pretrain_bert.py's own `--spec local` (io/megatron_bert.py)
         if name in a.raw and not (name == "--spec" and (stack_spec(a.raw) or (m.family == "bert" and

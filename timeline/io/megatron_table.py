@@ -40,7 +40,10 @@ MAPPED: dict[str, str] = {
                      "--relative-attention-num-buckets", "--relative-attention-max-distance",
                      "--pipeline-model-parallel-split-rank"),
                     "T5 (io/megatron_t5.py): model.encoder_layers, num_layers, training.seq_len / decoder_seq_len; "
-                    "refused outside a T5 job"),
+                    "LLaVA (io/megatron_vlm.py): model.vision_layers, num_layers; refused outside those jobs"),
+    **dict.fromkeys(("--img-h", "--img-w", "--patch-dim"),
+                    "model.image_height / image_width / patch_size (LLaVA: io/megatron_vlm.py); refused as a vision "
+                    "model in any other job"),
     "--padded-vocab-size": "model.vocab_size as given, unpadded (framework.make_vocab_size_divisible_by = 1)",
     "--make-vocab-size-divisible-by": "framework.make_vocab_size_divisible_by",
     **dict.fromkeys(("--fp8-format", "--fp8-recipe"), "training.fp8_recipe (delayed, tensorwise, blockwise, mxfp8; "
@@ -360,8 +363,7 @@ FAMILY_ARGS: dict[str, str] = {
                      "--retro-encoder-layers",
                      "--retro-no-verify-neighbor-count", "--retro-num-neighbors", "--retro-num-retrieved-chunks",
                      "--retro-project-dir"), "RETRO"),
-    **dict.fromkeys(("--img-h", "--img-w", "--patch-dim", "--vision-pretraining", "--vision-pretraining-type"),
-                    "multimodal (vision)"),
+    **dict.fromkeys(("--vision-pretraining", "--vision-pretraining-type"), "multimodal (vision)"),
 }
 
 #: arguments of Megatron-LM's other entry points (not pretrain_gpt.py's parser); refused as that job
@@ -380,10 +382,12 @@ NOT_MEGATRON: dict[str, str] = {"--num-experts-per-tok": "--moe-router-topk"}
 #: model families a functional test's folder or a ``pretrain_<family>.py`` names; gpt, the MoE folders and
 #: bert are modelled, the rest are not
 MODELLED_FAMILIES = ("gpt", "moe", "mixtral", "deepseek", "llama", "qwen", "hybrid", "mamba", "nemotron", "bert",
-                     "t5")
+                     "t5", "vlm", "multimodal-llava")
 FAMILY_NAMES = {"rl": "RL-trained (an inference engine and training in one process)", "bert": "BERT encoder", "t5": "T5 encoder-decoder", "hybrid": "Mamba/hybrid",
                 "mamba": "Mamba/hybrid", "nemotron": "Mamba/hybrid (Nemotron-H)", "mimo": "multimodal (MIMO)",
-                "multimodal-llava": "multimodal (LLaVA)", "vlm": "multimodal (VLM)", "retro": "RETRO",
+                "multimodal-llava": "multimodal (LLaVA)", "vlm": "multimodal (LLaVA, pretrain_vlm.py)",
+                "multimodal-example": "multimodal (examples/multimodal/train.py)", "qwenvl": "multimodal (Qwen-VL)",
+                "retro": "RETRO",
                 "ict": "ICT retriever", "gpt-nemo": "NeMo-launched GPT (gpt-nemo)",
                 "vision": "vision (ViT / DINO / inpainting)", "ul2": "UL2 (legacy T5/GPT)", "albert": "ALBERT encoder",
                 "dmc": "GPT with dynamic memory compression (DMC)", "engram": "Engram GPT",
@@ -397,14 +401,14 @@ ENTRY_SCRIPTS = {
     **dict.fromkeys(("gpt", "gpt2", "gpt2_old", "gpt_core", "gpt_terapipe", "deepseek_v2", "llama"), "gpt"),
     "bert": "bert", "albert": "albert", "t5": "t5", "t5_core": "t5", "ul2": "ul2", "mamba": "mamba",
     "hybrid": "hybrid", "hybrid_flex": "flextron", "mamba_tt_diffusion": "diffusion", "gpt_with_dmc": "dmc",
-    "engram": "engram", "gemma4": "gemma4", "vlm": "vlm", "qwenvl": "vlm", "mimo": "mimo", "retro": "retro",
+    "engram": "engram", "gemma4": "gemma4", "vlm": "vlm", "qwenvl": "qwenvl", "mimo": "mimo", "retro": "retro",
     "retro_core": "retro", "ict": "ict", "bert_ict": "ict", "realm": "ict",
     **dict.fromkeys(("vit", "vision_classify", "vision_dino", "vision_inpaint"), "vision"),
 }
 #: Megatron-LM's own entry scripts not named ``pretrain_*.py``, by their path, and the job each runs:
 #: ``train_rl.py`` (the repository root, core_v0.15.0 on: GRPO with an inference engine in the training process)
 #: and ``examples/multimodal/train.py`` (its arguments in examples/multimodal/multimodal_args.py)
-OWN_TRAIN_SCRIPTS = ((r"(^|/)train_rl\.py$", "rl"), (r"(^|/)examples/multimodal/train\.py$", "vlm"))
+OWN_TRAIN_SCRIPTS = ((r"(^|/)train_rl\.py$", "rl"), (r"(^|/)examples/multimodal/train\.py$", "multimodal-example"))
 #: what ``--family`` may say a fork's entry script builds (the entry script of Megatron-LM it stands for)
 FORK_FAMILIES = {"gpt": "pretrain_gpt.py", "bert": "pretrain_bert.py", "t5": "pretrain_t5.py",
                  "mamba": "pretrain_mamba.py", "vlm": "pretrain_vlm.py"}

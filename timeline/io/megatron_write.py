@@ -41,6 +41,7 @@ from timeline.io.megatron_state_args import (
 from timeline.io.megatron_t5 import derived_args, map_t5
 from timeline.io.megatron_table import ENV_MAPPED, MAPPED, NEUTRAL_REASON, NOT_MEGATRON, OTHER_SCRIPTS, label
 from timeline.io.megatron_versions import check_argument, is_megatron_argument, unknown_arguments
+from timeline.io.megatron_vlm import VLM_ARGS, is_vlm, map_vlm
 from timeline.spec.hardware import GPUS, fill_gpu
 from timeline.spec.schedule_rules import schedule_problems
 
@@ -124,6 +125,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
               releases_nodes=releases_nodes, router_te_gemm_fixed=router_te_gemm_fixed)
     map_bert(a, c, margs.family)
     map_t5(a, c, margs.family)
+    map_vlm(a, c, margs.family)
     legacy_model(a, c)
     param_gather_with_step(a, c)
     megatron_fsdp(a, c, package=fsdp_package)
@@ -161,6 +163,11 @@ def check_names(margs: MegatronArgs, megatron_core: str | None) -> None:
     typo (with the closest real arguments), or an argument of another version."""
     unknown = []
     for name in margs.args:
+        if name in VLM_ARGS:  # pretrain_vlm.py's own parser group (io/megatron_vlm.py)
+            if is_vlm(margs.family):
+                continue
+            raise UserError(f"{name}: pretrain_vlm.py's own argument (add_vlm_extra_args); name the job's family as "
+                            "LLaVA (pretrain_vlm.py, or a test_cases/multimodal-llava/ folder) or drop it")
         if name in OTHER_SCRIPTS:
             raise UserError(f"{name}: {OTHER_SCRIPTS[name]}")
         if name in NOT_MEGATRON:

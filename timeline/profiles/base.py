@@ -156,6 +156,9 @@ class Structure:
     # a cast back to the 16-bit dtype feeds dropout and attention over V (Megatron's unfused FusedScaleMaskSoftmax)
     te_softmax: bool = False  # eager attention's softmax is TE's FusedScaleMaskSoftmax: where its fused kernel
     # takes the shape (graph/families/attention.py: te_softmax_kernel) the op is "te_fused_softmax"
+    te_torch_softmax: bool = False  # eager attention is TE's UnfusedDotProductAttention (any release): where the
+    # fused kernel does not take the shape its FusedScaleMaskSoftmax (softmax_in_fp32 by default) runs torch's
+    # softmax on an fp32 copy of the scores, keeps its fp32 output and casts it back
     megatron_moe: bool = False  # router and alltoall dispatcher as Megatron-Core (moe_utils.py): scores and
     # probs in the logits dtype, a dense [tokens, E] probs map, masked_select keeping the transposed probs and
     # routing map, tokens re-sorted by local expert (sort_chunks_by_idxs) after the all-to-all

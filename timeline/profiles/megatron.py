@@ -35,6 +35,7 @@ from timeline.profiles import (
     megatron_gdn,
     megatron_gptoss,
     megatron_legacy,
+    megatron_llava,
     megatron_mamba,
 )
 from timeline.profiles.base import Lifecycle, Limits, ParamRules, Profile, SaveRule, SaveRules, Structure
@@ -112,6 +113,13 @@ RULES: dict[str, SaveRule] = {
                         source=f"{TE}/attention/dot_product_attention/softmax.py: FusedScaleMaskSoftmax "
                                "(ScaledUpperTriangMaskedSoftmax / ScaledMaskedSoftmax) keeps its bf16 output "
                                f"[b, a/tp, s_q, s_k]; {MC}/fusions/fused_softmax.py likewise"),
+    "te_torch_softmax_masked": SaveRule(
+        saves=("out:y",), backward_scratch=("in:x",),
+        source=f"{TE}/attention/dot_product_attention/softmax.py: FusedScaleMaskSoftmax.forward_torch_softmax "
+               "(v1.11 … v2.18) — torch.nn.Softmax on the fp32 copy keeps its fp32 output; the mask before it is "
+               "utils.py: attention_mask_func, `masked_fill_` in place, whose backward (derivatives.yaml "
+               "masked_fill_.Scalar: `grad.masked_fill(mask, 0)`) makes a second fp32 gradient of the scores' shape "
+               "while the softmax's is alive"),
     "te_fused_softmax": SaveRule(
         saves=("out:y",), grad_in_place=("in:x", "out:y"),
         source=f"{TE}/attention/dot_product_attention/softmax.py: FusedScaleMaskSoftmax.forward_fused_softmax "
@@ -327,7 +335,7 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
     # ColumnParallelLinear under every --transformer-impl) all-gathers its SP input, forward and for the wgrad,
     # into GlobalMemoryBuffer ("mpu"), which profiles/megatron_workspaces.py places when workspaces are on
     out = replace(table, attention="eager" if eager else table.attention, flash_bwd=flash_bwd, fused_norm_linear=fused, softmax_fp32=fp32,
-                   te_softmax=te_softmax,
+                   te_softmax=te_softmax, te_torch_softmax=spec.attention_backend == "unfused" and not local,
                    ce_inplace=ce, ce_compiled=compiled, wgrad_transient=wgrad, moe_dispatcher=dispatcher, moe_router=router,
                    te_flash_copies=flash_copies, te_qkv_layout=not local, dataloader_batch=spec.dataloader_batch,
                    rerun_keeps_batch=spec.rerun_keeps_batch, head_gather_buffer=spec.workspaces,
@@ -438,7 +446,7 @@ LIMITS = Limits(max_zero=1, instead="paper", zero_note="its distributed optimize
                               "parallelism only with cp_comm_type = a2a, not the KV ring "
                               "this profile models")
 
-PROFILE = Profile(name="megatron", params=PARAMS, saved=megatron_gdn.extend(megatron_bert.extend(megatron_mamba.extend(
-    megatron_legacy.extend(megatron_combine.extend(megatron_flex.extend(megatron_gptoss.extend(BASE))))))),
+PROFILE = Profile(name="megatron", params=PARAMS, saved=megatron_llava.extend(megatron_gdn.extend(megatron_bert.extend(megatron_mamba.extend(
+    megatron_legacy.extend(megatron_combine.extend(megatron_flex.extend(megatron_gptoss.extend(BASE)))))))),
                   structure=STRUCTURE,
                   lifecycle=LIFECYCLE, limits=LIMITS, configure=configure)

@@ -46,10 +46,17 @@ def architecture_problems(m: ModelSpec) -> list[tuple[str, str]]:
     if m.architecture != "t5" and m.encoder_layers:
         out.append(("model.encoder_layers", f'belongs to T5; set architecture = "t5" or remove it '
                                             f'(architecture is "{m.architecture}")'))
+    if m.architecture != "llava":
+        for field, given in (("vision_layers", m.vision_layers > 0), ("frozen", bool(m.frozen))):
+            if given:
+                out.append((f"model.{field}", f'belongs to LLaVA; set architecture = "llava" or remove it '
+                                              f'(architecture is "{m.architecture}")'))
+    else:
+        out += _llava_problems(m)
     if m.architecture == "t5" and not 0 < m.encoder_layers < m.num_hidden_layers:
         out.append(("model.encoder_layers", f"T5 needs encoder and decoder layers: give 1 … "
                                             f"{m.num_hidden_layers - 1} encoder layers of the {m.num_hidden_layers}"))
-    if m.architecture == "gpt":
+    if m.architecture in ("gpt", "llava"):
         return out
     family = "BertModel layers (bert_layer_specs.py)" if m.architecture == "bert" else "T5Model layers (t5_spec.py)"
     for has, what, field in ((m.is_moe, "experts", "n_routed_experts"), (m.is_mla, "MLA", "kv_lora_rank"),
@@ -75,6 +82,29 @@ def architecture_problems(m: ModelSpec) -> list[tuple[str, str]]:
     return out
 
 
+def _llava_problems(m: ModelSpec) -> list[tuple[str, str]]:
+    """LLaVA as ``pretrain_vlm.py`` builds it (``NVIDIA/Megatron-LM@dabfbc4c6e``, the same from 46fdcd5b7e to
+    d98e8a64dd): a CLIP ViT (``clip_vit_model.py``: a class token, ``img_h`` and ``img_w`` multiples of
+    ``patch_dim``) and the projector reading the decoder spec's MLP submodules (``MultimodalProjector`` builds
+    ``MLP``, which an MoE spec's submodules do not make)."""
+    out: list[tuple[str, str]] = []
+    if m.vision_layers <= 0:
+        out.append(("model.vision_layers", "LLaVA needs the ViT's layers (--encoder-num-layers); give 1 or more"))
+    for field, side in (("image_height", m.image_height), ("image_width", m.image_width)):
+        if side % m.patch_size:
+            out.append((f"model.{field}", f"{side} is not a multiple of patch_size {m.patch_size} (CLIPViTModel "
+                                          "asserts it); give a multiple"))
+    for has, what, field in ((m.is_moe, "an MoE decoder (the projector builds an MLP from the decoder spec's "
+                                        "MLP submodules, which an MoE spec does not hold)", "n_routed_experts"),
+                             (m.is_mla, "MLA", "kv_lora_rank"), (m.is_hybrid, "Mamba/hybrid layers",
+                                                                 "hybrid_override_pattern"),
+                             (m.mtp_layers > 0, "multi-token prediction", "mtp_layers"),
+                             (m.has_linear_attention, "gated delta-net layers", "layer_types")):
+        if has:
+            out.append((f"model.{field}", f"LLaVA with {what} is not modelled; remove it"))
+    return out
+
+
 def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: ParallelSpec, tr: TrainingSpec,
                               fw: FrameworkSpec) -> list[tuple[str, str]]:
     """A BERT or T5 model against the rest of a training run; a causal decoder's Megatron-only layers."""
@@ -96,6 +126,8 @@ def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: Par
                                   "Megatron-style run of the same layers, or `timeline serve` for vLLM")]
     if m.architecture == "t5":
         return _t5_run_problems(profile, traced, par, tr, fw)
+    if m.architecture == "llava":
+        return _llava_run_problems(m, profile, traced, par, tr, fw)
     if m.architecture != "bert":
         return []
     out: list[tuple[str, str]] = []
@@ -142,6 +174,39 @@ def _t5_run_problems(profile: str, traced: bool, par: ParallelSpec, tr: Training
         if bad:
             out.append((key, why))
     return out + _backend_problems(fw, "T5's local spec", "")
+
+
+def _llava_run_problems(m: ModelSpec, profile: str, traced: bool, par: ParallelSpec, tr: TrainingSpec,
+                        fw: FrameworkSpec) -> list[tuple[str, str]]:
+    """LLaVA as ``pretrain_vlm.py`` runs it (graph/families/llava.py): what is modelled of it."""
+    if profile != "megatron" or traced:
+        return [("model.architecture", 'LLaVA is modelled as Megatron-Core runs it: profile = "megatron" with the '
+                                       "layer library (no captured trace)")]
+    out: list[tuple[str, str]] = []
+    text = tr.seq_len - m.image_tokens
+    if text < 0:
+        out.append(("training.seq_len", f"{tr.seq_len} is under the {m.image_tokens} positions an image fills; give "
+                                        "the language model's tokens: the text's and the image's"))
+    for bad, key, why in ((par.sp and par.tp > 1, "parallel.sp", "the combined sequence padded for sequence "
+                                                                 "parallelism (padding_causal mask, packed-sequence "
+                                                                 "parameters) is not modelled; set false"),
+                          (par.cp > 1, "parallel.cp", "LLaVA's context-parallel sharding of the combined sequence "
+                                                      "(THD format) is not modelled; set 1"),
+                          (par.vpp > 1, "parallel.vpp", "pretrain_vlm.py's model with virtual pipeline stages is not "
+                                                        "modelled; set 1"),
+                          (par.ep > 1, "parallel.ep", "LLaVA's modelled decoder has no experts; set 1"),
+                          (tr.fp8_recipe != "none", "training.fp8_recipe", 'FP8 LLaVA is not modelled; set "none"'),
+                          (fw.use_legacy_models, "framework.use_legacy_models", "LLaVA is a Megatron-Core model; "
+                                                                                  "set false"),
+                          (fw.transformer_impl == "local", "framework.transformer_impl",
+                           "LLaVA's local layer specs (llava_spec.py, vit_layer_specs.py local) are not modelled; "
+                           'use "transformer_engine"'),
+                          (bool(m.frozen), "model.frozen", "frozen LLaVA modules (--freeze-LM, --freeze-ViT: no "
+                                                           "weight gradients, inputs not kept for them) are not "
+                                                           "modelled yet; remove it")):
+        if bad:
+            out.append((key, why))
+    return out
 
 
 def _backend_problems(fw: FrameworkSpec, local_spec: str, why_local: str) -> list[tuple[str, str]]:

@@ -23,7 +23,7 @@ from timeline.spec.hf_activations import HF_ACTIVATIONS
 MAX_LAYERS = 1280
 
 #: the model classes the layer library builds (``ModelSpec.architecture``)
-ARCHITECTURES = ("gpt", "bert", "t5")
+ARCHITECTURES = ("gpt", "bert", "t5", "llava")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,7 +35,9 @@ class ModelSpec:
         "causal LM), bert (Megatron-Core's BertModel: bidirectional self-attention under the padding mask, the LM "
         "head's transform, the binary head), t5 (Megatron-Core's T5Model: encoder_layers bidirectional layers under "
         "the padding mask, then decoder layers with cross-attention over the encoder's output, decoder_seq_len "
-        "tokens); megatron profile only for bert and t5"))
+        "tokens), llava (Megatron-Core's LLaVAModel as pretrain_vlm.py builds it: a CLIP ViT of vision_layers layers "
+        "on each image, an MLP projector, and the GPT decoder over the text with the image's embeddings in place of "
+        "its image token); megatron profile only for bert, t5 and llava"))
     encoder_layers: int = spec_field(0, nonneg=True, maximum=MAX_LAYERS, doc=(
         "T5: the first this many of num_hidden_layers are the encoder (Megatron --encoder-num-layers), the rest "
         "the decoder"))
@@ -43,6 +45,17 @@ class ModelSpec:
         "token-type (segment) embedding rows (BERT; Megatron num_tokentypes = 2 with the binary head)"))
     binary_head: bool = spec_field(False, doc="BERT's pooler and 2-way sentence-order head (Megatron "
                                    "--bert-binary-head, the default; --bert-no-binary-head: false)")
+    # LLaVA (Megatron-Core models/multimodal/llava_model.py, pretrain_vlm.py): the ViT copies the language model's
+    # transformer config (hidden size, heads, FFN, norm, activation, biases), so only its depth and image are given
+    vision_layers: int = spec_field(0, nonneg=True, maximum=MAX_LAYERS, doc=(
+        "llava: the CLIP ViT's transformer layers (Megatron --encoder-num-layers)"))
+    image_height: int = spec_field(336, positive=True, maximum=2**16, doc="llava: input image height (--img-h)")
+    image_width: int = spec_field(336, positive=True, maximum=2**16, doc="llava: input image width (--img-w)")
+    patch_size: int = spec_field(14, positive=True, maximum=2**12, doc="llava: ViT patch side (--patch-dim)")
+    vision_class_token: str = spec_field("keep", choices=("keep", "drop"), doc=(
+        "llava: whether the ViT's class token reaches the language model (drop: --disable-vision-class-token)"))
+    frozen: tuple[str, ...] = spec_field((), choices=("language", "vision"), doc=(
+        "llava: modules without gradients or optimizer states (--freeze-LM: language, --freeze-ViT: vision)"))
     hidden_size: int = spec_field(4096, positive=True, maximum=2**20)
     num_hidden_layers: int = spec_field(32, positive=True, maximum=MAX_LAYERS)
     num_attention_heads: int = spec_field(32, positive=True, maximum=2**16)
@@ -300,6 +313,18 @@ class ModelSpec:
         """Mamba-2 heads: ``mamba_num_heads``, else ``expand · hidden_size / head_dim`` with expand = 2
         (Megatron-LM megatron/core/ssm/mamba_mixer.py: MambaMixer.__init__, ``expand=2``)."""
         return self.mamba_num_heads or 2 * self.hidden_size // self.mamba_head_dim
+
+    @property
+    def vision_seq_len(self) -> int:
+        """The ViT's tokens per image: its patches and the class token (``clip_vit_model.py: CLIPViTModel``
+        ``seq_length``, one class token for ``clip``)."""
+        return (self.image_height // self.patch_size) * (self.image_width // self.patch_size) + 1
+
+    @property
+    def image_tokens(self) -> int:
+        """The language-model positions an image fills (``clip_vit_model.py: get_num_image_embeddings``: the
+        patches, and the class token unless dropped)."""
+        return self.vision_seq_len - (1 if self.vision_class_token == "drop" else 0)
 
     def is_t5_decoder_layer(self, layer: int) -> bool:
         """Whether layer ``layer`` (0-based) is a T5 decoder layer (after the ``encoder_layers``)."""

@@ -128,6 +128,13 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
     return _attend(b, name, q, k, v, layer, heads, qk_dim, v_dim, shapes, kv_len=kv_len, padding=padding)
 
 
+def unmasked(b: Builder, layer: int) -> bool:
+    """Whether layer ``layer``'s self-attention runs without a mask: a LLaVA ViT layer's
+    (``vit_layer_specs.py``: ``AttnMaskType.no_mask``)."""
+    m = b.model
+    return m.architecture == "llava" and layer >= m.num_hidden_layers + m.mtp_layers
+
+
 def padded(b: Builder, layer: int) -> bool:
     """Whether layer ``layer``'s self-attention runs under a padding mask: BERT's, T5's encoder's."""
     m = b.model
@@ -191,15 +198,26 @@ def _attend(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, lay
     scores = b.tensor(f"{name}.scores", shape)
     b.op(f"{name}.qk", "attn_scores", layer, {"q": q, "k": k}, {"y": scores},
          flops=2.0 * d.b * heads * sq * sk * qk_dim, tags=CORE)
-    fp32 = b.table.softmax_fp32 and d.dtype != "fp32"
+    kernel = te_softmax_kernel(d.dtype, d.b, heads, sq, sk, causal=not (padding or unmasked(b, layer)))
+    # TE's FusedScaleMaskSoftmax.forward_torch_softmax (softmax.py, v1.11 … v2.18), where its kernel does not take
+    # the shape: `inp.float()`, the mask applied in place, torch's softmax kept in fp32, cast back; the fp32 copy is
+    # the function's local until it returns, the bf16 scores UnfusedDotProductAttention.forward's `matmul_result`
+    # until the attention returns
+    te_torch = b.table.te_torch_softmax and not kernel and d.dtype != "fp32"
+    fp32 = (b.table.softmax_fp32 or te_torch) and d.dtype != "fp32"
+    src, held_in, held_scores = scores, {}, {}
+    if te_torch:
+        src = b.tensor(f"{name}.softmax_in", shape, "fp32")
+        b.op(f"{name}.softmax_upcast", "copy", layer, {"x": scores}, {"y": src}, tags=CORE)
+        held_in, held_scores = {"_in": src}, {"_scores": scores}
     probs = b.tensor(f"{name}.softmax", shape, "fp32" if fp32 else None)
-    rule = "te_fused_softmax" if b.table.te_softmax and te_softmax_kernel(d.dtype, d.b, heads, sq, sk,
-                                                                          causal=not padding) else "softmax"
-    b.op(f"{name}.softmax_op", rule, layer, {"x": scores, **({"_mask": masks["mask"]} if masks else {})},
+    rule = "te_fused_softmax" if b.table.te_softmax and kernel else \
+        "te_torch_softmax_masked" if te_torch and not unmasked(b, layer) else "softmax"
+    b.op(f"{name}.softmax_op", rule, layer, {"x": src, **({"_mask": masks["mask"]} if masks else {})},
          {"y": probs}, flops=5.0 * d.b * heads * sq * sk, tags=CORE)
     if fp32:  # probs.half() / .bfloat16() after the fp32 softmax
         cast = b.tensor(f"{name}.softmax_cast", shape)
-        b.op(f"{name}.softmax_cast", "copy", layer, {"x": probs}, {"y": cast}, tags=CORE)
+        b.op(f"{name}.softmax_cast", "copy", layer, {"x": probs, **held_in}, {"y": cast}, tags=CORE)
         probs = cast
     if masks:  # TE UnfusedDotProductAttention.forward: `attention_probs.masked_fill(attention_mask, 0)`
         filled = b.tensor(f"{name}.masked_fill.out", shape)
@@ -213,7 +231,7 @@ def _attend(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, lay
              flops=float(d.b * heads * sq * sk), tags=CORE)
         probs = dropped
     held = {"_diag": masks["diag"]} if "diag" in masks else {}  # TE < 2.0: the local `mask` lives to forward's end
-    b.op(f"{name}.pv", "attn_v", layer, {"p": probs, "v": v, **held}, {"y": ctx},
+    b.op(f"{name}.pv", "attn_v", layer, {"p": probs, "v": v, **held, **held_scores}, {"y": ctx},
          flops=2.0 * d.b * heads * sq * sk * v_dim, tags=CORE)
     return ctx
 
