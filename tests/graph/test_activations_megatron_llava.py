@@ -44,6 +44,8 @@ tp = 1
 pp = 1
 cp = 1
 sp = false
+[recompute]
+policy = "none"
 [training]
 micro_batch_size = {B}
 seq_len = {S}
@@ -152,8 +154,8 @@ def test_pipeline_stages_hold_the_vit_on_the_first_and_the_labels_on_the_last(tm
     ({"image_height": "330"}, "model.image_height"),
     ({"sp": "true", "tp": "2"}, "parallel.sp"),
     ({"cp": "2"}, "parallel.cp"),
-    ({"frozen": '["vision"]'}, "model.frozen"),
     ({"seq_len": "512"}, "training.seq_len"),
+    ({"policy": '"full"\nnum_layers = 1'}, "recompute.policy"),
 ])
 def test_what_llava_is_not_modelled_with_is_one_line_naming_the_key(tmp_path, edit, key):
     with pytest.raises(UserError) as exc:
@@ -164,3 +166,67 @@ def test_what_llava_is_not_modelled_with_is_one_line_naming_the_key(tmp_path, ed
 def test_vision_fields_outside_llava_are_refused(tmp_path):
     with pytest.raises(UserError, match="model.vision_layers"):
         _run(tmp_path, architecture='"gpt"')
+
+
+def test_a_vit_stage_of_its_own_sends_the_image_embeddings_to_the_first_decoder_stage(tmp_path):
+    """--encoder-pipeline-model-parallel-size 1 (``parallel.encoder_pp``): the first stage runs the ViT and the
+    projector and sends the [577·b, h] image embeddings (LLaVAModel returns them without a decoder); the next stage
+    receives them, holds the embedding and combines; Float16Module converts only on the first pipeline stage, so the
+    final loss mask stays fp32 there."""
+    run = _run(tmp_path, pp="2\nencoder_pp = 1\nlayout = [0, 1]")
+    vit = {op.name: op for op in forward_ops_of(run, 0)}
+    dec = {op.name: op for op in forward_ops_of(run, 1)}
+    assert "vision_model.conv1" in vit and "embedding" not in vit and not any(n.startswith("layers.") for n in vit)
+    assert vit["send_forward"].inputs["x"].shape == (B * NV, H)
+    assert dec["recv_forward"].outputs["y"].shape == (B * NV, H)
+    assert "embedding" in dec and not any(n.startswith("vision_") for n in dec)
+    assert dec["llava.final_labels"].outputs["loss_mask"].dtype == "fp32"
+    src = AnalyticSource(model=run.model, profile="megatron", framework=run.framework, parallel=run.parallel,
+                         training=run.training)
+    assert [n.name for n in src.nodes(0)][-1] == "vision_projection"
+    assert [n.name for n in src.nodes(1)][0] == "embedding"
+
+
+def test_frozen_modules_keep_no_weight_gradient_inputs_and_a_frozen_vit_no_autograd_record(tmp_path):
+    """--freeze-ViT: the images take no gradient and the ViT's weights none, so autograd records nothing of it (no
+    tensor kept, no backward op), and the projector's input takes no gradient; --freeze-LM: the decoder's TE linears
+    keep no input (``_Linear`` / ``_LayerNormLinear`` save it only ``if weight.requires_grad``), the norms, GeLU and
+    attention keep theirs for the input gradient the projector needs; the frozen embedding of the text records
+    nothing. Frozen weights have no gradient or optimizer state."""
+    def saved_of(run) -> dict[str, int]:
+        return {st.tensor.name: st.tensor.size_bytes for st in template_of(run, 0).saved}
+
+    base = saved_of(_run(tmp_path))
+    vit = _run(tmp_path, frozen='["vision"]')
+    tpl = template_of(vit, 0)
+    frozen_vit = {st.tensor.name for st in tpl.saved}
+    assert not any(n.startswith(("vision_model.", "batch.images")) for n in frozen_vit)
+    assert not any(op.name.startswith("vision_model.") for op in tpl.backward)
+    assert not any(t.name == "grad:llava.image_embeddings" for op in tpl.backward for t in op.allocs)
+    assert "vision_projection.mlp.linear_fc1.out" in frozen_vit  # the trainable projector keeps its own
+    lm = saved_of(_run(tmp_path, frozen='["language"]'))
+    rows = B * S
+    wgrad_only = {"layers.0.input_layernorm.out": 2 * rows * H, "layers.0.self_attn.core_attn.out": 2 * rows * H,
+                  "layers.0.post_attention_layernorm.out": 2 * rows * H, "layers.0.mlp.act.out": 2 * rows * FFN,
+                  "final_norm.out": 2 * rows * H}
+    assert {k: base.get(k) for k in wgrad_only} == wgrad_only
+    assert not set(wgrad_only) & set(lm)
+    assert {k: v for k, v in base.items() if k not in wgrad_only and not k.startswith("embedding")} == \
+        {k: v for k, v in lm.items() if not k.startswith("embedding")}
+    src = AnalyticSource(model=vit.model, profile="megatron", framework=vit.framework, parallel=vit.parallel,
+                         training=vit.training)
+    trainable = {t.name for n in src.nodes(0) for t in n.params if t.trainable}
+    assert trainable and not any(n.startswith("vision_model.") for n in trainable)
+    assert any(n.startswith("vision_projection.") for n in trainable)
+
+
+def test_te_before_1_6_keeps_a_frozen_layernorm_linear_s_norm_output(tmp_path):
+    """TE's _LayerNormLinear keeps its norm output whatever the weight before v1.6 (580eb52b3, "Do not store input
+    activations when not computing weight gradients"); its plain _Linear never kept a frozen weight's input."""
+    def saved_of(te: str) -> set[str]:
+        run = _run(tmp_path, frozen='["language"]', transformer_engine=f'"{te}"')
+        return {st.tensor.name for st in template_of(run, 0).saved}
+
+    old, new = saved_of("1.5"), saved_of("1.6")
+    assert old - new == {"layers.0.input_layernorm.out", "layers.0.post_attention_layernorm.out"}
+    assert not {"layers.0.self_attn.core_attn.out", "layers.0.mlp.act.out"} & old

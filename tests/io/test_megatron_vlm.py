@@ -30,9 +30,9 @@ ARGS = {"--num-layers": 12, "--hidden-size": 624, "--attention-dropout": 0.0, "-
         "--img-w": 336, "--patch-dim": 14, "--mock-data": True, "--log-memory-to-tensorboard": True}
 
 
-def _vlm(args: dict, world_size: int = 8, family: str = "vlm"):
+def _vlm(args: dict, world_size: int = 8, family: str = "vlm", core: str = "0.16.0"):
     margs = from_mapping(args, ENV, family=family, family_source="the script pretrain_vlm.py")
-    return convert(margs, world_size=world_size, te_version="2.12", megatron_core="0.16.0")
+    return convert(margs, world_size=world_size, te_version="2.12", megatron_core=core)
 
 
 def test_the_functional_test_s_folder_makes_a_llava_run_file_that_simulates(tmp_path, capsys):
@@ -69,6 +69,13 @@ def test_the_sequence_follows_the_image_the_class_token_and_the_dataloader():
     assert _vlm(ARGS, family="multimodal-llava").sections["model"]["architecture"] == "llava"
 
 
+def test_freezing_names_the_frozen_modules():
+    """--freeze-LM / --freeze-ViT (LLaVAModel.freeze; the projector stays trainable)."""
+    assert _vlm(ARGS | {"--freeze-LM": True, "--freeze-ViT": True}).sections["model"]["frozen"] == ["language",
+                                                                                                    "vision"]
+    assert _vlm(ARGS).sections["model"]["frozen"] == []
+
+
 def test_padding_is_context_parallel_s_get_padding():
     """context_parallel.get_padding: to a multiple of tp under SP, of 2·cp under CP, of tp·cp·2 under both."""
     assert padding(1601, tp=4, cp=1, sp=True) == 3
@@ -81,9 +88,8 @@ def test_padding_is_context_parallel_s_get_padding():
     ({"--ckpt-format": "torch_dist"}, "pretrain_vlm.py asserts \"Only ckpt-format torch"),
     ({"--num-experts": 8}, "--num-experts with pretrain_vlm.py"),
     ({"--pipeline-model-parallel-size": 2, "--context-parallel-size": 2}, "PP+CP is not yet supported"),
-    ({"--use-packed-sequence": True}, "--use-packed-sequence"),
+    ({"--use-packed-sequence": True, "--context-parallel-size": 2}, "--use-packed-sequence with"),
     ({"--img-h": 330}, "--img-h 330 is not a multiple of --patch-dim 14"),
-    ({"--freeze-ViT": True}, "model.frozen"),
 ])
 def test_what_a_llava_job_is_refused_with_is_one_line(extra, needle):
     """The conversion's refusals, and the run's validation for what it writes but does not model (a frozen
@@ -102,4 +108,30 @@ def test_pretrain_vlm_s_own_arguments_elsewhere_are_refused_by_name():
     margs = from_mapping({k: v for k, v in ARGS.items() if k not in ("--img-w", "--patch-dim")}, ENV, family="gpt",
                          family_source="the script pretrain_gpt.py")
     with pytest.raises(UserError, match="--img-h: a multimodal"):
+        convert(margs, world_size=8)
+
+
+def test_the_vit_s_own_pipeline_stage_comes_first_and_holds_no_decoder_layer():
+    """--encoder-pipeline-model-parallel-size 1 (Megatron-LM 8af3dae72a … b600e38d7b): the ViT and projector on a
+    stage before the decoder's; the world is data-parallel copies of tp·(pp + 1)·cp ranks (validate_args); an
+    encoder TP without an encoder stage changes nothing."""
+    par = _vlm(ARGS | {"--encoder-pipeline-model-parallel-size": 1}, core="0.12.0").sections["parallel"]
+    assert {k: par[k] for k in ("pp", "encoder_pp", "layout", "dp")} == {"pp": 2, "encoder_pp": 1,
+                                                                          "layout": [0, 12], "dp": 4}
+    plain = _vlm(ARGS | {"--encoder-tensor-model-parallel-size": 1}, core="0.12.0").sections["parallel"]
+    assert "encoder_pp" not in plain and plain["pp"] == 1 and plain["dp"] == 8
+
+
+@pytest.mark.parametrize(("extra", "family", "needle"), [
+    ({"--encoder-pipeline-model-parallel-size": 2}, "vlm", "ViT can only live on 1 pipeline stage"),
+    ({"--encoder-pipeline-model-parallel-size": 1, "--encoder-tensor-model-parallel-size": 1,
+      "--tensor-model-parallel-size": 2}, "vlm", "the ViT stage's own tensor parallelism"),
+    ({"--encoder-tensor-model-parallel-size": 2}, "vlm", "at most --tensor-model-parallel-size 1"),
+    ({"--encoder-pipeline-model-parallel-size": 1}, "gpt", "a separately parallelised encoder"),
+])
+def test_what_encoder_stages_are_refused_with(extra, family, needle):
+    args = ARGS if family == "vlm" else {k: v for k, v in ARGS.items() if k not in ("--img-h", "--img-w",
+                                                                                     "--patch-dim")}
+    margs = from_mapping(args | extra, ENV, family=family, family_source="the script")
+    with pytest.raises(UserError, match=needle):
         convert(margs, world_size=8)

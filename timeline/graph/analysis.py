@@ -38,6 +38,7 @@ class Analysis:
     consumers: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
     savers: dict[str, list[Saver]] = field(default_factory=lambda: defaultdict(list))
     dropped: dict[str, int] = field(default_factory=dict)  # storage -> region index
+    no_grad: set[str] = field(default_factory=set)  # storages made by ops autograd records nothing of (FOp.no_grad)
     anchor: dict[int, int] = field(default_factory=dict)  # region index -> forward op index
     region_of: dict[int, int] = field(default_factory=dict)  # op index -> region index
     scratch: dict[int, list[TensorDef]] = field(default_factory=dict)  # op index -> its backward's scratch
@@ -78,10 +79,16 @@ def analyse(ops: list[FOp], table: SaveRules, regions: list[Region]) -> Analysis
         for t in (*op.outputs.values(), *op.extras.values()):
             a.producer[t.storage] = i
             a.tensors[t.storage] = t
+            if op.no_grad:
+                a.no_grad.add(t.storage)
         rule = table.rule(op.rule)
+        if op.no_grad:  # no autograd node: nothing kept, no backward
+            continue
         for slot in rule.saves:
+            if op.frozen and slot in rule.wgrad and not op.frozen_keeps:  # only for a weight gradient it has not
+                continue
             for slot_t in _slots(op, slot):
-                a.savers[slot_t.storage].append(Saver(op=i, wgrad=slot in rule.wgrad and op.wflops > 0,
+                a.savers[slot_t.storage].append(Saver(op=i, wgrad=slot in rule.wgrad and op.wflops > 0 and not op.frozen,
                                                  keep=slot in rule.keep_under_recompute, source=rule.source))
         if rule.grad_in_place:
             src, dst = (_slot(op, slot) for slot in rule.grad_in_place)

@@ -67,7 +67,8 @@ def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int,
         if loaded:
             batch.release(b, loaded)
         return b.ops
-    if chunk != 0:
+    own_vit = m.architecture == "llava" and par.encoder_pp > 0  # the ViT on a stage of its own: chunk 0
+    if chunk != 0 and not (own_vit and chunk == 1):
         rows = d.t_sp * (1 + m.mtp_layers) if at != last and chunk > at else d.t_sp
         x = b.tensor("input", (rows, m.hidden_size))
         b.op("recv_forward", "comm", None, {}, {"y": x}, kind="p2p", stream="pp")
@@ -81,8 +82,11 @@ def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int,
         loaded = bert.load_batch(b)
     if m.architecture == "llava":  # pretrain_vlm.py: get_batch on every stage
         loaded = llava.load_batch(b)
-        if chunk == 0:
-            x = llava.first_stage(b, loaded, last=last == 0)
+        if chunk == 0 and own_vit:
+            x = llava.vision_stage(b, loaded)
+        elif chunk == int(own_vit):
+            image = llava.image_input(b) if own_vit else None
+            x = llava.first_stage(b, loaded, last=chunk == last, image=image)
         elif chunk == last:
             llava.last_stage_batch(b, loaded)
     elif chunk == 0:
@@ -110,6 +114,7 @@ def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int,
         b.op("send_forward", "comm", None, {"x": x}, {}, kind="p2p", stream="pp")
     if m.architecture == "llava":
         loaded = {**loaded, **llava.held_to_step_end(b)}
+        llava.mark_frozen(b)
     if loaded:
         batch.release(b, loaded)
     if tr.fp8_recipe != "none":
@@ -290,7 +295,8 @@ def ops_signature(source: AnalyticSource, chunk: int) -> Hashable:
         (s(o.name), s(o.module), None if o.layer is None else o.layer - base, o.rule,
          tuple((k, t(v)) for k, v in o.inputs.items()), tuple((k, t(v)) for k, v in o.outputs.items()),
          tuple((k, t(v)) for k, v in o.extras.items()), o.kind, o.stream, o.flops, o.wflops, o.tags,
-         tuple((k, t(v)) for k, v in o.scratch.items()), tuple(sorted(s(x) for x in o.buffered)))
+         tuple((k, t(v)) for k, v in o.scratch.items()), tuple(sorted(s(x) for x in o.buffered)), o.frozen,
+         o.no_grad)
         for o in ops))
 
 
@@ -336,12 +342,14 @@ class AnalyticSource:
     def param_slice(self) -> AnalyticSource:
         """This source reduced to what its parameter nodes read — the model, profile, framework,
         weight dtype and SM count (:meth:`BuildCtx.of`), tp, ep, etp, the layer split
-        (:func:`chunk_layers`) and the MTP stage (:func:`mtp_chunk`) — so that probes of other
+        (:func:`chunk_layers`), the MTP stage (:func:`mtp_chunk`) and a LLaVA ViT's own stage
+        (:func:`timeline.graph.build.first_decoder_chunk`) — so that probes of other
         micro-batch sizes, CP degrees and recompute policies share one build of their parameters
         (thousands of expert tensors)."""
         par = self.parallel
         return replace(self, parallel=ParallelSpec(pp=par.pp, vpp=par.vpp, tp=par.tp, ep=par.ep, etp=par.etp,
-                                                   layout=par.layout, mtp_stage=par.mtp_stage),
+                                                   layout=par.layout, mtp_stage=par.mtp_stage,
+                                                   encoder_pp=par.encoder_pp),
                        training=TrainingSpec(dtype=self.training.dtype), recompute=RecomputeSpec())
 
     def total_params(self) -> int:

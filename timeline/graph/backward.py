@@ -154,10 +154,12 @@ def unit_list(a: Analysis, wgrad: str = "none") -> list[Unit]:
         op = a.ops[i]
         for r in sorted(by_anchor.get(i, []), key=lambda r: a.regions[r].ops[0]):
             units += _recompute_units(a, r)
+        if op.no_grad:  # autograd recorded nothing of it (a frozen module on inputs that take no gradient)
+            continue
         u = Unit("I", op, i, needs=list(need_i[i]))
         in_place = a.in_place.get(i)
         for t in op.dataflow_inputs():
-            if differentiable(t) and t.storage not in seen_grad:
+            if differentiable(t) and t.storage not in seen_grad and t.storage not in a.no_grad:
                 seen_grad.add(t.storage)
                 if in_place is not None and in_place[0] == t.storage and _one_consumer(a, t.storage):
                     grad_out = f"grad:{in_place[1]}"
@@ -168,7 +170,7 @@ def unit_list(a: Analysis, wgrad: str = "none") -> list[Unit]:
         for scratch in a.scratch.get(i, ()):  # freed by this unit, when its backward returns
             u.allocs.append(scratch)
             u.needs.append(scratch.storage)
-        has_w = op.wflops > 0
+        has_w = op.wflops > 0 and not op.frozen
         outs = [alias.get(f"grad:{t.storage}", f"grad:{t.storage}") for t in op.outputs.values()]
         if not has_w:
             u.needs += outs

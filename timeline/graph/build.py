@@ -10,7 +10,7 @@ schedule's business.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from timeline.graph.context import BuildCtx
@@ -120,7 +120,7 @@ def chunk_nodes(ctx: BuildCtx, ranges: list[range], chunk: int, mtp_at: int | No
         for k in range(m.vision_layers):
             nodes += decoder_layer(ctx, llava.vision_layer(m, k), f"vision_model.layers.{k}", moe=False)
         nodes.append(Node("vision_projection", "mlp", None, tuple(llava.projector_params(ctx))))
-    if chunk == 0:
+    if chunk == first_decoder_chunk(ctx, ranges):
         nodes.append(Node("embedding", "embedding", None, tuple(embedding.params(ctx))))
     for i in ranges[chunk]:
         nodes += decoder_layer(ctx, i, f"layers.{i}", moe=m.is_moe_layer(i))
@@ -136,6 +136,10 @@ def chunk_nodes(ctx: BuildCtx, ranges: list[range], chunk: int, mtp_at: int | No
         nodes.append(Node("output_layer", "head", None, tuple(t5.head_params(ctx, shares_embedding=last == 0))))
     elif chunk == last:
         nodes.append(Node("output_layer", "head", None, tuple(head.params(ctx, shares_embedding=last == 0))))
+    if m.frozen:  # LLaVAModel.freeze: requires_grad = False — weights only, no gradient or optimizer state
+        prefixes = tuple(p for k in m.frozen for p in llava.FROZEN_PREFIXES[k])
+        nodes = [replace(n, params=tuple(replace(t, trainable=False) if t.name.startswith(prefixes) else t
+                                         for t in n.params)) for n in nodes]
     if chunk == at:
         if m.mtp_layers and ctx.profile.mtp_modules and ctx.profile.mtp_embedding and chunk != 0:
             nodes.append(Node("mtp.embedding", "embedding", None, tuple(mtp.embedding_params(ctx))))
@@ -145,6 +149,13 @@ def chunk_nodes(ctx: BuildCtx, ranges: list[range], chunk: int, mtp_at: int | No
             params = mtp.params(ctx, k, [t for n in inner for t in n.params])
             nodes.append(Node(f"mtp.{k}", "mtp", layer, tuple(params)))
     return nodes
+
+
+def first_decoder_chunk(ctx: BuildCtx, ranges: list[range]) -> int:
+    """The virtual stage holding the embedding: the first, unless a LLaVA model's ViT has a stage of its own
+    (``parallel.encoder_pp``: the first stage's layout entry is 0 and the embedding is the next stage's,
+    ``pretrain_vlm.py`` ``pre_process`` at the first decoder rank)."""
+    return int(ctx.model.architecture == "llava" and ctx.encoder_pp > 0 and len(ranges) > 1)
 
 
 def build_chunk_graph(nodes: Sequence[Node], chunk: int) -> nx.DiGraph:

@@ -22,6 +22,7 @@ class BuildCtx:
     sms: int = 0  # the device's streaming multiprocessors (spec/hardware.py SM_COUNTS; 0: not known)
     sm: int = 0  # the device's compute capability × 10 (``[hardware] sm``; 0: not known)
     pytorch: str = ""  # the PyTorch version kernels are chosen by (``[framework] pytorch``)
+    encoder_pp: int = 0  # a LLaVA model's ViT on a pipeline stage of its own (``[parallel] encoder_pp``)
 
     @classmethod
     def of(cls, model: ModelSpec, profile_name: str, framework: FrameworkSpec, parallel: ParallelSpec,
@@ -34,7 +35,7 @@ class BuildCtx:
         if rules.params.vocab_pad > 1:  # Megatron: --make-vocab-size-divisible-by ([framework]; 128 by default)
             rules = replace(rules, params=replace(rules.params, vocab_pad=framework.make_vocab_size_divisible_by))
         return cls(model=model, rules=rules, tp=p.tp, ep=p.ep, etp=p.etp, dtype=dtype, sms=sms, sm=sm,
-                   pytorch=framework.pytorch)
+                   pytorch=framework.pytorch, encoder_pp=p.encoder_pp)
 
     @property
     def profile(self) -> ParamRules:

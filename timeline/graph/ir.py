@@ -77,6 +77,15 @@ class FOp:
     #: storages of outputs the op writes into a persistent buffer the profile's workspaces hold (Megatron's
     #: GlobalMemoryBuffer): no allocation of their own, forward or in the weight gradient's re-gather
     buffered: frozenset[str] = frozenset()
+    #: the op's weights take no gradient (a frozen module: LLaVA's --freeze-LM / --freeze-ViT): no weight-gradient
+    #: part, and what its rule keeps only for one (``SaveRule.wgrad``) is not kept
+    frozen: bool = False
+    #: a frozen op that keeps what its rule keeps for the weight gradient anyway, until its input gradient (TE's
+    #: LayerNormLinear before v1.6 keeps its norm output whatever the weight)
+    frozen_keeps: bool = False
+    #: nothing the op reads or holds takes a gradient: autograd records no node for it (it keeps nothing, has no
+    #: backward, and its outputs take no gradient)
+    no_grad: bool = False
 
     def dataflow_inputs(self) -> list[TensorDef]:
         return [t for k, t in self.inputs.items() if not k.startswith("_")]

@@ -412,19 +412,60 @@ def layout_conflicts(a: ArgReader) -> None:
                             "which layers each virtual stage holds; drop one of them")
 
 
-def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core: str | None = None) -> tuple[int, int]:
+def encoder_stages(a: ArgReader, tp: int, family: str | None) -> int:
+    """``--encoder-pipeline-model-parallel-size`` / ``--encoder-tensor-model-parallel-size`` (Megatron-LM 8af3dae72a,
+    2024-08, to b600e38d7b, 2025-07, which removed them): the encoder's own pipeline stages, 0 or LLaVA's 1.
+
+    ``arguments.py: validate_args`` asserts an encoder TP divides the heads and is at most the decoder's; with no
+    encoder stage it has no effect (``parallel_state.py: initialize_model_parallel`` makes no encoder ranks, and
+    ``pretrain_vlm.py: model_provider`` reads it only under an encoder stage). ``pretrain_vlm.py`` asserts "ViT can
+    only live on 1 pipeline stage"; a ViT stage's TP other than the decoder's is not modelled, nor T5's encoder
+    stages."""
+    enc_pp = a.int("--encoder-pipeline-model-parallel-size", 0)
+    enc_tp = a.int("--encoder-tensor-model-parallel-size", 0)
+    heads = a.int("--num-attention-heads")
+    if enc_tp < 0 or enc_pp < 0:
+        raise UserError("--encoder-tensor-model-parallel-size / --encoder-pipeline-model-parallel-size: sizes are 0 "
+                        "(the default) or more")
+    if enc_tp and ((heads and heads % enc_tp) or enc_tp > tp):
+        raise UserError(f"--encoder-tensor-model-parallel-size {enc_tp}: Megatron asserts it divides the attention "
+                        f"heads and is at most --tensor-model-parallel-size {tp} (arguments.py: validate_args)")
+    if enc_pp == 0:
+        return 0
+    if family not in ("vlm", "multimodal-llava"):
+        raise UserError(f"--encoder-pipeline-model-parallel-size {enc_pp}: a separately parallelised encoder (T5's) "
+                        "is not modelled")
+    if enc_pp != 1:
+        raise UserError(f"--encoder-pipeline-model-parallel-size {enc_pp}: pretrain_vlm.py asserts \"ViT can only "
+                        "live on 1 pipeline stage\"; give 1")
+    if enc_tp not in (0, tp):
+        raise UserError(f"--encoder-tensor-model-parallel-size {enc_tp} under --tensor-model-parallel-size {tp}: the "
+                        "ViT stage's own tensor parallelism is not modelled; give the decoder's")
+    return 1
+
+
+def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core: str | None = None,
+                 family: str | None = None) -> tuple[int, int]:
     """``[parallel]`` and ``[schedule]``; returns (dp, pp). ``megatron_core``: the version whose
-    layout rules apply (:func:`timeline.io.megatron_layout.check_layout`)."""
+    layout rules apply (:func:`timeline.io.megatron_layout.check_layout`); ``family``: the job's model family (a
+    LLaVA ViT's own pipeline stage, :func:`encoder_stages`)."""
     tp = positive(a, "--tensor-model-parallel-size", 1)
     pp = positive(a, "--pipeline-model-parallel-size", 1)
     cp = positive(a, "--context-parallel-size", 1)
     ep = positive(a, "--expert-model-parallel-size", 1)
     etp = positive(a, "--expert-tensor-parallel-size", tp)
-    if world_size % (tp * pp * cp):
-        raise UserError(f"--world-size {world_size} is not divisible by tp·pp·cp = {tp}·{pp}·{cp}")
-    dp = world_size // (tp * pp * cp)
+    encoder = encoder_stages(a, tp, family)
+    # arguments.py: validate_args — the world is data-parallel copies of the encoder's and the decoder's ranks
+    if world_size % (tp * (pp + encoder) * cp):
+        raise UserError(f"--world-size {world_size} is not divisible by tp·pp·cp = {tp}·{pp + encoder}·{cp}"
+                        + (" (the ViT's stage included)" if encoder else ""))
+    dp = world_size // (tp * (pp + encoder) * cp)
     c.put("parallel.tp", tp, "--tensor-model-parallel-size")
-    c.put("parallel.pp", pp, "--pipeline-model-parallel-size")
+    c.put("parallel.pp", pp + encoder, "--pipeline-model-parallel-size",
+          *(("--encoder-pipeline-model-parallel-size",) if encoder else ()))
+    if encoder:
+        c.put("parallel.encoder_pp", encoder, "--encoder-pipeline-model-parallel-size",
+              "--encoder-tensor-model-parallel-size")
     c.put("parallel.cp", cp, "--context-parallel-size")
     cp_comm(a, c, cp)
     c.put("parallel.ep", ep, "--expert-model-parallel-size")
@@ -477,6 +518,10 @@ def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core:
                               "--pipeline-model-parallel-layout, or another --pipeline-model-parallel-size")
     c.put("parallel.vpp", vpp, "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
           *(("--hybrid-layer-pattern",) if hybrid is not None and hybrid.segments else ()))
+    if encoder:  # the ViT's stage comes first and holds no decoder layer
+        if vpp > 1:
+            raise UserError("--encoder-pipeline-model-parallel-size with virtual pipeline stages: not modelled")
+        layout = [0, *(layout or [layers // pp] * pp)]
     if layout is not None:
         c.put("parallel.layout", layout, *(n for n in (
             "--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers",

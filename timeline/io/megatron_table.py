@@ -41,6 +41,9 @@ MAPPED: dict[str, str] = {
                      "--pipeline-model-parallel-split-rank"),
                     "T5 (io/megatron_t5.py): model.encoder_layers, num_layers, training.seq_len / decoder_seq_len; "
                     "LLaVA (io/megatron_vlm.py): model.vision_layers, num_layers; refused outside those jobs"),
+    **dict.fromkeys(("--encoder-tensor-model-parallel-size", "--encoder-pipeline-model-parallel-size"),
+                    "parallel.encoder_pp, pp (LLaVA's ViT stage: io/megatron_map.py encoder_stages); an encoder TP "
+                    "without an encoder stage has no effect; T5's encoder stages refused"),
     **dict.fromkeys(("--img-h", "--img-w", "--patch-dim"),
                     "model.image_height / image_width / patch_size (LLaVA: io/megatron_vlm.py); refused as a vision "
                     "model in any other job"),
@@ -184,7 +187,6 @@ MAPPED: dict[str, str] = {
                     "per decoder and MTP layer: the whole layer or the attn, mlp, moe_router, moe_preprocess modules; "
                     "the local and full_iteration impls, whole-MoE and Mamba graphs are refused in one line)"),
     **dict.fromkeys(("--cpu-offloading-num-layers", "--mlp-chunks-for-training",
-                     "--encoder-tensor-model-parallel-size", "--encoder-pipeline-model-parallel-size",
                      "--moe-dispatch-fwd-dtype", "--moe-combine-bwd-dtype", "--tensor-parallel-num-weight-shards",
                      "--expert-tensor-parallel-num-weight-shards", "--output-logit-dtype"),
                     "refused unless its default (no effect) value: REFUSED_UNLESS"),
@@ -196,10 +198,6 @@ REFUSED_UNLESS: dict[str, tuple[tuple[str, ...], str]] = {
                                            "cpu_offloading_num_layers) is not modelled"),
     "--mlp-chunks-for-training": (("1",), "an MLP run in sequence chunks (transformer_layer.py: "
                                          "mlp_chunks_for_training) is not modelled"),
-    "--encoder-tensor-model-parallel-size": (("0",), "a separately parallelised encoder (multimodal / T5) is not "
-                                                    "modelled"),
-    "--encoder-pipeline-model-parallel-size": (("0",), "a separately parallelised encoder (multimodal / T5) is not "
-                                                      "modelled"),
     "--moe-dispatch-fwd-dtype": (("bf16",), "an FP8 token dispatch (token_dispatcher.py) is not modelled"),
     "--moe-combine-bwd-dtype": (("bf16",), "an FP8 token combine (token_dispatcher.py) is not modelled"),
     "--tensor-parallel-num-weight-shards": ((), "weights sharded beyond tp and re-materialised per layer "

@@ -71,8 +71,10 @@ def map_vlm(a: ArgReader, c: Conversion, family: str | None) -> None:
     if a.flag("--decoder-tp-comm-overlap"):
         raise UserError("--decoder-tp-comm-overlap: the language model's TP communication overlap with the user's "
                         "--decoder-seq-length padding is not modelled; drop it")
-    if a.flag("--use-packed-sequence"):
-        raise UserError("--use-packed-sequence: packed (THD) multimodal sequences are not modelled; drop it")
+    if a.flag("--use-packed-sequence") and par.get("cp", 1) > 1:
+        # get_packed_seq_params: THD only under CP; else sbhd with cu_seqlens, which a causal mask does not read
+        raise UserError("--use-packed-sequence with --context-parallel-size: packed (THD) multimodal sequences are "
+                        "not modelled; drop it")
     model, tr = c.sections["model"], c.sections["training"]
     vision_layers = model["num_layers"]  # validate_args: --num-layers is --encoder-num-layers
     a.int("--encoder-num-layers")

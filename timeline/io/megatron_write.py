@@ -115,7 +115,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     a = ArgReader(derived_args(without_unbuilt_hybrid(margs, c), margs.family))
     refuse_unmodelled(margs, a)
     map_model(a, c, margs.family, megatron_core=megatron_core, null_eod=null_eod)
-    dp, _ = map_parallel(a, c, world_size, megatron_core=megatron_core)
+    dp, _ = map_parallel(a, c, world_size, megatron_core=megatron_core, family=margs.family)
     refuse_expert_layout(c, world_size)
     map_training(a, c, dp)
     optimizer(a, c, megatron_core=megatron_core, buffer_layout=muon_buffer_layout)

@@ -156,6 +156,8 @@ class Structure:
     # a cast back to the 16-bit dtype feeds dropout and attention over V (Megatron's unfused FusedScaleMaskSoftmax)
     te_softmax: bool = False  # eager attention's softmax is TE's FusedScaleMaskSoftmax: where its fused kernel
     # takes the shape (graph/families/attention.py: te_softmax_kernel) the op is "te_fused_softmax"
+    te_frozen_ln_out: bool = False  # TE's LayerNormLinear keeps its norm output for a frozen weight too (before
+    # v1.6: 580eb52b3 "Do not store input activations when not computing weight gradients")
     te_torch_softmax: bool = False  # eager attention is TE's UnfusedDotProductAttention (any release): where the
     # fused kernel does not take the shape its FusedScaleMaskSoftmax (softmax_in_fp32 by default) runs torch's
     # softmax on an fp32 copy of the scores, keeps its fp32 output and casts it back

@@ -336,6 +336,7 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
     # into GlobalMemoryBuffer ("mpu"), which profiles/megatron_workspaces.py places when workspaces are on
     out = replace(table, attention="eager" if eager else table.attention, flash_bwd=flash_bwd, fused_norm_linear=fused, softmax_fp32=fp32,
                    te_softmax=te_softmax, te_torch_softmax=spec.attention_backend == "unfused" and not local,
+                   te_frozen_ln_out=version_tuple(spec.transformer_engine)[:2] < (1, 6),
                    ce_inplace=ce, ce_compiled=compiled, wgrad_transient=wgrad, moe_dispatcher=dispatcher, moe_router=router,
                    te_flash_copies=flash_copies, te_qkv_layout=not local, dataloader_batch=spec.dataloader_batch,
                    rerun_keeps_batch=spec.rerun_keeps_batch, head_gather_buffer=spec.workspaces,

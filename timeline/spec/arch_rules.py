@@ -106,8 +106,11 @@ def _llava_problems(m: ModelSpec) -> list[tuple[str, str]]:
 
 
 def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: ParallelSpec, tr: TrainingSpec,
-                              fw: FrameworkSpec) -> list[tuple[str, str]]:
+                              fw: FrameworkSpec, full_recompute: bool = False) -> list[tuple[str, str]]:
     """A BERT or T5 model against the rest of a training run; a causal decoder's Megatron-only layers."""
+    if par.encoder_pp and m.architecture != "llava":
+        return [("parallel.encoder_pp", "a pipeline stage of its own holds a LLaVA model's ViT; set 0 (architecture "
+                                        f'is "{m.architecture}")')]
     if m.attention_output_gate and (profile != "megatron" or traced):
         return [("model.attention_output_gate", 'the gated attention output is modelled as Megatron-Core runs it: '
                                                 'profile = "megatron" with the layer library (no captured trace)')]
@@ -127,7 +130,7 @@ def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: Par
     if m.architecture == "t5":
         return _t5_run_problems(profile, traced, par, tr, fw)
     if m.architecture == "llava":
-        return _llava_run_problems(m, profile, traced, par, tr, fw)
+        return _llava_run_problems(m, profile, traced, par, tr, fw, full_recompute)
     if m.architecture != "bert":
         return []
     out: list[tuple[str, str]] = []
@@ -177,12 +180,19 @@ def _t5_run_problems(profile: str, traced: bool, par: ParallelSpec, tr: Training
 
 
 def _llava_run_problems(m: ModelSpec, profile: str, traced: bool, par: ParallelSpec, tr: TrainingSpec,
-                        fw: FrameworkSpec) -> list[tuple[str, str]]:
+                        fw: FrameworkSpec, full_recompute: bool) -> list[tuple[str, str]]:
     """LLaVA as ``pretrain_vlm.py`` runs it (graph/families/llava.py): what is modelled of it."""
     if profile != "megatron" or traced:
         return [("model.architecture", 'LLaVA is modelled as Megatron-Core runs it: profile = "megatron" with the '
                                        "layer library (no captured trace)")]
     out: list[tuple[str, str]] = []
+    if par.encoder_pp and (par.pp < 2 or not par.layout or par.layout[0] != 0):
+        out.append(("parallel.encoder_pp", "the ViT's own stage is the first of pp ≥ 2 and holds no decoder layer: "
+                                           "give pp ≥ 2 and a layout whose first entry is 0"))
+    if full_recompute:  # the ViT's TransformerBlock checkpoints its own layers by the copied config
+        out.append(("recompute.policy", "full recompute of a LLaVA model (its ViT's TransformerBlock checkpoints "
+                                        "its own layers by the same settings) is not modelled; use selective or "
+                                        "none"))
     text = tr.seq_len - m.image_tokens
     if text < 0:
         out.append(("training.seq_len", f"{tr.seq_len} is under the {m.image_tokens} positions an image fills; give "
@@ -200,10 +210,7 @@ def _llava_run_problems(m: ModelSpec, profile: str, traced: bool, par: ParallelS
                                                                                   "set false"),
                           (fw.transformer_impl == "local", "framework.transformer_impl",
                            "LLaVA's local layer specs (llava_spec.py, vit_layer_specs.py local) are not modelled; "
-                           'use "transformer_engine"'),
-                          (bool(m.frozen), "model.frozen", "frozen LLaVA modules (--freeze-LM, --freeze-ViT: no "
-                                                           "weight gradients, inputs not kept for them) are not "
-                                                           "modelled yet; remove it")):
+                           'use "transformer_engine"')):
         if bad:
             out.append((key, why))
     return out

@@ -44,6 +44,10 @@ class ParallelSpec:
         "virtual stage (0-based, layout order) holding all MTP layers; default: the last, with the loss. An "
         "earlier stage runs them apart from the loss (Megatron-Core >= 0.16's standalone MTP): it receives the "
         "hidden states, holds its own embedding and sends the main and MTP hidden states on, concatenated"))
+    encoder_pp: int = spec_field(0, nonneg=True, maximum=1, doc=(
+        "LLaVA: 1 puts the ViT and projector on a pipeline stage of their own before the decoder's (Megatron "
+        "--encoder-pipeline-model-parallel-size 1, Megatron-Core before 0.14); pp counts that stage, whose layout "
+        "entry is 0"))
 
     @property
     def edp(self) -> int:

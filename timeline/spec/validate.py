@@ -379,7 +379,8 @@ def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]
         add(("schedule.combined_1f1b", 'models Megatron-Core\'s schedule-plan nodes: set profile = "megatron"'))
     problems += cp_comm_problems(fw, m, par)
     problems += legacy_problems(fw, m, par)
-    problems += architecture_run_problems(m, run.profile, run.trace is not None, par, tr, fw)
+    problems += architecture_run_problems(m, run.profile, run.trace is not None, par, tr, fw,
+                                          full_recompute=run.recompute.policy == "full")
     problems += fp8_problems(run.training, run.framework, reads_framework=life is not None and life.reads_framework)
     sm = int(run.hardware.sm)
     # TE quantization.py: check_fp8_block_scaling_support (compute capability 9.0+), check_mxfp8_support (10.x, 11.x)

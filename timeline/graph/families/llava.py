@@ -83,16 +83,43 @@ def load_batch(b: Builder) -> dict[str, TensorDef]:
     return out
 
 
-def first_stage(b: Builder, loaded: dict[str, TensorDef], *, last: bool) -> TensorDef:
-    """The first stage's forward up to the decoder: returns the combined ``[S·b, h]`` sequence. ``last``: the stage
-    also holds the loss (its final labels and loss mask are made here too)."""
+def _to_bf16(b: Builder, loaded: dict[str, TensorDef]) -> tuple[TensorDef, TensorDef]:
+    """Float16Module on the first pipeline stage: `fp32_to_float16` of the positional fp32 inputs (the images and
+    the loss mask)."""
     d, m = b.dims, b.model
-    t = text_tokens(b)
-    # Float16Module: `fp32_to_float16` of the positional fp32 inputs on the first stage
     images = b.tensor("batch.images_bf16", (d.b, 3, m.image_height, m.image_width))
-    mask16 = b.tensor("batch.loss_mask_bf16", (d.b, t))
+    mask16 = b.tensor("batch.loss_mask_bf16", (d.b, text_tokens(b)))
     b.op("batch.to_bf16", "copy", None, {"_floats": loaded["floats"]}, {"images": images, "loss_mask": mask16})
-    image_rows = _vision(b, images)
+    return images, mask16
+
+
+def vision_stage(b: Builder, loaded: dict[str, TensorDef]) -> TensorDef:
+    """The ViT's own pipeline stage (``--encoder-pipeline-model-parallel-size 1``: ``add_decoder`` false there,
+    ``LLaVAModel.forward`` returns the projected image embeddings, which the schedule sends on as
+    ``[encoder_seq_length, b, h]``); returns them."""
+    images, _ = _to_bf16(b, loaded)
+    return _vision(b, images)
+
+
+def image_input(b: Builder) -> TensorDef:
+    """The first decoder stage's input under a ViT stage of its own: the image embeddings received
+    (``LLaVAModel.set_input_tensor`` → ``encoder_hidden_state``)."""
+    x = b.tensor("input", (b.dims.b * b.model.image_tokens, b.model.hidden_size))
+    b.op("recv_forward", "comm", None, {}, {"y": x}, kind="p2p", stream="pp")
+    return x
+
+
+def first_stage(b: Builder, loaded: dict[str, TensorDef], *, last: bool, image: TensorDef | None = None) -> TensorDef:
+    """The first decoder stage's forward up to the decoder: returns the combined ``[S·b, h]`` sequence. ``last``: the
+    stage also holds the loss (its final labels and loss mask are made here too); ``image``: the image embeddings
+    received from a ViT stage of its own (else the ViT runs here, on the first pipeline stage)."""
+    d = b.dims
+    t = text_tokens(b)
+    if image is None:
+        images, mask16 = _to_bf16(b, loaded)
+        image_rows, mask = _vision(b, images), (mask16.dtype, {"_mask": mask16})
+    else:  # not the first pipeline stage: Float16Module converts nothing, the loss mask stays the batch's fp32 view
+        image_rows, mask = image, ("fp32", {"_floats": loaded["floats"]})
     # LLaVAModel.forward: `input_ids.clone()` with the image token zeroed, the embedding of the text, then
     # `language_embeddings.transpose(1, 0).contiguous()`
     ids = b.tensor("llava.input_ids_text", (d.b, t), "int64")
@@ -105,7 +132,7 @@ def first_stage(b: Builder, loaded: dict[str, TensorDef], *, last: bool) -> Tens
         b.dims = dims
     text_bsh = b.tensor("llava.text_embeddings_bsh", text.shape)
     b.op("llava.text_transpose", "copy", None, {"x": text, "_ids": ids}, {"y": text_bsh})
-    return _combine(b, text_bsh, image_rows, mask16, loaded, last=last)
+    return _combine(b, text_bsh, image_rows, mask, last=last)
 
 
 def _vision(b: Builder, images: TensorDef) -> TensorDef:
@@ -153,9 +180,10 @@ def _vision(b: Builder, images: TensorDef) -> TensorDef:
     return out
 
 
-def _combine(b: Builder, text: TensorDef, image: TensorDef, mask16: TensorDef, loaded: dict[str, TensorDef], *,
+def _combine(b: Builder, text: TensorDef, image: TensorDef, mask: tuple[str, dict[str, TensorDef]], *,
              last: bool) -> TensorDef:
-    """``LLaVAModel._preprocess_data`` on the first stage and the decoder input's transpose."""
+    """``LLaVAModel._preprocess_data`` on the first decoder stage and the decoder input's transpose; ``mask``: the
+    loss mask's dtype and what holds it."""
     d, h = b.dims, b.model.hidden_size
     t = text_tokens(b)
     combined = b.tensor("llava.final_embedding", (d.b * d.s, h))
@@ -167,7 +195,7 @@ def _combine(b: Builder, text: TensorDef, image: TensorDef, mask16: TensorDef, l
     b.op("llava.image_rows", "copy", None, {"x": image}, {"y": flat})
     b.op("llava.put_image", "index_put", None, {"x": flat, "_into": combined}, {})
     if last:
-        _final_labels(b, mask16.dtype, {"_mask": mask16})
+        _final_labels(b, *mask)
     out = b.tensor("llava.decoder_input", combined.shape)
     b.op("llava.decoder_input", "copy", None, {"x": combined}, {"y": out})
     return out
@@ -195,3 +223,46 @@ def last_stage_batch(b: Builder, loaded: dict[str, TensorDef]) -> None:
 def held_to_step_end(b: Builder) -> dict[str, TensorDef]:
     """The final labels and loss masks the loss function reads at the forward step's end."""
     return {k: t for k, t in b.shared.items() if k.startswith("llava.")}
+
+
+#: the ops of each freezable module (``LLaVAModel.freeze``: ``language_model`` and ``vision_model``; the projector
+#: is never frozen by pretrain_vlm.py)
+FROZEN_PREFIXES = {"vision": ("vision_model.",), "language": ("embedding", "layers.", "final_norm", "output")}
+#: rules of ops that hold weights without a weight-gradient GEMM of their own (norms, lookups)
+WEIGHT_RULES = ("layernorm", "rmsnorm", "fused_layernorm", "embedding")
+
+
+def mark_frozen(b: Builder) -> None:
+    """``--freeze-LM`` / ``--freeze-ViT`` (``LLaVAModel.freeze``: ``requires_grad = False`` on each parameter):
+    a frozen module's ops have no weight gradient and keep nothing only it reads (TE ``_Linear`` / ``_LayerNormLinear``
+    save the GEMM input only ``if weight.requires_grad``, v1.6 … v2.18 — before v1.6 ``_LayerNormLinear`` keeps its
+    norm output anyway, v1.2 … v1.5; Megatron's frozen output layer is
+    ``linear_with_frozen_weight``); an op none of whose inputs or weights takes a gradient has no autograd node at all
+    (a frozen ViT on the images, the frozen embedding of the text). A stage's received input takes one, and an
+    ``index_put_`` of a tensor that takes one makes its target take one."""
+    prefixes = tuple(p for k in b.model.frozen for p in FROZEN_PREFIXES[k])
+    if not prefixes:
+        return
+    grad: set[str] = set()
+    producer: dict[str, int] = {}
+    # a layer's norms, which TE fuses into the linear after them (the final norm is a TENorm of its own, before
+    # Megatron's output layer, whose frozen path keeps no input)
+    norms = {t.storage for op in b.ops if op.rule in ("layernorm", "rmsnorm") and "layers." in op.name
+             for t in op.outputs.values()}
+    for i, op in enumerate(b.ops):
+        op.frozen = op.name.startswith(prefixes)
+        # TE before 1.6: LayerNormLinear (a linear whose saved input is the fused norm's output) keeps it anyway
+        save = op.inputs.get("_save")
+        op.frozen_keeps = op.frozen and b.table.te_frozen_ln_out and b.table.fused_norm_linear and \
+            save is not None and save.storage in norms
+        weights = (op.wflops > 0 or op.rule in WEIGHT_RULES) and not op.frozen
+        takes = weights or op.name == "recv_forward" or any(t.storage in grad for t in op.dataflow_inputs())
+        op.no_grad = not takes
+        for t in (*op.outputs.values(), *op.extras.values()):
+            producer[t.storage] = i
+            if takes:
+                grad.add(t.storage)
+        into = op.inputs.get("_into")
+        if takes and into is not None:  # written in place: the target now takes the gradient
+            grad.add(into.storage)
+            b.ops[producer[into.storage]].no_grad = False
