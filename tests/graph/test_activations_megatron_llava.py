@@ -6,6 +6,8 @@ takes). Parameters and saved tensors are the sums of the shapes the cited source
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from helpers_run import edited_run
 from sources import forward_ops_of, template_of
@@ -65,13 +67,6 @@ def run(tmp_path_factory):
     return _run(tmp_path_factory.mktemp("llava"))
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    out = 1
-    for n in shape:
-        out *= n
-    return out
-
-
 def test_llava_parameters(run):
     """LLaVAModel on one stage: the ViT (CLIPViTModel: conv1 [h, 3, 14, 14] without bias, the class token [1, 1, h],
     its position table [577, h], ln_pre) and its layer, GPT's TE layer; the projector (MLP of the decoder spec's
@@ -81,8 +76,8 @@ def test_llava_parameters(run):
                          training=run.training)
     params = {t.name: t.shape for n in src.nodes(0) for t in n.params}
     layer = 4 * H + 3 * H * H + 3 * H + H * H + H + 2 * FFN * H + FFN + H
-    vit = sum(_numel(v) for k, v in params.items() if k.startswith("vision_model.layers.0."))
-    lm = sum(_numel(v) for k, v in params.items() if k.startswith("layers.0."))
+    vit = sum(math.prod(v) for k, v in params.items() if k.startswith("vision_model.layers.0."))
+    lm = sum(math.prod(v) for k, v in params.items() if k.startswith("layers.0."))
     assert (vit, lm) == (layer, layer)
     rest = {k: v for k, v in params.items() if ".layers." not in k and not k.startswith("layers.")}
     assert rest == {

@@ -50,16 +50,19 @@ def blackwell_deterministic_fused(te_version: str, attention_dropout: float) -> 
     return attention_dropout == 0.0
 
 
+def _head_dim(a: ArgReader) -> int:
+    """The attention head dimension the arguments give (``--kv-channels``, else hidden / heads; 0: not given)."""
+    heads = a.int("--num-attention-heads")
+    hidden = a.int("--hidden-size")
+    return a.int("--kv-channels") or (hidden // heads if hidden and heads else 0)
+
+
 def _fused_head_dims(a: ArgReader, sm: int) -> bool:
     """TE ``common/fused_attn/fused_attn.cpp: nvte_get_fused_attn_backend`` (v2.4 … v2.18): cuDNN's F16
     arbitrary-sequence-length backend takes head dims divisible by 8, up to 128 (256 on sm ≥ 90 with cuDNN 9);
     MLA's unequal q/k and v head dims are checked by their own sizes, not read here."""
-    if a.flag("--multi-latent-attention"):
-        return True
-    heads = a.int("--num-attention-heads")
-    hidden = a.int("--hidden-size")
-    head_dim = a.int("--kv-channels") or (hidden // heads if hidden and heads else 0)
-    if not head_dim:
+    head_dim = _head_dim(a)
+    if a.flag("--multi-latent-attention") or not head_dim:
         return True
     return head_dim % 8 == 0 and head_dim <= (256 if sm >= 90 else 128)
 
@@ -70,9 +73,7 @@ def _flash2_head_dims(a: ArgReader, sm: int) -> bool:
     100 and 120)."""
     if a.flag("--multi-latent-attention"):
         return False
-    heads = a.int("--num-attention-heads")
-    hidden = a.int("--hidden-size")
-    head_dim = a.int("--kv-channels") or (hidden // heads if hidden and heads else 0)
+    head_dim = _head_dim(a)
     if not head_dim:
         return True
     return head_dim <= 256 and head_dim % 8 == 0 and (head_dim <= 192 or sm in (80, 90, 100, 120))

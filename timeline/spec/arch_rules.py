@@ -166,17 +166,20 @@ def _t5_run_problems(profile: str, traced: bool, par: ParallelSpec, tr: Training
                                        "layer library (no captured trace)")]
     if tr.decoder_seq_len <= 0:
         out.append(("training.decoder_seq_len", "T5 needs the decoder's tokens per sample (--decoder-seq-length)"))
-    for bad, key, why in ((par.pp > 1, "parallel.pp", "T5 across pipeline stages (the encoder and decoder split by "
-                                                      "--encoder-pipeline-model-parallel-size) is not modelled; set 1"),
-                          (par.cp > 1, "parallel.cp", "pretrain_t5.py's get_batch does not split sequences over "
-                                                      "context-parallel ranks; set 1"),
-                          (par.ep > 1, "parallel.ep", "T5's layers have no experts; set 1"),
-                          (tr.fp8_recipe != "none", "training.fp8_recipe", 'FP8 T5 is not modelled; set "none"'),
-                          (fw.use_legacy_models, "framework.use_legacy_models", "the legacy T5 model is not "
-                                                                                  "modelled; set false")):
-        if bad:
-            out.append((key, why))
+    out += _flagged(((par.pp > 1, "parallel.pp", "T5 across pipeline stages (the encoder and decoder split by "
+                                                 "--encoder-pipeline-model-parallel-size) is not modelled; set 1"),
+                     (par.cp > 1, "parallel.cp", "pretrain_t5.py's get_batch does not split sequences over "
+                                                 "context-parallel ranks; set 1"),
+                     (par.ep > 1, "parallel.ep", "T5's layers have no experts; set 1"),
+                     (tr.fp8_recipe != "none", "training.fp8_recipe", 'FP8 T5 is not modelled; set "none"'),
+                     (fw.use_legacy_models, "framework.use_legacy_models", "the legacy T5 model is not modelled; "
+                                                                             "set false")))
     return out + _backend_problems(fw, "T5's local spec", "")
+
+
+def _flagged(checks: tuple[tuple[bool, str, str], ...]) -> list[tuple[str, str]]:
+    """The (key, why) of each check whose condition holds."""
+    return [(key, why) for bad, key, why in checks if bad]
 
 
 def _llava_run_problems(m: ModelSpec, profile: str, traced: bool, par: ParallelSpec, tr: TrainingSpec,
@@ -197,23 +200,20 @@ def _llava_run_problems(m: ModelSpec, profile: str, traced: bool, par: ParallelS
     if text < 0:
         out.append(("training.seq_len", f"{tr.seq_len} is under the {m.image_tokens} positions an image fills; give "
                                         "the language model's tokens: the text's and the image's"))
-    for bad, key, why in ((par.sp and par.tp > 1, "parallel.sp", "the combined sequence padded for sequence "
-                                                                 "parallelism (padding_causal mask, packed-sequence "
-                                                                 "parameters) is not modelled; set false"),
-                          (par.cp > 1, "parallel.cp", "LLaVA's context-parallel sharding of the combined sequence "
-                                                      "(THD format) is not modelled; set 1"),
-                          (par.vpp > 1, "parallel.vpp", "pretrain_vlm.py's model with virtual pipeline stages is not "
-                                                        "modelled; set 1"),
-                          (par.ep > 1, "parallel.ep", "LLaVA's modelled decoder has no experts; set 1"),
-                          (tr.fp8_recipe != "none", "training.fp8_recipe", 'FP8 LLaVA is not modelled; set "none"'),
-                          (fw.use_legacy_models, "framework.use_legacy_models", "LLaVA is a Megatron-Core model; "
-                                                                                  "set false"),
-                          (fw.transformer_impl == "local", "framework.transformer_impl",
-                           "LLaVA's local layer specs (llava_spec.py, vit_layer_specs.py local) are not modelled; "
-                           'use "transformer_engine"')):
-        if bad:
-            out.append((key, why))
-    return out
+    checks = (
+        (par.sp and par.tp > 1, "parallel.sp", "the combined sequence padded for sequence parallelism "
+                                               "(padding_causal mask, packed-sequence parameters) is not modelled; "
+                                               "set false"),
+        (par.cp > 1, "parallel.cp", "LLaVA's context-parallel sharding of the combined sequence (THD format) is not "
+                                    "modelled; set 1"),
+        (par.vpp > 1, "parallel.vpp", "pretrain_vlm.py's model with virtual pipeline stages is not modelled; set 1"),
+        (par.ep > 1, "parallel.ep", "LLaVA's modelled decoder has no experts; set 1"),
+        (tr.fp8_recipe != "none", "training.fp8_recipe", 'FP8 LLaVA is not modelled; set "none"'),
+        (fw.use_legacy_models, "framework.use_legacy_models", "LLaVA is a Megatron-Core model; set false"),
+        (fw.transformer_impl == "local", "framework.transformer_impl",
+         "LLaVA's local layer specs (llava_spec.py, vit_layer_specs.py local) are not modelled; use "
+         '"transformer_engine"'))
+    return out + _flagged(checks)
 
 
 def _backend_problems(fw: FrameworkSpec, local_spec: str, why_local: str) -> list[tuple[str, str]]:
