@@ -225,3 +225,18 @@ def test_te_before_1_6_keeps_a_frozen_layernorm_linear_s_norm_output(tmp_path):
     old, new = saved_of("1.5"), saved_of("1.6")
     assert old - new == {"layers.0.input_layernorm.out", "layers.0.post_attention_layernorm.out"}
     assert not {"layers.0.self_attn.core_attn.out", "layers.0.mlp.act.out"} & old
+
+
+def test_a_vit_stage_over_fewer_ranks_is_split_by_its_own_tensor_parallelism(tmp_path):
+    """--encoder-tensor-model-parallel-size under an encoder stage: the ViT and projector's weights and heads are
+    split over encoder_tp ranks (pretrain_vlm.py's vision configs), the decoder's over tp."""
+    run = _run(tmp_path, tp="2", pp="2\nencoder_pp = 1\nencoder_tp = 1\nlayout = [0, 1]", num_layers="1")
+    src = AnalyticSource(model=run.model, profile="megatron", framework=run.framework, parallel=run.parallel,
+                         training=run.training)
+    vit = {t.name: t.shape for n in src.nodes(0) for t in n.params}
+    dec = {t.name: t.shape for n in src.nodes(1) for t in n.params}
+    assert vit["vision_model.layers.0.mlp.fc1.weight"] == (FFN, H)
+    assert vit["vision_projection.mlp.fc1.weight"] == (FFN, H)
+    assert dec["layers.0.mlp.fc1.weight"] == (FFN // 2, H)
+    scores = {t.name: t.shape for op in forward_ops_of(run, 0) for t in op.outputs.values() if t.name.endswith("scores")}
+    assert scores == {"vision_model.layers.0.self_attn.core_attn.scores": (B, HEADS, NV, NV)}

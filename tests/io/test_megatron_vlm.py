@@ -120,12 +120,15 @@ def test_the_vit_s_own_pipeline_stage_comes_first_and_holds_no_decoder_layer():
                                                                           "layout": [0, 12], "dp": 4}
     plain = _vlm(ARGS | {"--encoder-tensor-model-parallel-size": 1}, core="0.12.0").sections["parallel"]
     assert "encoder_pp" not in plain and plain["pp"] == 1 and plain["dp"] == 8
+    # a ViT stage over fewer ranks: the world is dp copies of 1 + 3 (12 heads split 3 ways)
+    own = _vlm(ARGS | {"--encoder-pipeline-model-parallel-size": 1, "--encoder-tensor-model-parallel-size": 1,
+                       "--tensor-model-parallel-size": 3}, core="0.12.0").sections["parallel"]
+    assert {k: own[k] for k in ("tp", "pp", "encoder_pp", "encoder_tp", "dp")} == {
+        "tp": 3, "pp": 2, "encoder_pp": 1, "encoder_tp": 1, "dp": 2}
 
 
 @pytest.mark.parametrize(("extra", "family", "needle"), [
     ({"--encoder-pipeline-model-parallel-size": 2}, "vlm", "ViT can only live on 1 pipeline stage"),
-    ({"--encoder-pipeline-model-parallel-size": 1, "--encoder-tensor-model-parallel-size": 1,
-      "--tensor-model-parallel-size": 2}, "vlm", "the ViT stage's own tensor parallelism"),
     ({"--encoder-tensor-model-parallel-size": 2}, "vlm", "at most --tensor-model-parallel-size 1"),
     ({"--encoder-pipeline-model-parallel-size": 1}, "gpt", "a separately parallelised encoder"),
 ])

@@ -170,10 +170,21 @@ def _saved(a: Analysis) -> tuple[SavedTensor, ...]:
     return tuple(out)
 
 
+def chunk_source(source: AnalyticSource, chunk: int) -> AnalyticSource:
+    """``source`` as virtual stage ``chunk`` is sharded: a LLaVA ViT stage of its own (``parallel.encoder_pp``) over
+    its ``encoder_tp`` ranks, without sequence parallelism (``pretrain_vlm.py``: the vision configs' tensor-parallel
+    size is ``--encoder-tensor-model-parallel-size`` under an encoder stage); every other stage as it is."""
+    par = source.parallel
+    if chunk == 0 and par.encoder_pp and par.encoder_tp and par.encoder_tp != par.tp:
+        return replace(source, parallel=replace(par, tp=par.encoder_tp, sp=False))
+    return source
+
+
 @lru_cache(maxsize=512)
 def _forward_ops_cached(source: AnalyticSource, chunk: int) -> tuple[FOp, ...]:
     """Forward ops do not depend on the recompute policy: ``source`` comes with it reset, so every
     policy of a search (``timeline fit``, ``compare``) shares one build per chunk."""
+    source = chunk_source(source, chunk)
     return tuple(forward_ops(source.ctx, source.parallel, source.training, chunk, source.nodes(chunk)))
 
 
@@ -337,7 +348,7 @@ class AnalyticSource:
         return list(_forward_ops_cached(self.without_recompute(), chunk))
 
     def nodes(self, chunk: int) -> list[Node]:
-        return list(_nodes_cached(self.param_slice(), chunk))
+        return list(_nodes_cached(chunk_source(self, chunk).param_slice(), chunk))
 
     def param_slice(self) -> AnalyticSource:
         """This source reduced to what its parameter nodes read — the model, profile, framework,
@@ -349,7 +360,7 @@ class AnalyticSource:
         par = self.parallel
         return replace(self, parallel=ParallelSpec(pp=par.pp, vpp=par.vpp, tp=par.tp, ep=par.ep, etp=par.etp,
                                                    layout=par.layout, mtp_stage=par.mtp_stage,
-                                                   encoder_pp=par.encoder_pp),
+                                                   encoder_pp=par.encoder_pp, encoder_tp=par.encoder_tp),
                        training=TrainingSpec(dtype=self.training.dtype), recompute=RecomputeSpec())
 
     def total_params(self) -> int:

@@ -412,15 +412,16 @@ def layout_conflicts(a: ArgReader) -> None:
                             "which layers each virtual stage holds; drop one of them")
 
 
-def encoder_stages(a: ArgReader, tp: int, family: str | None) -> int:
+def encoder_stages(a: ArgReader, tp: int, family: str | None) -> tuple[int, int]:
     """``--encoder-pipeline-model-parallel-size`` / ``--encoder-tensor-model-parallel-size`` (Megatron-LM 8af3dae72a,
-    2024-08, to b600e38d7b, 2025-07, which removed them): the encoder's own pipeline stages, 0 or LLaVA's 1.
+    2024-08, to b600e38d7b, 2025-07, which removed them): (the encoder's own pipeline stages, 0 or LLaVA's 1; their
+    tensor-parallel ranks, the decoder's unless fewer are given).
 
-    ``arguments.py: validate_args`` asserts an encoder TP divides the heads and is at most the decoder's; with no
-    encoder stage it has no effect (``parallel_state.py: initialize_model_parallel`` makes no encoder ranks, and
-    ``pretrain_vlm.py: model_provider`` reads it only under an encoder stage). ``pretrain_vlm.py`` asserts "ViT can
-    only live on 1 pipeline stage"; a ViT stage's TP other than the decoder's is not modelled, nor T5's encoder
-    stages."""
+    ``arguments.py: validate_args`` asserts an encoder TP divides the heads and is at most the decoder's, and takes
+    the decoder's for an encoder stage without one; with no encoder stage it has no effect
+    (``parallel_state.py: initialize_model_parallel`` makes no encoder ranks, and ``pretrain_vlm.py:
+    model_provider`` reads it only under an encoder stage). ``pretrain_vlm.py`` asserts "ViT can only live on 1
+    pipeline stage"; T5's encoder stages are not modelled."""
     enc_pp = a.int("--encoder-pipeline-model-parallel-size", 0)
     enc_tp = a.int("--encoder-tensor-model-parallel-size", 0)
     heads = a.int("--num-attention-heads")
@@ -431,17 +432,14 @@ def encoder_stages(a: ArgReader, tp: int, family: str | None) -> int:
         raise UserError(f"--encoder-tensor-model-parallel-size {enc_tp}: Megatron asserts it divides the attention "
                         f"heads and is at most --tensor-model-parallel-size {tp} (arguments.py: validate_args)")
     if enc_pp == 0:
-        return 0
+        return 0, tp
     if family not in ("vlm", "multimodal-llava"):
         raise UserError(f"--encoder-pipeline-model-parallel-size {enc_pp}: a separately parallelised encoder (T5's) "
                         "is not modelled")
     if enc_pp != 1:
         raise UserError(f"--encoder-pipeline-model-parallel-size {enc_pp}: pretrain_vlm.py asserts \"ViT can only "
                         "live on 1 pipeline stage\"; give 1")
-    if enc_tp not in (0, tp):
-        raise UserError(f"--encoder-tensor-model-parallel-size {enc_tp} under --tensor-model-parallel-size {tp}: the "
-                        "ViT stage's own tensor parallelism is not modelled; give the decoder's")
-    return 1
+    return 1, enc_tp or tp
 
 
 def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core: str | None = None,
@@ -454,18 +452,21 @@ def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core:
     cp = positive(a, "--context-parallel-size", 1)
     ep = positive(a, "--expert-model-parallel-size", 1)
     etp = positive(a, "--expert-tensor-parallel-size", tp)
-    encoder = encoder_stages(a, tp, family)
-    # arguments.py: validate_args — the world is data-parallel copies of the encoder's and the decoder's ranks
-    if world_size % (tp * (pp + encoder) * cp):
-        raise UserError(f"--world-size {world_size} is not divisible by tp·pp·cp = {tp}·{pp + encoder}·{cp}"
-                        + (" (the ViT's stage included)" if encoder else ""))
-    dp = world_size // (tp * (pp + encoder) * cp)
+    encoder, enc_tp = encoder_stages(a, tp, family)
+    # arguments.py: validate_args — the world is data-parallel copies of the encoder's and the decoder's ranks,
+    # enc_tp·enc_pp·cp + tp·pp·cp
+    model_ranks = (enc_tp * encoder + tp * pp) * cp
+    if world_size % model_ranks:
+        raise UserError(f"--world-size {world_size} is not divisible by tp·pp·cp = {tp}·{pp}·{cp}"
+                        + (f" + the ViT stage's {enc_tp}·{cp} ranks" if encoder else ""))
+    dp = world_size // model_ranks
     c.put("parallel.tp", tp, "--tensor-model-parallel-size")
     c.put("parallel.pp", pp + encoder, "--pipeline-model-parallel-size",
           *(("--encoder-pipeline-model-parallel-size",) if encoder else ()))
     if encoder:
-        c.put("parallel.encoder_pp", encoder, "--encoder-pipeline-model-parallel-size",
-              "--encoder-tensor-model-parallel-size")
+        c.put("parallel.encoder_pp", encoder, "--encoder-pipeline-model-parallel-size")
+    if encoder and enc_tp != tp:
+        c.put("parallel.encoder_tp", enc_tp, "--encoder-tensor-model-parallel-size")
     c.put("parallel.cp", cp, "--context-parallel-size")
     cp_comm(a, c, cp)
     c.put("parallel.ep", ep, "--expert-model-parallel-size")

@@ -186,12 +186,16 @@ class UnschedulableJob(UserError):
 
 def refuse_expert_layout(c: Conversion, world_size: int) -> None:
     """``megatron/core/parallel_state.py: initialize_model_parallel`` (core_r0.12.0 … d48bd6be0a) raises unless
-    the world size is a multiple of etp·ep·pp (the expert ranks' generator)."""
+    the world size is a multiple of etp·ep·pp (the expert ranks' generator; under an encoder stage, the decoder's
+    ranks and stages: ``expert_decoder_rank_generator``, 2024-08 … 2025-07)."""
     par = c.sections["parallel"]
-    size = par["etp"] * par["ep"] * par["pp"]
+    # under a ViT stage of its own the expert ranks' generator covers the decoder's ranks alone (its pp stages)
+    encoder = par.get("encoder_pp", 0)
+    world_size -= encoder * par["dp"] * par.get("encoder_tp", par["tp"]) * par["cp"]
+    size = par["etp"] * par["ep"] * (par["pp"] - encoder)
     if world_size % size:
         raise UnschedulableJob(f"--world-size {world_size} is not divisible by etp·ep·pp = {par['etp']}·{par['ep']}·"
-                               f"{par['pp']} (--expert-tensor-parallel-size · --expert-model-parallel-size · "
+                               f"{par['pp'] - encoder} (--expert-tensor-parallel-size · --expert-model-parallel-size · "
                                "--pipeline-model-parallel-size): Megatron's initialize_model_parallel refuses it")
 
 

@@ -108,8 +108,9 @@ def _llava_problems(m: ModelSpec) -> list[tuple[str, str]]:
 def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: ParallelSpec, tr: TrainingSpec,
                               fw: FrameworkSpec, full_recompute: bool = False) -> list[tuple[str, str]]:
     """A BERT or T5 model against the rest of a training run; a causal decoder's Megatron-only layers."""
-    if par.encoder_pp and m.architecture != "llava":
-        return [("parallel.encoder_pp", "a pipeline stage of its own holds a LLaVA model's ViT; set 0 (architecture "
+    if (par.encoder_pp or par.encoder_tp) and m.architecture != "llava":
+        return [("parallel.encoder_pp" if par.encoder_pp else "parallel.encoder_tp",
+                 "a pipeline stage of its own holds a LLaVA model's ViT; set 0 (architecture "
                                         f'is "{m.architecture}")')]
     if m.attention_output_gate and (profile != "megatron" or traced):
         return [("model.attention_output_gate", 'the gated attention output is modelled as Megatron-Core runs it: '
@@ -192,6 +193,9 @@ def _llava_run_problems(m: ModelSpec, profile: str, traced: bool, par: ParallelS
     if par.encoder_pp and (par.pp < 2 or not par.layout or par.layout[0] != 0):
         out.append(("parallel.encoder_pp", "the ViT's own stage is the first of pp ≥ 2 and holds no decoder layer: "
                                            "give pp ≥ 2 and a layout whose first entry is 0"))
+    if par.encoder_tp and (not par.encoder_pp or par.encoder_tp > par.tp or m.num_attention_heads % par.encoder_tp):
+        out.append(("parallel.encoder_tp", "the ViT stage's own tensor parallelism needs encoder_pp = 1, at most tp "
+                                           "ranks and a divisor of the heads (Megatron's validate_args); set 0 for tp"))
     if full_recompute:  # the ViT's TransformerBlock checkpoints its own layers by the copied config
         out.append(("recompute.policy", "full recompute of a LLaVA model (its ViT's TransformerBlock checkpoints "
                                         "its own layers by the same settings) is not modelled; use selective or "

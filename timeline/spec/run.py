@@ -48,6 +48,9 @@ class ParallelSpec:
         "LLaVA: 1 puts the ViT and projector on a pipeline stage of their own before the decoder's (Megatron "
         "--encoder-pipeline-model-parallel-size 1, Megatron-Core before 0.14); pp counts that stage, whose layout "
         "entry is 0"))
+    encoder_tp: int = spec_field(0, nonneg=True, maximum=2**20, doc=(
+        "LLaVA: the ViT stage's tensor-parallel ranks when they are fewer than tp (Megatron "
+        "--encoder-tensor-model-parallel-size); 0 = tp"))
 
     @property
     def edp(self) -> int:
