@@ -240,3 +240,11 @@ def test_a_vit_stage_over_fewer_ranks_is_split_by_its_own_tensor_parallelism(tmp
     assert dec["layers.0.mlp.fc1.weight"] == (FFN // 2, H)
     scores = {t.name: t.shape for op in forward_ops_of(run, 0) for t in op.outputs.values() if t.name.endswith("scores")}
     assert scores == {"vision_model.layers.0.self_attn.core_attn.scores": (B, HEADS, NV, NV)}
+
+
+def test_the_vit_has_no_rotary_embedding_whatever_the_decoder_s(tmp_path):
+    """CLIPViTModel.forward adds its learned position table and calls its TransformerBlock without rotary
+    embeddings; the decoder under --position-embedding-type rope rotates its q and k."""
+    run = _run(tmp_path, position_embedding='"rope"')
+    ropes = [op.name for op in forward_ops_of(run, 0) if op.rule == "rope"]
+    assert ropes == ["layers.0.self_attn.rope"]

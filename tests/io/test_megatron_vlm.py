@@ -138,3 +138,11 @@ def test_what_encoder_stages_are_refused_with(extra, family, needle):
     margs = from_mapping(args | extra, ENV, family=family, family_source="the script")
     with pytest.raises(UserError, match=needle):
         convert(margs, world_size=8)
+
+
+def test_the_decoder_spec_builds_no_qk_norms():
+    """pretrain_vlm.py: decoder_model_with_transformer_engine_default_spec(num_experts, moe_grouped_gemm) — its
+    qk_layernorm stays False, so --qk-layernorm builds no q/k norms (a note says so)."""
+    conv = _vlm(ARGS | {"--qk-layernorm": True})
+    assert conv.sections["model"].get("qk_norm") is False
+    assert any("--qk-layernorm" in n for n in conv.notes)

@@ -75,7 +75,14 @@ def map_vlm(a: ArgReader, c: Conversion, family: str | None) -> None:
         # get_packed_seq_params: THD only under CP; else sbhd with cu_seqlens, which a causal mask does not read
         raise UserError("--use-packed-sequence with --context-parallel-size: packed (THD) multimodal sequences are "
                         "not modelled; drop it")
+    if a.flag("--attention-output-gate"):
+        raise UserError("--attention-output-gate with pretrain_vlm.py: LLaVA's decoder spec (llava_spec.py) under a "
+                        "gated attention output is not modelled; drop it")
     model, tr = c.sections["model"], c.sections["training"]
+    if model.get("qk_norm"):  # llava_spec.py: decoder_model_with_transformer_engine_default_spec(qk_layernorm=False)
+        c.put("model.qk_norm", False, "--qk-layernorm")
+        c.notes.append("--qk-layernorm: pretrain_vlm.py builds the decoder spec without q/k norms "
+                       "(llava_spec.py: qk_layernorm=False), so the flag builds none")
     vision_layers = model["num_layers"]  # validate_args: --num-layers is --encoder-num-layers
     a.int("--encoder-num-layers")
     lm_layers = a.int("--decoder-num-layers") or vision_layers

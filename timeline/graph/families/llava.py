@@ -153,8 +153,11 @@ def _vision(b: Builder, images: TensorDef) -> TensorDef:
     sbh = b.tensor("vision_model.to_sbh", x.shape)
     b.op("vision_model.to_sbh", "copy", None, {"x": x}, {"y": sbh})
     vis = replace(b.dims, s=n, cp=1, sp=False)  # the ViT: the image's tokens, no CP or SP (model_provider)
-    dims = b.dims
+    dims, model = b.dims, b.model
     b.dims = vis
+    # CLIPViTModel.forward calls its TransformerBlock without rotary embeddings: its positions are the learned
+    # table added above, whatever the decoder's type
+    b.model = replace(m, position_embedding="learned")
     try:
         x = sbh
         for k in range(m.vision_layers):
@@ -176,7 +179,7 @@ def _vision(b: Builder, images: TensorDef) -> TensorDef:
         for op in b.ops[start:]:  # the projector is no TransformerLayer: no recompute module reaches it
             op.tags = frozenset()
     finally:
-        b.dims = dims
+        b.dims, b.model = dims, model
     return out
 
 
