@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from helpers_run import tiny_run
 
-from timeline.graph.families.attention import te_softmax_kernel
 from timeline.result.build import build_timeline
+from timeline.spec.te_softmax import te_softmax_kernel
 
 SCORES = "grad:layers.0.self_attn.core_attn.scores"
 PROBS = "grad:layers.0.self_attn.core_attn.softmax"
@@ -71,3 +71,14 @@ def test_the_kernel_takes_the_shapes_te_accepts():
     assert not te_softmax_kernel("bf16", 4, 16, 2048, 4096)  # causal: sq == sk
     assert te_softmax_kernel("bf16", 1, 4, 64, 64)  # 128 / 32 threads · 2 rows a warp: 8 rows a block
     assert not te_softmax_kernel("bf16", 1, 4, 36, 40)  # sq ≠ sk
+
+
+def test_off_the_kernel_te_caches_one_causal_mask_per_process():
+    """_get_default_causal_mask (softmax.py, v1.2 … v2.18): the torch path's bool [s, s] upper-triangular mask,
+    cached by shape for the process's life; none where the kernel takes the scores."""
+    from timeline.profiles.megatron_workspaces import te_causal_mask_bytes
+
+    off = tiny_run(pp=1, layers=1, seq_len=100, attention_backend="unfused")
+    on = tiny_run(pp=1, layers=1, seq_len=128, attention_backend="unfused")
+    assert te_causal_mask_bytes(off.framework, off.model, off.training, off.parallel) == 100 * 100
+    assert te_causal_mask_bytes(on.framework, on.model, on.training, on.parallel) == 0

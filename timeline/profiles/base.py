@@ -155,7 +155,7 @@ class Structure:
     softmax_fp32: bool = False  # eager attention's softmax runs on an fp32 copy and keeps its fp32 output;
     # a cast back to the 16-bit dtype feeds dropout and attention over V (Megatron's unfused FusedScaleMaskSoftmax)
     te_softmax: bool = False  # eager attention's softmax is TE's FusedScaleMaskSoftmax: where its fused kernel
-    # takes the shape (graph/families/attention.py: te_softmax_kernel) the op is "te_fused_softmax"
+    # takes the shape (spec/te_softmax.py: te_softmax_kernel) the op is "te_fused_softmax"
     te_frozen_ln_out: bool = False  # TE's LayerNormLinear keeps its norm output for a frozen weight too (before
     # v1.6: 580eb52b3 "Do not store input activations when not computing weight gradients")
     te_torch_softmax: bool = False  # eager attention is TE's UnfusedDotProductAttention (any release): where the

@@ -71,6 +71,7 @@ from timeline.spec.fields import DTYPE_BYTES
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
 from timeline.spec.run import ParallelSpec, TrainingSpec
+from timeline.spec.te_softmax import te_softmax_kernel
 
 TE = "NVIDIA/TransformerEngine@v2.6:transformer_engine"
 TORCH = "pytorch/pytorch@v2.13.0:aten/src/ATen/cuda/CublasHandlePool.cpp"
@@ -108,6 +109,21 @@ def drain_buffers(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par: Parall
     if not (fw.defer_embedding_wgrad and holds_head and par.sp and par.tp > 1):
         return ()
     return ("mpu_0", "mpu_1") if fw.wgrad_deferral_limit != 1 and tr.num_microbatches > 1 else ("mpu_0",)
+
+
+def te_causal_mask_bytes(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par: ParallelSpec) -> int:
+    """The bool ``[s, s]`` upper-triangular mask TE's unfused attention caches once per process
+    (``_default_causal_mask``, keyed by mask type and shape) when its causal softmax runs the torch path — where the
+    fused kernel does not take the decoder's scores (:func:`timeline.spec.te_softmax.te_softmax_kernel`); 0 where it
+    never does. BERT's and T5's encoders run padding masks, which build no such cache."""
+    if fw.attention_backend != "unfused" or fw.transformer_impl != "transformer_engine" or \
+            m.architecture in ("bert", "t5") or tr.dtype == "fp32":
+        return 0
+    s = tr.seq_len // par.cp
+    heads = max(1, m.num_attention_heads // par.tp)
+    if te_softmax_kernel(tr.dtype, tr.micro_batch_size, heads, s, tr.seq_len):
+        return 0
+    return s * tr.seq_len
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -280,6 +296,10 @@ def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par
         made = "start" if tr.fp8_param_gather else "first_step"
         out += [(name, size, src, made) for name, size, src in
                 amax_histories(tensors, history=tr.fp8_amax_history_len, grouped_experts=fw.moe_grouped_gemm)]
+    mask = te_causal_mask_bytes(fw, m, tr, par)
+    if mask:
+        out.append(("workspace.te_causal_mask", mask, f"{TE}/pytorch/attention/dot_product_attention/softmax.py: "
+                    "_get_default_causal_mask (v1.2 … v2.18: softmax.py)", "start"))
     for rows, cols, dt in sorted(dummy_wgrad_shapes(fw, tr.dtype, tensors)):
         out.append((f"workspace.te_dummy_wgrad_{rows}x{cols}", rows * cols * DTYPE_BYTES[dt],
                     f"{TE}/pytorch/module/base.py: get_dummy_wgrad", "first_backward"))
