@@ -248,3 +248,13 @@ def test_the_vit_has_no_rotary_embedding_whatever_the_decoder_s(tmp_path):
     run = _run(tmp_path, position_embedding='"rope"')
     ropes = [op.name for op in forward_ops_of(run, 0) if op.rule == "rope"]
     assert ropes == ["layers.0.self_attn.rope"]
+
+
+def test_a_frozen_vit_is_not_recomputed(tmp_path):
+    """Selective recompute reaches the ViT's layers (their config is the decoder's copy); frozen, their checkpoint's
+    output takes no gradient, so its backward, and the recompute, never run."""
+    run = _run(tmp_path, frozen='["vision"]', policy='"selective"\nmodules = ["core_attn"]')
+    recomputed = {op.name for op in template_of(run, 0).backward if op.recompute}
+    assert recomputed and not any(n.startswith("vision_model.") for n in recomputed)
+    plain = _run(tmp_path, policy='"selective"\nmodules = ["core_attn"]')
+    assert any(op.name.startswith("vision_model.") for op in template_of(plain, 0).backward if op.recompute)

@@ -42,7 +42,7 @@ BERT_WORST_PCT = 2.5
 # (2025-09) hold 13–45 MiB more after iteration 1 than those of 65bd6f1e52 (2025-07), unexplained
 T5_WORST_PCT = 2.0
 # LLaVA (pretrain_vlm.py's LLaVAModel, since graph/families/llava.py), its own family: the one case, tp 1 pp 1 on an
-# H100, −0.15 % (its steady state −4.8 MiB); the 52-wide heads run TE's torch softmax path (fp32)
+# H100, −0.14 % (its steady state −3.0 MiB); the 52-wide heads run TE's torch softmax path (fp32)
 LLAVA_WORST_PCT = 0.5
 
 

@@ -262,6 +262,8 @@ def _analysis(source: AnalyticSource, chunk: int, pp_rank: int | None) -> Analys
     rank = chunk % par.pp if pp_rank is None else pp_rank
     layers = list(chunk_layers(par, source.model.num_hidden_layers)[chunk])
     regions = recompute_regions(source.recompute, ops, layers, rank, moe_split=ctx.structure.full_recompute_moe_split)
+    # a checkpoint over ops no gradient reaches (a frozen ViT) is never recomputed: its output takes no gradient
+    regions = [r for r in regions if not all(ops[i].no_grad for i in r.ops)]
     return analyse(ops, ctx.saved, regions)
 
 
