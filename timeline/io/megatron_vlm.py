@@ -62,7 +62,8 @@ def map_vlm(a: ArgReader, c: Conversion, family: str | None) -> None:
         raise UserError(f"--ckpt-format {fmt}: pretrain_vlm.py asserts \"Only ckpt-format torch is supported for VLM "
                         "training currently\"; give --ckpt-format torch")
     par = c.sections["parallel"]
-    if par.get("cp", 1) > 1 and par.get("pp", 1) > 1:
+    # the decoder's --pipeline-model-parallel-size (pp here also counts a ViT stage of its own)
+    if par.get("cp", 1) > 1 and par.get("pp", 1) - par.get("encoder_pp", 0) > 1:
         raise UserError("--context-parallel-size with --pipeline-model-parallel-size: pretrain_vlm.py asserts \"PP+CP is "
                         "not yet supported by this script\"; use one of them")
     if a.raw.get("--num-experts") not in (None, False, 0, "None"):
