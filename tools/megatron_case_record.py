@@ -270,8 +270,10 @@ def note_now(record: dict) -> str | None:
     """The record's expressible note without the kinds :data:`MODELLED_NOTES` lists (None: nothing left); a CUDA
     graphs kind narrowed to what from-megatron does not model (:func:`cuda_graph_note`), FSDP to what stays
     unmodelled (:func:`fsdp_note`)."""
+    from timeline.io.megatron_table import VLM_FAMILIES
+
     kinds = [k for k in str(record.get("expressible_note") or "").split("; ") if k and k not in MODELLED_NOTES]
-    if MULTIMODAL in kinds and (record.get("model_family") == "vlm" or record.get("family_dir") == "multimodal-llava"):
+    if MULTIMODAL in kinds and (record.get("model_family") or record.get("family_dir")) in VLM_FAMILIES:
         kinds.remove(MULTIMODAL)  # pretrain_vlm.py's LLaVA is modelled (graph/families/llava.py); MIMO is not
     if CUDA_GRAPHS in kinds:
         narrowed = cuda_graph_note(record.get("model_args") or {})

@@ -49,6 +49,8 @@ DEFAULT_DATA = ROOT.parent / "shared" / "measured" / "megatron_calibration.json"
 from measured_report import gap_lines, table  # noqa: E402  (the per-case table lives beside the part summaries)
 from megatron_case_record import golden_tag, note_now, resumed_run  # noqa: E402  (the notes' kinds live with the collection)
 
+from timeline.io.megatron_table import VLM_FAMILIES  # noqa: E402
+
 #: measured.gpu prefix → --gpu
 GPU_KINDS = {"H100": "h100", "GB200": "gb200", "A100": "a100", "B200": "b200", "H200": "h200"}
 
@@ -468,7 +470,7 @@ def family(record: dict) -> str:
     apart), with "inferred world size" and "lts image" (the CI's lts container) where they hold."""
     model = record.get("model_family") or record.get("family_dir")
     moe = bool(record["model_args"].get("--num-experts"))
-    kind = model if model in ("bert", "t5") else "llava" if model in ("vlm", "multimodal-llava") else \
+    kind = model if model in ("bert", "t5") else "llava" if model in VLM_FAMILIES else \
         "moe" if moe else "dense"
     tags = [tag for tag, on in (("inferred world size", bool(record["parallel"].get("world_size_inferred"))),
                                 ("lts image", is_lts(record))) if on]

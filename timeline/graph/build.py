@@ -118,7 +118,7 @@ def chunk_nodes(ctx: BuildCtx, ranges: list[range], chunk: int, mtp_at: int | No
     if chunk == 0 and m.architecture == "llava":  # LLaVAModel's ViT and projector live on the first stage
         nodes.append(Node("vision_model", "vision", None, tuple(llava.vision_params(ctx))))
         for k in range(m.vision_layers):
-            nodes += decoder_layer(ctx, llava.vision_layer(m, k), f"vision_model.layers.{k}", moe=False)
+            nodes += decoder_layer(ctx, m.vision_layer(k), f"vision_model.layers.{k}", moe=False)
         nodes.append(Node("vision_projection", "mlp", None, tuple(llava.projector_params(ctx))))
     if chunk == first_decoder_chunk(ctx, ranges):
         nodes.append(Node("embedding", "embedding", None, tuple(embedding.params(ctx))))

@@ -37,6 +37,7 @@ from timeline.io.megatron_table import (
     PROVIDER_FAMILIES,
     REFUSED,
     REFUSED_UNLESS,
+    VLM_FAMILIES,
 )
 from timeline.io.megatron_tokenizer import assumed_gpt2, vocab_size
 from timeline.profiles.megatron_workspaces import version_tuple
@@ -433,7 +434,7 @@ def encoder_stages(a: ArgReader, tp: int, family: str | None) -> tuple[int, int]
                         f"heads and is at most --tensor-model-parallel-size {tp} (arguments.py: validate_args)")
     if enc_pp == 0:
         return 0, tp
-    if family not in ("vlm", "multimodal-llava"):
+    if family not in VLM_FAMILIES:
         raise UserError(f"--encoder-pipeline-model-parallel-size {enc_pp}: a separately parallelised encoder (T5's) "
                         "is not modelled")
     if enc_pp != 1:

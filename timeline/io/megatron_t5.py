@@ -23,6 +23,7 @@ from typing import Any
 
 from timeline.errors import UserError
 from timeline.io.megatron_map import ArgReader, Conversion
+from timeline.io.megatron_table import VLM_FAMILIES
 from timeline.spec.arch_rules import PADDED_BACKENDS
 
 #: ``pretrain_t5.py``'s own arguments (refused as a T5 model in any other job)
@@ -34,7 +35,7 @@ T5_ARGS = ("--encoder-num-layers", "--encoder-seq-length", "--decoder-seq-length
 def derived_args(raw: dict[str, Any], family: str | None) -> dict[str, Any]:
     """The arguments as ``validate_args`` completes them for a T5 job: ``--num-layers`` from
     ``--encoder-num-layers``, ``--seq-length`` from ``--encoder-seq-length``; unchanged for other families."""
-    if family not in ("t5", "vlm", "multimodal-llava"):  # pretrain_vlm.py reads the same validate_args
+    if family != "t5" and family not in VLM_FAMILIES:  # pretrain_vlm.py reads the same validate_args
         return raw
     out = dict(raw)
     for given, derived in (("--encoder-num-layers", "--num-layers"), ("--encoder-seq-length", "--seq-length")):
@@ -49,7 +50,7 @@ def derived_args(raw: dict[str, Any], family: str | None) -> dict[str, Any]:
 def map_t5(a: ArgReader, c: Conversion, family: str | None) -> None:
     """``[model]`` and ``[training]`` of a T5 job; for another family, a refusal of ``pretrain_t5.py``'s own
     arguments."""
-    if family in ("vlm", "multimodal-llava"):  # pretrain_vlm.py reads its own (io/megatron_vlm.py)
+    if family in VLM_FAMILIES:  # pretrain_vlm.py reads its own (io/megatron_vlm.py)
         return
     if family != "t5":
         for name in T5_ARGS:

@@ -381,6 +381,8 @@ NOT_MEGATRON: dict[str, str] = {"--num-experts-per-tok": "--moe-router-topk"}
 #: bert are modelled, the rest are not
 MODELLED_FAMILIES = ("gpt", "moe", "mixtral", "deepseek", "llama", "qwen", "hybrid", "mamba", "nemotron", "bert",
                      "t5", "vlm", "multimodal-llava")
+#: the families that run pretrain_vlm.py (LLaVA): the script's own name and its functional tests' folder
+VLM_FAMILIES = ("vlm", "multimodal-llava")
 FAMILY_NAMES = {"rl": "RL-trained (an inference engine and training in one process)", "bert": "BERT encoder", "t5": "T5 encoder-decoder", "hybrid": "Mamba/hybrid",
                 "mamba": "Mamba/hybrid", "nemotron": "Mamba/hybrid (Nemotron-H)", "mimo": "multimodal (MIMO)",
                 "multimodal-llava": "multimodal (LLaVA)", "vlm": "multimodal (LLaVA, pretrain_vlm.py)",

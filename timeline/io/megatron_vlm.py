@@ -26,13 +26,12 @@ from __future__ import annotations
 
 from timeline.errors import UserError
 from timeline.io.megatron_map import ArgReader, Conversion
+from timeline.io.megatron_table import VLM_FAMILIES
 
 #: ``pretrain_vlm.py: add_vlm_extra_args`` — arguments of that script's parser only
 VLM_ARGS = ("--freeze-LM", "--freeze-ViT", "--disable-vision-class-token", "--dataloader-seq-length",
             "--decoder-tp-comm-overlap", "--use-packed-sequence")
 
-#: the model families that run pretrain_vlm.py: the script's own, and its functional tests' folder
-VLM_FAMILIES = ("vlm", "multimodal-llava")
 
 #: ``arguments.py: _add_vision_args`` defaults (core_r0.12.0 … d98e8a64dd)
 IMAGE_DEFAULTS = {"--img-h": 224, "--img-w": 224, "--patch-dim": 16}

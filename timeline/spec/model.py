@@ -326,6 +326,15 @@ class ModelSpec:
         patches, and the class token unless dropped)."""
         return self.vision_seq_len - (1 if self.vision_class_token == "drop" else 0)
 
+    def vision_layer(self, k: int) -> int:
+        """The layer index of a LLaVA ViT's layer ``k``: past the decoder's layers and MTP modules, so that a layer's
+        ops, saved tensors and recompute regions stay apart from the decoder's."""
+        return self.num_hidden_layers + self.mtp_layers + k
+
+    def is_vision_layer(self, layer: int) -> bool:
+        """Whether layer ``layer`` is a LLaVA ViT's (:meth:`vision_layer`)."""
+        return self.architecture == "llava" and layer >= self.num_hidden_layers + self.mtp_layers
+
     def is_t5_decoder_layer(self, layer: int) -> bool:
         """Whether layer ``layer`` (0-based) is a T5 decoder layer (after the ``encoder_layers``)."""
         return self.architecture == "t5" and layer >= self.encoder_layers

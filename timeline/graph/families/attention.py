@@ -132,8 +132,7 @@ def core_attention(b: Builder, prefix: str, q: TensorDef, k: TensorDef, v: Tenso
 def unmasked(b: Builder, layer: int) -> bool:
     """Whether layer ``layer``'s self-attention runs without a mask: a LLaVA ViT layer's
     (``vit_layer_specs.py``: ``AttnMaskType.no_mask``)."""
-    m = b.model
-    return m.architecture == "llava" and layer >= m.num_hidden_layers + m.mtp_layers
+    return b.model.is_vision_layer(layer)
 
 
 def padded(b: Builder, layer: int) -> bool:

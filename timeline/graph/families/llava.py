@@ -45,12 +45,6 @@ from timeline.graph.ir import Builder
 from timeline.graph.tensors import TensorDef, param
 
 
-def vision_layer(m: object, k: int) -> int:
-    """The op-layer index of the ViT's layer ``k``: past the language model's layers and MTP modules, so that a
-    layer's ops, its saved tensors and its recompute regions stay apart from the decoder's."""
-    return int(m.num_hidden_layers) + int(m.mtp_layers) + k  # type: ignore[attr-defined]
-
-
 def vision_params(ctx: BuildCtx) -> list[TensorDef]:
     """``CLIPViTModel``'s own parameters (its layers are :func:`timeline.graph.build.decoder_layer`'s): ``conv1``
     ``[h, 3, p, p]``, the class token ``[1, 1, h]``, the position table ``[seq, h]`` and ``ln_pre``, none split by TP."""
@@ -161,7 +155,7 @@ def _vision(b: Builder, images: TensorDef) -> TensorDef:
     try:
         x = sbh
         for k in range(m.vision_layers):
-            x = decoder.forward(b, vision_layer(m, k), f"vision_model.layers.{k}", x, moe=False)
+            x = decoder.forward(b, m.vision_layer(k), f"vision_model.layers.{k}", x, moe=False)
         bsh = b.tensor("vision_model.to_bsh", x.shape)
         b.op("vision_model.to_bsh", "copy", None, {"x": x}, {"y": bsh})
         keep = m.image_tokens
@@ -171,7 +165,7 @@ def _vision(b: Builder, images: TensorDef) -> TensorDef:
         b.dims = replace(vis, s=keep)
         start = len(b.ops)
         ln = norm.forward(b, "vision_projection.norm", rows, None)
-        out = mlp.project(b, "vision_projection", ln, None)  # type: ignore[arg-type]
+        out = mlp.project(b, "vision_projection", ln, None)
         if m.linear_bias:  # MultimodalProjector.forward: `encoder_output + encoder_output_bias`, a new tensor
             biased = b.tensor("vision_projection.bias_add.out", out.shape)
             b.op("vision_projection.bias_add", "add", None, {"x": out}, {"y": biased})

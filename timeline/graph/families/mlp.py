@@ -63,7 +63,7 @@ def local_ffn(params: Mapping[str, TensorDef], prefix: str) -> int:
 MLP: Tags = frozenset({"mlp"})
 
 
-def activation(b: Builder, name: str, x: TensorDef, layer: int, ffn: int, *, rule: str | None = None,
+def activation(b: Builder, name: str, x: TensorDef, layer: int | None, ffn: int, *, rule: str | None = None,
                probs: TensorDef | None = None, up: TensorDef | None = None, tags: Tags = MLP) -> TensorDef:
     """GeLU on ``x`` or SwiGLU on the fused gate+up output (or on gate ``x`` and ``up``); ``ffn`` is the
     local width. A model with ``swiglu_limit`` > 0 runs the clamped SwiGLU (rule ``clamped_swiglu``, or
@@ -129,7 +129,7 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     return project(b, prefix, ln, layer)
 
 
-def project(b: Builder, prefix: str, ln: TensorDef, layer: int) -> TensorDef:
+def project(b: Builder, prefix: str, ln: TensorDef, layer: int | None) -> TensorDef:
     """The dense MLP on already normalised rows ``ln`` (its own pre-norm's output, or the input norm's in a
     parallel-residual layer)."""
     m = b.model
@@ -144,7 +144,7 @@ def project(b: Builder, prefix: str, ln: TensorDef, layer: int) -> TensorDef:
     return row_linear(b, f"{p}.linear_fc2", act, m.hidden_size, layer, tags=MLP)
 
 
-def split_gate_up(b: Builder, p: str, x: TensorDef, ffn: int, layer: int, tags: Tags) -> tuple[TensorDef, TensorDef]:
+def split_gate_up(b: Builder, p: str, x: TensorDef, ffn: int, layer: int | None, tags: Tags) -> tuple[TensorDef, TensorDef]:
     """``gate_proj(x)`` and ``up_proj(x)`` as two column-parallel linears (both save ``x``)."""
     return (column_linear(b, f"{p}.gate_proj", x, ffn, layer, tags=tags),
             column_linear(b, f"{p}.up_proj", x, ffn, layer, tags=tags))
