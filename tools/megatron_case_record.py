@@ -197,7 +197,7 @@ def expressible_note(family: str, config: dict | None, tag: dict[str, Any]) -> s
         notes.append("CUDA graphs (graph memory pools)")
     if any(_on(args, k) for k in ("--cpu-offloading", "--fine-grained-activation-offloading",
                                   "--optimizer-cpu-offload", "--offload-optimizer-states")):
-        notes.append("offloading to CPU")
+        notes.append(OFFLOADING)
     if _on(args, "--use-megatron-fsdp") or _on(args, "--use-torch-fsdp2") or (
             args.get("--data-parallel-sharding-strategy") in ("optim_grads", "optim_grads_params")):
         notes.append("FSDP / ZeRO-3 style sharding")
@@ -223,6 +223,9 @@ def expressible_note(family: str, config: dict | None, tag: dict[str, Any]) -> s
 #: the CUDA-graph kind: modelled for TE's per-layer graphs of the whole layer or its attention
 #: (timeline/sim/graph_capture.py), narrowed by :func:`note_now` to what stays refused
 CUDA_GRAPHS = "CUDA graphs (graph memory pools)"
+#: the offloading kind, which Megatron's fine-grained activation offloading alone no longer earns: it is modelled
+#: (timeline/graph/offload.py, timeline/sim/offload.py); the other offloads keep it
+OFFLOADING = "offloading to CPU"
 #: the note of every multimodal test (LLaVA's pretrain_vlm.py and MIMO's examples/mimo/train.py alike)
 MULTIMODAL = "multimodal model"
 MODELLED_NOTES = ("BERT encoder model",  # Megatron-Core's BertModel (pretrain_bert.py) is modelled:
@@ -279,6 +282,10 @@ def note_now(record: dict) -> str | None:
         narrowed = cuda_graph_note(record.get("model_args") or {})
         kinds = [narrowed if k == CUDA_GRAPHS else k for k in kinds if k != CUDA_GRAPHS or narrowed]
     kinds = [fsdp_note(record, k) if k.startswith("FSDP / ZeRO-3") else k for k in kinds]
+    args = record.get("model_args") or {}
+    if _on(args, "--fine-grained-activation-offloading") and not any(
+            _on(args, k) for k in ("--cpu-offloading", "--optimizer-cpu-offload", "--offload-optimizer-states")):
+        kinds = [k for k in kinds if k not in (OFFLOADING, "activation " + OFFLOADING)]  # the collection's, the dataset's
     return "; ".join(k for k in kinds if k) or None
 
 

@@ -29,7 +29,7 @@ INDEX = ROOT / "timeline" / "io" / "megatron_parser_versions.json"
 MAPPING_SOURCES = ("timeline/io/megatron_map.py", "timeline/io/megatron_framework.py",
                    "timeline/io/megatron_state_args.py", "timeline/io/megatron_cp.py", "timeline/io/megatron_legacy.py",
                    "timeline/io/megatron_optimizer.py", "timeline/io/megatron_bert.py", "timeline/io/megatron_t5.py",
-                   "timeline/io/megatron_tokenizer.py", "timeline/io/megatron_vlm.py")
+                   "timeline/io/megatron_tokenizer.py", "timeline/io/megatron_vlm.py", "timeline/io/megatron_offload.py")
 
 
 @pytest.fixture(scope="module")

@@ -37,12 +37,13 @@ from timeline.graph.families import (
     t5,
 )
 from timeline.graph.ir import Builder, Dims, FOp
+from timeline.graph.offload import offload_groups
 from timeline.graph.ops import ChunkTemplate, Op, OpCost, SavedTensor
 from timeline.graph.recompute import recompute_regions
 from timeline.graph.tensors import Category, TensorDef
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
-from timeline.spec.run import ParallelSpec, RecomputeSpec, TrainingSpec
+from timeline.spec.run import OffloadSpec, ParallelSpec, RecomputeSpec, TrainingSpec
 
 
 def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int,
@@ -213,8 +214,11 @@ def analytic_template(source: AnalyticSource, chunk: int, *, pp_rank: int | None
     place_frees(units)  # the same units as one fused backward: their frees again, in that order
     saved = _saved(a)
     per_layer = _per_layer(saved)
+    core_attn_recomputed = source.recompute.policy == "selective" and "core_attn" in source.recompute.modules
+    groups = offload_groups(a, units, source.offload, core_attn_recomputed=core_attn_recomputed)
     return ChunkTemplate(chunk=chunk, forward=tuple(_forward(a)), backward_i=backward_i, backward_w=backward_w,
-                         layer_activation_bytes=per_layer, backward=tuple(to_op(u) for u in units), saved=saved)
+                         layer_activation_bytes=per_layer, backward=tuple(to_op(u) for u in units), saved=saved,
+                         offload=groups)
 
 
 def analytic_costs(source: AnalyticSource, chunk: int) -> tuple[dict[str, list[OpCost]], dict[int, int]]:
@@ -324,6 +328,8 @@ class AnalyticSource:
     parallel: ParallelSpec
     training: TrainingSpec
     recompute: RecomputeSpec = RecomputeSpec()
+    #: fine-grained activation offloading (``[offload]``): groups on each template, timed by the simulation
+    offload: OffloadSpec = OffloadSpec()
     sms: int = 0  # the device's streaming multiprocessors (spec/hardware.py SM_COUNTS)
     sm: int = 0  # the device's compute capability × 10 (``[hardware] sm``: which SDPA kernel torch picks)
 
@@ -363,7 +369,8 @@ class AnalyticSource:
         return replace(self, parallel=ParallelSpec(pp=par.pp, vpp=par.vpp, tp=par.tp, ep=par.ep, etp=par.etp,
                                                    layout=par.layout, mtp_stage=par.mtp_stage,
                                                    encoder_pp=par.encoder_pp, encoder_tp=par.encoder_tp),
-                       training=TrainingSpec(dtype=self.training.dtype), recompute=RecomputeSpec())
+                       training=TrainingSpec(dtype=self.training.dtype), recompute=RecomputeSpec(),
+                       offload=OffloadSpec())
 
     def total_params(self) -> int:
         """Trainable parameters of the unsharded model, counted as the profile counts them."""

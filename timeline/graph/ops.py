@@ -62,6 +62,37 @@ class SavedTensor:
     source: str  # the saved-tensor rule's citation
 
 
+@dataclass(frozen=True, slots=True)
+class OffloadItem:
+    """One saved tensor a group offloads: its storage; whether the reload is a copy beside a GPU original
+    (else the storage itself moves: freed after forward op ``free_after`` and allocated again by the reload);
+    the other groups of the chunk (indices) that saved it too — it moves only where all of them offload,
+    else the GPU keeps it and this group's reload is a copy; the backward ops (indices into the fused
+    backward) that read the reloaded tensor, in order. One item per autograd node that saved the tensor: each
+    save is a tag of its own, copied to the host and reloaded apart (``tensor_push`` / ``tensor_pop``)."""
+
+    storage: str
+    copy: bool
+    tag: int  # which of the tensor's saves (its autograd nodes) in the chunk: a copy's reload is named by it
+    free_after: int
+    partners: tuple[int, ...]
+    needs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadGroup:
+    """One group of one decoder layer: its name, the forward op that starts it and the one after which it is
+    committed, the backward op (index into the fused backward) after which its start's backward runs (a bulk
+    reload: ``FineGrainedOffloadingGroupStartFunction.backward``), and what it offloads."""
+
+    name: str
+    layer: int
+    start: int
+    commit: int
+    start_bwd: int
+    items: tuple[OffloadItem, ...]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChunkTemplate:
     """Op templates of one virtual stage for one micro-batch.
@@ -82,6 +113,9 @@ class ChunkTemplate:
     backward: tuple[Op, ...] = ()
     #: every tensor the forward keeps for the backward, in forward order
     saved: tuple[SavedTensor, ...] = ()
+    #: fine-grained activation offloading's groups (:class:`OffloadGroup`, :mod:`timeline.graph.offload`; forward op
+    #: indices into ``forward``, backward ones into ``backward``), in the order their contexts start
+    offload: tuple[OffloadGroup, ...] = ()
 
     @property
     def activation_bytes(self) -> int:

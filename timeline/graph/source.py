@@ -72,7 +72,7 @@ def model_source(run: RunSpec) -> ModelSource:
                            expert_ffn=run.model.moe_intermediate_size,
                            split_dims=_split_dims(run.model))
     return AnalyticSource(model=run.model, profile=run.profile, framework=run.framework, parallel=run.parallel,
-                          training=run.training, recompute=run.recompute, sms=run.hardware.sms,
+                          training=run.training, recompute=run.recompute, offload=run.offload, sms=run.hardware.sms,
                           sm=run.hardware.sm)
 
 

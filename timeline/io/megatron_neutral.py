@@ -13,6 +13,11 @@ from __future__ import annotations
 
 #: memory-neutral arguments, by exact option string, grouped by why they move no allocation
 NEUTRAL: dict[str, tuple[str, ...]] = {
+    "fine-grained activation offloading's CUDA-graph switch: it defers the offload groups' copies to after a TE "
+    "CUDA graph's replay (pipeline_parallel/fine_grained_activation_offload.py: push_offload_groups), so without "
+    "CUDA graphs it changes nothing; with them the job is refused for its graphs": (
+        "--delay-offload-until-cuda-graph",
+    ),
     "Megatron-FSDP's initialisation and checkpoint checks: meta-device parameters are materialised group by group "
     "into the FSDP buffers (megatron_fsdp/param_and_grad_buffer.py: _init_each_parameter_group_buffers), below the "
     "training peak; strict DTensor loading only validates keys": (
@@ -266,10 +271,6 @@ UNDER: dict[str, tuple[str, ...]] = {
     "--use-megatron-fsdp (FP8 under it)": ("--keep-fp8-transpose-cache",
                                           "--keep-fp8-transpose-cache-when-using-custom-fsdp"),
     "--fp4-format": ("--fp4-recipe", "--fp4-quantizer-factory"),
-    "--fine-grained-activation-offloading": ("--activation-offload-fraction", "--delta-offload-bytes-across-pp-ranks",
-                                             "--delay-offload-until-cuda-graph",
-                                             "--fine-grained-offloading-max-inflight-offloads",
-                                             "--min-offloaded-tensor-size"),
     "--cpu-offloading-num-layers > 0": ("--cpu-offloading-retain-pinned-cpu-buffers",),
     "--use-nccl-ub (with --use-megatron-fsdp)": ("--fsdp-manual-registration", "--fsdp-db-use-persist-buf-on-alloc-fail"),
     "--outer-dp-sharding-strategy other than no_shard": ("--enable-full-sharding-in-hsdp",),

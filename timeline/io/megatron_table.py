@@ -61,6 +61,14 @@ MAPPED: dict[str, str] = {
     "--tp-comm-overlap": "framework.tp_comm_overlap (the userbuffer GEMMs' cuBLAS workspace; the overlap itself is "
                          "simulated as the schedule without it)",
     "--qk-layernorm": "model.qk_norm",
+    **dict.fromkeys(("--fine-grained-activation-offloading", "--offload-modules"),
+                    "offload.modules (io/megatron_offload.py; the groups: graph/offload.py, their frees and reloads: "
+                    "sim/offload.py)"),
+    "--min-offloaded-tensor-size": "offload.min_elements",
+    **dict.fromkeys(("--activation-offload-fraction", "--delta-offload-bytes-across-pp-ranks"),
+                    "offloading's later knobs (core_v0.18.0 on): the defaults (1, 0) change nothing; others refused"),
+    "--fine-grained-offloading-max-inflight-offloads": "a wait of the compute stream for older copies to the host; "
+                                                       "the model frees each offloaded tensor at its group's commit",
     "--empty-unused-memory-level": "framework.empty_unused_memory_level (torch.cuda.empty_cache around the optimizer "
                                    "step: training.py train_step)",
     "--use-nccl-ub": "with DDP no rule moves a byte: param_and_grad_buffer.py (core_v0.13.0 … d98e8a64dd) allocates "
@@ -231,8 +239,6 @@ REFUSED: dict[str, str] = {
     "--optimizer-cuda-graph": "a CUDA-graphed optimizer step keeps its own memory pool (not modelled yet)",
     "--moe-pad-experts-for-cuda-graph-inference": "CUDA-graph inference padding is not modelled",
     "--use-torch-fsdp2": _FSDP,
-    "--fine-grained-activation-offloading": "activation offloading to CPU is not modelled",
-    "--offload-modules": "activation offloading to CPU is not modelled",
     "--export-kd-teacher-load": "distillation keeps a teacher model in memory (not modelled)",
     "--logits-load-dir": "distillation from stored teacher logits (training/training.py) is not modelled",
     "--logits-save-dir": "saving each step's top-k logits (training/training.py) is not modelled",

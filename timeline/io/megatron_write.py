@@ -30,6 +30,7 @@ from timeline.io.megatron_map import (
     refuse_job,
     refuse_unmodelled,
 )
+from timeline.io.megatron_offload import activation_offload
 from timeline.io.megatron_optimizer import cpu_offload, optimizer, precision_aware
 from timeline.io.megatron_optimizer import optimizer_impl as optimizer_impl_of
 from timeline.io.megatron_state_args import (
@@ -45,7 +46,8 @@ from timeline.io.megatron_vlm import VLM_ARGS, is_vlm, map_vlm
 from timeline.spec.hardware import GPUS, fill_gpu
 from timeline.spec.schedule_rules import schedule_problems
 
-SECTION_ORDER = ("model", "parallel", "training", "recompute", "schedule", "allocator", "hardware", "framework")
+SECTION_ORDER = ("model", "parallel", "training", "recompute", "offload", "schedule", "allocator", "hardware",
+                 "framework")
 
 
 #: what pretrain_gpt.py (GPTModel) reads of the hybrid arguments: only FLOP counting (Megatron-LM
@@ -135,6 +137,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     checkpoint_load(a, c, resumed=resumed, dp_cp=dp * c.sections["parallel"]["cp"])
     precision_aware(a, c, megatron_core=megatron_core)
     cpu_offload(a, c)
+    activation_offload(a, c, margs.env)
     optimizer_impl_of(a, c, optimizer_impl)
     given = {k: v for k, v in c.mapped.items() if k in margs.args}
     for name in margs.args:

@@ -31,6 +31,7 @@ from timeline.spec.presets import PRESETS
 from timeline.spec.run import (
     AllocatorSpec,
     HardwareSpec,
+    OffloadSpec,
     ParallelSpec,
     RecomputeSpec,
     RunSpec,
@@ -48,6 +49,7 @@ SECTIONS: dict[str, type] = {
     "allocator": AllocatorSpec,
     "hardware": HardwareSpec,
     "framework": FrameworkSpec,
+    "offload": OffloadSpec,
 }
 MODEL_KEYS = ("preset", "hf_config", "trace", "profile")
 #: a run's name: it becomes the folder ``runs/NAME``, so it can neither climb out of ``runs/``

@@ -21,6 +21,34 @@ CAT_CODE = {c: i for i, c in enumerate(CATEGORIES)}
 
 
 @dataclass(frozen=True, slots=True)
+class OffloadedTensor:
+    """A :class:`timeline.graph.offload.OffloadItem` in a compiled forward phase's indices: ``tensor`` into its
+    ``tensor_names``, ``free_op`` into its ops; ``needs`` into the chunk's full-backward (``B``) phase's ops;
+    ``partners`` into the phase's ``offload`` groups; ``size`` bytes and ``cat`` code of a reload."""
+
+    tensor: int
+    size: int
+    cat: int
+    copy: bool
+    tag: int
+    free_op: int
+    partners: tuple[int, ...]
+    needs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadedGroup:
+    """A :class:`timeline.graph.offload.OffloadGroup` in compiled indices: ``start`` and ``commit`` into the
+    forward phase's ops, ``start_bwd`` into the full-backward phase's."""
+
+    name: str
+    start: int
+    commit: int
+    start_bwd: int
+    items: tuple[OffloadedTensor, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class CompiledPhase:
     duration_us: float
     # ops
@@ -39,6 +67,8 @@ class CompiledPhase:
     ev_tensor: np.ndarray  # int32 index into tensor_names
     ev_op: np.ndarray  # int32 index into op_names
     tensor_names: tuple[str, ...]
+    #: a forward phase's fine-grained activation offloading groups (:func:`offloaded_groups`)
+    offload: tuple[OffloadedGroup, ...] = ()
 
 
 def compile_phase(ops: tuple[Op, ...] | list[Op], cost: CostModel,
@@ -88,3 +118,20 @@ def compile_phase(ops: tuple[Op, ...] | list[Op], cost: CostModel,
         ev_op=np.array(opi, dtype=np.int32),
         tensor_names=tuple(names),
     )
+
+
+def offloaded_groups(groups: tuple, forward: tuple[Op, ...] | list[Op], ph: CompiledPhase) -> tuple[OffloadedGroup, ...]:
+    """``groups`` (a template's :class:`timeline.graph.offload.OffloadGroup`\\ s over its ops ``forward``) in the
+    indices of ``ph``, the template's compiled forward phase; an item whose storage the phase never allocates
+    (none is known) is left out."""
+    defs = {td.storage: td for op in forward for td in op.allocs}
+    index = {name: k for k, name in enumerate(ph.tensor_names)}
+    out = []
+    for g in groups:
+        items = tuple(OffloadedTensor(tensor=index[it.storage], size=defs[it.storage].size_bytes,
+                                      cat=CAT_CODE[defs[it.storage].category], copy=it.copy, tag=it.tag,
+                                      free_op=it.free_after,
+                                      partners=it.partners, needs=it.needs)
+                      for it in g.items if it.storage in index and it.storage in defs)
+        out.append(OffloadedGroup(name=g.name, start=g.start, commit=g.commit, start_bwd=g.start_bwd, items=items))
+    return tuple(out)

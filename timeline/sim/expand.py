@@ -22,6 +22,7 @@ from timeline.sim.compiled import CAT_CODE, CompiledPhase
 from timeline.sim.engine import Span, span_offsets
 from timeline.sim.graph_capture import CaptureRules, capture_events, capture_iteration
 from timeline.sim.hf_state import hf_state_events
+from timeline.sim.offload import offload_events
 from timeline.sim.output import DeviceEvents, DeviceOps, Names
 from timeline.sim.plan import Compiled
 from timeline.sim.static_state import DeviceState, resolve
@@ -539,6 +540,10 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             log.push_timed(c.key, c.columns, c.times, d_mb, d_stage, d_action, d_it)
         else:
             log.push(c[0], c[1], c[2], c[3], c[4], c[5], d_mb, d_stage, d_action, d_it)
+    # fine-grained activation offloading's frees and reloads, per chunk instance (timeline.sim.offload)
+    for t, sign, size, cat, tensor, op, mb, stage, action, it, stream in offload_events(
+            spans, lambda sp: compiled[(sp.stage, sp.kind)]):
+        log.push([t], sign, size, cat, names(tensor), names(op), mb, stage, action, it, stream)
     if late:  # pushed last: after the matching op's own allocations
         cols = list(zip(*late, strict=True))
         log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)

@@ -19,7 +19,7 @@ from timeline.pipeline import build_schedule
 from timeline.pipeline.actions import Schedule
 from timeline.placement.devices import StaticDevice, chunk_holders, ep_devices, static_devices
 from timeline.profiles.megatron_cuda_graphs import graph_holds
-from timeline.sim.compiled import CompiledPhase, compile_phase
+from timeline.sim.compiled import CompiledPhase, compile_phase, offloaded_groups
 from timeline.sim.cost import CostModel
 from timeline.sim.graph_capture import CaptureRules
 from timeline.sim.static_state import DeviceState, StateRules, ddp_of, device_state, step_us
@@ -43,6 +43,9 @@ def compile_templates(templates: dict[int, ChunkTemplate], cost: CostModel) -> C
     for chunk, t in templates.items():
         sizes: dict[str, tuple[int, int]] = {}
         out[(chunk, "F")] = compile_phase(t.forward, cost, sizes)
+        if t.offload:
+            out[(chunk, "F")] = replace(out[(chunk, "F")], offload=offloaded_groups(t.offload, t.forward,
+                                                                                  out[(chunk, "F")]))
         after_i = dict(sizes)
         out[(chunk, "I")] = compile_phase(t.backward_i, cost, after_i)
         out[(chunk, "W")] = compile_phase(t.backward_w, cost, after_i)  # W frees what I kept for it

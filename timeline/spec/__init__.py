@@ -10,6 +10,7 @@ from timeline.spec.model import ModelSpec
 from timeline.spec.run import (
     AllocatorSpec,
     HardwareSpec,
+    OffloadSpec,
     ParallelSpec,
     RecomputeSpec,
     RunSpec,
@@ -21,6 +22,7 @@ __all__ = [
     "AllocatorSpec",
     "HardwareSpec",
     "ModelSpec",
+    "OffloadSpec",
     "ParallelSpec",
     "RecomputeSpec",
     "RunSpec",

@@ -21,6 +21,8 @@ from timeline.spec.trace import CapturedTrace
 #: ``--fp8-recipe`` values modelled (blockwise and mxfp8 are refused by from-megatron, with why)
 FP8_RECIPES = ("none", "delayed", "tensorwise", "blockwise", "mxfp8")
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts")
+#: Megatron-LM's ``--offload-modules`` (``transformer_config.py: TransformerConfig.__post_init__``'s allowed set)
+OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
 #: ``[training] optimizer``: whose per-parameter state the static state holds
 OPTIMIZERS = ("adam", "sgd", "muon")
 #: simulated iterations at most: the second already shows the steady state
@@ -158,6 +160,18 @@ class RecomputeSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class OffloadSpec:
+    """Megatron-LM's fine-grained activation offloading (``--fine-grained-activation-offloading``): the
+    tensors each named module group saves for its backward, copied to the host after the group's forward
+    and reloaded during the backward (:mod:`timeline.graph.offload`, :mod:`timeline.sim.offload`)."""
+
+    modules: tuple[str, ...] = spec_field((), choices=OFFLOAD_MODULES,
+                                          doc="module groups whose saved tensors go to the host (none: off)")
+    min_elements: int = spec_field(1024 * 1024, nonneg=True, maximum=2**62,
+                                   doc="a saved tensor of fewer elements stays on the GPU")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleSpec:
     kind: str = spec_field("1f1b", choices=SCHEDULE_KINDS)
     csv: str | None = spec_field(None, doc="path of a CSV schedule (kind = csv)")
@@ -231,6 +245,8 @@ class RunSpec:
     hardware: HardwareSpec
     #: implementation choices and versions the megatron profile assumes (``[framework]``)
     framework: FrameworkSpec = field(default_factory=FrameworkSpec)
+    #: fine-grained activation offloading to the host (``[offload]``)
+    offload: OffloadSpec = field(default_factory=OffloadSpec)
     #: the captured op trace when ``model_source`` is "trace:PATH" (kept out of equality and hashing:
     #: the path in ``model_source`` names it)
     trace: CapturedTrace | None = field(default=None, compare=False, repr=False)

@@ -23,8 +23,8 @@ from timeline.spec.framework import FrameworkSpec
 from timeline.spec.legacy_rules import legacy_problems
 from timeline.spec.model import ModelSpec
 from timeline.spec.mtp_rules import mtp_stage_problems
-from timeline.spec.run import ParallelSpec, RecomputeSpec, RunSpec, TrainingSpec
-from timeline.spec.schedule_rules import schedule_problems
+from timeline.spec.run import OffloadSpec, ParallelSpec, RecomputeSpec, RunSpec, ScheduleSpec, TrainingSpec
+from timeline.spec.schedule_rules import SCHEDULE_KINDS, schedule_problems
 
 #: ``[parallel]`` keys a single-device profile requires to be 1
 MODEL_PARALLEL_KEYS = ("pp", "tp", "ep", "cp")
@@ -167,7 +167,46 @@ def validate_run(run: RunSpec, limits: Mapping[str, ProfileLimits]) -> list[tupl
     """Every problem of ``run``; ``limits``: every profile's limits by name
     (``timeline.profiles.LIMITS``). A door (``tests/test_layering.py``): validation reads a whole run."""
     before, after = validate_all_but_recompute(run, limits)
-    return before + run_recompute_problems(run.recompute, run.parallel, run.model, before) + after
+    return before + run_recompute_problems(run.recompute, run.parallel, run.model, before) + after + \
+        offload_problems(run.offload, run.model, run.framework, run.recompute, run.schedule, profile=run.profile,
+                         traced=run.trace is not None)
+
+
+def offload_problems(off: OffloadSpec, m: ModelSpec, fw: FrameworkSpec, rc: RecomputeSpec, sched: ScheduleSpec, *,
+                     profile: str, traced: bool) -> list[tuple[str, str]]:
+    """``[offload]`` against the rest of a run (``traced``: its model a captured trace): what Megatron-LM itself refuses
+    (``transformer_config.py: TransformerConfig.__post_init__``, ``arguments.py: validate_args``) and what the
+    model of it (:mod:`timeline.graph.offload`, :mod:`timeline.sim.offload`) does not cover."""
+    if not off.modules:
+        return []
+    problems: list[tuple[str, str]] = []
+    add = problems.append
+    key = "offload.modules"
+    if profile != "megatron" or traced:
+        add((key, 'fine-grained activation offloading is Megatron-LM\'s: it needs profile = "megatron" and a model '
+             "the layer library builds; remove [offload]"))
+        return problems
+    if m.architecture != "gpt" or m.is_hybrid:
+        add((key, f"offloading is modelled for Megatron-LM's GPTModel, whose forward starts each chunk's offload "
+             f"handler (gpt_model.py: preprocess_for_fine_grained_offloading); {m.name} is not one: remove [offload]"))
+    if "attn_proj" in off.modules and "core_attn" not in off.modules:
+        add((key, '"attn_proj" without "core_attn": Megatron-LM refuses it (the output projection\'s input is the '
+             "core attention's output, which core attention's backward needs); add core_attn"))
+    if fw.transformer_impl != "transformer_engine":
+        add((key, 'Megatron-LM offloads activations only with transformer_impl = "transformer_engine" '
+             "(arguments.py: validate_args)"))
+    if rc.policy == "full":
+        add((key, "full recompute runs each layer without saving anything in its forward; offloading under it "
+             "is not modelled: use selective recompute or remove [offload]"))
+    kind = SCHEDULE_KINDS.get(sched.kind)
+    if kind is not None and kind.split_backward:
+        add((key, f"schedule {sched.kind!r} splits the backward into input and weight gradients; the "
+             "offload groups' reloads are modelled in a full backward only (1f1b, interleaved)"))
+    if fw.delay_wgrad_compute:
+        add((key, "deferred weight gradients (delay_wgrad_compute) with offloading are not modelled"))
+    if fw.cuda_graph_impl != "none":
+        add((key, "CUDA graphs with offloading (--delay-offload-until-cuda-graph) are not modelled"))
+    return problems
 
 
 def validate_all_but_recompute(run: RunSpec, limits: Mapping[str, ProfileLimits]) -> tuple[

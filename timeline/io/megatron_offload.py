@@ -1,0 +1,68 @@
+"""Megatron-LM's fine-grained activation offloading arguments → ``[offload]``.
+
+``--fine-grained-activation-offloading --offload-modules M …`` (core_v0.16.0 … main; ``transformer_config.py:
+TransformerConfig``'s ``fine_grained_activation_offloading``, ``offload_modules``, ``min_offloaded_tensor_size``):
+the groups and their timing are :mod:`timeline.graph.offload` and :mod:`timeline.sim.offload`, read at f5b2ec0130.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from timeline.errors import UserError
+from timeline.profiles.megatron_workspaces import version_tuple
+from timeline.spec.run import OFFLOAD_MODULES
+
+if TYPE_CHECKING:
+    from timeline.io.megatron_map import ArgReader, Conversion
+
+
+def _names(value: object) -> list[str]:
+    """``--offload-modules``' names: argparse's list, or a YAML string ``"[a b]"`` the functional tests' launcher
+    word-splits (as ``--recompute-modules``)."""
+    if isinstance(value, (list, tuple)):
+        return [str(x) for x in value]
+    return str(value).strip().strip("[]").replace(",", " ").split()
+
+
+def activation_offload(a: ArgReader, c: Conversion, env: dict[str, str]) -> None:
+    """``[offload] modules`` and ``min_elements`` from the offloading arguments, refusing in one line what Megatron-LM
+    refuses (``arguments.py: validate_args``: TE only, and with TE ≥ 2.10 ``NVTE_CPU_OFFLOAD_V1=1``;
+    ``TransformerConfig.__post_init__``: at least one module, all known, ``attn_proj`` only with ``core_attn``) and
+    the later knobs whose effect is not modelled when set (``--activation-offload-fraction`` below 1,
+    ``--delta-offload-bytes-across-pp-ranks`` above 0: ``post_warmup_callback`` from 0a2c4d0 on, core_v0.18.0)."""
+    if not a.flag("--fine-grained-activation-offloading"):
+        return
+    mods = _names(a.value("--offload-modules", ()))
+    if not mods:
+        raise UserError("--fine-grained-activation-offloading without --offload-modules: Megatron-LM asserts at least "
+                        "one module (transformer_config.py); name them, e.g. --offload-modules core_attn attn_proj")
+    unknown = [m for m in mods if m not in OFFLOAD_MODULES]
+    if unknown:
+        raise UserError(f"--offload-modules {' '.join(unknown)}: not a module Megatron-LM offloads; choose from "
+                        f"{', '.join(OFFLOAD_MODULES)}")
+    if "attn_proj" in mods and "core_attn" not in mods:
+        raise UserError("--offload-modules attn_proj without core_attn: Megatron-LM raises (the output projection's "
+                        "input is the core attention's output, which its backward needs); add core_attn")
+    if a.str("--transformer-impl", "transformer_engine") != "transformer_engine":
+        raise UserError("--fine-grained-activation-offloading needs --transformer-impl transformer_engine "
+                        "(Megatron-LM asserts it: arguments.py validate_args)")
+    te = str(c.sections.get("framework", {}).get("transformer_engine", ""))
+    if te and version_tuple(te) >= (2, 10) and env.get("NVTE_CPU_OFFLOAD_V1", "0") != "1":
+        raise UserError(f"--fine-grained-activation-offloading with Transformer Engine {te}: Megatron-LM asserts "
+                        "NVTE_CPU_OFFLOAD_V1=1 from TE 2.10 on (so that TE offloads no weights); set it in the "
+                        "job's environment")
+    fraction = a.float("--activation-offload-fraction", 1.0)
+    if fraction != 1.0:
+        raise UserError(f"--activation-offload-fraction {fraction}: keeping a share of each chunk's groups on the GPU "
+                        "is not modelled yet; the model offloads every group (fraction 1)")
+    delta = a.float("--delta-offload-bytes-across-pp-ranks", 0.0)
+    if delta:
+        raise UserError(f"--delta-offload-bytes-across-pp-ranks {delta:g}: keeping more bytes on later pipeline ranks "
+                        "is not modelled yet")
+    c.put("offload.modules", mods, "--fine-grained-activation-offloading", "--offload-modules")
+    c.put("offload.min_elements", a.int("--min-offloaded-tensor-size", 1024 * 1024), "--min-offloaded-tensor-size")
+    if a.value("--fine-grained-offloading-max-inflight-offloads") is not None:
+        c.mapped.setdefault("--fine-grained-offloading-max-inflight-offloads", "(read; sets no key of its own)")
+        c.notes.append("--fine-grained-offloading-max-inflight-offloads: the compute stream waits for older copies to "
+                       "the host; the model frees an offloaded tensor at its group's commit, as if every copy kept up")
