@@ -222,3 +222,10 @@ def test_a_fused_input_norm_saves_inside_the_qkv_group():
     assert t.forward[qkv.start].name == "layers.0.input_layernorm"
     layer_input = next(it for it in qkv.items if t.forward[it.free_after].name == "layers.0.attn_residual")
     assert not layer_input.copy
+
+
+def test_the_table_title_says_what_is_offloaded():
+    from timeline.cli.simulate import table_title
+
+    title = table_title(build_timeline(_run()))
+    assert "offload attn_norm+qkv_linear+core_attn+attn_proj+mlp_norm+expert_fc1+moe_act, caching" in title

@@ -133,7 +133,8 @@ def table_title(tl: Timeline) -> str:
     p = run.parallel
     return (f"{run.name}: {run.schedule.kind}, {run.training.num_microbatches} micro-batches, PP{p.pp} TP{p.tp} "
             f"EP{p.ep} DP{p.dp}\nprofile {run.profile}, recompute {recompute_name(run.recompute)}, "
-            f"{run.allocator.kind} allocator (GiB; frag. = reserved − allocated at the peak)")
+            + (f"offload {'+'.join(run.offload.modules)}, " if run.offload.modules else "")
+            + f"{run.allocator.kind} allocator (GiB; frag. = reserved − allocated at the peak)")
 
 
 def print_table(tl: Timeline, *, wide: bool = False) -> None:

@@ -117,7 +117,8 @@ def print_table(run: RunSpec, devices: list[StaticDevice], console: Console,
     p = run.parallel
     title = (f"{run.name}: {run.model.name}, profile={run.profile}, PP{p.pp}·VPP{p.vpp} TP{p.tp} CP{p.cp} "
              f"EP{p.ep} ETP{p.etp} DP{p.dp}\nZeRO-{run.training.zero}, recompute {recompute_name(run.recompute)} "
-             "(GiB per device; parameters as a count; activations per micro-batch)")
+             + ("(offload not counted: activations as kept) " if run.offload.modules else "")
+             + "(GiB per device; parameters as a count; activations per micro-batch)")
     view = View(title, COLUMNS, wide=wide)
     for d, a in zip(devices, acts, strict=True):
         layers = f"{d.layers[0]}–{d.layers[-1]}" if d.layers else "-"
