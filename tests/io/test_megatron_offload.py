@@ -49,6 +49,12 @@ def test_the_modules_and_the_floor_map_onto_offload():
     assert run.offload.modules[:2] == ("expert_fc1", "moe_act")
 
 
+def test_the_later_knobs_map_too():
+    off = _convert(ARGS | {"--activation-offload-fraction": 0.5,
+                           "--delta-offload-bytes-across-pp-ranks": 2**30}).sections["offload"]
+    assert (off["fraction"], off["delta_bytes"]) == (0.5, 2**30)
+
+
 def test_without_the_flag_nothing_is_offloaded():
     args = {k: v for k, v in ARGS.items() if k != "--fine-grained-activation-offloading"}
     assert "offload" not in _convert(args).sections
@@ -58,8 +64,9 @@ def test_without_the_flag_nothing_is_offloaded():
     ({"--offload-modules": "[attn_proj]"}, None, "attn_proj without core_attn"),
     ({"--offload-modules": "[mlp]"}, None, "not a module Megatron-LM offloads"),
     ({}, {"NVTE_FUSED_ATTN": "0"}, "NVTE_CPU_OFFLOAD_V1=1"),
-    ({"--activation-offload-fraction": 0.5}, None, "--activation-offload-fraction 0.5"),
-    ({"--delta-offload-bytes-across-pp-ranks": 1e9}, None, "--delta-offload-bytes-across-pp-ranks"),
+    ({"--activation-offload-fraction": 1.5}, None, "between 0 and 1"),
+    ({"--delta-offload-bytes-across-pp-ranks": -1}, None, "not negative"),
+    ({"--offload-modules": "[fused_group_mlp]"}, None, "fused grouped MLP"),
 ])
 def test_refusals_name_the_argument(args, env, needle):
     with pytest.raises(UserError, match="^--") as exc:

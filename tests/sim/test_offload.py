@@ -162,6 +162,21 @@ def test_which_groups_offload_in_each_iteration():
     assert _reloads(tl)[(0, 1)] == 2 * per_layer * 4 - per_layer
 
 
+def test_the_later_post_warmup_rules():
+    """Megatron-LM 69c486825c's post_warmup_callback, after the margin's keeps. ``fraction`` 0.5 keeps the last
+    ⌊n/2⌋ of each chunk's groups still offloading: the first rank's first micro-batch (its layer 1 kept by the
+    margin) keeps layer 0's last 3 of 7 (mlp_norm, expert_fc1, moe_act), offloading the 11 items of its first four;
+    the other three keep layer 1's 7 of 14; the last rank alike. ``delta_bytes`` keeps groups in backward order until pp_rank · delta is kept: on the last rank one
+    byte keeps one more group, the first micro-batch's layer-2 attn_norm (1 item)."""
+    run = _run()
+    half = build_timeline(replace(run, offload=replace(run.offload, fraction=0.5)))
+    assert _reloads(half)[(0, 1)] == 11 + 3 * 14
+    assert _reloads(half)[(1, 1)] == 11 + 3 * 14
+    delta = build_timeline(replace(run, offload=replace(run.offload, delta_bytes=1)))
+    assert _reloads(delta)[(1, 1)] == 4 * 14 - 1
+    assert _reloads(delta)[(0, 1)] == 2 * 14 * 4 - 14  # pp rank 0 keeps 0 · delta
+
+
 def test_offloading_lowers_the_peak_and_leaves_nothing_after_the_step():
     run = _run()
     off, on = build_timeline(replace(run, offload=OffloadSpec())), build_timeline(run)

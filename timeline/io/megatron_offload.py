@@ -17,6 +17,11 @@ if TYPE_CHECKING:
     from timeline.io.megatron_map import ArgReader, Conversion
 
 
+#: modules later Megatron-LM offloads too, with what they wrap (main at d98e8a64dd)
+LATER_MODULES = {"fused_group_mlp": "the TE op fuser's fused grouped MLP (5c660c3b4a)",
+                 "gdp_qkv": "the gated delta-product mixer's QKV convolution input"}
+
+
 def _names(value: object) -> list[str]:
     """``--offload-modules``' names: argparse's list, or a YAML string ``"[a b]"`` the functional tests' launcher
     word-splits (as ``--recompute-modules``)."""
@@ -29,14 +34,18 @@ def activation_offload(a: ArgReader, c: Conversion, env: dict[str, str]) -> None
     """``[offload] modules`` and ``min_elements`` from the offloading arguments, refusing in one line what Megatron-LM
     refuses (``arguments.py: validate_args``: TE only, and with TE ≥ 2.10 ``NVTE_CPU_OFFLOAD_V1=1``;
     ``TransformerConfig.__post_init__``: at least one module, all known, ``attn_proj`` only with ``core_attn``) and
-    the later knobs whose effect is not modelled when set (``--activation-offload-fraction`` below 1,
-    ``--delta-offload-bytes-across-pp-ranks`` above 0: ``post_warmup_callback`` from 0a2c4d0 on, core_v0.18.0)."""
+    the modules of later versions not modelled (:data:`LATER_MODULES`). ``--activation-offload-fraction`` and
+    ``--delta-offload-bytes-across-pp-ranks`` (Megatron-LM 69c486825c on) drive ``post_warmup_callback``'s later
+    rules (:mod:`timeline.sim.offload`)."""
     if not a.flag("--fine-grained-activation-offloading"):
         return
     mods = _names(a.value("--offload-modules", ()))
     if not mods:
         raise UserError("--fine-grained-activation-offloading without --offload-modules: Megatron-LM asserts at least "
                         "one module (transformer_config.py); name them, e.g. --offload-modules core_attn attn_proj")
+    later = [m for m in mods if m in LATER_MODULES]
+    if later:
+        raise UserError(f"--offload-modules {later[0]}: {LATER_MODULES[later[0]]}'s offload group is not modelled yet")
     unknown = [m for m in mods if m not in OFFLOAD_MODULES]
     if unknown:
         raise UserError(f"--offload-modules {' '.join(unknown)}: not a module Megatron-LM offloads; choose from "
@@ -53,15 +62,17 @@ def activation_offload(a: ArgReader, c: Conversion, env: dict[str, str]) -> None
                         "NVTE_CPU_OFFLOAD_V1=1 from TE 2.10 on (so that TE offloads no weights); set it in the "
                         "job's environment")
     fraction = a.float("--activation-offload-fraction", 1.0)
-    if fraction != 1.0:
-        raise UserError(f"--activation-offload-fraction {fraction}: keeping a share of each chunk's groups on the GPU "
-                        "is not modelled yet; the model offloads every group (fraction 1)")
-    delta = a.float("--delta-offload-bytes-across-pp-ranks", 0.0)
-    if delta:
-        raise UserError(f"--delta-offload-bytes-across-pp-ranks {delta:g}: keeping more bytes on later pipeline ranks "
-                        "is not modelled yet")
+    if not 0.0 <= fraction <= 1.0:
+        raise UserError(f"--activation-offload-fraction {fraction}: Megatron-LM asserts a share between 0 and 1")
+    delta = a.int("--delta-offload-bytes-across-pp-ranks", 0)
+    if delta < 0:
+        raise UserError(f"--delta-offload-bytes-across-pp-ranks {delta}: Megatron-LM asserts it is not negative")
     c.put("offload.modules", mods, "--fine-grained-activation-offloading", "--offload-modules")
     c.put("offload.min_elements", a.int("--min-offloaded-tensor-size", 1024 * 1024), "--min-offloaded-tensor-size")
+    if fraction != 1.0:
+        c.put("offload.fraction", fraction, "--activation-offload-fraction")
+    if delta:
+        c.put("offload.delta_bytes", delta, "--delta-offload-bytes-across-pp-ranks")
     if a.value("--fine-grained-offloading-max-inflight-offloads") is not None:
         c.mapped.setdefault("--fine-grained-offloading-max-inflight-offloads", "(read; sets no key of its own)")
         c.notes.append("--fine-grained-offloading-max-inflight-offloads: the compute stream waits for older copies to "

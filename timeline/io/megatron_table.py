@@ -65,8 +65,10 @@ MAPPED: dict[str, str] = {
                     "offload.modules (io/megatron_offload.py; the groups: graph/offload.py, their frees and reloads: "
                     "sim/offload.py)"),
     "--min-offloaded-tensor-size": "offload.min_elements",
-    **dict.fromkeys(("--activation-offload-fraction", "--delta-offload-bytes-across-pp-ranks"),
-                    "offloading's later knobs (core_v0.18.0 on): the defaults (1, 0) change nothing; others refused"),
+    "--activation-offload-fraction": "offload.fraction (post_warmup_callback's share of each chunk's groups, "
+                                     "69c486825c on: sim/offload.py)",
+    "--delta-offload-bytes-across-pp-ranks": "offload.delta_bytes (the bytes each later pipeline rank keeps on the "
+                                             "GPU, 69c486825c on: sim/offload.py)",
     "--fine-grained-offloading-max-inflight-offloads": "a wait of the compute stream for older copies to the host; "
                                                        "the model frees each offloaded tensor at its group's commit",
     "--empty-unused-memory-level": "framework.empty_unused_memory_level (torch.cuda.empty_cache around the optimizer "

@@ -84,7 +84,8 @@ def _summary(p: SimPlan, base: Timeline, allocator: AllocatorSpec, capacity_byte
         if progress:
             progress("allocator", i, len(p.devices))
         ev = device_events(p.training, p.devices[i], p.states[i], spans[i], p.compiled[p.load_of(i)], names,
-                           (p.capture[p.load_of(i)], p.capture_rules[p.load_of(i)]) if p.capture else None)
+                           (p.capture[p.load_of(i)], p.capture_rules[p.load_of(i)]) if p.capture else None,
+                           offload_rules=p.offload_rules)
         return ev, run_allocator(allocator, capacity_bytes, ev, names.items)
 
     first: dict[tuple, int] = {}

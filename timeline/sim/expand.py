@@ -443,10 +443,12 @@ def _kept_frees(state: DeviceState, spans: list[Span], compiled: Compiled) -> di
 
 
 def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans: list[Span], compiled: Compiled,
-                  names: Names, capture: tuple[Compiled, CaptureRules] | None = None) -> DeviceEvents:
+                  names: Names, capture: tuple[Compiled, CaptureRules] | None = None,
+                  offload_rules: tuple[float, int] = (1.0, 0)) -> DeviceEvents:
     """Static state (as the plan's ``state`` says it comes into being), the CUDA graphs' capture
     (``capture``: its phases and rules, :mod:`timeline.sim.graph_capture`), then every action's template
-    shifted to its start."""
+    shifted to its start; fine-grained activation offloading's frees and reloads under ``offload_rules``
+    (:func:`timeline.sim.offload.offload_events`)."""
     first_bwd = min((s.start_us for s in spans if s.kind in ("B", "I")), default=0.0)
     first_step = min((s.start_us for s in spans if s.kind == "step"), default=0.0)
     log = _Log()
@@ -542,7 +544,8 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             log.push(c[0], c[1], c[2], c[3], c[4], c[5], d_mb, d_stage, d_action, d_it)
     # fine-grained activation offloading's frees and reloads, per chunk instance (timeline.sim.offload)
     for t, sign, size, cat, tensor, op, mb, stage, action, it, stream in offload_events(
-            spans, lambda sp: compiled[(sp.stage, sp.kind)]):
+            spans, lambda sp: compiled[(sp.stage, sp.kind)], pp_rank=dev.pp_rank, fraction=offload_rules[0],
+            delta_bytes=offload_rules[1]):
         log.push([t], sign, size, cat, names(tensor), names(op), mb, stage, action, it, stream)
     if late:  # pushed last: after the matching op's own allocations
         cols = list(zip(*late, strict=True))

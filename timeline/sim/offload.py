@@ -182,21 +182,42 @@ class _Iteration:
             self.events.append((end, -1, item.size, item.cat, name, RELOAD_OP, f.microbatch, f.stage, ch.b_action,
                                 f.iteration, H2D_STREAM))
 
-    def post_warmup(self) -> set[tuple[Instance, int]]:
+    def post_warmup(self, pp_rank: int, fraction: float, delta_bytes: int) -> set[tuple[Instance, int]]:
         """``post_warmup_callback``: per group name, the last group of that name in the first chunk of the
-        backward order holding one stays on the GPU, for as many names as the most names one chunk holds."""
+        backward order holding one stays on the GPU, for as many names as the most names one chunk holds. From
+        Megatron-LM 69c486825c on, then: in backward order, groups stay until ``pp_rank · delta_bytes`` of their
+        warm-up offload is kept (``--delta-offload-bytes-across-pp-ranks``); and of each chunk's groups still
+        offloading (with bytes), the last ⌊n·(1 − ``fraction``)⌋ stay (``--activation-offload-fraction``)."""
         margin = max((len({g.name for g in ch.groups}) for ch in self.chunks.values()), default=0)
         last: dict[str, tuple[Instance, int]] = {}
         for y in reversed(self.bwd_order):
             ch = self.chunks.get(y)
             for g, grp in enumerate(ch.groups if ch is not None else ()):
                 last[grp.name] = (y, g)
-        return set(list(last.values())[:margin])
+        keep = set(list(last.values())[:margin])
+        order = [y for y in self.bwd_order if y in self.chunks]
+
+        def size(grp: OffloadedGroup) -> int:
+            return sum(it.size for it in grp.items)
+
+        budget = pp_rank * delta_bytes
+        for y in order:
+            for g, grp in enumerate(self.chunks[y].groups):
+                if (y, g) not in keep and budget > 0:
+                    budget -= size(grp)
+                    keep.add((y, g))
+        for y in order:
+            eligible = [g for g, grp in enumerate(self.chunks[y].groups) if (y, g) not in keep and size(grp) > 0]
+            off = int(len(eligible) * (1 - fraction))
+            keep.update((y, g) for g in eligible[len(eligible) - off:] if off)
+        return keep
 
 
-def offload_events(spans: list[Span], phase: Callable[[Span], CompiledPhase]) -> list[Event]:
-    """The frees and reload allocations fine-grained activation offloading adds to a device whose actions are
-    ``spans`` (``phase``: a span's compiled phase), iteration after iteration."""
+def offload_events(spans: list[Span], phase: Callable[[Span], CompiledPhase], *, pp_rank: int = 0,
+                   fraction: float = 1.0, delta_bytes: int = 0) -> list[Event]:
+    """The frees and reload allocations fine-grained activation offloading adds to a device of pipeline rank
+    ``pp_rank`` whose actions are ``spans`` (``phase``: a span's compiled phase), iteration after iteration;
+    ``fraction`` and ``delta_bytes``: ``[offload]``'s post-warm-up rules (:meth:`_Iteration.post_warmup`)."""
     acts = [i for i, sp in enumerate(spans) if sp.kind in ("F", "B")]
     if not any(phase(spans[i]).offload for i in acts if spans[i].kind == "F"):
         return []
@@ -209,5 +230,5 @@ def offload_events(spans: list[Span], phase: Callable[[Span], CompiledPhase]) ->
         state = _Iteration(spans, by_iteration[it], phase, events)
         state.run(warm=n == 0, keep=keep)
         if n == 0:
-            keep = state.post_warmup()
+            keep = state.post_warmup(pp_rank, fraction, delta_bytes)
     return events

@@ -247,6 +247,8 @@ class SimPlan:
     #: the chunks the first load built no template for: chunk → (the chunk whose template it shares,
     #: decoder layers between their first layers; :func:`shifted_phase`)
     shifts: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: fine-grained activation offloading's post-warm-up rules: (``[offload] fraction``, ``delta_bytes``)
+    offload_rules: tuple[float, int] = (1.0, 0)
 
     def load_of(self, device_index: int) -> int:
         return device_index % len(self.loads)
@@ -296,4 +298,11 @@ def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training:
                    iterations=tr.warmup_iterations + tr.iterations,
                    capture=tuple(capture), capture_rules=tuple(capture_rules),
                    early_attn_release=rules.framework.ep_overlap_early_attn_memory_release,
-                   delay_wgrad=rules.framework.delay_wgrad_compute, shifts=shifts)
+                   delay_wgrad=rules.framework.delay_wgrad_compute, shifts=shifts,
+                   offload_rules=_offload_rules(source))
+
+
+def _offload_rules(source: ModelSource) -> tuple[float, int]:
+    """(fraction, delta bytes) of the source's ``[offload]`` (a captured trace offloads nothing)."""
+    off = getattr(source, "offload", None)
+    return (1.0, 0) if off is None else (off.fraction, off.delta_bytes)

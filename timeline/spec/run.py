@@ -169,6 +169,10 @@ class OffloadSpec:
                                           doc="module groups whose saved tensors go to the host (none: off)")
     min_elements: int = spec_field(1024 * 1024, nonneg=True, maximum=2**62,
                                    doc="a saved tensor of fewer elements stays on the GPU")
+    fraction: float = spec_field(1.0, minimum=0.0, maximum=1.0,
+                                 doc="share of each chunk's offloading groups that offload from the second iteration")
+    delta_bytes: int = spec_field(0, nonneg=True, maximum=2**62,
+                                  doc="bytes each later pipeline rank keeps on the GPU beyond the one before it")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
