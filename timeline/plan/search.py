@@ -58,7 +58,12 @@ from timeline.sim.estimate import estimate_work
 from timeline.sim.static_state import StateRules
 from timeline.spec.recompute import parse_recompute
 from timeline.spec.run import RecomputeSpec, RunSpec
-from timeline.spec.validate import run_recompute_problems, validate_all_but_recompute, validate_run
+from timeline.spec.validate import (
+    offload_problems,
+    run_recompute_problems,
+    validate_all_but_recompute,
+    validate_run,
+)
 
 T = TypeVar("T")
 #: what other modules take from here (the exporter reads the fates' names through this module)
@@ -184,7 +189,9 @@ def bound_block(job: BoundJob) -> list[GroupResult]:
             split = (p, par.pp, par.vpp, par.layout, layout_problem)
             if split not in recompute_problems:
                 recompute_problems[split] = run_recompute_problems(rc, par, run.model, before)
-            problems = before + recompute_problems[split] + after
+            problems = before + recompute_problems[split] + after + offload_problems(
+                run.offload, run.model, run.framework, rc, run.schedule, profile=run.profile,
+                traced=run.trace is not None)
             if problems:
                 invalid.append(f"{problems[0][0]}: {problems[0][1]}")
                 bounds.append(None)

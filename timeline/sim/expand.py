@@ -543,9 +543,12 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
         else:
             log.push(c[0], c[1], c[2], c[3], c[4], c[5], d_mb, d_stage, d_action, d_it)
     # fine-grained activation offloading's frees and reloads, per chunk instance (timeline.sim.offload)
-    offloads = offload_events(spans, lambda sp: compiled[(sp.stage, sp.kind)], pp_rank=dev.pp_rank,
-                              fraction=offload_rules[0], delta_bytes=offload_rules[1]) \
-        if any(ph.offload for ph in compiled.values()) else []
+    offloads: list = []
+    if any(ph.offload for ph in compiled.values()):
+        later_frees = {i: frozenset(ph.tensor_names[t] for t in ph.ev_tensor[k.mask].tolist())
+                       for i, k in kept.items() for ph in (compiled[(spans[i].stage, spans[i].kind)],)}
+        offloads = offload_events(spans, lambda sp: compiled[(sp.stage, sp.kind)], pp_rank=dev.pp_rank,
+                                  fraction=offload_rules[0], delta_bytes=offload_rules[1], deferred=later_frees)
     for t, sign, size, cat, tensor, op, mb, stage, action, it, stream in offloads:
         log.push([t], sign, size, cat, names(tensor), names(op), mb, stage, action, it, stream)
     if late:  # pushed last: after the matching op's own allocations

@@ -72,8 +72,8 @@ class _Iteration:
     """One iteration of one device: the manager's state as its actions run, and the events it adds."""
 
     def __init__(self, spans: list[Span], acts: list[int], phase: Callable[[Span], CompiledPhase],
-                 events: list[Event]) -> None:
-        self.spans, self.phase, self.events = spans, phase, events
+                 events: list[Event], deferred: dict[int, frozenset[str]]) -> None:
+        self.spans, self.phase, self.events, self.deferred = spans, phase, events, deferred
         self.chunks: dict[Instance, _Chunk] = {}
         self.bwd_order: list[Instance] = []
         self.done: set[Instance] = set()
@@ -92,7 +92,7 @@ class _Iteration:
     def run(self, warm: bool, keep: set[tuple[Instance, int]]) -> None:
         timeline: list[tuple[float, int, int, Instance, int, int]] = []  # (t, kind, seq, instance, group, item)
         for x, ch in self.chunks.items():
-            if not ch.groups:
+            if not ch.groups or ch.b_action < 0:  # no full backward of it this iteration (validation refuses that)
                 continue
             f = self.spans[ch.f_action]
             ends = _times(f, ch.forward, ends=True)
@@ -147,12 +147,17 @@ class _Iteration:
 
     def resolve(self, ch: _Chunk) -> None:
         """At the end of a chunk's forward: each offloaded group's items pending a reload, as moves (their storage
-        freed after ``free_op``) where every group that saved the tensor offloaded, else as copies."""
+        freed after ``free_op``) where every group that saved the tensor offloaded, else as copies — also a
+        tensor whose free the schedule's references defer past the chunk's backward (its received input: the
+        events' pairing needs the template's own free of it; Megatron's commit resizes it to nothing, so the
+        received input counts until then here)."""
         sp, ph = self.spans[ch.f_action], ch.forward
         ends = _times(sp, ph, ends=True)
+        later = self.deferred.get(ch.b_action, frozenset())
         for g in ch.stack:
             for k, item in enumerate(ch.groups[g].items):
-                move = not item.copy and all(ch.offloaded.get(p, False) for p in item.partners)
+                move = not item.copy and all(ch.offloaded.get(p, False) for p in item.partners) and \
+                    ph.tensor_names[item.tensor] not in later
                 ch.pending[(g, k)] = "move" if move else "copy"
                 if move:
                     self.events.append((float(ends[item.free_op]), -1, item.size, item.cat,
@@ -214,10 +219,12 @@ class _Iteration:
 
 
 def offload_events(spans: list[Span], phase: Callable[[Span], CompiledPhase], *, pp_rank: int = 0,
-                   fraction: float = 1.0, delta_bytes: int = 0) -> list[Event]:
+                   fraction: float = 1.0, delta_bytes: int = 0,
+                   deferred: dict[int, frozenset[str]] | None = None) -> list[Event]:
     """The frees and reload allocations fine-grained activation offloading adds to a device of pipeline rank
     ``pp_rank`` whose actions are ``spans`` (``phase``: a span's compiled phase), iteration after iteration;
-    ``fraction`` and ``delta_bytes``: ``[offload]``'s post-warm-up rules (:meth:`_Iteration.post_warmup`)."""
+    ``fraction`` and ``delta_bytes``: ``[offload]``'s post-warm-up rules (:meth:`_Iteration.post_warmup`);
+    ``deferred``: per backward action (span index), the storages whose frees the schedule moves elsewhere."""
     acts = [i for i, sp in enumerate(spans) if sp.kind in ("F", "B")]
     if not any(phase(spans[i]).offload for i in acts if spans[i].kind == "F"):
         return []
@@ -227,7 +234,7 @@ def offload_events(spans: list[Span], phase: Callable[[Span], CompiledPhase], *,
     events: list[Event] = []
     keep: set[tuple[Instance, int]] = set()
     for n, it in enumerate(sorted(by_iteration)):
-        state = _Iteration(spans, by_iteration[it], phase, events)
+        state = _Iteration(spans, by_iteration[it], phase, events, deferred or {})
         state.run(warm=n == 0, keep=keep)
         if n == 0:
             keep = state.post_warmup(pp_rank, fraction, delta_bytes)

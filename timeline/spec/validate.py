@@ -24,7 +24,7 @@ from timeline.spec.legacy_rules import legacy_problems
 from timeline.spec.model import ModelSpec
 from timeline.spec.mtp_rules import mtp_stage_problems
 from timeline.spec.run import OffloadSpec, ParallelSpec, RecomputeSpec, RunSpec, ScheduleSpec, TrainingSpec
-from timeline.spec.schedule_rules import SCHEDULE_KINDS, schedule_problems
+from timeline.spec.schedule_rules import schedule_problems
 
 #: ``[parallel]`` keys a single-device profile requires to be 1
 MODEL_PARALLEL_KEYS = ("pp", "tp", "ep", "cp")
@@ -198,10 +198,9 @@ def offload_problems(off: OffloadSpec, m: ModelSpec, fw: FrameworkSpec, rc: Reco
     if rc.policy == "full":
         add((key, "full recompute runs each layer without saving anything in its forward; offloading under it "
              "is not modelled: use selective recompute or remove [offload]"))
-    kind = SCHEDULE_KINDS.get(sched.kind)
-    if kind is not None and kind.split_backward:
-        add((key, f"schedule {sched.kind!r} splits the backward into input and weight gradients; the "
-             "offload groups' reloads are modelled in a full backward only (1f1b, interleaved)"))
+    if sched.kind not in ("1f1b", "interleaved"):
+        add((key, f"schedule {sched.kind!r} is not one of Megatron-LM's: its offload manager orders the chunks as "
+             'its 1F1B and interleaved schedules run them; set schedule.kind = "1f1b" or "interleaved"'))
     if fw.delay_wgrad_compute:
         add((key, "deferred weight gradients (delay_wgrad_compute) with offloading are not modelled"))
     if fw.cuda_graph_impl != "none":
