@@ -22,7 +22,8 @@ f5b2ec0130; the groups: :mod:`timeline.graph.offload`):
   reloaded then (``tensor_pop``). A reload allocates on the H2D stream. A moved tensor's reload is freed where
   the template frees the tensor; a copy's after its group's last backward reader.
 
-Offloading needs full-backward actions (``B``): the checks refuse split backwards and deferred weight gradients.
+Offloading runs under Megatron-LM's own schedules (1f1b, interleaved, each backward a full ``B``): the checks
+refuse the others, and deferred weight gradients (``timeline.spec.validate.offload_problems``).
 """
 
 from __future__ import annotations
