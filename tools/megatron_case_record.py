@@ -195,8 +195,7 @@ def expressible_note(family: str, config: dict | None, tag: dict[str, Any]) -> s
     if _on(args, "--enable-cuda-graph") or _on(args, "--external-cuda-graph") or (
             str(args.get("--cuda-graph-impl", "none")) not in ("none", "None")):
         notes.append("CUDA graphs (graph memory pools)")
-    if any(_on(args, k) for k in ("--cpu-offloading", "--fine-grained-activation-offloading",
-                                  "--optimizer-cpu-offload", "--offload-optimizer-states")):
+    if any(_on(args, k) for k in ("--fine-grained-activation-offloading", *OTHER_OFFLOADS)):
         notes.append(OFFLOADING)
     if _on(args, "--use-megatron-fsdp") or _on(args, "--use-torch-fsdp2") or (
             args.get("--data-parallel-sharding-strategy") in ("optim_grads", "optim_grads_params")):
@@ -226,6 +225,8 @@ CUDA_GRAPHS = "CUDA graphs (graph memory pools)"
 #: the offloading kind, which Megatron's fine-grained activation offloading alone no longer earns: it is modelled
 #: (timeline/graph/offload.py, timeline/sim/offload.py); the other offloads keep it
 OFFLOADING = "offloading to CPU"
+#: the offloads besides the fine-grained activation offloading that still earn :data:`OFFLOADING`
+OTHER_OFFLOADS = ("--cpu-offloading", "--optimizer-cpu-offload", "--offload-optimizer-states")
 #: the note of every multimodal test (LLaVA's pretrain_vlm.py and MIMO's examples/mimo/train.py alike)
 MULTIMODAL = "multimodal model"
 MODELLED_NOTES = ("BERT encoder model",  # Megatron-Core's BertModel (pretrain_bert.py) is modelled:
@@ -283,8 +284,7 @@ def note_now(record: dict) -> str | None:
         kinds = [narrowed if k == CUDA_GRAPHS else k for k in kinds if k != CUDA_GRAPHS or narrowed]
     kinds = [fsdp_note(record, k) if k.startswith("FSDP / ZeRO-3") else k for k in kinds]
     args = record.get("model_args") or {}
-    if _on(args, "--fine-grained-activation-offloading") and not any(
-            _on(args, k) for k in ("--cpu-offloading", "--optimizer-cpu-offload", "--offload-optimizer-states")):
+    if _on(args, "--fine-grained-activation-offloading") and not any(_on(args, k) for k in OTHER_OFFLOADS):
         kinds = [k for k in kinds if k not in (OFFLOADING, "activation " + OFFLOADING)]  # the collection's, the dataset's
     return "; ".join(k for k in kinds if k) or None
 

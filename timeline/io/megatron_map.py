@@ -574,6 +574,15 @@ def _step_schedule_start(text: str) -> int:
     return int(start)
 
 
+def module_names(value: object) -> list[str]:
+    """A module-list argument's names (``--recompute-modules``, ``--offload-modules``): argparse's list, or a YAML
+    string ``"[layernorm mlp]"``, which the functional tests' launcher word-splits and strips of its brackets so
+    that argparse's ``nargs="*"`` receives the names (arguments.py)."""
+    if isinstance(value, (list, tuple)):
+        return [str(x) for x in value]
+    return str(value).strip().strip("[]").replace(",", " ").split()
+
+
 def map_training(a: ArgReader, c: Conversion, dp: int) -> None:
     """``[training]`` (batch, dtypes, optimizer) and ``[recompute]``."""
     mbs = a.need("--micro-batch-size")
@@ -652,10 +661,7 @@ def map_training(a: ArgReader, c: Conversion, dp: int) -> None:
         c.put("recompute.method", a.str("--recompute-method", "uniform"), "--recompute-method")
         c.put("recompute.num_layers", a.int("--recompute-num-layers", 1), "--recompute-num-layers")
     elif gran == "selective":
-        mods = a.value("--recompute-modules", ("core_attn",))
-        # a YAML string "[layernorm mlp]": the functional tests' launcher word-splits it and strips the
-        # brackets, so argparse's nargs="*" receives the names (arguments.py: --recompute-modules)
-        mods = str(mods).strip().strip("[]").replace(",", " ").split() if isinstance(mods, str) else list(mods)
+        mods = module_names(a.value("--recompute-modules", ("core_attn",)))
         if moe_layer and "moe" not in mods:
             mods.append("moe")
         c.put("recompute.policy", "selective", "--recompute-granularity", "--recompute-activations",

@@ -7,27 +7,14 @@ the groups and their timing are :mod:`timeline.graph.offload` and :mod:`timeline
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from timeline.errors import UserError
+from timeline.io.megatron_map import ArgReader, Conversion, module_names
 from timeline.profiles.megatron_workspaces import version_tuple
 from timeline.spec.run import OFFLOAD_MODULES
-
-if TYPE_CHECKING:
-    from timeline.io.megatron_map import ArgReader, Conversion
-
 
 #: modules later Megatron-LM offloads too, with what they wrap (main at d98e8a64dd)
 LATER_MODULES = {"fused_group_mlp": "the TE op fuser's fused grouped MLP (5c660c3b4a)",
                  "gdp_qkv": "the gated delta-product mixer's QKV convolution input"}
-
-
-def _names(value: object) -> list[str]:
-    """``--offload-modules``' names: argparse's list, or a YAML string ``"[a b]"`` the functional tests' launcher
-    word-splits (as ``--recompute-modules``)."""
-    if isinstance(value, (list, tuple)):
-        return [str(x) for x in value]
-    return str(value).strip().strip("[]").replace(",", " ").split()
 
 
 def activation_offload(a: ArgReader, c: Conversion, env: dict[str, str]) -> None:
@@ -39,7 +26,7 @@ def activation_offload(a: ArgReader, c: Conversion, env: dict[str, str]) -> None
     rules (:mod:`timeline.sim.offload`)."""
     if not a.flag("--fine-grained-activation-offloading"):
         return
-    mods = _names(a.value("--offload-modules", ()))
+    mods = module_names(a.value("--offload-modules", ()))
     if not mods:
         raise UserError("--fine-grained-activation-offloading without --offload-modules: Megatron-LM asserts at least "
                         "one module (transformer_config.py); name them, e.g. --offload-modules core_attn attn_proj")

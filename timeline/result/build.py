@@ -46,7 +46,7 @@ def build_timeline(run: RunSpec, source_fn: SourceFn = model_source, *,
                            traced=run.trace is not None,
                            expert_state_group=profile(run.profile).params.expert_state_group)
         p = plan(source_fn(run), pipe, model=run.model, training=tr, parallel=par, rules=rules,
-                 recompute=run.recompute)
+                 recompute=run.recompute, offload=run.offload)
         if summary_only:
             timing = time_plan(p, tr.warmup_iterations)
             act = [sum(p.activation_bytes[p.load_of(i)][c] for c in dev.stages) for i, dev in enumerate(p.devices)]
@@ -85,7 +85,7 @@ def _summary(p: SimPlan, base: Timeline, allocator: AllocatorSpec, capacity_byte
             progress("allocator", i, len(p.devices))
         ev = device_events(p.training, p.devices[i], p.states[i], spans[i], p.compiled[p.load_of(i)], names,
                            (p.capture[p.load_of(i)], p.capture_rules[p.load_of(i)]) if p.capture else None,
-                           offload_rules=p.offload_rules)
+                           offload=p.offload)
         return ev, run_allocator(allocator, capacity_bytes, ev, names.items)
 
     first: dict[tuple, int] = {}

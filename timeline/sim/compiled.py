@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from timeline.graph.ops import Op
+from timeline.graph.ops import OffloadGroup, Op
 from timeline.graph.tensors import CATEGORIES
 from timeline.sim.cost import CostModel
 
@@ -120,8 +120,9 @@ def compile_phase(ops: tuple[Op, ...] | list[Op], cost: CostModel,
     )
 
 
-def offloaded_groups(groups: tuple, forward: tuple[Op, ...] | list[Op], ph: CompiledPhase) -> tuple[OffloadedGroup, ...]:
-    """``groups`` (a template's :class:`timeline.graph.offload.OffloadGroup`\\ s over its ops ``forward``) in the
+def offloaded_groups(groups: tuple[OffloadGroup, ...], forward: tuple[Op, ...] | list[Op],
+                     ph: CompiledPhase) -> tuple[OffloadedGroup, ...]:
+    """``groups`` (a template's offload groups over its ops ``forward``) in the
     indices of ``ph``, the template's compiled forward phase; an item whose storage the phase never allocates
     (none is known) is left out."""
     defs = {td.storage: td for op in forward for td in op.allocs}

@@ -26,7 +26,7 @@ from timeline.sim.offload import offload_events
 from timeline.sim.output import DeviceEvents, DeviceOps, Names
 from timeline.sim.plan import Compiled
 from timeline.sim.static_state import DeviceState, resolve
-from timeline.spec.run import TrainingSpec
+from timeline.spec.run import NO_OFFLOAD, OffloadSpec, TrainingSpec
 
 #: per-event columns of the event log, with their dtypes
 _EVENT_COLUMNS = (("t_us", np.float64), ("sign", np.int8), ("size", np.int64), ("cat", np.int8),
@@ -444,10 +444,10 @@ def _kept_frees(state: DeviceState, spans: list[Span], compiled: Compiled) -> di
 
 def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans: list[Span], compiled: Compiled,
                   names: Names, capture: tuple[Compiled, CaptureRules] | None = None,
-                  offload_rules: tuple[float, int] = (1.0, 0)) -> DeviceEvents:
+                  offload: OffloadSpec = NO_OFFLOAD) -> DeviceEvents:
     """Static state (as the plan's ``state`` says it comes into being), the CUDA graphs' capture
     (``capture``: its phases and rules, :mod:`timeline.sim.graph_capture`), then every action's template
-    shifted to its start; fine-grained activation offloading's frees and reloads under ``offload_rules``
+    shifted to its start; fine-grained activation offloading's frees and reloads under ``offload``'s rules
     (:func:`timeline.sim.offload.offload_events`)."""
     first_bwd = min((s.start_us for s in spans if s.kind in ("B", "I")), default=0.0)
     first_step = min((s.start_us for s in spans if s.kind == "step"), default=0.0)
@@ -548,7 +548,7 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
         later_frees = {i: frozenset(ph.tensor_names[t] for t in ph.ev_tensor[k.mask].tolist())
                        for i, k in kept.items() for ph in (compiled[(spans[i].stage, spans[i].kind)],)}
         offloads = offload_events(spans, lambda sp: compiled[(sp.stage, sp.kind)], pp_rank=dev.pp_rank,
-                                  fraction=offload_rules[0], delta_bytes=offload_rules[1], deferred=later_frees)
+                                  fraction=offload.fraction, delta_bytes=offload.delta_bytes, deferred=later_frees)
     for t, sign, size, cat, tensor, op, mb, stage, action, it, stream in offloads:
         log.push([t], sign, size, cat, names(tensor), names(op), mb, stage, action, it, stream)
     if late:  # pushed last: after the matching op's own allocations

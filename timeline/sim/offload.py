@@ -57,6 +57,7 @@ class _Chunk:
     forward: CompiledPhase
     f_action: int
     b_action: int = -1
+    b_ends: np.ndarray | None = None  # each op's end in the backward action, in µs
     offloaded: dict[int, bool] = field(default_factory=dict)  # group index -> offloaded this iteration
     stack: list[int] = field(default_factory=list)  # offloaded groups in commit order (the reload stack)
     #: (group, item) -> "move" | "copy": offloaded and not reloaded yet
@@ -102,10 +103,10 @@ class _Iteration:
             timeline.append((f.end_us, 1, len(timeline), x, -1, 0))
             b = self.spans[ch.b_action]
             bph = self.phase(b)
-            starts, b_ends = _times(b, bph, ends=False), _times(b, bph, ends=True)
+            starts, ch.b_ends = _times(b, bph, ends=False), _times(b, bph, ends=True)
             timeline.append((b.start_us, 2, len(timeline), x, -1, 0))
             for g, grp in enumerate(ch.groups):
-                timeline.append((float(b_ends[grp.start_bwd]), 3, len(timeline), x, g, 0))
+                timeline.append((float(ch.b_ends[grp.start_bwd]), 3, len(timeline), x, g, 0))
                 for k, item in enumerate(grp.items):
                     timeline.append((float(starts[item.needs[0]]), 4, len(timeline), x, g, k))
         timeline.sort(key=lambda e: (e[0], e[1], e[2]))
@@ -183,9 +184,8 @@ class _Iteration:
         self.events.append((t, 1, item.size, item.cat, name, RELOAD_OP, f.microbatch, f.stage, action, f.iteration,
                             H2D_STREAM))
         if mode == "copy":  # freed once the group's last reader is done
-            b = self.spans[ch.b_action]
-            end = float(_times(b, self.phase(b), ends=True)[item.needs[-1]])
-            self.events.append((end, -1, item.size, item.cat, name, RELOAD_OP, f.microbatch, f.stage, ch.b_action,
+            assert ch.b_ends is not None  # set with the chunk's backward events, before any of them runs
+            self.events.append((float(ch.b_ends[item.needs[-1]]), -1, item.size, item.cat, name, RELOAD_OP, f.microbatch, f.stage, ch.b_action,
                                 f.iteration, H2D_STREAM))
 
     def post_warmup(self, pp_rank: int, fraction: float, delta_bytes: int) -> set[tuple[Instance, int]]:
@@ -227,8 +227,6 @@ def offload_events(spans: list[Span], phase: Callable[[Span], CompiledPhase], *,
     ``fraction`` and ``delta_bytes``: ``[offload]``'s post-warm-up rules (:meth:`_Iteration.post_warmup`);
     ``deferred``: per backward action (span index), the storages whose frees the schedule moves elsewhere."""
     acts = [i for i, sp in enumerate(spans) if sp.kind in ("F", "B")]
-    if not any(phase(spans[i]).offload for i in acts if spans[i].kind == "F"):
-        return []
     by_iteration: dict[int, list[int]] = {}
     for i in acts:
         by_iteration.setdefault(spans[i].iteration, []).append(i)

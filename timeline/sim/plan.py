@@ -25,7 +25,15 @@ from timeline.sim.graph_capture import CaptureRules
 from timeline.sim.static_state import DeviceState, StateRules, ddp_of, device_state, step_us
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
-from timeline.spec.run import HardwareSpec, ParallelSpec, RecomputeSpec, ScheduleSpec, TrainingSpec
+from timeline.spec.run import (
+    NO_OFFLOAD,
+    HardwareSpec,
+    OffloadSpec,
+    ParallelSpec,
+    RecomputeSpec,
+    ScheduleSpec,
+    TrainingSpec,
+)
 
 Compiled = dict[tuple[int, str], CompiledPhase]
 
@@ -247,15 +255,16 @@ class SimPlan:
     #: the chunks the first load built no template for: chunk → (the chunk whose template it shares,
     #: decoder layers between their first layers; :func:`shifted_phase`)
     shifts: dict[int, tuple[int, int]] = field(default_factory=dict)
-    #: fine-grained activation offloading's post-warm-up rules: (``[offload] fraction``, ``delta_bytes``)
-    offload_rules: tuple[float, int] = (1.0, 0)
+    #: fine-grained activation offloading (``[offload]``: its post-warm-up rules, :mod:`timeline.sim.offload`)
+    offload: OffloadSpec = NO_OFFLOAD
 
     def load_of(self, device_index: int) -> int:
         return device_index % len(self.loads)
 
 
 def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training: TrainingSpec,
-         parallel: ParallelSpec, rules: StateRules, recompute: RecomputeSpec | None = None) -> SimPlan:
+         parallel: ParallelSpec, rules: StateRules, recompute: RecomputeSpec | None = None,
+         offload: OffloadSpec = NO_OFFLOAD) -> SimPlan:
     """The plan: ``pipe``'s schedule, the devices, ``source``'s templates compiled per EP load, fixed
     durations. ``recompute``: the source's policy; under one that reads only the ops
     (:data:`~timeline.graph.signature.OPS_ONLY_POLICIES`) the loads after the first build one
@@ -299,10 +308,4 @@ def plan(source: ModelSource, pipe: PipelinePlan, *, model: ModelSpec, training:
                    capture=tuple(capture), capture_rules=tuple(capture_rules),
                    early_attn_release=rules.framework.ep_overlap_early_attn_memory_release,
                    delay_wgrad=rules.framework.delay_wgrad_compute, shifts=shifts,
-                   offload_rules=_offload_rules(source))
-
-
-def _offload_rules(source: ModelSource) -> tuple[float, int]:
-    """(fraction, delta bytes) of the source's ``[offload]`` (a captured trace offloads nothing)."""
-    off = getattr(source, "offload", None)
-    return (1.0, 0) if off is None else (off.fraction, off.delta_bytes)
+                   offload=offload)

@@ -44,7 +44,7 @@ def expand_plan(p: SimPlan, timing: Timing, *,
         rank_spans = timing.per_rank[dev.pp_rank]
         events.append(device_events(p.training, dev, p.states[i], rank_spans, p.compiled[e], names,
                                     (p.capture[e], p.capture_rules[e]) if p.capture else None,
-                                    offload_rules=p.offload_rules))
+                                    offload=p.offload))
         ops.append(device_ops(rank_spans, p.compiled[e], names))
         spans.append(rank_spans)
         act.append(sum(p.activation_bytes[e][c] for c in dev.stages))

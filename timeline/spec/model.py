@@ -333,7 +333,7 @@ class ModelSpec:
 
     def is_vision_layer(self, layer: int) -> bool:
         """Whether layer ``layer`` is a LLaVA ViT's (:meth:`vision_layer`)."""
-        return self.architecture == "llava" and layer >= self.num_hidden_layers + self.mtp_layers
+        return self.architecture == "llava" and layer >= self.vision_layer(0)
 
     def is_t5_decoder_layer(self, layer: int) -> bool:
         """Whether layer ``layer`` (0-based) is a T5 decoder layer (after the ``encoder_layers``)."""

@@ -175,6 +175,10 @@ class OffloadSpec:
                                   doc="bytes each later pipeline rank keeps on the GPU beyond the one before it")
 
 
+#: no offloading (the default ``[offload]``)
+NO_OFFLOAD = OffloadSpec()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleSpec:
     kind: str = spec_field("1f1b", choices=SCHEDULE_KINDS)
