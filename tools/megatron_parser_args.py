@@ -41,6 +41,40 @@ DEFAULT_GIT = "/work/.mirror/NVIDIA+Megatron-LM/repo"
 OUT = ROOT / "tests/data/megatron/parser_args.json"
 #: the compact index from-megatron reads at run time: per option string, the versions having it
 INDEX = ROOT / "timeline/io/megatron_parser_versions.json"
+#: what from-megatron reads a log's printed arguments with: per dest, its options (action, nargs, default, versions),
+#: and the attributes parse_args / validate_args assign that are no parser dest (``args.world_size = …``)
+DESTS = ROOT / "timeline/io/megatron_parser_dests.json"
+#: where Megatron's training code assigns attributes of ``args`` (parse_args, validate_args and the helpers they call)
+ASSIGNING_TREE = "megatron/training"
+
+
+def assigned_names(text: str) -> set[str]:
+    """Attributes of a variable named ``args`` that ``text`` assigns: ``args.X = …``, ``args.X += …``, tuple
+    targets ``(args.X, args.Y) = …``, and ``setattr(args, "X", …)``."""
+    out: set[str] = set()
+
+    def targets(node: ast.AST) -> None:
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "args":
+            out.add(node.attr)
+        elif isinstance(node, ast.Tuple | ast.List):
+            for elt in node.elts:
+                targets(elt)
+
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return out
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                targets(t)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets(node.target)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
+              and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id == "args"
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            out.add(node.args[1].value)
+    return out
 RELEASE_RE = re.compile(r"core_v0\.(\d+)\.(\d+)$")
 #: the parser's own file; the static pass also reads the modules of pretrain_gpt.py's extra_args_provider
 PARSER_FILE = "megatron/training/arguments.py"
@@ -175,13 +209,7 @@ def write_index(table: dict[str, Any], path: Path) -> None:
     commit) and, per option string, one character per version ("1": the parser has it)."""
     versions = table["provenance"]["versions"]
     labels = [v["label"] for v in versions]
-    rows = {}
-    for name, row in table["arguments"].items():
-        present = ["0"] * len(labels)
-        for first, last in row["versions"]:
-            for i in range(labels.index(first), labels.index(last) + 1):
-                present[i] = "1"
-        rows[name] = "".join(present)
+    rows = {name: presence(row["versions"], labels) for name, row in table["arguments"].items()}
     index = {"source": "NVIDIA/Megatron-LM pretrain_gpt.py's parser; derived by tools/megatron_parser_args.py "
                        "from tests/data/megatron/parser_args.json",
              "versions": [[v["label"], v["label"].removeprefix("core_v") if v["label"] != "main" else v["megatron_core"],
@@ -192,6 +220,61 @@ def write_index(table: dict[str, Any], path: Path) -> None:
     path.write_text(f'{head},\n"arguments": {{\n{body}\n}}}}\n')
 
 
+def presence(row_versions: list[list[str]], labels: list[str]) -> str:
+    """One character per version of ``labels``: "1" where a [first, last] span of ``row_versions`` covers it."""
+    present = ["0"] * len(labels)
+    for first, last in row_versions:
+        for i in range(labels.index(first), labels.index(last) + 1):
+            present[i] = "1"
+    return "".join(present)
+
+
+def write_dests(table: dict[str, Any], git_dir: str, path: Path) -> None:
+    """The run-time table of a printed arguments block (``_print_args`` prints ``vars(args)`` at the end of
+    ``validate_args``): per dest, each option string with its action, nargs, default (repr) and the versions having
+    it (one row per version span over which they stay the same: a dest, nargs or default that changed makes
+    another); and per attribute that
+    Megatron's training code assigns without a parser dest (``args.world_size``, ``args.params_dtype``, …: every
+    ``args.NAME =`` under megatron/training/ at each version) the versions assigning it."""
+    versions = table["provenance"]["versions"]
+    labels = [v["label"] for v in versions]
+    dests: dict[str, list[list[Any]]] = {}
+    for opt, row in table["arguments"].items():
+        present = presence(row["versions"], labels)
+        # the option's (dest, action, nargs, default) at each version: ``changed`` keeps, under the last version
+        # that had them, the values an option held before a change
+        changes = sorted(((labels.index(label), diff) for label, diff in (row.get("changed") or {}).items()),
+                         key=lambda c: c[0])
+        groups: dict[tuple, list[str]] = {}
+        for i in range(len(labels)):
+            attrs = {k: row[k] for k in ("dest", "action", "nargs", "default")}
+            for at, diff in reversed(changes):
+                if at >= i:
+                    attrs.update({k: v for k, v in diff.items() if k in attrs})
+            if present[i] == "1" and attrs["dest"]:
+                key = (attrs["dest"], attrs["action"], attrs["nargs"], attrs["default"])
+                groups.setdefault(key, ["0"] * len(labels))[i] = "1"
+        for (dest, action, nargs, default), bits in groups.items():
+            dests.setdefault(dest, []).append([opt, action, nargs, default, "".join(bits)])
+    assigned: dict[str, list[bool]] = {}
+    for i, v in enumerate(versions):
+        files = [f for f in git(git_dir, "ls-tree", "-r", "--name-only", v["commit"], ASSIGNING_TREE).split()
+                 if f.endswith(".py")]
+        names = set().union(*(assigned_names(git(git_dir, "show", f"{v['commit']}:{f}")) for f in files))
+        for name in sorted(names):
+            if not any(r[4][i] == "1" for r in dests.get(name, ())):  # no option of this version sets it
+                assigned.setdefault(name, [False] * len(labels))[i] = True
+    body = ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(dests.items()))
+    extra = ",\n".join(f" {json.dumps(k)}: {json.dumps(''.join('1' if p else '0' for p in v))}"
+                       for k, v in sorted(assigned.items()))
+    head = json.dumps({"source": "NVIDIA/Megatron-LM pretrain_gpt.py's parser by dest, and the attributes "
+                                 f"{ASSIGNING_TREE}/ assigns (args.NAME = …) that are no dest; derived by "
+                                 "tools/megatron_parser_args.py from tests/data/megatron/parser_args.json",
+                       "versions": [[v["label"], v["megatron_core"], v["commit"][:10]] for v in versions],
+                       "row": ["option", "action", "nargs", "default (repr)", "versions"]})[:-1]
+    path.write_text(f'{head},\n"dests": {{\n{body}\n}},\n"assigned": {{\n{extra}\n}}}}\n')
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--git-dir", default=DEFAULT_GIT, help="a Megatron-LM git dir (bare is fine)")
@@ -199,7 +282,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-o", "--output", default=str(OUT))
     ap.add_argument("--index", default=str(INDEX), help="where to write the run-time index (presence only)")
     ap.add_argument("--cache", help="a folder to keep each commit's built parser in (rebuilt when absent)")
+    ap.add_argument("--dests", default=str(DESTS), help="where to write the run-time dest table")
+    ap.add_argument("--dests-only", action="store_true",
+                    help="only rewrite the dest table from the existing --output (no parser is built)")
     opts = ap.parse_args(argv)
+    if opts.dests_only:
+        write_dests(json.loads(Path(opts.output).read_text()), opts.git_dir, Path(opts.dests))
+        return 0
     versions = releases(opts.git_dir, opts.main)
     per_version = []
     provenance = []
@@ -225,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(f'{{"provenance": {json.dumps(table["provenance"], indent=1)},\n"arguments": {{\n{rows}\n}}}}\n')
     print(f"wrote {out}: {len(table['arguments'])} option strings over {len(versions)} versions", file=sys.stderr)
     write_index(table, Path(opts.index))
+    write_dests(table, opts.git_dir, Path(opts.dests))
     return 0
 
 

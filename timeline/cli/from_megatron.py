@@ -1,5 +1,6 @@
 """``timeline from-megatron CONFIG --world-size N``: write the run file of a Megatron-LM job from
-its own arguments (a functional test's ``model_config.yaml`` or a launch script's argument list)."""
+its own arguments (a functional test's ``model_config.yaml``, a launch script's argument list, or a job's
+log with the arguments block Megatron prints)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from timeline.errors import UserError
 from timeline.io.megatron_table import FORK_FAMILIES
 from timeline.spec.framework import OPTIMIZER_IMPLS
 
-HELP = "write a run file from Megatron-LM arguments (model_config.yaml or a launch script's arguments)"
+HELP = "write a run file from Megatron-LM arguments (model_config.yaml, a launch script or a job's log)"
 DESCRIPTION = """\
 Read Megatron-LM's arguments and write the run file that simulates that job (stdout without -o).
 CONFIG is YAML when it ends in .yaml/.yml — MODEL_ARGS (keys with or without the leading --;
@@ -23,7 +24,11 @@ true = a bare flag, false = absent) and optional ENV_VARS, the format of Megatro
 tests — a bash launch script (variables, arrays of arguments, ${ARR[@]}, ${X:-default}, $((…)), if blocks on
 [ … ] tests; read, never run: the torchrun … pretrain_gpt.py command's arguments, its nproc_per_node × nnodes
 as the world size) — or an argument list as a launch script passes it to pretrain_gpt.py (several per line,
-\\ continuations, # comments). Absent arguments take Megatron's command-line defaults; every
+\\ continuations, # comments) — or a job's log: the arguments block every Megatron-LM job prints
+("------ arguments ------", each attribute after dots) is the whole job, its world size included; the
+Megatron-Core version is the one whose parser printed those names (--megatron-core overrides it), and
+the log's report_memory lines ("memory (MB) | allocated: …") go to the run file's notes, to compare
+with what simulate predicts. Absent arguments take Megatron's command-line defaults; every
 argument is mapped to a run-file key, listed as memory-neutral in the file's header, or refused
 with one line naming it. The vocabulary is the tokenizer's as Megatron builds it: a --tokenizer-model
 file on this machine (SentencePiece .model, a Hugging Face folder or a hub name in the local cache) is
@@ -33,11 +38,14 @@ examples:
   timeline from-megatron tests/functional_tests/test_cases/gpt/gpt3_mcore_te_tp2_pp2/model_config.yaml --world-size 8
   timeline from-megatron train_args.txt --world-size 64 --gpu h100 -o job.toml && timeline simulate job.toml
   timeline from-megatron examples/mixtral/train_mixtral_8x7b_distributed.sh --world-size 64 -o mixtral.toml
+  timeline from-megatron logs/train_rank0.log --gpu h100 -o job.toml    a log: arguments, world size, version
 """
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", metavar="CONFIG", help="model_config.yaml, or a file of pretrain_gpt.py arguments")
+    parser.add_argument("config", metavar="CONFIG",
+                        help="model_config.yaml, a launch script, a file of pretrain_gpt.py arguments, or a job's log "
+                             "holding Megatron's printed arguments block")
     parser.add_argument("--world-size", type=positive, metavar="N",
                         help="GPUs of the job (dp = N / (tp·pp·cp)); a launch script's torchrun --nproc_per_node × "
                              "--nnodes when it gives both")
@@ -116,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
     if args.entry is not None and not re.fullmatch(r"[^/\s]+\.py", args.entry):
         raise UserError(f"--entry {args.entry}: give the entry script's file name, e.g. --entry sft.py")
     margs = read_megatron_config(path, script_args=script_args, script_env=env, job=args.job,
-                                 entry=args.entry)
+                                 entry=args.entry, megatron_core=args.megatron_core)
+    megatron_core = args.megatron_core or margs.megatron_core
     if args.vocab_size is not None:
         margs = dataclasses.replace(margs, args={**margs.args, "--vocab-size": str(args.vocab_size)})
     notes = list(margs.notes)
@@ -139,14 +148,14 @@ def run(args: argparse.Namespace) -> int:
     if world_size is None:
         # the names first: a fork's arguments are one line to pass over, before the world size is asked for
         check_names(dataclasses.replace(margs, args={k: v for k, v in margs.args.items() if k not in ignored}),
-                    args.megatron_core)
+                    megatron_core)
         raise UserError("--world-size N is needed: give the job's GPU count (its launcher's nproc_per_node × nnodes "
                         f"is not in {path})")
     if args.world_size and margs.world_size and args.world_size != margs.world_size:
         print(f"note: --world-size {args.world_size} replaces the script's torchrun {margs.world_size}",
               file=sys.stderr)
     conv = convert(margs, world_size=world_size, gpu=args.gpu, te_version=args.te_version,
-                   pytorch_version=args.pytorch_version, megatron_core=args.megatron_core, resumed=args.resumed,
+                   pytorch_version=args.pytorch_version, megatron_core=megatron_core, resumed=args.resumed,
                    optimizer_impl=args.optimizer_impl, gpu_fields=fields, ignored=ignored)
     for note in conv.notes:
         print(f"note: {note}", file=sys.stderr)

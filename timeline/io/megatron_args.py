@@ -47,6 +47,8 @@ class MegatronArgs:
     fork_entry: str | None = None
     #: what reading the input assumed, for the user (a sweep script's first job)
     notes: tuple[str, ...] = ()
+    #: the Megatron-Core version the input itself shows (a log's arguments block: the parser that printed it)
+    megatron_core: str | None = None
 
 
 #: arguments written in a grammar that has no quote, backslash or ``$`` of its own, so any left in
@@ -296,13 +298,41 @@ def read_script(text: str, path: Path, script_args: list[str] | None = None,
     return dataclasses.replace(margs, notes=tuple(notes))
 
 
+def read_log(text: str, env: dict[str, str] | None, megatron_core: str | None) -> MegatronArgs:
+    """A job's log: its printed arguments block (:mod:`timeline.io.megatron_dump`), in the environment ``env``
+    (the block holds no environment variable)."""
+    from timeline.io.megatron_dump import read_dump
+
+    dump = read_dump(text, megatron_core)
+    args = dict(dump.args)
+    notes = list(dump.notes)
+    if dump.vocab_size is not None and "--vocab-size" not in args:
+        args["--vocab-size"] = str(dump.vocab_size)
+        notes.append(f"the tokenizer's vocabulary is the log's own 'padded vocab (size: {dump.vocab_size})' "
+                     "(vocab_utils.py: _vocab_size_with_padding)")
+    notes += [m.note() for m in dump.memory[:8]]
+    if len(dump.memory) > 8:
+        notes.append(f"… and {len(dump.memory) - 8} more report_memory lines")
+    return MegatronArgs(args=args, env=dict(env or {}), world_size=dump.world_size, notes=tuple(notes),
+                        megatron_core=dump.megatron_core)
+
+
 def read_megatron_config(path: str | Path, script_args: list[str] | None = None,
                          script_env: dict[str, str] | None = None, job: int | None = None,
-                         entry: str | None = None) -> MegatronArgs:
-    """Read CONFIG: YAML when it ends in ``.yaml``/``.yml``, a launch script (run with ``script_args`` in the
-    environment ``script_env``), else an argument list."""
+                         entry: str | None = None, megatron_core: str | None = None) -> MegatronArgs:
+    """Read CONFIG: YAML when it ends in ``.yaml``/``.yml``, a job's log when it holds Megatron's printed
+    arguments block (``megatron_core``: the version the user says ran it), a launch script (run with
+    ``script_args`` in the environment ``script_env``), else an argument list."""
+    from timeline.io.megatron_dump import has_arguments_block
+
     path = Path(path)
     text = read_user_text(path, "a model_config.yaml or an argument list")
+    if path.suffix.lower() not in (".yaml", ".yml") and has_arguments_block(text):
+        for given, name in ((script_args, "--script-args"), (job, "--job"), (entry, "--entry")):
+            if given is not None:
+                raise UserError(f"{name}: {path} is a job's log (its printed arguments block is the job); drop "
+                                f"{name}")
+        return read_log(text, script_env, megatron_core)
     script = bool(SCRIPT_HINTS.search(text)) and path.suffix.lower() not in (".yaml", ".yml")
     if script_args is not None and not script:
         raise UserError(f"--script-args: {path} is not a launch script (positional arguments are a script's)")

@@ -412,7 +412,9 @@ def cuda_graph_scope(a: ArgReader, megatron_core: str | None = None) -> str | No
         raise UserError(f"--cuda-graph-impl {impl}: use none, transformer_engine (modelled) or local")
     flag = "--cuda-graph-modules" if a.has("--cuda-graph-modules") else "--cuda-graph-scope"
     raw = a.value(flag)
-    words = [w for w in re.split(r"[\s,\[\]'\"]+", " ".join(raw) if isinstance(raw, list) else str(raw or "")) if w]
+    # argparse's list (a launch script's words arrive as a tuple), or a YAML string "[attn mlp]"
+    words = [w for w in re.split(r"[\s,\[\]'\"]+", " ".join(map(str, raw)) if isinstance(raw, list | tuple)
+                                 else str(raw or "")) if w]
     if words in ([], ["full"]):
         return "full"
     text = " ".join(words)

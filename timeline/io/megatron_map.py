@@ -185,8 +185,10 @@ def refuse_unmodelled(m: MegatronArgs, a: ArgReader) -> None:
         if name in a.raw and not (name == "--spec" and (stack_spec(a.raw) or (m.family == "bert" and
                                                                              bert_local_spec(a.raw)))):
             raise UserError(f"{name}: {why}")
+    tp = str(a.raw.get("--tensor-model-parallel-size", "1"))
+    sizes = {"=tp": tp, "=etp": str(a.raw.get("--expert-tensor-parallel-size", tp))}
     for name, (allowed, why) in REFUSED_UNLESS.items():
-        if name in a.raw and str(a.raw[name]) not in allowed:
+        if name in a.raw and str(a.raw[name]) not in {sizes.get(v, v) for v in allowed}:
             raise UserError(f"{name} {a.raw[name]}: {why}")
 
 

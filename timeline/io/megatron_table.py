@@ -202,7 +202,9 @@ MAPPED: dict[str, str] = {
                     "refused unless its default (no effect) value: REFUSED_UNLESS"),
 }
 
-#: arguments refused at any value other than these (their defaults, which change nothing), and why
+#: arguments refused at any value other than these (their defaults, which change nothing), and why; ``=tp`` / ``=etp``
+#: stand for the job's tensor / expert-tensor parallel size (``validate_args`` writes the shard counts back as
+#: ``resolve_tensor_parallel_weight_shards`` reconciles them: tp · 1 without GTP, so a printed block holds them)
 REFUSED_UNLESS: dict[str, tuple[tuple[str, ...], str]] = {
     "--cpu-offloading-num-layers": (("0",), "activation offloading to CPU (transformer_block.py: "
                                            "cpu_offloading_num_layers) is not modelled"),
@@ -210,9 +212,9 @@ REFUSED_UNLESS: dict[str, tuple[tuple[str, ...], str]] = {
                                          "mlp_chunks_for_training) is not modelled"),
     "--moe-dispatch-fwd-dtype": (("bf16",), "an FP8 token dispatch (token_dispatcher.py) is not modelled"),
     "--moe-combine-bwd-dtype": (("bf16",), "an FP8 token combine (token_dispatcher.py) is not modelled"),
-    "--tensor-parallel-num-weight-shards": ((), "weights sharded beyond tp and re-materialised per layer "
+    "--tensor-parallel-num-weight-shards": (("=tp",), "weights sharded beyond tp and re-materialised per layer "
                                                "(model_parallel_config.py: gtp_weight_remat_size) are not modelled"),
-    "--expert-tensor-parallel-num-weight-shards": ((), "expert weights sharded beyond etp and re-materialised "
+    "--expert-tensor-parallel-num-weight-shards": (("=etp",), "expert weights sharded beyond etp and re-materialised "
                                                       "(model_parallel_config.py) are not modelled"),
     "--muon-scalar-optimizer": (("adam",), "Lion's state for Muon's non-matrix parameters is not modelled; use adam"),
     "--output-logit-dtype": ((), "logits in another dtype (gpt_model.py: logit_dtype) are not modelled"),

@@ -1,0 +1,274 @@
+"""Read a Megatron-LM job's log: the arguments block it printed, as the job's arguments.
+
+Every Megatron-LM training job prints, at the end of ``validate_args``, every attribute of its
+parsed and validated arguments (``megatron/training/arguments.py: _print_args``): a line
+``------------------------ arguments ------------------------``, then one line per attribute,
+``'  {} {} {}'.format(name, '.' * (48 - len(name)), value)`` sorted case-insensitively, then
+``-------------------- end of arguments ---------------------``. So a log holds the whole job, every
+default included, at the version that ran it, where a launch script holds only what it changed.
+
+This module turns that block back into the arguments the job was given, through the parser's own
+table (``megatron_parser_dests.json``, built from Megatron-LM's parser at every release from
+core_v0.12.0 to main by ``tools/megatron_parser_args.py``):
+
+- **The version.** The block names every dest of the parser that ran, so the versions whose parser
+  has exactly the block's dests (and the attributes Megatron's training code assigns besides,
+  ``args.world_size = …``) are the candidates; the newest of them is taken unless the user names one.
+- **The arguments.** A dest whose printed value is its default at that version is left out (as the
+  user left it out); any other becomes the option that sets it: ``store_true`` / ``store_false`` /
+  ``--X`` / ``--no-X`` by the value, a value option with its value (a list's items for ``nargs``
+  options). ``validate_args`` converts a few values before printing them (dtype names to
+  ``torch.float32``, enum names to ``AttnBackend.auto``); they are written back as the option
+  takes them.
+- **What the parser does not define.** An attribute no version's parser has and Megatron's training
+  code does not assign is a fork's argument (Megatron-DeepSpeed's, Pai-Megatron-Patch's): with a value
+  (not None, False, 0 or empty) it is passed on as ``--name`` so that ``from-megatron`` classifies
+  it as it classifies a fork's argument in a launch script (refused by name unless ``--ignore-arg``).
+- **The world size** is the block's ``world_size``.
+
+The log's own memory lines (``report_memory``: ``[Rank R] (after N iterations) memory (MB) |
+allocated: … | max allocated: … | reserved: … | max reserved: …``) are read too, for the run file's
+notes: what the job measured, beside what the simulation predicts.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+#: the block's first line; whatever precedes the dashes on it (a timestamp, ``[default0]:``) precedes every line
+HEADER = re.compile(r"^(?P<prefix>.*?)-{8,} arguments -{8,}[ \t]*\r?$", re.M)
+END = re.compile(r"-{8,} end of arguments -{8,}")
+#: one attribute: ``name`` then its dots (none for a name of 48 characters or more) then the value
+LINE = re.compile(r"(?:^|\s)(?P<name>[A-Za-z_][A-Za-z0-9_]*) (?:\.+ | )(?P<value>.*?)\s*$")
+#: ``report_memory``'s line (megatron/training/utils.py), MiB as printed
+MEMORY = re.compile(r"\[Rank (?P<rank>\d+)\] \(after (?P<it>\d+) iterations\) memory \(MB\) \| allocated: "
+                    r"(?P<a>[\d.]+) \| max allocated: (?P<ma>[\d.]+) \| reserved: (?P<r>[\d.]+) \| "
+                    r"max reserved: (?P<mr>[\d.]+)")
+#: torch dtypes ``validate_args`` puts in place of the dtype options' names (``map_dtype`` / the
+#: ``--main-grads-dtype`` … conversion: fp32, bf16, fp16, and fp8 as uint8 for ``--exp-avg-dtype``)
+TORCH_DTYPES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.uint8": "fp8"}
+#: the tokenizer's vocabulary as the job printed it when padding it (megatron/training/vocab_utils.py:
+#: _vocab_size_with_padding, and megatron/core/tokenizers/utils/build_tokenizer.py at d98e8a64dd)
+PADDED_VOCAB = re.compile(r"> padded vocab \(size: (?P<size>\d+)\) with (?P<dummy>\d+) dummy tokens")
+ENUM_VALUE = re.compile(r"[A-Z][A-Za-z0-9]*\.([A-Za-z0-9_]+)")
+NULL: tuple[Any, ...] = (None, False, 0, "", (), [])
+#: dests ``validate_args`` fills from another when the user gave one of the two (megatron/training/arguments.py:
+#: validate_args at d98e8a64dd, and at every release from core_v0.12.0): printed equal, the first is left out, since
+#: from-megatron completes it as Megatron does
+FILLED_FROM: tuple[tuple[str, str], ...] = (
+    ("encoder_num_layers", "num_layers"),  # "args.encoder_num_layers = args.num_layers" (or the other way)
+    ("encoder_seq_length", "seq_length"),  # "args.encoder_seq_length = args.seq_length" (or the other way)
+    ("hybrid_layer_pattern", "hybrid_override_pattern"),  # "args.hybrid_layer_pattern = args.hybrid_override_pattern"
+)
+#: options whose printed value ``validate_args`` moved elsewhere (megatron/training/arguments.py: validate_args at
+#: d98e8a64dd, "emerging optimizer check": Muon with --use-distributed-optimizer prints use_distributed_optimizer
+#: False and use_layer_wise_distributed_optimizer True): (printed attribute, its value, the option it stands for)
+RESTORED: tuple[tuple[str, Any, str], ...] = (
+    ("use_layer_wise_distributed_optimizer", True, "--use-distributed-optimizer"),
+)
+#: an enum member as ``str()`` prints it inside a list (``[<CudaGraphModule.attn: 1>]``)
+ENUM_REPR = re.compile(r"<[A-Z][A-Za-z0-9]*\.([A-Za-z0-9_]+): [^<>]*>")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryLine:
+    """One ``report_memory`` line of the log (MiB)."""
+
+    rank: int
+    iteration: int
+    allocated: float
+    max_allocated: float
+    reserved: float
+    max_reserved: float
+
+    def note(self) -> str:
+        return (f"the log's report_memory, rank {self.rank} after {self.iteration} iterations: allocated "
+                f"{self.allocated:,.1f} MiB, max allocated {self.max_allocated:,.1f} MiB, reserved "
+                f"{self.reserved:,.1f} MiB, max reserved {self.max_reserved:,.1f} MiB")
+
+
+@dataclass(frozen=True, slots=True)
+class DumpArgs:
+    """A printed arguments block read back: the options that set it, the version that printed it."""
+
+    args: dict[str, Any]
+    world_size: int | None
+    version: str  # the parser's label (core_v0.15.0, main)
+    megatron_core: str  # that version's Megatron-Core version
+    notes: tuple[str, ...] = ()
+    memory: tuple[MemoryLine, ...] = field(default=())
+    #: the tokenizer's vocabulary the log printed (``padded vocab (size: N)``): the job's, where no tokenizer file
+    #: is on this machine
+    vocab_size: int | None = None
+
+
+@cache
+def table() -> dict[str, Any]:
+    return dict(json.loads((Path(__file__).parent / "megatron_parser_dests.json").read_text()))
+
+
+def has_arguments_block(text: str) -> bool:
+    return HEADER.search(text) is not None
+
+
+def printed_block(text: str) -> tuple[dict[str, str], int]:
+    """The first arguments block of ``text``: name → the value as printed; and how many blocks the text holds
+    (a job restarted in one log prints one each time)."""
+    blocks = list(HEADER.finditer(text))
+    start = blocks[0]
+    values: dict[str, str] = {}
+    prefix = start.group("prefix")
+    for line in text[start.end():].splitlines()[1:]:
+        if END.search(line):
+            break
+        body = line[len(prefix):] if prefix and line.startswith(prefix) else line
+        m = LINE.search(body)
+        if m is None:
+            if values:
+                break  # the block ended without its closing line (a truncated log)
+            continue
+        values.setdefault(m.group("name"), m.group("value"))
+    return values, len(blocks)
+
+
+def parse_value(text: str) -> Any:
+    """A printed value (``str()`` of it) as Python: None, booleans, numbers, lists; an enum or torch dtype as the
+    name the option takes; anything else the string itself."""
+    if text in TORCH_DTYPES:
+        return TORCH_DTYPES[text]
+    m = ENUM_VALUE.fullmatch(text)
+    if m and not text.startswith("torch."):
+        return m.group(1)
+    text = ENUM_REPR.sub(lambda e: repr(e.group(1)), text)
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+
+
+def same(a: Any, b: Any) -> bool:
+    """Printed value ``a`` equals default ``b`` (numbers by value, lists item by item)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b or (isinstance(a, bool) and isinstance(b, bool) and a == b)
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def default_of(row: list[Any]) -> Any:
+    """The option's default (its repr, as the parser table keeps it) as Python."""
+    return parse_value(row[3]) if isinstance(row[3], str) else row[3]
+
+
+def infer_version(names: set[str], megatron_core: str | None) -> tuple[int, str]:
+    """The index of the parser version that printed ``names``, and a note on how it was chosen."""
+    t = table()
+    labels = [v[0] for v in t["versions"]]
+    if megatron_core is not None:
+        exact = [i for i, v in enumerate(t["versions"]) if v[1] == megatron_core]
+        if exact:
+            return exact[-1], ""
+        older = [i for i, v in enumerate(t["versions"]) if _ver(v[1]) <= _ver(megatron_core)]
+        i = older[-1] if older else 0
+        return i, f"--megatron-core {megatron_core}: its arguments read with core {t['versions'][i][1]}'s parser"
+    # first every printed name known to the version (a parser dest or an attribute its training code assigns);
+    # then the fewest dests of its parser not printed (validate_args deletes its deprecated ones, and an
+    # extra_args_provider's are there only where its package imports)
+    scores = []
+    for i in range(len(labels)):
+        parser = {d for d, rows in t["dests"].items() if any(r[4][i] == "1" for r in rows)}
+        known = parser | {a for a, bits in t["assigned"].items() if bits[i] == "1"}
+        scores.append((len(names - known), len(parser - names), i))
+    best = min(s[:2] for s in scores)
+    tied = [i for *s, i in scores if tuple(s) == best]
+    i = tied[-1]
+    span = labels[tied[0]] if len(tied) == 1 else f"{labels[tied[0]]} … {labels[tied[-1]]}"
+    how = "with every name" if best[0] == 0 else f"most nearly ({best[0]} printed names unknown to it)"
+    note = (f"the log's arguments block matches {how} the parser of {span}: read as Megatron-Core "
+            f"{t['versions'][i][1]} ({labels[i]}); give --megatron-core to choose another")
+    return i, note
+
+
+def _ver(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+def option_for(dest: str, value: Any, i: int) -> tuple[str, Any] | None:
+    """The option (and its value: True for a flag) that gives ``dest`` the printed ``value`` at version ``i``;
+    None where ``value`` is the default there."""
+    rows = [r for r in table()["dests"][dest] if r[4][i] == "1"]
+    if not rows or same(value, default_of(rows[0])):
+        return None
+    flags = [r for r in rows if r[1] in ("store_true", "store_false", "boolean_optional")]
+    if flags and isinstance(value, bool):
+        for r in flags:
+            if r[1] == "store_true" and value or r[1] == "store_false" and not value:
+                return r[0], True
+            if r[1] == "boolean_optional" and r[0].startswith("--no-") != value:
+                return r[0], True
+        return None  # no option of this dest sets the value (a store_false's True is its default)
+    row = next((r for r in rows if r[1] == "store"), rows[0])
+    if row[1] != "store":
+        return None  # store_const / append / count: not in a parser from core_v0.12 on with a printed value
+    if isinstance(value, list | tuple) and row[2] not in (None, 0):
+        return row[0], tuple(str(v) for v in value)
+    if value is None:
+        return None  # an option cannot give None back (a default computed elsewhere)
+    return row[0], str(value) if not isinstance(value, list | tuple) else str(list(value))
+
+
+def read_dump(text: str, megatron_core: str | None = None) -> DumpArgs:
+    """The arguments the job printed in ``text`` was given (see the module docstring)."""
+    t = table()
+    labels = [v[0] for v in t["versions"]]
+    printed, blocks = printed_block(text)
+    i, how = infer_version(set(printed), megatron_core)
+    notes = [n for n in (how,) if n]
+    if blocks > 1:
+        notes.append(f"the log holds {blocks} arguments blocks (a restarted job); the first is read")
+    args: dict[str, Any] = {}
+    foreign_null: list[str] = []
+    filled = {a for a, b in FILLED_FROM if a in printed and b in printed and printed[a] == printed[b]}
+    heads = parse_value(printed.get("num_attention_heads", "None"))
+    if isinstance(heads, int) and heads > 0 and printed.get("kv_channels") == str(
+            parse_value(printed.get("hidden_size", "0")) // heads):
+        filled.add("kv_channels")  # validate_args: "args.kv_channels = args.hidden_size // args.num_attention_heads"
+    for name, raw in printed.items():
+        if name in filled:
+            continue
+        value = parse_value(raw)
+        if any(r[4][i] == "1" for r in t["dests"].get(name, ())):
+            got = option_for(name, value, i)
+            if got is not None:
+                args[got[0]] = got[1]
+        elif name in t["assigned"] or name in t["dests"]:
+            continue  # what parse_args / validate_args compute (world_size, params_dtype, …)
+        elif value in NULL:
+            foreign_null.append(name)
+        else:  # a fork's own argument, passed on for from-megatron to classify by name
+            opt = "--" + name.replace("_", "-")
+            args[opt] = True if value is True else (tuple(str(v) for v in value) if isinstance(value, list)
+                                                    else str(value))
+    for name, value, option in RESTORED:
+        if parse_value(printed.get(name, "None")) == value:
+            args[option] = True
+    if foreign_null:
+        notes.append(f"{len(foreign_null)} printed names no Megatron-LM parser defines hold no value (None, False, "
+                     f"0, empty) and are passed over: {', '.join(sorted(foreign_null)[:8])}"
+                     + (" …" if len(foreign_null) > 8 else ""))
+    world = parse_value(printed.get("world_size", "None"))
+    memory = tuple(MemoryLine(int(m["rank"]), int(m["it"]), float(m["a"]), float(m["ma"]), float(m["r"]),
+                              float(m["mr"])) for m in MEMORY.finditer(text))
+    vocab = PADDED_VOCAB.search(text)
+    return DumpArgs(args=args, world_size=world if isinstance(world, int) and world > 0 else None,
+                    version=labels[i], megatron_core=megatron_core or t["versions"][i][1], notes=tuple(notes),
+                    memory=memory, vocab_size=int(vocab["size"]) if vocab else None)
