@@ -6,10 +6,12 @@ Megatron-LM git dir, then runs ``tools/megatron_dump_build.py`` there: Megatron'
 them) and its world size. What comes back is the block a log of that job holds (``_print_args``). Jobs Megatron
 refuses at that version (an argument it does not have yet, an assertion) are left out, counted. Output: one xz-compressed
 JSON file per version under ``tests/data/megatron/dumps/`` with its provenance (commit, tool, dataset) and, per
-job, its name, world size, environment and block — the data ``tests/io/test_megatron_dump.py`` reads a log with.
+job, its name, world size, environment, argument vector and block — the data ``tests/io/test_megatron_dump.py`` reads a log with.
 
     .venv/bin/python tools/megatron_dumps.py --data ../shared/measured/megatron_calibration.json \\
         [--git-dir /work/.mirror/NVIDIA+Megatron-LM/repo] [--versions core_v0.13.0,core_v0.15.0,main] [--limit N]
+    .venv/bin/python tools/megatron_dumps.py --data ~/.cache/timeline/megatron-cases.json --prefix collected- \\
+        --versions core_v0.15.0,main
 """
 
 from __future__ import annotations
@@ -50,16 +52,23 @@ def argv_of(model_args: dict, nargs: dict[str, object]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", required=True, help="the calibration dataset (megatron_calibration.json)")
+    ap.add_argument("--data", required=True,
+                    help="the calibration dataset (megatron_calibration.json), or collected records (their "
+                         "calibration side only; each distinct argument set once)")
     ap.add_argument("--git-dir", default=DEFAULT_GIT)
     ap.add_argument("--versions", default="core_v0.13.0,core_v0.15.0,main")
+    ap.add_argument("--prefix", default="", help="before each output file's name (collected-: the collected records')")
     ap.add_argument("--limit", type=int, default=0, help="at most N jobs per version (0: all)")
     ap.add_argument("-o", "--output", default=str(OUT))
     opts = ap.parse_args(argv)
     table = json.loads((ROOT / "tests/data/megatron/parser_args.json").read_text())
     nargs = {k: v["nargs"] for k, v in table["arguments"].items()}
     commits = {v["label"]: v["commit"] for v in table["provenance"]["versions"]}
-    records = json.loads(Path(opts.data).read_text())
+    # collected records (tools/collect_megatron_cases.py) carry a side: only the calibration side's are used
+    records = [r for r in json.loads(Path(opts.data).read_text()) if r.get("side", "calibration") == "calibration"]
+    seen: set[str] = set()
+    records = [r for r in records if not (json.dumps(r["model_args"], sort_keys=True) in seen
+                                          or seen.add(json.dumps(r["model_args"], sort_keys=True)))]
     jobs = [{"name": r["name"], "world_size": r["parallel"]["world_size"], "env": r.get("env") or {},
              "argv": argv_of(r["model_args"], nargs)} for r in records if (r.get("parallel") or {}).get("world_size")]
     if opts.limit:
@@ -78,17 +87,18 @@ def main(argv: list[str] | None = None) -> int:
         answers = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
         if len(answers) != len(jobs):
             raise SystemExit(f"{label}: {len(answers)} answers for {len(jobs)} jobs:\n{done.stderr[-3000:]}")
-        kept = [{"name": j["name"], "world_size": j["world_size"], "env": j["env"], "block": a["block"]}
+        kept = [{"name": j["name"], "world_size": j["world_size"], "env": j["env"], "argv": j["argv"],
+                 "block": a["block"]}
                 for j, a in zip(jobs, answers, strict=True) if "block" in a]
         refused = sorted({a["error"].splitlines()[0][:160] for a in answers if "error" in a})
         data = {"provenance": {"repo": "NVIDIA/Megatron-LM", "version": label, "commit": commit,
                                "tool": "tools/megatron_dumps.py (tools/megatron_dump_build.py: parse_args + "
                                        "validate_args of that checkout, global rank 0, an H100)",
-                               "dataset": "../shared/measured/megatron_calibration.json (model_args, world_size, "
-                                          "env of each job)",
+                               "dataset": f"{Path(opts.data).name} (model_args, world size, env of each job; "
+                                          "calibration side)",
                                "jobs": len(jobs), "kept": len(kept), "refused_by_megatron": refused},
                 "jobs": kept}
-        path = out_dir / f"{label}.json.xz"  # xz: its dictionary spans the blocks, which differ in a few lines each
+        path = out_dir / f"{opts.prefix}{label}.json.xz"  # xz: its dictionary spans the blocks, which differ in a few lines each
         path.write_bytes(lzma.compress(json.dumps(data, indent=0, sort_keys=True).encode(), preset=9))
         print(f"{label} {commit[:10]}: {len(kept)} of {len(jobs)} jobs printed a block; {path}", file=sys.stderr)
     return 0

@@ -49,6 +49,8 @@ class MegatronArgs:
     notes: tuple[str, ...] = ()
     #: the Megatron-Core version the input itself shows (a log's arguments block: the parser that printed it)
     megatron_core: str | None = None
+    #: a log shows the optimizer stepped before its memory line (an fp16 job past its skipped first steps)
+    optimizer_stepped: bool = False
 
 
 #: arguments written in a grammar that has no quote, backslash or ``$`` of its own, so any left in
@@ -314,7 +316,7 @@ def read_log(text: str, env: dict[str, str] | None, megatron_core: str | None) -
     if len(dump.memory) > 8:
         notes.append(f"… and {len(dump.memory) - 8} more report_memory lines")
     return MegatronArgs(args=args, env=dict(env or {}), world_size=dump.world_size, notes=tuple(notes),
-                        megatron_core=dump.megatron_core)
+                        megatron_core=dump.megatron_core, optimizer_stepped=dump.optimizer_stepped)
 
 
 def read_megatron_config(path: str | Path, script_args: list[str] | None = None,

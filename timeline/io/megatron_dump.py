@@ -26,6 +26,11 @@ core_v0.12.0 to main by ``tools/megatron_parser_args.py``):
   it as it classifies a fork's argument in a launch script (refused by name unless ``--ignore-arg``).
 - **The world size** is the block's ``world_size``.
 
+An fp16 job's first iterations skip the optimizer step while its loss scale comes down, which
+``from-megatron`` assumes of an fp16 job; a log's iteration lines say how many of each interval's
+iterations skipped it (``number of skipped iterations``), so where one interval up to the memory line
+stepped, the Adam moments are counted.
+
 The log's own memory lines (``report_memory``: ``[Rank R] (after N iterations) memory (MB) |
 allocated: … | max allocated: … | reserved: … | max reserved: …``) are read too, for the run file's
 notes: what the job measured, beside what the simulation predicts.
@@ -45,8 +50,9 @@ from typing import Any
 #: the block's first line; whatever precedes the dashes on it (a timestamp, ``[default0]:``) precedes every line
 HEADER = re.compile(r"^(?P<prefix>.*?)-{8,} arguments -{8,}[ \t]*\r?$", re.M)
 END = re.compile(r"-{8,} end of arguments -{8,}")
-#: one attribute: ``name`` then its dots (none for a name of 48 characters or more) then the value
-LINE = re.compile(r"(?:^|\s)(?P<name>[A-Za-z_][A-Za-z0-9_]*) (?:\.+ | )(?P<value>.*?)\s*$")
+#: one attribute, after the line's prefix: two spaces, ``name``, its dots (none for a name of 48 characters or more),
+#: the value; or, once an editor has stripped the trailing space of an empty value, the name and its dots alone
+LINE = re.compile(r"  (?P<name>[A-Za-z_][A-Za-z0-9_]*) (?:(?:\.+ | )(?P<value>.*?)|\.*)\s*$")
 #: ``report_memory``'s line (megatron/training/utils.py), MiB as printed
 MEMORY = re.compile(r"\[Rank (?P<rank>\d+)\] \(after (?P<it>\d+) iterations\) memory \(MB\) \| allocated: "
                     r"(?P<a>[\d.]+) \| max allocated: (?P<ma>[\d.]+) \| reserved: (?P<r>[\d.]+) \| "
@@ -57,6 +63,9 @@ TORCH_DTYPES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float1
 #: the tokenizer's vocabulary as the job printed it when padding it (megatron/training/vocab_utils.py:
 #: _vocab_size_with_padding, and megatron/core/tokenizers/utils/build_tokenizer.py at d98e8a64dd)
 PADDED_VOCAB = re.compile(r"> padded vocab \(size: (?P<size>\d+)\) with (?P<dummy>\d+) dummy tokens")
+#: ``training_log``'s line (megatron/training/training.py): the iteration, and how many of the interval's iterations
+#: skipped the optimizer step (an fp16 gradient overflow)
+ITERATION = re.compile(r"\biteration\s+(?P<it>\d+)/\s*\d+ \|.*?number of skipped iterations:\s*(?P<skipped>\d+)")
 ENUM_VALUE = re.compile(r"[A-Z][A-Za-z0-9]*\.([A-Za-z0-9_]+)")
 NULL: tuple[Any, ...] = (None, False, 0, "", (), [])
 #: dests ``validate_args`` fills from another when the user gave one of the two (megatron/training/arguments.py:
@@ -107,6 +116,9 @@ class DumpArgs:
     #: the tokenizer's vocabulary the log printed (``padded vocab (size: N)``): the job's, where no tokenizer file
     #: is on this machine
     vocab_size: int | None = None
+    #: the iteration lines (up to the first memory line, where there is one) show an optimizer step taken (an
+    #: interval with fewer skipped iterations than it ran)
+    optimizer_stepped: bool = False
 
 
 @cache
@@ -120,21 +132,22 @@ def has_arguments_block(text: str) -> bool:
 
 def printed_block(text: str) -> tuple[dict[str, str], int]:
     """The first arguments block of ``text``: name → the value as printed; and how many blocks the text holds
-    (a job restarted in one log prints one each time)."""
+    (a job restarted in one log prints one each time). Each line carries the header's prefix, its digits free (a
+    launcher's ``[default0]:``, a timestamp per line)."""
     blocks = list(HEADER.finditer(text))
     start = blocks[0]
     values: dict[str, str] = {}
-    prefix = start.group("prefix")
+    prefix = re.compile(re.sub(r"\\?\d+", r"\\d+", re.escape(start.group("prefix"))))
     for line in text[start.end():].splitlines()[1:]:
         if END.search(line):
             break
-        body = line[len(prefix):] if prefix and line.startswith(prefix) else line
-        m = LINE.search(body)
+        p = prefix.match(line)
+        m = LINE.fullmatch(line, p.end() if p else 0)
         if m is None:
             if values:
                 break  # the block ended without its closing line (a truncated log)
             continue
-        values.setdefault(m.group("name"), m.group("value"))
+        values.setdefault(m.group("name"), m.group("value") or "")
     return values, len(blocks)
 
 
@@ -192,9 +205,13 @@ def infer_version(names: set[str], megatron_core: str | None) -> tuple[int, str]
     tied = [i for *s, i in scores if tuple(s) == best]
     i = tied[-1]
     span = labels[tied[0]] if len(tied) == 1 else f"{labels[tied[0]]} … {labels[tied[-1]]}"
-    how = "with every name" if best[0] == 0 else f"most nearly ({best[0]} printed names unknown to it)"
-    note = (f"the log's arguments block matches {how} the parser of {span}: read as Megatron-Core "
-            f"{t['versions'][i][1]} ({labels[i]}); give --megatron-core to choose another")
+    if best[0] == 0:
+        note = (f"the log's arguments block matches with every name the parser of {span}: read as Megatron-Core "
+                f"{t['versions'][i][1]} ({labels[i]}); give --megatron-core to choose another")
+    else:
+        note = (f"the log's arguments block holds {best[0]} names no release's parser from core_v0.12.0 to main "
+                f"prints (an older Megatron-LM's or a fork's): read with the nearest, {span}, as Megatron-Core "
+                f"{t['versions'][i][1]}; give --megatron-core to choose another")
     return i, note
 
 
@@ -269,6 +286,14 @@ def read_dump(text: str, megatron_core: str | None = None) -> DumpArgs:
     memory = tuple(MemoryLine(int(m["rank"]), int(m["it"]), float(m["a"]), float(m["ma"]), float(m["r"]),
                               float(m["mr"])) for m in MEMORY.finditer(text))
     vocab = PADDED_VOCAB.search(text)
+    stepped, last = False, 0
+    for m in ITERATION.finditer(text):
+        it = int(m["it"])
+        if memory and it > memory[0].iteration:
+            break
+        stepped |= int(m["skipped"]) < it - last
+        last = it
     return DumpArgs(args=args, world_size=world if isinstance(world, int) and world > 0 else None,
                     version=labels[i], megatron_core=megatron_core or t["versions"][i][1], notes=tuple(notes),
-                    memory=memory, vocab_size=int(vocab["size"]) if vocab else None)
+                    memory=memory, vocab_size=int(vocab["size"]) if vocab else None,
+                    optimizer_stepped=stepped)

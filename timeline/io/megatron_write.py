@@ -135,6 +135,12 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
         c.put(f"hardware.{key}", value)
     embedding_wgrad(a, c)
     checkpoint_load(a, c, resumed=resumed, dp_cp=dp * c.sections["parallel"]["cp"])
+    if margs.optimizer_stepped and c.sections["training"].get("optimizer_step") is False:
+        # fp16's first iterations skip the step while the loss scale comes down (see map_training); the job's log
+        # shows a step taken before its memory line, so the moments are there
+        c.put("training.optimizer_step", True)
+        c.notes.append("the log's iteration lines show optimizer steps taken (fewer skipped iterations than run) "
+                       "before its report_memory line: the Adam moments are counted")
     precision_aware(a, c, megatron_core=megatron_core)
     cpu_offload(a, c)
     activation_offload(a, c, margs.env)
