@@ -199,3 +199,12 @@ def test_an_fp16_logs_iteration_lines_say_whether_the_optimizer_stepped() -> Non
         sections = convert(margs, world_size=margs.world_size, megatron_core=core).sections
         assert sections["training"]["dtype"] == "fp16"
         assert sections["training"].get("optimizer_step", True) is step
+
+
+def test_the_model_the_log_says_it_built_is_the_family() -> None:
+    block = _main_block()
+    assert read_log(block, None, None).family is None
+    bert = read_log(block + "\nbuilding BERT model ...\n", None, None)
+    assert (bert.family, bert.family_source) == ("bert", "the log's 'building BERT model ...'")
+    assert read_log(block + "\n> building T5 model ...\n", None, None).family == "t5"
+    assert read_log(block + "\nbuilding a multimodal model ...\n", None, None).family == "vlm"

@@ -316,7 +316,8 @@ def read_log(text: str, env: dict[str, str] | None, megatron_core: str | None) -
     if len(dump.memory) > 8:
         notes.append(f"… and {len(dump.memory) - 8} more report_memory lines")
     return MegatronArgs(args=args, env=dict(env or {}), world_size=dump.world_size, notes=tuple(notes),
-                        megatron_core=dump.megatron_core, optimizer_stepped=dump.optimizer_stepped)
+                        megatron_core=dump.megatron_core, optimizer_stepped=dump.optimizer_stepped,
+                        family=dump.family, family_source=f"the log's '{dump.family_line}'" if dump.family else "")
 
 
 def read_megatron_config(path: str | Path, script_args: list[str] | None = None,

@@ -66,6 +66,11 @@ PADDED_VOCAB = re.compile(r"> padded vocab \(size: (?P<size>\d+)\) with (?P<dumm
 #: ``training_log``'s line (megatron/training/training.py): the iteration, and how many of the interval's iterations
 #: skipped the optimizer step (an fp16 gradient overflow)
 ITERATION = re.compile(r"\biteration\s+(?P<it>\d+)/\s*\d+ \|.*?number of skipped iterations:\s*(?P<skipped>\d+)")
+#: the model the entry script builds, as its ``model_provider`` prints it (gpt_builders.py, pretrain_bert.py,
+#: pretrain_t5.py, pretrain_vlm.py, hybrid_builders.py, pretrain_mamba.py at d98e8a64dd and before) → the family
+BUILDING = re.compile(r"building (?P<model>GPT|BERT|T5|a multimodal|Hybrid|Mamba) model \.\.\.")
+BUILT_FAMILIES = {"GPT": "gpt", "BERT": "bert", "T5": "t5", "a multimodal": "vlm", "Hybrid": "hybrid",
+                  "Mamba": "mamba"}
 ENUM_VALUE = re.compile(r"[A-Z][A-Za-z0-9]*\.([A-Za-z0-9_]+)")
 NULL: tuple[Any, ...] = (None, False, 0, "", (), [])
 #: dests ``validate_args`` fills from another when the user gave one of the two (megatron/training/arguments.py:
@@ -116,6 +121,9 @@ class DumpArgs:
     #: the tokenizer's vocabulary the log printed (``padded vocab (size: N)``): the job's, where no tokenizer file
     #: is on this machine
     vocab_size: int | None = None
+    #: the model family the log says the entry script built (``building BERT model ...``); None where it says none
+    family: str | None = None
+    family_line: str = ""
     #: the iteration lines (up to the first memory line, where there is one) show an optimizer step taken (an
     #: interval with fewer skipped iterations than it ran)
     optimizer_stepped: bool = False
@@ -286,6 +294,7 @@ def read_dump(text: str, megatron_core: str | None = None) -> DumpArgs:
     memory = tuple(MemoryLine(int(m["rank"]), int(m["it"]), float(m["a"]), float(m["ma"]), float(m["r"]),
                               float(m["mr"])) for m in MEMORY.finditer(text))
     vocab = PADDED_VOCAB.search(text)
+    built = BUILDING.search(text)
     stepped, last = False, 0
     for m in ITERATION.finditer(text):
         it = int(m["it"])
@@ -296,4 +305,5 @@ def read_dump(text: str, megatron_core: str | None = None) -> DumpArgs:
     return DumpArgs(args=args, world_size=world if isinstance(world, int) and world > 0 else None,
                     version=labels[i], megatron_core=megatron_core or t["versions"][i][1], notes=tuple(notes),
                     memory=memory, vocab_size=int(vocab["size"]) if vocab else None,
-                    optimizer_stepped=stepped)
+                    optimizer_stepped=stepped, family=BUILT_FAMILIES[built["model"]] if built else None,
+                    family_line=built.group(0) if built else "")
