@@ -208,3 +208,44 @@ def test_the_model_the_log_says_it_built_is_the_family() -> None:
     assert (bert.family, bert.family_source) == ("bert", "the log's 'building BERT model ...'")
     assert read_log(block + "\n> building T5 model ...\n", None, None).family == "t5"
     assert read_log(block + "\nbuilding a multimodal model ...\n", None, None).family == "vlm"
+
+
+def test_the_logs_parameter_counts_check_the_model_and_give_a_vocabulary_the_arguments_do_not(tmp_path: Path) -> None:
+    """``get_model``'s ``number of parameters on (tensor, pipeline) model parallel rank (0, P)`` is held against
+    the run's own count; where the arguments name no tokenizer (GPT-2's vocabulary assumed), the vocabulary is
+    solved from the first rank's count: the count is affine in the padded rows."""
+    from timeline.cli.from_megatron import _run_of, _stage_params, param_count_notes, solved_vocab
+    from timeline.io.megatron_write import run_file_text
+
+    block = _main_block(vocab_size="None", tokenizer_type="None", tokenizer_model="None")
+    margs = read_log(block, None, None)
+    assert "--vocab-size" not in margs.args and not margs.param_counts
+
+    def text_with(vocab: int | None) -> str:
+        args = margs.args if vocab is None else {**margs.args, "--vocab-size": str(vocab)}
+        conv = convert(dataclasses.replace(margs, args=args), world_size=margs.world_size,
+                       megatron_core=margs.megatron_core)
+        return run_file_text(conv, name="job", source="job.log", world_size=margs.world_size)
+
+    run = _run_of(text_with(151_643))  # Qwen2's tokenizer: 151,643 tokens, 151,680 rows (tp 1) or more
+    counts = _stage_params(run)
+    logged = tuple((0, p, n) for p, n in enumerate(counts))
+    line = "".join(f" > number of parameters on (tensor, pipeline) model parallel rank (0, {p}): {n}\n"
+                   for p, n in enumerate(counts))
+    assert read_log(block + "\n" + line, None, None).param_counts == logged
+    guessed = text_with(None)
+    assert _run_of(guessed).model.vocab_size == 50_257
+    assert param_count_notes(guessed, logged)[0].startswith("the log counts")
+    solved = solved_vocab(guessed, logged)
+    step = run.framework.make_vocab_size_divisible_by * run.parallel.tp
+    assert solved is not None and -(-solved // step) == -(-151_643 // step)  # the same padded rows
+    assert param_count_notes(text_with(solved), logged)[0].startswith("the log's parameter count equals the run's")
+    assert solved_vocab(guessed, ((0, 0, counts[0] + 1),)) is None  # no whole number of rows: nothing solved
+    log = tmp_path / "job.log"
+    log.write_text(block + "\n" + line)
+    out = tmp_path / "run.toml"
+    done = subprocess.run([sys.executable, "-m", "timeline", "from-megatron", str(log), "-o", str(out)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert tomllib.loads(out.read_text())["model"]["vocab_size"] == solved
+    assert "the log's parameter count equals the run's" in done.stderr and "the vocabulary is" in done.stderr

@@ -10,11 +10,16 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from timeline.cli.common import add_gpu_arguments, emit_checked_run_file, gpu_fields, positive, script_env
 from timeline.errors import UserError
+from timeline.io.megatron_map import ASSUMED_VOCAB
 from timeline.io.megatron_table import FORK_FAMILIES
 from timeline.spec.framework import OPTIMIZER_IMPLS
+
+if TYPE_CHECKING:
+    from timeline.spec.run import RunSpec
 
 HELP = "write a run file from Megatron-LM arguments (model_config.yaml, a launch script or a job's log)"
 DESCRIPTION = """\
@@ -177,12 +182,105 @@ def run(args: argparse.Namespace) -> int:
         source += f" --family {args.family}"
     text = run_file_text(conv, name=args.name or default_name(path), source=source, world_size=world_size,
                          notes=notes)
+    if margs.param_counts and args.vocab_size is None and any(n.startswith(ASSUMED_VOCAB) for n in conv.notes):
+        solved = solved_vocab(text, margs.param_counts)
+        if solved is not None:  # the vocabulary the log's own parameter count gives, in place of the assumed one
+            margs = dataclasses.replace(margs, args={**margs.args, "--vocab-size": str(solved)})
+            conv = convert(margs, world_size=world_size, gpu=args.gpu, te_version=args.te_version,
+                           pytorch_version=args.pytorch_version, megatron_core=megatron_core, resumed=args.resumed,
+                           optimizer_impl=args.optimizer_impl, gpu_fields=fields, ignored=ignored)
+            notes = [n for n in notes if not n.startswith(ASSUMED_VOCAB)] + [
+                n for n in conv.notes if n not in notes] + [
+                f"the vocabulary is {solved:,} tokens (the rows it pads to are what the log's parameter count on "
+                "(tensor, pipeline) rank (0, 0) gives): the arguments name no tokenizer"]
+            print(f"note: {notes[-1]}", file=sys.stderr)
+            text = run_file_text(conv, name=args.name or default_name(path), source=source, world_size=world_size,
+                                 notes=notes)
+    if margs.param_counts:  # a log's own parameter counts, held against the run's
+        checked = param_count_notes(text, margs.param_counts)
+        for note in checked:
+            print(f"note: {note}", file=sys.stderr)
+        text = run_file_text(conv, name=args.name or default_name(path), source=source, world_size=world_size,
+                             notes=[*notes, *checked])
 
     try:
         emit_checked_run_file(text, out, args.force, str(path), load_run)
     except UserError as exc:
         raise UserError(with_arguments(str(exc), conv.mapped, margs.args)) from None
     return 0
+
+
+def _run_of(text: str) -> RunSpec | None:
+    import tomllib
+
+    from timeline.io.runfile import run_from_data
+
+    try:
+        return run_from_data(tomllib.loads(text), Path("<from-megatron>"))
+    except UserError:
+        return None  # the run file's own check reports it
+
+
+def _stage_params(run: RunSpec) -> list[int]:
+    """Parameters on each pipeline rank (every chunk it holds), as ``get_model`` sums ``p.nelement()``."""
+    from timeline.graph.source import model_source
+    from timeline.pipeline.placement import stage_placement
+    from timeline.placement.devices import chunk_params
+
+    par = run.parallel
+    placed = stage_placement(run.schedule.kind, par.pp, par.vpp)
+    params = chunk_params(model_source(run), (c for st in placed for c in st))
+    return [sum(t.numel for c in placed[p] for t in params[c]) for p in range(par.pp)]
+
+
+def solved_vocab(text: str, logged: tuple[tuple[int, int, int], ...]) -> int | None:
+    """The vocabulary that gives the log's parameter count on the first pipeline rank, where the run's vocabulary
+    was assumed: the rank's count is affine in the padded vocabulary (the embedding's rows, and the output layer's
+    where one stage holds both), which pads in steps of ``make_vocab_size_divisible_by`` × tp (Megatron-LM
+    ``vocab_utils.py: _vocab_size_with_padding``). None unless the solution is a whole number of steps and every
+    logged pipeline rank then counts as the log does."""
+    run = _run_of(text)
+    first = next((n for tp, pp, n in logged if tp == 0 and pp == 0), None)
+    if run is None or first is None:
+        return None
+    step = run.framework.make_vocab_size_divisible_by * run.parallel.tp
+    vocab = run.model.vocab_size
+
+    def counts(v: int) -> list[int]:
+        return _stage_params(dataclasses.replace(run, model=dataclasses.replace(run.model, vocab_size=v)))
+
+    c1, c2 = counts(vocab)[0], counts(vocab + step)[0]
+    if c2 == c1 or (first - c1) % (c2 - c1):
+        return None
+    solved = vocab + step * (first - c1) // (c2 - c1)
+    if solved <= 0 or solved > 2**24:
+        return None
+    ours = counts(solved)
+    return solved if all(ours[pp] == n for tp, pp, n in logged if tp == 0 and pp < len(ours)) else None
+
+
+def param_count_notes(text: str, logged: tuple[tuple[int, int, int], ...]) -> list[str]:
+    """The log's ``number of parameters on (tensor, pipeline) model parallel rank (0, P)`` against the run's own
+    count on pipeline rank P: equal says the model is the job's; a difference names the ranks, before any memory is
+    simulated. Where the run cannot be built here, nothing is said."""
+    run = _run_of(text)
+    if run is None:
+        return []
+    ours = _stage_params(run)
+    same, differ = [], []
+    for tp, pp, n in logged:
+        if tp != 0 or pp >= len(ours):
+            continue
+        (same if ours[pp] == n else differ).append((pp, n, ours[pp]))
+    out = []
+    if same:
+        out.append(f"the log's parameter count equals the run's on pipeline rank(s) "
+                   f"{', '.join(str(p) for p, _, _ in same)} ({', '.join(f'{n:,}' for _, n, _ in same)})")
+    for pp, n, mine in differ:
+        out.append(f"the log counts {n:,} parameters on (tensor, pipeline) rank (0, {pp}), the run {mine:,} "
+                   f"({100 * (mine - n) / n:+.2f} %): the model is not the job's (a fork's own layers, a vocabulary "
+                   "the arguments do not give: --vocab-size), so neither are its weights' bytes")
+    return out
 
 
 _KEY = re.compile(r"\b([a-z_]+\.[a-z_0-9]+): ")

@@ -51,6 +51,8 @@ class MegatronArgs:
     megatron_core: str | None = None
     #: a log shows the optimizer stepped before its memory line (an fp16 job past its skipped first steps)
     optimizer_stepped: bool = False
+    #: a log's parameter counts per (tensor rank, pipeline rank), for the run's own to be held against
+    param_counts: tuple[tuple[int, int, int], ...] = ()
 
 
 #: arguments written in a grammar that has no quote, backslash or ``$`` of its own, so any left in
@@ -317,7 +319,8 @@ def read_log(text: str, env: dict[str, str] | None, megatron_core: str | None) -
         notes.append(f"… and {len(dump.memory) - 8} more report_memory lines")
     return MegatronArgs(args=args, env=dict(env or {}), world_size=dump.world_size, notes=tuple(notes),
                         megatron_core=dump.megatron_core, optimizer_stepped=dump.optimizer_stepped,
-                        family=dump.family, family_source=f"the log's '{dump.family_line}'" if dump.family else "")
+                        family=dump.family, family_source=f"the log's '{dump.family_line}'" if dump.family else "",
+                        param_counts=dump.param_counts)
 
 
 def read_megatron_config(path: str | Path, script_args: list[str] | None = None,

@@ -71,6 +71,10 @@ ITERATION = re.compile(r"\biteration\s+(?P<it>\d+)/\s*\d+ \|.*?number of skipped
 BUILDING = re.compile(r"building (?P<model>GPT|BERT|T5|a multimodal|Hybrid|Mamba) model \.\.\.")
 BUILT_FAMILIES = {"GPT": "gpt", "BERT": "bert", "T5": "t5", "a multimodal": "vlm", "Hybrid": "hybrid",
                   "Mamba": "mamba"}
+#: ``get_model``'s count of the parameters on a rank (megatron/training/training.py; ``gtp_weight_remat`` from
+#: d98e8a64dd's GTP, absent before): tensor rank, pipeline rank, count
+PARAMS = re.compile(r"number of parameters on \(tensor, (?:gtp_\w+, )?pipeline\) model parallel rank "
+                    r"\((?P<tp>\d+), (?:\d+, )?(?P<pp>\d+)\): (?P<n>\d+)")
 ENUM_VALUE = re.compile(r"[A-Z][A-Za-z0-9]*\.([A-Za-z0-9_]+)")
 NULL: tuple[Any, ...] = (None, False, 0, "", (), [])
 #: dests ``validate_args`` fills from another when the user gave one of the two (megatron/training/arguments.py:
@@ -121,6 +125,8 @@ class DumpArgs:
     #: the tokenizer's vocabulary the log printed (``padded vocab (size: N)``): the job's, where no tokenizer file
     #: is on this machine
     vocab_size: int | None = None
+    #: ``get_model``'s parameter counts: (tensor rank, pipeline rank, parameters), each pair once
+    param_counts: tuple[tuple[int, int, int], ...] = ()
     #: the model family the log says the entry script built (``building BERT model ...``); None where it says none
     family: str | None = None
     family_line: str = ""
@@ -295,6 +301,7 @@ def read_dump(text: str, megatron_core: str | None = None) -> DumpArgs:
                               float(m["mr"])) for m in MEMORY.finditer(text))
     vocab = PADDED_VOCAB.search(text)
     built = BUILDING.search(text)
+    counts = {(int(m["tp"]), int(m["pp"])): int(m["n"]) for m in PARAMS.finditer(text)}
     stepped, last = False, 0
     for m in ITERATION.finditer(text):
         it = int(m["it"])
@@ -306,4 +313,5 @@ def read_dump(text: str, megatron_core: str | None = None) -> DumpArgs:
                     version=labels[i], megatron_core=megatron_core or t["versions"][i][1], notes=tuple(notes),
                     memory=memory, vocab_size=int(vocab["size"]) if vocab else None,
                     optimizer_stepped=stepped, family=BUILT_FAMILIES[built["model"]] if built else None,
-                    family_line=built.group(0) if built else "")
+                    family_line=built.group(0) if built else "",
+                    param_counts=tuple((t, p, n) for (t, p), n in sorted(counts.items())))

@@ -42,6 +42,9 @@ from timeline.io.megatron_table import (
 from timeline.io.megatron_tokenizer import assumed_gpt2, vocab_size
 from timeline.profiles.megatron_workspaces import version_tuple
 
+#: how a conversion's note begins where it took GPT-2's vocabulary for want of a tokenizer
+ASSUMED_VOCAB = "the arguments name no tokenizer"
+
 
 @dataclass
 class Conversion:
@@ -329,7 +332,7 @@ def map_model(a: ArgReader, c: Conversion, family: str | None = None, *, megatro
     seq = a.need("--seq-length")
     c.put("model.max_position_embeddings", a.int("--max-position-embeddings", seq), "--max-position-embeddings")
     if assumed_gpt2(a, family):
-        c.notes.append("the arguments name no tokenizer: the vocabulary is taken as GPT-2's 50,257 tokens "
+        c.notes.append(f"{ASSUMED_VOCAB}: the vocabulary is taken as GPT-2's 50,257 tokens "
                        "(the entry script's default GPT2BPETokenizer, whose --vocab-file they do not give either); "
                        "give from-megatron --vocab-size N for the job's own")
     c.put("model.vocab_size", vocab_size(a, family, megatron_core=megatron_core, null_eod=null_eod), "--vocab-size",
