@@ -267,7 +267,8 @@ def param_count_notes(text: str, logged: tuple[tuple[int, int, int], ...]) -> li
     if run is None:
         return []
     ours = _stage_params(run)
-    same, differ = [], []
+    same: list[tuple[int, int, int]] = []
+    differ: list[tuple[int, int, int]] = []
     for tp, pp, n in logged:
         if tp != 0 or pp >= len(ours):
             continue
