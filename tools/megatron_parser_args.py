@@ -229,15 +229,10 @@ def presence(row_versions: list[list[str]], labels: list[str]) -> str:
     return "".join(present)
 
 
-def write_dests(table: dict[str, Any], git_dir: str, path: Path) -> None:
-    """The run-time table of a printed arguments block (``_print_args`` prints ``vars(args)`` at the end of
-    ``validate_args``): per dest, each option string with its action, nargs, default (repr) and the versions having
-    it (one row per version span over which they stay the same: a dest, nargs or default that changed makes
-    another); and per attribute that
-    Megatron's training code assigns without a parser dest (``args.world_size``, ``args.params_dtype``, …: every
-    ``args.NAME =`` under megatron/training/ at each version) the versions assigning it."""
-    versions = table["provenance"]["versions"]
-    labels = [v["label"] for v in versions]
+def dests_of(table: dict[str, Any]) -> dict[str, list[list[Any]]]:
+    """Per dest, each option string with its action, nargs, default (repr) and the versions having it: one row per
+    version span over which they stay the same (a dest, nargs or default that changed makes another)."""
+    labels = [v["label"] for v in table["provenance"]["versions"]]
     dests: dict[str, list[list[Any]]] = {}
     for opt, row in table["arguments"].items():
         present = presence(row["versions"], labels)
@@ -256,6 +251,17 @@ def write_dests(table: dict[str, Any], git_dir: str, path: Path) -> None:
                 groups.setdefault(key, ["0"] * len(labels))[i] = "1"
         for (dest, action, nargs, default), bits in groups.items():
             dests.setdefault(dest, []).append([opt, action, nargs, default, "".join(bits)])
+    return dict(sorted(dests.items()))
+
+
+def write_dests(table: dict[str, Any], git_dir: str, path: Path) -> None:
+    """The run-time table of a printed arguments block (``_print_args`` prints ``vars(args)`` at the end of
+    ``validate_args``): :func:`dests_of`, and per attribute that Megatron's training code assigns without a parser
+    dest at that version (``args.world_size``, ``args.params_dtype``, …: every ``args.NAME =`` under
+    megatron/training/ at each version) the versions assigning it."""
+    versions = table["provenance"]["versions"]
+    labels = [v["label"] for v in versions]
+    dests = dests_of(table)
     assigned: dict[str, list[bool]] = {}
     for i, v in enumerate(versions):
         files = [f for f in git(git_dir, "ls-tree", "-r", "--name-only", v["commit"], ASSIGNING_TREE).split()
@@ -264,7 +270,7 @@ def write_dests(table: dict[str, Any], git_dir: str, path: Path) -> None:
         for name in sorted(names):
             if not any(r[4][i] == "1" for r in dests.get(name, ())):  # no option of this version sets it
                 assigned.setdefault(name, [False] * len(labels))[i] = True
-    body = ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(dests.items()))
+    body = ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in dests.items())
     extra = ",\n".join(f" {json.dumps(k)}: {json.dumps(''.join('1' if p else '0' for p in v))}"
                        for k, v in sorted(assigned.items()))
     head = json.dumps({"source": "NVIDIA/Megatron-LM pretrain_gpt.py's parser by dest, and the attributes "

@@ -249,3 +249,15 @@ def test_the_logs_parameter_counts_check_the_model_and_give_a_vocabulary_the_arg
     assert done.returncode == 0, done.stderr
     assert tomllib.loads(out.read_text())["model"]["vocab_size"] == solved
     assert "the log's parameter count equals the run's" in done.stderr and "the vocabulary is" in done.stderr
+
+
+def test_the_dest_table_is_the_parser_tables_own() -> None:
+    """``timeline/io/megatron_parser_dests.json`` is derived from ``tests/data/megatron/parser_args.json``
+    (``tools/megatron_parser_args.py --dests-only``): regenerate it when the parser table changes."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from megatron_parser_args import dests_of
+
+    parsers = json.loads((ROOT / "tests/data/megatron/parser_args.json").read_text())
+    assert dests_of(parsers) == table()["dests"]
+    assert [v[0] for v in table()["versions"]] == [v["label"] for v in parsers["provenance"]["versions"]]
+    assert {"world_size", "rank", "data_parallel_size", "params_dtype"} <= set(table()["assigned"])
