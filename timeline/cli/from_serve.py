@@ -14,13 +14,15 @@ from typing import Any
 from timeline.cli.common import add_gpu_arguments, emit_checked_run_file, gpu_fields, script_env
 from timeline.errors import UserError
 
-HELP = "write a serving run file from a vLLM or SGLang launch command"
+HELP = "write a serving run file from a vLLM or SGLang launch command or startup log"
 DESCRIPTION = """\
 Read a serving engine's launch command — `vllm serve MODEL …`, `python -m vllm.entrypoints.openai.api_server …`,
 `docker run … vllm/vllm-openai:TAG …`, `python -m sglang.launch_server …` — given as the command line itself or as a
 shell script that runs it (read as bash would, never run), a Kubernetes manifest or Compose file whose container
 runs it, or a Python program that builds the engine (`LLM(model=…, tensor_parallel_size=…)`, `sgl.Engine(…)`:
-its keywords read without running it), and write the run file `timeline serve` takes (stdout without -o). Every
+its keywords read without running it) — or the engine's startup log: vLLM's "non-default args: {…}" line (with
+its version) or SGLang's "server_args=ServerArgs(…)" (the fields the rules read, as SGLang set them), its memory
+lines copied to the run file's notes — and write the run file `timeline serve` takes (stdout without -o). Every
 option is looked up in the engine's own command-line surface, read from its source: mapped to a run-file key,
 listed as memory-neutral in the file's header, or refused in one line (a typo gets "did you mean").
 The model's config.json is the checkpoint's: the local folder the command names, the Hugging Face cache on this
@@ -31,6 +33,7 @@ examples:
   timeline from-vllm launch.sh --hf-config ./Llama-3.1-8B/config.json --engine-version 0.10.1 -o run.toml
   timeline from-vllm deployment.yaml --gpu h100 -o run.toml          # the container running vllm serve
   timeline from-vllm offline.py --engine-version 0.11.0 -o run.toml  # LLM(model=..., ...) in a script
+  timeline from-vllm server.log --gpu h100 -o run.toml               # a startup log: its non-default args
   timeline from-sglang "python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 8" --gpu h200
   timeline serve run.toml
 """

@@ -28,7 +28,8 @@ from typing import Any, TypeVar
 
 from timeline.errors import UserError
 from timeline.io.launch_script import SERVE_MODULES, SERVE_PROGRAMS, read_launch_script
-from timeline.io.serve_forms import Found, manifest_containers, python_calls
+from timeline.io.serve_forms import Found, fields_words, manifest_containers, python_calls
+from timeline.io.serve_log import ServeLog, read_serve_log
 
 _TABLES = Path(__file__).with_name("serve_options.json")
 _CLASSES = Path(__file__).with_name("serve_option_classes.json")
@@ -180,6 +181,13 @@ def read_command(text: str, source: str, engine_hint: str, env: dict[str, str] |
 
 def _find_command(text: str, source: str, engine_hint: str, env: dict[str, str], job: int,
                   folder: Path | None) -> ServeCommand:
+    log = read_serve_log(text)
+    if log is not None:  # a startup log: the arguments it printed are the command
+        if job != 1:
+            raise UserError(f"--job {job}: {source} is an engine's log, of one command")
+        words = _log_words(log, source)
+        return ServeCommand(engine=log.engine, words=words, version=log.version, env=env,
+                            usage_context=log.usage_context, notes=list(log.notes))
     calls = python_calls(text, env, options, folder)
     python = source.endswith(".py") or re.match(r"#![^\n]*python", text) is not None
     if calls is None and python:
@@ -231,6 +239,30 @@ def _find_command(text: str, source: str, engine_hint: str, env: dict[str, str],
     if job != 1:
         raise UserError(f"--job {job}: {source} runs one serving command")
     return found
+
+
+def _log_words(log: ServeLog, source: str) -> list[str]:
+    """The option words of a log's printed arguments, read with the option table of the version it names (the
+    newest read where it names none); an SGLang field the table has no option for is one ServerArgs sets itself."""
+    at = version_index(log.engine, log.version)
+    table = options(log.engine, at)
+    fields = log.fields
+    if log.engine == "sglang":
+        # every field is printed, as __post_init__ left it: the defaults and what SGLang computed for this GPU and
+        # model (mem_fraction_static, chunked_prefill_size, attention_backend, …) beside what the user gave. The
+        # fields the rules read are taken as printed; the others cannot be told from their defaults, so those
+        # whose options are not modelled are named in a note instead of refused
+        dests = {o["dest"] for o in table.values()}
+        classes = option_classes("sglang")
+        unmodelled = sorted(k for k, v in fields.items() if k in dests and k not in SGLANG_MAPPED
+                            and v not in (None, False, "", [], {}) and (k in REFUSED or classes.get(k, {}).get(
+                                "class") == "refused"))
+        fields = {k: v for k, v in fields.items() if k in SGLANG_MAPPED and k in dests}
+        if unmodelled:
+            log.notes.append(f"printed fields of options not modelled that hold values ({len(unmodelled)}: their "
+                             f"defaults, or SGLang's own choice, or the user's; the log does not say): "
+                             f"{', '.join(unmodelled[:8])}" + (" …" if len(unmodelled) > 8 else ""))
+    return fields_words(fields, table, log.engine, f"{source}: the log's arguments")
 
 
 T = TypeVar("T")

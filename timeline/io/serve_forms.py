@@ -393,11 +393,11 @@ def _call(node: ast.Call, name: str, engine: str, usage: str, scope: _Scope, tab
         except _Unknown as exc:
             raise UserError(f"{where}: the model {ast.unparse(node.args[0])}: a value this reader cannot follow ({exc}); "
                             "write it as a literal") from None
-    return Found(what=where, words=_words(kwargs, table, engine, where), engine=engine,
+    return Found(what=where, words=fields_words(kwargs, table, engine, where), engine=engine,
                  usage_context=usage or "openai_api_server")
 
 
-def _words(kwargs: dict[str, Any], table: dict[str, dict[str, Any]], engine: str, where: str) -> list[str]:
+def fields_words(kwargs: dict[str, Any], table: dict[str, dict[str, Any]], engine: str, where: str) -> list[str]:
     """The command-line words of the engine's fields ``kwargs`` (a field's option: its ``--dest-with-dashes`` name,
     else any name of that dest)."""
     by_dest: dict[str, list[tuple[str, dict[str, Any]]]] = {}

@@ -1,0 +1,109 @@
+"""``from-vllm`` / ``from-sglang`` on an engine's startup log (``timeline/io/serve_log.py``).
+
+The log lines are written here in the form each engine prints them (vLLM's ``log_non_default_args``, its
+API-server version line and memory lines; SGLang's ``server_args=ServerArgs(…)`` and its KV-cache line), with
+made-up values.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from timeline.io.serve_command import read_command
+from timeline.io.serve_log import _balanced, read_serve_log
+
+ROOT = Path(__file__).resolve().parents[2]
+LLAMA = ROOT / "tests/data/hf/llama-3.1-8b"
+QWEN = ROOT / "tests/data/hf/qwen2.5-7b-instruct"
+
+VLLM_LOG = """\
+INFO 11-03 05:51:41 [__init__.py:216] Automatically detected platform cuda.
+(APIServer pid=5385) INFO 11-03 05:51:44 [api_server.py:1839] vLLM API server version 0.11.0
+(APIServer pid=5385) INFO 11-03 05:51:44 [utils.py:233] non-default args: {'model_tag': 'meta-llama/Llama-3.1-8B', \
+'port': 8005, 'model': 'meta-llama/Llama-3.1-8B', 'dtype': 'bfloat16', 'max_model_len': 8192, 'served_model_name': \
+['llama {x}'], 'tensor_parallel_size': 2, 'gpu_memory_utilization': 0.85, 'enable_prefix_caching': False, \
+'lora_modules': [LoRAModulePath(name='a', path='b', base_model_name=None)]}
+(EngineCore_DP0 pid=5600) INFO 11-03 05:52:10 [gpu_model_runner.py:2653] Model loading took 7.5110 GiB and 3.2 seconds
+(EngineCore_DP0 pid=5600) INFO 11-03 05:52:20 [gpu_worker.py:298] Available KV cache memory: 60.12 GiB
+(EngineCore_DP0 pid=5600) INFO 11-03 05:52:20 [kv_cache_utils.py:1087] GPU KV cache size: 985,000 tokens
+"""
+
+SGLANG_LOG = """\
+[2026-02-18 03:19:27] INFO server_args.py:1830: Attention backend not specified. Use fa3 backend by default.
+[2026-02-18 03:19:27] INFO engine.py:156: server_args=ServerArgs(model_path='Qwen/Qwen2.5-7B-Instruct', \
+tokenizer_path='Qwen/Qwen2.5-7B-Instruct', load_format='auto', model_loader_extra_config='{}', context_length=None, \
+host='127.0.0.1', port=30000, dtype='auto', quantization=None, kv_cache_dtype='auto', mem_fraction_static=0.835, \
+max_running_requests=128, max_total_tokens=20480, chunked_prefill_size=8192, max_prefill_tokens=16384, \
+schedule_policy='fcfs', page_size=1, tp_size=2, pp_size=1, dp_size=1, ep_size=1, attention_backend='fa3', \
+hicache_ratio=2.0, cpu_offload_gb=0, cuda_graph_bs=[1, 2, 4, 8], disable_cuda_graph=False, enable_lora=None, \
+mm_process_config={}, forward_hooks=None)
+[2026-02-18 03:19:30 TP0] KV Cache is allocated. #tokens: 20480, K size: 0.12 GB, V size: 0.12 GB
+"""
+
+
+def test_a_dict_or_call_is_read_to_its_closing_bracket_quotes_respected() -> None:
+    text = "x {'a': '}', 'b': [1, {'c': ')'}]} tail"
+    assert _balanced(text, 2, "{", "}") == "{'a': '}', 'b': [1, {'c': ')'}]}"
+    assert _balanced("{'a': 1", 0, "{", "}") is None  # a line cut off: nothing read
+
+
+def test_vllms_non_default_args_are_its_command() -> None:
+    log = read_serve_log(VLLM_LOG)
+    assert log is not None and (log.engine, log.version, log.usage_context) == ("vllm", "0.11.0", "openai_api_server")
+    assert log.fields["tensor_parallel_size"] == 2 and log.fields["served_model_name"] == ["llama {x}"]
+    assert "model_tag" not in log.fields and "lora_modules" not in log.fields
+    assert any("not read: lora_modules" in n for n in log.notes)
+    assert any("Available KV cache memory: 60.12 GiB" in n for n in log.notes)
+    cmd = read_command(VLLM_LOG, "vllm.log", "vllm")
+    assert cmd.engine == "vllm" and cmd.version == "0.11.0"
+    words = cmd.words
+    assert words[words.index("--tensor-parallel-size") + 1] == "2" and "--no-enable-prefix-caching" in words
+    offline = read_serve_log(VLLM_LOG.replace("API server version", "engine version").replace("api_server", "llm"))
+    assert offline is not None and offline.usage_context == "llm_class"
+
+
+def test_from_vllm_writes_the_run_a_log_shows(tmp_path: Path) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text(VLLM_LOG)
+    out = tmp_path / "run.toml"
+    done = subprocess.run([sys.executable, "-m", "timeline", "from-vllm", str(log), "--hf-config", str(LLAMA),
+                           "--gpu", "h100", "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    run = tomllib.loads(out.read_text())
+    assert run["parallel"]["tp"] == 2
+    sv = run["serving"]
+    assert (sv["engine_version"], sv["max_model_len"], sv["gpu_memory_utilization"]) == ("0.11.0", 8192, 0.85)
+    assert sv["enable_prefix_caching"] is False
+    assert "GPU KV cache size: 985,000 tokens" in out.read_text()
+    served = subprocess.run([sys.executable, "-m", "timeline", "serve", str(out), "-o", str(tmp_path / "s")],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert served.returncode == 0, served.stderr
+
+
+def test_sglangs_server_args_give_the_fields_the_rules_read(tmp_path: Path) -> None:
+    """SGLang prints every field as its __post_init__ left them: the fields the rules read are taken as printed
+    (mem_fraction_static as SGLang computed it); those of options not modelled are named, not refused, since the
+    log cannot tell a default or SGLang's own choice from the user's."""
+    log = read_serve_log(SGLANG_LOG)
+    assert log is not None and log.engine == "sglang" and log.fields["mem_fraction_static"] == 0.835
+    path = tmp_path / "sglang.log"
+    path.write_text(SGLANG_LOG)
+    out = tmp_path / "run.toml"
+    done = subprocess.run([sys.executable, "-m", "timeline", "from-sglang", str(path), "--hf-config", str(QWEN),
+                           "--gpu", "h100", "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    run = tomllib.loads(out.read_text())
+    assert run["parallel"]["tp"] == 2
+    sv = run["serving"]
+    assert (sv["mem_fraction_static"], sv["max_total_tokens"], sv["max_num_seqs"]) == (0.835, 20480, 128)
+    # attention_backend as SGLang chose it is named; cpu_offload_gb 0 offloads nothing, enable_lora None is off
+    assert "the log does not say): attention_backend\n" in done.stderr
+
+
+def test_a_text_without_an_engines_log_lines_is_read_as_a_command() -> None:
+    assert read_serve_log("vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 4\n") is None
+    cmd = read_command("vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 4\n", "cmd", "vllm")
+    assert cmd.words[-1] == "4"

@@ -1,0 +1,130 @@
+"""Read a serving engine's startup log as its launch command: what it printed of its own arguments.
+
+- **vLLM** prints, at start, the engine arguments that differ from their defaults
+  (``vllm/entrypoints/utils.py: log_non_default_args``, from 0.9: ``non-default args: {'model': …,
+  'tensor_parallel_size': 2, …}``, a Python dict of argparse dests), the server's version (``vLLM API server
+  version 0.11.0``) and, in each engine, ``Initializing a V1 LLM engine (v0.11.0) with config: …``. The dict's
+  fields become the options that set them (:func:`timeline.io.serve_forms._words`, as for ``LLM(…)`` keywords).
+- **SGLang** prints every field of its ``ServerArgs`` (``server_args=ServerArgs(model_path='…', tp_size=8, …)``,
+  ``sglang/srt/entrypoints/http_server.py`` / ``engine.py``); the fields whose values differ from the dataclass's
+  own defaults (the option table's defaults at that version) become options.
+
+A value the log prints as an object (``LoRAModulePath(…)``, ``SpeculativeConfig(…)``) is not a literal: it is left out
+with a note. The log's own memory lines — ``Model loading took X GiB``, ``Available KV cache memory: X GiB``,
+``GPU KV cache size: N tokens``, ``# GPU blocks: N`` (vLLM), ``KV Cache is allocated. #tokens: N`` (SGLang) — go to
+the run file's notes, beside what ``timeline serve`` predicts.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+#: vLLM's line (``log_non_default_args``): the dict follows
+VLLM_ARGS = re.compile(r"non-default args: (?=\{)")
+VLLM_VERSION = re.compile(r"vLLM API server version (?P<v>\d[\w.+-]*)|Initializing an? (?:V1 )?LLM engine "
+                          r"\(v(?P<e>\d[\w.+-]*)\)")
+#: SGLang's line: the ServerArgs dataclass's repr
+SGLANG_ARGS = re.compile(r"server_args=ServerArgs\(")
+#: the memory lines each engine prints at start, as notes
+MEMORY_LINES = (
+    re.compile(r"Model loading took [\d.]+ ?GiB[^\n]*"),
+    re.compile(r"Available KV cache memory: [\d.]+ ?GiB"),
+    re.compile(r"GPU KV cache size: [\d,]+ tokens"),
+    re.compile(r"# GPU blocks: \d+"),
+    re.compile(r"KV Cache is allocated\. #tokens: \d+[^\n]*"),
+    re.compile(r"Memory profiling takes [^\n]*"),
+)
+
+
+@dataclass
+class ServeLog:
+    """What a startup log says of the command that started it."""
+
+    engine: str
+    fields: dict[str, Any]
+    version: str | None
+    usage_context: str
+    notes: list[str] = field(default_factory=list)
+
+
+def _balanced(text: str, start: int, open_ch: str, close_ch: str) -> str | None:
+    """``text`` from ``start`` (an ``open_ch``) to its matching ``close_ch``, quotes respected; None if cut off."""
+    depth, quote, k = 0, "", start
+    while k < len(text):
+        ch = text[k]
+        if quote:
+            if ch == "\\":
+                k += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return text[start:k + 1] if ch == close_ch else None
+        k += 1
+    return None
+
+
+def _fields(pairs: list[tuple[str, ast.expr]]) -> tuple[dict[str, Any], list[str]]:
+    """Literal values by name, and the names whose printed value is an object (not read)."""
+    out: dict[str, Any] = {}
+    skipped: list[str] = []
+    for name, node in pairs:
+        try:
+            out[name] = ast.literal_eval(node)
+        except (ValueError, SyntaxError, TypeError):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):  # torch.bfloat16, an enum
+                out[name] = node.attr
+            else:
+                skipped.append(name)
+    return out, skipped
+
+
+def read_serve_log(text: str) -> ServeLog | None:
+    """The command a vLLM or SGLang startup log shows (None when ``text`` holds no such line)."""
+    notes: list[str] = []
+    m = VLLM_ARGS.search(text)
+    if m is not None:
+        body = _balanced(text, m.end(), "{", "}")
+        if body is None:
+            return None
+        tree = ast.parse(body, mode="eval").body
+        if not isinstance(tree, ast.Dict):
+            return None
+        pairs = [(k.value, v) for k, v in zip(tree.keys, tree.values, strict=True)
+                 if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+        fields, skipped = _fields(pairs)
+        fields.pop("model_tag", None)  # `vllm serve MODEL`'s positional, printed beside 'model'
+        ver = VLLM_VERSION.search(text)
+        version = (ver["v"] or ver["e"]) if ver else None
+        usage = "openai_api_server" if "API server" in text or "api_server" in text else "llm_class"
+        notes.append("read the log's 'non-default args' (vllm/entrypoints/utils.py: log_non_default_args)"
+                     + (f" of vLLM {version}" if version else ""))
+        engine = "vllm"
+    else:
+        m = SGLANG_ARGS.search(text)
+        if m is None:
+            return None
+        body = _balanced(text, m.end() - 1, "(", ")")
+        if body is None:
+            return None
+        call = ast.parse("ServerArgs" + body, mode="eval").body
+        if not isinstance(call, ast.Call):
+            return None
+        fields, skipped = _fields([(k.arg, k.value) for k in call.keywords if k.arg])
+        version, usage, engine = None, "openai_api_server", "sglang"
+        notes.append("read the log's server_args=ServerArgs(…): every field as SGLang left it, the ones the rules read taken")
+    if skipped:
+        notes.append(f"printed as objects, not read: {', '.join(skipped)}")
+    for rx in MEMORY_LINES:
+        hit = rx.search(text)
+        if hit:
+            notes.append(f"the log's own: {hit.group(0).strip()}")
+    return ServeLog(engine=engine, fields=fields, version=version, usage_context=usage, notes=notes)
