@@ -65,14 +65,19 @@ def test_vllms_non_default_args_are_its_command() -> None:
     assert offline is not None and offline.usage_context == "llm_class"
 
 
-def test_from_vllm_writes_the_run_a_log_shows(tmp_path: Path) -> None:
-    log = tmp_path / "vllm.log"
-    log.write_text(VLLM_LOG)
+def _converted(tool: str, text: str, hf: Path, tmp_path: Path) -> tuple[dict, str, Path]:
+    """``timeline from-vllm`` / ``from-sglang`` on a log holding ``text``: the run file (parsed), stderr, its path."""
+    log = tmp_path / f"{tool}.log"
+    log.write_text(text)
     out = tmp_path / "run.toml"
-    done = subprocess.run([sys.executable, "-m", "timeline", "from-vllm", str(log), "--hf-config", str(LLAMA),
-                           "--gpu", "h100", "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-m", "timeline", tool, str(log), "--hf-config", str(hf), "--gpu", "h100",
+                           "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    run = tomllib.loads(out.read_text())
+    return tomllib.loads(out.read_text()), done.stderr, out
+
+
+def test_from_vllm_writes_the_run_a_log_shows(tmp_path: Path) -> None:
+    run, _, out = _converted("from-vllm", VLLM_LOG, LLAMA, tmp_path)
     assert run["parallel"]["tp"] == 2
     sv = run["serving"]
     assert (sv["engine_version"], sv["max_model_len"], sv["gpu_memory_utilization"]) == ("0.11.0", 8192, 0.85)
@@ -89,18 +94,12 @@ def test_sglangs_server_args_give_the_fields_the_rules_read(tmp_path: Path) -> N
     log cannot tell a default or SGLang's own choice from the user's."""
     log = read_serve_log(SGLANG_LOG)
     assert log is not None and log.engine == "sglang" and log.fields["mem_fraction_static"] == 0.835
-    path = tmp_path / "sglang.log"
-    path.write_text(SGLANG_LOG)
-    out = tmp_path / "run.toml"
-    done = subprocess.run([sys.executable, "-m", "timeline", "from-sglang", str(path), "--hf-config", str(QWEN),
-                           "--gpu", "h100", "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
-    run = tomllib.loads(out.read_text())
+    run, stderr, _ = _converted("from-sglang", SGLANG_LOG, QWEN, tmp_path)
     assert run["parallel"]["tp"] == 2
     sv = run["serving"]
     assert (sv["mem_fraction_static"], sv["max_total_tokens"], sv["max_num_seqs"]) == (0.835, 20480, 128)
     # attention_backend as SGLang chose it is named; cpu_offload_gb 0 offloads nothing, enable_lora None is off
-    assert "the log does not say): attention_backend\n" in done.stderr
+    assert "the log does not say): attention_backend\n" in stderr
 
 
 def test_a_text_without_an_engines_log_lines_is_read_as_a_command() -> None:
