@@ -106,3 +106,35 @@ def test_a_text_without_an_engines_log_lines_is_read_as_a_command() -> None:
     assert read_serve_log("vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 4\n") is None
     cmd = read_command("vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 4\n", "cmd", "vllm")
     assert cmd.words[-1] == "4"
+
+
+V0_LOG = """\
+INFO 11-18 10:00:01 api_server.py:585] vLLM API server version 0.6.4.post1
+INFO 11-18 10:00:05 llm_engine.py:249] Initializing an LLM engine (v0.6.4.post1) with config: \
+model='meta-llama/Llama-3.1-8B-Instruct', speculative_config=None, tokenizer='meta-llama/Llama-3.1-8B-Instruct', \
+tokenizer_mode=auto, trust_remote_code=False, dtype=torch.bfloat16, max_seq_len=20000, load_format=LoadFormat.AUTO, \
+tensor_parallel_size=1, pipeline_parallel_size=1, disable_custom_all_reduce=False, quantization=None, \
+enforce_eager=False, kv_cache_dtype=auto, device_config=cuda, decoding_config=DecodingConfig(\
+guided_decoding_backend='outlines'), seed=0, served_model_name=meta-llama/Llama-3.1-8B-Instruct, \
+num_scheduler_steps=1, chunked_prefill_enabled=False multi_step_stream_outputs=True, enable_prefix_caching=False, \
+compilation_config=CompilationConfig(level=0, backend='', custom_ops=[], splitting_ops=['vllm.unified_attention'])
+INFO 11-18 10:00:40 worker.py:232] Memory profiling results: total_gpu_memory=23.58GiB initial_memory_usage=15.20GiB \
+peak_torch_memory=17.06GiB non_torch_memory=0.26GiB kv_cache_size=4.10GiB gpu_memory_utilization=0.93
+INFO 11-18 10:00:40 gpu_executor.py:113] # GPU blocks: 2099, # CPU blocks: 2048
+"""
+
+
+def test_an_older_vllms_engine_config_line_gives_its_settled_values(tmp_path: Path) -> None:
+    """Before 0.9 vLLM prints no 'non-default args': its config line (every value as the engine settled it; one
+    comma missing in 0.6's, before multi_step_stream_outputs) and the profiling line's utilisation stand in."""
+    log = read_serve_log(V0_LOG)
+    assert log is not None and log.complete and log.version == "0.6.4.post1"
+    f = log.fields
+    assert (f["max_model_len"], f["dtype"], f["load_format"], f["enable_chunked_prefill"]) == (20000, "bfloat16",
+                                                                                                "auto", False)
+    assert f["gpu_memory_utilization"] == 0.93 and f["multi_step_stream_outputs"] is True
+    assert any("not read: decoding_config, compilation_config" in n for n in log.notes)
+    run, _, _ = _converted("from-vllm", V0_LOG, LLAMA, tmp_path)
+    sv = run["serving"]
+    assert (sv["engine_version"], sv["max_model_len"], sv["gpu_memory_utilization"]) == ("0.6.4.post1", 20000, 0.93)
+    assert "enable_chunked_prefill" not in sv and "enable_prefix_caching" not in sv  # 0.6.4's False: its defaults

@@ -247,20 +247,24 @@ def _log_words(log: ServeLog, source: str) -> list[str]:
     at = version_index(log.engine, log.version)
     table = options(log.engine, at)
     fields = log.fields
-    if log.engine == "sglang":
-        # every field is printed, as __post_init__ left it: the defaults and what SGLang computed for this GPU and
-        # model (mem_fraction_static, chunked_prefill_size, attention_backend, …) beside what the user gave. The
-        # fields the rules read are taken as printed; the others cannot be told from their defaults, so those
-        # whose options are not modelled are named in a note instead of refused
+    if log.complete:
+        # every field is printed as the engine settled it: the defaults and what it computed for this GPU and model
+        # (SGLang's mem_fraction_static, chunked_prefill_size, attention_backend, …) beside what the user gave. The
+        # fields the rules read are taken as printed; the others cannot be told from their defaults, so those whose
+        # options are not modelled are named in a note instead of refused
+        mapped = VLLM_MAPPED if log.engine == "vllm" else SGLANG_MAPPED
         dests = {o["dest"] for o in table.values()}
-        classes = option_classes("sglang")
-        unmodelled = sorted(k for k, v in fields.items() if k in dests and k not in SGLANG_MAPPED
+        classes = option_classes(log.engine)
+        unmodelled = sorted(k for k, v in fields.items() if k in dests and k not in mapped
                             and v not in (None, False, "", [], {}) and (k in REFUSED or classes.get(k, {}).get(
                                 "class") == "refused"))
-        fields = {k: v for k, v in fields.items() if k in SGLANG_MAPPED and k in dests}
+        # a False is a default unless this version's option can say it (its --no- form)
+        negatable = {o["dest"] for name, o in table.items() if o.get("negates") and at is not None
+                     and o["present"][at] == "1"}
+        fields = {k: v for k, v in fields.items() if k in mapped and k in dests and (v is not False or k in negatable)}
         if unmodelled:
             log.notes.append(f"printed fields of options not modelled that hold values ({len(unmodelled)}: their "
-                             f"defaults, or SGLang's own choice, or the user's; the log does not say): "
+                             f"defaults, or the engine's own choice, or the user's; the log does not say): "
                              f"{', '.join(unmodelled[:8])}" + (" …" if len(unmodelled) > 8 else ""))
     return fields_words(fields, table, log.engine, f"{source}: the log's arguments")
 

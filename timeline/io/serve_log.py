@@ -26,6 +26,13 @@ from typing import Any
 VLLM_ARGS = re.compile(r"non-default args: (?=\{)")
 VLLM_VERSION = re.compile(r"vLLM API server version (?P<v>\d[\w.+-]*)|Initializing an? (?:V1 )?LLM engine "
                           r"\(v(?P<e>\d[\w.+-]*)\)")
+#: every vLLM engine's config line (``vllm/engine/llm_engine.py`` / ``v1/engine/core.py``): ``key=value, …`` of its
+#: configs as printed, the version in its head; read where a log has no ``non-default args`` line (before 0.9)
+VLLM_CONFIG = re.compile(r"Initializing an? (?:V1 )?LLM engine \(v(?P<v>[^)]+)\) with config: (?P<body>[^\n]*)")
+#: the config line's names that are not the engine argument's (``EngineArgs``) name
+CONFIG_NAMES = {"max_seq_len": "max_model_len", "chunked_prefill_enabled": "enable_chunked_prefill"}
+#: V0's memory-profiling line names the utilisation the budget used (worker/worker.py at 0.6 … 0.8)
+VLLM_UTILISATION = re.compile(r"gpu_memory_utilization(?: \(|=)(?P<u>[\d.]+)")
 #: SGLang's line: the ServerArgs dataclass's repr
 SGLANG_ARGS = re.compile(r"server_args=ServerArgs\(")
 #: the memory lines each engine prints at start, as notes
@@ -35,19 +42,21 @@ MEMORY_LINES = (
     re.compile(r"GPU KV cache size: [\d,]+ tokens"),
     re.compile(r"# GPU blocks: \d+"),
     re.compile(r"KV Cache is allocated\. #tokens: \d+[^\n]*"),
-    re.compile(r"Memory profiling takes [^\n]*"),
+    re.compile(r"Memory profiling (?:takes|results:) [^\n]*"),
 )
 
 
 @dataclass
 class ServeLog:
-    """What a startup log says of the command that started it."""
+    """What a startup log says of the command that started it; ``complete``: every field is printed, defaults and
+    the engine's own choices among them (SGLang's ServerArgs, vLLM's config line), not only what the user gave."""
 
     engine: str
     fields: dict[str, Any]
     version: str | None
     usage_context: str
     notes: list[str] = field(default_factory=list)
+    complete: bool = False
 
 
 def _balanced(text: str, start: int, open_ch: str, close_ch: str) -> str | None:
@@ -87,6 +96,46 @@ def _fields(pairs: list[tuple[str, ast.expr]]) -> tuple[dict[str, Any], list[str
     return out, skipped
 
 
+_NEXT_KEY = re.compile(r"[a-z_]\w*=")
+
+
+def _config_pairs(body: str) -> tuple[dict[str, Any], list[str]]:
+    """``key=value, …`` of vLLM's config line: values split at top-level commas (brackets and quotes kept); a
+    literal as Python, ``torch.bfloat16`` / ``LoadFormat.AUTO`` as the name an option takes, a bare word as
+    itself; the names whose value is an object (``CompilationConfig(…)``) apart, not read."""
+    items, depth, quote, start = [], 0, "", 0
+    for k, ch in enumerate(body):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif depth == 0 and (ch == "," or ch == " " and _NEXT_KEY.match(body, k + 1) and body[k - 1] != ","):
+            items.append(body[start:k])  # a space before `key=` separates too (0.6's "…=False multi_step_…=True")
+            start = k + 1
+    items.append(body[start:])
+    out: dict[str, Any] = {}
+    skipped: list[str] = []
+    for item in items:
+        key, eq, raw = item.strip().partition("=")
+        if not eq or not re.fullmatch(r"\w+", key):
+            continue
+        raw = raw.strip()
+        if re.match(r"[A-Za-z_]\w*\(", raw):
+            skipped.append(CONFIG_NAMES.get(key, key))
+            continue
+        try:
+            value: Any = ast.literal_eval(raw)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            m = re.fullmatch(r"(?:torch|[A-Z]\w*)\.(\w+)", raw)
+            value = m.group(1).lower() if m else raw
+        out[CONFIG_NAMES.get(key, key)] = value
+    return out, skipped
+
+
 def read_serve_log(text: str) -> ServeLog | None:
     """The command a vLLM or SGLang startup log shows (None when ``text`` holds no such line)."""
     notes: list[str] = []
@@ -105,9 +154,19 @@ def read_serve_log(text: str) -> ServeLog | None:
         ver = VLLM_VERSION.search(text)
         version = (ver["v"] or ver["e"]) if ver else None
         usage = "openai_api_server" if "API server" in text or "api_server" in text else "llm_class"
+        complete = False
         notes.append("read the log's 'non-default args' (vllm/entrypoints/utils.py: log_non_default_args)"
                      + (f" of vLLM {version}" if version else ""))
         engine = "vllm"
+    elif (cfg := VLLM_CONFIG.search(text)) is not None:
+        fields, skipped = _config_pairs(cfg["body"])
+        util = VLLM_UTILISATION.search(text)
+        if util:
+            fields["gpu_memory_utilization"] = float(util["u"])
+        version, engine, complete = cfg["v"], "vllm", True
+        usage = "openai_api_server" if "API server" in text or "api_server" in text else "llm_class"
+        notes.append(f"read the log's engine config line of vLLM {version} (every config value as the engine "
+                     "settled it: the ones the rules read taken)" + (" and its gpu_memory_utilization" if util else ""))
     else:
         m = SGLANG_ARGS.search(text)
         if m is None:
@@ -119,7 +178,7 @@ def read_serve_log(text: str) -> ServeLog | None:
         if not isinstance(call, ast.Call):
             return None
         fields, skipped = _fields([(k.arg, k.value) for k in call.keywords if k.arg])
-        version, usage, engine = None, "openai_api_server", "sglang"
+        version, usage, engine, complete = None, "openai_api_server", "sglang", True
         notes.append("read the log's server_args=ServerArgs(…): every field as SGLang left it, the ones the rules read taken")
     if skipped:
         notes.append(f"printed as objects, not read: {', '.join(skipped)}")
@@ -127,4 +186,5 @@ def read_serve_log(text: str) -> ServeLog | None:
         hit = rx.search(text)
         if hit:
             notes.append(f"the log's own: {hit.group(0).strip()}")
-    return ServeLog(engine=engine, fields=fields, version=version, usage_context=usage, notes=notes)
+    return ServeLog(engine=engine, fields=fields, version=version, usage_context=usage, notes=notes,
+                    complete=complete)
