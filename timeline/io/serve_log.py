@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,8 +60,8 @@ class ServeLog:
     complete: bool = False
 
 
-def _balanced(text: str, start: int, open_ch: str, close_ch: str) -> str | None:
-    """``text`` from ``start`` (an ``open_ch``) to its matching ``close_ch``, quotes respected; None if cut off."""
+def _top_level(text: str, start: int = 0) -> Iterator[tuple[int, str, int]]:
+    """Each character of ``text`` from ``start`` outside quotes: (index, character, bracket depth before it)."""
     depth, quote, k = 0, "", start
     while k < len(text):
         ch = text[k]
@@ -71,13 +72,17 @@ def _balanced(text: str, start: int, open_ch: str, close_ch: str) -> str | None:
                 quote = ""
         elif ch in "'\"":
             quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-            if depth == 0:
-                return text[start:k + 1] if ch == close_ch else None
+        else:
+            yield k, ch, depth
+            depth += (ch in "([{") - (ch in ")]}")
         k += 1
+
+
+def _balanced(text: str, start: int, open_ch: str, close_ch: str) -> str | None:
+    """``text`` from ``start`` (an ``open_ch``) to its matching ``close_ch``, quotes respected; None if cut off."""
+    for k, ch, depth in _top_level(text, start):
+        if ch in ")]}" and depth == 1:
+            return text[start:k + 1] if ch == close_ch else None
     return None
 
 
@@ -103,17 +108,9 @@ def _config_pairs(body: str) -> tuple[dict[str, Any], list[str]]:
     """``key=value, …`` of vLLM's config line: values split at top-level commas (brackets and quotes kept); a
     literal as Python, ``torch.bfloat16`` / ``LoadFormat.AUTO`` as the name an option takes, a bare word as
     itself; the names whose value is an object (``CompilationConfig(…)``) apart, not read."""
-    items, depth, quote, start = [], 0, "", 0
-    for k, ch in enumerate(body):
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif depth == 0 and (ch == "," or ch == " " and _NEXT_KEY.match(body, k + 1) and body[k - 1] != ","):
+    items, start = [], 0
+    for k, ch, depth in _top_level(body):
+        if depth == 0 and (ch == "," or ch == " " and _NEXT_KEY.match(body, k + 1) and body[k - 1] != ","):
             items.append(body[start:k])  # a space before `key=` separates too (0.6's "…=False multi_step_…=True")
             start = k + 1
     items.append(body[start:])
