@@ -83,6 +83,7 @@ def test_from_vllm_writes_the_run_a_log_shows(tmp_path: Path) -> None:
     assert (sv["engine_version"], sv["max_model_len"], sv["gpu_memory_utilization"]) == ("0.11.0", 8192, 0.85)
     assert sv["enable_prefix_caching"] is False
     assert "GPU KV cache size: 985,000 tokens" in out.read_text()
+    assert "capacity_gib" not in run["hardware"]  # the log prints no device total: the preset's
     served = subprocess.run([sys.executable, "-m", "timeline", "serve", str(out), "-o", str(tmp_path / "s")],
                             capture_output=True, text=True, cwd=ROOT)
     assert served.returncode == 0, served.stderr
@@ -135,6 +136,15 @@ def test_an_older_vllms_engine_config_line_gives_its_settled_values(tmp_path: Pa
     assert f["gpu_memory_utilization"] == 0.93 and f["multi_step_stream_outputs"] is True
     assert any("not read: decoding_config, compilation_config" in n for n in log.notes)
     run, _, _ = _converted("from-vllm", V0_LOG, LLAMA, tmp_path)
+    assert run["hardware"]["capacity_gib"] == 23.58  # the profiling line's total_gpu_memory
     sv = run["serving"]
     assert (sv["engine_version"], sv["max_model_len"], sv["gpu_memory_utilization"]) == ("0.6.4.post1", 20000, 0.93)
     assert "enable_chunked_prefill" not in sv and "enable_prefix_caching" not in sv  # 0.6.4's False: its defaults
+
+
+def test_a_v1_logs_device_total_is_the_capacity() -> None:
+    line = ("(EngineCore_DP0 pid=1) INFO 03-01 10:00:00 [gpu_worker.py:212] Free memory on device cuda:0 "
+            "(79.12/94.97 GiB) on startup. Desired GPU memory utilization is (0.9, 85.47 GiB).\n")
+    log = read_serve_log(VLLM_LOG + line)
+    assert log is not None and log.capacity_gib == 94.97
+    assert read_serve_log(VLLM_LOG).capacity_gib is None  # type: ignore[union-attr]

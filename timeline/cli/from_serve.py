@@ -131,6 +131,9 @@ def run(args: argparse.Namespace) -> int:
             f"serving.usage_context = {cmd.usage_context} (its own V1 scheduler defaults, engine/arg_utils.py "
             "_set_default_args)")
     hardware: dict[str, Any] = {"gpu": args.gpu, **gpu_fields(args.gpu_field)}
+    if cmd.capacity_gib is not None and "capacity_gib" not in hardware:  # the log's own total, as PyTorch gave it
+        hardware["capacity_gib"] = cmd.capacity_gib
+        notes.append(f"hardware.capacity_gib = {cmd.capacity_gib}: the device total the log prints")
     out = Path(args.output) if args.output else None
     if out is not None and out.exists() and not args.force:
         raise UserError(f"{out} exists; pass --force to replace it")

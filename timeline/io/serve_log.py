@@ -34,6 +34,10 @@ VLLM_CONFIG = re.compile(r"Initializing an? (?:V1 )?LLM engine \(v(?P<v>[^)]+)\)
 CONFIG_NAMES = {"max_seq_len": "max_model_len", "chunked_prefill_enabled": "enable_chunked_prefill"}
 #: V0's memory-profiling line names the utilisation the budget used (worker/worker.py at 0.6 … 0.8)
 VLLM_UTILISATION = re.compile(r"gpu_memory_utilization(?: \(|=)(?P<u>[\d.]+)")
+#: the device's total memory as PyTorch reports it, where vLLM prints it (V1's startup check "Free memory on device
+#: (free/total GiB)", V0's profiling "total_gpu_memory=X GiB" / "total_gpu_memory (X GiB)")
+VLLM_TOTAL = re.compile(r"Free memory on device[^(\n]*\((?P<free>[\d.]+)/(?P<a>[\d.]+) GiB\)|"
+                        r"total_gpu_memory(?:=| \()(?P<b>[\d.]+) ?GiB")
 #: SGLang's line: the ServerArgs dataclass's repr
 SGLANG_ARGS = re.compile(r"server_args=ServerArgs\(")
 #: the memory lines each engine prints at start, as notes
@@ -58,6 +62,8 @@ class ServeLog:
     usage_context: str
     notes: list[str] = field(default_factory=list)
     complete: bool = False
+    #: the device's total memory the log prints (GiB, as PyTorch reports it): the run's ``capacity_gib``
+    capacity_gib: float | None = None
 
 
 def _top_level(text: str, start: int = 0) -> Iterator[tuple[int, str, int]]:
@@ -183,5 +189,6 @@ def read_serve_log(text: str) -> ServeLog | None:
         hit = rx.search(text)
         if hit:
             notes.append(f"the log's own: {hit.group(0).strip()}")
+    total = VLLM_TOTAL.search(text) if engine == "vllm" else None
     return ServeLog(engine=engine, fields=fields, version=version, usage_context=usage, notes=notes,
-                    complete=complete)
+                    complete=complete, capacity_gib=float(total["a"] or total["b"]) if total else None)
