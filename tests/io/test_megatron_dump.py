@@ -261,3 +261,39 @@ def test_the_dest_table_is_the_parser_tables_own() -> None:
     assert dests_of(parsers) == table()["dests"]
     assert [v[0] for v in table()["versions"]] == [v["label"] for v in parsers["provenance"]["versions"]]
     assert {"world_size", "rank", "data_parallel_size", "params_dtype"} <= set(table()["assigned"])
+
+
+@pytest.mark.parametrize("name", sorted(VERSIONS))
+def test_what_validate_args_derived_is_what_the_run_holds(name: str) -> None:
+    """Megatron's own ``validate_args`` is the oracle for the sizes it derives: the FFN width (4h, or SwiGLU's
+    rounded ⅔ of it), the head width, the KV heads, the data-parallel size, the virtual pipeline size, the micro-batch
+    count, the expert sizes — each as the block prints it, against the run from-megatron writes."""
+    core, count, refusals = VERSIONS[name]
+    compared = 0
+    for job in _dump(name)["jobs"]:
+        family = FAMILIES.get(job["name"].split("/")[0])
+        sections = _sections(dataclasses.replace(read_log(job["block"], job["env"], core), family=family),
+                             job["world_size"], core)
+        if isinstance(sections, str):
+            continue
+        p = {k: parse_value(v) for k, v in printed_block(job["block"])[0].items()}
+        model, par, tr = sections["model"], sections["parallel"], sections["training"]
+        held = {"dp": (par.get("dp"), p["data_parallel_size"]), "seq": (tr["seq_len"], p["seq_length"]),
+                "vpp": (par.get("vpp", 1), p.get("virtual_pipeline_model_parallel_size") or 1),
+                "ep": (par.get("ep", 1), p["expert_model_parallel_size"]), "cp": (par.get("cp", 1),
+                                                                                p["context_parallel_size"])}
+        if "intermediate_size" in model and p.get("ffn_hidden_size") is not None:
+            held["ffn"] = (model["intermediate_size"], p["ffn_hidden_size"])
+        if not p.get("multi_latent_attention"):
+            held["head width"] = (model["head_dim"], p["kv_channels"])
+            held["kv heads"] = (model.get("num_key_value_heads"), p["num_query_groups"] if p.get(
+                "group_query_attention") else p["num_attention_heads"])
+        if p.get("num_experts"):
+            held["experts"] = (model.get("n_routed_experts"), p["num_experts"])
+            held["expert ffn"] = (model.get("moe_intermediate_size"), p["moe_ffn_hidden_size"])
+        if not p.get("rampup_batch_size"):
+            held["micro-batches"] = (tr["num_microbatches"],
+                                     p["global_batch_size"] // (p["micro_batch_size"] * p["data_parallel_size"]))
+        assert {k: v for k, v in held.items() if v[0] != v[1]} == {}, job["name"]
+        compared += 1
+    assert compared == count - refusals
