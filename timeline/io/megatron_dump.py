@@ -31,9 +31,12 @@ An fp16 job's first iterations skip the optimizer step while its loss scale come
 iterations skipped it (``number of skipped iterations``), so where one interval up to the memory line
 stepped, the Adam moments are counted.
 
-The log's own memory lines (``report_memory``: ``[Rank R] (after N iterations) memory (MB) |
-allocated: … | max allocated: … | reserved: … | max reserved: …``) are read too, for the run file's
-notes: what the job measured, beside what the simulation predicts.
+The rest of the log says more of the job: the model its entry script built (``building BERT model
+...``: the family), the tokenizer's vocabulary (``padded vocab (size: N)``), ``get_model``'s parameter
+count per (tensor, pipeline) rank (held against the run's own by ``from-megatron``), and the memory lines
+(``report_memory``: ``[Rank R] (after N iterations) memory (MB) | allocated: … | max allocated: … |
+reserved: … | max reserved: …``), for the run file's notes: what the job measured, beside what the
+simulation predicts.
 """
 
 from __future__ import annotations
