@@ -61,8 +61,18 @@ def test_vllms_non_default_args_are_its_command() -> None:
     assert cmd.engine == "vllm" and cmd.version == "0.11.0"
     words = cmd.words
     assert words[words.index("--tensor-parallel-size") + 1] == "2" and "--no-enable-prefix-caching" in words
-    offline = read_serve_log(VLLM_LOG.replace("API server version", "engine version").replace("api_server", "llm"))
-    assert offline is not None and offline.usage_context == "llm_class"
+    # LLM(...) prints its non-default args too, without the server's model_tag, banner or process tag
+    offline = read_serve_log("INFO 05-09 06:31:27 [utils.py:233] non-default args: {'dtype': 'bfloat16', "
+                             "'max_model_len': 8192, 'model': 'meta-llama/Llama-3.1-8B'}\n")
+    assert offline is not None and offline.usage_context == "llm_class" and offline.version is None
+    # a server whose log has no version line but the banner (0.18 on), or only its args: still the server's
+    banner = ("(APIServer pid=1) INFO 04-19 10:18:36 [utils.py:299]   █▄█▀ █     █     █     █  version 0.19.0\n"
+              "(APIServer pid=1) INFO 04-19 10:18:36 [utils.py:233] non-default args: {'model_tag': 'm', 'model': "
+              "'m', 'max_model_len': 8192}\n")
+    served = read_serve_log(banner)
+    assert served is not None and (served.version, served.usage_context) == ("0.19.0", "openai_api_server")
+    tagged = read_serve_log("INFO [utils.py:233] non-default args: {'model_tag': 'm', 'max_model_len': 8192}\n")
+    assert tagged is not None and tagged.usage_context == "openai_api_server" and tagged.fields["model"] == "m"
 
 
 def _converted(tool: str, text: str, hf: Path, tmp_path: Path) -> tuple[dict, str, Path]:

@@ -26,7 +26,10 @@ from typing import Any
 #: vLLM's line (``log_non_default_args``): the dict follows
 VLLM_ARGS = re.compile(r"non-default args: (?=\{)")
 VLLM_VERSION = re.compile(r"vLLM API server version (?P<v>\d[\w.+-]*)|Initializing an? (?:V1 )?LLM engine "
-                          r"\(v(?P<e>\d[\w.+-]*)\)")
+                          r"\(v(?P<e>\d[\w.+-]*)\)|█[^\n]*?\bversion (?P<b>\d[\w.+-]*)")
+#: what only the API server prints (``vllm serve``'s banner and process tag, its version line, ``api_server.py``'s
+#: logger): the server's usage context, not the offline ``LLM`` class's
+API_SERVER = re.compile(r"API server|APIServer|api_server|█")
 #: every vLLM engine's config line (``vllm/engine/llm_engine.py`` / ``v1/engine/core.py``): ``key=value, …`` of its
 #: configs as printed, the version in its head; read where a log has no ``non-default args`` line (before 0.9)
 VLLM_CONFIG = re.compile(r"Initializing an? (?:V1 )?LLM engine \(v(?P<v>[^)]+)\) with config: (?P<body>[^\n]*)")
@@ -153,10 +156,13 @@ def read_serve_log(text: str) -> ServeLog | None:
         pairs = [(k.value, v) for k, v in zip(tree.keys, tree.values, strict=True)
                  if isinstance(k, ast.Constant) and isinstance(k.value, str)]
         fields, skipped = _fields(pairs)
-        fields.pop("model_tag", None)  # `vllm serve MODEL`'s positional, printed beside 'model'
         ver = VLLM_VERSION.search(text)
-        version = (ver["v"] or ver["e"]) if ver else None
-        usage = "openai_api_server" if "API server" in text or "api_server" in text else "llm_class"
+        version = (ver["v"] or ver["e"] or ver["b"]) if ver else None
+        # `vllm serve MODEL` sets model_tag, its positional; LLM(...) has none
+        usage = "openai_api_server" if "model_tag" in fields or API_SERVER.search(text) else "llm_class"
+        tag = fields.pop("model_tag", None)  # `vllm serve MODEL`'s positional, printed beside 'model'
+        if tag is not None:
+            fields.setdefault("model", tag)
         complete = False
         notes.append("read the log's 'non-default args' (vllm/entrypoints/utils.py: log_non_default_args)"
                      + (f" of vLLM {version}" if version else ""))
@@ -167,7 +173,7 @@ def read_serve_log(text: str) -> ServeLog | None:
         if util:
             fields["gpu_memory_utilization"] = float(util["u"])
         version, engine, complete = cfg["v"], "vllm", True
-        usage = "openai_api_server" if "API server" in text or "api_server" in text else "llm_class"
+        usage = "openai_api_server" if API_SERVER.search(text) else "llm_class"
         notes.append(f"read the log's engine config line of vLLM {version} (every config value as the engine "
                      "settled it: the ones the rules read taken)" + (" and its gpu_memory_utilization" if util else ""))
     else:
