@@ -297,3 +297,28 @@ def test_what_validate_args_derived_is_what_the_run_holds(name: str) -> None:
         assert {k: v for k, v in held.items() if v[0] != v[1]} == {}, job["name"]
         compared += 1
     assert compared == count - refusals
+
+
+def test_from_megatron_compare_prints_the_logs_peaks_beside_the_simulated(tmp_path: Path) -> None:
+    """``--compare``: each report_memory line's max allocated / max reserved beside the simulated peaks of its
+    pipeline rank's device, as ``simulate`` reports them (warm-up none: Megatron's peaks are never reset)."""
+    log = tmp_path / "train.log"
+    log.write_text(_main_block() + "\n [Rank 0] (after 2 iterations) memory (MB) | allocated: 900.0 | max allocated: "
+                   "1000.0 | reserved: 1100.0 | max reserved: 1200.0\n")
+    out = tmp_path / "run.toml"
+    done = subprocess.run([sys.executable, "-m", "timeline", "from-megatron", str(log), "-o", str(out), "--compare"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.strip().startswith("0 "))
+    assert "1,000.0 /" in row and "1,200.0 /" in row
+    sim = subprocess.run([sys.executable, "-m", "timeline", "simulate", str(out), "-o", str(tmp_path / "s"),
+                          "--format", "summary", "--no-progress"], capture_output=True, text=True, cwd=ROOT)
+    assert sim.returncode == 0, sim.stderr
+    dev = json.loads((tmp_path / "s" / "summary.json").read_text())["devices"][0]
+    assert f"/ {dev['peak_allocated_bytes'] / 2**20:>10,.1f}" in row
+    assert f"/ {dev['peak_reserved_bytes'] / 2**20:>10,.1f}" in row
+    bare = tmp_path / "bare.log"
+    bare.write_text(_main_block())
+    refused = subprocess.run([sys.executable, "-m", "timeline", "from-megatron", str(bare), "--compare"],
+                             capture_output=True, text=True, cwd=ROOT)
+    assert refused.returncode == 2 and "--compare" in refused.stderr and "report_memory" in refused.stderr

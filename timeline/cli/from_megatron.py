@@ -99,6 +99,9 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resumed", action="store_true",
                         help="the job's --load holds a checkpoint of this training: it loads the optimizer's state "
                              "(unless --finetune / --no-load-optim) before its first iteration")
+    parser.add_argument("--compare", action="store_true",
+                        help="for a log with report_memory lines: simulate the run file written and print, per logged "
+                             "rank, the log's max allocated / max reserved beside the simulated peaks")
     parser.add_argument("-o", "--output", metavar="RUN.toml", help="write the run file here (default: stdout)")
     parser.add_argument("--force", action="store_true", help="replace RUN.toml if it exists")
     parser.add_argument("--name", help="the run's name (default: the config's folder or file name)")
@@ -203,11 +206,45 @@ def run(args: argparse.Namespace) -> int:
         text = run_file_text(conv, name=args.name or default_name(path), source=source, world_size=world_size,
                              notes=[*notes, *checked])
 
+    if args.compare and not margs.measured:
+        raise UserError(f"--compare: {path} holds no report_memory line ('[Rank R] (after N iterations) memory (MB) "
+                        "| allocated: …'); drop --compare")
     try:
         emit_checked_run_file(text, out, args.force, str(path), load_run)
     except UserError as exc:
         raise UserError(with_arguments(str(exc), conv.mapped, margs.args)) from None
+    if args.compare:
+        lines = compare_lines(text, margs.measured)
+        print("\n".join(lines), file=sys.stderr if out is None else sys.stdout)
     return 0
+
+
+def compare_lines(text: str, measured: tuple[tuple[int, int, float, float, float, float], ...]) -> list[str]:
+    """The run file ``text`` simulated from its first iteration on (no warm-up left out: Megatron's peaks are
+    never reset), each logged rank's max allocated / max reserved beside the simulated peaks of the device
+    standing for its pipeline rank (global rank R on pipeline rank R // (world / pp), Megatron's default order)."""
+    from timeline.result.build import build_timeline
+
+    run = _run_of(text)
+    if run is None:
+        return []
+    run = dataclasses.replace(run, training=dataclasses.replace(run.training, warmup_iterations=0))
+    tl = build_timeline(run, summary_only=True)
+    par = run.parallel
+    world = par.tp * par.pp * par.cp * par.dp
+    mib = 2**20
+    out = [f"{'rank':>5} {'pp':>3} {'after':>6}  {'max allocated MiB (log / simulated)':>37}  "
+           f"{'max reserved MiB (log / simulated)':>36}"]
+    for rank, it, _a, ma, _r, mr in measured:
+        pp = rank // max(1, world // par.pp)
+        d = next((d for d in range(tl.num_devices) if tl.devices[d].pp_rank == pp), None)
+        if d is None:
+            continue
+        pk = tl.peak(d)
+        got_a, got_r = pk.allocated_bytes / mib, pk.reserved_bytes / mib
+        out.append(f"{rank:>5} {pp:>3} {it:>6}  {ma:>12,.1f} / {got_a:>10,.1f} ({100 * (got_a - ma) / ma:+6.2f} %)  "
+                   f"{mr:>11,.1f} / {got_r:>10,.1f} ({100 * (got_r - mr) / mr:+6.2f} %)")
+    return out
 
 
 def _run_of(text: str) -> RunSpec | None:

@@ -53,6 +53,8 @@ class MegatronArgs:
     optimizer_stepped: bool = False
     #: a log's parameter counts per (tensor rank, pipeline rank), for the run's own to be held against
     param_counts: tuple[tuple[int, int, int], ...] = ()
+    #: a log's report_memory lines: (global rank, iteration, allocated, max allocated, reserved, max reserved MiB)
+    measured: tuple[tuple[int, int, float, float, float, float], ...] = ()
 
 
 #: arguments written in a grammar that has no quote, backslash or ``$`` of its own, so any left in
@@ -320,7 +322,9 @@ def read_log(text: str, env: dict[str, str] | None, megatron_core: str | None) -
     return MegatronArgs(args=args, env=dict(env or {}), world_size=dump.world_size, notes=tuple(notes),
                         megatron_core=dump.megatron_core, optimizer_stepped=dump.optimizer_stepped,
                         family=dump.family, family_source=f"the log's '{dump.family_line}'" if dump.family else "",
-                        param_counts=dump.param_counts)
+                        param_counts=dump.param_counts,
+                        measured=tuple((m.rank, m.iteration, m.allocated, m.max_allocated, m.reserved, m.max_reserved)
+                                       for m in dump.memory))
 
 
 def read_megatron_config(path: str | Path, script_args: list[str] | None = None,
