@@ -7,6 +7,7 @@ made-up values.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tomllib
@@ -158,3 +159,26 @@ def test_a_v1_logs_device_total_is_the_capacity() -> None:
     log = read_serve_log(VLLM_LOG + line)
     assert log is not None and log.capacity_gib == 94.97
     assert read_serve_log(VLLM_LOG).capacity_gib is None  # type: ignore[union-attr]
+
+
+def test_compare_prints_the_engines_own_numbers_beside_the_budget(tmp_path: Path) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text(VLLM_LOG)
+    out = tmp_path / "run.toml"
+    done = subprocess.run([sys.executable, "-m", "timeline", "from-vllm", str(log), "--hf-config", str(LLAMA),
+                           "--gpu", "h100", "-o", str(out), "--compare"], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    rows = {line.split("  ")[0].strip(): line for line in done.stdout.splitlines()[1:] if line.strip()}
+    assert set(rows) >= {"weights GiB", "KV pool GiB", "KV tokens"}
+    assert "7.51" in rows["weights GiB"] and "60.12" in rows["KV pool GiB"] and "985,000" in rows["KV tokens"]
+    served = subprocess.run([sys.executable, "-m", "timeline", "serve", str(out), "-o", str(tmp_path / "s")],
+                            capture_output=True, text=True, cwd=ROOT)
+    pool = re.search(r"KV pool ([\d.]+) \(([\d,]+) blocks of (\d+) tokens", " ".join(served.stdout.split()))
+    assert pool is not None
+    assert f"{float(pool[1]):>12,.2f}" in rows["KV pool GiB"]
+    assert f"{int(pool[2].replace(',', '')) * int(pool[3]):>12,.0f}" in rows["KV tokens"]
+    plain = tmp_path / "cmd.sh"
+    plain.write_text("vllm serve meta-llama/Llama-3.1-8B -tp 2\n")
+    refused = subprocess.run([sys.executable, "-m", "timeline", "from-vllm", str(plain), "--hf-config", str(LLAMA),
+                              "--compare"], capture_output=True, text=True, cwd=ROOT)
+    assert refused.returncode == 2 and "--compare" in refused.stderr

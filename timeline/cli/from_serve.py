@@ -8,11 +8,15 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from timeline.cli.common import add_gpu_arguments, emit_checked_run_file, gpu_fields, script_env
 from timeline.errors import UserError
+
+if TYPE_CHECKING:
+    from timeline.serve.budget import Budget
 
 HELP = "write a serving run file from a vLLM or SGLang launch command or startup log"
 DESCRIPTION = """\
@@ -59,6 +63,9 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ignore-arg", action="append", default=[], metavar="NAME",
                         help="pass over an option whose memory is not modelled (listed in the run file's header); "
                              "comma-separated or repeated")
+    parser.add_argument("--compare", action="store_true",
+                        help="for a startup log: print the engine's own measured weights / KV pool beside the "
+                             "budget of the run file written")
     parser.add_argument("-o", "--output", metavar="RUN.toml", help="write the run file here (default: stdout)")
     parser.add_argument("--force", action="store_true", help="replace RUN.toml if it exists")
     parser.add_argument("--name", help="the run's name (default: the model's name)")
@@ -177,6 +184,40 @@ def run(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     body, hf_abs = file_text(hf), file_text(str(config.resolve()))  # printed, its paths are checked from here
+    if args.compare and not cmd.measured:
+        raise UserError(f"--compare: {source} is no startup log with the engine's own memory lines (Model loading "
+                        "took …, Available KV cache memory, GPU KV cache size, # GPU blocks, #tokens); drop --compare")
     emit_checked_run_file(body, out, args.force, source, load_serve_run, stdout_check_text=hf_abs)
+    if args.compare:
+        print("\n".join(compare_lines(hf_abs, cmd.measured)), file=sys.stderr if out is None else sys.stdout)
     return 0
+
+
+#: a log's quantity → (its label, the budget's value in that unit)
+_COMPARED: dict[str, tuple[str, Callable[[Budget], float]]] = {
+    "weights_gib": ("weights GiB", lambda b: b.weights_bytes / 2**30),
+    "kv_pool_gib": ("KV pool GiB", lambda b: b.kv_pool_bytes / 2**30),
+    "kv_tokens": ("KV tokens", lambda b: b.num_kv_blocks * b.block_size),
+    "kv_blocks": ("KV blocks", lambda b: b.num_kv_blocks),
+}
+
+
+def compare_lines(text: str, measured: dict[str, float]) -> list[str]:
+    """The run file ``text``'s budget (its first worker), each quantity the engine's log measured beside it."""
+    import tomllib
+
+    from timeline.io.serve_runfile import load_serve_run
+    from timeline.serve.budget import compute_budget
+
+    budget = compute_budget(load_serve_run(Path("<from-serve>"), data=tomllib.loads(text)))
+    out = [f"{'':<12} {'log':>12} {'simulated':>12}"]
+    for key, value in measured.items():
+        label, ours = _COMPARED[key]
+        got = ours(budget)
+        err = f" ({100 * (got - value) / value:+.2f} %)" if value else ""
+        fmt = ",.2f" if label.endswith("GiB") else ",.0f"
+        out.append(f"{label:<12} {value:>12{fmt}} {got:>12{fmt}}{err}")
+    if budget.failure:
+        out.append(f"the engine would refuse to start: {budget.failure}")
+    return out
 

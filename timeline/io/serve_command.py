@@ -142,6 +142,7 @@ class ServeCommand:
     notes: list[str] = field(default_factory=list)
     usage_context: str = "openai_api_server"  # vLLM's: the offline LLM class's defaults when "llm_class"
     capacity_gib: float | None = None  # a startup log's printed device total (GiB, PyTorch's)
+    measured: dict[str, float] = field(default_factory=dict)  # what a startup log says the engine measured
 
 
 def _finder(argv: list[str]) -> int | None:
@@ -188,7 +189,8 @@ def _find_command(text: str, source: str, engine_hint: str, env: dict[str, str],
             raise UserError(f"--job {job}: {source} is an engine's log, of one command")
         words = _log_words(log, source)
         return ServeCommand(engine=log.engine, words=words, version=log.version, env=env,
-                            usage_context=log.usage_context, notes=list(log.notes), capacity_gib=log.capacity_gib)
+                            usage_context=log.usage_context, notes=list(log.notes), capacity_gib=log.capacity_gib,
+                            measured=dict(log.measured))
     calls = python_calls(text, env, options, folder)
     python = source.endswith(".py") or re.match(r"#![^\n]*python", text) is not None
     if calls is None and python:

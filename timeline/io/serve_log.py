@@ -54,6 +54,15 @@ MEMORY_LINES = (
 )
 
 
+#: what the engine measured at start, by the run's quantity: (pattern, its unit: GiB, tokens or blocks)
+MEASURED: dict[str, re.Pattern[str]] = {
+    "weights_gib": re.compile(r"Model loading took (?P<x>[\d.]+) ?GiB|Load weight end\.[^\n]*mem usage=(?P<y>[\d.]+) GB"),
+    "kv_pool_gib": re.compile(r"Available KV cache memory: (?P<x>[\d.]+) ?GiB"),
+    "kv_tokens": re.compile(r"GPU KV cache size: (?P<x>[\d,]+) tokens|KV Cache is allocated\. #tokens: (?P<y>\d+)"),
+    "kv_blocks": re.compile(r"# GPU blocks: (?P<x>\d+)"),
+}
+
+
 @dataclass
 class ServeLog:
     """What a startup log says of the command that started it; ``complete``: every field is printed, defaults and
@@ -67,6 +76,8 @@ class ServeLog:
     complete: bool = False
     #: the device's total memory the log prints (GiB, as PyTorch reports it): the run's ``capacity_gib``
     capacity_gib: float | None = None
+    #: what the engine measured at start (:data:`MEASURED`'s quantities the log prints)
+    measured: dict[str, float] = field(default_factory=dict)
 
 
 def _top_level(text: str, start: int = 0) -> Iterator[tuple[int, str, int]]:
@@ -196,5 +207,11 @@ def read_serve_log(text: str) -> ServeLog | None:
         if hit:
             notes.append(f"the log's own: {hit.group(0).strip()}")
     total = VLLM_TOTAL.search(text) if engine == "vllm" else None
+    measured = {}
+    for key, rx in MEASURED.items():
+        hit = rx.search(text)
+        if hit:
+            measured[key] = float((hit["x"] or hit["y"]).replace(",", ""))
     return ServeLog(engine=engine, fields=fields, version=version, usage_context=usage, notes=notes,
-                    complete=complete, capacity_gib=float(total["a"] or total["b"]) if total else None)
+                    complete=complete, capacity_gib=float(total["a"] or total["b"]) if total else None,
+                    measured=measured)
