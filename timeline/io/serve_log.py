@@ -1,18 +1,22 @@
 """Read a serving engine's startup log as its launch command: what it printed of its own arguments.
 
-- **vLLM** prints, at start, the engine arguments that differ from their defaults
-  (``vllm/entrypoints/utils.py: log_non_default_args``, from 0.9: ``non-default args: {'model': …,
-  'tensor_parallel_size': 2, …}``, a Python dict of argparse dests), the server's version (``vLLM API server
-  version 0.11.0``) and, in each engine, ``Initializing a V1 LLM engine (v0.11.0) with config: …``. The dict's
-  fields become the options that set them (:func:`timeline.io.serve_forms._words`, as for ``LLM(…)`` keywords).
-- **SGLang** prints every field of its ``ServerArgs`` (``server_args=ServerArgs(model_path='…', tp_size=8, …)``,
-  ``sglang/srt/entrypoints/http_server.py`` / ``engine.py``); the fields whose values differ from the dataclass's
-  own defaults (the option table's defaults at that version) become options.
+- **vLLM** (from 0.9) prints the engine arguments that differ from their defaults
+  (``vllm/entrypoints/utils.py: log_non_default_args``: ``non-default args: {'model': …,
+  'tensor_parallel_size': 2, …}``, a Python dict of argparse dests) and its version (``vLLM API server version
+  0.11.0``, the 0.18+ banner's ``version 0.19.0``, or ``Initializing a V1 LLM engine (v0.11.0)``). The dict's fields
+  become the options that set them (:func:`timeline.io.serve_forms.fields_words`, as for ``LLM(…)`` keywords).
+  Older vLLM prints no such dict: its engine config line (``Initializing an LLM engine (v0.6.4) with config:
+  key=value, …``) and V0's profiling ``gpu_memory_utilization`` stand in.
+- **SGLang** prints every field of its ``ServerArgs`` as ``__post_init__`` left them (``server_args=ServerArgs(
+  model_path='…', tp_size=8, …)``, ``sglang/srt/entrypoints/http_server.py`` / ``engine.py``).
 
-A value the log prints as an object (``LoRAModulePath(…)``, ``SpeculativeConfig(…)``) is not a literal: it is left out
-with a note. The log's own memory lines — ``Model loading took X GiB``, ``Available KV cache memory: X GiB``,
-``GPU KV cache size: N tokens``, ``# GPU blocks: N`` (vLLM), ``KV Cache is allocated. #tokens: N`` (SGLang) — go to
-the run file's notes, beside what ``timeline serve`` predicts.
+A config line or a ServerArgs line holds every value, defaults and the engine's own choices among them
+(:attr:`ServeLog.complete`): the fields the rules read are taken as printed and the options not modelled that hold
+values are named, not refused (:func:`timeline.io.serve_command._log_words`). A value the log prints as an object
+(``LoRAModulePath(…)``, ``CompilationConfig(…)``) is not a literal: it is left out with a note. The log's own memory
+lines — ``Model loading took X GiB``, ``Available KV cache memory: X GiB``, ``GPU KV cache size: N tokens``, ``# GPU
+blocks: N`` (vLLM), ``KV Cache is allocated. #tokens: N`` (SGLang) — go to the run file's notes and to
+``--compare``, beside what ``timeline serve`` predicts.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ MEMORY_LINES = (
 )
 
 
-#: what the engine measured at start, by the run's quantity: (pattern, its unit: GiB, tokens or blocks)
+#: what the engine measured at start, by quantity (GiB, tokens or blocks), each as its log line prints it
 MEASURED: dict[str, re.Pattern[str]] = {
     "weights_gib": re.compile(r"Model loading took (?P<x>[\d.]+) ?GiB|Load weight end\.[^\n]*mem usage=(?P<y>[\d.]+) GB"),
     "kv_pool_gib": re.compile(r"Available KV cache memory: (?P<x>[\d.]+) ?GiB"),
