@@ -66,9 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     commits = {v["label"]: v["commit"] for v in table["provenance"]["versions"]}
     # collected records (tools/collect_megatron_cases.py) carry a side: only the calibration side's are used
     records = [r for r in json.loads(Path(opts.data).read_text()) if r.get("side", "calibration") == "calibration"]
-    seen: set[str] = set()
-    records = [r for r in records if not (json.dumps(r["model_args"], sort_keys=True) in seen
-                                          or seen.add(json.dumps(r["model_args"], sort_keys=True)))]
+    distinct: dict[str, dict] = {}
+    for r in records:  # the first record of each argument set
+        distinct.setdefault(json.dumps(r["model_args"], sort_keys=True), r)
+    records = list(distinct.values())
     jobs = [{"name": r["name"], "world_size": r["parallel"]["world_size"], "env": r.get("env") or {},
              "argv": argv_of(r["model_args"], nargs)} for r in records if (r.get("parallel") or {}).get("world_size")]
     if opts.limit:

@@ -19,6 +19,8 @@ from timeline.io.megatron_table import FORK_FAMILIES
 from timeline.spec.framework import OPTIMIZER_IMPLS
 
 if TYPE_CHECKING:
+    from timeline.io.megatron_args import MegatronArgs
+    from timeline.io.megatron_map import Conversion
     from timeline.spec.run import RunSpec
 
 HELP = "write a run file from Megatron-LM arguments (model_config.yaml, a launch script or a job's log)"
@@ -162,9 +164,16 @@ def run(args: argparse.Namespace) -> int:
     if args.world_size and margs.world_size and args.world_size != margs.world_size:
         print(f"note: --world-size {args.world_size} replaces the script's torchrun {margs.world_size}",
               file=sys.stderr)
-    conv = convert(margs, world_size=world_size, gpu=args.gpu, te_version=args.te_version,
-                   pytorch_version=args.pytorch_version, megatron_core=megatron_core, resumed=args.resumed,
-                   optimizer_impl=args.optimizer_impl, gpu_fields=fields, ignored=ignored)
+    if args.compare and not margs.measured:
+        raise UserError(f"--compare: {path} holds no report_memory line ('[Rank R] (after N iterations) memory (MB) "
+                        "| allocated: …'); drop --compare")
+
+    def converted(m: MegatronArgs) -> Conversion:
+        return convert(m, world_size=world_size, gpu=args.gpu, te_version=args.te_version,
+                       pytorch_version=args.pytorch_version, megatron_core=megatron_core, resumed=args.resumed,
+                       optimizer_impl=args.optimizer_impl, gpu_fields=fields, ignored=ignored)
+
+    conv = converted(margs)
     for note in conv.notes:
         print(f"note: {note}", file=sys.stderr)
     notes += conv.notes
@@ -183,32 +192,27 @@ def run(args: argparse.Namespace) -> int:
         source += f" --ignore-arg {','.join(n.lstrip('-') for n in conv.passed_over)}"
     if args.family is not None:
         source += f" --family {args.family}"
-    text = run_file_text(conv, name=args.name or default_name(path), source=source, world_size=world_size,
-                         notes=notes)
+    def rendered(c: Conversion, with_notes: list[str]) -> str:
+        return run_file_text(c, name=args.name or default_name(path), source=source, world_size=world_size,
+                             notes=with_notes)
+
+    text = rendered(conv, notes)
     if margs.param_counts and args.vocab_size is None and any(n.startswith(ASSUMED_VOCAB) for n in conv.notes):
         solved = solved_vocab(text, margs.param_counts)
         if solved is not None:  # the vocabulary the log's own parameter count gives, in place of the assumed one
             margs = dataclasses.replace(margs, args={**margs.args, "--vocab-size": str(solved)})
-            conv = convert(margs, world_size=world_size, gpu=args.gpu, te_version=args.te_version,
-                           pytorch_version=args.pytorch_version, megatron_core=megatron_core, resumed=args.resumed,
-                           optimizer_impl=args.optimizer_impl, gpu_fields=fields, ignored=ignored)
+            conv = converted(margs)
             notes = [n for n in notes if not n.startswith(ASSUMED_VOCAB)] + [
                 n for n in conv.notes if n not in notes] + [
                 f"the vocabulary is {solved:,} tokens (the rows it pads to are what the log's parameter count on "
                 "(tensor, pipeline) rank (0, 0) gives): the arguments name no tokenizer"]
             print(f"note: {notes[-1]}", file=sys.stderr)
-            text = run_file_text(conv, name=args.name or default_name(path), source=source, world_size=world_size,
-                                 notes=notes)
+            text = rendered(conv, notes)
     if margs.param_counts:  # a log's own parameter counts, held against the run's
         checked = param_count_notes(text, margs.param_counts)
         for note in checked:
             print(f"note: {note}", file=sys.stderr)
-        text = run_file_text(conv, name=args.name or default_name(path), source=source, world_size=world_size,
-                             notes=[*notes, *checked])
-
-    if args.compare and not margs.measured:
-        raise UserError(f"--compare: {path} holds no report_memory line ('[Rank R] (after N iterations) memory (MB) "
-                        "| allocated: …'); drop --compare")
+        text = rendered(conv, [*notes, *checked])
     try:
         emit_checked_run_file(text, out, args.force, str(path), load_run)
     except UserError as exc:

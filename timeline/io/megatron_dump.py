@@ -257,7 +257,7 @@ def option_for(dest: str, value: Any, i: int) -> tuple[str, Any] | None:
         return row[0], tuple(str(v) for v in value)
     if value is None:
         return None  # an option cannot give None back (a default computed elsewhere)
-    return row[0], str(value) if not isinstance(value, list | tuple) else str(list(value))
+    return row[0], str(list(value)) if isinstance(value, list | tuple) else str(value)
 
 
 def read_dump(text: str, megatron_core: str | None = None) -> DumpArgs:
