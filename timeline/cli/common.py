@@ -373,9 +373,10 @@ def add_gpu_arguments(parser: argparse.ArgumentParser) -> None:
     """``--gpu NAME`` and ``--gpu-field KEY=VALUE`` of a command that writes a run file (from-megatron, from-vllm)."""
     from timeline.spec.hardware import GPUS, UNKNOWN_GPU_NEEDS, UNKNOWN_GPU_NEEDS_MULTI
 
-    parser.add_argument("--gpu", default="h100", metavar="NAME",
-                        help=f"GPU kind: a preset ({', '.join(GPUS)}; default h100), or any name with its fields "
-                             "given by --gpu-field")
+    parser.add_argument("--gpu", metavar="NAME",
+                        help=f"GPU kind: a preset ({', '.join(GPUS)}), or any name with its fields given by "
+                             "--gpu-field (default: the GPU a log names — a fused-MoE config file's device_name, "
+                             "collect_env's or nvidia-smi's GPU lines — else h100)")
     parser.add_argument("--gpu-field", action="append", default=[], metavar="KEY=VALUE",
                         help=f"a [hardware] field of the GPU, over its preset's; a GPU no preset holds needs "
                              f"{', '.join(UNKNOWN_GPU_NEEDS)} and, on more than one GPU, "

@@ -152,6 +152,15 @@ def run(args: argparse.Namespace) -> int:
                      "pretrain_gpt.py, building GPTModel; if it builds another model (a vision-language one), "
                      "give --family")
         print(f"note: {notes[-1]}", file=sys.stderr)
+    gpu = args.gpu
+    if margs.device_name is not None:
+        from timeline.io.device_name import device_note, preset_of
+
+        preset = preset_of(margs.device_name)
+        notes.append(device_note(margs.device_name, preset, args.gpu))
+        print(f"note: {notes[-1]}", file=sys.stderr)
+        gpu = args.gpu or preset
+    gpu = gpu or "h100"
     world_size = args.world_size or margs.world_size
     ignored = tuple("--" + n.strip().lstrip("-") for item in args.ignore_arg for n in item.split(",")
                     if n.strip().lstrip("-"))
@@ -169,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
                         "| allocated: …'); drop --compare")
 
     def converted(m: MegatronArgs) -> Conversion:
-        return convert(m, world_size=world_size, gpu=args.gpu, te_version=args.te_version,
+        return convert(m, world_size=world_size, gpu=gpu, te_version=args.te_version,
                        pytorch_version=args.pytorch_version, megatron_core=megatron_core, resumed=args.resumed,
                        optimizer_impl=args.optimizer_impl, gpu_fields=fields, ignored=ignored)
 

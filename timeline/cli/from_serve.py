@@ -137,7 +137,15 @@ def run(args: argparse.Namespace) -> int:
         m.mapped["LLM(...)" if cmd.usage_context == "llm_class" else "EngineArgs(...)"] = (
             f"serving.usage_context = {cmd.usage_context} (its own V1 scheduler defaults, engine/arg_utils.py "
             "_set_default_args)")
-    hardware: dict[str, Any] = {"gpu": args.gpu, **gpu_fields(args.gpu_field)}
+    gpu = args.gpu
+    if cmd.device_name is not None:
+        from timeline.io.device_name import device_note, preset_of
+
+        preset = preset_of(cmd.device_name)
+        notes.append(device_note(cmd.device_name, preset, args.gpu))
+        gpu = args.gpu or preset
+    gpu = gpu or "h100"
+    hardware: dict[str, Any] = {"gpu": gpu, **gpu_fields(args.gpu_field)}
     if cmd.capacity_gib is not None and "capacity_gib" not in hardware:  # the log's own total, as PyTorch gave it
         hardware["capacity_gib"] = cmd.capacity_gib
         notes.append(f"hardware.capacity_gib = {cmd.capacity_gib}: the device total the log prints")
@@ -155,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
               + "".join(f" --script-env {shlex.quote(e)}" for e in args.script_env)
               + "".join(f" --ignore-arg {shlex.quote(e)}" for e in args.ignore_arg)
               + (f" --job {args.job}" if args.job != 1 else "")
-              + f" --gpu {args.gpu}`",
+              + f" --gpu {gpu}`",
               *(f"note: {n}" for n in notes),
               f"{cmd.engine} option -> run-file key:",
               *(f"  {k} -> {v}" for k, v in sorted(m.mapped.items()))]

@@ -55,6 +55,8 @@ class MegatronArgs:
     param_counts: tuple[tuple[int, int, int], ...] = ()
     #: a log's report_memory lines: (global rank, iteration, allocated, max allocated, reserved, max reserved MiB)
     measured: tuple[tuple[int, int, float, float, float, float], ...] = ()
+    #: the GPU a log names (:func:`timeline.io.device_name.device_in`: collect_env's or nvidia-smi's lines)
+    device_name: str | None = None
 
 
 #: arguments written in a grammar that has no quote, backslash or ``$`` of its own, so any left in
@@ -307,6 +309,7 @@ def read_script(text: str, path: Path, script_args: list[str] | None = None,
 def read_log(text: str, env: dict[str, str] | None, megatron_core: str | None) -> MegatronArgs:
     """A job's log: its printed arguments block (:mod:`timeline.io.megatron_dump`), in the environment ``env``
     (the block holds no environment variable)."""
+    from timeline.io.device_name import device_in
     from timeline.io.megatron_dump import read_dump
 
     dump = read_dump(text, megatron_core)
@@ -324,7 +327,7 @@ def read_log(text: str, env: dict[str, str] | None, megatron_core: str | None) -
                         family=dump.family, family_source=f"the log's '{dump.family_line}'" if dump.family else "",
                         param_counts=dump.param_counts,
                         measured=tuple((m.rank, m.iteration, m.allocated, m.max_allocated, m.reserved, m.max_reserved)
-                                       for m in dump.memory))
+                                       for m in dump.memory), device_name=device_in(text))
 
 
 def read_megatron_config(path: str | Path, script_args: list[str] | None = None,

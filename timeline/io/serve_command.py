@@ -143,6 +143,7 @@ class ServeCommand:
     usage_context: str = "openai_api_server"  # vLLM's: the offline LLM class's defaults when "llm_class"
     capacity_gib: float | None = None  # a startup log's printed device total (GiB, PyTorch's)
     measured: dict[str, float] = field(default_factory=dict)  # what a startup log says the engine measured
+    device_name: str | None = None  # the GPU a startup log names (timeline.io.device_name)
 
 
 def _finder(argv: list[str]) -> int | None:
@@ -190,7 +191,7 @@ def _find_command(text: str, source: str, engine_hint: str, env: dict[str, str],
         words = _log_words(log, source)
         return ServeCommand(engine=log.engine, words=words, version=log.version, env=env,
                             usage_context=log.usage_context, notes=list(log.notes), capacity_gib=log.capacity_gib,
-                            measured=dict(log.measured))
+                            measured=dict(log.measured), device_name=log.device_name)
     calls = python_calls(text, env, options, folder)
     python = source.endswith(".py") or re.match(r"#![^\n]*python", text) is not None
     if calls is None and python:

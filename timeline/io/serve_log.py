@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from timeline.io.device_name import device_in
+
 #: vLLM's line (``log_non_default_args``): the dict follows
 VLLM_ARGS = re.compile(r"non-default args: (?=\{)")
 VLLM_VERSION = re.compile(r"vLLM API server version (?P<v>\d[\w.+-]*)|Initializing an? (?:V1 )?LLM engine "
@@ -82,6 +84,8 @@ class ServeLog:
     capacity_gib: float | None = None
     #: what the engine measured at start (:data:`MEASURED`'s quantities the log prints)
     measured: dict[str, float] = field(default_factory=dict)
+    #: the GPU's name as the log prints it (:func:`timeline.io.device_name.device_in`), None if it prints none
+    device_name: str | None = None
 
 
 def _top_level(text: str, start: int = 0) -> Iterator[tuple[int, str, int]]:
@@ -218,4 +222,4 @@ def read_serve_log(text: str) -> ServeLog | None:
             measured[key] = float((hit["x"] or hit["y"]).replace(",", ""))
     return ServeLog(engine=engine, fields=fields, version=version, usage_context=usage, notes=notes,
                     complete=complete, capacity_gib=float(total["a"] or total["b"]) if total else None,
-                    measured=measured)
+                    measured=measured, device_name=device_in(text))
