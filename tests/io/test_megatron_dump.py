@@ -326,3 +326,50 @@ def test_from_megatron_compare_prints_the_logs_peaks_beside_the_simulated(tmp_pa
     refused = subprocess.run([sys.executable, "-m", "timeline", "from-megatron", str(bare), "--compare"],
                              capture_output=True, text=True, cwd=ROOT)
     assert refused.returncode == 2 and "--compare" in refused.stderr and "report_memory" in refused.stderr
+
+
+def _older_block(label: str, **over: str) -> str:
+    """A block as ``label`` (a release before core_v0.12.0) prints one: the first core_v0.12.0 job's values for the
+    names both parsers have, the older parser's own dests at their defaults there (``megatron_parser_older.json``,
+    read from that release's source), with ``over`` values."""
+    from timeline.io.megatron_dump import older_table
+
+    o = older_table()
+    j = [v[0] for v in o["versions"]].index(label)
+    old = {d: rows for d, rows in o["dests"].items() if any(r[4][j] == "1" for r in rows)}
+    printed, _ = printed_block(_dump("core_v0.12.0")["jobs"][0]["block"])
+    values = {k: v for k, v in printed.items() if k in old or k in table()["assigned"]}
+    for dest, rows in old.items():
+        if dest not in printed and dest not in table()["dests"]:
+            row = next(r for r in rows if r[4][j] == "1")
+            values[dest] = str(parse_value(row[3]))
+    return _block({**values, **over})
+
+
+def test_a_release_before_core_v0_12_is_read_with_its_own_parser(tmp_path: Path) -> None:
+    """core_v0.6.0's block: its own arguments (--no-delay-grad-reduce's delay_grad_reduce True, one_logger_entity
+    hwinf_dcm, …) at their defaults there are left out, not refused; its version is read from them."""
+    block = _older_block("core_v0.6.0", use_mcore_models="True")
+    dump = read_dump(block)
+    assert (dump.version, dump.megatron_core) == ("core_v0.6.0", "0.6.0")
+    assert not any(k in dump.args for k in ("--no-delay-grad-reduce", "--one-logger-entity", "--use-legacy-models"))
+    assert any("at their default there" in n for n in dump.notes)
+    new = read_dump(_dump("core_v0.12.0")["jobs"][0]["block"])
+    # the same job, printed by the older release: the options of the names both parsers have
+    assert dump.args.items() <= new.args.items() and len(dump.args) > 10
+    # before core_v0.8.0 the legacy model is the default: use_mcore_models False is --use-legacy-models
+    assert read_dump(_older_block("core_v0.6.0", use_mcore_models="False")).args["--use-legacy-models"] is True
+    assert "--use-legacy-models" not in read_dump(_older_block("core_v0.9.0")).args  # 0.8 on: mcore's default
+    # an older argument given a value its memory is not modelled for: passed on by its option, refused by name
+    log = tmp_path / "old.log"
+    log.write_text(_older_block("core_v0.6.0", use_mcore_models="True", standalone_embedding_stage="True"))
+    done = subprocess.run([sys.executable, "-m", "timeline", "from-megatron", str(log)], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert done.returncode == 2 and "--standalone-embedding-stage" in done.stderr
+    assert "Traceback" not in done.stderr
+    # use_dist_ckpt: the checkpoint format core_v0.12.0 names --ckpt-format
+    dist = read_dump(_older_block("core_v0.7.0", use_mcore_models="True", use_dist_ckpt="True",
+                                  dist_ckpt_format="zarr"))
+    assert dist.args["--ckpt-format"] == "zarr" and dist.version == "core_v0.7.0"
+    assert read_dump(_older_block("core_v0.7.0", use_mcore_models="True", use_dist_ckpt="False")
+                     ).args["--ckpt-format"] == "torch"

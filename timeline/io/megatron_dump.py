@@ -25,6 +25,14 @@ core_v0.12.0 to main by ``tools/megatron_parser_args.py``):
   (not None, False, 0 or empty) it is passed on as ``--name`` so that ``from-megatron`` classifies
   it as it classifies a fork's argument in a launch script (refused by name unless ``--ignore-arg``).
 - **The world size** is the block's ``world_size``.
+- **Releases before core_v0.12.0** (core_v0.4.0 … core_v0.11.0, ``megatron_parser_older.json``: their parsers read
+  from source by ``tools/megatron_parser_older.py``, since they do not build under the stubs) are told by the names
+  only they print: a block one of them matches better than every later release is read as that release. Its own
+  arguments at their defaults there are left out; ``use_mcore_models`` False before core_v0.8.0 (where the legacy
+  model was the default) is ``--use-legacy-models``; ``use_dist_ckpt`` / ``dist_ckpt_format`` (0.6 … 0.8) are
+  ``--ckpt-format``; the timing-only and logging ones are passed over (:data:`OLDER_MEANING`); any other with a
+  value is passed on by its option, to be refused by name. The other names are read with core_v0.12.0's parser,
+  whose rules the simulation runs.
 
 An fp16 job's first iterations skip the optimizer step while its loss scale comes down, which
 ``from-megatron`` assumes of an fp16 job; a log's iteration lines say how many of each interval's
@@ -199,6 +207,17 @@ def default_of(row: list[Any]) -> Any:
     return parse_value(row[3]) if isinstance(row[3], str) else row[3]
 
 
+def _scores(names: set[str], dests: dict[str, list[list[Any]]], assigned: dict[str, str],
+            count: int) -> list[tuple[int, int, int]]:
+    """Per version of a parser table: (printed names it does not know, its parser's dests not printed, index)."""
+    out = []
+    for i in range(count):
+        parser = {d for d, rows in dests.items() if any(r[4][i] == "1" for r in rows)}
+        known = parser | {a for a, bits in assigned.items() if bits[i] == "1"}
+        out.append((len(names - known), len(parser - names), i))
+    return out
+
+
 def infer_version(names: set[str], megatron_core: str | None) -> tuple[int, str]:
     """The index of the parser version that printed ``names``, and a note on how it was chosen."""
     t = table()
@@ -213,11 +232,7 @@ def infer_version(names: set[str], megatron_core: str | None) -> tuple[int, str]
     # first every printed name known to the version (a parser dest or an attribute its training code assigns);
     # then the fewest dests of its parser not printed (validate_args deletes its deprecated ones, and an
     # extra_args_provider's are there only where its package imports)
-    scores = []
-    for i in range(len(labels)):
-        parser = {d for d, rows in t["dests"].items() if any(r[4][i] == "1" for r in rows)}
-        known = parser | {a for a, bits in t["assigned"].items() if bits[i] == "1"}
-        scores.append((len(names - known), len(parser - names), i))
+    scores = _scores(names, t["dests"], t["assigned"], len(labels))
     best = min(s[:2] for s in scores)
     tied = [i for *s, i in scores if tuple(s) == best]
     i = tied[-1]
@@ -230,6 +245,89 @@ def infer_version(names: set[str], megatron_core: str | None) -> tuple[int, str]
                 f"prints (an older Megatron-LM's or a fork's): read with the nearest, {span}, as Megatron-Core "
                 f"{t['versions'][i][1]}; give --megatron-core to choose another")
     return i, note
+
+
+@cache
+def older_table() -> dict[str, Any]:
+    """The parsers of core_v0.4.0 … core_v0.11.0 (``tools/megatron_parser_older.py``, read from their source)."""
+    return dict(json.loads((Path(__file__).parent / "megatron_parser_older.json").read_text()))
+
+
+def older_release(names: set[str], megatron_core: str | None) -> tuple[int, str] | None:
+    """The release before core_v0.12.0 that printed ``names`` (an index of :func:`older_table`'s versions, and a
+    note), where one matches them better than every release from core_v0.12.0 (or ``megatron_core`` is one);
+    None otherwise."""
+    o, t = older_table(), table()
+    labels = [v[0] for v in o["versions"]]
+    if megatron_core is not None:
+        if _ver(megatron_core) >= _ver(t["versions"][0][1]):
+            return None
+        older = [j for j, v in enumerate(o["versions"]) if _ver(v[1]) <= _ver(megatron_core)]
+        j = older[-1] if older else 0
+        return j, (f"--megatron-core {megatron_core}: the arguments only releases before core_v0.12.0 have read with "
+                   f"{labels[j]}'s parser, the others with core_v0.12.0's")
+    new = min(s[:2] for s in _scores(names, t["dests"], t["assigned"], len(t["versions"])))
+    scores = _scores(names - set(t["assigned"]), o["dests"], o["assigned"], len(labels))
+    best = min(s[:2] for s in scores)
+    if best >= new:
+        return None
+    tied = [j for *s, j in scores if tuple(s) == best]
+    j = tied[-1]
+    span = labels[tied[0]] if len(tied) == 1 else f"{labels[tied[0]]} … {labels[tied[-1]]}"
+    return j, (f"the log's arguments block is a release's before core_v0.12.0, {span} (its parser read from source: "
+               f"{best[0]} printed names it lacks, {best[1]} of its dests not printed): read as Megatron-Core "
+               f"{o['versions'][j][1]}, its own arguments with that parser and the others with core_v0.12.0's, "
+               "whose rules the simulation runs; give --megatron-core to choose another")
+
+
+#: arguments only releases before core_v0.12.0 have, given a value other than their default: what each does to the
+#: job's memory (megatron/training/arguments.py, or megatron/arguments.py before core_v0.7.0, at those releases)
+OLDER_MEANING: dict[str, str] = {
+    "delay_grad_reduce": "timing only: whether the overlapped gradient reduce waits for the last stage "
+                         "(--no-delay-grad-reduce; the buckets are the same)",
+    "delay_param_gather": "timing only: the overlapped parameter all-gather delayed to the first micro-batch's "
+                          "forward (the buffers are the same)",
+    "log_batch_size_to_tensorboard": "logging", "log_learning_rate_to_tensorboard": "logging",
+    "one_logger_entity": "logging", "use_mcore_models": "the Megatron-Core model, the default from core_v0.8.0",
+}
+
+
+def _older_arguments(printed: dict[str, str], j: int) -> tuple[dict[str, Any], list[str]]:
+    """The options (and notes) of the printed names only releases before core_v0.12.0 have, at release ``j``."""
+    o, t = older_table(), table()
+    args: dict[str, Any] = {}
+    at_default: list[str] = []
+    neutral: list[str] = []
+    has = {d for d, rows in o["dests"].items() if any(r[4][j] == "1" for r in rows)}
+    if "use_mcore_models" in has and "use_legacy_models" not in has \
+            and parse_value(printed.get("use_mcore_models", "True")) is False:
+        args["--use-legacy-models"] = True  # before core_v0.8.0 the legacy model unless --use-mcore-models
+    if "ckpt_format" not in has:  # before core_v0.9.0: torch's own format unless --use-dist-ckpt (0.6 … 0.8)
+        dist = parse_value(printed.get("use_dist_ckpt", "False")) is True
+        ckpt = str(parse_value(printed.get("dist_ckpt_format", "torch_dist"))) if dist else "torch"
+        if not same(ckpt, default_of(t["dests"]["ckpt_format"][0])):
+            args["--ckpt-format"] = ckpt
+    for name, raw in printed.items():
+        if name in t["dests"] or name in t["assigned"] or name not in has:
+            continue
+        rows = [r for r in o["dests"][name] if r[4][j] == "1"]
+        value = parse_value(raw)
+        if same(value, parse_value(rows[0][3])) or (name == "use_mcore_models" and "use_legacy_models" not in has):
+            at_default.append(name)
+        elif name in ("use_dist_ckpt", "dist_ckpt_format"):
+            continue  # read as --ckpt-format (above)
+        elif name in OLDER_MEANING:
+            neutral.append(f"{name} ({OLDER_MEANING[name]})")
+        else:  # passed on by its option, for from-megatron to classify (refused by name unless --ignore-arg)
+            row = rows[0]
+            args[row[0]] = True if isinstance(value, bool) else str(value)
+    notes = []
+    if at_default:
+        notes.append(f"{len(at_default)} arguments only releases before core_v0.12.0 have are at their default "
+                     f"there: {', '.join(sorted(at_default)[:6])}" + (" …" if len(at_default) > 6 else ""))
+    if neutral:
+        notes.append("memory-neutral arguments of releases before core_v0.12.0, passed over: " + ", ".join(neutral))
+    return args, notes
 
 
 def _ver(text: str) -> tuple[int, ...]:
@@ -266,7 +364,15 @@ def read_dump(text: str, megatron_core: str | None = None) -> DumpArgs:
     labels = [v[0] for v in t["versions"]]
     printed, blocks = printed_block(text)
     i, how = infer_version(set(printed), megatron_core)
+    older = older_release(set(printed), megatron_core)
+    if older is not None:  # a release before core_v0.12.0: its own arguments read with its parser
+        how = older[1]
+        old_args, old_notes = _older_arguments(printed, older[0])
+        printed = {k: v for k, v in printed.items() if k in t["dests"] or k in t["assigned"]
+                   or k not in older_table()["dests"] and k not in older_table()["assigned"]}
     notes = [n for n in (how,) if n]
+    if older is not None:
+        notes += old_notes
     if blocks > 1:
         notes.append(f"the log holds {blocks} arguments blocks (a restarted job); the first is read")
     args: dict[str, Any] = {}
@@ -295,6 +401,8 @@ def read_dump(text: str, megatron_core: str | None = None) -> DumpArgs:
     for name, value, option in RESTORED:
         if parse_value(printed.get(name, "None")) == value:
             args[option] = True
+    if older is not None:
+        args.update(old_args)
     if foreign_null:
         notes.append(f"{len(foreign_null)} printed names no Megatron-LM parser defines hold no value (None, False, "
                      f"0, empty) and are passed over: {', '.join(sorted(foreign_null)[:8])}"
@@ -313,7 +421,9 @@ def read_dump(text: str, megatron_core: str | None = None) -> DumpArgs:
         stepped |= int(m["skipped"]) < it - last
         last = it
     return DumpArgs(args=args, world_size=world if isinstance(world, int) and world > 0 else None,
-                    version=labels[i], megatron_core=megatron_core or t["versions"][i][1], notes=tuple(notes),
+                    version=older_table()["versions"][older[0]][0] if older else labels[i],
+                    megatron_core=megatron_core or (older_table()["versions"][older[0]][1] if older
+                                                    else t["versions"][i][1]), notes=tuple(notes),
                     memory=memory, vocab_size=int(vocab["size"]) if vocab else None,
                     optimizer_stepped=stepped, family=BUILT_FAMILIES[built["model"]] if built else None,
                     family_line=built.group(0) if built else "",
