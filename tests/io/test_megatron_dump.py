@@ -373,3 +373,40 @@ def test_a_release_before_core_v0_12_is_read_with_its_own_parser(tmp_path: Path)
     assert dist.args["--ckpt-format"] == "zarr" and dist.version == "core_v0.7.0"
     assert read_dump(_older_block("core_v0.7.0", use_mcore_models="True", use_dist_ckpt="False")
                      ).args["--ckpt-format"] == "torch"
+
+
+def test_lines_srun_cut_in_two_are_joined() -> None:
+    """srun's ``--label`` (``0: ``) before torchrun's ``[default0]:``: output buffering cuts an attribute's line in
+    two (the rest under ``0: `` alone), cuts the inner prefix itself (``0: [`` then ``0: default0]:  name …``), puts an
+    empty labelled line between two, or cuts a long list value over several lines; every attribute is read whole."""
+    lines = _main_block("0: [default0]:", micro_batch_size="3", data_path="['/data/a_tokens', '/data/b_tokens']")
+    out = []
+    for line in lines.splitlines():
+        if "  micro_batch_size " in line:
+            out += [line[:-3], "0: " + line[-3:]]  # "… micro_batch_size ......" / "0: .. 3"
+        elif "  data_path " in line:
+            cut = line.index("a_tok")
+            out += [line[:cut], "0: " + line[cut:cut + 20], "0: " + line[cut + 20:]]
+        elif "  seq_length " in line:
+            out += ["0: [", "0: " + line[len("0: ["):], "0: "]
+        else:
+            out.append(line)
+    printed, _ = printed_block("\n".join(out))
+    whole, _ = printed_block(lines)
+    assert printed == whole and printed["micro_batch_size"] == "3"
+    assert printed["data_path"] == "['/data/a_tokens', '/data/b_tokens']"
+    # a block cut before its world_size: validate_args's own "using world size" line gives it
+    text = "0: [default0]:using world size: 16, data-parallel size: 16\n" + "\n".join(
+        ln for ln in lines.splitlines() if "  world_size " not in ln)
+    assert read_dump(text).world_size == 16
+
+
+def test_a_long_log_file_name_gives_a_valid_run_name(tmp_path: Path) -> None:
+    log = tmp_path / ("github.com_owner_repo_blob_" + "0123456789abcdef" * 6 + "_logs_job #7.out.log")
+    log.write_text(_main_block())
+    out = tmp_path / "run.toml"
+    done = subprocess.run([sys.executable, "-m", "timeline", "from-megatron", str(log), "-o", str(out)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    name = tomllib.loads(out.read_text())["name"]
+    assert len(name) == 100 and name.startswith("github.com_owner_repo_blob_0123") and " " not in name

@@ -110,8 +110,12 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def default_name(path: Path) -> str:
-    """A functional test's case folder (``…/gpt3_mcore_te_tp2_pp2/model_config.yaml``), else the file's stem."""
-    return path.parent.name if path.stem == "model_config" and path.parent.name else path.stem
+    """A functional test's case folder (``…/gpt3_mcore_te_tp2_pp2/model_config.yaml``), else the file's stem; made a
+    valid run name (other characters as "-", at most 100 of them: :func:`timeline.io.runfile.default_name`)."""
+    from timeline.io.runfile import default_name as run_name
+
+    stem = path.parent.name if path.stem == "model_config" and path.parent.name else path.stem
+    return run_name(Path(stem + ".toml"))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -86,6 +86,9 @@ BUILT_FAMILIES = {"GPT": "gpt", "BERT": "bert", "T5": "t5", "a multimodal": "vlm
 #: d98e8a64dd's GTP, absent before): tensor rank, pipeline rank, count
 PARAMS = re.compile(r"number of parameters on \(tensor, (?:gtp_\w+, )?pipeline\) model parallel rank "
                     r"\((?P<tp>\d+), (?:\d+, )?(?P<pp>\d+)\): (?P<n>\d+)")
+#: ``validate_args``'s own line (megatron/training/arguments.py: "using world size: N, data-parallel size: …"), read
+#: where the block does not reach its ``world_size`` (a truncated log)
+WORLD = re.compile(r"using world size: (?P<n>\d+)")
 ENUM_VALUE = re.compile(r"[A-Z][A-Za-z0-9]*\.([A-Za-z0-9_]+)")
 NULL: tuple[Any, ...] = (None, False, 0, "", (), [])
 #: dests ``validate_args`` fills from another when the user gave one of the two (megatron/training/arguments.py:
@@ -162,17 +165,47 @@ def printed_block(text: str) -> tuple[dict[str, str], int]:
     blocks = list(HEADER.finditer(text))
     start = blocks[0]
     values: dict[str, str] = {}
-    prefix = re.compile(re.sub(r"\\?\d+", r"\\d+", re.escape(start.group("prefix"))))
+    parts = start.group("prefix").split()
+    # the prefix, and each of its leading parts (srun's "0: " of "0: [default0]:"), its digits free
+    prefixes = [re.compile(re.sub(r"\\?\d+", r"\\d+", re.escape(start.group("prefix"))))]
+    prefixes += [re.compile(r"\s*".join(re.sub(r"\\?\d+", r"\\d+", re.escape(p)) for p in parts[:k]) + r"\s?")
+                 for k in range(len(parts) - 1, -1, -1)]
+    # the inner launcher's prefix ("[default0]:"), where an outer one precedes it
+    inner = re.compile(re.sub(r"\\?\d+", r"\\d+", re.escape(parts[-1]))) if len(parts) > 1 else None
+    last: tuple[str, str] | None = None  # the last attribute's name and its line's text after the prefix
+    head = ""  # the start of a line the outer launcher cut before its inner prefix ended ("0: [")
     for line in text[start.end():].splitlines()[1:]:
         if END.search(line):
             break
-        p = prefix.match(line)
+        p = prefixes[0].match(line)
         m = LINE.fullmatch(line, p.end() if p else 0)
+        if m is None and last is not None:
+            # a line the launcher's output buffering cut in two, its second part under the outer launcher's prefix
+            # alone (srun's "0: " of "0: [default0]:"), or under the whole prefix where there is no inner one
+            cut = p or next((q.match(line) for q in prefixes[1:] if q.match(line)), None)
+            rest = line[cut.end():] if cut else ""
+            if cut and not rest.strip():
+                continue  # an empty line between two attributes
+            if cut and inner is not None and not head and inner.match(rest.strip()) is None \
+                    and re.fullmatch(r"\[[A-Za-z]*\d*\]?:?", rest.strip()):
+                head = rest.strip()  # "[" of "[default0]:": the next piece ends it
+                continue
+            if cut and head and inner is not None and (p := inner.match(head + rest)) is not None:
+                line, head = head + rest, ""
+                m = LINE.fullmatch(line, p.end())
+            elif cut and not prefixes[0].match(rest.lstrip()):
+                m = LINE.fullmatch(last[1] + rest)
+                if m is not None and m.group("name") == last[0]:
+                    values[last[0]] = (m.group("value") or "").strip()
+                    last = (last[0], last[1] + rest)
+                    continue
+                m = None
         if m is None:
             if values:
                 break  # the block ended without its closing line (a truncated log)
             continue
         values.setdefault(m.group("name"), m.group("value") or "")
+        last = (m.group("name"), line[p.end() if p else 0:])
     return values, len(blocks)
 
 
@@ -408,6 +441,8 @@ def read_dump(text: str, megatron_core: str | None = None) -> DumpArgs:
                      f"0, empty) and are passed over: {', '.join(sorted(foreign_null)[:8])}"
                      + (" …" if len(foreign_null) > 8 else ""))
     world = parse_value(printed.get("world_size", "None"))
+    if not isinstance(world, int) and (said := WORLD.search(text)):
+        world = int(said["n"])
     memory = tuple(MemoryLine(int(m["rank"]), int(m["it"]), float(m["a"]), float(m["ma"]), float(m["r"]),
                               float(m["mr"])) for m in MEMORY.finditer(text))
     vocab = PADDED_VOCAB.search(text)
