@@ -307,20 +307,31 @@ def test_from_megatron_compare_prints_the_logs_peaks_beside_the_simulated(tmp_pa
     """``--compare``: each report_memory line's max allocated / max reserved beside the simulated peaks of its
     pipeline rank's device, as ``simulate`` reports them (warm-up none: Megatron's peaks are never reset)."""
     log = tmp_path / "train.log"
-    log.write_text(_main_block() + "\n [Rank 0] (after 2 iterations) memory (MB) | allocated: 900.0 | max allocated: "
+    log.write_text(_main_block() + "\n [Rank 0] (after 1 iterations) memory (MB) | allocated: 800.0 | max allocated: "
+                   "950.0 | reserved: 1000.0 | max reserved: 1100.0\n"
+                   " [Rank 0] (after 2 iterations) memory (MB) | allocated: 900.0 | max allocated: "
                    "1000.0 | reserved: 1100.0 | max reserved: 1200.0\n")
     out = tmp_path / "run.toml"
     done = subprocess.run([sys.executable, "-m", "timeline", "from-megatron", str(log), "-o", str(out), "--compare"],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    row = next(line for line in done.stdout.splitlines() if line.strip().startswith("0 "))
-    assert "1,000.0 /" in row and "1,200.0 /" in row
+    row = next(line for line in done.stdout.splitlines() if "1,000.0 /" in line)
+    assert row.split()[:3] == ["0", "0", "2"] and "1,200.0 /" in row
     sim = subprocess.run([sys.executable, "-m", "timeline", "simulate", str(out), "-o", str(tmp_path / "s"),
                           "--format", "summary", "--no-progress"], capture_output=True, text=True, cwd=ROOT)
     assert sim.returncode == 0, sim.stderr
     dev = json.loads((tmp_path / "s" / "summary.json").read_text())["devices"][0]
     assert f"/ {dev['peak_allocated_bytes'] / 2**20:>10,.1f}" in row
     assert f"/ {dev['peak_reserved_bytes'] / 2**20:>10,.1f}" in row
+    # the line after iteration 1: against one simulated iteration (the peak so far)
+    first = next(line for line in done.stdout.splitlines() if "950.0 /" in line)
+    one = subprocess.run([sys.executable, "-m", "timeline", "simulate", str(out), "-o", str(tmp_path / "s1"),
+                          "--format", "summary", "--no-progress", "--set", "training.iterations=1"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert one.returncode == 0, one.stderr
+    dev1 = json.loads((tmp_path / "s1" / "summary.json").read_text())["devices"][0]
+    assert f"/ {dev1['peak_allocated_bytes'] / 2**20:>10,.1f}" in first
+    assert dev1["peak_allocated_bytes"] < dev["peak_allocated_bytes"]
     bare = tmp_path / "bare.log"
     bare.write_text(_main_block())
     refused = subprocess.run([sys.executable, "-m", "timeline", "from-megatron", str(bare), "--compare"],

@@ -239,20 +239,26 @@ def run(args: argparse.Namespace) -> int:
 def compare_lines(text: str, measured: tuple[tuple[int, int, float, float, float, float], ...]) -> list[str]:
     """The run file ``text`` simulated from its first iteration on (no warm-up left out: Megatron's peaks are
     never reset), each logged rank's max allocated / max reserved beside the simulated peaks of the device
-    standing for its pipeline rank (global rank R on pipeline rank R // (world / pp), Megatron's default order)."""
+    standing for its pipeline rank (global rank R on pipeline rank R // (world / pp), Megatron's default order).
+    A line after iteration 1 is held against one simulated iteration (its peak so far: the first step's
+    optimizer states made, not yet held through a forward), a later one against two (the steady state)."""
     from timeline.result.build import build_timeline
 
     run = _run_of(text)
     if run is None:
         return []
-    run = dataclasses.replace(run, training=dataclasses.replace(run.training, warmup_iterations=0))
-    tl = build_timeline(run, summary_only=True)
+    timelines = {}
+    for n in sorted({min(it, 2) for _, it, *_ in measured}):
+        run_n = dataclasses.replace(run, training=dataclasses.replace(run.training, warmup_iterations=0,
+                                                                      iterations=n))
+        timelines[n] = build_timeline(run_n, summary_only=True)
     par = run.parallel
     world = par.tp * par.pp * par.cp * par.dp
     mib = 2**20
     out = [f"{'rank':>5} {'pp':>3} {'after':>6}  {'max allocated MiB (log / simulated)':>37}  "
            f"{'max reserved MiB (log / simulated)':>36}"]
     for rank, it, _a, ma, _r, mr in measured:
+        tl = timelines[min(it, 2)]
         pp = rank // max(1, world // par.pp)
         d = next((d for d in range(tl.num_devices) if tl.devices[d].pp_rank == pp), None)
         if d is None:
