@@ -421,3 +421,20 @@ def test_a_long_log_file_name_gives_a_valid_run_name(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     name = tomllib.loads(out.read_text())["name"]
     assert len(name) == 100 and name.startswith("github.com_owner_repo_blob_0123") and " " not in name
+
+
+def test_a_memory_line_srun_cut_is_read_whole_and_a_loaded_checkpoint_means_resumed(tmp_path: Path) -> None:
+    mem = ("0: [default0]:[Rank 0] (after 2 iterations) memory (MB) | allocated: 14234.91 | max allocated: 40146.02 | "
+           "reserved: 41370.00 | max reserved: 41370.00")
+    for cut in (mem.index("erved: 41370"), mem.rindex("41370") + 3):  # in a word, in the last number
+        text = _main_block("0: [default0]:") + "\n" + mem[:cut] + "\n0: " + mem[cut:] + "\n0: [default0]: iteration"
+        (line,) = read_dump(text).memory
+        assert (line.iteration, line.max_allocated, line.reserved, line.max_reserved) == (2, 40146.02, 41370.0,
+                                                                                           41370.0)
+    log = tmp_path / "resumed.log"
+    log.write_text(_main_block() + "\n  successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration 500\n")
+    done = subprocess.run([sys.executable, "-m", "timeline", "from-megatron", str(log), "-o", str(tmp_path / "r.toml")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "read as --resumed" in done.stderr
+    assert tomllib.loads((tmp_path / "r.toml").read_text())["training"]["resumed"] is True

@@ -165,6 +165,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {notes[-1]}", file=sys.stderr)
         gpu = args.gpu or preset
     gpu = gpu or "h100"
+    resumed = args.resumed
+    if margs.loaded_checkpoint and not args.resumed:
+        resumed = True
+        notes.append("the job loaded a checkpoint before its iterations (the log's 'successfully loaded checkpoint "
+                     "from …', checkpointing.py: load_checkpoint): read as --resumed")
+        print(f"note: {notes[-1]}", file=sys.stderr)
     world_size = args.world_size or margs.world_size
     ignored = tuple("--" + n.strip().lstrip("-") for item in args.ignore_arg for n in item.split(",")
                     if n.strip().lstrip("-"))
@@ -183,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
 
     def converted(m: MegatronArgs) -> Conversion:
         return convert(m, world_size=world_size, gpu=gpu, te_version=args.te_version,
-                       pytorch_version=args.pytorch_version, megatron_core=megatron_core, resumed=args.resumed,
+                       pytorch_version=args.pytorch_version, megatron_core=megatron_core, resumed=resumed,
                        optimizer_impl=args.optimizer_impl, gpu_fields=fields, ignored=ignored)
 
     conv = converted(margs)

@@ -57,6 +57,8 @@ class MegatronArgs:
     measured: tuple[tuple[int, int, float, float, float, float], ...] = ()
     #: the GPU a log names (:func:`timeline.io.device_name.device_in`: collect_env's or nvidia-smi's lines)
     device_name: str | None = None
+    #: a log says the job loaded a checkpoint before its iterations (``load_checkpoint``'s line)
+    loaded_checkpoint: bool = False
 
 
 #: arguments written in a grammar that has no quote, backslash or ``$`` of its own, so any left in
@@ -324,6 +326,7 @@ def read_log(text: str, env: dict[str, str] | None, megatron_core: str | None) -
         notes.append(f"… and {len(dump.memory) - 8} more report_memory lines")
     return MegatronArgs(args=args, env=dict(env or {}), world_size=dump.world_size, notes=tuple(notes),
                         megatron_core=dump.megatron_core, optimizer_stepped=dump.optimizer_stepped,
+                        loaded_checkpoint=dump.loaded_checkpoint,
                         family=dump.family, family_source=f"the log's '{dump.family_line}'" if dump.family else "",
                         param_counts=dump.param_counts,
                         measured=tuple((m.rank, m.iteration, m.allocated, m.max_allocated, m.reserved, m.max_reserved)

@@ -86,6 +86,36 @@ BUILT_FAMILIES = {"GPT": "gpt", "BERT": "bert", "T5": "t5", "a multimodal": "vlm
 #: d98e8a64dd's GTP, absent before): tensor rank, pipeline rank, count
 PARAMS = re.compile(r"number of parameters on \(tensor, (?:gtp_\w+, )?pipeline\) model parallel rank "
                     r"\((?P<tp>\d+), (?:\d+, )?(?P<pp>\d+)\): (?P<n>\d+)")
+#: ``load_checkpoint``'s line (megatron/training/checkpointing.py, every release: "  successfully loaded checkpoint from
+#: {load_dir} [ t …, p … ] at iteration {iteration}"): the job resumed, or fine-tuned, from a checkpoint
+LOADED = re.compile(r"successfully loaded checkpoint from")
+#: an outer launcher's label before a line (srun --label's "0: "), taken off a line's continuation
+LABEL = re.compile(r"^\s*\d+:\s?")
+
+
+def memory_lines(text: str) -> list[re.Match[str]]:
+    """``report_memory``'s lines of ``text``, each read whole where the launcher's buffering cut it over the next
+    lines (their outer label taken off): the line is joined with up to three following ones until it matches, and
+    while its last number ends the line (a number cut in two)."""
+    lines = text.splitlines()
+    out = []
+    for k, line in enumerate(lines):
+        if "memory (MB)" not in line:
+            continue
+        joined, more = line, iter(lines[k + 1:k + 4])
+        m = MEMORY.search(joined)
+        while m is None or m.end() == len(joined.rstrip()):
+            nxt = next(more, None)
+            rest = LABEL.sub("", nxt, count=1) if nxt is not None else ""
+            if nxt is None or (m is not None and not re.match(r"[\d.]", rest)):
+                break
+            joined += rest
+            m = MEMORY.search(joined)
+        if m is not None:
+            out.append(m)
+    return out
+
+
 #: ``validate_args``'s own line (megatron/training/arguments.py: "using world size: N, data-parallel size: …"), read
 #: where the block does not reach its ``world_size`` (a truncated log)
 WORLD = re.compile(r"using world size: (?P<n>\d+)")
@@ -147,6 +177,8 @@ class DumpArgs:
     #: the iteration lines (up to the first memory line, where there is one) show an optimizer step taken (an
     #: interval with fewer skipped iterations than it ran)
     optimizer_stepped: bool = False
+    #: the log says the job loaded a checkpoint before its iterations (``successfully loaded checkpoint from …``)
+    loaded_checkpoint: bool = False
 
 
 @cache
@@ -444,7 +476,7 @@ def read_dump(text: str, megatron_core: str | None = None) -> DumpArgs:
     if not isinstance(world, int) and (said := WORLD.search(text)):
         world = int(said["n"])
     memory = tuple(MemoryLine(int(m["rank"]), int(m["it"]), float(m["a"]), float(m["ma"]), float(m["r"]),
-                              float(m["mr"])) for m in MEMORY.finditer(text))
+                              float(m["mr"])) for m in memory_lines(text))
     vocab = PADDED_VOCAB.search(text)
     built = BUILDING.search(text)
     counts = {(int(m["tp"]), int(m["pp"])): int(m["n"]) for m in PARAMS.finditer(text)}
@@ -462,4 +494,5 @@ def read_dump(text: str, megatron_core: str | None = None) -> DumpArgs:
                     memory=memory, vocab_size=int(vocab["size"]) if vocab else None,
                     optimizer_stepped=stepped, family=BUILT_FAMILIES[built["model"]] if built else None,
                     family_line=built.group(0) if built else "",
-                    param_counts=tuple((t, p, n) for (t, p), n in sorted(counts.items())))
+                    param_counts=tuple((t, p, n) for (t, p), n in sorted(counts.items())),
+                    loaded_checkpoint=LOADED.search(text) is not None)
