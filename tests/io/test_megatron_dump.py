@@ -431,6 +431,9 @@ def test_a_memory_line_srun_cut_is_read_whole_and_a_loaded_checkpoint_means_resu
         (line,) = read_dump(text).memory
         assert (line.iteration, line.max_allocated, line.reserved, line.max_reserved) == (2, 40146.02, 41370.0,
                                                                                            41370.0)
+    # a line followed by an elision ("..." of a log pasted into notes): not a number's rest
+    (line,) = read_dump(_main_block() + "\n" + mem[3:] + "\n...\n").memory
+    assert line.max_reserved == 41370.0
     log = tmp_path / "resumed.log"
     log.write_text(_main_block() + "\n  successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration 500\n")
     done = subprocess.run([sys.executable, "-m", "timeline", "from-megatron", str(log), "-o", str(tmp_path / "r.toml")],

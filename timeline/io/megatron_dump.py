@@ -66,8 +66,8 @@ END = re.compile(r"-{8,} end of arguments -{8,}")
 LINE = re.compile(r"  (?P<name>[A-Za-z_][A-Za-z0-9_]*) (?:(?:\.+ | )(?P<value>.*?)|\.*)\s*$")
 #: ``report_memory``'s line (megatron/training/utils.py), MiB as printed
 MEMORY = re.compile(r"\[Rank (?P<rank>\d+)\] \(after (?P<it>\d+) iterations\) memory \(MB\) \| allocated: "
-                    r"(?P<a>[\d.]+) \| max allocated: (?P<ma>[\d.]+) \| reserved: (?P<r>[\d.]+) \| "
-                    r"max reserved: (?P<mr>[\d.]+)")
+                    r"(?P<a>\d+(?:\.\d+)?) \| max allocated: (?P<ma>\d+(?:\.\d+)?) \| reserved: (?P<r>\d+(?:\.\d+)?) \| "
+                    r"max reserved: (?P<mr>\d+(?:\.\d+)?)")
 #: torch dtypes ``validate_args`` puts in place of the dtype options' names (``map_dtype`` / the
 #: ``--main-grads-dtype`` … conversion: fp32, bf16, fp16, and fp8 as uint8 for ``--exp-avg-dtype``)
 TORCH_DTYPES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.uint8": "fp8"}
@@ -107,7 +107,7 @@ def memory_lines(text: str) -> list[re.Match[str]]:
         while m is None or m.end() == len(joined.rstrip()):
             nxt = next(more, None)
             rest = LABEL.sub("", nxt, count=1) if nxt is not None else ""
-            if nxt is None or (m is not None and not re.match(r"[\d.]", rest)):
+            if nxt is None or (m is not None and not re.match(r"\.?\d", rest)):
                 break
             joined += rest
             m = MEMORY.search(joined)
