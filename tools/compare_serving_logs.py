@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from timeline.errors import UserError
+from timeline.io.serve_log import infer_vllm_version
 from timeline.io.serve_runfile import load_serve_run
 from timeline.serve.budget import Budget, captures_graphs, compute_budget, compute_budgets
 from timeline.serve.kv import printed_kv_tokens
@@ -80,10 +81,19 @@ def gpu_key(name: str | None) -> str | None:
     return next((key for part, key in GPU_KEYS if part in low), None)
 
 
+def dated(rec: dict) -> str | None:
+    """A vLLM record stating no version: the one its transcribed lines' logger sites give
+    (:func:`timeline.io.serve_log.infer_vllm_version`), as ``timeline from-vllm`` reads such a log; else None."""
+    if rec["engine"] != "vllm" or not rec.get("lines"):
+        return None
+    return infer_vllm_version("\n".join(rec["lines"]))[0]
+
+
 def run_text(rec: dict, before: bool) -> str:
     sv = [f'engine = "{rec["engine"]}"']
-    if not before and rec.get("engine_version"):
-        sv.append(f'engine_version = "{rec["engine_version"]}"')
+    version = rec.get("engine_version") or (dated(rec) if not before else None)
+    if not before and version:
+        sv.append(f'engine_version = "{version}"')
     for key in ("gpu_memory_utilization", "mem_fraction_static", "max_model_len", "max_num_seqs",
                 "max_num_batched_tokens", "block_size", "kv_cache_dtype", "weight_dtype", "quant_group_size"):
         if rec.get(key) is not None:
@@ -227,7 +237,7 @@ def main(argv: list[str]) -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         rec = r.rec
-        eng = f"{rec['engine']} {rec.get('engine_version') or '?'}"
+        eng = f"{rec['engine']} {rec.get('engine_version') or (f'~{v} (sites)' if (v := dated(rec)) else '?')}"
         if r.refused:
             print(f"| {rec['side'][:3]} | {rec['id']} | {eng} | refused: {r.refused} | | | | | |")
             continue

@@ -7,6 +7,8 @@ made-up values.
 
 from __future__ import annotations
 
+import json
+import lzma
 import re
 import subprocess
 import sys
@@ -14,7 +16,7 @@ import tomllib
 from pathlib import Path
 
 from timeline.io.serve_command import read_command
-from timeline.io.serve_log import _balanced, read_serve_log
+from timeline.io.serve_log import LOG_SITES, _balanced, infer_vllm_version, read_serve_log, vllm_site_releases
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA = ROOT / "tests/data/hf/llama-3.1-8b"
@@ -65,7 +67,9 @@ def test_vllms_non_default_args_are_its_command() -> None:
     # LLM(...) prints its non-default args too, without the server's model_tag, banner or process tag
     offline = read_serve_log("INFO 05-09 06:31:27 [utils.py:233] non-default args: {'dtype': 'bfloat16', "
                              "'max_model_len': 8192, 'model': 'meta-llama/Llama-3.1-8B'}\n")
-    assert offline is not None and offline.usage_context == "llm_class" and offline.version is None
+    assert offline is not None and offline.usage_context == "llm_class"
+    # no version line: its logger site dates it (utils.py:233 logs 'non-default args' at 0.11.0 and 0.18.0 … 0.20.2)
+    assert offline.version == "0.20.2" and any("0.11.0, 0.18.0 … 0.20.2; read as 0.20.2" in n for n in offline.notes)
     # a server whose log has no version line but the banner (0.18 on), or only its args: still the server's
     banner = ("(APIServer pid=1) INFO 04-19 10:18:36 [utils.py:299]   █▄█▀ █     █     █     █  version 0.19.0\n"
               "(APIServer pid=1) INFO 04-19 10:18:36 [utils.py:233] non-default args: {'model_tag': 'm', 'model': "
@@ -182,3 +186,141 @@ def test_compare_prints_the_engines_own_numbers_beside_the_budget(tmp_path: Path
     refused = subprocess.run([sys.executable, "-m", "timeline", "from-vllm", str(plain), "--hf-config", str(LLAMA),
                               "--compare"], capture_output=True, text=True, cwd=ROOT)
     assert refused.returncode == 2 and "--compare" in refused.stderr
+
+
+
+# --- a log that prints no version: dated by its logger sites (timeline/io/vllm_log_sites.json.xz) ---------------
+SERVING_LOGS = ROOT / "tests/data/serving_logs.json"
+#: a release as a record states it (a local build tag allowed: ``0.21.0+cu129``)
+RELEASE = re.compile(r"(\d+\.\d+\.\d+(?:\.post\d+)?)(?:\+\S+)?")
+#: a build of vLLM's main branch: ``X.Y.Zrc1.devN+g<commit>``, N commits after the tag before X.Y.Z
+DEV_BUILD = re.compile(r"(\d+)\.(\d+)\.(\d+)rc\d+\.dev\d+(?:\+\S+)?")
+SITE = re.compile(r"\[?[\w./-]+\.py:\d+\]")
+
+
+def _release_key(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version))
+
+
+def _dev_window(version: str, releases: list[str]) -> set[str]:
+    """The releases around a main-branch build ``X.Y.Zrc1.devN``: from the last release before X.Y.Z to the next
+    minor release X.(Y+1).0, the next one cut from main (a patch release X.Y.Z comes from its release branch, so
+    main's code after the tag can be any of them)."""
+    m = DEV_BUILD.fullmatch(version)
+    assert m is not None
+    x, y, z = (int(g) for g in m.groups())
+    before = [r for r in releases if _release_key(r)[:3] < (x, y, z)]
+    return {r for r in releases if _release_key(before[-1]) <= _release_key(r) <= (x, y + 1, 0)}
+
+
+def test_a_calibration_logs_sites_contain_the_version_it_states() -> None:
+    """Every calibration record that states its vLLM version and transcribes lines with a ``[file.py:N]`` site:
+    the releases its sites point to hold that version. A build of main (``0.20.2rc1.dev9+g01d4d1ad3``) is no
+    release: the releases read must meet the window around it (:func:`_dev_window`), or be none where no line of
+    it sits at any release's site (its lines moved after the last release, before the next)."""
+    releases = json.loads(lzma.decompress(LOG_SITES.read_bytes()))["releases"]
+    checked, dated_dev = [], 0
+    for rec in json.loads(SERVING_LOGS.read_text())["records"]:
+        lines, version = rec.get("lines") or [], rec.get("engine_version")
+        if rec["side"] != "calibration" or rec["engine"] != "vllm" or not version:
+            continue
+        if not any(SITE.search(line) for line in lines):
+            continue
+        found = vllm_site_releases("\n".join(lines))
+        if (m := RELEASE.fullmatch(version)) is not None:
+            assert found is not None and m.group(1) in found.releases, (rec["id"], version, found)
+        else:
+            window = _dev_window(version, releases)
+            assert found is None or window & set(found.releases), (rec["id"], version, window, found)
+            dated_dev += found is not None
+        checked.append(rec["id"])
+    assert len(checked) >= 8 and dated_dev >= 2, checked
+
+
+def test_a_log_without_its_version_line_is_read_as_its_sites_release() -> None:
+    """The logs above, their version lines left out: their sites are those of the version they printed (VLLM_LOG's
+    0.11.0 alone; V0_LOG's 0.6.4 and 0.6.4.post1, whose sites are the same), the newest read; a note says so."""
+    for text, printed in ((VLLM_LOG, "0.11.0"), (V0_LOG, "0.6.4.post1")):
+        unversioned = "\n".join(line for line in text.splitlines() if "version" not in line and "(v0" not in line)
+        version, note = infer_vllm_version(unversioned)
+        assert version == printed and note is not None and note.startswith("vLLM version not printed: the logger sites [")
+    log = read_serve_log("(APIServer pid=1) INFO 06-01 09:47:57 [utils.py:278] non-default args: {'model_tag': 'm', "
+                         "'model': 'm', 'max_model_len': 8192}\n"
+                         "(EngineCore pid=128) INFO 06-01 09:47:57 [kv_cache_utils.py:1733] GPU KV cache size: 622,408 "
+                         "tokens\n")
+    assert log is not None and log.version == "0.22.1"
+    assert ("vLLM version not printed: the logger sites [utils.py:278], [kv_cache_utils.py:1733] are those of vLLM "
+            "0.22.0 … 0.22.1; read as 0.22.1") in log.notes
+
+
+def test_a_printed_version_is_not_overridden_by_the_sites() -> None:
+    sites_of_0_22 = "(EngineCore pid=1) INFO 06-01 09:47:57 [kv_cache_utils.py:1733] GPU KV cache size: 1 tokens\n"
+    log = read_serve_log(VLLM_LOG + sites_of_0_22)
+    assert log is not None and log.version == "0.11.0"
+    assert not any("not printed" in n for n in log.notes)
+
+
+def test_lines_at_no_releases_site_are_left_out() -> None:
+    """A site no release has (a plugin's logger, another package's, a line past the file's end) is left out, so is a
+    message no release logs at that site, and a message's further lines (the same header repeated): none of
+    them narrows the releases read; a log with only such lines is not dated."""
+    line = "(EngineCore pid=1) INFO 06-01 09:47:57 [kv_cache_utils.py:1733] GPU KV cache size: 1 tokens\n"
+    alone = vllm_site_releases(line)
+    assert alone is not None and alone.releases == ["0.22.0", "0.22.1"] and alone.lines == 1
+    noise = ("(APIServer pid=1) INFO 06-01 09:47:50 [my_vllm_plugin.py:12] Loaded the plugin\n"
+             "(EngineCore pid=1) INFO 06-01 09:47:57 [kv_cache_utils.py:99999] GPU KV cache size: 2 tokens\n"
+             "(EngineCore pid=1) INFO 06-01 09:47:58 [kv_cache_utils.py:1733] a message logged at no release's site\n")
+    continued = line + line.replace("GPU KV cache size: 1 tokens", "the message's second line")
+    for text in (noise + line, continued):
+        found = vllm_site_releases(text)
+        assert found is not None and found.releases == alone.releases and found.lines == 1
+    assert vllm_site_releases(noise) is None and infer_vllm_version(noise) == (None, None)
+
+
+def test_a_site_is_read_in_each_of_vllms_record_formats() -> None:
+    """``file.py:N]`` before 0.8.0, ``[file.py:N]`` after, a shortened path at DEBUG level (0.10.2 on), the
+    colour codes of vLLM's ColoredFormatter: the same site."""
+    forms = ("INFO 06-01 09:47:57 kv_cache_utils.py:1733] GPU KV cache size: 1 tokens",
+             "DEBUG 06-01 09:47:57 [v1/core/kv_cache_utils.py:1733] GPU KV cache size: 1 tokens",
+             "\x1b[32mINFO\x1b[0m 06-01 09:47:57 \x1b[90m[kv_cache_utils.py:1733]\x1b[0m GPU KV cache size: 1 tokens")
+    for text in forms:
+        found = vllm_site_releases(text)
+        assert found is not None and found.releases == ["0.22.0", "0.22.1"], text
+
+
+def test_sites_of_no_one_release_are_read_as_the_releases_having_the_most() -> None:
+    """0.22's GPU KV cache line beside 0.24's available-memory and KV-cache lines: no release has all three; 0.24.0
+    has two of them, and the note says the sites disagree."""
+    text = ("[kv_cache_utils.py:1733] GPU KV cache size: 1 tokens\n"
+            "[gpu_worker.py:508] Available KV cache memory: 1.00 GiB\n"
+            "[kv_cache_utils.py:2146] GPU KV cache size: 2 tokens\n")
+    found = vllm_site_releases(text)
+    assert found is not None and found.most == 2 and found.lines == 3 and "0.24.0" in found.releases
+    version, note = infer_vllm_version(text)
+    assert version == found.releases[-1] and note is not None
+    assert f"are not all of any one release: vLLM {version} has the most (2 of 3 lines)" in note
+
+
+def test_the_site_table_names_every_release_and_wheel_read() -> None:
+    """The table (``tools/vllm_log_sites.py``): every final release from 0.4.0 in order, the wheel each was read
+    from with its sha256, and small enough to ship (≤ 400 KB)."""
+    assert LOG_SITES.stat().st_size <= 400_000
+    data = json.loads(lzma.decompress(LOG_SITES.read_bytes()))
+    releases = data["releases"]
+    assert releases[0] == "0.4.0" and releases == sorted(releases, key=_release_key)
+    assert not any(re.search(r"rc|dev|a\d|b\d", r) for r in releases)
+    files = data["about"]["files"]
+    assert [f["release"] for f in files] == releases
+    assert all(re.fullmatch(r"[0-9a-f]{64}", f["sha256"]) and f["file"].endswith(".whl") for f in files)
+
+
+
+def test_the_tables_line_rule_holds_on_this_interpreter() -> None:
+    """The line a record carries for a call written over several lines, and for vLLM's two ``*_once`` shapes, is
+    the one the table was built with (``tools/vllm_log_sites.py: call_lines``), run here."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from vllm_log_sites import check_lineno_rule
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    assert check_lineno_rule().startswith("Python ")

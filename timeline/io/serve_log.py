@@ -6,7 +6,10 @@
   0.11.0``, the 0.18+ banner's ``version 0.19.0``, or ``Initializing a V1 LLM engine (v0.11.0)``). The dict's fields
   become the options that set them (:func:`timeline.io.serve_forms.fields_words`, as for ``LLM(…)`` keywords).
   Older vLLM prints no such dict: its engine config line (``Initializing an LLM engine (v0.6.4) with config:
-  key=value, …``) and V0's profiling ``gpu_memory_utilization`` stand in.
+  key=value, …``) and V0's profiling ``gpu_memory_utilization`` stand in. A log that prints no version (a part of
+  one, pasted) is dated by its logger sites: every line carries ``[file.py:LINE]``, and where each logging call
+  sits moves between releases (:func:`infer_vllm_version`, over ``vllm_log_sites.json.xz``, the sites of every
+  release from 0.4.0 that ``tools/vllm_log_sites.py`` read from the wheels on PyPI).
 - **SGLang** prints every field of its ``ServerArgs`` as ``__post_init__`` left them (``server_args=ServerArgs(
   model_path='…', tp_size=8, …)``, ``sglang/srt/entrypoints/http_server.py`` / ``engine.py``).
 
@@ -22,9 +25,13 @@ blocks: N`` (vLLM), ``KV Cache is allocated. #tokens: N`` (SGLang) — go to the
 from __future__ import annotations
 
 import ast
+import json
+import lzma
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from timeline.io.device_name import device_in
@@ -161,6 +168,121 @@ def _config_pairs(body: str) -> tuple[dict[str, Any], list[str]]:
     return out, skipped
 
 
+#: a vLLM record's logger site, ``[file.py:LINE] message`` (``vllm/logger.py: _FORMAT``: bracketed from 0.8.0,
+#: ``file.py:LINE] message`` before); at DEBUG level (0.10.2 on, ``vllm/logging_utils/formatter.py:
+#: NewLineFormatter``) the name is a shortened path under ``vllm/``, of which the basename is the table's
+VLLM_SITE = re.compile(r"\[?(?P<path>[\w.\-/]+\.py):(?P<line>\d+)\] ?(?P<msg>.*)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # vLLM's ColoredFormatter greys the site and colours the level
+#: vLLM's logger call sites at every release from 0.4.0 (``tools/vllm_log_sites.py``): by printed file name and
+#: line, the template prefixes of the messages logged there and the releases having each
+LOG_SITES = Path(__file__).with_name("vllm_log_sites.json.xz")
+
+
+@cache
+def _log_sites() -> tuple[tuple[str, ...], dict[str, dict[str, dict[str, str]]]]:
+    """The releases read and the site table (:data:`LOG_SITES`), loaded once, when a log first needs it."""
+    data = json.loads(lzma.decompress(LOG_SITES.read_bytes()))
+    return tuple(data["releases"]), data["sites"]
+
+
+def _indices(ranges: str) -> set[int]:
+    """``"0-2,5"`` → ``{0, 1, 2, 5}`` (the table's release sets)."""
+    out: set[int] = set()
+    for part in ranges.split(","):
+        a, _, b = part.partition("-")
+        out.update(range(int(a), int(b or a) + 1))
+    return out
+
+
+def _spans(indices: set[int], releases: tuple[str, ...]) -> str:
+    """Release indices as ``0.20.0 … 0.20.2, 0.22.0`` (runs of consecutive releases)."""
+    runs: list[list[int]] = []
+    for i in sorted(indices):
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(releases[r[0]] if len(r) == 1 else f"{releases[r[0]]} … {releases[r[-1]]}" for r in runs)
+
+
+@dataclass
+class SiteEvidence:
+    """What a log's logger sites say of its vLLM release (:func:`vllm_site_releases`)."""
+
+    #: the releases read (indices into the table's release list, :data:`LOG_SITES`)
+    indices: set[int]
+    #: the same, as release names, oldest first
+    releases: list[str]
+    #: the sites of the lines used, ``[file.py:N]``, in the log's order
+    sites: list[str]
+    #: how many lines were used
+    lines: int
+    #: where no release has every line's site: how many lines the releases read have (None where all do)
+    most: int | None = None
+
+
+def vllm_site_releases(text: str) -> SiteEvidence | None:
+    """The vLLM releases whose logger sites a log's lines are at (None when no line is at a site any release has).
+
+    Each line ``[file.py:LINE] message`` is looked up in :data:`LOG_SITES` (``tools/vllm_log_sites.py``: every
+    logging call of each release's ``vllm/**/*.py``, by printed file name and the line its record carries): the
+    releases having a call at that file and line whose template prefix the message starts with (both stripped;
+    an empty prefix, a message that is not a literal, matches any). A line whose (file, line) no release has is
+    left out (a plugin's or another package's logger), so is one whose message no release logs there, and a
+    message's further lines (``vllm/logging_utils/formatter.py: NewLineFormatter`` repeats the header: the same
+    header as the line before). The releases are intersected over the lines used; where no release has them all,
+    those having the most lines are taken (:attr:`SiteEvidence.most`)."""
+    releases, sites = _log_sites()
+    used: list[tuple[str, set[int]]] = []
+    last_head = None
+    for raw in text.splitlines():
+        line = _ANSI.sub("", raw)
+        m = VLLM_SITE.search(line)
+        if m is None:
+            continue
+        head = line[:m.start("msg")]
+        if head == last_head:
+            continue
+        last_head = head
+        name, number = m["path"].rsplit("/", 1)[-1], int(m["line"])
+        at = sites.get(name, {}).get(str(number))
+        if at is None:
+            continue
+        msg = m["msg"].strip()
+        match: set[int] = set()
+        for prefix, ranges in at.items():
+            if msg.startswith(prefix.strip()):
+                match |= _indices(ranges)
+        if match:
+            used.append((f"[{name}:{number}]", match))
+    if not used:
+        return None
+    labels = list(dict.fromkeys(label for label, _ in used))
+    common = set.intersection(*(match for _, match in used))
+    most = None
+    if not common:
+        counts = {i: sum(i in match for _, match in used) for i in set.union(*(match for _, match in used))}
+        most = max(counts.values())
+        common = {i for i, c in counts.items() if c == most}
+    return SiteEvidence(common, [releases[i] for i in sorted(common)], labels, len(used), most)
+
+
+def infer_vllm_version(text: str) -> tuple[str | None, str | None]:
+    """The vLLM version a log that prints none was written by, read from its logger sites
+    (:func:`vllm_site_releases`): the newest release of the set, and a note naming the set and the sites; (None,
+    None) when no line is at a site any release has."""
+    found = vllm_site_releases(text)
+    if found is None:
+        return None, None
+    releases = _log_sites()[0]
+    shown = ", ".join(found.sites[:6]) + (f" … ({len(found.sites)} sites)" if len(found.sites) > 6 else "")
+    span = _spans(found.indices, releases)
+    how = (f"are those of vLLM {span}" if found.most is None else
+           f"are not all of any one release: vLLM {span} has the most ({found.most} of {found.lines} lines)")
+    version = found.releases[-1]
+    return version, f"vLLM version not printed: the logger sites {shown} {how}; read as {version}"
+
+
 def read_serve_log(text: str) -> ServeLog | None:
     """The command a vLLM or SGLang startup log shows (None when ``text`` holds no such line)."""
     notes: list[str] = []
@@ -177,6 +299,8 @@ def read_serve_log(text: str) -> ServeLog | None:
         fields, skipped = _fields(pairs)
         ver = VLLM_VERSION.search(text)
         version = (ver["v"] or ver["e"] or ver["b"]) if ver else None
+        inferred = infer_vllm_version(text) if version is None else (None, None)
+        version = version or inferred[0]
         # `vllm serve MODEL` sets model_tag, its positional; LLM(...) has none
         usage = "openai_api_server" if "model_tag" in fields or API_SERVER.search(text) else "llm_class"
         tag = fields.pop("model_tag", None)  # `vllm serve MODEL`'s positional, printed beside 'model'
@@ -185,6 +309,8 @@ def read_serve_log(text: str) -> ServeLog | None:
         complete = False
         notes.append("read the log's 'non-default args' (vllm/entrypoints/utils.py: log_non_default_args)"
                      + (f" of vLLM {version}" if version else ""))
+        if inferred[1]:
+            notes.append(inferred[1])
         engine = "vllm"
     elif (cfg := VLLM_CONFIG.search(text)) is not None:
         fields, skipped = _config_pairs(cfg["body"])
