@@ -122,3 +122,28 @@ def test_validation_names_what_the_switch_mlp_does_not_build():
     te = replace(moe, num_experts_per_tok=1, moe_intermediate_size=FFN)
     problems = dict(validate_run(tiny_run(pp=1, layers=1, model=te, use_legacy_models=True), LIMITS))
     assert "dense MLP" in problems["framework.use_legacy_models"]
+
+
+def test_flash_self_attention_keeps_bshd_copies_and_its_varlen_backward_rows():
+    """--use-flash-attn (legacy_flash_attn): q, k, v rearranged to contiguous bshd copies the varlen kernel keeps
+    with its bshd output, softmax_lse [h, b·s] fp32 and the rng state, in place of the s² softmax; its backward
+    (mha_varlen_bwd) allocates softmax_d [h, b·s + 128·b] and dq_accum [b·s + 128·b, h, d_rounded] fp32."""
+    heads, d = TINY_MODEL.num_attention_heads, TINY_MODEL.hidden_size // TINY_MODEL.num_attention_heads
+    run = tiny_run(pp=1, layers=1, model=TINY_MODEL, micro_batch_size=B, seq_len=S, transformer_impl="local",
+                   use_legacy_models=True, legacy_flash_attn=True)
+    tpl = template_of(run, 0)
+    saved = {st.tensor.name: st.tensor.size_bytes for st in tpl.saved if st.layer == 0}
+    core = "layers.0.self_attn.core_attn"
+    for x in ("q", "k", "v"):
+        assert saved[f"{core}.to_bshd.{x}"] == ROWS * heads * d * 2
+    assert saved[f"{core}.out_bshd"] == ROWS * heads * d * 2
+    assert saved[f"{core}.softmax_lse"] == B * heads * S * 4
+    assert f"{core}.softmax" not in saved
+    bwd = {t.name: t.size_bytes for op in tpl.backward_i if op.name.startswith(core) for t in op.allocs}
+    assert bwd[f"{core}.backward_scratch.softmax_d"] == heads * (ROWS + 128 * B) * 4
+    assert bwd[f"{core}.backward_scratch.dq_accum"] == (ROWS + 128 * B) * heads * 32 * -(-d // 32) * 4
+    assert validate_run(run, LIMITS) == []
+    for bad in (dict(use_legacy_models=False), dict(transformer_impl="transformer_engine")):
+        wrong = tiny_run(pp=1, layers=1, model=TINY_MODEL, micro_batch_size=B, seq_len=S,
+                         **{"transformer_impl": "local", "use_legacy_models": True, "legacy_flash_attn": True, **bad})
+        assert any(p[0] == "framework.legacy_flash_attn" for p in validate_run(wrong, LIMITS)), bad

@@ -331,10 +331,21 @@ def test_legacy_experts_are_the_switch_mlp():
     assert (m["n_shared_experts"], m["first_k_dense_replace"], m["moe_layer_freq"]) == (0, 0, 1)
 
 
+def test_a_legacy_local_job_with_flash_attn_maps_to_flash_self_attention():
+    """transformer.py: ParallelAttention.forward runs FlashSelfAttention under --use-flash-attn (local layer only),
+    in place of CoreAttention, which alone selective recompute checkpoints: nothing is recomputed then."""
+    conv = convert_args(LEGACY_345M | {"--use-flash-attn": True, "--recompute-activations": True}, world_size=8,
+                        megatron_core="0.11.0")
+    assert conv.sections["framework"]["legacy_flash_attn"] is True
+    assert "recompute" not in conv.sections
+    assert any("FlashSelfAttention replaces" in n for n in conv.notes)
+    te = {k: v for k, v in LEGACY_345M.items() if k != "--transformer-impl"} | {"--use-flash-attn": True}
+    assert "legacy_flash_attn" not in convert_args(te, world_size=8, megatron_core="0.11.0").sections["framework"]
+
+
 @pytest.mark.parametrize("extra,start", [
     ({"--num-experts": 4, "--transformer-impl": "transformer_engine"},
      "--num-experts with --use-legacy-models: TE's TransformerLayer"),
-    ({"--use-flash-attn": True}, "--use-flash-attn with --use-legacy-models"),
     ({"--qk-layernorm": True}, "--qk-layernorm with --use-legacy-models"),
     ({"--context-parallel-size": 2}, "--context-parallel-size with --use-legacy-models"),
     ({"--ckpt-format": "torch_dist"}, "--ckpt-format torch_dist with --use-legacy-models"),

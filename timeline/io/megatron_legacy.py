@@ -31,8 +31,6 @@ REFUSED = {
     "--num-experts": "TE's TransformerLayer, which the legacy model builds under --transformer-impl "
                      "transformer_engine, has a dense MLP: the experts would not be built (transformer.py: "
                      "ParallelTransformer.build_layer); give --transformer-impl local for its SwitchMLP, or drop it",
-    "--use-flash-attn": "the legacy model's transformer.py: FlashSelfAttention calls flash-attn's varlen "
-                        "interface on bshd copies; its workspaces are not modelled",
     "--multi-latent-attention": "the legacy model has no MLA (transformer.py: ParallelAttention)",
     "--qk-layernorm": "the legacy model has no q/k layernorm (transformer.py: ParallelAttention ignores it)",
     "--mtp-num-layers": "the legacy model has no MTP",
@@ -75,6 +73,15 @@ def legacy_model(a: ArgReader, c: Conversion) -> None:
                         "--recompute-modules core_attn")
     if c.sections["model"].get("n_routed_experts"):
         switch_mlp(a, c)
+    if impl == "local" and a.flag("--use-flash-attn"):
+        # transformer.py: ParallelAttention.forward runs FlashSelfAttention in place of CoreAttention, which alone
+        # --recompute-granularity selective checkpoints: with flash the selective policy recomputes nothing
+        c.put("framework.legacy_flash_attn", True, "--use-flash-attn")
+        if c.sections.get("recompute", {}).get("policy") == "selective":
+            del c.sections["recompute"]
+            c.notes.append("--recompute-granularity selective with --use-flash-attn on the legacy model: its "
+                           "ParallelAttention checkpoints CoreAttention only, which FlashSelfAttention replaces "
+                           "(transformer.py: ParallelAttention.forward): nothing is recomputed")
     c.put("framework.use_legacy_models", True, FLAG)
 
 

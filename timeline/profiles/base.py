@@ -172,6 +172,8 @@ class Structure:
     moe_nvlink_domain: int = 8  # GPUs one NVLink domain joins (HybridEP's ranks per node)
     flash_bwd: str = ""  # the flash-attn backward the TE FlashAttention backend calls: "fa2" (flash-attn 2's
     # mha_bwd workspaces: graph/families/flash_bwd.py), "fa2_deterministic" (its split dq accumulator), "": none
+    flash_varlen: bool = False  # the flash-attn call is the varlen one (flash_attn_varlen_func: mha_varlen_bwd's
+    # workspaces hold total_q + 128·b rows, graph/families/flash_bwd.py), as the legacy FlashSelfAttention calls it
     #: TE's context-parallel exchange per decoder layer (one entry: every layer): "p2p" (AttnFuncWithCPAndKVP2P's
     #: K/V ring), "a2a" (AttnFuncWithCPAndQKVOA2A), "a2a+p2p" (an a2a over ``cp_a2a`` ranks, then the ring)
     cp_comm: tuple[str, ...] = ("p2p",)

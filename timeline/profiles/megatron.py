@@ -343,7 +343,8 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
                    cp_comm=spec.cp_comm_type, cp_a2a=spec.cp_a2a_size, delay_wgrad=spec.delay_wgrad_compute, **moe)
     # the legacy GPT model (megatron/legacy/model) runs as the local layer but for its torch-op RMSNorm and SwiGLU
     out = megatron_bert.configure(out, spec)
-    return megatron_legacy.configure(out, local=local) if spec.use_legacy_models else out
+    return megatron_legacy.configure(out, local=local, flash=spec.legacy_flash_attn) if spec.use_legacy_models \
+        else out
 
 
 #: Megatron-LM eb80b74 (2026-04-14, "[MoE] Add a new score function to the router", first in core_v0.18.0):

@@ -50,6 +50,13 @@ are Core's TE layers; only the final norm is the legacy model's (``utils.py: get
 ``MixedFusedLayerNorm``, the same bytes as TE's norm, or the torch-op RMSNorm above:
 ``Structure.final_rmsnorm_ops``).
 
+With ``--use-flash-attn`` (``[framework] legacy_flash_attn``) the local layer's ``ParallelAttention.forward``
+skips ``CoreAttention`` (and its checkpoint under selective recompute) for ``FlashSelfAttention``: ``q, k, v =
+[rearrange(x, 's b ... -> b s ...').contiguous() …]`` (copies, as TE's FlashAttention backend makes them:
+``Structure.te_flash_copies``), flash-attn 2's ``flash_attn_varlen_func`` on their ``(b s)`` rows (it keeps them,
+its output, ``softmax_lse`` and the rng state; its backward's workspaces: :mod:`timeline.graph.families.flash_bwd`
+with ``Structure.flash_varlen``), then ``rearrange(context, 'b s h d -> s b (h d)').contiguous()``.
+
 What the legacy model cannot run, or runs through code not modelled, ``timeline from-megatron`` refuses
 (:mod:`timeline.io.megatron_legacy`).
 """
@@ -99,11 +106,13 @@ def extend(rules: SaveRules) -> SaveRules:
     return rules.extended(RULES)
 
 
-def configure(table: Structure, *, local: bool) -> Structure:
+def configure(table: Structure, *, local: bool, flash: bool = False) -> Structure:
     """The Core structure (``table``, configured for the run's ``transformer_impl``) as the legacy model
     runs it: under the local layer, torch-op RMSNorm and SwiGLU; under TE's ``TransformerLayer`` (whose
     norms are inside ``LayerNormLinear`` / ``LayerNormMLP`` and whose SwiGLU is TE's, as Core's TE layer
     spec), the final norm alone (``utils.py: get_norm`` on the last stage) as the legacy RMSNorm."""
+    if local and flash:  # transformer.py: ParallelAttention.forward with use_flash_attn (module docstring)
+        table = replace(table, attention="flash", te_flash_copies=True, flash_bwd="fa2", flash_varlen=True)
     if local:  # its MoE layers are transformer.py: SwitchMLP (graph/families/switch_mlp.py)
         return replace(table, rmsnorm_ops=True, swiglu_ops=True, switch_mlp=True)
     return replace(table, final_rmsnorm_ops=True)

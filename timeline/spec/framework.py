@@ -54,6 +54,10 @@ class FrameworkSpec:
         "--use-legacy-models: Megatron-LM's legacy GPT model (megatron/legacy/model, Megatron-Core before 0.18) as "
         "its differences from the Core model of the same transformer_impl: its own layer (local: torch-op RMSNorm "
         "and SwiGLU) or TE's TransformerLayer (transformer_engine: Core's TE layers, the legacy final norm)"))
+    legacy_flash_attn: bool = spec_field(False, doc=(
+        "--use-flash-attn with the legacy model's local layer (use_legacy_models, transformer_impl local): "
+        "megatron/legacy/model/transformer.py FlashSelfAttention, flash-attn 2's varlen kernel on bshd copies of q, k "
+        "and v, its output copied back to sbhd; its core attention is never checkpointed"))
     attention_backend: str = spec_field("fused", choices=ATTENTION_BACKENDS,
                                         doc="--attention-backend, after NVTE_*_ATTN switches (auto: fused)")
     dataloader_batch: str = spec_field("none", choices=("none", "tokens", "mask"),

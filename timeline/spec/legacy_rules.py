@@ -20,9 +20,14 @@ from timeline.spec.run import ParallelSpec
 def legacy_problems(fw: FrameworkSpec, m: ModelSpec, par: ParallelSpec) -> list[tuple[str, str]]:
     """The problems of ``framework.use_legacy_models`` (none when it is off)."""
     if not fw.use_legacy_models:
-        return []
+        return [("framework.legacy_flash_attn", "the legacy model's FlashSelfAttention: set use_legacy_models = true "
+                 "or legacy_flash_attn = false")] if fw.legacy_flash_attn else []
     key = "framework.use_legacy_models"
     problems = []
+    if fw.legacy_flash_attn and fw.transformer_impl != "local":
+        problems.append(("framework.legacy_flash_attn", "--use-flash-attn is read by the legacy local layer only (TE's "
+                         "TransformerLayer chooses its own backend): set transformer_impl = \"local\" or "
+                         "legacy_flash_attn = false"))
     if m.is_moe:
         if fw.transformer_impl != "local":
             problems.append((key, "TE's TransformerLayer, which the legacy model builds under transformer_engine, has "

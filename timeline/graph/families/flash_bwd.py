@@ -24,6 +24,14 @@ else 256 (v2.6.0 … v2.7.4; v2.8 rounds ``d > 128`` to 64, before v2.6 every ``
 ``d ≤ 128`` in every 2.4 … 2.8 release). Head dims that are not
 a multiple of 8 (padded by the Python wrapper) are not modelled.
 
+The legacy model's ``FlashSelfAttention`` (``--use-flash-attn`` under ``--use-legacy-models
+--transformer-impl local``: ``megatron/legacy/model/transformer.py`` at 60166922d3) calls
+``flash_attn_varlen_func`` (flash-attn 2; ``flash_attn_unpadded_func``, flash-attn 1, is not modelled) on the
+``(b·s)`` rows with ``cu_seqlens`` of equal lengths and no ``deterministic`` argument; its ``mha_varlen_bwd``
+(``csrc/flash_attn/flash_api.cpp``, v2.7.4.post1) allocates ``softmax_d`` fp32 ``[h, total_q + 128·b]`` and
+``dq_accum`` fp32 ``[total_q + 128·b, h, d_rounded]`` (``Structure.flash_varlen``), and under GQA
+``dk_expanded`` / ``dv_expanded`` ``[total_k, h, d]``.
+
 Under context parallelism (``context_parallel.py: AttnFuncWithCPAndKVP2P.backward``, release_v2.6)
 the ring backward allocates ``dq = torch.empty_like(q)`` and two ``p2p_comm_buffers`` of
 ``torch.empty((2, *kv.shape))`` (K/V and their gradient travel together), then per ring step
@@ -68,7 +76,9 @@ def scratch(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, hea
         out["dkv_p2p1"] = b.tensor(f"{name}.bwd.p2p_buffer1", (2 * kv[0], kv[1]))
         out["dq_step"] = b.tensor(f"{name}.bwd.dq_step", q.shape, q.dtype)
         out["dkv_step"] = b.tensor(f"{name}.bwd.dkv_step", kv, k.dtype)
-    sq_r = _round(sq, 128)
+    # mha_varlen_bwd: softmax_d [h, total_q + 128·b] and dq_accum [total_q + 128·b, h, d_rounded], the same bytes as
+    # b rows of s_q + 128 each; mha_bwd: s_q rounded up to 128
+    sq_r = sq + 128 if b.table.flash_varlen else _round(sq, 128)
     out["softmax_d"] = b.tensor(f"{name}.bwd.softmax_d", (d.b, heads, sq_r), "fp32")
     acc: tuple[int, ...] = (d.b, sq_r, heads, head_dim_rounded(head_dim))
     if b.table.flash_bwd == "fa2_deterministic":
