@@ -406,6 +406,23 @@ def test_lines_srun_cut_in_two_are_joined() -> None:
     whole, _ = printed_block(lines)
     assert printed == whole and printed["micro_batch_size"] == "3"
     assert printed["data_path"] == "['/data/a_tokens', '/data/b_tokens']"
+    # srun's label alone as the whole prefix: a number cut in its digits, a list left open, are joined; another
+    # process's line under the same label is not taken into the value before it
+    alone = _main_block(" 0: ", lr="0.0001", data_path="['/data/a_tokens', '/data/b_tokens']")
+    cut = []
+    for line in alone.splitlines():
+        if "  lr " in line:
+            cut += [line[:-2], " 0: " + line[-2:]]
+        elif "  data_path " in line:
+            k = line.index("b_tok")
+            cut += [line[:k], " 0: " + line[k:]]
+        elif "  seq_length " in line:
+            cut += [line, " 0: WARNING: something else"]
+        else:
+            cut.append(line)
+    got, _ = printed_block("\n".join(cut))
+    assert got["lr"] == "0.0001" and got["data_path"] == "['/data/a_tokens', '/data/b_tokens']"
+    assert got == printed_block(alone)[0]  # the other line skipped: the block is closed after it
     # a block cut before its world_size: validate_args's own "using world size" line gives it
     text = "0: [default0]:using world size: 16, data-parallel size: 16\n" + "\n".join(
         ln for ln in lines.splitlines() if "  world_size " not in ln)

@@ -206,9 +206,9 @@ def printed_block(text: str) -> tuple[dict[str, str], int]:
     inner = re.compile(re.sub(r"\\?\d+", r"\\d+", re.escape(parts[-1]))) if len(parts) > 1 else None
     last: tuple[str, str] | None = None  # the last attribute's name and its line's text after the prefix
     head = ""  # the start of a line the outer launcher cut before its inner prefix ended ("0: [")
-    for line in text[start.end():].splitlines()[1:]:
-        if END.search(line):
-            break
+    end = END.search(text, start.end())
+    closed = end is not None  # the block's closing line is there: a line in it that is no attribute's is skipped
+    for line in text[start.end():end.start() if end else None].splitlines()[1:]:
         p = prefixes[0].match(line)
         m = LINE.fullmatch(line, p.end() if p else 0)
         if m is None and last is not None:
@@ -225,7 +225,10 @@ def printed_block(text: str) -> tuple[dict[str, str], int]:
             if cut and head and inner is not None and (p := inner.match(head + rest)) is not None:
                 line, head = head + rest, ""
                 m = LINE.fullmatch(line, p.end())
-            elif cut and not prefixes[0].match(rest.lstrip()):
+            elif cut and not prefixes[0].match(rest.lstrip()) and (p is None or _continues(values[last[0]], rest)):
+                # under the outer prefix alone the piece is the same process's (another's carries its own inner
+                # prefix); under the whole prefix, only what cannot start a line of its own: the dots, a value the
+                # line did not reach, a list or string left open, a number's digits
                 m = LINE.fullmatch(last[1] + rest)
                 if m is not None and m.group("name") == last[0]:
                     values[last[0]] = (m.group("value") or "").strip()
@@ -233,12 +236,20 @@ def printed_block(text: str) -> tuple[dict[str, str], int]:
                     continue
                 m = None
         if m is None:
-            if values:
+            if values and not closed:
                 break  # the block ended without its closing line (a truncated log)
-            continue
+            continue  # another process's line among the block's (srun interleaves its tasks' output)
         values.setdefault(m.group("name"), m.group("value") or "")
         last = (m.group("name"), line[p.end() if p else 0:])
     return values, len(blocks)
+
+
+def _continues(value: str, rest: str) -> bool:
+    """Whether ``rest``, a line under the block's whole prefix that is no attribute's, is the rest of the attribute
+    printed as ``value`` (srun's label alone is the whole prefix: another process's line carries it too)."""
+    unclosed = value.count("[") > value.count("]") or value.count("'") % 2 == 1
+    digits = bool(re.search(r"[\d.]$", value)) and bool(re.match(r"\d", rest))
+    return rest.lstrip().startswith(".") or not value or unclosed or digits
 
 
 def parse_value(text: str) -> Any:
