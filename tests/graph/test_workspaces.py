@@ -63,9 +63,10 @@ def test_a_version_that_is_not_one_names_the_key():
         run_from_data(data, Path("x.toml"))
 
 
-def _dummy_wgrads(megatron_core: str, te: str = "2.6", fusion: bool = True) -> dict[str, int]:
-    """The cached dummy weight gradients of a 2-layer untied TE GPT (tp 2, pp 1) as ``from-megatron``
-    writes it (name → bytes)."""
+def _dummy_wgrads(megatron_core: str, te: str = "2.6", fusion: bool = True, tied: bool = False,
+                  pp: int = 1) -> dict[str, int]:
+    """The cached dummy weight gradients of a 2-layer TE GPT (tp 2, untied unless ``tied``) as ``from-megatron``
+    writes it (name → bytes), on its last pipeline rank."""
     import tomllib
 
     from timeline.io.megatron_args import from_mapping
@@ -73,15 +74,15 @@ def _dummy_wgrads(megatron_core: str, te: str = "2.6", fusion: bool = True) -> d
 
     args = {"--num-layers": 2, "--hidden-size": 256, "--num-attention-heads": 4, "--seq-length": 128,
             "--max-position-embeddings": 128, "--micro-batch-size": 1, "--global-batch-size": 2, "--bf16": True,
-            "--tensor-model-parallel-size": 2, "--untie-embeddings-and-output-weights": True,
-            "--vocab-size": 2000, "--make-vocab-size-divisible-by": 128}
+            "--tensor-model-parallel-size": 2, "--untie-embeddings-and-output-weights": not tied,
+            "--vocab-size": 2000, "--make-vocab-size-divisible-by": 128, "--pipeline-model-parallel-size": pp}
     if not fusion:
         args["--no-gradient-accumulation-fusion"] = True
-    conv = convert(from_mapping(args, {}, family="gpt", family_source="x"), world_size=2, te_version=te,
+    conv = convert(from_mapping(args, {}, family="gpt", family_source="x"), world_size=2 * pp, te_version=te,
                    megatron_core=megatron_core)
-    run = run_from_data(tomllib.loads(run_file_text(conv, name="x", source="x", world_size=2)), Path("x.toml"))
+    run = run_from_data(tomllib.loads(run_file_text(conv, name="x", source="x", world_size=2 * pp)), Path("x.toml"))
     tl = build_timeline(run)
-    ev = tl.events(0)
+    ev = tl.events(tl.num_devices - 1)
     return {tl.names[t]: int(s) for t, s, sign in zip(ev.tensor, ev.size, ev.sign, strict=True)
             if sign > 0 and tl.names[t].startswith("workspace.te_dummy_wgrad")}
 
@@ -98,6 +99,16 @@ def test_te_dummy_wgrads_per_main_grad_shape_and_the_output_layer_from_megatron_
     assert _dummy_wgrads("0.15.0rc3") == te_linears | {"workspace.te_dummy_wgrad_1024x256": 1024 * 256 * 2}
     assert _dummy_wgrads("0.15.0rc3", fusion=False) == {}
     assert _dummy_wgrads("0.16.0", te="2.2") == {}
+    # tied embeddings on one stage: the output layer runs on the word embedding's weight, and its dummy takes
+    # that weight's main_grad shape [V_pad/tp, h] (a dummy of the same shape an untied head makes); on the last
+    # of two stages the head holds its own copy of the weight (output_layer.weight), the same shape again
+    head = {"workspace.te_dummy_wgrad_1024x256": 1024 * 256 * 2}
+    assert _dummy_wgrads("0.15.0rc3", tied=True) == te_linears | head
+    assert _dummy_wgrads("0.14.0", tied=True) == te_linears
+    assert _dummy_wgrads("0.15.0rc3", tied=True, pp=2) == {"workspace.te_dummy_wgrad_384x256": 384 * 256 * 2,
+                                                          "workspace.te_dummy_wgrad_256x128": 256 * 128 * 2,
+                                                          "workspace.te_dummy_wgrad_512x256": 512 * 256 * 2,
+                                                          "workspace.te_dummy_wgrad_256x512": 256 * 512 * 2} | head
 
 
 def _te_cublas(megatron_core: str, te: str, *, gpu: str = "h100", impl: str = "local", experts: int = 2,

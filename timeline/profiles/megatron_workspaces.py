@@ -208,14 +208,21 @@ FUSED_INTO = {"q_proj": "linear_qkv", "k_proj": "linear_qkv", "v_proj": "linear_
               "up_proj": "linear_fc1"}
 
 
-def dummy_wgrad_shapes(fw: FrameworkSpec, dtype: str, tensors: Sequence[ParamTensor]) -> set[tuple[int, int, str]]:
+def dummy_wgrad_shapes(fw: FrameworkSpec, dtype: str, tensors: Sequence[ParamTensor], *,
+                       tied_head: bool = False) -> set[tuple[int, int, str]]:
     """The distinct (rows, cols, dtype) of the TE linears' weights whose wgrad is a cached dummy, for
-    weights in ``dtype``."""
+    weights in ``dtype``. ``tied_head``: the device's output layer runs on the word embedding's weight (tied
+    embeddings on the stage holding both), whose ``main_grad`` shape the output layer's dummy takes
+    (``MC/tensor_parallel/layers.py: LinearWithGradAccumulationAndAsyncCommunication.backward``:
+    ``get_dummy_wgrad(list(weight.main_grad.shape), input.dtype)`` for any weight with
+    ``grad_added_to_main_grad``, which DDP sets on every parameter)."""
     te, mc = version_tuple(fw.transformer_engine), version_tuple(fw.megatron_core)
     if fw.transformer_impl != "transformer_engine" or not fw.gradient_accumulation_fusion or te < (2, 3):
         return set()
     fused: dict[tuple[str, str], list[int]] = {}
     for t in tensors:
+        if tied_head and mc >= (0, 15) and t.name == "embedding.word_embeddings.weight" and len(t.shape) == 2:
+            fused[("output_layer", "weight")] = [t.shape[0], t.shape[1]]
         if not t.trainable or len(t.shape) != 2 or t.name.startswith(("embedding.", "mtp.embedding")):
             continue
         if ".router" in t.name or ".position_embeddings" in t.name:
@@ -300,7 +307,8 @@ def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par
     if mask:
         out.append(("workspace.te_causal_mask", mask, f"{TE}/pytorch/attention/dot_product_attention/softmax.py: "
                     "_get_default_causal_mask (v1.2 … v2.18: softmax.py)", "start"))
-    for rows, cols, dt in sorted(dummy_wgrad_shapes(fw, tr.dtype, tensors)):
+    for rows, cols, dt in sorted(dummy_wgrad_shapes(fw, tr.dtype, tensors,
+                                                    tied_head=holds_head and m.tie_word_embeddings)):
         out.append((f"workspace.te_dummy_wgrad_{rows}x{cols}", rows * cols * DTYPE_BYTES[dt],
                     f"{TE}/pytorch/module/base.py: get_dummy_wgrad", "first_backward"))
     return out
