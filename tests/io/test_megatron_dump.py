@@ -423,6 +423,10 @@ def test_lines_srun_cut_in_two_are_joined() -> None:
     got, _ = printed_block("\n".join(cut))
     assert got["lr"] == "0.0001" and got["data_path"] == "['/data/a_tokens', '/data/b_tokens']"
     assert got == printed_block(alone)[0]  # the other line skipped: the block is closed after it
+    # a first block cut short by a restart, whose own block follows: read up to the restart, nothing after it
+    first = "\n".join(lines.splitlines()[:40]) + "\n0: [default0]:  successfully loaded checkpoint from /c\n"
+    got, blocks = printed_block(first + lines)
+    assert blocks == 2 and "successfully" not in got and len(got) == len(printed_block(first)[0])
     # a block cut before its world_size: validate_args's own "using world size" line gives it
     text = "0: [default0]:using world size: 16, data-parallel size: 16\n" + "\n".join(
         ln for ln in lines.splitlines() if "  world_size " not in ln)

@@ -207,8 +207,12 @@ def printed_block(text: str) -> tuple[dict[str, str], int]:
     last: tuple[str, str] | None = None  # the last attribute's name and its line's text after the prefix
     head = ""  # the start of a line the outer launcher cut before its inner prefix ended ("0: [")
     end = END.search(text, start.end())
+    again = blocks[1].start() if len(blocks) > 1 else None  # a restart's block: the first one ends before it
+    if end is not None and again is not None and again < end.start():
+        end = None
     closed = end is not None  # the block's closing line is there: a line in it that is no attribute's is skipped
-    for line in text[start.end():end.start() if end else None].splitlines()[1:]:
+    stop = end.start() if end is not None else again
+    for line in text[start.end():stop].splitlines()[1:]:
         p = prefixes[0].match(line)
         m = LINE.fullmatch(line, p.end() if p else 0)
         if m is None and last is not None:
