@@ -156,15 +156,12 @@ def run(args: argparse.Namespace) -> int:
                      "pretrain_gpt.py, building GPTModel; if it builds another model (a vision-language one), "
                      "give --family")
         print(f"note: {notes[-1]}", file=sys.stderr)
-    gpu = args.gpu
-    if margs.device_name is not None:
-        from timeline.io.device_name import device_note, preset_of
+    from timeline.io.device_name import run_gpu
 
-        preset = preset_of(margs.device_name)
-        notes.append(device_note(margs.device_name, preset, args.gpu))
-        print(f"note: {notes[-1]}", file=sys.stderr)
-        gpu = args.gpu or preset
-    gpu = gpu or "h100"
+    gpu, device = run_gpu(margs.device_name, args.gpu)
+    if device:
+        notes.append(device)
+        print(f"note: {device}", file=sys.stderr)
     resumed = args.resumed
     if margs.loaded_checkpoint and not args.resumed:
         resumed = True

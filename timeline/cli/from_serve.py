@@ -137,14 +137,10 @@ def run(args: argparse.Namespace) -> int:
         m.mapped["LLM(...)" if cmd.usage_context == "llm_class" else "EngineArgs(...)"] = (
             f"serving.usage_context = {cmd.usage_context} (its own V1 scheduler defaults, engine/arg_utils.py "
             "_set_default_args)")
-    gpu = args.gpu
-    if cmd.device_name is not None:
-        from timeline.io.device_name import device_note, preset_of
+    from timeline.io.device_name import run_gpu
 
-        preset = preset_of(cmd.device_name)
-        notes.append(device_note(cmd.device_name, preset, args.gpu))
-        gpu = args.gpu or preset
-    gpu = gpu or "h100"
+    gpu, device = run_gpu(cmd.device_name, args.gpu)
+    notes += [device] if device else []
     hardware: dict[str, Any] = {"gpu": gpu, **gpu_fields(args.gpu_field)}
     if cmd.capacity_gib is not None and "capacity_gib" not in hardware:  # the log's own total, as PyTorch gave it
         hardware["capacity_gib"] = cmd.capacity_gib

@@ -102,3 +102,12 @@ def device_note(name: str, preset: str | None, given: str | None) -> str:
         return f"hardware.gpu = {preset}: the GPU the log names, '{name}'"
     return (f"the log names its GPU '{name}', which no preset is (its SM count, memory or bandwidth are another "
             "device's): read as h100; give --gpu NAME with its --gpu-field values")
+
+
+def run_gpu(name: str | None, given: str | None) -> tuple[str, str | None]:
+    """The run's ``hardware.gpu`` (``--gpu`` ``given``, else the preset of the device the log names, else h100) and
+    the note on the log's device (None where the log names none)."""
+    if name is None:
+        return given or "h100", None
+    preset = preset_of(name)
+    return given or preset or "h100", device_note(name, preset, given)
