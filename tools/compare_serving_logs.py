@@ -91,8 +91,8 @@ def dated(rec: dict) -> str | None:
 
 def run_text(rec: dict, before: bool) -> str:
     sv = [f'engine = "{rec["engine"]}"']
-    version = rec.get("engine_version") or (dated(rec) if not before else None)
-    if not before and version:
+    version = None if before else rec.get("engine_version") or dated(rec)
+    if version:
         sv.append(f'engine_version = "{version}"')
     for key in ("gpu_memory_utilization", "mem_fraction_static", "max_model_len", "max_num_seqs",
                 "max_num_batched_tokens", "block_size", "kv_cache_dtype", "weight_dtype", "quant_group_size"):

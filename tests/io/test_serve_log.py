@@ -188,7 +188,6 @@ def test_compare_prints_the_engines_own_numbers_beside_the_budget(tmp_path: Path
     assert refused.returncode == 2 and "--compare" in refused.stderr
 
 
-
 # --- a log that prints no version: dated by its logger sites (timeline/io/vllm_log_sites.json.xz) ---------------
 SERVING_LOGS = ROOT / "tests/data/serving_logs.json"
 #: a release as a record states it (a local build tag allowed: ``0.21.0+cu129``)
@@ -312,7 +311,6 @@ def test_the_site_table_names_every_release_and_wheel_read() -> None:
     files = data["about"]["files"]
     assert [f["release"] for f in files] == releases
     assert all(re.fullmatch(r"[0-9a-f]{64}", f["sha256"]) and f["file"].endswith(".whl") for f in files)
-
 
 
 def test_the_tables_line_rule_holds_on_this_interpreter() -> None:

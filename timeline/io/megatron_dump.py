@@ -199,11 +199,10 @@ def printed_block(text: str) -> tuple[dict[str, str], int]:
     values: dict[str, str] = {}
     parts = start.group("prefix").split()
     # the prefix, and each of its leading parts (srun's "0: " of "0: [default0]:"), its digits free
-    prefixes = [re.compile(re.sub(r"\\?\d+", r"\\d+", re.escape(start.group("prefix"))))]
-    prefixes += [re.compile(r"\s*".join(re.sub(r"\\?\d+", r"\\d+", re.escape(p)) for p in parts[:k]) + r"\s?")
-                 for k in range(len(parts) - 1, -1, -1)]
+    prefixes = [re.compile(_digits_free(start.group("prefix")))]
+    prefixes += [re.compile(r"\s*".join(_digits_free(p) for p in parts[:k]) + r"\s?") for k in range(len(parts) - 1, -1, -1)]
     # the inner launcher's prefix ("[default0]:"), where an outer one precedes it
-    inner = re.compile(re.sub(r"\\?\d+", r"\\d+", re.escape(parts[-1]))) if len(parts) > 1 else None
+    inner = re.compile(_digits_free(parts[-1])) if len(parts) > 1 else None
     last: tuple[str, str] | None = None  # the last attribute's name and its line's text after the prefix
     head = ""  # the start of a line the outer launcher cut before its inner prefix ended ("0: [")
     end = END.search(text, start.end())
@@ -215,30 +214,29 @@ def printed_block(text: str) -> tuple[dict[str, str], int]:
     for line in text[start.end():stop].splitlines()[1:]:
         p = prefixes[0].match(line)
         m = LINE.fullmatch(line, p.end() if p else 0)
-        if m is None and last is not None:
+        cut = p or next(filter(None, (q.match(line) for q in prefixes[1:])), None) if m is None else None
+        if cut is not None and last is not None:
             # a line the launcher's output buffering cut in two, its second part under the outer launcher's prefix
             # alone (srun's "0: " of "0: [default0]:"), or under the whole prefix where there is no inner one
-            cut = p or next((q.match(line) for q in prefixes[1:] if q.match(line)), None)
-            rest = line[cut.end():] if cut else ""
-            if cut and not rest.strip():
+            rest = line[cut.end():]
+            piece = rest.strip()
+            if not piece:
                 continue  # an empty line between two attributes
-            if cut and inner is not None and not head and inner.match(rest.strip()) is None \
-                    and re.fullmatch(r"\[[A-Za-z]*\d*\]?:?", rest.strip()):
-                head = rest.strip()  # "[" of "[default0]:": the next piece ends it
+            if inner is not None and not head and not inner.match(piece) and re.fullmatch(r"\[[A-Za-z]*\d*\]?:?", piece):
+                head = piece  # "[" of "[default0]:": the next piece ends it
                 continue
-            if cut and head and inner is not None and (p := inner.match(head + rest)) is not None:
+            if head and inner is not None and (p := inner.match(head + rest)) is not None:
                 line, head = head + rest, ""
                 m = LINE.fullmatch(line, p.end())
-            elif cut and not prefixes[0].match(rest.lstrip()) and (p is None or _continues(values[last[0]], rest)):
+            elif not prefixes[0].match(rest.lstrip()) and (p is None or _continues(values[last[0]], rest)):
                 # under the outer prefix alone the piece is the same process's (another's carries its own inner
                 # prefix); under the whole prefix, only what cannot start a line of its own: the dots, a value the
                 # line did not reach, a list or string left open, a number's digits
-                m = LINE.fullmatch(last[1] + rest)
-                if m is not None and m.group("name") == last[0]:
-                    values[last[0]] = (m.group("value") or "").strip()
+                joined = LINE.fullmatch(last[1] + rest)
+                if joined is not None and joined.group("name") == last[0]:
+                    values[last[0]] = (joined.group("value") or "").strip()
                     last = (last[0], last[1] + rest)
                     continue
-                m = None
         if m is None:
             if values and not closed:
                 break  # the block ended without its closing line (a truncated log)
@@ -246,6 +244,11 @@ def printed_block(text: str) -> tuple[dict[str, str], int]:
         values.setdefault(m.group("name"), m.group("value") or "")
         last = (m.group("name"), line[p.end() if p else 0:])
     return values, len(blocks)
+
+
+def _digits_free(text: str) -> str:
+    """``text`` as a pattern in which every run of digits matches any (a rank, a timestamp)."""
+    return re.sub(r"\\?\d+", r"\\d+", re.escape(text))
 
 
 def _continues(value: str, rest: str) -> bool:
@@ -379,9 +382,10 @@ def _older_arguments(printed: dict[str, str], j: int) -> tuple[dict[str, Any], l
     at_default: list[str] = []
     neutral: list[str] = []
     has = {d for d, rows in o["dests"].items() if any(r[4][j] == "1" for r in rows)}
-    if "use_mcore_models" in has and "use_legacy_models" not in has \
-            and parse_value(printed.get("use_mcore_models", "True")) is False:
-        args["--use-legacy-models"] = True  # before core_v0.8.0 the legacy model unless --use-mcore-models
+    # before core_v0.8.0 the legacy model unless --use-mcore-models: use_mcore_models says which model, no option
+    mcore_flag = "use_mcore_models" in has and "use_legacy_models" not in has
+    if mcore_flag and parse_value(printed.get("use_mcore_models", "True")) is False:
+        args["--use-legacy-models"] = True
     if "ckpt_format" not in has:  # before core_v0.9.0: torch's own format unless --use-dist-ckpt (0.6 … 0.8)
         dist = parse_value(printed.get("use_dist_ckpt", "False")) is True
         ckpt = str(parse_value(printed.get("dist_ckpt_format", "torch_dist"))) if dist else "torch"
@@ -392,7 +396,7 @@ def _older_arguments(printed: dict[str, str], j: int) -> tuple[dict[str, Any], l
             continue
         rows = [r for r in o["dests"][name] if r[4][j] == "1"]
         value = parse_value(raw)
-        if same(value, parse_value(rows[0][3])) or (name == "use_mcore_models" and "use_legacy_models" not in has):
+        if same(value, parse_value(rows[0][3])) or (name == "use_mcore_models" and mcore_flag):
             at_default.append(name)
         elif name in ("use_dist_ckpt", "dist_ckpt_format"):
             continue  # read as --ckpt-format (above)

@@ -220,9 +220,10 @@ def dummy_wgrad_shapes(fw: FrameworkSpec, dtype: str, tensors: Sequence[ParamTen
     if fw.transformer_impl != "transformer_engine" or not fw.gradient_accumulation_fusion or te < (2, 3):
         return set()
     fused: dict[tuple[str, str], list[int]] = {}
+    word = next((t for t in tensors if t.name == "embedding.word_embeddings.weight"), None)
+    if tied_head and mc >= (0, 15) and word is not None:
+        fused[("output_layer", "weight")] = [word.shape[0], word.shape[1]]
     for t in tensors:
-        if tied_head and mc >= (0, 15) and t.name == "embedding.word_embeddings.weight" and len(t.shape) == 2:
-            fused[("output_layer", "weight")] = [t.shape[0], t.shape[1]]
         if not t.trainable or len(t.shape) != 2 or t.name.startswith(("embedding.", "mtp.embedding")):
             continue
         if ".router" in t.name or ".position_embeddings" in t.name:
