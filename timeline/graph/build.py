@@ -68,7 +68,8 @@ def decoder_layer(ctx: BuildCtx, layer: int, prefix: str, *, moe: bool) -> list[
     attn = mla.params(ctx, f"{prefix}.self_attn") if m.is_mla else attention.params(ctx, f"{prefix}.self_attn")
     mixer = Node(f"{prefix}.self_attn", "mla" if m.is_mla else "mha", layer, tuple(attn))
     if m.is_linear_attention(layer):  # a gated delta-net in attention's place (Qwen3-Next / Qwen3.5)
-        mixer = Node(f"{prefix}.linear_attn", "gdn", layer, tuple(gdn.params(ctx, f"{prefix}.linear_attn")))
+        mixer_params = gdn.train_params if ctx.structure.gdn == "megatron" else gdn.params
+        mixer = Node(f"{prefix}.linear_attn", "gdn", layer, tuple(mixer_params(ctx, f"{prefix}.linear_attn")))
     ffn = moe_block.params(ctx, f"{prefix}.mlp") if moe else \
         mlp.params(ctx, f"{prefix}.mlp", m.intermediate_size, split=ctx.tp)
     def norm_node(name: str) -> Node:

@@ -63,7 +63,8 @@ class MegatronArgs:
 
 #: arguments written in a grammar that has no quote, backslash or ``$`` of its own, so any left in
 #: the value are quoting that the launcher would have removed (:func:`unquote`)
-UNQUOTED_ARGS = ("--pipeline-model-parallel-layout", "--moe-layer-freq", "--hybrid-override-pattern",
+UNQUOTED_ARGS = ("--pipeline-model-parallel-layout", "--moe-layer-freq", "--linear-attention-freq",
+                 "--hybrid-override-pattern",
                  "--hybrid-layer-pattern")
 
 #: bash's ``$'...'`` escapes (bash(1), QUOTING) that are one character

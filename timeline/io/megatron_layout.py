@@ -72,6 +72,20 @@ def moe_layer_pattern(value: object, num_layers: int) -> list[int]:
     return freq
 
 
+def linear_attention_pattern(value: object, num_layers: int) -> list[int]:
+    """1 (a gated delta net) / 0 (attention) per decoder layer from ``--linear-attention-freq``
+    (``models/gpt/experimental_attention_variant_module_specs.py: get_linear_attention_pattern``, core_v0.16.0 …
+    d98e8a64dd): an integer N makes every N-th layer (1-based) attention; a list expression gives each layer."""
+    arg = "--linear-attention-freq"
+    freq = _freq_or_list(value, arg)
+    if isinstance(freq, int):
+        return [0 if (i + 1) % freq == 0 else 1 for i in range(num_layers)]
+    if len(freq) != num_layers:
+        raise UserError(f"{arg}: {str(value).strip()!r} must give 0 or 1 for each of the {num_layers} layers "
+                        f"(it gives {len(freq)} values)")
+    return freq
+
+
 def window_layer_pattern(value: object, num_layers: int) -> list[int]:
     """1 (a sliding-window layer) / 0 (full attention) per decoder layer from ``--window-attn-skip-freq``
     (``megatron/core/transformer/utils.py: is_layer_window_attention``, 1-based layer numbers: an integer N makes

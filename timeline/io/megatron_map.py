@@ -23,6 +23,7 @@ from timeline.io.megatron_cp import cp_comm
 from timeline.io.megatron_hybrid import read_hybrid, stack_spec
 from timeline.io.megatron_layout import (
     layout_places_mtp,
+    linear_attention_pattern,
     moe_layer_pattern,
     parse_layout_mtp,
     pattern_to_model,
@@ -351,6 +352,7 @@ def map_model(a: ArgReader, c: Conversion, family: str | None = None, *, megatro
         c.put("model.qk_rope_head_dim", a.int("--qk-pos-emb-head-dim", 64), "--qk-pos-emb-head-dim")
         c.put("model.v_head_dim", a.int("--v-head-dim", 128), "--v-head-dim")
         a.flag("--qk-layernorm")  # MLA's q/kv latent norms: always built by the MLA layers
+    map_linear_attention(a, c, layers)
     experts = a.int("--num-experts")
     if experts:
         c.put("model.n_routed_experts", experts, "--num-experts")
@@ -377,6 +379,33 @@ def map_model(a: ArgReader, c: Conversion, family: str | None = None, *, megatro
     mtp = a.int("--mtp-num-layers")
     c.put("model.mtp_layers", mtp or 0, "--mtp-num-layers")
     map_hybrid(a, c)
+
+
+#: ``--experimental-attention-variant`` values that build Megatron-Core's GatedDeltaNet (``gated_delta_net``;
+#: ``gdn`` from 0c1fc4c5c9, which normalises the old name to it in ``TransformerConfig.__post_init__``)
+GDN_VARIANTS = ("gated_delta_net", "gdn")
+
+
+def map_linear_attention(a: ArgReader, c: Conversion, layers: int) -> None:
+    """``--experimental-attention-variant gated_delta_net``: which layers are gated delta nets and their sizes
+    (``TransformerConfig``'s defaults: conv kernel 4, key and value head dims 128, 16 key and 32 value heads)."""
+    variant = a.str("--experimental-attention-variant")
+    if variant is None:
+        return
+    if variant not in GDN_VARIANTS:
+        raise UserError(f"--experimental-attention-variant {variant}: only the gated delta net ({', '.join(GDN_VARIANTS)}) "
+                        "is modelled (DSA's indexer and GDN2's gates are not)")
+    freq = a.value("--linear-attention-freq")
+    if freq is None:  # experimental_attention_variant_module_specs.py: get_linear_attention_pattern raises
+        raise UserError(f"--experimental-attention-variant {variant} needs --linear-attention-freq (Megatron-LM raises "
+                        "without it): an integer N (every N-th layer attention) or a list expression")
+    pattern = linear_attention_pattern(freq, layers)
+    c.put("model.layer_types", tuple("linear_attention" if v else "full_attention" for v in pattern),
+          "--experimental-attention-variant", "--linear-attention-freq")
+    for arg, default in (("--linear-conv-kernel-dim", 4), ("--linear-key-head-dim", 128),
+                         ("--linear-value-head-dim", 128), ("--linear-num-key-heads", 16),
+                         ("--linear-num-value-heads", 32)):
+        c.put("model." + arg[2:].replace("-", "_"), a.int(arg, default), arg)
 
 
 def num_layers(a: ArgReader) -> int:

@@ -25,6 +25,12 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--hybrid-layer-pattern", "--hybrid-override-pattern", "--hybrid-attention-ratio",
                      "--hybrid-mlp-ratio", "--is-hybrid-model"), "model.hybrid_override_pattern (and the layout "
                                                                   "of a pattern with '|')"),
+    "--experimental-attention-variant": "model.layer_types (gated_delta_net: Megatron-Core's GatedDeltaNet in the "
+                                        "linear layers; dsa refused)",
+    "--linear-attention-freq": "model.layer_types (which layers are gated delta nets)",
+    **dict.fromkeys(("--linear-conv-kernel-dim", "--linear-key-head-dim", "--linear-value-head-dim",
+                     "--linear-num-key-heads", "--linear-num-value-heads"), "model.linear_* (the gated delta net's "
+                                                                           "sizes)"),
     **dict.fromkeys(("--mamba-num-heads", "--mamba-state-dim", "--mamba-head-dim", "--mamba-num-groups"),
                     "model.mamba_num_heads / ssm_state_size / mamba_head_dim / n_groups"),
     "--position-embedding-type": "model.position_embedding (learned_absolute, rope, yarn, none; others refused)",
@@ -264,8 +270,6 @@ REFUSED: dict[str, str] = {
     "--qk-l2-norm": "L2-normalised queries and keys (attention.py) are not modelled",
     "--qk-clip": "QK-clip returns each head's max logit (attention.py) and rescales weights; not modelled",
     "--log-max-attention-logit": "the attention kernels' max-logit output per head (attention.py) is not modelled",
-    "--experimental-attention-variant": "experimental attention variants (DSA, gated delta net) are not modelled",
-    "--linear-attention-freq": "linear-attention layers (ssm/gated_delta_net) are not modelled",
     "--enable-mhc-connections": "hyper-connections' several residual streams (hyper_connection.py) are not modelled",
     "--use-mup": "μP's output and embedding multipliers (extra scaled copies) are not modelled",
     "--batch-invariant-mode": "batch-invariant kernels (their own workspaces) are not modelled",

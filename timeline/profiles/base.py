@@ -195,6 +195,8 @@ class Structure:
     bert_mask: str = "b11s"  # BERT's extended padding mask (graph/families/bert.py: load_batch): "b11s", a
     # [b, 1, 1, s] bool that TE's unfused attention widens per layer; "b1ss", the [b, 1, s, s] bool Megatron's
     # own DotProductAttention (the local layer spec) and TE < 1.10 read as given
+    gdn: str = "megatron"  # a linear_attention layer's gated delta net: "megatron", Megatron-Core's GatedDeltaNet
+    # as it trains (graph/families/gdn.py: train_forward); "vllm", the engine's mixer (serve/graph_view.py)
     dataloader_batch: str = "none"  # the micro-batch get_batch keeps on the device through the first and last
     # stages' forward (graph/families/batch.py): "tokens" (tokens, labels, loss mask, position ids), "mask"
     # (and the [b, 1, s, s] bool attention mask), "none" (not modelled)

@@ -1,14 +1,18 @@
 """Op rules the ``megatron`` layer library adds for the gated delta-net mixer (:mod:`timeline.graph.families.gdn`).
 
-The mixer is built for serving only (an engine's step keeps nothing for a backward; training with these layers is
-refused by :mod:`timeline.spec.arch_rules`), so each rule saves nothing; the sources say what the op allocates,
-read at vLLM 0.19.0. The rules extend :data:`timeline.profiles.megatron.RULES` under new names only.
+The serving mixer (an engine's step keeps nothing for a backward): each rule saves nothing; the sources say what
+the op allocates, read at vLLM 0.19.0. The training mixer (Megatron-Core's ``GatedDeltaNet``, rules ``gdn_copy`` …
+``gdn_gate_mul``): what each op keeps for its backward, read from Megatron-LM and flash-linear-attention 0.4.x at the
+files :mod:`timeline.graph.families.gdn` names. The rules extend :data:`timeline.profiles.megatron.RULES` under new
+names only.
 """
 
 from __future__ import annotations
 
 from timeline.profiles.base import SaveRule, SaveRules
 
+MCORE = "NVIDIA/Megatron-LM@core_v0.17.0:megatron/core/ssm/gated_delta_net.py: GatedDeltaNet"
+FLA = "fla-org/flash-linear-attention@v0.4.1:fla"
 GDN = "vllm-project/vllm@v0.19.0:vllm/model_executor/layers/mamba/gdn_linear_attn.py: GatedDeltaNetAttention"
 
 RULES: dict[str, SaveRule] = {
@@ -21,6 +25,31 @@ RULES: dict[str, SaveRule] = {
                                 "up on ≤ 64 tokens (_warmup_prefill_kernels) and returns"),
     "gdn_gated_norm": SaveRule(source="vllm-project/vllm@v0.19.0:vllm/model_executor/layers/layernorm.py: "
                                       "RMSNormGated.forward_cuda — a new output of its input's shape"),
+    # training: Megatron-Core's GatedDeltaNet.forward on flash-linear-attention's kernels
+    "gdn_copy": SaveRule(source=f"{MCORE}.forward / _prepare_qkv_for_gated_delta_rule — .contiguous() copies and "
+                                "transposes; the copy keeps nothing (its consumer saves it)"),
+    "gdn_conv": SaveRule(saves=("in:x",), source=f"{FLA}/modules/convolution.py: CausalConv1dFunction.forward — "
+                                                 "ctx.save_for_backward(x, weight, bias, residual, initial_state)"),
+    "gdn_l2norm": SaveRule(saves=("out:y", "extra:rstd"),
+                           source=f"{FLA}/modules/l2norm.py: L2NormFunction.forward — ctx.save_for_backward(y, rstd)"),
+    "gdn_gate": SaveRule(saves=("in:alpha", "in:beta"),
+                         source=f"{MCORE}._compute_g_and_beta (jit_fuser: torch.compile) — g = -A_log.exp() · "
+                                "softplus(alpha.float() + dt_bias), beta.sigmoid(); the compiled backward recomputes "
+                                "both from the 16-bit alpha and beta it keeps"),
+    "gdn_kkt": SaveRule(source=f"{FLA}/ops/gated_delta_rule/chunk.py: chunk_gated_delta_rule_fwd — chunk_local_cumsum "
+                               "(fp32 g), chunk_scaled_dot_kkt_fwd (fp32 A) and solve_tril (A in k's dtype); "
+                               "ChunkGatedDeltaRuleFunction saves g and A (rule gdn_chunk)"),
+    "gdn_chunk": SaveRule(saves=("in:q", "in:k", "in:v", "in:g", "in:beta", "in:A"),
+                          source=f"{FLA}/ops/gated_delta_rule/chunk.py: ChunkGatedDeltaRuleFunction.forward — "
+                                 "ctx.save_for_backward(q, q_rstd=None, k, k_rstd=None, v, g, beta, A, "
+                                 "initial_state=None, cu_seqlens, chunk_indices); w, u (recompute_w_u_fwd), h and "
+                                 "v_new (chunk_gated_delta_rule_fwd_h) live until chunk_fwd_o returns"),
+    "gdn_out_norm": SaveRule(saves=("in:x", "extra:rsigma"),
+                             source=f"{MCORE}._apply_gated_norm — out_norm (TE's RMSNorm over one value head) keeps "
+                                    "its input and fp32 rsigma"),
+    "gdn_gate_mul": SaveRule(saves=("in:y", "in:gate"),
+                             source=f"{MCORE}._apply_gated_norm (jit_fuser: torch.compile) — (y · silu(gate.float()))"
+                                    ".to(dtype); the compiled backward keeps the 16-bit y and gate"),
 }
 
 

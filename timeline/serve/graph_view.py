@@ -81,7 +81,7 @@ def build_ctx(model: ModelSpec, p: ParallelSpec, dtype: str, vocab_padding: int 
     pad = max(1, vocab_padding // p.tp) if vocab_padding % p.tp == 0 else 1
     rules = replace(rules, params=replace(rules.params, vocab_pad=pad, shared_experts_tp_split=True, mtp_modules=False,
                                           kv_head_replicas=True),
-                    structure=replace(rules.structure, qkv_gather_above_kv=False))
+                    structure=replace(rules.structure, qkv_gather_above_kv=False, gdn="vllm"))
     return BuildCtx(model=model, rules=rules, tp=p.tp, ep=p.ep, etp=p.etp, dtype=dtype)
 
 

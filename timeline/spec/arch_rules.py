@@ -115,9 +115,13 @@ def architecture_run_problems(m: ModelSpec, profile: str, traced: bool, par: Par
     if m.attention_output_gate and (profile != "megatron" or traced):
         return [("model.attention_output_gate", 'the gated attention output is modelled as Megatron-Core runs it: '
                                                 'profile = "megatron" with the layer library (no captured trace)')]
-    if m.has_linear_attention:
-        return [("model.layer_types", "gated delta-net layers (linear_attention: Qwen3-Next, Qwen3.5) are modelled for "
-                                      "serving (`timeline serve` on vLLM); training with them is not modelled yet")]
+    if m.has_linear_attention and (profile != "megatron" or traced):
+        return [("model.layer_types", "gated delta-net layers (linear_attention: Qwen3-Next, Qwen3.5) are trained as "
+                                      'Megatron-Core runs them: profile = "megatron" with the layer library (no '
+                                      "captured trace); or serve them (`timeline serve` on vLLM)")]
+    if m.has_linear_attention and par.cp > 1:
+        return [("parallel.cp", "gated delta-net layers under context parallelism (their all-to-alls, "
+                                "gated_delta_net.py: tensor_a2a_cp2hp) are not modelled; set cp = 1")]
     if m.index_n_heads:
         return [("model.index_n_heads", "DeepSeek-V3.2's lightning indexer (sparse attention) is modelled for serving "
                                         "(`timeline serve` on vLLM 0.19); training with it is not modelled yet")]

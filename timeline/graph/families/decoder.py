@@ -34,7 +34,8 @@ def forward(b: Builder, layer: int, prefix: str, x: TensorDef, *, moe: bool) -> 
     start = len(b.ops)
     if b.model.parallel_residual:
         return _parallel(b, layer, prefix, x)
-    mixer = gdn.forward if b.model.is_linear_attention(layer) else mla.forward if b.model.is_mla else attention.forward
+    mixer = (gdn.train_forward if b.table.gdn == "megatron" else gdn.forward) if b.model.is_linear_attention(layer) \
+        else mla.forward if b.model.is_mla else attention.forward
     a = mixer(b, prefix, x, layer)
     if b.model.sandwich_norms:  # Gemma2DecoderLayer: post_attention_layernorm(attention output), then the add
         a = norm.forward(b, f"{prefix}.post_attention_layernorm", a, layer)
