@@ -24,7 +24,8 @@ training path is :func:`train_params` / :func:`train_forward`.
 
 **Training (Megatron-Core).** NVIDIA/Megatron-LM ``megatron/core/ssm/gated_delta_net.py: GatedDeltaNet``
 (``__init__``, ``forward``, ``_prepare_qkv_for_gated_delta_rule``, ``_compute_g_and_beta``, ``_apply_gated_norm``;
-20d66d5c7b … core_v0.17.0 … 872442adc7, and ``ssm/gated_delta_net/gdn.py`` after 07e958fc74), built by
+read at core_v0.17.0 and 2d1fa8d372, and in the fork elena-lyulina/Megatron-LM-Attention-Benchmark at c86c326518;
+the file moved to ``ssm/gated_delta_net/gdn.py`` at 07e958fc74 and is not re-read after it), built by
 ``models/gpt/experimental_attention_variant_module_specs.py: get_gated_delta_net_module_spec`` (``in_proj`` a
 TELayerNormColumnParallelLinear, the layer's input norm fused into it; ``out_norm`` the model's norm over one value
 head; ``out_proj`` a TERowParallelLinear; ``bias`` and ``conv_bias`` False). Parameters per device
@@ -34,7 +35,8 @@ head; ``out_proj`` a TERowParallelLinear; ``bias`` and ``conv_bias`` False). Par
 
 Forward ops (:func:`train_forward`) on the ``t = s·b`` rows of this rank (gathered under sequence parallelism),
 widths the rank's; flash-linear-attention 0.4.x (``flash-linear-attention~=0.4.0`` in Megatron-LM's pyproject.toml
-from 558fdafab3; the same saved set in 0.3.2 and 0.5.1) ``fla/modules/convolution.py: CausalConv1dFunction``,
+from 558fdafab3; 0.5.1's ``ChunkGatedDeltaRuleFunction`` saves the same tensors when its gate and beta stay out of
+the kernel) ``fla/modules/convolution.py: CausalConv1dFunction``,
 ``fla/modules/l2norm.py: L2NormFunction`` and ``fla/ops/gated_delta_rule/chunk.py: ChunkGatedDeltaRuleFunction``:
 
 1. the fused norm and ``in_proj`` → ``qkvzba [t, 2K + 2V + 2·v_heads]``, held by the forward's local to its end;
