@@ -465,13 +465,12 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
     at_op = {a[0]: first_backward_op(a[0][len(AT_OP):], spans, first_phases, first_bwd)
              for a in state.allocs if a[0].startswith(AT_OP)}
     timed = resolve(state.allocs, first_bwd, first_step, at_op)
-    static = [e for a, e in zip(state.allocs, timed, strict=True) if a[0] not in at_op]
+    static = [e for a, e in zip(state.allocs, timed, strict=True) if a[0] not in at_op and a[0] != "first_step"]
+    at_step = [e for a, e in zip(state.allocs, timed, strict=True) if a[0] == "first_step"]
     late = [e for a, e in zip(state.allocs, timed, strict=True) if a[0] in at_op]
     if static:  # one chunk: a device's static state is thousands of events under Megatron's layout
         cols = list(zip(*static, strict=True))
         log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
-    if not state.per_parameter:
-        _push_step_transients(log, state, spans, names)
     if capture is not None:
         capture_events(log.push, spans, capture[0], capture[1], names)
     gather = state.gathered_bytes
@@ -542,6 +541,13 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             log.push_timed(c.key, c.columns, c.times, d_mb, d_stage, d_action, d_it)
         else:
             log.push(c[0], c[1], c[2], c[3], c[4], c[5], d_mb, d_stage, d_action, d_it)
+    # the first step's states and every step's transients after the actions' events: what the last backward frees
+    # as it ends (at the step's start) is free before the step allocates
+    if at_step:
+        cols = list(zip(*at_step, strict=True))
+        log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
+    if not state.per_parameter:
+        _push_step_transients(log, state, spans, names)
     # fine-grained activation offloading's frees and reloads, per chunk instance (timeline.sim.offload)
     offloads: list = []
     if any(ph.offload for ph in compiled.values()):
