@@ -60,6 +60,20 @@ def test_sinks_keep_an_fp32_offset_and_no_s2_tensor(run):
     assert len(attention) == 7 and max(attention) < S * S  # fused: no scores, no softmax
 
 
+def test_off_by_one_sink_is_a_plain_fp32_tensor_kept_without_a_copy(run):
+    """TE's softmax_type off-by-one (dot_product_attention.py: DotProductAttention.__init__): torch.zeros(heads/tp)
+    in fp32, no parameter; forward's .to(torch.float32) is the tensor itself, so nothing more is saved."""
+    fixed = replace(run, model=replace(run.model, sink_fixed=True))
+    _, tensors = tensors_of(fixed, 0)
+    by = {t.name: t for t in tensors}
+    offset = by["layers.0.self_attn.softmax_offset"]
+    assert (offset.numel, offset.dtype, offset.trainable) == (64 // TP, "fp32", False)
+    assert "layers.0.self_attn.sinks" not in by
+    learnable, off_by_one = template_of(run, 0), template_of(fixed, 0)
+    assert learnable.layer_activation_bytes[0] - off_by_one.layer_activation_bytes[0] == 4 * 64 // TP
+    assert "layers.0.self_attn.core_attn.softmax_offset" not in {st.tensor.name for st in off_by_one.saved}
+
+
 def test_clamped_geglu_keeps_its_concatenated_input(run):
     saved = {st.tensor.name: st.tensor for st in template_of(run, 0).saved if st.layer == 1}
     fc1, clamped = saved["layers.1.mlp.experts.linear_fc1.out"], saved["layers.1.mlp.experts.act.clamped"]

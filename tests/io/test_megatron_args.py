@@ -232,8 +232,13 @@ def test_gpt_oss_knobs_map_to_the_model():
     assert every == ["sliding_attention"] * 4
 
 
-@pytest.mark.parametrize(("extra", "needle"), [({"--softmax-type": "off-by-one"}, "off-by-one"),
-                                               ({"--window-size": "127,8"}, "only a causal window"),
+def test_off_by_one_softmax_is_a_fixed_sink():
+    m = sections(BASE | {"--softmax-type": "off-by-one"})["model"]
+    assert (m["attention_sinks"], m["sink_fixed"]) == (True, True)
+    assert "sink_fixed" not in sections(BASE | {"--softmax-type": "learnable"})["model"]
+
+
+@pytest.mark.parametrize(("extra", "needle"), [({"--window-size": "127,8"}, "only a causal window"),
                                                ({"--window-size": "7", "--window-attn-skip-freq": 2},
                                                 "expected two integers")])
 def test_gpt_oss_knobs_out_of_the_model_are_refused(extra, needle):

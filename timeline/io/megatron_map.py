@@ -251,7 +251,8 @@ def map_gpt_oss(a: ArgReader, c: Conversion, layers: int) -> None:
     """GPT-OSS's knobs as Megatron-Core (core_v0.15.0 on) reads them (``transformer_config.py``): ``--quick-geglu``
     (``activation_func = quick_gelu`` on a gated unit, gate · sigmoid(1.702 · gate): ``hidden_act = "silu"`` with
     ``swiglu_alpha``), ``--glu-linear-offset`` ((up + offset)), ``--activation-func-clamp-value`` (the clamped
-    unit), ``--softmax-type learnable`` (one learned sink logit per head: ``attention_sinks``), ``--window-size
+    unit), ``--softmax-type learnable`` (one learned sink logit per head: ``attention_sinks``; ``off-by-one``, a fixed
+    zero logit: ``sink_fixed``), ``--window-size
     (left, right)`` (TE's window: ``left + 1`` keys a causal query sees) on the layers ``--window-attn-skip-freq``
     leaves sliding (``transformer/utils.py: is_layer_window_attention``)."""
     if a.flag("--quick-geglu"):
@@ -264,11 +265,12 @@ def map_gpt_oss(a: ArgReader, c: Conversion, layers: int) -> None:
     if clamp:
         c.put("model.swiglu_limit", clamp, "--activation-func-clamp-value")
     softmax = a.str("--softmax-type", "vanilla")
-    if softmax == "learnable":
+    if softmax in ("learnable", "off-by-one"):
         c.put("model.attention_sinks", True, "--softmax-type")
+        if softmax == "off-by-one":  # TE's fixed zero logit: an fp32 tensor per layer, no parameter
+            c.put("model.sink_fixed", True)
     elif softmax != "vanilla":
-        raise UserError(f"--softmax-type {softmax}: only vanilla and learnable (GPT-OSS's sinks) are modelled; "
-                        "off-by-one's fixed zero logit keeps no parameter and its TE path is not read")
+        raise UserError(f"--softmax-type {softmax}: use vanilla, off-by-one or learnable (Megatron-LM's choices)")
     window = a.value("--window-size")
     skip = a.value("--window-attn-skip-freq")
     if window is None:

@@ -85,7 +85,7 @@ MAPPED: dict[str, str] = {
                      "--fsdp-double-buffer: io/megatron_state_args.py megatron_fsdp)",
     **dict.fromkeys(("--window-size", "--window-attn-skip-freq"), "model.sliding_window / layer_types "
                     "(transformer/utils.py: is_layer_window_attention)"),
-    "--softmax-type": "model.attention_sinks (learnable; off-by-one refused)",
+    "--softmax-type": "model.attention_sinks (learnable; off-by-one: sink_fixed)",
     "--attention-output-gate": "model.attention_output_gate (not with MLA, which Megatron rejects)",
     **dict.fromkeys(("--quick-geglu", "--glu-linear-offset", "--activation-func-clamp-value"),
                     "model.hidden_act / swiglu_alpha / glu_linear_offset / swiglu_limit (GPT-OSS's gated unit)"),

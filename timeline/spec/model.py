@@ -85,6 +85,8 @@ class ModelSpec:
                                                   "delta-net mixer, Qwen3-Next / Qwen3.5); empty = all full")
     sliding_window: int = spec_field(0, nonneg=True, maximum=2**26, doc="keys a sliding_attention layer sees")
     attention_sinks: bool = spec_field(False, doc="a learned softmax sink logit per attention head (GPT-OSS)")
+    sink_fixed: bool = spec_field(False, doc="with attention_sinks: the sink logit is a fixed zero (TE's softmax_type "
+                                             "off-by-one), a plain fp32 tensor per layer, no parameter")
     attention_out_bias: bool = spec_field(False, doc="bias on the attention output projection (GPT-OSS)")
     rope_scaled_positions: int = spec_field(0, nonneg=True, maximum=2**31,
                                            doc="positions the config's rope_scaling extends the model to (vLLM: "

@@ -59,7 +59,11 @@ def params(ctx: BuildCtx, prefix: str, module: str = "attention") -> list[Tensor
         out += [param(f"{prefix}.{n}_proj.bias", (w,), module=module, dtype=dt, split=k) for n, w, k in biased]
     if m.linear_bias or m.attention_out_bias:
         out.append(param(f"{prefix}.o_proj.bias", (m.hidden_size,), module=module, dtype=dt))
-    if m.attention_sinks:
+    if m.attention_sinks and m.sink_fixed:  # TE dot_product_attention.py: DotProductAttention.__init__ (off-by-one):
+        # torch.zeros(num_heads // tp) on the device, fp32, an attribute no optimizer or dtype cast reaches
+        out.append(param(f"{prefix}.softmax_offset", (m.num_attention_heads,), module=module, dtype="fp32", split=tp,
+                         trainable=False))
+    elif m.attention_sinks:
         out.append(param(f"{prefix}.sinks", (m.num_attention_heads,), module=module, dtype=dt, split=tp))
     if m.qk_norm and m.qk_norm_full:  # one weight over every head of the projection, split with it
         out += [param(f"{prefix}.q_norm.weight", (q_out,), module="norm", dtype=dt, split=tp),
@@ -171,8 +175,10 @@ def _attend(b: Builder, name: str, q: TensorDef, k: TensorDef, v: TensorDef, lay
             for i in range(1, d.cp):
                 extras[f"rng_state_step{i}"] = b.tensor(f"{name}.rng_state_step{i}", (2,), "int64")
         rule = "flash_attn"
-        if b.model.attention_sinks:  # learned sinks inside the kernel: their fp32 copy [1, h, 1, 1] is kept
-            extras["softmax_offset"] = b.tensor(f"{name}.softmax_offset", (1, heads, 1, 1), "fp32")
+        if b.model.attention_sinks:  # learned sinks inside the kernel: their fp32 copy [1, h, 1, 1] is kept; a
+            # fixed one is fp32 already, so softmax_offset.to(torch.float32) is the tensor itself (no copy)
+            if not b.model.sink_fixed:
+                extras["softmax_offset"] = b.tensor(f"{name}.softmax_offset", (1, heads, 1, 1), "fp32")
             rule = "flash_attn_sinks"
         if b.model.is_sliding(layer):  # a sliding window: each query meets at most that many keys
             sk = min(sk, b.model.sliding_window)
