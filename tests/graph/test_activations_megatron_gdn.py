@@ -7,6 +7,8 @@ byte."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from sources import template_of
 
@@ -137,3 +139,21 @@ def test_from_megatron_refuses_other_variants_and_a_missing_pattern():
         model_of({"--experimental-attention-variant": "gated_delta_net"})
     with pytest.raises(UserError, match="each of the 4 layers"):
         model_of({"--experimental-attention-variant": "gated_delta_net", "--linear-attention-freq": "[1]*3"})
+
+
+def test_autotuned_kernels_hold_triton_s_flush_buffer_at_their_first_calls(run):
+    """fla's kernels are @triton.autotune'd: Triton's do_bench holds its 256 MiB flush buffer (PyTorch ≥ 2.6's
+    Triton) at the first forward's first GDN op and at the first backward's, which is the last GDN layer's."""
+    from timeline.result.build import build_timeline
+
+    tl = build_timeline(replace(run, framework=replace(run.framework, pytorch="2.8")))
+    ev = tl.events(0)
+    rows = [(tl.names[t], int(s), int(z), tl.names[o], int(m), int(i)) for t, s, z, o, m, i in zip(
+        ev.tensor, ev.sign, ev.size, ev.op, ev.microbatch, ev.iteration, strict=True)
+        if tl.names[t].startswith("autotune.gdn.")]
+    assert [(n, s, z, o) for n, s, z, o, *_ in rows] == [
+        ("autotune.gdn.forward.flush", 1, 256 * 2**20, "layers.0.linear_attn.chunk_gated_delta_rule"),
+        ("autotune.gdn.forward.flush", -1, 256 * 2**20, "layers.0.linear_attn.chunk_gated_delta_rule"),
+        ("autotune.gdn.backward.flush", 1, 256 * 2**20, "layers.2.linear_attn.chunk_gated_delta_rule"),
+        ("autotune.gdn.backward.flush", -1, 256 * 2**20, "layers.2.linear_attn.chunk_gated_delta_rule")]
+    assert {(m, i) for *_, m, i in rows} == {(0, 0)}  # once per process: the first micro-batch of the first iteration

@@ -260,6 +260,9 @@ class FirstCall:
     backward_copies: int
     flush_bytes: int
     source: str
+    tag: str = ""  # in the transients' names (``autotune.<tag>.<phase>.flush``), where several rules place them
+    backward_same_op: bool = True  # the backward's at the forward's op itself; False: at the first op ``op``
+    # matches in the first backward (a kernel every layer calls: the last layer's backward calls it first)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +288,7 @@ class Lifecycle:
     #: from ("": both die with their last backward use)
     chunk_keeps_input: str = ""
     #: what a compiled step's first call adds, by the run's ``[framework]`` (None: nothing)
-    first_call: Callable[[FrameworkSpec], FirstCall | None] | None = None
+    first_call: Callable[[FrameworkSpec], tuple[FirstCall, ...]] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

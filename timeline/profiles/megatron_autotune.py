@@ -52,12 +52,38 @@ SOURCE = ("Megatron-LM core/jit.py (jit_fuser = torch.compile from torch 2.2.0a0
           "2.2.0, 2.3.1, 2.4.1, 2.5.1")
 
 
-def first_call(fw: FrameworkSpec) -> FirstCall | None:
-    """The first-call autotuning transients of the native fused cross entropy under ``[framework]``'s PyTorch,
-    None where there are none (another loss path, PyTorch outside 2.2 … 2.5, or deterministic algorithms)."""
+#: PyTorch 2.6.0 pins Triton 3.2.0, whose ``do_bench`` takes its flush buffer from the driver
+#: (``third_party/nvidia/backend/driver.py: CudaDriver.get_empty_cache_for_benchmark``: ``cache_size = 256 * 1024 *
+#: 1024``, ``torch.empty(int(cache_size // 4), dtype=torch.int)``), 256 MiB
+FLUSH_MIB_FROM = (2, 6)
+
+
+def flush_bytes(pytorch: str) -> int:
+    """The L2-flush buffer ``triton.testing.do_bench`` holds while it benchmarks, under the Triton ``pytorch`` pins."""
+    return 256 * 2**20 if version_tuple(pytorch)[:2] >= FLUSH_MIB_FROM else FLUSH_BYTES
+
+
+#: flash-linear-attention 0.4.x's gated-delta-rule kernels (``fla/ops/common/chunk_delta_h.py``, ``chunk_o.py``,
+#: ``gated_delta_rule/wy_fast.py``, ``modules/l2norm.py``, ``modules/conv``) are each ``@triton.autotune``'d:
+#: Triton's ``Autotuner.run`` benchmarks every configuration on a key's first call (``_bench`` → ``do_bench``),
+#: inside the flush buffer, once per process. Placed at the first ``chunk_gated_delta_rule`` of the first forward
+#: (layer by layer, the first GDN layer's) and of the first backward (the last GDN layer's, whose backward kernels
+#: ``chunk_bwd_kernel_dv_local`` … are new there and run with the most held)
+GDN_SOURCE = ("fla-org/flash-linear-attention@v0.4.1 fla/ops (every chunk kernel @triton.autotune); Triton "
+              "runtime/autotuner.py: Autotuner.run benchmarks each config on a key's first call through "
+              "testing.py: do_bench and its L2-flush buffer (driver.get_empty_cache_for_benchmark from Triton 3.2)")
+
+
+def first_call(fw: FrameworkSpec) -> tuple[FirstCall, ...]:
+    """The first-call autotuning transients under ``[framework]``'s PyTorch: the native fused cross entropy's
+    (none with another loss path, PyTorch outside 2.2 … 2.5, or deterministic algorithms) and the gated delta
+    net's Triton kernels' (a flush buffer at the first forward and backward of a model that has them)."""
     torch = version_tuple(fw.pytorch)[:2]
+    gdn = FirstCall(op=r"\.linear_attn\.chunk_gated_delta_rule$", like="", forward_copies=0, backward_copies=0,
+                    flush_bytes=flush_bytes(fw.pytorch), source=GDN_SOURCE, tag="gdn",
+                    backward_same_op=False)
     if fw.cross_entropy_fusion != "native" or not COMPILED_FROM <= torch < CPU_COPIES_FROM or fw.deterministic:
-        return None
+        return (gdn,)
     forward = 2 + (0 if torch >= DIVISION_IN_PLACE_FROM else 1)
-    return FirstCall(op=r"(^|\.)loss$", like="exp_logits", forward_copies=forward, backward_copies=1,
-                     flush_bytes=FLUSH_BYTES, source=SOURCE)
+    return (FirstCall(op=r"(^|\.)loss$", like="exp_logits", forward_copies=forward, backward_copies=1,
+                      flush_bytes=FLUSH_BYTES, source=SOURCE), gdn)

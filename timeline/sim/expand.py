@@ -560,9 +560,9 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
     if late:  # pushed last: after the matching op's own allocations
         cols = list(zip(*late, strict=True))
         log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
-    if state.first_call is not None:  # after the op's own allocations too, in its action
-        temp = CAT_CODE[Category.TEMPORARY]
-        for fc in first_call_events(state.first_call, spans, first_phases):
+    temp = CAT_CODE[Category.TEMPORARY]
+    for rule in state.first_call:  # after the op's own allocations too, in its action
+        for fc in first_call_events(rule, spans, first_phases):
             made = list(fc.tensors) + [(n, -z) for n, z in reversed(fc.tensors)]
             sp = spans[fc.action]
             log.push([fc.t_us] * len(made), [1 if z > 0 else -1 for _, z in made], [abs(z) for _, z in made], temp,
@@ -632,21 +632,24 @@ def first_call_events(rule: FirstCall, spans: list[Span], compiled: Compiled) ->
     if fwd is None:
         return []
     _, ph, i = fwd
-    like = f"{ph.op_names[i]}.{rule.like}"
-    size = next((int(z) for z, k, sign in zip(ph.ev_size.tolist(), ph.ev_tensor.tolist(), ph.ev_sign.tolist(),
-                                               strict=True) if sign > 0 and ph.tensor_names[k] == like), 0)
-    if not size:
-        return []
+    size = 0
+    if rule.forward_copies or rule.backward_copies:
+        like = f"{ph.op_names[i]}.{rule.like}"
+        size = next((int(z) for z, k, sign in zip(ph.ev_size.tolist(), ph.ev_tensor.tolist(), ph.ev_sign.tolist(),
+                                                   strict=True) if sign > 0 and ph.tensor_names[k] == like), 0)
+        if not size:
+            return []
     out = []
-    same = re.compile(f"^{re.escape(ph.op_names[i])}$")  # that op's own backward, not another op the pattern matches
+    # that op's own backward, not another op the pattern matches (unless the rule says any)
+    same = re.compile(f"^{re.escape(ph.op_names[i])}$") if rule.backward_same_op else rx
     for hit, copies, phase in ((fwd, rule.forward_copies, "forward"),
                                (_first_op(same, spans, compiled, ("B", "I")), rule.backward_copies, "backward")):
         if hit is None:
             continue
         a, ph, i = hit
         t = _op_start_us(spans[a], ph, i)
-        made = ((f"autotune.{phase}.flush", rule.flush_bytes),
-                *((f"autotune.{phase}.copy{j}.{rule.like}", size) for j in range(copies)))
+        base = f"autotune.{rule.tag}.{phase}" if rule.tag else f"autotune.{phase}"
+        made = ((f"{base}.flush", rule.flush_bytes), *((f"{base}.copy{j}.{rule.like}", size) for j in range(copies)))
         out.append(FirstCallEvents(t_us=t, action=a, op=ph.op_names[i], tensors=made))
     return out
 

@@ -89,9 +89,9 @@ class DeviceState:
     deferred_head_wgrad: int = -1
     #: the PyTorch version whose torch.optim steps a per-parameter state (``[framework] pytorch``)
     pytorch: str = FrameworkSpec().pytorch
-    #: what a compiled step's first call adds (the profile's ``Lifecycle.first_call``; placed by
-    #: :func:`timeline.sim.expand.first_call_events`); None: nothing
-    first_call: FirstCall | None = None
+    #: what compiled steps' and autotuned kernels' first calls add (the profile's ``Lifecycle.first_call``;
+    #: placed by :func:`timeline.sim.expand.first_call_events`); empty: nothing
+    first_call: tuple[FirstCall, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,7 +143,7 @@ def device_state(dev: StaticDevice, model: ModelSpec, tr: TrainingSpec, par: Par
                        combined_keeps_node_io=rules.framework.combined_1f1b_keeps_node_io,
                        deferred_head_wgrad=(rules.framework.wgrad_deferral_limit if rules.framework.defer_embedding_wgrad
                                             and not rules.traced else -1), pytorch=rules.framework.pytorch,
-                       first_call=life.first_call(rules.framework) if life.first_call is not None else None)
+                       first_call=life.first_call(rules.framework) if life.first_call is not None else ())
 
 
 def ddp_of(profile: str, framework: FrameworkSpec, model: ModelSpec, tr: TrainingSpec, par: ParallelSpec, *,

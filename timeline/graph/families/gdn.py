@@ -58,7 +58,8 @@ the kernel) ``fla/modules/convolution.py: CausalConv1dFunction``,
    ``y · silu(gate.float())`` compiled (saves ``y`` and ``gate``);
 8. ``transpose(0, 1).contiguous()`` to ``[s, b, V]``, which ``out_proj`` saves.
 
-Not modelled: context parallelism (the all-to-alls of ``tensor_a2a_cp2hp``), packed sequences, the deterministic
+fla's kernels are autotuned: Triton's benchmarking flush buffer at the first forward's and backward's GDN op is a
+first-call rule (:func:`timeline.profiles.megatron_autotune.first_call`). Not modelled: context parallelism (the all-to-alls of ``tensor_a2a_cp2hp``), packed sequences, the deterministic
 torch path (``--deterministic-mode``), ``gdn_norm_out`` selective recompute, and the kernels' backward workspaces.
 """
 
