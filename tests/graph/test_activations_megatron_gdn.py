@@ -157,3 +157,25 @@ def test_autotuned_kernels_hold_triton_s_flush_buffer_at_their_first_calls(run):
         ("autotune.gdn.backward.flush", 1, 256 * 2**20, "layers.2.linear_attn.chunk_gated_delta_rule"),
         ("autotune.gdn.backward.flush", -1, 256 * 2**20, "layers.2.linear_attn.chunk_gated_delta_rule")]
     assert {(m, i) for *_, m, i in rows} == {(0, 0)}  # once per process: the first micro-batch of the first iteration
+
+
+def test_gdn_norm_out_recompute_keeps_the_checkpoint_inputs_only(run):
+    """--recompute-modules gdn_norm_out (CheckpointWithoutOutput over _gated_norm_and_a2a): out_norm's output and
+    rsigma and out_proj's discarded input are not kept; core_attn_out and the gate are, as the checkpoint's inputs."""
+    from timeline.spec.recompute import parse_recompute
+
+    t, v, nv = B * S, NV * VD // TP, NV // TP
+    rc = replace(run, recompute=parse_recompute("selective:gdn_norm_out"))
+    base, cut = template_of(run, 0), template_of(rc, 0)
+    assert base.layer_activation_bytes[0] - cut.layer_activation_bytes[0] == 2 * t * v + 4 * t * nv + 2 * t * v
+    kept = {st.tensor.name for st in cut.saved if st.layer == 0}
+    assert {"layers.0.linear_attn.core_attn_out", "layers.0.linear_attn.gate"} <= kept
+    assert not kept & {"layers.0.linear_attn.out_norm.out", "layers.0.linear_attn.norm_out"}
+    assert cut.layer_activation_bytes[3] == base.layer_activation_bytes[3]  # the attention layer is untouched
+
+
+def test_from_megatron_passes_gdn_norm_out_recompute():
+    s = convert(from_mapping(BASE | {"--experimental-attention-variant": "gated_delta_net",
+                                     "--linear-attention-freq": 2, "--recompute-granularity": "selective",
+                                     "--recompute-modules": ["core_attn", "gdn_norm_out"]}), world_size=2).sections
+    assert s["recompute"] == {"policy": "selective", "modules": ["core_attn", "gdn_norm_out"]}

@@ -156,7 +156,8 @@ class Statics:
 
 def selective_modules(m: ModelSpec) -> tuple[str, ...]:
     skip = ({"mla_up_proj"} if not m.is_mla else set()) | (
-        {"moe", "moe_act", "shared_experts"} if not m.is_moe else set())
+        {"moe", "moe_act", "shared_experts"} if not m.is_moe else set()) | (
+        {"gdn_norm_out"} if not m.has_linear_attention else set())
     return tuple(x for x in RECOMPUTE_MODULES if x not in skip)
 
 

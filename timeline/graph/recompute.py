@@ -3,8 +3,9 @@
 
 A *region* is a contiguous run of one chunk's forward ops checkpointed together. Selective
 recompute uses Megatron's module names (``recompute_modules``): ``core_attn``, ``mla_up_proj``,
-``layernorm``, ``mlp``, ``moe``, ``moe_act``, ``shared_experts``; ``layernorm``, ``moe_act`` and
-``mla_up_proj`` use ``CheckpointWithoutOutput`` in Megatron (their outputs are discarded even
+``layernorm``, ``mlp``, ``moe``, ``moe_act``, ``shared_experts``, ``gdn_norm_out`` (a gated delta net's output
+norm, gate and transpose: ``ssm/gated_delta_net.py``, ff5264c33d on); ``layernorm``, ``moe_act``, ``mla_up_proj``
+and ``gdn_norm_out`` use ``CheckpointWithoutOutput`` in Megatron (their outputs are discarded even
 though later ops saved them), the others ``tensor_parallel.checkpoint``. Full recompute
 (``recompute_granularity = full``): ``uniform`` checkpoints groups of ``num_layers`` consecutive
 layers of each chunk (Megatron ``TransformerBlock._checkpointed_forward``), ``block`` the first
@@ -23,7 +24,7 @@ from timeline.graph.ir import FOp
 from timeline.spec.run import RecomputeSpec
 
 #: modules Megatron checkpoints with CheckpointWithoutOutput (outputs discarded, recomputed)
-DISCARD_OUTPUT = frozenset({"layernorm", "moe_act", "mla_up_proj"})
+DISCARD_OUTPUT = frozenset({"layernorm", "moe_act", "mla_up_proj", "gdn_norm_out"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,8 @@ from timeline.spec.trace import CapturedTrace
 
 #: ``--fp8-recipe`` values modelled (blockwise and mxfp8 are refused by from-megatron, with why)
 FP8_RECIPES = ("none", "delayed", "tensorwise", "blockwise", "mxfp8")
-RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts")
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts",
+                     "gdn_norm_out")
 #: Megatron-LM's ``--offload-modules`` (``transformer_config.py: TransformerConfig.__post_init__``'s allowed set)
 OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
 #: ``[training] optimizer``: whose per-parameter state the static state holds

@@ -60,7 +60,9 @@ the kernel) ``fla/modules/convolution.py: CausalConv1dFunction``,
 
 fla's kernels are autotuned: Triton's benchmarking flush buffer at the first forward's and backward's GDN op is a
 first-call rule (:func:`timeline.profiles.megatron_autotune.first_call`). Not modelled: context parallelism (the all-to-alls of ``tensor_a2a_cp2hp``), packed sequences, the deterministic
-torch path (``--deterministic-mode``), ``gdn_norm_out`` selective recompute, and the kernels' backward workspaces.
+torch path (``--deterministic-mode``), and the kernels' backward workspaces. ``--recompute-modules gdn_norm_out``
+(ff5264c33d on) checkpoints step 7 and the transpose copy without their output (``CheckpointWithoutOutput``: the
+checkpoint keeps ``o`` and ``gate``, out_proj's input is discarded after it runs).
 """
 
 from __future__ import annotations
@@ -197,13 +199,16 @@ def train_forward(b: Builder, prefix: str, x: TensorDef, layer: int, *, tags: Ta
     b.op(f"{p}.chunk_gated_delta_rule", "gdn_chunk", layer,
          {"q": q, "k": kk, "v": value, "g": g_cum, "beta": beta_s, "A": a}, {"y": o, **work},
          flops=2.0 * t * nv * kd * vd * 4 + 2.0 * t * FLA_CHUNK * nv * (kd + vd), tags=tags)
+    # _gated_norm_and_a2a: the region --recompute-modules gdn_norm_out checkpoints (from ff5264c33d)
+    norm_tags = tags | {"gdn_norm_out"}
     y = b.tensor(f"{p}.out_norm.out", (t, v))
     b.op(f"{p}.out_norm", "gdn_out_norm", layer, {"x": o}, {"y": y},
-         extras={"rsigma": b.tensor(f"{p}.out_norm.rsigma", (t * nv,), "fp32")}, flops=4.0 * t * v, tags=tags)
+         extras={"rsigma": b.tensor(f"{p}.out_norm.rsigma", (t * nv,), "fp32")}, flops=4.0 * t * v, tags=norm_tags)
     gated = b.tensor(f"{p}.gated", (t, v))
-    b.op(f"{p}.gate_mul", "gdn_gate_mul", layer, {"y": y, "gate": gate}, {"y": gated}, flops=5.0 * t * v, tags=tags)
+    b.op(f"{p}.gate_mul", "gdn_gate_mul", layer, {"y": y, "gate": gate}, {"y": gated}, flops=5.0 * t * v,
+         tags=norm_tags)
     sbv = b.tensor(f"{p}.norm_out", (t, v))
-    b.op(f"{p}.norm_out", "gdn_copy", layer, {"x": gated}, {"y": sbv}, tags=tags)
+    b.op(f"{p}.norm_out", "gdn_copy", layer, {"x": gated}, {"y": sbv}, tags=norm_tags)
     # the forward's locals (qkvzba, the conv output, alpha, g) hold their tensors until it returns
     held = {"_qkvzba": qkvzba, "_conv_out": conv_out, "_alpha": alpha, "_g": g}
     return row_linear(b, f"{p}.out_proj", sbv, m.hidden_size, layer, tags=tags, refs=held)
