@@ -465,12 +465,12 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
     at_op = {a[0]: first_backward_op(a[0][len(AT_OP):], spans, first_phases, first_bwd)
              for a in state.allocs if a[0].startswith(AT_OP)}
     timed = resolve(state.allocs, first_bwd, first_step, at_op)
-    static = [e for a, e in zip(state.allocs, timed, strict=True) if a[0] not in at_op and a[0] != "first_step"]
-    at_step = [e for a, e in zip(state.allocs, timed, strict=True) if a[0] == "first_step"]
-    late = [e for a, e in zip(state.allocs, timed, strict=True) if a[0] in at_op]
-    if static:  # one chunk: a device's static state is thousands of events under Megatron's layout
-        cols = list(zip(*static, strict=True))
-        log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
+    # static state in three chunks: from the start, the first step's (after the actions), at ops (last)
+    static: list[tuple[float, str, int, int, int]] = []
+    at_step: list[tuple[float, str, int, int, int]] = []
+    for alloc, row in zip(state.allocs, timed, strict=True):
+        (late if alloc[0] in at_op else at_step if alloc[0] == "first_step" else static).append(row)
+    _push_static(log, static, names)  # one chunk: thousands of events under Megatron's layout
     if capture is not None:
         capture_events(log.push, spans, capture[0], capture[1], names)
     gather = state.gathered_bytes
@@ -543,9 +543,7 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             log.push(c[0], c[1], c[2], c[3], c[4], c[5], d_mb, d_stage, d_action, d_it)
     # the first step's states and every step's transients after the actions' events: what the last backward frees
     # as it ends (at the step's start) is free before the step allocates
-    if at_step:
-        cols = list(zip(*at_step, strict=True))
-        log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
+    _push_static(log, at_step, names)
     if not state.per_parameter:
         _push_step_transients(log, state, spans, names)
     # fine-grained activation offloading's frees and reloads, per chunk instance (timeline.sim.offload)
@@ -557,9 +555,7 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
                                   fraction=offload.fraction, delta_bytes=offload.delta_bytes, deferred=later_frees)
     for t, sign, size, cat, tensor, op, mb, stage, action, it, stream in offloads:
         log.push([t], sign, size, cat, names(tensor), names(op), mb, stage, action, it, stream)
-    if late:  # pushed last: after the matching op's own allocations
-        cols = list(zip(*late, strict=True))
-        log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
+    _push_static(log, late, names)  # pushed last: after the matching op's own allocations
     temp = CAT_CODE[Category.TEMPORARY]
     for rule in state.first_call:  # after the op's own allocations too, in its action
         for fc in first_call_events(rule, spans, first_phases):
@@ -568,6 +564,13 @@ def device_events(tr: TrainingSpec, dev: StaticDevice, state: DeviceState, spans
             log.push([fc.t_us] * len(made), [1 if z > 0 else -1 for _, z in made], [abs(z) for _, z in made], temp,
                      [names(n) for n, _ in made], names(fc.op), sp.microbatch, sp.stage, fc.action, sp.iteration)
     return log.events()
+
+
+def _push_static(log: _Log, rows: list[tuple[float, str, int, int, int]], names: Names) -> None:
+    """Resolved static-state rows (time, name, bytes, category, sign) as one chunk of no action."""
+    if rows:
+        cols = list(zip(*rows, strict=True))
+        log.push(cols[0], cols[4], cols[2], cols[3], [names(n) for n in cols[1]], -1, -1, -1, -1, -1)
 
 
 def _push_fsdp(log: _Log, names: Names, events: list[fsdp_windows.Event], cat: int, mb: int, stage: int,
