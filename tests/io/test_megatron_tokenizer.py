@@ -172,3 +172,45 @@ torchrun --nproc_per_node 1 pretrain_gpt.py ${{ARGS[@]}}
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert tomllib.loads(out.read_text())["model"]["vocab_size"] == 6
+
+
+# --- WordPiece vocab.txt and GPT-2 vocab.json on this machine -----------------------------------------------------
+
+def test_a_local_wordpiece_vocab_txt_is_its_distinct_tokens_with_bos_eos_and_sentinels(tmp_path):
+    """bert_tokenization.py: load_vocab keys an OrderedDict by each stripped line (a repeated token counts once);
+    _BertWordPieceTokenizer.add_token adds [BOS] / [EOS] / <extra_id_i> only when the file lacks them."""
+    lines = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "##s", "the", "[EOS]"]  # 'the' twice, [EOS] in
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    bert = {"--vocab-file": str(path), "--tokenizer-type": "BertWordPieceLowerCase"}
+    assert vocab(bert) == 8 + 1  # 8 distinct, [BOS] added, [EOS] already there
+    assert vocab(bert | {"--vocab-extra-ids": 3}) == 9 + 3
+    assert vocab(bert | {"--vocab-size": 100}) == 9  # --vocab-size is read only by tokenizers without a file
+
+
+def test_the_wordpiece_line_rule_follows_the_tokenizer_the_version_builds(tmp_path):
+    """To 0.16 Megatron's own load_vocab strips each line; from 0.17 Hugging Face's BertTokenizer keeps all but
+    the newline, so 'a' and 'a ' are two tokens there."""
+    path = tmp_path / "vocab.txt"
+    path.write_text("[PAD]\na\na \n", encoding="utf-8")
+    bert = {"--vocab-file": str(path), "--tokenizer-type": "BertWordPieceCase"}
+    assert vocab(bert, megatron_core="0.16.0") == 2 + 2
+    assert vocab(bert, megatron_core="0.17.0") == 3 + 2
+
+
+def test_a_wordpiece_vocab_not_on_this_machine_is_the_bundled_one():
+    """Without the file the tokenizer type's bundled vocabulary stands in (bert-large-uncased: 30,522) + 2."""
+    assert vocab({"--vocab-file": "/nonexistent/vocab.txt", "--tokenizer-type": "BertWordPieceLowerCase"}) == 30524
+
+
+def test_a_local_gpt2_vocab_json_is_its_entries(tmp_path):
+    """_GPT2BPETokenizer.vocab_size is len(encoder), the vocab.json's entries; a file that is not a JSON object
+    of tokens is one line naming --vocab-file."""
+    path = tmp_path / "vocab.json"
+    path.write_text(json.dumps({f"t{i}": i for i in range(1000)} | {"<|endoftext|>": 1000}), encoding="utf-8")
+    gpt2 = {"--vocab-file": str(path), "--merge-file": str(tmp_path / "merges.txt"),
+            "--tokenizer-type": "GPT2BPETokenizer"}
+    assert vocab(gpt2) == 1001
+    path.write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(UserError, match="--vocab-file .*not a GPT-2 vocab.json"):
+        vocab(gpt2)

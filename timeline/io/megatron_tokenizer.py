@@ -6,8 +6,9 @@ tokenizer.py: build_tokenizer`` to 0.16, ``megatron/core/tokenizers/utils/build_
 legacy system is gone, 3257093930); ``--vocab-size`` is read only by the tokenizers that have no file
 (``NullTokenizer``, ``TikTokenizer``). A tokenizer with a file is read here when the file is on this machine —
 a SentencePiece ``.model`` (its protobuf's pieces and trainer ids, no ``sentencepiece`` import), a Hugging Face
-``tokenizer.json`` (a folder, or a hub name in the local Hugging Face cache) — and otherwise ``--vocab-size``
-stands in for it, or the tokenizer is refused with the fix.
+``tokenizer.json`` (a folder, or a hub name in the local Hugging Face cache), a BERT WordPiece ``vocab.txt`` or a
+GPT-2 ``vocab.json`` (:func:`wordpiece_vocab`, :func:`bpe_vocab`) — and otherwise ``--vocab-size`` stands in for it,
+the bundled vocabulary of the tokenizer type is assumed (BERT's, GPT-2's), or the tokenizer is refused with the fix.
 """
 
 from __future__ import annotations
@@ -74,9 +75,19 @@ def vocab_size(a: ArgReader, family: str | None = None, *, megatron_core: str | 
         return given + (1 if (null_adds_eod(megatron_core) if null_eod is None else null_eod) else 0)
     if kind == "TikTokenizer":
         return given if given is not None else TIKTOKEN_DEFAULT_VOCAB
-    if kind in BERT_VOCABS and "--vocab-file" in a.raw and given is None:
+    vocab_file = a.raw.get("--vocab-file")
+    if kind in BERT_VOCABS and "--vocab-file" in a.raw:
         # tokenizer.py: _BertWordPieceTokenizer adds [BOS] and [EOS], then --vocab-extra-ids sentinels (T5)
-        return BERT_VOCABS[kind] + 2 + (a.int("--vocab-extra-ids", 0) or 0)
+        extra = a.int("--vocab-extra-ids", 0) or 0
+        read = wordpiece_vocab(vocab_file, extra, legacy=legacy) if isinstance(vocab_file, str) else None
+        if read is not None:  # the file the job reads, on this machine: it, not --vocab-size
+            return read
+        if given is None:
+            return BERT_VOCABS[kind] + 2 + extra
+    if kind == "GPT2BPETokenizer" and isinstance(vocab_file, str):
+        read = bpe_vocab(vocab_file)
+        if read is not None:
+            return read
     raw = a.raw.get("--tokenizer-model")
     model = raw if isinstance(raw, str) else ""  # a bare --tokenizer-model (its value empty) names no file
     read = _read_file(kind, model, a, legacy=legacy) if model else None
@@ -93,6 +104,43 @@ def vocab_size(a: ArgReader, family: str | None = None, *, megatron_core: str | 
     raise UserError(f"--tokenizer-type {kind}: its vocabulary size is unknown without reading {where}; "
                     "run where the tokenizer file is, or give `from-megatron --vocab-size N` (the tokenizer's "
                     "vocabulary)")
+
+
+def wordpiece_vocab(vocab_file: str, extra_ids: int, *, legacy: bool) -> int | None:
+    """The vocabulary of a BERT WordPiece tokenizer built from ``vocab_file`` where it is on this machine (None
+    elsewhere): the file's distinct tokens, one per line, then ``[BOS]``, ``[EOS]`` and the ``--vocab-extra-ids``
+    sentinels ``<extra_id_i>`` each added unless the file holds it.
+
+    Legacy ``megatron/training/tokenizer/bert_tokenization.py: load_vocab`` (to 0.16) keys an OrderedDict by each
+    ``readline().strip()`` and ``tokenizer.py: _BertWordPieceTokenizer.add_token`` adds a token only ``if token not
+    in self.vocab``; ``vocab_size`` is ``len(vocab)``. From 0.17 ``MegatronHFTokenizer`` builds Hugging Face's
+    ``BertTokenizer`` on the same file (``tokenization_bert.py: load_vocab``, each line ``rstrip("\\n")``) and
+    reports ``len(tokenizer)``; the same special tokens are counted on top, as for the bundled vocabularies."""
+    path = Path(vocab_file).expanduser()
+    if not path.is_file():
+        return None
+    with path.open(encoding="utf-8") as reader:
+        tokens = {(line.strip() if legacy else line.rstrip("\n")) for line in reader}
+    tokens.update(["[BOS]", "[EOS]", *(f"<extra_id_{i}>" for i in range(extra_ids))])
+    return len(tokens)
+
+
+def bpe_vocab(vocab_file: str) -> int | None:
+    """The vocabulary of a GPT-2 BPE tokenizer built from ``vocab_file`` (its ``vocab.json``) where it is on this
+    machine (None elsewhere): the JSON object's entries — legacy ``gpt2_tokenization.py: GPT2Tokenizer`` loads it
+    as ``self.encoder`` and ``tokenizer.py: _GPT2BPETokenizer.vocab_size`` is ``len(self.tokenizer.encoder)``;
+    from 0.17 Hugging Face's ``GPT2Tokenizer`` on the same file, ``len(tokenizer)`` (GPT-2's ``<|endoftext|>`` is
+    an entry of the file)."""
+    path = Path(vocab_file).expanduser()
+    if not path.is_file():
+        return None
+    try:
+        encoder = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UserError(f"--vocab-file {path}: not a GPT-2 vocab.json ({exc})") from None
+    if not isinstance(encoder, dict) or not encoder:
+        raise UserError(f"--vocab-file {path}: not a GPT-2 vocab.json (a JSON object of token → id)")
+    return len(encoder)
 
 
 def _read_file(kind: str, model: str, a: ArgReader, *, legacy: bool) -> int | None:
