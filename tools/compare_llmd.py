@@ -25,6 +25,10 @@ from timeline.serve.budget import compute_budget
 ROOT = Path(__file__).resolve().parents[1]
 HF = ROOT / "tests" / "data" / "hf"
 GIB = 2**30
+#: the rule set the rows are read at: the page names no vLLM release, and its activation peaks (4.76 GiB for
+#: Llama-3.1-8B at 1,024 sequences) are the profile run's sampler sort, which vLLM runs before its Triton top-k/top-p
+#: kernel (0.17, :data:`timeline.spec.engine_versions.VLLM_TRITON_SAMPLER`): read at the 0.11 rules
+LLMD_RULES = "0.11+35d5cda"
 #: (label, [model] lines, tp, weight lines, non-torch GiB, measured weights, activation, KV or failure)
 ROWS = [
     ("Llama-3.1-8B", f'hf_config = "{HF}/llama-3.1-8b/config.json"', 1, "", 0.13, 14.99, 4.76, 51.38),
@@ -42,6 +46,7 @@ def run_row(folder: Path, model: str, tp: int, extra: str, non_torch: float):
             f'[serving]\nengine = "vllm"\ngpu_memory_utilization = 0.9\nmax_model_len = 16000\n'
             f'max_num_seqs = 1024\nmax_num_batched_tokens = 8192\n'
             f'enable_prefix_caching = true\nblock_size = 128\nnon_torch_gib = {non_torch}\n{extra}\n'
+            f'engine_version = "{LLMD_RULES}"\n'
             '[serving.load]\nnum_requests = 1\n')
     if "block_size = 64" in extra:
         text = text.replace("block_size = 128\n", "")

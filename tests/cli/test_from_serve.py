@@ -12,6 +12,7 @@ import pytest
 from timeline.cli import main
 from timeline.io.serve_command import _forms, human_int, options
 from timeline.io.serve_runfile import load_serve_run
+from timeline.spec.engine_versions import VLLM_DEFAULT
 
 HF = Path(__file__).resolve().parents[1] / "data" / "hf"
 
@@ -145,7 +146,7 @@ def test_the_model_is_found_in_the_hugging_face_cache(tmp_path, capsys, monkeypa
     assert main(["from-vllm", "vllm serve meta-llama/Llama-3.1-8B"]) == 0
     captured = capsys.readouterr()
     assert str(snap / "config.json") in captured.out or "abc123/config.json" in captured.out
-    assert "note: the command does not say which vllm ran it: read as vllm 0.11+35d5cda" in captured.err
+    assert f"note: the command does not say which vllm ran it: read as vllm {VLLM_DEFAULT}" in captured.err
 
 
 def test_vllm_reads_human_readable_integers_as_vllm_does():

@@ -67,7 +67,7 @@ def test_fp8_block_scales_are_fp32_per_128x128_block():
 
 
 def test_llama_budget_is_vllms_formula():
-    run = load_serve_run(LLAMA_RUN)
+    run = load_serve_run(LLAMA_RUN, ["serving.engine_version=0.11+35d5cda"])  # before the Triton sampler (0.17)
     b = compute_budget(run)
     # vLLM logs "Model loading took 14.9888 GiB" for Llama-3.1-8B: the BF16 parameters (64-padded
     # vocabulary) and the 131,072 × 128 rotary cos/sin cache
@@ -287,3 +287,26 @@ def test_a_load_beyond_max_steps_is_refused_before_any_work(tmp_path, capsys):
     assert main(["serve", str(LLAMA_RUN), "--max-steps", "127", "-o", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "at least 128 engine steps" in err[0] and not (tmp_path / "o").exists()
+
+
+def test_a_run_naming_no_vllm_is_the_default_releases_and_says_so(tmp_path, capsys):
+    """Without serving.engine_version every version-dependent rule runs at VLLM_DEFAULT (0.19.0), scheduler
+    defaults included: the same budget as the run that names it, and a note that says which release was read.
+    Before, such a run took the 0.11 rule set for some rules and the newest for others, silently."""
+    from timeline.spec.engine_versions import VLLM_DEFAULT
+
+    named = LLAMA_RUN.read_text()
+    assert f'engine_version = "{VLLM_DEFAULT}"' in named
+    bare = tmp_path / "bare.toml"
+    bare.write_text(named.replace(f'engine_version = "{VLLM_DEFAULT}"\n', "")
+                    .replace('hf_config = "../', f'hf_config = "{ROOT}/'))
+    run = load_serve_run(bare)
+    assert run.serving.engine_version == VLLM_DEFAULT
+    assert any(f"read as vLLM {VLLM_DEFAULT}" in n for n in run.notes)
+    assert compute_budget(run) == compute_budget(load_serve_run(LLAMA_RUN))
+    # 0.19's H100 server defaults (1,024 sequences) where the file leaves max_num_seqs out, not the spec's 256
+    no_seqs = tmp_path / "no_seqs.toml"
+    no_seqs.write_text("\n".join(ln for ln in bare.read_text().splitlines() if not ln.startswith("max_num_seqs")))
+    assert load_serve_run(no_seqs).serving.max_num_seqs == 1024
+    assert main(["serve", str(bare), "--format", "summary", "-o", str(tmp_path / "out")]) == 0
+    assert f"serving.engine_version is not given: read as vLLM {VLLM_DEFAULT}" in capsys.readouterr().err

@@ -22,6 +22,7 @@ from timeline.io.runfile import NAME_RE, _resolve_model, default_name, parse_ove
 from timeline.spec.engine_versions import (
     SGLANG_MAX_PREFILL_TOKENS,
     USAGE_CONTEXTS,
+    VLLM_DEFAULT,
     VLLM_MODELOPT_KV_FP8,
     release_at_least,
     sglang_server_defaults,
@@ -266,6 +267,12 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     hardware = None if found else build_section(HardwareSpec, "hardware", hw_values, problems)
     allocator = build_section(AllocatorSpec, "allocator", table("allocator"), problems)
     sv_values = table("serving")
+    if sv_values.get("engine", "vllm") == "vllm" and "engine_version" not in sv_values:
+        # a run that names no vLLM is the run of the default rule set, every version-dependent rule alike
+        # (scheduler defaults included): VLLM_DEFAULT, said in a note
+        sv_values["engine_version"] = VLLM_DEFAULT
+        notes.append(f"serving.engine_version is not given: read as vLLM {VLLM_DEFAULT}, the newest release the "
+                     "rules are read at; give yours (`vllm --version`), e.g. --set serving.engine_version=0.11.0")
     load_values = sv_values.pop("load", None)
     cfg = _checkpoint_config(data.get("model"), base)
     quant = _checkpoint_quant(cfg, sv_values, problems, notes, _quant_file(data.get("model"), base))

@@ -76,7 +76,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from timeline.spec.engine_versions import is_v1, parse_version, vllm_profiles_cudagraphs
+from timeline.spec.engine_versions import VLLM_DEFAULT, is_v1, parse_version, vllm_profiles_cudagraphs
 from timeline.spec.hardware import preset_values
 from timeline.spec.run import HardwareSpec
 from timeline.spec.serving import ServeRunSpec
@@ -190,7 +190,7 @@ def communicators(run: ServeRunSpec) -> str:
     sv = run.serving
     if sv.engine != "vllm":
         return ""
-    v = parse_version(sv.engine_version or "0.11") or (0, 11, 0)
+    v = parse_version(sv.engine_version or VLLM_DEFAULT) or (0, 11, 0)
     return "nccl+symm_mem" if v >= (0, 11, 0) and run.hardware.sm in (90, 100) and run.parallel.tp > 1 else "nccl"
 
 
@@ -200,7 +200,7 @@ def dist_bytes(run: ServeRunSpec) -> tuple[int, str]:
     (:func:`custom_all_reduce_bytes`)."""
     par, sv = run.parallel, run.serving
     if par.tp * par.pp == 1:
-        v = parse_version(sv.engine_version or "0.11") or (0, 11, 0)
+        v = parse_version(sv.engine_version or VLLM_DEFAULT) or (0, 11, 0)
         if sv.engine == "vllm" and v < (0, 5, 0):  # worker.py init_worker_distributed_environment, 0.2.7 … 0.4.1
             return 0, f"the warm-up all_reduce's one-rank NCCL communicator is {UNMEASURED}: 0"
         return 0, "world size 1: no communicator"

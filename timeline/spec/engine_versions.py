@@ -68,8 +68,11 @@ from dataclasses import dataclass
 
 from timeline.spec.sglang_rules import explain_mem_fraction_static
 
-#: the default rule set (the newest source the budget was read at)
-VLLM_DEFAULT = "0.11+35d5cda"
+#: the rule set of a run that names no vLLM (``timeline.io.serve_runfile`` fills ``serving.engine_version`` with it
+#: and says so): 0.19.0, the newest release every version-dependent rule here was read at (scheduler defaults,
+#: sampler, kernels, profilers) and the one the most calibration logs ran (the llm-d planner's sweep). Until stop 59
+#: it was "0.11+35d5cda", the source the budget was first read at, which a user of a current vLLM got silently.
+VLLM_DEFAULT = "0.19.0"
 #: the first vLLM release whose budget subtracts allocated (not reserved) bytes
 VLLM_OLDEST = (0, 6, 4)
 #: releases of the reserved-peak profilers read (module docstring): [first, last] of each
@@ -148,13 +151,13 @@ VLLM_TRITON_KERNELS_VENDORED = (0, 12, 0)
 
 
 def triton_kernels_vendored(version: str) -> bool:
-    """vLLM ``version`` (default: the 0.11 rule set) can import ``triton_kernels`` without an extra package."""
+    """vLLM ``version`` (default: :data:`VLLM_DEFAULT`) can import ``triton_kernels`` without an extra package."""
     v = parse_version(version or VLLM_DEFAULT)
     return v is not None and v >= VLLM_TRITON_KERNELS_VENDORED
 
 
 def vllm_triton_profile(version: str) -> bool:
-    """vLLM ``version`` (default: the newest rule set, 0.11) samples with the Triton top-k/top-p kernel
+    """vLLM ``version`` (default: :data:`VLLM_DEFAULT`) samples with the Triton top-k/top-p kernel
     and keeps the MoE workspace (module docstring)."""
     v = parse_version(version or VLLM_DEFAULT)
     return v is not None and v >= VLLM_TRITON_SAMPLER

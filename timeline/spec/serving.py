@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from timeline.spec.engine_versions import SGLANG_DEFAULT, USAGE_CONTEXTS
+from timeline.spec.engine_versions import SGLANG_DEFAULT, USAGE_CONTEXTS, VLLM_DEFAULT
 from timeline.spec.fields import spec_field
 from timeline.spec.model import ModelSpec
 from timeline.spec.quant import CheckpointQuant
@@ -28,8 +28,8 @@ DISTS = ("fixed", "uniform", "lognormal")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServingSpec:
     engine: str = spec_field("vllm", choices=ENGINES)
-    engine_version: str = spec_field("", doc="the engine version the budget rules are read at (default: the "
-                                     "newest the rule table knows)")
+    engine_version: str = spec_field("", doc="the engine version the budget rules are read at (default: vLLM "
+                                     f"{VLLM_DEFAULT}, SGLang {SGLANG_DEFAULT}: the newest releases read)")
     gpu_memory_utilization: float = spec_field(0.9, minimum=0.01, maximum=1.0, doc="vLLM")
     mem_fraction_static: float = spec_field(0.88, minimum=0.01, maximum=1.0, doc="SGLang")
     max_num_seqs: int = spec_field(256, nonneg=True, maximum=2**20, doc=(
@@ -182,9 +182,9 @@ class ServeRunSpec:
 
 
 #: the engine versions whose source the budget rules (``timeline.serve.rules``) are read at; the
-#: first is the default
+#: first is the default (vLLM's: :data:`timeline.spec.engine_versions.VLLM_DEFAULT`)
 ENGINE_VERSIONS: dict[str, tuple[str, ...]] = {
-    "vllm": ("0.11+35d5cda",),
+    "vllm": (VLLM_DEFAULT,),
     "sglang": (SGLANG_DEFAULT, "0.4"),  # the newest release read; "0.4" the round-1 rule set
     "hf": ("transformers",),
 }
