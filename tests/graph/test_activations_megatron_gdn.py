@@ -141,6 +141,22 @@ def test_from_megatron_refuses_other_variants_and_a_missing_pattern():
         model_of({"--experimental-attention-variant": "gated_delta_net", "--linear-attention-freq": "[1]*3"})
 
 
+def test_the_dev_branchs_linear_attention_type_is_the_variant():
+    """``--linear-attention-type gated_delta_net`` (the dev branch, c7590d8c37 … a9fb6c8ba3) is what validate_args
+    copies into ``experimental_attention_variant``: the same layers, with a note; its other kinds and a conflicting
+    variant are one line each."""
+    conv = convert(from_mapping(BASE | {"--linear-attention-type": "gated_delta_net", "--linear-attention-freq": 2}),
+                   world_size=2)
+    assert conv.sections["model"] == model_of({"--experimental-attention-variant": "gated_delta_net",
+                                               "--linear-attention-freq": 2})
+    assert any("dev branch's name for --experimental-attention-variant" in n for n in conv.notes)
+    with pytest.raises(UserError, match="--linear-attention-type mamba: only gated_delta_net"):
+        model_of({"--linear-attention-type": "mamba", "--linear-attention-freq": 2})
+    with pytest.raises(UserError, match="deprecated name of the second"):
+        model_of({"--linear-attention-type": "gated_delta_net", "--experimental-attention-variant": "dsa",
+                  "--linear-attention-freq": 2})
+
+
 def test_autotuned_kernels_hold_triton_s_flush_buffer_at_their_first_calls(run):
     """fla's kernels are @triton.autotune'd: Triton's do_bench holds its 256 MiB flush buffer (PyTorch ≥ 2.6's
     Triton) at the first forward's first GDN op and at the first backward's, which is the last GDN layer's."""

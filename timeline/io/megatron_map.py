@@ -392,6 +392,21 @@ def map_linear_attention(a: ArgReader, c: Conversion, layers: int) -> None:
     """``--experimental-attention-variant gated_delta_net``: which layers are gated delta nets and their sizes
     (``TransformerConfig``'s defaults: conv kernel 4, key and value head dims 128, 16 key and 32 value heads)."""
     variant = a.str("--experimental-attention-variant")
+    legacy = a.str("--linear-attention-type")
+    if legacy is not None:
+        # the dev branch's name for it, from c7590d8c37 (2025-10-13, choices gated_delta_net and mamba) to
+        # a9fb6c8ba3 (2026-01-30), where arguments.py: validate_args warns it is deprecated and sets
+        # `args.experimental_attention_variant = args.linear_attention_type`; no release carries it
+        if legacy != "gated_delta_net":
+            raise UserError(f"--linear-attention-type {legacy}: only gated_delta_net is modelled (Mamba layers: "
+                            "--hybrid-layer-pattern)")
+        if variant is not None and variant != legacy:
+            raise UserError(f"--linear-attention-type {legacy} with --experimental-attention-variant {variant}: the "
+                            "first is the deprecated name of the second (Megatron-LM overwrites it); give one")
+        variant = legacy
+        c.notes.append("--linear-attention-type gated_delta_net is the dev branch's name for "
+                       "--experimental-attention-variant gated_delta_net (deprecated there from a9fb6c8ba3, in no "
+                       "release): its layers are simulated as core_v0.17.0's GatedDeltaNet")
     if variant is None:
         return
     if variant not in GDN_VARIANTS:
@@ -403,7 +418,7 @@ def map_linear_attention(a: ArgReader, c: Conversion, layers: int) -> None:
                         "without it): an integer N (every N-th layer attention) or a list expression")
     pattern = linear_attention_pattern(freq, layers)
     c.put("model.layer_types", tuple("linear_attention" if v else "full_attention" for v in pattern),
-          "--experimental-attention-variant", "--linear-attention-freq")
+          "--experimental-attention-variant", "--linear-attention-freq", "--linear-attention-type")
     for arg, default in (("--linear-conv-kernel-dim", 4), ("--linear-key-head-dim", 128),
                          ("--linear-value-head-dim", 128), ("--linear-num-key-heads", 16),
                          ("--linear-num-value-heads", 32)):

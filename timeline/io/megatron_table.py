@@ -28,6 +28,8 @@ MAPPED: dict[str, str] = {
     "--experimental-attention-variant": "model.layer_types (gated_delta_net: Megatron-Core's GatedDeltaNet in the "
                                         "linear layers; dsa refused)",
     "--linear-attention-freq": "model.layer_types (which layers are gated delta nets)",
+    "--linear-attention-type": "model.layer_types (the dev branch's deprecated name for "
+                               "--experimental-attention-variant; gated_delta_net only)",
     **dict.fromkeys(("--linear-conv-kernel-dim", "--linear-key-head-dim", "--linear-value-head-dim",
                      "--linear-num-key-heads", "--linear-num-value-heads"), "model.linear_* (the gated delta net's "
                                                                            "sizes)"),
@@ -315,10 +317,11 @@ REFUSED: dict[str, str] = {
     "--o-groups": "a grouped low-rank attention output projection (MLA's o_groups) is not modelled",
     "--o-lora-rank": "a low-rank attention output projection (MLA's o_lora_rank) is not modelled",
     "--head-wise-attn-gate": "a head-wise attention output gate is not modelled",
-    "--linear-attention-type": "linear-attention layers (gated delta net and its kind) are not modelled",
     "--linear-cp-mode": "linear-attention layers under context parallelism are not modelled",
-    "--gdn-conv-pad-alignment": "gated delta net layers are not modelled",
-    "--gdn-pre-gated-delta-rule-fusion": "gated delta net layers are not modelled",
+    "--gdn-conv-pad-alignment": "padding packed gated-delta-net conv inputs to an alignment (dev's option) is not "
+                                "modelled",
+    "--gdn-pre-gated-delta-rule-fusion": "the streamed Triton fusion of the gated delta net's pre-delta-rule steps "
+                                         "(dev's option) is not modelled",
     "--cp-partition-mode": "context-parallel partitions other than the load-balanced halves are not modelled",
     "--dynamic-context-parallel": "a context-parallel size chosen per micro-batch is not modelled",
     "--min-dynamic-context-parallel-size": "a context-parallel size chosen per micro-batch is not modelled",
