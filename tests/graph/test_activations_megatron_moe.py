@@ -86,3 +86,27 @@ def test_selective_moe_recomputes_the_allgather_path():
     assert {f"{P}.dispatch.probs_t", f"{P}.dispatch.routing_map_t", f"{P}.dispatch.sorted_idx",
             f"{P}.router.routing_map", f"{P}.router.scores_saved", f"{P}.experts.linear_fc1.out"} <= base - got
     assert got <= base
+
+
+def test_shared_expert_gate_keeps_the_shared_output_and_its_score():
+    """--moe-shared-expert-gate (SharedExpertMLP.forward, core_v0.17.0): `output * sigmoid(F.linear(x, gate_weight))`
+    on this rank's SP rows — MulBackward0 keeps the shared experts' output (T × H, bf16) and the score (T × 1), which
+    nothing kept before; the logits are not kept."""
+    plain, gated = saved_bytes(), saved_bytes("model.shared_expert_gate=true")
+    added = {n: v for n, v in gated.items() if n not in plain}
+    assert added == {f"{P}.shared_experts.linear_fc2.out": ((T, H), "bf16", 2 * T * H),
+                     f"{P}.shared_expert_gate.sigmoid": ((T, 1), "bf16", 2 * T)}
+    assert all(gated[n] == v for n, v in plain.items())
+
+
+def test_from_megatron_maps_the_shared_expert_gate():
+    from timeline.io.megatron_args import from_mapping
+    from timeline.io.megatron_write import convert
+
+    base = {"--num-layers": 2, "--hidden-size": 256, "--num-attention-heads": 8, "--seq-length": 512,
+            "--micro-batch-size": 1, "--global-batch-size": 8, "--bf16": True, "--num-experts": 4,
+            "--moe-shared-expert-gate": True}
+    model = convert(from_mapping(base | {"--moe-shared-expert-intermediate-size": 512}), world_size=1).sections["model"]
+    assert model["shared_expert_gate"] is True and model["shared_expert_intermediate_size"] == 512
+    # MoELayer builds the gate inside SharedExpertMLP: without shared experts the flag changes nothing
+    assert "shared_expert_gate" not in convert(from_mapping(base), world_size=1).sections["model"]

@@ -364,6 +364,11 @@ def map_model(a: ArgReader, c: Conversion, family: str | None = None, *, megatro
         if shared:
             c.put("model.n_shared_experts", 1, "--moe-shared-expert-intermediate-size")
             c.put("model.shared_expert_intermediate_size", shared)
+        # moe/moe_layer.py: MoELayer hands config.moe_shared_expert_gate to SharedExpertMLP, which exists only
+        # with --moe-shared-expert-intermediate-size: without shared experts the flag changes nothing
+        gate = a.flag("--moe-shared-expert-gate")
+        if gate and shared:
+            c.put("model.shared_expert_gate", True, "--moe-shared-expert-gate")
         pattern = moe_layer_pattern(a.value("--moe-layer-freq", 1), layers)
         rule = pattern_to_model(pattern)
         if rule is not None:

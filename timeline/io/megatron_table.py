@@ -28,6 +28,8 @@ MAPPED: dict[str, str] = {
     "--experimental-attention-variant": "model.layer_types (gated_delta_net: Megatron-Core's GatedDeltaNet in the "
                                         "linear layers; dsa refused)",
     "--linear-attention-freq": "model.layer_types (which layers are gated delta nets)",
+    "--moe-shared-expert-gate": "model.shared_expert_gate (the shared experts' output scaled by a sigmoid gate; "
+                                "no effect without shared experts)",
     "--linear-attention-type": "model.layer_types (the dev branch's deprecated name for "
                                "--experimental-attention-variant; gated_delta_net only)",
     **dict.fromkeys(("--linear-conv-kernel-dim", "--linear-key-head-dim", "--linear-value-head-dim",
@@ -288,7 +290,6 @@ REFUSED: dict[str, str] = {
     "--moe-router-force-biased": "biased random router logits (moe_utils.py: apply_biased_logits) are not modelled",
     "--moe-expert-rank-capacity-factor": "a per-rank token capacity (token_dispatcher.py) is not modelled",
     "--moe-extended-tp": "extended expert tensor parallelism is not modelled",
-    "--moe-shared-expert-gate": "the shared expert's gate (moe_layer.py) is not modelled",
     "--moe-mlp-glu-interleave-size": "interleaved GLU weights and their reordering copies are not modelled",
     "--moe-shared-expert-glu-interleave-size": "interleaved GLU weights and their reordering copies are not modelled",
     "--moe-use-grouped-tensor": "TE grouped tensors (per-expert token padding, experts.py) are not modelled",

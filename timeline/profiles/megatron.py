@@ -159,6 +159,13 @@ RULES: dict[str, SaveRule] = {
     "rope": SaveRule(source=f"{TE}/attention/rope.py: FusedRoPEFunc saves freqs; {MC}/fusions/"
                             "fused_mla_yarn_rope_apply.py: ApplyMLARotaryEmbQ/KV save cos, sin"),
     "add": SaveRule(source="residual add keeps nothing"),
+    "shared_gate": SaveRule(saves=("in:x", "extra:sigmoid"),
+                            source="NVIDIA/Megatron-LM@core_v0.17.0:megatron/core/transformer/moe/shared_experts.py: "
+                                   "SharedExpertMLP.forward with --moe-shared-expert-gate (bddd0a8ed7): "
+                                   "`logits = F.linear(hidden_states, self.gate_weight)` on the SP rows, "
+                                   "`gate_score = sigmoid(logits)`, `output = output * gate_score` — MulBackward0 "
+                                   "keeps the shared expert's output and the score (SigmoidBackward0's result too); "
+                                   "the logits die with the sigmoid"),
     "output_gate": SaveRule(saves=("in:x", "in:gate"),
                             source=f"{MC}/transformer/attention.py: Attention._apply_output_gate, jit_fuser = "
                                    "torch.compile (core/jit.py, torch >= 2.2): x · sigmoid(gate.float()) cast back; "
@@ -292,7 +299,10 @@ STRUCTURE = Structure(attention="flash", dropout=False, fused_norm_linear=True, 
                       # weight[masked_input] in deterministic mode) returns a dense weight gradient that
                       # MC distributed/distributed_data_parallel.py's grad hook adds into main_grad and drops
                       # (gradient-accumulation fusion covers linears only)
-                      embedding_wgrad=True)
+                      embedding_wgrad=True,
+                      # MC transformer/moe/shared_experts.py: SharedExpertMLP — --moe-shared-expert-gate scales the
+                      # shared experts' output by sigmoid(F.linear(x, gate_weight)) (the "shared_gate" rule)
+                      shared_expert_gate=True)
 
 
 def configure(table: Structure, spec: FrameworkSpec) -> Structure:
