@@ -101,3 +101,29 @@ def test_hybrid_validation_names_the_field(tmp_path):
     path.write_text(RUN.replace("tp = 2", "tp = 2\ncp = 8"))
     with pytest.raises(UserError, match="parallel.cp"):
         load_run(path, [])
+
+
+def test_a_hybrid_models_mtp_depths_are_attention_then_mlp(tmp_path):
+    """Two MTP depths (Megatron's '…/*-/*-'): each an attention and an MLP layer around enorm, hnorm and eh_proj,
+    the layers a GPT model's MTP depth runs; with mtp_repeated_layer (--mtp-use-repeated-layer) the second depth
+    holds no parameter of its own and saves what the first saves."""
+    path = tmp_path / "run.toml"
+    path.write_text(RUN.replace("[parallel]", "mtp_layers = 2\n[parallel]"))
+    run = load_run(path, [])
+    src = AnalyticSource(model=run.model, profile="megatron", framework=run.framework, parallel=run.parallel,
+                         training=run.training)
+    inner = {t.name.split(".")[3] for n in src.nodes(0) if n.name == "mtp.0" for t in n.params
+             if t.name.startswith("mtp.0.layer.")}
+    assert inner == {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}
+    params = {n.name: sum(t.size_bytes for t in n.params) for n in src.nodes(0) if n.kind == "mtp"}
+    assert params["mtp.0"] == params["mtp.1"] > 0
+    path.write_text(RUN.replace("[parallel]", "mtp_layers = 2\nmtp_repeated_layer = true\n[parallel]"))
+    shared = load_run(path, [])
+    src1 = AnalyticSource(model=shared.model, profile="megatron", framework=shared.framework,
+                          parallel=shared.parallel, training=shared.training)
+    params1 = {n.name: sum(t.size_bytes for t in n.params) for n in src1.nodes(0) if n.kind == "mtp"}
+    assert params1 == {"mtp.0": params["mtp.0"], "mtp.1": 0}
+    saved = {st.tensor.name: st.tensor.size_bytes for st in template_of(run, 0).saved if st.tensor.name.startswith("mtp.")}
+    saved1 = {st.tensor.name: st.tensor.size_bytes for st in template_of(shared, 0).saved
+              if st.tensor.name.startswith("mtp.")}
+    assert saved1 == saved and any(n.startswith("mtp.1.layer.mlp") for n in saved)

@@ -425,12 +425,36 @@ def test_hybrid_ratios_allocate_as_megatron_does():
 
 
 def test_hybrid_refusals_are_one_line():
-    with pytest.raises(UserError, match="--mtp-hybrid-override-pattern"):
-        convert_args({**HYBRID_ARGS, "--mtp-hybrid-override-pattern": "*E"}, world_size=8, megatron_core="0.18.0")
-    with pytest.raises(UserError, match="multi-token prediction in a hybrid model"):
+    with pytest.raises(UserError, match="an MTP depth of 'MM' is not modelled"):
         convert_args({**HYBRID_ARGS, "--hybrid-layer-pattern": "M*M*/MM"}, world_size=8, megatron_core="0.18.0")
+    with pytest.raises(UserError, match="every MTP depth's pattern to be the same"):
+        convert_args({**HYBRID_ARGS, "--hybrid-layer-pattern": "M*M-/*-/*E"}, world_size=8, megatron_core="0.18.0")
+    with pytest.raises(UserError, match="an MTP depth with an MoE layer in a dense model"):
+        convert_args({**HYBRID_ARGS, "--hybrid-layer-pattern": "M*M-/*E"}, world_size=8, megatron_core="0.18.0")
     with pytest.raises(UserError, match="--disable-mamba-mem-eff-path"):
         convert_args({**HYBRID_ARGS, "--disable-mamba-mem-eff-path": True}, world_size=8, megatron_core="0.18.0")
+
+
+def test_a_hybrid_patterns_mtp_depths_are_transformer_layers():
+    """hybrid_layer_allocation.py: parse_hybrid_pattern (d98e8a64dd) — 'main/*-/*-' is two MTP depths of an
+    attention and an MLP layer; validate_args takes --mtp-num-layers from them (a conflicting one: a note); the
+    deprecated --mtp-hybrid-override-pattern with --mtp-num-layers N is the same pattern repeated N times."""
+    args = {**HYBRID_ARGS, "--hybrid-layer-pattern": "M*M-/*-/*-", "--pipeline-model-parallel-size": 1}
+    c = convert_args(args, world_size=8, megatron_core="0.18.0")
+    assert c.sections["model"]["hybrid_override_pattern"] == "M*M-" and c.sections["model"]["mtp_layers"] == 2
+    c = convert_args(args | {"--mtp-num-layers": 3}, world_size=8, megatron_core="0.18.0")
+    assert c.sections["model"]["mtp_layers"] == 2 and any("takes the pattern's" in n for n in c.notes)
+    legacy = {**args, "--hybrid-layer-pattern": "M*M-", "--mtp-hybrid-override-pattern": "*-", "--mtp-num-layers": 3}
+    assert convert_args(legacy, world_size=8, megatron_core="0.18.0").sections["model"]["mtp_layers"] == 3
+
+
+def test_mtp_use_repeated_layer_is_one_modules_parameters():
+    """transformer_config.py (core_v0.17.0 on): --mtp-use-repeated-layer builds one MTP layer for every depth —
+    memory, not numerics (it was listed memory-neutral before); without MTP it changes nothing."""
+    c = convert_args(BASE | {"--mtp-num-layers": 2, "--mtp-use-repeated-layer": True}, megatron_core="0.17.0")
+    assert c.sections["model"]["mtp_layers"] == 2 and c.sections["model"]["mtp_repeated_layer"] is True
+    c = convert_args(BASE | {"--mtp-use-repeated-layer": True}, megatron_core="0.17.0")
+    assert "mtp_repeated_layer" not in c.sections["model"]
 
 
 def test_a_world_size_the_expert_ranks_do_not_divide_is_refused_as_megatron_does():

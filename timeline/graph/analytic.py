@@ -62,6 +62,10 @@ def forward_ops(ctx: BuildCtx, par: ParallelSpec, tr: TrainingSpec, chunk: int,
         nodes = chunk_nodes(ctx, ranges, chunk, at)
     b = Builder(ctx, Dims.of(par, tr), tr, (t for n in nodes for t in n.params))
     m, d = ctx.model, b.dims
+    if m.mtp_repeated_layer:  # every depth runs MTP module 0: its parameters stand for theirs (widths, gradients)
+        for t in [t for name, t in b.params.items() if name.startswith("mtp.0.")]:
+            for k in range(1, m.mtp_layers):
+                b.params.setdefault(t.name.replace("mtp.0.", f"mtp.{k}.", 1), t)
     last = len(ranges) - 1
     if m.architecture == "t5":  # one stage holds the encoder, the decoder and the head (spec/arch_rules.py)
         loaded = t5.forward(b, ranges[chunk])

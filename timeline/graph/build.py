@@ -148,6 +148,8 @@ def chunk_nodes(ctx: BuildCtx, ranges: list[range], chunk: int, mtp_at: int | No
             layer = m.num_hidden_layers + k
             inner = decoder_layer(ctx, layer, f"mtp.{k}.layer", moe=m.is_moe_layer(layer))
             params = mtp.params(ctx, k, [t for n in inner for t in n.params])
+            if k and m.mtp_repeated_layer:  # MultiTokenPredictionBlock: one layer, run at every depth
+                params = []
             nodes.append(Node(f"mtp.{k}", "mtp", layer, tuple(params)))
     return nodes
 

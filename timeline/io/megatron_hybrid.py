@@ -38,6 +38,9 @@ class Hybrid:
 
     pattern: str
     segments: tuple[int, ...] | None = None
+    #: MTP depths the pattern gives after its '/' separators (each depth's own layer pattern is ``mtp_pattern``)
+    mtp_depths: int = 0
+    mtp_pattern: str = ""
 
 
 def _on(raw: dict[str, Any], name: str) -> bool:
@@ -91,6 +94,31 @@ def _strip(text: str) -> str:
     return text.replace("\\", "").strip().strip("\"'")
 
 
+#: the MTP depth patterns modelled: an attention layer then an MoE or an MLP layer — the transformer layer a GPT
+#: model's MTP depth runs (each hybrid layer has its own pre-norm, fused into the attention's qkv linear and
+#: TENorm before the MLP, as a TransformerLayer's)
+MTP_PATTERNS = ("*E", "*-")
+
+
+def _mtp_part(text: str) -> tuple[str, int, str]:
+    """(main pattern, MTP depths, one depth's pattern) of a unified pattern ``main/mtp/mtp…``
+    (``megatron/core/models/hybrid/hybrid_layer_allocation.py: parse_hybrid_pattern``@d98e8a64dd: empty parts after
+    the separator give no MTP, the depths' patterns must be identical; ``arguments.py: validate_args`` then takes
+    ``--mtp-num-layers`` from the depth count)."""
+    if "/" not in text:
+        return text, 0, ""
+    main, *mtps = text.split("/")
+    if all(p == "" for p in mtps):
+        return main, 0, ""
+    if len(set(mtps)) != 1:
+        raise UserError(f"--hybrid-layer-pattern {text}: Megatron-LM requires every MTP depth's pattern to be the "
+                        f"same (parse_hybrid_pattern raises), here {', '.join(repr(p) for p in mtps)}")
+    if mtps[0] not in MTP_PATTERNS:
+        raise UserError(f"--hybrid-layer-pattern {text}: an MTP depth of {mtps[0]!r} is not modelled; the depths "
+                        "modelled are an attention layer then an MoE or an MLP layer ('*E', '*-')")
+    return main, len(mtps), mtps[0]
+
+
 def read_hybrid(raw: dict[str, Any]) -> Hybrid | None:
     """The hybrid layer pattern the arguments give (None: not a hybrid model)."""
     if not is_hybrid(raw):
@@ -100,9 +128,12 @@ def read_hybrid(raw: dict[str, Any]) -> Hybrid | None:
         raise UserError("--hybrid-override-pattern with --hybrid-layer-pattern: Megatron-LM accepts one of them "
                         "(arguments.py: validate_args); drop --hybrid-override-pattern")
     text = _strip(str(layer_pattern if _on(raw, "--hybrid-layer-pattern") else override or ""))
-    if "/" in text:
-        raise UserError(f"--hybrid-layer-pattern {text}: multi-token prediction in a hybrid model (the pattern after "
-                        "'/') is not modelled; drop the MTP part")
+    legacy_mtp, depths = raw.get("--mtp-hybrid-override-pattern"), raw.get("--mtp-num-layers")
+    if legacy_mtp not in (None, "None", False) and depths not in (None, "None") and int(depths) > 0 \
+            and "/" not in text:
+        # arguments.py: validate_args (d98e8a64dd) turns the deprecated pair into the unified pattern
+        text = text + "/" + "/".join([_strip(str(legacy_mtp))] * int(depths))
+    text, mtp_depths, mtp_pattern = _mtp_part(text)
     segments = None
     if text:
         parts = text.split("|")
@@ -128,4 +159,4 @@ def read_hybrid(raw: dict[str, Any]) -> Hybrid | None:
         if any(auto.count(s) != text.count(s) for s in "M*-"):  # _layer_counts_match
             raise UserError(f"--hybrid-attention-ratio {attn} / --hybrid-mlp-ratio {mlp}: the pattern's layer counts "
                             "differ from the ratios' (Megatron-LM raises ValueError); drop the ratios")
-    return Hybrid(pattern=text, segments=segments)
+    return Hybrid(pattern=text, segments=segments, mtp_depths=mtp_depths, mtp_pattern=mtp_pattern)

@@ -386,6 +386,11 @@ def map_model(a: ArgReader, c: Conversion, family: str | None = None, *, megatro
     mtp = a.int("--mtp-num-layers")
     c.put("model.mtp_layers", mtp or 0, "--mtp-num-layers")
     map_hybrid(a, c)
+    # transformer_config.py (core_v0.17.0 on): mtp_use_repeated_layer builds one MTP layer and runs it at every
+    # depth (multi_token_prediction.py: MultiTokenPredictionBlock, `layer_idx = 0 if self.mtp_use_repeated_layer`)
+    repeated = a.flag("--mtp-use-repeated-layer")
+    if repeated and c.sections["model"].get("mtp_layers"):
+        c.put("model.mtp_repeated_layer", True, "--mtp-use-repeated-layer")
 
 
 #: ``--experimental-attention-variant`` values that build Megatron-Core's GatedDeltaNet (``gated_delta_net``;
@@ -447,6 +452,17 @@ def map_hybrid(a: ArgReader, c: Conversion) -> None:
         return
     c.put("model.hybrid_override_pattern", hybrid.pattern, "--hybrid-layer-pattern", "--hybrid-override-pattern",
           "--hybrid-attention-ratio", "--hybrid-mlp-ratio", "--is-hybrid-model", "--spec")
+    if hybrid.mtp_depths:  # the pattern's MTP depths (arguments.py: validate_args infers --mtp-num-layers from them)
+        moe = bool(c.sections["model"].get("n_routed_experts"))
+        if (hybrid.mtp_pattern == "*E") != moe:
+            raise UserError(f"--hybrid-layer-pattern …/{hybrid.mtp_pattern}: an MTP depth with "
+                            f"{'an MoE' if hybrid.mtp_pattern == '*E' else 'a dense MLP'} layer in "
+                            f"{'a dense' if not moe else 'an MoE'} model is not modelled")
+        given = c.sections["model"].get("mtp_layers")
+        if given and given != hybrid.mtp_depths:
+            c.notes.append(f"--mtp-num-layers {given} conflicts with the pattern's {hybrid.mtp_depths} MTP depths: "
+                           "Megatron-LM warns and takes the pattern's (arguments.py: validate_args)")
+        c.put("model.mtp_layers", hybrid.mtp_depths, "--hybrid-layer-pattern", "--mtp-hybrid-override-pattern")
     c.put("model.mamba_head_dim", a.int("--mamba-head-dim", 64), "--mamba-head-dim")
     c.put("model.ssm_state_size", a.int("--mamba-state-dim", 128), "--mamba-state-dim")
     c.put("model.n_groups", a.int("--mamba-num-groups", 8), "--mamba-num-groups")

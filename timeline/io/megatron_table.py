@@ -28,6 +28,9 @@ MAPPED: dict[str, str] = {
     "--experimental-attention-variant": "model.layer_types (gated_delta_net: Megatron-Core's GatedDeltaNet in the "
                                         "linear layers; dsa refused)",
     "--linear-attention-freq": "model.layer_types (which layers are gated delta nets)",
+    "--mtp-hybrid-override-pattern": "model.mtp_layers (the deprecated form of a hybrid pattern's MTP depths: "
+                                     "'*E' / '*-' modelled)",
+    "--mtp-use-repeated-layer": "model.mtp_repeated_layer (one MTP module's parameters for every depth)",
     "--moe-shared-expert-gate": "model.shared_expert_gate (the shared experts' output scaled by a sigmoid gate; "
                                 "no effect without shared experts)",
     "--linear-attention-type": "model.layer_types (the dev branch's deprecated name for "
@@ -365,8 +368,6 @@ REFUSED: dict[str, str] = {
     "--disable-mamba-mem-eff-path": "the Mamba mixer's unfused path (a separate conv1d, then "
                                     "mamba_chunk_scan_combined) is not modelled",
     "--mamba-training-ssm-states-dtype": "Mamba SSM states kept in another dtype in training are not modelled",
-    "--mtp-hybrid-override-pattern": "multi-token prediction in a hybrid model (its own layer pattern) is not "
-                                     "modelled",
     "--checkpoint-activations": _REJECTED + "--recompute-granularity",
     "--batch-size": _REJECTED + "--micro-batch-size", "--warmup": _REJECTED + "--lr-warmup-iters",
     "--model-parallel-size": _REJECTED + "--tensor-model-parallel-size",

@@ -134,6 +134,8 @@ class ModelSpec:
     router_bias: bool = spec_field(False, doc="per-expert fp32 score-correction bias (DeepSeek-V3 noaux_tc)")
     norm_topk_prob: bool = spec_field(False, doc="renormalise the top-k routing weights (Qwen-MoE, Mixtral always)")
     mtp_layers: int = spec_field(0, nonneg=True, maximum=64, doc="multi-token-prediction modules (num_nextn_predict_layers)")
+    mtp_repeated_layer: bool = spec_field(False, doc="the MTP depths run one module, its parameters once (Megatron's "
+                                          "--mtp-use-repeated-layer, core_v0.17.0 on)")
     index_n_heads: int = spec_field(0, nonneg=True, maximum=2**12, doc="heads of DeepSeek-V3.2's lightning indexer "
                                     "(sparse attention, DSA); 0 = dense attention")
     index_head_dim: int = spec_field(128, positive=True, maximum=2**12, doc="the indexer's head dimension")
@@ -304,9 +306,9 @@ class ModelSpec:
 
     def layer_kind(self, layer: int) -> str:
         """What decoder layer ``layer`` holds: ``M`` a Mamba mixer, ``*`` attention, ``-`` an MLP, ``E`` an MoE
-        block (hybrid models), or ``T`` a transformer layer (attention then MLP/MoE). MTP layers past the
-        pattern are transformer layers."""
-        if layer < len(self.hybrid_override_pattern):
+        block (hybrid models), or ``T`` a transformer layer (attention then MLP/MoE). MTP layers (from
+        ``num_hidden_layers`` on, also in a model cut shorter than its pattern) are transformer layers."""
+        if layer < min(len(self.hybrid_override_pattern), self.num_hidden_layers):
             return self.hybrid_override_pattern[layer]
         return "T"
 
@@ -344,7 +346,7 @@ class ModelSpec:
     def is_moe_layer(self, layer: int) -> bool:
         """Whether decoder layer ``layer`` (0-based) has an MoE block (DeepSeek/Qwen rules; a hybrid
         pattern's ``E`` layers)."""
-        if self.is_hybrid and layer < len(self.hybrid_override_pattern):
+        if self.is_hybrid and layer < min(len(self.hybrid_override_pattern), self.num_hidden_layers):
             return self.is_moe and self.hybrid_override_pattern[layer] == "E"
         if self.mlp_layer_types and layer < len(self.mlp_layer_types):
             return self.is_moe and self.mlp_layer_types[layer] == "moe"

@@ -118,9 +118,8 @@ def hybrid_problems(m: ModelSpec) -> list[tuple[str, str]]:
         out.append((key, f"{''.join(bad)!r} is not a layer symbol; use M (Mamba), * (attention), - (MLP), E (MoE)"))
     if "E" in pattern and not m.is_moe:
         out.append((key, "E (MoE) layers need n_routed_experts ≥ 1"))
-    if m.mtp_layers:
-        out.append(("model.mtp_layers", "multi-token prediction in a hybrid model (its own layer pattern) is not "
-                                        "modelled; set mtp_layers = 0"))
+    # an MTP depth past the pattern is an attention layer then the model's MLP or MoE (ModelSpec.layer_kind "T"):
+    # Megatron's '*E' / '*-' MTP patterns (timeline.io.megatron_hybrid.MTP_PATTERNS)
     if m.mamba_heads % m.n_groups:
         out.append(("model.n_groups", f"{m.n_groups} does not divide mamba heads {m.mamba_heads}"))
     return out
