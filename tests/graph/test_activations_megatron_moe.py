@@ -110,3 +110,28 @@ def test_from_megatron_maps_the_shared_expert_gate():
     assert model["shared_expert_gate"] is True and model["shared_expert_intermediate_size"] == 512
     # MoELayer builds the gate inside SharedExpertMLP: without shared experts the flag changes nothing
     assert "shared_expert_gate" not in convert(from_mapping(base), world_size=1).sections["model"]
+
+
+def test_unfused_swiglu_keeps_silu_and_the_weighted_product():
+    """--no-bias-swiglu-fusion (framework.bias_swiglu_fusion = false): MLP.forward's glu keeps silu(gate) beside
+    the fc1 output; the experts' bias_act_func (core_v0.17.0) also keeps the glu product for `* permuted_probs`.
+    The fused kernels keep the fc1 output (and the probs) only."""
+    fused, unfused = saved_bytes(), saved_bytes("framework.bias_swiglu_fusion=false")
+    rows, ffn = fused[f"{P}.experts.linear_fc1.out"][0][0], fused[f"{P}.experts.linear_fc1.out"][0][1] // 2
+    added = {n: v for n, v in unfused.items() if n not in fused}
+    assert added == {f"{P}.experts.act.silu": ((rows, ffn), "bf16", 2 * rows * ffn),
+                     f"{P}.experts.act.glu": ((rows, ffn), "bf16", 2 * rows * ffn),
+                     # the shared experts' fc1 runs on the gathered sequence (T·TP rows), 2,048 / TP wide
+                     f"{P}.shared_experts.act.silu": ((T * TP, 2048 // TP), "bf16", 2 * T * 2048)}
+    assert all(unfused[n] == v for n, v in fused.items())
+
+
+def test_from_megatron_maps_no_bias_swiglu_fusion_only_under_swiglu():
+    from timeline.io.megatron_args import from_mapping
+    from timeline.io.megatron_write import convert
+
+    base = {"--num-layers": 2, "--hidden-size": 256, "--num-attention-heads": 8, "--seq-length": 512,
+            "--micro-batch-size": 1, "--global-batch-size": 8, "--bf16": True, "--no-bias-swiglu-fusion": True}
+    assert convert(from_mapping(base | {"--swiglu": True}), world_size=1).sections["framework"]["bias_swiglu_fusion"] \
+        is False
+    assert "bias_swiglu_fusion" not in convert(from_mapping(base), world_size=1).sections["framework"]  # GELU

@@ -174,7 +174,7 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
     "and dtype": (
         "--norm-epsilon", "--apply-layernorm-1p", "--no-persist-layer-norm", "--rotary-base", "--rotary-percent",
         "--rotary-interleaved", "--rotary-scaling-factor", "--no-rope-fusion", "--mscale", "--mscale-all-dim",
-        "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion",
+        "--no-bias-gelu-fusion",
         "--no-bias-dropout-fusion", "--moe-router-topk-scaling-factor", "--moe-router-bias-update-rate",
         "--moe-router-num-groups", "--moe-router-group-topk", "--mtp-loss-scaling-factor", "--use-flash-attn",
         "--yarn-beta-fast", "--yarn-beta-slow", "--yarn-original-max-position-embeddings",

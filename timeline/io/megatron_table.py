@@ -158,6 +158,7 @@ MAPPED: dict[str, str] = {
     "--no-gradient-accumulation-fusion": "framework.gradient_accumulation_fusion",
     **dict.fromkeys(("--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl"), "framework.cross_entropy_fusion"),
     "--no-masked-softmax-fusion": "framework.masked_softmax_fusion",
+    "--no-bias-swiglu-fusion": "framework.bias_swiglu_fusion (SwiGLU as torch ops; no effect without --swiglu)",
     "--no-create-attention-mask-in-dataloader": "framework.dataloader_batch",
     "--rerun-mode": "framework.rerun_keeps_batch",
     **dict.fromkeys(("--attention-softmax-in-fp32", "--apply-query-key-layer-scaling"),

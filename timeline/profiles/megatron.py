@@ -150,6 +150,17 @@ RULES: dict[str, SaveRule] = {
                              source=f"{MC}/transformer/mlp.py: MLP.forward with activation_func = squared_relu "
                                     f"({MC}/activations.py: torch.pow(F.relu(x), 2)) — relu keeps its result, "
                                     "which pow keeps as its input; fc1's output is not kept"),
+    "swiglu_ops": SaveRule(saves=("in:x", "extra:silu"),
+                           source=f"{MC}/transformer/mlp.py: MLP.forward without bias_activation_fusion "
+                                  "(--no-bias-swiglu-fusion) — glu: torch.chunk(x, 2, -1) views; F.silu(x[0]) keeps "
+                                  "its view of the fc1 output (the whole output), F.silu(x[0]) * x[1] keeps silu's "
+                                  "output and the up view; the legacy model's ParallelMLP swiglu "
+                                  "(megatron/legacy/model/transformer.py) the same"),
+    "weighted_swiglu_ops": SaveRule(saves=("in:x", "extra:silu", "extra:glu", "in:probs"),
+                                    source="NVIDIA/Megatron-LM@core_v0.17.0:megatron/core/transformer/moe/experts.py: "
+                                           "TEGroupedMLP.bias_act_func without bias_activation_fusion — glu keeps the "
+                                           "fc1 output (views) and silu's output, `* permuted_probs` keeps the "
+                                           "product and the probs"),
     "swiglu": SaveRule(saves=("in:x",), source=f"{MC}/fusions/fused_bias_swiglu.py: SwiGLUFunction.forward saves "
                                                "the fc1 output (MLP.forward, bias_activation_fusion)"),
     "weighted_swiglu": SaveRule(saves=("in:x", "in:probs"),
@@ -350,7 +361,10 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
                    ce_inplace=ce, ce_compiled=compiled, wgrad_transient=wgrad, moe_dispatcher=dispatcher, moe_router=router,
                    te_flash_copies=flash_copies, te_qkv_layout=not local, dataloader_batch=spec.dataloader_batch,
                    rerun_keeps_batch=spec.rerun_keeps_batch, head_gather_buffer=spec.workspaces,
-                   cp_comm=spec.cp_comm_type, cp_a2a=spec.cp_a2a_size, delay_wgrad=spec.delay_wgrad_compute, **moe)
+                   cp_comm=spec.cp_comm_type, cp_a2a=spec.cp_a2a_size, delay_wgrad=spec.delay_wgrad_compute,
+                   # MC transformer/mlp.py: MLP.forward and moe/experts.py: bias_act_func without
+                   # bias_activation_fusion (--no-bias-swiglu-fusion): the glu as torch ops
+                   swiglu_ops=table.swiglu_ops or not spec.bias_swiglu_fusion, **moe)
     # the legacy GPT model (megatron/legacy/model) runs as the local layer but for its torch-op RMSNorm and SwiGLU
     out = megatron_bert.configure(out, spec)
     return megatron_legacy.configure(out, local=local, flash=spec.legacy_flash_attn) if spec.use_legacy_models \

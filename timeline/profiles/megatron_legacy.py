@@ -76,10 +76,6 @@ RULES: dict[str, SaveRule] = {
                             source=f"{LEGACY}/rms_norm.py: RMSNorm._norm — x.pow(2) and x * rsqrt(…) keep the fp32 "
                                    "copy x, rsqrt keeps its fp32 [rows, 1] result; forward's .type_as(x) * "
                                    "self.weight keeps the 16-bit normalised tensor"),
-    "swiglu_ops": SaveRule(saves=("in:x", "extra:silu"),
-                           source=f"{LEGACY}/transformer.py: ParallelMLP.__init__ swiglu — torch.chunk(x, 2, -1) "
-                                  "views; F.silu(x[0]) keeps its view of the fc1 output (the whole output), "
-                                  "F.silu(x[0]) * x[1] keeps silu's output and the up view"),
     # transformer.py: SwitchMLP.forward (graph/families/switch_mlp.py)
     "switch_sinkhorn": SaveRule(source=f"{LEGACY}/transformer.py: SwitchMLP.forward — sinkhorn and torch.max under "
                                        "torch.no_grad(): the int64 max_ind, nothing kept for a backward"),

@@ -96,6 +96,9 @@ def activation(b: Builder, name: str, x: TensorDef, layer: int | None, ffn: int,
         extras["clamped"] = b.tensor(f"{name}.clamped", (x.shape[0], 2 * ffn))
         extras["linear_offset"] = b.tensor(f"{name}.linear_offset", (1,))
     elif b.model.gated_mlp:
+        if b.table.swiglu_ops and rule == "weighted_swiglu":  # the unfused glu, then `* permuted_probs`
+            rule = "weighted_swiglu_ops"
+            extras["glu"] = b.tensor(f"{name}.glu", (x.shape[0], ffn))
         rule = rule or ("swiglu_ops" if b.table.swiglu_ops else "swiglu")
         if probs is not None:
             inputs["probs"] = probs
