@@ -135,3 +135,26 @@ def test_from_megatron_maps_no_bias_swiglu_fusion_only_under_swiglu():
     assert convert(from_mapping(base | {"--swiglu": True}), world_size=1).sections["framework"]["bias_swiglu_fusion"] \
         is False
     assert "bias_swiglu_fusion" not in convert(from_mapping(base), world_size=1).sections["framework"]  # GELU
+
+
+def test_fused_weighted_squared_relu_keeps_its_input_and_the_probs():
+    """Squared-ReLU experts (Nemotron-3's): unfused, relu keeps its output and `* permuted_probs` the product and
+    the probs; --use-fused-weighted-squared-relu (WeightedSquaredReLUFunction) keeps the input and the probs."""
+    relu2 = 'model.hidden_act="relu2"'
+    unfused, fused = saved_bytes(relu2), saved_bytes(relu2, "framework.fused_weighted_squared_relu=true")
+    rows, ffn = unfused[f"{P}.experts.linear_fc1.out"][0]
+    assert unfused[f"{P}.experts.act.act"] == ((rows, ffn), "bf16", 2 * rows * ffn)
+    assert {n: v for n, v in unfused.items() if n not in fused} == {f"{P}.experts.act.act": unfused[f"{P}.experts.act.act"]}
+    assert set(fused) < set(unfused) and f"{P}.experts.linear_fc1.out" in fused
+
+
+def test_from_megatron_maps_the_fused_weighted_squared_relu():
+    from timeline.io.megatron_args import from_mapping
+    from timeline.io.megatron_write import convert
+
+    base = {"--num-layers": 2, "--hidden-size": 256, "--num-attention-heads": 8, "--seq-length": 512,
+            "--micro-batch-size": 1, "--global-batch-size": 8, "--bf16": True, "--squared-relu": True,
+            "--num-experts": 4, "--no-bias-gelu-fusion": True}
+    fw = convert(from_mapping(base | {"--use-fused-weighted-squared-relu": True}), world_size=1).sections["framework"]
+    assert fw["fused_weighted_squared_relu"] is True
+    assert convert(from_mapping(base), world_size=1).sections["framework"]["fused_weighted_squared_relu"] is False

@@ -179,7 +179,7 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--moe-router-num-groups", "--moe-router-group-topk", "--mtp-loss-scaling-factor", "--use-flash-attn",
         "--yarn-beta-fast", "--yarn-beta-slow", "--yarn-original-max-position-embeddings",
         "--no-yarn-correction-range-round-to-int", "--yarn-correction-range-round-to-int", "--max-tokens-to-oom",
-        "--use-transformer-engine-op-fuser", "--use-fused-weighted-squared-relu",
+        "--use-transformer-engine-op-fuser",
         "--moe-router-fusion",
         "--disable-bf16-reduced-precision-matmul", "--use-cpu-initialization", "--rope-scaling-factor",
         "--use-rope-scaling", "--rotary-seq-len-interpolation-factor", "--no-rope-freq", "--rope-type",

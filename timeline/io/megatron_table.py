@@ -158,6 +158,8 @@ MAPPED: dict[str, str] = {
     "--no-gradient-accumulation-fusion": "framework.gradient_accumulation_fusion",
     **dict.fromkeys(("--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl"), "framework.cross_entropy_fusion"),
     "--no-masked-softmax-fusion": "framework.masked_softmax_fusion",
+    "--use-fused-weighted-squared-relu": "framework.fused_weighted_squared_relu (the experts' relu(x)² · probs as one "
+                                         "Function keeping its input and the probs)",
     "--no-bias-swiglu-fusion": "framework.bias_swiglu_fusion (SwiGLU as torch ops; no effect without --swiglu)",
     "--no-create-attention-mask-in-dataloader": "framework.dataloader_batch",
     "--rerun-mode": "framework.rerun_keeps_batch",

@@ -221,6 +221,8 @@ class Structure:
     # final probs are cast to the logits dtype (Megatron-Core from 0.18; before, the scores are cast first)
     moe_unpermute: str = "scatter_add"  # "index_add": the unfused unpermute under deterministic algorithms
     # (torch.Tensor.index_add_, whose autograd node keeps its source, the experts' output rows)
+    moe_squared_relu_fused: bool = False  # Megatron's --use-fused-weighted-squared-relu: the experts' squared ReLU
+    # times the probs is one autograd Function keeping its input and the probs (rule "weighted_squared_relu")
     moe_act_compiled: bool = False  # Megatron's legacy GroupedMLP: the experts' non-gated activation times the
     # probs is one jit_fuser (torch.compile) function, which keeps its input and the probs (rule
     # "weighted_act_compiled"), not the activation's output

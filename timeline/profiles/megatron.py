@@ -140,6 +140,12 @@ RULES: dict[str, SaveRule] = {
                                     "non-gated) and SequentialMLP → MLP.forward(per_token_scale) — "
                                     "activation_func(x) keeps x; `* permuted_probs.unsqueeze(-1)` keeps the "
                                     "activation's output and the probs"),
+    "weighted_squared_relu": SaveRule(
+        saves=("in:x", "in:probs"),
+        source="NVIDIA/Megatron-LM@core_v0.17.0:megatron/core/fusions/fused_weighted_squared_relu.py: "
+               "WeightedSquaredReLUFunction.forward `ctx.save_for_backward(input, weights)` (5df6dbe8ee on), which "
+               "moe/experts.py: TEGroupedMLP.bias_act_func runs for squared ReLU with --use-fused-weighted-squared-relu "
+               "(and no bias_activation_fusion); the unfused path keeps relu's output and the product too"),
     "weighted_act_compiled": SaveRule(
         saves=("in:x", "in:probs"),
         source=f"{MC}/transformer/moe/experts.py: GroupedMLP.forward (Megatron-LM 2659630721 … core_r0.16) — "
@@ -412,7 +418,8 @@ def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
             "moe_permute_fusion": spec.moe_permute_fusion, "moe_unpermute": "index_add" if index_add else "scatter_add",
             "moe_flex_backend": spec.moe_flex_backend, "moe_nvlink_domain": spec.nvlink_domain,
             "moe_probs_at_combine": not spec.moe_probs_in_experts,
-            "moe_act_compiled": legacy_grouped_mlp(spec) and version_tuple(spec.pytorch)[:2] >= COMPILED_FROM}
+            "moe_act_compiled": legacy_grouped_mlp(spec) and version_tuple(spec.pytorch)[:2] >= COMPILED_FROM,
+            "moe_squared_relu_fused": spec.fused_weighted_squared_relu}
 
 
 def router_graph_drops_norm_recompute(spec: FrameworkSpec) -> bool:

@@ -73,6 +73,8 @@ class FrameworkSpec:
                                                "(native: torch.compile'd steps from PyTorch 2.2)")
     masked_softmax_fusion: bool = spec_field(True, doc="false: --no-masked-softmax-fusion (local attention's "
                                              "torch softmax path)")
+    fused_weighted_squared_relu: bool = spec_field(False, doc="--use-fused-weighted-squared-relu (Megatron's MoE "
+                                                   "experts: one Function for relu(x)² · probs)")
     bias_swiglu_fusion: bool = spec_field(True, doc="false: --no-bias-swiglu-fusion (Megatron-Core's MLP and experts "
                                           "run SwiGLU as torch ops: chunk, silu, product)")
     attention_softmax_in_fp32: bool = spec_field(False, doc="--attention-softmax-in-fp32 (or "

@@ -104,6 +104,9 @@ def activation(b: Builder, name: str, x: TensorDef, layer: int | None, ffn: int,
             inputs["probs"] = probs
         if b.table.swiglu_extra or b.table.swiglu_ops:
             extras["silu"] = b.tensor(f"{name}.silu", (x.shape[0], ffn))
+    elif probs is not None and b.model.hidden_act == "relu2" and b.table.moe_squared_relu_fused:
+        inputs["probs"] = probs  # fused_weighted_squared_relu.py: one Function keeping its input and the probs
+        rule = "weighted_squared_relu"
     elif probs is not None:  # Megatron experts, unfused: activation_func(x) * probs (the mul keeps both)
         inputs["probs"] = probs
         if rule != "weighted_act_compiled":  # (compiled: the activation is recomputed in the backward)
