@@ -259,7 +259,10 @@ def fsdp_note(record: dict, kind: str) -> str | None:
     if _on(args, "--use-torch-fsdp2"):
         return "torch FSDP2 (not modelled)"
     if not (_on(args, "--use-megatron-fsdp") or _on(args, "--use-custom-fsdp")):
-        return kind  # --data-parallel-sharding-strategy alone: another script's FSDP (a hybrid model's)
+        # --data-parallel-sharding-strategy alone: DistributedDataParallelConfig stores it and only Megatron-FSDP
+        # reads it (arguments.py: validate_args checks it under --use-megatron-fsdp; pretrain_gpt.py and
+        # pretrain_hybrid.py build DDP through training.py: pretrain), so the job is DDP (d98e8a64dd)
+        return None
     date = str(record.get("memory_values_first_commit_date") or record.get("commit_date") or "")
     if date < FSDP_UNITS_FROM:
         return "custom FSDP before d677041da2 (its embedding an FSDP unit: not modelled)"
