@@ -214,3 +214,10 @@ def test_a_local_gpt2_vocab_json_is_its_entries(tmp_path):
     path.write_text("[1, 2]", encoding="utf-8")
     with pytest.raises(UserError, match="--vocab-file .*not a GPT-2 vocab.json"):
         vocab(gpt2)
+
+
+def test_a_vocab_txt_that_is_not_utf8_is_one_line(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_bytes(b"[PAD]\n\xff\xfe\n")
+    with pytest.raises(UserError, match="--vocab-file .*not a UTF-8 WordPiece vocab.txt"):
+        vocab({"--vocab-file": str(path), "--tokenizer-type": "BertWordPieceLowerCase"})

@@ -128,9 +128,8 @@ def read_hybrid(raw: dict[str, Any]) -> Hybrid | None:
         raise UserError("--hybrid-override-pattern with --hybrid-layer-pattern: Megatron-LM accepts one of them "
                         "(arguments.py: validate_args); drop --hybrid-override-pattern")
     text = _strip(str(layer_pattern if _on(raw, "--hybrid-layer-pattern") else override or ""))
-    legacy_mtp, depths = raw.get("--mtp-hybrid-override-pattern"), raw.get("--mtp-num-layers")
-    if legacy_mtp not in (None, "None", False) and depths not in (None, "None") and int(depths) > 0 \
-            and "/" not in text:
+    legacy_mtp, depths = raw.get("--mtp-hybrid-override-pattern"), str(raw.get("--mtp-num-layers"))
+    if legacy_mtp not in (None, "None", False) and depths.isdigit() and int(depths) > 0 and "/" not in text:
         # arguments.py: validate_args (d98e8a64dd) turns the deprecated pair into the unified pattern
         text = text + "/" + "/".join([_strip(str(legacy_mtp))] * int(depths))
     text, mtp_depths, mtp_pattern = _mtp_part(text)

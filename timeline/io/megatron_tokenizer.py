@@ -119,8 +119,11 @@ def wordpiece_vocab(vocab_file: str, extra_ids: int, *, legacy: bool) -> int | N
     path = Path(vocab_file).expanduser()
     if not path.is_file():
         return None
-    with path.open(encoding="utf-8") as reader:
-        tokens = {(line.strip() if legacy else line.rstrip("\n")) for line in reader}
+    try:
+        with path.open(encoding="utf-8") as reader:
+            tokens = {(line.strip() if legacy else line.rstrip("\n")) for line in reader}
+    except UnicodeDecodeError as exc:  # load_vocab opens it as UTF-8 text and fails the same way
+        raise UserError(f"--vocab-file {path}: not a UTF-8 WordPiece vocab.txt ({exc.reason})") from None
     tokens.update(["[BOS]", "[EOS]", *(f"<extra_id_{i}>" for i in range(extra_ids))])
     return len(tokens)
 
