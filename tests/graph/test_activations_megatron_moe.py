@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from sources import forward_ops_of, template_of
 
 from timeline.io.runfile import load_run
@@ -158,3 +159,30 @@ def test_from_megatron_maps_the_fused_weighted_squared_relu():
     fw = convert(from_mapping(base | {"--use-fused-weighted-squared-relu": True}), world_size=1).sections["framework"]
     assert fw["fused_weighted_squared_relu"] is True
     assert convert(from_mapping(base), world_size=1).sections["framework"]["fused_weighted_squared_relu"] is False
+
+
+def test_fused_router_keeps_its_map_and_intermediate():
+    """--moe-router-fusion (framework.moe_router_fusion): TE's FusedTopkScoreFunction keeps the bool routing map
+    and the [t, E] intermediate in the logits' dtype (router.cpp), in place of the unfused sigmoid router's fp32
+    scores, gathered top-k scores, their sum and int64 indices."""
+    fused, plain = saved_bytes("framework.moe_router_fusion=true"), saved_bytes()
+    router = {n: v for n, v in fused.items() if ".router." in n}
+    assert router == {f"{P}.router.routing_map": ((T, E), "bool", T * E),
+                      f"{P}.router.fused_intermediate": ((T, E), "bf16", 2 * T * E)}
+    assert {n for n in plain if ".router." in n} == {f"{P}.router.{k}" for k in (
+        "scores_saved", "scores", "topk_idx", "topk_denominator", "topk_raw_weights")}
+    assert {n: v for n, v in fused.items() if ".router." not in n} == \
+        {n: v for n, v in plain.items() if ".router." not in n}
+
+
+def test_from_megatron_maps_the_fused_router_from_te_2_6():
+    from timeline.errors import UserError
+    from timeline.io.megatron_args import from_mapping
+    from timeline.io.megatron_write import convert
+
+    base = {"--num-layers": 2, "--hidden-size": 256, "--num-attention-heads": 8, "--seq-length": 512,
+            "--micro-batch-size": 1, "--global-batch-size": 8, "--bf16": True, "--num-experts": 4,
+            "--moe-router-fusion": True}
+    assert convert(from_mapping(base), world_size=1, te_version="2.6").sections["framework"]["moe_router_fusion"]
+    with pytest.raises(UserError, match="--moe-router-fusion with Transformer Engine 2.5: Megatron-LM raises"):
+        convert(from_mapping(base), world_size=1, te_version="2.5")

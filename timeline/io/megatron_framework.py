@@ -265,6 +265,13 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, sm:
             raise UserError(f"--moe-router-dtype {rd}: use fp32 or fp64")
         c.put("framework.moe_router_dtype", rd, "--moe-router-dtype")
         c.put("framework.moe_permute_fusion", a.flag("--moe-permute-fusion"), "--moe-permute-fusion")
+        # moe/moe_utils.py: topk_routing_with_score_function(fused=config.moe_router_fusion) calls TE's
+        # fused_topk_with_score_function, raising "Please install TE >= 2.6.0" without it (core_v0.17.0)
+        fused_router = a.flag("--moe-router-fusion")
+        if fused_router and te_version is not None and version_tuple(te_version)[:2] < (2, 6):
+            raise UserError(f"--moe-router-fusion with Transformer Engine {te_version}: Megatron-LM raises (TE's "
+                            "fused_topk_with_score_function needs TE >= 2.6); drop it or give --te-version 2.6")
+        c.put("framework.moe_router_fusion", fused_router, "--moe-router-fusion")
         if a.flag("--moe-router-force-load-balancing"):  # random logits: the balanced routing the run takes anyway
             c.put("framework.moe_router_force_load_balancing", True, "--moe-router-force-load-balancing")
         c.put("framework.moe_grouped_gemm", a.flag("--moe-grouped-gemm"), "--moe-grouped-gemm")

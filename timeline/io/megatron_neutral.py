@@ -180,7 +180,6 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--yarn-beta-fast", "--yarn-beta-slow", "--yarn-original-max-position-embeddings",
         "--no-yarn-correction-range-round-to-int", "--yarn-correction-range-round-to-int", "--max-tokens-to-oom",
         "--use-transformer-engine-op-fuser",
-        "--moe-router-fusion",
         "--disable-bf16-reduced-precision-matmul", "--use-cpu-initialization", "--rope-scaling-factor",
         "--use-rope-scaling", "--rotary-seq-len-interpolation-factor", "--no-rope-freq", "--rope-type",
         "--moe-token-drop-policy",

@@ -160,6 +160,8 @@ MAPPED: dict[str, str] = {
     "--no-masked-softmax-fusion": "framework.masked_softmax_fusion",
     "--use-fused-weighted-squared-relu": "framework.fused_weighted_squared_relu (the experts' relu(x)² · probs as one "
                                          "Function keeping its input and the probs)",
+    "--moe-router-fusion": "framework.moe_router_fusion (TE's fused top-k keeps the bool routing map and its "
+                           "[t, E] intermediate)",
     "--no-bias-swiglu-fusion": "framework.bias_swiglu_fusion (SwiGLU as torch ops; no effect without --swiglu)",
     "--no-create-attention-mask-in-dataloader": "framework.dataloader_batch",
     "--rerun-mode": "framework.rerun_keeps_batch",

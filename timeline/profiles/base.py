@@ -215,6 +215,8 @@ class Structure:
     moe_aux_loss: bool = False  # the router's load-balancing loss is computed (an aux-loss type with a
     # coefficient > 0): its scores over every expert are kept
     moe_z_loss: bool = False  # the router's z-loss is computed (--moe-z-loss-coeff given): logsumexp keeps the logits
+    moe_router_fused: bool = False  # TE's fused top-k (--moe-router-fusion): one op keeping the bool routing map
+    # and its [t, E] intermediate in the logits' dtype (rule "fused_topk")
     moe_permute_fusion: bool = False  # TE's fused permute/unpermute/chunk sort keep int32 row-id maps
     # instead of the unfused int64 sorted indices and the transposed probs and routing map
     moe_router_fp32_topk: bool = False  # a sigmoid router's top-k and normalisation stay in fp32 and only the

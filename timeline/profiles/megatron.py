@@ -208,6 +208,12 @@ RULES: dict[str, SaveRule] = {
                             "top_indices) saves scores (cast to the logits dtype; fp32 from Megatron-LM eb80b74, "
                             "core_v0.18.0, which casts only the final probs) and the int64 indices; "
                             "scores / (scores.sum(-1) + 1e-20) saves both; the group-limited top-k keeps nothing"),
+    "fused_topk": SaveRule(saves=("out:idx", "extra:intermediate"),
+                           source="NVIDIA/TransformerEngine@v2.12:transformer_engine/pytorch/router.py: "
+                                  "FusedTopkScoreFunction.forward `ctx.save_for_backward(routing_map, "
+                                  "intermediate_output)` — csrc/extensions/router.cpp makes probs and the intermediate "
+                                  "[tokens, E] in the logits' dtype and the bool routing map; Megatron-Core's "
+                                  "topk_routing_with_score_function(fused=True) returns TE's probs and map"),
     "topk_softmax": SaveRule(saves=("out:idx",),
                              source=f"{MOE_UTILS}: topk_routing_with_score_function (softmax) — torch.topk on "
                                     "the logits saves the int64 indices"),
@@ -419,7 +425,7 @@ def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
             "moe_flex_backend": spec.moe_flex_backend, "moe_nvlink_domain": spec.nvlink_domain,
             "moe_probs_at_combine": not spec.moe_probs_in_experts,
             "moe_act_compiled": legacy_grouped_mlp(spec) and version_tuple(spec.pytorch)[:2] >= COMPILED_FROM,
-            "moe_squared_relu_fused": spec.fused_weighted_squared_relu}
+            "moe_squared_relu_fused": spec.fused_weighted_squared_relu, "moe_router_fused": spec.moe_router_fusion}
 
 
 def router_graph_drops_norm_recompute(spec: FrameworkSpec) -> bool:

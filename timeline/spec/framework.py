@@ -92,6 +92,8 @@ class FrameworkSpec:
                                                     "its loss is computed (--moe-aux-loss-coeff > 0)")
     moe_router_dtype: str = spec_field("", choices=("", "fp32", "fp64"), doc="--moe-router-dtype ('' = logits')")
     moe_permute_fusion: bool = spec_field(False, doc="--moe-permute-fusion")
+    moe_router_fusion: bool = spec_field(False, doc="--moe-router-fusion (TE's fused top-k with score function, "
+                                         "TE >= 2.6)")
     moe_router_force_load_balancing: bool = spec_field(False, doc="--moe-router-force-load-balancing: the router's "
                                                        "logits replaced by a random copy (moe_utils.py: RandomSTE) "
                                                        "for a load-balanced benchmark")

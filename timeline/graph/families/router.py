@@ -176,6 +176,13 @@ def _topk(b: Builder, p: str, logits: TensorDef, layer: int) -> tuple[TensorDef,
     m = b.model
     t, n, k = logits.shape[0], m.n_routed_experts, m.num_experts_per_tok
     dt = logits.dtype
+    if b.table.moe_router_fused:  # --moe-router-fusion: TE's fused top-k (rule "fused_topk")
+        probs = b.tensor(f"{p}.router.probs", (t, n), dt)
+        routing_map = b.tensor(f"{p}.router.routing_map", (t, n), "bool")
+        b.op(f"{p}.router.topk", "fused_topk", layer, {"x": logits}, {"probs": probs, "idx": routing_map},
+             extras={"intermediate": b.tensor(f"{p}.router.fused_intermediate", (t, n), dt)},
+             flops=5.0 * t * n, tags=MOE)
+        return probs, routing_map
     sigmoid = m.router_bias
     # Megatron-Core >= 0.18: the sigmoid path stays in fp32 until probs.type_as(logits)
     sdt = "fp32" if sigmoid and b.table.moe_router_fp32_topk else dt
