@@ -631,7 +631,7 @@ def test_no_tokenizer_argument_takes_gpt2_s_vocabulary_with_a_note():
     c = convert_args(BASE)
     assert c.sections["model"]["vocab_size"] == 50257
     assert any("name no tokenizer" in n for n in c.notes)
-    assert not convert_args(BASE | {"--vocab-file": "vocab.json"}).notes
+    assert not convert_args(BASE | {"--vocab-file": "vocab.json"}, megatron_core="0.19.0").notes
 
 
 def test_tp_above_the_kv_groups_names_megatron_s_support_and_what_is_not_modelled():
@@ -642,6 +642,7 @@ def test_tp_above_the_kv_groups_names_megatron_s_support_and_what_is_not_modelle
     from timeline.io.runfile import run_from_data
 
     gqa = BASE | {"--group-query-attention": True, "--num-query-groups": 2, "--tensor-model-parallel-size": 4}
-    text = run_file_text(convert_args(gqa, world_size=4), name="gqa", source="-", world_size=4)
+    text = run_file_text(convert_args(gqa, world_size=4, megatron_core="0.15.0"), name="gqa", source="-",
+                         world_size=4)
     with pytest.raises(UserError, match="Megatron-Core from 0.16 runs tp above the KV groups"):
         run_from_data(tomllib.loads(text), Path("gqa.toml"))

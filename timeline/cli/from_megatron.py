@@ -58,8 +58,9 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                              "--nnodes when it gives both")
     add_gpu_arguments(parser)
     parser.add_argument("--megatron-core", metavar="X.Y.Z",
-                        help="Megatron-Core version the job ran (megatron/core/package_info.py; default 0.14.0); "
-                             "from 0.15 Megatron's own output layer reuses TE's cached dummy weight gradient")
+                        help="Megatron-Core version the job ran (megatron/core/package_info.py; default: a log's "
+                             "own, else the newest release read, 0.19.0, with a note); from 0.15 Megatron's own "
+                             "output layer reuses TE's cached dummy weight gradient")
     parser.add_argument("--te-version", metavar="X.Y", help="Transformer Engine version the job ran (default 2.6)")
     parser.add_argument("--pytorch-version", metavar="X.Y",
                         help="PyTorch version the job ran (default 2.13); sizes PyTorch's default cuBLAS "

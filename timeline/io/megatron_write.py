@@ -72,6 +72,11 @@ def without_unbuilt_hybrid(margs: MegatronArgs, c: Conversion) -> dict[str, Any]
     return {k: v for k, v in margs.args.items() if k not in given}
 
 
+#: the Megatron-Core release a job that names none is read at: the newest release line whose argument parser
+#: (tests/data/megatron/parser_args.json, core_v0.19.0) and version-dependent rules are read. Until stop 59 it was
+#: 0.14.0 (the run file's ``framework.megatron_core`` default), which a user of a current Megatron-LM got silently.
+MEGATRON_DEFAULT = "0.19.0"
+
 def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_version: str | None = None,
             pytorch_version: str | None = None, megatron_core: str | None = None,
             keeps_batch: bool | None = None, probs_in_experts: bool | None = None,
@@ -114,6 +119,10 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
         margs = replace(margs, args={k: v for k, v in margs.args.items() if k not in ignored})
     check_names(margs, megatron_core)
     c = Conversion()
+    if megatron_core is None:  # every version-dependent rule at one release, said in a note
+        megatron_core = MEGATRON_DEFAULT
+        c.notes.append(f"no Megatron-Core version given: read as {MEGATRON_DEFAULT}, the newest release whose parser "
+                       "and rules are read; give --megatron-core X.Y.Z (megatron/core/package_info.py) for yours")
     a = ArgReader(derived_args(without_unbuilt_hybrid(margs, c), margs.family))
     refuse_unmodelled(margs, a)
     map_model(a, c, margs.family, megatron_core=megatron_core, null_eod=null_eod)
