@@ -310,3 +310,4 @@ def test_a_run_naming_no_vllm_is_the_default_releases_and_says_so(tmp_path, caps
     assert load_serve_run(no_seqs).serving.max_num_seqs == 1024
     assert main(["serve", str(bare), "--format", "summary", "-o", str(tmp_path / "out")]) == 0
     assert f"serving.engine_version is not given: read as vLLM {VLLM_DEFAULT}" in capsys.readouterr().err
+    assert load_serve_run(bare, ['serving.engine_version=""']).serving.engine_version == VLLM_DEFAULT  # empty: none

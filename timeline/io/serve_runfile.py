@@ -267,7 +267,7 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
     hardware = None if found else build_section(HardwareSpec, "hardware", hw_values, problems)
     allocator = build_section(AllocatorSpec, "allocator", table("allocator"), problems)
     sv_values = table("serving")
-    if sv_values.get("engine", "vllm") == "vllm" and "engine_version" not in sv_values:
+    if sv_values.get("engine", "vllm") == "vllm" and sv_values.get("engine_version") in (None, ""):
         # a run that names no vLLM is the run of the default rule set, every version-dependent rule alike
         # (scheduler defaults included): VLLM_DEFAULT, said in a note
         sv_values["engine_version"] = VLLM_DEFAULT
