@@ -191,11 +191,10 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, sm:
     c.put("framework.masked_softmax_fusion", not a.flag("--no-masked-softmax-fusion"), "--no-masked-softmax-fusion")
     # arguments.py → core_transformer_config_from_args: bias_activation_fusion = args.bias_swiglu_fusion under
     # --swiglu (args.bias_gelu_fusion otherwise: unfused GELU keeps what the fused one keeps, its input)
+    if a.flag("--no-bias-swiglu-fusion") and c.sections["model"].get("hidden_act") == "silu":
+        c.put("framework.bias_swiglu_fusion", False, "--no-bias-swiglu-fusion")
     c.put("framework.fused_weighted_squared_relu", a.flag("--use-fused-weighted-squared-relu"),
           "--use-fused-weighted-squared-relu")
-    unfused = a.flag("--no-bias-swiglu-fusion")
-    if unfused and c.sections["model"].get("hidden_act") == "silu":
-        c.put("framework.bias_swiglu_fusion", False, "--no-bias-swiglu-fusion")
     # arguments.py: --no-create-attention-mask-in-dataloader (store_false create_attention_mask_in_dataloader)
     c.put("framework.dataloader_batch", "tokens" if a.flag("--no-create-attention-mask-in-dataloader") else "mask",
           "--no-create-attention-mask-in-dataloader")
