@@ -416,7 +416,9 @@ def map_linear_attention(a: ArgReader, c: Conversion, layers: int) -> None:
         variant = legacy
         c.notes.append("--linear-attention-type gated_delta_net is the dev branch's name for "
                        "--experimental-attention-variant gated_delta_net (deprecated there from a9fb6c8ba3, in no "
-                       "release): its layers are simulated as core_v0.17.0's GatedDeltaNet")
+                       "release): its layers are simulated as core_v0.17.0's GatedDeltaNet"
+                       + (", whose --deterministic-mode path (torch_chunk_gated_delta_rule) the dev branch has from "
+                          "5880674a39 (2025-11-19), not before" if a.flag("--deterministic-mode") else ""))
     if variant is None:
         return
     if variant not in GDN_VARIANTS:

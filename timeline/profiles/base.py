@@ -195,6 +195,8 @@ class Structure:
     bert_mask: str = "b11s"  # BERT's extended padding mask (graph/families/bert.py: load_batch): "b11s", a
     # [b, 1, 1, s] bool that TE's unfused attention widens per layer; "b1ss", the [b, 1, s, s] bool Megatron's
     # own DotProductAttention (the local layer spec) and TE < 1.10 read as given
+    gdn_torch: bool = False  # --deterministic-mode: Megatron-Core's gated delta net runs nn.Conv1d and
+    # torch_chunk_gated_delta_rule instead of the conv and chunk kernels (graph/families/gdn.py: torch_chunk)
     gdn: str = "megatron"  # a linear_attention layer's gated delta net: "megatron", Megatron-Core's GatedDeltaNet
     # as it trains (graph/families/gdn.py: train_forward); "vllm", the engine's mixer (serve/graph_view.py)
     dataloader_batch: str = "none"  # the micro-batch get_batch keeps on the device through the first and last

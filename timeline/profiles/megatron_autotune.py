@@ -79,7 +79,9 @@ def first_call(fw: FrameworkSpec) -> tuple[FirstCall, ...]:
     (none with another loss path, PyTorch outside 2.2 … 2.5, or deterministic algorithms) and the gated delta
     net's Triton kernels' (a flush buffer at the first forward and backward of a model that has them)."""
     torch = version_tuple(fw.pytorch)[:2]
-    gdn = FirstCall(op=r"\.linear_attn\.chunk_gated_delta_rule$", like="", forward_copies=0, backward_copies=0,
+    # under --deterministic-mode the chunk rule and the conv are torch ops: fla's l2norm is the one autotuned kernel
+    op = r"\.linear_attn\.l2norm$" if fw.deterministic else r"\.linear_attn\.chunk_gated_delta_rule$"
+    gdn = FirstCall(op=op, like="", forward_copies=0, backward_copies=0,
                     flush_bytes=flush_bytes(fw.pytorch), source=GDN_SOURCE, tag="gdn",
                     backward_same_op=False)
     if fw.cross_entropy_fusion != "native" or not COMPILED_FROM <= torch < CPU_COPIES_FROM or fw.deterministic:

@@ -4,7 +4,8 @@ The serving mixer (an engine's step keeps nothing for a backward): each rule sav
 the op allocates, read at vLLM 0.19.0. The training mixer (Megatron-Core's ``GatedDeltaNet``, rules ``gdn_copy`` …
 ``gdn_gate_mul``): what each op keeps for its backward, read from Megatron-LM and flash-linear-attention 0.4.x at the
 files :mod:`timeline.graph.families.gdn` names. The rules extend :data:`timeline.profiles.megatron.RULES` under new
-names only.
+names only. Under ``--deterministic-mode`` the conv and the chunk rule are torch ops (``gdn_conv_torch``,
+``gdn_torch_chunk``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from timeline.profiles.base import SaveRule, SaveRules
 
 MCORE = "NVIDIA/Megatron-LM@core_v0.17.0:megatron/core/ssm/gated_delta_net.py: GatedDeltaNet"
+MCORE_DET = "NVIDIA/Megatron-LM@core_v0.17.0:megatron/core/ssm/gated_delta_net.py"
 FLA = "fla-org/flash-linear-attention@v0.4.1:fla"
 GDN = "vllm-project/vllm@v0.19.0:vllm/model_executor/layers/mamba/gdn_linear_attn.py: GatedDeltaNetAttention"
 
@@ -44,6 +46,16 @@ RULES: dict[str, SaveRule] = {
                                  "ctx.save_for_backward(q, q_rstd=None, k, k_rstd=None, v, g, beta, A, "
                                  "initial_state=None, cu_seqlens, chunk_indices); w, u (recompute_w_u_fwd), h and "
                                  "v_new (chunk_gated_delta_rule_fwd_h) live until chunk_fwd_o returns"),
+    # training under --deterministic-mode: torch ops instead of the conv and chunk kernels
+    "gdn_conv_torch": SaveRule(saves=("in:x", "extra:preact"),
+                               source=f"{MCORE}.forward — act_fn(self.conv1d(qkv)[..., :seq_len]) when "
+                                      "config.deterministic_mode: the convolution (cuDNN) saves its input, the "
+                                      "activation its input, a view of the whole [b, C, s + kernel − 1] output"),
+    "gdn_torch_chunk": SaveRule(saves=("extra:kept", "extra:masks"), backward_scratch=("scratch:backward",),
+                                source=f"{MCORE_DET}: torch_chunk_gated_delta_rule — every fp32 tensor its "
+                                       "autograd graph saves (timeline.graph.families.gdn.torch_chunk_elements); "
+                                       "the forward's last copies as a transient output; the backward's zero-filled "
+                                       "per-chunk gradients as scratch"),
     "gdn_out_norm": SaveRule(saves=("in:x", "extra:rsigma"),
                              source=f"{MCORE}._apply_gated_norm — out_norm (TE's RMSNorm over one value head) keeps "
                                     "its input and fp32 rsigma"),

@@ -59,8 +59,19 @@ the kernel) ``fla/modules/convolution.py: CausalConv1dFunction``,
 8. ``transpose(0, 1).contiguous()`` to ``[s, b, V]``, which ``out_proj`` saves.
 
 fla's kernels are autotuned: Triton's benchmarking flush buffer at the first forward's and backward's GDN op is a
-first-call rule (:func:`timeline.profiles.megatron_autotune.first_call`). Not modelled: context parallelism (the all-to-alls of ``tensor_a2a_cp2hp``), packed sequences, the deterministic
-torch path (``--deterministic-mode``), and the kernels' backward workspaces. ``--recompute-modules gdn_norm_out``
+first-call rule (:func:`timeline.profiles.megatron_autotune.first_call`).
+
+**Deterministic mode** (``--deterministic-mode``; ``[framework] deterministic``): Megatron-Core runs the conv as
+``act_fn(conv1d(qkv)[..., :seq_len])`` (``nn.Conv1d`` / ``F.conv1d``; the activation keeps the whole
+``[b, C, s + kernel − 1]`` convolution output) and the rule as ``torch_chunk_gated_delta_rule``, torch ops under
+autograd instead of fla's kernels (``gated_delta_net.py`` from 20d66d5c7b, the first GDN commit on main,
+2026-01-17, released in core_v0.16.0; on the dev branch from 5880674a39, 2025-11-19; ``gated_delta_net/gdn.py``
+from 07e958fc74, unchanged). :func:`torch_chunk_elements` gives what that function keeps, its forward's transient
+and its backward's peak in closed form, read op by op off the function at core_v0.17.0 and checked to the byte
+against its own autograd graph on the CPU (``tools/probe_gdn_torch_chunk.py``, ``tests/data/gdn_torch_chunk.json``).
+
+Not modelled: context parallelism (the all-to-alls of ``tensor_a2a_cp2hp``), packed sequences, and fla's kernels'
+backward workspaces. ``--recompute-modules gdn_norm_out``
 (ff5264c33d on) checkpoints step 7 and the transpose copy without their output (``CheckpointWithoutOutput``: the
 checkpoint keeps ``o`` and ``gate``, out_proj's input is discarded after it runs).
 """
@@ -136,6 +147,43 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
 
 #: fla's chunk size (``chunk_gated_delta_rule_fwd``: ``chunk_size=64``; ``A`` is ``[B, T, H, 64]``)
 FLA_CHUNK = 64
+#: ``torch_chunk_gated_delta_rule(..., chunk_size=64)`` (Megatron-Core's deterministic path)
+TORCH_CHUNK = 64
+
+
+def torch_chunk_elements(s: int, k: int, v: int) -> tuple[int, int, int]:
+    """(kept, forward transient, backward peak): fp32 elements per sequence and head of
+    ``torch_chunk_gated_delta_rule`` (NVIDIA/Megatron-LM core_v0.17.0 ``megatron/core/ssm/gated_delta_net.py``) on
+    ``s`` tokens, key width ``k`` and value width ``v``, with ``n = ceil(s / 64)`` chunks of ``c = 64`` rows after
+    ``F.pad``. Every tensor is fp32 (``.to(torch.float32)`` of each input).
+
+    Kept for the backward (what autograd saves), per chunk: ``6c²`` — the decay ``exp`` result and its ``tril``,
+    ``k_beta @ key.T`` (the multiply saves it), ``attn + eye`` (both later matmuls save it), and in the chunk loop
+    ``q_i @ k_i.T`` and the masked ``attn`` ``@ v_new`` saves; ``7ck`` — the padded key, the scaled query,
+    ``k_beta``, ``k_beta · exp(g)``, ``k_cumdecay`` and the loop's ``q_i · exp(g_i)`` and ``k_i · exp(g_last −
+    g_i)`` (the last chunk's, which feeds only the dropped final state, is freed: ``− ck`` once); ``3cv`` — the
+    padded value, ``v_beta``, each chunk's ``v_new``; ``4c + 1`` — the padded beta, ``exp(g)``, each chunk's
+    ``exp(g_i)``, ``exp(g_last − g_i)`` and ``exp(g_last)``; ``kv`` — the recurrent state each chunk's matmuls
+    save (the zeros, then each update); and the ``for i in range(1, c)`` loop's clones ``row [i]`` and
+    ``sub [i, i]``, which their product saves: ``Σ i + i²``. Besides, two ``[c, c]`` bool masks per call.
+
+    Forward transient at its peak (the function's last copies): ``value = attn @ v_beta`` and ``core_attn_out``
+    (``2·n·c·v``), the cumulative ``g`` (``n·c``), the last chunk's two ``[c, v]`` products, and the fp32
+    ``transpose(1, 2).contiguous()`` of the output (``s·v``) — a view on one head (``is_contiguous`` skips size-1
+    dimensions), which the caller leaves out — beside the output's 16-bit cast (the op's output).
+
+    Backward peak above what the forward kept: in the last chunk's backward, before any input gradient exists, the
+    full-size zero-filled gradients ``select_backward`` makes for each chunk index of the fp32 query, key,
+    ``k_cumdecay``, value and decay mask and their first accumulations — ``5nck + 2ncv + nc² + nc`` past the
+    chunk's own saved tensors where keys are at least as wide as values, ``3nck + 4ncv + nc² + nc`` less a few
+    chunk-sized tensors where values are wider (the larger of the two)."""
+    c, n = TORCH_CHUNK, math.ceil(s / TORCH_CHUNK)
+    clones = (c - 1) * c // 2 + (c - 1) * c * (2 * c - 1) // 6
+    kept = n * (6 * c * c + 7 * c * k + 3 * c * v + 4 * c + 1 + k * v + clones) - c * k
+    work = 2 * n * c * v + n * c + 2 * c * v + s * v
+    keys = 5 * n * c * k + 2 * n * c * v + n * c * c + n * c - c * k - 2 * c * c - 3 * c - 1
+    values = 3 * n * c * k + 4 * n * c * v + n * c * c + n * c - 2 * c * v - 3 * c * c - 3 * c - 1
+    return kept, work, max(keys, values)
 
 
 def train_params(ctx: BuildCtx, prefix: str) -> list[TensorDef]:
@@ -169,8 +217,15 @@ def train_forward(b: Builder, prefix: str, x: TensorDef, layer: int, *, tags: Ta
     conv_in = b.tensor(f"{p}.conv.x", (t, conv))
     b.op(f"{p}.conv_in", "gdn_copy", layer, {"x": qkvzba}, {"y": conv_in}, tags=tags)
     conv_out = b.tensor(f"{p}.conv.out", (t, conv))
-    b.op(f"{p}.conv1d", "gdn_conv", layer, {"x": conv_in}, {"y": conv_out},
-         flops=2.0 * t * conv * m.linear_conv_kernel_dim, tags=tags)
+    torch_path = b.table.gdn_torch
+    bsz = b.dims.b
+    if torch_path:  # act_fn(conv1d(qkv)[..., :seq_len]): the activation keeps the padded convolution output
+        pre = b.tensor(f"{p}.conv.preact", (t + bsz * (m.linear_conv_kernel_dim - 1), conv))
+        b.op(f"{p}.conv1d", "gdn_conv_torch", layer, {"x": conv_in}, {"y": conv_out}, extras={"preact": pre},
+             flops=2.0 * t * conv * m.linear_conv_kernel_dim, tags=tags)
+    else:
+        b.op(f"{p}.conv1d", "gdn_conv", layer, {"x": conv_in}, {"y": conv_out},
+             flops=2.0 * t * conv * m.linear_conv_kernel_dim, tags=tags)
     qk = b.tensor(f"{p}.query_key", (t, 2 * k))
     b.op(f"{p}.query_key", "gdn_copy", layer, {"x": conv_out}, {"y": qk}, tags=tags)
     qk_n = b.tensor(f"{p}.l2norm.out", (t, 2 * k))
@@ -187,18 +242,24 @@ def train_forward(b: Builder, prefix: str, x: TensorDef, layer: int, *, tags: Ta
     g, beta_s = b.tensor(f"{p}.g", (t, nv), "fp32"), b.tensor(f"{p}.beta", (t, nv))
     b.op(f"{p}.g_and_beta", "gdn_gate", layer, {"alpha": alpha, "beta": beta}, {"g": g, "beta": beta_s},
          flops=8.0 * t * nv, tags=tags)
-    g_cum, a = b.tensor(f"{p}.chunk.g", (t, nv), "fp32"), b.tensor(f"{p}.chunk.A", (t, nv, FLA_CHUNK))
-    b.op(f"{p}.chunk_kkt", "gdn_kkt", layer, {"k": kk, "g": g, "beta": beta_s},
-         {"g": g_cum, "A": a, "A_fp32": b.tensor(f"{p}.chunk.A_fp32", (t, nv, FLA_CHUNK), "fp32")},
-         flops=2.0 * t * FLA_CHUNK * nv * kd, tags=tags)
-    bsz = b.dims.b
-    chunks = math.ceil(t // bsz / FLA_CHUNK)
     o = b.tensor(f"{p}.core_attn_out", (t, v))
-    work = {"w": b.tensor(f"{p}.chunk.w", (t, nv * kd)), "u": b.tensor(f"{p}.chunk.u", (t, v)),
-            "h": b.tensor(f"{p}.chunk.h", (bsz, chunks, nv, kd, vd)), "v_new": b.tensor(f"{p}.chunk.v_new", (t, v))}
-    b.op(f"{p}.chunk_gated_delta_rule", "gdn_chunk", layer,
-         {"q": q, "k": kk, "v": value, "g": g_cum, "beta": beta_s, "A": a}, {"y": o, **work},
-         flops=2.0 * t * nv * kd * vd * 4 + 2.0 * t * FLA_CHUNK * nv * (kd + vd), tags=tags)
+    # the forward's locals (qkvzba, the conv output, alpha, g) hold their tensors until it returns
+    held = {"_qkvzba": qkvzba, "_conv_out": conv_out, "_alpha": alpha, "_g": g}
+    if torch_path:
+        torch_chunk(b, p, layer, {"q": q, "k": kk, "v": value, "g": g, "beta": beta_s}, o, heads, tags)
+        held |= {"_q": q, "_k": kk, "_v": value, "_beta": beta_s}  # locals too; the torch path saves none of them
+    else:
+        g_cum, a = b.tensor(f"{p}.chunk.g", (t, nv), "fp32"), b.tensor(f"{p}.chunk.A", (t, nv, FLA_CHUNK))
+        b.op(f"{p}.chunk_kkt", "gdn_kkt", layer, {"k": kk, "g": g, "beta": beta_s},
+             {"g": g_cum, "A": a, "A_fp32": b.tensor(f"{p}.chunk.A_fp32", (t, nv, FLA_CHUNK), "fp32")},
+             flops=2.0 * t * FLA_CHUNK * nv * kd, tags=tags)
+        chunks = math.ceil(t // bsz / FLA_CHUNK)
+        work = {"w": b.tensor(f"{p}.chunk.w", (t, nv * kd)), "u": b.tensor(f"{p}.chunk.u", (t, v)),
+                "h": b.tensor(f"{p}.chunk.h", (bsz, chunks, nv, kd, vd)),
+                "v_new": b.tensor(f"{p}.chunk.v_new", (t, v))}
+        b.op(f"{p}.chunk_gated_delta_rule", "gdn_chunk", layer,
+             {"q": q, "k": kk, "v": value, "g": g_cum, "beta": beta_s, "A": a}, {"y": o, **work},
+             flops=2.0 * t * nv * kd * vd * 4 + 2.0 * t * FLA_CHUNK * nv * (kd + vd), tags=tags)
     # _gated_norm_and_a2a: the region --recompute-modules gdn_norm_out checkpoints (from ff5264c33d)
     norm_tags = tags | {"gdn_norm_out"}
     y = b.tensor(f"{p}.out_norm.out", (t, v))
@@ -209,6 +270,30 @@ def train_forward(b: Builder, prefix: str, x: TensorDef, layer: int, *, tags: Ta
          tags=norm_tags)
     sbv = b.tensor(f"{p}.norm_out", (t, v))
     b.op(f"{p}.norm_out", "gdn_copy", layer, {"x": gated}, {"y": sbv}, tags=norm_tags)
-    # the forward's locals (qkvzba, the conv output, alpha, g) hold their tensors until it returns
-    held = {"_qkvzba": qkvzba, "_conv_out": conv_out, "_alpha": alpha, "_g": g}
     return row_linear(b, f"{p}.out_proj", sbv, m.hidden_size, layer, tags=tags, refs=held)
+
+
+def torch_chunk(b: Builder, p: str, layer: int, inputs: dict[str, TensorDef], out: TensorDef, heads: int,
+                tags: Tags) -> None:
+    """Megatron-Core's deterministic ``torch_chunk_gated_delta_rule`` as one op (rule ``gdn_torch_chunk``): what it
+    keeps, its forward transient and its backward's scratch, from :func:`torch_chunk_elements` over the micro-batch's
+    sequences and this rank's ``heads`` (q and k at the value heads)."""
+    m, bsz = b.model, b.dims.b
+    t = out.shape[0]
+    s = t // bsz
+    kd, vd = m.linear_key_head_dim, m.linear_value_head_dim
+    kept, work, back = torch_chunk_elements(s, kd, vd)
+    units = bsz * heads
+    fresh = units * (work - (s * vd if heads == 1 else 0))  # one head: the output's transposed copy is a view
+    grads_in = sum(x.size_bytes for x in inputs.values())
+    # the backward's peak comes before any input gradient exists; the unit allocates those gradients beside the
+    # scratch, so the scratch is the peak less their bytes
+    scratch = max(0, units * back * 4 - grads_in)
+    c = TORCH_CHUNK
+    # the transient is an output no op reads (freed when the op ends), as fla's w, u, h and v_new are
+    b.op(f"{p}.torch_chunk_gated_delta_rule", "gdn_torch_chunk", layer, inputs,
+         {"y": out, "work": b.tensor(f"{p}.torch_chunk.work", (fresh,), "fp32")},
+         extras={"kept": b.tensor(f"{p}.torch_chunk.kept", (units * kept,), "fp32"),
+                 "masks": b.tensor(f"{p}.torch_chunk.masks", (2, c, c), "bool")},
+         scratch={"backward": b.tensor(f"{p}.torch_chunk.backward", (scratch,), "uint8")} if scratch else {},
+         flops=2.0 * t * heads * kd * vd * 4 + 2.0 * t * c * heads * (kd + vd), tags=tags)
