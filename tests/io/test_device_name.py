@@ -52,6 +52,7 @@ def test_every_name_maps_to_a_preset_and_names_match_whole() -> None:
                   "NVIDIA GeForce RTX 4090 D", "NVIDIA H20"):
         assert preset_of(other) is None, other
     assert preset_of("NVIDIA RTX PRO 6000 Blac...") == "rtx-pro-6000"  # every edition is the one preset
+    assert preset_of("Tesla T4") == "t4" and preset_of("Tesla V100-SXM2-32GB") is None
     assert preset_of("NVIDIA GeForce RTX 40...") is None  # 4090, 4080, 4070 Ti SUPER: not one
 
 
@@ -62,6 +63,11 @@ def test_every_name_maps_to_a_preset_and_names_match_whole() -> None:
     (SMI_CUT, "NVIDIA RTX PRO 6000 Blac..."),
     ("GPU 0: NVIDIA L40S (UUID: GPU-0a1b2c3d-0000-1111-2222-333344445555)\n", "NVIDIA L40S"),
     (CAPABILITY, "NVIDIA GeForce RTX 5090"),
+    # before Ampere the data-center boards' names start with "Tesla", not the vendor's
+    ("|   0  Tesla T4            Off  | 00000000:00:04.0 Off |                    0 |\n", "Tesla T4"),
+    ("GPU 0: Tesla T4 (UUID: GPU-0a1b2c3d-0000-1111-2222-333344445555)\n", "Tesla T4"),
+    ("Config file not found at ['/x/configs/E=8,N=7168,device_name=Tesla_T4.json']", "Tesla T4"),
+    ("UserWarning: Tesla V100-SXM2-32GB with CUDA capability sm_70 is not compatible", "Tesla V100-SXM2-32GB"),
     ("INFO 03-12 10:00:00 [gpu_worker.py:298] Available KV cache memory: 60.12 GiB\n", None),
 ])
 def test_each_form_a_program_prints_gives_the_name(text: str, name: str | None) -> None:

@@ -204,6 +204,10 @@ START_DIFFERS = {
     # compile_or_warm_up_model: _dummy_sampler_run after capture_model) and ran out of memory with 1.78 GiB
     # reserved but unallocated: a failure after the budget; the graphs' memory outside PyTorch is not modelled
     "vllm-llmd-openai-gpt-oss-20b-tp1-8192-failed",
+    # V0 (0.8.2) on Turing (XFormers, no FlashAttention-2), compared since the T4 preset: activation 2.42 vs 1.66 GiB
+    # and non-torch 0.72 vs 0.11 GiB leave 2.54 GiB of KV against 3.88 measured, too little for the default 131,072
+    # tokens; the log does not print its --max-model-len. Not examined
+    "vllm-15766-gemma3-27b-tp8-v0",
 }
 
 
@@ -235,8 +239,8 @@ def test_calibration_starts_and_refusals(tmp_path):
     compared = [r for r in built if not r.refused]
     # round 8 added ten Gemma-3 records, round 9 twenty-five of gated delta-net hybrids, round 10 three of vLLM 0.20+:
     # none buildable (no published config, GPU preset or log lines beside their numbers; round 9's cache layouts are
-    # held in tests/serve/test_gdn.py)
-    assert len(compared) == 57 and len(built) == 104
+    # held in tests/serve/test_gdn.py); the T4 preset (stop 60) made one more comparable
+    assert len(compared) == 58 and len(built) == 104
     assert set(REACHED) <= {r.rec["id"] for r in compared}
     assert {r.rec["id"] for r in compared if not r.cells["start"].startswith("ok")} == START_DIFFERS
 

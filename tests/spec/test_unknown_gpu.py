@@ -109,14 +109,15 @@ def test_every_preset_fills_every_needed_field():
 
 def test_measured_totals_sit_below_each_presets_data_sheet_size():
     """PyTorch's total (each from a named public log) is the board's memory less what the driver keeps: below the
-    preset's size and within 10 % of it, below nvidia-smi's total, which is below the size too."""
+    preset's size and within 10 % of it, not above nvidia-smi's total (whole MiB, rounded down: the T4's
+    totalGlobalMem is its 15,109.7), which is below the size too."""
     from timeline.spec.hardware import NVIDIA_SMI_TOTAL_MIB, TORCH_TOTAL_GIB
 
     for gpu, total in TORCH_TOTAL_GIB.items():
         size = GPUS[gpu]["capacity_gib"]
         assert 0.90 * size < total < size, gpu
         if gpu in NVIDIA_SMI_TOTAL_MIB:
-            assert total * 1024 < NVIDIA_SMI_TOTAL_MIB[gpu] <= size * 1024, gpu
+            assert total * 1024 < NVIDIA_SMI_TOTAL_MIB[gpu] + 1 and NVIDIA_SMI_TOTAL_MIB[gpu] <= size * 1024, gpu
 
 
 def test_a_serving_run_on_a_new_preset_budgets_from_its_measured_total(tmp_path):

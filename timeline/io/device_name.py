@@ -51,17 +51,21 @@ DEVICE_NAMES: dict[str, str] = {
     "geforce rtx 4070 ti super": "rtx4070ti-super",
     "geforce rtx 5090": "rtx5090",
     "geforce rtx 5080": "rtx5080",
+    "tesla t4": "t4",
     "rtx pro 6000 blackwell server edition": "rtx-pro-6000",
     "rtx pro 6000 blackwell workstation edition": "rtx-pro-6000",
     "rtx pro 6000 blackwell max q workstation edition": "rtx-pro-6000",
 }
 
-_NAME = r"NVIDIA[ _][A-Za-z0-9 _.\-]*?[A-Za-z0-9]"
+#: the vendor's prefix CUDA's name starts with: ``NVIDIA``, or ``Tesla`` on the data-center boards before Ampere
+#: (``Tesla T4``, ``Tesla V100-SXM2-32GB``)
+_VENDOR = r"(?:NVIDIA|Tesla)"
+_NAME = _VENDOR + r"[ _][A-Za-z0-9 _.\-]*?[A-Za-z0-9]"
 #: the lines that print a device name (module docstring), each with its name in group ``n``
 DEVICE_LINES = (
-    re.compile(r"device_name=(?P<n>NVIDIA_[A-Za-z0-9_\-]+?)(?:,|\.json)"),
+    re.compile(r"device_name=(?P<n>" + _VENDOR + r"_[A-Za-z0-9_\-]+?)(?:,|\.json)"),
     re.compile(r"^\s*GPU \d+: (?P<n>" + _NAME + r")(?:\s*\(UUID|\s*$)", re.MULTILINE),
-    re.compile(r"^\|\s+\d+\s+(?P<n>NVIDIA [A-Za-z0-9 .\-]+?(?:\.\.\.|…)?)\s+(?:On|Off)\s+\|", re.MULTILINE),
+    re.compile(r"^\|\s+\d+\s+(?P<n>" + _VENDOR + r" [A-Za-z0-9 .\-]+?(?:\.\.\.|…)?)\s+(?:On|Off)\s+\|", re.MULTILINE),
     re.compile(r"(?P<n>" + _NAME + r") with CUDA capability sm_\d+"),
 )
 
