@@ -109,7 +109,16 @@ def test_the_backward_peaks_in_the_rules_first_chunk_before_any_input_gradient(r
 
 
 def test_from_megatron_deterministic_mode_runs_the_torch_path():
-    """--deterministic-mode sets [framework] deterministic, which selects the torch path for every GDN layer."""
-    conv = convert(from_mapping(BASE | {"--experimental-attention-variant": "gated_delta_net",
-                                        "--linear-attention-freq": 2, "--deterministic-mode": True}), world_size=2)
-    assert conv.sections["framework"]["deterministic"] is True
+    """--deterministic-mode (config.deterministic_mode) selects the torch path; NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 alone
+    asks TE for deterministic kernels but leaves the gated delta net on fla (deterministic_mode false)."""
+    gdn = BASE | {"--experimental-attention-variant": "gated_delta_net", "--linear-attention-freq": 2}
+    fw = convert(from_mapping(gdn | {"--deterministic-mode": True}), world_size=2).sections["framework"]
+    assert fw["deterministic"] is True and fw.get("deterministic_mode") is None
+    fw = convert(from_mapping(gdn, {"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"}), world_size=2).sections["framework"]
+    assert fw["deterministic"] is True and fw["deterministic_mode"] is False
+
+
+def test_deterministic_mode_false_keeps_fla(runs):
+    fla, det = runs
+    env_only = replace(det, framework=replace(det.framework, deterministic_mode=False))
+    assert template_of(env_only, 0).layer_activation_bytes == template_of(fla, 0).layer_activation_bytes

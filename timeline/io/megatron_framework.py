@@ -216,6 +216,8 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, sm:
           1 if a.has("--padded-vocab-size") else a.int("--make-vocab-size-divisible-by", 128),
           "--make-vocab-size-divisible-by")
     c.put("framework.deterministic", deterministic, "--deterministic-mode")
+    if deterministic and not a.flag("--deterministic-mode"):  # NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 alone
+        c.put("framework.deterministic_mode", False)
     level = a.int("--empty-unused-memory-level", 0)
     if level not in (0, 1, 2):
         raise UserError(f"--empty-unused-memory-level {level}: Megatron's choices are 0, 1 and 2")

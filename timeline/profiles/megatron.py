@@ -379,7 +379,8 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
                    swiglu_ops=table.swiglu_ops or not spec.bias_swiglu_fusion,
                    # MC ssm/gated_delta_net.py (20d66d5c7b … d98e8a64dd): config.deterministic_mode runs the conv
                    # and the chunked rule as torch ops (torch_chunk_gated_delta_rule), fla is not deterministic
-                   gdn_torch=spec.deterministic, **moe)
+                   gdn_torch=spec.deterministic if spec.deterministic_mode is None else spec.deterministic_mode,
+                   **moe)
     # the legacy GPT model (megatron/legacy/model) runs as the local layer but for its torch-op RMSNorm and SwiGLU
     out = megatron_bert.configure(out, spec)
     return megatron_legacy.configure(out, local=local, flash=spec.legacy_flash_attn) if spec.use_legacy_models \

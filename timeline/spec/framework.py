@@ -81,6 +81,10 @@ class FrameworkSpec:
                                                  "--apply-query-key-layer-scaling)")
     make_vocab_size_divisible_by: int = spec_field(128, positive=True, doc="vocabulary padded to this × tp")
     deterministic: bool = spec_field(False, doc="--deterministic-mode / NVTE_ALLOW_NONDETERMINISTIC_ALGO=0")
+    deterministic_mode: bool | None = spec_field(None, doc=(
+        "--deterministic-mode itself (Megatron-Core's config.deterministic_mode, which runs the gated delta net as "
+        "torch ops); unset: as deterministic. from-megatron writes false where only "
+        "NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 asks for determinism"))
     moe_token_dispatcher: str = spec_field("alltoall", choices=DISPATCHERS, doc="--moe-token-dispatcher-type")
     moe_flex_backend: str = spec_field("deepep", choices=("deepep", "hybridep"),
                                        doc="--moe-flex-dispatcher-backend (--moe-enable-deepep: deepep)")
