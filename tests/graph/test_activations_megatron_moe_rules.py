@@ -86,11 +86,13 @@ def test_deterministic_unpermute_keeps_index_add_source() -> None:
 
 
 @pytest.mark.parametrize("overrides", [(*DETERMINISTIC, FUSED), (), ("framework.deterministic=true",),
-                                       ("framework.deterministic=true", 'framework.megatron_core="0.15.0rc8"')],
-                         ids=["fused", "nondeterministic", "core_0.14", "main_0.15.0rc8"])
+                                       ("framework.deterministic=true", 'framework.megatron_core="0.15.0rc8"'),
+                                       (*DETERMINISTIC, "framework.deterministic_mode=false")],
+                         ids=["fused", "nondeterministic", "core_0.14", "main_0.15.0rc8", "te_env_only"])
 def test_no_index_add_source_fused_or_nondeterministic(overrides: tuple[str, ...]) -> None:
     """Nor before Megatron-LM 56818f9e50 (2025-10-16, first in core_r0.15.0): its unpermute always ran
-    scatter_add_ (core_r0.12.0 … core_r0.14.0 moe_utils.py)."""
+    scatter_add_ (core_r0.12.0 … core_r0.14.0 moe_utils.py). Nor where only NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 asks
+    for determinism (deterministic_mode false): torch's deterministic algorithms are --deterministic-mode's."""
     got = saved_bytes(*overrides)
     assert f"{P}.combine.received" not in got and f"{P}.experts.linear_fc2.out" not in got
 

@@ -379,8 +379,7 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
                    swiglu_ops=table.swiglu_ops or not spec.bias_swiglu_fusion,
                    # MC ssm/gated_delta_net.py (20d66d5c7b … d98e8a64dd): config.deterministic_mode runs the conv
                    # and the chunked rule as torch ops (torch_chunk_gated_delta_rule), fla is not deterministic
-                   gdn_torch=spec.deterministic if spec.deterministic_mode is None else spec.deterministic_mode,
-                   **moe)
+                   gdn_torch=spec.deterministic_algorithms, **moe)
     # the legacy GPT model (megatron/legacy/model) runs as the local layer but for its torch-op RMSNorm and SwiGLU
     out = megatron_bert.configure(out, spec)
     return megatron_legacy.configure(out, local=local, flash=spec.legacy_flash_attn) if spec.use_legacy_models \
@@ -419,7 +418,7 @@ def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
     2659630721 (``[framework] moe_probs_in_experts = false``) the combine multiplies the routing probs into the
     experts' output (graph/families/moe_combine.py)."""
     aux = spec.moe_router_load_balancing in ("aux_loss", "seq_aux_loss", "global_aux_loss")
-    index_add = (spec.deterministic and not spec.moe_permute_fusion
+    index_add = (spec.deterministic_algorithms and not spec.moe_permute_fusion
                  and version_tuple(spec.megatron_core) >= UNPERMUTE_INDEX_ADD)
     return {"moe_router_dtype": spec.moe_router_dtype, "moe_random_logits": spec.moe_router_force_load_balancing,
             "moe_pre_norm_recompute": not router_graph_drops_norm_recompute(spec),

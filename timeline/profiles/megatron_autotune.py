@@ -80,11 +80,11 @@ def first_call(fw: FrameworkSpec) -> tuple[FirstCall, ...]:
     net's Triton kernels' (a flush buffer at the first forward and backward of a model that has them)."""
     torch = version_tuple(fw.pytorch)[:2]
     # under --deterministic-mode the chunk rule and the conv are torch ops: fla's l2norm is the one autotuned kernel
-    op = r"\.linear_attn\.l2norm$" if fw.deterministic else r"\.linear_attn\.chunk_gated_delta_rule$"
+    op = r"\.linear_attn\.l2norm$" if fw.deterministic_algorithms else r"\.linear_attn\.chunk_gated_delta_rule$"
     gdn = FirstCall(op=op, like="", forward_copies=0, backward_copies=0,
                     flush_bytes=flush_bytes(fw.pytorch), source=GDN_SOURCE, tag="gdn",
                     backward_same_op=False)
-    if fw.cross_entropy_fusion != "native" or not COMPILED_FROM <= torch < CPU_COPIES_FROM or fw.deterministic:
+    if fw.cross_entropy_fusion != "native" or not COMPILED_FROM <= torch < CPU_COPIES_FROM or fw.deterministic_algorithms:
         return (gdn,)
     forward = 2 + (0 if torch >= DIVISION_IN_PLACE_FROM else 1)
     return (FirstCall(op=r"(^|\.)loss$", like="exp_logits", forward_copies=forward, backward_copies=1,

@@ -82,9 +82,10 @@ class FrameworkSpec:
     make_vocab_size_divisible_by: int = spec_field(128, positive=True, doc="vocabulary padded to this × tp")
     deterministic: bool = spec_field(False, doc="--deterministic-mode / NVTE_ALLOW_NONDETERMINISTIC_ALGO=0")
     deterministic_mode: bool | None = spec_field(None, doc=(
-        "--deterministic-mode itself (Megatron-Core's config.deterministic_mode, which runs the gated delta net as "
-        "torch ops); unset: as deterministic. from-megatron writes false where only "
-        "NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 asks for determinism"))
+        "--deterministic-mode itself: torch.use_deterministic_algorithms(True) (the MoE unpermute's index_add_, "
+        "Inductor's one-config pointwise kernels) and Megatron-Core's config.deterministic_mode (the gated delta net "
+        "as torch ops); unset: as deterministic. from-megatron writes false where only "
+        "NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 asks for determinism, which reaches TE alone"))
     moe_token_dispatcher: str = spec_field("alltoall", choices=DISPATCHERS, doc="--moe-token-dispatcher-type")
     moe_flex_backend: str = spec_field("deepep", choices=("deepep", "hybridep"),
                                        doc="--moe-flex-dispatcher-backend (--moe-enable-deepep: deepep)")
@@ -189,3 +190,11 @@ class FrameworkSpec:
         "dev branch from 3b9c248a1b: unpadded, all-reduced, dealt ping-pong)"))
     workspaces: bool = spec_field(True, doc="TE's and PyTorch's persistent cuBLAS workspaces (false: leave "
                                   "them out, e.g. to compare saved tensors alone)")
+
+    @property
+    def deterministic_algorithms(self) -> bool:
+        """Whether ``--deterministic-mode`` ran: ``torch.use_deterministic_algorithms(True)`` (``megatron/training/
+        arguments.py`` → ``determinism.py``) and Megatron-Core's ``config.deterministic_mode`` — ``deterministic_mode``
+        where given, else ``deterministic``. ``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0`` alone reaches TE only."""
+        return self.deterministic if self.deterministic_mode is None else self.deterministic_mode
+
