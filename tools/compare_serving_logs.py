@@ -70,7 +70,7 @@ class Row:
 #: a log's GPU name (lower case, a part of it) → the hardware preset it runs as; first match wins
 GPU_KEYS = (("a100 40gb", "a100-40gb"), ("a100", "a100"), ("a800", "a800"), ("h200", "h200"), ("h100", "h100"),
             ("80 gb class", "h100"), ("l40s", "l40s"), ("a6000", "a6000"), ("3090", "rtx3090"), ("4090", "rtx4090"),
-            ("5090", "rtx5090"), ("b200", "b200"), ("rtx pro 6000", "rtx-pro-6000"), ("4070 ti super", "rtx4070ti-super"),
+            ("5090", "rtx5090"), ("b200", "b200"), ("rtx pro 6000", "rtx-pro-6000"), ("rtx pro 4500", "rtx-pro-4500"), ("4070 ti super", "rtx4070ti-super"),
             ("4080", "rtx4080"), ("5080", "rtx5080"), ("a4000", "rtx-a4000"), ("l4", "l4"), ("a10", "a10"),
             ("a30", "a30"), ("a40", "a40"), ("tesla t4", "t4"))
 

@@ -239,10 +239,13 @@ def test_calibration_starts_and_refusals(tmp_path):
     compared = [r for r in built if not r.refused]
     # round 8 added ten Gemma-3 records, round 9 twenty-five of gated delta-net hybrids, round 10 three of vLLM 0.20+:
     # none buildable (no published config, GPU preset or log lines beside their numbers; round 9's cache layouts are
-    # held in tests/serve/test_gdn.py); the T4 preset (stop 60) made one more comparable
-    assert len(compared) == 58 and len(built) == 104
+    # held in tests/serve/test_gdn.py); the T4 and RTX PRO 4500 presets (stop 60) made two more comparable (the
+    # RTX PRO 4500's gpt-oss-120b at TP 8 reads weights +13.5 %: its MXFP4 experts are laid out as sm 100's
+    # FlashInfer pads them, while vLLM 0.28's backend on sm 120 was not read)
+    assert len(compared) == 59 and len(built) == 104
     assert set(REACHED) <= {r.rec["id"] for r in compared}
-    assert {r.rec["id"] for r in compared if not r.cells["start"].startswith("ok")} == START_DIFFERS
+    # a record whose log does not say whether the engine started (its "starts" unknown) has no start to disagree on
+    assert {r.rec["id"] for r in compared if not r.cells.get("start", "ok").startswith("ok")} == START_DIFFERS
 
 
 def test_enough_logs_on_both_sides(tmp_path):

@@ -52,6 +52,8 @@ DEVICE_NAMES: dict[str, str] = {
     "geforce rtx 5090": "rtx5090",
     "geforce rtx 5080": "rtx5080",
     "tesla t4": "t4",
+    "rtx pro 4500 blackwell": "rtx-pro-4500",
+    "rtx pro 4500 blackwell server edition": "rtx-pro-4500",
     "rtx pro 6000 blackwell server edition": "rtx-pro-6000",
     "rtx pro 6000 blackwell workstation edition": "rtx-pro-6000",
     "rtx pro 6000 blackwell max q workstation edition": "rtx-pro-6000",

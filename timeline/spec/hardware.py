@@ -41,7 +41,10 @@ whitepaper: 16 GB GDDR6X at 716.8 GB/s, 97.5 TFLOP/s BF16 with FP32 accumulate, 
 RTX 4080's 97.5 from its 780) and RTX 5080 (RTX Blackwell whitepaper: 16 GB GDDR7 at 960 GB/s, 84 SMs, sm 120, PCIe
 Gen5; 1,801 AI TOPS / 16 = 112.6) and Tesla T4 (NVIDIA T4 data sheet: 16 GB GDDR6 at 320 GB/s, 65 TFLOP/s FP16
 mixed precision — Turing has no BF16, so a 16-bit job runs in FP16 —, PCIe Gen3 x16 (16 GB/s per direction), 40 SMs =
-2,560 CUDA cores / 64, ``sm`` 75). Their TFLOP/s and bandwidths time the ops only; memory reads the capacity, ``sm``
+2,560 CUDA cores / 64, ``sm`` 75) and RTX PRO 4500 Blackwell (GB203, Workstation and Server Edition: 32 GB GDDR7 on a
+256-bit bus at 896 GB/s, 10,496 CUDA cores = 82 SMs, PCIe Gen5 x16, no NVLink, ``sm`` 120; 1,758 TFLOP/s FP4 with
+sparsity, so 109.9 TFLOP/s dense BF16 with FP32 accumulate, the RTX 5080's rule; third-party spec listings
+technical.city and hmc-tech.com, NVIDIA's page gives no tensor figure). Their TFLOP/s and bandwidths time the ops only; memory reads the capacity, ``sm``
 and the SM count.
 
 :data:`TORCH_TOTAL_GIB` is what PyTorch reports as a device's memory (``torch.cuda.mem_get_info()[1]``,
@@ -90,6 +93,8 @@ GPUS: dict[str, dict[str, float]] = {
     "rtx5080": {"capacity_gib": 16, "bf16_tflops": 112.6, "hbm_gbps": 960, "nvlink_gbps": 64, "network_gbps": 25,
                 "sm": 120},
     "t4": {"capacity_gib": 16, "bf16_tflops": 65, "hbm_gbps": 320, "nvlink_gbps": 16, "network_gbps": 25, "sm": 75},
+    "rtx-pro-4500": {"capacity_gib": 32, "bf16_tflops": 109.9, "hbm_gbps": 896, "nvlink_gbps": 64, "network_gbps": 25,
+                     "sm": 120},
 }
 
 #: streaming multiprocessors per GPU kind (the data sheets above)
@@ -97,7 +102,7 @@ SM_COUNTS: dict[str, int] = {"h100": 132, "h800": 132, "h200": 132, "a100": 108,
                              "a100-40gb": 108, "l40s": 142, "a6000": 84, "rtx3090": 82, "rtx4090": 128,
                              "rtx-pro-6000": 188, "rtx5090": 170, "a800": 108, "a40": 84, "a30": 56, "a10": 72,
                              "l4": 58, "rtx-a4000": 48, "rtx4080": 76, "rtx4070ti-super": 66, "rtx5080": 84,
-                             "t4": 40}
+                             "t4": 40, "rtx-pro-4500": 82}
 
 #: MiB ``nvidia-smi --query-gpu=memory.total`` prints (SGLang sizes its defaults from it), each in the public
 #: log named
@@ -114,6 +119,7 @@ NVIDIA_SMI_TOTAL_MIB: dict[str, int] = {
     "a10": 23028,  # QwenLM/Qwen3#678, modal-labs/modal-client#2797
     "t4": 15109,  # ECC on, as clouds run it: public code index, ids 12126150674, 18722886883 and 45251997209
     #               (nvidia-smi tables); 15,360 with ECC off
+    "rtx-pro-4500": 32623,  # Server Edition, ECC on: vllm-project/vllm#51590 (a comment's table, driver 595.91.07)
 }
 
 #: GiB PyTorch reports as the device's total memory, each printed in the public log named
@@ -142,6 +148,8 @@ TORCH_TOTAL_GIB: dict[str, float] = {
     "rtx5080": 15.48,  # vllm-project/vllm#14452 (OOM: "a total capacity of 15.48 GiB")
     "t4": 14.7556,  # Tesla T4, ECC on: deviceQuery "Total amount of global memory: 15110 MBytes (15843721216 bytes)"
     #               (cudaDeviceProp.totalGlobalMem, what PyTorch reports), chiemon.github.io/2024/12/25/显卡信息.html
+    "rtx-pro-4500": 31.38,  # Server Edition, ECC on: vllm-project/vllm#51590 (a comment: get_device_properties(0)
+    #                         .total_memory = 33,689,829,376 B)
 }
 
 #: GPU kinds whose boards sit in NVSwitch systems (SXM); every other preset is a PCIe card
