@@ -240,8 +240,8 @@ def test_calibration_starts_and_refusals(tmp_path):
     # round 8 added ten Gemma-3 records, round 9 twenty-five of gated delta-net hybrids, round 10 three of vLLM 0.20+:
     # none buildable (no published config, GPU preset or log lines beside their numbers; round 9's cache layouts are
     # held in tests/serve/test_gdn.py); the T4 and RTX PRO 4500 presets (stop 60) made two more comparable (the
-    # RTX PRO 4500's gpt-oss-120b at TP 8 reads weights +13.5 %: its MXFP4 experts are laid out as sm 100's
-    # FlashInfer pads them, while vLLM 0.28's backend on sm 120 was not read)
+    # RTX PRO 4500's gpt-oss-120b at TP 8 reads weights −18.6 %: Triton's Blackwell swizzle on sm 120 is not read,
+    # and the 9.98 GiB is a comment's table, not an engine line)
     assert len(compared) == 59 and len(built) == 104
     assert set(REACHED) <= {r.rec["id"] for r in compared}
     # a record whose log does not say whether the engine started (its "starts" unknown) has no start to disagree on
@@ -325,3 +325,15 @@ def test_printed_kv_tokens_are_blocks_over_the_groups(tmp_path):
     b = row.budget
     assert len(b.kv_layout.groups) == 7
     assert row.cells["kv"].startswith(f"{b.num_kv_blocks // 7 * 16:,} / 1 tok")
+
+
+def test_mxfp4_backend_padding_by_compute_capability():
+    """get_mxfp4_backend / the oracle's select_mxfp4_moe_backend: Marlin below sm 90 or without triton_kernels (the
+    wheel vendors it from 0.12), FlashInfer on the sm 100 family only, Triton on sm 90 and every other capability
+    above it (sm 110, the RTX PRO / GeForce Blackwell's sm 120); only Hopper's swizzle is read."""
+    from timeline.serve.quant_layout import mxfp4_padding, mxfp4_swizzled
+
+    assert mxfp4_padding(80, "0.19.0") == (128, 256) and mxfp4_padding(120, "0.11.0") == (128, 256)
+    assert mxfp4_padding(100, "0.11.0") == mxfp4_padding(103, "0.19.0") == (256, 256)
+    assert mxfp4_padding(90, "0.19.0") == mxfp4_padding(120, "0.19.0") == mxfp4_padding(110, "0.28.0") == (64, 1)
+    assert mxfp4_swizzled(90, "0.19.0") and not mxfp4_swizzled(120, "0.19.0")

@@ -21,7 +21,12 @@ Every layout is vLLM's ``create_weights`` of the method at the 0.11.0 PyPI wheel
   32 values and model-dtype biases, the intermediate and hidden sizes padded for the backend
   ``get_mxfp4_backend`` picks by compute capability: Marlin below sm 90 (intermediate to 128, hidden to 256),
   Triton on sm 90 where ``triton_kernels`` is importable (intermediate to 64; else Marlin,
-  :func:`mxfp4_padding`), FlashInfer on sm 100 (both to 256).
+  :func:`mxfp4_padding`), FlashInfer on the sm 100 family (both to 256). Any other capability from sm 90 up —
+  sm 110, the RTX PRO / GeForce Blackwell's sm 120 — takes the Triton branch too (``get_mxfp4_backend``:
+  FlashInfer only ``is_device_capability(100)``; from the oracle ``fused_moe/oracle/mxfp4.py:
+  select_mxfp4_moe_backend``: FlashInfer only ``is_device_capability_family(100)``, then
+  ``has_device_capability(90)`` → ``TRITON_MONOLITHIC``, whose ``mxfp4_round_up_hidden_size_and_intermediate_size``
+  rounds the intermediate size to 64 alone).
 
 From vLLM 0.19 on sm 90 the Triton backend's ``process_weights_after_loading``
 (``fused_moe/oracle/mxfp4.py`` ``convert_to_mxfp4_moe_kernel_format`` → ``utils/mxfp4_utils.py``
@@ -91,9 +96,10 @@ def mxfp4_padding(sm: int, version: str = "") -> tuple[int, int]:
     alone), so below :data:`~timeline.spec.engine_versions.VLLM_TRITON_KERNELS_VENDORED` sm 90 is Marlin
     too; from it ``vllm/third_party/triton_kernels`` ships with the wheel (the 0.19.0 calibration logs load
     it; read in the 0.22.0 wheel)."""
-    if sm < 90 or (sm < 100 and not triton_kernels_vendored(version)):
+    flashinfer = 100 <= sm < 110  # the sm 100 family (B200, GB200, B300)
+    if sm < 90 or (not flashinfer and not triton_kernels_vendored(version)):
         return 128, 256
-    if sm < 100:
+    if not flashinfer:
         return 64, 1
     return 256, 256
 
@@ -103,15 +109,18 @@ VLLM_MXFP4_SWIZZLE_READ = (0, 19, 0)
 
 
 def mxfp4_triton_moe(run: ServeRunSpec) -> bool:
-    """The run's experts are MXFP4 on the Triton backend (sm 90 with ``triton_kernels``, :func:`mxfp4_padding`)."""
+    """The run's experts are MXFP4 on the Triton backend (sm 90 and sm 110 / 120 with ``triton_kernels``,
+    :func:`mxfp4_padding`)."""
     q = run.quant
     return q is not None and q.experts_only and mxfp4_padding(int(run.hardware.sm), run.serving.engine_version) == (64, 1)
 
 
 def mxfp4_swizzled(sm: int, version: str) -> bool:
-    """The Hopper Triton backend rewrites the experts after loading (module docstring)."""
+    """The Hopper Triton backend rewrites the experts after loading (module docstring). On sm 110 / 120 the
+    Triton backend's swizzle takes triton_kernels' Blackwell layouts (``cuda_capability_geq(10)``), not read: their
+    experts are counted as loaded."""
     v = parse_version(version) if version else None
-    return mxfp4_padding(sm, version) == (64, 1) and v is not None and v >= VLLM_MXFP4_SWIZZLE_READ
+    return sm < 100 and mxfp4_padding(sm, version) == (64, 1) and v is not None and v >= VLLM_MXFP4_SWIZZLE_READ
 
 
 def mxfp4_swizzled_expert_bytes(out: int, inp: int, half_of_w13: bool) -> int:
