@@ -61,7 +61,8 @@ the kernel) ``fla/modules/convolution.py: CausalConv1dFunction``,
 fla's kernels are autotuned: Triton's benchmarking flush buffer at the first forward's and backward's GDN op is a
 first-call rule (:func:`timeline.profiles.megatron_autotune.first_call`).
 
-**Deterministic mode** (``--deterministic-mode``; ``[framework] deterministic``): Megatron-Core runs the conv as
+**Deterministic mode** (``--deterministic-mode``; ``[framework] deterministic_mode``, or ``deterministic`` where that
+is unset: :attr:`timeline.spec.framework.FrameworkSpec.deterministic_algorithms`): Megatron-Core runs the conv as
 ``act_fn(conv1d(qkv)[..., :seq_len])`` (``nn.Conv1d`` / ``F.conv1d``; the activation keeps the whole
 ``[b, C, s + kernel − 1]`` convolution output) and the rule as ``torch_chunk_gated_delta_rule``, torch ops under
 autograd instead of fla's kernels (``gated_delta_net.py`` from 20d66d5c7b, the first GDN commit on main,
