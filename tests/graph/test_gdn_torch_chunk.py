@@ -112,8 +112,12 @@ def test_from_megatron_deterministic_mode_runs_the_torch_path():
     """--deterministic-mode (config.deterministic_mode) selects the torch path; NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 alone
     asks TE for deterministic kernels but leaves the gated delta net on fla (deterministic_mode false)."""
     gdn = BASE | {"--experimental-attention-variant": "gated_delta_net", "--linear-attention-freq": 2}
-    fw = convert(from_mapping(gdn | {"--deterministic-mode": True}), world_size=2).sections["framework"]
+    conv = convert(from_mapping(gdn | {"--deterministic-mode": True}), world_size=2)
+    fw = conv.sections["framework"]
     assert fw["deterministic"] is True and fw.get("deterministic_mode") is None
+    # 2 × 512 tokens, 32 value heads of 128 (TransformerConfig's defaults) at TP 1: 8 chunks per sequence
+    assert any(n.endswith("409 MiB kept per layer and micro-batch on a rank where fla's kernels keep 28 MiB")
+               for n in conv.notes)
     fw = convert(from_mapping(gdn, {"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"}), world_size=2).sections["framework"]
     assert fw["deterministic"] is True and fw["deterministic_mode"] is False
 

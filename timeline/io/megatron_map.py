@@ -435,6 +435,29 @@ def map_linear_attention(a: ArgReader, c: Conversion, layers: int) -> None:
                          ("--linear-value-head-dim", 128), ("--linear-num-key-heads", 16),
                          ("--linear-num-value-heads", 32)):
         c.put("model." + arg[2:].replace("-", "_"), a.int(arg, default), arg)
+    if a.flag("--deterministic-mode"):
+        c.notes.append(deterministic_gdn_note(a))
+
+
+def deterministic_gdn_note(a: ArgReader) -> str:
+    """What ``--deterministic-mode`` costs a gated delta-net layer: ``torch_chunk_gated_delta_rule``'s saved tensors
+    (:func:`timeline.graph.families.gdn.torch_chunk_elements`) against what fla's chunk kernel keeps (q and k at the
+    value heads, v, A, the cumulative g, beta), per layer and micro-batch on one tensor-parallel rank."""
+    from timeline.graph.families.gdn import FLA_CHUNK, TORCH_CHUNK, torch_chunk_elements
+
+    s, b = a.int("--seq-length", 0), a.int("--micro-batch-size", 1)
+    heads = max(a.int("--linear-num-value-heads", 32), a.int("--linear-num-key-heads", 16)) \
+        // max(1, a.int("--tensor-model-parallel-size", 1))
+    kd, vd = a.int("--linear-key-head-dim", 128), a.int("--linear-value-head-dim", 128)
+    text = ("--deterministic-mode runs each gated delta net as torch ops (Megatron-Core's torch_chunk_gated_delta_rule "
+            "and nn.Conv1d; fla is not deterministic)")
+    if s <= 0 or heads <= 0:
+        return text
+    t = s * b
+    torch_kept = b * heads * torch_chunk_elements(s, kd, vd)[0] * 4 + 2 * TORCH_CHUNK * TORCH_CHUNK
+    fla_kept = t * heads * (2 * kd * 2 + vd * 2 + FLA_CHUNK * 2 + 4 + 2)
+    return (f"{text}: {torch_kept / 2**20:,.0f} MiB kept per layer and micro-batch on a rank where fla's kernels keep "
+            f"{fla_kept / 2**20:,.0f} MiB")
 
 
 def num_layers(a: ArgReader) -> int:
