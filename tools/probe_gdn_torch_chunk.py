@@ -16,7 +16,7 @@ allocations and frees it writes, per shape:
 * ``backward_peak``: the backward's peak over what the forward kept, less the loss gradient's seed (one bf16
   scalar).
 
-``timeline.graph.families.gdn.torch_chunk_elements`` is held against these numbers in
+``timeline.profiles.megatron_gdn.torch_chunk_elements`` is held against these numbers in
 ``tests/graph/test_gdn_torch_chunk.py``. Nothing here is read by the package.
 """
 

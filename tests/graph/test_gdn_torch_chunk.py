@@ -2,7 +2,7 @@
 as ``act_fn(conv1d(qkv)[..., :seq_len])`` and the rule as ``torch_chunk_gated_delta_rule``, torch ops under autograd
 (``graph/families/gdn.py: torch_chunk``, rules ``gdn_conv_torch`` and ``gdn_torch_chunk``).
 
-The closed form (:func:`timeline.graph.families.gdn.torch_chunk_elements`) is held against the function's own autograd
+The closed form (:func:`timeline.profiles.megatron_gdn.torch_chunk_elements`) is held against the function's own autograd
 graph, captured on the CPU at core_v0.17.0 (``tests/data/gdn_torch_chunk.json``, written by
 ``tools/probe_gdn_torch_chunk.py``); the layer around it against the same test model as
 ``test_activations_megatron_gdn.py``."""
@@ -18,10 +18,10 @@ import pytest
 from sources import template_of
 from test_activations_megatron_gdn import BASE, CONV, KD, NK, NV, RUN, TP, VD, B, S
 
-from timeline.graph.families.gdn import TORCH_CHUNK, torch_chunk_elements
 from timeline.io.megatron_args import from_mapping
 from timeline.io.megatron_write import convert
 from timeline.io.runfile import load_run
+from timeline.profiles.megatron_gdn import TORCH_CHUNK, torch_chunk_elements
 
 DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "gdn_torch_chunk.json").read_text())
 MASKS = 2 * TORCH_CHUNK * TORCH_CHUNK  # the two [64, 64] bool masks of one call

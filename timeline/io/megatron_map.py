@@ -441,9 +441,9 @@ def map_linear_attention(a: ArgReader, c: Conversion, layers: int) -> None:
 
 def deterministic_gdn_note(a: ArgReader) -> str:
     """What ``--deterministic-mode`` costs a gated delta-net layer: ``torch_chunk_gated_delta_rule``'s saved tensors
-    (:func:`timeline.graph.families.gdn.torch_chunk_elements`) against what fla's chunk kernel keeps (q and k at the
+    (:func:`timeline.profiles.megatron_gdn.torch_chunk_elements`) against what fla's chunk kernel keeps (q and k at the
     value heads, v, A, the cumulative g, beta), per layer and micro-batch on one tensor-parallel rank."""
-    from timeline.graph.families.gdn import FLA_CHUNK, TORCH_CHUNK, torch_chunk_elements
+    from timeline.profiles.megatron_gdn import FLA_CHUNK, TORCH_CHUNK, torch_chunk_elements
 
     s, b = a.int("--seq-length", 0), a.int("--micro-batch-size", 1)
     heads = max(a.int("--linear-num-value-heads", 32), a.int("--linear-num-key-heads", 16)) \

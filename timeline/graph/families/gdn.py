@@ -67,7 +67,7 @@ is unset: :attr:`timeline.spec.framework.FrameworkSpec.deterministic_algorithms`
 ``[b, C, s + kernel − 1]`` convolution output) and the rule as ``torch_chunk_gated_delta_rule``, torch ops under
 autograd instead of fla's kernels (``gated_delta_net.py`` from 20d66d5c7b, the first GDN commit on main,
 2026-01-17, released in core_v0.16.0; on the dev branch from 5880674a39, 2025-11-19; ``gated_delta_net/gdn.py``
-from 07e958fc74, unchanged). :func:`torch_chunk_elements` gives what that function keeps, its forward's transient
+from 07e958fc74, unchanged). :func:`timeline.profiles.megatron_gdn.torch_chunk_elements` gives what that function keeps, its forward's transient
 and its backward's peak in closed form, read op by op off the function at core_v0.17.0 and checked to the byte
 against its own autograd graph on the CPU (``tools/probe_gdn_torch_chunk.py``, ``tests/data/gdn_torch_chunk.json``).
 
@@ -86,6 +86,7 @@ from timeline.graph.families import attention, norm
 from timeline.graph.families.common import NONE, Tags, column_linear, row_linear
 from timeline.graph.ir import Builder
 from timeline.graph.tensors import TensorDef, param
+from timeline.profiles.megatron_gdn import FLA_CHUNK, TORCH_CHUNK, torch_chunk_elements
 from timeline.spec.model import ModelSpec
 
 
@@ -144,47 +145,6 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     normed = b.tensor(f"{p}.norm.out", (t, v))
     b.op(f"{p}.norm", "gdn_gated_norm", layer, {"x": core, "z": z}, {"y": normed}, flops=5.0 * t * v)
     return row_linear(b, f"{p}.out_proj", normed, m.hidden_size, layer)
-
-
-#: fla's chunk size (``chunk_gated_delta_rule_fwd``: ``chunk_size=64``; ``A`` is ``[B, T, H, 64]``)
-FLA_CHUNK = 64
-#: ``torch_chunk_gated_delta_rule(..., chunk_size=64)`` (Megatron-Core's deterministic path)
-TORCH_CHUNK = 64
-
-
-def torch_chunk_elements(s: int, k: int, v: int) -> tuple[int, int, int]:
-    """(kept, forward transient, backward peak): fp32 elements per sequence and head of
-    ``torch_chunk_gated_delta_rule`` (NVIDIA/Megatron-LM core_v0.17.0 ``megatron/core/ssm/gated_delta_net.py``) on
-    ``s`` tokens, key width ``k`` and value width ``v``, with ``n = ceil(s / 64)`` chunks of ``c = 64`` rows after
-    ``F.pad``. Every tensor is fp32 (``.to(torch.float32)`` of each input).
-
-    Kept for the backward (what autograd saves), per chunk: ``6c²`` — the decay ``exp`` result and its ``tril``,
-    ``k_beta @ key.T`` (the multiply saves it), ``attn + eye`` (both later matmuls save it), and in the chunk loop
-    ``q_i @ k_i.T`` and the masked ``attn`` ``@ v_new`` saves; ``7ck`` — the padded key, the scaled query,
-    ``k_beta``, ``k_beta · exp(g)``, ``k_cumdecay`` and the loop's ``q_i · exp(g_i)`` and ``k_i · exp(g_last −
-    g_i)`` (the last chunk's, which feeds only the dropped final state, is freed: ``− ck`` once); ``3cv`` — the
-    padded value, ``v_beta``, each chunk's ``v_new``; ``4c + 1`` — the padded beta, ``exp(g)``, each chunk's
-    ``exp(g_i)``, ``exp(g_last − g_i)`` and ``exp(g_last)``; ``kv`` — the recurrent state each chunk's matmuls
-    save (the zeros, then each update); and the ``for i in range(1, c)`` loop's clones ``row [i]`` and
-    ``sub [i, i]``, which their product saves: ``Σ i + i²``. Besides, two ``[c, c]`` bool masks per call.
-
-    Forward transient at its peak (the function's last copies): ``value = attn @ v_beta`` and ``core_attn_out``
-    (``2·n·c·v``), the cumulative ``g`` (``n·c``), the last chunk's two ``[c, v]`` products, and the fp32
-    ``transpose(1, 2).contiguous()`` of the output (``s·v``) — a view on one head (``is_contiguous`` skips size-1
-    dimensions), which the caller leaves out — beside the output's 16-bit cast (the op's output).
-
-    Backward peak above what the forward kept: in the last chunk's backward, before any input gradient exists, the
-    full-size zero-filled gradients ``select_backward`` makes for each chunk index of the fp32 query, key,
-    ``k_cumdecay``, value and decay mask and their first accumulations — ``5nck + 2ncv + nc² + nc`` past the
-    chunk's own saved tensors where keys are at least as wide as values, ``3nck + 4ncv + nc² + nc`` less a few
-    chunk-sized tensors where values are wider (the larger of the two)."""
-    c, n = TORCH_CHUNK, math.ceil(s / TORCH_CHUNK)
-    clones = (c - 1) * c // 2 + (c - 1) * c * (2 * c - 1) // 6
-    kept = n * (6 * c * c + 7 * c * k + 3 * c * v + 4 * c + 1 + k * v + clones) - c * k
-    work = 2 * n * c * v + n * c + 2 * c * v + s * v
-    keys = 5 * n * c * k + 2 * n * c * v + n * c * c + n * c - c * k - 2 * c * c - 3 * c - 1
-    values = 3 * n * c * k + 4 * n * c * v + n * c * c + n * c - 2 * c * v - 3 * c * c - 3 * c - 1
-    return kept, work, max(keys, values)
 
 
 def train_params(ctx: BuildCtx, prefix: str) -> list[TensorDef]:
