@@ -436,19 +436,19 @@ def map_linear_attention(a: ArgReader, c: Conversion, layers: int) -> None:
                          ("--linear-num-value-heads", 32)):
         c.put("model." + arg[2:].replace("-", "_"), a.int(arg, default), arg)
     if a.flag("--deterministic-mode"):
-        c.notes.append(deterministic_gdn_note(a))
+        c.notes.append(deterministic_gdn_note(a, c.sections["model"]))
 
 
-def deterministic_gdn_note(a: ArgReader) -> str:
+def deterministic_gdn_note(a: ArgReader, model: dict[str, Any]) -> str:
     """What ``--deterministic-mode`` costs a gated delta-net layer: ``torch_chunk_gated_delta_rule``'s saved tensors
     (:func:`timeline.profiles.megatron_gdn.torch_chunk_elements`) against what fla's chunk kernel keeps (q and k at the
     value heads, v, A, the cumulative g, beta), per layer and micro-batch on one tensor-parallel rank."""
     from timeline.profiles.megatron_gdn import FLA_CHUNK, TORCH_CHUNK, torch_chunk_elements
 
     s, b = a.int("--seq-length", 0), a.int("--micro-batch-size", 1)
-    heads = max(a.int("--linear-num-value-heads", 32), a.int("--linear-num-key-heads", 16)) \
+    heads = max(model["linear_num_value_heads"], model["linear_num_key_heads"]) \
         // max(1, a.int("--tensor-model-parallel-size", 1))
-    kd, vd = a.int("--linear-key-head-dim", 128), a.int("--linear-value-head-dim", 128)
+    kd, vd = model["linear_key_head_dim"], model["linear_value_head_dim"]
     text = ("--deterministic-mode runs each gated delta net as torch ops (Megatron-Core's torch_chunk_gated_delta_rule "
             "and nn.Conv1d; fla is not deterministic)")
     if s <= 0 or heads <= 0:
