@@ -161,7 +161,7 @@ def test_resumed_writes_a_run_that_loads_the_optimizer_state(tmp_path, capsys):
     assert run.training.resumed and run.framework.checkpoint_format == "torch_dist"
 
 
-A5000 = ["--gpu", "rtx-a5000", "--gpu-field", "capacity_gib=23.68", "--gpu-field", "sm=86", "--gpu-field", "sms=64",
+A5000 = ["--gpu", "my-a5000", "--gpu-field", "capacity_gib=23.68", "--gpu-field", "sm=86", "--gpu-field", "sms=64",
          "--gpu-field", "bf16_tflops=111.1", "--gpu-field", "hbm_gbps=768"]
 MULTI = ["--gpu-field", "interconnect=pcie", "--gpu-field", "nvlink_gbps=56.25", "--gpu-field", "network_gbps=25"]
 
@@ -174,12 +174,12 @@ def test_a_gpu_no_preset_holds_with_its_fields(tmp_path, capsys):
     run = load_run(out)
     hw = run.hardware
     assert (hw.gpu, hw.capacity_gib, hw.sm, hw.sms, hw.bf16_tflops, hw.hbm_gbps, hw.interconnect, hw.nvlink_gbps,
-            hw.network_gbps) == ("rtx-a5000", 23.68, 86, 64, 111.1, 768.0, "pcie", 56.25, 25.0)
+            hw.network_gbps) == ("my-a5000", 23.68, 86, 64, 111.1, 768.0, "pcie", 56.25, 25.0)
 
 
 @pytest.mark.parametrize("extra, fragments", [
-    (A5000, ["--gpu rtx-a5000: no preset", "interconnect: ", "nvlink_gbps: ", "network_gbps: "]),  # 8 GPUs: links
-    (["--gpu", "rtx-a5000"], ["sms: ", "capacity_gib: "]),
+    (A5000, ["--gpu my-a5000: no preset", "interconnect: ", "nvlink_gbps: ", "network_gbps: "]),  # 8 GPUs: links
+    (["--gpu", "my-a5000"], ["sms: ", "capacity_gib: "]),
     (["--gpu-field", "smz=3"], ["--gpu-field 'smz=3'", "sms"]),
     (["--gpu-field", "sms=many"], ["sms takes an integer"]),
 ])

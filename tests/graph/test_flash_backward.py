@@ -41,7 +41,7 @@ def test_the_rounding_rules():
     assert SM_COUNTS == {"h100": 132, "h800": 132, "h200": 132, "a100": 108, "gb200": 148, "b200": 148,
                          "a100-40gb": 108, "l40s": 142, "a6000": 84, "rtx3090": 82, "rtx4090": 128,
                          "rtx-pro-6000": 188, "rtx5090": 170, "a800": 108, "a40": 84, "a30": 56, "a10": 72, "l4": 58,
-                         "rtx-a4000": 48, "rtx4080": 76, "rtx4070ti-super": 66, "rtx5080": 84,
+                         "rtx-a4000": 48, "rtx-a5000": 64, "rtx4080": 76, "rtx4070ti-super": 66, "rtx5080": 84,
                          "t4": 40, "rtx-pro-4500": 82}
     assert set(SM_COUNTS) == set(GPUS)  # every GPU kind has its count
 

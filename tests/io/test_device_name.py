@@ -53,6 +53,8 @@ def test_every_name_maps_to_a_preset_and_names_match_whole() -> None:
         assert preset_of(other) is None, other
     assert preset_of("NVIDIA RTX PRO 6000 Blac...") == "rtx-pro-6000"  # every edition is the one preset
     assert preset_of("Tesla T4") == "t4" and preset_of("Tesla V100-SXM2-32GB") is None
+    # the RTX A5000 (GA102, 64 SMs) is its own preset, not the A6000's nor the A4000's
+    assert preset_of("NVIDIA RTX A5000") == "rtx-a5000" and preset_of("NVIDIA RTX A5000 Ada Generation") is None
     assert preset_of("NVIDIA GeForce RTX 40...") is None  # 4090, 4080, 4070 Ti SUPER: not one
 
 

@@ -52,7 +52,7 @@ def test_serving_budget_of_a_named_gpu_equals_its_presets(tmp_path, tp):
 def test_context_of_a_named_gpu_follows_its_sms():
     """A 64-SM compute-capability-8.6 card (the RTX A5000's data sheet): the H100's measured context less the
     H100's local-memory reservation (132 SMs × 2,048 threads × 1 KiB) plus its own (64 × 1,536 × 1 KiB)."""
-    hw = HardwareSpec(gpu="rtx-a5000", capacity_gib=23.68, sm=86, sms=64, bf16_tflops=111.1, hbm_gbps=768,
+    hw = HardwareSpec(gpu="my-a5000", capacity_gib=23.68, sm=86, sms=64, bf16_tflops=111.1, hbm_gbps=768,
                       interconnect="pcie")
     size, source = context_bytes(hw)
     assert size == int(0.51 * GIB) - 132 * 2048 * 1024 + 64 * 1536 * 1024
@@ -63,15 +63,15 @@ def test_context_of_a_named_gpu_follows_its_sms():
 
 
 def test_serving_run_without_the_fields_names_each(tmp_path):
-    path = _serve(tmp_path, "rtx-a5000", "", 2)
+    path = _serve(tmp_path, "my-a5000", "", 2)
     with pytest.raises(SpecError) as err:
         load_serve_run(path)
     text = str(err.value)
-    assert "hardware.gpu" in text and "'rtx-a5000' is no preset" in text
+    assert "hardware.gpu" in text and "'my-a5000' is no preset" in text
     for key in [*UNKNOWN_GPU_NEEDS, *UNKNOWN_GPU_NEEDS_MULTI]:
         if key != "capacity_gib":  # the run file gives it
             assert f"{key} = " in text, key
-    one = _serve(tmp_path, "rtx-a5000", "", 1)
+    one = _serve(tmp_path, "my-a5000", "", 1)
     with pytest.raises(SpecError) as err:
         load_serve_run(one)
     assert "nvlink_gbps" not in str(err.value)  # one GPU: how GPUs connect is not asked for
@@ -133,3 +133,21 @@ def test_a_serving_run_on_a_new_preset_budgets_from_its_measured_total(tmp_path)
     b = compute_budgets(run)[0]
     assert b.total_bytes == int(22.03 * 2**30) and b.requested_bytes == int(b.total_bytes * 0.9)
     assert b.failure == "" and b.num_kv_blocks > 0  # an 8B bf16 model (14.96 GiB) leaves an L4 a pool
+
+
+def test_the_rtx_a5000_budgets_from_its_printed_total(tmp_path):
+    """The RTX A5000's PyTorch total is the 24,138 MiB ``get_device_properties`` prints in a public pod's log
+    (23.57 GiB); a Llama-3.1-8B bf16 serve at 0.9 gets a KV pool from it rather than a refusal for the name."""
+    from timeline.io.serve_runfile import load_serve_run
+    from timeline.serve.budget import compute_budgets
+
+    hf = Path(__file__).resolve().parents[1] / "data" / "hf" / "llama-3.1-8b" / "config.json"
+    path = tmp_path / "a5000.toml"
+    path.write_text(f'[model]\nhf_config = "{hf}"\n[hardware]\ngpu = "rtx-a5000"\n[serving]\nengine = "vllm"\n'
+                    'engine_version = "0.11.0"\nmax_model_len = 4096\n[serving.load]\nnum_requests = 1\n')
+    run = load_serve_run(path)
+    assert run.hardware.capacity_gib == 23.57 and round(24138 / 1024, 2) == 23.57
+    assert (run.hardware.sm, run.hardware.sms) == (86, 64)
+    b = compute_budgets(run)[0]
+    assert b.total_bytes == int(23.57 * 2**30) and b.requested_bytes == int(b.total_bytes * 0.9)
+    assert b.failure == "" and b.num_kv_blocks > 0

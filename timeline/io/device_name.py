@@ -45,6 +45,7 @@ DEVICE_NAMES: dict[str, str] = {
     "a10": "a10",
     "rtx a6000": "a6000",
     "rtx a4000": "rtx-a4000",
+    "rtx a5000": "rtx-a5000",
     "geforce rtx 3090": "rtx3090",
     "geforce rtx 4090": "rtx4090",
     "geforce rtx 4080": "rtx4080",

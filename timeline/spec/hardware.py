@@ -35,7 +35,9 @@ More data-center and workstation kinds, from their data sheets: A800 80GB SXM4 (
 ``multi_processor_count=84`` —, sm 86), A30 (24 GB HBM2 at 933 GB/s, 165 TFLOP/s dense BF16, NVLink 200 GB/s both ways,
 56 SMs, sm 80), A10 (24 GB GDDR6 at 600 GB/s, 125 TFLOP/s dense BF16, PCIe Gen4, 72 SMs, sm 86), L4 (24 GB GDDR6 at
 300 GB/s, 242 TFLOP/s BF16 with sparsity: 121 dense, PCIe Gen4, 58 SMs = 7,424 CUDA cores / 128, sm 89), RTX A4000
-(16 GB GDDR6 at 448 GB/s, 153.4 tensor TFLOP/s with sparsity: 76.7 dense, 48 SMs, sm 86), GeForce RTX 4080 (NVIDIA Ada
+(16 GB GDDR6 at 448 GB/s, 153.4 tensor TFLOP/s with sparsity: 76.7 dense, 48 SMs, sm 86), RTX A5000 (GA102: 24 GB
+GDDR6 at 768 GB/s, 222.2 tensor TFLOP/s with sparsity: 111.1 dense, NVLink bridge 112.5 GB/s both ways, 8,192 CUDA
+cores = 64 SMs — a torch log's ``multi_processor_count=64`` —, sm 86), GeForce RTX 4080 (NVIDIA Ada
 whitepaper: 16 GB GDDR6X at 716.8 GB/s, 97.5 TFLOP/s BF16 with FP32 accumulate, 76 SMs, sm 89), RTX 4070 Ti SUPER
 (16 GB GDDR6X at 672 GB/s, 66 SMs = 8,448 / 128, sm 89; 706 AI TOPS / 8 = 88.2 TFLOP/s, the rule that gives the
 RTX 4080's 97.5 from its 780) and RTX 5080 (RTX Blackwell whitepaper: 16 GB GDDR7 at 960 GB/s, 84 SMs, sm 120, PCIe
@@ -86,6 +88,8 @@ GPUS: dict[str, dict[str, float]] = {
     "l4": {"capacity_gib": 24, "bf16_tflops": 121, "hbm_gbps": 300, "nvlink_gbps": 32, "network_gbps": 25, "sm": 89},
     "rtx-a4000": {"capacity_gib": 16, "bf16_tflops": 76.7, "hbm_gbps": 448, "nvlink_gbps": 32, "network_gbps": 25,
                   "sm": 86},
+    "rtx-a5000": {"capacity_gib": 24, "bf16_tflops": 111.1, "hbm_gbps": 768, "nvlink_gbps": 56.25, "network_gbps": 25,
+                  "sm": 86},
     "rtx4080": {"capacity_gib": 16, "bf16_tflops": 97.5, "hbm_gbps": 716.8, "nvlink_gbps": 32, "network_gbps": 25,
                 "sm": 89},
     "rtx4070ti-super": {"capacity_gib": 16, "bf16_tflops": 88.2, "hbm_gbps": 672, "nvlink_gbps": 32, "network_gbps": 25,
@@ -101,7 +105,7 @@ GPUS: dict[str, dict[str, float]] = {
 SM_COUNTS: dict[str, int] = {"h100": 132, "h800": 132, "h200": 132, "a100": 108, "gb200": 148, "b200": 148,
                              "a100-40gb": 108, "l40s": 142, "a6000": 84, "rtx3090": 82, "rtx4090": 128,
                              "rtx-pro-6000": 188, "rtx5090": 170, "a800": 108, "a40": 84, "a30": 56, "a10": 72,
-                             "l4": 58, "rtx-a4000": 48, "rtx4080": 76, "rtx4070ti-super": 66, "rtx5080": 84,
+                             "l4": 58, "rtx-a4000": 48, "rtx-a5000": 64, "rtx4080": 76, "rtx4070ti-super": 66, "rtx5080": 84,
                              "t4": 40, "rtx-pro-4500": 82}
 
 #: MiB ``nvidia-smi --query-gpu=memory.total`` prints (SGLang sizes its defaults from it), each in the public
@@ -143,6 +147,8 @@ TORCH_TOTAL_GIB: dict[str, float] = {
     "a10": 22.18,  # OpenBMB/MiniCPM-V#640 (OOM: "a total capacity of 22.18 GiB")
     "l4": 22.03,  # ArcInstitute/evo2#190 (OOM: "a total capacity of 22.03 GiB")
     "rtx-a4000": 15.61,  # DengKaiCQ/VGGT-Long#6 (OOM: "a total capacity of 15.61 GiB")
+    "rtx-a5000": 23.57,  # public code index, id 29278846479 (get_device_properties: total_memory=24138MB, i.e. MiB;
+    #                      another pod's, id 36903445345, prints 24114MB under another driver)
     "rtx4080": 15.67,  # public code index, id 22567041692 (Linux: total_memory=16049MB; Windows reports ~15.99)
     "rtx4070ti-super": 15.60,  # kinggongzilla/whatsapp-ai-clone#12 (OOM: "a total capacity of 15.60 GiB")
     "rtx5080": 15.48,  # vllm-project/vllm#14452 (OOM: "a total capacity of 15.48 GiB")
