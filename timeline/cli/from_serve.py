@@ -84,6 +84,32 @@ def _read(command: str) -> tuple[str, str]:
     return command, "the command"
 
 
+def _engine_v1(cmd: Any, serving: dict[str, Any], mapped: dict[str, str], notes: list[str]) -> None:
+    """``serving.engine_v1`` of a vLLM command: the engine its log says started, else its ``VLLM_USE_V1`` (vLLM's
+    ``envs.py``: ``bool(int(...))``); unset, the run's oracle decides (:mod:`timeline.spec.engine_versions`)."""
+    if cmd.engine_v1 is not None:
+        serving["engine_v1"] = cmd.engine_v1
+        mapped["Initializing a V1 LLM engine" if cmd.engine_v1 == "on" else "Initializing an LLM engine"] = (
+            f"serving.engine_v1 = {cmd.engine_v1} (the engine the log says started)")
+        return
+    raw = cmd.env.get("VLLM_USE_V1")
+    if raw is None:
+        return
+    try:
+        on = bool(int(raw))
+    except ValueError:
+        notes.append(f"VLLM_USE_V1={raw!r} is not an integer (vLLM would fail to read it): not taken")
+        return
+    from timeline.spec.engine_versions import VLLM_V0_REMOVED, VLLM_V1_DEFAULT, parse_version
+
+    v = parse_version(str(serving.get("engine_version") or "")) or VLLM_V0_REMOVED
+    if (on and v >= VLLM_V0_REMOVED) or (not on and v < VLLM_V1_DEFAULT):  # the one engine that version has
+        mapped["$VLLM_USE_V1"] = f"(not used: vLLM {serving.get('engine_version')} has that engine only)"
+        return
+    serving["engine_v1"] = "on" if on else "off"
+    mapped["$VLLM_USE_V1"] = f"serving.engine_v1 = {serving['engine_v1']}"
+
+
 def run(args: argparse.Namespace) -> int:
     from timeline.io.runfile_write import run_file_text
     from timeline.io.serve_command import (
@@ -127,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"the command does not say which {cmd.engine} ran it: read as {cmd.engine} {version}, whose "
                      "source the rules are read at (give --engine-version)")
     m.sections["serving"]["engine_version"] = version
+    if cmd.engine == "vllm":
+        _engine_v1(cmd, m.sections["serving"], m.mapped, notes)
     if cmd.engine == "vllm" and parsed.values.get("async_scheduling") is True:
         why = async_scheduling_refusal(version, int(m.sections.get("parallel", {}).get("pp", 1)),
                                        bool(m.sections["serving"].get("speculative_method")))

@@ -144,6 +144,7 @@ class ServeCommand:
     capacity_gib: float | None = None  # a startup log's printed device total (GiB, PyTorch's)
     measured: dict[str, float] = field(default_factory=dict)  # what a startup log says the engine measured
     device_name: str | None = None  # the GPU a startup log names (timeline.io.device_name)
+    engine_v1: str | None = None  # the engine a vLLM 0.8 … 0.10 log names (serving.engine_v1)
 
 
 def _finder(argv: list[str]) -> int | None:
@@ -191,7 +192,7 @@ def _find_command(text: str, source: str, engine_hint: str, env: dict[str, str],
         words = _log_words(log, source)
         return ServeCommand(engine=log.engine, words=words, version=log.version, env=env,
                             usage_context=log.usage_context, notes=list(log.notes), capacity_gib=log.capacity_gib,
-                            measured=dict(log.measured), device_name=log.device_name)
+                            measured=dict(log.measured), device_name=log.device_name, engine_v1=log.engine_v1)
     calls = python_calls(text, env, options, folder)
     python = source.endswith(".py") or re.match(r"#![^\n]*python", text) is not None
     if calls is None and python:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from timeline.io.device_name import device_in
+from timeline.spec.engine_versions import VLLM_V0_REMOVED, VLLM_V1_DEFAULT, parse_version
 
 #: vLLM's line (``log_non_default_args``): the dict follows
 VLLM_ARGS = re.compile(r"non-default args: (?=\{)")
@@ -46,6 +47,9 @@ API_SERVER = re.compile(r"API server|APIServer|api_server|█")
 #: every vLLM engine's config line (``vllm/engine/llm_engine.py`` / ``v1/engine/core.py``): ``key=value, …`` of its
 #: configs as printed, the version in its head; read where a log has no ``non-default args`` line (before 0.9)
 VLLM_CONFIG = re.compile(r"Initializing an? (?:V1 )?LLM engine \(v(?P<v>[^)]+)\) with config: (?P<body>[^\n]*)")
+#: the engine that line names: ``vllm/engine/llm_engine.py`` (V0) "Initializing an LLM engine (vX) with config",
+#: ``vllm/v1/engine/core.py`` "Initializing a V1 LLM engine (vX) with config" (read at 0.8.2, 0.8.5, 0.9.2, 0.10.1)
+VLLM_ENGINE_LINE = re.compile(r"Initializing an? (?P<one>V1 )?LLM engine \(v(?P<v>[^)]+)\)")
 #: the config line's names that are not the engine argument's (``EngineArgs``) name
 CONFIG_NAMES = {"max_seq_len": "max_model_len", "chunked_prefill_enabled": "enable_chunked_prefill"}
 #: V0's memory-profiling line names the utilisation the budget used (worker/worker.py at 0.6 … 0.8)
@@ -93,6 +97,9 @@ class ServeLog:
     measured: dict[str, float] = field(default_factory=dict)
     #: the GPU's name as the log prints it (:func:`timeline.io.device_name.device_in`), None if it prints none
     device_name: str | None = None
+    #: the engine a vLLM 0.8 … 0.10 log says started ("on": V1, "off": V0; ``serving.engine_v1``), None where it
+    #: prints no engine line or the version has one engine only
+    engine_v1: str | None = None
 
 
 def _top_level(text: str, start: int = 0) -> Iterator[tuple[int, str, int]]:
@@ -348,4 +355,14 @@ def read_serve_log(text: str) -> ServeLog | None:
             measured[key] = float((hit["x"] or hit["y"]).replace(",", ""))
     return ServeLog(engine=engine, fields=fields, version=version, usage_context=usage, notes=notes,
                     complete=complete, capacity_gib=float(total["a"] or total["b"]) if total else None,
-                    measured=measured, device_name=device_in(text))
+                    measured=measured, device_name=device_in(text), engine_v1=engine_of(text) if engine == "vllm" else None)
+
+
+def engine_of(text: str) -> str | None:
+    """``serving.engine_v1`` as a vLLM log's engine line names it (:data:`VLLM_ENGINE_LINE`): "on" for V1, "off" for
+    V0, where the line's version is one of those that choose (0.8 … 0.10); None otherwise."""
+    line = VLLM_ENGINE_LINE.search(text)
+    v = parse_version(line["v"]) if line else None
+    if line is None or v is None or not VLLM_V1_DEFAULT <= v < VLLM_V0_REMOVED:
+        return None
+    return "on" if line["one"] else "off"

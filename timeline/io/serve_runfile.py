@@ -24,14 +24,18 @@ from timeline.spec.engine_versions import (
     USAGE_CONTEXTS,
     VLLM_DEFAULT,
     VLLM_MODELOPT_KV_FP8,
+    is_v1,
     release_at_least,
     sglang_server_defaults,
     version_problem,
+    vllm_runs_v1,
     vllm_scheduler_defaults,
     vllm_subtracts_cudagraph_estimate,
+    vllm_v1_fallback,
 )
 from timeline.spec.fields import build_section
 from timeline.spec.hardware import NVIDIA_SMI_TOTAL_MIB, TORCH_TOTAL_GIB, fill_gpu
+from timeline.spec.model import ModelSpec
 from timeline.spec.quant import CheckpointQuant
 from timeline.spec.run import AllocatorSpec, HardwareSpec, ParallelSpec
 from timeline.spec.serve_validate import serve_problems
@@ -128,7 +132,37 @@ def _checkpoint_quant(cfg: dict[str, Any] | None, sv: dict[str, Any], problems: 
     return quant
 
 
-def _version_defaults(sv: dict[str, Any], max_position: int, device_gib: float, gpu: str) -> list[str]:
+def _engine_v1(sv: dict[str, Any], sm: int, pp: Any, model: ModelSpec, quant: CheckpointQuant | None) -> tuple[bool,
+                                                                                                           list[str]]:
+    """(V1?, notes) of a vLLM run file's values before they are checked: ``serving.engine_v1`` where set, else the
+    version's engine unless vLLM's oracle falls back (:func:`timeline.spec.engine_versions.vllm_v1_fallback`), which
+    a note says (values of the wrong type read as their defaults: the checks after name them)."""
+    version = sv.get("engine_version")
+    version = version if isinstance(version, str) else ""
+
+    def text(key: str, default: str) -> str:
+        value = sv.get(key, default)
+        return value if isinstance(value, str) else default
+
+    features = {"sm": sm, "kv_cache_dtype": text("kv_cache_dtype", "auto"), "dtype": text("dtype", "bf16"),
+                "pp": pp if isinstance(pp, int) and not isinstance(pp, bool) else 1,
+                "speculative": text("speculative_method", ""), "mla": model.is_mla,
+                "quant_method": quant.method if quant is not None else ""}
+    mode = text("engine_v1", "auto")
+    v1 = vllm_runs_v1(version, mode, **features)
+    feature, experimental = vllm_v1_fallback(version, **features)  # type: ignore[arg-type]
+    if mode != "auto" or not feature or not is_v1(version):
+        return v1, []
+    said = (f"'{feature} is experimental on VLLM_USE_V1=1. Falling back to V0 Engine.'" if experimental else
+            f"'{feature} is not supported by the V1 Engine. Falling back to V0.'")
+    return v1, [f"vLLM {version} runs its V0 engine for this job, as its oracle decides (engine/arg_utils.py "
+                f"EngineArgs._is_v1_supported_oracle; its log: {said}): V0's scheduler defaults, profile run and "
+                "budget; serving.engine_v1 = \"on\" is VLLM_USE_V1=1" + ("" if experimental else
+                                                                          ", which that vLLM refuses here")]
+
+
+def _version_defaults(sv: dict[str, Any], max_position: int, device_gib: float, gpu: str,
+                      v1: bool | None = None) -> list[str]:
     """Fill the scheduler knobs a vLLM run file leaves out with the engine's defaults at the named
     ``serving.engine_version`` (:func:`timeline.spec.engine_versions.vllm_scheduler_defaults`); a run
     without a version keeps the spec's defaults. Returns the notes to print."""
@@ -142,7 +176,7 @@ def _version_defaults(sv: dict[str, Any], max_position: int, device_gib: float, 
     chunked = sv.get("enable_chunked_prefill")
     usage = sv.get("usage_context", "openai_api_server")
     d = vllm_scheduler_defaults(version, mml, device_gib, gpu, chunked if isinstance(chunked, bool) else None,
-                                usage if usage in USAGE_CONTEXTS else "openai_api_server")
+                                usage if usage in USAGE_CONTEXTS else "openai_api_server", v1=v1)
     if chunked is False and d.enable_chunked_prefill:  # a V1 release that turns chunked prefill on regardless
         sv["enable_chunked_prefill"] = True
         notes.append(f"vLLM {version} runs chunked prefill whatever enable_chunked_prefill says (its V1 "
@@ -282,7 +316,11 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
                      "(bitsandbytes.py BitsAndBytesMoEMethod.apply), a transient of 2 bytes a parameter the profile "
                      "run holds; it is not modelled, so the activation peak here is low by that much")
     if model is not None and hardware is not None:
-        notes += _version_defaults(sv_values, model.max_position_embeddings, hardware.capacity_gib, str(gpu))
+        v1 = None
+        if sv_values.get("engine", "vllm") == "vllm":
+            v1, v1_notes = _engine_v1(sv_values, hardware.sm, parallel.pp if parallel is not None else 1, model, quant)
+            notes += v1_notes
+        notes += _version_defaults(sv_values, model.max_position_embeddings, hardware.capacity_gib, str(gpu), v1)
         if model.has_linear_attention:
             # vLLM turns prefix caching off by default for hybrid models (config/model.py
             # ModelConfig.is_prefix_caching_supported: attn_type "hybrid"); asked for, it runs the states "align"

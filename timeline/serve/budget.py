@@ -68,7 +68,6 @@ from timeline.serve.transients import (
 from timeline.serve.vision import built, vision_weight_bytes, with_encoder_profile
 from timeline.serve.weights import weight_bytes
 from timeline.spec.engine_versions import (
-    is_v1,
     sglang_max_running_requests,
     vllm_hybrid_kv_manager,
     vllm_reserved_profile,
@@ -159,7 +158,7 @@ def samples(run: ServeRunSpec, stage: int, rank: int) -> bool:
     0.6.4.post1 and 0.7.3). V1 all-gathers the logits and every rank samples."""
     if stage != run.parallel.pp - 1:
         return False
-    return rank == 0 or run.serving.engine != "vllm" or is_v1(run.serving.engine_version)
+    return rank == 0 or run.serving.engine != "vllm" or run.vllm_v1
 
 
 def profile_transients(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> StepTransients:
@@ -189,7 +188,7 @@ def profile_transients(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Step
             sampler[0] = sampler_tensors(run, reqs, profile=True)[0]
         ops = step_ops(run, tokens, stage, moe_tokens, profile=True)
         # V0 profiles eagerly (its CUDA graphs come after); V1 eagerly only under enforce_eager
-        eager = sv.enforce_eager or not is_v1(sv.engine_version)
+        eager = sv.enforce_eager or not run.vllm_v1
         return step_transients(ops, sampler, first=first, holds=eager_holds(ops) if eager else None)
     # MXFP4 experts on the Triton backend call triton_kernels' MoE without the WorkspaceManager (kept=False)
     kept_moe = triton and not mxfp4_triton_moe(run)
@@ -308,7 +307,7 @@ def _compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
     # (model_executor/models/config.py MambaModelConfig: "all" is refused by Qwen3-Next and not offered by Qwen3.5)
     state_blocks = (2 if m.has_linear_attention and sv.enable_prefix_caching else 1) + spec
     layout = kv_layout(m, range(kv_layers(m) + drafts), bs, bs * per_layer, hybrid_manager=sv.engine == "vllm"
-                       and vllm_hybrid_kv_manager(sv.engine_version), state_blocks=state_blocks)
+                       and vllm_hybrid_kv_manager(sv.engine_version, run.vllm_v1), state_blocks=state_blocks)
     if run.parallel.pp > 1:
         layout = layout.project(set(held))
     per_token = per_layer * layers  # over the layers this device holds
@@ -342,7 +341,7 @@ def _compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
             kv_pool = sv.kv_cache_memory_bytes
         blocks = max(0, kv_pool // layout.page_bytes // layout.group_size)
     override = sv.num_gpu_blocks_override if sv.engine == "vllm" else 0
-    if override and not is_v1(sv.engine_version):
+    if override and not run.vllm_v1:
         # V0 llm_engine.py LLMEngine._initialize_kv_caches (0.6.4.post1): the override replaces the profiled count
         # before the workers' raise_if_cache_size_invalid checks it
         blocks = override
@@ -358,7 +357,7 @@ def _compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
     elif sv.engine == "vllm" and blocks < need:
         # vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory: one max_model_len request must fit
         failure = (f"max_model_len={run.max_model_len} needs {need} KV blocks and the pool has {blocks}; "
-                   "vLLM refuses to start (" + ("check_enough_kv_cache_memory" if is_v1(sv.engine_version)
+                   "vLLM refuses to start (" + ("check_enough_kv_cache_memory" if run.vllm_v1
                                                  else "raise_if_cache_size_invalid") + ")")
     if override:
         # V1 kv_cache_utils.py (0.11.0): check_enough_kv_cache_memory reads the memory, then get_num_blocks'

@@ -76,7 +76,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from timeline.spec.engine_versions import VLLM_DEFAULT, is_v1, parse_version, vllm_profiles_cudagraphs
+from timeline.spec.engine_versions import VLLM_DEFAULT, parse_version, vllm_profiles_cudagraphs
 from timeline.spec.hardware import preset_values
 from timeline.spec.run import HardwareSpec
 from timeline.spec.serving import ServeRunSpec
@@ -136,11 +136,16 @@ def link(run: ServeRunSpec) -> str:
     return run.hardware.interconnect if run.serving.peer_access else "host"
 
 
-def window(engine: str, version: str) -> str:
-    """Which parts vLLM ``version``'s budget subtracts (module docstring); "" for another engine."""
+def window(engine: str, version: str, v1: bool | None = None) -> str:
+    """Which parts vLLM ``version``'s budget subtracts (module docstring); "" for another engine. ``v1``: the job's
+    engine where known (:attr:`timeline.spec.serving.ServeRunSpec.vllm_v1`): V0 from 0.8 to 0.10 keeps 0.6.5's
+    ``baseline`` (``vllm/worker/worker.py`` ``Worker.init_device`` takes ``baseline_snapshot`` before
+    ``init_worker_distributed_environment``, read at 0.8.0, 0.8.2, 0.8.5, 0.9.0, 0.9.2, 0.10.0, 0.10.1, 0.10.2)."""
     v = parse_version(version or "0.11")
     if engine != "vllm" or v is None:
         return ""
+    if v1 is False and (0, 8, 0) <= v < (0, 11, 0):
+        return "baseline"
     if v < (0, 3, 0):
         return "total"
     if v < (0, 6, 4):
@@ -252,7 +257,7 @@ def custom_all_reduce_bytes(run: ServeRunSpec) -> int:
 def run_bytes(run: ServeRunSpec) -> tuple[int, str]:
     """(bytes, source) loading and the profile run add outside PyTorch (module docstring)."""
     sv, par = run.serving, run.parallel
-    if sv.engine == "vllm" and not is_v1(sv.engine_version):
+    if sv.engine == "vllm" and not run.vllm_v1:
         return 0, "V0 adds none (vllm-project/vllm#10517: 0.35 GiB before and after the profile run)"
     key = (run.hardware.interconnect, par.tp, par.pp > 1)
     if link(run) == "host":  # the lazy connections land in host memory: what loading adds on one GPU
@@ -280,7 +285,7 @@ def measured_non_torch(run: ServeRunSpec) -> tuple[int, str]:
     sv = run.serving
     if sv.non_torch_gib is not None:
         return int(sv.non_torch_gib * GIB), "serving.non_torch_gib"
-    win = window(sv.engine, sv.engine_version)
+    win = window(sv.engine, sv.engine_version, run.vllm_v1)
     parts = {"total": ("context", "dist", "run"), "absolute": ("context", "dist", "run"),
              "init": ("dist", "run"), "baseline": ("dist", "run"), "after_init": ("run",)}.get(win, ())
     found = {"context": lambda: context_bytes(run.hardware), "dist": lambda: dist_bytes(run),

@@ -351,20 +351,99 @@ def vllm_kv_tokens_from_concurrency(version: str) -> bool:
     return bool(version) and release_at_least(version, VLLM_KV_TOKENS_FROM_CONCURRENCY)
 
 
-def vllm_hybrid_kv_manager(version: str) -> bool:
+def vllm_hybrid_kv_manager(version: str, v1: bool | None = None) -> bool:
     """Whether vLLM ``version`` runs the hybrid KV cache manager (sliding-window layers in groups of their own, each
     freeing what leaves its window): V1 from 0.9.1 (``vllm/v1/core/kv_cache_utils.py``
     ``_get_kv_cache_config_uniform_page_size``, on unless ``disable_hybrid_kv_cache_manager``: read at 0.9.1, 0.9.2,
     0.19.0). Before — 0.9.0 and 0.8.5's ``get_kv_cache_config`` call ``unify_hybrid_kv_cache_specs``, which makes every
-    ``SlidingWindowSpec`` a ``FullAttentionSpec`` — and on V0 every layer holds the whole context."""
+    ``SlidingWindowSpec`` a ``FullAttentionSpec`` — and on V0 every layer holds the whole context. ``v1``: the
+    job's engine where known (:func:`vllm_runs_v1`), else the version's."""
     v = parse_version(version or VLLM_DEFAULT)
-    return v is None or (is_v1(version) and v >= VLLM_HYBRID_KV_MANAGER)
+    return v is None or ((is_v1(version) if v1 is None else v1) and v >= VLLM_HYBRID_KV_MANAGER)
 
 
 def is_v1(version: str) -> bool:
-    """vLLM's V1 engine (the default from 0.8.0; the default rule set is V1)."""
+    """vLLM's V1 engine (the default from 0.8.0; the default rule set is V1) — by the version alone; a run's own
+    engine, the oracle's fallback and ``serving.engine_v1`` included, is :func:`vllm_runs_v1`."""
     v = parse_version(version or VLLM_DEFAULT)
     return v is None or v >= VLLM_V1_DEFAULT
+
+
+#: the first vLLM without a V0 engine: its sdist has no ``vllm/worker/worker.py`` (0.10.2's still has the V0
+#: ``Worker``); the oracle's answer no longer picks an engine
+VLLM_V0_REMOVED = (0, 11, 0)
+#: ``serving.engine_v1``: ``VLLM_USE_V1`` unset (auto: the oracle decides), 1 (on) or 0 (off)
+ENGINE_V1 = ("auto", "on", "off")
+
+
+def vllm_v1_fallback(version: str, *, sm: int, kv_cache_dtype: str = "auto", dtype: str = "bf16", pp: int = 1,
+                     speculative: str = "", mla: bool = False, quant_method: str = "") -> tuple[str, bool]:
+    """``(feature, experimental)``: the first feature of a job for which vLLM ``version``'s engine picks V0
+    although V1 is its default (``("", False)`` where it runs V1, and below 0.8.0 or from 0.11.0, where the
+    version alone decides). ``EngineArgs.create_engine_config`` asks ``_is_v1_supported_oracle`` unless
+    ``VLLM_USE_V1`` is set (``vllm/engine/arg_utils.py``, read in every release's sdist from 0.8.0 to 0.10.2);
+    a feature it rejects logs "F is not supported by the V1 Engine. Falling back to V0." (``_raise_or_fallback``:
+    under ``VLLM_USE_V1=1`` it raises ``NotImplementedError`` instead), an *experimental* one "F is experimental
+    on VLLM_USE_V1=1. Falling back to V0 Engine." (``_warn_or_fallback``: ``VLLM_USE_V1=1`` runs V1). The checks
+    a run expresses, in the oracle's order:
+
+    - ``Compute Capability < 8.0`` (``current_platform.get_device_capability().major < 8``): 0.8.0 … 0.10.1
+      (0.10.2 has no such check);
+    - ``--kv-cache-dtype`` other than auto: always at 0.8.0 and 0.8.1; from 0.8.2 to 0.9.2 unless fp8 on
+      FlashAttention 3 (``fa_utils.py`` ``flash_attn_supports_fp8``: FA version 3 and compute capability 9.x);
+      0.10.0 and 0.10.1 ``CudaPlatformBase.is_kv_cache_dtype_supported`` also on compute capability 10.0; 0.10.2
+      an MLA model's default FlashMLA / CUTLASS MLA takes any, another on 10.0 any, else FlashAttention fp8
+      on 3 and a 16-bit dtype (no ``VLLM_ATTENTION_BACKEND`` set: the default backend);
+    - ``--dtype torch.float32`` (``V1_SUPPORTED_DTYPES`` bf16 / fp16): 0.8.0 … 0.9.1;
+    - ``--quantization bitsandbytes`` (``V1_UNSUPPORTED_QUANT``): 0.8.0 … 0.8.2;
+    - speculative decoding by multi-token prediction: 0.8.x accepts only ngram (and from 0.8.4 EAGLE),
+      ``deepseek_mtp`` from 0.9.0;
+    - pipeline parallelism: experimental ("PP") at 0.8.0 … 0.8.2; "Pipeline Parallelism without Ray distributed
+      executor" at 0.8.3 … 0.8.5, "… or multiprocessing executor or external launcher" at 0.9.0 (the default
+      ``distributed_executor_backend`` is None, which neither list holds; from 0.9.1 the default passes).
+
+    Not expressed (the job's other arguments): guided decoding backends, LoRA at 0.8.0 … 0.8.2, prompt adapters,
+    CPU offloading at 0.8.0 … 0.8.2, ``VLLM_ATTENTION_BACKEND``, architectures marked V0-only (Mamba,
+    encoder-decoder)."""
+    v = parse_version(version or VLLM_DEFAULT)
+    if v is None or not VLLM_V1_DEFAULT <= v < VLLM_V0_REMOVED:
+        return "", False
+    if sm < 80 and v < (0, 10, 2):
+        return "Compute Capability < 8.0", False
+    if kv_cache_dtype != "auto":
+        fp8 = kv_cache_dtype.startswith("fp8")
+        if v < (0, 8, 2):
+            ok = False
+        elif v < (0, 10, 0):
+            ok = fp8 and sm // 10 == 9
+        elif v < (0, 10, 2):
+            ok = sm == 100 or (fp8 and sm // 10 == 9)
+        else:
+            ok = mla or sm == 100 or (sm // 10 == 9 if fp8 else True)
+        if not ok:
+            return "--kv-cache-dtype", False
+    if dtype == "fp32" and v < (0, 9, 2):
+        return "--dtype torch.float32", False
+    if quant_method == "bitsandbytes" and v < (0, 8, 3):
+        return "--quantization bitsandbytes", False
+    if speculative and v < (0, 9, 0):
+        return "Speculative Decoding", False
+    if pp > 1 and v < (0, 8, 3):
+        return "PP", True
+    if pp > 1 and v < (0, 8, 6):
+        return "Pipeline Parallelism without Ray distributed executor", False
+    if pp > 1 and v < (0, 9, 1):
+        return ("Pipeline Parallelism without Ray distributed executor or multiprocessing executor or external "
+                "launcher"), False
+    return "", False
+
+
+def vllm_runs_v1(version: str, engine_v1: str = "auto", **features: object) -> bool:
+    """Whether a vLLM job runs the V1 engine: ``engine_v1`` (``VLLM_USE_V1``) where set, else the version's default
+    (:func:`is_v1`) unless the oracle falls back (:func:`vllm_v1_fallback`, ``features`` its keywords)."""
+    if engine_v1 in ("on", "off"):
+        return engine_v1 == "on"
+    return is_v1(version) and not vllm_v1_fallback(version, **features)[0]  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -420,7 +499,8 @@ USAGE_CONTEXTS = ("openai_api_server", "llm_class", "engine_context")
 
 
 def vllm_scheduler_defaults(version: str, max_model_len: int, device_gib: float, device_name: str,
-                            chunked: bool | None = None, usage: str = "openai_api_server") -> SchedulerDefaults:
+                            chunked: bool | None = None, usage: str = "openai_api_server",
+                            v1: bool | None = None) -> SchedulerDefaults:
     """The ``max_num_batched_tokens`` / ``max_num_seqs`` the engine takes when the user gives neither
     (module docstring: V0 ``SchedulerConfig.__post_init__``, V1 ``_set_default_args_v1``);
     ``chunked`` is the user's ``enable_chunked_prefill`` (None: the engine's default); ``usage``: the OpenAI
@@ -429,8 +509,10 @@ def vllm_scheduler_defaults(version: str, max_model_len: int, device_gib: float,
     ``engine/arg_utils.py`` at 0.8.5, 0.9.2, 0.11.0 and 0.19.0; its ``max_num_seqs`` the server's). An engine built
     from ``EngineArgs`` / ``AsyncEngineArgs`` elsewhere (``UsageContext.ENGINE_CONTEXT``, in neither table) keeps
     ``SchedulerConfig``'s own: 128 sequences and 2,048 tokens (``__post_init__`` at 0.8.5, 0.9.2, 0.10.1.1, 0.11.0;
-    ``DEFAULT_MAX_NUM_SEQS`` / ``DEFAULT_MAX_NUM_BATCHED_TOKENS`` at 0.19.0). V0 has one default for all."""
-    if not is_v1(version):
+    ``DEFAULT_MAX_NUM_SEQS`` / ``DEFAULT_MAX_NUM_BATCHED_TOKENS`` at 0.19.0). V0 has one default for all (a 0.8 …
+    0.10 job the oracle sends to V0 too: ``_set_default_args_v0``, read at 0.8.2 and 0.10.1, keeps
+    ``SchedulerConfig``'s, as before 0.8); ``v1``: the job's engine where known (:func:`vllm_runs_v1`)."""
+    if not (is_v1(version) if v1 is None else v1):
         if chunked is None:  # the OpenAI server's use_long_context (read at 0.5.4; absent at 0.4.1)
             chunked = max_model_len > 32768 and (parse_version(version) or (0, 7, 0)) >= (0, 5, 4)
         if chunked:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from timeline.spec.engine_versions import (
     VLLM_KV_CACHE_MEMORY_BYTES,
+    VLLM_V0_REMOVED,
+    VLLM_V1_DEFAULT,
     is_v1,
     parse_version,
     release_at_least,
     version_problem,
     vllm_subtracts_cudagraph_estimate,
+    vllm_v1_fallback,
 )
 from timeline.spec.serve_quant import quant_problems
 from timeline.spec.serving import ENGINE_VERSIONS, ServeRunSpec
@@ -34,6 +37,28 @@ KV_DTYPES_BY_ENGINE = {
     "sglang": ("auto", "fp8_e4m3", "fp8_e5m2"),
     "hf": ("auto",),
 }
+
+
+def engine_v1_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
+    """``serving.engine_v1`` set where vLLM has no choice to make, or ``VLLM_USE_V1=1`` with a feature the version's
+    V1 rejects (``engine/arg_utils.py`` ``_raise_or_fallback``: ``NotImplementedError("VLLM_USE_V1=1 is not supported
+    with F.")``; an experimental one, ``_warn_or_fallback``, runs)."""
+    sv = run.serving
+    if sv.engine_v1 == "auto":
+        return []
+    if sv.engine != "vllm":
+        return [("serving.engine_v1", f"VLLM_USE_V1 is vLLM's; {sv.engine} has no V0/V1 engines: remove it")]
+    v = parse_version(sv.engine_version) or (0, 0, 0)
+    if sv.engine_v1 == "on" and v < VLLM_V1_DEFAULT:
+        return [("serving.engine_v1", f"vLLM {sv.engine_version}'s V1 engine (an alpha before 0.8.0) is not modelled; "
+                 'remove it (V0) or give engine_version 0.8.0 or later')]
+    if sv.engine_v1 == "off" and v >= VLLM_V0_REMOVED:
+        return [("serving.engine_v1", f"vLLM {sv.engine_version} has no V0 engine (removed in 0.11.0): remove it")]
+    feature, experimental = vllm_v1_fallback(sv.engine_version, **run.v1_features)  # type: ignore[arg-type]
+    if sv.engine_v1 == "on" and feature and not experimental:
+        return [("serving.engine_v1", f"vLLM {sv.engine_version} refuses VLLM_USE_V1=1 with {feature} (engine/"
+                 "arg_utils.py _raise_or_fallback: NotImplementedError); remove it to run V0 as vLLM does")]
+    return []
 
 
 def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
@@ -89,14 +114,21 @@ def serve_problems(run: ServeRunSpec) -> list[tuple[str, str]]:
     why = version_problem(sv.engine, sv.engine_version) if sv.engine_version not in versions else ""
     if why:
         add(("serving.engine_version", why))
-    if sv.flashinfer_sampler and (sv.engine != "vllm" or not is_v1(sv.engine_version)):
+    problems += engine_v1_problems(run)
+    v0 = ""
+    if sv.engine == "vllm" and not run.vllm_v1:
+        feature = vllm_v1_fallback(sv.engine_version, **run.v1_features)[0]  # type: ignore[arg-type]
+        v0 = (f" — this job runs V0: engine_version {sv.engine_version}" if not is_v1(sv.engine_version) else
+              " — this job runs V0: serving.engine_v1 = \"off\"" if sv.engine_v1 == "off" else
+              f" — this job runs V0: vLLM {sv.engine_version} falls back for {feature}")
+    if sv.flashinfer_sampler and (sv.engine != "vllm" or not run.vllm_v1):
         add(("serving.flashinfer_sampler", "FlashInfer's top-k/top-p sampler is modelled for vLLM's V1 engine "
-             '(engine = "vllm", engine_version 0.8 or later); set it to false'))
+             f'(engine = "vllm", engine_version 0.8 or later){v0}; set it to false'))
     v = run.vision
-    if v is not None and (sv.engine != "vllm" or not is_v1(sv.engine_version)):
+    if v is not None and (sv.engine != "vllm" or not run.vllm_v1):
         add(("serving.engine", f"a vision-language checkpoint ({v.architecture}) is modelled for vLLM's V1 engine "
-             "(engine_version 0.8 or later: its tower and encoder profile, read at 0.19.0; "
-             "serving.limit_mm_per_prompt = 0 serves its language model alone there)"))
+             f"(engine_version 0.8 or later: its tower and encoder profile, read at 0.19.0){v0}; "
+             "serving.limit_mm_per_prompt = 0 serves its language model alone"))
     elif v is not None and v.kind == "qwen3_vl" and sv.limit_mm_per_prompt > 0:
         add(("serving.limit_mm_per_prompt", f"{v.architecture or 'this checkpoint'}'s Qwen3-VL vision tower and its "
              "encoder profile are not modelled yet; serve its language model alone with limit_mm_per_prompt = 0 "

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from timeline.spec.engine_versions import SGLANG_DEFAULT, USAGE_CONTEXTS, VLLM_DEFAULT
+from timeline.spec.engine_versions import (
+    ENGINE_V1,
+    SGLANG_DEFAULT,
+    USAGE_CONTEXTS,
+    VLLM_DEFAULT,
+    vllm_runs_v1,
+)
 from timeline.spec.fields import spec_field
 from timeline.spec.model import ModelSpec
 from timeline.spec.quant import CheckpointQuant
@@ -30,6 +36,11 @@ class ServingSpec:
     engine: str = spec_field("vllm", choices=ENGINES)
     engine_version: str = spec_field("", doc="the engine version the budget rules are read at (default: vLLM "
                                      f"{VLLM_DEFAULT}, SGLang {SGLANG_DEFAULT}: the newest releases read)")
+    engine_v1: str = spec_field("auto", choices=ENGINE_V1, doc=(
+        "vLLM's engine from 0.8 to 0.10 (VLLM_USE_V1): auto = as vLLM's oracle picks it (V1, or V0 where the job "
+        "has a feature V1 lacks there: a GPU below compute capability 8.0, an fp8 KV cache without FlashAttention "
+        "3, fp32, pipeline parallelism before 0.9.1, MTP before 0.9 — the run says which), on = VLLM_USE_V1=1, "
+        "off = VLLM_USE_V1=0; its log names it: 'Initializing a V1 LLM engine' or 'Initializing an LLM engine'"))
     gpu_memory_utilization: float = spec_field(0.9, minimum=0.01, maximum=1.0, doc="vLLM")
     mem_fraction_static: float = spec_field(0.88, minimum=0.01, maximum=1.0, doc="SGLang")
     max_num_seqs: int = spec_field(256, nonneg=True, maximum=2**20, doc=(
@@ -179,6 +190,22 @@ class ServeRunSpec:
     def max_model_len(self) -> int:
         """``serving.max_model_len``, else :attr:`derived_max_model_len`."""
         return self.serving.max_model_len or self.derived_max_model_len
+
+    @property
+    def vllm_v1(self) -> bool:
+        """Whether this job runs vLLM's V1 engine (False for another engine): ``serving.engine_v1`` where set,
+        else the version's default unless vLLM's oracle falls back to V0 for one of its features
+        (:func:`timeline.spec.engine_versions.vllm_v1_fallback`)."""
+        sv = self.serving
+        return sv.engine == "vllm" and vllm_runs_v1(sv.engine_version, sv.engine_v1, **self.v1_features)
+
+    @property
+    def v1_features(self) -> dict[str, object]:
+        """What vLLM's V0/V1 oracle reads of this job (:func:`timeline.spec.engine_versions.vllm_v1_fallback`)."""
+        sv = self.serving
+        return {"sm": self.hardware.sm, "kv_cache_dtype": sv.kv_cache_dtype, "dtype": sv.dtype,
+                "pp": self.parallel.pp, "speculative": sv.speculative_method, "mla": self.model.is_mla,
+                "quant_method": self.quant.method if self.quant is not None else ""}
 
 
 #: the engine versions whose source the budget rules (``timeline.serve.rules``) are read at; the
