@@ -236,8 +236,8 @@ def test_calibration_starts_and_refusals(tmp_path):
     # round 8 added ten Gemma-3 records, round 9 twenty-five of gated delta-net hybrids, round 10 three of vLLM 0.20+:
     # none buildable (no published config, GPU preset or log lines beside their numbers; round 9's cache layouts are
     # held in tests/serve/test_gdn.py); the T4 and RTX PRO 4500 presets (stop 60) made two more comparable (the
-    # RTX PRO 4500's gpt-oss-120b at TP 8 reads weights −18.6 %: Triton's Blackwell swizzle on sm 120 is not read,
-    # and the 9.98 GiB is a comment's table, not an engine line). The T4's gemma-3-27b (vLLM 0.8.2) is refused since
+    # RTX PRO 4500's gpt-oss-120b at TP 8 reads weights −13.5 % on Marlin's padding, sm 120's backend at every
+    # release since stop 61; the 9.98 GiB is a comment's table, not an engine line). The T4's gemma-3-27b (vLLM 0.8.2) is refused since
     # stop 61: on a GPU below compute capability 8.0 vLLM's oracle runs V0, whose vision-language profile is not
     # modelled (as V1 it read activation 2.42 vs 1.66 GiB and refused to start where vLLM started)
     assert len(compared) == 58 and len(built) == 104
@@ -329,11 +329,13 @@ def test_printed_kv_tokens_are_blocks_over_the_groups(tmp_path):
 
 def test_mxfp4_backend_padding_by_compute_capability():
     """get_mxfp4_backend / the oracle's select_mxfp4_moe_backend: Marlin below sm 90 or without triton_kernels (the
-    wheel vendors it from 0.12), FlashInfer on the sm 100 family only, Triton on sm 90 and every other capability
-    above it (sm 110, the RTX PRO / GeForce Blackwell's sm 120); only Hopper's swizzle is read."""
+    wheel vendors it from 0.12), FlashInfer on the sm 100 family only, Triton on sm 90 alone — its kernels are gated
+    to (9, 0) <= capability < (11, 0) from 0.12.0 to 0.28.0, so sm 110 and the RTX PRO / GeForce Blackwell's sm 120
+    take Marlin at every release; only Hopper's swizzle is read."""
     from timeline.serve.quant_layout import mxfp4_padding, mxfp4_swizzled
 
     assert mxfp4_padding(80, "0.19.0") == (128, 256) and mxfp4_padding(120, "0.11.0") == (128, 256)
     assert mxfp4_padding(100, "0.11.0") == mxfp4_padding(103, "0.19.0") == (256, 256)
-    assert mxfp4_padding(90, "0.19.0") == mxfp4_padding(120, "0.19.0") == mxfp4_padding(110, "0.28.0") == (64, 1)
+    assert mxfp4_padding(90, "0.19.0") == (64, 1) and mxfp4_padding(90, "0.11.0") == (128, 256)
+    assert mxfp4_padding(120, "0.19.0") == mxfp4_padding(110, "0.28.0") == mxfp4_padding(120, "0.28.0") == (128, 256)
     assert mxfp4_swizzled(90, "0.19.0") and not mxfp4_swizzled(120, "0.19.0")

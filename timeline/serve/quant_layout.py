@@ -21,12 +21,16 @@ Every layout is vLLM's ``create_weights`` of the method at the 0.11.0 PyPI wheel
   32 values and model-dtype biases, the intermediate and hidden sizes padded for the backend
   ``get_mxfp4_backend`` picks by compute capability: Marlin below sm 90 (intermediate to 128, hidden to 256),
   Triton on sm 90 where ``triton_kernels`` is importable (intermediate to 64; else Marlin,
-  :func:`mxfp4_padding`), FlashInfer on the sm 100 family (both to 256). Any other capability from sm 90 up —
-  sm 110, the RTX PRO / GeForce Blackwell's sm 120 — takes the Triton branch too (``get_mxfp4_backend``:
-  FlashInfer only ``is_device_capability(100)``; from the oracle ``fused_moe/oracle/mxfp4.py:
-  select_mxfp4_moe_backend``: FlashInfer only ``is_device_capability_family(100)``, then
-  ``has_device_capability(90)`` → ``TRITON_MONOLITHIC``, whose ``mxfp4_round_up_hidden_size_and_intermediate_size``
-  rounds the intermediate size to 64 alone).
+  :func:`mxfp4_padding`), FlashInfer on the sm 100 family (both to 256). Sm 110 and the RTX PRO / GeForce
+  Blackwell's sm 120 take Marlin at every release: before 0.12 no ``triton_kernels`` is installed with the wheel,
+  and from 0.12.0 (the release that vendors it) the Triton path is gated to ``(9, 0) <= capability < (11, 0)`` —
+  ``get_mxfp4_backend``'s ``triton_kernels_supported`` (read at 0.12.0, 0.13.0, 0.14.0, 0.16.0, 0.17.0, 0.18.0: "SM110
+  fails …, SM120 needs this fix"), then the oracle's ``_triton_kernel_moe_supports_current_device`` /
+  ``OAITritonExperts._supports_current_device`` (``fused_moe/oracle/mxfp4.py: select_mxfp4_moe_backend``, read at
+  0.19.0, 0.20.0, 0.22.0, 0.24.0 … 0.28.0), where FlashInfer's TRT-LLM kernels need the sm 100 family and its CUTLASS
+  BF16 kernel sm 90, so the first BF16 backend left is Marlin, padded by
+  ``mxfp4_round_up_hidden_size_and_intermediate_size`` (intermediate to 128, hidden to 256) and repacked in place
+  with its e8m0 scales (``marlin_utils_fp4.py: prepare_moe_mxfp4_layer_for_marlin``: the same bytes).
 
 From vLLM 0.19 on sm 90 the Triton backend's ``process_weights_after_loading``
 (``fused_moe/oracle/mxfp4.py`` ``convert_to_mxfp4_moe_kernel_format`` → ``utils/mxfp4_utils.py``
@@ -97,11 +101,11 @@ def mxfp4_padding(sm: int, version: str = "") -> tuple[int, int]:
     too; from it ``vllm/third_party/triton_kernels`` ships with the wheel (the 0.19.0 calibration logs load
     it; read in the 0.22.0 wheel)."""
     flashinfer = 100 <= sm < 110  # the sm 100 family (B200, GB200, B300)
-    if sm < 90 or (not flashinfer and not triton_kernels_vendored(version)):
-        return 128, 256
-    if not flashinfer:
+    if flashinfer:
+        return 256, 256
+    if 90 <= sm < 110 and triton_kernels_vendored(version):  # Triton's (9, 0) <= capability < (11, 0)
         return 64, 1
-    return 256, 256
+    return 128, 256  # Marlin: below sm 90, without triton_kernels, and on sm 110 / 120
 
 
 #: the first vLLM release whose Triton MXFP4 swizzle is read (module docstring)
@@ -109,16 +113,13 @@ VLLM_MXFP4_SWIZZLE_READ = (0, 19, 0)
 
 
 def mxfp4_triton_moe(run: ServeRunSpec) -> bool:
-    """The run's experts are MXFP4 on the Triton backend (sm 90 and sm 110 / 120 with ``triton_kernels``,
-    :func:`mxfp4_padding`)."""
+    """The run's experts are MXFP4 on the Triton backend (sm 90 with ``triton_kernels``, :func:`mxfp4_padding`)."""
     q = run.quant
     return q is not None and q.experts_only and mxfp4_padding(int(run.hardware.sm), run.serving.engine_version) == (64, 1)
 
 
 def mxfp4_swizzled(sm: int, version: str) -> bool:
-    """The Hopper Triton backend rewrites the experts after loading (module docstring). On sm 110 / 120 the
-    Triton backend's swizzle takes triton_kernels' Blackwell layouts (``cuda_capability_geq(10)``), not read: their
-    experts are counted as loaded."""
+    """The Hopper Triton backend rewrites the experts after loading (module docstring)."""
     v = parse_version(version) if version else None
     return sm < 100 and mxfp4_padding(sm, version) == (64, 1) and v is not None and v >= VLLM_MXFP4_SWIZZLE_READ
 
