@@ -425,10 +425,44 @@ def test_sglang_pool_is_whole_pages(tmp_path):
     assert paged.num_kv_blocks == one.num_kv_blocks // 64 * 64 and one.num_kv_blocks % 64
 
 
-def test_sglang_versions_from_0_4_on_are_read(tmp_path):
-    """Every release from 0.4 has its rules (0.5.23 the newest read; a later one runs them); 0.3 is refused."""
-    for version in ("0.5.6", "0.5.12", "0.5.23", "0.6.1"):
+def test_sglang_versions_from_0_3_on_are_read(tmp_path):
+    """Every release from 0.3.0 has its rules (0.5.23 the newest read; a later one runs them); 0.2 is refused."""
+    for version in ("0.3.0", "0.3.6", "0.4.3", "0.5.6", "0.5.12", "0.5.23", "0.6.1"):
         assert _run(tmp_path, "llama-3.1-8b", f'engine = "sglang"\nengine_version = "{version}"').serving \
             .mem_fraction_static > 0
-    with pytest.raises(SpecError, match="SGLang 0.3.6"):
-        _run(tmp_path, "llama-3.1-8b", 'engine = "sglang"\nengine_version = "0.3.6"')
+    with pytest.raises(SpecError, match="SGLang 0.2.15"):
+        _run(tmp_path, "llama-3.1-8b", 'engine = "sglang"\nengine_version = "0.2.15"')
+
+
+@pytest.mark.parametrize(("version", "mib", "tp", "expected"), [
+    # ServerArgs.__post_init__ of each sdist: mem_fraction_static by tp, the value at tp 8 moving 0.83 → 0.82 → 0.81
+    ("0.3.0", 81559, 8, (8192, 160, 0.83)),
+    ("0.3.6", 81559, 8, (8192, 160, 0.82)),
+    ("0.3.6", 24564, 1, (2048, 4, 0.88)),  # a quarter of the chunk and 4 graphs below 25,000 MiB (from 0.3.5.post2)
+    ("0.3.5.post1", 24564, 1, (8192, 160, 0.88)),
+    ("0.4.0", 24564, 4, (2048, 8, 0.85)),
+    ("0.4.0.post1", 24564, 4, (2048, 80, 0.85)),
+    ("0.4.3", 81559, 2, (8192, 160, 0.87)),
+    ("0.4.5.post3", 143771, 8, (8192, 160, round((143771 - 13 * 1024) / 143771, 6))),
+    # from 0.4.6.post2 tp·pp counts and a large device takes min(0.88 + 48 GiB·0.12/gpu, (gpu − 18 GiB)/gpu)
+    ("0.4.6.post2", 143771, 8, (8192, 160, round(min(0.88 + 48 * 1024 * 0.12 / 143771, (143771 - 18 * 1024) / 143771), 6))),
+    ("0.4.7", 183359, 8, (16384, 160, 0.79)),  # B200: above 180,000 MiB
+])
+def test_sglang_0_3_to_0_4_7_defaults_by_release(version, mib, tp, expected):
+    from timeline.spec.engine_versions import sglang_server_defaults
+
+    d = sglang_server_defaults(version, mib, tp)
+    assert (d.chunked_prefill_size, d.cuda_graph_max_bs, round(d.mem_fraction_static, 6)) == expected
+    # 0.4.7.post1 takes the reserve rule: (9.5 + tp/2) GiB below 90 GiB
+    assert sglang_server_defaults("0.4.7.post1", 81559, 8).mem_fraction_static == round((81559 - 13.5 * 1024) / 81559, 3)
+
+
+def test_sglang_request_table_by_release():
+    """init_memory_pool: 0.3.0 caps the requests at 5,120 and 0.3.0 … 0.3.1.post1 make one row per request and
+    8 columns beyond the context; later releases cap at 4,096 with one more row (to 0.4.6) and 4 columns."""
+    from timeline.spec.engine_versions import sglang_max_running_requests, sglang_req_to_token_width
+
+    assert sglang_max_running_requests("0.3.0", 10**7, 10**7, 1000, 0) == (5120, 5120)
+    assert sglang_max_running_requests("0.3.1.post2", 10**7, 10**7, 1000, 0) == (4097, 4097)
+    assert sglang_max_running_requests("0.4.7", 10**7, 10**7, 1000, 0) == (4096, 4096)
+    assert [sglang_req_to_token_width(v) for v in ("0.3.0", "0.3.1.post1", "0.3.1.post2", "0.5.10")] == [8, 8, 4, 4]

@@ -69,6 +69,7 @@ from timeline.serve.vision import built, vision_weight_bytes, with_encoder_profi
 from timeline.serve.weights import weight_bytes
 from timeline.spec.engine_versions import (
     sglang_max_running_requests,
+    sglang_req_to_token_width,
     vllm_hybrid_kv_manager,
     vllm_reserved_profile,
     vllm_sorts_in_model_dtype,
@@ -331,7 +332,7 @@ def _compute_budget(run: ServeRunSpec, stage: int = 0, rank: int = 0) -> Budget:
                                                      0 if sv.derived_max_num_seqs else sv.max_num_seqs)
         kv_pool = tokens * per_token
         blocks = tokens  # SGLang's pool counts tokens (a page is block_size of them)
-        req_to_token = rows * (run.max_model_len + 4) * 4
+        req_to_token = rows * (run.max_model_len + sglang_req_to_token_width(sv.engine_version)) * 4
     else:
         requested = int(total * sv.gpu_memory_utilization)
         kv_pool = requested - (weights + activation + non_torch) - graph_estimate

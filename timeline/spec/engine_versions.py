@@ -108,12 +108,12 @@ def version_problem(engine: str, version: str) -> str:
         return ""
     if engine == "sglang":
         v = parse_version(version)
-        if version in SGLANG_VERSIONS or (v is not None and v >= SGLANG_READ[0]):
+        if version in SGLANG_VERSIONS or (v is not None and v >= SGLANG_OLDEST):
             return ""
         if v is None:
             return f"{version!r} is not a version such as 0.5.10"
-        return (f"SGLang {version}: the pool rules are read from 0.4 on (0.4.9 … 0.5.23); an older release's "
-                "are not (use 0.4 or later)")
+        return (f"SGLang {version}: the pool rules are read from 0.3.0 on (0.3.0 … 0.5.23); an older release's "
+                "are not (use 0.3.0 or later)")
     v = parse_version(version)
     if v is None:
         return f"{version!r} is not a version such as 0.6.4 or 0.11.0"
@@ -181,6 +181,55 @@ class SGLangDefaults:
     mem_fraction_static: float
 
 
+#: SGLang releases whose server defaults are read apart (``srt/server_args.py`` ``ServerArgs.__post_init__`` in every
+#: PyPI sdist from 0.3.0 to 0.4.10): up to 0.4.7 ``mem_fraction_static`` is a table, not 0.4.7.post1's reserve
+SGLANG_OLDEST = (0, 3, 0)
+SGLANG_RESERVE_RULE = (0, 4, 7, 1)
+
+
+def sglang_release(version: str) -> tuple[int, int, int, int] | None:
+    """``"0.4.6.post2"`` → (0, 4, 6, 2): SGLang's post-releases change its defaults (:func:`sglang_server_defaults`)."""
+    m = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:\.post(\d+))?", version or "")
+    if m is None:
+        return None
+    return int(m[1]), int(m[2]), int(m[3] or 0), int(m[4] or 0)
+
+
+def _sglang_table(version: tuple[int, int, int, int], gpu_mem_mib: float, tp: int, pp: int,
+                  speculative: bool) -> tuple[int, int, float]:
+    """(chunked_prefill_size, cuda_graph_max_bs, mem_fraction_static) of SGLang 0.3.0 … 0.4.7
+    (:func:`sglang_server_defaults`; ``gpu_mem_mib``: ``get_nvgpu_memory_capacity`` / ``get_device_memory_capacity``,
+    nvidia-smi's total)."""
+    v, mem, gib = version, gpu_mem_mib, 1024
+    # chunked_prefill_size: a field default of 8,192 to 0.3.6.post3 (a quarter below 25,000 MiB from 0.3.5.post2);
+    # from 0.4.0 None, then 2,048 below 25,000 MiB, else 8,192; 0.4.7 16,384 above 180,000
+    chunk = 2048 if mem < 25_000 and v >= (0, 3, 5, 2) else 8192
+    if v >= (0, 4, 7) and mem > 180_000:
+        chunk = 16384
+    # cuda_graph_max_bs: 160 (4 below 25,000 MiB from 0.3.5.post2); from 0.4.0 8 below 25,000 (from 0.4.0.post1 80
+    # at tp ≥ 4), else 160 (from 0.4.5.post3 unset above 25,000: the capture list's own top, 160)
+    graph_bs = 160
+    if mem < 25_000 and v >= (0, 3, 5, 2):
+        graph_bs = 4 if v < (0, 4, 0) else 8 if v < (0, 4, 0, 1) or tp < 4 else 80
+    # mem_fraction_static: by tp (from 0.4.6.post2 tp·pp) — 0.79 at 16, at 8 0.83 (0.82 from 0.3.6, 0.81 from
+    # 0.4.0), 0.85 at 4, 0.87 at 2, else 0.88; 0.4.5.post3 … 0.4.6.post1 above 81,920 MiB (gpu − 13 GiB) / gpu;
+    # from 0.4.6.post2 0.88 there, then above 96 GiB min(f + 48 GiB·(1 − f)/gpu, (gpu − 18 GiB)/gpu) (20 GiB with
+    # speculative decoding, 0.4.7), 0.4.7 0.79 above 180,000 MiB and × 0.95 with speculative decoding below 96 GiB
+    par = tp * pp if v >= (0, 4, 6, 2) else tp
+    at8 = 0.83 if v < (0, 3, 6) else 0.82 if v < (0, 4, 0) else 0.81
+    frac = 0.79 if par >= 16 else at8 if par >= 8 else 0.85 if par >= 4 else 0.87 if par >= 2 else 0.88
+    if v >= (0, 4, 5, 3) and mem > 81920:
+        frac = (mem - 13 * gib) / mem if v < (0, 4, 6, 2) else 0.88
+    if v >= (0, 4, 7) and mem > 180 * 1000:
+        frac = 0.79
+    elif v >= (0, 4, 6, 2) and mem > 96 * gib:
+        reserve = 20 * gib if speculative and v >= (0, 4, 7) else 18 * gib
+        frac = min(frac + 48 * gib * (1 - frac) / mem, (mem - reserve) / mem)
+    elif v >= (0, 4, 7) and speculative:
+        frac *= 0.95
+    return chunk, graph_bs, frac
+
+
 def sglang_server_defaults(version: str, gpu_mem_mib: float, tp: int, pp: int = 1, *, mla: bool = False,
                            architectures: tuple[str, ...] = (), model_path: str = "",
                            chunked_prefill_size: int = 0, cuda_graph_max_bs: int = 0,
@@ -195,7 +244,9 @@ def sglang_server_defaults(version: str, gpu_mem_mib: float, tp: int, pp: int = 
     workers) as each release reserves for it. ``mem_fraction_static = round((gpu_mem − reserved) /
     gpu_mem, 3)`` with, in MiB:
 
-    * 0.4.x (``server_args.py`` ``ServerArgs.__post_init__``, 0.4.9.post2): (2.8 + tp·pp/10) GiB below 35 GiB,
+    * 0.3.0 … 0.4.7 (``server_args.py`` ``ServerArgs.__post_init__`` in each sdist): a table by tp (:func:`_sglang_table`,
+      ``reserved_mib`` what it leaves of the device);
+    * 0.4.7.post1 … 0.4.x (``ServerArgs.__post_init__``, 0.4.9.post2): (2.8 + tp·pp/10) GiB below 35 GiB,
       (9.5 + tp·pp/2) GiB below 90, (12 + tp·pp/2) GiB below 160, else 32 GiB;
     * 0.5.x (``ServerArgs._handle_gpu_memory_settings``; from 0.5.19 ``arg_groups/memory_hook.py``
       ``handle_gpu_memory_settings``): 512 + 1.5 per token of ``max(chunked_prefill_size, 2048)`` + tp·pp/8 GiB
@@ -205,6 +256,12 @@ def sglang_server_defaults(version: str, gpu_mem_mib: float, tp: int, pp: int = 
       sizes); 0.5.0 … 0.5.4 run 0.5.5's rules, a release after 0.5.23 0.5.23's."""
     gib = 1024
     v = parse_version(version) or (0, 4, 0)
+    release = sglang_release(version)
+    if version not in SGLANG_VERSIONS and release is not None and release < SGLANG_RESERVE_RULE:
+        chunk, graph_bs, frac = _sglang_table(release, gpu_mem_mib, tp, pp, False)
+        chunk = chunked_prefill_size or chunk
+        graph_bs = cuda_graph_max_bs or graph_bs
+        return SGLangDefaults(chunk, graph_bs, False, 0, gpu_mem_mib * (1 - frac), frac)
     if v < (0, 5, 0):
         # 0.4.9.post2 ServerArgs.__post_init__: chunked_prefill_size 2,048 below 35 GiB, 8,192 below 160, else 16,384;
         # cuda_graph_max_bs 8 / 80 below 35 GiB (tp < 4 / tp ≥ 4), else unset (160)
@@ -250,9 +307,13 @@ def sglang_max_running_requests(version: str, profiled_tokens: int, capacity: in
       (from 0.5.14 ``min(given, capacity // 2)``), else ``min(estimated, capacity // 2)``; the rows are those
       requests, one more from 0.5.12 (``ReqToTokenPool._alloc_size``)."""
     v = parse_version(version or SGLANG_DEFAULT) or (0, 4, 0)
+    release = sglang_release(version or SGLANG_DEFAULT) or (0, 4, 0, 0)
     if v < (0, 5, 10):
-        pool = given or min(max(int(profiled_tokens / context_len * 512), 2048), 4096)
-        rows = pool + (1 if v < (0, 4, 7) else 0)
+        # 0.3.0 caps the requests at 5,120; 0.3.0 … 0.3.1.post1 make max_num_reqs rows, later releases one more
+        # (to 0.4.6), read in each sdist's init_memory_pool
+        cap = 5120 if release < (0, 3, 1) else 4096
+        pool = given or min(max(int(profiled_tokens / context_len * 512), 2048), cap)
+        rows = pool + (1 if (0, 3, 1, 2) <= release < (0, 4, 7) else 0)
         return min(given or capacity // 2, rows), rows
     estimated = max(min(int(capacity / context_len * 512), 4096), 2048)
     if given:
@@ -260,6 +321,13 @@ def sglang_max_running_requests(version: str, profiled_tokens: int, capacity: in
     else:
         reqs = min(estimated, capacity // 2)
     return reqs, reqs + (1 if v >= (0, 5, 12) else 0)
+
+
+def sglang_req_to_token_width(version: str) -> int:
+    """Columns of SGLang's int32 ``ReqToTokenPool`` beyond the context length: 8 up to 0.3.1.post1, 4 from
+    0.3.1.post2 (``init_memory_pool``'s ``context_len + 8`` / ``+ 4``, read in each sdist)."""
+    release = sglang_release(version or SGLANG_DEFAULT)
+    return 8 if release is not None and release < (0, 3, 1, 2) else 4
 
 
 #: the first vLLM release read whose tensor-parallel all-reduce returns a new tensor
