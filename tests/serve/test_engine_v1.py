@@ -147,3 +147,16 @@ def test_vllm_use_v1_in_the_launch_environment(tmp_path):
     assert main(["from-vllm", cmd.replace("=0", "=1"), "--hf-config", str(HF / "llama-3.1-8b"), "--engine-version",
                  "0.19.0", "-o", str(out), "--force"]) == 0
     assert "has that engine only" in out.read_text() and load_serve_run(out).serving.engine_v1 == "auto"
+
+
+def test_v0_long_context_chunking_skips_mla_and_sliding_models():
+    """_set_default_args_v0 (0.8.0 … 0.10.2): above 32K tokens chunked prefill is on unless the model is multimodal or
+    MLA, slides, or decodes speculatively; 0.7.3's create_engine_config has the same exceptions but MLA."""
+    from timeline.spec.engine_versions import vllm_scheduler_defaults as d
+
+    assert d("0.8.2", 65536, 14.7, "t4", v1=False).enable_chunked_prefill
+    assert not d("0.8.2", 65536, 14.7, "t4", v1=False, mla=True).enable_chunked_prefill
+    assert d("0.7.3", 65536, 79.2, "h100", mla=True).enable_chunked_prefill
+    assert not d("0.7.3", 65536, 79.2, "h100", sliding=True).enable_chunked_prefill
+    unchunked = d("0.9.2", 65536, 14.7, "t4", v1=False, speculative=True)
+    assert (unchunked.enable_chunked_prefill, unchunked.max_num_batched_tokens) == (False, 65536)

@@ -162,7 +162,7 @@ def _engine_v1(sv: dict[str, Any], sm: int, pp: Any, model: ModelSpec, quant: Ch
 
 
 def _version_defaults(sv: dict[str, Any], max_position: int, device_gib: float, gpu: str,
-                      v1: bool | None = None) -> list[str]:
+                      v1: bool | None = None, model: ModelSpec | None = None, multimodal: bool = False) -> list[str]:
     """Fill the scheduler knobs a vLLM run file leaves out with the engine's defaults at the named
     ``serving.engine_version`` (:func:`timeline.spec.engine_versions.vllm_scheduler_defaults`); a run
     without a version keeps the spec's defaults. Returns the notes to print."""
@@ -176,7 +176,10 @@ def _version_defaults(sv: dict[str, Any], max_position: int, device_gib: float, 
     chunked = sv.get("enable_chunked_prefill")
     usage = sv.get("usage_context", "openai_api_server")
     d = vllm_scheduler_defaults(version, mml, device_gib, gpu, chunked if isinstance(chunked, bool) else None,
-                                usage if usage in USAGE_CONTEXTS else "openai_api_server", v1=v1)
+                                usage if usage in USAGE_CONTEXTS else "openai_api_server", v1=v1,
+                                mla=bool(model and model.is_mla), multimodal=multimodal,
+                                sliding=bool(model and any(model.is_sliding(i) for i in range(model.num_hidden_layers))),
+                                speculative=bool(sv.get("speculative_method")))
     if chunked is False and d.enable_chunked_prefill:  # a V1 release that turns chunked prefill on regardless
         sv["enable_chunked_prefill"] = True
         notes.append(f"vLLM {version} runs chunked prefill whatever enable_chunked_prefill says (its V1 "
@@ -320,7 +323,8 @@ def load_serve_run(path: str | Path, overrides: Sequence[str] = (),
         if sv_values.get("engine", "vllm") == "vllm":
             v1, v1_notes = _engine_v1(sv_values, hardware.sm, parallel.pp if parallel is not None else 1, model, quant)
             notes += v1_notes
-        notes += _version_defaults(sv_values, model.max_position_embeddings, hardware.capacity_gib, str(gpu), v1)
+        notes += _version_defaults(sv_values, model.max_position_embeddings, hardware.capacity_gib, str(gpu), v1,
+                                   model, vision is not None)
         if model.has_linear_attention:
             # vLLM turns prefix caching off by default for hybrid models (config/model.py
             # ModelConfig.is_prefix_caching_supported: attn_type "hybrid"); asked for, it runs the states "align"

@@ -568,7 +568,8 @@ USAGE_CONTEXTS = ("openai_api_server", "llm_class", "engine_context")
 
 def vllm_scheduler_defaults(version: str, max_model_len: int, device_gib: float, device_name: str,
                             chunked: bool | None = None, usage: str = "openai_api_server",
-                            v1: bool | None = None) -> SchedulerDefaults:
+                            v1: bool | None = None, *, mla: bool = False, multimodal: bool = False,
+                            sliding: bool = False, speculative: bool = False) -> SchedulerDefaults:
     """The ``max_num_batched_tokens`` / ``max_num_seqs`` the engine takes when the user gives neither
     (module docstring: V0 ``SchedulerConfig.__post_init__``, V1 ``_set_default_args_v1``);
     ``chunked`` is the user's ``enable_chunked_prefill`` (None: the engine's default); ``usage``: the OpenAI
@@ -581,8 +582,14 @@ def vllm_scheduler_defaults(version: str, max_model_len: int, device_gib: float,
     0.10 job the oracle sends to V0 too: ``_set_default_args_v0``, read at 0.8.2 and 0.10.1, keeps
     ``SchedulerConfig``'s, as before 0.8); ``v1``: the job's engine where known (:func:`vllm_runs_v1`)."""
     if not (is_v1(version) if v1 is None else v1):
+        v0 = parse_version(version) or (0, 7, 0)
         if chunked is None:  # the OpenAI server's use_long_context (read at 0.5.4; absent at 0.4.1)
-            chunked = max_model_len > 32768 and (parse_version(version) or (0, 7, 0)) >= (0, 5, 4)
+            chunked = max_model_len > 32768 and v0 >= (0, 5, 4)
+            # ... but not for a multimodal model, one that slides or a speculative job (create_engine_config at 0.7.3,
+            # _set_default_args_v0 at 0.8.0 … 0.10.2), nor for MLA from 0.8.0 ("Chunked prefill not supported for
+            # Multimodal or MLA in V0")
+            if v0 >= (0, 7, 3) and (multimodal or sliding or speculative) or v0 >= (0, 8, 0) and mla:
+                chunked = False
         if chunked:
             chunk = 2048 if (parse_version(version) or (0, 7, 0)) >= (0, 6, 6) else 512
             return SchedulerDefaults(max_num_batched_tokens=chunk, max_num_seqs=256, enable_chunked_prefill=True)
