@@ -85,12 +85,11 @@ SGLANG_DEFAULT = "0.5.23"
 #: SGLang's ``--max-prefill-tokens`` default (``server_args.py`` ``ServerArgs``, 0.4 … 0.5.23): a prefill batch's
 #: tokens when chunked prefill is off (``--chunked-prefill-size`` ≤ 0)
 SGLANG_MAX_PREFILL_TOKENS = 16384
-#: SGLang releases whose pool rule was read: 0.4.9.post2, 0.5.5 … 0.5.23 (``ModelRunner.profile_max_num_token``,
-#: from 0.5.11 ``_profile_available_bytes``, from 0.5.16 ``mem_cache/kv_cache_configurator.py``: the same formula,
-#: ``post-load free − pre-load free × (1 − mem_fraction_static)``, at every one of them; the post-capture sizing of
-#: 0.5.16 on is opt-in, ``SGLANG_ENABLE_POST_CAPTURE_KV_SIZING`` False in ``environ.py`` through 0.5.23); ``"0.4"``
-#: is the round-1 name of the 0.4 rule. A later release runs the newest rules read.
-SGLANG_READ = ((0, 4, 0), (0, 5, 23))
+#: SGLang's pool rule (``ModelRunner.profile_max_num_token``, from 0.5.11 ``_profile_available_bytes``, from 0.5.16
+#: ``mem_cache/kv_cache_configurator.py``) is the same formula, ``post-load free − pre-load free × (1 −
+#: mem_fraction_static)``, at every release read: 0.3.0, 0.3.6, 0.4.0, 0.4.5, 0.4.9.post2, 0.5.5 … 0.5.23 (the
+#: post-capture sizing of 0.5.16 on is opt-in, ``SGLANG_ENABLE_POST_CAPTURE_KV_SIZING`` False in ``environ.py``
+#: through 0.5.23); ``"0.4"`` is the round-1 name of the 0.4 rule. A later release runs the newest rules read.
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -181,8 +180,8 @@ class SGLangDefaults:
     mem_fraction_static: float
 
 
-#: SGLang releases whose server defaults are read apart (``srt/server_args.py`` ``ServerArgs.__post_init__`` in every
-#: PyPI sdist from 0.3.0 to 0.4.10): up to 0.4.7 ``mem_fraction_static`` is a table, not 0.4.7.post1's reserve
+#: the oldest SGLang modelled; its server defaults are read apart (``srt/server_args.py`` ``ServerArgs.__post_init__``
+#: in every PyPI sdist from 0.3.0 to 0.4.10): up to 0.4.7 ``mem_fraction_static`` is a table, not 0.4.7.post1's reserve
 SGLANG_OLDEST = (0, 3, 0)
 SGLANG_RESERVE_RULE = (0, 4, 7, 1)
 
