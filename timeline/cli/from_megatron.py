@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from timeline.io.megatron_map import Conversion
     from timeline.spec.run import RunSpec
 
-HELP = "write a run file from Megatron-LM arguments (model_config.yaml, a launch script or a job's log)"
+HELP = ("write a run file from Megatron-LM arguments (model_config.yaml, a launch script, a job's log or a "
+        "Megatron-Bridge config)")
 DESCRIPTION = """\
 Read Megatron-LM's arguments and write the run file that simulates that job (stdout without -o).
 CONFIG is YAML when it ends in .yaml/.yml — MODEL_ARGS (keys with or without the leading --;
@@ -35,7 +36,9 @@ as the world size) — or an argument list as a launch script passes it to pretr
 ("------ arguments ------", each attribute after dots) is the whole job, its world size included; the
 Megatron-Core version is the one whose parser printed those names (--megatron-core overrides it), and
 the log's report_memory lines ("memory (MB) | allocated: …") go to the run file's notes, to compare
-with what simulate predicts. Absent arguments take Megatron's command-line defaults; every
+with what simulate predicts — or a Megatron-Bridge (NeMo) job's ConfigContainer: the "------- Task Configuration
+-------" block its log prints, or the run_config.yaml a checkpoint saves; each field is read as the Megatron-LM
+argument that sets it (give --world-size). Absent arguments take Megatron's command-line defaults; every
 argument is mapped to a run-file key, listed as memory-neutral in the file's header, or refused
 with one line naming it. The vocabulary is the tokenizer's as Megatron builds it: a --tokenizer-model
 file on this machine (SentencePiece .model, a Hugging Face folder or a hub name in the local cache) is
@@ -46,6 +49,7 @@ examples:
   timeline from-megatron train_args.txt --world-size 64 --gpu h100 -o job.toml && timeline simulate job.toml
   timeline from-megatron examples/mixtral/train_mixtral_8x7b_distributed.sh --world-size 64 -o mixtral.toml
   timeline from-megatron logs/train_rank0.log --gpu h100 -o job.toml    a log: arguments, world size, version
+  timeline from-megatron checkpoints/iter_0001000/run_config.yaml --world-size 64 -o job.toml    Megatron-Bridge
 """
 
 

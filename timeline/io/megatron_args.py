@@ -334,16 +334,38 @@ def read_log(text: str, env: dict[str, str] | None, megatron_core: str | None) -
                                        for m in dump.memory), device_name=device_in(text))
 
 
+def read_bridge_config(text: str, cfg: dict[str, Any], env: dict[str, str] | None,
+                       megatron_core: str | None) -> MegatronArgs:
+    """A Megatron-Bridge job's ``ConfigContainer`` (:mod:`timeline.io.megatron_bridge`), in the environment ``env``;
+    a hybrid (Mamba) provider is the ``mamba`` family."""
+    from timeline.io.device_name import device_in
+    from timeline.io.megatron_bridge import read_bridge
+
+    args, core, notes = read_bridge(cfg, megatron_core)
+    model = cfg["model"]
+    hybrid = bool(model.get("is_hybrid_model")) or "mamba" in str(model.get("_target_", "")).lower()
+    return MegatronArgs(args=args, env=dict(env or {}), family="mamba" if hybrid else None,
+                        family_source="the Megatron-Bridge config's hybrid model provider" if hybrid else "",
+                        notes=tuple(notes), megatron_core=core, device_name=device_in(text))
+
+
 def read_megatron_config(path: str | Path, script_args: list[str] | None = None,
                          script_env: dict[str, str] | None = None, job: int | None = None,
                          entry: str | None = None, megatron_core: str | None = None) -> MegatronArgs:
     """Read CONFIG: YAML when it ends in ``.yaml``/``.yml``, a job's log when it holds Megatron's printed
     arguments block (``megatron_core``: the version the user says ran it), a launch script (run with
     ``script_args`` in the environment ``script_env``), else an argument list."""
+    from timeline.io.megatron_bridge import bridge_config
     from timeline.io.megatron_dump import has_arguments_block
 
     path = Path(path)
     text = read_user_text(path, "a model_config.yaml or an argument list")
+    if (bridge := bridge_config(text)) is not None:
+        for given, name in ((script_args, "--script-args"), (job, "--job"), (entry, "--entry")):
+            if given is not None:
+                raise UserError(f"{name}: {path} is a Megatron-Bridge configuration (its ConfigContainer is the job); "
+                                f"drop {name}")
+        return read_bridge_config(text, bridge, script_env, megatron_core)
     if path.suffix.lower() not in (".yaml", ".yml") and has_arguments_block(text):
         for given, name in ((script_args, "--script-args"), (job, "--job"), (entry, "--entry")):
             if given is not None:

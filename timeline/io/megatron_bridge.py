@@ -1,0 +1,206 @@
+"""Read a Megatron-Bridge (NeMo) job's configuration as the Megatron-LM arguments that run the same job.
+
+Megatron-Bridge trains Megatron-Core models from a ``ConfigContainer`` instead of ``pretrain_gpt.py``'s
+arguments. Its logs print the whole container as YAML after ``------- Task Configuration -------`` (from
+NVIDIA-NeMo/Megatron-Bridge eb4b088f7, 2025-09-03, to b273cd371, 2026-02-04, after which the log prints only the
+values off Megatron-Core's defaults), and every checkpoint saves it as ``run_config.yaml``
+(``training/checkpointing.py``: ``cfg.to_yaml``). Its sections are Megatron-Core's own configs — ``model`` a
+``TransformerConfig`` (a model provider's), ``ddp`` a ``DistributedDataParallelConfig``, ``optimizer`` an
+``OptimizerConfig`` — and Bridge's ``train``, ``dataset``, ``tokenizer``, ``checkpoint``, ``dist``,
+``mixed_precision``; objects are ``_target_`` maps.
+
+Megatron-LM builds those configs from its arguments by field name, with the exceptions
+``core_transformer_config_from_args`` (``megatron/training/argument_utils.py`` at d98e8a64dd; ``arguments.py``
+at core_v0.14.0) and ``get_model``'s DDP config (``megatron/training/training.py``) name. Read backwards, a
+field becomes the parser's dest of the same name, else the dest those functions fill it from
+(:data:`TO_DEST`); SwiGLU, squared ReLU and GQA come from the activation and the query groups, a tied output layer
+from ``share_embeddings_and_output_weights``. The training sequence is ``dataset.sequence_length`` (a provider's
+``model.seq_length`` is its longest context, ``--max-position-embeddings``). The dests then become options as a
+job log's arguments block does (:func:`timeline.io.megatron_dump.option_for`: a value at the parser's default is
+left out, as a user would leave it out). A field of a group that is off (the MoE fields without experts, the fp8
+ones without fp8, the CUDA-graph ones without graphs, …: :data:`GROUPS`) is left out with it; a field no parser
+dest takes is named in a note, never guessed at. The world size is the launcher's (``--world-size``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from timeline.errors import UserError
+
+#: the block a Megatron-Bridge log prints before training (``training/setup.py``, eb4b088f7 … b273cd371)
+TASK = re.compile(r"^(?P<prefix>.*?)-{5,} Task Configuration -{5,}[ \t]*\r?$", re.M)
+END = re.compile(r"^\s*-{20,}\s*$", re.M)
+#: the sections read, in the order their values win (a section read earlier keeps a dest it set)
+SECTIONS = ("model", "train", "ddp", "optimizer", "mixed_precision", "dataset", "tokenizer", "checkpoint", "dist",
+            "logger", "rng")
+#: Megatron-Core config field → the parser dest Megatron-LM fills it from, where the names differ
+#: (core_transformer_config_from_args; get_model's DistributedDataParallelConfig; Bridge's own sections)
+TO_DEST = {
+    "num_moe_experts": "num_experts",
+    "num_layers_in_first_pipeline_stage": "decoder_first_pipeline_num_layers",
+    "num_layers_in_last_pipeline_stage": "decoder_last_pipeline_num_layers",
+    "fp8_param": "fp8_param_gather",
+    "fp4_param": "fp4_param_gather",
+    "layernorm_epsilon": "norm_epsilon",
+    "layernorm_zero_centered_gamma": "apply_layernorm_1p",
+    "grad_reduce_in_fp32": "accumulate_allreduce_grads_in_fp32",
+    "bucket_size": "ddp_bucket_size",
+    "average_in_collective": "ddp_average_in_collective",
+    "pad_buckets_for_high_nccl_busbw": "ddp_pad_buckets_for_high_nccl_busbw",
+    "check_for_nan_in_grad": "check_for_nan_in_loss_and_grad",
+    "mock": "mock_data",
+    "create_attention_mask": "create_attention_mask_in_dataloader",
+}
+#: (section, field) the reader decides itself (the functions above compute them from other arguments)
+DERIVED = {("model", f) for f in ("activation_func", "gated_linear_unit", "num_query_groups", "persist_layer_norm",
+                                   "batch_p2p_comm", "share_embeddings_and_output_weights", "seq_length",
+                                   "bias_activation_fusion")} | {("dataset", "sequence_length")}
+#: field prefixes of a group, and the field that turns the group on (its value falsy: the group is off)
+GROUPS = (("moe_", "num_moe_experts"), ("fp8_", "fp8"), ("fp4_", "fp4"), ("cuda_graph_", "enable_cuda_graph"),
+          ("tp_comm_", "tp_comm_overlap"), ("mamba_", "is_hybrid_model"), ("mtp_", "mtp_num_layers"),
+          ("cpu_offloading_", "cpu_offloading"), ("recompute_", "recompute_granularity"),
+          ("optimizer_offload", "optimizer_cpu_offload"))
+#: torch dtypes as the dtype options take them; AttnBackend's values (megatron/core/transformer/enums.py)
+DTYPES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.uint8": "fp8"}
+ATTN_BACKEND = {1: "flash", 2: "fused", 3: "unfused", 4: "local", 5: "auto"}
+
+
+def bridge_config(text: str) -> dict[str, Any] | None:
+    """The ``ConfigContainer`` a Megatron-Bridge log prints or a ``run_config.yaml`` holds, else None."""
+    m = TASK.search(text)
+    if m is not None:
+        body = text[m.end():]
+        prefix = m.group("prefix")
+        if prefix.strip():  # a launcher's "[default0]:" before every line
+            body = "\n".join(line[len(prefix):] if line.startswith(prefix) else line for line in body.splitlines())
+        end = END.search(body)
+        body = body[:end.start()] if end else body
+    elif "_target_: megatron.bridge" in text or re.search(r"^model:\s*$", text, re.M) and re.search(r"^train:\s*$",
+                                                                                                      text, re.M):
+        body = text
+    else:
+        return None
+    try:
+        cfg = yaml.safe_load(body)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
+        return None
+    return cfg
+
+
+def _value(v: Any) -> Any:
+    """A YAML value as the option takes it: ``_target_`` maps by their name (dtypes, the attention backend's enum,
+    a function's last name), others as they are."""
+    if isinstance(v, dict) and "_target_" in v:
+        target = str(v["_target_"])
+        if target in DTYPES:
+            return DTYPES[target]
+        if target.endswith("AttnBackend"):
+            args = v.get("_args_") or [None]
+            return ATTN_BACKEND.get(args[0], target)
+        return target.rsplit(".", 1)[-1]
+    return v
+
+
+def _off(section: dict[str, Any], name: str) -> bool:
+    """Whether ``name`` belongs to a group whose own switch is off (:data:`GROUPS`)."""
+    for prefix, switch in GROUPS:
+        if name.startswith(prefix) and name != switch:
+            on = section.get(switch)
+            if switch == "enable_cuda_graph":
+                on = on or section.get("cuda_graph_impl") not in (None, "none")
+            return not on
+    return False
+
+
+def bridge_dests(cfg: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """(parser dest → value, the fields no dest takes that hold a value) of a ``ConfigContainer``."""
+    from timeline.io.megatron_dump import table
+
+    known = table()["dests"]
+    dests: dict[str, Any] = {}
+    unread: list[str] = []
+    model = cfg["model"]
+    act = _value(model.get("activation_func"))
+    glu = bool(model.get("gated_linear_unit"))
+    dests["swiglu"] = act == "silu" and glu
+    dests["squared_relu"] = act == "squared_relu"
+    dests["quick_geglu"] = act == "quick_gelu" and glu
+    fusion = model.get("bias_activation_fusion")
+    if isinstance(fusion, bool):
+        dests["bias_swiglu_fusion" if dests["swiglu"] else "bias_gelu_fusion"] = fusion
+    groups, heads = model.get("num_query_groups"), model.get("num_attention_heads")
+    if isinstance(groups, int) and groups != heads:
+        dests["group_query_attention"], dests["num_query_groups"] = True, groups
+    if isinstance(model.get("persist_layer_norm"), bool):
+        dests["no_persist_layer_norm"] = not model["persist_layer_norm"]
+    if isinstance(model.get("batch_p2p_comm"), bool):
+        dests["overlap_p2p_comm"] = not model["batch_p2p_comm"]
+    if isinstance(model.get("share_embeddings_and_output_weights"), bool):
+        dests["untie_embeddings_and_output_weights"] = not model["share_embeddings_and_output_weights"]
+    sequence = (cfg.get("dataset") or {}).get("sequence_length") if isinstance(cfg.get("dataset"), dict) else None
+    if model.get("seq_length") is not None:
+        dests["max_position_embeddings"] = model["seq_length"]
+    dests["seq_length"] = sequence if sequence is not None else model.get("seq_length")
+    for name in SECTIONS:
+        section = cfg.get(name)
+        if not isinstance(section, dict):
+            continue
+        for field_name, raw in section.items():
+            if not isinstance(field_name, str) or field_name.startswith("_") or (name, field_name) in DERIVED \
+                    or _off(section, field_name):
+                continue
+            dest = TO_DEST.get(field_name) or field_name
+            value = _value(raw)
+            if dest in dests:
+                continue  # an earlier section set it (the model's resolved values win)
+            if dest in known:
+                if not isinstance(raw, dict) or value is not raw:  # a nested map no option takes is unread
+                    dests[dest] = value
+                    continue
+            if value not in (None, False, 0, "", [], {}) and not isinstance(raw, dict):
+                unread.append(f"{name}.{field_name}")
+    if dests.get("recompute_granularity") is None:
+        dests.pop("recompute_modules", None)
+        dests.pop("recompute_method", None)
+        dests.pop("recompute_num_layers", None)
+    return dests, unread
+
+
+def read_bridge(cfg: dict[str, Any], megatron_core: str | None) -> tuple[dict[str, Any], str, list[str]]:
+    """(Megatron-LM arguments, the Megatron-Core version read at, notes) of a Megatron-Bridge ``ConfigContainer``
+    (module docstring)."""
+    from timeline.io.megatron_dump import _ver, option_for, table
+
+    t = table()
+    releases = [i for i, v in enumerate(t["versions"]) if v[0] != "main"]
+    if megatron_core is None:
+        i = releases[-1]
+        how = (f"a Megatron-Bridge config names no Megatron-Core version: read with {t['versions'][i][0]}'s parser "
+               "(give --megatron-core)")
+    else:
+        near = [k for k, v in enumerate(t["versions"]) if _ver(v[1]) <= _ver(megatron_core)] or [0]
+        i = near[-1]
+        how = f"read with {t['versions'][i][0]}'s parser (--megatron-core {megatron_core})"
+    dests, unread = bridge_dests(cfg)
+    args: dict[str, Any] = {}
+    for dest, value in dests.items():
+        if dest not in t["dests"]:
+            continue
+        got = option_for(dest, value, i)
+        if got is not None:
+            args[got[0]] = got[1]
+    target = str((cfg.get("model") or {}).get("_target_", "a model provider"))
+    notes = [f"read a Megatron-Bridge ConfigContainer ({target.rsplit('.', 1)[-1]}) as Megatron-LM's arguments "
+             "(core_transformer_config_from_args read backwards)", how]
+    if unread:
+        notes.append(f"{len(unread)} Megatron-Bridge fields with a value have no Megatron-LM argument and are not read: "
+                     + ", ".join(unread[:10]) + (" …" if len(unread) > 10 else ""))
+    if not args.get("--num-layers"):
+        raise UserError("the Megatron-Bridge config has no model.num_layers: not a model's ConfigContainer")
+    return args, (megatron_core or t["versions"][i][1]), notes
