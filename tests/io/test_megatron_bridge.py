@@ -79,3 +79,17 @@ def test_bad_bridge_inputs_are_one_line(tmp_path, capsys):
     with pytest.raises(UserError, match="no model.num_layers"):
         read_megatron_config(empty)
     assert bridge_config("model:\n  num_layers: 2\n") is None  # a YAML with a model section alone is not Bridge's
+
+
+def test_a_nested_transformer_config_reads_the_same(tmp_path):
+    """Later Bridge keeps the TransformerConfig under model.transformer (GPTModelConfig): read as one model section."""
+    lines = _yaml_of(LOG.read_text()).splitlines()
+    start = lines.index("model:")
+    end = next(i for i in range(start + 1, len(lines)) if lines[i] and not lines[i].startswith(" "))
+    own = ("  _target_:", "  vocab_size:", "  share_embeddings_and_output_weights:", "  seq_length:")
+    model = [ln for ln in lines[start + 1:end]]
+    kept = [ln for ln in model if ln.startswith(own)]
+    nested = ["model:", *kept, "  transformer:"] + ["  " + ln for ln in model if not ln.startswith(own)]
+    saved = tmp_path / "run_config.yaml"
+    saved.write_text("\n".join(lines[:start] + nested + lines[end:]) + "\n")
+    assert read_megatron_config(saved).args == read_megatron_config(LOG).args

@@ -90,6 +90,11 @@ def bridge_config(text: str) -> dict[str, Any] | None:
         return None
     if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
         return None
+    model = cfg["model"]
+    if isinstance(model.get("transformer"), dict):
+        # later Bridge (``models/gpt/gpt_builder.py: GPTModelConfig``, Megatron-LM's ``training.models.gpt``) keeps
+        # the TransformerConfig under ``model.transformer``, the GPT model's own fields beside it
+        cfg = {**cfg, "model": {**{k: v for k, v in model.items() if k != "transformer"}, **model["transformer"]}}
     return cfg
 
 
