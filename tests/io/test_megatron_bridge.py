@@ -35,6 +35,8 @@ def test_a_task_configuration_block_is_the_job():
     assert a["--use-distributed-optimizer"] is True and a["--accumulate-allreduce-grads-in-fp32"] is True
     assert a["--ddp-bucket-size"] == "40000000" and a["--disable-bias-linear"] is True
     assert "--untie-embeddings-and-output-weights" not in a  # share_embeddings_and_output_weights: true
+    # should_pad_vocab: false — GPTModelProvider.provide keeps vocab_size rows (Megatron-LM pads to the divisor · tp)
+    assert a["--make-vocab-size-divisible-by"] == "1"
     # groups that are off: no MoE, fp8, CUDA-graph or recompute option from their fields at defaults
     assert not any(k.startswith(("--moe-", "--fp8", "--cuda-graph", "--recompute")) for k in a)
     assert any("Megatron-Bridge ConfigContainer (Llama31ModelProvider)" in n for n in m.notes)
@@ -66,6 +68,7 @@ def test_from_megatron_writes_a_run_that_simulates(tmp_path, capsys):
     run = load_run(out)
     assert (run.model.num_hidden_layers, run.model.hidden_size, run.model.num_key_value_heads) == (16, 2048, 8)
     assert (run.training.seq_len, run.training.micro_batch_size, run.parallel.dp, run.training.zero) == (1024, 1, 8, 1)
+    assert (run.model.vocab_size, run.framework.make_vocab_size_divisible_by) == (128256, 1)
     assert main(["simulate", str(out), "-o", str(tmp_path / "sim"), "--format", "summary"]) == 0
 
 

@@ -14,7 +14,8 @@ Megatron-LM builds those configs from its arguments by field name, with the exce
 at core_v0.14.0) and ``get_model``'s DDP config (``megatron/training/training.py``) name. Read backwards, a
 field becomes the parser's dest of the same name, else the dest those functions fill it from
 (:data:`TO_DEST`); SwiGLU, squared ReLU and GQA come from the activation and the query groups, a tied output layer
-from ``share_embeddings_and_output_weights``. The training sequence is ``dataset.sequence_length`` (a provider's
+from ``share_embeddings_and_output_weights``, an unpadded vocabulary from ``should_pad_vocab: false``. Later Bridge
+nests the ``TransformerConfig`` under ``model.transformer``: read as one model section. The training sequence is ``dataset.sequence_length`` (a provider's
 ``model.seq_length`` is its longest context, ``--max-position-embeddings``). The dests then become options as a
 job log's arguments block does (:func:`timeline.io.megatron_dump.option_for`: a value at the parser's default is
 left out, as a user would leave it out). A field of a group that is off (the MoE fields without experts, the fp8
@@ -58,7 +59,7 @@ TO_DEST = {
 #: (section, field) the reader decides itself (the functions above compute them from other arguments)
 DERIVED = {("model", f) for f in ("activation_func", "gated_linear_unit", "num_query_groups", "persist_layer_norm",
                                    "batch_p2p_comm", "share_embeddings_and_output_weights", "seq_length",
-                                   "bias_activation_fusion")} | {("dataset", "sequence_length")}
+                                   "bias_activation_fusion", "should_pad_vocab")} | {("dataset", "sequence_length")}
 #: field prefixes of a group, and the field that turns the group on (its value falsy: the group is off)
 GROUPS = (("moe_", "num_moe_experts"), ("fp8_", "fp8"), ("fp4_", "fp4"), ("cuda_graph_", "enable_cuda_graph"),
           ("tp_comm_", "tp_comm_overlap"), ("mamba_", "is_hybrid_model"), ("mtp_", "mtp_num_layers"),
@@ -146,6 +147,11 @@ def bridge_dests(cfg: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         dests["no_persist_layer_norm"] = not model["persist_layer_norm"]
     if isinstance(model.get("batch_p2p_comm"), bool):
         dests["overlap_p2p_comm"] = not model["batch_p2p_comm"]
+    if model.get("should_pad_vocab") is False:
+        # GPTModelProvider.provide (Bridge 067f987df, also its hybrid and T5 providers): without should_pad_vocab the
+        # embedding is vocab_size rows, where Megatron-LM pads to make_vocab_size_divisible_by · tp; a divisor of 1
+        # pads to tp alone, which a vocabulary that splits over the ranks already is
+        dests["make_vocab_size_divisible_by"] = 1
     if isinstance(model.get("share_embeddings_and_output_weights"), bool):
         dests["untie_embeddings_and_output_weights"] = not model["share_embeddings_and_output_weights"]
     sequence = (cfg.get("dataset") or {}).get("sequence_length") if isinstance(cfg.get("dataset"), dict) else None
