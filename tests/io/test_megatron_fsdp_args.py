@@ -45,7 +45,7 @@ def test_the_strategy_maps_with_the_distributed_optimizer():
 
 @pytest.mark.parametrize(("arg", "value"), [("--fsdp-double-buffer", True), ("--outer-dp-sharding-strategy", "optim"),
                                             ("--suggested-communication-unit-size", 1_000_000),
-                                            ("--megatron-fsdp-main-grads-dtype", "fp32")])
+                                            ("--megatron-fsdp-main-params-dtype", "bf16")])
 def test_unmodelled_pools_and_dtypes_are_refused_by_name(arg, value):
     with pytest.raises(UserError, match=f"^{arg} "):
         _convert(ZP_Z3 | {arg: value})
@@ -128,3 +128,68 @@ def test_nccl_user_buffers_change_nothing_under_ddp_and_are_refused_under_megatr
     # arguments.py validate_args (d98e8a64dd): under Megatron-FSDP it turns the double buffer on
     with pytest.raises(UserError, match="^--use-megatron-fsdp with --use-nccl-ub: .*--fsdp-double-buffer"):
         _convert(ZP_Z3 | {"--use-nccl-ub": True})
+
+
+PACKAGE = {k: v for k, v in ZP_Z3.items() if k not in ("--use-custom-fsdp", "--calculate-per-token-loss")} | {
+    "--use-megatron-fsdp": True}
+
+
+@pytest.mark.parametrize(("version", "extra", "grads"), [
+    ("0.16.0", {}, "fp32"),  # ParamAndGradBuffer: fp32 under grad_reduce_in_fp32 (bf16's default)
+    ("0.16.0", {"--grad-reduce-in-bf16": True}, "bf16"),
+    ("0.18.0", {}, "fp32"),  # the adapter's grandfathered grad_reduce_in_fp32
+    ("0.18.0", {"--megatron-fsdp-main-grads-dtype": "bf16"}, "fp32"),  # ... wins over the argument
+    ("0.18.0", {"--grad-reduce-in-bf16": True, "--megatron-fsdp-main-grads-dtype": "fp32"}, "fp32"),
+    ("0.19.0", {}, "bf16"),  # adfe9e11d9: auto is the parameters' dtype
+    ("0.19.0", {"--megatron-fsdp-main-grads-dtype": "fp32"}, "fp32"),
+    ("0.19.0", {"--megatron-fsdp-main-grads-dtype": "fp32", "--megatron-fsdp-grad-comm-dtype": "fp32"}, "fp32"),
+    ("0.19.0", {"--megatron-fsdp-main-grads-dtype": "auto", "--megatron-fsdp-grad-comm-dtype": "bf16"}, "bf16"),
+])
+def test_the_main_gradient_dtype_follows_the_release(version, extra, grads):
+    """fsdp/mcore_fsdp_adapter.py: FullyShardedDataParallel.__init__ by release (megatron_state_args.py:
+    fsdp_main_grads_dtype): fp32 under --accumulate-allreduce-grads-in-fp32 until core_v0.19.0, then the argument
+    alone, its auto the parameters' dtype."""
+    c = _convert(PACKAGE | extra, megatron_core=version)
+    assert c.sections["training"]["grad_dtype"] == grads
+    if version == "0.19.0" and not extra:
+        assert any(n.startswith("Megatron-FSDP at Megatron-Core 0.19: bf16 main gradients") for n in c.notes)
+
+
+def test_a_communication_dtype_apart_from_the_main_gradients_is_refused():
+    with pytest.raises(UserError, match="^--megatron-fsdp-grad-comm-dtype fp32 with bf16 main gradients: "):
+        _convert(PACKAGE | {"--megatron-fsdp-grad-comm-dtype": "fp32"}, megatron_core="0.19.0")
+    # 0.17 … 0.18: grad_reduce_in_fp32 makes both fp32, whatever the argument says
+    c = _convert(PACKAGE | {"--megatron-fsdp-grad-comm-dtype": "bf16"}, megatron_core="0.18.0")
+    assert c.sections["training"]["grad_dtype"] == "fp32"
+    assert c.mapped["--megatron-fsdp-grad-comm-dtype"].startswith("training.grad_dtype")
+
+
+def test_bf16_main_gradients_halve_the_buffer_and_copy_each_shard_to_fp32_in_the_step():
+    """At 0.19 the sharded main-gradient buffer is bf16; each step's update_main_grads makes ``optimizer_grad.to(
+    fp32)`` of every main-weight shard (MF/param_and_grad_buffer.py, core_v0.19.0), which zero_grad dereferences
+    at the next train_step (dist_main_grad's _local_tensor = None)."""
+    import tomllib
+
+    import numpy as np
+
+    from timeline.io.megatron_write import run_file_text
+    from timeline.io.runfile import run_from_data
+    from timeline.result.build import build_timeline
+    tls = {}
+    for version in ("0.18.0", "0.19.0"):
+        c = _convert(PACKAGE, megatron_core=version)
+        text = run_file_text(c, name=f"fsdp-{version}", source="<test>", world_size=8)
+        tls[version] = build_timeline(run_from_data(tomllib.loads(text), Path(f"<test>/{version}.toml")))
+    sizes = {}
+    for version, tl in tls.items():
+        ev = tl.events(0)
+        names = np.array(tl.sim.names)[ev.tensor].astype(str)
+        buf = names == "static.grad_buffer.fsdp"
+        copies = np.char.startswith(names, "step.main_grad.") & (ev.sign > 0)
+        master = np.char.startswith(names, "static.master.") & (ev.sign > 0)
+        sizes[version] = (int(ev.size[buf][0]), int(ev.size[copies].sum()), int(ev.size[master].sum()),
+                          sum(s.kind == "step" for s in tl.sim.spans[0]))
+    (g18, c18, m18, _), (g19, c19, m19, steps) = sizes["0.18.0"], sizes["0.19.0"]
+    assert g19 * 2 == g18 and c18 == 0 and m19 == m18
+    # one fp32 copy of the rank's main-weight shard per step
+    assert c19 == m19 * steps and steps == 2

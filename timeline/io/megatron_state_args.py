@@ -150,8 +150,60 @@ def embedding_wgrad(a: ArgReader, c: Conversion) -> None:
 FSDP_OFF = {"--fsdp-double-buffer": None, "--megatron-fsdp-max-pool-double-buffer": None,
             "--suggested-communication-unit-size": None, "--outer-dp-sharding-strategy": "no_shard",
             "--megatron-fsdp-version": "1", "--megatron-fsdp-main-params-dtype": "fp32",
-            "--megatron-fsdp-main-grads-dtype": "auto", "--megatron-fsdp-grad-comm-dtype": "auto",
             "--megatron-fsdp-enable-fine-grained-param-gather": None}
+#: the Megatron-FSDP precision arguments read (Megatron-LM core_v0.17.0 on: ``_add_experimental_args``)
+FSDP_DTYPES = ("--megatron-fsdp-main-grads-dtype", "--megatron-fsdp-grad-comm-dtype")
+
+
+def fsdp_main_grads_dtype(a: ArgReader, c: Conversion, version: tuple[int, ...]) -> None:
+    """Megatron-FSDP's main-gradient buffer dtype → ``training.grad_dtype`` (what ``grad_reduce_in_fp32``,
+    ``--accumulate-allreduce-grads-in-fp32`` or bf16's default, has put there), by release:
+
+    - before core_v0.17.0 ``MF/param_and_grad_buffer.py: ParamAndGradBuffer`` takes fp32 under
+      ``grad_reduce_in_fp32``, else the parameters' dtype: as under DDP;
+    - core_v0.17.0 … 0.18.x (``fsdp/mcore_fsdp_adapter.py: FullyShardedDataParallel.__init__``, ff70b24884 and
+      f456199700): ``MixedPrecisionPolicy(main_grads_dtype=fp32 if ddp_config.grad_reduce_in_fp32 else
+      --megatron-fsdp-main-grads-dtype)``, ``grad_comm_dtype`` alike;
+    - core_v0.19.0 on (adfe9e11d9, 2026-07-02, which dropped that "grandfathered argument"): the argument alone;
+      its default ``auto`` (None) leaves ``_resolve_group_grad_dtype`` the parameters' own dtype — bf16 main
+      gradients in a bf16 job, whatever ``--accumulate-allreduce-grads-in-fp32`` says.
+
+    A gradient-communication dtype other than the main gradients' allocates its own buffers
+    (``MixedPrecisionPolicy.grad_comm_dtype``): refused, but where it equals them (no memory, the docstring)."""
+    main, comm = (_given(a, name) for name in FSDP_DTYPES)
+    if version < (0, 17, 0):
+        for name, v in zip(FSDP_DTYPES, (main, comm), strict=True):
+            if v not in (None, False, "auto"):
+                raise UserError(f"{name} {v}: not an argument before Megatron-Core 0.17.0 (Megatron-FSDP took fp32 "
+                                "main gradients under --accumulate-allreduce-grads-in-fp32); drop it or give "
+                                "--megatron-core 0.17.0 or later")
+        return
+    a.value(FSDP_DTYPES[0])
+    a.value(FSDP_DTYPES[1])
+    tr = c.sections["training"]
+    # get_megatron_ddp_config: grad_reduce_in_fp32 = args.accumulate_allreduce_grads_in_fp32, which validate_args
+    # sets for bf16 unless --grad-reduce-in-bf16 (megatron_map.py reads the same into training.grad_dtype)
+    fp32_reduce = a.flag("--accumulate-allreduce-grads-in-fp32") or (
+        tr["dtype"] == "bf16" and not a.flag("--grad-reduce-in-bf16"))
+    grandfathered = version < (0, 19, 0) and fp32_reduce
+    if grandfathered:
+        resolved = "fp32"
+    elif main not in (None, False, "auto"):
+        resolved = str(main)
+    else:
+        resolved = tr["dtype"]  # the parameters' dtype (fp8 parameters are refused under Megatron-FSDP)
+    given_comm = "fp32" if grandfathered else (str(comm) if comm not in (None, False, "auto") else resolved)
+    if given_comm != resolved:
+        raise UserError(f"--megatron-fsdp-grad-comm-dtype {comm} with {resolved} main gradients: Megatron-FSDP's "
+                        "separate gradient-communication buffers are not modelled; drop it (auto) or give "
+                        f"{resolved}")
+    moved = resolved != tr["grad_dtype"]
+    c.put("training.grad_dtype", resolved, *FSDP_DTYPES, "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16")
+    if moved and version[:2] == (0, 19) and main in (None, False, "auto") and resolved != "fp32":
+        c.notes.append(f"Megatron-FSDP at Megatron-Core 0.19: {resolved} main gradients (auto: the parameters' dtype; "
+                       "adfe9e11d9, 2026-07-02, stopped reading --accumulate-allreduce-grads-in-fp32 there). A "
+                       "main-branch snapshot labelled 0.19.0 from before that commit kept fp32: give "
+                       "--megatron-fsdp-main-grads-dtype fp32 to model one")
 
 
 def megatron_fsdp(a: ArgReader, c: Conversion, *, package: bool | None = None) -> None:
@@ -162,7 +214,7 @@ def megatron_fsdp(a: ArgReader, c: Conversion, *, package: bool | None = None) -
     Megatron-LM commit has af28b5a559's ``megatron_fsdp`` package (None: from ``framework.megatron_core``, 0.14.0
     on; main's 0.15.0rc0 spans both sides of it); ``--log-params-norm`` → ``framework.log_params_norm``. The layout
     and events: :mod:`timeline.graph.fsdp_buffers`, :mod:`timeline.sim.megatron_fsdp`. Double buffers, NCCL user
-    buffers, HSDP, a suggested communication unit, Megatron-FSDP v2, non-default main dtypes, Muon (Megatron-LM
+    buffers, HSDP, a suggested communication unit, Megatron-FSDP v2, a main-weight dtype other than fp32, Muon (Megatron-LM
     rejects it), the precision-aware optimizer and CUDA graphs are refused by name. ``--use-nccl-ub`` is refused
     here only: under Megatron-FSDP it turns on the double buffer and manual registration (``arguments.py:
     validate_args``@d98e8a64dd); under DDP it changes no byte (:data:`timeline.io.megatron_table.MAPPED`)."""
@@ -196,6 +248,7 @@ def megatron_fsdp(a: ArgReader, c: Conversion, *, package: bool | None = None) -
     strategy = a.str("--data-parallel-sharding-strategy", "optim_grads_params" if version >= (0, 18, 0) else "no_shard")
     c.put("framework.fsdp_sharding", strategy, "--use-megatron-fsdp", "--use-custom-fsdp",
           "--data-parallel-sharding-strategy", *FSDP_OFF)
+    fsdp_main_grads_dtype(a, c, version)
     c.put("framework.megatron_fsdp_package", version >= (0, 14, 0) if package is None else package)
     c.put("framework.log_params_norm", a.flag("--log-params-norm"), "--log-params-norm")
     c.put("training.zero", 1, "--use-distributed-optimizer")
