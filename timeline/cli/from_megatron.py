@@ -19,6 +19,8 @@ from timeline.io.megatron_table import FORK_FAMILIES
 from timeline.spec.framework import OPTIMIZER_IMPLS
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from timeline.io.megatron_args import MegatronArgs
     from timeline.io.megatron_map import Conversion
     from timeline.spec.run import RunSpec
@@ -37,8 +39,11 @@ as the world size) — or an argument list as a launch script passes it to pretr
 Megatron-Core version is the one whose parser printed those names (--megatron-core overrides it), and
 the log's report_memory lines ("memory (MB) | allocated: …") go to the run file's notes, to compare
 with what simulate predicts — or a Megatron-Bridge (NeMo) job's ConfigContainer: the "------- Task Configuration
--------" block its log prints, or the run_config.yaml a checkpoint saves; each field is read as the Megatron-LM
-argument that sets it (give --world-size). Absent arguments take Megatron's command-line defaults; every
+-------" block its log prints, the run_config.yaml a checkpoint saves, or the "Configuration Summary (Non-Default
+Values vs Megatron Core)" later logs print (every field it leaves out is Megatron-Core's dataclass default at
+--megatron-core; the model provider's own fields it never prints — tied output layer, position embedding,
+vocabulary rows — are the choice under which the run counts the log's "number of parameters" lines, or what
+--script-args gives); each field is read as the Megatron-LM argument that sets it (give --world-size). Absent arguments take Megatron's command-line defaults; every
 argument is mapped to a run-file key, listed as memory-neutral in the file's header, or refused
 with one line naming it. The vocabulary is the tokenizer's as Megatron builds it: a --tokenizer-model
 file on this machine (SentencePiece .model, a Hugging Face folder or a hub name in the local cache) is
@@ -76,7 +81,10 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--script-args", metavar="'ARG …'", default=None,
                         help="the positional arguments a launch script is run with ($1, $2, …, $#, \"$@\"; one "
                              "string, split as a shell splits it), e.g. --script-args 'dsw 8B 1 8 1e-5'; without it "
-                             "the script reads as run with none")
+                             "the script reads as run with none; for a Megatron-Bridge configuration summary, "
+                             "Megatron-LM options for the provider fields it leaves out, e.g. --script-args "
+                             "'--untie-embeddings-and-output-weights --position-embedding-type rope "
+                             "--padded-vocab-size 128256'")
     parser.add_argument("--script-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a variable of the environment the launch script starts in (repeat it), as in "
                              "`MP_PP0_LAYERS=6 bash run.sh`: the script reads it as bash would, and it is the "
@@ -218,6 +226,13 @@ def run(args: argparse.Namespace) -> int:
                              notes=with_notes)
 
     text = rendered(conv, notes)
+    if margs.alternatives and margs.param_counts:
+        found = provider_by_counts(margs, converted, rendered, notes, solve_vocab=args.vocab_size is None)
+        if found is not None:
+            margs, conv, said = found
+            notes = [*notes, *(n for n in conv.notes if n not in notes), said]
+            print(f"note: {said}", file=sys.stderr)
+            text = rendered(conv, notes)
     if margs.param_counts and args.vocab_size is None and any(n.startswith(ASSUMED_VOCAB) for n in conv.notes):
         solved = solved_vocab(text, margs.param_counts)
         if solved is not None:  # the vocabulary the log's own parameter count gives, in place of the assumed one
@@ -299,6 +314,49 @@ def _stage_params(run: RunSpec) -> list[int]:
     placed = stage_placement(run.schedule.kind, par.pp, par.vpp)
     params = chunk_params(model_source(run), (c for st in placed for c in st))
     return [sum(t.numel for c in placed[p] for t in params[c]) for p in range(par.pp)]
+
+
+def provider_by_counts(margs: MegatronArgs, converted: Callable[[MegatronArgs], Conversion],
+                       rendered: Callable[[Conversion, list[str]], str], notes: list[str], *,
+                       solve_vocab: bool) -> tuple[MegatronArgs, Conversion, str] | None:
+    """The first of ``margs.alternatives`` (a Megatron-Bridge summary's model-provider fields: tied output layer,
+    position embedding, vocabulary padding) under which the run counts the log's parameters on every logged
+    pipeline rank (the vocabulary solved from the counts too where the arguments name none): (the arguments, their
+    conversion, the note saying so). None where none does: the first stays, with a note."""
+    from timeline.io.megatron_bridge import PROVIDER
+
+    logged = margs.param_counts
+    for overlay in margs.alternatives:
+        args = {o: v for o, v in margs.args.items() if o not in overlay}
+        args.update({o: v for o, v in overlay.items() if v is not None})
+        if args.get("--position-embedding-type") == "learned_absolute":
+            args.setdefault("--max-position-embeddings", args.get("--seq-length"))
+        m = dataclasses.replace(margs, args=args)
+        try:
+            c = converted(m)
+            text = rendered(c, notes)
+            if solve_vocab and any(n.startswith(ASSUMED_VOCAB) for n in c.notes):
+                solved = solved_vocab(text, logged)
+                if solved is None:
+                    continue
+                m = dataclasses.replace(m, args={**m.args, "--vocab-size": str(solved)})
+                c = converted(m)
+                text = rendered(c, notes)
+        except UserError:
+            continue
+        run = _run_of(text)
+        if run is None:
+            continue
+        ours = _stage_params(run)
+        if all(pp < len(ours) and ours[pp] == n for tp, pp, n in logged if tp == 0):
+            said = ", ".join(f"{o} {'absent' if overlay[o] is None else overlay[o]}" for o in overlay
+                             if overlay[o] is not None and PROVIDER.get(o) != overlay[o]) or \
+                "GPTModelProvider's defaults"
+            vocab = f"; vocabulary {m.args['--vocab-size']}" if "--vocab-size" in m.args and solve_vocab else ""
+            return m, c, (f"the model-provider fields the summary leaves out are what the log's parameter counts on "
+                          f"(tensor, pipeline) rank{'s' if len(logged) > 1 else ''} "
+                          f"{', '.join(f'({t}, {p})' for t, p, _ in logged)} give: {said}{vocab}")
+    return None
 
 
 def solved_vocab(text: str, logged: tuple[tuple[int, int, int], ...]) -> int | None:

@@ -59,6 +59,9 @@ class MegatronArgs:
     device_name: str | None = None
     #: a log says the job loaded a checkpoint before its iterations (``load_checkpoint``'s line)
     loaded_checkpoint: bool = False
+    #: what the input leaves open, as overlays of ``args`` (an option → its value, None: absent) to hold against
+    #: ``param_counts``, the one ``args`` holds first (a Megatron-Bridge summary's model-provider fields)
+    alternatives: tuple[dict[str, Any], ...] = ()
 
 
 #: arguments written in a grammar that has no quote, backslash or ``$`` of its own, so any left in
@@ -335,18 +338,26 @@ def read_log(text: str, env: dict[str, str] | None, megatron_core: str | None) -
 
 
 def read_bridge_config(text: str, cfg: dict[str, Any], env: dict[str, str] | None,
-                       megatron_core: str | None) -> MegatronArgs:
+                       megatron_core: str | None, extra: dict[str, Any] | None = None) -> MegatronArgs:
     """A Megatron-Bridge job's ``ConfigContainer`` (:mod:`timeline.io.megatron_bridge`), in the environment ``env``;
-    a hybrid (Mamba) provider is the ``mamba`` family."""
+    a hybrid (Mamba) provider is the ``mamba`` family. ``extra``: Megatron-LM options the user gives for what a
+    configuration summary leaves out (``--script-args``)."""
     from timeline.io.device_name import device_in
-    from timeline.io.megatron_bridge import read_bridge
+    from timeline.io.megatron_bridge import provider_alternatives, read_bridge
+    from timeline.io.megatron_dump import PARAMS
 
     args, core, notes = read_bridge(cfg, megatron_core)
+    if extra:  # the user's own options for what a summary leaves out, over what was read
+        args = {**args, **extra}
     model = cfg["model"]
     hybrid = bool(model.get("is_hybrid_model")) or "mamba" in str(model.get("_target_", "")).lower()
+    # get_model / _print_num_params ("number of parameters on (tensor, pipeline) model parallel rank (T, P): N")
+    counts = {(int(m["tp"]), int(m["pp"])): int(m["n"]) for m in PARAMS.finditer(text)}
     return MegatronArgs(args=args, env=dict(env or {}), family="mamba" if hybrid else None,
                         family_source="the Megatron-Bridge config's hybrid model provider" if hybrid else "",
-                        notes=tuple(notes), megatron_core=core, device_name=device_in(text))
+                        notes=tuple(notes), megatron_core=core, device_name=device_in(text),
+                        param_counts=tuple((t, p, n) for (t, p), n in sorted(counts.items())),
+                        alternatives=tuple(provider_alternatives(cfg, extra or {})) if "_summary" in cfg else ())
 
 
 def read_megatron_config(path: str | Path, script_args: list[str] | None = None,
@@ -361,11 +372,13 @@ def read_megatron_config(path: str | Path, script_args: list[str] | None = None,
     path = Path(path)
     text = read_user_text(path, "a model_config.yaml or an argument list")
     if (bridge := bridge_config(text)) is not None:
-        for given, name in ((script_args, "--script-args"), (job, "--job"), (entry, "--entry")):
+        summary = "_summary" in bridge
+        for given, name in ((None if summary else script_args, "--script-args"), (job, "--job"), (entry, "--entry")):
             if given is not None:
                 raise UserError(f"{name}: {path} is a Megatron-Bridge configuration (its ConfigContainer is the job); "
                                 f"drop {name}")
-        return read_bridge_config(text, bridge, script_env, megatron_core)
+        extra = parse_arg_list(" ".join(shlex.quote(a) for a in script_args), path).args if script_args else None
+        return read_bridge_config(text, bridge, script_env, megatron_core, extra)
     if path.suffix.lower() not in (".yaml", ".yml") and has_arguments_block(text):
         for given, name in ((script_args, "--script-args"), (job, "--job"), (entry, "--entry")):
             if given is not None:

@@ -21,11 +21,25 @@ job log's arguments block does (:func:`timeline.io.megatron_dump.option_for`: a 
 left out, as a user would leave it out). A field of a group that is off (the MoE fields without experts, the fp8
 ones without fp8, the CUDA-graph ones without graphs, …: :data:`GROUPS`) is left out with it; a field no parser
 dest takes is named in a note, never guessed at. The world size is the launcher's (``--world-size``).
+
+From b273cd371 on the log prints ``Configuration Summary (Non-Default Values vs Megatron Core)`` instead
+(``training/config.py: ConfigContainer.log_non_default_values``): for ``model`` (its ``TransformerConfig``, or
+``MLATransformerConfig``), ``optimizer`` and ``ddp`` only the fields whose values differ from the Megatron-Core
+dataclass's own defaults, callables never; for ``train``, ``dataset``, ``tokenizer``, … every value but None. The
+rest of each Megatron-Core section is that dataclass's defaults at the job's Megatron-Core release
+(``megatron_config_defaults.json``, :func:`summary_sections`). The model provider's own fields are not printed at
+all: the tied output layer, the position embedding and the vocabulary's padding are then
+``GPTModelProvider``'s defaults (Bridge ``models/gpt_provider.py``), and :func:`provider_alternatives` lists the
+other choices for ``from-megatron`` to hold against the log's own parameter counts; a gated linear unit is read
+as SwiGLU.
 """
 
 from __future__ import annotations
 
+import ast
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -65,13 +79,126 @@ GROUPS = (("moe_", "num_moe_experts"), ("fp8_", "fp8"), ("fp4_", "fp4"), ("cuda_
           ("tp_comm_", "tp_comm_overlap"), ("mamba_", "is_hybrid_model"), ("mtp_", "mtp_num_layers"),
           ("cpu_offloading_", "cpu_offloading"), ("recompute_", "recompute_granularity"),
           ("optimizer_offload", "optimizer_cpu_offload"))
+#: the summary's title line (Bridge b273cd371 on: training/config.py, ConfigContainer.log_non_default_values)
+SUMMARY = re.compile(r"^(?P<prefix>.*?)Configuration Summary \(Non-Default Values vs Megatron Core\)[ \t]*\r?$", re.M)
+#: a section's line: "[model] Non-default values (vs Mcore TransformerConfig):" or "[train]:"
+SUMMARY_SECTION = re.compile(r"^\[(?P<name>\w+)\](?: Non-default values \(vs Mcore (?P<cls>\w+)\))?:$")
+SUMMARY_FIELD = re.compile(r"^\s+(?P<field>\w+): (?P<value>.*)$")
+MCORE_DEFAULT = "  (Mcore default: "
+#: GPTModelProvider's own fields, which the summary never prints (Bridge models/gpt_provider.py, b273cd371 …
+#: 067f987df), as the Megatron-LM options that set them: a tied output layer, learned absolute positions; its
+#: ``vocab_size`` None, which ``training/setup.py: _validate_and_set_vocab_size`` replaces by the tokenizer's,
+#: padded (``should_pad_vocab``) as Megatron-LM pads it
+PROVIDER = {"--untie-embeddings-and-output-weights": None, "--position-embedding-type": "learned_absolute"}
+#: the options a choice of vocabulary sets
+VOCAB_OPTIONS = ("--padded-vocab-size", "--make-vocab-size-divisible-by")
 #: torch dtypes as the dtype options take them; AttnBackend's values (megatron/core/transformer/enums.py)
 DTYPES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.uint8": "fp8"}
 ATTN_BACKEND = {1: "flash", 2: "fused", 3: "unfused", 4: "local", 5: "auto"}
 
 
+def _repr_value(text: str) -> Any:
+    """A value as the summary prints it (``repr``): literals as they are, ``torch.bfloat16`` and enum members
+    (``<AttnBackend.flash: 1>``) as the ``_target_`` maps a YAML config writes, anything else an unread map."""
+    t = text.strip()
+    try:
+        v = ast.literal_eval(t)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        pass
+    else:
+        return list(v) if isinstance(v, tuple | set | frozenset) else v
+    if re.fullmatch(r"torch\.\w+", t):
+        return {"_target_": t}
+    enum = re.fullmatch(r"<(\w+)\.(\w+): (.+)>", t)
+    if enum:
+        try:
+            arg = ast.literal_eval(enum[3])
+        except (ValueError, SyntaxError):
+            arg = enum[2]
+        return {"_target_": enum[1], "_args_": [arg]}
+    return {"_repr_": t}
+
+
+def summary_config(text: str) -> dict[str, Any] | None:
+    """The sections a Megatron-Bridge log's configuration summary prints (module docstring), with ``_summary``
+    naming each Megatron-Core section's class, else None."""
+    m = SUMMARY.search(text)
+    if m is None:
+        return None
+    prefix = m.group("prefix")
+    cfg: dict[str, Any] = {}
+    classes: dict[str, str] = {}
+    section, other = None, False
+    for raw in text[m.end():].splitlines():
+        line = raw[len(prefix):] if prefix.strip() and raw.startswith(prefix) else raw
+        bare = line.strip()
+        if not bare or re.fullmatch(r"-+", bare):
+            continue
+        if re.fullmatch(r"=+", bare):
+            if other:
+                break
+            continue
+        if bare == "Other Configuration Values:":
+            other = True
+            continue
+        if (sec := SUMMARY_SECTION.match(bare)) is not None:
+            section = sec["name"]
+            cfg.setdefault(section, {})
+            if sec["cls"]:
+                classes[section] = sec["cls"]
+            continue
+        fld = SUMMARY_FIELD.match(line.rstrip())
+        if fld is None or section is None:
+            break  # the next log line: the block ended
+        value = fld["value"]
+        k = value.rfind(MCORE_DEFAULT)
+        if section in classes and k >= 0 and value.endswith(")"):
+            value = value[:k]
+        cfg[section][fld["field"]] = _repr_value(value)
+    if not isinstance(cfg.get("model"), dict) or "model" not in classes:
+        raise UserError("the Megatron-Bridge configuration summary holds no '[model] Non-default values (vs Mcore "
+                        "…)' section (the log cut short?); give the whole log, or the run_config.yaml a checkpoint "
+                        "saves")
+    cfg["_summary"] = classes
+    return cfg
+
+
+def summary_sections(cfg: dict[str, Any], i: int) -> tuple[dict[str, Any], list[str]]:
+    """A summary's ``ConfigContainer`` whole at parser version ``i`` (the defaults table's versions are the
+    parser's): each Megatron-Core section its class's defaults with the printed values over them; and the notes."""
+    from timeline.io.megatron_dump import table
+
+    defaults = json.loads((Path(__file__).parent / "megatron_config_defaults.json").read_text())
+    label = table()["versions"][i][0]
+    k = next(j for j, v in enumerate(defaults["versions"]) if v["label"] == label)
+    out = {name: value for name, value in cfg.items() if name != "_summary"}
+    for section, cls in cfg["_summary"].items():
+        fields = defaults["classes"].get(cls)
+        if fields is None:
+            raise UserError(f"the Megatron-Bridge summary's [{section}] compares with Megatron-Core's {cls}, a class "
+                            "whose defaults are not read (TransformerConfig, MLATransformerConfig, OptimizerConfig, "
+                            "DistributedDataParallelConfig are); give the run_config.yaml a checkpoint saves")
+        base: dict[str, Any] = {}
+        for name, runs in fields.items():
+            at = [r for r in runs if r[0] <= k]
+            if at and len(at[-1]) == 2:
+                base[name] = at[-1][1]
+        base = {n: ({"_target_": v} if isinstance(v, str) and v.startswith("torch.") else
+                    {"_target_": v.split(".")[0], "_args_": [v]} if isinstance(v, str) and re.fullmatch(
+                        r"[A-Z][A-Za-z]+\.\w+", v) else v) for n, v in base.items()}
+        out[section] = {**base, **out.get(section, {})}
+    model = out["model"]
+    if model.get("gated_linear_unit") and "activation_func" not in model:
+        model["activation_func"] = "silu"  # callables are never printed: a gated unit read as SwiGLU
+    notes = [f"a Megatron-Bridge configuration summary (Non-Default Values vs Megatron Core): every field it leaves "
+             f"out of model, optimizer and ddp is its Megatron-Core dataclass's default at {defaults['versions'][k]['label']} "
+             "(megatron_config_defaults.json)"]
+    return out, notes
+
+
 def bridge_config(text: str) -> dict[str, Any] | None:
-    """The ``ConfigContainer`` a Megatron-Bridge log prints or a ``run_config.yaml`` holds, else None."""
+    """The ``ConfigContainer`` a Megatron-Bridge log prints or a ``run_config.yaml`` holds, else None (a log's
+    configuration summary: :func:`summary_config`, filled in by :func:`read_bridge`)."""
     m = TASK.search(text)
     if m is not None:
         body = text[m.end():]
@@ -84,7 +211,7 @@ def bridge_config(text: str) -> dict[str, Any] | None:
                                                                                                       text, re.M):
         body = text
     else:
-        return None
+        return summary_config(text)
     try:
         cfg = yaml.safe_load(body)
     except yaml.YAMLError:
@@ -108,6 +235,8 @@ def _value(v: Any) -> Any:
             return DTYPES[target]
         if target.endswith("AttnBackend"):
             args = v.get("_args_") or [None]
+            if isinstance(args[0], str):  # a default's member name, "AttnBackend.auto"
+                return args[0].rsplit(".", 1)[-1]
             return ATTN_BACKEND.get(args[0], target)
         return target.rsplit(".", 1)[-1]
     return v
@@ -198,7 +327,14 @@ def read_bridge(cfg: dict[str, Any], megatron_core: str | None) -> tuple[dict[st
         near = [k for k, v in enumerate(t["versions"]) if _ver(v[1]) <= _ver(megatron_core)] or [0]
         i = near[-1]
         how = f"read with {t['versions'][i][0]}'s parser (--megatron-core {megatron_core})"
+    summary = "_summary" in cfg
+    notes_before: list[str] = []
+    printed = {f"{sec}.{f}" for sec, d in cfg.items() if isinstance(d, dict) for f in d}
+    if summary:
+        cfg, notes_before = summary_sections(cfg, i)
     dests, unread = bridge_dests(cfg)
+    if summary:  # a default left out is no user's value
+        unread = [u for u in unread if u in printed]
     args: dict[str, Any] = {}
     for dest, value in dests.items():
         if dest not in t["dests"]:
@@ -206,12 +342,66 @@ def read_bridge(cfg: dict[str, Any], megatron_core: str | None) -> tuple[dict[st
         got = option_for(dest, value, i)
         if got is not None:
             args[got[0]] = got[1]
-    target = str((cfg.get("model") or {}).get("_target_", "a model provider"))
+    target = str((cfg.get("model") or {}).get("_target_", "a configuration summary" if summary else "a model provider"))
     notes = [f"read a Megatron-Bridge ConfigContainer ({target.rsplit('.', 1)[-1]}) as Megatron-LM's arguments "
-             "(core_transformer_config_from_args read backwards)", how]
+             "(core_transformer_config_from_args read backwards)", how, *notes_before]
+    if summary:
+        for option, value in PROVIDER.items():
+            if value is None:
+                args.pop(option, None)
+            else:
+                args[option] = value
+        for option in VOCAB_OPTIONS:
+            args.pop(option, None)
+        if args.get("--position-embedding-type") == "learned_absolute" and "--max-position-embeddings" not in args:
+            args["--max-position-embeddings"] = args.get("--seq-length")
+        notes.append("the summary prints no model-provider field: read as GPTModelProvider's defaults (a tied output "
+                     "layer, learned absolute position embeddings, the tokenizer's vocabulary padded) unless the "
+                     "log's parameter counts say otherwise; --script-args gives them (e.g. '--untie-embeddings-and-"
+                     "output-weights --position-embedding-type rope --padded-vocab-size 128256')")
+    else:
+        rows = provider_rows(cfg["model"])
+        if rows is not None:
+            args["--padded-vocab-size"], args["--make-vocab-size-divisible-by"] = str(rows), "1"
     if unread:
         notes.append(f"{len(unread)} Megatron-Bridge fields with a value have no Megatron-LM argument and are not read: "
                      + ", ".join(unread[:10]) + (" …" if len(unread) > 10 else ""))
     if not args.get("--num-layers"):
         raise UserError("the Megatron-Bridge config has no model.num_layers: not a model's ConfigContainer")
     return args, (megatron_core or t["versions"][i][1]), notes
+
+
+
+def provider_rows(model: dict[str, Any]) -> int | None:
+    """The embedding's rows a provider with a ``vocab_size`` builds (``GPTModelProvider.provide``: the vocabulary
+    padded to ``make_vocab_size_divisible_by`` × tp when ``should_pad_vocab``, else as it is; the tokenizer's
+    ``+ 1`` of Megatron-LM's NullTokenizer does not apply), None without one."""
+    vocab = model.get("vocab_size")
+    if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab <= 0:
+        return None
+    if not model.get("should_pad_vocab"):
+        return vocab
+    step = int(model.get("make_vocab_size_divisible_by") or 128) * int(model.get("tensor_model_parallel_size") or 1)
+    return -(-vocab // step) * step
+
+
+def provider_alternatives(cfg: dict[str, Any], given: dict[str, Any]) -> list[dict[str, Any]]:
+    """The model-provider choices a configuration summary leaves open, as overlays of options (None: the option
+    absent), GPTModelProvider's first: tied or not, learned or rotary positions, and the vocabulary — the
+    tokenizer's padded (the provider's ``vocab_size`` None) or, where the summary prints the tokenizer's
+    ``vocab_size``, that many rows as a preset provider keeps them. An option in ``given`` (``--script-args``) is
+    fixed."""
+    import itertools
+
+    dims: list[list[dict[str, Any]]] = []
+    if "--untie-embeddings-and-output-weights" not in given:
+        dims.append([{"--untie-embeddings-and-output-weights": None}, {"--untie-embeddings-and-output-weights": True}])
+    if "--position-embedding-type" not in given:
+        dims.append([{"--position-embedding-type": "learned_absolute"}, {"--position-embedding-type": "rope"}])
+    tokens = (cfg.get("tokenizer") or {}).get("vocab_size")
+    if not any(o in given for o in (*VOCAB_OPTIONS, "--vocab-size")):
+        vocab = [dict.fromkeys(VOCAB_OPTIONS)]
+        if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
+            vocab.append({"--padded-vocab-size": str(tokens), "--make-vocab-size-divisible-by": "1"})
+        dims.append(vocab)
+    return [{k: v for part in choice for k, v in part.items()} for choice in itertools.product(*dims)]
