@@ -236,7 +236,8 @@ def test_a_forks_launch_script_as_a_user_runs_it(tmp_path, capsys):
     assert main([*base, "--script-env", "TRAIN_TOKENS=1048576"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
         "; if they are a fork's (or a pre-core_v0.12 Megatron-LM's) own arguments, --ignore-arg "
-        "patch-tokenizer-type,extra-vocab-size,train-mode passes over them")
+        "patch-tokenizer-type,extra-vocab-size,train-mode passes over them; a job of a Megatron-LM later than main "
+        "(--megatron-core 0.20.0 or later) has them passed over with a note")
     # 6 layers over 4 stages: Megatron-LM asserts the even split too, and the error says how to give another
     assert main([*base, "--script-env", "TRAIN_TOKENS=1048576", *FORK_IGNORE]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (

@@ -549,9 +549,11 @@ def test_a_forks_own_arguments_can_be_passed_over(tmp_path):
         "2 arguments are not arguments of Megatron-LM's training parser (core_v0.12.0 … main): --extra-vocab-size "
         "(did you mean --export-draft-vocab-size or --vocab-size or --padded-vocab-size?), --train-mode (did you mean "
         "--rerun-mode?); if they are a fork's (or a pre-core_v0.12 Megatron-LM's) own arguments, --ignore-arg "
-        "extra-vocab-size,train-mode passes over them")
+        "extra-vocab-size,train-mode passes over them; a job of a Megatron-LM later than main (--megatron-core 0.20.0 "
+        "or later) has them passed over with a note")
     with pytest.raises(UserError, match="^--train-mode: not an argument .*; did you mean --rerun-mode\\?; if it is a "
-                                        "fork's .* own argument, --ignore-arg train-mode passes over it$"):
+                                        "fork's .* own argument, --ignore-arg train-mode passes over it; a job of a "
+                                        "Megatron-LM later than main .* passed over with a note$"):
         convert_args(args, ignored=("--extra-vocab-size",))
     c = convert_args(args, ignored=("--extra-vocab-size", "--train-mode", "--not-given"))
     assert c.passed_over == ["--extra-vocab-size", "--train-mode"]

@@ -69,7 +69,9 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--megatron-core", metavar="X.Y.Z",
                         help="Megatron-Core version the job ran (megatron/core/package_info.py; default: a log's "
                              "own, else the newest release read, 0.19.0, with a note); from 0.15 Megatron's own "
-                             "output layer reuses TE's cached dummy weight gradient")
+                             "output layer reuses TE's cached dummy weight gradient; given as 0.20.0 (main at "
+                             "d98e8a64dd, the newest parser read) or later, an argument no parser read has is "
+                             "passed over with a note (it may be newer), not refused")
     parser.add_argument("--te-version", metavar="X.Y", help="Transformer Engine version the job ran (default 2.6)")
     parser.add_argument("--pytorch-version", metavar="X.Y",
                         help="PyTorch version the job ran (default 2.13); sizes PyTorch's default cuBLAS "
@@ -200,7 +202,8 @@ def run(args: argparse.Namespace) -> int:
     def converted(m: MegatronArgs) -> Conversion:
         return convert(m, world_size=world_size, gpu=gpu, te_version=args.te_version,
                        pytorch_version=args.pytorch_version, megatron_core=megatron_core, resumed=resumed,
-                       optimizer_impl=args.optimizer_impl, gpu_fields=fields, ignored=ignored)
+                       optimizer_impl=args.optimizer_impl, gpu_fields=fields, ignored=ignored,
+                       version_given=args.megatron_core is not None)
 
     conv = converted(margs)
     for note in conv.notes:

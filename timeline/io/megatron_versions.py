@@ -85,6 +85,21 @@ def _close(name: str) -> list[str]:
     return difflib.get_close_matches(name, _index()[1], n=3, cutoff=0.75)
 
 
+def after_every_parser(megatron_core: str | None) -> bool:
+    """Whether ``megatron_core`` is the newest parser's release or later (main's snapshot reads as the release it
+    names, 0.20.0 at d98e8a64dd): a job of that release may have arguments added after every parser read."""
+    return megatron_core is not None and release_of(megatron_core) >= _index()[0][-1][1]
+
+
+def newer_note(names: list[str], megatron_core: str) -> str:
+    """The note for arguments no parser read has, given a job at :func:`after_every_parser`'s release."""
+    label, core = _index()[0][-1]
+    hints = [f"{n} (or a typo of {' / '.join(_close(n))}?)" if _close(n) else n for n in names]
+    return (f"{', '.join(hints)}: in no parser read (core_v0.12.0 … {label}, Megatron-Core {'.'.join(map(str, core))}); "
+            f"--megatron-core {megatron_core} is that release or later, so {'they' if len(names) > 1 else 'it'} may be "
+            "its own: passed over as memory-neutral, unverified — if one moves memory, these numbers miss it")
+
+
 def unknown_arguments(names: list[str]) -> str:
     """One line for arguments no version of the parser has: each with the closest real ones (a typo), and the
     ``--ignore-arg`` that passes over them all (a fork's own arguments)."""
@@ -96,13 +111,19 @@ def unknown_arguments(names: list[str]) -> str:
         hint = f"; did you mean {close[0]}?" if close else ""
         hint += f" (or {', '.join(close[1:])})" if len(close) > 1 else ""
         return (f"{names[0]}: not an argument of {span}{hint}; if it is a fork's (or a pre-core_v0.12 Megatron-LM's) "
-                f"own argument, --ignore-arg {ignore} passes over it")
+                f"own argument, --ignore-arg {ignore} passes over it{_later(versions)}")
     listed = []
     for n in names:
         close = _close(n)
         listed.append(f"{n} (did you mean {' or '.join(close)}?)" if close else n)
     return (f"{len(names)} arguments are not arguments of {span}: {', '.join(listed)}; if they are a fork's (or a "
-            f"pre-core_v0.12 Megatron-LM's) own arguments, --ignore-arg {ignore} passes over them")
+            f"pre-core_v0.12 Megatron-LM's) own arguments, --ignore-arg {ignore} passes over them{_later(versions)}")
+
+
+def _later(versions: list[tuple[str, tuple[int, int, int]]]) -> str:
+    label, core = versions[-1]
+    return (f"; a job of a Megatron-LM later than {label} (--megatron-core {'.'.join(map(str, core))} or later) "
+            "has them passed over with a note")
 
 
 def check_argument(name: str, megatron_core: str | None) -> None:

@@ -41,7 +41,13 @@ from timeline.io.megatron_state_args import (
 )
 from timeline.io.megatron_t5 import derived_args, map_t5
 from timeline.io.megatron_table import ENV_MAPPED, MAPPED, NEUTRAL_REASON, NOT_MEGATRON, OTHER_SCRIPTS, label
-from timeline.io.megatron_versions import check_argument, is_megatron_argument, unknown_arguments
+from timeline.io.megatron_versions import (
+    after_every_parser,
+    check_argument,
+    is_megatron_argument,
+    newer_note,
+    unknown_arguments,
+)
 from timeline.io.megatron_vlm import VLM_ARGS, is_vlm, map_vlm
 from timeline.spec.hardware import GPUS, fill_gpu
 from timeline.spec.schedule_rules import schedule_problems
@@ -83,7 +89,8 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
             releases_nodes: bool | None = None, router_te_gemm_fixed: bool = False,
             fsdp_package: bool | None = None, resumed: bool = False, muon_buffer_layout: str | None = None,
             optimizer_impl: str | None = None, null_eod: bool | None = None,
-            ignored: tuple[str, ...] = (), gpu_fields: Mapping[str, Any] | None = None) -> Conversion:
+            ignored: tuple[str, ...] = (), gpu_fields: Mapping[str, Any] | None = None,
+            version_given: bool = True) -> Conversion:
     """The run-file data of the job ``margs`` describes on ``world_size`` GPUs of kind ``gpu``
     (``keeps_batch``, ``probs_in_experts``, ``releases_nodes``, ``router_te_gemm_fixed``:
     :func:`timeline.io.megatron_framework.framework`; ``fsdp_package``:
@@ -95,7 +102,10 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     commit's ``NullTokenizer`` counts its EOD on top of ``--vocab-size``, :func:`timeline.io.megatron_tokenizer.vocab_size`;
     ``ignored``: arguments of no Megatron-LM version — a fork's own (Pai-Megatron-Patch, Megatron-DeepSpeed) — the user
     chose to pass over, listed in the run file as not modelled; ``gpu_fields``: ``[hardware]`` values over the
-    preset's — for a kind no preset holds, every field its rules read, :func:`timeline.spec.hardware.fill_gpu`)."""
+    preset's — for a kind no preset holds, every field its rules read, :func:`timeline.spec.hardware.fill_gpu`;
+    ``version_given``: ``megatron_core`` is the user's word, not a version a log's names were matched to — only
+    then are arguments of no parser, under a release at or after the newest parser read, passed over with a note:
+    :func:`timeline.io.megatron_versions.after_every_parser`)."""
     if world_size < 1:
         raise UserError(f"--world-size must be 1 or more, got {world_size}")
     hardware = {**(gpu_fields or {}), "gpu": gpu}
@@ -117,8 +127,19 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     passed_over = [name for name in ignored if name in margs.args]
     if passed_over:
         margs = replace(margs, args={k: v for k, v in margs.args.items() if k not in ignored})
+    newer: list[str] = []
+    if version_given and after_every_parser(megatron_core):
+        # a job at or after the newest parser read: an argument no parser has may be one added since (not a typo)
+        newer = [n for n in margs.args if not is_megatron_argument(n) and n not in VLM_ARGS and n not in OTHER_SCRIPTS
+                 and n not in NOT_MEGATRON]
+        margs = replace(margs, args={k: v for k, v in margs.args.items() if k not in newer})
     check_names(margs, megatron_core)
     c = Conversion()
+    if newer:
+        assert megatron_core is not None
+        c.notes.append(newer_note(newer, megatron_core))
+        for name in newer:
+            c.neutral[name] = "in no parser read, the job's release later (unverified)"
     if megatron_core is None:  # every version-dependent rule at one release, said in a note
         megatron_core = MEGATRON_DEFAULT
         c.notes.append(f"no Megatron-Core version given: read as {MEGATRON_DEFAULT}, the newest release whose parser "
