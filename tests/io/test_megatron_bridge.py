@@ -106,8 +106,6 @@ def test_a_nested_transformer_config_reads_the_same(tmp_path):
 def _python_value(v):
     """A YAML ConfigContainer value as the Python object Bridge's summary reprs: dtypes and enums by their target,
     functions as callables (which the summary skips)."""
-    import torch  # noqa: F401  (only its names are used, as strings)
-
     if isinstance(v, dict) and "_target_" in v:
         t = str(v["_target_"])
         if t.startswith("torch.") and t.count(".") == 1:
