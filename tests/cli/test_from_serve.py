@@ -366,3 +366,21 @@ def test_sglang_s_budget_line_names_no_profile_run(tmp_path, capsys):
     assert main(["serve", str(out), "-o", str(tmp_path / "run"), "--format", "summary"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "no profile run (" in text and "activation peak" not in text
+
+
+def test_an_option_of_no_table_passes_over_by_hand_or_for_a_later_engine(capsys):
+    """An option no version's command line read has: refused (a typo, a plugin's) unless --ignore-arg names it, or
+    the engine version is later than every table read (vLLM 0.34.0 here), where it may be the release's own: then
+    passed over as memory-neutral, unverified, with a note."""
+    cfg = ["--hf-config", str(HF / "qwen3-8b"), "--gpu", "h100"]
+    cmd = "vllm serve Qwen/Qwen3-8B --max-model-len 8192 --zeta-offload 3"
+    assert main(["from-vllm", cmd, *cfg, "--engine-version", "0.34.0"]) == 2
+    err = capsys.readouterr().err
+    assert "--zeta-offload: an option of no vllm command line this tool has read (vllm 0.2.7 … 0.34.0" in err
+    assert "an --engine-version later than 0.34.0 has such options passed over with a note" in err
+    assert main(["from-vllm", cmd, *cfg, "--engine-version", "0.34.0", "--ignore-arg", "zeta-offload"]) == 0
+    assert "#   --zeta-offload" in capsys.readouterr().out
+    assert main(["from-vllm", cmd, *cfg, "--engine-version", "0.41.0"]) == 0
+    out, err = capsys.readouterr()
+    assert "--zeta-offload: of no vllm command line read" in err and "vllm 0.41.0 is later" in err
+    assert "--zeta-offload (of no command line read, the engine later (unverified))" in out

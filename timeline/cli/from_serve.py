@@ -113,10 +113,12 @@ def _engine_v1(cmd: Any, serving: dict[str, Any], mapped: dict[str, str], notes:
 def run(args: argparse.Namespace) -> int:
     from timeline.io.runfile_write import run_file_text
     from timeline.io.serve_command import (
+        after_every_table,
         async_scheduling_refusal,
         classify,
         map_options,
         model_config,
+        newer_options_note,
         parse_words,
         read_command,
         unknown_line,
@@ -128,13 +130,20 @@ def run(args: argparse.Namespace) -> int:
     text, source = _read(args.launch)
     cmd = read_command(text, source, hint, script_env(args.script_env), job=args.job)
     parsed = parse_words(cmd.engine, cmd.words, args.engine_version or cmd.version)
-    if parsed.unknown:
-        raise UserError(unknown_line(cmd.engine, parsed.unknown))
-    if parsed.other_version:
-        raise UserError(version_line(cmd.engine, args.engine_version or cmd.version or "", parsed.other_version))
     ignored = tuple("--" + n.strip().lstrip("-") for item in args.ignore_arg for n in item.split(",")
                     if n.strip().lstrip("-"))
+    unknown = [n for n in parsed.unknown if n.split(".")[0] not in ignored]
+    newer: list[str] = []
+    if unknown and after_every_table(cmd.engine, args.engine_version or cmd.version):
+        newer, unknown = unknown, []  # options of a release later than every table read: maybe its own
+    if unknown:
+        raise UserError(unknown_line(cmd.engine, unknown))
+    if parsed.other_version:
+        raise UserError(version_line(cmd.engine, args.engine_version or cmd.version or "", parsed.other_version))
     neutral, passed = classify(cmd.engine, parsed, ignored)
+    passed += [n for n in parsed.unknown if n.split(".")[0] in ignored]
+    for name in newer:
+        neutral[name] = "of no command line read, the engine later (unverified)"
     config = model_config(parsed.model, args.hf_config)
     try:
         cfg = json.loads(config.read_text(encoding="utf-8"))
@@ -148,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
 
     version = args.engine_version or cmd.version
     notes = list(cmd.notes)
+    if newer:
+        notes.append(newer_options_note(cmd.engine, str(version), newer))
     if version is None:  # the defaults of the version whose source the rules are read at
         version = ENGINE_VERSIONS[cmd.engine][0]
         notes.append(f"the command does not say which {cmd.engine} ran it: read as {cmd.engine} {version}, whose "

@@ -465,7 +465,29 @@ def unknown_line(engine: str, names: list[str]) -> str:
         listed.append(f"{n} (did you mean {' or '.join(close)}?)" if close else n)
     what = "an option" if len(names) == 1 else f"{len(names)} options"
     return (f"{', '.join(listed)}: {what} of no {engine} command line this tool has read ({table_source(engine)}); "
-            "a typo, or a plugin's option")
+            f"a typo, or a plugin's option (--ignore-arg passes over it; an --engine-version later than "
+            f"{versions(engine)[-1]} has such options passed over with a note)")
+
+
+def after_every_table(engine: str, version: str | None) -> bool:
+    """Whether ``version`` is later than the newest release whose command line was read: its options may include
+    ones added since, which no table has."""
+    from timeline.spec.engine_versions import parse_version
+
+    v, newest = parse_version(version or ""), parse_version(versions(engine)[-1])
+    return v is not None and newest is not None and v > newest
+
+
+def newer_options_note(engine: str, version: str, names: list[str]) -> str:
+    """The note for options no table read has, of a version :func:`after_every_table`."""
+    table = options(engine)
+    hints = []
+    for n in names:
+        close = difflib.get_close_matches(n, table, n=2, cutoff=0.75)
+        hints.append(f"{n} (or a typo of {' / '.join(close)}?)" if close else n)
+    return (f"{', '.join(hints)}: of no {engine} command line read ({table_source(engine)}); {engine} {version} is "
+            f"later, so {'they' if len(names) > 1 else 'it'} may be its own: passed over as memory-neutral, "
+            "unverified — if one moves memory, these numbers miss it")
 
 
 def version_line(engine: str, version: str, names: list[str]) -> str:
