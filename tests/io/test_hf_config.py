@@ -57,3 +57,27 @@ def test_qwen3_head_dim_and_qk_norm():
 def test_unsupported_family():
     with pytest.raises(UserError, match="model_type 'bert' is not supported"):
         model_from_hf_dict({"model_type": "bert"})
+
+
+def test_an_unknown_causal_lm_reads_as_a_llama_decoder_unless_its_config_says_more():
+    """A model_type this reader does not know, whose architectures name a causal LM: read as LlamaForCausalLM's
+    dense decoder layers from its standard keys, with a note — never refused for want of a table entry — unless a
+    key names a structure those layers lack (experts, state-space or linear-attention layers, another tower)."""
+    from timeline.io.hf_config import family
+
+    cfg = {"model_type": "zeta3", "architectures": ["Zeta3ForCausalLM"], "hidden_size": 1024,
+           "num_attention_heads": 16, "num_key_value_heads": 4, "num_hidden_layers": 4, "intermediate_size": 2816,
+           "vocab_size": 32000, "sliding_window": None, "use_sliding_window": False,
+           "layer_types": ["full_attention"] * 4}
+    fam, note = family(cfg)
+    assert fam == "llama" and note is not None and "read as a Llama-style decoder" in note
+    m = model_from_hf_dict(cfg)
+    assert (m.hidden_size, m.num_hidden_layers, m.num_key_value_heads, m.intermediate_size) == (1024, 4, 4, 2816)
+    for key, value, what in (("num_local_experts", 8, "experts"), ("mamba_d_state", 16, "Mamba"),
+                             ("layer_types", ["linear_attention", "full_attention"], "per-layer kinds"),
+                             ("sliding_window", 4096, "a sliding window"), ("kv_lora_rank", 512, "latent")):
+        with pytest.raises(UserError, match=f"its config has '{key}' \\({what}"):
+            family(cfg | {key: value})
+    # not a causal language model: refused as before
+    with pytest.raises(UserError, match="model_type 'zeta3' is not supported and no class in architectures"):
+        family(cfg | {"architectures": ["Zeta3ForMaskedLM"]})

@@ -63,12 +63,19 @@ def test_kimi_k2_simulates(tmp_path, capsys, profile):
     assert len(summary["devices"]) == 4 and all(d["peak_reserved_bytes"] > 0 for d in summary["devices"])
 
 
-def test_unknown_model_type_and_unknown_architecture(tmp_path):
+def test_unknown_model_type_and_unknown_architecture(tmp_path, capsys):
+    """An unknown causal LM with nothing beyond Llama's keys reads as Llama's decoder, said in a note; one whose
+    config names experts is refused, naming the key."""
     cfg = json.loads((DATA / "llama-3.1-8b" / "config.json").read_text())
     cfg.update(model_type="mystery", architectures=["MysteryForCausalLM"])
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    code = main(["static", str(_run_cfg(tmp_path))])
-    assert code == 2
+    assert main(["static", str(_run_cfg(tmp_path))]) == 0
+    assert "model_type 'mystery' (architectures: MysteryForCausalLM) is not one this reader knows: read as a " \
+        "Llama-style decoder" in capsys.readouterr().err
+    cfg.update(num_local_experts=8, num_experts_per_tok=2)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert main(["static", str(_run_cfg(tmp_path))]) == 2
+    assert "its config has 'num_local_experts' (experts (a mixture of experts))" in capsys.readouterr().err
 
 
 def _run_cfg(tmp_path: Path) -> Path:

@@ -181,9 +181,48 @@ def family(cfg: dict[str, Any]) -> tuple[str, str | None]:
         if isinstance(arch, str) and arch in ARCHITECTURES:
             known = ARCHITECTURES[arch]
             return known, f"model_type {model_type!r} is read as {known!r}: its architectures name {arch}"
-    raise UserError(f"model_type {model_type!r} is not supported and no class in architectures "
-                    f"({', '.join(map(str, archs)) if isinstance(archs, list) and archs else 'none given'}) is "
-                    f"known; supported: {', '.join(SUPPORTED)}")
+    named = f"architectures: {', '.join(map(str, archs))}" if isinstance(archs, list) and archs else \
+        "no architectures"
+    causal = [a for a in archs if isinstance(a, str) and a.endswith(("ForCausalLM", "LMHeadModel"))] \
+        if isinstance(archs, list) else []
+    if not causal:
+        raise UserError(f"model_type {model_type!r} is not supported and no class in architectures ({named}) is "
+                        f"known or a causal language model (…ForCausalLM); supported: {', '.join(SUPPORTED)}")
+    beyond = _beyond_a_dense_decoder(cfg)
+    if beyond:
+        raise UserError(f"model_type {model_type!r} ({named}) is not one this reader knows, and its config has "
+                        f"{beyond}, which a Llama-style decoder reading would leave out; supported: "
+                        f"{', '.join(SUPPORTED)}")
+    return "llama", (f"model_type {model_type!r} ({named}) is not one this reader knows: read as a Llama-style "
+                     "decoder (LlamaForCausalLM's layers) from its standard keys; whatever its own modelling code "
+                     "adds beyond them (other norms, biases, a different MLP) is not read")
+
+
+#: config keys (their names in part) that say a model is more than a dense decoder of Llama's layers: experts, state
+#: space or linear-attention layers, latent attention, another tower, per-layer attention kinds
+_BEYOND = (("expert", "experts (a mixture of experts)"), ("moe", "mixture-of-experts keys"),
+           ("mamba", "Mamba layers"), ("ssm", "state-space layers"), ("linear_attn", "linear-attention layers"),
+           ("linear_", "linear-attention keys"), ("lora_rank", "latent (low-rank) attention"),
+           ("vision", "a vision tower"), ("audio", "an audio tower"), ("text_config", "a nested language model"),
+           ("encoder", "an encoder"), ("cross_attention", "cross-attention layers"), ("layer_types", "per-layer kinds"),
+           ("sliding_window", "a sliding window"), ("block_types", "per-layer kinds"),
+           ("hybrid", "hybrid layers"))
+
+
+def _beyond_a_dense_decoder(cfg: dict[str, Any]) -> str:
+    """The first key of ``cfg`` (with a value: not None, False, 0 or empty) naming a structure beyond Llama's dense
+    decoder layers, as "'KEY' (WHAT)", else ""."""
+    for key, value in cfg.items():
+        if value in (None, False, 0, "", [], {}) or not isinstance(key, str):
+            continue
+        if key == "layer_types" and isinstance(value, list) and set(value) <= {"full_attention"}:
+            continue
+        if key == "use_sliding_window" or key == "max_window_layers":
+            continue
+        for part, what in _BEYOND:
+            if part in key.lower():
+                return f"{key!r} ({what})"
+    return ""
 
 
 def check_hf_config(cfg: dict[str, Any], source: str) -> None:
