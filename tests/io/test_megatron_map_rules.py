@@ -648,3 +648,40 @@ def test_tp_above_the_kv_groups_names_megatron_s_support_and_what_is_not_modelle
                          world_size=4)
     with pytest.raises(UserError, match="Megatron-Core from 0.16 runs tp above the KV groups"):
         run_from_data(tomllib.loads(text), Path("gqa.toml"))
+
+
+def test_mup_scales_copies_of_the_embeddings_and_the_logits():
+    """--use-mup (Megatron-Core core_v0.17.0 on): mup_width_mult = hidden / --mup-base-hidden-size, an output
+    multiplier left at 1 becomes 1 / width; LanguageModelEmbedding multiplies the embeddings, GPTModel's
+    _scale_logits the logits — each a new tensor of its input's size (a Python-float multiply keeps nothing)."""
+    import numpy as np
+
+    from timeline.io.megatron_write import run_file_text
+    from timeline.io.runfile import run_from_data
+    from timeline.result.build import build_timeline
+
+    args = BASE | {"--use-mup": True, "--mup-base-hidden-size": "16", "--mup-embedding-mult": "10",
+                   "--mup-attn-scale-power": "1.0"}
+    c = convert_args(args)
+    hidden = int(BASE["--hidden-size"])
+    assert c.sections["model"]["mup_embedding_mult"] == 10.0
+    assert c.sections["model"]["mup_output_mult"] == 16 / hidden
+    assert c.mapped["--use-mup"].startswith("model.mup_embedding_mult") and "--mup-attn-scale-power" in c.neutral
+    # an explicit output multiplier wins; no base: width 1, the logits unscaled
+    assert convert_args(args | {"--mup-output-mult": "0.5"}).sections["model"]["mup_output_mult"] == 0.5
+    plain = convert_args(BASE | {"--use-mup": True})
+    assert plain.sections["model"]["mup_output_mult"] == 1.0 and plain.sections["model"]["mup_embedding_mult"] == 1.0
+    # without --use-mup its multipliers read nothing
+    assert "mup_output_mult" not in convert_args(BASE | {"--mup-output-mult": "0.5"}).sections["model"]
+    with pytest.raises(UserError, match="^--use-mup with --use-legacy-models"):
+        convert_args(args | {"--use-legacy-models": True})
+    import tomllib
+    from pathlib import Path
+
+    tl = build_timeline(run_from_data(tomllib.loads(run_file_text(c, name="mup", source="<test>", world_size=2)),
+                                      Path("<test>/mup.toml")))
+    ev = tl.events(0)
+    names = np.array(tl.sim.names)[ev.tensor].astype(str)
+    made = {n: int(ev.size[i]) for i, n in enumerate(names) if ev.sign[i] > 0}
+    assert made["output.output_layer.mup_scaled"] == made["output.output_layer.out"]
+    assert made["embedding.mup_scaled"] == made["embedding.out"]

@@ -287,6 +287,37 @@ def map_gpt_oss(a: ArgReader, c: Conversion, layers: int) -> None:
           "--window-attn-skip-freq")
 
 
+def map_mup(a: ArgReader, c: Conversion, family: str | None) -> None:
+    """``--use-mup`` → ``model.mup_embedding_mult`` / ``mup_output_mult`` (Megatron-Core core_v0.17.0 …
+    d98e8a64dd: ``TransformerConfig.__post_init__`` takes ``mup_width_mult = hidden_size / mup_base_hidden_size``,
+    the base defaulting to the hidden size, and an output multiplier left at 1 becomes ``1 / mup_width_mult``;
+    ``LanguageModelEmbedding.forward`` multiplies the embeddings by ``mup_embedding_mult`` and GPTModel's and
+    HybridModel's ``_scale_logits`` the logits — the MTP heads' too — by ``mup_output_mult``; BertModel and T5Model
+    only initialise by μP, so their logits are not scaled). The legacy models have no μP."""
+    if not a.flag("--use-mup"):
+        for name in ("--mup-embedding-mult", "--mup-output-mult", "--mup-base-hidden-size"):
+            a.value(name)  # without --use-mup: read by nothing (TransformerConfig's use_mup gates them)
+        return
+    if a.flag("--use-legacy-models"):
+        raise UserError("--use-mup with --use-legacy-models: μP lives in Megatron-Core's models only "
+                        "(transformer_config.py use_mup); drop one of them")
+    hidden = a.need("--hidden-size")
+    base = a.int("--mup-base-hidden-size") or hidden
+    if base <= 0:
+        raise UserError(f"--mup-base-hidden-size {base}: Megatron-Core asserts it is positive "
+                        "(transformer_config.py: TransformerConfig.__post_init__)")
+    width = hidden / base
+    output = a.float("--mup-output-mult", 1.0)
+    if output == 1.0 and width != 1.0:
+        output = 1.0 / width
+    embedding = a.float("--mup-embedding-mult", 1.0)
+    if output <= 0 or embedding <= 0:
+        raise UserError("--mup-output-mult / --mup-embedding-mult: a multiplier must be positive to be modelled")
+    c.put("model.mup_embedding_mult", embedding, "--use-mup", "--mup-embedding-mult")
+    if family not in ("bert", "t5"):
+        c.put("model.mup_output_mult", output, "--use-mup", "--mup-output-mult", "--mup-base-hidden-size")
+
+
 def map_model(a: ArgReader, c: Conversion, family: str | None = None, *, megatron_core: str | None = None,
               null_eod: bool | None = None) -> None:
     """``[model]``: the ``megatron-gpt`` preset with every size and switch the arguments give (``family``: the

@@ -100,6 +100,10 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--replication-jump", "--load-model-opt-format", "--dist-ckpt-format", "--use-dist-ckpt", "--enable-msc",
         "--disable-msc",
     ),
+    "μP's attention softmax scale and initialisation (MC/transformer/transformer_config.py: TransformerConfig."
+    "__post_init__ computes softmax_scale and recomputes mup_width_mult from the hidden sizes): scalars": (
+        "--mup-attn-scale-power", "--mup-base-head-dim", "--mup-width-mult",
+    ),
     "optimizer and initialisation hyper-parameters: the learning-rate schedule, Adam's scalars, the fp16 loss "
     "scaler's schedule, init methods (core/optimizer_param_scheduler.py, core/optimizer); the same tensors": (
         "--lr", "--min-lr", "--lr-decay-style", "--lr-decay-iters", "--lr-decay-samples", "--lr-warmup-fraction",
@@ -287,8 +291,6 @@ UNDER: dict[str, tuple[str, ...]] = {
                                                       "--gdp-num-householder"),
     "--enable-mhc-connections": ("--mhc-init-gating-factor", "--mhc-num-residual-streams", "--mhc-recompute-layer-num",
                                  "--mhc-sinkhorn-iterations"),
-    "--use-mup": ("--mup-attn-scale-power", "--mup-base-head-dim", "--mup-base-hidden-size", "--mup-embedding-mult",
-                  "--mup-output-mult", "--mup-width-mult"),
     "--moe-paged-stash": ("--moe-paged-stash-buffer-size-factor-cpu", "--moe-paged-stash-buffer-size-factor-cuda",
                           "--moe-paged-stash-page-size"),
     "--hybrid-context-parallel": ("--max-seqlen-per-dp-cp-rank", "--max-seqlen-per-cp-rank"),

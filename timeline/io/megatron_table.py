@@ -61,6 +61,8 @@ MAPPED: dict[str, str] = {
                     "model.image_height / image_width / patch_size (LLaVA: io/megatron_vlm.py); refused as a vision "
                     "model in any other job"),
     "--padded-vocab-size": "model.vocab_size as given, unpadded (framework.make_vocab_size_divisible_by = 1)",
+    **dict.fromkeys(("--use-mup", "--mup-embedding-mult", "--mup-output-mult", "--mup-base-hidden-size"),
+                    "model.mup_embedding_mult / mup_output_mult (μP's scaled copies of the embeddings and the logits)"),
     "--make-vocab-size-divisible-by": "framework.make_vocab_size_divisible_by",
     **dict.fromkeys(("--fp8-format", "--fp8-recipe"), "training.fp8_recipe (delayed, tensorwise, blockwise, mxfp8; "
                     "custom refused)"),
@@ -285,7 +287,6 @@ REFUSED: dict[str, str] = {
     "--qk-clip": "QK-clip returns each head's max logit (attention.py) and rescales weights; not modelled",
     "--log-max-attention-logit": "the attention kernels' max-logit output per head (attention.py) is not modelled",
     "--enable-mhc-connections": "hyper-connections' several residual streams (hyper_connection.py) are not modelled",
-    "--use-mup": "μP's output and embedding multipliers (extra scaled copies) are not modelled",
     "--batch-invariant-mode": "batch-invariant kernels (their own workspaces) are not modelled",
     "--flash-attention-version": "which FlashAttention generation TE runs (NVTE_FLASH_ATTN_V*) is not modelled",
     "--symmetric-ar-type": "all-reduces through symmetric-memory buffers are not modelled",

@@ -25,6 +25,7 @@ from timeline.io.megatron_map import (
     ArgReader,
     Conversion,
     map_model,
+    map_mup,
     map_parallel,
     map_training,
     refuse_job,
@@ -147,6 +148,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     a = ArgReader(derived_args(without_unbuilt_hybrid(margs, c), margs.family))
     refuse_unmodelled(margs, a)
     map_model(a, c, margs.family, megatron_core=megatron_core, null_eod=null_eod)
+    map_mup(a, c, margs.family)
     dp, _ = map_parallel(a, c, world_size, megatron_core=megatron_core, family=margs.family)
     refuse_expert_layout(c, world_size)
     map_training(a, c, dp)

@@ -176,6 +176,9 @@ RULES: dict[str, SaveRule] = {
     "rope": SaveRule(source=f"{TE}/attention/rope.py: FusedRoPEFunc saves freqs; {MC}/fusions/"
                             "fused_mla_yarn_rope_apply.py: ApplyMLARotaryEmbQ/KV save cos, sin"),
     "add": SaveRule(source="residual add keeps nothing"),
+    "scale": SaveRule(source=f"{MC}/models/common/embeddings/language_model_embedding.py and language_module/"
+                             "language_module.py: _scale_logits under use_mup — `x * mult` with a Python float "
+                             "(torch derivatives.yaml mul.Scalar: MulBackward1 keeps nothing), a new tensor"),
     "shared_gate": SaveRule(saves=("in:x", "extra:sigmoid"),
                             source="NVIDIA/Megatron-LM@core_v0.17.0:megatron/core/transformer/moe/shared_experts.py: "
                                    "SharedExpertMLP.forward with --moe-shared-expert-gate (bddd0a8ed7): "

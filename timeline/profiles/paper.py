@@ -43,6 +43,7 @@ RULES: dict[str, SaveRule] = {
                                       "it has no clamp of its own"),
     "rope": SaveRule(source="RoPE's backward needs only cos/sin"),
     "add": SaveRule(source="a residual add keeps nothing"),
+    "scale": SaveRule(source="a multiply by a scalar keeps nothing"),
     "router_score": SaveRule(saves=("in:x", "out:y"), source=f"{DS}: router logits and probabilities 4bsN"),
     "topk": SaveRule(saves=("out:idx",), keep_under_recompute=("out:idx",),
                      source=f"{DS}: top-k routing info 2bsN_r, kept under full recompute"),

@@ -109,6 +109,11 @@ class ModelSpec:
                                                doc="logits = cap · tanh(logits / cap) in attention; 0 = none")
     final_logit_softcapping: float = spec_field(0.0, minimum=0.0, maximum=1e6,
                                                 doc="the same on the output layer's logits; 0 = none")
+    # μP (Megatron-Core use_mup): the embeddings and the logits multiplied by a scalar, each a copy of its tensor
+    mup_embedding_mult: float = spec_field(1.0, minimum=1e-12, maximum=1e12, doc=(
+        "μP: the embedding output times this (LanguageModelEmbedding.forward under use_mup, a copy); 1 = none"))
+    mup_output_mult: float = spec_field(1.0, minimum=1e-12, maximum=1e12, doc=(
+        "μP: the logits times this (LanguageModule._scale_logits under use_mup, a copy, MTP heads too); 1 = none"))
     # Multi-head latent attention (DeepSeek); kv_lora_rank = 0 means ordinary MHA/GQA.
     q_lora_rank: int = spec_field(0, nonneg=True, maximum=2**20, doc="0 = no query compression")
     kv_lora_rank: int = spec_field(0, nonneg=True, maximum=2**20, doc="0 = not MLA")

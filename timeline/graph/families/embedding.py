@@ -62,6 +62,10 @@ def forward(b: Builder, prefix: str, layer: int | None, *, name: str | None = No
         tok = b.tensor(f"{prefix}.tokentype.out", out.shape)
         b.op(f"{prefix}.tokentype", "embedding", layer, {}, {"y": tok})
         out = add(b, f"{prefix}.tokentype_add", out, tok, layer)
+    if b.model.mup_embedding_mult != 1.0:  # LanguageModelEmbedding.forward under use_mup: embeddings * mult
+        y = b.tensor(f"{prefix}.mup_scaled", out.shape)
+        b.op(f"{prefix}.mup_scale", "scale", layer, {"x": out}, {"y": y}, flops=float(out.shape[0] * out.shape[1]))
+        out = y
     if b.table.model_code and b.model.residual_dropout and not b.model.embedding_dropout:
         return out  # OPTDecoder adds the position embeddings and goes on: no dropout here
     return dropout(b, f"{prefix}.dropout", out, layer)

@@ -70,6 +70,11 @@ def logits(b: Builder, prefix: str, ln: TensorDef, layer: int | None,
             b.op(f"{prefix}.output_layer.{step}_op", rule, layer, {"x": out}, {"y": y},
                  flops=float(out.shape[0] * out.shape[1]))
             out = y
+    if b.model.mup_output_mult != 1.0:  # Megatron-Core LanguageModule._scale_logits: logits * mup_output_mult
+        y = b.tensor(f"{prefix}.output_layer.mup_scaled", out.shape)
+        b.op(f"{prefix}.output_layer.mup_scale", "scale", layer, {"x": out}, {"y": y},
+             flops=float(out.shape[0] * out.shape[1]))
+        out = y
     if b.table.upcast_fp32:  # ForCausalLMLoss: logits.float()
         out = upcast(b, f"{prefix}.output_layer.upcast", out, layer)
     return out
