@@ -685,3 +685,17 @@ def test_mup_scales_copies_of_the_embeddings_and_the_logits():
     made = {n: int(ev.size[i]) for i, n in enumerate(names) if ev.sign[i] > 0}
     assert made["output.output_layer.mup_scaled"] == made["output.output_layer.out"]
     assert made["embedding.mup_scaled"] == made["embedding.out"]
+
+
+def test_no_pad_vocab_size_is_read_with_a_padded_vocab_size():
+    """--no-pad-vocab-size (core_v0.18.0 on): build_tokenizer.py's _set_padded_vocab_size runs only under
+    pad_vocab_size and fills only an unset padded_vocab_size, so with --padded-vocab-size the model has that many
+    rows either way, and without it none: Megatron fails, and so does the conversion, in one line."""
+    args = BASE | {"--tokenizer-type": "NullTokenizer", "--vocab-size": "1000", "--padded-vocab-size": "1000"}
+    c = convert_args(args | {"--no-pad-vocab-size": True}, megatron_core="0.18.0")
+    assert c.sections["model"]["vocab_size"] == 1000 and c.mapped["--no-pad-vocab-size"] == "model.vocab_size"
+    assert c.sections == convert_args(args, megatron_core="0.18.0").sections
+    without = {k: v for k, v in args.items() if k != "--padded-vocab-size"}
+    with pytest.raises(UserError, match="^--disable-pad-vocab-size without --padded-vocab-size: Megatron-LM then "
+                                        "sets no padded vocabulary"):
+        convert_args(without | {"--disable-pad-vocab-size": True}, megatron_core="0.18.0")

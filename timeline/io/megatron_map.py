@@ -369,8 +369,14 @@ def map_model(a: ArgReader, c: Conversion, family: str | None = None, *, megatro
         c.notes.append(f"{ASSUMED_VOCAB}: the vocabulary is taken as GPT-2's 50,257 tokens "
                        "(the entry script's default GPT2BPETokenizer, whose --vocab-file they do not give either); "
                        "give from-megatron --vocab-size N for the job's own")
+    unpadded = [n for n in ("--no-pad-vocab-size", "--disable-pad-vocab-size") if a.flag(n)]
+    if unpadded and "--padded-vocab-size" not in a.raw:
+        # core/tokenizers/utils/build_tokenizer.py (core_v0.18.0 … d98e8a64dd): _set_padded_vocab_size runs only under
+        # pad_vocab_size, so args.padded_vocab_size stays None and GPTModel gets no vocabulary size
+        raise UserError(f"{unpadded[0]} without --padded-vocab-size: Megatron-LM then sets no padded vocabulary "
+                        "(build_tokenizer.py) and the model has no vocabulary size; give --padded-vocab-size N")
     c.put("model.vocab_size", vocab_size(a, family, megatron_core=megatron_core, null_eod=null_eod), "--vocab-size",
-          "--tokenizer-type", "--vocab-file", "--tokenizer-model", "--padded-vocab-size")
+          "--tokenizer-type", "--vocab-file", "--tokenizer-model", "--padded-vocab-size", *unpadded)
     if a.flag("--attention-output-gate"):  # transformer_config.py: MLATransformerConfig raises for it
         if a.flag("--multi-latent-attention"):
             raise UserError("--attention-output-gate with --multi-latent-attention: Megatron-LM rejects it (\"Output "

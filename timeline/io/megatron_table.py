@@ -61,6 +61,9 @@ MAPPED: dict[str, str] = {
                     "model.image_height / image_width / patch_size (LLaVA: io/megatron_vlm.py); refused as a vision "
                     "model in any other job"),
     "--padded-vocab-size": "model.vocab_size as given, unpadded (framework.make_vocab_size_divisible_by = 1)",
+    **dict.fromkeys(("--no-pad-vocab-size", "--disable-pad-vocab-size"),
+                    "model.vocab_size, with --padded-vocab-size (build_tokenizer.py: _set_padded_vocab_size fills only "
+                    "an unset one, and not at all under it)"),
     **dict.fromkeys(("--use-mup", "--mup-embedding-mult", "--mup-output-mult", "--mup-base-hidden-size"),
                     "model.mup_embedding_mult / mup_output_mult (μP's scaled copies of the embeddings and the logits)"),
     "--make-vocab-size-divisible-by": "framework.make_vocab_size_divisible_by",
@@ -367,8 +370,6 @@ REFUSED: dict[str, str] = {
                                      "(its compact layout is [framework] layer_wise_layout = \"compact\")",
     "--muon-no-use-nesterov": "Muon without Nesterov momentum (its update taken from the momentum itself) is not "
                               "modelled",
-    "--no-pad-vocab-size": "an unpadded tokenizer vocabulary is not modelled; give --padded-vocab-size",
-    "--disable-pad-vocab-size": "an unpadded tokenizer vocabulary is not modelled; give --padded-vocab-size",
     "--distribute-saved-activations": "saved activations distributed over TP ranks are not modelled yet",
     "--spec": "a custom layer spec (--spec MODULE FUNCTION) builds layers timeline does not know (the hybrid "
               "stack, mamba_layer_specs mamba_stack_spec / hybrid_layer_specs hybrid_stack_spec, and BERT's "
