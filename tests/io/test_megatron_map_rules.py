@@ -699,3 +699,18 @@ def test_no_pad_vocab_size_is_read_with_a_padded_vocab_size():
     with pytest.raises(UserError, match="^--disable-pad-vocab-size without --padded-vocab-size: Megatron-LM then "
                                         "sets no padded vocabulary"):
         convert_args(without | {"--disable-pad-vocab-size": True}, megatron_core="0.18.0")
+
+
+def test_a_pretrained_checkpoint_is_a_finetune_load_unless_the_run_resumes():
+    """checkpointing.py: load_checkpoint (core_v0.12.0 … d98e8a64dd): where --load holds no checkpoint the
+    --pretrained-checkpoint one is loaded with args.finetune = True (the weights alone, the moments made in the
+    first step); a resumed run (--resumed: --load holds this training's checkpoint) loads --load's optimizer too."""
+    pre = BASE | {"--pretrained-checkpoint": "/ckpt/base", "--load": "/ckpt/run"}
+    first = convert_args(pre)
+    assert first.sections["training"]["resumed"] is False and first.mapped["--pretrained-checkpoint"] == \
+        "training.resumed"
+    assert first.sections == convert_args(BASE | {"--load": "/ckpt/run", "--finetune": True}).sections
+    assert convert_args(pre, resumed=True).sections["training"]["resumed"] is True
+    # a finetune load of a format not modelled is refused as --finetune's is
+    with pytest.raises(UserError, match=r"^--ckpt-format fsdp_dtensor"):
+        convert_args(pre | {"--ckpt-format": "fsdp_dtensor"})

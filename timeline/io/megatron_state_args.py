@@ -70,12 +70,17 @@ def checkpoint_load(a: ArgReader, c: Conversion, *, resumed: bool, dp_cp: int) -
     in the first step, as in a fresh run. ``--ckpt-fully-parallel-load``: :func:`fully_parallel_load`."""
     fmt = a.str("--ckpt-format", "torch_dist")
     finetune, no_optim = a.flag("--finetune"), a.flag("--no-load-optim")
+    # load_checkpoint (core_v0.12.0 … d98e8a64dd): where --load holds no checkpoint (a first launch; --resumed says it
+    # does), --pretrained-checkpoint's is loaded with args.finetune = True — the weights alone
+    pretrained = a.value("--pretrained-checkpoint") not in (None, False, "", "None")
+    finetune = finetune or (pretrained and not resumed)
     loads = resumed or finetune
     if loads and fmt not in LOAD_FORMATS:
         raise UserError(f"--ckpt-format {fmt}: loading a {fmt} checkpoint is not modelled (use torch_dist or torch)")
     fully_parallel_load(a, c, dp_cp=dp_cp, loads=loads and fmt == "torch_dist")
     optim = resumed and not (finetune or no_optim)
-    c.put("training.resumed", optim, "--finetune", "--no-load-optim")
+    c.put("training.resumed", optim, "--finetune", "--no-load-optim", *(["--pretrained-checkpoint"] if pretrained
+                                                                        else []))
     if optim:
         c.put("training.optimizer_step", True)  # the loaded loss scale has settled: no first-step overflows
     c.put("framework.checkpoint_format", fmt if fmt in LOAD_FORMATS else "torch_dist", "--ckpt-format")

@@ -61,6 +61,9 @@ MAPPED: dict[str, str] = {
                     "model.image_height / image_width / patch_size (LLaVA: io/megatron_vlm.py); refused as a vision "
                     "model in any other job"),
     "--padded-vocab-size": "model.vocab_size as given, unpadded (framework.make_vocab_size_divisible_by = 1)",
+    "--pretrained-checkpoint": "training.resumed = false with framework.checkpoint_format (checkpointing.py: "
+                               "load_checkpoint falls back to it as a finetune — weights only — where --load holds "
+                               "no checkpoint; --resumed: --load's)",
     **dict.fromkeys(("--no-pad-vocab-size", "--disable-pad-vocab-size"),
                     "model.vocab_size, with --padded-vocab-size (build_tokenizer.py: _set_padded_vocab_size fills only "
                     "an unset one, and not at all under it)"),
@@ -277,7 +280,7 @@ REFUSED: dict[str, str] = {
     "--freeze-base-for-mtp": "a frozen base model (no gradients for most parameters) is not modelled",
     "--freeze-all-layers": "frozen layers (no gradients or optimizer states for them) are not modelled",
     "--load-main-params-from-ckpt": _CKPT,
-    "--pretrained-checkpoint": _CKPT, "--moe-use-upcycling": _CKPT,
+    "--moe-use-upcycling": _CKPT,
     "--overlap-dispatch-backward-with-experts-wgrad": "experts' weight gradients delayed to a second stream "
                                                       "(moe_layer.py) are not modelled yet",
     "--ddp-reduce-scatter-with-fp32-accumulation": "fp32 reduce-scatter accumulation buffers are not modelled",
