@@ -284,3 +284,23 @@ def test_the_defaults_table_holds_each_release_as_its_source_reads():
     assert at("DistributedDataParallelConfig", "grad_reduce_in_fp32", "core_v0.16.0") is False
     # a function is never kept: Bridge's summary skips callables
     assert "activation_func" not in t["classes"][tc] and 0 in t["unread"][tc]["activation_func"]
+
+
+def test_the_ddp_configs_own_reduction_dtype_holds(tmp_path):
+    """A Bridge job's DistributedDataParallelConfig is the job's (Bridge sets grad_reduce_in_fp32 from its
+    mixed-precision recipe); Megatron-LM's validate_args would reduce bf16 gradients in fp32 unless
+    --grad-reduce-in-bf16. A summary with no [ddp] line at all is at DistributedDataParallelConfig's defaults:
+    grad_reduce_in_fp32 False."""
+    yaml_text = _yaml_of(LOG.read_text())
+    assert "  grad_reduce_in_fp32: true" in yaml_text
+    bf16_grads = tmp_path / "run_config.yaml"
+    bf16_grads.write_text(yaml_text.replace("  grad_reduce_in_fp32: true", "  grad_reduce_in_fp32: false"))
+    assert read_megatron_config(bf16_grads).args.get("--grad-reduce-in-bf16") is True
+    assert "--grad-reduce-in-bf16" not in read_megatron_config(LOG).args
+    text = _summary_log(tmp_path).read_text()
+    start = text.index("[ddp] Non-default values")
+    end = text.index("[model] Non-default values")
+    no_ddp = tmp_path / "no_ddp.log"
+    no_ddp.write_text(text[:start] + text[end:])
+    m = read_megatron_config(no_ddp, megatron_core="0.16.0")
+    assert m.args.get("--grad-reduce-in-bf16") is True and "--use-distributed-optimizer" in m.args  # the optimizer's

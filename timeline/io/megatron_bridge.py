@@ -155,6 +155,10 @@ def summary_config(text: str) -> dict[str, Any] | None:
         if section in classes and k >= 0 and value.endswith(")"):
             value = value[:k]
         cfg[section][fld["field"]] = _repr_value(value)
+    # log_non_default_values compares these three sections always: one it prints no line of is at its defaults
+    for section, cls in (("optimizer", "OptimizerConfig"), ("ddp", "DistributedDataParallelConfig")):
+        classes.setdefault(section, cls)
+        cfg.setdefault(section, {})
     if not isinstance(cfg.get("model"), dict) or "model" not in classes:
         raise UserError("the Megatron-Bridge configuration summary holds no '[model] Non-default values (vs Mcore "
                         "…)' section (the log cut short?); give the whole log, or the run_config.yaml a checkpoint "
@@ -172,6 +176,7 @@ def summary_sections(cfg: dict[str, Any], i: int) -> tuple[dict[str, Any], list[
     label = table()["versions"][i][0]
     k = next(j for j, v in enumerate(defaults["versions"]) if v["label"] == label)
     out = {name: value for name, value in cfg.items() if name != "_summary"}
+    printed = {f: sec for sec, d in out.items() if isinstance(d, dict) for f in d}
     for section, cls in cfg["_summary"].items():
         fields = defaults["classes"].get(cls)
         if fields is None:
@@ -181,18 +186,19 @@ def summary_sections(cfg: dict[str, Any], i: int) -> tuple[dict[str, Any], list[
         base: dict[str, Any] = {}
         for name, runs in fields.items():
             at = [r for r in runs if r[0] <= k]
-            if at and len(at[-1]) == 2:
-                base[name] = at[-1][1]
+            if at and len(at[-1]) == 2 and printed.get(name, section) == section:
+                base[name] = at[-1][1]  # a default, unless another section prints the field (use_distributed_optimizer)
         base = {n: ({"_target_": v} if isinstance(v, str) and v.startswith("torch.") else
                     {"_target_": v.split(".")[0], "_args_": [v]} if isinstance(v, str) and re.fullmatch(
                         r"[A-Z][A-Za-z]+\.\w+", v) else v) for n, v in base.items()}
         out[section] = {**base, **out.get(section, {})}
     model = out["model"]
-    if model.get("gated_linear_unit") and "activation_func" not in model:
-        model["activation_func"] = "silu"  # callables are never printed: a gated unit read as SwiGLU
     notes = [f"a Megatron-Bridge configuration summary (Non-Default Values vs Megatron Core): every field it leaves "
              f"out of model, optimizer and ddp is its Megatron-Core dataclass's default at {defaults['versions'][k]['label']} "
              "(megatron_config_defaults.json)"]
+    if model.get("gated_linear_unit") and "activation_func" not in model:
+        model["activation_func"] = "silu"  # callables are never printed
+        notes.append("the summary never prints the activation (a callable): the gated linear unit is read as SwiGLU")
     return out, notes
 
 
@@ -281,6 +287,12 @@ def bridge_dests(cfg: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         # embedding is vocab_size rows, where Megatron-LM pads to make_vocab_size_divisible_by · tp; a divisor of 1
         # pads to tp alone, which a vocabulary that splits over the ranks already is
         dests["make_vocab_size_divisible_by"] = 1
+    ddp = cfg.get("ddp") if isinstance(cfg.get("ddp"), dict) else {}
+    mixed = cfg.get("mixed_precision") if isinstance(cfg.get("mixed_precision"), dict) else {}
+    if ddp.get("grad_reduce_in_fp32") is False and (model.get("bf16") is True or mixed.get("bf16") is True):
+        # the DDP config is the job's (Bridge sets it from its mixed-precision config); Megatron-LM's validate_args
+        # would turn bf16's fp32 reduction on unless --grad-reduce-in-bf16
+        dests["grad_reduce_in_bf16"] = True
     if isinstance(model.get("share_embeddings_and_output_weights"), bool):
         dests["untie_embeddings_and_output_weights"] = not model["share_embeddings_and_output_weights"]
     sequence = (cfg.get("dataset") or {}).get("sequence_length") if isinstance(cfg.get("dataset"), dict) else None
