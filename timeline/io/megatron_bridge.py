@@ -287,8 +287,9 @@ def bridge_dests(cfg: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         # embedding is vocab_size rows, where Megatron-LM pads to make_vocab_size_divisible_by · tp; a divisor of 1
         # pads to tp alone, which a vocabulary that splits over the ranks already is
         dests["make_vocab_size_divisible_by"] = 1
-    ddp = cfg.get("ddp") if isinstance(cfg.get("ddp"), dict) else {}
-    mixed = cfg.get("mixed_precision") if isinstance(cfg.get("mixed_precision"), dict) else {}
+    ddp_raw, mixed_raw = cfg.get("ddp"), cfg.get("mixed_precision")
+    ddp: dict[str, Any] = ddp_raw if isinstance(ddp_raw, dict) else {}
+    mixed: dict[str, Any] = mixed_raw if isinstance(mixed_raw, dict) else {}
     if ddp.get("grad_reduce_in_fp32") is False and (model.get("bf16") is True or mixed.get("bf16") is True):
         # the DDP config is the job's (Bridge sets it from its mixed-precision config); Megatron-LM's validate_args
         # would turn bf16's fp32 reduction on unless --grad-reduce-in-bf16
