@@ -714,3 +714,15 @@ def test_a_pretrained_checkpoint_is_a_finetune_load_unless_the_run_resumes():
     # a finetune load of a format not modelled is refused as --finetune's is
     with pytest.raises(UserError, match=r"^--ckpt-format fsdp_dtensor"):
         convert_args(pre | {"--ckpt-format": "fsdp_dtensor"})
+
+
+def test_main_params_from_the_checkpoint_need_no_load_optim():
+    """--load-main-params-from-ckpt: Megatron-LM asserts --no-load-optim with it (arguments.py: validate_args);
+    reload_model_params then fills the main parameters from the loaded state dict in place, so the iterations hold
+    --no-load-optim's state."""
+    args = BASE | {"--load": "/ckpt", "--no-load-optim": True}
+    c = convert_args(args | {"--load-main-params-from-ckpt": True}, resumed=True)
+    assert c.sections == convert_args(args, resumed=True).sections
+    assert c.mapped["--load-main-params-from-ckpt"] == "training.resumed"
+    with pytest.raises(UserError, match="^--load-main-params-from-ckpt without --no-load-optim: Megatron-LM rejects"):
+        convert_args(BASE | {"--load": "/ckpt", "--load-main-params-from-ckpt": True}, resumed=True)

@@ -74,13 +74,19 @@ def checkpoint_load(a: ArgReader, c: Conversion, *, resumed: bool, dp_cp: int) -
     # does), --pretrained-checkpoint's is loaded with args.finetune = True — the weights alone
     pretrained = a.value("--pretrained-checkpoint") not in (None, False, "", "None")
     finetune = finetune or (pretrained and not resumed)
+    main_params = a.flag("--load-main-params-from-ckpt")
+    if main_params and not no_optim:
+        raise UserError("--load-main-params-from-ckpt without --no-load-optim: Megatron-LM rejects it (arguments.py: "
+                        "validate_args, '--load-main-params-from-ckpt must be used with --no-load-optim')")
+    # with it, load_checkpoint's optimizer.reload_model_params(state_dict=…) fills the main parameters from the loaded
+    # state dict in place (checkpointing.py, d98e8a64dd): the state the iterations hold is --no-load-optim's
     loads = resumed or finetune
     if loads and fmt not in LOAD_FORMATS:
         raise UserError(f"--ckpt-format {fmt}: loading a {fmt} checkpoint is not modelled (use torch_dist or torch)")
     fully_parallel_load(a, c, dp_cp=dp_cp, loads=loads and fmt == "torch_dist")
     optim = resumed and not (finetune or no_optim)
-    c.put("training.resumed", optim, "--finetune", "--no-load-optim", *(["--pretrained-checkpoint"] if pretrained
-                                                                        else []))
+    c.put("training.resumed", optim, "--finetune", "--no-load-optim",
+          *(["--pretrained-checkpoint"] if pretrained else []), *(["--load-main-params-from-ckpt"] if main_params else []))
     if optim:
         c.put("training.optimizer_step", True)  # the loaded loss scale has settled: no first-step overflows
     c.put("framework.checkpoint_format", fmt if fmt in LOAD_FORMATS else "torch_dist", "--ckpt-format")

@@ -61,6 +61,8 @@ MAPPED: dict[str, str] = {
                     "model.image_height / image_width / patch_size (LLaVA: io/megatron_vlm.py); refused as a vision "
                     "model in any other job"),
     "--padded-vocab-size": "model.vocab_size as given, unpadded (framework.make_vocab_size_divisible_by = 1)",
+    "--load-main-params-from-ckpt": "training.resumed = false (with --no-load-optim, which Megatron-LM asserts: "
+                                    "reload_model_params copies the loaded state dict's main parameters in place)",
     "--pretrained-checkpoint": "training.resumed = false with framework.checkpoint_format (checkpointing.py: "
                                "load_checkpoint falls back to it as a finetune — weights only — where --load holds "
                                "no checkpoint; --resumed: --load's)",
@@ -279,7 +281,6 @@ REFUSED: dict[str, str] = {
     "--modelopt-enabled": "a ModelOpt-built model (post_training/model_builder.py) is not modelled",
     "--freeze-base-for-mtp": "a frozen base model (no gradients for most parameters) is not modelled",
     "--freeze-all-layers": "frozen layers (no gradients or optimizer states for them) are not modelled",
-    "--load-main-params-from-ckpt": _CKPT,
     "--moe-use-upcycling": _CKPT,
     "--overlap-dispatch-backward-with-experts-wgrad": "experts' weight gradients delayed to a second stream "
                                                       "(moe_layer.py) are not modelled yet",
