@@ -304,3 +304,17 @@ def test_the_ddp_configs_own_reduction_dtype_holds(tmp_path):
     no_ddp.write_text(text[:start] + text[end:])
     m = read_megatron_config(no_ddp, megatron_core="0.16.0")
     assert m.args.get("--grad-reduce-in-bf16") is True and "--use-distributed-optimizer" in m.args  # the optimizer's
+
+
+def test_a_hybrid_summary_needs_its_layer_pattern(tmp_path):
+    """A hybrid (Mamba) provider's layer pattern is its own field, which the summary never prints: refused with the
+    way to give it, rather than read as all-Mamba."""
+    text = _summary_log(tmp_path).read_text().replace(
+        "  num_query_groups: 8  (Mcore default: None)",
+        "  num_query_groups: 8  (Mcore default: None)\n  is_hybrid_model: True  (Mcore default: False)")
+    path = tmp_path / "hybrid.log"
+    path.write_text(text)
+    with pytest.raises(UserError, match="^a hybrid \\(Mamba\\) model's layer pattern is a model-provider field"):
+        read_megatron_config(path, megatron_core="0.16.0")
+    m = read_megatron_config(path, script_args=["--hybrid-override-pattern", "M*M*M*M*M*M*M*M*"], megatron_core="0.16.0")
+    assert m.family == "mamba" and m.args["--hybrid-override-pattern"] == "M*M*M*M*M*M*M*M*"

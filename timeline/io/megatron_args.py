@@ -351,6 +351,11 @@ def read_bridge_config(text: str, cfg: dict[str, Any], env: dict[str, str] | Non
         args = {**args, **extra}
     model = cfg["model"]
     hybrid = bool(model.get("is_hybrid_model")) or "mamba" in str(model.get("_target_", "")).lower()
+    if hybrid and "_summary" in cfg and not any(k in args for k in ("--hybrid-override-pattern",
+                                                                     "--hybrid-layer-pattern")):
+        raise UserError("a hybrid (Mamba) model's layer pattern is a model-provider field the Megatron-Bridge "
+                        "configuration summary never prints; give it, e.g. --script-args '--hybrid-override-pattern "
+                        "M-M*-…', or read the run_config.yaml a checkpoint saves")
     # get_model / _print_num_params ("number of parameters on (tensor, pipeline) model parallel rank (T, P): N")
     counts = {(int(m["tp"]), int(m["pp"])): int(m["n"]) for m in PARAMS.finditer(text)}
     return MegatronArgs(args=args, env=dict(env or {}), family="mamba" if hybrid else None,
