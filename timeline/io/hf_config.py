@@ -202,7 +202,8 @@ def family(cfg: dict[str, Any]) -> tuple[str, str | None]:
 #: space or linear-attention layers, latent attention, another tower, per-layer attention kinds
 _BEYOND = (("expert", "experts (a mixture of experts)"), ("moe", "mixture-of-experts keys"),
            ("mamba", "Mamba layers"), ("ssm", "state-space layers"), ("linear_attn", "linear-attention layers"),
-           ("linear_", "linear-attention keys"), ("lora_rank", "latent (low-rank) attention"),
+           ("linear_attention", "linear-attention layers"), ("linear_num_", "linear-attention heads"),
+           ("linear_conv", "linear-attention convolutions"), ("lora_rank", "latent (low-rank) attention"),
            ("vision", "a vision tower"), ("audio", "an audio tower"), ("text_config", "a nested language model"),
            ("encoder", "an encoder"), ("cross_attention", "cross-attention layers"), ("layer_types", "per-layer kinds"),
            ("sliding_window", "a sliding window"), ("block_types", "per-layer kinds"),
