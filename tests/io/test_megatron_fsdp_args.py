@@ -193,3 +193,46 @@ def test_bf16_main_gradients_halve_the_buffer_and_copy_each_shard_to_fp32_in_the
     assert g19 * 2 == g18 and c18 == 0 and m19 == m18
     # one fp32 copy of the rank's main-weight shard per step
     assert c19 == m19 * steps and steps == 2
+
+
+def test_auto_main_params_step_the_weight_shards_themselves():
+    """--megatron-fsdp-main-params-dtype auto (None): no main-weight buffer (_init_each_parameter_group_buffers), the
+    optimizer steps the model-weight shards and update_main_grads casts nothing; TE's FusedAdam keeps fp32 moments,
+    Apex's and torch's zeros_like the bf16 shards. A main dtype equal to the weights' would be a second copy: refused."""
+    import tomllib
+
+    import numpy as np
+
+    from timeline.io.megatron_write import run_file_text
+    from timeline.io.runfile import run_from_data
+    from timeline.result.build import build_timeline
+
+    def sim(extra: dict, **kw):
+        c = _convert(PACKAGE | extra, megatron_core="0.19.0", **kw)
+        text = run_file_text(c, name="fsdp-main", source="<test>", world_size=8)
+        tl = build_timeline(run_from_data(tomllib.loads(text), Path("<test>/main.toml")))
+        ev = tl.events(0)
+        names = np.array(tl.sim.names)[ev.tensor].astype(str)
+        made = ev.sign > 0
+
+        def total(prefix: str) -> int:
+            return int(ev.size[np.char.startswith(names, prefix) & made].sum())
+
+        return c, total("static.master."), total("step.main_grad."), total("static.moments.")
+
+    c, master, copies, moments = sim({})
+    assert c.sections["training"].get("master_dtype", "fp32") == "fp32" and master > 0 and copies == 2 * master
+    c, m_auto, c_auto, mo_auto = sim({"--megatron-fsdp-main-params-dtype": "auto"})
+    assert c.sections["training"]["master_dtype"] == "bf16" and (m_auto, c_auto) == (0, 0)
+    assert mo_auto == moments  # TE's FusedAdam: fp32 moments of the same shards
+    with pytest.raises(UserError, match="^--megatron-fsdp-main-params-dtype bf16: a main-weight buffer in the weights"):
+        _convert(PACKAGE | {"--megatron-fsdp-main-params-dtype": "bf16"}, megatron_core="0.19.0")
+    c, m16, c16, _ = sim({"--megatron-fsdp-main-params-dtype": "fp16"})
+    assert m16 * 2 == master and c16 == 2 * m16  # an fp16 main-weight buffer; each step's grads cast to fp16
+
+
+def test_auto_main_params_under_apex_keep_moments_in_the_weights_dtype():
+    # Apex's FusedAdam and torch.optim.AdamW: state = zeros_like(p), p the bf16 shard
+    c = _convert(PACKAGE | {"--megatron-fsdp-main-params-dtype": "auto", "--transformer-impl": "local"},
+                 megatron_core="0.19.0", optimizer_impl="apex_fused")
+    assert (c.sections["training"]["master_dtype"], c.sections["training"]["moment_dtype"]) == ("bf16", "bf16")

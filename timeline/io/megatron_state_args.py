@@ -160,10 +160,39 @@ def embedding_wgrad(a: ArgReader, c: Conversion) -> None:
 #: Megatron-FSDP arguments whose pools or precisions are not modelled, with the value that leaves them off
 FSDP_OFF = {"--fsdp-double-buffer": None, "--megatron-fsdp-max-pool-double-buffer": None,
             "--suggested-communication-unit-size": None, "--outer-dp-sharding-strategy": "no_shard",
-            "--megatron-fsdp-version": "1", "--megatron-fsdp-main-params-dtype": "fp32",
-            "--megatron-fsdp-enable-fine-grained-param-gather": None}
+            "--megatron-fsdp-version": "1", "--megatron-fsdp-enable-fine-grained-param-gather": None}
 #: the Megatron-FSDP precision arguments read (Megatron-LM core_v0.17.0 on: ``_add_experimental_args``)
 FSDP_DTYPES = ("--megatron-fsdp-main-grads-dtype", "--megatron-fsdp-grad-comm-dtype")
+
+
+MAIN_PARAMS = "--megatron-fsdp-main-params-dtype"
+
+
+def fsdp_main_params(a: ArgReader, c: Conversion) -> None:
+    """``--megatron-fsdp-main-params-dtype`` (core_v0.17.0 on, default fp32) → ``training.master_dtype`` (and
+    ``moment_dtype``) under Megatron-FSDP; read after ``framework.optimizer_impl``.
+
+    ``MF/param_and_grad_buffer.py: _init_each_parameter_group_buffers`` (core_v0.17.0 … d98e8a64dd) makes the
+    main-weight buffer only for a main dtype that is not None; ``auto`` maps to None (``arguments.py``), so the
+    optimizer steps the model-weight shards themselves (``_init_optimizer_named_parameters``; ``DistributedOptimizer``
+    leaves weights and gradients to Megatron-FSDP) and ``update_main_grads`` casts nothing. TE's FusedAdam keeps
+    fp32 moments whatever the parameters' dtype (``exp_avg_dtype`` defaults to fp32); Apex's FusedAdam and
+    ``torch.optim.AdamW`` make them ``zeros_like`` the parameters. Another dtype makes a main-weight buffer of its
+    own: modelled unless it is the weights' own (a second copy the master rule does not count)."""
+    v = _given(a, MAIN_PARAMS)
+    a.value(MAIN_PARAMS)
+    if not c.sections["framework"].get("fsdp_sharding") or v in (None, False, "fp32"):
+        return
+    tr = c.sections["training"]
+    if str(v) == "auto":
+        c.put("training.master_dtype", tr["dtype"], MAIN_PARAMS)
+        if c.sections["framework"].get("optimizer_impl", "te_fused") != "te_fused":
+            c.put("training.moment_dtype", tr["dtype"], MAIN_PARAMS)
+        return
+    if str(v) == tr["dtype"]:
+        raise UserError(f"{MAIN_PARAMS} {v}: a main-weight buffer in the weights' own dtype (a second copy of each "
+                        "shard) is not modelled; give auto (no main weights) or fp32")
+    c.put("training.master_dtype", str(v), MAIN_PARAMS)
 
 
 def fsdp_main_grads_dtype(a: ArgReader, c: Conversion, version: tuple[int, ...]) -> None:

@@ -196,8 +196,10 @@ MAPPED: dict[str, str] = {
                     "framework.fsdp_sharding (Megatron-FSDP's parameter groups, sharded per strategy; training.zero = 1)"),
     **dict.fromkeys(("--fsdp-double-buffer", "--megatron-fsdp-max-pool-double-buffer",
                      "--suggested-communication-unit-size", "--outer-dp-sharding-strategy", "--megatron-fsdp-version",
-                     "--megatron-fsdp-main-params-dtype", "--megatron-fsdp-enable-fine-grained-param-gather"),
+                     "--megatron-fsdp-enable-fine-grained-param-gather"),
                     "refused under Megatron-FSDP unless at its default (pools, HSDP, v2, dtypes not modelled)"),
+    "--megatron-fsdp-main-params-dtype": "training.master_dtype / moment_dtype (auto: no main-weight buffer, the "
+                                         "model-weight shards stepped; fsdp_main_params)",
     **dict.fromkeys(("--megatron-fsdp-main-grads-dtype", "--megatron-fsdp-grad-comm-dtype"),
                     "training.grad_dtype (Megatron-FSDP's main gradients by release: fsdp_main_grads_dtype; a "
                     "communication dtype apart from them refused)"),

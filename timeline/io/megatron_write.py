@@ -37,6 +37,7 @@ from timeline.io.megatron_optimizer import optimizer_impl as optimizer_impl_of
 from timeline.io.megatron_state_args import (
     checkpoint_load,
     embedding_wgrad,
+    fsdp_main_params,
     megatron_fsdp,
     param_gather_with_step,
 )
@@ -177,6 +178,7 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     cpu_offload(a, c)
     activation_offload(a, c, margs.env)
     optimizer_impl_of(a, c, optimizer_impl)
+    fsdp_main_params(a, c)
     given = {k: v for k, v in c.mapped.items() if k in margs.args}
     for name in margs.args:
         if name in a.read or name in given:
