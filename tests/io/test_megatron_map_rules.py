@@ -726,3 +726,41 @@ def test_main_params_from_the_checkpoint_need_no_load_optim():
     assert c.mapped["--load-main-params-from-ckpt"] == "training.resumed"
     with pytest.raises(UserError, match="^--load-main-params-from-ckpt without --no-load-optim: Megatron-LM rejects"):
         convert_args(BASE | {"--load": "/ckpt", "--load-main-params-from-ckpt": True}, resumed=True)
+
+
+def test_router_input_jitter_keeps_its_noise_and_the_jittered_copy():
+    """--moe-input-jitter-eps (router.py: apply_input_jitter): `input * Uniform(1 - eps, 1 + eps).rsample(shape)`
+    before the gating GEMM — rsample's rand, scaled and noise tensors in turn, none taking a gradient; the multiply
+    keeps the noise, the gate its jittered input: two [tokens, hidden] tensors per MoE layer until its backward."""
+    import tomllib
+    from pathlib import Path
+
+    import numpy as np
+
+    from timeline.io.megatron_write import run_file_text
+    from timeline.io.runfile import run_from_data
+    from timeline.result.build import build_timeline
+
+    moe = BASE | {"--num-experts": 4, "--moe-router-topk": 2, "--moe-token-dispatcher-type": "alltoall",
+                  "--moe-grouped-gemm": True}
+    c = convert_args(moe | {"--moe-input-jitter-eps": "0.01"})
+    assert c.sections["framework"]["moe_input_jitter"] is True
+    assert c.mapped["--moe-input-jitter-eps"] == "framework.moe_input_jitter"
+    with pytest.raises(UserError, match="^--moe-input-jitter-eps 0: give a positive eps"):
+        convert_args(moe | {"--moe-input-jitter-eps": "0"})
+    tl = build_timeline(run_from_data(tomllib.loads(run_file_text(c, name="jitter", source="<test>", world_size=2)),
+                                      Path("<test>/jitter.toml")))
+    ev = tl.events(0)
+    names = np.array(tl.sim.names)[ev.tensor].astype(str)
+    tokens_hidden = 2 * 512 * 256 * 2  # micro-batch 2 × 512 tokens × hidden 256, bf16
+
+    def life(name: str) -> list[tuple[float, int, int]]:
+        return [(float(ev.t_us[i]), int(ev.sign[i]), int(ev.size[i])) for i in np.flatnonzero(names == name)]
+
+    first_backward = min(s.start_us for s in tl.sim.spans[0] if s.kind in ("B", "I"))
+    for kept in ("layers.0.mlp.router.jitter_noise", "layers.0.mlp.router.jittered"):
+        (made, _, size), (freed, _, _) = life(kept)[:2]
+        assert size == tokens_hidden and freed >= first_backward > made
+    (made, _, _), (freed, _, _) = life("layers.0.mlp.router.jitter_rand")[:2]
+    assert freed < first_backward  # a forward transient
+    assert not any(n.startswith("grad:") and "jitter_noise" in n for n in set(names))

@@ -63,6 +63,7 @@ MAPPED: dict[str, str] = {
     "--padded-vocab-size": "model.vocab_size as given, unpadded (framework.make_vocab_size_divisible_by = 1)",
     "--load-main-params-from-ckpt": "training.resumed = false (with --no-load-optim, which Megatron-LM asserts: "
                                     "reload_model_params copies the loaded state dict's main parameters in place)",
+    "--moe-input-jitter-eps": "framework.moe_input_jitter (router.py: apply_input_jitter's noise and jittered copy)",
     "--pretrained-checkpoint": "training.resumed = false with framework.checkpoint_format (checkpointing.py: "
                                "load_checkpoint falls back to it as a finetune — weights only — where --load holds "
                                "no checkpoint; --resumed: --load's)",
@@ -306,7 +307,6 @@ REFUSED: dict[str, str] = {
     "--heterogeneous-layers-config-encoded-json": "heterogeneous per-layer configurations are not modelled",
     "--sft": "SFT's " + _PACKED, "--dataloader-inter-document-masking": _PACKED,
     "--moe-apply-probs-on-input": "router probabilities applied to the experts' input (experts.py) are not modelled",
-    "--moe-input-jitter-eps": "the router's jittered input copy (router.py: apply_input_jitter) is not modelled",
     "--moe-router-force-biased": "biased random router logits (moe_utils.py: apply_biased_logits) are not modelled",
     "--moe-expert-rank-capacity-factor": "a per-rank token capacity (token_dispatcher.py) is not modelled",
     "--moe-extended-tp": "extended expert tensor parallelism is not modelled",

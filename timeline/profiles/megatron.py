@@ -176,6 +176,11 @@ RULES: dict[str, SaveRule] = {
     "rope": SaveRule(source=f"{TE}/attention/rope.py: FusedRoPEFunc saves freqs; {MC}/fusions/"
                             "fused_mla_yarn_rope_apply.py: ApplyMLARotaryEmbQ/KV save cos, sin"),
     "add": SaveRule(source="residual add keeps nothing"),
+    "jitter_sample": SaveRule(source=f"{MC}/transformer/moe/router.py: apply_input_jitter — Uniform(1 - eps, "
+                                     "1 + eps).rsample(input.shape) (torch/distributions/uniform.py: low + rand · "
+                                     "(high - low)) under no gradient: its rand and product die at once"),
+    "jitter_mul": SaveRule(saves=("in:noise",), source=f"{MC}/transformer/moe/router.py: `input * noise` — "
+                                                       "MulBackward0 keeps the noise (the input's gradient needs it)"),
     "scale": SaveRule(source=f"{MC}/models/common/embeddings/language_model_embedding.py and language_module/"
                              "language_module.py: _scale_logits under use_mup — `x * mult` with a Python float "
                              "(torch derivatives.yaml mul.Scalar: MulBackward1 keeps nothing), a new tensor"),
@@ -424,6 +429,7 @@ def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
     index_add = (spec.deterministic_algorithms and not spec.moe_permute_fusion
                  and version_tuple(spec.megatron_core) >= UNPERMUTE_INDEX_ADD)
     return {"moe_router_dtype": spec.moe_router_dtype, "moe_random_logits": spec.moe_router_force_load_balancing,
+            "moe_input_jitter": spec.moe_input_jitter,
             "moe_pre_norm_recompute": not router_graph_drops_norm_recompute(spec),
             "moe_aux_loss": aux, "moe_z_loss": spec.moe_z_loss,
             "moe_router_fp32_topk": version_tuple(spec.megatron_core) >= ROUTER_FP32_TOPK,

@@ -102,6 +102,9 @@ class FrameworkSpec:
     moe_router_force_load_balancing: bool = spec_field(False, doc="--moe-router-force-load-balancing: the router's "
                                                        "logits replaced by a random copy (moe_utils.py: RandomSTE) "
                                                        "for a load-balanced benchmark")
+    moe_input_jitter: bool = spec_field(False, doc=(
+        "--moe-input-jitter-eps given: the router multiplies its input by Uniform(1 - eps, 1 + eps) noise "
+        "(router.py: apply_input_jitter), keeping the noise and the jittered copy for backward"))
     moe_z_loss: bool = spec_field(False, doc="--moe-z-loss-coeff given: the router's z-loss is computed")
     moe_grouped_gemm: bool = spec_field(True, doc="--moe-grouped-gemm (false: SequentialMLP)")
     moe_legacy_grouped_gemm: bool = spec_field(False, doc="--moe-use-legacy-grouped-gemm: Megatron's GroupedMLP "

@@ -111,8 +111,21 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         logits = linear(b, f"{p}.router", upcast(b, f"{p}.router.upcast", src, layer, tags=MOE), n, layer,
                         out_name="logits", tags=MOE)
     else:  # Megatron: router_gating_linear returns the logits in --moe-router-dtype, keeping its 16-bit input
-        logits = linear(b, f"{p}.router", src, n, layer, save=ln, out_name="logits",
-                        out_dtype=b.table.moe_router_dtype or None, tags=MOE)
+        gate_in = src
+        if b.table.moe_input_jitter:  # router.py: apply_input_jitter before the gating GEMM
+            # Uniform.rsample (torch/distributions/uniform.py): rand, · (high − low), + low — three tensors in turn,
+            # none taking a gradient (the bounds are constant tensors)
+            noise: TensorDef | None = None
+            for step in ("rand", "scaled", "noise"):
+                y = b.tensor(f"{p}.router.jitter_{step}", src.shape, src.dtype)
+                b.op(f"{p}.router.jitter_{step}", "jitter_sample", layer, {} if noise is None else {"x": noise},
+                     {"y": y}, tags=MOE).no_grad = True
+                noise = y
+            assert noise is not None
+            gate_in = b.tensor(f"{p}.router.jittered", src.shape, src.dtype)
+            b.op(f"{p}.router.jitter", "jitter_mul", layer, {"x": src, "noise": noise}, {"y": gate_in}, tags=MOE)
+        logits = linear(b, f"{p}.router", gate_in, n, layer, save=ln if gate_in is src else gate_in,
+                        out_name="logits", out_dtype=b.table.moe_router_dtype or None, tags=MOE)
         if b.table.moe_random_logits:  # --moe-router-force-load-balancing: RandomSTE's random copy routes instead
             rnd = b.tensor(f"{p}.router.random_logits", logits.shape, logits.dtype)
             b.op(f"{p}.router.random_logits", "random_logits", layer, {"x": logits}, {"y": rnd}, tags=MOE)
