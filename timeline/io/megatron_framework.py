@@ -273,8 +273,10 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, sm:
             raise UserError(f"--moe-router-fusion with Transformer Engine {te_version}: Megatron-LM raises (TE's "
                             "fused_topk_with_score_function needs TE >= 2.6); drop it or give --te-version 2.6")
         c.put("framework.moe_router_fusion", fused_router, "--moe-router-fusion")
-        # any eps jitters (router.py: `moe_input_jitter_eps is not None`; 0 multiplies by a sampled 1)
-        if a.value("--moe-input-jitter-eps") not in (None, False, "None", "none"):
+        jitter = a.value("--moe-input-jitter-eps")
+        if jitter not in (None, False, "None", "none"):
+            if float(jitter) <= 0:
+                raise UserError(f"--moe-input-jitter-eps {jitter}: give a positive eps, or drop it")
             c.put("framework.moe_input_jitter", True, "--moe-input-jitter-eps")
         if a.flag("--moe-router-force-load-balancing"):  # random logits: the balanced routing the run takes anyway
             c.put("framework.moe_router_force_load_balancing", True, "--moe-router-force-load-balancing")
