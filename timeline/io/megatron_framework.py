@@ -276,7 +276,8 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, sm:
         jitter = a.value("--moe-input-jitter-eps")
         if jitter not in (None, False, "None", "none"):
             if float(jitter) <= 0:
-                raise UserError(f"--moe-input-jitter-eps {jitter}: give a positive eps, or drop it")
+                raise UserError(f"--moe-input-jitter-eps {jitter}: torch's Uniform(1 - eps, 1 + eps) raises (its low must "
+                                "be below its high); give a positive eps, or drop it")
             c.put("framework.moe_input_jitter", True, "--moe-input-jitter-eps")
         if a.flag("--moe-router-force-load-balancing"):  # random logits: the balanced routing the run takes anyway
             c.put("framework.moe_router_force_load_balancing", True, "--moe-router-force-load-balancing")
