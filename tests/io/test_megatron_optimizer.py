@@ -182,3 +182,13 @@ def test_muon_in_the_distributed_optimizer_s_buffers_keeps_the_last_shard_s_matr
     # [22,558,592, 25,781,248) of its buffer, all word embeddings (12 B)
     muon = 786_432 + 3 * 262_144 + 2 * 4_096 + 24 * 524_288
     assert dev.optimizer_bytes == muon * 8 + 3_222_656 * 12 == 151_983_616
+
+
+def test_muon_without_nesterov_keeps_the_same_state():
+    """``--muon-no-use-nesterov`` (main between 879a7a1e33 and 1c8bf21621) only drops the step's
+    ``grad.lerp(momentum)`` copy, a step transient: the run file is the Nesterov run's, the argument named as
+    memory-neutral."""
+    with_ = convert(from_mapping(BASE | {"--optimizer": "muon"}), world_size=2)
+    without = convert(from_mapping(BASE | {"--optimizer": "muon", "--muon-no-use-nesterov": True}), world_size=2)
+    assert without.sections == with_.sections
+    assert "--muon-no-use-nesterov" in without.neutral

@@ -116,9 +116,10 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--min-loss-scale", "--data-parallel-random-init", "--no-initialization",
     ),
     "Muon's scalars (momentum, update scale, Newton-Schulz coefficients; emerging_optimizers "
-    "OrthogonalizedOptimizer.step): the same momentum buffer per parameter": (
-        "--muon-momentum", "--muon-nesterov", "--muon-use-nesterov", "--muon-scale-mode", "--muon-coefficient-type",
-        "--muon-extra-scale-factor",
+    "OrthogonalizedOptimizer.step): the same momentum buffer per parameter (Nesterov's `grad.lerp(momentum)` "
+    "copy, taken or not, is a step transient like the Newton-Schulz tensors)": (
+        "--muon-momentum", "--muon-nesterov", "--muon-use-nesterov", "--muon-no-use-nesterov", "--muon-scale-mode",
+        "--muon-coefficient-type", "--muon-extra-scale-factor",
     ),
     "Muon's Newton-Schulz step, not simulated: its per-parameter working tensors (fp32 momentum copies, the "
     "bf16 iterate and Gram matrices of muon_utils.newton_schulz; under --muon-tp-mode duplicated/distributed the "

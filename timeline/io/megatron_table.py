@@ -374,8 +374,6 @@ REFUSED: dict[str, str] = {
     "--megatron-fsdp-prefetch-recompute-forward-weights": "Megatron-FSDP's weight prefetch for recompute is not modelled",
     "--use-layer-wise-param-layout": "the dev branch's layer-wise DDP layout switch is not modelled as an argument "
                                      "(its compact layout is [framework] layer_wise_layout = \"compact\")",
-    "--muon-no-use-nesterov": "Muon without Nesterov momentum (its update taken from the momentum itself) is not "
-                              "modelled",
     "--distribute-saved-activations": "saved activations distributed over TP ranks are not modelled yet",
     "--spec": "a custom layer spec (--spec MODULE FUNCTION) builds layers timeline does not know (the hybrid "
               "stack, mamba_layer_specs mamba_stack_spec / hybrid_layer_specs hybrid_stack_spec, and BERT's "
