@@ -764,3 +764,58 @@ def test_router_input_jitter_keeps_its_noise_and_the_jittered_copy():
     (made, _, _), (freed, _, _) = life("layers.0.mlp.router.jitter_rand")[:2]
     assert freed < first_backward  # a forward transient
     assert not any(n.startswith("grad:") and "jitter_noise" in n for n in set(names))
+
+
+def test_distributed_checkpoint_inputs_keep_a_tp_chunk_and_gather_it_back():
+    """--distribute-saved-activations (tensor_parallel/random.py: CheckpointFunction): after each full-recompute
+    region's forward its input is copied into a new 1/tp buffer and the whole one released; the backward
+    all-gathers a whole buffer again before the recompute, then releases the chunk. Megatron-LM's own checks
+    (arguments.py: validate_args; transformer_config.py: __post_init__) are refusals."""
+    import tomllib
+    from pathlib import Path
+
+    import numpy as np
+
+    from timeline.io.megatron_write import run_file_text
+    from timeline.io.runfile import run_from_data
+    from timeline.result.build import build_timeline
+
+    full = BASE | {"--tensor-model-parallel-size": 2, "--recompute-granularity": "full",
+                   "--recompute-method": "uniform", "--recompute-num-layers": 1}
+    c = convert_args(full | {"--distribute-saved-activations": True})
+    assert c.sections["recompute"]["distribute_saved"] is True
+    for extra, why in (({"--sequence-parallel": True}, "not with --sequence-parallel"),
+                       ({"--tensor-model-parallel-size": 1}, "give --tensor-model-parallel-size 2"),
+                       ({"--recompute-granularity": "selective"}, "--recompute-granularity full only")):
+        with pytest.raises(UserError, match=f"^--distribute-saved-activations: Megatron-LM rejects the job: .*{why}"):
+            convert_args(full | {"--distribute-saved-activations": True} | extra)
+
+    def timeline_of(conv):
+        text = run_file_text(conv, name="dist", source="<test>", world_size=2)
+        return build_timeline(run_from_data(tomllib.loads(text), Path("<test>/dist.toml")))
+
+    whole = 512 * 2 * 256 * 2  # seq 512 × micro-batch 2 × hidden 256, bf16: the hidden states entering a layer
+    tl, plain = timeline_of(c), timeline_of(convert_args(full))
+    ev = tl.events(0)
+    names = np.array(tl.sim.names)[ev.tensor].astype(str)
+    ops = np.array(tl.sim.names)[ev.op].astype(str)
+    mb0 = ev.microbatch == 0
+
+    def events(name: str) -> list[tuple[int, int, str]]:
+        return [(int(ev.sign[i]), int(ev.size[i]), ops[i]) for i in np.flatnonzero(mb0 & (names == name))]
+
+    # the embedding's output enters layer 0's checkpoint: released at the checkpoint's end, its chunk kept
+    assert events("embedding.dropout.out")[:2] == [(1, whole, "embedding.dropout"),
+                                                   (-1, whole, "checkpoint.full@0.distribute")]
+    assert events("embedding.dropout.out.distributed@full@0")[:2] == [
+        (1, whole // 2, "checkpoint.full@0.distribute"), (-1, whole // 2, "checkpoint.full@0.distribute.recompute")]
+    gathered = events("embedding.dropout.out@recompute")
+    assert gathered[0] == (1, whole, "checkpoint.full@0.distribute.recompute") and gathered[1][0] == -1
+    # the gather comes before the chunk's release (the whole buffer, then the chunk's data replaced)
+    at: dict[tuple[str, int], int] = {}
+    for i in np.flatnonzero(mb0):
+        at.setdefault((names[i], int(ev.sign[i])), int(i))
+    assert at[("embedding.dropout.out@recompute", 1)] < at[("embedding.dropout.out.distributed@full@0", -1)]
+    # pp 1: both peak at the first micro-batch's loss, with the four layers' stashes live, each half as large
+    assert tl.peak_context(0)["action"] == plain.peak_context(0)["action"] == "0F0"
+    assert plain.peak(0).allocated_bytes - tl.peak(0).allocated_bytes == 4 * (whole - whole // 2)

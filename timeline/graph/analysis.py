@@ -110,6 +110,12 @@ def analyse(ops: list[FOp], table: SaveRules, regions: list[Region]) -> Analysis
                 a.dropped[s] = r
     for r, reg in enumerate(regions):  # a checkpoint keeps its inputs (unless another region re-creates them)
         members = set(reg.ops)
+        if reg.distributed is not None:  # it keeps a 1/tp chunk of its input instead; the gather re-creates it
+            whole, chunk = reg.distributed
+            a.dropped[whole.storage] = r
+            a.savers[chunk.storage].append(Saver(op=a.producer[chunk.storage], wgrad=False, region=r, source=(
+                "distributed checkpoint input (megatron/core/tensor_parallel/random.py: CheckpointFunction, "
+                "split_tensor_into_1d_equal_chunks)")))
         for i in reg.ops:
             for t in ops[i].inputs.values():
                 p = a.producer.get(t.storage)

@@ -39,7 +39,7 @@ from timeline.graph.families import (
 from timeline.graph.ir import Builder, Dims, FOp
 from timeline.graph.offload import offload_groups
 from timeline.graph.ops import ChunkTemplate, Op, OpCost, SavedTensor
-from timeline.graph.recompute import recompute_regions
+from timeline.graph.recompute import distribute_inputs, recompute_regions
 from timeline.graph.tensors import Category, TensorDef
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
@@ -272,6 +272,8 @@ def _analysis(source: AnalyticSource, chunk: int, pp_rank: int | None) -> Analys
     regions = recompute_regions(source.recompute, ops, layers, rank, moe_split=ctx.structure.full_recompute_moe_split)
     # a checkpoint over ops no gradient reaches (a frozen ViT) is never recomputed: its output takes no gradient
     regions = [r for r in regions if not all(ops[i].no_grad for i in r.ops)]
+    if source.recompute.distribute_saved and source.recompute.policy == "full" and regions:
+        ops, regions = distribute_inputs(ops, regions, par.tp)
     return analyse(ops, ctx.saved, regions)
 
 

@@ -60,10 +60,25 @@ def _source_dtype(a: Analysis, t: TensorDef) -> str | None:
     return ins[0].dtype if ins else None
 
 
+def gather_unit(a: Analysis, r: int) -> Unit | None:
+    """Region ``r``'s all-gather of its distributed input (``CheckpointFunction.backward``:
+    ``gather_split_1d_tensor`` into a new whole buffer, the chunk released), before its recompute; None where the
+    region keeps its input whole."""
+    distributed = a.regions[r].distributed
+    if distributed is None:
+        return None
+    whole, chunk = distributed
+    d = a.producer[chunk.storage]
+    gathered = replace(whole, name=f"{whole.name}@recompute", storage=rc_storage(whole.storage),
+                       category=Category.RECOMPUTE)
+    return Unit("R", a.ops[d], d, allocs=[gathered], needs=[chunk.storage])
+
+
 def _recompute_units(a: Analysis, r: int) -> list[Unit]:
     reg = a.regions[r]
     members = set(reg.ops)
-    units = []
+    gather = gather_unit(a, r)
+    units = [] if gather is None else [gather]
     for i in reg.ops:
         op = a.ops[i]
         u = Unit("R", op, i)

@@ -12,15 +12,18 @@ layers of each chunk (Megatron ``TransformerBlock._checkpointed_forward``), ``bl
 ``num_layers`` layers of each chunk one by one; ``num_layers`` may be one value per pipeline
 rank. Where the profile's structure says so (``full_recompute_moe_split``: the paper) a MoE layer's
 attention and MoE sub-blocks are checkpointed apart.
-MTP layers are never fully recomputed. This module does not build backward ops.
+MTP layers are never fully recomputed. Under ``distribute_saved`` (Megatron's
+``--distribute-saved-activations``) each full region keeps its input as a 1/tp chunk
+(:func:`distribute_inputs`). This module does not build backward ops.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from timeline.graph.ir import FOp
+from timeline.graph.tensors import Category, TensorDef
 from timeline.spec.run import RecomputeSpec
 
 #: modules Megatron checkpoints with CheckpointWithoutOutput (outputs discarded, recomputed)
@@ -32,6 +35,9 @@ class Region:
     name: str
     ops: tuple[int, ...]  # forward op indices, ascending and contiguous
     discard_output: bool
+    #: distribute_saved: the region's input (its first op's first dataflow input) and the 1/tp chunk of it the
+    #: checkpoint keeps instead, made by the op right after the region (:func:`distribute_inputs`)
+    distributed: tuple[TensorDef, TensorDef] | None = None
 
 
 def _runs(ops: Sequence[FOp], tag: str) -> list[tuple[int, ...]]:
@@ -89,3 +95,37 @@ def recompute_regions(spec: RecomputeSpec, ops: Sequence[FOp], layers: Sequence[
         else:
             out.append(Region(f"full@{g[0]}", idx, False))
     return out
+
+
+def distribute_inputs(ops: Sequence[FOp], regions: Sequence[Region], tp: int) -> tuple[list[FOp], list[Region]]:
+    """``ops`` and full-recompute ``regions`` under Megatron's ``--distribute-saved-activations``.
+
+    ``CheckpointFunction.forward`` (``megatron/core/tensor_parallel/random.py``, core_v0.12.0 … d98e8a64dd; TE's
+    ``distributed.checkpoint`` alike under FP8) runs the region without gradients, then replaces the data of its
+    first argument — the hidden states entering the region — by this rank's ``numel // tp`` elements of it
+    (``split_tensor_into_1d_equal_chunks(new_buffer=True)``: a new buffer, the whole one released) and saves that.
+    Its backward all-gathers the chunk into a whole tensor again (``gather_split_1d_tensor``) before the
+    recompute. Each region gets an op right after it that reads the input and makes the chunk (no gradient);
+    the analysis drops the input (the gather re-creates it: :func:`timeline.graph.backward.gather_unit`) and keeps
+    the chunk."""
+    out: list[FOp] = []
+    moved: list[Region] = []
+    at = 0
+    index: dict[int, int] = {}
+    for r in regions:
+        while at <= r.ops[-1]:
+            index[at] = len(out)
+            out.append(ops[at])
+            at += 1
+        first = ops[r.ops[0]]
+        x = first.dataflow_inputs()[0]
+        numel = 1
+        for d in x.shape:
+            numel *= d
+        shard = TensorDef(name=f"{x.name}.distributed", shape=(numel // tp,), dtype=x.dtype,
+                          category=Category.ACTIVATIONS, module=x.module, storage=f"{x.storage}.distributed@{r.name}")
+        out.append(FOp(name=f"checkpoint.{r.name}.distribute", module=x.module, layer=first.layer,
+                       rule="distribute_saved", inputs={"x": x}, outputs={"chunk": shard}, no_grad=True))
+        moved.append(replace(r, ops=tuple(index[i] for i in r.ops), distributed=(x, shard)))
+    out += ops[at:]
+    return out, moved

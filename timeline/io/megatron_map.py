@@ -803,3 +803,23 @@ def map_training(a: ArgReader, c: Conversion, dp: int) -> None:
         c.put("recompute.modules", [str(x) for x in mods], "--recompute-modules")
     elif gran is not None:
         raise UserError(f"--recompute-granularity {gran}: use full or selective")
+    if a.flag("--distribute-saved-activations"):
+        distribute_saved(a, c, gran)
+
+
+def distribute_saved(a: ArgReader, c: Conversion, granularity: str | None) -> None:
+    """``--distribute-saved-activations``: ``[recompute] distribute_saved``, after the checks Megatron-LM makes
+    (``arguments.py: validate_args``, core_v0.12.0 … d98e8a64dd: tp > 1, full granularity, a recompute method;
+    ``transformer_config.py: __post_init__``: no sequence parallelism)."""
+    why = None
+    if a.int("--tensor-model-parallel-size", 1) < 2:
+        why = "it distributes over the tensor-parallel ranks; give --tensor-model-parallel-size 2 or more"
+    elif granularity != "full":
+        why = "it applies to --recompute-granularity full only"
+    elif a.value("--recompute-method") in (None, "None"):
+        why = "it needs a --recompute-method (uniform or block)"
+    elif a.flag("--sequence-parallel"):
+        why = "not with --sequence-parallel (the hidden states are already split)"
+    if why:
+        raise UserError(f"--distribute-saved-activations: Megatron-LM rejects the job: {why}, or drop the flag")
+    c.put("recompute.distribute_saved", True, "--distribute-saved-activations")

@@ -63,6 +63,8 @@ MAPPED: dict[str, str] = {
     "--padded-vocab-size": "model.vocab_size as given, unpadded (framework.make_vocab_size_divisible_by = 1)",
     "--load-main-params-from-ckpt": "training.resumed = false (with --no-load-optim, which Megatron-LM asserts: "
                                     "reload_model_params copies the loaded state dict's main parameters in place)",
+    "--distribute-saved-activations": "recompute.distribute_saved (tensor_parallel/random.py: CheckpointFunction "
+                                      "keeps each full-recompute checkpoint's input as a 1/tp chunk)",
     "--moe-input-jitter-eps": "framework.moe_input_jitter (router.py: apply_input_jitter's noise and jittered copy)",
     "--pretrained-checkpoint": "training.resumed = false with framework.checkpoint_format (checkpointing.py: "
                                "load_checkpoint falls back to it as a finetune — weights only — where --load holds "
@@ -374,7 +376,6 @@ REFUSED: dict[str, str] = {
     "--megatron-fsdp-prefetch-recompute-forward-weights": "Megatron-FSDP's weight prefetch for recompute is not modelled",
     "--use-layer-wise-param-layout": "the dev branch's layer-wise DDP layout switch is not modelled as an argument "
                                      "(its compact layout is [framework] layer_wise_layout = \"compact\")",
-    "--distribute-saved-activations": "saved activations distributed over TP ranks are not modelled yet",
     "--spec": "a custom layer spec (--spec MODULE FUNCTION) builds layers timeline does not know (the hybrid "
               "stack, mamba_layer_specs mamba_stack_spec / hybrid_layer_specs hybrid_stack_spec, and BERT's "
               "--spec local are modelled)",

@@ -176,6 +176,10 @@ RULES: dict[str, SaveRule] = {
     "rope": SaveRule(source=f"{TE}/attention/rope.py: FusedRoPEFunc saves freqs; {MC}/fusions/"
                             "fused_mla_yarn_rope_apply.py: ApplyMLARotaryEmbQ/KV save cos, sin"),
     "add": SaveRule(source="residual add keeps nothing"),
+    "distribute_saved": SaveRule(source=f"{MC}/tensor_parallel/random.py: CheckpointFunction.forward — "
+                                        "split_tensor_into_1d_equal_chunks(new_buffer=True) copies this rank's "
+                                        "1/tp of the checkpoint's input into a new buffer under no gradient; the "
+                                        "checkpoint keeps that chunk (graph/analysis.py)"),
     "jitter_sample": SaveRule(source=f"{MC}/transformer/moe/router.py: apply_input_jitter — Uniform(1 - eps, "
                                      "1 + eps).rsample(input.shape) (torch/distributions/uniform.py: low + rand · "
                                      "(high - low)) under no gradient: its rand and product die at once"),

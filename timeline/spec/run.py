@@ -158,6 +158,10 @@ class RecomputeSpec:
     modules: tuple[str, ...] = spec_field(("core_attn",), choices=RECOMPUTE_MODULES)
     method: str = spec_field("uniform", choices=("uniform", "block"))
     num_layers: int | tuple[int, ...] = spec_field(1, nonneg=True, maximum=MAX_LAYERS)
+    distribute_saved: bool = spec_field(False, doc=(
+        "Megatron --distribute-saved-activations: full recompute keeps each checkpoint's input as this rank's "
+        "1/tp chunk and all-gathers it back before the recompute (tensor_parallel/random.py: CheckpointFunction); "
+        "needs policy = \"full\", tp > 1 and no sequence parallelism"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -166,6 +166,9 @@ def validate_run(run: RunSpec, limits: Mapping[str, ProfileLimits]) -> list[tupl
     """Every problem of ``run``; ``limits``: every profile's limits by name
     (``timeline.profiles.LIMITS``). A door (``tests/test_layering.py``): validation reads a whole run."""
     before, after = validate_all_but_recompute(run, limits)
+    if run.recompute.distribute_saved and (run.profile != "megatron" or run.trace is not None):
+        after = [*after, ("recompute.distribute_saved", 'is Megatron-LM\'s, modelled with profile = "megatron" '
+                          "(no captured trace) only; remove it")]
     return before + run_recompute_problems(run.recompute, run.parallel, run.model, before) + after + \
         offload_problems(run.offload, run.model, run.framework, run.recompute, run.schedule, profile=run.profile,
                          traced=run.trace is not None)
@@ -477,6 +480,16 @@ def run_recompute_problems(rc: RecomputeSpec, par: ParallelSpec, m: ModelSpec,
              f"(pp = {par.pp}) or a single integer"))
     elif not any(k == "parallel.layout" for k, _ in before):
         problems += recompute_problems(rc, par, m.num_hidden_layers)
+    if rc.distribute_saved:  # Megatron-LM arguments.py: validate_args; transformer_config.py: __post_init__
+        if rc.policy != "full":
+            add(("recompute.distribute_saved", f'distributes full recompute\'s checkpoint inputs; policy is '
+                 f'"{rc.policy}": use policy = "full" or remove it'))
+        elif par.tp < 2:
+            add(("recompute.distribute_saved", "splits each checkpoint input over the tensor-parallel ranks; "
+                 "tp = 1: use tp > 1 or remove it"))
+        elif par.sp:
+            add(("recompute.distribute_saved", "Megatron-LM refuses it with sequence parallelism (the input is "
+                 "already split): set parallel.sp = false or remove it"))
     if rc.policy == "selective":
         if "mla_up_proj" in rc.modules and not m.is_mla:
             add(("recompute.modules", f'"mla_up_proj" needs an MLA model; {m.name} has none'))
