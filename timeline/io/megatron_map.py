@@ -391,6 +391,7 @@ def map_model(a: ArgReader, c: Conversion, family: str | None = None, *, megatro
         c.put("model.qk_rope_head_dim", a.int("--qk-pos-emb-head-dim", 64), "--qk-pos-emb-head-dim")
         c.put("model.v_head_dim", a.int("--v-head-dim", 128), "--v-head-dim")
         a.flag("--qk-layernorm")  # MLA's q/kv latent norms: always built by the MLA layers
+    map_rotary(a, c)
     map_linear_attention(a, c, layers)
     experts = a.int("--num-experts")
     if experts:
@@ -823,3 +824,33 @@ def distribute_saved(a: ArgReader, c: Conversion, granularity: str | None) -> No
     if why:
         raise UserError(f"--distribute-saved-activations: Megatron-LM rejects the job: {why}, or drop the flag")
     c.put("recompute.distribute_saved", True, "--distribute-saved-activations")
+
+
+def map_rotary(a: ArgReader, c: Conversion) -> None:
+    """What sizes the rotary embeddings' cached tables (``profiles/megatron_workspaces.py: rotary_caches``):
+    ``--rotary-percent`` (the rotated share of a head, ``model.partial_rotary_factor``), ``--no-rope-fusion`` (MLA's),
+    ``--rope-type`` of MLA layers (argument_utils.py: another type than rope needs MLA) and dev's
+    ``--original-max-position-embeddings`` (MLATransformerConfig's, 4096 by default)."""
+    percent = a.float("--rotary-percent", 1.0)
+    if not 0.0 < percent <= 1.0:
+        raise UserError(f"--rotary-percent {percent}: give a share in (0, 1]")
+    if percent != 1.0:
+        c.put("model.partial_rotary_factor", percent, "--rotary-percent")
+    pos = "rope" if a.flag("--use-rotary-position-embeddings") else a.str("--position-embedding-type",
+                                                                            "learned_absolute")
+    mla = a.flag("--multi-latent-attention")
+    # arguments.py: validate_args sets apply_rope_fusion False unless the position embedding is rope
+    # (core_v0.12.0 … d98e8a64dd); it sizes nothing but an MLA layer's YaRN tables
+    if mla and (a.flag("--no-rope-fusion") or pos != "rope"):
+        c.put("framework.rope_fusion", False, "--no-rope-fusion", "--position-embedding-type")
+    rope_type = a.str("--rope-type", "")
+    if rope_type not in ("", "None", "rope", "yarn"):
+        raise UserError(f"--rope-type {rope_type}: use rope or yarn")
+    if rope_type == "yarn" and not mla:
+        raise UserError("--rope-type yarn without --multi-latent-attention: Megatron-LM rejects it (\"Common "
+                        "attention only support rope_type=\"rope\"\"); use --position-embedding-type yarn")
+    if rope_type == "rope" and mla:
+        c.put("framework.mla_rope_type", "rope", "--rope-type")
+    original = a.int("--original-max-position-embeddings")
+    if original:
+        c.put("framework.yarn_original_max_positions", original, "--original-max-position-embeddings")

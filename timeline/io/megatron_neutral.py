@@ -177,8 +177,8 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
     ),
     "numerics: values, scales, epsilons and kernels with the same saved tensors; every tensor keeps its shape "
     "and dtype": (
-        "--norm-epsilon", "--apply-layernorm-1p", "--no-persist-layer-norm", "--rotary-base", "--rotary-percent",
-        "--rotary-interleaved", "--rotary-scaling-factor", "--no-rope-fusion", "--mscale", "--mscale-all-dim",
+        "--norm-epsilon", "--apply-layernorm-1p", "--no-persist-layer-norm", "--rotary-base",
+        "--rotary-interleaved", "--rotary-scaling-factor", "--mscale", "--mscale-all-dim",
         "--no-bias-gelu-fusion",
         "--no-bias-dropout-fusion", "--moe-router-topk-scaling-factor", "--moe-router-bias-update-rate",
         "--moe-router-num-groups", "--moe-router-group-topk", "--mtp-loss-scaling-factor", "--use-flash-attn",
@@ -186,7 +186,7 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--no-yarn-correction-range-round-to-int", "--yarn-correction-range-round-to-int", "--max-tokens-to-oom",
         "--use-transformer-engine-op-fuser",
         "--disable-bf16-reduced-precision-matmul", "--use-cpu-initialization", "--rope-scaling-factor",
-        "--use-rope-scaling", "--rotary-seq-len-interpolation-factor", "--no-rope-freq", "--rope-type",
+        "--use-rope-scaling", "--rotary-seq-len-interpolation-factor", "--no-rope-freq",
         "--moe-token-drop-policy",
     ),
     "MTP's stage is the layout's: core/transformer/transformer_config.py: TransformerConfig.__post_init__ sets "

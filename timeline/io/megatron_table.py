@@ -65,6 +65,9 @@ MAPPED: dict[str, str] = {
                                     "reload_model_params copies the loaded state dict's main parameters in place)",
     "--distribute-saved-activations": "recompute.distribute_saved (tensor_parallel/random.py: CheckpointFunction "
                                       "keeps each full-recompute checkpoint's input as a 1/tp chunk)",
+    **dict.fromkeys(("--rotary-percent", "--no-rope-fusion", "--rope-type", "--original-max-position-embeddings"),
+                    "the rotary embeddings' cached tables (model.partial_rotary_factor, framework.rope_fusion, "
+                    "mla_rope_type, yarn_original_max_positions: profiles/megatron_workspaces.py rotary_caches)"),
     "--moe-input-jitter-eps": "framework.moe_input_jitter (router.py: apply_input_jitter's noise and jittered copy)",
     "--pretrained-checkpoint": "training.resumed = false with framework.checkpoint_format (checkpointing.py: "
                                "load_checkpoint falls back to it as a finetune — weights only — where --load holds "
@@ -357,7 +360,6 @@ REFUSED: dict[str, str] = {
     "--fallback-to-eager-attn": "TE's eager attention fallback (its s² softmax) is not modelled as chosen at run time",
     "--mrope-interleaved": "multimodal RoPE (interleaved sections) is not modelled",
     "--rotary-base-per-layer": "a rotary base per layer (its per-layer cos/sin caches) is not modelled",
-    "--original-max-position-embeddings": "RoPE scaling from an original context length (YaRN-style) is not modelled",
     "--pad-packed-seq-alignment": "packed (THD) sequences are not modelled",
     "--sequence-packing-scheduler": "packed (THD) sequences are not modelled",
     "--thd-max-packed-sequences": "packed (THD) sequences are not modelled",

@@ -257,6 +257,73 @@ def torch_gemm_ops(fw: FrameworkSpec, m: ModelSpec, *, holds_head: bool, has_moe
     return "|".join(parts)
 
 
+#: functools.lru_cache(maxsize=32) on RotaryEmbedding.forward and YarnRotaryEmbedding.forward: one cache per
+#: function, shared by every instance of the class in the process
+ROPE_LRU = 32
+
+
+def rotary_caches(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par: ParallelSpec,
+                  tensors: Sequence[ParamTensor]) -> list[tuple[str, int, str]]:
+    """(name, bytes, source) of the rotary embeddings' persistent tensors on one device.
+
+    - ``RotaryEmbedding.forward`` (``models/common/embeddings/rotary_pos_embedding.py``) and
+      ``YarnRotaryEmbedding.forward`` (``yarn_rotary_pos_embedding.py``) are ``lru_cache(maxsize=32)`` methods: the
+      fp32 ``[s/cp, 1, 1, d]`` table each instance returns for the training sequence stays referenced by the
+      cache (``get_pos_emb_on_this_cp_rank`` slices it to this CP rank first). GPTModel (and HybridModel) builds one
+      instance per model chunk for a non-MLA rope model (``d``: the head dim times ``--rotary-percent``); each
+      MLA layer builds its own (``multi_latent_attention.py``, ``d = qk_pos_emb_head_dim``).
+    - An MLA layer's YarnRotaryEmbedding (``--rope-type yarn``, MLATransformerConfig's default), from Megatron-Core
+      0.13 (23e6471569, 2025-06-02): ``__init__`` registers fp32 ``cos_cached`` / ``sin_cached`` buffers of
+      ``original_max_position_embeddings / cp`` rows through ``forward`` (whose cached result stays until 0.16:
+      5153663876, 2025-11-26, clears the cache in ``__init__``). Under RoPE fusion the layer's
+      ``get_cached_cos_sin`` re-registers them in the activations' dtype over the training sequence, with that
+      ``forward`` call's result cached (the construction's entry when both sequences are equal, before 0.16);
+      without fusion the layer calls ``forward`` with another signature, a second entry.
+    The caches hold at most 32 entries per class, the most recent kept: the training calls' ones, then the
+    latest constructions'."""
+    mc = version_tuple(fw.megatron_core)
+    cp, s = par.cp, tr.seq_len
+    out: list[tuple[str, int, str]] = []
+    emb = f"{MC}/models/common/embeddings"
+
+    def rows(n: int) -> int:
+        return n // cp if cp > 1 else n
+
+    if not m.is_mla:  # an MLA layer builds its rotary embedding whatever the model's position embedding
+        if m.position_embedding != "rope":
+            return out
+        d = int(m.attn_head_dim * m.partial_rotary_factor)
+        chunks = min(par.vpp, ROPE_LRU)
+        out.append(("workspace.rotary_pos_emb", chunks * rows(s) * d * 4,
+                    f"{emb}/rotary_pos_embedding.py: RotaryEmbedding.forward (lru_cache), one per model chunk"))
+        return out
+    n = sum(1 for t in tensors if t.name.endswith("kv_a_proj.rope.weight"))  # the device's MLA layers, MTP's too
+    if not n:
+        return out
+    d = m.qk_rope_head_dim
+    table = rows(s) * d * 4
+    if fw.mla_rope_type == "rope":
+        out.append(("workspace.rotary_pos_emb", min(n, ROPE_LRU) * table,
+                    f"{emb}/rotary_pos_embedding.py: RotaryEmbedding.forward (lru_cache), one per MLA layer"))
+        return out
+    yarn = f"{emb}/yarn_rotary_pos_embedding.py"
+    orig = fw.yarn_original_max_positions
+    fused = fw.rope_fusion and mc >= (0, 13)
+    init_entries = 0
+    if mc >= (0, 13):
+        if fused:  # cos/sin re-registered over the training sequence, in the activations' dtype
+            out.append(("workspace.yarn_cos_sin", n * 2 * rows(s) * d * DTYPE_BYTES[tr.dtype],
+                        f"{yarn}: _set_cos_sin_cache via get_cached_cos_sin (multi_latent_attention.py)"))
+        else:
+            out.append(("workspace.yarn_cos_sin", n * 2 * rows(orig) * d * 4,
+                        f"{yarn}: YarnRotaryEmbedding.__init__ _set_cos_sin_cache"))
+        if mc < (0, 16) and not (fused and s == orig):  # the construction's forward entry, not cleared
+            init_entries = min(n, max(0, ROPE_LRU - n))
+    out.append(("workspace.yarn_rotary_pos_emb", min(n, ROPE_LRU) * table + init_entries * rows(orig) * d * 4,
+                f"{yarn}: YarnRotaryEmbedding.forward (lru_cache), one per MLA layer"))
+    return out
+
+
 def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par: ParallelSpec, sm: int, *,
                           holds_head: bool, has_moe: bool,
                           tensors: Sequence[ParamTensor] = ()) -> list[tuple[str, int, str, str]]:
@@ -304,6 +371,7 @@ def persistent_workspaces(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par
         made = "start" if tr.fp8_param_gather else "first_step"
         out += [(name, size, src, made) for name, size, src in
                 amax_histories(tensors, history=tr.fp8_amax_history_len, grouped_experts=fw.moe_grouped_gemm)]
+    out += [(name, size, src, "start") for name, size, src in rotary_caches(fw, m, tr, par, tensors) if size]
     mask = te_causal_mask_bytes(fw, m, tr, par)
     if mask:
         out.append(("workspace.te_causal_mask", mask, f"{TE}/pytorch/attention/dot_product_attention/softmax.py: "

@@ -105,6 +105,15 @@ class FrameworkSpec:
     moe_input_jitter: bool = spec_field(False, doc=(
         "--moe-input-jitter-eps given: the router multiplies its input by Uniform(1 - eps, 1 + eps) noise "
         "(router.py: apply_input_jitter), keeping the noise and the jittered copy for backward"))
+    rope_fusion: bool = spec_field(True, doc=(
+        "Megatron's apply_rope_fusion (false: --no-rope-fusion); an MLA layer's YaRN RoPE then keeps its cos/sin in "
+        "the activations' dtype over the training sequence (multi_latent_attention.py: get_cached_cos_sin)"))
+    mla_rope_type: str = spec_field("yarn", choices=("yarn", "rope"), doc=(
+        "Megatron --rope-type for MLA layers: each builds a YarnRotaryEmbedding (yarn, MLATransformerConfig's "
+        "default) or a RotaryEmbedding (rope) of its own"))
+    yarn_original_max_positions: int = spec_field(4096, positive=True, maximum=2**30, doc=(
+        "the context a YaRN rotary embedding caches its cos/sin for at construction (MLATransformerConfig."
+        "original_max_position_embeddings; --yarn-original-max-position-embeddings for a GPT-level yarn)"))
     moe_z_loss: bool = spec_field(False, doc="--moe-z-loss-coeff given: the router's z-loss is computed")
     moe_grouped_gemm: bool = spec_field(True, doc="--moe-grouped-gemm (false: SequentialMLP)")
     moe_legacy_grouped_gemm: bool = spec_field(False, doc="--moe-use-legacy-grouped-gemm: Megatron's GroupedMLP "
