@@ -819,3 +819,48 @@ def test_distributed_checkpoint_inputs_keep_a_tp_chunk_and_gather_it_back():
     # pp 1: both peak at the first micro-batch's loss, with the four layers' stashes live, each half as large
     assert tl.peak_context(0)["action"] == plain.peak_context(0)["action"] == "0F0"
     assert plain.peak(0).allocated_bytes - tl.peak(0).allocated_bytes == 4 * (whole - whole // 2)
+
+
+def test_probs_applied_on_the_experts_input_keep_the_weighted_copy():
+    """--moe-apply-probs-on-input (experts.py, 4ca43093f8 on: Llama 4's top-1 routing): `permuted_probs *
+    permuted_local_hidden_states` in the promoted dtype — fp32 under --moe-router-dtype fp32 — cast back to bf16,
+    which fc1 keeps; the multiply keeps the permuted input and the probs; the activation gets ones."""
+    import tomllib
+    from pathlib import Path
+
+    import numpy as np
+
+    from timeline.io.megatron_write import run_file_text
+    from timeline.io.runfile import run_from_data
+    from timeline.result.build import build_timeline
+
+    moe = BASE | {"--num-experts": 4, "--moe-router-topk": 1, "--moe-token-dispatcher-type": "alltoall",
+                  "--moe-grouped-gemm": True, "--moe-router-dtype": "fp32"}
+    c = convert_args(moe | {"--moe-apply-probs-on-input": True})
+    assert c.sections["framework"]["moe_apply_probs_on_input"] is True
+    with pytest.raises(UserError, match="^--moe-apply-probs-on-input with --moe-router-topk other than 1"):
+        convert_args(moe | {"--moe-apply-probs-on-input": True, "--moe-router-topk": 2})
+
+    def timeline_of(conv):
+        text = run_file_text(conv, name="probs", source="<test>", world_size=2)
+        return build_timeline(run_from_data(tomllib.loads(text), Path("<test>/probs.toml")))
+
+    tl = timeline_of(c)
+    ev = tl.events(0)
+    names = np.array(tl.sim.names)[ev.tensor].astype(str)
+    first_backward = min(s.start_us for s in tl.sim.spans[0] if s.kind in ("B", "I"))
+
+    def life(name: str) -> tuple[float, float, int]:
+        (made, size), (freed, _) = [(float(ev.t_us[i]), int(ev.size[i])) for i in np.flatnonzero(names == name)][:2]
+        return made, freed, size
+
+    rows = 2 * 512  # micro-batch 2 × 512 tokens, top-1, one rank's tokens
+    made, freed, size = life("layers.0.mlp.experts.probs_on_input")
+    assert size == rows * 256 * 4 and freed < first_backward  # the fp32 product: a forward transient
+    made, freed, size = life("layers.0.mlp.experts.probs_on_input.cast")
+    assert size == rows * 256 * 2 and made < first_backward <= freed  # the bf16 copy fc1 keeps
+    plain = timeline_of(convert_args(moe))
+    # at the same instant (the last micro-batch's loss), each of the four MoE layers holds the bf16 weighted copy and
+    # the fp32 ones beyond the plain run (the input and the probs were kept anyway)
+    assert tl.peak_context(0)["action"] == plain.peak_context(0)["action"]
+    assert tl.peak(0).allocated_bytes - plain.peak(0).allocated_bytes == 4 * (rows * 256 * 2 + rows * 4)

@@ -279,6 +279,11 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, sm:
                 raise UserError(f"--moe-input-jitter-eps {jitter}: torch's Uniform(1 - eps, 1 + eps) raises (its low must "
                                 "be below its high); give a positive eps, or drop it")
             c.put("framework.moe_input_jitter", True, "--moe-input-jitter-eps")
+        if a.flag("--moe-apply-probs-on-input"):  # experts.py asserts top-1 routing
+            if a.int("--moe-router-topk", 2) != 1:
+                raise UserError("--moe-apply-probs-on-input with --moe-router-topk other than 1: Megatron-LM's "
+                                "experts assert top-1 routing (experts.py); give --moe-router-topk 1")
+            c.put("framework.moe_apply_probs_on_input", True, "--moe-apply-probs-on-input")
         if a.flag("--moe-router-force-load-balancing"):  # random logits: the balanced routing the run takes anyway
             c.put("framework.moe_router_force_load_balancing", True, "--moe-router-force-load-balancing")
         c.put("framework.moe_grouped_gemm", a.flag("--moe-grouped-gemm"), "--moe-grouped-gemm")

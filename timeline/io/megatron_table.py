@@ -68,6 +68,8 @@ MAPPED: dict[str, str] = {
     **dict.fromkeys(("--rotary-percent", "--no-rope-fusion", "--rope-type", "--original-max-position-embeddings"),
                     "the rotary embeddings' cached tables (model.partial_rotary_factor, framework.rope_fusion, "
                     "mla_rope_type, yarn_original_max_positions: profiles/megatron_workspaces.py rotary_caches)"),
+    "--moe-apply-probs-on-input": "framework.moe_apply_probs_on_input (experts.py: the permuted input times the "
+                                  "probs before fc1)",
     "--moe-input-jitter-eps": "framework.moe_input_jitter (router.py: apply_input_jitter's noise and jittered copy)",
     "--pretrained-checkpoint": "training.resumed = false with framework.checkpoint_format (checkpointing.py: "
                                "load_checkpoint falls back to it as a finetune — weights only — where --load holds "
@@ -311,7 +313,6 @@ REFUSED: dict[str, str] = {
     "--heterogeneous-layers-config-path": "heterogeneous per-layer configurations are not modelled",
     "--heterogeneous-layers-config-encoded-json": "heterogeneous per-layer configurations are not modelled",
     "--sft": "SFT's " + _PACKED, "--dataloader-inter-document-masking": _PACKED,
-    "--moe-apply-probs-on-input": "router probabilities applied to the experts' input (experts.py) are not modelled",
     "--moe-router-force-biased": "biased random router logits (moe_utils.py: apply_biased_logits) are not modelled",
     "--moe-expert-rank-capacity-factor": "a per-rank token capacity (token_dispatcher.py) is not modelled",
     "--moe-extended-tp": "extended expert tensor parallelism is not modelled",

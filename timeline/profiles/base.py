@@ -211,6 +211,7 @@ class Structure:
     moe_router_dtype: str = ""  # "fp32" | "fp64": Megatron's router GEMM returns logits in that dtype and every
     # router tensor after it (scores, probs, the dispatcher's probs) follows; "": the activations' dtype
     moe_input_jitter: bool = False  # --moe-input-jitter-eps: the router's input times sampled noise (moe.py)
+    moe_probs_on_input: bool = False  # --moe-apply-probs-on-input: the experts' input times the probs (moe.py)
     moe_random_logits: bool = False  # --moe-router-force-load-balancing: the router's logits are replaced by a
     # random copy of them (graph/families/moe.py)
     moe_pre_norm_recompute: bool = True  # "layernorm" recompute reaches an MoE layer's pre-MLP norm; Megatron

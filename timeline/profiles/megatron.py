@@ -185,6 +185,11 @@ RULES: dict[str, SaveRule] = {
                                      "(high - low)) under no gradient: its rand and product die at once"),
     "jitter_mul": SaveRule(saves=("in:noise",), source=f"{MC}/transformer/moe/router.py: `input * noise` — "
                                                        "MulBackward0 keeps the noise (the input's gradient needs it)"),
+    "probs_on_input": SaveRule(saves=("in:x", "in:probs"), source=f"{MC}/transformer/moe/experts.py: "
+                               "TEGroupedMLP / SequentialMLP / GroupedMLP.forward under moe_apply_probs_on_input "
+                               "(4ca43093f8 on) — `permuted_probs * permuted_local_hidden_states`: MulBackward0 keeps "
+                               "both (each takes a gradient), the product in the promoted dtype"),
+    "ones_like": SaveRule(source=f"{MC}/transformer/moe/experts.py: `torch.ones_like(permuted_probs)` (no gradient)"),
     "scale": SaveRule(source=f"{MC}/models/common/embeddings/language_model_embedding.py and language_module/"
                              "language_module.py: _scale_logits under use_mup — `x * mult` with a Python float "
                              "(torch derivatives.yaml mul.Scalar: MulBackward1 keeps nothing), a new tensor"),
@@ -433,7 +438,7 @@ def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
     index_add = (spec.deterministic_algorithms and not spec.moe_permute_fusion
                  and version_tuple(spec.megatron_core) >= UNPERMUTE_INDEX_ADD)
     return {"moe_router_dtype": spec.moe_router_dtype, "moe_random_logits": spec.moe_router_force_load_balancing,
-            "moe_input_jitter": spec.moe_input_jitter,
+            "moe_input_jitter": spec.moe_input_jitter, "moe_probs_on_input": spec.moe_apply_probs_on_input,
             "moe_pre_norm_recompute": not router_graph_drops_norm_recompute(spec),
             "moe_aux_loss": aux, "moe_z_loss": spec.moe_z_loss,
             "moe_router_fp32_topk": version_tuple(spec.megatron_core) >= ROUTER_FP32_TOPK,

@@ -105,6 +105,10 @@ class FrameworkSpec:
     moe_input_jitter: bool = spec_field(False, doc=(
         "--moe-input-jitter-eps given: the router multiplies its input by Uniform(1 - eps, 1 + eps) noise "
         "(router.py: apply_input_jitter), keeping the noise and the jittered copy for backward"))
+    moe_apply_probs_on_input: bool = spec_field(False, doc=(
+        "--moe-apply-probs-on-input (top-1 routing, Llama 4): the experts multiply their permuted input by the "
+        "probs before fc1 (experts.py), keeping the input, the probs and the weighted copy; the activation gets "
+        "ones"))
     rope_fusion: bool = spec_field(True, doc=(
         "Megatron's apply_rope_fusion (false: --no-rope-fusion); an MLA layer's YaRN RoPE then keeps its cos/sin in "
         "the activations' dtype over the training sequence (multi_latent_attention.py: get_cached_cos_sin)"))

@@ -168,12 +168,14 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
         b.op(f"{p}.dispatch.sort_chunks", "sort_chunks", layer, ins, outs,
              extras=_chunk_map(b, f"{p}.dispatch.sort_chunks", tokens.shape[0]), tags=MOE)
         tokens = st
+    # probs enter the SwiGLU (Megatron from 2659630721; before it the combine applies them: moe_combine)
+    weighted = not paper and not b.table.moe_weight_after_down and not combine_probs
+    if weighted and b.table.moe_probs_on_input:
+        tokens, rprobs = _probs_on_input(b, p, tokens, rprobs, layer)
     # grouped experts
     e_ffn = local.expert_ffn
     fc1 = linear(b, f"{p}.experts.linear_fc1", tokens, (2 if m.gated_mlp else 1) * e_ffn, layer,
                  rule="grouped_linear", tags=MOE)
-    # probs enter the SwiGLU (Megatron from 2659630721; before it the combine applies them: moe_combine)
-    weighted = not paper and not b.table.moe_weight_after_down and not combine_probs
     act = activation(b, f"{p}.experts.act", fc1, layer, e_ffn,
                      rule=("weighted_swiglu" if m.gated_mlp else "weighted_act_compiled" if b.table.moe_act_compiled
                            else None) if weighted else None,
@@ -216,6 +218,22 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     b.op(f"{p}.combine.unpermute", unpermute_rule(b), layer, inputs, {"y": routed}, flops=float(t * k * h), tags=MOE,
          extras={"inv_idx": b.tensor(f"{p}.combine.inv_idx", (back.shape[0],), "int64")})
     return _with_shared(b, p, routed, x, ln, src, layer, local.shared_ffn)
+
+
+def _probs_on_input(b: Builder, p: str, tokens: TensorDef, probs: TensorDef, layer: int) -> tuple[TensorDef, TensorDef]:
+    """Megatron's ``--moe-apply-probs-on-input`` (``experts.py``, 4ca43093f8 on, every expert class): the permuted
+    input times the probs in the promoted dtype, cast back to the input's (``.to(original_dtype)``: a copy
+    keeping nothing, where the dtypes differ), and ``torch.ones_like`` probs for the activation."""
+    prod = b.tensor(f"{p}.experts.probs_on_input", tokens.shape, moe_combine.promoted(tokens.dtype, probs.dtype))
+    b.op(f"{p}.experts.probs_on_input", "probs_on_input", layer, {"x": tokens, "probs": probs}, {"y": prod},
+         tags=MOE)
+    if prod.dtype != tokens.dtype:
+        cast = b.tensor(f"{p}.experts.probs_on_input.cast", tokens.shape, tokens.dtype)
+        b.op(f"{p}.experts.probs_on_input.cast", "copy", layer, {"x": prod}, {"y": cast}, tags=MOE)
+        prod = cast
+    ones = b.tensor(f"{p}.experts.ones_probs", probs.shape, probs.dtype)
+    b.op(f"{p}.experts.ones_probs", "ones_like", layer, {}, {"y": ones}, tags=MOE).no_grad = True
+    return prod, ones
 
 
 def unpermute_rule(b: Builder) -> str:
