@@ -90,6 +90,16 @@ def test_mla_with_plain_rope_and_a_gpt_model_hold_one_table_each():
     assert total(FrameworkSpec(), m=replace(LLAMA, position_embedding="learned"), n=0) == {}
 
 
+def test_a_gpt_level_yarn_embedding_keeps_its_construction_tables():
+    """--position-embedding-type yarn (gpt_model.py, 2c1b77a998 on): one YarnRotaryEmbedding per model chunk —
+    fp32 cos/sin over the original 4,096 positions and the training table (no fused path at the model level)."""
+    llama = TABLE * 2  # head dim 128: one fp32 [2048, 128] table
+    got = total(FrameworkSpec(megatron_core="0.16.0", yarn_positions=True), m=LLAMA, n=0)
+    assert got == {"workspace.yarn_cos_sin": 2 * 2 * llama, "workspace.yarn_rotary_pos_emb": llama}
+    got = total(FrameworkSpec(megatron_core="0.15.0", yarn_positions=True), m=LLAMA, n=0)
+    assert got["workspace.yarn_rotary_pos_emb"] == llama + 2 * llama  # the construction's entry, not cleared
+
+
 def test_from_megatron_maps_what_sizes_them():
     base = {"--num-layers": 2, "--hidden-size": 256, "--num-attention-heads": 8, "--seq-length": 512,
             "--max-position-embeddings": 512, "--micro-batch-size": 1, "--global-batch-size": 8, "--bf16": True,
@@ -103,5 +113,8 @@ def test_from_megatron_maps_what_sizes_them():
     # arguments.py: validate_args turns the fusion off unless the position embedding is rope
     learned = mla | {"--position-embedding-type": "learned_absolute"}
     assert convert(from_mapping(learned), world_size=1).sections["framework"]["rope_fusion"] is False
+    yarn = base | {"--position-embedding-type": "yarn", "--yarn-original-max-position-embeddings": 8192}
+    fw = convert(from_mapping(yarn), world_size=1).sections["framework"]
+    assert (fw["yarn_positions"], fw["yarn_original_max_positions"]) == (True, 8192)
     with pytest.raises(UserError, match="^--rope-type yarn without --multi-latent-attention: Megatron-LM rejects"):
         convert(from_mapping(base | {"--rope-type": "yarn"}), world_size=1)

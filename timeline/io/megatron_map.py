@@ -829,8 +829,9 @@ def distribute_saved(a: ArgReader, c: Conversion, granularity: str | None) -> No
 def map_rotary(a: ArgReader, c: Conversion) -> None:
     """What sizes the rotary embeddings' cached tables (``profiles/megatron_workspaces.py: rotary_caches``):
     ``--rotary-percent`` (the rotated share of a head, ``model.partial_rotary_factor``), ``--no-rope-fusion`` (MLA's),
-    ``--rope-type`` of MLA layers (argument_utils.py: another type than rope needs MLA) and dev's
-    ``--original-max-position-embeddings`` (MLATransformerConfig's, 4096 by default)."""
+    ``--rope-type`` of MLA layers (argument_utils.py: another type than rope needs MLA), dev's
+    ``--original-max-position-embeddings`` (MLATransformerConfig's, 4096 by default) and, for a model-level YaRN
+    embedding (``--position-embedding-type yarn``), ``--yarn-original-max-position-embeddings``."""
     percent = a.float("--rotary-percent", 1.0)
     if not 0.0 < percent <= 1.0:
         raise UserError(f"--rotary-percent {percent}: give a share in (0, 1]")
@@ -851,6 +852,12 @@ def map_rotary(a: ArgReader, c: Conversion) -> None:
                         "attention only support rope_type=\"rope\"\"); use --position-embedding-type yarn")
     if rope_type == "rope" and mla:
         c.put("framework.mla_rope_type", "rope", "--rope-type")
+    if pos == "yarn" and not mla:  # gpt_model.py: a YarnRotaryEmbedding for the model (2c1b77a998 on)
+        c.put("framework.yarn_positions", True, "--position-embedding-type")
+        # argument_utils.py: yarn_original_max_position_embeddings, 4096 unless given
+        original = a.int("--yarn-original-max-position-embeddings")
+        if original:
+            c.put("framework.yarn_original_max_positions", original, "--yarn-original-max-position-embeddings")
     original = a.int("--original-max-position-embeddings")
-    if original:
+    if original and mla:
         c.put("framework.yarn_original_max_positions", original, "--original-max-position-embeddings")

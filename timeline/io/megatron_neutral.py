@@ -182,7 +182,7 @@ NEUTRAL: dict[str, tuple[str, ...]] = {
         "--no-bias-gelu-fusion",
         "--no-bias-dropout-fusion", "--moe-router-topk-scaling-factor", "--moe-router-bias-update-rate",
         "--moe-router-num-groups", "--moe-router-group-topk", "--mtp-loss-scaling-factor", "--use-flash-attn",
-        "--yarn-beta-fast", "--yarn-beta-slow", "--yarn-original-max-position-embeddings",
+        "--yarn-beta-fast", "--yarn-beta-slow",
         "--no-yarn-correction-range-round-to-int", "--yarn-correction-range-round-to-int", "--max-tokens-to-oom",
         "--use-transformer-engine-op-fuser",
         "--disable-bf16-reduced-precision-matmul", "--use-cpu-initialization", "--rope-scaling-factor",

@@ -65,7 +65,8 @@ MAPPED: dict[str, str] = {
                                     "reload_model_params copies the loaded state dict's main parameters in place)",
     "--distribute-saved-activations": "recompute.distribute_saved (tensor_parallel/random.py: CheckpointFunction "
                                       "keeps each full-recompute checkpoint's input as a 1/tp chunk)",
-    **dict.fromkeys(("--rotary-percent", "--no-rope-fusion", "--rope-type", "--original-max-position-embeddings"),
+    **dict.fromkeys(("--rotary-percent", "--no-rope-fusion", "--rope-type", "--original-max-position-embeddings",
+                     "--yarn-original-max-position-embeddings"),
                     "the rotary embeddings' cached tables (model.partial_rotary_factor, framework.rope_fusion, "
                     "mla_rope_type, yarn_original_max_positions: profiles/megatron_workspaces.py rotary_caches)"),
     "--moe-apply-probs-on-input": "framework.moe_apply_probs_on_input (experts.py: the permuted input times the "

@@ -293,34 +293,43 @@ def rotary_caches(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par: Parall
         if m.position_embedding != "rope":
             return out
         d = int(m.attn_head_dim * m.partial_rotary_factor)
-        chunks = min(par.vpp, ROPE_LRU)
-        out.append(("workspace.rotary_pos_emb", chunks * rows(s) * d * 4,
+        if fw.yarn_positions:  # --position-embedding-type yarn: GPTModel's YarnRotaryEmbedding (2c1b77a998 on)
+            return _yarn(fw, tr, par.cp, par.vpp, d, fused=False, where="one per model chunk")
+        out.append(("workspace.rotary_pos_emb", min(par.vpp, ROPE_LRU) * rows(s) * d * 4,
                     f"{emb}/rotary_pos_embedding.py: RotaryEmbedding.forward (lru_cache), one per model chunk"))
         return out
     n = sum(1 for t in tensors if t.name.endswith("kv_a_proj.rope.weight"))  # the device's MLA layers, MTP's too
     if not n:
         return out
     d = m.qk_rope_head_dim
-    table = rows(s) * d * 4
     if fw.mla_rope_type == "rope":
-        out.append(("workspace.rotary_pos_emb", min(n, ROPE_LRU) * table,
+        out.append(("workspace.rotary_pos_emb", min(n, ROPE_LRU) * rows(s) * d * 4,
                     f"{emb}/rotary_pos_embedding.py: RotaryEmbedding.forward (lru_cache), one per MLA layer"))
         return out
-    yarn = f"{emb}/yarn_rotary_pos_embedding.py"
-    orig = fw.yarn_original_max_positions
-    fused = fw.rope_fusion and mc >= (0, 13)
+    # multi_latent_attention.py: get_cached_cos_sin under fusion (from 23e6471569), forward without
+    return _yarn(fw, tr, cp, n, d, fused=fw.rope_fusion and mc >= (0, 13), where="one per MLA layer")
+
+
+def _yarn(fw: FrameworkSpec, tr: TrainingSpec, cp: int, n: int, d: int, *, fused: bool,
+          where: str) -> list[tuple[str, int, str]]:
+    """:func:`rotary_caches` of ``n`` YarnRotaryEmbedding instances of ``d`` rotated dims (``fused``: the MLA
+    layer's ``get_cached_cos_sin`` path)."""
+    mc = version_tuple(fw.megatron_core)
+    yarn = f"{MC}/models/common/embeddings/yarn_rotary_pos_embedding.py"
+    s, orig = tr.seq_len // cp, fw.yarn_original_max_positions // cp
+    out: list[tuple[str, int, str]] = []
     init_entries = 0
     if mc >= (0, 13):
         if fused:  # cos/sin re-registered over the training sequence, in the activations' dtype
-            out.append(("workspace.yarn_cos_sin", n * 2 * rows(s) * d * DTYPE_BYTES[tr.dtype],
+            out.append(("workspace.yarn_cos_sin", n * 2 * s * d * DTYPE_BYTES[tr.dtype],
                         f"{yarn}: _set_cos_sin_cache via get_cached_cos_sin (multi_latent_attention.py)"))
         else:
-            out.append(("workspace.yarn_cos_sin", n * 2 * rows(orig) * d * 4,
+            out.append(("workspace.yarn_cos_sin", n * 2 * orig * d * 4,
                         f"{yarn}: YarnRotaryEmbedding.__init__ _set_cos_sin_cache"))
         if mc < (0, 16) and not (fused and s == orig):  # the construction's forward entry, not cleared
             init_entries = min(n, max(0, ROPE_LRU - n))
-    out.append(("workspace.yarn_rotary_pos_emb", min(n, ROPE_LRU) * table + init_entries * rows(orig) * d * 4,
-                f"{yarn}: YarnRotaryEmbedding.forward (lru_cache), one per MLA layer"))
+    out.append(("workspace.yarn_rotary_pos_emb", (min(n, ROPE_LRU) * s + init_entries * orig) * d * 4,
+                f"{yarn}: YarnRotaryEmbedding.forward (lru_cache), {where}"))
     return out
 
 

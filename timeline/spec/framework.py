@@ -115,6 +115,9 @@ class FrameworkSpec:
     mla_rope_type: str = spec_field("yarn", choices=("yarn", "rope"), doc=(
         "Megatron --rope-type for MLA layers: each builds a YarnRotaryEmbedding (yarn, MLATransformerConfig's "
         "default) or a RotaryEmbedding (rope) of its own"))
+    yarn_positions: bool = spec_field(False, doc=(
+        "Megatron --position-embedding-type yarn (no MLA): GPTModel's rotary embedding is a YarnRotaryEmbedding "
+        "(its construction's cos/sin buffers beside the training table)"))
     yarn_original_max_positions: int = spec_field(4096, positive=True, maximum=2**30, doc=(
         "the context a YaRN rotary embedding caches its cos/sin for at construction (MLATransformerConfig."
         "original_max_position_embeddings; --yarn-original-max-position-embeddings for a GPT-level yarn)"))
