@@ -864,3 +864,71 @@ def test_probs_applied_on_the_experts_input_keep_the_weighted_copy():
     # the fp32 ones beyond the plain run (the input and the probs were kept anyway)
     assert tl.peak_context(0)["action"] == plain.peak_context(0)["action"]
     assert tl.peak(0).allocated_bytes - plain.peak(0).allocated_bytes == 4 * (rows * 256 * 2 + rows * 4)
+
+
+def test_te_activation_modules_weigh_the_experts_output_as_torch_ops():
+    """--use-te-activation-func (mlp.py / experts.py bias_act_func, core_v0.15.0 on): TE's SwiGLU keeps its input
+    alone; the experts then multiply its output by the probs (fp32 under --moe-router-dtype fp32), keeping the
+    output and the probs, and cast the product back for fc2 — one bf16 [rows, ffn] more per MoE layer than the
+    fused weighted SwiGLU, which keeps its input and the probs."""
+    import tomllib
+    from pathlib import Path
+
+    import numpy as np
+
+    from timeline.io.megatron_write import run_file_text
+    from timeline.io.runfile import run_from_data
+    from timeline.result.build import build_timeline
+
+    moe = BASE | {"--num-experts": 4, "--moe-router-topk": 2, "--moe-token-dispatcher-type": "alltoall",
+                  "--moe-grouped-gemm": True, "--moe-router-dtype": "fp32", "--swiglu": True,
+                  "--moe-ffn-hidden-size": 512}
+    c = convert_args(moe | {"--use-te-activation-func": True})
+    assert c.sections["framework"]["te_activation_func"] is True
+
+    def timeline_of(conv):
+        text = run_file_text(conv, name="teact", source="<test>", world_size=2)
+        return build_timeline(run_from_data(tomllib.loads(text), Path("<test>/teact.toml")))
+
+    tl, plain = timeline_of(c), timeline_of(convert_args(moe))
+    ev = tl.events(0)
+    names = np.array(tl.sim.names)[ev.tensor].astype(str)
+    first_backward = min(s.start_us for s in tl.sim.spans[0] if s.kind in ("B", "I"))
+    rows = 2 * 512 * 2  # micro-batch 2 × 512 tokens × top-2
+
+    def life(name: str) -> tuple[float, float, int]:
+        (made, size), (freed, _) = [(float(ev.t_us[i]), int(ev.size[i])) for i in np.flatnonzero(names == name)][:2]
+        return made, freed, size
+
+    for name, size, kept in (("layers.0.mlp.experts.act.out", rows * 512 * 2, True),
+                             ("layers.0.mlp.experts.act.weighted", rows * 512 * 4, False),
+                             ("layers.0.mlp.experts.act.weighted.cast", rows * 512 * 2, True)):
+        made, freed, got = life(name)
+        assert got == size and (made < first_backward <= freed) == kept, name
+    assert tl.peak_context(0)["action"] == plain.peak_context(0)["action"]
+    # requested bytes (the allocator's block rounding aside): the four MoE layers' activation outputs
+    assert tl.peak(0).requested_bytes - plain.peak(0).requested_bytes == 4 * rows * 512 * 2
+
+
+def test_te_activation_modules_come_before_the_unfused_swiglu():
+    """mlp.py: use_te_activation_func is tested before bias_activation_fusion, so --no-bias-swiglu-fusion's torch-op
+    SwiGLU (which keeps silu's output) does not run: TE's module keeps the fc1 output alone."""
+    import tomllib
+    from pathlib import Path
+
+    import numpy as np
+
+    from timeline.io.megatron_write import run_file_text
+    from timeline.io.runfile import run_from_data
+    from timeline.result.build import build_timeline
+
+    dense = BASE | {"--swiglu": True, "--no-bias-swiglu-fusion": True}
+
+    def kept_names(conv) -> set[str]:
+        tl = build_timeline(run_from_data(tomllib.loads(run_file_text(conv, name="d", source="<t>", world_size=2)),
+                                          Path("<t>/d.toml")))
+        ev = tl.events(0)
+        return set(np.array(tl.sim.names)[ev.tensor].astype(str))
+
+    assert "layers.0.mlp.act.silu" in kept_names(convert_args(dense))
+    assert "layers.0.mlp.act.silu" not in kept_names(convert_args(dense | {"--use-te-activation-func": True}))

@@ -195,6 +195,8 @@ def framework(a: ArgReader, c: Conversion, env: dict[str, str], *, gpu: str, sm:
         c.put("framework.bias_swiglu_fusion", False, "--no-bias-swiglu-fusion")
     c.put("framework.fused_weighted_squared_relu", a.flag("--use-fused-weighted-squared-relu"),
           "--use-fused-weighted-squared-relu")
+    if a.flag("--use-te-activation-func"):  # mlp.py / experts.py: a TE module where the layer spec builds one
+        c.put("framework.te_activation_func", True, "--use-te-activation-func")
     # arguments.py: --no-create-attention-mask-in-dataloader (store_false create_attention_mask_in_dataloader)
     c.put("framework.dataloader_batch", "tokens" if a.flag("--no-create-attention-mask-in-dataloader") else "mask",
           "--no-create-attention-mask-in-dataloader")

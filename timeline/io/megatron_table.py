@@ -69,6 +69,8 @@ MAPPED: dict[str, str] = {
                      "--yarn-original-max-position-embeddings"),
                     "the rotary embeddings' cached tables (model.partial_rotary_factor, framework.rope_fusion, "
                     "mla_rope_type, yarn_original_max_positions: profiles/megatron_workspaces.py rotary_caches)"),
+    "--use-te-activation-func": "framework.te_activation_func (mlp.py / experts.py: TE's activation module keeps "
+                                "its input alone; the experts weigh its output by the probs as a torch op)",
     "--moe-apply-probs-on-input": "framework.moe_apply_probs_on_input (experts.py: the permuted input times the "
                                   "probs before fc1)",
     "--moe-input-jitter-eps": "framework.moe_input_jitter (router.py: apply_input_jitter's noise and jittered copy)",
@@ -298,7 +300,6 @@ REFUSED: dict[str, str] = {
     "--ddp-reduce-scatter-with-fp32-accumulation": "fp32 reduce-scatter accumulation buffers are not modelled",
     "--ddp-param-name-patterns-for-fp32-local-accumulation": "fp32 local gradient accumulation for chosen "
                                                              "parameters is not modelled",
-    "--use-te-activation-func": "Transformer Engine's activation modules (their saved tensors) are not modelled",
     "--fused-residual-rmsnorm": "TE's fused residual-add + RMSNorm (its saved tensors) is not modelled",
     "--fp32-residual-connection": "an fp32 residual stream (transformer_layer.py) is not modelled",
     "--qk-l2-norm": "L2-normalised queries and keys (attention.py) are not modelled",

@@ -212,6 +212,8 @@ class Structure:
     # router tensor after it (scores, probs, the dispatcher's probs) follows; "": the activations' dtype
     moe_input_jitter: bool = False  # --moe-input-jitter-eps: the router's input times sampled noise (moe.py)
     moe_probs_on_input: bool = False  # --moe-apply-probs-on-input: the experts' input times the probs (moe.py)
+    te_activation_func: bool = False  # --use-te-activation-func: TE's activation keeps its input alone; experts
+    # weigh its output by the probs as a torch op (moe.py)
     moe_random_logits: bool = False  # --moe-router-force-load-balancing: the router's logits are replaced by a
     # random copy of them (graph/families/moe.py)
     moe_pre_norm_recompute: bool = True  # "layernorm" recompute reaches an MoE layer's pre-MLP norm; Megatron

@@ -185,10 +185,11 @@ RULES: dict[str, SaveRule] = {
                                      "(high - low)) under no gradient: its rand and product die at once"),
     "jitter_mul": SaveRule(saves=("in:noise",), source=f"{MC}/transformer/moe/router.py: `input * noise` — "
                                                        "MulBackward0 keeps the noise (the input's gradient needs it)"),
-    "probs_on_input": SaveRule(saves=("in:x", "in:probs"), source=f"{MC}/transformer/moe/experts.py: "
-                               "TEGroupedMLP / SequentialMLP / GroupedMLP.forward under moe_apply_probs_on_input "
-                               "(4ca43093f8 on) — `permuted_probs * permuted_local_hidden_states`: MulBackward0 keeps "
-                               "both (each takes a gradient), the product in the promoted dtype"),
+    "times_probs": SaveRule(saves=("in:x", "in:probs"), source=f"{MC}/transformer/moe/experts.py: "
+                            "`permuted_probs * permuted_local_hidden_states` under moe_apply_probs_on_input (4ca43093f8 "
+                            "on), bias_act_func's `activation_func(x) * permuted_probs` under use_te_activation_func "
+                            "(core_v0.15.0 on): MulBackward0 keeps both (each takes a gradient), the product in the "
+                            "promoted dtype"),
     "ones_like": SaveRule(source=f"{MC}/transformer/moe/experts.py: `torch.ones_like(permuted_probs)` (no gradient)"),
     "scale": SaveRule(source=f"{MC}/models/common/embeddings/language_model_embedding.py and language_module/"
                              "language_module.py: _scale_logits under use_mup — `x * mult` with a Python float "
@@ -384,6 +385,9 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
     # MC tensor_parallel/layers.py: LinearWithGradAccumulationAndAsyncCommunication (GPTModel's output layer is a
     # ColumnParallelLinear under every --transformer-impl) all-gathers its SP input, forward and for the wgrad,
     # into GlobalMemoryBuffer ("mpu"), which profiles/megatron_workspaces.py places when workspaces are on
+    # MC transformer/mlp.py and moe/experts.py (core_v0.15.0 … d98e8a64dd): a TE activation module where the layer
+    # spec has one (the transformer_engine specs), before any fused or unfused activation path
+    te_act = spec.te_activation_func and spec.transformer_impl == "transformer_engine" and not spec.use_legacy_models
     out = replace(table, attention="eager" if eager else table.attention, flash_bwd=flash_bwd, fused_norm_linear=fused, softmax_fp32=fp32,
                    te_softmax=te_softmax, te_torch_softmax=spec.attention_backend == "unfused" and not local,
                    te_frozen_ln_out=version_tuple(spec.transformer_engine)[:2] < (1, 6),
@@ -393,7 +397,9 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
                    cp_comm=spec.cp_comm_type, cp_a2a=spec.cp_a2a_size, delay_wgrad=spec.delay_wgrad_compute,
                    # MC transformer/mlp.py: MLP.forward and moe/experts.py: bias_act_func without
                    # bias_activation_fusion (--no-bias-swiglu-fusion): the glu as torch ops
-                   swiglu_ops=table.swiglu_ops or not spec.bias_swiglu_fusion,
+                   # (TE's activation modules, --use-te-activation-func, come first: they keep their input alone)
+                   swiglu_ops=(table.swiglu_ops or not spec.bias_swiglu_fusion) and not te_act,
+                   te_activation_func=te_act,
                    # MC ssm/gated_delta_net.py (20d66d5c7b … d98e8a64dd): config.deterministic_mode runs the conv
                    # and the chunked rule as torch ops (torch_chunk_gated_delta_rule), fla is not deterministic
                    gdn_torch=spec.deterministic_algorithms, **moe)

@@ -105,6 +105,10 @@ class FrameworkSpec:
     moe_input_jitter: bool = spec_field(False, doc=(
         "--moe-input-jitter-eps given: the router multiplies its input by Uniform(1 - eps, 1 + eps) noise "
         "(router.py: apply_input_jitter), keeping the noise and the jittered copy for backward"))
+    te_activation_func: bool = spec_field(False, doc=(
+        "--use-te-activation-func (transformer_impl = transformer_engine): MLPs and experts run TE's activation "
+        "modules, which keep their input alone; the experts then multiply by the probs as a torch op in the "
+        "promoted dtype (experts.py: bias_act_func), keeping the activation's output and the probs"))
     moe_apply_probs_on_input: bool = spec_field(False, doc=(
         "--moe-apply-probs-on-input (top-1 routing, Llama 4): the experts multiply their permuted input by the "
         "probs before fc1 (experts.py), keeping the input, the probs and the weighted copy; the activation gets "

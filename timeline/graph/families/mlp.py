@@ -112,7 +112,7 @@ def activation(b: Builder, name: str, x: TensorDef, layer: int | None, ffn: int,
         if rule != "weighted_act_compiled":  # (compiled: the activation is recomputed in the backward)
             rule = "weighted_act"
             extras["act"] = b.tensor(f"{name}.act", (x.shape[0], ffn))
-    elif b.model.hidden_act == "relu2":  # Megatron --squared-relu: torch.pow(F.relu(x), 2)
+    elif b.model.hidden_act == "relu2" and not b.table.te_activation_func:  # Megatron --squared-relu: torch.pow(F.relu(x), 2)
         rule = "squared_relu"
         extras["relu"] = b.tensor(f"{name}.relu", (x.shape[0], ffn))
     else:

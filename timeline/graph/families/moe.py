@@ -176,10 +176,14 @@ def forward(b: Builder, prefix: str, x: TensorDef, layer: int) -> TensorDef:
     e_ffn = local.expert_ffn
     fc1 = linear(b, f"{p}.experts.linear_fc1", tokens, (2 if m.gated_mlp else 1) * e_ffn, layer,
                  rule="grouped_linear", tags=MOE)
-    act = activation(b, f"{p}.experts.act", fc1, layer, e_ffn,
-                     rule=("weighted_swiglu" if m.gated_mlp else "weighted_act_compiled" if b.table.moe_act_compiled
-                           else None) if weighted else None,
-                     probs=rprobs if weighted else None, tags=frozenset({"moe", "moe_act"}))
+    if weighted and b.table.te_activation_func:  # experts.py bias_act_func: TE's activation, then `* permuted_probs`
+        act = activation(b, f"{p}.experts.act", fc1, layer, e_ffn, tags=frozenset({"moe", "moe_act"}))
+        act = _times_probs(b, f"{p}.experts.act.weighted", act, rprobs, layer)
+    else:
+        act = activation(b, f"{p}.experts.act", fc1, layer, e_ffn,
+                         rule=("weighted_swiglu" if m.gated_mlp else "weighted_act_compiled" if b.table.moe_act_compiled
+                               else None) if weighted else None,
+                         probs=rprobs if weighted else None, tags=frozenset({"moe", "moe_act"}))
     out = linear(b, f"{p}.experts.linear_fc2", act, h, layer, rule="grouped_linear", tags=MOE)
     if b.table.dropout:  # the paper's convention: a dropout on the experts' output (Megatron: after the block)
         out = dropout(b, f"{p}.experts.dropout", out, layer, tags=MOE)
@@ -224,16 +228,22 @@ def _probs_on_input(b: Builder, p: str, tokens: TensorDef, probs: TensorDef, lay
     """Megatron's ``--moe-apply-probs-on-input`` (``experts.py``, 4ca43093f8 on, every expert class): the permuted
     input times the probs in the promoted dtype, cast back to the input's (``.to(original_dtype)``: a copy
     keeping nothing, where the dtypes differ), and ``torch.ones_like`` probs for the activation."""
-    prod = b.tensor(f"{p}.experts.probs_on_input", tokens.shape, moe_combine.promoted(tokens.dtype, probs.dtype))
-    b.op(f"{p}.experts.probs_on_input", "probs_on_input", layer, {"x": tokens, "probs": probs}, {"y": prod},
-         tags=MOE)
-    if prod.dtype != tokens.dtype:
-        cast = b.tensor(f"{p}.experts.probs_on_input.cast", tokens.shape, tokens.dtype)
-        b.op(f"{p}.experts.probs_on_input.cast", "copy", layer, {"x": prod}, {"y": cast}, tags=MOE)
-        prod = cast
+    prod = _times_probs(b, f"{p}.experts.probs_on_input", tokens, probs, layer)
     ones = b.tensor(f"{p}.experts.ones_probs", probs.shape, probs.dtype)
     b.op(f"{p}.experts.ones_probs", "ones_like", layer, {}, {"y": ones}, tags=MOE).no_grad = True
     return prod, ones
+
+
+def _times_probs(b: Builder, name: str, x: TensorDef, probs: TensorDef, layer: int) -> TensorDef:
+    """``x * probs`` as torch ops (``experts.py``): the product in the promoted dtype (MulBackward0 keeps both
+    operands, each taking a gradient), then ``.to(original_dtype)`` — a copy keeping nothing — where it differs."""
+    prod = b.tensor(name, x.shape, moe_combine.promoted(x.dtype, probs.dtype))
+    b.op(name, "times_probs", layer, {"x": x, "probs": probs}, {"y": prod}, tags=MOE)
+    if prod.dtype == x.dtype:
+        return prod
+    cast = b.tensor(f"{name}.cast", x.shape, x.dtype)
+    b.op(f"{name}.cast", "copy", layer, {"x": prod}, {"y": cast}, tags=MOE)
+    return cast
 
 
 def unpermute_rule(b: Builder) -> str:
