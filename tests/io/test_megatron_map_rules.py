@@ -932,3 +932,40 @@ def test_te_activation_modules_come_before_the_unfused_swiglu():
 
     assert "layers.0.mlp.act.silu" in kept_names(convert_args(dense))
     assert "layers.0.mlp.act.silu" not in kept_names(convert_args(dense | {"--use-te-activation-func": True}))
+
+
+def test_qk_l2_norm_keeps_what_a_per_head_norm_keeps_without_weights():
+    """--qk-l2-norm (gpt_layer_specs.py: torch_norm.py L2Norm for q and k, compiled by jit_fuser): its backward keeps
+    the input and one fp32 rsqrt per row and head — the bytes a per-head TE RMSNorm keeps — and it has no weight."""
+    import tomllib
+    from pathlib import Path
+
+    from timeline.io.megatron_write import run_file_text
+    from timeline.io.runfile import run_from_data
+    from timeline.result.build import build_timeline
+
+    c = convert_args(BASE | {"--qk-l2-norm": True})
+    assert (c.sections["model"]["qk_norm"], c.sections["framework"]["qk_l2_norm"]) == (True, True)
+    with pytest.raises(UserError, match="^--qk-l2-norm with --multi-latent-attention: Megatron-LM rejects it"):
+        convert_args(BASE | {"--qk-l2-norm": True, "--multi-latent-attention": True})
+
+    def timeline_of(conv):
+        text = run_file_text(conv, name="l2", source="<test>", world_size=2)
+        return build_timeline(run_from_data(tomllib.loads(text), Path("<test>/l2.toml")))
+
+    # against TE's per-head RMSNorm (a LayerNorm would keep its mean too)
+    rms = BASE | {"--normalization": "RMSNorm"}
+    l2, ln = timeline_of(convert_args(rms | {"--qk-l2-norm": True})), timeline_of(convert_args(rms | {"--qk-layernorm": True}))
+    assert not any("q_norm.weight" in n for n in l2.sim.names) and any("q_norm.weight" in n for n in ln.sim.names)
+    import numpy as np
+
+    def kept(tl, name: str) -> int:
+        ev = tl.events(0)
+        names = np.array(tl.sim.names)[ev.tensor].astype(str)
+        return int(ev.size[np.flatnonzero(names == name)[0]])
+
+    rows_heads = 2 * 512 * 8  # micro-batch 2 × 512 tokens × 8 heads (tp 1, dp 2): one fp32 rsqrt each
+    assert kept(l2, "layers.0.self_attn.q_norm.rsigma") == kept(ln, "layers.0.self_attn.q_norm.rsigma") \
+        == rows_heads * 4
+    assert l2.peak(0).breakdown_bytes["activations"] == ln.peak(0).breakdown_bytes["activations"]
+    assert l2.peak(0).breakdown_bytes["weights"] < ln.peak(0).breakdown_bytes["weights"]

@@ -382,7 +382,13 @@ def map_model(a: ArgReader, c: Conversion, family: str | None = None, *, megatro
             raise UserError("--attention-output-gate with --multi-latent-attention: Megatron-LM rejects it (\"Output "
                             "gate is not supported for MLA yet\"); drop one")
         c.put("model.attention_output_gate", True, "--attention-output-gate")
-    if a.flag("--qk-layernorm") and not a.flag("--multi-latent-attention"):
+    if a.flag("--qk-l2-norm"):  # gpt_layer_specs.py: L2Norm for q and k, before any --qk-layernorm norm
+        if a.flag("--multi-latent-attention"):
+            raise UserError("--qk-l2-norm with --multi-latent-attention: Megatron-LM rejects it (\"qk_l2_norm is not "
+                            "supported with MLA\")")
+        c.put("model.qk_norm", True, "--qk-l2-norm")
+        c.put("framework.qk_l2_norm", True, "--qk-l2-norm")
+    elif a.flag("--qk-layernorm") and not a.flag("--multi-latent-attention"):
         c.put("model.qk_norm", True, "--qk-layernorm")
     if a.flag("--multi-latent-attention"):
         c.put("model.kv_lora_rank", a.int("--kv-lora-rank", 32), "--multi-latent-attention", "--kv-lora-rank")

@@ -69,6 +69,7 @@ MAPPED: dict[str, str] = {
                      "--yarn-original-max-position-embeddings"),
                     "the rotary embeddings' cached tables (model.partial_rotary_factor, framework.rope_fusion, "
                     "mla_rope_type, yarn_original_max_positions: profiles/megatron_workspaces.py rotary_caches)"),
+    "--qk-l2-norm": "model.qk_norm with framework.qk_l2_norm (torch_norm.py: L2Norm, weightless, per head)",
     "--use-te-activation-func": "framework.te_activation_func (mlp.py / experts.py: TE's activation module keeps "
                                 "its input alone; the experts weigh its output by the probs as a torch op)",
     "--moe-apply-probs-on-input": "framework.moe_apply_probs_on_input (experts.py: the permuted input times the "
@@ -302,7 +303,6 @@ REFUSED: dict[str, str] = {
                                                              "parameters is not modelled",
     "--fused-residual-rmsnorm": "TE's fused residual-add + RMSNorm (its saved tensors) is not modelled",
     "--fp32-residual-connection": "an fp32 residual stream (transformer_layer.py) is not modelled",
-    "--qk-l2-norm": "L2-normalised queries and keys (attention.py) are not modelled",
     "--qk-clip": "QK-clip returns each head's max logit (attention.py) and rescales weights; not modelled",
     "--log-max-attention-logit": "the attention kernels' max-logit output per head (attention.py) is not modelled",
     "--enable-mhc-connections": "hyper-connections' several residual streams (hyper_connection.py) are not modelled",

@@ -133,6 +133,7 @@ class Structure:
     moe_weight_after_down: bool = False  # routing weights scale the down-projection output (not inside SwiGLU)
     split_gate_up: bool = False  # a dense SwiGLU MLP has separate gate and up projections (two outputs)
     qk_norm: bool = False  # a model with ``qk_norm`` runs a per-head RMSNorm on q and k (Qwen3) as its own ops
+    qk_l2_norm: bool = False  # ... as a weightless L2 norm (Megatron --qk-l2-norm: rule "l2norm", no parameters)
     position_ids: bool = False  # a learned position embedding's lookup keeps its int64 position ids (1, s)
     shared_expert_gate: bool = False  # a model's ``shared_expert_gate`` scales the shared expert by a sigmoid
     head_gather_buffer: bool = False  # the output layer's sequence-parallel all-gather (and its re-gather for the

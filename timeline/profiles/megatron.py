@@ -65,6 +65,10 @@ RULES: dict[str, SaveRule] = {
     "layernorm": SaveRule(saves=("in:x", "extra:mu", "extra:rsigma"),
                           source=f"{TE_LNL}; {TE}/ops/basic/layer_norm.py: LayerNorm.op_forward saves x, means, rstdevs"),
     "rmsnorm": SaveRule(saves=("in:x", "extra:rsigma"), source=f"{TE_LNL}; {TE_NORM}"),
+    "l2norm": SaveRule(saves=("in:x", "extra:rsigma"),
+                       source=f"{MC}/transformer/torch_norm.py: L2Norm._norm under jit_fuser (torch.compile from "
+                              "PyTorch 2.2): `x.float() * rsqrt(mean(x²) + eps)` cast back, its backward graph "
+                              "keeping the input and the per-row rsqrt (the upcast and product recomputed)"),
     "latent_norm": SaveRule(saves=("in:x", "extra:rsigma"),
                             source=f"{MC}/transformer/multi_latent_attention.py: MLASelfAttention — q/kv layernorm "
                                    "fused into linear_q_up_proj / linear_kv_up_proj (TELayerNormColumnParallelLinear; "
@@ -399,7 +403,7 @@ def configure(table: Structure, spec: FrameworkSpec) -> Structure:
                    # bias_activation_fusion (--no-bias-swiglu-fusion): the glu as torch ops
                    # (TE's activation modules, --use-te-activation-func, come first: they keep their input alone)
                    swiglu_ops=(table.swiglu_ops or not spec.bias_swiglu_fusion) and not te_act,
-                   te_activation_func=te_act,
+                   te_activation_func=te_act, qk_l2_norm=spec.qk_l2_norm,
                    # MC ssm/gated_delta_net.py (20d66d5c7b … d98e8a64dd): config.deterministic_mode runs the conv
                    # and the chunked rule as torch ops (torch_chunk_gated_delta_rule), fla is not deterministic
                    gdn_torch=spec.deterministic_algorithms, **moe)

@@ -105,6 +105,9 @@ class FrameworkSpec:
     moe_input_jitter: bool = spec_field(False, doc=(
         "--moe-input-jitter-eps given: the router multiplies its input by Uniform(1 - eps, 1 + eps) noise "
         "(router.py: apply_input_jitter), keeping the noise and the jittered copy for backward"))
+    qk_l2_norm: bool = spec_field(False, doc=(
+        "--qk-l2-norm (Llama 4): q and k per head through torch_norm.py's L2Norm (no weight; compiled by jit_fuser: "
+        "its input and one fp32 rsqrt per row and head kept) instead of a TE norm; with model.qk_norm"))
     te_activation_func: bool = spec_field(False, doc=(
         "--use-te-activation-func (transformer_impl = transformer_engine): MLPs and experts run TE's activation "
         "modules, which keep their input alone; the experts then multiply by the probs as a torch op in the "

@@ -68,7 +68,7 @@ def params(ctx: BuildCtx, prefix: str, module: str = "attention") -> list[Tensor
     if m.qk_norm and m.qk_norm_full:  # one weight over every head of the projection, split with it
         out += [param(f"{prefix}.q_norm.weight", (q_out,), module="norm", dtype=dt, split=tp),
                 param(f"{prefix}.k_norm.weight", (kv_out,), module="norm", dtype=dt, split=kv_split)]
-    elif m.qk_norm:
+    elif m.qk_norm and not ctx.structure.qk_l2_norm:  # an L2 norm has no weight
         out += norm.params(ctx, f"{prefix}.q_norm", hd, module="norm", kind="rmsnorm")
         out += norm.params(ctx, f"{prefix}.k_norm", hd, module="norm", kind="rmsnorm")
     return out
@@ -349,10 +349,11 @@ def attend(b: Builder, prefix: str, ln: TensorDef, layer: int) -> TensorDef:
         # `input_.contiguous()` — each norm reads, and keeps for its backward, a copy of its view
         if views is not None:
             (q,) = _contiguous(b, f"{p}.q_norm.input", layer, {"q": q}, {"q": (rows, nq * hd)}, NONE)
-        q = norm.forward(b, f"{p}.q_norm", q, layer, groups=1 if m.qk_norm_full else nq)
+        kind, rule = ("rmsnorm", "l2norm") if b.table.qk_l2_norm else (None, None)
+        q = norm.forward(b, f"{p}.q_norm", q, layer, groups=1 if m.qk_norm_full else nq, kind=kind, rule=rule)
         if views is not None:
             (k,) = _contiguous(b, f"{p}.k_norm.input", layer, {"k": k}, {"k": (rows, nkv * hd)}, NONE)
-        k = norm.forward(b, f"{p}.k_norm", k, layer, groups=1 if m.qk_norm_full else nkv)
+        k = norm.forward(b, f"{p}.k_norm", k, layer, groups=1 if m.qk_norm_full else nkv, kind=kind, rule=rule)
     if m.position_embedding == "rope":
         qr, kr = b.tensor(f"{p}.q_rope", (rows, nq * hd)), b.tensor(f"{p}.k_rope", (rows, nkv * hd))
         b.op(f"{p}.rope", "rope", layer, {"q": q, "k": k, **rope_inputs(b)}, {"q": qr, "k": kr},
