@@ -397,7 +397,7 @@ def map_model(a: ArgReader, c: Conversion, family: str | None = None, *, megatro
         c.put("model.qk_rope_head_dim", a.int("--qk-pos-emb-head-dim", 64), "--qk-pos-emb-head-dim")
         c.put("model.v_head_dim", a.int("--v-head-dim", 128), "--v-head-dim")
         a.flag("--qk-layernorm")  # MLA's q/kv latent norms: always built by the MLA layers
-    map_rotary(a, c)
+    map_rotary(a, c, pos)
     map_linear_attention(a, c, layers)
     experts = a.int("--num-experts")
     if experts:
@@ -832,19 +832,18 @@ def distribute_saved(a: ArgReader, c: Conversion, granularity: str | None) -> No
     c.put("recompute.distribute_saved", True, "--distribute-saved-activations")
 
 
-def map_rotary(a: ArgReader, c: Conversion) -> None:
+def map_rotary(a: ArgReader, c: Conversion, pos: str) -> None:
     """What sizes the rotary embeddings' cached tables (``profiles/megatron_workspaces.py: rotary_caches``):
     ``--rotary-percent`` (the rotated share of a head, ``model.partial_rotary_factor``), ``--no-rope-fusion`` (MLA's),
     ``--rope-type`` of MLA layers (argument_utils.py: another type than rope needs MLA), dev's
     ``--original-max-position-embeddings`` (MLATransformerConfig's, 4096 by default) and, for a model-level YaRN
-    embedding (``--position-embedding-type yarn``), ``--yarn-original-max-position-embeddings``."""
+    embedding (``--position-embedding-type yarn``), ``--yarn-original-max-position-embeddings``. ``pos``: the
+    position embedding type :func:`map_model` read."""
     percent = a.float("--rotary-percent", 1.0)
     if not 0.0 < percent <= 1.0:
         raise UserError(f"--rotary-percent {percent}: give a share in (0, 1]")
     if percent != 1.0:
         c.put("model.partial_rotary_factor", percent, "--rotary-percent")
-    pos = "rope" if a.flag("--use-rotary-position-embeddings") else a.str("--position-embedding-type",
-                                                                            "learned_absolute")
     mla = a.flag("--multi-latent-attention")
     # arguments.py: validate_args sets apply_rope_fusion False unless the position embedding is rope
     # (core_v0.12.0 … d98e8a64dd); it sizes nothing but an MLA layer's YaRN tables
