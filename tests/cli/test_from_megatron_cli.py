@@ -159,6 +159,17 @@ def test_resumed_writes_a_run_that_loads_the_optimizer_state(tmp_path, capsys):
     assert main(["from-megatron", str(_config(tmp_path / "b")), "--world-size", "8", "--resumed", "-o", str(out)]) == 0
     run = load_run(out)
     assert run.training.resumed and run.framework.checkpoint_format == "torch_dist"
+    # EP 2 over a DP·CP group of 4 (tp 2 on 16 GPUs): expert shards half the group needs; the run is the plain
+    # load's, and the user is told the exchange buffers can add to the peak before the first iterations
+    moe = ARGS | {"ckpt-fully-parallel-load": True, "num-experts": 4, "expert-model-parallel-size": 2,
+                  "moe-router-topk": 2}
+    out = tmp_path / "moe.toml"
+    assert main(["from-megatron", str(_config(tmp_path / "c", moe)), "--world-size", "16", "--resumed",
+                 "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "--ckpt-fully-parallel-load over the DP·CP group of 4: it holds 2 different expert shards" in err
+    assert "note: --ckpt-fully-parallel-load over the DP·CP group of 4" in out.read_text()
+    assert load_run(out).training.resumed
 
 
 A5000 = ["--gpu", "my-a5000", "--gpu-field", "capacity_gib=23.68", "--gpu-field", "sm=86", "--gpu-field", "sms=64",

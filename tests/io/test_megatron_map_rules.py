@@ -11,6 +11,7 @@ import pytest
 
 from timeline.errors import UserError
 from timeline.io.megatron_args import from_mapping
+from timeline.io.megatron_state_args import expert_shard_spread
 from timeline.io.megatron_write import convert, run_file_text
 from timeline.io.runfile import run_from_data
 
@@ -219,15 +220,24 @@ def test_a_fully_parallel_load_is_the_plain_load_where_every_exchanged_shard_lan
         plain = convert_args(args, world_size=world, resumed=True).sections
         assert plain["training"]["resumed"] is True
         assert convert_args(args | fpl, world_size=world, resumed=True).sections == plain
-    # EP 2 over a DP·CP group of 2: the other expert rank's shards arrive in temporary buffers
-    with pytest.raises(UserError, match=r"^--ckpt-fully-parallel-load with expert parallelism over the DP·CP"):
-        convert_args(moe | fpl, world_size=2, resumed=True)
-    with pytest.raises(UserError, match=r"^--ckpt-fully-parallel-load with expert parallelism"):
-        convert_args(moe | fpl | {"--finetune": True}, world_size=2)
+    # EP 2 over a DP·CP group of 2: each expert shard is needed by one rank only, so the exchange skips it
+    for kw in ({"resumed": True}, {}):
+        extra = {} if kw else {"--finetune": True}
+        two = convert_args(moe | fpl | extra, world_size=2, **kw)
+        assert two.sections == convert_args(moe | extra, world_size=2, **kw).sections
+        assert not any("fully-parallel" in n for n in two.notes)
+    # EP 2 over a DP·CP group of 4: each expert shard is needed by 2 of the 4 ranks, and broadcast to all 4; the
+    # other two receive it into buffers whose lifetime is NCCL's: simulated as the plain load, with a note
+    four = convert_args(moe | fpl, world_size=4, resumed=True)
+    assert four.sections == convert_args(moe, world_size=4, resumed=True).sections
+    note = next(n for n in four.notes if n.startswith("--ckpt-fully-parallel-load"))
+    assert "DP·CP group of 4: it holds 2 different expert shards, each needed by 2 of its ranks" in note
+    assert "a lower bound" in note
     # the expert-DP group holds only shards all its ranks need (dev: --ckpt-fully-parallel-load-process-group)
-    ep_dp = convert_args(moe | fpl | {"--ckpt-fully-parallel-load-process-group": "ep_dp"}, world_size=2,
-                         resumed=True).sections
-    assert ep_dp == convert_args(moe, world_size=2, resumed=True).sections
+    ep_dp = convert_args(moe | fpl | {"--ckpt-fully-parallel-load-process-group": "ep_dp"}, world_size=4,
+                         resumed=True)
+    assert ep_dp.sections == convert_args(moe, world_size=4, resumed=True).sections
+    assert not any("fully-parallel" in n for n in ep_dp.notes)
     with pytest.raises(UserError, match=r"^--ckpt-fully-parallel-load-exchange-algo gather_object: every rank"):
         convert_args(BASE | fpl | {"--ckpt-fully-parallel-load-exchange-algo": "gather_object"}, resumed=True)
     assert convert_args(BASE | fpl | {"--ckpt-fully-parallel-load-exchange-algo": "gather_rounds"},
@@ -241,6 +251,15 @@ def test_a_fully_parallel_load_is_the_plain_load_where_every_exchanged_shard_lan
     for args, kw in ((moe | fpl, {}), (moe_dp1 | fpl, {"resumed": True}),
                      (moe | fpl | {"--ckpt-format": "torch"}, {"resumed": True})):
         convert_args(args, world_size=2, **kw)
+
+
+def test_expert_shards_spread_over_a_dp_cp_group_as_megatron_s_expert_grid_places_them():
+    # (DP·CP size, tp, ep, etp) → (different expert shards in the group, ranks needing each)
+    assert expert_shard_spread(8, tp=1, ep=8, etp=1) == (8, 1)  # EP over the whole group: one rank each
+    assert expert_shard_spread(4, tp=2, ep=2, etp=2) == (2, 2)  # ranks 0, 2, 4, 6: EP ranks 0, 1, 0, 1
+    assert expert_shard_spread(4, tp=2, ep=4, etp=1) == (2, 2)  # ranks 0, 2, 4, 6: EP ranks 0, 2, 0, 2
+    assert expert_shard_spread(4, tp=1, ep=1, etp=1) == (1, 4)  # no EP: every rank needs every shard
+    assert expert_shard_spread(2, tp=2, ep=1, etp=1) == (1, 2)  # expert TP 1 under TP 2: one shard per TP rank
 
 
 def test_deferred_embedding_wgrad_maps_where_megatron_accepts_it():

@@ -94,22 +94,23 @@ def checkpoint_load(a: ArgReader, c: Conversion, *, resumed: bool, dp_cp: int) -
 
 def fully_parallel_load(a: ArgReader, c: Conversion, *, dp_cp: int, loads: bool) -> None:
     """Accept a fully parallel load (``--ckpt-fully-parallel-load``) of a ``torch_dist`` checkpoint (``loads``)
-    where it reads the checkpoint into the very tensors the plain load reads into; elsewhere a UserError that
-    names what it would allocate besides.
+    as the plain load: each shard is read into the very tensor the plain load reads into. Refused (a UserError
+    naming what it would allocate besides): the ``gather_object`` exchange and FP8 parameters.
 
     ``checkpointing.py: _load_global_dist_base_checkpoint`` wraps the load in ``FullyParallelLoadStrategyWrapper``
     over the DP·CP group (``--ckpt-fully-parallel-load-process-group dp``, the only group before core_v0.17.0)
     or the expert-DP group (``ep_dp``). ``MC/dist_checkpointing/strategies/fully_parallel.py:
-    FullyParallelLoadStrategyWrapper.load`` (core_v0.12.0 … d48bd6be0a): a group of one loads plainly; else each
+    FullyParallelLoadStrategyWrapper.load`` (core_v0.12.0 … d98e8a64dd): a group of one loads plainly; else each
     rank reads its share of the main replicas into the state dict's own tensors and the exchange
-    (``exchange_utils.py``, ``broadcast`` by default) skips a shard only one rank needs, broadcasts into the
-    existing tensor of a needed shard (``_get_empty_tensor_for_exchange`` → ``ShardedTensor.init_data``, which
-    keeps ``data`` when it is set) and into a fresh ``torch.empty`` for a shard this rank does not need. So the
-    load is in place unless the group holds shards some but not all of its ranks need: the other expert-parallel
-    ranks' experts in the DP·CP group when EP > 1 (their buffers live until the asynchronous broadcast
-    completes, which no rule fixes: identical jobs measure hundreds of MiB apart). ``gather_object`` unpickles
-    every rank's loaded tensors on each rank, and an FP8 parameter is exchanged as a new high-precision copy
-    (``from_float8``) that the loaded state dict keeps."""
+    (``exchange_utils.py: exchange_loaded_tensors_broadcast``, ``broadcast`` by default) skips a shard only one
+    rank needs, broadcasts into the existing tensor of a needed shard (``_get_empty_tensor_for_exchange`` →
+    ``ShardedTensor.init_data``, which keeps ``data`` when it is set) and into a fresh CUDA tensor, dropped at
+    once, for a shard this rank does not need. Such shards exist only where the group holds expert shards some
+    but not all of its ranks need (:func:`expert_shard_spread`). Their broadcasts are asynchronous and
+    ProcessGroupNCCL keeps each buffer until its work is reaped, so how many are alive at once depends on timing
+    (identical jobs measure hundreds of MiB apart): the plain load is the lower bound, and a note says so.
+    ``gather_object`` unpickles every rank's loaded tensors on each rank, and an FP8 parameter is exchanged as a
+    new high-precision copy (``from_float8``) that the loaded state dict keeps."""
     algo = a.str("--ckpt-fully-parallel-load-exchange-algo", "broadcast")
     group = a.str("--ckpt-fully-parallel-load-process-group", "dp")
     if not (a.flag("--ckpt-fully-parallel-load") and loads):
@@ -117,16 +118,34 @@ def fully_parallel_load(a: ArgReader, c: Conversion, *, dp_cp: int, loads: bool)
     if algo == "gather_object":
         raise UserError("--ckpt-fully-parallel-load-exchange-algo gather_object: every rank's loaded shards are "
                         "unpickled on each rank (exchange_utils.py: exchange_loaded_tensors_gather_object)")
-    if dp_cp > 1 and group == "dp" and int(c.sections["parallel"].get("ep", 1)) > 1:
-        raise UserError("--ckpt-fully-parallel-load with expert parallelism over the DP·CP group: the other "
-                        "expert-parallel ranks' expert shards are received into temporary buffers (exchange_utils.py: "
-                        "_get_empty_tensor_for_exchange) that live until each asynchronous broadcast completes, which "
-                        "is not modelled; drop the flag for the plain load, or give "
-                        "--ckpt-fully-parallel-load-process-group ep_dp")
     if dp_cp > 1 and c.sections.get("training", {}).get("fp8_param_gather"):
         raise UserError("--ckpt-fully-parallel-load with FP8 parameters (--fp8-param-gather): each exchanged FP8 "
                         "shard becomes a new high-precision copy the loaded state dict keeps (exchange_utils.py: "
                         "from_float8), not modelled")
+    par = c.sections["parallel"]
+    if group != "dp" or dp_cp == 1:
+        return
+    kinds, holders = expert_shard_spread(dp_cp, tp=int(par.get("tp", 1)), ep=int(par.get("ep", 1)),
+                                         etp=int(par.get("etp", par.get("tp", 1))))
+    if kinds > 1 and holders > 1:
+        c.notes.append(
+            f"--ckpt-fully-parallel-load over the DP·CP group of {dp_cp}: it holds {kinds} different expert "
+            f"shards, each needed by {holders} of its ranks and broadcast to all; the others receive it into a "
+            "temporary buffer (exchange_utils.py: _get_empty_tensor_for_exchange) that lives until NCCL's "
+            "asynchronous broadcast is reaped, a matter of timing. Simulated as the plain load (a lower bound): "
+            f"before and in the first iteration the peak can be higher by up to the other {kinds - 1} expert "
+            "shard(s)' weights (and, without the distributed optimizer, their optimizer states). "
+            "--ckpt-fully-parallel-load-process-group ep_dp exchanges none")
+
+
+def expert_shard_spread(dp_cp: int, *, tp: int, ep: int, etp: int) -> tuple[int, int]:
+    """(different expert shards in one DP·CP group, ranks of the group needing each): the group is the ranks of
+    one tensor-parallel rank, ``k·tp + t``; the expert grid (``parallel_state.py: initialize_model_parallel``,
+    expert ranks ordered tp-ep-dp within a pipeline stage) gives rank ``r`` the expert-TP rank ``r % etp`` and
+    the expert-parallel rank ``(r // etp) % ep``, the pair naming the expert shard it holds."""
+    pairs = [((r // etp) % ep, r % etp) for r in range(0, dp_cp * tp, tp)]
+    kinds = len(set(pairs))
+    return kinds, dp_cp // kinds
 
 
 def embedding_wgrad(a: ArgReader, c: Conversion) -> None:

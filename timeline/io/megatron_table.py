@@ -200,8 +200,9 @@ MAPPED: dict[str, str] = {
                      "refused when a checkpoint is loaded)",
     **dict.fromkeys(("--ckpt-fully-parallel-load", "--ckpt-fully-parallel-load-exchange-algo",
                      "--ckpt-fully-parallel-load-process-group"),
-                    "a resumed run's load in place, as the plain load (refused with EP > 1 over the DP·CP group, "
-                    "gather_object or FP8 parameters: megatron_state_args.fully_parallel_load)"),
+                    "a resumed run's load in place, as the plain load (expert shards some but not all of the DP·CP "
+                    "group need: the plain load as the lower bound, with a note; refused for gather_object or FP8 "
+                    "parameters: megatron_state_args.fully_parallel_load)"),
     "--log-params-norm": "framework.log_params_norm (read under Megatron-FSDP: calc_params_l2_norm's "
                          "stop_communication releases the gathered parameter groups after each step)",
     **dict.fromkeys(("--use-megatron-fsdp", "--use-custom-fsdp", "--data-parallel-sharding-strategy"),

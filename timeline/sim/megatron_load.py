@@ -36,8 +36,8 @@ its DDP buffers and the optimizer's main parameters first (:mod:`timeline.sim.me
 
 A fully parallel load (``--ckpt-fully-parallel-load``) is this load where each shard lands in place
 (:func:`timeline.io.megatron_state_args.fully_parallel_load`). What it does not model: the temporary buffers
-a fully parallel load receives other expert-parallel ranks' shards into (``from-megatron`` refuses that
-case), other checkpoint formats, and a load without optimizer state (``--finetune``,
+a fully parallel load receives expert shards this rank does not need into (their lifetime is NCCL's:
+``from-megatron`` writes the plain load as the lower bound, with a note), other checkpoint formats, and a load without optimizer state (``--finetune``,
 ``--no-load-optim``: the weights are read in place and the moments made in the first step, as a fresh
 run's).
 """
