@@ -85,8 +85,23 @@ def test_cp_comm_types_map_and_allgather_is_refused_only_with_context_parallelis
 def test_p2p_overlap_matters_only_to_the_interleaved_schedule():
     pp = {"--pipeline-model-parallel-size": 2, "--no-overlap-p2p-communication": True}
     convert_args(BASE | pp, world_size=4)
-    with pytest.raises(UserError, match="--no-overlap-p2p-communication with an interleaved schedule"):
+    # arguments.py: validate_args wants pp > 2 for an interleaved schedule without p2p overlap
+    with pytest.raises(UserError, match="^2 virtual pipeline stages per rank with --pipeline-model-parallel-size 2: "
+                                        "Megatron-LM refuses an interleaved schedule with pp < 3 without p2p overlap"):
         convert_args(BASE | pp | {"--num-layers-per-virtual-pipeline-stage": 1}, world_size=4)
+    pp4 = BASE | {"--num-layers": 8, "--pipeline-model-parallel-size": 4, "--no-overlap-p2p-communication": True}
+    with pytest.raises(UserError, match="--no-overlap-p2p-communication with an interleaved schedule"):
+        convert_args(pp4 | {"--num-layers-per-virtual-pipeline-stage": 1}, world_size=4)
+
+
+def test_an_interleaved_schedule_needs_two_pipeline_ranks_as_megatron_asserts():
+    for extra in ({"--num-layers-per-virtual-pipeline-stage": 1}, {"--num-virtual-stages-per-pipeline-rank": 2},
+                  {"--pipeline-model-parallel-layout": "Et|t|t|tL"}):
+        with pytest.raises(UserError, match=r"^\d virtual pipeline stages per rank with --pipeline-model-parallel-size"
+                                            r" 1: Megatron-LM refuses an interleaved schedule with pp < 2 \("):
+            convert_args(BASE | extra)
+    two = convert_args(BASE | {"--pipeline-model-parallel-size": 2, "--num-layers-per-virtual-pipeline-stage": 1})
+    assert (two.sections["parallel"]["vpp"], two.sections["schedule"]["kind"]) == (2, "interleaved")
 
 
 def test_arguments_refused_only_away_from_their_default():

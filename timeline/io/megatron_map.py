@@ -646,6 +646,14 @@ def map_parallel(a: ArgReader, c: Conversion, world_size: int, *, megatron_core:
             raise UserError(f"--hybrid-layer-pattern: {len(hybrid.segments)} pipeline segments do not divide by "
                             f"--pipeline-model-parallel-size {pp}")
         layout, vpp = list(hybrid.segments), len(hybrid.segments) // pp
+    # arguments.py: validate_args (core_v0.12.0 … d98e8a64dd) asserts an interleaved schedule has pp > 1,
+    # pp > 2 without p2p overlap (--no-overlap-p2p-communication)
+    least = 3 if a.flag("--no-overlap-p2p-communication") else 2
+    if vpp > 1 and pp < least:
+        raise UserError(f"{vpp} virtual pipeline stages per rank with --pipeline-model-parallel-size {pp}: "
+                        f"Megatron-LM refuses an interleaved schedule with "
+                        f"pp < {least}" + (" without p2p overlap" if least == 3 else "")
+                        + " (arguments.py: validate_args); drop the virtual pipeline or raise pp")
     if layout is None:
         layout = split_layers(layers, pp * vpp, first=a.int("--decoder-first-pipeline-num-layers"),
                               last=a.int("--decoder-last-pipeline-num-layers"),
