@@ -9,7 +9,7 @@ from helpers_run import from_megatron_folder
 
 from timeline.errors import UserError
 from timeline.io.megatron_args import from_mapping
-from timeline.io.megatron_write import convert
+from timeline.io.megatron_write import convert, run_file_text
 from timeline.io.runfile import run_from_data
 from timeline.result.build import build_timeline
 
@@ -115,3 +115,24 @@ def test_te_cudnn_attention_runs_bert_s_padding_mask():
     """dot_product_attention.py: DotProductAttention.forward reads the sequence lengths off the padding mask
     (get_cu_seqlens) for the cuDNN backend, which runs on the padded q, k, v: mapped as the fused backend."""
     assert _bert(ARGS | {"--attention-backend": "fused"}).sections["framework"]["attention_backend"] == "fused"
+
+
+def test_q_k_norm_flags_build_nothing_where_bert_s_spec_gives_identity_norms():
+    """bert_layer_specs.py gives the TE spec IdentityOp q/k norms before core_v0.19.0 and the local spec always: the
+    flags are read as memory-neutral, with a note; from 0.19 the TE spec builds TE's norms, refused by name."""
+    plain = _bert(ARGS).sections
+    for flag in ("--qk-layernorm", "--qk-l2-norm"):
+        c = _bert(ARGS | {flag: True})
+        assert c.sections == plain
+        assert any(n.startswith(f"{flag}: BERT's layer spec (bert_layer_specs.py) gives its attention IdentityOp")
+                   for n in c.notes)
+        text = run_file_text(c, name="b", source="x", world_size=8, notes=c.notes)
+        assert f"#   {flag} (BERT's layer spec (bert_layer_specs.py) builds IdentityOp q/k norms)" in text
+        assert f"{flag} -> " not in text  # memory-neutral here, not a mapped argument
+    margs = from_mapping(ARGS | {"--qk-layernorm": True}, ENV, family="bert", family_source="the path test_cases/bert/")
+    with pytest.raises(UserError, match=r"^--qk-layernorm with a BERT model on Megatron-Core 0.19.0: "
+                                        r"bert_layer_specs.py builds its q/k norms from core_v0.19.0"):
+        convert(margs, world_size=8, te_version="2.12", megatron_core="0.19.0")
+    local = ARGS | {"--spec": "local", "--attention-backend": "local", "--qk-layernorm": True}
+    margs = from_mapping(local, ENV, family="bert", family_source="the path test_cases/bert/")
+    assert "qk_norm" not in convert(margs, world_size=8, te_version="2.12", megatron_core="0.19.0").sections["model"]

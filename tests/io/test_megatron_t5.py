@@ -76,3 +76,12 @@ def test_t5_arguments_outside_a_t5_job_are_refused(name):
         convert(from_mapping(gpt), world_size=8, megatron_core="0.12.0")
     t5 = from_mapping(ARGS | {name: 128}, ENV, family="t5", family_source="the path test_cases/t5/")
     assert convert(t5, world_size=8, megatron_core="0.12.0").sections["model"]["architecture"] == "t5"
+
+
+def test_q_k_norm_flags_build_nothing_in_t5_s_identity_norm_spec():
+    """t5_spec.py gives every attention IdentityOp q/k norms in every release: the flags are memory-neutral."""
+    plain = _t5(ARGS).sections
+    c = _t5(ARGS | {"--qk-layernorm": True})
+    assert c.sections == plain
+    assert any(n.startswith("--qk-layernorm: T5's layer spec (t5_spec.py) gives its attention IdentityOp")
+               for n in c.notes)

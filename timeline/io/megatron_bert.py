@@ -16,7 +16,12 @@ from __future__ import annotations
 
 from timeline.errors import UserError
 from timeline.io.megatron_map import ArgReader, Conversion, bert_local_spec
+from timeline.profiles.megatron_workspaces import version_tuple
 from timeline.spec.arch_rules import PADDED_BACKENDS, legacy_bert_te_modelled
+
+#: bert_layer_specs.py leaves the TE spec's q/k norms unset from this release (2c579b45b9, core_v0.19.0), so
+#: SelfAttention builds TENorm (--qk-layernorm) or L2Norm (--qk-l2-norm) for them; before, IdentityOp
+BERT_TE_QK_NORMS = (0, 19)
 
 #: arguments a BERT job is refused with, and why
 REFUSED = {
@@ -81,9 +86,33 @@ def map_bert(a: ArgReader, c: Conversion, family: str | None) -> None:
     if c.sections["parallel"]["cp"] > 1:
         raise UserError("--context-parallel-size with a BERT model: pretrain_bert.py's get_batch does not split the "
                         "sequence over context-parallel ranks; use 1")
+    te_spec = not legacy and not bert_local_spec(a.raw)
+    no_qk_norms(c, "BERT", "bert_layer_specs.py", built=te_spec and version_tuple(
+        c.sections["framework"].get("megatron_core") or "0") >= BERT_TE_QK_NORMS)
     binary = not a.flag("--bert-no-binary-head")
     c.put("model.architecture", "bert")
     c.put("model.binary_head", binary, "--bert-no-binary-head")
     c.put("model.type_vocab_size", 2 if binary else 0, "--bert-no-binary-head")
     # pretrain_bert.py: get_batch broadcasts the micro-batch on every stage (no attention mask from the dataset)
     c.put("framework.dataloader_batch", "tokens")
+
+
+def no_qk_norms(c: Conversion, model: str, spec: str, *, built: bool = False) -> None:
+    """``--qk-layernorm`` / ``--qk-l2-norm`` on a model whose layer spec gives its attention ``IdentityOp`` q/k
+    norms: ``attention.py: SelfAttention.__init__`` builds the spec's module (``build_module(submodules.q_layernorm)``
+    core_v0.12.0 … 0.17, ``submodules.q_layernorm or TENorm`` from core_v0.18.0), so the flag builds nothing —
+    read as memory-neutral with a note. ``built``: this spec builds real norms there, which are not modelled."""
+    model_s, fw = c.sections["model"], c.sections["framework"]
+    if not model_s.get("qk_norm"):
+        return
+    flag = "--qk-l2-norm" if fw.get("qk_l2_norm") else "--qk-layernorm"
+    if built:
+        raise UserError(f"{flag} with a {model} model on Megatron-Core {fw.get('megatron_core')}: {spec} builds "
+                        f"its q/k norms from core_v0.19.0 (2c579b45b9), which are not modelled for {model}; drop it "
+                        "or give the --megatron-core the job ran")
+    model_s.pop("qk_norm")
+    fw.pop("qk_l2_norm", None)
+    c.mapped.pop(flag, None)
+    c.neutral[flag] = f"{model}'s layer spec ({spec}) builds IdentityOp q/k norms"
+    c.notes.append(f"{flag}: {model}'s layer spec ({spec}) gives its attention IdentityOp q/k norms, so the flag "
+                   "builds none (attention.py: SelfAttention)")

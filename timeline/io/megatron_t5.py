@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from timeline.errors import UserError
+from timeline.io.megatron_bert import no_qk_norms
 from timeline.io.megatron_map import ArgReader, Conversion
 from timeline.io.megatron_table import VLM_FAMILIES
 from timeline.spec.arch_rules import PADDED_BACKENDS
@@ -76,6 +77,7 @@ def map_t5(a: ArgReader, c: Conversion, family: str | None) -> None:
     a.has("--pipeline-model-parallel-split-rank")  # the encoder/decoder split: read only with pp > 1 (refused)
     a.has("--relative-attention-num-buckets")  # read only under the relative type (refused by map_model)
     a.has("--relative-attention-max-distance")
+    no_qk_norms(c, "T5", "t5_spec.py")  # IdentityOp q/k norms in every release
     c.put("model.architecture", "t5")
     c.put("model.num_layers", 2 * layers, "--encoder-num-layers", "--num-layers")
     c.put("model.encoder_layers", layers)

@@ -181,6 +181,8 @@ def convert(margs: MegatronArgs, *, world_size: int, gpu: str = "h100", te_versi
     fsdp_main_params(a, c)
     given = {k: v for k, v in c.mapped.items() if k in margs.args}
     for name in margs.args:
+        if name in c.neutral:  # a rule read it and found it memory-neutral in this job (megatron_bert.no_qk_norms)
+            continue
         if name in a.read or name in given:
             given.setdefault(name, "(read; sets no key of its own)")
             continue
