@@ -146,3 +146,21 @@ def validate_measured():
     vm = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(vm)
     return vm
+
+
+def tool_module(name: str):
+    """``tools/NAME.py`` as a module, registered under its name (its dataclasses look their module up), with
+    ``tools/`` on the path for the modules it imports."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    tools = Path(__file__).resolve().parents[1] / "tools"
+    if str(tools) not in sys.path:
+        sys.path.insert(0, str(tools))
+    spec = importlib.util.spec_from_file_location(name, tools / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

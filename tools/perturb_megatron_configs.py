@@ -23,11 +23,8 @@ import argparse
 import copy
 import json
 import random
-import re
 import sys
-import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,8 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 import validate_measured as vm  # noqa: E402
-
-from timeline.errors import UserError  # noqa: E402
+from perturb_report import Outcome  # noqa: E402
 
 PARSER_ARGS = ROOT / "tests" / "data" / "megatron" / "parser_args.json"
 
@@ -55,13 +51,6 @@ PERTURBATIONS: tuple[tuple[str, tuple], ...] = (
     ("--overlap-grad-reduce", (True, False)),
     ("--num-layers-per-virtual-pipeline-stage", (1, 2)),
 )
-
-
-@dataclass
-class Outcome:
-    simulated: int = 0
-    refused: dict[str, list[str]] = field(default_factory=dict)  # message with numbers blanked → draws
-    crashed: list[tuple[str, str, str]] = field(default_factory=list)  # (draw, exception, last frames)
 
 
 def main_flags() -> list[str]:
@@ -107,15 +96,7 @@ def run(records: list[dict], *, seed: int = 0, draws: int = 100, flags: bool = F
     out = Outcome()
     for record, changed in perturbed(records, seed, draws, main_flags() if flags else []):
         draw = f"{record.get('record_id', record['name'])} with {' '.join(changed) or 'nothing changed'}"
-        try:
-            vm.predict(record)
-        except UserError as e:
-            out.refused.setdefault(re.sub(r"\d+", "N", str(e))[:160], []).append(draw)
-        except Exception as e:  # noqa: BLE001 — what this tool reports
-            frames = " | ".join(line.strip() for line in traceback.format_exc().strip().splitlines()[-4:-1])
-            out.crashed.append((draw, f"{type(e).__name__}: {e}", frames))
-        else:
-            out.simulated += 1
+        out.attempt(draw, lambda: vm.predict(record))  # noqa: B023 — called before the loop moves on
     return out
 
 
@@ -130,12 +111,7 @@ def main() -> int:
     args = ap.parse_args()
     records = [r for r in json.loads(args.data.read_text()) if r.get("side", args.side) == args.side]
     out = run(records, seed=args.seed, draws=args.draws, flags=args.flags)
-    print(f"{args.draws} draws (seed {args.seed}) of {len(records)} records: {out.simulated} simulated, "
-          f"{sum(map(len, out.refused.values()))} refused, {len(out.crashed)} crashed")
-    for message, draws in sorted(out.refused.items(), key=lambda kv: -len(kv[1])):
-        print(f"  refused {len(draws):4d}  {message}")
-    for draw, exc, frames in out.crashed:
-        print(f"CRASHED {draw}\n  {exc}\n  {frames}")
+    print("\n".join(out.lines(f"{args.draws} draws (seed {args.seed}) of {len(records)} records", "simulated")))
     return 1 if out.crashed else 0
 
 

@@ -4,12 +4,11 @@ draw crashes (``tools/perturb_megatron_configs.py``, which runs as many draws as
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from helpers_run import tool_module
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "measured" / "megatron_calibration.json"
@@ -17,20 +16,14 @@ pytestmark = pytest.mark.skipif(not DATA.exists(), reason=f"{DATA} is absent (th
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("perturb_megatron_configs",
-                                                  ROOT / "tools" / "perturb_megatron_configs.py")
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return tool_module("perturb_megatron_configs")
 
 
 def test_perturbed_measured_configurations_simulate_or_are_refused_in_one_line():
     tool = _tool()
     out = tool.run(json.loads(DATA.read_text()), seed=3, draws=40, flags=True)
     assert out.crashed == []
-    assert out.simulated >= 20  # seed 3: 22 of the 40 simulate
+    assert out.ran >= 20  # seed 3: 22 of the 40 simulate
     for message in out.refused:
         assert "\n" not in message and "Traceback" not in message
 
