@@ -6,7 +6,9 @@ line (a :class:`timeline.errors.UserError`).
 Each draw takes a record's ``model_args`` (``../shared/measured/megatron_calibration.json`` by default, or the
 collected records of ``tools/collect_megatron_cases.py --out``) and changes one to three of: the parallel sizes
 (tp, pp, cp, ep), the layer count, micro-batch size, sequence length, the recompute granularity, sequence
-parallelism, the distributed optimizer, grad-reduce overlap and a virtual pipeline; with ``--flags`` it also
+parallelism, the distributed optimizer, grad-reduce overlap, a virtual pipeline, and one of the choices of an
+enumerated argument (attention backend, dispatcher, recompute modules, optimizer, FP8 format and recipe, load
+balancing, position embedding, normalization, transformer implementation, checkpoint format); with ``--flags`` it also
 switches on up to three boolean arguments of Megatron-LM main drawn from ``tests/data/megatron/parser_args.json``.
 Then it converts and simulates the job as ``tools/validate_measured.py`` does (the last pipeline rank's peak).
 A draw is the same for the same ``--seed``.
@@ -50,6 +52,21 @@ PERTURBATIONS: tuple[tuple[str, tuple], ...] = (
     ("--use-distributed-optimizer", (True, False)),
     ("--overlap-grad-reduce", (True, False)),
     ("--num-layers-per-virtual-pipeline-stage", (1, 2)),
+    # arguments.py's choices (d98e8a64dd)
+    ("--attention-backend", ("flash", "fused", "unfused", "local", "auto")),
+    ("--moe-token-dispatcher-type", ("allgather", "alltoall", "flex")),
+    ("--recompute-modules", (["core_attn"], ["mlp"], ["moe_act"], ["layernorm"], ["mla_up_proj"], ["moe"],
+                             ["shared_experts"], ["core_attn", "mlp"])),
+    ("--cross-entropy-loss-fusion", (True, False)),
+    ("--cross-entropy-fusion-impl", ("native", "te")),
+    ("--optimizer", ("adam", "sgd", "muon", "dist_muon")),
+    ("--fp8-format", ("e4m3", "hybrid")),
+    ("--fp8-recipe", ("delayed", "tensorwise", "mxfp8", "blockwise")),
+    ("--moe-router-load-balancing-type", ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")),
+    ("--position-embedding-type", ("learned_absolute", "rope", "yarn", "none")),
+    ("--normalization", ("LayerNorm", "RMSNorm")),
+    ("--transformer-impl", ("transformer_engine", "local")),
+    ("--ckpt-format", ("torch", "torch_dist")),
 )
 
 
