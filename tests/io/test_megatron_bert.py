@@ -4,6 +4,9 @@ paths as the file has them), read from its folder as a user would, and what a BE
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import pytest
 from helpers_run import from_megatron_folder
 
@@ -119,7 +122,8 @@ def test_te_cudnn_attention_runs_bert_s_padding_mask():
 
 def test_q_k_norm_flags_build_nothing_where_bert_s_spec_gives_identity_norms():
     """bert_layer_specs.py gives the TE spec IdentityOp q/k norms before core_v0.19.0 and the local spec always: the
-    flags are read as memory-neutral, with a note; from 0.19 the TE spec builds TE's norms, refused by name."""
+    flags are read as memory-neutral, with a note. From 0.19 (2c579b45b9) the TE spec leaves them unset and
+    SelfAttention builds TE's per-head norm (or L2Norm), as in a GPT layer: mapped, and each layer keeps them."""
     plain = _bert(ARGS).sections
     for flag in ("--qk-layernorm", "--qk-l2-norm"):
         c = _bert(ARGS | {flag: True})
@@ -129,10 +133,35 @@ def test_q_k_norm_flags_build_nothing_where_bert_s_spec_gives_identity_norms():
         text = run_file_text(c, name="b", source="x", world_size=8, notes=c.notes)
         assert f"#   {flag} (BERT's layer spec (bert_layer_specs.py) builds IdentityOp q/k norms)" in text
         assert f"{flag} -> " not in text  # memory-neutral here, not a mapped argument
-    margs = from_mapping(ARGS | {"--qk-layernorm": True}, ENV, family="bert", family_source="the path test_cases/bert/")
-    with pytest.raises(UserError, match=r"^--qk-layernorm with a BERT model on Megatron-Core 0.19.0: "
-                                        r"bert_layer_specs.py builds its q/k norms from core_v0.19.0"):
-        convert(margs, world_size=8, te_version="2.12", megatron_core="0.19.0")
     local = ARGS | {"--spec": "local", "--attention-backend": "local", "--qk-layernorm": True}
     margs = from_mapping(local, ENV, family="bert", family_source="the path test_cases/bert/")
     assert "qk_norm" not in convert(margs, world_size=8, te_version="2.12", megatron_core="0.19.0").sections["model"]
+
+    def peak(extra: dict) -> tuple[bool, int]:
+        margs = from_mapping(ARGS | extra, ENV, family="bert", family_source="the path test_cases/bert/")
+        c = convert(margs, world_size=8, te_version="2.12", megatron_core="0.19.0")
+        text = run_file_text(c, name="b", source="x", world_size=8)
+        tl = build_timeline(run_from_data(tomllib.loads(text), Path("<from-megatron>/b.toml")))
+        return bool(c.sections["model"].get("qk_norm")), tl.peak(0).allocated_bytes
+
+    base = peak({})[1]
+    for flag in ("--qk-layernorm", "--qk-l2-norm"):
+        built, bytes_ = peak({flag: True})
+        # 24 layers, each keeping its per-head q and k norms' outputs ([s·b, heads/tp · 64] bf16, 1 MiB each) and
+        # their statistics: 45 MiB more at the loss
+        assert built and 40 * 2**20 < bytes_ - base < 50 * 2**20
+
+
+def test_run_validation_takes_q_k_norms_on_bert_and_refuses_them_on_t5():
+    from dataclasses import replace
+
+    from timeline.spec.arch_rules import architecture_problems
+
+    margs = from_mapping(ARGS | {"--qk-layernorm": True}, ENV, family="bert", family_source="the path test_cases/bert/")
+    c = convert(margs, world_size=8, te_version="2.12", megatron_core="0.19.0")
+    model = run_from_data(tomllib.loads(run_file_text(c, name="b", source="x", world_size=8)),
+                          Path("<from-megatron>/b.toml")).model
+    assert model.qk_norm and not [f for f, _ in architecture_problems(model) if f == "model.qk_norm"]
+    t5 = replace(model, architecture="t5", binary_head=False, type_vocab_size=0, encoder_layers=12)
+    assert [why for f, why in architecture_problems(t5) if f == "model.qk_norm"] == [
+        "Megatron's T5Model layers (t5_spec.py) have no q/k norms; remove it or set architecture = \"gpt\""]

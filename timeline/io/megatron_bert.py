@@ -101,15 +101,12 @@ def no_qk_norms(c: Conversion, model: str, spec: str, *, built: bool = False) ->
     """``--qk-layernorm`` / ``--qk-l2-norm`` on a model whose layer spec gives its attention ``IdentityOp`` q/k
     norms: ``attention.py: SelfAttention.__init__`` builds the spec's module (``build_module(submodules.q_layernorm)``
     core_v0.12.0 … 0.17, ``submodules.q_layernorm or TENorm`` from core_v0.18.0), so the flag builds nothing —
-    read as memory-neutral with a note. ``built``: this spec builds real norms there, which are not modelled."""
+    read as memory-neutral with a note. ``built``: this spec builds real norms there (``SelfAttention``'s TENorm or
+    L2Norm per head, as in a GPT layer): the flag stays mapped."""
     model_s, fw = c.sections["model"], c.sections["framework"]
-    if not model_s.get("qk_norm"):
+    if not model_s.get("qk_norm") or built:
         return
     flag = "--qk-l2-norm" if fw.get("qk_l2_norm") else "--qk-layernorm"
-    if built:
-        raise UserError(f"{flag} with a {model} model on Megatron-Core {fw.get('megatron_core')}: {spec} builds "
-                        f"its q/k norms from core_v0.19.0 (2c579b45b9), which are not modelled for {model}; drop it "
-                        "or give the --megatron-core the job ran")
     model_s.pop("qk_norm")
     fw.pop("qk_l2_norm", None)
     c.mapped.pop(flag, None)
