@@ -137,16 +137,7 @@ def collected_record(name: str, where: str) -> dict:
 
 def validate_measured():
     """``tools/validate_measured.py`` as a module (its ``predict`` simulates a collected record as recorded)."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("validate_measured",
-                                                  Path(__file__).resolve().parents[1] / "tools" / "validate_measured.py")
-    assert spec is not None and spec.loader is not None
-    vm = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(vm)
-    return vm
-
+    return tool_module("validate_measured")
 
 def tool_module(name: str):
     """``tools/NAME.py`` as a module, registered under its name (its dataclasses look their module up), with

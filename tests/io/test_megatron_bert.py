@@ -137,20 +137,23 @@ def test_q_k_norm_flags_build_nothing_where_bert_s_spec_gives_identity_norms():
     margs = from_mapping(local, ENV, family="bert", family_source="the path test_cases/bert/")
     assert "qk_norm" not in convert(margs, world_size=8, te_version="2.12", megatron_core="0.19.0").sections["model"]
 
-    def peak(extra: dict) -> tuple[bool, int]:
-        margs = from_mapping(ARGS | extra, ENV, family="bert", family_source="the path test_cases/bert/")
+    # from 0.19 each layer's TE per-head norm keeps q's and k's contiguous copy and its output, [s·b, heads/tp · hd]
+    # bf16 = 512·4 × 4·64 · 2 B, and (LayerNorm) mu and rsigma per row and head, fp32 = 512·4·4 · 4 B; L2Norm no mu
+    rows, width = 512 * 4, 16 // 4 * 64
+    for flag, stats in (("--qk-layernorm", ("mu", "rsigma")), ("--qk-l2-norm", ("rsigma",))):
+        margs = from_mapping(ARGS | {flag: True}, ENV, family="bert", family_source="the path test_cases/bert/")
         c = convert(margs, world_size=8, te_version="2.12", megatron_core="0.19.0")
+        assert c.sections["model"]["qk_norm"] is True
         text = run_file_text(c, name="b", source="x", world_size=8)
         tl = build_timeline(run_from_data(tomllib.loads(text), Path("<from-megatron>/b.toml")))
-        return bool(c.sections["model"].get("qk_norm")), tl.peak(0).allocated_bytes
-
-    base = peak({})[1]
-    for flag in ("--qk-layernorm", "--qk-l2-norm"):
-        built, bytes_ = peak({flag: True})
-        # 24 layers, each keeping its per-head q and k norms' outputs ([s·b, heads/tp · 64] bf16, 1 MiB each) and
-        # their statistics: 45 MiB more at the loss
-        assert built and 40 * 2**20 < bytes_ - base < 50 * 2**20
-
+        ev = tl.events(0)
+        kept = sorted((tl.names[t], int(size)) for t, sign, size, it, mb in
+                      zip(ev.tensor, ev.sign, ev.size, ev.iteration, ev.microbatch, strict=True)
+                      if sign > 0 and it == 1 and mb == 0 and tl.names[t].startswith("layers.0.self_attn.")
+                      and ("q_norm" in tl.names[t] or "k_norm" in tl.names[t]))
+        assert kept == sorted([(f"layers.0.self_attn.{x}_norm.input.{x}", rows * width * 2) for x in "qk"]
+                              + [(f"layers.0.self_attn.{x}_norm.out", rows * width * 2) for x in "qk"]
+                              + [(f"layers.0.self_attn.{x}_norm.{st}", rows * 4 * 4) for x in "qk" for st in stats])
 
 def test_run_validation_takes_q_k_norms_on_bert_and_refuses_them_on_t5():
     from dataclasses import replace

@@ -15,7 +15,7 @@ refused —, so ``--transformer-impl`` does not choose it, or the legacy ``BertM
 from __future__ import annotations
 
 from timeline.errors import UserError
-from timeline.io.megatron_map import ArgReader, Conversion, bert_local_spec
+from timeline.io.megatron_map import ArgReader, Conversion, bert_local_spec, no_qk_norms
 from timeline.profiles.megatron_workspaces import version_tuple
 from timeline.spec.arch_rules import PADDED_BACKENDS, legacy_bert_te_modelled
 
@@ -96,20 +96,3 @@ def map_bert(a: ArgReader, c: Conversion, family: str | None) -> None:
     # pretrain_bert.py: get_batch broadcasts the micro-batch on every stage (no attention mask from the dataset)
     c.put("framework.dataloader_batch", "tokens")
 
-
-def no_qk_norms(c: Conversion, model: str, spec: str, *, built: bool = False) -> None:
-    """``--qk-layernorm`` / ``--qk-l2-norm`` on a model whose layer spec gives its attention ``IdentityOp`` q/k
-    norms: ``attention.py: SelfAttention.__init__`` builds the spec's module (``build_module(submodules.q_layernorm)``
-    core_v0.12.0 … 0.17, ``submodules.q_layernorm or TENorm`` from core_v0.18.0), so the flag builds nothing —
-    read as memory-neutral with a note. ``built``: this spec builds real norms there (``SelfAttention``'s TENorm or
-    L2Norm per head, as in a GPT layer): the flag stays mapped."""
-    model_s, fw = c.sections["model"], c.sections["framework"]
-    if not model_s.get("qk_norm") or built:
-        return
-    flag = "--qk-l2-norm" if fw.get("qk_l2_norm") else "--qk-layernorm"
-    model_s.pop("qk_norm")
-    fw.pop("qk_l2_norm", None)
-    c.mapped.pop(flag, None)
-    c.neutral[flag] = f"{model}'s layer spec ({spec}) builds IdentityOp q/k norms"
-    c.notes.append(f"{flag}: {model}'s layer spec ({spec}) gives its attention IdentityOp q/k norms, so the flag "
-                   "builds none (attention.py: SelfAttention)")

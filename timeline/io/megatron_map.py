@@ -65,6 +65,24 @@ class Conversion:
             self.mapped[src] = f"{self.mapped[src]}, {key}" if src in self.mapped else key
 
 
+def no_qk_norms(c: Conversion, model: str, spec: str, *, built: bool = False) -> None:
+    """``--qk-layernorm`` / ``--qk-l2-norm`` on a model whose layer spec gives its attention ``IdentityOp`` q/k
+    norms: ``attention.py: SelfAttention.__init__`` builds the spec's module (``build_module(submodules.q_layernorm)``
+    core_v0.12.0 … 0.17, ``submodules.q_layernorm or TENorm`` from core_v0.18.0), so the flag builds nothing —
+    read as memory-neutral with a note. ``built``: this spec builds real norms there (``SelfAttention``'s TENorm or
+    L2Norm per head, as in a GPT layer): the flag stays mapped."""
+    model_s, fw = c.sections["model"], c.sections["framework"]
+    if not model_s.get("qk_norm") or built:
+        return
+    flag = "--qk-l2-norm" if fw.get("qk_l2_norm") else "--qk-layernorm"
+    model_s.pop("qk_norm")
+    fw.pop("qk_l2_norm", None)
+    c.mapped.pop(flag, None)
+    c.neutral[flag] = f"{model}'s layer spec ({spec}) builds IdentityOp q/k norms"
+    c.notes.append(f"{flag}: {model}'s layer spec ({spec}) gives its attention IdentityOp q/k norms, so the flag "
+                   "builds none (attention.py: SelfAttention)")
+
+
 class ArgReader:
     """Typed access to the raw arguments; each read marks the argument as mapped."""
 

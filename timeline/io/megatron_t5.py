@@ -22,8 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from timeline.errors import UserError
-from timeline.io.megatron_bert import no_qk_norms
-from timeline.io.megatron_map import ArgReader, Conversion
+from timeline.io.megatron_map import ArgReader, Conversion, no_qk_norms
 from timeline.io.megatron_table import VLM_FAMILIES
 from timeline.spec.arch_rules import PADDED_BACKENDS
 

@@ -3,8 +3,8 @@ validation's rules, one line each. This module decides no bytes (:mod:`timeline.
 
 BERT is Megatron-Core's ``BertModel`` as ``pretrain_bert.py`` builds it (``NVIDIA/Megatron-LM@92f052b8``):
 ``bert_layer_specs.py`` gives every layer dense self-attention (padding mask) and a dense MLP — no experts,
-MLA, Mamba mixers, learned sinks or MTP; q/k norms from core_v0.19.0 only, from the TE spec — and its batch is not split over context-parallel ranks
-(``get_batch`` has no ``get_batch_on_this_cp_rank``). Modelled under the ``megatron`` profile with Transformer
+MLA, Mamba mixers, learned sinks or MTP; q/k norms from core_v0.19.0 only, from the TE spec — and its batch is
+not split over context-parallel ranks (``get_batch`` has no ``get_batch_on_this_cp_rank``). Modelled under the ``megatron`` profile with Transformer
 Engine's layers and its unfused attention only: TE's flash and fused backends run the padding mask on unpadded
 sequences, the local spec (``--spec local``) and the legacy ``BertModel`` are other code, none of it modelled.
 """
