@@ -426,6 +426,25 @@ def test_fp8_arguments_map_to_the_recipe_and_fp8_parameters():
     assert "fp8_bf16_first_layers" not in convert_args(BASE | {"--first-last-layers-bf16": True}).sections["training"]
 
 
+def test_fp8_under_the_local_layers_is_the_bf16_run_with_a_note():
+    """Megatron's local linears ignore TE's fp8_autocast: the run file is the bf16 one, the FP8 arguments listed
+    memory-neutral; the local experts' FP8 padding and FP8 parameters stay refused in one line."""
+    local = BASE | {"--transformer-impl": "local", "--tensor-model-parallel-size": 2, "--sequence-parallel": True}
+    fp8 = {"--fp8-format": "hybrid", "--fp8-recipe": "tensorwise", "--fp8-amax-history-len": 16,
+           "--first-last-layers-bf16": True}
+    plain, c = convert_args(local), convert_args(local | fp8)
+    assert c.sections == plain.sections
+    assert all(c.neutral[name].startswith("the local layers' linears ignore TE's fp8_autocast") for name in fp8)
+    assert any(n.startswith("--fp8-format --fp8-recipe --fp8-amax-history-len --first-last-layers-bf16: the local")
+               for n in c.notes)
+    with pytest.raises(UserError, match="--transformer-impl local on a MoE model: .*SequentialMLP"):
+        convert_args(local | fp8 | {"--num-experts": 4})
+    with pytest.raises(UserError, match="--fp8-param-gather with --transformer-impl local"):
+        convert_args(local | fp8 | {"--fp8-param-gather": True, "--use-distributed-optimizer": True})
+    with pytest.raises(UserError, match="--first-last-layers-bf16 under the delayed recipe"):
+        convert_args(local | {"--fp8-format": "e4m3", "--first-last-layers-bf16": True})
+
+
 #: Megatron-LM tests/functional_tests/test_cases/hybrid/hybrid_mr_mcore_te_tp1_pp2_vpp2_cp1_dgx_a100_1N8G/
 #: model_config.yaml at e4533afdfa (2026-04-12): its memory-relevant MODEL_ARGS
 HYBRID_ARGS = {"--hidden-size": 1024, "--num-attention-heads": 16, "--group-query-attention": True,

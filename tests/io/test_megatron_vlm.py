@@ -144,5 +144,6 @@ def test_the_decoder_spec_builds_no_qk_norms():
     """pretrain_vlm.py: decoder_model_with_transformer_engine_default_spec(num_experts, moe_grouped_gemm) — its
     qk_layernorm stays False, so --qk-layernorm builds no q/k norms (a note says so)."""
     conv = _vlm(ARGS | {"--qk-layernorm": True})
-    assert conv.sections["model"].get("qk_norm") is False
-    assert any("--qk-layernorm" in n for n in conv.notes)
+    assert "qk_norm" not in conv.sections["model"]
+    assert conv.neutral["--qk-layernorm"] == "LLaVA's layer spec (llava_spec.py, qk_layernorm=False) builds IdentityOp q/k norms"
+    assert any(n.startswith("--qk-layernorm: LLaVA's layer spec") for n in conv.notes)

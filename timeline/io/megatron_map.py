@@ -246,23 +246,58 @@ def fp8_training(a: ArgReader, c: Conversion) -> None:
         raise UserError(f"--fp8-recipe {recipe}: {FP8_REFUSED[recipe]}")
     if recipe not in ("delayed", "tensorwise", "blockwise", "mxfp8"):
         raise UserError(f"--fp8-recipe {recipe}: use one of delayed, tensorwise, blockwise, mxfp8, custom")
+    if a.flag("--fp8-param-gather") and not a.flag("--use-distributed-optimizer"):
+        raise UserError("--fp8-param-gather: Megatron-LM keeps FP8 parameters only under the distributed "
+                        "optimizer (arguments.py: validate_args); add --use-distributed-optimizer")
+    if bf16 and recipe == "delayed":
+        raise UserError("--first-last-layers-bf16 under the delayed recipe: Megatron-LM refuses it "
+                        "(transformer_config.py: 'Delayed scaling does not support first / last layer in BF16.'); "
+                        "use --fp8-recipe tensorwise or drop it")
+    if a.str("--transformer-impl", "transformer_engine") == "local":
+        fp8_on_local_layers(a, c)
+        return
     c.put("training.fp8_recipe", recipe, "--fp8-format", "--fp8-recipe")
     if recipe == "delayed":  # arguments.py: --fp8-amax-history-len, default 1 (TE's DelayedScaling: 1024)
         c.put("training.fp8_amax_history_len", a.int("--fp8-amax-history-len", 1), "--fp8-amax-history-len")
     if a.flag("--fp8-param-gather"):
-        if not a.flag("--use-distributed-optimizer"):
-            raise UserError("--fp8-param-gather: Megatron-LM keeps FP8 parameters only under the distributed "
-                            "optimizer (arguments.py: validate_args); add --use-distributed-optimizer")
         c.put("training.fp8_param_gather", True, "--fp8-param-gather")
     if reuse:
         c.put("training.mxfp8_reuse_grad_buf", True, "--reuse-grad-buf-for-mxfp8-param-ag")
     if bf16:  # core/fp8_utils.py: is_first_last_bf16_layer (the layer counts default to 1, arguments.py)
-        if recipe == "delayed":
-            raise UserError("--first-last-layers-bf16 under the delayed recipe: Megatron-LM refuses it "
-                            "(transformer_config.py: 'Delayed scaling does not support first / last layer in BF16.'); "
-                            "use --fp8-recipe tensorwise or drop it")
         c.put("training.fp8_bf16_first_layers", start, "--first-last-layers-bf16", "--num-layers-at-start-in-bf16")
         c.put("training.fp8_bf16_last_layers", end, "--first-last-layers-bf16", "--num-layers-at-end-in-bf16")
+
+
+#: the FP8 arguments :func:`fp8_training` maps (the scaling arithmetic's, ``--fp8-margin`` and the like, are
+#: memory-neutral in the table already)
+FP8_ARGS = ("--fp8-format", "--fp8-recipe", "--fp8-amax-history-len", "--first-last-layers-bf16",
+            "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16")
+
+
+def fp8_on_local_layers(a: ArgReader, c: Conversion) -> None:
+    """``--fp8-format`` under ``--transformer-impl local``. The local spec's linears are Megatron's own
+    ``ColumnParallelLinear`` / ``RowParallelLinear`` (``gpt_layer_specs.py: get_gpt_layer_local_spec``; the legacy
+    ``ParallelTransformerLayer`` likewise), which ignore Transformer Engine's ``fp8_autocast``
+    (``transformer_block.py: TransformerBlock.forward`` enters ``fp8_utils.get_fp8_context`` around them): the GEMMs
+    run in the training dtype and no FP8 copy, scale or amax history is made, and neither ``validate_args`` nor
+    ``TransformerConfig.__post_init__`` refuses the pair. So the FP8 arguments are memory-neutral there, with a note.
+    Two cases do make FP8 memory and stay refused in one line: the local experts (``experts.py: SequentialMLP``
+    pads each expert's tokens under FP8, ``_pad_tensor_for_quantization``) and FP8 parameters (``--fp8-param-gather``:
+    ``distrib_optimizer.py`` / Megatron-FSDP keep FP8 parameter state)."""
+    if a.value("--num-experts") not in (None, 0, "0"):
+        raise UserError("--fp8-format with --transformer-impl local on a MoE model: the local experts "
+                        "(experts.py: SequentialMLP) pad each expert's tokens for FP8 (_pad_tensor_for_quantization), "
+                        "not modelled; use --transformer-impl transformer_engine or drop --fp8-format")
+    if a.flag("--fp8-param-gather"):
+        raise UserError("--fp8-param-gather with --transformer-impl local: FP8 parameters of the local layers are not "
+                        "modelled; use --transformer-impl transformer_engine or drop --fp8-param-gather")
+    given = [name for name in FP8_ARGS if a.raw.get(name) not in (None, False)]
+    for name in given:
+        a.read.add(name)
+        c.neutral[name] = "the local layers' linears ignore TE's fp8_autocast: no FP8 GEMM or state"
+    c.notes.append(f"{' '.join(given)}: the local layers (--transformer-impl local) are Megatron's own linears, which "
+                   "run in the training dtype under TE's fp8_autocast (transformer_block.py: get_fp8_context), so "
+                   "FP8 adds no memory")
 
 
 def map_gpt_oss(a: ArgReader, c: Conversion, layers: int) -> None:

@@ -25,7 +25,7 @@ Read at ``NVIDIA/Megatron-LM@dabfbc4c6e`` (``pretrain_vlm.py: model_provider``, 
 from __future__ import annotations
 
 from timeline.errors import UserError
-from timeline.io.megatron_map import ArgReader, Conversion
+from timeline.io.megatron_map import ArgReader, Conversion, no_qk_norms
 from timeline.io.megatron_table import VLM_FAMILIES
 
 #: ``pretrain_vlm.py: add_vlm_extra_args`` — arguments of that script's parser only
@@ -79,10 +79,9 @@ def map_vlm(a: ArgReader, c: Conversion, family: str | None) -> None:
         raise UserError("--attention-output-gate with pretrain_vlm.py: LLaVA's decoder spec (llava_spec.py) under a "
                         "gated attention output is not modelled; drop it")
     model, tr = c.sections["model"], c.sections["training"]
-    if model.get("qk_norm"):  # llava_spec.py: decoder_model_with_transformer_engine_default_spec(qk_layernorm=False)
-        c.put("model.qk_norm", False, "--qk-layernorm")
-        c.notes.append("--qk-layernorm: pretrain_vlm.py builds the decoder spec without q/k norms "
-                       "(llava_spec.py: qk_layernorm=False), so the flag builds none")
+    # pretrain_vlm.py builds the decoder spec with its default qk_layernorm=False (llava_spec.py:
+    # decoder_model_with_transformer_engine_default_spec / decoder_model_with_local_default_spec): IdentityOp q/k norms
+    no_qk_norms(c, "LLaVA", "llava_spec.py, qk_layernorm=False")
     vision_layers = model["num_layers"]  # validate_args: --num-layers is --encoder-num-layers
     a.int("--encoder-num-layers")
     lm_layers = a.int("--decoder-num-layers") or vision_layers
