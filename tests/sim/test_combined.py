@@ -240,6 +240,12 @@ def test_alltoall_probs_keep_each_moe_layers_router_input_and_its_gradient_past_
     live = (np.isin(names, [f"{g}layers.{k}.attn_residual.out" for g in ("", "grad:") for k in (0, 1)])
             & (ev.iteration <= 0) & (ev.t_us <= step.end_us))
     assert int(np.sum(ev.sign[live].astype(np.int64) * ev.size[live])) == 2 * 2 * hidden
+    # a dense first layer (first_k_dense_replace = 1) has no router: only the MoE layer's input is held
+    dense = tiny_run(model=replace(MOE, first_k_dense_replace=1), layers=2, pp=1, ep=2, dp=2, combined_1f1b=True,
+                     num_microbatches=3, combined_1f1b_keeps_node_io=keeps, iterations=2)
+    f_dense, _ = _phases(dense)
+    assert {layer: name for layer, (name, _) in router_inputs(f_dense, forward_nodes(f_dense)).items()} == {
+        1: "layers.1.attn_residual.out"}
     # plain 1F1B runs the whole layer in one autograd graph: no detached leaf for the probs to keep
     plain = build_timeline(tiny_run(model=MOE, layers=2, pp=1, ep=2, dp=2, num_microbatches=3, iterations=2))
     ev = plain.events(0)

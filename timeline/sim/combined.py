@@ -191,7 +191,8 @@ def kept_node_io(f: CompiledPhase, fmap: NodeMap, b: CompiledPhase) -> np.ndarra
 def router_inputs(f: CompiledPhase, fmap: NodeMap) -> dict[int, tuple[str, int]]:
     """Per MoE decoder layer of the forward phase ``f``: (the ``post_attn`` node's input — the tensor the
     layer's ``attn`` node makes last, its output —, the forward op at which the alltoall dispatcher takes the
-    router's new probabilities: the node's first ``mlp.dispatch.*`` op, else its last op).
+    router's new probabilities: the node's first ``mlp.dispatch.*`` op; a layer without one, a dense layer, has no
+    router and is left out).
 
     ``MoEAlltoAllTokenDispatcher.dispatch_preprocess`` stores ``self.probs = probs`` (token_dispatcher.py at
     1f6a0a305d … e79110c67b), the router's output with its autograd graph. Under combined 1F1B the ``post_attn``
@@ -211,9 +212,9 @@ def router_inputs(f: CompiledPhase, fmap: NodeMap) -> dict[int, tuple[str, int]]
         outs = allocs.get(blocks[k - 1][2] - 1, [])
         if not outs:
             continue
-        at = next((o for o in range(first, end) if f.op_names[o].startswith(f"layers.{layer}.mlp.dispatch.")),
-                  end - 1)
-        out[layer] = (outs[0], at)
+        at = next((o for o in range(first, end) if f.op_names[o].startswith(f"layers.{layer}.mlp.dispatch.")), -1)
+        if at >= 0:  # a dense layer has no router, so no probabilities to keep
+            out[layer] = (outs[0], at)
     return out
 
 
