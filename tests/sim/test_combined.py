@@ -15,7 +15,14 @@ from timeline.errors import UserError
 from timeline.graph.source import model_source
 from timeline.profiles import LIMITS, profile
 from timeline.result.build import build_timeline
-from timeline.sim.combined import backward_nodes, forward_nodes, kept_node_io, pair_order, pair_shifts
+from timeline.sim.combined import (
+    backward_nodes,
+    forward_nodes,
+    kept_node_io,
+    pair_order,
+    pair_shifts,
+    router_inputs,
+)
 from timeline.sim.plan import plan, plan_pipeline
 from timeline.sim.static_state import StateRules
 from timeline.spec.validate import validate_run
@@ -197,3 +204,52 @@ def test_from_megatron_maps_delay_wgrad_compute_with_the_overlap_only():
     with pytest.raises(UserError, match="^--use-megatron-fsdp with --delay-wgrad-compute"):
         convert(from_mapping(args | {"--use-megatron-fsdp": True, "--use-distributed-optimizer": True}),
                 world_size=2, megatron_core="0.16.0")
+
+
+@pytest.mark.parametrize("keeps", [True, False])
+def test_alltoall_probs_keep_each_moe_layers_router_input_and_its_gradient_past_the_step(keeps):
+    """``MoEAlltoAllTokenDispatcher.dispatch_preprocess``'s ``self.probs = probs`` keeps the router's autograd
+    graph, whose leaf is the ``post_attn`` node's detached input (the attention output, bf16 [T, h]) with the
+    ``.grad`` its backward left: after the iteration both live on per MoE layer, through the optimizer step,
+    until the layer's next forward stores new probabilities."""
+    run = _run(combined_1f1b_keeps_node_io=keeps, iterations=2)
+    f, _ = _phases(run)
+    held = router_inputs(f, forward_nodes(f))
+    assert {layer: name for layer, (name, _) in held.items()} == {0: "layers.0.attn_residual.out",
+                                                                  1: "layers.1.attn_residual.out"}
+    assert all(f.op_names[op] == f"layers.{layer}.mlp.dispatch.permute" for layer, (_, op) in held.items())
+    tl = build_timeline(run)
+    ev = tl.events(0)
+    names = np.array(tl.sim.names)[ev.tensor]
+    spans = tl.sim.spans[0]
+    step = next(s for s in spans if s.kind == "step" and s.iteration == 0)
+    last = run.training.num_microbatches - 1
+    hidden = T * H * 2  # bf16 [T, h]: the attention output and its gradient, from the shapes
+    nxt = next(s for s in spans if s.kind == "F" and s.iteration == 1 and s.microbatch == 0)
+    for layer in (0, 1):
+        for name in (f"layers.{layer}.attn_residual.out", f"grad:layers.{layer}.attn_residual.out"):
+            m = (names == name) & (ev.microbatch == last) & (ev.iteration <= 1)
+            alloc = m & (ev.sign > 0) & (ev.iteration == 0)
+            free = m & (ev.sign < 0)
+            assert int(ev.size[alloc].sum()) == hidden
+            # freed only where the next iteration's first forward reaches the layer's dispatch preprocess
+            assert free.sum() == 1 and float(ev.t_us[free][0]) > step.end_us
+            op = held[layer][1]
+            assert float(ev.t_us[free][0]) == pytest.approx(nxt.start_us + f.op_start[op] * nxt.scale)
+    # after the step, 2 MoE layers x (input + gradient) of the last micro-batch still live
+    live = (np.isin(names, [f"{g}layers.{k}.attn_residual.out" for g in ("", "grad:") for k in (0, 1)])
+            & (ev.iteration <= 0) & (ev.t_us <= step.end_us))
+    assert int(np.sum(ev.sign[live].astype(np.int64) * ev.size[live])) == 2 * 2 * hidden
+    # a dense first layer (first_k_dense_replace = 1) has no router: only the MoE layer's input is held
+    dense = tiny_run(model=replace(MOE, first_k_dense_replace=1), layers=2, pp=1, ep=2, dp=2, combined_1f1b=True,
+                     num_microbatches=3, combined_1f1b_keeps_node_io=keeps, iterations=2)
+    f_dense, _ = _phases(dense)
+    assert {layer: name for layer, (name, _) in router_inputs(f_dense, forward_nodes(f_dense)).items()} == {
+        1: "layers.1.attn_residual.out"}
+    # plain 1F1B runs the whole layer in one autograd graph: no detached leaf for the probs to keep
+    plain = build_timeline(tiny_run(model=MOE, layers=2, pp=1, ep=2, dp=2, num_microbatches=3, iterations=2))
+    ev = plain.events(0)
+    names = np.array(plain.sim.names)[ev.tensor]
+    m = np.isin(names, ["layers.1.attn_residual.out", "grad:layers.1.attn_residual.out"]) & (ev.microbatch == last)
+    assert set(ev.iteration[m & (ev.sign < 0)].tolist()) == {0, 1}
+    assert int(np.sum(ev.sign[m & (ev.iteration == 0)].astype(np.int64) * ev.size[m & (ev.iteration == 0)])) == 0

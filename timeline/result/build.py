@@ -44,7 +44,8 @@ def build_timeline(run: RunSpec, source_fn: SourceFn = model_source, *,
         pipe = plan_pipeline(run.schedule, par, tr.num_microbatches, run.hardware, run.csv_rows)
         rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm,
                            traced=run.trace is not None,
-                           expert_state_group=profile(run.profile).params.expert_state_group)
+                           expert_state_group=profile(run.profile).params.expert_state_group,
+                           combined_1f1b=run.schedule.combined_1f1b)
         p = plan(source_fn(run), pipe, model=run.model, training=tr, parallel=par, rules=rules,
                  recompute=run.recompute, offload=run.offload)
         if summary_only:

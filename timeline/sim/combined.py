@@ -188,6 +188,36 @@ def kept_node_io(f: CompiledPhase, fmap: NodeMap, b: CompiledPhase) -> np.ndarra
     return (b.ev_sign < 0) & names[b.ev_tensor]
 
 
+def router_inputs(f: CompiledPhase, fmap: NodeMap) -> dict[int, tuple[str, int]]:
+    """Per MoE decoder layer of the forward phase ``f``: (the ``post_attn`` node's input — the tensor the
+    layer's ``attn`` node makes last, its output —, the forward op at which the alltoall dispatcher takes the
+    router's new probabilities: the node's first ``mlp.dispatch.*`` op; a layer without one, a dense layer, has no
+    router and is left out).
+
+    ``MoEAlltoAllTokenDispatcher.dispatch_preprocess`` stores ``self.probs = probs`` (token_dispatcher.py at
+    1f6a0a305d … e79110c67b), the router's output with its autograd graph. Under combined 1F1B the ``post_attn``
+    node runs the pre-MLP norm and the router on a detached copy of its input that requires grad
+    (``ScheduleNode._forward``: ``make_viewless(e).detach()``), a leaf: the graph's ``AccumulateGrad`` holds that
+    leaf, and the leaf its ``.grad`` once the node's backward ran. Nothing else in the graph survives its
+    backward (saved tensors are freed), so what ``self.probs`` keeps is the node's input and its gradient, until
+    the layer's next forward stores new probabilities. From 1501c0f33a (2026-01-16) the router runs in the
+    ``attn`` node and the leaf is the layer's input instead: the same [s·b/(tp·cp), h] activation."""
+    out: dict[int, tuple[str, int]] = {}
+    blocks = _blocks(fmap)
+    allocs = _allocs_by_op(f)
+    for k, (key, first, end) in enumerate(blocks):
+        layer, node = key
+        if layer < 0 or node != "post_attn" or k == 0 or blocks[k - 1][0] != (layer, "attn"):
+            continue
+        outs = allocs.get(blocks[k - 1][2] - 1, [])
+        if not outs:
+            continue
+        at = next((o for o in range(first, end) if f.op_names[o].startswith(f"layers.{layer}.mlp.dispatch.")), -1)
+        if at >= 0:  # a dense layer has no router, so no probabilities to keep
+            out[layer] = (outs[0], at)
+    return out
+
+
 def _next_node(blocks: list[tuple[tuple[int, str], int, int]], k: int) -> str:
     return blocks[k + 1][0][1] if k + 1 < len(blocks) and blocks[k + 1][0][0] == blocks[k][0][0] else ""
 

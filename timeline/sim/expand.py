@@ -17,7 +17,7 @@ from timeline.graph.tensors import Category
 from timeline.placement.devices import StaticDevice
 from timeline.profiles.base import AT_OP, FirstCall
 from timeline.sim import fsdp_windows
-from timeline.sim.combined import forward_nodes, kept_node_io
+from timeline.sim.combined import forward_nodes, kept_node_io, router_inputs
 from timeline.sim.compiled import CAT_CODE, CompiledPhase
 from timeline.sim.engine import Span, span_offsets
 from timeline.sim.graph_capture import CaptureRules, capture_events, capture_iteration
@@ -365,6 +365,58 @@ def combined_kept(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]
     return out
 
 
+def router_graph_kept(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
+    """Per backward action of a combined-1F1B schedule with the alltoall dispatcher, the frees of each MoE
+    layer's ``post_attn`` input and of that input's gradient, which the dispatcher's ``self.probs`` keeps
+    alive through the router's autograd graph (:func:`timeline.sim.combined.router_inputs`) until the
+    layer's next forward stores new probabilities: each moves to that op of the chunk's next forward after
+    this micro-batch's own, where that is later (the last micro-batch's: into the next iteration, through
+    the optimizer step; after the last iteration, never). Keyed by span index."""
+    forwards: dict[int, list[int]] = {}
+    for i, sp in enumerate(spans):
+        if sp.kind == "F":
+            forwards.setdefault(sp.stage, []).append(i)
+    nxt: dict[tuple[int, int, int], int] = {}
+    for stage, fs in forwards.items():
+        fs = sorted(fs, key=lambda i: spans[i].start_us)
+        for a, b in zip(fs, [*fs[1:], -1], strict=True):
+            nxt[(stage, spans[a].iteration, spans[a].microbatch)] = b
+    masks: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = {}
+    out: dict[int, KeptFrees] = {}
+    for i, sp in enumerate(spans):
+        if sp.kind != "B":
+            continue
+        if sp.stage not in masks:
+            f, b = compiled[(sp.stage, "F")], compiled[(sp.stage, "B")]
+            at_op = {}  # tensor name -> the forward op that lets it go
+            for name, op in router_inputs(f, forward_nodes(f)).values():
+                at_op[name] = at_op["grad:" + name] = op
+            names = [b.tensor_names[t] for t in b.ev_tensor.tolist()]
+            held = (b.ev_sign < 0) & np.array([n in at_op for n in names], dtype=bool)
+            at = np.flatnonzero(held)
+            masks[sp.stage] = (at, np.array([at_op[names[j]] for j in at.tolist()], dtype=np.int64),
+                               b.ev_offset[at], b.ev_op[at]) if len(at) else None
+        m = masks[sp.stage]
+        if m is None:
+            continue
+        at, f_ops, offsets, ops = m
+        freed_at = sp.start_us + span_offsets(sp, offsets, ops)
+        to = nxt.get((sp.stage, sp.iteration, sp.microbatch), -1)
+        if to < 0:
+            times, actions = np.full(len(at), np.nan), np.full(len(at), -1, dtype=np.int64)
+        else:
+            f = compiled[(sp.stage, "F")]
+            dropped = spans[to].start_us + span_offsets(spans[to], f.op_start[f_ops], f_ops)
+            later = dropped > freed_at
+            if not later.any():
+                continue
+            at, times, actions = at[later], dropped[later], np.full(int(later.sum()), to, dtype=np.int64)
+        mask = np.zeros(len(compiled[(sp.stage, "B")].ev_offset), dtype=bool)
+        mask[at] = True
+        out[i] = KeptFrees(mask=mask, times=times, actions=actions)
+    return out
+
+
 def head_wgrad_kept(spans: list[Span], compiled: Compiled, limit: int) -> dict[int, KeptFrees]:
     """Per backward action of the stage holding the output layer, the frees Megatron-LM's deferred
     embedding weight gradient (``--defer-embedding-wgrad-compute``) moves to the pipeline flush. Keyed
@@ -428,12 +480,27 @@ def _merge(a: KeptFrees, b: KeptFrees) -> KeptFrees:
     return KeptFrees(mask=mask, times=times[mask], actions=actions[mask])
 
 
+def _merge_later(a: KeptFrees, b: KeptFrees) -> KeptFrees:
+    """Two actions' moved frees over the same phase's events, as one: where both move one, the later (never,
+    NaN, latest of all)."""
+    merged = _merge(a, b)
+    times, actions = merged.times.copy(), merged.actions.copy()
+    pos = np.cumsum(merged.mask) - 1  # each masked event's row in the merged arrays
+    rows = pos[a.mask]
+    keep = np.isnan(a.times) | (~np.isnan(times[rows]) & (a.times > times[rows]))
+    times[rows[keep]], actions[rows[keep]] = a.times[keep], a.actions[keep]
+    return KeptFrees(mask=merged.mask, times=times, actions=actions)
+
+
 def _kept_frees(state: DeviceState, spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
     """Per action (span index), the frees Megatron's references defer, over ``compiled``'s phases."""
     kept = kept_inputs(spans, compiled) if state.keeps_input else {}
     if state.combined_keeps_node_io:
         for i, node_io in combined_kept(spans, compiled).items():
             kept[i] = _merge(kept[i], node_io) if i in kept else node_io
+    if state.router_graph_kept:
+        for i, held in router_graph_kept(spans, compiled).items():
+            kept[i] = _merge_later(kept[i], held) if i in kept else held
     for i, saved in iterator_kept(spans, compiled).items():
         kept[i] = _merge(kept[i], saved) if i in kept else saved
     if state.deferred_head_wgrad >= 0:

@@ -81,6 +81,10 @@ class DeviceState:
     #: combined 1F1B's backward layer nodes keep their I/O until the pair ends
     #: (``[framework] combined_1f1b_keeps_node_io``; :func:`timeline.sim.expand.combined_kept`)
     combined_keeps_node_io: bool = False
+    #: combined 1F1B with the alltoall dispatcher: each MoE layer's dispatcher keeps the router's input and its
+    #: gradient (through ``self.probs``'s autograd graph) until the layer's next forward
+    #: (:func:`timeline.sim.expand.router_graph_kept`)
+    router_graph_kept: bool = False
     #: what each optimizer step allocates and frees, in order, the first step's states marked
     #: (:func:`timeline.sim.optimizer_step.step_transients`)
     step_transients: tuple[StepAlloc, ...] = ()
@@ -106,6 +110,8 @@ class StateRules:
     sm: int
     traced: bool
     expert_state_group: str
+    #: Megatron's combined 1F1B (``schedule.combined_1f1b``)
+    combined_1f1b: bool = False
 
 
 def device_state(dev: StaticDevice, model: ModelSpec, tr: TrainingSpec, par: ParallelSpec,
@@ -141,6 +147,7 @@ def device_state(dev: StaticDevice, model: ModelSpec, tr: TrainingSpec, par: Par
                        gathered_bytes=0 if plan is not None else gathered_bytes(rules.profile, tr, dev), fsdp=plan,
                        step_copies=copies, step_transients=transients, keeps_input=bool(life.chunk_keeps_input),
                        combined_keeps_node_io=rules.framework.combined_1f1b_keeps_node_io,
+                       router_graph_kept=rules.combined_1f1b and rules.framework.moe_token_dispatcher == "alltoall",
                        deferred_head_wgrad=(rules.framework.wgrad_deferral_limit if rules.framework.defer_embedding_wgrad
                                             and not rules.traced else -1), pytorch=rules.framework.pytorch,
                        first_call=life.first_call(rules.framework) if life.first_call is not None else ())
