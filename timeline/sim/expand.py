@@ -379,8 +379,8 @@ def router_graph_kept(spans: list[Span], compiled: Compiled) -> dict[int, KeptFr
     nxt: dict[tuple[int, int, int], int] = {}
     for stage, fs in forwards.items():
         fs = sorted(fs, key=lambda i: spans[i].start_us)
-        for a, b in zip(fs, [*fs[1:], -1], strict=True):
-            nxt[(stage, spans[a].iteration, spans[a].microbatch)] = b
+        for a, after in zip(fs, [*fs[1:], -1], strict=True):
+            nxt[(stage, spans[a].iteration, spans[a].microbatch)] = after
     masks: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = {}
     out: dict[int, KeptFrees] = {}
     for i, sp in enumerate(spans):
