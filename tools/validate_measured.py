@@ -488,6 +488,21 @@ def steady_after_first(tl: Timeline, d: int) -> int:
     return int(np.sum(blocks[its <= 0], dtype=np.int64))
 
 
+def peaks_through_second(tl: Timeline, d: int) -> tuple[int, int]:
+    """(allocated, reserved) peaks of device ``d`` up to the end of the second reported iteration: what
+    ``max_allocated_bytes_second_logged`` measured (``torch.cuda.max_memory_allocated``, never reset, logged by
+    ``training_log()`` after the second iteration). A run simulated past it — the capture after
+    ``--cuda-graph-warmup-steps`` and a replayed iteration (``from-megatron``'s ``training.iterations``) — has
+    peaks the measurement had not seen yet; without later iterations this is ``tl.peak(d)``'s."""
+    import numpy as np
+
+    its = tl.event_iterations(d)
+    first = tl.meta.warmup_iterations
+    seen = (its < 0) | ((its >= first) & (its <= first + 1))
+    allocated = np.cumsum(tl.memory[d].block_bytes)
+    return int(allocated[seen].max()), int(tl.memory[d].reserved[seen].max())
+
+
 def world_size_candidates(record: dict) -> list[int]:
     """The published world size; for an inferred one the dataset's choice, then its other candidates
     (``world_size_inference``) by the |residual| it ranked them with."""
@@ -544,10 +559,10 @@ def predict(record: dict) -> tuple[int, int, dict, int, int]:
     run = run_from_data(tomllib.loads(text), Path(f"<from-megatron>/{record['name']}.toml"))
     tl = build_timeline(run)
     last = max(range(tl.num_devices), key=lambda d: tl.devices[d].pp_rank)
-    pk = tl.peak(last)
+    allocated, reserved = peaks_through_second(tl, last)
     from timeline.result.reserved_gap import reserved_gap
 
-    return pk.allocated_bytes, pk.reserved_bytes, reserved_gap(tl, last, top=1), steady_after_first(tl, last), world
+    return allocated, reserved, reserved_gap(tl, last, top=1), steady_after_first(tl, last), world
 
 
 def validate(records: list[dict], only: str = "", failed: list | None = None,

@@ -237,3 +237,34 @@ def test_from_megatron_maps_mxfp8_parameters_and_the_grad_buffer_reuse():
         with pytest.raises(UserError, match="--reuse-grad-buf-for-mxfp8-param-ag without MXFP8 parameters"):
             convert(from_mapping({k: v for k, v in args.items() if k not in drop}), world_size=2, gpu="b200",
                     megatron_core="0.16.0")
+
+
+def test_mtp_layers_run_in_fp8_whatever_the_bf16_first_and_last_layers():
+    """An MTP module runs its ``eh_proj`` and its layer's TE linears under the global FP8 context
+    (``multi_token_prediction.py: MultiTokenPredictionLayer.forward``: ``get_fp8_context(self.config)`` without
+    a layer number, so ``is_first_last_bf16_layer`` never sees it, @4e85d74ae9): under ``--first-last-layers-bf16``
+    of a 2-layer model the MTP layer (index 2, past the last decoder layer) keeps FP8 input copies and, under the
+    blockwise recipe, both usages of each TE weight with their 128 × 128-block fp32 scales."""
+    from dataclasses import replace
+
+    from helpers_run import TINY_MODEL
+
+    from timeline.profiles.megatron_fp8 import bf16_layer
+
+    assert bf16_layer(1, 1, 1, 2) and not bf16_layer(2, 1, 1, 2)  # the last decoder layer, then the MTP layer
+    run = tiny_run(model=replace(TINY_MODEL, num_hidden_layers=2, mtp_layers=1), tp=2, sp=True,
+                   fp8_recipe="blockwise", sm=90, fp8_bf16_first_layers=1, fp8_bf16_last_layers=1)
+    s = saved_of(run, 2)
+    # eh_proj: the [tokens, 2h] concatenation (modelled on the sequence-parallel rows) quantized column-wise
+    assert s["mtp.0.eh_proj.x_fp8"] == ((T // 2, 2 * H), "fp8", T // 2 * 2 * H)
+    assert s["mtp.0.eh_proj.x_scale_inv"] == ((1, 2 * H), "fp32", 4 * 2 * H)
+    # the MTP layer's fc2: the [tokens, ffn/tp] input, as a decoder layer's
+    assert s["mtp.0.layer.mlp.linear_fc2.x_fp8"] == ((T, FFN // 2), "fp8", T * FFN // 2)
+    assert not any(n.endswith(".x_fp8") for n in saved_of(run, 1))  # the last decoder layer stays bf16
+    # weight caches: [1024, 256] weights, 8 × 2 row-wise and 2 × 8 column-wise 128 × 128 blocks (rounded up to 4)
+    w = [_weight(n) for n in ("mtp.0.eh_proj.weight", "mtp.0.layer.mlp.linear_fc1.weight",
+                              "layers.1.mlp.linear_fc1.weight", "mtp.0.layer.mlp.gate.weight",
+                              "mtp.embedding.word_embeddings.weight")]
+    out = weight_caches(w, param_gather=False, sm=90, recipe="blockwise", bf16=(1, 1, 2))
+    assert {n.split(".", 2)[2] for n, _, _ in out} == {"mtp.0.eh_proj.weight", "mtp.0.layer.mlp.linear_fc1.weight"}
+    assert sum(size for _n, size, _s in out) == 2 * (2 * E + 4 * (8 * 4 + 2 * 8))

@@ -310,3 +310,23 @@ def test_router_graphs_run_under_combined_1f1b_and_whole_layer_graphs_do_not():
     for scope in ("full", "attn mlp moe_router"):
         problems = validate_run(tiny_run(**kw, **(GRAPHS | {"cuda_graph_scope": scope}), **VERSIONS), LIMITS)
         assert any(k == "framework.cuda_graph_scope" and "combined 1F1B" in m for k, m in problems), problems
+
+
+@pytest.mark.parametrize(("versions", "router_torch"), [
+    ({"transformer_engine": "2.10", "megatron_core": "0.16.0", "pytorch": "2.9"}, True),
+    ({"transformer_engine": "2.9", "megatron_core": "0.16.0", "pytorch": "2.9"}, False),
+    ({"transformer_engine": "2.10", "megatron_core": "0.17.0", "pytorch": "2.9"}, False),
+])
+def test_a_router_graph_of_torch_router_gemms_makes_the_four_cublas_workspaces(versions, router_torch):
+    """``RouterGatingLinearFunction`` runs ``torch.mm`` forward and backward where TE's ``general_gemm`` import fails
+    (TE ≥ 2.10 before Megatron-LM d3528a2130, so Megatron-Core < 0.17): inside a ``moe_router`` graph its GEMMs
+    make the warm-up's and the capture's forward and backward PyTorch cuBLAS workspaces, as unfused attention's do —
+    on the device graphing an MoE layer only (fused attention: the graphs' other GEMMs are TE's)."""
+    fused = ROUTER_SCOPE | {"attention_backend": "fused"}
+    tl = build_timeline(tiny_run(pp=2, model=_moe(num_hidden_layers=2, first_k_dense_replace=1), **fused,
+                                 **versions))
+    dense, moe = (_named(tl, d, "workspace.torch_cublas_graph") for d in range(2))
+    assert dense == []  # layer 0 is dense: its graph holds TE GEMMs alone
+    assert [(sign, size, name.rsplit("_graph_", 1)[1]) for sign, size, _, name in moe] == (
+        [(1, WORKSPACE, w) for w in ("warmup_forward", "warmup_backward", "capture_forward", "capture_backward")]
+        if router_torch else [])

@@ -32,7 +32,13 @@ only; :mod:`timeline.sim.graph_capture` turns them into the capture's events.
   thread and each backward on the autograd engine's device thread: four workspaces. Checked on an H200 (PyTorch
   2.11, compute capability 9.0): a ``torch.bmm`` forward and its ``autograd.grad`` on a new stream allocate
   32 MiB each once; captured into a pool, 32 MiB each again, still allocated after the graphs' other tensors are
-  dropped and through ``empty_cache``; a replay allocates nothing.
+  dropped and through ``empty_cache``; a replay allocates nothing. The MoE router's GEMM is one too where it is
+  ``torch.mm`` (``moe/moe_utils.py: RouterGatingLinearFunction``, forward and both backward GEMMs: TE ≥ 2.10 before
+  Megatron-LM d3528a2130, :func:`timeline.profiles.megatron_workspaces.router_uses_te_gemm`) and a ``moe_router``
+  graph holds it (``transformer_layer.py: _te_cuda_graph_capture`` runs ``_forward_mlp`` up to the router, or the
+  preprocess, @ad2ab2ca12): only a device capturing an MoE layer makes them. The scoped_cudagraph goldens of that
+  span (tp4 ep2 etp2 pp2, ``CUBLAS_WORKSPACE_CONFIG=:4096:8``, recorded at 11c9680db0 … f5b2ec0130) hold 127.5 …
+  129.7 MiB more after the capture than those recorded after d3528a2130: 4 × 32 MiB.
 
 Main's 0.16.0rc0 snapshots are read as having 94b47593f9 (the version does not tell them apart; before it only
 the transient of making every sample up front differs, not what stays).
@@ -42,7 +48,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from timeline.profiles.megatron_workspaces import torch_workspace_bytes, version_tuple
+from timeline.profiles.megatron_workspaces import router_uses_te_gemm, torch_workspace_bytes, version_tuple
 from timeline.spec.cuda_graph_rules import megatron_release, scope_modules
 from timeline.spec.fields import DTYPE_BYTES
 from timeline.spec.framework import FrameworkSpec
@@ -63,6 +69,8 @@ class GraphHolds:
     reuse_buffers: bool  # TE's _reuse_graph_input_output_buffers
     megatron_samples: bool  # Megatron makes only the samples no finished graph can lend (94b47593f9)
     torch_workspace_bytes: int  # one PyTorch cuBLAS workspace (0: no PyTorch GEMM inside the graphs)
+    #: the graphs' PyTorch GEMMs are the MoE router's alone: a device whose graphs hold no MoE layer makes none
+    torch_gemms_moe_only: bool = False
 
 
 def reuse_buffers(fw: FrameworkSpec) -> bool:
@@ -80,10 +88,13 @@ def graph_holds(fw: FrameworkSpec, m: ModelSpec, tr: TrainingSpec, par: Parallel
     rows = tr.seq_len // par.cp // (par.tp if sp else 1) * tr.micro_batch_size
     mods = scope_modules(fw.cuda_graph_scope)
     attention = not mods or "attn" in mods  # the graphs hold the layers' self-attention
-    torch_gemms = attention and (fw.attention_backend in ("unfused", "local") or fw.transformer_impl == "local")
+    torch_attention = attention and (fw.attention_backend in ("unfused", "local") or fw.transformer_impl == "local")
+    router = "moe_router" in mods and m.is_moe and not router_uses_te_gemm(fw, has_moe=True)
+    torch_gemms = torch_attention or router
     return GraphHolds(
         hidden_bytes=rows * m.hidden_size * DTYPE_BYTES["bf16"],
         mask_bytes=tr.micro_batch_size * (tr.seq_len // par.cp) * tr.seq_len if attention else 0,
         reuse_buffers=reuse_buffers(fw),
         megatron_samples=megatron_release(fw.megatron_core) >= (0, 16, 0, 0),
-        torch_workspace_bytes=torch_workspace_bytes(fw.cublas_workspace_config, sm, fw.pytorch) if torch_gemms else 0)
+        torch_workspace_bytes=torch_workspace_bytes(fw.cublas_workspace_config, sm, fw.pytorch) if torch_gemms else 0,
+        torch_gemms_moe_only=router and not torch_attention)

@@ -42,10 +42,17 @@ TE_FP8 = "NVIDIA/TransformerEngine@v2.2..v2.16:transformer_engine/pytorch"
 NOT_TE = (".gate.weight", ".shared_expert_gate.", "embedding")
 
 
+#: an MTP module's TE linears (``mtp.K.…``): its transformer layer's and its ``eh_proj``
+#: (``TEColumnParallelLinear`` under the TE spec: ``multi_token_prediction.py: get_mtp_layer_spec_for_backend``)
+_MTP_TE = re.compile(r"^mtp\.\d+\.(layer\.|eh_proj\.)")
+
+
 def is_te_linear_weight(name: str, shape: tuple[int, ...]) -> bool:
-    """Whether the parameter is a TE linear's weight of a decoder layer (FP8 under ``fp8_param_gather``)."""
-    return (name.startswith("layers.") and name.endswith(".weight") and len(shape) == 2
-            and not any(k in name for k in NOT_TE))
+    """Whether the parameter is a TE linear's weight of a decoder layer or of an MTP module (FP8 under
+    ``fp8_param_gather``: Megatron builds the MTP layers under ``get_fp8_context(config, is_init=True)``,
+    ``multi_token_prediction.py: MultiTokenPredictionBlock._build_layers``@4e85d74ae9)."""
+    return ((name.startswith("layers.") or _MTP_TE.match(name) is not None) and name.endswith(".weight")
+            and len(shape) == 2 and not any(k in name for k in NOT_TE))
 
 
 MC_FP8 = "NVIDIA/Megatron-LM@d98e8a64dd:megatron/core/fp8_utils.py"
@@ -56,8 +63,13 @@ def bf16_layer(layer: int | None, first: int, last: int, num_layers: int) -> boo
     """Whether decoder layer ``layer`` (its global index) stays out of FP8 under ``--first-last-layers-bf16``
     (``fp8_utils.py: is_first_last_bf16_layer``: index < start count, or ≥ num_layers − end count; ``get_fp8_context``
     then gives a nullcontext both for the layer's ``fp8_autocast`` and its ``fp8_model_init``). The MTP layers, whose
-    index is past ``num_layers``, count as last ones (they are left unquantized here anyway)."""
-    return layer is not None and layer >= 0 and (layer < first or layer >= num_layers - last) and (first or last) > 0
+    index is past ``num_layers``, never are: ``MultiTokenPredictionLayer.forward`` runs its ``eh_proj`` and its
+    transformer layer under ``get_fp8_context(self.config)`` — no layer number, so the global FP8 context whatever
+    ``--first-last-layers-bf16`` says ("currently MTP only use global fp8 context"; Megatron-LM 20c635bb9b,
+    2025-04-24, … d98e8a64dd; before it the MTP layer made its own ``fp8_autocast``), and builds them under
+    ``get_fp8_context(self.config, is_init=True)`` alike."""
+    return (layer is not None and 0 <= layer < num_layers and (layer < first or layer >= num_layers - last)
+            and (first or last) > 0)
 
 
 def is_fp8_weight(name: str, shape: tuple[int, ...], first: int, last: int, num_layers: int) -> bool:

@@ -59,6 +59,7 @@ class CaptureRules:
     #: iterations run eagerly before the capture (``[framework] cuda_graph_warmup_steps``), on ``eager``'s phases
     warmup_steps: int = 0
     eager: Compiled | None = None
+    moe_layers: frozenset[int] = frozenset()  # the graphed layers with an MoE block
 
 
 def capture_iteration(spans: list[Span], rules: CaptureRules) -> int:
@@ -97,8 +98,11 @@ def capture_events(push: Callable[..., None], spans: list[Span], capture: Compil
     h = rules.holds
     _samples(p, order, rules)
     ws = CAT_CODE[Category.TEMPORARY]
+    blas = h.torch_workspace_bytes
+    if h.torch_gemms_moe_only and not any(layer in rules.moe_layers for sp in order for layer in rules.layers[sp.stage]):
+        blas = 0  # the router's GEMMs are the only PyTorch ones, and this device graphs no MoE layer
     for name in GRAPH_WORKSPACES[:2]:  # the warm-up's forward and backward, on TE's side stream
-        p.one(1, h.torch_workspace_bytes, ws, f"workspace.torch_cublas_graph_{name}", -1, -1, TE_WARMUP)
+        p.one(1, blas, ws, f"workspace.torch_cublas_graph_{name}", -1, -1, TE_WARMUP)
     on_capture_stream: set[str] = set()  # F / B: the capture stream's workspace of that thread is made
     signatures: set[tuple[int, ...]] = set()  # under reuse_buffers: one set of static grad outputs a signature
     last_first: tuple[int, int, frozenset[str]] | None = None  # (mb, chunk, grad inputs) of the last chunk-first layer
@@ -116,7 +120,7 @@ def capture_events(push: Callable[..., None], spans: list[Span], capture: Compil
         if sp.kind not in on_capture_stream:  # the first forward (main thread) and backward (autograd thread)
             on_capture_stream.add(sp.kind)
             name = GRAPH_WORKSPACES[2 if sp.kind == "F" else 3]
-            p.one(1, h.torch_workspace_bytes, ws, f"workspace.torch_cublas_graph_{name}", -1, -1, GRAPH_POOL)
+            p.one(1, blas, ws, f"workspace.torch_cublas_graph_{name}", -1, -1, GRAPH_POOL)
         if ph is not None and len(ph.ev_offset):
             tensors = [names(f"cuda_graph:{ph.tensor_names[k]}") for k in ph.ev_tensor.tolist()]
             push(np.full(len(ph.ev_offset), t0), ph.ev_sign, ph.ev_size, ph.ev_cat, tensors, -1,

@@ -80,7 +80,9 @@ def capture_rules_of(graphed: dict[int, GraphedTemplates], tr: TrainingSpec, par
                         grad_inputs={c: g.grad_inputs for c, g in graphed.items()},
                         grad_outputs={c: g.grad_outputs for c, g in graphed.items()},
                         holds=graph_holds(fw, model, tr, par, sm), one_microbatch=par.pp == 1,
-                        warmup_steps=fw.cuda_graph_warmup_steps, eager=eager if fw.cuda_graph_warmup_steps else None)
+                        warmup_steps=fw.cuda_graph_warmup_steps, eager=eager if fw.cuda_graph_warmup_steps else None,
+                        moe_layers=frozenset(layer for g in graphed.values() for layer in g.layers
+                                             if model.is_moe_layer(layer)))
 
 
 def ep_loads(par: ParallelSpec, tr: TrainingSpec, is_moe: bool) -> list[float]:

@@ -28,16 +28,19 @@ Which linears: Megatron-Core runs every TE module of a transformer layer under `
 (``transformer/transformer_block.py``: ``get_fp8_context`` per layer): ``linear_qkv``, ``linear_proj``,
 ``linear_fc1``, ``linear_fc2``, MLA's projections, the experts' ``GroupedLinear`` and the shared experts.
 The output layer (``tensor_parallel.ColumnParallelLinear``), the router (``torch`` GEMM) and the
-shared-expert gate are not TE modules and stay in the activation dtype; the MTP block's layers are left
-unquantized here (not read). Under ``--first-last-layers-bf16`` the first and last layers run outside
+shared-expert gate are not TE modules and stay in the activation dtype. An MTP module runs its ``eh_proj``
+(``TEColumnParallelLinear``) and its layer's TE linears under the global FP8 context
+(``multi_token_prediction.py: MultiTokenPredictionLayer.forward``: ``get_fp8_context(self.config)``, no layer
+number). Under ``--first-last-layers-bf16`` the first and last decoder layers run outside
 ``fp8_autocast`` (``training.fp8_bf16_first_layers`` / ``fp8_bf16_last_layers``:
-:func:`timeline.profiles.megatron_fp8.bf16_layer`). Not modelled: the forward's short-lived second copy (row-wise data and the
+:func:`timeline.profiles.megatron_fp8.bf16_layer`); the MTP layers stay in FP8. Not modelled: the forward's short-lived second copy (row-wise data and the
 transpose both exist until the GEMM returns), the quantized output gradient (and its transpose) each
 backward GEMM makes, ``GroupedLinear``'s per-expert quantized splits (one tensor here).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from timeline.graph.ir import Builder, FOp
@@ -47,10 +50,17 @@ from timeline.profiles.megatron_fp8 import bf16_layer, input_scale
 TE_RULES = {"linear": "fp8_linear", "grouped_linear": "fp8_grouped_linear"}
 
 
+#: an MTP module's TE linears: its transformer layer's (``mtp.K.layer.….linear_*``) and its ``eh_proj``
+_MTP_TE = re.compile(r"^mtp\.\d+\.(layer\..*\.linear_\w+|eh_proj)$")
+
+
 def is_te_linear(op: FOp) -> bool:
-    """Whether ``op`` is one of a decoder layer's Transformer Engine linears (``…​.linear_*``)."""
-    return (op.rule in TE_RULES and op.name.startswith("layers.")
-            and op.name.rsplit(".", 1)[-1].startswith("linear_"))
+    """Whether ``op`` is one of a decoder layer's Transformer Engine linears (``…​.linear_*``) or an MTP
+    module's (its layer's and its ``eh_proj``)."""
+    if op.rule not in TE_RULES:
+        return False
+    return ((op.name.startswith("layers.") and op.name.rsplit(".", 1)[-1].startswith("linear_"))
+            or _MTP_TE.match(op.name) is not None)
 
 
 def rewrite(b: Builder) -> None:
