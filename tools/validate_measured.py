@@ -92,7 +92,7 @@ DEV_CONTAINERS = (  # (from date, commit, container, PyTorch)
 #: runs ``uv sync --extra te --locked``: ``pyproject.toml``'s ``[tool.uv.sources] transformer-engine`` git rev
 #: (``git log --first-parent -- pyproject.toml`` in NVIDIA/Megatron-LM), its version read from that rev's
 #: ``build_tools/VERSION.txt`` in NVIDIA/TransformerEngine (a ``release_vX.Y`` branch is X.Y). Where the
-#: source line was commented out (2025-11-25 to 2026-01-13) the PyPI range ``>=2.9.0a0,<2.10.0`` stood.
+#: source line was commented out (2025-11-25 to 2025-12-04) the PyPI range ``>=2.9.0a0,<2.10.0`` stood.
 TE_PINS = (  # (from date, commit, TE)
     ("2025-01-21", "66e5306871", "1.11"),   # NGC 24.10's own TE (Dockerfile.ci.dev builds none)
     ("2025-04-04", "cb12e3dea4", "2.2"),    # TE_COMMIT bee4649 (main, 2.2.0.dev0); merged by f0f6231455
@@ -102,8 +102,8 @@ TE_PINS = (  # (from date, commit, TE)
     ("2025-09-23", "f32b2731ac", "2.7"),    # rev 0289e76 (release_v2.7)
     ("2025-10-21", "adc69dba2d", "2.8"),    # release_v2.8
     ("2025-10-22", "754dfa2de4", "2.9"),    # release_v2.9 (committed 2025-10-21, after adc69db)
-    ("2026-01-14", "2490e0c08a", "2.10"),   # release_v2.10
-    ("2026-01-17", "20d66d5c7b", "2.11"),   # release_v2.11
+    ("2025-12-05", "b9d3736e91", "2.10"),   # release_v2.10 ("build: Bump TE to 2.10")
+    ("2026-01-14", "82049aa847", "2.11"),   # release_v2.11 ("build: 26.02 dependency bump main")
     ("2026-02-09", "30695913bd", "2.12"),   # rev d9b7fc5
     ("2026-03-11", "da469460be", "2.13"),   # rev 2877704
     ("2026-04-09", "b5354a82fc", "2.14"),   # rev 71bbefb
