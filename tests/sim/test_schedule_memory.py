@@ -12,6 +12,7 @@ import pytest
 from timeline.graph.tensors import CATEGORIES
 from timeline.io.runfile import load_run
 from timeline.result.build import build_timeline
+from timeline.sim.expand import DISPATCHER_HELD
 
 SHIPPED = Path(__file__).resolve().parents[2] / "schedules" / "deepseek-v3-pp16-tp2-ep8.toml"
 P = 4
@@ -133,8 +134,11 @@ def test_every_tensor_freed_once_and_categories_sum(allocator):
         allocs = np.flatnonzero(ev.sign > 0)
         never = [tl.sim.names[ev.tensor[i]] for i in allocs if fi[i] < 0]
         # static state and workspaces persist, and so does the last received input of a receiving chunk
-        # with its gradient (Megatron's TransformerBlock keeps it, tests/sim/test_kept_input.py)
-        assert all(n.startswith(("static.", "workspace.")) or n in ("input", "grad:input") for n in never)
+        # with its gradient (Megatron's TransformerBlock keeps it, tests/sim/test_kept_input.py), and what
+        # each MoE layer's alltoall dispatcher references (tests/sim/test_dispatcher_kept.py)
+        held = tuple(f".mlp.{k}" for k in DISPATCHER_HELD["alltoall"])
+        assert all(n.startswith(("static.", "workspace.")) or n in ("input", "grad:input") or n.endswith(held)
+                   for n in never)
         receiving = sum(1 for c in tl.sim.devices[d].stages if c > 0)
         assert never.count("input") == never.count("grad:input") == receiving
         assert (ev.sign < 0).sum() + sum(1 for i in allocs if fi[i] < 0) == len(allocs)

@@ -425,6 +425,10 @@ ROUTER_FP32_TOPK = (0, 18)
 #: cb12e3dea4 / 194b2be238 of 2025-04/05) the unfused unpermute always ran ``scatter_add_``, which keeps only
 #: the index. A version string of main's 0.15.0rcN (2025-08-18 to 10-21) reads as before it
 UNPERMUTE_INDEX_ADD = (0, 15, 0)
+#: Megatron-LM ac0474d26e "MoE Refactoring - Switch to mask-based routing for MoE" (2024-10-29, first in
+#: core_v0.10.0): the router's dense probs and bool routing map. A version string of main's 0.10.0rc0 (to
+#: 2025-02-13) reads as before it
+MASK_ROUTING = (0, 10, 0)
 
 
 def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
@@ -455,6 +459,7 @@ def moe_switches(spec: FrameworkSpec) -> dict[str, Any]:
             "moe_permute_fusion": spec.moe_permute_fusion, "moe_unpermute": "index_add" if index_add else "scatter_add",
             "moe_flex_backend": spec.moe_flex_backend, "moe_nvlink_domain": spec.nvlink_domain,
             "moe_probs_at_combine": not spec.moe_probs_in_experts,
+            "moe_mask_routing": version_tuple(spec.megatron_core) >= MASK_ROUTING,
             "moe_act_compiled": legacy_grouped_mlp(spec) and version_tuple(spec.pytorch)[:2] >= COMPILED_FROM,
             "moe_squared_relu_fused": spec.fused_weighted_squared_relu, "moe_router_fused": spec.moe_router_fusion}
 

@@ -417,6 +417,106 @@ def router_graph_kept(spans: list[Span], compiled: Compiled) -> dict[int, KeptFr
     return out
 
 
+#: per dispatcher (:attr:`DeviceState.dispatcher_keeps`), the tensors of an MoE layer (suffixes after its
+#: ``<layer>.mlp.``) its token dispatcher references from the layer's forward until the layer's next forward
+DISPATCHER_HELD: dict[str, tuple[str, ...]] = {
+    # MoEAlltoAllTokenDispatcher.dispatch_preprocess: self.probs, self.routing_map (the router's outputs) and
+    # self.reversed_local_input_permutation_mapping (permute's TE row-id map, or the unfused int64 sorted_indices)
+    "alltoall": ("router.probs", "router.routing_map", "dispatch.row_id_map", "dispatch.sorted_idx"),
+    # before Megatron-LM ac0474d26e (index routing): token_permutation's self.probs is [tokens, k] (the graph's
+    # dense probs are not it) and the reversed mapping the sorted indices
+    "alltoall_indices": ("dispatch.row_id_map", "dispatch.sorted_idx"),
+    # _HybridEPManager: setup_metadata's token_probs and routing_map (the router's outputs, or their copies
+    # expanded over expert-TP; token_probs.float() where not fp32), dispatch's dispatched_probs — whose
+    # HybridEPDispatch node keeps the dispatch handle in ctx.handle (fused_a2a.py), so the handle's tensors too
+    "hybridep": ("router.probs", "router.routing_map", "dispatch.expanded_probs", "dispatch.expanded_map",
+                 "router.probs_fp32", "dispatch.expanded_probs_fp32", "dispatch.received_probs",
+                 *(f"dispatch.{k}" for k in ("sparse_to_dense_map", "rdma_to_attn_map", "attn_to_rdma_map",
+                                             "num_dispatched_tokens", "local_expert_routing_map", "row_id_map",
+                                             "tokens_per_expert", "overflow_flag"))),
+}
+
+
+def dispatcher_held(f: CompiledPhase, dispatcher: str) -> dict[str, int]:
+    """Per tensor of the forward phase ``f`` that an MoE layer's token dispatcher keeps referenced (the
+    :data:`DISPATCHER_HELD` of ``dispatcher``), the forward op where the layer's next forward replaces it:
+    the layer's first ``mlp.dispatch.*`` op (``dispatch_preprocess``). Where the flex dispatcher expands the
+    router's outputs over expert-TP it keeps the copies, not the router's own."""
+    suffixes = DISPATCHER_HELD.get(dispatcher, ())
+    names = set(f.tensor_names)
+    out: dict[str, int] = {}
+    seen: set[str] = set()
+    for o, op in enumerate(f.op_names):
+        prefix, sep, _ = op.partition(".mlp.dispatch.")
+        if not sep or prefix in seen:
+            continue
+        seen.add(prefix)
+        held = [f"{prefix}.mlp.{s}" for s in suffixes]
+        if f"{prefix}.mlp.dispatch.expanded_probs" in names:
+            held = [n for n in held if not n.startswith(f"{prefix}.mlp.router.")]
+        out.update((n, o) for n in held if n in names)
+    return out
+
+
+def dispatcher_kept(spans: list[Span], compiled: Compiled, dispatcher: str) -> dict[int, KeptFrees]:
+    """Per action, the frees of the tensors each MoE layer's token dispatcher keeps as attributes
+    (:func:`dispatcher_held`): the layer's next forward overwrites them, so each free moves to that op of the
+    chunk's next forward after this micro-batch's own, where that is later (the last micro-batch's: into the
+    next iteration, through the optimizer step; after the last iteration, never). Under recompute the
+    backward's recomputed forward overwrites them first: the forward's frees of what the backward
+    re-creates stay. Keyed by span index."""
+    forwards: dict[int, list[int]] = {}
+    for i, sp in enumerate(spans):
+        if sp.kind == "F":
+            forwards.setdefault(sp.stage, []).append(i)
+    nxt: dict[tuple[int, int, int], int] = {}
+    for stage, fs in forwards.items():
+        fs = sorted(fs, key=lambda i: spans[i].start_us)
+        for a, b in zip(fs, [*fs[1:], -1], strict=True):
+            nxt[(stage, spans[a].iteration, spans[a].microbatch)] = b
+    masks: dict[tuple[int, str], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = {}
+    held_of: dict[int, dict[str, int]] = {}
+    out: dict[int, KeptFrees] = {}
+    for i, sp in enumerate(spans):
+        if sp.kind in ("init", "step") or (sp.stage, "F") not in compiled:
+            continue
+        key = (sp.stage, sp.kind)
+        if key not in masks:
+            if sp.stage not in held_of:
+                held_of[sp.stage] = dispatcher_held(compiled[(sp.stage, "F")], dispatcher)
+            at_op = held_of[sp.stage]
+            ph = compiled[key]
+            moving = set(at_op)
+            if sp.kind == "F":  # what a later phase of the micro-batch re-creates is replaced there
+                remade = {ph2.tensor_names[t] for (st, kind), ph2 in compiled.items() if st == sp.stage and kind != "F"
+                          for t in ph2.ev_tensor[ph2.ev_sign > 0].tolist()}
+                moving -= remade
+            names = [ph.tensor_names[t] for t in ph.ev_tensor.tolist()]
+            hit = (ph.ev_sign < 0) & np.array([n in moving for n in names], dtype=bool)
+            at = np.flatnonzero(hit)
+            masks[key] = (at, np.array([at_op[names[j]] for j in at.tolist()], dtype=np.int64),
+                          ph.ev_offset[at], ph.ev_op[at]) if len(at) else None
+        m = masks[key]
+        if m is None:
+            continue
+        at, f_ops, offsets, ops = m
+        freed_at = sp.start_us + span_offsets(sp, offsets, ops)
+        to = nxt.get((sp.stage, sp.iteration, sp.microbatch), -1)
+        if to < 0:
+            times, actions = np.full(len(at), np.nan), np.full(len(at), -1, dtype=np.int64)
+        else:
+            f = compiled[(sp.stage, "F")]
+            dropped = spans[to].start_us + span_offsets(spans[to], f.op_start[f_ops], f_ops)
+            later = dropped > freed_at
+            if not later.any():
+                continue
+            at, times, actions = at[later], dropped[later], np.full(int(later.sum()), to, dtype=np.int64)
+        mask = np.zeros(len(compiled[key].ev_offset), dtype=bool)
+        mask[at] = True
+        out[i] = KeptFrees(mask=mask, times=times, actions=actions)
+    return out
+
+
 def head_wgrad_kept(spans: list[Span], compiled: Compiled, limit: int) -> dict[int, KeptFrees]:
     """Per backward action of the stage holding the output layer, the frees Megatron-LM's deferred
     embedding weight gradient (``--defer-embedding-wgrad-compute``) moves to the pipeline flush. Keyed
@@ -500,6 +600,9 @@ def _kept_frees(state: DeviceState, spans: list[Span], compiled: Compiled) -> di
             kept[i] = _merge(kept[i], node_io) if i in kept else node_io
     if state.router_graph_kept:
         for i, held in router_graph_kept(spans, compiled).items():
+            kept[i] = _merge_later(kept[i], held) if i in kept else held
+    if state.dispatcher_keeps:
+        for i, held in dispatcher_kept(spans, compiled, state.dispatcher_keeps).items():
             kept[i] = _merge_later(kept[i], held) if i in kept else held
     for i, saved in iterator_kept(spans, compiled).items():
         kept[i] = _merge(kept[i], saved) if i in kept else saved

@@ -13,8 +13,10 @@ from timeline.graph.dp_buffers import DdpRules, ddp_rules
 from timeline.graph.static import optimizer_element_bytes
 from timeline.graph.tensors import DTYPE_BYTES, Category
 from timeline.placement.devices import StaticDevice
-from timeline.profiles import lifecycle
+from timeline.profiles import LIMITS, lifecycle
 from timeline.profiles.base import FirstCall
+from timeline.profiles.megatron import MASK_ROUTING
+from timeline.profiles.megatron_workspaces import version_tuple
 from timeline.sim.compiled import CAT_CODE
 from timeline.sim.cost import CostModel
 from timeline.sim.megatron_fsdp import FsdpPlan, fsdp_plan
@@ -85,6 +87,10 @@ class DeviceState:
     #: gradient (through ``self.probs``'s autograd graph) until the layer's next forward
     #: (:func:`timeline.sim.expand.router_graph_kept`)
     router_graph_kept: bool = False
+    #: the MoE token dispatcher whose per-layer references outlive the layer's backward
+    #: (:func:`timeline.sim.expand.dispatcher_kept`): "alltoall", "alltoall_indices" (before mask-based routing),
+    #: "hybridep" (the flex dispatcher's backend), or ""
+    dispatcher_keeps: str = ""
     #: what each optimizer step allocates and frees, in order, the first step's states marked
     #: (:func:`timeline.sim.optimizer_step.step_transients`)
     step_transients: tuple[StepAlloc, ...] = ()
@@ -148,9 +154,19 @@ def device_state(dev: StaticDevice, model: ModelSpec, tr: TrainingSpec, par: Par
                        step_copies=copies, step_transients=transients, keeps_input=bool(life.chunk_keeps_input),
                        combined_keeps_node_io=rules.framework.combined_1f1b_keeps_node_io,
                        router_graph_kept=rules.combined_1f1b and rules.framework.moe_token_dispatcher == "alltoall",
+                       dispatcher_keeps=_dispatcher_keeps(rules) if LIMITS[rules.profile].reads_framework else "",
                        deferred_head_wgrad=(rules.framework.wgrad_deferral_limit if rules.framework.defer_embedding_wgrad
                                             and not rules.traced else -1), pytorch=rules.framework.pytorch,
                        first_call=life.first_call(rules.framework) if life.first_call is not None else ())
+
+
+def _dispatcher_keeps(rules: StateRules) -> str:
+    """:attr:`DeviceState.dispatcher_keeps` of Megatron's ``[framework]``: the alltoall dispatcher, the flex
+    dispatcher's HybridEP manager; "" for the allgather dispatcher and DeepEP's manager (not modelled)."""
+    fw = rules.framework
+    if fw.moe_token_dispatcher == "alltoall":  # before mask-based routing: [tokens, k] probs (not modelled)
+        return "alltoall" if version_tuple(fw.megatron_core) >= MASK_ROUTING else "alltoall_indices"
+    return "hybridep" if fw.moe_token_dispatcher == "flex" and fw.moe_flex_backend == "hybridep" else ""
 
 
 def ddp_of(profile: str, framework: FrameworkSpec, model: ModelSpec, tr: TrainingSpec, par: ParallelSpec, *,

@@ -22,6 +22,10 @@ from timeline.graph.ir import Builder
 from timeline.graph.tensors import TensorDef
 
 MOE = frozenset({"moe"})
+#: the token dispatchers that keep the router's bool ``[tokens, E]`` routing map past the layer's forward:
+#: ``MoEAlltoAllTokenDispatcher.dispatch_preprocess`` (``self.routing_map``) and the flex dispatcher's managers
+#: (``setup_metadata``); the allgather dispatcher drops its gathered map in ``dispatch_postprocess``
+DISPATCHERS_KEEPING_MAP = ("alltoall", "flex")
 
 #: (routing weights, top-k indices, permuted weights, permuted tokens)
 Routed = tuple[TensorDef, TensorDef, TensorDef, TensorDef]
@@ -198,8 +202,13 @@ def _topk(b: Builder, p: str, logits: TensorDef, layer: int) -> tuple[TensorDef,
     if sigmoid and k > 1:
         extras = {"denominator": b.tensor(f"{p}.router.topk_denominator", (t,), sdt),
                   "raw_weights": b.tensor(f"{p}.router.topk_raw_weights", (t, k), sdt)}
+    outs = {"probs": probs, "idx": idx}
+    if b.table.moe_dispatcher in DISPATCHERS_KEEPING_MAP and b.table.moe_mask_routing:
+        # zeros_like(logits).int().scatter(1, top_indices, 1).bool(): read by nothing the sim models, but the
+        # dispatcher keeps it (timeline.sim.expand.dispatcher_kept)
+        outs["map"] = b.tensor(f"{p}.router.routing_map", (t, n), "bool")
     b.op(f"{p}.router.topk", "topk" if sigmoid else "topk_softmax", layer, {"x": scores},
-         {"probs": probs, "idx": idx}, extras=extras, flops=float(t * n), tags=MOE)
+         outs, extras=extras, flops=float(t * n), tags=MOE)
     return probs, idx
 
 
