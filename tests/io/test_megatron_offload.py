@@ -77,3 +77,15 @@ def test_refusals_name_the_argument(args, env, needle):
 def test_te_before_2_10_needs_no_environment_switch():
     c = convert(from_mapping(ARGS, {"NVTE_FUSED_ATTN": "0"}), world_size=8, gpu="h100", te_version="2.9")
     assert c.sections["offload"]["modules"]
+
+
+def test_the_environment_switch_is_asserted_only_from_the_release_that_added_it():
+    """b97184db56 added the NVTE_CPU_OFFLOAD_V1 assertion (first released in core_v0.16.0): a main or dev snapshot
+    of 0.16.0rc0 spans both sides and runs without it, with a note; the release refuses in one line."""
+    env = {"NVTE_FUSED_ATTN": "0"}
+    snap = convert(from_mapping(ARGS, env), world_size=8, gpu="h100", te_version="2.10", megatron_core="0.16.0rc0")
+    assert snap.sections["offload"]["modules"][0] == "expert_fc1"
+    assert any("no NVTE_CPU_OFFLOAD_V1=1: a Megatron-LM snapshot before b97184db56" in n for n in snap.notes)
+    for release in ("0.16.0", "0.17.0rc0"):
+        with pytest.raises(UserError, match="^--fine-grained-activation-offloading with Transformer Engine 2.10"):
+            convert(from_mapping(ARGS, env), world_size=8, gpu="h100", te_version="2.10", megatron_core=release)

@@ -10,7 +10,12 @@ from __future__ import annotations
 from timeline.errors import UserError
 from timeline.io.megatron_map import ArgReader, Conversion, module_names
 from timeline.profiles.megatron_workspaces import version_tuple
+from timeline.spec.cuda_graph_rules import megatron_release
 from timeline.spec.run import OFFLOAD_MODULES
+
+#: the first Megatron-Core release whose ``validate_args`` asserts ``NVTE_CPU_OFFLOAD_V1=1`` under TE ≥ 2.10
+#: (b97184db56 "Fine-grained activation offloading", in core_v0.16.0): every release after 0.16.0's candidates
+ASSERTS_OFFLOAD_V1 = (0, 16, 0, 2**31)
 
 #: modules later Megatron-LM offloads too, with what they wrap (main at d98e8a64dd)
 LATER_MODULES = {"fused_group_mlp": "the TE op fuser's fused grouped MLP (5c660c3b4a)",
@@ -19,7 +24,7 @@ LATER_MODULES = {"fused_group_mlp": "the TE op fuser's fused grouped MLP (5c660c
 
 def activation_offload(a: ArgReader, c: Conversion, env: dict[str, str]) -> None:
     """``[offload] modules`` and ``min_elements`` from the offloading arguments, refusing in one line what Megatron-LM
-    refuses (``arguments.py: validate_args``: TE only, and with TE ≥ 2.10 ``NVTE_CPU_OFFLOAD_V1=1``;
+    refuses (``arguments.py: validate_args``: TE only, and with TE ≥ 2.10 ``NVTE_CPU_OFFLOAD_V1=1`` from core_v0.16.0;
     ``TransformerConfig.__post_init__``: at least one module, all known, ``attn_proj`` only with ``core_attn``) and
     the modules of later versions not modelled (:data:`LATER_MODULES`). ``--activation-offload-fraction`` and
     ``--delta-offload-bytes-across-pp-ranks`` (Megatron-LM 69c486825c on) drive ``post_warmup_callback``'s later
@@ -43,11 +48,18 @@ def activation_offload(a: ArgReader, c: Conversion, env: dict[str, str]) -> None
     if a.str("--transformer-impl", "transformer_engine") != "transformer_engine":
         raise UserError("--fine-grained-activation-offloading needs --transformer-impl transformer_engine "
                         "(Megatron-LM asserts it: arguments.py validate_args)")
-    te = str(c.sections.get("framework", {}).get("transformer_engine", ""))
+    fw = c.sections.get("framework", {})
+    te, mc = str(fw.get("transformer_engine", "")), str(fw.get("megatron_core", ""))
     if te and version_tuple(te) >= (2, 10) and env.get("NVTE_CPU_OFFLOAD_V1", "0") != "1":
-        raise UserError(f"--fine-grained-activation-offloading with Transformer Engine {te}: Megatron-LM asserts "
-                        "NVTE_CPU_OFFLOAD_V1=1 from TE 2.10 on (so that TE offloads no weights); set it in the "
-                        "job's environment")
+        # the assertion came with b97184db56 (2026-01-16, first released in core_v0.16.0); main's and dev's
+        # 0.16.0rc0 snapshots span both sides of it, and ran without it before
+        if megatron_release(mc) >= ASSERTS_OFFLOAD_V1:
+            raise UserError(f"--fine-grained-activation-offloading with Transformer Engine {te}: Megatron-LM asserts "
+                            "NVTE_CPU_OFFLOAD_V1=1 from TE 2.10 on (so that TE offloads no weights); set it in the "
+                            "job's environment")
+        c.notes.append(f"--fine-grained-activation-offloading with Transformer Engine {te} and no "
+                       "NVTE_CPU_OFFLOAD_V1=1: a Megatron-LM snapshot before b97184db56 runs it; what TE's own CPU "
+                       "offload then does with the weights is not modelled (the activations' offload is)")
     fraction = a.float("--activation-offload-fraction", 1.0)
     if not 0.0 <= fraction <= 1.0:
         raise UserError(f"--activation-offload-fraction {fraction}: Megatron-LM asserts a share between 0 and 1")
