@@ -235,9 +235,10 @@ class Structure:
     moe_act_compiled: bool = False  # Megatron's legacy GroupedMLP: the experts' non-gated activation times the
     # probs is one jit_fuser (torch.compile) function, which keeps its input and the probs (rule
     # "weighted_act_compiled"), not the activation's output
-    moe_mask_routing: bool = True  # Megatron-Core from ac0474d26e (2024-10-29; core_v0.10.0): the router returns
+    moe_mask_routing: bool = False  # Megatron-Core from ac0474d26e (2024-10-29; core_v0.10.0): the router returns
     # dense [tokens, E] probs and a bool routing map, which the alltoall dispatcher keeps (``self.probs``,
-    # ``self.routing_map``); before it [tokens, k] probs and indices (timeline.sim.expand.dispatcher_kept)
+    # ``self.routing_map``); before it [tokens, k] probs and indices (timeline.sim.expand.dispatcher_kept). Set by
+    # the megatron profile alone (profiles.megatron.moe_switches): no other framework's router builds the map
     moe_probs_at_combine: bool = False  # Megatron-Core before 2659630721: the routing probs scale the experts'
     # output in the dispatcher's combine (the multiply keeps that output and the permuted probs), not the
     # experts' activation; no probs travel with the tokens
