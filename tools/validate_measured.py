@@ -201,6 +201,34 @@ def _pinned(record: dict, history: tuple[tuple[str, str, str], ...]) -> str | No
     return version
 
 
+#: The CI image of a Megatron-Core release branch, in which that release's validation goldens
+#: (``golden_values_X.Y.Z[_…]_<platform>_dev.json``: :func:`golden_tag`'s ``release``) were recorded — not main's
+#: image of the day the golden was committed: version → (NGC container, Transformer Engine). core_v0.13.0:
+#: ``docker/Dockerfile.ci.dev`` ``ARG TE_COMMIT=8382eed`` (release_v2.5, ``build_tools/VERSION.txt`` 2.5.0) and
+#: ``.gitlab/stages/01.build.yml``'s ``CI_MCORE_DEV_IMAGE`` ``BASE_IMAGE: nvcr.io/nvidia/pytorch:25.05-py3``
+#: (core_r0.13.0's 8e8c98192b); the goldens name it themselves (e2d16c01a9, 2025-06-27:
+#: ``mixtral_8x7b_alltoall_tp2pp4ep4_release_sm/golden_values_0.13.0_te2.5_dgx_h100_dev.json``,
+#: ``gpt3_15b_8t_release_sm/golden_values_0.13.0_PyT25.05_TE2.5_dgx_h100_dev.json``), while main's CI then still
+#: built TE bee4649 (2.2.0.dev0) on 25.03. The steady state shows it: TE ≥ 2.3's cached dummy weight gradients
+#: (40 MiB on the Mixtral release's last stage) are in the measured bytes.
+RELEASE_IMAGES = {"0.13.0": ("25.05", "2.5")}
+
+
+def release_of(record: dict) -> str | None:
+    """The Megatron-Core release whose branch image recorded the case's golden (:data:`RELEASE_IMAGES`), by the
+    name of the golden as recorded (``recorded_as``'s path, from :func:`as_recorded`, else the measured file); None
+    for a golden of main's CI, an lts golden, or a release not listed."""
+    path = str((record.get("recorded_as") or {}).get("recorded_path")
+               or (record.get("measured") or {}).get("golden_file") or "")
+    if not path:
+        return None
+    tag = golden_tag(path)
+    if not tag["release"] or tag["environment"] != "dev":
+        return None
+    version = tag["tag"].split("_", 1)[0]
+    return version if version in RELEASE_IMAGES else None
+
+
 def is_lts(record: dict) -> bool:
     """Whether the case ran in the CI's lts image (its golden file's name says so)."""
     golden = str((record.get("measured") or {}).get("golden_file") or "")
@@ -212,6 +240,9 @@ def _container(record: dict) -> str | None:
     known = (record.get("software") or {}).get("container")
     if known:
         return str(known)
+    release = release_of(record)
+    if release:
+        return RELEASE_IMAGES[release][0]
     rows = LTS_CONTAINERS if is_lts(record) else DEV_CONTAINERS
     return _pinned(record, tuple((since, bump, c) for since, bump, c, _pytorch in rows))
 
@@ -234,15 +265,19 @@ def megatron_of(record: dict) -> str | None:
     """The Megatron-Core version of the commit the case's memory values were recorded at (None: before
     2025-02-13, where the run file's default stands; no measured case is that old). A collected record
     carries its commit's own ``package_info.py`` version (``software.megatron_core``: exact on release
-    branches too); :data:`MC_VERSIONS` is main's history of that file."""
-    return (record.get("software") or {}).get("megatron_core") or _pinned(record, MC_VERSIONS)
+    branches too); a release golden (:func:`release_of`) its release; :data:`MC_VERSIONS` is main's history of that
+    file."""
+    return (record.get("software") or {}).get("megatron_core") or release_of(record) or _pinned(record, MC_VERSIONS)
 
 
 def te_of(record: dict) -> str | None:
     """The Transformer Engine version the case ran (None: recorded before the first pin listed,
     2025-01-21, where the run file's default stands; no measured case is that old). By date on main's
     pins for collected records too (a release branch's own pin is not read); a case of the lts image by
-    :data:`LTS_TE`."""
+    :data:`LTS_TE`; a release golden (:func:`release_of`) by its branch's image."""
+    release = release_of(record)
+    if release:
+        return RELEASE_IMAGES[release][1]
     if not is_lts(record):
         return _pinned(record, TE_PINS)
     source = _pinned(record, LTS_TE)

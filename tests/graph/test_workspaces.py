@@ -64,7 +64,7 @@ def test_a_version_that_is_not_one_names_the_key():
 
 
 def _dummy_wgrads(megatron_core: str, te: str = "2.6", fusion: bool = True, tied: bool = False,
-                  pp: int = 1) -> dict[str, int]:
+                  pp: int = 1, **extra: object) -> dict[str, int]:
     """The cached dummy weight gradients of a 2-layer TE GPT (tp 2, untied unless ``tied``) as ``from-megatron``
     writes it (name → bytes), on its last pipeline rank."""
     import tomllib
@@ -78,6 +78,7 @@ def _dummy_wgrads(megatron_core: str, te: str = "2.6", fusion: bool = True, tied
             "--vocab-size": 2000, "--make-vocab-size-divisible-by": 128, "--pipeline-model-parallel-size": pp}
     if not fusion:
         args["--no-gradient-accumulation-fusion"] = True
+    args |= extra
     conv = convert(from_mapping(args, {}, family="gpt", family_source="x"), world_size=2 * pp, te_version=te,
                    megatron_core=megatron_core)
     run = run_from_data(tomllib.loads(run_file_text(conv, name="x", source="x", world_size=2 * pp)), Path("x.toml"))
@@ -109,6 +110,24 @@ def test_te_dummy_wgrads_per_main_grad_shape_and_the_output_layer_from_megatron_
                                                           "workspace.te_dummy_wgrad_256x128": 256 * 128 * 2,
                                                           "workspace.te_dummy_wgrad_512x256": 512 * 256 * 2,
                                                           "workspace.te_dummy_wgrad_256x512": 256 * 512 * 2} | head
+
+
+def test_the_moe_router_and_the_shared_experts_gate_take_no_dummy_wgrad():
+    """Megatron's router weight ([E, h], ``moe/router.py: TopKRouter``) runs ``moe_utils.py:
+    RouterGatingLinearFunction``, whose backward returns its ``grad_weight`` (core_v0.13.0 … d98e8a64dd), and the
+    shared experts' gate ([1, h]) ``F.linear``: neither calls TE's ``get_dummy_wgrad``. A 2-layer TE MoE (h 256,
+    tp 2, 4 grouped experts, TE 2.5 < 2.10 so the GroupedLinear experts take none either; Megatron-Core 0.16, the
+    first with ``--moe-shared-expert-gate``) keeps the dummies of its TE linears and of the output layer
+    ([V_pad/tp, h] = [1024, 256], Megatron-Core ≥ 0.15) only — not the router's [4, 256] (2,048 bytes) nor the
+    gate's [1, 256]."""
+    moe = {"--num-experts": 4, "--moe-router-topk": 2, "--moe-grouped-gemm": True, "--expert-model-parallel-size": 1,
+           "--moe-token-dispatcher-type": "alltoall", "--sequence-parallel": True,
+           "--moe-shared-expert-intermediate-size": 512, "--moe-shared-expert-gate": True}
+    assert _dummy_wgrads("0.16.0", te="2.5", **moe) == {
+        "workspace.te_dummy_wgrad_384x256": 384 * 256 * 2, "workspace.te_dummy_wgrad_256x128": 256 * 128 * 2,
+        # the shared experts are TE linears: column fc1 [512/2, 256] and row fc2 [256, 512/2], one shape
+        "workspace.te_dummy_wgrad_256x256": 256 * 256 * 2,
+        "workspace.te_dummy_wgrad_1024x256": 1024 * 256 * 2}
 
 
 def _te_cublas(megatron_core: str, te: str, *, gpu: str = "h100", impl: str = "local", experts: int = 2,

@@ -259,6 +259,57 @@ def test_a_renamed_golden_is_simulated_as_recorded():
     assert rec["model_args"]["--no-bias-gelu-fusion"]  # the dataset's record is not modified
 
 
+MIXTRAL_RELEASE = ("mixtral/mixtral_8x7b_alltoall_tp2pp4ep4_release", "mixtral/mixtral_8x7b_alltoall_tp2pp4ep4_release_sm")
+
+
+def test_a_release_golden_runs_in_its_release_branch_image():
+    """The Mixtral 8x7B release goldens were committed to main by e2d16c01a9 (2025-06-27), when main's CI built
+    TE bee4649 (2.2.0.dev0) on NGC 25.03, but recorded as Megatron-Core 0.13.0's release validation
+    (``golden_values_0.13.0_te2.5_dgx_h100_dev.json``): core_r0.13.0's image, NGC 25.05 (PyTorch 2.8) with TE
+    8382eed (release_v2.5). An lts release golden, or a release not listed, keeps the dates' tables."""
+    tool = _tool()
+    prov = tool.load_provenance()
+    for name in MIXTRAL_RELEASE:
+        rec = tool.as_recorded(next(r for r in _records() if r["name"] == name), prov)
+        assert rec["memory_values_first_commit"].startswith("e2d16c01a9")
+        assert tool.release_of(rec) == "0.13.0"
+        assert (tool.megatron_of(rec), tool.te_of(rec), tool.pytorch_of(rec)) == ("0.13.0", "2.5", "2.8")
+        main_then = {k: rec[k] for k in ("memory_values_first_commit", "memory_values_first_commit_date")}
+        assert (tool.megatron_of(main_then), tool.te_of(main_then), tool.pytorch_of(main_then)) == \
+            ("0.14.0rc0", "2.2", "2.7")
+    lts = {"measured": {"golden_file": "x/golden_values_0.12.0_dgx_a100_lts.json"},
+           "memory_values_first_commit_date": "2025-04-28"}
+    assert tool.release_of(lts) is None
+    assert tool.release_of({"measured": {"golden_file": "x/golden_values_0.9.0_dgx_h100_dev.json"}}) is None
+
+
+def test_the_mixtral_release_holds_te_2_5_s_dummy_wgrads_on_its_last_stage():
+    """What the release image moves: TE ≥ 2.3 keeps one bf16 dummy weight gradient per main_grad shape of its
+    linears (``module/base.py: get_dummy_wgrad``). On the last of 4 stages at tp 2 (h 4096, 32 heads, 8 query
+    groups of 128): linear_qkv [(4096 + 2·1024)/2, 4096] = 25,165,824 bytes and linear_proj [4096, 4096/2] =
+    16,777,216 — 40 MiB, what the measured steady state holds above TE 2.2's (41,032,192 bytes, 39.13 MiB); the
+    grouped experts (TE < 2.10), the router and the output layer (Megatron-Core < 0.15) take none."""
+    import tomllib
+
+    from timeline.io.megatron_write import run_file_text
+    from timeline.io.runfile import run_from_data
+    from timeline.result.build import build_timeline
+
+    tool = _tool()
+    rec = tool.as_recorded(next(r for r in _records() if r["name"] == MIXTRAL_RELEASE[1]), tool.load_provenance())
+    world, conv = tool.convert_at_world_size(rec, from_mapping(rec["model_args"], rec.get("env"), family="mixtral",
+                                                               family_source="x"))
+    assert world == 128
+    run = run_from_data(tomllib.loads(run_file_text(conv, name="x", source="x", world_size=world)), Path("x.toml"))
+    tl = build_timeline(run)
+    last = max(range(tl.num_devices), key=lambda d: tl.devices[d].pp_rank)
+    ev = tl.events(last)
+    dummies = {tl.names[t]: int(size) for t, size, sign in zip(ev.tensor, ev.size, ev.sign, strict=True)
+               if sign > 0 and tl.names[t].startswith("workspace.te_dummy_wgrad")}
+    assert dummies == {"workspace.te_dummy_wgrad_3072x4096": 3072 * 4096 * 2,
+                       "workspace.te_dummy_wgrad_4096x2048": 4096 * 2048 * 2}
+
+
 def test_a_golden_recorded_at_its_own_commit_is_unchanged():
     tool = _tool()
     prov = tool.load_provenance()

@@ -203,6 +203,12 @@ def router_uses_te_gemm(fw: FrameworkSpec, *, has_moe: bool) -> bool:
     return te < (2, 10) or mc >= (0, 17) or fw.router_te_gemm_fixed
 
 
+#: the MoE router's weight (``mlp.gate.weight`` here; ``moe/router.py: TopKRouter.weight``, whose GEMM is
+#: ``moe/moe_utils.py: RouterGatingLinearFunction``: its backward returns ``grad_weight`` itself, core_v0.13.0 …
+#: d98e8a64dd) and the shared experts' gate (``moe/shared_experts.py``: ``F.linear``) are plain parameters:
+#: no ``get_dummy_wgrad``
+ROUTER_WEIGHTS = (".mlp.gate.weight", ".shared_expert_gate.weight")
+
 #: parameter names fused into one Megatron weight (linear_qkv, linear_fc1): one main_grad shape
 FUSED_INTO = {"q_proj": "linear_qkv", "k_proj": "linear_qkv", "v_proj": "linear_qkv", "gate_proj": "linear_fc1",
               "up_proj": "linear_fc1"}
@@ -226,8 +232,8 @@ def dummy_wgrad_shapes(fw: FrameworkSpec, dtype: str, tensors: Sequence[ParamTen
     for t in tensors:
         if not t.trainable or len(t.shape) != 2 or t.name.startswith(("embedding.", "mtp.embedding")):
             continue
-        if ".router" in t.name or ".position_embeddings" in t.name:
-            continue  # Megatron's router and embeddings are not TE linears
+        if ".router" in t.name or ".position_embeddings" in t.name or t.name.endswith(ROUTER_WEIGHTS):
+            continue  # Megatron's router, the shared experts' gate and embeddings are not TE linears
         if t.name.startswith("output_layer") and mc < (0, 15):
             continue
         if t.expert and fw.moe_grouped_gemm and (te < (2, 10) or legacy_grouped_mlp(fw)):
