@@ -365,13 +365,12 @@ def combined_kept(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]
     return out
 
 
-def router_graph_kept(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
-    """Per backward action of a combined-1F1B schedule with the alltoall dispatcher, the frees of each MoE
-    layer's ``post_attn`` input and of that input's gradient, which the dispatcher's ``self.probs`` keeps
-    alive through the router's autograd graph (:func:`timeline.sim.combined.router_inputs`) until the
-    layer's next forward stores new probabilities: each moves to that op of the chunk's next forward after
-    this micro-batch's own, where that is later (the last micro-batch's: into the next iteration, through
-    the optimizer step; after the last iteration, never). Keyed by span index."""
+def _held_to_next_forward(spans: list[Span], compiled: Compiled, kinds: tuple[str, ...],
+                          held: Callable[[int, str], dict[str, int]]) -> dict[int, KeptFrees]:
+    """Per action of ``kinds``, the frees of the tensors ``held(stage, kind)`` names (tensor name → the forward op
+    that lets it go), each moved to that op of the chunk's next forward after this micro-batch's own, where that is
+    later (the last micro-batch's: into the next iteration, through the optimizer step; after the last iteration,
+    never). Keyed by span index."""
     forwards: dict[int, list[int]] = {}
     for i, sp in enumerate(spans):
         if sp.kind == "F":
@@ -381,22 +380,19 @@ def router_graph_kept(spans: list[Span], compiled: Compiled) -> dict[int, KeptFr
         fs = sorted(fs, key=lambda i: spans[i].start_us)
         for a, after in zip(fs, [*fs[1:], -1], strict=True):
             nxt[(stage, spans[a].iteration, spans[a].microbatch)] = after
-    masks: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = {}
+    masks: dict[tuple[int, str], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = {}
     out: dict[int, KeptFrees] = {}
     for i, sp in enumerate(spans):
-        if sp.kind != "B":
+        if sp.kind not in kinds or (sp.stage, "F") not in compiled:
             continue
-        if sp.stage not in masks:
-            f, b = compiled[(sp.stage, "F")], compiled[(sp.stage, "B")]
-            at_op = {}  # tensor name -> the forward op that lets it go
-            for name, op in router_inputs(f, forward_nodes(f)).values():
-                at_op[name] = at_op["grad:" + name] = op
-            names = [b.tensor_names[t] for t in b.ev_tensor.tolist()]
-            held = (b.ev_sign < 0) & np.array([n in at_op for n in names], dtype=bool)
-            at = np.flatnonzero(held)
-            masks[sp.stage] = (at, np.array([at_op[names[j]] for j in at.tolist()], dtype=np.int64),
-                               b.ev_offset[at], b.ev_op[at]) if len(at) else None
-        m = masks[sp.stage]
+        key = (sp.stage, sp.kind)
+        if key not in masks:
+            at_op, ph = held(sp.stage, sp.kind), compiled[key]
+            names = [ph.tensor_names[t] for t in ph.ev_tensor.tolist()]
+            at = np.flatnonzero((ph.ev_sign < 0) & np.array([n in at_op for n in names], dtype=bool))
+            masks[key] = (at, np.array([at_op[names[j]] for j in at.tolist()], dtype=np.int64),
+                          ph.ev_offset[at], ph.ev_op[at]) if len(at) else None
+        m = masks[key]
         if m is None:
             continue
         at, f_ops, offsets, ops = m
@@ -411,10 +407,25 @@ def router_graph_kept(spans: list[Span], compiled: Compiled) -> dict[int, KeptFr
             if not later.any():
                 continue
             at, times, actions = at[later], dropped[later], np.full(int(later.sum()), to, dtype=np.int64)
-        mask = np.zeros(len(compiled[(sp.stage, "B")].ev_offset), dtype=bool)
+        mask = np.zeros(len(compiled[key].ev_offset), dtype=bool)
         mask[at] = True
         out[i] = KeptFrees(mask=mask, times=times, actions=actions)
     return out
+
+
+def router_graph_kept(spans: list[Span], compiled: Compiled) -> dict[int, KeptFrees]:
+    """Per backward action of a combined-1F1B schedule with the alltoall dispatcher, the frees of each MoE
+    layer's ``post_attn`` input and of that input's gradient, which the dispatcher's ``self.probs`` keeps
+    alive through the router's autograd graph (:func:`timeline.sim.combined.router_inputs`) until the
+    layer's next forward stores new probabilities (:func:`_held_to_next_forward`). Keyed by span index."""
+    def held(stage: int, kind: str) -> dict[str, int]:
+        f = compiled[(stage, "F")]
+        at_op: dict[str, int] = {}  # tensor name -> the forward op that lets it go
+        for name, op in router_inputs(f, forward_nodes(f)).values():
+            at_op[name] = at_op["grad:" + name] = op
+        return at_op
+
+    return _held_to_next_forward(spans, compiled, ("B",), held)
 
 
 #: per dispatcher (:attr:`DeviceState.dispatcher_keeps`), the tensors of an MoE layer (suffixes after its
@@ -461,60 +472,22 @@ def dispatcher_held(f: CompiledPhase, dispatcher: str) -> dict[str, int]:
 def dispatcher_kept(spans: list[Span], compiled: Compiled, dispatcher: str) -> dict[int, KeptFrees]:
     """Per action, the frees of the tensors each MoE layer's token dispatcher keeps as attributes
     (:func:`dispatcher_held`): the layer's next forward overwrites them, so each free moves to that op of the
-    chunk's next forward after this micro-batch's own, where that is later (the last micro-batch's: into the
-    next iteration, through the optimizer step; after the last iteration, never). Under recompute the
-    backward's recomputed forward overwrites them first: the forward's frees of what the backward
-    re-creates stay. Keyed by span index."""
-    forwards: dict[int, list[int]] = {}
-    for i, sp in enumerate(spans):
-        if sp.kind == "F":
-            forwards.setdefault(sp.stage, []).append(i)
-    nxt: dict[tuple[int, int, int], int] = {}
-    for stage, fs in forwards.items():
-        fs = sorted(fs, key=lambda i: spans[i].start_us)
-        for a, b in zip(fs, [*fs[1:], -1], strict=True):
-            nxt[(stage, spans[a].iteration, spans[a].microbatch)] = b
-    masks: dict[tuple[int, str], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = {}
+    chunk's next forward (:func:`_held_to_next_forward`). Under recompute the backward's recomputed forward
+    overwrites them first: the forward's frees of what the backward re-creates stay. Keyed by span index."""
     held_of: dict[int, dict[str, int]] = {}
-    out: dict[int, KeptFrees] = {}
-    for i, sp in enumerate(spans):
-        if sp.kind in ("init", "step") or (sp.stage, "F") not in compiled:
-            continue
-        key = (sp.stage, sp.kind)
-        if key not in masks:
-            if sp.stage not in held_of:
-                held_of[sp.stage] = dispatcher_held(compiled[(sp.stage, "F")], dispatcher)
-            at_op = held_of[sp.stage]
-            ph = compiled[key]
-            moving = set(at_op)
-            if sp.kind == "F":  # what a later phase of the micro-batch re-creates is replaced there
-                remade = {ph2.tensor_names[t] for (st, kind), ph2 in compiled.items() if st == sp.stage and kind != "F"
-                          for t in ph2.ev_tensor[ph2.ev_sign > 0].tolist()}
-                moving -= remade
-            names = [ph.tensor_names[t] for t in ph.ev_tensor.tolist()]
-            hit = (ph.ev_sign < 0) & np.array([n in moving for n in names], dtype=bool)
-            at = np.flatnonzero(hit)
-            masks[key] = (at, np.array([at_op[names[j]] for j in at.tolist()], dtype=np.int64),
-                          ph.ev_offset[at], ph.ev_op[at]) if len(at) else None
-        m = masks[key]
-        if m is None:
-            continue
-        at, f_ops, offsets, ops = m
-        freed_at = sp.start_us + span_offsets(sp, offsets, ops)
-        to = nxt.get((sp.stage, sp.iteration, sp.microbatch), -1)
-        if to < 0:
-            times, actions = np.full(len(at), np.nan), np.full(len(at), -1, dtype=np.int64)
-        else:
-            f = compiled[(sp.stage, "F")]
-            dropped = spans[to].start_us + span_offsets(spans[to], f.op_start[f_ops], f_ops)
-            later = dropped > freed_at
-            if not later.any():
-                continue
-            at, times, actions = at[later], dropped[later], np.full(int(later.sum()), to, dtype=np.int64)
-        mask = np.zeros(len(compiled[key].ev_offset), dtype=bool)
-        mask[at] = True
-        out[i] = KeptFrees(mask=mask, times=times, actions=actions)
-    return out
+
+    def held(stage: int, kind: str) -> dict[str, int]:
+        if stage not in held_of:
+            held_of[stage] = dispatcher_held(compiled[(stage, "F")], dispatcher)
+        at_op = held_of[stage]
+        if kind != "F":
+            return at_op
+        # what a later phase of the micro-batch re-creates is replaced there
+        remade = {ph.tensor_names[t] for (st, k), ph in compiled.items() if st == stage and k != "F"
+                  for t in ph.ev_tensor[ph.ev_sign > 0].tolist()}
+        return {name: op for name, op in at_op.items() if name not in remade}
+
+    return _held_to_next_forward(spans, compiled, ("F", "B", "I", "W"), held)
 
 
 def head_wgrad_kept(spans: list[Span], compiled: Compiled, limit: int) -> dict[int, KeptFrees]:
