@@ -155,3 +155,14 @@ def tool_module(name: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def sim_plan(run):
+    """The simulation plan of ``run`` (its compiled phases, devices and states), as ``build_timeline`` makes it."""
+    from timeline.graph.source import model_source
+    from timeline.sim.plan import plan, plan_pipeline
+    from timeline.sim.static_state import StateRules
+
+    pipe = plan_pipeline(run.schedule, run.parallel, run.training.num_microbatches, run.hardware, run.csv_rows)
+    return plan(model_source(run), pipe, model=run.model, training=run.training, parallel=run.parallel,
+                rules=StateRules.of(run), recompute=run.recompute)

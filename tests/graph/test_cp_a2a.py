@@ -6,12 +6,7 @@ a2a+p2p at cp = 4 over an a2a group of 2 runs the ring over the other 2 ranks on
 
 from __future__ import annotations
 
-from helpers_run import tiny_run
-
-from timeline.graph.source import model_source
-from timeline.profiles import profile
-from timeline.sim.plan import plan, plan_pipeline
-from timeline.sim.static_state import StateRules
+from helpers_run import sim_plan, tiny_run
 
 ATTN = "layers.0.self_attn.core_attn"
 
@@ -19,11 +14,7 @@ ATTN = "layers.0.self_attn.core_attn"
 def _forward(attn: str = ATTN, **kw) -> tuple[dict[str, int], int]:
     """(bytes of each tensor the core attention ``attn`` makes in the forward, activation bytes per micro-batch)."""
     run = tiny_run(pp=1, dp=1, iterations=1, seq_len=128, **kw)
-    pipe = plan_pipeline(run.schedule, run.parallel, run.training.num_microbatches, run.hardware, run.csv_rows)
-    rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm, traced=False,
-                       expert_state_group=profile(run.profile).params.expert_state_group)
-    p = plan(model_source(run), pipe, model=run.model, training=run.training, parallel=run.parallel, rules=rules,
-             recompute=run.recompute)
+    p = sim_plan(run)
     ph = p.compiled[0][(0, "F")]
     made = {ph.tensor_names[t]: int(size) for t, sign, size in zip(ph.ev_tensor.tolist(), ph.ev_sign.tolist(),
                                                                   ph.ev_size.tolist(), strict=True)

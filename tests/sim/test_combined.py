@@ -9,11 +9,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers_run import TINY_MODEL, tiny_run
+from helpers_run import TINY_MODEL, sim_plan, tiny_run
 
 from timeline.errors import UserError
-from timeline.graph.source import model_source
-from timeline.profiles import LIMITS, profile
+from timeline.profiles import LIMITS
 from timeline.result.build import build_timeline
 from timeline.sim.combined import (
     backward_nodes,
@@ -23,8 +22,6 @@ from timeline.sim.combined import (
     pair_shifts,
     router_inputs,
 )
-from timeline.sim.plan import plan, plan_pipeline
-from timeline.sim.static_state import StateRules
 from timeline.spec.validate import validate_run
 
 MOE = replace(TINY_MODEL, n_routed_experts=4, moe_intermediate_size=256, num_experts_per_tok=2,
@@ -37,11 +34,7 @@ def _run(**kw):
 
 
 def _phases(run):
-    pipe = plan_pipeline(run.schedule, run.parallel, run.training.num_microbatches, run.hardware, run.csv_rows)
-    rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm, traced=False,
-                       expert_state_group=profile(run.profile).params.expert_state_group)
-    p = plan(model_source(run), pipe, model=run.model, training=run.training, parallel=run.parallel, rules=rules,
-             recompute=run.recompute)
+    p = sim_plan(run)
     return p.compiled[0][(0, "F")], p.compiled[0][(0, "B")]
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers_run import TINY_MODEL, tiny_run
+from helpers_run import TINY_MODEL, sim_plan, tiny_run
 
 from timeline.result.build import build_timeline
 from timeline.sim.expand import dispatcher_held
@@ -91,19 +91,9 @@ def test_hybridep_manager_keeps_its_probs_map_dispatched_probs_and_handle():
 
 
 def test_dispatcher_held_names_each_layers_tensors_at_its_first_dispatch_op():
-    from timeline.graph.source import model_source
-    from timeline.profiles import profile
-    from timeline.sim.plan import plan, plan_pipeline
-    from timeline.sim.static_state import StateRules
-
     run = tiny_run(model=MOE, layers=2, pp=1, ep=2, dp=2, num_microbatches=3, moe_token_dispatcher="alltoall",
                    moe_permute_fusion=True)
-    pipe = plan_pipeline(run.schedule, run.parallel, run.training.num_microbatches, run.hardware, run.csv_rows)
-    rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm, traced=False,
-                       expert_state_group=profile(run.profile).params.expert_state_group)
-    p = plan(model_source(run), pipe, model=run.model, training=run.training, parallel=run.parallel, rules=rules,
-             recompute=run.recompute)
-    f = p.compiled[0][(0, "F")]
+    f = sim_plan(run).compiled[0][(0, "F")]
     held = dispatcher_held(f, "alltoall")
     assert set(held) == {f"layers.{k}.mlp.{s}" for k in (0, 1)
                          for s in ("router.probs", "router.routing_map", "dispatch.row_id_map")}
