@@ -160,9 +160,13 @@ def tool_module(name: str):
 def sim_plan(run):
     """The simulation plan of ``run`` (its compiled phases, devices and states), as ``build_timeline`` makes it."""
     from timeline.graph.source import model_source
+    from timeline.profiles import profile
     from timeline.sim.plan import plan, plan_pipeline
     from timeline.sim.static_state import StateRules
 
     pipe = plan_pipeline(run.schedule, run.parallel, run.training.num_microbatches, run.hardware, run.csv_rows)
-    return plan(model_source(run), pipe, model=run.model, training=run.training, parallel=run.parallel,
-                rules=StateRules.of(run), recompute=run.recompute)
+    rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm, traced=run.trace is not None,
+                       expert_state_group=profile(run.profile).params.expert_state_group,
+                       combined_1f1b=run.schedule.combined_1f1b)
+    return plan(model_source(run), pipe, model=run.model, training=run.training, parallel=run.parallel, rules=rules,
+                recompute=run.recompute)

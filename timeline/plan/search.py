@@ -140,8 +140,9 @@ def run_bound(run: RunSpec, *, coarse: bool) -> Bound:
     else:
         probe, source = probe_of(run.recompute)
         st = probe_stats(source, run.hardware, probe.parallel, rule, probe.kinds, zero_acts(run.recompute))
-    return bound(st, model=run.model, parallel=run.parallel, training=run.training, schedule=run.schedule,
-                 rules=StateRules.of(run))
+    rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm, traced=run.trace is not None,
+                       expert_state_group=rule, combined_1f1b=run.schedule.combined_1f1b)
+    return bound(st, model=run.model, parallel=run.parallel, training=run.training, schedule=run.schedule, rules=rules)
 
 
 def derive(base: RunSpec, space: Space, cand: Candidate) -> tuple[RunSpec | None, str]:

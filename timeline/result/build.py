@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from timeline.graph.source import SourceFn, model_source
+from timeline.profiles import profile
 from timeline.result.timeline import DeviceMemory, Timeline
 from timeline.sim.cost import CostModel
 from timeline.sim.expand import device_events
@@ -41,7 +42,11 @@ def build_timeline(run: RunSpec, source_fn: SourceFn = model_source, *,
         sim = simulate_steps(run.trace, tr, CostModel.of(run.hardware, par))
     else:
         pipe = plan_pipeline(run.schedule, par, tr.num_microbatches, run.hardware, run.csv_rows)
-        p = plan(source_fn(run), pipe, model=run.model, training=tr, parallel=par, rules=StateRules.of(run),
+        rules = StateRules(profile=run.profile, framework=run.framework, sm=run.hardware.sm,
+                           traced=run.trace is not None,
+                           expert_state_group=profile(run.profile).params.expert_state_group,
+                           combined_1f1b=run.schedule.combined_1f1b)
+        p = plan(source_fn(run), pipe, model=run.model, training=tr, parallel=par, rules=rules,
                  recompute=run.recompute, offload=run.offload)
         if summary_only:
             timing = time_plan(p, tr.warmup_iterations)

@@ -13,7 +13,7 @@ from timeline.graph.dp_buffers import DdpRules, ddp_rules
 from timeline.graph.static import optimizer_element_bytes
 from timeline.graph.tensors import DTYPE_BYTES, Category
 from timeline.placement.devices import StaticDevice
-from timeline.profiles import LIMITS, lifecycle, profile
+from timeline.profiles import LIMITS, lifecycle
 from timeline.profiles.base import FirstCall
 from timeline.profiles.megatron import MASK_ROUTING
 from timeline.profiles.megatron_workspaces import version_tuple
@@ -24,7 +24,7 @@ from timeline.sim.megatron_state import main_grad_copies, megatron_events
 from timeline.sim.optimizer_step import StepAlloc, step_transients
 from timeline.spec.framework import FrameworkSpec
 from timeline.spec.model import ModelSpec
-from timeline.spec.run import ParallelSpec, RunSpec, TrainingSpec
+from timeline.spec.run import ParallelSpec, TrainingSpec
 
 
 def step_us(tr: TrainingSpec, par: ParallelSpec, dev: StaticDevice, cost: CostModel) -> float:
@@ -118,13 +118,6 @@ class StateRules:
     expert_state_group: str
     #: Megatron's combined 1F1B (``schedule.combined_1f1b``)
     combined_1f1b: bool = False
-
-    @classmethod
-    def of(cls, run: RunSpec) -> StateRules:
-        """The rules of ``run``, its profile's EDP rule among them."""
-        return cls(profile=run.profile, framework=run.framework, sm=run.hardware.sm, traced=run.trace is not None,
-                   expert_state_group=profile(run.profile).params.expert_state_group,
-                   combined_1f1b=run.schedule.combined_1f1b)
 
 
 def device_state(dev: StaticDevice, model: ModelSpec, tr: TrainingSpec, par: ParallelSpec,
