@@ -195,6 +195,8 @@ RUNSPEC_DOORS: dict[str, str] = {
     "plan.search.plan": "the planner's door: derives, bounds and simulates candidate runs around a base run",
     "plan.search.simulate_summary": "a planner worker's entry: a candidate run crosses the process boundary "
                                     "whole and is simulated through build_timeline",
+    "plan.search.time_summary": "a planner worker's entry: a candidate run crosses the process boundary "
+                                "whole and is timed through build_timeline (no memory events)",
     "plan.search.exact_block": "a planner worker's entry: candidate runs cross the process boundary whole to "
                                "be bounded exactly",
     "plan.search.derive": "the planner's derivation of a candidate run from the base run (a worker's and "

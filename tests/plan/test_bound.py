@@ -118,3 +118,32 @@ def test_more_capacity_never_adds_pruning():
     b = bound_of(run)
     small = replace(run, hardware=replace(run.hardware, capacity_gib=b.memory_bytes / 2**30 * 0.99))
     assert bound_of(small).memory_bytes == b.memory_bytes > small.hardware.capacity_bytes
+
+
+@pytest.mark.parametrize("sched", SCHEDULES)
+def test_timing_alone_gives_the_simulated_time(sched):
+    """The search times a candidate before it simulates its memory (plan.search.time_summary): the
+    same iteration time as the summary-level simulation, to the bit, under every schedule."""
+    from timeline.plan.search import simulate_summary, time_summary
+
+    run = _run(1, 2, 2, sched, 1, "selective:moe_act", "megatron", 1, False)
+    assert run is not None
+    t = time_summary(run)
+    assert t == simulate_summary(run).iteration_time_us
+    assert bound_of(run).time_us <= t
+
+
+def test_the_head_counts_in_the_time_bound():
+    """The output layer and its loss run outside decoder layers (``layer`` None) after the last one
+    in the forward and first in a backward; the probe gives them to the head (and the embedding's
+    lookup to the embedding), so the rank holding the head has them in its time bound."""
+    from timeline.graph.source import model_source
+    from timeline.plan.bound import Probe, probe_stats
+    from timeline.profiles import profile
+
+    run = _run(1, 2, 2, ("1f1b", 1), 1, "none", "megatron", 1, False)
+    probe = Probe.of(run.model, run.recompute, run.parallel, run.training)
+    st = probe_stats(model_source(replace(run, **probe.edits())), run.hardware, probe.parallel,
+                     profile(run.profile).params.expert_state_group, probe.kinds, False)
+    assert st.head.compute_us["F"] > 0 and st.head.compute_us["B"] > st.head.compute_us["F"]
+    assert st.embedding.compute_us["F"] >= 0 and st.head.compute_us["F"] > st.embedding.compute_us["F"]

@@ -5,7 +5,8 @@ plus any other space key by its run-file name), the derived ``dp``, ``num_microb
 ``layout``; ``invalid`` (why it cannot run); the static bound (``bound_peak_bytes`` on
 ``bound_pp_rank``, ``bound_time_us``; ``bound_exact``: of the candidate's own recompute policy,
 else its layout's coarse bound, below every policy's); the simulated peaks (max over devices), ``worst_device``,
-``short_bytes``, ``fits``, ``iteration_time_us``, ``tokens_per_s_per_gpu``; ``pruned_by`` (empty,
+``short_bytes``, ``fits``, ``iteration_time_us``, ``tokens_per_s_per_gpu`` (these two also on a
+candidate timed but not simulated: its schedule's simulated time, known before its memory); ``pruned_by`` (empty,
 ``static_bound``, ``oom``, ``invalid``, ``time_bound``, ``too_large``, ``budget``) and ``rank`` among those
 that fit. Nothing that depends on the machine or the moment (wall times, host names) is in
 it, so the same plan gives the same bytes on every engine. Schema ``timeline.plan/2``.
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import BinaryIO
 
 from timeline.exporters.parquet_util import write_table
-from timeline.plan.search import PRUNED_NAMES, PlanResult, known
+from timeline.plan.search import PRUNED_NAMES, PlanResult, Row, known
 from timeline.plan.space import SHORT, value_text
 
 FILENAME = "plan.parquet"
@@ -47,11 +48,12 @@ def write(res: PlanResult, handle: BinaryIO) -> None:
         return pa.array(values, mask=mask, type=dtype)
 
     simulated = [r for r in res.rows.values() if r.simulated]
+    timed = [r for r in res.rows.values() if r.iteration_time_us is not None]  # simulated, or timed only
 
-    def sim(attr: str, dtype: type, arrow: object) -> object:
+    def sim(attr: str, dtype: type, arrow: object, rows: list[Row] | None = None) -> object:
         values: np.ndarray = np.zeros(n, dtype=dtype)
         mask = np.ones(n, dtype=bool)
-        for r in simulated:
+        for r in simulated if rows is None else rows:
             v = getattr(r, attr)
             if v is not None:
                 values[r.index], mask[r.index] = v, False
@@ -76,8 +78,8 @@ def write(res: PlanResult, handle: BinaryIO) -> None:
         short[r.index] = r.short_bytes
     out["short_bytes"] = pa.array(short, pa.int64())
     out["fits"] = sim("fits", np.bool_, pa.bool_())
-    out["iteration_time_us"] = sim("iteration_time_us", np.float64, pa.float64())
-    out["tokens_per_s_per_gpu"] = sim("tokens_per_s_per_gpu", np.float64, pa.float64())
+    out["iteration_time_us"] = sim("iteration_time_us", np.float64, pa.float64(), timed)
+    out["tokens_per_s_per_gpu"] = sim("tokens_per_s_per_gpu", np.float64, pa.float64(), timed)
     out["pruned_by"] = pa.array(PRUNED_NAMES, pa.string()).take(pa.array(cols.pruned)).dictionary_encode()
     rank = [r for r in res.rows.values() if r.rank is not None]
     ranks, mask = np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)

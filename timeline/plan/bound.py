@@ -11,7 +11,8 @@ candidate whose bound exceeds capacity cannot fit, and no fitting candidate is e
 
 Time, per rank: a rank runs its actions one after another, each for the sum of its ops (an
 overlapped F&B pair for the longer of its computation and its communication), so the sum of its
-decoder-layer ops over one iteration is a lower bound on the iteration time.
+decoder-layer ops — and, on the ranks that hold them, the embedding's and the head's (output layer
+and loss) — over one iteration is a lower bound on the iteration time.
 
 Per-layer numbers come from a probe (the run cut to one dense and one MoE decoder layer, one
 pipeline rank, one micro-batch), built once per distinct (tp, sp, cp, ep, etp, micro-batch,
@@ -125,19 +126,12 @@ def probe_stats(source: ModelSource, hw: HardwareSpec, par: ParallelSpec, rule: 
             ("W", tpl.backward_w))}
         per_layer = tpl.layer_activation_bytes
     cost = CostModel.of(hw, par)
-    n_layers = len(kind)
-
-    def group(layer: int | None) -> str | None:
-        if layer is None:
-            return None
-        return kind[layer] if layer < n_layers else "mtp"
 
     acts = _acts(per_layer, kinds, zero_acts)
     comp: dict[str, dict[str, float]] = {}
     comm: dict[str, dict[str, float]] = {}
     for ph, ops in phases.items():
-        for op in ops:
-            g = group(op.layer)
+        for op, g in zip(ops, _op_groups(ops, kind, forward=ph == "F"), strict=True):
             if g is None:
                 continue
             table = comp if op.kind == "compute" else comm
@@ -157,6 +151,27 @@ def probe_stats(source: ModelSource, hw: HardwareSpec, par: ParallelSpec, rule: 
     have = set(kind.values())
     return ProbeStats(dense=stats("dense") if "dense" in have else None, moe=stats("moe") if "moe" in have else None,
                       mtp=stats("mtp"), embedding=stats("embedding"), head=stats("head"))
+
+
+def _op_groups(ops: list[OpCost], kind: dict[int, str], *, forward: bool) -> list[str | None]:
+    """The probe group of each op of one phase: a decoder layer's kind, "mtp" past the decoder
+    layers, and for the ops outside layers (``layer`` None) the part of the model they run in —
+    before the first decoder layer's op the forward runs the embedding and a backward the head (the
+    output layer and its loss, a backward's first ops), after the last decoder layer's op the other
+    way round (the MTP block's layers may come after the head: they do not move the line). An op
+    between decoder layers that belongs to no layer counts nowhere (only a lower bound loses). The
+    embedding's part sits on the first virtual stage and the head's on the last
+    (:mod:`timeline.plan.frame`), so every rank's time bound adds the ops it runs."""
+    at = [i for i, op in enumerate(ops) if op.layer is not None and op.layer < len(kind)]
+    first, last = (at[0], at[-1]) if at else (len(ops), -1)
+    before, after = ("embedding", "head") if forward else ("head", "embedding")
+    out: list[str | None] = []
+    for i, op in enumerate(ops):
+        if op.layer is not None:
+            out.append(kind[op.layer] if op.layer < len(kind) else "mtp")
+        else:
+            out.append(before if i < first else after if i > last else None)
+    return out
 
 
 def _acts(per_layer: dict[int, int], kinds: tuple[tuple[int, str], ...], zero_acts: bool) -> dict[str, int]:

@@ -11,15 +11,19 @@ cheapest first, and rank the ones that fit.
    policy, from two probes per layout and micro-batch size instead of one per policy). A memory
    bound over capacity prunes it (``static_bound``). The parent spreads the answers over the rows
    (:class:`~timeline.plan.columns.Columns`).
-2. **Simulate** the rest in order of their exact time bound (then name), a batch at a time, at
-   summary level (peaks per device, iteration time). Exact bounds are computed lazily: the
-   survivors are taken in order of their coarse time bound, a fixed chunk at a time, until every
-   candidate not yet bounded exactly has a coarse time above the best exact one waiting — so the
-   order is exactly that of all exact time bounds. An exact memory bound over capacity prunes
-   (``static_bound``). Once ``keep`` candidates fit and the next candidate's time bound exceeds
-   the slowest of the best ``keep``, nothing left can enter them: the rest are ``time_bound``
-   (not simulated; those never bounded exactly keep their coarse bound, ``bound_exact`` false).
-   A simulated candidate short of memory on some device is ``oom``.
+2. **Time, then simulate** the rest. Exact bounds are computed lazily: the survivors are taken in
+   order of their coarse time bound, a fixed chunk at a time, until every candidate not yet bounded
+   exactly has a coarse time above the best exact one waiting — so the order is exactly that of all
+   exact time bounds. An exact memory bound over capacity prunes (``static_bound``). Candidates are
+   then *timed* in order of their exact bounds, a batch at a time (the schedule simulated without
+   its memory events, :func:`time_summary`, about a tenth of a simulation: the memory never moves
+   time), until the fastest one timed is at or below every bound still untimed; it is the fastest
+   of all not yet simulated, and is *simulated* next (summary level: peaks per device), a batch at
+   a time, so candidates are simulated in order of their iteration times (then name). Once
+   ``keep`` candidates fit and the next one's time exceeds the slowest of the best ``keep``,
+   nothing left can enter them: the rest are ``time_bound`` (not simulated; those timed keep their
+   iteration time, those never bounded exactly their coarse bound, ``bound_exact`` false). A
+   simulated candidate short of memory on some device is ``oom``.
 3. **Rank** the fitting ones by iteration time, then max peak reserved, then name.
 
 Chunks, batches and the stopping rule depend only on the candidates' order, never on timing or
@@ -67,7 +71,8 @@ from timeline.spec.validate import (
 
 T = TypeVar("T")
 #: what other modules take from here (the exporter reads the fates' names through this module)
-__all__ = ["PRUNED_NAMES", "PlanResult", "Row", "derive", "known", "plan", "run_bound", "simulate_summary"]
+__all__ = ["PRUNED_NAMES", "PlanResult", "Row", "derive", "known", "plan", "run_bound", "simulate_summary",
+           "time_summary"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +100,13 @@ class PlanResult:
     runs: dict[str, RunSpec] = field(default_factory=dict)  # the ranked candidates' runs, by name
 
 
+def time_summary(run: RunSpec) -> float:
+    """The iteration time (µs) of ``run``'s simulation, without its memory: the schedule timed, no
+    device's events made or allocated (``build_timeline(timing_only=True)``; equal to
+    :func:`simulate_summary`'s, which the search asserts)."""
+    return build_timeline(run, model_source, timing_only=True).meta.iteration_time_us
+
+
 def simulate_summary(run: RunSpec) -> SimSummary:
     """Simulate ``run`` (allocator included, no exports; the summary-level build, one device at a
     time) and keep its peaks and iteration time."""
@@ -120,6 +132,8 @@ EXACT_CHUNK = 64
 #: candidates simulated between two checks of the stopping rule; a constant, so that the worker count
 #: (which only spreads a batch over processes) never changes which candidates are simulated
 SIM_BATCH = 4
+#: candidates timed at a time (a timing is about a tenth of a simulation; fixed, like SIM_BATCH)
+TIME_BATCH = 8
 FULL = parse_recompute("full:uniform:1")
 
 
@@ -294,26 +308,13 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
             take_chunk()
         return bool(waiting)
 
-    def leave(reason: str) -> None:
-        for _, i, _ in waiting:
-            rows[i].pruned_by = reason
-        cols.prune(survivors[taken:], reason)
-        waiting.clear()
+    timed: list[tuple[float, int]] = []  # (simulated iteration time, table index): timed, not yet simulated
 
-    fitting: list[Row] = []
-    batch = SIM_BATCH  # never the worker count: which candidates are simulated must not depend on it
-    done = 0
-    while ready():
-        if len(fitting) >= keep and waiting[0][0] > _kth_time(fitting, keep):
-            leave("time_bound")
-            break
-        if max_simulations and done >= max_simulations:
-            leave("budget")
-            break
-        todo, runs = [], []
-        for _ in range(min(batch, max_simulations - done) if max_simulations else batch):
-            if not ready():
-                break
+    def time_batch() -> None:
+        """Time the next :data:`TIME_BATCH` candidates in order of their exact bounds."""
+        todo: list[Row] = []
+        runs: list[RunSpec] = []
+        while len(todo) < TIME_BATCH and ready():
             r = rows[heapq.heappop(waiting)[1]]
             run = run_of(r)
             est = estimate_work(model_source(run), model=run.model, parallel=run.parallel, training=run.training,
@@ -324,7 +325,47 @@ def plan(base: RunSpec, space: Space, engine: Engine, *, keep: int = 10, max_eve
                 continue
             todo.append(r)
             runs.append(run)
+        for r, t in zip(todo, engine.map(time_summary, runs), strict=True):
+            # the bound lies below the simulated time: checked on every candidate timed
+            assert known(r.bound_time_us) <= t * (1 + 1e-9), (r.name, r.bound_time_us, t)
+            _timed(r, t, space, base.training.seq_len)
+            heapq.heappush(timed, (t, r.index))
+
+    def next_ready() -> bool:
+        """Time candidates until the fastest one timed is the fastest of all not yet simulated (no
+        candidate still untimed has a bound at or below its time); False when none is left."""
+        while ready() and (not timed or waiting[0][0] <= timed[0][0]):
+            time_batch()
+        return bool(timed)
+
+    def leave(reason: str) -> None:
+        for _, i, _ in waiting:
+            rows[i].pruned_by = reason
+        for _, i in timed:
+            rows[i].pruned_by = reason
+        cols.prune(survivors[taken:], reason)
+        waiting.clear()
+        timed.clear()
+
+    fitting: list[Row] = []
+    batch = SIM_BATCH  # never the worker count: which candidates are simulated must not depend on it
+    done = 0
+    while next_ready():
+        if len(fitting) >= keep and timed[0][0] > _kth_time(fitting, keep):
+            leave("time_bound")
+            break
+        if max_simulations and done >= max_simulations:
+            leave("budget")
+            break
+        todo, runs = [], []
+        for _ in range(min(batch, max_simulations - done) if max_simulations else batch):
+            if not next_ready():
+                break
+            r = rows[heapq.heappop(timed)[1]]
+            todo.append(r)
+            runs.append(run_of(r))
         for r, s in zip(todo, engine.map(simulate_summary, runs), strict=True):
+            assert s.iteration_time_us == r.iteration_time_us, (r.name, s.iteration_time_us, r.iteration_time_us)
             _record(r, s, space, base.training.seq_len)
             if r.fits:
                 fitting.append(r)
@@ -352,12 +393,17 @@ def _kth_time(fitting: Sequence[Row], k: int) -> float:
     return sorted(known(r.iteration_time_us) for r in fitting)[k - 1]
 
 
+def _timed(r: Row, time_us: float, space: Space, seq_len: int) -> None:
+    r.iteration_time_us = time_us
+    tokens = space.global_batch * seq_len
+    r.tokens_per_s_per_gpu = tokens / (time_us / 1e6 * space.world_size) if time_us else None
+
+
 def _record(r: Row, s: SimSummary, space: Space, seq_len: int) -> None:
     r.simulated = True
     r.peak_requested_bytes, r.peak_allocated_bytes = s.peak_requested_bytes, s.peak_allocated_bytes
     r.peak_reserved_bytes, r.worst_device, r.short_bytes = s.peak_reserved_bytes, s.worst_device, s.short_bytes
-    r.fits, r.iteration_time_us = s.fits, s.iteration_time_us
-    tokens = space.global_batch * seq_len
-    r.tokens_per_s_per_gpu = tokens / (s.iteration_time_us / 1e6 * space.world_size) if s.iteration_time_us else None
+    r.fits = s.fits
+    _timed(r, s.iteration_time_us, space, seq_len)
     if not s.fits:
         r.pruned_by = "oom"

@@ -30,11 +30,14 @@ SUMMARY_LEVEL = frozenset({"summary", "devices"})
 
 
 def build_timeline(run: RunSpec, source_fn: SourceFn = model_source, *,
-                   progress: Progress | None = None, summary_only: bool = False) -> Timeline:
+                   progress: Progress | None = None, summary_only: bool = False, timing_only: bool = False) -> Timeline:
     """Simulate ``run`` with the model source ``source_fn(run)`` and run every device's allocator.
     ``summary_only``: a :class:`~timeline.result.summary_level.SummaryTimeline` (enough for the
     outputs of :data:`SUMMARY_LEVEL`), made one device at a time, each reduced to its summaries
-    before the next is simulated, so memory holds one device's events, not the run's."""
+    before the next is simulated, so memory holds one device's events, not the run's.
+    ``timing_only``: the run's facts, devices and action spans without any memory event (its
+    ``meta.iteration_time_us`` is the one the full build reports: the memory events never move
+    time); what a planner reads to order candidates before it simulates their memory."""
     par, tr = run.parallel, run.training
     if run.trace is not None and run.trace.is_step:
         from timeline.sim.step_sim import simulate_steps
@@ -48,7 +51,7 @@ def build_timeline(run: RunSpec, source_fn: SourceFn = model_source, *,
                            combined_1f1b=run.schedule.combined_1f1b)
         p = plan(source_fn(run), pipe, model=run.model, training=tr, parallel=par, rules=rules,
                  recompute=run.recompute, offload=run.offload)
-        if summary_only:
+        if summary_only or timing_only:
             timing = time_plan(p, tr.warmup_iterations)
             act = [sum(p.activation_bytes[p.load_of(i)][c] for c in dev.stages) for i, dev in enumerate(p.devices)]
             base = Timeline.from_simulation(SimOutput(  # the run's facts and devices, no events yet
@@ -56,6 +59,8 @@ def build_timeline(run: RunSpec, source_fn: SourceFn = model_source, *,
                 events=[], ops=[], names=[], iteration_time_us=timing.iteration_time_us,
                 activation_bytes_per_microbatch=act, templates=p.templates[0], template_shifts=p.shifts,
                 report_start_us=timing.report_start_us, run=run), [])
+            if timing_only:
+                return base
             return _summary(p, base, run.allocator, run.hardware.capacity_bytes, progress)
         sim = simulate(p, progress=progress)
     sim = replace(sim, run=run)
