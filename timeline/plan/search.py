@@ -16,7 +16,7 @@ cheapest first, and rank the ones that fit.
    exactly has a coarse time above the best exact one waiting — so the order is exactly that of all
    exact time bounds. An exact memory bound over capacity prunes (``static_bound``). Candidates are
    then *timed* in order of their exact bounds, a batch at a time (the schedule simulated without
-   its memory events, :func:`time_summary`, about a tenth of a simulation: the memory never moves
+   its memory events, :func:`time_summary`, about a sixth of a simulation: the memory never moves
    time), until the fastest one timed is at or below every bound still untimed; it is the fastest
    of all not yet simulated, and is *simulated* next (summary level: peaks per device), a batch at
    a time, so candidates are simulated in order of their iteration times (then name). Once
@@ -132,7 +132,7 @@ EXACT_CHUNK = 64
 #: candidates simulated between two checks of the stopping rule; a constant, so that the worker count
 #: (which only spreads a batch over processes) never changes which candidates are simulated
 SIM_BATCH = 4
-#: candidates timed at a time (a timing is about a tenth of a simulation; fixed, like SIM_BATCH)
+#: candidates timed at a time (a timing costs about a sixth of a simulation; fixed, like SIM_BATCH)
 TIME_BATCH = 8
 FULL = parse_recompute("full:uniform:1")
 
