@@ -37,7 +37,7 @@ DESCRIPTION = """\
 Enumerate candidates — TP/PP/VPP/CP/EP/ETP (dp = N/(tp·pp·cp)), micro-batch size, schedule and
 recompute policy — around the run file (which fixes the model, hardware, sequence length and
 everything else), bound each one statically (milliseconds), simulate only those the bound cannot
-rule out (cheapest first, summary level) and rank the ones whose peak reserved memory fits every
+rule out (fastest first: each is timed before its memory is simulated, summary level) and rank the ones whose peak reserved memory fits every
 device by iteration time, then max peak reserved, then name.
 
 Default space (without --space): every factorisation of N into tp·pp·cp·dp with ep·etp dividing
