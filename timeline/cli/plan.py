@@ -37,8 +37,9 @@ DESCRIPTION = """\
 Enumerate candidates — TP/PP/VPP/CP/EP/ETP (dp = N/(tp·pp·cp)), micro-batch size, schedule and
 recompute policy — around the run file (which fixes the model, hardware, sequence length and
 everything else), bound each one statically (milliseconds), simulate only those the bound cannot
-rule out (fastest first: each is timed before its memory is simulated, summary level) and rank the ones whose peak reserved memory fits every
-device by iteration time, then max peak reserved, then name.
+rule out (fastest first: each is timed before its memory is simulated, summary level) and rank
+the ones whose peak reserved memory fits every device by iteration time, then max peak reserved,
+then name.
 
 Default space (without --space): every factorisation of N into tp·pp·cp·dp with ep·etp dividing
 dp·tp·cp, vpp 1 and 2, micro-batch 1 and 2, schedules 1f1b, interleaved, dualpipe, dualpipev,
