@@ -135,15 +135,27 @@ def test_timing_alone_gives_the_simulated_time(sched):
 
 def test_the_head_counts_in_the_time_bound():
     """The output layer and its loss run outside decoder layers (``layer`` None) after the last one
-    in the forward and first in a backward; the probe gives them to the head (and the embedding's
-    lookup to the embedding), so the rank holding the head has them in its time bound."""
+    in the forward and first in a backward; the probe gives them to the head by their place, and the
+    embedding's lookup to the embedding. Held against the ops' own names: the head's forward time is
+    the cost of ``final_norm`` and the ``output.*`` ops, the embedding's that of ``embedding``."""
+    from timeline.graph.ops import OpCost
     from timeline.graph.source import model_source
     from timeline.plan.bound import Probe, probe_stats
     from timeline.profiles import profile
+    from timeline.sim.cost import CostModel
 
     run = _run(1, 2, 2, ("1f1b", 1), 1, "none", "megatron", 1, False)
     probe = Probe.of(run.model, run.recompute, run.parallel, run.training)
-    st = probe_stats(model_source(replace(run, **probe.edits())), run.hardware, probe.parallel,
-                     profile(run.profile).params.expert_state_group, probe.kinds, False)
-    assert st.head.compute_us["F"] > 0 and st.head.compute_us["B"] > st.head.compute_us["F"]
-    assert st.embedding.compute_us["F"] >= 0 and st.head.compute_us["F"] > st.embedding.compute_us["F"]
+    source = model_source(replace(run, **probe.edits()))
+    st = probe_stats(source, run.hardware, probe.parallel, profile(run.profile).params.expert_state_group,
+                     probe.kinds, False)
+    cost = CostModel.of(run.hardware, probe.parallel)
+    forward = source.template(0).forward
+
+    def named(pred) -> float:
+        return sum(cost.op_us(OpCost.of(op)) for op in forward if op.layer is None and pred(op.name))
+
+    head = named(lambda n: n == "final_norm" or n.startswith("output."))
+    assert head > 0 and st.head.compute_us["F"] == pytest.approx(head, rel=1e-12)
+    embedding = named(lambda n: n == "embedding")
+    assert embedding > 0 and st.embedding.compute_us["F"] == pytest.approx(embedding, rel=1e-12)
